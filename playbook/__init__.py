@@ -1,0 +1,56 @@
+"""playbook: run async plays that call paid, rate-limited tools over the rows of a DataFrame.
+
+Every tool result is a durable receipt on disk, so a rerun is a resume and nothing is paid for
+twice.  Import everything from here::
+
+    import playbook as pb
+"""
+
+from . import accessor as _accessor  # registers the DataFrame ``.play`` accessor
+from . import demo
+from .context import Context
+from .errors import (
+    PlayDefinitionError,
+    PlaybookError,
+    ProviderExhausted,
+    ProviderUnavailable,
+    ReceiptError,
+    RunFatal,
+    ToolError,
+)
+from .models import ProviderHold, Receipt, RunStats
+from .plays import Play, play
+from .providers import Provider
+from .receipts import ReceiptStore
+from .runtime import Run, last_run
+from .tools import Secret, Tool, http_tool, secret, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Context",
+    "Play",
+    "PlayDefinitionError",
+    "PlaybookError",
+    "Provider",
+    "ProviderExhausted",
+    "ProviderHold",
+    "ProviderUnavailable",
+    "Receipt",
+    "ReceiptError",
+    "ReceiptStore",
+    "Run",
+    "RunFatal",
+    "RunStats",
+    "Secret",
+    "Tool",
+    "ToolError",
+    "demo",
+    "http_tool",
+    "last_run",
+    "play",
+    "secret",
+    "tool",
+]
+
+del _accessor

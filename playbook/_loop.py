@@ -1,0 +1,33 @@
+"""Running a coroutine to completion from sync code, inside or outside a running loop.
+
+In a Jupyter kernel a loop is already running the cell, so ``asyncio.run`` refuses; the blocking
+``map()`` then re-enters the kernel's loop with nest-asyncio.  Outside a loop, ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["run_sync", "running_loop"]
+
+T = TypeVar("T")
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion and return its result, whatever loop is (or isn't) running."""
+    loop = running_loop()
+    if loop is None:
+        return asyncio.run(coro)
+    import nest_asyncio
+
+    nest_asyncio.apply(loop)
+    return loop.run_until_complete(coro)

@@ -1,0 +1,123 @@
+"""``ctx``: what a play uses to call tools.  One per row attempt.
+
+Each call has a *logical identity* (run, row, tool, occurrence): the n-th call of a tool in a
+row.  A row that is replayed re-enters with the same identities, so its earlier calls hit their
+receipts and a forced call is forced once per run, not once per replay.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import PlaybookError, ToolError
+from .keys import canonical, digest, jsonable, receipt_key
+from .receipts import MISSING
+from .tools import NO_INPUT, CallEnv, Tool
+
+if TYPE_CHECKING:
+    from .runtime.scheduler import MapRun
+
+__all__ = ["Context"]
+
+
+class Context:
+    """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.log(...)``, ``ctx.row_key``."""
+
+    __slots__ = ("_run", "row_key", "position", "attempt", "_seen", "logs")
+
+    def __init__(self, run: MapRun, row_key: str, position: int, attempt: int) -> None:
+        self._run = run
+        self.row_key = row_key
+        self.position = position
+        self.attempt = attempt
+        self._seen: dict[str, int] = {}
+        self.logs: list[str] = []
+
+    @property
+    def run_id(self) -> str:
+        return self._run.run_id
+
+    def __repr__(self) -> str:
+        return f"<Context row={self.position} key={self.row_key[:8]} attempt={self.attempt} run={self.run_id}>"
+
+    def log(self, msg: Any) -> None:
+        """Attach a message to this row (shown with its outcome)."""
+        self.logs.append(str(msg))
+
+    async def tool(self, tool: Tool, input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, **kwargs: Any) -> Any:
+        """Call ``tool``: its receipt if one exists, else dispatch through its provider."""
+        if not isinstance(tool, Tool):
+            raise ToolError(f"ctx.tool() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}")
+        run = self._run
+        values = tool.bind(input, kwargs)
+        normal = _normal_input(tool, values)
+        payload = canonical(normal)
+        key = "r" + receipt_key(tool.name, tool.version, payload, tool.account)
+        n = self._seen.get(tool.name, 0)
+        self._seen[tool.name] = n + 1
+        logical = f"{self.row_key}/{tool.name}/{n}"
+        force = (force or run.force_all) and run.claim_force(logical)
+        if not force:
+            record = run.store.lookup(key, ttl)
+            if record is not MISSING:
+                run.call_reused(tool)
+                return record["out"]
+        idem = digest(f"{key}\x1f{run.run_id}\x1f{logical}") if force else key
+        env = CallEnv(run.http_client, idem)
+        send = _sender(tool, values, env)
+        run.reserve(tool)
+        try:
+            output, miss = await (tool.provider.dispatch(send) if tool.provider is not None else send())
+        except BaseException:
+            run.refund(tool)
+            raise
+        try:
+            stored_out = jsonable(output)
+        except TypeError as exc:
+            raise ToolError(f"tool {tool.name!r} returned a value that cannot be stored as JSON: {exc}", tool=tool.name) from None
+        record = {
+            "v": 1,
+            "tool": tool.name,
+            "ver": tool.version,
+            "acct": tool.account,
+            "in": normal,
+            "out": stored_out,
+            "miss": miss,
+            "cost": tool.cost,
+            "at": run.store_clock(),
+        }
+        run.store.write(key, record, tag=tool.name)
+        run.call_executed(tool)
+        return stored_out
+
+
+def _normal_input(tool: Tool, values: dict[str, Any]) -> dict[str, Any]:
+    normal = {}
+    for name, value in values.items():
+        try:
+            normal[name] = jsonable(value)
+        except (TypeError, ValueError) as exc:
+            raise ToolError(
+                f"tool {tool.name!r}: input {name}={_short(value)} cannot be part of a receipt key ({exc})",
+                tool=tool.name,
+            ) from None
+    return normal
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _sender(tool: Tool, values: dict[str, Any], env: CallEnv) -> Any:
+    async def send() -> tuple[Any, bool]:
+        try:
+            return await tool.invoke(values, env)
+        except PlaybookError:
+            raise
+        except Exception as exc:
+            # A tool's own exception stays the row's error, with the tool named on it.
+            exc.add_note(f"raised by tool {tool.name!r}")
+            raise
+
+    return send

@@ -1,0 +1,90 @@
+"""Run the demo provider in the foreground: `python -m playbook.demo --port 8787`.
+
+Once it accepts connections it prints exactly one line to stdout,
+
+    playbook demo provider listening on http://127.0.0.1:8787
+
+so a parent process started with `--port 0` can read the URL. Ctrl-C or SIGTERM stop it
+cleanly (exit status 0). Observe and steer it over HTTP: GET /_stats, POST /_reset,
+POST /_configure with a JSON object of settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from playbook.demo.settings import DEMO_KEY, RETRY_AFTER_FORMATS
+
+# (flag, setting, type, help) for every setting the command line exposes.
+_OPTIONS: tuple[tuple[str, str, type, str], ...] = (
+    ("--rps", "rps", float, "requests per second per API key (default: unlimited)"),
+    ("--burst", "burst", int, "token bucket size per API key (default: 10)"),
+    ("--quota", "quota", int, "requests per key per quota window (default: unlimited)"),
+    ("--quota-reset", "quota_reset", float, "quota window in seconds (default: 3600)"),
+    ("--latency", "latency", float, "seconds added to every /v1 response (default: 0)"),
+    ("--fault-rate", "fault_rate", float, "share of /v1 requests answered with --fault-status (default: 0)"),
+    ("--fault-status", "fault_status", int, "status of injected faults (default: 503)"),
+    ("--fault-retry-after", "fault_retry_after", float, "Retry-After hint on injected faults (default: none)"),
+    ("--slow-rate", "slow_rate", float, "share of requests that sleep --slow-latency more (default: 0)"),
+    ("--slow-latency", "slow_latency", float, "extra seconds for slow requests (default: 1)"),
+    ("--malformed-rate", "malformed_rate", float, "share of 200 responses with a broken JSON body (default: 0)"),
+    ("--miss-rate", "miss_rate", float, "share of email lookups that find nothing (default: 0.2)"),
+    ("--job-seconds", "job_seconds", float, "seconds an async job takes (default: 2)"),
+    ("--seed", "seed", int, "seed for fault, slowness and malformed draws (default: 0)"),
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m playbook.demo",
+        description="Run playbook's deterministic demo enrichment provider on this machine.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8787, help="port to bind; 0 picks a free one (default: 8787)")
+    parser.add_argument(
+        "--api-key", dest="api_keys", action="append", metavar="KEY",
+        help=f"accepted bearer key; repeat for several (default: {DEMO_KEY})",
+    )
+    parser.add_argument("--retry-after-format", choices=RETRY_AFTER_FORMATS, help="how 429s hint when to retry")
+    parser.add_argument(
+        "--quota-endpoint", dest="quota_endpoints", action="append", metavar="PREFIX",
+        help="path prefix the quota applies to; repeat for several (default: all of /v1)",
+    )
+    for flag, dest, kind, text in _OPTIONS:
+        parser.add_argument(flag, dest=dest, type=kind, help=text)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = vars(parser.parse_args(argv))
+    host, port = args.pop("host"), args.pop("port")
+    settings = {name: value for name, value in args.items() if value is not None}
+
+    from playbook.demo.server import serve
+
+    # SIGTERM becomes KeyboardInterrupt, so both stop signals take the same clean path.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    demo = None
+    try:
+        try:
+            demo = serve(port=port, host=host, **settings)
+        except (ValueError, OSError) as exc:
+            parser.exit(2, f"{parser.prog}: error: {exc}\n")
+        print(f"playbook demo provider listening on {demo.url}", flush=True)
+        while demo.running:
+            time.sleep(0.5)
+        return 1  # the server thread died on its own
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if demo is not None:
+            demo.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

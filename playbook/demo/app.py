@@ -1,0 +1,286 @@
+"""The demo provider's HTTP surface: a Starlette app over a `DemoState`.
+
+Every /v1 route goes through `_guarded`, which applies, in order: request counting, auth,
+the per-key token bucket, the quota, fault and slowness draws, latency, the endpoint
+itself, and the malformed-body draw. The /_ admin routes skip all of that so a test or a
+notebook can observe and steer a server running in another process with plain HTTP.
+
+Handlers stay cheap on purpose (benchmarks push thousands of requests through this):
+no pandas, cached fake data, one compact JSON encoding per response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Awaitable, Callable
+from email.utils import formatdate
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from playbook.demo.chat import ChatRequestError, complete
+from playbook.demo.fakedata import company_profile, digest, domain_error, email_answer, normalize_domain
+from playbook.demo.settings import DemoSettings
+from playbook.demo.state import DemoState, Rejection
+
+__all__ = ["BULK_MAX_ITEMS", "build_app"]
+
+BULK_MAX_ITEMS = 100
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_MALFORMED = b'{"email": "truncated@'  # what a proxy cutting a response short looks like
+_ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+_KNOWN_PATHS = frozenset({"/v1/company", "/v1/email", "/v1/email/bulk", "/v1/jobs", "/v1/chat/completions"})
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _Invalid(Exception):
+    """A request the endpoint refuses; becomes {"error": message} with `status`."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(_encode(obj).encode("utf-8"), status, headers, media_type="application/json")
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return _json({"error": message}, status, headers)
+
+
+def build_app(settings: DemoSettings | None = None, state: DemoState | None = None) -> Starlette:
+    """The demo provider as an ASGI app.
+
+    `state` is served when given (the server keeps a handle on it for stats and resets);
+    otherwise a fresh one is made from `settings` (defaults when None).
+    """
+    if state is None:
+        state = DemoState(settings or DemoSettings())
+
+    def guarded(method: str, path: str, handler: Handler) -> Route:
+        name = f"{method} {path}"
+        return Route(path, _guarded(state, name, handler), methods=[method])
+
+    routes = [
+        guarded("GET", "/v1/company", _company),
+        guarded("GET", "/v1/email", _email(state)),
+        guarded("POST", "/v1/email/bulk", _email_bulk(state)),
+        guarded("POST", "/v1/jobs", _submit_job(state)),
+        guarded("GET", "/v1/jobs/{job_id}", _job_status(state)),
+        guarded("POST", "/v1/chat/completions", _chat),
+        Route("/v1/{path:path}", _guarded(state, "* /v1/{path}", _unknown), methods=_ALL_METHODS),
+        Route("/_health", _health, methods=["GET"]),
+        Route("/_stats", _admin_stats(state), methods=["GET"]),
+        Route("/_settings", _admin_settings(state), methods=["GET"]),
+        Route("/_reset", _admin_change(state, state.reset), methods=["POST"]),
+        Route("/_configure", _admin_change(state, state.configure), methods=["POST"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.demo = state
+    return app
+
+
+# -- the guard --------------------------------------------------------------------------------
+
+
+def _guarded(state: DemoState, name: str, handler: Handler) -> Handler:
+    async def endpoint(request: Request) -> Response:
+        headers = request.headers
+        rejection, slow = state.admit(
+            name, request.scope["path"], headers.get("authorization"), headers.get("idempotency-key")
+        )
+        status = 500
+        try:
+            delay = state.settings.latency + slow
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if rejection is not None:
+                response = _reject(rejection, state.settings.retry_after_format)
+            else:
+                try:
+                    response = await handler(request)
+                except _Invalid as exc:
+                    response = _error(exc.status, exc.message)
+            status = response.status_code
+        finally:
+            malformed = state.finish(status)
+        if malformed:
+            return Response(_MALFORMED, 200, media_type="application/json")
+        return response
+
+    return endpoint
+
+
+def _reject(rejection: Rejection, retry_format: str) -> Response:
+    status, message, wait = rejection
+    headers = None if wait is None else _retry_headers(wait, retry_format)
+    return _error(status, message, headers)
+
+
+def _retry_headers(wait: float, retry_format: str) -> dict[str, str] | None:
+    # Whole seconds, rounded up and at least 1: a client that obeys the hint to the
+    # letter must never arrive early and be refused again.
+    seconds = max(1, math.ceil(wait))
+    if retry_format == "seconds":
+        return {"Retry-After": str(seconds)}
+    if retry_format == "http-date":
+        return {"Retry-After": formatdate(math.ceil(time.time() + seconds), usegmt=True)}
+    if retry_format == "reset":
+        return {"X-RateLimit-Reset": str(math.ceil(time.time() + seconds)), "RateLimit-Reset": str(seconds)}
+    return None
+
+
+# -- /v1 endpoints ----------------------------------------------------------------------------
+
+
+def _domain_param(value: str | None, where: str = "query parameter 'domain'") -> str:
+    if value is None or not value.strip():
+        raise _Invalid(422, f"missing {where}")
+    domain = normalize_domain(value)
+    problem = domain_error(domain)
+    if problem is not None:
+        raise _Invalid(422, problem if where.startswith("query") else f"{where}: {problem}")
+    return domain
+
+
+def _name_param(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _Invalid(422, f"missing {where}")
+    return value.strip()
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise _Invalid(400, "request body is not valid JSON") from None
+
+
+async def _company(request: Request) -> Response:
+    return _json(company_profile(_domain_param(request.query_params.get("domain"))))
+
+
+def _email(state: DemoState) -> Handler:
+    async def email(request: Request) -> Response:
+        query = request.query_params
+        domain = _domain_param(query.get("domain"))
+        first = _name_param(query.get("first"), "query parameter 'first'")
+        answer = email_answer(domain, first, query.get("last") or "", state.settings.miss_rate)
+        return _error(404, "not found") if answer is None else _json(answer)
+
+    return email
+
+
+def _email_bulk(state: DemoState) -> Handler:
+    async def email_bulk(request: Request) -> Response:
+        body = await _json_body(request)
+        items = body.get("items") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise _Invalid(422, "body must be a JSON object with an 'items' array")
+        if len(items) > BULK_MAX_ITEMS:
+            raise _Invalid(422, f"'items' holds {len(items)} entries; at most {BULK_MAX_ITEMS} are allowed")
+        queries = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise _Invalid(422, f"items[{i}] must be an object with domain, first and optional last")
+            domain = _domain_param(item.get("domain"), f"items[{i}].domain")
+            first = _name_param(item.get("first"), f"items[{i}].first")
+            last = item.get("last") or ""
+            if not isinstance(last, str):
+                raise _Invalid(422, f"items[{i}].last must be a string")
+            queries.append((domain, first, last))
+        state.count_bulk_items(len(queries))
+        miss_rate = state.settings.miss_rate
+        return _json({"results": [email_answer(d, f, l_, miss_rate) for d, f, l_ in queries]})
+
+    return email_bulk
+
+
+def _submit_job(state: DemoState) -> Handler:
+    async def submit_job(request: Request) -> Response:
+        payload = await _json_body(request)
+        if not isinstance(payload, dict):
+            raise _Invalid(422, "body must be a JSON object")
+        if "domain" in payload:
+            result = company_profile(_domain_param(payload["domain"], "field 'domain'"))
+        else:
+            result = {"input": payload, "digest": f"{digest('job', _encode(payload)):016x}"}
+        job_id = state.submit_job(result)
+        return _json({"job_id": job_id, "status": "queued"}, 202, {"Location": f"/v1/jobs/{job_id}"})
+
+    return submit_job
+
+
+def _job_status(state: DemoState) -> Handler:
+    async def job_status(request: Request) -> Response:
+        doc = state.job(request.path_params["job_id"])
+        return _error(404, "job not found") if doc is None else _json(doc)
+
+    return job_status
+
+
+async def _chat(request: Request) -> Response:
+    try:
+        body = json.loads(await request.body())
+    except ValueError:
+        return _json(ChatRequestError("request body is not valid JSON").body(), 400)
+    try:
+        return _json(complete(body))
+    except ChatRequestError as exc:
+        return _json(exc.body(), 400)
+
+
+async def _unknown(request: Request) -> Response:
+    path = request.scope["path"]
+    if path in _KNOWN_PATHS or path.startswith("/v1/jobs/"):
+        return _error(405, f"method {request.method} not allowed on {path}")
+    return _error(404, f"no such endpoint: {path}")
+
+
+# -- admin endpoints (no auth, no limits, not counted) ----------------------------------------
+
+
+async def _health(request: Request) -> Response:
+    return _json({"ok": True})
+
+
+def _admin_stats(state: DemoState) -> Handler:
+    async def stats(request: Request) -> Response:
+        return _json(state.stats())
+
+    return stats
+
+
+def _admin_settings(state: DemoState) -> Handler:
+    async def settings(request: Request) -> Response:
+        return _json(state.settings.public())
+
+    return settings
+
+
+def _admin_change(state: DemoState, change: Callable[..., DemoSettings]) -> Handler:
+    async def admin_change(request: Request) -> Response:
+        raw = await request.body()
+        try:
+            changes = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return _error(400, "request body is not valid JSON")
+        if not isinstance(changes, dict):
+            return _error(422, "body must be a JSON object of settings")
+        try:
+            settings = change(**changes)
+        except (TypeError, ValueError) as exc:
+            return _error(422, str(exc))
+        return _json({"ok": True, "settings": settings.public()})
+
+    return admin_change

@@ -1,0 +1,149 @@
+"""Run the demo provider on loopback: uvicorn in a daemon thread with its own event loop.
+
+`serve()` returns once the server accepts connections. The socket is bound here, before
+uvicorn starts, so port 0 works and the real port is known without parsing logs; a port
+that is already taken fails in the caller's thread with the usual OSError.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from types import TracebackType
+from typing import Any
+
+from playbook.demo.settings import DemoSettings
+from playbook.demo.state import DemoState
+
+__all__ = ["DemoServer", "serve"]
+
+_START_TIMEOUT = 10.0
+_STOP_TIMEOUT = 5.0
+
+
+def serve(port: int = 0, host: str = "127.0.0.1", **settings: Any) -> DemoServer:
+    """Start the demo provider and return its handle once it accepts connections.
+
+    `settings` are `DemoSettings` fields (rps=..., quota=..., fault_rate=..., ...).
+    Use it as a context manager, or call `.stop()`, to shut it down.
+    """
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            f'the demo provider needs starlette and uvicorn ({exc.name} is missing): pip install "playbook[demo]"'
+        ) from exc
+    server = DemoServer(DemoSettings.from_kwargs(**settings), host=host, port=port)
+    server._start()
+    return server
+
+
+class DemoServer:
+    """Handle on a running demo provider: its URL, counters and knobs."""
+
+    def __init__(self, settings: DemoSettings, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self._state = DemoState(settings)
+        self._server: Any = None  # uvicorn.Server, typed loosely to keep uvicorn a lazy import
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._stopped = False
+
+    @property
+    def url(self) -> str:
+        """Base URL without a trailing slash, e.g. http://127.0.0.1:54321."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def settings(self) -> DemoSettings:
+        """The settings in force now."""
+        return self._state.settings
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._stopped
+
+    def stats(self) -> dict[str, Any]:
+        """A snapshot of the request counters (a plain JSON-able dict)."""
+        return self._state.stats()
+
+    def reset(self, **settings: Any) -> DemoSettings:
+        """Zero counters, limits, quotas and jobs; settings return to those given to
+        `serve()`, with `settings` applied on top."""
+        return self._state.reset(**settings)
+
+    def configure(self, **settings: Any) -> DemoSettings:
+        """Change settings now, keeping counters, rate buckets, quotas and jobs."""
+        return self._state.configure(**settings)
+
+    def _start(self) -> None:
+        import uvicorn
+
+        from playbook.demo.app import build_app
+
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+        except BaseException:
+            sock.close()
+            raise
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            build_app(state=self._state),
+            log_level="warning",
+            log_config=None,  # never reconfigure the host process's logging (notebooks)
+            access_log=False,
+            lifespan="off",
+            ws="none",
+            timeout_graceful_shutdown=2,
+            backlog=1024,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._run, args=(sock,), name=f"playbook-demo-{self.port}", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the demo provider did not start on {self.url}") from self._error
+            time.sleep(0.002)
+
+    def _run(self, sock: socket.socket) -> None:
+        try:
+            self._server.run(sockets=[sock])
+        except BaseException as exc:  # noqa: BLE001 - reported by _start(); a thread cannot raise
+            self._error = exc
+        finally:
+            sock.close()
+
+    def stop(self) -> None:
+        """Stop serving and join the thread. Safe to call more than once."""
+        self._stopped = True
+        thread, server = self._thread, self._server
+        if thread is None or server is None:
+            return
+        server.should_exit = True
+        thread.join(_STOP_TIMEOUT)
+        if thread.is_alive():  # requests still sleeping past the graceful timeout
+            server.force_exit = True
+            thread.join(_STOP_TIMEOUT)
+
+    def __enter__(self) -> DemoServer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<DemoServer {self.url} requests={self._state.stats()['requests']} {state}>"

@@ -1,0 +1,153 @@
+"""The demo provider's knobs: one frozen, validated dataclass.
+
+Every setting is keyword-only and checked on construction, so a typo in a test or a
+notebook fails loudly with the setting's name instead of silently serving defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DEMO_KEY", "RETRY_AFTER_FORMATS", "DemoSettings"]
+
+DEMO_KEY = "demo-key"
+
+# How a 429 tells the client when to come back:
+#   seconds    Retry-After: <int seconds>
+#   http-date  Retry-After: <IMF-fixdate>
+#   reset      X-RateLimit-Reset: <epoch seconds> and RateLimit-Reset: <delta seconds>
+#   none       no hint at all (the client must back off on its own)
+RETRY_AFTER_FORMATS = ("seconds", "http-date", "reset", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoSettings:
+    """Behaviour of the demo provider. All rates are shares in [0, 1]; times are seconds."""
+
+    api_keys: tuple[str, ...] = (DEMO_KEY,)
+    rps: float | None = None
+    burst: int = 10
+    retry_after_format: str = "seconds"
+    quota: int | None = None
+    quota_reset: float = 3600.0
+    quota_endpoints: tuple[str, ...] | None = None
+    latency: float = 0.0
+    fault_rate: float = 0.0
+    fault_status: int = 503
+    fault_retry_after: float | None = None
+    slow_rate: float = 0.0
+    slow_latency: float = 1.0
+    malformed_rate: float = 0.0
+    miss_rate: float = 0.2
+    job_seconds: float = 2.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "api_keys", _api_keys(self.api_keys))
+        set_(self, "rps", _number("rps", self.rps, low=0.0, open_low=True, optional=True))
+        set_(self, "burst", _integer("burst", self.burst, low=1))
+        if self.retry_after_format not in RETRY_AFTER_FORMATS:
+            raise ValueError(
+                f"retry_after_format must be one of {', '.join(RETRY_AFTER_FORMATS)}; "
+                f"got {self.retry_after_format!r}"
+            )
+        set_(self, "quota", _integer("quota", self.quota, low=0, optional=True))
+        set_(self, "quota_reset", _number("quota_reset", self.quota_reset, low=0.0, open_low=True))
+        set_(self, "quota_endpoints", _prefixes(self.quota_endpoints))
+        for name in ("latency", "slow_latency", "job_seconds"):
+            set_(self, name, _number(name, getattr(self, name), low=0.0))
+        for name in ("fault_rate", "slow_rate", "malformed_rate", "miss_rate"):
+            set_(self, name, _number(name, getattr(self, name), low=0.0, high=1.0))
+        status = _integer("fault_status", self.fault_status, low=500)
+        if status > 599:
+            raise ValueError(f"fault_status must be a 5xx status such as 503 or 500; got {status!r}")
+        set_(self, "fault_retry_after", _number("fault_retry_after", self.fault_retry_after, low=0.0, optional=True))
+        set_(self, "seed", _integer("seed", self.seed))
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The names of all settings, in declaration order."""
+        return tuple(field.name for field in dataclasses.fields(cls))
+
+    @classmethod
+    def from_kwargs(cls, **settings: Any) -> DemoSettings:
+        """Build settings, naming any unknown setting in the error."""
+        _check_names(settings)
+        return cls(**settings)
+
+    def replace(self, **changes: Any) -> DemoSettings:
+        """A copy with `changes` applied (validated like the constructor)."""
+        _check_names(changes)
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def public(self) -> dict[str, Any]:
+        """A JSON-able view for the admin endpoints: everything but the keys themselves."""
+        out = dataclasses.asdict(self)
+        out["api_keys"] = len(self.api_keys)
+        for name in ("quota_endpoints",):
+            if out[name] is not None:
+                out[name] = list(out[name])
+        return out
+
+
+def _check_names(settings: dict[str, Any]) -> None:
+    known = DemoSettings.names()
+    unknown = sorted(set(settings) - set(known))
+    if unknown:
+        raise TypeError(f"unknown demo setting {unknown[0]!r}; known settings: {', '.join(known)}")
+
+
+def _number(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    open_low: bool = False,
+    optional: bool = False,
+) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        kind = "a finite number or None" if optional else "a finite number"
+        raise ValueError(f"{name} must be {kind}; got {value!r}")
+    value = float(value)
+    if low is not None and (value <= low if open_low else value < low):
+        raise ValueError(f"{name} must be {'>' if open_low else '>='} {low:g}; got {value:g}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be <= {high:g}; got {value:g}")
+    return value
+
+
+def _integer(name: str, value: Any, *, low: int | None = None, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        kind = "an integer or None" if optional else "an integer"
+        raise ValueError(f"{name} must be {kind}; got {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be >= {low}; got {value}")
+    return value
+
+
+def _api_keys(value: Any) -> tuple[str, ...]:
+    # The error never repeats the values: they are credentials, even if only demo ones.
+    keys = (value,) if isinstance(value, str) else value
+    if not isinstance(keys, (tuple, list)) or not keys or not all(isinstance(k, str) and k for k in keys):
+        raise ValueError("api_keys must be a non-empty tuple of non-empty strings")
+    return tuple(keys)
+
+
+def _prefixes(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    prefixes = (value,) if isinstance(value, str) else value
+    if not isinstance(prefixes, (tuple, list)) or not all(isinstance(p, str) and p.startswith("/") for p in prefixes):
+        raise ValueError(f"quota_endpoints must be None or a tuple of path prefixes like '/v1/email'; got {value!r}")
+    return tuple(prefixes)

@@ -1,0 +1,97 @@
+"""The exceptions playbook raises, as one tree.
+
+::
+
+    PlaybookError                  anything playbook raises on purpose
+    ├── ToolError                  a tool call failed (status, retryable, provider, tool)
+    │   └── ProviderUnavailable    the provider cannot answer now (retries used up)
+    │       └── ProviderExhausted  the provider is held past the wait budget (retry_at)
+    ├── RunFatal                   bad credentials, no credit, missing secret: the run stops
+    ├── PlayDefinitionError        the play or its options are wrong before any row runs
+    └── ReceiptError               the receipt store cannot be read or written
+
+Third-party errors (httpx, diskcache, json) are translated where they enter, so user code
+only ever catches these.  Internal control flow (a held row, a stopped run) is *not* an
+``Exception`` subclass: ``except Exception`` in a play cannot swallow it.
+
+Every message names what is at fault: the row, the tool, the provider or the option.
+In IPython, the ``_render_traceback_`` hook shows the message without a stack.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PlayDefinitionError",
+    "PlaybookError",
+    "ProviderExhausted",
+    "ProviderUnavailable",
+    "ReceiptError",
+    "RunFatal",
+    "ToolError",
+]
+
+
+class PlaybookError(Exception):
+    """Base of every error playbook raises on purpose."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython calls this instead of printing a stack: the message is the whole story.
+        lines = [f"{type(self).__name__}: {self}"]
+        lines += getattr(self, "__notes__", [])
+        return lines
+
+
+class ToolError(PlaybookError):
+    """A tool call failed.  ``retryable`` says whether trying again could help."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tool: str | None = None,
+        provider: str | None = None,
+        status: int | None = None,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.provider = provider
+        self.status = status
+        self.retryable = retryable
+
+
+class ProviderUnavailable(ToolError):
+    """The provider could not answer now; a waterfall passes to its next leg."""
+
+
+class ProviderExhausted(ProviderUnavailable):
+    """The provider is on hold until ``retry_at`` (epoch seconds), past the wait budget."""
+
+    def __init__(self, message: str, *, retry_at: float | None = None, **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.retry_at = retry_at
+
+
+class RunFatal(PlaybookError):
+    """Stops the whole run: bad credentials (401/403), no credit (402), a missing secret."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tool: str | None = None,
+        provider: str | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.provider = provider
+        self.status = status
+
+
+class PlayDefinitionError(PlaybookError, TypeError):
+    """The play, a tool definition or a run option is wrong; raised before any row runs."""
+
+
+class ReceiptError(PlaybookError):
+    """The receipt store cannot be opened, read or written (corrupt, newer format, read-only)."""

@@ -1,0 +1,139 @@
+"""Records that cross a boundary: receipts on disk, run statistics, holds, row outcomes, events.
+
+Persisted and user-facing records are pydantic models (validated, documented fields).  Events are
+frozen slotted dataclasses instead: the runtime emits several per row, and a view only reads them,
+so they need to be cheap and immutable rather than validated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "CallFinished",
+    "Event",
+    "ProviderHold",
+    "Receipt",
+    "RowFinished",
+    "RowOutcome",
+    "RowRequeued",
+    "RowStarted",
+    "RunFinished",
+    "RunStarted",
+    "RunStats",
+    "Status",
+]
+
+Status = Literal["ok", "reused", "failed", "parked", "skipped"]
+
+
+class Receipt(BaseModel):
+    """One paid-for tool result as stored on disk (JSON).  ``miss`` marks a "not found" answer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    tool: str
+    version: str
+    account: str
+    input: Any
+    output: Any
+    miss: bool
+    cost: float
+    created_at: float
+
+
+class RunStats(BaseModel):
+    """Counts of a run at one moment; ``elapsed`` in seconds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    total: int = 0
+    ok: int = 0
+    reused: int = 0
+    failed: int = 0
+    parked: int = 0
+    skipped: int = 0
+    calls_executed: int = 0
+    calls_reused: int = 0
+    cost_spent: float = 0.0
+    cost_saved: float = 0.0
+    elapsed: float = 0.0
+
+    @property
+    def done(self) -> int:
+        """Rows that reached a final status."""
+        return self.ok + self.reused + self.failed + self.parked + self.skipped
+
+
+class ProviderHold(BaseModel):
+    """A provider that holds rows back: until when, how many rows wait, the last status seen."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: str
+    until: float
+    waiting_rows: int
+    last_status: int | None = None
+
+
+class RowOutcome(BaseModel):
+    """How one input row ended: its status, its output columns and the error message if any."""
+
+    model_config = ConfigDict(frozen=True)
+
+    position: int
+    row_key: str
+    status: Status
+    output: dict[str, Any] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    run_id: str
+    play: str
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class RowStarted:
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class CallFinished:
+    tool: str
+    provider: str | None
+    reused: bool
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class RowFinished:
+    position: int
+    status: Status
+    error: str | None
+    copies: int = 1  # rows with the same key share this outcome
+    ran: bool = True  # False for rows settled without running (reused, skipped)
+
+
+@dataclass(frozen=True, slots=True)
+class RowRequeued:
+    """A settled row admitted again (``run.retry()``); its old status no longer counts."""
+
+    position: int
+    previous: Status
+    copies: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    run_id: str
+    stopped: bool
+
+
+Event = RunStarted | RowStarted | CallFinished | RowFinished | RowRequeued | RunFinished

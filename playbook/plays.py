@@ -1,0 +1,90 @@
+"""Plays: ``async def play(row, ctx)`` functions, and the fingerprint that decides reuse.
+
+The fingerprint covers the play's name, version and source text, so editing the play makes
+every row run again, while its tool calls still hit their receipts: only changed calls cost.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .errors import PlayDefinitionError
+from .keys import digest
+
+__all__ = ["Play", "as_play", "play"]
+
+PlayFn = Callable[[Any, Any], Awaitable[Any]]
+
+
+class Play:
+    """A named, versioned async row function with a fingerprint."""
+
+    __slots__ = ("fn", "name", "version", "fingerprint", "__wrapped__")
+
+    def __init__(self, fn: PlayFn, *, name: str | None = None, version: str | None = None, source: str | None = None) -> None:
+        if isinstance(fn, Play):
+            fn = fn.fn
+        if not callable(fn):
+            raise PlayDefinitionError(f"a play must be an async function (row, ctx), not {type(fn).__name__}")
+        label = name or getattr(fn, "__name__", "play")
+        if not inspect.iscoroutinefunction(fn):
+            raise PlayDefinitionError(
+                f"play {label!r} must be defined with 'async def {label}(row, ctx)': playbook awaits it for each row"
+            )
+        try:
+            inspect.signature(fn).bind(None, None)
+        except TypeError:
+            raise PlayDefinitionError(f"play {label!r} must take exactly two arguments: (row, ctx)") from None
+        self.fn = fn
+        self.name = label
+        self.version = None if version is None else str(version)
+        self.fingerprint = digest("\x1f".join([label, self.version or "", source or _source(fn)]))
+        self.__wrapped__ = fn
+
+    def __call__(self, row: Any, ctx: Any) -> Awaitable[Any]:
+        return self.fn(row, ctx)
+
+    def __repr__(self) -> str:
+        v = f" v{self.version}" if self.version else ""
+        return f"<Play {self.name!r}{v} fingerprint={self.fingerprint[:8]}>"
+
+
+def _source(fn: Callable[..., Any]) -> str:
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        # No source file (exec'd code): fall back to the compiled code, which changes with edits.
+        code = fn.__code__
+        return repr((code.co_code, code.co_consts, code.co_names))
+
+
+def play(fn: PlayFn | None = None, *, name: str | None = None, version: str | None = None) -> Any:
+    """Declare a play: ``@pb.play`` or ``@pb.play(name=..., version=...)``."""
+
+    def wrap(f: PlayFn) -> Play:
+        return Play(f, name=name, version=version)
+
+    return wrap if fn is None else wrap(fn)
+
+
+def as_play(obj: Any) -> Play:
+    """What ``map()`` runs: a Play as is, a bare async function wrapped, a Tool bound to columns."""
+    from .tools import Tool
+
+    if isinstance(obj, Play):
+        return obj
+    if isinstance(obj, Tool):
+        return _tool_play(obj)
+    return Play(obj)
+
+
+def _tool_play(tool: Any) -> Play:
+    params, column = tool.params, tool.name
+
+    async def tool_play(row: Any, ctx: Any) -> dict[str, Any]:
+        return {column: await ctx.tool(tool, {p: row[p] for p in params})}
+
+    return Play(tool_play, name=tool.name, source=f"tool:{tool.name}:{tool.version}")

@@ -1,0 +1,92 @@
+"""The options of a run, checked once, before any row runs; each error names its option."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+import pandas as pd
+
+from ..errors import PlayDefinitionError
+from ..receipts import ReceiptStore, default_store
+
+__all__ = ["RunOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    concurrency: int = 16
+    on_error: Literal["isolate", "raise"] = "isolate"
+    refresh: bool | Literal["rows"] = False
+    max_cost: float | None = None
+    limit: int | None = None
+    key: str | Sequence[str] | None = None
+    progress: Literal["auto", "text"] | bool = "auto"
+    background: bool = False
+    store: ReceiptStore | str | os.PathLike[str] | None = None
+    max_wait: float | None = None
+
+    @classmethod
+    def parse(cls, opts: dict[str, Any]) -> RunOptions:
+        names = [f.name for f in fields(cls)]
+        for name in opts:
+            if name not in names:
+                near = difflib.get_close_matches(name, names, n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else f"; options are {', '.join(names)}"
+                raise PlayDefinitionError(f"unknown run option {name!r}{hint}")
+        made = cls(**opts)
+        made._check()
+        return made
+
+    def _check(self) -> None:
+        def bad(option: str, want: str) -> PlayDefinitionError:
+            return PlayDefinitionError(f"{option}={getattr(self, option)!r}: {option} must be {want}")
+
+        if not _whole(self.concurrency) or self.concurrency < 1:
+            raise bad("concurrency", "a whole number >= 1")
+        if self.on_error not in ("isolate", "raise"):
+            raise bad("on_error", "'isolate' (a failed row is data in the result) or 'raise'")
+        if not (isinstance(self.refresh, bool) or self.refresh == "rows"):
+            raise bad("refresh", "False, 'rows' (run rows again, reuse receipts) or True (pay for every call again)")
+        if self.max_cost is not None and (not _number(self.max_cost) or self.max_cost < 0):
+            raise bad("max_cost", "a number >= 0 or None")
+        if self.limit is not None and (not _whole(self.limit) or self.limit < 0):
+            raise bad("limit", "a whole number >= 0 or None")
+        if not (isinstance(self.progress, bool) or self.progress in ("auto", "text")):
+            raise bad("progress", "'auto', 'text', True or False")
+        if not isinstance(self.background, bool):
+            raise bad("background", "True or False")
+        if self.max_wait is not None and (not _number(self.max_wait) or self.max_wait < 0):
+            raise bad("max_wait", "a number of seconds >= 0 or None")
+        if self.store is not None and not isinstance(self.store, (ReceiptStore, str, os.PathLike)):
+            raise bad("store", "a pb.ReceiptStore, a directory path or None")
+
+    def key_columns(self, frame: pd.DataFrame) -> list[Any] | None:
+        """The key columns, checked against the frame."""
+        if self.key is None:
+            return None
+        cols = [self.key] if isinstance(self.key, str) or not isinstance(self.key, Sequence) else list(self.key)
+        if not cols:
+            raise PlayDefinitionError("key=[]: name at least one column, or pass key=None to use every column")
+        missing = [c for c in cols if c not in frame.columns]
+        if missing:
+            raise PlayDefinitionError(f"key={self.key!r}: no column {missing[0]!r} in the DataFrame; columns: {list(frame.columns)}")
+        return cols
+
+    def open_store(self) -> ReceiptStore:
+        if isinstance(self.store, ReceiptStore):
+            return self.store
+        if self.store is None:
+            return default_store()
+        return ReceiptStore(self.store)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

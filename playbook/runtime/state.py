@@ -1,0 +1,96 @@
+"""RunState: the counters of one run, built from its events, and the fan-out to views."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..models import CallFinished, Event, RowFinished, RowRequeued, RowStarted, RunFinished, RunStarted, RunStats
+
+__all__ = ["RunState"]
+
+Listener = Callable[[Event], None]
+
+
+class RunState:
+    """Applies each event to the counters, then hands it to every subscribed view."""
+
+    __slots__ = (
+        "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight",
+        "calls_executed", "calls_reused", "cost_spent", "cost_saved", "started", "finished",
+        "stopped", "_clock", "_listeners",
+    )  # fmt: skip
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.play = ""
+        self.run_id = ""
+        self.total = self.ok = self.reused = self.failed = self.parked = self.skipped = self.in_flight = 0
+        self.calls_executed = self.calls_reused = 0
+        self.cost_spent = self.cost_saved = 0.0
+        self.started: float | None = None
+        self.finished: float | None = None
+        self.stopped = False
+        self._clock = clock
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(event)`` for every event from now on; returns an unsubscribe function."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def emit(self, event: Event) -> None:
+        kind = type(event)
+        if kind is RowFinished:
+            n = event.copies
+            self.in_flight -= event.ran
+            setattr(self, event.status, getattr(self, event.status) + n)
+        elif kind is CallFinished:
+            if event.reused:
+                self.calls_reused += 1
+                self.cost_saved += event.cost
+            else:
+                self.calls_executed += 1
+                self.cost_spent += event.cost
+        elif kind is RowStarted:
+            self.in_flight += 1
+        elif kind is RowRequeued:
+            setattr(self, event.previous, getattr(self, event.previous) - event.copies)
+        elif kind is RunStarted:
+            self.play, self.run_id, self.total = event.play, event.run_id, event.total
+            if self.started is None:
+                self.started = self._clock()
+            self.finished = None
+        elif kind is RunFinished:
+            self.finished = self._clock()
+            self.stopped = event.stopped
+            self.in_flight = 0
+        for listener in self._listeners:
+            listener(event)
+
+    @property
+    def elapsed(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.finished if self.finished is not None else self._clock()) - self.started
+
+    def stats(self) -> RunStats:
+        return RunStats(
+            total=self.total,
+            ok=self.ok,
+            reused=self.reused,
+            failed=self.failed,
+            parked=self.parked,
+            skipped=self.skipped,
+            calls_executed=self.calls_executed,
+            calls_reused=self.calls_reused,
+            cost_spent=round(self.cost_spent, 9),
+            cost_saved=round(self.cost_saved, 9),
+            elapsed=round(self.elapsed, 6),
+        )
+
+    def __repr__(self) -> str:
+        done = self.ok + self.reused + self.failed + self.parked + self.skipped
+        return (
+            f"<RunState {self.play!r} {done}/{self.total} ok={self.ok} reused={self.reused} "
+            f"failed={self.failed} parked={self.parked} in_flight={self.in_flight}>"
+        )

@@ -1,0 +1,363 @@
+"""The row runtime: order and index, identity and duplicates, isolation, limits, reuse."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import playbook as pb
+
+
+def _echo_tool(calls: list) -> pb.Tool:
+    @pb.tool(name="echo")
+    async def echo(value: object) -> object:
+        calls.append(value)
+        await asyncio.sleep(0)
+        return value
+
+    return echo
+
+
+@pb.play
+async def doubled(row, ctx):
+    return {"double": row.n * 2}
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        pd.Index([30, 10, 20, 40]),
+        pd.Index(["b", "a", "b", "a"]),  # non-unique
+        pd.date_range("2024-01-01", periods=4),
+        pd.MultiIndex.from_tuples([("x", 1), ("x", 2), ("y", 1), ("y", 2)]),
+    ],
+    ids=["ints", "non-unique", "dates", "multi"],
+)
+def test_result_keeps_order_and_index(index: pd.Index, store: pb.ReceiptStore) -> None:
+    """Rows come back in input order with the input index, whatever the index is."""
+    frame = pd.DataFrame({"n": [4, 1, 3, 2]}, index=index)
+    out = frame.play.map(doubled, store=store, progress=False, concurrency=3)
+    assert out.index.equals(frame.index)
+    assert out["double"].tolist() == [8, 2, 6, 4]
+    assert out["play_status"].tolist() == ["ok"] * 4
+
+
+def test_slow_first_row_does_not_reorder(store: pb.ReceiptStore) -> None:
+    """Rows that finish out of order are still returned in input order."""
+
+    @pb.play
+    async def slow_first(row, ctx):
+        await asyncio.sleep(0.05 if row.n == 0 else 0)
+        return {"n2": row.n}
+
+    frame = pd.DataFrame({"n": range(8)})
+    out = frame.play.map(slow_first, store=store, progress=False, concurrency=8)
+    assert out["n2"].tolist() == list(range(8))
+
+
+def test_duplicate_rows_run_once_and_share_output(store: pb.ReceiptStore) -> None:
+    """Rows with the same values run once; every copy gets the output and status."""
+    calls: list = []
+    echo = _echo_tool(calls)
+
+    @pb.play
+    async def play(row, ctx):
+        return {"e": await ctx.tool(echo, value=row.v)}
+
+    frame = pd.DataFrame({"v": ["a", "b", "a", "a"]}, index=[3, 2, 1, 0])
+    out = frame.play.map(play, store=store, progress=False)
+    assert sorted(calls) == ["a", "b"]
+    assert out["e"].tolist() == ["a", "b", "a", "a"]
+    assert pb.last_run().stats.ok == 4
+
+
+def test_key_columns_define_identity(store: pb.ReceiptStore) -> None:
+    """With key=, rows that agree on the key columns are the same row."""
+    seen: list = []
+
+    @pb.play
+    async def play(row, ctx):
+        seen.append(row.other)
+        return {"x": row.id}
+
+    frame = pd.DataFrame({"id": [1, 1, 2], "other": ["p", "q", "r"]})
+    out = frame.play.map(play, store=store, progress=False, key="id")
+    assert seen == ["p", "r"] and out["x"].tolist() == [1, 1, 2]
+
+
+def test_awkward_input_values(store: pb.ReceiptStore) -> None:
+    """None, NaN, pd.NA, numpy scalars and datetimes reach tools and key receipts stably."""
+    calls: list = []
+    echo = _echo_tool(calls)
+
+    @pb.play
+    async def play(row, ctx):
+        return {"e": await ctx.tool(echo, value=row.v)}
+
+    values = [None, np.nan, pd.NA, np.int64(7), np.float32(0.5), pd.Timestamp("2024-02-03"), dt.date(2024, 1, 1), pd.NaT]
+    frame = pd.DataFrame({"v": pd.Series(values, dtype=object)})
+    out = frame.play.map(play, store=store, progress=False)
+    assert out["play_status"].tolist() == ["ok"] * len(values)
+    assert out["e"].tolist()[3:7] == [7, 0.5, "2024-02-03T00:00:00", "2024-01-01"]
+    # None, NaN, NA and NaT are the same row: executed once.
+    assert len(calls) == 5
+    again = frame.play.map(play, store=store, progress=False, refresh="rows")
+    assert pb.last_run().stats.calls_executed == 0
+    assert again["e"].tolist()[3:] == out["e"].tolist()[3:]
+
+
+def test_unserialisable_tool_input_fails_that_row(store: pb.ReceiptStore) -> None:
+    """A tool input with no JSON form fails only its row, naming the tool and the type."""
+    echo = _echo_tool([])
+
+    class Gadget:
+        pass
+
+    @pb.play
+    async def play(row, ctx):
+        return {"e": await ctx.tool(echo, value=Gadget() if row.n == 1 else row.n)}
+
+    frame = pd.DataFrame({"n": [0, 1, 2]}, index=["r0", "r1", "r2"])
+    run = frame.play.run(play, store=store, progress=False)
+    assert run.result["play_status"].tolist() == ["ok", "failed", "ok"]
+    message = run.result.loc["r1", "play_error"]
+    assert "'echo'" in message and "Gadget" in message
+    assert run.errors["row"].tolist() == ["r1"]
+
+
+def test_on_error_isolate_and_raise(store: pb.ReceiptStore) -> None:
+    """isolate keeps going and records the error; raise stops and raises it, naming the row."""
+
+    @pb.play
+    async def picky(row, ctx):
+        if row.n == 2:
+            raise ValueError("two is not allowed")
+        return {"ok": True}
+
+    frame = pd.DataFrame({"n": range(5)}, index=list("abcde"))
+    out = frame.play.map(picky, store=store, progress=False, concurrency=1)
+    assert out["play_status"].tolist() == ["ok", "ok", "failed", "ok", "ok"]
+    assert out.loc["c", "play_error"] == "ValueError: two is not allowed"
+    with pytest.raises(ValueError, match="two is not allowed") as info:
+        frame.play.map(picky, store=store, progress=False, concurrency=1, on_error="raise", refresh="rows")
+    assert "in row 'c'" in "".join(info.value.__notes__)
+    result = pb.last_run().result
+    assert result["play_status"].tolist() == ["ok", "ok", "failed", "skipped", "skipped"]
+
+
+def test_sync_tool_does_not_block_the_loop(store: pb.ReceiptStore) -> None:
+    """A blocking sync tool runs in a thread: other rows' coroutines keep running meanwhile."""
+    loop_ticks: list[float] = []
+    main = threading.get_ident()
+    threads: set[int] = set()
+
+    @pb.tool
+    def slow(n: int) -> int:
+        threads.add(threading.get_ident())
+        time.sleep(0.2)
+        return n
+
+    @pb.play
+    async def play(row, ctx):
+        if row.n == 0:
+            for _ in range(10):
+                loop_ticks.append(time.monotonic())
+                await asyncio.sleep(0.01)
+            return {"v": 0}
+        return {"v": await ctx.tool(slow, n=row.n)}
+
+    pd.DataFrame({"n": [0, 1]}).play.map(play, store=store, progress=False)
+    assert main not in threads
+    gaps = [b - a for a, b in zip(loop_ticks, loop_ticks[1:])]
+    assert max(gaps) < 0.15  # the 0.2 s sleep in the tool never stalled the loop
+
+
+def test_limit_runs_the_first_rows(store: pb.ReceiptStore) -> None:
+    """limit=N runs the first N rows; the rest are skipped and say why."""
+    out = pd.DataFrame({"n": range(5)}).play.map(doubled, store=store, progress=False, limit=2)
+    assert out["play_status"].tolist() == ["ok", "ok", "skipped", "skipped", "skipped"]
+    assert out["play_error"].iloc[4] == "not run: limit=2"
+
+
+def test_edited_play_reuses_every_receipt(store: pb.ReceiptStore) -> None:
+    """Editing a play reruns its rows, but every unchanged tool call hits its receipt."""
+    calls: list = []
+    echo = _echo_tool(calls)
+
+    async def v1(row, ctx):
+        return {"e": await ctx.tool(echo, value=row.n)}
+
+    async def v2(row, ctx):
+        e = await ctx.tool(echo, value=row.n)
+        return {"e": e, "twice": e * 2}
+
+    frame = pd.DataFrame({"n": range(6)})
+    frame.play.map(pb.play(v1, name="p"), store=store, progress=False)
+    out = frame.play.map(pb.play(v2, name="p"), store=store, progress=False)
+    stats = pb.last_run().stats
+    assert (stats.ok, stats.reused, stats.calls_executed, stats.calls_reused) == (6, 0, 0, 6)
+    assert out["twice"].tolist() == [0, 2, 4, 6, 8, 10]
+    assert len(calls) == 6
+
+
+def test_rerun_is_a_resume(store: pb.ReceiptStore) -> None:
+    """A rerun reuses finished rows and runs only the failed ones."""
+    attempts: list = []
+
+    @pb.play
+    async def flaky(row, ctx):
+        attempts.append(row.n)
+        if row.n == 1 and attempts.count(1) == 1:
+            raise RuntimeError("first time fails")
+        return {"n": row.n}
+
+    frame = pd.DataFrame({"n": range(3)})
+    frame.play.map(flaky, store=store, progress=False)
+    out = frame.play.map(flaky, store=store, progress=False)
+    assert out["play_status"].tolist() == ["reused", "ok", "reused"]
+    assert sorted(attempts) == [0, 1, 1, 2]
+
+
+def test_retry_readmits_failed_rows(store: pb.ReceiptStore) -> None:
+    """run.retry() runs failed rows again in place and updates the stats."""
+    failing = {"on": True}
+
+    @pb.play
+    async def gated(row, ctx):
+        if row.n % 2 and failing["on"]:
+            raise RuntimeError("not yet")
+        return {"n": row.n}
+
+    run = pd.DataFrame({"n": range(4)}).play.run(gated, store=store, progress=False)
+    assert run.stats.failed == 2
+    failing["on"] = False
+    run.retry()
+    assert run.stats.failed == 0 and run.stats.ok == 4
+    assert run.result["play_status"].tolist() == ["ok"] * 4
+
+
+def test_map_accepts_a_bare_async_function_and_a_tool(store: pb.ReceiptStore) -> None:
+    """map() wraps a bare async function, and binds a Tool's inputs from same-named columns."""
+
+    async def plain(row, ctx):
+        return row.n + 1
+
+    @pb.tool(name="square")
+    def square(n: int) -> int:
+        return n * n
+
+    frame = pd.DataFrame({"n": [1, 2, 3]})
+    assert frame.play.map(plain, store=store, progress=False)["plain"].tolist() == [2, 3, 4]
+    assert frame.play.map(square, store=store, progress=False)["square"].tolist() == [1, 4, 9]
+    with pytest.raises(pb.PlayDefinitionError, match="no column 'n'"):
+        pd.DataFrame({"m": [1]}).play.map(square, store=store)
+
+
+def test_concurrency_bounds_rows_in_flight(store: pb.ReceiptStore) -> None:
+    """No more than `concurrency` rows run at once."""
+    now = {"in": 0, "max": 0}
+
+    @pb.play
+    async def busy(row, ctx):
+        now["in"] += 1
+        now["max"] = max(now["max"], now["in"])
+        await asyncio.sleep(0.005)
+        now["in"] -= 1
+
+    pd.DataFrame({"n": range(40)}).play.map(busy, store=store, progress=False, concurrency=5)
+    assert now["max"] == 5
+
+
+def test_empty_frame(store: pb.ReceiptStore) -> None:
+    """An empty DataFrame gives an empty result with the status columns."""
+    out = pd.DataFrame({"n": []}).play.map(doubled, store=store, progress=False)
+    assert len(out) == 0 and {"play_status", "play_error"} <= set(out.columns)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": -3}, "concurrency"),
+        ({"concurrency": 2.5}, "concurrency"),
+        ({"on_error": "ignore"}, "on_error"),
+        ({"refresh": "yes"}, "refresh"),
+        ({"limit": -1}, "limit"),
+        ({"max_cost": "ten"}, "max_cost"),
+        ({"progress": "fancy"}, "progress"),
+        ({"key": "nope"}, "no column 'nope'"),
+        ({"concurency": 4}, "did you mean 'concurrency'"),
+    ],
+)
+def test_bad_options_name_the_option(options: dict, match: str, store: pb.ReceiptStore) -> None:
+    """A bad run option raises PlayDefinitionError naming it, before any row runs."""
+    with pytest.raises(pb.PlayDefinitionError, match=match):
+        pd.DataFrame({"n": [1]}).play.map(doubled, store=store, **options)
+    assert pb.last_run() is None
+
+
+def test_play_must_be_async() -> None:
+    """A sync function is refused as a play, with the fix in the message."""
+
+    def not_async(row, ctx):
+        return {}
+
+    with pytest.raises(pb.PlayDefinitionError, match="async def not_async"):
+        pb.play(not_async)
+
+
+def test_map_inside_a_running_loop(store: pb.ReceiptStore) -> None:
+    """The blocking map() works when called from code already running in an event loop."""
+
+    async def notebook_cell() -> list:
+        return pd.DataFrame({"n": [1, 2]}).play.map(doubled, store=store, progress=False)["double"].tolist()
+
+    assert asyncio.run(notebook_cell()) == [2, 4]
+
+
+def test_amap_and_background_run(store: pb.ReceiptStore) -> None:
+    """amap() awaits the result; run(background=True) returns at once and wait() finishes it."""
+
+    async def main() -> tuple:
+        out = await pd.DataFrame({"n": [1]}).play.amap(doubled, store=store, progress=False)
+        run = await pd.DataFrame({"n": [5, 6]}).play.arun(doubled, store=store, progress=False, background=True)
+        was_running = run.running
+        await asyncio.sleep(0.05)
+        return out["double"].tolist(), was_running, run.result["double"].tolist(), pb.last_run() is run
+
+    assert asyncio.run(main()) == ([2], True, [10, 12], True)
+
+
+def test_background_needs_a_loop(store: pb.ReceiptStore) -> None:
+    """background=True outside any event loop is a clear error."""
+    with pytest.raises(pb.PlayDefinitionError, match="running event loop"):
+        pd.DataFrame({"n": [1]}).play.run(doubled, store=store, background=True)
+
+
+def test_default_store_follows_playbook_home(tmp_path, monkeypatch) -> None:
+    """Without store=, receipts go under $PLAYBOOK_HOME."""
+    monkeypatch.setenv("PLAYBOOK_HOME", str(tmp_path / "elsewhere"))
+    pd.DataFrame({"n": [1]}).play.map(doubled, progress=False)
+    assert pb.ReceiptStore(tmp_path / "elsewhere").stats()["row_memos"] == 1
+
+
+def test_budget_parks_rows(store: pb.ReceiptStore) -> None:
+    """max_cost stops paid calls that would pass it; those rows park with reason budget."""
+
+    @pb.tool(name="paid", cost=1.0)
+    def paid(n: int) -> int:
+        return n
+
+    @pb.play
+    async def spend(row, ctx):
+        return {"v": await ctx.tool(paid, n=row.n)}
+
+    run = pd.DataFrame({"n": range(5)}).play.run(spend, store=store, progress=False, max_cost=3, concurrency=1)
+    assert run.result["play_status"].tolist() == ["ok", "ok", "ok", "parked", "parked"]
+    assert run.stats.cost_spent == 3.0 and run.parked["reason"].tolist() == ["budget", "budget"]
