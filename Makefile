@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m playbook.demo.quickstart
+	$(PY) notebooks/run.py notebooks/01_quickstart.ipynb --out out
 
 test: $(STAMP)
 	$(PY) -m pytest -q

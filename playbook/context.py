@@ -7,6 +7,7 @@ receipts and a forced call is forced once per run, not once per replay.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from .errors import PlaybookError, ToolError
@@ -57,38 +58,49 @@ class Context:
         self._seen[tool.name] = n + 1
         logical = f"{self.row_key}/{tool.name}/{n}"
         force = (force or run.force_all) and run.claim_force(logical)
-        if not force:
-            record = run.store.lookup(key, ttl)
+        store = run.store
+        while not force:
+            record = store.lookup(key, ttl)
             if record is not MISSING:
                 run.call_reused(tool)
                 return record["out"]
+            pending = store.inflight.get(key)
+            if pending is None:
+                break
+            # The same call is in flight for another row: wait for its receipt, don't pay twice.
+            await asyncio.wait((pending,))
         idem = digest(f"{key}\x1f{run.run_id}\x1f{logical}") if force else key
-        env = CallEnv(run.http_client, idem)
-        send = _sender(tool, values, env)
-        run.reserve(tool)
+        send = _sender(tool, values, CallEnv(run.http_client, idem))
+        done = store.inflight[key] = asyncio.get_running_loop().create_future()
         try:
-            output, miss = await (tool.provider.dispatch(send) if tool.provider is not None else send())
-        except BaseException:
-            run.refund(tool)
-            raise
-        try:
-            stored_out = jsonable(output)
-        except TypeError as exc:
-            raise ToolError(f"tool {tool.name!r} returned a value that cannot be stored as JSON: {exc}", tool=tool.name) from None
-        record = {
-            "v": 1,
-            "tool": tool.name,
-            "ver": tool.version,
-            "acct": tool.account,
-            "in": normal,
-            "out": stored_out,
-            "miss": miss,
-            "cost": tool.cost,
-            "at": run.store_clock(),
-        }
-        run.store.write(key, record, tag=tool.name)
-        run.call_executed(tool)
-        return stored_out
+            run.reserve(tool)
+            try:
+                output, miss = await (tool.provider.dispatch(send) if tool.provider is not None else send())
+            except BaseException:
+                run.refund(tool)
+                raise
+            run.call_executed(tool)
+            try:
+                stored = jsonable(output)
+            except (TypeError, ValueError) as exc:
+                raise ToolError(f"tool {tool.name!r} returned a value that cannot be stored as JSON: {exc}", tool=tool.name) from None
+            record = {
+                "v": 1,
+                "tool": tool.name,
+                "ver": tool.version,
+                "acct": tool.account,
+                "in": normal,
+                "out": stored,
+                "miss": miss,
+                "cost": tool.cost,
+                "at": run.store_clock(),
+            }
+            store.write(key, record, tag=tool.name)
+        finally:
+            if store.inflight.get(key) is done:
+                del store.inflight[key]
+            done.set_result(None)
+        return stored
 
 
 def _normal_input(tool: Tool, values: dict[str, Any]) -> dict[str, Any]:

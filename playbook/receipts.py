@@ -8,6 +8,7 @@ pickled data, whatever wrote to the directory.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -106,6 +107,7 @@ class ReceiptStore:
                 f"{FORMAT}. Upgrade playbook, or point store= at another directory."
             )
         self._pending_memos: list[tuple[str, Any, str]] = []
+        self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
 
     def __repr__(self) -> str:
         return f"ReceiptStore({str(self.path)!r})"

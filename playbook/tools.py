@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 import os
 import re
 import string
@@ -48,6 +49,7 @@ class Secret:
         value = os.environ.get(self.env_var) or self._default
         if not value:
             raise RunFatal(f"the secret {self.env_var} is not set: export {self.env_var}=... and run again")
+        _redactor.values.add(value)
         return value
 
     def __repr__(self) -> str:
@@ -57,6 +59,29 @@ class Secret:
 
     def __reduce__(self) -> Any:
         raise TypeError("a playbook secret cannot be pickled")
+
+
+class _Redactor(logging.Filter):
+    """Masks revealed secrets in HTTP libraries' log records (httpx logs every request URL)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.values:
+            text = record.getMessage()
+            masked = text
+            for value in self.values:
+                masked = masked.replace(value, "***")
+            if masked != text:
+                record.msg, record.args = masked, ()
+        return True
+
+
+_redactor = _Redactor()
+for _name in ("httpx", "httpcore", "httpcore.http11", "httpcore.connection", "aiohttp.client", "aiohttp.internal"):
+    logging.getLogger(_name).addFilter(_redactor)
 
 
 def secret(env_var: str, default: str | None = None) -> Secret:

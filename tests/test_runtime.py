@@ -361,3 +361,44 @@ def test_budget_parks_rows(store: pb.ReceiptStore) -> None:
     run = pd.DataFrame({"n": range(5)}).play.run(spend, store=store, progress=False, max_cost=3, concurrency=1)
     assert run.result["play_status"].tolist() == ["ok", "ok", "ok", "parked", "parked"]
     assert run.stats.cost_spent == 3.0 and run.parked["reason"].tolist() == ["budget", "budget"]
+
+
+def test_identical_calls_in_flight_are_paid_once(store: pb.ReceiptStore) -> None:
+    """Two rows that make the same call at the same time share one dispatch."""
+    calls: list = []
+
+    @pb.tool(name="shared")
+    async def shared(domain: str) -> str:
+        calls.append(domain)
+        await asyncio.sleep(0.02)
+        return domain.upper()
+
+    @pb.play
+    async def play(row, ctx):
+        return {"v": await ctx.tool(shared, domain=row.domain)}
+
+    frame = pd.DataFrame({"person": ["a", "b", "c"], "domain": ["x.com", "x.com", "y.com"]})
+    out = frame.play.map(play, store=store, progress=False, concurrency=3)
+    assert sorted(calls) == ["x.com", "y.com"]
+    assert out["v"].tolist() == ["X.COM", "X.COM", "Y.COM"]
+    assert pb.last_run().stats.calls_reused == 1
+
+
+def test_failed_call_lets_the_waiting_row_try(store: pb.ReceiptStore) -> None:
+    """If the shared call fails, a row that waited on it dispatches for itself."""
+    calls: list = []
+
+    @pb.tool(name="fragile")
+    async def fragile(domain: str) -> str:
+        calls.append(domain)
+        await asyncio.sleep(0.01)
+        if len(calls) == 1:
+            raise ConnectionError("first attempt dropped")
+        return "ok"
+
+    @pb.play
+    async def play(row, ctx):
+        return {"v": await ctx.tool(fragile, domain="same")}
+
+    out = pd.DataFrame({"person": ["a", "b"]}).play.map(play, store=store, progress=False, concurrency=2)
+    assert sorted(out["play_status"]) == ["failed", "ok"] and len(calls) == 2

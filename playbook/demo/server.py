@@ -86,7 +86,10 @@ class DemoServer:
         from playbook.demo.app import build_app
 
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # proto must say TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets
+        # whose proto is IPPROTO_TCP, and without it Nagle meets delayed ACKs and every
+        # response stalls ~40 ms (1,400 req/s instead of >10,000 at 64 in flight).
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.port))

@@ -1,0 +1,73 @@
+"""Execute a notebook headless in a real kernel and report what its last run did.
+
+    python notebooks/run.py notebooks/01_quickstart.ipynb --out out
+
+The executed notebook and anything it writes land in ``--out``; receipts go to
+``$PLAYBOOK_HOME`` (default ``OUT/.playbook``), so running it twice shows the second run paying
+for nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+PROBE = """
+import json as _json, playbook as _pb
+_run = _pb.last_run()
+print(_json.dumps(None if _run is None else _run.stats.model_dump()))
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebook", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("out"))
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per cell")
+    args = parser.parse_args(argv)
+
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PLAYBOOK_HOME", str(out / ".playbook"))
+    nb = nbformat.read(args.notebook, as_version=4)
+    client = NotebookClient(nb, timeout=args.timeout, kernel_name="python3", resources={"metadata": {"path": str(out)}})
+    started = time.monotonic()
+    stats = None
+    try:
+        with client.setup_kernel():
+            for index, cell in enumerate(nb.cells):
+                client.execute_cell(cell, index)
+            probe = nbformat.v4.new_code_cell(PROBE)
+            client.execute_cell(probe, len(nb.cells))
+            text = "".join(o.get("text", "") for o in probe.outputs if o.get("output_type") == "stream")
+            stats = json.loads(text.strip().splitlines()[-1])
+    except CellExecutionError as exc:
+        print(f"{args.notebook}: a cell failed:\n{exc}", file=sys.stderr)
+        return 1
+    finally:
+        target = out / args.notebook.name
+        nbformat.write(nb, target)
+    elapsed = time.monotonic() - started
+    print(f"executed {args.notebook} -> {target} in {elapsed:.1f}s")
+    for written in sorted(out.glob("*.csv")):
+        print(f"wrote {written}")
+    if stats:
+        print(
+            f"last run: {stats['total']} rows | ok {stats['ok']} | reused {stats['reused']} | failed {stats['failed']}"
+            f" | calls executed {stats['calls_executed']} | calls reused {stats['calls_reused']}"
+            f" | cost spent {stats['cost_spent']:g} | cost saved {stats['cost_saved']:g}"
+        )
+    print(f"receipts are in {os.environ['PLAYBOOK_HOME']}; run it again and every call is reused")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

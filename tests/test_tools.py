@@ -1,0 +1,223 @@
+"""Tools: http_tool templating, pick, miss_status and secrets against the real demo provider;
+@pb.tool binding and definitions."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import httpx
+import pandas as pd
+import pytest
+
+import playbook as pb
+
+
+def _email_tool(demo, **over) -> pb.Tool:
+    options = dict(
+        method="GET",
+        url=demo.url + "/v1/email",
+        params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+        pick="email",
+        miss_status=(404,),
+        cost=1.0,
+    )
+    options.update(over)
+    return pb.http_tool("acme.email", **options)
+
+
+LEADS = pd.DataFrame(
+    {"domain": [f"company{i}.com" for i in range(12)], "first": [f"Person{i}" for i in range(12)]},
+    index=[f"lead-{i}" for i in range(12)],
+)
+
+
+def test_placeholders_are_the_parameters(demo) -> None:
+    """{field} placeholders (not {secret}) become the tool's parameters."""
+    assert _email_tool(demo).params == ("domain", "first")
+
+
+def test_http_tool_mapped_directly_and_rerun_for_free(demo, store) -> None:
+    """A mapped http tool binds columns, picks the email, records 404s as misses; a rerun sends 0 requests."""
+    tool = _email_tool(demo)
+    out = LEADS.play.map(tool, store=store, progress=False)
+    first = demo.stats()
+    assert first["requests"] == 12
+    found = out["acme.email"].dropna()
+    misses = out["acme.email"].isna().sum()
+    assert first["by_status"].get("404", 0) == misses and len(found) + misses == 12
+    assert all("@company" in e for e in found)
+    assert (out["play_status"] == "ok").all()
+    assert pb.last_run().stats.cost_spent == 12.0
+
+    again = LEADS.play.map(tool, store=store, progress=False, refresh="rows")
+    assert demo.stats()["requests"] == 12  # nothing dispatched
+    assert again["acme.email"].equals(out["acme.email"])
+    assert pb.last_run().stats.cost_saved == 12.0
+
+
+def test_idempotency_key_is_stable_per_receipt(demo, store) -> None:
+    """Every request carries an Idempotency-Key; the same call sends the same key."""
+    tool = _email_tool(demo)
+    LEADS.head(3).play.map(tool, store=store, progress=False)
+    LEADS.head(3).play.map(tool, store=store, progress=False, refresh=True)
+    keys = demo.stats()["idempotency_keys"]
+    assert len(keys) == 3 + 3  # forced calls carry a fresh nonce
+    fresh = pb.ReceiptStore(store.path.parent / "other")
+    LEADS.head(3).play.map(tool, store=fresh, progress=False)
+    assert sorted(demo.stats()["idempotency_keys"].values()).count(2) == 3
+
+
+def test_json_body_keeps_types_and_post(demo, store) -> None:
+    """A lone placeholder in a JSON body keeps its value's type; the response is picked by path."""
+    chat = pb.http_tool(
+        "llm.chat",
+        method="POST",
+        url=demo.url + "/v1/chat/completions",
+        json={"model": "demo-1", "temperature": "{temperature}", "messages": [{"role": "user", "content": "Summarise {company}"}]},
+        headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+        pick="choices.0.message.content",
+    )
+
+    @pb.play
+    async def summarise(row, ctx):
+        return {"summary": await ctx.tool(chat, company=row.company, temperature=0)}
+
+    out = pd.DataFrame({"company": ["Acme Robotics", "Blue Harbor"]}).play.map(summarise, store=store, progress=False)
+    assert out["play_status"].tolist() == ["ok", "ok"]
+    assert all(isinstance(s, str) and s for s in out["summary"])
+    receipt = store.receipts("llm.chat").iloc[0]
+    assert receipt["input"]["temperature"] == 0
+
+
+def test_http_error_fails_the_row_with_a_clear_message(demo, store) -> None:
+    """A 422 fails only that row; the message names the tool and status, not the query string."""
+    company = pb.http_tool(
+        "acme.company",
+        method="GET",
+        url=demo.url + "/v1/company",
+        params={"domain": "{domain}"},
+        headers={"Authorization": "Bearer demo-key"},
+    )
+
+    @pb.play
+    async def look(row, ctx):
+        if row.domain == "bad":
+            return {"c": await ctx.tool(pb.http_tool("acme.nodomain", method="GET", url=demo.url + "/v1/company",
+                                                     headers={"Authorization": "Bearer demo-key"}), {})}
+        return {"c": await ctx.tool(company, domain=row.domain)}
+
+    out = pd.DataFrame({"domain": ["acme.com", "bad"]}).play.map(look, store=store, progress=False)
+    assert out["play_status"].tolist() == ["ok", "failed"]
+    assert "tool 'acme.nodomain': HTTP 422" in out["play_error"].iloc[1]
+    assert out["c"].iloc[0]["domain"] == "acme.com"
+
+
+def test_bad_credentials_stop_the_run(demo, store) -> None:
+    """A 401 raises RunFatal naming the tool; remaining rows are skipped and receipts kept."""
+    tool = _email_tool(demo, secret=pb.secret("DEMO_API_KEY", default="wrong-key"))
+    with pytest.raises(pb.RunFatal, match="acme.email.*401"):
+        LEADS.play.map(tool, store=store, progress=False, concurrency=2)
+    statuses = pb.last_run().result["play_status"]
+    assert set(statuses) <= {"failed", "skipped"} and (statuses == "skipped").sum() >= 8
+    assert demo.stats()["requests"] <= 2
+
+
+def test_secret_never_lands_anywhere(demo, store, monkeypatch, caplog, capsys) -> None:
+    """The secret value is not in the store's files, the result, logs, or error messages."""
+    value = "sk-very-secret-123"
+    demo.reset(api_keys=(value,))
+    monkeypatch.setenv("DEMO_API_KEY", value)
+    caplog.set_level(logging.DEBUG)
+    tool = pb.http_tool(
+        "acme.email", method="GET", url=demo.url + "/v1/email",
+        params={"domain": "{domain}", "first": "{first}", "key": "{secret}"},
+        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("DEMO_API_KEY"),
+        pick="email", miss_status=(404,),
+    )  # fmt: skip
+    broken = pb.http_tool(
+        "acme.broken", method="GET", url="http://127.0.0.1:9/v1/email",
+        params={"key": "{secret}", "domain": "{domain}"}, secret=pb.secret("DEMO_API_KEY"), timeout=2,
+    )  # fmt: skip
+
+    @pb.play
+    async def both(row, ctx):
+        email = await ctx.tool(tool, domain=row.domain, first=row.first)
+        return {"email": email, "b": await ctx.tool(broken, domain=row.domain)}
+
+    out = LEADS.head(4).play.map(both, store=store, progress="text")
+    assert (out["play_status"] == "failed").all()
+    assert value not in out.to_string() and value not in json.dumps(out["play_error"].tolist())
+    store.flush()
+    for path in store.path.rglob("*"):
+        if path.is_file():
+            assert value.encode() not in path.read_bytes(), path
+    captured = capsys.readouterr()
+    assert value not in captured.out + captured.err + caplog.text
+    assert value not in repr(tool.secret) and "DEMO_API_KEY" in repr(tool.secret)
+
+
+def test_missing_secret_is_fatal_and_named(demo, store) -> None:
+    """A secret with no value and no default stops the run naming the variable."""
+    tool = _email_tool(demo, secret=pb.secret("PLAYBOOK_TEST_UNSET_KEY"))
+    with pytest.raises(pb.RunFatal, match="PLAYBOOK_TEST_UNSET_KEY"):
+        LEADS.head(2).play.map(tool, store=store, progress=False)
+
+
+def test_malformed_json_is_a_row_error(demo, store) -> None:
+    """A 200 with a body that is not JSON fails the row with a clear message."""
+    demo.reset(malformed_rate=1.0)
+    out = LEADS.head(2).play.map(_email_tool(demo), store=store, progress=False)
+    assert out["play_status"].tolist() == ["failed", "failed"]
+    assert "malformed JSON" in out["play_error"].iloc[0]
+
+
+def test_custom_client_is_used(store) -> None:
+    """An http_tool can take its own httpx.AsyncClient (here with a MockTransport)."""
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200, json={"data": {"items": [{"v": request.url.params["q"]}]}})
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    tool = pb.http_tool("mock.q", method="GET", url="https://api.example/{kind}", params={"q": "{q}"},
+                        pick="data.items.0.v", client=client)  # fmt: skip
+    out = pd.DataFrame({"kind": ["a b"], "q": ["x&y"]}).play.map(tool, store=store, progress=False)
+    assert out["mock.q"].tolist() == ["x&y"]
+    assert seen == ["https://api.example/a%20b?q=x%26y"]
+
+
+def test_tool_binding_errors(store) -> None:
+    """Calling a tool with missing or unknown inputs fails the row naming the parameters."""
+
+    @pb.tool
+    def two(a: int, b: int) -> int:
+        return a + b
+
+    @pb.play
+    async def wrong(row, ctx):
+        return {"v": await ctx.tool(two, a=1, c=2)}
+
+    out = pd.DataFrame({"n": [1]}).play.map(wrong, store=store, progress=False)
+    assert "missing b; unexpected c" in out["play_error"].iloc[0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"method": "FETCH", "url": "http://x"}, "method"),
+        ({"method": "GET", "url": "ftp://x"}, "url"),
+        ({"method": "GET", "url": "http://x", "headers": {"A": "{secret}"}}, "no secret="),
+        ({"method": "GET", "url": "http://x", "secret": "plain-text-key"}, "pb.secret"),
+        ({"method": "GET", "url": "http://x", "timeout": 0}, "timeout"),
+        ({"method": "GET", "url": "http://x", "cost": -1}, "cost"),
+    ],
+)
+def test_http_tool_definition_errors(kwargs: dict, match: str) -> None:
+    """A wrong http_tool definition is refused at once, naming the option."""
+    with pytest.raises(pb.PlayDefinitionError, match=match):
+        pb.http_tool("t", **kwargs)
