@@ -12,11 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -38,15 +42,23 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PLAYBOOK_HOME", str(out / ".playbook"))
     nb = nbformat.read(args.notebook, as_version=4)
-    client = NotebookClient(nb, timeout=args.timeout, kernel_name="python3", resources={"metadata": {"path": str(out)}})
+    # IPC transport: the kernel talks over local sockets, not TCP.
+    sockets = tempfile.mkdtemp(prefix="playbook-kernel-")
+    km = KernelManager(kernel_name="python3", transport="ipc", connection_file=os.path.join(sockets, "kernel.json"))
+    client = NotebookClient(nb, km=km, timeout=args.timeout, shutdown_kernel="immediate", resources={"metadata": {"path": str(out)}})
     started = time.monotonic()
     stats = None
     try:
-        with client.setup_kernel():
+        # The kernel's own stderr is noise here (cell errors come back through the protocol).
+        with client.setup_kernel(stderr=subprocess.DEVNULL):
             for index, cell in enumerate(nb.cells):
                 client.execute_cell(cell, index)
             probe = nbformat.v4.new_code_cell(PROBE)
-            client.execute_cell(probe, len(nb.cells))
+            nb.cells.append(probe)
+            try:
+                client.execute_cell(probe, len(nb.cells) - 1)
+            finally:
+                nb.cells.pop()
             text = "".join(o.get("text", "") for o in probe.outputs if o.get("output_type") == "stream")
             stats = json.loads(text.strip().splitlines()[-1])
     except CellExecutionError as exc:
@@ -55,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         target = out / args.notebook.name
         nbformat.write(nb, target)
+        shutil.rmtree(sockets, ignore_errors=True)
     elapsed = time.monotonic() - started
     print(f"executed {args.notebook} -> {target} in {elapsed:.1f}s")
     for written in sorted(out.glob("*.csv")):

@@ -31,8 +31,8 @@ class Context:
         self.row_key = row_key
         self.position = position
         self.attempt = attempt
-        self._seen: dict[str, int] = {}
-        self.logs: list[str] = []
+        self._seen: dict[str, int] | None = None  # calls per tool so far: the occurrence index
+        self.logs: list[str] | None = None
 
     @property
     def run_id(self) -> str:
@@ -43,6 +43,8 @@ class Context:
 
     def log(self, msg: Any) -> None:
         """Attach a message to this row (shown with its outcome)."""
+        if self.logs is None:
+            self.logs = []
         self.logs.append(str(msg))
 
     async def tool(self, tool: Tool, input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, **kwargs: Any) -> Any:
@@ -51,13 +53,19 @@ class Context:
             raise ToolError(f"ctx.tool() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}")
         run = self._run
         values = tool.bind(input, kwargs)
-        normal = _normal_input(tool, values)
-        payload = canonical(normal)
+        try:
+            payload = canonical(values)  # plain inputs need no normalising (the common case)
+            normal = values
+        except (TypeError, ValueError):
+            normal = _normal_input(tool, values)
+            payload = canonical(normal)
         key = "r" + receipt_key(tool.name, tool.version, payload, tool.account)
-        n = self._seen.get(tool.name, 0)
-        self._seen[tool.name] = n + 1
-        logical = f"{self.row_key}/{tool.name}/{n}"
-        force = (force or run.force_all) and run.claim_force(logical)
+        seen = self._seen
+        if seen is None:
+            seen = self._seen = {}
+        n = seen[tool.name] = seen.get(tool.name, -1) + 1
+        logical = f"{self.row_key}/{tool.name}/{n}" if force or run.force_all else None
+        force = logical is not None and run.claim_force(logical)
         store = run.store
         while not force:
             record = store.lookup(key, ttl)

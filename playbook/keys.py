@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["canonical", "digest", "jsonable", "memo_key", "receipt_key", "row_key"]
+__all__ = ["canonical", "digest", "jsonable", "memo_key", "receipt_key", "row_key", "to_json"]
 
 _PLAIN = (str, int, bool)
 _dumps = json.JSONEncoder(
@@ -84,9 +84,19 @@ def receipt_key(tool: str, version: str, payload: str, account: str) -> str:
     return digest(f"r\x1f{tool}\x1f{version}\x1f{account}\x1f{payload}")
 
 
+def to_json(value: Any) -> str:
+    """Canonical JSON of any value :func:`jsonable` accepts (TypeError otherwise)."""
+    try:
+        # Plain values (the common case) encode as they are; jsonable leaves them unchanged,
+        # so both paths give the same text.  NaN, numpy and pandas values take the slow path.
+        return _dumps(value)
+    except (TypeError, ValueError):
+        return _dumps(jsonable(value))
+
+
 def row_key(values: list[Any]) -> str:
     """Identity of a row from its (key) values, in column order."""
-    return digest(canonical([jsonable(v) for v in values]))
+    return digest(to_json(values))
 
 
 def memo_key(fingerprint: str, row: str) -> str:

@@ -1,14 +1,13 @@
 """Records that cross a boundary: receipts on disk, run statistics, holds, row outcomes, events.
 
 Persisted and user-facing records are pydantic models (validated, documented fields).  Events are
-frozen slotted dataclasses instead: the runtime emits several per row, and a view only reads them,
-so they need to be cheap and immutable rather than validated.
+named tuples instead: the runtime emits several per row and a view only reads them, so they must
+be immutable and cheap (a tuple costs a fifth of a frozen dataclass) rather than validated.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -92,28 +91,24 @@ class RowOutcome(BaseModel):
     error: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RunStarted:
+class RunStarted(NamedTuple):
     run_id: str
     play: str
     total: int
 
 
-@dataclass(frozen=True, slots=True)
-class RowStarted:
+class RowStarted(NamedTuple):
     position: int
 
 
-@dataclass(frozen=True, slots=True)
-class CallFinished:
+class CallFinished(NamedTuple):
     tool: str
     provider: str | None
     reused: bool
     cost: float
 
 
-@dataclass(frozen=True, slots=True)
-class RowFinished:
+class RowFinished(NamedTuple):
     position: int
     status: Status
     error: str | None
@@ -121,8 +116,7 @@ class RowFinished:
     ran: bool = True  # False for rows settled without running (reused, skipped)
 
 
-@dataclass(frozen=True, slots=True)
-class RowRequeued:
+class RowRequeued(NamedTuple):
     """A settled row admitted again (``run.retry()``); its old status no longer counts."""
 
     position: int
@@ -130,8 +124,7 @@ class RowRequeued:
     copies: int = 1
 
 
-@dataclass(frozen=True, slots=True)
-class RunFinished:
+class RunFinished(NamedTuple):
     run_id: str
     stopped: bool
 

@@ -1,9 +1,13 @@
 """The receipt store: every paid tool result, and every finished row, as JSON on disk.
 
-Built on diskcache (SQLite + files).  Keys are short hex digests from :mod:`playbook.keys`,
-prefixed by kind (``r`` receipt, ``m`` row memo).  Values are JSON text: the disk class below
-refuses to pickle on write and refuses to unpickle on read, so the store never holds or runs
-pickled data, whatever wrote to the directory.
+Receipts live in a diskcache ``Cache`` (SQLite + files), keyed by short hex digests from
+:mod:`playbook.keys`.  Values are JSON text: the disk class below refuses to pickle on write and
+refuses to unpickle on read, so the store never holds or runs pickled data, whatever wrote to
+the directory.
+
+Row memos live in a lean table of their own in the same SQLite file.  A run writes one per
+finished row, thousands a second; diskcache's ``set`` (a SELECT, an INSERT and two trigger
+updates per row, plus its indexes) made memo writes cost more than the rest of a replayed row.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -21,7 +26,7 @@ import diskcache
 import pandas as pd
 
 from .errors import ReceiptError
-from .keys import canonical, jsonable, receipt_key
+from .keys import canonical, jsonable, receipt_key, to_json
 from .models import Receipt
 from .tools import NO_INPUT
 
@@ -32,6 +37,8 @@ __all__ = ["MISSING", "ReceiptStore", "default_store"]
 
 FORMAT = 1
 _FORMAT_KEY = "playbook/format"
+_MEMO = "playbook_memo"
+_LOOKUP = "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1"
 
 
 class _Missing:
@@ -97,6 +104,9 @@ class ReceiptStore:
             found = self._cache.get(_FORMAT_KEY, default=None)
             if found is None:
                 self._cache.set(_FORMAT_KEY, FORMAT)
+            self._cache._con.execute(
+                f"CREATE TABLE IF NOT EXISTS {_MEMO} (key TEXT PRIMARY KEY, play TEXT NOT NULL, value TEXT NOT NULL) WITHOUT ROWID"
+            )
         except ReceiptError as exc:
             raise ReceiptError(f"cannot open the receipt store at {self.path}: {exc}") from None
         except (OSError, sqlite3.Error) as exc:
@@ -106,7 +116,9 @@ class ReceiptStore:
                 f"the receipt store at {self.path} has format {found!r}; this playbook reads format "
                 f"{FORMAT}. Upgrade playbook, or point store= at another directory."
             )
-        self._pending_memos: list[tuple[str, Any, str]] = []
+        self._pending_memos: list[tuple[str, str, str]] = []
+        self._flushed = time.monotonic()
+        self._local = threading.local()  # one read cursor per thread (and per process after a fork)
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
 
     def __repr__(self) -> str:
@@ -117,14 +129,23 @@ class ReceiptStore:
     def lookup(self, key: str, ttl: float | None = None) -> Any:
         """The stored record for ``key``, or ``MISSING`` (also when older than ``ttl`` seconds)."""
         try:
-            record = self._cache.get(key, default=MISSING)
+            # A direct read of diskcache's table (key, raw, mode, filename, value; stable across
+            # 5.x) on a kept cursor: Cache.get's bookkeeping costs twice the query on this path.
+            local = self._local
+            cursor = getattr(local, "cursor", None)
+            if cursor is None or local.pid != os.getpid():
+                cursor = local.cursor = self._cache._con.cursor()
+                local.pid = os.getpid()
+            found = cursor.execute(_LOOKUP, (key,)).fetchone()
         except sqlite3.Error as exc:
             raise ReceiptError(f"cannot read the receipt store at {self.path}: {exc}") from None
-        if record is not MISSING and type(record) is dict:
-            if record.get("v", FORMAT) != FORMAT:
-                raise ReceiptError(f"receipt {key} has format {record.get('v')!r}; expected {FORMAT}")
-            if ttl is not None and self._clock() - record["at"] > ttl:
-                return MISSING
+        if found is None:
+            return MISSING
+        record = self._cache._disk.fetch(found[0], found[1], found[2], False)
+        if type(record) is not dict or record.get("v") != FORMAT:
+            raise ReceiptError(f"receipt {key} in {self.path} is not a format-{FORMAT} receipt")
+        if ttl is not None and self._clock() - record["at"] > ttl:
+            return MISSING
         return record
 
     def write(self, key: str, record: dict[str, Any], tag: str) -> None:
@@ -134,43 +155,48 @@ class ReceiptStore:
         except sqlite3.Error as exc:
             raise ReceiptError(f"cannot write to the receipt store at {self.path}: {exc}") from None
 
-    def lookup_many(self, keys: Iterable[str]) -> dict[str, Any]:
-        """Records for the keys that exist, in one SQL query per 500 keys."""
-        found: dict[str, Any] = {}
-        keys = list(keys)
-        # diskcache has no bulk get; its ``Cache`` table (key, raw, mode, filename, value) is
-        # stable across 5.x, and one IN query is ~5x cheaper per key than a get() each.
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            try:
-                rows = self._cache._sql(
-                    f"SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN ({marks})",
-                    chunk,
-                ).fetchall()
-            except sqlite3.Error as exc:
-                raise ReceiptError(f"cannot read the receipt store at {self.path}: {exc}") from None
-            fetch = self._cache._disk.fetch
-            for key, mode, filename, value in rows:
-                found[key] = fetch(mode, filename, value, False)
-        return found
-
     # -- row memos (buffered: losing one only means a row replays against its receipts) --
 
-    def add_memo(self, key: str, record: dict[str, Any], play: str) -> None:
-        self._pending_memos.append((key, record, "memo:" + play))
-        if len(self._pending_memos) >= 256:
+    def memos(self, keys: list[str]) -> dict[str, Any]:
+        """Row memos for the keys that have one, in one SQL query per 500 keys."""
+        found: dict[str, Any] = {}
+        con = self._cache._con
+        try:
+            for start in range(0, len(keys), 500):
+                chunk = keys[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                for key, value in con.execute(f"SELECT key, value FROM {_MEMO} WHERE key IN ({marks})", chunk):
+                    found[key] = json.loads(value)
+        except sqlite3.Error as exc:
+            raise ReceiptError(f"cannot read the receipt store at {self.path}: {exc}") from None
+        except ValueError:
+            raise ReceiptError(f"a row memo in {self.path} is corrupted (not JSON)") from None
+        return found
+
+    def add_memo(self, key: str, output: dict[str, Any], play: str) -> bool:
+        """Remember a finished row's output; written at the next flush.  False if some value
+        has no JSON form (the row then simply runs again next time, against its receipts)."""
+        try:
+            text = to_json(output)
+        except (TypeError, ValueError):
+            return False
+        pending = self._pending_memos
+        pending.append((key, play, text))
+        # A commit costs milliseconds: batch by count and by time.  A crash loses at most the
+        # last half second of memos, and those rows replay from their receipts for free.
+        if len(pending) >= 16384 or (len(pending) >= 1024 and time.monotonic() - self._flushed > 0.5):
             self.flush()
+        return True
 
     def flush(self) -> None:
         """Write buffered row memos in one transaction."""
         pending, self._pending_memos = self._pending_memos, []
+        self._flushed = time.monotonic()
         if not pending:
             return
         try:
             with self._cache.transact():
-                for key, record, tag in pending:
-                    self._cache.set(key, record, tag=tag)
+                self._cache._con.executemany(f"INSERT OR REPLACE INTO {_MEMO} VALUES (?, ?, ?)", pending)
         except sqlite3.Error as exc:
             raise ReceiptError(f"cannot write to the receipt store at {self.path}: {exc}") from None
 
@@ -186,48 +212,49 @@ class ReceiptStore:
     def receipts(self, tool: str | Tool | None = None) -> pd.DataFrame:
         """All receipts (or one tool's) as a DataFrame, oldest first."""
         name = getattr(tool, "name", tool)
-        rows = [_receipt(key, rec).model_dump() for key, rec in self._records("r") if name is None or rec["tool"] == name]
+        rows = [_receipt(key, rec).model_dump() for key, rec in self._records() if name is None or rec["tool"] == name]
         frame = pd.DataFrame(rows, columns=list(Receipt.model_fields))
         return frame.sort_values("created_at", kind="stable").reset_index(drop=True)
 
     def stats(self) -> dict[str, Any]:
         """How many receipts (per tool) and row memos the store holds, and its size on disk."""
         by_tool: dict[str, int] = {}
-        memos = 0
-        for key, rec in self._records(""):
-            if key.startswith("r"):
-                by_tool[rec["tool"]] = by_tool.get(rec["tool"], 0) + 1
-            elif key.startswith("m"):
-                memos += 1
+        cost = 0.0
+        for _, rec in self._records():
+            by_tool[rec["tool"]] = by_tool.get(rec["tool"], 0) + 1
+            cost += rec.get("cost", 0.0)
+        self.flush()
+        (memos,) = self._cache._con.execute(f"SELECT COUNT(*) FROM {_MEMO}").fetchone()
         return {
             "path": str(self.path),
             "receipts": sum(by_tool.values()),
             "by_tool": dict(sorted(by_tool.items())),
             "row_memos": memos,
-            "cost_stored": round(sum(rec.get("cost", 0.0) for _, rec in self._records("r")), 6),
+            "cost_stored": round(cost, 6),
             "bytes": self._cache.volume(),
         }
 
     def clear(self, tool: str | Tool | None = None) -> int:
-        """Remove one tool's receipts, or everything; returns how many entries went."""
+        """Remove one tool's receipts, or everything (receipts and row memos); returns how many went."""
         self.flush()
         name = getattr(tool, "name", tool)
-        if name is None:
-            count = self._cache.clear()
-            self._cache.set(_FORMAT_KEY, FORMAT)
-            return count
-        return self._cache.evict(name)
+        if name is not None:
+            return self._cache.evict(name)
+        count = self._cache.clear() - 1  # the format marker goes too, and comes back below
+        with self._cache.transact():
+            count += self._cache._con.execute(f"DELETE FROM {_MEMO}").rowcount
+        self._cache.set(_FORMAT_KEY, FORMAT)
+        return count
 
     def close(self) -> None:
         self.flush()
         self._cache.close()
 
-    def _records(self, prefix: str) -> Iterable[tuple[str, dict[str, Any]]]:
-        self.flush()
+    def _records(self) -> Iterable[tuple[str, dict[str, Any]]]:
         for key in list(self._cache.iterkeys()):
-            if isinstance(key, str) and key.startswith(prefix) and key != _FORMAT_KEY:
-                record = self._cache.get(key, default=MISSING)
-                if type(record) is dict:
+            if isinstance(key, str) and key.startswith("r"):
+                record = self.lookup(key)
+                if record is not MISSING:
                     yield key, record
 
 

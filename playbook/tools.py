@@ -135,6 +135,8 @@ class Tool:
 
     def bind(self, input: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The call's input as ``{param: value}``, from a positional input and/or keywords."""
+        if input is NO_INPUT and len(kwargs) == len(self.params) and all(p in kwargs for p in self.params):
+            return dict(kwargs)  # the common case, checked in one pass
         one = self.params[0] if len(self.params) == 1 else None
         if input is NO_INPUT:
             values = dict(kwargs)

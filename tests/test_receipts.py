@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -106,11 +107,12 @@ def test_store_holds_no_pickle(store: pb.ReceiptStore) -> None:
     store.flush()
     con = sqlite3.connect(store.path / "cache.db")
     rows = con.execute("SELECT key, mode, value FROM Cache").fetchall()
+    memos = con.execute("SELECT value FROM playbook_memo").fetchall()
     con.close()
-    assert len(rows) == 1 + 3 + 3  # format marker, receipts, row memos
+    assert len(rows) == 1 + 3 and len(memos) == 3  # format marker, receipts; row memos
     assert {mode for _, mode, _ in rows} <= {1, 3}  # MODE_RAW text (or text file), never 4 = pickle
-    for _, _, value in rows:
-        assert isinstance(value, str) and b"\x80" not in value.encode()
+    for value in [v for _, _, v in rows] + [v for (v,) in memos]:
+        assert isinstance(value, (str, int)) and json.loads(str(value)) is not None
 
 
 def test_pickled_value_is_refused(store: pb.ReceiptStore) -> None:

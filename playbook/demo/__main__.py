@@ -67,8 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from playbook.demo.server import serve
 
-    # SIGTERM becomes KeyboardInterrupt, so both stop signals take the same clean path.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # Both stop signals raise KeyboardInterrupt and take the same clean path. SIGINT is set
+    # explicitly because a shell starts background jobs with it ignored.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.default_int_handler)
     demo = None
     try:
         try:

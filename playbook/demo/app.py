@@ -95,7 +95,7 @@ def build_app(settings: DemoSettings | None = None, state: DemoState | None = No
 def _guarded(state: DemoState, name: str, handler: Handler) -> Handler:
     async def endpoint(request: Request) -> Response:
         headers = request.headers
-        rejection, slow = state.admit(
+        rejection, slow, epoch = state.admit(
             name, request.scope["path"], headers.get("authorization"), headers.get("idempotency-key")
         )
         status = 500
@@ -112,7 +112,7 @@ def _guarded(state: DemoState, name: str, handler: Handler) -> Handler:
                     response = _error(exc.status, exc.message)
             status = response.status_code
         finally:
-            malformed = state.finish(status)
+            malformed = state.finish(status, epoch)
         if malformed:
             return Response(_MALFORMED, 200, media_type="application/json")
         return response

@@ -124,15 +124,17 @@ def _company_names() -> tuple[str, ...]:
 
 def _classify(prompt: str) -> str:
     lowered = prompt.lower()
-    offered = [label for label in INDUSTRIES if label.lower() in lowered]
     subject = next((n for n in _company_names() if n.lower() in lowered), None)
     if subject is None:
         quoted = _QUOTED.search(prompt)
         subject = quoted.group(1) if quoted else prompt.rsplit(":", 1)[-1] if ":" in prompt else None
+    # Labels offered by the instruction, not ones that merely occur in the company's name.
+    rest = lowered.replace(subject.lower(), " ") if subject else lowered
+    offered = [label for label in INDUSTRIES if label.lower() in rest]
     label = industry_for(subject) if subject else None
     if label is None:
         # Look at the whole prompt, minus the offered labels themselves.
-        stripped = lowered
+        stripped = rest
         for name in offered:
             stripped = stripped.replace(name.lower(), " ")
         label = industry_for(stripped)

@@ -88,9 +88,8 @@ class DemoSettings:
         """A JSON-able view for the admin endpoints: everything but the keys themselves."""
         out = dataclasses.asdict(self)
         out["api_keys"] = len(self.api_keys)
-        for name in ("quota_endpoints",):
-            if out[name] is not None:
-                out[name] = list(out[name])
+        if self.quota_endpoints is not None:
+            out["quota_endpoints"] = list(self.quota_endpoints)
         return out
 
 

@@ -83,6 +83,7 @@ class DemoState:
         self._quota = QuotaWindows(settings.quota, settings.quota_reset)
         self._counters = _Counters()
         self._jobs: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._epoch = 0  # bumped by reset(), so requests admitted before it are not counted after it
         self._seed(settings.seed)
 
     def _seed(self, seed: int) -> None:
@@ -106,6 +107,7 @@ class DemoState:
             self._quota = QuotaWindows(settings.quota, settings.quota_reset)
             self._counters = _Counters()
             self._jobs = {}
+            self._epoch += 1
             self._seed(settings.seed)
         return settings
 
@@ -128,9 +130,13 @@ class DemoState:
 
     def admit(
         self, endpoint: str, path: str, authorization: str | None, idempotency_key: str | None
-    ) -> tuple[Rejection | None, float]:
-        """Count a /v1 request and decide its fate: (rejection or None, extra slow seconds)."""
+    ) -> tuple[Rejection | None, float, int]:
+        """Count a /v1 request and decide its fate.
+
+        Returns (rejection or None, extra seconds to be slow, epoch to hand to `finish`).
+        """
         with self.lock:
+            epoch = self._epoch
             c = self._counters
             c.requests += 1
             c.by_endpoint[endpoint] = c.by_endpoint.get(endpoint, 0) + 1
@@ -146,27 +152,32 @@ class DemoState:
             key = _bearer(authorization)
             if key is None or key not in settings.api_keys:
                 c.auth_rejected += 1
-                return (401, "invalid api key", None), 0.0
+                return (401, "invalid api key", None), 0.0, epoch
             c.auth_ok += 1
             now = self.clock()
             wait = self._limiter.acquire(key, now)
             if wait:
                 c.rate_limited += 1
-                return (429, "rate limited", wait), 0.0
+                return (429, "rate limited", wait), 0.0, epoch
             prefixes = settings.quota_endpoints
             if settings.quota is not None and (prefixes is None or path.startswith(prefixes)):
                 wait = self._quota.acquire(key, now)
                 if wait:
                     c.quota_exceeded += 1
-                    return (429, "daily quota exceeded", wait), 0.0
-            slow = settings.slow_latency if settings.slow_rate and self._slow_rng.random() < settings.slow_rate else 0.0
+                    return (429, "daily quota exceeded", wait), 0.0, epoch
+            slow = 0.0
+            if settings.slow_rate and self._slow_rng.random() < settings.slow_rate:
+                slow = settings.slow_latency
             if settings.fault_rate and self._fault_rng.random() < settings.fault_rate:
-                return (settings.fault_status, "service unavailable", settings.fault_retry_after), slow
-            return None, slow
+                fault = (settings.fault_status, "service unavailable", settings.fault_retry_after)
+                return fault, slow, epoch
+            return None, slow, epoch
 
-    def finish(self, status: int) -> bool:
+    def finish(self, status: int, epoch: int) -> bool:
         """Count a response's status; True when this 200 response should be malformed."""
         with self.lock:
+            if epoch != self._epoch:  # admitted before a reset: belongs to zeroed counters
+                return False
             c = self._counters
             c.by_status[status] = c.by_status.get(status, 0) + 1
             c.in_flight -= 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..keys import jsonable
 
 __all__ = ["Row", "output_columns"]
 
@@ -68,11 +67,3 @@ def output_columns(value: Any, play: str) -> dict[str, Any]:
     if isinstance(value, Mapping):
         return output_columns(dict(value), play)
     return {play: value}
-
-
-def memo_record(output: dict[str, Any]) -> dict[str, Any] | None:
-    """The row memo for an output, or ``None`` if some value cannot be stored as JSON."""
-    try:
-        return {"v": 1, "out": jsonable(output)}
-    except (TypeError, ValueError):
-        return None

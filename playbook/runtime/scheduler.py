@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pandas as pd
 
+from ..context import Context
 from ..errors import PlayDefinitionError, RunFatal
 from ..keys import memo_key, row_key
 from ..models import CallFinished, RowFinished, RowRequeued, RowStarted, RunFinished, RunStarted, Status
 from ..plays import Play
 from ..receipts import ReceiptStore
 from .options import RunOptions
-from .rows import Row, memo_record, output_columns
+from .rows import Row, output_columns
 from .state import RunState
 
 if TYPE_CHECKING:
@@ -196,13 +197,13 @@ class MapRun:
         for start in range(0, len(runnable), _MEMO_CHUNK):
             chunk = runnable[start : start + _MEMO_CHUNK]
             mkeys = ["m" + memo_key(fp, self.keys[p]) for p in chunk]  # type: ignore[arg-type]
-            found = self.store.lookup_many(mkeys)
+            found = self.store.memos(mkeys)
             for pos, mk in zip(chunk, mkeys):
                 memo = found.get(mk)
                 if memo is None:
                     rest.append(pos)
                 else:
-                    self._settle(pos, "reused", memo["out"], None, ran=False)
+                    self._settle(pos, "reused", memo, None, ran=False)
         return rest
 
     async def _worker(self) -> None:
@@ -211,12 +212,9 @@ class MapRun:
             await self._run_row(pending.popleft())
 
     async def _run_row(self, pos: int) -> None:
-        from ..context import Context
-
-        state = self.state
-        self.attempts[pos] += 1
-        ctx = Context(self, self.keys[pos], pos, self.attempts[pos])  # type: ignore[arg-type]
-        state.emit(RowStarted(pos))
+        attempt = self.attempts[pos] = self.attempts[pos] + 1
+        ctx = Context(self, self.keys[pos], pos, attempt)  # type: ignore[arg-type]
+        self.state.emit(RowStarted(pos))
         self._started.add(pos)
         try:
             value = await self.play.fn(Row(self._cols, self._vals[pos], self._labels[pos]), ctx)
@@ -236,18 +234,16 @@ class MapRun:
                 self.stop()
         else:
             self._settle(pos, "ok", output, None)
-            memo = memo_record(output)
-            if memo is not None:
-                self.store.add_memo("m" + memo_key(self.play.fingerprint, self.keys[pos]), memo, self.play.name)  # type: ignore[arg-type]
+            self.store.add_memo("m" + memo_key(self.play.fingerprint, self.keys[pos]), output, self.play.name)  # type: ignore[operator]
 
     def _settle(self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, *, ran: bool = True) -> None:
         self._started.discard(pos)
-        group = [pos, *self._copies.get(pos, ())]
-        for p in group:
+        copies = self._copies.get(pos)
+        for p in (pos, *copies) if copies else (pos,):
             self.status[p] = status
             self.outputs[p] = output
             self.errors[p] = error
-        self.state.emit(RowFinished(pos, status, error, len(group), ran))
+        self.state.emit(RowFinished(pos, status, error, 1 + len(copies) if copies else 1, ran))
 
     def _settle_unfinished(self, positions: list[int]) -> None:
         why = "not run: " + (str(self.fatal).split("\n")[0] if self.fatal is not None else "the run was stopped")

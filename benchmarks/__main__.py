@@ -1,0 +1,28 @@
+"""``make bench``: run every benchmark and print one table of ratios."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import b1_replay, b2_dispatch
+from .harness import table
+
+CASES = {"b1": b1_replay.run, "b2": b2_dispatch.run}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("cases", nargs="*", choices=[*CASES, []], default=list(CASES), help="which cases (default: all)")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    results = []
+    for name in args.cases or CASES:
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        results.extend(CASES[name](repeats=args.repeats))
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""B1: replaying a finished job from disk.
+
+- receipts replay: 20,000 rows whose row memos miss (a new play version) and whose one tool
+  call each hits its receipt; the row memos are written as they finish.
+- row-memo replay: the same 20,000 rows, every row memo hits.
+
+Baseline: raw ``diskcache.Cache(disk=JSONDisk).get`` of 20,000 keys, the store the design names
+("diskcache with JSON serialisation").  A second, stricter floor is printed too: ``get`` of JSON
+*text* under str keys plus ``json.loads`` (what playbook's own store does underneath).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import tempfile
+
+import diskcache
+import pandas as pd
+
+import playbook as pb
+
+from .harness import Result, compare, timed
+
+ROWS = 20_000
+
+
+def run(repeats: int = 3) -> list[Result]:
+    workdir = tempfile.mkdtemp(prefix="pb-b1-")
+    store = pb.ReceiptStore(workdir + "/store")
+
+    @pb.tool(name="lookup")
+    async def lookup(n: int) -> dict:
+        return {"n": n, "label": f"item-{n}"}
+
+    async def replay(row, ctx):
+        return {"v": await ctx.tool(lookup, n=row.n)}
+
+    frame = pd.DataFrame({"n": range(ROWS), "name": [f"row {i}" for i in range(ROWS)]})
+    versions = itertools.count()
+    frame.play.map(pb.play(replay, name="replay", version=str(next(versions))), store=store, progress=False)
+    memo_play = pb.play(replay, name="replay", version="memo")
+    frame.play.map(memo_play, store=store, progress=False)
+
+    def receipts_replay() -> int:
+        fresh = pb.play(replay, name="replay", version=str(next(versions)))
+        out = frame.play.map(fresh, store=store, progress=False, concurrency=16)
+        assert pb.last_run().stats.calls_reused == ROWS and pb.last_run().stats.calls_executed == 0
+        return len(out)
+
+    def memo_replay() -> int:
+        out = frame.play.map(memo_play, store=store, progress=False)
+        assert pb.last_run().stats.reused == ROWS
+        return len(out)
+
+    # The baselines hold the very receipts the replay reads, under the same keys.
+    records = {key: store.lookup(key) for key in store._cache.iterkeys() if key.startswith("r")}
+    assert len(records) == ROWS
+    keys = list(records)
+    random.Random(0).shuffle(keys)
+    json_cache = diskcache.Cache(workdir + "/jsondisk", disk=diskcache.JSONDisk)
+    text_cache = diskcache.Cache(workdir + "/text")
+    with json_cache.transact(), text_cache.transact():
+        for k in keys:
+            json_cache.set(k, records[k])
+            text_cache.set(k, json.dumps(records[k]))
+
+    def raw_json_gets() -> int:
+        get = json_cache.get
+        for k in keys:
+            get(k)
+        return len(keys)
+
+    def raw_text_gets() -> int:
+        get, loads = text_cache.get, json.loads
+        for k in keys:
+            loads(get(k))
+        return len(keys)
+
+    results = [
+        compare("B1 receipts replay (20k rows)", lambda: timed(receipts_replay), lambda: timed(raw_json_gets),
+                unit="/s", baseline_name="diskcache JSONDisk get", target=0.5, repeats=repeats),
+        compare("B1 row-memo replay (20k rows)", lambda: timed(memo_replay), lambda: timed(raw_json_gets),
+                unit="/s", baseline_name="diskcache JSONDisk get", target=0.8, repeats=repeats),
+        compare("B1 receipts replay vs text floor", lambda: timed(receipts_replay), lambda: timed(raw_text_gets),
+                unit="/s", baseline_name="diskcache str get + json.loads", target=0.0, repeats=repeats),
+        compare("B1 row-memo replay vs text floor", lambda: timed(memo_replay), lambda: timed(raw_text_gets),
+                unit="/s", baseline_name="diskcache str get + json.loads", target=0.0, repeats=repeats),
+    ]  # fmt: skip
+    store.close()
+    return results

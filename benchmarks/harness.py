@@ -1,0 +1,94 @@
+"""A small harness: alternate a case and its baseline, keep the median of each, print ratios.
+
+Absolute numbers on a shared 2-core machine wander; a ratio of two medians measured in the
+same run, interleaved, does not wander much.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import httpx
+
+
+@dataclass
+class Result:
+    name: str
+    unit: str
+    ours: float
+    baseline: float
+    baseline_name: str
+    target: float  # minimum ratio ours / baseline
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.baseline if self.baseline else float("nan")
+
+    @property
+    def ok(self) -> bool:
+        return self.ratio >= self.target
+
+
+def compare(
+    name: str,
+    ours: Callable[[], float],
+    baseline: Callable[[], float],
+    *,
+    unit: str,
+    baseline_name: str,
+    target: float,
+    repeats: int = 3,
+) -> Result:
+    """Run baseline and ours alternately ``repeats`` times; each returns a rate (higher is better)."""
+    mine, theirs = [], []
+    for _ in range(repeats):
+        theirs.append(baseline())
+        mine.append(ours())
+    return Result(name, unit, statistics.median(mine), statistics.median(theirs), baseline_name, target)
+
+
+def table(results: list[Result]) -> str:
+    head = f"{'case':<34} {'ours':>12} {'baseline':>12} {'ratio':>7} {'target':>7}  {'':4} baseline is"
+    lines = [head, "-" * len(head)]
+    for r in results:
+        lines.append(
+            f"{r.name:<34} {r.ours:>10,.0f}{r.unit:>2} {r.baseline:>10,.0f}{r.unit:>2} {r.ratio:>7.2f} "
+            f"{'>=' + format(r.target, '.2f'):>7}  {'ok' if r.ok else 'LOW':4} {r.baseline_name}"
+        )
+    return "\n".join(lines)
+
+
+def timed(fn: Callable[[], int]) -> float:
+    """Items per second for ``fn``, which returns how many items it processed."""
+    start = time.perf_counter()
+    count = fn()
+    return count / (time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def demo_process(*args: str) -> Iterator[str]:
+    """The demo provider in its own process (so it does not share our GIL); yields its URL."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "playbook.demo", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if "listening on" not in line:
+            raise RuntimeError(f"the demo provider did not start: {line!r}")
+        url = line.rsplit(" ", 1)[-1].strip()
+        httpx.get(url + "/_health", timeout=5).raise_for_status()
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
