@@ -103,7 +103,7 @@ class Context:
                 "cost": tool.cost,
                 "at": run.store_clock(),
             }
-            store.write(key, record, tag=tool.name)
+            await store.commit(key, record, tag=tool.name)
         finally:
             if store.inflight.get(key) is done:
                 del store.inflight[key]

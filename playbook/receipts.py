@@ -119,6 +119,7 @@ class ReceiptStore:
         self._pending_memos: list[tuple[str, str, str]] = []
         self._flushed = time.monotonic()
         self._local = threading.local()  # one read cursor per thread (and per process after a fork)
+        self._writes: list[tuple[str, dict[str, Any], str, asyncio.Future[None]]] = []
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
 
     def __repr__(self) -> str:
@@ -154,6 +155,36 @@ class ReceiptStore:
             self._cache.set(key, record, tag=tag)
         except sqlite3.Error as exc:
             raise ReceiptError(f"cannot write to the receipt store at {self.path}: {exc}") from None
+
+    async def commit(self, key: str, record: dict[str, Any], tag: str) -> None:
+        """Write one record durably; returns once it is committed.
+
+        Receipts written in the same turn of the event loop share one transaction (group
+        commit): each row still waits for its own receipt to be on disk, but a burst of 64
+        finishing calls costs one commit instead of 64.
+        """
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        self._writes.append((key, record, tag, done))
+        if len(self._writes) == 1:
+            loop.call_soon(self._commit_writes)
+        await done
+
+    def _commit_writes(self) -> None:
+        writes, self._writes = self._writes, []
+        try:
+            with self._cache.transact():
+                for key, record, tag, _ in writes:
+                    self._cache.set(key, record, tag=tag)
+        except (sqlite3.Error, ReceiptError) as exc:
+            error = ReceiptError(f"cannot write to the receipt store at {self.path}: {exc}")
+            for *_, done in writes:
+                if not done.done():
+                    done.set_exception(error)
+            return
+        for *_, done in writes:
+            if not done.done():  # a row cancelled while waiting: its receipt is written anyway
+                done.set_result(None)
 
     # -- row memos (buffered: losing one only means a row replays against its receipts) --
 

@@ -166,3 +166,20 @@ def test_receipts_stats_and_clear(store: pb.ReceiptStore) -> None:
     assert store.stats()["by_tool"] == {"lookup": 3}
     store.clear()
     assert store.stats()["receipts"] == 0
+
+
+def test_receipt_is_committed_before_the_row_continues(store: pb.ReceiptStore) -> None:
+    """When ctx.tool returns, its receipt is already visible to another connection."""
+    lookup = _counting_tool([])
+    seen: list[bool] = []
+
+    @pb.play
+    async def check(row, ctx):
+        await ctx.tool(lookup, q=row.q)
+        other = sqlite3.connect(store.path / "cache.db")
+        (count,) = other.execute("SELECT COUNT(*) FROM Cache WHERE tag = 'lookup' AND value LIKE ?", (f'%"in":{{"q":"{row.q}"}}%',)).fetchone()
+        other.close()
+        seen.append(count == 1)
+
+    pd.DataFrame({"q": [f"k{i}" for i in range(40)]}).play.map(check, store=store, progress=False, concurrency=20)
+    assert seen == [True] * 40
