@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -312,13 +315,29 @@ def test_play_must_be_async() -> None:
         pb.play(not_async)
 
 
-def test_map_inside_a_running_loop(store: pb.ReceiptStore) -> None:
-    """The blocking map() works when called from code already running in an event loop."""
+def test_map_inside_a_running_loop(tmp_path) -> None:
+    """The blocking map() works when called from code already running in an event loop.
 
-    async def notebook_cell() -> list:
-        return pd.DataFrame({"n": [1, 2]}).play.map(doubled, store=store, progress=False)["double"].tolist()
+    Runs in a fresh interpreter, as in a kernel: nest-asyncio patches asyncio process-wide.
+    """
+    script = f"""
+import asyncio, pandas as pd, playbook as pb
 
-    assert asyncio.run(notebook_cell()) == [2, 4]
+@pb.play
+async def doubled(row, ctx):
+    return {{"double": row.n * 2}}
+
+async def notebook_cell():
+    first = pd.DataFrame({{"n": [1, 2]}}).play.map(doubled, progress=False)
+    again = pd.DataFrame({{"n": [1, 2]}}).play.map(doubled, progress=False)
+    return first["double"].tolist(), again["play_status"].tolist()
+
+print(asyncio.run(notebook_cell()))
+"""
+    env = {**os.environ, "PLAYBOOK_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "([2, 4], ['reused', 'reused'])"
 
 
 def test_amap_and_background_run(store: pb.ReceiptStore) -> None:
