@@ -56,6 +56,6 @@ class PlayAccessor:
         opts = RunOptions.parse(options)
         the_play = as_play(play)
         if isinstance(play, Tool):
-            check_columns(self._frame, the_play, play)
+            check_columns(self._frame, play)
         opts.key_columns(self._frame)
         return start(self._frame, the_play, opts)

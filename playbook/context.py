@@ -8,6 +8,7 @@ receipts and a forced call is forced once per run, not once per replay.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 from .errors import PlaybookError, ToolError
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from .runtime.scheduler import MapRun
 
 __all__ = ["Context"]
+
+_logger = logging.getLogger("playbook")
 
 
 class Context:
@@ -42,10 +45,12 @@ class Context:
         return f"<Context row={self.position} key={self.row_key[:8]} attempt={self.attempt} run={self.run_id}>"
 
     def log(self, msg: Any) -> None:
-        """Attach a message to this row (shown with its outcome)."""
+        """Note a message for this row: kept on the context and sent to the ``playbook`` logger."""
         if self.logs is None:
             self.logs = []
-        self.logs.append(str(msg))
+        text = str(msg)
+        self.logs.append(text)
+        _logger.info("%s row %s: %s", self._run.play.name, self._run.label(self.position), text)
 
     async def tool(self, tool: Tool, input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, **kwargs: Any) -> Any:
         """Call ``tool``: its receipt if one exists, else dispatch through its provider."""
@@ -83,7 +88,10 @@ class Context:
         try:
             run.reserve(tool)
             try:
-                output, miss = await (tool.provider.dispatch(send) if tool.provider is not None else send())
+                if tool.batch_size is not None:
+                    output, miss = await run.batcher(tool).call(normal)
+                else:
+                    output, miss = await (tool.provider.dispatch(send) if tool.provider is not None else send())
             except BaseException:
                 run.refund(tool)
                 raise
@@ -111,7 +119,12 @@ class Context:
         return stored
 
 
-def _normal_input(tool: Tool, values: dict[str, Any]) -> dict[str, Any]:
+def _normal_input(tool: Tool, values: Any) -> Any:
+    if not isinstance(values, dict):  # a batch tool's single input
+        try:
+            return jsonable(values)
+        except (TypeError, ValueError) as exc:
+            raise ToolError(f"tool {tool.name!r}: input {_short(values)} cannot be part of a receipt key ({exc})", tool=tool.name) from None
     normal = {}
     for name, value in values.items():
         try:

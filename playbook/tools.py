@@ -17,15 +17,14 @@ import os
 import re
 import string
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from .errors import PlayDefinitionError, RunFatal, ToolError
+from .providers import Provider
 
-if TYPE_CHECKING:
-    from .providers import Provider
 
 __all__ = ["NO_INPUT", "CallEnv", "HttpTool", "Secret", "Tool", "http_tool", "secret", "tool"]
 
@@ -111,8 +110,6 @@ class Tool:
             raise PlayDefinitionError(f"tool {name!r}: cost must be a number >= 0, not {cost!r}")
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise PlayDefinitionError(f"tool {name!r}: batch_size must be a whole number >= 1, not {batch_size!r}")
-        from .providers import Provider
-
         if provider is not None and not isinstance(provider, Provider):
             raise PlayDefinitionError(f"tool {name!r}: provider must be a pb.Provider, not {type(provider).__name__}")
         self.name = name
@@ -133,8 +130,17 @@ class Tool:
         via = f", provider={self.provider.name!r}" if self.provider is not None else ""
         return f"<Tool {self.name!r} v{self.version}({', '.join(self.params)}){via}>"
 
-    def bind(self, input: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """The call's input as ``{param: value}``, from a positional input and/or keywords."""
+    def bind(self, input: Any, kwargs: Mapping[str, Any]) -> Any:
+        """The call's input as ``{param: value}``, from a positional input and/or keywords.
+
+        A batch tool's input is one item of its list: the positional input, or the keywords.
+        """
+        if self.batch_size is not None:
+            if input is NO_INPUT:
+                return dict(kwargs)
+            if kwargs:
+                raise ToolError(f"batch tool {self.name!r}: pass one input, or keywords, not both", tool=self.name)
+            return input
         if input is NO_INPUT and len(kwargs) == len(self.params) and all(p in kwargs for p in self.params):
             return dict(kwargs)  # the common case, checked in one pass
         one = self.params[0] if len(self.params) == 1 else None
@@ -171,6 +177,16 @@ class Tool:
             out = await asyncio.to_thread(functools.partial(fn, **inputs))
         return out, out is None
 
+    async def invoke_batch(self, items: list[Any]) -> list[Any]:
+        """Run a batch tool on a list of inputs; returns one output (or exception) per input."""
+        fn = self.fn
+        assert fn is not None
+        outs = await fn(items) if self._is_async else await asyncio.to_thread(fn, items)
+        if not isinstance(outs, (list, tuple)) or len(outs) != len(items):
+            got = f"{len(outs)} outputs" if isinstance(outs, (list, tuple)) else f"a {type(outs).__name__}"
+            raise ToolError(f"batch tool {self.name!r} returned {got} for {len(items)} inputs; it must return a list, one output per input", tool=self.name)
+        return list(outs)
+
 
 class CallEnv:
     """What a tool needs from the run to make one call."""
@@ -200,6 +216,10 @@ def tool(
         if not callable(f):
             raise PlayDefinitionError(f"@tool needs a function, not {type(f).__name__}")
         sig = inspect.signature(f)
+        if batch_size is not None:
+            if len(sig.parameters) != 1:
+                raise PlayDefinitionError(f"batch tool {f.__name__!r} must take one parameter: the list of inputs")
+            return Tool(name or f.__name__, params=(), fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size)
         params = []
         for p in sig.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):

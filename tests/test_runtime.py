@@ -421,3 +421,16 @@ def test_failed_call_lets_the_waiting_row_try(store: pb.ReceiptStore) -> None:
 
     out = pd.DataFrame({"person": ["a", "b"]}).play.map(play, store=store, progress=False, concurrency=2)
     assert sorted(out["play_status"]) == ["failed", "ok"] and len(calls) == 2
+
+
+def test_ctx_log_names_the_row(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture) -> None:
+    """ctx.log sends the message to the 'playbook' logger with the play and the row's label."""
+    caplog.set_level("INFO", logger="playbook")
+
+    @pb.play
+    async def chatty(row, ctx):
+        ctx.log(f"looking at {row.n}")
+        return {"n": row.n}
+
+    pd.DataFrame({"n": [7]}, index=["lead-7"]).play.map(chatty, store=store, progress=False)
+    assert "chatty row lead-7: looking at 7" in caplog.text

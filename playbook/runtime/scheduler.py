@@ -22,6 +22,7 @@ from ..keys import memo_key, row_key
 from ..models import CallFinished, RowFinished, RowRequeued, RowStarted, RunFinished, RunStarted, Status
 from ..plays import Play
 from ..receipts import ReceiptStore
+from .batching import Batcher
 from .options import RunOptions
 from .rows import Row, output_columns
 from .state import RunState
@@ -74,6 +75,7 @@ class MapRun:
         self._stopping = False
         self._labels: list[Any] = []
         self._started: set[int] = set()  # rows running now
+        self._batchers: dict[str, Batcher] = {}
 
     # -- what ctx.tool needs -----------------------------------------------------------
 
@@ -88,6 +90,17 @@ class MapRun:
         if self._client is None:
             self._client = _default_client(self.opts.concurrency)
         return self._client
+
+    def batcher(self, tool: Tool) -> Batcher:
+        """The batcher that coalesces this run's calls to a batch tool."""
+        found = self._batchers.get(tool.name)
+        if found is None:
+            found = self._batchers[tool.name] = Batcher(tool)
+        return found
+
+    def label(self, pos: int) -> Any:
+        """The index label of the row at ``pos``."""
+        return self._labels[pos]
 
     def call_reused(self, tool: Tool) -> None:
         self.state.emit(CallFinished(tool.name, _provider(tool), True, tool.cost))
@@ -145,7 +158,7 @@ class MapRun:
         if self.fatal is not None:
             raise self.fatal
 
-    def stop(self, reason: str = "stopped") -> None:
+    def stop(self) -> None:
         """Finish the rows in flight as skipped and start no more."""
         self._stopping = True
         self._pending.clear()
@@ -285,8 +298,13 @@ def _default_client(concurrency: int) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=AiohttpTransport(limits=limits))
 
 
-def check_columns(frame: pd.DataFrame, play: Play, tool: Any) -> None:
+def check_columns(frame: pd.DataFrame, tool: Any) -> None:
     """A tool mapped directly needs a column per parameter."""
+    if tool.batch_size is not None:
+        raise PlayDefinitionError(
+            f"batch tool {tool.name!r} takes free-form inputs, so it cannot bind them from columns: "
+            f"call it from a play, e.g. await ctx.tool({tool.name}, domain=row.domain)"
+        )
     missing = [p for p in tool.params if p not in frame.columns]
     if missing:
         raise PlayDefinitionError(

@@ -1,0 +1,78 @@
+"""Coalescing calls to a batch tool across rows.
+
+Rows call a batch tool one input at a time; calls that miss their receipts wait here until
+``batch_size`` of them have gathered or a short linger passes, then go out as one call (one
+provider slot, one request).  Each member gets its own output, or its own exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..tools import Tool
+
+__all__ = ["Batcher"]
+
+LINGER = 0.005  # seconds a partial batch waits for more members
+
+
+class Batcher:
+    """One per batch tool per run."""
+
+    __slots__ = ("tool", "_pending", "_timer", "_tasks")
+
+    def __init__(self, tool: Tool) -> None:
+        self.tool = tool
+        self._pending: list[tuple[Any, asyncio.Future[tuple[Any, bool]]]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:
+        return f"<Batcher {self.tool.name!r} size={self.tool.batch_size} waiting={len(self._pending)} sending={len(self._tasks)}>"
+
+    async def call(self, item: Any) -> tuple[Any, bool]:
+        """``(output, miss)`` for one input, sent with whatever else is waiting."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[tuple[Any, bool]] = loop.create_future()
+        self._pending.append((item, done))
+        if len(self._pending) >= (self.tool.batch_size or 1):
+            self._flush()
+        elif self._timer is None:
+            self._timer = loop.call_later(LINGER, self._flush)
+        return await done
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._pending = self._pending, []
+        batch = [(item, done) for item, done in batch if not done.done()]  # drop cancelled rows
+        if batch:
+            task = asyncio.ensure_future(self._send(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[tuple[Any, asyncio.Future[tuple[Any, bool]]]]) -> None:
+        tool = self.tool
+        items = [item for item, _ in batch]
+
+        async def send() -> list[Any]:
+            return await tool.invoke_batch(items)
+
+        try:
+            outs = await (tool.provider.dispatch(send) if tool.provider is not None else send())
+        except BaseException as exc:  # every member shares the batch's fate
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, done), out in zip(batch, outs):
+            if done.done():
+                continue
+            if isinstance(out, BaseException):
+                done.set_exception(out)  # one member's failure is that member's outcome
+            else:
+                done.set_result((out, out is None))
