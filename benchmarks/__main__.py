@@ -13,9 +13,12 @@ CASES = {"b1": b1_replay.run, "b2": b2_dispatch.run}
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("cases", nargs="*", choices=[*CASES, []], default=list(CASES), help="which cases (default: all)")
+    parser.add_argument("cases", nargs="*", metavar="CASE", help=f"which of {', '.join(CASES)} (default: all)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case {unknown[0]!r}; cases are {', '.join(CASES)}")
     results = []
     for name in args.cases or CASES:
         print(f"running {name} ...", file=sys.stderr, flush=True)

@@ -241,7 +241,10 @@ class HttpTool(Tool):
     async def invoke(self, inputs: dict[str, Any], call: CallEnv) -> tuple[Any, bool]:
         secret_value = self.secret.reveal() if self.secret is not None else None
         values = {**inputs, "secret": secret_value}
-        url = _fill_url(self.url, values)
+        try:
+            url = _fill_url(self.url, values) if "{" in self.url else self.url
+        except KeyError as exc:
+            raise ToolError(f"tool {self.name!r}: input {exc.args[0]!r} is None, but the URL needs a value", tool=self.name) from None
         headers = {k: str(_fill(v, values)) for k, v in self.headers.items()}
         headers["Idempotency-Key"] = call.idempotency_key
         query = {k: v for k, v in ((k, _fill(v, values)) for k, v in self.query.items()) if v is not None}
@@ -382,7 +385,8 @@ def _fill(template: Any, values: Mapping[str, Any]) -> Any:
 
 
 def _fill_url(template: str, values: Mapping[str, Any]) -> str:
-    return template.format_map({k: quote(str(v), safe="") for k, v in values.items() if v is not None})
+    """Fill URL placeholders, each value quoted as one path segment."""
+    return template.format_map({k: quote(str(v), safe="") for k, v in values.items() if v is not None and "{" + k in template})
 
 
 def _pick(data: Any, path: str) -> Any:

@@ -221,3 +221,12 @@ def test_http_tool_definition_errors(kwargs: dict, match: str) -> None:
     """A wrong http_tool definition is refused at once, naming the option."""
     with pytest.raises(pb.PlayDefinitionError, match=match):
         pb.http_tool("t", **kwargs)
+
+
+def test_none_in_a_url_placeholder_is_a_row_error(store) -> None:
+    """A None value for a URL path placeholder fails the row, naming the input."""
+    tool = pb.http_tool("path.tool", method="GET", url="https://api.example/{kind}/x",
+                        client=httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(200, json={}))))  # fmt: skip
+    out = pd.DataFrame({"kind": [None, "a"]}).play.map(tool, store=store, progress=False)
+    assert out["play_status"].tolist() == ["failed", "ok"]
+    assert "input 'kind' is None" in out["play_error"].iloc[0]
