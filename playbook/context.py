@@ -83,7 +83,7 @@ class Context:
             # The same call is in flight for another row: wait for its receipt, don't pay twice.
             await asyncio.wait((pending,))
         idem = digest(f"{key}\x1f{run.run_id}\x1f{logical}") if force else key
-        send = _sender(tool, values, CallEnv(run.http_client, idem))
+        send = _sender(tool, normal if tool.json_input else values, CallEnv(run.http_client, idem))
         done = store.inflight[key] = asyncio.get_running_loop().create_future()
         try:
             run.reserve(tool)

@@ -93,6 +93,8 @@ class Tool:
 
     __slots__ = ("name", "version", "provider", "cost", "batch_size", "params", "fn", "_is_async")
 
+    json_input = False  # Python tools get the values as given; HTTP tools their JSON form
+
     def __init__(
         self,
         name: str,
@@ -237,6 +239,8 @@ class HttpTool(Tool):
     """A tool that is one HTTP request: templated URL, query, JSON body and headers."""
 
     __slots__ = ("method", "url", "query", "body", "headers", "pick", "miss_status", "secret", "timeout", "client")
+
+    json_input = True  # NaN and NA arrive as None, numpy numbers as numbers, times as ISO text
 
     async def invoke(self, inputs: dict[str, Any], call: CallEnv) -> tuple[Any, bool]:
         secret_value = self.secret.reveal() if self.secret is not None else None
