@@ -23,9 +23,22 @@ AUTH = {"Authorization": f"Bearer {DEMO_KEY}"}
 ROOT = Path(__file__).resolve().parents[1]
 
 
+class FrozenClock:
+    """Monotonic seconds that move only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CLOCK = FrozenClock()
+
+
 @pytest.fixture(scope="module")
 def server():
-    with demo.serve() as running:
+    with demo.serve(clock=CLOCK) as running:
         yield running
 
 
@@ -192,7 +205,9 @@ def test_rate_limit_is_per_key_and_refills(provider):
             return _email(http, Authorization=f"Bearer {key}").status_code
 
         assert [call("key-a"), call("key-a"), call("key-b")] == [200, 429, 200]
-        time.sleep(0.55)
+        CLOCK.now += 0.4
+        assert call("key-a") == 429
+        CLOCK.now += 0.15
         assert call("key-a") == 200
 
 
@@ -268,18 +283,19 @@ def test_malformed_rate_breaks_200_bodies(provider, client):
 def test_job_runs_then_is_done_after_job_seconds(provider, client):
     """A submitted job is running until job_seconds pass, then done with its result."""
     provider.reset(job_seconds=0.3)
-    submitted_at = time.monotonic()
     submitted = client.post("/v1/jobs", json={"domain": "acme-robotics.com"})
     assert submitted.status_code == 202 and submitted.json()["status"] == "queued"
     job_id = submitted.json()["job_id"]
     assert client.get(f"/v1/jobs/{job_id}").json() == {"job_id": job_id, "status": "running"}
-    time.sleep(max(0.0, submitted_at + 0.35 - time.monotonic()))
+    CLOCK.now += 0.29
+    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
+    CLOCK.now += 0.02
     done = client.get(f"/v1/jobs/{job_id}").json()
     profile = client.get("/v1/company", params={"domain": "acme-robotics.com"}).json()
     assert done == {"job_id": job_id, "status": "done", "result": profile}
     assert client.get("/v1/jobs/job_999999").status_code == 404
     stats = provider.stats()
-    assert stats["jobs_submitted"] == 1 and stats["by_endpoint"]["GET /v1/jobs/{job_id}"] == 3
+    assert stats["jobs_submitted"] == 1 and stats["by_endpoint"]["GET /v1/jobs/{job_id}"] == 4
 
 
 def _chat(client, content, model="demo-mini"):

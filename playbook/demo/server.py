@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -22,7 +23,7 @@ _START_TIMEOUT = 10.0
 _STOP_TIMEOUT = 5.0
 
 
-def serve(port: int = 0, host: str = "127.0.0.1", **settings: Any) -> DemoServer:
+def serve(port: int = 0, host: str = "127.0.0.1", *, clock: Callable[[], float] | None = None, **settings: Any) -> DemoServer:
     """Start the demo provider and return its handle once it accepts connections.
 
     `settings` are `DemoSettings` fields (rps=..., quota=..., fault_rate=..., ...).
@@ -35,7 +36,7 @@ def serve(port: int = 0, host: str = "127.0.0.1", **settings: Any) -> DemoServer
         raise ImportError(
             f'the demo provider needs starlette and uvicorn ({exc.name} is missing): pip install "playbook[demo]"'
         ) from exc
-    server = DemoServer(DemoSettings.from_kwargs(**settings), host=host, port=port)
+    server = DemoServer(DemoSettings.from_kwargs(**settings), host=host, port=port, clock=clock)
     server._start()
     return server
 
@@ -43,10 +44,14 @@ def serve(port: int = 0, host: str = "127.0.0.1", **settings: Any) -> DemoServer
 class DemoServer:
     """Handle on a running demo provider: its URL, counters and knobs."""
 
-    def __init__(self, settings: DemoSettings, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, settings: DemoSettings, *, host: str = "127.0.0.1", port: int = 0, clock: Callable[[], float] | None = None
+    ) -> None:
         self.host = host
         self.port = port
-        self._state = DemoState(settings)
+        # An injected clock (monotonic seconds) drives rate buckets, quotas and jobs: tests
+        # use a frozen one so limits do not depend on how fast a loaded machine runs.
+        self._state = DemoState(settings, clock=clock or time.monotonic)
         self._server: Any = None  # uvicorn.Server, typed loosely to keep uvicorn a lazy import
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
