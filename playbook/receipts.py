@@ -38,6 +38,7 @@ __all__ = ["MISSING", "ReceiptStore", "default_store"]
 FORMAT = 1
 _FORMAT_KEY = "playbook/format"
 _MEMO = "playbook_memo"
+_MODE_RAW = diskcache.core.MODE_RAW
 _LOOKUP = "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1"
 
 
@@ -142,7 +143,14 @@ class ReceiptStore:
             raise ReceiptError(f"cannot read the receipt store at {self.path}: {exc}") from None
         if found is None:
             return MISSING
-        record = self._cache._disk.fetch(found[0], found[1], found[2], False)
+        mode, filename, value = found
+        if mode == _MODE_RAW and type(value) is str:
+            try:
+                record = json.loads(value)
+            except ValueError:
+                raise ReceiptError(f"receipt {key} in {self.path} is corrupted (not JSON)") from None
+        else:  # a large receipt kept in a file, or something playbook did not write
+            record = self._cache._disk.fetch(mode, filename, value, False)
         if type(record) is not dict or record.get("v") != FORMAT:
             raise ReceiptError(f"receipt {key} in {self.path} is not a format-{FORMAT} receipt")
         if ttl is not None and self._clock() - record["at"] > ttl:

@@ -91,7 +91,7 @@ def secret(env_var: str, default: str | None = None) -> Secret:
 class Tool:
     """A named, versioned, cached callable.  Create with :func:`tool` or :func:`http_tool`."""
 
-    __slots__ = ("name", "version", "provider", "cost", "batch_size", "params", "fn", "_is_async")
+    __slots__ = ("name", "version", "provider", "cost", "batch_size", "params", "fn", "_is_async", "_param_set")
 
     json_input = False  # Python tools get the values as given; HTTP tools their JSON form
 
@@ -120,6 +120,7 @@ class Tool:
         self.cost = float(cost)
         self.batch_size = batch_size
         self.params = tuple(params)
+        self._param_set = frozenset(self.params)
         self.fn = fn
         self._is_async = fn is not None and inspect.iscoroutinefunction(fn)
 
@@ -143,8 +144,8 @@ class Tool:
             if kwargs:
                 raise ToolError(f"batch tool {self.name!r}: pass one input, or keywords, not both", tool=self.name)
             return input
-        if input is NO_INPUT and len(kwargs) == len(self.params) and all(p in kwargs for p in self.params):
-            return dict(kwargs)  # the common case, checked in one pass
+        if input is NO_INPUT and kwargs.keys() == self._param_set:
+            return dict(kwargs)  # the common case, checked in one comparison
         one = self.params[0] if len(self.params) == 1 else None
         if input is NO_INPUT:
             values = dict(kwargs)

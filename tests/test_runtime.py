@@ -435,3 +435,22 @@ def test_ctx_log_names_the_row(store: pb.ReceiptStore, caplog: pytest.LogCapture
 
     pd.DataFrame({"n": [7]}, index=["lead-7"]).play.map(chatty, store=store, progress=False)
     assert "chatty row lead-7: looking at 7" in caplog.text
+
+
+def test_output_without_json_form_is_ok_but_not_memoised(store: pb.ReceiptStore) -> None:
+    """A row whose output has no JSON form is ok in the result and simply runs again next time."""
+    runs: list = []
+
+    class Blob:
+        pass
+
+    @pb.play
+    async def opaque(row, ctx):
+        runs.append(row.n)
+        return {"blob": Blob()}
+
+    frame = pd.DataFrame({"n": [1]})
+    first = frame.play.map(opaque, store=store, progress=False)
+    again = frame.play.map(opaque, store=store, progress=False)
+    assert first["play_status"].tolist() == again["play_status"].tolist() == ["ok"]
+    assert runs == [1, 1] and isinstance(again["blob"].iloc[0], Blob)

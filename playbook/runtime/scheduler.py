@@ -76,6 +76,7 @@ class MapRun:
         self._labels: list[Any] = []
         self._started: set[int] = set()  # rows running now
         self._batchers: dict[str, Batcher] = {}
+        self._memo_keys: dict[int, str] = {}  # computed while checking for memos, used on success
 
     # -- what ctx.tool needs -----------------------------------------------------------
 
@@ -214,6 +215,7 @@ class MapRun:
             for pos, mk in zip(chunk, mkeys):
                 memo = found.get(mk)
                 if memo is None:
+                    self._memo_keys[pos] = mk
                     rest.append(pos)
                 else:
                     self._settle(pos, "reused", memo, None, ran=False)
@@ -247,7 +249,8 @@ class MapRun:
                 self.stop()
         else:
             self._settle(pos, "ok", output, None)
-            self.store.add_memo("m" + memo_key(self.play.fingerprint, self.keys[pos]), output, self.play.name)  # type: ignore[operator]
+            mk = self._memo_keys.pop(pos, None) or "m" + memo_key(self.play.fingerprint, self.keys[pos])  # type: ignore[arg-type]
+            self.store.add_memo(mk, output, self.play.name)
 
     def _settle(self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, *, ran: bool = True) -> None:
         self._started.discard(pos)
