@@ -1,6 +1,6 @@
 """Records that cross a boundary: receipts on disk, run statistics, holds, row outcomes, events.
 
-Persisted and user-facing records are pydantic models (validated, documented fields).  Events are
+Persisted and user-facing records (receipts, run statistics, holds) are pydantic models (validated, documented fields).  Events are
 named tuples instead: the runtime emits several per row and a view only reads them, so they must
 be immutable and cheap (a tuple costs a fifth of a frozen dataclass) rather than validated.
 """
@@ -17,7 +17,6 @@ __all__ = [
     "ProviderHold",
     "Receipt",
     "RowFinished",
-    "RowOutcome",
     "RowRequeued",
     "RowStarted",
     "RunFinished",
@@ -77,18 +76,6 @@ class ProviderHold(BaseModel):
     until: float
     waiting_rows: int
     last_status: int | None = None
-
-
-class RowOutcome(BaseModel):
-    """How one input row ended: its status, its output columns and the error message if any."""
-
-    model_config = ConfigDict(frozen=True)
-
-    position: int
-    row_key: str
-    status: Status
-    output: dict[str, Any] | None = None
-    error: str | None = None
 
 
 class RunStarted(NamedTuple):

@@ -157,13 +157,6 @@ class ReceiptStore:
             return MISSING
         return record
 
-    def write(self, key: str, record: dict[str, Any], tag: str) -> None:
-        """Write one record durably (committed before this returns)."""
-        try:
-            self._cache.set(key, record, tag=tag)
-        except sqlite3.Error as exc:
-            raise ReceiptError(f"cannot write to the receipt store at {self.path}: {exc}") from None
-
     async def commit(self, key: str, record: dict[str, Any], tag: str) -> None:
         """Write one record durably; returns once it is committed.
 
@@ -212,20 +205,19 @@ class ReceiptStore:
             raise ReceiptError(f"a row memo in {self.path} is corrupted (not JSON)") from None
         return found
 
-    def add_memo(self, key: str, output: dict[str, Any], play: str) -> bool:
-        """Remember a finished row's output; written at the next flush.  False if some value
-        has no JSON form (the row then simply runs again next time, against its receipts)."""
+    def add_memo(self, key: str, output: dict[str, Any], play: str) -> None:
+        """Remember a finished row's output; written at the next flush.  An output with no JSON
+        form is not remembered: that row simply runs again next time, against its receipts."""
         try:
             text = to_json(output)
         except (TypeError, ValueError):
-            return False
+            return
         pending = self._pending_memos
         pending.append((key, play, text))
         # A commit costs milliseconds: batch by count and by time.  A crash loses at most the
         # last half second of memos, and those rows replay from their receipts for free.
         if len(pending) >= 16384 or (len(pending) >= 1024 and time.monotonic() - self._flushed > 0.5):
             self.flush()
-        return True
 
     def flush(self) -> None:
         """Write buffered row memos in one transaction."""
