@@ -9,25 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import PlaybookError, ToolError
+from .errors import PlayDefinitionError, PlaybookError, ProviderUnavailable, RunFatal, ToolError
 from .keys import canonical, digest, jsonable, receipt_key
 from .receipts import MISSING
+from .signals import Held, Suspend
 from .tools import NO_INPUT, CallEnv, Tool
 
 if TYPE_CHECKING:
     from .runtime.scheduler import MapRun
 
-__all__ = ["Context"]
+__all__ = ["Call", "Context"]
 
 _logger = logging.getLogger("playbook")
 
 
 class Context:
-    """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.log(...)``, ``ctx.row_key``."""
+    """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.waterfall(...)``, ``ctx.log(...)``."""
 
-    __slots__ = ("_run", "row_key", "position", "attempt", "_seen", "logs")
+    __slots__ = ("_run", "row_key", "position", "attempt", "_seen", "logs", "_signal")
 
     def __init__(self, run: MapRun, row_key: str, position: int, attempt: int) -> None:
         self._run = run
@@ -36,6 +38,7 @@ class Context:
         self.attempt = attempt
         self._seen: dict[str, int] | None = None  # calls per tool so far: the occurrence index
         self.logs: list[str] | None = None
+        self._signal: BaseException | None = None  # a suspension or fatal error, remembered
 
     @property
     def run_id(self) -> str:
@@ -56,6 +59,77 @@ class Context:
         """Call ``tool``: its receipt if one exists, else dispatch through its provider."""
         if not isinstance(tool, Tool):
             raise ToolError(f"ctx.tool() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}")
+        return (await self._call(tool, input, force, ttl, kwargs))[0]
+
+    def call(self, tool: Tool, input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, **kwargs: Any) -> Call:
+        """A call for :meth:`waterfall`, made only if the waterfall reaches it."""
+        if not isinstance(tool, Tool):
+            raise ToolError(f"ctx.call() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}")
+        return Call(tool, input, force, ttl, kwargs)
+
+    async def waterfall(
+        self,
+        key: str,
+        legs: Sequence[Call],
+        *,
+        accept: Callable[[Any], bool] = bool,
+        with_source: bool = False,
+    ) -> Any:
+        """Try ``legs`` in order; the first accepted value wins (default: the first truthy one).
+
+        A leg passes to the next when its value is not accepted, it is a miss, or its provider is
+        unavailable or holds calls past the wait budget (it falls through at once, no waiting).
+        If no leg is accepted the result is ``None``.  With ``with_source=True`` the result is
+        ``(value, tool name)``, or ``(None, None)``.
+        """
+        if not isinstance(key, str) or not key:
+            raise PlayDefinitionError(f"ctx.waterfall(): key must be a non-empty string naming the waterfall, not {key!r}")
+        legs = list(legs)
+        if not legs:
+            raise PlayDefinitionError(f"waterfall {key!r} needs at least one leg: ctx.call(tool, ...)")
+        for i, leg in enumerate(legs):
+            if not isinstance(leg, Call):
+                raise PlayDefinitionError(
+                    f"waterfall {key!r}: leg {i} is {type(leg).__name__}, not ctx.call(tool, ...)"
+                    + (" (was it awaited? pass ctx.call(...), not await ctx.tool(...))" if not isinstance(leg, Tool) else "")
+                )
+        outcomes: list[str] = []
+        value: Any = None
+        source: str | None = None
+        try:
+            for leg in legs:
+                try:
+                    out, miss = await self._call(leg.tool, leg.input, leg.force, leg.ttl, leg.kwargs)
+                except ProviderUnavailable:  # ProviderExhausted too: a long hold falls through at once
+                    outcomes.append("unavailable")
+                    continue
+                if miss or not accept(out):
+                    outcomes.append("miss")
+                    continue
+                outcomes.append("hit")
+                value, source = out, leg.tool.name
+                break
+        except Exception:
+            outcomes.append("error")
+            self._run.waterfall_done(key, legs, outcomes)
+            raise
+        self._run.waterfall_done(key, legs, outcomes)
+        return (value, source) if with_source else value
+
+    async def _call(self, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> tuple[Any, bool]:
+        if self._signal is not None:
+            raise self._signal  # a suspension the play caught: the row still steps aside
+        try:
+            return await self._dispatch(tool, input, force, ttl, kwargs)
+        except Suspend as signal:
+            self._signal = signal
+            raise
+        except RunFatal as exc:
+            self._signal = exc
+            self._run.fatal_stop(exc, self.position)
+            raise
+
+    async def _dispatch(self, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> tuple[Any, bool]:
         run = self._run
         values = tool.bind(input, kwargs)
         try:
@@ -76,7 +150,7 @@ class Context:
             record = store.lookup(key, ttl)
             if record is not MISSING:
                 run.call_reused(tool)
-                return record["out"]
+                return record["out"], record["miss"]
             pending = store.inflight.get(key)
             if pending is None:
                 break
@@ -90,8 +164,19 @@ class Context:
             try:
                 if tool.batch_size is not None:
                     output, miss = await run.batcher(tool).call(normal)
+                elif tool.provider is not None:
+                    # The ticket outlives a suspension: a replayed call keeps its retry count.
+                    call_id = logical or f"{self.row_key}/{tool.name}/{n}"
+                    try:
+                        output, miss = await tool.provider.dispatch(send, run.ticket(call_id, tool, self.position))
+                    except Held:
+                        raise
+                    except BaseException:
+                        run.ticket_done(call_id)
+                        raise
+                    run.ticket_done(call_id)
                 else:
-                    output, miss = await (tool.provider.dispatch(send) if tool.provider is not None else send())
+                    output, miss = await send()
             except BaseException:
                 run.refund(tool)
                 raise
@@ -116,7 +201,25 @@ class Context:
             if store.inflight.get(key) is done:
                 del store.inflight[key]
             done.set_result(None)
-        return stored
+        return stored, miss
+
+
+class Call:
+    """A call not made yet: a leg of :meth:`Context.waterfall`."""
+
+    __slots__ = ("tool", "input", "force", "ttl", "kwargs")
+
+    def __init__(self, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> None:
+        self.tool = tool
+        self.input = input
+        self.force = force
+        self.ttl = ttl
+        self.kwargs = kwargs
+
+    def __repr__(self) -> str:
+        args = [] if self.input is NO_INPUT else [repr(self.input)]
+        args += [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"<Call {self.tool.name}({', '.join(args)})>"
 
 
 def _normal_input(tool: Tool, values: Any) -> Any:

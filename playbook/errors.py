@@ -42,7 +42,12 @@ class PlaybookError(Exception):
 
 
 class ToolError(PlaybookError):
-    """A tool call failed.  ``retryable`` says whether trying again could help."""
+    """A tool call failed.  ``retryable`` says whether trying again could help; ``retry_after``
+    is the wait (seconds) the provider asked for, if it said.
+
+    A Python tool may raise it too, e.g. ``ToolError("slow down", status=429, retry_after=30)``
+    from an SDK's rate-limit error: the provider's governor then holds and retries as for HTTP.
+    """
 
     def __init__(
         self,
@@ -52,12 +57,14 @@ class ToolError(PlaybookError):
         provider: str | None = None,
         status: int | None = None,
         retryable: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.tool = tool
         self.provider = provider
         self.status = status
-        self.retryable = retryable
+        self.retryable = retryable or status == 429
+        self.retry_after = retry_after
 
 
 class ProviderUnavailable(ToolError):

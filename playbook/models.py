@@ -7,6 +7,7 @@ be immutable and cheap (a tuple costs a fifth of a frozen dataclass) rather than
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -15,14 +16,21 @@ __all__ = [
     "CallFinished",
     "Event",
     "ProviderHold",
+    "ProviderHoldLifted",
+    "ProviderHoldSet",
+    "RateChanged",
     "Receipt",
     "RowFinished",
+    "RowHeld",
+    "RowParked",
     "RowRequeued",
+    "RowResumed",
     "RowStarted",
     "RunFinished",
     "RunStarted",
     "RunStats",
     "Status",
+    "WaterfallFinished",
 ]
 
 Status = Literal["ok", "reused", "failed", "parked", "skipped"]
@@ -55,6 +63,7 @@ class RunStats(BaseModel):
     failed: int = 0
     parked: int = 0
     skipped: int = 0
+    held: int = 0
     calls_executed: int = 0
     calls_reused: int = 0
     cost_spent: float = 0.0
@@ -68,14 +77,21 @@ class RunStats(BaseModel):
 
 
 class ProviderHold(BaseModel):
-    """A provider that holds rows back: until when, how many rows wait, the last status seen."""
+    """A provider that holds rows back: until when (epoch seconds), how many rows wait on it
+    (held in this run, or parked until it lets calls through again), the last status seen."""
 
     model_config = ConfigDict(frozen=True)
 
     provider: str
-    until: float
+    until: float | None
     waiting_rows: int
+    parked_rows: int = 0
     last_status: int | None = None
+
+    def __str__(self) -> str:
+        when = "no hold now" if self.until is None else "until " + time.strftime("%H:%M:%S", time.localtime(self.until))
+        status = f", last status {self.last_status}" if self.last_status is not None else ""
+        return f"{self.provider}: {when}, {self.waiting_rows} rows waiting ({self.parked_rows} parked){status}"
 
 
 class RunStarted(NamedTuple):
@@ -101,6 +117,54 @@ class RowFinished(NamedTuple):
     error: str | None
     copies: int = 1  # rows with the same key share this outcome
     ran: bool = True  # False for rows settled without running (reused, skipped)
+    held: bool = False  # the row was waiting in the retry queue (settled by a stop)
+
+
+class RowHeld(NamedTuple):
+    """A row stepped aside: it waits for ``provider`` until ``until`` (epoch seconds)."""
+
+    position: int
+    provider: str
+    until: float
+    status: int | None
+
+
+class RowResumed(NamedTuple):
+    """A held row is re-admitted at its deadline."""
+
+    position: int
+
+
+class RowParked(NamedTuple):
+    """A row left this run (followed by its ``RowFinished``): why, on which provider, until when."""
+
+    position: int
+    reason: str
+    provider: str | None
+    ready_at: float | None
+
+
+class ProviderHoldSet(NamedTuple):
+    provider: str
+    until: float  # epoch seconds
+    status: int | None
+
+
+class ProviderHoldLifted(NamedTuple):
+    provider: str
+
+
+class RateChanged(NamedTuple):
+    provider: str
+    rate: float | None  # calls per second; None while unlimited
+
+
+class WaterfallFinished(NamedTuple):
+    """One waterfall evaluated: each leg's outcome (hit, miss, unavailable, not reached)."""
+
+    key: str
+    tools: tuple[str, ...]
+    outcomes: tuple[str, ...]
 
 
 class RowRequeued(NamedTuple):
@@ -116,4 +180,7 @@ class RunFinished(NamedTuple):
     stopped: bool
 
 
-Event = RunStarted | RowStarted | CallFinished | RowFinished | RowRequeued | RunFinished
+Event = (
+    RunStarted | RowStarted | CallFinished | RowFinished | RowRequeued | RunFinished | RowHeld | RowResumed | RowParked
+    | ProviderHoldSet | ProviderHoldLifted | RateChanged | WaterfallFinished
+)

@@ -1,21 +1,38 @@
 """Providers: one per upstream account, the unit of concurrency, rate limits and holds.
 
 Every call that misses its receipt goes through its provider's governor on the way to the
-transport (``Provider.dispatch``).  The governor applies the concurrency gate; rates, holds and
-retries plug in at the same place.
+transport (:meth:`Provider.dispatch`)::
+
+    hold?  ── short (<= 1 s): wait in place; long: suspend the row (Held); past the row's
+       │      wait budget: ProviderExhausted (a waterfall tries its next leg, a row parks)
+    gate   ── the concurrency limit
+    pace   ── GCRA slot at the current rate (limits.Pace)
+    send   ── 2xx: success, the rate recovers
+              429: hold the provider until Retry-After / reset (or back off this call), cut the rate
+              5xx, timeouts, connection errors: back off and retry, up to ``retries``
+              401/402/403: RunFatal, straight up
+
+The governor's clock is the running loop's (``loop.time()``): a test loop with virtual time
+drives every wait here, and the pure primitives in :mod:`playbook.limits` take ``now``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from .errors import PlayDefinitionError
+from .errors import PlayDefinitionError, ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
+from .limits import Backoff, Pace
+from .models import ProviderHoldLifted, ProviderHoldSet, RateChanged
+from .signals import Held, WaitBudget
 
-__all__ = ["Provider"]
+__all__ = ["IN_PLACE", "Provider", "Ticket"]
 
 T = TypeVar("T")
+
+IN_PLACE = 1.0  # holds up to this long are waited out by the call; longer ones suspend the row
 
 
 def _check(name: str, option: str, value: object, *, integer: bool = False, zero: bool = False) -> None:
@@ -28,10 +45,36 @@ def _check(name: str, option: str, value: object, *, integer: bool = False, zero
         raise PlayDefinitionError(f"Provider {name!r}: {option} must be {what} {bound} or None, not {value!r}")
 
 
-class Provider:
-    """An upstream account: ``pb.Provider("acme", rps=20, concurrency=8)``."""
+class Ticket:
+    """One logical call's standing with its provider, kept across the row's replays."""
 
-    __slots__ = ("name", "rps", "burst", "concurrency", "account", "max_wait", "retries", "_loop", "_gate", "in_flight")
+    __slots__ = ("tool", "budget", "tries", "refusals", "not_before", "suspend")
+
+    def __init__(self, tool: str, budget: WaitBudget, *, suspend: bool = True) -> None:
+        self.tool = tool
+        self.budget = budget
+        self.tries = 0  # transient failures so far
+        self.refusals = 0  # 429s without a hint so far
+        self.not_before = 0.0  # this call's own backoff (loop clock)
+        self.suspend = suspend  # may a long wait suspend the row (False: wait in place)
+
+    def __repr__(self) -> str:
+        return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"
+
+
+class Provider:
+    """An upstream account: ``pb.Provider("acme", rps=20, concurrency=8)``.
+
+    ``rps`` and ``burst`` pace the calls (without ``rps`` the rate is discovered from 429s);
+    ``concurrency`` bounds calls in flight; ``retries`` bounds retries of transient failures;
+    ``max_wait`` (seconds) is how long a row may wait on this provider's holds before it parks.
+    """
+
+    __slots__ = (
+        "name", "rps", "burst", "concurrency", "account", "max_wait", "retries", "pace", "backoff",
+        "in_flight", "sent", "refused", "failed", "last_status", "hold_until", "hold_wall", "_holding",
+        "_loop", "_gate", "_listeners",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -51,6 +94,8 @@ class Provider:
         _check(name, "concurrency", concurrency, integer=True)
         _check(name, "max_wait", max_wait, zero=True)
         _check(name, "retries", retries, integer=True, zero=True)
+        if max_wait is None or retries is None:
+            raise PlayDefinitionError(f"Provider {name!r}: max_wait and retries must be numbers: waiting is always bounded")
         if not isinstance(account, str) or not account:
             raise PlayDefinitionError(f"Provider {name!r}: account must be a non-empty string, not {account!r}")
         self.name = name
@@ -58,37 +103,175 @@ class Provider:
         self.burst = burst
         self.concurrency = concurrency
         self.account = f"{name}:{account}"
-        self.max_wait = max_wait
+        self.max_wait = float(max_wait)
         self.retries = retries
+        self.pace = Pace(rps, burst)
+        self.backoff = Backoff()
+        self.in_flight = 0
+        self.sent = 0  # requests sent
+        self.refused = 0  # 429s
+        self.failed = 0  # transient failures (5xx, timeouts, connection errors)
+        self.last_status: int | None = None
+        self.hold_until = 0.0  # loop clock
+        self.hold_wall = 0.0  # the same moment in epoch seconds
+        self._holding = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gate: asyncio.Semaphore | None = None
-        self.in_flight = 0
+        self._listeners: list[Callable[[Any], None]] = []
 
     def __repr__(self) -> str:
         limits = [f"{k}={getattr(self, k)!r}" for k in ("rps", "burst", "concurrency") if getattr(self, k) is not None]
-        return f"<Provider {self.name!r} {' '.join(limits)} in_flight={self.in_flight}>".replace("  ", " ")
+        rate = "unlimited" if self.pace.rate is None else f"{self.pace.rate:.3g}/s"
+        hold = f" held until {time.strftime('%H:%M:%S', time.localtime(self.hold_wall))}" if self.held else ""
+        head = " ".join([repr(self.name), *limits])
+        return f"<Provider {head} rate={rate} in_flight={self.in_flight} 429s={self.refused}{hold}>"
 
-    def _bound_gate(self) -> asyncio.Semaphore | None:
+    @property
+    def rate(self) -> float | None:
+        """The current sending rate (calls per second); ``None`` while unlimited."""
+        return self.pace.rate
+
+    @property
+    def held(self) -> bool:
+        """True while a hold the provider asked for is in force."""
+        return self._holding and self.hold_wall > time.time()
+
+    def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
+        """Call ``listener(event)`` on hold set / lifted and rate changes; returns an unsubscribe."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def _emit(self, event: Any) -> None:
+        for listener in self._listeners:
+            listener(event)
+
+    def _bound_gate(self, loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore | None:
         # Bound lazily: a notebook may run one map under asyncio.run and the next in the kernel's loop.
         if self.concurrency is None:
             return None
-        loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self._loop, self._gate = loop, asyncio.Semaphore(self.concurrency)
         return self._gate
 
-    async def dispatch(self, send: Callable[[], Awaitable[T]]) -> T:
-        """Send one call through the governor."""
-        gate = self._bound_gate()
-        if gate is None:
-            self.in_flight += 1
+    # -- the governor ----------------------------------------------------------------------
+
+    async def dispatch(self, send: Callable[[], Awaitable[T]], ticket: Ticket | None = None) -> T:
+        """Send one call through the governor: hold, gate, pace, send; retry what may be retried."""
+        loop = asyncio.get_running_loop()
+        if ticket is None:
+            ticket = Ticket("", WaitBudget(self.max_wait), suspend=False)
+        gate = self._bound_gate(loop)
+        while True:
+            now = loop.time()
+            until = max(self.hold_until, ticket.not_before)
+            if until > now:
+                await self._wait(until, now, ticket)
+                continue
+            if self._holding:
+                self._holding = False
+                self._emit(ProviderHoldLifted(self.name))
+            if gate is not None:
+                await gate.acquire()
+            sent_at = now
             try:
-                return await send()
+                if self.hold_until > loop.time():
+                    continue  # a hold arrived while this call waited at the gate
+                delay = self.pace.reserve(loop.time())
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                    if self.hold_until > loop.time():
+                        continue  # a hold arrived while this call waited for its slot
+                sent_at = loop.time()
+                self.in_flight += 1
+                self.sent += 1
+                try:
+                    result = await send()
+                finally:
+                    self.in_flight -= 1
+            except RunFatal:
+                raise
+            except Exception as exc:  # noqa: BLE001 - classified here, re-raised when final
+                if not self._retry(exc, sent_at, loop.time(), ticket):
+                    raise
+                continue
             finally:
-                self.in_flight -= 1
-        async with gate:
-            self.in_flight += 1
-            try:
-                return await send()
-            finally:
-                self.in_flight -= 1
+                if gate is not None:
+                    gate.release()
+            if self.pace.success(loop.time()):
+                self._emit(RateChanged(self.name, self.pace.rate))
+            return result
+
+    async def _wait(self, until: float, now: float, ticket: Ticket) -> None:
+        """Wait for a hold or this call's backoff: in place, by suspending the row, or not at all."""
+        wait = until - now
+        budget = ticket.budget
+        if wait > budget.left + 1e-9:
+            wall = time.time() + wait
+            when = time.strftime("%H:%M:%S", time.localtime(wall))
+            raise ProviderExhausted(
+                f"tool {ticket.tool!r}: provider {self.name!r} holds calls until {when} ({wait:.0f}s from now), "
+                f"past this row's wait budget ({max(budget.left, 0):.0f}s left of max_wait)",
+                tool=ticket.tool or None,
+                provider=self.name,
+                status=self.last_status,
+                retry_at=wall,
+            )
+        if wait <= IN_PLACE or not ticket.suspend:
+            budget.left -= wait
+            await asyncio.sleep(wait)
+            return
+        raise Held(self, until, time.time() + wait, self.last_status, budget)
+
+    def _retry(self, exc: Exception, sent_at: float, now: float, ticket: Ticket) -> bool:
+        """Classify a failed call; True to try it again (after any hold or backoff it set)."""
+        if isinstance(exc, ToolError):
+            status, retryable, hint = exc.status, exc.retryable, exc.retry_after
+        else:  # a Python tool's own timeouts and dropped connections are transient too
+            status, retryable, hint = None, isinstance(exc, (TimeoutError, ConnectionError)), None
+        if not retryable:
+            return False
+        self.last_status = status
+        if hint is not None and hint <= 0:
+            hint = None  # "retry after 0s" would spin: back off instead
+        if status == 429:
+            self.refused += 1
+            if self.pace.limited(now, sent_at):
+                self._emit(RateChanged(self.name, self.pace.rate))
+            if hint is not None:
+                self._hold(now + hint, hint, status)
+            else:
+                ticket.not_before = now + self.backoff.delay(ticket.refusals)
+                ticket.refusals += 1
+            return True
+        self.failed += 1
+        ticket.tries += 1
+        if ticket.tries > self.retries:
+            raise ProviderUnavailable(
+                f"provider {self.name!r} is unavailable: {exc} (gave up after {ticket.tries} tries)",
+                tool=ticket.tool or None,
+                provider=self.name,
+                status=status,
+            ) from exc
+        if hint is not None:
+            self._hold(now + hint, hint, status)
+        else:
+            ticket.not_before = now + self.backoff.delay(ticket.tries - 1)
+        wait = max(self.hold_until, ticket.not_before) - now
+        if wait > ticket.budget.left:
+            raise ProviderUnavailable(
+                f"provider {self.name!r} is unavailable: {exc} (the next try would pass the wait budget)",
+                tool=ticket.tool or None,
+                provider=self.name,
+                status=status,
+            ) from exc
+        return True
+
+    def _hold(self, until: float, seconds: float, status: int | None) -> None:
+        """Hold every call to this provider until ``until`` (loop clock)."""
+        if until <= self.hold_until:
+            return
+        self.hold_until = until
+        self.hold_wall = time.time() + seconds
+        self._holding = True
+        self.pace.hold(until)
+        self._emit(ProviderHoldSet(self.name, self.hold_wall, status))

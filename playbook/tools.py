@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import string
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -23,6 +24,7 @@ from urllib.parse import quote
 import httpx
 
 from .errors import PlayDefinitionError, RunFatal, ToolError
+from .limits import retry_after
 from .providers import Provider
 
 
@@ -276,7 +278,10 @@ class HttpTool(Tool):
                 status=status,
             )
         if status >= 400:
-            raise self._error(f"HTTP {status} ({where})", status, status in _RETRYABLE, secret_value)
+            error = self._error(f"HTTP {status} ({where})", status, status in _RETRYABLE, secret_value)
+            if error.retryable:
+                error.retry_after = retry_after(resp.headers, now=time.time())
+            raise error
         if not content.strip():
             return None, True
         try:

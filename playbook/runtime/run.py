@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import Counter
 from typing import Any
 
 import pandas as pd
@@ -73,8 +75,36 @@ class Run:
 
     @property
     def holds(self) -> list[ProviderHold]:
-        """Providers holding rows back (none: this run's providers set no holds)."""
-        return []
+        """Providers holding rows back: until when, how many rows wait (held or parked), last status."""
+        m = self._maprun
+        now = time.time()
+        held = Counter(m._held_on.values())
+        parked = Counter(m.park_provider[p] for p, s in enumerate(m.status) if s == "parked" and m.park_provider[p])
+        out = []
+        for name, provider in m.state.providers.items():
+            until = provider.hold_wall if provider.hold_wall > now else None
+            if held[name] or parked[name] or until is not None:
+                out.append(
+                    ProviderHold(
+                        provider=name,
+                        until=until,
+                        waiting_rows=held[name] + parked[name],
+                        parked_rows=parked[name],
+                        last_status=provider.last_status,
+                    )
+                )
+        return out
+
+    @property
+    def waterfalls(self) -> pd.DataFrame:
+        """Per waterfall leg: hits, misses, unavailable, errors and how often it was never reached."""
+        rows = [
+            (key, i, *leg)
+            for key, legs in self._maprun.state.waterfalls.items()
+            for i, leg in enumerate(legs)
+        ]
+        columns = ["waterfall", "leg", "tool", "hits", "misses", "unavailable", "errors", "never_reached"]
+        return pd.DataFrame(rows, columns=columns)
 
     @property
     def errors(self) -> pd.DataFrame:
@@ -85,10 +115,17 @@ class Run:
 
     @property
     def parked(self) -> pd.DataFrame:
-        """Parked rows: index label, position, why, and the message."""
+        """Parked rows: index label, position, why (``hold``, ``budget``), the provider, when it
+        expects to take calls again (UTC), and the message."""
         m = self._maprun
-        rows = [(m._labels[p], p, m.park_reason[p], m.errors[p]) for p, s in enumerate(m.status) if s == "parked"]
-        return pd.DataFrame(rows, columns=["row", "position", "reason", "message"])
+        rows = [
+            (m._labels[p], p, m.park_reason[p], m.park_provider[p], m.park_ready[p], m.errors[p])
+            for p, s in enumerate(m.status)
+            if s == "parked"
+        ]
+        frame = pd.DataFrame(rows, columns=["row", "position", "reason", "provider", "ready_at", "message"])
+        frame["ready_at"] = pd.to_datetime(frame["ready_at"], unit="s", utc=True)
+        return frame
 
     def wait(self) -> pd.DataFrame:
         """Block until a background run finishes; returns the result."""

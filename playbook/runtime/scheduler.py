@@ -9,6 +9,7 @@ emits an event; views subscribe to :class:`RunState`.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -17,30 +18,28 @@ import httpx
 import pandas as pd
 
 from ..context import Context
-from ..errors import PlayDefinitionError, RunFatal
+from ..errors import PlayDefinitionError, ProviderExhausted, RunFatal
 from ..keys import memo_key, row_key
-from ..models import CallFinished, RowFinished, RowRequeued, RowStarted, RunFinished, RunStarted, Status
+from ..models import (
+    CallFinished, RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowStarted, RunFinished, RunStarted, Status,
+    WaterfallFinished,
+)  # fmt: skip
 from ..plays import Play
+from ..providers import Provider, Ticket
 from ..receipts import ReceiptStore
+from ..signals import Held, Parked, Suspend, WaitBudget
 from .batching import Batcher
 from .options import RunOptions
 from .rows import Row, output_columns
 from .state import RunState
 
 if TYPE_CHECKING:
+    from ..context import Call
     from ..tools import Tool
 
 __all__ = ["MapRun"]
 
 _MEMO_CHUNK = 512
-
-
-class Parked(BaseException):
-    """A row stepping out of this run (budget, long hold).  Not an Exception: plays can't catch it."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 class MapRun:
@@ -60,6 +59,8 @@ class MapRun:
         self.outputs: list[dict[str, Any] | None] = [None] * n
         self.errors: list[str | None] = [None] * n
         self.park_reason: list[str | None] = [None] * n
+        self.park_provider: list[str | None] = [None] * n
+        self.park_ready: list[float | None] = [None] * n  # epoch seconds
         self.attempts: list[int] = [0] * n
         self.keys: list[str | None] = [None] * n
         self.fatal: BaseException | None = None
@@ -70,6 +71,14 @@ class MapRun:
         self._vals: list[tuple[Any, ...]] = []
         self._pending: deque[int] = deque()
         self._workers: list[asyncio.Task[None]] = []
+        self._held: list[tuple[float, int, int]] = []  # the retry queue: (ready at, seq, position)
+        self._held_on: dict[int, str] = {}  # held position -> the provider it waits for
+        self._seq = 0
+        self._wake: asyncio.Future[None] | None = None  # set when a row joins the retry queue
+        self._tickets: dict[str, Ticket] = {}  # logical call -> its standing with the provider
+        self._budgets: dict[tuple[int, str], WaitBudget] = {}  # (row, provider) -> wait left
+        self.providers: dict[str, Provider] = {}
+        self._unsubscribe: list[Any] = []
         self._client: httpx.AsyncClient | None = None
         self._committed_cost = 0.0
         self._stopping = False
@@ -121,6 +130,40 @@ class MapRun:
     def call_executed(self, tool: Tool) -> None:
         self.state.emit(CallFinished(tool.name, _provider(tool), False, tool.cost))
 
+    def ticket(self, call_id: str, tool: Tool, pos: int) -> Ticket:
+        """The standing of one logical call with its provider; the same object across replays."""
+        found = self._tickets.get(call_id)
+        if found is None:
+            provider = tool.provider
+            assert provider is not None
+            self._watch(provider)
+            budget = self._budgets.get((pos, provider.name))
+            if budget is None:
+                wait = self.opts.max_wait if self.opts.max_wait is not None else provider.max_wait
+                budget = self._budgets[(pos, provider.name)] = WaitBudget(wait)
+            found = self._tickets[call_id] = Ticket(tool.name, budget)
+        return found
+
+    def ticket_done(self, call_id: str) -> None:
+        self._tickets.pop(call_id, None)
+
+    def _watch(self, provider: Provider) -> None:
+        """Forward a provider's hold and rate events to this run's views while it runs."""
+        if provider.name not in self.providers:
+            self.providers[provider.name] = provider
+            self.state.providers[provider.name] = provider
+            self._unsubscribe.append(provider.subscribe(self.state.emit))
+
+    def fatal_stop(self, exc: BaseException, pos: int) -> None:
+        """A fatal error (bad credentials, no credit): dispatch nothing more, stop the other rows now."""
+        if self.fatal is None:
+            self.fatal = exc
+        self.stop(keep=asyncio.current_task())
+
+    def waterfall_done(self, key: str, legs: list[Call], outcomes: list[str]) -> None:
+        outcomes = outcomes + ["never"] * (len(legs) - len(outcomes))
+        self.state.emit(WaterfallFinished(key, tuple(leg.tool.name for leg in legs), tuple(outcomes)))
+
     # -- the run -----------------------------------------------------------------------
 
     async def execute(self, positions: list[int] | None = None) -> None:
@@ -140,18 +183,25 @@ class MapRun:
                 if opts.refresh is False:
                     runnable = self._reuse(runnable)
             self._pending.extend(runnable)
-            count = min(opts.concurrency, len(self._pending))
-            self._workers = [asyncio.ensure_future(self._worker()) for _ in range(count)]
-            # return_exceptions: a worker we cancel ourselves (stop, fatal) must not end the
-            # wait before the others have unwound; the caller cancelling us still propagates.
-            for outcome in await asyncio.gather(*self._workers, return_exceptions=True):
-                if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
-                    raise outcome
+            self._workers = []
+            self._spawn(min(opts.concurrency, len(self._pending)))
+            # Workers join while the run goes (a row that steps aside may need a fresh one), so
+            # wait until none is left.  A worker we cancel ourselves (stop, fatal) must not end
+            # the wait before the others have unwound; the caller cancelling us still propagates.
+            while live := [t for t in self._workers if not t.done()]:
+                await asyncio.wait(live)
+            for task in self._workers:
+                if not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
         finally:
             for task in self._workers:
                 task.cancel()
             self._settle_unfinished(positions)
             self.store.flush()
+            for unsubscribe in self._unsubscribe:
+                unsubscribe()
+            self._unsubscribe.clear()
+            self.providers.clear()
             if self._client is not None:
                 await self._client.aclose()
                 self._client = None
@@ -159,12 +209,14 @@ class MapRun:
         if self.fatal is not None:
             raise self.fatal
 
-    def stop(self) -> None:
-        """Finish the rows in flight as skipped and start no more."""
+    def stop(self, keep: asyncio.Task[Any] | None = None) -> None:
+        """Finish the rows in flight as skipped and start no more (``keep``: the caller's own worker)."""
         self._stopping = True
         self._pending.clear()
+        self._held.clear()
         for task in self._workers:
-            task.cancel()
+            if task is not keep:
+                task.cancel()
 
     def requeue(self, statuses: tuple[str, ...] = ("failed", "parked")) -> list[int]:
         """Admit rows with these statuses again; returns the positions to execute."""
@@ -174,6 +226,7 @@ class MapRun:
                 group = [pos, *self._copies.get(pos, ())]
                 for p in group:
                     self.status[p] = self.errors[p] = self.outputs[p] = self.park_reason[p] = None
+                    self.park_provider[p] = self.park_ready[p] = None
                 self.state.emit(RowRequeued(pos, status, len(group)))  # type: ignore[arg-type]
                 again.append(pos)
         return again
@@ -221,10 +274,46 @@ class MapRun:
                     self._settle(pos, "reused", memo, None, ran=False)
         return rest
 
+    def _spawn(self, count: int) -> None:
+        for _ in range(count):
+            self._workers.append(asyncio.ensure_future(self._worker()))
+
     async def _worker(self) -> None:
-        pending = self._pending
-        while pending:
-            await self._run_row(pending.popleft())
+        pending, held = self._pending, self._held
+        loop = asyncio.get_running_loop()
+        while True:
+            if held and held[0][0] <= loop.time():
+                pos = heapq.heappop(held)[2]  # a held row comes back ahead of fresh rows
+                del self._held_on[pos]
+                self.state.emit(RowResumed(pos))
+                await self._run_row(pos)
+            elif pending:
+                await self._run_row(pending.popleft())
+            elif held:
+                await self._nap(held[0][0] - loop.time())
+            else:
+                return
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep until the first held row is due, or until a row joins the retry queue."""
+        if self._wake is None:
+            self._wake = asyncio.get_running_loop().create_future()
+        await asyncio.wait((self._wake,), timeout=seconds)
+
+    def _hold(self, pos: int, held: Held) -> None:
+        """Take a held row off its worker; it waits in the retry queue until its deadline."""
+        loop = asyncio.get_running_loop()
+        held.budget.left -= max(0.0, held.until - loop.time())
+        self._seq += 1
+        heapq.heappush(self._held, (held.until, self._seq, pos))
+        self._held_on[pos] = held.provider.name
+        self._started.discard(pos)
+        self.state.emit(RowHeld(pos, held.provider.name, held.wall, held.status))
+        if self._wake is not None:
+            self._wake.set_result(None)
+            self._wake = None
+        if sum(not t.done() for t in self._workers) < self.opts.concurrency:
+            self._spawn(1)  # this worker takes another row; the held one must not lack a worker
 
     async def _run_row(self, pos: int) -> None:
         attempt = self.attempts[pos] = self.attempts[pos] + 1
@@ -233,39 +322,55 @@ class MapRun:
         self._started.add(pos)
         try:
             value = await self.play.fn(Row(self._cols, self._vals[pos], self._labels[pos]), ctx)
+            if ctx._signal is not None:
+                raise ctx._signal  # the play caught a suspension or a fatal error: it still counts
             output = output_columns(value, self.play.name)
+        except Held as held:
+            self._hold(pos, held)
         except Parked as park:
-            self.park_reason[pos] = park.reason
-            self._settle(pos, "parked", None, str(park))
+            self._park(pos, park.reason, str(park), park.provider, park.ready_at)
+        except ProviderExhausted as exc:
+            self._park(pos, "hold", _message(exc), exc.provider, exc.retry_at)
         except RunFatal as exc:
             self._settle(pos, "failed", None, _message(exc))
-            self.fatal = exc
-            self.stop()
+            self.fatal_stop(exc, pos)
+        except Suspend:  # pragma: no cover - every signal is handled above
+            raise
         except Exception as exc:
             self._settle(pos, "failed", None, _message(exc))
             if self.opts.on_error == "raise":
                 exc.add_note(f"in row {self._labels[pos]!r} (position {pos}) of play {self.play.name!r}")
                 self.fatal = exc
-                self.stop()
+                self.stop(keep=asyncio.current_task())
         else:
             self._settle(pos, "ok", output, None)
             mk = self._memo_keys.pop(pos, None) or "m" + memo_key(self.play.fingerprint, self.keys[pos])  # type: ignore[arg-type]
             self.store.add_memo(mk, output, self.play.name)
 
-    def _settle(self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, *, ran: bool = True) -> None:
+    def _park(self, pos: int, reason: str, message: str, provider: str | None, ready_at: float | None) -> None:
+        for p in (pos, *self._copies.get(pos, ())):
+            self.park_reason[p], self.park_provider[p], self.park_ready[p] = reason, provider, ready_at
+        self.state.emit(RowParked(pos, reason, provider, ready_at))
+        self._settle(pos, "parked", None, message)
+
+    def _settle(
+        self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, *, ran: bool = True, held: bool = False
+    ) -> None:
         self._started.discard(pos)
         copies = self._copies.get(pos)
         for p in (pos, *copies) if copies else (pos,):
             self.status[p] = status
             self.outputs[p] = output
             self.errors[p] = error
-        self.state.emit(RowFinished(pos, status, error, 1 + len(copies) if copies else 1, ran))
+        self.state.emit(RowFinished(pos, status, error, 1 + len(copies) if copies else 1, ran, held))
 
     def _settle_unfinished(self, positions: list[int]) -> None:
         why = "not run: " + (str(self.fatal).split("\n")[0] if self.fatal is not None else "the run was stopped")
         for pos in positions:  # a duplicate comes after its lead, so settling the lead settles it
             if self.status[pos] is None:
-                self._settle(pos, "skipped", None, why, ran=pos in self._started)
+                held = self._held_on.pop(pos, None) is not None
+                self._settle(pos, "skipped", None, why, ran=pos in self._started, held=held)
+        self._held.clear()
 
     # -- the result --------------------------------------------------------------------
 

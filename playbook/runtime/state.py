@@ -5,31 +5,40 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..models import CallFinished, Event, RowFinished, RowRequeued, RowStarted, RunFinished, RunStarted, RunStats
+from typing import Any
+
+from ..models import (
+    CallFinished, Event, RowFinished, RowHeld, RowRequeued, RowResumed, RowStarted, RunFinished, RunStarted, RunStats,
+    WaterfallFinished,
+)  # fmt: skip
 
 __all__ = ["RunState"]
 
 Listener = Callable[[Event], None]
+_LEG_COLUMN = {"hit": 1, "miss": 2, "unavailable": 3, "error": 4, "never": 5}
 
 
 class RunState:
     """Applies each event to the counters, then hands it to every subscribed view."""
 
     __slots__ = (
-        "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight",
+        "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held",
         "calls_executed", "calls_reused", "cost_spent", "cost_saved", "started", "finished",
-        "stopped", "_clock", "_listeners",
+        "stopped", "providers", "waterfalls", "_clock", "_listeners",
     )  # fmt: skip
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.play = ""
         self.run_id = ""
-        self.total = self.ok = self.reused = self.failed = self.parked = self.skipped = self.in_flight = 0
+        self.total = self.ok = self.reused = self.failed = self.parked = self.skipped = self.in_flight = self.held = 0
         self.calls_executed = self.calls_reused = 0
         self.cost_spent = self.cost_saved = 0.0
         self.started: float | None = None
         self.finished: float | None = None
         self.stopped = False
+        self.providers: dict[str, Any] = {}  # name -> Provider, for views that show their state
+        # waterfall key -> per leg [tool, hit, miss, unavailable, error, never]
+        self.waterfalls: dict[str, list[list[Any]]] = {}
         self._clock = clock
         self._listeners: list[Listener] = []
 
@@ -43,6 +52,7 @@ class RunState:
         if kind is RowFinished:
             n = event.copies
             self.in_flight -= event.ran
+            self.held -= event.held
             setattr(self, event.status, getattr(self, event.status) + n)
         elif kind is CallFinished:
             if event.reused:
@@ -53,6 +63,17 @@ class RunState:
                 self.cost_spent += event.cost
         elif kind is RowStarted:
             self.in_flight += 1
+        elif kind is RowHeld:
+            self.in_flight -= 1
+            self.held += 1
+        elif kind is RowResumed:
+            self.held -= 1
+        elif kind is WaterfallFinished:
+            legs = self.waterfalls.get(event.key)
+            if legs is None or [leg[0] for leg in legs] != list(event.tools):
+                legs = self.waterfalls[event.key] = [[tool, 0, 0, 0, 0, 0] for tool in event.tools]
+            for leg, outcome in zip(legs, event.outcomes):
+                leg[_LEG_COLUMN[outcome]] += 1
         elif kind is RowRequeued:
             setattr(self, event.previous, getattr(self, event.previous) - event.copies)
         elif kind is RunStarted:
@@ -63,7 +84,7 @@ class RunState:
         elif kind is RunFinished:
             self.finished = self._clock()
             self.stopped = event.stopped
-            self.in_flight = 0
+            self.in_flight = self.held = 0
         for listener in self._listeners:
             listener(event)
 
@@ -81,6 +102,7 @@ class RunState:
             failed=self.failed,
             parked=self.parked,
             skipped=self.skipped,
+            held=self.held,
             calls_executed=self.calls_executed,
             calls_reused=self.calls_reused,
             cost_spent=round(self.cost_spent, 9),
@@ -92,5 +114,5 @@ class RunState:
         done = self.ok + self.reused + self.failed + self.parked + self.skipped
         return (
             f"<RunState {self.play!r} {done}/{self.total} ok={self.ok} reused={self.reused} "
-            f"failed={self.failed} parked={self.parked} in_flight={self.in_flight}>"
+            f"failed={self.failed} parked={self.parked} in_flight={self.in_flight} held={self.held}>"
         )

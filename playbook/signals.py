@@ -1,0 +1,49 @@
+"""Internal control flow: a row stepping aside (held by a provider) or out of the run (parked).
+
+These are ``BaseException``s, not ``Exception``s, so a play's ``except Exception:`` around
+``ctx.tool`` cannot swallow them; the context also remembers them (sticky suspension).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Held", "Parked", "Suspend", "WaitBudget"]
+
+
+class WaitBudget:
+    """Seconds a row may still spend waiting on one provider's holds (``max_wait``, counted down)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, seconds: float) -> None:
+        self.left = seconds
+
+    def __repr__(self) -> str:
+        return f"<WaitBudget {self.left:.3g}s left>"
+
+
+class Suspend(BaseException):
+    """Base of the signals that take a row off its worker."""
+
+
+class Held(Suspend):
+    """The row waits for ``provider`` until ``until`` (loop clock): re-admit it then."""
+
+    def __init__(self, provider: Any, until: float, wall: float, status: int | None, budget: WaitBudget) -> None:
+        super().__init__(f"held by provider {provider.name!r}")
+        self.provider = provider
+        self.until = until
+        self.wall = wall  # the same moment in epoch seconds, for people
+        self.status = status
+        self.budget = budget
+
+
+class Parked(Suspend):
+    """The row steps out of this run (``reason``: ``budget``, ``hold``); a rerun picks it up."""
+
+    def __init__(self, reason: str, message: str, *, provider: str | None = None, ready_at: float | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.provider = provider
+        self.ready_at = ready_at
