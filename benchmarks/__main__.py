@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
-from . import b1_replay, b2_dispatch
+from . import b1_replay, b2_dispatch, b3_rate_limits, b4_latency
 from .harness import table
 
-CASES = {"b1": b1_replay.run, "b2": b2_dispatch.run}
+CASES = {"b1": b1_replay.run, "b2": b2_dispatch.run, "b3": b3_rate_limits.run, "b4": b4_latency.run}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("cases", nargs="*", metavar="CASE", help=f"which of {', '.join(CASES)} (default: all)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, help="repetitions per case (default: the case's own, 3; 1 for b3)")
     args = parser.parse_args(argv)
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
@@ -22,7 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for name in args.cases or CASES:
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        results.extend(CASES[name](repeats=args.repeats))
+        start = time.perf_counter()
+        results.extend(CASES[name]() if args.repeats is None else CASES[name](repeats=args.repeats))
+        print(f"{name} took {time.perf_counter() - start:.0f}s", file=sys.stderr, flush=True)
     print(table(results))
     return 0
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -26,6 +26,8 @@ class Result:
     baseline: float
     baseline_name: str
     target: float  # minimum ratio ours / baseline
+    # Extra lines printed under the row: (text, verdict); verdict True/False prints ok/LOW, None nothing.
+    notes: list[tuple[str, bool | None]] = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
@@ -54,6 +56,9 @@ def compare(
     return Result(name, unit, statistics.median(mine), statistics.median(theirs), baseline_name, target)
 
 
+_VERDICT = 78  # the column of a row's ok / LOW
+
+
 def table(results: list[Result]) -> str:
     head = f"{'case':<34} {'ours':>12} {'baseline':>12} {'ratio':>7} {'target':>7}  {'':4} baseline is"
     lines = [head, "-" * len(head)]
@@ -62,6 +67,9 @@ def table(results: list[Result]) -> str:
             f"{r.name:<34} {r.ours:>10,.0f}{r.unit:>2} {r.baseline:>10,.0f}{r.unit:>2} {r.ratio:>7.2f} "
             f"{'>=' + format(r.target, '.2f'):>7}  {'ok' if r.ok else 'LOW':4} {r.baseline_name}"
         )
+        for text, verdict in r.notes:
+            flag = "" if verdict is None else "ok" if verdict else "LOW"
+            lines.append(f"  {text:<{_VERDICT - 2}}{flag}".rstrip())
     return "\n".join(lines)
 
 

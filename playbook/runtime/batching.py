@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..signals import Suspend
 from ..tools import Tool
 
 __all__ = ["Batcher"]
@@ -66,7 +67,7 @@ class Batcher:
             for _, done in batch:
                 if not done.done():
                     done.set_exception(exc)
-            if not isinstance(exc, Exception):
+            if not isinstance(exc, (Exception, Suspend)):  # a held batch is its members' news, not ours
                 raise
             return
         for (_, done), out in zip(batch, outs):

@@ -24,7 +24,7 @@ class RunState:
     __slots__ = (
         "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held",
         "calls_executed", "calls_reused", "cost_spent", "cost_saved", "started", "finished",
-        "stopped", "providers", "waterfalls", "_clock", "_listeners",
+        "stopped", "providers", "waterfalls", "_clock", "_listeners", "_before",
     )  # fmt: skip
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
@@ -36,6 +36,7 @@ class RunState:
         self.started: float | None = None
         self.finished: float | None = None
         self.stopped = False
+        self._before = 0.0  # seconds spent in earlier executions (run.retry() executes again)
         self.providers: dict[str, Any] = {}  # name -> Provider, for views that show their state
         # waterfall key -> per leg [tool, hit, miss, unavailable, error, never]
         self.waterfalls: dict[str, list[list[Any]]] = {}
@@ -78,8 +79,9 @@ class RunState:
             setattr(self, event.previous, getattr(self, event.previous) - event.copies)
         elif kind is RunStarted:
             self.play, self.run_id, self.total = event.play, event.run_id, event.total
-            if self.started is None:
-                self.started = self._clock()
+            if self.started is not None and self.finished is not None:
+                self._before += self.finished - self.started
+            self.started = self._clock()
             self.finished = None
         elif kind is RunFinished:
             self.finished = self._clock()
@@ -90,9 +92,10 @@ class RunState:
 
     @property
     def elapsed(self) -> float:
+        """Seconds spent running (a retry adds its own time, not the pause before it)."""
         if self.started is None:
             return 0.0
-        return (self.finished if self.finished is not None else self._clock()) - self.started
+        return self._before + (self.finished if self.finished is not None else self._clock()) - self.started
 
     def stats(self) -> RunStats:
         return RunStats(

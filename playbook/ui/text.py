@@ -9,7 +9,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..models import Event, RowFinished, RowRequeued, RunFinished, RunStarted
+from ..models import Event, RowFinished, RowHeld, RowRequeued, RunFinished, RunStarted
 from ..runtime.state import RunState
 
 __all__ = ["TextView", "summary"]
@@ -34,7 +34,7 @@ class TextView:
             if self._bar is None:
                 self._bar = tqdm(total=event.total, desc=event.play, unit="row", file=self._file, leave=True, dynamic_ncols=False, ncols=100)
             self._refresh(force=True)
-        elif kind is RowFinished or kind is RowRequeued:
+        elif kind is RowFinished or kind is RowRequeued or kind is RowHeld:
             now = self._clock()
             if now - self._last >= _INTERVAL:
                 self._last = now
@@ -52,6 +52,8 @@ class TextView:
             return
         bar.n = s.ok + s.reused + s.failed + s.parked + s.skipped
         postfix = f"ok={s.ok} reused={s.reused} failed={s.failed}"
+        if s.held:
+            postfix += f" held={s.held}"
         if s.parked:
             postfix += f" parked={s.parked}"
         postfix += f" | calls {s.calls_executed} paid, {s.calls_reused} from receipts"
@@ -70,4 +72,10 @@ def summary(state: RunState) -> str:
     parts.append(f"calls executed {s.calls_executed}, reused {s.calls_reused}")
     parts.append(f"cost {s.cost_spent:g} spent, {s.cost_saved:g} saved")
     parts.append(f"{s.elapsed:.1f}s")
-    return " | ".join(parts)
+    line = " | ".join(parts)
+    holds = [p for p in s.providers.values() if p.held]
+    for p in holds:
+        when = time.strftime("%H:%M:%S", time.localtime(p.hold_wall))
+        status = f" (HTTP {p.last_status})" if p.last_status else ""
+        line += f"\nprovider {p.name!r} holds calls until {when}{status}; parked rows retry with run.retry() or a rerun"
+    return line

@@ -1,0 +1,266 @@
+"""The provider governor against the real demo provider on loopback: quotas and holds, 429s in
+every header form, 5xx bursts, malformed bodies, bad credentials, permanent 4xx and pacing.
+
+These run in real time, so each scenario is small; assertions are on counts and statuses, and
+elapsed time is bounded only generously, where finishing promptly is the behaviour under test.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import pytest
+
+import playbook as pb
+from playbook.models import ProviderHoldSet
+
+
+def _email_tool(server: pb.demo.DemoServer, provider: pb.Provider, name: str = "acme.email", **over) -> pb.Tool:
+    options = dict(
+        method="GET",
+        url=server.url + "/v1/email",
+        params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": f"Bearer {pb.demo.DEMO_KEY}"},
+        pick="email",
+        miss_status=(404,),
+        provider=provider,
+    )
+    options.update(over)
+    return pb.http_tool(name, **options)
+
+
+def _leads(n: int) -> pd.DataFrame:
+    return pd.DataFrame(
+        {"domain": [f"company{i}.com" for i in range(n)], "first": [f"Person{i}" for i in range(n)]},
+        index=[f"lead-{i}" for i in range(n)],
+    )
+
+
+def _statuses(server: pb.demo.DemoServer) -> dict[str, int]:
+    return server.stats()["by_status"]
+
+
+# -- quotas: a long hold falls through a waterfall, or parks the row ------------------------------
+
+
+def test_waterfall_falls_past_an_exhausted_quota_without_waiting(demo, store) -> None:
+    """A provider held for an hour by its quota is 'unavailable' to a waterfall: the next leg answers at once."""
+    demo.reset(quota=10, quota_reset=3600, miss_rate=0.0)
+    a, b = pb.Provider("A"), pb.Provider("B")
+    with pb.demo.serve(miss_rate=0.0) as second:
+        a_email = _email_tool(demo, a, "a.email")
+        b_email = _email_tool(second, b, "b.email")
+
+        @pb.play
+        async def find(row, ctx):
+            email, source = await ctx.waterfall(
+                "email",
+                [ctx.call(a_email, domain=row.domain, first=row.first), ctx.call(b_email, domain=row.domain, first=row.first)],
+                with_source=True,
+            )
+            return {"email": email, "source": source}
+
+        frame = _leads(30)
+        started = time.monotonic()
+        run = frame.play.run(find, store=store, progress=False, concurrency=4)
+        elapsed = time.monotonic() - started
+        out = run.result
+        b_stats = second.stats()
+
+    assert elapsed < 10, f"the waterfall waited on the held provider ({elapsed:.1f}s; max_wait is {a.max_wait:g}s)"
+    assert out["play_status"].tolist() == ["ok"] * 30
+    assert out["email"].notna().all()
+    assert (out["source"] == "a.email").sum() == 10  # the quota
+    assert (out["source"] == "b.email").sum() == 20
+    assert out["source"].iloc[-1] == "b.email"  # later rows are answered by B
+    assert _statuses(demo)["200"] == 10 and _statuses(demo)["429"] >= 1
+    assert demo.stats()["requests"] <= 10 + 4  # after the hold, A is not asked again
+    assert b_stats["by_status"] == {"200": 20}
+    legs = run.waterfalls.set_index("tool")
+    assert legs.loc["a.email", ["hits", "misses", "unavailable", "errors", "never_reached"]].tolist() == [10, 0, 20, 0, 0]
+    assert legs.loc["b.email", ["hits", "misses", "unavailable", "errors", "never_reached"]].tolist() == [20, 0, 0, 0, 10]
+
+
+def test_rows_held_past_max_wait_park_and_the_run_finishes(demo, store) -> None:
+    """Rows that meet an hour-long quota hold park (reason 'hold'); run.holds and run.parked say who and until when."""
+    demo.reset(quota=10, quota_reset=3600, miss_rate=0.0)
+    a = pb.Provider("A")
+    a_email = _email_tool(demo, a, "a.email")
+
+    started = time.monotonic()
+    run = _leads(30).play.run(a_email, store=store, progress=False, concurrency=4)
+    elapsed = time.monotonic() - started
+    now = time.time()
+    out = run.result
+
+    assert elapsed < 5
+    assert (out["play_status"] == "ok").sum() == 10
+    assert (out["play_status"] == "parked").sum() == 20
+    assert demo.stats()["requests"] <= 10 + 4
+    parked = run.parked
+    assert len(parked) == 20
+    assert set(parked["reason"]) == {"hold"} and set(parked["provider"]) == {"A"}
+    ready = parked["ready_at"].map(pd.Timestamp.timestamp)
+    assert ready.between(now + 3600 - 30, now + 3600 + 5).all()
+    assert parked["message"].str.contains("'A'").all()
+    [hold] = run.holds
+    assert hold.provider == "A" and hold.last_status == 429
+    assert hold.until is not None and now + 3600 - 30 < hold.until < now + 3600 + 5
+    assert hold.waiting_rows == hold.parked_rows == 20
+
+
+# -- 429s in every header form -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("retry_after_format", ["http-date", "reset", "none"])
+def test_rate_limit_429s_lose_no_row(demo, store, retry_after_format: str) -> None:
+    """429s with an HTTP-date, reset headers or no hint all end with every row ok, each paid once."""
+    demo.reset(rps=20, burst=5, retry_after_format=retry_after_format, miss_rate=0.0)
+    provider = pb.Provider("acme")
+    events: list = []
+    unsubscribe = provider.subscribe(events.append)
+    try:
+        out = _leads(40).play.map(_email_tool(demo, provider), store=store, progress=False, concurrency=16)
+    finally:
+        unsubscribe()
+
+    assert len(out) == 40
+    assert out["play_status"].tolist() == ["ok"] * 40
+    assert out["acme.email"].notna().all()
+    statuses = _statuses(demo)
+    assert statuses.get("429", 0) > 0, "the scenario did not exercise 429s"
+    assert statuses["200"] == 40 and set(statuses) == {"200", "429"}
+    assert provider.refused == statuses["429"]
+    holds = [e for e in events if isinstance(e, ProviderHoldSet)]
+    if retry_after_format == "none":
+        assert holds == []  # no hint: each call backs off on its own
+    else:
+        assert holds and {h.status for h in holds} == {429}
+
+
+# -- 5xx: retried up to `retries`, then ProviderUnavailable ---------------------------------------
+
+
+def test_503_bursts_are_retried_until_every_row_is_ok(demo, store) -> None:
+    """With 30% of requests answered 503, retries=6 brings every row home."""
+    demo.reset(fault_rate=0.3, fault_status=503, miss_rate=0.0)
+    provider = pb.Provider("acme", retries=6)
+    out = _leads(20).play.map(_email_tool(demo, provider), store=store, progress=False, concurrency=16)
+
+    assert out["play_status"].tolist() == ["ok"] * 20
+    assert out["acme.email"].notna().all()
+    statuses = _statuses(demo)
+    assert statuses.get("503", 0) > 0 and statuses["200"] == 20
+    assert provider.failed == statuses["503"]
+
+
+def test_provider_down_fails_rows_after_retries_plus_one_requests(demo, store) -> None:
+    """A provider that always answers 503 fails each row with ProviderUnavailable after retries+1 requests."""
+    demo.reset(fault_rate=1.0, fault_status=503)
+    provider = pb.Provider("acme", retries=1)
+    out = _leads(6).play.map(_email_tool(demo, provider), store=store, progress=False, concurrency=6)
+
+    assert out["play_status"].tolist() == ["failed"] * 6
+    for error in out["play_error"]:
+        assert error.startswith("ProviderUnavailable:") and "provider 'acme'" in error and "503" in error
+    stats = demo.stats()
+    assert stats["by_status"] == {"503": 12}
+    keys = stats["idempotency_keys"]
+    assert len(keys) == 6 and set(keys.values()) == {2}  # exactly two requests per row
+
+
+# -- malformed bodies are permanent --------------------------------------------------------------
+
+
+def test_malformed_json_fails_only_its_rows_and_is_not_retried(demo, store) -> None:
+    """A 200 with a truncated JSON body fails that row naming the tool; other rows are ok; no retry."""
+    demo.reset(malformed_rate=0.3, miss_rate=0.0)
+    provider = pb.Provider("acme", retries=4)
+    out = _leads(20).play.map(_email_tool(demo, provider), store=store, progress=False, concurrency=8)
+
+    failed = out[out["play_status"] == "failed"]
+    ok = out[out["play_status"] == "ok"]
+    assert len(failed) + len(ok) == 20
+    assert 0 < len(failed) < 20
+    assert ok["acme.email"].notna().all()
+    for error in failed["play_error"]:
+        assert "malformed JSON" in error and "'acme.email'" in error
+    assert demo.stats()["requests"] == 20  # one request per row: nothing retried
+    assert provider.failed == 0
+
+
+# -- 401: the run stops ---------------------------------------------------------------------------
+
+
+def test_refused_credentials_stop_the_run_without_leaking_the_secret(demo, store, monkeypatch) -> None:
+    """A 401 raises RunFatal naming the provider and status; at most `concurrency` requests; no secret shown."""
+    value = "s3cr3t-value"
+    monkeypatch.delenv("PLAYBOOK_TEST_GOVERNOR_KEY", raising=False)
+    provider = pb.Provider("acme")
+    tool = _email_tool(
+        demo, provider, headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("PLAYBOOK_TEST_GOVERNOR_KEY", default=value)
+    )
+    assert value not in demo.settings.api_keys
+
+    started = time.monotonic()
+    with pytest.raises(pb.RunFatal) as info:
+        _leads(100).play.map(tool, store=store, progress=False, concurrency=8)
+    elapsed = time.monotonic() - started
+
+    fatal = info.value
+    assert fatal.provider == "acme" and fatal.status == 401
+    message = str(fatal)
+    assert "'acme'" in message and "401" in message and value not in message
+    assert value not in "\n".join(fatal._render_traceback_())
+    assert elapsed < 5
+    stats = demo.stats()
+    assert 1 <= stats["requests"] <= 8
+    assert stats["by_status"] == {"401": stats["requests"]}
+    out = pb.last_run().result
+    assert set(out["play_status"]) <= {"failed", "skipped"}
+    assert (out["play_status"] == "skipped").sum() >= 92
+    assert not out["play_error"].str.contains(value).any()
+
+
+# -- permanent 4xx --------------------------------------------------------------------------------
+
+
+def test_permanent_4xx_is_not_retried(demo, store) -> None:
+    """A 422 (missing or invalid domain) fails its row after exactly one request."""
+    demo.reset(miss_rate=0.0)
+    provider = pb.Provider("acme", retries=4)
+    frame = pd.DataFrame(
+        {
+            "domain": ["acme.com", "https://www.acme.com/about", None, "globex.com", "not a domain", None],
+            "first": ["Ann", "Bob", "Cy", "Di", "Ed", "Flo"],
+        }
+    )
+    out = frame.play.map(_email_tool(demo, provider), store=store, progress=False, concurrency=6)
+
+    assert out["play_status"].tolist() == ["ok", "failed", "failed", "ok", "failed", "failed"]
+    for error in out.loc[out["play_status"] == "failed", "play_error"]:
+        assert "tool 'acme.email': HTTP 422" in error
+    stats = demo.stats()
+    assert stats["requests"] == 6 and stats["by_status"] == {"200": 2, "422": 4}
+    assert set(stats["idempotency_keys"].values()) == {1}
+    assert provider.failed == 0
+
+
+# -- pacing ---------------------------------------------------------------------------------------
+
+
+def test_configured_pace_avoids_429s(demo, store) -> None:
+    """A provider paced at the server's own limit (20/s, burst 5) gets (almost) no 429s."""
+    demo.reset(rps=20, burst=5, miss_rate=0.0)
+    provider = pb.Provider("acme", rps=20, burst=5)
+
+    started = time.monotonic()
+    out = _leads(60).play.map(_email_tool(demo, provider), store=store, progress=False, concurrency=16)
+    elapsed = time.monotonic() - started
+
+    assert out["play_status"].tolist() == ["ok"] * 60
+    statuses = _statuses(demo)
+    assert statuses["200"] == 60
+    assert statuses.get("429", 0) <= 1  # <= 2% of 60 calls
+    assert elapsed >= (60 - 5) / 20 * 0.9  # the pace, not luck, kept the server happy

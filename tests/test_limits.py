@@ -1,0 +1,279 @@
+"""The governor's exact primitives: reading wait headers, backoff, GCRA pacing and AIMD."""
+
+from __future__ import annotations
+
+import random
+from email.utils import formatdate
+
+import httpx
+import pytest
+
+from playbook.limits import Backoff, Pace, retry_after
+
+NOW = 1_700_000_000.0  # a wall-clock "now", in epoch seconds
+
+
+def _wait(**headers: str) -> float | None:
+    """retry_after() over real response headers: names with dashes, any case."""
+    return retry_after(httpx.Headers({k.replace("_", "-"): v for k, v in headers.items()}), now=NOW)
+
+
+# -- retry_after ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("120", 120.0), ("1.5", 1.5), ("0", 0.0), (' "7" ', 7.0)])
+def test_retry_after_seconds(value: str, seconds: float) -> None:
+    """Retry-After in seconds (integer or float) is the wait."""
+    assert _wait(Retry_After=value) == seconds
+
+
+def test_retry_after_http_date_counts_from_now() -> None:
+    """Retry-After as an IMF-fixdate is the seconds from ``now`` to that moment."""
+    assert _wait(Retry_After=formatdate(NOW + 30, usegmt=True)) == pytest.approx(30.0)
+
+
+def test_retry_after_past_http_date_is_zero() -> None:
+    """A Retry-After date already past means no wait, not a negative one."""
+    assert _wait(Retry_After=formatdate(NOW - 600, usegmt=True)) == 0.0
+
+
+def test_ratelimit_reset_is_seconds() -> None:
+    """RateLimit-Reset gives the wait in seconds."""
+    assert _wait(RateLimit_Reset="7") == 7.0
+
+
+@pytest.mark.parametrize("value", ["limit=10, remaining=0, reset=5", "limit=10; remaining=0; reset=5"])
+def test_combined_ratelimit_header_reset(value: str) -> None:
+    """The combined draft header ``RateLimit: ..., reset=N`` gives N seconds."""
+    assert _wait(RateLimit=value) == 5.0
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (str(int(NOW) + 42), 42.0),  # epoch seconds
+        (str((int(NOW) + 42) * 1000), 42.0),  # epoch milliseconds
+        ("30", 30.0),  # a small number is a delta
+        (str(int(NOW) - 10), 0.0),  # a reset already past
+    ],
+)
+def test_x_ratelimit_reset(value: str, seconds: float) -> None:
+    """X-RateLimit-Reset is read as an epoch timestamp (s or ms) or, when small, as seconds."""
+    assert _wait(X_RateLimit_Reset=value) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("garbage", ["soon", "", "-3", "nan", "inf", "Wed, 99 Foo 2024 10:00:00 GMT"])
+@pytest.mark.parametrize("header", ["Retry-After", "RateLimit-Reset", "X-RateLimit-Reset"])
+def test_garbage_is_not_trusted(header: str, garbage: str) -> None:
+    """An unusable value gives no wait at all, never a made-up one."""
+    assert retry_after(httpx.Headers({header: garbage}), now=NOW) is None
+
+
+def test_garbage_falls_back_to_next_header() -> None:
+    """A garbage Retry-After gives way to RateLimit-Reset, a garbage one of those to X-RateLimit-Reset."""
+    assert _wait(Retry_After="soon", RateLimit_Reset="7") == 7.0
+    assert _wait(RateLimit_Reset="later", X_RateLimit_Reset="9") == 9.0
+
+
+def test_header_precedence() -> None:
+    """Retry-After wins over RateLimit-Reset, which wins over X-RateLimit-Reset."""
+    assert _wait(Retry_After="3", RateLimit_Reset="7", X_RateLimit_Reset="9") == 3.0
+    assert _wait(RateLimit_Reset="7", X_RateLimit_Reset="9") == 7.0
+    assert _wait(RateLimit="reset=5", X_RateLimit_Reset="9") == 5.0
+
+
+def test_header_names_any_case() -> None:
+    """Header names match in any case, as HTTP says."""
+    assert retry_after(httpx.Headers({"RETRY-AFTER": "4"}), now=NOW) == 4.0
+    assert retry_after(httpx.Headers({"x-ratelimit-reset": "6"}), now=NOW) == 6.0
+    assert retry_after({"retry-after": "2"}, now=NOW) == 2.0  # a plain dict, lower-case keys
+
+
+def test_no_headers_no_wait() -> None:
+    """Without any rate-limit header there is no wait to report."""
+    assert retry_after(httpx.Headers({"Content-Type": "application/json"}), now=NOW) is None
+
+
+# -- Backoff -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 6, 7, 60, 61, 10_000])
+def test_backoff_within_bounds(n: int) -> None:
+    """Try n waits between half and all of min(cap, base * 2**n)."""
+    backoff = Backoff(0.5, 30.0, rng=random.Random(n))
+    high = min(30.0, 0.5 * 2.0 ** min(n, 100))
+    for _ in range(200):
+        assert high / 2 <= backoff.delay(n) <= high
+
+
+def test_backoff_grows_with_tries() -> None:
+    """Every wait of try n+1 is at least every wait of try n, below the cap."""
+    backoff = Backoff(0.5, 30.0, rng=random.Random(1))
+    for n in range(5):  # try 6 is capped at 30s: [15, 30] overlaps try 5's [8, 16]
+        assert max(backoff.delay(n) for _ in range(100)) <= min(backoff.delay(n + 1) for _ in range(100))
+
+
+def test_backoff_never_exceeds_cap() -> None:
+    """A huge try count waits no more than the cap (and does not overflow)."""
+    backoff = Backoff(1.0, 5.0, rng=random.Random(2))
+    assert all(2.5 <= backoff.delay(10_000) <= 5.0 for _ in range(100))
+
+
+# -- Pace: GCRA spacing --------------------------------------------------------------------
+
+
+def test_pace_spaces_calls_at_the_rate() -> None:
+    """Calls at the same instant get slots 0, 1/r, 2/r, ... apart."""
+    pace = Pace(10)
+    assert [pace.reserve(0.0) for _ in range(5)] == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4], abs=1e-9)
+
+
+def test_pace_burst() -> None:
+    """burst=b lets b calls through at once, then spaces the rest."""
+    pace = Pace(10, burst=3)
+    assert [pace.reserve(0.0) for _ in range(5)] == pytest.approx([0.0, 0.0, 0.0, 0.1, 0.2], abs=1e-9)
+
+
+def test_pace_slow_calls_never_wait() -> None:
+    """Calls arriving slower than the rate are sent at once."""
+    pace = Pace(10)
+    assert [pace.reserve(t * 0.2) for t in range(10)] == [0.0] * 10
+
+
+def test_pace_unlimited() -> None:
+    """rate=None never waits."""
+    pace = Pace(None)
+    assert [pace.reserve(0.0) for _ in range(100)] == [0.0] * 100
+
+
+@pytest.mark.parametrize("burst", [None, 5])
+def test_pace_hold_pushes_next_slot(burst: int | None) -> None:
+    """hold(until) sends nothing before ``until``, whatever the burst."""
+    pace = Pace(10, burst)
+    pace.reserve(0.0)
+    pace.hold(5.0)
+    assert 1.0 + pace.reserve(1.0) == pytest.approx(5.0, abs=1e-9)
+
+
+# -- Pace: AIMD on a configured rate -------------------------------------------------------
+
+
+def test_limited_cuts_once_per_round() -> None:
+    """A 429 cuts the rate; a 429 for a call sent before that cut does not cut again."""
+    pace = Pace(10)
+    pace.reserve(0.0)
+    assert pace.limited(0.5, sent_at=0.4) is True
+    assert pace.rate == pytest.approx(4.5)  # unmeasured: half the rate, times 0.9
+    assert pace.limited(0.6, sent_at=0.45) is False
+    assert pace.rate == pytest.approx(4.5)
+    assert pace.limited(0.7, sent_at=0.55) is True  # sent after the cut: a new round
+    assert pace.rate == pytest.approx(2.025)
+
+
+def test_limited_uses_accepted_rate_once_measured() -> None:
+    """After a second of traffic, a cut starts from what the provider accepted in the last second."""
+    pace = Pace(10)
+    pace.reserve(0.0)
+    for i in range(1, 7):
+        pace.success(1.0 + i * 0.15)  # 6 successes within the last second
+    assert pace.limited(2.0, sent_at=1.95) is True
+    assert pace.rate == pytest.approx(6 * 0.9)
+
+
+def test_success_recovers_additively_to_the_ceiling() -> None:
+    """Successes raise the rate by 5% of the ceiling per second's worth, never past the ceiling."""
+    pace = Pace(10)
+    pace.reserve(0.0)
+    pace.limited(0.1, sent_at=0.0)
+    assert pace.rate == pytest.approx(4.5)
+    pace.success(0.2)
+    assert pace.rate == pytest.approx(4.5 + 0.05 * 10 / 4.5)
+    for i in range(1000):
+        pace.success(0.3 + i * 0.01)
+        assert pace.rate <= 10
+    assert pace.rate == 10
+
+
+def test_success_reports_noticeable_changes_only() -> None:
+    """success() is True once the rate moved >= 5% from the last rate shown, and at the ceiling."""
+    pace = Pace(10)
+    pace.reserve(0.0)
+    pace.limited(0.1, sent_at=0.0)  # 4.5, shown as the cut
+    changes = [(pace.success(0.2 + i * 0.01), pace.rate) for i in range(3)]
+    assert [changed for changed, _ in changes] == [False, False, True]
+    assert changes[1][1] < 4.5 * 1.05 <= changes[2][1]
+    while not pace.success(1.0) or pace.rate < 10:
+        assert pace.rate < 10
+    assert pace.success(1.0) is False  # at the ceiling and unchanged
+
+
+def test_never_cut_below_floor() -> None:
+    """However many rounds of 429s, a configured rate stays at or above a tenth of itself."""
+    pace = Pace(10)
+    pace.reserve(0.0)
+    for i in range(20):
+        assert pace.limited(0.01 * i, sent_at=0.01 * i) is True
+        assert pace.rate >= 1.0
+    assert pace.rate == 1.0
+
+
+# -- Pace: a discovered rate ---------------------------------------------------------------
+
+
+def test_discovered_rate_from_last_second() -> None:
+    """With no rps, the first 429 after a second of traffic sets the rate to 0.9x the last second's successes."""
+    pace = Pace(None)
+    pace.reserve(0.0)
+    for i in range(40):
+        pace.success(0.05 * i)  # 20/s from 0 to 1.95
+    assert pace.rate is None
+    assert pace.limited(2.0, sent_at=2.0) is True
+    assert pace.rate == pytest.approx(20 * 0.9)
+    assert pace.reserve(2.0) == 0.0
+    assert pace.reserve(2.0) == pytest.approx(1 / 18)
+
+
+def test_discovered_rate_recovers_then_probes_slowly() -> None:
+    """Below the level it was refused at, a discovered rate recovers at 5%/s of it; above, it probes at 0.5%/s."""
+    pace = Pace(None)
+    pace.reserve(0.0)
+    for i in range(20):
+        pace.success(1.0 + 0.05 * i)
+    pace.limited(2.0, sent_at=2.0)  # known level 20, rate 18
+    pace.success(2.1)
+    assert pace.rate == pytest.approx(18 + 0.05 * 20 / 18)
+    while pace.rate < 20:
+        pace.success(2.2)
+    before = pace.rate
+    pace.success(2.3)
+    assert pace.rate == pytest.approx(before + 0.005 * 20 / before)
+
+
+@pytest.mark.parametrize("traffic", [[], [0.1, 0.2]])
+def test_quota_429_leaves_rate_unlimited(traffic: list[float]) -> None:
+    """A 429 when nothing got through in the last second is a quota: no rate is invented."""
+    pace = Pace(None)
+    pace.reserve(0.0)
+    for t in traffic:
+        pace.success(t)
+    assert pace.limited(5.0, sent_at=5.0) is False
+    assert pace.rate is None
+    assert pace.reserve(5.0) == 0.0
+
+
+def test_slow_start_grows_fast_until_next_429() -> None:
+    """A 429 in the first second starts a slow start: +0.5 per success, until the next (measured) 429."""
+    pace = Pace(None)
+    pace.reserve(0.0)
+    for t in (0.1, 0.2, 0.3, 0.4):
+        pace.success(t)
+    assert pace.limited(0.5, sent_at=0.5) is True
+    assert pace.rate == pytest.approx(4 * 0.9)
+    for i in range(10):
+        pace.success(0.6 + 0.05 * i)
+    assert pace.rate == pytest.approx(3.6 + 10 * 0.5)
+    assert pace.limited(1.2, sent_at=1.2) is True  # 14 successes in the last second
+    assert pace.rate == pytest.approx(min(8.6, 14) * 0.9)
+    cut = pace.rate
+    pace.success(1.3)
+    assert pace.rate - cut < 0.5  # slow start is over: a small step
