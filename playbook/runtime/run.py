@@ -78,7 +78,7 @@ class Run:
         """Providers holding rows back: until when, how many rows wait (held or parked), last status."""
         m = self._maprun
         now = time.time()
-        held = Counter(m._held_on.values())
+        held = Counter(m._held.waiting_on.values())
         parked = Counter(m.park_provider[p] for p, s in enumerate(m.status) if s == "parked" and m.park_provider[p])
         out = []
         for name, provider in m.state.providers.items():

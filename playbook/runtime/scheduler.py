@@ -9,7 +9,6 @@ emits an event; views subscribe to :class:`RunState`.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from ..receipts import ReceiptStore
 from ..signals import Held, Parked, Suspend, WaitBudget
 from .batching import Batcher
 from .options import RunOptions
+from .retry_queue import RetryQueue
 from .rows import Row, output_columns
 from .state import RunState
 
@@ -71,10 +71,7 @@ class MapRun:
         self._vals: list[tuple[Any, ...]] = []
         self._pending: deque[int] = deque()
         self._workers: list[asyncio.Task[None]] = []
-        self._held: list[tuple[float, int, int]] = []  # the retry queue: (ready at, seq, position)
-        self._held_on: dict[int, str] = {}  # held position -> the provider it waits for
-        self._seq = 0
-        self._wake: asyncio.Future[None] | None = None  # set when a row joins the retry queue
+        self._held = RetryQueue()
         self._tickets: dict[str, Ticket] = {}  # logical call -> its standing with the provider
         self._budgets: dict[tuple[int, str], WaitBudget] = {}  # (row, provider) -> wait left
         self.providers: dict[str, Provider] = {}
@@ -282,36 +279,23 @@ class MapRun:
         pending, held = self._pending, self._held
         loop = asyncio.get_running_loop()
         while True:
-            if held and held[0][0] <= loop.time():
-                pos = heapq.heappop(held)[2]  # a held row comes back ahead of fresh rows
-                del self._held_on[pos]
+            pos = held.due(loop.time()) if held else None
+            if pos is not None:  # a held row comes back ahead of fresh rows
                 self.state.emit(RowResumed(pos))
                 await self._run_row(pos)
             elif pending:
                 await self._run_row(pending.popleft())
             elif held:
-                await self._nap(held[0][0] - loop.time())
+                await held.nap(held.next_at())  # type: ignore[arg-type]
             else:
                 return
 
-    async def _nap(self, seconds: float) -> None:
-        """Sleep until the first held row is due, or until a row joins the retry queue."""
-        if self._wake is None:
-            self._wake = asyncio.get_running_loop().create_future()
-        await asyncio.wait((self._wake,), timeout=seconds)
-
     def _hold(self, pos: int, held: Held) -> None:
         """Take a held row off its worker; it waits in the retry queue until its deadline."""
-        loop = asyncio.get_running_loop()
-        held.budget.left -= max(0.0, held.until - loop.time())
-        self._seq += 1
-        heapq.heappush(self._held, (held.until, self._seq, pos))
-        self._held_on[pos] = held.provider.name
+        held.budget.left -= max(0.0, held.until - asyncio.get_running_loop().time())
+        self._held.push(pos, held.until, held.provider.name)
         self._started.discard(pos)
         self.state.emit(RowHeld(pos, held.provider.name, held.wall, held.status))
-        if self._wake is not None:
-            self._wake.set_result(None)
-            self._wake = None
         if sum(not t.done() for t in self._workers) < self.opts.concurrency:
             self._spawn(1)  # this worker takes another row; the held one must not lack a worker
 
@@ -368,7 +352,7 @@ class MapRun:
         why = "not run: " + (str(self.fatal).split("\n")[0] if self.fatal is not None else "the run was stopped")
         for pos in positions:  # a duplicate comes after its lead, so settling the lead settles it
             if self.status[pos] is None:
-                held = self._held_on.pop(pos, None) is not None
+                held = self._held.waiting_on.pop(pos, None) is not None
                 self._settle(pos, "skipped", None, why, ran=pos in self._started, held=held)
         self._held.clear()
 
