@@ -69,7 +69,7 @@ def table(results: list[Result]) -> str:
         )
         for text, verdict in r.notes:
             flag = "" if verdict is None else "ok" if verdict else "LOW"
-            lines.append(f"  {text:<{_VERDICT - 2}}{flag}".rstrip())
+            lines.append(f"  {text:<{_VERDICT - 3}} {flag}".rstrip())
     return "\n".join(lines)
 
 

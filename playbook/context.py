@@ -249,6 +249,10 @@ def _sender(tool: Tool, values: dict[str, Any], env: CallEnv) -> Any:
     async def send() -> tuple[Any, bool]:
         try:
             return await tool.invoke(values, env)
+        except ToolError as exc:
+            if exc.status in (401, 402, 403):  # a Python tool's "bad credentials" stops the run as HTTP's does
+                raise RunFatal(f"tool {tool.name!r}: {exc} (status {exc.status})", tool=tool.name, provider=exc.provider, status=exc.status) from exc
+            raise
         except PlaybookError:
             raise
         except Exception as exc:

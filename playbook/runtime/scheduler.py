@@ -226,6 +226,9 @@ class MapRun:
                     self.park_provider[p] = self.park_ready[p] = None
                 self.state.emit(RowRequeued(pos, status, len(group)))  # type: ignore[arg-type]
                 again.append(pos)
+        # A row admitted again waits afresh: max_wait counts from now, not from its first try.
+        readmitted = set(again)
+        self._budgets = {k: b for k, b in self._budgets.items() if k[0] not in readmitted}
         return again
 
     def _identify(self, positions: list[int], key_cols: list[Any] | None) -> list[int]:

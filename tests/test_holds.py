@@ -1,0 +1,479 @@
+"""Held rows, parking, sticky suspension, waterfalls, fatal errors and budget: real runs in virtual time.
+
+Tools are async Python functions that play the provider: they raise 429s with ``retry_after``,
+503s or ``RunFatal``, and log the loop time of every invocation.  ``vtime`` makes an hour-long
+hold pass at once, so each test asserts the times the governor and the retry queue chose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+import pytest
+from vtime import run_virtual
+
+import playbook as pb
+from playbook.models import RowFinished, RowHeld, RowResumed, RowStarted
+
+Calls = list[tuple[float, int]]  # (loop time, n) per invocation
+Events = list[tuple[float, Any]]  # (loop time, event)
+
+
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+def counted(
+    name: str, answer: Callable[[int, int], Any] = lambda n, k: n, *, provider: pb.Provider | None = None, latency: float = 0.0, cost: float = 0.0
+) -> tuple[pb.Tool, Calls]:
+    """An async tool ``name(n)`` that logs each invocation and returns ``answer(n, k)`` (k: its
+    k-th invocation for this n) after ``latency`` seconds; ``answer`` may raise."""
+    calls: Calls = []
+
+    async def fn(n: int) -> Any:
+        calls.append((now(), n))
+        await asyncio.sleep(latency)
+        return answer(n, sum(m == n for _, m in calls))
+
+    return pb.tool(fn, name=name, provider=provider, cost=cost), calls
+
+
+def limited(seconds: float) -> pb.ToolError:
+    return pb.ToolError("slow down", status=429, retry_after=seconds)
+
+
+def unavailable() -> Any:
+    raise pb.ToolError("service unavailable", status=503, retryable=True)
+
+
+def refuse_first(seconds: float, times: int = 1) -> Callable[[int, int], Any]:
+    """An answer that is a 429 with Retry-After ``seconds`` for the first ``times`` calls per n."""
+
+    def answer(n: int, k: int) -> Any:
+        if k <= times:
+            raise limited(seconds)
+        return f"found{n}"
+
+    return answer
+
+
+def down_until(moment: float) -> Callable[[int, int], Any]:
+    """An answer that is a 429 holding the provider until loop time ``moment`` for rows n >= 5."""
+
+    def answer(n: int, k: int) -> Any:
+        if n >= 5 and now() < moment:
+            raise limited(moment - now())
+        return n * 10
+
+    return answer
+
+
+def calling(tool: pb.Tool) -> pb.Play:
+    async def play(row: Any, ctx: pb.Context) -> dict[str, Any]:
+        return {"v": await ctx.tool(tool, n=row.n)}
+
+    return pb.play(play, name=f"call_{tool.name}")
+
+
+async def start(frame: pd.DataFrame, play: Any, store: pb.ReceiptStore, **opts: Any) -> tuple[pb.Run, Events]:
+    """Start a background run and record its events with their loop times (before any is emitted)."""
+    run = await frame.play.arun(play, store=store, progress=False, background=True, **opts)
+    events: Events = []
+    run.state.subscribe(lambda event: events.append((now(), event)))
+    return run, events
+
+
+async def launch(frame: pd.DataFrame, play: Any, store: pb.ReceiptStore, **opts: Any) -> tuple[pb.Run, Events]:
+    """Start a run and wait for it; returns the run and its timed events."""
+    run, events = await start(frame, play, store, **opts)
+    await run._task
+    return run, events
+
+
+def statuses(run: pb.Run) -> list[str]:
+    return run.result["play_status"].tolist()
+
+
+def of(kind: type, events: Events) -> Events:
+    return [(t, e) for t, e in events if isinstance(e, kind)]
+
+
+def rows(n: int) -> pd.DataFrame:
+    return pd.DataFrame({"n": range(n)})
+
+
+# -- held rows ---------------------------------------------------------------------------
+
+
+def test_long_hold_steps_aside_and_resumes_ahead_of_fresh_rows(store: pb.ReceiptStore) -> None:
+    """A row held 30 s releases its slot, the others run on, and it resumes ahead of fresh rows, replaying its receipts."""
+    first, first_calls = counted("first")
+    lookup, lookup_calls = counted("lookup", refuse_first(30), provider=pb.Provider("slow"))
+    work, _ = counted("work", provider=pb.Provider("fast"), latency=4.0)
+
+    @pb.play
+    async def play(row, ctx):
+        a = await ctx.tool(first, n=row.n)
+        return {"a": a, "b": await ctx.tool(lookup if row.n == 0 else work, n=row.n)}
+
+    run, events = run_virtual(launch(rows(21), play, store, concurrency=2))
+    assert statuses(run) == ["ok"] * 21
+    assert run.result["b"].tolist() == ["found0", *range(1, 21)]
+    assert sorted(n for _, n in first_calls) == list(range(21))  # row 0's first call hit its receipt
+    assert lookup_calls == [(0.0, 0), (32.0, 0)]
+    [(held_at, held)] = of(RowHeld, events)
+    assert (held_at, held.position, held.provider, held.status) == (0.0, 0, "slow", 429)
+    # Rows 1-16 fill both slots in pairs of 4 s; at 32 the first slot free after the 30 s deadline
+    # goes to row 0, before the fresh rows 17-20.
+    assert [(t, e.position) for t, e in of(RowResumed, events)] == [(32.0, 0)]
+    assert [e.position for _, e in of(RowStarted, events)] == [0, *range(1, 17), 0, *range(17, 21)]
+    finished = [e.position for _, e in of(RowFinished, events)]
+    assert set(finished[: finished.index(0)]) == set(range(1, 17))
+    assert run.stats.held == 0 and all(h.waiting_rows == 0 for h in run.holds)
+
+
+def test_short_hold_is_waited_out_in_place(store: pb.ReceiptStore) -> None:
+    """A hold under a second is waited out by the call itself: no RowHeld, the retry comes 0.5 s later."""
+    lookup, calls = counted("lookup", refuse_first(0.5), provider=pb.Provider("p"))
+    run, events = run_virtual(launch(rows(1), calling(lookup), store))
+    assert statuses(run) == ["ok"] and run.result["v"].tolist() == ["found0"]
+    assert calls == [(0.0, 0), (0.5, 0)]
+    assert of(RowHeld, events) == [] and of(RowResumed, events) == []
+
+
+def test_hold_past_max_wait_parks_rows_quickly(store: pb.ReceiptStore) -> None:
+    """A one-hour hold parks every row at once with reason 'hold', and run.holds says who holds how many."""
+    lookup, calls = counted("lookup", refuse_first(3600, times=99), provider=pb.Provider("p"), latency=0.1)
+
+    async def main() -> tuple[pb.Run, float]:
+        run, _ = await launch(rows(10), calling(lookup), store, concurrency=4)
+        return run, now()
+
+    run, elapsed = run_virtual(main())
+    assert statuses(run) == ["parked"] * 10
+    assert len(calls) == 4 and elapsed < 1  # only the rows in flight reached the provider
+    parked = run.parked
+    assert parked["reason"].tolist() == ["hold"] * 10 and parked["provider"].tolist() == ["p"] * 10
+    ahead = (parked["ready_at"] - pd.Timestamp.now(tz="UTC")).dt.total_seconds()
+    assert ahead.between(3500, 3700).all()
+    assert all("ProviderExhausted" in m and "'p'" in m for m in parked["message"])
+    [hold] = run.holds
+    assert (hold.provider, hold.waiting_rows, hold.parked_rows, hold.last_status) == ("p", 10, 10, 429)
+    assert hold.until is not None and hold.until > time.time() + 3500
+    assert (run.stats.parked, run.stats.held) == (10, 0)
+
+
+@pytest.mark.parametrize(
+    ("provider_wait", "run_wait", "expected", "call_times"),
+    [(10, 100, "ok", [0.0, 30.0]), (100, 10, "parked", [0.0])],
+    ids=["map-waits-longer", "map-waits-shorter"],
+)
+def test_map_max_wait_overrides_the_providers(
+    provider_wait: float, run_wait: float, expected: str, call_times: list[float], store: pb.ReceiptStore
+) -> None:
+    """map(max_wait=...) decides whether a 30 s hold is waited for (resuming at its deadline) or parks the row."""
+    lookup, calls = counted("lookup", refuse_first(30), provider=pb.Provider("p", max_wait=provider_wait))
+    run, _ = run_virtual(launch(rows(1), calling(lookup), store, max_wait=run_wait))
+    assert statuses(run) == [expected]
+    assert [t for t, _ in calls] == call_times
+
+
+def test_holds_that_add_up_past_max_wait_park_the_row(store: pb.ReceiptStore) -> None:
+    """Successive 40 s holds are waited for until their sum would pass max_wait=100; then the row parks."""
+    lookup, calls = counted("lookup", refuse_first(40, times=3), provider=pb.Provider("p", max_wait=100))
+    run, events = run_virtual(launch(rows(1), calling(lookup), store))
+    assert statuses(run) == ["parked"] and run.parked["reason"].tolist() == ["hold"]
+    assert [t for t, _ in calls] == [0.0, 40.0, 80.0]
+    assert len(of(RowHeld, events)) == 2
+    assert [t for t, _ in of(RowFinished, events)] == [80.0]
+
+
+def test_retry_after_the_hold_readmits_parked_rows(store: pb.ReceiptStore) -> None:
+    """run.retry() once the hold has passed runs the parked rows again, and they finish ok."""
+    lookup, calls = counted("lookup", down_until(3600), provider=pb.Provider("p"))
+
+    async def main() -> tuple[list[str], pb.Run]:
+        run, _ = await launch(rows(10), calling(lookup), store, concurrency=1)
+        before = statuses(run)
+        await asyncio.sleep(3600)
+        run.retry()
+        await run._task
+        return before, run
+
+    before, run = run_virtual(main())
+    assert before == ["ok"] * 5 + ["parked"] * 5
+    assert statuses(run) == ["ok"] * 10 and run.result["v"].tolist() == [n * 10 for n in range(10)]
+    assert sorted(n for _, n in calls) == sorted([*range(10), 5])  # row 5 met the hold; 6-9 never called
+    assert (run.stats.ok, run.stats.parked, len(run.parked)) == (10, 0, 0)
+
+
+def test_retry_gives_parked_rows_a_fresh_wait_budget(store: pb.ReceiptStore) -> None:
+    """A row parked because its holds added up gets max_wait again when run.retry() re-admits it."""
+    lookup, calls = counted("lookup", refuse_first(40, times=4), provider=pb.Provider("p", max_wait=100))
+
+    async def main() -> tuple[list[str], pb.Run]:
+        run, _ = await launch(rows(1), calling(lookup), store)
+        before = statuses(run)
+        await asyncio.sleep(3600)
+        run.retry()  # one more 40 s hold, well within a fresh max_wait of 100 s
+        await run._task
+        return before, run
+
+    before, run = run_virtual(main())
+    assert before == ["parked"]
+    assert statuses(run) == ["ok"] and len(calls) == 5
+
+
+def test_rerun_runs_only_the_parked_rows(store: pb.ReceiptStore) -> None:
+    """A new map over the same frame and store reuses finished rows and runs the parked ones."""
+    lookup, calls = counted("lookup", down_until(3600), provider=pb.Provider("p"))
+    play = calling(lookup)
+
+    async def main() -> tuple[pb.Run, pb.Run]:
+        first, _ = await launch(rows(10), play, store, concurrency=1)
+        await asyncio.sleep(3600)
+        again, _ = await launch(rows(10), play, store, concurrency=1)
+        return first, again
+
+    first, again = run_virtual(main())
+    assert statuses(first) == ["ok"] * 5 + ["parked"] * 5
+    assert statuses(again) == ["reused"] * 5 + ["ok"] * 5
+    assert sorted(n for _, n in calls) == sorted([*range(10), 5])
+    assert again.result["v"].tolist() == [n * 10 for n in range(10)]
+
+
+# -- sticky suspension -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("caught", [BaseException, Exception], ids=["BaseException", "Exception"])
+def test_a_caught_hold_still_suspends_the_row(caught: type[BaseException], store: pb.ReceiptStore) -> None:
+    """A play that swallows what ctx.tool raises is still held and replayed, ending with the real value."""
+    lookup, calls = counted("lookup", refuse_first(30), provider=pb.Provider("p"))
+
+    @pb.play
+    async def swallowing(row, ctx):
+        try:
+            return {"x": await ctx.tool(lookup, n=row.n)}
+        except caught:
+            return {"x": "swallowed"}
+
+    run, events = run_virtual(launch(rows(2), swallowing, store))
+    assert statuses(run) == ["ok", "ok"] and run.result["x"].tolist() == ["found0", "found1"]
+    assert len(of(RowHeld, events)) == 2 and len(of(RowResumed, events)) == 2
+    assert min(t for t, _ in calls[2:]) >= 30.0
+
+
+def test_the_next_call_after_a_swallowed_hold_is_not_dispatched(store: pb.ReceiptStore) -> None:
+    """After a play swallows a hold, its next ctx call re-raises it instead of paying for the call."""
+    lookup, _ = counted("lookup", refuse_first(30), provider=pb.Provider("p"))
+    other, other_calls = counted("other")
+
+    @pb.play
+    async def carry_on(row, ctx):
+        try:
+            x = await ctx.tool(lookup, n=row.n)
+        except BaseException:
+            x = None
+        return {"x": x, "y": await ctx.tool(other, n=row.n)}
+
+    run, _ = run_virtual(launch(rows(1), carry_on, store))
+    assert statuses(run) == ["ok"] and run.result["x"].tolist() == ["found0"]
+    assert other_calls == [(30.0, 0)]
+
+
+# -- waterfalls ----------------------------------------------------------------------------
+
+
+def test_waterfall_takes_the_first_accepted_leg_and_counts_every_leg(store: pb.ReceiptStore) -> None:
+    """Legs run in order; misses and falsy values pass on; run.waterfalls counts each leg's outcomes."""
+
+    def a_answer(n: int, k: int) -> Any:
+        if n == 4:
+            raise ValueError("leg a broke")
+        return "a0" if n == 0 else None
+
+    a, a_calls = counted("a", a_answer)
+    b, b_calls = counted("b", lambda n, k: {1: "", 2: "b2"}.get(n))
+    c, c_calls = counted("c", lambda n, k: {1: "c1", 3: "c3"}.get(n))
+
+    @pb.play
+    async def play(row, ctx):
+        legs = [ctx.call(a, n=row.n), ctx.call(b, n=row.n), ctx.call(c, n=row.n)]
+        value, source = await ctx.waterfall("email", legs, with_source=True)
+        return {"value": value, "source": source}
+
+    run, _ = run_virtual(launch(rows(6), play, store))
+    out = run.result
+    assert statuses(run) == ["ok", "ok", "ok", "ok", "failed", "ok"]
+    assert out["value"].tolist()[:4] == ["a0", "c1", "b2", "c3"]
+    assert out["source"].tolist()[:4] == ["a", "c", "b", "c"]
+    assert out.loc[5, ["value", "source"]].isna().all()  # nothing accepted: (None, None)
+    assert "leg a broke" in out.loc[4, "play_error"]
+    assert (len(a_calls), sorted(n for _, n in b_calls), sorted(n for _, n in c_calls)) == (6, [1, 2, 3, 5], [1, 3, 5])
+    table = run.waterfalls.set_index("tool")[["hits", "misses", "unavailable", "errors", "never_reached"]]
+    assert table.loc["a"].tolist() == [1, 4, 0, 1, 0]
+    assert table.loc["b"].tolist() == [1, 3, 0, 0, 2]
+    assert table.loc["c"].tolist() == [2, 1, 0, 0, 3]
+    assert run.waterfalls["leg"].tolist() == [0, 1, 2] and set(run.waterfalls["waterfall"]) == {"email"}
+
+
+def test_waterfall_accept_predicate_decides_the_winner(store: pb.ReceiptStore) -> None:
+    """accept= replaces truthiness: a falsy 0 can win and an unaccepted value passes to the next leg."""
+    low, _ = counted("low")
+    high, high_calls = counted("high", lambda n, k: 100)
+
+    @pb.play
+    async def play(row, ctx):
+        legs = [ctx.call(low, n=row.n), ctx.call(high, n=row.n)]
+        return {"v": await ctx.waterfall("score", legs, accept=lambda v: v % 2 == 0)}
+
+    run, _ = run_virtual(launch(rows(4), play, store))
+    assert run.result["v"].tolist() == [0, 100, 2, 100]
+    assert sorted(n for _, n in high_calls) == [1, 3]
+
+
+def test_waterfall_leg_held_past_max_wait_falls_through_at_once(store: pb.ReceiptStore) -> None:
+    """A leg whose provider holds past max_wait is unavailable at once: no waiting, the next leg answers."""
+    held, held_calls = counted("held", refuse_first(3600, times=99), provider=pb.Provider("slow"))
+    backup, _ = counted("backup", lambda n, k: f"b{n}")
+
+    @pb.play
+    async def play(row, ctx):
+        return {"v": await ctx.waterfall("w", [ctx.call(held, n=row.n), ctx.call(backup, n=row.n)])}
+
+    async def main() -> tuple[pb.Run, float]:
+        run, _ = await launch(rows(4), play, store, concurrency=1)
+        return run, now()
+
+    run, elapsed = run_virtual(main())
+    assert statuses(run) == ["ok"] * 4 and run.result["v"].tolist() == ["b0", "b1", "b2", "b3"]
+    assert elapsed < 0.01 and len(held_calls) == 1  # later rows see the hold without calling
+    table = run.waterfalls.set_index("tool")
+    assert table.loc["held", ["hits", "unavailable"]].tolist() == [0, 4]
+    assert table.loc["backup", "hits"] == 4
+
+
+def test_waterfall_leg_unavailable_after_retries_falls_through(store: pb.ReceiptStore) -> None:
+    """A leg answering 503 until its retries run out counts as unavailable and the next leg answers."""
+    down, down_calls = counted("down", lambda n, k: unavailable(), provider=pb.Provider("down", retries=2))
+    backup, _ = counted("backup", lambda n, k: f"b{n}")
+
+    @pb.play
+    async def play(row, ctx):
+        return {"v": await ctx.waterfall("w", [ctx.call(down, n=row.n), ctx.call(backup, n=row.n)])}
+
+    run, _ = run_virtual(launch(rows(3), play, store, concurrency=1))
+    assert statuses(run) == ["ok"] * 3 and run.result["v"].tolist() == ["b0", "b1", "b2"]
+    assert [n for _, n in down_calls] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    table = run.waterfalls.set_index("tool")
+    assert table.loc["down", ["hits", "misses", "unavailable", "errors"]].tolist() == [0, 0, 3, 0]
+
+
+def test_waterfall_leg_must_be_a_call(store: pb.ReceiptStore) -> None:
+    """A leg that is not ctx.call(...) raises PlayDefinitionError before any leg is called."""
+    backup, calls = counted("backup")
+
+    @pb.play
+    async def play(row, ctx):
+        try:
+            await ctx.waterfall("w", [ctx.call(backup, n=row.n), backup])
+        except pb.PlayDefinitionError as exc:
+            return {"error": str(exc)}
+        return {"error": None}
+
+    run, _ = run_virtual(launch(rows(1), play, store))
+    assert "leg 1 is Tool" in run.result.loc[0, "error"] and calls == []
+
+
+# -- failures, fatal errors, budget, stats -----------------------------------------------
+
+
+def test_503s_past_retries_fail_the_row_with_provider_unavailable(store: pb.ReceiptStore) -> None:
+    """With retries=2 a provider answering 503 is tried 3 times, then the row fails naming the provider."""
+    down, calls = counted("down", lambda n, k: unavailable(), provider=pb.Provider("flaky", retries=2))
+    run, _ = run_virtual(launch(rows(1), calling(down), store))
+    assert statuses(run) == ["failed"] and len(calls) == 3
+    error = run.result.loc[0, "play_error"]
+    assert error.startswith("ProviderUnavailable") and "'flaky'" in error
+
+
+def test_run_fatal_stops_the_run(store: pb.ReceiptStore) -> None:
+    """RunFatal from a tool stops the run at once: it is raised, nothing more is dispatched, the rest is skipped."""
+
+    def bad_key(n: int, k: int) -> Any:
+        raise pb.RunFatal("bad key", provider="p", status=401)
+
+    keyed, calls = counted("keyed", bad_key, provider=pb.Provider("p"), latency=1.0)
+
+    async def main() -> pb.Run:
+        with pytest.raises(pb.RunFatal, match="bad key"):
+            await launch(rows(50), calling(keyed), store, concurrency=4)
+        return pb.last_run()
+
+    run = run_virtual(main())
+    assert 1 <= len(calls) <= 4
+    result = statuses(run)
+    assert result.count("failed") == 1 and result.count("skipped") == 49
+    assert set(run.result.loc[[s == "skipped" for s in result], "play_error"]) == {"not run: bad key"}
+    with pytest.raises(pb.RunFatal, match="bad key"):  # the blocking map() raises it too
+        rows(5).play.map(calling(keyed), store=store, progress=False, concurrency=4)
+
+
+@pytest.mark.parametrize("status", [401, 402, 403])
+def test_a_python_tools_credential_error_is_fatal_too(status: int, store: pb.ReceiptStore) -> None:
+    """A Python tool raising ToolError with 401/402/403 stops the run like an HTTP tool's does."""
+
+    def refused(n: int, k: int) -> Any:
+        raise pb.ToolError("unauthorized", status=status)
+
+    keyed, calls = counted("sdk", refused, latency=1.0)
+
+    async def main() -> pb.Run:
+        with pytest.raises(pb.RunFatal, match=f"'sdk'.*status {status}"):
+            await launch(rows(20), calling(keyed), store, concurrency=4)
+        return pb.last_run()
+
+    run = run_virtual(main())
+    assert 1 <= len(calls) <= 4
+    assert statuses(run).count("skipped") >= 16
+
+
+def test_budget_parks_rows_past_max_cost(store: pb.ReceiptStore) -> None:
+    """With cost=1 and max_cost=3, three rows pay and finish; the rest park with reason 'budget'."""
+    paid, calls = counted("paid", provider=pb.Provider("p"), latency=1.0, cost=1.0)
+    run, _ = run_virtual(launch(rows(6), calling(paid), store, concurrency=4, max_cost=3))
+    assert sorted(statuses(run)) == ["ok"] * 3 + ["parked"] * 3 and len(calls) == 3
+    assert run.parked["reason"].tolist() == ["budget"] * 3
+    assert run.stats.cost_spent == 3.0 and run.holds == []
+
+
+def test_stats_count_held_rows_while_they_wait_and_parked_rows_at_the_end(store: pb.ReceiptStore) -> None:
+    """stats.held counts rows in the retry queue while they wait and is 0 at the end; stats.parked matches run.parked."""
+
+    def short(n: int, k: int) -> Any:
+        if now() < 30:
+            raise limited(30 - now())
+        return n
+
+    brief, _ = counted("brief", short, provider=pb.Provider("a"))
+    long, _ = counted("long", refuse_first(3600, times=99), provider=pb.Provider("b"))
+
+    @pb.play
+    async def play(row, ctx):
+        return {"v": await ctx.tool(brief if row.n % 2 == 0 else long, n=row.n)}
+
+    async def main() -> tuple[pb.Run, list[int]]:
+        run, _ = await start(rows(6), play, store, concurrency=2)
+        held: list[int] = []
+        run.state.subscribe(lambda e: held.append(run.stats.held) if isinstance(e, RowHeld) else None)
+        await run._task
+        return run, held
+
+    run, held = run_virtual(main())
+    assert statuses(run) == ["ok", "parked"] * 3
+    assert held == [1, 2, 3]
+    assert (run.stats.held, run.stats.ok, run.stats.parked, len(run.parked)) == (0, 3, 3, 3)

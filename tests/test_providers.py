@@ -1,0 +1,341 @@
+"""The provider governor in virtual time: pacing, concurrency, holds, budgets, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+import pytest
+
+import playbook as pb
+from playbook.models import ProviderHoldLifted, ProviderHoldSet, RateChanged
+from playbook.providers import Provider, Ticket
+from playbook.signals import Held, WaitBudget
+from tests.vtime import run_virtual
+
+
+class Script:
+    """A send() that records when it was called and answers from a script (then ``default``)."""
+
+    def __init__(self, *outcomes: Any, default: Any = "ok", takes: float = 0.0) -> None:
+        self.outcomes = list(outcomes)
+        self.default = default
+        self.takes = takes  # seconds each send is in flight
+        self.times: list[float] = []
+        self.in_flight = self.peak = 0
+
+    async def __call__(self) -> Any:
+        self.times.append(asyncio.get_running_loop().time())
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            if self.takes:
+                await asyncio.sleep(self.takes)
+            outcome = self.outcomes.pop(0) if self.outcomes else self.default
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+        finally:
+            self.in_flight -= 1
+
+
+def _ticket(*, suspend: bool = True, budget: float = 120.0) -> Ticket:
+    return Ticket("lookup", WaitBudget(budget), suspend=suspend)
+
+
+def _refused(retry_after: float | None = None) -> pb.ToolError:
+    return pb.ToolError("slow down", status=429, retry_after=retry_after)
+
+
+def _down(retry_after: float | None = None) -> pb.ToolError:
+    return pb.ToolError("service unavailable", status=503, retryable=True, retry_after=retry_after)
+
+
+async def _later(delay: float, provider: Provider, send: Script, ticket: Ticket | None = None) -> Any:
+    await asyncio.sleep(delay)
+    return await provider.dispatch(send, ticket)
+
+
+def _gather(*calls: Any) -> list[Any]:
+    async def main() -> list[Any]:
+        return list(await asyncio.gather(*calls))
+
+    return run_virtual(main())
+
+
+# -- pacing and concurrency ----------------------------------------------------------------
+
+
+def test_rps_spaces_sends() -> None:
+    """rps=10: twenty concurrent calls are sent 0.1 s apart, the first at once."""
+    provider, send = Provider("p", rps=10), Script()
+    assert _gather(*(provider.dispatch(send) for _ in range(20))) == ["ok"] * 20
+    assert send.times == pytest.approx([0.1 * i for i in range(20)], abs=1e-6)
+
+
+def test_burst_lets_calls_through_at_once() -> None:
+    """burst=5 sends five calls at once, then spaces the rest at the rate."""
+    provider, send = Provider("p", rps=10, burst=5), Script()
+    _gather(*(provider.dispatch(send) for _ in range(10)))
+    assert send.times == pytest.approx([0.0] * 5 + [0.1, 0.2, 0.3, 0.4, 0.5], abs=1e-6)
+
+
+def test_concurrency_bounds_calls_in_flight() -> None:
+    """concurrency=3 never has more than three sends in flight."""
+    provider, send = Provider("p", concurrency=3), Script(takes=1.0)
+    _gather(*(provider.dispatch(send) for _ in range(9)))
+    assert send.peak == 3
+    assert send.times == pytest.approx([0, 0, 0, 1, 1, 1, 2, 2, 2], abs=1e-6)
+
+
+# -- 429 with a hint: holds ----------------------------------------------------------------
+
+
+def test_short_hold_waits_in_place_and_holds_provider() -> None:
+    """A 429 asking for 0.5 s: the call retries at 0.5 and no other call is sent before then."""
+    provider, send = Provider("p"), Script(_refused(0.5))
+    events: list[Any] = []
+    provider.subscribe(events.append)
+    results = _gather(provider.dispatch(send, _ticket()), _later(0.1, provider, send, _ticket()))
+    assert results == ["ok", "ok"]
+    assert send.times == pytest.approx([0.0, 0.5, 0.5], abs=1e-6)
+    assert [type(e) for e in events] == [ProviderHoldSet, ProviderHoldLifted]
+    assert events[0].provider == "p" and events[0].status == 429
+    assert events[0].until == pytest.approx(time.time() + 0.5, abs=5)
+
+
+def test_refusal_cuts_configured_rate_and_reports_it() -> None:
+    """A 429 cuts a configured rate (half, times 0.9, before a second is measured) and says so."""
+    provider, send = Provider("p", rps=10), Script(_refused(0.5))
+    events: list[Any] = []
+    provider.subscribe(events.append)
+    _gather(provider.dispatch(send, _ticket()))
+    assert isinstance(events[0], RateChanged)
+    assert events[0].provider == "p" and events[0].rate == pytest.approx(4.5)
+    assert [type(e) for e in events[1:]] == [ProviderHoldSet, ProviderHoldLifted]
+
+
+def test_hold_stops_calls_waiting_for_their_slot() -> None:
+    """Calls already waiting for a pace slot when a hold arrives are not sent before it ends."""
+    provider, send = Provider("p", rps=10), Script(_refused(0.5))
+    assert _gather(*(provider.dispatch(send, _ticket()) for _ in range(3))) == ["ok"] * 3
+    assert send.times[0] == 0.0
+    assert send.times[1] == pytest.approx(0.5, abs=1e-6)
+    assert all(t >= 0.5 - 1e-6 for t in send.times[1:])
+
+
+def test_hold_stops_calls_waiting_at_the_gate() -> None:
+    """A call waiting on the concurrency gate when a hold arrives waits for the hold too."""
+    provider, send = Provider("p", concurrency=1), Script(_refused(1.0), takes=0.2)
+    _gather(provider.dispatch(send, _ticket(suspend=False)), provider.dispatch(send, _ticket(suspend=False)))
+    assert send.times == pytest.approx([0.0, 1.2, 1.4], abs=1e-6)
+
+
+def test_long_hold_suspends_the_row() -> None:
+    """A 429 asking for 30 s raises Held (not an Exception) with the provider and the deadline."""
+    provider, send = Provider("p"), Script(_refused(30))
+    ticket = _ticket()
+
+    async def main() -> Held:
+        with pytest.raises(Held) as info:
+            await provider.dispatch(send, ticket)
+        return info.value
+
+    held = run_virtual(main())
+    assert not isinstance(held, Exception)
+    assert held.provider is provider
+    assert held.until == pytest.approx(30.0, abs=1e-6)
+    assert held.wall == pytest.approx(time.time() + 30, abs=5)
+    assert held.status == 429 and held.budget is ticket.budget
+    assert send.times == [0.0]
+    assert provider.held
+
+
+def test_long_hold_waits_in_place_when_not_suspendable() -> None:
+    """With suspend=False the call waits out a 30 s hold and succeeds, spending its budget."""
+    provider, send = Provider("p"), Script(_refused(30))
+    ticket = _ticket(suspend=False)
+    assert _gather(provider.dispatch(send, ticket)) == ["ok"]
+    assert send.times == pytest.approx([0.0, 30.0], abs=1e-6)
+    assert ticket.budget.left == pytest.approx(90.0, abs=1e-6)
+
+
+def test_hold_past_budget_exhausts() -> None:
+    """A hold past the wait budget raises ProviderExhausted at once, for this and every later call."""
+    provider, send = Provider("acme"), Script(_refused(3600))
+
+    async def main() -> list[pb.ProviderExhausted]:
+        errors = []
+        for _ in range(2):
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(pb.ProviderExhausted) as info:
+                await provider.dispatch(send, _ticket())
+            assert asyncio.get_running_loop().time() == started  # no waiting
+            errors.append(info.value)
+            await asyncio.sleep(10)
+        return errors
+
+    for error in run_virtual(main()):
+        assert error.retry_at == pytest.approx(time.time() + 3600, abs=30)
+        assert error.provider == "acme" and error.tool == "lookup" and error.status == 429
+        assert "'acme'" in str(error) and "'lookup'" in str(error)
+    assert send.times == [0.0]
+
+
+# -- transient failures --------------------------------------------------------------------
+
+
+def test_5xx_retried_then_unavailable() -> None:
+    """retries=2: a 503 is sent three times, with backoff waits, then ProviderUnavailable."""
+    provider, error = Provider("acme", retries=2), _down()
+    send = Script(default=error)
+    with pytest.raises(pb.ProviderUnavailable) as info:
+        run_virtual(provider.dispatch(send, _ticket()))
+    assert type(info.value) is pb.ProviderUnavailable
+    assert "'acme'" in str(info.value) and info.value.provider == "acme" and info.value.status == 503
+    assert info.value.__cause__ is error
+    assert len(send.times) == 3
+    first, second = send.times[1] - send.times[0], send.times[2] - send.times[1]
+    assert 0.25 <= first <= 0.5  # Backoff(0.5): try 0 waits in [0.25, 0.5]
+    assert 0.5 <= second <= 1.0  # try 1 waits in [0.5, 1]
+
+
+def test_5xx_with_hint_holds_provider() -> None:
+    """A 503 with Retry-After holds the whole provider until then."""
+    provider, send = Provider("p"), Script(_down(retry_after=2))
+    events: list[Any] = []
+    provider.subscribe(events.append)
+    calls = (provider.dispatch(send, _ticket(suspend=False)), _later(0.1, provider, send, _ticket(suspend=False)))
+    assert _gather(*calls) == ["ok", "ok"]
+    assert send.times == pytest.approx([0.0, 2.0, 2.0], abs=1e-6)
+    assert isinstance(events[0], ProviderHoldSet) and events[0].status == 503
+
+
+def test_5xx_past_budget_gives_up() -> None:
+    """A retry whose backoff would pass the wait budget is not waited for."""
+    provider, send = Provider("p"), Script(default=_down())
+    with pytest.raises(pb.ProviderUnavailable, match="wait budget"):
+        run_virtual(provider.dispatch(send, _ticket(budget=0.1)))
+    assert send.times == [0.0]
+
+
+@pytest.mark.parametrize("kind", [TimeoutError, ConnectionError, ConnectionResetError])
+def test_timeouts_and_dropped_connections_retried(kind: type[Exception]) -> None:
+    """Timeouts and connection errors from send are retried, then ProviderUnavailable."""
+    provider, send = Provider("p", retries=1), Script(kind("boom"), "ok")
+    assert run_virtual(provider.dispatch(send)) == "ok"
+    assert 0.25 <= send.times[1] - send.times[0] <= 0.5
+    send = Script(default=kind("boom"))
+    with pytest.raises(pb.ProviderUnavailable) as info:
+        run_virtual(provider.dispatch(send))
+    assert isinstance(info.value.__cause__, kind)
+    assert len(send.times) == 2
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pb.ToolError("bad request", status=400),
+        pb.ToolError("not found", status=404),
+        pb.ToolError("unprocessable", status=422),
+        ValueError("bad value"),
+        pb.RunFatal("no credit", status=402),
+    ],
+    ids=["400", "404", "422", "ValueError", "RunFatal"],
+)
+def test_final_errors_raised_after_one_send(error: Exception) -> None:
+    """Errors that retrying cannot help are sent once and re-raised as they are."""
+    provider, send = Provider("p"), Script(error)
+    with pytest.raises(type(error)) as info:
+        run_virtual(provider.dispatch(send, _ticket()))
+    assert info.value is error
+    assert send.times == [0.0]
+    assert not provider.held
+
+
+# -- 429 without a hint: this call backs off -----------------------------------------------
+
+
+def test_unhinted_refusal_backs_off_only_that_call() -> None:
+    """A 429 with no hint backs off the refused call; other calls go through meanwhile."""
+    provider, send = Provider("p"), Script(_refused())
+    events: list[Any] = []
+    provider.subscribe(events.append)
+    assert _gather(provider.dispatch(send, _ticket()), _later(0.1, provider, send, _ticket())) == ["ok", "ok"]
+    assert send.times[:2] == pytest.approx([0.0, 0.1], abs=1e-6)
+    assert 0.25 <= send.times[2] <= 0.5
+    assert not provider.held and not any(isinstance(e, ProviderHoldSet) for e in events)
+
+
+def test_unhinted_refusals_back_off_exponentially() -> None:
+    """Repeated unhinted 429s wait longer each time: [0.25, 0.5], [0.5, 1], [1, 2] s."""
+    provider, send = Provider("p"), Script(_refused(), _refused(), _refused())
+    run_virtual(provider.dispatch(send, _ticket(suspend=False)))
+    gaps = [b - a for a, b in zip(send.times, send.times[1:])]
+    assert len(gaps) == 3
+    for n, gap in enumerate(gaps):
+        assert 0.25 * 2**n <= gap <= 0.5 * 2**n
+
+
+def test_endless_unhinted_refusals_are_bounded_by_budget() -> None:
+    """A provider that always refuses without a hint exhausts the wait budget; it is not retried forever."""
+    provider, send = Provider("p"), Script(default=_refused())
+
+    async def main() -> float:
+        with pytest.raises(pb.ProviderExhausted):
+            await provider.dispatch(send, _ticket(suspend=False, budget=120.0))
+        return asyncio.get_running_loop().time()
+
+    assert run_virtual(main()) <= 120.0 + 1e-6
+    assert 3 < len(send.times) < 20
+
+
+# -- construction and display --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("rps", 0), ("rps", -1), ("rps", "10"), ("rps", True), ("rps", math.nan),
+        ("burst", 0), ("burst", 1.5), ("burst", -2),
+        ("concurrency", 0), ("concurrency", 2.5), ("concurrency", True),
+        ("max_wait", -1), ("max_wait", None), ("max_wait", "60"), ("max_wait", math.nan),
+        ("retries", -1), ("retries", 1.5), ("retries", None),
+    ],
+)  # fmt: skip
+def test_bad_options_rejected(option: str, value: object) -> None:
+    """A bad rps, burst, concurrency, max_wait or retries is a PlayDefinitionError naming it."""
+    with pytest.raises(pb.PlayDefinitionError, match=option):
+        Provider("p", **{option: value})
+
+
+def test_edge_options_accepted() -> None:
+    """max_wait=0 and retries=0 are valid: never wait, never retry."""
+    provider = Provider("p", rps=0.5, burst=1, concurrency=1, max_wait=0, retries=0)
+    assert provider.max_wait == 0.0 and provider.retries == 0
+
+
+def test_empty_name_rejected() -> None:
+    """A provider needs a name."""
+    with pytest.raises(pb.PlayDefinitionError, match="name"):
+        Provider(" ")
+
+
+def test_repr_shows_live_state() -> None:
+    """repr shows the limits, current rate, calls in flight, 429s and a hold."""
+    provider = Provider("acme", rps=10, concurrency=2)
+    assert repr(provider) == "<Provider 'acme' rps=10 concurrency=2 rate=10/s in_flight=0 429s=0>"
+    seen: list[str] = []
+
+    async def send() -> None:
+        seen.append(repr(provider))
+        raise _refused(30)
+
+    with pytest.raises(Held):
+        run_virtual(provider.dispatch(send, _ticket()))
+    assert "in_flight=1" in seen[0]
+    shown = repr(provider)
+    assert "rate=4.5/s" in shown and "in_flight=0" in shown and "429s=1" in shown
+    assert "held until" in shown
