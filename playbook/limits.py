@@ -92,26 +92,26 @@ class Backoff:
 class Pace:
     """A provider's sending rate: GCRA pacing plus AIMD adaptation.
 
-    Pacing is the virtual-scheduling form of GCRA: each call reserves the next free slot, spaced
-    ``1 / rate`` apart, with up to ``burst`` calls let through at once.  ``rate=None`` means
-    unlimited until the provider pushes back.
+    Pacing is GCRA (the virtual-scheduling form of a token bucket): calls are spaced ``1 / rate``
+    apart, with up to ``burst`` let through at once.  :meth:`delay` says how long until the next
+    call may go; :meth:`take` spends that slot.  ``rate=None`` means unlimited until the provider
+    pushes back.
 
     A 429 cuts the rate (multiplicative decrease) once per round: a 429 for a call sent before
-    the last cut says nothing new.  Successes raise it again (additive increase) up to ``ceiling``
-    (the configured ``rps``).  With no ``rps`` the rate is *discovered*: the first cut sets it
-    from the successes of the last second, a short slow start doubles it until the next 429, and
-    from then on it creeps only slowly above the level where the provider last pushed back, so
-    probing costs few refusals.
+    the last cut says nothing new.  With ``rps`` configured, successes bring the rate back up to
+    it (additive increase, ``RECOVER`` of it per second).  Without ``rps`` the rate is
+    *discovered*: the first 429 sets it from what got through in the last second; a slow start
+    then grows it ~e-fold a second until the next 429, which sets it just under what the provider
+    accepted in the last second; from there it creeps up by ``PROBE`` a second, so finding a raised limit costs a
+    refusal every few minutes, not every few seconds.
     """
 
-    __slots__ = (
-        "rate", "ceiling", "burst", "floor", "_tat", "_last_cut", "_ok", "_started", "_slow_start", "_known", "_shown",
-    )  # fmt: skip
+    __slots__ = ("rate", "ceiling", "burst", "floor", "_tat", "_last_cut", "_ok", "_started", "_slow_start", "_shown")
 
     WINDOW = 1.0  # seconds of successes that measure what the provider accepts
     CUT = 0.9  # after a 429, send at this share of what was accepted
-    RECOVER = 0.05  # of the ceiling per second, while below it (configured rate)
-    PROBE = 0.005  # of the known level per second, above it (discovered rate)
+    RECOVER = 0.05  # of the configured rate per second, while below it
+    PROBE = 0.002  # of the discovered rate per second
 
     def __init__(self, rate: float | None = None, burst: int | None = None, *, floor: float = 0.5) -> None:
         self.rate = rate
@@ -120,10 +120,9 @@ class Pace:
         self.floor = floor
         self._tat = -math.inf  # theoretical arrival time of the next call
         self._last_cut = -math.inf
-        self._ok: deque[float] = deque()
+        self._ok: deque[float] = deque()  # when recent calls succeeded
         self._started: float | None = None
         self._slow_start = False
-        self._known: float | None = None  # the accepted rate measured at the last cut
         self._shown = rate  # the rate last reported as changed
 
     def __repr__(self) -> str:
@@ -131,17 +130,25 @@ class Pace:
         ceiling = "discovered" if self.ceiling is None else f"up to {self.ceiling:g}/s"
         return f"<Pace {rate} ({ceiling}) burst={self.burst}>"
 
-    def reserve(self, now: float) -> float:
-        """Take the next slot; returns how long to wait before sending (0 to send now)."""
-        if self._started is None:
-            self._started = now
+    def delay(self, now: float) -> float:
+        """Seconds until the next call may go (0: now)."""
         rate = self.rate
         if rate is None:
             return 0.0
-        interval = 1.0 / rate
-        at = max(now, self._tat - (self.burst - 1) * interval)
-        self._tat = max(self._tat, at) + interval
-        return at - now
+        return max(0.0, self._tat - (self.burst - 1) / rate - now)
+
+    def take(self, now: float) -> None:
+        """Spend the slot of a call sent at ``now``."""
+        if self._started is None:
+            self._started = now
+        if self.rate is not None:
+            self._tat = max(self._tat, now) + 1.0 / self.rate
+
+    def reserve(self, now: float) -> float:
+        """Take the next free slot, however far ahead; returns the wait until it."""
+        wait = self.delay(now)
+        self.take(now + wait)
+        return wait
 
     def hold(self, until: float) -> None:
         """Send nothing before ``until``; the first call after it starts a fresh spacing."""
@@ -157,17 +164,41 @@ class Pace:
         if rate is None:
             return False
         if self._slow_start:
-            step = 0.5  # per success: the rate grows ~65% a second
+            new = rate + 1.0  # per success, so ~e-fold a second
         elif self.ceiling is not None:
-            step = self.RECOVER * self.ceiling / rate
+            new = min(self.ceiling, rate + self.RECOVER * self.ceiling / rate)
         else:
-            known = self._known or rate
-            step = (self.RECOVER if rate < known else self.PROBE) * known / rate
-        new = rate + step
-        if self.ceiling is not None and new >= self.ceiling:
-            new = self.ceiling
+            new = rate + self.PROBE  # per success: PROBE of the rate per second
         self.rate = new
         return self._changed()
+
+    def limited(self, now: float, sent_at: float) -> bool:
+        """The provider refused a call sent at ``sent_at`` (a 429); returns True if the rate was cut."""
+        if sent_at < self._last_cut:
+            return False  # already cut for this round
+        ok = self._ok
+        while ok and ok[0] < now - self.WINDOW:
+            ok.popleft()
+        accepted = len(ok) / self.WINDOW
+        measured = self._started is not None and now - self._started >= self.WINDOW
+        rate = self.rate
+        if rate is None:
+            if not accepted:
+                return False  # nothing got through lately (a quota, not a rate): the hold says enough
+            # The first refusal with no rate set: start from what got through in the last second.
+            base, cut = accepted, 1.0
+            self._slow_start = not measured
+        elif not (measured and accepted):
+            # Too little traffic to measure: a configured rate was probably right (trim it); a
+            # discovered one may be far off (halve it).
+            base, cut = rate, (self.CUT if self.ceiling is not None else 0.5)
+        else:
+            base, cut = min(rate, accepted), self.CUT
+            self._slow_start = False
+        self._last_cut = now
+        self.rate = max(self._floor(), base * cut)
+        self._shown = self.rate
+        return True
 
     def _floor(self) -> float:
         """The rate is never cut below this: a tenth of the configured rate, else ``floor``."""
@@ -181,29 +212,3 @@ class Pace:
             self._shown = rate
             return True
         return False
-
-    def limited(self, now: float, sent_at: float) -> bool:
-        """The provider refused a call sent at ``sent_at`` (a 429); returns True if the rate was cut."""
-        if sent_at < self._last_cut:
-            return False  # already cut for this round
-        self._last_cut = now
-        while self._ok and self._ok[0] < now - self.WINDOW:
-            self._ok.popleft()
-        accepted = len(self._ok) / self.WINDOW
-        measured = self._started is not None and now - self._started >= self.WINDOW
-        rate = self.rate
-        if rate is None:
-            if accepted == 0:
-                return False  # nothing got through lately (a quota, not a rate): the hold says enough
-            # First refusal with no rate set: start from what got through in the last second.
-            base = accepted
-            self._slow_start = not measured
-        else:
-            base = min(rate, accepted) if measured and accepted > 0 else rate / 2
-            if self._slow_start and measured:
-                self._slow_start = False
-        if self.ceiling is None and measured and accepted > 0:
-            self._known = accepted
-        self.rate = max(self._floor(), base * self.CUT)
-        self._shown = self.rate
-        return True

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -73,7 +74,7 @@ class Provider:
     __slots__ = (
         "name", "rps", "burst", "concurrency", "account", "max_wait", "retries", "pace", "backoff",
         "in_flight", "sent", "refused", "failed", "last_status", "hold_until", "hold_wall", "_holding",
-        "_loop", "_gate", "_listeners",
+        "_loop", "_gate", "_waiters", "_timer", "_listeners",
     )  # fmt: skip
 
     def __init__(
@@ -117,6 +118,8 @@ class Provider:
         self._holding = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gate: asyncio.Semaphore | None = None
+        self._waiters: deque[asyncio.Future[None]] = deque()  # calls waiting for a paced slot, in order
+        self._timer: asyncio.TimerHandle | None = None
         self._listeners: list[Callable[[Any], None]] = []
 
     def __repr__(self) -> str:
@@ -145,13 +148,48 @@ class Provider:
         for listener in self._listeners:
             listener(event)
 
-    def _bound_gate(self, loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore | None:
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore | None:
         # Bound lazily: a notebook may run one map under asyncio.run and the next in the kernel's loop.
-        if self.concurrency is None:
-            return None
         if self._loop is not loop:
-            self._loop, self._gate = loop, asyncio.Semaphore(self.concurrency)
+            self._loop = loop
+            self._gate = asyncio.Semaphore(self.concurrency) if self.concurrency is not None else None
+            self._waiters, self._timer = deque(), None
         return self._gate
+
+    async def _paced(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for a slot at the current rate.  Waiters queue in order and a timer lets them out
+        one slot at a time, so a rate that rises while they wait speeds them up at once."""
+        pace = self.pace
+        if not self._waiters:
+            now = loop.time()
+            if pace.delay(now) <= 0:
+                pace.take(now)
+                return
+        slot = loop.create_future()
+        self._waiters.append(slot)
+        self._arm(loop)
+        await slot
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._timer is None and self._waiters:
+            self._timer = loop.call_later(self.pace.delay(loop.time()), self._release, loop)
+
+    def _release(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        now, waiters, pace = loop.time(), self._waiters, self.pace
+        while waiters and pace.delay(now) <= 0:
+            slot = waiters.popleft()
+            if not slot.done():  # a cancelled waiter gives its turn to the next
+                pace.take(now)
+                slot.set_result(None)
+        self._arm(loop)
+
+    def _rearm(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The rate changed: the next slot may be due sooner than the timer thinks."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._arm(loop)
 
     # -- the governor ----------------------------------------------------------------------
 
@@ -160,7 +198,7 @@ class Provider:
         loop = asyncio.get_running_loop()
         if ticket is None:
             ticket = Ticket("", WaitBudget(self.max_wait), suspend=False)
-        gate = self._bound_gate(loop)
+        gate = self._bind(loop)
         while True:
             now = loop.time()
             until = max(self.hold_until, ticket.not_before)
@@ -176,11 +214,12 @@ class Provider:
             try:
                 if self.hold_until > loop.time():
                     continue  # a hold arrived while this call waited at the gate
-                delay = self.pace.reserve(loop.time())
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                if self.pace.rate is not None:
+                    await self._paced(loop)
                     if self.hold_until > loop.time():
                         continue  # a hold arrived while this call waited for its slot
+                else:
+                    self.pace.take(loop.time())
                 sent_at = loop.time()
                 self.in_flight += 1
                 self.sent += 1
@@ -198,6 +237,7 @@ class Provider:
                 if gate is not None:
                     gate.release()
             if self.pace.success(loop.time()):
+                self._rearm(loop)
                 self._emit(RateChanged(self.name, self.pace.rate))
             return result
 
@@ -252,7 +292,9 @@ class Provider:
                 provider=self.name,
                 status=status,
             ) from exc
-        if hint is not None:
+        if hint is not None:  # "come back later" with a time: the provider, not the call, is busy
+            if self.pace.limited(now, sent_at):
+                self._emit(RateChanged(self.name, self.pace.rate))
             self._hold(now + hint, hint, status)
         else:
             ticket.not_before = now + self.backoff.delay(ticket.tries - 1)
