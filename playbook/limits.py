@@ -11,6 +11,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Mapping
+from datetime import timezone
 from email.utils import parsedate_to_datetime
 
 __all__ = ["Backoff", "Pace", "retry_after"]
@@ -33,7 +34,9 @@ def retry_after(headers: Mapping[str, str], *, now: float) -> float | None:
                 when = parsedate_to_datetime(value.strip())
             except (TypeError, ValueError, IndexError):
                 when = None
-            if when is not None and when.tzinfo is not None:
+            if when is not None:
+                if when.tzinfo is None:  # asctime dates carry no zone: HTTP dates are GMT
+                    when = when.replace(tzinfo=timezone.utc)
                 seconds = max(0.0, when.timestamp() - now)
         if seconds is not None:
             return seconds
@@ -100,13 +103,16 @@ class Pace:
     A 429 cuts the rate (multiplicative decrease) once per round: a 429 for a call sent before
     the last cut says nothing new.  With ``rps`` configured, successes bring the rate back up to
     it (additive increase, ``RECOVER`` of it per second).  Without ``rps`` the rate is
-    *discovered*: the first 429 sets it from what got through in the last second; a slow start
-    then grows it ~e-fold a second until the next 429, which sets it just under what the provider
-    accepted in the last second; from there it creeps up by ``PROBE`` a second, so finding a raised limit costs a
+    *discovered*: the first 429 sets it from what got through in the last second.  If that came
+    within the first second of traffic, a slow start grows the rate ~e-fold a second until a 429
+    after that first second, which sets it just under what the provider accepted in the last
+    second (a second of traffic is the least that measures anything).  From there it creeps up by ``PROBE`` a second, so finding a raised limit costs a
     refusal every few minutes, not every few seconds.
     """
 
-    __slots__ = ("rate", "ceiling", "burst", "floor", "_tat", "_last_cut", "_ok", "_started", "_slow_start", "_shown")
+    __slots__ = (
+        "rate", "ceiling", "burst", "floor", "_tat", "_not_before", "_last_cut", "_ok", "_started", "_slow_start", "_shown",
+    )  # fmt: skip
 
     WINDOW = 1.0  # seconds of successes that measure what the provider accepts
     CUT = 0.9  # after a 429, send at this share of what was accepted
@@ -119,6 +125,7 @@ class Pace:
         self.burst = burst or 1
         self.floor = floor
         self._tat = -math.inf  # theoretical arrival time of the next call
+        self._not_before = -math.inf  # the end of the last hold
         self._last_cut = -math.inf
         self._ok: deque[float] = deque()  # when recent calls succeeded
         self._started: float | None = None
@@ -133,9 +140,8 @@ class Pace:
     def delay(self, now: float) -> float:
         """Seconds until the next call may go (0: now)."""
         rate = self.rate
-        if rate is None:
-            return 0.0
-        return max(0.0, self._tat - (self.burst - 1) / rate - now)
+        at = self._not_before if rate is None else max(self._not_before, self._tat - (self.burst - 1) / rate)
+        return max(0.0, at - now)
 
     def take(self, now: float) -> None:
         """Spend the slot of a call sent at ``now``."""
@@ -151,8 +157,8 @@ class Pace:
         return wait
 
     def hold(self, until: float) -> None:
-        """Send nothing before ``until``; the first call after it starts a fresh spacing."""
-        self._tat = max(self._tat, until)
+        """Send nothing before ``until``."""
+        self._not_before = max(self._not_before, until)
 
     def success(self, now: float) -> bool:
         """A call went through; returns True when the rate changed noticeably (>= 5%)."""
@@ -185,8 +191,9 @@ class Pace:
         if rate is None:
             if not accepted:
                 return False  # nothing got through lately (a quota, not a rate): the hold says enough
-            # The first refusal with no rate set: start from what got through in the last second.
-            base, cut = accepted, 1.0
+            # The first refusal with no rate set: start from what got through in the last second
+            # (all of it if that second is not over yet: the slow start finds the rest).
+            base, cut = accepted, (self.CUT if measured else 1.0)
             self._slow_start = not measured
         elif not (measured and accepted):
             # Too little traffic to measure: a configured rate was probably right (trim it); a

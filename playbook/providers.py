@@ -19,6 +19,7 @@ drives every wait here, and the pure primitives in :mod:`playbook.limits` take `
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -36,14 +37,15 @@ T = TypeVar("T")
 IN_PLACE = 1.0  # holds up to this long are waited out by the call; longer ones suspend the row
 
 
-def _check(name: str, option: str, value: object, *, integer: bool = False, zero: bool = False) -> None:
-    kinds = (int,) if integer else (int, float)
-    if value is None:
+def _check(name: str, option: str, value: object, *, integer: bool = False, zero: bool = False, optional: bool = True) -> None:
+    if value is None and optional:
         return
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0 or (value == 0 and not zero):
-        what = "a whole number" if integer else "a number"
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        what = "whole number" if integer else "finite number"
         bound = ">= 0" if zero else "> 0"
-        raise PlayDefinitionError(f"Provider {name!r}: {option} must be {what} {bound} or None, not {value!r}")
+        none = " or None" if optional else " (waiting and retrying are always bounded)"
+        raise PlayDefinitionError(f"Provider {name!r}: {option} must be a {what} {bound}{none}, not {value!r}")
 
 
 class Ticket:
@@ -93,10 +95,8 @@ class Provider:
         _check(name, "rps", rps)
         _check(name, "burst", burst, integer=True)
         _check(name, "concurrency", concurrency, integer=True)
-        _check(name, "max_wait", max_wait, zero=True)
-        _check(name, "retries", retries, integer=True, zero=True)
-        if max_wait is None or retries is None:
-            raise PlayDefinitionError(f"Provider {name!r}: max_wait and retries must be numbers: waiting is always bounded")
+        _check(name, "max_wait", max_wait, zero=True, optional=False)
+        _check(name, "retries", retries, integer=True, zero=True, optional=False)
         if not isinstance(account, str) or not account:
             raise PlayDefinitionError(f"Provider {name!r}: account must be a non-empty string, not {account!r}")
         self.name = name

@@ -146,6 +146,17 @@ def test_pace_unlimited() -> None:
     assert [pace.reserve(0.0) for _ in range(100)] == [0.0] * 100
 
 
+def test_delay_looks_take_spends() -> None:
+    """delay() only reports the wait; take() spends the slot, reserve() does both."""
+    pace = Pace(10)
+    assert pace.delay(0.0) == pace.delay(0.0) == 0.0
+    pace.take(0.0)
+    assert pace.delay(0.0) == pytest.approx(0.1)
+    assert pace.delay(0.04) == pytest.approx(0.06)
+    assert pace.reserve(0.0) == pytest.approx(0.1)
+    assert pace.delay(0.0) == pytest.approx(0.2)
+
+
 @pytest.mark.parametrize("burst", [None, 5])
 def test_pace_hold_pushes_next_slot(burst: int | None) -> None:
     """hold(until) sends nothing before ``until``, whatever the burst."""
@@ -158,22 +169,30 @@ def test_pace_hold_pushes_next_slot(burst: int | None) -> None:
 # -- Pace: AIMD on a configured rate -------------------------------------------------------
 
 
+def _cut_once(ceiling: float = 10) -> Pace:
+    """A configured pace cut once before a second of traffic: trimmed to 0.9 of the ceiling."""
+    pace = Pace(ceiling)
+    pace.take(0.0)
+    assert pace.limited(0.1, sent_at=0.0) is True
+    return pace
+
+
 def test_limited_cuts_once_per_round() -> None:
     """A 429 cuts the rate; a 429 for a call sent before that cut does not cut again."""
     pace = Pace(10)
-    pace.reserve(0.0)
+    pace.take(0.0)
     assert pace.limited(0.5, sent_at=0.4) is True
-    assert pace.rate == pytest.approx(4.5)  # unmeasured: half the rate, times 0.9
+    assert pace.rate == pytest.approx(9.0)  # unmeasured: a configured rate is trimmed by CUT
     assert pace.limited(0.6, sent_at=0.45) is False
-    assert pace.rate == pytest.approx(4.5)
+    assert pace.rate == pytest.approx(9.0)
     assert pace.limited(0.7, sent_at=0.55) is True  # sent after the cut: a new round
-    assert pace.rate == pytest.approx(2.025)
+    assert pace.rate == pytest.approx(8.1)
 
 
 def test_limited_uses_accepted_rate_once_measured() -> None:
-    """After a second of traffic, a cut starts from what the provider accepted in the last second."""
+    """After a second of traffic, a cut sends at 0.9 of what the provider accepted in the last second."""
     pace = Pace(10)
-    pace.reserve(0.0)
+    pace.take(0.0)
     for i in range(1, 7):
         pace.success(1.0 + i * 0.15)  # 6 successes within the last second
     assert pace.limited(2.0, sent_at=1.95) is True
@@ -181,13 +200,10 @@ def test_limited_uses_accepted_rate_once_measured() -> None:
 
 
 def test_success_recovers_additively_to_the_ceiling() -> None:
-    """Successes raise the rate by 5% of the ceiling per second's worth, never past the ceiling."""
-    pace = Pace(10)
-    pace.reserve(0.0)
-    pace.limited(0.1, sent_at=0.0)
-    assert pace.rate == pytest.approx(4.5)
+    """Each success adds RECOVER of the ceiling per second's worth of calls; never past the ceiling."""
+    pace = _cut_once()
     pace.success(0.2)
-    assert pace.rate == pytest.approx(4.5 + 0.05 * 10 / 4.5)
+    assert pace.rate == pytest.approx(9.0 + 0.05 * 10 / 9.0)
     for i in range(1000):
         pace.success(0.3 + i * 0.01)
         assert pace.rate <= 10
@@ -195,23 +211,23 @@ def test_success_recovers_additively_to_the_ceiling() -> None:
 
 
 def test_success_reports_noticeable_changes_only() -> None:
-    """success() is True once the rate moved >= 5% from the last rate shown, and at the ceiling."""
-    pace = Pace(10)
-    pace.reserve(0.0)
-    pace.limited(0.1, sent_at=0.0)  # 4.5, shown as the cut
-    changes = [(pace.success(0.2 + i * 0.01), pace.rate) for i in range(3)]
-    assert [changed for changed, _ in changes] == [False, False, True]
-    assert changes[1][1] < 4.5 * 1.05 <= changes[2][1]
-    while not pace.success(1.0) or pace.rate < 10:
-        assert pace.rate < 10
-    assert pace.success(1.0) is False  # at the ceiling and unchanged
+    """success() is True when the rate moved >= 5% from the last rate shown, or reached the ceiling."""
+    pace = _cut_once()
+    shown, changes = 9.0, 0
+    while pace.rate < 10:
+        changed = pace.success(0.2)
+        assert changed == (pace.rate == 10 or abs(pace.rate - shown) >= 0.05 * shown)
+        if changed:
+            shown, changes = pace.rate, changes + 1
+    assert changes >= 2  # some noticeable step below the ceiling, then the ceiling itself
+    assert pace.success(0.3) is False  # at the ceiling and unchanged
 
 
 def test_never_cut_below_floor() -> None:
     """However many rounds of 429s, a configured rate stays at or above a tenth of itself."""
     pace = Pace(10)
-    pace.reserve(0.0)
-    for i in range(20):
+    pace.take(0.0)
+    for i in range(40):
         assert pace.limited(0.01 * i, sent_at=0.01 * i) is True
         assert pace.rate >= 1.0
     assert pace.rate == 1.0
@@ -220,40 +236,56 @@ def test_never_cut_below_floor() -> None:
 # -- Pace: a discovered rate ---------------------------------------------------------------
 
 
-def test_discovered_rate_from_last_second() -> None:
-    """With no rps, the first 429 after a second of traffic sets the rate to 0.9x the last second's successes."""
+def _discovered(per_second: int = 20) -> Pace:
+    """An unlimited pace refused after two seconds of ``per_second`` successes."""
     pace = Pace(None)
-    pace.reserve(0.0)
-    for i in range(40):
-        pace.success(0.05 * i)  # 20/s from 0 to 1.95
+    pace.take(0.0)
+    for i in range(2 * per_second):
+        pace.success(i / per_second)
     assert pace.rate is None
     assert pace.limited(2.0, sent_at=2.0) is True
+    return pace
+
+
+def test_discovered_rate_below_accepted() -> None:
+    """With no rps, the first 429 after a second of traffic sends at 0.9 of the last second's successes."""
+    pace = _discovered(20)
     assert pace.rate == pytest.approx(20 * 0.9)
+
+
+def test_discovered_rate_paces() -> None:
+    """Once discovered, the rate spaces calls like a configured one."""
+    pace = _discovered(20)
+    rate = pace.rate
     assert pace.reserve(2.0) == 0.0
-    assert pace.reserve(2.0) == pytest.approx(1 / 18)
+    assert pace.reserve(2.0) == pytest.approx(1 / rate)
 
 
-def test_discovered_rate_recovers_then_probes_slowly() -> None:
-    """Below the level it was refused at, a discovered rate recovers at 5%/s of it; above, it probes at 0.5%/s."""
-    pace = Pace(None)
-    pace.reserve(0.0)
-    for i in range(20):
-        pace.success(1.0 + 0.05 * i)
-    pace.limited(2.0, sent_at=2.0)  # known level 20, rate 18
-    pace.success(2.1)
-    assert pace.rate == pytest.approx(18 + 0.05 * 20 / 18)
-    while pace.rate < 20:
-        pace.success(2.2)
+def test_discovered_rate_probes_slowly() -> None:
+    """After discovery, a second of successes raises the rate by PROBE (0.2%) of itself, quietly."""
+    pace = _discovered(20)
     before = pace.rate
-    pace.success(2.3)
-    assert pace.rate == pytest.approx(before + 0.005 * 20 / before)
+    changes = [pace.success(2.0 + i / before) for i in range(round(before))]
+    assert pace.rate == pytest.approx(before * (1 + Pace.PROBE))
+    assert not any(changes)
+
+
+def test_discovered_rate_halved_when_unmeasured() -> None:
+    """A 429 on a discovered rate with no successes in the last second halves it (down to the floor)."""
+    pace = _discovered(20)
+    rate = pace.rate
+    assert pace.limited(10.0, sent_at=10.0) is True
+    assert pace.rate == pytest.approx(rate / 2)
+    for t in range(11, 30):
+        pace.limited(float(t), sent_at=float(t))
+    assert pace.rate == pace.floor == 0.5
 
 
 @pytest.mark.parametrize("traffic", [[], [0.1, 0.2]])
 def test_quota_429_leaves_rate_unlimited(traffic: list[float]) -> None:
     """A 429 when nothing got through in the last second is a quota: no rate is invented."""
     pace = Pace(None)
-    pace.reserve(0.0)
+    pace.take(0.0)
     for t in traffic:
         pace.success(t)
     assert pace.limited(5.0, sent_at=5.0) is False
@@ -262,18 +294,32 @@ def test_quota_429_leaves_rate_unlimited(traffic: list[float]) -> None:
 
 
 def test_slow_start_grows_fast_until_next_429() -> None:
-    """A 429 in the first second starts a slow start: +0.5 per success, until the next (measured) 429."""
+    """A first 429 inside the first second starts a slow start (+1 per success, ~e-fold a second);
+    the next 429 settles at 0.9 of what was accepted, and then the rate only probes."""
     pace = Pace(None)
-    pace.reserve(0.0)
+    pace.take(0.0)
     for t in (0.1, 0.2, 0.3, 0.4):
         pace.success(t)
     assert pace.limited(0.5, sent_at=0.5) is True
-    assert pace.rate == pytest.approx(4 * 0.9)
+    assert pace.rate == pytest.approx(4.0)  # what got through so far
     for i in range(10):
         pace.success(0.6 + 0.05 * i)
-    assert pace.rate == pytest.approx(3.6 + 10 * 0.5)
-    assert pace.limited(1.2, sent_at=1.2) is True  # 14 successes in the last second
-    assert pace.rate == pytest.approx(min(8.6, 14) * 0.9)
-    cut = pace.rate
+    assert pace.rate == pytest.approx(4.0 + 10)
+    assert pace.limited(1.2, sent_at=1.2) is True  # 13 successes in (0.2, 1.2]
+    assert pace.rate == pytest.approx(13 * 0.9)
     pace.success(1.3)
-    assert pace.rate - cut < 0.5  # slow start is over: a small step
+    assert pace.rate == pytest.approx(13 * 0.9 + Pace.PROBE)
+
+
+def test_a_429_inside_the_first_second_keeps_the_slow_start() -> None:
+    """Within the first second nothing is measured yet: a second 429 halves the rate and the slow start goes on."""
+    pace = Pace(None)
+    pace.take(0.0)
+    for t in (0.1, 0.2, 0.3, 0.4):
+        pace.success(t)
+    pace.limited(0.5, sent_at=0.5)  # slow start from 4/s
+    pace.success(0.6)
+    assert pace.limited(0.8, sent_at=0.8) is True
+    assert pace.rate == pytest.approx(5 / 2)
+    pace.success(0.9)
+    assert pace.rate == pytest.approx(5 / 2 + 1)  # still +1 per success

@@ -106,15 +106,17 @@ def test_short_hold_waits_in_place_and_holds_provider() -> None:
     assert events[0].until == pytest.approx(time.time() + 0.5, abs=5)
 
 
-def test_refusal_cuts_configured_rate_and_reports_it() -> None:
-    """A 429 cuts a configured rate (half, times 0.9, before a second is measured) and says so."""
-    provider, send = Provider("p", rps=10), Script(_refused(0.5))
+@pytest.mark.parametrize("error", [_refused(0.5), _down(retry_after=0.5)], ids=["429", "503"])
+def test_hinted_refusal_cuts_configured_rate_and_reports_it(error: pb.ToolError) -> None:
+    """A 429, or a 503 with a hint, trims a configured rate (0.9x before a second is measured) and says so."""
+    provider, send = Provider("p", rps=10), Script(error)
     events: list[Any] = []
     provider.subscribe(events.append)
     _gather(provider.dispatch(send, _ticket()))
     assert isinstance(events[0], RateChanged)
-    assert events[0].provider == "p" and events[0].rate == pytest.approx(4.5)
+    assert events[0].provider == "p" and events[0].rate == pytest.approx(9.0)
     assert [type(e) for e in events[1:]] == [ProviderHoldSet, ProviderHoldLifted]
+    assert events[1].status == error.status
 
 
 def test_hold_stops_calls_waiting_for_their_slot() -> None:
@@ -281,7 +283,8 @@ def test_unhinted_refusals_back_off_exponentially() -> None:
 
 def test_endless_unhinted_refusals_are_bounded_by_budget() -> None:
     """A provider that always refuses without a hint exhausts the wait budget; it is not retried forever."""
-    provider, send = Provider("p"), Script(default=_refused())
+    provider = Provider("p")
+    send = Script(*[_refused()] * 30, default=RuntimeError("retried without bound"))  # fail, don't hang
 
     async def main() -> float:
         with pytest.raises(pb.ProviderExhausted):
@@ -337,5 +340,5 @@ def test_repr_shows_live_state() -> None:
         run_virtual(provider.dispatch(send, _ticket()))
     assert "in_flight=1" in seen[0]
     shown = repr(provider)
-    assert "rate=4.5/s" in shown and "in_flight=0" in shown and "429s=1" in shown
+    assert "rate=9/s" in shown and "in_flight=0" in shown and "429s=1" in shown
     assert "held until" in shown
