@@ -143,12 +143,15 @@ class Pace:
         at = self._not_before if rate is None else max(self._not_before, self._tat - (self.burst - 1) / rate)
         return max(0.0, at - now)
 
-    def take(self, now: float) -> None:
-        """Spend the slot of a call sent at ``now``."""
+    def take(self, now: float, *, queued: bool = False) -> None:
+        """Spend the slot of a call sent at ``now``.  ``queued``: the call waited for this slot,
+        so lateness under one interval is the timer's, and must not push every later slot back."""
         if self._started is None:
             self._started = now
-        if self.rate is not None:
-            self._tat = max(self._tat, now) + 1.0 / self.rate
+        rate = self.rate
+        if rate is not None:
+            interval = 1.0 / rate
+            self._tat = max(self._tat, now - interval if queued else now) + interval
 
     def reserve(self, now: float) -> float:
         """Take the next free slot, however far ahead; returns the wait until it."""

@@ -180,7 +180,7 @@ class Provider:
         while waiters and pace.delay(now) <= 0:
             slot = waiters.popleft()
             if not slot.done():  # a cancelled waiter gives its turn to the next
-                pace.take(now)
+                pace.take(now, queued=True)
                 slot.set_result(None)
         self._arm(loop)
 

@@ -323,3 +323,17 @@ def test_a_429_inside_the_first_second_keeps_the_slow_start() -> None:
     assert pace.rate == pytest.approx(5 / 2)
     pace.success(0.9)
     assert pace.rate == pytest.approx(5 / 2 + 1)  # still +1 per success
+
+
+def test_queued_calls_released_late_keep_the_schedule() -> None:
+    """A queued call taken a little late (timer jitter) does not push every later slot back."""
+    pace = Pace(10)
+    pace.take(0.0)
+    for k in range(1, 101):
+        pace.take(k * 0.1 + 0.002, queued=True)  # each release 2 ms late
+    assert pace.delay(10.0) == pytest.approx(0.1)  # slot 101 is still due at 10.1 s
+    drifting = Pace(10)
+    drifting.take(0.0)
+    for k in range(1, 101):
+        drifting.take(k * 0.1 + 0.002 * k)  # a call that was not queued starts the spacing afresh
+    assert drifting.delay(10.0) == pytest.approx(0.1 + 0.2)
