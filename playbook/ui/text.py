@@ -9,7 +9,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..models import Event, RowFinished, RowHeld, RowRequeued, RunFinished, RunStarted
+from ..models import Event, ProviderHoldLifted, ProviderHoldSet, RowFinished, RowHeld, RowRequeued, RunFinished, RunStarted
 from ..runtime.state import RunState
 
 __all__ = ["TextView", "summary"]
@@ -34,6 +34,8 @@ class TextView:
             if self._bar is None:
                 self._bar = tqdm(total=event.total, desc=event.play, unit="row", file=self._file, leave=True, dynamic_ncols=False, ncols=100)
             self._refresh(force=True)
+        elif kind is ProviderHoldSet or kind is ProviderHoldLifted:
+            self._refresh()
         elif kind is RowFinished or kind is RowRequeued or kind is RowHeld:
             now = self._clock()
             if now - self._last >= _INTERVAL:
@@ -57,6 +59,9 @@ class TextView:
         if s.parked:
             postfix += f" parked={s.parked}"
         postfix += f" | calls {s.calls_executed} paid, {s.calls_reused} from receipts"
+        for p in s.providers.values():
+            if p.held:
+                postfix += f" | {p.name} holds until {time.strftime('%H:%M:%S', time.localtime(p.hold_wall))}"
         bar.set_postfix_str(postfix, refresh=False)
         bar.refresh()
 
