@@ -151,7 +151,12 @@ class Pace:
         rate = self.rate
         if rate is not None:
             interval = 1.0 / rate
-            self._tat = max(self._tat, now - interval if queued else now) + interval
+            start = now
+            if queued:
+                due = max(self._not_before, self._tat - (self.burst - 1) * interval)
+                if now - interval < due <= now:
+                    start = due  # released late: count the slot from when it was due
+            self._tat = max(self._tat, start) + interval
 
     def reserve(self, now: float) -> float:
         """Take the next free slot, however far ahead; returns the wait until it."""

@@ -11,9 +11,9 @@ import pytest
 
 import playbook as pb
 from playbook.models import ProviderHoldLifted, ProviderHoldSet, RateChanged
-from playbook.providers import Provider, Ticket
+from playbook.providers import HEADROOM, Provider, Ticket
 from playbook.signals import Held, WaitBudget
-from tests.vtime import run_virtual
+from vtime import run_virtual
 
 
 class Script:
@@ -69,17 +69,18 @@ def _gather(*calls: Any) -> list[Any]:
 
 
 def test_rps_spaces_sends() -> None:
-    """rps=10: twenty concurrent calls are sent 0.1 s apart, the first at once."""
+    """rps=10: twenty concurrent calls are sent 1/(0.97 x 10) s apart (3% under the limit), the first at once."""
     provider, send = Provider("p", rps=10), Script()
     assert _gather(*(provider.dispatch(send) for _ in range(20))) == ["ok"] * 20
-    assert send.times == pytest.approx([0.1 * i for i in range(20)], abs=1e-6)
+    assert send.times == pytest.approx([0.1 / HEADROOM * i for i in range(20)], abs=1e-6)
 
 
 def test_burst_lets_calls_through_at_once() -> None:
     """burst=5 sends five calls at once, then spaces the rest at the rate."""
     provider, send = Provider("p", rps=10, burst=5), Script()
     _gather(*(provider.dispatch(send) for _ in range(10)))
-    assert send.times == pytest.approx([0.0] * 5 + [0.1, 0.2, 0.3, 0.4, 0.5], abs=1e-6)
+    step = 0.1 / HEADROOM
+    assert send.times == pytest.approx([0.0] * 5 + [step * k for k in range(1, 6)], abs=1e-6)
 
 
 def test_concurrency_bounds_calls_in_flight() -> None:
@@ -114,7 +115,7 @@ def test_hinted_refusal_cuts_configured_rate_and_reports_it(error: pb.ToolError)
     provider.subscribe(events.append)
     _gather(provider.dispatch(send, _ticket()))
     assert isinstance(events[0], RateChanged)
-    assert events[0].provider == "p" and events[0].rate == pytest.approx(9.0)
+    assert events[0].provider == "p" and events[0].rate == pytest.approx(9.0 * HEADROOM)
     assert [type(e) for e in events[1:]] == [ProviderHoldSet, ProviderHoldLifted]
     assert events[1].status == error.status
 
@@ -329,7 +330,7 @@ def test_empty_name_rejected() -> None:
 def test_repr_shows_live_state() -> None:
     """repr shows the limits, current rate, calls in flight, 429s and a hold."""
     provider = Provider("acme", rps=10, concurrency=2)
-    assert repr(provider) == "<Provider 'acme' rps=10 concurrency=2 rate=10/s in_flight=0 429s=0>"
+    assert repr(provider) == "<Provider 'acme' rps=10 concurrency=2 rate=9.7/s in_flight=0 429s=0>"
     seen: list[str] = []
 
     async def send() -> None:
@@ -340,5 +341,5 @@ def test_repr_shows_live_state() -> None:
         run_virtual(provider.dispatch(send, _ticket()))
     assert "in_flight=1" in seen[0]
     shown = repr(provider)
-    assert "rate=9/s" in shown and "in_flight=0" in shown and "429s=1" in shown
+    assert "rate=8.73/s" in shown and "in_flight=0" in shown and "429s=1" in shown
     assert "held until" in shown
