@@ -7,17 +7,14 @@ paid for: receipts are written before rows continue, row memos are written too.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import tempfile
 
-import httpx
 import pandas as pd
-from httpx_aiohttp import AiohttpTransport
 
 import playbook as pb
 
-from .harness import Result, compare, demo_process, timed
+from .harness import Result, compare, demo_process, gather_loop, timed
 
 ROWS = 3_000
 CONCURRENCY = 64
@@ -43,21 +40,7 @@ def run(repeats: int = 3) -> list[Result]:
             return len(out)
 
         def hand_written() -> int:
-            async def main() -> int:
-                limits = httpx.Limits(max_connections=4 * CONCURRENCY, max_keepalive_connections=4 * CONCURRENCY)
-                async with httpx.AsyncClient(transport=AiohttpTransport(limits=limits)) as client:
-                    gate = asyncio.Semaphore(CONCURRENCY)
-
-                    async def one(domain: str, first: str) -> object:
-                        async with gate:
-                            r = await client.get(url + "/v1/email", params={"domain": domain, "first": first},
-                                                 headers={"Authorization": "Bearer demo-key"})  # fmt: skip
-                            return r.json().get("email") if r.status_code == 200 else None
-
-                    results = await asyncio.gather(*(one(d, f) for d, f in zip(frame["domain"], frame["first"])))
-                    return len(results)
-
-            return asyncio.run(main())
+            return gather_loop(url, frame, CONCURRENCY)
 
         return [
             compare("B2 fresh dispatch (3k rows, c=64)", lambda: timed(ours), lambda: timed(hand_written),

@@ -6,6 +6,7 @@ same run, interleaved, does not wander much.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import statistics
@@ -16,6 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import httpx
+import pandas as pd
+from httpx_aiohttp import AiohttpTransport
 
 
 @dataclass
@@ -100,3 +103,24 @@ def demo_process(*args: str) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def gather_loop(url: str, frame: pd.DataFrame, concurrency: int) -> int:
+    """The baseline a user would hand-write: ``asyncio.gather`` over a semaphore, one GET
+    /v1/email per row, on httpx with the aiohttp transport.  Returns the rows done."""
+
+    async def main() -> int:
+        limits = httpx.Limits(max_connections=4 * concurrency, max_keepalive_connections=4 * concurrency)
+        async with httpx.AsyncClient(transport=AiohttpTransport(limits=limits)) as client:
+            gate = asyncio.Semaphore(concurrency)
+
+            async def one(domain: str, first: str) -> object:
+                async with gate:
+                    r = await client.get(url + "/v1/email", params={"domain": domain, "first": first},
+                                         headers={"Authorization": "Bearer demo-key"})  # fmt: skip
+                    return r.json().get("email") if r.status_code == 200 else None
+
+            results = await asyncio.gather(*(one(d, f) for d, f in zip(frame["domain"], frame["first"])))
+            return len(results)
+
+    return asyncio.run(main())

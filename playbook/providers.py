@@ -279,38 +279,31 @@ class Provider:
             hint = None  # "retry after 0s" would spin: back off instead
         if status == 429:
             self.refused += 1
-            if self.pace.limited(now, sent_at):
-                self._emit(RateChanged(self.name, self.pace.rate))
-            if hint is not None:
-                self._hold(now + hint, hint, status)
-            else:
-                ticket.not_before = now + self.backoff.delay(ticket.refusals)
-                ticket.refusals += 1
-            return True
-        self.failed += 1
-        ticket.tries += 1
-        if ticket.tries > self.retries:
-            raise ProviderUnavailable(
-                f"provider {self.name!r} is unavailable: {exc} (gave up after {ticket.tries} tries)",
-                tool=ticket.tool or None,
-                provider=self.name,
-                status=status,
-            ) from exc
-        if hint is not None:  # "come back later" with a time: the provider, not the call, is busy
-            if self.pace.limited(now, sent_at):
-                self._emit(RateChanged(self.name, self.pace.rate))
+        else:
+            self.failed += 1
+            ticket.tries += 1
+            if ticket.tries > self.retries:
+                raise self._unavailable(exc, ticket, f"gave up after {ticket.tries} tries")
+        # A 429, or "come back later" with a time: the provider, not just this call, is busy.
+        if (status == 429 or hint is not None) and self.pace.limited(now, sent_at):
+            self._emit(RateChanged(self.name, self.pace.rate))
+        if hint is not None:
             self._hold(now + hint, hint, status)
+        elif status == 429:
+            ticket.not_before = now + self.backoff.delay(ticket.refusals)
+            ticket.refusals += 1
         else:
             ticket.not_before = now + self.backoff.delay(ticket.tries - 1)
-        wait = max(self.hold_until, ticket.not_before) - now
-        if wait > ticket.budget.left:
-            raise ProviderUnavailable(
-                f"provider {self.name!r} is unavailable: {exc} (the next try would pass the wait budget)",
-                tool=ticket.tool or None,
-                provider=self.name,
-                status=status,
-            ) from exc
+            if ticket.not_before - now > ticket.budget.left:
+                raise self._unavailable(exc, ticket, "the next try would pass the wait budget")
         return True
+
+    def _unavailable(self, exc: Exception, ticket: Ticket, why: str) -> ProviderUnavailable:
+        error = ProviderUnavailable(
+            f"provider {self.name!r} is unavailable: {exc} ({why})", tool=ticket.tool or None, provider=self.name, status=self.last_status
+        )
+        error.__cause__ = exc
+        return error
 
     def _hold(self, until: float, seconds: float, status: int | None) -> None:
         """Hold every call to this provider until ``until`` (loop clock)."""
