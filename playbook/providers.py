@@ -62,7 +62,7 @@ class Ticket:
         self.tries = 0  # transient failures so far
         self.refusals = 0  # 429s without a hint so far
         self.not_before = 0.0  # this call's own backoff (loop clock)
-        self.suspend = suspend  # may a long wait suspend the row (False: wait in place)
+        self.suspend = suspend  # may this call's own long backoff suspend its row (False: wait in place)
 
     def __repr__(self) -> str:
         return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"
@@ -260,7 +260,9 @@ class Provider:
                 status=self.last_status,
                 retry_at=wall,
             )
-        if wait <= IN_PLACE or not ticket.suspend:
+        # A call that cannot suspend its row (a batch serves many) still steps aside for a long
+        # provider hold; only its own backoff, bounded by the retries, is waited out in place.
+        if wait <= IN_PLACE or (not ticket.suspend and until > self.hold_until):
             budget.left -= wait
             await asyncio.sleep(wait)
             return

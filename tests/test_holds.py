@@ -477,3 +477,42 @@ def test_stats_count_held_rows_while_they_wait_and_parked_rows_at_the_end(store:
     assert statuses(run) == ["ok", "parked"] * 3
     assert held == [1, 2, 3]
     assert (run.stats.held, run.stats.ok, run.stats.parked, len(run.parked)) == (0, 3, 3, 3)
+
+
+def test_a_held_batch_suspends_every_member_and_replays_them(store: pb.ReceiptStore) -> None:
+    """A batch call held by its provider suspends each member row; they come back and finish."""
+    batches: list[tuple[float, list[int]]] = []
+
+    @pb.tool(provider=pb.Provider("bulk"), batch_size=10)
+    async def lookup(items: list[int]) -> list[int]:
+        batches.append((now(), list(items)))
+        if len(batches) == 1:
+            raise limited(30)
+        return [n * 10 for n in items]
+
+    async def play(row: Any, ctx: pb.Context) -> dict[str, Any]:
+        return {"v": await ctx.tool(lookup, row.n)}
+
+    run, events = run_virtual(launch(rows(4), pb.play(play), store))
+    assert statuses(run) == ["ok"] * 4
+    assert run.result["v"].tolist() == [0, 10, 20, 30]
+    assert len(of(RowHeld, events)) == 4
+    assert [sorted(items) for _, items in batches] == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    assert batches[1][0] == pytest.approx(30.0, abs=0.01)
+
+
+def test_stop_settles_held_rows_as_skipped(store: pb.ReceiptStore) -> None:
+    """run.stop() while rows wait in the retry queue settles them as skipped; nothing stays held."""
+    slow, _ = counted("slow", refuse_first(600), provider=pb.Provider("p", max_wait=3600))
+
+    async def main() -> pb.Run:
+        run, _ = await start(rows(3), calling(slow), store)
+        await asyncio.sleep(5)
+        assert run.stats.held == 3
+        run.stop()
+        await run._task
+        return run
+
+    run = run_virtual(main())
+    assert statuses(run) == ["skipped"] * 3
+    assert run.stats.held == 0 and run.stats.skipped == 3

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 import time
 from typing import Any
 
 import pytest
 
 import playbook as pb
+from playbook.limits import Backoff
 from playbook.models import ProviderHoldLifted, ProviderHoldSet, RateChanged
 from playbook.providers import HEADROOM, Provider, Ticket
 from playbook.signals import Held, WaitBudget
@@ -156,13 +158,21 @@ def test_long_hold_suspends_the_row() -> None:
     assert provider.held
 
 
-def test_long_hold_waits_in_place_when_not_suspendable() -> None:
-    """With suspend=False the call waits out a 30 s hold and succeeds, spending its budget."""
+def test_a_call_that_cannot_suspend_still_steps_aside_for_a_long_hold() -> None:
+    """suspend=False (a batch): a 30 s provider hold still raises Held, so the rows it serves step aside."""
     provider, send = Provider("p"), Script(_refused(30))
+    with pytest.raises(Held):
+        run_virtual(provider.dispatch(send, _ticket(suspend=False)))
+
+
+def test_a_call_that_cannot_suspend_waits_out_its_own_backoff() -> None:
+    """suspend=False: the call's own backoff after a 503, longer than a second, is waited in place."""
+    provider, send = Provider("p"), Script(_down())
+    provider.backoff = Backoff(base=4.0, cap=4.0, rng=random.Random(7))
     ticket = _ticket(suspend=False)
     assert _gather(provider.dispatch(send, ticket)) == ["ok"]
-    assert send.times == pytest.approx([0.0, 30.0], abs=1e-6)
-    assert ticket.budget.left == pytest.approx(90.0, abs=1e-6)
+    assert len(send.times) == 2 and 2.0 <= send.times[1] <= 4.0
+    assert ticket.budget.left == pytest.approx(120.0 - send.times[1], abs=1e-6)
 
 
 def test_hold_past_budget_exhausts() -> None:
@@ -207,12 +217,12 @@ def test_5xx_retried_then_unavailable() -> None:
 
 def test_5xx_with_hint_holds_provider() -> None:
     """A 503 with Retry-After holds the whole provider until then."""
-    provider, send = Provider("p"), Script(_down(retry_after=2))
+    provider, send = Provider("p"), Script(_down(retry_after=0.5))
     events: list[Any] = []
     provider.subscribe(events.append)
-    calls = (provider.dispatch(send, _ticket(suspend=False)), _later(0.1, provider, send, _ticket(suspend=False)))
+    calls = (provider.dispatch(send, _ticket()), _later(0.1, provider, send, _ticket()))
     assert _gather(*calls) == ["ok", "ok"]
-    assert send.times == pytest.approx([0.0, 2.0, 2.0], abs=1e-6)
+    assert send.times == pytest.approx([0.0, 0.5, 0.5], abs=1e-6)
     assert isinstance(events[0], ProviderHoldSet) and events[0].status == 503
 
 
