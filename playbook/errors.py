@@ -3,7 +3,7 @@
 ::
 
     PlaybookError                  anything playbook raises on purpose
-    ├── ToolError                  a tool call failed (status, retryable, provider, tool)
+    ├── ToolError                  a tool call failed (status, retryable, retry_after, provider, tool)
     │   └── ProviderUnavailable    the provider cannot answer now (retries used up)
     │       └── ProviderExhausted  the provider is held past the wait budget (retry_at)
     ├── RunFatal                   bad credentials, no credit, missing secret: the run stops
