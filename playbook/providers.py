@@ -79,7 +79,7 @@ class Provider:
 
     __slots__ = (
         "name", "rps", "burst", "concurrency", "account", "max_wait", "retries", "pace", "backoff",
-        "in_flight", "sent", "refused", "failed", "last_status", "hold_until", "hold_wall", "_holding",
+        "in_flight", "sent", "refused", "failed", "last_status", "hold_until", "hold_wall", "_holding", "_lift_timer",
         "_loop", "_gate", "_waiters", "_timer", "_listeners",
     )  # fmt: skip
 
@@ -120,6 +120,7 @@ class Provider:
         self.hold_until = 0.0  # loop clock
         self.hold_wall = 0.0  # the same moment in epoch seconds
         self._holding = False
+        self._lift_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gate: asyncio.Semaphore | None = None
         self._waiters: deque[asyncio.Future[None]] = deque()  # calls waiting for a paced slot, in order
@@ -210,8 +211,7 @@ class Provider:
                 await self._wait(until, now, ticket)
                 continue
             if self._holding:
-                self._holding = False
-                self._emit(ProviderHoldLifted(self.name))
+                self._lift()
             if gate is not None:
                 await gate.acquire()
             sent_at = now
@@ -316,3 +316,15 @@ class Provider:
         self._holding = True
         self.pace.hold(until)
         self._emit(ProviderHoldSet(self.name, self.hold_wall, status))
+        # Say when it ends even if no call comes to notice (every waiting row may have parked).
+        if self._lift_timer is not None:
+            self._lift_timer.cancel()
+        self._lift_timer = asyncio.get_running_loop().call_later(seconds, self._lift)
+
+    def _lift(self) -> None:
+        if self._lift_timer is not None:
+            self._lift_timer.cancel()
+            self._lift_timer = None
+        if self._holding:
+            self._holding = False
+            self._emit(ProviderHoldLifted(self.name))

@@ -353,3 +353,20 @@ def test_repr_shows_live_state() -> None:
     shown = repr(provider)
     assert "rate=8.73/s" in shown and "in_flight=0" in shown and "429s=1" in shown
     assert "held until" in shown
+
+
+def test_hold_lifted_event_comes_at_the_deadline_without_another_call() -> None:
+    """ProviderHoldLifted arrives when the hold ends, even if no call comes along to notice."""
+    provider, send = Provider("p"), Script(_refused(30))
+    events: list[tuple[float, Any]] = []
+    provider.subscribe(lambda e: events.append((asyncio.get_running_loop().time(), e)))
+
+    async def main() -> None:
+        with pytest.raises(Held):
+            await provider.dispatch(send, _ticket())
+        await asyncio.sleep(60)
+
+    run_virtual(main())
+    lifted = [t for t, e in events if isinstance(e, ProviderHoldLifted)]
+    assert lifted == [pytest.approx(30.0, abs=1e-6)]
+    assert not provider.held
