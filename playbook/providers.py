@@ -37,7 +37,7 @@ T = TypeVar("T")
 IN_PLACE = 1.0  # holds up to this long are waited out by the call; longer ones suspend the row
 # Calls are paced a little under the configured rps: sent at exactly the provider's limit, the
 # network's jitter alone turns some of them into 429s, and each costs a hold and a rate cut.
-HEADROOM = 0.97
+HEADROOM = 0.98
 
 
 def _check(name: str, option: str, value: object, *, integer: bool = False, zero: bool = False, optional: bool = True) -> None:
@@ -71,7 +71,7 @@ class Ticket:
 class Provider:
     """An upstream account: ``pb.Provider("acme", rps=20, concurrency=8)``.
 
-    ``rps`` and ``burst`` pace the calls, at 97% of ``rps`` (without ``rps`` the rate is
+    ``rps`` and ``burst`` pace the calls, at 98% of ``rps`` (without ``rps`` the rate is
     discovered from 429s);
     ``concurrency`` bounds calls in flight; ``retries`` bounds retries of transient failures;
     ``max_wait`` (seconds) is how long a row may wait on this provider's holds before it parks.

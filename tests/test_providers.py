@@ -71,7 +71,7 @@ def _gather(*calls: Any) -> list[Any]:
 
 
 def test_rps_spaces_sends() -> None:
-    """rps=10: twenty concurrent calls are sent 1/(0.97 x 10) s apart (3% under the limit), the first at once."""
+    """rps=10: twenty concurrent calls are sent 1/(0.98 x 10) s apart (2% under the limit), the first at once."""
     provider, send = Provider("p", rps=10), Script()
     assert _gather(*(provider.dispatch(send) for _ in range(20))) == ["ok"] * 20
     assert send.times == pytest.approx([0.1 / HEADROOM * i for i in range(20)], abs=1e-6)
@@ -340,7 +340,7 @@ def test_empty_name_rejected() -> None:
 def test_repr_shows_live_state() -> None:
     """repr shows the limits, current rate, calls in flight, 429s and a hold."""
     provider = Provider("acme", rps=10, concurrency=2)
-    assert repr(provider) == "<Provider 'acme' rps=10 concurrency=2 rate=9.7/s in_flight=0 429s=0>"
+    assert repr(provider) == "<Provider 'acme' rps=10 concurrency=2 rate=9.8/s in_flight=0 429s=0>"
     seen: list[str] = []
 
     async def send() -> None:
@@ -351,7 +351,7 @@ def test_repr_shows_live_state() -> None:
         run_virtual(provider.dispatch(send, _ticket()))
     assert "in_flight=1" in seen[0]
     shown = repr(provider)
-    assert "rate=8.73/s" in shown and "in_flight=0" in shown and "429s=1" in shown
+    assert "rate=8.82/s" in shown and "in_flight=0" in shown and "429s=1" in shown
     assert "held until" in shown
 
 

@@ -73,7 +73,7 @@ class MapRun:
         self._workers: list[asyncio.Task[None]] = []
         self._held = RetryQueue()
         self._tickets: dict[str, Ticket] = {}  # logical call -> its standing with the provider
-        self._budgets: dict[tuple[int, str], WaitBudget] = {}  # (row, provider) -> wait left
+        self._budgets: dict[int, dict[str, WaitBudget]] = {}  # row -> provider -> wait left, until it settles
         self.providers: dict[str, Provider] = {}
         self._unsubscribe: list[Any] = []
         self._client: httpx.AsyncClient | None = None
@@ -134,10 +134,13 @@ class MapRun:
             provider = tool.provider
             assert provider is not None
             self._watch(provider)
-            budget = self._budgets.get((pos, provider.name))
+            budgets = self._budgets.get(pos)
+            if budgets is None:
+                budgets = self._budgets[pos] = {}
+            budget = budgets.get(provider.name)
             if budget is None:
                 wait = self.opts.max_wait if self.opts.max_wait is not None else provider.max_wait
-                budget = self._budgets[(pos, provider.name)] = WaitBudget(wait)
+                budget = budgets[provider.name] = WaitBudget(wait)
             found = self._tickets[call_id] = Ticket(tool.name, budget)
         return found
 
@@ -226,9 +229,6 @@ class MapRun:
                     self.park_provider[p] = self.park_ready[p] = None
                 self.state.emit(RowRequeued(pos, status, len(group)))  # type: ignore[arg-type]
                 again.append(pos)
-        # A row admitted again waits afresh: max_wait counts from now, not from its first try.
-        readmitted = set(again)
-        self._budgets = {k: b for k, b in self._budgets.items() if k[0] not in readmitted}
         return again
 
     def _identify(self, positions: list[int], key_cols: list[Any] | None) -> list[int]:
@@ -344,6 +344,8 @@ class MapRun:
         self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, *, ran: bool = True, held: bool = False
     ) -> None:
         self._started.discard(pos)
+        # Settled: its wait budgets go (a retried row waits afresh: max_wait counts from then).
+        self._budgets.pop(pos, None)
         copies = self._copies.get(pos)
         for p in (pos, *copies) if copies else (pos,):
             self.status[p] = status
