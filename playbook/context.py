@@ -8,14 +8,17 @@ receipts and a forced call is forced once per run, not once per replay.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import PlayDefinitionError, PlaybookError, ProviderUnavailable, RunFatal, ToolError
 from .keys import canonical, digest, jsonable, receipt_key
 from .receipts import MISSING
-from .signals import Held, Suspend
+from .providers import IN_PLACE
+from .signals import Held, Sleeping, Suspend
 from .tools import NO_INPUT, CallEnv, Tool
 
 if TYPE_CHECKING:
@@ -27,7 +30,8 @@ _logger = logging.getLogger("playbook")
 
 
 class Context:
-    """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.waterfall(...)``, ``ctx.log(...)``."""
+    """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.waterfall(...)``, ``ctx.step(...)``,
+    ``ctx.sleep(...)``, ``ctx.log(...)``."""
 
     __slots__ = ("_run", "row_key", "position", "attempt", "_seen", "logs", "_signal")
 
@@ -115,6 +119,74 @@ class Context:
             raise
         self._run.waterfall_done(key, legs, outcomes)
         return (value, source) if with_source else value
+
+    async def step(self, key: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` once for this row and remember its value durably.
+
+        A replay (after a hold) or a rerun (after a crash, a restart or an edit of the play) gets
+        the remembered value without running ``fn`` again: use it for side effects that must
+        happen once, like submitting a job.  The value must have a JSON form, and comes back as
+        that form (a tuple as a list).  Steps are kept per play name, row and ``key`` (the n-th
+        step with one key in a row is its own step); change the key to run a step afresh.
+        """
+        if self._signal is not None:
+            raise self._signal
+        if not isinstance(key, str) or not key:
+            raise PlayDefinitionError(f"ctx.step(): key must be a non-empty string naming the step, not {key!r}")
+        if not callable(fn):
+            raise PlayDefinitionError(f"ctx.step({key!r}, fn): fn must be callable, not {type(fn).__name__}")
+        run = self._run
+        skey = self._step_key("step", key)
+        record = run.store.lookup(skey)
+        if record is not MISSING:
+            return record["out"]
+        value = await fn(*args) if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn, *args)
+        if inspect.isawaitable(value):
+            value = await value
+        try:
+            stored = jsonable(value)
+            canonical(stored)
+        except (TypeError, ValueError) as exc:
+            raise PlaybookError(
+                f"step {key!r} returned a {type(value).__name__}, which has no JSON form ({exc}); "
+                "return str, int, float, bool, None, or lists and dicts of them"
+            ) from None
+        await run.store.commit(skey, {"v": 1, "tool": f"step:{key}", "out": stored, "at": run.store_clock()}, tag=f"step:{run.play.name}")
+        return stored
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep durably: the row steps aside (its slot goes to another row) and comes back when
+        the time is up.  The wake time is stored, so a replay skips a sleep already over, and a
+        rerun after a restart wakes the row at the time first set, not ``seconds`` later."""
+        if self._signal is not None:
+            raise self._signal
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+            raise PlayDefinitionError(f"ctx.sleep(): seconds must be a finite number >= 0, not {seconds!r}")
+        run = self._run
+        skey = self._step_key("sleep", "")
+        record = run.store.lookup(skey)
+        now = run.store_clock()
+        if record is MISSING:
+            wake = now + seconds
+            await run.store.commit(skey, {"v": 1, "tool": "sleep", "out": wake, "at": now}, tag=f"step:{run.play.name}")
+        else:
+            wake = record["out"]
+        left = wake - run.store_clock()
+        if left <= 0:
+            return
+        if left <= IN_PLACE:
+            await asyncio.sleep(left)
+            return
+        signal = self._signal = Sleeping(asyncio.get_running_loop().time() + left, wake)
+        raise signal
+
+    def _step_key(self, kind: str, key: str) -> str:
+        seen = self._seen
+        if seen is None:
+            seen = self._seen = {}
+        name = f"\x1f{kind}:{key}"  # cannot collide with a tool's name
+        n = seen[name] = seen.get(name, -1) + 1
+        return "s" + digest(f"{self._run.play.name}\x1f{self.row_key}{name}\x1f{n}")
 
     async def _call(self, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> tuple[Any, bool]:
         if self._signal is not None:

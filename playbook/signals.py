@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Held", "Parked", "Suspend", "WaitBudget"]
+__all__ = ["Held", "Parked", "Sleeping", "Suspend", "WaitBudget"]
 
 
 class WaitBudget:
@@ -47,3 +47,13 @@ class Parked(Suspend):
         self.reason = reason
         self.provider = provider
         self.ready_at = ready_at
+
+
+class Sleeping(Suspend):
+    """The row sleeps (``ctx.sleep``) until ``until`` (loop clock); ``wall`` is the same moment in
+    epoch seconds, as stored, so a rerun after a restart wakes it at the right time."""
+
+    def __init__(self, until: float, wall: float) -> None:
+        super().__init__("sleeping")
+        self.until = until
+        self.wall = wall

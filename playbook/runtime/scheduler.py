@@ -26,7 +26,7 @@ from ..models import (
 from ..plays import Play
 from ..providers import Provider, Ticket
 from ..receipts import ReceiptStore
-from ..signals import Held, Parked, Suspend, WaitBudget
+from ..signals import Held, Parked, Sleeping, Suspend, WaitBudget
 from .batching import Batcher
 from .options import RunOptions
 from .retry_queue import RetryQueue
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["MapRun"]
 
 _MEMO_CHUNK = 512
+SLEEP = "sleep"  # what a row in ctx.sleep waits for, where a held row names its provider
 
 
 class MapRun:
@@ -293,12 +294,11 @@ class MapRun:
             else:
                 return
 
-    def _hold(self, pos: int, held: Held) -> None:
-        """Take a held row off its worker; it waits in the retry queue until its deadline."""
-        held.budget.left -= max(0.0, held.until - asyncio.get_running_loop().time())
-        self._held.push(pos, held.until, held.provider.name)
+    def _hold(self, pos: int, until: float, wall: float, waits_for: str, status: int | None) -> None:
+        """Take a held (or sleeping) row off its worker; it waits in the retry queue until ``until``."""
+        self._held.push(pos, until, waits_for)
         self._started.discard(pos)
-        self.state.emit(RowHeld(pos, held.provider.name, held.wall, held.status))
+        self.state.emit(RowHeld(pos, waits_for, wall, status))
         if sum(not t.done() for t in self._workers) < self.opts.concurrency:
             self._spawn(1)  # this worker takes another row; the held one must not lack a worker
 
@@ -313,7 +313,10 @@ class MapRun:
                 raise ctx._signal  # the play caught a suspension or a fatal error: it still counts
             output = output_columns(value, self.play.name)
         except Held as held:
-            self._hold(pos, held)
+            held.budget.left -= max(0.0, held.until - asyncio.get_running_loop().time())
+            self._hold(pos, held.until, held.wall, held.provider.name, held.status)
+        except Sleeping as sleeping:
+            self._hold(pos, sleeping.until, sleeping.wall, SLEEP, None)
         except Parked as park:
             self._park(pos, park.reason, str(park), park.provider, park.ready_at)
         except ProviderExhausted as exc:
