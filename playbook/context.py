@@ -231,7 +231,15 @@ class Context:
         idem = digest(f"{key}\x1f{run.run_id}\x1f{logical}") if force else key
         send = _sender(tool, normal if tool.json_input else values, CallEnv(run.http_client, idem))
         done = store.inflight[key] = asyncio.get_running_loop().create_future()
+        leases = store.leases
         try:
+            if not await leases.take(key):
+                # Another process is paying for this call right now: wait for its receipt.
+                check = (lambda: MISSING) if force else (lambda: store.lookup(key, ttl))
+                record = await leases.wait(key, check, MISSING)
+                if record is not MISSING:
+                    run.call_reused(tool)
+                    return record["out"], record["miss"]
             run.reserve(tool)
             try:
                 if tool.batch_size is not None:
@@ -270,6 +278,7 @@ class Context:
             }
             await store.commit(key, record, tag=tool.name)
         finally:
+            leases.release(key)  # after the receipt is committed: a waiting process finds it
             if store.inflight.get(key) is done:
                 del store.inflight[key]
             done.set_result(None)

@@ -27,6 +27,7 @@ import pandas as pd
 
 from .errors import ReceiptError
 from .keys import canonical, jsonable, receipt_key, to_json
+from .leases import Leases
 from .models import Receipt
 from .tools import NO_INPUT
 
@@ -88,7 +89,9 @@ class ReceiptStore:
     ``ReceiptStore()`` uses ``$PLAYBOOK_HOME`` or ``.playbook/`` in the working directory.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, clock: Callable[[], float] = time.time, lease_ttl: float = 30.0
+    ) -> None:
         self.path = Path(path) if path is not None else _home()
         self._clock = clock
         try:
@@ -122,6 +125,7 @@ class ReceiptStore:
         self._local = threading.local()  # one read cursor per thread (and per process after a fork)
         self._writes: list[tuple[str, dict[str, Any], str, asyncio.Future[None]]] = []
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
+        self.leases = Leases(self, ttl=lease_ttl)  # the same, across processes
 
     def __repr__(self) -> str:
         return f"ReceiptStore({str(self.path)!r})"

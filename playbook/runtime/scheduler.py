@@ -199,6 +199,7 @@ class MapRun:
                 task.cancel()
             self._settle_unfinished(positions)
             self.store.flush()
+            await self.store.leases.settle()
             for unsubscribe in self._unsubscribe:
                 unsubscribe()
             self._unsubscribe.clear()
