@@ -30,4 +30,15 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     import nest_asyncio
 
     nest_asyncio.apply(loop)
-    return loop.run_until_complete(coro)
+    task = loop.create_task(coro)
+    try:
+        return loop.run_until_complete(task)
+    except KeyboardInterrupt:
+        # Ctrl-C lands wherever the loop was; the task is still pending.  Cancel it and let it
+        # unwind (settle its rows, flush its memos) before the interrupt goes on, as asyncio.run does.
+        task.cancel()
+        try:
+            loop.run_until_complete(task)
+        except BaseException:  # noqa: BLE001 - the interrupt below is the news
+            pass
+        raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pandas as pd
@@ -35,7 +36,17 @@ class PlayAccessor:
         run = self._start(play, options)
         if run._maprun.opts.background:
             return begin_background(run)
-        run_sync(run._execute())
+        try:
+            run_sync(run._execute())
+        except KeyboardInterrupt:
+            # Ctrl-C stops the run, not the work: what finished is on disk and comes back as
+            # the partial result, with every other row marked skipped.  A rerun resumes.
+            s = run.stats
+            print(
+                f"interrupted: {s.ok + s.reused} of {s.total} rows done, {s.skipped} skipped; "
+                "finished work is saved, and running the same map again resumes it",
+                file=sys.stderr,
+            )
         return run
 
     async def amap(self, play: Any, **options: Any) -> pd.DataFrame:
