@@ -216,7 +216,7 @@ class Context:
             seen = self._seen = {}
         n = seen[tool.name] = seen.get(tool.name, -1) + 1
         logical = f"{self.row_key}/{tool.name}/{n}" if force or run.force_all else None
-        force = logical is not None and run.claim_force(logical)
+        force = logical is not None and run.must_force(logical)
         store = run.store
         while not force:
             record = store.lookup(key, ttl)
@@ -277,6 +277,8 @@ class Context:
                 "at": run.store_clock(),
             }
             await store.commit(key, record, tag=tool.name)
+            if force:
+                run.forced(logical)  # type: ignore[arg-type]
         finally:
             leases.release(key)  # after the receipt is committed: a waiting process finds it
             if store.inflight.get(key) is done:

@@ -87,12 +87,13 @@ class MapRun:
 
     # -- what ctx.tool needs -----------------------------------------------------------
 
-    def claim_force(self, logical: str) -> bool:
-        """True the first time a logical call is forced in this run: replays don't pay again."""
-        if logical in self._forced:
-            return False
+    def must_force(self, logical: str) -> bool:
+        """True until a forced logical call has been paid for in this run: a row replayed after
+        a hold does not pay for it again, and one held before it was paid still forces it."""
+        return logical not in self._forced
+
+    def forced(self, logical: str) -> None:
         self._forced.add(logical)
-        return True
 
     def http_client(self) -> httpx.AsyncClient:
         if self._client is None:
