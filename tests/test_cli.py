@@ -1,0 +1,190 @@
+"""The command line, run for real in a subprocess: cache stats, list, clear, export, and its errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import playbook as pb
+
+
+@pytest.fixture
+def home() -> Path:
+    """The default store ($PLAYBOOK_HOME, set by conftest) after a small map with two tools:
+    3 receipts of `clean` (version 2), 3 of `acme.email` (one a miss), 3 row memos."""
+
+    @pb.tool(version="2")
+    def clean(q: str) -> str:
+        return q.upper()
+
+    @pb.tool(name="acme.email", cost=0.5)
+    def email(q: str) -> str | None:
+        return None if q == "b" else f"{q}@example.com"
+
+    @pb.play
+    async def enrich(row, ctx):
+        return {"c": await ctx.tool(clean, q=row.q), "e": await ctx.tool(email, q=row.q)}
+
+    store = pb.ReceiptStore()
+    pd.DataFrame({"q": ["a", "b", "c"]}).play.map(enrich, store=store, progress=False)
+    store.close()
+    return store.path
+
+
+def cli(*args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "playbook", *args], stdin=stdin, capture_output=True, text=True, timeout=60
+    )
+
+
+def _stats(path: Path) -> dict[str, Any]:
+    store = pb.ReceiptStore(path)
+    try:
+        return store.stats()
+    finally:
+        store.close()
+
+
+def _receipts(path: Path) -> pd.DataFrame:
+    store = pb.ReceiptStore(path)
+    try:
+        return store.receipts()
+    finally:
+        store.close()
+
+
+def _one_line_error(done: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    for word in words:
+        assert word in done.stderr
+
+
+def test_stats_text_and_json(home: Path) -> None:
+    """`cache stats` shows receipts per tool, row memos, size and path; --json the same as store.stats()."""
+    text = cli("cache", "stats")
+    assert text.returncode == 0, text.stderr
+    lines = [line.split() for line in text.stdout.splitlines()]
+    assert ["store", str(home)] in lines
+    assert ["receipts", "6", "(total", "cost", "1.5)"] in lines
+    assert ["acme.email", "3"] in lines and ["clean", "3"] in lines
+    assert ["row", "memos", "3"] in lines
+    assert any(line[0] == "size" and line[-1] == "KiB" for line in lines)
+
+    machine = cli("cache", "stats", "--json")
+    assert json.loads(machine.stdout) == _stats(home)
+
+
+def test_list_shows_one_line_per_receipt_up_to_the_limit(home: Path) -> None:
+    """`cache list --limit N` prints a header, N receipts oldest first, and a "… more" line."""
+    done = cli("cache", "list", "--limit", "4")
+    assert done.returncode == 0, done.stderr
+    header, *rows, more = done.stdout.splitlines()
+    assert header.split()[:5] == ["WHEN", "TOOL", "VER", "MISS", "COST"]
+    assert len(rows) == 4 and more == "… 2 more (--limit 0 shows all)"
+    first = _receipts(home).iloc[0]  # a `clean` receipt: each row calls it first
+    when = datetime.fromtimestamp(first["created_at"]).isoformat(timespec="seconds")
+    assert rows[0].split()[:5] == [when, "clean", "2", "-", "0"]
+    q = first["input"]["q"]
+    assert rows[0].endswith(f'{{"q":"{q}"}} → "{q.upper()}"')
+
+
+def test_list_filters_by_tool(home: Path) -> None:
+    """`cache list --tool NAME` lists only that tool's receipts, misses marked."""
+    done = cli("cache", "list", "--tool", "acme.email")
+    rows = done.stdout.splitlines()[1:]
+    assert [row.split()[1] for row in rows] == ["acme.email"] * 3
+    (miss,) = [row for row in rows if row.split()[3] == "miss"]
+    assert miss.split()[4] == "0.5" and miss.endswith('{"q":"b"} → null')
+
+
+def test_clear_refuses_without_yes_when_stdin_is_not_a_terminal(home: Path) -> None:
+    """`cache clear` without --yes and without a terminal exits 1, says why, and removes nothing."""
+    done = cli("cache", "clear")
+    _one_line_error(done, "--yes", "not a terminal")
+    assert _stats(home)["receipts"] == 6
+
+
+def test_clear_one_tool_then_everything(home: Path) -> None:
+    """`clear --tool NAME --yes` removes that tool's receipts; `clear --yes` removes the rest and the row memos."""
+    one = cli("cache", "clear", "--tool", "clean", "--yes")
+    assert one.stdout == f"removed 3 receipts of clean from {home}\n"
+    assert _stats(home)["by_tool"] == {"acme.email": 3}
+    everything = cli("cache", "clear", "--yes")
+    assert everything.stdout == f"removed 3 receipts, 3 row memos from {home}\n"
+    stats = _stats(home)
+    assert (stats["receipts"], stats["row_memos"]) == (0, 0)
+
+
+def test_clear_asks_on_a_terminal(home: Path) -> None:
+    """On a terminal, `cache clear --tool NAME` asks first and clears after a "y"."""
+    import pty
+
+    master, terminal = pty.openpty()
+    try:
+        os.write(master, b"y\n")  # waits in the terminal's input queue until the prompt reads it
+        done = cli("cache", "clear", "--tool", "acme.email", stdin=terminal)
+    finally:
+        os.close(master)
+        os.close(terminal)
+    assert done.stdout == f"Remove 3 receipts of acme.email from {home}? [y/N] removed 3 receipts of acme.email from {home}\n"
+    assert _stats(home)["by_tool"] == {"clean": 3}
+
+
+def test_export_round_trips_the_receipts(home: Path) -> None:
+    """`cache export` writes one JSON object per receipt with the fields and values of store.receipts()."""
+    done = cli("cache", "export")
+    exported = [json.loads(line) for line in done.stdout.splitlines()]
+    frame = _receipts(home)
+    # The DataFrame shows a None output next to strings as NaN; the export keeps JSON's null.
+    expected = [
+        {name: None if isinstance(value, float) and math.isnan(value) else value for name, value in row.items()}
+        for row in frame.to_dict("records")
+    ]
+    assert exported == expected
+    assert list(exported[0]) == ["key", "tool", "version", "account", "input", "output", "miss", "cost", "created_at"]
+    assert [r["output"] for r in exported if r["miss"]] == [None]
+
+
+def test_export_one_tool_to_a_file_from_store_option(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--store PATH cache export --tool NAME --out FILE` reads that store and writes only that tool's lines."""
+    monkeypatch.setenv("PLAYBOOK_HOME", str(tmp_path / "elsewhere"))
+    out = tmp_path / "email.jsonl"
+    done = cli("--store", str(home), "cache", "export", "--tool", "acme.email", "--out", str(out))
+    assert done.returncode == 0 and done.stdout == ""
+    assert done.stderr == f"exported 3 receipts to {out}\n"
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["tool"] for r in lines] == ["acme.email"] * 3
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_unknown_tool_is_a_short_error_naming_the_known_tools(home: Path) -> None:
+    """A --tool with no receipts exits 1 with one line that lists the tools the store holds."""
+    done = cli("cache", "list", "--tool", "acme.phone")
+    _one_line_error(done, "'acme.phone'", "acme.email, clean")
+
+
+def test_missing_store_is_an_error_and_is_not_created(tmp_path: Path) -> None:
+    """A store path that does not exist exits 1 with one line, and no directory is created."""
+    missing = tmp_path / "typo"
+    done = cli("--store", str(missing), "cache", "stats")
+    _one_line_error(done, "no receipt store", str(missing))
+    assert not missing.exists()
+
+
+def test_corrupt_store_is_a_short_error(tmp_path: Path) -> None:
+    """A store whose database is not SQLite exits 1 with the ReceiptError message, no traceback."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "cache.db").write_bytes(b"not a database, just bytes " * 200)
+    done = cli("--store", str(broken), "cache", "list")
+    _one_line_error(done, "cannot open the receipt store", "broken")
