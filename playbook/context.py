@@ -240,6 +240,12 @@ class Context:
                 if record is not MISSING:
                     run.call_reused(tool)
                     return record["out"], record["miss"]
+            elif not force:
+                # Another process may have paid and let go between our lookup and our lease.
+                record = store.lookup(key, ttl)
+                if record is not MISSING:
+                    run.call_reused(tool)
+                    return record["out"], record["miss"]
             run.reserve(tool)
             try:
                 if tool.batch_size is not None:

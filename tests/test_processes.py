@@ -1,0 +1,305 @@
+"""Leases across real processes: two workers on one store, a receipt committed by another process
+in the instant before a lease is taken, workers killed with SIGKILL mid-run, a lease holder
+killed mid-call, and a lease held by a process on another host.
+
+Each worker is a fresh Python process that maps N leads through one HTTP tool on the demo
+provider and writes its result as JSON.  The demo counts every request and every
+Idempotency-Key (the receipt key), so "paid twice" is counted exactly, not inferred.
+Times are bounded only generously, where promptness is the behaviour under test.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import playbook as pb
+from playbook.keys import canonical, receipt_key
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL and pid probing are POSIX")
+
+TOOL = "demo.email"
+CONCURRENCY = 16
+
+# argv[1] is a JSON object: url, store, n, ttl, out; optional reverse (map the rows in reverse
+# order), ready/go (touch `ready`, then wait for `go` to exist: a start line for racing workers).
+_WORKER = """
+import json, os, sys, time
+import pandas as pd
+import playbook as pb
+
+cfg = json.loads(sys.argv[1])
+n = cfg["n"]
+frame = pd.DataFrame({"domain": [f"company{i}.com" for i in range(n)], "first": [f"P{i}" for i in range(n)]})
+if cfg.get("reverse"):
+    frame = frame.iloc[::-1]
+email = pb.http_tool(
+    "demo.email",
+    method="GET",
+    url=cfg["url"] + "/v1/email",
+    params={"domain": "{domain}", "first": "{first}"},
+    headers={"Authorization": "Bearer demo-key"},
+    pick="email",
+    miss_status=(404,),
+)
+store = pb.ReceiptStore(cfg["store"], lease_ttl=cfg["ttl"])
+try:
+    if cfg.get("ready"):
+        open(cfg["ready"], "w").close()
+        deadline = time.monotonic() + 30
+        while not os.path.exists(cfg["go"]) and time.monotonic() < deadline:
+            time.sleep(0.002)
+    began = time.time()
+    run = frame.play.run(email, store=store, progress=False, concurrency=16)
+    ended = time.time()
+    run.result.to_json(cfg["out"])
+finally:
+    store.close()
+print(json.dumps({"calls_executed": run.stats.calls_executed, "began": began, "ended": ended, "elapsed": ended - began}))
+"""
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start worker processes; every one still running at teardown is killed and reaped."""
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    started: list[subprocess.Popen[str]] = []
+
+    def start(**cfg: Any) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, str(script), json.dumps(cfg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()  # reaps it and closes its pipes
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> dict[str, Any]:
+    """Wait for a worker to exit cleanly; its printed stats."""
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{err[-3000:]}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()  # reaped: its pid is gone, as after any crash
+
+
+def _result(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """Emails and play statuses by row index, from a worker's JSON result."""
+    data = json.loads(path.read_text())
+    return data[TOOL], data["play_status"]
+
+
+def _wait_for(what: str, check: Callable[[], Any], timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+    return found
+
+
+def _sql(store: Path, query: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(store / "cache.db", timeout=10)) as con, con:
+        return con.execute(query, args).fetchall()
+
+
+def _receipts(store: Path) -> int:
+    return _sql(store, "SELECT COUNT(*) FROM Cache WHERE key LIKE 'r%'")[0][0]
+
+
+def _key(i: int) -> str:
+    """Row i's receipt key, computed as the context does for the worker's call."""
+    return "r" + receipt_key(TOOL, "1", canonical({"domain": f"company{i}.com", "first": f"P{i}"}), "default")
+
+
+def _email_tool(demo: pb.demo.DemoServer) -> pb.Tool:
+    return pb.http_tool(
+        TOOL,
+        method="GET",
+        url=demo.url + "/v1/email",
+        params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": f"Bearer {pb.demo.DEMO_KEY}"},
+        pick="email",
+        miss_status=(404,),
+    )
+
+
+# -- two processes, one store ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["same", "reversed"])
+def test_two_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_path: Path, order: str) -> None:
+    """Two processes mapping the same 300 rows on one store at once dispatch each call exactly once and agree."""
+    demo.reset(latency=0.005)  # short calls, many commits a second: the runs race on every key
+    store, go = tmp_path / "store", tmp_path / "go"
+    procs = [
+        worker(url=demo.url, store=str(store), n=300, ttl=30, out=str(tmp_path / f"out{i}.json"),
+               reverse=(order == "reversed" and i == 1), ready=str(tmp_path / f"ready{i}"), go=str(go))
+        for i in range(2)
+    ]
+    _wait_for("both workers to be ready", lambda: all((tmp_path / f"ready{i}").exists() for i in range(2)), timeout=30)
+    go.touch()  # both start mapping within milliseconds of each other
+    a, b = (_finish(p) for p in procs)
+    stats = demo.stats()
+    print(f"[{order}] requests={stats['requests']} duplicates={stats['duplicate_idempotency_keys']} "
+          f"executed={a['calls_executed']}+{b['calls_executed']}")
+
+    assert a["began"] < b["ended"] and b["began"] < a["ended"], "the two runs did not overlap"
+    assert stats["duplicate_idempotency_keys"] == 0, (
+        f"{stats['duplicate_idempotency_keys']} calls were paid twice "
+        f"(keys: {sorted(k for k, n in stats['idempotency_keys'].items() if n > 1)[:5]})"
+    )
+    assert stats["requests"] == 300
+    assert len(stats["idempotency_keys"]) == 300
+    assert a["calls_executed"] + b["calls_executed"] == 300, (a["calls_executed"], b["calls_executed"])
+    if order == "reversed":  # they meet in the middle: both really paid for some calls
+        assert a["calls_executed"] > 0 and b["calls_executed"] > 0, (a["calls_executed"], b["calls_executed"])
+    emails_a, status_a = _result(tmp_path / "out0.json")
+    emails_b, status_b = _result(tmp_path / "out1.json")
+    assert len(emails_a) == 300 and emails_a == emails_b
+    assert sum(e is not None for e in emails_a.values()) == stats["by_status"]["200"]
+    assert set(status_a.values()) == set(status_b.values()) == {"ok"}
+
+
+def test_a_receipt_committed_just_before_the_lease_is_taken_is_used(demo, worker, store: pb.ReceiptStore) -> None:
+    """A call another process paid for between this one's receipt lookup and its lease is not paid again."""
+    tool, key = _email_tool(demo), _key(0)
+    take = store.leases.take
+    raced: list[str] = []
+
+    async def take_after_another_process(asked: str) -> bool:
+        if asked == key and not raced:
+            raced.append(asked)
+            # Another process pays for the same call, commits its receipt and releases its
+            # lease, all between our lookup (a miss) and our lease (now free).
+            _finish(worker(url=demo.url, store=str(store.path), n=1, ttl=30, out=str(store.path.parent / "other.json")))
+        return await take(asked)
+
+    store.leases.take = take_after_another_process  # type: ignore[method-assign]
+    frame = pd.DataFrame({"domain": ["company0.com"], "first": ["P0"]})
+    run = frame.play.run(tool, store=store, progress=False, concurrency=CONCURRENCY)
+    stats = demo.stats()
+
+    assert raced == [key]
+    assert stats["idempotency_keys"] == {key: 1}, "the call was paid for again after the other process's receipt was committed"
+    assert (run.stats.calls_executed, run.stats.calls_reused) == (0, 1)
+    assert run.result[TOOL].tolist() == ["p@company0.com"]
+
+
+# -- SIGKILL at random moments, then a rerun ----------------------------------------------------
+
+
+def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(demo, worker, tmp_path: Path) -> None:
+    """Five SIGKILLs mid-run then a rerun give the uninterrupted result; only calls in flight at a kill are paid again."""
+    n, kills = 640, 5
+    reference = tmp_path / "reference.json"
+    _finish(worker(url=demo.url, store=str(tmp_path / "fresh"), n=n, ttl=60, out=str(reference)))
+
+    demo.reset(latency=0.1)  # ~16 calls in flight at any moment, ~160 calls/s at most
+    store, out = tmp_path / "store", tmp_path / "out.json"
+    rng = random.Random(1)
+    delays = [rng.uniform(0.1, 1.0) for _ in range(kills)]  # ~2.75 s in all: < n rows at 160/s
+    lost: list[int] = []  # per kill: calls dispatched whose receipt never got written
+    for delay in delays:
+        before = demo.stats()["requests"]
+        proc = worker(url=demo.url, store=str(store), n=n, ttl=60, out=str(out))
+        _wait_for("the worker to dispatch", lambda: demo.stats()["requests"] > before, timeout=30)
+        time.sleep(delay)
+        assert proc.poll() is None, "the worker finished before it could be killed"
+        _kill(proc)
+        time.sleep(0.05)  # requests already on the wire are admitted by the demo
+        _wait_for("the demo to answer the dead worker's requests", lambda: demo.stats()["in_flight"] == 0)
+        lost.append(demo.stats()["requests"] - _receipts(store) - sum(lost))
+    done_before = _receipts(store)
+    final = _finish(worker(url=demo.url, store=str(store), n=n, ttl=60, out=str(out)))
+    stats = demo.stats()
+    print(f"delays={[round(d, 3) for d in delays]} lost per kill={lost} receipts before rerun={done_before} "
+          f"rerun executed={final['calls_executed']} extra={stats['requests'] - n}")
+
+    extra = stats["requests"] - n
+    assert all(0 <= k <= CONCURRENCY for k in lost), f"calls lost per kill: {lost}"
+    assert sum(lost) > 0, "no call was in flight at any kill: the scenario did not exercise a crash mid-call"
+    assert extra == sum(lost), f"extra dispatches {extra}, calls in flight at the kills {lost}"
+    assert extra <= kills * CONCURRENCY, f"extra dispatches {extra} > {kills} kills x {CONCURRENCY}; per kill {lost}"
+    assert stats["duplicate_idempotency_keys"] == extra  # each lost call was paid again once, no more
+    assert final["calls_executed"] == n - done_before
+    assert len(stats["idempotency_keys"]) == n
+    emails, statuses = _result(out)
+    expected, expected_statuses = _result(reference)
+    assert emails == expected
+    assert set(expected_statuses.values()) == {"ok"}
+    assert set(statuses.values()) <= {"ok", "reused"} and len(statuses) == n
+
+
+# -- a lease holder that dies mid-call ----------------------------------------------------------
+
+
+def test_a_killed_local_lease_holder_is_taken_over_at_once(demo, worker, tmp_path: Path) -> None:
+    """A lease whose holder on this machine was SIGKILLed mid-call is taken over at once, not after lease_ttl."""
+    demo.reset(slow_rate=1.0, slow_latency=3.0)  # the holder's call hangs; its lease_ttl is 60s
+    store, key = tmp_path / "store", _key(0)
+    holder = worker(url=demo.url, store=str(store), n=1, ttl=60, out=str(tmp_path / "a.json"))
+    _wait_for("the holder's call to be in flight", lambda: demo.stats()["in_flight"] == 1, timeout=30)
+    [(owner,)] = _sql(store, "SELECT owner FROM playbook_lease WHERE key = ?", (key,))
+    assert owner.split(":")[1] == str(holder.pid)
+    _kill(holder)
+    demo.configure(slow_rate=0.0)
+
+    started = time.monotonic()
+    taker = _finish(worker(url=demo.url, store=str(store), n=1, ttl=60, out=str(tmp_path / "b.json")))
+    wall = time.monotonic() - started
+    stats = demo.stats()
+
+    assert taker["calls_executed"] == 1
+    assert taker["elapsed"] < 5 and wall < 15, f"took over after {taker['elapsed']:.1f}s (lease_ttl 60s)"
+    assert stats["requests"] == 2 and stats["idempotency_keys"] == {key: 2}  # the dead one's, and the taker's
+    emails, statuses = _result(tmp_path / "b.json")
+    assert emails == {"0": "p@company0.com"} and statuses == {"0": "ok"}
+    assert _sql(store, "SELECT * FROM playbook_lease") == []
+    # Let the dead holder's request end here, not in the session server's shutdown.
+    _wait_for("the dead holder's request to end", lambda: demo.stats()["in_flight"] == 0)
+
+
+def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(demo, worker, store: pb.ReceiptStore, tmp_path: Path) -> None:
+    """A live-looking lease from another host makes its call wait until the lease expires; then it is paid once."""
+    n, key = 5, _key(0)
+    tool = _email_tool(demo)
+    assert store.get(tool, domain="company0.com", first="P0") is None
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    proc = worker(url=demo.url, store=str(store.path), n=n, ttl=30, out=str(tmp_path / "out.json"), ready=str(ready), go=str(go))
+    _wait_for("the worker to be ready", ready.exists, timeout=30)
+    expires = time.time() + 2.0
+    _sql(store.path, "INSERT INTO playbook_lease (key, owner, expires) VALUES (?, ?, ?)", (key, "otherhost:12345:abcd", expires))
+    go.touch()
+    result = _finish(proc)
+    stats = demo.stats()
+
+    assert result["ended"] >= expires, f"the call did not wait for the lease: the run ended {expires - result['ended']:.2f}s early"
+    assert 1.9 <= result["elapsed"] < 10, f"the run took {result['elapsed']:.2f}s against a 2s foreign lease"
+    assert result["calls_executed"] == n and stats["requests"] == n
+    assert stats["idempotency_keys"][key] == 1 and stats["duplicate_idempotency_keys"] == 0
+    receipt = store.get(tool, domain="company0.com", first="P0")
+    assert receipt is not None and receipt.key == key  # the lease was on the very call
+    emails, statuses = _result(tmp_path / "out.json")
+    assert emails["0"] == "p@company0.com" and set(statuses.values()) == {"ok"}
+    assert _sql(store.path, "SELECT * FROM playbook_lease") == []
