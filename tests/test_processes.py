@@ -28,7 +28,6 @@ import pytest
 import playbook as pb
 from playbook.keys import canonical, receipt_key
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL and pid probing are POSIX")
 
 TOOL = "demo.email"
 CONCURRENCY = 16
