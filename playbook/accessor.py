@@ -66,6 +66,14 @@ class PlayAccessor:
     def _start(self, play: Any, options: dict[str, Any]) -> Run:
         opts = RunOptions.parse(options)
         the_play = as_play(play)
+        columns = self._frame.columns
+        if not columns.is_unique:
+            # row.<name> and the result's columns would be ambiguous: say so before anything runs.
+            twice = list(dict.fromkeys(columns[columns.duplicated()]))
+            raise PlayDefinitionError(
+                f"the DataFrame has more than one column named {', '.join(map(repr, twice))}, so row[...] would be "
+                "ambiguous; rename them (df.columns = [...]) or drop the copies (df.loc[:, ~df.columns.duplicated()])"
+            )
         if isinstance(play, Tool):
             check_columns(self._frame, play)
         opts.key_columns(self._frame)

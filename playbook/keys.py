@@ -4,6 +4,10 @@ Two inputs that mean the same value must give the same key whatever their Python
 ``numpy.int64(3)`` and ``3``, ``NaN``, ``None``, ``pd.NA`` and ``NaT``, a ``Timestamp`` and the
 ``datetime`` it wraps.  :func:`jsonable` maps such values onto plain JSON values; anything it
 cannot map raises ``TypeError`` naming the type, so a caller can name the row and tool at fault.
+
+Two inputs that differ must not share a key either.  The json module quietly writes ``1``,
+``True`` and ``None`` as the object keys ``"1"``, ``"true"`` and ``"null"``, so ``{1: x}`` and
+``{"1": x}`` would hit each other's receipts: a mapping key that is not a string is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 __all__ = ["canonical", "digest", "jsonable", "memo_key", "receipt_key", "row_key", "to_json"]
 
 _PLAIN = (str, int, bool)
+_NESTED = (dict, list, tuple)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 _dumps = json.JSONEncoder(
     ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
 ).encode
@@ -47,6 +53,14 @@ def _jsonable_other(value: Any) -> Any:
     # The rarer types live here so the common path above stays short.
     module = type(value).__module__
     if module == "numpy" or module.startswith("numpy."):
+        import numpy as np
+        import pandas as pd
+
+        # tolist() gives nanosecond datetime64 values as bare ints: key them as the Timestamp they are.
+        if isinstance(value, np.datetime64):
+            return None if np.isnat(value) else pd.Timestamp(value).isoformat()
+        if isinstance(value, np.timedelta64):
+            return None if np.isnat(value) else pd.Timedelta(value).isoformat()
         if hasattr(value, "tolist"):
             return jsonable(value.tolist())
     if module.startswith("pandas"):
@@ -58,6 +72,8 @@ def _jsonable_other(value: Any) -> Any:
             return value.isoformat()
         if isinstance(value, pd.Timedelta):
             return value.isoformat()
+        if isinstance(value, (pd.Period, pd.Interval)):  # what period[M] and pd.cut columns hold
+            return str(value)
     if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
         return value.isoformat()
     if isinstance(value, _dt.timedelta):
@@ -70,8 +86,30 @@ def _jsonable_other(value: Any) -> Any:
 
 
 def canonical(value: Any) -> str:
-    """Canonical JSON text of an already-:func:`jsonable` value (sorted keys, no spaces)."""
+    """Canonical JSON text of an already-:func:`jsonable` value (sorted keys, no spaces).
+
+    Raises ``TypeError`` for a mapping key that is not a string, which json would turn into text.
+    """
+    if isinstance(value, _NESTED) and not _string_keys(value):
+        raise TypeError("a mapping key is not a string")
     return _dumps(value)
+
+
+def _string_keys(value: Any) -> bool:
+    """True if every mapping inside ``value`` (a dict, list or tuple) has only string keys."""
+    # This runs for every row key and tool call: plain loops, and an exact-type test that lets
+    # scalars skip the isinstance checks.
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if type(k) is not str and not isinstance(k, str):
+                return False
+            if type(v) not in _SCALARS and isinstance(v, _NESTED) and not _string_keys(v):
+                return False
+        return True
+    for v in value:
+        if type(v) not in _SCALARS and isinstance(v, _NESTED) and not _string_keys(v):
+            return False
+    return True
 
 
 def digest(text: str) -> str:
@@ -88,8 +126,9 @@ def to_json(value: Any) -> str:
     """Canonical JSON of any value :func:`jsonable` accepts (TypeError otherwise)."""
     try:
         # Plain values (the common case) encode as they are; jsonable leaves them unchanged,
-        # so both paths give the same text.  NaN, numpy and pandas values take the slow path.
-        return _dumps(value)
+        # so both paths give the same text.  NaN, numpy and pandas values take the slow path,
+        # and so do non-string keys, for jsonable to refuse them.
+        return canonical(value)
     except (TypeError, ValueError):
         return _dumps(jsonable(value))
 

@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import diskcache
+
 from .errors import ReceiptError
 
 if TYPE_CHECKING:
@@ -157,8 +159,10 @@ class Leases:
         try:
             with cache.transact():
                 return work(cache._con)
-        except sqlite3.Error as exc:
-            raise ReceiptError(f"cannot use the leases of the receipt store at {self._store.path}: {exc}") from None
+        except (sqlite3.Error, diskcache.Timeout) as exc:
+            # diskcache says Timeout when it cannot begin a write: a lock held too long, or a read-only database.
+            problem = exc if isinstance(exc, sqlite3.Error) else "cannot begin a write (locked, or read-only)"
+            raise ReceiptError(f"cannot use the leases of the receipt store at {self._store.path}: {problem}") from None
 
 
 def _dead(owner: str) -> bool:

@@ -6,6 +6,7 @@ every row run again, while its tool calls still hit their receipts: only changed
 
 from __future__ import annotations
 
+import functools
 import inspect
 import textwrap
 from collections.abc import Awaitable, Callable
@@ -29,7 +30,9 @@ class Play:
             fn = fn.fn
         if not callable(fn):
             raise PlayDefinitionError(f"a play must be an async function (row, ctx), not {type(fn).__name__}")
-        label = name or getattr(fn, "__name__", "play")
+        label = name or _name(fn)
+        if inspect.isasyncgenfunction(fn):
+            raise PlayDefinitionError(f"play {label!r} yields: a play returns the row's output once (use return, not yield)")
         if not inspect.iscoroutinefunction(fn):
             raise PlayDefinitionError(
                 f"play {label!r} must be defined with 'async def {label}(row, ctx)': playbook awaits it for each row"
@@ -52,12 +55,23 @@ class Play:
         return f"<Play {self.name!r}{v} fingerprint={self.fingerprint[:8]}>"
 
 
+def _name(fn: Any) -> str:
+    if isinstance(fn, functools.partial):
+        return _name(fn.func)
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
 def _source(fn: Callable[..., Any]) -> str:
+    if isinstance(fn, functools.partial):
+        # The bound arguments are part of the play: partial(p, model="a") is not partial(p, model="b").
+        return _source(fn.func) + repr((fn.args, sorted(fn.keywords.items())))
     try:
         return textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
         # No source file (exec'd code): fall back to the compiled code, which changes with edits.
-        code = fn.__code__
+        code = getattr(fn, "__code__", None)
+        if code is None:  # no code object either: the repr, which at worst only costs reuse
+            return repr(fn)
         return repr((code.co_code, code.co_consts, code.co_names))
 
 

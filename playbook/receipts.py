@@ -8,19 +8,25 @@ the directory.
 Row memos live in a lean table of their own in the same SQLite file.  A run writes one per
 finished row, thousands a second; diskcache's ``set`` (a SELECT, an INSERT and two trigger
 updates per row, plus its indexes) made memo writes cost more than the rest of a replayed row.
+
+Damage is handled at two levels.  A store that cannot be opened (not a database, a newer format)
+raises :class:`ReceiptError` naming the directory and what to do.  One receipt or memo that
+cannot be read (truncated, its value file gone, a pickle planted by something else) counts as
+missing, with a warning naming it: the call is made again and the new receipt replaces it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import diskcache
 import pandas as pd
@@ -41,6 +47,10 @@ _FORMAT_KEY = "playbook/format"
 _MEMO = "playbook_memo"
 _MODE_RAW = diskcache.core.MODE_RAW
 _LOOKUP = "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1"
+_FIELDS = frozenset({"v", "out", "at"})  # every record: tool receipts ("r…"), steps and sleeps ("s…")
+_RECEIPT_FIELDS = _FIELDS | {"tool", "ver", "acct", "in", "miss", "cost"}
+_ELSEWHERE = "pass store=pb.ReceiptStore('another/directory') to use another store"
+_logger = logging.getLogger("playbook.receipts")
 
 
 class _Missing:
@@ -69,14 +79,25 @@ class _JSONTextDisk(diskcache.Disk):
         return super().store(_dumps(value), False, key)
 
     def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
-        if mode not in (diskcache.core.MODE_RAW, diskcache.core.MODE_TEXT):
+        """The JSON value, or ``ReceiptError`` saying what is wrong with it (no path: callers add it)."""
+        if mode == diskcache.core.MODE_PICKLE:
             # Something other than playbook wrote here; unpickling it could run code.
-            raise ReceiptError(f"the receipt store holds a non-JSON value (mode {mode}); refusing it")
-        text = super().fetch(mode, filename, value, read)
+            raise ReceiptError("its value is a pickle, which playbook never loads (something else wrote it)")
+        if mode not in (diskcache.core.MODE_RAW, diskcache.core.MODE_TEXT):
+            raise ReceiptError(f"its value is stored in diskcache mode {mode}, not as JSON text (something else wrote it)")
+        try:
+            # Values of 32 kB and more live in a file of their own (MODE_TEXT), named by the row.
+            text = super().fetch(mode, filename, value, read)
+        except FileNotFoundError:
+            raise ReceiptError(f"its value file {filename} is missing") from None
+        except OSError as exc:
+            raise ReceiptError(f"its value file {filename} cannot be read ({exc.strerror or exc})") from None
+        except ValueError:  # bytes that are not UTF-8
+            raise ReceiptError(f"its value file {filename} is not UTF-8 text") from None
         try:
             return json.loads(text)
-        except (TypeError, ValueError) as exc:
-            raise ReceiptError(f"a receipt is corrupted (not JSON): {exc}") from None
+        except (TypeError, ValueError):
+            raise ReceiptError("its value is not valid JSON (truncated or overwritten)") from None
 
 
 def _home() -> Path:
@@ -94,6 +115,7 @@ class ReceiptStore:
     ) -> None:
         self.path = Path(path) if path is not None else _home()
         self._clock = clock
+        self._cache: Any = None
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             self._cache = diskcache.Cache(
@@ -111,16 +133,31 @@ class ReceiptStore:
             self._cache._con.execute(
                 f"CREATE TABLE IF NOT EXISTS {_MEMO} (key TEXT PRIMARY KEY, play TEXT NOT NULL, value TEXT NOT NULL) WITHOUT ROWID"
             )
-        except ReceiptError as exc:
-            raise ReceiptError(f"cannot open the receipt store at {self.path}: {exc}") from None
-        except (OSError, sqlite3.Error) as exc:
-            raise ReceiptError(f"cannot open the receipt store at {self.path}: {exc}") from None
-        if found is not None and found != FORMAT:
+        except ReceiptError as exc:  # the format marker itself is damaged
+            self._refuse(f"its format marker cannot be read: {exc}")
+        except (OSError, sqlite3.OperationalError) as exc:
+            # Read-only, no permission, not a directory, locked: the receipts may be fine, so
+            # say how to reach them, never to delete them.
+            self._close_quietly()
             raise ReceiptError(
-                f"the receipt store at {self.path} has format {found!r}; this playbook reads format "
-                f"{FORMAT}. Upgrade playbook, or point store= at another directory."
-            )
+                f"cannot open the receipt store at {self.path}: {exc}. playbook reads and writes receipts "
+                f"there: make the directory readable and writable, or {_ELSEWHERE}."
+            ) from None
+        except sqlite3.DatabaseError as exc:  # "file is not a database", "disk image is malformed"
+            self._refuse(f"{self.path / 'cache.db'} is not a readable SQLite database ({exc})")
+        except sqlite3.Error as exc:
+            self._refuse(str(exc))
+        if found is not None and found != FORMAT:
+            self._close_quietly()
+            if type(found) is int and found > FORMAT:
+                raise ReceiptError(
+                    f"the receipt store at {self.path} was written by a newer playbook (store format {found}; this "
+                    f"playbook reads format {FORMAT}). Upgrade playbook (pip install -U playbook), or {_ELSEWHERE}; "
+                    "this store is left untouched."
+                )
+            self._refuse(f"its format marker is {found!r}, which no playbook writes")
         self._pending_memos: list[tuple[str, str, str]] = []
+        self._warned: set[str] = set()  # unreadable receipts already reported
         self._flushed = time.monotonic()
         self._local = threading.local()  # one read cursor per thread (and per process after a fork)
         self._writes: list[tuple[str, dict[str, Any], str, asyncio.Future[None]]] = []
@@ -130,10 +167,46 @@ class ReceiptStore:
     def __repr__(self) -> str:
         return f"ReceiptStore({str(self.path)!r})"
 
+    def _refuse(self, problem: str) -> NoReturn:
+        self._close_quietly()
+        raise ReceiptError(
+            f"cannot open the receipt store at {self.path}: {problem}. Move it aside (or delete it, losing "
+            f"its receipts) and run again, or {_ELSEWHERE}."
+        ) from None
+
+    def _close_quietly(self) -> None:
+        if self._cache is not None:
+            try:
+                self._cache.close()
+            except (OSError, sqlite3.Error):
+                pass
+
     # -- receipts (hot path) -------------------------------------------------------------
 
     def lookup(self, key: str, ttl: float | None = None) -> Any:
-        """The stored record for ``key``, or ``MISSING`` (also when older than ``ttl`` seconds)."""
+        """The stored record for ``key``, or ``MISSING`` (also when older than ``ttl`` seconds).
+
+        A receipt that cannot be read is ``MISSING`` too, with a warning naming it, so the call
+        is made again and its new receipt replaces the bad one.  Failing the row instead would
+        fail it again on every rerun, and the only way out, clearing the tool's receipts, would
+        throw away every other call of that tool already paid for.
+        """
+        found = self._select(key)
+        if found is None:
+            return MISSING
+        try:
+            record = self._decode(key, found[0], found[1], found[2])
+        except ReceiptError as exc:
+            if key not in self._warned:  # a call looks its receipt up more than once (before and after its lease)
+                self._warned.add(key)
+                why = self._unreadable(key, exc)
+                _logger.warning("%s; it counts as missing: a run that needs it makes the call again and replaces it", why)
+            return MISSING
+        if ttl is not None and self._clock() - record["at"] > ttl:
+            return MISSING
+        return record
+
+    def _select(self, key: str) -> tuple[int, str | None, Any] | None:
         try:
             # A direct read of diskcache's table (key, raw, mode, filename, value; stable across
             # 5.x) on a kept cursor: Cache.get's bookkeeping costs twice the query on this path.
@@ -142,24 +215,30 @@ class ReceiptStore:
             if cursor is None or local.pid != os.getpid():
                 cursor = local.cursor = self._cache._con.cursor()
                 local.pid = os.getpid()
-            found = cursor.execute(_LOOKUP, (key,)).fetchone()
+            return cursor.execute(_LOOKUP, (key,)).fetchone()  # type: ignore[no-any-return]
         except sqlite3.Error as exc:
-            raise ReceiptError(f"cannot read the receipt store at {self.path}: {exc}") from None
-        if found is None:
-            return MISSING
-        mode, filename, value = found
+            raise ReceiptError(f"cannot read the receipt store at {self.path}: {exc}; {_ELSEWHERE}") from None
+
+    def _decode(self, key: str, mode: int, filename: str | None, value: Any) -> dict[str, Any]:
         if mode == _MODE_RAW and type(value) is str:
             try:
                 record = json.loads(value)
             except ValueError:
-                raise ReceiptError(f"receipt {key} in {self.path} is corrupted (not JSON)") from None
+                raise ReceiptError("its value is not valid JSON (truncated or overwritten)") from None
         else:  # a large receipt kept in a file, or something playbook did not write
             record = self._cache._disk.fetch(mode, filename, value, False)
-        if type(record) is not dict or record.get("v") != FORMAT:
-            raise ReceiptError(f"receipt {key} in {self.path} is not a format-{FORMAT} receipt")
-        if ttl is not None and self._clock() - record["at"] > ttl:
-            return MISSING
+        fields = _RECEIPT_FIELDS if key[:1] == "r" else _FIELDS
+        if type(record) is not dict or record.get("v") != FORMAT or not record.keys() >= fields:
+            raise ReceiptError(f"its value is not a format-{FORMAT} receipt")
         return record
+
+    def _unreadable(self, key: str, problem: ReceiptError) -> str:
+        try:
+            row = self._cache._con.execute("SELECT tag FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
+        except sqlite3.Error:
+            row = None
+        tool = f" of tool {row[0]!r}" if row and row[0] else ""
+        return f"receipt {key}{tool} in {self.path} cannot be read: {problem}"
 
     async def commit(self, key: str, record: dict[str, Any], tag: str) -> None:
         """Write one record durably; returns once it is committed.
@@ -181,7 +260,7 @@ class ReceiptStore:
             with self._cache.transact():
                 for key, record, tag, _ in writes:
                     self._cache.set(key, record, tag=tag)
-        except (sqlite3.Error, ReceiptError) as exc:
+        except Exception as exc:  # noqa: BLE001 - anything left unset here leaves its rows waiting forever
             error = ReceiptError(f"cannot write to the receipt store at {self.path}: {exc}")
             for *_, done in writes:
                 if not done.done():
@@ -194,19 +273,34 @@ class ReceiptStore:
     # -- row memos (buffered: losing one only means a row replays against its receipts) --
 
     def memos(self, keys: list[str]) -> dict[str, Any]:
-        """Row memos for the keys that have one, in one SQL query per 500 keys."""
+        """Row memos for the keys that have one, in one SQL query per 500 keys.
+
+        A memo that cannot be read is left out (with a warning): its row runs again, against
+        its receipts, so that costs nothing.
+        """
         found: dict[str, Any] = {}
+        bad: list[str] = []
         con = self._cache._con
         try:
             for start in range(0, len(keys), 500):
                 chunk = keys[start : start + 500]
                 marks = ",".join("?" * len(chunk))
                 for key, value in con.execute(f"SELECT key, value FROM {_MEMO} WHERE key IN ({marks})", chunk):
-                    found[key] = json.loads(value)
+                    try:
+                        memo = json.loads(value)
+                    except (TypeError, ValueError):
+                        memo = None
+                    if type(memo) is dict:
+                        found[key] = memo
+                    else:
+                        bad.append(key)
         except sqlite3.Error as exc:
-            raise ReceiptError(f"cannot read the receipt store at {self.path}: {exc}") from None
-        except ValueError:
-            raise ReceiptError(f"a row memo in {self.path} is corrupted (not JSON)") from None
+            raise ReceiptError(f"cannot read the receipt store at {self.path}: {exc}; {_ELSEWHERE}") from None
+        if bad:
+            _logger.warning(
+                "%d row memo(s) in %s cannot be read (first: %s); those rows run again, against their receipts",
+                len(bad), self.path, bad[0],
+            )  # fmt: skip
         return found
 
     def add_memo(self, key: str, output: dict[str, Any], play: str) -> None:
@@ -232,20 +326,31 @@ class ReceiptStore:
         try:
             with self._cache.transact():
                 self._cache._con.executemany(f"INSERT OR REPLACE INTO {_MEMO} VALUES (?, ?, ?)", pending)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, diskcache.Timeout) as exc:
             raise ReceiptError(f"cannot write to the receipt store at {self.path}: {exc}") from None
 
     # -- public inspection ---------------------------------------------------------------
 
     def get(self, tool: Tool, input: Any = NO_INPUT, /, **kwargs: Any) -> Receipt | None:
-        """The receipt for calling ``tool`` with this input, or ``None`` if it was never paid for."""
+        """The receipt for calling ``tool`` with this input, or ``None`` if it was never paid for.
+
+        Raises ``ReceiptError`` if the receipt is there but cannot be read.
+        """
         payload = canonical(jsonable(tool.bind(input, kwargs)))
         key = "r" + receipt_key(tool.name, tool.version, payload, tool.account)
-        record = self.lookup(key)
-        return None if record is MISSING else _receipt(key, record)
+        found = self._select(key)
+        if found is None:
+            return None
+        try:
+            return _receipt(key, self._decode(key, *found))
+        except ReceiptError as exc:
+            raise ReceiptError(
+                f"{self._unreadable(key, exc)}. A run that needs it makes the call again and replaces it; "
+                f"`python -m playbook cache clear --store {self.path} --tool {tool.name}` drops all of that tool's receipts."
+            ) from None
 
     def receipts(self, tool: str | Tool | None = None) -> pd.DataFrame:
-        """All receipts (or one tool's) as a DataFrame, oldest first."""
+        """All readable receipts (or one tool's) as a DataFrame, oldest first."""
         name = getattr(tool, "name", tool)
         rows = [_receipt(key, rec).model_dump() for key, rec in self._records() if name is None or rec["tool"] == name]
         frame = pd.DataFrame(rows, columns=list(Receipt.model_fields))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import logging
 import os
 import re
@@ -19,7 +20,7 @@ import string
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 import httpx
 
@@ -50,7 +51,8 @@ class Secret:
         value = os.environ.get(self.env_var) or self._default
         if not value:
             raise RunFatal(f"the secret {self.env_var} is not set: export {self.env_var}=... and run again")
-        _redactor.values.add(value)
+        if value not in _redactor.values:
+            _redactor.values.update(_forms(value))
         return value
 
     def __repr__(self) -> str:
@@ -62,26 +64,61 @@ class Secret:
         raise TypeError("a playbook secret cannot be pickled")
 
 
+@functools.lru_cache(maxsize=64)
+def _forms(value: str) -> tuple[str, ...]:
+    """Every spelling of a secret that text about a request can carry, longest first.
+
+    A URL carries it percent-encoded (httpx logs and error messages show ``%2F`` for ``/``), a
+    repr or JSON escapes it, and a stray newline or CR from a ``.env`` file shows as ``\\r``:
+    masking only the raw value would miss all of these.
+    """
+    forms = set()
+    for v in {value, value.strip()}:
+        if v:
+            forms.update((v, quote(v, safe=""), quote(v), quote_plus(v), repr(v)[1:-1], json.dumps(v)[1:-1]))
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+def _mask(text: str, forms: Sequence[str]) -> str:
+    for form in forms:
+        if form in text:
+            text = text.replace(form, "***")
+    return text
+
+
+def _scrub(data: Any, forms: Sequence[str]) -> Any:
+    """``data`` with the secret masked in every string: what a provider echoes back is stored."""
+    if isinstance(data, str):
+        return _mask(data, forms)
+    if isinstance(data, dict):
+        return {_scrub(k, forms): _scrub(v, forms) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_scrub(v, forms) for v in data]
+    return data
+
+
 class _Redactor(logging.Filter):
     """Masks revealed secrets in HTTP libraries' log records (httpx logs every request URL)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.values: set[str] = set()
+        self.values: set[str] = set()  # every form of every secret revealed in this process
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self.values:
             text = record.getMessage()
-            masked = text
-            for value in self.values:
-                masked = masked.replace(value, "***")
+            masked = _mask(text, sorted(self.values, key=len, reverse=True))
             if masked != text:
                 record.msg, record.args = masked, ()
         return True
 
 
 _redactor = _Redactor()
-for _name in ("httpx", "httpcore", "httpcore.http11", "httpcore.connection", "aiohttp.client", "aiohttp.internal"):
+# A logger's filter sees only records logged on that very logger, not its children's: name each.
+for _name in (
+    "httpx", "httpcore", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy",
+    "httpcore.socks", "aiohttp.client", "aiohttp.internal", "playbook",
+):  # fmt: skip
     logging.getLogger(_name).addFilter(_redactor)
 
 
@@ -247,6 +284,7 @@ class HttpTool(Tool):
 
     async def invoke(self, inputs: dict[str, Any], call: CallEnv) -> tuple[Any, bool]:
         secret_value = self.secret.reveal() if self.secret is not None else None
+        forms = _forms(secret_value) if secret_value else ()
         values = {**inputs, "secret": secret_value}
         try:
             url = _fill_url(self.url, values) if "{" in self.url else self.url
@@ -262,23 +300,26 @@ class HttpTool(Tool):
             resp = await client.request(self.method, url, params=query, json=body, headers=headers, timeout=self.timeout)
             content = await resp.aread()
         except httpx.TimeoutException:
-            raise self._error(f"timed out after {self.timeout:g}s ({where})", None, True, secret_value) from None
+            raise self._error(f"timed out after {self.timeout:g}s ({where})", None, True, forms) from None
         except httpx.HTTPError as exc:
-            raise self._error(f"{type(exc).__name__}: {exc} ({where})", None, True, secret_value) from None
+            raise self._error(f"{type(exc).__name__}: {exc} ({where})", None, True, forms) from None
         status = resp.status_code
         if status in self.miss_status:
             return None, True
         if status in _FATAL:
             who = f"provider {self.provider.name!r}" if self.provider else where
             raise RunFatal(
-                f"tool {self.name!r}: HTTP {status} from {who}: "
-                + ("the credentials were refused" if status != 402 else "payment required (no credit left)"),
+                _mask(
+                    f"tool {self.name!r}: HTTP {status} from {who}: "
+                    + ("the credentials were refused" if status != 402 else "payment required (no credit left)"),
+                    forms,
+                ),
                 tool=self.name,
                 provider=self.provider.name if self.provider else None,
                 status=status,
             )
         if status >= 400:
-            error = self._error(f"HTTP {status} ({where})", status, status in _RETRYABLE, secret_value)
+            error = self._error(f"HTTP {status} ({where})", status, status in _RETRYABLE, forms)
             if error.retryable:
                 error.retry_after = retry_after(resp.headers, now=time.time())
             raise error
@@ -287,18 +328,17 @@ class HttpTool(Tool):
         try:
             data = resp.json()
         except ValueError:
-            raise self._error(
-                f"returned malformed JSON with HTTP {status} ({where}): {content[:60]!r}", status, False, secret_value
-            ) from None
+            # Mask before cutting: a preview cut inside an echoed key would show a prefix of it.
+            preview = _mask(content.decode("utf-8", "replace"), forms)[:60]
+            raise self._error(f"returned malformed JSON with HTTP {status} ({where}): {preview!r}", status, False, forms) from None
         out = _pick(data, self.pick) if self.pick else data
+        if forms:
+            out = _scrub(out, forms)
         return out, out is None
 
-    def _error(self, what: str, status: int | None, retryable: bool, secret_value: str | None) -> ToolError:
-        message = f"tool {self.name!r}: {what}"
-        if secret_value:
-            message = message.replace(secret_value, "***")
+    def _error(self, what: str, status: int | None, retryable: bool, forms: Sequence[str]) -> ToolError:
         return ToolError(
-            message,
+            _mask(f"tool {self.name!r}: {what}", forms),
             tool=self.name,
             provider=self.provider.name if self.provider else None,
             status=status,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import numbers
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -38,6 +39,9 @@ class RunOptions:
                 near = difflib.get_close_matches(name, names, n=1)
                 hint = f"; did you mean {near[0]!r}?" if near else f"; options are {', '.join(names)}"
                 raise PlayDefinitionError(f"unknown run option {name!r}{hint}")
+        for name in ("concurrency", "limit"):
+            if _whole(opts.get(name)):
+                opts = {**opts, name: int(opts[name])}  # numpy's ints too, e.g. limit=df.n.max()
         made = cls(**opts)
         made._check()
         return made
@@ -69,10 +73,13 @@ class RunOptions:
         """The key columns, checked against the frame."""
         if self.key is None:
             return None
-        cols = [self.key] if isinstance(self.key, str) or not isinstance(self.key, Sequence) else list(self.key)
+        labels = set(frame.columns)
+        # A tuple that is itself a label (MultiIndex columns) names one column, not several.
+        one = isinstance(self.key, str) or not isinstance(self.key, Sequence) or (isinstance(self.key, tuple) and self.key in labels)
+        cols = [self.key] if one else list(self.key)
         if not cols:
             raise PlayDefinitionError("key=[]: name at least one column, or pass key=None to use every column")
-        missing = [c for c in cols if c not in frame.columns]
+        missing = [c for c in cols if c not in labels]  # exact labels: "a" is not ("a", "x")
         if missing:
             raise PlayDefinitionError(f"key={self.key!r}: no column {missing[0]!r} in the DataFrame; columns: {list(frame.columns)}")
         return cols
@@ -86,7 +93,7 @@ class RunOptions:
 
 
 def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _number(value: Any) -> bool:

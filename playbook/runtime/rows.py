@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import pandas as pd
 
 __all__ = ["Row", "output_columns"]
+
+_STATUS_COLUMNS = ("play_status", "play_error")
 
 
 class Row(Mapping[Any, Any]):
@@ -54,8 +58,10 @@ class OutputError(TypeError):
 def output_columns(value: Any, play: str) -> dict[str, Any]:
     """A play's return value as ``{column: value}``.
 
-    A dict gives its keys as columns; ``None`` gives no columns; any other value becomes one
-    column named after the play.
+    A dict (or a Series, which ``DataFrame.apply`` expands the same way) gives its keys as
+    columns; ``None`` gives no columns; any other value becomes one column named after the play.
+    A key that is not a string, or that names a status column, fails the row: a row memo is JSON,
+    whose keys are strings, and the status columns are playbook's.
     """
     if value is None:
         return {}
@@ -63,7 +69,16 @@ def output_columns(value: Any, play: str) -> dict[str, Any]:
         for k in value:
             if not isinstance(k, str):
                 raise OutputError(f"play {play!r} returned a dict with a non-string key {k!r}; column names must be strings")
+        for k in _STATUS_COLUMNS:
+            if k in value:
+                raise OutputError(f"play {play!r} returned a column named {k!r}, which playbook uses for the row's status; rename it")
         return value
     if isinstance(value, Mapping):
         return output_columns(dict(value), play)
+    if isinstance(value, pd.Series):
+        return output_columns(value.to_dict(), play)
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # never awaited, and never will be: no "never awaited" warning later
+        raise OutputError(f"play {play!r} returned a {type(value).__name__} that was never awaited: did you forget an await?")
     return {play: value}

@@ -369,15 +369,32 @@ class MapRun:
     # -- the result --------------------------------------------------------------------
 
     def result(self) -> pd.DataFrame:
-        """Input rows in input order and index, the output columns, ``play_status``, ``play_error``."""
+        """Input rows in input order and index, the output columns, ``play_status``, ``play_error``.
+
+        An output named like an input column replaces it in place, as ``df.assign`` would, but
+        only in the rows that returned it: a failed, parked or skipped row keeps its input value.
+        """
         frame = self.frame
         outputs = [o if o is not None else {} for o in self.outputs]
         out = pd.DataFrame.from_records(outputs, index=frame.index) if any(outputs) else pd.DataFrame(index=frame.index)
-        keep = [c for c in frame.columns if c not in out.columns]
-        result = pd.concat([frame[keep], out], axis=1) if len(out.columns) else frame.copy()
-        result["play_status"] = pd.Series(self.status, index=frame.index, dtype=object)
-        result["play_error"] = pd.Series(self.errors, index=frame.index, dtype=object)
+        result = frame.copy()
+        inputs = set(frame.columns)
+        for col in out.columns:
+            if col in inputs:
+                values = [o[col] if col in o else v for o, v in zip(outputs, frame[col])]
+                result[col] = pd.Series(values, index=frame.index)
+        added = [c for c in out.columns if c not in inputs]
+        if added:
+            result = pd.concat([result, out[added].set_axis([_label(frame, c) for c in added], axis=1)], axis=1)
+        result[_label(frame, "play_status")] = pd.Series(self.status, index=frame.index, dtype=object)
+        result[_label(frame, "play_error")] = pd.Series(self.errors, index=frame.index, dtype=object)
         return result
+
+
+def _label(frame: pd.DataFrame, name: str) -> Any:
+    """A new column's label: ``name``, or ``(name, "", ...)`` when the columns are a MultiIndex."""
+    levels = frame.columns.nlevels
+    return name if levels == 1 else (name,) + ("",) * (levels - 1)
 
 
 def _message(exc: BaseException) -> str:

@@ -1,0 +1,231 @@
+"""Secrets audit: a real key, sent in the query, a header and the JSON body to the demo provider,
+never reaches the store's files, the result, progress output, logs, receipts or error messages."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import pickle
+import traceback
+from pathlib import Path
+from urllib.parse import quote, quote_plus
+
+import httpx
+import pandas as pd
+import pytest
+
+import playbook as pb
+from playbook import tools
+
+# Base64-style, as many real keys are: '/', '+' and '=' are escaped in URLs, so an audit that
+# only looked for the raw value would miss the form a URL or an httpx log line carries.
+SECRET = "PBtest-7f3Q/x+k~9.Z_w=="
+FORMS = tuple(dict.fromkeys((SECRET, quote(SECRET, safe=""), quote(SECRET), quote_plus(SECRET))))
+ENV = "PB_TEST_KEY"
+COMPANIES = pd.DataFrame({"company": ["Acme Robotics", "Blue Harbor", "Cedar Labs"]}, index=["a", "b", "c"])
+
+
+def _leaks(text: str | bytes) -> list[str]:
+    """The forms of the secret found in ``text``."""
+    if isinstance(text, bytes):
+        return [f for f in FORMS if f.encode() in text]
+    return [f for f in FORMS if f in text]
+
+
+def _assert_clean(where: str, text: str | bytes) -> None:
+    found = _leaks(text)
+    assert not found, f"the secret leaks into {where}: {found}"
+
+
+@pytest.fixture(autouse=True)
+def _forget_revealed_secrets() -> None:
+    """Log redaction must work from this test's own reveals, not ones left by earlier tests."""
+    tools._redactor.values.clear()
+
+
+@pytest.fixture
+def keyed(demo: pb.demo.DemoServer, monkeypatch: pytest.MonkeyPatch) -> pb.demo.DemoServer:
+    """The demo provider accepting only SECRET, and $PB_TEST_KEY set to it."""
+    demo.reset(api_keys=(SECRET,))
+    monkeypatch.setenv(ENV, SECRET)
+    return demo
+
+
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Every record the HTTP stacks and playbook emit, down to DEBUG."""
+    caplog.set_level(logging.DEBUG)
+    for name in ("httpx", "httpcore", "aiohttp", "playbook", "asyncio"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    return caplog
+
+
+def _log_text(caplog: pytest.LogCaptureFixture) -> str:
+    """Every captured record as a handler would write it, tracebacks included."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    return "\n".join(handler.format(r) for r in caplog.records if not r.name.startswith("uvicorn"))
+
+
+def _chat(demo: pb.demo.DemoServer, **over: object) -> pb.Tool:
+    """A chat tool carrying the secret in the query, the Authorization header and the JSON body."""
+    options: dict = dict(
+        method="POST",
+        url=demo.url + "/v1/chat/completions",
+        params={"api_key": "{secret}"},
+        json={"model": "demo-1", "user": "{secret}", "messages": [{"role": "user", "content": "Summarise {company}"}]},
+        headers={"Authorization": "Bearer {secret}", "X-Api-Key": "{secret}"},
+        secret=pb.secret(ENV, default="not-the-key"),
+        pick="choices.0.message.content",
+    )
+    options.update(over)
+    return pb.http_tool("audit.chat", **options)
+
+
+def _map(frame: pd.DataFrame, tool: pb.Tool, client: httpx.AsyncClient | None, **options: object) -> pd.DataFrame:
+    """map() the tool; a client of the test's own is closed on the loop that used it."""
+    if client is None:
+        return frame.play.map(tool, **options)
+
+    async def run() -> pd.DataFrame:
+        async with client:
+            return await frame.play.amap(tool, **options)
+
+    return asyncio.run(run())
+
+
+def _store_bytes(store: pb.ReceiptStore) -> list[tuple[Path, bytes]]:
+    store.flush()
+    return [(p, p.read_bytes()) for p in sorted(store.path.rglob("*")) if p.is_file()]
+
+
+def _assert_run_clean(out: pd.DataFrame, store: pb.ReceiptStore, capsys: pytest.CaptureFixture[str], caplog) -> None:
+    """Nothing a run leaves behind holds the secret."""
+    _assert_clean("the result's repr", repr(out))
+    _assert_clean("the result's CSV", out.to_csv())
+    _assert_clean("the result's JSON", out.to_json(default_handler=str))
+    _assert_clean("play_error", "\n".join(str(e) for e in out["play_error"]))
+    for path, data in _store_bytes(store):
+        _assert_clean(f"store file {path.name}", data)
+    receipts = store.receipts()
+    _assert_clean("receipts()", receipts.to_csv() + repr(receipts))
+    _assert_clean("store.stats()", repr(store.stats()))
+    run = pb.last_run()
+    _assert_clean("the run", repr(run) + repr(run.stats) + repr(run.errors) + repr(run.parked) + repr(run.holds))
+    captured = capsys.readouterr()
+    _assert_clean("stdout/stderr", captured.out + captured.err)
+    _assert_clean("log records", _log_text(caplog))
+
+
+@pytest.mark.parametrize("transport", ["default", "httpcore"])
+def test_successful_run_leaves_no_trace_of_the_secret(keyed, store, capsys, logs, transport) -> None:
+    """A run that sends the key in query, header and body (accepted by the provider) stores and shows none of it."""
+    client = httpx.AsyncClient() if transport == "httpcore" else None
+    out = _map(COMPANIES, _chat(keyed, client=client), client, store=store, progress="text")
+    assert out["play_status"].tolist() == ["ok"] * 3, out["play_error"].tolist()
+    assert keyed.stats()["by_status"] == {"200": 3}  # the provider did get the key
+    assert any(r.name == "httpx" and "POST" in r.getMessage() for r in logs.records)  # the logs were captured
+    _assert_run_clean(out, store, capsys, logs)
+
+
+def test_provider_echoing_the_key_is_not_stored(keyed, store, capsys, logs) -> None:
+    """A response that echoes the key back does not put it in the receipt or the result."""
+    keyed.reset(api_keys=(SECRET,), job_seconds=0)
+    submit = pb.http_tool(
+        "audit.submit", method="POST", url=keyed.url + "/v1/jobs",
+        json={"company": "{company}", "token": "{secret}"}, headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret(ENV), pick="job_id",
+    )  # fmt: skip
+    fetch = pb.http_tool(
+        "audit.fetch", method="GET", url=keyed.url + "/v1/jobs/{job_id}",
+        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret(ENV), pick="result",
+    )  # fmt: skip
+
+    @pb.play
+    async def job(row, ctx):
+        return {"job": await ctx.tool(fetch, job_id=await ctx.tool(submit, company=row.company))}
+
+    out = COMPANIES.play.map(job, store=store, progress="text")
+    assert out["play_status"].tolist() == ["ok"] * 3, out["play_error"].tolist()
+    assert out["job"].iloc[0]["input"] == {"company": "Acme Robotics", "token": "***"}  # the echo is kept, the key masked
+    _assert_run_clean(out, store, capsys, logs)
+
+
+def _failing_cases(demo: pb.demo.DemoServer) -> dict[str, tuple[dict, dict]]:
+    """name -> (demo settings, tool options): each makes every call fail with the secret in the URL."""
+    in_path = demo.url + "/v1/keys/{secret}/chat"  # some APIs put the key in the path (bot tokens)
+    chat = demo.url + "/v1/chat/completions"
+    return {
+        "500": ({"fault_rate": 1.0, "fault_status": 500}, {"url": chat}),
+        "404 with the key in the path": ({}, {"url": in_path}),
+        "422": ({}, {"method": "GET", "url": demo.url + "/v1/company", "json": None, "params": {"key": "{secret}", "name": "{company}"}}),
+        "timeout": ({"latency": 0.5}, {"url": demo.url + "/v1/chat/completions/{secret}", "timeout": 0.05}),
+        "connection refused": ({}, {"url": "http://127.0.0.1:9/v1/{secret}/chat"}),
+        "malformed JSON": ({"malformed_rate": 1.0}, {"url": chat}),
+    }
+
+
+@pytest.mark.parametrize("case", ["500", "404 with the key in the path", "422", "timeout", "connection refused", "malformed JSON"])
+def test_failed_calls_name_no_secret(keyed, store, capsys, logs, case) -> None:
+    """A failing call's row error, the raised error and its traceback hold no form of the secret."""
+    settings, options = _failing_cases(keyed)[case]
+    keyed.reset(api_keys=(SECRET,), **settings)
+    chat = _chat(keyed, **options)
+    out = COMPANIES.play.map(chat, store=store, progress="text")
+    assert set(out["play_status"]) == {"failed"}
+    assert all(e.startswith("ToolError: tool 'audit.chat'") for e in out["play_error"]), out["play_error"].tolist()
+    if case[0].isdigit():
+        assert f"HTTP {case.split()[0]}" in out["play_error"].iloc[0]
+    _assert_run_clean(out, store, capsys, logs)
+    with pytest.raises(pb.ToolError) as info:
+        COMPANIES.head(1).play.map(chat, store=store, progress=False, on_error="raise")
+    _assert_clean("the raised error", str(info.value) + "".join(traceback.format_exception(info.value)))
+
+
+def test_refused_key_in_the_url_is_not_in_the_fatal_error(keyed, store, capsys, logs) -> None:
+    """A 401 for a key carried in the URL path stops the run with a message that does not repeat the key."""
+    keyed.reset(api_keys=("some-other-key",))
+    chat = _chat(keyed, url=keyed.url + "/v1/keys/{secret}/chat")
+    with pytest.raises(pb.RunFatal, match="401") as info:
+        COMPANIES.play.map(chat, store=store, progress="text")
+    _assert_clean("the RunFatal", str(info.value) + "".join(traceback.format_exception(info.value)))
+    _assert_run_clean(pb.last_run().result, store, capsys, logs)
+
+
+def test_secret_with_stray_whitespace_is_masked_in_errors(keyed, store, monkeypatch, logs) -> None:
+    """A key read with a trailing CR (a .env file saved on Windows) does not appear in the error it causes."""
+    monkeypatch.setenv(ENV, SECRET + "\r")
+    for client in (None, httpx.AsyncClient()):
+        out = _map(COMPANIES.head(1), _chat(keyed, client=client), client, store=store, progress=False)
+        assert out["play_status"].tolist() == ["failed"]
+        _assert_clean("play_error", out["play_error"].iloc[0])
+    _assert_clean("log records", _log_text(logs))
+
+
+def test_secret_and_tool_objects_do_not_reveal_the_value(keyed) -> None:
+    """repr/str of the secret and the tool hide the value; pickling or copying refuses without naming it."""
+    key = pb.secret(ENV, default=SECRET)
+    chat = _chat(keyed, secret=key)
+    key.reveal()
+    for text in (repr(key), str(key), repr(chat), str(chat), f"{key}", f"{key!r}"):
+        _assert_clean("a repr", text)
+    assert ENV in repr(key)
+    for attempt in (lambda: pickle.dumps(key), lambda: pickle.dumps(chat), lambda: copy.deepcopy(chat)):
+        with pytest.raises(TypeError) as info:
+            attempt()
+        _assert_clean("the pickling error", str(info.value))
+
+
+def test_malformed_body_echoing_the_key_is_masked_before_the_preview_is_cut(store, monkeypatch) -> None:
+    """A malformed body that echoes the key near the preview's end shows neither the key nor a prefix of it."""
+    monkeypatch.setenv(ENV, SECRET)
+    body = b'{"note": "' + b"x" * 31 + b'", "key": "' + SECRET.encode()  # cut short: not JSON
+    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda request: httpx.Response(200, content=body)))
+    tool = pb.http_tool("mock.echo", method="GET", url="https://api.example/v1/{q}", headers={"Authorization": "Bearer {secret}"},
+                        secret=pb.secret(ENV), client=client)  # fmt: skip
+    out = pd.DataFrame({"q": ["a"]}).play.map(tool, store=store, progress=False)
+    error = out["play_error"].iloc[0]
+    assert "malformed JSON" in error
+    _assert_clean("the malformed-JSON preview", error)
+    assert SECRET[:8] not in error
