@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import PlaybookError
+
 __all__ = ["Row", "output_columns"]
 
 _STATUS_COLUMNS = ("play_status", "play_error")
@@ -51,8 +53,8 @@ class Row(Mapping[Any, Any]):
         return f"Row({self.index!r}, {self.to_dict()!r})"
 
 
-class OutputError(TypeError):
-    """The play returned something that cannot become output columns."""
+class OutputError(PlaybookError, TypeError):
+    """The play returned something that cannot become output columns (the row fails)."""
 
 
 def output_columns(value: Any, play: str) -> dict[str, Any]:
