@@ -17,17 +17,7 @@ from playbook.models import ProviderHoldSet, RateChanged
 
 
 def _email_tool(server: pb.demo.DemoServer, provider: pb.Provider, name: str = "acme.email", **over) -> pb.Tool:
-    options = dict(
-        method="GET",
-        url=server.url + "/v1/email",
-        params={"domain": "{domain}", "first": "{first}"},
-        headers={"Authorization": f"Bearer {pb.demo.DEMO_KEY}"},
-        pick="email",
-        miss_status=(404,),
-        provider=provider,
-    )
-    options.update(over)
-    return pb.http_tool(name, **options)
+    return pb.demo.email_tool(server, provider=provider, name=name, **over)
 
 
 def _leads(n: int) -> pd.DataFrame:

@@ -132,15 +132,7 @@ def _key(i: int) -> str:
 
 
 def _email_tool(demo: pb.demo.DemoServer) -> pb.Tool:
-    return pb.http_tool(
-        TOOL,
-        method="GET",
-        url=demo.url + "/v1/email",
-        params={"domain": "{domain}", "first": "{first}"},
-        headers={"Authorization": f"Bearer {pb.demo.DEMO_KEY}"},
-        pick="email",
-        miss_status=(404,),
-    )
+    return pb.demo.email_tool(demo, name=TOOL)
 
 
 # -- two processes, one store ------------------------------------------------------------------

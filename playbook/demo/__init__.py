@@ -19,5 +19,6 @@ from __future__ import annotations
 from playbook.demo.data import leads
 from playbook.demo.server import DemoServer, serve
 from playbook.demo.settings import DEMO_KEY, DemoSettings
+from playbook.demo.tools import email_tool
 
-__all__ = ["DEMO_KEY", "DemoServer", "DemoSettings", "leads", "serve"]
+__all__ = ["DEMO_KEY", "DemoServer", "DemoSettings", "email_tool", "leads", "serve"]

@@ -1,0 +1,30 @@
+"""Ready-made tools for the demo provider, for examples, tests and benchmarks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playbook.providers import Provider
+from playbook.tools import HttpTool, http_tool
+
+from .server import DemoServer
+from .settings import DEMO_KEY
+
+__all__ = ["email_tool"]
+
+
+def email_tool(server: DemoServer | str, *, provider: Provider | None = None, name: str = "demo.email", **options: Any) -> HttpTool:
+    """The demo's email finder as an ``http_tool``: inputs ``domain`` and ``first``; a 404 is a
+    miss.  ``server`` is a running demo (or its URL); ``options`` override any ``http_tool`` option."""
+    url = server if isinstance(server, str) else server.url
+    settings: dict[str, Any] = {
+        "method": "GET",
+        "url": url + "/v1/email",
+        "params": {"domain": "{domain}", "first": "{first}"},
+        "headers": {"Authorization": f"Bearer {DEMO_KEY}"},
+        "pick": "email",
+        "miss_status": (404,),
+        "provider": provider,
+    }
+    settings.update(options)
+    return http_tool(name, **settings)
