@@ -299,7 +299,11 @@ class HttpTool(Tool):
         try:
             resp = await client.request(self.method, url, params=query, json=body, headers=headers, timeout=self.timeout)
             content = await resp.aread()
-        except httpx.TimeoutException:
+        except httpx.TimeoutException as exc:
+            # The aiohttp transport reports a refused connection as ConnectTimeout: say what it was.
+            cause = exc.__cause__
+            if isinstance(exc, httpx.ConnectTimeout) and cause is not None and not isinstance(cause, TimeoutError):
+                raise self._error(f"could not connect: {exc} ({where})", None, True, forms) from None
             raise self._error(f"timed out after {self.timeout:g}s ({where})", None, True, forms) from None
         except httpx.HTTPError as exc:
             raise self._error(f"{type(exc).__name__}: {exc} ({where})", None, True, forms) from None

@@ -230,3 +230,16 @@ def test_none_in_a_url_placeholder_is_a_row_error(store) -> None:
     out = pd.DataFrame({"kind": [None, "a"]}).play.map(tool, store=store, progress=False)
     assert out["play_status"].tolist() == ["failed", "ok"]
     assert "input 'kind' is None" in out["play_error"].iloc[0]
+
+
+def test_a_refused_connection_is_not_called_a_timeout(store) -> None:
+    """A connection refused at once fails the row saying it could not connect, not that it timed out."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again below: nothing listens there
+    tool = pb.http_tool("nowhere", method="GET", url=f"http://127.0.0.1:{port}/v1", params={"q": "{q}"}, timeout=5)
+    out = pd.DataFrame({"q": ["a"]}).play.map(tool, store=store, progress=False)
+    error = out.loc[0, "play_error"]
+    assert "could not connect" in error and "timed out" not in error
