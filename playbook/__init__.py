@@ -48,9 +48,17 @@ __all__ = [
     "demo",
     "http_tool",
     "last_run",
+    "load_ipython_extension",
     "play",
     "secret",
     "tool",
 ]
 
 del _accessor
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext playbook``: registers the ``%%play`` cell magic."""
+    from .magic import PlayMagics  # IPython is imported only here: the runtime stays Jupyter-free
+
+    ipython.register_magics(PlayMagics)  # type: ignore[attr-defined]

@@ -135,7 +135,7 @@ def test_unserialisable_tool_input_fails_that_row(store: pb.ReceiptStore) -> Non
 
 
 def test_on_error_isolate_and_raise(store: pb.ReceiptStore) -> None:
-    """isolate keeps going and records the error; raise stops and raises it, naming the row."""
+    """isolate keeps going and records the error, with the play's line that raised it; raise stops and raises it, naming the row."""
 
     @pb.play
     async def picky(row, ctx):
@@ -146,7 +146,8 @@ def test_on_error_isolate_and_raise(store: pb.ReceiptStore) -> None:
     frame = pd.DataFrame({"n": range(5)}, index=list("abcde"))
     out = frame.play.map(picky, store=store, progress=False, concurrency=1)
     assert out["play_status"].tolist() == ["ok", "ok", "failed", "ok", "ok"]
-    assert out.loc["c", "play_error"] == "ValueError: two is not allowed"
+    line = picky.fn.__code__.co_firstlineno + 3  # the raise, under the decorator, def and if
+    assert out.loc["c", "play_error"] == f'ValueError: two is not allowed (line {line}: raise ValueError("two is not allowed"))'
     with pytest.raises(ValueError, match="two is not allowed") as info:
         frame.play.map(picky, store=store, progress=False, concurrency=1, on_error="raise", refresh="rows")
     assert "in row 'c'" in "".join(info.value.__notes__)

@@ -9,6 +9,7 @@ emits an event; views subscribe to :class:`RunState`.
 from __future__ import annotations
 
 import asyncio
+import linecache
 import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -329,7 +330,7 @@ class MapRun:
         except Suspend:  # pragma: no cover - every signal is handled above
             raise
         except Exception as exc:
-            self._settle(pos, "failed", None, _message(exc))
+            self._settle(pos, "failed", None, _message(exc) + _where(exc, self.play.fn))
             if self.opts.on_error == "raise":
                 exc.add_note(f"in row {self._labels[pos]!r} (position {pos}) of play {self.play.name!r}")
                 self.fatal = exc
@@ -395,6 +396,19 @@ def _label(frame: pd.DataFrame, name: str) -> Any:
     """A new column's label: ``name``, or ``(name, "", ...)`` when the columns are a MultiIndex."""
     levels = frame.columns.nlevels
     return name if levels == 1 else (name,) + ("",) * (levels - 1)
+
+
+def _where(exc: BaseException, fn: Any) -> str:
+    """``(line N: source)`` when the play's own code raised the error (a tool's error names the
+    tool already).  In a ``%%play`` cell N is the cell's line: the row error points at it."""
+    code = getattr(fn, "__code__", None)
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if code is None or tb is None or tb.tb_frame.f_code is not code:
+        return ""
+    text = linecache.getline(code.co_filename, tb.tb_lineno).strip()
+    return f" (line {tb.tb_lineno}: {text})" if text else f" (line {tb.tb_lineno})"
 
 
 def _message(exc: BaseException) -> str:

@@ -1,0 +1,145 @@
+"""``%%play``: a cell is the body of a play; with ``--on DF`` it runs it too.
+
+::
+
+    %%play enrich --on leads --out enriched --concurrency 16
+    domain = await ctx.tool(clean_domain, url=row.website)
+    email = await ctx.tool(find_email, domain=domain, first=row.first)
+
+The body becomes ``async def enrich(row, ctx)``.  With a ``return`` of its own, that value is the
+row's output; without one, the names the body assigns (not starting with ``_``) become the output
+columns.  The magic parses, builds the play, delegates to ``df.play`` and stores the result.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import pandas as pd
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .plays import Play
+from .receipts import ReceiptStore
+
+__all__ = ["PlayMagics", "build_play"]
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+@magics_class
+class PlayMagics(Magics):
+    @magic_arguments()
+    @argument("name", help="the play's name; the cell defines it in the namespace")
+    @argument("--on", metavar="DF", help="run the play over this DataFrame (a name in the namespace)")
+    @argument("--out", metavar="VAR", help="store the result (or, with --background, the run) in VAR")
+    @argument("--store", metavar="VAR", help="a pb.ReceiptStore in the namespace (default: .playbook/ or $PLAYBOOK_HOME)")
+    @argument("--concurrency", type=int, metavar="N", help="rows in flight at once (default 16)")
+    @argument("--refresh", action="store_true", help="run every row again, reusing receipts")
+    @argument("--limit", type=int, metavar="N", help="run only the first N rows")
+    @argument("--key", metavar="COLS", help="comma-separated columns that identify a row")
+    @argument("--max-cost", type=float, metavar="X", help="stop paying for calls past this total cost")
+    @argument("--max-wait", type=float, metavar="S", help="seconds a row may wait on provider holds before it parks")
+    @argument("--background", action="store_true", help="return at once; the run goes on in the kernel's loop")
+    @cell_magic
+    def play(self, line: str, cell: str) -> Any:
+        """Define a play from the cell's body, and run it with ``--on DF``."""
+        args = parse_argstring(self.play, line)
+        if not args.name.isidentifier():
+            raise UsageError(f"%%play: the play's name must be a Python name, not {args.name!r}")
+        ns = self.shell.user_ns
+        the_play = build_play(args.name, line, cell, ns, self.shell)
+        ns[args.name] = the_play
+        if args.on is None:
+            return None
+        frame = ns.get(args.on)
+        if not isinstance(frame, pd.DataFrame):
+            found = "no such name" if args.on not in ns else f"a {type(frame).__name__}"
+            raise UsageError(f"%%play --on {args.on}: expected a DataFrame in the namespace, found {found}")
+        options: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("concurrency", args.concurrency),
+                ("limit", args.limit),
+                ("max_cost", args.max_cost),
+                ("max_wait", args.max_wait),
+            )
+            if value is not None
+        }
+        if args.refresh:
+            options["refresh"] = "rows"
+        if args.key:
+            options["key"] = [c.strip() for c in args.key.split(",") if c.strip()]
+        if args.store:
+            store = ns.get(args.store)
+            if not isinstance(store, ReceiptStore):
+                raise UsageError(f"%%play --store {args.store}: expected a pb.ReceiptStore in the namespace")
+            options["store"] = store
+        if args.background:
+            run = frame.play.run(the_play, background=True, **options)
+            if args.out:
+                ns[args.out] = run
+            return run
+        result = frame.play.map(the_play, **options)
+        if args.out:
+            ns[args.out] = result
+            return None
+        return result
+
+
+def build_play(name: str, line: str, body: str, ns: dict[str, Any], shell: Any = None) -> Play:
+    """The play ``name`` whose body is ``body`` (a ``%%play`` cell), compiled in ``ns``.
+
+    Line numbers are the cell's own, so a traceback or a row error points at the user's line.
+    """
+    cell = f"%%play {line}\n{body}"
+    filename = shell.compile.cache(cell) if shell is not None else f"<%%play {name}>"
+    tree = ast.parse("\n" + body, filename=filename)  # the blank line stands for the magic's line
+    returns = _returns(tree.body)
+    statements = list(tree.body) or [ast.Pass()]
+    if not returns:
+        # locals() is the comprehension's outermost iterable, so it is evaluated in the play's
+        # own scope; a name assigned on no path the row took is simply not a column of that row.
+        names = tuple(_assigned(tree.body))
+        statements += ast.parse(f"return {{k: v for k, v in locals().items() if k in {names!r}}}").body
+    fields: dict[str, Any] = {"type_params": []} if "type_params" in ast.AsyncFunctionDef._fields else {}
+    fn = ast.AsyncFunctionDef(
+        name=name,
+        args=ast.arguments(posonlyargs=[], args=[ast.arg("row"), ast.arg("ctx")], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=statements,
+        decorator_list=[],
+        returns=None,
+        **fields,
+    )
+    module = ast.Module(body=[fn], type_ignores=[])
+    ast.fix_missing_locations(module)
+    scope: dict[str, Any] = {}
+    exec(compile(module, filename, "exec"), ns, scope)  # noqa: S102 - the user's own cell
+    return Play(scope[name], name=name, source=body.strip())
+
+
+def _walk_own(nodes: list[ast.stmt]) -> Any:
+    """Every node of the body that is not inside a nested function, class or comprehension."""
+    stack: list[ast.AST] = list(nodes)
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, _SCOPES):
+                stack.append(child)
+
+
+def _returns(nodes: list[ast.stmt]) -> bool:
+    return any(isinstance(node, ast.Return) for node in _walk_own(nodes))
+
+
+def _assigned(nodes: list[ast.stmt]) -> list[str]:
+    """The names the body assigns, in order, leaving out ``_private`` ones and ``row``/``ctx``."""
+    found: dict[str, None] = {}
+    for node in sorted(_walk_own(nodes), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            if not node.id.startswith("_") and node.id not in ("row", "ctx"):
+                found[node.id] = None
+    return list(found)
