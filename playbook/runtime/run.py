@@ -46,6 +46,13 @@ class Run:
             f"/ {s.calls_reused} reused>"
         )
 
+    def _repr_html_(self) -> str:
+        """The run as static HTML (counters, providers, parked rows, errors, waterfalls): what a
+        saved or exported notebook keeps of it."""
+        from ..ui.html import run_html
+
+        return run_html(self)
+
     @property
     def run_id(self) -> str:
         return self._maprun.run_id
