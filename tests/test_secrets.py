@@ -113,6 +113,7 @@ def _assert_run_clean(out: pd.DataFrame, store: pb.ReceiptStore, capsys: pytest.
     _assert_clean("store.stats()", repr(store.stats()))
     run = pb.last_run()
     _assert_clean("the run", repr(run) + repr(run.stats) + repr(run.errors) + repr(run.parked) + repr(run.holds))
+    _assert_clean("the run's HTML summary (what the widget leaves)", run._repr_html_())
     captured = capsys.readouterr()
     _assert_clean("stdout/stderr", captured.out + captured.err)
     _assert_clean("log records", _log_text(caplog))

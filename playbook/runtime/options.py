@@ -26,7 +26,7 @@ class RunOptions:
     max_cost: float | None = None
     limit: int | None = None
     key: str | Sequence[str] | None = None
-    progress: Literal["auto", "text"] | bool = "auto"
+    progress: Literal["auto", "widget", "text"] | bool = "auto"
     background: bool = False
     store: ReceiptStore | str | os.PathLike[str] | None = None
     max_wait: float | None = None
@@ -60,8 +60,8 @@ class RunOptions:
             raise bad("max_cost", "a number >= 0 or None")
         if self.limit is not None and (not _whole(self.limit) or self.limit < 0):
             raise bad("limit", "a whole number >= 0 or None")
-        if not (isinstance(self.progress, bool) or self.progress in ("auto", "text")):
-            raise bad("progress", "'auto', 'text', True or False")
+        if not (isinstance(self.progress, bool) or self.progress in ("auto", "widget", "text")):
+            raise bad("progress", "'auto', 'widget', 'text', True or False")
         if not isinstance(self.background, bool):
             raise bad("background", "True or False")
         if self.max_wait is not None and (not _number(self.max_wait) or self.max_wait < 0):

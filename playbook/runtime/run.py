@@ -35,7 +35,7 @@ class Run:
         self._maprun = maprun
         self._task: asyncio.Task[None] | None = None
         self._result: pd.DataFrame | None = None
-        self.view = attach_view(maprun.state, maprun.opts.progress)
+        self.view = attach_view(self, maprun.opts.progress)
 
     def __repr__(self) -> str:
         s = self._maprun.state
@@ -148,11 +148,16 @@ class Run:
         """Stop starting rows and cancel those in flight; finished work stays on disk."""
         self._maprun.stop()
 
-    def retry(self) -> Run:
-        """Run the failed and parked rows again (blocking, or in the background if this one was)."""
-        again = self._maprun.requeue()
+    def retry(self, *, statuses: tuple[str, ...] = ("failed", "parked")) -> Run:
+        """Run the failed and parked rows (or those with ``statuses``) again: blocking, or in the
+        background if this run was; while a background run goes on, they join it."""
+        if not statuses or any(s not in ("failed", "parked") for s in statuses):
+            raise PlayDefinitionError(f"retry(statuses={statuses!r}): retry 'failed' and/or 'parked' rows")
+        again = self._maprun.requeue(statuses)
         self._result = None
-        if self._task is not None:
+        if self.running:
+            self._maprun.admit(again)
+        elif self._task is not None:
             self._task = _schedule(self._maprun.execute(again))
         else:
             run_sync(self._maprun.execute(again))

@@ -73,6 +73,7 @@ class MapRun:
         self._vals: list[tuple[Any, ...]] = []
         self._pending: deque[int] = deque()
         self._workers: list[asyncio.Task[None]] = []
+        self._positions: list[int] = []  # the rows this execution settles
         self._held = RetryQueue()
         self._tickets: dict[str, Ticket] = {}  # logical call -> its standing with the provider
         self._budgets: dict[int, dict[str, WaitBudget]] = {}  # row -> provider -> wait left, until it settles
@@ -180,6 +181,7 @@ class MapRun:
         self.state.emit(RunStarted(self.run_id, self.play.name, len(frame)))
         self._stopping = False
         try:
+            self._positions = positions
             runnable = positions
             if first:
                 runnable = self._identify(positions, opts.key_columns(frame))
@@ -199,7 +201,7 @@ class MapRun:
         finally:
             for task in self._workers:
                 task.cancel()
-            self._settle_unfinished(positions)
+            self._settle_unfinished(self._positions)
             self.store.flush()
             await self.store.leases.settle()
             for unsubscribe in self._unsubscribe:
@@ -221,6 +223,13 @@ class MapRun:
         for task in self._workers:
             if task is not keep:
                 task.cancel()
+
+    def admit(self, positions: list[int]) -> None:
+        """Add requeued rows to the execution under way (a retry while the run goes on)."""
+        self._positions = self._positions + positions
+        self._pending.extend(positions)
+        live = sum(not t.done() for t in self._workers)
+        self._spawn(max(0, min(self.opts.concurrency - live, len(self._pending))))
 
     def requeue(self, statuses: tuple[str, ...] = ("failed", "parked")) -> list[int]:
         """Admit rows with these statuses again; returns the positions to execute."""
