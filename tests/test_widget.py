@@ -45,14 +45,14 @@ def _run(kc: Any, code: str) -> list[dict[str, Any]]:
 
 def test_auto_progress_shows_the_widget_and_leaves_the_summary(kernel: Any) -> None:
     """In a kernel, map() shows the live panel, then replaces it with the run's static HTML summary."""
-    messages = _run(kernel, 'out = pd.DataFrame({"n": range(20)}).play.map(slow, concurrency=4)')
+    messages = _run(kernel, 'out = pd.DataFrame({"n": range(80)}).play.map(slow, concurrency=4)')  # ~1 s
     shown = [m for m in messages if m["msg_type"] == "display_data" and WIDGET in m["content"]["data"]]
     assert len(shown) == 1
     display_id = shown[0]["content"]["transient"]["display_id"]
     updates = [m for m in messages if m["msg_type"] == "update_display_data"]
     assert updates and updates[-1]["content"]["transient"]["display_id"] == display_id
     html = updates[-1]["content"]["data"]["text/html"]
-    assert "<td>20</td><td>19</td>" in html and "three" in html  # 20 rows, 19 ok; the error grouped
+    assert "<td>80</td><td>79</td>" in html and "three" in html  # 80 rows, 79 ok; the error grouped
     state_updates = [m for m in messages if m["msg_type"] == "comm_msg" and "value" in m["content"]["data"].get("state", {})]
     assert state_updates  # the bar moved while the run went on
 
@@ -60,8 +60,10 @@ def test_auto_progress_shows_the_widget_and_leaves_the_summary(kernel: Any) -> N
 def test_buttons_stop_and_retry_a_background_run(kernel: Any) -> None:
     """Stop ends a background run (rows not run are skipped); Retry failed runs the failed rows again."""
     _run(kernel, """
-        run = pd.DataFrame({"n": range(200)}).play.run(slow, concurrency=2, background=True)
-        await asyncio.sleep(0.5)
+        import tempfile
+        fresh = pb.ReceiptStore(tempfile.mkdtemp())  # nothing reused from the other tests
+        run = pd.DataFrame({"n": range(200)}).play.run(slow, concurrency=2, background=True, store=fresh)
+        await asyncio.sleep(0.8)  # past the panel's delay
         run.view.stop.click()
         await asyncio.sleep(0.2)
     """)
@@ -76,3 +78,11 @@ def test_buttons_stop_and_retry_a_background_run(kernel: Any) -> None:
     """)
     lines = [m["content"]["text"] for m in messages if m["msg_type"] == "stream"]
     assert "".join(lines).split() == ["False", "1", "failed", "1"]  # it ran again, and failed again
+
+
+def test_a_run_over_at_once_shows_only_its_summary(kernel: Any) -> None:
+    """A run shorter than the panel's delay shows no live panel, just the static summary."""
+    messages = _run(kernel, 'quick = pd.DataFrame({"n": [5000, 5001]}).play.map(slow)')
+    assert not [m for m in messages if m["msg_type"] == "display_data" and WIDGET in m["content"]["data"]]
+    summaries = [m for m in messages if m["msg_type"] == "display_data" and "text/html" in m["content"]["data"]]
+    assert len(summaries) == 1 and "<td>2</td><td>2</td>" in summaries[0]["content"]["data"]["text/html"]

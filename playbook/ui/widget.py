@@ -4,6 +4,7 @@ It shows a progress bar, the counters and the providers (state, rate, in flight,
 with a countdown, rows waiting), and has Stop / Retry parked / Retry failed buttons (they act on
 a background run: a blocking cell keeps the kernel busy until it ends).  When the run finishes,
 the panel is replaced by the run's static HTML summary, which saved and exported notebooks keep.
+A run over in less than ``DELAY`` seconds shows only that summary.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from ..models import Event, ProviderHoldLifted, ProviderHoldSet, RunFinished, Ru
 if TYPE_CHECKING:
     from ..runtime.run import Run
 
-__all__ = ["WidgetView", "in_kernel"]
+__all__ = ["DELAY", "WidgetView", "in_kernel"]
 
 _INTERVAL = 0.1  # at most 10 refreshes a second
+DELAY = 0.5  # seconds a run goes on before its live panel appears
 
 
 def in_kernel() -> bool:
@@ -39,12 +41,21 @@ class WidgetView:
     """Subscribes to a run's state; renders counters and providers, throttled and batched."""
 
     def __init__(self, run: Run, *, clock: Callable[[], float] = time.monotonic) -> None:
-        import ipywidgets as w
-        from IPython.display import display
-
         self._run = run
         self._clock = clock
         self._last = 0.0
+        self._started = 0.0
+        self.panel: Any = None  # built once the run has gone on for DELAY seconds
+        self.handle: Any = None
+        self._timer: Any = None
+        # Redrawn on a timer, not per row: only the events that change what it shows call it.
+        self.unsubscribe = run.state.subscribe(self.on_event, kinds=(RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted))
+
+    def _build(self) -> None:
+        import ipywidgets as w
+        from IPython.display import display
+
+        run = self._run
         self.bar = w.IntProgress(min=0, max=max(run.state.total, 1), description=escape(run._maprun.play.name))
         self.body = w.HTML()
         self.stop = w.Button(description="Stop", icon="stop")
@@ -55,26 +66,46 @@ class WidgetView:
         self.retry_failed.on_click(lambda _: self._retry("failed"))
         self.panel = w.VBox([w.HBox([self.bar, self.stop, self.retry_parked, self.retry_failed]), self.body])
         self.handle = display(self.panel, display_id=True)
-        self.unsubscribe = run.state.subscribe(self.on_event)
 
     def _retry(self, status: str) -> None:
         self._run.retry(statuses=(status,))
 
     def on_event(self, event: Event) -> None:
+        from IPython.display import HTML, display
+
         kind = type(event)
         if kind is RunFinished:
-            self._render()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            summary = HTML(self._run._repr_html_())
             if self.handle is not None:
-                from IPython.display import HTML
+                self.handle.update(summary)
+            else:  # over before the panel was due: just the summary
+                self.handle = display(summary, display_id=True)
+            return
+        if kind is RunStarted:
+            self._started = self._clock()
+            if self._timer is None:
+                self._tick()
+        elif self.panel is not None:
+            self._render()
 
-                self.handle.update(HTML(self._run._repr_html_()))
-            return
-        if kind is RunStarted or kind is ProviderHoldSet or kind is ProviderHoldLifted:
-            self._render()
-            return
+    def _tick(self) -> None:
+        """Redraw at most 10 times a second while the run goes (the countdowns move too).  Like
+        tqdm's ``delay``, the panel only appears once the run has lasted DELAY seconds: a run
+        answered from its receipts in a blink shows its summary and nothing else."""
+        import asyncio
+
         now = self._clock()
-        if now - self._last >= _INTERVAL:
+        if self.panel is None and now - self._started >= DELAY:
+            self._build()
+        if self.panel is not None and now - self._last >= _INTERVAL:
             self._render()
+        try:
+            self._timer = asyncio.get_running_loop().call_later(_INTERVAL, self._tick)
+        except RuntimeError:  # no loop running: nothing to tick on
+            self._timer = None
 
     def _render(self) -> None:
         self._last = self._clock()
