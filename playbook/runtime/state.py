@@ -100,6 +100,11 @@ class RunState:
                 inner(event)
 
     @property
+    def done(self) -> int:
+        """Rows that reached a final status."""
+        return self.ok + self.reused + self.failed + self.parked + self.skipped
+
+    @property
     def elapsed(self) -> float:
         """Seconds spent running (a retry adds its own time, not the pause before it)."""
         if self.started is None:
@@ -123,7 +128,7 @@ class RunState:
         )
 
     def __repr__(self) -> str:
-        done = self.ok + self.reused + self.failed + self.parked + self.skipped
+        done = self.done
         return (
             f"<RunState {self.play!r} {done}/{self.total} ok={self.ok} reused={self.reused} "
             f"failed={self.failed} parked={self.parked} in_flight={self.in_flight} held={self.held}>"

@@ -52,7 +52,7 @@ class TextView:
         bar, s = self._bar, self._state
         if bar is None:
             return
-        bar.n = s.ok + s.reused + s.failed + s.parked + s.skipped
+        bar.n = s.done
         postfix = f"ok={s.ok} reused={s.reused} failed={s.failed}"
         if s.held:
             postfix += f" held={s.held}"

@@ -110,7 +110,7 @@ class WidgetView:
     def _render(self) -> None:
         self._last = self._clock()
         s = self._run.state
-        done = s.ok + s.reused + s.failed + s.parked + s.skipped
+        done = s.done
         elapsed = s.elapsed
         rate = done / elapsed if elapsed else 0.0
         eta = (s.total - done) / rate if rate and s.finished is None else 0.0
