@@ -3,12 +3,16 @@ the end, and its Stop and Retry buttons act on a background run."""
 
 from __future__ import annotations
 
+import json
+import re
 import textwrap
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from jupyter_client.manager import start_new_kernel
+
+from playbook.ui.html import LIMIT
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -39,7 +43,7 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def _run(kc: Any, code: str) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     reply = kc.execute_interactive(textwrap.dedent(code), timeout=60, output_hook=messages.append)
-    assert reply["content"]["status"] == "ok", messages
+    assert reply["content"]["status"] == "ok", [m["content"] for m in messages if m["msg_type"] in ("error", "stream")]
     return messages
 
 
@@ -86,3 +90,42 @@ def test_a_run_over_at_once_shows_only_its_summary(kernel: Any) -> None:
     assert not [m for m in messages if m["msg_type"] == "display_data" and WIDGET in m["content"]["data"]]
     summaries = [m for m in messages if m["msg_type"] == "display_data" and "text/html" in m["content"]["data"]]
     assert len(summaries) == 1 and "<td>2</td><td>2</td>" in summaries[0]["content"]["data"]["text/html"]
+
+
+def test_the_live_panel_caps_its_tables_and_counts_down_the_hold(kernel: Any) -> None:
+    """Mid-run, the panel lists the first parked rows and the largest error groups, capped, and the
+    held provider with the seconds left; no update it sends grows with the number of rows."""
+    messages = _run(kernel, """
+        import json, tempfile
+        quota = pb.Provider("quota", max_wait=1)
+        @pb.tool(provider=quota)
+        async def limited(n: int) -> int:
+            raise pb.ToolError("daily quota exceeded", status=429, retry_after=3600)
+        @pb.play
+        async def mixed(row, ctx):
+            await asyncio.sleep(0.02)
+            if row.n % 2:
+                raise ValueError(f"row {row.n} is odd")  # one message per row: many groups
+            if row.n % 4 == 0:
+                return {"v": await ctx.tool(limited, n=row.n)}
+            return {"v": row.n}
+        live = pd.DataFrame({"n": range(600)}).play.run(mixed, concurrency=4, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
+        await asyncio.sleep(1.6)  # past the panel's delay, before the end (600 x 0.02 s / 4 = 3 s)
+        print(json.dumps([live.running, live.stats.failed, live.stats.parked, live.view.tables.value, live.view.providers.value]))
+        live.wait()
+    """)
+    printed = "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
+    running, failed, parked, tables, providers = json.loads(printed)
+    assert running and failed > LIMIT and parked > LIMIT
+    parked_rows = re.search(r"parked rows</div><table>.*?</table>", tables, re.S)
+    errors = re.search(r"errors</div><table>.*?</table>", tables, re.S)
+    assert parked_rows and errors
+    assert parked_rows.group(0).count("<tr>") == LIMIT + 1 and errors.group(0).count("<tr>") == LIMIT + 1  # + the header
+    assert re.search(r"… and [\d,]+ more", tables)
+    countdown = re.search(r"<td>quota</td><td>held ([\d,]+)s more, until \d\d:\d\d:\d\d \(HTTP 429\)</td>", providers)
+    assert countdown and 3500 < int(countdown.group(1).replace(",", "")) <= 3600
+    updates = [m for m in messages if m["msg_type"] == "comm_msg"]
+    assert len(updates) > 10  # refreshed all along
+    assert max(len(json.dumps(m["content"])) for m in updates) < 12_000  # capped: no update carries every row
+    summary = [m for m in messages if m["msg_type"] == "update_display_data"][-1]["content"]["data"]["text/html"]
+    assert "<td>600</td>" in summary and "… and" in summary

@@ -1,10 +1,13 @@
 """The live view of a run in Jupyter: an ipywidgets panel refreshed at most 10 times a second.
 
-It shows a progress bar, the counters and the providers (state, rate, in flight, 429s, hold
-with a countdown, rows waiting), and has Stop / Retry parked / Retry failed buttons (they act on
-a background run: a blocking cell keeps the kernel busy until it ends).  When the run finishes,
-the panel is replaced by the run's static HTML summary, which saved and exported notebooks keep.
-A run over in less than ``DELAY`` seconds shows only that summary.
+It shows a header (play, status, elapsed, ETA, rows/s), a progress bar, the counters, the
+providers (state, rate, in flight, 429s, hold with a countdown, rows waiting), the first parked
+rows, the errors grouped by message and the waterfall legs, and has Stop / Retry parked / Retry
+failed buttons (they act on a background run: a blocking cell keeps the kernel busy until it
+ends).  Each part is its own widget, so a refresh sends only the parts that changed, and the
+tables are capped, so a million-row run costs the browser what a ten-row one does.  When the run
+finishes, the panel is replaced by the run's static HTML summary, which saved and exported
+notebooks keep.  A run over in less than ``DELAY`` seconds shows only that summary.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ..models import Event, ProviderHoldLifted, ProviderHoldSet, RunFinished, RunStarted
+from .html import LIMIT, counters_table, errors_table, legs_table, parked_table, providers_table
+from .tally import KINDS as TALLY_KINDS
+from .tally import Tally
 
 if TYPE_CHECKING:
     from ..runtime.run import Run
@@ -22,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["DELAY", "WidgetView", "in_kernel"]
 
 _INTERVAL = 0.1  # at most 10 refreshes a second
+_TABLES_INTERVAL = 0.5
 DELAY = 0.5  # seconds a run goes on before its live panel appears
 
 
@@ -38,18 +45,31 @@ def in_kernel() -> bool:
 
 
 class WidgetView:
-    """Subscribes to a run's state; renders counters and providers, throttled and batched."""
+    """Subscribes to a run's state; renders counters, providers and tables, throttled and batched."""
 
-    def __init__(self, run: Run, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, run: Run, *, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time
+    ) -> None:
         self._run = run
         self._clock = clock
-        self._last = 0.0
+        self._wall = wall  # hold deadlines are epoch seconds: the countdown reads this clock
+        self._last = self._last_tables = 0.0
         self._started = 0.0
+        self._drawn = -1  # the tally version the tables show
         self.panel: Any = None  # built once the run has gone on for DELAY seconds
         self.handle: Any = None
         self._timer: Any = None
+        self.tally = Tally(run._maprun.label)
         # Redrawn on a timer, not per row: only the events that change what it shows call it.
-        self.unsubscribe = run.state.subscribe(self.on_event, kinds=(RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted))
+        state = run.state
+        self._unsubscribe = [
+            state.subscribe(self.on_event, kinds=(RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted)),
+            state.subscribe(self.tally.on_event, kinds=TALLY_KINDS),
+        ]
+
+    def unsubscribe(self) -> None:
+        for undo in self._unsubscribe:
+            undo()
 
     def _build(self) -> None:
         import ipywidgets as w
@@ -57,18 +77,21 @@ class WidgetView:
 
         run = self._run
         self.bar = w.IntProgress(min=0, max=max(run.state.total, 1), description=escape(run._maprun.play.name))
-        self.body = w.HTML()
-        self.stop = w.Button(description="Stop", icon="stop")
-        self.retry_parked = w.Button(description="Retry parked")
-        self.retry_failed = w.Button(description="Retry failed")
+        self.head, self.counters, self.providers, self.tables = w.HTML(), w.HTML(), w.HTML(), w.HTML()
+        self.stop = w.Button(description="Stop", icon="stop", tooltip="Stop the run: rows not finished are skipped")
+        self.retry_parked = w.Button(description="Retry parked", tooltip="Run the parked rows again, with a fresh wait budget")
+        self.retry_failed = w.Button(description="Retry failed", tooltip="Run the failed rows again")
         self.stop.on_click(lambda _: run.stop())
         self.retry_parked.on_click(lambda _: self._retry("parked"))
         self.retry_failed.on_click(lambda _: self._retry("failed"))
-        self.panel = w.VBox([w.HBox([self.bar, self.stop, self.retry_parked, self.retry_failed]), self.body])
+        buttons = w.HBox([self.bar, self.stop, self.retry_parked, self.retry_failed])
+        self.panel = w.VBox([self.head, buttons, self.counters, self.providers, self.tables])
+        self.panel.add_class("playbook-live")
         self.handle = display(self.panel, display_id=True)
 
     def _retry(self, status: str) -> None:
         self._run.retry(statuses=(status,))
+        self._render()
 
     def on_event(self, event: Event) -> None:
         from IPython.display import HTML, display
@@ -108,26 +131,39 @@ class WidgetView:
             self._timer = None
 
     def _render(self) -> None:
-        self._last = self._clock()
+        now = self._last = self._clock()
         s = self._run.state
+        m = self._run._maprun
         done = s.done
         elapsed = s.elapsed
         rate = done / elapsed if elapsed else 0.0
         eta = (s.total - done) / rate if rate and s.finished is None else 0.0
-        lines = [
-            f"<b>{escape(s.play)}</b> · {done:,}/{s.total:,} rows · {elapsed:.1f}s"
+        status = "stopping" if m._stopping else "running" if s.finished is None else "finished"
+        head = (
+            f"<b>{escape(s.play)}</b> · {status} · {done:,}/{s.total:,} rows · {elapsed:.1f}s"
             + (f" · ETA {eta:.0f}s" if eta else "")
-            + f" · {rate:,.0f} rows/s",
-            f"ok {s.ok:,} · reused {s.reused:,} · failed {s.failed:,} · in flight {s.in_flight:,} · held {s.held:,} · "
-            f"parked {s.parked:,} · calls {s.calls_executed:,} paid, {s.calls_reused:,} reused · "
-            f"cost {s.cost_spent:g} spent, {s.cost_saved:g} saved",
+            + f" · {rate:,.0f} rows/s"
+        )
+        tally = self.tally
+        waiting = tally.waiting()
+        wall = self._wall()
+        providers = [
+            (name, p, p.hold_wall if p.held else None, waiting.get(name, 0)) for name, p in s.providers.items()
         ]
-        now = time.time()
-        for name, p in s.providers.items():
-            hold = f"held {p.hold_wall - now:.0f}s more (HTTP {p.last_status})" if p.held else "open"
-            rate_text = "unlimited" if p.rate is None else f"{p.rate:.3g}/s"
-            lines.append(f"{escape(name)}: {hold} · {rate_text} · {p.in_flight} in flight · {p.refused} 429s")
         with self.panel.hold_sync():  # one batch of comm messages per refresh
             self.bar.max = max(s.total, 1)
             self.bar.value = done
-            self.body.value = "<br>".join(lines)
+            self.head.value = head
+            self.counters.value = counters_table(s)
+            self.providers.value = providers_table(providers, now=wall)
+            self.retry_parked.disabled = not tally.parked
+            self.retry_failed.disabled = not tally.failed
+            self.stop.disabled = s.finished is not None
+            # The tables cost a sort of the error groups: redrawn when they changed, twice a second at most.
+            if (tally.version != self._drawn or s.waterfalls) and now - self._last_tables >= _TABLES_INTERVAL:
+                self._drawn, self._last_tables = tally.version, now
+                self.tables.value = (
+                    parked_table(tally.parked_rows(LIMIT), tally.parked_count)
+                    + errors_table(tally.error_groups(LIMIT), len(tally.groups))
+                    + legs_table(s.waterfalls)
+                )

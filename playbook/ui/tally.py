@@ -1,0 +1,104 @@
+"""The failed and parked rows of a run as they happen, for the live panel.
+
+The static summary can scan every row once at the end; a panel redrawn ten times a second over a
+million rows cannot.  ``Tally`` keeps the failed rows grouped by message and the parked rows in
+order of parking, updated from the run's events, so a redraw costs the size of what it shows.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from itertools import islice
+from typing import Any
+
+from ..models import Event, RowFinished, RowHeld, RowParked, RowRequeued, RowResumed
+
+__all__ = ["Tally"]
+
+KINDS = (RowFinished, RowParked, RowRequeued, RowHeld, RowResumed)
+
+
+class Tally:
+    """Failed rows by message (count and an example), parked rows (reason, provider, ready at), and
+    the rows each provider holds back."""
+
+    __slots__ = ("_label", "failed", "parked", "groups", "parked_rows_by", "held", "held_by", "version")
+
+    def __init__(self, label: Callable[[int], Any]) -> None:
+        self._label = label  # position -> the row's index label
+        self.failed: dict[int, tuple[str, int]] = {}  # position -> (message, rows sharing its key)
+        self.parked: dict[int, list[Any]] = {}  # position -> [reason, provider, ready_at, rows]
+        self.groups: dict[str, list[int]] = {}  # message -> [rows, example position]
+        self.parked_rows_by: dict[str | None, int] = {}  # provider -> parked rows
+        self.held: dict[int, str] = {}  # position -> the provider (or "sleep") it waits on
+        self.held_by: dict[str, int] = {}  # provider -> rows held now
+        self.version = 0  # bumped on every change: a view redraws the tables only when it moved
+
+    def on_event(self, event: Event) -> None:
+        kind = type(event)
+        if kind is RowFinished:
+            if self.held:
+                self._resume(event.position)  # a stop settles held rows
+            if event.status == "failed":
+                message = event.error or ""
+                self.failed[event.position] = (message, event.copies)
+                group = self.groups.setdefault(message, [0, event.position])
+                group[0] += event.copies
+                self.version += 1
+            elif event.status == "parked" and (entry := self.parked.get(event.position)) is not None:
+                entry[3] = event.copies  # known only now: RowParked comes just before
+                self.parked_rows_by[entry[1]] = self.parked_rows_by.get(entry[1], 0) + event.copies
+        elif kind is RowParked:
+            self.parked[event.position] = [event.reason, event.provider, event.ready_at, 0]
+            self.version += 1
+        elif kind is RowHeld:
+            self._resume(event.position)  # held again, maybe by another provider
+            self.held[event.position] = event.provider
+            self.held_by[event.provider] = self.held_by.get(event.provider, 0) + 1
+        elif kind is RowResumed:
+            self._resume(event.position)
+        elif kind is RowRequeued:
+            self._forget(event.position)
+
+    def _resume(self, position: int) -> None:
+        provider = self.held.pop(position, None)
+        if provider is not None:
+            self.held_by[provider] -= 1
+
+    def _forget(self, position: int) -> None:
+        """A retried row leaves the tables until it settles again."""
+        self.version += 1
+        parked = self.parked.pop(position, None)
+        if parked is not None:
+            self.parked_rows_by[parked[1]] -= parked[3]
+        entry = self.failed.pop(position, None)
+        if entry is None:
+            return
+        message, copies = entry
+        group = self.groups[message]
+        group[0] -= copies
+        if group[0] <= 0:
+            del self.groups[message]
+        elif group[1] == position:  # the example was retried: show a row that still fails this way
+            group[1] = next(p for p, (m, _) in self.failed.items() if m == message)
+
+    @property
+    def parked_count(self) -> int:
+        return sum(self.parked_rows_by.values())
+
+    def waiting(self) -> dict[str | None, int]:
+        """Rows each provider holds back: held now, or parked on it."""
+        counts: dict[str | None, int] = {name: n for name, n in self.parked_rows_by.items() if n}
+        for provider, n in self.held_by.items():
+            counts[provider] = counts.get(provider, 0) + n
+        return counts
+
+    def error_groups(self, limit: int) -> list[tuple[int, str, Any]]:
+        """The ``limit`` largest groups: (rows, message, example row label)."""
+        top = heapq.nlargest(limit, self.groups.items(), key=lambda item: item[1][0])
+        return [(count, message, self._label(example)) for message, (count, example) in top]
+
+    def parked_rows(self, limit: int) -> list[tuple[Any, str, str | None, float | None]]:
+        """The first ``limit`` parked rows: (row label, reason, provider, ready_at)."""
+        return [(self._label(p), reason, provider, ready) for p, (reason, provider, ready, _) in islice(self.parked.items(), limit)]
