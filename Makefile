@@ -3,6 +3,8 @@
 # make bench  run the benchmarks and print one table of ratios
 
 PYTHON ?= python3
+# The browser test drives this Chromium (Debian's package; installed here when missing).
+CHROMIUM ?= /usr/bin/chromium
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -18,8 +20,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) notebooks/run.py notebooks/01_quickstart.ipynb --out out
 
-test: $(STAMP)
-	$(PY) -m pytest -q
+test: $(STAMP) $(CHROMIUM)
+	CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
+
+$(CHROMIUM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
