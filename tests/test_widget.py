@@ -129,3 +129,18 @@ def test_the_live_panel_caps_its_tables_and_counts_down_the_hold(kernel: Any) ->
     assert max(len(json.dumps(m["content"])) for m in updates) < 12_000  # capped: no update carries every row
     summary = [m for m in messages if m["msg_type"] == "update_display_data"][-1]["content"]["data"]["text/html"]
     assert "<td>600</td>" in summary and "… and" in summary
+
+
+def test_a_background_run_shows_its_panel_in_its_own_cell_and_ends_as_the_summary(kernel: Any) -> None:
+    """The cell that starts a background run shows the panel before it ends; the finished panel holds the summary."""
+    started = _run(kernel, """
+        import tempfile
+        job = pd.DataFrame({"n": range(40)}).play.run(slow, concurrency=4, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
+    """)
+    assert [m for m in started if m["msg_type"] == "display_data" and WIDGET in m["content"]["data"]]
+    messages = _run(kernel, """
+        job.wait()
+        print(json.dumps([len(job.view.panel.children), job.view.panel.children[0].value]))
+    """)
+    children, summary = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))
+    assert children == 1 and "playbook-run" in summary and "<td>40</td><td>39</td>" in summary

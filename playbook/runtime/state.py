@@ -24,7 +24,7 @@ class RunState:
     __slots__ = (
         "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held",
         "calls_executed", "calls_reused", "cost_spent", "cost_saved", "started", "finished",
-        "stopped", "providers", "waterfalls", "_clock", "_listeners", "_filtered", "_before",
+        "stopped", "providers", "waterfalls", "_clock", "_listeners", "_by_kind", "_before",
     )  # fmt: skip
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
@@ -42,15 +42,20 @@ class RunState:
         self.waterfalls: dict[str, list[list[Any]]] = {}
         self._clock = clock
         self._listeners: list[Listener] = []
-        self._filtered: list[tuple[frozenset[type], Listener]] = []
+        self._by_kind: dict[type, list[Listener]] = {}  # listeners that asked for some kinds only
 
     def subscribe(self, listener: Listener, kinds: tuple[type, ...] | None = None) -> Callable[[], None]:
         """Call ``listener(event)`` for every event from now on (or only those of ``kinds``: a view
         that redraws on a timer need not pay a call per row); returns an unsubscribe function."""
         if kinds is not None:
-            entry = (frozenset(kinds), listener)
-            self._filtered.append(entry)
-            return lambda: self._filtered.remove(entry)
+            for kind in kinds:
+                self._by_kind.setdefault(kind, []).append(listener)
+
+            def unsubscribe() -> None:
+                for kind in kinds:
+                    self._by_kind[kind].remove(listener)
+
+            return unsubscribe
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
@@ -95,9 +100,8 @@ class RunState:
             self.in_flight = self.held = 0
         for listener in self._listeners:
             listener(event)
-        for wanted, inner in self._filtered:
-            if kind in wanted:
-                inner(event)
+        for inner in self._by_kind.get(kind, ()):
+            inner(event)
 
     @property
     def done(self) -> int:

@@ -40,13 +40,16 @@ class Tally:
         if kind is RowFinished:
             if self.held:
                 self._resume(event.position)  # a stop settles held rows
-            if event.status == "failed":
+            status = event.status
+            if status == "ok" or status == "reused":  # most rows: nothing to tally
+                return
+            if status == "failed":
                 message = event.error or ""
                 self.failed[event.position] = (message, event.copies)
                 group = self.groups.setdefault(message, [0, event.position])
                 group[0] += event.copies
                 self.version += 1
-            elif event.status == "parked" and (entry := self.parked.get(event.position)) is not None:
+            elif status == "parked" and (entry := self.parked.get(event.position)) is not None:
                 entry[3] = event.copies  # known only now: RowParked comes just before
                 self.parked_rows_by[entry[1]] = self.parked_rows_by.get(entry[1], 0) + event.copies
         elif kind is RowParked:

@@ -7,7 +7,7 @@ failed buttons (they act on a background run: a blocking cell keeps the kernel b
 ends).  Each part is its own widget, so a refresh sends only the parts that changed, and the
 tables are capped, so a million-row run costs the browser what a ten-row one does.  When the run
 finishes, the panel is replaced by the run's static HTML summary, which saved and exported
-notebooks keep.  A run over in less than ``DELAY`` seconds shows only that summary.
+notebooks keep.  A blocking run over in less than ``DELAY`` seconds shows only that summary.
 """
 
 from __future__ import annotations
@@ -66,6 +66,11 @@ class WidgetView:
             state.subscribe(self.on_event, kinds=(RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted)),
             state.subscribe(self.tally.on_event, kinds=TALLY_KINDS),
         ]
+        if run._maprun.opts.background:
+            # The cell that starts a background run ends at once: the panel must be shown now,
+            # in that cell.  Later output would land wherever the kernel happens to be then;
+            # widget updates and the final summary (by display id) find it anywhere.
+            self._build()
 
     def unsubscribe(self) -> None:
         for undo in self._unsubscribe:
@@ -85,9 +90,13 @@ class WidgetView:
         self.retry_parked.on_click(lambda _: self._retry("parked"))
         self.retry_failed.on_click(lambda _: self._retry("failed"))
         buttons = w.HBox([self.bar, self.stop, self.retry_parked, self.retry_failed])
-        self.panel = w.VBox([self.head, buttons, self.counters, self.providers, self.tables])
+        self._live = (self.head, buttons, self.counters, self.providers, self.tables)
+        self.panel = w.VBox(self._live)
         self.panel.add_class("playbook-live")
-        self.handle = display(self.panel, display_id=True)
+        if self.handle is None:
+            self.handle = display(self.panel, display_id=True)
+        else:  # a retry of a run that showed only its summary: the panel takes its place
+            self.handle.update(self.panel)
 
     def _retry(self, status: str) -> None:
         self._run.retry(statuses=(status,))
@@ -101,14 +110,26 @@ class WidgetView:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            summary = HTML(self._run._repr_html_())
-            if self.handle is not None:
-                self.handle.update(summary)
-            else:  # over before the panel was due: just the summary
-                self.handle = display(summary, display_id=True)
+            summary = self._run._repr_html_()
+            if self.panel is None:  # over before the panel was due: just the summary
+                if self.handle is None:
+                    self.handle = display(HTML(summary), display_id=True)
+                else:  # a retry of a run that showed only its summary
+                    self.handle.update(HTML(summary))
+                return
+            # The panel itself becomes the summary, and the output is replaced by static HTML.
+            # Frontends apply that replacement only while the cell that showed the panel is
+            # running: after a background run, JupyterLab keeps the widget, so it must say it too.
+            import ipywidgets as w
+
+            self.panel.children = [w.HTML(summary)]
+            self.handle.update(HTML(summary))
             return
         if kind is RunStarted:
             self._started = self._clock()
+            if self.panel is not None and self.panel.children != self._live:  # run again (a retry)
+                self.panel.children = self._live
+                self.handle.update(self.panel)
             if self._timer is None:
                 self._tick()
         elif self.panel is not None:
