@@ -111,7 +111,7 @@ def test_the_live_panel_caps_its_tables_and_counts_down_the_hold(kernel: Any) ->
             return {"v": row.n}
         live = pd.DataFrame({"n": range(600)}).play.run(mixed, concurrency=4, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
         await asyncio.sleep(1.6)  # past the panel's delay, before the end (600 x 0.02 s / 4 = 3 s)
-        print(json.dumps([live.running, live.stats.failed, live.stats.parked, live.view.tables.value, live.view.providers.value]))
+        print(json.dumps([live.running, live.stats.failed, live.stats.parked, live.view.tables.value, live.view.status.value]))
         live.wait()
     """)
     printed = "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
@@ -132,7 +132,8 @@ def test_the_live_panel_caps_its_tables_and_counts_down_the_hold(kernel: Any) ->
 
 
 def test_a_background_run_shows_its_panel_in_its_own_cell_and_ends_as_the_summary(kernel: Any) -> None:
-    """The cell that starts a background run shows the panel before it ends; the finished panel holds the summary."""
+    """The cell that starts a background run shows the panel before it ends; the finished panel holds
+    the summary and the Retry buttons (Retry failed enabled: a row failed), and the live widgets are closed."""
     started = _run(kernel, """
         import tempfile
         job = pd.DataFrame({"n": range(40)}).play.run(slow, concurrency=4, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
@@ -140,7 +141,27 @@ def test_a_background_run_shows_its_panel_in_its_own_cell_and_ends_as_the_summar
     assert [m for m in started if m["msg_type"] == "display_data" and WIDGET in m["content"]["data"]]
     messages = _run(kernel, """
         job.wait()
-        print(json.dumps([len(job.view.panel.children), job.view.panel.children[0].value]))
+        buttons, summary = job.view.panel.children
+        print(json.dumps([[(b.description, b.disabled) for b in buttons.children], summary.value, job.view.bar.comm is None]))
     """)
-    children, summary = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))
-    assert children == 1 and "playbook-run" in summary and "<td>40</td><td>39</td>" in summary
+    buttons, summary, closed = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))
+    assert buttons == [["Retry parked", True], ["Retry failed", False]] and closed
+    assert "playbook-run" in summary and "<td>40</td><td>39</td>" in summary
+
+
+def test_a_finished_run_is_not_kept_alive_by_its_panel(kernel: Any) -> None:
+    """Once a blocking run has ended, its panel's widgets are closed (the kernel's registry of widgets
+    does not grow) and no longer hold it: the kernel can free the run and its rows."""
+    messages = _run(kernel, """
+        import gc, tempfile, weakref
+        from ipywidgets.widgets.widget import _instances
+        before = len(_instances)
+        first = pd.DataFrame({"n": range(80)}).play.run(slow, concurrency=4, store=pb.ReceiptStore(tempfile.mkdtemp()))
+        shown = first.view.handle is not None and first.view.bar.comm is None  # the panel was drawn, then closed
+        ref = weakref.ref(first)
+        del first
+        pd.DataFrame({"n": [1]}).play.map(slow)  # the last run is now another one
+        gc.collect()
+        print(shown, ref() is None, len(_instances) - before)
+    """)
+    assert "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream").split() == ["True", "True", "0"]

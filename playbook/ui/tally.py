@@ -21,15 +21,22 @@ KINDS = (RowFinished, RowParked, RowRequeued, RowHeld, RowResumed)
 
 class Tally:
     """Failed rows by message (count and an example), parked rows (reason, provider, ready at), and
-    the rows each provider holds back."""
+    the rows each provider holds back.
 
-    __slots__ = ("_label", "failed", "parked", "groups", "parked_rows_by", "held", "held_by", "version")
+    Every table maps positions or names to strings, numbers or tuples of them: containers the
+    garbage collector need not track.  A run of a million rows keeps a large heap, and a tally
+    of lists would add to every full collection in it.
+    """
+
+    __slots__ = ("_label", "failed", "copies", "counts", "example", "parked", "parked_rows_by", "held", "held_by", "version")
 
     def __init__(self, label: Callable[[int], Any]) -> None:
         self._label = label  # position -> the row's index label
-        self.failed: dict[int, tuple[str, int]] = {}  # position -> (message, rows sharing its key)
-        self.parked: dict[int, list[Any]] = {}  # position -> [reason, provider, ready_at, rows]
-        self.groups: dict[str, list[int]] = {}  # message -> [rows, example position]
+        self.failed: dict[int, str] = {}  # position -> message
+        self.copies: dict[int, int] = {}  # position -> rows sharing its key, when more than one
+        self.counts: dict[str, int] = {}  # message -> failed rows
+        self.example: dict[str, int] = {}  # message -> a position that failed so
+        self.parked: dict[int, tuple[str, str | None, float | None]] = {}  # position -> (reason, provider, ready_at)
         self.parked_rows_by: dict[str | None, int] = {}  # provider -> parked rows
         self.held: dict[int, str] = {}  # position -> the provider (or "sleep") it waits on
         self.held_by: dict[str, int] = {}  # provider -> rows held now
@@ -43,17 +50,19 @@ class Tally:
             status = event.status
             if status == "ok" or status == "reused":  # most rows: nothing to tally
                 return
+            position, rows = event.position, event.copies
+            if rows != 1:
+                self.copies[position] = rows
             if status == "failed":
                 message = event.error or ""
-                self.failed[event.position] = (message, event.copies)
-                group = self.groups.setdefault(message, [0, event.position])
-                group[0] += event.copies
+                self.failed[position] = message
+                self.counts[message] = self.counts.get(message, 0) + rows
+                self.example.setdefault(message, position)
                 self.version += 1
-            elif status == "parked" and (entry := self.parked.get(event.position)) is not None:
-                entry[3] = event.copies  # known only now: RowParked comes just before
-                self.parked_rows_by[entry[1]] = self.parked_rows_by.get(entry[1], 0) + event.copies
-        elif kind is RowParked:
-            self.parked[event.position] = [event.reason, event.provider, event.ready_at, 0]
+            elif status == "parked" and (entry := self.parked.get(position)) is not None:
+                self.parked_rows_by[entry[1]] = self.parked_rows_by.get(entry[1], 0) + rows
+        elif kind is RowParked:  # the RowFinished that follows says how many rows
+            self.parked[event.position] = (event.reason, event.provider, event.ready_at)
             self.version += 1
         elif kind is RowHeld:
             self._resume(event.position)  # held again, maybe by another provider
@@ -72,19 +81,18 @@ class Tally:
     def _forget(self, position: int) -> None:
         """A retried row leaves the tables until it settles again."""
         self.version += 1
+        rows = self.copies.pop(position, 1)
         parked = self.parked.pop(position, None)
         if parked is not None:
-            self.parked_rows_by[parked[1]] -= parked[3]
-        entry = self.failed.pop(position, None)
-        if entry is None:
+            self.parked_rows_by[parked[1]] -= rows
+        message = self.failed.pop(position, None)
+        if message is None:
             return
-        message, copies = entry
-        group = self.groups[message]
-        group[0] -= copies
-        if group[0] <= 0:
-            del self.groups[message]
-        elif group[1] == position:  # the example was retried: show a row that still fails this way
-            group[1] = next(p for p, (m, _) in self.failed.items() if m == message)
+        self.counts[message] -= rows
+        if self.counts[message] <= 0:
+            del self.counts[message], self.example[message]
+        elif self.example[message] == position:  # the example was retried: show a row that still fails so
+            self.example[message] = next(p for p, m in self.failed.items() if m == message)
 
     @property
     def parked_count(self) -> int:
@@ -99,9 +107,9 @@ class Tally:
 
     def error_groups(self, limit: int) -> list[tuple[int, str, Any]]:
         """The ``limit`` largest groups: (rows, message, example row label)."""
-        top = heapq.nlargest(limit, self.groups.items(), key=lambda item: item[1][0])
-        return [(count, message, self._label(example)) for message, (count, example) in top]
+        top = heapq.nlargest(limit, self.counts.items(), key=lambda item: item[1])
+        return [(count, message, self._label(self.example[message])) for message, count in top]
 
     def parked_rows(self, limit: int) -> list[tuple[Any, str, str | None, float | None]]:
         """The first ``limit`` parked rows: (row label, reason, provider, ready_at)."""
-        return [(self._label(p), reason, provider, ready) for p, (reason, provider, ready, _) in islice(self.parked.items(), limit)]
+        return [(self._label(p), reason, provider, ready) for p, (reason, provider, ready) in islice(self.parked.items(), limit)]

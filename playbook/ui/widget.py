@@ -56,6 +56,7 @@ class WidgetView:
         self._last = self._last_tables = 0.0
         self._started = 0.0
         self._drawn = -1  # the tally version the tables show
+        self._ended = False  # the panel shows a finished run
         self.panel: Any = None  # built once the run has gone on for DELAY seconds
         self.handle: Any = None
         self._timer: Any = None
@@ -77,30 +78,55 @@ class WidgetView:
             undo()
 
     def _build(self) -> None:
+        """Show the live panel: the progress bar and buttons, the status, the tables."""
         import ipywidgets as w
         from IPython.display import display
 
         run = self._run
         self.bar = w.IntProgress(min=0, max=max(run.state.total, 1), description=escape(run._maprun.play.name))
-        self.head, self.counters, self.providers, self.tables = w.HTML(), w.HTML(), w.HTML(), w.HTML()
+        # What changes on every refresh shares one widget (one message); the capped tables change less.
+        self.status, self.tables = w.HTML(), w.HTML()
         self.stop = w.Button(description="Stop", icon="stop", tooltip="Stop the run: rows not finished are skipped")
         self.retry_parked = w.Button(description="Retry parked", tooltip="Run the parked rows again, with a fresh wait budget")
         self.retry_failed = w.Button(description="Retry failed", tooltip="Run the failed rows again")
         self.stop.on_click(lambda _: run.stop())
         self.retry_parked.on_click(lambda _: self._retry("parked"))
         self.retry_failed.on_click(lambda _: self._retry("failed"))
-        buttons = w.HBox([self.bar, self.stop, self.retry_parked, self.retry_failed])
-        self._live = (self.head, buttons, self.counters, self.providers, self.tables)
-        self.panel = w.VBox(self._live)
+        self.buttons = w.HBox([self.bar, self.stop, self.retry_parked, self.retry_failed])
+        self.panel = w.VBox([self.buttons, self.status, self.tables])
         self.panel.add_class("playbook-live")
         if self.handle is None:
             self.handle = display(self.panel, display_id=True)
         else:  # a retry of a run that showed only its summary: the panel takes its place
             self.handle.update(self.panel)
 
+    def _finish(self, summary: str) -> None:
+        """Replace the panel's output by the static summary, and let the live widgets go: each
+        holds the run, and a kernel keeps every widget it ever made until it is closed."""
+        import ipywidgets as w
+        from IPython.display import HTML
+
+        self.handle.update(HTML(summary))
+        self._ended = True
+        if not self._run._maprun.opts.background:
+            # The cell that showed the panel is still running, so every frontend applies the
+            # update: nothing of the panel stays on the page.
+            _close(self.panel, self.buttons, self.bar, self.stop, self.retry_parked, self.retry_failed, self.status, self.tables)
+            self.panel = None
+            return
+        # After a background run, JupyterLab keeps the widget (it applies updates only while the
+        # cell that made the output runs): the panel says the outcome itself and keeps the
+        # Retry buttons (a parked row is retried after its hold, long after the run ended).
+        _close(self.bar, self.stop, self.status, self.tables)
+        self.buttons.children = [self.retry_parked, self.retry_failed]
+        self.retry_parked.disabled = not self.tally.parked
+        self.retry_failed.disabled = not self.tally.failed
+        self.panel.children = [self.buttons, w.HTML(summary)]
+
     def _retry(self, status: str) -> None:
         self._run.retry(statuses=(status,))
-        self._render()
+        if self.panel is not None and self._run.running:
+            self._render()
 
     def on_event(self, event: Event) -> None:
         from IPython.display import HTML, display
@@ -111,25 +137,21 @@ class WidgetView:
                 self._timer.cancel()
                 self._timer = None
             summary = self._run._repr_html_()
-            if self.panel is None:  # over before the panel was due: just the summary
-                if self.handle is None:
-                    self.handle = display(HTML(summary), display_id=True)
-                else:  # a retry of a run that showed only its summary
-                    self.handle.update(HTML(summary))
-                return
-            # The panel itself becomes the summary, and the output is replaced by static HTML.
-            # Frontends apply that replacement only while the cell that showed the panel is
-            # running: after a background run, JupyterLab keeps the widget, so it must say it too.
-            import ipywidgets as w
-
-            self.panel.children = [w.HTML(summary)]
-            self.handle.update(HTML(summary))
+            if self.panel is not None:
+                self._finish(summary)
+            elif self.handle is None:  # over before the panel was due: just the summary
+                self.handle = display(HTML(summary), display_id=True)
+            else:  # a retry of a run that showed only its summary
+                self.handle.update(HTML(summary))
             return
         if kind is RunStarted:
             self._started = self._clock()
-            if self.panel is not None and self.panel.children != self._live:  # run again (a retry)
-                self.panel.children = self._live
-                self.handle.update(self.panel)
+            if self.panel is not None and self._ended:  # a background run, run again: a fresh live panel
+                old = self.panel
+                _close(*old.children, self.retry_parked, self.retry_failed)
+                self._build()
+                _close(old)
+                self._ended = False
             if self._timer is None:
                 self._tick()
         elif self.panel is not None:
@@ -174,9 +196,7 @@ class WidgetView:
         with self.panel.hold_sync():  # one batch of comm messages per refresh
             self.bar.max = max(s.total, 1)
             self.bar.value = done
-            self.head.value = head
-            self.counters.value = counters_table(s)
-            self.providers.value = providers_table(providers, now=wall)
+            self.status.value = head + counters_table(s) + providers_table(providers, now=wall)
             self.retry_parked.disabled = not tally.parked
             self.retry_failed.disabled = not tally.failed
             self.stop.disabled = s.finished is not None
@@ -185,6 +205,14 @@ class WidgetView:
                 self._drawn, self._last_tables = tally.version, now
                 self.tables.value = (
                     parked_table(tally.parked_rows(LIMIT), tally.parked_count)
-                    + errors_table(tally.error_groups(LIMIT), len(tally.groups))
+                    + errors_table(tally.error_groups(LIMIT), len(tally.counts))
                     + legs_table(s.waterfalls)
                 )
+
+
+def _close(*widgets: Any) -> None:
+    """Close widgets with their layout and style, which are widgets of their own."""
+    for widget in widgets:
+        for part in (getattr(widget, "layout", None), getattr(widget, "style", None), widget):
+            if part is not None:
+                part.close()
