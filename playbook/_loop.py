@@ -1,7 +1,13 @@
 """Running a coroutine to completion from sync code, inside or outside a running loop.
 
 In a Jupyter kernel a loop is already running the cell, so ``asyncio.run`` refuses; the blocking
-``map()`` then re-enters the kernel's loop with nest-asyncio.  Outside a loop, ``asyncio.run``.
+``map()`` then re-enters the kernel's loop with nest-asyncio2.  Outside a loop, ``asyncio.run``.
+
+nest-asyncio2, not the original nest-asyncio: ipykernel 7 runs every shell message in one shared
+context, and a cell queued behind a blocking ``map()`` (Run All sends them all at once) would be
+started inside the nested loop while that context is entered, fail to enter it, and leave its
+cell hanging.  nest-asyncio2 defers such callbacks until the nested run returns, so the queued
+cells run afterwards, in order.
 """
 
 from __future__ import annotations
@@ -27,9 +33,9 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     loop = running_loop()
     if loop is None:
         return asyncio.run(coro)
-    import nest_asyncio
+    import nest_asyncio2
 
-    nest_asyncio.apply(loop)
+    nest_asyncio2.apply(loop)
     task = loop.create_task(coro)
     try:
         return loop.run_until_complete(task)

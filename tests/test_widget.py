@@ -165,3 +165,24 @@ def test_a_finished_run_is_not_kept_alive_by_its_panel(kernel: Any) -> None:
         print(shown, ref() is None, len(_instances) - before)
     """)
     assert "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream").split() == ["True", "True", "0"]
+
+
+def test_cells_queued_behind_a_blocking_map_run_after_it_in_order(kernel: Any) -> None:
+    """Run All sends every cell at once: the ones queued behind a blocking map() wait for it, then run, in order."""
+    codes = [
+        'queued = []\nqueued.append(len(pd.DataFrame({"n": range(400, 440)}).play.map(slow, concurrency=4)))',  # ~0.5 s
+        "queued.append('second')",
+        "print(queued)",
+    ]
+    ids = [kernel.execute(code) for code in codes]  # no waiting in between, like Run All
+    replies = {}
+    while len(replies) < len(ids):
+        reply = kernel.get_shell_msg(timeout=60)
+        replies[reply["parent_header"]["msg_id"]] = reply["content"]
+    assert [replies[i]["status"] for i in ids] == ["ok", "ok", "ok"], [replies[i].get("evalue") for i in ids]
+    printed = []
+    while not printed:
+        msg = kernel.get_iopub_msg(timeout=10)
+        if msg["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == ids[2]:
+            printed.append(msg["content"]["text"])
+    assert printed == ["[40, 'second']\n"]
