@@ -1,11 +1,13 @@
 """The live view of a run in Jupyter: an ipywidgets panel refreshed at most 10 times a second.
 
-It shows a header (play, status, elapsed, ETA, rows/s), a progress bar, the counters, the
+It shows a progress bar, a header (play, status, elapsed, ETA, rows/s), the counters, the
 providers (state, rate, in flight, 429s, hold with a countdown, rows waiting), the first parked
-rows, the errors grouped by message and the waterfall legs, and has Stop / Retry parked / Retry
-failed buttons (they act on a background run: a blocking cell keeps the kernel busy until it
-ends).  Each part is its own widget, so a refresh sends only the parts that changed, and the
-tables are capped, so a million-row run costs the browser what a ten-row one does.  When the run
+rows, the errors grouped by message and the waterfall legs.  A background run's panel has Stop /
+Retry parked / Retry failed buttons; a blocking run keeps the kernel busy, so a click would only
+be handled after it: its panel has none (interrupting the kernel stops it).
+
+What changes on every refresh is one widget, the capped tables another, so a refresh sends one
+or two messages, and a million-row run costs the browser what a ten-row one does.  When the run
 finishes, the panel is replaced by the run's static HTML summary, which saved and exported
 notebooks keep.  A blocking run over in less than ``DELAY`` seconds shows only that summary.
 """
@@ -92,7 +94,10 @@ class WidgetView:
         self.stop.on_click(lambda _: run.stop())
         self.retry_parked.on_click(lambda _: self._retry("parked"))
         self.retry_failed.on_click(lambda _: self._retry("failed"))
-        self.buttons = w.HBox([self.bar, self.stop, self.retry_parked, self.retry_failed])
+        # A blocking run keeps the kernel busy: a click would be handled only once it is over.
+        # Its panel has no buttons (interrupting the kernel stops it); a background run's has.
+        background = run._maprun.opts.background
+        self.buttons = w.HBox([self.bar, self.stop, self.retry_parked, self.retry_failed] if background else [self.bar])
         self.panel = w.VBox([self.buttons, self.status, self.tables])
         self.panel.add_class("playbook-live")
         if self.handle is None:
