@@ -59,6 +59,8 @@ def test_auto_progress_shows_the_widget_and_leaves_the_summary(kernel: Any) -> N
     assert "<td>80</td><td>79</td>" in html and "three" in html  # 80 rows, 79 ok; the error grouped
     state_updates = [m for m in messages if m["msg_type"] == "comm_msg" and "value" in m["content"]["data"].get("state", {})]
     assert state_updates  # the bar moved while the run went on
+    models = [m["content"]["data"]["state"].get("_model_name") for m in messages if m["msg_type"] == "comm_open"]
+    assert "IntProgressModel" in models and "ButtonModel" not in models  # a blocking run's panel has no buttons
 
 
 def test_buttons_stop_and_retry_a_background_run(kernel: Any) -> None:

@@ -88,16 +88,19 @@ class WidgetView:
         self.bar = w.IntProgress(min=0, max=max(run.state.total, 1), description=escape(run._maprun.play.name))
         # What changes on every refresh shares one widget (one message); the capped tables change less.
         self.status, self.tables = w.HTML(), w.HTML()
-        self.stop = w.Button(description="Stop", icon="stop", tooltip="Stop the run: rows not finished are skipped")
-        self.retry_parked = w.Button(description="Retry parked", tooltip="Run the parked rows again, with a fresh wait budget")
-        self.retry_failed = w.Button(description="Retry failed", tooltip="Run the failed rows again")
-        self.stop.on_click(lambda _: run.stop())
-        self.retry_parked.on_click(lambda _: self._retry("parked"))
-        self.retry_failed.on_click(lambda _: self._retry("failed"))
+        self.stop = self.retry_parked = self.retry_failed = None
+        row = [self.bar]
         # A blocking run keeps the kernel busy: a click would be handled only once it is over.
         # Its panel has no buttons (interrupting the kernel stops it); a background run's has.
-        background = run._maprun.opts.background
-        self.buttons = w.HBox([self.bar, self.stop, self.retry_parked, self.retry_failed] if background else [self.bar])
+        if run._maprun.opts.background:
+            self.stop = w.Button(description="Stop", icon="stop", tooltip="Stop the run: rows not finished are skipped")
+            self.retry_parked = w.Button(description="Retry parked", tooltip="Run the parked rows again, with a fresh wait budget")
+            self.retry_failed = w.Button(description="Retry failed", tooltip="Run the failed rows again")
+            self.stop.on_click(lambda _: run.stop())
+            self.retry_parked.on_click(lambda _: self._retry("parked"))
+            self.retry_failed.on_click(lambda _: self._retry("failed"))
+            row += [self.stop, self.retry_parked, self.retry_failed]
+        self.buttons = w.HBox(row)
         self.panel = w.VBox([self.buttons, self.status, self.tables])
         self.panel.add_class("playbook-live")
         if self.handle is None:
@@ -116,7 +119,7 @@ class WidgetView:
         if not self._run._maprun.opts.background:
             # The cell that showed the panel is still running, so every frontend applies the
             # update: nothing of the panel stays on the page.
-            _close(self.panel, self.buttons, self.bar, self.stop, self.retry_parked, self.retry_failed, self.status, self.tables)
+            _close(self.panel, self.buttons, self.bar, self.status, self.tables)
             self.panel = None
             return
         # After a background run, JupyterLab keeps the widget (it applies updates only while the
@@ -202,9 +205,10 @@ class WidgetView:
             self.bar.max = max(s.total, 1)
             self.bar.value = done
             self.status.value = head + counters_table(s) + providers_table(providers, now=wall)
-            self.retry_parked.disabled = not tally.parked
-            self.retry_failed.disabled = not tally.failed
-            self.stop.disabled = s.finished is not None
+            if self.stop is not None:
+                self.retry_parked.disabled = not tally.parked
+                self.retry_failed.disabled = not tally.failed
+                self.stop.disabled = s.finished is not None
             # The tables cost a sort of the error groups: redrawn when they changed, twice a second at most.
             if (tally.version != self._drawn or s.waterfalls) and now - self._last_tables >= _TABLES_INTERVAL:
                 self._drawn, self._last_tables = tally.version, now
@@ -218,6 +222,8 @@ class WidgetView:
 def _close(*widgets: Any) -> None:
     """Close widgets with their layout and style, which are widgets of their own."""
     for widget in widgets:
+        if widget is None:
+            continue
         for part in (getattr(widget, "layout", None), getattr(widget, "style", None), widget):
             if part is not None:
                 part.close()
