@@ -170,3 +170,18 @@ def test_magic_help_lists_the_options(kernel: Kernel) -> None:
     got = kernel.run("from playbook.magic import PlayMagics\nprint(PlayMagics.play.__doc__)")
     for option in ("--on", "--out", "--store", "--concurrency", "--refresh", "--limit", "--key", "--max-cost", "--max-wait", "--background"):
         assert option in got["stdout"]
+
+
+def test_background_returns_the_run_at_once_and_the_cell_ends(kernel: Kernel) -> None:
+    """--background stores the Run in --out and ends the cell while it runs; run.wait() gives the columns."""
+    got = kernel.run("""
+        %%play sleepy --on df --out job --background
+        import asyncio
+        await asyncio.sleep(0.3)
+        z = await ctx.tool(double, n=row.n + 50)
+    """)
+    assert got["error"] is None, got["error"]
+    assert kernel.value("(type(job).__name__, job.running)") == ("Run", True)
+    assert kernel.value("job.wait()['z'].tolist()") == [102, 104, 106]
+    assert kernel.value("list(job.result.columns)") == ["n", "z", "play_status", "play_error"]
+    assert kernel.value("(job.running, job.stats.ok)") == (False, 3)
