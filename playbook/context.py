@@ -33,7 +33,7 @@ class Context:
     """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.waterfall(...)``, ``ctx.step(...)``,
     ``ctx.sleep(...)``, ``ctx.log(...)``."""
 
-    __slots__ = ("_run", "row_key", "position", "attempt", "_seen", "logs", "_signal")
+    __slots__ = ("_run", "row_key", "position", "attempt", "_seen", "logs", "_signal", "calls", "cost")
 
     def __init__(self, run: MapRun, row_key: str, position: int, attempt: int) -> None:
         self._run = run
@@ -43,6 +43,10 @@ class Context:
         self._seen: dict[str, int] | None = None  # calls per tool so far: the occurrence index
         self.logs: list[str] | None = None
         self._signal: BaseException | None = None  # a suspension or fatal error, remembered
+        # The row's calls, paid now or before, and what they cost: its memo keeps them, so a
+        # rerun that reuses the row can say what it saved.
+        self.calls = 0
+        self.cost = 0.0
 
     @property
     def run_id(self) -> str:
@@ -201,6 +205,14 @@ class Context:
             self._run.fatal_stop(exc, self.position)
             raise
 
+    def _count(self, tool: Tool, *, reused: bool) -> None:
+        self.calls += 1
+        self.cost += tool.cost
+        if reused:
+            self._run.call_reused(tool)
+        else:
+            self._run.call_executed(tool)
+
     async def _dispatch(self, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> tuple[Any, bool]:
         run = self._run
         values = tool.bind(input, kwargs)
@@ -221,7 +233,7 @@ class Context:
         while not force:
             record = store.lookup(key, ttl)
             if record is not MISSING:
-                run.call_reused(tool)
+                self._count(tool, reused=True)
                 return record["out"], record["miss"]
             pending = store.inflight.get(key)
             if pending is None:
@@ -238,13 +250,13 @@ class Context:
                 check = (lambda: MISSING) if force else (lambda: store.lookup(key, ttl))
                 record = await leases.wait(key, check, MISSING)
                 if record is not MISSING:
-                    run.call_reused(tool)
+                    self._count(tool, reused=True)
                     return record["out"], record["miss"]
             elif not force:
                 # Another process may have paid and let go between our lookup and our lease.
                 record = store.lookup(key, ttl)
                 if record is not MISSING:
-                    run.call_reused(tool)
+                    self._count(tool, reused=True)
                     return record["out"], record["miss"]
             run.reserve(tool)
             try:
@@ -266,7 +278,7 @@ class Context:
             except BaseException:
                 run.refund(tool)
                 raise
-            run.call_executed(tool)
+            self._count(tool, reused=False)
             try:
                 stored = jsonable(output)
             except (TypeError, ValueError) as exc:

@@ -118,6 +118,8 @@ class RowFinished(NamedTuple):
     copies: int = 1  # rows with the same key share this outcome
     ran: bool = True  # False for rows settled without running (reused, skipped)
     held: bool = False  # the row was waiting in the retry queue (settled by a stop)
+    calls: int = 0  # a reused row: the calls its memo saved (all reused)
+    cost: float = 0.0  # and what they cost
 
 
 class RowHeld(NamedTuple):

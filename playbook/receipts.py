@@ -272,13 +272,14 @@ class ReceiptStore:
 
     # -- row memos (buffered: losing one only means a row replays against its receipts) --
 
-    def memos(self, keys: list[str]) -> dict[str, Any]:
-        """Row memos for the keys that have one, in one SQL query per 500 keys.
+    def memos(self, keys: list[str]) -> dict[str, tuple[dict[str, Any], int, float]]:
+        """Row memos for the keys that have one, in one SQL query per 500 keys: the row's output,
+        and how many calls it made and what they cost (0 for a memo written before they were kept).
 
         A memo that cannot be read is left out (with a warning): its row runs again, against
         its receipts, so that costs nothing.
         """
-        found: dict[str, Any] = {}
+        found: dict[str, tuple[dict[str, Any], int, float]] = {}
         bad: list[str] = []
         con = self._cache._con
         try:
@@ -290,8 +291,10 @@ class ReceiptStore:
                         memo = json.loads(value)
                     except (TypeError, ValueError):
                         memo = None
-                    if type(memo) is dict:
-                        found[key] = memo
+                    if type(memo) is list and len(memo) == 3 and type(memo[0]) is dict:
+                        found[key] = (memo[0], memo[1], memo[2])
+                    elif type(memo) is dict:  # an output alone, as memos were first written
+                        found[key] = (memo, 0, 0.0)
                     else:
                         bad.append(key)
         except sqlite3.Error as exc:
@@ -303,11 +306,12 @@ class ReceiptStore:
             )  # fmt: skip
         return found
 
-    def add_memo(self, key: str, output: dict[str, Any], play: str) -> None:
-        """Remember a finished row's output; written at the next flush.  An output with no JSON
-        form is not remembered: that row simply runs again next time, against its receipts."""
+    def add_memo(self, key: str, output: dict[str, Any], play: str, calls: int = 0, cost: float = 0.0) -> None:
+        """Remember a finished row's output, with how many calls it made and their cost; written
+        at the next flush.  An output with no JSON form is not remembered: that row simply runs
+        again next time, against its receipts."""
         try:
-            text = to_json(output)
+            text = to_json([output, calls, cost])
         except (TypeError, ValueError):
             return
         pending = self._pending_memos

@@ -284,6 +284,42 @@ def test_unreadable_row_memo_replays_the_row_for_free(store: pb.ReceiptStore, ca
     assert any("row memo(s)" in r.getMessage() and "cannot be read" in r.getMessage() for r in caplog.records)
 
 
+def test_a_reused_row_counts_the_calls_and_cost_its_memo_saved(store: pb.ReceiptStore) -> None:
+    """A rerun answered from row memos reports every call of those rows as reused and their cost as saved."""
+
+    @pb.tool(cost=0.5)
+    async def priced(n: int) -> int:
+        return n + 1
+
+    @pb.play
+    async def twice(row, ctx):
+        first = await ctx.tool(priced, n=row.n)
+        return {"v": await ctx.tool(priced, n=first + 100)}
+
+    frame = pd.DataFrame({"n": [1, 2, 2, 3]})  # a duplicate key: its row runs (and saves) once
+    first = frame.play.run(twice, store=store, progress=False).stats
+    again = frame.play.run(twice, store=store, progress=False).stats
+    assert (first.calls_executed, first.cost_spent, first.calls_reused) == (6, 3.0, 0)
+    assert (again.reused, again.calls_executed, again.calls_reused, again.cost_saved, again.cost_spent) == (4, 0, 6, 3.0, 0.0)
+
+
+def test_memos_written_without_counts_still_reuse_their_rows(store: pb.ReceiptStore) -> None:
+    """A memo holding only the output (the first memo format) still settles its row as reused, saving 0 counted calls."""
+    calls: list[str] = []
+    lookup = _counting_tool(calls)
+
+    @pb.play
+    async def find(row, ctx):
+        return {"v": await ctx.tool(lookup, q=row.q)}
+
+    _frame().play.map(find, store=store, progress=False)
+    store.flush()
+    _sql(store.path / "cache.db", "UPDATE playbook_memo SET value = json_extract(value, '$[0]')")
+    out = _frame().play.map(find, store=store, progress=False)
+    assert out["play_status"].tolist() == ["reused"] * 3 and out["v"].tolist() == ["value"] * 3
+    assert calls == ["a", "b", "c"] and pb.last_run().stats.calls_reused == 0
+
+
 def test_failed_receipt_write_fails_the_row_instead_of_hanging(store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """A receipt that cannot be written (disk full) fails its row with ReceiptError; the run does not wait forever."""
     import diskcache

@@ -61,4 +61,4 @@ def test_text_view_counts_rows_and_calls(store: pb.ReceiptStore) -> None:
     lines = out.getvalue().strip().splitlines()
     summaries = [line for line in lines if line.startswith("double: 4 rows")]
     assert summaries[0].startswith("double: 4 rows | ok 4 | reused 0 | failed 0 | calls executed 3, reused 0")
-    assert summaries[1].startswith("double: 4 rows | ok 0 | reused 4 | failed 0 | calls executed 0, reused 0")
+    assert summaries[1].startswith("double: 4 rows | ok 0 | reused 4 | failed 0 | calls executed 0, reused 3")  # the memos saved 3 calls

@@ -284,7 +284,8 @@ class MapRun:
                     self._memo_keys[pos] = mk
                     rest.append(pos)
                 else:
-                    self._settle(pos, "reused", memo, None, ran=False)
+                    output, calls, cost = memo
+                    self._settle(pos, "reused", output, None, ran=False, calls=calls, cost=cost)
         return rest
 
     def _spawn(self, count: int) -> None:
@@ -347,7 +348,7 @@ class MapRun:
         else:
             self._settle(pos, "ok", output, None)
             mk = self._memo_keys.pop(pos, None) or "m" + memo_key(self.play.fingerprint, self.keys[pos])  # type: ignore[arg-type]
-            self.store.add_memo(mk, output, self.play.name)
+            self.store.add_memo(mk, output, self.play.name, ctx.calls, ctx.cost)
 
     def _park(self, pos: int, reason: str, message: str, provider: str | None, ready_at: float | None) -> None:
         for p in (pos, *self._copies.get(pos, ())):
@@ -356,7 +357,8 @@ class MapRun:
         self._settle(pos, "parked", None, message)
 
     def _settle(
-        self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, *, ran: bool = True, held: bool = False
+        self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, *, ran: bool = True, held: bool = False,
+        calls: int = 0, cost: float = 0.0,
     ) -> None:
         self._started.discard(pos)
         # Settled: its wait budgets go (a retried row waits afresh: max_wait counts from then).
@@ -366,7 +368,7 @@ class MapRun:
             self.status[p] = status
             self.outputs[p] = output
             self.errors[p] = error
-        self.state.emit(RowFinished(pos, status, error, 1 + len(copies) if copies else 1, ran, held))
+        self.state.emit(RowFinished(pos, status, error, 1 + len(copies) if copies else 1, ran, held, calls, cost))
 
     def _settle_unfinished(self, positions: list[int]) -> None:
         why = "not run: " + (str(self.fatal).split("\n")[0] if self.fatal is not None else "the run was stopped")

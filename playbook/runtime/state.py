@@ -66,6 +66,9 @@ class RunState:
             self.in_flight -= event.ran
             self.held -= event.held
             setattr(self, event.status, getattr(self, event.status) + n)
+            if event.calls:  # a reused row: every call it made is reused, once per key
+                self.calls_reused += event.calls
+                self.cost_saved += event.cost
         elif kind is CallFinished:
             if event.reused:
                 self.calls_reused += 1
