@@ -143,7 +143,7 @@ def test_a_background_run_shows_its_panel_in_its_own_cell_and_ends_as_the_summar
     assert [m for m in started if m["msg_type"] == "display_data" and WIDGET in m["content"]["data"]]
     messages = _run(kernel, """
         job.wait()
-        buttons, summary = job.view.panel.children
+        _, buttons, summary = job.view.panel.children  # the hidden style, the Retry buttons, the summary
         print(json.dumps([[(b.description, b.disabled) for b in buttons.children], summary.value, job.view.bar.comm is None]))
     """)
     buttons, summary, closed = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))

@@ -32,6 +32,12 @@ __all__ = ["DELAY", "WidgetView", "in_kernel"]
 _INTERVAL = 0.1  # at most 10 refreshes a second
 _TABLES_INTERVAL = 0.5
 DELAY = 0.5  # seconds a run goes on before its live panel appears
+_CSS = (
+    "<style>.playbook-live .widget-html-content{line-height:1.4}"
+    ".playbook-live table{border-collapse:collapse;margin:4px 0}"
+    ".playbook-live th,.playbook-live td{padding:1px 10px 1px 0;text-align:left}"
+    ".playbook-live th{border-bottom:1px solid var(--jp-border-color2,#ccc)}</style>"
+)
 
 
 def in_kernel() -> bool:
@@ -88,6 +94,8 @@ class WidgetView:
         self.bar = w.IntProgress(min=0, max=max(run.state.total, 1), description=escape(run._maprun.play.name))
         # What changes on every refresh shares one widget (one message); the capped tables change less.
         self.status, self.tables = w.HTML(), w.HTML()
+        self.status.add_class("playbook-status")
+        self.tables.add_class("playbook-tables")
         self.stop = self.retry_parked = self.retry_failed = None
         row = [self.bar]
         # A blocking run keeps the kernel busy: a click would be handled only once it is over.
@@ -101,7 +109,9 @@ class WidgetView:
             self.retry_failed.on_click(lambda _: self._retry("failed"))
             row += [self.stop, self.retry_parked, self.retry_failed]
         self.buttons = w.HBox(row)
-        self.panel = w.VBox([self.buttons, self.status, self.tables])
+        # Compact tables: an HTML widget's line height is a button's.  Sent once, hidden.
+        self._css = w.HTML(_CSS, layout=w.Layout(display="none"))
+        self.panel = w.VBox([self._css, self.buttons, self.status, self.tables])
         self.panel.add_class("playbook-live")
         if self.handle is None:
             self.handle = display(self.panel, display_id=True)
@@ -119,7 +129,7 @@ class WidgetView:
         if not self._run._maprun.opts.background:
             # The cell that showed the panel is still running, so every frontend applies the
             # update: nothing of the panel stays on the page.
-            _close(self.panel, self.buttons, self.bar, self.status, self.tables)
+            _close(self.panel, self.buttons, self.bar, self.status, self.tables, self._css)
             self.panel = None
             return
         # After a background run, JupyterLab keeps the widget (it applies updates only while the
@@ -129,7 +139,7 @@ class WidgetView:
         self.buttons.children = [self.retry_parked, self.retry_failed]
         self.retry_parked.disabled = not self.tally.parked
         self.retry_failed.disabled = not self.tally.failed
-        self.panel.children = [self.buttons, w.HTML(summary)]
+        self.panel.children = [self._css, self.buttons, w.HTML(summary)]
 
     def _retry(self, status: str) -> None:
         self._run.retry(statuses=(status,))
