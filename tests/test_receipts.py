@@ -265,8 +265,8 @@ def test_unreadable_receipt_is_left_out_of_listings_once_warned(tmp_path: Path, 
     store.close()
 
 
-def test_unreadable_row_memo_replays_the_row_for_free(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture) -> None:
-    """A damaged row memo makes its row run again against its receipts (no call paid), with a warning."""
+def _memoised(store: pb.ReceiptStore) -> tuple[list[str], pb.Play]:
+    """A play over ``_frame()`` that looks each row up once, already run: its memos are on disk."""
     calls: list[str] = []
     lookup = _counting_tool(calls)
 
@@ -276,6 +276,12 @@ def test_unreadable_row_memo_replays_the_row_for_free(store: pb.ReceiptStore, ca
 
     _frame().play.map(find, store=store, progress=False)
     store.flush()
+    return calls, find
+
+
+def test_unreadable_row_memo_replays_the_row_for_free(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture) -> None:
+    """A damaged row memo makes its row run again against its receipts (no call paid), with a warning."""
+    calls, find = _memoised(store)
     _sql(store.path / "cache.db", "UPDATE playbook_memo SET value = '{\"v\":' WHERE key = (SELECT MIN(key) FROM playbook_memo)")
     caplog.clear()
     out = _frame().play.map(find, store=store, progress=False)
@@ -305,15 +311,7 @@ def test_a_reused_row_counts_the_calls_and_cost_its_memo_saved(store: pb.Receipt
 
 def test_memos_written_without_counts_still_reuse_their_rows(store: pb.ReceiptStore) -> None:
     """A memo holding only the output (the first memo format) still settles its row as reused, saving 0 counted calls."""
-    calls: list[str] = []
-    lookup = _counting_tool(calls)
-
-    @pb.play
-    async def find(row, ctx):
-        return {"v": await ctx.tool(lookup, q=row.q)}
-
-    _frame().play.map(find, store=store, progress=False)
-    store.flush()
+    calls, find = _memoised(store)
     _sql(store.path / "cache.db", "UPDATE playbook_memo SET value = json_extract(value, '$[0]')")
     out = _frame().play.map(find, store=store, progress=False)
     assert out["play_status"].tolist() == ["reused"] * 3 and out["v"].tolist() == ["value"] * 3
