@@ -51,7 +51,10 @@ class Leases:
         self.held: set[str] = set()
         self._asks: list[tuple[str, asyncio.Future[bool]]] = []
         self._releases: list[str] = []
-        self._renewer: asyncio.Task[None] | None = None
+        # Renewal is a timer, not a task: ending it is a cancel that raises nothing.  (Cancelling
+        # a task inside a blocking map() leaves a CancelledError whose traceback holds the
+        # caller's frames, and with them the Run, until the cyclic garbage collector runs.)
+        self._renewer: asyncio.TimerHandle | None = None
         self._sql(lambda con: con.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL) WITHOUT ROWID"))
 
     def __repr__(self) -> str:
@@ -90,8 +93,8 @@ class Leases:
                 asked.set_result(ok)
             elif ok:  # the caller went away (cancelled): give the lease back
                 self.release(key)
-        if self.held and (self._renewer is None or self._renewer.done()):
-            self._renewer = asyncio.ensure_future(self._renew())
+        if self.held and self._renewer is None:
+            self._renewer = asyncio.get_running_loop().call_later(self.ttl / 3, self._renew)
 
     def release(self, key: str) -> None:
         """Give a lease back (after its receipt is committed, or when the call failed)."""
@@ -113,26 +116,23 @@ class Leases:
         except ReceiptError:
             pass  # an unreleased lease only expires later; the receipt is what matters
 
-    async def _renew(self) -> None:
-        while self.held:
-            await asyncio.sleep(self.ttl / 3)
-            owner = self.owner
-            try:
-                self._sql(lambda con: con.execute(f"UPDATE {_TABLE} SET expires = ? WHERE owner = ?", (time.time() + self.ttl, owner)))
-            except ReceiptError:
-                continue
+    def _renew(self) -> None:
+        """Extend every lease this process holds, then again in ttl/3 while it holds any."""
+        self._renewer = None
+        if not self.held:
+            return
+        owner = self.owner
+        try:
+            self._sql(lambda con: con.execute(f"UPDATE {_TABLE} SET expires = ? WHERE owner = ?", (time.time() + self.ttl, owner)))
+        except ReceiptError:
+            pass  # try again at the next turn; a lease that lapses meanwhile is only taken over
+        self._renewer = asyncio.get_running_loop().call_later(self.ttl / 3, self._renew)
 
     async def settle(self) -> None:
-        """Stop renewing once nothing is held (the end of a run), so no task outlives its loop."""
-        renewer = self._renewer
-        if renewer is not None and not self.held and not renewer.done():
-            renewer.cancel()
-            try:
-                await renewer
-            except asyncio.CancelledError:
-                if asyncio.current_task().cancelling():  # type: ignore[union-attr]
-                    raise  # we are cancelled ourselves, not just the renewer
-        self._renewer = None
+        """Stop renewing once nothing is held (the end of a run), so no timer outlives its loop."""
+        if self._renewer is not None and not self.held:
+            self._renewer.cancel()
+            self._renewer = None
 
     async def wait(self, key: str, check: Callable[[], Any], missing: Any) -> Any:
         """Wait while another process holds ``key``: returns what ``check()`` finds (its receipt)

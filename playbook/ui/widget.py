@@ -15,6 +15,7 @@ notebooks keep.  A blocking run over in less than ``DELAY`` seconds shows only t
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from html import escape
 from typing import TYPE_CHECKING, Any
@@ -58,7 +59,9 @@ class WidgetView:
     def __init__(
         self, run: Run, *, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time
     ) -> None:
-        self._run = run
+        # The run holds this view (run.view, and its state's listeners): a strong reference back
+        # would make a cycle, and a finished run would wait for the cyclic garbage collector.
+        self._ref = weakref.ref(run)
         self._clock = clock
         self._wall = wall  # hold deadlines are epoch seconds: the countdown reads this clock
         self._last = self._last_tables = 0.0
@@ -68,7 +71,8 @@ class WidgetView:
         self.panel: Any = None  # built once the run has gone on for DELAY seconds
         self.handle: Any = None
         self._timer: Any = None
-        self.tally = Tally(run._maprun.label)
+        maprun = weakref.ref(run._maprun)
+        self.tally = Tally(lambda position: maprun().label(position))  # type: ignore[union-attr]
         # Redrawn on a timer, not per row: only the events that change what it shows call it.
         state = run.state
         self._unsubscribe = [
@@ -80,6 +84,13 @@ class WidgetView:
             # in that cell.  Later output would land wherever the kernel happens to be then;
             # widget updates and the final summary (by display id) find it anywhere.
             self._build()
+
+    @property
+    def _run(self) -> Run:
+        run = self._ref()
+        if run is None:  # pragma: no cover - the run owns this view: it cannot outlive it
+            raise RuntimeError("the run of this view is gone")
+        return run
 
     def unsubscribe(self) -> None:
         for undo in self._unsubscribe:
@@ -104,9 +115,10 @@ class WidgetView:
             self.stop = w.Button(description="Stop", icon="stop", tooltip="Stop the run: rows not finished are skipped")
             self.retry_parked = w.Button(description="Retry parked", tooltip="Run the parked rows again, with a fresh wait budget")
             self.retry_failed = w.Button(description="Retry failed", tooltip="Run the failed rows again")
+            # The buttons hold the run: the panel stays on the page after the run, to retry it.
             self.stop.on_click(lambda _: run.stop())
-            self.retry_parked.on_click(lambda _: self._retry("parked"))
-            self.retry_failed.on_click(lambda _: self._retry("failed"))
+            self.retry_parked.on_click(lambda _: self._retry(run, "parked"))
+            self.retry_failed.on_click(lambda _: self._retry(run, "failed"))
             row += [self.stop, self.retry_parked, self.retry_failed]
         self.buttons = w.HBox(row)
         # Compact tables: an HTML widget's line height is a button's.  Sent once, hidden.
@@ -141,9 +153,9 @@ class WidgetView:
         self.retry_failed.disabled = not self.tally.failed
         self.panel.children = [self._css, self.buttons, w.HTML(summary)]
 
-    def _retry(self, status: str) -> None:
-        self._run.retry(statuses=(status,))
-        if self.panel is not None and self._run.running:
+    def _retry(self, run: Run, status: str) -> None:
+        run.retry(statuses=(status,))
+        if self.panel is not None and run.running:
             self._render()
 
     def on_event(self, event: Event) -> None:
