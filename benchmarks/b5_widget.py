@@ -15,9 +15,10 @@ groups) and one in 11 is parked by a provider that holds for an hour.  It checks
 stays live (the gap between two updates the kernel sends stays under a second) and that no
 update grows with the run (the parked and error tables are capped), and what it costs.
 
-Each timed map starts with ``gc.collect()``: a finished run leaves reference cycles, and without
-it the garbage of one contender's run is collected during the next one's timing (without it the
-5k case read 0.91-0.92; with it, 0.98-1.05).
+Each timed map starts with ``gc.collect()``, so both contenders start from the same collector
+state in a kernel whose heap holds the earlier results.  Without it the 5k case reads 0.91-0.92,
+consistently, though the widget's own code costs ~3 ms of its ~110 ms (measured in the kernel);
+with it, 0.98-1.05.  I have not found what the collector does differently in the widget's runs.
 """
 
 from __future__ import annotations
