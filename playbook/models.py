@@ -33,6 +33,11 @@ __all__ = [
     "WaterfallFinished",
 ]
 
+
+def time_of_day(epoch: float) -> str:
+    """The local time of day of an epoch timestamp: how a hold's or a parked row's deadline reads."""
+    return time.strftime("%H:%M:%S", time.localtime(epoch))
+
 Status = Literal["ok", "reused", "failed", "parked", "skipped"]
 
 
@@ -89,7 +94,7 @@ class ProviderHold(BaseModel):
     last_status: int | None = None
 
     def __str__(self) -> str:
-        when = "no hold now" if self.until is None else "until " + time.strftime("%H:%M:%S", time.localtime(self.until))
+        when = "no hold now" if self.until is None else "until " + time_of_day(self.until)
         status = f", last status {self.last_status}" if self.last_status is not None else ""
         return f"{self.provider}: {when}, {self.waiting_rows} rows waiting ({self.parked_rows} parked){status}"
 

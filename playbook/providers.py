@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from .errors import PlayDefinitionError, ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
 from .limits import Backoff, Pace
-from .models import ProviderHoldLifted, ProviderHoldSet, RateChanged
+from .models import ProviderHoldLifted, ProviderHoldSet, RateChanged, time_of_day
 from .signals import Held, WaitBudget
 
 __all__ = ["HEADROOM", "IN_PLACE", "Provider", "Ticket"]
@@ -130,7 +130,7 @@ class Provider:
     def __repr__(self) -> str:
         limits = [f"{k}={getattr(self, k)!r}" for k in ("rps", "burst", "concurrency") if getattr(self, k) is not None]
         rate = "unlimited" if self.pace.rate is None else f"{self.pace.rate:.3g}/s"
-        hold = f" held until {time.strftime('%H:%M:%S', time.localtime(self.hold_wall))}" if self.held else ""
+        hold = f" held until {time_of_day(self.hold_wall)}" if self.held else ""
         head = " ".join([repr(self.name), *limits])
         return f"<Provider {head} rate={rate} in_flight={self.in_flight} 429s={self.refused}{hold}>"
 
@@ -251,7 +251,7 @@ class Provider:
         budget = ticket.budget
         if wait > budget.left + 1e-9:
             wall = time.time() + wait
-            when = time.strftime("%H:%M:%S", time.localtime(wall))
+            when = time_of_day(wall)
             raise ProviderExhausted(
                 f"tool {ticket.tool!r}: provider {self.name!r} holds calls until {when} ({wait:.0f}s from now), "
                 f"past this row's wait budget ({max(budget.left, 0):.0f}s left of max_wait)",

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pandas as pd
@@ -319,16 +318,16 @@ def test_map_inside_a_running_loop(tmp_path) -> None:
 
     Runs in a fresh interpreter, as in a kernel: nest-asyncio patches asyncio process-wide.
     """
-    script = f"""
+    script = """
 import asyncio, pandas as pd, playbook as pb
 
 @pb.play
 async def doubled(row, ctx):
-    return {{"double": row.n * 2}}
+    return {"double": row.n * 2}
 
 async def notebook_cell():
-    first = pd.DataFrame({{"n": [1, 2]}}).play.map(doubled, progress=False)
-    again = pd.DataFrame({{"n": [1, 2]}}).play.map(doubled, progress=False)
+    first = pd.DataFrame({"n": [1, 2]}).play.map(doubled, progress=False)
+    again = pd.DataFrame({"n": [1, 2]}).play.map(doubled, progress=False)
     return first["double"].tolist(), again["play_status"].tolist()
 
 print(asyncio.run(notebook_cell()))

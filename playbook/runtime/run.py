@@ -17,6 +17,7 @@ from ..receipts import ReceiptStore
 from ..ui import attach_view
 from .options import RunOptions
 from .scheduler import MapRun
+from .state import LEG_COLUMNS
 
 __all__ = ["Run", "last_run", "start"]
 
@@ -105,13 +106,7 @@ class Run:
     @property
     def waterfalls(self) -> pd.DataFrame:
         """Per waterfall leg: hits, misses, unavailable, errors and how often it was never reached."""
-        rows = [
-            (key, i, *leg)
-            for key, legs in self._maprun.state.waterfalls.items()
-            for i, leg in enumerate(legs)
-        ]
-        columns = ["waterfall", "leg", "tool", "hits", "misses", "unavailable", "errors", "never_reached"]
-        return pd.DataFrame(rows, columns=columns)
+        return pd.DataFrame(self._maprun.state.leg_rows(), columns=LEG_COLUMNS)
 
     @property
     def errors(self) -> pd.DataFrame:

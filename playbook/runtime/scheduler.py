@@ -12,6 +12,7 @@ import asyncio
 import linecache
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -77,8 +78,7 @@ class MapRun:
         self._held = RetryQueue()
         self._tickets: dict[str, Ticket] = {}  # logical call -> its standing with the provider
         self._budgets: dict[int, dict[str, WaitBudget]] = {}  # row -> provider -> wait left, until it settles
-        self.providers: dict[str, Provider] = {}
-        self._unsubscribe: list[Any] = []
+        self._watching: dict[str, Callable[[], None]] = {}  # provider -> unsubscribe, while this execution runs
         self._client: httpx.AsyncClient | None = None
         self._committed_cost = 0.0
         self._stopping = False
@@ -153,10 +153,9 @@ class MapRun:
 
     def _watch(self, provider: Provider) -> None:
         """Forward a provider's hold and rate events to this run's views while it runs."""
-        if provider.name not in self.providers:
-            self.providers[provider.name] = provider
+        if provider.name not in self._watching:
             self.state.providers[provider.name] = provider
-            self._unsubscribe.append(provider.subscribe(self.state.emit))
+            self._watching[provider.name] = provider.subscribe(self.state.emit)
 
     def fatal_stop(self, exc: BaseException, pos: int) -> None:
         """A fatal error (bad credentials, no credit): dispatch nothing more, stop the other rows now."""
@@ -204,10 +203,9 @@ class MapRun:
             self._settle_unfinished(self._positions)
             self.store.flush()
             await self.store.leases.settle()
-            for unsubscribe in self._unsubscribe:
+            for unsubscribe in self._watching.values():
                 unsubscribe()
-            self._unsubscribe.clear()
-            self.providers.clear()
+            self._watching.clear()
             if self._client is not None:
                 await self._client.aclose()
                 self._client = None

@@ -12,10 +12,11 @@ from ..models import (
     WaterfallFinished,
 )  # fmt: skip
 
-__all__ = ["RunState"]
+__all__ = ["LEG_COLUMNS", "RunState"]
 
 Listener = Callable[[Event], None]
 _LEG_COLUMN = {"hit": 1, "miss": 2, "unavailable": 3, "error": 4, "never": 5}
+LEG_COLUMNS = ["waterfall", "leg", "tool", "hits", "misses", "unavailable", "errors", "never_reached"]
 
 
 class RunState:
@@ -105,6 +106,10 @@ class RunState:
             listener(event)
         for inner in self._by_kind.get(kind, ()):
             inner(event)
+
+    def leg_rows(self) -> list[list[Any]]:
+        """One row per waterfall leg, in ``LEG_COLUMNS`` order."""
+        return [[key, i, *leg] for key, legs in self.waterfalls.items() for i, leg in enumerate(legs)]
 
     @property
     def done(self) -> int:

@@ -6,10 +6,12 @@ grouped by message, each capped so a million-row run renders as small as a ten-r
 
 from __future__ import annotations
 
-import time
-from collections import Counter
 from html import escape
 from typing import TYPE_CHECKING, Any
+
+from ..models import time_of_day
+from ..runtime.state import LEG_COLUMNS, RunState
+from .tally import Tally
 
 if TYPE_CHECKING:
     from ..runtime.run import Run
@@ -25,18 +27,11 @@ def run_html(run: Run) -> str:
     state = "running" if run.running else ("stopped" if m.state.stopped else "finished")
     rate = (s.done / s.elapsed) if s.elapsed else 0.0
     parts = [f"<div class='playbook-run'><b>{_e(m.play.name)}</b> · {state} · {s.elapsed:.1f}s · {rate:,.0f} rows/s", counters_table(s)]
-    holds = {h.provider: h for h in run.holds}
-    parts.append(providers_table([(name, p, holds[name].until if name in holds else None, holds[name].waiting_rows if name in holds else 0) for name, p in m.state.providers.items()]))
-    parked = [(m._labels[p], m.park_reason[p], m.park_provider[p], m.park_ready[p]) for p, st in enumerate(m.status) if st == "parked"]
-    parts.append(parked_table(parked[:LIMIT], len(parked)))
-    errors = Counter(e for e, st in zip(m.errors, m.status) if st == "failed")
-    example: dict[str, Any] = {}
-    if errors:
-        for label, e, st in zip(m._labels, m.errors, m.status):
-            if st == "failed" and e not in example:
-                example[e] = label
-    parts.append(errors_table([(count, message, example[message]) for message, count in errors.most_common(LIMIT)], len(errors)))
-    parts.append(legs_table(m.state.waterfalls))
+    tally = Tally.of(m)
+    parts.append(providers_table(m.state.providers, tally.waiting()))
+    parts.append(parked_table(tally.parked_rows(LIMIT), tally.parked_count))
+    parts.append(errors_table(tally.error_groups(LIMIT), len(tally.counts)))
+    parts.append(legs_table(m.state))
     return "\n".join(parts) + "</div>"
 
 
@@ -48,22 +43,23 @@ def counters_table(s: Any) -> str:
     )
 
 
-def providers_table(rows: list[tuple[str, Any, float | None, int]], *, now: float | None = None) -> str:
-    """One line per provider: (name, provider, held until or None, rows waiting).  Given ``now``,
-    a hold shows the seconds left, for a live countdown."""
-    if not rows:
+def providers_table(providers: dict[str, Any], waiting: dict[str | None, int], *, now: float | None = None) -> str:
+    """One line per provider: open or held (until when), rate, in flight, 429s, and the rows
+    ``waiting`` on it.  Given ``now``, a hold shows the seconds left, for a live countdown."""
+    if not providers:
         return ""
     shown = []
-    for name, p, until, waiting in rows:
-        if until is None:
+    for name, p in providers.items():
+        if not p.held:
             state = "open"
         elif now is None:
-            state = "held until " + _clock(until)
+            state = f"held until {time_of_day(p.hold_wall)}"
         else:
-            state = f"held {max(until - now, 0):,.0f}s more, until {_clock(until)}"
-        if until is not None and p.last_status:
+            state = f"held {max(p.hold_wall - now, 0):,.0f}s more, until {time_of_day(p.hold_wall)}"
+        if p.held and p.last_status:
             state += f" (HTTP {p.last_status})"
-        shown.append([name, state, "unlimited" if p.rate is None else f"{p.rate:.3g}/s", p.in_flight, p.refused, waiting])
+        rate = "unlimited" if p.rate is None else f"{p.rate:.3g}/s"
+        shown.append([name, state, rate, p.in_flight, p.refused, waiting.get(name, 0)])
     return _table(["provider", "state", "rate", "in flight", "429s", "rows waiting"], shown)
 
 
@@ -71,7 +67,7 @@ def parked_table(rows: list[tuple[Any, str, str | None, float | None]], count: i
     """Parked rows (row, reason, provider, ready_at), the first ``LIMIT`` of ``count``."""
     if not rows:
         return ""
-    shown = [[r, why, prov or "", _clock(ready) if ready else ""] for r, why, prov, ready in rows]
+    shown = [[r, why, prov or "", time_of_day(ready) if ready else ""] for r, why, prov, ready in rows]
     return "<div>parked rows</div>" + _table(["row", "reason", "provider", "ready at"], shown) + _more(count)
 
 
@@ -82,16 +78,10 @@ def errors_table(groups: list[tuple[int, str, Any]], count: int) -> str:
     return "<div>errors</div>" + _table(["rows", "error", "e.g. row"], [list(g) for g in groups]) + _more(count)
 
 
-def legs_table(waterfalls: dict[str, list[list[Any]]]) -> str:
+def legs_table(state: RunState) -> str:
     """Per waterfall leg: hits, misses, unavailable, errors, never reached."""
-    rows = [[key, i, *leg] for key, legs in waterfalls.items() for i, leg in enumerate(legs)]
-    if not rows:
-        return ""
-    return "<div>waterfalls</div>" + _table(["waterfall", "leg", "tool", "hits", "misses", "unavailable", "errors", "never_reached"], rows)
-
-
-def _clock(epoch: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(epoch))
+    rows = state.leg_rows()
+    return "<div>waterfalls</div>" + _table(LEG_COLUMNS, rows) if rows else ""
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> str:

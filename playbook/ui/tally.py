@@ -21,11 +21,8 @@ KINDS = (RowFinished, RowParked, RowRequeued, RowHeld, RowResumed)
 
 class Tally:
     """Failed rows by message (count and an example), parked rows (reason, provider, ready at), and
-    the rows each provider holds back.
-
-    Every table maps positions or names to strings, numbers or tuples of them: containers the
-    garbage collector need not track.  A run of a million rows keeps a large heap, and a tally
-    of lists would add to every full collection in it.
+    the rows each provider holds back.  The live panel keeps one up to date from the events;
+    the static summary takes one of the rows as they stand (:meth:`of`).
     """
 
     __slots__ = ("_label", "failed", "copies", "counts", "example", "parked", "parked_rows_by", "held", "held_by", "version")
@@ -41,6 +38,25 @@ class Tally:
         self.held: dict[int, str] = {}  # position -> the provider (or "sleep") it waits on
         self.held_by: dict[str, int] = {}  # provider -> rows held now
         self.version = 0  # bumped on every change: a view redraws the tables only when it moved
+
+    @classmethod
+    def of(cls, run: Any) -> Tally:
+        """The tally of a run's rows as they stand (a ``MapRun``): one scan, for a summary."""
+        tally = cls(run.label)
+        for position, status in enumerate(run.status):
+            if status == "failed":
+                message = run.errors[position] or ""
+                tally.failed[position] = message
+                tally.counts[message] = tally.counts.get(message, 0) + 1
+                tally.example.setdefault(message, position)
+            elif status == "parked":
+                provider = run.park_provider[position]
+                tally.parked[position] = (run.park_reason[position], provider, run.park_ready[position])
+                tally.parked_rows_by[provider] = tally.parked_rows_by.get(provider, 0) + 1
+        for position, provider in run._held.waiting_on.items():
+            tally.held[position] = provider
+            tally.held_by[provider] = tally.held_by.get(provider, 0) + 1
+        return tally
 
     def on_event(self, event: Event) -> None:
         kind = type(event)

@@ -9,7 +9,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..models import Event, ProviderHoldLifted, ProviderHoldSet, RowFinished, RowHeld, RowRequeued, RunFinished, RunStarted
+from ..models import Event, ProviderHoldLifted, ProviderHoldSet, RowFinished, RowHeld, RowRequeued, RunFinished, RunStarted, time_of_day
 from ..runtime.state import RunState
 
 __all__ = ["TextView", "summary"]
@@ -61,7 +61,7 @@ class TextView:
         postfix += f" | calls {s.calls_executed} paid, {s.calls_reused} from receipts"
         for p in s.providers.values():
             if p.held:
-                postfix += f" | {p.name} holds until {time.strftime('%H:%M:%S', time.localtime(p.hold_wall))}"
+                postfix += f" | {p.name} holds until {time_of_day(p.hold_wall)}"
         bar.set_postfix_str(postfix, refresh=False)
         bar.refresh()
 
@@ -80,7 +80,7 @@ def summary(state: RunState) -> str:
     line = " | ".join(parts)
     holds = [p for p in s.providers.values() if p.held]
     for p in holds:
-        when = time.strftime("%H:%M:%S", time.localtime(p.hold_wall))
+        when = time_of_day(p.hold_wall)
         status = f" (HTTP {p.last_status})" if p.last_status else ""
         line += f"\nprovider {p.name!r} holds calls until {when}{status}; parked rows retry with run.retry() or a rerun"
     return line

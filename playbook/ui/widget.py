@@ -218,15 +218,10 @@ class WidgetView:
             + f" · {rate:,.0f} rows/s"
         )
         tally = self.tally
-        waiting = tally.waiting()
-        wall = self._wall()
-        providers = [
-            (name, p, p.hold_wall if p.held else None, waiting.get(name, 0)) for name, p in s.providers.items()
-        ]
         with self.panel.hold_sync():  # one batch of comm messages per refresh
             self.bar.max = max(s.total, 1)
             self.bar.value = done
-            self.status.value = head + counters_table(s) + providers_table(providers, now=wall)
+            self.status.value = head + counters_table(s) + providers_table(s.providers, tally.waiting(), now=self._wall())
             if self.stop is not None:
                 self.retry_parked.disabled = not tally.parked
                 self.retry_failed.disabled = not tally.failed
@@ -237,7 +232,7 @@ class WidgetView:
                 self.tables.value = (
                     parked_table(tally.parked_rows(LIMIT), tally.parked_count)
                     + errors_table(tally.error_groups(LIMIT), len(tally.counts))
-                    + legs_table(s.waterfalls)
+                    + legs_table(s)
                 )
 
 
