@@ -30,7 +30,7 @@ def run(repeats: int = 3) -> list[Result]:
     workdir = tempfile.mkdtemp(prefix="pb-b1-")
     store = pb.ReceiptStore(workdir + "/store")
 
-    @pb.tool(name="lookup")
+    @pb.tool(name="lookup", version="1")
     async def lookup(n: int) -> dict:
         return {"n": n, "label": f"item-{n}"}
 
@@ -55,7 +55,7 @@ def run(repeats: int = 3) -> list[Result]:
         return len(out)
 
     # The baselines hold the very receipts the replay reads, under the same keys.
-    records = {key: store.lookup(key) for key in store._cache.iterkeys() if key.startswith("r")}
+    records = {key: record for key, record in store.records()}
     assert len(records) == ROWS
     keys = list(records)
     random.Random(0).shuffle(keys)

@@ -56,7 +56,7 @@ frames[{long}].play.map(lookup, store=store, progress=False)   # pay once: every
 
 TIMED = """
 gc.collect()
-store._cache._con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+store.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 _t = time.perf_counter()
 _out = frames[{rows}].play.map(lookup, store=store, progress={progress!r}, refresh="rows")
 assert (_out["play_status"] == "ok").all()
@@ -82,7 +82,7 @@ huge.play.map(lookup, store=store, progress=False)
 
 TIMED_MESSY = """
 gc.collect()
-store._cache._con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+store.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 _t = time.perf_counter()
 _out = huge.play.map(messy, store=store, progress={progress!r}, refresh="rows")
 assert set(_out["play_status"]) == {{"ok", "failed", "parked"}}
@@ -92,7 +92,7 @@ print(len(_out) / (time.perf_counter() - _t))
 
 TIMED_AWAIT = """
 gc.collect()
-store._cache._con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+store.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 _t = time.perf_counter()
 _out = await frames[{rows}].play.amap(lookup, store=store, progress=False, refresh="rows")
 print(len(_out) / (time.perf_counter() - _t))

@@ -21,7 +21,7 @@ from .errors import (
 from .models import ProviderHold, Receipt, RunStats
 from .plays import Play, play
 from .providers import Provider
-from .receipts import ReceiptStore
+from .store import ReceiptStore
 from .runtime import Run, last_run
 from .tools import Secret, Tool, http_tool, secret, tool
 

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pandas as pd
 
 from ._loop import run_sync
-from .errors import PlayDefinitionError
+from .errors import PlayDefinitionError, interrupted
 from .plays import as_play
 from .runtime.options import RunOptions
 from .runtime.run import Run, begin_background, start
-from .runtime.scheduler import check_columns
 from .tools import Tool
 
 __all__ = ["PlayAccessor"]
@@ -39,14 +37,14 @@ class PlayAccessor:
         try:
             run_sync(run._execute())
         except KeyboardInterrupt:
-            # Ctrl-C stops the run, not the work: what finished is on disk and comes back as
-            # the partial result, with every other row marked skipped.  A rerun resumes.
+            # Ctrl-C stops the run, not the work: calls in flight land their receipts, finished
+            # rows are on disk, the rest are skipped.  The interrupt goes on (a script exits
+            # non-zero, Run All stops); pb.last_run() holds the partial run, and a rerun resumes.
             s = run.stats
-            print(
-                f"interrupted: {s.ok + s.reused} of {s.total} rows done, {s.skipped} skipped; "
-                "finished work is saved, and running the same map again resumes it",
-                file=sys.stderr,
-            )
+            raise interrupted(
+                f"interrupted: {s.ok + s.reused} of {s.total} rows done, {s.skipped} skipped. What finished is saved: "
+                "pb.last_run().result has the partial result, and running the same map again resumes it"
+            ) from None
         return run
 
     async def amap(self, play: Any, **options: Any) -> pd.DataFrame:
@@ -75,6 +73,22 @@ class PlayAccessor:
                 "ambiguous; rename them (df.columns = [...]) or drop the copies (df.loc[:, ~df.columns.duplicated()])"
             )
         if isinstance(play, Tool):
-            check_columns(self._frame, play)
+            _check_columns(self._frame, play)
         opts.key_columns(self._frame)
-        return start(self._frame, the_play, opts)
+        frame = self._frame if opts.limit is None else self._frame.iloc[: opts.limit]  # the first N rows, as head(N)
+        return start(frame, the_play, opts)
+
+
+def _check_columns(frame: pd.DataFrame, tool: Any) -> None:
+    """A tool mapped directly needs a column per parameter."""
+    if tool.batch_size is not None:
+        raise PlayDefinitionError(
+            f"batch tool {tool.name!r} takes free-form inputs, so it cannot bind them from columns: "
+            f"call it from a play, e.g. await ctx.tool({tool.name}, domain=row.domain)"
+        )
+    missing = [p for p in tool.params if p not in frame.columns]
+    if missing:
+        raise PlayDefinitionError(
+            f"tool {tool.name!r} binds its inputs from columns, but the DataFrame has no column "
+            f"{', '.join(repr(m) for m in missing)}; columns: {list(frame.columns)}"
+        )

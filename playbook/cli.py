@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import PlaybookError
-from .models import Receipt
-from .receipts import ReceiptStore, _home, _receipt
+from .store import FILE, ReceiptStore, home
+from .store.records import Record
+from .tagged import dumps, loads
 
 __all__ = ["main"]
 
@@ -31,9 +32,9 @@ class _Fail(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        path = Path(args.store) if getattr(args, "store", None) else _home()
-        # diskcache creates the directory and its database on open: look before opening.
-        if not (path / "cache.db").is_file():
+        path = Path(args.store) if getattr(args, "store", None) else home()
+        # Opening a store creates it: look before opening.  (cache.db: a store of playbook 0.1.)
+        if not ((path / FILE).is_file() or (path / "cache.db").is_file()):
             raise _Fail(f"no receipt store at {path} (set --store or $PLAYBOOK_HOME)")
         store = ReceiptStore(path)
         try:
@@ -107,18 +108,20 @@ def _stats(store: ReceiptStore, args: argparse.Namespace) -> int:
 
 
 def _list(store: ReceiptStore, args: argparse.Namespace) -> int:
-    receipts = _receipts(store, args.tool)
+    receipts, damaged = _receipts(store, args.tool)
     shown = receipts[: args.limit or None]
-    tw = max([len(r.tool) for r in shown] + [4])
-    vw = max([len(r.version) for r in shown] + [3])
+    tw = max([len(r.tool) for _, r in shown] + [4])
+    vw = max([len(r.version) for _, r in shown] + [3])
     print(f"{'WHEN':<19}  {'TOOL':<{tw}}  {'VER':<{vw}}  MISS  {'COST':>6}  INPUT → OUTPUT")
-    for r in shown:
-        when = datetime.fromtimestamp(r.created_at).isoformat(timespec="seconds")
+    for _, r in shown:
+        when = datetime.fromtimestamp(r.at).isoformat(timespec="seconds")
         miss = "miss" if r.miss else "-"
-        print(f"{when}  {r.tool:<{tw}}  {r.version:<{vw}}  {miss:<4}  {r.cost:>6g}  "
-              f"{_preview(r.input)} → {_preview(r.output)}")
+        output = f"(not storable: {r.error})" if r.error is not None else _preview(loads(r.output))
+        given = _preview(None if r.input is None else loads(r.input))
+        print(f"{when}  {r.tool:<{tw}}  {r.version:<{vw}}  {miss:<4}  {r.cost:>6g}  {given} → {output}")
     if len(receipts) > len(shown):
         print(f"… {len(receipts) - len(shown)} more (--limit 0 shows all)")
+    _say_damaged(damaged, store)
     return 0
 
 
@@ -126,7 +129,8 @@ def _clear(store: ReceiptStore, args: argparse.Namespace) -> int:
     stats = store.stats()
     if args.tool is not None:
         _check_tool(args.tool, stats["by_tool"], store)
-        what = f"{stats['by_tool'][args.tool]} receipts of {args.tool}"
+        memos = store.memo_count(args.tool)
+        what = f"{stats['by_tool'][args.tool]} receipts of {args.tool} and {memos} row memos of rows that used it"
     else:
         what = f"all {stats['receipts']} receipts and {stats['row_memos']} row memos"
     if not args.yes:
@@ -140,7 +144,7 @@ def _clear(store: ReceiptStore, args: argparse.Namespace) -> int:
             raise _Fail("nothing removed")
     removed = store.clear(args.tool)
     if args.tool is not None:
-        print(f"removed {removed} receipts of {args.tool} from {store.path}")
+        print(f"removed {removed} receipts of {args.tool} and {memos} row memos of rows that used it from {store.path}")
     else:
         # clear() also counts step and sleep records; name them apart from receipts.
         other = removed - stats["receipts"] - stats["row_memos"]
@@ -150,30 +154,54 @@ def _clear(store: ReceiptStore, args: argparse.Namespace) -> int:
 
 
 def _export(store: ReceiptStore, args: argparse.Namespace) -> int:
-    receipts = _receipts(store, args.tool)
-    lines = "".join(json.dumps(r.model_dump(), ensure_ascii=False, allow_nan=False) + "\n" for r in receipts)
+    receipts, damaged = _receipts(store, args.tool)
+    lines = "".join(_export_line(key, r) + "\n" for key, r in receipts)
     if args.out is None:
         sys.stdout.write(lines)
-        return 0
-    try:
-        Path(args.out).write_text(lines, encoding="utf-8")
-    except OSError as exc:
-        raise _Fail(f"cannot write {args.out}: {exc.strerror}") from None
-    print(f"exported {len(receipts)} receipts to {args.out}", file=sys.stderr)
+    else:
+        try:
+            Path(args.out).write_text(lines, encoding="utf-8")
+        except OSError as exc:
+            raise _Fail(f"cannot write {args.out}: {exc.strerror}") from None
+        print(f"exported {len(receipts)} receipts to {args.out}", file=sys.stderr)
+    _say_damaged(damaged, store)
     return 0
+
+
+def _export_line(key: str, record: Record) -> str:
+    """One receipt as JSON: values in their stored, tagged form (a datetime as {"$datetime": ...})."""
+    line = {
+        "key": key, "tool": record.tool, "version": record.version, "account": record.account,
+        "input": None if record.input is None else loads(record.input), "output": loads(record.output),
+        "miss": bool(record.miss), "cost": record.cost, "created_at": record.at,
+    }  # fmt: skip
+    if record.error is not None:
+        line["error"] = record.error
+    return dumps(line)
 
 
 # -- helpers -----------------------------------------------------------------------------
 
 
-def _receipts(store: ReceiptStore, tool: str | None) -> list[Receipt]:
-    """Receipts oldest first, read as records rather than through ``store.receipts()``: a
-    DataFrame column turns a None output into NaN, and 1 into 1.0, next to other values."""
-    everything = [_receipt(key, record) for key, record in store._records()]
+def _receipts(store: ReceiptStore, tool: str | None) -> tuple[list[tuple[str, Record]], int]:
+    """Readable receipts oldest first, in stored form, and how many could not be read."""
     if tool is not None:
-        _check_tool(tool, {r.tool for r in everything}, store)
-        everything = [r for r in everything if r.tool == tool]
-    return sorted(everything, key=lambda r: r.created_at)
+        _check_tool(tool, store.stats()["by_tool"], store)
+    found, damaged = [], 0
+    for key, record in store.records(tool):
+        if record is None:
+            damaged += 1
+        else:
+            found.append((key, record))
+    return found, damaged
+
+
+def _say_damaged(damaged: int, store: ReceiptStore) -> None:
+    if damaged:
+        print(
+            f"playbook: {damaged} damaged receipts in {store.path} were skipped; a run that needs one makes its call again",
+            file=sys.stderr,
+        )
 
 
 def _check_tool(tool: str, known: Collection[str], store: ReceiptStore) -> None:
@@ -183,7 +211,7 @@ def _check_tool(tool: str, known: Collection[str], store: ReceiptStore) -> None:
 
 
 def _preview(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = dumps(value)
     return text if len(text) <= _PREVIEW else text[: _PREVIEW - 1] + "…"
 
 

@@ -10,7 +10,9 @@
     ├── PlayDefinitionError        the play or its options are wrong before any row runs
     └── ReceiptError               the receipt store cannot be read or written
 
-Third-party errors (httpx, diskcache, json) are translated where they enter, so user code
+A blocking run stopped by Ctrl-C raises a plain ``KeyboardInterrupt`` (see :func:`interrupted`).
+
+Third-party errors (httpx, sqlite3, json) are translated where they enter, so user code
 only ever catches these.  Internal control flow (a held row, a stopped run) is *not* an
 ``Exception`` subclass: ``except Exception`` in a play cannot swallow it.
 
@@ -28,6 +30,7 @@ __all__ = [
     "ReceiptError",
     "RunFatal",
     "ToolError",
+    "interrupted",
 ]
 
 
@@ -102,3 +105,15 @@ class PlayDefinitionError(PlaybookError, TypeError):
 
 class ReceiptError(PlaybookError):
     """The receipt store cannot be opened, read or written (corrupt, newer format, read-only)."""
+
+
+def interrupted(message: str) -> KeyboardInterrupt:
+    """The ``KeyboardInterrupt`` a blocking run raises once Ctrl-C has stopped it.
+
+    A plain one, not a subclass: Python exits with the interrupted status (130) only for that
+    class, so a script run by cron or CI reports the interrupt as such.  It carries IPython's
+    ``_render_traceback_`` hook itself, so a notebook shows one line, not a stack.
+    """
+    exc = KeyboardInterrupt(message)
+    exc._render_traceback_ = lambda: [f"KeyboardInterrupt: {message}"]  # type: ignore[attr-defined]
+    return exc

@@ -1,143 +1,186 @@
-"""Canonical JSON and the digests built on it: receipt keys, row keys, memo keys.
+"""Every key playbook derives, and its prefix, in one place.
 
-Two inputs that mean the same value must give the same key whatever their Python type:
-``numpy.int64(3)`` and ``3``, ``NaN``, ``None``, ``pd.NA`` and ``NaT``, a ``Timestamp`` and the
-``datetime`` it wraps.  :func:`jsonable` maps such values onto plain JSON values; anything it
-cannot map raises ``TypeError`` naming the type, so a caller can name the row and tool at fault.
+A key is a one-letter prefix and a 128-bit digest of canonical text (:func:`key_text`):
 
-Two inputs that differ must not share a key either.  The json module quietly writes ``1``,
-``True`` and ``None`` as the object keys ``"1"``, ``"true"`` and ``"null"``, so ``{1: x}`` and
-``{"1": x}`` would hit each other's receipts: a mapping key that is not a string is refused.
+- ``r…`` a tool call's receipt: the tool's name and identity, the call's input, the account;
+- ``s…`` a step or a sleep of one row (``ctx.step``, ``ctx.sleep``);
+- ``m…`` a row memo: the play's fingerprint and the row's identity.
+
+The prefix lets the store tell a receipt from a step record without reading it.
+
+:func:`key_text` is the *key form* of a value: the tags of :mod:`playbook.tagged`, sorted keys, no
+spaces.  It tells apart what JSON would merge (``inf`` and ``"inf"``, a ``Decimal`` and its text,
+a tuple and a list, a datetime and its ISO string) but treats as one what means one value: ``3``
+and ``3.0`` (pandas turns an int column into floats when one NaN appears), a numpy scalar and the
+Python number, a ``Timestamp`` and its ``datetime``, and every missing marker (None, NaN, NA, NaT).  The text that
+is digested has the same shape as in the first store format, so receipts of tools pinned with
+``version=`` that were written before survive an upgrade.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import decimal
 import hashlib
-import json
 import math
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["canonical", "digest", "jsonable", "memo_key", "receipt_key", "row_key", "to_json"]
+from .tagged import SCALARS, Unencodable, as_plain, dumps, encode, float_name
 
-_PLAIN = (str, int, bool)
-_NESTED = (dict, list, tuple)
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-_dumps = json.JSONEncoder(
-    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
-).encode
+__all__ = ["RECEIPT", "STEP", "digest", "key_text", "memo_key", "receipt_key", "row_key", "step_key"]
 
-
-def jsonable(value: Any) -> Any:
-    """Return ``value`` as plain JSON data (dict/list/str/int/float/bool/None)."""
-    if value is None or isinstance(value, _PLAIN):
-        return value
-    if isinstance(value, float):
-        return None if math.isnan(value) else (str(value) if math.isinf(value) else value)
-    if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise TypeError(f"mapping key {k!r} of type {type(k).__name__} is not a string")
-            out[k] = jsonable(v)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    return _jsonable_other(value)
-
-
-def _jsonable_other(value: Any) -> Any:
-    # The rarer types live here so the common path above stays short.
-    module = type(value).__module__
-    if module == "numpy" or module.startswith("numpy."):
-        import numpy as np
-        import pandas as pd
-
-        # tolist() gives nanosecond datetime64 values as bare ints: key them as the Timestamp they are.
-        if isinstance(value, np.datetime64):
-            return None if np.isnat(value) else pd.Timestamp(value).isoformat()
-        if isinstance(value, np.timedelta64):
-            return None if np.isnat(value) else pd.Timedelta(value).isoformat()
-        if hasattr(value, "tolist"):
-            return jsonable(value.tolist())
-    if module.startswith("pandas"):
-        import pandas as pd
-
-        if value is pd.NA or value is pd.NaT:
-            return None
-        if isinstance(value, pd.Timestamp):
-            return value.isoformat()
-        if isinstance(value, pd.Timedelta):
-            return value.isoformat()
-        if isinstance(value, (pd.Period, pd.Interval)):  # what period[M] and pd.cut columns hold
-            return str(value)
-    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
-        return value.isoformat()
-    if isinstance(value, _dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    raise TypeError(f"a value of type {type(value).__name__} is not JSON-serialisable")
-
-
-def canonical(value: Any) -> str:
-    """Canonical JSON text of an already-:func:`jsonable` value (sorted keys, no spaces).
-
-    Raises ``TypeError`` for a mapping key that is not a string, which json would turn into text.
-    """
-    if isinstance(value, _NESTED) and not _string_keys(value):
-        raise TypeError("a mapping key is not a string")
-    return _dumps(value)
-
-
-def _string_keys(value: Any) -> bool:
-    """True if every mapping inside ``value`` (a dict, list or tuple) has only string keys."""
-    # This runs for every row key and tool call: plain loops, and an exact-type test that lets
-    # scalars skip the isinstance checks.
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if type(k) is not str and not isinstance(k, str):
-                return False
-            if type(v) not in _SCALARS and isinstance(v, _NESTED) and not _string_keys(v):
-                return False
-        return True
-    for v in value:
-        if type(v) not in _SCALARS and isinstance(v, _NESTED) and not _string_keys(v):
-            return False
-    return True
+RECEIPT = "r"
+STEP = "s"
+MEMO = "m"
 
 
 def digest(text: str) -> str:
-    """A 128-bit hex digest: short enough for keys, wide enough never to collide by chance."""
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    """A 128-bit hex digest: short enough for keys, wide enough never to collide by chance.
+
+    ``surrogatepass``: a lone surrogate from a badly decoded file is still a distinct string.
+    """
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def receipt_key(tool: str, version: str, payload: str, account: str) -> str:
-    """Key of a tool call's receipt; ``payload`` is the canonical JSON of its input."""
-    return digest(f"r\x1f{tool}\x1f{version}\x1f{account}\x1f{payload}")
+def receipt_key(tool: str, identity: str, payload: str, account: str) -> str:
+    """Key of a tool call's receipt; ``payload`` is the canonical text of what the call sends."""
+    return RECEIPT + digest(f"r\x1f{tool}\x1f{identity}\x1f{account}\x1f{payload}")
 
 
-def to_json(value: Any) -> str:
-    """Canonical JSON of any value :func:`jsonable` accepts (TypeError otherwise)."""
-    try:
-        # Plain values (the common case) encode as they are; jsonable leaves them unchanged,
-        # so both paths give the same text.  NaN, numpy and pandas values take the slow path,
-        # and so do non-string keys, for jsonable to refuse them.
-        return canonical(value)
-    except (TypeError, ValueError):
-        return _dumps(jsonable(value))
+def step_key(play: str, row: str, name: str, occurrence: int) -> str:
+    """Key of the ``occurrence``-th step (or sleep) called ``name`` in one row of a play."""
+    return STEP + digest(f"{play}\x1f{row}{name}\x1f{occurrence}")
 
 
 def row_key(values: list[Any]) -> str:
-    """Identity of a row from its (key) values, in column order."""
-    return digest(to_json(values))
+    """Identity of a row from its (key) values, in column order (``TypeError`` if one has no JSON form)."""
+    return digest(key_text(values))
 
 
 def memo_key(fingerprint: str, row: str) -> str:
     """Key of a row memo: the play's fingerprint and the row's identity."""
-    return digest(f"m\x1f{fingerprint}\x1f{row}")
+    return MEMO + digest(f"m\x1f{fingerprint}\x1f{row}")
+
+
+# -- the key form of values -----------------------------------------------------------
+
+
+# -- the key form --------------------------------------------------------------------------
+
+
+def key_text(value: Any) -> str:
+    """Canonical text of ``value`` for a digest: sorted keys, no spaces, values normalised."""
+    try:
+        return dumps(value if _plain(value) else _key_form(value), sort_keys=True)
+    except RecursionError:
+        raise Unencodable(value, "a value nested too deeply, or holding itself") from None
+
+
+def _plain(value: Any) -> bool:
+    """True when ``value`` is already its own key form: str/int/bool/None, lists and str-keyed dicts of them."""
+    kind = type(value)
+    if kind in SCALARS:
+        return True
+    if kind is dict:
+        k = ""
+        for k, v in value.items():
+            if type(k) is not str or (type(v) not in SCALARS and not _plain(v)):
+                return False
+        return len(value) != 1 or k[:1] != "$"  # one "$" key reads as a tag: it needs wrapping
+    if kind is list:
+        for v in value:
+            if type(v) not in SCALARS and not _plain(v):
+                return False
+        return True
+    return False
+
+
+def _key_form(value: Any) -> Any:
+    kind = type(value)
+    if kind in SCALARS:
+        return value
+    if kind is float:
+        return _key_float(value)
+    if kind is list:
+        return [_key_form(v) for v in value]
+    if kind is dict:
+        return _key_dict(value)
+    return _key_other(value)
+
+
+def _key_float(value: float) -> Any:
+    if math.isnan(value):
+        return None  # a missing value, however pandas spelled it
+    if math.isinf(value):
+        return {"$float": float_name(value)}
+    return int(value) if value.is_integer() else value
+
+
+def _key_dict(value: dict[Any, Any]) -> Any:
+    if all(type(k) is str for k in value):
+        out = {k: _at(v, f"[{k!r}]") for k, v in value.items()}
+        return {"$dict": out} if len(out) == 1 and next(iter(out))[:1] == "$" else out
+    pairs = [[_at(k, "<key>"), _at(v, f"[{k!r}]")] for k, v in value.items()]
+    return {"$map": sorted(pairs, key=lambda p: dumps(p, sort_keys=True))}
+
+
+def _key_other(value: Any) -> Any:
+    module = type(value).__module__
+    if module == "numpy" or module.startswith("numpy."):
+        return _key_numpy(value)
+    if module.startswith("pandas"):
+        return _key_pandas(value)
+    if isinstance(value, _dt.datetime):
+        return {"$datetime": value.isoformat()}
+    if isinstance(value, _dt.timedelta):
+        return {"$timedelta": (value.days * 86_400 + value.seconds) * 10**9 + value.microseconds * 1000}
+    if isinstance(value, (_dt.date, _dt.time, decimal.Decimal, uuid.UUID, complex)):
+        return encode(value)  # these tags hold only text and numbers: the same in both forms
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, tuple):
+        return {"$tuple": [_at(v, f"[{i}]") for i, v in enumerate(value)]}
+    if isinstance(value, (set, frozenset)):
+        return {"$set": sorted((_key_form(v) for v in value), key=lambda e: dumps(e, sort_keys=True))}
+    return _key_form(as_plain(value))
+
+
+def _key_pandas(value: Any) -> Any:
+    import pandas as pd
+
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, pd.Timestamp):
+        return {"$datetime": value.isoformat()}
+    if isinstance(value, pd.Timedelta):
+        return {"$timedelta": int(value.value)}
+    if isinstance(value, (pd.Period, pd.Interval)):  # what period[M] and pd.cut columns hold
+        return {"$" + type(value).__name__.lower(): str(value)}
+    raise Unencodable(value, f"a pandas {type(value).__name__} has no JSON form here; return plain values (e.g. .tolist())")
+
+
+def _key_numpy(value: Any) -> Any:
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(value, np.datetime64):
+        return None if np.isnat(value) else {"$datetime": pd.Timestamp(value).isoformat()}
+    if isinstance(value, np.timedelta64):
+        return None if np.isnat(value) else {"$timedelta": int(pd.Timedelta(value).value)}
+    if isinstance(value, np.ndarray):
+        return {"$ndarray": _key_form(list(value)) if value.ndim else _key_form(value[()])}
+    if isinstance(value, np.generic):
+        item = value.item()
+        if isinstance(item, np.generic):  # long double and friends have no Python equivalent
+            raise Unencodable(value)
+        return _key_form(item)
+    raise Unencodable(value)
+
+
+def _at(value: Any, segment: str) -> Any:
+    try:
+        return _key_form(value)
+    except Unencodable as exc:
+        raise exc.at(segment) from None

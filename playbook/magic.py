@@ -22,7 +22,7 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .plays import Play
-from .receipts import ReceiptStore
+from .store import ReceiptStore
 
 __all__ = ["PlayMagics", "build_play"]
 

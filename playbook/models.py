@@ -27,6 +27,7 @@ __all__ = [
     "RowResumed",
     "RowStarted",
     "RunFinished",
+    "RunNotice",
     "RunStarted",
     "RunStats",
     "Status",
@@ -74,6 +75,7 @@ class RunStats(BaseModel):
     cost_spent: float = 0.0
     cost_saved: float = 0.0
     elapsed: float = 0.0
+    receipts_lost: int = 0  # paid calls whose receipts could not be written (the store failed)
 
     @property
     def done(self) -> int:
@@ -187,7 +189,15 @@ class RunFinished(NamedTuple):
     stopped: bool
 
 
+class RunNotice(NamedTuple):
+    """Something the user must hear about the run as a whole (the store failed, was replaced...);
+    ``lost``: paid calls whose receipts could not be written."""
+
+    message: str
+    lost: int = 0
+
+
 Event = (
     RunStarted | RowStarted | CallFinished | RowFinished | RowRequeued | RunFinished | RowHeld | RowResumed | RowParked
-    | ProviderHoldSet | ProviderHoldLifted | RateChanged | WaterfallFinished
+    | ProviderHoldSet | ProviderHoldLifted | RateChanged | WaterfallFinished | RunNotice
 )

@@ -101,4 +101,4 @@ def _tool_play(tool: Any) -> Play:
     async def tool_play(row: Any, ctx: Any) -> dict[str, Any]:
         return {column: await ctx.tool(tool, {p: row[p] for p in params})}
 
-    return Play(tool_play, name=tool.name, source=f"tool:{tool.name}:{tool.version}")
+    return Play(tool_play, name=tool.name, source=f"tool:{tool.name}:{tool.fingerprint}")

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from exact import same
 
 import playbook as pb
 
@@ -188,7 +189,8 @@ AWKWARD = {
 
 
 def test_awkward_tool_inputs_key_receipts_stably(store: pb.ReceiptStore) -> None:
-    """numpy and pandas scalars, datetimes, nested dicts and lists run as tool inputs; reruns pay for nothing."""
+    """numpy and pandas scalars, datetimes, nested dicts and lists run as tool inputs, come back exactly
+    as given on the first run, a memo replay and a receipt replay; reruns pay for nothing."""
     calls: list = []
     play = _echo_play(_echo(calls))
     frame = pd.DataFrame({"v": pd.Series(list(AWKWARD.values()), index=list(AWKWARD), dtype=object)})
@@ -196,14 +198,16 @@ def test_awkward_tool_inputs_key_receipts_stably(store: pb.ReceiptStore) -> None
     assert first.result["play_status"].tolist() == ["ok"] * len(AWKWARD), first.errors
     paid = first.stats.calls_executed
     assert paid == len(calls) == len(AWKWARD)
+    for name, value in AWKWARD.items():
+        assert same(first.result.loc[name, "e"], value), name
 
     resumed = frame.play.run(play, store=store, progress=False)  # same row keys: every row memo hits
     assert resumed.result["play_status"].tolist() == ["reused"] * len(AWKWARD)
-    assert resumed.result["e"].tolist() == first.result["e"].tolist()
-
     replayed = frame.play.run(play, store=store, progress=False, refresh="rows")  # same receipt keys
     assert (replayed.stats.calls_executed, replayed.stats.calls_reused) == (0, paid)
     assert len(calls) == paid
+    for name, value in AWKWARD.items():
+        assert same(resumed.result.loc[name, "e"], value) and same(replayed.result.loc[name, "e"], value), name
 
 
 def test_pandas_extension_dtypes_as_row_values(store: pb.ReceiptStore) -> None:
@@ -229,20 +233,27 @@ def test_pandas_extension_dtypes_as_row_values(store: pb.ReceiptStore) -> None:
 
     first = frame.play.run(play, store=store, progress=False)
     assert first.result["play_status"].tolist() == ["ok"] * 3, first.errors
-    assert first.result["e"].iloc[0]["month"] == "2024-01" and first.result["e"].iloc[0]["bucket"] == "(0, 1]"
+    assert first.result["e"].iloc[0]["month"] == pd.Period("2024-01", freq="M")
+    assert first.result["e"].iloc[0]["bucket"] == pd.Interval(0, 1)
     again = frame.play.map(play, store=store, progress=False)
     assert again["play_status"].tolist() == ["reused"] * 3
     assert len(calls) == 3
+    for i in range(3):
+        assert same(again["e"].iloc[i], first.result["e"].iloc[i]) and same(again["e"].iloc[i], calls[i])
 
 
 def test_equal_values_in_numpy_pandas_and_python_form_share_a_receipt(store: pb.ReceiptStore) -> None:
-    """A datetime64, the Timestamp it wraps and the datetime it equals are one call, paid for once."""
+    """A datetime64, the Timestamp it wraps and the datetime it equals are one call, paid for once; as
+    are 3 and 3.0 (what pandas makes of an int column that gains a NaN), and an int64 and an int."""
     calls: list = []
     play = _echo_play(_echo(calls))
     when = [np.datetime64("2024-05-01T12:30:00.000000000"), pd.Timestamp("2024-05-01 12:30"), dt.datetime(2024, 5, 1, 12, 30)]
     frame = pd.DataFrame({"i": [0, 1, 2], "v": pd.Series(when, dtype=object)})  # three rows, one call
     out = frame.play.map(play, store=store, progress=False)
-    assert out["e"].tolist() == ["2024-05-01T12:30:00"] * 3 and len(calls) == 1
+    assert len(calls) == 1 and (out["e"] == pd.Timestamp("2024-05-01 12:30")).all()  # every row gets the one answer
+    numbers = pd.DataFrame({"v": pd.Series([3, 3.0, np.int64(3), np.float64(3.0)], dtype=object)})
+    numbers.play.map(play, store=store, progress=False)
+    assert len(calls) == 2
 
 
 def test_very_long_strings(store: pb.ReceiptStore) -> None:
@@ -254,7 +265,7 @@ def test_very_long_strings(store: pb.ReceiptStore) -> None:
     @pb.play
     async def play(row, ctx):
         if row.n == 2:
-            return {"e": await ctx.tool(echo, value={long, "set"})}  # a set has no JSON form
+            return {"e": await ctx.tool(echo, value=[long, Gadget()])}  # a Gadget has no JSON form
         return {"e": await ctx.tool(echo, value=row.text)}
 
     frame = pd.DataFrame({"n": [0, 1, 2], "text": [long, long + "y", long]})
@@ -272,8 +283,8 @@ def test_very_long_strings(store: pb.ReceiptStore) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [[1, Gadget()], {"k": {1: "one"}}, {True: "yes"}, {"a", "b"}, object()],
-    ids=["object in a list", "int key, nested", "bool key", "set", "bare object"],
+    [[1, Gadget()], {"k": {1: Gadget()}}, {Gadget(): "yes"}, {Gadget()}, object(), open],
+    ids=["object in a list", "nested in a dict", "object as a key", "object in a set", "bare object", "function"],
 )
 def test_non_serialisable_tool_input_fails_the_row_before_paying(bad: object, store: pb.ReceiptStore) -> None:
     """A tool input with no JSON form fails its row naming the tool and input, before the call; paid calls stay."""
@@ -296,14 +307,35 @@ def test_non_serialisable_tool_input_fails_the_row_before_paying(bad: object, st
     assert again.stats.calls_executed == 0  # 'other' for r1 was kept
 
 
-def test_non_string_keys_do_not_share_a_receipt_with_string_keys(store: pb.ReceiptStore) -> None:
-    """{1: x} is refused as a tool input rather than keyed like {"1": x}, whose receipt it would take."""
+LOOK_ALIKES = [
+    ({"1": "x"}, {1: "x"}),
+    ({"true": "x"}, {True: "x"}),
+    ([1, 2], (1, 2)),
+    (["a", "b"], {"a", "b"}),
+    ("inf", math.inf),
+    ("1.10", decimal.Decimal("1.10")),
+    ("2024-05-01T12:30:00", dt.datetime(2024, 5, 1, 12, 30)),
+    ("2024-05-01", dt.date(2024, 5, 1)),
+    ("AAE=", b"\x00\x01"),
+    ({"$tuple": [1]}, (1,)),
+    (1, True),
+    (None, "null"),
+]
+
+
+@pytest.mark.parametrize(("plain", "other"), LOOK_ALIKES, ids=[f"{type(a).__name__} vs {type(b).__name__}" for a, b in LOOK_ALIKES])
+def test_values_json_would_merge_are_different_calls(plain: object, other: object, store: pb.ReceiptStore) -> None:
+    """Values that JSON would write alike ({1: x} and {"1": x}, inf and "inf", a Decimal and its text, a
+    tuple and a list...) are different calls and different rows: each is paid for and gets its own answer."""
     calls: list = []
     play = _echo_play(_echo(calls))
-    frame = pd.DataFrame({"v": pd.Series([{"1": "text key"}, {1: "int key"}], dtype=object)})
-    out = frame.play.map(play, store=store, progress=False)
-    assert out["play_status"].tolist() == ["ok", "failed"]
-    assert out["e"].iloc[0] == {"1": "text key"} and calls == [{"1": "text key"}]
+    frame = pd.DataFrame({"v": pd.Series([plain, other], dtype=object)})
+    out = frame.play.run(play, store=store, progress=False)
+    assert out.result["play_status"].tolist() == ["ok", "ok"] and len(calls) == 2
+    assert same(calls[0], plain) and same(calls[1], other)
+    again = frame.play.run(play, store=store, progress=False, refresh="rows")
+    assert again.stats.calls_executed == 0 and len(calls) == 2
+    assert again.result["e"].equals(out.result["e"])
 
 
 def test_non_serialisable_cell_fails_only_its_row_unless_key_is_given(store: pb.ReceiptStore) -> None:
@@ -313,25 +345,42 @@ def test_non_serialisable_cell_fails_only_its_row_unless_key_is_given(store: pb.
     async def kind(row, ctx):
         return {"kind": type(row.thing).__name__}
 
-    frame = pd.DataFrame({"id": [1, 2, 3], "thing": [Gadget(), "plain", {2: "int key"}]})
+    frame = pd.DataFrame({"id": [1, 2, 3], "thing": [Gadget(), "plain", [Gadget()]]})
     out = frame.play.map(kind, store=store, progress=False)
     assert out["play_status"].tolist() == ["failed", "ok", "failed"]
     assert "cannot identify the row" in out["play_error"].iloc[0] and "Gadget" in out["play_error"].iloc[0]
     assert "key=" in out["play_error"].iloc[2]
     keyed = frame.play.map(kind, store=store, progress=False, key="id")
-    assert keyed["kind"].tolist() == ["Gadget", "str", "dict"]
+    assert keyed["kind"].tolist() == ["Gadget", "str", "list"]
 
 
-def test_non_serialisable_tool_output_fails_the_row(store: pb.ReceiptStore) -> None:
-    """A tool that returns a value with no JSON form fails the row naming the tool: receipts are JSON."""
+def test_non_serialisable_tool_output_fails_the_row_and_is_not_paid_again(store: pb.ReceiptStore) -> None:
+    """A tool answer with no JSON form fails its row saying it was paid, the type refused and the fix;
+    a rerun does not pay for it again; a fixed (edited) tool is a new tool and pays once."""
+    calls: list = []
 
     @pb.tool(name="gadgets")
     def gadgets(n: int) -> object:
+        calls.append(n)
         return Gadget() if n == 1 else n
 
-    out = pd.DataFrame({"n": [0, 1]}).play.map(gadgets, store=store, progress=False)
+    frame = pd.DataFrame({"n": [0, 1]})
+    out = frame.play.map(gadgets, store=store, progress=False)
     assert out["play_status"].tolist() == ["ok", "failed"]
-    assert out["play_error"].iloc[1].startswith("ToolError: tool 'gadgets' returned a value that cannot be stored as JSON")
+    message = out["play_error"].iloc[1]
+    assert message.startswith("ToolError: tool 'gadgets' was paid for, but its answer cannot be stored")
+    assert "test_bad_input.Gadget" in message and "model.model_dump()" in message
+    again = frame.play.map(gadgets, store=store, progress=False)
+    assert again["play_status"].tolist() == ["reused", "failed"] and calls == [0, 1]
+    assert "was paid for in an earlier run" in again["play_error"].iloc[1]
+
+    @pb.tool(name="gadgets")
+    def gadgets(n: int) -> object:  # noqa: F811 - the fix: plain data
+        calls.append(n)
+        return {"gadget": n}
+
+    fixed = frame.play.map(gadgets, store=store, progress=False)
+    assert fixed["play_status"].tolist() == ["ok", "ok"] and calls == [0, 1, 0, 1]
 
 
 # -- what a play returns --------------------------------------------------------------------
@@ -497,7 +546,7 @@ def test_numpy_integers_are_whole_numbers(store: pb.ReceiptStore) -> None:
     """concurrency and limit accept numpy integers, e.g. limit=df.n.max()."""
     frame = pd.DataFrame({"n": [1, 2, 3]})
     out = frame.play.map(doubled, store=store, progress=False, concurrency=np.int64(2), limit=frame["n"].max() - 1)
-    assert out["play_status"].tolist() == ["ok", "ok", "skipped"] and out["play_error"].iloc[2] == "not run: limit=2"
+    assert out["play_status"].tolist() == ["ok", "ok"]
 
 
 # -- the store directory -----------------------------------------------------------------------
@@ -519,7 +568,7 @@ def _chmod_blocks(directory: Path) -> bool:
 
 def _sqlite_refuses(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     """Make SQLite answer as it does for a read-only or unreadable directory, where chmod cannot (root)."""
-    import diskcache.core
+    import playbook.store.db
 
     connect = sqlite3.connect
 
@@ -529,7 +578,7 @@ def _sqlite_refuses(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     def unreadable(database, *args, **kwargs):
         raise sqlite3.OperationalError("unable to open database file")
 
-    monkeypatch.setattr(diskcache.core.sqlite3, "connect", read_only if how == "read-only" else unreadable)
+    monkeypatch.setattr(playbook.store.db.sqlite3, "connect", read_only if how == "read-only" else unreadable)
 
 
 def _make_unusable(path: Path, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -587,7 +636,7 @@ def test_store_turning_read_only_mid_run_fails_rows_instead_of_hanging(store: pb
     calls: list = []
     play = _echo_play(_echo(calls))
     pd.DataFrame({"v": ["a", "b"]}).play.map(play, store=store, progress=False)
-    store._cache._con.execute("PRAGMA query_only = ON")  # SQLite now refuses writes, as on a read-only remount
+    store.connection().execute("PRAGMA query_only = ON")  # SQLite now refuses writes, as on a read-only remount
 
     async def run() -> pd.DataFrame:
         return await asyncio.wait_for(pd.DataFrame({"v": ["a", "b", "c"]}).play.amap(play, store=store, progress=False), 10)

@@ -115,12 +115,14 @@ def test_clear_refuses_without_yes_when_stdin_is_not_a_terminal(home: Path) -> N
 
 
 def test_clear_one_tool_then_everything(home: Path) -> None:
-    """`clear --tool NAME --yes` removes that tool's receipts; `clear --yes` removes the rest and the row memos."""
+    """`clear --tool NAME --yes` removes that tool's receipts and the memos of rows that used it, so the
+    next run pays for that tool (and only it) again; `clear --yes` removes the rest."""
     one = cli("cache", "clear", "--tool", "clean", "--yes")
-    assert one.stdout == f"removed 3 receipts of clean from {home}\n"
-    assert _stats(home)["by_tool"] == {"acme.email": 3}
+    assert one.stdout == f"removed 3 receipts of clean and 3 row memos of rows that used it from {home}\n"
+    stats = _stats(home)
+    assert stats["by_tool"] == {"acme.email": 3} and stats["row_memos"] == 0
     everything = cli("cache", "clear", "--yes")
-    assert everything.stdout == f"removed 3 receipts, 3 row memos from {home}\n"
+    assert everything.stdout == f"removed 3 receipts, 0 row memos from {home}\n"
     stats = _stats(home)
     assert (stats["receipts"], stats["row_memos"]) == (0, 0)
 
@@ -136,7 +138,8 @@ def test_clear_asks_on_a_terminal(home: Path) -> None:
     finally:
         os.close(master)
         os.close(terminal)
-    assert done.stdout == f"Remove 3 receipts of acme.email from {home}? [y/N] removed 3 receipts of acme.email from {home}\n"
+    what = "3 receipts of acme.email and 3 row memos of rows that used it"
+    assert done.stdout == f"Remove {what} from {home}? [y/N] removed {what} from {home}\n"
     assert _stats(home)["by_tool"] == {"clean": 3}
 
 

@@ -402,7 +402,8 @@ def test_503s_past_retries_fail_the_row_with_provider_unavailable(store: pb.Rece
 
 
 def test_run_fatal_stops_the_run(store: pb.ReceiptStore) -> None:
-    """RunFatal from a tool stops the run at once: it is raised, nothing more is dispatched, the rest is skipped."""
+    """RunFatal from a tool stops the run at once: it is raised, nothing more is dispatched, calls already
+    sent land (here: fail as the first did), the rest is skipped."""
 
     def bad_key(n: int, k: int) -> Any:
         raise pb.RunFatal("bad key", provider="p", status=401)
@@ -417,7 +418,8 @@ def test_run_fatal_stops_the_run(store: pb.ReceiptStore) -> None:
     run = run_virtual(main())
     assert 1 <= len(calls) <= 4
     result = statuses(run)
-    assert result.count("failed") == 1 and result.count("skipped") == 49
+    assert result.count("failed") == len(calls) and result.count("skipped") == 50 - len(calls)
+    assert set(run.result.loc[[s == "failed" for s in result], "play_error"]) == {"RunFatal: bad key"}
     assert set(run.result.loc[[s == "skipped" for s in result], "play_error"]) == {"not run: bad key"}
     with pytest.raises(pb.RunFatal, match="bad key"):  # the blocking map() raises it too
         rows(5).play.map(calling(keyed), store=store, progress=False, concurrency=4)

@@ -1,4 +1,4 @@
-"""Canonical JSON and digests: equal values give equal keys whatever their Python type."""
+"""Keys: every part of a call changes its receipt key; row keys follow the key form of their values."""
 
 from __future__ import annotations
 
@@ -7,48 +7,12 @@ import math
 
 import numpy as np
 import pandas as pd
-import pytest
 
-from playbook.keys import canonical, digest, jsonable, receipt_key, row_key
-
-
-def test_numpy_and_python_scalars_share_keys() -> None:
-    """numpy ints, floats and bools key like their Python equals."""
-    assert row_key([np.int64(3), np.float64(1.5), np.bool_(True)]) == row_key([3, 1.5, True])
-
-
-def test_all_missing_markers_are_null() -> None:
-    """NaN, None, pd.NA and NaT all become JSON null."""
-    assert [jsonable(v) for v in (math.nan, None, pd.NA, pd.NaT, np.nan)] == [None] * 5
-
-
-def test_datetimes_become_iso_text() -> None:
-    """datetime, date and Timestamp become ISO strings; equal instants key alike."""
-    stamp = pd.Timestamp("2024-05-01 12:30")
-    assert jsonable(stamp) == "2024-05-01T12:30:00"
-    assert row_key([stamp]) == row_key([dt.datetime(2024, 5, 1, 12, 30)])
-    assert jsonable(dt.date(2024, 5, 1)) == "2024-05-01"
-
-
-def test_canonical_sorts_keys_and_nests() -> None:
-    """Key order does not change the canonical text; tuples are lists."""
-    a = canonical(jsonable({"b": (1, 2), "a": {"y": 1, "x": np.int32(2)}}))
-    b = canonical(jsonable({"a": {"x": 2, "y": 1}, "b": [1, 2]}))
-    assert a == b == '{"a":{"x":2,"y":1},"b":[1,2]}'
-
-
-def test_unserialisable_value_names_its_type() -> None:
-    """An object with no JSON form raises TypeError naming the type."""
-
-    class Widget:
-        pass
-
-    with pytest.raises(TypeError, match="Widget"):
-        jsonable({"w": Widget()})
+from playbook.keys import digest, memo_key, receipt_key, row_key, step_key
 
 
 def test_receipt_key_depends_on_every_part() -> None:
-    """Tool, version, account and input each change the receipt key."""
+    """Tool, identity, account and input each change the receipt key; every receipt key starts with "r"."""
     base = receipt_key("t", "1", '{"a":1}', "acme:default")
     others = [
         receipt_key("u", "1", '{"a":1}', "acme:default"),
@@ -57,4 +21,25 @@ def test_receipt_key_depends_on_every_part() -> None:
         receipt_key("t", "1", '{"a":1}', "acme:other"),
     ]
     assert base not in others and len(set(others)) == 4
-    assert len(digest("x")) == 32
+    assert all(k.startswith("r") and len(k) == 33 for k in [base, *others])
+    assert memo_key("fp", "row").startswith("m") and step_key("play", "row", "\x1fstep:x", 0).startswith("s")
+
+
+def test_receipt_keys_of_the_first_store_format_are_kept() -> None:
+    """A pinned tool's key is computed as in store format 1, so its receipts survive an upgrade."""
+    assert receipt_key("pinned", "2", '{"q":"alpha"}', "default") == "r51cb19d1736de534bdffba087a4ed894"
+
+
+def test_row_keys_merge_what_pandas_changes_and_nothing_else() -> None:
+    """numpy and Python scalars, 3 and 3.0, every missing marker, a Timestamp and its datetime: one row key.
+    A datetime and its ISO text, inf and "inf": two."""
+    assert row_key([np.int64(3), np.float64(1.5), np.bool_(True)]) == row_key([3, 1.5, True]) == row_key([3.0, 1.5, True])
+    assert len({row_key([v]) for v in (math.nan, None, pd.NA, pd.NaT, np.nan, np.datetime64("NaT"))}) == 1
+    stamp = pd.Timestamp("2024-05-01 12:30")
+    assert row_key([stamp]) == row_key([dt.datetime(2024, 5, 1, 12, 30)]) != row_key([stamp.isoformat()])
+    assert row_key([math.inf]) != row_key(["inf"]) and row_key([True]) != row_key([1])
+
+
+def test_digest_of_a_lone_surrogate_is_distinct() -> None:
+    """Text holding a lone surrogate (a badly decoded file) has a digest of its own, not an error."""
+    assert digest("caf\udce9") != digest("caf\udce8") and len(digest("caf\udce9")) == 32

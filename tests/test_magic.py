@@ -118,6 +118,21 @@ def test_rerun_after_an_edit_reuses_receipts(kernel: Kernel) -> None:
     assert kernel.value("out2['b'].tolist()") == [23, 25, 27]
 
 
+def test_a_forgotten_await_in_a_cell_names_the_cells_line(kernel: Kernel) -> None:
+    """`domain = ctx.tool(...)` without await fails each row with "did you forget an await?" and the cell's
+    own line; no coroutine lands in the result."""
+    got = kernel.run("""
+        %%play forgot --on df --out out4
+        x = 1
+        domain = ctx.tool(double, n=row.n)
+    """)
+    assert got["error"] is None, got["error"]
+    assert kernel.value("out4['play_status'].tolist()") == ["failed"] * 3
+    errors = kernel.value("out4['play_error'].tolist()")
+    assert all("output['domain']" in e and "did you forget an await? (line 3: domain = ctx.tool(double, n=row.n))" in e for e in errors)
+    assert kernel.value("'domain' in out4.columns") is False
+
+
 def test_options_reach_the_run(kernel: Kernel, tmp_path: Path) -> None:
     """--limit, --key, --concurrency, --store and --refresh are passed to the run."""
     kernel.run(f"store = pb.ReceiptStore({str(tmp_path / 's')!r})")
@@ -126,7 +141,7 @@ def test_options_reach_the_run(kernel: Kernel, tmp_path: Path) -> None:
         y = await ctx.tool(double, n=row.n)
     """)
     assert got["error"] is None, got["error"]
-    assert kernel.value("out3['play_status'].tolist()") == ["ok", "ok", "skipped"]
+    assert kernel.value("out3['play_status'].tolist()") == ["ok", "ok"]
     assert kernel.value("store.stats()['receipts']") == 2
 
 

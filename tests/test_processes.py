@@ -26,8 +26,6 @@ import pandas as pd
 import pytest
 
 import playbook as pb
-from playbook.keys import canonical, receipt_key
-
 
 TOOL = "demo.email"
 CONCURRENCY = 16
@@ -118,17 +116,17 @@ def _wait_for(what: str, check: Callable[[], Any], timeout: float = 20) -> Any:
 
 
 def _sql(store: Path, query: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(store / "cache.db", timeout=10)) as con, con:
+    with closing(sqlite3.connect(store / "receipts.db", timeout=10)) as con, con:
         return con.execute(query, args).fetchall()
 
 
 def _receipts(store: Path) -> int:
-    return _sql(store, "SELECT COUNT(*) FROM Cache WHERE key LIKE 'r%'")[0][0]
+    return _sql(store, "SELECT COUNT(*) FROM receipt WHERE key LIKE 'r%'")[0][0]
 
 
-def _key(i: int) -> str:
-    """Row i's receipt key, computed as the context does for the worker's call."""
-    return "r" + receipt_key(TOOL, "1", canonical({"domain": f"company{i}.com", "first": f"P{i}"}), "default")
+def _key(demo: pb.demo.DemoServer, i: int) -> str:
+    """Row i's receipt key, as the worker's tool computes it for its call."""
+    return _email_tool(demo).key({"domain": f"company{i}.com", "first": f"P{i}"})
 
 
 def _email_tool(demo: pb.demo.DemoServer) -> pb.Tool:
@@ -174,7 +172,7 @@ def test_two_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_pat
 
 def test_a_receipt_committed_just_before_the_lease_is_taken_is_used(demo, worker, store: pb.ReceiptStore) -> None:
     """A call another process paid for between this one's receipt lookup and its lease is not paid again."""
-    tool, key = _email_tool(demo), _key(0)
+    tool, key = _email_tool(demo), _key(demo, 0)
     take = store.leases.take
     raced: list[str] = []
 
@@ -248,10 +246,10 @@ def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(demo, 
 def test_a_killed_local_lease_holder_is_taken_over_at_once(demo, worker, tmp_path: Path) -> None:
     """A lease whose holder on this machine was SIGKILLed mid-call is taken over at once, not after lease_ttl."""
     demo.reset(slow_rate=1.0, slow_latency=3.0)  # the holder's call hangs; its lease_ttl is 60s
-    store, key = tmp_path / "store", _key(0)
+    store, key = tmp_path / "store", _key(demo, 0)
     holder = worker(url=demo.url, store=str(store), n=1, ttl=60, out=str(tmp_path / "a.json"))
     _wait_for("the holder's call to be in flight", lambda: demo.stats()["in_flight"] == 1, timeout=30)
-    [(owner,)] = _sql(store, "SELECT owner FROM playbook_lease WHERE key = ?", (key,))
+    [(owner,)] = _sql(store, "SELECT owner FROM lease WHERE key = ?", (key,))
     assert owner.split(":")[1] == str(holder.pid)
     _kill(holder)
     demo.configure(slow_rate=0.0)
@@ -266,21 +264,21 @@ def test_a_killed_local_lease_holder_is_taken_over_at_once(demo, worker, tmp_pat
     assert stats["requests"] == 2 and stats["idempotency_keys"] == {key: 2}  # the dead one's, and the taker's
     emails, statuses = _result(tmp_path / "b.json")
     assert emails == {"0": "p@company0.com"} and statuses == {"0": "ok"}
-    assert _sql(store, "SELECT * FROM playbook_lease") == []
+    assert _sql(store, "SELECT * FROM lease") == []
     # Let the dead holder's request end here, not in the session server's shutdown.
     _wait_for("the dead holder's request to end", lambda: demo.stats()["in_flight"] == 0)
 
 
 def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(demo, worker, store: pb.ReceiptStore, tmp_path: Path) -> None:
     """A live-looking lease from another host makes its call wait until the lease expires; then it is paid once."""
-    n, key = 5, _key(0)
+    n, key = 5, _key(demo, 0)
     tool = _email_tool(demo)
     assert store.get(tool, domain="company0.com", first="P0") is None
     ready, go = tmp_path / "ready", tmp_path / "go"
     proc = worker(url=demo.url, store=str(store.path), n=n, ttl=30, out=str(tmp_path / "out.json"), ready=str(ready), go=str(go))
     _wait_for("the worker to be ready", ready.exists, timeout=30)
     expires = time.time() + 2.0
-    _sql(store.path, "INSERT INTO playbook_lease (key, owner, expires) VALUES (?, ?, ?)", (key, "otherhost:12345:abcd", expires))
+    _sql(store.path, "INSERT INTO lease (key, owner, expires) VALUES (?, ?, ?)", (key, "otherhost:12345:abcd", expires))
     go.touch()
     result = _finish(proc)
     stats = demo.stats()
@@ -293,4 +291,4 @@ def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(demo, worker
     assert receipt is not None and receipt.key == key  # the lease was on the very call
     emails, statuses = _result(tmp_path / "out.json")
     assert emails["0"] == "p@company0.com" and set(statuses.values()) == {"ok"}
-    assert _sql(store.path, "SELECT * FROM playbook_lease") == []
+    assert _sql(store.path, "SELECT * FROM lease") == []

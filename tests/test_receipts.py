@@ -1,12 +1,11 @@
-"""ReceiptStore: hits, misses, None results, TTL, JSON-only storage, inspection, format."""
+"""ReceiptStore: hits, misses, None results, TTL, JSON-only storage, inspection, clearing, format,
+damaged records, and stores written by playbook 0.1."""
 
 from __future__ import annotations
 
-import asyncio
-import errno
 import json
 import logging
-import pickle
+import shutil
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -15,8 +14,9 @@ import pandas as pd
 import pytest
 
 import playbook as pb
-from playbook.keys import canonical, receipt_key
-from playbook.receipts import FORMAT, MISSING
+from playbook.store import FORMAT, MISSING
+
+LEGACY = Path(__file__).parent / "data" / "store_v1"
 
 
 class Clock:
@@ -40,6 +40,11 @@ def _frame() -> pd.DataFrame:
     return pd.DataFrame({"q": ["a", "b", "c"]})
 
 
+def _sql(db: Path, statement: str, *args: object) -> list[tuple]:
+    with closing(sqlite3.connect(db)) as con, con:
+        return con.execute(statement, args).fetchall()
+
+
 def test_miss_then_hit(store: pb.ReceiptStore) -> None:
     """The first call dispatches and writes a receipt; the same call in a new play hits it."""
     calls: list[str] = []
@@ -61,6 +66,7 @@ def test_miss_then_hit(store: pb.ReceiptStore) -> None:
     assert (stats.calls_executed, stats.calls_reused) == (0, 3)
     receipt = store.get(lookup, q="a")
     assert receipt is not None and receipt.output == "value" and receipt.miss is False
+    assert receipt.version == lookup.identity and receipt.version.startswith("src:")
 
 
 def test_none_result_is_a_receipt(store: pb.ReceiptStore) -> None:
@@ -101,9 +107,9 @@ def test_ttl_makes_receipts_stale(tmp_path: Path) -> None:
     assert calls == ["a", "a"]
 
 
-def test_store_holds_no_pickle(store: pb.ReceiptStore) -> None:
-    """Every value in the SQLite table is JSON text; no entry uses diskcache's pickle mode."""
-    lookup = _counting_tool([], result={"nested": [1, 2.5, None, "x"]})
+def test_store_holds_only_json_text(store: pb.ReceiptStore) -> None:
+    """Every record in the SQLite file is JSON text; values JSON lacks are tagged, never pickled."""
+    lookup = _counting_tool([], result={"nested": [1, 2.5, None, "x"], "when": pd.Timestamp("2024-01-01"), "t": (1, 2)})
 
     @pb.play
     async def find(row, ctx):
@@ -111,43 +117,26 @@ def test_store_holds_no_pickle(store: pb.ReceiptStore) -> None:
 
     _frame().play.map(find, store=store, progress=False)
     store.flush()
-    con = sqlite3.connect(store.path / "cache.db")
-    rows = con.execute("SELECT key, mode, value FROM Cache").fetchall()
-    memos = con.execute("SELECT value FROM playbook_memo").fetchall()
-    con.close()
-    assert len(rows) == 1 + 3 and len(memos) == 3  # format marker, receipts; row memos
-    assert {mode for _, mode, _ in rows} <= {1, 3}  # MODE_RAW text (or text file), never 4 = pickle
-    for value in [v for _, _, v in rows] + [v for (v,) in memos]:
-        assert isinstance(value, (str, int)) and json.loads(str(value)) is not None
-
-
-def test_pickled_value_is_refused(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture) -> None:
-    """A pickled entry written by something else is never loaded: it counts as missing, with a warning naming it."""
-    import builtins
-
-    import diskcache
-
-    raw = diskcache.Cache(str(store.path))
-    raw.set("r0000", _Planted())  # plain diskcache pickles what is not str, bytes or a number
-    raw.close()
-    assert store.lookup("r0000") is MISSING
-    assert "receipt r0000" in caplog.text and "pickle, which playbook never loads" in caplog.text
-    assert not hasattr(builtins, "_playbook_unpickled")
+    db = store.path / "receipts.db"
+    rows = _sql(db, "SELECT input, output FROM receipt") + _sql(db, "SELECT output, output FROM memo")
+    assert len(rows) == 6
+    for row in rows:
+        for value in row:
+            assert isinstance(value, str) and isinstance(json.loads(value), dict)
+    assert '{"$tuple":[1,2]}' in rows[0][1] and '"$timestamp"' in rows[0][1]
 
 
 def test_newer_format_is_a_clear_error(tmp_path: Path) -> None:
     """A store written by a newer format version raises ReceiptError naming the path, both versions and what to do."""
-    store = pb.ReceiptStore(tmp_path / "s")
-    store._cache.set("playbook/format", 99)
-    store.close()
+    pb.ReceiptStore(tmp_path / "s").close()
+    _sql(tmp_path / "s" / "receipts.db", "UPDATE meta SET value = '99' WHERE key = 'format'")
     with pytest.raises(pb.ReceiptError) as info:
         pb.ReceiptStore(tmp_path / "s")
     message = str(info.value)
     assert str(tmp_path / "s") in message and "newer playbook" in message
     assert "format 99" in message and f"reads format {FORMAT}" in message
     assert "Upgrade playbook" in message and "another/directory" in message
-    with closing(sqlite3.connect(tmp_path / "s" / "cache.db")) as con:  # refused, not rewritten
-        assert con.execute("SELECT value FROM Cache WHERE key = 'playbook/format'").fetchone() == ("99",)
+    assert _sql(tmp_path / "s" / "receipts.db", "SELECT value FROM meta WHERE key = 'format'") == [("99",)]  # left untouched
 
 
 @pytest.mark.parametrize(
@@ -155,15 +144,14 @@ def test_newer_format_is_a_clear_error(tmp_path: Path) -> None:
     [
         (lambda db: db.write_bytes(b"SQLite format 2\x00" + bytes(range(256)) * 16), "is not a readable SQLite database"),
         (lambda db: db.write_bytes(db.read_bytes()[:2000]), "is not a readable SQLite database"),
-        (lambda db: _sql(db, "UPDATE Cache SET value = '{\"v\":' WHERE key = 'playbook/format'"), "format marker cannot be read"),
-        (lambda db: _sql(db, "UPDATE Cache SET value = '\"one\"' WHERE key = 'playbook/format'"), "format marker is 'one'"),
+        (lambda db: _sql(db, "UPDATE meta SET value = 'one' WHERE key = 'format'"), "format marker is 'one'"),
     ],
-    ids=["garbage bytes", "truncated database", "format marker not JSON", "unknown format marker"],
+    ids=["garbage bytes", "truncated database", "unknown format marker"],
 )
 def test_damaged_store_is_a_clear_error(tmp_path: Path, damage, problem: str) -> None:
     """A store whose database is not SQLite or whose format marker is damaged raises ReceiptError saying what to do."""
     _paid(pb.ReceiptStore(tmp_path / "s"), [], 10)
-    damage(tmp_path / "s" / "cache.db")
+    damage(tmp_path / "s" / "receipts.db")
     with pytest.raises(pb.ReceiptError) as info:
         pb.ReceiptStore(tmp_path / "s")
     message = str(info.value)
@@ -172,15 +160,10 @@ def test_damaged_store_is_a_clear_error(tmp_path: Path, damage, problem: str) ->
     assert info.value.__cause__ is None and info.value.__suppress_context__  # one paragraph, no chained traceback
 
 
-def _sql(db: Path, statement: str, *args: object) -> None:
-    with closing(sqlite3.connect(db)) as con, con:
-        con.execute(statement, args)
-
-
 def _paid(store: pb.ReceiptStore, calls: list[str], size: int) -> pb.Tool:
-    """Pay for lookup(q) over a, b and c; each result is ``size`` characters (32 kB and up: a file)."""
+    """Pay for lookup(q) over a, b and c; each result is ``size`` characters."""
 
-    @pb.tool(name="lookup")
+    @pb.tool(name="lookup", version="1")
     def lookup(q: str) -> str:
         calls.append(q)
         return q * size
@@ -191,48 +174,29 @@ def _paid(store: pb.ReceiptStore, calls: list[str], size: int) -> pb.Tool:
     return lookup
 
 
-class _Planted:
-    """Unpickling this would run code: the store must never do it."""
-
-    def __reduce__(self):
-        return (exec, ("import builtins; builtins._playbook_unpickled = True",))
-
-
-def _key(q: str) -> str:
-    return "r" + receipt_key("lookup", "1", canonical({"q": q}), "default")
-
-
-def _value_file(store_path: Path, key: str) -> Path:
-    with closing(sqlite3.connect(store_path / "cache.db")) as con:
-        (filename,) = con.execute("SELECT filename FROM Cache WHERE key = ?", (key,)).fetchone()
-    return store_path / filename
+def _damage(store: Path, key: str, value: object, flags: int = 0) -> None:
+    """Overwrite one record's stored output (as a disk error or another program might)."""
+    _sql(store / "receipts.db", "UPDATE receipt SET output = CAST(? AS TEXT), flags = ? WHERE key = ?", value, flags, key)
 
 
 DAMAGE = {
-    # name: (result size, damage(store path, key), what the error says)
-    "inline JSON truncated": (10, lambda s, k: _sql(s / "cache.db", "UPDATE Cache SET value = substr(value, 1, 12) WHERE key = ?", k),
-                              "not valid JSON"),
-    "value file truncated": (40_000, lambda s, k: _value_file(s, k).write_text('{"v":1,"tool":"lookup","out":"aaa'),
-                             "not valid JSON"),
-    "value file missing": (40_000, lambda s, k: _value_file(s, k).unlink(), "is missing"),
-    "value file not UTF-8": (40_000, lambda s, k: _value_file(s, k).write_bytes(b"\xff\xfe{}"), "not UTF-8"),
-    "pickle planted": (10, lambda s, k: _sql(s / "cache.db", "UPDATE Cache SET mode = 4, value = ? WHERE key = ?",
-                                             pickle.dumps(_Planted()), k), "pickle, which playbook never loads"),
-    "JSON but not a receipt": (10, lambda s, k: _sql(s / "cache.db", "UPDATE Cache SET value = '{\"v\":1}' WHERE key = ?", k),
-                               "not a format-1 receipt"),
+    # name: (stored bytes, flags, what the warning says)
+    "JSON truncated": (b'"aaaaa', 0, "not valid JSON"),
+    "not UTF-8": (b'"\xff\xfe"', 0, "not UTF-8"),
+    "a tag from a newer playbook": (b'{"$quaternion":[1,2,3,4]}', 1, "unknown tag '$quaternion'"),
+    "a broken tag": (b'{"$tuple":3}', 1, "not a record playbook wrote"),
+    "a pickle": (b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00K\x01.", 0, "not UTF-8"),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(DAMAGE))
 def test_unreadable_receipt_is_paid_again_not_a_crash(tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str) -> None:
-    """An unreadable receipt: get() raises a clear ReceiptError; a run re-pays only that call, warns, and heals the store."""
-    import builtins
-
-    size, damage, problem = DAMAGE[case]
+    """An unreadable receipt: get() raises a clear ReceiptError; a run re-pays only that call, warns once, and heals the store."""
+    stored, flags, problem = DAMAGE[case]
     calls: list[str] = []
-    lookup = _paid(pb.ReceiptStore(tmp_path / "s"), calls, size)
-    key = _key("a")
-    damage(tmp_path / "s", key)
+    lookup = _paid(pb.ReceiptStore(tmp_path / "s"), calls, 10)
+    key = lookup.key({"q": "a"})
+    _damage(tmp_path / "s", key, stored, flags)
     store = pb.ReceiptStore(tmp_path / "s")
 
     with pytest.raises(pb.ReceiptError) as info:
@@ -242,26 +206,22 @@ def test_unreadable_receipt_is_paid_again_not_a_crash(tmp_path: Path, caplog: py
     assert "makes the call again" in message and f"cache clear --store {store.path} --tool lookup" in message
     caplog.clear()
     out = _frame().play.map(lookup, store=store, progress=False, refresh="rows")
-    assert out["play_status"].tolist() == ["ok"] * 3 and out["lookup"].tolist() == [q * size for q in "abc"]
+    assert out["play_status"].tolist() == ["ok"] * 3 and out["lookup"].tolist() == [q * 10 for q in "abc"]
     assert calls == ["a", "b", "c", "a"]  # only the unreadable call was paid again
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and key in warned[0] and problem in warned[0] and str(store.path) in warned[0]
-    assert store.receipts()["output"].tolist() == [q * size for q in "bca"]  # the new receipt replaced the bad one
     receipt = store.get(lookup, q="a")
-    assert receipt is not None and receipt.output == "a" * size
-    assert not hasattr(builtins, "_playbook_unpickled")
+    assert receipt is not None and receipt.output == "a" * 10  # the new receipt replaced the bad one
     store.close()
 
 
-def test_unreadable_receipt_is_left_out_of_listings_once_warned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """receipts() and stats() list the readable receipts and warn once about an unreadable one."""
-    _paid(pb.ReceiptStore(tmp_path / "s"), [], 10)
-    DAMAGE["inline JSON truncated"][1](tmp_path / "s", _key("b"))
+def test_unreadable_receipts_are_left_out_of_listings(tmp_path: Path) -> None:
+    """receipts() lists the readable receipts; stats() counts every record, whatever its bytes."""
+    lookup = _paid(pb.ReceiptStore(tmp_path / "s"), [], 10)
+    _damage(tmp_path / "s", lookup.key({"q": "b"}), b"\xff")
     store = pb.ReceiptStore(tmp_path / "s")
     assert store.receipts()["input"].tolist() == [{"q": "a"}, {"q": "c"}]
-    assert store.stats()["by_tool"] == {"lookup": 2}
-    warned = [r.getMessage() for r in caplog.records if r.name == "playbook.receipts"]
-    assert len(warned) == 1 and _key("b") in warned[0]
+    assert store.stats()["by_tool"] == {"lookup": 3}
     store.close()
 
 
@@ -279,10 +239,15 @@ def _memoised(store: pb.ReceiptStore) -> tuple[list[str], pb.Play]:
     return calls, find
 
 
-def test_unreadable_row_memo_replays_the_row_for_free(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    ("column", "bad"),
+    [("output", b'{"v":'), ("output", b'{"v":"\xff"}'), ("output", b"[1,2,3]"), ("tools", b" lookup ")],
+    ids=["truncated", "not UTF-8", "another shape", "tools garbled"],
+)
+def test_unreadable_row_memo_replays_the_row_for_free(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture, column: str, bad: bytes) -> None:
     """A damaged row memo makes its row run again against its receipts (no call paid), with a warning."""
     calls, find = _memoised(store)
-    _sql(store.path / "cache.db", "UPDATE playbook_memo SET value = '{\"v\":' WHERE key = (SELECT MIN(key) FROM playbook_memo)")
+    _sql(store.path / "receipts.db", f"UPDATE memo SET {column} = CAST(? AS TEXT) WHERE key = (SELECT MIN(key) FROM memo)", bad)
     caplog.clear()
     out = _frame().play.map(find, store=store, progress=False)
     assert sorted(out["play_status"]) == ["ok", "reused", "reused"] and out["v"].tolist() == ["value"] * 3
@@ -309,34 +274,6 @@ def test_a_reused_row_counts_the_calls_and_cost_its_memo_saved(store: pb.Receipt
     assert (again.reused, again.calls_executed, again.calls_reused, again.cost_saved, again.cost_spent) == (4, 0, 6, 3.0, 0.0)
 
 
-def test_memos_written_without_counts_still_reuse_their_rows(store: pb.ReceiptStore) -> None:
-    """A memo holding only the output (the first memo format) still settles its row as reused, saving 0 counted calls."""
-    calls, find = _memoised(store)
-    _sql(store.path / "cache.db", "UPDATE playbook_memo SET value = json_extract(value, '$[0]')")
-    out = _frame().play.map(find, store=store, progress=False)
-    assert out["play_status"].tolist() == ["reused"] * 3 and out["v"].tolist() == ["value"] * 3
-    assert calls == ["a", "b", "c"] and pb.last_run().stats.calls_reused == 0
-
-
-def test_failed_receipt_write_fails_the_row_instead_of_hanging(store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A receipt that cannot be written (disk full) fails its row with ReceiptError; the run does not wait forever."""
-    import diskcache
-
-    def full(*args: object, **kwargs: object) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(diskcache.Disk, "_write", full)  # values of 32 kB and more are written to files
-    big = _counting_tool([], result="x" * 40_000)
-
-    async def run() -> pd.DataFrame:
-        return await asyncio.wait_for(_frame().play.amap(big, store=store, progress=False), timeout=20)
-
-    out = asyncio.run(run())
-    assert out["play_status"].tolist() == ["failed"] * 3
-    assert out["play_error"].iloc[0].startswith(f"ReceiptError: cannot write to the receipt store at {store.path}")
-    assert "No space left on device" in out["play_error"].iloc[0]
-
-
 def test_unopenable_store_is_a_clear_error(tmp_path: Path) -> None:
     """A store path that is a file raises ReceiptError naming the path."""
     target = tmp_path / "not-a-dir"
@@ -346,28 +283,42 @@ def test_unopenable_store_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_receipts_stats_and_clear(store: pb.ReceiptStore) -> None:
-    """receipts() lists inputs and outputs per tool; clear(tool) removes only that tool's."""
-    one = _counting_tool([], result="1")
+    """receipts() lists inputs and outputs per tool; clear(tool) removes that tool's receipts and the memos
+    of rows that used it, so the next run pays for that tool, and only it, again."""
+    one_calls: list[str] = []
+    one = _counting_tool(one_calls, result="1")
+    other_calls: list[str] = []
 
     @pb.tool(name="other", cost=0.5)
     def other(q: str) -> str:
+        other_calls.append(q)
         return q.upper()
 
     @pb.play
     async def both(row, ctx):
         return {"a": await ctx.tool(one, q=row.q), "b": await ctx.tool(other, q=row.q)}
 
+    @pb.play
+    async def only_one(row, ctx):
+        return {"a": await ctx.tool(one, q=row.q)}
+
     _frame().play.map(both, store=store, progress=False)
+    _frame().play.map(only_one, store=store, progress=False)
     frame = store.receipts("other")
     assert sorted(frame["output"]) == ["A", "B", "C"]
     assert frame["input"].tolist()[0] in ({"q": "a"}, {"q": "b"}, {"q": "c"})
     stats = store.stats()
     assert stats["by_tool"] == {"lookup": 3, "other": 3}
-    assert stats["row_memos"] == 3 and stats["cost_stored"] == 1.5
-    assert store.clear("other") == 3
-    assert store.stats()["by_tool"] == {"lookup": 3}
+    assert stats["row_memos"] == 6 and stats["cost_stored"] == 1.5
+    assert store.memo_count("other") == 3 and store.clear("other") == 3
+    assert store.stats()["by_tool"] == {"lookup": 3} and store.stats()["row_memos"] == 3  # only_one's memos stay
+
+    again = _frame().play.run(both, store=store, progress=False)
+    assert (again.stats.ok, again.stats.calls_executed, again.stats.calls_reused) == (3, 3, 3)
+    assert sorted(other_calls) == ["a", "a", "b", "b", "c", "c"] and one_calls == ["a", "b", "c"]
+    assert _frame().play.run(only_one, store=store, progress=False).stats.reused == 3
     store.clear()
-    assert store.stats()["receipts"] == 0
+    assert store.stats()["receipts"] == 0 and store.stats()["row_memos"] == 0
 
 
 def test_receipt_is_committed_before_the_row_continues(store: pb.ReceiptStore) -> None:
@@ -378,10 +329,77 @@ def test_receipt_is_committed_before_the_row_continues(store: pb.ReceiptStore) -
     @pb.play
     async def check(row, ctx):
         await ctx.tool(lookup, q=row.q)
-        other = sqlite3.connect(store.path / "cache.db")
-        (count,) = other.execute("SELECT COUNT(*) FROM Cache WHERE tag = 'lookup' AND value LIKE ?", (f'%"in":{{"q":"{row.q}"}}%',)).fetchone()
-        other.close()
-        seen.append(count == 1)
+        key = lookup.key({"q": row.q})
+        seen.append(_sql(store.path / "receipts.db", "SELECT COUNT(*) FROM receipt WHERE key = ?", key) == [(1,)])
 
     pd.DataFrame({"q": [f"k{i}" for i in range(40)]}).play.map(check, store=store, progress=False, concurrency=20)
     assert seen == [True] * 40
+
+
+# -- stores written by playbook 0.1 (format 1, diskcache) --------------------------------------
+
+
+def _legacy(tmp_path: Path) -> Path:
+    """A copy of tests/data/store_v1: two rows of play 'legacy', written by playbook 0.1."""
+    path = tmp_path / "old"
+    shutil.copytree(LEGACY, path)
+    return path
+
+
+def test_a_store_of_playbook_0_1_opens_and_keeps_its_pinned_receipts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An old store opens without error: its receipts are copied (cache.db untouched), listed, and those
+    of tools pinned with version= still answer; unpinned tools and steps' rows run again, as the README says."""
+    path = _legacy(tmp_path)
+    before = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    store = pb.ReceiptStore(path)
+    assert any("copied 8 receipts and step records of an earlier playbook" in r.getMessage() for r in caplog.records)
+    assert {name: (path / name).read_bytes() for name in before} == before  # the old files are only read
+    assert store.stats()["by_tool"] == {"big": 2, "pinned": 2, "unpinned": 2}
+    listed = store.receipts("big")
+    assert sorted(len(o) for o in listed["output"]) == [32800, 41000]  # the values kept in files came across too
+
+    calls: list[str] = []
+
+    @pb.tool(name="pinned", version="2")
+    def pinned(q: str) -> dict:
+        calls.append(f"pinned:{q}")
+        return {"q": q, "n": len(q), "tags": ["a", "b"]}
+
+    @pb.tool(name="unpinned")
+    def unpinned(q: str) -> str:
+        calls.append(f"unpinned:{q}")
+        return q.upper()
+
+    @pb.play
+    async def legacy(row, ctx):
+        first = await ctx.step("once", lambda: calls.append("step") or {"stepped": True})
+        return {"p": await ctx.tool(pinned, q=row.q), "u": await ctx.tool(unpinned, q=row.q), "s": first["stepped"]}
+
+    out = pd.DataFrame({"q": ["alpha", "beta"]}).play.map(legacy, store=store, progress=False)
+    assert out["play_status"].tolist() == ["ok", "ok"]
+    assert out["p"].tolist() == [{"q": "alpha", "n": 5, "tags": ["a", "b"]}, {"q": "beta", "n": 4, "tags": ["a", "b"]}]
+    assert sorted(calls) == ["unpinned:alpha", "unpinned:beta"]  # the pinned calls and the steps answered from the old store
+    store.close()
+    reopened = pb.ReceiptStore(path)
+    assert reopened.stats()["receipts"] == 8 and reopened.stats()["row_memos"] == 2  # copied once, not again
+    reopened.close()
+
+
+def test_an_emptied_old_index_with_value_files_left_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """cache.db emptied from outside, its value files left behind: the lost receipts are reported, not silently ignored."""
+    path = _legacy(tmp_path)
+    (path / "cache.db").write_bytes(b"")
+    store = pb.ReceiptStore(path)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("2 value files of an earlier playbook store" in w and "emptied or replaced from outside" in w for w in warned)
+    assert store.stats()["receipts"] == 0 and any("value files" in n for n in store.notices)
+    store.close()
+
+
+def test_an_unreadable_old_store_is_refused_not_overwritten(tmp_path: Path) -> None:
+    """cache.db that is not a database: the store is refused with what to do, and nothing is created beside it."""
+    path = _legacy(tmp_path)
+    (path / "cache.db").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(pb.ReceiptError, match="holds a store of an earlier playbook .* cannot be read"):
+        pb.ReceiptStore(path)
+    assert not (path / "receipts.db").exists() or _sql(path / "receipts.db", "SELECT COUNT(*) FROM meta") == [(0,)]

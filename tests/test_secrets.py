@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 import playbook as pb
-from playbook import tools
+from playbook.tools import secrets
 
 # Base64-style, as many real keys are: '/', '+' and '=' are escaped in URLs, so an audit that
 # only looked for the raw value would miss the form a URL or an httpx log line carries.
@@ -41,7 +41,7 @@ def _assert_clean(where: str, text: str | bytes) -> None:
 @pytest.fixture(autouse=True)
 def _forget_revealed_secrets() -> None:
     """Log redaction must work from this test's own reveals, not ones left by earlier tests."""
-    tools._redactor.values.clear()
+    secrets.forget_revealed()
 
 
 @pytest.fixture
@@ -230,3 +230,55 @@ def test_malformed_body_echoing_the_key_is_masked_before_the_preview_is_cut(stor
     assert "malformed JSON" in error
     _assert_clean("the malformed-JSON preview", error)
     assert SECRET[:8] not in error
+
+
+def _reachable_strings(root: object, limit: int = 200_000) -> list[str]:
+    """Every str reachable from ``root`` through references (exception tracebacks and their frames'
+    locals included), leaving out modules' namespaces and classes: what the run itself keeps alive."""
+    import gc
+    import sys
+    import types
+
+    module_dicts = {id(vars(m)) for m in list(sys.modules.values()) if m is not None and hasattr(m, "__dict__")}
+    seen: set[int] = set()
+    stack, found = [root], []
+    while stack and len(seen) < limit:
+        obj = stack.pop()
+        if id(obj) in seen or id(obj) in module_dicts or isinstance(obj, (types.ModuleType, type)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, str):
+            found.append(obj)
+            continue
+        if isinstance(obj, types.FrameType):
+            # A traceback's frame: its locals, not its globals or callers, nor this test's own (it
+            # holds the demo provider, which knows the key: it is the other end).
+            if obj.f_code.co_filename != __file__:
+                stack.extend(obj.f_locals.values())
+            continue
+        if isinstance(obj, types.FunctionType):
+            stack.extend(c.cell_contents for c in obj.__closure__ or () if _filled(c))
+            continue
+        stack.extend(gc.get_referents(obj))
+    return found
+
+
+def _filled(cell: object) -> bool:
+    try:
+        cell.cell_contents  # type: ignore[attr-defined]
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("where", ["header", "url"])
+def test_no_frame_or_object_a_refused_run_keeps_holds_the_key(keyed, store, where: str) -> None:
+    """After a 401 (a refused key), nothing reachable from pb.last_run() or from the RunFatal it raised,
+    frames of its traceback included, holds the key: it was unwrapped only inside the HTTP send."""
+    keyed.reset(api_keys=("some-other-key",))
+    chat = _chat(keyed, url=keyed.url + "/v1/keys/{secret}/chat") if where == "url" else _chat(keyed)
+    with pytest.raises(pb.RunFatal) as info:
+        COMPANIES.play.map(chat, store=store, progress=False)
+    for root in (pb.last_run(), info.value):
+        leaked = [text for text in _reachable_strings(root) if _leaks(text)]
+        assert not leaked, f"the key is reachable from {type(root).__name__}: {leaked[:3]}"

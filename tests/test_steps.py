@@ -71,7 +71,7 @@ def test_step_runs_once_per_row_across_replays_and_reruns(tmp_path: Path) -> Non
 
     first, second = run_virtual(main())
     assert first.result["play_status"].tolist() == ["ok"] * 3
-    assert first.result["parts"].tolist() == [[0, 0], [1, 1], [2, 2]]  # the JSON form, every time
+    assert first.result["parts"].tolist() == [(0, 0), (1, 1), (2, 2)]  # exactly as returned, every time
     assert first.result["got"].tolist() == ["J0", "J1", "J2"]
     assert second.result["play_status"].tolist() == ["ok"] * 3
     assert sorted(submitted) == [0, 1, 2]  # not again for the held row, nor for the edited play
@@ -86,7 +86,7 @@ def test_step_value_without_json_form_fails_the_row(store: pb.ReceiptStore) -> N
 
     out = pd.DataFrame({"n": [0, 1]}).play.map(play, store=store, progress=False)
     assert out["play_status"].tolist() == ["ok", "failed"]
-    assert "step 'make' returned a object, which has no JSON form" in out.loc[1, "play_error"]
+    assert "step 'make' returned a value with no JSON form (a value of type builtins.object" in out.loc[1, "play_error"]
 
 
 def test_step_with_a_sync_function_and_arguments(store: pb.ReceiptStore) -> None:

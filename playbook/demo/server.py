@@ -21,13 +21,18 @@ __all__ = ["DemoServer", "serve"]
 
 _START_TIMEOUT = 10.0
 _STOP_TIMEOUT = 5.0
+# The port serve() takes when it is free: an http_tool's receipts answer for the URL it calls, so
+# a demo on the same URL in the next session finds the receipts of this one.
+DEFAULT_PORT = 8787
 
 
-def serve(port: int = 0, host: str = "127.0.0.1", *, clock: Callable[[], float] | None = None, **settings: Any) -> DemoServer:
+def serve(port: int | None = None, host: str = "127.0.0.1", *, clock: Callable[[], float] | None = None, **settings: Any) -> DemoServer:
     """Start the demo provider and return its handle once it accepts connections.
 
-    `settings` are `DemoSettings` fields (rps=..., quota=..., fault_rate=..., ...).
-    Use it as a context manager, or call `.stop()`, to shut it down.
+    ``port=None`` takes 8787 when it is free (so reruns in a new session call the same URL and
+    reuse their receipts), else any free port; ``port=0`` always any free port.
+    ``settings`` are ``DemoSettings`` fields (rps=..., quota=..., fault_rate=..., ...).
+    Use it as a context manager, or call ``.stop()``, to shut it down.
     """
     try:
         import starlette  # noqa: F401
@@ -45,7 +50,7 @@ class DemoServer:
     """Handle on a running demo provider: its URL, counters and knobs."""
 
     def __init__(
-        self, settings: DemoSettings, *, host: str = "127.0.0.1", port: int = 0, clock: Callable[[], float] | None = None
+        self, settings: DemoSettings, *, host: str = "127.0.0.1", port: int | None = 0, clock: Callable[[], float] | None = None
     ) -> None:
         self.host = host
         self.port = port
@@ -97,7 +102,12 @@ class DemoServer:
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port))
+            try:
+                sock.bind((self.host, DEFAULT_PORT if self.port is None else self.port))
+            except OSError:
+                if self.port is not None:
+                    raise
+                sock.bind((self.host, 0))  # the usual port is taken (another demo): any free one
         except BaseException:
             sock.close()
             raise

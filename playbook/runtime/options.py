@@ -13,7 +13,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from ..errors import PlayDefinitionError
-from ..receipts import ReceiptStore, default_store
+from ..store import ReceiptStore, default_store
 
 __all__ = ["RunOptions"]
 

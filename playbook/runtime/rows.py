@@ -1,16 +1,19 @@
-"""Rows as a play sees them, and how a play's return value becomes output columns."""
+"""Rows as a play sees them, how a play's return value becomes output columns (and a failure
+the row's message), and the result frame they make."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator, Mapping
+import linecache
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pandas as pd
 
 from ..errors import PlaybookError
+from ..tagged import Unencodable, decode, encode
 
-__all__ = ["Row", "output_columns"]
+__all__ = ["Row", "error_line", "error_message", "output_columns", "result_frame", "stored_output"]
 
 _STATUS_COLUMNS = ("play_status", "play_error")
 
@@ -57,13 +60,14 @@ class OutputError(PlaybookError, TypeError):
     """The play returned something that cannot become output columns (the row fails)."""
 
 
-def output_columns(value: Any, play: str) -> dict[str, Any]:
+def output_columns(value: Any, play: str, forgotten: Callable[[Any], str]) -> dict[str, Any]:
     """A play's return value as ``{column: value}``.
 
     A dict (or a Series, which ``DataFrame.apply`` expands the same way) gives its keys as
     columns; ``None`` gives no columns; any other value becomes one column named after the play.
     A key that is not a string, or that names a status column, fails the row: a row memo is JSON,
-    whose keys are strings, and the status columns are playbook's.
+    whose keys are strings, and the status columns are playbook's.  ``forgotten(awaitable)``
+    gives the advice for a coroutine returned instead of awaited.
     """
     if value is None:
         return {}
@@ -76,11 +80,88 @@ def output_columns(value: Any, play: str) -> dict[str, Any]:
                 raise OutputError(f"play {play!r} returned a column named {k!r}, which playbook uses for the row's status; rename it")
         return value
     if isinstance(value, Mapping):
-        return output_columns(dict(value), play)
+        return output_columns(dict(value), play, forgotten)
     if isinstance(value, pd.Series):
-        return output_columns(value.to_dict(), play)
+        return output_columns(value.to_dict(), play, forgotten)
     if inspect.isawaitable(value):
-        if inspect.iscoroutine(value):
-            value.close()  # never awaited, and never will be: no "never awaited" warning later
-        raise OutputError(f"play {play!r} returned a {type(value).__name__} that was never awaited: did you forget an await?")
+        raise OutputError(f"play {play!r} returned a {type(value).__name__} that was never awaited: {forgotten(value)}")
     return {play: value}
+
+
+def stored_output(output: dict[str, Any], play: str, forgotten: Callable[[Any], str]) -> tuple[dict[str, Any], Any]:
+    """The output as a replay will give it back, and its stored form (``None``: it has none).
+
+    A row's first run shows exactly what a rerun reuses (a Timestamp stays a Timestamp, a tuple a
+    tuple, a pydantic model is its dict).  An output with no stored form (an object of the
+    play's own) is kept as it is but not memoised: that row simply runs again next time, against
+    its receipts.  A coroutine anywhere in it fails the row: it was meant to be awaited.
+    """
+    try:
+        stored = encode(output)
+    except Unencodable as exc:
+        if exc.awaitable:
+            advice = forgotten(exc.value)
+            _close_awaitables(output)
+            raise OutputError(f"play {play!r}: output{exc.where} is a {type(exc.value).__name__} that was never awaited: {advice}") from None
+        return output, None
+    return (output if stored is output else decode(stored)), stored
+
+
+def _close_awaitables(value: Any) -> None:
+    """Close every coroutine in a returned structure: none of them will ever run."""
+    if inspect.iscoroutine(value):
+        value.close()
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            _close_awaitables(v)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for v in value:
+            _close_awaitables(v)
+
+
+def result_frame(frame: pd.DataFrame, outputs: list[dict[str, Any] | None], status: list[Any], errors: list[str | None]) -> pd.DataFrame:
+    """Input rows in input order and index, the output columns, ``play_status``, ``play_error``.
+
+    An output named like an input column replaces it in place, as ``df.assign`` would, but
+    only in the rows that returned it: a failed, parked or skipped row keeps its input value.
+    """
+    outputs = [o if o is not None else {} for o in outputs]
+    out = pd.DataFrame.from_records(outputs, index=frame.index) if any(outputs) else pd.DataFrame(index=frame.index)
+    result = frame.copy()
+    inputs = set(frame.columns)
+    for col in out.columns:
+        if col in inputs:
+            values = [o[col] if col in o else v for o, v in zip(outputs, frame[col])]
+            result[col] = pd.Series(values, index=frame.index)
+    added = [c for c in out.columns if c not in inputs]
+    if added:
+        result = pd.concat([result, out[added].set_axis([_label(frame, c) for c in added], axis=1)], axis=1)
+    result[_label(frame, "play_status")] = pd.Series(status, index=frame.index, dtype=object)
+    result[_label(frame, "play_error")] = pd.Series(errors, index=frame.index, dtype=object)
+    return result
+
+
+def _label(frame: pd.DataFrame, name: str) -> Any:
+    """A new column's label: ``name``, or ``(name, "", ...)`` when the columns are a MultiIndex."""
+    levels = frame.columns.nlevels
+    return name if levels == 1 else (name,) + ("",) * (levels - 1)
+
+
+def error_line(exc: BaseException, fn: Any) -> str:
+    """``(line N: source)`` when the play's own code raised the error (a tool's error names the
+    tool already).  In a ``%%play`` cell N is the cell's line: the row error points at it."""
+    code = getattr(fn, "__code__", None)
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if code is None or tb is None or tb.tb_frame.f_code is not code:
+        return ""
+    text = linecache.getline(code.co_filename, tb.tb_lineno).strip()
+    return f" (line {tb.tb_lineno}: {text})" if text else f" (line {tb.tb_lineno})"
+
+
+def error_message(exc: BaseException) -> str:
+    text = str(exc)
+    message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    notes = getattr(exc, "__notes__", None)
+    return f"{message} ({'; '.join(notes)})" if notes else message

@@ -13,7 +13,7 @@ from .._loop import run_sync, running_loop
 from ..errors import PlayDefinitionError
 from ..models import ProviderHold, RunStats
 from ..plays import Play
-from ..receipts import ReceiptStore
+from ..store import ReceiptStore
 from ..ui import attach_view
 from .options import RunOptions
 from .scheduler import MapRun
@@ -102,6 +102,12 @@ class Run:
                     )
                 )
         return out
+
+    @property
+    def notices(self) -> list[str]:
+        """What went wrong with the run as a whole, in words: the store failed or was replaced,
+        paid calls whose receipts could not be written (also counted in ``stats.receipts_lost``)."""
+        return list(self._maprun.state.notices)
 
     @property
     def waterfalls(self) -> pd.DataFrame:

@@ -9,30 +9,52 @@ emits an event; views subscribe to :class:`RunState`.
 from __future__ import annotations
 
 import asyncio
-import linecache
+import contextlib
+import logging
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pandas as pd
 
 from ..context import Context
-from ..errors import PlayDefinitionError, ProviderExhausted, RunFatal
+from ..errors import ProviderExhausted, RunFatal
 from ..keys import memo_key, row_key
 from ..models import (
-    CallFinished, RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowStarted, RunFinished, RunStarted, Status,
+    CallFinished,
+    RowFinished,
+    RowHeld,
+    RowParked,
+    RowRequeued,
+    RowResumed,
+    RowStarted,
+    RunFinished,
+    RunNotice,
+    RunStarted,
+    Status,
     WaterfallFinished,
 )  # fmt: skip
 from ..plays import Play
 from ..providers import Provider, Ticket
-from ..receipts import ReceiptStore
 from ..signals import Held, Parked, Sleeping, Suspend, WaitBudget
+from ..store import ReceiptStore
+from ..store.records import OUTPUT_TAGGED, memo_tools
+from ..tagged import dumps
+from ..tools import current_fingerprint
+from ..tools.http import default_client
 from .batching import Batcher
 from .options import RunOptions
 from .retry_queue import RetryQueue
-from .rows import Row, output_columns
+from .rows import (
+    Row,
+    error_line,
+    error_message,
+    output_columns,
+    result_frame,
+    stored_output,
+)
 from .state import RunState
 
 if TYPE_CHECKING:
@@ -43,6 +65,8 @@ __all__ = ["MapRun"]
 
 _MEMO_CHUNK = 512
 SLEEP = "sleep"  # what a row in ctx.sleep waits for, where a held row names its provider
+GRACE = 5.0  # seconds a stopped run gives calls already sent to land their receipts
+_logger = logging.getLogger("playbook")
 
 
 class MapRun:
@@ -54,7 +78,7 @@ class MapRun:
         self.play = play
         self.opts = opts
         self.store = store
-        self.store_clock = store._clock
+        self.store_clock = store.clock
         self.force_all = opts.refresh is True
         self.state = RunState()
         n = len(frame)
@@ -86,6 +110,10 @@ class MapRun:
         self._started: set[int] = set()  # rows running now
         self._batchers: dict[str, Batcher] = {}
         self._memo_keys: dict[int, str] = {}  # computed while checking for memos, used on success
+        self._landing: set[asyncio.Task[Any]] = set()  # workers whose call is sent: landing its receipt
+        self._batches: set[asyncio.Task[Any]] = set()  # batches sent, landing their members' receipts
+        self._notices_seen = len(store.notices)
+        self.interrupted = False
 
     # -- what ctx.tool needs -----------------------------------------------------------
 
@@ -99,15 +127,34 @@ class MapRun:
 
     def http_client(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = _default_client(self.opts.concurrency)
+            self._client = default_client(self.opts.concurrency)
         return self._client
 
     def batcher(self, tool: Tool) -> Batcher:
         """The batcher that coalesces this run's calls to a batch tool."""
         found = self._batchers.get(tool.name)
         if found is None:
-            found = self._batchers[tool.name] = Batcher(tool)
+            found = self._batchers[tool.name] = Batcher(tool, self._track_batch)
         return found
+
+    def _track_batch(self, task: asyncio.Task[Any]) -> None:
+        """A batch sent: a stop waits for it to record its members' receipts (up to ``GRACE``)."""
+        self._batches.add(task)
+        task.add_done_callback(self._batches.discard)
+
+    @contextlib.contextmanager
+    def landing(self) -> Iterator[None]:
+        """Around a call that is being sent and recorded: :meth:`stop` leaves this row's task to
+        land the receipt, then the row stops here (it is settled as skipped)."""
+        task = asyncio.current_task()
+        self._landing.add(task)  # type: ignore[arg-type]
+        try:
+            yield
+        finally:
+            self._landing.discard(task)  # type: ignore[arg-type]
+            del task
+        if self._stopping:
+            raise asyncio.CancelledError("the run was stopped; this call's receipt is written")
 
     def label(self, pos: int) -> Any:
         """The index label of the row at ``pos``."""
@@ -170,7 +217,12 @@ class MapRun:
     # -- the run -----------------------------------------------------------------------
 
     async def execute(self, positions: list[int] | None = None) -> None:
-        """Run the given rows (default: all); settle every one of them."""
+        """Run the given rows (default: all); settle every one of them.
+
+        Cancelled (Ctrl-C, or the caller's cancel), it stops as :meth:`stop` does: calls already
+        sent land their receipts (up to ``GRACE`` seconds), then the rest settle as skipped and
+        the cancellation goes on.  Cancelled again meanwhile, it stops at once.
+        """
         frame, opts = self.frame, self.opts
         first = positions is None
         if first:
@@ -189,19 +241,26 @@ class MapRun:
             self._pending.extend(runnable)
             self._workers = []
             self._spawn(min(opts.concurrency, len(self._pending)))
-            # Workers join while the run goes (a row that steps aside may need a fresh one), so
-            # wait until none is left.  A worker we cancel ourselves (stop, fatal) must not end
-            # the wait before the others have unwound; the caller cancelling us still propagates.
-            while live := [t for t in self._workers if not t.done()]:
-                await asyncio.wait(live)
+            try:
+                # Workers join while the run goes (a row that steps aside may need a fresh one), so
+                # wait until none is left.  A worker we cancel ourselves (stop, fatal) must not end
+                # the wait before the others have unwound.
+                while live := [t for t in self._workers if not t.done()]:
+                    await asyncio.wait(live)
+            except asyncio.CancelledError:
+                self.interrupted = True
+                self.stop()
+                await self._unwind()
+                raise
+            await self._unwind()
             for task in self._workers:
                 if not task.cancelled() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         finally:
-            for task in self._workers:
-                task.cancel()
+            for task in [*self._workers, *self._batches]:
+                task.cancel()  # past the grace, or cancelled twice: now
             self._settle_unfinished(self._positions)
-            self.store.flush()
+            self._finish_store()
             await self.store.leases.settle()
             for unsubscribe in self._watching.values():
                 unsubscribe()
@@ -213,13 +272,42 @@ class MapRun:
         if self.fatal is not None:
             raise self.fatal
 
+    async def _unwind(self) -> None:
+        """Let cancelled rows unwind, and calls already sent land their receipts (up to ``GRACE``)."""
+        busy = [t for t in (*self._workers, *self._batches) if not t.done()]
+        if busy:
+            await asyncio.wait(busy, timeout=GRACE)
+
+    def _finish_store(self) -> None:
+        """Write what the store still owes (memos; receipts that failed to be written) and say
+        out loud what could not be."""
+        store = self.store
+        store.flush()
+        owed = store.unwritten()
+        if owed:
+            lost = store.write_unwritten()
+            if lost:
+                note = (
+                    f"{lost} paid calls could not be recorded in the receipt store at {store.path} (their rows failed, "
+                    "saying why). Their answers are kept in memory and written when the store takes writes again, at "
+                    "the end of the next run in this process; if the process ends first, a rerun pays for them again"
+                )
+            else:
+                note = f"{owed} receipts that could not be written during the run were written at its end: a rerun reuses them"
+            self.state.emit(RunNotice(note, lost))
+            _logger.warning("%s", note)
+        for note in store.notices[self._notices_seen :]:
+            self.state.emit(RunNotice(note, 0))
+        self._notices_seen = len(store.notices)
+
     def stop(self, keep: asyncio.Task[Any] | None = None) -> None:
-        """Finish the rows in flight as skipped and start no more (``keep``: the caller's own worker)."""
+        """Settle the rows in flight as skipped and start no more (``keep``: the caller's own worker).
+        A row whose call is being sent lands its receipt first (see :meth:`landing`)."""
         self._stopping = True
         self._pending.clear()
         self._held.clear()
         for task in self._workers:
-            if task is not keep:
+            if task is not keep and task not in self._landing:
                 task.cancel()
 
     def admit(self, positions: list[int]) -> None:
@@ -243,15 +331,11 @@ class MapRun:
         return again
 
     def _identify(self, positions: list[int], key_cols: list[Any] | None) -> list[int]:
-        """Key each row; group duplicates under their first position; apply ``limit``."""
-        limit = self.opts.limit
+        """Key each row; group duplicates under their first position."""
         key_idx = [self._cols[c] for c in key_cols] if key_cols is not None else None
         seen: dict[str, int] = {}
         runnable: list[int] = []
         for pos in positions:
-            if limit is not None and pos >= limit:
-                self._settle(pos, "skipped", None, f"not run: limit={limit}", ran=False)
-                continue
             vals = self._vals[pos]
             try:
                 key = row_key(list(vals) if key_idx is None else [vals[i] for i in key_idx])
@@ -274,16 +358,15 @@ class MapRun:
         rest: list[int] = []
         for start in range(0, len(runnable), _MEMO_CHUNK):
             chunk = runnable[start : start + _MEMO_CHUNK]
-            mkeys = ["m" + memo_key(fp, self.keys[p]) for p in chunk]  # type: ignore[arg-type]
+            mkeys = [memo_key(fp, self.keys[p]) for p in chunk]  # type: ignore[arg-type]
             found = self.store.memos(mkeys)
             for pos, mk in zip(chunk, mkeys):
                 memo = found.get(mk)
-                if memo is None:
+                if memo is None or not _tools_unchanged(memo["tools"]):
                     self._memo_keys[pos] = mk
                     rest.append(pos)
                 else:
-                    output, calls, cost = memo
-                    self._settle(pos, "reused", output, None, ran=False, calls=calls, cost=cost)
+                    self._settle(pos, "reused", memo["output"], None, ran=False, calls=memo["calls"], cost=memo["cost"])
         return rest
 
     def _spawn(self, count: int) -> None:
@@ -318,11 +401,12 @@ class MapRun:
         ctx = Context(self, self.keys[pos], pos, attempt)  # type: ignore[arg-type]
         self.state.emit(RowStarted(pos))
         self._started.add(pos)
+        name = self.play.name
         try:
             value = await self.play.fn(Row(self._cols, self._vals[pos], self._labels[pos]), ctx)
             if ctx._signal is not None:
                 raise ctx._signal  # the play caught a suspension or a fatal error: it still counts
-            output = output_columns(value, self.play.name)
+            output, stored = stored_output(output_columns(value, name, ctx.forgotten_await), name, ctx.forgotten_await)
         except Held as held:
             held.budget.left -= max(0.0, held.until - asyncio.get_running_loop().time())
             self._hold(pos, held.until, held.wall, held.provider.name, held.status)
@@ -331,22 +415,30 @@ class MapRun:
         except Parked as park:
             self._park(pos, park.reason, str(park), park.provider, park.ready_at)
         except ProviderExhausted as exc:
-            self._park(pos, "hold", _message(exc), exc.provider, exc.retry_at)
+            self._park(pos, "hold", error_message(exc), exc.provider, exc.retry_at)
         except RunFatal as exc:
-            self._settle(pos, "failed", None, _message(exc))
+            self._settle(pos, "failed", None, error_message(exc))
             self.fatal_stop(exc, pos)
         except Suspend:  # pragma: no cover - every signal is handled above
             raise
         except Exception as exc:
-            self._settle(pos, "failed", None, _message(exc) + _where(exc, self.play.fn))
+            self._settle(pos, "failed", None, error_message(exc) + error_line(exc, self.play.fn))
             if self.opts.on_error == "raise":
-                exc.add_note(f"in row {self._labels[pos]!r} (position {pos}) of play {self.play.name!r}")
+                exc.add_note(f"in row {self._labels[pos]!r} (position {pos}) of play {name!r}")
                 self.fatal = exc
                 self.stop(keep=asyncio.current_task())
         else:
             self._settle(pos, "ok", output, None)
-            mk = self._memo_keys.pop(pos, None) or "m" + memo_key(self.play.fingerprint, self.keys[pos])  # type: ignore[arg-type]
-            self.store.add_memo(mk, output, self.play.name, ctx.calls, ctx.cost)
+            if stored is not None:
+                self._remember(pos, ctx, output, stored)
+        finally:
+            ctx.close()
+
+    def _remember(self, pos: int, ctx: Context, output: dict[str, Any], stored: Any) -> None:
+        """Write the row's memo: its output, its calls and their cost, the tools it used."""
+        mk = self._memo_keys.pop(pos, None) or memo_key(self.play.fingerprint, self.keys[pos])  # type: ignore[arg-type]
+        flags = OUTPUT_TAGGED if output is not stored else 0
+        self.store.add_memo(mk, self.play.name, memo_tools(ctx.tools), ctx.calls, ctx.cost, flags, dumps(stored))
 
     def _park(self, pos: int, reason: str, message: str, provider: str | None, ready_at: float | None) -> None:
         for p in (pos, *self._copies.get(pos, ())):
@@ -379,77 +471,18 @@ class MapRun:
     # -- the result --------------------------------------------------------------------
 
     def result(self) -> pd.DataFrame:
-        """Input rows in input order and index, the output columns, ``play_status``, ``play_error``.
-
-        An output named like an input column replaces it in place, as ``df.assign`` would, but
-        only in the rows that returned it: a failed, parked or skipped row keeps its input value.
-        """
-        frame = self.frame
-        outputs = [o if o is not None else {} for o in self.outputs]
-        out = pd.DataFrame.from_records(outputs, index=frame.index) if any(outputs) else pd.DataFrame(index=frame.index)
-        result = frame.copy()
-        inputs = set(frame.columns)
-        for col in out.columns:
-            if col in inputs:
-                values = [o[col] if col in o else v for o, v in zip(outputs, frame[col])]
-                result[col] = pd.Series(values, index=frame.index)
-        added = [c for c in out.columns if c not in inputs]
-        if added:
-            result = pd.concat([result, out[added].set_axis([_label(frame, c) for c in added], axis=1)], axis=1)
-        result[_label(frame, "play_status")] = pd.Series(self.status, index=frame.index, dtype=object)
-        result[_label(frame, "play_error")] = pd.Series(self.errors, index=frame.index, dtype=object)
-        return result
+        """Input rows in input order and index, the output columns, ``play_status``, ``play_error``."""
+        return result_frame(self.frame, self.outputs, self.status, self.errors)
 
 
-def _label(frame: pd.DataFrame, name: str) -> Any:
-    """A new column's label: ``name``, or ``(name, "", ...)`` when the columns are a MultiIndex."""
-    levels = frame.columns.nlevels
-    return name if levels == 1 else (name,) + ("",) * (levels - 1)
-
-
-def _where(exc: BaseException, fn: Any) -> str:
-    """``(line N: source)`` when the play's own code raised the error (a tool's error names the
-    tool already).  In a ``%%play`` cell N is the cell's line: the row error points at it."""
-    code = getattr(fn, "__code__", None)
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if code is None or tb is None or tb.tb_frame.f_code is not code:
-        return ""
-    text = linecache.getline(code.co_filename, tb.tb_lineno).strip()
-    return f" (line {tb.tb_lineno}: {text})" if text else f" (line {tb.tb_lineno})"
-
-
-def _message(exc: BaseException) -> str:
-    text = str(exc)
-    message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    notes = getattr(exc, "__notes__", None)
-    return f"{message} ({'; '.join(notes)})" if notes else message
+def _tools_unchanged(tools: dict[str, str]) -> bool:
+    """True when no tool a memo used has been redefined (edited) in this process since."""
+    for name, fingerprint in tools.items():
+        now = current_fingerprint(name)
+        if now is not None and now != fingerprint:
+            return False
+    return True
 
 
 def _provider(tool: Tool) -> str | None:
     return tool.provider.name if tool.provider is not None else None
-
-
-def _default_client(concurrency: int) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=max(100, 4 * concurrency), max_keepalive_connections=max(100, 4 * concurrency))
-    try:
-        from httpx_aiohttp import AiohttpTransport
-    except ImportError:  # the plain httpx pool works, only slower at high concurrency
-        return httpx.AsyncClient(limits=limits)
-    return httpx.AsyncClient(transport=AiohttpTransport(limits=limits))
-
-
-def check_columns(frame: pd.DataFrame, tool: Any) -> None:
-    """A tool mapped directly needs a column per parameter."""
-    if tool.batch_size is not None:
-        raise PlayDefinitionError(
-            f"batch tool {tool.name!r} takes free-form inputs, so it cannot bind them from columns: "
-            f"call it from a play, e.g. await ctx.tool({tool.name}, domain=row.domain)"
-        )
-    missing = [p for p in tool.params if p not in frame.columns]
-    if missing:
-        raise PlayDefinitionError(
-            f"tool {tool.name!r} binds its inputs from columns, but the DataFrame has no column "
-            f"{', '.join(repr(m) for m in missing)}; columns: {list(frame.columns)}"
-        )

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..models import (
-    CallFinished, Event, RowFinished, RowHeld, RowRequeued, RowResumed, RowStarted, RunFinished, RunStarted, RunStats,
-    WaterfallFinished,
+    CallFinished, Event, RowFinished, RowHeld, RowRequeued, RowResumed, RowStarted, RunFinished, RunNotice, RunStarted,
+    RunStats, WaterfallFinished,
 )  # fmt: skip
 
 __all__ = ["LEG_COLUMNS", "RunState"]
@@ -25,7 +25,7 @@ class RunState:
     __slots__ = (
         "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held",
         "calls_executed", "calls_reused", "cost_spent", "cost_saved", "started", "finished",
-        "stopped", "providers", "waterfalls", "_clock", "_listeners", "_by_kind", "_before",
+        "stopped", "providers", "waterfalls", "notices", "receipts_lost", "_clock", "_listeners", "_by_kind", "_before",
     )  # fmt: skip
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
@@ -41,6 +41,8 @@ class RunState:
         self.providers: dict[str, Any] = {}  # name -> Provider, for views that show their state
         # waterfall key -> per leg [tool, hit, miss, unavailable, error, never]
         self.waterfalls: dict[str, list[list[Any]]] = {}
+        self.notices: list[str] = []  # what the user must hear about the run as a whole
+        self.receipts_lost = 0
         self._clock = clock
         self._listeners: list[Listener] = []
         self._by_kind: dict[type, list[Listener]] = {}  # listeners that asked for some kinds only
@@ -98,6 +100,9 @@ class RunState:
                 self._before += self.finished - self.started
             self.started = self._clock()
             self.finished = None
+        elif kind is RunNotice:
+            self.notices.append(event.message)
+            self.receipts_lost += event.lost
         elif kind is RunFinished:
             self.finished = self._clock()
             self.stopped = event.stopped
@@ -137,6 +142,7 @@ class RunState:
             cost_spent=round(self.cost_spent, 9),
             cost_saved=round(self.cost_saved, 9),
             elapsed=round(self.elapsed, 6),
+            receipts_lost=self.receipts_lost,
         )
 
     def __repr__(self) -> str:

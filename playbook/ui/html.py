@@ -27,6 +27,7 @@ def run_html(run: Run) -> str:
     state = "running" if run.running else ("stopped" if m.state.stopped else "finished")
     rate = (s.done / s.elapsed) if s.elapsed else 0.0
     parts = [f"<div class='playbook-run'><b>{_e(m.play.name)}</b> · {state} · {s.elapsed:.1f}s · {rate:,.0f} rows/s", counters_table(s)]
+    parts += [f"<div class='playbook-notice'>⚠ {_e(note)}</div>" for note in m.state.notices]
     tally = Tally.of(m)
     parts.append(providers_table(m.state.providers, tally.waiting()))
     parts.append(parked_table(tally.parked_rows(LIMIT), tally.parked_count))

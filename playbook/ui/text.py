@@ -83,4 +83,6 @@ def summary(state: RunState) -> str:
         when = time_of_day(p.hold_wall)
         status = f" (HTTP {p.last_status})" if p.last_status else ""
         line += f"\nprovider {p.name!r} holds calls until {when}{status}; parked rows retry with run.retry() or a rerun"
+    for note in s.notices:
+        line += f"\nwarning: {note}"
     return line

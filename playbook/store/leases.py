@@ -19,18 +19,15 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
-import diskcache
-
-from .errors import ReceiptError
-
-if TYPE_CHECKING:
-    from .receipts import ReceiptStore
+from ..errors import ReceiptError
+from .db import Database, StoreFailure
 
 __all__ = ["Leases"]
 
-_TABLE = "playbook_lease"
+_TABLE = "lease"  # made with the other tables (db.py)
 _TAKE = (
     f"INSERT INTO {_TABLE} (key, owner, expires) VALUES (?, ?, ?) "
     f"ON CONFLICT(key) DO UPDATE SET owner = excluded.owner, expires = excluded.expires "
@@ -42,8 +39,9 @@ _HOST = socket.gethostname()
 class Leases:
     """The leases of one store, as seen from this process."""
 
-    def __init__(self, store: ReceiptStore, ttl: float = 30.0) -> None:
-        self._store = store
+    def __init__(self, db: Database, path: Path, ttl: float = 30.0) -> None:
+        self._db = db
+        self._path = path
         self.ttl = ttl
         self._token = uuid.uuid4().hex[:8]
         self._pid = 0
@@ -55,7 +53,6 @@ class Leases:
         # a task inside a blocking map() leaves a CancelledError whose traceback holds the
         # caller's frames, and with them the Run, until the cyclic garbage collector runs.)
         self._renewer: asyncio.TimerHandle | None = None
-        self._sql(lambda con: con.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL) WITHOUT ROWID"))
 
     def __repr__(self) -> str:
         return f"<Leases owner={self.owner!r} held={len(self.held)} ttl={self.ttl:g}s>"
@@ -155,14 +152,10 @@ class Leases:
             delay = min(delay * 2, 0.25)
 
     def _sql(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
-        cache = self._store._cache
         try:
-            with cache.transact():
-                return work(cache._con)
-        except (sqlite3.Error, diskcache.Timeout) as exc:
-            # diskcache says Timeout when it cannot begin a write: a lock held too long, or a read-only database.
-            problem = exc if isinstance(exc, sqlite3.Error) else "cannot begin a write (locked, or read-only)"
-            raise ReceiptError(f"cannot use the leases of the receipt store at {self._store.path}: {problem}") from None
+            return self._db.write(work)
+        except StoreFailure as exc:
+            raise ReceiptError(f"cannot use the leases of the receipt store at {self._path}: {exc.reason}") from None
 
 
 def _dead(owner: str) -> bool:

@@ -1,0 +1,5 @@
+"""Where receipts, row memos, steps and leases live: a directory with one SQLite file."""
+
+from .receipts import FILE, FORMAT, MISSING, ReceiptStore, default_store, home
+
+__all__ = ["FILE", "FORMAT", "MISSING", "ReceiptStore", "default_store", "home"]

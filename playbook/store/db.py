@@ -1,0 +1,188 @@
+"""The SQLite file a store lives in: one connection per thread, the schema, write transactions,
+and what a failure means, in words a user can act on.
+
+playbook owns this layer (``sqlite3`` directly): every statement on the store's tables is in
+this package, and the tables are playbook's own.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+__all__ = ["FILE", "FORMAT", "Database", "StoreFailure"]
+
+T = TypeVar("T")
+
+FILE = "receipts.db"
+FORMAT = 2  # 1 was a diskcache directory (cache.db); see legacy.py
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    # Receipts ("r…") and step records ("s…"), one column per field (records.py): a replay reads
+    # and parses only what it returns.  Outputs can be large (a whole JSON answer), so a rowid
+    # table, which keeps big rows out of the key index.
+    "CREATE TABLE IF NOT EXISTS receipt (key TEXT PRIMARY KEY, tool TEXT NOT NULL, version TEXT NOT NULL, "
+    "account TEXT NOT NULL, at REAL NOT NULL, cost REAL NOT NULL, miss INTEGER NOT NULL, flags INTEGER NOT NULL, "
+    "input TEXT, output TEXT NOT NULL, error TEXT)",
+    "CREATE INDEX IF NOT EXISTS receipt_tool ON receipt (tool)",
+    # Row memos are small and many: a table clustered on the key.  ``tools`` is " a=fp b=fp ":
+    # the tools the row used, so clearing a tool finds its memos in SQL.
+    "CREATE TABLE IF NOT EXISTS memo (key TEXT PRIMARY KEY, play TEXT NOT NULL, tools TEXT NOT NULL, calls INTEGER NOT NULL, "
+    "cost REAL NOT NULL, flags INTEGER NOT NULL, output TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS lease (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL) WITHOUT ROWID",
+)
+
+_REASONS = {
+    "SQLITE_FULL": "the disk is full (ENOSPC)",
+    "SQLITE_READONLY": "it is read-only (EROFS, or no permission to write)",
+    "SQLITE_CANTOPEN": "its files cannot be opened (the directory was removed, or no permission)",
+    "SQLITE_IOERR": "the disk reported an I/O error (EIO)",
+    "SQLITE_BUSY": "another process has kept it locked for more than a minute",
+    "SQLITE_LOCKED": "another connection has kept it locked",
+    "SQLITE_CORRUPT": "its database is damaged",
+    "SQLITE_NOTADB": "its database file is not an SQLite database",
+    "SQLITE_PERM": "no permission (EACCES)",
+    "SQLITE_AUTH": "no permission (EACCES)",
+}
+
+
+_forks = 0  # bumped in a forked child: a connection must not cross a fork, so every thread reconnects
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+class StoreFailure(Exception):
+    """A store operation failed; ``reason`` says why in words, ``code`` is SQLite's or the OS's name for it."""
+
+    def __init__(self, reason: str, code: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+
+def reason(exc: BaseException) -> StoreFailure:
+    """What went wrong, from an sqlite3 or OS error."""
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorname", None) or ""
+        for prefix, words in _REASONS.items():
+            if code.startswith(prefix):
+                detail = f"{code}: {exc}" if str(exc) not in words else code
+                return StoreFailure(f"{words} ({detail})", code)
+        return StoreFailure(str(exc), code or None)
+    if isinstance(exc, OSError):
+        import errno
+
+        name = errno.errorcode.get(exc.errno or 0, "")
+        return StoreFailure(f"{exc.strerror or exc} ({name})" if name else str(exc), name or None)
+    return StoreFailure(f"{type(exc).__name__}: {exc}")
+
+
+class Database:
+    """``receipts.db`` in a store directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.file = directory / FILE
+        self._local = threading.local()
+        self._generation = 0  # bumped when the file is reopened: every thread then reconnects
+        self._identity: tuple[int, int] | None = None
+        self.created = False
+
+    def open(self) -> None:
+        """Create the directory and the file if needed, and the tables; raises sqlite3/OS errors."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.created = not self.file.exists()
+        con = self.connection()
+        for statement in SCHEMA:
+            con.execute(statement)
+        stat = os.stat(self.file)
+        self._identity = (stat.st_dev, stat.st_ino)
+
+    def reopen(self) -> None:
+        """Start over on whatever is (or is not) at the path now: the old file is gone."""
+        self._generation += 1
+        self.open()
+
+    def connection(self) -> sqlite3.Connection:
+        local = self._local
+        con = getattr(local, "con", None)
+        if con is None or local.generation != self._generation + _forks:
+            # timeout: how long to wait for another process's write lock before giving up.
+            con = sqlite3.connect(self.file, timeout=60.0, isolation_level=None, check_same_thread=False)
+            con.execute("PRAGMA journal_mode = WAL")
+            # NORMAL in WAL mode: a commit survives the process being killed (what a kernel
+            # restart does); only a power cut can take the last commits with it.
+            con.execute("PRAGMA synchronous = NORMAL")
+            # Reads on the replay path are B-tree lookups: keep the pages in memory.
+            con.execute("PRAGMA cache_size = -65536")
+            con.execute("PRAGMA mmap_size = 268435456")
+            local.con, local.generation = con, self._generation + _forks
+            local.cursor = con.cursor()
+        return con
+
+    def cursor(self) -> sqlite3.Cursor:
+        """This thread's reusable cursor: the hot read path skips making one per query."""
+        local = self._local
+        if getattr(local, "generation", None) != self._generation + _forks:
+            self.connection()
+        return local.cursor  # type: ignore[no-any-return]
+
+    def moved(self) -> bool:
+        """True when the file opened is no longer at the path (the directory was removed, or
+        the file replaced): writes would go to a file nobody will read again."""
+        try:
+            stat = os.stat(self.file)
+        except OSError:
+            return True
+        return (stat.st_dev, stat.st_ino) != self._identity
+
+    def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in one write transaction; raises :class:`StoreFailure`."""
+        try:
+            con = self.connection()
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(con)
+                con.execute("COMMIT")
+            except BaseException:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                raise
+            return result
+        except (sqlite3.Error, OSError) as exc:
+            raise reason(exc) from None
+
+    def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` on this thread's connection; raises :class:`StoreFailure`."""
+        try:
+            return work(self.connection())
+        except (sqlite3.Error, OSError) as exc:
+            raise reason(exc) from None
+
+    def size(self) -> int:
+        total = 0
+        for suffix in ("", "-wal"):
+            try:
+                total += os.path.getsize(str(self.file) + suffix)
+            except OSError:
+                pass
+        return total
+
+    def close(self) -> None:
+        con = getattr(self._local, "con", None)
+        if con is not None:
+            try:
+                con.close()
+            except sqlite3.Error:
+                pass
+            self._local.con = None

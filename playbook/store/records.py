@@ -1,0 +1,87 @@
+"""The shape of what the store keeps: one row per receipt (or step record) and one per row memo.
+
+Values are tagged JSON text (:mod:`playbook.tagged`); ``flags`` says which columns hold tags, so
+a plain value is read with one ``json.loads`` and nothing else.  The fields a lookup needs are
+columns of their own: replaying a receipt parses its output, not an envelope around it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ..models import Receipt
+from ..tagged import Unencodable, decode, dumps, encode, loads
+
+__all__ = ["OUTPUT_TAGGED", "INPUT_TAGGED", "Record", "memo_tools", "parse_tools", "receipt_of", "record"]
+
+OUTPUT_TAGGED = 1  # the output holds tags: decode it when read
+INPUT_TAGGED = 2  # the input does
+_NO_INPUT: Any = object()
+
+
+class Record(NamedTuple):
+    """One row of the ``receipt`` table (receipts ``r…``, and steps and sleeps ``s…``)."""
+
+    key: str
+    tool: str
+    version: str
+    account: str
+    at: float
+    cost: float
+    miss: bool
+    flags: int
+    input: str | None
+    output: str
+    error: str | None  # set when a paid answer had no JSON form: the call is not made again
+
+
+COLUMNS = "key, tool, version, account, at, cost, miss, flags, input, output, error"
+
+
+def record(
+    key: str,
+    *,
+    tool: str,
+    stored: Any,
+    tagged: bool,
+    at: float,
+    miss: bool = False,
+    version: str = "",
+    account: str = "",
+    cost: float = 0.0,
+    input: Any = _NO_INPUT,
+    error: str | None = None,
+) -> Record:
+    """A row for ``stored`` (an :func:`encode`\\ d value; ``tagged`` if encoding changed it)."""
+    flags = OUTPUT_TAGGED if tagged else 0
+    input_text = None
+    if input is not _NO_INPUT:
+        try:
+            encoded = encode(input)
+        except Unencodable:
+            encoded = None  # keyed all the same; only the listing of this receipt lacks its input
+        flags |= INPUT_TAGGED if encoded is not input else 0
+        input_text = dumps(encoded)
+    return Record(key, tool, version, account, float(at), float(cost), bool(miss), flags, input_text, dumps(stored), error)
+
+
+def receipt_of(row: tuple[Any, ...]) -> Receipt:
+    """A ``Receipt`` (values as first returned) from a row of the receipt table; ``ValueError`` if damaged."""
+    key, tool, version, account, at, cost, miss, flags, input_text, output_text, _ = row
+    output = loads(output_text)
+    data = None if input_text is None else loads(input_text)
+    return Receipt(
+        key=key, tool=tool, version=version, account=account, miss=bool(miss), cost=cost, created_at=at,
+        input=decode(data) if flags & INPUT_TAGGED else data,
+        output=decode(output) if flags & OUTPUT_TAGGED else output,
+    )  # fmt: skip
+
+
+def memo_tools(tools: dict[str, str]) -> str:
+    """The tools a row used, as the memo table keeps them: `` name=fingerprint name=fingerprint ``,
+    so that clearing a tool finds the memos of rows that used it in SQL."""
+    return " " + " ".join(f"{name}={fp}" for name, fp in tools.items()) + " "
+
+
+def parse_tools(text: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in text.split())

@@ -1,0 +1,263 @@
+"""Tools: the paid or slow things a play calls, and what makes two of them the same tool.
+
+A tool's *input* is a mapping of its parameter names to values.  Its *identity* is part of every
+receipt key: the ``version=`` the user pinned, or else a fingerprint of the function's code, so
+an edited tool is a new tool (as with joblib.Memory) and never answers from the old one's
+receipts.  Its *fingerprint* covers everything that shapes what a play gets back (for an HTTP
+tool, also ``pick``): a row memo made with another fingerprint of a tool is not reused.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import functools
+import inspect
+import re
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import PlayDefinitionError, ToolError
+from ..keys import digest, key_text, receipt_key
+from ..providers import Provider
+from ..tagged import encode
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["NO_INPUT", "CallEnv", "Tool", "current_fingerprint", "tool"]
+
+_NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
+NO_INPUT: Any = object()  # "no positional input": None is a valid input
+
+# name -> fingerprint of the tool most recently defined under that name in this process.  A
+# row memo remembers the fingerprints of the tools it used; when a cell redefines a tool, the
+# memos made with the old definition no longer answer for it.
+_current: dict[str, str] = {}
+
+
+def current_fingerprint(name: str) -> str | None:
+    """The fingerprint of the latest tool defined as ``name`` in this process, if any."""
+    return _current.get(name)
+
+
+class Tool:
+    """A named, cached callable.  Create with :func:`tool`, :func:`http_tool` or :func:`llm_tool`."""
+
+    __slots__ = (
+        "name", "version", "identity", "fingerprint", "provider", "cost", "batch_size", "params", "fn",
+        "_is_async", "_param_set",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        params: Sequence[str],
+        fn: Callable[..., Any] | None = None,
+        version: str | None = None,
+        provider: Provider | None = None,
+        cost: float = 0.0,
+        batch_size: int | None = None,
+        identity: str | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise PlayDefinitionError(f"tool name {name!r} must start with a letter and use letters, digits, '.', '-' or '_'")
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0 or cost == float("inf"):
+            raise PlayDefinitionError(f"tool {name!r}: cost must be a finite number >= 0, not {cost!r}")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+            raise PlayDefinitionError(f"tool {name!r}: batch_size must be a whole number >= 1, not {batch_size!r}")
+        if provider is not None and not isinstance(provider, Provider):
+            raise PlayDefinitionError(f"tool {name!r}: provider must be a pb.Provider, not {type(provider).__name__}")
+        if version is not None and (not isinstance(version, (str, int)) or isinstance(version, bool) or str(version) == ""):
+            raise PlayDefinitionError(f"tool {name!r}: version must be a non-empty string (or int), not {version!r}")
+        self.name = name
+        self.version = None if version is None else str(version)
+        self.provider = provider
+        self.cost = float(cost)
+        self.batch_size = batch_size
+        self.params = tuple(params)
+        self._param_set = frozenset(self.params)
+        self.fn = fn
+        self._is_async = fn is not None and inspect.iscoroutinefunction(fn)
+        if identity is None:
+            identity = self.version if self.version is not None else "src:" + code_fingerprint(fn)[:16]
+        self.identity = identity
+        self.fingerprint = self._definition()
+        _current[name] = self.fingerprint
+
+    def _definition(self) -> str:
+        """The fingerprint row memos check (see the module docstring): 16 hex digits."""
+        return digest(self.identity)[:16]
+
+    @property
+    def account(self) -> str:
+        """The provider account this tool's receipts belong to."""
+        return self.provider.account if self.provider is not None else "default"
+
+    def __repr__(self) -> str:
+        via = f", provider={self.provider.name!r}" if self.provider is not None else ""
+        version = f" v{self.version}" if self.version is not None else f" {self.identity}"
+        return f"<Tool {self.name!r}{version}({', '.join(self.params)}){via}>"
+
+    def bind(self, input: Any, kwargs: Mapping[str, Any]) -> Any:
+        """The call's input as ``{param: value}``, from a positional input and/or keywords.
+
+        A batch tool's input is one item of its list: the positional input, or the keywords.
+        """
+        if self.batch_size is not None:
+            if input is NO_INPUT:
+                return dict(kwargs)
+            if kwargs:
+                raise ToolError(f"batch tool {self.name!r}: pass one input, or keywords, not both", tool=self.name)
+            return input
+        if input is NO_INPUT and kwargs.keys() == self._param_set:
+            return dict(kwargs)  # the common case, checked in one comparison
+        one = self.params[0] if len(self.params) == 1 else None
+        if input is NO_INPUT:
+            values = dict(kwargs)
+        elif one is not None and not kwargs and not (isinstance(input, Mapping) and set(input) == {one}):
+            values = {one: input}
+        elif isinstance(input, Mapping):
+            values = {**input, **kwargs}
+        else:
+            raise ToolError(
+                f"tool {self.name!r} takes ({', '.join(self.params)}): pass them by keyword or as one mapping",
+                tool=self.name,
+            )
+        unknown = [k for k in values if k not in self.params]
+        missing = [p for p in self.params if p not in values]
+        if unknown or missing:
+            parts = []
+            if missing:
+                parts.append("missing " + ", ".join(missing))
+            if unknown:
+                parts.append("unexpected " + ", ".join(unknown))
+            raise ToolError(f"tool {self.name!r} takes ({', '.join(self.params)}): {'; '.join(parts)}", tool=self.name)
+        return values
+
+    def key(self, values: Any) -> str:
+        """The receipt key of a call with these input values (``Unencodable`` if one has no JSON form)."""
+        return receipt_key(self.name, self.identity, key_text(values), self.account)
+
+    def stored_input(self, values: Any) -> Any:
+        """The input as its receipt keeps it."""
+        return encode(values)
+
+    def read(self, answer: Any, miss: bool) -> tuple[Any, bool]:
+        """What a play gets from a stored answer: the answer itself (an HTTP tool picks from it)."""
+        return answer, miss
+
+    async def invoke(self, inputs: Any, call: CallEnv) -> tuple[Any, bool]:
+        """Run the tool once; returns ``(answer, miss)``.  Python tools: ``None`` is a miss."""
+        fn = self.fn
+        assert fn is not None
+        if self._is_async:
+            out = await fn(**inputs)
+        else:
+            # Sync tools run in a worker thread so a slow one never blocks the loop.
+            out = await asyncio.to_thread(functools.partial(fn, **inputs))
+        return out, out is None
+
+    async def invoke_batch(self, items: list[Any]) -> list[Any]:
+        """Run a batch tool on a list of inputs; returns one answer (or exception) per input."""
+        fn = self.fn
+        assert fn is not None
+        outs = await fn(items) if self._is_async else await asyncio.to_thread(fn, items)
+        if not isinstance(outs, (list, tuple)) or len(outs) != len(items):
+            got = f"{len(outs)} outputs" if isinstance(outs, (list, tuple)) else f"a {type(outs).__name__}"
+            raise ToolError(f"batch tool {self.name!r} returned {got} for {len(items)} inputs; it must return a list, one output per input", tool=self.name)
+        return list(outs)
+
+
+class CallEnv:
+    """What a tool needs from the run to make one call."""
+
+    __slots__ = ("client", "idempotency_key")
+
+    def __init__(self, client: Callable[[], httpx.AsyncClient], idempotency_key: str) -> None:
+        self.client = client
+        self.idempotency_key = idempotency_key
+
+
+def code_fingerprint(fn: Any) -> str:
+    """A digest of what a function does: its code without decorators, docstring, comments or
+    layout, the arguments a ``functools.partial`` binds, and the plain values it closes over.
+
+    Reformatting or commenting a tool keeps its receipts; changing what it computes does not.
+    """
+    if isinstance(fn, functools.partial):
+        bound = key_text([_plain_or_type(a) for a in fn.args] + [[k, _plain_or_type(v)] for k, v in sorted(fn.keywords.items())])
+        return digest(code_fingerprint(fn.func) + "\x1f" + bound)
+    parts = [_code_text(fn)]
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            parts.append(key_text(_plain_or_type(cell.cell_contents)))
+        except ValueError:  # an empty cell: a name assigned after the function was made
+            parts.append("<unset>")
+    return digest("\x1f".join(parts))
+
+
+def _plain_or_type(value: Any) -> Any:
+    """A closed-over value as it counts for the fingerprint: plain scalars by value (a model
+    name, a threshold), anything else by its type (a client, a cache)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, tuple) and all(v is None or isinstance(v, (str, int, float, bool)) for v in value):
+        return list(value)
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+
+
+def _code_text(fn: Any) -> str:
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        # No source (exec'd code, a builtin): the compiled code, which changes with every edit.
+        code = getattr(fn, "__code__", None)
+        return repr(fn) if code is None else repr((code.co_code, code.co_consts, code.co_names))
+    node = tree.body[0] if tree.body else tree
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        node.decorator_list = []
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(node, annotate_fields=False)
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    provider: Provider | None = None,
+    cost: float = 0.0,
+    batch_size: int | None = None,
+) -> Any:
+    """Make a cached tool of a sync or async function; usable bare or with options.
+
+    Without ``version`` the tool is identified by its code: edit it and its next calls are paid
+    for again (the old receipts stay, answering only the old code).  With ``version="2"`` you
+    decide: edits keep the receipts until you change the version.
+    """
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        if not callable(f):
+            raise PlayDefinitionError(f"@tool needs a function, not {type(f).__name__}")
+        label = name or getattr(f, "__name__", None) or type(f).__name__
+        sig = inspect.signature(f)
+        if batch_size is not None:
+            if len(sig.parameters) != 1:
+                raise PlayDefinitionError(f"batch tool {label!r} must take one parameter: the list of inputs")
+            return Tool(label, params=(), fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size)
+        params = []
+        for p in sig.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
+                raise PlayDefinitionError(
+                    f"tool {label!r}: parameter {p.name!r} must be a plain named parameter (no *args, **kwargs or /)"
+                )
+            params.append(p.name)
+        return Tool(label, params=params, fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size)
+
+    return wrap if fn is None else wrap(fn)

@@ -1,0 +1,348 @@
+"""``pb.http_tool``: a tool that is one HTTP request, with ``{field}`` placeholders as its inputs.
+
+A receipt answers for the request as it is sent: the method, the rendered URL, the query, the
+JSON body and the headers, but not the credentials (any header or parameter that carries the
+secret, and the usual authorization headers), so rotating a key costs nothing while changing a
+model name or a prompt in the body pays once.  The receipt holds the whole JSON answer; ``pick``
+is applied when it is read, so changing ``pick`` costs nothing and is always right.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import functools
+import json as _json
+import math
+import string
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ..errors import PlayDefinitionError, RunFatal, ToolError
+from ..keys import digest, key_text, receipt_key
+from ..limits import retry_after
+from ..providers import Provider
+from ..tagged import Unencodable
+from .base import CallEnv, Tool
+from .secrets import PLACEHOLDER, Secret, SecretAuth, mask, scrub
+
+__all__ = ["HttpTool", "default_client", "http_tool"]
+
+_RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
+_FATAL = frozenset({401, 402, 403})
+# Credentials, not part of what is asked: left out of receipt keys even when written literally.
+_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})
+
+
+class HttpTool(Tool):
+    """A tool that is one HTTP request: templated URL, query, JSON body and headers."""
+
+    __slots__ = (
+        "method", "url", "query", "body", "headers", "pick", "miss_status", "secret", "timeout", "client", "_hidden",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        method: str,
+        url: str,
+        query: dict[str, Any],
+        body: Any,
+        headers: dict[str, str],
+        pick: str | None,
+        miss_status: frozenset[int],
+        secret: Secret | None,
+        timeout: float,
+        client: httpx.AsyncClient | None,
+        version: str,
+        provider: Provider | None,
+        cost: float,
+    ) -> None:
+        fields: list[str] = []
+        for template in (url, query, body, headers):
+            _collect(template, fields)
+        if "secret" in fields and secret is None:
+            raise PlayDefinitionError(f"http_tool {name!r}: '{{secret}}' is used but no secret= was given")
+        self.method, self.url, self.query, self.body, self.headers = method, url, query, body, headers
+        self.pick, self.miss_status, self.secret, self.timeout, self.client = pick, miss_status, secret, timeout, client
+        # What a receipt key leaves out: the parameters and headers that carry credentials.
+        self._hidden = (
+            frozenset(k for k, v in query.items() if "{secret}" in str(v)),
+            frozenset(k for k, v in headers.items() if "{secret}" in str(v) or k.lower() in _CREDENTIAL_HEADERS),
+        )
+        super().__init__(name, params=[f for f in fields if f != "secret"], version=version, provider=provider, cost=cost, identity=version)
+
+    def _definition(self) -> str:
+        shape = [self.identity, self.method, self.url, self.query, self.body, self.headers, self.pick, sorted(self.miss_status)]
+        return digest(key_text(shape))[:16]
+
+    # -- keys and reading ------------------------------------------------------------------
+
+    def key(self, values: Any) -> str:
+        url, query, body, headers = self._render(_wire(values))
+        hidden_params, hidden_headers = self._hidden
+        sent = {
+            "method": self.method,
+            "url": url,
+            "params": {k: v for k, v in query.items() if k not in hidden_params} if hidden_params else query,
+            "json": body,
+            "headers": {k.lower(): v for k, v in headers.items() if k not in hidden_headers},
+        }
+        return receipt_key(self.name, self.identity, key_text(sent), self.account)
+
+    def read(self, answer: Any, miss: bool) -> tuple[Any, bool]:
+        if self.pick:
+            answer = _pick(answer, self.pick)
+        return answer, miss or answer is None
+
+    def _render(self, values: dict[str, Any]) -> tuple[str, dict[str, Any], Any, dict[str, str]]:
+        """URL, query, body and headers with the placeholders filled (the secret as ``PLACEHOLDER``)."""
+        values = {**values, "secret": PLACEHOLDER}
+        try:
+            url = _fill_url(self.url, values) if "{" in self.url else self.url
+        except KeyError as exc:
+            raise ToolError(f"tool {self.name!r}: input {exc.args[0]!r} is None, but the URL needs a value", tool=self.name) from None
+        headers = {k: str(_fill(v, values)) for k, v in self.headers.items()}
+        query = {k: v for k, v in ((k, _fill(v, values)) for k, v in self.query.items()) if v is not None}
+        body = _fill(self.body, values) if self.body is not None else None
+        return url, query, body, headers
+
+    # -- the call ----------------------------------------------------------------------------
+
+    async def invoke(self, inputs: dict[str, Any], call: CallEnv) -> tuple[Any, bool]:
+        url, query, body, headers = self._render(_wire(inputs))
+        headers["Idempotency-Key"] = call.idempotency_key
+        where = f"{self.method} {url.split('?', 1)[0]}"
+        status, reply_headers, content, failure = await self._send(call, url, query, body, headers)
+        if failure is not None:
+            # Raised here, outside the except block that caught it: the transport's error (which
+            # holds the request) is not chained to ours, so nothing keeps it alive.
+            raise self._error(f"{failure} ({where})", None, True)
+        if status in self.miss_status:
+            return None, True
+        if status in _FATAL:
+            who = f"provider {self.provider.name!r}" if self.provider else where
+            why = "the credentials were refused" if status != 402 else "payment required (no credit left)"
+            raise RunFatal(
+                mask(f"tool {self.name!r}: HTTP {status} from {who}: {why}"),
+                tool=self.name, provider=self.provider.name if self.provider else None, status=status,
+            )  # fmt: skip
+        if status >= 400:
+            error = self._error(f"HTTP {status} ({where})", status, status in _RETRYABLE)
+            if error.retryable:
+                error.retry_after = retry_after(reply_headers, now=time.time())
+            raise error
+        if not content.strip():
+            return None, True
+        try:
+            data = _json.loads(content)
+        except ValueError:
+            # Mask before cutting: a preview cut inside an echoed key would show a prefix of it.
+            preview = mask(content.decode("utf-8", "replace"))[:60]
+            raise self._error(f"returned malformed JSON with HTTP {status} ({where}): {preview!r}", status, False) from None
+        return scrub(data), False
+
+    async def _send(
+        self, call: CallEnv, url: str, query: dict[str, Any], body: Any, headers: dict[str, str]
+    ) -> tuple[int, httpx.Headers, bytes, str | None]:
+        """One request: status, headers and body of the answer, or why there was none.  The
+        response object stays in this frame, which ends here."""
+        client = self.client or call.client()
+        auth = SecretAuth(self.secret) if self.secret is not None else httpx.USE_CLIENT_DEFAULT
+        try:
+            resp = await client.request(self.method, url, params=query, json=body, headers=headers, timeout=self.timeout, auth=auth)
+            content = await resp.aread()
+        except httpx.TimeoutException as exc:
+            # The aiohttp transport reports a refused connection as ConnectTimeout: say what it was.
+            cause = exc.__cause__
+            if isinstance(exc, httpx.ConnectTimeout) and cause is not None and not isinstance(cause, TimeoutError):
+                return 0, httpx.Headers(), b"", f"could not connect: {exc}"
+            return 0, httpx.Headers(), b"", f"timed out after {self.timeout:g}s"
+        except httpx.HTTPError as exc:
+            return 0, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}"
+        return resp.status_code, resp.headers, content, None
+
+    def _error(self, what: str, status: int | None, retryable: bool) -> ToolError:
+        return ToolError(
+            mask(f"tool {self.name!r}: {what}"),
+            tool=self.name,
+            provider=self.provider.name if self.provider else None,
+            status=status,
+            retryable=retryable,
+        )
+
+
+def http_tool(
+    name: str,
+    *,
+    method: str,
+    url: str,
+    params: Mapping[str, Any] | None = None,
+    json: Any = None,
+    headers: Mapping[str, str] | None = None,
+    provider: Provider | None = None,
+    version: str = "1",
+    pick: str | None = None,
+    miss_status: Sequence[int] | int = (),
+    cost: float = 0.0,
+    secret: Secret | None = None,
+    timeout: float = 30.0,
+    client: httpx.AsyncClient | None = None,
+) -> HttpTool:
+    """A tool that makes one HTTP request; ``{field}`` placeholders are its parameters.
+
+    Receipts are keyed by the request as sent (see the module docstring); ``version`` is an
+    optional salt, to pay again for requests already answered.
+    """
+    if not isinstance(method, str) or method.upper() not in {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"}:
+        raise PlayDefinitionError(f"http_tool {name!r}: method must be GET, POST, PUT, PATCH, DELETE or HEAD, not {method!r}")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://", "{")):
+        raise PlayDefinitionError(f"http_tool {name!r}: url must be an http(s) URL, not {url!r}")
+    if secret is not None and not isinstance(secret, Secret):
+        raise PlayDefinitionError(f"http_tool {name!r}: secret must come from pb.secret('ENV_VAR'), not a plain value")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise PlayDefinitionError(f"http_tool {name!r}: timeout must be a number of seconds > 0, not {timeout!r}")
+    if pick is not None and (not isinstance(pick, str) or not pick):
+        raise PlayDefinitionError(f"http_tool {name!r}: pick must be a dotted path like 'data.email', not {pick!r}")
+    if isinstance(miss_status, int):
+        miss_status = (miss_status,)
+    return HttpTool(
+        name, method=method.upper(), url=url, query=dict(params or {}), body=json, headers=dict(headers or {}),
+        pick=pick, miss_status=frozenset(int(s) for s in miss_status), secret=secret, timeout=float(timeout),
+        client=client, version=str(version), provider=provider, cost=cost,
+    )  # fmt: skip
+
+
+def default_client(concurrency: int) -> httpx.AsyncClient:
+    """The HTTP client a run uses unless a tool brings its own: the aiohttp transport when
+    installed (at 64 calls in flight, httpx's own pool does a tenth of its throughput)."""
+    limits = httpx.Limits(max_connections=max(100, 4 * concurrency), max_keepalive_connections=max(100, 4 * concurrency))
+    try:
+        from httpx_aiohttp import AiohttpTransport
+    except ImportError:  # the plain httpx pool works, only slower at high concurrency
+        return httpx.AsyncClient(limits=limits)
+    return httpx.AsyncClient(transport=AiohttpTransport(limits=limits))
+
+
+# -- the wire form of inputs -------------------------------------------------------------------
+
+
+def _wire(value: Any) -> Any:
+    """An input as a request carries it: NaN and NA as None, numpy numbers as numbers (a whole
+    float as an int: pandas makes 3 into 3.0 when a column gains a NaN), times as ISO text."""
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            raise Unencodable(value, "inf has no JSON form in a request")
+        return int(value) if value.is_integer() else float(value)
+    if isinstance(value, Mapping):
+        return {str(k) if isinstance(k, str) else _refuse_key(k): _wire(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_wire(v) for v in value]
+    return _wire_other(value)
+
+
+def _refuse_key(key: Any) -> str:
+    raise Unencodable(key, f"mapping key {key!r} of type {type(key).__name__} is not a string")
+
+
+def _wire_other(value: Any) -> Any:
+    module = type(value).__module__
+    if module == "numpy" or module.startswith("numpy."):
+        import numpy as np
+        import pandas as pd
+
+        if isinstance(value, np.datetime64):
+            return None if np.isnat(value) else pd.Timestamp(value).isoformat()
+        if isinstance(value, np.timedelta64):
+            return None if np.isnat(value) else pd.Timedelta(value).isoformat()
+        if hasattr(value, "tolist"):
+            return _wire(value.tolist())
+    if module.startswith("pandas"):
+        import pandas as pd
+
+        if value is pd.NA or value is pd.NaT:
+            return None
+        if isinstance(value, (pd.Timestamp, pd.Timedelta)):
+            return value.isoformat()
+        if isinstance(value, (pd.Period, pd.Interval)):
+            return str(value)
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (decimal.Decimal, uuid.UUID)):
+        return str(value)
+    raise Unencodable(value, f"a value of type {type(value).__name__} cannot be sent in a request")
+
+
+# -- templating ----------------------------------------------------------------------------
+
+_formatter = string.Formatter()
+
+
+def _collect(template: Any, out: list[str]) -> None:
+    if isinstance(template, str):
+        for _, field, _, _ in _formatter.parse(template):
+            if field is not None:
+                if not field.isidentifier():
+                    raise PlayDefinitionError(f"placeholder {{{field}}} must be a plain name")
+                if field not in out:
+                    out.append(field)
+    elif isinstance(template, Mapping):
+        for v in template.values():
+            _collect(v, out)
+    elif isinstance(template, (list, tuple)):
+        for v in template:
+            _collect(v, out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _whole(template: str) -> str | None:
+    """The field name if the template is exactly one placeholder, like ``"{domain}"``."""
+    parts = list(_formatter.parse(template))
+    if len(parts) == 1 and parts[0][0] == "" and parts[0][1] is not None and not parts[0][2]:
+        return parts[0][1]
+    return None
+
+
+def _fill(template: Any, values: Mapping[str, Any]) -> Any:
+    if isinstance(template, str):
+        field = _whole(template)
+        # A lone placeholder keeps the value's type (numbers stay numbers in JSON bodies).
+        return values[field] if field is not None else template.format_map(values)
+    if isinstance(template, Mapping):
+        return {k: _fill(v, values) for k, v in template.items()}
+    if isinstance(template, list):
+        return [_fill(v, values) for v in template]
+    return template
+
+
+def _fill_url(template: str, values: Mapping[str, Any]) -> str:
+    """Fill URL placeholders, each value quoted as one path segment."""
+    return template.format_map({k: quote(str(v), safe="") for k, v in values.items() if v is not None and "{" + k in template})
+
+
+def _pick(data: Any, path: str) -> Any:
+    """Follow a dotted path (``"data.0.email"``) into JSON; ``None`` where it runs out."""
+    for part in path.split("."):
+        if isinstance(data, Mapping):
+            data = data.get(part)
+        elif isinstance(data, list) and part.lstrip("-").isdigit() and -len(data) <= int(part) < len(data):
+            data = data[int(part)]
+        else:
+            return None
+        if data is None:
+            return None
+    return data

@@ -1,0 +1,171 @@
+"""Tool identity: an edited tool is a new tool (its receipts and the memos of rows that used it no
+longer answer); a pinned version keeps receipts across edits; an HTTP tool's receipts answer for the
+request as sent, with ``pick`` applied when read."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+
+import playbook as pb
+
+SITES = pd.DataFrame({"website": ["https://www.acme.com/about", "http://blue.io", "https://www.cedar.org"]})
+
+
+def test_editing_an_unpinned_tool_pays_for_the_new_answers(store: pb.ReceiptStore) -> None:
+    """Fix a bug in a tool without version= and rerun: the rows run again and the tool is called afresh,
+    so the old, wrong values never come back."""
+    calls: list[str] = []
+
+    @pb.tool
+    def clean_domain(url: str) -> str:
+        calls.append(url)
+        return url.split("//")[-1].split("/")[0]
+
+    @pb.play
+    async def enrich(row, ctx):
+        return {"domain": await ctx.tool(clean_domain, url=row.website)}
+
+    assert SITES.play.map(enrich, store=store, progress=False)["domain"].tolist() == ["www.acme.com", "blue.io", "www.cedar.org"]
+
+    @pb.tool
+    def clean_domain(url: str) -> str:  # noqa: F811 - the user's fix, in the same kernel
+        calls.append(url)
+        return url.split("//")[-1].split("/")[0].removeprefix("www.")
+
+    out = SITES.play.map(enrich, store=store, progress=False)
+    assert out["domain"].tolist() == ["acme.com", "blue.io", "cedar.org"] and out["play_status"].tolist() == ["ok"] * 3
+    assert len(calls) == 6
+
+
+def test_a_cosmetic_edit_keeps_the_receipts(store: pb.ReceiptStore) -> None:
+    """Reformatting a tool, or editing its comments and docstring, changes nothing it computes: no call is paid again."""
+    calls: list[str] = []
+
+    @pb.tool
+    def shout(q: str) -> str:
+        calls.append(q)
+        return q.upper()
+
+    pd.DataFrame({"q": ["a", "b"]}).play.map(shout, store=store, progress=False)
+
+    @pb.tool
+    def shout(q:str)->str:  # noqa: F811,E231,E225 - same code, other layout
+        """Louder."""
+        calls.append(q)  # counted
+        return (q.upper())
+
+    assert pd.DataFrame({"q": ["a", "b"]}).play.map(shout, store=store, progress=False)["play_status"].tolist() == ["reused"] * 2
+    assert calls == ["a", "b"]
+
+
+def test_a_pinned_version_keeps_receipts_across_edits_until_it_changes(store: pb.ReceiptStore) -> None:
+    """With version= the user decides: an edit reuses the receipts; a new version pays again."""
+    calls: list[str] = []
+
+    def make(version: str, suffix: str) -> pb.Tool:
+        @pb.tool(name="label", version=version)
+        def label(q: str) -> str:
+            calls.append(q)
+            return q + suffix
+
+        return label
+
+    frame = pd.DataFrame({"q": ["a", "b"]})
+    assert frame.play.map(make("1", "!"), store=store, progress=False)["label"].tolist() == ["a!", "b!"]
+    assert frame.play.map(make("1", "?"), store=store, progress=False, refresh="rows")["label"].tolist() == ["a!", "b!"]
+    assert frame.play.map(make("2", "?"), store=store, progress=False)["label"].tolist() == ["a?", "b?"]
+    assert calls == ["a", "b", "a", "b"]
+
+
+def test_a_tool_closing_over_a_setting_is_a_new_tool_per_setting(store: pb.ReceiptStore) -> None:
+    """Two tools made by one factory with different plain settings (a model name) do not share receipts."""
+
+    def classifier(model: str) -> pb.Tool:
+        @pb.tool(name="classify")
+        def classify(text: str) -> str:
+            return f"{model}:{text}"
+
+        return classify
+
+    frame = pd.DataFrame({"text": ["x"]})
+    assert frame.play.map(classifier("small"), store=store, progress=False)["classify"].tolist() == ["small:x"]
+    assert frame.play.map(classifier("large"), store=store, progress=False)["classify"].tolist() == ["large:x"]
+
+
+def test_an_edit_in_a_file_is_a_new_tool_in_the_next_process(tmp_path: Path) -> None:
+    """Edit a tool in a module and run again in a new process: the edited tool pays, the untouched one does not."""
+    module = tmp_path / "plays.py"
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import pandas as pd, playbook as pb
+        from plays import enrich
+        run = pd.DataFrame({{"q": ["a", "b", "c"]}}).play.run(enrich, store={str(tmp_path / "store")!r}, progress=False)
+        print(json.dumps([run.stats.calls_executed, run.result["out"].tolist()]))
+    """)
+    source = textwrap.dedent("""
+        import playbook as pb
+
+        @pb.tool
+        def first(q: str) -> str:
+            return q.upper()
+
+        @pb.tool
+        def second(q: str) -> str:
+            return q + "!"
+
+        @pb.play
+        async def enrich(row, ctx):
+            return {"out": await ctx.tool(second, q=await ctx.tool(first, q=row.q))}
+    """)
+
+    def run() -> list:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        import json
+
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    module.write_text(source)
+    assert run() == [6, ["A!", "B!", "C!"]]
+    assert run() == [0, ["A!", "B!", "C!"]]
+    module.write_text(source.replace('return q + "!"', 'return q + "?"'))
+    assert run() == [3, ["A?", "B?", "C?"]]  # only the edited tool pays
+
+
+def test_changing_pick_costs_nothing_and_is_right(store: pb.ReceiptStore, demo: pb.demo.DemoServer) -> None:
+    """The receipt holds the whole answer: a new pick reads another field of it without a request."""
+    frame = pd.DataFrame({"domain": ["acme.com", "blue.io", "cedar.org"], "first": ["Ann", "Bob", "Cy"]})
+    emails = frame.play.map(pb.demo.email_tool(demo, name="acme.email"), store=store, progress=False)
+    sent = demo.stats()["requests"]
+    confidence = frame.play.map(pb.demo.email_tool(demo, name="acme.email", pick="confidence"), store=store, progress=False)
+    assert demo.stats()["requests"] == sent  # nothing sent
+    found = emails["acme.email"].notna()
+    assert confidence["acme.email"][found].map(lambda v: isinstance(v, float) and 0 <= v <= 1).all()
+    assert not confidence["acme.email"][found].astype(str).str.contains("@").any()  # not the emails any more
+
+
+def test_changing_the_request_pays_once_and_rotating_the_key_pays_nothing(store: pb.ReceiptStore, demo: pb.demo.DemoServer, monkeypatch) -> None:
+    """Another model in the body or another URL is another request: paid once.  A new API key is the same request."""
+    monkeypatch.setenv("CHAT_KEY", "demo-key")
+
+    def chat(model: str, url: str = "/v1/chat/completions") -> pb.Tool:
+        return pb.http_tool(
+            "chat", method="POST", url=demo.url + url, json={"model": model, "messages": [{"role": "user", "content": "{q}"}]},
+            headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("CHAT_KEY"), pick="choices.0.message.content",
+        )  # fmt: skip
+
+    frame = pd.DataFrame({"q": ["hello", "world"]})
+    frame.play.map(chat("demo-1"), store=store, progress=False)
+    assert demo.stats()["requests"] == 2
+    frame.play.map(chat("demo-2"), store=store, progress=False)
+    assert demo.stats()["requests"] == 4
+    monkeypatch.setenv("CHAT_KEY", "demo-key-2")
+    demo.reset(api_keys=("demo-key-2",))
+    rotated = frame.play.map(chat("demo-2"), store=store, progress=False, refresh="rows")
+    assert demo.stats()["requests"] == 0 and rotated["play_status"].tolist() == ["ok", "ok"]

@@ -1,0 +1,175 @@
+"""A store that fails while a run goes on: the rows it affects fail saying why and where, map()
+still returns every row, paid calls whose receipts could not be written are written at the end
+(or counted and said out loud), and odd text never crashes anything.
+
+"Disk full" is SQLite's own answer (SQLITE_FULL) when the database may not grow any more
+(``PRAGMA max_page_count``): the same error a full disk gives, without filling one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from exact import same
+
+import playbook as pb
+
+BIG = 4000  # characters per answer: every receipt needs new pages
+
+
+def _full(store: pb.ReceiptStore) -> None:
+    """No room left: the database may not grow past the pages it has."""
+    con = store.connection()
+    (pages,) = con.execute("PRAGMA page_count").fetchone()
+    con.execute(f"PRAGMA max_page_count = {pages}")
+
+
+def _room(store: pb.ReceiptStore) -> None:
+    store.connection().execute("PRAGMA max_page_count = 1073741823")
+
+
+def _tool(calls: list[int], store: pb.ReceiptStore, *, full_at: int | None = None, room_at: int | None = None) -> pb.Tool:
+    @pb.tool(name="fetch", version="1")
+    async def fetch(n: int) -> str:
+        calls.append(n)
+        if n == full_at:
+            _full(store)
+        if n == room_at:
+            _room(store)
+        await asyncio.sleep(0)
+        return str(n) * BIG
+
+    return fetch
+
+
+def test_disk_full_mid_run_fails_the_rows_it_affects_and_says_what_was_lost(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture) -> None:
+    """The disk fills up mid-run: rows whose receipts cannot be written fail naming the reason and the
+    store; map() returns every row; the paid calls that could not be recorded are counted and said."""
+    calls: list[int] = []
+    fetch = _tool(calls, store, full_at=5)
+    frame = pd.DataFrame({"n": range(12)})
+    run = frame.play.run(fetch, store=store, progress=False, concurrency=1)
+    statuses = run.result["play_status"].tolist()
+    assert statuses[:5] == ["ok"] * 5 and statuses[5:] == ["failed"] * 7
+    error = run.result["play_error"].iloc[5]
+    assert error.startswith(f"ReceiptError: cannot write to the receipt store at {store.path}: the disk is full (ENOSPC)")
+    assert run.stats.receipts_lost == 7 and len(calls) == 12
+    assert any("7 paid calls could not be recorded" in n for n in run.notices)
+    assert any("7 paid calls could not be recorded" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+    here = frame.play.run(fetch, store=store, progress=False)  # this process still holds the answers: none is paid again
+    assert here.result["play_status"].tolist() == ["ok"] * 12 and here.stats.calls_executed == 0 and len(calls) == 12
+    assert here.stats.receipts_lost == 7  # and still cannot write them
+
+    _room(store)
+    elsewhere = frame.play.run(fetch, store=pb.ReceiptStore(store.path), progress=False)  # as from another process
+    assert elsewhere.stats.calls_executed == 7 and elsewhere.stats.calls_reused == 5  # what was lost, and only that
+
+
+def test_receipts_that_could_not_be_written_are_written_at_the_end(store: pb.ReceiptStore) -> None:
+    """Room comes back before the run ends: the receipts held in memory are written then, so the rows
+    that failed for want of them cost nothing on the rerun; within the run, no call is paid twice."""
+    calls: list[int] = []
+    fetch = _tool(calls, store, full_at=3, room_at=8)
+    frame = pd.DataFrame({"i": range(12), "n": list(range(9)) + [3, 4, 5]})
+    run = frame.play.run(fetch, store=store, progress=False, concurrency=1)
+    assert run.result["play_status"].tolist().count("failed") >= 1
+    assert run.stats.receipts_lost == 0 and any("written at its end" in n for n in run.notices)
+    assert sorted(calls) == sorted(set(calls))  # 3, 4, 5 asked twice, paid once
+    again = frame.play.run(fetch, store=store, progress=False)
+    assert again.stats.calls_executed == 0 and again.result["play_status"].isin(["ok", "reused"]).all()
+
+
+def test_disk_full_when_memos_are_written_still_returns_the_rows(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture) -> None:
+    """Row memos that cannot be written at the end: a warning, not an exception; the rows are ok, and
+    the rerun runs them again against their receipts, paying nothing."""
+    calls: list[int] = []
+    fetch = _tool(calls, store)
+
+    @pb.play
+    async def play(row, ctx):
+        value = await ctx.tool(fetch, n=row.n)
+        if row.n == 9:
+            _full(store)  # after every receipt: only the memos (written at the end) meet a full disk
+        return {"v": value}
+
+    frame = pd.DataFrame({"n": range(10)})
+    out = frame.play.map(play, store=store, progress=False, concurrency=1)
+    assert out["play_status"].tolist() == ["ok"] * 10
+    assert any("row memos could not be written" in r.getMessage() for r in caplog.records)
+    _room(store)
+    again = frame.play.run(play, store=store, progress=False)
+    assert (again.stats.ok, again.stats.calls_executed, again.stats.calls_reused) == (10, 0, 10)
+
+
+def test_a_store_removed_mid_run_is_detected_and_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The store's directory is deleted while a run goes on: playbook notices, says what was lost, and
+    keeps every receipt paid for afterwards in a new store there."""
+    store = pb.ReceiptStore(tmp_path / "s")
+    calls: list[int] = []
+
+    @pb.tool(name="fetch", version="1")
+    async def fetch(n: int) -> int:
+        calls.append(n)
+        if n == 4:
+            shutil.rmtree(store.path)
+        return n
+
+    frame = pd.DataFrame({"n": range(10)})
+    run = frame.play.run(fetch, store=store, progress=False, concurrency=1)
+    assert run.result["play_status"].tolist() == ["ok"] * 10
+    assert any("was removed or replaced while in use" in n for n in run.notices)
+    assert any("removed or replaced while in use" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    store.close()
+    again = pd.DataFrame({"n": range(10)}).play.run(fetch, store=pb.ReceiptStore(tmp_path / "s"), progress=False)
+    assert again.stats.calls_executed <= 5 and again.stats.calls_reused + again.stats.reused >= 5  # what came after is kept
+
+
+def test_lone_surrogates_in_inputs_and_answers_are_stored_and_replayed(store: pb.ReceiptStore) -> None:
+    """Text with a lone surrogate (a file decoded with errors="surrogateescape") in a cell or an answer
+    runs, is memoised and comes back exactly: it fails nothing, and certainly not the whole map."""
+    odd = "caf\udce9"
+
+    @pb.tool(version="1")
+    def shout(text: str) -> dict:
+        return {"loud": text.upper() + "\udcff", "raw": text}
+
+    @pb.play
+    async def play(row, ctx):
+        return {"s": await ctx.tool(shout, text=row.name), "echo": row.name}
+
+    frame = pd.DataFrame({"name": [odd, "plain", odd + "!"]})
+    first = frame.play.map(play, store=store, progress=False)
+    assert first["play_status"].tolist() == ["ok"] * 3
+    again = frame.play.map(play, store=store, progress=False)
+    assert again["play_status"].tolist() == ["reused"] * 3
+    for col in ("s", "echo"):
+        assert all(same(a, b) for a, b in zip(again[col], first[col]))
+    assert first["s"].iloc[0] == {"loud": "CAF\udce9\udcff", "raw": odd}
+    assert store.receipts()["output"].tolist()[0]["raw"] in (odd, "plain", odd + "!")
+
+
+def test_bad_utf8_in_the_store_is_skipped_by_the_command_line(store: pb.ReceiptStore) -> None:
+    """cache stats, list and export skip an undecodable record and say how many, instead of crashing."""
+    import subprocess
+    import sys
+
+    @pb.tool(version="1")
+    def upper(q: str) -> str:
+        return q.upper()
+
+    pd.DataFrame({"q": ["a", "b", "c"]}).play.map(upper, store=store, progress=False)
+    store.close()
+    with sqlite3.connect(store.path / "receipts.db") as con:
+        con.execute("UPDATE receipt SET output = CAST(X'22ff22' AS TEXT), tool = CAST(X'75ff' AS TEXT) WHERE key = ?", (upper.key({"q": "b"}),))
+    for command in (["stats"], ["list"], ["export"]):
+        done = subprocess.run([sys.executable, "-m", "playbook", "--store", str(store.path), "cache", *command],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        if command != ["stats"]:
+            assert "1 damaged receipts" in done.stderr and done.stdout.count('"A"') + done.stdout.count('"C"') == 2
