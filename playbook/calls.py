@@ -111,7 +111,6 @@ async def _pay(ctx: Context, tool: Tool, key: str, values: Any, logical: str, fo
         except BaseException:
             run.refund(tool)
             raise
-        ctx.count(tool, reused=False)
         if forced:
             run.forced(logical)
         return tool.read(answer, miss)
@@ -139,7 +138,7 @@ async def _dispatch(ctx: Context, tool: Tool, key: str, values: Any, send: Send,
     run = ctx.run
     if tool.batch_size is not None:
         # The batch is sent by a task of its own, which also records each member's receipt.
-        return await run.batcher(tool).call(values, lambda answer, miss: record(run, tool, key, values, answer, miss))
+        return await run.batcher(tool).call(values, lambda answer, miss: paid(ctx, tool, key, values, answer, miss))
     if tool.provider is None:
         return await send()
     ticket = run.ticket(logical, tool, ctx.position)  # outlives a suspension: a replayed call keeps its retry count
@@ -162,9 +161,17 @@ def _sender(ctx: Context, tool: Tool, key: str, values: Any, forced: bool, logic
 
     async def send() -> tuple[Any, bool]:
         with run.landing():  # a stop now lets this call land its receipt, then stops the row
-            return await record(run, tool, key, values, *await invoke(tool, values, env))
+            return await paid(ctx, tool, key, values, *await invoke(tool, values, env))
 
     return send
+
+
+async def paid(ctx: Context, tool: Tool, key: str, values: Any, answer: Any, miss: bool) -> tuple[Any, bool]:
+    """An answer came back: it is paid for (counted, whatever happens next), and recorded."""
+    try:
+        return await record(ctx.run, tool, key, values, answer, miss)
+    finally:
+        ctx.count(tool, reused=False)
 
 
 async def invoke(tool: Tool, values: Any, env: CallEnv) -> tuple[Any, bool]:

@@ -36,7 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Opening a store creates it: look before opening.  (cache.db: a store of playbook 0.1.)
         if not ((path / FILE).is_file() or (path / "cache.db").is_file()):
             raise _Fail(f"no receipt store at {path} (set --store or $PLAYBOOK_HOME)")
-        store = ReceiptStore(path)
+        # Looking needs no writes: a store on a full disk or a read-only mount can still be read.
+        readonly = args.run is not _clear and (path / FILE).is_file()
+        store = ReceiptStore(path, readonly=readonly)
         try:
             return args.run(store, args)
         finally:

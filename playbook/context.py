@@ -21,13 +21,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .calls import call_tool
-from .errors import (
-    PlaybookError,
-    PlayDefinitionError,
-    ProviderUnavailable,
-    RunFatal,
-    ToolError,
-)
+from .errors import PlaybookError, PlayDefinitionError, ProviderUnavailable, RunFatal, ToolError
 from .keys import step_key
 from .providers import IN_PLACE
 from .signals import Sleeping, Suspend
@@ -112,6 +106,14 @@ class Context:
         if inspect.iscoroutine(value):
             value.close()
         return "did you forget an await?" + where
+
+    def never_awaited(self) -> str | None:
+        """The advice for a ctx call made but never awaited (a bare ``ctx.tool(...)`` line, or one
+        formatted into text): it never ran.  ``None`` when every call was awaited."""
+        for coro, _, _ in self._made or ():
+            if coro.cr_frame is not None and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+                return self.forgotten_await(coro)
+        return None
 
     def close(self) -> None:
         """The row is done: close the coroutines it made but never awaited (no warning later)."""

@@ -518,3 +518,23 @@ def test_stop_settles_held_rows_as_skipped(store: pb.ReceiptStore) -> None:
     run = run_virtual(main())
     assert statuses(run) == ["skipped"] * 3
     assert run.stats.held == 0 and run.stats.skipped == 3
+
+
+@pytest.mark.parametrize(("latency", "landed"), [(3.0, 4), (60.0, 0)], ids=["within the grace", "past the grace"])
+def test_stop_lets_calls_in_flight_land_their_receipts(store: pb.ReceiptStore, latency: float, landed: int) -> None:
+    """run.stop() starts nothing more, lets the calls already sent land their receipts (up to the
+    grace), settles every unfinished row as skipped; a rerun pays only for what never landed."""
+    slow, calls = counted("slow", latency=latency, provider=pb.Provider("p", concurrency=4))
+
+    async def main() -> pb.Run:
+        run, _ = await start(rows(20), calling(slow), store, concurrency=4)
+        await asyncio.sleep(1.0)  # four calls are on the wire
+        run.stop()
+        await run._task
+        return run
+
+    run = run_virtual(main())
+    assert len(calls) == 4 and statuses(run) == ["skipped"] * 20
+    assert store.stats()["receipts"] == landed
+    again = run_virtual(launch(rows(20), calling(slow), store))[0]
+    assert again.stats.calls_executed == 20 - landed and again.stats.calls_reused == landed

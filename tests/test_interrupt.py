@@ -78,6 +78,7 @@ def test_ctrl_c_in_a_script_lands_calls_in_flight_then_raises(tmp_path: Path) ->
     started, ended = _lines(log.with_suffix(".started")), _lines(log.with_suffix(".ended"))
     assert len(started) > state["ok"], "some calls were in flight at the interrupt"
     assert sorted(ended) == sorted(started) and state["receipts"] == len(started)  # every one landed
+    assert state["executed"] == len(started)  # and is counted as paid, though its row was skipped
 
     again = _script(RERUN, store, tmp_path / "log2")
     assert again.returncode == 0, again.stderr

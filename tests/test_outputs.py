@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import gc
+import linecache
 import math
 import warnings
 
@@ -80,6 +81,16 @@ async def lookup(q: str) -> str:
     return q.upper()
 
 
+def _define(body: str) -> object:
+    """The play ``forgetful`` with ``body`` as its third line, its source known to linecache."""
+    source = f"async def forgetful(row, ctx):\n    value = 1\n    {body}\n"
+    filename = f"<forgetful {abs(hash(body))}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"pb": pb, "lookup": lookup}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the test's own code
+    return namespace["forgetful"]
+
+
 @pytest.mark.parametrize(
     ("body", "where"),
     [
@@ -93,12 +104,10 @@ async def lookup(q: str) -> str:
 def test_a_forgotten_await_fails_the_row_naming_the_line(body: str, where: str, store: pb.ReceiptStore, no_unawaited_warnings) -> None:
     """ctx.tool(...) (or waterfall, step) without await, anywhere in the output: the row fails with
     "did you forget an await?" and the play's line, nothing lands in the result, nothing warns later."""
-    namespace = {"pb": pb, "lookup": lookup}
-    exec(f"async def forgetful(row, ctx):\n    value = 1\n    {body}\n", namespace)  # noqa: S102 - the test's own code
-    out = pd.DataFrame({"q": ["a", "b"]}).play.map(namespace["forgetful"], store=store, progress=False)
+    out = pd.DataFrame({"q": ["a", "b"]}).play.map(_define(body), store=store, progress=False)
     assert out["play_status"].tolist() == ["failed", "failed"]
     error = out["play_error"].iloc[0]
-    assert where in error and "did you forget an await?" in error and "(line 3" in error, error
+    assert where in error and "did you forget an await? (line 3: " in error and "ctx." in error, error
     assert not any(isinstance(v, str) and "coroutine object" in v for v in out.astype(str).values.ravel())
 
 
@@ -119,6 +128,20 @@ def test_a_forgotten_await_in_a_tool_input_fails_before_paying(store: pb.Receipt
     error = out["play_error"].iloc[0]
     assert out["play_status"].iloc[0] == "failed" and paid == []
     assert "input text=<coroutine" in error and "did you forget an await? (line" in error and "ctx.tool(lookup" in error
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["ctx.tool(lookup, q=row.q)\n    return {'q': row.q}", "return {'text': f'{ctx.tool(lookup, q=row.q)}'}"],
+    ids=["a bare call", "formatted into text"],
+)
+def test_a_call_never_awaited_fails_the_row_even_when_nothing_returned_holds_it(body: str, store: pb.ReceiptStore, no_unawaited_warnings) -> None:
+    """A ctx.tool(...) that is made but never awaited never runs: the row fails saying so, with its line,
+    rather than being ok with the call silently skipped (or "<coroutine object ...>" written as text)."""
+    out = pd.DataFrame({"q": ["a"]}).play.map(_define(body), store=store, progress=False)
+    error = out["play_error"].iloc[0]
+    assert out["play_status"].iloc[0] == "failed" and "never awaited, so it never ran" in error
+    assert "did you forget an await? (line 3" in error and "ctx.tool(lookup" in error
 
 
 def test_a_coroutine_made_and_dropped_does_not_warn(store: pb.ReceiptStore, no_unawaited_warnings) -> None:

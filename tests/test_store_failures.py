@@ -58,7 +58,7 @@ def test_disk_full_mid_run_fails_the_rows_it_affects_and_says_what_was_lost(stor
     assert statuses[:5] == ["ok"] * 5 and statuses[5:] == ["failed"] * 7
     error = run.result["play_error"].iloc[5]
     assert error.startswith(f"ReceiptError: cannot write to the receipt store at {store.path}: the disk is full (ENOSPC)")
-    assert run.stats.receipts_lost == 7 and len(calls) == 12
+    assert run.stats.receipts_lost == 7 and len(calls) == 12 and run.stats.calls_executed == 12  # all 12 were paid
     assert any("7 paid calls could not be recorded" in n for n in run.notices)
     assert any("7 paid calls could not be recorded" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
@@ -79,7 +79,7 @@ def test_receipts_that_could_not_be_written_are_written_at_the_end(store: pb.Rec
     frame = pd.DataFrame({"i": range(12), "n": list(range(9)) + [3, 4, 5]})
     run = frame.play.run(fetch, store=store, progress=False, concurrency=1)
     assert run.result["play_status"].tolist().count("failed") >= 1
-    assert run.stats.receipts_lost == 0 and any("written at its end" in n for n in run.notices)
+    assert run.stats.receipts_lost == 0 and any("written at the end of this run" in n for n in run.notices)
     assert sorted(calls) == sorted(set(calls))  # 3, 4, 5 asked twice, paid once
     again = frame.play.run(fetch, store=store, progress=False)
     assert again.stats.calls_executed == 0 and again.result["play_status"].isin(["ok", "reused"]).all()
@@ -107,9 +107,9 @@ def test_disk_full_when_memos_are_written_still_returns_the_rows(store: pb.Recei
     assert (again.stats.ok, again.stats.calls_executed, again.stats.calls_reused) == (10, 0, 10)
 
 
-def test_a_store_removed_mid_run_is_detected_and_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The store's directory is deleted while a run goes on: playbook notices, says what was lost, and
-    keeps every receipt paid for afterwards in a new store there."""
+def test_a_store_removed_mid_run_is_detected_and_nothing_is_lost(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The store's directory is deleted while a run goes on: playbook notices, makes it again, copies
+    into it what the file it still had open held, and says so; a rerun of an edited play pays nothing."""
     store = pb.ReceiptStore(tmp_path / "s")
     calls: list[int] = []
 
@@ -122,12 +122,18 @@ def test_a_store_removed_mid_run_is_detected_and_reported(tmp_path: Path, caplog
 
     frame = pd.DataFrame({"n": range(10)})
     run = frame.play.run(fetch, store=store, progress=False, concurrency=1)
-    assert run.result["play_status"].tolist() == ["ok"] * 10
-    assert any("was removed or replaced while in use" in n for n in run.notices)
-    assert any("removed or replaced while in use" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert run.result["play_status"].tolist() == ["ok"] * 10 and run.stats.receipts_lost == 0
+    assert any("was removed or replaced while in use" in n and "copied into it the 4 receipts" in n for n in run.notices)
+    assert any("nothing paid for is lost" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     store.close()
-    again = pd.DataFrame({"n": range(10)}).play.run(fetch, store=pb.ReceiptStore(tmp_path / "s"), progress=False)
-    assert again.stats.calls_executed <= 5 and again.stats.calls_reused + again.stats.reused >= 5  # what came after is kept
+    assert (tmp_path / "s" / "receipts.db").is_file()
+
+    @pb.play
+    async def edited(row, ctx):  # another play: its rows run, and every call is a receipt
+        return {"v": await ctx.tool(fetch, n=row.n), "edited": True}
+
+    again = frame.play.run(edited, store=pb.ReceiptStore(tmp_path / "s"), progress=False)
+    assert (again.stats.calls_executed, again.stats.calls_reused) == (0, 10) and len(calls) == 10
 
 
 def test_lone_surrogates_in_inputs_and_answers_are_stored_and_replayed(store: pb.ReceiptStore) -> None:
@@ -173,3 +179,27 @@ def test_bad_utf8_in_the_store_is_skipped_by_the_command_line(store: pb.ReceiptS
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
         if command != ["stats"]:
             assert "1 damaged receipts" in done.stderr and done.stdout.count('"A"') + done.stdout.count('"C"') == 2
+
+
+def test_a_store_opened_read_only_is_read_and_never_written(store: pb.ReceiptStore) -> None:
+    """readonly=True (what `cache stats/list/export` use) reads receipts and stats without writing a
+    byte, so it works where writes cannot (a full disk, a read-only mount); a write is refused."""
+
+    @pb.tool(version="1")
+    def upper(q: str) -> str:
+        return q.upper()
+
+    pd.DataFrame({"q": ["a", "b"]}).play.map(upper, store=store, progress=False)
+    store.close()
+    before = (store.path / "receipts.db").read_bytes()
+    looking = pb.ReceiptStore(store.path, readonly=True)
+    assert looking.stats()["by_tool"] == {"upper": 2} and looking.receipts()["output"].tolist() == ["A", "B"]
+    assert looking.get(upper, q="a").output == "A"
+    with pytest.raises(pb.ReceiptError, match="read-only"):
+        looking.clear()
+    looking.close()
+    assert (store.path / "receipts.db").read_bytes() == before  # the database is as it was
+    wal = store.path / "receipts.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0  # and nothing is waiting to be written to it
+    with pytest.raises(pb.ReceiptError, match="there is no receipt store at .*nothing-here to read"):
+        pb.ReceiptStore(store.path.parent / "nothing-here", readonly=True)

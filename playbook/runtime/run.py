@@ -146,7 +146,8 @@ class Run:
         return self.result
 
     def stop(self) -> None:
-        """Stop starting rows and cancel those in flight; finished work stays on disk."""
+        """Stop starting rows: calls already sent land their receipts (a few seconds at most),
+        the rows not finished are settled as skipped; finished work stays on disk."""
         self._maprun.stop()
 
     def retry(self, *, statuses: tuple[str, ...] = ("failed", "parked")) -> Run:

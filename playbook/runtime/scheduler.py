@@ -23,18 +23,8 @@ from ..context import Context
 from ..errors import ProviderExhausted, RunFatal
 from ..keys import memo_key, row_key
 from ..models import (
-    CallFinished,
-    RowFinished,
-    RowHeld,
-    RowParked,
-    RowRequeued,
-    RowResumed,
-    RowStarted,
-    RunFinished,
-    RunNotice,
-    RunStarted,
-    Status,
-    WaterfallFinished,
+    CallFinished, RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowStarted, RunFinished, RunNotice, RunStarted,
+    Status, WaterfallFinished,
 )  # fmt: skip
 from ..plays import Play
 from ..providers import Provider, Ticket
@@ -47,14 +37,7 @@ from ..tools.http import default_client
 from .batching import Batcher
 from .options import RunOptions
 from .retry_queue import RetryQueue
-from .rows import (
-    Row,
-    error_line,
-    error_message,
-    output_columns,
-    result_frame,
-    stored_output,
-)
+from .rows import OutputError, Row, error_line, error_message, output_columns, result_frame, stored_output
 from .state import RunState
 
 if TYPE_CHECKING:
@@ -111,6 +94,7 @@ class MapRun:
         self._batchers: dict[str, Batcher] = {}
         self._memo_keys: dict[int, str] = {}  # computed while checking for memos, used on success
         self._landing: set[asyncio.Task[Any]] = set()  # workers whose call is sent: landing its receipt
+        self._woken: asyncio.Future[None] | None = None
         self._batches: set[asyncio.Task[Any]] = set()  # batches sent, landing their members' receipts
         self._notices_seen = len(store.notices)
         self.interrupted = False
@@ -245,8 +229,9 @@ class MapRun:
                 # Workers join while the run goes (a row that steps aside may need a fresh one), so
                 # wait until none is left.  A worker we cancel ourselves (stop, fatal) must not end
                 # the wait before the others have unwound.
-                while live := [t for t in self._workers if not t.done()]:
-                    await asyncio.wait(live)
+                while (live := [t for t in self._workers if not t.done()]) and not self._stopping:
+                    self._woken = asyncio.get_running_loop().create_future()  # stop() wakes us
+                    await asyncio.wait([*live, self._woken], return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:
                 self.interrupted = True
                 self.stop()
@@ -254,7 +239,7 @@ class MapRun:
                 raise
             await self._unwind()
             for task in self._workers:
-                if not task.cancelled() and task.exception() is not None:
+                if task.done() and not task.cancelled() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         finally:
             for task in [*self._workers, *self._batches]:
@@ -293,7 +278,7 @@ class MapRun:
                     "the end of the next run in this process; if the process ends first, a rerun pays for them again"
                 )
             else:
-                note = f"{owed} receipts that could not be written during the run were written at its end: a rerun reuses them"
+                note = f"{owed} receipts of paid calls that could not be written before were written at the end of this run: a rerun reuses them"
             self.state.emit(RunNotice(note, lost))
             _logger.warning("%s", note)
         for note in store.notices[self._notices_seen :]:
@@ -309,6 +294,8 @@ class MapRun:
         for task in self._workers:
             if task is not keep and task not in self._landing:
                 task.cancel()
+        if self._woken is not None and not self._woken.done():
+            self._woken.set_result(None)  # execute() stops waiting for the rows: it gives them GRACE
 
     def admit(self, positions: list[int]) -> None:
         """Add requeued rows to the execution under way (a retry while the run goes on)."""
@@ -407,6 +394,9 @@ class MapRun:
             if ctx._signal is not None:
                 raise ctx._signal  # the play caught a suspension or a fatal error: it still counts
             output, stored = stored_output(output_columns(value, name, ctx.forgotten_await), name, ctx.forgotten_await)
+            advice = ctx.never_awaited()
+            if advice is not None:
+                raise OutputError(f"play {name!r} made a ctx call that it never awaited, so it never ran: {advice}")
         except Held as held:
             held.budget.left -= max(0.0, held.until - asyncio.get_running_loop().time())
             self._hold(pos, held.until, held.wall, held.provider.name, held.status)

@@ -90,21 +90,28 @@ def reason(exc: BaseException) -> StoreFailure:
 class Database:
     """``receipts.db`` in a store directory."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, readonly: bool = False) -> None:
         self.directory = directory
         self.file = directory / FILE
+        self.readonly = readonly
         self._local = threading.local()
         self._generation = 0  # bumped when the file is reopened: every thread then reconnects
         self._identity: tuple[int, int] | None = None
         self.created = False
 
     def open(self) -> None:
-        """Create the directory and the file if needed, and the tables; raises sqlite3/OS errors."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.created = not self.file.exists()
-        con = self.connection()
-        for statement in SCHEMA:
-            con.execute(statement)
+        """Create the directory and the file if needed, and the tables (read-only: neither);
+        raises sqlite3/OS errors."""
+        if self.readonly:
+            self.connection().execute("SELECT 1 FROM meta LIMIT 1")  # a table of ours: this is a store
+        else:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.created = not self.file.exists()
+            con = self.connection()
+            # Space freed by clearing receipts goes back to the disk (PRAGMA incremental_vacuum).
+            con.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            for statement in SCHEMA:
+                con.execute(statement)
         stat = os.stat(self.file)
         self._identity = (stat.st_dev, stat.st_ino)
 
@@ -117,9 +124,7 @@ class Database:
         local = self._local
         con = getattr(local, "con", None)
         if con is None or local.generation != self._generation + _forks:
-            # timeout: how long to wait for another process's write lock before giving up.
-            con = sqlite3.connect(self.file, timeout=60.0, isolation_level=None, check_same_thread=False)
-            con.execute("PRAGMA journal_mode = WAL")
+            con = self._connect()
             # NORMAL in WAL mode: a commit survives the process being killed (what a kernel
             # restart does); only a power cut can take the last commits with it.
             con.execute("PRAGMA synchronous = NORMAL")
@@ -128,6 +133,23 @@ class Database:
             con.execute("PRAGMA mmap_size = 268435456")
             local.con, local.generation = con, self._generation + _forks
             local.cursor = con.cursor()
+        return con
+
+    def _connect(self) -> sqlite3.Connection:
+        # timeout: how long to wait for another process's write lock before giving up.
+        options = {"timeout": 60.0, "isolation_level": None, "check_same_thread": False}
+        if not self.readonly:
+            con = sqlite3.connect(self.file, **options)  # type: ignore[arg-type]
+            con.execute("PRAGMA journal_mode = WAL")
+            return con
+        if not self.file.is_file():
+            raise sqlite3.OperationalError(f"no store file {self.file}")
+        try:
+            con = sqlite3.connect(f"{self.file.as_uri()}?mode=ro", uri=True, **options)  # type: ignore[arg-type]
+            con.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+        except sqlite3.OperationalError:
+            # A WAL database on a read-only disk cannot take the reader's lock: read it as it is.
+            con = sqlite3.connect(f"{self.file.as_uri()}?immutable=1", uri=True, **options)  # type: ignore[arg-type]
         return con
 
     def cursor(self) -> sqlite3.Cursor:
@@ -170,13 +192,10 @@ class Database:
             raise reason(exc) from None
 
     def size(self) -> int:
-        total = 0
-        for suffix in ("", "-wal"):
-            try:
-                total += os.path.getsize(str(self.file) + suffix)
-            except OSError:
-                pass
-        return total
+        """Bytes the database holds (its pages, whether checkpointed from the log or not)."""
+        (pages,) = self.read(lambda con: con.execute("PRAGMA page_count").fetchone())
+        (page,) = self.read(lambda con: con.execute("PRAGMA page_size").fetchone())
+        return int(pages) * int(page)
 
     def close(self) -> None:
         con = getattr(self._local, "con", None)

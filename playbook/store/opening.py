@@ -3,6 +3,7 @@ to say when it cannot be opened (never advice that loses receipts, unless the st
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -20,13 +21,19 @@ ELSEWHERE = "pass store=pb.ReceiptStore('another/directory') to use another stor
 def open_store(db: Database, path: Path) -> list[str]:
     """Open ``db`` (the store at ``path``), making it if new; returns what to tell the user.
     Raises ``ReceiptError`` saying what to do when it cannot be used."""
+    if db.readonly and not db.file.is_file():
+        old = " (it holds a store of playbook 0.1: open it once without readonly=True to copy its receipts)" if (path / "cache.db").is_file() else ""
+        raise ReceiptError(f"there is no receipt store at {path} to read{old}")
     try:
         db.open()
         found = db.read(lambda con: con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone())
+        if found is None and db.readonly:
+            _refuse(db, path, "it is not a store playbook finished making")
         if found is None:
             return db.write(lambda con: initialise(path, con))
-        # A store that reads but cannot take writes would fail every row that pays: say so now.
-        db.write(lambda con: con.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('opened', ?)", (str(time.time()),)))
+        if not db.readonly:
+            # A store that reads but cannot take writes would fail every row that pays: say so now.
+            db.write(lambda con: con.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('opened', ?)", (str(time.time()),)))
     except StoreFailure as exc:
         _refuse_or_explain(db, path, exc)
     except (OSError, sqlite3.Error) as exc:
@@ -65,11 +72,14 @@ def _refuse_or_explain(db: Database, path: Path, failure: StoreFailure) -> NoRet
     db.close()
     if failure.code and failure.code.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
         _refuse(db, path, f"{db.file} is not a readable SQLite database ({failure.reason})")
+    if failure.code and failure.code.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY")) and path.is_dir() and not os.access(path, os.W_OK):
+        failure = StoreFailure(f"its directory is read-only (EROFS, or no permission to write) ({failure.code})", failure.code)
     # Read-only, no permission, not a directory, locked: the receipts may be fine, so say how to
     # reach them, never to delete them.
     raise ReceiptError(
         f"cannot open the receipt store at {path}: {failure.reason}. playbook reads and writes receipts "
-        f"there: make the directory readable and writable, or {ELSEWHERE}."
+        f"there: make the directory readable and writable, or {ELSEWHERE} (ReceiptStore(path, readonly=True) "
+        "only reads it)."
     ) from None
 
 

@@ -72,15 +72,22 @@ class ReceiptStore:
     """Durable receipts of tool calls and memos of finished rows, in a directory.
 
     ``ReceiptStore()`` uses ``$PLAYBOOK_HOME`` or ``.playbook/`` in the working directory.
+    ``readonly=True`` opens an existing store only to look at it (what ``python -m playbook cache
+    stats/list/export`` do), which works on a full disk or a read-only mount too.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, clock: Callable[[], float] = time.time, lease_ttl: float = 30.0
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        lease_ttl: float = 30.0,
+        readonly: bool = False,
     ) -> None:
         self.path = Path(path) if path is not None else home()
         self.clock = clock
         self.notices: list[str] = []  # what went wrong with the store, for the runs that use it
-        self._db = Database(self.path)
+        self._db = Database(self.path, readonly=readonly)
         self.notices += open_store(self._db, self.path)
         self._pending_memos: list[tuple[str, str, str, int, float, int, str]] = []
         self._flushed = time.monotonic()
@@ -178,20 +185,24 @@ class ReceiptStore:
                 done.set_result(None)
 
     def _check_in_place(self) -> None:
-        """Notice a store removed or replaced from outside while in use, and start a new one there."""
+        """Notice a store removed or replaced from outside while in use: make it again there, and
+        copy into it what the file still open holds (an unlinked file stays readable while open)."""
         if not self._db.moved():
             return
+        old = self._db.connection()
+        try:
+            self._db.reopen()
+            counts = self._db.write(lambda con: (initialise(self.path, con), _copy(old, con))[1])
+        except (StoreFailure, sqlite3.Error, OSError) as exc:
+            raise StoreFailure(f"it was removed while in use and cannot be made again ({reason(exc).reason})") from None
+        finally:
+            old.close()
         note = (
-            f"the receipt store at {self.path} was removed or replaced while in use; playbook started a new one "
-            "there. Receipts written before that are gone: a rerun pays for those calls again"
+            f"the receipt store at {self.path} was removed or replaced while in use; playbook made it again there and "
+            f"copied into it the {counts[0]} receipts and {counts[1]} row memos the old one held, so nothing paid for is lost"
         )
         _logger.warning("%s", note)
         self.notices.append(note)
-        try:
-            self._db.reopen()
-            self._db.write(lambda con: initialise(self.path, con))
-        except (StoreFailure, sqlite3.Error, OSError) as exc:
-            raise StoreFailure(f"it was removed while in use and cannot be made again ({reason(exc).reason})") from None
 
     def unwritten(self) -> int:
         """Receipts of paid calls that could not be written (yet)."""
@@ -277,7 +288,7 @@ class ReceiptStore:
         dropped with a warning: the rows run again next time, against their receipts."""
         pending, self._pending_memos = self._pending_memos, []
         self._flushed = time.monotonic()
-        if not pending:
+        if not pending or self._db.readonly:
             return
         try:
             self._check_in_place()
@@ -384,7 +395,9 @@ class ReceiptStore:
             return con.execute(f"DELETE FROM receipt WHERE {_RECEIPTS} AND tool = ?", (name,)).rowcount
 
         try:
-            return self._db.write(remove)
+            removed = self._db.write(remove)
+            self._db.read(lambda con: con.execute("PRAGMA incremental_vacuum").fetchall())  # give the space back
+            return removed
         except StoreFailure as exc:
             raise ReceiptError(f"cannot clear the receipt store at {self.path}: {exc.reason}") from None
 
@@ -400,6 +413,25 @@ class ReceiptStore:
     def close(self) -> None:
         self.flush()
         self._db.close()
+
+
+def _copy(old: sqlite3.Connection, new: sqlite3.Connection) -> tuple[int, int]:
+    """Copy every receipt and row memo from ``old`` into ``new`` (keeping what ``new`` has); returns the counts."""
+    counts = []
+    for select, insert in (
+        (f"SELECT {COLUMNS} FROM receipt", _UPSERT.replace("OR REPLACE", "OR IGNORE")),
+        ("SELECT * FROM memo", "INSERT OR IGNORE INTO memo VALUES (?, ?, ?, ?, ?, ?, ?)"),
+    ):
+        copied = 0
+        try:
+            rows = old.execute(select)
+            while batch := rows.fetchmany(10_000):
+                new.executemany(insert, batch)
+                copied += len(batch)
+        except sqlite3.DatabaseError:
+            pass  # the old file cannot be read any more either: keep what was copied
+        counts.append(copied)
+    return counts[0], counts[1]
 
 
 def _damage(exc: BaseException) -> str:
