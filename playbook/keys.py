@@ -6,30 +6,36 @@ A key is a one-letter prefix and a 128-bit digest of canonical text (:func:`key_
 - ``s…`` a step or a sleep of one row (``ctx.step``, ``ctx.sleep``);
 - ``m…`` a row memo: the play's fingerprint and the row's identity.
 
-The prefix lets the store tell a receipt from a step record without reading it.
+The prefix lets the store tell a receipt from a step record without reading it.  The text that
+is digested has the same shape as in the first store format, so receipts of tools pinned with
+``version=`` that were written before survive an upgrade.
 
 :func:`key_text` is the *key form* of a value: the tags of :mod:`playbook.tagged`, sorted keys, no
 spaces.  It tells apart what JSON would merge (``inf`` and ``"inf"``, a ``Decimal`` and its text,
 a tuple and a list, a datetime and its ISO string) but treats as one what means one value: ``3``
 and ``3.0`` (pandas turns an int column into floats when one NaN appears), a numpy scalar and the
-Python number, a ``Timestamp`` and its ``datetime``, and every missing marker (None, NaN, NA, NaT).  The text that
-is digested has the same shape as in the first store format, so receipts of tools pinned with
-``version=`` that were written before survive an upgrade.
+Python number, a ``Timestamp`` and its ``datetime``, and every missing marker (None, NaN, NA, NaT).
+
+:func:`code_fingerprint` is what identifies a tool or a play by its code.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import datetime as _dt
 import decimal
+import functools
 import hashlib
+import inspect
 import math
+import textwrap
 import uuid
 from typing import Any
 
 from .tagged import SCALARS, Unencodable, as_plain, dumps, encode, float_name
 
-__all__ = ["RECEIPT", "STEP", "digest", "key_text", "memo_key", "receipt_key", "row_key", "step_key"]
+__all__ = ["RECEIPT", "STEP", "code_fingerprint", "digest", "key_text", "memo_key", "receipt_key", "row_key", "step_key"]
 
 RECEIPT = "r"
 STEP = "s"
@@ -65,9 +71,6 @@ def memo_key(fingerprint: str, row: str) -> str:
 
 
 # -- the key form of values -----------------------------------------------------------
-
-
-# -- the key form --------------------------------------------------------------------------
 
 
 def key_text(value: Any) -> str:
@@ -184,3 +187,58 @@ def _at(value: Any, segment: str) -> Any:
         return _key_form(value)
     except Unencodable as exc:
         raise exc.at(segment) from None
+
+
+# -- fingerprints of code ---------------------------------------------------------------
+
+
+def code_fingerprint(fn: Any) -> str:
+    """A digest of what a function (a tool's, a play's) does: its code without decorators,
+    docstring, comments or layout; the arguments a ``functools.partial`` binds; and the immutable
+    values it closes over (a model name, a threshold; a client or a list counts by its type: a
+    list a test appends to must not change what the tool is).
+
+    Reformatting or commenting keeps the digest; changing what it computes does not.
+    """
+    if isinstance(fn, functools.partial):
+        bound = key_text([_by_value(a) for a in fn.args] + [[k, _by_value(v)] for k, v in sorted(fn.keywords.items())])
+        return digest(code_fingerprint(fn.func) + "\x1f" + bound)
+    if not inspect.isroutine(fn) and callable(fn):  # an object with __call__: its class's code
+        fn = type(fn).__call__
+    parts = [_code_text(fn)]
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            parts.append(key_text(_by_value(cell.cell_contents, mutable=False)))
+        except ValueError:  # an empty cell: a name assigned after the function was made
+            parts.append("<unset>")
+    return digest("\x1f".join(parts))
+
+
+def _by_value(value: Any, *, mutable: bool = True) -> Any:
+    """``value`` as it counts for a fingerprint: itself when it has a key form (and, unless
+    ``mutable``, cannot change: it hashes), else its type."""
+    try:
+        if not mutable:
+            hash(value)
+        key_text(value)
+    except (TypeError, Unencodable):
+        return f"<{type(value).__module__}.{type(value).__qualname__}>"
+    return value
+
+
+def _code_text(fn: Any) -> str:
+    code = getattr(fn, "__code__", None)
+    compiled = repr(fn) if code is None else repr((code.co_code, [c for c in code.co_consts if not inspect.iscode(c)], code.co_names))
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return compiled  # no source (exec'd code, a builtin): the compiled code, which changes with every edit
+    node = tree.body[0] if tree.body else tree
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        # A lambda: its source is the whole line, which may hold others; the code tells them apart.
+        return ast.dump(node, annotate_fields=False) + compiled
+    node.decorator_list = []
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        node.body = body[1:] or [ast.Pass()]
+    return ast.dump(node, annotate_fields=False)

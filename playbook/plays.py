@@ -1,19 +1,19 @@
 """Plays: ``async def play(row, ctx)`` functions, and the fingerprint that decides reuse.
 
-The fingerprint covers the play's name, version and source text, so editing the play makes
-every row run again, while its tool calls still hit their receipts: only changed calls cost.
+The fingerprint covers the play's name, version and code (as a tool's identity does: comments and
+layout do not count), so editing the play makes every row run again, while its tool calls still
+hit their receipts: only changed calls cost.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import textwrap
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .errors import PlayDefinitionError
-from .keys import digest
+from .keys import code_fingerprint, digest
 
 __all__ = ["Play", "as_play", "play"]
 
@@ -44,7 +44,7 @@ class Play:
         self.fn = fn
         self.name = label
         self.version = None if version is None else str(version)
-        self.fingerprint = digest("\x1f".join([label, self.version or "", source or _source(fn)]))
+        self.fingerprint = digest("\x1f".join([label, self.version or "", source or code_fingerprint(fn)]))
         self.__wrapped__ = fn
 
     def __call__(self, row: Any, ctx: Any) -> Awaitable[Any]:
@@ -59,20 +59,6 @@ def _name(fn: Any) -> str:
     if isinstance(fn, functools.partial):
         return _name(fn.func)
     return getattr(fn, "__name__", None) or type(fn).__name__
-
-
-def _source(fn: Callable[..., Any]) -> str:
-    if isinstance(fn, functools.partial):
-        # The bound arguments are part of the play: partial(p, model="a") is not partial(p, model="b").
-        return _source(fn.func) + repr((fn.args, sorted(fn.keywords.items())))
-    try:
-        return textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError):
-        # No source file (exec'd code): fall back to the compiled code, which changes with edits.
-        code = getattr(fn, "__code__", None)
-        if code is None:  # no code object either: the repr, which at worst only costs reuse
-            return repr(fn)
-        return repr((code.co_code, code.co_consts, code.co_names))
 
 
 def play(fn: PlayFn | None = None, *, name: str | None = None, version: str | None = None) -> Any:

@@ -220,8 +220,6 @@ def as_plain(value: Any) -> Any:
     dataclass instance's fields as a dict; ``Unencodable`` when nothing does."""
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, bool):
-        return bool(value)
     for base in (str, int, float, list):
         if isinstance(value, base):
             return base(value)

@@ -169,3 +169,56 @@ def test_changing_the_request_pays_once_and_rotating_the_key_pays_nothing(store:
     demo.reset(api_keys=("demo-key-2",))
     rotated = frame.play.map(chat("demo-2"), store=store, progress=False, refresh="rows")
     assert demo.stats()["requests"] == 0 and rotated["play_status"].tolist() == ["ok", "ok"]
+
+
+def test_a_callable_object_or_a_lambda_is_the_same_tool_in_the_next_process(tmp_path: Path) -> None:
+    """A tool made of an object with __call__, or of a lambda, is identified by its code, not by
+    where it lives in memory: the next process reuses its receipts; two lambdas on one line differ."""
+    (tmp_path / "shapes.py").write_text(textwrap.dedent("""
+        import playbook as pb
+
+        class Scorer:
+            def __call__(self, q: str) -> int:
+                return len(q)
+
+        score = pb.tool(Scorer(), name="score")
+        up, down = pb.tool(lambda q: q.upper(), name="case"), pb.tool(lambda q: q.lower(), name="case")
+    """))
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import pandas as pd, playbook as pb
+        from shapes import score, up, down
+        store = pb.ReceiptStore({str(tmp_path / "store")!r})
+        frame = pd.DataFrame({{"q": ["Ab", "cD"]}})
+        runs = [frame.play.run(t, store=store, progress=False) for t in (score, up, down)]
+        print(json.dumps([[r.stats.calls_executed, r.result.iloc[:, 1].tolist()] for r in runs]))
+    """)
+
+    def run() -> list:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        import json
+
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert run() == [[2, [2, 2]], [2, ["AB", "CD"]], [2, ["ab", "cd"]]]
+    assert run() == [[0, [2, 2]], [0, ["AB", "CD"]], [0, ["ab", "cd"]]]
+
+
+def test_a_cosmetic_edit_of_a_play_reuses_its_rows(store: pb.ReceiptStore) -> None:
+    """A play is identified by its code as a tool is: reformatting or commenting it reuses its rows."""
+
+    @pb.play
+    async def tidy(row, ctx):
+        return {"double": row.n * 2}
+
+    frame = pd.DataFrame({"n": [1, 2]})
+    frame.play.map(tidy, store=store, progress=False)
+
+    @pb.play
+    async def tidy(row, ctx):  # noqa: F811 - the same play, tidied
+        """Doubles."""
+        return {"double": (row.n * 2)}  # twice
+
+    assert frame.play.map(tidy, store=store, progress=False)["play_status"].tolist() == ["reused"] * 2

@@ -292,3 +292,16 @@ def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(demo, worker
     emails, statuses = _result(tmp_path / "out.json")
     assert emails["0"] == "p@company0.com" and set(statuses.values()) == {"ok"}
     assert _sql(store.path, "SELECT * FROM lease") == []
+
+
+def test_two_processes_making_one_new_store_at_once_both_open_it(tmp_path: Path) -> None:
+    """Two processes that open the same new store at the same moment (two kernels started together,
+    two cron jobs) both get it: neither fails with "database is locked"."""
+    code = "import sys, playbook as pb; pb.ReceiptStore(sys.argv[1]).close(); print('ok')"
+    for i in range(12):
+        store = tmp_path / f"store{i}"
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]  # fmt: skip
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0 and out.strip() == "ok", err[-500:]

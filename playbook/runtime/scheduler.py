@@ -97,7 +97,6 @@ class MapRun:
         self._woken: asyncio.Future[None] | None = None
         self._batches: set[asyncio.Task[Any]] = set()  # batches sent, landing their members' receipts
         self._notices_seen = len(store.notices)
-        self.interrupted = False
 
     # -- what ctx.tool needs -----------------------------------------------------------
 
@@ -227,13 +226,11 @@ class MapRun:
             self._spawn(min(opts.concurrency, len(self._pending)))
             try:
                 # Workers join while the run goes (a row that steps aside may need a fresh one), so
-                # wait until none is left.  A worker we cancel ourselves (stop, fatal) must not end
-                # the wait before the others have unwound.
+                # wait until none is left, or until a stop (which then gives them GRACE, below).
                 while (live := [t for t in self._workers if not t.done()]) and not self._stopping:
                     self._woken = asyncio.get_running_loop().create_future()  # stop() wakes us
                     await asyncio.wait([*live, self._woken], return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:
-                self.interrupted = True
                 self.stop()
                 await self._unwind()
                 raise

@@ -1,5 +1,6 @@
 """Where receipts, row memos, steps and leases live: a directory with one SQLite file."""
 
-from .receipts import FILE, FORMAT, MISSING, ReceiptStore, default_store, home
+from .db import FILE, FORMAT
+from .receipts import MISSING, ReceiptStore, default_store, home
 
 __all__ = ["FILE", "FORMAT", "MISSING", "ReceiptStore", "default_store", "home"]

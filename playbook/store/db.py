@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -19,6 +20,7 @@ __all__ = ["FILE", "FORMAT", "Database", "StoreFailure"]
 T = TypeVar("T")
 
 FILE = "receipts.db"
+_BUSY = 60.0  # seconds to wait for another process's lock on the store before giving up
 FORMAT = 2  # 1 was a diskcache directory (cache.db); see legacy.py
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
@@ -90,23 +92,38 @@ def reason(exc: BaseException) -> StoreFailure:
 class Database:
     """``receipts.db`` in a store directory."""
 
-    def __init__(self, directory: Path, *, readonly: bool = False) -> None:
+    def __init__(self, directory: Path, *, readonly: bool = False, on_moved: Callable[[sqlite3.Connection], None] | None = None) -> None:
         self.directory = directory
         self.file = directory / FILE
         self.readonly = readonly
+        # Told when a write finds the file gone or replaced (see moved()), once the file is made
+        # again, with a connection still open on the old one (an unlinked file stays readable).
+        self.on_moved = on_moved
         self._local = threading.local()
         self._generation = 0  # bumped when the file is reopened: every thread then reconnects
         self._identity: tuple[int, int] | None = None
-        self.created = False
 
     def open(self) -> None:
         """Create the directory and the file if needed, and the tables (read-only: neither);
         raises sqlite3/OS errors."""
+        deadline = time.monotonic() + _BUSY
+        while True:
+            try:
+                self._open()
+                return
+            except sqlite3.OperationalError as exc:
+                # Two processes making one new store: switching it to WAL takes a lock that
+                # SQLite reports as busy at once, without waiting.  Wait here instead.
+                if getattr(exc, "sqlite_errorname", "") not in ("SQLITE_BUSY", "SQLITE_LOCKED") or time.monotonic() > deadline:
+                    raise
+                self.close()
+                time.sleep(0.01)
+
+    def _open(self) -> None:
         if self.readonly:
             self.connection().execute("SELECT 1 FROM meta LIMIT 1")  # a table of ours: this is a store
         else:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self.created = not self.file.exists()
             con = self.connection()
             # Space freed by clearing receipts goes back to the disk (PRAGMA incremental_vacuum).
             con.execute("PRAGMA auto_vacuum = INCREMENTAL")
@@ -137,7 +154,7 @@ class Database:
 
     def _connect(self) -> sqlite3.Connection:
         # timeout: how long to wait for another process's write lock before giving up.
-        options = {"timeout": 60.0, "isolation_level": None, "check_same_thread": False}
+        options = {"timeout": _BUSY, "isolation_level": None, "check_same_thread": False}
         if not self.readonly:
             con = sqlite3.connect(self.file, **options)  # type: ignore[arg-type]
             con.execute("PRAGMA journal_mode = WAL")
@@ -169,8 +186,11 @@ class Database:
         return (stat.st_dev, stat.st_ino) != self._identity
 
     def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work`` in one write transaction; raises :class:`StoreFailure`."""
+        """Run ``work`` in one write transaction; raises :class:`StoreFailure`.  Every writer
+        (receipts, memos, leases) first notices a file removed or replaced from outside."""
         try:
+            if self.on_moved is not None and self.moved():
+                self._made_again()
             con = self.connection()
             con.execute("BEGIN IMMEDIATE")
             try:
@@ -183,6 +203,14 @@ class Database:
             return result
         except (sqlite3.Error, OSError) as exc:
             raise reason(exc) from None
+
+    def _made_again(self) -> None:
+        old = self.connection()
+        try:
+            self.reopen()
+            self.on_moved(old)  # type: ignore[misc]
+        finally:
+            old.close()
 
     def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` on this thread's connection; raises :class:`StoreFailure`."""

@@ -30,7 +30,7 @@ from ..errors import ReceiptError
 from ..models import Receipt
 from ..tagged import decode, loads
 from ..tools.base import NO_INPUT
-from .db import FILE, FORMAT, Database, StoreFailure, reason
+from .db import Database, StoreFailure, reason
 from .leases import Leases
 from .opening import ELSEWHERE as _ELSEWHERE
 from .opening import initialise, open_store
@@ -89,6 +89,7 @@ class ReceiptStore:
         self.notices: list[str] = []  # what went wrong with the store, for the runs that use it
         self._db = Database(self.path, readonly=readonly)
         self.notices += open_store(self._db, self.path)
+        self._db.on_moved = self._made_again
         self._pending_memos: list[tuple[str, str, str, int, float, int, str]] = []
         self._flushed = time.monotonic()
         self._warned: set[str] = set()  # unreadable records already reported
@@ -116,11 +117,11 @@ class ReceiptStore:
             found = self._db.cursor().execute(_LOOKUP, (key,)).fetchone()
         except sqlite3.OperationalError as exc:
             if "decode" not in str(exc):  # "Could not decode to UTF-8": that record is damaged
-                raise ReceiptError(f"cannot read the receipt store at {self.path}: {reason(exc).reason}; {_ELSEWHERE}") from None
+                raise self._read_error(exc) from None
             self._warn_unreadable(key, "its value is not UTF-8 text (damaged)")
             return MISSING
         except sqlite3.Error as exc:
-            raise ReceiptError(f"cannot read the receipt store at {self.path}: {reason(exc).reason}; {_ELSEWHERE}") from None
+            raise self._read_error(exc) from None
         if found is None:
             row = self._unwritten.get(key) if self._unwritten else None
             if row is None:
@@ -135,6 +136,9 @@ class ReceiptStore:
         except (ValueError, TypeError, KeyError, IndexError) as exc:  # bad JSON, or a tag this playbook does not know
             self._warn_unreadable(key, _damage(exc))
             return MISSING
+
+    def _read_error(self, exc: sqlite3.Error) -> ReceiptError:
+        return ReceiptError(f"cannot read the receipt store at {self.path}: {reason(exc).reason}; {_ELSEWHERE}")
 
     def _warn_unreadable(self, key: str, problem: str) -> None:
         if key not in self._warned:  # a call looks its receipt up more than once (before and after its lease)
@@ -169,7 +173,6 @@ class ReceiptStore:
         writes, self._writes = self._writes, []
         rows = [row for row, _ in writes]
         try:
-            self._check_in_place()
             self._db.write(lambda con: con.executemany(_UPSERT, rows))
         except (StoreFailure, ReceiptError) as exc:
             problem = exc.reason if isinstance(exc, StoreFailure) else str(exc)
@@ -184,19 +187,10 @@ class ReceiptStore:
             if not done.done():  # a row cancelled while waiting: its receipt is written anyway
                 done.set_result(None)
 
-    def _check_in_place(self) -> None:
-        """Notice a store removed or replaced from outside while in use: make it again there, and
-        copy into it what the file still open holds (an unlinked file stays readable while open)."""
-        if not self._db.moved():
-            return
-        old = self._db.connection()
-        try:
-            self._db.reopen()
-            counts = self._db.write(lambda con: (initialise(self.path, con), _copy(old, con))[1])
-        except (StoreFailure, sqlite3.Error, OSError) as exc:
-            raise StoreFailure(f"it was removed while in use and cannot be made again ({reason(exc).reason})") from None
-        finally:
-            old.close()
+    def _made_again(self, old: sqlite3.Connection) -> None:
+        """The store was removed or replaced from outside while in use, and is made again: copy
+        into it what the old file, still open, holds, and say so."""
+        counts = self._db.write(lambda con: (initialise(self.path, con), _copy(old, con))[1])
         note = (
             f"the receipt store at {self.path} was removed or replaced while in use; playbook made it again there and "
             f"copied into it the {counts[0]} receipts and {counts[1]} row memos the old one held, so nothing paid for is lost"
@@ -214,7 +208,6 @@ class ReceiptStore:
             return 0
         rows = list(self._unwritten.values())
         try:
-            self._check_in_place()
             self._db.write(lambda con: con.executemany(_UPSERT, rows))
         except (StoreFailure, ReceiptError):
             return len(self._unwritten)
@@ -244,7 +237,7 @@ class ReceiptStore:
                 except sqlite3.OperationalError as exc:
                     if "decode" not in str(exc):
                         raise
-                    rows = self._readable_memos(cursor, query, chunk, bad)
+                    rows = self._readable_memos(cursor, select.format("?"), chunk, bad)
                 for key, output, flags, calls, cost, tools in rows:
                     try:
                         out = loads(output)
@@ -255,7 +248,7 @@ class ReceiptStore:
                     except (ValueError, TypeError, KeyError, IndexError):
                         bad.append(key)
         except sqlite3.Error as exc:
-            raise ReceiptError(f"cannot read the receipt store at {self.path}: {reason(exc).reason}; {_ELSEWHERE}") from None
+            raise self._read_error(exc) from None
         if bad:
             _logger.warning(
                 "%d row memo(s) in %s cannot be read (first: %s); those rows run again, against their receipts",
@@ -269,7 +262,7 @@ class ReceiptStore:
         rows = []
         for key in chunk:
             try:
-                rows += cursor.execute(query.replace(",".join("?" * len(chunk)), "?"), (key,)).fetchall()
+                rows += cursor.execute(query, (key,)).fetchall()
             except sqlite3.OperationalError:
                 bad.append(key)
         return rows
@@ -291,7 +284,6 @@ class ReceiptStore:
         if not pending or self._db.readonly:
             return
         try:
-            self._check_in_place()
             self._db.write(lambda con: con.executemany("INSERT OR REPLACE INTO memo VALUES (?, ?, ?, ?, ?, ?, ?)", pending))
         except StoreFailure as exc:
             note = (
@@ -308,46 +300,30 @@ class ReceiptStore:
 
         Raises ``ReceiptError`` if the receipt is there but cannot be read.
         """
-        values = tool.bind(input, kwargs)
-        key = tool.key(values)
-        row = self._row(key)
-        if row is None:
+        key = tool.key(tool.bind(input, kwargs))
+        rows = self._db.read(lambda con: con.execute(f"SELECT {_AS_BYTES} FROM receipt WHERE key = ?", (key,)).fetchall())
+        if not rows:
             return None
         try:
-            return receipt_of(row)
+            return receipt_of(_record(rows[0]))
         except (ValueError, TypeError, KeyError, IndexError) as exc:
             raise ReceiptError(
                 f"{self._unreadable(key, _damage(exc))}. A run that needs it makes the call again and replaces it; "
                 f"`python -m playbook cache clear --store {self.path} --tool {tool.name}` drops all of that tool's receipts."
             ) from None
 
-    def _row(self, key: str) -> tuple[Any, ...] | None:
-        """The receipt table's row for ``key``; text that is not UTF-8 comes back as bytes (to fail parsing)."""
-        try:
-            return self._db.read(lambda con: con.execute(f"SELECT {COLUMNS} FROM receipt WHERE key = ?", (key,)).fetchone())
-        except StoreFailure:
-            blobs = ", ".join(f"CAST({c} AS BLOB)" if c in ("input", "output") else c for c in COLUMNS.split(", "))
-            return self._db.read(lambda con: con.execute(f"SELECT {blobs} FROM receipt WHERE key = ?", (key,)).fetchone())
-
     def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | None]]:
         """Every receipt (or one tool's) as ``(key, record)``, oldest first, values in stored
         form; ``record`` is ``None`` for one that cannot be read."""
         where = _RECEIPTS + (" AND tool = ?" if tool is not None else "")
         args = (tool,) if tool is not None else ()
-        # Read as bytes: one record that is not UTF-8 must not stop the listing of the others.
-        blobs = ", ".join(c if c in ("at", "cost", "miss", "flags") else f"CAST({c} AS BLOB)" for c in COLUMNS.split(", "))
-        rows = self._db.read(lambda con: con.execute(f"SELECT {blobs} FROM receipt WHERE {where} ORDER BY at", args).fetchall())
+        rows = self._db.read(lambda con: con.execute(f"SELECT {_AS_BYTES} FROM receipt WHERE {where} ORDER BY at", args).fetchall())
         for row in rows:
-            key = bytes(row[0]).decode("utf-8", "replace")
             try:
-                texts = [None if v is None else bytes(v).decode("utf-8") if isinstance(v, bytes) else v for v in row]
-                record = Record(*texts)
-                loads(record.output)
-                if record.input is not None:
-                    loads(record.input)
-            except (ValueError, TypeError):
+                record: Record | None = _record(row)
+            except ValueError:
                 record = None
-            yield key, record
+            yield bytes(row[0]).decode("utf-8", "replace"), record
 
     def receipts(self, tool: str | Tool | None = None) -> pd.DataFrame:
         """All readable receipts (or one tool's) as a DataFrame, oldest first; values as first returned."""
@@ -415,6 +391,20 @@ class ReceiptStore:
         self._db.close()
 
 
+# Text columns read as bytes: one record that is not UTF-8 must not stop a listing of the others.
+_AS_BYTES = ", ".join(c if c in ("at", "cost", "miss", "flags") else f"CAST({c} AS BLOB)" for c in COLUMNS.split(", "))
+
+
+def _record(row: tuple[Any, ...]) -> Record:
+    """A ``Record`` from a row read with ``_AS_BYTES``; ``ValueError`` if its text is not UTF-8 or
+    its values not JSON."""
+    record = Record(*(bytes(v).decode("utf-8") if isinstance(v, bytes) else v for v in row))
+    loads(record.output)
+    if record.input is not None:
+        loads(record.input)
+    return record
+
+
 def _copy(old: sqlite3.Connection, new: sqlite3.Connection) -> tuple[int, int]:
     """Copy every receipt and row memo from ``old`` into ``new`` (keeping what ``new`` has); returns the counts."""
     counts = []
@@ -455,5 +445,3 @@ def default_store() -> ReceiptStore:
         _default = ReceiptStore()
     return _default
 
-
-__all__ += ["FILE", "FORMAT"]

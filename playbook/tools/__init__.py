@@ -1,8 +1,8 @@
 """Tools: the paid or slow things a play calls.  ``@pb.tool`` wraps a Python function,
 ``pb.http_tool`` describes an HTTP endpoint; both are cached by receipts."""
 
-from .base import NO_INPUT, CallEnv, Tool, code_fingerprint, current_fingerprint, tool
+from .base import NO_INPUT, CallEnv, Tool, current_fingerprint, tool
 from .http import HttpTool, http_tool
 from .secrets import Secret, secret
 
-__all__ = ["NO_INPUT", "CallEnv", "HttpTool", "Secret", "Tool", "code_fingerprint", "current_fingerprint", "http_tool", "secret", "tool"]
+__all__ = ["NO_INPUT", "CallEnv", "HttpTool", "Secret", "Tool", "current_fingerprint", "http_tool", "secret", "tool"]

@@ -9,17 +9,15 @@ tool, also ``pick``): a row memo made with another fingerprint of a tool is not 
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import functools
 import inspect
 import re
-import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PlayDefinitionError, ToolError
-from ..keys import digest, key_text, receipt_key
+from ..keys import code_fingerprint, digest, key_text, receipt_key
 from ..providers import Provider
 from ..tagged import encode
 
@@ -179,51 +177,6 @@ class CallEnv:
     def __init__(self, client: Callable[[], httpx.AsyncClient], idempotency_key: str) -> None:
         self.client = client
         self.idempotency_key = idempotency_key
-
-
-def code_fingerprint(fn: Any) -> str:
-    """A digest of what a function does: its code without decorators, docstring, comments or
-    layout, the arguments a ``functools.partial`` binds, and the plain values it closes over.
-
-    Reformatting or commenting a tool keeps its receipts; changing what it computes does not.
-    """
-    if isinstance(fn, functools.partial):
-        bound = key_text([_plain_or_type(a) for a in fn.args] + [[k, _plain_or_type(v)] for k, v in sorted(fn.keywords.items())])
-        return digest(code_fingerprint(fn.func) + "\x1f" + bound)
-    parts = [_code_text(fn)]
-    for cell in getattr(fn, "__closure__", None) or ():
-        try:
-            parts.append(key_text(_plain_or_type(cell.cell_contents)))
-        except ValueError:  # an empty cell: a name assigned after the function was made
-            parts.append("<unset>")
-    return digest("\x1f".join(parts))
-
-
-def _plain_or_type(value: Any) -> Any:
-    """A closed-over value as it counts for the fingerprint: plain scalars by value (a model
-    name, a threshold), anything else by its type (a client, a cache)."""
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if isinstance(value, tuple) and all(v is None or isinstance(v, (str, int, float, bool)) for v in value):
-        return list(value)
-    return f"<{type(value).__module__}.{type(value).__qualname__}>"
-
-
-def _code_text(fn: Any) -> str:
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError, IndentationError):
-        # No source (exec'd code, a builtin): the compiled code, which changes with every edit.
-        code = getattr(fn, "__code__", None)
-        return repr(fn) if code is None else repr((code.co_code, code.co_consts, code.co_names))
-    node = tree.body[0] if tree.body else tree
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        node.decorator_list = []
-        body = node.body
-        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.dump(node, annotate_fields=False)
 
 
 def tool(
