@@ -26,6 +26,7 @@ from .store import MISSING
 from .store.records import record as receipt_record
 from .tagged import Unencodable, decode, encode
 from .tools import CallEnv, Tool
+from .tools.failures import translate
 
 if TYPE_CHECKING:
     from .context import Context
@@ -175,7 +176,8 @@ async def paid(ctx: Context, tool: Tool, key: str, values: Any, answer: Any, mis
 
 
 async def invoke(tool: Tool, values: Any, env: CallEnv) -> tuple[Any, bool]:
-    """One try of the tool, with its errors classified: a Python tool's credential error is fatal."""
+    """One try of the tool, with its errors classified: an SDK's HTTP errors as HTTP answers
+    (see ``tools.failures``), a Python tool's credential error as fatal."""
     try:
         return await tool.invoke(values, env)
     except ToolError as exc:
@@ -185,6 +187,9 @@ async def invoke(tool: Tool, values: Any, env: CallEnv) -> tuple[Any, bool]:
     except PlaybookError:
         raise
     except Exception as exc:
+        error = translate(exc, tool=tool.name, provider=tool.provider.name if tool.provider else None, retry_on=tool.retry_on)
+        if error is not None:
+            raise error from exc
         # A tool's own exception stays the row's error, with the tool named on it.
         exc.add_note(f"raised by tool {tool.name!r}")
         raise

@@ -75,11 +75,14 @@ class ProviderUnavailable(ToolError):
 
 
 class ProviderExhausted(ProviderUnavailable):
-    """The provider is on hold until ``retry_at`` (epoch seconds), past the wait budget."""
+    """The provider is on hold until ``retry_at`` (epoch seconds), past the wait budget, or it is
+    down (``reason="down"``: it refuses connections or keeps failing; ``retry_at`` is when the next
+    probe goes).  A row that meets it parks with that reason; a waterfall tries its next leg."""
 
-    def __init__(self, message: str, *, retry_at: float | None = None, **kwargs: object) -> None:
+    def __init__(self, message: str, *, retry_at: float | None = None, reason: str = "hold", **kwargs: object) -> None:
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
         self.retry_at = retry_at
+        self.reason = reason
 
 
 class RunFatal(PlaybookError):

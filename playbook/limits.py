@@ -20,12 +20,18 @@ _EPOCH_FLOOR = 1e9  # a reset value this large is a Unix timestamp, not a number
 
 
 def retry_after(headers: Mapping[str, str], *, now: float) -> float | None:
-    """Seconds the server asks us to wait, from ``Retry-After`` (seconds or an HTTP date),
-    ``RateLimit-Reset`` / ``RateLimit: ...; reset=N`` (seconds) or ``X-RateLimit-Reset``
-    (a Unix timestamp, or seconds when small).  ``now`` is the wall-clock time (epoch seconds).
+    """Seconds the server asks us to wait, from ``Retry-After-Ms`` (milliseconds, as OpenAI
+    sends), ``Retry-After`` (seconds or an HTTP date), ``RateLimit-Reset`` / ``RateLimit: ...;
+    reset=N`` (seconds) or ``X-RateLimit-Reset`` (a Unix timestamp, or seconds when small).
+    ``now`` is the wall-clock time (epoch seconds).
 
     ``None`` when no header gives a usable value; garbage is ignored, never trusted.
     """
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        millis = _seconds(value)
+        if millis is not None:  # more precise than Retry-After, which it comes with: preferred
+            return millis / 1000.0
     value = headers.get("retry-after")
     if value is not None:
         seconds = _seconds(value)
@@ -100,24 +106,33 @@ class Pace:
     call may go; :meth:`take` spends that slot.  ``rate=None`` means unlimited until the provider
     pushes back.
 
-    A 429 cuts the rate (multiplicative decrease) once per round: a 429 for a call sent before
-    the last cut says nothing new.  With ``rps`` configured, successes bring the rate back up to
-    it (additive increase, ``RECOVER`` of it per second).  Without ``rps`` the rate is
-    *discovered*: the first 429 sets it from what got through in the last second.  If that came
-    within the first second of traffic, a slow start grows the rate ~e-fold a second until a 429
-    after that first second, which sets it just under what the provider accepted in the last
-    second (a second of traffic is the least that measures anything).  From there it creeps up by ``PROBE`` a second, so finding a raised limit costs a
-    refusal every few minutes, not every few seconds.
+    A 429 cuts the rate (multiplicative decrease) once per *episode*: a 429 for a call sent before
+    the last cut says nothing new.  The cut starts from what the provider *accepted while we were
+    sending*: successes over the last ``WINDOW`` seconds, less any time a hold kept us silent (the
+    silence of a hold is ours, not the provider's verdict).  A refusal soon after sending resumed
+    measures mostly the provider's burst, so it cuts deeper.  Successes bring the rate back
+    (additive increase): quickly up to just under the level the provider refused (``KNOWN`` of it)
+    and to a configured ``rps``, then slowly (``PROBE`` of the rate a second), so finding a raised
+    limit costs a refusal every few minutes, not every few seconds; a refused level is forgotten
+    after ``FORGET`` seconds without refusals.  Without ``rps`` the rate is *discovered*: the first
+    429 sets it from what got through, and a slow start grows it e-fold a second until the next.
     """
 
     __slots__ = (
-        "rate", "ceiling", "burst", "floor", "_tat", "_not_before", "_last_cut", "_ok", "_started", "_slow_start", "_shown",
+        "rate", "ceiling", "burst", "floor", "_tat", "_not_before", "_last_cut", "_ok", "_sent", "_refused", "_quiet", "_started",
+        "_resumed", "_slow_start", "_shown", "_known", "_grown",
     )  # fmt: skip
 
-    WINDOW = 1.0  # seconds of successes that measure what the provider accepts
-    CUT = 0.9  # after a 429, send at this share of what was accepted
-    RECOVER = 0.05  # of the configured rate per second, while below it
-    PROBE = 0.002  # of the discovered rate per second
+    WINDOW = 1.0  # seconds of sending that measure what the provider accepts
+    LEAST = 0.25  # less sending than this measures nothing
+    CUT = 0.85  # after a 429, send at this share of what was accepted
+    DEEP = 0.75  # ... when the 429 came within SOON seconds of sending again: a burst was measured
+    SOON = 2.0
+    KNOWN = 0.95  # quick recovery up to this share of the refused level
+    RECOVER = 0.05  # of the configured (or refused) rate per second, while below it
+    PROBE = 0.002  # of the rate per second, above it
+    FORGET = 60.0
+    GROW = 1.0  # the slow start grows the rate e-fold a second
 
     def __init__(self, rate: float | None = None, burst: int | None = None, *, floor: float = 0.5) -> None:
         self.rate = rate
@@ -128,9 +143,15 @@ class Pace:
         self._not_before = -math.inf  # the end of the last hold
         self._last_cut = -math.inf
         self._ok: deque[float] = deque()  # when recent calls succeeded
+        self._sent: deque[float] = deque()  # when recent calls were sent
+        self._refused: deque[float] = deque()  # when recent refused calls were sent
+        self._quiet: deque[list[float]] = deque()  # [start, end] of recent holds
         self._started: float | None = None
+        self._resumed = -math.inf  # when sending last (re)started: the first call, or after a hold
         self._slow_start = False
         self._shown = rate  # the rate last reported as changed
+        self._known: float | None = None  # the accepted rate at the last refusal
+        self._grown = -math.inf  # the slow start's last growth
 
     def __repr__(self) -> str:
         rate = "unlimited" if self.rate is None else f"{self.rate:.3g}/s"
@@ -147,7 +168,11 @@ class Pace:
         """Spend the slot of a call sent at ``now``.  ``queued``: the call waited for this slot,
         so lateness under one interval is the timer's, and must not push every later slot back."""
         if self._started is None:
-            self._started = now
+            self._started = self._resumed = now
+        sent = self._sent
+        sent.append(now)
+        while sent[0] < now - self.WINDOW:
+            sent.popleft()
         rate = self.rate
         if rate is not None:
             interval = 1.0 / rate
@@ -164,9 +189,36 @@ class Pace:
         self.take(now + wait)
         return wait
 
-    def hold(self, until: float) -> None:
-        """Send nothing before ``until``."""
+    def hold(self, until: float, now: float | None = None) -> None:
+        """Send nothing before ``until``; ``now``: the hold starts now (its silence measures nothing)."""
         self._not_before = max(self._not_before, until)
+        self._resumed = max(self._resumed, until)
+        if now is None or until <= now:
+            return
+        quiet = self._quiet
+        if quiet and now <= quiet[-1][1]:
+            quiet[-1][1] = max(quiet[-1][1], until)
+        else:
+            quiet.append([now, until])
+
+    def accepted(self, now: float) -> float | None:
+        """Calls a second the provider let in while we were sending: those sent in the last
+        ``WINDOW`` seconds less those refused, over that time less any hold's silence.  Counted
+        by when they were *sent*, so a slow provider's answers, arriving seconds later, do not
+        make it look slower than it is.  ``None`` when we sent too little lately to tell."""
+        if self._started is None:
+            return None
+        start = max(now - self.WINDOW, self._started)
+        quiet = self._quiet
+        while quiet and quiet[0][1] <= start:
+            quiet.popleft()
+        span = now - start - sum(max(0.0, min(end, now) - max(begin, start)) for begin, end in quiet)
+        if span < self.LEAST:
+            return None
+        for times in (self._sent, self._refused):
+            while times and times[0] < start:
+                times.popleft()
+        return max(0, len(self._sent) - len(self._refused)) / span
 
     def success(self, now: float) -> bool:
         """A call went through; returns True when the rate changed noticeably (>= 5%)."""
@@ -177,39 +229,59 @@ class Pace:
         rate = self.rate
         if rate is None:
             return False
+        known = self._known if now - self._last_cut < self.FORGET else None
+        ceiling = self.ceiling
         if self._slow_start:
-            new = rate + 1.0  # per success, so ~e-fold a second
-        elif self.ceiling is not None:
-            new = min(self.ceiling, rate + self.RECOVER * self.ceiling / rate)
+            # By the clock rather than per success: slow answers come seldom.
+            since = max(self._grown, self._not_before)  # no growth for the silence of a hold
+            new = rate * math.exp(self.GROW * min(1.0, now - since)) if now > since else rate
+            self._grown = now
+            sending = self.accepted(now)
+            if sending is not None:  # a rate far above what is being sent would measure nothing
+                new = max(rate, min(new, 2 * sending))
+        elif known is not None and rate < known * self.KNOWN:
+            new = min(known * self.KNOWN, rate + self.RECOVER * known / rate)
+        elif known is None and ceiling is not None:
+            new = rate + self.RECOVER * ceiling / rate
         else:
             new = rate + self.PROBE  # per success: PROBE of the rate per second
-        self.rate = new
+        self.rate = new if ceiling is None else min(ceiling, new)
         return self._changed()
 
-    def limited(self, now: float, sent_at: float) -> bool:
-        """The provider refused a call sent at ``sent_at`` (a 429); returns True if the rate was cut."""
-        if sent_at < self._last_cut:
-            return False  # already cut for this round
-        ok = self._ok
-        while ok and ok[0] < now - self.WINDOW:
-            ok.popleft()
-        accepted = len(ok) / self.WINDOW
-        measured = self._started is not None and now - self._started >= self.WINDOW
+    def limited(self, now: float, sent_at: float, *, pending: int = 0) -> bool:
+        """The provider refused a call sent at ``sent_at`` (a 429), with ``pending`` calls still
+        unanswered; returns True if the rate was cut."""
+        self._refused.append(sent_at)
+        if sent_at <= self._last_cut:
+            return False  # already cut for this episode
+        accepted = self.accepted(now) or None  # nothing accepted while sending: a quota's refusal, no rate to read
         rate = self.rate
         if rate is None:
-            if not accepted:
+            ok = self._ok
+            while ok and ok[0] < now - self.WINDOW:
+                ok.popleft()
+            # Calls still in flight were let in: they count (a refusal comes back before them).
+            ok = len(ok) + pending
+            if not ok:
                 return False  # nothing got through lately (a quota, not a rate): the hold says enough
-            # The first refusal with no rate set: start from what got through in the last second
-            # (all of it if that second is not over yet: the slow start finds the rest).
-            base, cut = accepted, (self.CUT if measured else 1.0)
-            self._slow_start = not measured
-        elif not (measured and accepted):
-            # Too little traffic to measure: a configured rate was probably right (trim it); a
-            # discovered one may be far off (halve it).
-            base, cut = rate, (self.CUT if self.ceiling is not None else 0.5)
-        else:
-            base, cut = min(rate, accepted), self.CUT
+            # The first refusal with no rate set: start from what got through, and when that was
+            # too little sending to measure, a slow start finds the rest.
+            base, cut = (accepted, self.CUT) if accepted is not None else (float(ok), 1.0)
+            self._slow_start = accepted is None
+            self._grown = max(now, self._not_before)
+        elif self._slow_start:
+            if accepted is None:
+                return False  # still finding the rate: a refusal too early to measure says nothing new
+            base, cut = accepted, self.CUT
             self._slow_start = False
+        else:
+            base = rate if accepted is None else min(rate, accepted)
+            # A configured rate refused soon after sending resumed was wrong, and what was measured
+            # is mostly the provider's burst.
+            soon = self.ceiling is not None and now - self._resumed < self.SOON
+            cut = self.DEEP if soon else self.CUT
+        fresh = self._known is not None and now - self._last_cut < self.FORGET
+        self._known = min(base, self._known) if fresh else base  # type: ignore[type-var]
         self._last_cut = now
         self.rate = max(self._floor(), base * cut)
         self._shown = self.rate

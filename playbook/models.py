@@ -15,9 +15,11 @@ from pydantic import BaseModel, ConfigDict
 __all__ = [
     "CallFinished",
     "Event",
+    "ProviderDown",
     "ProviderHold",
     "ProviderHoldLifted",
     "ProviderHoldSet",
+    "ProviderUp",
     "RateChanged",
     "Receipt",
     "RowFinished",
@@ -70,8 +72,9 @@ class RunStats(BaseModel):
     parked: int = 0
     skipped: int = 0
     held: int = 0
-    calls_executed: int = 0
+    calls_executed: int = 0  # calls paid for: sent to a provider, or with a cost
     calls_reused: int = 0
+    calls_local: int = 0  # calls of free local tools (no provider, no cost) that ran
     cost_spent: float = 0.0
     cost_saved: float = 0.0
     elapsed: float = 0.0
@@ -94,11 +97,18 @@ class ProviderHold(BaseModel):
     waiting_rows: int
     parked_rows: int = 0
     last_status: int | None = None
+    reason: str = "hold"  # "hold": the provider asked to wait; "down": it refuses connections or keeps failing
+    error: str | None = None  # a down provider: the failure that took it down, in words
 
     def __str__(self) -> str:
-        when = "no hold now" if self.until is None else "until " + time_of_day(self.until)
         status = f", last status {self.last_status}" if self.last_status is not None else ""
-        return f"{self.provider}: {when}, {self.waiting_rows} rows waiting ({self.parked_rows} parked){status}"
+        rows = f"{self.waiting_rows} rows waiting ({self.parked_rows} parked)"
+        if self.reason == "down":
+            why = f" ({self.error.strip().splitlines()[0]})" if self.error and self.error.strip() else ""
+            probe = "" if self.until is None else ", next probe at " + time_of_day(self.until)
+            return f"{self.provider}: down{why}{probe}, {rows}{status}"
+        when = "no hold now" if self.until is None else "until " + time_of_day(self.until)
+        return f"{self.provider}: {when}, {rows}{status}"
 
 
 class RunStarted(NamedTuple):
@@ -116,6 +126,7 @@ class CallFinished(NamedTuple):
     provider: str | None
     reused: bool
     cost: float
+    local: bool = False  # a free call that never left the process (no provider, no cost, not HTTP)
 
 
 class RowFinished(NamedTuple):
@@ -166,6 +177,21 @@ class ProviderHoldLifted(NamedTuple):
 class RateChanged(NamedTuple):
     provider: str
     rate: float | None  # calls per second; None while unlimited
+    concurrency: int | None = None  # calls in flight it allows now (configured or discovered); None: no bound
+
+
+class ProviderDown(NamedTuple):
+    """The provider refuses connections or keeps failing: rows waiting on it park ("down") and
+    one probe call at a time tests whether it is back."""
+
+    provider: str
+    error: str  # the last failure, in words
+
+
+class ProviderUp(NamedTuple):
+    """A probe call went through: the provider takes calls again."""
+
+    provider: str
 
 
 class WaterfallFinished(NamedTuple):
@@ -199,5 +225,5 @@ class RunNotice(NamedTuple):
 
 Event = (
     RunStarted | RowStarted | CallFinished | RowFinished | RowRequeued | RunFinished | RowHeld | RowResumed | RowParked
-    | ProviderHoldSet | ProviderHoldLifted | RateChanged | WaterfallFinished | RunNotice
+    | ProviderHoldSet | ProviderHoldLifted | RateChanged | ProviderDown | ProviderUp | WaterfallFinished | RunNotice
 )

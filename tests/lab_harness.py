@@ -31,7 +31,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 SHOTS = Path(__file__).resolve().parents[1] / "build" / "browser"  # screenshots
 # The counters table heading every run summary.
-HEADER = ["rows", "ok", "reused", "failed", "held", "parked", "skipped", "calls paid", "calls reused", "cost spent", "cost saved"]
+HEADER = ["rows", "ok", "reused", "failed", "held", "parked", "skipped", "calls paid", "calls reused", "calls local", "cost spent", "cost saved"]
 RUN_TIMEOUT = 120.0  # seconds for all of a notebook's cells together; they take about 15
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -196,16 +196,16 @@ def test_awkward_tool_inputs_key_receipts_stably(store: pb.ReceiptStore) -> None
     frame = pd.DataFrame({"v": pd.Series(list(AWKWARD.values()), index=list(AWKWARD), dtype=object)})
     first = frame.play.run(play, store=store, progress=False)
     assert first.result["play_status"].tolist() == ["ok"] * len(AWKWARD), first.errors
-    paid = first.stats.calls_executed
-    assert paid == len(calls) == len(AWKWARD)
+    ran = first.stats.calls_local  # echo is a plain Python tool: its calls are local, not paid
+    assert ran == len(calls) == len(AWKWARD) and first.stats.calls_executed == 0
     for name, value in AWKWARD.items():
         assert same(first.result.loc[name, "e"], value), name
 
     resumed = frame.play.run(play, store=store, progress=False)  # same row keys: every row memo hits
     assert resumed.result["play_status"].tolist() == ["reused"] * len(AWKWARD)
     replayed = frame.play.run(play, store=store, progress=False, refresh="rows")  # same receipt keys
-    assert (replayed.stats.calls_executed, replayed.stats.calls_reused) == (0, paid)
-    assert len(calls) == paid
+    assert (replayed.stats.calls_local, replayed.stats.calls_reused) == (0, ran)
+    assert len(calls) == ran
     for name, value in AWKWARD.items():
         assert same(resumed.result.loc[name, "e"], value) and same(replayed.result.loc[name, "e"], value), name
 
@@ -304,7 +304,7 @@ def test_non_serialisable_tool_input_fails_the_row_before_paying(bad: object, st
     assert message.startswith("ToolError: tool 'echo': input value=") and "receipt key" in message
     assert bad not in calls  # refused before the tool ran
     again = frame.play.run(play, store=store, progress=False, refresh="rows")
-    assert again.stats.calls_executed == 0  # 'other' for r1 was kept
+    assert again.stats.calls_local == 0  # 'other' for r1 was kept
 
 
 LOOK_ALIKES = [
@@ -334,7 +334,7 @@ def test_values_json_would_merge_are_different_calls(plain: object, other: objec
     assert out.result["play_status"].tolist() == ["ok", "ok"] and len(calls) == 2
     assert same(calls[0], plain) and same(calls[1], other)
     again = frame.play.run(play, store=store, progress=False, refresh="rows")
-    assert again.stats.calls_executed == 0 and len(calls) == 2
+    assert again.stats.calls_local == 0 and len(calls) == 2
     assert again.result["e"].equals(out.result["e"])
 
 
@@ -446,7 +446,7 @@ def test_play_returning_unusable_output_fails_the_row(value: object, error: str,
     assert out["play_status"].tolist() == ["ok", "failed", "ok"]
     assert error in out["play_error"].iloc[1]
     frame.play.map(pb.play(fixed, name="bad"), store=store, progress=False)
-    assert pb.last_run().stats.calls_executed == 0 and len(calls) == 3
+    assert pb.last_run().stats.calls_local == 0 and len(calls) == 3
 
 
 def test_output_column_named_like_an_input_column(store: pb.ReceiptStore) -> None:

@@ -221,6 +221,90 @@ def test_quota_is_429_after_n_requests(provider, client):
     assert provider.stats()["quota_exceeded"] == 1
 
 
+def test_quota_answers_say_the_limit_and_what_remains(provider, client):
+    """Answers counted against a quota carry X-RateLimit-Limit and X-RateLimit-Remaining; 0 on the 429."""
+    provider.reset(quota=2, retry_after_format="reset")
+    answers = [_email(client) for _ in range(3)]
+    assert [r.status_code for r in answers] == [200, 200, 429]
+    assert [r.headers["X-RateLimit-Limit"] for r in answers] == ["2", "2", "2"]
+    assert [r.headers["X-RateLimit-Remaining"] for r in answers] == ["1", "0", "0"]
+    assert answers[2].headers["RateLimit-Reset"] == "3600"
+    provider.reset()
+    assert "X-RateLimit-Remaining" not in _email(client).headers
+
+
+def _next_window(period):
+    """Move the frozen clock to the start of a fresh window aligned to `period`; return that start."""
+    CLOCK.now = (CLOCK.now // period + 1) * period
+    return CLOCK.now
+
+
+def test_fixed_window_admits_n_per_aligned_window_and_hints_its_end(provider, client):
+    """window_limit requests pass per window aligned to window_seconds; the next gets 429 until the window ends."""
+    provider.reset(window_limit=2, window_seconds=10)
+    start = _next_window(10)
+    CLOCK.now = start + 3.5
+    assert [_email(client).status_code for _ in range(2)] == [200, 200]
+    over = _email(client)
+    assert over.status_code == 429 and over.json() == {"error": "rate limited"}
+    assert over.headers["Retry-After"] == "7"  # 6.5 s to the window's end, rounded up
+    CLOCK.now = start + 9.99
+    limited = _email(client)
+    assert limited.status_code == 429 and limited.headers["Retry-After"] == "1"
+    CLOCK.now = start + 10  # the next window: full again, however busy the last one was
+    assert [_email(client).status_code for _ in range(3)] == [200, 200, 429]
+    assert provider.stats()["rate_limited"] == 3
+
+
+def test_fixed_window_and_token_bucket_are_independent_limits(provider, client):
+    """With both, a request needs a token and room in its window; either refusing is a 429."""
+    provider.reset(rps=1.0, burst=3, window_limit=2, window_seconds=60, retry_after_format="reset")
+    _next_window(60)
+    assert [_email(client).status_code for _ in range(2)] == [200, 200]
+    over = _email(client)  # a token is left; the window is full
+    assert over.status_code == 429 and over.headers["RateLimit-Reset"] == "60"
+    _next_window(60)
+    assert [_email(client).status_code for _ in range(2)] == [200, 200]
+    provider.reset(rps=1.0, burst=1, window_limit=5, window_seconds=60)
+    assert [_email(client).status_code for _ in range(2)] == [200, 429]  # the bucket refuses first
+
+
+def test_in_flight_limit_refuses_without_a_hint_per_key(provider):
+    """A key with max_in_flight requests unanswered gets 429 "too many concurrent requests" with no hint."""
+    provider.reset(api_keys=("key-a", "key-b"), max_in_flight=2, latency=0.5)
+    with httpx.Client(base_url=provider.url, timeout=10.0) as http, ThreadPoolExecutor(max_workers=2) as pool:
+
+        def call(key):
+            return _email(http, Authorization=f"Bearer {key}")
+
+        pending = [pool.submit(call, "key-a") for _ in range(2)]
+        deadline = time.monotonic() + 5
+        while provider.stats()["in_flight"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        refused, other = call("key-a"), call("key-b")
+        assert [p.result(timeout=10).status_code for p in pending] == [200, 200]
+        after = call("key-a")
+    assert refused.status_code == 429 and refused.json() == {"error": "too many concurrent requests"}
+    assert not {"retry-after", "ratelimit-reset", "x-ratelimit-reset"} & set(refused.headers)
+    assert other.status_code == 200 and after.status_code == 200
+    assert provider.stats()["rate_limited"] == 1
+
+
+def test_fault_every_fails_every_nth_request_past_auth_and_limits(provider, client):
+    """fault_every=3 answers the 3rd, 6th, ... request that passed auth and limits with the fault."""
+    provider.reset(fault_every=3, fault_retry_after=1, window_limit=4, window_seconds=60, miss_rate=0.0)
+    _next_window(60)
+    with httpx.Client(base_url=provider.url, timeout=10.0) as anonymous:
+        assert _email(anonymous).status_code == 401  # not counted
+    first = [_email(client) for _ in range(5)]
+    assert [r.status_code for r in first] == [200, 200, 503, 200, 429]  # the 429 is not counted
+    assert first[2].headers["Retry-After"] == "1" and first[2].json() == {"error": "service unavailable"}
+    _next_window(60)
+    assert [_email(client).status_code for _ in range(4)] == [200, 503, 200, 200]
+    provider.reset(fault_every=2, fault_status=500)
+    assert _statuses(client, 4) == [200, 500, 200, 500]
+
+
 def test_quota_endpoints_limit_where_the_quota_applies(provider, client):
     """With quota_endpoints, other endpoints are not counted against the quota."""
     provider.reset(quota=1, quota_endpoints=("/v1/company",))
@@ -411,13 +495,75 @@ def test_admin_endpoints_steer_the_server_over_http(provider):
         assert http.post("/_reset").status_code == 200
 
 
+# -- restarts ----------------------------------------------------------------------------------
+
+
+def _until_up(url, deadline):
+    while True:
+        try:
+            return httpx.get(url + "/v1/email", params={"domain": "acme.com", "first": "a"}, headers=AUTH, timeout=5)
+        except httpx.ConnectError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def test_restart_closes_the_port_then_serves_the_same_state():
+    """restart(down) refuses connections for `down` seconds; then the same port serves, counters kept, buckets full."""
+    with demo.serve(port=0, clock=FrozenClock(), rps=1.0, burst=1) as running:
+        url = running.url
+        with httpx.Client(base_url=url, headers=AUTH, timeout=5) as http:
+            first = [_email(http).status_code for _ in range(2)]
+        started = time.monotonic()
+        running.restart(0.5)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url + "/_health", timeout=5)
+        assert running.running
+        back = _until_up(url, started + 5)
+        assert time.monotonic() - started >= 0.5
+        assert running.url == url and running.stats()["requests"] == 3
+    assert first == [200, 429] and back.status_code == 200  # the frozen clock never refilled it: the restart did
+
+
+def test_admin_restart_over_http_and_its_validation():
+    """POST /_restart {"down": s} answers, then closes the port for s seconds; a bad down is a 422 naming it."""
+    with demo.serve(port=0) as running, httpx.Client(base_url=running.url, timeout=5) as http:
+        bad = [http.post("/_restart", json={"down": -1}), http.post("/_restart", json={"dwn": 1})]
+        assert [r.status_code for r in bad] == [422, 422]
+        assert "down" in bad[0].json()["error"] and "dwn" in bad[1].json()["error"]
+        started = time.monotonic()
+        answer = http.post("/_restart", json={"down": 0.5})
+        assert answer.status_code == 200 and answer.json() == {"ok": True, "down": 0.5}
+        refused = False
+        while not refused and time.monotonic() < started + 0.4:
+            try:
+                httpx.get(running.url + "/_health", timeout=5)
+            except httpx.ConnectError:
+                refused = True
+        assert refused, "the port still answered after POST /_restart"
+        assert _until_up(running.url, started + 5).status_code == 200
+        assert time.monotonic() - started >= 0.5
+
+
+def test_stop_during_a_restart_ends_the_server_at_once():
+    """stop() while the port is closed for a restart ends the thread without waiting the restart out."""
+    running = demo.serve(port=0)
+    running.restart(30)
+    started = time.monotonic()
+    running.stop()
+    assert not running.running and time.monotonic() - started < 3
+
+
 # -- settings, lifecycle, CLI, data -------------------------------------------------------------
 
 
 def test_settings_are_validated_with_the_setting_named():
     """Bad values raise ValueError naming the setting; unknown names raise TypeError."""
     for bad, name in (({"rps": 0}, "rps"), ({"fault_rate": 1.5}, "fault_rate"), ({"burst": 0}, "burst"),
-                      ({"retry_after_format": "minutes"}, "retry_after_format"), ({"api_keys": ()}, "api_keys")):
+                      ({"retry_after_format": "minutes"}, "retry_after_format"), ({"api_keys": ()}, "api_keys"),
+                      ({"window_limit": 0}, "window_limit"), ({"window_seconds": 0}, "window_seconds"),
+                      ({"max_in_flight": 0}, "max_in_flight"), ({"fault_every": 0}, "fault_every"),
+                      ({"fault_every": 2.5}, "fault_every")):
         with pytest.raises(ValueError, match=name):
             DemoSettings(**bad)
     with pytest.raises(TypeError, match="bogus"):
@@ -441,8 +587,9 @@ def test_server_handle_lifecycle():
 
 
 def test_cli_prints_url_serves_and_stops_on_sigterm():
-    """`python -m playbook.demo --port 0` prints one URL line, serves, and exits 0 on SIGTERM."""
-    command = [sys.executable, "-m", "playbook.demo", "--port", "0", "--rps", "50"]
+    """`python -m playbook.demo --port 0` prints one URL line, takes its settings as flags, serves, and exits 0 on SIGTERM."""
+    command = [sys.executable, "-m", "playbook.demo", "--port", "0", "--rps", "50", "--window-limit", "20",
+               "--window-seconds", "2", "--max-in-flight", "4", "--fault-every", "7"]
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
             with selectors.DefaultSelector() as selector:
@@ -453,7 +600,9 @@ def test_cli_prints_url_serves_and_stops_on_sigterm():
             url = line.rsplit(" ", 1)[1].strip()
             with httpx.Client(base_url=url, timeout=10.0) as http:
                 assert http.get("/_health").json() == {"ok": True}
-                assert http.get("/_settings").json()["rps"] == 50.0
+                settings = http.get("/_settings").json()
+                assert settings["rps"] == 50.0 and settings["window_limit"] == 20 and settings["window_seconds"] == 2.0
+                assert settings["max_in_flight"] == 4 and settings["fault_every"] == 7
             proc.send_signal(signal.SIGTERM)
             rest, _ = proc.communicate(timeout=15)
         finally:

@@ -368,7 +368,8 @@ def test_waterfall_leg_unavailable_after_retries_falls_through(store: pb.Receipt
 
     run, _ = run_virtual(launch(rows(3), play, store, concurrency=1))
     assert statuses(run) == ["ok"] * 3 and run.result["v"].tolist() == ["b0", "b1", "b2"]
-    assert [n for _, n in down_calls] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    # Each row tries the leg three times; a row waiting to retry gives its worker to the next row.
+    assert sorted(n for _, n in down_calls) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     table = run.waterfalls.set_index("tool")
     assert table.loc["down", ["hits", "misses", "unavailable", "errors"]].tolist() == [0, 0, 3, 0]
 
@@ -538,3 +539,24 @@ def test_stop_lets_calls_in_flight_land_their_receipts(store: pb.ReceiptStore, l
     assert store.stats()["receipts"] == landed
     again = run_virtual(launch(rows(20), calling(slow), store))[0]
     assert again.stats.calls_executed == 20 - landed and again.stats.calls_reused == landed
+
+
+def test_waterfall_passes_a_down_provider_at_once(store: pb.ReceiptStore) -> None:
+    """Once a leg's provider is down (connections refused), later rows' waterfalls go straight to
+    the next leg: no call to it, no waiting, every row answered by the backup."""
+
+    def refused(n: int, k: int) -> Any:
+        raise ConnectionRefusedError("connection refused")
+
+    dead, dead_calls = counted("dead", refused, provider=pb.Provider("dead", retries=1))
+    backup, _ = counted("backup", lambda n, k: f"b{n}")
+
+    @pb.play
+    async def play(row, ctx):
+        return {"v": await ctx.waterfall("w", [ctx.call(dead, n=row.n), ctx.call(backup, n=row.n)])}
+
+    run, events = run_virtual(launch(rows(60), play, store, concurrency=4))
+    assert statuses(run) == ["ok"] * 60 and run.result["v"].tolist() == [f"b{n}" for n in range(60)]
+    assert len(dead_calls) <= 16  # a few failures took it down; the other rows never called it
+    assert events[-1][0] < 5.0  # no row waited out a backoff per try
+    assert run.waterfalls.loc[0, "unavailable"] == 60

@@ -1,15 +1,19 @@
-"""A run as static HTML: counters, providers, parked rows, grouped errors, waterfalls; capped and escaped."""
+"""A run as static HTML: counters, providers (held, or down since when and why), parked rows, grouped
+errors, waterfalls; capped and escaped."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pandas as pd
+from provider_state import set_down
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.ui.html import LIMIT
+from playbook.models import ProviderDown, time_of_day
+from playbook.ui.html import LIMIT, providers_table
 
 
 def _cells(html: str, header: str) -> list[list[str]]:
@@ -50,7 +54,10 @@ def test_html_shows_counters_providers_parked_rows_errors_and_legs(store: pb.Rec
     run = run_virtual(main())
     html = run._repr_html_()
     s = run.stats
-    assert _cells(html, "rows") == [[str(s.total), str(s.ok), "0", str(s.failed), "0", str(s.parked), "0", str(s.calls_executed), "0", "0", "0"]]
+    assert s.calls_executed and s.calls_local  # primary's calls are paid (a provider), backup's local (a plain Python tool)
+    assert _cells(html, "rows") == [
+        [str(s.total), str(s.ok), "0", str(s.failed), "0", str(s.parked), "0", str(s.calls_executed), "0", str(s.calls_local), "0", "0"]
+    ]
     assert s.parked > LIMIT and s.failed == 4
     providers = _cells(html, "provider")
     assert providers[0][0] == "quota" and providers[0][1].startswith("held until ") and providers[0][4] != "0"
@@ -60,3 +67,37 @@ def test_html_shows_counters_providers_parked_rows_errors_and_legs(store: pb.Rec
     assert errors[0][0] == "4" and "&lt;script&gt;" in errors[0][1] and "<script>" not in html
     legs = _cells(html, "waterfall")
     assert [leg[2] for leg in legs] == ["primary", "backup"]
+
+
+def test_a_down_provider_shows_since_when_why_its_parked_rows_and_the_next_probe(store: pb.ReceiptStore) -> None:
+    """Rows parked on a down provider: the summary says it is down since when and why, its rate with the calls in
+    flight it allows, the rows parked "down" and the next probe (a countdown live); run.holds lists it as down."""
+    acme = pb.Provider("acme", rps=10, concurrency=4, max_wait=60)
+    probe = time.time() + 30
+
+    @pb.tool(provider=acme)
+    async def lookup(n: int) -> int:
+        if n % 2:  # what the governor raises for a call to a down provider
+            raise pb.ProviderExhausted("provider 'acme' is down", provider="acme", tool="lookup", retry_at=probe, reason="down")
+        return n
+
+    run = pd.DataFrame({"n": range(6)}).play.run(lookup, store=store, progress=False)
+    set_down(acme, "ConnectError: connection refused\n(a traceback would go here)", probe)
+    run.state.emit(ProviderDown("acme", "ConnectError: connection refused"))
+    since = time_of_day(run.state.down_since["acme"])
+    html = run._repr_html_()
+    [provider] = _cells(html, "provider")
+    assert provider[:2] == ["acme", f"down since {since}: ConnectError: connection refused; next probe at {time_of_day(probe)}"]
+    assert provider[2].endswith("/s, ≤4 in flight") and provider[5] == "3"
+    assert [row[1:3] for row in _cells(html, "row")] == [["down", "acme"]] * 3
+    assert run.parked["reason"].tolist() == ["down"] * 3
+
+    [down] = run.holds
+    assert (down.provider, down.reason, down.until, down.waiting_rows, down.parked_rows) == ("acme", "down", probe, 3, 3)
+    assert str(down) == f"acme: down (ConnectError: connection refused), next probe at {time_of_day(probe)}, 3 rows waiting (3 parked)"
+
+    live = providers_table({"acme": acme}, {"acme": 3}, now=probe - 12, down_since=run.state.down_since)
+    assert f"next probe in 12s, at {time_of_day(probe)}" in live
+    set_down(acme, None)  # up again: its parked rows wait for a retry
+    assert _cells(providers_table({"acme": acme}, {}), "provider")[0][1] == "open"
+    assert [str(h) for h in run.holds] == ["acme: no hold now, 3 rows waiting (3 parked)"]

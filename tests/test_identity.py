@@ -106,7 +106,7 @@ def test_an_edit_in_a_file_is_a_new_tool_in_the_next_process(tmp_path: Path) -> 
         import pandas as pd, playbook as pb
         from plays import enrich
         run = pd.DataFrame({{"q": ["a", "b", "c"]}}).play.run(enrich, store={str(tmp_path / "store")!r}, progress=False)
-        print(json.dumps([run.stats.calls_executed, run.result["out"].tolist()]))
+        print(json.dumps([run.stats.calls_local, run.result["out"].tolist()]))
     """)
     source = textwrap.dedent("""
         import playbook as pb
@@ -192,7 +192,7 @@ def test_a_callable_object_or_a_lambda_is_the_same_tool_in_the_next_process(tmp_
         store = pb.ReceiptStore({str(tmp_path / "store")!r})
         frame = pd.DataFrame({{"q": ["Ab", "cD"]}})
         runs = [frame.play.run(t, store=store, progress=False) for t in (score, up, down)]
-        print(json.dumps([[r.stats.calls_executed, r.result.iloc[:, 1].tolist()] for r in runs]))
+        print(json.dumps([[r.stats.calls_local, r.result.iloc[:, 1].tolist()] for r in runs]))
     """)
 
     def run() -> list:

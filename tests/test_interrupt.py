@@ -44,13 +44,13 @@ try:
 finally:
     run = pb.last_run()
     s = run.stats
-    print(json.dumps({"ok": s.ok, "skipped": s.skipped, "executed": s.calls_executed, "elapsed": s.elapsed,
+    print(json.dumps({"ok": s.ok, "skipped": s.skipped, "executed": s.calls_local, "elapsed": s.elapsed,
                       "receipts": store.stats()["receipts"]}))
 """
 
 RERUN = TOOL + """
 run = frame.play.run(slow, store=store, progress=False, concurrency=50)
-print(json.dumps({"reused": run.stats.reused, "ok": run.stats.ok, "executed": run.stats.calls_executed,
+print(json.dumps({"reused": run.stats.reused, "ok": run.stats.ok, "executed": run.stats.calls_local,
                   "calls_reused": run.stats.calls_reused}))
 """
 
@@ -78,7 +78,7 @@ def test_ctrl_c_in_a_script_lands_calls_in_flight_then_raises(tmp_path: Path) ->
     started, ended = _lines(log.with_suffix(".started")), _lines(log.with_suffix(".ended"))
     assert len(started) > state["ok"], "some calls were in flight at the interrupt"
     assert sorted(ended) == sorted(started) and state["receipts"] == len(started)  # every one landed
-    assert state["executed"] == len(started)  # and is counted as paid, though its row was skipped
+    assert state["executed"] == len(started)  # and is counted as run, though its row was skipped
 
     again = _script(RERUN, store, tmp_path / "log2")
     assert again.returncode == 0, again.stderr

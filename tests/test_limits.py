@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import random
 from email.utils import formatdate
 
@@ -169,68 +171,104 @@ def test_pace_hold_pushes_next_slot(burst: int | None) -> None:
 # -- Pace: AIMD on a configured rate -------------------------------------------------------
 
 
-def _cut_once(ceiling: float = 10) -> Pace:
-    """A configured pace cut once before a second of traffic: trimmed to 0.9 of the ceiling."""
-    pace = Pace(ceiling)
-    pace.take(0.0)
-    assert pace.limited(0.1, sent_at=0.0) is True
-    return pace
+def _traffic(pace: Pace, *times: float) -> None:
+    """Calls sent at ``times`` and answered at once."""
+    for t in times:
+        pace.take(t)
+        pace.success(t)
 
 
-def test_limited_cuts_once_per_round() -> None:
-    """A 429 cuts the rate; a 429 for a call sent before that cut does not cut again."""
+def test_limited_cuts_once_per_episode() -> None:
+    """A 429 cuts the rate; a 429 for a call sent before (or as) that cut does not cut again."""
     pace = Pace(10)
     pace.take(0.0)
     assert pace.limited(0.5, sent_at=0.4) is True
-    assert pace.rate == pytest.approx(9.0)  # unmeasured: a configured rate is trimmed by CUT
+    assert pace.rate == pytest.approx(10 * Pace.DEEP)  # refused soon after sending began: a deep cut
     assert pace.limited(0.6, sent_at=0.45) is False
-    assert pace.rate == pytest.approx(9.0)
-    assert pace.limited(0.7, sent_at=0.55) is True  # sent after the cut: a new round
-    assert pace.rate == pytest.approx(8.1)
+    assert pace.limited(0.6, sent_at=0.5) is False
+    assert pace.rate == pytest.approx(10 * Pace.DEEP)
+    assert pace.limited(0.7, sent_at=0.55) is True  # sent after the cut: a new episode
+    assert pace.rate == pytest.approx(10 * Pace.DEEP**2)
 
 
 def test_limited_uses_accepted_rate_once_measured() -> None:
-    """After a second of traffic, a cut sends at 0.9 of what the provider accepted in the last second."""
+    """Long after sending began, a cut sends at CUT of what the provider accepted in the last second."""
     pace = Pace(10)
     pace.take(0.0)
-    for i in range(1, 7):
-        pace.success(1.0 + i * 0.15)  # 6 successes within the last second
-    assert pace.limited(2.0, sent_at=1.95) is True
-    assert pace.rate == pytest.approx(6 * 0.9)
+    _traffic(pace, *(3.0 + i * 0.15 for i in range(1, 7)))  # 6 calls let in within the last second
+    pace.take(3.95)  # and one refused
+    assert pace.limited(4.0, sent_at=3.95) is True
+    assert pace.rate == pytest.approx(6 * Pace.CUT)
 
 
-def test_success_recovers_additively_to_the_ceiling() -> None:
-    """Each success adds RECOVER of the ceiling per second's worth of calls; never past the ceiling."""
-    pace = _cut_once()
-    pace.success(0.2)
-    assert pace.rate == pytest.approx(9.0 + 0.05 * 10 / 9.0)
-    for i in range(1000):
-        pace.success(0.3 + i * 0.01)
-        assert pace.rate <= 10
-    assert pace.rate == 10
+def test_accepted_leaves_out_the_silence_of_a_hold() -> None:
+    """What the provider accepted is counted over the time we were sending: a hold's silence is
+    not the provider refusing."""
+    pace = Pace(None)
+    pace.take(0.0)
+    _traffic(pace, *(i * 0.1 for i in range(1, 10)))  # 10/s until the hold
+    pace.hold(1.6, now=1.0)
+    assert pace.accepted(1.3) == pytest.approx(10.0)  # 7 over the 0.7 s of sending in the last second
+    _traffic(pace, *(1.6 + i * 0.1 for i in range(1, 5)))  # 10/s again from the hold's end
+    assert pace.accepted(2.0) == pytest.approx(10.0)  # 4 successes over the 0.4 s of sending
+
+
+def test_a_cut_right_after_a_hold_does_not_compound() -> None:
+    """A discovered rate refused again just after a hold is trimmed once by CUT, never halved by the
+    hold's silence (nothing was measured)."""
+    pace = _discovered(20)
+    rate = pace.rate
+    pace.hold(12.0, now=2.5)
+    assert pace.limited(12.05, sent_at=12.02) is True
+    assert pace.rate == pytest.approx(rate * Pace.CUT)
+
+
+def test_a_429_with_nothing_accepted_keeps_a_configured_rate_above_zero() -> None:
+    """Refusals while nothing gets through trim a configured rate, down to a tenth of it at most."""
+    pace = Pace(10)
+    pace.take(0.0)
+    for i in range(60):
+        assert pace.limited(0.01 + 0.1 * i, sent_at=0.01 + 0.1 * i) is True
+        assert pace.rate >= 1.0
+    assert pace.rate == 1.0
+
+
+def test_success_recovers_quickly_to_just_under_the_refused_level_then_probes() -> None:
+    """After a cut, successes bring the rate back quickly to KNOWN of the refused level, then only
+    by PROBE a second; without a refusal for FORGET seconds, back up to the configured rate."""
+    pace = Pace(20)
+    pace.take(0.0)
+    _traffic(pace, *(3.0 + i * 0.1 for i in range(1, 11)))  # 10/s let in: the account allows 10, not 20
+    pace.take(4.0)
+    assert pace.limited(4.0, sent_at=4.0) is True
+    assert pace.rate == pytest.approx(10 * Pace.CUT)
+    t = 4.0
+    for _ in range(200):
+        t += 0.1
+        pace.success(t)
+    assert pace.rate == pytest.approx(10 * Pace.KNOWN, rel=0.05)  # not back up to 20
+    assert pace.rate < 10
+    t += Pace.FORGET
+    for _ in range(2000):
+        t += 0.05
+        pace.success(t)
+    assert pace.rate == 20
 
 
 def test_success_reports_noticeable_changes_only() -> None:
     """success() is True when the rate moved >= 5% from the last rate shown, or reached the ceiling."""
-    pace = _cut_once()
-    shown, changes = 9.0, 0
+    pace = Pace(10)
+    pace.take(0.0)
+    pace.limited(0.1, sent_at=0.0)
+    shown, changes, t = pace.rate, 0, 100.0
     while pace.rate < 10:
-        changed = pace.success(0.2)
+        t += 0.01
+        changed = pace.success(t)
         assert changed == (pace.rate == 10 or abs(pace.rate - shown) >= 0.05 * shown)
         if changed:
             shown, changes = pace.rate, changes + 1
     assert changes >= 2  # some noticeable step below the ceiling, then the ceiling itself
-    assert pace.success(0.3) is False  # at the ceiling and unchanged
-
-
-def test_never_cut_below_floor() -> None:
-    """However many rounds of 429s, a configured rate stays at or above a tenth of itself."""
-    pace = Pace(10)
-    pace.take(0.0)
-    for i in range(40):
-        assert pace.limited(0.01 * i, sent_at=0.01 * i) is True
-        assert pace.rate >= 1.0
-    assert pace.rate == 1.0
+    assert pace.success(t + 0.01) is False  # at the ceiling and unchanged
 
 
 # -- Pace: a discovered rate ---------------------------------------------------------------
@@ -240,17 +278,16 @@ def _discovered(per_second: int = 20) -> Pace:
     """An unlimited pace refused after two seconds of ``per_second`` successes."""
     pace = Pace(None)
     pace.take(0.0)
-    for i in range(2 * per_second):
-        pace.success(i / per_second)
+    _traffic(pace, *(i / per_second for i in range(1, 2 * per_second + 1)))
     assert pace.rate is None
     assert pace.limited(2.0, sent_at=2.0) is True
     return pace
 
 
 def test_discovered_rate_below_accepted() -> None:
-    """With no rps, the first 429 after a second of traffic sends at 0.9 of the last second's successes."""
+    """With no rps, the first measurable 429 sends at CUT of what got through in the last second."""
     pace = _discovered(20)
-    assert pace.rate == pytest.approx(20 * 0.9)
+    assert pace.rate == pytest.approx(20 * Pace.CUT, rel=0.06)
 
 
 def test_discovered_rate_paces() -> None:
@@ -262,23 +299,16 @@ def test_discovered_rate_paces() -> None:
 
 
 def test_discovered_rate_probes_slowly() -> None:
-    """After discovery, a second of successes raises the rate by PROBE (0.2%) of itself, quietly."""
+    """After discovery and the quick recovery, a second of successes raises the rate by PROBE of itself, quietly."""
     pace = _discovered(20)
+    t = 2.0
+    while pace.rate < pace._known * Pace.KNOWN - 1e-9:
+        t += 0.05
+        pace.success(t)
     before = pace.rate
-    changes = [pace.success(2.0 + i / before) for i in range(round(before))]
-    assert pace.rate == pytest.approx(before * (1 + Pace.PROBE))
+    changes = [pace.success(t + (i + 1) / before) for i in range(round(before))]
+    assert pace.rate == pytest.approx(before * (1 + Pace.PROBE), rel=1e-3)
     assert not any(changes)
-
-
-def test_discovered_rate_halved_when_unmeasured() -> None:
-    """A 429 on a discovered rate with no successes in the last second halves it (down to the floor)."""
-    pace = _discovered(20)
-    rate = pace.rate
-    assert pace.limited(10.0, sent_at=10.0) is True
-    assert pace.rate == pytest.approx(rate / 2)
-    for t in range(11, 30):
-        pace.limited(float(t), sent_at=float(t))
-    assert pace.rate == pace.floor == 0.5
 
 
 @pytest.mark.parametrize("traffic", [[], [0.1, 0.2]])
@@ -286,43 +316,51 @@ def test_quota_429_leaves_rate_unlimited(traffic: list[float]) -> None:
     """A 429 when nothing got through in the last second is a quota: no rate is invented."""
     pace = Pace(None)
     pace.take(0.0)
-    for t in traffic:
-        pace.success(t)
+    _traffic(pace, *traffic)
     assert pace.limited(5.0, sent_at=5.0) is False
     assert pace.rate is None
     assert pace.reserve(5.0) == 0.0
 
 
-def test_slow_start_grows_fast_until_next_429() -> None:
-    """A first 429 inside the first second starts a slow start (+1 per success, ~e-fold a second);
-    the next 429 settles at 0.9 of what was accepted, and then the rate only probes."""
+def test_slow_start_grows_by_the_clock_until_a_measured_429() -> None:
+    """A first 429 too early to measure starts from what got through (calls still in flight count)
+    and grows ~e-fold a second, never past twice what is being sent; a 429 too early to measure
+    changes nothing; the next measured one settles at CUT of what was let in."""
     pace = Pace(None)
-    pace.take(0.0)
-    for t in (0.1, 0.2, 0.3, 0.4):
-        pace.success(t)
-    assert pace.limited(0.5, sent_at=0.5) is True
-    assert pace.rate == pytest.approx(4.0)  # what got through so far
-    for i in range(10):
-        pace.success(0.6 + 0.05 * i)
-    assert pace.rate == pytest.approx(4.0 + 10)
-    assert pace.limited(1.2, sent_at=1.2) is True  # 13 successes in (0.2, 1.2]
-    assert pace.rate == pytest.approx(13 * 0.9)
-    pace.success(1.3)
-    assert pace.rate == pytest.approx(13 * 0.9 + Pace.PROBE)
-
-
-def test_a_429_inside_the_first_second_keeps_the_slow_start() -> None:
-    """Within the first second nothing is measured yet: a second 429 halves the rate and the slow start goes on."""
-    pace = Pace(None)
-    pace.take(0.0)
-    for t in (0.1, 0.2, 0.3, 0.4):
-        pace.success(t)
-    pace.limited(0.5, sent_at=0.5)  # slow start from 4/s
+    for t in (0.0, 0.01, 0.02, 0.03, 0.04, 0.045):
+        pace.take(t)
+    pace.success(0.05)
+    pace.success(0.06)
+    assert pace.limited(0.1, sent_at=0.045, pending=3) is True
+    assert pace.rate == pytest.approx(5.0)  # 2 answered + 3 in flight
+    pace.take(0.12)
+    assert pace.limited(0.15, sent_at=0.12) is False  # nothing measurable yet
+    for t in (0.2, 0.3, 0.4, 0.5, 0.6):
+        pace.take(t)
     pace.success(0.6)
-    assert pace.limited(0.8, sent_at=0.8) is True
-    assert pace.rate == pytest.approx(5 / 2)
-    pace.success(0.9)
-    assert pace.rate == pytest.approx(5 / 2 + 1)  # still +1 per success
+    assert pace.rate == pytest.approx(5.0 * math.exp(0.5))  # 15/s sent: the cap (30/s) is far
+    pace.hold(3.0, now=0.6)
+    pace.take(3.05)
+    pace.success(3.1)  # the hold's 2.4 s of silence grow nothing
+    assert pace.rate == pytest.approx(5.0 * math.exp(0.5) * math.exp(0.1))
+    _traffic(pace, *(3.1 + i * 0.05 for i in range(1, 13)))
+    pace.take(3.66)
+    assert pace.limited(3.7, sent_at=3.66) is True
+    assert pace.rate == pytest.approx(pace.accepted(3.7) * Pace.CUT)
+    assert not pace._slow_start
+
+
+def test_slow_start_never_runs_far_ahead_of_what_is_sent() -> None:
+    """A slow start whose calls are held back elsewhere (few in flight, slow answers) grows to at
+    most twice the rate actually sent, so the refusal that ends it measures something."""
+    pace = Pace(None)
+    pace.take(0.0)
+    pace.success(0.01)
+    pace.limited(0.02, sent_at=0.0, pending=4)
+    for i in range(1, 41):
+        pace.take(i * 0.25)  # 4/s sent, whatever the rate allows
+        pace.success(i * 0.25)
+    assert pace.rate == pytest.approx(2 * pace.accepted(10.0)) and pace.rate <= 10.0
 
 
 def test_queued_calls_released_late_keep_the_schedule() -> None:
@@ -337,3 +375,16 @@ def test_queued_calls_released_late_keep_the_schedule() -> None:
     for k in range(1, 101):
         drifting.take(k * 0.1 + 0.002 * k)  # a call that was not queued starts the spacing afresh
     assert drifting.delay(10.0) == pytest.approx(0.1 + 0.2)
+
+
+def test_retry_after_ms_is_milliseconds() -> None:
+    """Retry-After-Ms (OpenAI's header) is read as milliseconds, in any case."""
+    assert _wait(retry_after_ms="1500") == 1.5
+    assert retry_after(httpx.Headers({"Retry-After-Ms": "250"}), now=NOW) == 0.25
+
+
+def test_retry_after_ms_preferred_over_retry_after() -> None:
+    """With both headers, the more precise Retry-After-Ms wins; garbage in it falls back to Retry-After."""
+    assert _wait(retry_after_ms="1200", retry_after="2") == 1.2
+    assert _wait(retry_after_ms="soon", retry_after="2") == 2.0
+    assert _wait(retry_after_ms="-5", retry_after="2") == 2.0

@@ -51,7 +51,7 @@ def test_outputs_replay_exactly_with_their_column_order(store: pb.ReceiptStore) 
     runs = [frame.play.run(play, store=store, progress=False)]
     runs.append(frame.play.run(play, store=store, progress=False))  # memos
     runs.append(frame.play.run(play, store=store, progress=False, refresh="rows"))  # receipts
-    assert [r.stats.ok for r in runs] == [2, 0, 2] and runs[1].stats.reused == 2 and runs[2].stats.calls_executed == 0
+    assert [r.stats.ok for r in runs] == [2, 0, 2] and runs[1].stats.reused == 2 and runs[2].stats.calls_local == 0
     columns = ["n", "z_last_name_first", *reversed(list(ODD)), "play_status", "play_error"]
     for run in runs:
         assert list(run.result.columns) == columns

@@ -109,17 +109,17 @@ def test_short_hold_waits_in_place_and_holds_provider() -> None:
     assert events[0].until == pytest.approx(time.time() + 0.5, abs=5)
 
 
-@pytest.mark.parametrize("error", [_refused(0.5), _down(retry_after=0.5)], ids=["429", "503"])
-def test_hinted_refusal_cuts_configured_rate_and_reports_it(error: pb.ToolError) -> None:
-    """A 429, or a 503 with a hint, trims a configured rate (0.9x before a second is measured) and says so."""
-    provider, send = Provider("p", rps=10), Script(error)
+def test_hinted_refusal_cuts_configured_rate_and_reports_it() -> None:
+    """A 429 with a hint soon after sending began cuts a configured rate deeply (0.75x: what
+    was measured is the provider's burst), says so, and holds the provider."""
+    provider, send = Provider("p", rps=10), Script(_refused(0.5))
     events: list[Any] = []
     provider.subscribe(events.append)
     _gather(provider.dispatch(send, _ticket()))
     assert isinstance(events[0], RateChanged)
-    assert events[0].provider == "p" and events[0].rate == pytest.approx(9.0 * HEADROOM)
-    assert [type(e) for e in events[1:]] == [ProviderHoldSet, ProviderHoldLifted]
-    assert events[1].status == error.status
+    assert events[0].provider == "p" and events[0].rate == pytest.approx(10 * HEADROOM * 0.75)
+    assert [type(e) for e in events[1:3]] == [ProviderHoldSet, ProviderHoldLifted]
+    assert events[1].status == 429
 
 
 def test_hold_stops_calls_waiting_for_their_slot() -> None:
@@ -205,7 +205,7 @@ def test_5xx_retried_then_unavailable() -> None:
     provider, error = Provider("acme", retries=2), _down()
     send = Script(default=error)
     with pytest.raises(pb.ProviderUnavailable) as info:
-        run_virtual(provider.dispatch(send, _ticket()))
+        run_virtual(provider.dispatch(send, _ticket(suspend=False)))
     assert type(info.value) is pb.ProviderUnavailable
     assert "'acme'" in str(info.value) and info.value.provider == "acme" and info.value.status == 503
     assert info.value.__cause__ is error
@@ -215,15 +215,27 @@ def test_5xx_retried_then_unavailable() -> None:
     assert 0.5 <= second <= 1.0  # try 1 waits in [0.5, 1]
 
 
-def test_5xx_with_hint_holds_provider() -> None:
-    """A 503 with Retry-After holds the whole provider until then."""
-    provider, send = Provider("p"), Script(_down(retry_after=0.5))
+def test_5xx_with_hint_retries_that_call_only() -> None:
+    """A 503 with Retry-After is a failure of that call: it retries after the hint, while the
+    other calls go on at once; the rate is not cut and the provider is not held."""
+    provider, send = Provider("p", rps=10), Script(_down(retry_after=0.5))
     events: list[Any] = []
     provider.subscribe(events.append)
-    calls = (provider.dispatch(send, _ticket()), _later(0.1, provider, send, _ticket()))
+    calls = (provider.dispatch(send, _ticket(suspend=False)), _later(0.15, provider, send, _ticket()))
     assert _gather(*calls) == ["ok", "ok"]
-    assert send.times == pytest.approx([0.0, 0.5, 0.5], abs=1e-6)
-    assert isinstance(events[0], ProviderHoldSet) and events[0].status == 503
+    assert send.times == pytest.approx([0.0, 0.15, 0.5], abs=1e-6)
+    assert not any(isinstance(e, (ProviderHoldSet, RateChanged)) for e in events)
+    assert provider.rate == pytest.approx(10 * HEADROOM)
+
+
+def test_a_long_retry_wait_gives_the_worker_up() -> None:
+    """A call whose own retry waits longer than a moment suspends its row (Held, until its retry),
+    so the row's worker serves other rows meanwhile; the provider is not held."""
+    provider, send = Provider("p"), Script(_down(retry_after=2.0))
+    with pytest.raises(Held) as info:
+        run_virtual(provider.dispatch(send, _ticket()))
+    assert info.value.until == pytest.approx(2.0 + 0.0, abs=0.01)
+    assert not provider.held and provider.hold_until == 0.0
 
 
 def test_5xx_past_budget_gives_up() -> None:
@@ -276,7 +288,7 @@ def test_unhinted_refusal_backs_off_only_that_call() -> None:
     provider, send = Provider("p"), Script(_refused())
     events: list[Any] = []
     provider.subscribe(events.append)
-    assert _gather(provider.dispatch(send, _ticket()), _later(0.1, provider, send, _ticket())) == ["ok", "ok"]
+    assert _gather(provider.dispatch(send, _ticket(suspend=False)), _later(0.1, provider, send, _ticket())) == ["ok", "ok"]
     assert send.times[:2] == pytest.approx([0.0, 0.1], abs=1e-6)
     assert 0.25 <= send.times[2] <= 0.5
     assert not provider.held and not any(isinstance(e, ProviderHoldSet) for e in events)
@@ -351,7 +363,7 @@ def test_repr_shows_live_state() -> None:
         run_virtual(provider.dispatch(send, _ticket()))
     assert "in_flight=1" in seen[0]
     shown = repr(provider)
-    assert "rate=8.82/s" in shown and "in_flight=0" in shown and "429s=1" in shown
+    assert "rate=7.35/s" in shown and "in_flight=0" in shown and "429s=1" in shown
     assert "held until" in shown
 
 

@@ -63,7 +63,7 @@ def test_miss_then_hit(store: pb.ReceiptStore) -> None:
     assert calls == ["a", "b", "c"]
     assert list(out["w"]) == ["value"] * 3
     stats = pb.last_run().stats
-    assert (stats.calls_executed, stats.calls_reused) == (0, 3)
+    assert (stats.calls_local, stats.calls_reused) == (0, 3)
     receipt = store.get(lookup, q="a")
     assert receipt is not None and receipt.output == "value" and receipt.miss is False
     assert receipt.version == lookup.identity and receipt.version.startswith("src:")

@@ -111,7 +111,7 @@ def test_awkward_input_values(store: pb.ReceiptStore) -> None:
     # None, NaN, NA and NaT are the same row: executed once.
     assert len(calls) == 5
     again = frame.play.map(play, store=store, progress=False, refresh="rows")
-    assert pb.last_run().stats.calls_executed == 0
+    assert pb.last_run().stats.calls_local == 0
     assert all(same(a, b) for a, b in zip(again["e"].tolist()[3:7], values[3:7]))
 
 
@@ -206,7 +206,7 @@ def test_edited_play_reuses_every_receipt(store: pb.ReceiptStore) -> None:
     frame.play.map(pb.play(v1, name="p"), store=store, progress=False)
     out = frame.play.map(pb.play(v2, name="p"), store=store, progress=False)
     stats = pb.last_run().stats
-    assert (stats.ok, stats.reused, stats.calls_executed, stats.calls_reused) == (6, 0, 0, 6)
+    assert (stats.ok, stats.reused, stats.calls_local, stats.calls_reused) == (6, 0, 0, 6)
     assert out["twice"].tolist() == [0, 2, 4, 6, 8, 10]
     assert len(calls) == 6
 

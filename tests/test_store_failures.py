@@ -58,17 +58,17 @@ def test_disk_full_mid_run_fails_the_rows_it_affects_and_says_what_was_lost(stor
     assert statuses[:5] == ["ok"] * 5 and statuses[5:] == ["failed"] * 7
     error = run.result["play_error"].iloc[5]
     assert error.startswith(f"ReceiptError: cannot write to the receipt store at {store.path}: the disk is full (ENOSPC)")
-    assert run.stats.receipts_lost == 7 and len(calls) == 12 and run.stats.calls_executed == 12  # all 12 were paid
+    assert run.stats.receipts_lost == 7 and len(calls) == 12 and run.stats.calls_local == 12  # all 12 ran
     assert any("7 paid calls could not be recorded" in n for n in run.notices)
     assert any("7 paid calls could not be recorded" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
     here = frame.play.run(fetch, store=store, progress=False)  # this process still holds the answers: none is paid again
-    assert here.result["play_status"].tolist() == ["ok"] * 12 and here.stats.calls_executed == 0 and len(calls) == 12
+    assert here.result["play_status"].tolist() == ["ok"] * 12 and here.stats.calls_local == 0 and len(calls) == 12
     assert here.stats.receipts_lost == 7  # and still cannot write them
 
     _room(store)
     elsewhere = frame.play.run(fetch, store=pb.ReceiptStore(store.path), progress=False)  # as from another process
-    assert elsewhere.stats.calls_executed == 7 and elsewhere.stats.calls_reused == 5  # what was lost, and only that
+    assert elsewhere.stats.calls_local == 7 and elsewhere.stats.calls_reused == 5  # what was lost, and only that
 
 
 def test_receipts_that_could_not_be_written_are_written_at_the_end(store: pb.ReceiptStore) -> None:
@@ -82,7 +82,7 @@ def test_receipts_that_could_not_be_written_are_written_at_the_end(store: pb.Rec
     assert run.stats.receipts_lost == 0 and any("written at the end of this run" in n for n in run.notices)
     assert sorted(calls) == sorted(set(calls))  # 3, 4, 5 asked twice, paid once
     again = frame.play.run(fetch, store=store, progress=False)
-    assert again.stats.calls_executed == 0 and again.result["play_status"].isin(["ok", "reused"]).all()
+    assert again.stats.calls_local == 0 and again.result["play_status"].isin(["ok", "reused"]).all()
 
 
 def test_disk_full_when_memos_are_written_still_returns_the_rows(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture) -> None:
@@ -104,7 +104,7 @@ def test_disk_full_when_memos_are_written_still_returns_the_rows(store: pb.Recei
     assert any("row memos could not be written" in r.getMessage() for r in caplog.records)
     _room(store)
     again = frame.play.run(play, store=store, progress=False)
-    assert (again.stats.ok, again.stats.calls_executed, again.stats.calls_reused) == (10, 0, 10)
+    assert (again.stats.ok, again.stats.calls_local, again.stats.calls_reused) == (10, 0, 10)
 
 
 def test_a_store_removed_mid_run_is_detected_and_nothing_is_lost(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -133,7 +133,7 @@ def test_a_store_removed_mid_run_is_detected_and_nothing_is_lost(tmp_path: Path,
         return {"v": await ctx.tool(fetch, n=row.n), "edited": True}
 
     again = frame.play.run(edited, store=pb.ReceiptStore(tmp_path / "s"), progress=False)
-    assert (again.stats.calls_executed, again.stats.calls_reused) == (0, 10) and len(calls) == 10
+    assert (again.stats.calls_local, again.stats.calls_reused) == (0, 10) and len(calls) == 10
 
 
 def test_lone_surrogates_in_inputs_and_answers_are_stored_and_replayed(store: pb.ReceiptStore) -> None:

@@ -11,28 +11,35 @@ import pandas as pd
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.models import Event, RowFinished, RunFinished
+from playbook.models import Event, RowFinished, RowParked, RowRequeued, RunFinished
 from playbook.ui.tally import KINDS, Tally
 
 
-def _truth(run: pb.Run) -> tuple[Counter[str], Counter[str | None], Counter[str]]:
-    """Scanned from the run's rows: failed rows per message, parked rows per provider, held rows per provider."""
+Counts = tuple[Counter[str], Counter[str | None], Counter[str], Counter[tuple[str | None, str]]]
+
+
+def _truth(run: pb.Run) -> Counts:
+    """Scanned from the run's rows: failed rows per message, parked rows per provider, held rows per
+    provider, parked rows per provider and reason."""
     m = run._maprun
     failed = Counter(e for e, s in zip(m.errors, m.status) if s == "failed")
     parked = Counter(m.park_provider[p] for p, s in enumerate(m.status) if s == "parked")
     held = Counter(m._held.waiting_on.values())
-    return failed, parked, held
+    reasons = Counter((m.park_provider[p], m.park_reason[p]) for p, s in enumerate(m.status) if s == "parked")
+    return failed, parked, held, reasons
 
 
-def _tallied(tally: Tally) -> tuple[Counter[str], Counter[str | None], Counter[str]]:
+def _tallied(tally: Tally) -> Counts:
     failed = Counter({message: rows for message, rows in tally.counts.items() if rows})
     parked = Counter({p: n for p, n in tally.parked_rows_by.items() if n})
     held = Counter({p: n for p, n in tally.held_by.items() if n})
-    return failed, parked, held
+    reasons = Counter({key: n for key, n in tally.parked_reasons.items() if n})
+    return failed, parked, held, reasons
 
 
 def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: pb.ReceiptStore) -> None:
-    """Failed rows by message, parked and held rows by provider: the tally equals a scan of the rows at every row settled."""
+    """Failed rows by message, parked and held rows by provider, parked rows by provider and reason: the tally
+    equals a scan of the rows at every row settled."""
     quota = pb.Provider("quota", max_wait=30)
     asked = Counter[int]()
 
@@ -81,3 +88,18 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
     examples = {message: label for _, message, label in tally.error_groups(20)}
     for message, label in examples.items():
         assert run.result.loc[label, "play_error"] == message  # each example row still fails that way
+
+
+def test_parked_rows_are_counted_by_provider_and_reason_and_leave_on_a_retry() -> None:
+    """Rows parked on a down provider, on a hold and by the budget count per provider and reason (with the rows
+    sharing their key); a retried row leaves its count."""
+    tally = Tally(lambda position: position)
+    for event in [
+        RowParked(0, "down", "acme", 1.0), RowFinished(0, "parked", "provider 'acme' is down", copies=2),
+        RowParked(1, "hold", "acme", 2.0), RowFinished(1, "parked", "provider 'acme' holds calls"),
+        RowParked(2, "budget", None, None), RowFinished(2, "parked", "budget"),
+    ]:  # fmt: skip
+        tally.on_event(event)
+    assert (tally.reasons("acme"), tally.reasons(None), tally.waiting()) == ({"down": 2, "hold": 1}, {"budget": 1}, {"acme": 3, None: 1})
+    tally.on_event(RowRequeued(0, "parked", 2))
+    assert (tally.reasons("acme"), tally.parked_count) == ({"hold": 1}, 2)

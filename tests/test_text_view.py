@@ -1,14 +1,30 @@
-"""The text view: a tqdm bar on a stream, and a summary that says what holds rows back."""
+"""The text view: a tqdm bar on a stream, as wide as the terminal, that starts with what holds rows
+back; a line when a provider goes down or comes back; and a summary that says what holds rows back."""
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import io
+import itertools
+import os
+import pty
+import select
+import struct
+import termios
+import time
+from collections.abc import Iterator
 
 import pandas as pd
+import pytest
+from provider_state import hold, set_down
 from vtime import run_virtual
 
 import playbook as pb
+from playbook.models import (
+    CallFinished, ProviderDown, ProviderUp, RowFinished, RowHeld, RowParked, RowStarted, RunFinished, RunStarted, time_of_day,
+)  # fmt: skip
+from playbook.runtime.state import RunState
 from playbook.ui.text import TextView
 
 
@@ -35,14 +51,15 @@ def test_summary_names_the_provider_that_holds_parked_rows(store: pb.ReceiptStor
     run = run_virtual(main())
     text = out.getvalue()
     assert run.stats.parked == 5
-    assert "ok=3" in text and "parked=5" in text
-    summary = text.strip().splitlines()[-2:]
-    assert summary[0].startswith("lookup: 8 rows | ok 3 | reused 0 | failed 0 | parked 5")
-    assert summary[1].startswith("provider 'quota' holds calls until ") and "(HTTP 429)" in summary[1]
+    assert "ok=3" in text and "lookup [quota held until " in text and "lookup [parked=5 | quota held until " in text
+    summary = text.strip().splitlines()[-3:]
+    assert summary[0].startswith("lookup: 8 rows | ok 3 | reused 0 | failed 0 | parked 5 | calls 3 paid, 0 from receipts, 0 local")
+    assert summary[1].startswith("provider 'quota' holds calls until ") and summary[1].endswith(" (HTTP 429); 5 rows parked")
+    assert summary[2] == "parked rows retry with run.retry() or a rerun"
 
 
 def test_text_view_counts_rows_and_calls(store: pb.ReceiptStore) -> None:
-    """The bar reaches the total and the summary counts paid and reused calls."""
+    """The bar reaches the total and the summary counts paid, reused and local calls (a plain Python tool is local)."""
 
     @pb.tool
     async def double(n: int) -> int:
@@ -60,5 +77,171 @@ def test_text_view_counts_rows_and_calls(store: pb.ReceiptStore) -> None:
     run_virtual(main())
     lines = out.getvalue().strip().splitlines()
     summaries = [line for line in lines if line.startswith("double: 4 rows")]
-    assert summaries[0].startswith("double: 4 rows | ok 4 | reused 0 | failed 0 | calls executed 3, reused 0")
-    assert summaries[1].startswith("double: 4 rows | ok 0 | reused 4 | failed 0 | calls executed 0, reused 3")  # the memos saved 3 calls
+    assert summaries[0].startswith("double: 4 rows | ok 4 | reused 0 | failed 0 | calls 0 paid, 0 from receipts, 3 local")
+    # The memos saved 3 calls.
+    assert summaries[1].startswith("double: 4 rows | ok 0 | reused 4 | failed 0 | calls 0 paid, 3 from receipts, 0 local")
+
+
+def _frames(text: str, play: str = "enrich") -> list[str]:
+    """Each line the bar drew (tqdm redraws over the last with a carriage return)."""
+    return [frame for line in text.split("\n") for frame in line.split("\r") if frame.startswith(play)]
+
+
+_views: list[TextView] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_views() -> Iterator[None]:
+    """A bar left open (a test that failed mid-run) would push the next tests' bars down a line."""
+    yield
+    while _views:
+        _views.pop().unsubscribe()
+
+
+def _view(state: RunState, file: object) -> TextView:
+    """A text view whose clock moves 1 s a reading: no refresh is skipped for the 10 Hz throttle."""
+    ticks = itertools.count()
+    view = TextView(state, file=file, clock=lambda: float(next(ticks)))
+    _views.append(view)
+    return view
+
+
+def _scene(state: RunState, *, probe_at: float, hold_in: float = 3600) -> tuple[pb.Provider, pb.Provider]:
+    """A run of 40 rows: 'acme' goes down and parks 12 rows, 'quota' holds 3 rows; 5 rows are ok."""
+    acme, quota = pb.Provider("acme", rps=20, concurrency=8), pb.Provider("quota", max_wait=1)
+    for provider in (acme, quota):  # as a run watches the providers its rows call
+        state.providers[provider.name] = provider
+        provider.subscribe(state.emit)
+    state.emit(RunStarted("r1", "enrich", 40))
+    for pos in range(5):
+        state.emit(RowStarted(pos))
+        state.emit(CallFinished("acme.email", "acme", False, 1.0))
+        state.emit(CallFinished("clean_domain", None, False, 0.0, local=True))
+        state.emit(RowFinished(pos, "ok", None))
+    set_down(acme, "ConnectError: connection refused", probe_at)
+    state.emit(ProviderDown("acme", "ConnectError: connection refused"))
+    for pos in range(5, 17):
+        state.emit(RowStarted(pos))
+        state.emit(RowParked(pos, "down", "acme", probe_at))
+        state.emit(RowFinished(pos, "parked", "provider 'acme' is down"))
+    hold(quota, hold_in)
+    for pos in range(17, 20):
+        state.emit(RowStarted(pos))
+        state.emit(RowHeld(pos, "quota", quota.hold_wall, 429))
+    return acme, quota
+
+
+def test_a_narrow_log_still_shows_held_and_parked_rows_and_down_providers_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written to a log 60 columns wide, every frame of the bar fits, and while rows wait it starts with the
+    held and parked counts and the providers that are down or hold calls; the counters come after."""
+    monkeypatch.setenv("COLUMNS", "60")
+    out = io.StringIO()
+    state = RunState()
+    _view(state, out)
+    _scene(state, probe_at=time.time() + 30)
+    frames = _frames(out.getvalue())
+    assert max(len(frame) for frame in frames) <= 60
+    assert frames[-1].startswith("enrich [held=3 parked=12 | 1 down, 1 held]: "), frames[-1]  # no room for names
+    state.emit(RunFinished("r1", False))
+
+
+def test_a_wide_bar_says_until_when_and_how_many_rows_and_counts_paid_and_local_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With room, the bar gives each provider's rows and times, then ok/reused/failed and the paid, reused and local calls."""
+    monkeypatch.setenv("COLUMNS", "250")
+    out = io.StringIO()
+    state = RunState()
+    _view(state, out)
+    probe = time.time() + 30
+    _, quota = _scene(state, probe_at=probe)
+    last = _frames(out.getvalue())[-1]
+    assert last.startswith(
+        f"enrich [held=3 parked=12 | acme down (12 rows, probe {time_of_day(probe)}) | "
+        f"quota held until {time_of_day(quota.hold_wall)} (3 rows)]: "
+    ), last
+    assert last.endswith("ok=5 reused=0 failed=0 | calls 5 paid, 0 from receipts, 5 local]"), last
+    state.emit(RunFinished("r1", False))
+
+
+def test_the_bar_follows_the_terminal_width() -> None:
+    """On a terminal the bar is as wide as the window, and follows it when the window is resized."""
+    master, slave = pty.openpty()
+    terminal = os.fdopen(slave, "w", encoding="utf-8")
+
+    def resize(columns: int) -> None:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+
+    def drawn() -> list[str]:
+        terminal.flush()
+        chunks = []
+        while select.select([master], [], [], 0.2)[0]:
+            chunks.append(os.read(master, 65536))
+        return _frames(b"".join(chunks).decode("utf-8", "replace"))
+
+    try:
+        resize(80)
+        state = RunState()
+        _view(state, terminal)
+        probe = time.time() + 30
+        _scene(state, probe_at=probe)
+        narrow = drawn()
+        assert max(len(frame) for frame in narrow) <= 79  # tqdm leaves the last column free
+        assert narrow[-1].startswith("enrich [held=3 parked=12 | acme down | quota held]: "), narrow[-1]
+        resize(200)
+        state.emit(RowFinished(0, "ok", None))
+        wide = drawn()[-1]
+        assert 79 < len(wide) <= 199, wide
+        assert wide.startswith(f"enrich [held=3 parked=12 | acme down (12 rows, probe {time_of_day(probe)}) | quota held until "), wide
+        state.emit(RunFinished("r1", False))
+    finally:
+        terminal.close()
+        os.close(master)
+
+
+def test_the_summary_gives_a_line_per_provider_that_is_down_holds_or_has_parked_rows() -> None:
+    """At the end: the counters with paid, reused and local calls, then for each provider down since when, why, rows
+    parked and the next probe, or held until when with the status, and the rows the budget parked."""
+    out = io.StringIO()
+    now = [1_700_000_000.0]
+    state = RunState(wall=lambda: now[0])
+    _view(state, out)
+    probe = now[0] + 30
+    _, quota = _scene(state, probe_at=probe)
+    state.emit(RowParked(20, "budget", None, None))
+    state.emit(RowFinished(20, "parked", "budget: max_cost", copies=2))
+    state.emit(RunFinished("r1", False))
+    lines = out.getvalue().split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("enrich: 40 rows"))
+    assert lines[start].startswith(
+        "enrich: 40 rows | ok 5 | reused 0 | failed 0 | parked 14 | calls 5 paid, 0 from receipts, 5 local | cost 5 spent, 0 saved"
+    ), lines[start]
+    assert lines[start + 1 :] == [
+        f"provider 'acme' is down since {time_of_day(now[0])}: ConnectError: connection refused; 12 rows parked; "
+        f"next probe at {time_of_day(probe)}",
+        f"provider 'quota' holds calls until {time_of_day(quota.hold_wall)} (HTTP 429)",
+        "2 rows parked: the budget (max_cost) ran out",
+        "parked rows retry with run.retry() or a rerun",
+        "",
+    ]
+
+
+def test_a_provider_going_down_and_coming_back_gets_a_line_of_its_own() -> None:
+    """ProviderDown writes one line (why, the next probe), a failed probe none, ProviderUp one; the bar is redrawn each time."""
+    out = io.StringIO()
+    state = RunState()
+    _view(state, out)
+    acme = state.providers["acme"] = pb.Provider("acme")
+    state.emit(RunStarted("r1", "enrich", 10))
+    probe = time.time() + 30
+    set_down(acme, "connection refused", probe)
+    state.emit(ProviderDown("acme", "connection refused"))
+    assert _frames(out.getvalue())[-1].startswith(f"enrich [acme down (0 rows, probe {time_of_day(probe)})]: ")
+    state.emit(ProviderDown("acme", "connection refused"))  # the probe failed: still the same outage
+    set_down(acme, None)
+    state.emit(ProviderUp("acme"))
+    assert _frames(out.getvalue())[-1].startswith("enrich: ")  # nothing waits any more
+    state.emit(RunFinished("r1", False))
+    said = [line for line in out.getvalue().replace("\r", "\n").split("\n") if line.startswith("provider")]
+    assert said == [
+        f"provider 'acme' is down: connection refused; its rows park; next probe at {time_of_day(probe)}",
+        "provider 'acme' is up again",
+    ], out.getvalue()

@@ -133,6 +133,49 @@ def test_the_live_panel_caps_its_tables_and_counts_down_the_hold(kernel: Any) ->
     assert "<td>600</td>" in summary and "… and" in summary
 
 
+def test_a_provider_going_down_redraws_the_panel_at_once(kernel: Any) -> None:
+    """When a provider goes down the panel is redrawn there and then: down since when and why, the next probe
+    counting down, its rate with the calls in flight it allows; the counters tell paid calls from local ones."""
+    messages = _run(kernel, """
+        import json, tempfile, time
+        from playbook.models import ProviderDown
+        acme = pb.Provider("acme", rps=200, concurrency=3)
+        @pb.tool(provider=acme)
+        async def remote(n: int) -> int:
+            await asyncio.sleep(0.02)
+            return n
+        @pb.play
+        async def both(row, ctx):
+            return {"v": await ctx.tool(remote, n=await ctx.tool(slow, n=row.n + 1000))}
+        outage = pd.DataFrame({"n": range(200)}).play.run(both, concurrency=3, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
+        await asyncio.sleep(0.8)  # past the panel's delay
+        before = outage.view.status.value
+        try:
+            acme.down = True
+        except AttributeError:  # read from the provider's health gate
+            acme.health.down = True
+        acme.down_error, acme.probe_at = "ConnectError: connection refused", time.time() + 30
+        outage.state.emit(ProviderDown("acme", "ConnectError: connection refused"))
+        after = outage.view.status.value  # no await since the event: not the timer's redraw
+        outage.stop()
+        while outage.running:
+            await asyncio.sleep(0.05)
+        print(json.dumps([before, after]))
+    """)
+    before, after = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))
+    assert "down since" not in before and "<th>calls local</th>" in after
+    down = re.search(
+        r"<td>acme</td><td>down since \d\d:\d\d:\d\d: ConnectError: connection refused; next probe in (\d+)s, "
+        r"at \d\d:\d\d:\d\d</td><td>[\d.]+/s, ≤3 in flight</td>",
+        after,
+    )
+    assert down and 28 <= int(down.group(1)) <= 30, after
+    counters = re.search(r"<th>cost saved</th></tr></thead><tbody><tr>((?:<td>[^<]*</td>)+)</tr>", after)
+    assert counters, after
+    paid, reused, local = (int(v) for v in re.findall(r"<td>([^<]*)</td>", counters.group(1))[7:10])
+    assert paid > 0 and local >= paid and reused == 0  # each row: a local call, then a paid one
+
+
 def test_a_background_run_shows_its_panel_in_its_own_cell_and_ends_as_the_summary(kernel: Any) -> None:
     """The cell that starts a background run shows the panel before it ends; the finished panel holds
     the summary and the Retry buttons (Retry failed enabled: a row failed), and the live widgets are closed."""

@@ -6,7 +6,8 @@ Once it accepts connections it prints exactly one line to stdout,
 
 so a parent process started with `--port 0` can read the URL. Ctrl-C or SIGTERM stop it
 cleanly (exit status 0). Observe and steer it over HTTP: GET /_stats, POST /_reset,
-POST /_configure with a JSON object of settings.
+POST /_configure with a JSON object of settings, POST /_restart {"down": seconds} to close
+the port for that long (the process keeps running and serves again on the same port).
 """
 
 from __future__ import annotations
@@ -23,12 +24,16 @@ from playbook.demo.settings import DEMO_KEY, RETRY_AFTER_FORMATS
 _OPTIONS: tuple[tuple[str, str, type, str], ...] = (
     ("--rps", "rps", float, "requests per second per API key (default: unlimited)"),
     ("--burst", "burst", int, "token bucket size per API key (default: 10)"),
+    ("--window-limit", "window_limit", int, "requests per key per fixed window (default: unlimited)"),
+    ("--window-seconds", "window_seconds", float, "fixed window length, windows aligned to its multiples (default: 1)"),
+    ("--max-in-flight", "max_in_flight", int, "requests per key answered at once; more get 429 without a hint (default: unlimited)"),
     ("--quota", "quota", int, "requests per key per quota window (default: unlimited)"),
     ("--quota-reset", "quota_reset", float, "quota window in seconds (default: 3600)"),
     ("--latency", "latency", float, "seconds added to every /v1 response (default: 0)"),
     ("--fault-rate", "fault_rate", float, "share of /v1 requests answered with --fault-status (default: 0)"),
     ("--fault-status", "fault_status", int, "status of injected faults (default: 503)"),
     ("--fault-retry-after", "fault_retry_after", float, "Retry-After hint on injected faults (default: none)"),
+    ("--fault-every", "fault_every", int, "answer every Nth request past auth and limits with --fault-status (default: never)"),
     ("--slow-rate", "slow_rate", float, "share of requests that sleep --slow-latency more (default: 0)"),
     ("--slow-latency", "slow_latency", float, "extra seconds for slow requests (default: 1)"),
     ("--malformed-rate", "malformed_rate", float, "share of 200 responses with a broken JSON body (default: 0)"),

@@ -1,9 +1,10 @@
 """The demo provider's HTTP surface: a Starlette app over a `DemoState`.
 
 Every /v1 route goes through `_guarded`, which applies, in order: request counting, auth,
-the per-key token bucket, the quota, fault and slowness draws, latency, the endpoint
-itself, and the malformed-body draw. The /_ admin routes skip all of that so a test or a
-notebook can observe and steer a server running in another process with plain HTTP.
+the per-key limits (in flight, token bucket, fixed window, quota), slowness and fault
+draws, latency, the endpoint itself, and the malformed-body draw. The /_ admin routes skip
+all of that so a test or a notebook can observe and steer a server running in another
+process with plain HTTP; POST /_restart closes the port for a while.
 
 Handlers stay cheap on purpose (benchmarks push thousands of requests through this):
 no pandas, cached fake data, one compact JSON encoding per response.
@@ -20,13 +21,20 @@ from email.utils import formatdate
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from playbook.demo.chat import ChatRequestError, complete
-from playbook.demo.fakedata import company_profile, digest, domain_error, email_answer, normalize_domain
-from playbook.demo.settings import DemoSettings
+from playbook.demo.fakedata import (
+    company_profile,
+    digest,
+    domain_error,
+    email_answer,
+    normalize_domain,
+)
+from playbook.demo.settings import DemoSettings, down_seconds
 from playbook.demo.state import DemoState, Rejection
 
 __all__ = ["BULK_MAX_ITEMS", "build_app"]
@@ -57,11 +65,18 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return _json({"error": message}, status, headers)
 
 
-def build_app(settings: DemoSettings | None = None, state: DemoState | None = None) -> Starlette:
+def build_app(
+    settings: DemoSettings | None = None,
+    state: DemoState | None = None,
+    *,
+    restart: Callable[[float], Awaitable[None]] | None = None,
+) -> Starlette:
     """The demo provider as an ASGI app.
 
     `state` is served when given (the server keeps a handle on it for stats and resets);
-    otherwise a fresh one is made from `settings` (defaults when None).
+    otherwise a fresh one is made from `settings` (defaults when None). `restart(down)` is
+    what POST /_restart runs once its answer is sent: only the server that owns the listening
+    socket can close it, so an app without one answers 501.
     """
     if state is None:
         state = DemoState(settings or DemoSettings())
@@ -83,6 +98,7 @@ def build_app(settings: DemoSettings | None = None, state: DemoState | None = No
         Route("/_settings", _admin_settings(state), methods=["GET"]),
         Route("/_reset", _admin_change(state, state.reset), methods=["POST"]),
         Route("/_configure", _admin_change(state, state.configure), methods=["POST"]),
+        Route("/_restart", _admin_restart(restart), methods=["POST"]),
     ]
     app = Starlette(routes=routes)
     app.state.demo = state
@@ -95,16 +111,16 @@ def build_app(settings: DemoSettings | None = None, state: DemoState | None = No
 def _guarded(state: DemoState, name: str, handler: Handler) -> Handler:
     async def endpoint(request: Request) -> Response:
         headers = request.headers
-        rejection, slow, epoch = state.admit(
+        admission = state.admit(
             name, request.scope["path"], headers.get("authorization"), headers.get("idempotency-key")
         )
         status = 500
         try:
-            delay = state.settings.latency + slow
+            delay = state.settings.latency + admission.slow
             if delay > 0:
                 await asyncio.sleep(delay)
-            if rejection is not None:
-                response = _reject(rejection, state.settings.retry_after_format)
+            if admission.rejection is not None:
+                response = _reject(admission.rejection, state.settings.retry_after_format)
             else:
                 try:
                     response = await handler(request)
@@ -112,9 +128,11 @@ def _guarded(state: DemoState, name: str, handler: Handler) -> Handler:
                     response = _error(exc.status, exc.message)
             status = response.status_code
         finally:
-            malformed = state.finish(status, epoch)
+            malformed = state.finish(status, admission)
         if malformed:
-            return Response(_MALFORMED, 200, media_type="application/json")
+            response = Response(_MALFORMED, 200, media_type="application/json")
+        if admission.headers:
+            response.headers.update(admission.headers)
         return response
 
     return endpoint
@@ -268,15 +286,22 @@ def _admin_settings(state: DemoState) -> Handler:
     return settings
 
 
+async def _admin_object(request: Request, what: str) -> dict[str, Any] | Response:
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return _error(400, "request body is not valid JSON")
+    if not isinstance(body, dict):
+        return _error(422, f"body must be a JSON object of {what}")
+    return body
+
+
 def _admin_change(state: DemoState, change: Callable[..., DemoSettings]) -> Handler:
     async def admin_change(request: Request) -> Response:
-        raw = await request.body()
-        try:
-            changes = json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            return _error(400, "request body is not valid JSON")
-        if not isinstance(changes, dict):
-            return _error(422, "body must be a JSON object of settings")
+        changes = await _admin_object(request, "settings")
+        if isinstance(changes, Response):
+            return changes
         try:
             settings = change(**changes)
         except (TypeError, ValueError) as exc:
@@ -284,3 +309,26 @@ def _admin_change(state: DemoState, change: Callable[..., DemoSettings]) -> Hand
         return _json({"ok": True, "settings": settings.public()})
 
     return admin_change
+
+
+def _admin_restart(restart: Callable[[float], Awaitable[None]] | None) -> Handler:
+    async def admin_restart(request: Request) -> Response:
+        if restart is None:
+            return _error(501, "restart needs the demo served by DemoServer (pb.demo.serve or python -m playbook.demo)")
+        body = await _admin_object(request, "options, like {\"down\": 2}")
+        if isinstance(body, Response):
+            return body
+        unknown = sorted(set(body) - {"down"})
+        if unknown:
+            return _error(422, f"unknown restart option {unknown[0]!r}; the only one is 'down'")
+        try:
+            down = down_seconds(body.get("down", 0.0))
+        except ValueError as exc:
+            return _error(422, str(exc))
+        # A background task runs after the answer is sent: this connection is not cut short.
+        return Response(
+            _encode({"ok": True, "down": down}).encode("utf-8"), 200,
+            media_type="application/json", background=BackgroundTask(restart, down),
+        )  # fmt: skip
+
+    return admin_restart

@@ -1,4 +1,5 @@
-"""Per-key admission primitives of the demo provider: a token bucket and a quota window.
+"""Per-key admission primitives of the demo provider: a token bucket, fixed windows and a
+quota window.
 
 Both take `now` from the caller (a `time.monotonic` reading) instead of reading a clock,
 so they are exact and trivially testable; neither is thread-safe on its own (the demo
@@ -7,7 +8,9 @@ state serialises access under its lock).
 
 from __future__ import annotations
 
-__all__ = ["QuotaWindows", "RateLimiter"]
+import math
+
+__all__ = ["FixedWindows", "QuotaWindows", "RateLimiter"]
 
 
 class RateLimiter:
@@ -45,6 +48,44 @@ class RateLimiter:
         return f"<RateLimiter {rate} burst={self.burst} keys={len(self._buckets)}>"
 
 
+class FixedWindows:
+    """At most `limit` requests per key in each window of `period` seconds.
+
+    Windows are aligned to multiples of `period` on the clock, as a provider counting per
+    "calendar" second or minute does: a burst of `limit` at the end of one window and another
+    at the start of the next all pass, which a token bucket would never allow.
+    """
+
+    __slots__ = ("_windows", "limit", "period")
+
+    def __init__(self, limit: int | None, period: float) -> None:
+        self.limit = limit
+        self.period = period
+        self._windows: dict[str, list[float]] = {}  # key -> [window index, used]
+
+    def acquire(self, key: str, now: float) -> float:
+        """Count one request: 0.0 when admitted, else the seconds until the window ends."""
+        limit = self.limit
+        if limit is None:
+            return 0.0
+        index = math.floor(now / self.period)
+        window = self._windows.get(key)
+        if window is None or window[0] != index:
+            window = self._windows[key] = [index, 0.0]
+        if window[1] >= limit:
+            # Never 0.0, which means "admitted", even where float rounding meets the boundary.
+            return max((index + 1) * self.period - now, 1e-9)
+        window[1] += 1.0
+        return 0.0
+
+    def clear(self) -> None:
+        self._windows.clear()
+
+    def __repr__(self) -> str:
+        limit = "unlimited" if self.limit is None else str(self.limit)
+        return f"<FixedWindows {limit} per {self.period:g}s keys={len(self._windows)}>"
+
+
 class QuotaWindows:
     """At most `limit` requests per key per window of `period` seconds.
 
@@ -71,6 +112,16 @@ class QuotaWindows:
             return window[0] + self.period - now
         window[1] += 1.0
         return 0.0
+
+    def remaining(self, key: str, now: float) -> int | None:
+        """Requests the key may still make in its current window; None without a quota."""
+        limit = self.limit
+        if limit is None:
+            return None
+        window = self._windows.get(key)
+        if window is None or now - window[0] >= self.period:
+            return limit
+        return max(0, limit - int(window[1]))
 
     def clear(self) -> None:
         self._windows.clear()

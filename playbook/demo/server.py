@@ -3,10 +3,14 @@
 `serve()` returns once the server accepts connections. The socket is bound here, before
 uvicorn starts, so port 0 works and the real port is known without parsing logs; a port
 that is already taken fails in the caller's thread with the usual OSError.
+
+`DemoServer.restart(down)` (or POST /_restart) closes that port for `down` seconds and then
+binds it again, on the same thread and event loop, serving the same state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -14,7 +18,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from playbook.demo.settings import DemoSettings
+from playbook.demo.settings import DemoSettings, down_seconds
 from playbook.demo.state import DemoState
 
 __all__ = ["DemoServer", "serve"]
@@ -57,8 +61,11 @@ class DemoServer:
         # An injected clock (monotonic seconds) drives rate buckets, quotas and jobs: tests
         # use a frozen one so limits do not depend on how fast a loaded machine runs.
         self._state = DemoState(settings, clock=clock or time.monotonic)
-        self._server: Any = None  # uvicorn.Server, typed loosely to keep uvicorn a lazy import
+        self._config: Any = None  # uvicorn.Config and uvicorn.Server, typed loosely to keep
+        self._server: Any = None  # uvicorn a lazy import; a restart makes a new Server
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._back_at: float | None = None  # monotonic time a restart listens again
         self._error: BaseException | None = None
         self._stopped = False
 
@@ -90,11 +97,32 @@ class DemoServer:
         """Change settings now, keeping counters, rate buckets, quotas and jobs."""
         return self._state.configure(**settings)
 
-    def _start(self) -> None:
-        import uvicorn
+    def restart(self, down: float) -> None:
+        """Stop listening for ``down`` seconds, then serve again on the same port.
 
-        from playbook.demo.app import build_app
+        Returns once the port is closed: a connection attempt is refused, as from a provider
+        being redeployed. Requests already being answered finish (up to 2 s). When it listens
+        again the counters, quotas, jobs and settings are those it had; token buckets and fixed
+        windows start afresh, as a restarted process's memory does.
+        """
+        down = down_seconds(down)
+        loop = self._loop
+        if loop is None or not self.running:
+            raise RuntimeError(f"the demo provider on {self.url} is not running")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("restart() waits for the server's own thread; from a request, POST /_restart")
+        asyncio.run_coroutine_threadsafe(self._go_down(down), loop).result(_STOP_TIMEOUT)
 
+    async def _go_down(self, down: float) -> None:
+        self._back_at = time.monotonic() + down
+        server = self._server
+        # Close the listening sockets now rather than at uvicorn's next tick (0.1 s away), so
+        # the port refuses connections from the moment restart() returns.
+        for listener in getattr(server, "servers", ()):
+            listener.close()
+        server.should_exit = True
+
+    def _listen(self, port: int | None) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         # proto must say TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets
         # whose proto is IPPROTO_TCP, and without it Nagle meets delayed ACKs and every
@@ -103,26 +131,38 @@ class DemoServer:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                sock.bind((self.host, DEFAULT_PORT if self.port is None else self.port))
+                sock.bind((self.host, DEFAULT_PORT if port is None else port))
             except OSError:
-                if self.port is not None:
+                if port is not None:
                     raise
                 sock.bind((self.host, 0))  # the usual port is taken (another demo): any free one
         except BaseException:
             sock.close()
             raise
+        return sock
+
+    def _uvicorn(self) -> Any:
+        import uvicorn
+
+        if self._config is None:
+            from playbook.demo.app import build_app
+
+            self._config = uvicorn.Config(
+                build_app(state=self._state, restart=self._go_down),
+                log_level="warning",
+                log_config=None,  # never reconfigure the host process's logging (notebooks)
+                access_log=False,
+                lifespan="off",
+                ws="none",
+                timeout_graceful_shutdown=2,
+                backlog=1024,
+            )
+        return uvicorn.Server(self._config)
+
+    def _start(self) -> None:
+        sock = self._listen(self.port)
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            build_app(state=self._state),
-            log_level="warning",
-            log_config=None,  # never reconfigure the host process's logging (notebooks)
-            access_log=False,
-            lifespan="off",
-            ws="none",
-            timeout_graceful_shutdown=2,
-            backlog=1024,
-        )
-        self._server = uvicorn.Server(config)
+        self._server = self._uvicorn()
         self._thread = threading.Thread(
             target=self._run, args=(sock,), name=f"playbook-demo-{self.port}", daemon=True
         )
@@ -135,12 +175,35 @@ class DemoServer:
             time.sleep(0.002)
 
     def _run(self, sock: socket.socket) -> None:
+        # uvicorn's own run() would end with the first shutdown; one loop that serves again
+        # after a restart keeps the thread, and with it `running`, for the server's whole life.
+        # The loop is the one uvicorn would pick (uvloop when installed).
+        factory = self._config.get_loop_factory() if hasattr(self._config, "get_loop_factory") else None
         try:
-            self._server.run(sockets=[sock])
+            with asyncio.Runner(loop_factory=factory) as runner:
+                runner.run(self._serve(sock))
         except BaseException as exc:  # noqa: BLE001 - reported by _start(); a thread cannot raise
             self._error = exc
-        finally:
-            sock.close()
+
+    async def _serve(self, sock: socket.socket) -> None:
+        self._loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await self._server.serve(sockets=[sock])
+            finally:
+                sock.close()
+            if self._stopped or self._back_at is None:
+                return
+            while not self._stopped and (left := self._back_at - time.monotonic()) > 0:
+                await asyncio.sleep(min(left, 0.05))  # short steps, so stop() ends a long down at once
+            if self._stopped:
+                return
+            self._back_at = None
+            sock = self._listen(self.port)
+            self._state.restarted()
+            self._server = server = self._uvicorn()
+            if self._stopped:  # stop() read the previous server between our check and here
+                server.should_exit = True
 
     def stop(self) -> None:
         """Stop serving and join the thread. Safe to call more than once."""
@@ -151,7 +214,7 @@ class DemoServer:
         server.should_exit = True
         thread.join(_STOP_TIMEOUT)
         if thread.is_alive():  # requests still sleeping past the graceful timeout
-            server.force_exit = True
+            self._server.force_exit = True
             thread.join(_STOP_TIMEOUT)
 
     def __enter__(self) -> DemoServer:

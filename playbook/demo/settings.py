@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEMO_KEY", "RETRY_AFTER_FORMATS", "DemoSettings"]
+__all__ = ["DEMO_KEY", "RETRY_AFTER_FORMATS", "DemoSettings", "down_seconds"]
 
 DEMO_KEY = "demo-key"
 
@@ -25,11 +25,21 @@ RETRY_AFTER_FORMATS = ("seconds", "http-date", "reset", "none")
 
 @dataclass(frozen=True, kw_only=True)
 class DemoSettings:
-    """Behaviour of the demo provider. All rates are shares in [0, 1]; times are seconds."""
+    """Behaviour of the demo provider. All rates are shares in [0, 1]; times are seconds.
+
+    Limits, each per API key and each optional, checked in this order: ``max_in_flight``
+    requests answered at once (429 without a hint), the token bucket (``rps``, ``burst``), the
+    fixed window (``window_limit`` requests per ``window_seconds``, windows aligned to multiples
+    of ``window_seconds`` on the server's clock) and the ``quota``. Then faults: every
+    ``fault_every``-th request that passed them all, and a ``fault_rate`` share drawn at random.
+    """
 
     api_keys: tuple[str, ...] = (DEMO_KEY,)
     rps: float | None = None
     burst: int = 10
+    window_limit: int | None = None
+    window_seconds: float = 1.0
+    max_in_flight: int | None = None
     retry_after_format: str = "seconds"
     quota: int | None = None
     quota_reset: float = 3600.0
@@ -38,6 +48,7 @@ class DemoSettings:
     fault_rate: float = 0.0
     fault_status: int = 503
     fault_retry_after: float | None = None
+    fault_every: int | None = None
     slow_rate: float = 0.0
     slow_latency: float = 1.0
     malformed_rate: float = 0.0
@@ -50,6 +61,9 @@ class DemoSettings:
         set_(self, "api_keys", _api_keys(self.api_keys))
         set_(self, "rps", _number("rps", self.rps, low=0.0, open_low=True, optional=True))
         set_(self, "burst", _integer("burst", self.burst, low=1))
+        set_(self, "window_limit", _integer("window_limit", self.window_limit, low=1, optional=True))
+        set_(self, "window_seconds", _number("window_seconds", self.window_seconds, low=0.0, open_low=True))
+        set_(self, "max_in_flight", _integer("max_in_flight", self.max_in_flight, low=1, optional=True))
         if self.retry_after_format not in RETRY_AFTER_FORMATS:
             raise ValueError(
                 f"retry_after_format must be one of {', '.join(RETRY_AFTER_FORMATS)}; "
@@ -66,6 +80,7 @@ class DemoSettings:
         if status > 599:
             raise ValueError(f"fault_status must be a 5xx status such as 503 or 500; got {status!r}")
         set_(self, "fault_retry_after", _number("fault_retry_after", self.fault_retry_after, low=0.0, optional=True))
+        set_(self, "fault_every", _integer("fault_every", self.fault_every, low=1, optional=True))
         set_(self, "seed", _integer("seed", self.seed))
 
     @classmethod
@@ -91,6 +106,11 @@ class DemoSettings:
         if self.quota_endpoints is not None:
             out["quota_endpoints"] = list(self.quota_endpoints)
         return out
+
+
+def down_seconds(value: Any) -> float:
+    """Validate a restart's ``down`` (seconds the port stays closed)."""
+    return _number("down", value, low=0.0)  # type: ignore[return-value]
 
 
 def _check_names(settings: dict[str, Any]) -> None:

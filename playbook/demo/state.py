@@ -13,13 +13,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from playbook.demo.limits import QuotaWindows, RateLimiter
+from playbook.demo.limits import FixedWindows, QuotaWindows, RateLimiter
 from playbook.demo.settings import DemoSettings
 
-__all__ = ["DemoState", "Rejection"]
+__all__ = ["Admission", "DemoState", "Rejection"]
 
 # (status, error message, seconds the client should wait or None)
 Rejection = tuple[int, str, float | None]
+
+
+class Admission:
+    """One /v1 request's fate, from `admit` to `finish`."""
+
+    __slots__ = ("epoch", "headers", "key", "rejection", "slow")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch  # bumped by reset(): a request admitted before it is not counted after it
+        self.rejection: Rejection | None = None
+        self.slow = 0.0  # extra seconds to be slow
+        self.headers: dict[str, str] | None = None  # added to the response, whatever it is
+        self.key: str | None = None  # the API key holding an in-flight slot until `finish`
 
 
 class _Counters:
@@ -80,7 +93,10 @@ class DemoState:
         self.initial = settings
         self.settings = settings
         self._limiter = RateLimiter(settings.rps, settings.burst)
+        self._window = FixedWindows(settings.window_limit, settings.window_seconds)
         self._quota = QuotaWindows(settings.quota, settings.quota_reset)
+        self._busy: dict[str, int] = {}  # key -> requests in flight holding a slot
+        self._passed = 0  # requests past auth and limits, which `fault_every` counts
         self._counters = _Counters()
         self._jobs: dict[str, tuple[float, dict[str, Any]]] = {}
         self._epoch = 0  # bumped by reset(), so requests admitted before it are not counted after it
@@ -104,7 +120,10 @@ class DemoState:
         with self.lock:
             self.settings = settings
             self._limiter = RateLimiter(settings.rps, settings.burst)
+            self._window = FixedWindows(settings.window_limit, settings.window_seconds)
             self._quota = QuotaWindows(settings.quota, settings.quota_reset)
+            self._busy = {}
+            self._passed = 0
             self._counters = _Counters()
             self._jobs = {}
             self._epoch += 1
@@ -119,8 +138,17 @@ class DemoState:
                 self._seed(settings.seed)
             self.settings = settings
             self._limiter.rps, self._limiter.burst = settings.rps, settings.burst
+            self._window.limit, self._window.period = settings.window_limit, settings.window_seconds
             self._quota.limit, self._quota.period = settings.quota, settings.quota_reset
         return settings
+
+    def restarted(self) -> None:
+        """Forget what a provider keeps only in its process's memory: token buckets and fixed
+        windows start afresh. Counters, quotas (a provider bills them from a database), jobs
+        and settings stay."""
+        with self.lock:
+            self._limiter.clear()
+            self._window.clear()
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
@@ -130,13 +158,10 @@ class DemoState:
 
     def admit(
         self, endpoint: str, path: str, authorization: str | None, idempotency_key: str | None
-    ) -> tuple[Rejection | None, float, int]:
-        """Count a /v1 request and decide its fate.
-
-        Returns (rejection or None, extra seconds to be slow, epoch to hand to `finish`).
-        """
+    ) -> Admission:
+        """Count a /v1 request and decide its fate; hand the result to `finish`."""
         with self.lock:
-            epoch = self._epoch
+            admission = Admission(self._epoch)
             c = self._counters
             c.requests += 1
             c.by_endpoint[endpoint] = c.by_endpoint.get(endpoint, 0) + 1
@@ -152,35 +177,62 @@ class DemoState:
             key = _bearer(authorization)
             if key is None or key not in settings.api_keys:
                 c.auth_rejected += 1
-                return (401, "invalid api key", None), 0.0, epoch
+                admission.rejection = (401, "invalid api key", None)
+                return admission
             c.auth_ok += 1
-            now = self.clock()
-            wait = self._limiter.acquire(key, now)
-            if wait:
-                c.rate_limited += 1
-                return (429, "rate limited", wait), 0.0, epoch
-            prefixes = settings.quota_endpoints
-            if settings.quota is not None and (prefixes is None or path.startswith(prefixes)):
-                wait = self._quota.acquire(key, now)
-                if wait:
-                    c.quota_exceeded += 1
-                    return (429, "daily quota exceeded", wait), 0.0, epoch
-            slow = 0.0
+            admission.rejection = self._limit(key, path, admission)
+            if admission.rejection is not None:
+                return admission
             if settings.slow_rate and self._slow_rng.random() < settings.slow_rate:
-                slow = settings.slow_latency
-            if settings.fault_rate and self._fault_rng.random() < settings.fault_rate:
-                fault = (settings.fault_status, "service unavailable", settings.fault_retry_after)
-                return fault, slow, epoch
-            return None, slow, epoch
+                admission.slow = settings.slow_latency
+            self._passed += 1
+            every = settings.fault_every is not None and self._passed % settings.fault_every == 0
+            # Drawn whether or not `fault_every` already decided, so the random faults fall on
+            # the same requests with or without it.
+            drawn = bool(settings.fault_rate) and self._fault_rng.random() < settings.fault_rate
+            if every or drawn:
+                admission.rejection = (settings.fault_status, "service unavailable", settings.fault_retry_after)
+            return admission
 
-    def finish(self, status: int, epoch: int) -> bool:
+    def _limit(self, key: str, path: str, admission: Admission) -> Rejection | None:
+        """The key's limits, in order; the first that refuses answers. Called under the lock."""
+        settings, c = self.settings, self._counters
+        if settings.max_in_flight is not None:
+            busy = self._busy.get(key, 0)
+            if busy >= settings.max_in_flight:
+                c.rate_limited += 1
+                # No hint: a concurrency limit cannot know when a slot frees up.
+                return (429, "too many concurrent requests", None)
+        # Held from here until `finish`, whatever the answer: the server is busy with it.
+        self._busy[key] = self._busy.get(key, 0) + 1
+        admission.key = key
+        now = self.clock()
+        wait = self._limiter.acquire(key, now) or self._window.acquire(key, now)
+        if wait:
+            c.rate_limited += 1
+            return (429, "rate limited", wait)
+        prefixes = settings.quota_endpoints
+        if settings.quota is not None and (prefixes is None or path.startswith(prefixes)):
+            wait = self._quota.acquire(key, now)
+            admission.headers = {
+                "X-RateLimit-Limit": str(settings.quota),
+                "X-RateLimit-Remaining": str(self._quota.remaining(key, now)),
+            }
+            if wait:
+                c.quota_exceeded += 1
+                return (429, "daily quota exceeded", wait)
+        return None
+
+    def finish(self, status: int, admission: Admission) -> bool:
         """Count a response's status; True when this 200 response should be malformed."""
         with self.lock:
-            if epoch != self._epoch:  # admitted before a reset: belongs to zeroed counters
+            if admission.epoch != self._epoch:  # admitted before a reset: belongs to zeroed counters
                 return False
             c = self._counters
             c.by_status[status] = c.by_status.get(status, 0) + 1
             c.in_flight -= 1
+            if admission.key is not None:
+                self._busy[admission.key] -= 1
             rate = self.settings.malformed_rate
             return status == 200 and bool(rate) and self._malformed_rng.random() < rate
 
@@ -212,7 +264,10 @@ class DemoState:
 
     def __repr__(self) -> str:
         c = self._counters
-        return f"<DemoState requests={c.requests} in_flight={c.in_flight} jobs={len(self._jobs)} {self._limiter!r}>"
+        return (
+            f"<DemoState requests={c.requests} in_flight={c.in_flight} jobs={len(self._jobs)} "
+            f"{self._limiter!r} {self._window!r}>"
+        )
 
 
 def _bearer(authorization: str | None) -> str | None:

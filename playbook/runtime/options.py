@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..errors import PlayDefinitionError
 from ..store import ReceiptStore, default_store
+from ..tools.transport import warn_past_file_limit
 
 __all__ = ["RunOptions"]
 
@@ -52,6 +53,7 @@ class RunOptions:
 
         if not _whole(self.concurrency) or self.concurrency < 1:
             raise bad("concurrency", "a whole number >= 1")
+        warn_past_file_limit(self.concurrency)  # allowed (calls queue for connections), but slower than asked
         if self.on_error not in ("isolate", "raise"):
             raise bad("on_error", "'isolate' (a failed row is data in the result) or 'raise'")
         if not (isinstance(self.refresh, bool) or self.refresh == "rows"):

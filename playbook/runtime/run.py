@@ -43,8 +43,8 @@ class Run:
         state = "running" if self.running else ("stopped" if s.stopped else "finished")
         return (
             f"<Run {self._maprun.play.name!r} {state}: {s.total} rows, ok={s.ok} reused={s.reused} "
-            f"failed={s.failed} parked={s.parked} skipped={s.skipped}, calls {s.calls_executed} executed "
-            f"/ {s.calls_reused} reused>"
+            f"failed={s.failed} parked={s.parked} skipped={s.skipped}, calls {s.calls_executed} paid "
+            f"/ {s.calls_reused} reused / {s.calls_local} local>"
         )
 
     def _repr_html_(self) -> str:
@@ -83,15 +83,19 @@ class Run:
 
     @property
     def holds(self) -> list[ProviderHold]:
-        """Providers holding rows back: until when, how many rows wait (held or parked), last status."""
+        """Providers holding rows back: until when, how many rows wait (held or parked), last status;
+        a provider that is down too (``reason="down"``, ``until`` its next probe, ``error`` why)."""
         m = self._maprun
         now = time.time()
         held = Counter(m._held.waiting_on.values())
         parked = Counter(m.park_provider[p] for p, s in enumerate(m.status) if s == "parked" and m.park_provider[p])
         out = []
         for name, provider in m.state.providers.items():
-            until = provider.hold_wall if provider.hold_wall > now else None
-            if held[name] or parked[name] or until is not None:
+            if provider.down:
+                reason, until, error = "down", provider.probe_at or None, provider.down_error
+            else:
+                reason, until, error = "hold", provider.hold_wall if provider.hold_wall > now else None, None
+            if held[name] or parked[name] or until is not None or reason == "down":
                 out.append(
                     ProviderHold(
                         provider=name,
@@ -99,6 +103,8 @@ class Run:
                         waiting_rows=held[name] + parked[name],
                         parked_rows=parked[name],
                         last_status=provider.last_status,
+                        reason=reason,
+                        error=error,
                     )
                 )
         return out
@@ -123,8 +129,8 @@ class Run:
 
     @property
     def parked(self) -> pd.DataFrame:
-        """Parked rows: index label, position, why (``hold``, ``budget``), the provider, when it
-        expects to take calls again (UTC), and the message."""
+        """Parked rows: index label, position, why (``hold``, ``down``, ``budget``), the provider, when
+        it expects to take calls again (UTC; for a down provider, its next probe), and the message."""
         m = self._maprun
         rows = [
             (m._labels[p], p, m.park_reason[p], m.park_provider[p], m.park_ready[p], m.errors[p])

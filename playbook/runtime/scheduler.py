@@ -33,7 +33,7 @@ from ..store import ReceiptStore
 from ..store.records import OUTPUT_TAGGED, memo_tools
 from ..tagged import dumps
 from ..tools import current_fingerprint
-from ..tools.http import default_client
+from ..tools.transport import default_client
 from .batching import Batcher
 from .options import RunOptions
 from .retry_queue import RetryQueue
@@ -110,7 +110,7 @@ class MapRun:
 
     def http_client(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = default_client(self.opts.concurrency)
+            self._client = default_client()
         return self._client
 
     def batcher(self, tool: Tool) -> Batcher:
@@ -159,7 +159,8 @@ class MapRun:
             self._committed_cost -= tool.cost
 
     def call_executed(self, tool: Tool) -> None:
-        self.state.emit(CallFinished(tool.name, _provider(tool), False, tool.cost))
+        local = tool.provider is None and not tool.cost and not tool.remote
+        self.state.emit(CallFinished(tool.name, _provider(tool), False, tool.cost, local))
 
     def ticket(self, call_id: str, tool: Tool, pos: int) -> Ticket:
         """The standing of one logical call with its provider; the same object across replays."""
@@ -402,7 +403,7 @@ class MapRun:
         except Parked as park:
             self._park(pos, park.reason, str(park), park.provider, park.ready_at)
         except ProviderExhausted as exc:
-            self._park(pos, "hold", error_message(exc), exc.provider, exc.retry_at)
+            self._park(pos, exc.reason, error_message(exc), exc.provider, exc.retry_at)
         except RunFatal as exc:
             self._settle(pos, "failed", None, error_message(exc))
             self.fatal_stop(exc, pos)

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..models import (
-    CallFinished, Event, RowFinished, RowHeld, RowRequeued, RowResumed, RowStarted, RunFinished, RunNotice, RunStarted,
-    RunStats, WaterfallFinished,
+    CallFinished, Event, ProviderDown, ProviderUp, RowFinished, RowHeld, RowRequeued, RowResumed, RowStarted, RunFinished,
+    RunNotice, RunStarted, RunStats, WaterfallFinished,
 )  # fmt: skip
 
 __all__ = ["LEG_COLUMNS", "RunState"]
@@ -24,26 +24,31 @@ class RunState:
 
     __slots__ = (
         "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held",
-        "calls_executed", "calls_reused", "cost_spent", "cost_saved", "started", "finished",
-        "stopped", "providers", "waterfalls", "notices", "receipts_lost", "_clock", "_listeners", "_by_kind", "_before",
+        "calls_executed", "calls_reused", "calls_local", "cost_spent", "cost_saved", "started", "finished",
+        "stopped", "providers", "down_since", "waterfalls", "notices", "receipts_lost", "_clock", "_wall", "_listeners",
+        "_by_kind", "_before",
     )  # fmt: skip
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self.play = ""
         self.run_id = ""
         self.total = self.ok = self.reused = self.failed = self.parked = self.skipped = self.in_flight = self.held = 0
-        self.calls_executed = self.calls_reused = 0
+        # Paid calls (to a provider, over HTTP, or with a cost) apart from free local ones: "calls paid"
+        # must be what the user is billed for, not every function that ran.
+        self.calls_executed = self.calls_reused = self.calls_local = 0
         self.cost_spent = self.cost_saved = 0.0
         self.started: float | None = None
         self.finished: float | None = None
         self.stopped = False
         self._before = 0.0  # seconds spent in earlier executions (run.retry() executes again)
         self.providers: dict[str, Any] = {}  # name -> Provider, for views that show their state
+        self.down_since: dict[str, float] = {}  # provider -> epoch seconds it went down (this outage)
         # waterfall key -> per leg [tool, hit, miss, unavailable, error, never]
         self.waterfalls: dict[str, list[list[Any]]] = {}
         self.notices: list[str] = []  # what the user must hear about the run as a whole
         self.receipts_lost = 0
         self._clock = clock
+        self._wall = wall  # down_since is said as a time of day
         self._listeners: list[Listener] = []
         self._by_kind: dict[type, list[Listener]] = {}  # listeners that asked for some kinds only
 
@@ -76,6 +81,8 @@ class RunState:
             if event.reused:
                 self.calls_reused += 1
                 self.cost_saved += event.cost
+            elif event.local:
+                self.calls_local += 1
             else:
                 self.calls_executed += 1
                 self.cost_spent += event.cost
@@ -103,6 +110,10 @@ class RunState:
         elif kind is RunNotice:
             self.notices.append(event.message)
             self.receipts_lost += event.lost
+        elif kind is ProviderDown:
+            self.down_since.setdefault(event.provider, self._wall())  # a failed probe is the same outage
+        elif kind is ProviderUp:
+            self.down_since.pop(event.provider, None)
         elif kind is RunFinished:
             self.finished = self._clock()
             self.stopped = event.stopped
@@ -139,6 +150,7 @@ class RunState:
             held=self.held,
             calls_executed=self.calls_executed,
             calls_reused=self.calls_reused,
+            calls_local=self.calls_local,
             cost_spent=round(self.cost_spent, 9),
             cost_saved=round(self.cost_saved, 9),
             elapsed=round(self.elapsed, 6),

@@ -16,10 +16,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PlayDefinitionError, ToolError
+from ..errors import PlaybookError, PlayDefinitionError, ToolError
 from ..keys import code_fingerprint, digest, key_text, receipt_key
 from ..providers import Provider
 from ..tagged import encode
+from .failures import translate
 
 if TYPE_CHECKING:
     import httpx
@@ -43,8 +44,10 @@ def current_fingerprint(name: str) -> str | None:
 class Tool:
     """A named, cached callable.  Create with :func:`tool`, :func:`http_tool` or :func:`llm_tool`."""
 
+    remote = False  # does a call leave the process (and so count as paid, with or without a cost)?
+
     __slots__ = (
-        "name", "version", "identity", "fingerprint", "provider", "cost", "batch_size", "params", "fn",
+        "name", "version", "identity", "fingerprint", "provider", "cost", "batch_size", "retry_on", "params", "fn",
         "_is_async", "_param_set",
     )  # fmt: skip
 
@@ -58,6 +61,7 @@ class Tool:
         provider: Provider | None = None,
         cost: float = 0.0,
         batch_size: int | None = None,
+        retry_on: type[Exception] | tuple[type[Exception], ...] = (),
         identity: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
@@ -75,6 +79,8 @@ class Tool:
         self.provider = provider
         self.cost = float(cost)
         self.batch_size = batch_size
+        # Part of the definition, not of the identity: how often a call is tried changes no answer.
+        self.retry_on = _retry_types(name, retry_on)
         self.params = tuple(params)
         self._param_set = frozenset(self.params)
         self.fn = fn
@@ -162,7 +168,16 @@ class Tool:
         """Run a batch tool on a list of inputs; returns one answer (or exception) per input."""
         fn = self.fn
         assert fn is not None
-        outs = await fn(items) if self._is_async else await asyncio.to_thread(fn, items)
+        try:
+            outs = await fn(items) if self._is_async else await asyncio.to_thread(fn, items)
+        except PlaybookError:
+            raise
+        except Exception as exc:
+            # The batch's own failure goes to the governor, which understands ToolErrors.
+            error = translate(exc, tool=self.name, provider=self.provider.name if self.provider else None, retry_on=self.retry_on)
+            if error is None:
+                raise
+            raise error from exc
         if not isinstance(outs, (list, tuple)) or len(outs) != len(items):
             got = f"{len(outs)} outputs" if isinstance(outs, (list, tuple)) else f"a {type(outs).__name__}"
             raise ToolError(f"batch tool {self.name!r} returned {got} for {len(items)} inputs; it must return a list, one output per input", tool=self.name)
@@ -187,12 +202,17 @@ def tool(
     provider: Provider | None = None,
     cost: float = 0.0,
     batch_size: int | None = None,
+    retry_on: type[Exception] | tuple[type[Exception], ...] = (),
 ) -> Any:
     """Make a cached tool of a sync or async function; usable bare or with options.
 
     Without ``version`` the tool is identified by its code: edit it and its next calls are paid
     for again (the old receipts stay, answering only the old code).  With ``version="2"`` you
     decide: edits keep the receipts until you change the version.
+
+    An SDK's errors are classified like HTTP answers (``openai.RateLimitError`` holds the
+    provider for its ``Retry-After``, a 5xx or a dropped connection is retried, a 401 stops the
+    run); ``retry_on=(SomeError, ...)`` has the provider retry these exception types too.
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
@@ -203,7 +223,7 @@ def tool(
         if batch_size is not None:
             if len(sig.parameters) != 1:
                 raise PlayDefinitionError(f"batch tool {label!r} must take one parameter: the list of inputs")
-            return Tool(label, params=(), fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size)
+            return Tool(label, params=(), fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size, retry_on=retry_on)
         params = []
         for p in sig.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
@@ -211,6 +231,20 @@ def tool(
                     f"tool {label!r}: parameter {p.name!r} must be a plain named parameter (no *args, **kwargs or /)"
                 )
             params.append(p.name)
-        return Tool(label, params=params, fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size)
+        return Tool(label, params=params, fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size, retry_on=retry_on)
 
     return wrap if fn is None else wrap(fn)
+
+
+def _retry_types(name: str, retry_on: Any) -> tuple[type[Exception], ...]:
+    """``retry_on`` as a tuple of exception classes, or a PlayDefinitionError naming the tool."""
+    types = retry_on if isinstance(retry_on, tuple) else (retry_on,)
+    for kind in types:
+        if not (isinstance(kind, type) and issubclass(kind, Exception)):
+            raise PlayDefinitionError(
+                f"tool {name!r}: retry_on must be an exception class or a tuple of them, e.g. retry_on=(TimeoutError,), "
+                f"not {retry_on!r}"
+            )
+        if issubclass(kind, PlaybookError):
+            raise PlayDefinitionError(f"tool {name!r}: retry_on={kind.__name__} has no effect: playbook's own errors say themselves whether to retry")
+    return types

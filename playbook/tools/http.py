@@ -31,7 +31,7 @@ from ..tagged import Unencodable
 from .base import CallEnv, Tool
 from .secrets import PLACEHOLDER, Secret, SecretAuth, mask, scrub
 
-__all__ = ["HttpTool", "default_client", "http_tool"]
+__all__ = ["HttpTool", "http_tool"]
 
 _RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
 _FATAL = frozenset({401, 402, 403})
@@ -42,8 +42,10 @@ _CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-
 class HttpTool(Tool):
     """A tool that is one HTTP request: templated URL, query, JSON body and headers."""
 
+    remote = True
+
     __slots__ = (
-        "method", "url", "query", "body", "headers", "pick", "miss_status", "secret", "timeout", "client", "_hidden",
+        "method", "url", "query", "body", "headers", "pick", "miss_status", "secret", "timeout", "client", "_hidden", "_timeouts",
     )  # fmt: skip
 
     def __init__(
@@ -71,6 +73,8 @@ class HttpTool(Tool):
             raise PlayDefinitionError(f"http_tool {name!r}: '{{secret}}' is used but no secret= was given")
         self.method, self.url, self.query, self.body, self.headers = method, url, query, body, headers
         self.pick, self.miss_status, self.secret, self.timeout, self.client = pick, miss_status, secret, timeout, client
+        # Waiting for a free connection is queueing, not slowness: only the call itself is timed.
+        self._timeouts = httpx.Timeout(timeout, pool=None)
         # What a receipt key leaves out: the parameters and headers that carry credentials.
         self._hidden = (
             frozenset(k for k, v in query.items() if "{secret}" in str(v)),
@@ -156,7 +160,7 @@ class HttpTool(Tool):
         client = self.client or call.client()
         auth = SecretAuth(self.secret) if self.secret is not None else httpx.USE_CLIENT_DEFAULT
         try:
-            resp = await client.request(self.method, url, params=query, json=body, headers=headers, timeout=self.timeout, auth=auth)
+            resp = await client.request(self.method, url, params=query, json=body, headers=headers, timeout=self._timeouts, auth=auth)
             content = await resp.aread()
         except httpx.TimeoutException as exc:
             # The aiohttp transport reports a refused connection as ConnectTimeout: say what it was.
@@ -165,6 +169,12 @@ class HttpTool(Tool):
                 return 0, httpx.Headers(), b"", f"could not connect: {exc}"
             return 0, httpx.Headers(), b"", f"timed out after {self.timeout:g}s"
         except httpx.HTTPError as exc:
+            return 0, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}"
+        except Exception as exc:
+            # The aiohttp transport lets some of its own errors through (a response cut short,
+            # "Data after Connection: close"): a failed exchange like any other, not a bug in the play.
+            if type(exc).__module__.partition(".")[0] != "aiohttp":
+                raise
             return 0, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}"
         return resp.status_code, resp.headers, content, None
 
@@ -217,17 +227,6 @@ def http_tool(
         pick=pick, miss_status=frozenset(int(s) for s in miss_status), secret=secret, timeout=float(timeout),
         client=client, version=str(version), provider=provider, cost=cost,
     )  # fmt: skip
-
-
-def default_client(concurrency: int) -> httpx.AsyncClient:
-    """The HTTP client a run uses unless a tool brings its own: the aiohttp transport when
-    installed (at 64 calls in flight, httpx's own pool does a tenth of its throughput)."""
-    limits = httpx.Limits(max_connections=max(100, 4 * concurrency), max_keepalive_connections=max(100, 4 * concurrency))
-    try:
-        from httpx_aiohttp import AiohttpTransport
-    except ImportError:  # the plain httpx pool works, only slower at high concurrency
-        return httpx.AsyncClient(limits=limits)
-    return httpx.AsyncClient(transport=AiohttpTransport(limits=limits))
 
 
 # -- the wire form of inputs -------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """A run as static HTML: what a saved or exported notebook shows of it (``Run._repr_html_``).
 
-Counters, the providers (held until when, rate, 429s, rows waiting), parked rows and errors
-grouped by message, each capped so a million-row run renders as small as a ten-row one.
+Counters, the providers (held until when, or down since when and why; rate and the calls in flight
+it allows, 429s, rows waiting), parked rows and errors grouped by message, each capped so a
+million-row run renders as small as a ten-row one.
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ from .tally import Tally
 if TYPE_CHECKING:
     from ..runtime.run import Run
 
-__all__ = ["LIMIT", "counters_table", "providers_table", "errors_table", "legs_table", "parked_table", "run_html"]
+__all__ = [
+    "LIMIT", "counters_table", "errors_table", "in_words", "legs_table", "parked_table", "provider_rate", "provider_state",
+    "providers_table", "run_html",
+]  # fmt: skip
 
 LIMIT = 20  # rows shown of the parked table and groups shown of the errors
+_WORDS = 160  # characters of an error shown in a provider's line
 
 
 def run_html(run: Run) -> str:
@@ -29,7 +34,7 @@ def run_html(run: Run) -> str:
     parts = [f"<div class='playbook-run'><b>{_e(m.play.name)}</b> · {state} · {s.elapsed:.1f}s · {rate:,.0f} rows/s", counters_table(s)]
     parts += [f"<div class='playbook-notice'>⚠ {_e(note)}</div>" for note in m.state.notices]
     tally = Tally.of(m)
-    parts.append(providers_table(m.state.providers, tally.waiting()))
+    parts.append(providers_table(m.state.providers, tally.waiting(), down_since=m.state.down_since))
     parts.append(parked_table(tally.parked_rows(LIMIT), tally.parked_count))
     parts.append(errors_table(tally.error_groups(LIMIT), len(tally.counts)))
     parts.append(legs_table(m.state))
@@ -39,29 +44,61 @@ def run_html(run: Run) -> str:
 def counters_table(s: Any) -> str:
     """The run's counters, from its ``RunStats`` or its live ``RunState``."""
     return _table(
-        ["rows", "ok", "reused", "failed", "held", "parked", "skipped", "calls paid", "calls reused", "cost spent", "cost saved"],
-        [[s.total, s.ok, s.reused, s.failed, s.held, s.parked, s.skipped, s.calls_executed, s.calls_reused, f"{s.cost_spent:g}", f"{s.cost_saved:g}"]],
-    )
+        ["rows", "ok", "reused", "failed", "held", "parked", "skipped", "calls paid", "calls reused", "calls local", "cost spent", "cost saved"],
+        [[
+            s.total, s.ok, s.reused, s.failed, s.held, s.parked, s.skipped, s.calls_executed, s.calls_reused, s.calls_local,
+            f"{s.cost_spent:g}", f"{s.cost_saved:g}",
+        ]],
+    )  # fmt: skip
 
 
-def providers_table(providers: dict[str, Any], waiting: dict[str | None, int], *, now: float | None = None) -> str:
-    """One line per provider: open or held (until when), rate, in flight, 429s, and the rows
-    ``waiting`` on it.  Given ``now``, a hold shows the seconds left, for a live countdown."""
+def providers_table(
+    providers: dict[str, Any], waiting: dict[str | None, int], *, now: float | None = None,
+    down_since: dict[str, float] | None = None,
+) -> str:  # fmt: skip
+    """One line per provider: open, held (until when) or down (since when, why, next probe); its rate
+    and the calls in flight it allows, in flight, 429s, and the rows ``waiting`` on it.  Given
+    ``now``, a hold or a probe shows the seconds left, for a live countdown."""
     if not providers:
         return ""
-    shown = []
-    for name, p in providers.items():
-        if not p.held:
-            state = "open"
-        elif now is None:
-            state = f"held until {time_of_day(p.hold_wall)}"
-        else:
-            state = f"held {max(p.hold_wall - now, 0):,.0f}s more, until {time_of_day(p.hold_wall)}"
-        if p.held and p.last_status:
-            state += f" (HTTP {p.last_status})"
-        rate = "unlimited" if p.rate is None else f"{p.rate:.3g}/s"
-        shown.append([name, state, rate, p.in_flight, p.refused, waiting.get(name, 0)])
+    since = down_since or {}
+    shown = [
+        [name, provider_state(p, since.get(name), now), provider_rate(p), p.in_flight, p.refused, waiting.get(name, 0)]
+        for name, p in providers.items()
+    ]
     return _table(["provider", "state", "rate", "in flight", "429s", "rows waiting"], shown)
+
+
+def provider_state(p: Any, since: float | None = None, now: float | None = None) -> str:
+    """"open", "held until ..." or "down since ...: why; next probe at ..."; given ``now``, with the
+    seconds left of the hold or before the probe."""
+    if p.down:
+        state = "down" + (f" since {time_of_day(since)}" if since else "") + f": {in_words(p.down_error)}"
+        if p.probe_at:
+            left = "" if now is None else f"in {max(p.probe_at - now, 0):,.0f}s, "
+            state += f"; next probe {left}at {time_of_day(p.probe_at)}"
+        return state
+    if not p.held:
+        return "open"
+    if now is None:
+        state = f"held until {time_of_day(p.hold_wall)}"
+    else:
+        state = f"held {max(p.hold_wall - now, 0):,.0f}s more, until {time_of_day(p.hold_wall)}"
+    return state + (f" (HTTP {p.last_status})" if p.last_status else "")
+
+
+def provider_rate(p: Any) -> str:
+    """Its current rate, and the calls in flight it allows now when they are bounded: "20/s, ≤8 in flight"."""
+    rate = "unlimited" if p.rate is None else f"{p.rate:.3g}/s"
+    limit = p.in_flight_limit
+    return rate if limit is None else f"{rate}, ≤{limit} in flight"
+
+
+def in_words(error: str | None) -> str:
+    """A provider's failure on one short line: a down provider's line must not become a traceback."""
+    lines = (error or "").strip().splitlines()
+    text = lines[0] if lines else "unreachable"
+    return text if len(text) <= _WORDS else text[: _WORDS - 1] + "…"
 
 
 def parked_table(rows: list[tuple[Any, str, str | None, float | None]], count: int) -> str:

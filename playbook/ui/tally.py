@@ -20,12 +20,16 @@ KINDS = (RowFinished, RowParked, RowRequeued, RowHeld, RowResumed)
 
 
 class Tally:
-    """Failed rows by message (count and an example), parked rows (reason, provider, ready at), and
-    the rows each provider holds back.  The live panel keeps one up to date from the events;
-    the static summary takes one of the rows as they stand (:meth:`of`).
+    """Failed rows by message (count and an example), parked rows (reason, provider, ready at;
+    counted by provider and by provider and reason), and the rows each provider holds back.  The
+    live panel keeps one up to date from the events; the static summary takes one of the rows as
+    they stand (:meth:`of`).
     """
 
-    __slots__ = ("_label", "failed", "copies", "counts", "example", "parked", "parked_rows_by", "held", "held_by", "version")
+    __slots__ = (
+        "_label", "failed", "copies", "counts", "example", "parked", "parked_rows_by", "parked_reasons", "held", "held_by",
+        "version",
+    )  # fmt: skip
 
     def __init__(self, label: Callable[[int], Any]) -> None:
         self._label = label  # position -> the row's index label
@@ -35,6 +39,7 @@ class Tally:
         self.example: dict[str, int] = {}  # message -> a position that failed so
         self.parked: dict[int, tuple[str, str | None, float | None]] = {}  # position -> (reason, provider, ready_at)
         self.parked_rows_by: dict[str | None, int] = {}  # provider -> parked rows
+        self.parked_reasons: dict[tuple[str | None, str], int] = {}  # (provider, reason) -> parked rows
         self.held: dict[int, str] = {}  # position -> the provider (or "sleep") it waits on
         self.held_by: dict[str, int] = {}  # provider -> rows held now
         self.version = 0  # bumped on every change: a view redraws the tables only when it moved
@@ -50,9 +55,9 @@ class Tally:
                 tally.counts[message] = tally.counts.get(message, 0) + 1
                 tally.example.setdefault(message, position)
             elif status == "parked":
-                provider = run.park_provider[position]
-                tally.parked[position] = (run.park_reason[position], provider, run.park_ready[position])
-                tally.parked_rows_by[provider] = tally.parked_rows_by.get(provider, 0) + 1
+                entry = (run.park_reason[position], run.park_provider[position], run.park_ready[position])
+                tally.parked[position] = entry
+                tally._count_parked(entry, 1)
         for position, provider in run._held.waiting_on.items():
             tally.held[position] = provider
             tally.held_by[provider] = tally.held_by.get(provider, 0) + 1
@@ -76,7 +81,7 @@ class Tally:
                 self.example.setdefault(message, position)
                 self.version += 1
             elif status == "parked" and (entry := self.parked.get(position)) is not None:
-                self.parked_rows_by[entry[1]] = self.parked_rows_by.get(entry[1], 0) + rows
+                self._count_parked(entry, rows)
         elif kind is RowParked:  # the RowFinished that follows says how many rows
             self.parked[event.position] = (event.reason, event.provider, event.ready_at)
             self.version += 1
@@ -89,6 +94,11 @@ class Tally:
         elif kind is RowRequeued:
             self._forget(event.position)
 
+    def _count_parked(self, entry: tuple[str, str | None, float | None], rows: int) -> None:
+        reason, provider = entry[0], entry[1]
+        self.parked_rows_by[provider] = self.parked_rows_by.get(provider, 0) + rows
+        self.parked_reasons[provider, reason] = self.parked_reasons.get((provider, reason), 0) + rows
+
     def _resume(self, position: int) -> None:
         provider = self.held.pop(position, None)
         if provider is not None:
@@ -100,7 +110,7 @@ class Tally:
         rows = self.copies.pop(position, 1)
         parked = self.parked.pop(position, None)
         if parked is not None:
-            self.parked_rows_by[parked[1]] -= rows
+            self._count_parked(parked, -rows)
         message = self.failed.pop(position, None)
         if message is None:
             return
@@ -120,6 +130,10 @@ class Tally:
         for provider, n in self.held_by.items():
             counts[provider] = counts.get(provider, 0) + n
         return counts
+
+    def reasons(self, provider: str | None) -> dict[str, int]:
+        """Why the rows parked on ``provider`` (``None``: on no provider, e.g. the budget) parked: reason -> rows."""
+        return {reason: n for (name, reason), n in self.parked_reasons.items() if name == provider and n}
 
     def error_groups(self, limit: int) -> list[tuple[int, str, Any]]:
         """The ``limit`` largest groups: (rows, message, example row label)."""

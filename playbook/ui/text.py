@@ -1,7 +1,17 @@
-"""Text progress on stderr (tqdm), for terminals, scripts and CI logs."""
+"""Text progress on stderr (tqdm), for terminals, scripts and CI logs.
+
+The bar takes the terminal's width and follows it when the window is resized; written to a file
+or a CI log, where there is no terminal to ask, it is ``$COLUMNS`` or ``LOG_WIDTH`` columns wide.
+tqdm cuts a line that is too long at its end, so what holds rows back (held and parked rows, the
+providers that hold calls or are down) comes first, right after the play's name, shortened until
+it fits; the counters come last.  A provider going down or coming back also gets a line of its
+own, and the summary printed at the end has one line per provider that holds rows, is down or has
+parked rows.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -9,12 +19,23 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..models import Event, ProviderHoldLifted, ProviderHoldSet, RowFinished, RowHeld, RowRequeued, RunFinished, RunStarted, time_of_day
+from ..models import (
+    Event, ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RowFinished, RowHeld, RowRequeued, RunFinished,
+    RunStarted, time_of_day,
+)  # fmt: skip
 from ..runtime.state import RunState
+from .html import in_words
+from .tally import KINDS as TALLY_KINDS
+from .tally import Tally
 
-__all__ = ["TextView", "summary"]
+__all__ = ["LOG_WIDTH", "TextView", "summary", "waiting_line"]
 
 _INTERVAL = 0.1  # at most 10 refreshes a second
+LOG_WIDTH = 100  # columns of the bar when stderr is not a terminal and $COLUMNS is not set
+_BAR_ROOM = 24  # what the bar needs besides the alerts: " [", "]", ": 45%|█| " and a count like "4500/10000"
+_KINDS = (
+    RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted, ProviderDown, ProviderUp, RowFinished, RowRequeued, RowHeld,
+)  # fmt: skip
 
 
 class TextView:
@@ -25,64 +46,171 @@ class TextView:
         self._file = file if file is not None else sys.stderr
         self._clock = clock
         self._bar: tqdm | None = None
+        self._terminal = _is_terminal(self._file)
         self._last = 0.0
-        self.unsubscribe = state.subscribe(self.on_event)
+        self._down: set[str] = set()  # providers whose going down this view has written
+        self.tally = Tally(lambda position: position)
+        # The tally first: a refresh on the same event must see it counted.
+        self._unsubscribe = [
+            state.subscribe(self.tally.on_event, kinds=TALLY_KINDS),
+            state.subscribe(self.on_event, kinds=_KINDS),
+        ]
+
+    def unsubscribe(self) -> None:
+        """Stop following the run; a bar still drawn is closed where it stands."""
+        for undo in self._unsubscribe:
+            undo()
+        self._unsubscribe = []
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
     def on_event(self, event: Event) -> None:
         kind = type(event)
-        if kind is RunStarted:
-            if self._bar is None:
-                self._bar = tqdm(total=event.total, desc=event.play, unit="row", file=self._file, leave=True, dynamic_ncols=False, ncols=100)
-            self._refresh(force=True)
-        elif kind is ProviderHoldSet or kind is ProviderHoldLifted:
-            self._refresh()
-        elif kind is RowFinished or kind is RowRequeued or kind is RowHeld:
+        if kind is RowFinished or kind is RowRequeued or kind is RowHeld:
             now = self._clock()
             if now - self._last >= _INTERVAL:
                 self._last = now
                 self._refresh()
+        elif kind is RunStarted:
+            if self._bar is None:
+                width = {"dynamic_ncols": True} if self._terminal else {"ncols": _log_width()}
+                self._bar = tqdm(total=event.total, desc=event.play, unit="row", file=self._file, leave=True, **width)
+            self._refresh()
+        elif kind is ProviderHoldSet or kind is ProviderHoldLifted:
+            self._refresh()
+        elif kind is ProviderDown or kind is ProviderUp:
+            self._say(event)
+            self._refresh()
         elif kind is RunFinished:
-            self._refresh(force=True)
+            self._refresh()
             if self._bar is not None:
                 self._bar.close()
                 self._bar = None
-            print(summary(self._state), file=self._file, flush=True)
+            print(summary(self._state, self.tally), file=self._file, flush=True)
 
-    def _refresh(self, force: bool = False) -> None:
+    def _columns(self) -> int | None:
+        """The terminal's width now, as tqdm measures it for this redraw (it leaves the last column free)."""
+        try:
+            return os.get_terminal_size(self._file.fileno()).columns - 1
+        except (AttributeError, ValueError, OSError):
+            return None
+
+    def _say(self, event: ProviderDown | ProviderUp) -> None:
+        """A line of its own when a provider goes down or comes back: a log keeps when and why."""
+        name = event.provider
+        if isinstance(event, ProviderDown):
+            if name in self._down:  # a failed probe: the same outage
+                return
+            self._down.add(name)
+            provider = self._state.providers.get(name)
+            probe = f"; next probe at {time_of_day(provider.probe_at)}" if provider is not None and provider.probe_at else ""
+            line = f"provider {name!r} is down: {in_words(event.error)}; its rows park{probe}"
+        elif name in self._down:
+            self._down.discard(name)
+            line = f"provider {name!r} is up again"
+        else:
+            return
+        tqdm.write(line, file=self._file)
+
+    def _refresh(self) -> None:
         bar, s = self._bar, self._state
         if bar is None:
             return
         bar.n = s.done
-        postfix = f"ok={s.ok} reused={s.reused} failed={s.failed}"
-        if s.held:
-            postfix += f" held={s.held}"
-        if s.parked:
-            postfix += f" parked={s.parked}"
-        postfix += f" | calls {s.calls_executed} paid, {s.calls_reused} from receipts"
-        for p in s.providers.values():
-            if p.held:
-                postfix += f" | {p.name} holds until {time_of_day(p.hold_wall)}"
-        bar.set_postfix_str(postfix, refresh=False)
+        columns = self._columns() if self._terminal else bar.ncols
+        alerts = waiting_line(s, self.tally, columns - len(s.play) - _BAR_ROOM if columns else None)
+        bar.set_description_str(f"{s.play} [{alerts}]" if alerts else s.play, refresh=False)
+        bar.set_postfix_str(f"ok={s.ok} reused={s.reused} failed={s.failed} | {_calls(s)}", refresh=False)
         bar.refresh()
 
 
-def summary(state: RunState) -> str:
-    """One line: what the run did and what it cost."""
+def waiting_line(s: RunState, tally: Tally, room: int | None = None) -> str:
+    """What holds rows back, in at most ``room`` characters when it can: held and parked rows, then
+    each provider that is down, holds calls or has parked rows, with details while they fit."""
+    counts = " ".join(f"{name}={n}" for name, n in (("held", s.held), ("parked", s.parked)) if n)
+    waiting = tally.waiting()
+    full, short = [], []
+    down = held = 0
+    for name, p in s.providers.items():
+        rows = waiting.get(name, 0)
+        if p.down:
+            down += 1
+            probe = f", probe {time_of_day(p.probe_at)}" if p.probe_at else ""
+            full.append(f"{name} down ({rows} rows{probe})")
+            short.append(f"{name} down")
+        elif p.held:
+            held += 1
+            full.append(f"{name} held until {time_of_day(p.hold_wall)} ({rows} rows)")
+            short.append(f"{name} held")
+        elif rows:
+            full.append(f"{name}: {rows} rows waiting")
+    least = [f"{down} down"] * bool(down) + [f"{held} held"] * bool(held)
+    lines = [" | ".join(filter(None, [counts, *parts])) for parts in (full, short, [", ".join(least)])]
+    for line in lines:
+        if room is None or len(line) <= room:
+            return line
+    return lines[-1]
+
+
+def summary(state: RunState, tally: Tally) -> str:
+    """What the run did and what it cost, on one line; then a line per provider that holds rows, is
+    down or has parked rows (how many, until when, why), and the rows the budget parked."""
     s = state
     parts = [f"{s.play}: {s.total} rows", f"ok {s.ok}", f"reused {s.reused}", f"failed {s.failed}"]
     if s.parked:
         parts.append(f"parked {s.parked}")
     if s.skipped:
         parts.append(f"skipped {s.skipped}")
-    parts.append(f"calls executed {s.calls_executed}, reused {s.calls_reused}")
+    parts.append(_calls(s))
     parts.append(f"cost {s.cost_spent:g} spent, {s.cost_saved:g} saved")
     parts.append(f"{s.elapsed:.1f}s")
-    line = " | ".join(parts)
-    holds = [p for p in s.providers.values() if p.held]
-    for p in holds:
-        when = time_of_day(p.hold_wall)
-        status = f" (HTTP {p.last_status})" if p.last_status else ""
-        line += f"\nprovider {p.name!r} holds calls until {when}{status}; parked rows retry with run.retry() or a rerun"
-    for note in s.notices:
-        line += f"\nwarning: {note}"
-    return line
+    lines = [" | ".join(parts)]
+    for name, p in s.providers.items():
+        parked = tally.parked_rows_by.get(name, 0)
+        rows = f"; {_rows(parked)} parked" if parked else ""
+        if p.down:
+            since = s.down_since.get(name)
+            when = f" since {time_of_day(since)}" if since else ""
+            probe = f"; next probe at {time_of_day(p.probe_at)}" if p.probe_at else ""
+            lines.append(f"provider {name!r} is down{when}: {in_words(p.down_error)}{rows}{probe}")
+        elif p.held:
+            status = f" (HTTP {p.last_status})" if p.last_status else ""
+            lines.append(f"provider {name!r} holds calls until {time_of_day(p.hold_wall)}{status}{rows}")
+        elif parked:
+            ready = max((at for _, on, at in tally.parked.values() if on == name and at), default=None)
+            until = f", ready at {time_of_day(ready)}" if ready else ""
+            lines.append(f"provider {name!r}: {_rows(parked)} parked ({_reasons(tally.reasons(name))}){until}")
+    for reason, n in tally.reasons(None).items():
+        lines.append(f"{_rows(n)} parked: " + ("the budget (max_cost) ran out" if reason == "budget" else reason))
+    if s.parked:
+        lines.append("parked rows retry with run.retry() or a rerun")
+    lines += [f"warning: {note}" for note in s.notices]
+    return "\n".join(lines)
+
+
+def _calls(s: RunState) -> str:
+    return f"calls {s.calls_executed} paid, {s.calls_reused} from receipts, {s.calls_local} local"
+
+
+def _rows(n: int) -> str:
+    return f"{n:,} row" if n == 1 else f"{n:,} rows"
+
+
+def _reasons(reasons: dict[str, int]) -> str:
+    if len(reasons) == 1:
+        return next(iter(reasons))
+    return ", ".join(f"{reason} {n:,}" for reason, n in reasons.items())
+
+
+def _is_terminal(file: Any) -> bool:
+    try:
+        return bool(file.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed file
+        return False
+
+
+def _log_width() -> int:
+    """A file or a CI log has no width to ask: ``$COLUMNS`` when set, else ``LOG_WIDTH``."""
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else LOG_WIDTH

@@ -1,10 +1,11 @@
 """The live view of a run in Jupyter: an ipywidgets panel refreshed at most 10 times a second.
 
 It shows a progress bar, a header (play, status, elapsed, ETA, rows/s), the counters, the
-providers (state, rate, in flight, 429s, hold with a countdown, rows waiting), the first parked
-rows, the errors grouped by message and the waterfall legs.  A background run's panel has Stop /
-Retry parked / Retry failed buttons; a blocking run keeps the kernel busy, so a click would only
-be handled after it: its panel has none (interrupting the kernel stops it).
+providers (open, held with a countdown, or down with why and the next probe; rate and the calls in
+flight it allows, in flight, 429s, rows waiting), the first parked rows, the errors grouped by
+message and the waterfall legs.  A background run's panel has Stop / Retry parked / Retry failed
+buttons; a blocking run keeps the kernel busy, so a click would only be handled after it: its
+panel has none (interrupting the kernel stops it).
 
 What changes on every refresh is one widget, the capped tables another, so a refresh sends one
 or two messages, and a million-row run costs the browser what a ten-row one does.  When the run
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from ..models import Event, ProviderHoldLifted, ProviderHoldSet, RunFinished, RunStarted
+from ..models import Event, ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RunFinished, RunStarted
 from .html import LIMIT, counters_table, errors_table, legs_table, parked_table, providers_table
 from .tally import KINDS as TALLY_KINDS
 from .tally import Tally
@@ -33,6 +34,7 @@ __all__ = ["DELAY", "WidgetView", "in_kernel"]
 _INTERVAL = 0.1  # at most 10 refreshes a second
 _TABLES_INTERVAL = 0.5
 DELAY = 0.5  # seconds a run goes on before its live panel appears
+_KINDS = (RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted, ProviderDown, ProviderUp)  # not per row
 _CSS = (
     "<style>.playbook-live .widget-html-content{line-height:1.4}"
     ".playbook-live table{border-collapse:collapse;margin:4px 0}"
@@ -76,7 +78,7 @@ class WidgetView:
         # Redrawn on a timer, not per row: only the events that change what it shows call it.
         state = run.state
         self._unsubscribe = [
-            state.subscribe(self.on_event, kinds=(RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted)),
+            state.subscribe(self.on_event, kinds=_KINDS),
             state.subscribe(self.tally.on_event, kinds=TALLY_KINDS),
         ]
         if run._maprun.opts.background:
@@ -221,7 +223,8 @@ class WidgetView:
         with self.panel.hold_sync():  # one batch of comm messages per refresh
             self.bar.max = max(s.total, 1)
             self.bar.value = done
-            self.status.value = head + counters_table(s) + providers_table(s.providers, tally.waiting(), now=self._wall())
+            providers = providers_table(s.providers, tally.waiting(), now=self._wall(), down_since=s.down_since)
+            self.status.value = head + counters_table(s) + providers
             if self.stop is not None:
                 self.retry_parked.disabled = not tally.parked
                 self.retry_failed.disabled = not tally.failed

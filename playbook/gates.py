@@ -1,0 +1,240 @@
+"""What a provider's governor knows besides its rate: how many calls it may have in flight
+(:class:`Window`) and whether the provider is up at all (:class:`Health`).
+
+Like :mod:`playbook.limits`, neither reads a clock: each takes ``now`` from its caller (the
+running loop's time), so tests drive them in virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+
+__all__ = ["Health", "Window"]
+
+
+class Window:
+    """Calls in flight: a gate whose limit is configured (``concurrency=``), discovered from
+    429s that track calls in flight, or both (the discovered limit never exceeds the configured).
+
+    It *opens* like TCP's slow start: ``INITIAL`` calls at first, one more per success (doubling
+    each round trip), so a provider with limits meets a handful of calls, not the whole run's
+    concurrency at once; the first 429 ends the opening.
+
+    A 429 for a call sent while ``level`` calls were in flight (itself included) is a verdict on
+    concurrency when calls sent at lower levels went through lately and none at this level did:
+    a rate limit refuses calls whatever the level, so its refusals fall among successes at the
+    same levels; and it says when to come back (``Retry-After``), which no concurrency limit
+    can.  The limit is then set to the highest level that went through (the level *is*
+    the measurement, so no multiplicative cut is needed).  A success at a level above the limit
+    says the limit was read too low and raises it by one, and a second at the limit without a
+    refusal raises it by a quarter: a raised limit is found at the cost
+    of a refusal a second.  A refusal below the limit, among levels that went through, is the
+    rate's.
+    """
+
+    __slots__ = ("configured", "limit", "in_flight", "opening", "_waiters", "_oks", "_changed", "_blind", "_loop")
+
+    HORIZON = 2.0  # seconds of successes that say which levels went through
+    INITIAL = 8
+    OPEN = 256  # an opening that gets this far without a 429 has found no limit
+    PROBE = 1.0  # seconds at the limit without a refusal before it grows
+
+    def __init__(self, configured: int | None = None) -> None:
+        self.configured = configured
+        self.opening = configured is None or configured > self.INITIAL
+        self.limit = min(configured or self.INITIAL, self.INITIAL)
+        self.in_flight = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._oks: deque[tuple[float, int]] = deque()  # (when, level) of recent successes
+        self._changed = -math.inf  # when the limit last fell
+        self._blind = False  # halved on a refusal before anything went through
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        limit = "unbounded" if self.limit is None else str(self.limit)
+        how = " opening" if self.opening else " discovered" if self.discovered else ""
+        return f"<Window {self.in_flight}/{limit}{how} waiting={len(self._waiters)}>"
+
+    @property
+    def discovered(self) -> bool:
+        return not self.opening and self.limit is not None and self.limit != self.configured
+
+    def _open(self) -> bool:
+        return self.limit is None or self.in_flight < self.limit
+
+    def enter(self) -> bool:
+        """Take room for one more call if there is some now, without waiting (the hot path)."""
+        if self._waiters or not self._open():
+            return False
+        self.in_flight += 1
+        return True
+
+    async def acquire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for room for one more call."""
+        if self._loop is not loop:  # bound lazily: notebooks switch loops
+            self._loop, self._waiters = loop, deque()
+        if self._waiters or not self._open():
+            turn = loop.create_future()
+            self._waiters.append(turn)
+            try:
+                await turn
+            except BaseException:
+                if turn.done() and not turn.cancelled():
+                    self.in_flight -= 1  # room was handed over as the waiter was cancelled: give it back
+                    self._wake()
+                raise
+        else:
+            self.in_flight += 1
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters = self._waiters
+        while waiters and self._open():
+            turn = waiters.popleft()
+            if not turn.done():
+                self.in_flight += 1  # counted here, so no later arrival takes the room first
+                turn.set_result(None)
+
+    def _set(self, limit: int | None) -> None:
+        if limit is not None and self.configured is not None:
+            limit = min(limit, self.configured)
+        if limit == self.configured:
+            limit = self.configured
+        self.limit = limit
+        self._wake()
+
+    def success(self, level: int, now: float) -> bool:
+        """A call sent at ``level`` went through; True when the limit changed."""
+        oks = self._oks
+        oks.append((now, level))
+        while oks[0][0] < now - self.HORIZON:
+            oks.popleft()
+        self._blind = False
+        limit = self.limit
+        if limit is None or limit == self.configured and not self.opening:
+            return False
+        if self.opening:  # growing by one per success says nothing worth showing until it ends
+            if limit + 1 < min(self.configured or self.OPEN, self.OPEN):
+                self._set(limit + 1)
+                return False
+            self.opening = False
+            self._set(self.configured)
+            return True
+        if level > limit:
+            self._set(limit + 1)
+        elif level == limit and now - self._changed >= self.PROBE:
+            self._changed = now
+            self._set(limit + max(1, limit // 4))
+        else:
+            return False
+        return True
+
+    def refused(self, level: int, now: float, *, hinted: bool = False) -> bool:
+        """A call sent at ``level`` got a 429 (``hinted``: saying when to come back); True when
+        that is a verdict on concurrency (the limit is set), False when it is the rate's."""
+        oks = self._oks
+        while oks and oks[0][0] < now - self.HORIZON:
+            oks.popleft()
+        top = max((lvl for _, lvl in oks), default=0)
+        if hinted:
+            # A time to come back is a rate's or a quota's answer: a slot in flight frees in no
+            # time anyone could name.  (Calls sent in a burst make a rate look like a level.)
+            if top:  # what went through lately says the window was not what refused it
+                self.opening = False
+                self._set(self.configured)
+            return False
+        self.opening = False
+        self._changed = now
+        if not top:
+            # Nothing went through lately, so no level to read: calls sent together reach the
+            # provider in any order.  Halve the window, once until something goes through.
+            if not self._blind:
+                self._blind = True
+                self._set(max(1, (self.limit if self.limit is not None else level) // 2))
+            return True
+        if level > top:
+            self._set(top)
+            return True
+        if self.discovered and level >= self.limit:  # type: ignore[operator]
+            # At the limit read before: the provider counts a call until its answer has left, so
+            # a level that went through once (an answer in transit) may not the next time.
+            self._set(max(1, level - 1))
+            return True
+        return False
+
+
+class Health:
+    """Is the provider up?  ``DOWN_AFTER`` transient failures in a row (refused connections,
+    timeouts, 5xx) with no success between, when they are most of the recent calls, take it *down*; then one probe call at a time tests it,
+    the first at once and the next ones further apart (``PROBE_FIRST`` doubling up to ``PROBE_MAX``),
+    and a success brings it back up.
+
+    It also says when failures *dominate* the recent calls (more than half of the last
+    ``RECENT``): a 5xx is a failure of one call, retried without slowing the others, until then.
+    """
+
+    __slots__ = ("failures", "down", "probe_at", "probing", "_recent", "_probes")
+
+    DOWN_AFTER = 5
+    RECENT = 20
+    PROBE_FIRST = 1.0
+    PROBE_MAX = 30.0
+
+    def __init__(self) -> None:
+        self.failures = 0  # in a row
+        self.down = False
+        self.probe_at = -math.inf  # loop clock: the next probe may go then
+        self.probing = False
+        self._recent: deque[bool] = deque(maxlen=self.RECENT)  # True: failed
+        self._probes = 0
+
+    def __repr__(self) -> str:
+        state = "down" if self.down else "up"
+        return f"<Health {state} failures_in_a_row={self.failures} recent={sum(self._recent)}/{len(self._recent)}>"
+
+    def success(self) -> bool:
+        """A call went through (or was answered: a 4xx is an answer too); True when it was up again."""
+        self._recent.append(False)
+        self.failures = 0
+        self.probing = False
+        if not self.down:
+            return False
+        self.down, self._probes, self.probe_at = False, 0, -math.inf
+        return True
+
+    def failure(self, now: float) -> bool:
+        """A transient failure; True when it takes the provider down."""
+        self._recent.append(True)
+        self.failures += 1
+        if self.down:
+            if self.probing:  # the probe failed: the next one waits longer
+                self.probing = False
+                self.probe_at = now + min(self.PROBE_MAX, self.PROBE_FIRST * 2.0**self._probes)
+                self._probes += 1
+            return False
+        # Failures come back faster than answers, so a run of them alone can be a few unlucky
+        # calls among many good ones: down takes a run *and* most recent calls failing.
+        if self.failures < self.DOWN_AFTER or not self.dominated():
+            return False
+        self.down, self.probe_at, self._probes = True, now + self.PROBE_FIRST, 1
+        return True
+
+    def dominated(self) -> bool:
+        recent = self._recent
+        return len(recent) >= self.RECENT // 2 and 2 * sum(recent) > len(recent)
+
+    def may_probe(self, now: float) -> bool:
+        """While down: True if this call may go as the probe (and it becomes the probe)."""
+        if self.probing or now < self.probe_at:
+            return False
+        self.probing = True
+        return True
+
+    def unprobe(self) -> None:
+        """The probe never reached the provider (cancelled, held): another call may probe."""
+        self.probing = False

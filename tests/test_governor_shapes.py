@@ -1,0 +1,206 @@
+"""The governor against real providers' shapes, in virtual time: token buckets, fixed windows,
+in-flight limits, flaky 5xx, configured rates above the real limit, nothing listening.
+
+Each test runs 300 rows (one call each, 32 worker slots) through a :class:`Provider` and holds
+the figure the governor must reach on that shape: goodput against the shape's limit, and the
+share of requests refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+import playbook as pb
+from playbook.gates import Health, Window
+from playbook.limits import Backoff
+from playbook.models import ProviderDown, ProviderUp, RateChanged
+from playbook.providers import Provider
+from shapes import Closed, FixedWindow, Flaky, InFlightLimit, Shape, TokenBucket, drive
+from vtime import run_virtual
+
+
+def _run(provider: Provider, shape: Shape, rows: int = 300, **options: object):  # noqa: ANN202
+    provider.backoff = Backoff(rng=random.Random(0))
+    return run_virtual(drive(provider, shape, rows, **options))  # type: ignore[arg-type]
+
+
+def _share(shape: Shape) -> float:
+    return shape.refused / shape.requests
+
+
+@pytest.mark.parametrize("shape", [TokenBucket(rps=20, burst=5), FixedWindow(limit=20)], ids=["bucket", "window"])
+def test_configured_rate_reaches_the_limit_without_429s(shape: Shape) -> None:
+    """rps=20 against a 20/s token bucket or fixed window: >= 0.95 of the limit, no 429."""
+    out = _run(Provider("p", rps=20), shape)
+    assert out.ok == 300 and out.goodput() >= 0.95 * 20
+    assert shape.refused == 0
+
+
+@pytest.mark.parametrize("shape", [TokenBucket(rps=20, burst=5), TokenBucket(rps=20, burst=5, hints=False), FixedWindow(limit=20)],
+                         ids=["bucket", "bucket-no-hint", "window"])  # fmt: skip
+def test_discovered_rate_converges(shape: Shape) -> None:
+    """No rps: the rate is found from the 429s, at >= 0.8 of the limit, with few refusals (<= 5%)."""
+    provider = Provider("p")
+    out = _run(provider, shape)
+    assert out.ok == 300 and out.goodput() >= 0.8 * 20
+    assert _share(shape) <= 0.05
+    assert 15 <= provider.rate <= 22
+
+
+def test_discovered_rate_with_slow_answers_does_not_crawl() -> None:
+    """Answers taking 2 s (an LLM) behind a 20/s bucket: what got in is counted by when it was
+    sent, so slow answers do not pass for a slow provider: >= 0.6 of the limit (it crawled at 0.25)."""
+    shape = TokenBucket(rps=20, burst=5, latency=2.0)
+    provider = Provider("p")
+    out = _run(provider, shape, concurrency=64)
+    assert out.ok == 300 and out.goodput() >= 0.6 * 20
+    assert _share(shape) <= 0.05
+
+
+def test_configured_rate_above_the_real_limit_converges() -> None:
+    """rps=20 when the account allows 10: >= 0.85 of 10/s, 429s <= 2%, and the rate settles near 10."""
+    shape = TokenBucket(rps=10, burst=5)
+    provider = Provider("p", rps=20)
+    out = _run(provider, shape)
+    assert out.ok == 300 and out.goodput() >= 0.85 * 10
+    assert _share(shape) <= 0.02
+    assert 8 <= provider.rate <= 11
+
+
+def test_in_flight_limit_is_discovered() -> None:
+    """429s (no hint) past 4 calls in flight: the window settles at 4, >= 0.9 of the 40/s it
+    allows, 429s <= 10%, the rate left alone; the window is reported."""
+    shape = InFlightLimit(limit=4, latency=0.1)
+    provider = Provider("p")
+    events: list = []
+    provider.subscribe(events.append)
+    out = _run(provider, shape)
+    assert out.ok == 300 and out.goodput() >= 0.9 * 40
+    assert _share(shape) <= 0.10 and shape.most_in_flight <= Window.INITIAL  # the opening, never the run's 32
+    assert provider.in_flight_limit in (4, 5) and provider.rate is None
+    assert any(isinstance(e, RateChanged) and e.concurrency == 4 for e in events)
+
+
+def test_flaky_5xx_slow_nobody_else() -> None:
+    """A 503 with Retry-After: 1 on every 7th request: rows retry after the hint while the others
+    go on; >= 0.7 of the clean run's throughput, no hold, no rate cut, nothing fails."""
+    clean = _run(Provider("p", rps=50), Flaky(every=0))
+    shape = Flaky(every=7)
+    provider = Provider("p", rps=50)
+    events: list = []
+    provider.subscribe(events.append)
+    out = _run(provider, shape)
+    assert out.ok == 300 and shape.failed >= 40
+    assert out.goodput() >= 0.7 * clean.goodput()
+    assert provider.rate == pytest.approx(50 * 0.98) and not provider.down
+    assert not [e for e in events if not isinstance(e, RateChanged)]
+
+
+def test_nothing_listening_parks_every_row_at_once() -> None:
+    """Connections refused: after a few failures the provider is down, the other rows park at once
+    (reason "down"): 300 rows settle in well under a second, with a handful of attempts."""
+    shape = Closed()
+    provider = Provider("p")
+    events: list = []
+    provider.subscribe(events.append)
+    out = _run(provider, shape)
+    assert out.parked.get("down", 0) + out.failed == 300 and out.parked["down"] >= 280
+    assert out.seconds < 1.0 and shape.requests <= 40
+    assert provider.down and provider.down_error == "connection refused"
+    assert [type(e) for e in events if isinstance(e, (ProviderDown, ProviderUp))] == [ProviderDown]
+
+
+def test_down_provider_is_probed_one_call_at_a_time_and_comes_back() -> None:
+    """While down, one probe call at a time tests the provider (the others park); a probe that
+    goes through brings it up."""
+
+    async def main() -> list[str]:
+        provider = Provider("p")
+        provider.backoff = Backoff(rng=random.Random(0))
+        shape = Closed()
+        await drive(provider, shape, 20, concurrency=20)
+        assert provider.down
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, provider.health.probe_at - loop.time()))
+        healthy = Flaky(every=0, latency=0.5)
+        outcomes = []
+
+        async def call() -> None:
+            try:
+                outcomes.append(await provider.dispatch(healthy.send))
+            except pb.ProviderExhausted as exc:
+                outcomes.append(exc.reason)
+
+        await asyncio.gather(*(call() for _ in range(3)))
+        assert healthy.requests == 1 and not provider.down
+        return outcomes
+
+    assert sorted(run_virtual(main())) == ["down", "down", "ok"]
+
+
+def test_window_opens_gradually_and_a_burst_refusal_is_the_rates() -> None:
+    """The window starts at INITIAL and grows one per success; a hinted 429 among levels that
+    went through drops any window (a rate, not concurrency)."""
+    window = Window()
+    assert window.limit == Window.INITIAL and window.opening
+    for level in range(1, 4):
+        window.success(level, 0.1)
+    assert window.limit == Window.INITIAL + 3
+    assert window.refused(2, 0.2, hinted=True) is False
+    assert window.limit is None and not window.opening
+
+
+def test_window_reads_a_level_and_probes_above_it() -> None:
+    """A 429 above every level that went through sets the limit to the highest that did; after a
+    second at the limit without refusal, it grows by a quarter (at least one)."""
+    window = Window()
+    for level in (1, 2, 3, 4):
+        window.success(level, 1.0)
+    assert window.refused(5, 1.0) is True and window.limit == 4
+    assert window.success(4, 1.5) is False
+    assert window.success(4, 2.1) is True and window.limit == 5
+    assert window.success(7, 2.2) is True and window.limit == 6  # a success above the limit: one more
+
+
+def test_window_halves_once_on_refusals_before_anything_went_through() -> None:
+    """Refusals before any success say nothing about levels (calls sent together arrive in any
+    order): the window halves once, and again only after something went through."""
+    window = Window()
+    assert window.refused(2, 0.0) is True and window.limit == Window.INITIAL // 2
+    assert window.refused(7, 0.0) is True and window.limit == Window.INITIAL // 2
+    window.success(1, 0.1)
+    assert window.refused(3, 3.0) is True and window.limit == 2
+
+
+def test_window_never_exceeds_configured_concurrency() -> None:
+    """concurrency=3: discovery moves the limit below 3, never above."""
+    window = Window(3)
+    assert window.limit == 3 and not window.opening
+    window.success(1, 0.0)
+    window.success(2, 0.0)
+    assert window.refused(3, 0.1) is True and window.limit == 2
+    window.success(2, 1.5)
+    window.success(2, 3.0)
+    assert window.limit == 3
+
+
+def test_health_needs_failures_in_a_row_and_most_recent_calls_failing() -> None:
+    """Five failures in a row among mostly successes is bad luck, not down; when failures are
+    most of the recent calls, it is down; a probe's failure pushes the next probe further."""
+    health = Health()
+    for _ in range(12):
+        health.success()
+    for i in range(5):
+        assert health.failure(float(i)) is False
+    assert not health.down
+    health = Health()
+    went = [health.failure(float(i)) for i in range(10)]
+    assert went == [False] * 9 + [True] and health.down
+    assert health.probe_at == 9.0 + Health.PROBE_FIRST
+    assert health.may_probe(9.5) is False and health.may_probe(10.0) is True and health.may_probe(10.0) is False
+    health.failure(10.1)
+    assert health.probe_at == pytest.approx(10.1 + 2 * Health.PROBE_FIRST)
+    assert health.may_probe(12.1) is True and health.success() is True and not health.down

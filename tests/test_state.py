@@ -1,0 +1,70 @@
+"""RunState's counters: calls paid (a provider or a cost) apart from free local calls, and when a
+provider went down, built from the run's events."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+import playbook as pb
+from playbook.models import CallFinished, ProviderDown, ProviderUp, RunStarted
+from playbook.runtime.state import RunState
+
+
+def test_calls_with_a_provider_or_a_cost_are_paid_and_free_local_calls_are_counted_apart() -> None:
+    """A call sent to a provider or with a cost counts as paid; one with neither counts as local; reused calls stay reused."""
+    state = RunState()
+    state.emit(RunStarted("r1", "enrich", 4))
+    for event in [
+        CallFinished("acme.email", "acme", False, 0.0),  # a provider that bills by the month
+        CallFinished("priced", None, False, 0.5),  # a cost without a provider
+        CallFinished("clean_domain", None, False, 0.0, local=True),
+        CallFinished("clean_domain", None, False, 0.0, local=True),
+        CallFinished("acme.email", "acme", True, 1.0),
+        CallFinished("clean_domain", None, True, 0.0),
+    ]:
+        state.emit(event)
+    stats = state.stats()
+    assert (stats.calls_executed, stats.calls_local, stats.calls_reused) == (2, 2, 2)
+    assert (stats.cost_spent, stats.cost_saved) == (0.5, 1.0)
+
+
+def test_a_run_counts_its_local_tools_apart_from_the_ones_it_pays_for(store: pb.ReceiptStore) -> None:
+    """In a real run a plain Python tool is a local call, a tool with a cost or a provider a paid one; a rerun reuses them all."""
+    acme = pb.Provider("acme")
+
+    @pb.tool
+    def clean(n: int) -> int:
+        return n
+
+    @pb.tool(cost=0.25)
+    async def priced(n: int) -> int:
+        return n + 1
+
+    @pb.tool(provider=acme)
+    async def remote(n: int) -> int:
+        return n + 2
+
+    @pb.play
+    async def three(row, ctx):
+        n = await ctx.tool(clean, n=row.n)
+        return {"a": await ctx.tool(priced, n=n), "b": await ctx.tool(remote, n=n)}
+
+    frame = pd.DataFrame({"n": [1, 2, 3]})
+    first = frame.play.run(three, store=store, progress=False).stats
+    assert (first.calls_executed, first.calls_local, first.calls_reused, first.cost_spent) == (6, 3, 0, 0.75)
+    again = frame.play.run(three, store=store, progress=False, refresh="rows").stats  # every call from its receipt
+    assert (again.calls_executed, again.calls_local, again.calls_reused, again.cost_saved) == (0, 0, 9, 0.75)
+
+
+def test_down_since_is_when_the_provider_went_down_until_it_is_up() -> None:
+    """down_since holds the wall time of a provider's first ProviderDown, kept through failed probes, cleared by ProviderUp."""
+    now = [1_000.0]
+    state = RunState(wall=lambda: now[0])
+    state.emit(ProviderDown("acme", "connection refused"))
+    now[0] = 1_030.0
+    state.emit(ProviderDown("acme", "connection reset"))  # a probe failed: the same outage
+    assert state.down_since == {"acme": 1_000.0}
+    state.emit(ProviderUp("acme"))
+    assert state.down_since == {}
+    state.emit(ProviderDown("acme", "timed out"))
+    assert state.down_since == {"acme": 1_030.0}
