@@ -28,9 +28,9 @@ class Window:
     same levels; and it says when to come back (``Retry-After``), which no concurrency limit
     can.  The limit is then set to the highest level that went through (the level *is*
     the measurement, so no multiplicative cut is needed).  A success at a level above the limit
-    says the limit was read too low and raises it by one, and a second at the limit without a
-    refusal raises it by a quarter: a raised limit is found at the cost
-    of a refusal a second.  A refusal below the limit, among levels that went through, is the
+    says the limit was read too low and raises it by one, and ``PROBE`` seconds at the limit
+    without a refusal raise it by a quarter: a raised limit is found at the cost of a refusal
+    every few seconds.  A refusal below the limit, among levels that went through, is the
     rate's.
     """
 
@@ -39,7 +39,7 @@ class Window:
     HORIZON = 2.0  # seconds of successes that say which levels went through
     INITIAL = 8
     OPEN = 256  # an opening that gets this far without a 429 has found no limit
-    PROBE = 1.0  # seconds at the limit without a refusal before it grows
+    PROBE = 2.0  # seconds at the limit without a refusal before it grows
 
     def __init__(self, configured: int | None = None) -> None:
         self.configured = configured
@@ -178,7 +178,7 @@ class Health:
     ``RECENT``): a 5xx is a failure of one call, retried without slowing the others, until then.
     """
 
-    __slots__ = ("failures", "down", "probe_at", "probing", "_recent", "_probes")
+    __slots__ = ("failures", "down", "probe_at", "probing", "since", "_recent", "_probes", "_outcome")
 
     DOWN_AFTER = 5
     RECENT = 20
@@ -190,21 +190,25 @@ class Health:
         self.down = False
         self.probe_at = -math.inf  # loop clock: the next probe may go then
         self.probing = False
+        self.since = math.inf  # loop clock: when it went down
         self._recent: deque[bool] = deque(maxlen=self.RECENT)  # True: failed
         self._probes = 0
+        self._outcome: asyncio.Future[None] | None = None  # done when the probe in flight lands
 
     def __repr__(self) -> str:
         state = "down" if self.down else "up"
         return f"<Health {state} failures_in_a_row={self.failures} recent={sum(self._recent)}/{len(self._recent)}>"
 
-    def success(self) -> bool:
-        """A call went through (or was answered: a 4xx is an answer too); True when it was up again."""
+    def success(self, sent_at: float = math.inf) -> bool:
+        """A call sent at ``sent_at`` went through (or was answered: a 4xx is an answer too);
+        True when that brings the provider back up.  An answer to a call sent before it went
+        down says nothing about now."""
         self._recent.append(False)
         self.failures = 0
-        self.probing = False
-        if not self.down:
+        if not self.down or sent_at < self.since:
             return False
-        self.down, self._probes, self.probe_at = False, 0, -math.inf
+        self.down, self._probes, self.probe_at, self.since = False, 0, -math.inf, math.inf
+        self._landed()
         return True
 
     def failure(self, now: float) -> bool:
@@ -213,15 +217,15 @@ class Health:
         self.failures += 1
         if self.down:
             if self.probing:  # the probe failed: the next one waits longer
-                self.probing = False
                 self.probe_at = now + min(self.PROBE_MAX, self.PROBE_FIRST * 2.0**self._probes)
                 self._probes += 1
+                self._landed()
             return False
         # Failures come back faster than answers, so a run of them alone can be a few unlucky
         # calls among many good ones: down takes a run *and* most recent calls failing.
         if self.failures < self.DOWN_AFTER or not self.dominated():
             return False
-        self.down, self.probe_at, self._probes = True, now + self.PROBE_FIRST, 1
+        self.down, self.probe_at, self._probes, self.since = True, now + self.PROBE_FIRST, 1, now
         return True
 
     def dominated(self) -> bool:
@@ -233,8 +237,27 @@ class Health:
         if self.probing or now < self.probe_at:
             return False
         self.probing = True
+        self._outcome = None
         return True
 
-    def unprobe(self) -> None:
-        """The probe never reached the provider (cancelled, held): another call may probe."""
+    def outcome(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """Done when the probe in flight has landed, either way: calls that meet a probe wait for
+        its word (a provider just back serves them all) rather than park on a guess."""
+        if self._outcome is None or self._outcome.get_loop() is not loop:
+            self._outcome = loop.create_future()
+        return self._outcome
+
+    def _landed(self) -> None:
         self.probing = False
+        if self._outcome is not None and not self._outcome.done():
+            self._outcome.set_result(None)
+
+    def unprobe(self) -> None:
+        """The probe is over (landed, cancelled or held before it went): another call may probe."""
+        if self.probing:
+            self._landed()
+
+    def retest(self) -> None:
+        """A new run asks afresh: a provider that is down is probed by its first call."""
+        if self.down and not self.probing:
+            self.probe_at = -math.inf

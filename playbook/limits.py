@@ -128,7 +128,7 @@ class Pace:
     CUT = 0.85  # after a 429, send at this share of what was accepted
     DEEP = 0.75  # ... when the 429 came within SOON seconds of sending again: a burst was measured
     SOON = 2.0
-    KNOWN = 0.95  # quick recovery up to this share of the refused level
+    KNOWN = 0.9  # quick recovery up to this share of the refused level
     RECOVER = 0.05  # of the configured (or refused) rate per second, while below it
     PROBE = 0.002  # of the rate per second, above it
     FORGET = 60.0
@@ -269,19 +269,21 @@ class Pace:
             base, cut = (accepted, self.CUT) if accepted is not None else (float(ok), 1.0)
             self._slow_start = accepted is None
             self._grown = max(now, self._not_before)
+            self._known = None  # a seed for the slow start, not a level the provider refused
         elif self._slow_start:
             if accepted is None:
                 return False  # still finding the rate: a refusal too early to measure says nothing new
             base, cut = accepted, self.CUT
-            self._slow_start = False
+            self._slow_start, self._known = False, None
         else:
             base = rate if accepted is None else min(rate, accepted)
             # A configured rate refused soon after sending resumed was wrong, and what was measured
             # is mostly the provider's burst.
             soon = self.ceiling is not None and now - self._resumed < self.SOON
             cut = self.DEEP if soon else self.CUT
-        fresh = self._known is not None and now - self._last_cut < self.FORGET
-        self._known = min(base, self._known) if fresh else base  # type: ignore[type-var]
+        if not self._slow_start:  # a refused level: recovery aims just under the lowest one lately
+            fresh = self._known is not None and now - self._last_cut < self.FORGET
+            self._known = min(base, self._known) if fresh else base  # type: ignore[type-var]
         self._last_cut = now
         self.rate = max(self._floor(), base * cut)
         self._shown = self.rate

@@ -152,8 +152,10 @@ class Provider:
     @property
     def in_flight_limit(self) -> int | None:
         """Calls in flight it allows now: ``concurrency``, or the window discovered from 429s that
-        track calls in flight; ``None`` while unbounded."""
-        return self.window.limit
+        track calls in flight; ``None`` while no limit is known (a new provider meets a growing
+        handful of calls first, like TCP's slow start, but that is not a limit)."""
+        window = self.window
+        return None if window.opening and window.configured is None else window.limit
 
     @property
     def down(self) -> bool:
@@ -232,23 +234,27 @@ class Provider:
                 continue
             if self._holding:
                 self._lift()
-            probe = self.health.down and self._probe(now, ticket)
+            health = self.health
+            if health.down and health.probing:
+                await asyncio.shield(health.outcome(loop))  # the probe's word, then decide
+                continue
+            probe = health.down and self._probe(now, ticket)
             try:
-                result, level = await self._send(send, loop, ticket)
+                result, level, sent_at = await self._send(send, loop, ticket)
             finally:
                 if probe:
-                    self.health.unprobe()  # a no-op once the probe's outcome was recorded
+                    health.unprobe()  # a no-op once the probe's outcome was recorded
             if result is _AGAIN:
                 continue
             now = loop.time()
-            if self.health.success():
+            if health.success(sent_at):
                 self._emit(ProviderUp(self.name))
             grew = self.window.success(level, now)
             if self.pace.success(now):
                 self._rearm(loop)
                 grew = True
             if grew:
-                self._emit(RateChanged(self.name, self.pace.rate, self.window.limit))
+                self._emit(RateChanged(self.name, self.pace.rate, self.in_flight_limit))
             return result  # type: ignore[return-value]
 
     def _probe(self, now: float, ticket: Ticket) -> bool:
@@ -257,19 +263,19 @@ class Provider:
             return True
         raise self._down(ticket, now)
 
-    async def _send(self, send: Callable[[], Awaitable[T]], loop: asyncio.AbstractEventLoop, ticket: Ticket) -> tuple[Any, int]:
-        """One try through gate and pace: ``(result, level)``, or ``(_AGAIN, 0)`` to go round again."""
+    async def _send(self, send: Callable[[], Awaitable[T]], loop: asyncio.AbstractEventLoop, ticket: Ticket) -> tuple[Any, int, float]:
+        """One try through gate and pace: ``(result, level, sent_at)``, or ``_AGAIN`` first to go round again."""
         window = self.window
         if not window.enter():
             await window.acquire(loop)
         sent_at, level = loop.time(), 0
         try:
             if self.hold_until > loop.time():
-                return _AGAIN, 0  # a hold arrived while this call waited at the gate
+                return _AGAIN, 0, 0.0  # a hold arrived while this call waited at the gate
             if self.pace.rate is not None:
                 await self._paced(loop)
                 if self.hold_until > loop.time():
-                    return _AGAIN, 0  # a hold arrived while this call waited for its slot
+                    return _AGAIN, 0, 0.0  # a hold arrived while this call waited for its slot
             else:
                 self.pace.take(loop.time())
             sent_at = loop.time()
@@ -277,7 +283,7 @@ class Provider:
             level = self.in_flight
             self.sent += 1
             try:
-                return await send(), level
+                return await send(), level, sent_at
             finally:
                 self.in_flight -= 1
         except RunFatal:
@@ -285,7 +291,7 @@ class Provider:
         except Exception as exc:  # noqa: BLE001 - classified here, re-raised when final
             if not self._retry(exc, sent_at, level, loop.time(), ticket):
                 raise
-            return _AGAIN, 0
+            return _AGAIN, 0, 0.0
         finally:
             window.release()
 
@@ -321,7 +327,7 @@ class Provider:
         else:  # a Python tool's own timeouts and dropped connections are transient too
             status, retryable, hint = None, isinstance(exc, (TimeoutError, ConnectionError)), None
         if not retryable:
-            if self.health.success():  # an answer, if not the one wanted: the provider is up
+            if self.health.success(sent_at):  # an answer, if not the one wanted: the provider is up
                 self._emit(ProviderUp(self.name))
             return False
         self.last_status = status
@@ -335,13 +341,13 @@ class Provider:
     def _refused(self, sent_at: float, level: int, now: float, hint: float | None, ticket: Ticket) -> None:
         """A 429: the provider is up and busy.  Shrink the window or cut the rate, then wait."""
         self.refused += 1
-        if self.health.success():
+        if self.health.success(sent_at):
             self._emit(ProviderUp(self.name))
         if level and self.window.refused(level, now, hinted=hint is not None):
-            self._emit(RateChanged(self.name, self.pace.rate, self.window.limit))
+            self._emit(RateChanged(self.name, self.pace.rate, self.in_flight_limit))
         elif self.pace.limited(now, sent_at, pending=self.in_flight):
             self._rearm(asyncio.get_running_loop())
-            self._emit(RateChanged(self.name, self.pace.rate, self.window.limit))
+            self._emit(RateChanged(self.name, self.pace.rate, self.in_flight_limit))
         if hint is not None:
             self._hold(now + hint, hint, 429)
         else:

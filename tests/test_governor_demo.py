@@ -235,7 +235,8 @@ def test_refused_credentials_stop_the_run_without_leaking_the_secret(demo, store
 
 
 def test_permanent_4xx_is_not_retried(demo, store) -> None:
-    """A 422 (missing or invalid domain) fails its row after exactly one request."""
+    """A 422 (missing or invalid domain) fails its row after exactly one request, with what the
+    provider said about it."""
     demo.reset(miss_rate=0.0)
     provider = pb.Provider("acme", retries=4)
     frame = pd.DataFrame(
@@ -249,6 +250,8 @@ def test_permanent_4xx_is_not_retried(demo, store) -> None:
     assert out["play_status"].tolist() == ["ok", "failed", "failed", "ok", "failed", "failed"]
     for error in out.loc[out["play_status"] == "failed", "play_error"]:
         assert "tool 'acme.email': HTTP 422" in error
+    assert "must be a bare domain" in out.loc[1, "play_error"], out.loc[1, "play_error"]
+    assert out.loc[2, "play_error"].endswith(": missing query parameter 'domain'")
     stats = demo.stats()
     assert stats["requests"] == 6 and stats["by_status"] == {"200": 2, "422": 4}
     assert set(stats["idempotency_keys"].values()) == {1}
@@ -289,7 +292,7 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
     provider = pb.Provider("gone")
     tool = pb.http_tool(
         "gone.email", method="GET", url=f"http://127.0.0.1:{port}/v1/email", params={"domain": "{domain}", "first": "{first}"},
-        provider=provider, pick="email",
+        headers={"Authorization": "Bearer demo-key"}, provider=provider, pick="email", miss_status=(404,),
     )  # fmt: skip
     started = time.monotonic()
     run = _leads(300).play.run(tool, store=store, progress=False, concurrency=32)
@@ -299,3 +302,11 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
     assert set(statuses) <= {"parked", "failed"} and statuses["parked"] >= 250
     assert provider.down and "gone" in str(run.holds[0]) and run.holds[0].reason == "down"
     assert set(run.parked["reason"]) == {"down"}
+
+    # The server comes up on that port: run.retry() (the same Provider, as in a notebook) probes
+    # it at once, and the rows that met the probe waited for its word instead of parking again.
+    with pb.demo.serve(port=port) as server:
+        run.retry()  # parked and failed rows alike
+        assert set(run.result["play_status"]) == {"ok"}, run.result["play_status"].value_counts().to_dict()
+        assert not provider.down and run.holds == []
+        assert server.stats()["requests"] == 300

@@ -124,6 +124,24 @@ def test_no_proxy_covering_the_host_goes_direct(no_proxy: str, demo, store, monk
     assert forwarded == [] and demo.stats()["by_status"] == {"200": 5}
 
 
+def test_a_dead_proxy_is_named_in_the_error(demo, store, monkeypatch) -> None:
+    """A proxy from the environment that does not answer: the rows say they could not connect
+    *through that proxy* (host and port, never its password) and which variable named it."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    out = DOMAINS.play.map(_company_tool(demo.url), store=store, progress=False)
+    assert set(out["play_status"]) <= {"failed", "parked"}
+    errors = " ".join(out["play_error"])
+    assert f"through the proxy http://127.0.0.1:{port} (from $HTTP_PROXY)" in errors, errors
+    assert demo.stats()["requests"] == 0
+    monkeypatch.setenv("HTTP_PROXY", f"http://user:hunter2@127.0.0.1:{port}")
+    assert _company_tool(demo.url)._via(demo.url) == f" through the proxy http://127.0.0.1:{port} (from $HTTP_PROXY)"
+
+
 def test_a_socks_proxy_is_left_to_httpx(monkeypatch) -> None:
     """ALL_PROXY=socks5://... gets httpx's own client, which reaches socks proxies (or says which package it needs)."""
     monkeypatch.setenv("ALL_PROXY", "socks5://127.0.0.1:9")

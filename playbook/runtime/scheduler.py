@@ -187,6 +187,7 @@ class MapRun:
         if provider.name not in self._watching:
             self.state.providers[provider.name] = provider
             self._watching[provider.name] = provider.subscribe(self.state.emit)
+            provider.health.retest()  # a rerun or run.retry() tries a down provider again at once
 
     def fatal_stop(self, exc: BaseException, pos: int) -> None:
         """A fatal error (bad credentials, no credit): dispatch nothing more, stop the other rows now."""

@@ -19,7 +19,8 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
+from urllib.request import getproxies_environment, proxy_bypass_environment
 
 import httpx
 
@@ -138,7 +139,8 @@ class HttpTool(Tool):
                 tool=self.name, provider=self.provider.name if self.provider else None, status=status,
             )  # fmt: skip
         if status >= 400:
-            error = self._error(f"HTTP {status} ({where})", status, status in _RETRYABLE)
+            reason = _reason(content)
+            error = self._error(f"HTTP {status} ({where}){': ' + reason if reason else ''}", status, status in _RETRYABLE)
             if error.retryable:
                 error.retry_after = retry_after(reply_headers, now=time.time())
             raise error
@@ -166,7 +168,7 @@ class HttpTool(Tool):
             # The aiohttp transport reports a refused connection as ConnectTimeout: say what it was.
             cause = exc.__cause__
             if isinstance(exc, httpx.ConnectTimeout) and cause is not None and not isinstance(cause, TimeoutError):
-                return 0, httpx.Headers(), b"", f"could not connect: {exc}"
+                return 0, httpx.Headers(), b"", f"could not connect{self._via(url)}: {exc}"
             return 0, httpx.Headers(), b"", f"timed out after {self.timeout:g}s"
         except httpx.HTTPError as exc:
             return 0, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}"
@@ -177,6 +179,21 @@ class HttpTool(Tool):
                 raise
             return 0, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}"
         return resp.status_code, resp.headers, content, None
+
+    def _via(self, url: str) -> str:
+        """" through the proxy ... (from $HTTPS_PROXY)" when the run's client went through one the
+        environment names: a dead proxy otherwise reads as a dead provider."""
+        if self.client is not None:
+            return ""
+        parts = urlsplit(url)
+        proxies = getproxies_environment()
+        name = parts.scheme if parts.scheme in proxies else "all"
+        proxy = proxies.get(name)
+        if not proxy or proxy_bypass_environment(parts.hostname or ""):
+            return ""
+        shown = urlsplit(proxy)
+        where = f"{shown.scheme}://{shown.hostname}" + (f":{shown.port}" if shown.port else "")  # never its password
+        return f" through the proxy {where} (from ${name.upper()}_PROXY)"
 
     def _error(self, what: str, status: int | None, retryable: bool) -> ToolError:
         return ToolError(
@@ -230,6 +247,25 @@ def http_tool(
 
 
 # -- the wire form of inputs -------------------------------------------------------------------
+
+
+def _reason(content: bytes) -> str:
+    """What an error answer says, in a few words: its JSON ``error``/``message``/``detail``
+    (nested ones too, as OpenAI's ``{"error": {"message": ...}}``), else the start of its text."""
+    text = content.decode("utf-8", "replace").strip()
+    if not text:
+        return ""
+    try:
+        data = _json.loads(text)
+    except ValueError:
+        data = None
+    for _ in range(3):
+        if not isinstance(data, dict):
+            break
+        data = next((data[k] for k in ("error", "message", "detail", "title") if data.get(k)), None)
+    said = data if isinstance(data, str) else text
+    said = " ".join(mask(said).split())  # masked before it is cut: a cut key would leave its prefix
+    return said if len(said) <= 200 else said[:197] + "..."
 
 
 def _wire(value: Any) -> Any:

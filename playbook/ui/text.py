@@ -137,14 +137,14 @@ def waiting_line(s: RunState, tally: Tally, room: int | None = None) -> str:
         if p.down:
             down += 1
             probe = f", probe {time_of_day(p.probe_at)}" if p.probe_at else ""
-            full.append(f"{name} down ({rows} rows{probe})")
+            full.append(f"{name} down ({_rows(rows)}{probe})")
             short.append(f"{name} down")
         elif p.held:
             held += 1
-            full.append(f"{name} held until {time_of_day(p.hold_wall)} ({rows} rows)")
+            full.append(f"{name} held until {time_of_day(p.hold_wall)} ({_rows(rows)})")
             short.append(f"{name} held")
         elif rows:
-            full.append(f"{name}: {rows} rows waiting")
+            full.append(f"{name}: {_rows(rows)} waiting")
     least = [f"{down} down"] * bool(down) + [f"{held} held"] * bool(held)
     lines = [" | ".join(filter(None, [counts, *parts])) for parts in (full, short, [", ".join(least)])]
     for line in lines:
