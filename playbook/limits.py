@@ -107,27 +107,30 @@ class Pace:
     pushes back.
 
     A 429 cuts the rate (multiplicative decrease) once per *episode*: a 429 for a call sent before
-    the last cut says nothing new.  The cut starts from what the provider *accepted while we were
-    sending*: successes over the last ``WINDOW`` seconds, less any time a hold kept us silent (the
-    silence of a hold is ours, not the provider's verdict).  A refusal soon after sending resumed
-    measures mostly the provider's burst, so it cuts deeper.  Successes bring the rate back
-    (additive increase): quickly up to just under the level the provider refused (``KNOWN`` of it)
-    and to a configured ``rps``, then slowly (``PROBE`` of the rate a second), so finding a raised
-    limit costs a refusal every few minutes, not every few seconds; a refused level is forgotten
-    after ``FORGET`` seconds without refusals.  Without ``rps`` the rate is *discovered*: the first
-    429 sets it from what got through, and a slow start grows it e-fold a second until the next.
+    the last cut says nothing new.  The cut starts from what the provider *let in while we were
+    sending* (:meth:`accepted`: calls sent over the last ``WINDOW`` seconds and not refused, over
+    that time less any hold's silence: the silence of a hold is ours, not the provider's verdict).
+    A refusal within ``SOON`` of sending (again) measures mostly the provider's burst, or a fixed
+    window's whole allowance, so it cuts deeper.  Successes bring the rate back
+    (additive increase): after a first refusal quickly up to just under the level refused
+    (``KNOWN`` of it), after a second within ``FORGET`` seconds not at all; then slowly (``PROBE``
+    of the rate a second), so finding a raised limit costs a refusal every few minutes, not every
+    few seconds.  ``FORGET`` seconds without a refusal, and a configured ``rps`` is sought again
+    quickly.  Without ``rps`` the rate is *discovered*: the first 429 sets it from what got
+    through, and a slow start grows it e-fold a second (never past twice what is being sent)
+    until the next.
     """
 
     __slots__ = (
         "rate", "ceiling", "burst", "floor", "_tat", "_not_before", "_last_cut", "_ok", "_sent", "_refused", "_quiet", "_started",
-        "_resumed", "_slow_start", "_shown", "_known", "_grown",
+        "_resumed", "_slow_start", "_shown", "_target", "_grown",
     )  # fmt: skip
 
     WINDOW = 1.0  # seconds of sending that measure what the provider accepts
     LEAST = 0.25  # less sending than this measures nothing
     CUT = 0.85  # after a 429, send at this share of what was accepted
     DEEP = 0.75  # ... when the 429 came within SOON seconds of sending again: a burst was measured
-    SOON = 2.0
+    SOON = 1.0
     KNOWN = 0.9  # quick recovery up to this share of the refused level
     RECOVER = 0.05  # of the configured (or refused) rate per second, while below it
     PROBE = 0.002  # of the rate per second, above it
@@ -150,7 +153,7 @@ class Pace:
         self._resumed = -math.inf  # when sending last (re)started: the first call, or after a hold
         self._slow_start = False
         self._shown = rate  # the rate last reported as changed
-        self._known: float | None = None  # the accepted rate at the last refusal
+        self._target: float | None = None  # quick recovery goes up to here after a cut
         self._grown = -math.inf  # the slow start's last growth
 
     def __repr__(self) -> str:
@@ -229,7 +232,7 @@ class Pace:
         rate = self.rate
         if rate is None:
             return False
-        known = self._known if now - self._last_cut < self.FORGET else None
+        target = self._target if now - self._last_cut < self.FORGET else None
         ceiling = self.ceiling
         if self._slow_start:
             # By the clock rather than per success: slow answers come seldom.
@@ -239,9 +242,9 @@ class Pace:
             sending = self.accepted(now)
             if sending is not None:  # a rate far above what is being sent would measure nothing
                 new = max(rate, min(new, 2 * sending))
-        elif known is not None and rate < known * self.KNOWN:
-            new = min(known * self.KNOWN, rate + self.RECOVER * known / rate)
-        elif known is None and ceiling is not None:
+        elif target is not None and rate < target:
+            new = min(target, rate + self.RECOVER * target / rate)
+        elif target is None and ceiling is not None:
             new = rate + self.RECOVER * ceiling / rate
         else:
             new = rate + self.PROBE  # per success: PROBE of the rate per second
@@ -269,24 +272,26 @@ class Pace:
             base, cut = (accepted, self.CUT) if accepted is not None else (float(ok), 1.0)
             self._slow_start = accepted is None
             self._grown = max(now, self._not_before)
-            self._known = None  # a seed for the slow start, not a level the provider refused
+            self._target = None  # a seed for the slow start, not a level the provider refused
         elif self._slow_start:
             if accepted is None:
                 return False  # still finding the rate: a refusal too early to measure says nothing new
             base, cut = accepted, self.CUT
-            self._slow_start, self._known = False, None
+            self._slow_start, self._target = False, None
         else:
             base = rate if accepted is None else min(rate, accepted)
-            # A configured rate refused soon after sending resumed was wrong, and what was measured
-            # is mostly the provider's burst.
-            soon = self.ceiling is not None and now - self._resumed < self.SOON
+            # Refused again soon after sending resumed: the last cut was not enough, and what was
+            # measured is mostly the provider's burst (or a fixed window's whole allowance).
+            soon = now - self._resumed < self.SOON
             cut = self.DEEP if soon else self.CUT
-        if not self._slow_start:  # a refused level: recovery aims just under the lowest one lately
-            fresh = self._known is not None and now - self._last_cut < self.FORGET
-            self._known = min(base, self._known) if fresh else base  # type: ignore[type-var]
+        again = self._target is not None and now - self._last_cut < self.FORGET
         self._last_cut = now
         self.rate = max(self._floor(), base * cut)
         self._shown = self.rate
+        if not self._slow_start:
+            # Once refused, recover quickly to just under the refused level; refused again, that
+            # level was too high too: from the new rate on, only probe.
+            self._target = self.rate if again else max(self.rate, base * self.KNOWN)
         return True
 
     def _floor(self) -> float:

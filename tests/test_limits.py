@@ -214,13 +214,15 @@ def test_accepted_leaves_out_the_silence_of_a_hold() -> None:
 
 
 def test_a_cut_right_after_a_hold_does_not_compound() -> None:
-    """A discovered rate refused again just after a hold is trimmed once by CUT, never halved by the
-    hold's silence (nothing was measured)."""
+    """A discovered rate refused again just after a hold is cut once, by DEEP (the last cut was not
+    enough), from the rate itself: never from the hold's silence (nothing was measured), which
+    would have driven it to the floor; a refusal for a call sent before that cut changes nothing."""
     pace = _discovered(20)
     rate = pace.rate
     pace.hold(12.0, now=2.5)
     assert pace.limited(12.05, sent_at=12.02) is True
-    assert pace.rate == pytest.approx(rate * Pace.CUT)
+    assert pace.rate == pytest.approx(rate * Pace.DEEP)
+    assert pace.limited(12.06, sent_at=12.03) is False and pace.rate == pytest.approx(rate * Pace.DEEP)
 
 
 def test_a_429_with_nothing_accepted_keeps_a_configured_rate_above_zero() -> None:
@@ -302,7 +304,7 @@ def test_discovered_rate_probes_slowly() -> None:
     """After discovery and the quick recovery, a second of successes raises the rate by PROBE of itself, quietly."""
     pace = _discovered(20)
     t = 2.0
-    while pace.rate < pace._known * Pace.KNOWN - 1e-9:
+    while pace.rate < pace._target - 1e-9:
         t += 0.05
         pace.success(t)
     before = pace.rate
