@@ -140,9 +140,11 @@ class Provider:
     def __repr__(self) -> str:
         limits = [f"{k}={getattr(self, k)!r}" for k in ("rps", "burst", "concurrency") if getattr(self, k) is not None]
         rate = "unlimited" if self.pace.rate is None else f"{self.pace.rate:.3g}/s"
-        hold = f" held until {time_of_day(self.hold_wall)}" if self.held else ""
+        window = self.in_flight_limit
+        found = f" in_flight_limit={window}" if window is not None and window != self.concurrency else ""
+        state = f" down ({self.down_error})" if self.down else f" held until {time_of_day(self.hold_wall)}" if self.held else ""
         head = " ".join([repr(self.name), *limits])
-        return f"<Provider {head} rate={rate} in_flight={self.in_flight} 429s={self.refused}{hold}>"
+        return f"<Provider {head} rate={rate}{found} in_flight={self.in_flight} 429s={self.refused}{state}>"
 
     @property
     def rate(self) -> float | None:

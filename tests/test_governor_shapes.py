@@ -82,6 +82,7 @@ def test_in_flight_limit_is_discovered() -> None:
     assert out.ok == 300 and out.goodput() >= 0.9 * 40
     assert _share(shape) <= 0.10 and shape.most_in_flight <= Window.INITIAL  # the opening, never the run's 32
     assert provider.in_flight_limit in (4, 5) and provider.rate is None
+    assert f"in_flight_limit={provider.in_flight_limit}" in repr(provider)
     assert any(isinstance(e, RateChanged) and e.concurrency == 4 for e in events)
 
 
@@ -111,6 +112,7 @@ def test_nothing_listening_parks_every_row_at_once() -> None:
     assert out.parked.get("down", 0) + out.failed == 300 and out.parked["down"] >= 280
     assert out.seconds < 1.0 and shape.requests <= 40
     assert provider.down and provider.down_error == "connection refused"
+    assert repr(provider).endswith("down (connection refused)>")
     assert [type(e) for e in events if isinstance(e, (ProviderDown, ProviderUp))] == [ProviderDown]
 
 

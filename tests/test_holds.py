@@ -17,7 +17,7 @@ import pytest
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.models import RowFinished, RowHeld, RowResumed, RowStarted
+from playbook.models import RowFinished, RowHeld, RowParked, RowResumed, RowStarted
 
 Calls = list[tuple[float, int]]  # (loop time, n) per invocation
 Events = list[tuple[float, Any]]  # (loop time, event)
@@ -560,3 +560,30 @@ def test_waterfall_passes_a_down_provider_at_once(store: pb.ReceiptStore) -> Non
     assert len(dead_calls) <= 16  # a few failures took it down; the other rows never called it
     assert events[-1][0] < 5.0  # no row waited out a backoff per try
     assert run.waterfalls.loc[0, "unavailable"] == 60
+
+
+def test_rows_parked_on_a_down_provider_come_back_in_the_run_when_it_does(store: pb.ReceiptStore) -> None:
+    """A provider down for its first 3 s parks its rows at once; while other rows keep the run
+    going, one parked row probes it when due, and once a probe goes through every parked row runs
+    again: the run ends with all rows ok, nothing left parked."""
+
+    def flaky(n: int, k: int) -> Any:
+        if now() < 3.0:
+            raise ConnectionRefusedError("connection refused")
+        return f"e{n}"
+
+    email, email_calls = counted("email", flaky, provider=pb.Provider("mail", retries=1))
+    slow, _ = counted("slow", lambda n, k: n, latency=20.0)
+
+    @pb.play
+    async def play(row, ctx):
+        if row.n < 2:
+            return {"v": await ctx.tool(slow, n=row.n)}  # keeps the run going for 20 s
+        return {"v": await ctx.tool(email, n=row.n)}
+
+    run, events = run_virtual(launch(rows(40), play, store, concurrency=8))
+    assert statuses(run) == ["ok"] * 40
+    parked = [e for _, e in of(RowParked, events)]
+    assert parked and {e.reason for e in parked} == {"down"}
+    assert len(email_calls) <= 38 + 16  # each row at most once more than its success, a few probes
+    assert run.holds == [] and run.parked.empty

@@ -245,3 +245,28 @@ def test_a_provider_going_down_and_coming_back_gets_a_line_of_its_own() -> None:
         f"provider 'acme' is down: connection refused; its rows park; next probe at {time_of_day(probe)}",
         "provider 'acme' is up again",
     ], out.getvalue()
+
+
+def test_the_bar_keeps_moving_through_a_quiet_hold() -> None:
+    """No event for three seconds (every row waits on a hold): the bar still redraws about once a
+    second, and the last rows of a burst that the 10-a-second limit held back are drawn soon after."""
+
+    async def main() -> str:
+        out = io.StringIO()
+        state = RunState(clock=asyncio.get_running_loop().time)
+        view = TextView(state, file=out, clock=asyncio.get_running_loop().time)
+        state.emit(RunStarted("r", "enrich", 10))
+        for pos in range(3):
+            state.emit(RowStarted(pos))
+            state.emit(RowFinished(pos, "ok", None))  # a burst: only the first is drawn at once
+        drawn = out.getvalue()
+        await asyncio.sleep(0.2)
+        assert "3/10" in out.getvalue()[len(drawn):]  # the held-back redraw came
+        before = out.getvalue().count("\r")
+        await asyncio.sleep(3.0)
+        redraws = out.getvalue().count("\r") - before
+        view.unsubscribe()
+        assert 2 <= redraws <= 5, redraws
+        return out.getvalue()
+
+    run_virtual(main())

@@ -211,9 +211,10 @@ def test_ssl_cert_file_decides_which_certificates_are_trusted(tmp_path, store, m
 
 def test_connections_per_host_are_bounded_and_waiting_for_one_is_not_a_timeout(demo, store) -> None:
     """300 calls in flight to one host use at most PER_HOST connections; the rest queue, and the queue does not count against timeout=."""
-    demo.reset(latency=0.25)
-    # Three waves of 0.25 s: the last waits 0.5 s for a connection, longer than the tool's timeout.
-    tool = _company_tool(demo.url, timeout=0.4)
+    demo.reset(latency=0.5)
+    # Three waves of 0.5 s: the last waits 1 s for a connection, longer than the tool's timeout,
+    # which leaves each answer 0.4 s of slack on a loaded machine.
+    tool = _company_tool(demo.url, timeout=0.9)
     frame = pd.DataFrame({"domain": [f"company{i}.com" for i in range(3 * PER_HOST)]})
     out = frame.play.map(tool, store=store, progress=False, concurrency=3 * PER_HOST)
     assert (out["play_status"] == "ok").all(), out["play_error"].dropna().head()

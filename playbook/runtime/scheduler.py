@@ -23,8 +23,8 @@ from ..context import Context
 from ..errors import ProviderExhausted, RunFatal
 from ..keys import memo_key, row_key
 from ..models import (
-    CallFinished, RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowStarted, RunFinished, RunNotice, RunStarted,
-    Status, WaterfallFinished,
+    CallFinished, ProviderUp, RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowStarted, RunFinished, RunNotice,
+    RunStarted, Status, WaterfallFinished,
 )  # fmt: skip
 from ..plays import Play
 from ..providers import Provider, Ticket
@@ -36,6 +36,7 @@ from ..tools import current_fingerprint
 from ..tools.transport import default_client
 from .batching import Batcher
 from .options import RunOptions
+from .recovery import DownRows
 from .retry_queue import RetryQueue
 from .rows import OutputError, Row, error_line, error_message, output_columns, result_frame, stored_output
 from .state import RunState
@@ -97,6 +98,8 @@ class MapRun:
         self._woken: asyncio.Future[None] | None = None
         self._batches: set[asyncio.Task[Any]] = set()  # batches sent, landing their members' receipts
         self._notices_seen = len(store.notices)
+        self._executing = False  # workers are being waited for: rows may still join
+        self._down = DownRows(self._readmit, lambda: self._executing and not self._stopping)
 
     # -- what ctx.tool needs -----------------------------------------------------------
 
@@ -186,8 +189,13 @@ class MapRun:
         """Forward a provider's hold and rate events to this run's views while it runs."""
         if provider.name not in self._watching:
             self.state.providers[provider.name] = provider
-            self._watching[provider.name] = provider.subscribe(self.state.emit)
+            self._watching[provider.name] = provider.subscribe(self._provider_event)
             provider.health.retest()  # a rerun or run.retry() tries a down provider again at once
+
+    def _provider_event(self, event: Any) -> None:
+        self.state.emit(event)
+        if type(event) is ProviderUp:
+            self._down.up(event.provider)
 
     def fatal_stop(self, exc: BaseException, pos: int) -> None:
         """A fatal error (bad credentials, no credit): dispatch nothing more, stop the other rows now."""
@@ -226,13 +234,16 @@ class MapRun:
             self._pending.extend(runnable)
             self._workers = []
             self._spawn(min(opts.concurrency, len(self._pending)))
+            self._executing = True
             try:
                 # Workers join while the run goes (a row that steps aside may need a fresh one), so
                 # wait until none is left, or until a stop (which then gives them GRACE, below).
                 while (live := [t for t in self._workers if not t.done()]) and not self._stopping:
                     self._woken = asyncio.get_running_loop().create_future()  # stop() wakes us
                     await asyncio.wait([*live, self._woken], return_when=asyncio.FIRST_COMPLETED)
+                self._executing = False
             except asyncio.CancelledError:
+                self._executing = False
                 self.stop()
                 await self._unwind()
                 raise
@@ -241,6 +252,7 @@ class MapRun:
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         finally:
+            self._executing = False
             for task in [*self._workers, *self._batches]:
                 task.cancel()  # past the grace, or cancelled twice: now
             self._settle_unfinished(self._positions)
@@ -249,6 +261,7 @@ class MapRun:
             for unsubscribe in self._watching.values():
                 unsubscribe()
             self._watching.clear()
+            self._down.close()
             if self._client is not None:
                 await self._client.aclose()
                 self._client = None
@@ -308,13 +321,24 @@ class MapRun:
         again = []
         for pos, status in enumerate(self.status):
             if status in statuses and self.keys[pos] is not None and pos not in self._dups:
-                group = [pos, *self._copies.get(pos, ())]
-                for p in group:
-                    self.status[p] = self.errors[p] = self.outputs[p] = self.park_reason[p] = None
-                    self.park_provider[p] = self.park_ready[p] = None
-                self.state.emit(RowRequeued(pos, status, len(group)))  # type: ignore[arg-type]
+                self._unsettle(pos, status)
                 again.append(pos)
         return again
+
+    def _unsettle(self, pos: int, status: Status) -> None:
+        group = [pos, *self._copies.get(pos, ())]
+        for p in group:
+            self.status[p] = self.errors[p] = self.outputs[p] = self.park_reason[p] = None
+            self.park_provider[p] = self.park_ready[p] = None
+        self.state.emit(RowRequeued(pos, status, len(group)))
+
+    def _readmit(self, positions: list[int]) -> None:
+        """Rows parked on a down provider go back into this execution (it is back, or due a probe)."""
+        again = [p for p in positions if self.status[p] == "parked" and self.park_reason[p] == "down"]
+        for pos in again:
+            self._unsettle(pos, "parked")
+        if again:
+            self.admit(again)
 
     def _identify(self, positions: list[int], key_cols: list[Any] | None) -> list[int]:
         """Key each row; group duplicates under their first position."""
@@ -434,6 +458,8 @@ class MapRun:
             self.park_reason[p], self.park_provider[p], self.park_ready[p] = reason, provider, ready_at
         self.state.emit(RowParked(pos, reason, provider, ready_at))
         self._settle(pos, "parked", None, message)
+        if reason == "down" and provider in self.state.providers:
+            self._down.parked(pos, self.state.providers[provider])
 
     def _settle(
         self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, *, ran: bool = True, held: bool = False,

@@ -11,6 +11,7 @@ parked rows.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -31,6 +32,7 @@ from .tally import Tally
 __all__ = ["LOG_WIDTH", "TextView", "summary", "waiting_line"]
 
 _INTERVAL = 0.1  # at most 10 refreshes a second
+_HEARTBEAT = 1.0  # and at least one a second while the run goes: a hold's countdown and the clock move
 LOG_WIDTH = 100  # columns of the bar when stderr is not a terminal and $COLUMNS is not set
 _BAR_ROOM = 24  # what the bar needs besides the alerts: " [", "]", ": 45%|█| " and a count like "4500/10000"
 _KINDS = (
@@ -48,6 +50,7 @@ class TextView:
         self._bar: tqdm | None = None
         self._terminal = _is_terminal(self._file)
         self._last = 0.0
+        self._timer: asyncio.TimerHandle | None = None  # the next redraw that no event may bring
         self._down: set[str] = set()  # providers whose going down this view has written
         self.tally = Tally(lambda position: position)
         # The tally first: a refresh on the same event must see it counted.
@@ -61,6 +64,7 @@ class TextView:
         for undo in self._unsubscribe:
             undo()
         self._unsubscribe = []
+        self._disarm()
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -68,10 +72,10 @@ class TextView:
     def on_event(self, event: Event) -> None:
         kind = type(event)
         if kind is RowFinished or kind is RowRequeued or kind is RowHeld:
-            now = self._clock()
-            if now - self._last >= _INTERVAL:
-                self._last = now
+            if self._clock() - self._last >= _INTERVAL:
                 self._refresh()
+            else:  # not now, but soon: the last events of a burst must not wait for the next one
+                self._arm(_INTERVAL)
         elif kind is RunStarted:
             if self._bar is None:
                 width = {"dynamic_ncols": True} if self._terminal else {"ncols": _log_width()}
@@ -84,6 +88,7 @@ class TextView:
             self._refresh()
         elif kind is RunFinished:
             self._refresh()
+            self._disarm()
             if self._bar is not None:
                 self._bar.close()
                 self._bar = None
@@ -113,10 +118,34 @@ class TextView:
             return
         tqdm.write(line, file=self._file)
 
+    def _arm(self, delay: float) -> None:
+        """Redraw in ``delay`` seconds, unless a redraw is due sooner already."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # driven from outside an event loop: events alone redraw
+            return
+        if self._timer is not None:
+            if self._timer.when() <= loop.time() + delay:
+                return
+            self._timer.cancel()
+        self._timer = loop.call_later(delay, self._tick)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._refresh()
+
     def _refresh(self) -> None:
         bar, s = self._bar, self._state
         if bar is None:
             return
+        self._last = self._clock()
+        self._disarm()
+        self._arm(_HEARTBEAT)
         bar.n = s.done
         columns = self._columns() if self._terminal else bar.ncols
         alerts = waiting_line(s, self.tally, columns - len(s.play) - _BAR_ROOM if columns else None)
