@@ -423,6 +423,9 @@ _AGAIN: Any = object()  # a try that must go round the governor again
 
 
 def _describe(exc: BaseException) -> str:
-    """A failure in a few words: what a user sees next to a down provider."""
+    """A failure in a few words: what a user sees next to a down provider (which is not one tool's:
+    a ToolError's "tool 'x': " goes)."""
     text = str(exc) or type(exc).__name__
+    if isinstance(exc, ToolError) and exc.tool and text.startswith(prefix := f"tool {exc.tool!r}: "):
+        text = text[len(prefix) :]
     return text if len(text) <= 200 else text[:197] + "..."

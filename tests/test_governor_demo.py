@@ -302,6 +302,9 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
     assert set(statuses) <= {"parked", "failed"} and statuses["parked"] >= 250
     assert provider.down and "gone" in str(run.holds[0]) and run.holds[0].reason == "down"
     assert set(run.parked["reason"]) == {"down"}
+    assert provider.down_error.startswith("could not connect")  # the provider's failure, not one tool's
+    message = run.parked["message"].iloc[0]
+    assert message.count("gone.email") == 1 and "is down (could not connect" in message, message
 
     # The server comes up on that port: run.retry() (the same Provider, as in a notebook) probes
     # it at once, and the rows that met the probe waited for its word instead of parking again.

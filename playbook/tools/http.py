@@ -19,8 +19,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote, urlsplit
-from urllib.request import getproxies_environment, proxy_bypass_environment
+from urllib.parse import quote
 
 import httpx
 
@@ -31,6 +30,7 @@ from ..providers import Provider
 from ..tagged import Unencodable
 from .base import CallEnv, Tool
 from .secrets import PLACEHOLDER, Secret, SecretAuth, mask, scrub
+from .transport import proxy_for
 
 __all__ = ["HttpTool", "http_tool"]
 
@@ -183,17 +183,8 @@ class HttpTool(Tool):
     def _via(self, url: str) -> str:
         """" through the proxy ... (from $HTTPS_PROXY)" when the run's client went through one the
         environment names: a dead proxy otherwise reads as a dead provider."""
-        if self.client is not None:
-            return ""
-        parts = urlsplit(url)
-        proxies = getproxies_environment()
-        name = parts.scheme if parts.scheme in proxies else "all"
-        proxy = proxies.get(name)
-        if not proxy or proxy_bypass_environment(parts.hostname or ""):
-            return ""
-        shown = urlsplit(proxy)
-        where = f"{shown.scheme}://{shown.hostname}" + (f":{shown.port}" if shown.port else "")  # never its password
-        return f" through the proxy {where} (from ${name.upper()}_PROXY)"
+        found = proxy_for(url) if self.client is None else None
+        return "" if found is None else f" through the proxy {found[1]} (from {found[0]})"
 
     def _error(self, what: str, status: int | None, retryable: bool) -> ToolError:
         return ToolError(

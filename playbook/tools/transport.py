@@ -20,10 +20,11 @@ import inspect
 import os
 import urllib.request
 import warnings
+from urllib.parse import urlsplit
 
 import httpx
 
-__all__ = ["PER_HOST", "connection_budget", "default_client", "open_file_limit", "warn_past_file_limit"]
+__all__ = ["PER_HOST", "connection_budget", "default_client", "open_file_limit", "proxy_for", "warn_past_file_limit"]
 
 PER_HOST = 100  # connections to one host: more rarely goes faster, and servers count them too
 _KEEPALIVE = 5.0  # seconds an idle connection is kept (httpx's default)
@@ -108,6 +109,20 @@ def _configured_proxies() -> list[str]:
     if "*" in (host.strip() for host in found.get("no", "").split(",")):
         return []
     return [found[scheme] for scheme in ("http", "https", "all") if found.get(scheme)]
+
+
+def proxy_for(url: str) -> tuple[str, str] | None:
+    """The proxy a call to ``url`` goes through, as (the variable that names it, the proxy's URL
+    without its credentials), or None: how an error says that a dead proxy is not a dead provider."""
+    parts = urlsplit(url)
+    found = urllib.request.getproxies()
+    name = parts.scheme if parts.scheme in found else "all"
+    proxy = found.get(name)
+    if not proxy or not _configured_proxies() or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    shown = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+    where = f"{shown.scheme}://{shown.hostname}" + (f":{shown.port}" if shown.port else "")  # never its password
+    return f"${name.upper()}_PROXY", where
 
 
 def _speaks_http(proxy: str) -> bool:
