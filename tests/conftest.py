@@ -10,6 +10,8 @@ import pytest
 import playbook as pb
 from playbook.runtime import run as run_module
 
+from redis_server import RedisServer
+
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
@@ -26,6 +28,19 @@ def store(tmp_path: Path) -> Iterator[pb.ReceiptStore]:
     s = pb.ReceiptStore(tmp_path / "store")
     yield s
     s.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """A real Redis server's URL, emptied for this test."""
+    redis_server.flush()
+    return redis_server.url
 
 
 @pytest.fixture(scope="session")

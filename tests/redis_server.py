@@ -1,0 +1,73 @@
+"""A real ``redis-server`` (Debian's package) on a free loopback port, for the tests that need one."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["RedisServer"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """Start with ``with RedisServer() as server:``; ``server.url`` is ``redis://127.0.0.1:PORT/0``."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        if not Path(binary).exists():
+            raise RuntimeError("redis-server is not installed: `make test` installs it (apt-get install redis-server)")
+        self.binary = binary
+        self.port = 0
+        self.dir = tempfile.mkdtemp(prefix="playbook-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.port = _free_port()
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", self.dir]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"redis-server did not start on port {self.port}")
+
+    def flush(self) -> None:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            s.sendall(b"FLUSHALL\r\n")
+            s.recv(16)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+            self.process = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
