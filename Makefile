@@ -1,15 +1,17 @@
 # make demo   run the quickstart notebook against the built-in demo provider (writes out/)
-# make test   run the test suite (creates .venv and installs what it needs)
+# make test   lint, type-check and run the test suite (creates .venv and installs what it needs)
 # make bench  run the benchmarks and print one table of ratios
 
 PYTHON ?= python3
-# The browser test drives this Chromium (Debian's package; installed here when missing).
+# The browser test drives this Chromium, and the Redis tests start this redis-server (Debian's
+# packages; installed here when missing).
 CHROMIUM ?= /usr/bin/chromium
+REDIS ?= /usr/bin/redis-server
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,11 +22,20 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) notebooks/run.py notebooks/01_quickstart.ipynb --out out
 
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(CHROMIUM) $(REDIS) lint
 	CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
+
+# Lint, format and types: the same checks an editor shows.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check playbook tests benchmarks notebooks
+	$(VENV)/bin/ruff format --check playbook tests benchmarks notebooks
+	$(VENV)/bin/mypy playbook
 
 $(CHROMIUM):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
+$(REDIS):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import PlaybookError
-from .store import FILE, ReceiptStore, home
+from .store import FILE, ReceiptStore, home, is_url
 from .store.records import Record
 from .tagged import dumps, loads
 
@@ -32,13 +32,16 @@ class _Fail(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        path = Path(args.store) if getattr(args, "store", None) else home()
-        # Opening a store creates it: look before opening.  (cache.db: a store of playbook 0.1.)
-        if not ((path / FILE).is_file() or (path / "cache.db").is_file()):
-            raise _Fail(f"no receipt store at {path} (set --store or $PLAYBOOK_HOME)")
-        # Looking needs no writes: a store on a full disk or a read-only mount can still be read.
-        readonly = args.run is not _clear and (path / FILE).is_file()
-        store = ReceiptStore(path, readonly=readonly)
+        where = args.store if getattr(args, "store", None) else home()
+        readonly = False
+        if not is_url(where):
+            path = Path(where)
+            # Opening a store creates it: look before opening.  (cache.db: a store of playbook 0.1.)
+            if not ((path / FILE).is_file() or (path / "cache.db").is_file()):
+                raise _Fail(f"no receipt store at {path} (set --store or $PLAYBOOK_HOME)")
+            # Looking needs no writes: a store on a full disk or a read-only mount can still be read.
+            readonly = args.run is not _clear and (path / FILE).is_file()
+        store = ReceiptStore(where, readonly=readonly)
         try:
             return args.run(store, args)
         finally:
@@ -55,8 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     # --store is accepted before `cache` and after the subcommand; SUPPRESS keeps a later
     # parser's absent default from overwriting a value given earlier.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS,
-                        help="store directory (default: $PLAYBOOK_HOME, else ./.playbook)")
+    common.add_argument("--store", metavar="PATH|URL", default=argparse.SUPPRESS,
+                        help="store directory or redis:// URL (default: $PLAYBOOK_HOME, else ./.playbook)")
     parser = argparse.ArgumentParser(prog="python -m playbook", parents=[common],
                                      description="Inspect and manage playbook's receipt store.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -1,6 +1,7 @@
-"""Leases across real processes: two workers on one store, a receipt committed by another process
-in the instant before a lease is taken, workers killed with SIGKILL mid-run, a lease holder
-killed mid-call, and a lease held by a process on another host.
+"""Leases across real processes: two and four workers on one store, a receipt committed by another
+process in the instant before a lease is taken, workers killed with SIGKILL mid-run, a lease holder
+killed mid-call, and a lease held by a process on another host.  Each runs against a store
+directory (SQLite) and against a real Redis server: the backends are peers.
 
 Each worker is a fresh Python process that maps N leads through one HTTP tool on the demo
 provider and writes its result as JSON.  The demo counts every request and every
@@ -13,12 +14,10 @@ from __future__ import annotations
 import json
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +114,35 @@ def _wait_for(what: str, check: Callable[[], Any], timeout: float = 20) -> Any:
     return found
 
 
-def _sql(store: Path, query: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(store / "receipts.db", timeout=10)) as con, con:
-        return con.execute(query, args).fetchall()
+@pytest.fixture(params=["sqlite", "redis"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the workers keep their receipts: a directory, or a real Redis server."""
+    return str(tmp_path / "store") if request.param == "sqlite" else request.getfixturevalue("redis_url")
 
 
-def _receipts(store: Path) -> int:
-    return _sql(store, "SELECT COUNT(*) FROM receipt WHERE key LIKE 'r%'")[0][0]
+@pytest.fixture
+def shared(where: str) -> Iterator[pb.ReceiptStore]:
+    """This process's view of the workers' store."""
+    s = pb.ReceiptStore(where)
+    yield s
+    s.close()
+
+
+def _look(where: str, work: Callable[[pb.ReceiptStore], Any]) -> Any:
+    """Open the store at ``where`` (a fresh view, as another process has it), look, close."""
+    store = pb.ReceiptStore(where)
+    try:
+        return work(store)
+    finally:
+        store.close()
+
+
+def _receipts(where: str) -> int:
+    return int(_look(where, lambda s: s.stats()["receipts"]))
+
+
+def _holder(where: str, key: str) -> tuple[str, float] | None:
+    return _look(where, lambda s: s.backend.holder(key))  # type: ignore[no-any-return]
 
 
 def _key(demo: pb.demo.DemoServer, i: int) -> str:
@@ -137,12 +158,12 @@ def _email_tool(demo: pb.demo.DemoServer) -> pb.Tool:
 
 
 @pytest.mark.parametrize("order", ["same", "reversed"])
-def test_two_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_path: Path, order: str) -> None:
+def test_two_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_path: Path, order: str, where: str) -> None:
     """Two processes mapping the same 300 rows on one store at once dispatch each call exactly once and agree."""
     demo.reset(latency=0.005)  # short calls, many commits a second: the runs race on every key
-    store, go = tmp_path / "store", tmp_path / "go"
+    store, go = where, tmp_path / "go"
     procs = [
-        worker(url=demo.url, store=str(store), n=300, ttl=30, out=str(tmp_path / f"out{i}.json"),
+        worker(url=demo.url, store=store, n=300, ttl=30, out=str(tmp_path / f"out{i}.json"),
                reverse=(order == "reversed" and i == 1), ready=str(tmp_path / f"ready{i}"), go=str(go))
         for i in range(2)
     ]
@@ -170,9 +191,32 @@ def test_two_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_pat
     assert set(status_a.values()) == set(status_b.values()) == {"ok"}
 
 
-def test_a_receipt_committed_just_before_the_lease_is_taken_is_used(demo, worker, store: pb.ReceiptStore) -> None:
+def test_four_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_path: Path, where: str) -> None:
+    """Four processes mapping the same 400 rows (two forwards, two backwards) on one store pay for each call once."""
+    demo.reset(latency=0.005)
+    go = tmp_path / "go"
+    procs = [
+        worker(url=demo.url, store=where, n=400, ttl=30, out=str(tmp_path / f"out{i}.json"), reverse=bool(i % 2),
+               ready=str(tmp_path / f"ready{i}"), go=str(go))
+        for i in range(4)
+    ]  # fmt: skip
+    _wait_for("the workers to be ready", lambda: all((tmp_path / f"ready{i}").exists() for i in range(4)), timeout=60)
+    go.touch()
+    results = [_finish(p, timeout=120) for p in procs]
+    stats = demo.stats()
+
+    assert stats["duplicate_idempotency_keys"] == 0, f"{stats['duplicate_idempotency_keys']} calls were paid twice"
+    assert stats["requests"] == 400 and len(stats["idempotency_keys"]) == 400
+    assert sum(r["calls_executed"] for r in results) == 400, [r["calls_executed"] for r in results]
+    outputs = [_result(tmp_path / f"out{i}.json") for i in range(4)]
+    assert all(emails == outputs[0][0] for emails, _ in outputs)
+    assert all(set(statuses.values()) == {"ok"} for _, statuses in outputs)
+    assert _receipts(where) == 400
+
+
+def test_a_receipt_committed_just_before_the_lease_is_taken_is_used(demo, worker, shared: pb.ReceiptStore, where: str, tmp_path: Path) -> None:
     """A call another process paid for between this one's receipt lookup and its lease is not paid again."""
-    tool, key = _email_tool(demo), _key(demo, 0)
+    tool, key, store = _email_tool(demo), _key(demo, 0), shared
     take = store.leases.take
     raced: list[str] = []
 
@@ -181,7 +225,7 @@ def test_a_receipt_committed_just_before_the_lease_is_taken_is_used(demo, worker
             raced.append(asked)
             # Another process pays for the same call, commits its receipt and releases its
             # lease, all between our lookup (a miss) and our lease (now free).
-            _finish(worker(url=demo.url, store=str(store.path), n=1, ttl=30, out=str(store.path.parent / "other.json")))
+            _finish(worker(url=demo.url, store=where, n=1, ttl=30, out=str(tmp_path / "other.json")))
         return await take(asked)
 
     store.leases.take = take_after_another_process  # type: ignore[method-assign]
@@ -198,20 +242,20 @@ def test_a_receipt_committed_just_before_the_lease_is_taken_is_used(demo, worker
 # -- SIGKILL at random moments, then a rerun ----------------------------------------------------
 
 
-def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(demo, worker, tmp_path: Path) -> None:
+def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(demo, worker, tmp_path: Path, where: str) -> None:
     """Five SIGKILLs mid-run then a rerun give the uninterrupted result; only calls in flight at a kill are paid again."""
     n, kills = 640, 5
     reference = tmp_path / "reference.json"
     _finish(worker(url=demo.url, store=str(tmp_path / "fresh"), n=n, ttl=60, out=str(reference)))
 
     demo.reset(latency=0.1)  # ~16 calls in flight at any moment, ~160 calls/s at most
-    store, out = tmp_path / "store", tmp_path / "out.json"
+    store, out = where, tmp_path / "out.json"
     rng = random.Random(1)
     delays = [rng.uniform(0.1, 1.0) for _ in range(kills)]  # ~2.75 s in all: < n rows at 160/s
     lost: list[int] = []  # per kill: calls dispatched whose receipt never got written
     for delay in delays:
         before = demo.stats()["requests"]
-        proc = worker(url=demo.url, store=str(store), n=n, ttl=60, out=str(out))
+        proc = worker(url=demo.url, store=store, n=n, ttl=60, out=str(out))
         _wait_for("the worker to dispatch", lambda: demo.stats()["requests"] > before, timeout=30)
         time.sleep(delay)
         assert proc.poll() is None, "the worker finished before it could be killed"
@@ -220,7 +264,7 @@ def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(demo, 
         _wait_for("the demo to answer the dead worker's requests", lambda: demo.stats()["in_flight"] == 0)
         lost.append(demo.stats()["requests"] - _receipts(store) - sum(lost))
     done_before = _receipts(store)
-    final = _finish(worker(url=demo.url, store=str(store), n=n, ttl=60, out=str(out)))
+    final = _finish(worker(url=demo.url, store=store, n=n, ttl=60, out=str(out)))
     stats = demo.stats()
     print(f"delays={[round(d, 3) for d in delays]} lost per kill={lost} receipts before rerun={done_before} "
           f"rerun executed={final['calls_executed']} extra={stats['requests'] - n}")
@@ -243,19 +287,19 @@ def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(demo, 
 # -- a lease holder that dies mid-call ----------------------------------------------------------
 
 
-def test_a_killed_local_lease_holder_is_taken_over_at_once(demo, worker, tmp_path: Path) -> None:
+def test_a_killed_local_lease_holder_is_taken_over_at_once(demo, worker, tmp_path: Path, where: str) -> None:
     """A lease whose holder on this machine was SIGKILLed mid-call is taken over at once, not after lease_ttl."""
     demo.reset(slow_rate=1.0, slow_latency=3.0)  # the holder's call hangs; its lease_ttl is 60s
-    store, key = tmp_path / "store", _key(demo, 0)
-    holder = worker(url=demo.url, store=str(store), n=1, ttl=60, out=str(tmp_path / "a.json"))
+    store, key = where, _key(demo, 0)
+    holder = worker(url=demo.url, store=store, n=1, ttl=60, out=str(tmp_path / "a.json"))
     _wait_for("the holder's call to be in flight", lambda: demo.stats()["in_flight"] == 1, timeout=30)
-    [(owner,)] = _sql(store, "SELECT owner FROM lease WHERE key = ?", (key,))
-    assert owner.split(":")[1] == str(holder.pid)
+    held = _holder(store, key)
+    assert held is not None and held[0].split(":")[1] == str(holder.pid) and held[1] > 30
     _kill(holder)
     demo.configure(slow_rate=0.0)
 
     started = time.monotonic()
-    taker = _finish(worker(url=demo.url, store=str(store), n=1, ttl=60, out=str(tmp_path / "b.json")))
+    taker = _finish(worker(url=demo.url, store=store, n=1, ttl=60, out=str(tmp_path / "b.json")))
     wall = time.monotonic() - started
     stats = demo.stats()
 
@@ -264,21 +308,21 @@ def test_a_killed_local_lease_holder_is_taken_over_at_once(demo, worker, tmp_pat
     assert stats["requests"] == 2 and stats["idempotency_keys"] == {key: 2}  # the dead one's, and the taker's
     emails, statuses = _result(tmp_path / "b.json")
     assert emails == {"0": "p@company0.com"} and statuses == {"0": "ok"}
-    assert _sql(store, "SELECT * FROM lease") == []
+    assert _holder(store, key) is None
     # Let the dead holder's request end here, not in the session server's shutdown.
     _wait_for("the dead holder's request to end", lambda: demo.stats()["in_flight"] == 0)
 
 
-def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(demo, worker, store: pb.ReceiptStore, tmp_path: Path) -> None:
+def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(demo, worker, shared: pb.ReceiptStore, where: str, tmp_path: Path) -> None:
     """A live-looking lease from another host makes its call wait until the lease expires; then it is paid once."""
-    n, key = 5, _key(demo, 0)
+    n, key, store = 5, _key(demo, 0), shared
     tool = _email_tool(demo)
     assert store.get(tool, domain="company0.com", first="P0") is None
     ready, go = tmp_path / "ready", tmp_path / "go"
-    proc = worker(url=demo.url, store=str(store.path), n=n, ttl=30, out=str(tmp_path / "out.json"), ready=str(ready), go=str(go))
+    proc = worker(url=demo.url, store=where, n=n, ttl=30, out=str(tmp_path / "out.json"), ready=str(ready), go=str(go))
     _wait_for("the worker to be ready", ready.exists, timeout=30)
     expires = time.time() + 2.0
-    _sql(store.path, "INSERT INTO lease (key, owner, expires) VALUES (?, ?, ?)", (key, "otherhost:12345:abcd", expires))
+    assert store.backend.take([key], "otherhost:12345:abcd", 2.0) == [True]
     go.touch()
     result = _finish(proc)
     stats = demo.stats()
@@ -291,7 +335,7 @@ def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(demo, worker
     assert receipt is not None and receipt.key == key  # the lease was on the very call
     emails, statuses = _result(tmp_path / "out.json")
     assert emails["0"] == "p@company0.com" and set(statuses.values()) == {"ok"}
-    assert _sql(store.path, "SELECT * FROM lease") == []
+    assert _holder(where, key) is None
 
 
 def test_two_processes_making_one_new_store_at_once_both_open_it(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
-"""Where receipts, row memos, steps and leases live: a directory with one SQLite file."""
+"""Where receipts, row memos, steps and leases live: a directory with one SQLite file (the
+default), a Redis server shared by many kernels and machines, or memory; see protocol.py."""
 
 from .db import FILE, FORMAT
-from .receipts import MISSING, ReceiptStore, default_store, home
+from .protocol import Backend
+from .receipts import MISSING, ReceiptStore, default_store, home, is_url
 
-__all__ = ["FILE", "FORMAT", "MISSING", "ReceiptStore", "default_store", "home"]
+__all__ = ["FILE", "FORMAT", "MISSING", "Backend", "ReceiptStore", "default_store", "home", "is_url"]

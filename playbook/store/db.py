@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from .protocol import StoreFailure
+
 __all__ = ["FILE", "FORMAT", "Database", "StoreFailure"]
 
 T = TypeVar("T")
@@ -61,15 +63,6 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
-
-
-class StoreFailure(Exception):
-    """A store operation failed; ``reason`` says why in words, ``code`` is SQLite's or the OS's name for it."""
-
-    def __init__(self, reason: str, code: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.code = code
 
 
 def reason(exc: BaseException) -> StoreFailure:

@@ -1,10 +1,10 @@
 """Leases: which process is paying for a call right now, so that two never pay for the same one.
 
-Before a call is dispatched, its process takes a lease on the call's receipt key: a row in a
-small table next to the receipts, with an owner and an expiry.  Taking it is one atomic
-``INSERT … ON CONFLICT DO UPDATE … WHERE expired``; the leases asked for in one turn of the event
-loop share one transaction, as receipts do.  While calls are in flight (or waiting behind their
-provider's gate) the owner renews all its leases in one statement every third of the lease time.
+Before a call is dispatched, its process takes a lease on the call's receipt key: an owner and an
+expiry kept by the store's backend (a row next to the receipts in SQLite, ``SET NX PX`` in
+Redis), taken atomically; the leases asked for in one turn of the event loop are taken together,
+in one transaction or round trip, as receipts are written.  While calls are in flight (or waiting
+behind their provider's gate) the owner renews all its leases every third of the lease time.
 A process that finds a call leased by another waits for its receipt instead of dispatching; if
 the owner dies, its leases lapse (at once when it was a process on this machine, else when they
 expire) and a waiting process takes the call over.
@@ -15,33 +15,24 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import sqlite3
-import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ReceiptError
-from .db import Database, StoreFailure
+from .protocol import Backend, StoreFailure
 
 __all__ = ["Leases"]
 
-_TABLE = "lease"  # made with the other tables (db.py)
-_TAKE = (
-    f"INSERT INTO {_TABLE} (key, owner, expires) VALUES (?, ?, ?) "
-    f"ON CONFLICT(key) DO UPDATE SET owner = excluded.owner, expires = excluded.expires "
-    f"WHERE {_TABLE}.expires < ? OR {_TABLE}.owner = excluded.owner"
-)
+T = TypeVar("T")
 _HOST = socket.gethostname()
 
 
 class Leases:
     """The leases of one store, as seen from this process."""
 
-    def __init__(self, db: Database, path: Path, ttl: float = 30.0) -> None:
-        self._db = db
-        self._path = path
+    def __init__(self, backend: Backend, ttl: float = 30.0) -> None:
+        self._backend = backend
         self.ttl = ttl
         self._token = uuid.uuid4().hex[:8]
         self._pid = 0
@@ -75,9 +66,8 @@ class Leases:
 
     def _grant(self) -> None:
         asks, self._asks = self._asks, []
-        owner, now = self.owner, time.time()
         try:
-            got = self._sql(lambda con: [con.execute(_TAKE, (key, owner, now + self.ttl, now)).rowcount == 1 for key, _ in asks])
+            got = self._do(lambda: self._backend.take([key for key, _ in asks], self.owner, self.ttl))
         except ReceiptError as exc:
             for _, asked in asks:
                 if not asked.done():
@@ -107,9 +97,8 @@ class Leases:
 
     def _drop(self) -> None:
         keys, self._releases = self._releases, []
-        owner = self.owner
         try:
-            self._sql(lambda con: con.executemany(f"DELETE FROM {_TABLE} WHERE key = ? AND owner = ?", [(k, owner) for k in keys]))
+            self._do(lambda: self._backend.release(keys, self.owner))
         except ReceiptError:
             pass  # an unreleased lease only expires later; the receipt is what matters
 
@@ -118,9 +107,8 @@ class Leases:
         self._renewer = None
         if not self.held:
             return
-        owner = self.owner
         try:
-            self._sql(lambda con: con.execute(f"UPDATE {_TABLE} SET expires = ? WHERE owner = ?", (time.time() + self.ttl, owner)))
+            self._do(lambda: self._backend.renew(sorted(self.held), self.owner, self.ttl))
         except ReceiptError:
             pass  # try again at the next turn; a lease that lapses meanwhile is only taken over
         self._renewer = asyncio.get_running_loop().call_later(self.ttl / 3, self._renew)
@@ -139,10 +127,10 @@ class Leases:
             found = check()
             if found is not missing:
                 return found
-            row = self._sql(lambda con: con.execute(f"SELECT owner, expires FROM {_TABLE} WHERE key = ?", (key,)).fetchone())
-            if row is None or row[1] < time.time() or _dead(row[0]):
-                if row is not None and _dead(row[0]):
-                    self._sql(lambda con: con.execute(f"DELETE FROM {_TABLE} WHERE key = ? AND owner = ?", (key, row[0])))
+            holder = self._do(lambda: self._backend.holder(key))
+            if holder is None or holder[1] < 0 or _dead(holder[0]):
+                if holder is not None and _dead(holder[0]):
+                    self._do(lambda: self._backend.release([key], holder[0]))
                 if await self.take(key):
                     found = check()  # it may have finished between our two looks
                     if found is not missing:
@@ -151,11 +139,11 @@ class Leases:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
 
-    def _sql(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
+    def _do(self, work: Callable[[], T]) -> T:
         try:
-            return self._db.write(work)
+            return work()
         except StoreFailure as exc:
-            raise ReceiptError(f"cannot use the leases of the receipt store at {self._path}: {exc.reason}") from None
+            raise ReceiptError(f"cannot use the leases of the receipt store at {self._backend.location}: {exc.reason}") from None
 
 
 def _dead(owner: str) -> bool:

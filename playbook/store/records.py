@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ..keys import RECEIPT
 from ..models import Receipt
 from ..tagged import Unencodable, decode, dumps, encode, loads
 
-__all__ = ["OUTPUT_TAGGED", "INPUT_TAGGED", "Record", "memo_tools", "parse_tools", "receipt_of", "record"]
+__all__ = ["COLUMNS", "INPUT_TAGGED", "OUTPUT_TAGGED", "MemoRow", "Record", "is_receipt", "memo_tools", "parse_tools", "receipt_of", "record"]
 
 OUTPUT_TAGGED = 1  # the output holds tags: decode it when read
 INPUT_TAGGED = 2  # the input does
@@ -36,6 +37,23 @@ class Record(NamedTuple):
 
 
 COLUMNS = "key, tool, version, account, at, cost, miss, flags, input, output, error"
+
+
+class MemoRow(NamedTuple):
+    """One row memo: a finished row's output (``flags`` as for a record) and what it used."""
+
+    key: str
+    play: str
+    tools: str  # " name=fingerprint name=fingerprint " (memo_tools): clearing a tool finds its memos
+    calls: int
+    cost: float
+    flags: int
+    output: str
+
+
+def is_receipt(key: str) -> bool:
+    """A tool call's receipt (not a step or sleep record)."""
+    return key.startswith(RECEIPT)
 
 
 def record(

@@ -1,0 +1,148 @@
+"""A store backend in this process's memory: what tests and throwaway runs use.
+
+Nothing survives the process, so nothing here is ever damaged: records are kept as the
+:class:`Record` and :class:`MemoRow` tuples they arrive as.  One lock guards every dict, so the
+backend is as safe to share between threads as the others.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+
+from .protocol import Counts, Damaged, Found, StoreFailure
+from .records import MemoRow, Record, is_receipt, parse_tools
+
+__all__ = ["MemoryBackend"]
+
+
+class MemoryBackend:
+    """Records, row memos and leases in dicts."""
+
+    location = "memory"
+    remote = False
+
+    def __init__(self, *, readonly: bool = False) -> None:
+        self.readonly = readonly
+        self._lock = threading.Lock()
+        self._records: dict[str, Record] = {}
+        self._memos: dict[str, MemoRow] = {}
+        self._leases: dict[str, tuple[str, float]] = {}  # key -> (owner, expires: time.time())
+
+    def __repr__(self) -> str:
+        return f"<MemoryBackend records={len(self._records)} memos={len(self._memos)} leases={len(self._leases)}>"
+
+    def _writable(self) -> None:
+        if self.readonly:
+            raise StoreFailure("the store was opened read-only", "READONLY")
+
+    # -- receipts and step records -------------------------------------------------------------
+
+    def lookup(self, key: str) -> Found | Damaged | None:
+        row = self._records.get(key)  # one dict read is atomic: no lock on the hot path
+        return None if row is None else Found(row.output, row.miss, row.flags, row.error, row.at)
+
+    def lookup_many(self, keys: Sequence[str]) -> list[Found | Damaged | None]:
+        return [self.lookup(key) for key in keys]
+
+    def tool_of(self, key: str) -> str | None:
+        row = self._records.get(key)
+        return None if row is None else row.tool
+
+    def get(self, key: str) -> Record | Damaged | None:
+        return self._records.get(key)
+
+    def write(self, records: Sequence[Record]) -> None:
+        self._writable()
+        with self._lock:
+            self._records.update((row.key, row) for row in records)
+
+    def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:
+        with self._lock:
+            rows = [row for key, row in self._records.items() if is_receipt(key) and (tool is None or row.tool == tool)]
+        # sorted() is stable: records written at the same instant keep the order they were written in.
+        return [(row.key, row) for row in sorted(rows, key=lambda row: row.at)]
+
+    # -- row memos -------------------------------------------------------------------------------
+
+    def memos(self, keys: Sequence[str]) -> tuple[list[MemoRow], list[str]]:
+        found = [row for row in map(self._memos.get, keys) if row is not None]
+        return found, []
+
+    def write_memos(self, rows: Sequence[MemoRow]) -> None:
+        self._writable()
+        with self._lock:
+            self._memos.update((row.key, row) for row in rows)
+
+    # -- upkeep ----------------------------------------------------------------------------------
+
+    def counts(self) -> Counts:
+        by_tool: dict[str, tuple[int, float]] = {}
+        size = 0
+        with self._lock:
+            for key, row in self._records.items():
+                size += len(row.output) + len(row.input or "")
+                if is_receipt(key):
+                    count, cost = by_tool.get(row.tool, (0, 0.0))
+                    by_tool[row.tool] = (count + 1, cost + row.cost)
+            size += sum(len(memo.output) for memo in self._memos.values())
+            return Counts(by_tool, len(self._memos), size)
+
+    def clear(self, tool: str | None = None) -> int:
+        self._writable()
+        with self._lock:
+            if tool is None:
+                removed = len(self._records) + len(self._memos)
+                self._records.clear()
+                self._memos.clear()
+                return removed
+            # Only receipts go: a step record belongs to its row, not to a tool.
+            gone = [key for key, row in self._records.items() if is_receipt(key) and row.tool == tool]
+            for key in gone:
+                del self._records[key]
+            for key in [memo.key for memo in self._memos.values() if tool in parse_tools(memo.tools)]:
+                del self._memos[key]
+            return len(gone)
+
+    def memo_count(self, tool: str) -> int:
+        with self._lock:
+            return sum(tool in parse_tools(memo.tools) for memo in self._memos.values())
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    def take(self, keys: Sequence[str], owner: str, ttl: float) -> list[bool]:
+        self._writable()
+        now = time.time()
+        got = []
+        with self._lock:
+            for key in keys:
+                holder, expires = self._leases.get(key, (owner, 0.0))
+                ok = holder == owner or expires < now
+                if ok:
+                    self._leases[key] = (owner, now + ttl)
+                got.append(ok)
+        return got
+
+    def renew(self, keys: Sequence[str], owner: str, ttl: float) -> None:
+        self._writable()
+        expires = time.time() + ttl
+        with self._lock:
+            for key in keys:
+                if self._leases.get(key, ("", 0.0))[0] == owner:
+                    self._leases[key] = (owner, expires)
+
+    def release(self, keys: Sequence[str], owner: str) -> None:
+        self._writable()
+        with self._lock:
+            for key in keys:
+                if self._leases.get(key, ("", 0.0))[0] == owner:
+                    del self._leases[key]
+
+    def holder(self, key: str) -> tuple[str, float] | None:
+        owner, expires = self._leases.get(key, ("", 0.0))
+        left = expires - time.time()
+        return (owner, left) if left > 0 else None
+
+    def close(self) -> None:
+        pass

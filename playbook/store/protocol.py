@@ -1,0 +1,122 @@
+"""What a store backend does: the few operations the receipt store needs, on stored text.
+
+:class:`~playbook.store.receipts.ReceiptStore` is the public face: it decodes values, warns about
+damaged records, groups writes of one event-loop turn into one transaction, keeps paid answers
+that could not be written, and runs leases.  A backend only keeps records: SQLite in a directory
+(the default), Redis (shared by many kernels and machines) or memory (tests).  Every backend
+passes the same tests (``tests/test_store_backends.py``).
+
+Records arrive and leave as text (:mod:`playbook.store.records` owns their shape), so a backend
+never parses JSON.  A record it cannot even read as text (bad UTF-8) comes back as
+:class:`Damaged`; an operation that cannot be done raises :class:`StoreFailure` with a reason in
+words a user can act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple, Protocol
+
+from .records import MemoRow, Record
+
+__all__ = ["Backend", "Counts", "Damaged", "Found", "StoreFailure"]
+
+
+class StoreFailure(Exception):
+    """A store operation failed; ``reason`` says why in words, ``code`` is the backend's or the OS's name for it."""
+
+    def __init__(self, reason: str, code: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+
+class Found(NamedTuple):
+    """What a receipt lookup needs of a record (its output still JSON text)."""
+
+    output: str
+    miss: bool
+    flags: int
+    error: str | None
+    at: float
+
+
+class Damaged(NamedTuple):
+    """A record that is there but cannot be read as text; ``problem`` says how."""
+
+    problem: str
+
+
+class Counts(NamedTuple):
+    """What a store holds: receipts per tool as ``(count, total cost)``, row memos, bytes."""
+
+    by_tool: dict[str, tuple[int, float]]
+    memos: int
+    bytes: int
+
+
+class Backend(Protocol):
+    """Where records live.  Methods are synchronous and safe to call from any thread."""
+
+    location: str  # a directory or a URL, as messages show it
+    readonly: bool
+    # True when every read is a round trip over the network: the receipt store then looks up
+    # the calls of one event-loop turn together (lookup_many) instead of one by one.
+    remote: bool
+
+    # -- receipts and step records ("r…", "s…") ----------------------------------------------
+
+    def lookup(self, key: str) -> Found | Damaged | None: ...
+
+    def lookup_many(self, keys: Sequence[str]) -> list[Found | Damaged | None]: ...
+
+    def tool_of(self, key: str) -> str | None:
+        """The tool a (possibly damaged) record belongs to, for messages."""
+        ...
+
+    def get(self, key: str) -> Record | Damaged | None:
+        """The whole record, for inspection."""
+        ...
+
+    def write(self, records: Sequence[Record]) -> None:
+        """Write (or replace) records, all or none."""
+        ...
+
+    def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:
+        """Every receipt (not step records), or one tool's, oldest first."""
+        ...
+
+    # -- row memos ("m…") ------------------------------------------------------------------------
+
+    def memos(self, keys: Sequence[str]) -> tuple[list[MemoRow], list[str]]:
+        """The memos of ``keys`` that exist, and the keys of those that cannot be read."""
+        ...
+
+    def write_memos(self, rows: Sequence[MemoRow]) -> None: ...
+
+    # -- upkeep ----------------------------------------------------------------------------------
+
+    def counts(self) -> Counts: ...
+
+    def clear(self, tool: str | None = None) -> int:
+        """Remove one tool's receipts and the memos of rows that used it, or everything; returns
+        how many records went."""
+        ...
+
+    def memo_count(self, tool: str) -> int: ...
+
+    # -- leases: which process pays for a call now ------------------------------------------------
+
+    def take(self, keys: Sequence[str], owner: str, ttl: float) -> list[bool]:
+        """Lease each key to ``owner`` for ``ttl`` seconds unless another owner's lease is live."""
+        ...
+
+    def renew(self, keys: Sequence[str], owner: str, ttl: float) -> None: ...
+
+    def release(self, keys: Sequence[str], owner: str) -> None: ...
+
+    def holder(self, key: str) -> tuple[str, float] | None:
+        """Who holds ``key`` and for how many more seconds, or ``None``."""
+        ...
+
+    def close(self) -> None: ...

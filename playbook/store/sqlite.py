@@ -1,0 +1,215 @@
+"""The default backend: one SQLite file (``receipts.db``) in a directory.
+
+Every SQL statement on the store's tables is here or in db.py (the file and its schema), so the
+tables are playbook's own and no library's internals are relied on.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from .db import Database, reason
+from .opening import initialise, open_store
+from .protocol import Counts, Damaged, Found
+from .records import COLUMNS, MemoRow, Record
+
+__all__ = ["SqliteBackend"]
+
+_LOOKUP = "SELECT output, miss, flags, error, at FROM receipt WHERE key = ?"
+_UPSERT = f"INSERT OR REPLACE INTO receipt ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_MEMOS = "SELECT key, play, tools, calls, cost, flags, output FROM memo WHERE key IN ({})"
+_RECEIPTS = "key >= 'r' AND key < 's'"  # receipt keys start with "r" (keys.RECEIPT), step records with "s"
+# Text columns read as bytes: one record that is not UTF-8 must not stop a listing of the others.
+_AS_BYTES = ", ".join(c if c in ("at", "cost", "miss", "flags") else f"CAST({c} AS BLOB)" for c in COLUMNS.split(", "))
+_TAKE = (
+    "INSERT INTO lease (key, owner, expires) VALUES (?, ?, ?) "
+    "ON CONFLICT(key) DO UPDATE SET owner = excluded.owner, expires = excluded.expires "
+    "WHERE lease.expires < ? OR lease.owner = excluded.owner"
+)
+_NOT_UTF8 = "its value is not UTF-8 text (damaged)"
+
+
+class SqliteBackend:
+    """Records in ``directory/receipts.db``; ``notify`` hears what the user should be told."""
+
+    remote = False
+
+    def __init__(self, directory: Path, *, readonly: bool = False, notify: Callable[[str], None] | None = None) -> None:
+        self.directory = directory
+        self.location = str(directory)
+        self.readonly = readonly
+        self.notices: list[str] = []
+        self._notify = notify
+        self._db = Database(directory, readonly=readonly)
+        self.notices += open_store(self._db, directory)
+        self._db.on_moved = self._made_again
+
+    def __repr__(self) -> str:
+        return f"SqliteBackend({self.location!r})"
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (tests use it to make the disk misbehave)."""
+        return self._db.connection()
+
+    # -- receipts --------------------------------------------------------------------------------
+
+    def lookup(self, key: str) -> Found | Damaged | None:
+        try:
+            found = self._db.cursor().execute(_LOOKUP, (key,)).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "decode" not in str(exc):  # "Could not decode to UTF-8": that record is damaged
+                raise reason(exc) from None
+            return Damaged(_NOT_UTF8)
+        except sqlite3.Error as exc:
+            raise reason(exc) from None
+        return None if found is None else Found(*found)
+
+    def lookup_many(self, keys: Sequence[str]) -> list[Found | Damaged | None]:
+        return [self.lookup(key) for key in keys]
+
+    def tool_of(self, key: str) -> str | None:
+        row = self._db.read(lambda con: con.execute("SELECT CAST(tool AS BLOB) FROM receipt WHERE key = ?", (key,)).fetchone())
+        return bytes(row[0]).decode("utf-8", "replace") if row and row[0] else None
+
+    def get(self, key: str) -> Record | Damaged | None:
+        rows = self._db.read(lambda con: con.execute(f"SELECT {_AS_BYTES} FROM receipt WHERE key = ?", (key,)).fetchall())
+        return _record(rows[0]) if rows else None
+
+    def write(self, records: Sequence[Record]) -> None:
+        self._db.write(lambda con: con.executemany(_UPSERT, records))
+
+    def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | Damaged]]:
+        where = _RECEIPTS + (" AND tool = ?" if tool is not None else "")
+        args = (tool,) if tool is not None else ()
+        rows = self._db.read(lambda con: con.execute(f"SELECT {_AS_BYTES} FROM receipt WHERE {where} ORDER BY at", args).fetchall())
+        for row in rows:
+            yield bytes(row[0]).decode("utf-8", "replace"), _record(row)
+
+    # -- row memos -------------------------------------------------------------------------------
+
+    def memos(self, keys: Sequence[str]) -> tuple[list[MemoRow], list[str]]:
+        found: list[MemoRow] = []
+        bad: list[str] = []
+        cursor = self._db.cursor()
+        try:
+            for start in range(0, len(keys), 500):
+                chunk = list(keys[start : start + 500])
+                try:
+                    rows = cursor.execute(_MEMOS.format(",".join("?" * len(chunk))), chunk).fetchall()
+                except sqlite3.OperationalError as exc:
+                    if "decode" not in str(exc):
+                        raise
+                    rows = _one_by_one(cursor, chunk, bad)
+                found += [MemoRow(*row) for row in rows]
+        except sqlite3.Error as exc:
+            raise reason(exc) from None
+        return found, bad
+
+    def write_memos(self, rows: Sequence[MemoRow]) -> None:
+        if not self.readonly:
+            self._db.write(lambda con: con.executemany("INSERT OR REPLACE INTO memo VALUES (?, ?, ?, ?, ?, ?, ?)", rows))
+
+    # -- upkeep ----------------------------------------------------------------------------------
+
+    def counts(self) -> Counts:
+        def count(con: sqlite3.Connection) -> tuple[list[Any], int]:
+            by_tool = con.execute(f"SELECT CAST(tool AS BLOB), COUNT(*), TOTAL(cost) FROM receipt WHERE {_RECEIPTS} GROUP BY tool").fetchall()
+            (memos,) = con.execute("SELECT COUNT(*) FROM memo").fetchone()
+            return by_tool, int(memos)
+
+        by_tool, memos = self._db.read(count)
+        tools = {bytes(name).decode("utf-8", "replace"): (int(n), float(cost)) for name, n, cost in by_tool}
+        return Counts(tools, memos, self._db.size())
+
+    def clear(self, tool: str | None = None) -> int:
+        def remove(con: sqlite3.Connection) -> int:
+            if tool is None:
+                return int(con.execute("DELETE FROM receipt").rowcount + con.execute("DELETE FROM memo").rowcount)
+            con.execute("DELETE FROM memo WHERE instr(tools, ?) > 0", (f" {tool}=",))
+            return int(con.execute(f"DELETE FROM receipt WHERE {_RECEIPTS} AND tool = ?", (tool,)).rowcount)
+
+        removed = self._db.write(remove)
+        self._db.read(lambda con: con.execute("PRAGMA incremental_vacuum").fetchall())  # give the space back
+        return removed
+
+    def memo_count(self, tool: str) -> int:
+        row = self._db.read(lambda con: con.execute("SELECT COUNT(*) FROM memo WHERE instr(tools, ?) > 0", (f" {tool}=",)).fetchone())
+        return int(row[0])
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    def take(self, keys: Sequence[str], owner: str, ttl: float) -> list[bool]:
+        now = time.time()
+        return self._db.write(lambda con: [con.execute(_TAKE, (key, owner, now + ttl, now)).rowcount == 1 for key in keys])
+
+    def renew(self, keys: Sequence[str], owner: str, ttl: float) -> None:
+        expires = time.time() + ttl
+        self._db.write(lambda con: con.executemany("UPDATE lease SET expires = ? WHERE key = ? AND owner = ?", [(expires, k, owner) for k in keys]))
+
+    def release(self, keys: Sequence[str], owner: str) -> None:
+        self._db.write(lambda con: con.executemany("DELETE FROM lease WHERE key = ? AND owner = ?", [(k, owner) for k in keys]))
+
+    def holder(self, key: str) -> tuple[str, float] | None:
+        row = self._db.read(lambda con: con.execute("SELECT owner, expires FROM lease WHERE key = ?", (key,)).fetchone())
+        left = 0.0 if row is None else float(row[1]) - time.time()
+        return None if row is None or left <= 0 else (str(row[0]), left)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- a store removed while in use ------------------------------------------------------------
+
+    def _made_again(self, old: sqlite3.Connection) -> None:
+        """The store was removed or replaced from outside while in use, and is made again: copy
+        into it what the old file, still open, holds, and say so."""
+        counts = self._db.write(lambda con: (initialise(self.directory, con), _copy(old, con))[1])
+        note = (
+            f"the receipt store at {self.location} was removed or replaced while in use; playbook made it again there and "
+            f"copied into it the {counts[0]} receipts and {counts[1]} row memos the old one held, so nothing paid for is lost"
+        )
+        self.notices.append(note)
+        if self._notify is not None:
+            self._notify(note)
+
+
+def _record(row: tuple[Any, ...]) -> Record | Damaged:
+    """A ``Record`` from a row read with ``_AS_BYTES``, or ``Damaged`` if its text is not UTF-8."""
+    try:
+        return Record(*(bytes(v).decode("utf-8") if isinstance(v, bytes) else v for v in row))
+    except UnicodeDecodeError:
+        return Damaged(_NOT_UTF8)
+
+
+def _one_by_one(cursor: sqlite3.Cursor, chunk: list[str], bad: list[str]) -> list[Any]:
+    """The memos of ``chunk`` that are UTF-8 text, one by one (one of them is not: damaged)."""
+    rows = []
+    for key in chunk:
+        try:
+            rows += cursor.execute(_MEMOS.format("?"), (key,)).fetchall()
+        except sqlite3.OperationalError:
+            bad.append(key)
+    return rows
+
+
+def _copy(old: sqlite3.Connection, new: sqlite3.Connection) -> tuple[int, int]:
+    """Copy every receipt and row memo from ``old`` into ``new`` (keeping what ``new`` has); returns the counts."""
+    counts = []
+    for select, insert in (
+        (f"SELECT {COLUMNS} FROM receipt", _UPSERT.replace("OR REPLACE", "OR IGNORE")),
+        ("SELECT * FROM memo", "INSERT OR IGNORE INTO memo VALUES (?, ?, ?, ?, ?, ?, ?)"),
+    ):
+        copied = 0
+        try:
+            rows = old.execute(select)
+            while batch := rows.fetchmany(10_000):
+                new.executemany(insert, batch)
+                copied += len(batch)
+        except sqlite3.DatabaseError:
+            pass  # the old file cannot be read any more either: keep what was copied
+        counts.append(copied)
+    return counts[0], counts[1]
+

@@ -1,0 +1,378 @@
+"""Every store backend (SQLite, memory, Redis) keeps records, memos and leases the same way."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import time
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import redis
+
+from playbook.store.memory import MemoryBackend
+from playbook.store.protocol import Backend, Counts, Damaged, Found, StoreFailure
+from playbook.store.records import MemoRow, Record, memo_tools
+from playbook.store.redis import RedisBackend, masked
+
+
+def _key(kind: str, n: int) -> str:
+    return f"{kind}{n:032x}"
+
+
+def _record(key: str, *, tool: str = "lookup", at: float = 1_700_000_000.125, cost: float = 0.5, **fields: object) -> Record:
+    values: dict[str, object] = dict(
+        version="1", account="default", miss=False, flags=0, input='{"q": "ä"}', output='{"a": [1, 2.5]}', error=None
+    )
+    values.update(fields)
+    return Record(key, tool, at=at, cost=cost, **values)  # type: ignore[arg-type]
+
+
+def _memo(n: int, tools: dict[str, str] | None = None) -> MemoRow:
+    used = memo_tools(tools if tools is not None else {"lookup": "f1"})
+    return MemoRow(_key("m", n), "play-fp", used, calls=2, cost=0.75, flags=1, output=f'{{"row": {n}}}')
+
+
+@pytest.fixture(params=["sqlite", "memory", "redis"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    made: Backend
+    if request.param == "sqlite":
+        from playbook.store.sqlite import SqliteBackend
+
+        made = SqliteBackend(tmp_path / "store")
+    elif request.param == "memory":
+        made = MemoryBackend()
+    else:
+        made = RedisBackend(request.getfixturevalue("redis_url"))
+    yield made
+    made.close()
+
+
+# -- receipts and step records -------------------------------------------------------------------
+
+
+def test_written_record_reads_back(backend: Backend) -> None:
+    """A written record comes back field for field from lookup, get and tool_of."""
+    record = _record(_key("r", 1), miss=True, flags=3, error="no JSON form")
+    backend.write([record])
+    assert backend.lookup(record.key) == Found(record.output, True, 3, "no JSON form", record.at)
+    assert backend.get(record.key) == record
+    assert backend.tool_of(record.key) == "lookup"
+
+
+def test_absent_key_is_none(backend: Backend) -> None:
+    """A key never written is None for lookup, get and tool_of."""
+    assert backend.lookup(_key("r", 9)) is None
+    assert backend.get(_key("r", 9)) is None
+    assert backend.tool_of(_key("r", 9)) is None
+
+
+def test_lookup_many_matches_lookup(backend: Backend) -> None:
+    """lookup_many answers each key as lookup does, in order, present or not."""
+    backend.write([_record(_key("r", n), at=float(n)) for n in range(0, 10, 2)] + [_record(_key("s", 1))])
+    keys = [_key("r", n) for n in range(10)] + [_key("s", 1)]
+    assert backend.lookup_many(keys) == [backend.lookup(key) for key in keys]
+    assert [found is not None for found in backend.lookup_many(keys)] == [n % 2 == 0 for n in range(10)] + [True]
+    assert backend.lookup_many([]) == []
+
+
+def test_rewritten_record_keeps_nothing_of_the_old(backend: Backend) -> None:
+    """Writing a key again replaces the whole record, fields it no longer has included."""
+    backend.write([_record(_key("r", 1), error="was an error")])
+    again = _record(_key("r", 1), input=None, error=None, output="2", at=5.0)
+    backend.write([again])
+    assert backend.get(again.key) == again
+
+
+def test_records_lists_receipts_oldest_first(backend: Backend) -> None:
+    """records() lists receipts only (no step records), oldest first, all or one tool's."""
+    backend.write([_record(_key("r", 1), at=30.0), _record(_key("r", 2), at=10.0, tool="other"), _record(_key("r", 3), at=20.0)])
+    backend.write([_record(_key("s", 1), at=5.0)])
+    assert [key for key, _ in backend.records()] == [_key("r", 2), _key("r", 3), _key("r", 1)]
+    assert [key for key, _ in backend.records("lookup")] == [_key("r", 3), _key("r", 1)]
+    assert dict(backend.records())[_key("r", 2)] == _record(_key("r", 2), at=10.0, tool="other")
+    assert list(backend.records("nobody")) == []
+
+
+# -- row memos -----------------------------------------------------------------------------------
+
+
+def test_memos_read_back_in_bulk(backend: Backend) -> None:
+    """3000 written memos all come back from one memos() call; absent keys are left out."""
+    rows = [_memo(n) for n in range(3000)]
+    backend.write_memos(rows)
+    found, bad = backend.memos([row.key for row in rows] + [_key("m", 99_999)])
+    assert sorted(found) == sorted(rows)
+    assert bad == []
+
+
+# -- upkeep --------------------------------------------------------------------------------------
+
+
+def _fill(backend: Backend) -> None:
+    backend.write([_record(_key("r", 1), cost=1.0), _record(_key("r", 2), cost=0.5), _record(_key("r", 3), tool="other", cost=0.25)])
+    backend.write([_record(_key("s", 1), tool="lookup")])
+    backend.write_memos([_memo(1), _memo(2, {"other": "f2"}), _memo(3, {"lookup": "f1", "other": "f2"})])
+
+
+def test_counts(backend: Backend) -> None:
+    """counts() gives receipts per tool with their cost (no step records), and the memos."""
+    _fill(backend)
+    counts = backend.counts()
+    assert isinstance(counts, Counts)
+    assert counts.by_tool == {"lookup": (2, 1.5), "other": (1, 0.25)}
+    assert counts.memos == 3
+    assert counts.bytes > 0
+
+
+def test_clear_tool_drops_its_receipts_and_memos(backend: Backend) -> None:
+    """clear(tool) drops that tool's receipts and the memos that used it, nothing else."""
+    _fill(backend)
+    assert backend.memo_count("lookup") == 2
+    assert backend.clear("lookup") == 2
+    assert [key for key, _ in backend.records()] == [_key("r", 3)]
+    assert backend.lookup(_key("s", 1)) is not None  # a step record belongs to its row
+    found, _ = backend.memos([_key("m", n) for n in (1, 2, 3)])
+    assert [row.key for row in found] == [_key("m", 2)]
+    assert backend.memo_count("lookup") == 0
+    assert backend.memo_count("other") == 1
+    assert backend.counts().by_tool == {"other": (1, 0.25)}
+
+
+def test_clear_everything(backend: Backend) -> None:
+    """clear() empties records and memos (and counts them) but keeps live leases."""
+    _fill(backend)
+    backend.take([_key("r", 7)], "owner", 30)
+    assert backend.clear() == 7
+    assert list(backend.records()) == []
+    assert backend.lookup(_key("s", 1)) is None
+    assert backend.memos([_key("m", n) for n in (1, 2, 3)]) == ([], [])
+    assert backend.counts()[:2] == ({}, 0)
+    assert backend.holder(_key("r", 7)) is not None
+
+
+# -- leases --------------------------------------------------------------------------------------
+
+
+def test_lease_goes_to_the_first_owner(backend: Backend) -> None:
+    """Of two owners taking the same keys, only the first gets them."""
+    assert backend.take([_key("r", 1), _key("r", 2)], "a", 30) == [True, True]
+    assert backend.take([_key("r", 2), _key("r", 3)], "b", 30) == [False, True]
+
+
+def test_owner_takes_its_lease_again(backend: Backend) -> None:
+    """The owner of a live lease can take it again."""
+    assert backend.take([_key("r", 1)], "a", 30) == [True]
+    assert backend.take([_key("r", 1)], "a", 30) == [True]
+
+
+def test_only_the_owner_releases(backend: Backend) -> None:
+    """A release by another owner does nothing; the owner's frees the key."""
+    backend.take([_key("r", 1)], "a", 30)
+    backend.release([_key("r", 1)], "b")
+    assert backend.take([_key("r", 1)], "b", 30) == [False]
+    backend.release([_key("r", 1)], "a")
+    assert backend.holder(_key("r", 1)) is None
+    assert backend.take([_key("r", 1)], "b", 30) == [True]
+
+
+def test_lease_lapses_after_its_time(backend: Backend) -> None:
+    """Once a lease's time is up, another owner takes it."""
+    backend.take([_key("r", 1)], "a", 0.2)
+    time.sleep(0.3)
+    assert backend.holder(_key("r", 1)) is None
+    assert backend.take([_key("r", 1)], "b", 30) == [True]
+
+
+def test_renew_keeps_the_lease(backend: Backend) -> None:
+    """A renewed lease outlives its first time; another owner's renewal changes nothing."""
+    backend.take([_key("r", 1), _key("r", 2)], "a", 0.2)
+    backend.renew([_key("r", 1)], "a", 5)
+    backend.renew([_key("r", 2)], "b", 5)
+    time.sleep(0.3)
+    assert backend.take([_key("r", 1), _key("r", 2)], "b", 30) == [False, True]
+
+
+def test_holder_names_owner_and_time_left(backend: Backend) -> None:
+    """holder() says who holds a key and for how many more seconds."""
+    assert backend.holder(_key("r", 1)) is None
+    backend.take([_key("r", 1)], "host:123:abc", 10)
+    held = backend.holder(_key("r", 1))
+    assert held is not None
+    assert held[0] == "host:123:abc"
+    assert 9 < held[1] <= 10
+
+
+def test_threads_share_one_backend(backend: Backend) -> None:
+    """Eight threads write and read at once, and exactly one of them wins a contested lease."""
+
+    def work(n: int) -> tuple[bool, list[Found | Damaged | None]]:
+        keys = [_key("r", n * 100 + i) for i in range(50)]
+        backend.write([_record(key) for key in keys])
+        return backend.take([_key("r", 99_999)], f"owner{n}", 30)[0], backend.lookup_many(keys)
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(work, range(8)))
+    assert sum(won for won, _ in results) == 1
+    assert all(isinstance(found, Found) for _, founds in results for found in founds)
+
+
+# -- damage (memory cannot be damaged: it keeps the tuples it is given) --------------------------
+
+
+def _damage(backend: Backend, tmp_path: Path, key: str, table: str) -> None:
+    """Put bytes that are not UTF-8 in the output of ``key``, behind the backend's back."""
+    if isinstance(backend, RedisBackend):
+        client = redis.Redis.from_url(backend.location)
+        client.hset(f"playbook:{key}", "output", b"\xff")
+        client.close()
+        return
+    con = sqlite3.connect(tmp_path / "store" / "receipts.db")
+    con.execute(f"UPDATE {table} SET output = CAST(x'ff' AS TEXT) WHERE key = ?", (key,))
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"], indirect=True)
+def test_text_that_is_not_utf8_is_damaged(backend: Backend, tmp_path: Path) -> None:
+    """A record or memo whose text is not UTF-8 reads as Damaged (or a bad memo), never a crash."""
+    backend.write([_record(_key("r", 1)), _record(_key("r", 2), at=2e9)])
+    backend.write_memos([_memo(1), _memo(2)])
+    _damage(backend, tmp_path, _key("r", 1), "receipt")
+    _damage(backend, tmp_path, _key("m", 1), "memo")
+    damaged = Damaged("its value is not UTF-8 text (damaged)")
+    assert backend.lookup(_key("r", 1)) == damaged
+    assert backend.lookup_many([_key("r", 1), _key("r", 2)]) == [damaged, backend.lookup(_key("r", 2))]
+    assert backend.get(_key("r", 1)) == damaged
+    assert backend.tool_of(_key("r", 1)) == "lookup"
+    assert [(key, isinstance(record, Damaged)) for key, record in backend.records()] == [(_key("r", 1), True), (_key("r", 2), False)]
+    assert backend.memos([_key("m", 1), _key("m", 2)]) == ([_memo(2)], [_key("m", 1)])
+
+
+# -- Redis only ----------------------------------------------------------------------------------
+
+
+def test_redis_unreachable_names_the_url() -> None:
+    """A Redis URL that nothing answers at fails within seconds, naming the URL and why."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"redis://127.0.0.1:{s.getsockname()[1]}/0"  # bound, not listening: refused
+        started = time.monotonic()
+        with pytest.raises(StoreFailure) as failed:
+            RedisBackend(url).lookup(_key("r", 1))
+    assert time.monotonic() - started < 5
+    assert failed.value.reason == f"cannot reach Redis at {url} (Connection refused)"
+    assert failed.value.code == "ECONNREFUSED"
+
+
+def test_redis_password_is_never_shown(redis_url: str) -> None:
+    """The password in a Redis URL is masked in the location and in failures."""
+    assert masked("redis://:s3cret@db.example:6379/0") == "redis://:***@db.example:6379/0"
+    assert masked("rediss://me:s3cret@db.example/1?password=s3cret&ssl_cert_reqs=none") == (
+        "rediss://me:***@db.example/1?password=***&ssl_cert_reqs=none"
+    )
+    admin = redis.Redis.from_url(redis_url)
+    admin.config_set("requirepass", "s3cret")  # the connection that set it stays signed in
+    try:
+        backend = RedisBackend(redis_url.replace("redis://", "redis://:s3cret@"))
+        assert backend.location == redis_url.replace("redis://", "redis://:***@")
+        backend.close()
+        with pytest.raises(StoreFailure) as failed:
+            RedisBackend(redis_url.replace("redis://", "redis://:wrong@"))
+    finally:
+        admin.config_set("requirepass", "")
+        admin.close()
+    assert "s3cret" not in failed.value.reason and "wrong" not in failed.value.reason
+    assert redis_url.replace("redis://", "redis://:***@") in failed.value.reason
+    assert failed.value.code == "WRONGPASS"
+
+
+def test_redis_lookup_many_is_one_round_trip(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """lookup_many of 500 keys sends one request to Redis, not 500."""
+    from redis.connection import AbstractConnection
+
+    backend = RedisBackend(redis_url)
+    keys = [_key("r", n) for n in range(500)]
+    backend.write([_record(key) for key in keys[::2]])
+    sent: list[object] = []
+    send = AbstractConnection.send_packed_command
+
+    def counted(self: AbstractConnection, command: object, check_health: bool = True) -> None:
+        sent.append(command)
+        send(self, command, check_health)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+    found = backend.lookup_many(keys)
+    assert len(sent) == 1
+    assert [f is not None for f in found] == [n % 2 == 0 for n in range(500)]
+    backend.close()
+
+
+def test_redis_out_of_memory_is_said_and_writes_nothing(redis_url: str) -> None:
+    """A Redis at its memory limit refuses a batch of records whole, and says so in words."""
+    backend = RedisBackend(redis_url)
+    admin = redis.Redis.from_url(redis_url)
+    admin.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(StoreFailure) as failed:
+            backend.write([_record(_key("r", 1)), _record(_key("r", 2))])
+    finally:
+        admin.config_set("maxmemory", 0)
+        admin.close()
+    assert failed.value.code == "OOM"
+    assert "out of memory" in failed.value.reason and redis_url in failed.value.reason
+    assert backend.lookup_many([_key("r", 1), _key("r", 2)]) == [None, None]
+    assert list(backend.records()) == []
+    backend.close()
+
+
+def test_redis_readonly_refuses_writes(redis_url: str) -> None:
+    """A Redis store opened read-only reads but refuses every write."""
+    RedisBackend(redis_url).write([_record(_key("r", 1))])
+    backend = RedisBackend(redis_url, readonly=True)
+    assert backend.lookup(_key("r", 1)) is not None
+    for write in (lambda: backend.write([_record(_key("r", 2))]), lambda: backend.clear(), lambda: backend.take([_key("r", 1)], "a", 1)):
+        with pytest.raises(StoreFailure):
+            write()
+    assert backend.lookup(_key("r", 2)) is None
+
+
+def test_redis_backend_survives_fork(redis_url: str) -> None:
+    """A forked child uses the parent's backend on connections of its own, and the parent's still work."""
+    backend = RedisBackend(redis_url)
+    backend.write([_record(_key("r", 1))])
+    assert backend.lookup(_key("r", 1)) is not None  # the parent now holds a pooled connection
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads about (other tests' servers)
+        pid = os.fork()
+    if pid == 0:
+        try:
+            ok = backend.lookup(_key("r", 1)) is not None and backend.take([_key("r", 2)], "child", 30) == [True]
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    os.close(read)
+    assert backend.lookup(_key("r", 1)) is not None
+    assert backend.holder(_key("r", 2)) == ("child", pytest.approx(30, abs=1))
+    backend.close()
+
+
+def test_redis_keys_stay_under_the_prefix(redis_url: str) -> None:
+    """Two prefixes on one server are two stores: clearing one leaves the other."""
+    first, second = RedisBackend(redis_url, prefix="one"), RedisBackend(redis_url, prefix="two")
+    for backend in (first, second):
+        _fill(backend)
+    first.clear()
+    assert list(first.records()) == []
+    assert len(list(second.records())) == 3
+    admin = redis.Redis.from_url(redis_url)
+    assert all(key.startswith((b"one:", b"two:")) for key in admin.scan_iter())
+    admin.close()
