@@ -6,10 +6,10 @@ import argparse
 import sys
 import time
 
-from . import b1_replay, b2_dispatch, b3_rate_limits, b4_latency, b5_widget
+from . import b1_redis, b1_replay, b2_dispatch, b3_rate_limits, b4_latency, b5_widget
 from .harness import table
 
-CASES = {"b1": b1_replay.run, "b2": b2_dispatch.run, "b3": b3_rate_limits.run, "b4": b4_latency.run, "b5": b5_widget.run}
+CASES = {"b1": b1_replay.run, "b1r": b1_redis.run, "b2": b2_dispatch.run, "b3": b3_rate_limits.run, "b4": b4_latency.run, "b5": b5_widget.run}
 
 
 def main(argv: list[str] | None = None) -> int:

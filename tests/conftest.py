@@ -10,7 +10,7 @@ import pytest
 import playbook as pb
 from playbook.runtime import run as run_module
 
-from redis_server import RedisServer
+from playbook.demo.redis_server import RedisServer
 
 
 @pytest.fixture(autouse=True)

@@ -228,7 +228,8 @@ def _damage(backend: Backend, tmp_path: Path, key: str, table: str) -> None:
     """Put bytes that are not UTF-8 in the output of ``key``, behind the backend's back."""
     if isinstance(backend, RedisBackend):
         client = redis.Redis.from_url(backend.location)
-        client.hset(f"playbook:{key}", "output", b"\xff")
+        header = client.get(f"playbook:{key}").partition(b"\n")[0]
+        client.set(f"playbook:{key}", header + b"\n\xff")  # a header intact, an output not UTF-8
         client.close()
         return
     con = sqlite3.connect(tmp_path / "store" / "receipts.db")

@@ -7,6 +7,7 @@ this package, and the tables are playbook's own.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -147,19 +148,19 @@ class Database:
 
     def _connect(self) -> sqlite3.Connection:
         # timeout: how long to wait for another process's write lock before giving up.
-        options = {"timeout": _BUSY, "isolation_level": None, "check_same_thread": False}
+        connect = functools.partial(sqlite3.connect, timeout=_BUSY, isolation_level=None, check_same_thread=False)
         if not self.readonly:
-            con = sqlite3.connect(self.file, **options)  # type: ignore[arg-type]
+            con = connect(self.file)
             con.execute("PRAGMA journal_mode = WAL")
             return con
         if not self.file.is_file():
             raise sqlite3.OperationalError(f"no store file {self.file}")
         try:
-            con = sqlite3.connect(f"{self.file.as_uri()}?mode=ro", uri=True, **options)  # type: ignore[arg-type]
+            con = connect(f"{self.file.as_uri()}?mode=ro", uri=True)
             con.execute("SELECT 1 FROM sqlite_master LIMIT 1")
         except sqlite3.OperationalError:
             # A WAL database on a read-only disk cannot take the reader's lock: read it as it is.
-            con = sqlite3.connect(f"{self.file.as_uri()}?immutable=1", uri=True, **options)  # type: ignore[arg-type]
+            con = connect(f"{self.file.as_uri()}?immutable=1", uri=True)
         return con
 
     def cursor(self) -> sqlite3.Cursor:

@@ -13,6 +13,7 @@ expire) and a waiting process takes the call over.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 import uuid
@@ -58,7 +59,7 @@ class Leases:
     async def take(self, key: str) -> bool:
         """Lease ``key`` for this process; False while another live process holds it."""
         loop = asyncio.get_running_loop()
-        asked = loop.create_future()
+        asked: asyncio.Future[bool] = loop.create_future()
         self._asks.append((key, asked))
         if len(self._asks) == 1:
             loop.call_soon(self._grant)
@@ -130,7 +131,7 @@ class Leases:
             holder = self._do(lambda: self._backend.holder(key))
             if holder is None or holder[1] < 0 or _dead(holder[0]):
                 if holder is not None and _dead(holder[0]):
-                    self._do(lambda: self._backend.release([key], holder[0]))
+                    self._do(functools.partial(self._backend.release, [key], holder[0]))
                 if await self.take(key):
                     found = check()  # it may have finished between our two looks
                     if found is not missing:

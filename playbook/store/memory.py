@@ -29,6 +29,7 @@ class MemoryBackend:
         self._records: dict[str, Record] = {}
         self._memos: dict[str, MemoRow] = {}
         self._leases: dict[str, tuple[str, float]] = {}  # key -> (owner, expires: time.time())
+        self._hints: dict[tuple[str, str], str] = {}
 
     def __repr__(self) -> str:
         return f"<MemoryBackend records={len(self._records)} memos={len(self._memos)} leases={len(self._leases)}>"
@@ -75,6 +76,14 @@ class MemoryBackend:
         with self._lock:
             self._memos.update((row.key, row) for row in rows)
 
+    def hints(self, play: str, rows: Sequence[str]) -> dict[str, list[str]]:
+        with self._lock:
+            return {row: self._hints[play, row].split() for row in rows if (play, row) in self._hints}
+
+    def write_hints(self, hints: Sequence[tuple[str, str, str]]) -> None:
+        with self._lock:
+            self._hints.update(((play, row), keys) for play, row, keys in hints)
+
     # -- upkeep ----------------------------------------------------------------------------------
 
     def counts(self) -> Counts:
@@ -96,6 +105,7 @@ class MemoryBackend:
                 removed = len(self._records) + len(self._memos)
                 self._records.clear()
                 self._memos.clear()
+                self._hints.clear()
                 return removed
             # Only receipts go: a step record belongs to its row, not to a tool.
             gone = [key for key, row in self._records.items() if is_receipt(key) and row.tool == tool]

@@ -15,7 +15,7 @@ words a user can act on.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, final
 
 from .records import MemoRow, Record
 
@@ -41,6 +41,7 @@ class Found(NamedTuple):
     at: float
 
 
+@final  # so that ``type(x) is Damaged`` tells a checker it is not some other record
 class Damaged(NamedTuple):
     """A record that is there but cannot be read as text; ``problem`` says how."""
 
@@ -93,6 +94,16 @@ class Backend(Protocol):
         ...
 
     def write_memos(self, rows: Sequence[MemoRow]) -> None: ...
+
+    # -- what a row looked up last time (a remote store reads those receipts ahead) ---------------
+
+    def hints(self, play: str, rows: Sequence[str]) -> dict[str, list[str]]:
+        """The receipt keys each row of ``play`` (by row key) used when it last finished."""
+        ...
+
+    def write_hints(self, hints: Sequence[tuple[str, str, str]]) -> None:
+        """Remember ``(play, row, "key key ...")``: the receipts a finished row used."""
+        ...
 
     # -- upkeep ----------------------------------------------------------------------------------
 

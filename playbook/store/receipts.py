@@ -21,29 +21,28 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ReceiptError
-from ..models import Receipt
 from ..tagged import decode, loads
-from ..tools.base import NO_INPUT
+from .ahead import ReadAhead
+from .inspection import Inspection
 from .leases import Leases
+from .location import home, is_url, masked_in, open_backend
 from .opening import ELSEWHERE as _ELSEWHERE
 from .protocol import Backend, Damaged, Found, StoreFailure
-from .records import OUTPUT_TAGGED, MemoRow, Record, parse_tools, receipt_of
+from .records import OUTPUT_TAGGED, MemoRow, Record, damage, parse_tools
 
 if TYPE_CHECKING:
-    from ..tools.base import Tool
+    pass
 
 __all__ = ["MISSING", "ReceiptStore", "default_store", "home", "is_url", "open_backend"]
 
 _json_loads = json.loads
 _logger = logging.getLogger("playbook.store")
-_URLS = ("redis://", "rediss://", "unix://")
+T = TypeVar("T")
 
 
 class _Missing:
@@ -61,40 +60,7 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-def masked_in(text: str) -> bool:
-    """``text`` already names a store's URL (a backend's message does, with its password masked)."""
-    return any(scheme in text for scheme in _URLS)
-
-
-def is_url(location: str | os.PathLike[str]) -> bool:
-    """A store that is not a directory: a ``redis://`` URL, or ``"memory"``."""
-    text = os.fspath(location)
-    return text.startswith(_URLS) or text == "memory"
-
-
-def home() -> Path | str:
-    """``$PLAYBOOK_HOME`` (a directory or a ``redis://`` URL), or ``.playbook`` in the working directory."""
-    where = os.environ.get("PLAYBOOK_HOME") or ".playbook"
-    return where if is_url(where) else Path(where)
-
-
-def open_backend(location: str | os.PathLike[str], *, readonly: bool = False, notify: Callable[[str], None] | None = None) -> Backend:
-    """The backend for a directory (SQLite), a ``redis://`` URL, or ``"memory"``."""
-    text = os.fspath(location)
-    if text.startswith(_URLS):
-        from .redis import RedisBackend
-
-        return RedisBackend(text, readonly=readonly)
-    if text == "memory":
-        from .memory import MemoryBackend
-
-        return MemoryBackend()
-    from .sqlite import SqliteBackend
-
-    return SqliteBackend(Path(text), readonly=readonly, notify=notify)
-
-
-class ReceiptStore:
+class ReceiptStore(Inspection):
     """Durable receipts of tool calls and memos of finished rows.
 
     ``ReceiptStore()`` uses ``$PLAYBOOK_HOME`` or ``.playbook/`` in the working directory;
@@ -127,6 +93,8 @@ class ReceiptStore:
         self.notices: list[str] = list(getattr(self._backend, "notices", ()))  # what went wrong, for the runs that use it
         self._lookup = self._backend.lookup
         self._pending_memos: list[MemoRow] = []
+        self._pending_hints: list[tuple[str, str, str]] = []
+        self._ahead = ReadAhead(self._backend)
         self._flushed = time.monotonic()
         self._warned: set[str] = set()  # unreadable records already reported
         self._writes: list[tuple[Record, asyncio.Future[None]]] = []
@@ -170,6 +138,13 @@ class ReceiptStore:
         of the loop travel together, in one round trip."""
         if not self._backend.remote:
             return self.lookup(key, ttl)
+        if self._ahead:
+            try:
+                read = self._ahead.pop(key)
+            except StoreFailure as exc:
+                raise self._read_error(exc) from None
+            if read is not None:
+                return self._answer(key, read, ttl)
         loop = asyncio.get_running_loop()
         asked = loop.create_future()
         self._asks.append((key, ttl, asked))
@@ -207,7 +182,7 @@ class ReceiptStore:
             value = _json_loads(output)
             return (decode(value) if flags & OUTPUT_TAGGED else value), bool(miss), error
         except (ValueError, TypeError, KeyError, IndexError) as exc:  # bad JSON, or a tag this playbook does not know
-            self._warn_unreadable(key, _damage(exc))
+            self._warn_unreadable(key, damage(exc))
             return MISSING
 
     def _read_error(self, exc: StoreFailure) -> ReceiptError:
@@ -305,12 +280,17 @@ class ReceiptStore:
             )  # fmt: skip
         return found
 
-    def add_memo(self, key: str, play: str, tools: str, calls: int, cost: float, flags: int, output: str) -> None:
+    def add_memo(
+        self, key: str, play: str, tools: str, calls: int, cost: float, flags: int, output: str, *, row: str = "", used: Sequence[str] = ()
+    ) -> None:
         """Remember a finished row (``output``: its output as JSON text; ``tools``: " a=fp b=fp ");
         written at the next flush.  A crash loses at most the last half second of memos, and
-        those rows replay from their receipts for free."""
+        those rows replay from their receipts for free.  ``row`` and ``used`` (its row key and
+        the receipt keys it looked up) let a remote store read those receipts ahead next time."""
         pending = self._pending_memos
         pending.append(MemoRow(key, play, tools, calls, cost, flags, output))
+        if used and row and self._backend.remote:
+            self._pending_hints.append((play, row, " ".join(used)))
         if len(pending) >= 16384 or (len(pending) >= 1024 and time.monotonic() - self._flushed > 0.5):
             self.flush()
 
@@ -318,95 +298,29 @@ class ReceiptStore:
         """Write buffered row memos in one transaction.  If they cannot be written, they are
         dropped with a warning: the rows run again next time, against their receipts."""
         pending, self._pending_memos = self._pending_memos, []
+        hints, self._pending_hints = self._pending_hints, []
         self._flushed = time.monotonic()
         if not pending or self._backend.readonly:
             return
         try:
             self._backend.write_memos(pending)
+            if hints:
+                self._backend.write_hints(hints)
         except StoreFailure as exc:
             self._notice(
                 f"{len(pending)} row memos could not be written to the receipt store at {self.location}: {exc.reason}. "
                 "Those rows run again next time, against their receipts (no call is paid for twice)"
             )
 
-    # -- public inspection ---------------------------------------------------------------
-
-    def get(self, tool: Tool, input: Any = NO_INPUT, /, **kwargs: Any) -> Receipt | None:
-        """The receipt for calling ``tool`` with this input, or ``None`` if it was never paid for.
-
-        Raises ``ReceiptError`` if the receipt is there but cannot be read.
-        """
-        key = tool.key(tool.bind(input, kwargs))
-        found = self._inspect(lambda: self._backend.get(key))
-        if found is None:
-            return None
-        try:
-            if type(found) is Damaged:
-                problem = found.problem
-            else:
-                return receipt_of(_checked(found))
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
-            problem = _damage(exc)
-        raise ReceiptError(
-            f"{self._unreadable(key, problem)}. A run that needs it makes the call again and replaces it; "
-            f"`python -m playbook cache clear --store {self.location} --tool {tool.name}` drops all of that tool's receipts."
-        )
-
-    def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | None]]:
-        """Every receipt (or one tool's) as ``(key, record)``, oldest first, values in stored
-        form; ``record`` is ``None`` for one that cannot be read."""
-        for key, found in self._inspect(lambda: list(self._backend.records(tool))):
+    def warm(self, play: str, rows: Sequence[str]) -> None:
+        """These rows of ``play`` are about to run, in this order: a remote store reads the
+        receipts each used last time ahead of them, a chunk of rows per round trip, so a rerun
+        of an edited play does not wait on the network for every call."""
+        if self._backend.remote:
             try:
-                yield key, None if type(found) is Damaged else _checked(found)
-            except ValueError:
-                yield key, None
-
-    def receipts(self, tool: str | Tool | None = None) -> pd.DataFrame:
-        """All readable receipts (or one tool's) as a DataFrame, oldest first; values as first returned."""
-        name = getattr(tool, "name", tool)
-        rows = []
-        for _, record in self.records(name):
-            if record is None:
-                continue
-            try:
-                rows.append(receipt_of(record).model_dump())
-            except (ValueError, TypeError, KeyError, IndexError):
-                continue  # a tag this playbook does not know: left out, as an unreadable record is
-        return pd.DataFrame(rows, columns=list(Receipt.model_fields))
-
-    def stats(self) -> dict[str, Any]:
-        """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
-        self.flush()
-        counts = self._inspect(self._backend.counts)
-        return {
-            "path": self.location,
-            "receipts": sum(n for n, _ in counts.by_tool.values()),
-            "by_tool": {name: n for name, (n, _) in sorted(counts.by_tool.items())},
-            "row_memos": counts.memos,
-            "cost_stored": round(sum(cost for _, cost in counts.by_tool.values()), 6),
-            "bytes": counts.bytes,
-        }
-
-    def clear(self, tool: str | Tool | None = None) -> int:
-        """Remove one tool's receipts, and the row memos of rows that used it, so the next run
-        pays for that tool again; or, without ``tool``, everything.  Returns the records removed."""
-        self.flush()
-        name = getattr(tool, "name", tool)
-        try:
-            return self._backend.clear(name)
-        except StoreFailure as exc:
-            raise ReceiptError(f"cannot clear the receipt store at {self.location}: {exc.reason}") from None
-
-    def memo_count(self, tool: str) -> int:
-        """How many row memos used ``tool`` (what :meth:`clear` of it drops besides its receipts)."""
-        self.flush()
-        return self._inspect(lambda: self._backend.memo_count(tool))
-
-    def _inspect(self, work: Callable[[], Any]) -> Any:
-        try:
-            return work()
-        except StoreFailure as exc:
-            raise self._read_error(exc) from None
+                self._ahead.plan(play, rows)
+            except StoreFailure as exc:
+                raise self._read_error(exc) from None
 
     def connection(self) -> Any:
         """This thread's SQLite connection to the store (for tests that make the disk misbehave)."""
@@ -415,25 +329,6 @@ class ReceiptStore:
     def close(self) -> None:
         self.flush()
         self._backend.close()
-
-
-def _checked(record: Record) -> Record:
-    """``record`` if its values are JSON; ``ValueError`` if not."""
-    loads(record.output)
-    if record.input is not None:
-        loads(record.input)
-    return record
-
-
-def _damage(exc: BaseException) -> str:
-    """What is wrong with a record that cannot be read."""
-    if isinstance(exc, UnicodeDecodeError):
-        return "its value is not UTF-8 text (damaged)"
-    if isinstance(exc, ValueError) and str(exc).startswith("unknown tag"):
-        return f"its value cannot be decoded ({exc})"
-    if isinstance(exc, ValueError):
-        return "its value is not valid JSON (truncated or overwritten)"
-    return f"its value is not a record playbook wrote ({type(exc).__name__}: {exc})"
 
 
 _default: ReceiptStore | None = None

@@ -13,7 +13,7 @@ from ..keys import RECEIPT
 from ..models import Receipt
 from ..tagged import Unencodable, decode, dumps, encode, loads
 
-__all__ = ["COLUMNS", "INPUT_TAGGED", "OUTPUT_TAGGED", "MemoRow", "Record", "is_receipt", "memo_tools", "parse_tools", "receipt_of", "record"]
+__all__ = ["COLUMNS", "INPUT_TAGGED", "OUTPUT_TAGGED", "MemoRow", "Record", "checked", "damage", "is_receipt", "memo_tools", "parse_tools", "receipt_of", "record"]
 
 OUTPUT_TAGGED = 1  # the output holds tags: decode it when read
 INPUT_TAGGED = 2  # the input does
@@ -103,3 +103,22 @@ def memo_tools(tools: dict[str, str]) -> str:
 
 def parse_tools(text: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in text.split())
+
+
+def checked(record: Record) -> Record:
+    """``record`` if its values are JSON; ``ValueError`` if not."""
+    loads(record.output)
+    if record.input is not None:
+        loads(record.input)
+    return record
+
+
+def damage(exc: BaseException) -> str:
+    """What is wrong with a record that cannot be read."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "its value is not UTF-8 text (damaged)"
+    if isinstance(exc, ValueError) and str(exc).startswith("unknown tag"):
+        return f"its value cannot be decoded ({exc})"
+    if isinstance(exc, ValueError):
+        return "its value is not valid JSON (truncated or overwritten)"
+    return f"its value is not a record playbook wrote ({type(exc).__name__}: {exc})"

@@ -2,16 +2,24 @@
 
 Layout, every key under ``{prefix}:`` (``playbook`` unless told)::
 
-    {prefix}:{r… or s…}      hash   one record: tool version account at cost miss flags [input] output [error]
-    {prefix}:receipts        zset   receipt keys scored by ``at``: listing oldest first
-    {prefix}:tool:{tool}     set    one tool's receipt keys: clearing a tool
-    {prefix}:{m…}            hash   one row memo: play tools calls cost flags output
-    {prefix}:memos           set    every memo key: counting them
-    {prefix}:memos:{tool}    set    the memos of rows that used ``tool``: clearing it drops them too
-    {prefix}:lease:{r…}      string the owner of a lease, expiring by Redis's own clock
+    {prefix}:{r… or s…}      string  what a replay reads: ``[at, miss, flags, error]`` as JSON, a
+                                     newline, then the output's JSON text
+    {prefix}:info:{r… or s…} hash    the rest of the record, for listings: tool version account cost [input]
+    {prefix}:receipts        zset    receipt keys scored by ``at``: listing oldest first
+    {prefix}:tool:{tool}     set     one tool's receipt keys: clearing a tool
+    {prefix}:{m…}            string  one row memo: ``[play, tools, calls, cost, flags]``, a newline, the output
+    {prefix}:memos           set     every memo key: counting them
+    {prefix}:memos:{tool}    set     the memos of rows that used ``tool``: clearing it drops them too
+    {prefix}:lease:{r…}      string  the owner of a lease, expiring by Redis's own clock
+    {prefix}:used:{play}:{row} string  the receipt keys the row used when it last finished: a
+                                     rerun of an edited play reads them ahead, a chunk of rows
+                                     in one round trip
 
-A batch of records and their index entries go in one MULTI/EXEC (all or none), so no receipt
-escapes the clearing of its tool; reads are pipelined (one round trip per batch).  Leases are Lua
+What a replay reads is one string per key, so the lookups of many rows are one ``MGET``: one
+command to encode and one round trip, whatever their number.  (Hashes read with one ``HMGET``
+each cost redis-py more in encoding the commands than the server takes to answer them.)  A batch
+of records or memos and their index entries go in one MULTI/EXEC (all or none), so no receipt
+escapes the clearing of its tool.  Leases are Lua
 scripts, atomic on the server and expiring by its clock: machines whose clocks disagree agree.
 The server must keep what it is given (``maxmemory-policy noeviction``, the default): a receipt
 evicted is a call paid for again.  Prefixes must not nest (``a``, ``a:b``): clearing one clears both.
@@ -19,17 +27,17 @@ evicted is a call paid for again.  Prefixes must not nest (``a``, ``a:b``): clea
 
 from __future__ import annotations
 
-import errno
+import json
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ReceiptError
 from .protocol import Counts, Damaged, Found, StoreFailure
 from .records import MemoRow, Record, is_receipt, parse_tools
+from .redis_failures import failure, masked
 
 if TYPE_CHECKING:
     import redis
@@ -40,9 +48,9 @@ __all__ = ["RedisBackend"]
 T = TypeVar("T")
 
 _CHUNK = 1000  # keys per pipelined round trip when there can be very many (memos, listings, clearing)
-_RECORD = ["tool", "version", "account", "at", "cost", "miss", "flags", "output", "input", "error"]  # the first 8 always there
-_FOUND = ["output", "miss", "flags", "error", "at"]
-_MEMO = ["play", "tools", "calls", "cost", "flags", "output"]
+_INFO = ["tool", "version", "account", "cost", "input"]
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_loads = json.loads
 _NOT_TEXT = "its value is not UTF-8 text (damaged)"
 _NOT_OURS = "it is not a record playbook wrote (fields missing or not numbers)"
 
@@ -132,13 +140,13 @@ class RedisBackend:
         if self.readonly:
             raise StoreFailure("the store was opened read-only", "READONLY")
 
-    def _fetch(self, keys: Sequence[str], fields: list[str]) -> list[Any]:
-        """``HMGET fields`` of every key in one round trip (an error in place of a key not a hash)."""
+    def _get(self, keys: Sequence[str]) -> list[Any]:
+        """The string values of ``keys`` (``None`` where absent) in one ``MGET``."""
+        if not keys:
+            return []
+        prefix = self._prefix
         with self._failing():
-            pipe = self._client.pipeline(transaction=False)
-            for key in keys:
-                pipe.hmget(self._prefix + key, fields)
-            return pipe.execute(raise_on_error=False)
+            return self._client.mget([prefix + key for key in keys])
 
     # -- receipts and step records -------------------------------------------------------------
 
@@ -146,33 +154,46 @@ class RedisBackend:
         return self.lookup_many([key])[0]
 
     def lookup_many(self, keys: Sequence[str]) -> list[Found | Damaged | None]:
-        return [_found(values) for values in self._fetch(keys, _FOUND)] if keys else []
+        return [None if value is None else _found(value) for value in self._get(keys)]
 
     def tool_of(self, key: str) -> str | None:
-        reply = self._fetch([key], ["tool"])[0]  # an exception when the key is not a hash (not ours)
-        return None if isinstance(reply, Exception) or reply[0] is None else _text(reply[0])
+        with self._failing():
+            tool = self._client.hget(f"{self._prefix}info:{key}", "tool")
+        return None if tool is None else _text(tool)
 
     def get(self, key: str) -> Record | Damaged | None:
-        return _record(key, self._fetch([key], _RECORD)[0])
+        return self._records([key])[0]
+
+    def _records(self, keys: Sequence[str]) -> list[Record | Damaged | None]:
+        """Whole records: the replayed part and the rest, in one round trip."""
+        with self._failing():
+            pipe = self._client.pipeline(transaction=False)
+            pipe.mget([self._prefix + key for key in keys])
+            for key in keys:
+                pipe.hmget(f"{self._prefix}info:{key}", _INFO)
+            values, *infos = pipe.execute(raise_on_error=False)
+        return [_record(key, value, info) for key, value, info in zip(keys, values, infos)]
 
     def write(self, records: Sequence[Record]) -> None:
         self._writable()
         if not records:
             return
+        receipts = [row for row in records if is_receipt(row.key)]
         with self._failing():
             pipe = self._client.pipeline(transaction=True)
+            pipe.mset({self._prefix + row.key: _value(row) for row in records})
             for row in records:
-                name = self._prefix + row.key
-                pipe.delete(name)  # a replaced record keeps no field of the old one (an input it no longer has)
-                pipe.hset(name, mapping=_fields(row))
-                if is_receipt(row.key):
-                    pipe.zadd(self._receipts, {row.key: row.at})
-                    pipe.sadd(f"{self._prefix}tool:{row.tool}", row.key)
+                info = f"{self._prefix}info:{row.key}"
+                pipe.delete(info)  # a replaced record keeps no field of the old one (an input it no longer has)
+                pipe.hset(info, mapping=_info(row))
+            if receipts:
+                pipe.zadd(self._receipts, {row.key: row.at for row in receipts})
+                for tool, keys in _grouped((row.tool, row.key) for row in receipts).items():
+                    pipe.sadd(f"{self._prefix}tool:{tool}", *keys)
             pipe.execute()
 
     def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:
-        chunks = _chunks(self._receipt_keys(tool))
-        read = [(key, _record(key, values)) for chunk in chunks for key, values in zip(chunk, self._fetch(chunk, _RECORD))]
+        read = [(key, record) for chunk in _chunks(self._receipt_keys(tool)) for key, record in zip(chunk, self._records(chunk))]
         return [(key, record) for key, record in read if record is not None]  # None: cleared since it was listed
 
     def _receipt_keys(self, tool: str | None) -> list[str]:
@@ -190,7 +211,7 @@ class RedisBackend:
     # -- row memos -------------------------------------------------------------------------------
 
     def memos(self, keys: Sequence[str]) -> tuple[list[MemoRow], list[str]]:
-        read = [(key, _memo(key, values)) for chunk in _chunks(keys) for key, values in zip(chunk, self._fetch(chunk, _MEMO))]
+        read = [(key, _memo(key, value)) for chunk in _chunks(keys) for key, value in zip(chunk, self._get(chunk)) if value is not None]
         return [memo for _, memo in read if isinstance(memo, MemoRow)], [key for key, memo in read if isinstance(memo, Damaged)]
 
     def write_memos(self, rows: Sequence[MemoRow]) -> None:
@@ -200,12 +221,26 @@ class RedisBackend:
                 # A memo and its index entries together: one that clearing a tool cannot find
                 # would replay a row the user asked to pay for again.
                 pipe = self._client.pipeline(transaction=True)
-                for row in chunk:
-                    pipe.hset(self._prefix + row.key, mapping=_fields(row))
-                    pipe.sadd(self._memos, row.key)
-                    for name in parse_tools(row.tools):
-                        pipe.sadd(f"{self._memos}:{name}", row.key)
+                pipe.mset({self._prefix + row.key: _memo_value(row) for row in chunk})
+                pipe.sadd(self._memos, *[row.key for row in chunk])
+                used = _grouped((name, row.key) for row in chunk for name in parse_tools(row.tools))
+                for name, keys in used.items():
+                    pipe.sadd(f"{self._memos}:{name}", *keys)
                 pipe.execute()
+
+    def hints(self, play: str, rows: Sequence[str]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for chunk in _chunks(rows):
+            for row, keys in zip(chunk, self._get([f"used:{play}:{row}" for row in chunk])):
+                if keys is not None:
+                    found[row] = _text(keys).split()
+        return found
+
+    def write_hints(self, hints: Sequence[tuple[str, str, str]]) -> None:
+        self._writable()
+        for chunk in _chunks(hints):
+            with self._failing():
+                self._client.mset({f"{self._prefix}used:{play}:{row}": keys for play, row, keys in chunk})
 
     # -- upkeep ----------------------------------------------------------------------------------
 
@@ -214,11 +249,15 @@ class RedisBackend:
         by_tool: dict[str, tuple[int, float]] = {}
         with self._failing():
             for chunk in _chunks([_text(key) for key, _ in self._client.zscan_iter(self._receipts, count=_CHUNK)]):
-                for found in self._fetch(chunk, ["tool", "cost"]):
-                    pair = _parse(found, 2, lambda t: (str(t[0]), float(t[1])))
-                    if pair is not None and not isinstance(pair, Damaged):  # damaged: only by hand
-                        count, cost = by_tool.get(pair[0], (0, 0.0))
-                        by_tool[pair[0]] = (count + 1, cost + pair[1])
+                pipe = self._client.pipeline(transaction=False)
+                for key in chunk:
+                    pipe.hmget(f"{self._prefix}info:{key}", ["tool", "cost"])
+                for tool, cost in pipe.execute(raise_on_error=False):
+                    try:
+                        count, total = by_tool.get(_text(tool), (0, 0.0))
+                        by_tool[_text(tool)] = (count + 1, total + float(cost))
+                    except (TypeError, ValueError):
+                        continue  # damaged by hand, or cleared meanwhile: not counted
             memos = self._client.scard(self._memos)
             used = self._client.info("memory").get("used_memory", 0)
         return Counts(by_tool, int(memos), int(used))
@@ -233,18 +272,20 @@ class RedisBackend:
         # SPOP, not SMEMBERS then DEL: a receipt written meanwhile stays listed, to be cleared
         # with the next chunk or kept, never orphaned.
         while keys := self._client.spop(f"{self._prefix}tool:{tool}", _CHUNK):
+            names = [_text(key) for key in keys]
             pipe = self._client.pipeline(transaction=True)
-            pipe.unlink(*[self._prefix + _text(key) for key in keys])
+            pipe.unlink(*[self._prefix + key for key in names])
+            pipe.unlink(*[f"{self._prefix}info:{key}" for key in names])
             pipe.zrem(self._receipts, *keys)
             removed += int(pipe.execute()[0])
         while keys := self._client.spop(f"{self._memos}:{tool}", _CHUNK):
             memos = [_text(key) for key in keys]
-            used = self._fetch(memos, ["tools"])
+            used = self._get(memos)
             pipe = self._client.pipeline(transaction=True)
             pipe.unlink(*[self._prefix + key for key in memos])
             pipe.srem(self._memos, *memos)
-            for key, reply in zip(memos, used):
-                for name in _tool_names(reply):  # so that memo_count of its other tools stays right
+            for key, value in zip(memos, used):
+                for name in _tool_names(value):  # so that memo_count of its other tools stays right
                     pipe.srem(f"{self._memos}:{name}", key)
             pipe.execute()
         return removed
@@ -308,11 +349,30 @@ class RedisBackend:
 # -- values as stored ----------------------------------------------------------------------------
 
 
-def _fields(row: Record | MemoRow) -> dict[FieldT, EncodableT]:
-    """The hash of a record or memo: every field but the key; ``None`` (no input, no error) left out.
-    redis-py writes a float as its repr, so it comes back bit for bit (``at`` decides staleness)."""
-    return {name: int(value) if isinstance(value, bool) else value for name, value in row._asdict().items()
-            if name != "key" and value is not None}  # fmt: skip
+def _value(row: Record) -> str:
+    """What a replay reads of a record.  ``at`` as JSON is its repr: it comes back bit for bit (it decides staleness)."""
+    return _dumps([row.at, row.miss, row.flags, row.error]) + "\n" + row.output
+
+
+def _info(row: Record) -> dict[FieldT, EncodableT]:
+    """The rest of a record; no input (``None``) is left out."""
+    info: dict[FieldT, EncodableT] = {"tool": row.tool, "version": row.version, "account": row.account, "cost": row.cost}
+    if row.input is not None:
+        info["input"] = row.input
+    return info
+
+
+def _memo_value(row: MemoRow) -> str:
+    return _dumps([row.play, row.tools, row.calls, row.cost, row.flags]) + "\n" + row.output
+
+
+def _split(value: bytes) -> tuple[list[Any], str]:
+    """A stored value's JSON header and its output text; ``UnicodeDecodeError`` or ``ValueError`` if damaged."""
+    head, _, output = value.partition(b"\n")
+    header = _loads(head)
+    if type(header) is not list:
+        raise ValueError("no header")
+    return header, output.decode("utf-8")
 
 
 def _text(value: Any) -> str:
@@ -323,96 +383,53 @@ def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
     return (items[start : start + _CHUNK] for start in range(0, len(items), _CHUNK))
 
 
-def _tool_names(reply: Any) -> list[str]:
-    """The tools a memo used, from ``HMGET tools``."""
+def _grouped(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for name, key in pairs:
+        groups.setdefault(name, []).append(key)
+    return groups
+
+
+def _tool_names(value: Any) -> list[str]:
+    """The tools a memo used, from its stored value."""
     try:
-        return list(parse_tools(bytes(reply[0]).decode("utf-8")))
-    except (TypeError, ValueError):
+        return list(parse_tools(_split(value)[0][1]))
+    except (TypeError, ValueError, IndexError, AttributeError):
         return []  # damaged or gone: its entries in other tools' sets only overcount memo_count
 
 
-def _parse(values: Any, required: int, build: Callable[[list[Any]], T]) -> T | Damaged | None:
-    """``build`` over ``values`` (an HMGET reply) as text; ``None`` when none is there; the first
-    ``required`` must be there."""
-    if isinstance(values, Exception):  # WRONGTYPE: something else wrote that key
-        return Damaged(_NOT_OURS)
-    if all(value is None for value in values):
-        return None
+def _parsed(build: Callable[[], T]) -> T | Damaged:
     try:
-        text = [None if value is None else bytes(value).decode("utf-8") for value in values]
-        if None in text[:required]:
-            raise ValueError("fields missing")
-        return build(text)
+        return build()
     except UnicodeDecodeError:  # before ValueError, its base
         return Damaged(_NOT_TEXT)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError):
         return Damaged(_NOT_OURS)
 
 
-def _found(values: Any) -> Found | Damaged | None:
-    # output, miss, flags, error, at
-    return _parse(values, 3, lambda t: Found(t[0], t[1] == "1", int(t[2]), t[3], float(t[4])))
+def _found(value: bytes) -> Found | Damaged:
+    def build() -> Found:
+        (at, miss, flags, error), output = _split(value)
+        return Found(output, bool(miss), int(flags), error, float(at))
+
+    return _parsed(build)
 
 
-def _record(key: str, values: Any) -> Record | Damaged | None:
-    # tool, version, account, at, cost, miss, flags, output, input, error
-    return _parse(values, 8, lambda t: Record(key, t[0], t[1], t[2], float(t[3]), float(t[4]), t[5] == "1", int(t[6]), t[8], t[7], t[9]))
+def _record(key: str, value: Any, info: Any) -> Record | Damaged | None:
+    if value is None:
+        return None
+
+    def build() -> Record:
+        (at, miss, flags, error), output = _split(value)
+        tool, version, account, cost, input = (None if v is None else bytes(v).decode("utf-8") for v in info)
+        return Record(key, str(tool), str(version), str(account), float(at), float(cost or 0), bool(miss), int(flags), input, output, error)
+
+    return _parsed(build)
 
 
-def _memo(key: str, values: Any) -> MemoRow | Damaged | None:
-    # play, tools, calls, cost, flags, output
-    return _parse(values, 6, lambda t: MemoRow(key, t[0], t[1], int(t[2]), float(t[3]), int(t[4]), t[5]))
+def _memo(key: str, value: bytes) -> MemoRow | Damaged:
+    def build() -> MemoRow:
+        (play, tools, calls, cost, flags), output = _split(value)
+        return MemoRow(key, str(play), str(tools), int(calls), float(cost), int(flags), output)
 
-
-# -- the URL and failures, in words --------------------------------------------------------------
-
-
-def masked(url: str) -> str:
-    """``url`` with its password (in the authority or a ``password=`` parameter) shown as ``***``."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user, colon, _ = userinfo.partition(":")
-        netloc = f"{user}:***@{host}" if colon else netloc
-    query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
-
-
-def failure(exc: BaseException, where: str) -> StoreFailure:
-    """What went wrong talking to Redis at ``where``, in words a user can act on."""
-    from redis import exceptions as e
-
-    text = str(exc).strip()
-    if isinstance(exc, (e.TimeoutError, TimeoutError)):
-        return StoreFailure(f"Redis at {where} did not answer in time ({text or 'timed out'})", "ETIMEDOUT")
-    if isinstance(exc, e.AuthenticationError) and "***" not in where:
-        return StoreFailure(f"Redis at {where} asks for a password: put it in the URL (redis://:PASSWORD@host:port/db)", "NOAUTH")
-    if isinstance(exc, e.AuthenticationError):
-        return StoreFailure(f"Redis at {where} refused the user or password in the URL ({text})", "WRONGPASS")
-    if isinstance(exc, (e.ConnectionError, OSError)):
-        os_error = _os_error(exc)
-        if os_error is None:
-            return StoreFailure(f"cannot reach Redis at {where} ({text})", "ECONNECTION")
-        return StoreFailure(f"cannot reach Redis at {where} ({os_error.strerror or text})", errno.errorcode.get(os_error.errno or 0))
-    if isinstance(exc, e.InvalidResponse):
-        return StoreFailure(f"what answers at {where} is not Redis ({text})", "EPROTO")
-    if isinstance(exc, e.ReadOnlyError):
-        return StoreFailure(f"Redis at {where} is a read-only replica: name its primary in the URL", "READONLY")
-    if isinstance(exc, e.OutOfMemoryError) or "OOM command not allowed" in text:
-        return StoreFailure(f"Redis at {where} is out of memory (maxmemory reached): raise its maxmemory, or clear receipts "
-                            "no longer needed", "OOM")  # fmt: skip
-    if isinstance(exc, e.NoPermissionError):
-        return StoreFailure(f"the Redis user in {where} may not do this ({text})", "NOPERM")
-    word = text.split(" ", 1)[0]
-    return StoreFailure(f"Redis at {where} failed: {text}", word if word.isupper() else "REDIS")
-
-
-def _os_error(exc: BaseException) -> OSError | None:
-    """The socket error behind a redis-py error ("Error 111 connecting to…" keeps it as its context)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno:
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+    return _parsed(build)

@@ -113,6 +113,13 @@ class SqliteBackend:
         if not self.readonly:
             self._db.write(lambda con: con.executemany("INSERT OR REPLACE INTO memo VALUES (?, ?, ?, ?, ?, ?, ?)", rows))
 
+    # SQLite answers a lookup in microseconds: it needs no reading ahead, so it keeps no hints.
+    def hints(self, play: str, rows: Sequence[str]) -> dict[str, list[str]]:
+        return {}
+
+    def write_hints(self, hints: Sequence[tuple[str, str, str]]) -> None:
+        pass
+
     # -- upkeep ----------------------------------------------------------------------------------
 
     def counts(self) -> Counts:
@@ -179,7 +186,8 @@ class SqliteBackend:
 def _record(row: tuple[Any, ...]) -> Record | Damaged:
     """A ``Record`` from a row read with ``_AS_BYTES``, or ``Damaged`` if its text is not UTF-8."""
     try:
-        return Record(*(bytes(v).decode("utf-8") if isinstance(v, bytes) else v for v in row))
+        values: list[Any] = [bytes(v).decode("utf-8") if isinstance(v, bytes) else v for v in row]
+        return Record(*values)
     except UnicodeDecodeError:
         return Damaged(_NOT_UTF8)
 

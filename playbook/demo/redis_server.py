@@ -1,7 +1,10 @@
-"""A real ``redis-server`` (Debian's package) on a free loopback port, for the tests that need one."""
+"""A throwaway ``redis-server`` on a free loopback port, for trying the shared store and limiter
+on one machine (the tests and benchmarks start theirs this way).  It needs the server binary:
+Debian's ``redis-server`` package (``make test`` installs it), or ``$PLAYBOOK_REDIS_SERVER``."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -22,9 +25,9 @@ class RedisServer:
     """Start with ``with RedisServer() as server:``; ``server.url`` is ``redis://127.0.0.1:PORT/0``."""
 
     def __init__(self) -> None:
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        binary = os.environ.get("PLAYBOOK_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
         if not Path(binary).exists():
-            raise RuntimeError("redis-server is not installed: `make test` installs it (apt-get install redis-server)")
+            raise RuntimeError("redis-server is not installed: apt-get install redis-server (make test does), or set $PLAYBOOK_REDIS_SERVER")
         self.binary = binary
         self.port = 0
         self.dir = tempfile.mkdtemp(prefix="playbook-redis-")

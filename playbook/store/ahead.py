@@ -1,0 +1,56 @@
+"""Reading receipts ahead of the rows that will ask for them, on a store across the network."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from .protocol import Backend, Damaged, Found
+
+__all__ = ["ReadAhead"]
+
+
+class ReadAhead:
+    """Receipts read before they are asked for, for rows that run in a known order.
+
+    The plan is the receipt keys each row used when it last finished (hints), in the order the
+    rows will run.  Receipts are read a chunk of rows at a time, the next chunk once half of the
+    last one was used; the cache is bounded, so a play that no longer makes those calls costs
+    one chunk of memory, not the whole run's.
+    """
+
+    CHUNK = 512  # rows per read
+    MOST = 8192  # receipts kept at most
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._plan: deque[list[str]] = deque()
+        self._cache: dict[str, Found | Damaged] = {}
+        self._used = 0
+        self._read = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._cache) or bool(self._plan)
+
+    def plan(self, play: str, rows: Sequence[str]) -> None:
+        hinted = self._backend.hints(play, rows)
+        self._plan = deque(hinted[row] for row in rows if row in hinted)
+        self._cache.clear()
+        self._used = self._read = 0
+
+    def pop(self, key: str) -> Found | Damaged | None:
+        """The receipt read ahead for ``key``, or ``None`` (ask the store)."""
+        if self._plan and (not self._cache or self._used * 2 >= self._read):
+            self._next()
+        found = self._cache.pop(key, None)
+        self._used += found is not None
+        return found
+
+    def _next(self) -> None:
+        keys = [key for _ in range(min(self.CHUNK, len(self._plan))) for key in self._plan.popleft()]
+        for key, found in zip(keys, self._backend.lookup_many(keys)):
+            if found is not None:
+                self._cache[key] = found
+        while len(self._cache) > self.MOST:
+            del self._cache[next(iter(self._cache))]  # the oldest: rows that no longer make that call
+        self._used, self._read = 0, len(keys)

@@ -1,0 +1,118 @@
+"""Looking at a store: one receipt, every receipt as a DataFrame, counts, and clearing a tool."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pandas as pd
+
+from ..errors import ReceiptError
+from ..models import Receipt
+from ..tools.base import NO_INPUT
+from .protocol import Backend, Damaged, StoreFailure
+from .records import Record, checked, damage, receipt_of
+
+if TYPE_CHECKING:
+    from ..tools.base import Tool
+
+__all__ = ["Inspection"]
+
+T = TypeVar("T")
+
+
+class Inspection:
+    """The receipt store's public inspection methods (what ``python -m playbook cache`` uses)."""
+
+    _backend: Backend
+    location: str
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+    def _read_error(self, exc: StoreFailure) -> ReceiptError:
+        raise NotImplementedError
+
+    def _unreadable(self, key: str, problem: str) -> str:
+        raise NotImplementedError
+
+    def get(self, tool: Tool, input: Any = NO_INPUT, /, **kwargs: Any) -> Receipt | None:
+        """The receipt for calling ``tool`` with this input, or ``None`` if it was never paid for.
+
+        Raises ``ReceiptError`` if the receipt is there but cannot be read.
+        """
+        key = tool.key(tool.bind(input, kwargs))
+        found = self._inspect(lambda: self._backend.get(key))
+        if found is None:
+            return None
+        try:
+            if type(found) is Damaged:
+                problem = found.problem
+            else:
+                return receipt_of(checked(found))
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            problem = damage(exc)
+        raise ReceiptError(
+            f"{self._unreadable(key, problem)}. A run that needs it makes the call again and replaces it; "
+            f"`python -m playbook cache clear --store {self.location} --tool {tool.name}` drops all of that tool's receipts."
+        )
+
+    def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | None]]:
+        """Every receipt (or one tool's) as ``(key, record)``, oldest first, values in stored
+        form; ``record`` is ``None`` for one that cannot be read."""
+        for key, found in self._inspect(lambda: list(self._backend.records(tool))):
+            try:
+                yield key, None if type(found) is Damaged else checked(found)
+            except ValueError:
+                yield key, None
+
+    def receipts(self, tool: str | Tool | None = None) -> pd.DataFrame:
+        """All readable receipts (or one tool's) as a DataFrame, oldest first; values as first returned."""
+        name = _tool_name(tool)
+        rows = []
+        for _, record in self.records(name):
+            if record is None:
+                continue
+            try:
+                rows.append(receipt_of(record).model_dump())
+            except (ValueError, TypeError, KeyError, IndexError):
+                continue  # a tag this playbook does not know: left out, as an unreadable record is
+        return pd.DataFrame(rows, columns=list(Receipt.model_fields))
+
+    def stats(self) -> dict[str, Any]:
+        """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
+        self.flush()
+        counts = self._inspect(self._backend.counts)
+        return {
+            "path": self.location,
+            "receipts": sum(n for n, _ in counts.by_tool.values()),
+            "by_tool": {name: n for name, (n, _) in sorted(counts.by_tool.items())},
+            "row_memos": counts.memos,
+            "cost_stored": round(sum(cost for _, cost in counts.by_tool.values()), 6),
+            "bytes": counts.bytes,
+        }
+
+    def clear(self, tool: str | Tool | None = None) -> int:
+        """Remove one tool's receipts, and the row memos of rows that used it, so the next run
+        pays for that tool again; or, without ``tool``, everything.  Returns the records removed."""
+        self.flush()
+        name = _tool_name(tool)
+        try:
+            return self._backend.clear(name)
+        except StoreFailure as exc:
+            raise ReceiptError(f"cannot clear the receipt store at {self.location}: {exc.reason}") from None
+
+    def memo_count(self, tool: str) -> int:
+        """How many row memos used ``tool`` (what :meth:`clear` of it drops besides its receipts)."""
+        self.flush()
+        return self._inspect(lambda: self._backend.memo_count(tool))
+
+    def _inspect(self, work: Callable[[], T]) -> T:
+        try:
+            return work()
+        except StoreFailure as exc:
+            raise self._read_error(exc) from None
+
+
+def _tool_name(tool: str | Tool | None) -> str | None:
+    return tool if tool is None or isinstance(tool, str) else tool.name
