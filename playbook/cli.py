@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,8 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Looking needs no writes: a store on a full disk or a read-only mount can still be read.
             readonly = args.run is not _clear and (path / FILE).is_file()
         store = ReceiptStore(where, readonly=readonly)
+        run: Callable[[ReceiptStore, argparse.Namespace], int] = args.run
         try:
-            return args.run(store, args)
+            return run(store, args)
         finally:
             store.close()
     except (_Fail, PlaybookError) as exc:

@@ -93,7 +93,7 @@ def _plain(value: Any) -> bool:
                 return False
         return len(value) != 1 or k[:1] != "$"  # one "$" key reads as a tag: it needs wrapping
     if kind is list:
-        for v in value:
+        for v in value:  # noqa: SIM110 - a plain loop, as for dicts above: this runs for every key
             if type(v) not in SCALARS and not _plain(v):
                 return False
         return True

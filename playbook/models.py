@@ -227,3 +227,14 @@ Event = (
     RunStarted | RowStarted | CallFinished | RowFinished | RowRequeued | RunFinished | RowHeld | RowResumed | RowParked
     | ProviderHoldSet | ProviderHoldLifted | RateChanged | ProviderDown | ProviderUp | WaterfallFinished | RunNotice
 )
+
+
+class RowSleeping(NamedTuple):
+    """A row stepped aside in ``ctx.sleep``: it wakes at ``until`` (epoch seconds).  A sleep is
+    not a provider's hold: no provider, whatever its name, holds a sleeping row."""
+
+    position: int
+    until: float
+
+
+__all__ += ["RowSleeping"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, overload
 
 from .errors import PlayDefinitionError
 from .keys import code_fingerprint, digest
@@ -24,6 +24,12 @@ class Play:
     """A named, versioned async row function with a fingerprint."""
 
     __slots__ = ("fn", "name", "version", "fingerprint", "__wrapped__")
+
+    fn: PlayFn
+    name: str
+    version: str | None
+    fingerprint: str
+    __wrapped__: PlayFn
 
     def __init__(self, fn: PlayFn, *, name: str | None = None, version: str | None = None, source: str | None = None) -> None:
         if isinstance(fn, Play):
@@ -61,7 +67,11 @@ def _name(fn: Any) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def play(fn: PlayFn | None = None, *, name: str | None = None, version: str | None = None) -> Any:
+@overload
+def play(fn: PlayFn, *, name: str | None = None, version: str | None = None) -> Play: ...
+@overload
+def play(fn: None = None, *, name: str | None = None, version: str | None = None) -> Callable[[PlayFn], Play]: ...
+def play(fn: PlayFn | None = None, *, name: str | None = None, version: str | None = None) -> Play | Callable[[PlayFn], Play]:
     """Declare a play: ``@pb.play`` or ``@pb.play(name=..., version=...)``."""
 
     def wrap(f: PlayFn) -> Play:

@@ -42,16 +42,15 @@ SCALARS = frozenset({str, int, bool, type(None)})
 def _encoder(*, ascii: bool, sort_keys: bool) -> Callable[[Any], str]:
     """A compact JSON encoder.  json's C encoder, made once: ``JSONEncoder.encode`` makes a new
     one on every call, which costs more than encoding a small record (three per replayed row)."""
-    options = {"ensure_ascii": ascii, "sort_keys": sort_keys, "separators": (",", ":"), "allow_nan": False}
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # no C accelerator in this Python
-        return json.JSONEncoder(**options).encode  # type: ignore[arg-type]
+        return json.JSONEncoder(ensure_ascii=ascii, sort_keys=sort_keys, separators=(",", ":"), allow_nan=False).encode
     quote = json.encoder.encode_basestring_ascii if ascii else json.encoder.encode_basestring
     encoder = make(None, None, quote, None, ":", ",", sort_keys, False, False)
 
     def encode(value: Any) -> str:
         if type(value) is str:
-            return quote(value)  # type: ignore[no-any-return]
+            return quote(value)
         return "".join(encoder(value, 0))
 
     return encode
@@ -220,6 +219,7 @@ def as_plain(value: Any) -> Any:
     dataclass instance's fields as a dict; ``Unencodable`` when nothing does."""
     if isinstance(value, enum.Enum):
         return value.value
+    base: type[Any]
     for base in (str, int, float, list):
         if isinstance(value, base):
             return base(value)
@@ -229,7 +229,7 @@ def as_plain(value: Any) -> Any:
     if dump is not None and not isinstance(value, type):
         try:
             return dump(value)
-        except Exception:  # noqa: BLE001 - not a pydantic model after all
+        except Exception:  # not a pydantic model after all
             raise Unencodable(value) from None
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
@@ -277,7 +277,11 @@ def _encode_pandas(value: Any) -> Any:
             return {"$timestamp": [value.isoformat(), None, value.unit]}
         zone = getattr(tz, "key", None) or getattr(tz, "zone", None) or (str(tz) if str(tz) == "UTC" else None)
         utc = value.tz_convert("UTC").tz_localize(None)
-        return {"$timestamp": [utc.isoformat(), zone or int(value.utcoffset().total_seconds()), value.unit]}
+        if not zone:
+            offset = value.utcoffset()
+            assert offset is not None  # value has a zone, so it has an offset
+            zone = int(offset.total_seconds())
+        return {"$timestamp": [utc.isoformat(), zone, value.unit]}
     if isinstance(value, pd.Timedelta):
         return {"$pdtimedelta": [int(value.value), value.unit]}
     if isinstance(value, pd.Period):

@@ -12,10 +12,7 @@ import playbook as pb
 def set_down(provider: pb.Provider, error: str | None, probe_at: float = 0.0) -> None:
     """What the governor sets when a provider refuses connections (down, why, the next probe in epoch
     seconds), or, with no error, when a probe went through."""
-    try:
-        provider.down = error is not None  # type: ignore[misc]
-    except AttributeError:  # read from the provider's health gate
-        provider.health.down = error is not None
+    provider.health.down = error is not None  # ``down`` is read from the provider's health
     provider.down_error, provider.probe_at = error, probe_at
 
 

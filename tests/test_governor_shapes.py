@@ -14,7 +14,7 @@ import random
 import pytest
 
 import playbook as pb
-from playbook.gates import Health, Window
+from playbook.limits import Health, Window
 from playbook.limits import Backoff
 from playbook.models import ProviderDown, ProviderUp, RateChanged
 from playbook.providers import Provider
@@ -23,7 +23,7 @@ from vtime import run_virtual
 
 
 def _run(provider: Provider, shape: Shape, rows: int = 300, **options: object):  # noqa: ANN202
-    provider.backoff = Backoff(rng=random.Random(0))
+    provider.governor.backoff = Backoff(rng=random.Random(0))
     return run_virtual(drive(provider, shape, rows, **options))  # type: ignore[arg-type]
 
 
@@ -123,7 +123,7 @@ def test_down_provider_is_probed_by_one_call_and_the_others_wait_for_its_word(ba
 
     async def main() -> tuple[list[str], int]:
         provider = Provider("p")
-        provider.backoff = Backoff(rng=random.Random(0))
+        provider.governor.backoff = Backoff(rng=random.Random(0))
         await drive(provider, Closed(), 20, concurrency=20)
         assert provider.down
         early = []

@@ -168,7 +168,7 @@ def test_a_call_that_cannot_suspend_still_steps_aside_for_a_long_hold() -> None:
 def test_a_call_that_cannot_suspend_waits_out_its_own_backoff() -> None:
     """suspend=False: the call's own backoff after a 503, longer than a second, is waited in place."""
     provider, send = Provider("p"), Script(_down())
-    provider.backoff = Backoff(base=4.0, cap=4.0, rng=random.Random(7))
+    provider.governor.backoff = Backoff(base=4.0, cap=4.0, rng=random.Random(7))
     ticket = _ticket(suspend=False)
     assert _gather(provider.dispatch(send, ticket)) == ["ok"]
     assert len(send.times) == 2 and 2.0 <= send.times[1] <= 4.0
@@ -329,10 +329,11 @@ def test_endless_unhinted_refusals_are_bounded_by_budget() -> None:
         ("concurrency", 0), ("concurrency", 2.5), ("concurrency", True),
         ("max_wait", -1), ("max_wait", None), ("max_wait", "60"), ("max_wait", math.nan),
         ("retries", -1), ("retries", 1.5), ("retries", None),
+        ("rpm", 0), ("rpm", "600"), ("tpm", -5), ("tpm", math.inf), ("tpm", True),
     ],
 )  # fmt: skip
 def test_bad_options_rejected(option: str, value: object) -> None:
-    """A bad rps, burst, concurrency, max_wait or retries is a PlayDefinitionError naming it."""
+    """A bad rps, rpm, tpm, burst, concurrency, max_wait or retries is a PlayDefinitionError naming it."""
     with pytest.raises(pb.PlayDefinitionError, match=option):
         Provider("p", **{option: value})
 
@@ -341,6 +342,28 @@ def test_edge_options_accepted() -> None:
     """max_wait=0 and retries=0 are valid: never wait, never retry."""
     provider = Provider("p", rps=0.5, burst=1, concurrency=1, max_wait=0, retries=0)
     assert provider.max_wait == 0.0 and provider.retries == 0
+
+
+def test_rpm_is_rps_spelled_per_minute() -> None:
+    """rpm=600 paces like rps=10 (98% of it) and shows as given; tpm is kept."""
+    provider = Provider("llm", rpm=600, tpm=60_000)
+    assert provider.rps == 10.0 and provider.rpm == 600 and provider.tpm == 60_000
+    assert provider.rate == pytest.approx(10 * HEADROOM)
+    assert repr(provider).startswith("<Provider 'llm' rpm=600 tpm=60000 rate=9.8/s")
+
+
+def test_rps_and_rpm_together_rejected() -> None:
+    """Giving both rps and rpm is an error naming both."""
+    with pytest.raises(pb.PlayDefinitionError, match="rps.*rpm"):
+        Provider("llm", rps=10, rpm=600)
+
+
+def test_options_are_frozen_and_state_lives_in_the_governor() -> None:
+    """A provider's options cannot change after it is made; its live state is the governor's."""
+    provider = Provider("p", rps=10)
+    with pytest.raises(AttributeError, match="frozen"):
+        provider.rps = 20  # type: ignore[misc]
+    assert provider.governor.limiter is provider.limiter and provider.account == "p:default"
 
 
 def test_empty_name_rejected() -> None:

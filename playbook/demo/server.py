@@ -182,7 +182,7 @@ class DemoServer:
         try:
             with asyncio.Runner(loop_factory=factory) as runner:
                 runner.run(self._serve(sock))
-        except BaseException as exc:  # noqa: BLE001 - reported by _start(); a thread cannot raise
+        except BaseException as exc:  # reported by _start(); a thread cannot raise
             self._error = exc
 
     async def _serve(self, sock: socket.socket) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 __all__ = ["DEMO_KEY", "RETRY_AFTER_FORMATS", "DemoSettings", "down_seconds"]
 
@@ -110,7 +110,7 @@ class DemoSettings:
 
 def down_seconds(value: Any) -> float:
     """Validate a restart's ``down`` (seconds the port stays closed)."""
-    return _number("down", value, low=0.0)  # type: ignore[return-value]
+    return _number("down", value, low=0.0)
 
 
 def _check_names(settings: dict[str, Any]) -> None:
@@ -120,6 +120,14 @@ def _check_names(settings: dict[str, Any]) -> None:
         raise TypeError(f"unknown demo setting {unknown[0]!r}; known settings: {', '.join(known)}")
 
 
+@overload
+def _number(
+    name: str, value: Any, *, low: float | None = ..., high: float | None = ..., open_low: bool = ..., optional: Literal[False] = ...
+) -> float: ...
+@overload
+def _number(
+    name: str, value: Any, *, low: float | None = ..., high: float | None = ..., open_low: bool = ..., optional: bool
+) -> float | None: ...
 def _number(
     name: str,
     value: Any,
@@ -134,14 +142,18 @@ def _number(
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         kind = "a finite number or None" if optional else "a finite number"
         raise ValueError(f"{name} must be {kind}; got {value!r}")
-    value = float(value)
-    if low is not None and (value <= low if open_low else value < low):
-        raise ValueError(f"{name} must be {'>' if open_low else '>='} {low:g}; got {value:g}")
-    if high is not None and value > high:
-        raise ValueError(f"{name} must be <= {high:g}; got {value:g}")
-    return value
+    number = float(value)
+    if low is not None and (number <= low if open_low else number < low):
+        raise ValueError(f"{name} must be {'>' if open_low else '>='} {low:g}; got {number:g}")
+    if high is not None and number > high:
+        raise ValueError(f"{name} must be <= {high:g}; got {number:g}")
+    return number
 
 
+@overload
+def _integer(name: str, value: Any, *, low: int | None = ..., optional: Literal[False] = ...) -> int: ...
+@overload
+def _integer(name: str, value: Any, *, low: int | None = ..., optional: bool) -> int | None: ...
 def _integer(name: str, value: Any, *, low: int | None = None, optional: bool = False) -> int | None:
     if value is None and optional:
         return None

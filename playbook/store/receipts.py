@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ReceiptError
 from ..tagged import decode, loads
@@ -42,7 +42,6 @@ __all__ = ["MISSING", "ReceiptStore", "default_store", "home", "is_url", "open_b
 
 _json_loads = json.loads
 _logger = logging.getLogger("playbook.store")
-T = TypeVar("T")
 
 
 class _Missing:

@@ -14,7 +14,7 @@ import functools
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from ..errors import PlaybookError, PlayDefinitionError, ToolError
 from ..keys import code_fingerprint, digest, key_text, receipt_key
@@ -194,6 +194,28 @@ class CallEnv:
         self.idempotency_key = idempotency_key
 
 
+@overload
+def tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    provider: Provider | None = None,
+    cost: float = 0.0,
+    batch_size: int | None = None,
+    retry_on: type[Exception] | tuple[type[Exception], ...] = (),
+) -> Tool: ...
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    provider: Provider | None = None,
+    cost: float = 0.0,
+    batch_size: int | None = None,
+    retry_on: type[Exception] | tuple[type[Exception], ...] = (),
+) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -203,7 +225,7 @@ def tool(
     cost: float = 0.0,
     batch_size: int | None = None,
     retry_on: type[Exception] | tuple[type[Exception], ...] = (),
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a cached tool of a sync or async function; usable bare or with options.
 
     Without ``version`` the tool is identified by its code: edit it and its next calls are paid

@@ -75,7 +75,7 @@ def _lowered(headers: Any) -> dict[str, str]:
         return {}
     try:
         return {str(k).lower(): str(v) for k, v in headers.items()}
-    except Exception:  # noqa: BLE001 - headers we cannot read give no hint, never a new error
+    except Exception:  # headers we cannot read give no hint, never a new error
         return {}
 
 
@@ -85,7 +85,7 @@ def _attr(obj: Any, name: str) -> Any:
         return None
     try:
         return getattr(obj, name, None)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
 
 

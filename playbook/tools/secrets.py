@@ -68,7 +68,7 @@ def _forms(value: str) -> tuple[str, ...]:
     repr or JSON escapes it, and a stray newline or CR from a ``.env`` file shows as ``\\r``:
     masking only the raw value would miss all of these.
     """
-    forms = set()
+    forms: set[str] = set()
     for v in {value, value.strip()}:
         if v:
             forms.update((v, quote(v, safe=""), quote(v), quote_plus(v), repr(v)[1:-1], json.dumps(v)[1:-1]))

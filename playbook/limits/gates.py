@@ -1,7 +1,7 @@
 """What a provider's governor knows besides its rate: how many calls it may have in flight
 (:class:`Window`) and whether the provider is up at all (:class:`Health`).
 
-Like :mod:`playbook.limits`, neither reads a clock: each takes ``now`` from its caller (the
+Like :class:`~playbook.limits.pace.Pace`, neither reads a clock: each takes ``now`` from its caller (the
 running loop's time), so tests drive them in virtual time.
 """
 
@@ -33,6 +33,8 @@ class Window:
     every few seconds.  A refusal below the limit, among levels that went through, is the
     rate's.
     """
+
+    limit: int | None
 
     __slots__ = ("configured", "limit", "in_flight", "opening", "_waiters", "_oks", "_changed", "_blind", "_loop")
 
@@ -116,7 +118,7 @@ class Window:
             oks.popleft()
         self._blind = False
         limit = self.limit
-        if limit is None or limit == self.configured and not self.opening:
+        if limit is None or (limit == self.configured and not self.opening):
             return False
         if self.opening:  # growing by one per success says nothing worth showing until it ends
             if limit + 1 < min(self.configured or self.OPEN, self.OPEN):
@@ -160,7 +162,7 @@ class Window:
         if level > top:
             self._set(top)
             return True
-        if self.discovered and level >= self.limit:  # type: ignore[operator]
+        if self.discovered and self.limit is not None and level >= self.limit:
             # At the limit read before: the provider counts a call until its answer has left, so
             # a level that went through once (an answer in transit) may not the next time.
             self._set(max(1, level - 1))

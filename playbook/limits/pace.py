@@ -1,101 +1,15 @@
-"""The exact primitives a provider's governor is made of: pacing, rate adaptation, backoff and
-reading a server's "come back later" headers.
+"""A provider's sending rate: GCRA pacing plus AIMD adaptation, as one exact primitive.
 
-None of them reads a clock: each takes ``now`` (seconds, any monotonic origin) from its caller,
-so tests drive them in virtual time and the governor decides which clock is real.
+It reads no clock: each method takes ``now`` (seconds, any monotonic origin) from its caller, so
+tests drive it in virtual time and the limiter decides which clock is real.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections import deque
-from collections.abc import Mapping
-from datetime import timezone
-from email.utils import parsedate_to_datetime
 
-__all__ = ["Backoff", "Pace", "retry_after"]
-
-_EPOCH_FLOOR = 1e9  # a reset value this large is a Unix timestamp, not a number of seconds
-
-
-def retry_after(headers: Mapping[str, str], *, now: float) -> float | None:
-    """Seconds the server asks us to wait, from ``Retry-After-Ms`` (milliseconds, as OpenAI
-    sends), ``Retry-After`` (seconds or an HTTP date), ``RateLimit-Reset`` / ``RateLimit: ...;
-    reset=N`` (seconds) or ``X-RateLimit-Reset`` (a Unix timestamp, or seconds when small).
-    ``now`` is the wall-clock time (epoch seconds).
-
-    ``None`` when no header gives a usable value; garbage is ignored, never trusted.
-    """
-    value = headers.get("retry-after-ms")
-    if value is not None:
-        millis = _seconds(value)
-        if millis is not None:  # more precise than Retry-After, which it comes with: preferred
-            return millis / 1000.0
-    value = headers.get("retry-after")
-    if value is not None:
-        seconds = _seconds(value)
-        if seconds is None:
-            try:
-                when = parsedate_to_datetime(value.strip())
-            except (TypeError, ValueError, IndexError):
-                when = None
-            if when is not None:
-                if when.tzinfo is None:  # asctime dates carry no zone: HTTP dates are GMT
-                    when = when.replace(tzinfo=timezone.utc)
-                seconds = max(0.0, when.timestamp() - now)
-        if seconds is not None:
-            return seconds
-    value = headers.get("ratelimit-reset")
-    if value is None:
-        # The combined draft header: "RateLimit: limit=10, remaining=0, reset=5".
-        combined = headers.get("ratelimit")
-        if combined is not None:
-            for part in combined.replace(";", ",").split(","):
-                name, _, raw = part.strip().partition("=")
-                if name.strip().lower() == "reset":
-                    value = raw
-    if value is not None:
-        seconds = _seconds(value)
-        if seconds is not None:
-            return seconds
-    value = headers.get("x-ratelimit-reset")
-    if value is not None:
-        seconds = _seconds(value)
-        if seconds is not None:
-            if seconds >= _EPOCH_FLOOR * 1000:  # milliseconds since the epoch
-                seconds = seconds / 1000.0
-            return max(0.0, seconds - now) if seconds >= _EPOCH_FLOOR else seconds
-    return None
-
-
-def _seconds(text: str) -> float | None:
-    try:
-        seconds = float(text.strip().strip('"'))
-    except ValueError:
-        return None
-    if not math.isfinite(seconds) or seconds < 0:
-        return None
-    return seconds
-
-
-class Backoff:
-    """Exponential backoff with jitter: try ``n`` waits between ``base * 2**n / 2`` and
-    ``base * 2**n``, never more than ``cap``.  The lower half stays, so waits still grow."""
-
-    __slots__ = ("base", "cap", "_rng")
-
-    def __init__(self, base: float = 0.5, cap: float = 30.0, *, rng: random.Random | None = None) -> None:
-        self.base = base
-        self.cap = cap
-        self._rng = rng or random.Random()
-
-    def delay(self, n: int) -> float:
-        high = min(self.cap, self.base * 2.0 ** min(n, 60))
-        return self._rng.uniform(high / 2, high)
-
-    def __repr__(self) -> str:
-        return f"<Backoff base={self.base:g}s cap={self.cap:g}s>"
+__all__ = ["Pace"]
 
 
 class Pace:
@@ -161,15 +75,16 @@ class Pace:
         ceiling = "discovered" if self.ceiling is None else f"up to {self.ceiling:g}/s"
         return f"<Pace {rate} ({ceiling}) burst={self.burst}>"
 
-    def delay(self, now: float) -> float:
-        """Seconds until the next call may go (0: now)."""
+    def delay(self, now: float, weight: float = 1.0) -> float:
+        """Seconds until the next call (of ``weight`` units) may go (0: now)."""
         rate = self.rate
-        at = self._not_before if rate is None else max(self._not_before, self._tat - (self.burst - 1) / rate)
+        at = self._not_before if rate is None else max(self._not_before, self._tat - max(0.0, self.burst - weight) / rate)
         return max(0.0, at - now)
 
-    def take(self, now: float, *, queued: bool = False) -> None:
+    def take(self, now: float, *, queued: bool = False, weight: float = 1.0) -> None:
         """Spend the slot of a call sent at ``now``.  ``queued``: the call waited for this slot,
-        so lateness under one interval is the timer's, and must not push every later slot back."""
+        so lateness under one interval is the timer's, and must not push every later slot back.
+        ``weight``: the units it is charged (1 per call; tokens for a call weighed by them)."""
         if self._started is None:
             self._started = self._resumed = now
         sent = self._sent
@@ -181,10 +96,17 @@ class Pace:
             interval = 1.0 / rate
             start = now
             if queued:
-                due = max(self._not_before, self._tat - (self.burst - 1) * interval)
+                due = max(self._not_before, self._tat - max(0.0, self.burst - weight) * interval)
                 if now - interval < due <= now:
                     start = due  # released late: count the slot from when it was due
-            self._tat = max(self._tat, start) + interval
+            self._tat = max(self._tat, start) + interval * weight
+
+    def charge(self, extra: float) -> None:
+        """A call weighed ``extra`` units more than it was charged (less, when negative): the
+        next slots move by that much.  A refund never makes room before now: :meth:`take`
+        starts from ``now`` when the schedule lies in the past."""
+        if self.rate is not None:
+            self._tat += extra / self.rate
 
     def reserve(self, now: float) -> float:
         """Take the next free slot, however far ahead; returns the wait until it."""
@@ -260,16 +182,16 @@ class Pace:
         accepted = self.accepted(now) or None  # nothing accepted while sending: a quota's refusal, no rate to read
         rate = self.rate
         if rate is None:
-            ok = self._ok
-            while ok and ok[0] < now - self.WINDOW:
-                ok.popleft()
+            oks = self._ok
+            while oks and oks[0] < now - self.WINDOW:
+                oks.popleft()
             # Calls still in flight were let in: they count (a refusal comes back before them).
-            ok = len(ok) + pending
-            if not ok:
+            through = len(oks) + pending
+            if not through:
                 return False  # nothing got through lately (a quota, not a rate): the hold says enough
             # The first refusal with no rate set: start from what got through, and when that was
             # too little sending to measure, a slow start finds the rest.
-            base, cut = (accepted, self.CUT) if accepted is not None else (float(ok), 1.0)
+            base, cut = (accepted, self.CUT) if accepted is not None else (float(through), 1.0)
             self._slow_start = accepted is None
             self._grown = max(now, self._not_before)
             self._target = None  # a seed for the slow start, not a level the provider refused

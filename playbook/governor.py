@@ -1,0 +1,315 @@
+"""The governor: the state machine every call that misses its receipt goes through on its way to
+the transport (:meth:`Governor.dispatch`), acting over its provider's limiter::
+
+    down?  ── the provider refuses connections or keeps failing: ProviderExhausted("down") at
+       │      once (the row parks, a waterfall tries its next leg), but one probe call at a time
+    hold?  ── short (<= 1 s): wait in place; long: suspend the row (Held); past the row's
+       │      wait budget: ProviderExhausted (a waterfall tries its next leg, a row parks)
+    permit ── the limiter's concurrency slot and rate slot (limits.Limiter.acquire)
+    send   ── 2xx: success, the rate and the window recover (settle)
+              429: a verdict on concurrency (the window shrinks) or on the rate (cut once per
+                   episode); hold the provider until Retry-After / reset, or back off this call
+              5xx, timeouts, connection errors: a failure of this call: retried after its hint
+                   or a backoff, up to ``retries``; the provider holds only when failures
+                   dominate, and goes *down* after several in a row (limits.Health)
+              401/402/403: RunFatal, straight up
+
+What it keeps is this process's: the provider's health, its counters, the events it tells
+subscribers.  Rate, calls in flight and holds are the limiter's, in this process or shared.
+The governor's clock is the running loop's (``loop.time()``): a test loop with virtual time
+drives every wait here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .errors import ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
+from .limits import Backoff, Health, Limiter, Permit
+from .models import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RateChanged, time_of_day
+from .signals import Held, WaitBudget
+
+if TYPE_CHECKING:
+    from .providers import Provider
+
+__all__ = ["IN_PLACE", "OWN_IN_PLACE", "Governor", "Ticket"]
+
+T = TypeVar("T")
+
+IN_PLACE = 1.0  # holds up to this long are waited out by the call; longer ones suspend the row
+OWN_IN_PLACE = 0.2  # the same for a call's own retry (its row's worker can serve another row meanwhile)
+
+
+class Ticket:
+    """One logical call's standing with its provider, kept across the row's replays."""
+
+    __slots__ = ("tool", "budget", "tries", "refusals", "not_before", "suspend")
+
+    def __init__(self, tool: str, budget: WaitBudget, *, suspend: bool = True) -> None:
+        self.tool = tool
+        self.budget = budget
+        self.tries = 0  # transient failures so far
+        self.refusals = 0  # 429s without a hint so far
+        self.not_before = 0.0  # this call's own backoff (loop clock)
+        self.suspend = suspend  # may this call's own long backoff suspend its row (False: wait in place)
+
+    def __repr__(self) -> str:
+        return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"
+
+
+class Governor:
+    """The live state of one :class:`~playbook.providers.Provider` in this process."""
+
+    __slots__ = (
+        "provider", "limiter", "backoff", "health", "sent", "refused", "failed", "last_status", "hold_wall", "down_error",
+        "probe_at", "_seen_hold", "_holding", "_lift_timer", "_listeners",
+    )  # fmt: skip
+
+    def __init__(self, provider: Provider, limiter: Limiter) -> None:
+        self.provider = provider
+        self.limiter = limiter
+        self.backoff = Backoff()
+        self.health = Health()
+        self.sent = 0  # requests sent
+        self.refused = 0  # 429s
+        self.failed = 0  # transient failures (5xx, timeouts, connection errors)
+        self.last_status: int | None = None
+        self.hold_wall = 0.0  # the hold's end in epoch seconds
+        self.down_error: str | None = None  # the failure that took it down, in words
+        self.probe_at = 0.0  # epoch seconds: when the next probe may go while down
+        self._seen_hold = 0.0  # loop clock: the latest hold announced to subscribers
+        self._holding = False
+        self._lift_timer: asyncio.TimerHandle | None = None
+        self._listeners: list[Callable[[Any], None]] = []
+
+    def __repr__(self) -> str:
+        return f"<Governor {self.provider.name!r} sent={self.sent} 429s={self.refused} failed={self.failed} {self.limiter!r}>"
+
+    @property
+    def name(self) -> str:
+        return self.provider.name
+
+    @property
+    def held(self) -> bool:
+        return self._holding and self.hold_wall > time.time()
+
+    def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def _emit(self, event: Any) -> None:
+        for listener in self._listeners:
+            listener(event)
+
+    def _rate_changed(self) -> None:
+        self._emit(RateChanged(self.name, self.limiter.rate, self.limiter.in_flight_limit))
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def dispatch(self, send: Callable[[], Awaitable[T]], ticket: Ticket | None = None, *, weight: float = 1.0) -> T:
+        """Send one call through the governor: down, hold, permit, send; retry what may be retried."""
+        loop = asyncio.get_running_loop()
+        if ticket is None:
+            ticket = Ticket("", WaitBudget(self.provider.max_wait), suspend=False)
+        while True:
+            now = loop.time()
+            self._notice(now)
+            until = max(self.limiter.hold_until, ticket.not_before)
+            if until > now:
+                await self._wait(until, now, ticket)
+                continue
+            if self._holding:
+                self._lift()
+            health = self.health
+            if health.down and health.probing:
+                await asyncio.shield(health.outcome(loop))  # the probe's word, then decide
+                continue
+            probe = health.down and self._probe(now, ticket)
+            try:
+                result, permit = await self._send(send, loop, ticket, weight)
+            finally:
+                if probe:
+                    health.unprobe()  # a no-op once the probe's outcome was recorded
+            if permit is None:
+                continue
+            if health.success(permit.sent_at):
+                self._emit(ProviderUp(self.name))
+            if await self.limiter.settle(permit):
+                self._rate_changed()
+            return result  # type: ignore[no-any-return]
+
+    def _probe(self, now: float, ticket: Ticket) -> bool:
+        """While down: this call goes as the probe, or its row parks at once."""
+        if self.health.may_probe(now):
+            return True
+        raise self._down(ticket, now)
+
+    async def _send(self, send: Callable[[], Awaitable[T]], loop: asyncio.AbstractEventLoop, ticket: Ticket,
+                    weight: float) -> tuple[Any, Permit | None]:  # fmt: skip
+        """One try: ``(result, permit)`` to settle, or ``(None, None)`` to go round again."""
+        try:
+            permit = await self.limiter.acquire(weight)
+        except ToolError as exc:  # the limiter's own state is out of reach: like a provider that is
+            if not await self._retry(exc, None, loop.time(), ticket):
+                raise
+            return None, None
+        if permit is None:
+            return None, None  # a hold arrived while this call waited for its permit
+        self.sent += 1
+        try:
+            result = await send()
+        except RunFatal:
+            await self.limiter.release(permit)
+            raise
+        except Exception as exc:
+            try:
+                again = await self._retry(exc, permit, loop.time(), ticket)
+            finally:
+                if not permit.done:
+                    await self.limiter.release(permit)
+            if not again:
+                raise
+            return None, None
+        except BaseException:
+            await self.limiter.release(permit)  # cancelled on the wire: the slot goes back all the same
+            raise
+        return result, permit
+
+    async def _wait(self, until: float, now: float, ticket: Ticket) -> None:
+        """Wait for a hold or this call's backoff: in place, by suspending the row, or not at all."""
+        wait = until - now
+        budget = ticket.budget
+        if wait > budget.left + 1e-9:
+            wall = time.time() + wait
+            raise ProviderExhausted(
+                f"tool {ticket.tool!r}: provider {self.name!r} holds calls until {time_of_day(wall)} ({wait:.0f}s from now), "
+                f"past this row's wait budget ({max(budget.left, 0):.0f}s left of max_wait)",
+                tool=ticket.tool or None, provider=self.name, status=self.last_status, retry_at=wall,
+            )  # fmt: skip
+        # A call that cannot suspend its row (a batch serves many) still steps aside for a long
+        # provider hold; only its own backoff, bounded by the retries, is waited out in place.
+        # A row whose own retry waits more than a moment gives its worker up meanwhile.
+        own = until > self.limiter.hold_until
+        if wait <= (OWN_IN_PLACE if own and ticket.suspend else IN_PLACE) or (not ticket.suspend and own):
+            budget.left -= wait
+            await asyncio.sleep(wait)
+            return
+        raise Held(self.provider, until, time.time() + wait, self.last_status, budget)
+
+    # -- verdicts ------------------------------------------------------------------------------
+
+    async def _retry(self, exc: Exception, permit: Permit | None, now: float, ticket: Ticket) -> bool:
+        """Classify a failed call; True to try it again (after any hold or backoff it set).
+        ``permit`` is None when the limiter itself failed before the call went."""
+        if isinstance(exc, ToolError):
+            status, retryable, hint = exc.status, exc.retryable, exc.retry_after
+        else:  # a Python tool's own timeouts and dropped connections are transient too
+            status, retryable, hint = None, isinstance(exc, (TimeoutError, ConnectionError)), None
+        if not retryable:
+            if permit is not None and self.health.success(permit.sent_at):  # an answer, if not the one wanted: it is up
+                self._emit(ProviderUp(self.name))
+            return False
+        self.last_status = status
+        if hint is not None and hint <= 0:
+            hint = None  # "retry after 0s" would spin: back off instead
+        if status == 429 and permit is not None:
+            await self._refused(permit, now, hint, ticket)
+            return True
+        return await self._failed(exc, now, hint, ticket)
+
+    async def _refused(self, permit: Permit, now: float, hint: float | None, ticket: Ticket) -> None:
+        """A 429: the provider is up and busy.  Shrink the window or cut the rate, then wait."""
+        self.refused += 1
+        if self.health.success(permit.sent_at):
+            self._emit(ProviderUp(self.name))
+        if await self.limiter.refused(permit, hinted=hint is not None):
+            self._rate_changed()
+        if hint is not None:
+            await self._hold(now + hint, 429)
+        else:
+            ticket.not_before = now + self.backoff.delay(ticket.refusals)
+            ticket.refusals += 1
+
+    async def _failed(self, exc: Exception, now: float, hint: float | None, ticket: Ticket) -> bool:
+        """A 5xx, a timeout, a refused connection: a failure of this call, not a verdict on the rate."""
+        self.failed += 1
+        ticket.tries += 1
+        health = self.health
+        if health.failure(now):
+            self.down_error = _describe(exc)
+            self._emit(ProviderDown(self.name, self.down_error))
+        if health.down:
+            raise self._down(ticket, now, exc)
+        if ticket.tries > self.provider.retries:
+            raise self._unavailable(exc, ticket, f"gave up after {ticket.tries} tries")
+        wait = hint if hint is not None else self.backoff.delay(ticket.tries - 1)
+        if health.dominated():
+            await self._hold(now + wait, self.last_status)  # most calls fail: spare the provider
+        else:
+            ticket.not_before = now + wait
+            if wait > ticket.budget.left:
+                raise self._unavailable(exc, ticket, "the next try would pass the wait budget")
+        return True
+
+    def _down(self, ticket: Ticket, now: float, exc: Exception | None = None) -> ProviderExhausted:
+        wall = time.time() + max(0.0, self.health.probe_at - now)
+        self.probe_at = wall
+        error = ProviderExhausted(
+            f"tool {ticket.tool!r}: provider {self.name!r} is down ({self.down_error}); "
+            f"the row waits for a rerun or run.retry() (the next probe goes at {time_of_day(wall)})",
+            tool=ticket.tool or None, provider=self.name, status=self.last_status, retry_at=wall, reason="down",
+        )  # fmt: skip
+        error.__cause__ = exc
+        return error
+
+    def _unavailable(self, exc: Exception, ticket: Ticket, why: str) -> ProviderUnavailable:
+        error = ProviderUnavailable(
+            f"provider {self.name!r} is unavailable: {exc} ({why})", tool=ticket.tool or None, provider=self.name, status=self.last_status
+        )
+        error.__cause__ = exc
+        return error
+
+    # -- holds ---------------------------------------------------------------------------------
+
+    async def _hold(self, until: float, status: int | None) -> None:
+        """Hold every call to this provider until ``until`` (loop clock)."""
+        if until <= self.limiter.hold_until:
+            return
+        self._announce(await self.limiter.hold(until), status)
+
+    def _notice(self, now: float) -> None:
+        """A hold this process did not set (another process sharing the limiter did): say so."""
+        until = self.limiter.hold_until
+        if until > self._seen_hold and until > now:
+            self._announce(until, None)
+
+    def _announce(self, until: float, status: int | None) -> None:
+        loop = asyncio.get_running_loop()
+        self._seen_hold = until
+        self.hold_wall = time.time() + (until - loop.time())
+        self._holding = True
+        self._emit(ProviderHoldSet(self.name, self.hold_wall, status))
+        # Say when it ends even if no call comes to notice (every waiting row may have parked).
+        if self._lift_timer is not None:
+            self._lift_timer.cancel()
+        self._lift_timer = loop.call_at(until, self._lift)
+
+    def _lift(self) -> None:
+        if self._lift_timer is not None:
+            self._lift_timer.cancel()
+            self._lift_timer = None
+        if self._holding:
+            self._holding = False
+            self._emit(ProviderHoldLifted(self.name))
+
+
+def _describe(exc: BaseException) -> str:
+    """A failure in a few words: what a user sees next to a down provider (which is not one tool's:
+    a ToolError's "tool 'x': " goes)."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, ToolError) and exc.tool and text.startswith(prefix := f"tool {exc.tool!r}: "):
+        text = text[len(prefix) :]
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,93 @@
+"""Waiting after a refusal: exponential backoff with jitter, and reading a server's "come back
+later" headers.  Neither reads a clock: ``retry_after`` takes the wall-clock ``now``."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+
+__all__ = ["Backoff", "retry_after"]
+
+_EPOCH_FLOOR = 1e9  # a reset value this large is a Unix timestamp, not a number of seconds
+
+
+def retry_after(headers: Mapping[str, str], *, now: float) -> float | None:
+    """Seconds the server asks us to wait, from ``Retry-After-Ms`` (milliseconds, as OpenAI
+    sends), ``Retry-After`` (seconds or an HTTP date), ``RateLimit-Reset`` / ``RateLimit: ...;
+    reset=N`` (seconds) or ``X-RateLimit-Reset`` (a Unix timestamp, or seconds when small).
+    ``now`` is the wall-clock time (epoch seconds).
+
+    ``None`` when no header gives a usable value; garbage is ignored, never trusted.
+    """
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        millis = _seconds(value)
+        if millis is not None:  # more precise than Retry-After, which it comes with: preferred
+            return millis / 1000.0
+    value = headers.get("retry-after")
+    if value is not None:
+        seconds = _seconds(value)
+        if seconds is None:
+            try:
+                when = parsedate_to_datetime(value.strip())
+            except (TypeError, ValueError, IndexError):
+                when = None
+            if when is not None:
+                if when.tzinfo is None:  # asctime dates carry no zone: HTTP dates are GMT
+                    when = when.replace(tzinfo=UTC)
+                seconds = max(0.0, when.timestamp() - now)
+        if seconds is not None:
+            return seconds
+    value = headers.get("ratelimit-reset")
+    if value is None:
+        # The combined draft header: "RateLimit: limit=10, remaining=0, reset=5".
+        combined = headers.get("ratelimit")
+        if combined is not None:
+            for part in combined.replace(";", ",").split(","):
+                name, _, raw = part.strip().partition("=")
+                if name.strip().lower() == "reset":
+                    value = raw
+    if value is not None:
+        seconds = _seconds(value)
+        if seconds is not None:
+            return seconds
+    value = headers.get("x-ratelimit-reset")
+    if value is not None:
+        seconds = _seconds(value)
+        if seconds is not None:
+            if seconds >= _EPOCH_FLOOR * 1000:  # milliseconds since the epoch
+                seconds = seconds / 1000.0
+            return max(0.0, seconds - now) if seconds >= _EPOCH_FLOOR else seconds
+    return None
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        seconds = float(text.strip().strip('"'))
+    except ValueError:
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return seconds
+
+
+class Backoff:
+    """Exponential backoff with jitter: try ``n`` waits between ``base * 2**n / 2`` and
+    ``base * 2**n``, never more than ``cap``.  The lower half stays, so waits still grow."""
+
+    __slots__ = ("base", "cap", "_rng")
+
+    def __init__(self, base: float = 0.5, cap: float = 30.0, *, rng: random.Random | None = None) -> None:
+        self.base = base
+        self.cap = cap
+        self._rng = rng or random.Random()
+
+    def delay(self, n: int) -> float:
+        high = min(self.cap, self.base * 2.0 ** min(n, 60))
+        return self._rng.uniform(high / 2, high)
+
+    def __repr__(self) -> str:
+        return f"<Backoff base={self.base:g}s cap={self.cap:g}s>"

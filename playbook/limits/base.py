@@ -1,0 +1,95 @@
+"""What a provider's governor asks of a limiter, wherever its state lives.
+
+A call takes a :class:`Permit` (:meth:`Limiter.acquire`: a concurrency slot and a rate slot),
+goes on the wire, and gives the permit back with the limiter's verdict on how it went::
+
+    permit = await limiter.acquire(weight)      # None: a hold arrived while it waited
+    ... send ...
+    await limiter.settle(permit, actual)        # answered: the real weight; the rate recovers
+    await limiter.refused(permit, hinted=...)   # a 429: a verdict on concurrency or on the rate
+    await limiter.release(permit)               # neither (5xx, timeout, cancelled)
+    await limiter.hold(until)                   # nothing goes before ``until`` (a Retry-After)
+
+Times are the running loop's clock (``loop.time()``), in this process; a limiter whose state is
+shared with other processes translates them to its own clock, so the governor never sees another
+machine's time.  ``weight`` is 1 per call today; a call weighed by its tokens is charged its
+estimate at :meth:`Limiter.acquire` and its usage at :meth:`Limiter.settle`, so the rate's unit is
+whatever the weights count.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = ["Limiter", "Permit", "shown_url"]
+
+
+class Permit:
+    """One call's place with its limiter, from :meth:`Limiter.acquire` until it is given back."""
+
+    __slots__ = ("weight", "level", "sent_at", "key", "done")
+
+    def __init__(self, weight: float, level: int, sent_at: float, key: str = "") -> None:
+        self.weight = weight  # units charged so far
+        self.level = level  # calls in flight when it went, itself included (the account's, when shared)
+        self.sent_at = sent_at  # loop clock
+        self.key = key  # its name in shared state ("" for a local permit)
+        self.done = False  # given back: settled, refused or released
+
+    def __repr__(self) -> str:
+        state = " done" if self.done else ""
+        key = f" {self.key}" if self.key else ""
+        return f"<Permit{key} weight={self.weight:g} level={self.level} sent_at={self.sent_at:.3f}{state}>"
+
+
+@runtime_checkable
+class Limiter(Protocol):
+    """Rate, concurrency and holds for one provider account, in this process or shared."""
+
+    @property
+    def rate(self) -> float | None:
+        """Units a second it lets through now; ``None`` while unlimited."""
+
+    @property
+    def in_flight_limit(self) -> int | None:
+        """Calls it lets be in flight at once now (configured or discovered); ``None``: no bound
+        known."""
+
+    @property
+    def in_flight(self) -> int:
+        """This process's calls on the wire."""
+
+    @property
+    def hold_until(self) -> float:
+        """Loop clock: nothing goes before this (0.0 or a past time: no hold)."""
+
+    async def acquire(self, weight: float = 1.0) -> Permit | None:
+        """Wait for a concurrency slot and a rate slot for a call of ``weight`` units; ``None``
+        when a hold arrived meanwhile (the caller decides how to wait for it, then asks again)."""
+
+    async def settle(self, permit: Permit, actual: float | None = None) -> bool:
+        """The call was answered: give its slot back, charge its real weight (``actual``; None:
+        as acquired) and let the rate and the concurrency limit recover.  True when either grew
+        noticeably."""
+
+    async def refused(self, permit: Permit, *, hinted: bool) -> bool:
+        """The call got a 429 (``hinted``: it said when to come back): give its slot back and
+        judge whether calls in flight or the rate were refused; True when a limit was lowered."""
+
+    async def release(self, permit: Permit) -> None:
+        """The call ended with no word on the limits (a 5xx, a timeout, cancelled): give its
+        slot back."""
+
+    async def hold(self, until: float) -> float:
+        """Let nothing go before ``until`` (loop clock); returns the hold in force (a later one
+        set before stays)."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` without its password: what a repr or an error message may show."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

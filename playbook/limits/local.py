@@ -1,0 +1,159 @@
+"""The limiter whose state lives in this process: :class:`~playbook.limits.pace.Pace` (GCRA and
+AIMD) and :class:`~playbook.limits.gates.Window` (calls in flight), on the running loop's clock.
+
+Calls waiting for a paced slot queue in order and one timer lets them out a slot at a time, so
+a rate that rises while they wait speeds them up at once, and a hold stops them where they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from .base import Permit
+from .gates import Window
+from .pace import Pace
+
+__all__ = ["LocalLimiter"]
+
+
+class LocalLimiter:
+    """``LocalLimiter(rate, burst, concurrency)``: the :class:`~playbook.limits.base.Limiter` of
+    one process.  ``rate`` in units a second (None: discovered from 429s)."""
+
+    __slots__ = ("pace", "window", "hold_until", "in_flight", "_loop", "_waiters", "_timer")
+
+    def __init__(self, rate: float | None = None, burst: int | None = None, concurrency: int | None = None) -> None:
+        self.pace = Pace(rate, burst)
+        self.window = Window(concurrency)
+        self.hold_until = 0.0  # loop clock
+        self.in_flight = 0  # calls on the wire
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: deque[tuple[asyncio.Future[None], float]] = deque()  # (slot, weight), in order
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __repr__(self) -> str:
+        return f"<LocalLimiter {self.pace!r} {self.window!r} on_wire={self.in_flight} hold_until={self.hold_until:.3f}>"
+
+    @property
+    def rate(self) -> float | None:
+        return self.pace.rate
+
+    @property
+    def in_flight_limit(self) -> int | None:
+        # A new provider meets a growing handful of calls first, like TCP's slow start, but that
+        # opening is not a limit it has shown.
+        window = self.window
+        return None if window.opening and window.configured is None else window.limit
+
+    async def acquire(self, weight: float = 1.0) -> Permit | None:
+        loop = asyncio.get_running_loop()
+        self._bind(loop)
+        window = self.window
+        if not window.enter():
+            await window.acquire(loop)
+        try:
+            if self.hold_until > loop.time():
+                window.release()
+                return None  # a hold arrived while this call waited at the gate
+            if self.pace.rate is not None:
+                await self._paced(loop, weight)
+                if self.hold_until > loop.time():
+                    window.release()
+                    return None  # a hold arrived while this call waited for its slot
+            else:
+                self.pace.take(loop.time(), weight=weight)
+        except BaseException:
+            window.release()
+            raise
+        self.in_flight += 1
+        return Permit(weight, self.in_flight, loop.time())
+
+    async def settle(self, permit: Permit, actual: float | None = None) -> bool:
+        if not self._landed(permit):
+            return False
+        now = asyncio.get_running_loop().time()
+        if actual is not None and actual != permit.weight:
+            self.pace.charge(actual - permit.weight)
+            permit.weight = actual
+        self.window.release()
+        grew = self.window.success(permit.level, now)
+        if self.pace.success(now):
+            self._rearm()
+            grew = True
+        return grew
+
+    async def refused(self, permit: Permit, *, hinted: bool) -> bool:
+        if not self._landed(permit):
+            return False
+        now = asyncio.get_running_loop().time()
+        try:
+            if permit.level and self.window.refused(permit.level, now, hinted=hinted):
+                return True
+            if self.pace.limited(now, permit.sent_at, pending=self.in_flight):
+                self._rearm()
+                return True
+            return False
+        finally:
+            self.window.release()
+
+    async def release(self, permit: Permit) -> None:
+        if self._landed(permit):
+            self.window.release()
+
+    async def hold(self, until: float) -> float:
+        if until > self.hold_until:
+            self.hold_until = until
+            self.pace.hold(until, asyncio.get_running_loop().time())
+        return self.hold_until
+
+    def _landed(self, permit: Permit) -> bool:
+        """The call is off the wire; False when its permit was given back already."""
+        if permit.done:
+            return False
+        permit.done = True
+        self.in_flight -= 1
+        return True
+
+    # -- the paced queue ---------------------------------------------------------------------
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Bound lazily: a notebook may run one map under asyncio.run and the next in the kernel's loop.
+        if self._loop is not loop:
+            self._loop = loop
+            self._waiters, self._timer = deque(), None
+
+    async def _paced(self, loop: asyncio.AbstractEventLoop, weight: float) -> None:
+        """Wait for a slot at the current rate."""
+        pace = self.pace
+        if not self._waiters:
+            now = loop.time()
+            if pace.delay(now, weight) <= 0:
+                pace.take(now, weight=weight)
+                return
+        slot = loop.create_future()
+        self._waiters.append((slot, weight))
+        self._arm(loop)
+        await slot
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._timer is None and self._waiters:
+            self._timer = loop.call_later(self.pace.delay(loop.time(), self._waiters[0][1]), self._release, loop)
+
+    def _release(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        now, waiters, pace = loop.time(), self._waiters, self.pace
+        while waiters and pace.delay(now, waiters[0][1]) <= 0:
+            slot, weight = waiters.popleft()
+            if not slot.done():  # a cancelled waiter gives its turn to the next
+                pace.take(now, queued=True, weight=weight)
+                slot.set_result(None)
+        self._arm(loop)
+
+    def _rearm(self) -> None:
+        """The rate changed: the next slot may be due sooner than the timer thinks."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._loop is not None:
+            self._arm(self._loop)

@@ -1,0 +1,346 @@
+"""The limiter shared through Redis: one rate, one bound on calls in flight and one hold for every
+process and machine that names the same provider account at the same Redis.
+
+Each decision is one Lua script (:mod:`playbook.limits.scripts`), run with EVALSHA through
+redis-py's ``register_script``, on Redis's clock.  A permit is a member of a sorted set scored by
+its expiry; this process renews its permits while their calls are in flight, so a process killed
+mid-call (``kill -9``) gives its slots back ``permit_ttl`` seconds later.  The rate is paced by
+reserving GCRA slots at most ``HORIZON`` seconds ahead: a cut or a hold set meanwhile reaches the
+next reservation, not calls already queued a minute ahead.
+
+Only one task per process talks to Redis for a permit at a time (the others queue here, in
+order): while the account has no room, that one polls, and a slot this process frees wakes it
+at once.  What Redis cannot answer (it is down, the URL is wrong) is a retryable ``ToolError``
+naming the provider and the URL, so the governor treats it as it treats a provider that refuses
+connections: retried, then *down*, and its rows park with that message.  A slot that cannot be
+given back for the same reason comes back by expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import random
+import socket
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ..errors import PlayDefinitionError, ToolError
+from . import scripts
+from .base import Permit, shown_url
+from .gates import Window
+from .pace import Pace
+
+__all__ = ["RedisLimiter"]
+
+PERMIT_TTL = 30.0  # seconds a permit outlives its process; renewed every third of it
+HORIZON = 0.5  # seconds ahead a rate slot may be reserved
+POLL = 0.025  # seconds between asks while the account has no room (a local release asks at once)
+_SCRIPTS = {"acquire": scripts.ACQUIRE, "held": scripts.HELD, "settle": scripts.SETTLE, "refused": scripts.REFUSED,
+            "release": scripts.RELEASE, "hold": scripts.HOLD, "renew": scripts.RENEW}  # fmt: skip
+_ids = itertools.count(1)
+
+
+def _import_redis() -> Any:
+    try:
+        import redis.asyncio
+        import redis.exceptions
+    except ImportError as exc:
+        raise ImportError("shared= limits need redis-py: pip install redis") from exc
+    return redis
+
+
+class RedisLimiter:
+    """``RedisLimiter(url, account, provider=..., rate=..., burst=..., concurrency=...)``: the
+    :class:`~playbook.limits.base.Limiter` whose state lives at ``url``, under ``account``.
+
+    ``url`` is a redis-py URL; ``?permit_ttl=S`` (taken out before it reaches redis-py) sets how
+    long a dead process's permits keep their slots (default 30 s).
+    """
+
+    def __init__(self, url: str, account: str, *, provider: str, rate: float | None = None, burst: int | None = None,
+                 concurrency: int | None = None) -> None:  # fmt: skip
+        try:
+            self._redis = _import_redis()
+        except ImportError as exc:
+            raise PlayDefinitionError(f"Provider {provider!r}: shared={shown_url(url)!r} needs redis-py: pip install redis") from exc
+        self.url, self.provider = url, provider
+        self._url, self.permit_ttl = _split_options(url, provider)
+        try:
+            self._redis.connection.parse_url(self._url)
+        except ValueError as exc:
+            raise PlayDefinitionError(f"Provider {provider!r}: shared={shown_url(url)!r} is not a Redis URL ({exc})") from exc
+        self.prefix = f"playbook:limit:{{{account}}}:"
+        self.ceiling, self.burst, self.floor = rate, burst or 1, rate / 10 if rate is not None else Pace(None).floor
+        self.window = Window(concurrency)  # discovers a bound from the account-wide levels 429s meet
+        self.rate: float | None = rate  # the shared rate, as last read
+        self.hold_until = 0.0  # loop clock
+        self.in_flight = 0  # this process's calls on the wire
+        self._shown = rate  # the rate last reported as changed
+        self._offset = 0.0  # Redis time minus loop time, as of the last answer
+        self._host = f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(32):08x}"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: Any = None
+        self._scripts: dict[str, Any] = {}
+        self._turn = asyncio.Lock()
+        self._freed = asyncio.Event()
+        self._permits: set[str] = set()  # ids holding a slot, renewed while they do
+        self._renewer: asyncio.Task[None] | None = None
+        self._busy = 0  # scripts under way, and acquirers waiting: the client stays open meanwhile
+
+    def __repr__(self) -> str:
+        rate = "unlimited" if self.rate is None else f"{self.rate:.3g}/s"
+        limit = self.in_flight_limit
+        return (f"<RedisLimiter {shown_url(self.url)} {self.prefix}* rate={rate} in_flight_limit={limit} "
+                f"on_wire={self.in_flight} permits={len(self._permits)} hold_until={self.hold_until:.3f}>")  # fmt: skip
+
+    @property
+    def in_flight_limit(self) -> int | None:
+        window = self.window
+        return None if window.opening and window.configured is None else window.limit
+
+    # -- the Limiter protocol ------------------------------------------------------------------
+
+    async def acquire(self, weight: float = 1.0) -> Permit | None:
+        loop = self._bind()
+        key = f"{self._host}:{next(_ids)}"
+        self._busy += 1
+        try:
+            async with self._turn:  # one asker per process; the rest wait here, in order
+                granted = await self._reserve(key, weight, loop)
+        except BaseException:
+            self._busy -= 1
+            await self._idle()
+            raise
+        self._busy -= 1
+        if granted is None:
+            await self._idle()
+            return None
+        level, wait = granted
+        permit = Permit(weight, level, loop.time() + wait, key)
+        try:
+            if wait > 0:
+                await asyncio.sleep(wait)
+                # A hold set meanwhile, here or by another process: this slot is not to be used.
+                reply = await self._script("held", ["hold"], [])
+                self._learn(reply[0], reply[1], None, loop)
+            if self.hold_until > loop.time():
+                await self._give_back(permit, on_wire=False)
+                return None
+        except BaseException:
+            await self._give_back(permit, on_wire=False)
+            raise
+        permit.sent_at = loop.time()
+        self.in_flight += 1
+        return permit
+
+    async def settle(self, permit: Permit, actual: float | None = None) -> bool:
+        if not self._landed(permit):
+            return False
+        extra = 0.0 if actual is None else actual - permit.weight
+        permit.weight = permit.weight + extra
+        grew = self.window.success(permit.level, self._now())
+        reply = await self._quietly("settle", ["gcra", "permits", "aimd"], [permit.key, extra, _opt(self.ceiling)], permit.key)
+        if reply is not None:
+            self.rate = _float(reply[1])
+        return self._changed() or grew
+
+    async def refused(self, permit: Permit, *, hinted: bool) -> bool:
+        if not self._landed(permit):
+            return False
+        if permit.level and self.window.refused(permit.level, self._now(), hinted=hinted):
+            await self._quietly("release", ["permits"], [permit.key], permit.key)
+            return True
+        sent_at = permit.sent_at + self._offset
+        args = [permit.key, f"{sent_at:.6f}", "1", _opt(self.ceiling), self.floor]
+        reply = await self._quietly("refused", ["permits", "aimd"], args, permit.key)
+        if reply is None:
+            return False
+        self.rate = _float(reply[1])
+        if reply[2] != b"1":
+            return False
+        self._shown = self.rate
+        return True
+
+    async def release(self, permit: Permit) -> None:
+        await self._give_back(permit, on_wire=True)
+
+    async def hold(self, until: float) -> float:
+        loop = self._bind()
+        self.hold_until = max(self.hold_until, until)  # this process keeps to it even if Redis cannot hear it
+        reply = await self._quietly("hold", ["hold", "aimd"], [max(0.0, until - loop.time())], None)
+        if reply is not None:
+            self._learn(reply[0], reply[1], None, loop)
+        return self.hold_until
+
+    # -- asking Redis --------------------------------------------------------------------------
+
+    async def _reserve(self, key: str, weight: float, loop: asyncio.AbstractEventLoop) -> tuple[int, float] | None:
+        """Ask until the account has room and a rate slot within ``HORIZON``: ``(level, wait)``,
+        or None when a hold is in force."""
+        try:
+            while True:
+                if self.hold_until > loop.time():
+                    await self._forget(key)
+                    return None
+                self._freed.clear()
+                limit = self.window.limit or 0
+                args = [key, weight, limit, self.permit_ttl, _opt(self.ceiling), self.burst, HORIZON]
+                reply = await self._script("acquire", ["gcra", "hold", "permits", "aimd"], args)
+                status = reply[0]
+                self._learn(reply[1], reply[2], reply[3], loop)
+                if status == b"held":
+                    self._drop(key)
+                    return None
+                if status == b"full":
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._freed.wait(), POLL * (0.5 + random.random()))
+                    continue
+                self._keep(key, loop)
+                if status == b"wait":
+                    await asyncio.sleep(float(reply[5]) - HORIZON / 2)
+                    continue
+                return int(reply[4]), float(reply[5])
+        except BaseException:
+            await self._forget(key)
+            raise
+
+    async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        client = self._connect()
+        self._busy += 1
+        try:
+            return await self._scripts[name](keys=[self.prefix + k for k in keys], args=[self.prefix, *args], client=client)
+        except (self._redis.exceptions.RedisError, OSError) as exc:
+            raise ToolError(
+                f"shared limits of provider {self.provider!r} at {shown_url(self.url)} are out of reach "
+                f"({type(exc).__name__}: {exc})",
+                provider=self.provider, retryable=True,
+            ) from exc  # fmt: skip
+        finally:
+            self._busy -= 1
+
+    async def _quietly(self, name: str, keys: list[str], args: list[Any], key: str | None) -> Any:
+        """A script whose failure must not fail a call that was answered: its slot, if any,
+        comes back by expiry instead."""
+        try:
+            return await self._script(name, keys, args)
+        except ToolError:
+            return None
+        finally:
+            if key is not None:
+                self._drop(key)
+            await self._idle()
+
+    async def _give_back(self, permit: Permit, *, on_wire: bool) -> None:
+        if permit.done:
+            return
+        if on_wire:
+            self._landed(permit)
+        permit.done = True
+        # Shielded: a call cancelled on the wire still hands its slot to the next one now.
+        await asyncio.shield(self._quietly("release", ["permits"], [permit.key], permit.key))
+
+    async def _forget(self, key: str) -> None:
+        if key in self._permits:
+            await asyncio.shield(self._quietly("release", ["permits"], [key], key))
+
+    def _landed(self, permit: Permit) -> bool:
+        if permit.done:
+            return False
+        permit.done = True
+        self.in_flight -= 1
+        return True
+
+    def _learn(self, now: bytes, hold: bytes, rate: bytes | None, loop: asyncio.AbstractEventLoop) -> None:
+        """Read Redis's clock, the hold and the rate from an answer."""
+        self._offset = float(now) - loop.time()
+        ends = _float(hold)
+        if ends is not None and ends - self._offset > self.hold_until:
+            self.hold_until = ends - self._offset
+        if rate is not None:
+            self.rate = _float(rate)
+
+    def _changed(self) -> bool:
+        shown, rate = self._shown, self.rate
+        if shown == rate:
+            return False
+        if shown is None or rate is None or rate == self.ceiling or abs(rate - shown) >= 0.05 * shown:
+            self._shown = rate
+            return True
+        return False
+
+    # -- the client, the permits it renews -----------------------------------------------------
+
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        # Bound lazily: a notebook may run one map under asyncio.run and the next in the kernel's
+        # loop.  Permits of calls on the old loop are not ours to renew: they expire.
+        if self._loop is not loop:
+            self._loop, self._client, self._scripts = loop, None, {}
+            self._turn, self._freed, self._permits, self._renewer = asyncio.Lock(), asyncio.Event(), set(), None
+            self.in_flight = 0
+        return loop
+
+    def _connect(self) -> Any:
+        if self._client is None:
+            self._client = self._redis.asyncio.from_url(self._url, socket_connect_timeout=5, socket_timeout=10)
+            self._scripts = {name: self._client.register_script(source) for name, source in _SCRIPTS.items()}
+        return self._client
+
+    async def _idle(self) -> None:
+        """Nothing under way: close the connections, so none outlives the loop that opened them
+        (a notebook's next run may be on another loop); the next call opens them again."""
+        client = self._client
+        if client is None or self._busy or self._permits:
+            return
+        self._client = None
+        with contextlib.suppress(Exception):
+            await client.aclose()
+
+    def _keep(self, key: str, loop: asyncio.AbstractEventLoop) -> None:
+        self._permits.add(key)
+        if self._renewer is None:
+            self._renewer = loop.create_task(self._renew())
+
+    def _drop(self, key: str) -> None:
+        self._permits.discard(key)
+        self._freed.set()
+        if not self._permits and self._renewer is not None:
+            self._renewer.cancel()
+            self._renewer = None
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(self.permit_ttl / 3)
+            if self._permits:
+                with contextlib.suppress(ToolError):
+                    await self._script("renew", ["permits"], [self.permit_ttl, *sorted(self._permits)])
+
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+
+def _split_options(url: str, provider: str) -> tuple[str, float]:
+    """Take playbook's own options out of the URL: ``(url for redis-py, permit_ttl)``."""
+    parts = urlsplit(url)
+    ours = [(k, v) for k, v in parse_qsl(parts.query) if k == "permit_ttl"]
+    rest = [(k, v) for k, v in parse_qsl(parts.query) if k != "permit_ttl"]
+    ttl = PERMIT_TTL
+    if ours:
+        try:
+            ttl = float(ours[-1][1])
+        except ValueError:
+            ttl = -1.0
+        if not 0.1 <= ttl <= 86400:
+            raise PlayDefinitionError(f"Provider {provider!r}: permit_ttl in shared= must be seconds in [0.1, 86400], not {ours[-1][1]!r}")
+    return urlunsplit(parts._replace(query=urlencode(rest))), ttl
+
+
+def _opt(value: float | None) -> str:
+    return "" if value is None else f"{value:.6f}"
+
+
+def _float(raw: bytes | None) -> float | None:
+    return float(raw) if raw else None

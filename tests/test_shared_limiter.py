@@ -1,0 +1,381 @@
+"""Limiters as peers: the local one and the one shared through a real Redis keep the same
+promises (rate, calls in flight, holds, cuts, weights); then what only sharing gives: one budget
+for every process on the account, holds and cuts seen by all, slots of a killed process back
+after their expiry, and a Redis out of reach treated like a provider that is down.
+
+These run in real time (Redis's clock cannot be made virtual), so rates are small, waits short,
+and bounds generous but tight enough to fail when the promise is broken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import playbook as pb
+from playbook.limits import Limiter, LocalLimiter, Permit
+from playbook.limits.shared import RedisLimiter
+
+Factory = Callable[..., Limiter]
+
+
+@pytest.fixture(params=["local", "shared"])
+def make(request: pytest.FixtureRequest) -> Factory:
+    """Build a limiter of either kind with the same options."""
+    if request.param == "local":
+        return lambda rate=None, burst=None, concurrency=None, account="acme:default": LocalLimiter(rate, burst, concurrency)
+    url = request.getfixturevalue("redis_url")
+    return lambda rate=None, burst=None, concurrency=None, account="acme:default": RedisLimiter(
+        url, account, provider="acme", rate=rate, burst=burst, concurrency=concurrency
+    )
+
+
+async def _go(limiter: Limiter, weight: float = 1.0) -> Permit:
+    permit = await limiter.acquire(weight)
+    assert permit is not None
+    return permit
+
+
+def test_permits_are_spaced_at_the_rate(make: Factory) -> None:
+    """rate=20, burst=1: ten permits in a row take at least 9/20 s, and not much more."""
+
+    async def main() -> float:
+        limiter = make(rate=20.0)
+        start = time.monotonic()
+        for _ in range(10):
+            await limiter.settle(await _go(limiter))
+        return time.monotonic() - start
+
+    elapsed = asyncio.run(main())
+    assert 0.43 <= elapsed < 2.0
+
+
+def test_burst_lets_permits_through_at_once(make: Factory) -> None:
+    """burst=5 at 2/s: five permits at once, the sixth half a second later."""
+
+    async def main() -> list[float]:
+        limiter = make(rate=2.0, burst=5)
+        start, times = time.monotonic(), []
+        for _ in range(6):
+            await limiter.settle(await _go(limiter))
+            times.append(time.monotonic() - start)
+        return times
+
+    times = asyncio.run(main())
+    assert times[4] < 0.2 and 0.35 <= times[5] < 1.5
+
+
+def test_concurrency_bounds_permits_out(make: Factory) -> None:
+    """concurrency=3: a fourth permit waits until one of the three is given back."""
+
+    async def main() -> tuple[bool, Permit]:
+        limiter = make(concurrency=3)
+        held = [await _go(limiter) for _ in range(3)]
+        fourth = asyncio.ensure_future(limiter.acquire())
+        await asyncio.sleep(0.3)
+        waited = not fourth.done()
+        await limiter.release(held[0])
+        permit = await asyncio.wait_for(fourth, 5)
+        assert permit is not None
+        for p in (*held[1:], permit):
+            await limiter.release(p)
+        return waited, permit
+
+    waited, permit = asyncio.run(main())
+    assert waited and permit.level == 3
+
+
+def test_a_hold_stops_permits_until_it_ends(make: Factory) -> None:
+    """hold(now + 0.4): acquire answers None (step aside) until then, a permit after."""
+
+    async def main() -> tuple[Any, float, Any]:
+        limiter = make(rate=50.0)
+        loop = asyncio.get_running_loop()
+        until = await limiter.hold(loop.time() + 0.4)
+        left = until - loop.time()
+        during = await limiter.acquire()
+        await asyncio.sleep(max(0.0, limiter.hold_until - loop.time()) + 0.05)
+        after = await limiter.acquire()
+        assert after is not None
+        await limiter.release(after)
+        return during, left, after
+
+    during, left, after = asyncio.run(main())
+    assert during is None and 0.2 < left <= 0.4 and isinstance(after, Permit)
+
+
+def test_a_refusal_cuts_the_rate_once_per_episode(make: Factory) -> None:
+    """A 429 for a call sent before any cut cuts the rate; another for a call sent before that
+    cut says nothing new; one for a call sent after it cuts again."""
+
+    async def main() -> list[float | None]:
+        limiter = make(rate=20.0, burst=5)
+        first, second = await _go(limiter), await _go(limiter)
+        rates = [limiter.rate]
+        assert await limiter.refused(first, hinted=True) is True
+        rates.append(limiter.rate)
+        assert await limiter.refused(second, hinted=True) is False
+        rates.append(limiter.rate)
+        await asyncio.sleep(0.01)
+        third = await _go(limiter)
+        assert await limiter.refused(third, hinted=True) is True
+        rates.append(limiter.rate)
+        return rates
+
+    configured, cut, same, again = asyncio.run(main())
+    assert configured == pytest.approx(20.0)
+    assert cut == pytest.approx(20.0 * 0.75, rel=0.01)  # refused right after sending began: a burst was measured
+    assert same == cut and again is not None and again < cut
+
+
+def test_settling_a_heavier_call_delays_the_next(make: Factory) -> None:
+    """A call acquired as 1 unit and settled as 5 at 10 units/s pushes the next permit ~0.4 s later."""
+
+    async def main() -> float:
+        limiter = make(rate=10.0)
+        await limiter.settle(await _go(limiter), actual=5.0)
+        start = time.monotonic()
+        await limiter.release(await _go(limiter))
+        return time.monotonic() - start
+
+    assert 0.3 <= asyncio.run(main()) < 1.5
+
+
+def test_an_unhinted_refusal_above_the_levels_that_went_through_bounds_concurrency(make: Factory) -> None:
+    """Calls at levels 1-2 went through and one at level 3 got a 429 without a hint: calls in
+    flight, not the rate, were refused: the bound becomes 2 and the rate stays."""
+
+    async def main() -> tuple[int | None, float | None, bool]:
+        limiter = make(rate=50.0, burst=10, concurrency=10)
+        permits = [await _go(limiter) for _ in range(3)]
+        await limiter.settle(permits[0])
+        await limiter.settle(permits[1])
+        verdict = await limiter.refused(permits[2], hinted=False)
+        return limiter.in_flight_limit, limiter.rate, verdict
+
+    limit, rate, verdict = asyncio.run(main())
+    assert verdict is True and limit == 2 and rate == pytest.approx(50.0, rel=0.01)
+
+
+# -- what only sharing gives ---------------------------------------------------------------------
+
+
+def _shared(url: str, account: str = "acme:default", **options: Any) -> RedisLimiter:
+    return RedisLimiter(url, account, provider="acme", **options)
+
+
+def test_two_limiters_on_one_account_share_one_rate(redis_url: str) -> None:
+    """Two limiters (two clients) at 20/s on one account: 20 permits between them take ~1 s, not ~0.5 s."""
+
+    async def main() -> float:
+        a, b = _shared(redis_url, rate=20.0), _shared(redis_url, rate=20.0)
+        start = time.monotonic()
+
+        async def take(limiter: RedisLimiter) -> None:
+            for _ in range(10):
+                await limiter.settle(await _go(limiter))
+
+        await asyncio.gather(take(a), take(b))
+        return time.monotonic() - start
+
+    assert 0.9 <= asyncio.run(main()) < 3.0
+
+
+def test_other_accounts_do_not_share(redis_url: str) -> None:
+    """A limiter on another account is not slowed by this one's permits or held by its hold."""
+
+    async def main() -> tuple[float, Any]:
+        a, b = _shared(redis_url, rate=5.0), _shared(redis_url, "acme:other", rate=5.0)
+        await a.hold(asyncio.get_running_loop().time() + 5)
+        start = time.monotonic()
+        permit = await b.acquire()
+        elapsed = time.monotonic() - start
+        if permit is not None:
+            await b.release(permit)
+        return elapsed, permit
+
+    elapsed, permit = asyncio.run(main())
+    assert isinstance(permit, Permit) and elapsed < 0.5
+
+
+def test_concurrency_is_bounded_across_limiters(redis_url: str) -> None:
+    """concurrency=4 on two limiters: four permits out between them, the fifth waits for one back."""
+
+    async def main() -> tuple[bool, int]:
+        a, b = _shared(redis_url, concurrency=4), _shared(redis_url, concurrency=4)
+        held = [await _go(a), await _go(b), await _go(a), await _go(b)]
+        fifth = asyncio.ensure_future(b.acquire())
+        await asyncio.sleep(0.3)
+        waited = not fifth.done()
+        await a.release(held[0])
+        permit = await asyncio.wait_for(fifth, 5)
+        assert permit is not None
+        for p, limiter in zip((*held[1:], permit), (b, a, b, b)):
+            await limiter.release(p)
+        return waited, permit.level
+
+    waited, level = asyncio.run(main())
+    assert waited and level == 4
+
+
+_OTHER = """
+import asyncio, sys, time
+from playbook.limits.shared import RedisLimiter
+url, action = sys.argv[1], sys.argv[2]
+async def main():
+    limiter = RedisLimiter(url, "acme:default", provider="acme", rate=20.0, concurrency=3)
+    loop = asyncio.get_running_loop()
+    if action == "hold":
+        await limiter.hold(loop.time() + 3.0)
+    elif action == "cut":
+        permit = await limiter.acquire()
+        await limiter.refused(permit, hinted=True)
+    elif action == "hog":
+        permits = [await limiter.acquire() for _ in range(3)]
+        print("holding", flush=True)
+        await asyncio.sleep(3600)
+    print(limiter.rate, flush=True)
+asyncio.run(main())
+"""
+
+
+@pytest.fixture
+def other(redis_url: str) -> Iterator[Callable[[str], subprocess.Popen[str]]]:
+    """Another process on the same account doing one thing: hold, cut or hog every slot."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(action: str) -> subprocess.Popen[str]:
+        url = redis_url.replace("/0", "/0?permit_ttl=1.5")
+        proc = subprocess.Popen([sys.executable, "-c", _OTHER, url, action], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def _done(proc: subprocess.Popen[str]) -> str:
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    return out
+
+
+def test_a_hold_set_by_another_process_is_seen_here(redis_url: str, other: Callable[[str], subprocess.Popen[str]]) -> None:
+    """Another process holds the account for 3 s: acquire here steps aside and learns until when."""
+    _done(other("hold"))
+
+    async def main() -> tuple[Any, float]:
+        limiter = _shared(redis_url, rate=20.0)
+        permit = await limiter.acquire()
+        return permit, limiter.hold_until - asyncio.get_running_loop().time()
+
+    permit, left = asyncio.run(main())
+    assert permit is None and 1.0 < left <= 3.0
+
+
+def test_a_cut_made_by_another_process_is_seen_here(redis_url: str, other: Callable[[str], subprocess.Popen[str]]) -> None:
+    """Another process's 429 cuts the shared rate: this process paces at the cut rate at its next permit."""
+    cut = float(_done(other("cut")).split()[-1])
+
+    async def main() -> float | None:
+        limiter = _shared(redis_url, rate=20.0)
+        await limiter.release(await _go(limiter))
+        return limiter.rate
+
+    assert cut < 20.0 and asyncio.run(main()) == pytest.approx(cut)
+
+
+def test_slots_of_a_killed_process_come_back_after_their_expiry(redis_url: str, other: Callable[[str], subprocess.Popen[str]]) -> None:
+    """A process holding all 3 slots is killed with SIGKILL: its slots stay taken at first, and
+    come back once their 1.5 s expiry passes (nobody renews them)."""
+    proc = other("hog")
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+    proc.kill()
+    proc.wait()
+    killed = time.monotonic()
+
+    async def main() -> tuple[bool, float]:
+        limiter = _shared(redis_url.replace("/0", "/0?permit_ttl=1.5"), concurrency=3)
+        early = asyncio.ensure_future(limiter.acquire())
+        await asyncio.sleep(0.3)
+        blocked = not early.done()
+        permit = await asyncio.wait_for(early, 10)
+        assert permit is not None
+        await limiter.release(permit)
+        return blocked, time.monotonic() - killed
+
+    blocked, after = asyncio.run(main())
+    assert blocked, "the dead process's slots were free at once: they were not held"
+    assert 0.3 <= after < 8.0
+
+
+def test_permits_in_flight_are_renewed_past_their_expiry(redis_url: str) -> None:
+    """A call in flight longer than permit_ttl keeps its slot: renewed, it is not evicted."""
+
+    async def main() -> bool:
+        url = redis_url.replace("/0", "/0?permit_ttl=0.6")
+        a, b = _shared(url, concurrency=1), _shared(url, concurrency=1)
+        permit = await _go(a)
+        try:
+            await asyncio.wait_for(b.acquire(), 1.5)
+        except TimeoutError:
+            return True
+        finally:
+            await a.release(permit)
+        return False
+
+    assert asyncio.run(main())
+
+
+# -- Redis out of reach, or not a Redis --------------------------------------------------------
+
+
+def test_an_unreachable_redis_parks_or_fails_rows_naming_the_provider_and_url(store: pb.ReceiptStore) -> None:
+    """shared= at a closed port: the run returns, every row failed or parked, and the message
+    names the provider and the URL."""
+    provider = pb.Provider("acme", rps=50, shared="redis://127.0.0.1:1/0")
+    calls: list[int] = []
+
+    @pb.tool(provider=provider)
+    async def lookup(n: int) -> int:
+        calls.append(n)
+        return n
+
+    out = pd.DataFrame({"n": range(20)}).play.map(lookup, store=store, progress=False, concurrency=8)
+    assert calls == []
+    assert set(out["play_status"]) <= {"failed", "parked"} and len(out) == 20
+    errors = " ".join(str(e) for e in out["play_error"])
+    assert "'acme'" in errors and "redis://127.0.0.1:1/0" in errors
+
+
+@pytest.mark.parametrize("url", ["http://localhost:6379", "redis//x", "redis://h/0?permit_ttl=0", "redis://h/0?permit_ttl=x"])
+def test_a_bad_shared_url_is_rejected_when_the_provider_is_made(url: str) -> None:
+    """A URL that is not a Redis URL (or a bad permit_ttl) is a PlayDefinitionError naming the provider."""
+    with pytest.raises(pb.PlayDefinitionError, match="'acme'"):
+        pb.Provider("acme", shared=url)
+
+
+def test_shared_without_redis_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without redis-py, shared= fails at once with "pip install redis"."""
+    monkeypatch.setitem(sys.modules, "redis", None)
+    monkeypatch.setitem(sys.modules, "redis.asyncio", None)
+    with pytest.raises(pb.PlayDefinitionError, match="pip install redis"):
+        pb.Provider("acme", shared="redis://localhost:6379/0")
+
+
+def test_repr_shows_the_shared_url_without_its_password() -> None:
+    """repr names where the limits are shared, with the password masked."""
+    provider = pb.Provider("acme", rps=10, shared="redis://:s3cret@localhost:6379/0")
+    shown = repr(provider)
+    assert "shared=redis://:***@localhost:6379/0" in shown and "s3cret" not in shown
+    assert "s3cret" not in repr(provider.limiter)
