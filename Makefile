@@ -27,8 +27,8 @@ test: $(STAMP) $(CHROMIUM) $(REDIS) lint
 
 # Lint, format and types: the same checks an editor shows.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check playbook tests benchmarks notebooks
-	$(VENV)/bin/ruff format --check playbook tests benchmarks notebooks
+	$(VENV)/bin/ruff check playbook tests benchmarks
+	$(VENV)/bin/ruff format --check playbook tests benchmarks
 	$(VENV)/bin/mypy playbook
 
 $(CHROMIUM):

@@ -222,7 +222,7 @@ def _measured(
     start = time.perf_counter()
     try:
         ok, settled, trace = contender()
-    except Exception as exc:  # noqa: BLE001 - the matrix goes on; the row says what was raised
+    except Exception as exc:
         ok, settled, trace, error = 0, 0, [], f"{type(exc).__name__}: {exc}"
         print(f"B3: a contender raised {error}", file=sys.stderr, flush=True)
     seconds = time.perf_counter() - start

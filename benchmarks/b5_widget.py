@@ -30,8 +30,8 @@ import json
 import statistics
 import tempfile
 import textwrap
-from datetime import datetime
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from jupyter_client.manager import start_new_kernel
@@ -132,7 +132,7 @@ def run(repeats: int = 5) -> list[Result]:  # runs of 0.1-1 s: more of them stea
             _execute(kc, MESSY.format(huge=HUGE))
             updates: list[dict[str, Any]] = []
 
-            def messy(progress: Any) -> float:
+            def messy(progress: Any, updates: list[dict[str, Any]] = updates) -> float:
                 updates.clear()
                 return float(_execute(kc, TIMED_MESSY.format(progress=progress), updates))
 

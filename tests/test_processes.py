@@ -256,7 +256,7 @@ def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(demo, 
     for delay in delays:
         before = demo.stats()["requests"]
         proc = worker(url=demo.url, store=store, n=n, ttl=60, out=str(out))
-        _wait_for("the worker to dispatch", lambda: demo.stats()["requests"] > before, timeout=30)
+        _wait_for("the worker to dispatch", lambda before=before: demo.stats()["requests"] > before, timeout=30)
         time.sleep(delay)
         assert proc.poll() is None, "the worker finished before it could be killed"
         _kill(proc)

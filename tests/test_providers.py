@@ -9,13 +9,13 @@ import time
 from typing import Any
 
 import pytest
+from vtime import run_virtual
 
 import playbook as pb
 from playbook.limits import Backoff
 from playbook.models import ProviderHoldLifted, ProviderHoldSet, RateChanged
 from playbook.providers import HEADROOM, Provider, Ticket
 from playbook.signals import Held, WaitBudget
-from vtime import run_virtual
 
 
 class Script:

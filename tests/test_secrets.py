@@ -265,7 +265,7 @@ def _reachable_strings(root: object, limit: int = 200_000) -> list[str]:
 
 def _filled(cell: object) -> bool:
     try:
-        cell.cell_contents  # type: ignore[attr-defined]
+        _ = cell.cell_contents  # type: ignore[attr-defined]
     except ValueError:
         return False
     return True
