@@ -8,10 +8,9 @@ twice.  Import everything from here::
 
 from . import accessor as _accessor  # registers the DataFrame ``.play`` accessor
 from . import demo
-from .context import Context
 from .errors import (
-    PlayDefinitionError,
     PlaybookError,
+    PlayDefinitionError,
     ProviderExhausted,
     ProviderUnavailable,
     ReceiptError,
@@ -21,8 +20,9 @@ from .errors import (
 from .models import ProviderHold, Receipt, RunStats
 from .plays import Play, play
 from .providers import Provider
-from .store import ReceiptStore
 from .runtime import Run, last_run
+from .runtime.context import Context
+from .store import ReceiptStore
 from .tools import Secret, Tool, http_tool, secret, tool
 
 __version__ = "0.1.0"

@@ -1,4 +1,9 @@
-"""``df.play``: run a play over a DataFrame's rows.  Keeps no state (pandas' accessor contract)."""
+"""``df.play``: run a play over a DataFrame's rows.  Keeps no state (pandas' accessor contract).
+
+This is where a run is put together, in the order data flows: options are checked, the store
+opened, the scheduler built over the rows, and the view (widget, text or none) attached to the
+run's state.  The runtime below knows nothing of views.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,10 @@ from ._loop import run_sync
 from .errors import PlayDefinitionError, interrupted
 from .plays import as_play
 from .runtime.options import RunOptions
-from .runtime.run import Run, begin_background, start
+from .runtime.run import Run, begin_background, execute, start
 from .tools import Tool
+from .ui import Controls, attach_view
+from .ui.html import run_html
 
 __all__ = ["PlayAccessor"]
 
@@ -31,11 +38,11 @@ class PlayAccessor:
 
     def run(self, play: Any, **options: Any) -> Run:
         """Run ``play`` and return the :class:`Run`; with ``background=True``, return at once."""
-        run = self._start(play, options)
-        if run._maprun.opts.background:
+        run, opts = self._start(play, options)
+        if opts.background:
             return begin_background(run)
         try:
-            run_sync(run._execute())
+            run_sync(execute(run))
         except KeyboardInterrupt:
             # Ctrl-C stops the run, not the work: calls in flight land their receipts, finished
             # rows are on disk, the rest are skipped.  The interrupt goes on (a script exits
@@ -55,13 +62,13 @@ class PlayAccessor:
 
     async def arun(self, play: Any, **options: Any) -> Run:
         """Async form of :meth:`run`."""
-        run = self._start(play, options)
-        if run._maprun.opts.background:
+        run, opts = self._start(play, options)
+        if opts.background:
             return begin_background(run)
-        await run._execute()
+        await execute(run)
         return run
 
-    def _start(self, play: Any, options: dict[str, Any]) -> Run:
+    def _start(self, play: Any, options: dict[str, Any]) -> tuple[Run, RunOptions]:
         opts = RunOptions.parse(options)
         the_play = as_play(play)
         columns = self._frame.columns
@@ -76,7 +83,15 @@ class PlayAccessor:
             _check_columns(self._frame, play)
         opts.key_columns(self._frame)
         frame = self._frame if opts.limit is None else self._frame.iloc[: opts.limit]  # the first N rows, as head(N)
-        return start(frame, the_play, opts)
+        run = start(frame, the_play, opts, opts.open_store(), html=run_html)
+        run.view = attach_view(run.state, opts.progress, background=opts.background, controls=_controls(run) if opts.background else None)
+        return run, opts
+
+
+def _controls(run: Run) -> Controls:
+    """What a background run's buttons do.  A blocking run keeps the kernel busy, so a click would
+    only be handled after it: its view gets none."""
+    return Controls(stop=run.stop, retry=lambda status: run.retry(statuses=(status,)))
 
 
 def _check_columns(frame: pd.DataFrame, tool: Any) -> None:

@@ -13,25 +13,40 @@ columns.  The magic parses, builds the play, delegates to ``df.play`` and stores
 
 from __future__ import annotations
 
+import argparse
 import ast
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, cast
 
 import pandas as pd
+from IPython.core import magic, magic_arguments
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .plays import Play
 from .store import ReceiptStore
 
 __all__ = ["PlayMagics", "build_play"]
 
+_T = TypeVar("_T")
+
+
+class _Decorator(Protocol):
+    def __call__(self, fn: _T, /) -> _T: ...
+
+
+# IPython's magic decorators are untyped; each returns what it is given, so say so once here.
+magics_class = cast(_Decorator, magic.magics_class)
+cell_magic = cast(_Decorator, magic.cell_magic)
+magic_args = cast(Callable[[], _Decorator], magic_arguments.magic_arguments)
+argument = cast(Callable[..., _Decorator], magic_arguments.argument)
+parse_argstring = cast(Callable[[Any, str], argparse.Namespace], magic_arguments.parse_argstring)
+
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 @magics_class
-class PlayMagics(Magics):
-    @magic_arguments()
+class PlayMagics(magic.Magics):
+    @magic_args()
     @argument("name", help="the play's name; the cell defines it in the namespace")
     @argument("--on", metavar="DF", help="run the play over this DataFrame (a name in the namespace)")
     @argument("--out", metavar="VAR", help="store the result (or, with --background, the run) in VAR")
@@ -49,6 +64,8 @@ class PlayMagics(Magics):
         args = parse_argstring(self.play, line)
         if not args.name.isidentifier():
             raise UsageError(f"%%play: the play's name must be a Python name, not {args.name!r}")
+        if self.shell is None:  # pragma: no cover - a magic runs in a shell
+            raise UsageError("%%play needs an IPython shell")
         ns = self.shell.user_ns
         the_play = build_play(args.name, line, cell, ns, self.shell)
         ns[args.name] = the_play
@@ -116,7 +133,7 @@ def build_play(name: str, line: str, body: str, ns: dict[str, Any], shell: Any =
     module = ast.Module(body=[fn], type_ignores=[])
     ast.fix_missing_locations(module)
     scope: dict[str, Any] = {}
-    exec(compile(module, filename, "exec"), ns, scope)  # noqa: S102 - the user's own cell
+    exec(compile(module, filename, "exec"), ns, scope)  # the user's own cell
     return Play(scope[name], name=name, source=body.strip())
 
 

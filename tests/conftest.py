@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 import playbook as pb
-from playbook.runtime import run as run_module
-
 from playbook.demo.redis_server import RedisServer
+from playbook.runtime import run as run_module
 
 
 @pytest.fixture(autouse=True)

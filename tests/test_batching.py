@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pandas as pd
 import pytest
+from vtime import run_virtual
 
 import playbook as pb
 
@@ -74,3 +78,56 @@ def test_batch_tool_definitions() -> None:
 
     with pytest.raises(pb.PlayDefinitionError, match="call it from a play"):
         pd.DataFrame({"word": ["x"]}).play.map(BULK)
+
+
+def _held_batch(batches: list[tuple[float, list[int]]], provider: pb.Provider, holds: int) -> pb.Tool:
+    """A batch tool whose first ``holds`` batches meet a 429 holding ``provider`` for 30 s."""
+
+    @pb.tool(name="held_bulk", provider=provider, batch_size=10)
+    async def held_bulk(items: list) -> list:
+        batches.append((asyncio.get_running_loop().time(), list(items)))
+        if len(batches) <= holds:
+            raise pb.ToolError("slow down", status=429, retry_after=30)
+        return [n * 10 for n in items]
+
+    return held_bulk
+
+
+def _batch_run(tool: pb.Tool, store: pb.ReceiptStore, **opts: Any) -> pb.Run:
+    @pb.play
+    async def use(row, ctx):
+        return {"v": await ctx.tool(tool, row.n)}
+
+    async def main() -> pb.Run:
+        run = await pd.DataFrame({"n": range(4)}).play.arun(use, store=store, progress=False, background=True, **opts)
+        await run._task
+        return run
+
+    return run_virtual(main())
+
+
+def test_a_batch_member_held_past_its_rows_max_wait_parks(store: pb.ReceiptStore) -> None:
+    """max_wait=10 on the map: a batch held 30 s parks its member rows (as a call of their own would),
+    though the provider's own max_wait would have let the batch wait."""
+    batches: list[tuple[float, list[int]]] = []
+    run = _batch_run(_held_batch(batches, pb.Provider("bulk", max_wait=120), holds=1), store, max_wait=10)
+    assert run.result["play_status"].tolist() == ["parked"] * 4
+    assert run.parked["reason"].tolist() == ["hold"] * 4 and len(batches) == 1
+
+
+def test_a_batch_member_spends_its_own_rows_wait_budget_across_holds(store: pb.ReceiptStore) -> None:
+    """With 50 s to wait, a member held 30 s has 20 s left: held 30 s again, it parks, as a lone call
+    would; a fresh budget per batch would have let it wait forever."""
+    batches: list[tuple[float, list[int]]] = []
+    run = _batch_run(_held_batch(batches, pb.Provider("bulk", max_wait=50), holds=2), store)
+    assert run.result["play_status"].tolist() == ["parked"] * 4
+    assert [sorted(items) for _, items in batches] == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    assert batches[1][0] == pytest.approx(30.0, abs=0.01)
+
+
+def test_a_batch_member_within_its_wait_budget_is_held_and_replayed(store: pb.ReceiptStore) -> None:
+    """A hold within every member's budget suspends the members, which come back and finish."""
+    batches: list[tuple[float, list[int]]] = []
+    run = _batch_run(_held_batch(batches, pb.Provider("bulk", max_wait=50), holds=1), store)
+    assert run.result["v"].tolist() == [0, 10, 20, 30]
+    assert run.stats.parked == 0 and batches[1][0] == pytest.approx(30.0, abs=0.01)

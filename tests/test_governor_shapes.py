@@ -12,17 +12,16 @@ import asyncio
 import random
 
 import pytest
-
-import playbook as pb
-from playbook.limits import Health, Window
-from playbook.limits import Backoff
-from playbook.models import ProviderDown, ProviderUp, RateChanged
-from playbook.providers import Provider
 from shapes import Closed, FixedWindow, Flaky, InFlightLimit, Shape, TokenBucket, drive
 from vtime import run_virtual
 
+import playbook as pb
+from playbook.limits import Backoff, Health, Window
+from playbook.models import ProviderDown, ProviderUp, RateChanged
+from playbook.providers import Provider
 
-def _run(provider: Provider, shape: Shape, rows: int = 300, **options: object):  # noqa: ANN202
+
+def _run(provider: Provider, shape: Shape, rows: int = 300, **options: object):
     provider.governor.backoff = Backoff(rng=random.Random(0))
     return run_virtual(drive(provider, shape, rows, **options))  # type: ignore[arg-type]
 

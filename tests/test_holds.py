@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -587,3 +588,39 @@ def test_rows_parked_on_a_down_provider_come_back_in_the_run_when_it_does(store:
     assert parked and {e.reason for e in parked} == {"down"}
     assert len(email_calls) <= 38 + 16  # each row at most once more than its success, a few probes
     assert run.holds == [] and run.parked.empty
+
+
+def test_a_provider_named_sleep_is_not_confused_with_sleeping_rows(tmp_path: Path) -> None:
+    """Rows held by a user's provider named "sleep" and rows in ctx.sleep are told apart: run.holds and
+    the live tally count only the held ones against the provider; the state counts the sleepers apart."""
+    from playbook.ui.tally import KINDS, Tally
+
+    napping = pb.Provider("sleep", max_wait=3600)
+    tool, _ = counted("nap_tool", refuse_first(60), provider=napping)
+
+    @pb.play
+    async def play(row, ctx):
+        if row.n % 2:
+            await ctx.sleep(100)
+            return {"v": row.n}
+        return {"v": await ctx.tool(tool, n=row.n)}
+
+    # The store's clock is the virtual loop's, so a sleep's stored wake time passes in virtual time.
+    store = pb.ReceiptStore(tmp_path / "store", clock=lambda: 1_800_000_000.0 + now())
+
+    async def main() -> tuple[pb.Run, list[Any]]:
+        run, _ = await start(rows(6), play, store)
+        tally = Tally(run.state.label)
+        run.state.subscribe(tally.on_event, kinds=KINDS)
+        await asyncio.sleep(10)
+        state = run.state
+        kinds = sorted(w.kind for w in state.held_rows().values())
+        seen = [run.holds, state.held, state.sleeping, kinds, tally.waiting(), Tally.of(state).waiting()]
+        await run._task
+        return run, seen
+
+    run, (holds, held, sleeping, kinds, live, scanned) = run_virtual(main())
+    assert [(h.provider, h.waiting_rows, h.parked_rows) for h in holds] == [("sleep", 3, 0)]
+    assert (held, sleeping, kinds) == (6, 3, ["provider"] * 3 + ["sleep"] * 3)
+    assert live == scanned == {"sleep": 3}
+    assert statuses(run) == ["ok"] * 6

@@ -13,6 +13,7 @@ from vtime import run_virtual
 
 import playbook as pb
 from playbook.models import ProviderDown, time_of_day
+from playbook.runtime.state import provider_view
 from playbook.ui.html import LIMIT, providers_table
 
 
@@ -96,8 +97,8 @@ def test_a_down_provider_shows_since_when_why_its_parked_rows_and_the_next_probe
     assert (down.provider, down.reason, down.until, down.waiting_rows, down.parked_rows) == ("acme", "down", probe, 3, 3)
     assert str(down) == f"acme: down (ConnectError: connection refused), next probe at {time_of_day(probe)}, 3 rows waiting (3 parked)"
 
-    live = providers_table({"acme": acme}, {"acme": 3}, now=probe - 12, down_since=run.state.down_since)
+    live = providers_table({"acme": provider_view(acme)}, {"acme": 3}, now=probe - 12, down_since=run.state.down_since)
     assert f"next probe in 12s, at {time_of_day(probe)}" in live
     set_down(acme, None)  # up again: its parked rows wait for a retry
-    assert _cells(providers_table({"acme": acme}, {}), "provider")[0][1] == "open"
+    assert _cells(providers_table({"acme": provider_view(acme)}, {}), "provider")[0][1] == "open"
     assert [str(h) for h in run.holds] == ["acme: no hold now, 3 rows waiting (3 parked)"]

@@ -458,3 +458,26 @@ def test_output_without_json_form_is_ok_but_not_memoised(store: pb.ReceiptStore)
     again = frame.play.map(opaque, store=store, progress=False)
     assert first["play_status"].tolist() == again["play_status"].tolist() == ["ok"]
     assert runs == [1, 1] and isinstance(again["blob"].iloc[0], Blob)
+
+
+def test_last_run_is_per_task_with_the_latest_in_the_process_as_fallback(store: pb.ReceiptStore) -> None:
+    """Two runs started in concurrent tasks each see their own as pb.last_run(); code that started none
+    sees the latest in the process."""
+
+    @pb.play
+    async def slow(row, ctx):
+        await asyncio.sleep(0.01)
+        return {"n": row.n}
+
+    async def one(n: int) -> tuple[pb.Run, pb.Run | None]:
+        run = await pd.DataFrame({"n": range(n)}).play.arun(slow, store=store, progress=False, background=True)
+        await asyncio.sleep(0)  # the other task starts its run meanwhile
+        await run._task
+        return run, pb.last_run()
+
+    async def main() -> list[tuple[pb.Run, pb.Run | None]]:
+        return list(await asyncio.gather(one(3), one(5)))
+
+    (first, first_seen), (second, second_seen) = asyncio.run(main())
+    assert first_seen is first and second_seen is second and first is not second
+    assert pb.last_run() is second  # started last, and this code started none

@@ -22,8 +22,8 @@ import requests
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.calls import invoke
 from playbook.models import RowHeld
+from playbook.runtime.pipeline import invoke
 from playbook.tools import CallEnv
 
 openai = pytest.importorskip("openai")

@@ -68,3 +68,21 @@ def test_down_since_is_when_the_provider_went_down_until_it_is_up() -> None:
     assert state.down_since == {}
     state.emit(ProviderDown("acme", "timed out"))
     assert state.down_since == {"acme": 1_030.0}
+
+
+def test_the_phase_says_whether_the_run_goes_is_stopping_or_ended() -> None:
+    """not started → running → stopping (a stop asked for) → stopped; a retry runs again, and ends finished."""
+    from playbook.models import RunFinished
+
+    state = RunState()
+    seen = [state.phase]
+    state.emit(RunStarted("r1", "enrich", 4))
+    seen.append(state.phase)
+    state.stop_requested()
+    seen.append(state.phase)
+    state.emit(RunFinished("r1", True))
+    seen.append(state.phase)
+    state.emit(RunStarted("r1", "enrich", 4))
+    state.emit(RunFinished("r1", False))
+    seen.append(state.phase)
+    assert seen == ["not started", "running", "stopping", "stopped", "finished"]

@@ -13,7 +13,7 @@ import pytest
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.models import RowHeld
+from playbook.models import RowHeld, RowSleeping
 
 EPOCH = 1_800_000_000.0
 
@@ -122,9 +122,10 @@ def test_sleep_releases_the_slot_and_wakes_on_time(tmp_path: Path) -> None:
     assert run.result["play_status"].tolist() == ["ok"] * 3
     assert finished[1] < 1 and finished[2] < 1
     assert finished[0] == pytest.approx(30.0, abs=0.01)
-    held = [e for _, e in events if isinstance(e, RowHeld)]
-    assert [(e.position, e.provider) for e in held] == [(0, "sleep")]
-    assert held[0].until == pytest.approx(EPOCH + 30.0, abs=0.01)
+    assert not [e for _, e in events if isinstance(e, RowHeld)]  # no provider holds it
+    asleep = [e for _, e in events if isinstance(e, RowSleeping)]
+    assert [e.position for e in asleep] == [0]
+    assert asleep[0].until == pytest.approx(EPOCH + 30.0, abs=0.01)
 
 
 def test_short_sleep_waits_in_place(tmp_path: Path) -> None:
@@ -137,7 +138,7 @@ def test_short_sleep_waits_in_place(tmp_path: Path) -> None:
 
     run, events = run_virtual(launch(pd.DataFrame({"n": [0]}), play, virtual_store(tmp_path / "s")))
     assert run.result["t"].tolist() == [pytest.approx(0.5, abs=1e-6)]
-    assert not [e for _, e in events if isinstance(e, RowHeld)]
+    assert not [e for _, e in events if isinstance(e, (RowHeld, RowSleeping))]
 
 
 def test_replay_skips_a_finished_sleep_and_a_rerun_keeps_the_wake_time(tmp_path: Path) -> None:

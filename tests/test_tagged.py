@@ -25,7 +25,7 @@ from playbook.tagged import Unencodable, decode, dumps, encode, loads
 
 # Text with everything a badly decoded file can hold: lone surrogates, NUL, "$" prefixes.
 TEXT = st.text(alphabet=st.characters(blacklist_categories=()), max_size=12) | st.sampled_from(["$tuple", "$", "$x", "inf", "nan"])
-ZONES = st.sampled_from([None, dt.timezone.utc, dt.timezone(dt.timedelta(hours=-5)), ZoneInfo("Europe/Paris"), ZoneInfo("Asia/Kolkata")])
+ZONES = st.sampled_from([None, dt.UTC, dt.timezone(dt.timedelta(hours=-5)), ZoneInfo("Europe/Paris"), ZoneInfo("Asia/Kolkata")])
 DATETIMES = st.builds(lambda d, z: d.replace(tzinfo=z), st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1)), ZONES)
 TIMESTAMPS = st.builds(
     lambda d, z, unit: pd.Timestamp(d).tz_localize(z).as_unit(unit) if z else pd.Timestamp(d).as_unit(unit),

@@ -14,18 +14,17 @@ import playbook as pb
 from playbook.models import Event, RowFinished, RowParked, RowRequeued, RunFinished
 from playbook.ui.tally import KINDS, Tally
 
-
 Counts = tuple[Counter[str], Counter[str | None], Counter[str], Counter[tuple[str | None, str]]]
 
 
 def _truth(run: pb.Run) -> Counts:
-    """Scanned from the run's rows: failed rows per message, parked rows per provider, held rows per
-    provider, parked rows per provider and reason."""
-    m = run._maprun
-    failed = Counter(e for e, s in zip(m.errors, m.status) if s == "failed")
-    parked = Counter(m.park_provider[p] for p, s in enumerate(m.status) if s == "parked")
-    held = Counter(m._held.waiting_on.values())
-    reasons = Counter((m.park_provider[p], m.park_reason[p]) for p, s in enumerate(m.status) if s == "parked")
+    """Scanned from the run's rows through the state's read API: failed rows per message, parked rows
+    per provider, held rows per provider, parked rows per provider and reason."""
+    state = run.state
+    failed = Counter(row.error for row in state.failed_rows())
+    parked = Counter(row.provider for row in state.parked_rows())
+    held = Counter(w.provider for w in state.held_rows().values() if w.provider is not None)
+    reasons = Counter((row.provider, row.reason) for row in state.parked_rows())
     return failed, parked, held, reasons
 
 
@@ -62,7 +61,7 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
 
     async def main() -> tuple[pb.Run, Tally]:
         run = await frame.play.arun(mixed, store=store, progress=False, background=True, concurrency=4, key="n")
-        tally = Tally(run._maprun.label)
+        tally = Tally(run.state.label)
         run.state.subscribe(tally.on_event, kinds=KINDS)
 
         def check(event: Event) -> None:
@@ -83,7 +82,7 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
 
     run, tally = run_virtual(main())
     assert len(checked) > 40 and max(checked) > 0  # every key settled at least once, some while others were held
-    assert _tallied(tally) == _truth(run) == _tallied(Tally.of(run._maprun))  # the static summary's scan agrees
+    assert _tallied(tally) == _truth(run) == _tallied(Tally.of(run.state))  # the static summary's scan agrees
     assert not tally.parked and sum(tally.counts.values()) == run.stats.failed
     examples = {message: label for _, message, label in tally.error_groups(20)}
     for message, label in examples.items():

@@ -1,8 +1,8 @@
-"""The row runtime: options, scheduler (MapRun), run state and the Run handle."""
+"""The row runtime: options, the scheduler and its parts, the run state and the Run handle."""
 
 from .options import RunOptions
 from .run import Run, last_run
-from .scheduler import MapRun
+from .scheduler import Scheduler
 from .state import RunState
 
-__all__ = ["MapRun", "Run", "RunOptions", "RunState", "last_run"]
+__all__ = ["Run", "RunOptions", "RunState", "Scheduler", "last_run"]

@@ -75,7 +75,7 @@ class RunOptions:
         """The key columns, checked against the frame."""
         if self.key is None:
             return None
-        labels = set(frame.columns)
+        labels: set[Any] = set(frame.columns)  # any hashable labels, whatever the stubs infer
         # A tuple that is itself a label (MultiIndex columns) names one column, not several.
         one = isinstance(self.key, str) or not isinstance(self.key, Sequence) or (isinstance(self.key, tuple) and self.key in labels)
         cols = [self.key] if one else list(self.key)

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from ..providers import Provider
+from .upstream import is_down, probe_due
+
+if TYPE_CHECKING:
+    from ..providers import Provider
 
 __all__ = ["DownRows"]
 
@@ -33,13 +37,12 @@ class DownRows:
 
     def parked(self, pos: int, provider: Provider) -> None:
         """A row parked on ``provider`` being down: bring one back as the probe when it is due."""
-        if not provider.health.down:
+        if not is_down(provider):
             return  # parked on word from elsewhere (a tool's own error): no probe of ours to wait for
         self._rows.setdefault(provider.name, []).append(pos)
         if provider.name not in self._timers:
             loop = asyncio.get_running_loop()
-            at = max(provider.health.probe_at, loop.time())
-            self._timers[provider.name] = loop.call_at(at, self._probe, provider)
+            self._timers[provider.name] = loop.call_at(probe_due(provider, loop.time()), self._probe, provider)
 
     def _probe(self, provider: Provider) -> None:
         self._timers.pop(provider.name, None)

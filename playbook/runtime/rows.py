@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import linecache
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -125,13 +125,15 @@ def result_frame(frame: pd.DataFrame, outputs: list[dict[str, Any] | None], stat
     An output named like an input column replaces it in place, as ``df.assign`` would, but
     only in the rows that returned it: a failed, parked or skipped row keeps its input value.
     """
-    outputs = [o if o is not None else {} for o in outputs]
-    out = pd.DataFrame.from_records(outputs, index=frame.index) if any(outputs) else pd.DataFrame(index=frame.index)
+    filled: list[dict[str, Any]] = [o if o is not None else {} for o in outputs]
+    # pandas-stubs want Mapping[Never, Any] rows, which no dict with keys is: the records are fine.
+    records = cast(Any, filled)
+    out = pd.DataFrame.from_records(records, index=frame.index) if any(filled) else pd.DataFrame(index=frame.index)
     result = frame.copy()
-    inputs = set(frame.columns)
+    inputs: set[Any] = set(frame.columns)
     for col in out.columns:
         if col in inputs:
-            values = [o[col] if col in o else v for o, v in zip(outputs, frame[col])]
+            values = [o.get(col, v) for o, v in zip(filled, frame[col])]
             result[col] = pd.Series(values, index=frame.index)
     added = [c for c in out.columns if c not in inputs]
     if added:

@@ -1,20 +1,46 @@
-"""RunState: the counters of one run, built from its events, and the fan-out to views."""
+"""RunState: the counters of one run, built from its events, the fan-out to views, and the
+read API views use (rows held, parked and failed; providers as snapshots; holds).
+
+Views import this module's public names only: they never see the scheduler, its queues or a
+provider object, so the runtime can change its insides without a view noticing.
+"""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
-
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..models import (
-    CallFinished, Event, ProviderDown, ProviderUp, RowFinished, RowHeld, RowRequeued, RowResumed, RowStarted, RunFinished,
-    RunNotice, RunStarted, RunStats, WaterfallFinished,
+    CallFinished,
+    Event,
+    ProviderDown,
+    ProviderHold,
+    ProviderUp,
+    RowFinished,
+    RowHeld,
+    RowRequeued,
+    RowResumed,
+    RowSleeping,
+    RowStarted,
+    RunFinished,
+    RunNotice,
+    RunStarted,
+    RunStats,
+    WaterfallFinished,
 )  # fmt: skip
+from .table import FailedRow, ParkedRow, Waiting
+from .upstream import ProviderView, provider_view
 
-__all__ = ["LEG_COLUMNS", "RunState"]
+if TYPE_CHECKING:
+    from ..providers import Provider
+    from .table import RowTable
 
-Listener = Callable[[Event], None]
+__all__ = ["LEG_COLUMNS", "FailedRow", "Listener", "ParkedRow", "ProviderView", "RunEvent", "RunState", "Waiting", "provider_view"]
+
+RunEvent = Event | RowSleeping
+Listener = Callable[[RunEvent], None]
 _LEG_COLUMN = {"hit": 1, "miss": 2, "unavailable": 3, "error": 4, "never": 5}
 LEG_COLUMNS = ["waterfall", "leg", "tool", "hits", "misses", "unavailable", "errors", "never_reached"]
 
@@ -23,25 +49,27 @@ class RunState:
     """Applies each event to the counters, then hands it to every subscribed view."""
 
     __slots__ = (
-        "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held",
-        "calls_executed", "calls_reused", "calls_local", "cost_spent", "cost_saved", "started", "finished",
+        "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held", "sleeping",
+        "calls_executed", "calls_reused", "calls_local", "cost_spent", "cost_saved", "started", "finished", "stopping",
         "stopped", "providers", "down_since", "waterfalls", "notices", "receipts_lost", "_clock", "_wall", "_listeners",
-        "_by_kind", "_before",
+        "_by_kind", "_before", "_table", "_asleep", "__weakref__",
     )  # fmt: skip
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
-        self.play = ""
+    def __init__(self, *, play: str = "", clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        self.play = play
         self.run_id = ""
         self.total = self.ok = self.reused = self.failed = self.parked = self.skipped = self.in_flight = self.held = 0
+        self.sleeping = 0  # of the held rows, those in ctx.sleep
         # Paid calls (to a provider, over HTTP, or with a cost) apart from free local ones: "calls paid"
         # must be what the user is billed for, not every function that ran.
         self.calls_executed = self.calls_reused = self.calls_local = 0
         self.cost_spent = self.cost_saved = 0.0
         self.started: float | None = None
         self.finished: float | None = None
+        self.stopping = False  # a stop was asked for: rows in flight are landing, the rest will be skipped
         self.stopped = False
         self._before = 0.0  # seconds spent in earlier executions (run.retry() executes again)
-        self.providers: dict[str, Any] = {}  # name -> Provider, for views that show their state
+        self.providers: dict[str, Provider] = {}  # the providers the run's rows called (read through provider_views)
         self.down_since: dict[str, float] = {}  # provider -> epoch seconds it went down (this outage)
         # waterfall key -> per leg [tool, hit, miss, unavailable, error, never]
         self.waterfalls: dict[str, list[list[Any]]] = {}
@@ -51,6 +79,12 @@ class RunState:
         self._wall = wall  # down_since is said as a time of day
         self._listeners: list[Listener] = []
         self._by_kind: dict[type, list[Listener]] = {}  # listeners that asked for some kinds only
+        self._table: RowTable | None = None
+        self._asleep: set[int] = set()
+
+    def attach(self, table: RowTable) -> None:
+        """The run's rows, read by :meth:`failed_rows`, :meth:`parked_rows`, :meth:`held_rows`."""
+        self._table = table
 
     def subscribe(self, listener: Listener, kinds: tuple[type, ...] | None = None) -> Callable[[], None]:
         """Call ``listener(event)`` for every event from now on (or only those of ``kinds``: a view
@@ -67,65 +101,98 @@ class RunState:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: RunEvent) -> None:
         kind = type(event)
-        if kind is RowFinished:
-            n = event.copies
-            self.in_flight -= event.ran
-            self.held -= event.held
-            setattr(self, event.status, getattr(self, event.status) + n)
-            if event.calls:  # a reused row: every call it made is reused, once per key
-                self.calls_reused += event.calls
-                self.cost_saved += event.cost
-        elif kind is CallFinished:
-            if event.reused:
-                self.calls_reused += 1
-                self.cost_saved += event.cost
-            elif event.local:
-                self.calls_local += 1
-            else:
-                self.calls_executed += 1
-                self.cost_spent += event.cost
-        elif kind is RowStarted:
-            self.in_flight += 1
-        elif kind is RowHeld:
-            self.in_flight -= 1
-            self.held += 1
-        elif kind is RowResumed:
-            self.held -= 1
-        elif kind is WaterfallFinished:
-            legs = self.waterfalls.get(event.key)
-            if legs is None or [leg[0] for leg in legs] != list(event.tools):
-                legs = self.waterfalls[event.key] = [[tool, 0, 0, 0, 0, 0] for tool in event.tools]
-            for leg, outcome in zip(legs, event.outcomes):
-                leg[_LEG_COLUMN[outcome]] += 1
-        elif kind is RowRequeued:
-            setattr(self, event.previous, getattr(self, event.previous) - event.copies)
-        elif kind is RunStarted:
-            self.play, self.run_id, self.total = event.play, event.run_id, event.total
-            if self.started is not None and self.finished is not None:
-                self._before += self.finished - self.started
-            self.started = self._clock()
-            self.finished = None
-        elif kind is RunNotice:
-            self.notices.append(event.message)
-            self.receipts_lost += event.lost
-        elif kind is ProviderDown:
-            self.down_since.setdefault(event.provider, self._wall())  # a failed probe is the same outage
-        elif kind is ProviderUp:
-            self.down_since.pop(event.provider, None)
-        elif kind is RunFinished:
-            self.finished = self._clock()
-            self.stopped = event.stopped
-            self.in_flight = self.held = 0
+        apply = _APPLY.get(kind)
+        if apply is not None:
+            apply(self, event)
         for listener in self._listeners:
             listener(event)
         for inner in self._by_kind.get(kind, ()):
             inner(event)
 
-    def leg_rows(self) -> list[list[Any]]:
-        """One row per waterfall leg, in ``LEG_COLUMNS`` order."""
-        return [[key, i, *leg] for key, legs in self.waterfalls.items() for i, leg in enumerate(legs)]
+    # -- how each event changes the counters -------------------------------------------
+
+    def _row_finished(self, event: RowFinished) -> None:
+        self.in_flight -= event.ran
+        if event.held:
+            self._awake(event.position)
+        setattr(self, event.status, getattr(self, event.status) + event.copies)
+        if event.calls:  # a reused row: every call it made is reused, once per key
+            self.calls_reused += event.calls
+            self.cost_saved += event.cost
+
+    def _call_finished(self, event: CallFinished) -> None:
+        if event.reused:
+            self.calls_reused += 1
+            self.cost_saved += event.cost
+        elif event.local:
+            self.calls_local += 1
+        else:
+            self.calls_executed += 1
+            self.cost_spent += event.cost
+
+    def _row_started(self, event: RowStarted) -> None:
+        self.in_flight += 1
+
+    def _row_held(self, event: RowHeld) -> None:
+        self.in_flight -= 1
+        self.held += 1
+
+    def _row_sleeping(self, event: RowSleeping) -> None:
+        self.in_flight -= 1
+        self.held += 1  # a sleeping row is held too, by no provider
+        self.sleeping += 1
+        self._asleep.add(event.position)
+
+    def _row_resumed(self, event: RowResumed) -> None:
+        self._awake(event.position)
+
+    def _awake(self, position: int) -> None:
+        self.held -= 1
+        if position in self._asleep:
+            self._asleep.discard(position)
+            self.sleeping -= 1
+
+    def _waterfall(self, event: WaterfallFinished) -> None:
+        legs = self.waterfalls.get(event.key)
+        if legs is None or [leg[0] for leg in legs] != list(event.tools):
+            legs = self.waterfalls[event.key] = [[tool, 0, 0, 0, 0, 0] for tool in event.tools]
+        for leg, outcome in zip(legs, event.outcomes):
+            leg[_LEG_COLUMN[outcome]] += 1
+
+    def _requeued(self, event: RowRequeued) -> None:
+        setattr(self, event.previous, getattr(self, event.previous) - event.copies)
+
+    def _run_started(self, event: RunStarted) -> None:
+        self.play, self.run_id, self.total = event.play, event.run_id, event.total
+        if self.started is not None and self.finished is not None:
+            self._before += self.finished - self.started
+        self.started = self._clock()
+        self.finished = None
+        self.stopping = False
+
+    def _notice(self, event: RunNotice) -> None:
+        self.notices.append(event.message)
+        self.receipts_lost += event.lost
+
+    def _down(self, event: ProviderDown) -> None:
+        self.down_since.setdefault(event.provider, self._wall())  # a failed probe is the same outage
+
+    def _up(self, event: ProviderUp) -> None:
+        self.down_since.pop(event.provider, None)
+
+    def _run_finished(self, event: RunFinished) -> None:
+        self.finished = self._clock()
+        self.stopped = event.stopped
+        self.in_flight = self.held = self.sleeping = 0
+        self._asleep.clear()
+
+    def stop_requested(self) -> None:
+        """The run was asked to stop (``run.stop()``, Ctrl-C, a fatal error)."""
+        self.stopping = True
+
+    # -- the read API views use --------------------------------------------------------
 
     @property
     def done(self) -> int:
@@ -139,27 +206,90 @@ class RunState:
             return 0.0
         return self._before + (self.finished if self.finished is not None else self._clock()) - self.started
 
+    @property
+    def running(self) -> bool:
+        return self.started is not None and self.finished is None
+
+    @property
+    def phase(self) -> str:
+        """``not started``, ``running``, ``stopping``, ``stopped`` or ``finished``."""
+        if self.started is None:
+            return "not started"
+        if self.finished is None:
+            return "stopping" if self.stopping else "running"
+        return "stopped" if self.stopped else "finished"
+
+    def label(self, position: int) -> Any:
+        """The index label of the row at ``position`` (the position itself before rows are attached)."""
+        return self._table.label(position) if self._table is not None else position
+
+    def failed_rows(self) -> list[FailedRow]:
+        """Failed rows, in order: (row label, position, error)."""
+        return self._table.failed() if self._table is not None else []
+
+    def parked_rows(self) -> list[ParkedRow]:
+        """Parked rows, in order: (row label, position, reason, provider, ready_at, message)."""
+        return self._table.parked() if self._table is not None else []
+
+    def held_rows(self) -> dict[int, Waiting]:
+        """Rows off their workers now: position -> what they wait for (a provider, or a sleep)."""
+        return self._table.held() if self._table is not None else {}
+
+    def provider_views(self) -> dict[str, ProviderView]:
+        """Each provider the run's rows called, as it stands now."""
+        return {name: provider_view(p) for name, p in self.providers.items()}
+
+    def holds(self) -> list[ProviderHold]:
+        """Providers holding rows back: until when, how many rows wait (held or parked), last status;
+        a provider that is down too (``reason="down"``, ``until`` its next probe, ``error`` why)."""
+        now = self._wall()
+        held = Counter(w.provider for w in self.held_rows().values() if w.kind == "provider")
+        parked = Counter(r.provider for r in self.parked_rows() if r.provider)
+        out = []
+        for name, p in self.provider_views().items():
+            if p.down:
+                reason, until, error = "down", p.probe_at or None, p.down_error
+            else:
+                reason, until, error = "hold", p.hold_wall if p.hold_wall > now else None, None
+            if held[name] or parked[name] or until is not None or reason == "down":
+                rows = held[name] + parked[name]
+                out.append(ProviderHold(
+                    provider=name, until=until, waiting_rows=rows, parked_rows=parked[name], last_status=p.last_status,
+                    reason=reason, error=error,
+                ))  # fmt: skip
+        return out
+
+    def leg_rows(self) -> list[list[Any]]:
+        """One row per waterfall leg, in ``LEG_COLUMNS`` order."""
+        return [[key, i, *leg] for key, legs in self.waterfalls.items() for i, leg in enumerate(legs)]
+
     def stats(self) -> RunStats:
         return RunStats(
-            total=self.total,
-            ok=self.ok,
-            reused=self.reused,
-            failed=self.failed,
-            parked=self.parked,
-            skipped=self.skipped,
-            held=self.held,
-            calls_executed=self.calls_executed,
-            calls_reused=self.calls_reused,
-            calls_local=self.calls_local,
-            cost_spent=round(self.cost_spent, 9),
-            cost_saved=round(self.cost_saved, 9),
-            elapsed=round(self.elapsed, 6),
+            total=self.total, ok=self.ok, reused=self.reused, failed=self.failed, parked=self.parked, skipped=self.skipped,
+            held=self.held, calls_executed=self.calls_executed, calls_reused=self.calls_reused, calls_local=self.calls_local,
+            cost_spent=round(self.cost_spent, 9), cost_saved=round(self.cost_saved, 9), elapsed=round(self.elapsed, 6),
             receipts_lost=self.receipts_lost,
-        )
+        )  # fmt: skip
 
     def __repr__(self) -> str:
-        done = self.done
         return (
-            f"<RunState {self.play!r} {done}/{self.total} ok={self.ok} reused={self.reused} "
+            f"<RunState {self.play!r} {self.done}/{self.total} ok={self.ok} reused={self.reused} "
             f"failed={self.failed} parked={self.parked} in_flight={self.in_flight} held={self.held}>"
         )
+
+
+_APPLY: dict[type, Callable[[RunState, Any], None]] = {
+    RowFinished: RunState._row_finished,
+    CallFinished: RunState._call_finished,
+    RowStarted: RunState._row_started,
+    RowHeld: RunState._row_held,
+    RowSleeping: RunState._row_sleeping,
+    RowResumed: RunState._row_resumed,
+    WaterfallFinished: RunState._waterfall,
+    RowRequeued: RunState._requeued,
+    RunStarted: RunState._run_started,
+    RunNotice: RunState._notice,
+    ProviderDown: RunState._down,
+    ProviderUp: RunState._up,
+    RunFinished: RunState._run_finished,
+}

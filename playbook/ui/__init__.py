@@ -1,16 +1,24 @@
-"""Views of a run.  They subscribe to a run's events; the runtime knows nothing of them."""
+"""Views of a run.  They read a ``RunState`` (its events and its read API) and nothing else of the
+runtime, which knows nothing of them: the accessor attaches one to each run."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-if TYPE_CHECKING:
-    from ..runtime.run import Run
+from ..runtime.state import RunState
 
-__all__ = ["attach_view"]
+__all__ = ["Controls", "attach_view"]
 
 
-def attach_view(run: Run, progress: Any) -> Any:
+class Controls(NamedTuple):
+    """What a view's buttons may do to its run."""
+
+    stop: Callable[[], None]
+    retry: Callable[[str], Any]  # retry the rows with this status: "parked" or "failed"
+
+
+def attach_view(state: RunState, progress: Any, *, background: bool = False, controls: Controls | None = None) -> Any:
     """Subscribe the view ``progress`` asks for; returns it (or ``None`` for no view).
 
     ``"auto"`` (or True) picks the widget inside a Jupyter kernel with ipywidgets, else text.
@@ -20,10 +28,10 @@ def attach_view(run: Run, progress: Any) -> Any:
     if progress == "widget" or (progress in ("auto", True) and _in_kernel()):
         from .widget import WidgetView
 
-        return WidgetView(run)
+        return WidgetView(state, background=background, controls=controls)
     from .text import TextView
 
-    return TextView(run.state)
+    return TextView(state)
 
 
 def _in_kernel() -> bool:

@@ -7,15 +7,13 @@ million-row run renders as small as a ten-row one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..models import time_of_day
-from ..runtime.state import LEG_COLUMNS, RunState
+from ..models import RunStats, time_of_day
+from ..runtime.state import LEG_COLUMNS, ProviderView, RunState
 from .tally import Tally
-
-if TYPE_CHECKING:
-    from ..runtime.run import Run
 
 __all__ = [
     "LIMIT", "counters_table", "errors_table", "in_words", "legs_table", "parked_table", "provider_rate", "provider_state",
@@ -26,22 +24,22 @@ LIMIT = 20  # rows shown of the parked table and groups shown of the errors
 _WORDS = 160  # characters of an error shown in a provider's line
 
 
-def run_html(run: Run) -> str:
-    s = run.stats
-    m = run._maprun
-    state = "running" if run.running else ("stopped" if m.state.stopped else "finished")
+def run_html(state: RunState) -> str:
+    """The run as it stands, in one static block."""
+    s = state.stats()
+    phase = "running" if state.finished is None else ("stopped" if state.stopped else "finished")
     rate = (s.done / s.elapsed) if s.elapsed else 0.0
-    parts = [f"<div class='playbook-run'><b>{_e(m.play.name)}</b> · {state} · {s.elapsed:.1f}s · {rate:,.0f} rows/s", counters_table(s)]
-    parts += [f"<div class='playbook-notice'>⚠ {_e(note)}</div>" for note in m.state.notices]
-    tally = Tally.of(m)
-    parts.append(providers_table(m.state.providers, tally.waiting(), down_since=m.state.down_since))
+    parts = [f"<div class='playbook-run'><b>{_e(state.play)}</b> · {phase} · {s.elapsed:.1f}s · {rate:,.0f} rows/s", counters_table(s)]
+    parts += [f"<div class='playbook-notice'>⚠ {_e(note)}</div>" for note in state.notices]
+    tally = Tally.of(state)
+    parts.append(providers_table(state.provider_views(), tally.waiting(), down_since=state.down_since))
     parts.append(parked_table(tally.parked_rows(LIMIT), tally.parked_count))
     parts.append(errors_table(tally.error_groups(LIMIT), len(tally.counts)))
-    parts.append(legs_table(m.state))
+    parts.append(legs_table(state))
     return "\n".join(parts) + "</div>"
 
 
-def counters_table(s: Any) -> str:
+def counters_table(s: RunStats | RunState) -> str:
     """The run's counters, from its ``RunStats`` or its live ``RunState``."""
     return _table(
         ["rows", "ok", "reused", "failed", "held", "parked", "skipped", "calls paid", "calls reused", "calls local", "cost spent", "cost saved"],
@@ -53,8 +51,8 @@ def counters_table(s: Any) -> str:
 
 
 def providers_table(
-    providers: dict[str, Any], waiting: dict[str | None, int], *, now: float | None = None,
-    down_since: dict[str, float] | None = None,
+    providers: Mapping[str, ProviderView], waiting: Mapping[str | None, int], *, now: float | None = None,
+    down_since: Mapping[str, float] | None = None,
 ) -> str:  # fmt: skip
     """One line per provider: open, held (until when) or down (since when, why, next probe); its rate
     and the calls in flight it allows, in flight, 429s, and the rows ``waiting`` on it.  Given
@@ -69,7 +67,7 @@ def providers_table(
     return _table(["provider", "state", "rate", "in flight", "429s", "rows waiting"], shown)
 
 
-def provider_state(p: Any, since: float | None = None, now: float | None = None) -> str:
+def provider_state(p: ProviderView, since: float | None = None, now: float | None = None) -> str:
     """"open", "held until ..." or "down since ...: why; next probe at ..."; given ``now``, with the
     seconds left of the hold or before the probe."""
     if p.down:
@@ -87,7 +85,7 @@ def provider_state(p: Any, since: float | None = None, now: float | None = None)
     return state + (f" (HTTP {p.last_status})" if p.last_status else "")
 
 
-def provider_rate(p: Any) -> str:
+def provider_rate(p: ProviderView) -> str:
     """Its current rate, and the calls in flight it allows now when they are bounded: "20/s, ≤8 in flight"."""
     rate = "unlimited" if p.rate is None else f"{p.rate:.3g}/s"
     limit = p.in_flight_limit

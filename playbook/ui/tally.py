@@ -12,11 +12,13 @@ from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
-from ..models import Event, RowFinished, RowHeld, RowParked, RowRequeued, RowResumed
+from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
+from ..runtime.state import RunEvent, RunState
 
-__all__ = ["Tally"]
+__all__ = ["KINDS", "Tally"]
 
-KINDS = (RowFinished, RowParked, RowRequeued, RowHeld, RowResumed)
+KINDS = (RowFinished, RowParked, RowRequeued, RowHeld, RowSleeping, RowResumed)
+_Parking = tuple[str, str | None, float | None]  # reason, provider, ready at
 
 
 class Tally:
@@ -37,72 +39,80 @@ class Tally:
         self.copies: dict[int, int] = {}  # position -> rows sharing its key, when more than one
         self.counts: dict[str, int] = {}  # message -> failed rows
         self.example: dict[str, int] = {}  # message -> a position that failed so
-        self.parked: dict[int, tuple[str, str | None, float | None]] = {}  # position -> (reason, provider, ready_at)
+        self.parked: dict[int, _Parking] = {}  # position -> (reason, provider, ready_at)
         self.parked_rows_by: dict[str | None, int] = {}  # provider -> parked rows
         self.parked_reasons: dict[tuple[str | None, str], int] = {}  # (provider, reason) -> parked rows
-        self.held: dict[int, str] = {}  # position -> the provider (or "sleep") it waits on
-        self.held_by: dict[str, int] = {}  # provider -> rows held now
+        self.held: dict[int, str | None] = {}  # position -> the provider it waits on (None: it sleeps)
+        self.held_by: dict[str, int] = {}  # provider -> rows it holds now (sleeping rows are no provider's)
         self.version = 0  # bumped on every change: a view redraws the tables only when it moved
 
     @classmethod
-    def of(cls, run: Any) -> Tally:
-        """The tally of a run's rows as they stand (a ``MapRun``): one scan, for a summary."""
-        tally = cls(run.label)
-        for position, status in enumerate(run.status):
-            if status == "failed":
-                message = run.errors[position] or ""
-                tally.failed[position] = message
-                tally.counts[message] = tally.counts.get(message, 0) + 1
-                tally.example.setdefault(message, position)
-            elif status == "parked":
-                entry = (run.park_reason[position], run.park_provider[position], run.park_ready[position])
-                tally.parked[position] = entry
-                tally._count_parked(entry, 1)
-        for position, provider in run._held.waiting_on.items():
-            tally.held[position] = provider
-            tally.held_by[provider] = tally.held_by.get(provider, 0) + 1
+    def of(cls, state: RunState) -> Tally:
+        """The tally of a run's rows as they stand: one scan, for a summary."""
+        tally = cls(state.label)
+        for failed in state.failed_rows():
+            message, position = failed.error, failed.position
+            tally.failed[position] = message
+            tally.counts[message] = tally.counts.get(message, 0) + 1
+            tally.example.setdefault(message, position)
+        for parked in state.parked_rows():
+            entry = (parked.reason, parked.provider, parked.ready_at)
+            tally.parked[parked.position] = entry
+            tally._count_parked(entry, 1)
+        for position, waiting in state.held_rows().items():
+            tally._hold(position, waiting.provider)
         return tally
 
-    def on_event(self, event: Event) -> None:
-        kind = type(event)
-        if kind is RowFinished:
-            if self.held:
-                self._resume(event.position)  # a stop settles held rows
-            status = event.status
-            if status == "ok" or status == "reused":  # most rows: nothing to tally
-                return
-            position, rows = event.position, event.copies
-            if rows != 1:
-                self.copies[position] = rows
-            if status == "failed":
-                message = event.error or ""
-                self.failed[position] = message
-                self.counts[message] = self.counts.get(message, 0) + rows
-                self.example.setdefault(message, position)
-                self.version += 1
-            elif status == "parked" and (entry := self.parked.get(position)) is not None:
-                self._count_parked(entry, rows)
-        elif kind is RowParked:  # the RowFinished that follows says how many rows
+    def on_event(self, event: RunEvent) -> None:
+        if type(event) is RowFinished:
+            self._finished(event)
+        elif isinstance(event, RowParked):  # the RowFinished that follows says how many rows
             self.parked[event.position] = (event.reason, event.provider, event.ready_at)
             self.version += 1
-        elif kind is RowHeld:
+        elif isinstance(event, RowHeld):
             self._resume(event.position)  # held again, maybe by another provider
-            self.held[event.position] = event.provider
-            self.held_by[event.provider] = self.held_by.get(event.provider, 0) + 1
-        elif kind is RowResumed:
+            self._hold(event.position, event.provider)
+        elif isinstance(event, RowSleeping):
             self._resume(event.position)
-        elif kind is RowRequeued:
+            self._hold(event.position, None)
+        elif isinstance(event, RowResumed):
+            self._resume(event.position)
+        elif isinstance(event, RowRequeued):
             self._forget(event.position)
 
-    def _count_parked(self, entry: tuple[str, str | None, float | None], rows: int) -> None:
+    def _finished(self, event: RowFinished) -> None:
+        if self.held:
+            self._resume(event.position)  # a stop settles held rows
+        status = event.status
+        if status == "ok" or status == "reused":  # most rows: nothing to tally
+            return
+        position, rows = event.position, event.copies
+        if rows != 1:
+            self.copies[position] = rows
+        if status == "failed":
+            message = event.error or ""
+            self.failed[position] = message
+            self.counts[message] = self.counts.get(message, 0) + rows
+            self.example.setdefault(message, position)
+            self.version += 1
+        elif status == "parked" and (entry := self.parked.get(position)) is not None:
+            self._count_parked(entry, rows)
+
+    def _hold(self, position: int, provider: str | None) -> None:
+        self.held[position] = provider
+        if provider is not None:
+            self.held_by[provider] = self.held_by.get(provider, 0) + 1
+
+    def _count_parked(self, entry: _Parking, rows: int) -> None:
         reason, provider = entry[0], entry[1]
         self.parked_rows_by[provider] = self.parked_rows_by.get(provider, 0) + rows
         self.parked_reasons[provider, reason] = self.parked_reasons.get((provider, reason), 0) + rows
 
     def _resume(self, position: int) -> None:
-        provider = self.held.pop(position, None)
-        if provider is not None:
-            self.held_by[provider] -= 1
+        if position in self.held:
+            provider = self.held.pop(position)
+            if provider is not None:
+                self.held_by[provider] -= 1
 
     def _forget(self, position: int) -> None:
         """A retried row leaves the tables until it settles again."""

@@ -21,10 +21,19 @@ from typing import Any
 from tqdm import tqdm
 
 from ..models import (
-    Event, ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RowFinished, RowHeld, RowRequeued, RunFinished,
-    RunStarted, time_of_day,
+    ProviderDown,
+    ProviderHoldLifted,
+    ProviderHoldSet,
+    ProviderUp,
+    RowFinished,
+    RowHeld,
+    RowRequeued,
+    RowSleeping,
+    RunFinished,
+    RunStarted,
+    time_of_day,
 )  # fmt: skip
-from ..runtime.state import RunState
+from ..runtime.state import RunEvent, RunState
 from .html import in_words
 from .tally import KINDS as TALLY_KINDS
 from .tally import Tally
@@ -37,6 +46,7 @@ LOG_WIDTH = 100  # columns of the bar when stderr is not a terminal and $COLUMNS
 _BAR_ROOM = 24  # what the bar needs besides the alerts: " [", "]", ": 45%|█| " and a count like "4500/10000"
 _KINDS = (
     RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted, ProviderDown, ProviderUp, RowFinished, RowRequeued, RowHeld,
+    RowSleeping,
 )  # fmt: skip
 
 
@@ -69,21 +79,21 @@ class TextView:
             self._bar.close()
             self._bar = None
 
-    def on_event(self, event: Event) -> None:
+    def on_event(self, event: RunEvent) -> None:
         kind = type(event)
-        if kind is RowFinished or kind is RowRequeued or kind is RowHeld:
+        if kind is RowFinished or kind is RowRequeued or kind is RowHeld or kind is RowSleeping:
             if self._clock() - self._last >= _INTERVAL:
                 self._refresh()
             else:  # not now, but soon: the last events of a burst must not wait for the next one
                 self._arm(_INTERVAL)
-        elif kind is RunStarted:
+        elif isinstance(event, RunStarted):
             if self._bar is None:
                 width = {"dynamic_ncols": True} if self._terminal else {"ncols": _log_width()}
                 self._bar = tqdm(total=event.total, desc=event.play, unit="row", file=self._file, leave=True, **width)
             self._refresh()
         elif kind is ProviderHoldSet or kind is ProviderHoldLifted:
             self._refresh()
-        elif kind is ProviderDown or kind is ProviderUp:
+        elif isinstance(event, (ProviderDown, ProviderUp)):
             self._say(event)
             self._refresh()
         elif kind is RunFinished:
@@ -108,7 +118,7 @@ class TextView:
             if name in self._down:  # a failed probe: the same outage
                 return
             self._down.add(name)
-            provider = self._state.providers.get(name)
+            provider = self._state.provider_views().get(name)
             probe = f"; next probe at {time_of_day(provider.probe_at)}" if provider is not None and provider.probe_at else ""
             line = f"provider {name!r} is down: {in_words(event.error)}; its rows park{probe}"
         elif name in self._down:
@@ -161,7 +171,7 @@ def waiting_line(s: RunState, tally: Tally, room: int | None = None) -> str:
     waiting = tally.waiting()
     full, short = [], []
     down = held = 0
-    for name, p in s.providers.items():
+    for name, p in s.provider_views().items():
         rows = waiting.get(name, 0)
         if p.down:
             down += 1
@@ -195,7 +205,7 @@ def summary(state: RunState, tally: Tally) -> str:
     parts.append(f"cost {s.cost_spent:g} spent, {s.cost_saved:g} saved")
     parts.append(f"{s.elapsed:.1f}s")
     lines = [" | ".join(parts)]
-    for name, p in s.providers.items():
+    for name, p in s.provider_views().items():
         parked = tally.parked_rows_by.get(name, 0)
         rows = f"; {_rows(parked)} parked" if parked else ""
         if p.down:

@@ -19,15 +19,14 @@ import time
 import weakref
 from collections.abc import Callable
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..models import Event, ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RunFinished, RunStarted
-from .html import LIMIT, counters_table, errors_table, legs_table, parked_table, providers_table
+from ..models import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RunFinished, RunStarted
+from ..runtime.state import RunEvent, RunState
+from . import Controls
+from .html import LIMIT, counters_table, errors_table, legs_table, parked_table, providers_table, run_html
 from .tally import KINDS as TALLY_KINDS
 from .tally import Tally
-
-if TYPE_CHECKING:
-    from ..runtime.run import Run
 
 __all__ = ["DELAY", "WidgetView", "in_kernel"]
 
@@ -46,9 +45,8 @@ _CSS = (
 def in_kernel() -> bool:
     """True inside a Jupyter kernel that can show widgets."""
     try:
-        from IPython import get_ipython
-
         import ipywidgets  # noqa: F401
+        from IPython import get_ipython
     except ImportError:
         return False
     shell = get_ipython()
@@ -56,14 +54,19 @@ def in_kernel() -> bool:
 
 
 class WidgetView:
-    """Subscribes to a run's state; renders counters, providers and tables, throttled and batched."""
+    """Subscribes to a run's state; renders counters, providers and tables, throttled and batched.
+
+    ``controls``: what its buttons do (a background run's); ``None``: no buttons."""
 
     def __init__(
-        self, run: Run, *, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time
-    ) -> None:
-        # The run holds this view (run.view, and its state's listeners): a strong reference back
-        # would make a cycle, and a finished run would wait for the cyclic garbage collector.
-        self._ref = weakref.ref(run)
+        self, state: RunState, *, background: bool = False, controls: Controls | None = None,
+        clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+    ) -> None:  # fmt: skip
+        # The state holds this view (its listeners): a strong reference back would make a cycle,
+        # and a finished run's rows would wait for the cyclic garbage collector.
+        self._ref = weakref.ref(state)
+        self._background = background
+        self._controls = controls
         self._clock = clock
         self._wall = wall  # hold deadlines are epoch seconds: the countdown reads this clock
         self._last = self._last_tables = 0.0
@@ -72,27 +75,26 @@ class WidgetView:
         self._ended = False  # the panel shows a finished run
         self.panel: Any = None  # built once the run has gone on for DELAY seconds
         self.handle: Any = None
+        self.stop: Any = None  # the buttons, on a panel that has them
+        self.retry_parked: Any = None
+        self.retry_failed: Any = None
         self._timer: Any = None
-        maprun = weakref.ref(run._maprun)
-        self.tally = Tally(lambda position: maprun().label(position))  # type: ignore[union-attr]
+        ref = self._ref  # not self: the tally would hold the view in a cycle
+        self.tally = Tally(lambda position: _alive(ref).label(position))
         # Redrawn on a timer, not per row: only the events that change what it shows call it.
-        state = run.state
         self._unsubscribe = [
             state.subscribe(self.on_event, kinds=_KINDS),
             state.subscribe(self.tally.on_event, kinds=TALLY_KINDS),
         ]
-        if run._maprun.opts.background:
+        if background:
             # The cell that starts a background run ends at once: the panel must be shown now,
             # in that cell.  Later output would land wherever the kernel happens to be then;
             # widget updates and the final summary (by display id) find it anywhere.
             self._build()
 
     @property
-    def _run(self) -> Run:
-        run = self._ref()
-        if run is None:  # pragma: no cover - the run owns this view: it cannot outlive it
-            raise RuntimeError("the run of this view is gone")
-        return run
+    def _state(self) -> RunState:
+        return _alive(self._ref)
 
     def unsubscribe(self) -> None:
         for undo in self._unsubscribe:
@@ -101,10 +103,9 @@ class WidgetView:
     def _build(self) -> None:
         """Show the live panel: the progress bar and buttons, the status, the tables."""
         import ipywidgets as w
-        from IPython.display import display
 
-        run = self._run
-        self.bar = w.IntProgress(min=0, max=max(run.state.total, 1), description=escape(run._maprun.play.name))
+        state = self._state
+        self.bar = w.IntProgress(min=0, max=max(state.total, 1), description=escape(state.play))
         # What changes on every refresh shares one widget (one message); the capped tables change less.
         self.status, self.tables = w.HTML(), w.HTML()
         self.status.add_class("playbook-status")
@@ -113,14 +114,15 @@ class WidgetView:
         row = [self.bar]
         # A blocking run keeps the kernel busy: a click would be handled only once it is over.
         # Its panel has no buttons (interrupting the kernel stops it); a background run's has.
-        if run._maprun.opts.background:
+        controls = self._controls
+        if controls is not None:
             self.stop = w.Button(description="Stop", icon="stop", tooltip="Stop the run: rows not finished are skipped")
             self.retry_parked = w.Button(description="Retry parked", tooltip="Run the parked rows again, with a fresh wait budget")
             self.retry_failed = w.Button(description="Retry failed", tooltip="Run the failed rows again")
             # The buttons hold the run: the panel stays on the page after the run, to retry it.
-            self.stop.on_click(lambda _: run.stop())
-            self.retry_parked.on_click(lambda _: self._retry(run, "parked"))
-            self.retry_failed.on_click(lambda _: self._retry(run, "failed"))
+            self.stop.on_click(lambda _: controls.stop())
+            self.retry_parked.on_click(lambda _: self._retry(controls, "parked"))
+            self.retry_failed.on_click(lambda _: self._retry(controls, "failed"))
             row += [self.stop, self.retry_parked, self.retry_failed]
         self.buttons = w.HBox(row)
         # Compact tables: an HTML widget's line height is a button's.  Sent once, hidden.
@@ -128,7 +130,7 @@ class WidgetView:
         self.panel = w.VBox([self._css, self.buttons, self.status, self.tables])
         self.panel.add_class("playbook-live")
         if self.handle is None:
-            self.handle = display(self.panel, display_id=True)
+            self.handle = _display(self.panel)
         else:  # a retry of a run that showed only its summary: the panel takes its place
             self.handle.update(self.panel)
 
@@ -136,11 +138,9 @@ class WidgetView:
         """Replace the panel's output by the static summary, and let the live widgets go: each
         holds the run, and a kernel keeps every widget it ever made until it is closed."""
         import ipywidgets as w
-        from IPython.display import HTML
-
-        self.handle.update(HTML(summary))
+        self.handle.update(_html(summary))
         self._ended = True
-        if not self._run._maprun.opts.background:
+        if not self._background:
             # The cell that showed the panel is still running, so every frontend applies the
             # update: nothing of the panel stays on the page.
             _close(self.panel, self.buttons, self.bar, self.status, self.tables, self._css)
@@ -155,26 +155,24 @@ class WidgetView:
         self.retry_failed.disabled = not self.tally.failed
         self.panel.children = [self._css, self.buttons, w.HTML(summary)]
 
-    def _retry(self, run: Run, status: str) -> None:
-        run.retry(statuses=(status,))
-        if self.panel is not None and run.running:
+    def _retry(self, controls: Controls, status: str) -> None:
+        controls.retry(status)
+        if self.panel is not None and self._state.running:
             self._render()
 
-    def on_event(self, event: Event) -> None:
-        from IPython.display import HTML, display
-
+    def on_event(self, event: RunEvent) -> None:
         kind = type(event)
         if kind is RunFinished:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            summary = self._run._repr_html_()
+            summary = run_html(self._state)
             if self.panel is not None:
                 self._finish(summary)
             elif self.handle is None:  # over before the panel was due: just the summary
-                self.handle = display(HTML(summary), display_id=True)
+                self.handle = _display(_html(summary))
             else:  # a retry of a run that showed only its summary
-                self.handle.update(HTML(summary))
+                self.handle.update(_html(summary))
             return
         if kind is RunStarted:
             self._started = self._clock()
@@ -207,13 +205,12 @@ class WidgetView:
 
     def _render(self) -> None:
         now = self._last = self._clock()
-        s = self._run.state
-        m = self._run._maprun
+        s = self._state
         done = s.done
         elapsed = s.elapsed
         rate = done / elapsed if elapsed else 0.0
         eta = (s.total - done) / rate if rate and s.finished is None else 0.0
-        status = "stopping" if m._stopping else "running" if s.finished is None else "finished"
+        status = "stopping" if s.stopping and s.finished is None else "running" if s.finished is None else "finished"
         head = (
             f"<b>{escape(s.play)}</b> · {status} · {done:,}/{s.total:,} rows · {elapsed:.1f}s"
             + (f" · ETA {eta:.0f}s" if eta else "")
@@ -223,7 +220,7 @@ class WidgetView:
         with self.panel.hold_sync():  # one batch of comm messages per refresh
             self.bar.max = max(s.total, 1)
             self.bar.value = done
-            providers = providers_table(s.providers, tally.waiting(), now=self._wall(), down_since=s.down_since)
+            providers = providers_table(s.provider_views(), tally.waiting(), now=self._wall(), down_since=s.down_since)
             self.status.value = head + counters_table(s) + providers
             if self.stop is not None:
                 self.retry_parked.disabled = not tally.parked
@@ -237,6 +234,28 @@ class WidgetView:
                     + errors_table(tally.error_groups(LIMIT), len(tally.counts))
                     + legs_table(s)
                 )
+
+
+def _alive(ref: weakref.ref[RunState]) -> RunState:
+    state = ref()
+    if state is None:  # pragma: no cover - the run owns this view: it cannot outlive it
+        raise RuntimeError("the run of this view is gone")
+    return state
+
+
+def _display(obj: Any) -> Any:
+    """Show ``obj`` in the cell's output; returns the handle that updates it in place."""
+    from IPython.display import display
+
+    show: Callable[..., Any] = display  # IPython's display is untyped
+    return show(obj, display_id=True)
+
+
+def _html(text: str) -> Any:
+    from IPython.display import HTML
+
+    html: Callable[[str], Any] = HTML
+    return html(text)
 
 
 def _close(*widgets: Any) -> None:

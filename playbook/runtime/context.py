@@ -20,18 +20,18 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .calls import call_tool
-from .errors import PlaybookError, PlayDefinitionError, ProviderUnavailable, RunFatal, ToolError
-from .keys import step_key
-from .providers import IN_PLACE
-from .signals import Sleeping, Suspend
-from .store import MISSING
-from .store.records import record
-from .tagged import Unencodable, decode, encode
-from .tools import NO_INPUT, Tool
+from ..errors import PlaybookError, PlayDefinitionError, ProviderUnavailable, RunFatal, ToolError
+from ..keys import step_key
+from ..providers import IN_PLACE
+from ..signals import Sleeping, Suspend
+from ..store import MISSING
+from ..store.records import record
+from ..tagged import Unencodable, decode, encode
+from ..tools import NO_INPUT, Tool
+from .pipeline import call_tool
 
 if TYPE_CHECKING:
-    from .runtime.scheduler import MapRun
+    from .scope import RunScope
 
 __all__ = ["Call", "Context"]
 
@@ -42,10 +42,10 @@ class Context:
     """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.waterfall(...)``, ``ctx.step(...)``,
     ``ctx.sleep(...)``, ``ctx.log(...)``."""
 
-    __slots__ = ("run", "row_key", "position", "attempt", "_seen", "logs", "_signal", "calls", "cost", "tools", "_made")
+    __slots__ = ("scope", "row_key", "position", "attempt", "_seen", "logs", "_signal", "calls", "cost", "tools", "_made")
 
-    def __init__(self, run: MapRun, row_key: str, position: int, attempt: int) -> None:
-        self.run = run
+    def __init__(self, scope: RunScope, row_key: str, position: int, attempt: int) -> None:
+        self.scope = scope  # what of the run this row's calls may use
         self.row_key = row_key
         self.position = position
         self.attempt = attempt
@@ -61,7 +61,13 @@ class Context:
 
     @property
     def run_id(self) -> str:
-        return self.run.run_id
+        return self.scope.run_id
+
+    @property
+    def signal(self) -> BaseException | None:
+        """A suspension or fatal error that met this row, even if the play caught it: the row
+        still steps aside (or fails) when the play returns."""
+        return self._signal
 
     def __repr__(self) -> str:
         return f"<Context row={self.position} key={self.row_key[:8]} attempt={self.attempt} run={self.run_id}>"
@@ -72,7 +78,7 @@ class Context:
             self.logs = []
         text = str(msg)
         self.logs.append(text)
-        _logger.info("%s row %s: %s", self.run.play.name, self.run.label(self.position), text)
+        _logger.info("%s row %s: %s", self.scope.play, self.scope.label(self.position), text)
 
     def tool(self, tool: Tool, input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, **kwargs: Any) -> Any:
         """Call ``tool`` (await it): its receipt if one exists, else dispatch through its provider."""
@@ -111,7 +117,7 @@ class Context:
         """The advice for a ctx call made but never awaited (a bare ``ctx.tool(...)`` line, or one
         formatted into text): it never ran.  ``None`` when every call was awaited."""
         for coro, _, _ in self._made or ():
-            if coro.cr_frame is not None and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+            if _unstarted(coro):
                 return self.forgotten_await(coro)
         return None
 
@@ -119,7 +125,7 @@ class Context:
         """The row is done: close the coroutines it made but never awaited (no warning later)."""
         if self._made:
             for coro, _, _ in self._made:
-                if coro.cr_frame is not None and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+                if _unstarted(coro):
                     coro.close()  # made, never started
             self._made = None
 
@@ -139,10 +145,7 @@ class Context:
     def count(self, tool: Tool, *, reused: bool) -> None:
         self.calls += 1
         self.cost += tool.cost
-        if reused:
-            self.run.call_reused(tool)
-        else:
-            self.run.call_executed(tool)
+        self.scope.call_finished(tool, reused)
 
     def call(self, tool: Tool, input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, **kwargs: Any) -> Call:
         """A call for :meth:`waterfall`, made only if the waterfall reaches it."""
@@ -197,9 +200,9 @@ class Context:
                 break
         except Exception:
             outcomes.append("error")
-            self.run.waterfall_done(key, legs, outcomes)
+            self.scope.waterfall_done(key, [leg.tool.name for leg in legs], outcomes)
             raise
-        self.run.waterfall_done(key, legs, outcomes)
+        self.scope.waterfall_done(key, [leg.tool.name for leg in legs], outcomes)
         return (value, source) if with_source else value
 
     def step(self, key: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -221,9 +224,9 @@ class Context:
             raise PlayDefinitionError(f"ctx.step(): key must be a non-empty string naming the step, not {key!r}")
         if not callable(fn):
             raise PlayDefinitionError(f"ctx.step({key!r}, fn): fn must be callable, not {type(fn).__name__}")
-        run = self.run
+        store = self.scope.store
         skey = self._step_key("step", key)
-        found = run.store.lookup(skey)
+        found = await store.alookup(skey)
         if found is not MISSING:
             return found[0]
         value = await fn(*args) if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn, *args)
@@ -236,7 +239,7 @@ class Context:
                 f"step {key!r} returned a value with no JSON form ({exc}); return data: numbers, text, "
                 "dates, lists and dicts of them"
             ) from None
-        await run.store.commit(record(skey, tool=f"step:{key}", stored=stored, tagged=stored is not value, at=run.store_clock()))
+        await store.commit(record(skey, tool=f"step:{key}", stored=stored, tagged=stored is not value, at=store.clock()))
         return decode(stored) if stored is not value else value
 
     def sleep(self, seconds: float) -> Any:
@@ -250,16 +253,16 @@ class Context:
             raise self._signal
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
             raise PlayDefinitionError(f"ctx.sleep(): seconds must be a finite number >= 0, not {seconds!r}")
-        run = self.run
+        store = self.scope.store
         skey = self._step_key("sleep", "")
-        found = run.store.lookup(skey)
-        now = run.store_clock()
+        found = await store.alookup(skey)
+        now = store.clock()
         if found is MISSING:
             wake = now + seconds
-            await run.store.commit(record(skey, tool="sleep", stored=wake, tagged=False, at=now))
+            await store.commit(record(skey, tool="sleep", stored=wake, tagged=False, at=now))
         else:
             wake = found[0]
-        left = wake - run.store_clock()
+        left = wake - store.clock()
         if left <= 0:
             return
         if left <= IN_PLACE:
@@ -270,7 +273,7 @@ class Context:
 
     def _step_key(self, kind: str, key: str) -> str:
         name = f"\x1f{kind}:{key}"  # cannot collide with a tool's name
-        return step_key(self.run.play.name, self.row_key, name, self.occurrence(name))
+        return step_key(self.scope.play, self.row_key, name, self.occurrence(name))
 
     async def _call(self, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> tuple[Any, bool]:
         if self._signal is not None:
@@ -282,8 +285,13 @@ class Context:
             raise
         except RunFatal as exc:
             self._signal = exc
-            self.run.fatal_stop(exc, self.position)
+            self.scope.fatal_stop(exc)
             raise
+
+
+def _unstarted(coro: Coroutine[Any, Any, Any]) -> bool:
+    """Made, never awaited (a coroutine closed or finished has no frame left)."""
+    return getattr(coro, "cr_frame", None) is not None and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
 
 
 class Call:

@@ -1,36 +1,38 @@
-"""The retry queue: rows a provider holds, waiting off their workers until they may run again."""
+"""The held queue: rows off their workers (held by a provider, or sleeping) until they may run again.
+
+What a row waits for is kept on its :class:`~playbook.runtime.table.RowEntry`; the queue only
+orders the rows by the time they may run again.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import heapq
 
-__all__ = ["RetryQueue"]
+__all__ = ["HeldQueue"]
 
 
-class RetryQueue:
+class HeldQueue:
     """Held rows ordered by the time they may run again (loop clock); workers take due rows
     ahead of fresh ones and nap until the next is due, or until a row joins the queue."""
 
-    __slots__ = ("_heap", "_seq", "_wake", "waiting_on")
+    __slots__ = ("_heap", "_seq", "_wake")
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, int]] = []  # (ready at, seq, position)
         self._seq = 0  # keeps rows with the same deadline in the order they were held
         self._wake: asyncio.Future[None] | None = None
-        self.waiting_on: dict[int, str] = {}  # position -> the provider it waits for
 
     def __len__(self) -> int:
         return len(self._heap)
 
     def __repr__(self) -> str:
         head = f", next at {self._heap[0][0]:.3f}" if self._heap else ""
-        return f"<RetryQueue {len(self._heap)} rows{head}>"
+        return f"<HeldQueue {len(self._heap)} rows{head}>"
 
-    def push(self, pos: int, until: float, provider: str) -> None:
+    def push(self, pos: int, until: float) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (until, self._seq, pos))
-        self.waiting_on[pos] = provider
         if self._wake is not None:
             self._wake.set_result(None)
             self._wake = None
@@ -39,9 +41,7 @@ class RetryQueue:
         """The first row whose time has come, taken off the queue; else ``None``."""
         heap = self._heap
         if heap and heap[0][0] <= now:
-            pos = heapq.heappop(heap)[2]
-            del self.waiting_on[pos]
-            return pos
+            return heapq.heappop(heap)[2]
         return None
 
     def next_at(self) -> float | None:
@@ -55,5 +55,5 @@ class RetryQueue:
         await asyncio.wait((self._wake,), timeout=max(0.0, until - loop.time()))
 
     def clear(self) -> None:
-        """Forget the queued rows (a stop); ``waiting_on`` still says which were held."""
+        """Forget the queued rows (a stop)."""
         self._heap.clear()

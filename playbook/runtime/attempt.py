@@ -1,0 +1,94 @@
+"""One attempt of one row: the play runs with a fresh ``ctx``, and how it ends becomes the row's
+outcome (ok and memoised, held, sleeping, parked, failed, or fatal for the run)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ProviderExhausted, RunFatal
+from ..plays import Play
+from ..signals import Held, Parked, Sleeping, Suspend
+from .context import Context
+from .memos import remember
+from .rows import OutputError, Row, error_line, error_message, output_columns, stored_output
+from .scope import RunScope
+from .settle import Outcomes
+
+if TYPE_CHECKING:
+    from ..store import ReceiptStore
+
+__all__ = ["RowRunner"]
+
+
+class RowRunner:
+    """Runs rows of one run: ``await runner(position)``."""
+
+    __slots__ = ("play", "scope", "outcomes", "store", "_raise", "_fail_run")
+
+    def __init__(
+        self, play: Play, scope: RunScope, outcomes: Outcomes, store: ReceiptStore, *, on_error: str,
+        fail_run: Callable[[BaseException], None],
+    ) -> None:  # fmt: skip
+        self.play = play
+        self.scope = scope
+        self.outcomes = outcomes
+        self.store = store
+        self._raise = on_error == "raise"  # a failed row fails the run
+        self._fail_run = fail_run  # the run stops and raises this when it ends
+
+    def __repr__(self) -> str:
+        return f"<RowRunner {self.play.name!r}>"
+
+    async def __call__(self, pos: int) -> bool:
+        """One attempt of the row at ``pos``; True if it stepped aside (held, sleeping)."""
+        outcomes = self.outcomes
+        table = outcomes.table
+        ctx = Context(self.scope, table.entries[pos].key, pos, outcomes.started(pos))  # type: ignore[arg-type]  # rows that run have keys
+        try:
+            output, stored = await _play(self.play, table.row(pos), ctx)
+        except Held as held:
+            held.budget.left -= max(0.0, held.until - asyncio.get_running_loop().time())
+            outcomes.hold(pos, held.until, held.wall, held.provider.name, held.status)
+            return True
+        except Sleeping as sleeping:
+            outcomes.sleep(pos, sleeping.until, sleeping.wall)
+            return True
+        except Parked as park:
+            outcomes.park(pos, park.reason, str(park), park.provider, park.ready_at)
+        except ProviderExhausted as exc:
+            outcomes.park(pos, exc.reason, error_message(exc), exc.provider, exc.retry_at)
+        except RunFatal as exc:
+            outcomes.settle(pos, "failed", None, error_message(exc))
+            self.scope.fatal_stop(exc)
+        except Suspend:  # pragma: no cover - every signal is handled above
+            raise
+        except Exception as exc:
+            self._failed(pos, exc)
+        else:
+            outcomes.settle(pos, "ok", output, None)
+            if stored is not None:
+                remember(self.store, self.play, table, pos, output, stored, (ctx.calls, ctx.cost, ctx.tools))
+        finally:
+            ctx.close()
+        return False
+
+    def _failed(self, pos: int, exc: Exception) -> None:
+        self.outcomes.settle(pos, "failed", None, error_message(exc) + error_line(exc, self.play.fn))
+        if self._raise:
+            exc.add_note(f"in row {self.outcomes.table.label(pos)!r} (position {pos}) of play {self.play.name!r}")
+            self._fail_run(exc)
+
+
+async def _play(play: Play, row: Row, ctx: Context) -> tuple[dict[str, Any], Any]:
+    """The play's output for one row, and its stored form (``None``: it has none)."""
+    name = play.name
+    value = await play.fn(row, ctx)
+    if ctx.signal is not None:
+        raise ctx.signal  # the play caught a suspension or a fatal error: it still counts
+    output, stored = stored_output(output_columns(value, name, ctx.forgotten_await), name, ctx.forgotten_await)
+    advice = ctx.never_awaited()
+    if advice is not None:
+        raise OutputError(f"play {name!r} made a ctx call that it never awaited, so it never ran: {advice}")
+    return output, stored

@@ -1,0 +1,91 @@
+"""Row memos, and what the store still owes at the end of an execution.
+
+A row that finished ``ok`` is memoised (its output, its calls and their cost, the tools it used)
+under its memo key; a rerun finds it and settles the row as ``reused`` without running it, unless
+a tool it used has been redefined in this process since.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..keys import memo_key
+from ..models import RunNotice
+from ..store.records import OUTPUT_TAGGED, memo_tools
+from ..tagged import dumps
+from ..tools import current_fingerprint
+from .table import RowTable
+
+if TYPE_CHECKING:
+    from ..plays import Play
+    from ..store import ReceiptStore
+
+__all__ = ["finish_store", "remember", "reuse"]
+
+Used = tuple[int, float, dict[str, str]]  # a row's calls, their cost, its tools
+_CHUNK = 512  # memo keys asked of the store at once
+_logger = logging.getLogger("playbook")
+
+
+def reuse(store: ReceiptStore, play: Play, table: RowTable, runnable: list[int], reused: Callable[[int, dict[str, Any]], None]) -> list[int]:
+    """Call ``reused(position, memo)`` for the rows whose memo exists; return the rest.  The memo
+    keys of the rest are kept on their entries, to write their memos with."""
+    fp = play.fingerprint
+    entries = table.entries
+    rest: list[int] = []
+    for start in range(0, len(runnable), _CHUNK):
+        chunk = runnable[start : start + _CHUNK]
+        mkeys = [memo_key(fp, entries[p].key) for p in chunk]  # type: ignore[arg-type]  # runnable rows have keys
+        found = store.memos(mkeys)
+        for pos, mk in zip(chunk, mkeys):
+            memo = found.get(mk)
+            if memo is None or not _tools_unchanged(memo["tools"]):
+                entries[pos].memo_key = mk
+                rest.append(pos)
+            else:
+                reused(pos, memo)
+    return rest
+
+
+def remember(store: ReceiptStore, play: Play, table: RowTable, pos: int, output: dict[str, Any], stored: Any, used: Used) -> None:
+    """Write the row's memo: its output (``stored``: its stored form), and ``used``: its calls,
+    what they cost and the tools it called (name -> fingerprint)."""
+    entry = table.entries[pos]
+    mk = entry.memo_key or memo_key(play.fingerprint, entry.key)  # type: ignore[arg-type]  # a row that ran has a key
+    entry.memo_key = None
+    calls, cost, tools = used
+    flags = OUTPUT_TAGGED if output is not stored else 0
+    store.add_memo(mk, play.name, memo_tools(tools), calls, cost, flags, dumps(stored))
+
+
+def _tools_unchanged(tools: dict[str, str]) -> bool:
+    """True when no tool a memo used has been redefined (edited) in this process since."""
+    for name, fingerprint in tools.items():
+        now = current_fingerprint(name)
+        if now is not None and now != fingerprint:
+            return False
+    return True
+
+
+def finish_store(store: ReceiptStore, emit: Callable[[RunNotice], None], seen: int) -> int:
+    """Write what the store still owes (memos; receipts that failed to be written) and say out
+    loud what could not be, and what the store noticed since ``seen``; returns its notices now."""
+    store.flush()
+    owed = store.unwritten()
+    if owed:
+        lost = store.write_unwritten()
+        if lost:
+            note = (
+                f"{lost} paid calls could not be recorded in the receipt store at {store.path} (their rows failed, "
+                "saying why). Their answers are kept in memory and written when the store takes writes again, at "
+                "the end of the next run in this process; if the process ends first, a rerun pays for them again"
+            )
+        else:
+            note = f"{owed} receipts of paid calls that could not be written before were written at the end of this run: a rerun reuses them"
+        emit(RunNotice(note, lost))
+        _logger.warning("%s", note)
+    for note in store.notices[seen:]:
+        emit(RunNotice(note, 0))
+    return len(store.notices)

@@ -1,0 +1,299 @@
+"""What ``await ctx.tool(...)`` does, as a pipeline of small steps::
+
+    key      the receipt key of the call (its input in key form; a forgotten await caught here)
+    lookup   a receipt answers (or the same call, in flight for another row, is waited for)
+    lease    this process takes the call, or waits for the process paying for it
+    budget   max_cost is reserved, or the row parks
+    route    a batch (coalesced with other rows' calls), the provider's governor (holds, rate,
+             retries, over the row's wait budget), or straight to the tool
+    dispatch one try of the tool, its errors classified
+    record   the answer becomes a receipt before anything else happens to the row
+    release  the lease and the in-flight marker go, once the receipt is on disk
+
+*Landing* (dispatch, then record) is protected: a run that is stopped, or interrupted with Ctrl-C,
+cancels its rows, but not those whose call is already sent; each of those lands its receipt
+(within a grace period) and then stops, so what was paid for is not paid for again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from ..errors import PlaybookError, RunFatal, ToolError
+from ..keys import digest
+from ..signals import Held
+from ..store import MISSING
+from ..store.records import record as receipt_record
+from ..tagged import Unencodable, decode, encode
+from ..tools import CallEnv, Tool
+from ..tools.failures import translate
+from .upstream import dispatch as governed
+
+if TYPE_CHECKING:
+    from .scope import RunScope
+
+__all__ = ["Caller", "call_tool", "invoke", "not_storable", "paid", "record"]
+
+Send = Callable[[], Awaitable[tuple[Any, bool]]]
+
+
+class Caller(Protocol):
+    """The row making a call, as the pipeline needs it (a ``Context``)."""
+
+    @property
+    def scope(self) -> RunScope: ...
+    @property
+    def row_key(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    def occurrence(self, name: str) -> int: ...
+    def used(self, tool: Tool) -> None: ...
+    def count(self, tool: Tool, *, reused: bool) -> None: ...
+    def forgotten_await(self, value: Any) -> str: ...
+
+
+class Pending(NamedTuple):
+    """A call that missed its receipt, on its way to being paid for."""
+
+    key: str
+    values: Any
+    logical: str  # (row, tool, occurrence): the same across the row's replays
+    forced: bool
+    ttl: float | None
+
+
+async def call_tool(ctx: Caller, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> tuple[Any, bool]:
+    """``(value, miss)`` of one call: from its receipt, or paid for and recorded."""
+    scope = ctx.scope
+    values = tool.bind(input, kwargs)
+    key = _key(ctx, tool, values)
+    logical = f"{ctx.row_key}/{tool.name}/{ctx.occurrence(tool.name)}"
+    forced = (force or scope.force_all) and scope.must_force(logical)
+    ctx.used(tool)
+    if not forced:
+        found = await lookup(scope.store, key, ttl)
+        if found is not MISSING:
+            return _reused(ctx, tool, found)
+    return await _pay(ctx, tool, Pending(key, values, logical, forced, ttl))
+
+
+# -- key ------------------------------------------------------------------------------
+
+
+def _key(ctx: Caller, tool: Tool, values: Any) -> str:
+    try:
+        return tool.key(values)
+    except Unencodable as exc:
+        hint = ": " + ctx.forgotten_await(exc.value) if exc.awaitable else ""
+        raise ToolError(f"tool {tool.name!r}: {_culprit(values, exc)} cannot be part of a receipt key ({exc.why}){hint}", tool=tool.name) from None
+
+
+def _culprit(values: Any, exc: Unencodable) -> str:
+    """``input domain=<...>`` for the parameter whose value has no JSON form, and where in it."""
+    where = exc.where
+    if isinstance(values, dict) and where.startswith("['"):
+        param, _, rest = where[2:].partition("']")
+        if param in values:
+            inside = f" (at {rest})" if rest else ""
+            return f"input {param}={_short(values[param])}{inside}"
+    return f"its input {_short(values)}" + (f" (at {where})" if where else "")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# -- lookup ---------------------------------------------------------------------------
+
+
+async def lookup(store: Any, key: str, ttl: float | None) -> Any:
+    """The receipt for ``key``, or ``MISSING``; while the same call is in flight for another row
+    of this process, its receipt is waited for (don't pay twice)."""
+    found = await store.alookup(key, ttl)
+    while found is MISSING:
+        pending = store.inflight.get(key)
+        if pending is None:
+            return MISSING
+        await asyncio.wait((pending,))
+        found = await store.alookup(key, ttl)
+    return found
+
+
+def _reused(ctx: Caller, tool: Tool, found: tuple[Any, bool, str | None]) -> tuple[Any, bool]:
+    value, miss, error = found
+    if error is not None:
+        raise ToolError(not_storable(tool, error, paid_now=False), tool=tool.name)
+    ctx.count(tool, reused=True)
+    return tool.read(value, miss)
+
+
+# -- lease, budget, release -----------------------------------------------------------
+
+
+async def _pay(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
+    store = ctx.scope.store
+    done = store.inflight[call.key] = asyncio.get_running_loop().create_future()
+    try:
+        found = await _lease(store, call)
+        if found is not MISSING:
+            return _reused(ctx, tool, found)
+        return await _spend(ctx, tool, call)
+    finally:
+        _release(store, call.key, done)
+
+
+async def _lease(store: Any, call: Pending) -> Any:
+    """Take this call's lease; returns a receipt instead if another process paid for it meanwhile."""
+    key, ttl, leases = call.key, call.ttl, store.leases
+    if not await leases.take(key):
+        # Another process is paying for this call right now: wait for its receipt.
+        check = (lambda: MISSING) if call.forced else (lambda: store.lookup(key, ttl))
+        found = await leases.wait(key, check, MISSING)
+        if found is not MISSING:
+            leases.release(key)
+        return found
+    if call.forced:
+        return MISSING
+    # Another process may have paid and let go between our lookup and our lease.
+    return await store.alookup(key, ttl)
+
+
+async def _spend(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
+    """Reserve the call's cost, then route it; the cost comes back if it does not complete."""
+    scope = ctx.scope
+    scope.costs.reserve(tool)
+    try:
+        answer, miss = await _route(ctx, tool, call)
+    except BaseException:
+        scope.costs.refund(tool)
+        raise
+    if call.forced:
+        scope.forced(call.logical)
+    return tool.read(answer, miss)
+
+
+def _release(store: Any, key: str, done: asyncio.Future[None]) -> None:
+    """Let the call go, once its receipt is on disk (or it never went out)."""
+    store.leases.release(key)  # a waiting process then finds the receipt
+    if store.inflight.get(key) is done:
+        del store.inflight[key]
+    if not done.done():
+        done.set_result(None)
+
+
+# -- route: batch, governor, or straight ----------------------------------------------
+
+
+async def _route(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
+    if tool.batch_size is not None:
+        return await _batched(ctx, tool, call)
+    send = _sender(ctx, tool, call)
+    if tool.provider is None:
+        return await send()
+    return await _governed(ctx, tool, call, send)
+
+
+async def _batched(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
+    """Join a batch; its task dispatches and records each member's receipt.  The member waits on
+    the provider against its own row's wait budget."""
+    scope = ctx.scope
+    budget = scope.tickets.budget(ctx.position, tool.provider) if tool.provider is not None else None
+
+    async def land(answer: Any, miss: bool) -> tuple[Any, bool]:
+        return await paid(ctx, tool, call.key, call.values, answer, miss)
+
+    return await scope.batches.batcher(tool).call(call.values, land, budget)
+
+
+async def _governed(ctx: Caller, tool: Tool, call: Pending, send: Send) -> tuple[Any, bool]:
+    """Through the provider's governor, with this logical call's ticket: it outlives a
+    suspension, so a replayed call keeps its retry count."""
+    tickets = ctx.scope.tickets
+    ticket = tickets.get(call.logical, tool, ctx.position)
+    assert tool.provider is not None
+    try:
+        result = await governed(tool.provider, send, ticket)
+    except Held:
+        raise
+    except BaseException:
+        tickets.done(call.logical)
+        raise
+    tickets.done(call.logical)
+    return result
+
+
+def _sender(ctx: Caller, tool: Tool, call: Pending) -> Send:
+    """The ``send`` a governor calls once per try: dispatch, then record the receipt."""
+    scope = ctx.scope
+    # A forced call is a new request to the provider: its idempotency key must differ from the
+    # receipt's, once per logical call of this run (a replay of the row sends the same one).
+    idem = digest(f"{call.key}\x1f{scope.run_id}\x1f{call.logical}") if call.forced else call.key
+    env = CallEnv(scope.http_client, idem)
+    key, values = call.key, call.values
+
+    async def send() -> tuple[Any, bool]:
+        with scope.landing():  # a stop now lets this call land its receipt, then stops the row
+            return await paid(ctx, tool, key, values, *await invoke(tool, values, env))
+
+    return send
+
+
+# -- dispatch and record --------------------------------------------------------------
+
+
+async def invoke(tool: Tool, values: Any, env: CallEnv) -> tuple[Any, bool]:
+    """One try of the tool, with its errors classified: an SDK's HTTP errors as HTTP answers
+    (see ``tools.failures``), a Python tool's credential error as fatal."""
+    try:
+        return await tool.invoke(values, env)
+    except ToolError as exc:
+        if exc.status in (401, 402, 403):  # a Python tool's "bad credentials" stops the run as HTTP's does
+            raise RunFatal(f"tool {tool.name!r}: {exc} (status {exc.status})", tool=tool.name, provider=exc.provider, status=exc.status) from exc
+        raise
+    except PlaybookError:
+        raise
+    except Exception as exc:
+        error = translate(exc, tool=tool.name, provider=tool.provider.name if tool.provider else None, retry_on=tool.retry_on)
+        if error is not None:
+            raise error from exc
+        # A tool's own exception stays the row's error, with the tool named on it.
+        exc.add_note(f"raised by tool {tool.name!r}")
+        raise
+
+
+async def paid(ctx: Caller, tool: Tool, key: str, values: Any, answer: Any, miss: bool) -> tuple[Any, bool]:
+    """An answer came back: it is paid for (counted, whatever happens next), and recorded."""
+    try:
+        return await record(ctx.scope, tool, key, values, answer, miss)
+    finally:
+        ctx.count(tool, reused=False)
+
+
+async def record(scope: RunScope, tool: Tool, key: str, values: Any, answer: Any, miss: bool) -> tuple[Any, bool]:
+    """Write the receipt of a paid answer; returns the answer as stored, so the first run sees
+    exactly what every replay will (a pydantic model as its dict, a tuple as a tuple)."""
+    store = scope.store
+    meta = {"tool": tool.name, "version": tool.identity, "account": tool.account, "cost": tool.cost, "input": values}
+    try:
+        stored = encode(answer)
+    except Unencodable as exc:
+        # Paid for, but it has no JSON form: keep a receipt saying so, so no rerun pays again.
+        await store.commit(receipt_record(key, stored=None, tagged=False, at=scope.clock(), miss=miss, error=str(exc), **meta))
+        raise ToolError(not_storable(tool, str(exc), paid_now=True), tool=tool.name) from None
+    tagged = stored is not answer
+    await store.commit(receipt_record(key, stored=stored, tagged=tagged, at=scope.clock(), miss=miss, **meta))
+    return (decode(stored) if tagged else answer), miss
+
+
+def not_storable(tool: Tool, problem: str, *, paid_now: bool) -> str:
+    """Why a paid answer has no receipt value, and the way out."""
+    when = "was paid for" if paid_now else "was paid for in an earlier run"
+    bump = "change its version= " if tool.version is not None else "edit the tool (an edited tool is a new tool) "
+    return (
+        f"tool {tool.name!r} {when}, but its answer cannot be stored: {problem}. It is not paid for again: "
+        f"this call keeps failing until you return plain data from the tool (e.g. return model.model_dump(), "
+        f"or a dict of the fields you need) and {bump}so that the call is made afresh"
+    )

@@ -1,0 +1,186 @@
+"""What a row's context and its calls may use of the run, and nothing more.
+
+The scheduler builds one :class:`RunScope` per run and hands it to every ``ctx``; the call
+pipeline reaches the store, the cost budget, the providers' tickets and the run's events
+through it.  Nothing here knows the scheduler: a stop or a fatal error is a callable it gave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from ..models import CallFinished, Event, WaterfallFinished
+from ..providers import Ticket
+from ..signals import Parked, WaitBudget
+from ..tools import Tool
+from ..tools.transport import default_client
+from .batching import Batches
+from .table import RowTable
+
+if TYPE_CHECKING:
+    from ..providers import Provider
+    from ..store import ReceiptStore
+
+__all__ = ["CostBudget", "Landing", "RunScope", "Tickets"]
+
+
+class CostBudget:
+    """``max_cost``: paid calls are counted against it before they are sent."""
+
+    __slots__ = ("limit", "committed")
+
+    def __init__(self, limit: float | None) -> None:
+        self.limit = limit
+        self.committed = 0.0
+
+    def __repr__(self) -> str:
+        return f"<CostBudget {self.committed:g} of {self.limit}>"
+
+    def reserve(self, tool: Tool) -> None:
+        """Count a paid call before dispatch; park the row if it won't fit."""
+        if tool.cost and self.limit is not None:
+            if self.committed + tool.cost > self.limit + 1e-9:
+                raise Parked("budget", f"budget: calling {tool.name!r} (cost {tool.cost:g}) would pass max_cost={self.limit:g}")
+            self.committed += tool.cost
+
+    def refund(self, tool: Tool) -> None:
+        """A reserved call did not complete: give its cost back."""
+        if tool.cost and self.limit is not None:
+            self.committed -= tool.cost
+
+
+class Tickets:
+    """Each logical call's standing with its provider (kept across the row's replays: a replayed
+    call keeps its retry count), over its row's wait budget for that provider."""
+
+    __slots__ = ("_table", "_max_wait", "_watch", "_tickets")
+
+    def __init__(self, table: RowTable, max_wait: float | None, watch: Callable[[Provider], None]) -> None:
+        self._table = table
+        self._max_wait = max_wait  # the run's override of the providers' own max_wait
+        self._watch = watch  # the run follows each provider its rows call
+        self._tickets: dict[str, Ticket] = {}
+
+    def __repr__(self) -> str:
+        return f"<Tickets {len(self._tickets)} calls>"
+
+    def budget(self, pos: int, provider: Provider) -> WaitBudget:
+        """The wait row ``pos`` has left on ``provider``, until it settles."""
+        self._watch(provider)
+        entry = self._table.entries[pos]
+        budgets = entry.budgets
+        if budgets is None:
+            budgets = entry.budgets = {}
+        found = budgets.get(provider.name)
+        if found is None:
+            wait = self._max_wait if self._max_wait is not None else provider.max_wait
+            found = budgets[provider.name] = WaitBudget(wait)
+        return found
+
+    def get(self, call_id: str, tool: Tool, pos: int) -> Ticket:
+        found = self._tickets.get(call_id)
+        if found is None:
+            assert tool.provider is not None
+            found = self._tickets[call_id] = Ticket(tool.name, self.budget(pos, tool.provider))
+        return found
+
+    def done(self, call_id: str) -> None:
+        self._tickets.pop(call_id, None)
+
+
+class Landing:
+    """Rows whose call is being sent and recorded: a stop lets them land the receipt first."""
+
+    __slots__ = ("tasks", "stopping")
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.stopping = False
+
+    def __repr__(self) -> str:
+        return f"<Landing {len(self.tasks)} calls{' stopping' if self.stopping else ''}>"
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        """Around a call being sent and recorded: a stop leaves this row's task to land the
+        receipt, then the row stops here (it is settled as skipped)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        try:
+            yield
+        finally:
+            self.tasks.discard(task)
+            del task
+        if self.stopping:
+            raise asyncio.CancelledError("the run was stopped; this call's receipt is written")
+
+
+class RunScope:
+    """The run as one row's calls see it: identity, store, budgets, tickets, events."""
+
+    __slots__ = (
+        "run_id", "play", "store", "clock", "force_all", "emit", "costs", "tickets", "landing", "batches", "label", "_fatal",
+        "_forced", "_client",
+    )  # fmt: skip
+
+    def __init__(
+        self, *, run_id: str, play: str, store: ReceiptStore, force_all: bool, emit: Callable[[Event], None], costs: CostBudget,
+        tickets: Tickets, label: Callable[[int], Any], fatal: Callable[[BaseException], None],
+    ) -> None:  # fmt: skip
+        self.run_id = run_id
+        self.play = play
+        self.store = store
+        self.clock = store.clock  # receipts' and sleeps' times
+        self.force_all = force_all  # refresh=True: every call is paid for again
+        self.emit = emit
+        self.costs = costs
+        self.tickets = tickets
+        self.landing = Landing()
+        self.batches = Batches()
+        self.label = label  # position -> index label, for messages
+        self._fatal = fatal
+        self._forced: set[str] = set()
+        self._client: httpx.AsyncClient | None = None
+
+    def __repr__(self) -> str:
+        return f"<RunScope {self.run_id} {self.play!r}>"
+
+    def must_force(self, logical: str) -> bool:
+        """True until a forced logical call has been paid for in this run: a row replayed after
+        a hold does not pay for it again, and one held before it was paid still forces it."""
+        return logical not in self._forced
+
+    def forced(self, logical: str) -> None:
+        self._forced.add(logical)
+
+    def http_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = default_client()
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def call_finished(self, tool: Tool, reused: bool) -> None:
+        provider = tool.provider.name if tool.provider is not None else None
+        if reused:
+            self.emit(CallFinished(tool.name, provider, True, tool.cost))
+        else:
+            local = tool.provider is None and not tool.cost and not tool.remote
+            self.emit(CallFinished(tool.name, provider, False, tool.cost, local))
+
+    def waterfall_done(self, key: str, tools: Sequence[str], outcomes: list[str]) -> None:
+        outcomes = outcomes + ["never"] * (len(tools) - len(outcomes))
+        self.emit(WaterfallFinished(key, tuple(tools), tuple(outcomes)))
+
+    def fatal_stop(self, exc: BaseException) -> None:
+        """A fatal error (bad credentials, no credit): dispatch nothing more, stop the other rows now."""
+        self._fatal(exc)

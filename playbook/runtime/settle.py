@@ -1,0 +1,95 @@
+"""Row outcomes: how a row's attempt ends reaches the rows table and the run's events.
+
+A row settles (``ok``, ``reused``, ``failed``, ``parked``, ``skipped``), or steps aside into the
+held queue (held by a provider, or sleeping) and comes back at its time.  Rows sharing its key
+share the outcome.  Each change is one event: views and counters follow from those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RowStarted, Status
+from .held import HeldQueue
+from .state import RunEvent
+from .table import Parking, RowTable, Waiting
+
+__all__ = ["Outcomes"]
+
+_SLEEP = Waiting("sleep", None)
+
+
+class Outcomes:
+    """Settles, parks, holds and re-admits rows: the table and the events change together."""
+
+    __slots__ = ("table", "held", "_emit", "_parked_down")
+
+    def __init__(self, table: RowTable, held: HeldQueue, emit: Callable[[RunEvent], None], parked_down: Callable[[int, str], None]) -> None:
+        self.table = table
+        self.held = held
+        self._emit = emit
+        self._parked_down = parked_down  # a row parked on a down provider: it may come back in this run
+
+    def __repr__(self) -> str:
+        return f"<Outcomes {self.table!r} {self.held!r}>"
+
+    def started(self, pos: int) -> int:
+        """A worker took the row; returns its attempt number."""
+        entry = self.table.entries[pos]
+        entry.running = True
+        entry.attempts += 1
+        self._emit(RowStarted(pos))
+        return entry.attempts
+
+    def settle(
+        self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, *, ran: bool = True, held: bool = False,
+        calls: int = 0, cost: float = 0.0,
+    ) -> None:  # fmt: skip
+        rows = self.table.settle(pos, status, output, error)
+        self._emit(RowFinished(pos, status, error, rows, ran, held, calls, cost))
+
+    def park(self, pos: int, reason: str, message: str, provider: str | None, ready_at: float | None) -> None:
+        self.table.park(pos, Parking(reason, provider, ready_at))
+        self._emit(RowParked(pos, reason, provider, ready_at))
+        self.settle(pos, "parked", None, message)
+        if reason == "down" and provider is not None:
+            self._parked_down(pos, provider)
+
+    def hold(self, pos: int, until: float, wall: float, provider: str, status: int | None) -> None:
+        """Held by ``provider`` until ``until`` (loop clock; ``wall``: the same in epoch seconds)."""
+        self._aside(pos, until, Waiting("provider", provider))
+        self._emit(RowHeld(pos, provider, wall, status))
+
+    def sleep(self, pos: int, until: float, wall: float) -> None:
+        """In ``ctx.sleep`` until ``until`` (loop clock)."""
+        self._aside(pos, until, _SLEEP)
+        self._emit(RowSleeping(pos, wall))
+
+    def _aside(self, pos: int, until: float, waiting: Waiting) -> None:
+        entry = self.table.entries[pos]
+        entry.running, entry.waiting = False, waiting
+        self.held.push(pos, until)
+
+    def resume(self, pos: int) -> None:
+        """A held row's time has come: a worker takes it again."""
+        self.table.entries[pos].waiting = None
+        self._emit(RowResumed(pos))
+
+    def requeue(self, pos: int, previous: Status) -> None:
+        """A settled row runs again (``run.retry()``, or its down provider is back)."""
+        self._emit(RowRequeued(pos, previous, self.table.unsettle(pos)))
+
+    def reused(self, pos: int, memo: dict[str, Any]) -> None:
+        self.settle(pos, "reused", memo["output"], None, ran=False, calls=memo["calls"], cost=memo["cost"])
+
+    def unfinished(self, positions: list[int], why: str) -> None:
+        """Settle every row of ``positions`` not settled yet as skipped (a stop, a fatal error)."""
+        entries = self.table.entries
+        for pos in positions:  # a copy comes after its lead, so settling the lead settles it
+            entry = entries[pos]
+            if entry.status is None:
+                held = entry.waiting is not None
+                entry.waiting = None
+                self.settle(pos, "skipped", None, why, ran=entry.running, held=held)
+        self.held.clear()

@@ -1,0 +1,84 @@
+"""Admission: the worker tasks that take rows, held rows first (at their time), then fresh ones.
+
+At most ``concurrency`` workers run rows at once.  A row that steps aside (held, sleeping) gives
+its worker up; a worker is added if the pool fell short, so a held row never lacks one when it
+comes back.  Workers join while an execution goes (a retry adds rows), so the pool is waited for
+until none is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from .held import HeldQueue
+
+__all__ = ["Workers"]
+
+
+class Workers:
+    """The pool of one execution: fresh rows in ``pending``, held rows in ``held``."""
+
+    __slots__ = ("tasks", "pending", "held", "concurrency", "_run", "_resume")
+
+    def __init__(self, concurrency: int, held: HeldQueue, run: Callable[[int], Awaitable[bool]], resume: Callable[[int], None]) -> None:
+        self.tasks: list[asyncio.Task[None]] = []
+        self.pending: deque[int] = deque()
+        self.held = held
+        self.concurrency = concurrency
+        self._run = run  # runs one attempt of a row: True if it stepped aside
+        self._resume = resume  # a held row is taken again
+
+    def __repr__(self) -> str:
+        return f"<Workers {self.live()}/{self.concurrency} pending={len(self.pending)} {self.held!r}>"
+
+    def live(self) -> int:
+        return sum(not t.done() for t in self.tasks)
+
+    def admit(self, positions: Iterable[int]) -> None:
+        """Queue rows and start the workers they need, up to ``concurrency``."""
+        self.pending.extend(positions)
+        self._spawn(max(0, min(self.concurrency - self.live(), len(self.pending))))
+
+    def _stepped_aside(self) -> None:
+        """A row left its worker for the held queue: that worker takes another row, and the
+        held one must not lack a worker when its time comes."""
+        if self.live() < self.concurrency:
+            self._spawn(1)
+
+    def _spawn(self, count: int) -> None:
+        for _ in range(count):
+            self.tasks.append(asyncio.ensure_future(self._worker()))
+
+    async def _worker(self) -> None:
+        pending, held, run = self.pending, self.held, self._run
+        loop = asyncio.get_running_loop()
+        while True:
+            pos = held.due(loop.time()) if held else None
+            if pos is not None:  # a held row comes back ahead of fresh rows
+                self._resume(pos)
+            elif pending:
+                pos = pending.popleft()
+            elif held:
+                await held.nap(held.next_at())  # type: ignore[arg-type]  # not empty: it has a next
+            else:
+                return
+            if pos is not None and await run(pos):
+                self._stepped_aside()
+
+    def cancel(self, keep: asyncio.Task[Any] | None, landing: set[asyncio.Task[Any]]) -> None:
+        """Stop taking rows; cancel the rows in flight but ``keep`` and those ``landing`` a receipt."""
+        self.pending.clear()
+        self.held.clear()
+        for task in self.tasks:
+            if task is not keep and task not in landing:
+                task.cancel()
+
+    def failure(self) -> BaseException | None:
+        """An error that escaped a worker (a bug, not a row's failure: those are outcomes)."""
+        for task in self.tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                return task.exception()
+        return None

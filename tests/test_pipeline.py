@@ -1,0 +1,84 @@
+"""Steps of the call pipeline, each on its own: the lookup that waits for a call in flight, the cost
+budget, the row table's one-line reset, and the held queue's order (real store, virtual time)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pandas as pd
+import pytest
+from vtime import run_virtual
+
+import playbook as pb
+from playbook.keys import receipt_key
+from playbook.runtime.held import HeldQueue
+from playbook.runtime.pipeline import lookup
+from playbook.runtime.scope import CostBudget
+from playbook.runtime.table import Parking, RowTable
+from playbook.signals import Parked
+from playbook.store import MISSING
+from playbook.store.records import record
+
+
+def test_lookup_waits_for_the_same_call_in_flight_then_reads_its_receipt(store: pb.ReceiptStore) -> None:
+    """A key missing from the store is MISSING at once; while another row pays for it, lookup waits for
+    that call and returns its receipt instead of paying twice."""
+    key = receipt_key("t", "1", '{"n":1}', "default")
+
+    async def main() -> tuple[object, object, float]:
+        assert await lookup(store, key, None) is MISSING
+        paying = store.inflight[key] = asyncio.get_running_loop().create_future()
+
+        async def pay() -> None:
+            await asyncio.sleep(5)
+            await store.commit(record(key, tool="t", stored={"v": 1}, tagged=False, at=0.0))
+            del store.inflight[key]
+            paying.set_result(None)
+
+        task = asyncio.ensure_future(pay())
+        found = await lookup(store, key, None)
+        await task
+        return found, paying.done(), asyncio.get_running_loop().time()
+
+    found, paid, at = run_virtual(main())
+    assert paid and at == pytest.approx(5.0) and found[0] == {"v": 1}  # type: ignore[index]
+
+
+def test_the_cost_budget_reserves_before_dispatch_and_refunds_what_did_not_complete() -> None:
+    """A paid call is counted before it is sent; one that would pass max_cost parks its row; a refund frees room."""
+
+    @pb.tool(cost=0.4)
+    def priced(n: int) -> int:
+        return n
+
+    budget = CostBudget(1.0)
+    budget.reserve(priced)
+    budget.reserve(priced)
+    with pytest.raises(Parked) as parked:
+        budget.reserve(priced)
+    assert parked.value.reason == "budget" and budget.committed == pytest.approx(0.8)
+    budget.refund(priced)
+    budget.reserve(priced)
+    assert budget.committed == pytest.approx(0.8)
+
+
+def test_a_row_and_its_copies_settle_together_and_reset_in_one_step() -> None:
+    """Rows sharing a key share their lead's outcome; unsettling the lead resets every field of the group."""
+    table = RowTable(pd.DataFrame({"k": [1, 2, 1]}, index=["a", "b", "c"]))
+    runnable, unkeyed = table.identify([0, 1, 2], None)
+    assert (runnable, unkeyed) == ([0, 1], [])
+    table.park(0, Parking("hold", "acme", 10.0))
+    assert table.settle(0, "parked", None, "held too long") == 2
+    assert [row.row for row in table.parked()] == ["a", "c"]
+    assert table.settled_as(("parked",)) == [0]  # the copy runs with its lead
+    assert table.unsettle(0) == 2
+    assert [(e.status, e.error, e.parking) for e in table.entries] == [(None, None, None)] * 3
+
+
+def test_the_held_queue_gives_rows_back_in_deadline_order() -> None:
+    """Rows come back by their time, ties in the order they were held; nothing before its time."""
+    queue = HeldQueue()
+    for pos, until in [(0, 5.0), (1, 2.0), (2, 5.0)]:
+        queue.push(pos, until)
+    assert queue.due(1.0) is None and queue.next_at() == 2.0
+    assert [queue.due(9.0), queue.due(9.0), queue.due(9.0), queue.due(9.0)] == [1, 0, 2, None]
