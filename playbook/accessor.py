@@ -7,7 +7,9 @@ run's state.  The runtime below knows nothing of views.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -16,6 +18,7 @@ from .errors import PlayDefinitionError, interrupted
 from .plays import as_play
 from .runtime.options import RunOptions
 from .runtime.run import Run, begin_background, execute, start
+from .store import ReceiptStore
 from .tools import Tool
 from .ui import Controls, attach_view
 from .ui.html import run_html
@@ -30,15 +33,63 @@ class PlayAccessor:
     def __init__(self, frame: pd.DataFrame) -> None:
         self._frame = frame
 
-    def map(self, play: Any, **options: Any) -> pd.DataFrame:
-        """Run ``play`` over every row and return the result DataFrame (blocking)."""
-        if options.get("background"):
+    def map(
+        self,
+        play: Any,
+        *,
+        concurrency: int = 16,
+        on_error: Literal["isolate", "raise"] = "isolate",
+        refresh: bool | Literal["rows"] = False,
+        max_cost: float | None = None,
+        limit: int | None = None,
+        key: str | Sequence[str] | None = None,
+        progress: Literal["auto", "widget", "text"] | bool = "auto",
+        store: ReceiptStore | str | os.PathLike[str] | None = None,
+        max_wait: float | None = None,
+        **unknown: Any,
+    ) -> pd.DataFrame:
+        """Run ``play`` over every row and return the result DataFrame (blocking).
+
+        ``play``: a ``@pb.play``, an ``async def (row, ctx)``, or a tool (inputs bound from
+        same-named columns).
+        ``concurrency``: rows in flight at once.
+        ``on_error``: ``"isolate"`` (a failed row is data in the result) or ``"raise"``.
+        ``refresh``: ``"rows"`` runs finished rows again (reusing receipts); ``True`` pays for
+        every call again.
+        ``max_cost``: stop paying past this total cost; the rows that would pass it park.
+        ``limit``: only the first N rows (the result has N rows).
+        ``key``: column(s) naming a row's identity (default: all input values).
+        ``progress``: ``"auto"`` (a widget in Jupyter, text elsewhere), ``"widget"``, ``"text"``
+        or ``False``.
+        ``store``: a ``pb.ReceiptStore``, a directory, or a ``redis://`` URL (default:
+        ``$PLAYBOOK_HOME`` or ``.playbook/``).
+        ``max_wait``: seconds a row may wait on provider holds before it parks (default: each
+        provider's own).
+        """
+        if unknown.get("background"):
             raise PlayDefinitionError("map() returns the finished DataFrame; for a background run use df.play.run(play, background=True)")
+        options = _options(locals())
         return self.run(play, **options).result
 
-    def run(self, play: Any, **options: Any) -> Run:
-        """Run ``play`` and return the :class:`Run`; with ``background=True``, return at once."""
-        run, opts = self._start(play, options)
+    def run(
+        self,
+        play: Any,
+        *,
+        concurrency: int = 16,
+        on_error: Literal["isolate", "raise"] = "isolate",
+        refresh: bool | Literal["rows"] = False,
+        max_cost: float | None = None,
+        limit: int | None = None,
+        key: str | Sequence[str] | None = None,
+        progress: Literal["auto", "widget", "text"] | bool = "auto",
+        background: bool = False,
+        store: ReceiptStore | str | os.PathLike[str] | None = None,
+        max_wait: float | None = None,
+        **unknown: Any,
+    ) -> Run:
+        """Run ``play`` and return the :class:`Run`; with ``background=True``, return at once
+        (the run goes on in the kernel's loop).  The other options are :meth:`map`'s."""
+        run, opts = self._start(play, _options(locals()))
         if opts.background:
             return begin_background(run)
         try:
@@ -54,15 +105,45 @@ class PlayAccessor:
             ) from None
         return run
 
-    async def amap(self, play: Any, **options: Any) -> pd.DataFrame:
-        """Async form of :meth:`map`."""
-        if options.get("background"):
+    async def amap(
+        self,
+        play: Any,
+        *,
+        concurrency: int = 16,
+        on_error: Literal["isolate", "raise"] = "isolate",
+        refresh: bool | Literal["rows"] = False,
+        max_cost: float | None = None,
+        limit: int | None = None,
+        key: str | Sequence[str] | None = None,
+        progress: Literal["auto", "widget", "text"] | bool = "auto",
+        store: ReceiptStore | str | os.PathLike[str] | None = None,
+        max_wait: float | None = None,
+        **unknown: Any,
+    ) -> pd.DataFrame:
+        """Async form of :meth:`map` (the same options)."""
+        if unknown.get("background"):
             raise PlayDefinitionError("amap() returns the finished DataFrame; for a background run use df.play.arun(play, background=True)")
+        options = _options(locals())
         return (await self.arun(play, **options)).result
 
-    async def arun(self, play: Any, **options: Any) -> Run:
-        """Async form of :meth:`run`."""
-        run, opts = self._start(play, options)
+    async def arun(
+        self,
+        play: Any,
+        *,
+        concurrency: int = 16,
+        on_error: Literal["isolate", "raise"] = "isolate",
+        refresh: bool | Literal["rows"] = False,
+        max_cost: float | None = None,
+        limit: int | None = None,
+        key: str | Sequence[str] | None = None,
+        progress: Literal["auto", "widget", "text"] | bool = "auto",
+        background: bool = False,
+        store: ReceiptStore | str | os.PathLike[str] | None = None,
+        max_wait: float | None = None,
+        **unknown: Any,
+    ) -> Run:
+        """Async form of :meth:`run` (the same options)."""
+        run, opts = self._start(play, _options(locals()))
         if opts.background:
             return begin_background(run)
         await execute(run)
@@ -86,6 +167,13 @@ class PlayAccessor:
         run = start(frame, the_play, opts, opts.open_store(), html=run_html)
         run.view = attach_view(run.state, opts.progress, background=opts.background, controls=_controls(run) if opts.background else None)
         return run, opts
+
+
+def _options(given: dict[str, Any]) -> dict[str, Any]:
+    """The run options a method was called with: its keyword parameters, and any unknown ones
+    (RunOptions names those, with a "did you mean")."""
+    options = {name: value for name, value in given.items() if name not in ("self", "play", "unknown", "options")}
+    return {**options, **given["unknown"]}
 
 
 def _controls(run: Run) -> Controls:

@@ -25,15 +25,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .errors import ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
 from .limits import Backoff, Health, Limiter, Permit
 from .models import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RateChanged, time_of_day
 from .signals import Held, WaitBudget
 
-if TYPE_CHECKING:
-    from .providers import Provider
 
 __all__ = ["IN_PLACE", "OWN_IN_PLACE", "Governor", "Ticket"]
 
@@ -60,6 +58,19 @@ class Ticket:
         return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"
 
 
+class Described(Protocol):
+    """What the governor reads of its provider's description (a :class:`~playbook.providers.Provider`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def max_wait(self) -> float: ...
+
+    @property
+    def retries(self) -> int: ...
+
+
 class Governor:
     """The live state of one :class:`~playbook.providers.Provider` in this process."""
 
@@ -68,7 +79,7 @@ class Governor:
         "probe_at", "_seen_hold", "_holding", "_lift_timer", "_listeners",
     )  # fmt: skip
 
-    def __init__(self, provider: Provider, limiter: Limiter) -> None:
+    def __init__(self, provider: Described, limiter: Limiter) -> None:
         self.provider = provider
         self.limiter = limiter
         self.backoff = Backoff()

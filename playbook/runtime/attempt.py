@@ -69,7 +69,7 @@ class RowRunner:
         else:
             outcomes.settle(pos, "ok", output, None)
             if stored is not None:
-                remember(self.store, self.play, table, pos, output, stored, (ctx.calls, ctx.cost, ctx.tools))
+                remember(self.store, self.play, table, pos, output, stored, (ctx.calls, ctx.cost, ctx.tools, ctx.receipts))
         finally:
             ctx.close()
         return False

@@ -42,7 +42,7 @@ class Context:
     """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.waterfall(...)``, ``ctx.step(...)``,
     ``ctx.sleep(...)``, ``ctx.log(...)``."""
 
-    __slots__ = ("scope", "row_key", "position", "attempt", "_seen", "logs", "_signal", "calls", "cost", "tools", "_made")
+    __slots__ = ("scope", "row_key", "position", "attempt", "_seen", "logs", "_signal", "calls", "cost", "tools", "receipts", "_made")
 
     def __init__(self, scope: RunScope, row_key: str, position: int, attempt: int) -> None:
         self.scope = scope  # what of the run this row's calls may use
@@ -57,6 +57,7 @@ class Context:
         self.calls = 0
         self.cost = 0.0
         self.tools: dict[str, str] = {}  # name -> fingerprint of every tool the row called
+        self.receipts: list[str] = []  # the receipt keys it looked up: a remote store reads them ahead next time
         self._made: list[tuple[Coroutine[Any, Any, Any], str, int]] | None = None
 
     @property
@@ -139,8 +140,9 @@ class Context:
         n = seen[name] = seen.get(name, -1) + 1
         return n
 
-    def used(self, tool: Tool) -> None:
+    def used(self, tool: Tool, key: str) -> None:
         self.tools[tool.name] = tool.fingerprint
+        self.receipts.append(key)
 
     def count(self, tool: Tool, *, reused: bool) -> None:
         self.calls += 1

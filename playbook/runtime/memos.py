@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["finish_store", "remember", "reuse"]
 
-Used = tuple[int, float, dict[str, str]]  # a row's calls, their cost, its tools
+Used = tuple[int, float, dict[str, str], list[str]]  # a row's calls, their cost, its tools, the receipts it looked up
 _CHUNK = 512  # memo keys asked of the store at once
 _logger = logging.getLogger("playbook")
 
@@ -46,18 +46,19 @@ def reuse(store: ReceiptStore, play: Play, table: RowTable, runnable: list[int],
                 rest.append(pos)
             else:
                 reused(pos, memo)
+    store.warm(play.name, [entries[p].key for p in rest])  # type: ignore[misc]  # runnable rows have keys
     return rest
 
 
 def remember(store: ReceiptStore, play: Play, table: RowTable, pos: int, output: dict[str, Any], stored: Any, used: Used) -> None:
     """Write the row's memo: its output (``stored``: its stored form), and ``used``: its calls,
-    what they cost and the tools it called (name -> fingerprint)."""
+    what they cost, the tools it called (name -> fingerprint) and the receipt keys it looked up."""
     entry = table.entries[pos]
     mk = entry.memo_key or memo_key(play.fingerprint, entry.key)  # type: ignore[arg-type]  # a row that ran has a key
     entry.memo_key = None
-    calls, cost, tools = used
+    calls, cost, tools, receipts = used
     flags = OUTPUT_TAGGED if output is not stored else 0
-    store.add_memo(mk, play.name, memo_tools(tools), calls, cost, flags, dumps(stored))
+    store.add_memo(mk, play.name, memo_tools(tools), calls, cost, flags, dumps(stored), row=entry.key or "", used=receipts)
 
 
 def _tools_unchanged(tools: dict[str, str]) -> bool:
@@ -88,4 +89,5 @@ def finish_store(store: ReceiptStore, emit: Callable[[RunNotice], None], seen: i
         _logger.warning("%s", note)
     for note in store.notices[seen:]:
         emit(RunNotice(note, 0))
-    return len(store.notices)
+    store.told = len(store.notices)
+    return store.told

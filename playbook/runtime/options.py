@@ -69,7 +69,7 @@ class RunOptions:
         if self.max_wait is not None and (not _number(self.max_wait) or self.max_wait < 0):
             raise bad("max_wait", "a number of seconds >= 0 or None")
         if self.store is not None and not isinstance(self.store, (ReceiptStore, str, os.PathLike)):
-            raise bad("store", "a pb.ReceiptStore, a directory path or None")
+            raise bad("store", "a pb.ReceiptStore, a directory path, a redis:// URL or None")
 
     def key_columns(self, frame: pd.DataFrame) -> list[Any] | None:
         """The key columns, checked against the frame."""

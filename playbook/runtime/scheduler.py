@@ -66,7 +66,7 @@ class Scheduler:
         self._positions: list[int] = []  # the rows this execution settles
         self._watching: dict[str, Callable[[], None]] = {}  # provider -> unsubscribe, while an execution runs
         self._woken: asyncio.Future[None] | None = None
-        self._notices_seen = len(store.notices)
+        self._notices_seen = store.told
         self._executing = False  # workers are being waited for: rows may still join
         self._first = True
         self._down = DownRows(self._readmit, lambda: self._executing and not self.stopping)

@@ -90,6 +90,9 @@ class ReceiptStore(Inspection):
             raise ReceiptError(f"cannot open the receipt store{at}: {exc.reason}; {_ELSEWHERE}") from None
         self.location = self._backend.location  # a URL's password masked
         self.notices: list[str] = list(getattr(self._backend, "notices", ()))  # what went wrong, for the runs that use it
+        self.told = 0  # how many of them a run has said already (the first run says those found at opening)
+        for note in self.notices:
+            _logger.warning("%s", note)
         self._lookup = self._backend.lookup
         self._pending_memos: list[MemoRow] = []
         self._pending_hints: list[tuple[str, str, str]] = []

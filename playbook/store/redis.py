@@ -27,10 +27,9 @@ evicted is a call paid for again.  Prefixes must not nest (``a``, ``a:b``): clea
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,21 +37,28 @@ from ..errors import ReceiptError
 from .protocol import Counts, Damaged, Found, StoreFailure
 from .records import MemoRow, Record, is_receipt, parse_tools
 from .redis_failures import failure, masked
+from .redis_format import (
+    CHUNK,
+    INFO,
+    chunks,
+    found_of,
+    grouped,
+    memo_of,
+    memo_value,
+    record_info,
+    record_of,
+    record_value,
+    text,
+    tool_names,
+)
 
 if TYPE_CHECKING:
     import redis
-    from redis.typing import EncodableT, FieldT
 
 __all__ = ["RedisBackend"]
 
 T = TypeVar("T")
 
-_CHUNK = 1000  # keys per pipelined round trip when there can be very many (memos, listings, clearing)
-_INFO = ["tool", "version", "account", "cost", "input"]
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_loads = json.loads
-_NOT_TEXT = "its value is not UTF-8 text (damaged)"
-_NOT_OURS = "it is not a record playbook wrote (fields missing or not numbers)"
 
 # Each lease script handles every key of a batch in one round trip, atomically on the server.
 # KEYS: lease keys; ARGV[1]: the owner; ARGV[2]: the lease time in milliseconds.  Taking is
@@ -154,12 +160,12 @@ class RedisBackend:
         return self.lookup_many([key])[0]
 
     def lookup_many(self, keys: Sequence[str]) -> list[Found | Damaged | None]:
-        return [None if value is None else _found(value) for value in self._get(keys)]
+        return [None if value is None else found_of(value) for value in self._get(keys)]
 
     def tool_of(self, key: str) -> str | None:
         with self._failing():
             tool = self._client.hget(f"{self._prefix}info:{key}", "tool")
-        return None if tool is None else _text(tool)
+        return None if tool is None else text(tool)
 
     def get(self, key: str) -> Record | Damaged | None:
         return self._records([key])[0]
@@ -170,9 +176,9 @@ class RedisBackend:
             pipe = self._client.pipeline(transaction=False)
             pipe.mget([self._prefix + key for key in keys])
             for key in keys:
-                pipe.hmget(f"{self._prefix}info:{key}", _INFO)
+                pipe.hmget(f"{self._prefix}info:{key}", INFO)
             values, *infos = pipe.execute(raise_on_error=False)
-        return [_record(key, value, info) for key, value, info in zip(keys, values, infos)]
+        return [record_of(key, value, info) for key, value, info in zip(keys, values, infos)]
 
     def write(self, records: Sequence[Record]) -> None:
         self._writable()
@@ -181,27 +187,27 @@ class RedisBackend:
         receipts = [row for row in records if is_receipt(row.key)]
         with self._failing():
             pipe = self._client.pipeline(transaction=True)
-            pipe.mset({self._prefix + row.key: _value(row) for row in records})
+            pipe.mset({self._prefix + row.key: record_value(row) for row in records})
             for row in records:
                 info = f"{self._prefix}info:{row.key}"
                 pipe.delete(info)  # a replaced record keeps no field of the old one (an input it no longer has)
-                pipe.hset(info, mapping=_info(row))
+                pipe.hset(info, mapping=record_info(row))
             if receipts:
                 pipe.zadd(self._receipts, {row.key: row.at for row in receipts})
-                for tool, keys in _grouped((row.tool, row.key) for row in receipts).items():
+                for tool, keys in grouped((row.tool, row.key) for row in receipts).items():
                     pipe.sadd(f"{self._prefix}tool:{tool}", *keys)
             pipe.execute()
 
     def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:
-        read = [(key, record) for chunk in _chunks(self._receipt_keys(tool)) for key, record in zip(chunk, self._records(chunk))]
+        read = [(key, record) for chunk in chunks(self._receipt_keys(tool)) for key, record in zip(chunk, self._records(chunk))]
         return [(key, record) for key, record in read if record is not None]  # None: cleared since it was listed
 
     def _receipt_keys(self, tool: str | None) -> list[str]:
         """Receipt keys (all, or one tool's), oldest first."""
         with self._failing():
             if tool is None:
-                return [_text(key) for key in self._client.zrange(self._receipts, 0, -1)]
-            members = [_text(key) for key in self._client.smembers(f"{self._prefix}tool:{tool}")]
+                return [text(key) for key in self._client.zrange(self._receipts, 0, -1)]
+            members = [text(key) for key in self._client.smembers(f"{self._prefix}tool:{tool}")]
             pipe = self._client.pipeline(transaction=False)
             for key in members:
                 pipe.zscore(self._receipts, key)
@@ -211,34 +217,34 @@ class RedisBackend:
     # -- row memos -------------------------------------------------------------------------------
 
     def memos(self, keys: Sequence[str]) -> tuple[list[MemoRow], list[str]]:
-        read = [(key, _memo(key, value)) for chunk in _chunks(keys) for key, value in zip(chunk, self._get(chunk)) if value is not None]
+        read = [(key, memo_of(key, value)) for chunk in chunks(keys) for key, value in zip(chunk, self._get(chunk)) if value is not None]
         return [memo for _, memo in read if isinstance(memo, MemoRow)], [key for key, memo in read if isinstance(memo, Damaged)]
 
     def write_memos(self, rows: Sequence[MemoRow]) -> None:
         self._writable()
-        for chunk in _chunks(rows):
+        for chunk in chunks(rows):
             with self._failing():
                 # A memo and its index entries together: one that clearing a tool cannot find
                 # would replay a row the user asked to pay for again.
                 pipe = self._client.pipeline(transaction=True)
-                pipe.mset({self._prefix + row.key: _memo_value(row) for row in chunk})
+                pipe.mset({self._prefix + row.key: memo_value(row) for row in chunk})
                 pipe.sadd(self._memos, *[row.key for row in chunk])
-                used = _grouped((name, row.key) for row in chunk for name in parse_tools(row.tools))
+                used = grouped((name, row.key) for row in chunk for name in parse_tools(row.tools))
                 for name, keys in used.items():
                     pipe.sadd(f"{self._memos}:{name}", *keys)
                 pipe.execute()
 
     def hints(self, play: str, rows: Sequence[str]) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}
-        for chunk in _chunks(rows):
+        for chunk in chunks(rows):
             for row, keys in zip(chunk, self._get([f"used:{play}:{row}" for row in chunk])):
                 if keys is not None:
-                    found[row] = _text(keys).split()
+                    found[row] = text(keys).split()
         return found
 
     def write_hints(self, hints: Sequence[tuple[str, str, str]]) -> None:
         self._writable()
-        for chunk in _chunks(hints):
+        for chunk in chunks(hints):
             with self._failing():
                 self._client.mset({f"{self._prefix}used:{play}:{row}": keys for play, row, keys in chunk})
 
@@ -248,14 +254,14 @@ class RedisBackend:
         """Receipts per tool (one pipelined pass), memos, and the memory the whole Redis server uses."""
         by_tool: dict[str, tuple[int, float]] = {}
         with self._failing():
-            for chunk in _chunks([_text(key) for key, _ in self._client.zscan_iter(self._receipts, count=_CHUNK)]):
+            for chunk in chunks([text(key) for key, _ in self._client.zscan_iter(self._receipts, count=CHUNK)]):
                 pipe = self._client.pipeline(transaction=False)
                 for key in chunk:
                     pipe.hmget(f"{self._prefix}info:{key}", ["tool", "cost"])
                 for tool, cost in pipe.execute(raise_on_error=False):
                     try:
-                        count, total = by_tool.get(_text(tool), (0, 0.0))
-                        by_tool[_text(tool)] = (count + 1, total + float(cost))
+                        count, total = by_tool.get(text(tool), (0, 0.0))
+                        by_tool[text(tool)] = (count + 1, total + float(cost))
                     except (TypeError, ValueError):
                         continue  # damaged by hand, or cleared meanwhile: not counted
             memos = self._client.scard(self._memos)
@@ -271,21 +277,21 @@ class RedisBackend:
         removed = 0
         # SPOP, not SMEMBERS then DEL: a receipt written meanwhile stays listed, to be cleared
         # with the next chunk or kept, never orphaned.
-        while keys := self._client.spop(f"{self._prefix}tool:{tool}", _CHUNK):
-            names = [_text(key) for key in keys]
+        while keys := self._client.spop(f"{self._prefix}tool:{tool}", CHUNK):
+            names = [text(key) for key in keys]
             pipe = self._client.pipeline(transaction=True)
             pipe.unlink(*[self._prefix + key for key in names])
             pipe.unlink(*[f"{self._prefix}info:{key}" for key in names])
             pipe.zrem(self._receipts, *keys)
             removed += int(pipe.execute()[0])
-        while keys := self._client.spop(f"{self._memos}:{tool}", _CHUNK):
-            memos = [_text(key) for key in keys]
+        while keys := self._client.spop(f"{self._memos}:{tool}", CHUNK):
+            memos = [text(key) for key in keys]
             used = self._get(memos)
             pipe = self._client.pipeline(transaction=True)
             pipe.unlink(*[self._prefix + key for key in memos])
             pipe.srem(self._memos, *memos)
             for key, value in zip(memos, used):
-                for name in _tool_names(value):  # so that memo_count of its other tools stays right
+                for name in tool_names(value):  # so that memo_count of its other tools stays right
                     pipe.srem(f"{self._memos}:{name}", key)
             pipe.execute()
         return removed
@@ -294,9 +300,9 @@ class RedisBackend:
         """Every key under the prefix but the leases: a call being paid for stays leased."""
         removed = 0
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix) + "*"
-        names = [_text(name) for name in self._client.scan_iter(match=pattern, count=_CHUNK)]
+        names = [text(name) for name in self._client.scan_iter(match=pattern, count=CHUNK)]
         doomed = [name for name in names if not name.startswith(self._prefix + "lease:")]
-        for chunk in _chunks(doomed):
+        for chunk in chunks(doomed):
             self._client.unlink(*chunk)
             # Records and memos are named by their key alone (no ':'); indexes have other names.
             removed += sum(":" not in (rest := name[len(self._prefix) :]) and rest not in ("receipts", "memos") for name in chunk)
@@ -337,99 +343,10 @@ class RedisBackend:
             owner, left = pipe.execute()
         if owner is None or left == -2:  # -2: it expired between the two
             return None
-        return _text(owner), (left / 1000 if left >= 0 else math.inf)
+        return text(owner), (left / 1000 if left >= 0 else math.inf)
 
     def _leases(self, keys: Sequence[str]) -> list[str]:
         return [f"{self._prefix}lease:{key}" for key in keys]
 
     def close(self) -> None:
         self._client.close()  # and its pool: from_url made the pool for this client alone
-
-
-# -- values as stored ----------------------------------------------------------------------------
-
-
-def _value(row: Record) -> str:
-    """What a replay reads of a record.  ``at`` as JSON is its repr: it comes back bit for bit (it decides staleness)."""
-    return _dumps([row.at, row.miss, row.flags, row.error]) + "\n" + row.output
-
-
-def _info(row: Record) -> dict[FieldT, EncodableT]:
-    """The rest of a record; no input (``None``) is left out."""
-    info: dict[FieldT, EncodableT] = {"tool": row.tool, "version": row.version, "account": row.account, "cost": row.cost}
-    if row.input is not None:
-        info["input"] = row.input
-    return info
-
-
-def _memo_value(row: MemoRow) -> str:
-    return _dumps([row.play, row.tools, row.calls, row.cost, row.flags]) + "\n" + row.output
-
-
-def _split(value: bytes) -> tuple[list[Any], str]:
-    """A stored value's JSON header and its output text; ``UnicodeDecodeError`` or ``ValueError`` if damaged."""
-    head, _, output = value.partition(b"\n")
-    header = _loads(head)
-    if type(header) is not list:
-        raise ValueError("no header")
-    return header, output.decode("utf-8")
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
-    return (items[start : start + _CHUNK] for start in range(0, len(items), _CHUNK))
-
-
-def _grouped(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
-    groups: dict[str, list[str]] = {}
-    for name, key in pairs:
-        groups.setdefault(name, []).append(key)
-    return groups
-
-
-def _tool_names(value: Any) -> list[str]:
-    """The tools a memo used, from its stored value."""
-    try:
-        return list(parse_tools(_split(value)[0][1]))
-    except (TypeError, ValueError, IndexError, AttributeError):
-        return []  # damaged or gone: its entries in other tools' sets only overcount memo_count
-
-
-def _parsed(build: Callable[[], T]) -> T | Damaged:
-    try:
-        return build()
-    except UnicodeDecodeError:  # before ValueError, its base
-        return Damaged(_NOT_TEXT)
-    except (TypeError, ValueError, IndexError):
-        return Damaged(_NOT_OURS)
-
-
-def _found(value: bytes) -> Found | Damaged:
-    def build() -> Found:
-        (at, miss, flags, error), output = _split(value)
-        return Found(output, bool(miss), int(flags), error, float(at))
-
-    return _parsed(build)
-
-
-def _record(key: str, value: Any, info: Any) -> Record | Damaged | None:
-    if value is None:
-        return None
-
-    def build() -> Record:
-        (at, miss, flags, error), output = _split(value)
-        tool, version, account, cost, input = (None if v is None else bytes(v).decode("utf-8") for v in info)
-        return Record(key, str(tool), str(version), str(account), float(at), float(cost or 0), bool(miss), int(flags), input, output, error)
-
-    return _parsed(build)
-
-
-def _memo(key: str, value: bytes) -> MemoRow | Damaged:
-    def build() -> MemoRow:
-        (play, tools, calls, cost, flags), output = _split(value)
-        return MemoRow(key, str(play), str(tools), int(calls), float(cost), int(flags), output)
-
-    return _parsed(build)

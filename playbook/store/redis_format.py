@@ -1,0 +1,110 @@
+"""How a record, a row memo and a hint look in Redis (see redis.py for the keys they live under)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .protocol import Damaged, Found
+from .records import MemoRow, Record, parse_tools
+
+if TYPE_CHECKING:
+    from redis.typing import EncodableT, FieldT
+
+__all__ = ["CHUNK", "INFO", "chunks", "found_of", "grouped", "memo_of", "memo_value", "record_info", "record_of", "record_value", "split", "text", "tool_names"]
+
+T = TypeVar("T")
+
+CHUNK = 1000  # keys per pipelined round trip when there can be very many (memos, listings, clearing)
+INFO = ["tool", "version", "account", "cost", "input"]
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_loads = json.loads
+_NOT_TEXT = "its value is not UTF-8 text (damaged)"
+_NOT_OURS = "it is not a record playbook wrote (fields missing or not numbers)"
+
+
+def record_value(row: Record) -> str:
+    """What a replay reads of a record.  ``at`` as JSON is its repr: it comes back bit for bit (it decides staleness)."""
+    return _dumps([row.at, row.miss, row.flags, row.error]) + "\n" + row.output
+
+
+def record_info(row: Record) -> dict[FieldT, EncodableT]:
+    """The rest of a record; no input (``None``) is left out."""
+    info: dict[FieldT, EncodableT] = {"tool": row.tool, "version": row.version, "account": row.account, "cost": row.cost}
+    if row.input is not None:
+        info["input"] = row.input
+    return info
+
+
+def memo_value(row: MemoRow) -> str:
+    return _dumps([row.play, row.tools, row.calls, row.cost, row.flags]) + "\n" + row.output
+
+
+def split(value: bytes) -> tuple[list[Any], str]:
+    """A stored value's JSON header and its output text; ``UnicodeDecodeError`` or ``ValueError`` if damaged."""
+    head, _, output = value.partition(b"\n")
+    header = _loads(head)
+    if type(header) is not list:
+        raise ValueError("no header")
+    return header, output.decode("utf-8")
+
+
+def text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    return (items[start : start + CHUNK] for start in range(0, len(items), CHUNK))
+
+
+def grouped(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for name, key in pairs:
+        groups.setdefault(name, []).append(key)
+    return groups
+
+
+def tool_names(value: Any) -> list[str]:
+    """The tools a memo used, from its stored value."""
+    try:
+        return list(parse_tools(split(value)[0][1]))
+    except (TypeError, ValueError, IndexError, AttributeError):
+        return []  # damaged or gone: its entries in other tools' sets only overcount memo_count
+
+
+def parsed(build: Callable[[], T]) -> T | Damaged:
+    try:
+        return build()
+    except UnicodeDecodeError:  # before ValueError, its base
+        return Damaged(_NOT_TEXT)
+    except (TypeError, ValueError, IndexError):
+        return Damaged(_NOT_OURS)
+
+
+def found_of(value: bytes) -> Found | Damaged:
+    def build() -> Found:
+        (at, miss, flags, error), output = split(value)
+        return Found(output, bool(miss), int(flags), error, float(at))
+
+    return parsed(build)
+
+
+def record_of(key: str, value: Any, info: Any) -> Record | Damaged | None:
+    if value is None:
+        return None
+
+    def build() -> Record:
+        (at, miss, flags, error), output = split(value)
+        tool, version, account, cost, input = (None if v is None else bytes(v).decode("utf-8") for v in info)
+        return Record(key, str(tool), str(version), str(account), float(at), float(cost or 0), bool(miss), int(flags), input, output, error)
+
+    return parsed(build)
+
+
+def memo_of(key: str, value: bytes) -> MemoRow | Damaged:
+    def build() -> MemoRow:
+        (play, tools, calls, cost, flags), output = split(value)
+        return MemoRow(key, str(play), str(tools), int(calls), float(cost), int(flags), output)
+
+    return parsed(build)
