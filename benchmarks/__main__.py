@@ -9,7 +9,15 @@ import time
 from . import b1_redis, b1_replay, b2_dispatch, b3_rate_limits, b4_latency, b5_widget, b6_shared
 from .harness import table
 
-CASES = {"b1": b1_replay.run, "b1r": b1_redis.run, "b2": b2_dispatch.run, "b3": b3_rate_limits.run, "b4": b4_latency.run, "b5": b5_widget.run, "b6": b6_shared.run}
+CASES = {
+    "b1": b1_replay.run,
+    "b1r": b1_redis.run,
+    "b2": b2_dispatch.run,
+    "b3": b3_rate_limits.run,
+    "b4": b4_latency.run,
+    "b5": b5_widget.run,
+    "b6": b6_shared.run,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

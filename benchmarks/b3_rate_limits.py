@@ -211,9 +211,7 @@ def _unreachable(repeats: int) -> Result:
 # -- the contenders ---------------------------------------------------------------------------
 
 
-def _measured(
-    url: str, settings: dict[str, Any] | None, rows: int, contender: Callable[[], tuple[int, int, Trace]]
-) -> Outcome:
+def _measured(url: str, settings: dict[str, Any] | None, rows: int, contender: Callable[[], tuple[int, int, Trace]]) -> Outcome:
     """Reset the demo to ``settings`` (None: there is no demo), time ``contender`` over ``rows``
     rows, read the counters."""
     if settings is not None:

@@ -59,10 +59,15 @@ def _parser() -> argparse.ArgumentParser:
     # --store is accepted before `cache` and after the subcommand; SUPPRESS keeps a later
     # parser's absent default from overwriting a value given earlier.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", metavar="PATH|URL", default=argparse.SUPPRESS,
-                        help="store directory or redis:// URL (default: $PLAYBOOK_HOME, else ./.playbook)")
-    parser = argparse.ArgumentParser(prog="python -m playbook", parents=[common],
-                                     description="Inspect and manage playbook's receipt store.")
+    common.add_argument(
+        "--store",
+        metavar="PATH|URL",
+        default=argparse.SUPPRESS,
+        help="store directory or redis:// URL (default: $PLAYBOOK_HOME, else ./.playbook)",
+    )
+    parser = argparse.ArgumentParser(
+        prog="python -m playbook", parents=[common], description="Inspect and manage playbook's receipt store."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cache = commands.add_parser("cache", parents=[common], help="receipts and row memos on disk")
     sub = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -78,8 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     list_.add_argument("--limit", metavar="N", type=_count, default=50, help="show at most N (default: 50; 0: all)")
     list_.set_defaults(run=_list)
 
-    clear = sub.add_parser("clear", parents=[common, tool],
-                           help="remove one tool's receipts, or everything (receipts and row memos)")
+    clear = sub.add_parser("clear", parents=[common, tool], help="remove one tool's receipts, or everything (receipts and row memos)")
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clear.set_defaults(run=_clear)
 

@@ -32,7 +32,6 @@ from .limits import Backoff, Health, Limiter, Permit
 from .models import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RateChanged, time_of_day
 from .signals import Held, WaitBudget
 
-
 __all__ = ["IN_PLACE", "OWN_IN_PLACE", "Governor", "Ticket"]
 
 T = TypeVar("T")

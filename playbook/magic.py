@@ -156,7 +156,6 @@ def _assigned(nodes: list[ast.stmt]) -> list[str]:
     """The names the body assigns, in order, leaving out ``_private`` ones and ``row``/``ctx``."""
     found: dict[str, None] = {}
     for node in sorted(_walk_own(nodes), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            if not node.id.startswith("_") and node.id not in ("row", "ctx"):
-                found[node.id] = None
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and not node.id.startswith("_") and node.id not in ("row", "ctx"):
+            found[node.id] = None
     return list(found)

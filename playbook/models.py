@@ -41,6 +41,7 @@ def time_of_day(epoch: float) -> str:
     """The local time of day of an epoch timestamp: how a hold's or a parked row's deadline reads."""
     return time.strftime("%H:%M:%S", time.localtime(epoch))
 
+
 Status = Literal["ok", "reused", "failed", "parked", "skipped"]
 
 
@@ -224,8 +225,22 @@ class RunNotice(NamedTuple):
 
 
 Event = (
-    RunStarted | RowStarted | CallFinished | RowFinished | RowRequeued | RunFinished | RowHeld | RowResumed | RowParked
-    | ProviderHoldSet | ProviderHoldLifted | RateChanged | ProviderDown | ProviderUp | WaterfallFinished | RunNotice
+    RunStarted
+    | RowStarted
+    | CallFinished
+    | RowFinished
+    | RowRequeued
+    | RunFinished
+    | RowHeld
+    | RowResumed
+    | RowParked
+    | ProviderHoldSet
+    | ProviderHoldLifted
+    | RateChanged
+    | ProviderDown
+    | ProviderUp
+    | WaterfallFinished
+    | RunNotice
 )
 
 

@@ -40,9 +40,7 @@ class Play:
         if inspect.isasyncgenfunction(fn):
             raise PlayDefinitionError(f"play {label!r} yields: a play returns the row's output once (use return, not yield)")
         if not inspect.iscoroutinefunction(fn):
-            raise PlayDefinitionError(
-                f"play {label!r} must be defined with 'async def {label}(row, ctx)': playbook awaits it for each row"
-            )
+            raise PlayDefinitionError(f"play {label!r} must be defined with 'async def {label}(row, ctx)': playbook awaits it for each row")
         try:
             inspect.signature(fn).bind(None, None)
         except TypeError:

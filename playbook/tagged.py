@@ -296,7 +296,7 @@ def decode(data: Any) -> Any:
     kind = type(data)
     if kind is dict:
         if len(data) == 1:
-            (tag, inner), = data.items()
+            ((tag, inner),) = data.items()
             if tag[:1] == "$":
                 return _untag(tag, inner)
         return {k: decode(v) if type(v) not in SCALARS else v for k, v in data.items()}

@@ -53,4 +53,3 @@ def demo(demo_server: pb.demo.DemoServer) -> pb.demo.DemoServer:
     """The session's demo provider, with counters, limits and settings reset."""
     demo_server.reset()
     return demo_server
-

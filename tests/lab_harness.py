@@ -31,12 +31,30 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 SHOTS = Path(__file__).resolve().parents[1] / "build" / "browser"  # screenshots
 # The counters table heading every run summary.
-HEADER = ["rows", "ok", "reused", "failed", "held", "parked", "skipped", "calls paid", "calls reused", "calls local", "cost spent", "cost saved"]
+HEADER = [
+    "rows",
+    "ok",
+    "reused",
+    "failed",
+    "held",
+    "parked",
+    "skipped",
+    "calls paid",
+    "calls reused",
+    "calls local",
+    "cost spent",
+    "cost saved",
+]
 RUN_TIMEOUT = 120.0  # seconds for all of a notebook's cells together; they take about 15
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
     # Without these, Chromium's own background connections get refused here and it stalls.
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     # performance.memory otherwise reports the heap in coarse, delayed buckets.
     "--enable-precise-memory-info",
 ]
@@ -212,10 +230,21 @@ def jupyter_lab(root: Path, env: dict[str, str], log_path: Path) -> Iterator[tup
     port, token = _free_port(), secrets.token_hex(16)
     base = f"http://127.0.0.1:{port}"
     argv = [
-        sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-        "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-        "--ServerApp.open_browser=False", "--ServerApp.allow_root=True", "--ServerApp.terminals_enabled=False",
-        "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--ServerApp.open_browser=False",
+        "--ServerApp.allow_root=True",
+        "--ServerApp.terminals_enabled=False",
+        "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.extension_manager=readonly",
     ]
     with open(log_path, "wb") as log:

@@ -176,7 +176,7 @@ AWKWARD = {
     "Timedelta": pd.Timedelta("1 day 2s"),
     "Period": pd.Period("2024-01", freq="M"),
     "Interval": pd.Interval(0, 5),
-    "datetime": dt.datetime(2024, 1, 1, 12, 30, tzinfo=dt.timezone.utc),
+    "datetime": dt.datetime(2024, 1, 1, 12, 30, tzinfo=dt.UTC),
     "time": dt.time(8, 15),
     "timedelta": dt.timedelta(minutes=5),
     "Decimal": decimal.Decimal("1.10"),
@@ -375,7 +375,7 @@ def test_non_serialisable_tool_output_fails_the_row_and_is_not_paid_again(store:
     assert "was paid for in an earlier run" in again["play_error"].iloc[1]
 
     @pb.tool(name="gadgets")
-    def gadgets(n: int) -> object:  # noqa: F811 - the fix: plain data
+    def gadgets(n: int) -> object:
         calls.append(n)
         return {"gadget": n}
 
@@ -537,7 +537,9 @@ def test_partial_of_an_async_function_is_a_play(store: pb.ReceiptStore) -> None:
 def test_bad_concurrency_names_the_option(concurrency: object, tmp_path: Path) -> None:
     """concurrency must be a whole number >= 1: anything else raises PlayDefinitionError naming it, before the store opens."""
     # 0, -3 and 2.5 are in tests/test_runtime.py::test_bad_options_name_the_option.
-    with pytest.raises(pb.PlayDefinitionError, match=f"^{re.escape(f'concurrency={concurrency!r}')}: concurrency must be a whole number >= 1"):
+    with pytest.raises(
+        pb.PlayDefinitionError, match=f"^{re.escape(f'concurrency={concurrency!r}')}: concurrency must be a whole number >= 1"
+    ):
         pd.DataFrame({"n": [1]}).play.map(doubled, store=tmp_path / "store", concurrency=concurrency)
     assert pb.last_run() is None and not (tmp_path / "store").exists()
 

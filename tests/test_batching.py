@@ -16,7 +16,10 @@ def _bulk(batches: list[list]) -> pb.Tool:
     @pb.tool(name="bulk_upper", batch_size=4)
     async def bulk_upper(items: list) -> list:
         batches.append(list(items))
-        return [ValueError(f"cannot do {i['word']}") if i["word"] == "bad" else (None if i["word"] == "none" else i["word"].upper()) for i in items]
+        return [
+            ValueError(f"cannot do {i['word']}") if i["word"] == "bad" else (None if i["word"] == "none" else i["word"].upper())
+            for i in items
+        ]
 
     return bulk_upper
 

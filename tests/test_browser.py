@@ -212,11 +212,11 @@ def test_big_run_panel_stays_bounded(big_run: Session) -> None:
 def test_big_run_summary_is_capped(big_run: Session) -> None:
     """The big run's static summary counts every row and failure, and lists only the first parked rows and errors."""
     assert not any(cell["live"] for cell in big_run.cells)
-    (_, counters), = big_run.summaries()
+    ((_, counters),) = big_run.summaries()
     assert counters["rows"] == BIG_ROWS
     assert counters["failed"] == BIG_FAILED
     assert counters["parked"] == BIG_PARKED
-    (_, summary), = big_run.runs()
+    ((_, summary),) = big_run.runs()
     tables = {tuple(t["head"]): t["rows"] for t in summary["tables"]}
     parked, errors = tables[("row", "reason", "provider", "ready at")], tables[("rows", "error", "e.g. row")]
     assert len(parked) == len(errors) == LIMIT

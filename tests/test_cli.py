@@ -41,9 +41,7 @@ def home() -> Path:
 
 
 def cli(*args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "playbook", *args], stdin=stdin, capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run([sys.executable, "-m", "playbook", *args], stdin=stdin, capture_output=True, text=True, timeout=60)
 
 
 def _stats(path: Path) -> dict[str, Any]:

@@ -559,11 +559,18 @@ def test_stop_during_a_restart_ends_the_server_at_once():
 
 def test_settings_are_validated_with_the_setting_named():
     """Bad values raise ValueError naming the setting; unknown names raise TypeError."""
-    for bad, name in (({"rps": 0}, "rps"), ({"fault_rate": 1.5}, "fault_rate"), ({"burst": 0}, "burst"),
-                      ({"retry_after_format": "minutes"}, "retry_after_format"), ({"api_keys": ()}, "api_keys"),
-                      ({"window_limit": 0}, "window_limit"), ({"window_seconds": 0}, "window_seconds"),
-                      ({"max_in_flight": 0}, "max_in_flight"), ({"fault_every": 0}, "fault_every"),
-                      ({"fault_every": 2.5}, "fault_every")):
+    for bad, name in (
+        ({"rps": 0}, "rps"),
+        ({"fault_rate": 1.5}, "fault_rate"),
+        ({"burst": 0}, "burst"),
+        ({"retry_after_format": "minutes"}, "retry_after_format"),
+        ({"api_keys": ()}, "api_keys"),
+        ({"window_limit": 0}, "window_limit"),
+        ({"window_seconds": 0}, "window_seconds"),
+        ({"max_in_flight": 0}, "max_in_flight"),
+        ({"fault_every": 0}, "fault_every"),
+        ({"fault_every": 2.5}, "fault_every"),
+    ):
         with pytest.raises(ValueError, match=name):
             DemoSettings(**bad)
     with pytest.raises(TypeError, match="bogus"):
@@ -588,8 +595,23 @@ def test_server_handle_lifecycle():
 
 def test_cli_prints_url_serves_and_stops_on_sigterm():
     """`python -m playbook.demo --port 0` prints one URL line, takes its settings as flags, serves, and exits 0 on SIGTERM."""
-    command = [sys.executable, "-m", "playbook.demo", "--port", "0", "--rps", "50", "--window-limit", "20",
-               "--window-seconds", "2", "--max-in-flight", "4", "--fault-every", "7"]
+    command = [
+        sys.executable,
+        "-m",
+        "playbook.demo",
+        "--port",
+        "0",
+        "--rps",
+        "50",
+        "--window-limit",
+        "20",
+        "--window-seconds",
+        "2",
+        "--max-in-flight",
+        "4",
+        "--fault-every",
+        "7",
+    ]
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
             with selectors.DefaultSelector() as selector:
@@ -615,8 +637,9 @@ def test_cli_prints_url_serves_and_stops_on_sigterm():
 def test_importing_demo_does_not_import_the_server_stack():
     """`import playbook.demo` loads neither starlette nor uvicorn."""
     code = "import sys, playbook.demo; print(sorted(m for m in ('starlette', 'uvicorn') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         env=os.environ.copy(), check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, env=os.environ.copy(), check=True
+    )
     assert out.stdout.strip() == "[]"
 
 

@@ -29,7 +29,12 @@ def now() -> float:
 
 
 def counted(
-    name: str, answer: Callable[[int, int], Any] = lambda n, k: n, *, provider: pb.Provider | None = None, latency: float = 0.0, cost: float = 0.0
+    name: str,
+    answer: Callable[[int, int], Any] = lambda n, k: n,
+    *,
+    provider: pb.Provider | None = None,
+    latency: float = 0.0,
+    cost: float = 0.0,
 ) -> tuple[pb.Tool, Calls]:
     """An async tool ``name(n)`` that logs each invocation and returns ``answer(n, k)`` (k: its
     k-th invocation for this n) after ``latency`` seconds; ``answer`` may raise."""

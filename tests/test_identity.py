@@ -54,10 +54,10 @@ def test_a_cosmetic_edit_keeps_the_receipts(store: pb.ReceiptStore) -> None:
     pd.DataFrame({"q": ["a", "b"]}).play.map(shout, store=store, progress=False)
 
     @pb.tool
-    def shout(q:str)->str:  # noqa: F811,E231,E225 - same code, other layout
+    def shout(q: str) -> str:
         """Louder."""
         calls.append(q)  # counted
-        return (q.upper())
+        return q.upper()
 
     assert pd.DataFrame({"q": ["a", "b"]}).play.map(shout, store=store, progress=False)["play_status"].tolist() == ["reused"] * 2
     assert calls == ["a", "b"]
@@ -150,7 +150,9 @@ def test_changing_pick_costs_nothing_and_is_right(store: pb.ReceiptStore, demo: 
     assert not confidence["acme.email"][found].astype(str).str.contains("@").any()  # not the emails any more
 
 
-def test_changing_the_request_pays_once_and_rotating_the_key_pays_nothing(store: pb.ReceiptStore, demo: pb.demo.DemoServer, monkeypatch) -> None:
+def test_changing_the_request_pays_once_and_rotating_the_key_pays_nothing(
+    store: pb.ReceiptStore, demo: pb.demo.DemoServer, monkeypatch
+) -> None:
     """Another model in the body or another URL is another request: paid once.  A new API key is the same request."""
     monkeypatch.setenv("CHAT_KEY", "demo-key")
 
@@ -174,7 +176,8 @@ def test_changing_the_request_pays_once_and_rotating_the_key_pays_nothing(store:
 def test_a_callable_object_or_a_lambda_is_the_same_tool_in_the_next_process(tmp_path: Path) -> None:
     """A tool made of an object with __call__, or of a lambda, is identified by its code, not by
     where it lives in memory: the next process reuses its receipts; two lambdas on one line differ."""
-    (tmp_path / "shapes.py").write_text(textwrap.dedent("""
+    (tmp_path / "shapes.py").write_text(
+        textwrap.dedent("""
         import playbook as pb
 
         class Scorer:
@@ -183,7 +186,8 @@ def test_a_callable_object_or_a_lambda_is_the_same_tool_in_the_next_process(tmp_
 
         score = pb.tool(Scorer(), name="score")
         up, down = pb.tool(lambda q: q.upper(), name="case"), pb.tool(lambda q: q.lower(), name="case")
-    """))
+    """)
+    )
     script = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {str(tmp_path)!r})
@@ -217,7 +221,7 @@ def test_a_cosmetic_edit_of_a_play_reuses_its_rows(store: pb.ReceiptStore) -> No
     frame.play.map(tidy, store=store, progress=False)
 
     @pb.play
-    async def tidy(row, ctx):  # noqa: F811 - the same play, tidied
+    async def tidy(row, ctx):
         """Doubles."""
         return {"double": (row.n * 2)}  # twice
 

@@ -36,7 +36,9 @@ store = pb.ReceiptStore(sys.argv[1])
 frame = pd.DataFrame({"n": range(200)})
 """
 
-SCRIPT = TOOL + """
+SCRIPT = (
+    TOOL
+    + """
 for at in sys.argv[3:]:
     threading.Timer(float(at), lambda: os.kill(os.getpid(), signal.SIGINT)).start()
 try:
@@ -47,12 +49,16 @@ finally:
     print(json.dumps({"ok": s.ok, "skipped": s.skipped, "executed": s.calls_local, "elapsed": s.elapsed,
                       "receipts": store.stats()["receipts"]}))
 """
+)
 
-RERUN = TOOL + """
+RERUN = (
+    TOOL
+    + """
 run = frame.play.run(slow, store=store, progress=False, concurrency=50)
 print(json.dumps({"reused": run.stats.reused, "ok": run.stats.ok, "executed": run.stats.calls_local,
                   "calls_reused": run.stats.calls_reused}))
 """
+)
 
 
 def _lines(path: Path) -> list[str]:
@@ -61,7 +67,10 @@ def _lines(path: Path) -> list[str]:
 
 def _script(code: str, store: Path, log: Path, *args: str, seconds: float = 0.5) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", code, str(store), str(log), *args], capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code, str(store), str(log), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "TOOL_SECONDS": str(seconds)},
     )
 

@@ -87,7 +87,7 @@ def _define(body: str) -> object:
     filename = f"<forgetful {abs(hash(body))}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace = {"pb": pb, "lookup": lookup}
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the test's own code
+    exec(compile(source, filename, "exec"), namespace)
     return namespace["forgetful"]
 
 
@@ -135,7 +135,9 @@ def test_a_forgotten_await_in_a_tool_input_fails_before_paying(store: pb.Receipt
     ["ctx.tool(lookup, q=row.q)\n    return {'q': row.q}", "return {'text': f'{ctx.tool(lookup, q=row.q)}'}"],
     ids=["a bare call", "formatted into text"],
 )
-def test_a_call_never_awaited_fails_the_row_even_when_nothing_returned_holds_it(body: str, store: pb.ReceiptStore, no_unawaited_warnings) -> None:
+def test_a_call_never_awaited_fails_the_row_even_when_nothing_returned_holds_it(
+    body: str, store: pb.ReceiptStore, no_unawaited_warnings
+) -> None:
     """A ctx.tool(...) that is made but never awaited never runs: the row fails saying so, with its line,
     rather than being ok with the call silently skipped (or "<coroutine object ...>" written as text)."""
     out = pd.DataFrame({"q": ["a"]}).play.map(_define(body), store=store, progress=False)

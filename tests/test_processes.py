@@ -75,9 +75,7 @@ def worker(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
 
     def start(**cfg: Any) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, str(script), json.dumps(cfg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        proc = subprocess.Popen([sys.executable, str(script), json.dumps(cfg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         started.append(proc)
         return proc
 
@@ -163,16 +161,26 @@ def test_two_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_pat
     demo.reset(latency=0.005)  # short calls, many commits a second: the runs race on every key
     store, go = where, tmp_path / "go"
     procs = [
-        worker(url=demo.url, store=store, n=300, ttl=30, out=str(tmp_path / f"out{i}.json"),
-               reverse=(order == "reversed" and i == 1), ready=str(tmp_path / f"ready{i}"), go=str(go))
+        worker(
+            url=demo.url,
+            store=store,
+            n=300,
+            ttl=30,
+            out=str(tmp_path / f"out{i}.json"),
+            reverse=(order == "reversed" and i == 1),
+            ready=str(tmp_path / f"ready{i}"),
+            go=str(go),
+        )
         for i in range(2)
     ]
     _wait_for("both workers to be ready", lambda: all((tmp_path / f"ready{i}").exists() for i in range(2)), timeout=30)
     go.touch()  # both start mapping within milliseconds of each other
     a, b = (_finish(p) for p in procs)
     stats = demo.stats()
-    print(f"[{order}] requests={stats['requests']} duplicates={stats['duplicate_idempotency_keys']} "
-          f"executed={a['calls_executed']}+{b['calls_executed']}")
+    print(
+        f"[{order}] requests={stats['requests']} duplicates={stats['duplicate_idempotency_keys']} "
+        f"executed={a['calls_executed']}+{b['calls_executed']}"
+    )
 
     assert a["began"] < b["ended"] and b["began"] < a["ended"], "the two runs did not overlap"
     assert stats["duplicate_idempotency_keys"] == 0, (
@@ -214,7 +222,9 @@ def test_four_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_pa
     assert _receipts(where) == 400
 
 
-def test_a_receipt_committed_just_before_the_lease_is_taken_is_used(demo, worker, shared: pb.ReceiptStore, where: str, tmp_path: Path) -> None:
+def test_a_receipt_committed_just_before_the_lease_is_taken_is_used(
+    demo, worker, shared: pb.ReceiptStore, where: str, tmp_path: Path
+) -> None:
     """A call another process paid for between this one's receipt lookup and its lease is not paid again."""
     tool, key, store = _email_tool(demo), _key(demo, 0), shared
     take = store.leases.take
@@ -266,8 +276,10 @@ def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(demo, 
     done_before = _receipts(store)
     final = _finish(worker(url=demo.url, store=store, n=n, ttl=60, out=str(out)))
     stats = demo.stats()
-    print(f"delays={[round(d, 3) for d in delays]} lost per kill={lost} receipts before rerun={done_before} "
-          f"rerun executed={final['calls_executed']} extra={stats['requests'] - n}")
+    print(
+        f"delays={[round(d, 3) for d in delays]} lost per kill={lost} receipts before rerun={done_before} "
+        f"rerun executed={final['calls_executed']} extra={stats['requests'] - n}"
+    )
 
     extra = stats["requests"] - n
     assert all(0 <= k <= CONCURRENCY for k in lost), f"calls lost per kill: {lost}"
@@ -313,7 +325,9 @@ def test_a_killed_local_lease_holder_is_taken_over_at_once(demo, worker, tmp_pat
     _wait_for("the dead holder's request to end", lambda: demo.stats()["in_flight"] == 0)
 
 
-def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(demo, worker, shared: pb.ReceiptStore, where: str, tmp_path: Path) -> None:
+def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(
+    demo, worker, shared: pb.ReceiptStore, where: str, tmp_path: Path
+) -> None:
     """A live-looking lease from another host makes its call wait until the lease expires; then it is paid once."""
     n, key, store = 5, _key(demo, 0), shared
     tool = _email_tool(demo)

@@ -244,7 +244,9 @@ def _memoised(store: pb.ReceiptStore) -> tuple[list[str], pb.Play]:
     [("output", b'{"v":'), ("output", b'{"v":"\xff"}'), ("output", b"[1,2,3]"), ("tools", b" lookup ")],
     ids=["truncated", "not UTF-8", "another shape", "tools garbled"],
 )
-def test_unreadable_row_memo_replays_the_row_for_free(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture, column: str, bad: bytes) -> None:
+def test_unreadable_row_memo_replays_the_row_for_free(
+    store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture, column: str, bad: bytes
+) -> None:
     """A damaged row memo makes its row run again against its receipts (no call paid), with a warning."""
     calls, find = _memoised(store)
     _sql(store.path / "receipts.db", f"UPDATE memo SET {column} = CAST(? AS TEXT) WHERE key = (SELECT MIN(key) FROM memo)", bad)

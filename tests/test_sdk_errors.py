@@ -142,7 +142,9 @@ def _requests_refusal(status: int, headers: dict[str, str]) -> Exception:
 
 def _openai_refusal(status: int, headers: dict[str, str]) -> Exception:
     response = httpx.Response(status, headers=headers, request=httpx.Request("POST", CHAT_URL))
-    kind = {429: openai.RateLimitError, 401: openai.AuthenticationError, 400: openai.BadRequestError}.get(status, openai.InternalServerError)
+    kind = {429: openai.RateLimitError, 401: openai.AuthenticationError, 400: openai.BadRequestError}.get(
+        status, openai.InternalServerError
+    )
     return kind(f"Error code: {status} - {{'error': 'refused'}}", response=response, body=None)
 
 

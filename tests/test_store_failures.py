@@ -47,7 +47,9 @@ def _tool(calls: list[int], store: pb.ReceiptStore, *, full_at: int | None = Non
     return fetch
 
 
-def test_disk_full_mid_run_fails_the_rows_it_affects_and_says_what_was_lost(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture) -> None:
+def test_disk_full_mid_run_fails_the_rows_it_affects_and_says_what_was_lost(
+    store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture
+) -> None:
     """The disk fills up mid-run: rows whose receipts cannot be written fail naming the reason and the
     store; map() returns every row; the paid calls that could not be recorded are counted and said."""
     calls: list[int] = []
@@ -172,7 +174,9 @@ def test_bad_utf8_in_the_store_is_skipped_by_the_command_line(store: pb.ReceiptS
     pd.DataFrame({"q": ["a", "b", "c"]}).play.map(upper, store=store, progress=False)
     store.close()
     with sqlite3.connect(store.path / "receipts.db") as con:
-        con.execute("UPDATE receipt SET output = CAST(X'22ff22' AS TEXT), tool = CAST(X'75ff' AS TEXT) WHERE key = ?", (upper.key({"q": "b"}),))
+        con.execute(
+            "UPDATE receipt SET output = CAST(X'22ff22' AS TEXT), tool = CAST(X'75ff' AS TEXT) WHERE key = ?", (upper.key({"q": "b"}),)
+        )
     for command in (["stats"], ["list"], ["export"]):
         done = subprocess.run([sys.executable, "-m", "playbook", "--store", str(store.path), "cache", *command],
                               capture_output=True, text=True, timeout=60)  # fmt: skip

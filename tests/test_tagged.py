@@ -26,7 +26,9 @@ from playbook.tagged import Unencodable, decode, dumps, encode, loads
 # Text with everything a badly decoded file can hold: lone surrogates, NUL, "$" prefixes.
 TEXT = st.text(alphabet=st.characters(blacklist_categories=()), max_size=12) | st.sampled_from(["$tuple", "$", "$x", "inf", "nan"])
 ZONES = st.sampled_from([None, dt.UTC, dt.timezone(dt.timedelta(hours=-5)), ZoneInfo("Europe/Paris"), ZoneInfo("Asia/Kolkata")])
-DATETIMES = st.builds(lambda d, z: d.replace(tzinfo=z), st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1)), ZONES)
+DATETIMES = st.builds(
+    lambda d, z: d.replace(tzinfo=z), st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1)), ZONES
+)
 TIMESTAMPS = st.builds(
     lambda d, z, unit: pd.Timestamp(d).tz_localize(z).as_unit(unit) if z else pd.Timestamp(d).as_unit(unit),
     st.datetimes(min_value=dt.datetime(1700, 1, 1), max_value=dt.datetime(2200, 1, 1)),
@@ -177,7 +179,10 @@ def _kind(value: Any) -> Any:
     if isinstance(value, (dt.datetime, pd.Timestamp)):
         return ("datetime", value.isoformat())
     if isinstance(value, dict):
-        return ("dict", frozenset((_freeze(_kind(k)) if not isinstance(k, str) else ("str", k), _freeze(_kind(v))) for k, v in value.items()))
+        return (
+            "dict",
+            frozenset((_freeze(_kind(k)) if not isinstance(k, str) else ("str", k), _freeze(_kind(v))) for k, v in value.items()),
+        )
     if isinstance(value, list):
         return ("list", tuple(_freeze(_kind(v)) for v in value))
     if isinstance(value, tuple):
@@ -190,7 +195,9 @@ def _freeze(value: Any) -> Any:
 
 
 LOOK_ALIKES = st.one_of(
-    st.integers().flatmap(lambda n: st.sampled_from([(n, float(n)), (n, str(n)), (n, bool(n % 2)), (n, np.int64(n) if abs(n) < 2**62 else n)])),
+    st.integers().flatmap(
+        lambda n: st.sampled_from([(n, float(n)), (n, str(n)), (n, bool(n % 2)), (n, np.int64(n) if abs(n) < 2**62 else n)])
+    ),
     st.floats(allow_nan=False).map(lambda x: (x, str(x))),
     st.decimals(allow_nan=False, places=2).map(lambda d: (d, str(d))),
     DATETIMES.map(lambda d: (d, d.isoformat())),
@@ -200,7 +207,9 @@ LOOK_ALIKES = st.one_of(
     st.dictionaries(st.integers(), st.integers(), max_size=3).map(lambda d: (d, {str(k): v for k, v in d.items()})),
     st.binary(max_size=6).map(lambda b: (b, b.decode("latin-1"))),
     st.uuids().map(lambda u: (u, str(u))),
-    st.sampled_from([(None, math.nan), (None, pd.NA), (math.inf, "inf"), (math.inf, -math.inf), (pd.Timestamp("2024-01-01"), dt.datetime(2024, 1, 1))]),
+    st.sampled_from(
+        [(None, math.nan), (None, pd.NA), (math.inf, "inf"), (math.inf, -math.inf), (pd.Timestamp("2024-01-01"), dt.datetime(2024, 1, 1))]
+    ),
 )
 
 

@@ -22,7 +22,16 @@ from vtime import run_virtual
 
 import playbook as pb
 from playbook.models import (
-    CallFinished, ProviderDown, ProviderUp, RowFinished, RowHeld, RowParked, RowStarted, RunFinished, RunStarted, time_of_day,
+    CallFinished,
+    ProviderDown,
+    ProviderUp,
+    RowFinished,
+    RowHeld,
+    RowParked,
+    RowStarted,
+    RunFinished,
+    RunStarted,
+    time_of_day,
 )  # fmt: skip
 from playbook.runtime.state import RunState
 from playbook.ui.text import TextView
@@ -261,7 +270,7 @@ def test_the_bar_keeps_moving_through_a_quiet_hold() -> None:
             state.emit(RowFinished(pos, "ok", None))  # a burst: only the first is drawn at once
         drawn = out.getvalue()
         await asyncio.sleep(0.2)
-        assert "3/10" in out.getvalue()[len(drawn):]  # the held-back redraw came
+        assert "3/10" in out.getvalue()[len(drawn) :]  # the held-back redraw came
         before = out.getvalue().count("\r")
         await asyncio.sleep(3.0)
         redraws = out.getvalue().count("\r") - before

@@ -106,8 +106,12 @@ def test_http_error_fails_the_row_with_a_clear_message(demo, store) -> None:
     @pb.play
     async def look(row, ctx):
         if row.domain == "bad":
-            return {"c": await ctx.tool(pb.http_tool("acme.nodomain", method="GET", url=demo.url + "/v1/company",
-                                                     headers={"Authorization": "Bearer demo-key"}), {})}
+            return {
+                "c": await ctx.tool(
+                    pb.http_tool("acme.nodomain", method="GET", url=demo.url + "/v1/company", headers={"Authorization": "Bearer demo-key"}),
+                    {},
+                )
+            }
         return {"c": await ctx.tool(company, domain=row.domain)}
 
     out = pd.DataFrame({"domain": ["acme.com", "bad"]}).play.map(look, store=store, progress=False)

@@ -21,7 +21,8 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     km, kc = start_new_kernel(kernel_name="python3")
     home = tmp_path_factory.mktemp("home")
-    kc.execute_interactive(textwrap.dedent(f"""
+    kc.execute_interactive(
+        textwrap.dedent(f"""
         import asyncio, os, pandas as pd, playbook as pb
         os.environ["PLAYBOOK_HOME"] = {str(home)!r}
         calls = []
@@ -32,7 +33,9 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             if n == 3:
                 raise ValueError("three")
             return n
-    """), timeout=60)
+    """),
+        timeout=60,
+    )
     try:
         yield kc
     finally:
@@ -65,23 +68,29 @@ def test_auto_progress_shows_the_widget_and_leaves_the_summary(kernel: Any) -> N
 
 def test_buttons_stop_and_retry_a_background_run(kernel: Any) -> None:
     """Stop ends a background run (rows not run are skipped); Retry failed runs the failed rows again."""
-    _run(kernel, """
+    _run(
+        kernel,
+        """
         import tempfile
         fresh = pb.ReceiptStore(tempfile.mkdtemp())  # nothing reused from the other tests
         run = pd.DataFrame({"n": range(200)}).play.run(slow, concurrency=2, background=True, store=fresh)
         await asyncio.sleep(0.8)  # past the panel's delay
         run.view.stop.click()
         await asyncio.sleep(0.2)
-    """)
+    """,
+    )
     messages = _run(kernel, "print(run.running, run.stats.skipped > 100, run.stats.failed)")
     lines = [m["content"]["text"] for m in messages if m["msg_type"] == "stream"]
     assert "".join(lines).split() == ["False", "True", "1"]
-    messages = _run(kernel, """
+    messages = _run(
+        kernel,
+        """
         before = calls.count(3)
         run.view.retry_failed.click()
         await asyncio.sleep(0.5)
         print(run.running, run.stats.failed, run.result.loc[3, "play_status"], calls.count(3) - before)
-    """)
+    """,
+    )
     lines = [m["content"]["text"] for m in messages if m["msg_type"] == "stream"]
     assert "".join(lines).split() == ["False", "1", "failed", "1"]  # it ran again, and failed again
 
@@ -97,7 +106,9 @@ def test_a_run_over_at_once_shows_only_its_summary(kernel: Any) -> None:
 def test_the_live_panel_caps_its_tables_and_counts_down_the_hold(kernel: Any) -> None:
     """Mid-run, the panel lists the first parked rows and the largest error groups, capped, and the
     held provider with the seconds left; no update it sends grows with the number of rows."""
-    messages = _run(kernel, """
+    messages = _run(
+        kernel,
+        """
         import json, tempfile
         quota = pb.Provider("quota", max_wait=1)
         @pb.tool(provider=quota)
@@ -115,7 +126,8 @@ def test_the_live_panel_caps_its_tables_and_counts_down_the_hold(kernel: Any) ->
         await asyncio.sleep(1.6)  # past the panel's delay, before the end (600 x 0.02 s / 4 = 3 s)
         print(json.dumps([live.running, live.stats.failed, live.stats.parked, live.view.tables.value, live.view.status.value]))
         live.wait()
-    """)
+    """,
+    )
     printed = "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
     running, failed, parked, tables, providers = json.loads(printed)
     assert running and failed > LIMIT and parked > LIMIT
@@ -136,7 +148,9 @@ def test_the_live_panel_caps_its_tables_and_counts_down_the_hold(kernel: Any) ->
 def test_a_provider_going_down_redraws_the_panel_at_once(kernel: Any) -> None:
     """When a provider goes down the panel is redrawn there and then: down since when and why, the next probe
     counting down, its rate with the calls in flight it allows; the counters tell paid calls from local ones."""
-    messages = _run(kernel, """
+    messages = _run(
+        kernel,
+        """
         import json, tempfile, time
         from playbook.models import ProviderDown
         acme = pb.Provider("acme", rps=200, concurrency=3)
@@ -161,7 +175,8 @@ def test_a_provider_going_down_redraws_the_panel_at_once(kernel: Any) -> None:
         while outage.running:
             await asyncio.sleep(0.05)
         print(json.dumps([before, after]))
-    """)
+    """,
+    )
     before, after = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))
     assert "down since" not in before and "<th>calls local</th>" in after
     down = re.search(
@@ -179,16 +194,22 @@ def test_a_provider_going_down_redraws_the_panel_at_once(kernel: Any) -> None:
 def test_a_background_run_shows_its_panel_in_its_own_cell_and_ends_as_the_summary(kernel: Any) -> None:
     """The cell that starts a background run shows the panel before it ends; the finished panel holds
     the summary and the Retry buttons (Retry failed enabled: a row failed), and the live widgets are closed."""
-    started = _run(kernel, """
+    started = _run(
+        kernel,
+        """
         import tempfile
         job = pd.DataFrame({"n": range(40)}).play.run(slow, concurrency=4, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
-    """)
+    """,
+    )
     assert [m for m in started if m["msg_type"] == "display_data" and WIDGET in m["content"]["data"]]
-    messages = _run(kernel, """
+    messages = _run(
+        kernel,
+        """
         job.wait()
         _, buttons, summary = job.view.panel.children  # the hidden style, the Retry buttons, the summary
         print(json.dumps([[(b.description, b.disabled) for b in buttons.children], summary.value, job.view.bar.comm is None]))
-    """)
+    """,
+    )
     buttons, summary, closed = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))
     assert buttons == [["Retry parked", True], ["Retry failed", False]] and closed
     assert "playbook-run" in summary and "<td>40</td><td>39</td>" in summary
@@ -198,7 +219,9 @@ def test_a_finished_run_is_not_kept_alive_by_its_panel(kernel: Any) -> None:
     """Once a blocking run has ended, its panel's widgets are closed (the kernel's registry of widgets
     does not grow) and nothing holds it in a cycle: dropping it frees the run and its rows at once,
     without waiting for the cyclic garbage collector."""
-    messages = _run(kernel, """
+    messages = _run(
+        kernel,
+        """
         import gc, tempfile, weakref
         from ipywidgets.widgets.widget import _instances
         before = len(_instances)
@@ -213,7 +236,8 @@ def test_a_finished_run_is_not_kept_alive_by_its_panel(kernel: Any) -> None:
             print(shown, ref() is None, len(_instances) - before)
         finally:
             gc.enable()
-    """)
+    """,
+    )
     assert "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream").split() == ["True", "True", "0"]
 
 

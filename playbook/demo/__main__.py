@@ -51,12 +51,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8787, help="port to bind; 0 picks a free one (default: 8787)")
     parser.add_argument(
-        "--api-key", dest="api_keys", action="append", metavar="KEY",
+        "--api-key",
+        dest="api_keys",
+        action="append",
+        metavar="KEY",
         help=f"accepted bearer key; repeat for several (default: {DEMO_KEY})",
     )
     parser.add_argument("--retry-after-format", choices=RETRY_AFTER_FORMATS, help="how 429s hint when to retry")
     parser.add_argument(
-        "--quota-endpoint", dest="quota_endpoints", action="append", metavar="PREFIX",
+        "--quota-endpoint",
+        dest="quota_endpoints",
+        action="append",
+        metavar="PREFIX",
         help="path prefix the quota applies to; repeat for several (default: all of /v1)",
     )
     for flag, dest, kind, text in _OPTIONS:

@@ -111,9 +111,7 @@ def build_app(
 def _guarded(state: DemoState, name: str, handler: Handler) -> Handler:
     async def endpoint(request: Request) -> Response:
         headers = request.headers
-        admission = state.admit(
-            name, request.scope["path"], headers.get("authorization"), headers.get("idempotency-key")
-        )
+        admission = state.admit(name, request.scope["path"], headers.get("authorization"), headers.get("idempotency-key"))
         status = 500
         try:
             delay = state.settings.latency + admission.slow
@@ -315,7 +313,7 @@ def _admin_restart(restart: Callable[[float], Awaitable[None]] | None) -> Handle
     async def admin_restart(request: Request) -> Response:
         if restart is None:
             return _error(501, "restart needs the demo served by DemoServer (pb.demo.serve or python -m playbook.demo)")
-        body = await _admin_object(request, "options, like {\"down\": 2}")
+        body = await _admin_object(request, 'options, like {"down": 2}')
         if isinstance(body, Response):
             return body
         unknown = sorted(set(body) - {"down"})

@@ -61,9 +61,7 @@ def complete(body: Any) -> dict[str, Any]:
         "created": int(time.time()),
         "model": model,
         "system_fingerprint": "playbook-demo",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
-        ],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -83,9 +81,7 @@ def _validate(body: Any) -> tuple[str, list[dict[str, Any]]]:
         raise ChatRequestError("'messages' must be a non-empty array of messages", "messages")
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in _ROLES:
-            raise ChatRequestError(
-                f"messages[{i}].role must be one of {', '.join(sorted(_ROLES))}", f"messages[{i}].role"
-            )
+            raise ChatRequestError(f"messages[{i}].role must be one of {', '.join(sorted(_ROLES))}", f"messages[{i}].role")
         content = message.get("content")
         if content is not None and not isinstance(content, (str, list)):
             raise ChatRequestError(f"messages[{i}].content must be a string or an array", f"messages[{i}].content")

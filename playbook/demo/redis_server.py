@@ -27,7 +27,9 @@ class RedisServer:
     def __init__(self) -> None:
         binary = os.environ.get("PLAYBOOK_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
         if not Path(binary).exists():
-            raise RuntimeError("redis-server is not installed: apt-get install redis-server (make test does), or set $PLAYBOOK_REDIS_SERVER")
+            raise RuntimeError(
+                "redis-server is not installed: apt-get install redis-server (make test does), or set $PLAYBOOK_REDIS_SERVER"
+            )
         self.binary = binary
         self.port = 0
         self.dir = tempfile.mkdtemp(prefix="playbook-redis-")

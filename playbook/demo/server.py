@@ -42,9 +42,7 @@ def serve(port: int | None = None, host: str = "127.0.0.1", *, clock: Callable[[
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise ImportError(
-            f'the demo provider needs starlette and uvicorn ({exc.name} is missing): pip install "playbook[demo]"'
-        ) from exc
+        raise ImportError(f'the demo provider needs starlette and uvicorn ({exc.name} is missing): pip install "playbook[demo]"') from exc
     server = DemoServer(DemoSettings.from_kwargs(**settings), host=host, port=port, clock=clock)
     server._start()
     return server
@@ -163,9 +161,7 @@ class DemoServer:
         sock = self._listen(self.port)
         self.port = sock.getsockname()[1]
         self._server = self._uvicorn()
-        self._thread = threading.Thread(
-            target=self._run, args=(sock,), name=f"playbook-demo-{self.port}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, args=(sock,), name=f"playbook-demo-{self.port}", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + _START_TIMEOUT
         while not self._server.started:
@@ -220,9 +216,7 @@ class DemoServer:
     def __enter__(self) -> DemoServer:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
     def __repr__(self) -> str:

@@ -65,10 +65,7 @@ class DemoSettings:
         set_(self, "window_seconds", _number("window_seconds", self.window_seconds, low=0.0, open_low=True))
         set_(self, "max_in_flight", _integer("max_in_flight", self.max_in_flight, low=1, optional=True))
         if self.retry_after_format not in RETRY_AFTER_FORMATS:
-            raise ValueError(
-                f"retry_after_format must be one of {', '.join(RETRY_AFTER_FORMATS)}; "
-                f"got {self.retry_after_format!r}"
-            )
+            raise ValueError(f"retry_after_format must be one of {', '.join(RETRY_AFTER_FORMATS)}; got {self.retry_after_format!r}")
         set_(self, "quota", _integer("quota", self.quota, low=0, optional=True))
         set_(self, "quota_reset", _number("quota_reset", self.quota_reset, low=0.0, open_low=True))
         set_(self, "quota_endpoints", _prefixes(self.quota_endpoints))

@@ -156,9 +156,7 @@ class DemoState:
 
     # -- per request -----------------------------------------------------------------------
 
-    def admit(
-        self, endpoint: str, path: str, authorization: str | None, idempotency_key: str | None
-    ) -> Admission:
+    def admit(self, endpoint: str, path: str, authorization: str | None, idempotency_key: str | None) -> Admission:
         """Count a /v1 request and decide its fate; hand the result to `finish`."""
         with self.lock:
             admission = Admission(self._epoch)
@@ -264,10 +262,7 @@ class DemoState:
 
     def __repr__(self) -> str:
         c = self._counters
-        return (
-            f"<DemoState requests={c.requests} in_flight={c.in_flight} jobs={len(self._jobs)} "
-            f"{self._limiter!r} {self._window!r}>"
-        )
+        return f"<DemoState requests={c.requests} in_flight={c.in_flight} jobs={len(self._jobs)} {self._limiter!r} {self._window!r}>"
 
 
 def _bearer(authorization: str | None) -> str | None:

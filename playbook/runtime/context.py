@@ -238,8 +238,7 @@ class Context:
             stored = encode(value)
         except Unencodable as exc:
             raise PlaybookError(
-                f"step {key!r} returned a value with no JSON form ({exc}); return data: numbers, text, "
-                "dates, lists and dicts of them"
+                f"step {key!r} returned a value with no JSON form ({exc}); return data: numbers, text, dates, lists and dicts of them"
             ) from None
         await store.commit(record(skey, tool=f"step:{key}", stored=stored, tagged=stored is not value, at=store.clock()))
         return decode(stored) if stored is not value else value

@@ -29,7 +29,9 @@ _CHUNK = 512  # memo keys asked of the store at once
 _logger = logging.getLogger("playbook")
 
 
-def reuse(store: ReceiptStore, play: Play, table: RowTable, runnable: list[int], reused: Callable[[int, dict[str, Any]], None]) -> list[int]:
+def reuse(
+    store: ReceiptStore, play: Play, table: RowTable, runnable: list[int], reused: Callable[[int, dict[str, Any]], None]
+) -> list[int]:
     """Call ``reused(position, memo)`` for the rows whose memo exists; return the rest.  The memo
     keys of the rest are kept on their entries, to write their memos with."""
     fp = play.fingerprint
@@ -84,7 +86,9 @@ def finish_store(store: ReceiptStore, emit: Callable[[RunNotice], None], seen: i
                 "the end of the next run in this process; if the process ends first, a rerun pays for them again"
             )
         else:
-            note = f"{owed} receipts of paid calls that could not be written before were written at the end of this run: a rerun reuses them"
+            note = (
+                f"{owed} receipts of paid calls that could not be written before were written at the end of this run: a rerun reuses them"
+            )
         emit(RunNotice(note, lost))
         _logger.warning("%s", note)
     for note in store.notices[seen:]:

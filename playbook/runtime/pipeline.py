@@ -87,7 +87,9 @@ def _key(ctx: Caller, tool: Tool, values: Any) -> str:
         return tool.key(values)
     except Unencodable as exc:
         hint = ": " + ctx.forgotten_await(exc.value) if exc.awaitable else ""
-        raise ToolError(f"tool {tool.name!r}: {_culprit(values, exc)} cannot be part of a receipt key ({exc.why}){hint}", tool=tool.name) from None
+        raise ToolError(
+            f"tool {tool.name!r}: {_culprit(values, exc)} cannot be part of a receipt key ({exc.why}){hint}", tool=tool.name
+        ) from None
 
 
 def _culprit(values: Any, exc: Unencodable) -> str:
@@ -251,7 +253,9 @@ async def invoke(tool: Tool, values: Any, env: CallEnv) -> tuple[Any, bool]:
         return await tool.invoke(values, env)
     except ToolError as exc:
         if exc.status in (401, 402, 403):  # a Python tool's "bad credentials" stops the run as HTTP's does
-            raise RunFatal(f"tool {tool.name!r}: {exc} (status {exc.status})", tool=tool.name, provider=exc.provider, status=exc.status) from exc
+            raise RunFatal(
+                f"tool {tool.name!r}: {exc} (status {exc.status})", tool=tool.name, provider=exc.provider, status=exc.status
+            ) from exc
         raise
     except PlaybookError:
         raise

@@ -102,7 +102,9 @@ def stored_output(output: dict[str, Any], play: str, forgotten: Callable[[Any], 
         if exc.awaitable:
             advice = forgotten(exc.value)
             _close_awaitables(output)
-            raise OutputError(f"play {play!r}: output{exc.where} is a {type(exc.value).__name__} that was never awaited: {advice}") from None
+            raise OutputError(
+                f"play {play!r}: output{exc.where} is a {type(exc.value).__name__} that was never awaited: {advice}"
+            ) from None
         return output, None
     return (output if stored is output else decode(stored)), stored
 

@@ -165,7 +165,6 @@ class Run:
         return self
 
 
-
 def execute(run: Run) -> Coroutine[Any, Any, None]:
     """The run's first execution, over every row (awaited by ``map``/``amap``)."""
     return run._scheduler.execute()

@@ -39,9 +39,11 @@ def import_legacy(directory: Path, con: sqlite3.Connection) -> list[str]:
         return []
     with closing(sqlite3.connect(f"{old.as_uri()}?mode=ro", uri=True)) as src:
         tables = {name for (name,) in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        rows = [] if "Cache" not in tables else src.execute(
-            "SELECT key, mode, filename, value, tag FROM Cache WHERE raw = 1 AND key >= 'r' AND key < 't'"
-        ).fetchall()
+        rows = (
+            []
+            if "Cache" not in tables
+            else src.execute("SELECT key, mode, filename, value, tag FROM Cache WHERE raw = 1 AND key >= 'r' AND key < 't'").fetchall()
+        )
     copied, unreadable = 0, 0
     for key, mode, filename, value, tag in rows:
         record = _record(directory, mode, filename, value)

@@ -22,7 +22,11 @@ def open_store(db: Database, path: Path) -> list[str]:
     """Open ``db`` (the store at ``path``), making it if new; returns what to tell the user.
     Raises ``ReceiptError`` saying what to do when it cannot be used."""
     if db.readonly and not db.file.is_file():
-        old = " (it holds a store of playbook 0.1: open it once without readonly=True to copy its receipts)" if (path / "cache.db").is_file() else ""
+        old = (
+            " (it holds a store of playbook 0.1: open it once without readonly=True to copy its receipts)"
+            if (path / "cache.db").is_file()
+            else ""
+        )
         raise ReceiptError(f"there is no receipt store at {path} to read{old}")
     try:
         db.open()

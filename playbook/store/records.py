@@ -13,7 +13,20 @@ from ..keys import RECEIPT
 from ..models import Receipt
 from ..tagged import Unencodable, decode, dumps, encode, loads
 
-__all__ = ["COLUMNS", "INPUT_TAGGED", "OUTPUT_TAGGED", "MemoRow", "Record", "checked", "damage", "is_receipt", "memo_tools", "parse_tools", "receipt_of", "record"]
+__all__ = [
+    "COLUMNS",
+    "INPUT_TAGGED",
+    "OUTPUT_TAGGED",
+    "MemoRow",
+    "Record",
+    "checked",
+    "damage",
+    "is_receipt",
+    "memo_tools",
+    "parse_tools",
+    "receipt_of",
+    "record",
+]
 
 OUTPUT_TAGGED = 1  # the output holds tags: decode it when read
 INPUT_TAGGED = 2  # the input does

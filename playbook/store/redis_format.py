@@ -12,7 +12,21 @@ from .records import MemoRow, Record, parse_tools
 if TYPE_CHECKING:
     from redis.typing import EncodableT, FieldT
 
-__all__ = ["CHUNK", "INFO", "chunks", "found_of", "grouped", "memo_of", "memo_value", "record_info", "record_of", "record_value", "split", "text", "tool_names"]
+__all__ = [
+    "CHUNK",
+    "INFO",
+    "chunks",
+    "found_of",
+    "grouped",
+    "memo_of",
+    "memo_value",
+    "record_info",
+    "record_of",
+    "record_value",
+    "split",
+    "text",
+    "tool_names",
+]
 
 T = TypeVar("T")
 

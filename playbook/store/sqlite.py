@@ -124,7 +124,9 @@ class SqliteBackend:
 
     def counts(self) -> Counts:
         def count(con: sqlite3.Connection) -> tuple[list[Any], int]:
-            by_tool = con.execute(f"SELECT CAST(tool AS BLOB), COUNT(*), TOTAL(cost) FROM receipt WHERE {_RECEIPTS} GROUP BY tool").fetchall()
+            by_tool = con.execute(
+                f"SELECT CAST(tool AS BLOB), COUNT(*), TOTAL(cost) FROM receipt WHERE {_RECEIPTS} GROUP BY tool"
+            ).fetchall()
             (memos,) = con.execute("SELECT COUNT(*) FROM memo").fetchone()
             return by_tool, int(memos)
 
@@ -155,7 +157,9 @@ class SqliteBackend:
 
     def renew(self, keys: Sequence[str], owner: str, ttl: float) -> None:
         expires = time.time() + ttl
-        self._db.write(lambda con: con.executemany("UPDATE lease SET expires = ? WHERE key = ? AND owner = ?", [(expires, k, owner) for k in keys]))
+        self._db.write(
+            lambda con: con.executemany("UPDATE lease SET expires = ? WHERE key = ? AND owner = ?", [(expires, k, owner) for k in keys])
+        )
 
     def release(self, keys: Sequence[str], owner: str) -> None:
         self._db.write(lambda con: con.executemany("DELETE FROM lease WHERE key = ? AND owner = ?", [(k, owner) for k in keys]))
@@ -220,4 +224,3 @@ def _copy(old: sqlite3.Connection, new: sqlite3.Connection) -> tuple[int, int]:
             pass  # the old file cannot be read any more either: keep what was copied
         counts.append(copied)
     return counts[0], counts[1]
-

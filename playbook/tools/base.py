@@ -180,7 +180,10 @@ class Tool:
             raise error from exc
         if not isinstance(outs, (list, tuple)) or len(outs) != len(items):
             got = f"{len(outs)} outputs" if isinstance(outs, (list, tuple)) else f"a {type(outs).__name__}"
-            raise ToolError(f"batch tool {self.name!r} returned {got} for {len(items)} inputs; it must return a list, one output per input", tool=self.name)
+            raise ToolError(
+                f"batch tool {self.name!r} returned {got} for {len(items)} inputs; it must return a list, one output per input",
+                tool=self.name,
+            )
         return list(outs)
 
 
@@ -249,9 +252,7 @@ def tool(
         params = []
         for p in sig.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
-                raise PlayDefinitionError(
-                    f"tool {label!r}: parameter {p.name!r} must be a plain named parameter (no *args, **kwargs or /)"
-                )
+                raise PlayDefinitionError(f"tool {label!r}: parameter {p.name!r} must be a plain named parameter (no *args, **kwargs or /)")
             params.append(p.name)
         return Tool(label, params=params, fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size, retry_on=retry_on)
 
@@ -264,9 +265,10 @@ def _retry_types(name: str, retry_on: Any) -> tuple[type[Exception], ...]:
     for kind in types:
         if not (isinstance(kind, type) and issubclass(kind, Exception)):
             raise PlayDefinitionError(
-                f"tool {name!r}: retry_on must be an exception class or a tuple of them, e.g. retry_on=(TimeoutError,), "
-                f"not {retry_on!r}"
+                f"tool {name!r}: retry_on must be an exception class or a tuple of them, e.g. retry_on=(TimeoutError,), not {retry_on!r}"
             )
         if issubclass(kind, PlaybookError):
-            raise PlayDefinitionError(f"tool {name!r}: retry_on={kind.__name__} has no effect: playbook's own errors say themselves whether to retry")
+            raise PlayDefinitionError(
+                f"tool {name!r}: retry_on={kind.__name__} has no effect: playbook's own errors say themselves whether to retry"
+            )
     return types

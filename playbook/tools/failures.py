@@ -39,7 +39,9 @@ _TRANSIENT = (
 _NOT_TRANSIENT = (("requests", "exceptions.SSLError"),)
 
 
-def translate(exc: Exception, *, tool: str, provider: str | None = None, retry_on: tuple[type[Exception], ...] = ()) -> PlaybookError | None:
+def translate(
+    exc: Exception, *, tool: str, provider: str | None = None, retry_on: tuple[type[Exception], ...] = ()
+) -> PlaybookError | None:
     """The playbook error ``exc`` stands for (see the module docstring), or None to let it be."""
     listed = isinstance(exc, retry_on)
     status, headers = _answer(exc)

@@ -181,7 +181,7 @@ class HttpTool(Tool):
         return resp.status_code, resp.headers, content, None
 
     def _via(self, url: str) -> str:
-        """" through the proxy ... (from $HTTPS_PROXY)" when the run's client went through one the
+        """ " through the proxy ... (from $HTTPS_PROXY)" when the run's client went through one the
         environment names: a dead proxy otherwise reads as a dead provider."""
         found = proxy_for(url) if self.client is None else None
         return "" if found is None else f" through the proxy {found[1]} (from {found[0]})"

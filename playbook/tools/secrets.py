@@ -134,6 +134,7 @@ def forget_revealed() -> None:
     """Forget every secret revealed so far in this process (tests start from none)."""
     _redactor.forget()
 
+
 # A logger's filter sees only records logged on that very logger, not its children's: name each.
 for _name in (
     "httpx", "httpcore", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy",

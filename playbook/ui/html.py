@@ -68,7 +68,7 @@ def providers_table(
 
 
 def provider_state(p: ProviderView, since: float | None = None, now: float | None = None) -> str:
-    """"open", "held until ..." or "down since ...: why; next probe at ..."; given ``now``, with the
+    """ "open", "held until ..." or "down since ...: why; next probe at ..."; given ``now``, with the
     seconds left of the hold or before the probe."""
     if p.down:
         state = "down" + (f" since {time_of_day(since)}" if since else "") + f": {in_words(p.down_error)}"

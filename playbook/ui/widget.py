@@ -138,6 +138,7 @@ class WidgetView:
         """Replace the panel's output by the static summary, and let the live widgets go: each
         holds the run, and a kernel keeps every widget it ever made until it is closed."""
         import ipywidgets as w
+
         self.handle.update(_html(summary))
         self._ended = True
         if not self._background:
