@@ -11,19 +11,16 @@ round trip, then ``json.loads``.  Target: >= 0.5 of it for the receipts replay.
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 
-import pandas as pd
 import redis
 
 import playbook as pb
 from playbook.demo.redis_server import RedisServer
 
+from .b1_replay import ROWS, replays
 from .harness import Result, compare, timed
-
-ROWS = 20_000
 
 
 def run(repeats: int = 3) -> list[Result]:
@@ -33,30 +30,7 @@ def run(repeats: int = 3) -> list[Result]:
 
 def _run(url: str, repeats: int) -> list[Result]:
     store = pb.ReceiptStore(url)
-
-    @pb.tool(name="lookup", version="1")
-    async def lookup(n: int) -> dict:
-        return {"n": n, "label": f"item-{n}"}
-
-    async def replay(row, ctx):
-        return {"v": await ctx.tool(lookup, n=row.n)}
-
-    frame = pd.DataFrame({"n": range(ROWS), "name": [f"row {i}" for i in range(ROWS)]})
-    versions = itertools.count()
-    frame.play.map(pb.play(replay, name="replay", version=str(next(versions))), store=store, progress=False)
-    memo_play = pb.play(replay, name="replay", version="memo")
-    frame.play.map(memo_play, store=store, progress=False)
-
-    def receipts_replay() -> int:
-        fresh = pb.play(replay, name="replay", version=str(next(versions)))
-        run = frame.play.run(fresh, store=store, progress=False, concurrency=16)
-        assert run.stats.calls_reused == ROWS and run.stats.calls_executed == 0
-        return len(run.result)
-
-    def memo_replay() -> int:
-        run = frame.play.run(memo_play, store=store, progress=False)
-        assert run.stats.reused == ROWS
-        return len(run.result)
+    receipts_replay, memo_replay = replays(store)
 
     # The baseline reads the very receipts the replay reads, as JSON text under the same keys.
     client = redis.Redis.from_url(url)

@@ -15,6 +15,7 @@ import itertools
 import json
 import random
 import tempfile
+from collections.abc import Callable
 
 import diskcache
 import pandas as pd
@@ -26,9 +27,8 @@ from .harness import Result, compare, timed
 ROWS = 20_000
 
 
-def run(repeats: int = 3) -> list[Result]:
-    workdir = tempfile.mkdtemp(prefix="pb-b1-")
-    store = pb.ReceiptStore(workdir + "/store")
+def replays(store: pb.ReceiptStore) -> tuple[Callable[[], int], Callable[[], int]]:
+    """Fill ``store`` with ROWS rows' receipts and memos; return the two replays (each returns its rows)."""
 
     @pb.tool(name="lookup", version="1")
     async def lookup(n: int) -> dict:
@@ -45,14 +45,22 @@ def run(repeats: int = 3) -> list[Result]:
 
     def receipts_replay() -> int:
         fresh = pb.play(replay, name="replay", version=str(next(versions)))
-        out = frame.play.map(fresh, store=store, progress=False, concurrency=16)
-        assert pb.last_run().stats.calls_reused == ROWS and pb.last_run().stats.calls_executed == 0
-        return len(out)
+        run = frame.play.run(fresh, store=store, progress=False, concurrency=16)
+        assert run.stats.calls_reused == ROWS and run.stats.calls_executed == 0
+        return len(run.result)
 
     def memo_replay() -> int:
-        out = frame.play.map(memo_play, store=store, progress=False)
-        assert pb.last_run().stats.reused == ROWS
-        return len(out)
+        run = frame.play.run(memo_play, store=store, progress=False)
+        assert run.stats.reused == ROWS
+        return len(run.result)
+
+    return receipts_replay, memo_replay
+
+
+def run(repeats: int = 3) -> list[Result]:
+    workdir = tempfile.mkdtemp(prefix="pb-b1-")
+    store = pb.ReceiptStore(workdir + "/store")
+    receipts_replay, memo_replay = replays(store)
 
     # The baselines hold the very receipts the replay reads, under the same keys.
     records = {key: record for key, record in store.records()}

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from .errors import PlayDefinitionError
 from .governor import IN_PLACE, Governor, Ticket
 from .limits import Health, Limiter, LocalLimiter
-from .limits.base import shown_url
+from .urls import masked
 
 __all__ = ["HEADROOM", "IN_PLACE", "Provider", "Ticket"]
 
@@ -133,7 +133,7 @@ class Provider:
         given = ("rpm", "burst", "concurrency", "tpm") if self.rpm is not None else ("rps", "burst", "concurrency", "tpm")
         limits = [f"{k}={getattr(self, k)!r}" for k in given if getattr(self, k) is not None]
         if self.shared is not None:
-            limits.append(f"shared={shown_url(self.shared)}")
+            limits.append(f"shared={masked(self.shared)}")
         rate = "unlimited" if self.rate is None else f"{self.rate:.3g}/s"
         window = self.in_flight_limit
         found = f" in_flight_limit={window}" if window is not None and window != self.concurrency else ""

@@ -17,7 +17,8 @@ import redis
 from playbook.store.memory import MemoryBackend
 from playbook.store.protocol import Backend, Counts, Damaged, Found, StoreFailure
 from playbook.store.records import MemoRow, Record, memo_tools
-from playbook.store.redis import RedisBackend, masked
+from playbook.store.redis import RedisBackend
+from playbook.urls import masked
 
 
 def _key(kind: str, n: int) -> str:

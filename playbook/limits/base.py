@@ -20,9 +20,8 @@ whatever the weights count.
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
-from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["Limiter", "Permit", "shown_url"]
+__all__ = ["Limiter", "Permit", "rate_news"]
 
 
 class Permit:
@@ -36,6 +35,13 @@ class Permit:
         self.sent_at = sent_at  # loop clock
         self.key = key  # its name in shared state ("" for a local permit)
         self.done = False  # given back: settled, refused or released
+
+    def land(self) -> bool:
+        """Mark it given back; False when it was already (a call settles once)."""
+        if self.done:
+            return False
+        self.done = True
+        return True
 
     def __repr__(self) -> str:
         state = " done" if self.done else ""
@@ -86,10 +92,9 @@ class Limiter(Protocol):
         set before stays)."""
 
 
-def shown_url(url: str) -> str:
-    """``url`` without its password: what a repr or an error message may show."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+def rate_news(shown: float | None, rate: float | None, ceiling: float | None) -> bool:
+    """Whether ``rate`` is worth telling the views, against the ``shown`` one: a change of 5% or
+    more, a limit set or lifted, or the configured ceiling reached.  (Every AIMD step would be noise.)"""
+    if shown == rate:
+        return False
+    return shown is None or rate is None or rate == ceiling or abs(rate - shown) >= 0.05 * shown

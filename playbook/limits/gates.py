@@ -63,6 +63,13 @@ class Window:
     def discovered(self) -> bool:
         return not self.opening and self.limit is not None and self.limit != self.configured
 
+    @property
+    def known_limit(self) -> int | None:
+        """The limit to show: ``None`` while opening with no configured one.  (A new provider
+        meets a growing handful of calls first, like TCP's slow start, but that opening is not a
+        limit it has shown.)"""
+        return None if self.opening and self.configured is None else self.limit
+
     def _open(self) -> bool:
         return self.limit is None or self.in_flight < self.limit
 

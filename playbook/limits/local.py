@@ -41,10 +41,7 @@ class LocalLimiter:
 
     @property
     def in_flight_limit(self) -> int | None:
-        # A new provider meets a growing handful of calls first, like TCP's slow start, but that
-        # opening is not a limit it has shown.
-        window = self.window
-        return None if window.opening and window.configured is None else window.limit
+        return self.window.known_limit
 
     async def acquire(self, weight: float = 1.0) -> Permit | None:
         loop = asyncio.get_running_loop()
@@ -109,11 +106,9 @@ class LocalLimiter:
 
     def _landed(self, permit: Permit) -> bool:
         """The call is off the wire; False when its permit was given back already."""
-        if permit.done:
-            return False
-        permit.done = True
-        self.in_flight -= 1
-        return True
+        landed = permit.land()
+        self.in_flight -= landed
+        return landed
 
     # -- the paced queue ---------------------------------------------------------------------
 

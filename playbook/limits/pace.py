@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from .base import rate_news
+
 __all__ = ["Pace"]
 
 
@@ -221,10 +223,7 @@ class Pace:
         return self.ceiling / 10 if self.ceiling is not None else self.floor
 
     def _changed(self) -> bool:
-        shown, rate = self._shown, self.rate
-        if shown == rate:
-            return False
-        if shown is None or rate is None or rate == self.ceiling or abs(rate - shown) >= 0.05 * shown:
-            self._shown = rate
+        if rate_news(self._shown, self.rate, self.ceiling):
+            self._shown = self.rate
             return True
         return False

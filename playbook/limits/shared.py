@@ -28,8 +28,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import PlayDefinitionError, ToolError
+from ..urls import masked
 from . import scripts
-from .base import Permit, shown_url
+from .base import Permit, rate_news
 from .gates import Window
 from .pace import Pace
 
@@ -65,13 +66,13 @@ class RedisLimiter:
         try:
             self._redis = _import_redis()
         except ImportError as exc:
-            raise PlayDefinitionError(f"Provider {provider!r}: shared={shown_url(url)!r} needs redis-py: pip install redis") from exc
+            raise PlayDefinitionError(f"Provider {provider!r}: shared={masked(url)!r} needs redis-py: pip install redis") from exc
         self.url, self.provider = url, provider
         self._url, self.permit_ttl = _split_options(url, provider)
         try:
             self._redis.connection.parse_url(self._url)
         except ValueError as exc:
-            raise PlayDefinitionError(f"Provider {provider!r}: shared={shown_url(url)!r} is not a Redis URL ({exc})") from exc
+            raise PlayDefinitionError(f"Provider {provider!r}: shared={masked(url)!r} is not a Redis URL ({exc})") from exc
         self.prefix = f"playbook:limit:{{{account}}}:"
         self.ceiling, self.burst, self.floor = rate, burst or 1, rate / 10 if rate is not None else Pace(None).floor
         self.window = Window(concurrency)  # discovers a bound from the account-wide levels 429s meet
@@ -93,13 +94,12 @@ class RedisLimiter:
     def __repr__(self) -> str:
         rate = "unlimited" if self.rate is None else f"{self.rate:.3g}/s"
         limit = self.in_flight_limit
-        return (f"<RedisLimiter {shown_url(self.url)} {self.prefix}* rate={rate} in_flight_limit={limit} "
+        return (f"<RedisLimiter {masked(self.url)} {self.prefix}* rate={rate} in_flight_limit={limit} "
                 f"on_wire={self.in_flight} permits={len(self._permits)} hold_until={self.hold_until:.3f}>")  # fmt: skip
 
     @property
     def in_flight_limit(self) -> int | None:
-        window = self.window
-        return None if window.opening and window.configured is None else window.limit
+        return self.window.known_limit
 
     # -- the Limiter protocol ------------------------------------------------------------------
 
@@ -214,7 +214,7 @@ class RedisLimiter:
             return await self._scripts[name](keys=[self.prefix + k for k in keys], args=[self.prefix, *args], client=client)
         except (self._redis.exceptions.RedisError, OSError) as exc:
             raise ToolError(
-                f"shared limits of provider {self.provider!r} at {shown_url(self.url)} are out of reach "
+                f"shared limits of provider {self.provider!r} at {masked(self.url)} are out of reach "
                 f"({type(exc).__name__}: {exc})",
                 provider=self.provider, retryable=True,
             ) from exc  # fmt: skip
@@ -247,11 +247,9 @@ class RedisLimiter:
             await asyncio.shield(self._quietly("release", ["permits"], [key], key))
 
     def _landed(self, permit: Permit) -> bool:
-        if permit.done:
-            return False
-        permit.done = True
-        self.in_flight -= 1
-        return True
+        landed = permit.land()
+        self.in_flight -= landed
+        return landed
 
     def _learn(self, now: bytes, hold: bytes, rate: bytes | None, loop: asyncio.AbstractEventLoop) -> None:
         """Read Redis's clock, the hold and the rate from an answer."""
@@ -263,11 +261,8 @@ class RedisLimiter:
             self.rate = _float(rate)
 
     def _changed(self) -> bool:
-        shown, rate = self._shown, self.rate
-        if shown == rate:
-            return False
-        if shown is None or rate is None or rate == self.ceiling or abs(rate - shown) >= 0.05 * shown:
-            self._shown = rate
+        if rate_news(self._shown, self.rate, self.ceiling):
+            self._shown = self.rate
             return True
         return False
 

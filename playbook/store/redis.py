@@ -34,9 +34,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ReceiptError
+from ..urls import masked
 from .protocol import Counts, Damaged, Found, StoreFailure
 from .records import MemoRow, Record, is_receipt, parse_tools
-from .redis_failures import failure, masked
+from .redis_failures import failure
 from .redis_format import (
     CHUNK,
     INFO,

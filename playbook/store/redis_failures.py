@@ -1,25 +1,12 @@
-"""A Redis URL as shown to the user (password masked), and what went wrong talking to Redis, in words."""
+"""What went wrong talking to Redis, in words a user can act on."""
 
 from __future__ import annotations
 
 import errno
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .protocol import StoreFailure
 
-__all__ = ["failure", "masked"]
-
-
-def masked(url: str) -> str:
-    """``url`` with its password (in the authority or a ``password=`` parameter) shown as ``***``."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user, colon, _ = userinfo.partition(":")
-        netloc = f"{user}:***@{host}" if colon else netloc
-    query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
+__all__ = ["failure"]
 
 
 def failure(exc: BaseException, where: str) -> StoreFailure:
