@@ -35,7 +35,20 @@ from typing import Any
 
 from .tagged import SCALARS, Unencodable, as_plain, dumps, encode, float_name
 
-__all__ = ["RECEIPT", "STEP", "code_fingerprint", "digest", "key_text", "memo_key", "receipt_key", "row_key", "step_key"]
+__all__ = [
+    "MEMO",
+    "RECEIPT",
+    "STEP",
+    "code_fingerprint",
+    "digest",
+    "forced_key",
+    "key_text",
+    "memo_key",
+    "receipt_key",
+    "row_key",
+    "step_key",
+    "step_name",
+]
 
 RECEIPT = "r"
 STEP = "s"
@@ -58,6 +71,17 @@ def receipt_key(tool: str, identity: str, payload: str, account: str) -> str:
 def step_key(play: str, row: str, name: str, occurrence: int) -> str:
     """Key of the ``occurrence``-th step (or sleep) called ``name`` in one row of a play."""
     return STEP + digest(f"{play}\x1f{row}{name}\x1f{occurrence}")
+
+
+def step_name(kind: str, key: str) -> str:
+    """How a step or sleep is named among a row's calls: never the same as a tool's name."""
+    return f"\x1f{kind}:{key}"
+
+
+def forced_key(receipt: str, run: str, logical: str) -> str:
+    """The idempotency key of a forced call: new per run and per logical call, so the provider
+    does not answer it from its own cache of the first one."""
+    return digest(f"{receipt}\x1f{run}\x1f{logical}")
 
 
 def row_key(values: list[Any]) -> str:

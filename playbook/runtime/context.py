@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PlaybookError, PlayDefinitionError, ProviderUnavailable, RunFatal, ToolError
-from ..keys import step_key
+from ..keys import step_key, step_name
 from ..providers import IN_PLACE
 from ..signals import Sleeping, Suspend
 from ..store import MISSING
@@ -273,7 +273,7 @@ class Context:
         raise signal
 
     def _step_key(self, kind: str, key: str) -> str:
-        name = f"\x1f{kind}:{key}"  # cannot collide with a tool's name
+        name = step_name(kind, key)
         return step_key(self.scope.play, self.row_key, name, self.occurrence(name))
 
     async def _call(self, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> tuple[Any, bool]:

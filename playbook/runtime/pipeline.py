@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..errors import PlaybookError, RunFatal, ToolError
-from ..keys import digest
+from ..keys import forced_key
 from ..signals import Held
 from ..store import MISSING
 from ..store.records import record as receipt_record
@@ -232,7 +232,7 @@ def _sender(ctx: Caller, tool: Tool, call: Pending) -> Send:
     scope = ctx.scope
     # A forced call is a new request to the provider: its idempotency key must differ from the
     # receipt's, once per logical call of this run (a replay of the row sends the same one).
-    idem = digest(f"{call.key}\x1f{scope.run_id}\x1f{call.logical}") if call.forced else call.key
+    idem = forced_key(call.key, scope.run_id, call.logical) if call.forced else call.key
     env = CallEnv(scope.http_client, idem)
     key, values = call.key, call.values
 

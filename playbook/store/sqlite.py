@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..keys import RECEIPT
 from .db import Database, reason
 from .opening import initialise, open_store
 from .protocol import Counts, Damaged, Found
@@ -22,7 +23,8 @@ __all__ = ["SqliteBackend"]
 _LOOKUP = "SELECT output, miss, flags, error, at FROM receipt WHERE key = ?"
 _UPSERT = f"INSERT OR REPLACE INTO receipt ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _MEMOS = "SELECT key, play, tools, calls, cost, flags, output FROM memo WHERE key IN ({})"
-_RECEIPTS = "key >= 'r' AND key < 's'"  # receipt keys start with "r" (keys.RECEIPT), step records with "s"
+# Receipt keys start with keys.RECEIPT ("r"), step records with keys.STEP ("s"): a range of the index.
+_RECEIPTS = f"key >= '{RECEIPT}' AND key < '{chr(ord(RECEIPT) + 1)}'"
 # Text columns read as bytes: one record that is not UTF-8 must not stop a listing of the others.
 _AS_BYTES = ", ".join(c if c in ("at", "cost", "miss", "flags") else f"CAST({c} AS BLOB)" for c in COLUMNS.split(", "))
 _TAKE = (
