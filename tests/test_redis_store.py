@@ -110,3 +110,54 @@ def test_a_redis_url_nothing_answers_is_a_clear_error(tmp_path: Path) -> None:
     message = str(failed.value)
     assert f"127.0.0.1:{url.rsplit(':', 1)[1]}" in message and "Connection refused" in message
     assert "hunter2" not in message
+
+
+def test_clearing_everything_keeps_the_shared_limits_of_providers(redis_url: str) -> None:
+    """clear() on a Redis store that a shared limiter also uses drops receipts and memos, never the
+    limiter's state (its rate, holds and the permits of calls in flight)."""
+    provider = pb.Provider("acme", rps=50, concurrency=4, shared=redis_url)
+
+    @pb.tool(name="acme.lookup", provider=provider, cost=0.001)
+    async def lookup(n: int) -> int:
+        return n
+
+    frame = pd.DataFrame({"n": range(10)})
+    frame.play.run(lookup, store=redis_url, progress=False)
+    admin = redis.Redis.from_url(redis_url)
+    admin.set("playbook:limit:{acme:default}:hold", "marker")  # stands for a hold in force
+
+    def state() -> set[bytes]:  # the lasting keys (per-tenth-second counters expire on their own)
+        return {name for name in admin.scan_iter("playbook:limit:*") if b":sent:" not in name and b":refused:" not in name}
+
+    before = state()
+    assert len(before) >= 2, f"the shared limiter kept no state in Redis: {before}"
+    assert pb.ReceiptStore(redis_url).clear() > 0
+    assert state() == before
+    assert admin.get("playbook:limit:{acme:default}:hold") == b"marker"
+
+
+@pytest.mark.parametrize("where", ["redis:/localhost", "REDIS:/localhost:6379", "http://localhost:6379/0", "rediss:localhost"])
+def test_a_mistyped_redis_url_is_an_error_not_a_directory(where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that looks like a URL but is not a usable one is refused, naming it; no directory of that name is made."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(pb.ReceiptError, match="neither a directory nor a Redis URL"):
+        pd.DataFrame({"n": [1]}).play.map(_play("1"), store=where, progress=False)
+    monkeypatch.setenv("PLAYBOOK_HOME", where)
+    with pytest.raises(pb.ReceiptError, match="neither a directory nor a Redis URL"):
+        pd.DataFrame({"n": [1]}).play.map(_play("1"), progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_upper_case_scheme_and_a_path_with_a_colon_are_understood(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """REDIS://… is the same server; ./a:b (or a Path) is a directory with a colon in its name."""
+    store = pb.ReceiptStore(redis_url.replace("redis://", "REDIS://"))
+    assert store.stats()["receipts"] == 0
+    monkeypatch.chdir(tmp_path)
+    assert pb.ReceiptStore("./a:b").path == Path("a:b") and (tmp_path / "a:b" / "receipts.db").is_file()
+    assert isinstance(pb.ReceiptStore(tmp_path / "c:d").path, Path)
+
+
+def test_an_unknown_option_in_a_redis_url_is_a_clear_error(redis_url: str) -> None:
+    """A query option redis-py does not know is a ReceiptError naming the URL, not a TypeError."""
+    with pytest.raises(pb.ReceiptError, match="not a Redis URL playbook can use"):
+        pb.ReceiptStore(redis_url + "?foo=bar")

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import redis
 
 import playbook as pb
 from playbook.limits import Limiter, LocalLimiter, Permit
@@ -247,12 +248,12 @@ asyncio.run(main())
 
 
 @pytest.fixture
-def other(redis_url: str) -> Iterator[Callable[[str], subprocess.Popen[str]]]:
+def other(redis_url: str) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     """Another process on the same account doing one thing: hold, cut or hog every slot."""
     started: list[subprocess.Popen[str]] = []
 
-    def start(action: str) -> subprocess.Popen[str]:
-        url = redis_url.replace("/0", "/0?permit_ttl=1.5")
+    def start(action: str, ttl: float = 1.5) -> subprocess.Popen[str]:
+        url = redis_url.replace("/0", f"/0?permit_ttl={ttl}")
         proc = subprocess.Popen([sys.executable, "-c", _OTHER, url, action], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         started.append(proc)
         return proc
@@ -270,7 +271,7 @@ def _done(proc: subprocess.Popen[str]) -> str:
     return out
 
 
-def test_a_hold_set_by_another_process_is_seen_here(redis_url: str, other: Callable[[str], subprocess.Popen[str]]) -> None:
+def test_a_hold_set_by_another_process_is_seen_here(redis_url: str, other: Callable[..., subprocess.Popen[str]]) -> None:
     """Another process holds the account for 3 s: acquire here steps aside and learns until when."""
     _done(other("hold"))
 
@@ -283,7 +284,7 @@ def test_a_hold_set_by_another_process_is_seen_here(redis_url: str, other: Calla
     assert permit is None and 1.0 < left <= 3.0
 
 
-def test_a_cut_made_by_another_process_is_seen_here(redis_url: str, other: Callable[[str], subprocess.Popen[str]]) -> None:
+def test_a_cut_made_by_another_process_is_seen_here(redis_url: str, other: Callable[..., subprocess.Popen[str]]) -> None:
     """Another process's 429 cuts the shared rate: this process paces at the cut rate at its next permit."""
     cut = float(_done(other("cut")).split()[-1])
 
@@ -295,28 +296,47 @@ def test_a_cut_made_by_another_process_is_seen_here(redis_url: str, other: Calla
     assert cut < 20.0 and asyncio.run(main()) == pytest.approx(cut)
 
 
-def test_slots_of_a_killed_process_come_back_after_their_expiry(redis_url: str, other: Callable[[str], subprocess.Popen[str]]) -> None:
-    """A process holding all 3 slots is killed with SIGKILL: its slots stay taken at first, and
-    come back once their 1.5 s expiry passes (nobody renews them)."""
-    proc = other("hog")
+def test_slots_of_a_process_killed_on_this_machine_come_back_at_once(redis_url: str, other: Callable[..., subprocess.Popen[str]]) -> None:
+    """A process on this machine holding all 3 slots is killed with SIGKILL: its slots come back
+    as soon as the account is found full (its pid is gone), not when their permits expire."""
+    proc = other("hog", 30)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
     proc.kill()
     proc.wait()
-    killed = time.monotonic()
+
+    async def main() -> float:
+        limiter = _shared(redis_url.replace("/0", "/0?permit_ttl=30"), concurrency=3)
+        started = time.monotonic()
+        permit = await asyncio.wait_for(limiter.acquire(), 10)
+        assert permit is not None
+        await limiter.release(permit)
+        return time.monotonic() - started
+
+    assert asyncio.run(main()) < 3.0, "the dead process's slots waited for their 30 s expiry"
+
+
+def test_slots_held_on_another_machine_come_back_after_their_expiry(redis_url: str) -> None:
+    """Slots held by a process on another host (which may be alive) are waited out: they come back
+    when their permits expire, not before."""
+    client = redis.Redis.from_url(redis_url)
+    seconds, micros = client.time()
+    expires = seconds + micros / 1e6 + 1.5
+    client.zadd("playbook:limit:{acme:default}:permits", {f"otherhost:{n}:abcd:1": expires for n in (101, 102, 103)})
 
     async def main() -> tuple[bool, float]:
-        limiter = _shared(redis_url.replace("/0", "/0?permit_ttl=1.5"), concurrency=3)
+        limiter = _shared(redis_url, concurrency=3)
+        started = time.monotonic()
         early = asyncio.ensure_future(limiter.acquire())
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.5)
         blocked = not early.done()
         permit = await asyncio.wait_for(early, 10)
         assert permit is not None
         await limiter.release(permit)
-        return blocked, time.monotonic() - killed
+        return blocked, time.monotonic() - started
 
     blocked, after = asyncio.run(main())
-    assert blocked, "the dead process's slots were free at once: they were not held"
-    assert 0.3 <= after < 8.0
+    assert blocked, "slots held on another machine were taken at once"
+    assert 1.2 <= after < 8.0
 
 
 def test_permits_in_flight_are_renewed_past_their_expiry(redis_url: str) -> None:

@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import os
 import random
-import socket
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import PlayDefinitionError, ToolError
+from ..owners import HOST, dead
 from ..urls import masked
 from . import scripts
 from .base import Permit, rate_news
@@ -81,7 +82,8 @@ class RedisLimiter:
         self.in_flight = 0  # this process's calls on the wire
         self._shown = rate  # the rate last reported as changed
         self._offset = 0.0  # Redis time minus loop time, as of the last answer
-        self._host = f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(32):08x}"
+        self._host = f"{HOST}:{os.getpid()}:{random.getrandbits(32):08x}"
+        self._reaped = -math.inf  # loop clock: when permits of dead processes were last looked for
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
@@ -195,6 +197,7 @@ class RedisLimiter:
                     self._drop(key)
                     return None
                 if status == b"full":
+                    await self._reap(loop)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._freed.wait(), POLL * (0.5 + random.random()))
                     continue
@@ -206,6 +209,20 @@ class RedisLimiter:
         except BaseException:
             await self._forget(key)
             raise
+
+    async def _reap(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The account is full: give back at once the slots of processes on this machine that no
+        longer run (killed mid-call), instead of waiting for their permits to expire.  At most
+        once a second: it reads every permit."""
+        if loop.time() < self._reaped + 1.0:
+            return
+        self._reaped = loop.time()
+        name = self.prefix + "permits"
+        client = self._connect()
+        with contextlib.suppress(self._redis.exceptions.RedisError, OSError):  # then they expire, as elsewhere
+            gone = [permit for permit in await client.zrange(name, 0, -1) if dead(permit.decode("utf-8", "replace"))]
+            if gone:
+                await client.zrem(name, *gone)
 
     async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
         client = self._connect()

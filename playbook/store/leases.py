@@ -15,18 +15,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import socket
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import ReceiptError
+from ..owners import HOST, dead
 from .protocol import Backend, StoreFailure
 
 __all__ = ["Leases"]
 
 T = TypeVar("T")
-_HOST = socket.gethostname()
 
 
 class Leases:
@@ -53,7 +52,7 @@ class Leases:
     def owner(self) -> str:
         pid = os.getpid()
         if pid != self._pid:  # a forked child is another owner
-            self._pid, self._owner, self.held = pid, f"{_HOST}:{pid}:{self._token}", set()
+            self._pid, self._owner, self.held = pid, f"{HOST}:{pid}:{self._token}", set()
         return self._owner
 
     async def take(self, key: str) -> bool:
@@ -129,8 +128,8 @@ class Leases:
             if found is not missing:
                 return found
             holder = self._do(lambda: self._backend.holder(key))
-            if holder is None or holder[1] < 0 or _dead(holder[0]):
-                if holder is not None and _dead(holder[0]):
+            if holder is None or holder[1] < 0 or dead(holder[0]):
+                if holder is not None and dead(holder[0]):
                     self._do(functools.partial(self._backend.release, [key], holder[0]))
                 if await self.take(key):
                     found = check()  # it may have finished between our two looks
@@ -145,18 +144,3 @@ class Leases:
             return work()
         except StoreFailure as exc:
             raise ReceiptError(f"cannot use the leases of the receipt store at {self._backend.location}: {exc.reason}") from None
-
-
-def _dead(owner: str) -> bool:
-    """True when ``owner`` is a process on this machine that no longer runs."""
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != _HOST or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
+from ..errors import ReceiptError
 from .protocol import Backend
 
 __all__ = ["home", "is_url", "masked_in", "open_backend"]
 
 _URLS = ("redis://", "rediss://", "unix://")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")  # two letters or more: "C:" is a drive, not a scheme
 
 
 def masked_in(text: str) -> bool:
@@ -19,9 +22,23 @@ def masked_in(text: str) -> bool:
 
 
 def is_url(location: str | os.PathLike[str]) -> bool:
-    """A store that is not a directory: a ``redis://`` URL, or ``"memory"``."""
+    """A store that is not a directory: a ``redis://`` URL, or ``"memory"``.  ``ReceiptError``
+    for what looks like a URL but is not one playbook can use (``redis:/host``, ``http://…``):
+    taken for a directory, it would quietly keep receipts in a folder of that name."""
     text = os.fspath(location)
-    return text.startswith(_URLS) or text == "memory"
+    if text == "memory":
+        return True
+    if isinstance(location, os.PathLike):
+        return False  # a Path is a directory, whatever its name
+    scheme = _SCHEME.match(text)
+    if scheme is None:
+        return False
+    if scheme.group(1).lower() + "://" in _URLS and text[scheme.end() :].startswith("//"):
+        return True
+    raise ReceiptError(
+        f"store {text!r} is neither a directory nor a Redis URL: write redis://host:6379/0 (or rediss://, unix://), "
+        f"or ./{text} for a directory of that name"
+    )
 
 
 def home() -> Path | str:
@@ -33,10 +50,11 @@ def home() -> Path | str:
 def open_backend(location: str | os.PathLike[str], *, readonly: bool = False, notify: Callable[[str], None] | None = None) -> Backend:
     """The backend for a directory (SQLite), a ``redis://`` URL, or ``"memory"``."""
     text = os.fspath(location)
-    if text.startswith(_URLS):
+    if is_url(location) and text != "memory":
         from .redis import RedisBackend
 
-        return RedisBackend(text, readonly=readonly)
+        scheme, rest = text.split(":", 1)
+        return RedisBackend(scheme.lower() + ":" + rest, readonly=readonly)
     if text == "memory":
         from .memory import MemoryBackend
 

@@ -105,11 +105,17 @@ class RedisBackend:
                 url, socket_timeout=10.0, socket_connect_timeout=5.0, health_check_interval=30, retry=retry
             )
         except ValueError as exc:
-            raise StoreFailure(f"{self.location} is not a Redis URL ({exc})", "EINVAL") from None
+            raise StoreFailure(f"{self.location} is not a Redis URL playbook can use ({exc})", "EINVAL") from None
         self._take = self._client.register_script(_TAKE)
         self._keep = self._client.register_script(_KEEP)
-        with self._failing():
-            self._client.ping()  # a wrong URL fails here, naming it, not in the middle of a run
+        try:
+            with self._failing():
+                self._client.ping()  # a wrong URL fails here, naming it, not in the middle of a run
+        except (TypeError, IndexError) as exc:  # an option in the query redis-py does not know, met when it connects
+            cause: BaseException | None = exc
+            while cause is not None and not isinstance(cause, TypeError):
+                cause = cause.__context__
+            raise StoreFailure(f"{self.location} is not a Redis URL playbook can use ({cause or exc})", "EINVAL") from None
         self.notices = self._durability()
 
     def _durability(self) -> list[str]:
@@ -298,11 +304,14 @@ class RedisBackend:
         return removed
 
     def _clear_all(self) -> int:
-        """Every key under the prefix but the leases: a call being paid for stays leased."""
+        """Every key under the prefix but the leases (a call being paid for stays leased) and the
+        shared limiters' state (``{prefix}:limit:…``: clearing receipts must not lift a provider's
+        hold, forget its rate or free the slots of calls in flight)."""
         removed = 0
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix) + "*"
         names = [text(name) for name in self._client.scan_iter(match=pattern, count=CHUNK)]
-        doomed = [name for name in names if not name.startswith(self._prefix + "lease:")]
+        kept = (self._prefix + "lease:", self._prefix + "limit:")
+        doomed = [name for name in names if not name.startswith(kept)]
         for chunk in chunks(doomed):
             self._client.unlink(*chunk)
             # Records and memos are named by their key alone (no ':'); indexes have other names.
