@@ -4,6 +4,9 @@ tool, and the words said when the server would lose receipts or cannot be reache
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import socket
 from pathlib import Path
 
@@ -12,6 +15,7 @@ import pytest
 import redis
 
 import playbook as pb
+from playbook.demo.redis_server import RedisServer
 
 ROWS = 1000
 
@@ -148,7 +152,9 @@ def test_a_mistyped_redis_url_is_an_error_not_a_directory(where: str, tmp_path: 
     assert list(tmp_path.iterdir()) == []
 
 
-def test_an_upper_case_scheme_and_a_path_with_a_colon_are_understood(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_upper_case_scheme_and_a_path_with_a_colon_are_understood(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """REDIS://… is the same server; ./a:b (or a Path) is a directory with a colon in its name."""
     store = pb.ReceiptStore(redis_url.replace("redis://", "REDIS://"))
     assert store.stats()["receipts"] == 0
@@ -161,3 +167,46 @@ def test_an_unknown_option_in_a_redis_url_is_a_clear_error(redis_url: str) -> No
     """A query option redis-py does not know is a ReceiptError naming the URL, not a TypeError."""
     with pytest.raises(pb.ReceiptError, match="not a Redis URL playbook can use"):
         pb.ReceiptStore(redis_url + "?foo=bar")
+
+
+def test_a_redis_that_stops_answering_never_freezes_the_run() -> None:
+    """A Redis server frozen mid-run (SIGSTOP: a paused VM, a dead network) leaves the event loop
+    free: other tasks keep running, and run.stop() ends the run within its grace, not after the
+    server's timeouts."""
+    with RedisServer() as server:
+        store = pb.ReceiptStore(server.url)
+        lookup = _lookup_tool()
+
+        async def slow(row, ctx):  # type: ignore[no-untyped-def]
+            await asyncio.sleep(0.01)
+            return {"v": await ctx.tool(lookup, n=row.n)}
+
+        async def main() -> tuple[float, float, int]:
+            loop = asyncio.get_running_loop()
+            run = await pd.DataFrame({"n": range(5000)}).play.arun(pb.play(slow, name="slow"), store=store, background=True, progress=False)
+            await asyncio.sleep(0.5)
+            assert server.process is not None
+            os.kill(server.process.pid, signal.SIGSTOP)
+            try:
+                gaps, last = [], loop.time()
+                for _ in range(40):  # 2 s of a ticker: the loop must keep turning
+                    await asyncio.sleep(0.05)
+                    gaps.append(loop.time() - last)
+                    last = loop.time()
+                stopped = loop.time()
+                run.stop()
+                await asyncio.wait_for(_finished(run), 30)
+                return max(gaps), loop.time() - stopped, run.stats.ok
+            finally:
+                os.kill(server.process.pid, signal.SIGCONT)
+
+        worst_gap, to_stop, ok = asyncio.run(main())
+        store.close()
+    assert worst_gap < 0.5, f"the event loop stood still for {worst_gap:.2f}s while Redis did not answer"
+    assert to_stop < 12, f"the run took {to_stop:.1f}s to stop"
+    assert 0 < ok < 5000
+
+
+async def _finished(run: pb.Run) -> None:
+    while run.state.running:
+        await asyncio.sleep(0.05)

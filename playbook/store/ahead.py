@@ -38,19 +38,24 @@ class ReadAhead:
         self._cache.clear()
         self._used = self._read = 0
 
+    def due(self) -> bool:
+        """Whether the next chunk should be read now (before the next lookup)."""
+        return bool(self._plan) and (not self._cache or self._used * 2 >= self._read)
+
     def pop(self, key: str) -> Found | Damaged | None:
         """The receipt read ahead for ``key``, or ``None`` (ask the store)."""
-        if self._plan and (not self._cache or self._used * 2 >= self._read):
-            self._next()
         found = self._cache.pop(key, None)
         self._used += found is not None
         return found
 
-    def _next(self) -> None:
+    def fill(self) -> None:
+        """Read the next chunk of rows' receipts (one round trip)."""
+        if not self.due():
+            return  # another lookup filled it meanwhile
         keys = [key for _ in range(min(self.CHUNK, len(self._plan))) for key in self._plan.popleft()]
-        for key, found in zip(keys, self._backend.lookup_many(keys)):
-            if found is not None:
-                self._cache[key] = found
-        while len(self._cache) > self.MOST:
-            del self._cache[next(iter(self._cache))]  # the oldest: rows that no longer make that call
+        read = {key: found for key, found in zip(keys, self._backend.lookup_many(keys)) if found is not None}
+        # Runs on the store's thread while the loop pops: whole-dict steps only (each one call
+        # under the GIL).  Past MOST, the oldest go: rows that no longer make those calls.
+        cache = {**self._cache, **read}
+        self._cache = cache if len(cache) <= self.MOST else dict(list(cache.items())[-self.MOST :])
         self._used, self._read = 0, len(keys)

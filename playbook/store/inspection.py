@@ -27,7 +27,7 @@ class Inspection:
     _backend: Backend
     location: str
 
-    def flush(self) -> None:
+    def settle(self) -> None:
         raise NotImplementedError
 
     def _read_error(self, exc: StoreFailure) -> ReceiptError:
@@ -81,7 +81,7 @@ class Inspection:
 
     def stats(self) -> dict[str, Any]:
         """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
-        self.flush()
+        self.settle()
         counts = self._inspect(self._backend.counts)
         return {
             "path": self.location,
@@ -95,7 +95,7 @@ class Inspection:
     def clear(self, tool: str | Tool | None = None) -> int:
         """Remove one tool's receipts, and the row memos of rows that used it, so the next run
         pays for that tool again; or, without ``tool``, everything.  Returns the records removed."""
-        self.flush()
+        self.settle()
         name = _tool_name(tool)
         try:
             return self._backend.clear(name)
@@ -104,7 +104,7 @@ class Inspection:
 
     def memo_count(self, tool: str) -> int:
         """How many row memos used ``tool`` (what :meth:`clear` of it drops besides its receipts)."""
-        self.flush()
+        self.settle()
         return self._inspect(lambda: self._backend.memo_count(tool))
 
     def _inspect(self, work: Callable[[], T]) -> T:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from ..errors import ReceiptError
 from ..owners import HOST, dead
+from .io import StoreIO
 from .protocol import Backend, StoreFailure
 
 __all__ = ["Leases"]
@@ -31,8 +32,9 @@ T = TypeVar("T")
 class Leases:
     """The leases of one store, as seen from this process."""
 
-    def __init__(self, backend: Backend, ttl: float = 30.0) -> None:
+    def __init__(self, backend: Backend, io: StoreIO, ttl: float = 30.0) -> None:
         self._backend = backend
+        self._io = io
         self.ttl = ttl
         self._token = uuid.uuid4().hex[:8]
         self._pid = 0
@@ -66,12 +68,15 @@ class Leases:
 
     def _grant(self) -> None:
         asks, self._asks = self._asks, []
-        try:
-            got = self._do(lambda: self._backend.take([key for key, _ in asks], self.owner, self.ttl))
-        except ReceiptError as exc:
+        keys, owner = [key for key, _ in asks], self.owner
+        self._io.submit(lambda: self._backend.take(keys, owner, self.ttl), lambda got, exc: self._granted(asks, got, exc))
+
+    def _granted(self, asks: list[tuple[str, asyncio.Future[bool]]], got: list[bool] | None, exc: BaseException | None) -> None:
+        if got is None:
+            error = self._error(exc) if isinstance(exc, StoreFailure) else exc
             for _, asked in asks:
                 if not asked.done():
-                    asked.set_exception(exc)
+                    asked.set_exception(error or RuntimeError("no answer"))
             return
         for (key, asked), ok in zip(asks, got):
             if ok:
@@ -97,20 +102,18 @@ class Leases:
 
     def _drop(self) -> None:
         keys, self._releases = self._releases, []
-        try:
-            self._do(lambda: self._backend.release(keys, self.owner))
-        except ReceiptError:
-            pass  # an unreleased lease only expires later; the receipt is what matters
+        owner = self.owner
+        # A lease not given back only expires later: the receipt is what matters.
+        self._io.submit(lambda: self._backend.release(keys, owner), _ignore)
 
     def _renew(self) -> None:
         """Extend every lease this process holds, then again in ttl/3 while it holds any."""
         self._renewer = None
         if not self.held:
             return
-        try:
-            self._do(lambda: self._backend.renew(sorted(self.held), self.owner, self.ttl))
-        except ReceiptError:
-            pass  # try again at the next turn; a lease that lapses meanwhile is only taken over
+        keys, owner = sorted(self.held), self.owner
+        # Failing, it is tried again at the next turn; a lease that lapses meanwhile is only taken over.
+        self._io.submit(lambda: self._backend.renew(keys, owner, self.ttl), _ignore)
         self._renewer = asyncio.get_running_loop().call_later(self.ttl / 3, self._renew)
 
     async def settle(self) -> None:
@@ -124,23 +127,30 @@ class Leases:
         as soon as it is there, or ``missing`` once this process holds the lease instead."""
         delay = 0.01
         while True:
-            found = check()
+            found = await self._io.run(check)
             if found is not missing:
                 return found
-            holder = self._do(lambda: self._backend.holder(key))
+            holder = await self._do(functools.partial(self._backend.holder, key))
             if holder is None or holder[1] < 0 or dead(holder[0]):
                 if holder is not None and dead(holder[0]):
-                    self._do(functools.partial(self._backend.release, [key], holder[0]))
+                    await self._do(functools.partial(self._backend.release, [key], holder[0]))
                 if await self.take(key):
-                    found = check()  # it may have finished between our two looks
+                    found = await self._io.run(check)  # it may have finished between our two looks
                     if found is not missing:
                         self.release(key)
                     return found
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
 
-    def _do(self, work: Callable[[], T]) -> T:
+    async def _do(self, work: Callable[[], T]) -> T:
         try:
-            return work()
+            return await self._io.run(work)
         except StoreFailure as exc:
-            raise ReceiptError(f"cannot use the leases of the receipt store at {self._backend.location}: {exc.reason}") from None
+            raise self._error(exc) from None
+
+    def _error(self, exc: StoreFailure) -> ReceiptError:
+        return ReceiptError(f"cannot use the leases of the receipt store at {self._backend.location}: {exc.reason}")
+
+
+def _ignore(result: object, exc: BaseException | None) -> None:
+    """For work whose failure changes nothing: it is tried again, or expires."""

@@ -29,6 +29,7 @@ from ..errors import ReceiptError
 from ..tagged import decode, loads
 from .ahead import ReadAhead
 from .inspection import Inspection
+from .io import StoreIO
 from .leases import Leases
 from .location import home, is_url, masked_in, open_backend
 from .opening import ELSEWHERE as _ELSEWHERE
@@ -96,6 +97,7 @@ class ReceiptStore(Inspection):
         self._lookup = self._backend.lookup
         self._pending_memos: list[MemoRow] = []
         self._pending_hints: list[tuple[str, str, str]] = []
+        self._io = StoreIO(remote=self._backend.remote)
         self._ahead = ReadAhead(self._backend)
         self._flushed = time.monotonic()
         self._warned: set[str] = set()  # unreadable records already reported
@@ -103,7 +105,7 @@ class ReceiptStore(Inspection):
         self._asks: list[tuple[str, float | None, asyncio.Future[Any]]] = []
         self._unwritten: dict[str, Record] = {}  # paid for, not yet written
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
-        self.leases = Leases(self._backend, ttl=lease_ttl)  # the same, across processes
+        self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # the same, across processes
 
     def __repr__(self) -> str:
         return f"ReceiptStore({self.location!r})"
@@ -141,10 +143,12 @@ class ReceiptStore(Inspection):
         if not self._backend.remote:
             return self.lookup(key, ttl)
         if self._ahead:
-            try:
-                read = self._ahead.pop(key)
-            except StoreFailure as exc:
-                raise self._read_error(exc) from None
+            if self._ahead.due():
+                try:
+                    await self._io.run(self._ahead.fill)
+                except StoreFailure as exc:
+                    raise self._read_error(exc) from None
+            read = self._ahead.pop(key)
             if read is not None:
                 return self._answer(key, read, ttl)
         loop = asyncio.get_running_loop()
@@ -156,17 +160,20 @@ class ReceiptStore(Inspection):
 
     def _lookup_asks(self) -> None:
         asks, self._asks = self._asks, []
-        try:
-            found = self._backend.lookup_many([key for key, _, _ in asks])
-        except StoreFailure as exc:
-            error = self._read_error(exc)
-            for _, _, asked in asks:
+        keys = [key for key, _, _ in asks]
+
+        def answer(found: list[Found | Damaged | None] | None, exc: BaseException | None) -> None:
+            if found is None:
+                error = self._read_error(exc) if isinstance(exc, StoreFailure) else exc
+                for _, _, asked in asks:
+                    if not asked.done():
+                        asked.set_exception(error or RuntimeError("no answer"))
+                return
+            for (key, ttl, asked), one in zip(asks, found):
                 if not asked.done():
-                    asked.set_exception(error)
-            return
-        for (key, ttl, asked), one in zip(asks, found):
-            if not asked.done():
-                asked.set_result(self._answer(key, one, ttl))
+                    asked.set_result(self._answer(key, one, ttl))
+
+        self._io.submit(lambda: self._backend.lookup_many(keys), answer)
 
     def _answer(self, key: str, found: Found | Damaged | None, ttl: float | None) -> Any:
         if found is None:
@@ -222,20 +229,23 @@ class ReceiptStore(Inspection):
     def _commit_writes(self) -> None:
         writes, self._writes = self._writes, []
         rows = [row for row, _ in writes]
-        try:
-            self._backend.write(rows)
-        except (StoreFailure, ReceiptError) as exc:
-            problem = exc.reason if isinstance(exc, StoreFailure) else str(exc)
-            error = ReceiptError(f"cannot write to the receipt store at {self.location}: {problem}")
-            for row, done in writes:
-                self._unwritten[row.key] = row  # paid for: kept, and written again at the end of the run
-                if not done.done():
-                    done.set_exception(error)
-            return
-        for row, done in writes:
-            self._unwritten.pop(row.key, None)
-            if not done.done():  # a row cancelled while waiting: its receipt is written anyway
-                done.set_result(None)
+        for row in rows:
+            self._unwritten[row.key] = row  # paid for: kept until written (and written again at the end of the run)
+
+        def written(_: None, exc: BaseException | None) -> None:
+            if exc is not None:
+                problem = exc.reason if isinstance(exc, StoreFailure) else str(exc)
+                error = ReceiptError(f"cannot write to the receipt store at {self.location}: {problem}")
+                for _row, done in writes:
+                    if not done.done():
+                        done.set_exception(error)
+                return
+            self._written(rows)
+            for _row, done in writes:
+                if not done.done():  # a row cancelled while waiting: its receipt is written anyway
+                    done.set_result(None)
+
+        self._io.submit(lambda: self._backend.write(rows), written)
 
     def unwritten(self) -> int:
         """Receipts of paid calls that could not be written (yet)."""
@@ -245,12 +255,27 @@ class ReceiptStore(Inspection):
         """Try once more to write the receipts that failed to be written; returns how many are still not written."""
         if not self._unwritten:
             return 0
+        rows = list(self._unwritten.values())
+        if self._io.remote:
+            # Queued behind the writes not done yet: a server that does not answer must not hold
+            # up the end of the run.  They stay counted until the store confirms them.
+            def confirmed(_: None, exc: BaseException | None) -> None:
+                if exc is None:
+                    self._written(rows)
+
+            self._io.submit(lambda: self._backend.write(rows), confirmed)
+            return len(self._unwritten)
         try:
-            self._backend.write(list(self._unwritten.values()))
+            self._backend.write(rows)
         except (StoreFailure, ReceiptError):
             return len(self._unwritten)
-        self._unwritten.clear()
+        self._written(rows)
         return 0
+
+    def _written(self, rows: list[Record]) -> None:
+        for row in rows:
+            if self._unwritten.get(row.key) is row:
+                del self._unwritten[row.key]
 
     # -- row memos (buffered: losing one only means a row replays against its receipts) --
 
@@ -261,6 +286,7 @@ class ReceiptStore(Inspection):
         A memo that cannot be read is left out (with a warning): its row runs again, against
         its receipts, so that costs nothing.
         """
+        self._io.drain()  # memos of a run that just ended may still be on their way
         try:
             rows, bad = self._backend.memos(keys)
         except StoreFailure as exc:
@@ -297,13 +323,26 @@ class ReceiptStore(Inspection):
             self.flush()
 
     def flush(self) -> None:
-        """Write buffered row memos in one transaction.  If they cannot be written, they are
-        dropped with a warning: the rows run again next time, against their receipts."""
+        """Write buffered row memos in one transaction (a remote store: on its thread, the run
+        goes on).  If they cannot be written, they are dropped with a warning: the rows run again
+        next time, against their receipts."""
         pending, self._pending_memos = self._pending_memos, []
         hints, self._pending_hints = self._pending_hints, []
         self._flushed = time.monotonic()
         if not pending or self._backend.readonly:
             return
+        if self._io.remote:
+            # A failure is a notice, appended from the store's thread (list.append is atomic).
+            self._io.submit(lambda: self._write_memos(pending, hints), lambda *_: None)
+        else:
+            self._write_memos(pending, hints)
+
+    def settle(self) -> None:
+        """Everything buffered or queued is written (what looking at the store needs first)."""
+        self.flush()
+        self._io.drain()
+
+    def _write_memos(self, pending: list[MemoRow], hints: list[tuple[str, str, str]]) -> None:
         try:
             self._backend.write_memos(pending)
             if hints:
@@ -329,7 +368,7 @@ class ReceiptStore(Inspection):
         return self._backend.connection()  # type: ignore[attr-defined]
 
     def close(self) -> None:
-        self.flush()
+        self.settle()  # a remote store's last writes and lease releases, still queued
         self._backend.close()
 
 
