@@ -229,18 +229,20 @@ class ReceiptStore(Inspection):
     def _commit_writes(self) -> None:
         writes, self._writes = self._writes, []
         rows = [row for row, _ in writes]
-        for row in rows:
-            self._unwritten[row.key] = row  # paid for: kept until written (and written again at the end of the run)
+        if self._io.remote:  # written later, on the store's thread: kept meanwhile, and found by lookups
+            self._keep(rows)
 
         def written(_: None, exc: BaseException | None) -> None:
             if exc is not None:
+                self._keep(rows)  # paid for: written again at the end of the run
                 problem = exc.reason if isinstance(exc, StoreFailure) else str(exc)
                 error = ReceiptError(f"cannot write to the receipt store at {self.location}: {problem}")
                 for _row, done in writes:
                     if not done.done():
                         done.set_exception(error)
                 return
-            self._written(rows)
+            if self._unwritten:
+                self._written(rows)
             for _row, done in writes:
                 if not done.done():  # a row cancelled while waiting: its receipt is written anyway
                     done.set_result(None)
@@ -271,6 +273,10 @@ class ReceiptStore(Inspection):
             return len(self._unwritten)
         self._written(rows)
         return 0
+
+    def _keep(self, rows: list[Record]) -> None:
+        for row in rows:
+            self._unwritten[row.key] = row
 
     def _written(self, rows: list[Record]) -> None:
         for row in rows:
