@@ -23,7 +23,7 @@ from .providers import Provider
 from .runtime import Run, last_run
 from .runtime.context import Context
 from .store import ReceiptStore
-from .tools import Secret, Tool, http_tool, secret, tool
+from .tools import Secret, Tool, http_tool, llm_tool, secret, tool
 
 __version__ = "0.1.0"
 
@@ -48,6 +48,7 @@ __all__ = [
     "demo",
     "http_tool",
     "last_run",
+    "llm_tool",
     "load_ipython_extension",
     "play",
     "secret",

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from .errors import ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
-from .limits import Backoff, Health, Limiter, Permit
+from .limits import HEADROOM, Backoff, Health, Limiter, Permit
 from .models import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RateChanged, time_of_day
 from .signals import Held, WaitBudget
 
@@ -41,9 +42,11 @@ OWN_IN_PLACE = 0.2  # the same for a call's own retry (its row's worker can serv
 
 
 class Ticket:
-    """One logical call's standing with its provider, kept across the row's replays."""
+    """One logical call's standing with its provider, kept across the row's replays.  A call
+    weighed by its tokens carries its estimate (``weight``) and, once answered, its real usage
+    (``actual``), which the limiter is charged."""
 
-    __slots__ = ("tool", "budget", "tries", "refusals", "not_before", "suspend")
+    __slots__ = ("tool", "budget", "tries", "refusals", "not_before", "suspend", "weight", "actual")
 
     def __init__(self, tool: str, budget: WaitBudget, *, suspend: bool = True) -> None:
         self.tool = tool
@@ -52,6 +55,8 @@ class Ticket:
         self.refusals = 0  # 429s without a hint so far
         self.not_before = 0.0  # this call's own backoff (loop clock)
         self.suspend = suspend  # may this call's own long backoff suspend its row (False: wait in place)
+        self.weight: float | None = None  # estimated tokens; None: not weighed
+        self.actual: float | None = None  # tokens used, once answered
 
     def __repr__(self) -> str:
         return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"
@@ -75,7 +80,7 @@ class Governor:
 
     __slots__ = (
         "provider", "limiter", "backoff", "health", "sent", "refused", "failed", "last_status", "hold_wall", "down_error",
-        "probe_at", "_seen_hold", "_holding", "_lift_timer", "_listeners",
+        "probe_at", "tokens", "_seen_hold", "_holding", "_lift_timer", "_listeners",
     )  # fmt: skip
 
     def __init__(self, provider: Described, limiter: Limiter) -> None:
@@ -90,6 +95,7 @@ class Governor:
         self.hold_wall = 0.0  # the hold's end in epoch seconds
         self.down_error: str | None = None  # the failure that took it down, in words
         self.probe_at = 0.0  # epoch seconds: when the next probe may go while down
+        self.tokens: deque[tuple[float, float]] = deque()  # (monotonic time, tokens) of answered weighed calls, a minute's worth
         self._seen_hold = 0.0  # loop clock: the latest hold announced to subscribers
         self._holding = False
         self._lift_timer: asyncio.TimerHandle | None = None
@@ -120,10 +126,13 @@ class Governor:
     # -- the loop ------------------------------------------------------------------------------
 
     async def dispatch(self, send: Callable[[], Awaitable[T]], ticket: Ticket | None = None, *, weight: float = 1.0) -> T:
-        """Send one call through the governor: down, hold, permit, send; retry what may be retried."""
+        """Send one call through the governor: down, hold, permit, send; retry what may be retried.
+        ``weight``: the call's estimated tokens (the ticket's, when it carries one)."""
         loop = asyncio.get_running_loop()
         if ticket is None:
             ticket = Ticket("", WaitBudget(self.provider.max_wait), suspend=False)
+        if ticket.weight is not None:
+            weight = ticket.weight
         while True:
             now = loop.time()
             self._notice(now)
@@ -147,9 +156,31 @@ class Governor:
                 continue
             if health.success(permit.sent_at):
                 self._emit(ProviderUp(self.name))
-            if await self.limiter.settle(permit):
+            if await self.limiter.settle(permit, ticket.actual):
                 self._rate_changed()
+            if ticket.weight is not None:
+                self._metered(time.monotonic(), permit.weight)
             return result  # type: ignore[no-any-return]
+
+    def learn(self, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
+        """The provider announced its limits (``x-ratelimit-limit-*``): pace under them."""
+        requests = requests_per_minute / 60.0 * HEADROOM if requests_per_minute else None
+        tokens = tokens_per_minute / 60.0 * HEADROOM if tokens_per_minute else None
+        if self.limiter.learn(requests, tokens):
+            self._rate_changed()
+
+    def tokens_per_minute(self) -> tuple[float, float | None]:
+        """Tokens answered over the last minute, and the token limit per minute (None: none)."""
+        self._metered(time.monotonic(), 0.0)  # a display's clock: views read it from anywhere
+        limit = self.limiter.token_rate
+        return sum(t for _, t in self.tokens), (limit * 60.0 / HEADROOM if limit is not None else None)
+
+    def _metered(self, now: float, tokens: float) -> None:
+        meter = self.tokens
+        if tokens:
+            meter.append((now, tokens))
+        while meter and meter[0][0] < now - 60.0:
+            meter.popleft()
 
     def _probe(self, now: float, ticket: Ticket) -> bool:
         """While down: this call goes as the probe, or its row parks at once."""

@@ -3,7 +3,8 @@
 A key is a one-letter prefix and a 128-bit digest of canonical text (:func:`key_text`):
 
 - ``r…`` a tool call's receipt: the tool's name and identity, the call's input, the account;
-- ``s…`` a step or a sleep of one row (``ctx.step``, ``ctx.sleep``);
+- ``s…`` a step or a sleep of one row (``ctx.step``, ``ctx.sleep``), or the job marker of a call
+  sent in a batch job (which file and batch hold it);
 - ``m…`` a row memo: the play's fingerprint and the row's identity.
 
 The prefix lets the store tell a receipt from a step record without reading it.  The text that
@@ -42,6 +43,7 @@ __all__ = [
     "code_fingerprint",
     "digest",
     "forced_key",
+    "job_key",
     "key_text",
     "memo_key",
     "receipt_key",
@@ -71,6 +73,11 @@ def receipt_key(tool: str, identity: str, payload: str, account: str) -> str:
 def step_key(play: str, row: str, name: str, occurrence: int) -> str:
     """Key of the ``occurrence``-th step (or sleep) called ``name`` in one row of a play."""
     return STEP + digest(f"{play}\x1f{row}{name}\x1f{occurrence}")
+
+
+def job_key(receipt: str) -> str:
+    """Key of the job marker of a call sent in a batch job: which file and batch hold it."""
+    return STEP + digest(f"job\x1f{receipt}")
 
 
 def step_name(kind: str, key: str) -> str:

@@ -1,8 +1,9 @@
 """Plays: ``async def play(row, ctx)`` functions, and the fingerprint that decides reuse.
 
 The fingerprint covers the play's name, version and code (as a tool's identity does: comments and
-layout do not count), so editing the play makes every row run again, while its tool calls still
-hit their receipts: only changed calls cost.
+layout do not count), and its output model's schema when it declares one, so editing the play or
+its model makes every row run again, while its tool calls still hit their receipts: only changed
+calls cost.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, overload
 
 from .errors import PlayDefinitionError
 from .keys import code_fingerprint, digest
+from .outputs import OutputModel
 
 __all__ = ["Play", "as_play", "play"]
 
@@ -21,18 +23,24 @@ PlayFn = Callable[[Any, Any], Awaitable[Any]]
 
 
 class Play:
-    """A named, versioned async row function with a fingerprint."""
+    """A named, versioned async row function with a fingerprint; ``output``: its declared output
+    model (:class:`~playbook.outputs.OutputModel`), or None."""
 
-    __slots__ = ("fn", "name", "version", "fingerprint", "__wrapped__")
+    __slots__ = ("fn", "name", "version", "output", "fingerprint", "__wrapped__")
 
     fn: PlayFn
     name: str
     version: str | None
+    output: OutputModel | None
     fingerprint: str
     __wrapped__: PlayFn
 
-    def __init__(self, fn: PlayFn, *, name: str | None = None, version: str | None = None, source: str | None = None) -> None:
+    def __init__(
+        self, fn: PlayFn, *, name: str | None = None, version: str | None = None, output: Any = None, source: str | None = None
+    ) -> None:
         if isinstance(fn, Play):
+            if output is None and fn.output is not None:
+                output = fn.output.model
             fn = fn.fn
         if not callable(fn):
             raise PlayDefinitionError(f"a play must be an async function (row, ctx), not {type(fn).__name__}")
@@ -48,7 +56,11 @@ class Play:
         self.fn = fn
         self.name = label
         self.version = None if version is None else str(version)
-        self.fingerprint = digest("\x1f".join([label, self.version or "", source or code_fingerprint(fn)]))
+        self.output = None if output is None else OutputModel(output, label)
+        parts = [label, self.version or "", source or code_fingerprint(fn)]
+        if self.output is not None:  # a play without a model keeps the fingerprint (and the row memos) it had
+            parts.append(self.output.fingerprint)
+        self.fingerprint = digest("\x1f".join(parts))
         self.__wrapped__ = fn
 
     def __call__(self, row: Any, ctx: Any) -> Awaitable[Any]:
@@ -66,14 +78,24 @@ def _name(fn: Any) -> str:
 
 
 @overload
-def play(fn: PlayFn, *, name: str | None = None, version: str | None = None) -> Play: ...
+def play(fn: PlayFn, *, name: str | None = None, version: str | None = None, output: type[Any] | None = None) -> Play: ...
 @overload
-def play(fn: None = None, *, name: str | None = None, version: str | None = None) -> Callable[[PlayFn], Play]: ...
-def play(fn: PlayFn | None = None, *, name: str | None = None, version: str | None = None) -> Play | Callable[[PlayFn], Play]:
-    """Declare a play: ``@pb.play`` or ``@pb.play(name=..., version=...)``."""
+def play(
+    fn: None = None, *, name: str | None = None, version: str | None = None, output: type[Any] | None = None
+) -> Callable[[PlayFn], Play]: ...
+def play(
+    fn: PlayFn | None = None, *, name: str | None = None, version: str | None = None, output: type[Any] | None = None
+) -> Play | Callable[[PlayFn], Play]:
+    """Declare a play: ``@pb.play`` or ``@pb.play(name=..., version=..., output=Model)``.
+
+    ``output``: a pydantic model or a TypedDict class.  Its fields are the play's output columns,
+    in its order and with dtypes from its annotations, present even when no row succeeds; each
+    row's output is validated by it (a field error fails the row, naming the field) and only its
+    fields are kept.
+    """
 
     def wrap(f: PlayFn) -> Play:
-        return Play(f, name=name, version=version)
+        return Play(f, name=name, version=version, output=output)
 
     return wrap if fn is None else wrap(fn)
 

@@ -15,16 +15,12 @@ from urllib.parse import urlsplit
 
 from .errors import PlayDefinitionError
 from .governor import IN_PLACE, Governor, Ticket
-from .limits import Health, Limiter, LocalLimiter
+from .limits import HEADROOM, Health, Limiter, LocalLimiter
 from .urls import masked
 
 __all__ = ["HEADROOM", "IN_PLACE", "Provider", "Ticket"]
 
 T = TypeVar("T")
-
-# Calls are paced a little under the configured rate: sent at exactly the provider's limit, the
-# network's jitter alone turns some of them into 429s, and each costs a hold and a rate cut.
-HEADROOM = 0.98
 
 _CONFIG = frozenset({"name", "rps", "rpm", "burst", "concurrency", "tpm", "account", "max_wait", "retries", "shared", "governor"})
 _SCHEMES = ("redis", "rediss", "unix")
@@ -55,8 +51,10 @@ class Provider:
     """An upstream account: ``pb.Provider("acme", rps=20, concurrency=8)``.
 
     ``rps`` (or ``rpm``, the same per minute, as LLM providers publish it) and ``burst`` pace the
-    calls, at 98% of the rate (without either the rate is discovered from 429s); ``concurrency``
-    bounds calls in flight; ``tpm`` is tokens per minute (kept for calls weighed by their tokens);
+    calls, at 98% of the rate (without either the rate is discovered from 429s, or read from the
+    ``x-ratelimit-limit-*`` headers of an LLM provider's answers); ``concurrency`` bounds calls in
+    flight; ``tpm`` is tokens per minute: an LLM tool's calls are weighed by their estimated tokens,
+    paced evenly (never a minute's worth at once), and charged their real usage when answered;
     ``retries`` bounds retries of transient failures; ``max_wait`` (seconds) is how long a row may
     wait on this provider's holds before it parks.  ``shared="redis://host:6379/0"``: rate,
     calls in flight and holds are shared by every process and machine naming this provider and
@@ -118,11 +116,14 @@ class Provider:
 
     def _limiter(self) -> Limiter:
         rate = self.rps * HEADROOM if self.rps is not None else None
+        tokens = self.tpm / 60.0 * HEADROOM if self.tpm is not None else None
         if self.shared is None:
-            return LocalLimiter(rate, self.burst, self.concurrency)
+            return LocalLimiter(rate, self.burst, self.concurrency, tokens)
         from .limits.shared import RedisLimiter  # imports redis: only when limits are shared
 
-        return RedisLimiter(self.shared, self.account, provider=self.name, rate=rate, burst=self.burst, concurrency=self.concurrency)
+        return RedisLimiter(
+            self.shared, self.account, provider=self.name, rate=rate, burst=self.burst, concurrency=self.concurrency, tokens=tokens
+        )
 
     def __setattr__(self, option: str, value: object) -> None:
         if option in _CONFIG:
@@ -163,6 +164,12 @@ class Provider:
     def rate(self) -> float | None:
         """The current sending rate (calls per second); ``None`` while unlimited."""
         return self.governor.limiter.rate
+
+    @property
+    def tokens_per_minute(self) -> tuple[float, float | None]:
+        """Tokens answered over the last minute, and the token limit per minute (``tpm``, or the
+        one the provider announced; ``None``: no token limit)."""
+        return self.governor.tokens_per_minute()
 
     @property
     def in_flight_limit(self) -> int | None:

@@ -52,14 +52,27 @@ def test_the_cost_budget_reserves_before_dispatch_and_refunds_what_did_not_compl
         return n
 
     budget = CostBudget(1.0)
-    budget.reserve(priced)
-    budget.reserve(priced)
+    budget.reserve(priced, 0.4)
+    budget.reserve(priced, 0.4)
     with pytest.raises(Parked) as parked:
-        budget.reserve(priced)
+        budget.reserve(priced, 0.4)
     assert parked.value.reason == "budget" and budget.committed == pytest.approx(0.8)
-    budget.refund(priced)
-    budget.reserve(priced)
+    budget.refund(0.4)
+    budget.reserve(priced, 0.4)
     assert budget.committed == pytest.approx(0.8)
+
+
+def test_the_cost_budget_settles_each_call_at_what_it_really_cost() -> None:
+    """A call reserved at its estimate is counted at its real cost once answered, up or down."""
+    llm = pb.tool(lambda n: n, name="priced_by_usage")
+    budget = CostBudget(1.0)
+    budget.reserve(llm, 0.5)
+    budget.settle(0.5, 0.125)
+    budget.reserve(llm, 0.5)
+    budget.settle(0.5, 0.75)
+    assert budget.committed == pytest.approx(0.875)
+    with pytest.raises(Parked):
+        budget.reserve(llm, 0.5)
 
 
 def test_a_row_and_its_copies_settle_together_and_reset_in_one_step() -> None:

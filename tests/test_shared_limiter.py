@@ -31,10 +31,12 @@ Factory = Callable[..., Limiter]
 def make(request: pytest.FixtureRequest) -> Factory:
     """Build a limiter of either kind with the same options."""
     if request.param == "local":
-        return lambda rate=None, burst=None, concurrency=None, account="acme:default": LocalLimiter(rate, burst, concurrency)
+        return lambda rate=None, burst=None, concurrency=None, account="acme:default", tokens=None: LocalLimiter(
+            rate, burst, concurrency, tokens
+        )
     url = request.getfixturevalue("redis_url")
-    return lambda rate=None, burst=None, concurrency=None, account="acme:default": RedisLimiter(
-        url, account, provider="acme", rate=rate, burst=burst, concurrency=concurrency
+    return lambda rate=None, burst=None, concurrency=None, account="acme:default", tokens=None: RedisLimiter(
+        url, account, provider="acme", rate=rate, burst=burst, concurrency=concurrency, tokens=tokens
     )
 
 
@@ -137,16 +139,60 @@ def test_a_refusal_cuts_the_rate_once_per_episode(make: Factory) -> None:
 
 
 def test_settling_a_heavier_call_delays_the_next(make: Factory) -> None:
-    """A call acquired as 1 unit and settled as 5 at 10 units/s pushes the next permit ~0.4 s later."""
+    """At 10 tokens/s, a call acquired as 10 tokens and settled as 15 pushes the next permit ~0.6 s later."""
+
+    async def main() -> float:
+        limiter = make(tokens=10.0)
+        await limiter.settle(await _go(limiter, 10.0), actual=15.0)
+        start = time.monotonic()
+        await limiter.release(await _go(limiter, 1.0))
+        return time.monotonic() - start
+
+    assert 0.45 <= asyncio.run(main()) < 1.5
+
+
+def test_tokens_are_paced_evenly_with_at_most_a_second_at_once(make: Factory) -> None:
+    """At 200 tokens/s, eight calls of 50 tokens: four go at once (a second's worth), the rest 0.25 s apart."""
+
+    async def main() -> float:
+        limiter = make(tokens=200.0)
+        start = time.monotonic()
+        for _ in range(8):
+            await limiter.settle(await _go(limiter, 50.0))
+        return time.monotonic() - start
+
+    assert 0.85 <= asyncio.run(main()) < 2.0
+
+
+def test_the_request_rate_counts_calls_whatever_their_tokens(make: Factory) -> None:
+    """With a request rate and no token limit, a heavy call takes one request slot, not its weight."""
 
     async def main() -> float:
         limiter = make(rate=10.0)
-        await limiter.settle(await _go(limiter), actual=5.0)
         start = time.monotonic()
-        await limiter.release(await _go(limiter))
+        for _ in range(3):
+            await limiter.settle(await _go(limiter, 500.0))
         return time.monotonic() - start
 
-    assert 0.3 <= asyncio.run(main()) < 1.5
+    assert 0.15 <= asyncio.run(main()) < 1.0
+
+
+def test_announced_limits_lower_the_rate_and_add_a_token_limit(make: Factory) -> None:
+    """learn(): a request limit lower than the configured rate, and a first token limit, are kept to; a higher one is not."""
+
+    async def main() -> tuple[Any, ...]:
+        limiter = make(rate=10.0)
+        first = limiter.learn(5.0, 100.0)
+        await limiter.settle(await _go(limiter, 1.0))
+        higher = limiter.learn(50.0, 1000.0)
+        start = time.monotonic()
+        for _ in range(3):
+            await limiter.settle(await _go(limiter, 1.0))
+        return first, higher, limiter.token_rate, time.monotonic() - start
+
+    first, higher, tokens, elapsed = asyncio.run(main())
+    assert first is True and higher is False and tokens == 100.0
+    assert 0.5 <= elapsed < 1.5  # 5/s, not 10/s
 
 
 def test_an_unhinted_refusal_above_the_levels_that_went_through_bounds_concurrency(make: Factory) -> None:

@@ -2,7 +2,9 @@
 
 Every /v1 route goes through `_guarded`, which applies, in order: request counting, auth,
 the per-key limits (in flight, token bucket, fixed window, quota), slowness and fault
-draws, latency, the endpoint itself, and the malformed-body draw. The /_ admin routes skip
+draws, latency, the endpoint itself, and the malformed-body draw. The chat endpoint then
+weighs its answer against its own per-minute limits (requests and tokens, OpenAI's way), and
+files and batches (see `batch_api`) answer in OpenAI's shape. The /_ admin routes skip
 all of that so a test or a notebook can observe and steer a server running in another
 process with plain HTTP; POST /_restart closes the port for a while.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
@@ -26,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from playbook.demo import batch_api
 from playbook.demo.chat import ChatRequestError, complete
 from playbook.demo.fakedata import (
     company_profile,
@@ -34,16 +38,18 @@ from playbook.demo.fakedata import (
     email_answer,
     normalize_domain,
 )
+from playbook.demo.responses import json_response
 from playbook.demo.settings import DemoSettings, down_seconds
 from playbook.demo.state import DemoState, Rejection
+from playbook.demo.wire import encode
 
 __all__ = ["BULK_MAX_ITEMS", "build_app"]
 
 BULK_MAX_ITEMS = 100
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _MALFORMED = b'{"email": "truncated@'  # what a proxy cutting a response short looks like
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _KNOWN_PATHS = frozenset({"/v1/company", "/v1/email", "/v1/email/bulk", "/v1/jobs", "/v1/chat/completions"})
+_KNOWN_TEMPLATES = (re.compile(r"^/v1/jobs/"), batch_api.PATHS)  # paths with an id in them
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -57,12 +63,8 @@ class _Invalid(Exception):
         self.message = message
 
 
-def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(_encode(obj).encode("utf-8"), status, headers, media_type="application/json")
-
-
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    return _json({"error": message}, status, headers)
+    return json_response({"error": message}, status, headers)
 
 
 def build_app(
@@ -91,7 +93,8 @@ def build_app(
         guarded("POST", "/v1/email/bulk", _email_bulk(state)),
         guarded("POST", "/v1/jobs", _submit_job(state)),
         guarded("GET", "/v1/jobs/{job_id}", _job_status(state)),
-        guarded("POST", "/v1/chat/completions", _chat),
+        guarded("POST", "/v1/chat/completions", _chat(state)),
+        *(guarded(method, path, handler) for method, path, handler in batch_api.routes(state)),
         Route("/v1/{path:path}", _guarded(state, "* /v1/{path}", _unknown), methods=_ALL_METHODS),
         Route("/_health", _health, methods=["GET"]),
         Route("/_stats", _admin_stats(state), methods=["GET"]),
@@ -183,7 +186,7 @@ async def _json_body(request: Request) -> Any:
 
 
 async def _company(request: Request) -> Response:
-    return _json(company_profile(_domain_param(request.query_params.get("domain"))))
+    return json_response(company_profile(_domain_param(request.query_params.get("domain"))))
 
 
 def _email(state: DemoState) -> Handler:
@@ -192,7 +195,7 @@ def _email(state: DemoState) -> Handler:
         domain = _domain_param(query.get("domain"))
         first = _name_param(query.get("first"), "query parameter 'first'")
         answer = email_answer(domain, first, query.get("last") or "", state.settings.miss_rate)
-        return _error(404, "not found") if answer is None else _json(answer)
+        return _error(404, "not found") if answer is None else json_response(answer)
 
     return email
 
@@ -217,7 +220,7 @@ def _email_bulk(state: DemoState) -> Handler:
             queries.append((domain, first, last))
         state.count_bulk_items(len(queries))
         miss_rate = state.settings.miss_rate
-        return _json({"results": [email_answer(d, f, l_, miss_rate) for d, f, l_ in queries]})
+        return json_response({"results": [email_answer(d, f, l_, miss_rate) for d, f, l_ in queries]})
 
     return email_bulk
 
@@ -230,9 +233,9 @@ def _submit_job(state: DemoState) -> Handler:
         if "domain" in payload:
             result = company_profile(_domain_param(payload["domain"], "field 'domain'"))
         else:
-            result = {"input": payload, "digest": f"{digest('job', _encode(payload)):016x}"}
+            result = {"input": payload, "digest": f"{digest('job', encode(payload)):016x}"}
         job_id = state.submit_job(result)
-        return _json({"job_id": job_id, "status": "queued"}, 202, {"Location": f"/v1/jobs/{job_id}"})
+        return json_response({"job_id": job_id, "status": "queued"}, 202, {"Location": f"/v1/jobs/{job_id}"})
 
     return submit_job
 
@@ -240,25 +243,33 @@ def _submit_job(state: DemoState) -> Handler:
 def _job_status(state: DemoState) -> Handler:
     async def job_status(request: Request) -> Response:
         doc = state.job(request.path_params["job_id"])
-        return _error(404, "job not found") if doc is None else _json(doc)
+        return _error(404, "job not found") if doc is None else json_response(doc)
 
     return job_status
 
 
-async def _chat(request: Request) -> Response:
-    try:
-        body = json.loads(await request.body())
-    except ValueError:
-        return _json(ChatRequestError("request body is not valid JSON").body(), 400)
-    try:
-        return _json(complete(body))
-    except ChatRequestError as exc:
-        return _json(exc.body(), 400)
+def _chat(state: DemoState) -> Handler:
+    async def chat(request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return json_response(ChatRequestError("request body is not valid JSON").body(), 400)
+        try:
+            answer = complete(body, invalid_json_rate=state.settings.chat_invalid_json_rate)
+        except ChatRequestError as exc:
+            return json_response(exc.body(), 400)
+        # The answer is worked out first: its tokens are what the request weighs.
+        verdict = state.chat_admit(request.headers.get("authorization"), answer)
+        if verdict.body is not None:
+            return json_response(verdict.body, 429, verdict.headers)
+        return json_response(answer, 200, verdict.headers)
+
+    return chat
 
 
 async def _unknown(request: Request) -> Response:
     path = request.scope["path"]
-    if path in _KNOWN_PATHS or path.startswith("/v1/jobs/"):
+    if path in _KNOWN_PATHS or any(template.match(path) for template in _KNOWN_TEMPLATES):
         return _error(405, f"method {request.method} not allowed on {path}")
     return _error(404, f"no such endpoint: {path}")
 
@@ -267,19 +278,19 @@ async def _unknown(request: Request) -> Response:
 
 
 async def _health(request: Request) -> Response:
-    return _json({"ok": True})
+    return json_response({"ok": True})
 
 
 def _admin_stats(state: DemoState) -> Handler:
     async def stats(request: Request) -> Response:
-        return _json(state.stats())
+        return json_response(state.stats())
 
     return stats
 
 
 def _admin_settings(state: DemoState) -> Handler:
     async def settings(request: Request) -> Response:
-        return _json(state.settings.public())
+        return json_response(state.settings.public())
 
     return settings
 
@@ -304,7 +315,7 @@ def _admin_change(state: DemoState, change: Callable[..., DemoSettings]) -> Hand
             settings = change(**changes)
         except (TypeError, ValueError) as exc:
             return _error(422, str(exc))
-        return _json({"ok": True, "settings": settings.public()})
+        return json_response({"ok": True, "settings": settings.public()})
 
     return admin_change
 
@@ -325,7 +336,7 @@ def _admin_restart(restart: Callable[[float], Awaitable[None]] | None) -> Handle
             return _error(422, str(exc))
         # A background task runs after the answer is sent: this connection is not cut short.
         return Response(
-            _encode({"ok": True, "down": down}).encode("utf-8"), 200,
+            encode({"ok": True, "down": down}).encode("utf-8"), 200,
             media_type="application/json", background=BackgroundTask(restart, down),
         )  # fmt: skip
 

@@ -1,82 +1,146 @@
 """A deterministic stand-in for an OpenAI-compatible chat completions endpoint.
 
-No model is involved: the answer is derived from the last user message, so the same
-messages always get the same reply. Two behaviours make it useful in a demo:
+No model is involved: the answer is derived from the last user message (see `answers`), so
+the same messages always get the same reply:
 
-- a prompt containing "classify" gets an industry label, taken from a sample company named
-  in the prompt (or a quoted name, or the text after the last colon); when the prompt lists
-  industry labels, the answer is one of them;
-- any other prompt gets a one-line summary built from the prompt's own words.
+- a plain request gets text: an industry label when the prompt says "classify", else a
+  one-line summary;
+- ``response_format={"type": "json_schema", ...}`` gets a JSON object valid against the
+  schema (see `schema_fill`); a strict schema is first held to OpenAI's strict-mode rules
+  (see `schema_check`), and one that breaks them is a 400;
+- ``{"type": "json_object"}`` gets ``{"answer": <the plain answer>}``.
+
+``max_tokens`` (or ``max_completion_tokens``) cuts the content to that many tokens, with
+``finish_reason: "length"``. Tokens are counted as OpenAI's rule of thumb has it: about four
+characters each, plus four per message for the prompt.
+
+``invalid_json_rate`` makes that share of JSON answers invalid (cut in half, as a model that
+lost its way would leave them), chosen by a digest of the messages alone: the same
+conversation always gets the same verdict, and one more message (a re-ask) draws again.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
-from collections import Counter
-from functools import cache
+from dataclasses import dataclass
 from typing import Any
 
-from playbook.demo.fakedata import INDUSTRIES, digest, industry_for, known_companies
+from playbook.demo.answers import classify, summarise
+from playbook.demo.fakedata import digest, unit
+from playbook.demo.schema_check import SchemaError, check_format_name, check_strict
+from playbook.demo.schema_fill import fill
+from playbook.demo.wire import openai_error
 
-__all__ = ["ChatRequestError", "complete"]
+__all__ = ["ChatRequestError", "complete", "tokens"]
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
-_QUOTED = re.compile(r"[\"“]([^\"“”\n]{2,80})[\"”]")
-_WORD = re.compile(r"[^\W_][\w'’-]*")
-_STOPWORDS = frozenset(
-    "about above after again against also among been before being below between both could does doing "  # noqa: SIM905 - a word list reads better as text
-    "during each from further have having here into itself just more most other over please same should "
-    "some such than that their them then there these they this those through under until very what when "
-    "where which while with would your yours summarise summarize summary sentence following text page".split()
-)
-_SUMMARY_WORDS = 14
+_FORMATS = ("json_object", "json_schema", "text")
 
 
 class ChatRequestError(ValueError):
     """A bad chat request; `param` names the offending field, OpenAI style."""
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+        self.code = code
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": str(self), "type": "invalid_request_error", "param": self.param, "code": None}}
+        return openai_error(str(self), param=self.param, code=self.code)
 
 
-def complete(body: Any) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class _Request:
+    model: str
+    messages: list[dict[str, Any]]
+    prompt: str  # the last user message's text
+    answer_format: str  # "text", "json_object" or "json_schema"
+    schema: dict[str, Any] | None
+    schema_name: str
+    max_tokens: int | None
+
+
+def complete(body: Any, *, invalid_json_rate: float = 0.0) -> dict[str, Any]:
     """Answer a chat completions request body (already parsed from JSON)."""
-    model, messages = _validate(body)
-    prompt = _text(messages[-1]["content"]) if messages[-1]["role"] == "user" else ""
-    if not prompt:
-        prompt = next(_text(m["content"]) for m in reversed(messages) if m["role"] == "user")
-    content = _classify(prompt) if "classify" in prompt.lower() else _summarise(prompt)
-    canonical = json.dumps([model, [[m["role"], _text(m["content"])] for m in messages]], ensure_ascii=False)
-    prompt_tokens = sum(_tokens(_text(m["content"])) + 4 for m in messages)
-    completion_tokens = _tokens(content)
+    request = _parse(body)
+    content = _content(request)
+    texts = [[m["role"], _text(m.get("content"))] for m in request.messages]
+    if request.answer_format != "text" and invalid_json_rate and unit(digest("invalid-json", json.dumps(texts))) < invalid_json_rate:
+        content = content[: max(1, len(content) // 2)]  # a strict prefix of an object is never valid JSON
+    finish = "stop"
+    if request.max_tokens is not None and tokens(content) > request.max_tokens:
+        content, finish = content[: request.max_tokens * 4], "length"
+    asked: list[Any] = [request.model, texts]
+    if request.answer_format != "text" or request.max_tokens is not None:
+        asked += [request.answer_format, request.schema, request.max_tokens]
+    canonical = json.dumps(asked, ensure_ascii=False)
+    prompt_tokens = sum(tokens(text) + 4 for _, text in texts)
+    completion_tokens = tokens(content)
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None, "annotations": []}
     return {
         "id": f"chatcmpl-{digest('chat', canonical):016x}",
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": model,
+        "model": request.model,
         "system_fingerprint": "playbook-demo",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "service_tier": "default",
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
         },
     }
 
 
-def _validate(body: Any) -> tuple[str, list[dict[str, Any]]]:
+def tokens(text: str) -> int:
+    """Tokens in `text` by the usual ~4 characters per token (at least one)."""
+    return max(1, (len(text) + 3) // 4)
+
+
+def _content(request: _Request) -> str:
+    prompt = request.prompt
+    if request.answer_format == "json_schema" and request.schema is not None:
+        try:
+            value = fill(request.schema, prompt)
+        except SchemaError as exc:
+            raise ChatRequestError(exc.describe(request.schema_name), "response_format", "invalid_json_schema") from None
+        return json.dumps(value, ensure_ascii=False)
+    answer = classify(prompt) if "classify" in prompt.lower() else summarise(prompt)
+    if request.answer_format == "text":
+        return answer
+    return json.dumps({"answer": answer}, ensure_ascii=False)
+
+
+def _parse(body: Any) -> _Request:
     if not isinstance(body, dict):
         raise ChatRequestError("request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ChatRequestError("'model' is required and must be a non-empty string", "model")
-    messages = body.get("messages")
+    messages = _messages(body.get("messages"))
+    if body.get("stream"):
+        raise ChatRequestError("stream=true is not supported by the demo provider", "stream")
+    temperature = body.get("temperature")
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2
+    ):
+        raise ChatRequestError("'temperature' must be a number between 0 and 2", "temperature")
+    if body.get("n", 1) != 1:
+        raise ChatRequestError("the demo provider only returns n=1 choice", "n")
+    limits = [_max_tokens(body, key) for key in ("max_tokens", "max_completion_tokens")]
+    given = [n for n in limits if n is not None]
+    answer_format, schema, name = _response_format(body.get("response_format"), messages)
+    prompt = _text(messages[-1].get("content")) if messages[-1]["role"] == "user" else ""
+    if not prompt:
+        prompt = next(_text(m.get("content")) for m in reversed(messages) if m["role"] == "user")
+    return _Request(model, messages, prompt, answer_format, schema, name, min(given) if given else None)
+
+
+def _messages(messages: Any) -> list[dict[str, Any]]:
     if not isinstance(messages, list) or not messages:
         raise ChatRequestError("'messages' must be a non-empty array of messages", "messages")
     for i, message in enumerate(messages):
@@ -87,16 +151,52 @@ def _validate(body: Any) -> tuple[str, list[dict[str, Any]]]:
             raise ChatRequestError(f"messages[{i}].content must be a string or an array", f"messages[{i}].content")
     if not any(m["role"] == "user" and _text(m.get("content")) for m in messages):
         raise ChatRequestError("'messages' must contain a user message with text", "messages")
-    if body.get("stream"):
-        raise ChatRequestError("stream=true is not supported by the demo provider", "stream")
-    temperature = body.get("temperature")
-    if temperature is not None and (
-        isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2
-    ):
-        raise ChatRequestError("'temperature' must be a number between 0 and 2", "temperature")
-    if body.get("n", 1) != 1:
-        raise ChatRequestError("the demo provider only returns n=1 choice", "n")
-    return model, messages
+    return messages
+
+
+def _max_tokens(body: dict[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ChatRequestError(
+            f"Invalid '{key}': expected an integer of at least 1, but got {value!r} instead.", key, "integer_below_min_value"
+        )
+    return value
+
+
+def _response_format(value: Any, messages: list[dict[str, Any]]) -> tuple[str, dict[str, Any] | None, str]:
+    """The answer's format and, for json_schema, its schema (checked when strict) and name."""
+    if value is None:
+        return "text", None, ""
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in _FORMATS:
+        supported = ", ".join(repr(f) for f in _FORMATS)
+        raise ChatRequestError(f"Invalid value: {kind!r}. Supported values are: {supported}.", "response_format.type", "invalid_value")
+    if kind == "json_object" and not any("json" in _text(m.get("content")).lower() for m in messages):
+        raise ChatRequestError(
+            "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'.", "messages"
+        )
+    if kind != "json_schema":
+        return kind, None, ""
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict):
+        raise ChatRequestError("Missing required parameter: 'response_format.json_schema'.", "response_format.json_schema")
+    try:
+        name = check_format_name(spec.get("name"))
+    except ValueError as exc:
+        raise ChatRequestError(str(exc), "response_format.json_schema.name") from None
+    schema = spec.get("schema")
+    if schema is None and not spec.get("strict"):
+        return "json_object", None, name
+    try:
+        if spec.get("strict"):
+            check_strict(schema)
+        elif not isinstance(schema, dict):
+            raise SchemaError("schema must be a JSON Schema object.")
+    except SchemaError as exc:
+        raise ChatRequestError(exc.describe(name), "response_format", "invalid_json_schema") from None
+    return "json_schema", schema, name
 
 
 def _text(content: Any) -> str:
@@ -105,52 +205,3 @@ def _text(content: Any) -> str:
     if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
         return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return ""
-
-
-def _tokens(text: str) -> int:
-    return max(1, (len(text) + 3) // 4)  # the usual ~4 characters per token
-
-
-@cache
-def _company_names() -> tuple[str, ...]:
-    # Longest first, so "Acme Robotics Europe" would win over "Acme Robotics".
-    names = {name for name, _ in known_companies().values()}
-    return tuple(sorted(names, key=lambda n: (-len(n), n)))
-
-
-def _classify(prompt: str) -> str:
-    lowered = prompt.lower()
-    subject = next((n for n in _company_names() if n.lower() in lowered), None)
-    if subject is None:
-        quoted = _QUOTED.search(prompt)
-        subject = quoted.group(1) if quoted else prompt.rsplit(":", 1)[-1] if ":" in prompt else None
-    # Labels offered by the instruction, not ones that merely occur in the company's name.
-    rest = lowered.replace(subject.lower(), " ") if subject else lowered
-    offered = [label for label in INDUSTRIES if label.lower() in rest]
-    label = industry_for(subject) if subject else None
-    if label is None:
-        # Look at the whole prompt, minus the offered labels themselves.
-        stripped = rest
-        for name in offered:
-            stripped = stripped.replace(name.lower(), " ")
-        label = industry_for(stripped)
-    if label is None or (offered and label not in offered):
-        pool = offered or INDUSTRIES
-        label = pool[digest("classify", subject or prompt) % len(pool)]
-    return label
-
-
-def _summarise(prompt: str) -> str:
-    # An instruction like "Summarise this page: <text>" is about the text after the colon.
-    head, _, tail = prompt.rpartition(":")
-    body = tail if head and len(tail.split()) >= 3 else prompt
-    words = _WORD.findall(body)
-    if not words:
-        return "Summary: nothing to summarise."
-    sentence = " ".join(words[:_SUMMARY_WORDS])
-    summary = f"Summary: {sentence[:1].upper()}{sentence[1:]}" + ("…" if len(words) > _SUMMARY_WORDS else ".")
-    if len(words) <= _SUMMARY_WORDS // 2:
-        return summary
-    counts = Counter(w.lower() for w in words if len(w) >= 5 and w.lower() not in _STOPWORDS)
-    topics = [w for w, _ in counts.most_common(3)]
-    return summary + (f" Key topics: {', '.join(topics)}." if topics else "")

@@ -32,6 +32,11 @@ class DemoSettings:
     fixed window (``window_limit`` requests per ``window_seconds``, windows aligned to multiples
     of ``window_seconds`` on the server's clock) and the ``quota``. Then faults: every
     ``fault_every``-th request that passed them all, and a ``fault_rate`` share drawn at random.
+
+    The chat endpoint adds OpenAI's per-minute limits per key, ``chat_rpm`` requests and
+    ``chat_tpm`` tokens (prompt + completion), each a bucket refilling continuously that holds
+    ``chat_bucket_seconds`` worth of its limit. ``chat_invalid_json_rate`` of JSON answers
+    are invalid JSON. Batches finish ``batch_seconds`` after they are created.
     """
 
     api_keys: tuple[str, ...] = (DEMO_KEY,)
@@ -54,6 +59,11 @@ class DemoSettings:
     malformed_rate: float = 0.0
     miss_rate: float = 0.2
     job_seconds: float = 2.0
+    chat_rpm: int | None = None
+    chat_tpm: int | None = None
+    chat_bucket_seconds: float = 1.0
+    chat_invalid_json_rate: float = 0.0
+    batch_seconds: float = 2.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -69,9 +79,12 @@ class DemoSettings:
         set_(self, "quota", _integer("quota", self.quota, low=0, optional=True))
         set_(self, "quota_reset", _number("quota_reset", self.quota_reset, low=0.0, open_low=True))
         set_(self, "quota_endpoints", _prefixes(self.quota_endpoints))
-        for name in ("latency", "slow_latency", "job_seconds"):
+        for name in ("latency", "slow_latency", "job_seconds", "batch_seconds"):
             set_(self, name, _number(name, getattr(self, name), low=0.0))
-        for name in ("fault_rate", "slow_rate", "malformed_rate", "miss_rate"):
+        set_(self, "chat_rpm", _integer("chat_rpm", self.chat_rpm, low=1, optional=True))
+        set_(self, "chat_tpm", _integer("chat_tpm", self.chat_tpm, low=1, optional=True))
+        set_(self, "chat_bucket_seconds", _number("chat_bucket_seconds", self.chat_bucket_seconds, low=0.0, open_low=True))
+        for name in ("fault_rate", "slow_rate", "malformed_rate", "miss_rate", "chat_invalid_json_rate"):
             set_(self, name, _number(name, getattr(self, name), low=0.0, high=1.0))
         status = _integer("fault_status", self.fault_status, low=500)
         if status > 599:

@@ -1,4 +1,4 @@
-"""The demo provider's mutable state: admission, fault draws, jobs and counters.
+"""The demo provider's mutable state: admission, fault draws, jobs, files, batches and counters.
 
 The server's event loop updates it while other threads (a test, a notebook cell) read
 stats or reset it, so every access goes through one lock. Each request takes the lock
@@ -13,7 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from playbook.demo.limits import FixedWindows, QuotaWindows, RateLimiter
+from playbook.demo.batches import BatchStore, Prepared, StoredFile
+from playbook.demo.counters import Counters
+from playbook.demo.limits import ChatLimits, ChatVerdict, FixedWindows, QuotaWindows, RateLimiter
 from playbook.demo.settings import DemoSettings
 
 __all__ = ["Admission", "DemoState", "Rejection"]
@@ -35,55 +37,6 @@ class Admission:
         self.key: str | None = None  # the API key holding an in-flight slot until `finish`
 
 
-class _Counters:
-    __slots__ = (
-        "auth_ok",
-        "auth_rejected",
-        "bulk_items",
-        "by_endpoint",
-        "by_status",
-        "duplicate_idempotency_keys",
-        "idempotency_keys",
-        "in_flight",
-        "jobs_submitted",
-        "max_in_flight",
-        "quota_exceeded",
-        "rate_limited",
-        "requests",
-    )
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self.by_endpoint: dict[str, int] = {}
-        self.by_status: dict[int, int] = {}
-        self.auth_ok = 0
-        self.auth_rejected = 0
-        self.idempotency_keys: dict[str, int] = {}
-        self.duplicate_idempotency_keys = 0
-        self.bulk_items = 0
-        self.jobs_submitted = 0
-        self.rate_limited = 0
-        self.quota_exceeded = 0
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "requests": self.requests,
-            "by_endpoint": dict(self.by_endpoint),
-            "by_status": {str(status): n for status, n in sorted(self.by_status.items())},
-            "by_auth": {"ok": self.auth_ok, "rejected": self.auth_rejected},
-            "idempotency_keys": dict(self.idempotency_keys),
-            "duplicate_idempotency_keys": self.duplicate_idempotency_keys,
-            "bulk_items": self.bulk_items,
-            "jobs_submitted": self.jobs_submitted,
-            "rate_limited": self.rate_limited,
-            "quota_exceeded": self.quota_exceeded,
-            "in_flight": self.in_flight,
-            "max_in_flight": self.max_in_flight,
-        }
-
-
 class DemoState:
     """Everything `reset()` zeroes, plus the current settings."""
 
@@ -97,8 +50,10 @@ class DemoState:
         self._quota = QuotaWindows(settings.quota, settings.quota_reset)
         self._busy: dict[str, int] = {}  # key -> requests in flight holding a slot
         self._passed = 0  # requests past auth and limits, which `fault_every` counts
-        self._counters = _Counters()
+        self._counters = Counters()
         self._jobs: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._chat = ChatLimits(settings.chat_rpm, settings.chat_tpm, settings.chat_bucket_seconds)
+        self._store = BatchStore()
         self._epoch = 0  # bumped by reset(), so requests admitted before it are not counted after it
         self._seed(settings.seed)
 
@@ -111,7 +66,7 @@ class DemoState:
     # -- control ---------------------------------------------------------------------------
 
     def reset(self, **changes: Any) -> DemoSettings:
-        """Zero counters, limits, quotas, jobs and random draws.
+        """Zero counters, limits, quotas, jobs, files, batches and random draws.
 
         Settings return to those the state was created with, then `changes` apply: a
         reset server behaves like a freshly started one, whatever earlier tests configured.
@@ -124,14 +79,16 @@ class DemoState:
             self._quota = QuotaWindows(settings.quota, settings.quota_reset)
             self._busy = {}
             self._passed = 0
-            self._counters = _Counters()
+            self._counters = Counters()
             self._jobs = {}
+            self._chat = ChatLimits(settings.chat_rpm, settings.chat_tpm, settings.chat_bucket_seconds)
             self._epoch += 1
+            self._store = BatchStore(salt=str(self._epoch))  # ids of the cleared store never come back
             self._seed(settings.seed)
         return settings
 
     def configure(self, **changes: Any) -> DemoSettings:
-        """Apply `changes` to the current settings; keep counters, buckets, quotas and jobs."""
+        """Apply `changes` to the current settings; keep counters, buckets, quotas, jobs and batches."""
         with self.lock:
             settings = self.settings.replace(**changes)
             if settings.seed != self.settings.seed:
@@ -140,18 +97,21 @@ class DemoState:
             self._limiter.rps, self._limiter.burst = settings.rps, settings.burst
             self._window.limit, self._window.period = settings.window_limit, settings.window_seconds
             self._quota.limit, self._quota.period = settings.quota, settings.quota_reset
+            self._chat.set(settings.chat_rpm, settings.chat_tpm, settings.chat_bucket_seconds)
         return settings
 
     def restarted(self) -> None:
-        """Forget what a provider keeps only in its process's memory: token buckets and fixed
-        windows start afresh. Counters, quotas (a provider bills them from a database), jobs
-        and settings stay."""
+        """Forget what a provider keeps only in its process's memory: token buckets (the chat
+        endpoint's too) and fixed windows start afresh. Counters, quotas (a provider bills them
+        from a database), jobs, files, batches and settings stay."""
         with self.lock:
             self._limiter.clear()
             self._window.clear()
+            self._chat.clear()
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
+            self._settle()  # a batch that finished since its last read is billed now
             return self._counters.snapshot()
 
     # -- per request -----------------------------------------------------------------------
@@ -260,9 +220,77 @@ class DemoState:
             return {"job_id": job_id, "status": "running"}
         return {"job_id": job_id, "status": "done", "result": result}
 
+    # -- chat ------------------------------------------------------------------------------
+
+    def chat_admit(self, authorization: str | None, answer: dict[str, Any]) -> ChatVerdict:
+        """Weigh a chat answer against the key's per-minute limits; count it when admitted."""
+        usage = answer["usage"]
+        with self.lock:
+            verdict = self._chat.admit(_bearer(authorization) or "", self.clock(), answer["model"], usage["total_tokens"])
+            c = self._counters
+            if verdict.kind is None:
+                c.count_chat(answer)
+            else:
+                c.rate_limited += 1
+                c.chat_rate_limited[verdict.kind] += 1
+            return verdict
+
+    # -- files and batches -----------------------------------------------------------------
+
+    def _settle(self) -> None:
+        """Publish finished batches and count their answers. Called under the lock."""
+        for answer in self._store.settle(self.clock()):
+            self._counters.count_chat(answer, batch=True)
+
+    def add_file(self, filename: str, purpose: str, data: bytes) -> dict[str, Any]:
+        with self.lock:
+            return self._store.add_file(filename, purpose, data, time.time()).doc()
+
+    def file(self, file_id: str) -> StoredFile | None:
+        with self.lock:
+            self._settle()
+            return self._store.files.get(file_id)
+
+    def create_batch(self, input_file_id: str, endpoint: str, metadata: dict[str, str] | None, prepared: Prepared) -> dict[str, Any]:
+        """Register a batch whose `prepared` answers are published after `batch_seconds`."""
+        with self.lock:
+            now, seconds = self.clock(), self.settings.batch_seconds
+            batch = self._store.create(input_file_id, endpoint, metadata, prepared, seconds=seconds, now=now, wall=time.time())
+            self._counters.batches_created += 1
+            self._settle()
+            return batch.doc(now)
+
+    def batch(self, batch_id: str) -> dict[str, Any] | None:
+        with self.lock:
+            self._settle()
+            batch = self._store.batches.get(batch_id)
+            return None if batch is None else batch.doc(self.clock())
+
+    def cancel_batch(self, batch_id: str) -> tuple[dict[str, Any] | None, str | None]:
+        """(the batch, None) once asked to stop; (the batch, its status) when too late to."""
+        with self.lock:
+            self._settle()
+            batch = self._store.batches.get(batch_id)
+            if batch is None:
+                return None, None
+            now = self.clock()
+            refused = self._store.cancel(batch, now)
+            self._settle()
+            return batch.doc(now), refused
+
+    def batch_list(self, limit: int, after: str | None) -> tuple[list[dict[str, Any]], bool]:
+        with self.lock:
+            self._settle()
+            batches, more = self._store.listing(limit, after)
+            now = self.clock()
+            return [b.doc(now) for b in batches], more
+
     def __repr__(self) -> str:
         c = self._counters
-        return f"<DemoState requests={c.requests} in_flight={c.in_flight} jobs={len(self._jobs)} {self._limiter!r} {self._window!r}>"
+        return (
+            f"<DemoState requests={c.requests} in_flight={c.in_flight} jobs={len(self._jobs)} "
+            f"batches={len(self._store.batches)} {self._limiter!r} {self._window!r} {self._chat!r}>"
+        )
 
 
 def _bearer(authorization: str | None) -> str | None:

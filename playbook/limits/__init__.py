@@ -8,10 +8,10 @@ backoff (:class:`Backoff`) and reading "come back later" headers (:func:`retry_a
 
 from __future__ import annotations
 
-from .backoff import Backoff, retry_after
-from .base import Limiter, Permit
+from .backoff import Backoff, announced, duration, retry_after
+from .base import HEADROOM, Limiter, Permit
 from .gates import Health, Window
 from .local import LocalLimiter
 from .pace import Pace
 
-__all__ = ["Backoff", "Health", "Limiter", "LocalLimiter", "Pace", "Permit", "Window", "retry_after"]
+__all__ = ["HEADROOM", "Backoff", "Health", "Limiter", "LocalLimiter", "Pace", "Permit", "Window", "announced", "duration", "retry_after"]

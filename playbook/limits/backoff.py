@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 
-__all__ = ["Backoff", "retry_after"]
+__all__ = ["Backoff", "announced", "duration", "retry_after"]
 
 _EPOCH_FLOOR = 1e9  # a reset value this large is a Unix timestamp, not a number of seconds
 
@@ -61,7 +61,62 @@ def retry_after(headers: Mapping[str, str], *, now: float) -> float | None:
             if seconds >= _EPOCH_FLOOR * 1000:  # milliseconds since the epoch
                 seconds = seconds / 1000.0
             return max(0.0, seconds - now) if seconds >= _EPOCH_FLOOR else seconds
-    return None
+    return _exhausted_reset(headers)
+
+
+def _exhausted_reset(headers: Mapping[str, str]) -> float | None:
+    """An LLM provider's refusal without Retry-After: the reset (``x-ratelimit-reset-tokens:
+    "1.5s"``) of a limit it says is used up (``x-ratelimit-remaining-tokens: 0``)."""
+    waits = []
+    for kind in ("requests", "tokens"):
+        remaining, reset = headers.get(f"x-ratelimit-remaining-{kind}"), headers.get(f"x-ratelimit-reset-{kind}")
+        if remaining is not None and reset is not None and _seconds(remaining) == 0:
+            wait = duration(reset)
+            if wait is not None:
+                waits.append(wait)
+    return min(waits) if waits else None
+
+
+def announced(headers: Mapping[str, str]) -> tuple[float | None, float | None] | None:
+    """The request and token limits per minute an LLM provider announces in every answer
+    (``x-ratelimit-limit-requests`` / ``-tokens``, as OpenAI, Azure and most proxies send); ``None``
+    when it announces neither.  Garbage is ignored."""
+    requests = _limit(headers.get("x-ratelimit-limit-requests"))
+    tokens = _limit(headers.get("x-ratelimit-limit-tokens"))
+    return None if requests is None and tokens is None else (requests, tokens)
+
+
+def _limit(text: str | None) -> float | None:
+    value = _seconds(text) if text is not None else None
+    return value if value else None
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(text: str) -> float | None:
+    """Seconds in a duration as LLM providers write their resets: ``"6m0s"``, ``"1.5s"``,
+    ``"20ms"``, ``"1h2m3s"``, or a bare number of seconds; ``None`` for anything else."""
+    text = text.strip().lower()
+    bare = _seconds(text)
+    if bare is not None:
+        return bare
+    total, number, i = 0.0, "", 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = "ms" if text.startswith("ms", i) else ch
+        if not number or unit not in _UNITS:
+            return None
+        try:
+            total += float(number) * _UNITS[unit]
+        except ValueError:
+            return None
+        number, i = "", i + len(unit)
+    return None if number or not text else total
 
 
 def _seconds(text: str) -> float | None:

@@ -12,16 +12,21 @@ goes on the wire, and gives the permit back with the limiter's verdict on how it
 
 Times are the running loop's clock (``loop.time()``), in this process; a limiter whose state is
 shared with other processes translates them to its own clock, so the governor never sees another
-machine's time.  ``weight`` is 1 per call today; a call weighed by its tokens is charged its
-estimate at :meth:`Limiter.acquire` and its usage at :meth:`Limiter.settle`, so the rate's unit is
-whatever the weights count.
+machine's time.  Every call counts 1 against the request rate; ``weight`` is what it counts
+against the token rate (``tpm``), when there is one: a call weighed by its tokens is charged its
+estimate at :meth:`Limiter.acquire` and its usage at :meth:`Limiter.settle`.  Limits a provider
+announces in its answers (``x-ratelimit-limit-*``) reach the limiter through :meth:`Limiter.learn`.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Limiter", "Permit", "rate_news"]
+__all__ = ["HEADROOM", "Limiter", "Permit", "rate_news"]
+
+# Calls are paced a little under the configured rate: sent at exactly the provider's limit, the
+# network's jitter alone turns some of them into 429s, and each costs a hold and a rate cut.
+HEADROOM = 0.98
 
 
 class Permit:
@@ -70,6 +75,10 @@ class Limiter(Protocol):
     def hold_until(self) -> float:
         """Loop clock: nothing goes before this (0.0 or a past time: no hold)."""
 
+    @property
+    def token_rate(self) -> float | None:
+        """Tokens a second it lets through (configured or announced); ``None``: no token limit."""
+
     async def acquire(self, weight: float = 1.0) -> Permit | None:
         """Wait for a concurrency slot and a rate slot for a call of ``weight`` units; ``None``
         when a hold arrived meanwhile (the caller decides how to wait for it, then asks again)."""
@@ -90,6 +99,10 @@ class Limiter(Protocol):
     async def hold(self, until: float) -> float:
         """Let nothing go before ``until`` (loop clock); returns the hold in force (a later one
         set before stays)."""
+
+    def learn(self, requests: float | None, tokens: float | None) -> bool:
+        """The provider announced its limits (requests and tokens a second, headroom taken): pace
+        under them where nothing lower is configured.  True when a limit changed."""
 
 
 def rate_news(shown: float | None, rate: float | None, ceiling: float | None) -> bool:

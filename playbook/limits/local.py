@@ -18,13 +18,17 @@ __all__ = ["LocalLimiter"]
 
 
 class LocalLimiter:
-    """``LocalLimiter(rate, burst, concurrency)``: the :class:`~playbook.limits.base.Limiter` of
-    one process.  ``rate`` in units a second (None: discovered from 429s)."""
+    """``LocalLimiter(rate, burst, concurrency, tokens=None)``: the
+    :class:`~playbook.limits.base.Limiter` of one process.  ``rate`` in calls a second (None:
+    discovered from 429s); ``tokens`` in tokens a second (None: calls are not weighed)."""
 
-    __slots__ = ("pace", "window", "hold_until", "in_flight", "_loop", "_waiters", "_timer")
+    __slots__ = ("pace", "tokens", "window", "hold_until", "in_flight", "_loop", "_waiters", "_timer")
 
-    def __init__(self, rate: float | None = None, burst: int | None = None, concurrency: int | None = None) -> None:
+    def __init__(
+        self, rate: float | None = None, burst: int | None = None, concurrency: int | None = None, tokens: float | None = None
+    ) -> None:
         self.pace = Pace(rate, burst)
+        self.tokens = _token_pace(tokens) if tokens is not None else None
         self.window = Window(concurrency)
         self.hold_until = 0.0  # loop clock
         self.in_flight = 0  # calls on the wire
@@ -33,7 +37,8 @@ class LocalLimiter:
         self._timer: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
-        return f"<LocalLimiter {self.pace!r} {self.window!r} on_wire={self.in_flight} hold_until={self.hold_until:.3f}>"
+        tokens = f" tokens={self.tokens.rate:.4g}/s" if self.tokens is not None else ""
+        return f"<LocalLimiter {self.pace!r}{tokens} {self.window!r} on_wire={self.in_flight} hold_until={self.hold_until:.3f}>"
 
     @property
     def rate(self) -> float | None:
@@ -42,6 +47,23 @@ class LocalLimiter:
     @property
     def in_flight_limit(self) -> int | None:
         return self.window.known_limit
+
+    @property
+    def token_rate(self) -> float | None:
+        return self.tokens.rate if self.tokens is not None else None
+
+    def learn(self, requests: float | None, tokens: float | None) -> bool:
+        changed = requests is not None and self.pace.learn(requests)
+        if tokens is not None:
+            if self.tokens is None:
+                self.tokens = _token_pace(tokens)
+                changed = True
+            elif self.tokens.learn(tokens):
+                self.tokens.burst = max(1, int(tokens))
+                changed = True
+        if changed:
+            self._rearm()
+        return changed
 
     async def acquire(self, weight: float = 1.0) -> Permit | None:
         loop = asyncio.get_running_loop()
@@ -53,13 +75,13 @@ class LocalLimiter:
             if self.hold_until > loop.time():
                 window.release()
                 return None  # a hold arrived while this call waited at the gate
-            if self.pace.rate is not None:
+            if self.pace.rate is not None or self.tokens is not None:
                 await self._paced(loop, weight)
                 if self.hold_until > loop.time():
                     window.release()
                     return None  # a hold arrived while this call waited for its slot
             else:
-                self.pace.take(loop.time(), weight=weight)
+                self.pace.take(loop.time())
         except BaseException:
             window.release()
             raise
@@ -71,7 +93,8 @@ class LocalLimiter:
             return False
         now = asyncio.get_running_loop().time()
         if actual is not None and actual != permit.weight:
-            self.pace.charge(actual - permit.weight)
+            if self.tokens is not None:
+                self.tokens.charge(actual - permit.weight)
             permit.weight = actual
         self.window.release()
         grew = self.window.success(permit.level, now)
@@ -118,13 +141,22 @@ class LocalLimiter:
             self._loop = loop
             self._waiters, self._timer = deque(), None
 
+    def _delay(self, now: float, weight: float) -> float:
+        """Seconds until a call of ``weight`` tokens has both a request slot and its tokens."""
+        wait = self.pace.delay(now)
+        return wait if self.tokens is None else max(wait, self.tokens.delay(now, weight))
+
+    def _take(self, now: float, weight: float, *, queued: bool = False) -> None:
+        self.pace.take(now, queued=queued)
+        if self.tokens is not None:
+            self.tokens.take(now, queued=queued, weight=weight)
+
     async def _paced(self, loop: asyncio.AbstractEventLoop, weight: float) -> None:
-        """Wait for a slot at the current rate."""
-        pace = self.pace
+        """Wait for a slot at the current rate (and for the call's tokens)."""
         if not self._waiters:
             now = loop.time()
-            if pace.delay(now, weight) <= 0:
-                pace.take(now, weight=weight)
+            if self._delay(now, weight) <= 0:
+                self._take(now, weight)
                 return
         slot = loop.create_future()
         self._waiters.append((slot, weight))
@@ -133,15 +165,15 @@ class LocalLimiter:
 
     def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._timer is None and self._waiters:
-            self._timer = loop.call_later(self.pace.delay(loop.time(), self._waiters[0][1]), self._release, loop)
+            self._timer = loop.call_later(self._delay(loop.time(), self._waiters[0][1]), self._release, loop)
 
     def _release(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
-        now, waiters, pace = loop.time(), self._waiters, self.pace
-        while waiters and pace.delay(now, waiters[0][1]) <= 0:
+        now, waiters = loop.time(), self._waiters
+        while waiters and self._delay(now, waiters[0][1]) <= 0:
             slot, weight = waiters.popleft()
             if not slot.done():  # a cancelled waiter gives its turn to the next
-                pace.take(now, queued=True, weight=weight)
+                self._take(now, weight, queued=True)
                 slot.set_result(None)
         self._arm(loop)
 
@@ -152,3 +184,9 @@ class LocalLimiter:
             self._timer = None
         if self._loop is not None:
             self._arm(self._loop)
+
+
+def _token_pace(rate: float) -> Pace:
+    """Tokens are paced evenly, with at most a second's worth at once: providers enforce a
+    per-minute token limit over much shorter periods, so a minute's worth sent at once is refused."""
+    return Pace(rate, max(1, int(rate)))  # the burst as learn() sets it too

@@ -110,6 +110,19 @@ class Pace:
         if self.rate is not None:
             self._tat += extra / self.rate
 
+    def learn(self, rate: float) -> bool:
+        """The provider announced its limit: pace at no more than ``rate`` from now on (a higher
+        configured rate comes down to it; a lower one stays).  True when the rate changed."""
+        if self.ceiling is not None and self.ceiling <= rate:
+            return False
+        self.ceiling = rate
+        if self.rate is None or self.rate > rate:
+            self.rate = rate
+        self._slow_start = False  # nothing left to discover
+        if self._target is not None:
+            self._target = min(self._target, rate)
+        return self._changed()
+
     def reserve(self, now: float) -> float:
         """Take the next free slot, however far ahead; returns the wait until it."""
         wait = self.delay(now)

@@ -10,6 +10,7 @@ Keys, all under one hash tag so a cluster keeps them on one node:
     {p}hold       when the provider-wide hold ends (absent: none)
     {p}permits    sorted set: permit id -> expiry; a permit not renewed in time is evicted, so
                   the slot of a process killed mid-call comes back
+    {p}tokens     the token rate's GCRA (``tpm``): its theoretical arrival time, like gcra
     {p}aimd       hash: rate (absent: unlimited), last_cut, target, slow, grown, started, resumed
     {p}sent:N     units sent / refused in the 0.1 s bucket N (expire after a few seconds): what
     {p}refused:N  the provider let in lately, account-wide, the base of a rate cut
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from .pace import Pace
 
-__all__ = ["ACQUIRE", "HELD", "HOLD", "REFUSED", "RELEASE", "RENEW", "SETTLE"]
+__all__ = ["ACQUIRE", "CHARGE", "HELD", "HOLD", "REFUSED", "RELEASE", "RENEW", "SETTLE", "TOKENS"]
 
 _PRELUDE = f"""
 local WINDOW, LEAST, CUT, DEEP, SOON = {Pace.WINDOW}, {Pace.LEAST}, {Pace.CUT}, {Pace.DEEP}, {Pace.SOON}
@@ -244,7 +245,30 @@ return fmt(now)
 """
 
 # Each script carries the prelude: EVALSHA runs one self-contained source.
+# KEYS: tokens.  ARGV: prefix, weight, rate (tokens a second), burst.  -> {now, wait}: the call's
+# tokens are reserved, to be sent ``wait`` seconds from now (paced evenly, never a minute at once).
+_TOKENS = """
+local weight, rate, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local now = clock()
+local interval = 1 / rate
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+local go = math.max(now, tat - math.max(0, burst - weight) * interval)
+local new = math.max(tat, go) + weight * interval
+redis.call('SET', KEYS[1], fmt(new), 'PX', math.ceil((new - now) * 1000) + 60000)
+return {fmt(now), fmt(go - now)}
+"""
+
+# KEYS: tokens.  ARGV: prefix, extra tokens, rate.  A call used more (or fewer) tokens than it
+# reserved: the next reservations move by that much.
+_CHARGE = """
+local tat = num(redis.call('GET', KEYS[1]))
+if tat ~= nil then redis.call('SET', KEYS[1], fmt(tat + tonumber(ARGV[2]) / tonumber(ARGV[3])), 'KEEPTTL') end
+return 1
+"""
+
 ACQUIRE = _PRELUDE + _ACQUIRE
+TOKENS = _PRELUDE + _TOKENS
+CHARGE = _PRELUDE + _CHARGE
 SETTLE = _PRELUDE + _SETTLE
 REFUSED = _PRELUDE + _REFUSED
 HELD = _PRELUDE + _HELD

@@ -41,7 +41,8 @@ PERMIT_TTL = 30.0  # seconds a permit outlives its process; renewed every third 
 HORIZON = 0.5  # seconds ahead a rate slot may be reserved
 POLL = 0.025  # seconds between asks while the account has no room (a local release asks at once)
 _SCRIPTS = {"acquire": scripts.ACQUIRE, "held": scripts.HELD, "settle": scripts.SETTLE, "refused": scripts.REFUSED,
-            "release": scripts.RELEASE, "hold": scripts.HOLD, "renew": scripts.RENEW}  # fmt: skip
+            "release": scripts.RELEASE, "hold": scripts.HOLD, "renew": scripts.RENEW, "tokens": scripts.TOKENS,
+            "charge": scripts.CHARGE}  # fmt: skip
 _ids = itertools.count(1)
 
 
@@ -63,7 +64,7 @@ class RedisLimiter:
     """
 
     def __init__(self, url: str, account: str, *, provider: str, rate: float | None = None, burst: int | None = None,
-                 concurrency: int | None = None) -> None:  # fmt: skip
+                 concurrency: int | None = None, tokens: float | None = None) -> None:  # fmt: skip
         try:
             self._redis = _import_redis()
         except ImportError as exc:
@@ -78,6 +79,7 @@ class RedisLimiter:
         self.ceiling, self.burst, self.floor = rate, burst or 1, rate / 10 if rate is not None else Pace(None).floor
         self.window = Window(concurrency)  # discovers a bound from the account-wide levels 429s meet
         self.rate: float | None = rate  # the shared rate, as last read
+        self.token_rate = tokens  # tokens a second (configured or announced); None: calls are not weighed
         self.hold_until = 0.0  # loop clock
         self.in_flight = 0  # this process's calls on the wire
         self._shown = rate  # the rate last reported as changed
@@ -102,6 +104,17 @@ class RedisLimiter:
     @property
     def in_flight_limit(self) -> int | None:
         return self.window.known_limit
+
+    def learn(self, requests: float | None, tokens: float | None) -> bool:
+        changed = False
+        if requests is not None and (self.ceiling is None or requests < self.ceiling):
+            self.ceiling = requests  # the shared rate comes down to it at the next script
+            self.floor = requests / 10
+            changed = True
+        if tokens is not None and (self.token_rate is None or tokens < self.token_rate):
+            self.token_rate = tokens
+            changed = True
+        return changed
 
     # -- the Limiter protocol ------------------------------------------------------------------
 
@@ -144,7 +157,9 @@ class RedisLimiter:
         extra = 0.0 if actual is None else actual - permit.weight
         permit.weight = permit.weight + extra
         grew = self.window.success(permit.level, self._now())
-        reply = await self._quietly("settle", ["gcra", "permits", "aimd"], [permit.key, extra, _opt(self.ceiling)], permit.key)
+        if extra and self.token_rate is not None:
+            await self._quietly("charge", ["tokens"], [extra, self.token_rate], None)
+        reply = await self._quietly("settle", ["gcra", "permits", "aimd"], [permit.key, 0, _opt(self.ceiling)], permit.key)
         if reply is not None:
             self.rate = _float(reply[1])
         return self._changed() or grew
@@ -179,6 +194,13 @@ class RedisLimiter:
 
     # -- asking Redis --------------------------------------------------------------------------
 
+    async def _tokens(self, weight: float, loop: asyncio.AbstractEventLoop) -> float:
+        """Reserve a call's tokens at the account's token rate; returns the wait until they are due."""
+        assert self.token_rate is not None
+        reply = await self._script("tokens", ["tokens"], [weight, self.token_rate, max(1, int(self.token_rate))])
+        self._offset = float(reply[0]) - loop.time()
+        return float(reply[1])
+
     async def _reserve(self, key: str, weight: float, loop: asyncio.AbstractEventLoop) -> tuple[int, float] | None:
         """Ask until the account has room and a rate slot within ``HORIZON``: ``(level, wait)``,
         or None when a hold is in force."""
@@ -189,7 +211,7 @@ class RedisLimiter:
                     return None
                 self._freed.clear()
                 limit = self.window.limit or 0
-                args = [key, weight, limit, self.permit_ttl, _opt(self.ceiling), self.burst, HORIZON]
+                args = [key, 1, limit, self.permit_ttl, _opt(self.ceiling), self.burst, HORIZON]
                 reply = await self._script("acquire", ["gcra", "hold", "permits", "aimd"], args)
                 status = reply[0]
                 self._learn(reply[1], reply[2], reply[3], loop)
@@ -205,7 +227,10 @@ class RedisLimiter:
                 if status == b"wait":
                     await asyncio.sleep(float(reply[5]) - HORIZON / 2)
                     continue
-                return int(reply[4]), float(reply[5])
+                wait = float(reply[5])
+                if self.token_rate is not None:  # the call's tokens too, at the account's token rate
+                    wait = max(wait, await self._tokens(weight, loop))
+                return int(reply[4]), wait
         except BaseException:
             await self._forget(key)
             raise

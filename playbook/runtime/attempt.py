@@ -87,7 +87,7 @@ async def _play(play: Play, row: Row, ctx: Context) -> tuple[dict[str, Any], Any
     value = await play.fn(row, ctx)
     if ctx.signal is not None:
         raise ctx.signal  # the play caught a suspension or a fatal error: it still counts
-    output, stored = stored_output(output_columns(value, name, ctx.forgotten_await), name, ctx.forgotten_await)
+    output, stored = stored_output(output_columns(value, name, ctx.forgotten_await, play.output), name, ctx.forgotten_await)
     advice = ctx.never_awaited()
     if advice is not None:
         raise OutputError(f"play {name!r} made a ctx call that it never awaited, so it never ran: {advice}")

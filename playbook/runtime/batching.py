@@ -53,10 +53,11 @@ class Batches:
     def batcher(self, tool: Tool) -> Batcher:
         found = self._batchers.get(tool.name)
         if found is None:
-            found = self._batchers[tool.name] = Batcher(tool, self._track)
+            found = self._batchers[tool.name] = Batcher(tool, self.track)
         return found
 
-    def _track(self, task: asyncio.Task[Any]) -> None:
+    def track(self, task: asyncio.Task[Any]) -> None:
+        """A task sending or submitting calls: a stop waits for it."""
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 

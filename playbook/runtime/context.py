@@ -28,6 +28,7 @@ from ..store import MISSING
 from ..store.records import record
 from ..tagged import Unencodable, decode, encode
 from ..tools import NO_INPUT, Tool
+from ..tools.base import Spent
 from .pipeline import call_tool
 
 if TYPE_CHECKING:
@@ -144,10 +145,15 @@ class Context:
         self.tools[tool.name] = tool.fingerprint
         self.receipts.append(key)
 
-    def count(self, tool: Tool, *, reused: bool) -> None:
-        self.calls += 1
-        self.cost += tool.cost
-        self.scope.call_finished(tool, reused)
+    def count(self, tool: Tool, *, reused: bool, spent: Spent) -> None:
+        """A call answered, paid now or before; an answer that needed a re-ask counts its
+        requests (what it cost is on the first)."""
+        cost = spent.cost
+        for _ in range(spent.requests):
+            self.calls += 1
+            self.cost += cost
+            self.scope.call_finished(tool, reused, cost)
+            cost = 0.0
 
     def call(self, tool: Tool, input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, **kwargs: Any) -> Call:
         """A call for :meth:`waterfall`, made only if the waterfall reaches it."""

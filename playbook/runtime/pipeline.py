@@ -28,8 +28,10 @@ from ..store import MISSING
 from ..store.records import record as receipt_record
 from ..tagged import Unencodable, decode, encode
 from ..tools import CallEnv, Tool
+from ..tools.base import Spent
 from ..tools.failures import translate
 from .upstream import dispatch as governed
+from .upstream import learn
 
 if TYPE_CHECKING:
     from .scope import RunScope
@@ -50,7 +52,7 @@ class Caller(Protocol):
     def position(self) -> int: ...
     def occurrence(self, name: str) -> int: ...
     def used(self, tool: Tool, key: str) -> None: ...
-    def count(self, tool: Tool, *, reused: bool) -> None: ...
+    def count(self, tool: Tool, *, reused: bool, spent: Spent) -> None: ...
     def forgotten_await(self, value: Any) -> str: ...
 
 
@@ -128,7 +130,7 @@ def _reused(ctx: Caller, tool: Tool, found: tuple[Any, bool, str | None]) -> tup
     value, miss, error = found
     if error is not None:
         raise ToolError(not_storable(tool, error, paid_now=False), tool=tool.name)
-    ctx.count(tool, reused=True)
+    ctx.count(tool, reused=True, spent=tool.spent(value))
     return tool.read(value, miss)
 
 
@@ -136,6 +138,8 @@ def _reused(ctx: Caller, tool: Tool, found: tuple[Any, bool, str | None]) -> tup
 
 
 async def _pay(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
+    if tool.submits():
+        return await _submitted(ctx, tool, call)
     store = ctx.scope.store
     done = store.inflight[call.key] = asyncio.get_running_loop().create_future()
     try:
@@ -166,14 +170,25 @@ async def _lease(store: Any, call: Pending) -> Any:
 async def _spend(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     """Reserve the call's cost, then route it; the cost comes back if it does not complete."""
     scope = ctx.scope
-    scope.costs.reserve(tool)
+    estimate = tool.price(call.values)
+    scope.costs.reserve(tool, estimate)
     try:
         answer, miss = await _route(ctx, tool, call)
     except BaseException:
-        scope.costs.refund(tool)
+        scope.costs.refund(estimate)
         raise
+    scope.costs.settle(estimate, tool.spent(answer).cost)
     if call.forced:
         scope.forced(call.logical)
+    return tool.read(answer, miss)
+
+
+async def _submitted(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
+    """A call answered by a batch job: its row sleeps until the job is done (see ``jobs``)."""
+    scope = ctx.scope
+    answer = await scope.jobs.answer(scope, tool, call.key, call.values)  # type: ignore[arg-type]  # submits(): an LlmTool
+    scope.costs.settle(scope.jobs.reserved.pop(call.key, 0.0), tool.spent(answer).cost)
+    answer, miss = await paid(ctx, tool, call.key, call.values, answer, False)
     return tool.read(answer, miss)
 
 
@@ -192,10 +207,11 @@ def _release(store: Any, key: str, done: asyncio.Future[None]) -> None:
 async def _route(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     if tool.batch_size is not None:
         return await _batched(ctx, tool, call)
-    send = _sender(ctx, tool, call)
+    env = _env(ctx, call)
+    send = _sender(ctx, tool, call, env)
     if tool.provider is None:
         return await send()
-    return await _governed(ctx, tool, call, send)
+    return await _governed(ctx, tool, call, send, env)
 
 
 async def _batched(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
@@ -210,14 +226,30 @@ async def _batched(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     return await scope.batches.batcher(tool).call(call.values, land, budget)
 
 
-async def _governed(ctx: Caller, tool: Tool, call: Pending, send: Send) -> tuple[Any, bool]:
+async def _governed(ctx: Caller, tool: Tool, call: Pending, send: Send, env: CallEnv) -> tuple[Any, bool]:
     """Through the provider's governor, with this logical call's ticket: it outlives a
-    suspension, so a replayed call keeps its retry count."""
+    suspension, so a replayed call keeps its retry count.  A call weighed by its tokens carries
+    its estimate on the ticket and its real usage back; limits the provider announced in its
+    answer (or its refusal) reach the governor."""
     tickets = ctx.scope.tickets
     ticket = tickets.get(call.logical, tool, ctx.position)
-    assert tool.provider is not None
+    provider = tool.provider
+    assert provider is not None
+    ticket.weight = tool.weigh(call.values)
+
+    async def weighed() -> tuple[Any, bool]:
+        try:
+            answer, miss = await send()
+        finally:
+            if env.announced is not None:
+                learn(provider, *env.announced)
+                env.announced = None
+        if ticket.weight is not None:
+            ticket.actual = tool.spent(answer).tokens
+        return answer, miss
+
     try:
-        result = await governed(tool.provider, send, ticket)
+        result = await governed(provider, weighed, ticket)
     except Held:
         raise
     except BaseException:
@@ -227,13 +259,17 @@ async def _governed(ctx: Caller, tool: Tool, call: Pending, send: Send) -> tuple
     return result
 
 
-def _sender(ctx: Caller, tool: Tool, call: Pending) -> Send:
-    """The ``send`` a governor calls once per try: dispatch, then record the receipt."""
+def _env(ctx: Caller, call: Pending) -> CallEnv:
     scope = ctx.scope
     # A forced call is a new request to the provider: its idempotency key must differ from the
     # receipt's, once per logical call of this run (a replay of the row sends the same one).
     idem = forced_key(call.key, scope.run_id, call.logical) if call.forced else call.key
-    env = CallEnv(scope.http_client, idem)
+    return CallEnv(scope.http_client, idem)
+
+
+def _sender(ctx: Caller, tool: Tool, call: Pending, env: CallEnv) -> Send:
+    """The ``send`` a governor calls once per try: dispatch, then record the receipt."""
+    scope = ctx.scope
     key, values = call.key, call.values
 
     async def send() -> tuple[Any, bool]:
@@ -273,14 +309,14 @@ async def paid(ctx: Caller, tool: Tool, key: str, values: Any, answer: Any, miss
     try:
         return await record(ctx.scope, tool, key, values, answer, miss)
     finally:
-        ctx.count(tool, reused=False)
+        ctx.count(tool, reused=False, spent=tool.spent(answer))
 
 
 async def record(scope: RunScope, tool: Tool, key: str, values: Any, answer: Any, miss: bool) -> tuple[Any, bool]:
     """Write the receipt of a paid answer; returns the answer as stored, so the first run sees
     exactly what every replay will (a pydantic model as its dict, a tuple as a tuple)."""
     store = scope.store
-    meta = {"tool": tool.name, "version": tool.identity, "account": tool.account, "cost": tool.cost, "input": values}
+    meta = {"tool": tool.name, "version": tool.identity, "account": tool.account, "cost": tool.spent(answer).cost, "input": values}
     try:
         stored = encode(answer)
     except Unencodable as exc:

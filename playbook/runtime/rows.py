@@ -10,10 +10,10 @@ from typing import Any, cast
 
 import pandas as pd
 
-from ..errors import PlaybookError
+from ..outputs import OutputError, OutputModel
 from ..tagged import Unencodable, decode, encode
 
-__all__ = ["Row", "error_line", "error_message", "output_columns", "result_frame", "stored_output"]
+__all__ = ["OutputError", "Row", "error_line", "error_message", "output_columns", "result_frame", "stored_output"]
 
 _STATUS_COLUMNS = ("play_status", "play_error")
 
@@ -56,19 +56,18 @@ class Row(Mapping[Any, Any]):
         return f"Row({self.index!r}, {self.to_dict()!r})"
 
 
-class OutputError(PlaybookError, TypeError):
-    """The play returned something that cannot become output columns (the row fails)."""
-
-
-def output_columns(value: Any, play: str, forgotten: Callable[[Any], str]) -> dict[str, Any]:
+def output_columns(value: Any, play: str, forgotten: Callable[[Any], str], model: OutputModel | None = None) -> dict[str, Any]:
     """A play's return value as ``{column: value}``.
 
-    A dict (or a Series, which ``DataFrame.apply`` expands the same way) gives its keys as
+    With an output ``model``, the value as the model validates it (see :mod:`playbook.outputs`).
+    Else a dict (or a Series, which ``DataFrame.apply`` expands the same way) gives its keys as
     columns; ``None`` gives no columns; any other value becomes one column named after the play.
     A key that is not a string, or that names a status column, fails the row: a row memo is JSON,
     whose keys are strings, and the status columns are playbook's.  ``forgotten(awaitable)``
     gives the advice for a coroutine returned instead of awaited.
     """
+    if model is not None:
+        return _validated(value, play, forgotten, model)
     if value is None:
         return {}
     if type(value) is dict:
@@ -86,6 +85,17 @@ def output_columns(value: Any, play: str, forgotten: Callable[[Any], str]) -> di
     if inspect.isawaitable(value):
         raise OutputError(f"play {play!r} returned a {type(value).__name__} that was never awaited: {forgotten(value)}")
     return {play: value}
+
+
+def _validated(value: Any, play: str, forgotten: Callable[[Any], str], model: OutputModel) -> dict[str, Any]:
+    if inspect.isawaitable(value):
+        raise OutputError(f"play {play!r} returned a {type(value).__name__} that was never awaited: {forgotten(value)}")
+    try:
+        return model.validate(value)
+    except OutputError:
+        if isinstance(value, Mapping):  # a field that holds a coroutine was meant to be awaited: say that instead
+            stored_output(dict(value), play, forgotten)
+        raise
 
 
 def stored_output(output: dict[str, Any], play: str, forgotten: Callable[[Any], str]) -> tuple[dict[str, Any], Any]:
@@ -121,16 +131,24 @@ def _close_awaitables(value: Any) -> None:
             _close_awaitables(v)
 
 
-def result_frame(frame: pd.DataFrame, outputs: list[dict[str, Any] | None], status: list[Any], errors: list[str | None]) -> pd.DataFrame:
+def result_frame(
+    frame: pd.DataFrame, outputs: list[dict[str, Any] | None], status: list[Any], errors: list[str | None], model: OutputModel | None = None
+) -> pd.DataFrame:
     """Input rows in input order and index, the output columns, ``play_status``, ``play_error``.
 
-    An output named like an input column replaces it in place, as ``df.assign`` would, but
-    only in the rows that returned it: a failed, parked or skipped row keeps its input value.
+    With an output ``model``, its columns come in its order with its dtypes, even if no row
+    returned them.  An output named like an input column replaces it in place, as ``df.assign``
+    would, but only in the rows that returned it: a failed, parked or skipped row keeps its input
+    value.
     """
     filled: list[dict[str, Any]] = [o if o is not None else {} for o in outputs]
-    # pandas-stubs want Mapping[Never, Any] rows, which no dict with keys is: the records are fine.
-    records = cast(Any, filled)
-    out = pd.DataFrame.from_records(records, index=frame.index) if any(filled) else pd.DataFrame(index=frame.index)
+    if model is not None:
+        out = model.frame(filled, frame.index)
+    elif any(filled):
+        # pandas-stubs want Mapping[Never, Any] rows, which no dict with keys is: the records are fine.
+        out = pd.DataFrame.from_records(cast(Any, filled), index=frame.index)
+    else:
+        out = pd.DataFrame(index=frame.index)
     result = frame.copy()
     inputs: set[Any] = set(frame.columns)
     for col in out.columns:

@@ -217,4 +217,4 @@ class Scheduler:
 
     def result(self) -> pd.DataFrame:
         """Input rows in input order and index, the output columns, ``play_status``, ``play_error``."""
-        return self.table.result(self.frame)
+        return self.table.result(self.frame, self.play.output)

@@ -20,6 +20,7 @@ from ..signals import Parked, WaitBudget
 from ..tools import Tool
 from ..tools.transport import default_client
 from .batching import Batches
+from .jobs import Jobs
 from .table import RowTable
 
 if TYPE_CHECKING:
@@ -41,17 +42,23 @@ class CostBudget:
     def __repr__(self) -> str:
         return f"<CostBudget {self.committed:g} of {self.limit}>"
 
-    def reserve(self, tool: Tool) -> None:
-        """Count a paid call before dispatch; park the row if it won't fit."""
-        if tool.cost and self.limit is not None:
-            if self.committed + tool.cost > self.limit + 1e-9:
-                raise Parked("budget", f"budget: calling {tool.name!r} (cost {tool.cost:g}) would pass max_cost={self.limit:g}")
-            self.committed += tool.cost
+    def reserve(self, tool: Tool, cost: float) -> None:
+        """Count a paid call's expected ``cost`` before dispatch; park the row if it won't fit."""
+        if cost and self.limit is not None:
+            if self.committed + cost > self.limit + 1e-9:
+                raise Parked("budget", f"budget: calling {tool.name!r} (cost {cost:g}) would pass max_cost={self.limit:g}")
+            self.committed += cost
 
-    def refund(self, tool: Tool) -> None:
+    def refund(self, cost: float) -> None:
         """A reserved call did not complete: give its cost back."""
-        if tool.cost and self.limit is not None:
-            self.committed -= tool.cost
+        if cost and self.limit is not None:
+            self.committed -= cost
+
+    def settle(self, reserved: float, cost: float) -> None:
+        """A reserved call was answered and cost ``cost``: the budget counts that instead (so a
+        budget is passed by at most what the calls in flight cost over their estimates)."""
+        if self.limit is not None and cost != reserved:
+            self.committed += cost - reserved
 
 
 class Tickets:
@@ -125,7 +132,7 @@ class RunScope:
     """The run as one row's calls see it: identity, store, budgets, tickets, events."""
 
     __slots__ = (
-        "run_id", "play", "store", "clock", "force_all", "emit", "costs", "tickets", "landing", "batches", "label", "_fatal",
+        "run_id", "play", "store", "clock", "force_all", "emit", "costs", "tickets", "landing", "batches", "jobs", "label", "_fatal",
         "_forced", "_client",
     )  # fmt: skip
 
@@ -143,6 +150,7 @@ class RunScope:
         self.tickets = tickets
         self.landing = Landing()
         self.batches = Batches()
+        self.jobs = Jobs(self.batches.track)
         self.label = label  # position -> index label, for messages
         self._fatal = fatal
         self._forced: set[str] = set()
@@ -169,13 +177,13 @@ class RunScope:
             await self._client.aclose()
             self._client = None
 
-    def call_finished(self, tool: Tool, reused: bool) -> None:
+    def call_finished(self, tool: Tool, reused: bool, cost: float) -> None:
         provider = tool.provider.name if tool.provider is not None else None
         if reused:
-            self.emit(CallFinished(tool.name, provider, True, tool.cost))
+            self.emit(CallFinished(tool.name, provider, True, cost))
         else:
-            local = tool.provider is None and not tool.cost and not tool.remote
-            self.emit(CallFinished(tool.name, provider, False, tool.cost, local))
+            local = tool.provider is None and not cost and not tool.remote
+            self.emit(CallFinished(tool.name, provider, False, cost, local))
 
     def waterfall_done(self, key: str, tools: Sequence[str], outcomes: list[str]) -> None:
         outcomes = outcomes + ["never"] * (len(tools) - len(outcomes))

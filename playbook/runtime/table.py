@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..keys import row_key
 from ..models import Status
+from ..outputs import OutputModel
 from ..signals import WaitBudget
 from .rows import Row, result_frame
 
@@ -179,6 +180,6 @@ class RowTable:
         """The rows waiting off their workers now, and what for."""
         return {p: e.waiting for p, e in enumerate(self.entries) if e.waiting is not None}
 
-    def result(self, frame: pd.DataFrame) -> pd.DataFrame:
+    def result(self, frame: pd.DataFrame, model: OutputModel | None = None) -> pd.DataFrame:
         entries = self.entries
-        return result_frame(frame, [e.output for e in entries], [e.status for e in entries], [e.error for e in entries])
+        return result_frame(frame, [e.output for e in entries], [e.status for e in entries], [e.error for e in entries], model)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 if TYPE_CHECKING:
     from ..providers import Provider, Ticket
 
-__all__ = ["ProviderView", "dispatch", "is_down", "probe_due", "provider_view", "watch"]
+__all__ = ["ProviderView", "dispatch", "is_down", "learn", "probe_due", "provider_view", "watch"]
 
 T = TypeVar("T")
 
@@ -33,10 +33,13 @@ class ProviderView(NamedTuple):
     in_flight_limit: int | None  # calls in flight it allows now; None while no bound is known
     in_flight: int
     refused: int  # 429s so far
+    tokens: float  # tokens answered over the last minute (LLM calls)
+    tpm: float | None  # the token limit per minute, configured or announced; None: none
 
 
 def provider_view(provider: Provider) -> ProviderView:
     """A snapshot of ``provider`` for a view."""
+    tokens, tpm = provider.tokens_per_minute
     return ProviderView(
         name=provider.name,
         down=provider.down,
@@ -49,6 +52,8 @@ def provider_view(provider: Provider) -> ProviderView:
         in_flight_limit=provider.in_flight_limit,
         in_flight=provider.in_flight,
         refused=provider.refused,
+        tokens=tokens,
+        tpm=tpm,
     )
 
 
@@ -62,6 +67,11 @@ def watch(provider: Provider, listener: Callable[[Any], None]) -> Callable[[], N
 def dispatch(provider: Provider, send: Callable[[], Awaitable[T]], ticket: Ticket) -> Awaitable[T]:
     """Send one call through ``provider``'s governor (down, hold, gate, pace, retries)."""
     return provider.dispatch(send, ticket)
+
+
+def learn(provider: Provider, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
+    """``provider`` announced its limits in an answer (``x-ratelimit-limit-*``)."""
+    provider.governor.learn(requests_per_minute, tokens_per_minute)
 
 
 def is_down(provider: Provider) -> bool:

@@ -14,7 +14,7 @@ import functools
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from ..errors import PlaybookError, PlayDefinitionError, ToolError
 from ..keys import code_fingerprint, digest, key_text, receipt_key
@@ -25,7 +25,7 @@ from .failures import translate
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["NO_INPUT", "CallEnv", "Tool", "current_fingerprint", "tool"]
+__all__ = ["NO_INPUT", "CallEnv", "Spent", "Tool", "current_fingerprint", "tool"]
 
 _NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
 NO_INPUT: Any = object()  # "no positional input": None is a valid input
@@ -153,6 +153,22 @@ class Tool:
         """What a play gets from a stored answer: the answer itself (an HTTP tool picks from it)."""
         return answer, miss
 
+    def submits(self) -> bool:
+        """Are this tool's calls submitted as batch jobs (answered later) rather than sent?"""
+        return False
+
+    def weigh(self, values: Any) -> float | None:
+        """The tokens a call with these inputs is expected to use (``None``: not weighed by tokens)."""
+        return None
+
+    def price(self, values: Any) -> float:
+        """The cost reserved against ``max_cost`` before a call with these inputs is sent."""
+        return self.cost
+
+    def spent(self, answer: Any) -> Spent:
+        """What an answer cost, as stored in its receipt: the same when it is replayed."""
+        return Spent(self.cost, None, 1)
+
     async def invoke(self, inputs: Any, call: CallEnv) -> tuple[Any, bool]:
         """Run the tool once; returns ``(answer, miss)``.  Python tools: ``None`` is a miss."""
         fn = self.fn
@@ -187,14 +203,25 @@ class Tool:
         return list(outs)
 
 
-class CallEnv:
-    """What a tool needs from the run to make one call."""
+class Spent(NamedTuple):
+    """What one paid answer cost: money (in the tool's own unit), tokens (``None``: not counted)
+    and requests (an answer that needed a re-ask took two)."""
 
-    __slots__ = ("client", "idempotency_key")
+    cost: float
+    tokens: float | None
+    requests: int
+
+
+class CallEnv:
+    """What a tool needs from the run to make one call, and what it tells back: the limits its
+    provider announced in the answer (``announced``: requests and tokens per minute)."""
+
+    __slots__ = ("client", "idempotency_key", "announced")
 
     def __init__(self, client: Callable[[], httpx.AsyncClient], idempotency_key: str) -> None:
         self.client = client
         self.idempotency_key = idempotency_key
+        self.announced: tuple[float | None, float | None] | None = None
 
 
 @overload

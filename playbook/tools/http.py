@@ -129,6 +129,7 @@ class HttpTool(Tool):
             # Raised here, outside the except block that caught it: the transport's error (which
             # holds the request) is not chained to ours, so nothing keeps it alive.
             raise self._error(f"{failure} ({where})", None, True)
+        self.heard(reply_headers, call)
         if status in self.miss_status:
             return None, True
         if status in _FATAL:
@@ -153,6 +154,10 @@ class HttpTool(Tool):
             preview = mask(content.decode("utf-8", "replace"))[:60]
             raise self._error(f"returned malformed JSON with HTTP {status} ({where}): {preview!r}", status, False) from None
         return scrub(data), False
+
+    def heard(self, headers: httpx.Headers, call: CallEnv) -> None:
+        """An answer came with these headers (before its status is judged): a subclass reads
+        what the provider announces in them."""
 
     async def _send(
         self, call: CallEnv, url: str, query: dict[str, Any], body: Any, headers: dict[str, str]

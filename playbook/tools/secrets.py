@@ -153,6 +153,7 @@ class SecretAuth(httpx.Auth):
         return f"<SecretAuth {self._secret!r}>"
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        await request.aread()  # a multipart upload streams: its body is read here to be filled
         sent = _filled(request, self._secret.reveal())
         try:
             yield sent

@@ -86,10 +86,22 @@ def provider_state(p: ProviderView, since: float | None = None, now: float | Non
 
 
 def provider_rate(p: ProviderView) -> str:
-    """Its current rate, and the calls in flight it allows now when they are bounded: "20/s, ≤8 in flight"."""
+    """Its current rate, the calls in flight it allows now when they are bounded, and for LLM
+    calls the tokens of the last minute against the limit: "9.8/s, ≤8 in flight, 28.4k of 30k tokens/min"."""
     rate = "unlimited" if p.rate is None else f"{p.rate:.3g}/s"
     limit = p.in_flight_limit
-    return rate if limit is None else f"{rate}, ≤{limit} in flight"
+    shown = rate if limit is None else f"{rate}, ≤{limit} in flight"
+    if p.tpm is None and not p.tokens:
+        return shown
+    of = f" of {_count(p.tpm)}" if p.tpm is not None else ""
+    return f"{shown}, {_count(p.tokens)}{of} tokens/min"
+
+
+def _count(n: float) -> str:
+    """12 / 950 / 28.4k / 1.2M: a token count at a glance."""
+    if n >= 1e6:
+        return f"{n / 1e6:.3g}M"
+    return f"{n / 1e3:.3g}k" if n >= 1e4 else f"{n:,.0f}"
 
 
 def in_words(error: str | None) -> str:

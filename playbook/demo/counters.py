@@ -1,0 +1,91 @@
+"""The demo provider's request counters, as `/_stats` shows them.
+
+Chat usage is counted per model for answered (200) chat requests and for the requests of
+finished batches, so a test can check that the usage its client summed from the answers,
+times a price, is exactly what the provider would bill.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Counters"]
+
+
+class Counters:
+    """Plain counters; the demo state updates them under its lock."""
+
+    __slots__ = (
+        "auth_ok",
+        "auth_rejected",
+        "batches_created",
+        "bulk_items",
+        "by_endpoint",
+        "by_status",
+        "chat",
+        "chat_batch",
+        "chat_rate_limited",
+        "duplicate_idempotency_keys",
+        "idempotency_keys",
+        "in_flight",
+        "jobs_submitted",
+        "max_in_flight",
+        "quota_exceeded",
+        "rate_limited",
+        "requests",
+    )
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.by_endpoint: dict[str, int] = {}
+        self.by_status: dict[int, int] = {}
+        self.auth_ok = 0
+        self.auth_rejected = 0
+        self.idempotency_keys: dict[str, int] = {}
+        self.duplicate_idempotency_keys = 0
+        self.bulk_items = 0
+        self.jobs_submitted = 0
+        self.rate_limited = 0
+        self.quota_exceeded = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.chat: dict[str, list[int]] = {}  # model -> [requests, prompt_tokens, completion_tokens]
+        self.chat_batch: dict[str, list[int]] = {}  # the part of `chat` that came from batches
+        self.chat_rate_limited = {"requests": 0, "tokens": 0}
+        self.batches_created = 0
+
+    def count_chat(self, answer: dict[str, Any], *, batch: bool = False) -> None:
+        """Count one answered chat completion's usage under its model."""
+        usage = answer["usage"]
+        for table in (self.chat, self.chat_batch) if batch else (self.chat,):
+            row = table.setdefault(answer["model"], [0, 0, 0])
+            row[0] += 1
+            row[1] += usage["prompt_tokens"]
+            row[2] += usage["completion_tokens"]
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "by_endpoint": dict(self.by_endpoint),
+            "by_status": {str(status): n for status, n in sorted(self.by_status.items())},
+            "by_auth": {"ok": self.auth_ok, "rejected": self.auth_rejected},
+            "idempotency_keys": dict(self.idempotency_keys),
+            "duplicate_idempotency_keys": self.duplicate_idempotency_keys,
+            "bulk_items": self.bulk_items,
+            "jobs_submitted": self.jobs_submitted,
+            "rate_limited": self.rate_limited,
+            "quota_exceeded": self.quota_exceeded,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "chat": _usage(self.chat),
+            "chat_batch": _usage(self.chat_batch),
+            "chat_rate_limited": dict(self.chat_rate_limited),
+            "batches_created": self.batches_created,
+        }
+
+
+def _usage(table: dict[str, list[int]]) -> dict[str, dict[str, int]]:
+    return {
+        model: {"requests": requests, "prompt_tokens": prompt, "completion_tokens": completion}
+        for model, (requests, prompt, completion) in sorted(table.items())
+    }

@@ -1,0 +1,158 @@
+"""The parts of LLM tools that need no server: strict schemas, the headers providers announce
+limits in, weighing and pricing a call, and the errors a user meets defining or calling one."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import pandas as pd
+import pydantic
+import pytest
+
+import playbook as pb
+from playbook.limits import announced, duration, retry_after
+from playbook.limits.local import LocalLimiter
+from playbook.tools.structured import Structured, strict_schema
+
+
+class Address(pydantic.BaseModel):
+    city: str
+    country: str | None = None
+
+
+class Company(pydantic.BaseModel):
+    name: str
+    industry: Literal["Software", "Retail"]
+    employees: int | None = None
+    default: str = "a field named like a keyword"
+    offices: list[Address] = []
+
+
+def _objects(node: object) -> list[dict[str, object]]:
+    found: list[dict[str, object]] = []
+    if isinstance(node, dict):
+        if node.get("type") == "object":
+            found.append(node)
+        for value in node.values():
+            found.extend(_objects(value))
+    elif isinstance(node, list):
+        for value in node:
+            found.extend(_objects(value))
+    return found
+
+
+def test_a_strict_schema_closes_every_object_and_requires_every_property() -> None:
+    """Strict mode: additionalProperties false and all properties required, nested ($defs) too; defaults go, fields named 'default' stay."""
+    schema = strict_schema(Company.model_json_schema())
+    objects = _objects(schema)
+    assert len(objects) == 2
+    for obj in objects:
+        assert obj["additionalProperties"] is False
+        assert obj["required"] == list(obj["properties"])  # type: ignore[call-overload]
+    assert "default" in schema["properties"]
+    assert "default" not in schema["properties"]["employees"]
+    assert "$ref" in str(schema["properties"]["offices"])
+
+
+def test_an_answer_is_read_into_the_models_fields_or_says_why_not() -> None:
+    """Valid JSON for the model gives its fields as a dict; bad JSON or a wrong field gives the reason, naming the field."""
+    structured = Structured(Company, "llm_tool 'x'")
+    fields, why = structured.parse('{"name": "Acme", "industry": "Retail", "employees": 12, "default": "d", "offices": []}')
+    assert why is None and fields == {"name": "Acme", "industry": "Retail", "employees": 12, "default": "d", "offices": []}
+    assert structured.parse('{"name": "Acme"')[1].startswith("the answer is not valid JSON")  # type: ignore[union-attr]
+    _, why = structured.parse('{"name": "Acme", "industry": "Mining", "employees": 1, "default": "d", "offices": []}')
+    assert why is not None and "'industry'" in why
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("6m0s", 360.0), ("1.5s", 1.5), ("20ms", 0.02), ("1h2m3s", 3723.0), ("0.25", 0.25), ("abc", None), ("5x", None), ("", None)],
+)
+def test_reset_durations_read_as_providers_write_them(text: str, seconds: float | None) -> None:
+    """'6m0s', '1.5s', '20ms' and bare numbers are seconds; anything else is not trusted."""
+    assert duration(text) == seconds
+
+
+def test_limits_announced_in_headers_are_read_and_garbage_is_not() -> None:
+    """x-ratelimit-limit-requests/-tokens are per-minute limits; missing or garbage values are None."""
+    assert announced({"x-ratelimit-limit-requests": "500", "x-ratelimit-limit-tokens": "30000"}) == (500.0, 30000.0)
+    assert announced({"x-ratelimit-limit-tokens": "200000"}) == (None, 200000.0)
+    assert announced({"x-ratelimit-limit-requests": "lots"}) is None
+    assert announced({}) is None
+
+
+def test_a_refusal_without_retry_after_waits_for_the_used_up_limit_to_reset() -> None:
+    """retry-after-ms first; without any Retry-After, the reset of the limit whose remaining is 0."""
+    assert retry_after({"retry-after-ms": "250", "retry-after": "1"}, now=0.0) == 0.25
+    headers = {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "1.5s", "x-ratelimit-remaining-requests": "3",
+               "x-ratelimit-reset-requests": "6m0s"}  # fmt: skip
+    assert retry_after(headers, now=0.0) == 1.5
+
+
+def test_a_call_is_weighed_and_priced_before_it_is_sent() -> None:
+    """Tokens are estimated from characters (4 a token until answers teach better) plus the expected completion; the cost from prices."""
+    llm = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", max_tokens=100, prices={"m": (1.0, 2.0)})
+    values = llm.bind(pb.tools.base.NO_INPUT, {"prompt": "x" * 400})
+    assert llm.weigh(values) == math.ceil(100 + 4 + 64)  # 400 chars / 4, 4 per message, 64 expected (under max_tokens)
+    assert llm.price(values) == pytest.approx((104 * 1.0 + 100 * 2.0) / 1e6)
+    spent = llm.spent({"usage": {"prompt_tokens": 120, "completion_tokens": 30}, "requests": 2})
+    assert spent == (pytest.approx((120 * 1.0 + 30 * 2.0) / 1e6), 150.0, 2)
+
+
+def test_answers_teach_the_characters_per_token() -> None:
+    """After a few hundred prompt tokens, the estimate uses the ratio the provider's usage shows."""
+    llm = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1")
+    llm.usage.add(1000, {"prompt_tokens": 500, "completion_tokens": 10})
+    values = llm.bind(pb.tools.base.NO_INPUT, {"prompt": "y" * 200})
+    assert llm.weigh(values) == math.ceil(200 / 2 + 4 + 10)
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"model": ""}, "model must be"),
+        ({"model": "m", "base_url": "api.openai.com"}, "base_url must be"),
+        ({"model": "m", "secret": "sk-123"}, "pb.secret"),
+        ({"model": "m", "prices": {"other": (1, 2)}}, "no entry for model 'm'"),
+        ({"model": "m", "prices": {"m": (1,)}}, "prices['m'] must be"),
+        ({"model": "m", "output": int}, "output= must be a pydantic model"),
+        ({"model": "m", "temperature": 3}, "temperature"),
+        ({"model": "m", "max_tokens": 0}, "max_tokens"),
+        ({"model": "m", "mode": "async"}, "mode must be"),
+        ({"model": "m", "messages": []}, "set by the tool itself"),
+    ],
+)
+def test_a_bad_definition_is_refused_naming_the_option(options: dict[str, object], words: str) -> None:
+    """Each bad llm_tool option raises PlayDefinitionError naming the tool and the option."""
+    with pytest.raises(pb.PlayDefinitionError, match="llm_tool 'llm'") as raised:
+        pb.llm_tool(**options)  # type: ignore[arg-type]
+    assert words in str(raised.value)
+
+
+def test_a_bad_prompt_fails_its_row_naming_the_tool_and_pays_nothing(tmp_path: object) -> None:
+    """A missing prompt (NaN) or malformed messages fail that row with the tool named; no request is sent."""
+    llm = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", secret=None)
+
+    async def ask(row: object, ctx: pb.Context) -> object:
+        if row["kind"] == "prompt":  # type: ignore[index]
+            return await ctx.tool(llm, prompt=row["text"])  # type: ignore[index]
+        return await ctx.tool(llm, messages=[{"role": "robot", "content": "hi"}])
+
+    df = pd.DataFrame({"kind": ["prompt", "messages"], "text": [float("nan"), "x"]})
+    out = df.play.map(ask, progress=False)
+    assert list(out.play_status) == ["failed", "failed"]
+    assert "llm tool 'llm': prompt must be text, not NaN" in out.play_error[0]
+    assert "messages[0] must be a dict with a role" in out.play_error[1]
+    assert pb.last_run().stats.calls_executed == 0  # type: ignore[union-attr]
+
+
+def test_a_token_limit_is_made_when_a_provider_first_announces_one() -> None:
+    """A provider with no tpm that announces one is paced by it from then on; the panel reads it back."""
+    provider = pb.Provider("llm-co")
+    provider.governor.learn(600, 60000)
+    limiter = provider.governor.limiter
+    assert isinstance(limiter, LocalLimiter) and limiter.tokens is not None
+    assert limiter.token_rate == pytest.approx(1000 * 0.98)
+    assert provider.rate == pytest.approx(10 * 0.98)
+    assert provider.tokens_per_minute == (0.0, pytest.approx(60000))
