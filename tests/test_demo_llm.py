@@ -24,6 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, ValidationError
+from vtime import FrozenClock
 
 from playbook import demo
 from playbook.demo.limits import MinuteBuckets, format_duration
@@ -36,17 +37,7 @@ AUTH = {"Authorization": f"Bearer {demo.DEMO_KEY}"}
 MODEL = "demo-mini"
 
 
-class FrozenClock:
-    """Monotonic seconds that move only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 5000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-CLOCK = FrozenClock()
+CLOCK = FrozenClock(5000.0)
 
 
 @pytest.fixture(scope="module")

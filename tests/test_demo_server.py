@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from vtime import FrozenClock
 
 from playbook import demo
 from playbook.demo import DEMO_KEY, DemoSettings
@@ -23,17 +24,7 @@ AUTH = {"Authorization": f"Bearer {DEMO_KEY}"}
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class FrozenClock:
-    """Monotonic seconds that move only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-CLOCK = FrozenClock()
+CLOCK = FrozenClock(1000.0)
 
 
 @pytest.fixture(scope="module")

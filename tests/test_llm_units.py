@@ -156,3 +156,40 @@ def test_a_token_limit_is_made_when_a_provider_first_announces_one() -> None:
     assert limiter.token_rate == pytest.approx(1000 * 0.98)
     assert provider.rate == pytest.approx(10 * 0.98)
     assert provider.tokens_per_minute == (0.0, pytest.approx(60000))
+
+
+def test_the_receipt_key_is_the_request_model_messages_and_parameters() -> None:
+    """Model, prompt, system, parameters and output schema change the key; prices and the key's secret do not."""
+    base = {"model": "m", "base_url": "http://127.0.0.1:9/v1"}
+
+    def key(prompt: str = "hi", **options: object) -> str:
+        llm = pb.llm_tool(**{**base, **options})  # type: ignore[arg-type]
+        return llm.key(llm.bind(pb.tools.base.NO_INPUT, {"prompt": prompt}))
+
+    first = key()
+    changed = [key("hello"), key(model="m2"), key(system="be brief"), key(temperature=0.5), key(max_tokens=9), key(top_p=0.5),
+               key(output=Company), key(base_url="http://127.0.0.1:10/v1")]  # fmt: skip
+    assert first not in changed and len(set(changed)) == len(changed)
+    assert key(prices={"m": (1, 2)}) == first == key(secret=pb.secret("ANOTHER_KEY"))
+    llm = pb.llm_tool(**base)  # type: ignore[arg-type]
+    as_messages = llm.key(llm.bind(pb.tools.base.NO_INPUT, {"messages": [{"role": "user", "content": "hi"}]}))
+    assert as_messages == first  # a prompt is one user message
+
+
+def test_the_panel_shows_tokens_per_minute_against_the_limit() -> None:
+    """A provider's rate cell adds the last minute's tokens and the limit, when calls are weighed."""
+    from playbook.runtime.upstream import ProviderView
+    from playbook.ui.html import provider_rate
+
+    view = ProviderView("openai", False, None, 0.0, False, 0.0, None, 9.8, 8, 3, 0, 28_400.0, 30_000.0)
+    assert provider_rate(view) == "9.8/s, ≤8 in flight, 28.4k of 30k tokens/min"
+    assert provider_rate(view._replace(tokens=0.0, tpm=None)) == "9.8/s, ≤8 in flight"
+    assert provider_rate(view._replace(tokens=950.0, tpm=None, in_flight_limit=None)) == "9.8/s, 950 tokens/min"
+
+
+def test_a_refusal_is_a_miss_and_a_plain_answer_is_its_text() -> None:
+    """A model's refusal reads as a miss (None); without output= the answer is the message's text."""
+    structured = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Company)
+    assert structured.read({"content": None, "refusal": "I can't help with that", "requests": 1}, False) == (None, True)
+    plain = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1")
+    assert plain.read({"content": "Software", "refusal": None}, False) == ("Software", False)

@@ -139,7 +139,7 @@ def test_a_refusal_cuts_the_rate_once_per_episode(make: Factory) -> None:
 
 
 def test_settling_a_heavier_call_delays_the_next(make: Factory) -> None:
-    """At 10 tokens/s, a call acquired as 10 tokens and settled as 15 pushes the next permit ~0.6 s later."""
+    """At 10 tokens/s (5 at once), a call acquired as 10 tokens and settled as 15 pushes the next permit ~1.1 s later."""
 
     async def main() -> float:
         limiter = make(tokens=10.0)
@@ -148,11 +148,11 @@ def test_settling_a_heavier_call_delays_the_next(make: Factory) -> None:
         await limiter.release(await _go(limiter, 1.0))
         return time.monotonic() - start
 
-    assert 0.45 <= asyncio.run(main()) < 1.5
+    assert 0.9 <= asyncio.run(main()) < 2.0
 
 
 def test_tokens_are_paced_evenly_with_at_most_a_second_at_once(make: Factory) -> None:
-    """At 200 tokens/s, eight calls of 50 tokens: four go at once (a second's worth), the rest 0.25 s apart."""
+    """At 200 tokens/s, eight calls of 50 tokens: two go at once (half a second's worth), the rest 0.25 s apart."""
 
     async def main() -> float:
         limiter = make(tokens=200.0)
@@ -161,7 +161,7 @@ def test_tokens_are_paced_evenly_with_at_most_a_second_at_once(make: Factory) ->
             await limiter.settle(await _go(limiter, 50.0))
         return time.monotonic() - start
 
-    assert 0.85 <= asyncio.run(main()) < 2.0
+    assert 1.35 <= asyncio.run(main()) < 2.5
 
 
 def test_the_request_rate_counts_calls_whatever_their_tokens(make: Factory) -> None:

@@ -39,3 +39,13 @@ def run_virtual(coro: Coroutine[Any, Any, T]) -> T:
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+class FrozenClock:
+    """Monotonic seconds that move only when a test says so (a demo server's injected clock)."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

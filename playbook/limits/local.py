@@ -14,7 +14,7 @@ from .base import Permit
 from .gates import Window
 from .pace import Pace
 
-__all__ = ["LocalLimiter"]
+__all__ = ["LocalLimiter", "token_burst"]
 
 
 class LocalLimiter:
@@ -59,7 +59,7 @@ class LocalLimiter:
                 self.tokens = _token_pace(tokens)
                 changed = True
             elif self.tokens.learn(tokens):
-                self.tokens.burst = max(1, int(tokens))
+                self.tokens.burst = token_burst(tokens)
                 changed = True
         if changed:
             self._rearm()
@@ -187,6 +187,11 @@ class LocalLimiter:
 
 
 def _token_pace(rate: float) -> Pace:
-    """Tokens are paced evenly, with at most a second's worth at once: providers enforce a
-    per-minute token limit over much shorter periods, so a minute's worth sent at once is refused."""
-    return Pace(rate, max(1, int(rate)))  # the burst as learn() sets it too
+    return Pace(rate, token_burst(rate))
+
+
+def token_burst(rate: float) -> int:
+    """Tokens are paced evenly, with at most half a second's worth at once: providers enforce a
+    per-minute token limit over much shorter periods (a minute's worth sent at once is refused),
+    and calls that leave evenly may still arrive together, or use more tokens than estimated."""
+    return max(1, int(rate / 2))

@@ -33,6 +33,7 @@ from ..urls import masked
 from . import scripts
 from .base import Permit, rate_news
 from .gates import Window
+from .local import token_burst
 from .pace import Pace
 
 __all__ = ["RedisLimiter"]
@@ -197,7 +198,7 @@ class RedisLimiter:
     async def _tokens(self, weight: float, loop: asyncio.AbstractEventLoop) -> float:
         """Reserve a call's tokens at the account's token rate; returns the wait until they are due."""
         assert self.token_rate is not None
-        reply = await self._script("tokens", ["tokens"], [weight, self.token_rate, max(1, int(self.token_rate))])
+        reply = await self._script("tokens", ["tokens"], [weight, self.token_rate, token_burst(self.token_rate)])
         self._offset = float(reply[0]) - loop.time()
         return float(reply[1])
 
