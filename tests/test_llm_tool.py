@@ -234,3 +234,47 @@ def test_batch_mode_gathers_every_rows_miss_into_one_job(demo: pb.demo.DemoServe
     served = demo.stats()
     assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 100
     assert pb.last_run().stats.cost_spent == round(_cost(served), 9)  # type: ignore[union-attr]
+
+
+def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+    """Markers name the uploaded file but no batch (the submitter died in between): the run finds the batch made over that file."""
+    import asyncio
+
+    import httpx
+
+    from playbook.keys import job_key
+    from playbook.store.records import record
+    from playbook.tools.base import NO_INPUT
+    from playbook.tools.llm_batch import BatchApi
+
+    demo.reset(batch_seconds=0.3)
+    llm = _llm(demo, mode="batch")
+    frame = _companies(6)
+    calls = [llm.bind(NO_INPUT, {"prompt": f"Classify {c}"}) for c in frame.company]
+    store = pb.ReceiptStore(tmp_path / "store")
+
+    async def died_after_creating() -> None:
+        api = BatchApi(llm)  # type: ignore[arg-type]
+        async with httpx.AsyncClient() as client:
+            file_id = await api.upload(client, api.lines([(llm.key(v), v["messages"]) for v in calls]))
+            await api.create(client, file_id)
+        for values in calls:
+            await store.commit(record(job_key(llm.key(values)), tool=llm.name, stored={"file": file_id}, tagged=False, at=time.time()))
+
+    asyncio.run(died_after_creating())
+
+    async def label(row: Any, ctx: pb.Context) -> Any:
+        return await ctx.tool(llm, prompt=f"Classify {row.company}")
+
+    out = frame.play.map(label, store=store, progress=False)
+    assert (out.play_status == "ok").all()
+    assert demo.stats()["batches_created"] == 1
+
+
+def test_an_llm_tool_mapped_over_a_frame_reads_its_prompt_column(demo: pb.demo.DemoServer) -> None:
+    """df.play.map(llm): the 'prompt' column is each call's prompt; the answer is a column named after the tool."""
+    llm = _llm(demo)
+    frame = pd.DataFrame({"prompt": ["Classify Acme Robotics", "Summarise this page: a shop that sells bread and cake"]})
+    out = frame.play.map(llm, progress=False)
+    assert list(out.columns) == ["prompt", "llm", "play_status", "play_error"]
+    assert (out.play_status == "ok").all() and out.llm[1].startswith("Summary:")

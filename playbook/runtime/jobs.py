@@ -65,11 +65,12 @@ class RunScope(Protocol):
 class Jobs:
     """The batch jobs of one run: submissions gathering, batches polled, results read."""
 
-    __slots__ = ("_gathering", "_failed", "_polls", "_results", "reserved", "_track")
+    __slots__ = ("_gathering", "_failed", "_adopting", "_polls", "_results", "reserved", "_track")
 
     def __init__(self, track: Callable[[asyncio.Task[Any]], None]) -> None:
         self._gathering: dict[str, list[tuple[str, Any]]] = {}  # tool -> (receipt key, messages)
         self._failed: dict[str, BaseException] = {}  # receipt key -> why its submission failed
+        self._adopting: dict[str, asyncio.Future[str]] = {}  # file id -> its batch id, being found
         self._polls: dict[str, tuple[float, asyncio.Future[dict[str, Any]]]] = {}  # batch id -> (when, batch)
         self._results: dict[str, asyncio.Future[dict[str, Any]]] = {}  # batch id -> custom_id -> answer
         self.reserved: dict[str, float] = {}  # receipt key -> cost reserved at submission
@@ -146,14 +147,14 @@ class Jobs:
 
     async def _adopt(self, scope: RunScope, tool: LlmTool, mark: str, file_id: str) -> str:
         """The batch over ``file_id`` (made by a process that died before writing its id down),
-        or a new one over the same file."""
-        api, client = BatchApi(tool), scope.http_client()
-        batch = await _governed(tool, lambda: api.find(client, file_id))
-        if batch is None:
-            batch = await _governed(tool, lambda: api.create(client, file_id))
-        stored = {"file": file_id, "batch": batch["id"]}
+        or a new one over the same file: found once for every row of that file."""
+        future = self._adopting.get(file_id)
+        if future is None or (future.done() and (future.cancelled() or future.exception() is not None)):
+            future = self._adopting[file_id] = asyncio.get_running_loop().create_task(_found(scope, tool, file_id))
+        batch_id = await asyncio.shield(future)
+        stored = {"file": file_id, "batch": batch_id}
         await scope.store.commit(record(mark, tool=tool.name, stored=stored, tagged=False, at=scope.clock()))
-        return str(batch["id"])
+        return batch_id
 
     # -- following -----------------------------------------------------------------------------
 
@@ -163,7 +164,8 @@ class Jobs:
         seen = self._polls.get(batch_id)
         if seen is not None:
             polled, future = seen
-            if not future.done() or (future.exception() is None and loop.time() < polled + _interval(future.result())):
+            fresh = future.done() and not future.cancelled() and future.exception() is None
+            if not future.done() or (fresh and loop.time() < polled + _interval(future.result())):
                 return await asyncio.shield(future), polled
         future = loop.create_task(_governed(tool, lambda: BatchApi(tool).retrieve(scope.http_client(), batch_id)))
         self._polls[batch_id] = (loop.time(), future)
@@ -173,10 +175,18 @@ class Jobs:
         """The finished batch's answers, read once for every row waiting on it."""
         batch_id = str(batch["id"])
         future = self._results.get(batch_id)
-        if future is None or (future.done() and future.exception() is not None):
+        if future is None or (future.done() and (future.cancelled() or future.exception() is not None)):
             api, client = BatchApi(tool), scope.http_client()
             future = self._results[batch_id] = asyncio.get_running_loop().create_task(_governed(tool, lambda: api.results(client, batch)))
         return await asyncio.shield(future)
+
+
+async def _found(scope: RunScope, tool: LlmTool, file_id: str) -> str:
+    api, client = BatchApi(tool), scope.http_client()
+    batch = await _governed(tool, lambda: api.find(client, file_id))
+    if batch is None:
+        batch = await _governed(tool, lambda: api.create(client, file_id))
+    return str(batch["id"])
 
 
 def _interval(batch: dict[str, Any]) -> float:

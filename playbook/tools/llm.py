@@ -125,7 +125,10 @@ class LlmTool(Tool):
         if input is not NO_INPUT:
             if kwargs:
                 raise ToolError(f"llm tool {self.name!r}: pass the prompt positionally or by keyword, not both", tool=self.name)
-            kwargs = {"messages" if isinstance(input, list) else "prompt": input}
+            if isinstance(input, Mapping):  # a tool mapped over a frame binds {"prompt": column}
+                kwargs = dict(input)
+            else:
+                kwargs = {"messages" if isinstance(input, list) else "prompt": input}
         unknown = sorted(set(kwargs) - {"prompt", "messages"})
         if unknown or len(kwargs) != 1:
             got = f" (got {', '.join(unknown or sorted(kwargs)) or 'nothing'})"
