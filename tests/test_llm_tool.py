@@ -128,6 +128,7 @@ def test_some_invalid_answers_are_mended_by_the_re_ask(demo: pb.demo.DemoServer)
     served = demo.stats()["chat"][MODEL]["requests"]
     assert 40 < stats.calls_executed == served < 80  # some were asked again, not all
     assert stats.ok > 20 and stats.ok + stats.failed == 40
+    assert set(out.industry.dropna()) <= set(LABELS)
 
 
 def test_a_token_limit_paces_calls_so_the_provider_refuses_none(demo: pb.demo.DemoServer) -> None:
