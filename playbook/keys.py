@@ -247,7 +247,11 @@ def code_fingerprint(fn: Any) -> str:
 
 def _by_value(value: Any, *, mutable: bool = True) -> Any:
     """``value`` as it counts for a fingerprint: itself when it has a key form (and, unless
-    ``mutable``, cannot change: it hashes), else its type."""
+    ``mutable``, cannot change: it hashes), a tool's or a play's own fingerprint (a play made by a
+    factory around another tool is another play), else its type."""
+    fingerprint = getattr(value, "fingerprint", None)
+    if isinstance(fingerprint, str) and not isinstance(value, type):
+        return f"<{type(value).__qualname__} {getattr(value, 'name', '')} {fingerprint}>"
     try:
         if not mutable:
             hash(value)

@@ -226,3 +226,27 @@ def test_a_cosmetic_edit_of_a_play_reuses_its_rows(store: pb.ReceiptStore) -> No
         return {"double": (row.n * 2)}  # twice
 
     assert frame.play.map(tidy, store=store, progress=False)["play_status"].tolist() == ["reused"] * 2
+
+
+def test_plays_made_by_one_factory_around_different_tools_are_different_plays(tmp_path: Path) -> None:
+    """A tool a play closes over counts by its fingerprint: the play made around another tool reuses no row memo of the first."""
+
+    @pb.tool(version="1")
+    def upper(text: str) -> str:
+        return text.upper()
+
+    @pb.tool(version="1")
+    def lower(text: str) -> str:
+        return text.lower()
+
+    def play_for(tool: pb.Tool) -> pb.Play:
+        async def shout(row: Any, ctx: pb.Context) -> Any:
+            return await ctx.tool(tool, text=row["text"])
+
+        return pb.play(shout)
+
+    frame = pd.DataFrame({"text": ["Hello", "World"]})
+    first = frame.play.map(play_for(upper), store=str(tmp_path), progress=False)
+    second = frame.play.map(play_for(lower), store=str(tmp_path), progress=False)
+    assert list(first.shout) == ["HELLO", "WORLD"] and list(second.shout) == ["hello", "world"]
+    assert list(second.play_status) == ["ok", "ok"]

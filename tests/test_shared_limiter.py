@@ -445,3 +445,14 @@ def test_repr_shows_the_shared_url_without_its_password() -> None:
     shown = repr(provider)
     assert "shared=redis://:***@localhost:6379/0" in shown and "s3cret" not in shown
     assert "s3cret" not in repr(provider.limiter)
+
+
+def test_a_hinted_refusal_under_a_token_limit_leaves_the_request_rate_alone(make: Factory) -> None:
+    """With a token limit, a 429 that says when to come back is the tokens' (its hold waits): no request rate is set or cut."""
+
+    async def main() -> tuple[bool, float | None]:
+        limiter = make(tokens=1000.0)
+        cut = await limiter.refused(await _go(limiter, 10.0), hinted=True)
+        return cut, limiter.rate
+
+    assert asyncio.run(main()) == (False, None)

@@ -95,6 +95,7 @@ class LocalLimiter:
         if actual is not None and actual != permit.weight:
             if self.tokens is not None:
                 self.tokens.charge(actual - permit.weight)
+                self._rearm()  # a call that used fewer tokens than estimated lets the next one go sooner
             permit.weight = actual
         self.window.release()
         grew = self.window.success(permit.level, now)
@@ -110,6 +111,8 @@ class LocalLimiter:
         try:
             if permit.level and self.window.refused(permit.level, now, hinted=hinted):
                 return True
+            if hinted and self.tokens is not None:
+                return False  # a token limit's refusal, most likely: its hold says when, the request rate is not to blame
             if self.pace.limited(now, permit.sent_at, pending=self.in_flight):
                 self._rearm()
                 return True

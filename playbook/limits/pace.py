@@ -99,8 +99,8 @@ class Pace:
             start = now
             if queued:
                 due = max(self._not_before, self._tat - max(0.0, self.burst - weight) * interval)
-                if now - interval < due <= now:
-                    start = due  # released late: count the slot from when it was due
+                if now - interval * max(1.0, weight) < due <= now:
+                    start = due  # released late (within the call's own span): count the slot from when it was due
             self._tat = max(self._tat, start) + interval * weight
 
     def charge(self, extra: float) -> None:

@@ -172,7 +172,8 @@ class RedisLimiter:
             await self._quietly("release", ["permits"], [permit.key], permit.key)
             return True
         sent_at = permit.sent_at + self._offset
-        args = [permit.key, f"{sent_at:.6f}", "1", _opt(self.ceiling), self.floor]
+        judge = "0" if hinted and self.token_rate is not None else "1"  # a token limit's refusal: not the request rate's
+        args = [permit.key, f"{sent_at:.6f}", judge, _opt(self.ceiling), self.floor]
         reply = await self._quietly("refused", ["permits", "aimd"], args, permit.key)
         if reply is None:
             return False
