@@ -133,6 +133,7 @@ class Governor:
             ticket = Ticket("", WaitBudget(self.provider.max_wait), suspend=False)
         if ticket.weight is not None:
             weight = ticket.weight
+            self._fits(weight, ticket)
         while True:
             now = loop.time()
             self._notice(now)
@@ -161,6 +162,17 @@ class Governor:
             if ticket.weight is not None:
                 self._metered(time.monotonic(), permit.weight)
             return result  # type: ignore[no-any-return]
+
+    def _fits(self, weight: float, ticket: Ticket) -> None:
+        """A call weighing more tokens than the provider allows in a minute can never go (OpenAI
+        refuses it too): it fails at once instead of waiting out a minute's worth of tokens."""
+        rate = self.limiter.token_rate
+        if rate is not None and weight > rate * 60.0 / HEADROOM:
+            raise ToolError(
+                f"tool {ticket.tool!r}: this call needs about {weight:,.0f} tokens, more than provider {self.name!r} "
+                f"allows in a minute ({rate * 60.0 / HEADROOM:,.0f} tokens/min): shorten the prompt or lower max_tokens",
+                tool=ticket.tool or None, provider=self.name,
+            )  # fmt: skip
 
     def learn(self, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
         """The provider announced its limits (``x-ratelimit-limit-*``): pace under them."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
@@ -50,7 +51,11 @@ class PlayMagics(magic.Magics):
     @argument("name", help="the play's name; the cell defines it in the namespace")
     @argument("--on", metavar="DF", help="run the play over this DataFrame (a name in the namespace)")
     @argument("--out", metavar="VAR", help="store the result (or, with --background, the run) in VAR")
-    @argument("--store", metavar="VAR", help="a pb.ReceiptStore in the namespace (default: .playbook/ or $PLAYBOOK_HOME)")
+    @argument(
+        "--store",
+        metavar="VAR",
+        help="a variable holding a pb.ReceiptStore, a directory or a redis:// URL (default: .playbook/ or $PLAYBOOK_HOME)",
+    )
     @argument("--concurrency", type=int, metavar="N", help="rows in flight at once (default 16)")
     @argument("--refresh", action="store_true", help="run every row again, reusing receipts")
     @argument("--limit", type=int, metavar="N", help="run only the first N rows")
@@ -91,8 +96,11 @@ class PlayMagics(magic.Magics):
             options["key"] = [c.strip() for c in args.key.split(",") if c.strip()]
         if args.store:
             store = ns.get(args.store)
-            if not isinstance(store, ReceiptStore):
-                raise UsageError(f"%%play --store {args.store}: expected a pb.ReceiptStore in the namespace")
+            if not isinstance(store, (ReceiptStore, str, os.PathLike)):
+                raise UsageError(
+                    f"%%play --store {args.store}: expected a variable holding a pb.ReceiptStore, a directory or a "
+                    f"redis:// URL, not {type(store).__name__ if args.store in ns else 'an undefined name'}"
+                )
             options["store"] = store
         if args.background:
             run = frame.play.run(the_play, background=True, **options)

@@ -72,7 +72,7 @@ class OutputModel:
     __slots__ = ("model", "play", "fields", "fingerprint", "_adapter", "_open")
 
     def __init__(self, model: Any, play: str) -> None:
-        if not _is_model(model):
+        if not is_model(model):
             raise PlayDefinitionError(f"play {play!r}: output= takes a pydantic model class or a TypedDict class, not {_what(model)}")
         try:
             self._adapter: TypeAdapter[Any] = TypeAdapter(model)
@@ -123,7 +123,7 @@ class OutputModel:
         return pd.DataFrame(columns, index=index)
 
 
-def _is_model(model: Any) -> bool:
+def is_model(model: Any) -> bool:
     if isinstance(model, type) and issubclass(model, BaseModel):
         return not issubclass(model, RootModel)  # a RootModel's value is not a set of named columns
     return te.is_typeddict(model)

@@ -279,3 +279,43 @@ def test_an_llm_tool_mapped_over_a_frame_reads_its_prompt_column(demo: pb.demo.D
     out = frame.play.map(llm, progress=False)
     assert list(out.columns) == ["prompt", "llm", "play_status", "play_error"]
     assert (out.play_status == "ok").all() and out.llm[1].startswith("Summary:")
+
+
+def test_a_slow_upload_does_not_make_woken_rows_submit_again(demo: pb.demo.DemoServer) -> None:
+    """Rows that wake while their submission is still uploading wait for it: one batch, each request billed once."""
+    demo.reset(batch_seconds=0.5, latency=0.8)
+    llm = _llm(demo, mode="batch")
+
+    async def label(row: Any, ctx: pb.Context) -> Any:
+        return await ctx.tool(llm, prompt=f"Classify {row.company}")
+
+    out = _companies(30).play.map(label, progress=False)
+    served = demo.stats()
+    assert (out.play_status == "ok").all()
+    assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 30
+    assert pb.last_run().stats.cost_spent == round(_cost(served), 9)  # type: ignore[union-attr]
+
+
+def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+    """A second process finds the calls leased by the first while it submits: one batch between them, 25 requests billed."""
+    demo.reset(batch_seconds=2.0, latency=1.0)  # slow enough that both gather at once
+    script = tmp_path / "submit.py"
+    script.write_text(textwrap.dedent(_SUBMITTER))
+    home = tmp_path / "store"
+    other = subprocess.Popen([sys.executable, str(script), demo.url, str(home)])
+    try:
+        llm = pb.llm_tool(model=MODEL, base_url=demo.url + "/v1", secret=KEY, mode="batch")
+
+        async def label(row: Any, ctx: pb.Context) -> Any:
+            return await ctx.tool(llm, prompt=f"Classify {row.company}")
+
+        frame = pd.DataFrame({"company": [f"Company {i}" for i in range(25)]})
+        out = frame.play.map(label, store=str(home), progress=False)
+        assert other.wait(timeout=60) == 0
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait()
+    served = demo.stats()
+    assert (out.play_status == "ok").all()
+    assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 25

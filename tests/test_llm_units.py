@@ -4,6 +4,7 @@ limits in, weighing and pricing a call, and the errors a user meets defining or 
 from __future__ import annotations
 
 import math
+import sys
 from typing import Literal
 
 import pandas as pd
@@ -95,7 +96,7 @@ def test_a_call_is_weighed_and_priced_before_it_is_sent() -> None:
     llm = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", max_tokens=100, prices={"m": (1.0, 2.0)})
     values = llm.bind(pb.tools.base.NO_INPUT, {"prompt": "x" * 400})
     assert llm.weigh(values) == math.ceil(100 + 4 + 64)  # 400 chars / 4, 4 per message, 64 expected (under max_tokens)
-    assert llm.price(values) == pytest.approx((104 * 1.0 + 100 * 2.0) / 1e6)
+    assert llm.price(values) == pytest.approx((104 * 1.0 + 64 * 2.0) / 1e6)  # the usual completion, not the cap
     spent = llm.spent({"usage": {"prompt_tokens": 120, "completion_tokens": 30}, "requests": 2})
     assert spent == (pytest.approx((120 * 1.0 + 30 * 2.0) / 1e6), 150.0, 2)
 
@@ -193,3 +194,40 @@ def test_a_refusal_is_a_miss_and_a_plain_answer_is_its_text() -> None:
     assert structured.read({"content": None, "refusal": "I can't help with that", "requests": 1}, False) == (None, True)
     plain = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1")
     assert plain.read({"content": "Software", "refusal": None}, False) == ("Software", False)
+
+
+def test_a_typeddict_output_works_and_one_pydantic_cannot_read_is_a_clear_error() -> None:
+    """typing_extensions.TypedDict gives a strict schema; typing.TypedDict (refused by pydantic on 3.11) is a PlayDefinitionError."""
+    import typing
+
+    import typing_extensions
+
+    class Row(typing_extensions.TypedDict):
+        industry: str
+        employees: int
+
+    llm = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Row)
+    assert llm.structured is not None and llm.structured.schema["required"] == ["industry", "employees"]
+    assert llm.read({"content": '{"industry": "Retail", "employees": 3}'}, False) == ({"industry": "Retail", "employees": 3}, False)
+
+    class Plain(typing.TypedDict):
+        industry: str
+
+    if sys.version_info < (3, 12):
+        with pytest.raises(pb.PlayDefinitionError, match="llm_tool 'llm': output=Plain: .*typing_extensions.TypedDict"):
+            pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Plain)
+    with pytest.raises(pb.PlayDefinitionError, match="not an instance of Company"):
+        pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Company(name="a", industry="Retail"))
+
+
+def test_a_call_larger_than_a_minutes_tokens_fails_at_once_naming_the_limit() -> None:
+    """A prompt weighing more than the provider's tpm fails its row at once: it could never be sent."""
+    provider = pb.Provider("tiny", tpm=1_000)
+    llm = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", provider=provider, secret=None)
+
+    async def ask(row: object, ctx: pb.Context) -> object:
+        return await ctx.tool(llm, prompt="word " * 2_000)
+
+    out = pd.DataFrame({"n": [1]}).play.map(ask, progress=False)
+    assert out.play_status[0] == "failed"
+    assert "this call needs about 2,5" in out.play_error[0] and "allows in a minute (1,000 tokens/min)" in out.play_error[0]

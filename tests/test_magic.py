@@ -143,6 +143,13 @@ def test_options_reach_the_run(kernel: Kernel, tmp_path: Path) -> None:
     assert got["error"] is None, got["error"]
     assert kernel.value("out3['play_status'].tolist()") == ["ok", "ok"]
     assert kernel.value("store.stats()['receipts']") == 2
+    kernel.run(f"where = {str(tmp_path / 'd')!r}")
+    got = kernel.run("""
+        %%play in_dir --on df --out out5 --store where
+        y = await ctx.tool(double, n=row.n)
+    """)
+    assert got["error"] is None, got["error"]
+    assert kernel.value("pb.ReceiptStore(where).stats()['receipts']") == 3
 
 
 @pytest.mark.parametrize(
@@ -151,7 +158,7 @@ def test_options_reach_the_run(kernel: Kernel, tmp_path: Path) -> None:
         ("%%play bad --on nowhere", "expected a DataFrame in the namespace, found no such name"),
         ("%%play bad --on calls", "expected a DataFrame in the namespace, found a list"),
         ("%%play bad --concurrency many", "argument --concurrency: invalid int value"),
-        ("%%play bad --store calls --on df", "expected a pb.ReceiptStore"),
+        ("%%play bad --store calls --on df", "expected a variable holding a pb.ReceiptStore, a directory or a redis:// URL, not list"),
         ("%%play 1bad", "must be a Python name"),
     ],
 )

@@ -51,28 +51,57 @@ def test_the_cost_budget_reserves_before_dispatch_and_refunds_what_did_not_compl
     def priced(n: int) -> int:
         return n
 
-    budget = CostBudget(1.0)
-    budget.reserve(priced, 0.4)
-    budget.reserve(priced, 0.4)
-    with pytest.raises(Parked) as parked:
-        budget.reserve(priced, 0.4)
-    assert parked.value.reason == "budget" and budget.committed == pytest.approx(0.8)
-    budget.refund(0.4)
-    budget.reserve(priced, 0.4)
-    assert budget.committed == pytest.approx(0.8)
+    async def main() -> None:
+        budget = CostBudget(1.0)
+        await budget.reserve(priced, 0.4)
+        await budget.reserve(priced, 0.4)
+        with pytest.raises(Parked) as parked:
+            await budget.reserve(priced, 0.4, wait=False)
+        assert parked.value.reason == "budget" and budget.committed == pytest.approx(0.8)
+        budget.refund(0.4)
+        await budget.reserve(priced, 0.4)
+        assert budget.committed == pytest.approx(0.8)
+        budget.settle(0.4, 0.4)
+        budget.settle(0.4, 0.4)
+        with pytest.raises(Parked):  # nothing in flight to wait for
+            await budget.reserve(priced, 0.4)
+
+    asyncio.run(main())
 
 
 def test_the_cost_budget_settles_each_call_at_what_it_really_cost() -> None:
     """A call reserved at its estimate is counted at its real cost once answered, up or down."""
     llm = pb.tool(lambda n: n, name="priced_by_usage")
-    budget = CostBudget(1.0)
-    budget.reserve(llm, 0.5)
-    budget.settle(0.5, 0.125)
-    budget.reserve(llm, 0.5)
-    budget.settle(0.5, 0.75)
-    assert budget.committed == pytest.approx(0.875)
-    with pytest.raises(Parked):
-        budget.reserve(llm, 0.5)
+
+    async def main() -> None:
+        budget = CostBudget(1.0)
+        await budget.reserve(llm, 0.5)
+        budget.settle(0.5, 0.125)
+        await budget.reserve(llm, 0.5)
+        budget.settle(0.5, 0.75)
+        assert budget.committed == pytest.approx(0.875)
+        with pytest.raises(Parked):
+            await budget.reserve(llm, 0.5)
+
+    asyncio.run(main())
+
+
+def test_a_call_that_does_not_fit_waits_for_the_calls_in_flight_to_settle() -> None:
+    """Reservations in flight at their estimates: a call waits for them, and goes once they settle for less."""
+    llm = pb.tool(lambda n: n, name="estimated")
+
+    async def main() -> float:
+        budget = CostBudget(1.2)
+        await budget.reserve(llm, 0.5)
+        await budget.reserve(llm, 0.5)
+        waiting = asyncio.ensure_future(budget.reserve(llm, 0.5))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        budget.settle(0.5, 0.1)  # cost less than estimated: room for the waiting call
+        await asyncio.wait_for(waiting, 1.0)
+        return budget.committed
+
+    assert asyncio.run(main()) == pytest.approx(1.1)
 
 
 def test_a_row_and_its_copies_settle_together_and_reset_in_one_step() -> None:

@@ -47,7 +47,7 @@ T = TypeVar("T")
 
 
 class Costs(Protocol):
-    def reserve(self, tool: LlmTool, cost: float) -> None: ...
+    async def reserve(self, tool: LlmTool, cost: float, *, wait: bool = True) -> None: ...
     def refund(self, cost: float) -> None: ...
 
 
@@ -65,10 +65,11 @@ class RunScope(Protocol):
 class Jobs:
     """The batch jobs of one run: submissions gathering, batches polled, results read."""
 
-    __slots__ = ("_gathering", "_failed", "_adopting", "_polls", "_results", "reserved", "_track")
+    __slots__ = ("_gathering", "_submitting", "_failed", "_adopting", "_polls", "_results", "reserved", "_track")
 
     def __init__(self, track: Callable[[asyncio.Task[Any]], None]) -> None:
         self._gathering: dict[str, list[tuple[str, Any]]] = {}  # tool -> (receipt key, messages)
+        self._submitting: set[str] = set()  # receipt keys joined and not yet written down (their leases held)
         self._failed: dict[str, BaseException] = {}  # receipt key -> why its submission failed
         self._adopting: dict[str, asyncio.Future[str]] = {}  # file id -> its batch id, being found
         self._polls: dict[str, tuple[float, asyncio.Future[dict[str, Any]]]] = {}  # batch id -> (when, batch)
@@ -89,9 +90,9 @@ class Jobs:
         found = await scope.store.alookup(mark)
         job = found[0] if found is not MISSING else None
         if not isinstance(job, dict):
-            self._join(scope, tool, key, values)
+            await self._join(scope, tool, key, values)
             raise _sleep(GATHER + 0.5)
-        batch_id = job.get("batch") or await self._adopt(scope, tool, mark, str(job["file"]))
+        batch_id = job.get("batch") or await self._adopted(scope, tool, key, str(job["file"]))
         batch, polled = await self._poll(scope, tool, batch_id)
         if batch.get("status") not in FINISHED:
             raise _sleep(polled + _interval(batch) - asyncio.get_running_loop().time())
@@ -105,14 +106,26 @@ class Jobs:
 
     # -- submitting ----------------------------------------------------------------------------
 
-    def _join(self, scope: RunScope, tool: LlmTool, key: str, values: Any) -> None:
+    async def _join(self, scope: RunScope, tool: LlmTool, key: str, values: Any) -> None:
+        """Join the next submission, unless this call is in one under way, here or in another
+        process (which holds its lease until its batch is written down)."""
+        if key in self._submitting:
+            return  # its row woke before its submission was written down (a slow upload)
+        leases = scope.store.leases
+        if not await leases.take(key):
+            return  # another process is submitting it: its marker will say where
+        if await scope.store.alookup(job_key(key)) is not MISSING:
+            leases.release(key)  # submitted and written down between our look and our lease
+            return
+        cost = tool.price(values)
+        try:
+            await scope.costs.reserve(tool, cost, wait=False)  # a batch may take hours to settle: no waiting on it
+        except BaseException:
+            leases.release(key)
+            raise
+        self.reserved[key] = cost
+        self._submitting.add(key)
         members = self._gathering.get(tool.name)
-        if members is not None and any(k == key for k, _ in members):
-            return  # a row that woke before its submission went: it is in it already
-        if key not in self.reserved:
-            cost = tool.price(values)
-            scope.costs.reserve(tool, cost)
-            self.reserved[key] = cost
         if members is None:
             members = self._gathering[tool.name] = []
             loop = asyncio.get_running_loop()
@@ -131,6 +144,10 @@ class Jobs:
                     scope.costs.refund(self.reserved.pop(key, 0.0))
                 if not isinstance(exc, Exception):
                     raise
+            finally:
+                for key, _ in chunk:
+                    self._submitting.discard(key)
+                    scope.store.leases.release(key)
 
     async def _submit_one(self, scope: RunScope, tool: LlmTool, members: list[tuple[str, Any]]) -> None:
         api, client, store = BatchApi(tool), scope.http_client(), scope.store
@@ -144,6 +161,17 @@ class Jobs:
         for key, _ in members:
             stored = {"file": file_id, "batch": batch["id"]}
             await store.commit(record(job_key(key), tool=tool.name, stored=stored, tagged=False, at=scope.clock()))
+
+    async def _adopted(self, scope: RunScope, tool: LlmTool, key: str, file_id: str) -> str:
+        """The batch of a call whose marker names only its file: being made right now (here, or
+        by the process holding the call's lease: wait for it), or to be found or made."""
+        leases = scope.store.leases
+        if key in self._submitting or not await leases.take(key):
+            raise _sleep(GATHER)
+        try:
+            return await self._adopt(scope, tool, job_key(key), file_id)
+        finally:
+            leases.release(key)
 
     async def _adopt(self, scope: RunScope, tool: LlmTool, mark: str, file_id: str) -> str:
         """The batch over ``file_id`` (made by a process that died before writing its id down),

@@ -171,7 +171,7 @@ async def _spend(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     """Reserve the call's cost, then route it; the cost comes back if it does not complete."""
     scope = ctx.scope
     estimate = tool.price(call.values)
-    scope.costs.reserve(tool, estimate)
+    await scope.costs.reserve(tool, estimate)
     try:
         answer, miss = await _route(ctx, tool, call)
     except BaseException:

@@ -31,34 +31,54 @@ __all__ = ["CostBudget", "Landing", "RunScope", "Tickets"]
 
 
 class CostBudget:
-    """``max_cost``: paid calls are counted against it before they are sent."""
+    """``max_cost``: paid calls are counted against it before they are sent, at their estimate,
+    and at their real cost once answered.  A call that does not fit while others are in flight
+    waits for them to settle (they may cost less than reserved); with none in flight, its row parks."""
 
-    __slots__ = ("limit", "committed")
+    __slots__ = ("limit", "committed", "pending", "_settled")
 
     def __init__(self, limit: float | None) -> None:
         self.limit = limit
         self.committed = 0.0
+        self.pending = 0  # calls reserved and not yet settled
+        self._settled: asyncio.Event | None = None
 
     def __repr__(self) -> str:
-        return f"<CostBudget {self.committed:g} of {self.limit}>"
+        return f"<CostBudget {self.committed:g} of {self.limit} ({self.pending} in flight)>"
 
-    def reserve(self, tool: Tool, cost: float) -> None:
-        """Count a paid call's expected ``cost`` before dispatch; park the row if it won't fit."""
-        if cost and self.limit is not None:
-            if self.committed + cost > self.limit + 1e-9:
+    async def reserve(self, tool: Tool, cost: float, *, wait: bool = True) -> None:
+        """Count a paid call's expected ``cost`` before dispatch; park the row if it won't fit
+        (``wait``: once the calls in flight have settled)."""
+        if not cost or self.limit is None:
+            return
+        while self.committed + cost > self.limit + 1e-9:
+            if not (wait and self.pending):
                 raise Parked("budget", f"budget: calling {tool.name!r} (cost {cost:g}) would pass max_cost={self.limit:g}")
-            self.committed += cost
+            if self._settled is None:
+                self._settled = asyncio.Event()
+            await self._settled.wait()
+        self.committed += cost
+        self.pending += 1
 
     def refund(self, cost: float) -> None:
         """A reserved call did not complete: give its cost back."""
         if cost and self.limit is not None:
             self.committed -= cost
+            self._done()
 
     def settle(self, reserved: float, cost: float) -> None:
-        """A reserved call was answered and cost ``cost``: the budget counts that instead (so a
-        budget is passed by at most what the calls in flight cost over their estimates)."""
-        if self.limit is not None and cost != reserved:
+        """A call reserved at ``reserved`` was answered and cost ``cost``: the budget counts that
+        instead (so a budget is passed by at most what the calls in flight cost over their estimates)."""
+        if self.limit is not None:
             self.committed += cost - reserved
+            if reserved:
+                self._done()
+
+    def _done(self) -> None:
+        self.pending -= 1
+        if self._settled is not None:
+            self._settled.set()
+            self._settled = None
 
 
 class Tickets:

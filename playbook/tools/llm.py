@@ -180,8 +180,7 @@ class LlmTool(Tool):
         if self.prices is None:
             return 0.0
         prompt = _chars(values["messages"]) / self.usage.chars_per_token() + 4 * len(values["messages"])
-        limit = self.request.get("max_tokens")
-        completion = limit if limit is not None else self.usage.completion(None)
+        completion = self.usage.completion(self.request.get("max_tokens"))  # what answers usually take, not the cap
         return (prompt * self.prices[0] + completion * self.prices[1]) / 1e6
 
     def spent(self, answer: Any) -> Spent:

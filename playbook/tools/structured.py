@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, is_typeddict
+from typing import Any
 
 import pydantic
 
 from ..errors import PlayDefinitionError
+from ..outputs import is_model
 
 __all__ = ["Structured", "strict_schema"]
 
@@ -27,12 +28,16 @@ class Structured:
     __slots__ = ("model", "name", "schema", "_adapter")
 
     def __init__(self, model: Any, owner: str) -> None:
-        if not (isinstance(model, type) and (issubclass(model, pydantic.BaseModel) or is_typeddict(model))):
-            raise PlayDefinitionError(f"{owner}: output= must be a pydantic model class or a TypedDict, not {model!r}")
+        if not is_model(model):
+            shown = f"an instance of {type(model).__name__}" if not isinstance(model, type) else repr(model)
+            raise PlayDefinitionError(f"{owner}: output= must be a pydantic model class or a TypedDict, not {shown[:80]}")
         self.model = model
         self.name = _SCHEMA_NAME.sub("_", model.__name__)[:64]
-        self._adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(model)
-        self.schema = strict_schema(self._adapter.json_schema())
+        try:
+            self._adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(model)
+            self.schema = strict_schema(self._adapter.json_schema())
+        except pydantic.PydanticUserError as exc:  # e.g. typing.TypedDict on Python 3.11
+            raise PlayDefinitionError(f"{owner}: output={model.__name__}: {exc.message}") from None
 
     def __repr__(self) -> str:
         return f"<Structured {self.model.__name__}>"
