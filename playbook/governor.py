@@ -147,6 +147,7 @@ class Governor:
             if health.down and health.probing:
                 await asyncio.shield(health.outcome(loop))  # the probe's word, then decide
                 continue
+            self._paced_past_budget(weight, ticket)
             probe = health.down and self._probe(now, ticket)
             try:
                 result, permit = await self._send(send, loop, ticket, weight)
@@ -162,6 +163,18 @@ class Governor:
             if ticket.weight is not None:
                 self._metered(time.monotonic(), permit.weight)
             return result  # type: ignore[no-any-return]
+
+    def _paced_past_budget(self, weight: float, ticket: Ticket) -> None:
+        """A call whose rate or token slot is further away than its row may wait (a token debt
+        of a minute after one huge prompt) parks its row, as a long hold would."""
+        wait = self.limiter.expected_wait(weight)
+        if wait > IN_PLACE and wait > ticket.budget.left + 1e-9:
+            wall = time.time() + wait
+            raise ProviderExhausted(
+                f"tool {ticket.tool!r}: provider {self.name!r} paces calls: this one could go at {time_of_day(wall)} "
+                f"({wait:.0f}s from now), past this row's wait budget ({max(ticket.budget.left, 0):.0f}s left of max_wait)",
+                tool=ticket.tool or None, provider=self.name, status=self.last_status, retry_at=wall,
+            )  # fmt: skip
 
     def _fits(self, weight: float, ticket: Ticket) -> None:
         """A call weighing more tokens than the provider allows in a minute can never go (OpenAI

@@ -647,3 +647,13 @@ def test_store_turning_read_only_mid_run_fails_rows_instead_of_hanging(store: pb
     assert out["play_status"].tolist() == ["reused", "reused", "failed"]
     assert f"ReceiptError: cannot use the leases of the receipt store at {store.path}" in out["play_error"].iloc[2]
     assert calls == ["a", "b"]
+
+
+def test_row_name_points_at_row_index() -> None:
+    """A pandas habit, row.name for the index label, fails the row saying to use row.index."""
+
+    async def labelled(row: object, ctx: pb.Context) -> object:
+        return {"label": row.name}  # type: ignore[attr-defined]
+
+    out = pd.DataFrame({"company": ["Acme"]}, index=["a"]).play.map(labelled, progress=False)
+    assert "the row has no column 'name'" in out.play_error["a"] and "row.index" in out.play_error["a"]

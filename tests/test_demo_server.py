@@ -602,6 +602,10 @@ def test_cli_prints_url_serves_and_stops_on_sigterm():
         "4",
         "--fault-every",
         "7",
+        "--chat-tpm",
+        "30000",
+        "--batch-seconds",
+        "0.5",
     ]
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
@@ -616,6 +620,7 @@ def test_cli_prints_url_serves_and_stops_on_sigterm():
                 settings = http.get("/_settings").json()
                 assert settings["rps"] == 50.0 and settings["window_limit"] == 20 and settings["window_seconds"] == 2.0
                 assert settings["max_in_flight"] == 4 and settings["fault_every"] == 7
+                assert settings["chat_tpm"] == 30000 and settings["batch_seconds"] == 0.5
             proc.send_signal(signal.SIGTERM)
             rest, _ = proc.communicate(timeout=15)
         finally:

@@ -18,7 +18,7 @@ from vtime import run_virtual
 import playbook as pb
 from playbook.limits import Backoff, Health, Window
 from playbook.models import ProviderDown, ProviderUp, RateChanged
-from playbook.providers import Provider
+from playbook.providers import Provider, Ticket
 
 
 def _run(provider: Provider, shape: Shape, rows: int = 300, **options: object):
@@ -238,3 +238,31 @@ def test_health_needs_failures_in_a_row_and_most_recent_calls_failing() -> None:
     health.failure(10.1)
     assert health.probe_at == pytest.approx(10.1 + 2 * Health.PROBE_FIRST)
     assert health.may_probe(12.1) is True and health.success() is True and not health.down
+
+
+def test_a_token_debt_past_the_wait_budget_parks_the_call_and_one_within_it_waits() -> None:
+    """After a 5,000-token call at 6,000 tokens/min, the next call is ~50 s away: past a 20 s budget it parks, within 120 s it waits."""
+    from playbook.signals import WaitBudget
+
+    async def main() -> float:
+        provider = pb.Provider("paced-tokens", tpm=6_000)
+        governor = provider.governor
+
+        async def send() -> str:
+            return "ok"
+
+        def ticket(budget: float, weight: float) -> Ticket:
+            made = Ticket("llm", WaitBudget(budget))
+            made.weight = weight
+            return made
+
+        await governor.dispatch(send, ticket(120, 5_000))
+        with pytest.raises(pb.ProviderExhausted, match="paces calls: this one could go at .* past this row's wait budget"):
+            await governor.dispatch(send, ticket(20, 10))
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await governor.dispatch(send, ticket(120, 10))
+        return loop.time() - start
+
+    waited = run_virtual(main())
+    assert 40 < waited < 55

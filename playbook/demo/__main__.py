@@ -40,6 +40,11 @@ _OPTIONS: tuple[tuple[str, str, type, str], ...] = (
     ("--miss-rate", "miss_rate", float, "share of email lookups that find nothing (default: 0.2)"),
     ("--job-seconds", "job_seconds", float, "seconds an async job takes (default: 2)"),
     ("--seed", "seed", int, "seed for fault, slowness and malformed draws (default: 0)"),
+    ("--chat-rpm", "chat_rpm", int, "chat completions requests per minute per key (default: unlimited)"),
+    ("--chat-tpm", "chat_tpm", int, "chat completions tokens per minute per key (default: unlimited)"),
+    ("--chat-bucket-seconds", "chat_bucket_seconds", float, "seconds of the chat limits one burst may use (default: 1)"),
+    ("--chat-invalid-json-rate", "chat_invalid_json_rate", float, "share of JSON chat answers sent as invalid JSON (default: 0)"),
+    ("--batch-seconds", "batch_seconds", float, "seconds a chat batch job takes to complete (default: 2)"),
 )
 
 

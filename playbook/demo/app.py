@@ -25,7 +25,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -127,6 +127,10 @@ def _guarded(state: DemoState, name: str, handler: Handler) -> Handler:
                     response = await handler(request)
                 except _Invalid as exc:
                     response = _error(exc.status, exc.message)
+                except ClientDisconnect:
+                    # The client went away mid-request (a process killed): nobody to answer,
+                    # nothing served; nginx's 499 for the counters, no traceback in the log.
+                    response = Response(b"", 499)
             status = response.status_code
         finally:
             malformed = state.finish(status, admission)

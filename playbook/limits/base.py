@@ -100,6 +100,10 @@ class Limiter(Protocol):
         """Let nothing go before ``until`` (loop clock); returns the hold in force (a later one
         set before stays)."""
 
+    def expected_wait(self, weight: float) -> float:
+        """Seconds a call of ``weight`` tokens would wait for its rate and token slots if it asked
+        now, behind the calls already waiting (0.0 when it cannot tell without asking)."""
+
     def learn(self, requests: float | None, tokens: float | None) -> bool:
         """The provider announced its limits (requests and tokens a second, headroom taken): pace
         under them where nothing lower is configured.  True when a limit changed."""

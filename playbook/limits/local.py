@@ -52,6 +52,18 @@ class LocalLimiter:
     def token_rate(self) -> float | None:
         return self.tokens.rate if self.tokens is not None else None
 
+    def expected_wait(self, weight: float) -> float:
+        loop = self._loop
+        if loop is None or (self.pace.rate is None and self.tokens is None):
+            return 0.0
+        wait = self._delay(loop.time(), weight)
+        if self._waiters:  # the queue ahead goes first
+            if self.pace.rate is not None:
+                wait += len(self._waiters) / self.pace.rate
+            if self.tokens is not None and self.tokens.rate is not None:
+                wait += sum(w for _, w in self._waiters) / self.tokens.rate
+        return wait
+
     def learn(self, requests: float | None, tokens: float | None) -> bool:
         changed = requests is not None and self.pace.learn(requests)
         if tokens is not None:

@@ -106,6 +106,9 @@ class RedisLimiter:
     def in_flight_limit(self) -> int | None:
         return self.window.known_limit
 
+    def expected_wait(self, weight: float) -> float:
+        return 0.0  # the account's queue is in Redis: only asking tells
+
     def learn(self, requests: float | None, tokens: float | None) -> bool:
         changed = False
         if requests is not None and (self.ceiling is None or requests < self.ceiling):

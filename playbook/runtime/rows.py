@@ -41,7 +41,8 @@ class Row(Mapping[Any, Any]):
         try:
             return self._vals[self._cols[column]]
         except KeyError:
-            raise AttributeError(f"the row has no column {column!r}; columns: {list(self._cols)}") from None
+            hint = " (the row's index label is row.index, not row.name as in DataFrame.apply)" if column == "name" else ""
+            raise AttributeError(f"the row has no column {column!r}; columns: {list(self._cols)}{hint}") from None
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._cols)
