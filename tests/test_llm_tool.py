@@ -319,3 +319,22 @@ def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(demo: 
     served = demo.stats()
     assert (out.play_status == "ok").all()
     assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 25
+
+
+def test_a_request_the_batch_failed_fails_its_row_and_is_submitted_again_next_run(demo: pb.demo.DemoServer) -> None:
+    """An empty prompt is refused inside the batch (its error file): that row fails with the provider's words; a rerun resubmits only it."""
+    demo.reset(batch_seconds=0.3)
+    llm = _llm(demo, mode="batch")
+
+    async def label(row: Any, ctx: pb.Context) -> Any:
+        return await ctx.tool(llm, prompt=row.prompt)
+
+    frame = pd.DataFrame({"prompt": ["Classify Acme Robotics", "", "Classify Globex"]})
+    out = frame.play.map(label, progress=False)
+    assert list(out.play_status) == ["ok", "failed", "ok"]
+    assert "HTTP 400" in out.play_error[1] and "user message with text" in out.play_error[1]
+    assert "the next run submits it again" in out.play_error[1]
+    again = frame.play.map(label, progress=False)
+    assert list(again.play_status) == ["reused", "failed", "reused"]
+    served = demo.stats()
+    assert served["batches_created"] == 2 and served["chat_batch"][MODEL]["requests"] == 2

@@ -114,7 +114,8 @@ class Jobs:
         leases = scope.store.leases
         if not await leases.take(key):
             return  # another process is submitting it: its marker will say where
-        if await scope.store.alookup(job_key(key)) is not MISSING:
+        found = await scope.store.alookup(job_key(key))
+        if found is not MISSING and isinstance(found[0], dict):
             leases.release(key)  # submitted and written down between our look and our lease
             return
         cost = tool.price(values)
