@@ -169,12 +169,15 @@ class Governor:
         of a minute after one huge prompt) parks its row, as a long hold would."""
         wait = self.limiter.expected_wait(weight)
         if wait > IN_PLACE and wait > ticket.budget.left + 1e-9:
-            wall = time.time() + wait
-            raise ProviderExhausted(
-                f"tool {ticket.tool!r}: provider {self.name!r} paces calls: this one could go at {time_of_day(wall)} "
-                f"({wait:.0f}s from now), past this row's wait budget ({max(ticket.budget.left, 0):.0f}s left of max_wait)",
-                tool=ticket.tool or None, provider=self.name, status=self.last_status, retry_at=wall,
-            )  # fmt: skip
+            raise self._past_budget("paces calls: this one could go at", wait, ticket)
+
+    def _past_budget(self, what: str, wait: float, ticket: Ticket) -> ProviderExhausted:
+        wall = time.time() + wait
+        return ProviderExhausted(
+            f"tool {ticket.tool!r}: provider {self.name!r} {what} {time_of_day(wall)} ({wait:.0f}s from now), "
+            f"past this row's wait budget ({max(ticket.budget.left, 0):.0f}s left of max_wait)",
+            tool=ticket.tool or None, provider=self.name, status=self.last_status, retry_at=wall,
+        )  # fmt: skip
 
     def _fits(self, weight: float, ticket: Ticket) -> None:
         """A call weighing more tokens than the provider allows in a minute can never go (OpenAI
@@ -249,12 +252,7 @@ class Governor:
         wait = until - now
         budget = ticket.budget
         if wait > budget.left + 1e-9:
-            wall = time.time() + wait
-            raise ProviderExhausted(
-                f"tool {ticket.tool!r}: provider {self.name!r} holds calls until {time_of_day(wall)} ({wait:.0f}s from now), "
-                f"past this row's wait budget ({max(budget.left, 0):.0f}s left of max_wait)",
-                tool=ticket.tool or None, provider=self.name, status=self.last_status, retry_at=wall,
-            )  # fmt: skip
+            raise self._past_budget("holds calls until", wait, ticket)
         # A call that cannot suspend its row (a batch serves many) still steps aside for a long
         # provider hold; only its own backoff, bounded by the retries, is waited out in place.
         # A row whose own retry waits more than a moment gives its worker up meanwhile.
