@@ -170,14 +170,18 @@ async def _lease(store: Any, call: Pending) -> Any:
 async def _spend(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     """Reserve the call's cost, then route it; the cost comes back if it does not complete."""
     scope = ctx.scope
-    estimate = tool.price(call.values)
-    await scope.costs.reserve(tool, estimate)
-    try:
+    costs = scope.costs
+    if costs.limit is None:
         answer, miss = await _route(ctx, tool, call)
-    except BaseException:
-        scope.costs.refund(estimate)
-        raise
-    scope.costs.settle(estimate, tool.spent(answer).cost)
+    else:
+        estimate = tool.price(call.values)
+        await costs.reserve(tool, estimate)
+        try:
+            answer, miss = await _route(ctx, tool, call)
+        except BaseException:
+            costs.refund(estimate)
+            raise
+        costs.settle(estimate, tool.spent(answer).cost)
     if call.forced:
         scope.forced(call.logical)
     return tool.read(answer, miss)
@@ -235,7 +239,7 @@ async def _governed(ctx: Caller, tool: Tool, call: Pending, send: Send, env: Cal
     ticket = tickets.get(call.logical, tool, ctx.position)
     provider = tool.provider
     assert provider is not None
-    ticket.weight = tool.weigh(call.values)
+    weight = ticket.weight = tool.weigh(call.values)
 
     async def weighed() -> tuple[Any, bool]:
         try:
@@ -244,12 +248,12 @@ async def _governed(ctx: Caller, tool: Tool, call: Pending, send: Send, env: Cal
             if env.announced is not None:
                 learn(provider, *env.announced)
                 env.announced = None
-        if ticket.weight is not None:
-            ticket.actual = tool.spent(answer).tokens
+        ticket.actual = tool.spent(answer).tokens
         return answer, miss
 
     try:
-        result = await governed(provider, weighed, ticket)
+        # Only a call weighed by its tokens (an LLM tool's) has usage and limits to report back.
+        result = await governed(provider, send if weight is None else weighed, ticket)
     except Held:
         raise
     except BaseException:

@@ -48,7 +48,7 @@ class Tool:
 
     __slots__ = (
         "name", "version", "identity", "fingerprint", "provider", "cost", "batch_size", "retry_on", "params", "fn",
-        "_is_async", "_param_set",
+        "_is_async", "_param_set", "_spent",
     )  # fmt: skip
 
     def __init__(
@@ -78,6 +78,7 @@ class Tool:
         self.version = None if version is None else str(version)
         self.provider = provider
         self.cost = float(cost)
+        self._spent = Spent(self.cost, None, 1)  # every answer of a plain tool costs the same
         self.batch_size = batch_size
         # Part of the definition, not of the identity: how often a call is tried changes no answer.
         self.retry_on = _retry_types(name, retry_on)
@@ -167,7 +168,7 @@ class Tool:
 
     def spent(self, answer: Any) -> Spent:
         """What an answer cost, as stored in its receipt: the same when it is replayed."""
-        return Spent(self.cost, None, 1)
+        return self._spent
 
     async def invoke(self, inputs: Any, call: CallEnv) -> tuple[Any, bool]:
         """Run the tool once; returns ``(answer, miss)``.  Python tools: ``None`` is a miss."""
