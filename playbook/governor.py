@@ -46,7 +46,7 @@ class Ticket:
     weighed by its tokens carries its estimate (``weight``) and, once answered, its real usage
     (``actual``), which the limiter is charged."""
 
-    __slots__ = ("tool", "budget", "tries", "refusals", "not_before", "suspend", "weight", "actual")
+    __slots__ = ("tool", "budget", "tries", "refusals", "not_before", "suspend", "weight", "actual", "carry")
 
     def __init__(self, tool: str, budget: WaitBudget, *, suspend: bool = True) -> None:
         self.tool = tool
@@ -57,6 +57,7 @@ class Ticket:
         self.suspend = suspend  # may this call's own long backoff suspend its row (False: wait in place)
         self.weight: float | None = None  # estimated tokens; None: not weighed
         self.actual: float | None = None  # tokens used, once answered
+        self.carry: Any = None  # what the caller keeps with the call across its row's replays
 
     def __repr__(self) -> str:
         return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"

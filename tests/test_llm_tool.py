@@ -338,3 +338,18 @@ def test_a_request_the_batch_failed_fails_its_row_and_is_submitted_again_next_ru
     assert list(again.play_status) == ["reused", "failed", "reused"]
     served = demo.stats()
     assert served["batches_created"] == 2 and served["chat_batch"][MODEL]["requests"] == 2
+
+
+def test_a_re_ask_that_fails_is_retried_alone_without_paying_for_the_first_answer_again(demo: pb.demo.DemoServer) -> None:
+    """Every other request a 503: the re-ask fails and is retried; the first answer, already paid, is not asked for again."""
+    demo.reset(chat_invalid_json_rate=1.0, fault_every=2)
+    llm = _llm(demo, output=Profile, provider=pb.Provider("openai-flaky"))
+
+    async def profile(row: Any, ctx: pb.Context) -> Any:
+        return await ctx.tool(llm, prompt=f"Classify {row.company}")
+
+    out = _companies(1).play.map(profile, progress=False)
+    assert "after a re-ask" in out.play_error[0]
+    served = demo.stats()
+    assert served["chat"][MODEL]["requests"] == 2 and served["by_status"] == {"200": 2, "503": 1}
+    assert pb.last_run().stats.calls_executed == 2  # type: ignore[union-attr]

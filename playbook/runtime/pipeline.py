@@ -211,11 +211,14 @@ def _release(store: Any, key: str, done: asyncio.Future[None]) -> None:
 async def _route(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     if tool.batch_size is not None:
         return await _batched(ctx, tool, call)
-    env = _env(ctx, call)
-    send = _sender(ctx, tool, call, env)
     if tool.provider is None:
-        return await send()
-    return await _governed(ctx, tool, call, send, env)
+        return await _sender(ctx, tool, call, _env(ctx, call))()
+    ticket = ctx.scope.tickets.get(call.logical, tool, ctx.position)
+    # The call's environment outlives a suspension with its ticket: what a try got before it
+    # failed (an LLM answer whose re-ask was refused) is still there when the row replays.
+    env = ticket.carry if isinstance(ticket.carry, CallEnv) else _env(ctx, call)
+    ticket.carry = env
+    return await _governed(ctx, tool, call, _sender(ctx, tool, call, env), env)
 
 
 async def _batched(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:

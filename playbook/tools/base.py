@@ -217,12 +217,15 @@ class CallEnv:
     """What a tool needs from the run to make one call, and what it tells back: the limits its
     provider announced in the answer (``announced``: requests and tokens per minute)."""
 
-    __slots__ = ("client", "idempotency_key", "announced")
+    __slots__ = ("client", "idempotency_key", "announced", "partial")
 
     def __init__(self, client: Callable[[], httpx.AsyncClient], idempotency_key: str) -> None:
         self.client = client
         self.idempotency_key = idempotency_key
         self.announced: tuple[float | None, float | None] | None = None
+        # What a try got before it failed, kept for the next try of the same call (an LLM
+        # answer whose re-ask failed is not asked for again).
+        self.partial: Any = None
 
 
 @overload

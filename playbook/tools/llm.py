@@ -195,13 +195,16 @@ class LlmTool(Tool):
 
     async def invoke(self, inputs: Any, call: CallEnv) -> tuple[Any, bool]:
         messages = inputs["messages"]
-        reply = await self._ask(messages, call)
+        # A first answer paid for by an earlier try whose re-ask failed (a 429, a 5xx): kept, not asked for again.
+        reply = call.partial or await self._ask(messages, call)
         if self.structured is not None and reply.get("refusal") is None:
             _, why = self.structured.parse(reply.get("content"))
             if why is not None:
                 again = [*messages, {"role": "assistant", "content": reply.get("content") or ""},
                          {"role": "user", "content": _REASK.format(why=why)}]  # fmt: skip
+                call.partial = reply
                 second = await self._ask(again, CallEnv(call.client, call.idempotency_key + ":reask"), call)
+                call.partial = None
                 reply = _combined(reply, second)
         return reply, False
 
