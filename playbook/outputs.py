@@ -72,12 +72,7 @@ class OutputModel:
     __slots__ = ("model", "play", "fields", "fingerprint", "_adapter", "_open")
 
     def __init__(self, model: Any, play: str) -> None:
-        if not is_model(model):
-            raise PlayDefinitionError(f"play {play!r}: output= takes a pydantic model class or a TypedDict class, not {_what(model)}")
-        try:
-            self._adapter: TypeAdapter[Any] = TypeAdapter(model)
-        except PydanticUserError as exc:  # e.g. typing.TypedDict on Python < 3.12, an undefined name
-            raise PlayDefinitionError(f"play {play!r}: output={model.__name__} cannot validate outputs: {exc}") from None
+        self._adapter = adapter(model, f"play {play!r}")
         self.model = model
         self.play = play
         self.fields: tuple[tuple[str, Any], ...] = tuple((name, _kind(tp)) for name, tp in _annotations(model))
@@ -105,7 +100,7 @@ class OutputModel:
         try:
             valid = adapter.validate_python(value)
         except ValidationError as exc:
-            raise OutputError(f"play {self.play!r}: {_explain(exc)}") from None
+            raise OutputError(f"play {self.play!r}: {explain(exc)}") from None
         # Dumped through the adapter, not the instance: a subclass instance gives the model's fields only.
         output: dict[str, Any] = adapter.dump_python(valid)
         return output
@@ -196,13 +191,24 @@ def _zone_name(tz: Any) -> Any:
     return getattr(tz, "key", None) or getattr(tz, "zone", None) or tz
 
 
-def _explain(exc: ValidationError) -> str:
+def adapter(model: Any, owner: str) -> TypeAdapter[Any]:
+    """The validator of an output model (a play's or an LLM tool's ``output=``), or a
+    PlayDefinitionError naming ``owner`` ("play 'enrich'", "llm_tool 'llm'")."""
+    if not is_model(model):
+        raise PlayDefinitionError(f"{owner}: output= takes a pydantic model class or a TypedDict class, not {_what(model)}")
+    try:
+        return TypeAdapter(model)
+    except PydanticUserError as exc:  # e.g. typing.TypedDict on Python < 3.12, an undefined name
+        raise PlayDefinitionError(f"{owner}: output={model.__name__} cannot validate outputs: {exc}") from None
+
+
+def explain(exc: ValidationError, what: str = "output") -> str:
     """``output field 'employees': Input should be a valid integer (got 'many')``, per error."""
     parts = []
     for error in exc.errors(include_url=False)[:_SHOWN]:
         where = ".".join(str(p) for p in error["loc"])
         got = "" if error["type"] == "missing" else f" (got {_short(error['input'])})"
-        parts.append(f"{f'output field {where!r}' if where else 'output'}: {error['msg']}{got}")
+        parts.append(f"{f'{what} field {where!r}' if where else what}: {error['msg']}{got}")
     more = exc.error_count() - _SHOWN
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 

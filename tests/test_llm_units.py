@@ -117,7 +117,7 @@ def test_answers_teach_the_characters_per_token() -> None:
         ({"model": "m", "secret": "sk-123"}, "pb.secret"),
         ({"model": "m", "prices": {"other": (1, 2)}}, "no entry for model 'm'"),
         ({"model": "m", "prices": {"m": (1,)}}, "prices['m'] must be"),
-        ({"model": "m", "output": int}, "output= must be a pydantic model"),
+        ({"model": "m", "output": int}, "output= takes a pydantic model class or a TypedDict class"),
         ({"model": "m", "temperature": 3}, "temperature"),
         ({"model": "m", "max_tokens": 0}, "max_tokens"),
         ({"model": "m", "mode": "async"}, "mode must be"),
@@ -214,7 +214,9 @@ def test_a_typeddict_output_works_and_one_pydantic_cannot_read_is_a_clear_error(
         industry: str
 
     if sys.version_info < (3, 12):
-        with pytest.raises(pb.PlayDefinitionError, match="llm_tool 'llm': output=Plain: .*typing_extensions.TypedDict"):
+        with pytest.raises(
+            pb.PlayDefinitionError, match="llm_tool .llm.: output=Plain cannot validate outputs: .*typing_extensions.TypedDict"
+        ):
             pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Plain)
     with pytest.raises(pb.PlayDefinitionError, match="not an instance of Company"):
         pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Company(name="a", industry="Retail"))
@@ -231,3 +233,30 @@ def test_a_call_larger_than_a_minutes_tokens_fails_at_once_naming_the_limit() ->
     out = pd.DataFrame({"n": [1]}).play.map(ask, progress=False)
     assert out.play_status[0] == "failed"
     assert "this call needs about 2,5" in out.play_error[0] and "allows in a minute (1,000 tokens/min)" in out.play_error[0]
+
+
+def test_a_query_in_base_url_goes_with_every_request_after_the_path() -> None:
+    """Azure's base_url ends in ?api-version=...: the request goes to .../chat/completions?api-version=..., and the version is in the key."""
+    import httpx
+
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        body = {"choices": [{"message": {"content": "Retail"}, "finish_reason": "stop"}], "model": "m",
+                "usage": {"prompt_tokens": 5, "completion_tokens": 1}}  # fmt: skip
+        return httpx.Response(200, json=body)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    base = "https://example.openai.azure.com/openai/v1?api-version=2024-10-21"
+    llm = pb.llm_tool(model="m", base_url=base, secret=None, client=client)
+    other = pb.llm_tool(model="m", base_url=base.replace("2024-10-21", "2025-01-01"), secret=None)
+
+    async def ask(row: object, ctx: pb.Context) -> object:
+        return await ctx.tool(llm, prompt="Classify Acme")
+
+    out = pd.DataFrame({"n": [1]}).play.map(ask, progress=False)
+    assert out.ask[0] == "Retail"
+    assert seen == ["https://example.openai.azure.com/openai/v1/chat/completions?api-version=2024-10-21"]
+    values = llm.bind(pb.tools.base.NO_INPUT, {"prompt": "hi"})
+    assert llm.key(values) != other.key(values)

@@ -22,7 +22,7 @@ class LocalLimiter:
     :class:`~playbook.limits.base.Limiter` of one process.  ``rate`` in calls a second (None:
     discovered from 429s); ``tokens`` in tokens a second (None: calls are not weighed)."""
 
-    __slots__ = ("pace", "tokens", "window", "hold_until", "in_flight", "_loop", "_waiters", "_timer")
+    __slots__ = ("pace", "tokens", "window", "hold_until", "in_flight", "_loop", "_waiters", "_queued", "_timer")
 
     def __init__(
         self, rate: float | None = None, burst: int | None = None, concurrency: int | None = None, tokens: float | None = None
@@ -34,6 +34,7 @@ class LocalLimiter:
         self.in_flight = 0  # calls on the wire
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: deque[tuple[asyncio.Future[None], float]] = deque()  # (slot, weight), in order
+        self._queued = 0.0  # the waiters' weights, summed
         self._timer: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
@@ -61,7 +62,7 @@ class LocalLimiter:
             if self.pace.rate is not None:
                 wait += len(self._waiters) / self.pace.rate
             if self.tokens is not None and self.tokens.rate is not None:
-                wait += sum(w for _, w in self._waiters) / self.tokens.rate
+                wait += self._queued / self.tokens.rate
         return wait
 
     def learn(self, requests: float | None, tokens: float | None) -> bool:
@@ -154,7 +155,7 @@ class LocalLimiter:
         # Bound lazily: a notebook may run one map under asyncio.run and the next in the kernel's loop.
         if self._loop is not loop:
             self._loop = loop
-            self._waiters, self._timer = deque(), None
+            self._waiters, self._queued, self._timer = deque(), 0.0, None
 
     def _delay(self, now: float, weight: float) -> float:
         """Seconds until a call of ``weight`` tokens has both a request slot and its tokens."""
@@ -175,6 +176,7 @@ class LocalLimiter:
                 return
         slot = loop.create_future()
         self._waiters.append((slot, weight))
+        self._queued += weight
         self._arm(loop)
         await slot
 
@@ -187,6 +189,7 @@ class LocalLimiter:
         now, waiters = loop.time(), self._waiters
         while waiters and self._delay(now, waiters[0][1]) <= 0:
             slot, weight = waiters.popleft()
+            self._queued -= weight
             if not slot.done():  # a cancelled waiter gives its turn to the next
                 self._take(now, weight, queued=True)
                 slot.set_result(None)

@@ -34,6 +34,7 @@ from .upstream import dispatch as governed
 from .upstream import learn
 
 if TYPE_CHECKING:
+    from ..providers import Ticket
     from .scope import RunScope
 
 __all__ = ["Caller", "call_tool", "invoke", "not_storable", "paid", "record"]
@@ -218,7 +219,7 @@ async def _route(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     # failed (an LLM answer whose re-ask was refused) is still there when the row replays.
     env = ticket.carry if isinstance(ticket.carry, CallEnv) else _env(ctx, call)
     ticket.carry = env
-    return await _governed(ctx, tool, call, _sender(ctx, tool, call, env), env)
+    return await _governed(ctx, tool, call, ticket, _sender(ctx, tool, call, env), env)
 
 
 async def _batched(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
@@ -233,16 +234,31 @@ async def _batched(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     return await scope.batches.batcher(tool).call(call.values, land, budget)
 
 
-async def _governed(ctx: Caller, tool: Tool, call: Pending, send: Send, env: CallEnv) -> tuple[Any, bool]:
+async def _governed(ctx: Caller, tool: Tool, call: Pending, ticket: Ticket, send: Send, env: CallEnv) -> tuple[Any, bool]:
     """Through the provider's governor, with this logical call's ticket: it outlives a
     suspension, so a replayed call keeps its retry count.  A call weighed by its tokens carries
     its estimate on the ticket and its real usage back; limits the provider announced in its
     answer (or its refusal) reach the governor."""
     tickets = ctx.scope.tickets
-    ticket = tickets.get(call.logical, tool, ctx.position)
     provider = tool.provider
     assert provider is not None
-    weight = ticket.weight = tool.weigh(call.values)
+    ticket.weight = tool.weigh(call.values)
+    try:
+        # Only a call weighed by its tokens (an LLM tool's) has usage and limits to report back.
+        result = await governed(provider, send if ticket.weight is None else _weighed(tool, ticket, send, env), ticket)
+    except Held:
+        raise
+    except BaseException:
+        tickets.done(call.logical)
+        raise
+    tickets.done(call.logical)
+    return result
+
+
+def _weighed(tool: Tool, ticket: Ticket, send: Send, env: CallEnv) -> Send:
+    """``send``, telling the governor the call's real usage and the limits its provider announced."""
+    provider = tool.provider
+    assert provider is not None
 
     async def weighed() -> tuple[Any, bool]:
         try:
@@ -254,16 +270,7 @@ async def _governed(ctx: Caller, tool: Tool, call: Pending, send: Send, env: Cal
         ticket.actual = tool.spent(answer).tokens
         return answer, miss
 
-    try:
-        # Only a call weighed by its tokens (an LLM tool's) has usage and limits to report back.
-        result = await governed(provider, send if weight is None else weighed, ticket)
-    except Held:
-        raise
-    except BaseException:
-        tickets.done(call.logical)
-        raise
-    tickets.done(call.logical)
-    return result
+    return weighed
 
 
 def _env(ctx: Caller, call: Pending) -> CallEnv:
@@ -313,17 +320,18 @@ async def invoke(tool: Tool, values: Any, env: CallEnv) -> tuple[Any, bool]:
 
 async def paid(ctx: Caller, tool: Tool, key: str, values: Any, answer: Any, miss: bool) -> tuple[Any, bool]:
     """An answer came back: it is paid for (counted, whatever happens next), and recorded."""
+    spent = tool.spent(answer)
     try:
-        return await record(ctx.scope, tool, key, values, answer, miss)
+        return await record(ctx.scope, tool, key, values, answer, miss, spent.cost)
     finally:
-        ctx.count(tool, reused=False, spent=tool.spent(answer))
+        ctx.count(tool, reused=False, spent=spent)
 
 
-async def record(scope: RunScope, tool: Tool, key: str, values: Any, answer: Any, miss: bool) -> tuple[Any, bool]:
-    """Write the receipt of a paid answer; returns the answer as stored, so the first run sees
-    exactly what every replay will (a pydantic model as its dict, a tuple as a tuple)."""
+async def record(scope: RunScope, tool: Tool, key: str, values: Any, answer: Any, miss: bool, cost: float) -> tuple[Any, bool]:
+    """Write the receipt of a paid answer (``cost``: what it cost); returns the answer as stored,
+    so the first run sees exactly what every replay will (a pydantic model as its dict, a tuple as a tuple)."""
     store = scope.store
-    meta = {"tool": tool.name, "version": tool.identity, "account": tool.account, "cost": tool.spent(answer).cost, "input": values}
+    meta = {"tool": tool.name, "version": tool.identity, "account": tool.account, "cost": cost, "input": values}
     try:
         stored = encode(answer)
     except Unencodable as exc:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import httpx
 
@@ -87,28 +88,32 @@ class LlmTool(Tool):
 
     remote = True
 
-    __slots__ = ("model", "base_url", "system", "structured", "prices", "request", "mode", "endpoint", "usage")
+    __slots__ = ("model", "base_url", "query", "system", "structured", "prices", "request", "mode", "endpoint", "usage")
 
     def __init__(
         self, name: str, *, model: str, base_url: str, secret: Secret | None, provider: Provider | None, system: str | None,
         output: Any, prices: Mapping[str, tuple[float, float]] | None, request: dict[str, Any], mode: str, timeout: float,
         client: httpx.AsyncClient | None,
     ) -> None:  # fmt: skip
-        self.model, self.base_url, self.system, self.mode = model, base_url, system, mode
+        self.model, self.system, self.mode = model, system, mode
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
         self.prices = _prices(name, model, prices)
         self.request = request  # temperature, max_tokens and the other parameters, as sent
         headers = {"Authorization": "Bearer {secret}"} if secret is not None else {}
+        # A query in base_url (Azure's ?api-version=...) goes with every request, after the path.
+        split = urlsplit(base_url)
+        self.base_url, self.query = urlunsplit(split._replace(query="", fragment="")).rstrip("/"), dict(parse_qsl(split.query))
         self.endpoint = _Endpoint(
-            name, method="POST", url=f"{base_url}/chat/completions", query={}, body="{request}", headers=headers,
+            name, method="POST", url=f"{self.base_url}/chat/completions", query=dict(self.query), body="{request}", headers=headers,
             pick=None, miss_status=frozenset(), secret=secret, timeout=timeout, client=client, version="1", provider=provider, cost=0.0,
         )  # fmt: skip
         self.usage = Usage()
-        super().__init__(name, params=("prompt",), provider=provider, identity="llm:" + base_url)
+        super().__init__(name, params=("prompt",), provider=provider, identity="llm:" + self.base_url)
 
     def _definition(self) -> str:
         schema = self.structured.schema if self.structured is not None else None
-        return digest(key_text([self.identity, self.model, self.system, self.request, schema]))[:16]
+        shape = [self.identity, self.model, self.system, self.request, schema] + ([self.query] if self.query else [])
+        return digest(key_text(shape))[:16]
 
     def __repr__(self) -> str:
         out = f", output={self.structured.model.__name__}" if self.structured is not None else ""
@@ -167,21 +172,26 @@ class LlmTool(Tool):
         return body
 
     def key(self, values: Any) -> str:
-        sent = {"url": self.endpoint.url, "body": self.body(values["messages"])}
+        sent: dict[str, Any] = {"url": self.endpoint.url, "body": self.body(values["messages"])}
+        if self.query:
+            sent["query"] = self.query
         return receipt_key(self.name, self.identity, key_text(sent), self.account)
 
     # -- weight and cost -----------------------------------------------------------------------
 
     def weigh(self, values: Any) -> float:
-        prompt = _chars(values["messages"]) / self.usage.chars_per_token() + 4 * len(values["messages"])
-        return math.ceil(prompt + self.usage.completion(self.request.get("max_tokens")))
+        return math.ceil(self._prompt_tokens(values) + self.usage.completion(self.request.get("max_tokens")))
 
     def price(self, values: Any) -> float:
         if self.prices is None:
             return 0.0
-        prompt = _chars(values["messages"]) / self.usage.chars_per_token() + 4 * len(values["messages"])
         completion = self.usage.completion(self.request.get("max_tokens"))  # what answers usually take, not the cap
-        return (prompt * self.prices[0] + completion * self.prices[1]) / 1e6
+        return (self._prompt_tokens(values) * self.prices[0] + completion * self.prices[1]) / 1e6
+
+    def _prompt_tokens(self, values: Any) -> float:
+        """The prompt's tokens, estimated: its characters over those a token took lately, 4 a message more."""
+        messages = values["messages"]
+        return _chars(messages) / self.usage.chars_per_token() + 4 * len(messages)
 
     def spent(self, answer: Any) -> Spent:
         usage = answer.get("usage") if isinstance(answer, Mapping) else None
@@ -356,6 +366,6 @@ def llm_tool(
         request["max_tokens"] = max_tokens
     request.update(params)
     return LlmTool(
-        name, model=model, base_url=base_url.rstrip("/"), secret=secret, provider=provider, system=system, output=output,
+        name, model=model, base_url=base_url, secret=secret, provider=provider, system=system, output=output,
         prices=prices, request=request, mode=mode, timeout=float(timeout), client=client,
     )  # fmt: skip

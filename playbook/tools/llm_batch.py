@@ -107,7 +107,10 @@ class BatchApi:
         auth = SecretAuth(secret) if secret is not None else httpx.USE_CLIENT_DEFAULT
         headers = {"Authorization": f"Bearer {PLACEHOLDER}"} if secret is not None else {}
         try:
-            resp = await client.request(method, tool.base_url + path, auth=auth, headers=headers, timeout=tool.endpoint.timeout, **kwargs)
+            params = {**tool.query, **kwargs.pop("params", {})}
+            resp = await client.request(
+                method, tool.base_url + path, params=params, auth=auth, headers=headers, timeout=tool.endpoint.timeout, **kwargs
+            )
             content = await resp.aread()
             resp.raise_for_status()
         except Exception as exc:

@@ -14,8 +14,7 @@ from typing import Any
 
 import pydantic
 
-from ..errors import PlayDefinitionError
-from ..outputs import is_model
+from ..outputs import adapter, explain
 
 __all__ = ["Structured", "strict_schema"]
 
@@ -28,16 +27,10 @@ class Structured:
     __slots__ = ("model", "name", "schema", "_adapter")
 
     def __init__(self, model: Any, owner: str) -> None:
-        if not is_model(model):
-            shown = f"an instance of {type(model).__name__}" if not isinstance(model, type) else repr(model)
-            raise PlayDefinitionError(f"{owner}: output= must be a pydantic model class or a TypedDict, not {shown[:80]}")
+        self._adapter = adapter(model, owner)
         self.model = model
         self.name = _SCHEMA_NAME.sub("_", model.__name__)[:64]
-        try:
-            self._adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(model)
-            self.schema = strict_schema(self._adapter.json_schema())
-        except pydantic.PydanticUserError as exc:  # e.g. typing.TypedDict on Python 3.11
-            raise PlayDefinitionError(f"{owner}: output={model.__name__}: {exc.message}") from None
+        self.schema = strict_schema(self._adapter.json_schema())
 
     def __repr__(self) -> str:
         return f"<Structured {self.model.__name__}>"
@@ -56,19 +49,10 @@ class Structured:
         try:
             value = self._adapter.validate_python(data)
         except pydantic.ValidationError as exc:
-            return None, "the answer does not match the schema: " + _first_errors(exc)
+            return None, "the answer does not match the schema: " + explain(exc, "the")
         if isinstance(value, pydantic.BaseModel):
             return value.model_dump(), None
         return dict(value), None
-
-
-def _first_errors(exc: pydantic.ValidationError) -> str:
-    parts = []
-    for error in exc.errors()[:3]:
-        where = ".".join(str(p) for p in error["loc"]) or "(the object)"
-        parts.append(f"field {where!r}: {error['msg']}")
-    more = exc.error_count() - len(parts)
-    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
