@@ -17,6 +17,7 @@ from .errors import (
     RunFatal,
     ToolError,
 )
+from .fixtures import Fixtures, fixtures
 from .models import ProviderHold, Receipt, RunStats
 from .plays import Play, play
 from .providers import Provider
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Context",
+    "Fixtures",
     "Play",
     "PlayDefinitionError",
     "PlaybookError",
@@ -46,6 +48,7 @@ __all__ = [
     "Tool",
     "ToolError",
     "demo",
+    "fixtures",
     "http_tool",
     "last_run",
     "llm_tool",

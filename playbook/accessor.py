@@ -15,6 +15,7 @@ import pandas as pd
 
 from ._loop import run_sync
 from .errors import PlayDefinitionError, interrupted
+from .fixtures import Fixtures
 from .plays import as_play
 from .runtime.options import RunOptions
 from .runtime.run import Run, begin_background, execute, start
@@ -46,6 +47,7 @@ class PlayAccessor:
         progress: Literal["auto", "widget", "text"] | bool = "auto",
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> pd.DataFrame:
         """Run ``play`` over every row and return the result DataFrame (blocking).
@@ -65,6 +67,9 @@ class PlayAccessor:
         ``$PLAYBOOK_HOME`` or ``.playbook/``).
         ``max_wait``: seconds a row may wait on provider holds before it parks (default: each
         provider's own).
+        ``fixtures``: answer every tool call from this fixture file (JSON Lines, from
+        ``pb.fixtures(path, mode="record")``) with no network and no pacing; a call it lacks fails
+        its row.  A ``pb.fixtures(...)`` object records or replays as its mode says.
         """
         if unknown.get("background"):
             raise PlayDefinitionError("map() returns the finished DataFrame; for a background run use df.play.run(play, background=True)")
@@ -85,6 +90,7 @@ class PlayAccessor:
         background: bool = False,
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> Run:
         """Run ``play`` and return the :class:`Run`; with ``background=True``, return at once
@@ -118,6 +124,7 @@ class PlayAccessor:
         progress: Literal["auto", "widget", "text"] | bool = "auto",
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> pd.DataFrame:
         """Async form of :meth:`map` (the same options)."""
@@ -140,6 +147,7 @@ class PlayAccessor:
         background: bool = False,
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> Run:
         """Async form of :meth:`run` (the same options)."""

@@ -31,6 +31,7 @@ class RunOptions:
     background: bool = False
     store: ReceiptStore | str | os.PathLike[str] | None = None
     max_wait: float | None = None
+    fixtures: Any = None  # a fixture file to replay, or a pb.fixtures(...) (see playbook.fixtures)
 
     @classmethod
     def parse(cls, opts: dict[str, Any]) -> RunOptions:
