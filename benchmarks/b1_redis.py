@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import tempfile
 
 import redis
 
@@ -30,7 +31,7 @@ def run(repeats: int = 3) -> list[Result]:
 
 def _run(url: str, repeats: int) -> list[Result]:
     store = pb.ReceiptStore(url)
-    receipts_replay, memo_replay = replays(store)
+    receipts_replay, memo_replay, _ = replays(store, tempfile.mkdtemp(prefix="pb-b1r-") + "/fixtures.jsonl")
 
     # The baseline reads the very receipts the replay reads, as JSON text under the same keys.
     client = redis.Redis.from_url(url)

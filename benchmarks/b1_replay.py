@@ -3,6 +3,9 @@
 - receipts replay: 20,000 rows whose row memos miss (a new play version) and whose one tool
   call each hits its receipt; the row memos are written as they finish.
 - row-memo replay: the same 20,000 rows, every row memo hits.
+- fixture replay: the same 20,000 rows replayed from a fixture file (``map(fixtures=path)``):
+  the file is read, every row runs, every call is answered from it; compared with the row-memo
+  replay of the same rows (a replay that runs no play at all), measured in the same run.
 
 Baseline: raw ``diskcache.Cache(disk=JSONDisk).get`` of 20,000 keys, the store the design names
 ("diskcache with JSON serialisation").  A second, stricter floor is printed too: ``get`` of JSON
@@ -27,8 +30,9 @@ from .harness import Result, compare, timed
 ROWS = 20_000
 
 
-def replays(store: pb.ReceiptStore) -> tuple[Callable[[], int], Callable[[], int]]:
-    """Fill ``store`` with ROWS rows' receipts and memos; return the two replays (each returns its rows)."""
+def replays(store: pb.ReceiptStore, fixtures: str) -> tuple[Callable[[], int], Callable[[], int], Callable[[], int]]:
+    """Fill ``store`` with ROWS rows' receipts and memos, and record them to ``fixtures``; return
+    the three replays (each returns its rows)."""
 
     @pb.tool(name="lookup", version="1")
     async def lookup(n: int) -> dict:
@@ -39,7 +43,8 @@ def replays(store: pb.ReceiptStore) -> tuple[Callable[[], int], Callable[[], int
 
     frame = pd.DataFrame({"n": range(ROWS), "name": [f"row {i}" for i in range(ROWS)]})
     versions = itertools.count()
-    frame.play.map(pb.play(replay, name="replay", version=str(next(versions))), store=store, progress=False)
+    with pb.fixtures(fixtures, mode="record"):
+        frame.play.map(pb.play(replay, name="replay", version=str(next(versions))), store=store, progress=False)
     memo_play = pb.play(replay, name="replay", version="memo")
     frame.play.map(memo_play, store=store, progress=False)
 
@@ -54,13 +59,18 @@ def replays(store: pb.ReceiptStore) -> tuple[Callable[[], int], Callable[[], int
         assert run.stats.reused == ROWS
         return len(run.result)
 
-    return receipts_replay, memo_replay
+    def fixture_replay() -> int:
+        run = frame.play.run(memo_play, fixtures=pb.fixtures(fixtures), progress=False, concurrency=16)
+        assert run.stats.ok == ROWS and run.stats.calls_local == ROWS, run.stats
+        return len(run.result)
+
+    return receipts_replay, memo_replay, fixture_replay
 
 
 def run(repeats: int = 3) -> list[Result]:
     workdir = tempfile.mkdtemp(prefix="pb-b1-")
     store = pb.ReceiptStore(workdir + "/store")
-    receipts_replay, memo_replay = replays(store)
+    receipts_replay, memo_replay, fixture_replay = replays(store, workdir + "/fixtures.jsonl")
 
     # The baselines hold the very receipts the replay reads, under the same keys.
     records = {key: record for key, record in store.records()}
@@ -91,6 +101,8 @@ def run(repeats: int = 3) -> list[Result]:
                 unit="/s", baseline_name="diskcache JSONDisk get", target=0.5, repeats=repeats),
         compare("B1 row-memo replay (20k rows)", lambda: timed(memo_replay), lambda: timed(raw_json_gets),
                 unit="/s", baseline_name="diskcache JSONDisk get", target=0.8, repeats=repeats),
+        compare("B1 fixture replay (20k rows)", lambda: timed(fixture_replay), lambda: timed(memo_replay),
+                unit="/s", baseline_name="row-memo replay", target=0.5, repeats=repeats),
         compare("B1 receipts replay vs text floor", lambda: timed(receipts_replay), lambda: timed(raw_text_gets),
                 unit="/s", baseline_name="diskcache str get + json.loads", target=0.0, repeats=repeats),
         compare("B1 row-memo replay vs text floor", lambda: timed(memo_replay), lambda: timed(raw_text_gets),

@@ -17,6 +17,7 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     """Every test gets its own default store directory and no remembered last run."""
     monkeypatch.setenv("PLAYBOOK_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("DEMO_API_KEY", raising=False)
+    monkeypatch.delenv("PLAYBOOK_FIXTURES", raising=False)
     run_module._last = None
     yield
     run_module._last = None

@@ -1,4 +1,4 @@
-"""``ctx``: what a play uses to call tools.  One per row attempt.
+"""``ctx``: what a play uses to call tools (and steps, sleeps, sub-plays).  One per row attempt.
 
 Each call has a *logical identity* (run, row, tool, occurrence): the n-th call of a tool in a
 row.  A row that is replayed re-enters with the same identities, so its earlier calls hit their
@@ -30,6 +30,7 @@ from ..tagged import Unencodable, decode, encode
 from ..tools import NO_INPUT, Tool
 from ..tools.base import Spent
 from .pipeline import call_tool
+from .subplays import run_play
 
 if TYPE_CHECKING:
     from .scope import RunScope
@@ -141,9 +142,11 @@ class Context:
         n = seen[name] = seen.get(name, -1) + 1
         return n
 
-    def used(self, tool: Tool, key: str) -> None:
+    def used(self, tool: Tool, key: str | None) -> None:
+        """The row called ``tool``; ``key``: the receipt it looked up (none when fixtures answered)."""
         self.tools[tool.name] = tool.fingerprint
-        self.receipts.append(key)
+        if key is not None:
+            self.receipts.append(key)
 
     def count(self, tool: Tool, *, reused: bool, spent: Spent) -> None:
         """A call answered, paid now or before; an answer that needed a re-ask counts its
@@ -154,6 +157,37 @@ class Context:
             self.cost += cost
             self.scope.call_finished(tool, reused, cost)
             cost = 0.0
+
+    def absorb(self, calls: int, cost: float, tools: dict[str, str], receipts: Sequence[str]) -> None:
+        """A sub-play's calls are this row's too: its memo counts them, and drops with their tools."""
+        self.calls += calls
+        self.cost += cost
+        self.tools.update(tools)
+        self.receipts.extend(receipts)
+
+    def child(self, row_key: str) -> Context:
+        """The context of a sub-play this row runs: its own row identity, this row's place (and so
+        its wait budgets) and attempt."""
+        return Context(self.scope, row_key, self.position, self.attempt)
+
+    def run_play(self, play: Any, /, **inputs: Any) -> Any:
+        """Run another play as a step of this row (await it) over a row of ``inputs``; returns its
+        output dict.  It has its own row memo (its fingerprint and inputs), so any play, or a map
+        of it over a frame of those columns, reuses what it paid for; its holds and parks step
+        this row aside, and its errors are this row's."""
+        return self._made_here(self._run_play(play, inputs))
+
+    async def _run_play(self, play: Any, inputs: dict[str, Any]) -> Any:
+        if self._signal is not None:
+            raise self._signal
+        try:
+            return await run_play(self, play, inputs)
+        except Suspend as signal:
+            self._signal = signal
+            raise
+        except RunFatal as exc:
+            self._signal = exc
+            raise
 
     def call(self, tool: Tool, input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, **kwargs: Any) -> Call:
         """A call for :meth:`waterfall`, made only if the waterfall reaches it."""
@@ -260,6 +294,8 @@ class Context:
             raise self._signal
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
             raise PlayDefinitionError(f"ctx.sleep(): seconds must be a finite number >= 0, not {seconds!r}")
+        if self.scope.replay is not None:
+            return  # replaying fixtures: no provider to wait for, so no waiting
         store = self.scope.store
         skey = self._step_key("sleep", "")
         found = await store.alookup(skey)

@@ -43,7 +43,7 @@ def reuse(
         found = store.memos(mkeys)
         for pos, mk in zip(chunk, mkeys):
             memo = found.get(mk)
-            if memo is None or not _tools_unchanged(memo["tools"]):
+            if memo is None or not tools_unchanged(memo["tools"]):
                 entries[pos].memo_key = mk
                 rest.append(pos)
             else:
@@ -58,12 +58,17 @@ def remember(store: ReceiptStore, play: Play, table: RowTable, pos: int, output:
     entry = table.entries[pos]
     mk = entry.memo_key or memo_key(play.fingerprint, entry.key)  # type: ignore[arg-type]  # a row that ran has a key
     entry.memo_key = None
+    write_memo(store, mk, play.name, output, stored, used, entry.key or "")
+
+
+def write_memo(store: ReceiptStore, mk: str, play: str, output: dict[str, Any], stored: Any, used: Used, row: str) -> None:
+    """Write the memo ``mk`` of a finished row (or sub-play) of ``play`` whose identity is ``row``."""
     calls, cost, tools, receipts = used
     flags = OUTPUT_TAGGED if output is not stored else 0
-    store.add_memo(mk, play.name, memo_tools(tools), calls, cost, flags, dumps(stored), row=entry.key or "", used=receipts)
+    store.add_memo(mk, play, memo_tools(tools), calls, cost, flags, dumps(stored), row=row, used=receipts)
 
 
-def _tools_unchanged(tools: dict[str, str]) -> bool:
+def tools_unchanged(tools: dict[str, str]) -> bool:
     """True when no tool a memo used has been redefined (edited) in this process since."""
     for name, fingerprint in tools.items():
         now = current_fingerprint(name)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from ..errors import PlayDefinitionError
+from ..fixtures import Fixtures, active
 from ..store import ReceiptStore, default_store
 from ..tools.transport import warn_past_file_limit
 
@@ -31,7 +32,9 @@ class RunOptions:
     background: bool = False
     store: ReceiptStore | str | os.PathLike[str] | None = None
     max_wait: float | None = None
-    fixtures: Any = None  # a fixture file to replay, or a pb.fixtures(...) (see playbook.fixtures)
+    # A fixture file to replay, or a pb.fixtures(...); after parse(), the Fixtures the run uses
+    # (its own, the ``with pb.fixtures()`` around it, or $PLAYBOOK_FIXTURES) or None.
+    fixtures: Any = None
 
     @classmethod
     def parse(cls, opts: dict[str, Any]) -> RunOptions:
@@ -44,7 +47,12 @@ class RunOptions:
         for name in ("concurrency", "limit"):
             if _whole(opts.get(name)):
                 opts = {**opts, name: int(opts[name])}  # numpy's ints too, e.g. limit=df.n.max()
-        made = cls(**opts)
+        found = active(opts.get("fixtures"))
+        if found is not None and found.mode == "record" and not opts.get("refresh"):
+            # A row reused from its memo makes no calls, so none would be recorded: rows run
+            # again, from their receipts (which costs nothing).
+            opts = {**opts, "refresh": "rows"}
+        made = cls(**{**opts, "fixtures": found})
         made._check()
         return made
 
@@ -88,6 +96,9 @@ class RunOptions:
         return cols
 
     def open_store(self) -> ReceiptStore:
+        fixtures: Fixtures | None = self.fixtures
+        if self.store is None and fixtures is not None and fixtures.mode == "replay":
+            return fixtures.store  # a replay leaves nothing in the project's store
         if isinstance(self.store, ReceiptStore):
             return self.store
         if self.store is None:

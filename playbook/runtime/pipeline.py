@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..errors import PlaybookError, RunFatal, ToolError
-from ..keys import forced_key
+from ..keys import forced_key, key_text
 from ..signals import Held
 from ..store import MISSING
 from ..store.records import record as receipt_record
@@ -52,7 +52,7 @@ class Caller(Protocol):
     @property
     def position(self) -> int: ...
     def occurrence(self, name: str) -> int: ...
-    def used(self, tool: Tool, key: str) -> None: ...
+    def used(self, tool: Tool, key: str | None) -> None: ...
     def count(self, tool: Tool, *, reused: bool, spent: Spent) -> None: ...
     def forgotten_await(self, value: Any) -> str: ...
 
@@ -71,23 +71,36 @@ async def call_tool(ctx: Caller, tool: Tool, input: Any, force: bool, ttl: float
     """``(value, miss)`` of one call: from its receipt, or paid for and recorded."""
     scope = ctx.scope
     values = tool.bind(input, kwargs)
+    if scope.replay is not None:
+        return _replayed(ctx, tool, values)
     key = _key(ctx, tool, values)
     logical = f"{ctx.row_key}/{tool.name}/{ctx.occurrence(tool.name)}"
-    forced = (force or scope.force_all) and scope.must_force(logical)
     ctx.used(tool, key)
+    forced = (force or scope.force_all) and scope.must_force(logical)
     if not forced:
         found = await lookup(scope.store, key, ttl)
         if found is not MISSING:
-            return _reused(ctx, tool, found)
+            return _reused(ctx, tool, values, found)
     return await _pay(ctx, tool, Pending(key, values, logical, forced, ttl))
+
+
+def _replayed(ctx: Caller, tool: Tool, values: Any) -> tuple[Any, bool]:
+    """A call answered by the run's fixtures: no receipt key, store, lease or provider."""
+    replay = ctx.scope.replay
+    assert replay is not None
+    answer, miss, reused = replay.answer(tool, _key(ctx, tool, values, key_text), values)
+    ctx.used(tool, None)
+    ctx.count(tool, reused=reused, spent=tool.spent(answer))
+    return tool.read(answer, miss)
 
 
 # -- key ------------------------------------------------------------------------------
 
 
-def _key(ctx: Caller, tool: Tool, values: Any) -> str:
+def _key(ctx: Caller, tool: Tool, values: Any, form: Callable[[Any], str] | None = None) -> str:
+    """The call's receipt key (or, with ``form``, its input in that form)."""
     try:
-        return tool.key(values)
+        return tool.key(values) if form is None else form(values)
     except Unencodable as exc:
         hint = ": " + ctx.forgotten_await(exc.value) if exc.awaitable else ""
         raise ToolError(
@@ -127,11 +140,14 @@ async def lookup(store: Any, key: str, ttl: float | None) -> Any:
     return found
 
 
-def _reused(ctx: Caller, tool: Tool, found: tuple[Any, bool, str | None]) -> tuple[Any, bool]:
+def _reused(ctx: Caller, tool: Tool, values: Any, found: tuple[Any, bool, str | None]) -> tuple[Any, bool]:
     value, miss, error = found
     if error is not None:
         raise ToolError(not_storable(tool, error, paid_now=False), tool=tool.name)
-    ctx.count(tool, reused=True, spent=tool.spent(value))
+    spent = tool.spent(value)
+    if ctx.scope.recorder is not None:
+        ctx.scope.recorder.add(tool, values, encode(value), miss, spent.cost)
+    ctx.count(tool, reused=True, spent=spent)
     return tool.read(value, miss)
 
 
@@ -146,7 +162,7 @@ async def _pay(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     try:
         found = await _lease(store, call)
         if found is not MISSING:
-            return _reused(ctx, tool, found)
+            return _reused(ctx, tool, call.values, found)
         return await _spend(ctx, tool, call)
     finally:
         _release(store, call.key, done)
@@ -340,6 +356,8 @@ async def record(scope: RunScope, tool: Tool, key: str, values: Any, answer: Any
         raise ToolError(not_storable(tool, str(exc), paid_now=True), tool=tool.name) from None
     tagged = stored is not answer
     await store.commit(receipt_record(key, stored=stored, tagged=tagged, at=scope.clock(), miss=miss, **meta))
+    if scope.recorder is not None:
+        scope.recorder.add(tool, values, stored, miss, cost)
     return (decode(stored) if tagged else answer), miss
 
 

@@ -57,9 +57,10 @@ class Scheduler:
         held = HeldQueue()
         self.outcomes = Outcomes(table, held, self.state.emit, self._parked_down)
         self.scope = RunScope(
-            run_id=self.run_id, play=play.name, store=store, force_all=opts.refresh is True, emit=self.state.emit,
+            run_id=self.run_id, play=play.name, store=store, force_all=opts.refresh is True,
+            rerun_rows=opts.refresh is not False, emit=self.state.emit,
             costs=CostBudget(opts.max_cost), tickets=Tickets(table, opts.max_wait, self._watch), label=table.label,
-            fatal=self._fatal,
+            fatal=self._fatal, fixtures=opts.fixtures,
         )  # fmt: skip
         runner = RowRunner(play, self.scope, self.outcomes, store, on_error=opts.on_error, fail_run=self._fail_run)
         self.workers = Workers(opts.concurrency, held, runner, self.outcomes.resume)
@@ -151,6 +152,8 @@ class Scheduler:
         self._watching.clear()
         self._down.close()
         await self.scope.close()
+        if self.scope.recorder is not None:
+            self.scope.recorder.flush()
         self.state.emit(RunFinished(self.run_id, self.stopping))
 
     # -- stop, fatal errors, retries -----------------------------------------------------

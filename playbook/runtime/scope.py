@@ -24,6 +24,7 @@ from .jobs import Jobs
 from .table import RowTable
 
 if TYPE_CHECKING:
+    from ..fixtures import Fixtures, Recorder, Replay
     from ..providers import Provider
     from ..store import ReceiptStore
 
@@ -153,18 +154,19 @@ class RunScope:
 
     __slots__ = (
         "run_id", "play", "store", "clock", "force_all", "emit", "costs", "tickets", "landing", "batches", "jobs", "label", "_fatal",
-        "_forced", "_client",
+        "_forced", "_client", "replay", "recorder", "rerun_rows",
     )  # fmt: skip
 
     def __init__(
-        self, *, run_id: str, play: str, store: ReceiptStore, force_all: bool, emit: Callable[[Event], None], costs: CostBudget,
-        tickets: Tickets, label: Callable[[int], Any], fatal: Callable[[BaseException], None],
+        self, *, run_id: str, play: str, store: ReceiptStore, force_all: bool, rerun_rows: bool = False, emit: Callable[[Event], None], costs: CostBudget,
+        tickets: Tickets, label: Callable[[int], Any], fatal: Callable[[BaseException], None], fixtures: Fixtures | None = None,
     ) -> None:  # fmt: skip
         self.run_id = run_id
         self.play = play
         self.store = store
         self.clock = store.clock  # receipts' and sleeps' times
         self.force_all = force_all  # refresh=True: every call is paid for again
+        self.rerun_rows = rerun_rows  # refresh="rows" or True: no row (or sub-play) is reused from its memo
         self.emit = emit
         self.costs = costs
         self.tickets = tickets
@@ -175,6 +177,9 @@ class RunScope:
         self._fatal = fatal
         self._forced: set[str] = set()
         self._client: httpx.AsyncClient | None = None
+        # Fixtures: a replay answers every call (no store, no provider); a recorder sees every answer.
+        self.replay: Replay | None = fixtures.replay if fixtures is not None else None
+        self.recorder: Recorder | None = fixtures.recorder if fixtures is not None else None
 
     def __repr__(self) -> str:
         return f"<RunScope {self.run_id} {self.play!r}>"

@@ -1,0 +1,82 @@
+"""``await ctx.run_play(play, **inputs)``: another play as a step of this row.
+
+The sub-play runs with a context of its own over a row made of ``inputs``, sharing the outer
+row's run (store, providers, budget) and position (its holds spend the outer row's wait budget).
+Its row memo is keyed by its fingerprint and its inputs as a row of those columns would be, so
+``df.play.map(sub)`` over a frame of those columns and ``ctx.run_play(sub, ...)`` from any other
+play share memos and receipts: what one paid for, the other reuses.
+
+A hold, a sleep or a park met inside it steps the outer row aside (the outer row replays, and
+the sub-play's finished calls hit their receipts); its error is the outer row's, unless the
+outer play catches it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import PlayDefinitionError
+from ..keys import memo_key, row_key
+from ..models import CallFinished
+from ..plays import Play, as_play
+from ..tagged import Unencodable
+from ..tools import Tool
+from .memos import tools_unchanged, write_memo
+from .rows import Row, output_columns, stored_output
+
+if TYPE_CHECKING:
+    from .context import Context
+
+__all__ = ["run_play"]
+
+
+async def run_play(ctx: Context, play: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The sub-play's output for ``inputs``: from its memo, or run now and memoised."""
+    sub = _as_sub_play(play)
+    try:
+        key = row_key(list(inputs.values()))
+    except TypeError as exc:
+        hint = ctx.forgotten_await(exc.value) if isinstance(exc, Unencodable) and exc.awaitable else str(exc)
+        raise PlayDefinitionError(f"ctx.run_play({sub.name!r}): its inputs cannot identify a row ({hint})") from None
+    store = ctx.scope.store
+    mk = memo_key(sub.fingerprint, key)
+    if not ctx.scope.rerun_rows:
+        memo = store.memos([mk]).get(mk)
+        if memo is not None and tools_unchanged(memo["tools"]):
+            ctx.absorb(memo["calls"], memo["cost"], memo["tools"], ())
+            _reused_calls(ctx, sub.name, memo["calls"], memo["cost"])
+            return dict(memo["output"])
+    inner = ctx.child(key)
+    try:
+        value = await sub.fn(Row({name: i for i, name in enumerate(inputs)}, tuple(inputs.values()), None), inner)
+        if inner.signal is not None:
+            raise inner.signal  # the sub-play caught a suspension: the outer row still steps aside
+        output, stored = stored_output(output_columns(value, sub.name, inner.forgotten_await, sub.output), sub.name, inner.forgotten_await)
+        advice = inner.never_awaited()
+        if advice is not None:
+            raise PlayDefinitionError(f"play {sub.name!r} made a ctx call that it never awaited, so it never ran: {advice}")
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            exc.add_note(f"in ctx.run_play({sub.name!r}, ...)")
+        raise
+    finally:
+        inner.close()
+        ctx.absorb(inner.calls, inner.cost, inner.tools, inner.receipts)
+    if stored is not None:
+        write_memo(store, mk, sub.name, output, stored, (inner.calls, inner.cost, inner.tools, inner.receipts), key)
+    return output
+
+
+def _reused_calls(ctx: Context, play: str, calls: int, cost: float) -> None:
+    """The run counts the calls a reused sub-play made as reused, as it does a reused row's."""
+    for n in range(calls):
+        ctx.scope.emit(CallFinished(f"play {play}", None, True, cost if n == 0 else 0.0))
+
+
+def _as_sub_play(play: Any) -> Play:
+    if isinstance(play, Tool):
+        raise PlayDefinitionError(f"ctx.run_play() runs a play; {play.name!r} is a tool: await ctx.tool({play.name}, ...)")
+    try:
+        return as_play(play)
+    except PlayDefinitionError as exc:
+        raise PlayDefinitionError(f"ctx.run_play(): {exc}") from None
