@@ -2,10 +2,11 @@
 from it with no network and no pacing (``pb.fixtures(path, mode=...)``, ``map(fixtures=path)``).
 
 A fixture stands in for the *provider*, not for the store: replayed, an answer is counted as
-paid the first time a ``Fixtures`` gives it and as reused after that, so a replayed notebook or
-test tells the same story (calls paid, rows reused on a rerun) as the run it was recorded from.
-Rows finished in a replay are remembered in the fixtures' own in-memory store unless the run
-names a store, so a replay never leaves rows in the project's store that no provider answered.
+paid the first time it is given and as reused after that, so a replayed notebook or test tells
+the same story (calls paid, rows reused on a rerun) as the run it was recorded from.  Unless a
+run names a store, a replay keeps its rows and answers in the fixtures' own in-memory store, so
+it never leaves anything in the project's store that no provider answered; a run that names a
+store gets receipts there as from a provider.
 
 An answer is found by its tool's name and input.  Receipt keys also hold the tool's URL, model or
 source, which differ between where fixtures are recorded and where they are replayed (another
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["Fixtures", "Recorder", "Replay", "active", "fixtures"]
 
 _ENV = "PLAYBOOK_FIXTURES"  # a fixture file every run replays from unless it names its own
+_MODE_ENV = "PLAYBOOK_FIXTURES_MODE"  # "record": runs record into that file instead
 _active: contextvars.ContextVar[Fixtures | None] = contextvars.ContextVar("playbook_fixtures", default=None)
 _opened: dict[Path, Fixtures] = {}  # a path given as map(fixtures=path): one Fixtures per file
 
@@ -123,9 +125,11 @@ def fixtures(path: str | os.PathLike[str], mode: Literal["replay", "record"] = "
 
 def active(given: Any) -> Fixtures | None:
     """The fixtures a run uses: its ``fixtures=`` option, else the ``with pb.fixtures(...)``
-    around it, else ``$PLAYBOOK_FIXTURES``; ``None`` for none."""
+    around it, else ``$PLAYBOOK_FIXTURES`` (recorded into when ``$PLAYBOOK_FIXTURES_MODE`` is
+    ``record``); ``None`` for none."""
     if isinstance(given, Fixtures):
         return given
+    mode: Literal["replay", "record"] = "replay"
     if given is None:
         found = _active.get()
         if found is not None:
@@ -133,13 +137,23 @@ def active(given: Any) -> Fixtures | None:
         given = os.environ.get(_ENV) or None
         if given is None:
             return None
+        mode = _env_mode()
     if not isinstance(given, (str, os.PathLike)):
         raise PlayDefinitionError(f"fixtures={given!r}: fixtures must be a fixture file's path or pb.fixtures(path, mode=...)")
     path = Path(given).expanduser().absolute()
     opened = _opened.get(path)
-    if opened is None or opened.stamp != _stamp(path):  # re-recorded since: read it again
-        opened = _opened[path] = Fixtures(path, "replay")
+    # One Fixtures per file, so runs share what it gave (a rerun is reused) or what it recorded;
+    # a file recorded again since it was read is read again.
+    if opened is None or opened.mode != mode or (mode == "replay" and opened.stamp != _stamp(path)):
+        opened = _opened[path] = Fixtures(path, mode)
     return opened
+
+
+def _env_mode() -> Literal["replay", "record"]:
+    mode = os.environ.get(_MODE_ENV) or "replay"
+    if mode not in ("replay", "record"):
+        raise PlayDefinitionError(f"${_MODE_ENV}={mode!r}: set it to 'replay' (the default) or 'record'")
+    return mode  # type: ignore[return-value]  # checked just above
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -164,7 +178,7 @@ class Replay:
     def __repr__(self) -> str:
         return f"<Replay {self.path} {sum(map(len, self._answers.values()))} answers>"
 
-    def answer(self, tool: Tool, given: str, values: Any) -> tuple[Any, bool, bool]:
+    def answer(self, tool: Tool, given: str) -> tuple[Any, bool, bool]:
         """``(answer, miss, reused)`` for the call whose input in key form is ``given``;
         ``ToolError`` if the file lacks it."""
         found = self._answers.get(tool.name, _NONE).get(given)
@@ -234,6 +248,8 @@ class Recorder:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 out.write(text)
+            # mkstemp makes the file private; a fixture file is meant to be committed and shared.
+            os.chmod(tmp, self.path.stat().st_mode & 0o777 if self.path.exists() else 0o644)
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

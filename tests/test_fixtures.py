@@ -14,9 +14,7 @@ import pytest
 
 import playbook as pb
 
-LEADS = pd.DataFrame(
-    {"domain": ["acme.com", "globex.com", "initech.com", "umbrella.com"], "first": ["Ann", "Bob", "Cy", "Di"]}
-)
+LEADS = pd.DataFrame({"domain": ["acme.com", "globex.com", "initech.com", "umbrella.com"], "first": ["Ann", "Bob", "Cy", "Di"]})
 
 
 def _email_tool(demo: Any, provider: pb.Provider | None = None) -> pb.Tool:
@@ -183,3 +181,17 @@ def test_bad_fixtures_are_named(tmp_path: Path) -> None:
     bad.write_text('{"tool": "t", "input": {"n": 1}, "output": 1, "miss": false, "cost": 0}\n{"tool": "t"\n')
     with pytest.raises(pb.PlayDefinitionError, match="line 2"):
         frame.play.map(play, fixtures=bad, progress=False)
+
+
+def test_a_replay_into_a_named_store_leaves_receipts(demo: Any, tmp_path: Path) -> None:
+    """Replayed into a store the run names, answers become receipts there, as a provider's would,
+    and a rerun on that store reuses its rows."""
+    path = tmp_path / "fx.jsonl"
+    enrich = _enrich(_email_tool(demo))
+    LEADS.play.map(enrich, fixtures=pb.fixtures(path, mode="record"), store=tmp_path / "live", progress=False)
+    named = pb.ReceiptStore(tmp_path / "named")
+    LEADS.play.map(enrich, fixtures=path, store=named, progress=False)
+    assert pb.last_run().stats.calls_executed == 4
+    assert named.stats()["by_tool"] == {"demo.email": 4}
+    LEADS.play.map(enrich, fixtures=path, store=named, progress=False)
+    assert pb.last_run().stats.reused == 4

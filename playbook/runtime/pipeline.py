@@ -71,7 +71,7 @@ async def call_tool(ctx: Caller, tool: Tool, input: Any, force: bool, ttl: float
     """``(value, miss)`` of one call: from its receipt, or paid for and recorded."""
     scope = ctx.scope
     values = tool.bind(input, kwargs)
-    if scope.replay is not None:
+    if scope.replay is not None and scope.store is scope.replay.store:
         return _replayed(ctx, tool, values)
     key = _key(ctx, tool, values)
     logical = f"{ctx.row_key}/{tool.name}/{ctx.occurrence(tool.name)}"
@@ -85,10 +85,11 @@ async def call_tool(ctx: Caller, tool: Tool, input: Any, force: bool, ttl: float
 
 
 def _replayed(ctx: Caller, tool: Tool, values: Any) -> tuple[Any, bool]:
-    """A call answered by the run's fixtures: no receipt key, store, lease or provider."""
+    """A call answered by the run's fixtures in their own store, where the file is the receipts
+    too: no receipt key, store, lease or provider; one dictionary lookup."""
     replay = ctx.scope.replay
     assert replay is not None
-    answer, miss, reused = replay.answer(tool, _key(ctx, tool, values, key_text), values)
+    answer, miss, reused = replay.answer(tool, _key(ctx, tool, values, key_text))
     ctx.used(tool, None)
     ctx.count(tool, reused=reused, spent=tool.spent(answer))
     return tool.read(answer, miss)
@@ -155,7 +156,7 @@ def _reused(ctx: Caller, tool: Tool, values: Any, found: tuple[Any, bool, str | 
 
 
 async def _pay(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
-    if tool.submits():
+    if tool.submits() and ctx.scope.replay is None:
         return await _submitted(ctx, tool, call)
     store = ctx.scope.store
     done = store.inflight[call.key] = asyncio.get_running_loop().create_future()
@@ -226,6 +227,12 @@ def _release(store: Any, key: str, done: asyncio.Future[None]) -> None:
 
 
 async def _route(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
+    replay = ctx.scope.replay
+    if replay is not None:
+        # Fixtures replayed into a store the run named: the file answers as the provider would,
+        # and the answer is a receipt there (budget, leases and in-flight waits as for a live call).
+        answer, miss, _ = replay.answer(tool, _key(ctx, tool, call.values, key_text))
+        return await paid(ctx, tool, call.key, call.values, answer, miss)
     if tool.batch_size is not None:
         return await _batched(ctx, tool, call)
     if tool.provider is None:
