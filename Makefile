@@ -1,6 +1,7 @@
 # make demo   run the quickstart notebook against the built-in demo provider (writes out/)
 # make test   lint, type-check and run the test suite (creates .venv and installs what it needs)
 # make bench  run the benchmarks and print one table of ratios
+# make fixtures  record again the fixtures notebooks 01 and 03 replay offline in the tests
 
 PYTHON ?= python3
 # The browser test drives this Chromium, and the Redis tests start this redis-server (Debian's
@@ -11,11 +12,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench fixtures clean
 
+# The project installs as the distribution playbook-df (PyPI's "playbook" is another project's);
+# a .venv made while it was still called playbook holds that name too, which goes.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip uninstall -qq --yes playbook
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
@@ -40,5 +44,14 @@ $(REDIS):
 bench: $(STAMP)
 	$(PY) -m benchmarks
 
+# Each notebook runs against the demo provider from an empty store, recording every answer.
+OFFLINE_NOTEBOOKS := 01_quickstart 03_resume_and_receipts
+fixtures: $(STAMP)
+	for nb in $(OFFLINE_NOTEBOOKS); do \
+	  rm -f notebooks/fixtures/$$nb.jsonl; \
+	  PLAYBOOK_FIXTURES=$(CURDIR)/notebooks/fixtures/$$nb.jsonl PLAYBOOK_FIXTURES_MODE=record \
+	    $(PY) notebooks/run.py notebooks/$$nb.ipynb --out $$(mktemp -d) || exit 1; \
+	done
+
 clean:
-	rm -rf $(VENV) out build .playbook
+	rm -rf $(VENV) out build dist *.egg-info .playbook

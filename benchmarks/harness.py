@@ -28,9 +28,10 @@ class Result:
     ours: float
     baseline: float
     baseline_name: str
-    target: float  # minimum ratio ours / baseline
+    target: float  # minimum ratio ours / baseline (maximum with at_most)
     # Extra lines printed under the row: (text, verdict); verdict True/False prints ok/LOW, None nothing.
     notes: list[tuple[str, bool | None]] = field(default_factory=list)
+    at_most: bool = False  # for costs such as times (lower is better): the ratio must stay <= target
 
     @property
     def ratio(self) -> float:
@@ -38,7 +39,7 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return self.ratio >= self.target
+        return self.ratio <= self.target if self.at_most else self.ratio >= self.target
 
 
 def compare(
@@ -68,12 +69,18 @@ def table(results: list[Result]) -> str:
     for r in results:
         lines.append(
             f"{r.name:<34} {r.ours:>10,.0f}{r.unit:>2} {r.baseline:>10,.0f}{r.unit:>2} {r.ratio:>7.2f} "
-            f"{'>=' + format(r.target, '.2f'):>7}  {'ok' if r.ok else 'LOW':4} {r.baseline_name}"
+            f"{('<=' if r.at_most else '>=') + format(r.target, '.2f'):>7}  {_verdict(r):4} {r.baseline_name}"
         )
         for text, verdict in r.notes:
             flag = "" if verdict is None else "ok" if verdict else "LOW"
             lines.append(f"  {text:<{_VERDICT - 3}} {flag}".rstrip())
     return "\n".join(lines)
+
+
+def _verdict(r: Result) -> str:
+    if r.ok:
+        return "ok"
+    return "HIGH" if r.at_most else "LOW"
 
 
 def timed(fn: Callable[[], int]) -> float:

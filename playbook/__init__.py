@@ -8,6 +8,7 @@ twice.  Import everything from here::
 
 from . import accessor as _accessor  # registers the DataFrame ``.play`` accessor
 from . import demo
+from . import polars_frames as _polars_frames  # noqa: F401 - registers pl.DataFrame.play, now or once Polars is imported
 from .errors import (
     PlaybookError,
     PlayDefinitionError,
@@ -17,13 +18,13 @@ from .errors import (
     RunFatal,
     ToolError,
 )
-from .fixtures import Fixtures, fixtures
 from .models import ProviderHold, Receipt, RunStats
 from .plays import Play, play
 from .providers import Provider
 from .runtime import Run, last_run
 from .runtime.context import Context
 from .store import ReceiptStore
+from .store.fixtures import Fixtures, fixtures
 from .tools import Secret, Tool, http_tool, llm_tool, secret, tool
 
 __version__ = "0.1.0"

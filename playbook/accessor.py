@@ -15,11 +15,11 @@ import pandas as pd
 
 from ._loop import run_sync
 from .errors import PlayDefinitionError, interrupted
-from .fixtures import Fixtures
 from .plays import as_play
 from .runtime.options import RunOptions
 from .runtime.run import Run, begin_background, execute, start
 from .store import ReceiptStore
+from .store.fixtures import Fixtures
 from .tools import Tool
 from .ui import Controls, attach_view
 from .ui.html import run_html
@@ -150,14 +150,15 @@ class PlayAccessor:
         fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> Run:
-        """Async form of :meth:`run` (the same options)."""
-        run, opts = self._start(play, _options(locals()))
+        """Async form of :meth:`run` (the same options), except that ``progress="auto"`` outside
+        Jupyter shows text only when stderr is a terminal (a server's log stays clean)."""
+        run, opts = self._start(play, _options(locals()), awaited=True)
         if opts.background:
             return begin_background(run)
         await execute(run)
         return run
 
-    def _start(self, play: Any, options: dict[str, Any]) -> tuple[Run, RunOptions]:
+    def _start(self, play: Any, options: dict[str, Any], *, awaited: bool = False) -> tuple[Run, RunOptions]:
         opts = RunOptions.parse(options)
         the_play = as_play(play)
         columns = self._frame.columns
@@ -173,7 +174,8 @@ class PlayAccessor:
         opts.key_columns(self._frame)
         frame = self._frame if opts.limit is None else self._frame.iloc[: opts.limit]  # the first N rows, as head(N)
         run = start(frame, the_play, opts, opts.open_store(), html=run_html)
-        run.view = attach_view(run.state, opts.progress, background=opts.background, controls=_controls(run) if opts.background else None)
+        controls = _controls(run) if opts.background else None
+        run.view = attach_view(run.state, opts.progress, background=opts.background, controls=controls, awaited=awaited)
         return run, opts
 
 

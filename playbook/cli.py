@@ -1,6 +1,7 @@
-"""The command line: ``python -m playbook cache stats|list|clear|export``.
+"""The command line: ``python -m playbook run`` (a play over a file, see :mod:`playbook.cli_run`)
+and ``python -m playbook cache stats|list|clear|export``.
 
-Every command reads a store that already exists: a mistyped ``--store`` is an error, not a new
+Every ``cache`` command reads a store that already exists: a mistyped ``--store`` is an error, not a new
 empty store.  Errors are one line on stderr and a non-zero exit status, never a traceback.
 """
 
@@ -15,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from . import cli_run
 from .errors import PlaybookError
 from .store import FILE, ReceiptStore, home, is_url
 from .store.records import Record
@@ -31,6 +33,8 @@ class _Fail(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "run":
+        return cli_run.main(args)
     try:
         where = args.store if getattr(args, "store", None) else home()
         readonly = False
@@ -66,9 +70,10 @@ def _parser() -> argparse.ArgumentParser:
         help="store directory or redis:// URL (default: $PLAYBOOK_HOME, else ./.playbook)",
     )
     parser = argparse.ArgumentParser(
-        prog="python -m playbook", parents=[common], description="Inspect and manage playbook's receipt store."
+        prog="python -m playbook", parents=[common], description="Run plays over files; inspect and manage playbook's receipt store."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cli_run.add_parser(commands, common)
     cache = commands.add_parser("cache", parents=[common], help="receipts and row memos on disk")
     sub = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
 

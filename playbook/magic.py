@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import math
 import os
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
@@ -42,6 +43,29 @@ magic_args = cast(Callable[[], _Decorator], magic_arguments.magic_arguments)
 argument = cast(Callable[..., _Decorator], magic_arguments.argument)
 parse_argstring = cast(Callable[[Any, str], argparse.Namespace], magic_arguments.parse_argstring)
 
+
+def _whole(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``least`` (argparse names the option in its error)."""
+
+    def whole(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, not {text!r}")
+        return int(text)
+
+    return whole
+
+
+def _amount(text: str) -> float:
+    """An argparse type: a finite number >= 0 (a cost, seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, not {text!r}")
+    return value
+
+
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
@@ -54,14 +78,35 @@ class PlayMagics(magic.Magics):
     @argument(
         "--store",
         metavar="VAR",
-        help="a variable holding a pb.ReceiptStore, a directory or a redis:// URL (default: .playbook/ or $PLAYBOOK_HOME)",
+        help="a variable holding a pb.ReceiptStore, a directory or a redis:// URL "
+        "(default: $PLAYBOOK_HOME, else .playbook/ in the project: the nearest folder up with pyproject.toml or .git)",
     )
-    @argument("--concurrency", type=int, metavar="N", help="rows in flight at once (default 16)")
-    @argument("--refresh", action="store_true", help="run every row again, reusing receipts")
-    @argument("--limit", type=int, metavar="N", help="run only the first N rows")
+    @argument("--concurrency", type=_whole(1), metavar="N", help="rows in flight at once (default 16)")
+    @argument(
+        "--refresh",
+        nargs="?",
+        const="rows",
+        choices=("rows", "all"),
+        metavar="rows|all",
+        help="run every row again: rows (or nothing) reuses receipts, all pays for every call again",
+    )
+    @argument("--limit", type=_whole(0), metavar="N", help="run only the first N rows")
     @argument("--key", metavar="COLS", help="comma-separated columns that identify a row")
-    @argument("--max-cost", type=float, metavar="X", help="stop paying for calls past this total cost")
-    @argument("--max-wait", type=float, metavar="S", help="seconds a row may wait on provider holds before it parks")
+    @argument("--max-cost", type=_amount, metavar="X", help="stop paying for calls past this total cost")
+    @argument("--max-wait", type=_amount, metavar="S", help="seconds a row may wait on provider holds before it parks")
+    @argument(
+        "--on-error",
+        choices=("isolate", "raise"),
+        metavar="isolate|raise",
+        help="isolate (the default): a failed row is data in the result; raise: the first failure stops the run",
+    )
+    @argument(
+        "--progress",
+        choices=("auto", "widget", "text", "none"),
+        metavar="auto|widget|text|none",
+        help="auto (the default: the widget in Jupyter), widget, text (on stderr) or none",
+    )
+    @argument("--fixtures", metavar="FILE", help="answer every tool call from this fixture file: no network, no pacing")
     @argument("--background", action="store_true", help="return at once; the run goes on in the kernel's loop")
     @cell_magic
     def play(self, line: str, cell: str) -> Any:
@@ -77,31 +122,12 @@ class PlayMagics(magic.Magics):
         if args.on is None:
             return None
         frame = ns.get(args.on)
-        if not isinstance(frame, pd.DataFrame):
+        # A Polars frame's .play takes the same options (see polars_frames) and returns Polars.
+        polars = type(frame).__module__.startswith("polars") and type(frame).__name__ == "DataFrame"
+        if not (isinstance(frame, pd.DataFrame) or polars):
             found = "no such name" if args.on not in ns else f"a {type(frame).__name__}"
-            raise UsageError(f"%%play --on {args.on}: expected a DataFrame in the namespace, found {found}")
-        options: dict[str, Any] = {
-            name: value
-            for name, value in (
-                ("concurrency", args.concurrency),
-                ("limit", args.limit),
-                ("max_cost", args.max_cost),
-                ("max_wait", args.max_wait),
-            )
-            if value is not None
-        }
-        if args.refresh:
-            options["refresh"] = "rows"
-        if args.key:
-            options["key"] = [c.strip() for c in args.key.split(",") if c.strip()]
-        if args.store:
-            store = ns.get(args.store)
-            if not isinstance(store, (ReceiptStore, str, os.PathLike)):
-                raise UsageError(
-                    f"%%play --store {args.store}: expected a variable holding a pb.ReceiptStore, a directory or a "
-                    f"redis:// URL, not {type(store).__name__ if args.store in ns else 'an undefined name'}"
-                )
-            options["store"] = store
+            raise UsageError(f"%%play --on {args.on}: expected a pandas or Polars DataFrame in the namespace, found {found}")
+        options = _run_options(args, ns)
         if args.background:
             run = frame.play.run(the_play, background=True, **options)
             if args.out:
@@ -112,6 +138,32 @@ class PlayMagics(magic.Magics):
             ns[args.out] = result
             return None
         return result
+
+
+def _run_options(args: argparse.Namespace, ns: dict[str, Any]) -> dict[str, Any]:
+    """The options of ``df.play.map`` that the magic's line gives, leaving out those it does not."""
+    options: dict[str, Any] = {
+        name: getattr(args, name)
+        for name in ("concurrency", "limit", "max_cost", "max_wait", "on_error", "fixtures")
+        if getattr(args, name) is not None
+    }
+    if args.fixtures is not None and not os.path.isfile(args.fixtures):
+        raise UsageError(f"%%play --fixtures {args.fixtures}: no such file (record one with pb.fixtures(path, mode='record'))")
+    if args.refresh is not None:
+        options["refresh"] = True if args.refresh == "all" else "rows"
+    if args.progress is not None:
+        options["progress"] = False if args.progress == "none" else args.progress
+    if args.key:
+        options["key"] = [c.strip() for c in args.key.split(",") if c.strip()]
+    if args.store:
+        store = ns.get(args.store)
+        if not isinstance(store, (ReceiptStore, str, os.PathLike)):
+            raise UsageError(
+                f"%%play --store {args.store}: expected a variable holding a pb.ReceiptStore, a directory or a "
+                f"redis:// URL, not {type(store).__name__ if args.store in ns else 'an undefined name'}"
+            )
+        options["store"] = store
+    return options
 
 
 def build_play(name: str, line: str, body: str, ns: dict[str, Any], shell: Any = None) -> Play:

@@ -571,7 +571,7 @@ def test_settings_are_validated_with_the_setting_named():
 def test_serve_without_the_demo_extra_says_what_to_install(monkeypatch):
     """Without uvicorn installed, serve() raises ImportError naming the demo extra."""
     monkeypatch.setitem(sys.modules, "uvicorn", None)
-    with pytest.raises(ImportError, match=r"pip install \"playbook\[demo\]\""):
+    with pytest.raises(ImportError, match=r'pip install "playbook-df\[demo\]"'):
         demo.serve()
 
 

@@ -31,6 +31,8 @@ class Kernel:
 
         reply = self.kc.execute_interactive(textwrap.dedent(code), timeout=60, output_hook=hook)
         out["status"] = reply["content"]["status"]
+        # What IPython sends to its pager (`%%play?`), as text.
+        out["page"] = "".join(p["data"].get("text/plain", "") for p in reply["content"].get("payload", []) if p.get("source") == "page")
         return out
 
     def value(self, expr: str) -> Any:
@@ -157,7 +159,15 @@ def test_options_reach_the_run(kernel: Kernel, tmp_path: Path) -> None:
     [
         ("%%play bad --on nowhere", "expected a DataFrame in the namespace, found no such name"),
         ("%%play bad --on calls", "expected a DataFrame in the namespace, found a list"),
-        ("%%play bad --concurrency many", "argument --concurrency: invalid int value"),
+        ("%%play bad --concurrency many", "argument --concurrency: expected a whole number >= 1, not 'many'"),
+        ("%%play bad --on df --concurrency 0", "argument --concurrency: expected a whole number >= 1, not '0'"),
+        ("%%play bad --on df --limit 2.5", "argument --limit: expected a whole number >= 0, not '2.5'"),
+        ("%%play bad --on df --max-cost lots", "argument --max-cost: expected a number >= 0, not 'lots'"),
+        ("%%play bad --on df --max-wait nan", "argument --max-wait: expected a number >= 0, not 'nan'"),
+        ("%%play bad --on df --refresh sometimes", "argument --refresh: invalid choice: 'sometimes' (choose from 'rows', 'all')"),
+        ("%%play bad --on df --progress loud", "argument --progress: invalid choice: 'loud'"),
+        ("%%play bad --on df --on-error ignore", "argument --on-error: invalid choice: 'ignore' (choose from 'isolate', 'raise')"),
+        ("%%play bad --on df --fixtures nowhere.jsonl", "%%play --fixtures nowhere.jsonl: no such file"),
         ("%%play bad --store calls --on df", "expected a variable holding a pb.ReceiptStore, a directory or a redis:// URL, not list"),
         ("%%play 1bad", "must be a Python name"),
     ],
@@ -188,21 +198,66 @@ def test_an_error_in_the_body_points_at_the_users_line(kernel: Kernel) -> None:
 
 
 def test_magic_help_lists_the_options(kernel: Kernel) -> None:
-    """%%play? documents every option."""
-    got = kernel.run("from playbook.magic import PlayMagics\nprint(PlayMagics.play.__doc__)")
-    for option in (
-        "--on",
-        "--out",
-        "--store",
-        "--concurrency",
-        "--refresh",
-        "--limit",
-        "--key",
-        "--max-cost",
-        "--max-wait",
-        "--background",
-    ):
-        assert option in got["stdout"]
+    """%%play? documents an option for every option df.play.run() takes, and the magic's own."""
+    got = kernel.run("%%play?")
+    assert got["error"] is None and "Define a play from the cell's body" in got["page"]
+    run_options = kernel.value(
+        "[p.name for p in __import__('inspect').signature(pd.DataFrame.play.run).parameters.values() if p.kind is p.KEYWORD_ONLY]"
+    )
+    assert {"concurrency", "refresh", "on_error", "progress", "fixtures", "background"} <= set(run_options)
+    for option in ["--on", "--out", *("--" + name.replace("_", "-") for name in run_options)]:
+        assert option in got["page"], option
+    assert "--refresh [rows|all]" in got["page"] and "--progress auto|widget|text|none" in got["page"]
+    assert "--on-error isolate|raise" in got["page"] and "--fixtures FILE" in got["page"]
+
+
+def test_refresh_all_pays_again_and_bare_refresh_reuses_receipts(kernel: Kernel) -> None:
+    """--refresh (rows) runs every row again from receipts; --refresh all pays for every call again."""
+    cell = """
+        %%play again --on df --out out6 {}
+        w = await ctx.tool(double, n=row.n + 1000)
+    """
+    kernel.run(cell.format(""))
+    before = kernel.value("len(calls)")
+    got = kernel.run(cell.format("--refresh"))
+    assert got["error"] is None, got["error"]
+    assert kernel.value("(pb.last_run().stats.ok, pb.last_run().stats.reused, len(calls))") == (3, 0, before)
+    got = kernel.run(cell.format("--refresh all"))
+    assert got["error"] is None, got["error"]
+    assert kernel.value("(pb.last_run().stats.ok, len(calls))") == (3, before + 3)
+
+
+def test_on_error_and_progress_reach_the_run(kernel: Kernel) -> None:
+    """--on-error raise stops the cell at the failing row; --progress text writes the bar to stderr, none
+    shows no view at all, and the default shows the widget."""
+    got = kernel.run("""
+        %%play fragile --on df --on-error raise --progress none
+        v = 1 / (row.n - 2)
+    """)
+    assert got["status"] == "error" and "ZeroDivisionError" in str(got["error"])
+    quiet = kernel.run("%%play quiet --on df --out out7 --progress none\nq = row.n\n")
+    assert quiet["error"] is None and quiet["stderr"] == "" and kernel.value("pb.last_run().view") is None
+    text = kernel.run("%%play loud --on df --out out7 --progress text --refresh\nq = row.n\n")
+    assert text["error"] is None and "loud" in text["stderr"] and "ok 3" in text["stderr"]
+    assert kernel.value("type(pb.last_run().view).__name__") == "TextView"
+    kernel.run("%%play shown --on df --out out7\nq = row.n\n")
+    assert kernel.value("type(pb.last_run().view).__name__") == "WidgetView"
+
+
+def test_fixtures_answer_the_calls(kernel: Kernel, tmp_path: Path) -> None:
+    """--fixtures FILE answers tool calls from the file: no call is made, and a call it lacks fails its row."""
+    fixture = tmp_path / "double.jsonl"
+    fixture.write_text('{"tool":"double","input":{"n":1},"output":100,"miss":false,"cost":0.0}\n')
+    before = kernel.value("len(calls)")
+    got = kernel.run(f"""
+        %%play replayed --on df --out out8 --fixtures {fixture}
+        r = await ctx.tool(double, n=row.n)
+    """)
+    assert got["error"] is None, got["error"]
+    assert kernel.value("out8['play_status'].tolist()") == ["ok", "failed", "failed"]
+    assert kernel.value("out8['r'].tolist()[0]") == 100
+    assert "double" in kernel.value("out8['play_error'].tolist()[1]")
+    assert kernel.value("len(calls)") == before
 
 
 def test_background_returns_the_run_at_once_and_the_cell_ends(kernel: Kernel) -> None:
@@ -218,3 +273,19 @@ def test_background_returns_the_run_at_once_and_the_cell_ends(kernel: Kernel) ->
     assert kernel.value("job.wait()['z'].tolist()") == [102, 104, 106]
     assert kernel.value("list(job.result.columns)") == ["n", "z", "play_status", "play_error"]
     assert kernel.value("(job.running, job.stats.ok)") == (False, 3)
+
+
+def test_a_polars_frame_runs_and_comes_back_polars(kernel: Kernel) -> None:
+    """--on a Polars DataFrame runs the cell over its rows and stores a Polars DataFrame."""
+    got = kernel.run("""
+        import polars as pl
+        pdf = pl.DataFrame({"n": [4, 5]})
+    """)
+    assert got["error"] is None, got["error"]
+    got = kernel.run("%%play on_polars --on pdf --out out9 --progress none\nd = await ctx.tool(double, n=row.n)\n")
+    assert got["error"] is None, got["error"]
+    assert kernel.value("(type(out9).__module__.split('.')[0], out9['d'].to_list(), out9['play_status'].to_list())") == (
+        "polars",
+        [8, 10],
+        ["ok", "ok"],
+    )

@@ -432,10 +432,10 @@ def test_a_bad_shared_url_is_rejected_when_the_provider_is_made(url: str) -> Non
 
 
 def test_shared_without_redis_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without redis-py, shared= fails at once with "pip install redis"."""
+    """Without redis-py, shared= fails at once with the line that installs the redis extra."""
     monkeypatch.setitem(sys.modules, "redis", None)
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)
-    with pytest.raises(pb.PlayDefinitionError, match="pip install redis"):
+    with pytest.raises(pb.PlayDefinitionError, match=r'pip install "playbook-df\[redis\]"'):
         pb.Provider("acme", shared="redis://localhost:6379/0")
 
 

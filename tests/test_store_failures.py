@@ -24,13 +24,13 @@ BIG = 4000  # characters per answer: every receipt needs new pages
 
 def _full(store: pb.ReceiptStore) -> None:
     """No room left: the database may not grow past the pages it has."""
-    con = store.connection()
+    con = store.backend.connection()
     (pages,) = con.execute("PRAGMA page_count").fetchone()
     con.execute(f"PRAGMA max_page_count = {pages}")
 
 
 def _room(store: pb.ReceiptStore) -> None:
-    store.connection().execute("PRAGMA max_page_count = 1073741823")
+    store.backend.connection().execute("PRAGMA max_page_count = 1073741823")
 
 
 def _tool(calls: list[int], store: pb.ReceiptStore, *, full_at: int | None = None, room_at: int | None = None) -> pb.Tool:
@@ -151,7 +151,7 @@ def test_lone_surrogates_in_inputs_and_answers_are_stored_and_replayed(store: pb
     async def play(row, ctx):
         return {"s": await ctx.tool(shout, text=row.name), "echo": row.name}
 
-    frame = pd.DataFrame({"name": [odd, "plain", odd + "!"]})
+    frame = pd.DataFrame({"name": pd.Series([odd, "plain", odd + "!"], dtype=object)})  # pyarrow strings refuse surrogates
     first = frame.play.map(play, store=store, progress=False)
     assert first["play_status"].tolist() == ["ok"] * 3
     again = frame.play.map(play, store=store, progress=False)

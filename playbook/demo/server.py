@@ -11,6 +11,7 @@ binds it again, on the same thread and event loop, serving the same state.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from playbook._dist import install_hint
 from playbook.demo.settings import DemoSettings, down_seconds
 from playbook.demo.state import DemoState
 
@@ -37,12 +39,20 @@ def serve(port: int | None = None, host: str = "127.0.0.1", *, clock: Callable[[
     reuse their receipts), else any free port; ``port=0`` always any free port.
     ``settings`` are ``DemoSettings`` fields (rps=..., quota=..., fault_rate=..., ...).
     Use it as a context manager, or call ``.stop()``, to shut it down.
+
+    While ``$PLAYBOOK_FIXTURES`` replays fixtures, no server starts: the stand-in it returns has
+    a URL that goes nowhere and counters at zero (every call is answered from the fixtures).
     """
+    replaying = os.environ.get("PLAYBOOK_FIXTURES")
+    if replaying and os.environ.get("PLAYBOOK_FIXTURES_MODE", "replay") == "replay":
+        from .offline import OfflineDemo
+
+        return OfflineDemo(replaying, DemoSettings.from_kwargs(**settings))  # type: ignore[return-value]  # the same face
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise ImportError(f'the demo provider needs starlette and uvicorn ({exc.name} is missing): pip install "playbook[demo]"') from exc
+        raise ImportError(f"the demo provider needs starlette and uvicorn ({exc.name} is missing): {install_hint('demo')}") from exc
     server = DemoServer(DemoSettings.from_kwargs(**settings), host=host, port=port, clock=clock)
     server._start()
     return server

@@ -27,6 +27,7 @@ import random
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from .._dist import install_hint
 from ..errors import PlayDefinitionError, ToolError
 from ..owners import HOST, dead
 from ..urls import masked
@@ -52,7 +53,7 @@ def _import_redis() -> Any:
         import redis.asyncio
         import redis.exceptions
     except ImportError as exc:
-        raise ImportError("shared= limits need redis-py: pip install redis") from exc
+        raise ImportError(f"shared= limits need redis-py: {install_hint('redis')}") from exc
     return redis
 
 
@@ -69,7 +70,7 @@ class RedisLimiter:
         try:
             self._redis = _import_redis()
         except ImportError as exc:
-            raise PlayDefinitionError(f"Provider {provider!r}: shared={masked(url)!r} needs redis-py: pip install redis") from exc
+            raise PlayDefinitionError(f"Provider {provider!r}: shared={masked(url)!r} needs redis-py: {install_hint('redis')}") from exc
         self.url, self.provider = url, provider
         self._url, self.permit_ttl = _split_options(url, provider)
         try:

@@ -13,8 +13,8 @@ from typing import Any, Literal
 import pandas as pd
 
 from ..errors import PlayDefinitionError
-from ..fixtures import Fixtures, active
 from ..store import ReceiptStore, default_store
+from ..store.fixtures import Fixtures, active
 from ..tools.transport import warn_past_file_limit
 
 __all__ = ["RunOptions"]
@@ -100,7 +100,7 @@ class RunOptions:
         if self.store is None and fixtures is not None and fixtures.mode == "replay":
             return fixtures.store  # a replay leaves nothing in the project's store
         if isinstance(self.store, ReceiptStore):
-            return self.store
+            return self.store.for_thread()
         if self.store is None:
             return default_store()
         return ReceiptStore(self.store)

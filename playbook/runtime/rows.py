@@ -146,8 +146,7 @@ def result_frame(
     if model is not None:
         out = model.frame(filled, frame.index)
     elif any(filled):
-        # pandas-stubs want Mapping[Never, Any] rows, which no dict with keys is: the records are fine.
-        out = pd.DataFrame.from_records(cast(Any, filled), index=frame.index)
+        out = _records(filled, frame.index)
     else:
         out = pd.DataFrame(index=frame.index)
     result = frame.copy()
@@ -155,13 +154,32 @@ def result_frame(
     for col in out.columns:
         if col in inputs:
             values = [o.get(col, v) for o, v in zip(filled, frame[col])]
-            result[col] = pd.Series(values, index=frame.index)
+            result[col] = _series(values, frame.index)
     added = [c for c in out.columns if c not in inputs]
     if added:
         result = pd.concat([result, out[added].set_axis([_label(frame, c) for c in added], axis=1)], axis=1)
     result[_label(frame, "play_status")] = pd.Series(status, index=frame.index, dtype=object)
     result[_label(frame, "play_error")] = pd.Series(errors, index=frame.index, dtype=object)
     return result
+
+
+def _records(rows: list[dict[str, Any]], index: pd.Index) -> pd.DataFrame:
+    """The outputs as columns, with the dtypes pandas infers; a column pandas cannot infer a type
+    for stays as the objects returned.  (With pyarrow installed, pandas stores text as UTF-8, which
+    text holding a lone surrogate is not; the run is paid for, so its result must still come back.)"""
+    try:
+        # pandas-stubs want Mapping[Never, Any] rows, which no dict with keys is: the records are fine.
+        return pd.DataFrame.from_records(cast(Any, rows), index=index)
+    except (UnicodeError, ValueError, TypeError):
+        names = list(dict.fromkeys(name for row in rows for name in row))
+        return pd.DataFrame({name: _series([row.get(name) for row in rows], index) for name in names}, index=index)
+
+
+def _series(values: list[Any], index: pd.Index) -> pd.Series[Any]:
+    try:
+        return pd.Series(values, index=index)
+    except (UnicodeError, ValueError, TypeError):
+        return pd.Series(values, index=index, dtype=object)
 
 
 def _label(frame: pd.DataFrame, name: str) -> Any:

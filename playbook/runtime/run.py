@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 import weakref
 from collections.abc import Callable, Coroutine
 from html import escape
@@ -11,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from .._loop import run_sync, running_loop
+from .._loop import check_blocking, run_sync, running_loop
 from ..errors import PlayDefinitionError
 from ..models import ProviderHold, RunStats
 from ..plays import Play
@@ -22,24 +23,38 @@ from .state import LEG_COLUMNS, RunState
 
 __all__ = ["Run", "begin_background", "execute", "last_run", "start"]
 
-# The latest run: per task (two runs started in concurrent tasks each see their own), else the
-# latest in the process (code outside any task, or a task that started none).  The task's is held
-# weakly: every task and timer the run makes copies the context, and a strong reference there
-# would keep a dropped run alive in a cycle through its own worker tasks.
+# The latest run: per task (two runs started in concurrent tasks each see their own), else per
+# thread (two threads each blocking on map() each see theirs), else the latest in the process (code
+# that started none).  The task's is held weakly: every task and timer the run makes copies the
+# context, and a strong reference there would keep a dropped run alive in a cycle through its own
+# worker tasks.  The thread's is held strongly, as the process's is: one run per thread at most.
 _current: contextvars.ContextVar[weakref.ref[Run] | None] = contextvars.ContextVar("playbook_last_run", default=None)
 _last: Run | None = None
 
 
+class _ThreadRun(threading.local):
+    run: Run | None = None
+
+
+_thread = _ThreadRun()
+
+
 def last_run() -> Run | None:
-    """The run most recently started in this task, else in this process; ``None`` if none."""
+    """The run most recently started in this task, else in this thread, else in this process;
+    ``None`` if none.  Code that starts runs concurrently should keep the ``Run`` each returns."""
+    if _last is None:  # no run yet (or forgotten, as a test's fixture does): no thread has one either
+        return None
     ref = _current.get()
     mine = ref() if ref is not None else None
+    if mine is None:
+        mine = _thread.run
     return mine if mine is not None else _last
 
 
 def _remember(run: Run) -> None:
     global _last
     _last = run
+    _thread.run = run
     if _in_task():
         _current.set(weakref.ref(run))
 
@@ -49,6 +64,10 @@ def _in_task() -> bool:
         return asyncio.current_task() is not None
     except RuntimeError:  # no running loop
         return False
+
+
+_WAIT_INSTEAD = "await df.play.arun(...) without background=True: it returns once the run is done"
+_RETRY_INSTEAD = "await df.play.arun(...) again: a rerun runs the failed and parked rows and reuses the rest"
 
 
 class Run:
@@ -137,6 +156,7 @@ class Run:
     def wait(self) -> pd.DataFrame:
         """Block until a background run finishes; returns the result."""
         if self._task is not None and not self._task.done():
+            check_blocking("run.wait()", _WAIT_INSTEAD)
             run_sync(_await(self._task))
         if self._task is not None and self._task.done() and not self._task.cancelled():
             exc = self._task.exception()
@@ -154,6 +174,8 @@ class Run:
         background if this run was; while a background run goes on, they join it."""
         if not statuses or any(s not in ("failed", "parked") for s in statuses):
             raise PlayDefinitionError(f"retry(statuses={statuses!r}): retry 'failed' and/or 'parked' rows")
+        if self._task is None:
+            check_blocking("run.retry()", _RETRY_INSTEAD)  # before any row is requeued
         again = self._scheduler.requeue(statuses)
         self._result = None
         if self.running:

@@ -24,9 +24,9 @@ from .jobs import Jobs
 from .table import RowTable
 
 if TYPE_CHECKING:
-    from ..fixtures import Fixtures, Recorder, Replay
     from ..providers import Provider
     from ..store import ReceiptStore
+    from ..store.fixtures import Fixtures, Recorder, Replay
 
 __all__ = ["CostBudget", "Landing", "RunScope", "Tickets"]
 

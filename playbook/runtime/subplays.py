@@ -13,7 +13,8 @@ outer play catches it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import PlayDefinitionError
 from ..keys import memo_key, row_key
@@ -25,9 +26,29 @@ from .memos import tools_unchanged, write_memo
 from .rows import Row, output_columns, stored_output
 
 if TYPE_CHECKING:
-    from .context import Context
+    from .scope import RunScope
 
 __all__ = ["run_play"]
+
+
+class Context(Protocol):
+    """The row running a sub-play, as this module needs it (a ``Context``)."""
+
+    @property
+    def scope(self) -> RunScope: ...
+    @property
+    def signal(self) -> BaseException | None: ...
+
+    calls: int
+    cost: float
+    tools: dict[str, str]
+    receipts: list[str]
+
+    def child(self, row_key: str) -> Context: ...
+    def absorb(self, calls: int, cost: float, tools: dict[str, str], receipts: Sequence[str]) -> None: ...
+    def forgotten_await(self, value: Any) -> str: ...
+    def never_awaited(self) -> str | None: ...
+    def close(self) -> None: ...
 
 
 async def run_play(ctx: Context, play: Any, inputs: dict[str, Any]) -> dict[str, Any]:

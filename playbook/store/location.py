@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ReceiptError
+from .db import FILE
 from .protocol import Backend
 
-__all__ = ["home", "is_url", "masked_in", "open_backend"]
+__all__ = ["announcement", "home", "is_url", "masked_in", "open_backend", "project_of"]
 
 _URLS = ("redis://", "rediss://", "unix://")
+_MARKERS = ("pyproject.toml", ".git")  # what makes a folder a project's top
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")  # two letters or more: "C:" is a drive, not a scheme
 
 
@@ -42,9 +45,43 @@ def is_url(location: str | os.PathLike[str]) -> bool:
 
 
 def home() -> Path | str:
-    """``$PLAYBOOK_HOME`` (a directory or a ``redis://`` URL), or ``.playbook`` in the working directory."""
-    where = os.environ.get("PLAYBOOK_HOME") or ".playbook"
-    return where if is_url(where) else Path(where)
+    """Where the default store is: ``$PLAYBOOK_HOME`` (a directory or a ``redis://`` URL), else
+    ``.playbook`` in the project (see :func:`project_of`) of the working directory."""
+    where = os.environ.get("PLAYBOOK_HOME")
+    if where:
+        # Absolute, so the same store is found (and cached as one) after a change of directory.
+        return where if is_url(where) else Path(where).expanduser().absolute()
+    return project_of(Path.cwd())[0] / ".playbook"
+
+
+def project_of(folder: Path) -> tuple[Path, bool]:
+    """The project ``folder`` is in: the nearest folder from ``folder`` up holding ``pyproject.toml``
+    or ``.git`` (a folder, or the file of a worktree or submodule), and True; else ``folder``, False.
+
+    Receipts then follow the project, not the directory a script or notebook was started from:
+    run from ``notebooks/`` or ``scripts/``, a rerun still finds what the first run paid for.  The
+    user's home and the root are never a project: a ``~/.git`` is a dotfiles repository, and a
+    store there would quietly gather the receipts of every folder under it.
+    """
+    never = {Path(folder.anchor)}
+    with contextlib.suppress(RuntimeError, KeyError):  # no home directory to be found
+        never.add(Path.home().resolve())
+    for candidate in (folder, *folder.parents):
+        if candidate in never:
+            break
+        if any((candidate / marker).exists() for marker in _MARKERS):
+            return candidate, True
+    return folder, False
+
+
+def announcement(where: Path | str) -> str | None:
+    """The line to say when the default store is about to be made at ``where``: where it is and why
+    there.  None when it exists already, or when ``$PLAYBOOK_HOME`` named it (the user chose)."""
+    if not isinstance(where, Path) or os.environ.get("PLAYBOOK_HOME") or (where / FILE).exists():
+        return None
+    folder, found = project_of(where.parent)
+    why = f"the project's store, for {folder}" if found else f"no pyproject.toml or .git in {folder} or above it"
+    return f"playbook: keeping receipts in {where} ({why}); pass store= or set $PLAYBOOK_HOME to keep them elsewhere"
 
 
 def open_backend(location: str | os.PathLike[str], *, readonly: bool = False, notify: Callable[[str], None] | None = None) -> Backend:

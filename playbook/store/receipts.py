@@ -20,10 +20,11 @@ import asyncio
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ReceiptError
 from ..tagged import decode, loads
@@ -36,10 +37,9 @@ from .opening import ELSEWHERE as _ELSEWHERE
 from .protocol import Backend, Damaged, Found, StoreFailure
 from .records import OUTPUT_TAGGED, MemoRow, Record, damage, parse_tools
 
-if TYPE_CHECKING:
-    pass
+__all__ = ["MISSING", "ReceiptStore", "home", "is_url", "open_backend"]
 
-__all__ = ["MISSING", "ReceiptStore", "default_store", "home", "is_url", "open_backend"]
+_threads = threading.Lock()
 
 _json_loads = json.loads
 _logger = logging.getLogger("playbook.store")
@@ -63,7 +63,7 @@ MISSING: Any = _Missing()
 class ReceiptStore(Inspection):
     """Durable receipts of tool calls and memos of finished rows.
 
-    ``ReceiptStore()`` uses ``$PLAYBOOK_HOME`` or ``.playbook/`` in the working directory;
+    ``ReceiptStore()`` uses ``$PLAYBOOK_HOME``, else ``.playbook/`` at the top of the project;
     ``ReceiptStore("a/directory")`` an SQLite file there; ``ReceiptStore("redis://host:6379/0")``
     a Redis server that many kernels and machines share; ``ReceiptStore("memory")`` nothing
     durable (tests).  ``readonly=True`` opens an existing store only to look at it (what
@@ -80,6 +80,9 @@ class ReceiptStore(Inspection):
         readonly: bool = False,
     ) -> None:
         where = home() if location is None else location
+        self._opened = (where, readonly)  # for the same store in another thread (see for_thread)
+        self._thread: int | None = None  # the thread that runs on this store
+        self._others: dict[int, ReceiptStore] = {}
         self.location = os.fspath(where)
         # A directory as a Path; a URL as it was given (messages and the CLI show either).
         self.path: Path | str = self.location if is_url(where) else Path(where)
@@ -109,6 +112,26 @@ class ReceiptStore(Inspection):
 
     def __repr__(self) -> str:
         return f"ReceiptStore({self.location!r})"
+
+    def for_thread(self) -> ReceiptStore:
+        """This store for the calling thread: itself in the first thread that runs on it, else one
+        per thread over the same records.  A store batches its work on the loop running it, and
+        each thread blocking on ``map()`` has its own: one object shared by a server's threads
+        would wake the wrong loop and hang."""
+        me = threading.get_ident()
+        with _threads:
+            if self._thread in (None, me):
+                self._thread = me
+                return self
+            other = self._others.get(me)
+            if other is None:
+                other = self._others[me] = ReceiptStore(
+                    self._opened[0], clock=self.clock, lease_ttl=self.leases.ttl, readonly=self._opened[1]
+                )
+                if self._backend.location == "memory":  # nothing else holds its records: share them
+                    other._backend, other._lookup, other._ahead = self._backend, self._backend.lookup, ReadAhead(self._backend)
+                    other.leases = Leases(self._backend, other._io, ttl=self.leases.ttl)
+            return other
 
     @property
     def backend(self) -> Backend:
@@ -369,21 +392,6 @@ class ReceiptStore(Inspection):
             except StoreFailure as exc:
                 raise self._read_error(exc) from None
 
-    def connection(self) -> Any:
-        """This thread's SQLite connection to the store (for tests that make the disk misbehave)."""
-        return self._backend.connection()  # type: ignore[attr-defined]
-
     def close(self) -> None:
         self.settle()  # a remote store's last writes and lease releases, still queued
         self._backend.close()
-
-
-_default: ReceiptStore | None = None
-
-
-def default_store() -> ReceiptStore:
-    """The store under ``$PLAYBOOK_HOME`` (or ``.playbook/``), opened once per location."""
-    global _default
-    if _default is None or _default.location != os.fspath(home()):
-        _default = ReceiptStore()
-    return _default

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._dist import install_hint
 from ..errors import ReceiptError
 from ..urls import masked
 from .protocol import Counts, Damaged, Found, StoreFailure
@@ -90,7 +91,7 @@ class RedisBackend:
             from redis.backoff import ExponentialWithJitterBackoff
             from redis.retry import Retry
         except ImportError:
-            raise ReceiptError("a store on Redis needs the redis package: pip install redis") from None
+            raise ReceiptError(f"a store on Redis needs the redis package: {install_hint('redis')}") from None
         self.location = masked(url)
         self.readonly = readonly
         self._prefix = prefix + ":"

@@ -3,6 +3,7 @@ runtime, which knows nothing of them: the accessor attaches one to each run."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -18,10 +19,14 @@ class Controls(NamedTuple):
     retry: Callable[[str], Any]  # retry the rows with this status: "parked" or "failed"
 
 
-def attach_view(state: RunState, progress: Any, *, background: bool = False, controls: Controls | None = None) -> Any:
+def attach_view(
+    state: RunState, progress: Any, *, background: bool = False, controls: Controls | None = None, awaited: bool = False
+) -> Any:
     """Subscribe the view ``progress`` asks for; returns it (or ``None`` for no view).
 
-    ``"auto"`` (or True) picks the widget inside a Jupyter kernel with ipywidgets, else text.
+    ``"auto"`` picks the widget inside a Jupyter kernel with ipywidgets, else text; for a run that
+    is awaited (``amap``/``arun``), text only when stderr is a terminal.  ``True`` is ``"auto"``,
+    except that an awaited run shows text wherever stderr goes.
     """
     if progress is False:
         return None
@@ -29,6 +34,13 @@ def attach_view(state: RunState, progress: Any, *, background: bool = False, con
         from .widget import WidgetView
 
         return WidgetView(state, background=background, controls=controls)
+    # A blocking map() outside a kernel keeps its text even when stderr is a file: a script run by
+    # cron or CI is watched through its log, and the bar's last state and the summary (rows parked,
+    # providers down) are what someone reads there afterwards; tqdm writes to such logs too.  An
+    # awaited run is a server's or an app's: their stderr is shared by every request and carries
+    # the access log, so a bar per request would garble it; they have the Run's counters instead.
+    if awaited and progress == "auto" and not _is_terminal(sys.stderr):
+        return None
     from .text import TextView
 
     return TextView(state)
@@ -38,3 +50,10 @@ def _in_kernel() -> bool:
     from .widget import in_kernel
 
     return in_kernel()
+
+
+def _is_terminal(file: Any) -> bool:
+    try:
+        return bool(file.isatty())
+    except (AttributeError, ValueError):  # no isatty (a replaced stream), or a closed file
+        return False

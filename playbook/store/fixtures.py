@@ -32,14 +32,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from .errors import PlaybookError, PlayDefinitionError, ToolError
-from .keys import key_text
-from .tagged import decode, dumps, encode
-from .tools.secrets import Secret, mask
+from ..errors import PlaybookError, PlayDefinitionError, ToolError
+from ..keys import key_text
+from ..tagged import decode, dumps, encode
+from ..tools.secrets import Secret, mask
 
 if TYPE_CHECKING:
-    from .store import ReceiptStore
-    from .tools import Tool
+    from ..tools import Tool
+    from .receipts import ReceiptStore
 
 __all__ = ["Fixtures", "Recorder", "Replay", "active", "fixtures"]
 
@@ -110,7 +110,7 @@ class Fixtures:
         replay = self.replay
         assert replay is not None
         if replay.store is None:
-            from .store import ReceiptStore
+            from .receipts import ReceiptStore
 
             replay.store = ReceiptStore("memory")
         return replay.store
@@ -258,24 +258,45 @@ class Recorder:
 
 
 def _read(path: Path) -> dict[str, dict[str, Answer]]:
+    lines = list(_lines(path))
+    try:
+        entries = json.loads("[" + ",".join(lines) + "]")  # one parse: most of reading a large file
+    except ValueError:
+        entries = None
+    if type(entries) is not list:  # find the line at fault
+        for n, line in enumerate(lines, 1):
+            try:
+                json.loads(line)
+            except ValueError as exc:
+                raise PlayDefinitionError(f"fixtures {path}, line {n}: not JSON ({exc}); re-record the file") from None
     answers: dict[str, dict[str, Answer]] = {}
-    for n, line in enumerate(_lines(path), 1):
+    for n, entry in enumerate(entries, 1):
         try:
-            entry = json.loads(line)
+            given = entry["input"]
             # The input in key form, as a receipt key has it: 3 and 3.0 are one input (a NaN
             # elsewhere in a column makes pandas' ints floats), a numpy scalar is its number.
-            given = key_text(decode(entry["input"]))
-            answers.setdefault(entry["tool"], {})[given] = Answer(entry["output"], bool(entry.get("miss", False)))
+            key = key_text(given if _plain(given) else decode(given))
+            answers.setdefault(entry["tool"], {})[key] = Answer(entry["output"], entry["miss"] is True)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
-            raise PlayDefinitionError(f"fixtures {path}, line {n}: not a recorded answer ({exc}); re-record the file") from None
+            raise PlayDefinitionError(f"fixtures {path}, line {n}: not a recorded answer ({exc!r}); re-record the file") from None
     return answers
+
+
+def _plain(value: Any) -> bool:
+    """JSON with no tag in it and no float: already the value it stands for, in key form."""
+    kind = type(value)
+    if kind is dict:
+        return not (len(value) == 1 and next(iter(value))[:1] == "$") and all(map(_plain, value.values()))
+    if kind is list:
+        return all(map(_plain, value))
+    return kind is not float
 
 
 def _lines(path: Path) -> Iterator[str]:
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PlayDefinitionError(f"fixtures {path}: cannot read it ({exc.strerror})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlayDefinitionError(f"fixtures {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
     return (line for line in text.splitlines() if line.strip())
 
 

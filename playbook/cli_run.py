@@ -1,0 +1,291 @@
+"""``python -m playbook run plays.py:enrich --in leads.csv --out enriched.parquet``: a play over a
+file, for scripts, cron and CI.
+
+What a scheduler needs from it: the exit status says how the run went (0 every row ok or reused,
+3 rows failed or parked, 2 a usage error, 1 a fatal run, 130 interrupted, 143 terminated), stdout holds nothing
+but the ``--json`` report, and the output file is either whole or absent.  Everything a user can
+get wrong (the play's file, an option, a file name) is checked before anything is paid for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import importlib
+import importlib.machinery
+import importlib.util
+import inspect
+import json
+import math
+import re
+import signal
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any
+
+import pandas as pd
+
+from .cli_files import NAMES, Fatal, Usage, checked_output, file_format, first_line, need_pyarrow, read_frame, write_frame
+from .errors import PlaybookError, PlayDefinitionError
+from .models import time_of_day
+from .plays import Play
+from .runtime.run import Run, last_run
+from .tools import Tool
+
+__all__ = ["add_parser", "main"]
+
+ERRORS_SHOWN = 5  # failed rows quoted in the summary and in the --json report
+
+_OPTIONS = ("key", "concurrency", "max_cost", "max_wait", "limit", "refresh", "store", "fixtures")  # map()'s, same names
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """The ``run`` subcommand, on the subparsers of ``python -m playbook``."""
+    run = commands.add_parser(
+        "run",
+        parents=[common],
+        help="run a play over a CSV, Parquet or JSON Lines file",
+        description="Run a play over the rows of a file and write the result. Exit status: 0 every row ok or reused, "
+        "3 rows failed or parked (the output holds them), 2 usage error, 1 fatal run, 130 interrupted, 143 terminated.",
+    )
+    run.add_argument("play", metavar="FILE.py:NAME", help="the file that defines the play, and its name (a play, async def or tool)")
+    run.add_argument("--in", dest="source", metavar="FILE", required=True, help=f"the rows to run: {NAMES}")
+    run.add_argument("--out", metavar="FILE", required=True, help="where the result goes (same formats); written whole or not at all")
+    run.add_argument("--key", metavar="COLS", type=_columns, help="comma-separated columns naming a row (default: all its values)")
+    run.add_argument("--concurrency", metavar="N", type=_whole(1), help="rows in flight at once (default: 16)")
+    run.add_argument("--max-cost", metavar="X", type=_amount, help="stop paying past this total cost; the rows that would pass it park")
+    run.add_argument("--max-wait", metavar="S", type=_amount, help="seconds a row may wait on provider holds before it parks")
+    run.add_argument("--limit", metavar="N", type=_whole(0), help="only the first N rows")
+    run.add_argument("--refresh", choices=("rows", "all"), help="rows: run finished rows again (receipts reused); all: pay again")
+    run.add_argument("--fixtures", metavar="FILE", help="answer every tool call from this fixture file (no network)")
+    run.add_argument("--json", action="store_true", help="print a JSON report on stdout (progress and messages stay on stderr)")
+    run.set_defaults(run=None)
+
+
+def _whole(least: int) -> Any:
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"\d+", text.strip()) or int(text) < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, not {text!r}")
+        return int(text)
+
+    return parse
+
+
+def _amount(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, not {text!r}")
+    return value
+
+
+def _columns(text: str) -> list[str]:
+    columns = [c.strip() for c in text.split(",")]
+    if not all(columns):
+        raise argparse.ArgumentTypeError(f"expected column names separated by commas, not {text!r}")
+    return columns
+
+
+# -- the command -------------------------------------------------------------------------
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command; returns the exit status.  With ``--json``, whatever the play prints goes
+    to stderr, so stdout holds the report alone."""
+    report: dict[str, Any] = {"exit_code": None, "output": None, "error": None, "stats": None, "holds": [], "errors": []}
+    stdout, terms = sys.stdout, list[int]()
+    try:
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext(), _terminate_as_interrupt(terms):
+            code = _run(args, report)
+    except Usage as exc:
+        code, report["error"] = 2, str(exc)
+        _say(f"error: {exc}")
+    except Fatal as exc:
+        code, report["error"] = 1, str(exc)
+        _say(f"error: {exc}")
+    except KeyboardInterrupt:  # before the run started (importing, reading) or while writing
+        code, report["error"] = 130, f"interrupted; nothing was written to {args.out}"
+        _say(report["error"])
+    if code == 130 and terms:
+        code = 143  # what a scheduler expects of a job it terminated
+    report["exit_code"] = code
+    if args.json:
+        print(json.dumps(report, default=_plain, ensure_ascii=False), file=stdout, flush=True)
+    return code
+
+
+def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
+    path, name = _target(args.play)
+    source = file_format(args.source, "--in")
+    if not Path(args.source).is_file():
+        raise Usage(f"--in {args.source}: no such file")
+    out = checked_output(args.out)
+    if "Parquet" in (source, out):
+        need_pyarrow("--in" if source == "Parquet" else "--out")
+    play = _load(path, name)
+    frame = read_frame(args.source, source)
+    try:
+        run = frame.play.run(play, progress="text", **_options(args))
+    except PlayDefinitionError as exc:
+        raise Usage(_as_option(str(exc))) from None
+    except PlaybookError as exc:  # bad credentials, no credit, a store that cannot be opened
+        _record(report, last_run())
+        raise Fatal(f"{exc}. Nothing was written to {args.out}; what was paid for is saved, so a rerun pays only for the rest") from None
+    except KeyboardInterrupt:
+        partial = last_run()
+        _record(report, partial)
+        done = "" if partial is None else f"{partial.stats.ok + partial.stats.reused:,} of {partial.stats.total:,} rows finished; "
+        report["error"] = (
+            f"interrupted: {done}nothing was written to {args.out}; a rerun resumes (finished rows are reused, no call is paid twice)"
+        )
+        _say(report["error"])
+        return 130
+    _record(report, run)
+    result = run.result
+    write_frame(result, args.out, out)
+    report["output"] = args.out
+    s = run.stats
+    code = 3 if s.failed or s.parked or s.skipped else 0
+    for line in _summary(run, len(result), args.out, code):
+        _say(line, prefix="")
+    return code
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """map()'s options, as given (map checks them again and names the one at fault)."""
+    given = {name: getattr(args, name, None) for name in _OPTIONS}
+    given["refresh"] = {"rows": "rows", "all": True}.get(args.refresh)
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _as_option(message: str) -> str:
+    """map()'s message names its option (``key=['x']: ...``); say which command-line option that is."""
+    name = message.partition("=")[0]
+    return f"--{name.replace('_', '-')}: {message}" if name in _OPTIONS else message
+
+
+def _record(report: dict[str, Any], run: Run | None) -> None:
+    if run is None:
+        return
+    report["stats"] = run.stats.model_dump()
+    report["holds"] = [hold.model_dump() for hold in run.holds]
+    report["errors"] = run.errors.head(ERRORS_SHOWN).to_dict("records")
+
+
+def _summary(run: Run, rows: int, out: str, code: int) -> list[str]:
+    """Where the result is and what to do next, under the run's own summary (the text view's)."""
+    s = run.stats
+    lines = [f"wrote {_rows(rows)} to {out}"]
+    if s.failed:
+        lines.append(f"{_rows(s.failed)} failed (play_status 'failed', the message in play_error); the first:")
+        lines += [f"  row {e['row']}: {first_line(e['error'])}" for e in run.errors.head(ERRORS_SHOWN).to_dict("records")]
+    if s.parked:
+        parked = run.parked
+        for provider, group in parked.groupby(parked["provider"].fillna("budget"), sort=False):
+            until = group["ready_at"].max()
+            when = "" if pd.isna(until) else f" until {time_of_day(until.timestamp())}"
+            why = "the budget (--max-cost) ran out" if provider == "budget" else f"provider {provider!r} holds them{when}"
+            lines.append(f"{_rows(len(group))} parked: {why}")
+    if code:
+        lines.append("a rerun of the same command runs the rows that did not finish; the others are reused, and no call is paid twice")
+    return lines
+
+
+def _rows(n: int) -> str:
+    return f"{n:,} row" if n == 1 else f"{n:,} rows"
+
+
+def _say(text: str, *, prefix: str = "playbook: ") -> None:
+    print(prefix + text, file=sys.stderr, flush=True)
+
+
+def _plain(value: Any) -> Any:
+    """What json.dumps cannot write: numpy scalars as numbers, anything else (a Timestamp row label) as text."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt(terms: list[int]) -> Iterator[None]:
+    """SIGTERM (a CI job cancelled, a container stopped, ``timeout``) stops the run as Ctrl-C does,
+    so calls in flight land their receipts instead of being paid for and lost; ``terms`` notes it."""
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        terms.append(signum)
+        signal.raise_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- the play ----------------------------------------------------------------------------
+
+
+def _target(spec: str) -> tuple[Path, str]:
+    text, colon, name = spec.rpartition(":")
+    if not colon:
+        raise Usage(f"{spec!r}: name the play to run after a colon, e.g. {spec}:enrich")
+    if not name.isidentifier():
+        raise Usage(f"{spec!r}: {name!r} is not a Python name; expected FILE.py:NAME, e.g. plays.py:enrich")
+    path = Path(text)
+    if not path.is_file():
+        raise Usage(f"{spec!r}: no such file {text!r}")
+    return path.resolve(), name
+
+
+def _load(path: Path, name: str) -> Any:
+    """The play ``name`` of the file at ``path``, imported as a module of its own; its folder goes
+    on sys.path, so the modules beside it import as they do when it runs as a script."""
+    module_name = "playbook_plays_" + re.sub(r"\W", "_", path.stem)
+    loader = importlib.machinery.SourceFileLoader(module_name, str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(module_name, loader))  # type: ignore[arg-type]
+    sys.modules[module_name] = module  # dataclasses and pydantic look their module up there
+    sys.path.insert(0, str(path.parent))
+    try:
+        loader.exec_module(module)
+    except SyntaxError as exc:  # raised while compiling: no frame of the file to show, its line is in the message
+        sys.stderr.write("".join(traceback.format_exception_only(exc)))
+        raise Usage(f"{path.name}, line {exc.lineno}: {type(exc).__name__}: {exc.msg}") from None
+    except (Exception, SystemExit) as exc:
+        sys.stderr.write("".join(_user_traceback(exc, path)))
+        raise Usage(f"importing {path.name} raised {type(exc).__name__} (the traceback above)") from None
+    if not hasattr(module, name):
+        raise Usage(f"{path.name} has no {name!r}{_defined(module, name)}")
+    found = getattr(module, name)
+    if not (isinstance(found, (Play, Tool)) or callable(found)):
+        raise Usage(f"{path.name}: {name} = {found!r:.60} is not a play, async def or tool{_defined(module, name)}")
+    return found
+
+
+def _user_traceback(exc: BaseException, path: Path) -> list[str]:
+    """The traceback from the user's file down: the frames of the import machinery are not theirs."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != str(path):
+        tb = tb.tb_next
+    return traceback.format_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
+
+
+def _defined(module: ModuleType, name: str) -> str:
+    """The plays, async functions and tools a module defines, for the error that names none of them."""
+    found = {}
+    for attr, value in vars(module).items():
+        if attr.startswith("_"):
+            continue
+        if isinstance(value, (Play, Tool)):
+            found[attr] = "tool" if isinstance(value, Tool) else "play"
+        elif inspect.iscoroutinefunction(value) and getattr(value, "__module__", None) == module.__name__:
+            found[attr] = "async def"
+    if not found:
+        return "; it defines no play, async def or tool"
+    near = difflib.get_close_matches(name, found, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return hint + "; it defines: " + ", ".join(f"{attr} ({kind})" for attr, kind in found.items())

@@ -1,0 +1,326 @@
+"""``pl.DataFrame.play``: ``map``, ``run``, ``amap`` and ``arun`` on a Polars frame, returning Polars.
+
+The run itself is the pandas one (:class:`~playbook.accessor.PlayAccessor`); this module only
+converts on the way in and on the way out:
+
+- **In.**  Each column goes over as the Python values Polars gives (``df.rows()``): a play sees an
+  int or ``None`` in an int column with nulls (not a float), a ``datetime`` with its zone, a
+  ``date``, a ``Decimal``, a list, a dict for a struct, a str for a categorical.  These are the
+  values an equal pandas frame gives a play too, so a row has the same identity either way, and a
+  user who switches library reuses the receipts and row memos already paid for.
+- **Out.**  Input columns the play did not replace are the original Polars columns, dtypes and
+  all.  Every other column is typed when Polars gives back exactly the values the run returned;
+  otherwise (mixed types, dicts with different keys, objects Polars has no type for) it is an
+  ``Object`` column holding them as they are.  Converting never fails: the calls are paid for.
+
+``import playbook`` does not import Polars (about 0.2 s, a fifth more, for every user): the
+namespace is registered at once if Polars is imported already, else when it is (:class:`_WhenPolarsLoads`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import os
+import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
+
+import pandas as pd
+
+from .accessor import PlayAccessor
+from .errors import PlayDefinitionError
+from .models import ProviderHold, RunStats
+from .polars_convert import frames, to_polars, whole_frame
+from .runtime import Run, RunState
+from .store import ReceiptStore
+from .store.fixtures import Fixtures
+
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = ["PolarsPlay", "PolarsRun"]
+
+
+class PolarsPlay:
+    """``df.play.map(play)`` → Polars DataFrame; ``df.play.run(play)`` → :class:`PolarsRun`."""
+
+    def __init__(self, frame: pl.DataFrame) -> None:
+        self._frame = frame
+
+    def map(
+        self,
+        play: Any,
+        *,
+        concurrency: int = 16,
+        on_error: Literal["isolate", "raise"] = "isolate",
+        refresh: bool | Literal["rows"] = False,
+        max_cost: float | None = None,
+        limit: int | None = None,
+        key: str | Sequence[str] | None = None,
+        progress: Literal["auto", "widget", "text"] | bool = "auto",
+        store: ReceiptStore | str | os.PathLike[str] | None = None,
+        max_wait: float | None = None,
+        fixtures: Fixtures | str | os.PathLike[str] | None = None,
+        **unknown: Any,
+    ) -> pl.DataFrame:
+        # The docstring is the pandas accessor's (set below the class): one text for both.
+        options = _options(locals())
+        rows, sent = frames(self._frame, limit)
+        return to_polars(PlayAccessor(sent).map(play, **options), rows, sent)
+
+    def run(
+        self,
+        play: Any,
+        *,
+        concurrency: int = 16,
+        on_error: Literal["isolate", "raise"] = "isolate",
+        refresh: bool | Literal["rows"] = False,
+        max_cost: float | None = None,
+        limit: int | None = None,
+        key: str | Sequence[str] | None = None,
+        progress: Literal["auto", "widget", "text"] | bool = "auto",
+        background: bool = False,
+        store: ReceiptStore | str | os.PathLike[str] | None = None,
+        max_wait: float | None = None,
+        fixtures: Fixtures | str | os.PathLike[str] | None = None,
+        **unknown: Any,
+    ) -> PolarsRun:
+        """Run ``play`` and return the :class:`PolarsRun`; with ``background=True``, return at once
+        (the run goes on in the kernel's loop).  The other options are :meth:`map`'s."""
+        options = _options(locals())
+        rows, sent = frames(self._frame, limit)
+        return PolarsRun(PlayAccessor(sent).run(play, **options), rows, sent)
+
+    async def amap(
+        self,
+        play: Any,
+        *,
+        concurrency: int = 16,
+        on_error: Literal["isolate", "raise"] = "isolate",
+        refresh: bool | Literal["rows"] = False,
+        max_cost: float | None = None,
+        limit: int | None = None,
+        key: str | Sequence[str] | None = None,
+        progress: Literal["auto", "widget", "text"] | bool = "auto",
+        store: ReceiptStore | str | os.PathLike[str] | None = None,
+        max_wait: float | None = None,
+        fixtures: Fixtures | str | os.PathLike[str] | None = None,
+        **unknown: Any,
+    ) -> pl.DataFrame:
+        """Async form of :meth:`map` (the same options)."""
+        options = _options(locals())
+        rows, sent = frames(self._frame, limit)
+        return to_polars(await PlayAccessor(sent).amap(play, **options), rows, sent)
+
+    async def arun(
+        self,
+        play: Any,
+        *,
+        concurrency: int = 16,
+        on_error: Literal["isolate", "raise"] = "isolate",
+        refresh: bool | Literal["rows"] = False,
+        max_cost: float | None = None,
+        limit: int | None = None,
+        key: str | Sequence[str] | None = None,
+        progress: Literal["auto", "widget", "text"] | bool = "auto",
+        background: bool = False,
+        store: ReceiptStore | str | os.PathLike[str] | None = None,
+        max_wait: float | None = None,
+        fixtures: Fixtures | str | os.PathLike[str] | None = None,
+        **unknown: Any,
+    ) -> PolarsRun:
+        """Async form of :meth:`run` (the same options)."""
+        options = _options(locals())
+        rows, sent = frames(self._frame, limit)
+        return PolarsRun(await PlayAccessor(sent).arun(play, **options), rows, sent)
+
+
+PolarsPlay.map.__doc__ = (PlayAccessor.map.__doc__ or "").replace("the result DataFrame", "the result as a Polars DataFrame")
+
+
+class _LazyPlay:
+    """``lazy_frame.play``: a LazyFrame has no rows until it is collected, so say so."""
+
+    def __init__(self, frame: pl.LazyFrame) -> None:
+        self._frame = frame
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in ("map", "run", "amap", "arun"):
+            raise AttributeError(name)  # hasattr() and IPython's probing must see a plain "no"
+        raise PlayDefinitionError(
+            f"play.{name}() runs over rows, and a LazyFrame has none until it is collected: "
+            f"call .collect() first, e.g. lf.collect().play.{name}(...)"
+        )
+
+
+class PolarsRun:
+    """A :class:`playbook.Run` over a Polars frame: ``.result``, ``.wait()``, ``.errors``,
+    ``.parked`` and ``.waterfalls`` are Polars frames; the rest is the run's own.
+
+    ``.pandas`` is the underlying :class:`playbook.Run` (with pandas frames); it is also what
+    ``pb.last_run()`` returns.
+    """
+
+    __slots__ = ("_converted", "_rows", "_sent", "pandas")
+
+    def __init__(self, run: Run, rows: pl.DataFrame, sent: pd.DataFrame) -> None:
+        self.pandas = run
+        self._rows = rows  # the Polars rows that ran (after limit)
+        self._sent = sent  # and the pandas frame they ran as
+        self._converted: tuple[pd.DataFrame, pl.DataFrame] | None = None
+
+    def __repr__(self) -> str:
+        return "<Polars" + repr(self.pandas).removeprefix("<")
+
+    def _repr_html_(self) -> str:
+        return self.pandas._repr_html_()
+
+    @property
+    def result(self) -> pl.DataFrame:
+        """The result so far: input rows, output columns, ``play_status``, ``play_error``."""
+        frame = self.pandas.result
+        # A finished run hands back the same pandas frame each time: convert it once.
+        if self._converted is None or self._converted[0] is not frame:
+            self._converted = (frame, to_polars(frame, self._rows, self._sent))
+        return self._converted[1]
+
+    def wait(self) -> pl.DataFrame:
+        """Block until a background run finishes; returns the result."""
+        self.pandas.wait()
+        return self.result
+
+    def stop(self) -> None:
+        """Stop starting rows (see :meth:`playbook.Run.stop`)."""
+        self.pandas.stop()
+
+    def retry(self, *, statuses: tuple[str, ...] = ("failed", "parked")) -> PolarsRun:
+        """Run the failed and parked rows again (see :meth:`playbook.Run.retry`)."""
+        self.pandas.retry(statuses=statuses)
+        return self
+
+    @property
+    def run_id(self) -> str:
+        return self.pandas.run_id
+
+    @property
+    def running(self) -> bool:
+        return self.pandas.running
+
+    @property
+    def state(self) -> RunState:
+        return self.pandas.state
+
+    @property
+    def stats(self) -> RunStats:
+        return self.pandas.stats
+
+    @property
+    def holds(self) -> list[ProviderHold]:
+        return self.pandas.holds
+
+    @property
+    def notices(self) -> list[str]:
+        return self.pandas.notices
+
+    @property
+    def view(self) -> Any:
+        return self.pandas.view
+
+    @property
+    def errors(self) -> pl.DataFrame:
+        """Failed rows: position (``row`` and ``position`` alike), error message."""
+        return whole_frame(self.pandas.errors)
+
+    @property
+    def parked(self) -> pl.DataFrame:
+        """Parked rows: position, why, the provider, when it expects to take calls again, the message."""
+        return whole_frame(self.pandas.parked)
+
+    @property
+    def waterfalls(self) -> pl.DataFrame:
+        """Per waterfall leg: hits, misses, unavailable, errors and how often it was never reached."""
+        return whole_frame(self.pandas.waterfalls)
+
+
+# -- conversion ------------------------------------------------------------------------
+
+
+def _options(given: dict[str, Any]) -> dict[str, Any]:
+    """The options a method was called with, unknown ones included (the pandas accessor names those)."""
+    options = {name: value for name, value in given.items() if name not in ("self", "play", "unknown")}
+    return {**options, **given["unknown"]}
+
+
+# -- registration ----------------------------------------------------------------------
+
+_registered = False
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    import polars as pl
+
+    pl.api.register_dataframe_namespace("play")(PolarsPlay)
+    pl.api.register_lazyframe_namespace("play")(_LazyPlay)
+    _registered = True
+    sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _WhenPolarsLoads)]
+
+
+class _WhenPolarsLoads(importlib.abc.MetaPathFinder):
+    """Registers the namespace right after ``polars`` is first imported.
+
+    Why a finder: Polars has no plugin hook, and importing it ourselves costs every playbook
+    user its import time.  This finder answers only for ``polars``: it asks the finders behind it
+    for the real spec and wraps the loader so that, once Polars' own module has run, the namespace
+    is registered, the original loader put back and this finder removed.  It stays until then: a
+    bare ``importlib.util.find_spec("polars")`` (libraries probe for optional packages that way)
+    loads nothing, and a ``pip install polars`` in a running kernel is still seen.
+    """
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
+        if fullname != "polars":
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec: ModuleSpec | None = find(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _ThenRegister(spec.loader)
+                return spec
+        return None
+
+
+class _ThenRegister(importlib.abc.Loader):
+    """Polars' loader, which registers the namespace after Polars has loaded."""
+
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self.loader = loader
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)  # resource readers and the like are the real loader's
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        module.__loader__ = self.loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        _register()
+
+
+def _install() -> None:
+    if sys.modules.get("polars") is not None:  # None: an import of it is blocked on purpose
+        _register()
+    elif not any(isinstance(finder, _WhenPolarsLoads) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _WhenPolarsLoads())
+
+
+_install()

@@ -1,0 +1,272 @@
+"""`python -m playbook run FILE.py:play --in ... --out ...`, run for real in subprocesses against the
+demo provider: formats, reruns that pay nothing, exit codes, --json, Ctrl-C and SIGTERM."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import playbook as pb
+from playbook.cli_files import PARQUET_INSTALL
+
+PLAYS = """
+import asyncio, os
+import playbook as pb
+
+acme = pb.Provider("acme", concurrency=8)
+find_email = pb.http_tool(
+    "acme.email", provider=acme, method="GET", url=os.environ["DEMO_URL"] + "/v1/email",
+    params={"domain": "{domain}", "first": "{first}"},
+    headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+    pick="email", miss_status=(404,), cost=1.0,
+)
+
+@pb.play
+async def enrich(row, ctx):
+    return {"email": await ctx.tool(find_email, domain=row.domain, first=row.first), "size": len(row.domain)}
+
+@pb.play
+async def picky(row, ctx):
+    print("looking at", row.domain)  # with --json, stdout is the report's alone: this goes to stderr
+    if row.n % 3 == 0:
+        raise ValueError(f"no match for {row.domain}")
+    return {"email": await ctx.tool(find_email, domain=row.domain, first=row.first)}
+
+@pb.play
+async def mixed(row, ctx):
+    return {"info": {"n": row.n} if row.n % 2 else "none"}
+
+@pb.tool
+async def slow(n: int) -> int:
+    open(os.environ["STARTED"], "a").close()
+    await asyncio.sleep(0.2)  # 12 rows one at a time: 2.4 s for the test to catch it mid-run
+    return n
+"""
+
+START_TIMEOUT = 60.0  # seconds a subprocess may take to get going on a loaded machine
+
+
+@pytest.fixture
+def work(tmp_path: Path, demo: pb.demo.DemoServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder with plays.py (reading the demo's URL from $DEMO_URL) and leads.csv of 12 distinct rows."""
+    monkeypatch.setenv("DEMO_URL", demo.url)
+    (tmp_path / "plays.py").write_text(PLAYS)
+    _leads(12).to_csv(tmp_path / "leads.csv", index=False)
+    return tmp_path
+
+
+def _leads(rows: int) -> pd.DataFrame:
+    return pd.DataFrame({"n": range(rows), "domain": [f"d{i}.example.com" for i in range(rows)], "first": [f"p{i}" for i in range(rows)]})
+
+
+def _args(work: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "playbook", "run", *args, "--store", str(work / "store")]
+
+
+def cli(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_args(work, *args), cwd=work, capture_output=True, text=True, timeout=120)
+
+
+def cli_many(work: Path, cases: list[tuple[list[str], dict[str, str]]]) -> list[subprocess.CompletedProcess[str]]:
+    """Run several commands at once (each pays the interpreter's start-up; together they overlap)."""
+    procs = [
+        subprocess.Popen(_args(work, *args), cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+        for args, env in cases
+    ]
+    done = []
+    for (args, _), proc in zip(cases, procs):
+        out, err = proc.communicate(timeout=120)
+        done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    return done
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as plain dicts, every missing value as None (files spell it NaN, None or nothing)."""
+    return [{k: None if pd.isna(v) else v for k, v in row.items()} for row in frame.astype(object).to_dict("records")]
+
+
+def _python_map(work: Path, name: str) -> pd.DataFrame:
+    """The same play run by map() in this process, on a store of its own."""
+    spec = importlib.util.spec_from_file_location("plays_for_test", work / "plays.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return pd.read_csv(work / "leads.csv").play.map(getattr(module, name), store=work / "python-store", progress=False)
+
+
+def _leftovers(work: Path) -> list[str]:
+    return [p.name for p in work.iterdir() if p.name.startswith(".")]
+
+
+def test_csv_to_parquet_matches_map_and_a_rerun_to_jsonl_pays_nothing(work: Path, demo: pb.demo.DemoServer) -> None:
+    """CSV in, Parquet out holds what map() returns from Python; the rerun (JSON Lines out) reuses every row, pays 0, exits 0."""
+    expected = _python_map(work, "enrich")
+    assert demo.stats()["requests"] == 12
+
+    first = cli(work, "plays.py:enrich", "--in", "leads.csv", "--out", "out.parquet")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == ""
+    assert demo.stats()["requests"] == 24
+    back = pd.read_parquet(work / "out.parquet")
+    assert list(back.columns) == list(expected.columns) == ["n", "domain", "first", "email", "size", "play_status", "play_error"]
+    assert _records(back) == _records(expected)
+    assert "wrote 12 rows to out.parquet" in first.stderr
+
+    again = cli(work, "plays.py:enrich", "--in", "leads.csv", "--out", "out.jsonl")
+    assert again.returncode == 0, again.stderr
+    assert demo.stats()["requests"] == 24
+    lines = pd.read_json(work / "out.jsonl", lines=True)
+    assert list(lines["play_status"]) == ["reused"] * 12
+    assert _records(lines.drop(columns="play_status")) == _records(expected.drop(columns="play_status"))
+    assert _leftovers(work) == []
+
+
+def test_failed_rows_exit_3_with_the_output_written_and_the_json_report(work: Path) -> None:
+    """Rows that raise: exit 3, the output holds them with their errors, and --json prints one object that
+    matches the file (stats, output path, exit code, first errors); progress stays on stderr."""
+    done = cli(work, "plays.py:picky", "--in", "leads.csv", "--out", "out.csv.gz", "--json")
+    assert done.returncode == 3, done.stderr
+    report = json.loads(done.stdout)
+    out = pd.read_csv(work / "out.csv.gz")
+    failed = out[out["play_status"] == "failed"]
+    assert list(failed["n"]) == [0, 3, 6, 9]
+    assert all(error.startswith("ValueError: no match for d") for error in failed["play_error"])
+    assert report["exit_code"] == 3 and report["output"] == "out.csv.gz" and report["error"] is None
+    stats = report["stats"]
+    assert (stats["total"], stats["ok"], stats["failed"], stats["parked"], stats["reused"]) == (12, 8, 4, 0, 0)
+    assert stats["calls_executed"] == 8 and stats["cost_spent"] == 8.0
+    assert [e["row"] for e in report["errors"]] == [0, 3, 6, 9]
+    assert [e["error"] for e in report["errors"]] == list(failed["play_error"])
+    assert "4 rows failed" in done.stderr and "no match for d0.example.com" in done.stderr
+    assert "looking at d11.example.com" in done.stderr
+
+
+def test_bad_credentials_and_an_unwritable_result_exit_1_and_write_nothing(work: Path, demo: pb.demo.DemoServer) -> None:
+    """A 401 stops the run (exit 1, one line naming the provider and status); a result Parquet cannot hold
+    exits 1 saying the receipts are saved; neither leaves an output or a temporary file."""
+    refused, mixed = cli_many(
+        work,
+        [
+            (["plays.py:enrich", "--in", "leads.csv", "--out", "refused.parquet"], {"DEMO_API_KEY": "not-the-key"}),
+            (["plays.py:mixed", "--in", "leads.csv", "--out", "mixed.parquet"], {}),
+        ],
+    )
+    assert refused.returncode == 1 and refused.stdout == ""
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("playbook: ")]
+    assert "401" in line and "'acme'" in line and "refused.parquet" in line
+    assert "Traceback" not in refused.stderr
+    assert set(demo.stats()["by_status"]) == {"401"}
+
+    assert mixed.returncode == 1
+    (line,) = [line for line in mixed.stderr.splitlines() if line.startswith("playbook: ")]
+    assert "column info" in line and "receipts are saved" in line and ".jsonl" in line
+    assert not (work / "refused.parquet").exists() and not (work / "mixed.parquet").exists()
+    assert _leftovers(work) == []
+
+
+def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Path, demo: pb.demo.DemoServer) -> None:
+    """A missing file, play or `:name`, a broken plays file (its own traceback only), an unknown format,
+    a missing input, Parquet without pyarrow and bad option values: exit 2, and no call is made."""
+    (work / "broken.py").write_text("import playbook as pb\n  x = 1\n")
+    (work / "raises.py").write_text("import os\n\nCONFIG = os.environ['NO_SUCH_SETTING_HERE']\n")
+    (work / "no_pyarrow").mkdir()
+    (work / "no_pyarrow" / "pyarrow.py").write_text("raise ImportError('No module named pyarrow')\n")
+    run = ["--in", "leads.csv", "--out", "out.csv"]
+    cases: list[tuple[list[str], list[str], dict[str, str]]] = [
+        (["plays.py", *run], ["after a colon", "plays.py:enrich"], {}),
+        (["missing.py:enrich", *run], ["no such file", "missing.py"], {}),
+        (["plays.py:enrih", *run], ["'enrih'", "did you mean 'enrich'", "picky (play)", "slow (tool)"], {}),
+        (["broken.py:x", *run], ["broken.py, line 2", "IndentationError"], {}),
+        (["raises.py:x", *run], ["raises.py", "KeyError"], {}),
+        (["plays.py:enrich", "--in", "leads.csv", "--out", "out.xlsx"], ["--out out.xlsx", "unknown format"], {}),
+        (["plays.py:enrich", "--in", "nowhere.csv", "--out", "out.csv"], ["--in nowhere.csv", "no such file"], {}),
+        (
+            ["plays.py:enrich", "--in", "leads.csv", "--out", "out.parquet"],
+            ["--out", PARQUET_INSTALL],
+            {"PYTHONPATH": str(work / "no_pyarrow")},
+        ),
+        (["plays.py:enrich", *run, "--concurrency", "0"], ["--concurrency", "'0'"], {}),
+        (["plays.py:enrich", *run, "--max-cost", "abc"], ["--max-cost", "'abc'"], {}),
+        (["plays.py:enrich", *run, "--key", "domain,nope"], ["--key", "'nope'"], {}),
+    ]
+    results = cli_many(work, [(args, env) for args, _, env in cases])
+    for (args, words, _), done in zip(cases, results):
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stdout == ""
+        last = done.stderr.splitlines()[-1]
+        for word in words:
+            assert word in (done.stderr if args[0] == "raises.py:x" else last), (args, done.stderr)
+        if args[0] != "raises.py:x":  # the user's own traceback is the one exception to one line
+            assert "Traceback" not in done.stderr, (args, done.stderr)
+    raised = results[4].stderr
+    assert 'raises.py", line 3, in <module>' in raised and "importlib" not in raised and "cli_run" not in raised
+    assert demo.stats()["requests"] == 0
+    assert not (work / "out.csv").exists() and not (work / "store").exists()
+
+
+def test_ctrl_c_or_sigterm_writes_nothing_and_the_rerun_pays_each_call_once(work: Path, demo: pb.demo.DemoServer) -> None:
+    """SIGINT mid-run: calls in flight land, exit 130, no output file, stderr says how far it got; the
+    rerun finishes and the demo has answered exactly one request per distinct call.  SIGTERM (a
+    cancelled CI job) winds a run down the same way and exits 143."""
+    _leads(40).to_csv(work / "many.csv", index=False)
+    demo.configure(latency=0.3)
+    started = work / "started"
+    interrupted, terminated = (
+        subprocess.Popen(_args(work, *args), cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for args, env in [
+            (["plays.py:enrich", "--in", "many.csv", "--out", "many.parquet", "--concurrency", "4"], None),
+            (
+                ["plays.py:slow", "--in", "leads.csv", "--out", "slow.csv", "--concurrency", "1", "--json"],
+                {**os.environ, "STARTED": str(started)},
+            ),
+        ]
+    )
+    _signal_when_under_way(
+        [(interrupted, lambda: demo.stats()["requests"] >= 4, signal.SIGINT), (terminated, started.exists, signal.SIGTERM)]
+    )
+
+    out, err = interrupted.communicate(timeout=60)
+    assert interrupted.returncode == 130, err
+    assert out == "" and not (work / "many.parquet").exists()
+    assert "interrupted: " in err and "nothing was written to many.parquet" in err and "a rerun resumes" in err
+    assert demo.stats()["requests"] < 40
+    out, err = terminated.communicate(timeout=60)
+    assert terminated.returncode == 143, err
+    report = json.loads(out)
+    assert report["exit_code"] == 143 and report["output"] is None and report["stats"]["skipped"] > 0
+    assert not (work / "slow.csv").exists() and _leftovers(work) == []
+
+    demo.configure(latency=0.0)
+    rerun = cli(work, "plays.py:enrich", "--in", "many.csv", "--out", "many.parquet")
+    assert rerun.returncode == 0, rerun.stderr
+    assert demo.stats()["requests"] == 40
+    assert demo.stats()["duplicate_idempotency_keys"] == 0
+    assert set(pd.read_parquet(work / "many.parquet")["play_status"]) <= {"ok", "reused"}
+
+
+def _signal_when_under_way(waiting: list[tuple[subprocess.Popen[str], Any, signal.Signals]]) -> None:
+    """Send each process its signal as soon as its run is under way (``ready()``); fail if one
+    ended first or never got there."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while waiting:
+        for proc, ready, signum in list(waiting):
+            if ready():
+                proc.send_signal(signum)
+                waiting.remove((proc, ready, signum))
+            elif proc.poll() is not None:
+                pytest.fail(f"the run ended before it was interrupted: {proc.communicate()[1]}")
+        if time.monotonic() > deadline:
+            for proc, _, _ in waiting:
+                proc.kill()
+            pytest.fail("the run did not start")
+        time.sleep(0.01)
