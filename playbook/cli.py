@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cli_run
+from .argtypes import whole
 from .errors import PlaybookError
 from .store import FILE, ReceiptStore, home, is_url
 from .store.records import Record
@@ -85,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     tool.add_argument("--tool", metavar="NAME", help="only this tool's receipts")
 
     list_ = sub.add_parser("list", parents=[common, tool], help="one line per receipt, oldest first")
-    list_.add_argument("--limit", metavar="N", type=_count, default=50, help="show at most N (default: 50; 0: all)")
+    list_.add_argument("--limit", metavar="N", type=whole(0), default=50, help="show at most N (default: 50; 0: all)")
     list_.set_defaults(run=_list)
 
     clear = sub.add_parser("clear", parents=[common, tool], help="remove one tool's receipts, or everything (receipts and row memos)")
@@ -96,12 +97,6 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     export.set_defaults(run=_export)
     return parser
-
-
-def _count(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text!r}")
-    return int(text)
 
 
 # -- commands ----------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import importlib.machinery
 import importlib.util
 import inspect
 import json
-import math
 import re
 import signal
 import sys
@@ -29,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from .argtypes import amount, whole
 from .cli_files import NAMES, Fatal, Usage, checked_output, file_format, first_line, need_pyarrow, read_frame, write_frame
 from .errors import PlaybookError, PlayDefinitionError
 from .models import time_of_day
@@ -56,33 +56,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--in", dest="source", metavar="FILE", required=True, help=f"the rows to run: {NAMES}")
     run.add_argument("--out", metavar="FILE", required=True, help="where the result goes (same formats); written whole or not at all")
     run.add_argument("--key", metavar="COLS", type=_columns, help="comma-separated columns naming a row (default: all its values)")
-    run.add_argument("--concurrency", metavar="N", type=_whole(1), help="rows in flight at once (default: 16)")
-    run.add_argument("--max-cost", metavar="X", type=_amount, help="stop paying past this total cost; the rows that would pass it park")
-    run.add_argument("--max-wait", metavar="S", type=_amount, help="seconds a row may wait on provider holds before it parks")
-    run.add_argument("--limit", metavar="N", type=_whole(0), help="only the first N rows")
+    run.add_argument("--concurrency", metavar="N", type=whole(1), help="rows in flight at once (default: 16)")
+    run.add_argument("--max-cost", metavar="X", type=amount, help="stop paying past this total cost; the rows that would pass it park")
+    run.add_argument("--max-wait", metavar="S", type=amount, help="seconds a row may wait on provider holds before it parks")
+    run.add_argument("--limit", metavar="N", type=whole(0), help="only the first N rows")
     run.add_argument("--refresh", choices=("rows", "all"), help="rows: run finished rows again (receipts reused); all: pay again")
     run.add_argument("--fixtures", metavar="FILE", help="answer every tool call from this fixture file (no network)")
     run.add_argument("--json", action="store_true", help="print a JSON report on stdout (progress and messages stay on stderr)")
     run.set_defaults(run=None)
-
-
-def _whole(least: int) -> Any:
-    def parse(text: str) -> int:
-        if not re.fullmatch(r"\d+", text.strip()) or int(text) < least:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, not {text!r}")
-        return int(text)
-
-    return parse
-
-
-def _amount(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, not {text!r}")
-    return value
 
 
 def _columns(text: str) -> list[str]:

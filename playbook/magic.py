@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import math
 import os
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
@@ -24,6 +23,7 @@ import pandas as pd
 from IPython.core import magic, magic_arguments
 from IPython.core.error import UsageError
 
+from .argtypes import amount, whole
 from .plays import Play
 from .store import ReceiptStore
 
@@ -44,28 +44,6 @@ argument = cast(Callable[..., _Decorator], magic_arguments.argument)
 parse_argstring = cast(Callable[[Any, str], argparse.Namespace], magic_arguments.parse_argstring)
 
 
-def _whole(least: int) -> Callable[[str], int]:
-    """An argparse type: a whole number >= ``least`` (argparse names the option in its error)."""
-
-    def whole(text: str) -> int:
-        if not text.strip().isdigit() or int(text) < least:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, not {text!r}")
-        return int(text)
-
-    return whole
-
-
-def _amount(text: str) -> float:
-    """An argparse type: a finite number >= 0 (a cost, seconds)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, not {text!r}")
-    return value
-
-
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
@@ -81,7 +59,7 @@ class PlayMagics(magic.Magics):
         help="a variable holding a pb.ReceiptStore, a directory or a redis:// URL "
         "(default: $PLAYBOOK_HOME, else .playbook/ in the project: the nearest folder up with pyproject.toml or .git)",
     )
-    @argument("--concurrency", type=_whole(1), metavar="N", help="rows in flight at once (default 16)")
+    @argument("--concurrency", type=whole(1), metavar="N", help="rows in flight at once (default 16)")
     @argument(
         "--refresh",
         nargs="?",
@@ -90,10 +68,10 @@ class PlayMagics(magic.Magics):
         metavar="rows|all",
         help="run every row again: rows (or nothing) reuses receipts, all pays for every call again",
     )
-    @argument("--limit", type=_whole(0), metavar="N", help="run only the first N rows")
+    @argument("--limit", type=whole(0), metavar="N", help="run only the first N rows")
     @argument("--key", metavar="COLS", help="comma-separated columns that identify a row")
-    @argument("--max-cost", type=_amount, metavar="X", help="stop paying for calls past this total cost")
-    @argument("--max-wait", type=_amount, metavar="S", help="seconds a row may wait on provider holds before it parks")
+    @argument("--max-cost", type=amount, metavar="X", help="stop paying for calls past this total cost")
+    @argument("--max-wait", type=amount, metavar="S", help="seconds a row may wait on provider holds before it parks")
     @argument(
         "--on-error",
         choices=("isolate", "raise"),
