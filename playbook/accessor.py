@@ -64,7 +64,7 @@ class PlayAccessor:
         ``progress``: ``"auto"`` (a widget in Jupyter, text elsewhere), ``"widget"``, ``"text"``
         or ``False``.
         ``store``: a ``pb.ReceiptStore``, a directory, or a ``redis://`` URL (default:
-        ``$PLAYBOOK_HOME`` or ``.playbook/``).
+        ``$PLAYBOOK_HOME``, else ``.playbook/`` at the top of the project).
         ``max_wait``: seconds a row may wait on provider holds before it parks (default: each
         provider's own).
         ``fixtures``: answer every tool call from this fixture file (JSON Lines, from
@@ -127,7 +127,8 @@ class PlayAccessor:
         fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> pd.DataFrame:
-        """Async form of :meth:`map` (the same options)."""
+        """Async form of :meth:`map` (the same options), except that ``progress="auto"`` outside
+        Jupyter shows text only when stderr is a terminal (a server's log stays clean)."""
         if unknown.get("background"):
             raise PlayDefinitionError("amap() returns the finished DataFrame; for a background run use df.play.arun(play, background=True)")
         options = _options(locals())

@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         "--store",
         metavar="PATH|URL",
         default=argparse.SUPPRESS,
-        help="store directory or redis:// URL (default: $PLAYBOOK_HOME, else ./.playbook)",
+        help="store directory or redis:// URL (default: $PLAYBOOK_HOME, else .playbook/ at the top of the project: the nearest folder up with pyproject.toml or .git)",
     )
     parser = argparse.ArgumentParser(
         prog="python -m playbook", parents=[common], description="Run plays over files; inspect and manage playbook's receipt store."
