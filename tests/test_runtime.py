@@ -481,3 +481,23 @@ def test_last_run_is_per_task_with_the_latest_in_the_process_as_fallback(store: 
     (first, first_seen), (second, second_seen) = asyncio.run(main())
     assert first_seen is first and second_seen is second and first is not second
     assert pb.last_run() is second  # started last, and this code started none
+
+
+def test_a_play_sees_each_column_as_pandas_iterates_it(store) -> None:
+    """Text (pyarrow-backed when pyarrow is installed), numbers, times and missing values reach the
+    play exactly as iterating the frame gives them: same values, same types."""
+    frame = pd.DataFrame(
+        {"s": pd.Series(["a", None, "c"]), "o": pd.Series(["x", None, 3], dtype=object), "n": [1, 2, 3],
+         "f": [1.0, float("nan"), 2.5], "t": pd.to_datetime(["2024-01-01", None, "2024-01-03"])}
+    )  # fmt: skip
+    seen: list[tuple] = []
+
+    @pb.play
+    async def look(row, ctx):
+        seen.append(tuple(row[c] for c in frame.columns))
+        return {}
+
+    frame.play.map(look, store=store, progress=False, concurrency=1)
+    expected = list(frame.itertuples(index=False, name=None))
+    assert [[type(v) for v in r] for r in seen] == [[type(v) for v in r] for r in expected]
+    assert [[v for v in r if v == v] for r in seen] == [[v for v in r if v == v] for r in expected]
