@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, overload
 
+from .definitions import defined, play_name
 from .errors import PlayDefinitionError
 from .keys import code_fingerprint, digest
 from .outputs import OutputModel
@@ -62,6 +63,7 @@ class Play:
             parts.append(self.output.fingerprint)
         self.fingerprint = digest("\x1f".join(parts))
         self.__wrapped__ = fn
+        defined(play_name(label), self.fingerprint)  # a play that runs it as a sub-play sees an edit
 
     def __call__(self, row: Any, ctx: Any) -> Awaitable[Any]:
         return self.fn(row, ctx)

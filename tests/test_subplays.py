@@ -172,3 +172,26 @@ def test_bad_sub_plays_are_named(demo: Any, store: pb.ReceiptStore) -> None:
     assert "ctx.run_play()" in out.play_error[0]
     out = LEADS.head(1).play.map(with_object, store=store, progress=False)
     assert "ctx.run_play('find')" in out.play_error[0] and "cannot identify" in out.play_error[0]
+
+
+def test_an_edited_sub_play_runs_the_outer_rows_again(store: pb.ReceiptStore) -> None:
+    """A sub-play defined anew (a cell run again, an edited file in the next process) is a new
+    play: rows of the outer play that ran the old one run again and get the new output."""
+    plays: dict[str, pb.Play] = {}
+
+    async def lower(row: Any, ctx: pb.Context) -> dict[str, Any]:
+        return {"word": row.word.lower()}
+
+    async def upper(row: Any, ctx: pb.Context) -> dict[str, Any]:
+        return {"word": row.word.upper()}
+
+    @pb.play
+    async def outer(row: Any, ctx: pb.Context) -> dict[str, Any]:
+        return await ctx.run_play(plays["inner"], word=row.word)
+
+    frame = pd.DataFrame({"word": ["Ab", "Cd"]})
+    plays["inner"] = pb.play(lower, name="inner")
+    assert list(frame.play.map(outer, store=store, progress=False).word) == ["ab", "cd"]
+    plays["inner"] = pb.play(upper, name="inner")  # the same name, defined anew
+    again = frame.play.map(outer, store=store, progress=False)
+    assert list(again.word) == ["AB", "CD"] and list(again.play_status) == ["ok", "ok"]

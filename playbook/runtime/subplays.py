@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..definitions import play_name
 from ..errors import PlayDefinitionError
 from ..keys import memo_key, row_key
 from ..models import CallFinished
@@ -64,9 +65,11 @@ async def run_play(ctx: Context, play: Any, inputs: dict[str, Any]) -> dict[str,
     if not ctx.scope.rerun_rows:
         memo = store.memos([mk]).get(mk)
         if memo is not None and tools_unchanged(memo["tools"]):
-            ctx.absorb(memo["calls"], memo["cost"], memo["tools"], ())
+            ctx.absorb(memo["calls"], memo["cost"], {**memo["tools"], play_name(sub.name): sub.fingerprint}, ())
             _reused_calls(ctx, sub.name, memo["calls"], memo["cost"])
             return dict(memo["output"])
+    # The outer row's memo counts the sub-play as it counts a tool: defined anew, it answers no more.
+    ctx.absorb(0, 0.0, {play_name(sub.name): sub.fingerprint}, ())
     inner = ctx.child(key)
     try:
         value = await sub.fn(Row({name: i for i, name in enumerate(inputs)}, tuple(inputs.values()), None), inner)

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
+from ..definitions import current_fingerprint, defined
 from ..errors import PlaybookError, PlayDefinitionError, ToolError
 from ..keys import code_fingerprint, digest, key_text, receipt_key
 from ..providers import Provider
@@ -27,18 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["NO_INPUT", "CallEnv", "Spent", "Tool", "current_fingerprint", "tool"]
 
+
 _NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
 NO_INPUT: Any = object()  # "no positional input": None is a valid input
-
-# name -> fingerprint of the tool most recently defined under that name in this process.  A
-# row memo remembers the fingerprints of the tools it used; when a cell redefines a tool, the
-# memos made with the old definition no longer answer for it.
-_current: dict[str, str] = {}
-
-
-def current_fingerprint(name: str) -> str | None:
-    """The fingerprint of the latest tool defined as ``name`` in this process, if any."""
-    return _current.get(name)
 
 
 class Tool:
@@ -90,7 +82,7 @@ class Tool:
             identity = self.version if self.version is not None else "src:" + code_fingerprint(fn)[:16]
         self.identity = identity
         self.fingerprint = self._definition()
-        _current[name] = self.fingerprint
+        defined(name, self.fingerprint)
 
     def _definition(self) -> str:
         """The fingerprint row memos check (see the module docstring): 16 hex digits."""
