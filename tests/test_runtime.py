@@ -501,3 +501,33 @@ def test_a_play_sees_each_column_as_pandas_iterates_it(store) -> None:
     expected = list(frame.itertuples(index=False, name=None))
     assert [[type(v) for v in r] for r in seen] == [[type(v) for v in r] for r in expected]
     assert [[v for v in r if v == v] for r in seen] == [[v for v in r if v == v] for r in expected]
+
+
+def test_a_stop_sends_no_retry_of_a_call_that_failed_meanwhile(store) -> None:
+    """A call in flight when the run is stopped lands; if it failed and would be retried, the retry
+    is not sent (past the grace period its answer would be paid for and never written)."""
+    tries: list[int] = []
+    holder: dict[str, pb.Run] = {}
+
+    @pb.tool(name="flaky_once", version="1", provider=pb.Provider("flaky-stop", retries=4))
+    async def flaky(n: int) -> int:
+        tries.append(n)
+        holder["run"].stop()  # the stop arrives while this call is on the wire
+        raise pb.ToolError("busy", status=503, retryable=True, retry_after=0.01)
+
+    @pb.play
+    async def play(row, ctx):
+        return {"v": await ctx.tool(flaky, n=row.n)}
+
+    async def main() -> pb.Run:
+        run = await pd.DataFrame({"n": [1]}).play.arun(play, store=store, progress=False, background=True)
+        holder["run"] = run
+        for _ in range(1000):  # the run ends within its grace period
+            if not run.running:
+                break
+            await asyncio.sleep(0.01)
+        return run
+
+    run = asyncio.run(main())
+    assert tries == [1]
+    assert run.result.play_status.tolist() == ["skipped"]

@@ -137,6 +137,10 @@ class Landing:
     def __call__(self) -> Iterator[None]:
         """Around a call being sent and recorded: a stop leaves this row's task to land the
         receipt, then the row stops here (it is settled as skipped)."""
+        if self.stopping:
+            # Nothing new goes out after a stop, a retry of a call that failed meanwhile included:
+            # past the grace period its answer would be cut off, paid for and never written.
+            raise asyncio.CancelledError("the run was stopped before this call was sent")
         task = asyncio.current_task()
         assert task is not None
         self.tasks.add(task)
