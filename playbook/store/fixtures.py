@@ -156,12 +156,13 @@ def _env_mode() -> Literal["replay", "record"]:
     return mode  # type: ignore[return-value]  # checked just above
 
 
-def _stamp(path: Path) -> tuple[int, int]:
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """The file's version: a recording replaces the file (a new inode), and changes its time or size."""
     try:
         st = path.stat()
     except OSError:
-        return (0, 0)
-    return (st.st_mtime_ns, st.st_size)
+        return (0, 0, 0)
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 class Replay:
@@ -172,7 +173,7 @@ class Replay:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.store: ReceiptStore | None = None
-        self._answers = _read(path)  # tool name -> {input in key form: answer}
+        self._answers = _parsed(path)  # tool name -> {input in key form: answer}
         self._answered: set[tuple[str, str]] = set()  # given once: later, they count as reused
 
     def __repr__(self) -> str:
@@ -257,6 +258,23 @@ class Recorder:
         self._dirty = False
 
 
+_PARSED: dict[Path, tuple[tuple[int, int, int], dict[str, dict[str, Answer]]]] = {}  # path -> (stamp, answers)
+
+
+def _parsed(path: Path) -> dict[str, dict[str, Answer]]:
+    """The file's answers, parsed once per version of it in this process: a test suite replays one
+    file in many tests, and the answers are only read (each call decodes a fresh copy)."""
+    stamp = _stamp(path)
+    found = _PARSED.get(path)
+    if found is not None and found[0] == stamp and stamp != (0, 0, 0):
+        return found[1]
+    answers = _read(path)
+    if len(_PARSED) >= 16:
+        _PARSED.clear()
+    _PARSED[path] = (stamp, answers)
+    return answers
+
+
 def _read(path: Path) -> dict[str, dict[str, Answer]]:
     lines = list(_lines(path))
     try:
@@ -275,7 +293,8 @@ def _read(path: Path) -> dict[str, dict[str, Answer]]:
             given = entry["input"]
             # The input in key form, as a receipt key has it: 3 and 3.0 are one input (a NaN
             # elsewhere in a column makes pandas' ints floats), a numpy scalar is its number.
-            key = key_text(given if _plain(given) else decode(given))
+            # Plain JSON is its own key form: the sorted dump key_text would make, without its checks.
+            key = dumps(given, sort_keys=True) if _plain(given) else key_text(decode(given))
             answers.setdefault(entry["tool"], {})[key] = Answer(entry["output"], entry["miss"] is True)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise PlayDefinitionError(f"fixtures {path}, line {n}: not a recorded answer ({exc!r}); re-record the file") from None
