@@ -1,27 +1,45 @@
 """The files ``python -m playbook run`` reads and writes: CSV, Parquet or JSON Lines by extension,
-read as pandas reads them and written whole or not at all."""
+written whole or not at all, and holding the input's values as the file spells them.
+
+The play sees a CSV's rows as ``pd.read_csv`` reads them: what a notebook reading the same file
+gets, so the two share row memos.  pandas' guesses stop there: a column it would write back other
+than the file spells it (``007`` read as 7, ``1e3`` as 1000.0, ``NA`` as missing) keeps the file's
+text in every cell the play did not replace.  JSON Lines are read with the types JSON states
+(``"007"`` stays text) and written with every digit of every float.
+"""
 
 from __future__ import annotations
 
+import bz2
+import dataclasses
+import datetime as dt
+import gzip
 import importlib
 import json
+import lzma
+import math
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+import numpy as np
 import pandas as pd
+from pandas.api.types import infer_dtype
 
 from ._dist import install_hint
 
 __all__ = [
-    "NAMES", "PARQUET_INSTALL", "Fatal", "Usage", "checked_output", "file_format", "first_line", "need_pyarrow", "read_frame", "write_frame",
+    "NAMES", "PARQUET_INSTALL", "Fatal", "Rows", "Usage", "as_in_file", "checked_output", "file_format", "first_line", "need_pyarrow",
+    "read_rows", "write_frame",
 ]  # fmt: skip
 
 PARQUET_INSTALL = install_hint("parquet")
 NAMES = ".csv, .csv.gz, .parquet, .pq, .jsonl or .ndjson"
 
 _FORMATS = {".csv": "CSV", ".parquet": "Parquet", ".pq": "Parquet", ".jsonl": "JSON Lines", ".ndjson": "JSON Lines"}
-_COMPRESSED = (".gz", ".bz2", ".xz")  # CSV and JSON Lines only: pandas infers these from the name
+_OPENERS: dict[str, Callable[..., IO[str]]] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+_COMPRESSED = tuple(_OPENERS)  # CSV and JSON Lines only: pandas infers these from the name
 
 
 class Usage(Exception):
@@ -69,17 +87,117 @@ def need_pyarrow(option: str) -> None:
         raise Usage(f"{option}: Parquet files need pyarrow, which is not installed: {PARQUET_INSTALL}") from None
 
 
-def read_frame(path: str, kind: str) -> pd.DataFrame:
-    """The rows, as pandas reads them (``read_csv``, ``read_parquet``, ``read_json(lines=True)``),
-    so a run from Python over the same file finds the same row memos."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rows:
+    """A file's rows: ``frame`` as the play sees them, and ``exact``: for each column whose values
+    would not be written back as the file holds them, the file's own values, in row order."""
+
+    frame: pd.DataFrame
+    exact: dict[Any, np.ndarray[Any, Any]]
+
+
+def read_rows(path: str, kind: str) -> Rows:
+    """The rows of ``path``: a CSV as ``read_csv`` reads it, a Parquet file as ``read_parquet``, JSON
+    Lines as ``json.loads`` reads each line (what ``read_json(lines=True, dtype=False)`` gives)."""
     try:
         if kind == "CSV":
-            return pd.read_csv(path)
+            return _csv(path)
         if kind == "Parquet":
-            return pd.read_parquet(path)
-        return pd.read_json(path, lines=True)
-    except (OSError, ValueError, TypeError) as exc:  # pandas' and pyarrow's parse errors are ValueErrors
+            return Rows(pd.read_parquet(path), {})
+        return _json_lines(path)
+    except (OSError, ValueError, TypeError, EOFError, lzma.LZMAError) as exc:  # parse errors are ValueErrors; EOFError: a cut archive
         raise Usage(f"--in {path}: cannot read it as {kind}: {first_line(exc)}") from None
+
+
+def _csv(path: str) -> Rows:
+    frame = pd.read_csv(path)
+    # Text that pandas left as text is the file's already; only a column it typed, or one with a
+    # gap (an empty cell, or "NA" read as missing), can differ, and most files need no second read.
+    typed = [c for c in frame.columns if frame[c].hasnans or infer_dtype(frame[c], skipna=False) != "string"]
+    if not typed:
+        return Rows(frame, {})
+    # The same parse (header, names, a first column taken for the index), but every cell as written.
+    text = pd.read_csv(path, dtype=object, na_filter=False)
+    exact = {}
+    for column in typed:
+        spelled = text[column].tolist()
+        # What to_csv would write for the value pandas read ("7.0" for 007, "" for NA): str() is its format.
+        written = [str(v) if v == v else "" for v in frame[column].tolist()]
+        if written != spelled:
+            exact[column] = _objects(spelled)
+    return Rows(frame, exact)
+
+
+def _json_lines(path: str) -> Rows:
+    records = []
+    with _open_text(path, "rt") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"line {number}, column {exc.colno}: {exc.msg}") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"line {number}: expected an object {{...}}, found {type(record).__name__} {line.strip()[:40]!r}")
+            records.append(record)
+    frame = pd.DataFrame(records)
+    # pandas makes a column of ints with a null (or a float) floats: 1 becomes 1.0, and an id past
+    # 2**53 another number.  Such a column keeps the numbers the file holds.
+    exact = {}
+    for column in frame.columns:
+        if frame[column].dtype.kind == "f":
+            values = [record.get(column) for record in records]
+            if any(type(v) is int for v in values):
+                exact[column] = _objects(values)
+    return Rows(frame, exact)
+
+
+def _open_text(path: str | Path, mode: str) -> IO[str]:
+    """``path`` as text, through the compression its name says; a byte-order mark is skipped."""
+    opener: Callable[..., IO[str]] = _OPENERS.get(Path(path).suffix.lower(), open)
+    return opener(path, mode, encoding="utf-8-sig" if mode == "rt" else "utf-8")
+
+
+def _objects(values: list[Any]) -> np.ndarray[Any, Any]:
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+def as_in_file(result: pd.DataFrame, rows: Rows) -> pd.DataFrame:
+    """``result`` with the file's values back in each column of ``rows.exact``, in every cell the play
+    did not replace (an output named like an input column replaces it, as ``df.assign`` would, in
+    the rows that returned it: a cell holding other than the value the play was given)."""
+    if not rows.exact:
+        return result
+    result = result.copy(deep=False)
+    n = len(result)  # --limit: the first n rows
+    for column, spelled in rows.exact.items():
+        now, given = result[column], rows.frame[column].iloc[:n]
+        if now.equals(given):  # no row returned this column
+            values = spelled[:n]
+        else:
+            values = _objects([s if _unchanged(a, b) else a for s, a, b in zip(spelled, now, given)])
+        result[column] = pd.Series(values, index=result.index, dtype=object)
+    return result
+
+
+def _unchanged(value: Any, given: Any) -> bool:
+    if value is given:
+        return True
+    if _missing(value) or _missing(given):
+        return _missing(value) and _missing(given)
+    if type(value) is not type(given):  # 7 returned for the 7.0 read from "007": the play's own value
+        return False
+    try:
+        return bool(value == given)
+    except (TypeError, ValueError):  # arrays, or values without a truth
+        return False
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and math.isnan(value))
 
 
 def write_frame(frame: pd.DataFrame, path: str, kind: str) -> None:
@@ -94,12 +212,13 @@ def write_frame(frame: pd.DataFrame, path: str, kind: str) -> None:
         elif kind == "CSV":
             _text_cells(_with_index(frame)).to_csv(temporary, index=False)
         else:
-            _with_index(frame).to_json(temporary, orient="records", lines=True, force_ascii=False, date_format="iso", default_handler=str)
+            with _open_text(temporary, "wt") as file:
+                file.writelines(_json_lines_of(_with_index(frame)))
         os.replace(temporary, target)
     except OSError as exc:
         raise Fatal(f"cannot write {path}: {exc.strerror or exc}; the receipts are saved, so a rerun pays nothing") from None
     except (ValueError, TypeError, NotImplementedError, OverflowError) as exc:  # pyarrow's conversion errors among them
-        other = ".jsonl or .csv" if kind == "Parquet" else ".jsonl"
+        other = {"Parquet": ".jsonl or .csv", "CSV": ".jsonl"}.get(kind, ".csv")
         raise Fatal(
             f"{kind} cannot hold this result: {_reason(exc)}. The receipts are saved, so a rerun pays nothing: "
             f"run it again with --out {other}"
@@ -114,6 +233,45 @@ def _with_index(frame: pd.DataFrame) -> pd.DataFrame:
     if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1:
         return frame
     return frame.reset_index()
+
+
+def _json_lines_of(frame: pd.DataFrame) -> Iterator[str]:
+    """One JSON object per row.  Written with ``json`` rather than ``to_json``, which keeps ten
+    digits of a float: 0.30000000000000004 would come back as 0.3."""
+    names = [str(c) for c in frame.columns]
+    if len(set(names)) < len(names):
+        raise ValueError(f"the columns are not unique: {names}")
+    columns = [_json_column(frame.iloc[:, i]) for i in range(frame.shape[1])]
+    encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+    for cells in zip(*columns):
+        yield encode(dict(zip(names, cells))) + "\n"
+
+
+def _json_column(column: pd.Series[Any]) -> list[Any]:
+    if isinstance(column.dtype, np.dtype) and column.dtype.kind in "iub":  # no gaps: Python's ints and bools as they are
+        return column.tolist()
+    return [_json_value(v) for v in column.tolist()]
+
+
+def _json_value(value: Any) -> Any:
+    """What JSON can hold: a gap or a non-finite float as null (as pandas writes them), dates in ISO
+    form, numpy values as Python's, anything else as its text."""
+    kind = type(value)
+    if value is None or kind is str or kind is int or kind is bool:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_json_value(v) for v in value]
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, (dt.date, dt.time, pd.Timedelta)):
+        return value.isoformat()
+    if isinstance(value, np.generic):
+        return _json_value(value.item())
+    return str(value)
 
 
 def _text_cells(frame: pd.DataFrame) -> pd.DataFrame:

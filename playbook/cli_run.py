@@ -17,6 +17,7 @@ import importlib.machinery
 import importlib.util
 import inspect
 import json
+import os
 import re
 import signal
 import sys
@@ -29,16 +30,15 @@ from typing import Any
 import pandas as pd
 
 from .argtypes import amount, whole
-from .cli_files import NAMES, Fatal, Usage, checked_output, file_format, first_line, need_pyarrow, read_frame, write_frame
+from .cli_files import NAMES, Fatal, Usage, as_in_file, checked_output, file_format, first_line, need_pyarrow, read_rows, write_frame
 from .errors import PlaybookError, PlayDefinitionError
-from .models import time_of_day
 from .plays import Play
 from .runtime.run import Run, last_run
 from .tools import Tool
 
 __all__ = ["add_parser", "main"]
 
-ERRORS_SHOWN = 5  # failed rows quoted in the summary and in the --json report
+ERRORS_SHOWN = 5  # failed rows quoted in the summary, and failed and parked rows in the --json report
 
 _OPTIONS = ("key", "concurrency", "max_cost", "max_wait", "limit", "refresh", "store", "fixtures")  # map()'s, same names
 
@@ -79,7 +79,9 @@ def _columns(text: str) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     """Run the command; returns the exit status.  With ``--json``, whatever the play prints goes
     to stderr, so stdout holds the report alone."""
-    report: dict[str, Any] = {"exit_code": None, "output": None, "error": None, "stats": None, "holds": [], "errors": []}
+    report: dict[str, Any] = {
+        "exit_code": None, "output": None, "error": None, "stats": None, "holds": [], "errors": [], "parked": {"by_reason": {}, "rows": []},
+    }  # fmt: skip
     stdout, terms = sys.stdout, list[int]()
     try:
         with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext(), _terminate_as_interrupt(terms):
@@ -107,12 +109,14 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
     if not Path(args.source).is_file():
         raise Usage(f"--in {args.source}: no such file")
     out = checked_output(args.out)
+    if Path(args.out).exists() and os.path.samefile(args.source, args.out):
+        raise Usage(f"--out {args.out} is the same file as --in {args.source}: the result would replace the rows; choose another --out")
     if "Parquet" in (source, out):
         need_pyarrow("--in" if source == "Parquet" else "--out")
     play = _load(path, name)
-    frame = read_frame(args.source, source)
+    rows = read_rows(args.source, source)
     try:
-        run = frame.play.run(play, progress="text", **_options(args))
+        run = rows.frame.play.run(play, progress="text", **_options(args))
     except PlayDefinitionError as exc:
         raise Usage(_as_option(str(exc))) from None
     except PlaybookError as exc:  # bad credentials, no credit, a store that cannot be opened
@@ -129,7 +133,7 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
         return 130
     _record(report, run)
     result = run.result
-    write_frame(result, args.out, out)
+    write_frame(as_in_file(result, rows), args.out, out)
     report["output"] = args.out
     s = run.stats
     code = 3 if s.failed or s.parked or s.skipped else 0
@@ -157,24 +161,36 @@ def _record(report: dict[str, Any], run: Run | None) -> None:
     report["stats"] = run.stats.model_dump()
     report["holds"] = [hold.model_dump() for hold in run.holds]
     report["errors"] = run.errors.head(ERRORS_SHOWN).to_dict("records")
+    report["parked"] = _parked(run)
+
+
+def _parked(run: Run) -> dict[str, Any]:
+    """Why rows parked: how many for each reason, and the first rows, with when each may run again."""
+    parked = run.parked
+    rows = parked.head(ERRORS_SHOWN).to_dict("records")
+    for row in rows:
+        at = row["ready_at"]
+        row["ready_at"] = None if pd.isna(at) else pd.Timestamp(at).isoformat()
+        for field in ("provider", "message"):  # a frame spells a missing text NaN; the report, null
+            if isinstance(row[field], float):
+                row[field] = None
+    return {"by_reason": {str(k): int(n) for k, n in parked["reason"].value_counts(sort=False).items()}, "rows": rows}
 
 
 def _summary(run: Run, rows: int, out: str, code: int) -> list[str]:
-    """Where the result is and what to do next, under the run's own summary (the text view's)."""
+    """Where the result is and what to do next, in shell terms, under the run's own summary (the
+    text view's, which says already how many rows parked and why)."""
     s = run.stats
     lines = [f"wrote {_rows(rows)} to {out}"]
     if s.failed:
         lines.append(f"{_rows(s.failed)} failed (play_status 'failed', the message in play_error); the first:")
         lines += [f"  row {e['row']}: {first_line(e['error'])}" for e in run.errors.head(ERRORS_SHOWN).to_dict("records")]
-    if s.parked:
-        parked = run.parked
-        for provider, group in parked.groupby(parked["provider"].fillna("budget"), sort=False):
-            until = group["ready_at"].max()
-            when = "" if pd.isna(until) else f" until {time_of_day(until.timestamp())}"
-            why = "the budget (--max-cost) ran out" if provider == "budget" else f"provider {provider!r} holds them{when}"
-            lines.append(f"{_rows(len(group))} parked: {why}")
     if code:
-        lines.append("a rerun of the same command runs the rows that did not finish; the others are reused, and no call is paid twice")
+        budget = s.parked and (run.parked["reason"] == "budget").any()
+        higher = " with a higher --max-cost" if budget else ""
+        lines.append(
+            f"rerun the same command{higher} to run the rows that did not finish; the others are reused, and no call is paid twice"
+        )
     return lines
 
 
@@ -243,7 +259,7 @@ def _load(path: Path, name: str) -> Any:
         raise Usage(f"{path.name} has no {name!r}{_defined(module, name)}")
     found = getattr(module, name)
     if not (isinstance(found, (Play, Tool)) or callable(found)):
-        raise Usage(f"{path.name}: {name} = {found!r:.60} is not a play, async def or tool{_defined(module, name)}")
+        raise Usage(f"{path.name}: {name} is a {type(found).__name__}, not a play, an async def or a tool{_defined(module, name)}")
     return found
 
 

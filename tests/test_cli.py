@@ -44,6 +44,15 @@ def cli(*args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProc
     return subprocess.run([sys.executable, "-m", "playbook", *args], stdin=stdin, capture_output=True, text=True, timeout=60)
 
 
+def cli_many(cases: list[list[str]], *, cwd: Path, env: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
+    """Several commands at once, from ``cwd`` (each pays the interpreter's start-up; together they overlap)."""
+    run = [sys.executable, "-m", "playbook"]
+    pipes = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    procs = [subprocess.Popen([*run, *args], cwd=cwd, env={**os.environ, **env}, text=True, **pipes) for args in cases]
+    outputs = [proc.communicate(timeout=60) for proc in procs]
+    return [subprocess.CompletedProcess(args, proc.returncode, *out) for args, proc, out in zip(cases, procs, outputs)]
+
+
 def _stats(path: Path) -> dict[str, Any]:
     store = pb.ReceiptStore(path)
     try:
@@ -189,3 +198,26 @@ def test_corrupt_store_is_a_short_error(tmp_path: Path) -> None:
     (broken / "cache.db").write_bytes(b"not a database, just bytes " * 200)
     done = cli("--store", str(broken), "cache", "list")
     _one_line_error(done, "cannot open the receipt store", "broken")
+
+
+def test_a_store_named_relative_to_the_working_folder(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--store NAME` and `$PLAYBOOK_HOME=NAME` relative to the working folder open the store read-only
+    for `cache stats` and `cache list`, as `ReceiptStore(NAME, readonly=True)` does from Python."""
+    folder, name = home.parent, home.name
+    monkeypatch.chdir(folder)
+    store = pb.ReceiptStore(name, readonly=True)
+    try:
+        assert store.stats()["receipts"] == 6
+    finally:
+        store.close()
+    runs = cli_many(
+        [["cache", "stats", "--store", name], ["cache", "list", "--store", name], ["cache", "stats", "--json"]],
+        cwd=folder,
+        env={"PLAYBOOK_HOME": name},
+    )
+    for done in runs:
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+    stats, listed, machine = (done.stdout for done in runs)
+    assert ["receipts", "6", "(total", "cost", "1.5)"] in [line.split() for line in stats.splitlines()]
+    assert len(listed.splitlines()) == 1 + 6
+    assert json.loads(machine)["receipts"] == 6

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,13 @@ async def picky(row, ctx):
 @pb.play
 async def mixed(row, ctx):
     return {"info": {"n": row.n} if row.n % 2 else "none"}
+
+@pb.play
+async def show(row, ctx):
+    out = {"seen": repr(row.to_dict()), "id": row.id}  # id as given: an output that replaces nothing
+    if row.kind == "fix":
+        out["zip"] = "fixed"  # replaces zip in this row only
+    return out
 
 @pb.tool
 async def slow(n: int) -> int:
@@ -176,11 +184,14 @@ def test_bad_credentials_and_an_unwritable_result_exit_1_and_write_nothing(work:
 
 def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Path, demo: pb.demo.DemoServer) -> None:
     """A missing file, play or `:name`, a broken plays file (its own traceback only), an unknown format,
-    a missing input, Parquet without pyarrow and bad option values: exit 2, and no call is made."""
+    a missing input, Parquet without pyarrow, bad option values and an --out that is the --in file
+    (spelled another way, through a symlink): exit 2, no call is made and the input is intact."""
     (work / "broken.py").write_text("import playbook as pb\n  x = 1\n")
     (work / "raises.py").write_text("import os\n\nCONFIG = os.environ['NO_SUCH_SETTING_HERE']\n")
     (work / "no_pyarrow").mkdir()
     (work / "no_pyarrow" / "pyarrow.py").write_text("raise ImportError('No module named pyarrow')\n")
+    (work / "link.csv").symlink_to(work / "leads.csv")
+    leads = (work / "leads.csv").read_bytes()
     run = ["--in", "leads.csv", "--out", "out.csv"]
     cases: list[tuple[list[str], list[str], dict[str, str]]] = [
         (["plays.py", *run], ["after a colon", "plays.py:enrich"], {}),
@@ -198,6 +209,7 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
         (["plays.py:enrich", *run, "--concurrency", "0"], ["--concurrency", "'0'"], {}),
         (["plays.py:enrich", *run, "--max-cost", "abc"], ["--max-cost", "'abc'"], {}),
         (["plays.py:enrich", *run, "--key", "domain,nope"], ["--key", "'nope'"], {}),
+        (["plays.py:enrich", "--in", "./leads.csv", "--out", "link.csv"], ["--out link.csv", "same file as --in ./leads.csv"], {}),
     ]
     results = cli_many(work, [(args, env) for args, _, env in cases])
     for (args, words, _), done in zip(cases, results):
@@ -212,6 +224,7 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
     assert 'raises.py", line 3, in <module>' in raised and "importlib" not in raised and "cli_run" not in raised
     assert demo.stats()["requests"] == 0
     assert not (work / "out.csv").exists() and not (work / "store").exists()
+    assert (work / "leads.csv").read_bytes() == leads
 
 
 def test_ctrl_c_or_sigterm_writes_nothing_and_the_rerun_pays_each_call_once(work: Path, demo: pb.demo.DemoServer) -> None:
@@ -270,3 +283,96 @@ def _signal_when_under_way(waiting: list[tuple[subprocess.Popen[str], Any, signa
                 proc.kill()
             pytest.fail("the run did not start")
         time.sleep(0.01)
+
+
+CSV_IDS = (
+    "id,zip,phone,name,amount,kind,n\n007,01234,+4412345,Zoë,1.50,keep,1\n1e3,99999,0044,,NA,fix,2\n42,00000,+15550100,日本語,2.25,keep,3\n"
+)
+JSONL_IDS = [
+    {
+        "id": "007",
+        "zip": "01234",
+        "phone": "+4412345",
+        "name": "Zoë",
+        "n": 1,
+        "big": 9007199254740993,
+        "x": 0.30000000000000004,
+        "kind": "keep",
+    },
+    {"id": "1e3", "zip": "99999", "phone": "0044", "name": None, "n": None, "big": None, "x": 1e300, "kind": "fix", "empty": ""},
+    {"id": "42", "zip": "00000", "phone": "+15550100", "name": "日本語", "n": 3, "big": 2, "x": 1.5, "kind": "keep", "empty": ""},
+]
+
+
+def _seen(frame: pd.DataFrame) -> list[str]:
+    """What the play `show` reports for each row of ``frame``: its values as iterating a column gives them."""
+    return [repr(dict(zip(frame.columns, values))) for values in zip(*(frame[c].tolist() for c in frame.columns))]
+
+
+def test_input_columns_reach_the_output_as_the_file_spells_them(work: Path) -> None:
+    """Leading zeros, 1e3, +44, empty cells, NA and unicode come out of a CSV exactly as they went in
+    (to CSV as text; to Parquet as text where pandas' number would differ, numbers where it would not),
+    while the play sees read_csv's values; JSON Lines keep their types, big ints and every float digit;
+    a column the play returns replaces the file's only in the rows that changed it."""
+    (work / "ids.csv").write_text(CSV_IDS, encoding="utf-8")
+    (work / "ids.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in JSONL_IDS), encoding="utf-8")
+    runs = cli_many(
+        work,
+        [
+            (["plays.py:show", "--in", "ids.csv", "--out", "ids-out.csv"], {}),
+            (["plays.py:show", "--in", "ids.csv", "--out", "ids-out.parquet"], {}),
+            (["plays.py:show", "--in", "ids.jsonl", "--out", "ids-out.jsonl"], {}),
+        ],
+    )
+    assert [done.returncode for done in runs] == [0, 0, 0], [done.stderr for done in runs]
+
+    text = pd.read_csv(work / "ids.csv", dtype=str, keep_default_na=False)
+    out = pd.read_csv(work / "ids-out.csv", dtype=str, keep_default_na=False)
+    assert out[text.columns].to_dict("records") == text.assign(zip=["01234", "fixed", "00000"]).to_dict("records")
+    assert list(out["seen"]) == _seen(pd.read_csv(work / "ids.csv"))  # 7.0, 1234, nan: what a notebook's read_csv gives
+    parquet = pd.read_parquet(work / "ids-out.parquet")
+    assert _records(parquet[["id", "phone", "name", "amount", "n"]]) == [
+        {"id": "007", "phone": "+4412345", "name": "Zoë", "amount": "1.50", "n": 1},
+        {"id": "1e3", "phone": "0044", "name": None, "amount": "NA", "n": 2},
+        {"id": "42", "phone": "+15550100", "name": "日本語", "amount": "2.25", "n": 3},
+    ]
+
+    lines = [json.loads(line) for line in (work / "ids-out.jsonl").read_text(encoding="utf-8").splitlines()]
+    expected = [{**r, "zip": "fixed"} if r["kind"] == "fix" else r for r in JSONL_IDS]
+    assert [json.dumps({k: line[k] for k in r}) for line, r in zip(lines, expected)] == [json.dumps(r) for r in expected]
+    assert [line["seen"] for line in lines] == _seen(pd.read_json(work / "ids.jsonl", lines=True, dtype=False, precise_float=True))
+    assert "'id': '007'" in lines[0]["seen"]
+
+
+def test_json_report_says_why_rows_parked_and_stderr_says_what_to_do_from_a_shell(work: Path, demo: pb.demo.DemoServer) -> None:
+    """Rows parked on the budget or on a provider's hold: the --json report counts them by reason and
+    lists the first (provider, when it takes calls again, message); stderr names --max-cost once and
+    tells the shell user to rerun the command, without repeating the run summary's parked lines."""
+    demo.configure(api_keys=("demo-key", "held-key"), quota=5, quota_reset=600)  # a quota per key: the budget run stays under it
+    _leads(12).assign(domain=lambda f: "held-" + f["domain"]).to_csv(work / "other.csv", index=False)  # calls of their own
+    budget, held = cli_many(
+        work,
+        [
+            (["plays.py:enrich", "--in", "leads.csv", "--out", "budget.csv", "--max-cost", "3", "--json"], {}),
+            (["plays.py:enrich", "--in", "other.csv", "--out", "held.csv", "--max-wait", "2", "--json"], {"DEMO_API_KEY": "held-key"}),
+        ],
+    )
+    assert budget.returncode == 3, budget.stderr
+    report = json.loads(budget.stdout)
+    out = pd.read_csv(work / "budget.csv")
+    assert report["parked"]["by_reason"] == {"budget": 9} and report["holds"] == [] and report["errors"] == []
+    assert [r["row"] for r in report["parked"]["rows"]] == list(out.index[out["play_status"] == "parked"][:5])
+    assert {(r["reason"], r["provider"], r["ready_at"]) for r in report["parked"]["rows"]} == {("budget", None, None)}
+    assert all("acme.email" in r["message"] for r in report["parked"]["rows"])
+    assert budget.stderr.count("--max-cost") == 1
+    assert "rerun the same command with a higher --max-cost" in budget.stderr
+
+    assert held.returncode == 3, held.stderr
+    report = json.loads(held.stdout)
+    assert report["parked"]["by_reason"] == {"hold": 7}
+    (provider,) = {r["provider"] for r in report["parked"]["rows"]}
+    assert provider == "acme" and len(report["parked"]["rows"]) == 5
+    ready = {datetime.fromisoformat(r["ready_at"]) for r in report["parked"]["rows"]}
+    assert all(at > datetime.now(UTC) for at in ready)
+    assert held.stderr.count("7 rows parked") == 1 and "--max-cost" not in held.stderr
+    assert "rerun the same command to run the rows that did not finish" in held.stderr

@@ -64,7 +64,7 @@ def test_summary_names_the_provider_that_holds_parked_rows(store: pb.ReceiptStor
     summary = text.strip().splitlines()[-3:]
     assert summary[0].startswith("lookup: 8 rows | ok 3 | reused 0 | failed 0 | parked 5 | calls 3 paid, 0 from receipts, 0 local")
     assert summary[1].startswith("provider 'quota' holds calls until ") and summary[1].endswith(" (HTTP 429); 5 rows parked")
-    assert summary[2] == "parked rows retry with run.retry() or a rerun"
+    assert summary[2] == "a rerun runs the parked rows again"
 
 
 def test_text_view_counts_rows_and_calls(store: pb.ReceiptStore) -> None:
@@ -227,8 +227,8 @@ def test_the_summary_gives_a_line_per_provider_that_is_down_holds_or_has_parked_
         f"provider 'acme' is down since {time_of_day(now[0])}: ConnectError: connection refused; 12 rows parked; "
         f"next probe at {time_of_day(probe)}",
         f"provider 'quota' holds calls until {time_of_day(quota.hold_wall)} (HTTP 429)",
-        "2 rows parked: the budget (max_cost) ran out",
-        "parked rows retry with run.retry() or a rerun",
+        "2 rows parked: the budget ran out",
+        "a rerun runs the parked rows again",
         "",
     ]
 

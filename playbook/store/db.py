@@ -155,12 +155,13 @@ class Database:
             return con
         if not self.file.is_file():
             raise sqlite3.OperationalError(f"no store file {self.file}")
+        uri = self.file.absolute().as_uri()  # a file: URI names an absolute path; a store may be given as "named_store"
         try:
-            con = connect(f"{self.file.as_uri()}?mode=ro", uri=True)
+            con = connect(f"{uri}?mode=ro", uri=True)
             con.execute("SELECT 1 FROM sqlite_master LIMIT 1")
         except sqlite3.OperationalError:
             # A WAL database on a read-only disk cannot take the reader's lock: read it as it is.
-            con = connect(f"{self.file.as_uri()}?immutable=1", uri=True)
+            con = connect(f"{uri}?immutable=1", uri=True)
         return con
 
     def cursor(self) -> sqlite3.Cursor:

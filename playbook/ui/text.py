@@ -221,9 +221,9 @@ def summary(state: RunState, tally: Tally) -> str:
             until = f", ready at {time_of_day(ready)}" if ready else ""
             lines.append(f"provider {name!r}: {_rows(parked)} parked ({_reasons(tally.reasons(name))}){until}")
     for reason, n in tally.reasons(None).items():
-        lines.append(f"{_rows(n)} parked: " + ("the budget (max_cost) ran out" if reason == "budget" else reason))
+        lines.append(f"{_rows(n)} parked: " + ("the budget ran out" if reason == "budget" else reason))
     if s.parked:
-        lines.append("parked rows retry with run.retry() or a rerun")
+        lines.append("a rerun runs the parked rows again")
     lines += [f"warning: {note}" for note in s.notices]
     return "\n".join(lines)
 
