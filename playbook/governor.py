@@ -23,6 +23,8 @@ drives every wait here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -30,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 
 from .errors import ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
 from .limits import HEADROOM, Backoff, Health, Limiter, Permit
+from .limits.waiters import here
 from .models import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RateChanged, time_of_day
 from .signals import Held, WaitBudget
 
@@ -81,7 +84,7 @@ class Governor:
 
     __slots__ = (
         "provider", "limiter", "backoff", "health", "sent", "refused", "failed", "last_status", "hold_wall", "down_error",
-        "probe_at", "tokens", "_seen_hold", "_holding", "_lift_timer", "_listeners",
+        "probe_at", "tokens", "_seen_hold", "_holding", "_lift_timer", "_listeners", "_lock",
     )  # fmt: skip
 
     def __init__(self, provider: Described, limiter: Limiter) -> None:
@@ -99,8 +102,9 @@ class Governor:
         self.tokens: deque[tuple[float, float]] = deque()  # (monotonic time, tokens) of answered weighed calls, a minute's worth
         self._seen_hold = 0.0  # loop clock: the latest hold announced to subscribers
         self._holding = False
-        self._lift_timer: asyncio.TimerHandle | None = None
-        self._listeners: list[Callable[[Any], None]] = []
+        self._lift_timer: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
+        self._listeners: list[tuple[Callable[[Any], None], asyncio.AbstractEventLoop | None]] = []
+        self._lock = threading.Lock()  # threads that each run a map() on a loop of their own share this provider
 
     def __repr__(self) -> str:
         return f"<Governor {self.provider.name!r} sent={self.sent} 429s={self.refused} failed={self.failed} {self.limiter!r}>"
@@ -114,11 +118,30 @@ class Governor:
         return self._holding and self.hold_wall > time.time()
 
     def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+        """Tell ``listener`` this provider's events; returns the unsubscribe function.  Subscribed
+        on a running loop, it hears them on that loop, whichever thread's call they come from."""
+        entry = (listener, here())
+        with self._lock:
+            self._listeners = [*self._listeners, entry]
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._listeners = [other for other in self._listeners if other is not entry]
+
+        return unsubscribe
 
     def _emit(self, event: Any) -> None:
-        for listener in self._listeners:
+        current = here()
+        for listener, loop in self._listeners:  # replaced, never changed in place: no lock to read it
+            if loop is None or loop is current:
+                listener(event)
+            elif not loop.is_closed():
+                with contextlib.suppress(RuntimeError):  # closed meanwhile: its run is over
+                    loop.call_soon_threadsafe(self._deliver, listener, loop, event)
+
+    def _deliver(self, listener: Callable[[Any], None], loop: asyncio.AbstractEventLoop, event: Any) -> None:
+        """On the listener's loop: tell it, unless it stopped listening meanwhile."""
+        if any(other is listener and at is loop for other, at in self._listeners):
             listener(event)
 
     def _rate_changed(self) -> None:
@@ -162,7 +185,8 @@ class Governor:
             if await self.limiter.settle(permit, ticket.actual):
                 self._rate_changed()
             if ticket.weight is not None:
-                self._metered(time.monotonic(), permit.weight)
+                with self._lock:
+                    self._metered(time.monotonic(), permit.weight)
             return result  # type: ignore[no-any-return]
 
     def _paced_past_budget(self, weight: float, ticket: Ticket) -> None:
@@ -200,9 +224,11 @@ class Governor:
 
     def tokens_per_minute(self) -> tuple[float, float | None]:
         """Tokens answered over the last minute, and the token limit per minute (None: none)."""
-        self._metered(time.monotonic(), 0.0)  # a display's clock: views read it from anywhere
+        with self._lock:
+            self._metered(time.monotonic(), 0.0)  # a display's clock: views read it from anywhere
+            used = sum(t for _, t in self.tokens)
         limit = self.limiter.token_rate
-        return sum(t for _, t in self.tokens), (limit * 60.0 / HEADROOM if limit is not None else None)
+        return used, (limit * 60.0 / HEADROOM if limit is not None else None)
 
     def _metered(self, now: float, tokens: float) -> None:
         meter = self.tokens
@@ -353,22 +379,33 @@ class Governor:
 
     def _announce(self, until: float, status: int | None) -> None:
         loop = asyncio.get_running_loop()
-        self._seen_hold = until
-        self.hold_wall = time.time() + (until - loop.time())
-        self._holding = True
+        with self._lock:
+            if until <= self._seen_hold:
+                return  # another thread announced it (or a later one) first
+            self._seen_hold = until
+            self.hold_wall = time.time() + (until - loop.time())
+            self._holding = True
+            listening = {other for _, other in self._listeners if other is not None and other is not loop}
+            previous, self._lift_timer = self._lift_timer, (loop, loop.call_at(until, self._lift, until))
+        if previous is not None and previous[0] is loop:
+            previous[1].cancel()
         self._emit(ProviderHoldSet(self.name, self.hold_wall, status))
-        # Say when it ends even if no call comes to notice (every waiting row may have parked).
-        if self._lift_timer is not None:
-            self._lift_timer.cancel()
-        self._lift_timer = loop.call_at(until, self._lift)
+        # Say when it ends even if no call comes to notice (every waiting row may have parked),
+        # and on every loop that listens: this one may stop first (its thread's map() is over).
+        for other in listening:
+            with contextlib.suppress(RuntimeError):
+                other.call_soon_threadsafe(other.call_at, until, self._lift, until)
 
-    def _lift(self) -> None:
-        if self._lift_timer is not None:
-            self._lift_timer.cancel()
-            self._lift_timer = None
-        if self._holding:
+    def _lift(self, until: float | None = None) -> None:
+        """The hold ended (``until``: the one a timer was set for; a later one stays)."""
+        with self._lock:
+            if not self._holding or (until is not None and until < self._seen_hold):
+                return
             self._holding = False
-            self._emit(ProviderHoldLifted(self.name))
+            timer, self._lift_timer = self._lift_timer, None
+        if timer is not None and timer[0] is here():
+            timer[1].cancel()
+        self._emit(ProviderHoldLifted(self.name))
 
 
 def _describe(exc: BaseException) -> str:

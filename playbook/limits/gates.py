@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from collections import deque
+
+from .waiters import wake_all
 
 __all__ = ["Health", "Window"]
 
@@ -32,11 +35,14 @@ class Window:
     without a refusal raise it by a quarter: a raised limit is found at the cost of a refusal
     every few seconds.  A refusal below the limit, among levels that went through, is the
     rate's.
+
+    Its waiters may sit on several threads' loops; it takes no lock and wakes nobody itself: its
+    owner serialises the calls to it and wakes the waiters it hands over (:meth:`handed`).
     """
 
     limit: int | None
 
-    __slots__ = ("configured", "limit", "in_flight", "opening", "_waiters", "_oks", "_changed", "_blind", "_loop")
+    __slots__ = ("configured", "limit", "in_flight", "opening", "_waiters", "_handed", "_oks", "_changed", "_blind")
 
     HORIZON = 2.0  # seconds of successes that say which levels went through
     INITIAL = 8
@@ -48,11 +54,11 @@ class Window:
         self.opening = configured is None or configured > self.INITIAL
         self.limit = min(configured or self.INITIAL, self.INITIAL)
         self.in_flight = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[asyncio.Future[bool]] = deque()  # calls waiting for room, on any thread's loop
+        self._handed: list[asyncio.Future[bool]] = []  # let in, not yet woken
         self._oks: deque[tuple[float, int]] = deque()  # (when, level) of recent successes
         self._changed = -math.inf  # when the limit last fell
         self._blind = False  # halved on a refusal before anything went through
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
         limit = "unbounded" if self.limit is None else str(self.limit)
@@ -80,22 +86,24 @@ class Window:
         self.in_flight += 1
         return True
 
-    async def acquire(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait for room for one more call."""
-        if self._loop is not loop:  # bound lazily: notebooks switch loops
-            self._loop, self._waiters = loop, deque()
-        if self._waiters or not self._open():
-            turn = loop.create_future()
-            self._waiters.append(turn)
-            try:
-                await turn
-            except BaseException:
-                if turn.done() and not turn.cancelled():
-                    self.in_flight -= 1  # room was handed over as the waiter was cancelled: give it back
-                    self._wake()
-                raise
-        else:
-            self.in_flight += 1
+    def wait(self, turn: asyncio.Future[bool]) -> None:
+        """Queue ``turn`` for room: it is counted in and handed over (:meth:`handed`) when room
+        frees, in order, or dropped by :meth:`kick`."""
+        self._waiters.append(turn)
+
+    def handed(self) -> list[asyncio.Future[bool]]:
+        """The waiters let in since the last ask, each already counted in flight: the owner wakes
+        them with True (outside its lock), or gives their room back if they are gone."""
+        handed = self._handed
+        if handed:
+            self._handed = []
+        return handed
+
+    def kick(self) -> list[asyncio.Future[bool]]:
+        """Let every waiter go without room (a hold arrived): the owner wakes them with False."""
+        kicked = [turn for turn in self._waiters if not turn.done()]
+        self._waiters.clear()
+        return kicked
 
     def release(self) -> None:
         self.in_flight -= 1
@@ -105,9 +113,9 @@ class Window:
         waiters = self._waiters
         while waiters and self._open():
             turn = waiters.popleft()
-            if not turn.done():
+            if not turn.done():  # a waiter cancelled meanwhile gives its turn to the next
                 self.in_flight += 1  # counted here, so no later arrival takes the room first
-                turn.set_result(None)
+                self._handed.append(turn)
 
     def _set(self, limit: int | None) -> None:
         if limit is not None and self.configured is not None:
@@ -187,7 +195,7 @@ class Health:
     ``RECENT``): a 5xx is a failure of one call, retried without slowing the others, until then.
     """
 
-    __slots__ = ("failures", "down", "probe_at", "probing", "since", "_recent", "_probes", "_outcome")
+    __slots__ = ("failures", "down", "probe_at", "probing", "since", "_recent", "_probes", "_outcome", "_lock")
 
     DOWN_AFTER = 5
     RECENT = 20
@@ -202,7 +210,8 @@ class Health:
         self.since = math.inf  # loop clock: when it went down
         self._recent: deque[bool] = deque(maxlen=self.RECENT)  # True: failed
         self._probes = 0
-        self._outcome: asyncio.Future[None] | None = None  # done when the probe in flight lands
+        self._outcome: list[asyncio.Future[None]] = []  # done when the probe in flight lands, one per loop waiting
+        self._lock = threading.Lock()  # two threads' calls must not both become the probe
 
     def __repr__(self) -> str:
         state = "down" if self.down else "up"
@@ -243,23 +252,29 @@ class Health:
 
     def may_probe(self, now: float) -> bool:
         """While down: True if this call may go as the probe (and it becomes the probe)."""
-        if self.probing or now < self.probe_at:
-            return False
-        self.probing = True
-        self._outcome = None
-        return True
+        with self._lock:
+            if self.probing or now < self.probe_at:
+                return False
+            self.probing = True
+            return True
 
     def outcome(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
         """Done when the probe in flight has landed, either way: calls that meet a probe wait for
-        its word (a provider just back serves them all) rather than park on a guess."""
-        if self._outcome is None or self._outcome.get_loop() is not loop:
-            self._outcome = loop.create_future()
-        return self._outcome
+        its word (a provider just back serves them all) rather than park on a guess.  One future
+        per loop that asks: the calls waiting may be on several threads' loops."""
+        with self._lock:
+            for waiter in self._outcome:
+                if waiter.get_loop() is loop and not waiter.done():
+                    return waiter
+            waiter = loop.create_future()
+            self._outcome.append(waiter)
+            return waiter
 
     def _landed(self) -> None:
-        self.probing = False
-        if self._outcome is not None and not self._outcome.done():
-            self._outcome.set_result(None)
+        with self._lock:
+            self.probing = False
+            waiters, self._outcome = self._outcome, []
+        wake_all(waiters, None)
 
     def unprobe(self) -> None:
         """The probe is over (landed, cancelled or held before it went): another call may probe."""

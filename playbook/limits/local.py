@@ -1,18 +1,24 @@
 """The limiter whose state lives in this process: :class:`~playbook.limits.pace.Pace` (GCRA and
 AIMD) and :class:`~playbook.limits.gates.Window` (calls in flight), on the running loop's clock.
 
-Calls waiting for a paced slot queue in order and one timer lets them out a slot at a time, so
-a rate that rises while they wait speeds them up at once, and a hold stops them where they are.
+Calls waiting for a paced slot queue in order and a timer lets them out a slot at a time, so a
+rate that rises while they wait speeds them up at once.  A hold sends every waiting call back to
+its governor at once (which parks, suspends or waits by its row's budget) instead of letting it
+sleep through a hold that may last the day.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections import deque
+from collections.abc import Callable
 
 from .base import Permit
 from .gates import Window
 from .pace import Pace
+from .waiters import here, wake_all
 
 __all__ = ["LocalLimiter", "token_burst"]
 
@@ -20,9 +26,16 @@ __all__ = ["LocalLimiter", "token_burst"]
 class LocalLimiter:
     """``LocalLimiter(rate, burst, concurrency, tokens=None)``: the
     :class:`~playbook.limits.base.Limiter` of one process.  ``rate`` in calls a second (None:
-    discovered from 429s); ``tokens`` in tokens a second (None: calls are not weighed)."""
+    discovered from 429s); ``tokens`` in tokens a second (None: calls are not weighed).
 
-    __slots__ = ("pace", "tokens", "window", "hold_until", "in_flight", "_loop", "_waiters", "_queued", "_timer")
+    One process, any number of threads: each thread running a blocking ``map()`` has a loop of
+    its own, and they all share this rate and this bound on calls in flight.  A lock guards the
+    state (uncontended with one thread); waiters are woken through their own loop
+    (:mod:`~playbook.limits.waiters`), and every loop with calls queued keeps a timer of its own,
+    so the queue moves on while any of them runs.
+    """
+
+    __slots__ = ("pace", "tokens", "window", "hold_until", "in_flight", "_lock", "_waiters", "_queued", "_loops")
 
     def __init__(
         self, rate: float | None = None, burst: int | None = None, concurrency: int | None = None, tokens: float | None = None
@@ -32,10 +45,10 @@ class LocalLimiter:
         self.window = Window(concurrency)
         self.hold_until = 0.0  # loop clock
         self.in_flight = 0  # calls on the wire
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiters: deque[tuple[asyncio.Future[None], float]] = deque()  # (slot, weight), in order
+        self._lock = threading.Lock()
+        self._waiters: deque[tuple[asyncio.Future[bool], float]] = deque()  # (slot, weight), in order, on any loop
         self._queued = 0.0  # the waiters' weights, summed
-        self._timer: asyncio.TimerHandle | None = None
+        self._loops: dict[asyncio.AbstractEventLoop, _Timer] = {}  # each loop with waiters: its timer
 
     def __repr__(self) -> str:
         tokens = f" tokens={self.tokens.rate:.4g}/s" if self.tokens is not None else ""
@@ -54,94 +67,119 @@ class LocalLimiter:
         return self.tokens.rate if self.tokens is not None else None
 
     def expected_wait(self, weight: float) -> float:
-        loop = self._loop
+        loop = here()
         if loop is None or (self.pace.rate is None and self.tokens is None):
             return 0.0
-        wait = self._delay(loop.time(), weight)
-        if self._waiters:  # the queue ahead goes first
-            if self.pace.rate is not None:
-                wait += len(self._waiters) / self.pace.rate
-            if self.tokens is not None and self.tokens.rate is not None:
-                wait += self._queued / self.tokens.rate
+        with self._lock:
+            wait = self._delay(loop.time(), weight)
+            if self._waiters:  # the queue ahead goes first
+                if self.pace.rate is not None:
+                    wait += len(self._waiters) / self.pace.rate
+                if self.tokens is not None and self.tokens.rate is not None:
+                    wait += self._queued / self.tokens.rate
         return wait
 
     def learn(self, requests: float | None, tokens: float | None) -> bool:
-        changed = requests is not None and self.pace.learn(requests)
-        if tokens is not None:
-            if self.tokens is None:
-                self.tokens = _token_pace(tokens)
-                changed = True
-            elif self.tokens.learn(tokens):
-                self.tokens.burst = token_burst(tokens)
-                changed = True
+        with self._lock:
+            changed = requests is not None and self.pace.learn(requests)
+            if tokens is not None:
+                if self.tokens is None:
+                    self.tokens = _token_pace(tokens)
+                    changed = True
+                elif self.tokens.learn(tokens):
+                    self.tokens.burst = token_burst(tokens)
+                    changed = True
         if changed:
             self._rearm()
         return changed
 
     async def acquire(self, weight: float = 1.0) -> Permit | None:
         loop = asyncio.get_running_loop()
-        self._bind(loop)
-        window = self.window
-        if not window.enter():
-            await window.acquire(loop)
-        try:
-            if self.hold_until > loop.time():
-                window.release()
-                return None  # a hold arrived while this call waited at the gate
-            if self.pace.rate is not None or self.tokens is not None:
-                await self._paced(loop, weight)
-                if self.hold_until > loop.time():
-                    window.release()
-                    return None  # a hold arrived while this call waited for its slot
+        paced = self.pace.rate is not None or self.tokens is not None
+        with self._lock:
+            if self.window.enter():
+                now = loop.time()
+                if not paced:
+                    self.pace.take(now)
+                    return self._sent(weight, now)
+                if not self._waiters and self._delay(now, weight) <= 0:
+                    self._take(now, weight)
+                    return self._sent(weight, now)
+                turn = None
             else:
-                self.pace.take(loop.time())
-        except BaseException:
-            window.release()
-            raise
-        self.in_flight += 1
-        return Permit(weight, self.in_flight, loop.time())
+                turn = loop.create_future()
+                self.window.wait(turn)
+        if turn is not None and not await self._gate(turn):
+            return None  # a hold arrived while this call waited at the gate
+        return await self._paced(loop, weight)
 
     async def settle(self, permit: Permit, actual: float | None = None) -> bool:
-        if not self._landed(permit):
+        if permit.done:
             return False
         now = asyncio.get_running_loop().time()
-        if actual is not None and actual != permit.weight:
-            if self.tokens is not None:
-                self.tokens.charge(actual - permit.weight)
-                self._rearm()  # a call that used fewer tokens than estimated lets the next one go sooner
-            permit.weight = actual
-        self.window.release()
-        grew = self.window.success(permit.level, now)
-        if self.pace.success(now):
+        rearm = False
+        with self._lock:
+            if not self._landed(permit):
+                return False
+            if actual is not None and actual != permit.weight:
+                if self.tokens is not None:
+                    self.tokens.charge(actual - permit.weight)
+                    rearm = True  # a call that used fewer tokens than estimated lets the next one go sooner
+                permit.weight = actual
+            self.window.release()
+            grew = self.window.success(permit.level, now)
+            if self.pace.success(now):
+                rearm = grew = True
+            handed = self.window.handed()
+        self._let_in(handed)
+        if rearm:
             self._rearm()
-            grew = True
         return grew
 
     async def refused(self, permit: Permit, *, hinted: bool) -> bool:
-        if not self._landed(permit):
-            return False
         now = asyncio.get_running_loop().time()
-        try:
+        with self._lock:
+            if not self._landed(permit):
+                return False
+            verdict = rearm = False
             if permit.level and self.window.refused(permit.level, now, hinted=hinted):
-                return True
-            if hinted and self.tokens is not None:
-                return False  # a token limit's refusal, most likely: its hold says when, the request rate is not to blame
-            if self.pace.limited(now, permit.sent_at, pending=self.in_flight):
-                self._rearm()
-                return True
-            return False
-        finally:
+                verdict = True
+            elif not (hinted and self.tokens is not None):  # else a token limit's refusal, most likely: its hold says when
+                verdict = rearm = self.pace.limited(now, permit.sent_at, pending=self.in_flight)
             self.window.release()
+            handed = self.window.handed()
+        self._let_in(handed)
+        if rearm:
+            self._rearm()
+        return verdict
 
     async def release(self, permit: Permit) -> None:
-        if self._landed(permit):
+        with self._lock:
+            if not self._landed(permit):
+                return
             self.window.release()
+            handed = self.window.handed()
+        self._let_in(handed)
 
     async def hold(self, until: float) -> float:
-        if until > self.hold_until:
+        now = asyncio.get_running_loop().time()
+        with self._lock:
+            if until <= self.hold_until:
+                return self.hold_until
             self.hold_until = until
-            self.pace.hold(until, asyncio.get_running_loop().time())
-        return self.hold_until
+            self.pace.hold(until, now)
+            # Calls waiting for their turn or their slot learn of it now, not when it ends: each
+            # goes back to its governor, which parks its row, suspends it or waits, by its budget.
+            if until <= now:
+                return until
+            kicked = self.window.kick() + [slot for slot, _ in self._waiters if not slot.done()]
+            self._waiters.clear()
+            self._queued = 0.0
+            for timer in self._loops.values():
+                timer.cancel()
+            self._loops.clear()
+        wake_all(kicked, False)
+        return until
 
     def _landed(self, permit: Permit) -> bool:
         """The call is off the wire; False when its permit was given back already."""
@@ -149,13 +187,32 @@ class LocalLimiter:
         self.in_flight -= landed
         return landed
 
-    # -- the paced queue ---------------------------------------------------------------------
+    def _sent(self, weight: float, now: float) -> Permit:
+        self.in_flight += 1
+        return Permit(weight, self.in_flight, now)
 
-    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        # Bound lazily: a notebook may run one map under asyncio.run and the next in the kernel's loop.
-        if self._loop is not loop:
-            self._loop = loop
-            self._waiters, self._queued, self._timer = deque(), 0.0, None
+    # -- the gate ----------------------------------------------------------------------------
+
+    async def _gate(self, turn: asyncio.Future[bool]) -> bool:
+        """Wait at the gate: True once let in, False when a hold arrived first."""
+        try:
+            return await turn
+        except BaseException:
+            if turn.done() and not turn.cancelled() and turn.result():
+                self._unhand()  # let in as it was cancelled: the room goes to the next
+            raise
+
+    def _unhand(self) -> None:
+        with self._lock:
+            self.window.release()
+            handed = self.window.handed()
+        self._let_in(handed)
+
+    def _let_in(self, handed: list[asyncio.Future[bool]]) -> None:
+        if handed:
+            wake_all(handed, True, self._unhand)
+
+    # -- the paced queue ---------------------------------------------------------------------
 
     def _delay(self, now: float, weight: float) -> float:
         """Seconds until a call of ``weight`` tokens has both a request slot and its tokens."""
@@ -167,41 +224,111 @@ class LocalLimiter:
         if self.tokens is not None:
             self.tokens.take(now, queued=queued, weight=weight)
 
-    async def _paced(self, loop: asyncio.AbstractEventLoop, weight: float) -> None:
-        """Wait for a slot at the current rate (and for the call's tokens)."""
-        if not self._waiters:
-            now = loop.time()
-            if self._delay(now, weight) <= 0:
-                self._take(now, weight)
-                return
-        slot = loop.create_future()
+    async def _paced(self, loop: asyncio.AbstractEventLoop, weight: float) -> Permit | None:
+        """Past the gate (its room counted): wait for a slot at the current rate (and for the
+        call's tokens); None when a hold arrived first."""
+        try:
+            with self._lock:
+                now = loop.time()
+                held = self.hold_until > now  # set while this call waited at the gate
+                if not held:
+                    if (self.pace.rate is None and self.tokens is None) or (not self._waiters and self._delay(now, weight) <= 0):
+                        self._take(now, weight)
+                        return self._sent(weight, now)
+                    slot: asyncio.Future[bool] = loop.create_future()
+                    self._queue(loop, now, slot, weight)
+            if not held and await slot:
+                with self._lock:
+                    now = loop.time()
+                    if self.hold_until <= now:
+                        return self._sent(weight, now)
+        except BaseException:
+            self._unhand()
+            raise
+        self._unhand()
+        return None
+
+    def _queue(self, loop: asyncio.AbstractEventLoop, now: float, slot: asyncio.Future[bool], weight: float) -> None:
+        """Under the lock: queue ``slot``; its loop's timer lets the queue out when the first slot
+        is due (sooner than it was armed for, if the schedule moved up)."""
         self._waiters.append((slot, weight))
         self._queued += weight
-        self._arm(loop)
-        await slot
+        timer = self._loops.get(loop)
+        if timer is None:
+            self._loops[loop] = timer = _Timer(loop)
+        timer.count += 1
+        timer.arm(now + self._delay(now, self._waiters[0][1]), self._release)
 
-    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._timer is None and self._waiters:
-            self._timer = loop.call_later(self._delay(loop.time(), self._waiters[0][1]), self._release, loop)
+    def _release(self, timer: _Timer) -> None:
+        """A loop's timer fired: let out every call whose slot is due, on whichever loop."""
+        let_out: list[asyncio.Future[bool]] = []
+        loop = timer.loop
+        with self._lock:
+            if self._loops.get(loop) is timer:
+                timer.handle = None  # else it fired after its loop's last call left the queue: stale
+            now, waiters = loop.time(), self._waiters
+            while waiters and self._delay(now, waiters[0][1]) <= 0:
+                slot, weight = waiters.popleft()
+                self._queued -= weight
+                self._gone(slot.get_loop())
+                if not slot.done():  # a cancelled waiter gives its turn to the next
+                    self._take(now, weight, queued=True)
+                    let_out.append(slot)
+            if waiters and self._loops.get(loop) is timer:
+                timer.arm(now + self._delay(now, waiters[0][1]), self._release)
+        wake_all(let_out, True)
 
-    def _release(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer = None
-        now, waiters = loop.time(), self._waiters
-        while waiters and self._delay(now, waiters[0][1]) <= 0:
-            slot, weight = waiters.popleft()
-            self._queued -= weight
-            if not slot.done():  # a cancelled waiter gives its turn to the next
-                self._take(now, weight, queued=True)
-                slot.set_result(None)
-        self._arm(loop)
+    def _gone(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Under the lock: one of ``loop``'s calls left the queue."""
+        timer = self._loops[loop]
+        timer.count -= 1
+        if not timer.count:
+            del self._loops[loop]
+            timer.cancel()
 
     def _rearm(self) -> None:
-        """The rate changed: the next slot may be due sooner than the timer thinks."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._loop is not None:
-            self._arm(self._loop)
+        """The rate changed: the next slot may be due sooner than the timers think."""
+        current = here()
+        with self._lock:
+            timers = list(self._loops.values())
+        for timer in timers:
+            if timer.loop is current:
+                self._rearm_here(timer)
+            else:
+                with contextlib.suppress(RuntimeError):  # a closed loop has no calls left to let out
+                    timer.loop.call_soon_threadsafe(self._rearm_here, timer)
+
+    def _rearm_here(self, timer: _Timer) -> None:
+        with self._lock:
+            if self._waiters and self._loops.get(timer.loop) is timer:
+                now = timer.loop.time()
+                timer.arm(now + self._delay(now, self._waiters[0][1]), self._release)
+
+
+class _Timer:
+    """One loop's part in the paced queue: how many of the queued calls wait on it, and the timer
+    that lets the queue out from it.  Touched under the limiter's lock, its handle only from its
+    own loop (another thread drops it instead; a stale firing lets out what is due, no more)."""
+
+    __slots__ = ("loop", "count", "handle")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.count = 0
+        self.handle: asyncio.TimerHandle | None = None
+
+    def arm(self, due: float, release: Callable[[_Timer], None]) -> None:
+        handle = self.handle
+        if handle is not None:
+            if handle.when() <= due + 1e-9:
+                return
+            handle.cancel()
+        self.handle = self.loop.call_at(due, release, self)
+
+    def cancel(self) -> None:
+        if self.handle is not None and self.loop is here():
+            self.handle.cancel()
+        self.handle = None
 
 
 def _token_pace(rate: float) -> Pace:

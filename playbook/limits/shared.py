@@ -8,9 +8,10 @@ mid-call (``kill -9``) gives its slots back ``permit_ttl`` seconds later.  The r
 reserving GCRA slots at most ``HORIZON`` seconds ahead: a cut or a hold set meanwhile reaches the
 next reservation, not calls already queued a minute ahead.
 
-Only one task per process talks to Redis for a permit at a time (the others queue here, in
+Only one task per event loop talks to Redis for a permit at a time (the others queue here, in
 order): while the account has no room, that one polls, and a slot this process frees wakes it
-at once.  What Redis cannot answer (it is down, the URL is wrong) is a retryable ``ToolError``
+at once.  Each thread's loop has its own connection (:class:`~playbook.limits.redis_link.Link`);
+what the limiter learns (the rate, holds, calls in flight) is the whole process's.  What Redis cannot answer (it is down, the URL is wrong) is a retryable ``ToolError``
 naming the provider and the URL, so the governor treats it as it treats a provider that refuses
 connections: retried, then *down*, and its rows park with that message.  A slot that cannot be
 given back for the same reason comes back by expiry.
@@ -24,6 +25,7 @@ import itertools
 import math
 import os
 import random
+import threading
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -36,6 +38,7 @@ from .base import Permit, rate_news
 from .gates import Window
 from .local import token_burst
 from .pace import Pace
+from .redis_link import Link
 
 __all__ = ["RedisLimiter"]
 
@@ -88,20 +91,14 @@ class RedisLimiter:
         self._offset = 0.0  # Redis time minus loop time, as of the last answer
         self._host = f"{HOST}:{os.getpid()}:{random.getrandbits(32):08x}"
         self._reaped = -math.inf  # loop clock: when permits of dead processes were last looked for
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: Any = None
-        self._scripts: dict[str, Any] = {}
-        self._turn = asyncio.Lock()
-        self._freed = asyncio.Event()
-        self._permits: set[str] = set()  # ids holding a slot, renewed while they do
-        self._renewer: asyncio.Task[None] | None = None
-        self._busy = 0  # scripts under way, and acquirers waiting: the client stays open meanwhile
+        self._links: dict[asyncio.AbstractEventLoop, Link] = {}  # each loop's connection, while it has one
+        self._lock = threading.Lock()  # threads share the window and the count of calls on the wire
 
     def __repr__(self) -> str:
         rate = "unlimited" if self.rate is None else f"{self.rate:.3g}/s"
         limit = self.in_flight_limit
         return (f"<RedisLimiter {masked(self.url)} {self.prefix}* rate={rate} in_flight_limit={limit} "
-                f"on_wire={self.in_flight} permits={len(self._permits)} hold_until={self.hold_until:.3f}>")  # fmt: skip
+                f"on_wire={self.in_flight} permits={self._held()} hold_until={self.hold_until:.3f}>")  # fmt: skip
 
     @property
     def in_flight_limit(self) -> int | None:
@@ -124,19 +121,19 @@ class RedisLimiter:
     # -- the Limiter protocol ------------------------------------------------------------------
 
     async def acquire(self, weight: float = 1.0) -> Permit | None:
-        loop = self._bind()
+        loop, link = self._link()
         key = f"{self._host}:{next(_ids)}"
-        self._busy += 1
+        link.busy += 1
         try:
-            async with self._turn:  # one asker per process; the rest wait here, in order
-                granted = await self._reserve(key, weight, loop)
+            async with link.turn:  # one asker per loop; the rest wait here, in order
+                granted = await self._reserve(key, weight, loop, link)
         except BaseException:
-            self._busy -= 1
-            await self._idle()
+            link.busy -= 1
+            await self._idle(link)
             raise
-        self._busy -= 1
+        link.busy -= 1
         if granted is None:
-            await self._idle()
+            await self._idle(link)
             return None
         level, wait = granted
         permit = Permit(weight, level, loop.time() + wait, key)
@@ -144,7 +141,7 @@ class RedisLimiter:
             if wait > 0:
                 await asyncio.sleep(wait)
                 # A hold set meanwhile, here or by another process: this slot is not to be used.
-                reply = await self._script("held", ["hold"], [])
+                reply = await self._script(link, "held", ["hold"], [])
                 self._learn(reply[0], reply[1], None, loop)
             if self.hold_until > loop.time():
                 await self._give_back(permit, on_wire=False)
@@ -153,7 +150,8 @@ class RedisLimiter:
             await self._give_back(permit, on_wire=False)
             raise
         permit.sent_at = loop.time()
-        self.in_flight += 1
+        with self._lock:
+            self.in_flight += 1
         return permit
 
     async def settle(self, permit: Permit, actual: float | None = None) -> bool:
@@ -161,7 +159,8 @@ class RedisLimiter:
             return False
         extra = 0.0 if actual is None else actual - permit.weight
         permit.weight = permit.weight + extra
-        grew = self.window.success(permit.level, self._now())
+        with self._lock:
+            grew = self.window.success(permit.level, self._now())
         if extra and self.token_rate is not None:
             await self._quietly("charge", ["tokens"], [extra, self.token_rate], None)
         reply = await self._quietly("settle", ["gcra", "permits", "aimd"], [permit.key, 0, _opt(self.ceiling)], permit.key)
@@ -172,7 +171,9 @@ class RedisLimiter:
     async def refused(self, permit: Permit, *, hinted: bool) -> bool:
         if not self._landed(permit):
             return False
-        if permit.level and self.window.refused(permit.level, self._now(), hinted=hinted):
+        with self._lock:
+            concurrency = bool(permit.level) and self.window.refused(permit.level, self._now(), hinted=hinted)
+        if concurrency:
             await self._quietly("release", ["permits"], [permit.key], permit.key)
             return True
         sent_at = permit.sent_at + self._offset
@@ -191,7 +192,7 @@ class RedisLimiter:
         await self._give_back(permit, on_wire=True)
 
     async def hold(self, until: float) -> float:
-        loop = self._bind()
+        loop = asyncio.get_running_loop()
         self.hold_until = max(self.hold_until, until)  # this process keeps to it even if Redis cannot hear it
         reply = await self._quietly("hold", ["hold", "aimd"], [max(0.0, until - loop.time())], None)
         if reply is not None:
@@ -200,48 +201,48 @@ class RedisLimiter:
 
     # -- asking Redis --------------------------------------------------------------------------
 
-    async def _tokens(self, weight: float, loop: asyncio.AbstractEventLoop) -> float:
+    async def _tokens(self, weight: float, loop: asyncio.AbstractEventLoop, link: Link) -> float:
         """Reserve a call's tokens at the account's token rate; returns the wait until they are due."""
         assert self.token_rate is not None
-        reply = await self._script("tokens", ["tokens"], [weight, self.token_rate, token_burst(self.token_rate)])
+        reply = await self._script(link, "tokens", ["tokens"], [weight, self.token_rate, token_burst(self.token_rate)])
         self._offset = float(reply[0]) - loop.time()
         return float(reply[1])
 
-    async def _reserve(self, key: str, weight: float, loop: asyncio.AbstractEventLoop) -> tuple[int, float] | None:
+    async def _reserve(self, key: str, weight: float, loop: asyncio.AbstractEventLoop, link: Link) -> tuple[int, float] | None:
         """Ask until the account has room and a rate slot within ``HORIZON``: ``(level, wait)``,
         or None when a hold is in force."""
         try:
             while True:
                 if self.hold_until > loop.time():
-                    await self._forget(key)
+                    await self._forget(link, key)
                     return None
-                self._freed.clear()
+                link.freed.clear()
                 limit = self.window.limit or 0
                 args = [key, 1, limit, self.permit_ttl, _opt(self.ceiling), self.burst, HORIZON]
-                reply = await self._script("acquire", ["gcra", "hold", "permits", "aimd"], args)
+                reply = await self._script(link, "acquire", ["gcra", "hold", "permits", "aimd"], args)
                 status = reply[0]
                 self._learn(reply[1], reply[2], reply[3], loop)
                 if status == b"held":
-                    self._drop(key)
+                    self._drop(link, key)
                     return None
                 if status == b"full":
-                    await self._reap(loop)
+                    await self._reap(loop, link)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._freed.wait(), POLL * (0.5 + random.random()))
+                        await asyncio.wait_for(link.freed.wait(), POLL * (0.5 + random.random()))
                     continue
-                self._keep(key, loop)
+                link.keep(key)
                 if status == b"wait":
                     await asyncio.sleep(float(reply[5]) - HORIZON / 2)
                     continue
                 wait = float(reply[5])
                 if self.token_rate is not None:  # the call's tokens too, at the account's token rate
-                    wait = max(wait, await self._tokens(weight, loop))
+                    wait = max(wait, await self._tokens(weight, loop, link))
                 return int(reply[4]), wait
         except BaseException:
-            await self._forget(key)
+            await self._forget(link, key)
             raise
 
-    async def _reap(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _reap(self, loop: asyncio.AbstractEventLoop, link: Link) -> None:
         """The account is full: give back at once the slots of processes on this machine that no
         longer run (killed mid-call), instead of waiting for their permits to expire.  At most
         once a second: it reads every permit."""
@@ -249,17 +250,17 @@ class RedisLimiter:
             return
         self._reaped = loop.time()
         name = self.prefix + "permits"
-        client = self._connect()
+        client, _ = link.connect()
         with contextlib.suppress(self._redis.exceptions.RedisError, OSError):  # then they expire, as elsewhere
             gone = [permit for permit in await client.zrange(name, 0, -1) if dead(permit.decode("utf-8", "replace"))]
             if gone:
                 await client.zrem(name, *gone)
 
-    async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        client = self._connect()
-        self._busy += 1
+    async def _script(self, link: Link, name: str, keys: list[str], args: list[Any]) -> Any:
+        client, scripts = link.connect()
+        link.busy += 1
         try:
-            return await self._scripts[name](keys=[self.prefix + k for k in keys], args=[self.prefix, *args], client=client)
+            return await scripts[name](keys=[self.prefix + k for k in keys], args=[self.prefix, *args], client=client)
         except (self._redis.exceptions.RedisError, OSError) as exc:
             raise ToolError(
                 f"shared limits of provider {self.provider!r} at {masked(self.url)} are out of reach "
@@ -267,19 +268,20 @@ class RedisLimiter:
                 provider=self.provider, retryable=True,
             ) from exc  # fmt: skip
         finally:
-            self._busy -= 1
+            link.busy -= 1
 
     async def _quietly(self, name: str, keys: list[str], args: list[Any], key: str | None) -> Any:
         """A script whose failure must not fail a call that was answered: its slot, if any,
         comes back by expiry instead."""
+        _, link = self._link()
         try:
-            return await self._script(name, keys, args)
+            return await self._script(link, name, keys, args)
         except ToolError:
             return None
         finally:
             if key is not None:
-                self._drop(key)
-            await self._idle()
+                self._drop(link, key)
+            await self._idle(link)
 
     async def _give_back(self, permit: Permit, *, on_wire: bool) -> None:
         if permit.done:
@@ -290,13 +292,14 @@ class RedisLimiter:
         # Shielded: a call cancelled on the wire still hands its slot to the next one now.
         await asyncio.shield(self._quietly("release", ["permits"], [permit.key], permit.key))
 
-    async def _forget(self, key: str) -> None:
-        if key in self._permits:
+    async def _forget(self, link: Link, key: str) -> None:
+        if key in link.permits:
             await asyncio.shield(self._quietly("release", ["permits"], [key], key))
 
     def _landed(self, permit: Permit) -> bool:
         landed = permit.land()
-        self.in_flight -= landed
+        with self._lock:
+            self.in_flight -= landed
         return landed
 
     def _learn(self, now: bytes, hold: bytes, rate: bytes | None, loop: asyncio.AbstractEventLoop) -> None:
@@ -314,52 +317,44 @@ class RedisLimiter:
             return True
         return False
 
-    # -- the client, the permits it renews -----------------------------------------------------
+    # -- each loop's connection, the permits it renews --------------------------------------
 
-    def _bind(self) -> asyncio.AbstractEventLoop:
+    def _link(self) -> tuple[asyncio.AbstractEventLoop, Link]:
         loop = asyncio.get_running_loop()
-        # Bound lazily: a notebook may run one map under asyncio.run and the next in the kernel's
-        # loop.  Permits of calls on the old loop are not ours to renew: they expire.
-        if self._loop is not loop:
-            self._loop, self._client, self._scripts = loop, None, {}
-            self._turn, self._freed, self._permits, self._renewer = asyncio.Lock(), asyncio.Event(), set(), None
-            self.in_flight = 0
-        return loop
+        link = self._links.get(loop)
+        if link is None:
+            with self._lock:
+                link = self._links.setdefault(loop, Link(loop, self._open, self._renew, self.permit_ttl / 3))
+        return loop, link
 
-    def _connect(self) -> Any:
-        if self._client is None:
-            self._client = self._redis.asyncio.from_url(self._url, socket_connect_timeout=5, socket_timeout=10)
-            self._scripts = {name: self._client.register_script(source) for name, source in _SCRIPTS.items()}
-        return self._client
+    def _open(self) -> tuple[Any, dict[str, Any]]:
+        client = self._redis.asyncio.from_url(self._url, socket_connect_timeout=5, socket_timeout=10)
+        return client, {name: client.register_script(source) for name, source in _SCRIPTS.items()}
 
-    async def _idle(self) -> None:
-        """Nothing under way: close the connections, so none outlives the loop that opened them
-        (a notebook's next run may be on another loop); the next call opens them again."""
-        client = self._client
-        if client is None or self._busy or self._permits:
+    def _held(self) -> int:
+        return sum(len(link.permits) for link in list(self._links.values()))
+
+    async def _idle(self, link: Link) -> None:
+        """Nothing under way on this loop: close its connections, so none outlives the loop that
+        opened them; the next call opens them again."""
+        if not link.idle:
             return
-        self._client = None
-        with contextlib.suppress(Exception):
-            await client.aclose()
+        with self._lock:
+            if self._links.get(link.loop) is link:
+                del self._links[link.loop]
+        await link.close()
 
-    def _keep(self, key: str, loop: asyncio.AbstractEventLoop) -> None:
-        self._permits.add(key)
-        if self._renewer is None:
-            self._renewer = loop.create_task(self._renew())
+    def _drop(self, link: Link, key: str) -> None:
+        """``key``'s slot is given back (or never was taken): an asker on any loop may go now."""
+        link.drop(key)
+        for other in list(self._links.values()):
+            if other is not link:
+                with contextlib.suppress(RuntimeError):  # a closed loop asks for nothing any more
+                    other.loop.call_soon_threadsafe(other.freed.set)
 
-    def _drop(self, key: str) -> None:
-        self._permits.discard(key)
-        self._freed.set()
-        if not self._permits and self._renewer is not None:
-            self._renewer.cancel()
-            self._renewer = None
-
-    async def _renew(self) -> None:
-        while True:
-            await asyncio.sleep(self.permit_ttl / 3)
-            if self._permits:
-                with contextlib.suppress(ToolError):
-                    await self._script("renew", ["permits"], [self.permit_ttl, *sorted(self._permits)])
+    async def _renew(self, link: Link, keys: list[str]) -> None:
+        with contextlib.suppress(ToolError):
+            await self._script(link, "renew", ["permits"], [self.permit_ttl, *keys])
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()

@@ -58,7 +58,9 @@ def provider_view(provider: Provider) -> ProviderView:
 
 
 def watch(provider: Provider, listener: Callable[[Any], None]) -> Callable[[], None]:
-    """Follow ``provider``'s events for one execution; returns the unsubscribe function."""
+    """Follow ``provider``'s events for one execution; returns the unsubscribe function.  Called
+    on the execution's loop, ``listener`` hears them there, even when a call of another thread's
+    run (the provider is the process's) is what set the hold."""
     unsubscribe = provider.subscribe(listener)
     provider.health.retest()  # a rerun or run.retry() tries a down provider again at once
     return unsubscribe
