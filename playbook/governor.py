@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeVar
 
 from .errors import ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
 from .limits import HEADROOM, Backoff, Health, Limiter, Permit
-from .limits.waiters import here
+from .limits.waiters import Listeners, here
 from .models import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RateChanged, time_of_day
 from .signals import Held, WaitBudget
 
@@ -103,7 +103,7 @@ class Governor:
         self._seen_hold = 0.0  # loop clock: the latest hold announced to subscribers
         self._holding = False
         self._lift_timer: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
-        self._listeners: list[tuple[Callable[[Any], None], asyncio.AbstractEventLoop | None]] = []
+        self._listeners = Listeners()
         self._lock = threading.Lock()  # threads that each run a map() on a loop of their own share this provider
 
     def __repr__(self) -> str:
@@ -120,29 +120,10 @@ class Governor:
     def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
         """Tell ``listener`` this provider's events; returns the unsubscribe function.  Subscribed
         on a running loop, it hears them on that loop, whichever thread's call they come from."""
-        entry = (listener, here())
-        with self._lock:
-            self._listeners = [*self._listeners, entry]
-
-        def unsubscribe() -> None:
-            with self._lock:
-                self._listeners = [other for other in self._listeners if other is not entry]
-
-        return unsubscribe
+        return self._listeners.add(listener)
 
     def _emit(self, event: Any) -> None:
-        current = here()
-        for listener, loop in self._listeners:  # replaced, never changed in place: no lock to read it
-            if loop is None or loop is current:
-                listener(event)
-            elif not loop.is_closed():
-                with contextlib.suppress(RuntimeError):  # closed meanwhile: its run is over
-                    loop.call_soon_threadsafe(self._deliver, listener, loop, event)
-
-    def _deliver(self, listener: Callable[[Any], None], loop: asyncio.AbstractEventLoop, event: Any) -> None:
-        """On the listener's loop: tell it, unless it stopped listening meanwhile."""
-        if any(other is listener and at is loop for other, at in self._listeners):
-            listener(event)
+        self._listeners.tell(event)
 
     def _rate_changed(self) -> None:
         self._emit(RateChanged(self.name, self.limiter.rate, self.limiter.in_flight_limit))
@@ -385,7 +366,7 @@ class Governor:
             self._seen_hold = until
             self.hold_wall = time.time() + (until - loop.time())
             self._holding = True
-            listening = {other for _, other in self._listeners if other is not None and other is not loop}
+            listening = self._listeners.loops() - {loop}
             previous, self._lift_timer = self._lift_timer, (loop, loop.call_at(until, self._lift, until))
         if previous is not None and previous[0] is loop:
             previous[1].cancel()

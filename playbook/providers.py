@@ -61,6 +61,8 @@ class Provider:
     ``account`` at that Redis (a Redis out of reach counts as the provider being down).
 
     The options are frozen; the live state (rate, holds, health, counters) is the ``governor``'s.
+    It is the process's: threads that each run a blocking ``map()`` (each on an event loop of
+    its own) share one rate, one bound on calls in flight and one hold.
     """
 
     __slots__ = tuple(sorted(_CONFIG))
@@ -149,7 +151,9 @@ class Provider:
         return await self.governor.dispatch(send, ticket, weight=weight)
 
     def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
-        """Call ``listener(event)`` on hold set / lifted, rate changes, down and up; returns an unsubscribe."""
+        """Call ``listener(event)`` on hold set / lifted, rate changes, down and up; returns an
+        unsubscribe.  Subscribed on a running loop, the listener is called on that loop, whichever
+        thread's call the event comes from."""
         return self.governor.subscribe(listener)
 
     @property

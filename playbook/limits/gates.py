@@ -267,7 +267,10 @@ class Health:
                 if waiter.get_loop() is loop and not waiter.done():
                     return waiter
             waiter = loop.create_future()
-            self._outcome.append(waiter)
+            if self.probing:
+                self._outcome.append(waiter)
+            else:  # it landed on another thread since the caller looked: its word is in
+                waiter.set_result(None)
             return waiter
 
     def _landed(self) -> None:

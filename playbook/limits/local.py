@@ -32,7 +32,8 @@ class LocalLimiter:
     its own, and they all share this rate and this bound on calls in flight.  A lock guards the
     state (uncontended with one thread); waiters are woken through their own loop
     (:mod:`~playbook.limits.waiters`), and every loop with calls queued keeps a timer of its own,
-    so the queue moves on while any of them runs.
+    so the queue moves on while any of them runs.  (Times read on different loops compare: an
+    asyncio loop's clock is ``time.monotonic()``.)
     """
 
     __slots__ = ("pace", "tokens", "window", "hold_until", "in_flight", "_lock", "_waiters", "_queued", "_loops")
@@ -95,14 +96,10 @@ class LocalLimiter:
 
     async def acquire(self, weight: float = 1.0) -> Permit | None:
         loop = asyncio.get_running_loop()
-        paced = self.pace.rate is not None or self.tokens is not None
         with self._lock:
             if self.window.enter():
                 now = loop.time()
-                if not paced:
-                    self.pace.take(now)
-                    return self._sent(weight, now)
-                if not self._waiters and self._delay(now, weight) <= 0:
+                if self._due(now, weight):
                     self._take(now, weight)
                     return self._sent(weight, now)
                 turn = None
@@ -131,7 +128,8 @@ class LocalLimiter:
             if self.pace.success(now):
                 rearm = grew = True
             handed = self.window.handed()
-        self._let_in(handed)
+        if handed:
+            self._let_in(handed)
         if rearm:
             self._rearm()
         return grew
@@ -148,7 +146,8 @@ class LocalLimiter:
                 verdict = rearm = self.pace.limited(now, permit.sent_at, pending=self.in_flight)
             self.window.release()
             handed = self.window.handed()
-        self._let_in(handed)
+        if handed:
+            self._let_in(handed)
         if rearm:
             self._rearm()
         return verdict
@@ -214,6 +213,12 @@ class LocalLimiter:
 
     # -- the paced queue ---------------------------------------------------------------------
 
+    def _due(self, now: float, weight: float) -> bool:
+        """Under the lock: may a call go now, with no one queued ahead of it?"""
+        if self.pace.rate is None and self.tokens is None:
+            return True
+        return not self._waiters and self._delay(now, weight) <= 0
+
     def _delay(self, now: float, weight: float) -> float:
         """Seconds until a call of ``weight`` tokens has both a request slot and its tokens."""
         wait = self.pace.delay(now)
@@ -227,26 +232,39 @@ class LocalLimiter:
     async def _paced(self, loop: asyncio.AbstractEventLoop, weight: float) -> Permit | None:
         """Past the gate (its room counted): wait for a slot at the current rate (and for the
         call's tokens); None when a hold arrived first."""
+        slot: asyncio.Future[bool] | None = None
         try:
             with self._lock:
                 now = loop.time()
-                held = self.hold_until > now  # set while this call waited at the gate
-                if not held:
-                    if (self.pace.rate is None and self.tokens is None) or (not self._waiters and self._delay(now, weight) <= 0):
+                if self.hold_until <= now:  # else set while this call waited at the gate
+                    if self._due(now, weight):
                         self._take(now, weight)
                         return self._sent(weight, now)
-                    slot: asyncio.Future[bool] = loop.create_future()
+                    slot = loop.create_future()
                     self._queue(loop, now, slot, weight)
-            if not held and await slot:
+            if slot is not None and await slot:
                 with self._lock:
                     now = loop.time()
                     if self.hold_until <= now:
                         return self._sent(weight, now)
         except BaseException:
+            if slot is not None:
+                self._unqueue(slot, weight)
             self._unhand()
             raise
         self._unhand()
         return None
+
+    def _unqueue(self, slot: asyncio.Future[bool], weight: float) -> None:
+        """A call cancelled in the queue leaves it now: left there, it would count in
+        :meth:`expected_wait` until a timer let it out (and its loop may never run one again)."""
+        with self._lock:
+            try:
+                self._waiters.remove((slot, weight))
+            except ValueError:
+                return  # let out or sent back already
+            self._queued -= weight
+            self._gone(slot.get_loop())
 
     def _queue(self, loop: asyncio.AbstractEventLoop, now: float, slot: asyncio.Future[bool], weight: float) -> None:
         """Under the lock: queue ``slot``; its loop's timer lets the queue out when the first slot

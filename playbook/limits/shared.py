@@ -8,13 +8,14 @@ mid-call (``kill -9``) gives its slots back ``permit_ttl`` seconds later.  The r
 reserving GCRA slots at most ``HORIZON`` seconds ahead: a cut or a hold set meanwhile reaches the
 next reservation, not calls already queued a minute ahead.
 
-Only one task per event loop talks to Redis for a permit at a time (the others queue here, in
-order): while the account has no room, that one polls, and a slot this process frees wakes it
-at once.  Each thread's loop has its own connection (:class:`~playbook.limits.redis_link.Link`);
-what the limiter learns (the rate, holds, calls in flight) is the whole process's.  What Redis cannot answer (it is down, the URL is wrong) is a retryable ``ToolError``
-naming the provider and the URL, so the governor treats it as it treats a provider that refuses
-connections: retried, then *down*, and its rows park with that message.  A slot that cannot be
-given back for the same reason comes back by expiry.
+Each thread's loop talks to Redis over a connection of its own
+(:class:`~playbook.limits.redis_link.Link`); what the limiter learns (the rate, holds, calls in
+flight) is the whole process's.  Only one task per loop asks for a permit at a time (the others
+queue there, in order): while the account has no room, that one polls, and a slot this process
+frees wakes it at once.  What Redis cannot answer (it is down, the URL is wrong) is a retryable
+``ToolError`` naming the provider and the URL, so the governor treats it as it treats a provider
+that refuses connections: retried, then *down*, and its rows park with that message.  A slot
+that cannot be given back for the same reason comes back by expiry.
 """
 
 from __future__ import annotations

@@ -1,0 +1,109 @@
+"""A hold that arrives while calls wait for their turn or their paced slot: each waiting call is
+judged against its row's wait budget at once (parked, suspended as a held row, or waited out in
+place), never left asleep until the hold ends.
+
+In virtual time (tests/vtime.py) the loop clock at the end of a run says how long the governor
+made it wait; against the demo provider, its counters say which calls reached it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pandas as pd
+import pytest
+from vtime import FrozenClock, run_virtual
+
+import playbook as pb
+from playbook.models import RowHeld
+
+
+def quota_tool(provider: pb.Provider, quota: int, reset: float) -> tuple[pb.Tool, list[float]]:
+    """An async tool whose first ``quota`` calls answer; the next get 429 with Retry-After ``reset``."""
+    calls: list[float] = []
+
+    async def lookup(n: int) -> str:
+        calls.append(asyncio.get_running_loop().time())
+        k = len(calls)
+        await asyncio.sleep(0.001)  # answered before the next paced call goes
+        if k > quota:
+            raise pb.ToolError("daily quota exceeded", status=429, retry_after=reset)
+        return f"found{n}"
+
+    return pb.tool(lookup, provider=provider), calls
+
+
+def calling(tool: pb.Tool) -> pb.Play:
+    async def play(row: Any, ctx: pb.Context) -> dict[str, Any]:
+        return {"v": await ctx.tool(tool, n=row.n)}
+
+    return pb.play(play, name="calling")
+
+
+async def launch(frame: pd.DataFrame, play: pb.Play, store: pb.ReceiptStore, **opts: Any) -> tuple[pb.Run, list[Any], float]:
+    """Run ``play`` in the background; returns the run, its events and the loop time it ended at."""
+    run = await frame.play.arun(play, store=store, progress=False, background=True, **opts)
+    events: list[Any] = []
+    run.state.subscribe(events.append)
+    while run.running:
+        await asyncio.sleep(0.01)
+    return run, events, asyncio.get_running_loop().time()
+
+
+@pytest.mark.parametrize("limits", [{"rps": 50, "concurrency": 8}, {"rps": 5, "burst": 2}], ids=["rps-and-concurrency", "rps-and-burst"])
+def test_a_hold_past_max_wait_parks_the_rows_queued_for_a_paced_slot_at_once(limits: dict[str, int], store: pb.ReceiptStore) -> None:
+    """Rows queued for a paced slot when a 600 s quota hold arrives park at once (max_wait=5): no
+    call of theirs reaches the provider and the run ends long before the hold does."""
+    lookup, calls = quota_tool(pb.Provider("acme", **limits), quota=3, reset=600)
+    frame = pd.DataFrame({"n": range(8)})
+    run, _, ended = run_virtual(launch(frame, calling(lookup), store, max_wait=5, concurrency=16))
+    assert run.result["play_status"].tolist() == ["ok"] * 3 + ["parked"] * 5
+    parked = run.parked
+    assert parked["reason"].tolist() == ["hold"] * 5 and parked["provider"].tolist() == ["acme"] * 5
+    assert all("ProviderExhausted" in message and "max_wait" in message for message in parked["message"])
+    assert len(calls) == 4  # the three answered and the one refused: the queued rows never went
+    assert ended < 5  # loop seconds: nobody slept through the hold
+
+
+def test_a_hold_within_max_wait_suspends_the_rows_queued_for_a_paced_slot(store: pb.ReceiptStore) -> None:
+    """Rows queued for a paced slot when a 30 s hold arrives become held rows (their workers freed),
+    and resume and finish after it."""
+    left = {"answers": 3}
+
+    async def refuse_once(n: int) -> str:  # the quota is back once the hold is over
+        left["answers"] -= 1
+        if left["answers"] == -1:
+            raise pb.ToolError("daily quota exceeded", status=429, retry_after=30)
+        return f"found{n}"
+
+    tool = pb.tool(refuse_once, name="lookup", provider=pb.Provider("acme", rps=5))
+    frame = pd.DataFrame({"n": range(8)})
+    run, events, ended = run_virtual(launch(frame, calling(tool), store, max_wait=100, concurrency=16))
+    assert run.result["play_status"].tolist() == ["ok"] * 8
+    held = sorted(e.position for e in events if isinstance(e, RowHeld))
+    assert held == list(range(3, 8))  # the refused row and every row queued behind it
+    assert 30 <= ended < 35
+
+
+def test_demo_quota_used_up_parks_every_waiting_row_without_waiting(store: pb.ReceiptStore) -> None:
+    """The demo provider's quota runs out mid-run (429, Retry-After the quota's reset): the rows
+    waiting for their slot park at once with the refused one, and only one call is refused."""
+    with pb.demo.serve(clock=FrozenClock(), quota=3, quota_reset=20) as demo:
+        acme = pb.Provider("acme", rps=50, concurrency=8)
+        company = pb.http_tool(
+            "acme.company", provider=acme, method="GET", url=demo.url + "/v1/company",
+            params={"domain": "{domain}"}, headers={"Authorization": "Bearer demo-key"}, cost=2.0,
+        )  # fmt: skip
+
+        @pb.play
+        async def co_only(row: Any, ctx: pb.Context) -> dict[str, Any]:
+            return {"c": await ctx.tool(company, domain=row.domain)}
+
+        frame = pd.DataFrame({"domain": ["acme.com", "globex.io", "hooli.com", "initech.net", "umbrella.org"]})
+        run = frame.play.run(co_only, store=store, max_wait=5, concurrency=16, progress=False)
+        stats = demo.stats()
+    assert run.result["play_status"].tolist() == ["ok"] * 3 + ["parked"] * 2
+    assert run.parked["reason"].tolist() == ["hold"] * 2 and run.parked["provider"].tolist() == ["acme"] * 2
+    assert stats["quota_exceeded"] == 1  # the waiting row did not go again after the hold
+    assert run.stats.elapsed < 5  # max_wait: not the 20 s hold
