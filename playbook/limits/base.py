@@ -32,7 +32,7 @@ HEADROOM = 0.98
 class Permit:
     """One call's place with its limiter, from :meth:`Limiter.acquire` until it is given back."""
 
-    __slots__ = ("weight", "level", "sent_at", "key", "done")
+    __slots__ = ("weight", "level", "sent_at", "key", "done", "offset")
 
     def __init__(self, weight: float, level: int, sent_at: float, key: str = "") -> None:
         self.weight = weight  # units charged so far
@@ -40,6 +40,9 @@ class Permit:
         self.sent_at = sent_at  # loop clock
         self.key = key  # its name in shared state ("" for a local permit)
         self.done = False  # given back: settled, refused or released
+        # Shared time minus loop time when it was granted (a shared limiter's): the grant's own
+        # measure, so a later answer read late on a busy loop cannot date the call before its grant.
+        self.offset = 0.0
 
     def land(self) -> bool:
         """Mark it given back; False when it was already (a call settles once)."""

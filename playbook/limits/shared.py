@@ -138,6 +138,7 @@ class RedisLimiter:
             return None
         level, wait = granted
         permit = Permit(weight, level, loop.time() + wait, key)
+        permit.offset = self._offset
         try:
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -177,7 +178,7 @@ class RedisLimiter:
         if concurrency:
             await self._quietly("release", ["permits"], [permit.key], permit.key)
             return True
-        sent_at = permit.sent_at + self._offset
+        sent_at = permit.sent_at + permit.offset
         judge = "0" if hinted and self.token_rate is not None else "1"  # a token limit's refusal: not the request rate's
         args = [permit.key, f"{sent_at:.6f}", judge, _opt(self.ceiling), self.floor]
         reply = await self._quietly("refused", ["permits", "aimd"], args, permit.key)
