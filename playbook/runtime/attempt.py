@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import ProviderExhausted, RunFatal
 from ..plays import Play
 from ..signals import Held, Parked, Sleeping, Suspend
 from .context import Context
 from .memos import remember
-from .rows import OutputError, Row, error_line, error_message, output_columns, stored_output
+from .rows import error_line, error_message, play_row
 from .scope import RunScope
 from .settle import Outcomes
 
@@ -47,7 +47,7 @@ class RowRunner:
         table = outcomes.table
         ctx = Context(self.scope, table.entries[pos].key, pos, outcomes.started(pos))  # type: ignore[arg-type]  # rows that run have keys
         try:
-            output, stored = await _play(self.play, table.row(pos), ctx)
+            output, stored = await play_row(self.play, table.row(pos), ctx)
         except Held as held:
             held.budget.left -= max(0.0, held.until - asyncio.get_running_loop().time())
             outcomes.hold(pos, held.until, held.wall, held.provider.name, held.status)
@@ -79,16 +79,3 @@ class RowRunner:
         if self._raise:
             exc.add_note(f"in row {self.outcomes.table.label(pos)!r} (position {pos}) of play {self.play.name!r}")
             self._fail_run(exc)
-
-
-async def _play(play: Play, row: Row, ctx: Context) -> tuple[dict[str, Any], Any]:
-    """The play's output for one row, and its stored form (``None``: it has none)."""
-    name = play.name
-    value = await play.fn(row, ctx)
-    if ctx.signal is not None:
-        raise ctx.signal  # the play caught a suspension or a fatal error: it still counts
-    output, stored = stored_output(output_columns(value, name, ctx.forgotten_await, play.output), name, ctx.forgotten_await)
-    advice = ctx.never_awaited()
-    if advice is not None:
-        raise OutputError(f"play {name!r} made a ctx call that it never awaited, so it never ran: {advice}")
-    return output, stored

@@ -13,7 +13,7 @@ import pandas as pd
 from ..outputs import OutputError, OutputModel
 from ..tagged import Unencodable, decode, encode
 
-__all__ = ["OutputError", "Row", "error_line", "error_message", "output_columns", "result_frame", "stored_output"]
+__all__ = ["OutputError", "Row", "error_line", "error_message", "output_columns", "play_row", "result_frame", "stored_output"]
 
 _STATUS_COLUMNS = ("play_status", "play_error")
 
@@ -55,6 +55,21 @@ class Row(Mapping[Any, Any]):
 
     def __repr__(self) -> str:
         return f"Row({self.index!r}, {self.to_dict()!r})"
+
+
+async def play_row(play: Any, row: Row, ctx: Any) -> tuple[dict[str, Any], Any]:
+    """The output of ``play`` (a ``Play``) for one row, with ``ctx`` its context, and the output's
+    stored form (``None``: it has none).  A suspension the play caught still counts, and a ctx call
+    it never awaited fails it."""
+    name = play.name
+    value = await play.fn(row, ctx)
+    if ctx.signal is not None:
+        raise ctx.signal
+    output, stored = stored_output(output_columns(value, name, ctx.forgotten_await, play.output), name, ctx.forgotten_await)
+    advice = ctx.never_awaited()
+    if advice is not None:
+        raise OutputError(f"play {name!r} made a ctx call that it never awaited, so it never ran: {advice}")
+    return output, stored
 
 
 def output_columns(value: Any, play: str, forgotten: Callable[[Any], str], model: OutputModel | None = None) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from ..plays import Play, as_play
 from ..tagged import Unencodable
 from ..tools import Tool
 from .memos import tools_unchanged, write_memo
-from .rows import Row, output_columns, stored_output
+from .rows import Row, play_row
 
 if TYPE_CHECKING:
     from .scope import RunScope
@@ -72,16 +72,9 @@ async def run_play(ctx: Context, play: Any, inputs: dict[str, Any]) -> dict[str,
     ctx.absorb(0, 0.0, {play_name(sub.name): sub.fingerprint}, ())
     inner = ctx.child(key)
     try:
-        value = await sub.fn(Row({name: i for i, name in enumerate(inputs)}, tuple(inputs.values()), None), inner)
-        if inner.signal is not None:
-            raise inner.signal  # the sub-play caught a suspension: the outer row still steps aside
-        output, stored = stored_output(output_columns(value, sub.name, inner.forgotten_await, sub.output), sub.name, inner.forgotten_await)
-        advice = inner.never_awaited()
-        if advice is not None:
-            raise PlayDefinitionError(f"play {sub.name!r} made a ctx call that it never awaited, so it never ran: {advice}")
-    except BaseException as exc:
-        if isinstance(exc, Exception):
-            exc.add_note(f"in ctx.run_play({sub.name!r}, ...)")
+        output, stored = await play_row(sub, Row({name: i for i, name in enumerate(inputs)}, tuple(inputs.values()), None), inner)
+    except Exception as exc:
+        exc.add_note(f"in ctx.run_play({sub.name!r}, ...)")
         raise
     finally:
         inner.close()

@@ -216,7 +216,7 @@ class Recorder:
             for line in path.read_text(encoding="utf-8").splitlines():
                 if line.strip():
                     entry = json.loads(line)
-                    self._lines[(entry["tool"], json.dumps(entry["input"], sort_keys=True))] = line
+                    self._lines[(entry["tool"], key_text(decode(entry["input"])))] = line
         self._secrets: set[Secret] = set()
         self._dirty = False
 
@@ -230,7 +230,8 @@ class Recorder:
         if isinstance(secret, Secret):
             self._secrets.add(secret)
         entry = {"tool": tool.name, "input": given, "output": stored, "miss": bool(miss), "cost": cost}
-        self._lines[(tool.name, json.dumps(given, sort_keys=True))] = dumps(entry)
+        # Keyed as a replay finds it: 3 and 3.0 are one call, recorded once.
+        self._lines[(tool.name, key_text(values))] = dumps(entry)
         self._dirty = True
 
     def flush(self) -> None:
