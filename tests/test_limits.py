@@ -378,6 +378,22 @@ def test_queued_calls_released_late_keep_the_schedule() -> None:
     assert drifting.delay(10.0) == pytest.approx(0.1 + 0.2)
 
 
+def test_a_stalled_loop_does_not_let_a_burst_of_tokens_catch_up() -> None:
+    """Token pacing at 200 tokens/s, calls of 80 tokens (0.4 s each): a call released 0.3 s late
+    (the loop stood still) starts its span then, so the next waits its turn instead of going with it;
+    a few milliseconds of timer lateness still keep the schedule."""
+    pace = Pace(200, burst=100)
+    pace.take(0.0, weight=80)
+    due = 0.4 - 20 / 200  # the second call's slot: its span less what the burst leaves
+    assert pace.delay(0.0, 80) == pytest.approx(due)
+    pace.take(due + 0.3, queued=True, weight=80)  # a stall of 0.3 s
+    assert pace.delay(due + 0.3, 80) == pytest.approx(0.3)  # a whole span on: not 0.1, catching up
+    timely = Pace(200, burst=100)
+    timely.take(0.0, weight=80)
+    timely.take(due + 0.004, queued=True, weight=80)  # a timer 4 ms late
+    assert timely.delay(due + 0.004, 80) == pytest.approx(0.4 - 0.004)  # the third slot stays at 0.7 s
+
+
 def test_retry_after_ms_is_milliseconds() -> None:
     """Retry-After-Ms (OpenAI's header) is read as milliseconds, in any case."""
     assert _wait(retry_after_ms="1500") == 1.5

@@ -56,6 +56,27 @@ def test_a_map_with_a_redis_url_pays_once_and_a_rerun_reuses_every_row(redis_url
     pd.testing.assert_frame_equal(first.result.drop(columns="play_status"), again.result.drop(columns="play_status"))
 
 
+def test_a_run_that_finished_is_in_the_server_when_it_returns(redis_url: str) -> None:
+    """The last row's memo and receipts are on the server once run() returns, even when the
+    server is slow to take writes: a second store object (another kernel) reuses every row."""
+    admin = redis.Redis.from_url(redis_url)
+    lookup = _lookup_tool()
+    rows = 20
+
+    async def enrich(row, ctx):  # type: ignore[no-untyped-def]
+        found = await ctx.tool(lookup, n=row.n)
+        if row.n == rows - 1:  # the server takes no writes for a while: this row's memo waits
+            admin.execute_command("CLIENT", "PAUSE", 400, "WRITE")
+        return {"label": found["label"]}
+
+    frame = pd.DataFrame({"n": range(rows)})
+    first = frame.play.run(pb.play(enrich, name="slow", version="1"), store=redis_url, progress=False, concurrency=1)
+    again = frame.play.run(pb.play(enrich, name="slow", version="1"), store=redis_url, progress=False)
+
+    assert first.stats.ok == rows
+    assert again.stats.reused == rows and again.stats.calls_executed == 0
+
+
 def test_playbook_home_may_be_a_redis_url(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """With $PLAYBOOK_HOME=redis://..., the default store is that server."""
     monkeypatch.setenv("PLAYBOOK_HOME", redis_url)
@@ -196,6 +217,8 @@ def test_a_redis_that_stops_answering_never_freezes_the_run() -> None:
                 stopped = loop.time()
                 run.stop()
                 await asyncio.wait_for(_finished(run), 30)
+                # What the frozen server was given last is not confirmed, and the run says so.
+                assert any("did not confirm this run's last writes" in note for note in run.notices), run.notices
                 return max(gaps), loop.time() - stopped, run.stats.ok
             finally:
                 os.kill(server.process.pid, signal.SIGCONT)

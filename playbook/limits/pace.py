@@ -52,6 +52,7 @@ class Pace:
     PROBE = 0.002  # of the rate per second, above it
     FORGET = 60.0
     GROW = 1.0  # the slow start grows the rate e-fold a second
+    LATE = 0.05  # seconds of a weighed call's lateness counted as the timer's (a stall is not)
 
     def __init__(self, rate: float | None = None, burst: int | None = None, *, floor: float = 0.5) -> None:
         self.rate = rate
@@ -99,8 +100,11 @@ class Pace:
             start = now
             if queued:
                 due = max(self._not_before, self._tat - max(0.0, self.burst - weight) * interval)
-                if now - interval * max(1.0, weight) < due <= now:
-                    start = due  # released late (within the call's own span): count the slot from when it was due
+                # Released late by the timer (within one interval; a weighed call: within LATE, not
+                # its whole span, which after a stalled loop would let a burst of tokens go at once):
+                # count the slot from when it was due.
+                if now - max(interval, min(interval * weight, self.LATE)) < due <= now:
+                    start = due
             self._tat = max(self._tat, start) + interval * weight
 
     def charge(self, extra: float) -> None:

@@ -77,10 +77,17 @@ def tools_unchanged(tools: dict[str, str]) -> bool:
     return True
 
 
-def finish_store(store: ReceiptStore, emit: Callable[[RunNotice], None], seen: int) -> int:
-    """Write what the store still owes (memos; receipts that failed to be written) and say out
-    loud what could not be, and what the store noticed since ``seen``; returns its notices now."""
-    store.flush()
+async def finish_store(store: ReceiptStore, emit: Callable[[RunNotice], None], seen: int, wait: float) -> int:
+    """Write what the store still owes (memos; receipts queued or that failed to be written),
+    waiting up to ``wait`` seconds for a remote store to take them, and say out loud what could
+    not be, and what the store noticed since ``seen``; returns its notices now."""
+    if not await store.written(wait):
+        note = (
+            f"the receipt store at {store.location} did not confirm this run's last writes within {wait:g}s; "
+            "they are made when it answers, while this process lives"
+        )
+        emit(RunNotice(note, 0))
+        _logger.warning("%s", note)
     owed = store.unwritten()
     if owed:
         lost = store.write_unwritten()

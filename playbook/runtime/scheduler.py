@@ -145,7 +145,9 @@ class Scheduler:
             task.cancel()
         why = "not run: " + (str(self.fatal).split("\n")[0] if self.fatal is not None else "the run was stopped")
         self.outcomes.unfinished(self._positions, why)
-        self._notices_seen = finish_store(self.store, self.state.emit, self._notices_seen)
+        # A run that says it finished has its memos and receipts in the store (a stopped run waits less).
+        wait = 1.0 if self.stopping else GRACE
+        self._notices_seen = await finish_store(self.store, self.state.emit, self._notices_seen, wait)
         await self.store.leases.settle()
         for unsubscribe in self._watching.values():
             unsubscribe()

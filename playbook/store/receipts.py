@@ -366,6 +366,20 @@ class ReceiptStore(Inspection):
         else:
             self._write_memos(pending, hints)
 
+    async def written(self, timeout: float) -> bool:
+        """Await what this store still has to write (buffered memos, queued receipts), for at
+        most ``timeout`` seconds: the end of a run, so that a run that finished is there for
+        another store object or process to read.  False if the store did not answer in time (the
+        writes stay queued, and are made when it does)."""
+        self.flush()
+        if not self._io.remote:
+            return True
+        try:  # the queue is served in order: when this job runs, everything before it is done
+            await asyncio.wait_for(self._io.run(_nothing), timeout)
+        except TimeoutError:
+            return False
+        return True
+
     def settle(self) -> None:
         """Everything buffered or queued is written (what looking at the store needs first)."""
         self.flush()
@@ -395,3 +409,7 @@ class ReceiptStore(Inspection):
     def close(self) -> None:
         self.settle()  # a remote store's last writes and lease releases, still queued
         self._backend.close()
+
+
+def _nothing() -> None:
+    """A job that marks a place in the store's queue."""
