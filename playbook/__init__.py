@@ -9,6 +9,7 @@ twice.  Import everything from here::
 from . import accessor as _accessor  # registers the DataFrame ``.play`` accessor
 from . import demo
 from . import polars_frames as _polars_frames  # noqa: F401 - registers pl.DataFrame.play, now or once Polars is imported
+from .cluster import ClusterRun  # registers ddf.play, now or once dask.dataframe is imported
 from .errors import (
     PlaybookError,
     PlayDefinitionError,
@@ -30,6 +31,7 @@ from .tools import Secret, Tool, http_tool, llm_tool, secret, tool
 __version__ = "0.1.0"
 
 __all__ = [
+    "ClusterRun",
     "Context",
     "Fixtures",
     "Play",

@@ -252,4 +252,10 @@ class RowSleeping(NamedTuple):
     until: float
 
 
-__all__ += ["RowSleeping"]
+class RunProgress(NamedTuple):
+    """The counters moved without a row event here: a cluster's workers reported (``done`` rows now)."""
+
+    done: int
+
+
+__all__ += ["RowSleeping", "RunProgress"]

@@ -14,22 +14,18 @@ converts on the way in and on the way out:
   ``Object`` column holding them as they are.  Converting never fails: the calls are paid for.
 
 ``import playbook`` does not import Polars (about 0.2 s, a fifth more, for every user): the
-namespace is registered at once if Polars is imported already, else when it is (:class:`_WhenPolarsLoads`).
+namespace is registered at once if Polars is imported already, else when it is (:func:`when_imported`).
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.abc
 import os
-import sys
 from collections.abc import Sequence
-from importlib.machinery import ModuleSpec
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
+from ._when_imported import when_imported
 from .accessor import PlayAccessor
 from .errors import PlayDefinitionError
 from .models import ProviderHold, RunStats
@@ -256,71 +252,12 @@ def _options(given: dict[str, Any]) -> dict[str, Any]:
 
 # -- registration ----------------------------------------------------------------------
 
-_registered = False
-
 
 def _register() -> None:
-    global _registered
-    if _registered:
-        return
     import polars as pl
 
     pl.api.register_dataframe_namespace("play")(PolarsPlay)
     pl.api.register_lazyframe_namespace("play")(_LazyPlay)
-    _registered = True
-    sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _WhenPolarsLoads)]
 
 
-class _WhenPolarsLoads(importlib.abc.MetaPathFinder):
-    """Registers the namespace right after ``polars`` is first imported.
-
-    Why a finder: Polars has no plugin hook, and importing it ourselves costs every playbook
-    user its import time.  This finder answers only for ``polars``: it asks the finders behind it
-    for the real spec and wraps the loader so that, once Polars' own module has run, the namespace
-    is registered, the original loader put back and this finder removed.  It stays until then: a
-    bare ``importlib.util.find_spec("polars")`` (libraries probe for optional packages that way)
-    loads nothing, and a ``pip install polars`` in a running kernel is still seen.
-    """
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
-        if fullname != "polars":
-            return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec: ModuleSpec | None = find(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _ThenRegister(spec.loader)
-                return spec
-        return None
-
-
-class _ThenRegister(importlib.abc.Loader):
-    """Polars' loader, which registers the namespace after Polars has loaded."""
-
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self.loader = loader
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)  # resource readers and the like are the real loader's
-
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.loader.exec_module(module)
-        module.__loader__ = self.loader
-        if module.__spec__ is not None:
-            module.__spec__.loader = self.loader
-        _register()
-
-
-def _install() -> None:
-    if sys.modules.get("polars") is not None:  # None: an import of it is blocked on purpose
-        _register()
-    elif not any(isinstance(finder, _WhenPolarsLoads) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _WhenPolarsLoads())
-
-
-_install()
+when_imported("polars", _register)

@@ -8,8 +8,11 @@ whose rate, calls in flight and holds every process and machine on that account 
 
 from __future__ import annotations
 
+import contextvars
 import math
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -18,12 +21,38 @@ from .governor import IN_PLACE, Governor, Ticket
 from .limits import HEADROOM, Health, Limiter, LocalLimiter
 from .urls import masked
 
-__all__ = ["HEADROOM", "IN_PLACE", "Provider", "Ticket"]
+__all__ = ["HEADROOM", "IN_PLACE", "Provider", "Ticket", "sharing_limits"]
 
 T = TypeVar("T")
 
 _CONFIG = frozenset({"name", "rps", "rpm", "burst", "concurrency", "tpm", "account", "max_wait", "retries", "shared", "governor"})
 _SCHEMES = ("redis", "rediss", "unix")
+# While set, a provider pickled without shared= travels as one whose limits are shared there (a
+# cluster run: every worker is another process, and one account has one rate, not one per worker).
+_SHARE_AT: contextvars.ContextVar[str | None] = contextvars.ContextVar("playbook_share_limits_at", default=None)
+_made: dict[tuple[Any, ...], Provider] = {}  # what unpickling made in this process, by description
+_making = threading.Lock()
+
+
+@contextmanager
+def sharing_limits(url: str) -> Iterator[None]:
+    """Providers pickled in this block without ``shared=`` arrive with ``shared=url``."""
+    token = _SHARE_AT.set(url)
+    try:
+        yield
+    finally:
+        _SHARE_AT.reset(token)
+
+
+def _provider(name: str, options: tuple[tuple[str, Any], ...]) -> Provider:
+    """The provider a pickle describes: one per description in each process, so the tasks of a
+    worker process share one governor (its calls in flight, its hold) as a kernel's rows do."""
+    key = (name, options)
+    with _making:
+        made = _made.get(key)
+        if made is None:
+            made = _made[key] = Provider(name, **dict(options))
+    return made
 
 
 def _check(name: str, option: str, value: object, *, integer: bool = False, zero: bool = False, optional: bool = True) -> None:
@@ -126,6 +155,15 @@ class Provider:
         return RedisLimiter(
             self.shared, self.account, provider=self.name, rate=rate, burst=self.burst, concurrency=self.concurrency, tokens=tokens
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Its description travels, never its live state (rate, holds, counters, connections)."""
+        options: dict[str, Any] = {
+            "rps": self.rps if self.rpm is None else None, "rpm": self.rpm, "burst": self.burst, "concurrency": self.concurrency,
+            "tpm": self.tpm, "account": self.account.split(":", 1)[1], "max_wait": self.max_wait, "retries": self.retries,
+            "shared": self.shared if self.shared is not None else _SHARE_AT.get(),
+        }  # fmt: skip
+        return (_provider, (self.name, tuple(sorted(options.items()))))
 
     def __setattr__(self, option: str, value: object) -> None:
         if option in _CONFIG:

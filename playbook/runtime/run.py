@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 import threading
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Generator
 from html import escape
 from typing import Any
 
@@ -163,6 +163,15 @@ class Run:
             if exc is not None:
                 raise exc
         return self.result
+
+    def __await__(self) -> Generator[Any, None, pd.DataFrame]:
+        """``await run``: wait for a background run in async code; gives the result."""
+        return self._finish().__await__()
+
+    async def _finish(self) -> pd.DataFrame:
+        if self._task is not None and not self._task.done():
+            await _await(self._task)
+        return self.wait()
 
     def stop(self) -> None:
         """Stop starting rows: calls already sent land their receipts (a few seconds at most),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..models import (
     CallFinished,
@@ -26,6 +26,7 @@ from ..models import (
     RowStarted,
     RunFinished,
     RunNotice,
+    RunProgress,
     RunStarted,
     RunStats,
     WaterfallFinished,
@@ -37,12 +38,26 @@ if TYPE_CHECKING:
     from ..providers import Provider
     from .table import RowTable
 
-__all__ = ["LEG_COLUMNS", "FailedRow", "Listener", "ParkedRow", "ProviderView", "RunEvent", "RunState", "Waiting", "provider_view"]
+__all__ = [
+    "LEG_COLUMNS", "FailedRow", "Listener", "ParkedRow", "ProviderView", "RunEvent", "RunState", "Waiting", "WorkerView", "provider_view",
+]  # fmt: skip
 
-RunEvent = Event | RowSleeping
+RunEvent = Event | RowSleeping | RunProgress
 Listener = Callable[[RunEvent], None]
 _LEG_COLUMN = {"hit": 1, "miss": 2, "unavailable": 3, "error": 4, "never": 5}
 LEG_COLUMNS = ["waterfall", "leg", "tool", "hits", "misses", "unavailable", "errors", "never_reached"]
+
+
+class WorkerView(NamedTuple):
+    """One worker of a cluster run, as views show it."""
+
+    worker: str  # its address
+    running: int  # partitions it runs now
+    finished: int  # partitions it finished
+    done: int  # rows of its partitions that reached a final status
+    rows: int  # rows of its partitions
+    calls_executed: int
+    in_flight: int  # rows in flight on it now
 
 
 class RunState:
@@ -258,6 +273,10 @@ class RunState:
                     reason=reason, error=error,
                 ))  # fmt: skip
         return out
+
+    def workers(self) -> list[WorkerView]:
+        """The workers of a cluster run, by address; none for a run in this process."""
+        return []
 
     def leg_rows(self) -> list[list[Any]]:
         """One row per waterfall leg, in ``LEG_COLUMNS`` order."""

@@ -134,6 +134,17 @@ class ReceiptStore(Inspection):
             return other
 
     @property
+    def address(self) -> str:
+        """Where it was opened, as given (a URL with its password): what another process opens
+        to reach the same records.  Never shown; ``location`` is the form to show."""
+        return os.fspath(self._opened[0])
+
+    @property
+    def remote(self) -> bool:
+        """True for a store other processes and machines reach (Redis), not one on this disk."""
+        return self._backend.remote
+
+    @property
     def backend(self) -> Backend:
         """Where the records live (SQLite, Redis or memory): the store protocol, for tools and tests."""
         return self._backend

@@ -52,7 +52,14 @@ class Secret:
     __str__ = __repr__
 
     def __reduce__(self) -> Any:
-        raise TypeError("a playbook secret cannot be pickled")
+        """The name of its variable travels (a Dask worker reads its own environment at call
+        time), never a value: a secret with a default value cannot be pickled."""
+        if self._default is not None:
+            raise TypeError(
+                f"secret({self.env_var!r}) has a default value, which would travel as plain text: set {self.env_var} "
+                "in the environment of every process that runs the play (a cluster's workers too) and drop default="
+            )
+        return (Secret, (self.env_var,))
 
 
 def secret(env_var: str, default: str | None = None) -> Secret:

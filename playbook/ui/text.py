@@ -30,6 +30,7 @@ from ..models import (
     RowRequeued,
     RowSleeping,
     RunFinished,
+    RunProgress,
     RunStarted,
     time_of_day,
 )  # fmt: skip
@@ -46,7 +47,7 @@ LOG_WIDTH = 100  # columns of the bar when stderr is not a terminal and $COLUMNS
 _BAR_ROOM = 24  # what the bar needs besides the alerts: " [", "]", ": 45%|█| " and a count like "4500/10000"
 _KINDS = (
     RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted, ProviderDown, ProviderUp, RowFinished, RowRequeued, RowHeld,
-    RowSleeping,
+    RowSleeping, RunProgress,
 )  # fmt: skip
 
 
@@ -81,7 +82,7 @@ class TextView:
 
     def on_event(self, event: RunEvent) -> None:
         kind = type(event)
-        if kind is RowFinished or kind is RowRequeued or kind is RowHeld or kind is RowSleeping:
+        if kind is RowFinished or kind is RowRequeued or kind is RowHeld or kind is RowSleeping or kind is RunProgress:
             if self._clock() - self._last >= _INTERVAL:
                 self._refresh()
             else:  # not now, but soon: the last events of a burst must not wait for the next one

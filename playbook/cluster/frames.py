@@ -1,0 +1,175 @@
+"""``ddf.play``: a play over a Dask DataFrame, one partition per task on a dask.distributed cluster.
+
+``import playbook`` does not import Dask: the accessor is registered when ``dask.dataframe`` is
+imported, before or after playbook (:func:`~playbook._when_imported.when_imported`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
+
+from .._dist import install_hint
+from .._when_imported import when_imported
+from ..errors import PlayDefinitionError
+from ..plays import as_play
+from ..runtime.options import RunOptions
+from ..store import ReceiptStore
+from ..store.location import home, is_url
+from ..tools import Tool
+from ..ui import Controls, attach_view
+from .job import ClusterRun
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+    from distributed import Client
+
+__all__ = ["DaskPlay"]
+
+_SCHEMES = ("redis", "rediss", "unix")
+_WORKER_OPTIONS = ("concurrency", "on_error", "refresh", "key", "max_wait")  # what each partition's run is given
+
+
+class DaskPlay:
+    """``ddf.play.map(play, store="redis://...")`` → a Dask DataFrame; ``ddf.play.run(...)`` → a
+    :class:`ClusterRun`.  Each partition runs on a worker of the current ``dask.distributed``
+    client with the local engine; receipts, memos, leases and provider limits live in Redis."""
+
+    def __init__(self, frame: dd.DataFrame) -> None:
+        self._frame = frame
+
+    def map(
+        self,
+        play: Any,
+        *,
+        concurrency: int = 16,
+        on_error: Literal["isolate", "raise"] = "isolate",
+        refresh: bool | Literal["rows"] = False,
+        max_cost: float | None = None,
+        limit: int | None = None,
+        key: str | Sequence[str] | None = None,
+        progress: Literal["auto", "widget", "text"] | bool = "auto",
+        store: ReceiptStore | str | os.PathLike[str] | None = None,
+        max_wait: float | None = None,
+        **unknown: Any,
+    ) -> dd.DataFrame:
+        """Run ``play`` over every row on the cluster and return the result as a Dask DataFrame
+        (blocking; its partitions stay on the workers, ``.compute()`` brings it here).
+
+        The options are ``df.play.map``'s; ``concurrency`` is rows in flight per partition.
+        ``store`` must be a Redis every worker reaches (``"redis://host:6379/0"``, a
+        ``pb.ReceiptStore`` over one, or ``$PLAYBOOK_HOME`` naming one).  Every provider's
+        rate, calls in flight and holds are shared there across the cluster.
+        """
+        if unknown.get("background"):
+            raise PlayDefinitionError(
+                "map() returns the finished Dask DataFrame; for a background run use ddf.play.run(play, background=True)"
+            )
+        options = _options(locals())
+        return self.run(play, **options).result
+
+    def run(
+        self,
+        play: Any,
+        *,
+        concurrency: int = 16,
+        on_error: Literal["isolate", "raise"] = "isolate",
+        refresh: bool | Literal["rows"] = False,
+        max_cost: float | None = None,
+        limit: int | None = None,
+        key: str | Sequence[str] | None = None,
+        progress: Literal["auto", "widget", "text"] | bool = "auto",
+        background: bool = False,
+        store: ReceiptStore | str | os.PathLike[str] | None = None,
+        max_wait: float | None = None,
+        **unknown: Any,
+    ) -> ClusterRun:
+        """Run ``play`` on the cluster and return the :class:`ClusterRun`; with
+        ``background=True``, return at once (the job goes on; the panel's Stop stops it)."""
+        given = _options(locals())
+        if "fixtures" in given:
+            raise PlayDefinitionError(
+                "fixtures= answers calls from a file in this process: a cluster run cannot use it; "
+                "replay on a pandas frame instead (ddf.compute().play.map(..., fixtures=...))"
+            )
+        opts = RunOptions.parse(given)
+        if opts.max_cost is not None:
+            raise PlayDefinitionError(
+                f"max_cost={opts.max_cost!r}: a cost budget is kept by one process, and a cluster run has many; "
+                "run a part first (limit=N) to see what it costs, or run on a pandas frame"
+            )
+        the_play = as_play(play)
+        frame = self._frame
+        columns = list(frame.columns)
+        if len(set(columns)) != len(columns):
+            raise PlayDefinitionError(f"the Dask DataFrame has columns named alike: {columns}; rename them first")
+        if isinstance(play, Tool):
+            missing = [p for p in play.params if p not in columns]
+            if missing:
+                raise PlayDefinitionError(
+                    f"tool {play.name!r} binds its inputs from columns, but the Dask DataFrame has no column "
+                    f"{', '.join(map(repr, missing))}; columns: {columns}"
+                )
+        if opts.key is not None:
+            keys = [opts.key] if isinstance(opts.key, str) else list(opts.key)
+            missing = [k for k in keys if k not in columns]
+            if missing:
+                raise PlayDefinitionError(f"key={opts.key!r}: no column {missing[0]!r} in the Dask DataFrame; columns: {columns}")
+        url = _redis_url(opts.store)
+        ReceiptStore(url).close()  # reachable, and a store: said now, before anything is sent to the workers
+        worker_options = {name: getattr(opts, name) for name in _WORKER_OPTIONS}
+        job = ClusterRun(frame, the_play, opts, _client(), url, worker_options)
+        controls = Controls(stop=job.stop, retry=lambda status: job.retry(statuses=(status,))) if opts.background else None
+        job.view = attach_view(job.state, opts.progress, background=opts.background, controls=controls)
+        return job.start(background=opts.background)
+
+
+def _options(given: dict[str, Any]) -> dict[str, Any]:
+    options = {name: value for name, value in given.items() if name not in ("self", "play", "unknown", "options", "given")}
+    return {**options, **given["unknown"]}
+
+
+def _client() -> Client:
+    """The dask.distributed client partitions run on: the current one."""
+    try:
+        from distributed import default_client
+    except ImportError:
+        raise PlayDefinitionError(
+            f"a Dask DataFrame runs on a dask.distributed cluster, which is not installed: {install_hint('dask')}"
+        ) from None
+    try:
+        return default_client()
+    except ValueError:
+        raise PlayDefinitionError(
+            "no Dask client: connect one first, e.g. `from dask.distributed import Client; client = Client()` (a cluster "
+            "on this machine) or `Client('tcp://scheduler-host:8786')`; its workers run the partitions"
+        ) from None
+
+
+def _redis_url(store: Any) -> str:
+    """The Redis every worker opens: ``store``, else ``$PLAYBOOK_HOME`` when it names one."""
+    if isinstance(store, ReceiptStore):
+        where: Any = store.address
+    elif store is None:
+        where = home()
+    else:
+        where = os.fspath(store)
+    if isinstance(where, str) and is_url(where) and urlsplit(where).scheme in _SCHEMES:
+        return where
+    shown = store.location if isinstance(store, ReceiptStore) else where
+    raise PlayDefinitionError(
+        f"store={os.fspath(shown)!r}: a cluster run keeps its receipts, memos and provider limits in Redis, where every "
+        "worker reaches them; pass store='redis://host:6379/0' (or set $PLAYBOOK_HOME to it). A directory is on "
+        "one machine, and its SQLite file is not for many processes at once"
+    )
+
+
+def _register() -> None:
+    from dask.dataframe.extensions import register_dataframe_accessor
+
+    register_dataframe_accessor("play")(DaskPlay)
+
+
+when_imported("dask.dataframe", _register)

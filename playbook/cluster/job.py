@@ -1,0 +1,355 @@
+"""A play over a Dask DataFrame on a cluster: one partition per task, one job on the client.
+
+The client works out where each partition's rows sit in the whole frame (their lengths), pickles
+the play once with its providers' limits shared at the job's Redis, and submits one task per
+partition.  While they run, it drains the partitions' reports into a :class:`ClusterState`
+that the usual views show.  A stop is a key the partitions read; their runs stop as a local run
+does (calls in flight land their receipts, the rest is skipped).  A retry submits the partitions
+with failed or parked rows again, running only those rows over the partition's last result.
+
+Dask reruns the task of a worker that died elsewhere: the new attempt reuses the receipts and
+memos already in Redis, waits out the leases of calls the dead worker had in flight, and pays
+only for those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from .._loop import check_blocking, run_sync, running_loop
+from ..errors import PlaybookError, PlayDefinitionError, RunFatal, interrupted
+from ..models import ProviderHold, RunFinished, RunStarted, RunStats
+from ..plays import Play
+from ..providers import sharing_limits
+from ..runtime.options import RunOptions
+from ..runtime.state import LEG_COLUMNS
+from .state import ClusterState
+from .wire import COUNTERS, Channel
+from .worker import Part, run_partition
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+    from distributed import Client, Future
+
+__all__ = ["ClusterRun"]
+
+_POLL = 0.1  # seconds between drains of the reports
+_GRACE = 30.0  # seconds a stopped job's partitions have to land what they sent
+
+
+class ClusterRun:
+    """One run of a play over a Dask DataFrame: ``run.result`` (a Dask DataFrame once it is
+    done), ``run.stats``, ``run.errors``, ``run.parked``, ``run.holds``; ``wait()``, ``stop()``,
+    ``retry()``; ``run.state`` for views."""
+
+    def __init__(self, frame: dd.DataFrame, play: Play, opts: RunOptions, client: Client, url: str, options: dict[str, Any]) -> None:
+        import cloudpickle
+
+        self.job = uuid.uuid4().hex[:16]
+        self._frame = frame
+        self._play = play
+        self._opts = opts
+        self._client = client
+        self._url = url
+        self._channel = Channel(url, self.job)
+        with sharing_limits(url):  # one rate per provider account across the cluster
+            self._payload = cloudpickle.dumps((play, options))
+        self._parts = frame.to_delayed()
+        self._lengths: list[int] = []
+        self._offsets: list[int] = []
+        self._futures: list[Future | None] = []
+        self._result: dd.DataFrame | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._round = 0  # each submission names its tasks afresh
+        self.state = ClusterState(play=play.name)
+        self.view: Any = None
+
+    def __repr__(self) -> str:
+        s = self.state
+        return (
+            f"<ClusterRun {self._play.name!r} {s.phase}: {s.total} rows in {len(self._parts)} partitions, ok={s.ok} "
+            f"reused={s.reused} failed={s.failed} parked={s.parked} skipped={s.skipped}, calls {s.calls_executed} paid / "
+            f"{s.calls_reused} reused>"
+        )
+
+    def _repr_html_(self) -> str:
+        from ..ui.html import run_html
+
+        return run_html(self.state)
+
+    # -- what a user reads -------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self.job
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    @property
+    def stats(self) -> RunStats:
+        return self.state.stats()
+
+    @property
+    def result(self) -> dd.DataFrame:
+        """The result as a Dask DataFrame (its partitions stay on the workers; ``.compute()``
+        brings it here): input columns, output columns, ``play_status``, ``play_error``."""
+        if self._result is None:
+            raise PlayDefinitionError("the cluster run has not finished: run.wait() returns its result once it has")
+        return self._result
+
+    @property
+    def holds(self) -> list[ProviderHold]:
+        return self.state.holds()
+
+    @property
+    def notices(self) -> list[str]:
+        return list(self.state.notices)
+
+    @property
+    def errors(self) -> pd.DataFrame:
+        """Failed rows: index label, position in the whole frame, error message."""
+        return pd.DataFrame(self.state.failed_rows(), columns=["row", "position", "error"])
+
+    @property
+    def parked(self) -> pd.DataFrame:
+        frame = pd.DataFrame(self.state.parked_rows(), columns=["row", "position", "reason", "provider", "ready_at", "message"])
+        frame["ready_at"] = pd.to_datetime(frame["ready_at"], unit="s", utc=True)
+        return frame
+
+    @property
+    def waterfalls(self) -> pd.DataFrame:
+        return pd.DataFrame([], columns=LEG_COLUMNS)
+
+    @property
+    def workers(self) -> pd.DataFrame:
+        """Per worker: partitions running and finished, rows done of its partitions, calls paid, rows in flight."""
+        return pd.DataFrame(self.state.workers(), columns=["worker", "running", "finished", "done", "rows", "calls_executed", "in_flight"])
+
+    # -- what a user does --------------------------------------------------------------
+
+    def wait(self) -> dd.DataFrame:
+        """Block until a background run finishes; returns the result."""
+        if self.running:
+            check_blocking("run.wait()", "await run")
+            run_sync(_awaited(self._task))  # type: ignore[arg-type]  # running: there is a task
+        if self._task is not None and self._task.done() and not self._task.cancelled():
+            exc = self._task.exception()
+            if exc is not None:
+                raise exc
+        return self.result
+
+    def __await__(self) -> Generator[Any, None, dd.DataFrame]:
+        return self._finish().__await__()
+
+    async def _finish(self) -> dd.DataFrame:
+        if self._task is not None and not self._task.done():
+            await _awaited(self._task)
+        return self.wait()
+
+    def stop(self) -> None:
+        """Stop the job on every worker: calls in flight land their receipts, the rows not
+        finished are skipped; what finished is in Redis, and running it again resumes it."""
+        self._stopped = True
+        self.state.stop_requested()
+        with contextlib.suppress(Exception):  # a Redis out of reach: the job ends as it would
+            self._channel.stop()
+
+    def retry(self, *, statuses: tuple[str, ...] = ("failed", "parked")) -> ClusterRun:
+        """Run the failed and parked rows (or those with ``statuses``) again on the cluster, each
+        partition that has any over its last result; blocking, or in the background if the run was."""
+        if not statuses or any(s not in ("failed", "parked") for s in statuses):
+            raise PlayDefinitionError(f"retry(statuses={statuses!r}): retry 'failed' and/or 'parked' rows")
+        if self.running:
+            raise PlayDefinitionError("the cluster run is still going: retry once it has finished (run.wait())")
+        todo: dict[int, tuple[int, ...]] = {}
+        for part, (offset, length) in enumerate(zip(self._offsets, self._lengths)):
+            span = range(offset, offset + length)
+            rows = sorted(p for status in statuses for p in self.state.rows_of(span, status))
+            if rows:
+                todo[part] = tuple(p - offset for p in rows)
+        if not todo:
+            return self
+        self._stopped = False
+        self._channel.reset()
+        if self._task is not None:
+            self._task = _schedule(self._execute(todo))
+        else:
+            self._block(self._execute(todo))
+        return self
+
+    # -- running -------------------------------------------------------------------------
+
+    def start(self, *, background: bool) -> ClusterRun:
+        if background:
+            self._task = _schedule(self._execute(None))
+        else:
+            self._block(self._execute(None))
+        return self
+
+    def _block(self, work: Any) -> None:
+        try:
+            run_sync(work)
+        except KeyboardInterrupt:
+            # Ctrl-C stops the job on every worker, not only here: what they sent lands, the rest is skipped.
+            self.stop()
+            with contextlib.suppress(KeyboardInterrupt):
+                run_sync(self._settle())
+            s = self.state
+            raise interrupted(
+                f"interrupted: {s.ok + s.reused} of {s.total} rows done on the cluster, {s.skipped} skipped. What finished is "
+                "saved in Redis: running the same map again resumes it"
+            ) from None
+
+    async def _execute(self, retry: dict[int, tuple[int, ...]] | None) -> None:
+        """Submit the partitions (all, or a retry's), follow their reports, build the result."""
+        if retry is None:
+            await self._measure()
+            todo: dict[int, tuple[int, ...] | None] = {part: None for part, length in enumerate(self._lengths) if length}
+        else:
+            todo = {part: positions for part, positions in retry.items()}
+        self._round += 1
+        for part, positions in todo.items():
+            base = None
+            if positions is not None:
+                base = self._base(part, positions)
+            self.state.expect(part, base)
+        self.state.emit(RunStarted(self.job, self._play.name, sum(self._lengths)))
+        try:
+            futures = self._submit(todo)
+            await self._follow(futures)
+            self._result = await self._build()
+        finally:
+            self.state.apply(_drained(self._channel))
+            self.state.emit(RunFinished(self.job, self._stopped))
+
+    async def _measure(self) -> None:
+        """Each partition's length (with ``limit``, as many as the first N rows take)."""
+        import dask
+
+        futures = self._client.compute([dask.delayed(len)(part) for part in self._parts])
+        await _done(futures)
+        lengths = [int(f.result()) for f in futures]
+        if self._opts.limit is not None:
+            left = self._opts.limit
+            for i, length in enumerate(lengths):
+                lengths[i] = min(length, left)
+                left -= lengths[i]
+        self._lengths = lengths
+        self._offsets = [sum(lengths[:i]) for i in range(len(lengths))]
+        self._futures = [None] * len(lengths)
+
+    def _base(self, part: int, positions: tuple[int, ...]) -> list[float]:
+        """What a retried partition's other rows count: its counters less the retried rows."""
+        counts = self.state.counts_of(part)
+        offset = self._offsets[part]
+        for p in positions:
+            counts[COUNTERS.index(self.state.status_of(offset + p))] -= 1
+        counts[COUNTERS.index("total")] -= len(positions)
+        return counts
+
+    def _submit(self, todo: dict[int, tuple[int, ...] | None]) -> dict[int, Future]:
+        import dask
+
+        task = dask.delayed(run_partition, pure=False)
+        calls = []
+        for part, positions in todo.items():
+            spec = Part(self.job, part, self._offsets[part], self._url, self._lengths[part] if positions is None else None, positions)
+            previous = self._futures[part] if positions is not None else None
+            name = f"playbook-{self._play.name}-{self.job}-{self._round}-{part}"
+            calls.append(task(self._parts[part], self._payload, spec, previous, dask_key_name=name))
+        futures = dict(zip(todo, self._client.compute(calls)))
+        for part, future in futures.items():
+            self._futures[part] = future
+        return futures
+
+    async def _follow(self, futures: dict[int, Future]) -> None:
+        """Drain reports until every partition's task is over; a task that failed (a worker
+        that died too often, ``on_error="raise"``) stops the job and is raised."""
+        failed: BaseException | None = None
+        try:
+            while True:
+                self.state.apply(_drained(self._channel))
+                pending = [f for f in futures.values() if not f.done()]
+                if failed is None:
+                    for part, future in futures.items():
+                        if future.status == "error":
+                            failed = _task_error(self._play.name, part, future.exception(), self._opts.on_error)
+                            self.stop()
+                            break
+                if not pending:
+                    break
+                await asyncio.sleep(_POLL)
+        except asyncio.CancelledError:
+            self.stop()
+            raise
+        if failed is not None:
+            raise failed
+
+    async def _settle(self) -> None:
+        """After a stop: give the partitions time to land what they sent."""
+        futures = [f for f in self._futures if f is not None]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_done(futures), _GRACE)
+        self.state.apply(_drained(self._channel))
+        if self.state.finished is None:
+            self.state.emit(RunFinished(self.job, True))
+
+    async def _build(self) -> dd.DataFrame:
+        import dask.dataframe as dd
+
+        futures = [f for f in self._futures if f is not None]
+        empty = self._client.submit(_empty, futures[0], pure=False)
+        await _done([empty])
+        meta = empty.result()
+        whole = self._opts.limit is None and len(futures) == len(self._parts)
+        divisions = self._frame.divisions if whole and self._frame.known_divisions else None
+        return dd.from_delayed(futures, meta=meta, divisions=divisions, verify_meta=False)
+
+
+def _empty(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.iloc[:0]
+
+
+def _drained(channel: Channel) -> list[dict[str, Any]]:
+    try:
+        return channel.drain()
+    except Exception:  # the reports are progress: a Redis that blinks costs a refresh, not the job
+        return []
+
+
+def _task_error(play: str, part: int, exc: BaseException | None, on_error: str) -> BaseException:
+    if exc is not None and (on_error == "raise" or isinstance(exc, PlaybookError)):
+        return exc  # a row's own error (on_error="raise"), or what stops a local run too (a 401)
+    name = type(exc).__name__
+    return RunFatal(
+        f"play {play!r}: partition {part} could not be run on the cluster ({name}: {exc}); the other partitions were "
+        "stopped. What finished is saved in Redis: running the same map again pays only for what is missing"
+    )
+
+
+async def _done(futures: list[Future]) -> None:
+    while not all(f.done() for f in futures):
+        await asyncio.sleep(_POLL / 2)
+
+
+async def _awaited(task: asyncio.Task[None]) -> None:
+    await asyncio.wait([task])
+
+
+def _schedule(coro: Any) -> asyncio.Task[None]:
+    loop = running_loop()
+    if loop is None:
+        coro.close()
+        raise PlayDefinitionError(
+            "background=True needs a running event loop (a Jupyter kernel or async code); in a script, use ddf.play.map(...)"
+        )
+    return loop.create_task(coro)

@@ -1,0 +1,86 @@
+"""What a cluster job's client and its workers say to each other, through the job's Redis.
+
+Each partition's run reports about four times a second: its counters, the providers as its
+worker sees them, the rows whose state changed (failed, parked, held or none of those any more),
+and its new notices.  Reports go on a list the client drains; the client asks a stop by setting
+a key every partition's run reads when it reports.  Both expire a day after the job's last word,
+so a job whose client went away leaves nothing behind for long.
+
+Rows are named by their position in the whole job (the partition's offset plus the row's
+position in it) and their index label, in tagged JSON so that any label comes back as it was.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .. import tagged
+
+__all__ = ["COUNTERS", "TTL", "Channel", "decode_label", "encode_label"]
+
+TTL = 86_400  # seconds a job's keys outlive its last word
+COUNTERS = (
+    "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held", "sleeping", "calls_executed", "calls_reused",
+    "calls_local", "cost_spent", "cost_saved", "receipts_lost",
+)  # fmt: skip
+_BATCH = 1000  # reports drained per round trip
+
+
+def encode_label(label: Any) -> Any:
+    """An index label as JSON data (tagged: a Timestamp comes back a Timestamp)."""
+    try:
+        return tagged.encode(label)
+    except (tagged.Unencodable, TypeError, ValueError):  # a label even tagged JSON cannot carry: as it prints
+        return repr(label)
+
+
+def decode_label(data: Any) -> Any:
+    return tagged.decode(data)
+
+
+class Channel:
+    """A job's reports and its stop flag, on the Redis at ``url``."""
+
+    def __init__(self, url: str, job: str) -> None:
+        import redis
+
+        # Short timeouts: a report is progress, never worth stalling a run (or a panel) for.
+        self._redis = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        self.reports = f"playbook:job:{job}:reports"
+        self.stop_key = f"playbook:job:{job}:stop"
+
+    def report(self, message: dict[str, Any]) -> bool:
+        """Send one report; True when the job was asked to stop."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.rpush(self.reports, tagged.dumps(message))
+        pipe.expire(self.reports, TTL)
+        pipe.exists(self.stop_key)
+        return bool(pipe.execute()[-1])
+
+    def stopping(self) -> bool:
+        return bool(self._redis.exists(self.stop_key))
+
+    def drain(self) -> list[dict[str, Any]]:
+        """The reports sent since the last drain, in order."""
+        out: list[dict[str, Any]] = []
+        while True:
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.lrange(self.reports, 0, _BATCH - 1)
+            pipe.ltrim(self.reports, _BATCH, -1)
+            batch: Sequence[bytes] = pipe.execute()[0]
+            out.extend(json.loads(item) for item in batch)
+            if len(batch) < _BATCH:
+                return out
+
+    def stop(self) -> None:
+        self._redis.set(self.stop_key, b"1", ex=TTL)
+
+    def reset(self) -> None:
+        """A new round of the job (a retry): no stop asked."""
+        self._redis.delete(self.stop_key)
+
+    def close(self) -> None:
+        self._redis.delete(self.reports, self.stop_key)
+        self._redis.close()
