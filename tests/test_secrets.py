@@ -282,3 +282,15 @@ def test_no_frame_or_object_a_refused_run_keeps_holds_the_key(keyed, store, wher
     for root in (pb.last_run(), info.value):
         leaked = [text for text in _reachable_strings(root) if _leaks(text)]
         assert not leaked, f"the key is reachable from {type(root).__name__}: {leaked[:3]}"
+
+
+def test_a_secret_pickles_as_the_name_of_its_variable_and_is_read_where_it_lands(monkeypatch) -> None:
+    """A secret sent to another process (a Dask worker) carries its variable's name, never the
+    value; it reads that process's environment when a call needs it."""
+    monkeypatch.setenv(ENV, SECRET)
+    key = pb.secret(ENV)
+    assert key.reveal() == SECRET
+    data = pickle.dumps(key)
+    assert SECRET.encode() not in data and ENV.encode() in data
+    monkeypatch.setenv(ENV, "the-other-process-key")
+    assert pickle.loads(data).reveal() == "the-other-process-key"

@@ -88,13 +88,12 @@ class DaskPlay:
     ) -> ClusterRun:
         """Run ``play`` on the cluster and return the :class:`ClusterRun`; with
         ``background=True``, return at once (the job goes on; the panel's Stop stops it)."""
-        given = _options(locals())
-        if "fixtures" in given:
+        opts = RunOptions.parse(_options(locals()))
+        if opts.fixtures is not None:  # fixtures=, a `with pb.fixtures(...)` around it, or $PLAYBOOK_FIXTURES
             raise PlayDefinitionError(
-                "fixtures= answers calls from a file in this process: a cluster run cannot use it; "
-                "replay on a pandas frame instead (ddf.compute().play.map(..., fixtures=...))"
+                "fixtures answer calls from a file in this process, and a cluster run makes its calls on the workers: "
+                "record or replay on a pandas frame instead (ddf.compute().play.map(...))"
             )
-        opts = RunOptions.parse(given)
         if opts.max_cost is not None:
             raise PlayDefinitionError(
                 f"max_cost={opts.max_cost!r}: a cost budget is kept by one process, and a cluster run has many; "
@@ -118,9 +117,10 @@ class DaskPlay:
             if missing:
                 raise PlayDefinitionError(f"key={opts.key!r}: no column {missing[0]!r} in the Dask DataFrame; columns: {columns}")
         url = _redis_url(opts.store)
+        client = _client()
         ReceiptStore(url).close()  # reachable, and a store: said now, before anything is sent to the workers
         worker_options = {name: getattr(opts, name) for name in _WORKER_OPTIONS}
-        job = ClusterRun(frame, the_play, opts, _client(), url, worker_options)
+        job = ClusterRun(frame, the_play, opts, client, url, worker_options)
         controls = Controls(stop=job.stop, retry=lambda status: job.retry(statuses=(status,))) if opts.background else None
         job.view = attach_view(job.state, opts.progress, background=opts.background, controls=controls)
         return job.start(background=opts.background)
@@ -159,8 +159,9 @@ def _redis_url(store: Any) -> str:
     if isinstance(where, str) and is_url(where) and urlsplit(where).scheme in _SCHEMES:
         return where
     shown = store.location if isinstance(store, ReceiptStore) else where
+    named = f"store={os.fspath(shown)!r}" if store is not None else f"no store= given, and the default store is {os.fspath(shown)!r}"
     raise PlayDefinitionError(
-        f"store={os.fspath(shown)!r}: a cluster run keeps its receipts, memos and provider limits in Redis, where every "
+        f"{named}: a cluster run keeps its receipts, memos and provider limits in Redis, where every "
         "worker reaches them; pass store='redis://host:6379/0' (or set $PLAYBOOK_HOME to it). A directory is on "
         "one machine, and its SQLite file is not for many processes at once"
     )

@@ -31,7 +31,7 @@ from ..runtime.options import RunOptions
 from ..runtime.state import LEG_COLUMNS
 from .state import ClusterState
 from .wire import COUNTERS, Channel
-from .worker import Part, run_partition
+from .worker import Failure, Part, run_partition
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
@@ -58,8 +58,14 @@ class ClusterRun:
         self._client = client
         self._url = url
         self._channel = Channel(url, self.job)
-        with sharing_limits(url):  # one rate per provider account across the cluster
-            self._payload = cloudpickle.dumps((play, options))
+        try:
+            with sharing_limits(url):  # one rate per provider account across the cluster
+                self._payload = cloudpickle.dumps((play, options))
+        except Exception as exc:  # what cannot travel: a secret's value, a lock, an open file or client
+            raise PlayDefinitionError(
+                f"play {play.name!r} cannot be sent to the cluster's workers: {exc}. Everything a play uses is pickled "
+                "(cloudpickle) and sent; make what cannot travel inside the play or its tools instead"
+            ) from None
         self._parts = frame.to_delayed()
         self._lengths: list[int] = []
         self._offsets: list[int] = []
@@ -281,8 +287,12 @@ class ClusterRun:
                 pending = [f for f in futures.values() if not f.done()]
                 if failed is None:
                     for part, future in futures.items():
-                        if future.status == "error":
+                        if future.status == "error":  # Dask could not run it (its workers kept dying)
                             failed = _task_error(self._play.name, part, future.exception(), self._opts.on_error)
+                        elif future.status == "finished" and future.type is Failure:
+                            said = future.result()
+                            failed = _task_error(self._play.name, part, said.error, self._opts.on_error, said.worker)
+                        if failed is not None:
                             self.stop()
                             break
                 if not pending:
@@ -304,6 +314,7 @@ class ClusterRun:
             self.state.emit(RunFinished(self.job, True))
 
     async def _build(self) -> dd.DataFrame:
+        import dask
         import dask.dataframe as dd
 
         futures = [f for f in self._futures if f is not None]
@@ -312,7 +323,10 @@ class ClusterRun:
         meta = empty.result()
         whole = self._opts.limit is None and len(futures) == len(self._parts)
         divisions = self._frame.divisions if whole and self._frame.known_divisions else None
-        return dd.from_delayed(futures, meta=meta, divisions=divisions, verify_meta=False)
+        # As the workers made it: Dask's convert-string would turn an output column of dicts or
+        # lists into their repr, and None into <NA>.
+        with dask.config.set({"dataframe.convert-string": False}):
+            return dd.from_delayed(futures, meta=meta, divisions=divisions, verify_meta=False)
 
 
 def _empty(frame: pd.DataFrame) -> pd.DataFrame:
@@ -326,9 +340,11 @@ def _drained(channel: Channel) -> list[dict[str, Any]]:
         return []
 
 
-def _task_error(play: str, part: int, exc: BaseException | None, on_error: str) -> BaseException:
+def _task_error(play: str, part: int, exc: BaseException | None, on_error: str, worker: str = "") -> BaseException:
+    if isinstance(exc, RunFatal):  # what stops a local run too (a 401, a missing secret): said where it was met
+        return RunFatal(f"{exc} (on the Dask worker at {worker}: it reads its own environment)")
     if exc is not None and (on_error == "raise" or isinstance(exc, PlaybookError)):
-        return exc  # a row's own error (on_error="raise"), or what stops a local run too (a 401)
+        return exc  # a row's own error (on_error="raise")
     name = type(exc).__name__
     return RunFatal(
         f"play {play!r}: partition {part} could not be run on the cluster ({name}: {exc}); the other partitions were "

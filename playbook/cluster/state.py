@@ -21,6 +21,7 @@ from .wire import COUNTERS, decode_label
 __all__ = ["ClusterState"]
 
 _APPLIED = (RunStarted, RunFinished, RunNotice)  # the rest come summed in the reports
+_PAID = ("calls_executed", "cost_spent", "receipts_lost")  # what an attempt cut short still counts
 
 
 class _Partition:
@@ -50,14 +51,10 @@ class ClusterState(RunState):
         self._views: dict[str, dict[str, ProviderView]] = {}  # worker -> provider -> its latest view
 
     def emit(self, event: RunEvent) -> None:
-        kind = type(event)
-        if kind in _APPLIED:
+        if type(event) in _APPLIED:
             super().emit(event)
-            return
-        for listener in self._listeners:
-            listener(event)
-        for inner in self._by_kind.get(kind, ()):
-            inner(event)
+        else:
+            self.tell(event)
 
     # -- reports -----------------------------------------------------------------------
 
@@ -84,10 +81,12 @@ class ClusterState(RunState):
         if report["attempt"] != part.attempt:
             if part.final:
                 return  # a late word from an attempt Dask already replaced
-            if part.attempt:  # run again elsewhere (its worker died): forget what the old attempt said
+            if part.attempt:  # run again elsewhere (its worker died): forget what the old attempt said of its rows
                 for position in part.positions:
                     self._forget(position)
                 part.positions.clear()
+                for name in _PAID:  # but not what it paid for
+                    part.base[COUNTERS.index(name)] += part.counts[COUNTERS.index(name)]
             part.attempt = report["attempt"]
         part.worker = report["worker"]
         part.counts = report["counts"]

@@ -24,7 +24,7 @@ from ..runtime.state import RunEvent, RunState
 from ..store import ReceiptStore
 from .wire import COUNTERS, Channel, encode_label
 
-__all__ = ["Part", "run_partition"]
+__all__ = ["Failure", "Part", "run_partition"]
 
 _INTERVAL = 0.25  # seconds between a partition's reports
 
@@ -40,6 +40,15 @@ class Part(NamedTuple):
     positions: tuple[int, ...] | None  # a retry: only these rows (positions in the partition)
 
 
+class Failure(NamedTuple):
+    """What a partition's run raised (a 401, a row's error under ``on_error="raise"``), given back
+    instead of raised: Dask logs a task that raises as a failed computation, a traceback per
+    partition on every worker, where the client says it once."""
+
+    error: BaseException
+    worker: str
+
+
 class _Local(threading.local):
     def __init__(self) -> None:
         self.stores: dict[str, ReceiptStore] = {}
@@ -50,16 +59,19 @@ _channels: dict[tuple[str, str], Channel] = {}
 _channels_lock = threading.Lock()
 
 
-def run_partition(frame: pd.DataFrame, payload: bytes, part: Part, previous: pd.DataFrame | None = None) -> pd.DataFrame:
+def run_partition(frame: pd.DataFrame, payload: bytes, part: Part, previous: pd.DataFrame | None = None) -> pd.DataFrame | Failure:
     """Run the job's play over ``frame`` (one partition) and return its result; a retry runs
     ``part.positions`` only and returns ``previous`` with those rows replaced."""
     import cloudpickle
 
-    play, options = cloudpickle.loads(payload)
-    rows = frame if part.positions is None else frame.iloc[list(part.positions)]
-    if part.limit is not None:
-        rows = rows.iloc[: part.limit]
-    result = run_sync(_drive(rows, play, options, _store(part.store), _channel(part), part))
+    try:
+        play, options = cloudpickle.loads(payload)
+        rows = frame if part.positions is None else frame.iloc[list(part.positions)]
+        if part.limit is not None:
+            rows = rows.iloc[: part.limit]
+        result = run_sync(_drive(rows, play, options, _store(part.store), _channel(part), part))
+    except Exception as exc:
+        return Failure(exc, worker_name())
     return result if previous is None or part.positions is None else _merged(previous, result, part.positions)
 
 

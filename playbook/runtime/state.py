@@ -121,9 +121,13 @@ class RunState:
         apply = _APPLY.get(kind)
         if apply is not None:
             apply(self, event)
+        self.tell(event)
+
+    def tell(self, event: RunEvent) -> None:
+        """Hand ``event`` to the views without counting it (a cluster job's counters come summed)."""
         for listener in self._listeners:
             listener(event)
-        for inner in self._by_kind.get(kind, ()):
+        for inner in self._by_kind.get(type(event), ()):
             inner(event)
 
     # -- how each event changes the counters -------------------------------------------

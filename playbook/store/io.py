@@ -71,6 +71,16 @@ class StoreIO:
         self.submit(work, then)
         return await done
 
+    async def caught_up(self, timeout: float) -> bool:
+        """``await`` the work queued so far (at most ``timeout`` seconds); False if it was not done."""
+        if not self.remote:
+            return True
+        try:  # the queue is served in order: when this job runs, everything before it is done
+            await asyncio.wait_for(self.run(lambda: None), timeout)
+        except TimeoutError:
+            return False
+        return True
+
     def drain(self, timeout: float = 30.0) -> bool:
         """Wait until the work queued so far is done (at most ``timeout`` seconds); False if it was not."""
         if not self.remote or self._pid != os.getpid():

@@ -35,7 +35,7 @@ from .leases import Leases
 from .location import home, is_url, masked_in, open_backend
 from .opening import ELSEWHERE as _ELSEWHERE
 from .protocol import Backend, Damaged, Found, StoreFailure
-from .records import OUTPUT_TAGGED, MemoRow, Record, damage, parse_tools
+from .records import MISSING, OUTPUT_TAGGED, MemoRow, Record, damage, parse_tools
 
 __all__ = ["MISSING", "ReceiptStore", "home", "is_url", "open_backend"]
 
@@ -43,21 +43,6 @@ _threads = threading.Lock()
 
 _json_loads = json.loads
 _logger = logging.getLogger("playbook.store")
-
-
-class _Missing:
-    """Sentinel for "no receipt": a tool may legitimately return ``None``."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-    def __bool__(self) -> bool:
-        return False
-
-
-MISSING: Any = _Missing()
 
 
 class ReceiptStore(Inspection):
@@ -138,11 +123,6 @@ class ReceiptStore(Inspection):
         """Where it was opened, as given (a URL with its password): what another process opens
         to reach the same records.  Never shown; ``location`` is the form to show."""
         return os.fspath(self._opened[0])
-
-    @property
-    def remote(self) -> bool:
-        """True for a store other processes and machines reach (Redis), not one on this disk."""
-        return self._backend.remote
 
     @property
     def backend(self) -> Backend:
@@ -378,18 +358,10 @@ class ReceiptStore(Inspection):
             self._write_memos(pending, hints)
 
     async def written(self, timeout: float) -> bool:
-        """Await what this store still has to write (buffered memos, queued receipts), for at
-        most ``timeout`` seconds: the end of a run, so that a run that finished is there for
-        another store object or process to read.  False if the store did not answer in time (the
-        writes stay queued, and are made when it does)."""
+        """Await what this store still has to write (memos, queued receipts), at most ``timeout``
+        seconds: a finished run is there for other processes.  False if not (it stays queued)."""
         self.flush()
-        if not self._io.remote:
-            return True
-        try:  # the queue is served in order: when this job runs, everything before it is done
-            await asyncio.wait_for(self._io.run(_nothing), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await self._io.caught_up(timeout)
 
     def settle(self) -> None:
         """Everything buffered or queued is written (what looking at the store needs first)."""
@@ -420,7 +392,3 @@ class ReceiptStore(Inspection):
     def close(self) -> None:
         self.settle()  # a remote store's last writes and lease releases, still queued
         self._backend.close()
-
-
-def _nothing() -> None:
-    """A job that marks a place in the store's queue."""

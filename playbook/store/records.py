@@ -16,6 +16,7 @@ from ..tagged import Unencodable, decode, dumps, encode, loads
 __all__ = [
     "COLUMNS",
     "INPUT_TAGGED",
+    "MISSING",
     "OUTPUT_TAGGED",
     "MemoRow",
     "Record",
@@ -135,3 +136,18 @@ def damage(exc: BaseException) -> str:
     if isinstance(exc, ValueError):
         return "its value is not valid JSON (truncated or overwritten)"
     return f"its value is not a record playbook wrote ({type(exc).__name__}: {exc})"
+
+
+class _Missing:
+    """Sentinel for "no receipt": a tool may legitimately return ``None``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+MISSING: Any = _Missing()

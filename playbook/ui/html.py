@@ -12,12 +12,12 @@ from html import escape
 from typing import Any
 
 from ..models import RunStats, time_of_day
-from ..runtime.state import LEG_COLUMNS, ProviderView, RunState
+from ..runtime.state import LEG_COLUMNS, ProviderView, RunState, WorkerView
 from .tally import Tally
 
 __all__ = [
     "LIMIT", "counters_table", "errors_table", "in_words", "legs_table", "parked_table", "provider_rate", "provider_state",
-    "providers_table", "run_html",
+    "providers_table", "run_html", "workers_table",
 ]  # fmt: skip
 
 LIMIT = 20  # rows shown of the parked table and groups shown of the errors
@@ -33,6 +33,7 @@ def run_html(state: RunState) -> str:
     parts += [f"<div class='playbook-notice'>⚠ {_e(note)}</div>" for note in state.notices]
     tally = Tally.of(state)
     parts.append(providers_table(state.provider_views(), tally.waiting(), down_since=state.down_since))
+    parts.append(workers_table(state.workers()))
     parts.append(parked_table(tally.parked_rows(LIMIT), tally.parked_count))
     parts.append(errors_table(tally.error_groups(LIMIT), len(tally.counts)))
     parts.append(legs_table(state))
@@ -130,6 +131,15 @@ def legs_table(state: RunState) -> str:
     """Per waterfall leg: hits, misses, unavailable, errors, never reached."""
     rows = state.leg_rows()
     return "<div>waterfalls</div>" + _table(LEG_COLUMNS, rows) if rows else ""
+
+
+def workers_table(workers: list[WorkerView]) -> str:
+    """A cluster run's workers: partitions running and finished, rows done of theirs, calls paid, rows in flight."""
+    if not workers:
+        return ""
+    rows = [[w.worker, w.running, w.finished, f"{w.done:,}/{w.rows:,}", w.calls_executed, w.in_flight] for w in workers[:LIMIT]]
+    table = _table(["worker", "partitions running", "finished", "rows done", "calls paid", "rows in flight"], rows)
+    return table + _more(len(workers))
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> str:

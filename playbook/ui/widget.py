@@ -24,7 +24,7 @@ from typing import Any
 from ..models import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RunFinished, RunStarted
 from ..runtime.state import RunEvent, RunState
 from . import Controls
-from .html import LIMIT, counters_table, errors_table, legs_table, parked_table, providers_table, run_html
+from .html import LIMIT, counters_table, errors_table, legs_table, parked_table, providers_table, run_html, workers_table
 from .tally import KINDS as TALLY_KINDS
 from .tally import Tally
 
@@ -222,7 +222,7 @@ class WidgetView:
             self.bar.max = max(s.total, 1)
             self.bar.value = done
             providers = providers_table(s.provider_views(), tally.waiting(), now=self._wall(), down_since=s.down_since)
-            self.status.value = head + counters_table(s) + providers
+            self.status.value = head + counters_table(s) + providers + workers_table(s.workers())
             if self.stop is not None:
                 self.retry_parked.disabled = not tally.parked
                 self.retry_failed.disabled = not tally.failed

@@ -1,0 +1,315 @@
+"""A play over a Dask DataFrame on a real ``distributed.LocalCluster`` (two worker processes),
+with a real Redis server and the demo provider: the same result as pandas, paid once across the
+cluster and across pandas and Dask, one rate per provider account, stop, retry, a worker killed
+mid-job, and the words said for what cannot work on a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import dask.dataframe as dd
+import pandas as pd
+import pytest
+import redis
+from distributed import Client, LocalCluster
+
+import playbook as pb
+from playbook.demo.settings import DEMO_KEY
+
+KEY_VAR = "PLAYBOOK_CLUSTER_TEST_KEY"  # set before the workers start: they read it at call time
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    os.environ[KEY_VAR] = DEMO_KEY
+    try:
+        with (
+            LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=":0", silence_logs=logging.ERROR) as cluster,
+            Client(cluster) as made,
+        ):
+            yield made
+    finally:
+        del os.environ[KEY_VAR]
+
+
+def _email(demo: pb.demo.DemoServer, provider: pb.Provider | None = None) -> pb.Tool:
+    return pb.http_tool(
+        "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret(KEY_VAR), pick="email", miss_status=(404,), provider=provider,
+    )  # fmt: skip
+
+
+def _play(tool: pb.Tool) -> pb.Play:
+    async def enrich(row, ctx):  # type: ignore[no-untyped-def]
+        return {"email": await ctx.tool(tool, domain=row.domain, first=row.first)}
+
+    return pb.play(enrich, name="enrich")
+
+
+def _people(n: int) -> pd.DataFrame:
+    return pd.DataFrame(
+        {"domain": [f"company{i % 40}.com" for i in range(n)], "first": [f"p{i}" for i in range(n)]}, index=pd.RangeIndex(1000, 1000 + n)
+    )
+
+
+def test_a_dask_frame_gives_what_pandas_gives_paying_once_across_both(client: Client, demo, redis_url: str) -> None:
+    """ddf.play.map returns a Dask DataFrame whose compute() equals the pandas result (columns,
+    statuses, index); every call is paid once; a rerun on Dask or on pandas pays nothing."""
+    frame = _people(120)
+    play = _play(_email(demo))
+    out = dd.from_pandas(frame, npartitions=5).play.map(play, store=redis_url, progress=False, concurrency=4)
+
+    assert isinstance(out, dd.DataFrame)
+    got = out.compute()
+    assert demo.stats()["requests"] == 120
+    local = frame.play.map(play, store=redis_url, progress=False)  # the same rows' memos: reused, not paid
+    assert demo.stats()["requests"] == 120
+    # The input's text columns are in Dask's string dtype (its dataframe.convert-string); the rest is as pandas makes it.
+    assert set(got["play_status"]) == {"ok"} and set(local["play_status"]) == {"reused"}
+    assert got["play_status"].dtype == local["play_status"].dtype
+    text = {"domain": object, "first": object}
+    pd.testing.assert_frame_equal(got.drop(columns="play_status").astype(text), local.drop(columns="play_status").astype(text))
+
+    again = dd.from_pandas(frame, npartitions=3).play.run(play, store=redis_url, progress=False)
+    assert again.stats.reused == 120 and again.stats.calls_executed == 0 and demo.stats()["requests"] == 120
+    assert len(again.workers) >= 1 and again.workers["rows"].sum() == 120
+
+
+def test_a_provider_has_one_rate_across_the_workers(client: Client, demo, redis_url: str) -> None:
+    """A provider given no shared= is shared through the job's Redis: two workers together keep to
+    its rate (the demo refuses what passes it), and its limits live in that Redis."""
+    demo.reset(rps=10, burst=2)
+    provider = pb.Provider("demo-shared", rps=10, burst=2)
+    frame = _people(40)
+    started = time.monotonic()
+    run = dd.from_pandas(frame, npartitions=4).play.run(_play(_email(demo, provider)), store=redis_url, progress=False)
+    took = time.monotonic() - started
+
+    assert run.stats.ok == 40
+    # Two workers each at 10/s would have half their calls refused; one shared rate, a stray refusal
+    # or two where calls leaving two processes in turn reach the server together.
+    assert demo.stats()["rate_limited"] <= 4
+    assert took >= (40 - 2) / 10 * 0.9, f"40 calls at 10/s took {took:.1f}s: faster than the provider's rate"
+    keys = {k.decode() for k in redis.Redis.from_url(redis_url).scan_iter("playbook:limit:*demo-shared*")}
+    assert keys, "the provider's limits are not in the job's Redis"
+
+
+def test_rows_that_fail_are_named_by_their_label_and_position_in_the_whole_frame(client: Client, demo, redis_url: str) -> None:
+    """run.errors on a cluster names each failed row by its index label and its position in the
+    whole frame, with the row's own message; the other rows are ok."""
+    tool = _email(demo)
+
+    async def picky(row, ctx):  # type: ignore[no-untyped-def]
+        if row.first in ("p7", "p33"):
+            raise ValueError(f"no address for {row.first}")
+        return {"email": await ctx.tool(tool, domain=row.domain, first=row.first)}
+
+    run = dd.from_pandas(_people(40), npartitions=4).play.run(pb.play(picky, name="picky"), store=redis_url, progress=False)
+
+    assert run.stats.failed == 2 and run.stats.ok == 38
+    errors = run.errors
+    assert errors["row"].tolist() == [1007, 1033] and errors["position"].tolist() == [7, 33]
+    assert errors["error"].str.contains("no address for p7").iloc[0]
+    result = run.result.compute()
+    assert result.loc[1033, "play_status"] == "failed" and "no address for p33" in result.loc[1033, "play_error"]
+
+
+def test_on_error_raise_raises_the_rows_own_error(client: Client, demo, redis_url: str) -> None:
+    async def broken(row, ctx):  # type: ignore[no-untyped-def]
+        raise LookupError(f"row {row.first} has nothing")
+
+    with pytest.raises(LookupError, match="has nothing"):
+        dd.from_pandas(_people(8), npartitions=2).play.map(pb.play(broken, name="broken"), store=redis_url, progress=False, on_error="raise")
+
+
+def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(client: Client, demo, redis_url: str) -> None:
+    """A used-up quota parks rows on every worker (max_wait=0); run.retry() after the hold runs
+    only those rows, over each partition's result, and the job's counters add up."""
+    demo.reset(quota=12, quota_reset=2.0)
+    provider = pb.Provider("demo-quota", concurrency=2)
+    run = dd.from_pandas(_people(30), npartitions=3).play.run(_play(_email(demo, provider)), store=redis_url, progress=False, max_wait=0)
+
+    assert run.stats.parked > 0 and run.stats.ok + run.stats.parked == 30
+    parked = run.parked
+    assert len(parked) == run.stats.parked and set(parked["provider"]) == {"demo-quota"}
+    assert (parked["position"] == parked["row"] - 1000).all()
+    paid_before = run.stats.calls_executed
+    demo.configure(quota=None)
+    time.sleep(max(0.0, float(parked["ready_at"].max().timestamp()) - time.time()) + 0.1)
+    run.retry(statuses=("parked",))
+
+    assert run.stats.ok == 30 and run.stats.parked == 0 and run.stats.total == 30
+    assert run.stats.calls_executed == 30 and paid_before == 30 - len(parked)
+    result = run.result.compute()
+    assert (result["play_status"] == "ok").all() and result["email"].notna().sum() + (result["email"].isna()).sum() == 30
+    assert dd.from_pandas(_people(30), npartitions=3).play.run(_play(_email(demo, provider)), store=redis_url, progress=False).stats.calls_executed == 0
+
+
+def test_stop_ends_the_job_on_every_worker_and_a_rerun_pays_only_what_is_missing(client: Client, demo, redis_url: str) -> None:
+    """A background job stopped midway ends on every worker: calls sent land, the rest is skipped;
+    running it again pays for the skipped rows only (each call paid once in all)."""
+    demo.reset(latency=0.05)
+    frame = _people(200)
+    play = _play(_email(demo))
+
+    async def main() -> pb.ClusterRun:
+        run = dd.from_pandas(frame, npartitions=4).play.run(play, store=redis_url, progress=False, concurrency=2, background=True)
+        while run.stats.ok < 20:
+            await asyncio.sleep(0.05)
+        run.stop()
+        await run
+        return run
+
+    run = asyncio.run(main())
+    assert run.stats.skipped > 0 and run.stats.ok + run.stats.skipped == 200
+    assert run.state.phase == "stopped"
+    assert (run.result.compute()["play_status"] == "skipped").sum() == run.stats.skipped
+    again = dd.from_pandas(frame, npartitions=4).play.run(play, store=redis_url, progress=False, concurrency=8)
+    assert again.stats.reused + again.stats.ok == 200
+    assert demo.stats()["requests"] == 200, "a call was paid twice"
+
+
+def test_a_worker_killed_mid_job_loses_no_row_and_repays_at_most_its_calls_in_flight(client: Client, demo, redis_url: str) -> None:
+    """kill -9 of a worker while it runs partitions: Dask runs them again elsewhere, every row ends
+    ok, and the calls paid twice are at most what the dead worker had in flight."""
+    demo.reset(latency=0.03)
+    frame = _people(240)
+    play = _play(_email(demo))
+    pids = client.run(os.getpid)
+    concurrency, threads = 3, 2
+
+    def kill_midway() -> None:
+        while demo.stats()["requests"] < 60:
+            time.sleep(0.01)
+        busy = [w for w, keys in client.processing().items() if any("playbook-" in str(k) for k in keys)]
+        os.kill(pids[busy[0]], signal.SIGKILL)  # a worker running partitions of the job now
+
+    killer = threading.Thread(target=kill_midway, daemon=True)
+    killer.start()
+    run = dd.from_pandas(frame, npartitions=6).play.run(play, store=redis_url, progress=False, concurrency=concurrency)
+    killer.join(5)
+
+    result = run.result.compute()
+    assert len(result) == 240 and (result["play_status"] == "ok").all()
+    assert run.stats.ok + run.stats.reused == 240
+    assert run.stats.calls_reused > 0, "no partition was run again: the worker died too late to test anything"
+    # What the dead worker said it paid for still counts; the calls of its last quarter second, which it
+    # had no time to report, count as reused by the attempt that took its partition over.
+    assert run.stats.calls_executed + run.stats.calls_reused >= 240
+    extra = demo.stats()["requests"] - 240
+    assert 0 <= extra <= concurrency * threads, f"{extra} calls paid twice; the killed worker had at most {concurrency * threads} in flight"
+    assert dd.from_pandas(frame, npartitions=6).play.run(play, store=redis_url, progress=False).stats.calls_executed == 0
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_what_a_cluster_run_cannot_do_is_said_before_anything_is_paid(client: Client, demo, redis_url: str, tmp_path) -> None:
+    """A store on this disk, max_cost, fixtures and a secret with a default value are refused,
+    naming the option, before any call."""
+    ddf = dd.from_pandas(_people(4), npartitions=2)
+    play = _play(_email(demo))
+    with pytest.raises(pb.PlayDefinitionError, match=r"store=.*Redis.*redis://"):
+        ddf.play.map(play, store=tmp_path / "store", progress=False)
+    with pytest.raises(pb.PlayDefinitionError, match=r"no store= given, and the default store is .*Redis"):
+        ddf.play.map(play, progress=False)  # $PLAYBOOK_HOME is a directory here
+    with pytest.raises(pb.PlayDefinitionError, match="max_cost"):
+        ddf.play.map(play, store=redis_url, max_cost=1.0, progress=False)
+    with pytest.raises(pb.PlayDefinitionError, match="fixtures"):
+        ddf.play.map(play, store=redis_url, fixtures=tmp_path / "f.jsonl", progress=False)
+    with pb.fixtures(tmp_path / "f.jsonl", mode="record"), pytest.raises(pb.PlayDefinitionError, match="fixtures"):
+        ddf.play.map(play, store=redis_url, progress=False)  # fixtures around the call, not named in it
+    defaulted = pb.http_tool(
+        "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("SOME_KEY", default="plain-text"), pick="email",
+    )  # fmt: skip
+    with pytest.raises(pb.PlayDefinitionError, match=r"secret\('SOME_KEY'\) has a default value"):
+        ddf.play.map(_play(defaulted), store=redis_url, progress=False)
+    with pytest.raises(pb.PlayDefinitionError, match="concurrency"):
+        ddf.play.map(play, store=redis_url, concurrency=0, progress=False)
+    assert demo.stats()["requests"] == 0
+
+
+def test_a_secret_travels_by_name_and_a_worker_without_it_says_which(client: Client, demo, redis_url: str) -> None:
+    """The job carries a secret's variable name, never its value: a variable set here only after
+    the workers started is not theirs, and the run stops naming it."""
+    os.environ["PLAYBOOK_CLUSTER_LATE_KEY"] = DEMO_KEY
+    try:
+        tool = pb.http_tool(
+            "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
+            headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("PLAYBOOK_CLUSTER_LATE_KEY"), pick="email",
+        )  # fmt: skip
+        with pytest.raises(pb.RunFatal, match=r"PLAYBOOK_CLUSTER_LATE_KEY is not set.*\(on the Dask worker at tcp://"):
+            dd.from_pandas(_people(4), npartitions=2).play.map(_play(tool), store=redis_url, progress=False)
+    finally:
+        del os.environ["PLAYBOOK_CLUSTER_LATE_KEY"]
+
+
+def test_text_progress_shows_the_whole_job(client: Client, demo, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """progress="text" draws one bar for the whole job from the workers' reports, and its summary."""
+    dd.from_pandas(_people(60), npartitions=3).play.map(_play(_email(demo)), store=redis_url, progress="text")
+    err = capsys.readouterr().err
+    assert "enrich: 60 rows | ok 60" in err and "calls 60 paid" in err
+
+
+def test_without_a_dask_client_the_error_says_how_to_connect_one() -> None:
+    code = (
+        "import dask.dataframe as dd, pandas as pd, playbook as pb\n"
+        "@pb.tool\nasync def double(n: int) -> int:\n    return 2 * n\n"
+        "try:\n    dd.from_pandas(pd.DataFrame({'n': [1, 2]}), npartitions=1).play.map(double, store='redis://127.0.0.1:1/0')\n"
+        "except pb.PlayDefinitionError as exc:\n    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "no Dask client" in out.stdout and "Client('tcp://" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_live_panel_in_a_kernel_shows_the_whole_job_and_its_stop_button_stops_it(client: Client, demo, redis_url: str) -> None:
+    """In a real kernel with a client of the same cluster, a background job shows one live panel
+    (the job's counters, a table of its workers); Stop ends the job on every worker, and the panel
+    becomes the job's summary."""
+    from jupyter_client.manager import start_new_kernel
+
+    demo.reset(latency=0.05)
+    km, kc = start_new_kernel(kernel_name="python3")
+    code = f"""
+import asyncio, json, pandas as pd, dask.dataframe as dd, playbook as pb
+from distributed import Client
+client = Client({client.scheduler.address!r})
+tool = pb.http_tool("demo.email", method="GET", url={demo.url + "/v1/email"!r}, params={{"domain": "{{domain}}", "first": "{{first}}"}},
+                    headers={{"Authorization": "Bearer {{secret}}"}}, secret=pb.secret({KEY_VAR!r}), pick="email", miss_status=(404,))
+async def enrich(row, ctx):
+    return {{"email": await ctx.tool(tool, domain=row.domain, first=row.first)}}
+frame = pd.DataFrame({{"domain": [f"company{{i % 40}}.com" for i in range(400)], "first": [f"p{{i}}" for i in range(400)]}})
+run = dd.from_pandas(frame, npartitions=4).play.run(pb.play(enrich, name="enrich"), store={redis_url!r}, background=True, concurrency=2)
+while run.stats.ok < 20:
+    await asyncio.sleep(0.05)
+await asyncio.sleep(0.6)  # past the panel's delay
+live = run.view.status.value
+run.view.stop.click()
+await run
+print(json.dumps({{"live": live, "phase": run.state.phase, "stats": run.stats.model_dump(), "summary": run._repr_html_()}}))
+client.close()
+"""
+    messages: list[dict[str, Any]] = []
+    try:
+        reply = kc.execute_interactive(code, timeout=120, output_hook=messages.append)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    printed = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
+    assert reply["content"]["status"] == "ok", printed + str([m["content"] for m in messages if m["msg_type"] == "error"])
+    seen = json.loads(printed.strip().splitlines()[-1])
+    assert "partitions running" in seen["live"] and "/400 rows" in seen["live"] and "tcp://" in seen["live"]
+    assert seen["phase"] == "stopped" and seen["stats"]["skipped"] > 0 and seen["stats"]["total"] == 400
+    assert "stopped" in seen["summary"] and "partitions running" in seen["summary"]
+    widgets = [m for m in messages if m["msg_type"] == "display_data" and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]]
+    assert len(widgets) == 1
+    assert demo.stats()["requests"] == seen["stats"]["calls_executed"]
