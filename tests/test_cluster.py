@@ -129,7 +129,9 @@ def test_on_error_raise_raises_the_rows_own_error(client: Client, demo, redis_ur
         raise LookupError(f"row {row.first} has nothing")
 
     with pytest.raises(LookupError, match="has nothing"):
-        dd.from_pandas(_people(8), npartitions=2).play.map(pb.play(broken, name="broken"), store=redis_url, progress=False, on_error="raise")
+        dd.from_pandas(_people(8), npartitions=2).play.map(
+            pb.play(broken, name="broken"), store=redis_url, progress=False, on_error="raise"
+        )
 
 
 def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(client: Client, demo, redis_url: str) -> None:
@@ -152,7 +154,12 @@ def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(client: Cli
     assert run.stats.calls_executed == 30 and paid_before == 30 - len(parked)
     result = run.result.compute()
     assert (result["play_status"] == "ok").all() and result["email"].notna().sum() + (result["email"].isna()).sum() == 30
-    assert dd.from_pandas(_people(30), npartitions=3).play.run(_play(_email(demo, provider)), store=redis_url, progress=False).stats.calls_executed == 0
+    assert (
+        dd.from_pandas(_people(30), npartitions=3)
+        .play.run(_play(_email(demo, provider)), store=redis_url, progress=False)
+        .stats.calls_executed
+        == 0
+    )
 
 
 def test_stop_ends_the_job_on_every_worker_and_a_rerun_pays_only_what_is_missing(client: Client, demo, redis_url: str) -> None:
@@ -310,6 +317,8 @@ client.close()
     assert "partitions running" in seen["live"] and "/400 rows" in seen["live"] and "tcp://" in seen["live"]
     assert seen["phase"] == "stopped" and seen["stats"]["skipped"] > 0 and seen["stats"]["total"] == 400
     assert "stopped" in seen["summary"] and "partitions running" in seen["summary"]
-    widgets = [m for m in messages if m["msg_type"] == "display_data" and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]]
+    widgets = [
+        m for m in messages if m["msg_type"] == "display_data" and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
+    ]
     assert len(widgets) == 1
     assert demo.stats()["requests"] == seen["stats"]["calls_executed"]
