@@ -124,6 +124,20 @@ def test_rows_that_fail_are_named_by_their_label_and_position_in_the_whole_frame
     assert result.loc[1033, "play_status"] == "failed" and "no address for p33" in result.loc[1033, "play_error"]
 
 
+def test_max_cost_is_one_budget_for_the_whole_job(client: Client, demo, redis_url: str) -> None:
+    """max_cost on a cluster is the job's: partitions on both workers spend from one budget in
+    Redis, so the job pays for exactly what fits and parks the rest (reason "budget")."""
+    tool = pb.http_tool(
+        "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret(KEY_VAR), pick="email", miss_status=(404,), cost=1.0,
+    )  # fmt: skip
+    run = dd.from_pandas(_people(40), npartitions=4).play.run(_play(tool), store=redis_url, progress=False, max_cost=10, concurrency=3)
+
+    assert run.stats.ok == 10 and run.stats.parked == 30 and run.stats.cost_spent == 10.0
+    assert demo.stats()["requests"] == 10
+    assert set(run.parked["reason"]) == {"budget"} and run.parked["message"].str.contains("max_cost=10").all()
+
+
 def test_on_error_raise_raises_the_rows_own_error(client: Client, demo, redis_url: str) -> None:
     async def broken(row, ctx):  # type: ignore[no-untyped-def]
         raise LookupError(f"row {row.first} has nothing")
@@ -220,7 +234,7 @@ def test_a_worker_killed_mid_job_loses_no_row_and_repays_at_most_its_calls_in_fl
 
 
 def test_what_a_cluster_run_cannot_do_is_said_before_anything_is_paid(client: Client, demo, redis_url: str, tmp_path) -> None:
-    """A store on this disk, max_cost, fixtures and a secret with a default value are refused,
+    """A store on this disk, a bad max_cost, fixtures and a secret with a default value are refused,
     naming the option, before any call."""
     ddf = dd.from_pandas(_people(4), npartitions=2)
     play = _play(_email(demo))
@@ -229,7 +243,7 @@ def test_what_a_cluster_run_cannot_do_is_said_before_anything_is_paid(client: Cl
     with pytest.raises(pb.PlayDefinitionError, match=r"no store= given, and the default store is .*Redis"):
         ddf.play.map(play, progress=False)  # $PLAYBOOK_HOME is a directory here
     with pytest.raises(pb.PlayDefinitionError, match="max_cost"):
-        ddf.play.map(play, store=redis_url, max_cost=1.0, progress=False)
+        ddf.play.map(play, store=redis_url, max_cost=-1, progress=False)
     with pytest.raises(pb.PlayDefinitionError, match="fixtures"):
         ddf.play.map(play, store=redis_url, fixtures=tmp_path / "f.jsonl", progress=False)
     with pb.fixtures(tmp_path / "f.jsonl", mode="record"), pytest.raises(pb.PlayDefinitionError, match="fixtures"):

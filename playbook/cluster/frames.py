@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["DaskPlay"]
 
 _SCHEMES = ("redis", "rediss", "unix")
-_WORKER_OPTIONS = ("concurrency", "on_error", "refresh", "key", "max_wait")  # what each partition's run is given
+_WORKER_OPTIONS = ("concurrency", "on_error", "refresh", "key", "max_wait", "max_cost")  # what each partition's run is given
 
 
 class DaskPlay:
@@ -93,11 +93,6 @@ class DaskPlay:
             raise PlayDefinitionError(
                 "fixtures answer calls from a file in this process, and a cluster run makes its calls on the workers: "
                 "record or replay on a pandas frame instead (ddf.compute().play.map(...))"
-            )
-        if opts.max_cost is not None:
-            raise PlayDefinitionError(
-                f"max_cost={opts.max_cost!r}: a cost budget is kept by one process, and a cluster run has many; "
-                "run a part first (limit=N) to see what it costs, or run on a pandas frame"
             )
         the_play = as_play(play)
         frame = self._frame

@@ -22,6 +22,7 @@ from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, R
 from ..runtime.run import Run
 from ..runtime.state import RunEvent, RunState
 from ..store import ReceiptStore
+from .budget import SharedCostBudget
 from .wire import COUNTERS, Channel, encode_label
 
 __all__ = ["Failure", "Part", "run_partition"]
@@ -66,6 +67,8 @@ def run_partition(frame: pd.DataFrame, payload: bytes, part: Part, previous: pd.
 
     try:
         play, options = cloudpickle.loads(payload)
+        if options.get("max_cost") is not None:  # the job's budget, which every partition spends from
+            options = {**options, "max_cost": SharedCostBudget(options["max_cost"], part.store, part.job)}
         rows = frame if part.positions is None else frame.iloc[list(part.positions)]
         if part.limit is not None:
             rows = rows.iloc[: part.limit]

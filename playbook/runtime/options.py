@@ -16,6 +16,7 @@ from ..errors import PlayDefinitionError
 from ..store import ReceiptStore, default_store
 from ..store.fixtures import Fixtures, active
 from ..tools.transport import warn_past_file_limit
+from .scope import CostBudget
 
 __all__ = ["RunOptions"]
 
@@ -25,7 +26,7 @@ class RunOptions:
     concurrency: int = 16
     on_error: Literal["isolate", "raise"] = "isolate"
     refresh: bool | Literal["rows"] = False
-    max_cost: float | None = None
+    max_cost: float | CostBudget | None = None  # a CostBudget: one kept elsewhere (a cluster job's, in Redis)
     limit: int | None = None
     key: str | Sequence[str] | None = None
     progress: Literal["auto", "widget", "text"] | bool = "auto"
@@ -67,7 +68,7 @@ class RunOptions:
             raise bad("on_error", "'isolate' (a failed row is data in the result) or 'raise'")
         if not (isinstance(self.refresh, bool) or self.refresh == "rows"):
             raise bad("refresh", "False, 'rows' (run rows again, reuse receipts) or True (pay for every call again)")
-        if self.max_cost is not None and (not _number(self.max_cost) or self.max_cost < 0):
+        if self.max_cost is not None and not isinstance(self.max_cost, CostBudget) and (not _number(self.max_cost) or self.max_cost < 0):
             raise bad("max_cost", "a number >= 0 or None")
         if self.limit is not None and (not _whole(self.limit) or self.limit < 0):
             raise bad("limit", "a whole number >= 0 or None")

@@ -59,7 +59,7 @@ class Scheduler:
         self.scope = RunScope(
             run_id=self.run_id, play=play.name, store=store, force_all=opts.refresh is True,
             rerun_rows=opts.refresh is not False, emit=self.state.emit,
-            costs=CostBudget(opts.max_cost), tickets=Tickets(table, opts.max_wait, self._watch), label=table.label,
+            costs=opts.max_cost if isinstance(opts.max_cost, CostBudget) else CostBudget(opts.max_cost), tickets=Tickets(table, opts.max_wait, self._watch), label=table.label,
             fatal=self._fatal, fixtures=opts.fixtures,
         )  # fmt: skip
         runner = RowRunner(play, self.scope, self.outcomes, store, on_error=opts.on_error, fail_run=self._fail_run)

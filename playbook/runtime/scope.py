@@ -52,26 +52,37 @@ class CostBudget:
         (``wait``: once the calls in flight have settled)."""
         if not cost or self.limit is None:
             return
-        while self.committed + cost > self.limit + 1e-9:
+        while not self.take(cost):
             if not (wait and self.pending):
                 raise Parked("budget", f"budget: calling {tool.name!r} (cost {cost:g}) would pass max_cost={self.limit:g}")
             if self._settled is None:
                 self._settled = asyncio.Event()
             await self._settled.wait()
-        self.committed += cost
         self.pending += 1
+
+    def take(self, cost: float) -> bool:
+        """Count ``cost`` as committed if it fits under the limit; False (and nothing counted) if not."""
+        if self.committed + cost > self.limit + 1e-9:  # type: ignore[operator]  # called with a limit
+            return False
+        self.committed += cost
+        return True
+
+    def add(self, amount: float) -> None:
+        """Count ``amount`` more as committed (less, when negative)."""
+        self.committed += amount
 
     def refund(self, cost: float) -> None:
         """A reserved call did not complete: give its cost back."""
         if cost and self.limit is not None:
-            self.committed -= cost
+            self.add(-cost)
             self._done()
 
     def settle(self, reserved: float, cost: float) -> None:
         """A call reserved at ``reserved`` was answered and cost ``cost``: the budget counts that
         instead (so a budget is passed by at most what the calls in flight cost over their estimates)."""
         if self.limit is not None:
-            self.committed += cost - reserved
+            if cost != reserved:
+                self.add(cost - reserved)
             if reserved:
                 self._done()
 
