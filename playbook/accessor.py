@@ -24,7 +24,7 @@ from .tools import Tool
 from .ui import Controls, attach_view
 from .ui.html import run_html
 
-__all__ = ["PlayAccessor"]
+__all__ = ["PlayAccessor", "called_options"]
 
 
 @pd.api.extensions.register_dataframe_accessor("play")
@@ -73,7 +73,7 @@ class PlayAccessor:
         """
         if unknown.get("background"):
             raise PlayDefinitionError("map() returns the finished DataFrame; for a background run use df.play.run(play, background=True)")
-        options = _options(locals())
+        options = called_options(locals())
         return self.run(play, **options).result
 
     def run(
@@ -95,7 +95,7 @@ class PlayAccessor:
     ) -> Run:
         """Run ``play`` and return the :class:`Run`; with ``background=True``, return at once
         (the run goes on in the kernel's loop).  The other options are :meth:`map`'s."""
-        run, opts = self._start(play, _options(locals()))
+        run, opts = self._start(play, called_options(locals()))
         if opts.background:
             return begin_background(run)
         try:
@@ -131,7 +131,7 @@ class PlayAccessor:
         Jupyter shows text only when stderr is a terminal (a server's log stays clean)."""
         if unknown.get("background"):
             raise PlayDefinitionError("amap() returns the finished DataFrame; for a background run use df.play.arun(play, background=True)")
-        options = _options(locals())
+        options = called_options(locals())
         return (await self.arun(play, **options)).result
 
     async def arun(
@@ -153,7 +153,7 @@ class PlayAccessor:
     ) -> Run:
         """Async form of :meth:`run` (the same options), except that ``progress="auto"`` outside
         Jupyter shows text only when stderr is a terminal (a server's log stays clean)."""
-        run, opts = self._start(play, _options(locals()), awaited=True)
+        run, opts = self._start(play, called_options(locals()), awaited=True)
         if opts.background:
             return begin_background(run)
         await execute(run)
@@ -180,10 +180,10 @@ class PlayAccessor:
         return run, opts
 
 
-def _options(given: dict[str, Any]) -> dict[str, Any]:
+def called_options(given: dict[str, Any]) -> dict[str, Any]:
     """The run options a method was called with: its keyword parameters, and any unknown ones
     (RunOptions names those, with a "did you mean")."""
-    options = {name: value for name, value in given.items() if name not in ("self", "play", "unknown", "options")}
+    options = {name: value for name, value in given.items() if name not in ("self", "play", "unknown", "options", "given")}
     return {**options, **given["unknown"]}
 
 

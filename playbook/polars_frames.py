@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pandas as pd
 
 from ._when_imported import when_imported
-from .accessor import PlayAccessor
+from .accessor import PlayAccessor, called_options
 from .errors import PlayDefinitionError
 from .models import ProviderHold, RunStats
 from .polars_convert import frames, to_polars, whole_frame
@@ -63,7 +63,7 @@ class PolarsPlay:
         **unknown: Any,
     ) -> pl.DataFrame:
         # The docstring is the pandas accessor's (set below the class): one text for both.
-        options = _options(locals())
+        options = called_options(locals())
         rows, sent = frames(self._frame, limit)
         return to_polars(PlayAccessor(sent).map(play, **options), rows, sent)
 
@@ -86,7 +86,7 @@ class PolarsPlay:
     ) -> PolarsRun:
         """Run ``play`` and return the :class:`PolarsRun`; with ``background=True``, return at once
         (the run goes on in the kernel's loop).  The other options are :meth:`map`'s."""
-        options = _options(locals())
+        options = called_options(locals())
         rows, sent = frames(self._frame, limit)
         return PolarsRun(PlayAccessor(sent).run(play, **options), rows, sent)
 
@@ -107,7 +107,7 @@ class PolarsPlay:
         **unknown: Any,
     ) -> pl.DataFrame:
         """Async form of :meth:`map` (the same options)."""
-        options = _options(locals())
+        options = called_options(locals())
         rows, sent = frames(self._frame, limit)
         return to_polars(await PlayAccessor(sent).amap(play, **options), rows, sent)
 
@@ -129,7 +129,7 @@ class PolarsPlay:
         **unknown: Any,
     ) -> PolarsRun:
         """Async form of :meth:`run` (the same options)."""
-        options = _options(locals())
+        options = called_options(locals())
         rows, sent = frames(self._frame, limit)
         return PolarsRun(await PlayAccessor(sent).arun(play, **options), rows, sent)
 
@@ -242,12 +242,6 @@ class PolarsRun:
 
 
 # -- conversion ------------------------------------------------------------------------
-
-
-def _options(given: dict[str, Any]) -> dict[str, Any]:
-    """The options a method was called with, unknown ones included (the pandas accessor names those)."""
-    options = {name: value for name, value in given.items() if name not in ("self", "play", "unknown")}
-    return {**options, **given["unknown"]}
 
 
 # -- registration ----------------------------------------------------------------------

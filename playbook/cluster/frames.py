@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from .._dist import install_hint
 from .._when_imported import when_imported
+from ..accessor import called_options
 from ..errors import PlayDefinitionError
 from ..plays import as_play
 from ..runtime.options import RunOptions
@@ -67,7 +68,7 @@ class DaskPlay:
             raise PlayDefinitionError(
                 "map() returns the finished Dask DataFrame; for a background run use ddf.play.run(play, background=True)"
             )
-        options = _options(locals())
+        options = called_options(locals())
         return self.run(play, **options).result
 
     def run(
@@ -88,7 +89,7 @@ class DaskPlay:
     ) -> ClusterRun:
         """Run ``play`` on the cluster and return the :class:`ClusterRun`; with
         ``background=True``, return at once (the job goes on; the panel's Stop stops it)."""
-        opts = RunOptions.parse(_options(locals()))
+        opts = RunOptions.parse(called_options(locals()))
         if opts.fixtures is not None:  # fixtures=, a `with pb.fixtures(...)` around it, or $PLAYBOOK_FIXTURES
             raise PlayDefinitionError(
                 "fixtures answer calls from a file in this process, and a cluster run makes its calls on the workers: "
@@ -119,11 +120,6 @@ class DaskPlay:
         controls = Controls(stop=job.stop, retry=lambda status: job.retry(statuses=(status,))) if opts.background else None
         job.view = attach_view(job.state, opts.progress, background=opts.background, controls=controls)
         return job.start(background=opts.background)
-
-
-def _options(given: dict[str, Any]) -> dict[str, Any]:
-    options = {name: value for name, value in given.items() if name not in ("self", "play", "unknown", "options", "given")}
-    return {**options, **given["unknown"]}
 
 
 def _client() -> Client:
