@@ -165,6 +165,7 @@ def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(client: Cli
     run.retry(statuses=("parked",))
 
     assert run.stats.ok == 30 and run.stats.parked == 0 and run.stats.total == 30
+    assert run.parked.empty and run.holds == []
     assert run.stats.calls_executed == 30 and paid_before == 30 - len(parked)
     result = run.result.compute()
     assert (result["play_status"] == "ok").all() and result["email"].notna().sum() + (result["email"].isna()).sum() == 30

@@ -227,6 +227,7 @@ class ClusterRun:
             base = None
             if positions is not None:
                 base = self._base(part, positions)
+                self.state.requeue([self._offsets[part] + p for p in positions])
             self.state.expect(part, base)
         self.state.emit(RunStarted(self.job, self._play.name, sum(self._lengths)))
         try:

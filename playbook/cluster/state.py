@@ -66,6 +66,11 @@ class ClusterState(RunState):
         entry.counts = [0] * len(COUNTERS)
         entry.attempt = ""
 
+    def requeue(self, positions: list[int]) -> None:
+        """These rows run again (a retry): they are no longer failed or parked until reported."""
+        for position in positions:
+            self._forget(position)
+
     def apply(self, reports: list[dict[str, Any]]) -> None:
         """Take the reports drained from the job's channel, in order."""
         if not reports:
