@@ -337,3 +337,20 @@ client.close()
     ]
     assert len(widgets) == 1
     assert demo.stats()["requests"] == seen["stats"]["calls_executed"]
+
+
+def test_empty_partitions_no_rows_at_all_and_limit(client: Client, redis_url: str) -> None:
+    """A filter that empties some partitions, or all of them, and limit= give what pandas gives."""
+
+    @pb.tool(cost=0.1)
+    async def double(n: int) -> int:
+        return 2 * n
+
+    frame = pd.DataFrame({"n": range(12)})
+    ddf = dd.from_pandas(frame, npartitions=4)
+    none = ddf[ddf.n > 100].play.map(double, store=redis_url, progress=False).compute()
+    assert none.empty and list(none.columns) == list(frame[frame.n > 100].play.map(double, store="memory", progress=False).columns)
+    some = ddf[ddf.n % 5 == 0].play.map(double, store=redis_url, progress=False).compute()
+    assert some["double"].tolist() == [0, 10, 20] and some.index.tolist() == [0, 5, 10]
+    first = ddf[ddf.n > 4].play.run(double, store=redis_url, progress=False, limit=3)
+    assert first.result.compute()["double"].tolist() == [10, 12, 14] and first.stats.total == 3

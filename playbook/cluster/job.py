@@ -319,6 +319,11 @@ class ClusterRun:
         import dask.dataframe as dd
 
         futures = [f for f in self._futures if f is not None]
+        if not futures:  # no rows at all: what pandas gives for none, run here (it calls nothing)
+            columns = {name: pd.Series(dtype=dtype) for name, dtype in self._frame.dtypes.items()}
+            none = pd.DataFrame(columns).play.map(self._play, progress=False, store="memory")
+            with dask.config.set({"dataframe.convert-string": False}):
+                return dd.from_pandas(none, npartitions=1)
         empty = self._client.submit(_empty, futures[0], pure=False)
         await _done([empty])
         meta = empty.result()
