@@ -162,8 +162,10 @@ def _kind(tp: Any) -> Any:
 
 def _column(kind: Any, values: list[Any], index: pd.Index) -> pd.Series:
     try:
-        if kind is _DATETIME or kind is _AWARE:  # identity: a dtype object compared with a str may warn
-            return _datetimes(values, index, aware=kind is _AWARE)
+        # A str test first: a dtype compared with a str may warn.  Equality, not identity: a play
+        # unpickled in another process (a Dask worker) holds other copies of these strings.
+        if isinstance(kind, str) and kind in (_DATETIME, _AWARE):
+            return _datetimes(values, index, aware=kind == _AWARE)
         column: pd.Series = pd.Series(values, index=index, dtype=kind)
         return column
     except (TypeError, ValueError, OverflowError):  # a value the dtype cannot hold (an int past 64 bits): as it is

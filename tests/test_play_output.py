@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
+import pydantic
 import pytest
 import typing_extensions as te
 from exact import same
@@ -327,3 +328,23 @@ def test_a_bad_output_option_is_a_play_definition_error(output: Any, match: str)
             return None
 
     assert str(caught.value).startswith("play 'enrich': ")
+
+
+class _When(pydantic.BaseModel):
+    at: pydantic.AwareDatetime
+
+
+def test_a_model_with_datetimes_keeps_its_column_types_after_a_pickle_round_trip(store) -> None:
+    """A play sent to another process (a Dask worker pickles it) types its output columns as here."""
+    import pickle
+
+    import cloudpickle
+
+    async def stamp(row, ctx):  # type: ignore[no-untyped-def]
+        return {"at": dt.datetime(2026, 1, row.n + 1, tzinfo=dt.UTC)}
+
+    here = pb.play(stamp, name="stamp", output=_When)
+    there = pickle.loads(cloudpickle.dumps(here))
+    frame = pd.DataFrame({"n": [0, 1]})
+    assert str(frame.play.map(there, store=store, progress=False)["at"].dtype) == str(frame.play.map(here, store=store, progress=False)["at"].dtype)
+    assert str(frame.play.map(there, store=store, progress=False)["at"].dtype).startswith("datetime64")
