@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -74,15 +75,20 @@ def test_a_dask_frame_gives_what_pandas_gives_paying_once_across_both(client: Cl
     assert demo.stats()["requests"] == 120
     local = frame.play.map(play, store=redis_url, progress=False)  # the same rows' memos: reused, not paid
     assert demo.stats()["requests"] == 120
-    # The input's text columns are in Dask's string dtype (its dataframe.convert-string); the rest is as pandas makes it.
+    # Text columns are Dask's string dtype (its dataframe.convert-string: missing values are <NA>, and
+    # the result writes to Parquet); the values are pandas'.
     assert set(got["play_status"]) == {"ok"} and set(local["play_status"]) == {"reused"}
-    assert got["play_status"].dtype == local["play_status"].dtype
-    text = {"domain": object, "first": object}
-    pd.testing.assert_frame_equal(got.drop(columns="play_status").astype(text), local.drop(columns="play_status").astype(text))
+    assert got.columns.tolist() == local.columns.tolist() and got.index.equals(local.index)
+    for column in ("domain", "first", "email", "play_error"):
+        assert _values(got[column]) == _values(local[column])
 
     again = dd.from_pandas(frame, npartitions=3).play.run(play, store=redis_url, progress=False)
     assert again.stats.reused == 120 and again.stats.calls_executed == 0 and demo.stats()["requests"] == 120
     assert len(again.workers) >= 1 and again.workers["rows"].sum() == 120
+
+
+def _values(column: pd.Series) -> list[Any]:
+    return [None if pd.isna(v) else v for v in column.tolist()]
 
 
 def test_a_provider_has_one_rate_across_the_workers(client: Client, demo, redis_url: str) -> None:
@@ -222,7 +228,8 @@ def test_a_worker_killed_mid_job_loses_no_row_and_repays_at_most_its_calls_in_fl
     killer.join(5)
 
     result = run.result.compute()
-    assert len(result) == 240 and (result["play_status"] == "ok").all()
+    # "reused": rows of a partition the dead worker had finished, whose result died with it (Dask runs it again).
+    assert len(result) == 240 and result["play_status"].isin(["ok", "reused"]).all()
     assert run.stats.ok + run.stats.reused == 240
     assert run.stats.calls_reused > 0, "no partition was run again: the worker died too late to test anything"
     # What the dead worker said it paid for still counts; the calls of its last quarter second, which it
@@ -354,3 +361,128 @@ def test_empty_partitions_no_rows_at_all_and_limit(client: Client, redis_url: st
     assert some["double"].tolist() == [0, 10, 20] and some.index.tolist() == [0, 5, 10]
     first = ddf[ddf.n > 4].play.run(double, store=redis_url, progress=False, limit=3)
     assert first.result.compute()["double"].tolist() == [10, 12, 14] and first.stats.total == 3
+
+
+def test_the_result_has_one_schema_whatever_each_partition_returned(client: Client, redis_url: str, tmp_path) -> None:
+    """A first partition whose rows all failed, a column empty in one partition and text in
+    another: the Dask DataFrame's columns and dtypes are those of the whole result before it is
+    computed, in a pandas result's order, and it writes to Parquet."""
+
+    @pb.tool(cost=0.1)
+    async def describe(n: int) -> dict[str, Any]:
+        if n < 4:
+            raise ValueError("the first partition fails")
+        return {"label": None if n < 8 else f"n{n}", "half": n / 2, "count": n}
+
+    async def play(row, ctx):  # type: ignore[no-untyped-def]
+        return await ctx.tool(describe, n=row.n)
+
+    frame = pd.DataFrame({"n": range(12)})
+    out = dd.from_pandas(frame, npartitions=3).play.map(pb.play(play, name="describe"), store=redis_url, progress=False)
+    local = frame.play.map(pb.play(play, name="describe"), store="memory", progress=False)
+
+    assert out.columns.tolist() == local.columns.tolist() == ["n", "label", "half", "count", "play_status", "play_error"]
+    got = out.compute()
+    assert got.dtypes.to_dict() == out.dtypes.to_dict()
+    assert got["count"].tolist()[4:] == list(range(4, 12)) and str(got["count"].dtype) == str(local["count"].dtype) == "float64"
+    assert got["label"].tolist()[8:] == ["n8", "n9", "n10", "n11"] and got["label"].isna().sum() == 8
+    out.to_parquet(tmp_path / "out")
+    back = pd.read_parquet(tmp_path / "out")
+    assert back["play_status"].tolist() == ["failed"] * 4 + ["ok"] * 8 and back["half"].tolist()[4:] == [n / 2 for n in range(4, 12)]
+
+
+def test_a_retry_keeps_every_value_exact_and_the_rows_done_before_as_they_were(client: Client, redis_url: str) -> None:
+    """Rows failed then retried on the cluster: an int column past 2**53 stays exact ints (the rows
+    done before come back from their memos, not from a float column), and those rows stay "ok"."""
+    flags = redis.Redis.from_url(redis_url)
+    flags.set("test:fail", 1)
+
+    @pb.tool(cost=0.1)
+    async def big(n: int) -> int:
+        return 2**53 + 1 + n
+
+    async def play(row, ctx):  # type: ignore[no-untyped-def]
+        if row.n % 3 == 0 and redis.Redis.from_url(redis_url).get("test:fail"):  # the flag, read on the worker
+            raise RuntimeError("not yet")
+        return {"id": await ctx.tool(big, n=row.n)}
+
+    frame = pd.DataFrame({"n": range(12)})
+    play_ = pb.play(play, name="big")
+    run = dd.from_pandas(frame, npartitions=3).play.run(play_, store=redis_url, progress=False)
+    assert run.stats.failed == 4 and str(run.result.compute()["id"].dtype) == "float64"
+    flags.delete("test:fail")
+    run.retry(statuses=("failed",))
+
+    result = run.result.compute()
+    assert result["id"].tolist() == [2**53 + 1 + n for n in range(12)] and str(result["id"].dtype) == "int64"
+    assert result["play_status"].tolist() == ["ok"] * 12
+    assert run.stats.ok == 12 and run.stats.reused == 0 and run.stats.failed == 0 and run.stats.calls_executed == 12
+
+
+def test_an_error_that_cannot_travel_back_still_stops_the_job(client: Client, demo, redis_url: str) -> None:
+    """on_error="raise" with an exception the client cannot unpickle (httpx's HTTPStatusError takes
+    keyword-only arguments): the job stops on every worker and the error says what it was."""
+    import httpx
+
+    tool = _email(demo)
+
+    async def strict(row, ctx):  # type: ignore[no-untyped-def]
+        if row.first == "p0":
+            request = httpx.Request("GET", "https://example.com/x")
+            raise httpx.HTTPStatusError("Server error '500'", request=request, response=httpx.Response(500, request=request))
+        await asyncio.sleep(0.05)
+        return {"email": await ctx.tool(tool, domain=row.domain, first=row.first)}
+
+    with pytest.raises(pb.PlaybookError, match=r"httpx\.HTTPStatusError: Server error '500'"):
+        dd.from_pandas(_people(200), npartitions=4).play.map(
+            pb.play(strict, name="strict"), store=redis_url, progress=False, on_error="raise"
+        )
+    paid = demo.stats()["requests"]
+    time.sleep(1.0)
+    assert demo.stats()["requests"] == paid, "partitions kept paying after the job raised"
+
+
+CTRL_C = """
+import sys, pandas as pd, dask.dataframe as dd, playbook as pb
+from distributed import Client
+address, url, demo_url, var = sys.argv[1:5]
+client = Client(address)
+tool = pb.http_tool("demo.email", method="GET", url=demo_url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
+                    headers={"Authorization": "Bearer {secret}"}, secret=pb.secret(var), pick="email", miss_status=(404,))
+async def enrich(row, ctx):
+    return {"email": await ctx.tool(tool, domain=row.domain, first=row.first)}
+frame = pd.DataFrame({"domain": [f"company{i % 40}.com" for i in range(300)], "first": [f"p{i}" for i in range(300)]})
+print("started", flush=True)
+dd.from_pandas(frame, npartitions=4).play.map(pb.play(enrich, name="enrich"), store=url, progress="text", concurrency=2)
+"""
+
+
+def test_ctrl_c_stops_the_job_on_every_worker_says_what_it_left_and_a_rerun_pays_the_rest(client: Client, demo, redis_url: str) -> None:
+    """Ctrl-C in a script blocked on ddf.play.map: the workers stop too, the summary and the
+    message agree on what was done and skipped, the script exits as interrupted, and running the
+    job again pays for the rest only (each call once in all)."""
+    demo.reset(latency=0.05)
+    script = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C, client.scheduler.address, redis_url, demo.url, KEY_VAR],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert script.stdout is not None and script.stdout.readline().strip() == "started"
+    deadline = time.monotonic() + 60
+    while demo.stats()["requests"] < 30 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    script.send_signal(signal.SIGINT)
+    _, err = script.communicate(timeout=60)
+    sent = demo.stats()["requests"]
+    time.sleep(0.5)
+
+    assert script.returncode in (130, -signal.SIGINT), err[-2000:]
+    assert demo.stats()["requests"] == sent, "a worker went on paying after the stop"
+    summary = next(line for line in err.splitlines() if line.startswith("enrich: 300 rows"))
+    said = re.search(r"interrupted: (\d+) of 300 rows done on the cluster, (\d+) skipped", err)
+    assert said is not None, err[-2000:]
+    done, skipped = int(said[1]), int(said[2])
+    assert done + skipped == 300 and f"ok {done}" in summary and f"skipped {skipped}" in summary and skipped > 0
+    assert f"calls {sent} paid" in summary
+    again = _people(300).reset_index(drop=True)
+    rerun = dd.from_pandas(again, npartitions=4).play.run(_play(_email(demo)), store=redis_url, progress=False)
+    assert rerun.stats.ok + rerun.stats.reused == 300 and demo.stats()["requests"] == 300

@@ -29,6 +29,7 @@ from ..plays import Play
 from ..providers import sharing_limits
 from ..runtime.options import RunOptions
 from ..runtime.state import LEG_COLUMNS
+from .results import conform, profile, unify
 from .state import ClusterState
 from .wire import COUNTERS, Channel
 from .worker import Failure, Part, run_partition
@@ -205,10 +206,7 @@ class ClusterRun:
         try:
             run_sync(work)
         except KeyboardInterrupt:
-            # Ctrl-C stops the job on every worker, not only here: what they sent lands, the rest is skipped.
-            self.stop()
-            with contextlib.suppress(KeyboardInterrupt):
-                run_sync(self._settle())
+            # Ctrl-C has stopped the job on every worker, not only here: what they sent landed, the rest is skipped.
             s = self.state
             raise interrupted(
                 f"interrupted: {s.ok + s.reused} of {s.total} rows done on the cluster, {s.skipped} skipped. What finished is "
@@ -216,7 +214,8 @@ class ClusterRun:
             ) from None
 
     async def _execute(self, retry: dict[int, tuple[int, ...]] | None) -> None:
-        """Submit the partitions (all, or a retry's), follow their reports, build the result."""
+        """Submit the partitions (all, or a retry's), follow their reports, build the result.
+        Cancelled (Ctrl-C), it stops the job and waits for the partitions to land what they sent."""
         if retry is None:
             await self._measure()
             todo: dict[int, tuple[int, ...] | None] = {part: None for part, length in enumerate(self._lengths) if length}
@@ -234,9 +233,14 @@ class ClusterRun:
             futures = self._submit(todo)
             await self._follow(futures)
             self._result = await self._build()
+        except asyncio.CancelledError:
+            self.stop()
+            await self._settle()  # a second Ctrl-C cuts this short
+            raise
         finally:
-            self.state.apply(_drained(self._channel))
-            self.state.emit(RunFinished(self.job, self._stopped))
+            if self.state.finished is None:
+                self.state.apply(_drained(self._channel))
+                self.state.emit(RunFinished(self.job, self._stopped))
 
     async def _measure(self) -> None:
         """Each partition's length (with ``limit``, as many as the first N rows take)."""
@@ -287,15 +291,9 @@ class ClusterRun:
                 self.state.apply(_drained(self._channel))
                 pending = [f for f in futures.values() if not f.done()]
                 if failed is None:
-                    for part, future in futures.items():
-                        if future.status == "error":  # Dask could not run it (its workers kept dying)
-                            failed = _task_error(self._play.name, part, future.exception(), self._opts.on_error)
-                        elif future.status == "finished" and future.type is Failure:
-                            said = future.result()
-                            failed = _task_error(self._play.name, part, said.error, self._opts.on_error, said.worker)
-                        if failed is not None:
-                            self.stop()
-                            break
+                    failed = self._failure(futures)
+                    if failed is not None:
+                        self.stop()
                 if not pending:
                     break
                 await asyncio.sleep(_POLL)
@@ -304,6 +302,19 @@ class ClusterRun:
             raise
         if failed is not None:
             raise failed
+
+    def _failure(self, futures: dict[int, Future]) -> BaseException | None:
+        """The error of the first partition that could not finish, if one could not."""
+        for part, future in futures.items():
+            try:
+                if future.status == "error":  # Dask could not run it (its workers kept dying)
+                    return _task_error(self._play.name, part, future.exception(), self._opts.on_error)
+                if future.status == "finished" and future.type is Failure:
+                    said = future.result()
+                    return _task_error(self._play.name, part, said.error, self._opts.on_error, said.worker)
+            except Exception as exc:  # what the worker said could not even be read here
+                return _task_error(self._play.name, part, exc, "isolate")
+        return None
 
     async def _settle(self) -> None:
         """After a stop: give the partitions time to land what they sent."""
@@ -320,23 +331,25 @@ class ClusterRun:
 
         futures = [f for f in self._futures if f is not None]
         if not futures:  # no rows at all: what pandas gives for none, run here (it calls nothing)
-            columns = {name: pd.Series(dtype=dtype) for name, dtype in self._frame.dtypes.items()}
-            none = pd.DataFrame(columns).play.map(self._play, progress=False, store="memory")
+            inputs = {name: pd.Series(dtype=dtype) for name, dtype in self._frame.dtypes.items()}
+            none = pd.DataFrame(inputs).play.map(self._play, progress=False, store="memory")
             with dask.config.set({"dataframe.convert-string": False}):
                 return dd.from_pandas(none, npartitions=1)
-        empty = self._client.submit(_empty, futures[0], pure=False)
-        await _done([empty])
-        meta = empty.result()
+        profiles = self._client.map(profile, futures, pure=False)
+        await _done(profiles)
+        from dask.dataframe.utils import pyarrow_strings_enabled
+
+        text = pyarrow_strings_enabled()  # Dask's own convert-string setting
+        columns, dtypes = unify([f.result() for f in profiles], list(self._frame.columns), text=text)
+        shaped = self._client.map(conform, futures, columns=columns, dtypes=dtypes, pure=False)
+        await _done(shaped)
+        meta = pd.DataFrame({c: pd.Series(dtype=d) for c, d in zip(columns, dtypes)}, columns=columns)
         whole = self._opts.limit is None and len(futures) == len(self._parts)
         divisions = self._frame.divisions if whole and self._frame.known_divisions else None
-        # As the workers made it: Dask's convert-string would turn an output column of dicts or
-        # lists into their repr, and None into <NA>.
+        # Shaped already (see .results): Dask's convert-string, applied again, would turn a column
+        # of dicts or lists into their repr.
         with dask.config.set({"dataframe.convert-string": False}):
-            return dd.from_delayed(futures, meta=meta, divisions=divisions, verify_meta=False)
-
-
-def _empty(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame.iloc[:0]
+            return dd.from_delayed(shaped, meta=meta, divisions=divisions, verify_meta=False)
 
 
 def _drained(channel: Channel) -> list[dict[str, Any]]:

@@ -18,11 +18,13 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from .._loop import run_sync
+from ..errors import PlaybookError
 from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RunFinished
 from ..runtime.run import Run
 from ..runtime.state import RunEvent, RunState
 from ..store import ReceiptStore
 from .budget import SharedCostBudget
+from .results import reassembled
 from .wire import COUNTERS, Channel, encode_label
 
 __all__ = ["Failure", "Part", "run_partition"]
@@ -61,26 +63,49 @@ _channels_lock = threading.Lock()
 
 
 def run_partition(frame: pd.DataFrame, payload: bytes, part: Part, previous: pd.DataFrame | None = None) -> pd.DataFrame | Failure:
-    """Run the job's play over ``frame`` (one partition) and return its result; a retry runs
-    ``part.positions`` only and returns ``previous`` with those rows replaced."""
+    """Run the job's play over ``frame`` (one partition) and return its result.  A retry
+    (``part.positions``, with the partition's ``previous`` result) runs those rows and the rows
+    done before, which come back from their memos; rows failed or parked and not retried keep
+    their previous outcome."""
     import cloudpickle
 
     try:
         play, options = cloudpickle.loads(payload)
         if options.get("max_cost") is not None:  # the job's budget, which every partition spends from
             options = {**options, "max_cost": SharedCostBudget(options["max_cost"], part.store, part.job)}
-        rows = frame if part.positions is None else frame.iloc[list(part.positions)]
+        ran: list[int] | None = None
+        if part.positions is not None and previous is not None:
+            chosen = set(part.positions)
+            done = previous["play_status"].isin(("ok", "reused")).tolist()
+            ran = [p for p in range(len(frame)) if p in chosen or done[p]]
+        rows = frame if ran is None else frame.iloc[ran]
         if part.limit is not None:
             rows = rows.iloc[: part.limit]
-        result = run_sync(_drive(rows, play, options, _store(part.store), _channel(part), part))
+        result = run_sync(_drive(rows, play, options, _store(part.store), _channel(part), part, ran))
+        if ran is not None and previous is not None and part.positions is not None:
+            result = reassembled(previous, result, ran, part.positions, list(frame.columns))
     except Exception as exc:
-        return Failure(exc, worker_name())
-    return result if previous is None or part.positions is None else _merged(previous, result, part.positions)
+        return Failure(_portable(exc), worker_name())
+    return result
 
 
-async def _drive(rows: pd.DataFrame, play: Any, options: dict[str, Any], store: ReceiptStore, channel: Channel, part: Part) -> pd.DataFrame:
+def _portable(exc: BaseException) -> BaseException:
+    """``exc``, if it survives the trip to the client; else a PlaybookError saying what it was
+    (an exception whose constructor takes keyword-only arguments cannot be unpickled)."""
+    import cloudpickle
+
+    try:
+        cloudpickle.loads(cloudpickle.dumps(exc))
+    except Exception:
+        return PlaybookError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
+    return exc
+
+
+async def _drive(
+    rows: pd.DataFrame, play: Any, options: dict[str, Any], store: ReceiptStore, channel: Channel, part: Part, ran: list[int] | None
+) -> pd.DataFrame:
     run: Run = await rows.play.arun(play, **options, store=store, progress=False, background=True)
-    relay = _Relay(run.state, part)
+    relay = _Relay(run.state, part, ran)
     finished = asyncio.Event()
     unsubscribe = run.state.subscribe(lambda _: finished.set(), kinds=(RunFinished,))
     try:
@@ -126,23 +151,17 @@ def worker_name() -> str:
         return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _merged(previous: pd.DataFrame, again: pd.DataFrame, positions: tuple[int, ...]) -> pd.DataFrame:
-    """``previous`` with the rows at ``positions`` taken from ``again`` (a retry of those rows)."""
-    out = previous.copy()
-    for column in again.columns:
-        values = out[column].tolist() if column in out.columns else [None] * len(out)
-        for position, value in zip(positions, again[column].tolist()):
-            values[position] = value
-        out[column] = pd.Series(values, index=out.index, dtype=object).infer_objects()
-    return out
-
-
 class _Relay:
     """What a partition's run reports: its counters, providers, and rows whose state changed."""
 
-    def __init__(self, state: RunState, part: Part) -> None:
+    def __init__(self, state: RunState, part: Part, ran: list[int] | None) -> None:
         self.state = state
         self.part = part
+        self.ran = ran  # a retry: the partition's position of each row run
+        chosen = set(part.positions or ())
+        # A retry's rows that were done before: they count in the job as they did, not again.
+        self.carried = {j for j, p in enumerate(ran or ()) if p not in chosen}
+        self.carried_counts = [0.0] * len(COUNTERS)
         self.attempt = uuid.uuid4().hex[:12]  # a partition run again (its worker died) is a new attempt
         self.worker = worker_name()
         self.finished: dict[int, list[Any]] = {}  # position -> [status, error, copies, reason, provider, ready_at]
@@ -161,6 +180,9 @@ class _Relay:
         position: int = event.position  # type: ignore[union-attr]  # every kind subscribed has one
         if kind is RowFinished:
             assert isinstance(event, RowFinished)
+            if position in self.carried:
+                self._carry(event)
+                return
             if event.status in ("failed", "parked"):
                 reason, provider, ready = self.parking.pop(position, ("", None, None))
                 self.finished[position] = [event.status, event.error, event.copies, reason, provider, ready]
@@ -185,17 +207,26 @@ class _Relay:
             self.finished.pop(position, None)
         self.dirty.add(position)
 
+    def _carry(self, event: RowFinished) -> None:
+        counts = self.carried_counts
+        counts[COUNTERS.index("total")] += event.copies
+        counts[COUNTERS.index(event.status)] += event.copies
+        if event.status == "reused":
+            counts[COUNTERS.index("calls_reused")] += event.calls
+            counts[COUNTERS.index("cost_saved")] += event.cost
+
     def report(self, *, final: bool = False) -> dict[str, Any]:
         state, part = self.state, self.part
         rows = []
         for position in sorted(self.dirty):
-            local = position if part.positions is None else part.positions[position]
+            local = position if self.ran is None else self.ran[position]
             rows.append([part.offset + local, encode_label(state.label(position)), self.finished.get(position), self.held.get(position)])
         self.dirty.clear()
         notices = state.notices[self.told :]
         self.told = len(state.notices)
         return {
             "part": part.part, "attempt": self.attempt, "worker": self.worker, "final": final,
-            "counts": [getattr(state, name) for name in COUNTERS], "rows": rows, "notices": notices,
+            "counts": [getattr(state, name) - carried for name, carried in zip(COUNTERS, self.carried_counts)], "rows": rows,
+            "notices": notices,
             "providers": [list(view) for view in state.provider_views().values()], "phase": state.phase,
         }  # fmt: skip
