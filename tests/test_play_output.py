@@ -346,5 +346,7 @@ def test_a_model_with_datetimes_keeps_its_column_types_after_a_pickle_round_trip
     here = pb.play(stamp, name="stamp", output=_When)
     there = pickle.loads(cloudpickle.dumps(here))
     frame = pd.DataFrame({"n": [0, 1]})
-    assert str(frame.play.map(there, store=store, progress=False)["at"].dtype) == str(frame.play.map(here, store=store, progress=False)["at"].dtype)
+    assert str(frame.play.map(there, store=store, progress=False)["at"].dtype) == str(
+        frame.play.map(here, store=store, progress=False)["at"].dtype
+    )
     assert str(frame.play.map(there, store=store, progress=False)["at"].dtype).startswith("datetime64")
