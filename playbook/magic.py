@@ -100,11 +100,12 @@ class PlayMagics(magic.Magics):
         if args.on is None:
             return None
         frame = ns.get(args.on)
-        # A Polars frame's .play takes the same options (see polars_frames) and returns Polars.
-        polars = type(frame).__module__.startswith("polars") and type(frame).__name__ == "DataFrame"
-        if not (isinstance(frame, pd.DataFrame) or polars):
+        # A Polars or Dask frame's .play takes the same options (see polars_frames, cluster) and
+        # returns its own kind of frame.
+        other = type(frame).__module__.startswith(("polars", "dask")) and type(frame).__name__ == "DataFrame"
+        if not (isinstance(frame, pd.DataFrame) or other):
             found = "no such name" if args.on not in ns else f"a {type(frame).__name__}"
-            raise UsageError(f"%%play --on {args.on}: expected a pandas or Polars DataFrame in the namespace, found {found}")
+            raise UsageError(f"%%play --on {args.on}: expected a pandas, Polars or Dask DataFrame in the namespace, found {found}")
         options = _run_options(args, ns)
         if args.background:
             run = frame.play.run(the_play, background=True, **options)

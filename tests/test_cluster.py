@@ -325,14 +325,28 @@ live = run.view.status.value
 run.view.stop.click()
 await run
 print(json.dumps({{"live": live, "phase": run.state.phase, "stats": run.stats.model_dump(), "summary": run._repr_html_()}}))
-client.close()
+"""
+    magic = f"""%%play tally --on small --store url --progress none --out tallied
+return {{"email": await ctx.tool(tool, domain=row.domain, first=row.first)}}
 """
     messages: list[dict[str, Any]] = []
+    magic_messages: list[dict[str, Any]] = []
     try:
         reply = kc.execute_interactive(code, timeout=120, output_hook=messages.append)
+        kc.execute_interactive(
+            f"%load_ext playbook\nsmall = dd.from_pandas(frame.head(6), npartitions=2); url = {redis_url!r}",
+            timeout=60,
+            output_hook=magic_messages.append,
+        )
+        kc.execute_interactive(magic, timeout=120, output_hook=magic_messages.append)
+        kc.execute_interactive(
+            "print(type(tallied).__module__, tallied.compute()['play_status'].tolist())", timeout=60, output_hook=magic_messages.append
+        )
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+    said = "".join(m["content"].get("text", "") for m in magic_messages if m["msg_type"] == "stream")
+    assert said.startswith("dask.dataframe") and "'failed'" not in said and said.count("'") >= 12, said + str(magic_messages[-3:])
     printed = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
     assert reply["content"]["status"] == "ok", printed + str([m["content"] for m in messages if m["msg_type"] == "error"])
     seen = json.loads(printed.strip().splitlines()[-1])

@@ -157,8 +157,8 @@ def test_options_reach_the_run(kernel: Kernel, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("%%play bad --on nowhere", "expected a pandas or Polars DataFrame in the namespace, found no such name"),
-        ("%%play bad --on calls", "expected a pandas or Polars DataFrame in the namespace, found a list"),
+        ("%%play bad --on nowhere", "expected a pandas, Polars or Dask DataFrame in the namespace, found no such name"),
+        ("%%play bad --on calls", "expected a pandas, Polars or Dask DataFrame in the namespace, found a list"),
         ("%%play bad --concurrency many", "argument --concurrency: expected a whole number >= 1, not 'many'"),
         ("%%play bad --on df --concurrency 0", "argument --concurrency: expected a whole number >= 1, not '0'"),
         ("%%play bad --on df --limit 2.5", "argument --limit: expected a whole number >= 0, not '2.5'"),
