@@ -326,8 +326,8 @@ run.view.stop.click()
 await run
 print(json.dumps({{"live": live, "phase": run.state.phase, "stats": run.stats.model_dump(), "summary": run._repr_html_()}}))
 """
-    magic = f"""%%play tally --on small --store url --progress none --out tallied
-return {{"email": await ctx.tool(tool, domain=row.domain, first=row.first)}}
+    magic = """%%play tally --on small --store url --progress none --out tallied
+return {"email": await ctx.tool(tool, domain=row.domain, first=row.first)}
 """
     messages: list[dict[str, Any]] = []
     magic_messages: list[dict[str, Any]] = []
