@@ -59,9 +59,6 @@ class Channel:
         pipe.exists(self.stop_key)
         return bool(pipe.execute()[-1])
 
-    def stopping(self) -> bool:
-        return bool(self._redis.exists(self.stop_key))
-
     def drain(self) -> list[dict[str, Any]]:
         """The reports sent since the last drain, in order."""
         out: list[dict[str, Any]] = []
@@ -80,7 +77,3 @@ class Channel:
     def reset(self) -> None:
         """A new round of the job (a retry): no stop asked."""
         self._redis.delete(self.stop_key)
-
-    def close(self) -> None:
-        self._redis.delete(self.reports, self.stop_key)
-        self._redis.close()
