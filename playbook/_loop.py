@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from .errors import PlayDefinitionError
 
-__all__ = ["check_blocking", "run_sync", "running_loop"]
+__all__ = ["check_blocking", "finished", "run_sync", "running_loop", "schedule"]
 
 T = TypeVar("T")
 
@@ -179,3 +179,20 @@ def _interrupt_cancels(task: asyncio.Task[Any]) -> Iterator[list[int]]:
         yield presses
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def schedule(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """Run ``coro`` as a task of the running loop (a background run); a clear error without one."""
+    loop = running_loop()
+    if loop is None:
+        coro.close()
+        raise PlayDefinitionError(
+            "background=True needs a running event loop (a Jupyter kernel or async code); "
+            "in a script, run it without background=True (map() blocks until it is done)"
+        )
+    return loop.create_task(coro)
+
+
+async def finished(task: asyncio.Task[Any]) -> None:
+    """Wait for ``task`` to end, without raising its error here (the caller reads it)."""
+    await asyncio.wait([task])

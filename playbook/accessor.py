@@ -24,7 +24,7 @@ from .tools import Tool
 from .ui import Controls, attach_view
 from .ui.html import run_html
 
-__all__ = ["PlayAccessor", "called_options"]
+__all__ = ["PlayAccessor", "called_options", "check_columns"]
 
 
 @pd.api.extensions.register_dataframe_accessor("play")
@@ -162,17 +162,7 @@ class PlayAccessor:
     def _start(self, play: Any, options: dict[str, Any], *, awaited: bool = False) -> tuple[Run, RunOptions]:
         opts = RunOptions.parse(options)
         the_play = as_play(play)
-        columns = self._frame.columns
-        if not columns.is_unique:
-            # row.<name> and the result's columns would be ambiguous: say so before anything runs.
-            twice = list(dict.fromkeys(columns[columns.duplicated()]))
-            raise PlayDefinitionError(
-                f"the DataFrame has more than one column named {', '.join(map(repr, twice))}, so row[...] would be "
-                "ambiguous; rename them (df.columns = [...]) or drop the copies (df.loc[:, ~df.columns.duplicated()])"
-            )
-        if isinstance(play, Tool):
-            _check_columns(self._frame, play)
-        opts.key_columns(self._frame)
+        check_columns(self._frame, play, opts)
         frame = self._frame if opts.limit is None else self._frame.iloc[: opts.limit]  # the first N rows, as head(N)
         run = start(frame, the_play, opts, opts.open_store(), html=run_html)
         controls = _controls(run) if opts.background else None
@@ -193,16 +183,32 @@ def _controls(run: Run) -> Controls:
     return Controls(stop=run.stop, retry=lambda status: run.retry(statuses=(status,)))
 
 
-def _check_columns(frame: pd.DataFrame, tool: Any) -> None:
+def check_columns(frame: Any, play: Any, opts: RunOptions) -> None:
+    """Before anything runs: the frame's columns (a pandas or a Dask frame's) name each one
+    column, hold every input a tool mapped directly binds, and the ``key`` columns."""
+    columns = frame.columns
+    if not columns.is_unique:
+        # row.<name> and the result's columns would be ambiguous: say so before anything runs.
+        twice = list(dict.fromkeys(columns[columns.duplicated()]))
+        raise PlayDefinitionError(
+            f"the DataFrame has more than one column named {', '.join(map(repr, twice))}, so row[...] would be "
+            "ambiguous; rename them (df.columns = [...]) or drop the copies (df.loc[:, ~df.columns.duplicated()])"
+        )
+    if isinstance(play, Tool):
+        _check_tool(columns, play)
+    opts.key_columns(frame)
+
+
+def _check_tool(columns: Any, tool: Tool) -> None:
     """A tool mapped directly needs a column per parameter."""
     if tool.batch_size is not None:
         raise PlayDefinitionError(
             f"batch tool {tool.name!r} takes free-form inputs, so it cannot bind them from columns: "
             f"call it from a play, e.g. await ctx.tool({tool.name}, domain=row.domain)"
         )
-    missing = [p for p in tool.params if p not in frame.columns]
+    missing = [p for p in tool.params if p not in columns]
     if missing:
         raise PlayDefinitionError(
             f"tool {tool.name!r} binds its inputs from columns, but the DataFrame has no column "
-            f"{', '.join(repr(m) for m in missing)}; columns: {list(frame.columns)}"
+            f"{', '.join(repr(m) for m in missing)}; columns: {list(columns)}"
         )

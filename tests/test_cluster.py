@@ -500,3 +500,19 @@ def test_ctrl_c_stops_the_job_on_every_worker_says_what_it_left_and_a_rerun_pays
     again = _people(300).reset_index(drop=True)
     rerun = dd.from_pandas(again, npartitions=4).play.run(_play(_email(demo)), store=redis_url, progress=False)
     assert rerun.stats.ok + rerun.stats.reused == 300 and demo.stats()["requests"] == 300
+
+
+def test_the_store_may_be_a_receipt_store_or_playbook_home(client: Client, demo, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pb.ReceiptStore over a Redis, or $PLAYBOOK_HOME naming one, is the job's store as its URL is;
+    the frame's columns are checked as pandas checks them."""
+    frame = _people(10)
+    play = _play(_email(demo))
+    first = dd.from_pandas(frame, npartitions=2).play.run(play, store=pb.ReceiptStore(redis_url), progress=False)
+    monkeypatch.setenv("PLAYBOOK_HOME", redis_url)
+    again = dd.from_pandas(frame, npartitions=2).play.run(play, progress=False)
+    assert first.stats.ok == 10 and again.stats.reused == 10 and demo.stats()["requests"] == 10
+    with pytest.raises(pb.PlayDefinitionError, match=r"key=\['nope'\]: no column 'nope'"):
+        dd.from_pandas(frame, npartitions=2).play.map(play, key=["nope"], progress=False)
+    twice = dd.from_pandas(frame.rename(columns={"first": "domain"}), npartitions=2)
+    with pytest.raises(pb.PlayDefinitionError, match="more than one column named 'domain'"):
+        twice.play.map(play, progress=False)

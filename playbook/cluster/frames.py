@@ -13,13 +13,12 @@ from urllib.parse import urlsplit
 
 from .._dist import install_hint
 from .._when_imported import when_imported
-from ..accessor import called_options
+from ..accessor import called_options, check_columns
 from ..errors import PlayDefinitionError
 from ..plays import as_play
 from ..runtime.options import RunOptions
 from ..store import ReceiptStore
 from ..store.location import home, is_url
-from ..tools import Tool
 from ..ui import Controls, attach_view
 from .job import ClusterRun
 
@@ -96,27 +95,12 @@ class DaskPlay:
                 "record or replay on a pandas frame instead (ddf.compute().play.map(...))"
             )
         the_play = as_play(play)
-        frame = self._frame
-        columns = list(frame.columns)
-        if len(set(columns)) != len(columns):
-            raise PlayDefinitionError(f"the Dask DataFrame has columns named alike: {columns}; rename them first")
-        if isinstance(play, Tool):
-            missing = [p for p in play.params if p not in columns]
-            if missing:
-                raise PlayDefinitionError(
-                    f"tool {play.name!r} binds its inputs from columns, but the Dask DataFrame has no column "
-                    f"{', '.join(map(repr, missing))}; columns: {columns}"
-                )
-        if opts.key is not None:
-            keys = [opts.key] if isinstance(opts.key, str) else list(opts.key)
-            missing = [k for k in keys if k not in columns]
-            if missing:
-                raise PlayDefinitionError(f"key={opts.key!r}: no column {missing[0]!r} in the Dask DataFrame; columns: {columns}")
+        check_columns(self._frame, play, opts)
         url = _redis_url(opts.store)
         client = _client()
         ReceiptStore(url).close()  # reachable, and a store: said now, before anything is sent to the workers
         worker_options = {name: getattr(opts, name) for name in _WORKER_OPTIONS}
-        job = ClusterRun(frame, the_play, opts, client, url, worker_options)
+        job = ClusterRun(self._frame, the_play, opts, client, url, worker_options)
         controls = Controls(stop=job.stop, retry=lambda status: job.retry(statuses=(status,))) if opts.background else None
         job.view = attach_view(job.state, opts.progress, background=opts.background, controls=controls)
         return job.start(background=opts.background)

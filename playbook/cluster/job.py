@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .._loop import check_blocking, run_sync, running_loop
+from .._loop import check_blocking, finished, run_sync, schedule
 from ..errors import PlaybookError, PlayDefinitionError, RunFatal, interrupted
 from ..models import ProviderHold, RunFinished, RunStarted, RunStats
 from ..plays import Play
@@ -147,7 +147,7 @@ class ClusterRun:
         """Block until a background run finishes; returns the result."""
         if self.running:
             check_blocking("run.wait()", "await run")
-            run_sync(_awaited(self._task))  # type: ignore[arg-type]  # running: there is a task
+            run_sync(finished(self._task))  # type: ignore[arg-type]  # running: there is a task
         if self._task is not None and self._task.done() and not self._task.cancelled():
             exc = self._task.exception()
             if exc is not None:
@@ -159,7 +159,7 @@ class ClusterRun:
 
     async def _finish(self) -> dd.DataFrame:
         if self._task is not None and not self._task.done():
-            await _awaited(self._task)
+            await finished(self._task)
         return self.wait()
 
     def stop(self) -> None:
@@ -188,7 +188,7 @@ class ClusterRun:
         self._stopped = False
         self._channel.reset()
         if self._task is not None:
-            self._task = _schedule(self._execute(todo))
+            self._task = schedule(self._execute(todo))
         else:
             self._block(self._execute(todo))
         return self
@@ -197,7 +197,7 @@ class ClusterRun:
 
     def start(self, *, background: bool) -> ClusterRun:
         if background:
-            self._task = _schedule(self._execute(None))
+            self._task = schedule(self._execute(None))
         else:
             self._block(self._execute(None))
         return self
@@ -374,17 +374,3 @@ def _task_error(play: str, part: int, exc: BaseException | None, on_error: str, 
 async def _done(futures: list[Future]) -> None:
     while not all(f.done() for f in futures):
         await asyncio.sleep(_POLL / 2)
-
-
-async def _awaited(task: asyncio.Task[None]) -> None:
-    await asyncio.wait([task])
-
-
-def _schedule(coro: Any) -> asyncio.Task[None]:
-    loop = running_loop()
-    if loop is None:
-        coro.close()
-        raise PlayDefinitionError(
-            "background=True needs a running event loop (a Jupyter kernel or async code); in a script, use ddf.play.map(...)"
-        )
-    return loop.create_task(coro)

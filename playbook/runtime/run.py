@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from .._loop import check_blocking, run_sync, running_loop
+from .._loop import check_blocking, finished, run_sync, schedule
 from ..errors import PlayDefinitionError
 from ..models import ProviderHold, RunStats
 from ..plays import Play
@@ -157,7 +157,7 @@ class Run:
         """Block until a background run finishes; returns the result."""
         if self._task is not None and not self._task.done():
             check_blocking("run.wait()", _WAIT_INSTEAD)
-            run_sync(_await(self._task))
+            run_sync(finished(self._task))
         if self._task is not None and self._task.done() and not self._task.cancelled():
             exc = self._task.exception()
             if exc is not None:
@@ -170,7 +170,7 @@ class Run:
 
     async def _finish(self) -> pd.DataFrame:
         if self._task is not None and not self._task.done():
-            await _await(self._task)
+            await finished(self._task)
         return self.wait()
 
     def stop(self) -> None:
@@ -190,7 +190,7 @@ class Run:
         if self.running:
             self._scheduler.admit(again)
         elif self._task is not None:
-            self._task = _schedule(self._scheduler.execute(again))
+            self._task = schedule(self._scheduler.execute(again))
         else:
             run_sync(self._scheduler.execute(again))
         return self
@@ -199,21 +199,6 @@ class Run:
 def execute(run: Run) -> Coroutine[Any, Any, None]:
     """The run's first execution, over every row (awaited by ``map``/``amap``)."""
     return run._scheduler.execute()
-
-
-async def _await(task: asyncio.Task[None]) -> None:
-    await asyncio.wait([task])
-
-
-def _schedule(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-    loop = running_loop()
-    if loop is None:
-        coro.close()
-        raise PlayDefinitionError(
-            "background=True needs a running event loop (a Jupyter kernel or async code); "
-            "in a script, use df.play.map(...) or await df.play.arun(...)"
-        )
-    return loop.create_task(coro)
 
 
 def start(frame: pd.DataFrame, play: Play, opts: RunOptions, store: ReceiptStore, *, html: Callable[[RunState], str] | None = None) -> Run:
@@ -225,5 +210,5 @@ def start(frame: pd.DataFrame, play: Play, opts: RunOptions, store: ReceiptStore
 
 def begin_background(run: Run) -> Run:
     """Schedule the run's execution on the running loop and return at once."""
-    run._task = _schedule(execute(run))
+    run._task = schedule(execute(run))
     return run

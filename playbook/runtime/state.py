@@ -121,7 +121,10 @@ class RunState:
         apply = _APPLY.get(kind)
         if apply is not None:
             apply(self, event)
-        self.tell(event)
+        for listener in self._listeners:  # as tell() does, inline: this runs for every event of every row
+            listener(event)
+        for inner in self._by_kind.get(kind, ()):
+            inner(event)
 
     def tell(self, event: RunEvent) -> None:
         """Hand ``event`` to the views without counting it (a cluster job's counters come summed)."""
