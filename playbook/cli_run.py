@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from .argtypes import amount, whole
-from .cli_files import NAMES, Fatal, Usage, as_in_file, checked_output, file_format, first_line, need_pyarrow, read_rows, write_frame
+from .cli_files import NAMES, Fatal, Usage, as_in_file, checked_output, file_format, need_pyarrow, read_rows, write_frame
 from .errors import PlaybookError, PlayDefinitionError
 from .plays import Play
 from .runtime.run import Run, last_run
@@ -160,8 +160,23 @@ def _record(report: dict[str, Any], run: Run | None) -> None:
         return
     report["stats"] = run.stats.model_dump()
     report["holds"] = [hold.model_dump() for hold in run.holds]
-    report["errors"] = run.errors.head(ERRORS_SHOWN).to_dict("records")
+    errors = run.errors
+    report["errors"] = errors.head(ERRORS_SHOWN).to_dict("records")
+    report["error_groups"] = _groups(errors)
     report["parked"] = _parked(run)
+
+
+def _groups(errors: pd.DataFrame) -> list[dict[str, Any]]:
+    """The largest groups of failed rows: the group, how many rows, an example row and its message."""
+    if errors.empty:
+        return []
+    by = errors.groupby("group", sort=False)
+    sizes = by.size().sort_values(ascending=False, kind="stable").head(ERRORS_SHOWN)
+    first = by.first()
+    return [
+        {"group": group, "rows": int(n), "example_row": first.at[group, "row"], "message": first.at[group, "error"]}
+        for group, n in sizes.items()
+    ]
 
 
 def _parked(run: Run) -> dict[str, Any]:
@@ -183,8 +198,7 @@ def _summary(run: Run, rows: int, out: str, code: int) -> list[str]:
     s = run.stats
     lines = [f"wrote {_rows(rows)} to {out}"]
     if s.failed:
-        lines.append(f"{_rows(s.failed)} failed (play_status 'failed', the message in play_error); the first:")
-        lines += [f"  row {e['row']}: {first_line(e['error'])}" for e in run.errors.head(ERRORS_SHOWN).to_dict("records")]
+        lines.append(f"{_rows(s.failed)} failed: play_status 'failed', the message in play_error (its kind is above)")
     if code:
         budget = s.parked and (run.parked["reason"] == "budget").any()
         higher = " with a higher --max-cost" if budget else ""

@@ -139,6 +139,7 @@ class RowFinished(NamedTuple):
     held: bool = False  # the row was waiting in the retry queue (settled by a stop)
     calls: int = 0  # a reused row: the calls its memo saved (all reused)
     cost: float = 0.0  # and what they cost
+    group: str | None = None  # a failed row: its error's group (see playbook.runtime.grouping)
 
 
 class RowHeld(NamedTuple):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -99,7 +98,7 @@ def test_list_shows_one_line_per_receipt_up_to_the_limit(home: Path) -> None:
     assert header.split()[:5] == ["WHEN", "TOOL", "VER", "MISS", "COST"]
     assert len(rows) == 4 and more == "… 2 more (--limit 0 shows all)"
     first = _receipts(home).iloc[0]  # a `clean` receipt: each row calls it first
-    when = datetime.fromtimestamp(first["created_at"]).isoformat(timespec="seconds")
+    when = datetime.fromtimestamp(first["created_at"].timestamp()).isoformat(timespec="seconds")
     assert rows[0].split()[:5] == [when, "clean", "2", "-", "0"]
     q = first["input"]["q"]
     assert rows[0].endswith(f'{{"q":"{q}"}} → "{q.upper()}"')
@@ -155,13 +154,14 @@ def test_export_round_trips_the_receipts(home: Path) -> None:
     done = cli("cache", "export")
     exported = [json.loads(line) for line in done.stdout.splitlines()]
     frame = _receipts(home)
-    # The DataFrame shows a None output next to strings as NaN; the export keeps JSON's null.
-    expected = [
-        {name: None if isinstance(value, float) and math.isnan(value) else value for name, value in row.items()}
-        for row in frame.to_dict("records")
-    ]
+    # The frame's created_at is a UTC datetime (to the microsecond); the export keeps the epoch seconds.
+    expected = frame.to_dict("records")
+    for line, row in zip(exported, expected, strict=True):
+        assert line.pop("created_at") == pytest.approx(row.pop("created_at").timestamp(), abs=1e-6)
     assert exported == expected
-    assert list(exported[0]) == ["key", "tool", "version", "account", "input", "output", "miss", "cost", "created_at"]
+    assert list(json.loads(done.stdout.splitlines()[0])) == [
+        "key", "tool", "version", "account", "input", "output", "miss", "cost", "created_at",
+    ]  # fmt: skip
     assert [r["output"] for r in exported if r["miss"]] == [None]
 
 

@@ -155,6 +155,10 @@ def test_failed_rows_exit_3_with_the_output_written_and_the_json_report(work: Pa
     assert stats["calls_executed"] == 8 and stats["cost_spent"] == 8.0
     assert [e["row"] for e in report["errors"]] == [0, 3, 6, 9]
     assert [e["error"] for e in report["errors"]] == list(failed["play_error"])
+    [group] = report["error_groups"]  # one line of the play failed them all: one group
+    assert group["group"].startswith("ValueError: no match for <id>.example.com (line ") and group["rows"] == 4
+    assert (group["example_row"], group["message"]) == (0, failed["play_error"].iloc[0])
+    assert f"  4 × {group['group']}; e.g. row 0: " in done.stderr
     assert "4 rows failed" in done.stderr and "no match for d0.example.com" in done.stderr
     assert "looking at d11.example.com" in done.stderr
 

@@ -126,6 +126,8 @@ def test_rows_that_fail_are_named_by_their_label_and_position_in_the_whole_frame
     errors = run.errors
     assert errors["row"].tolist() == [1007, 1033] and errors["position"].tolist() == [7, 33]
     assert errors["error"].str.contains("no address for p7").iloc[0]
+    line = picky.__code__.co_firstlineno + 2  # one bug, one line: one group, as in pandas
+    assert errors["group"].tolist() == [f"ValueError: no address for <id> (line {line})"] * 2
     result = run.result.compute()
     assert result.loc[1033, "play_status"] == "failed" and "no address for p33" in result.loc[1033, "play_error"]
 

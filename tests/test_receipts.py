@@ -405,3 +405,26 @@ def test_an_unreadable_old_store_is_refused_not_overwritten(tmp_path: Path) -> N
     with pytest.raises(pb.ReceiptError, match="holds a store of an earlier playbook .* cannot be read"):
         pb.ReceiptStore(path)
     assert not (path / "receipts.db").exists() or _sql(path / "receipts.db", "SELECT COUNT(*) FROM meta") == [(0,)]
+
+
+def test_receipts_frame_keeps_values_and_gives_datetimes(tmp_path: Path) -> None:
+    """receipts(): an int output stays an int next to a miss's None (not a float beside NaN), ``miss``
+    is boolean, ``created_at`` a UTC datetime of when the call was paid; an empty store has the same dtypes."""
+
+    @pb.tool(name="lookup")
+    def lookup(n: int) -> int | None:
+        return None if n % 2 else 2**60 + n  # past 2**53: a float would change it
+
+    store = pb.ReceiptStore(tmp_path / "store")
+    empty = store.receipts()
+    before = pd.Timestamp.now(tz="UTC")
+    pd.DataFrame({"n": range(4)}).play.map(lookup, store=store, progress=False)
+    frame = store.receipts()
+    assert frame["output"].tolist() == [2**60, None, 2**60 + 2, None]
+    assert [type(v) for v in frame["output"]] == [int, type(None), int, type(None)]
+    assert frame["miss"].tolist() == [False, True, False, True]
+    assert frame["miss"].dtype == bool and frame["cost"].dtype == float
+    assert str(frame["created_at"].dtype) == "datetime64[us, UTC]"
+    assert (frame["created_at"] >= before.floor("us")).all() and (frame["created_at"] <= pd.Timestamp.now(tz="UTC")).all()
+    assert list(empty.columns) == list(frame.columns) and empty.dtypes.astype(str).tolist() == frame.dtypes.astype(str).tolist()
+    store.close()

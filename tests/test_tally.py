@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import pandas as pd
 from vtime import run_virtual
@@ -14,26 +15,28 @@ import playbook as pb
 from playbook.models import Event, RowFinished, RowParked, RowRequeued, RunFinished
 from playbook.ui.tally import KINDS, Tally
 
-Counts = tuple[Counter[str], Counter[str | None], Counter[str], Counter[tuple[str | None, str]]]
+Counts = tuple[Counter[str], Counter[str | None], Counter[str], Counter[tuple[str | None, str]], Counter[Any]]
 
 
 def _truth(run: pb.Run) -> Counts:
-    """Scanned from the run's rows through the state's read API: failed rows per message, parked rows
-    per provider, held rows per provider, parked rows per provider and reason."""
+    """Scanned from the run's rows through the state's read API: failed rows per error group, parked
+    rows per provider, held rows per provider, parked rows per provider and reason, and per reason,
+    provider and the minute they are ready in."""
     state = run.state
-    failed = Counter(row.error for row in state.failed_rows())
+    failed = Counter(row.group for row in state.failed_rows())
     parked = Counter(row.provider for row in state.parked_rows())
     held = Counter(w.provider for w in state.held_rows().values() if w.provider is not None)
     reasons = Counter((row.provider, row.reason) for row in state.parked_rows())
-    return failed, parked, held, reasons
+    minutes = Counter((r.reason, r.provider, None if r.ready_at is None else r.ready_at // 60 * 60) for r in state.parked_rows())
+    return failed, parked, held, reasons, minutes
 
 
 def _tallied(tally: Tally) -> Counts:
-    failed = Counter({message: rows for message, rows in tally.counts.items() if rows})
+    failed = Counter({group: rows for group, rows in tally.counts.items() if rows})
     parked = Counter({p: n for p, n in tally.parked_rows_by.items() if n})
     held = Counter({p: n for p, n in tally.held_by.items() if n})
     reasons = Counter({key: n for key, n in tally.parked_reasons.items() if n})
-    return failed, parked, held, reasons
+    return failed, parked, held, reasons, Counter(tally.parked_groups)
 
 
 def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: pb.ReceiptStore) -> None:
@@ -53,7 +56,7 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
     async def mixed(row, ctx):
         await asyncio.sleep(0.1)
         if row.n % 5 == 1:
-            raise ValueError(f"odd one {row.n % 3}")  # three messages, shared by many rows
+            raise ValueError(f"odd one {row.n % 3}")  # three messages, one group
         return {"v": await ctx.tool(limited, n=row.n)}
 
     frame = pd.DataFrame({"n": [i // 2 for i in range(80)]})  # each key twice: copies share an outcome
@@ -84,9 +87,12 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
     assert len(checked) > 40 and max(checked) > 0  # every key settled at least once, some while others were held
     assert _tallied(tally) == _truth(run) == _tallied(Tally.of(run.state))  # the static summary's scan agrees
     assert not tally.parked and sum(tally.counts.values()) == run.stats.failed
-    examples = {message: label for _, message, label in tally.error_groups(20)}
-    for message, label in examples.items():
+    groups = tally.error_groups(20)
+    assert len(groups) == 1 and len({m.partition(" (")[0] for m in run.result["play_error"].dropna()}) == 3
+    errors = run.errors.set_index("row")
+    for _, group, label, message in groups:
         assert run.result.loc[label, "play_error"] == message  # each example row still fails that way
+        assert errors.loc[label, "group"] == group
 
 
 def test_parked_rows_are_counted_by_provider_and_reason_and_leave_on_a_retry() -> None:

@@ -7,6 +7,7 @@ import json
 import re
 import textwrap
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -104,8 +105,9 @@ def test_a_run_over_at_once_shows_only_its_summary(kernel: Any) -> None:
 
 
 def test_the_live_panel_caps_its_tables_and_counts_down_the_hold(kernel: Any) -> None:
-    """Mid-run, the panel lists the first parked rows and the largest error groups, capped, and the
-    held provider with the seconds left; no update it sends grows with the number of rows."""
+    """Mid-run, the panel says in one line how many rows are parked on whose hold until when, lists the
+    largest error groups, capped, shows the held provider with the seconds left, the rows as a stacked
+    bar and the provider as a chart; no refresh it sends grows with the number of rows."""
     messages = _run(
         kernel,
         """
@@ -117,30 +119,38 @@ def test_the_live_panel_caps_its_tables_and_counts_down_the_hold(kernel: Any) ->
         @pb.play
         async def mixed(row, ctx):
             await asyncio.sleep(0.02)
-            if row.n % 2:
-                raise ValueError(f"row {row.n} is odd")  # one message per row: many groups
+            if row.n % 2:  # 40 kinds of error, each raised by many rows with a message of its own
+                raise type(f"Odd{row.n % 80}Error", (ValueError,), {})(f"row {row.n} is odd")
             if row.n % 4 == 0:
                 return {"v": await ctx.tool(limited, n=row.n)}
             return {"v": row.n}
         live = pd.DataFrame({"n": range(600)}).play.run(mixed, concurrency=4, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
         await asyncio.sleep(1.6)  # past the panel's delay, before the end (600 x 0.02 s / 4 = 3 s)
-        print(json.dumps([live.running, live.stats.failed, live.stats.parked, live.view.tables.value, live.view.status.value]))
+        view = live.view
+        print(json.dumps([live.running, live.stats.failed, live.stats.parked, view.tables.value, view.status.value, view.pictures.value]))
         live.wait()
     """,
     )
     printed = "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
-    running, failed, parked, tables, providers = json.loads(printed)
+    running, failed, parked, tables, providers, pictures = json.loads(printed)
     assert running and failed > LIMIT and parked > LIMIT
     parked_rows = re.search(r"parked rows</div><table>.*?</table>", tables, re.S)
     errors = re.search(r"errors</div><table>.*?</table>", tables, re.S)
     assert parked_rows and errors
-    assert parked_rows.group(0).count("<tr>") == LIMIT + 1 and errors.group(0).count("<tr>") == LIMIT + 1  # + the header
-    assert re.search(r"… and [\d,]+ more", tables)
+    # every parked row waits on quota's one hold: a line (two if they straddle a minute), not a line per row
+    lines = re.findall(r"<tr><td>([\d,]+)</td><td>held past the wait budget</td><td>quota</td><td>\d\d:\d\d:\d\d \(HTTP 429\)</td>", tables)
+    assert 1 <= len(lines) <= 2 and parked_rows.group(0).count("<tr>") == len(lines) + 1
+    assert errors.group(0).count("<tr>") == LIMIT + 1  # the largest groups, + the header
+    assert re.search(r"… and [\d,]+ more groups", tables)
+    assert "Odd1Error: row &lt;n&gt; is odd (line " in errors.group(0)
+    assert providers.count("<svg") == 1 and 'class="pb-failed"' in providers and 'class="pb-parked"' in providers
+    assert pictures.count("<svg") == 1 and "<title>quota: " in pictures
     countdown = re.search(r"<td>quota</td><td>held ([\d,]+)s more, until \d\d:\d\d:\d\d \(HTTP 429\)</td>", providers)
     assert countdown and 3500 < int(countdown.group(1).replace(",", "")) <= 3600
     updates = [m for m in messages if m["msg_type"] == "comm_msg"]
     assert len(updates) > 10  # refreshed all along
     assert max(len(json.dumps(m["content"])) for m in updates) < 12_000  # capped: no update carries every row
+    assert max(_refreshes(updates)) <= 20_000  # nor does a refresh (the messages it sends at once)
     summary = [m for m in messages if m["msg_type"] == "update_display_data"][-1]["content"]["data"]["text/html"]
     assert "<td>600</td>" in summary and "… and" in summary
 
@@ -260,3 +270,16 @@ def test_cells_queued_behind_a_blocking_map_run_after_it_in_order(kernel: Any) -
         if msg["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == ids[2]:
             printed.append(msg["content"]["text"])
     assert printed == ["[40, 'second']\n"]
+
+
+def _refreshes(updates: list[dict[str, Any]]) -> list[int]:
+    """Bytes of each refresh: one refresh sends a message per widget that changed, at once."""
+    sizes: list[int] = []
+    last = None
+    for m in updates:
+        at = datetime.fromisoformat(str(m["header"]["date"])).timestamp()
+        if last is None or at - last > 0.02:
+            sizes.append(0)
+        sizes[-1] += len(json.dumps(m["content"]))
+        last = at
+    return sizes

@@ -28,7 +28,7 @@ from ..models import ProviderHold, RunFinished, RunStarted, RunStats
 from ..plays import Play
 from ..providers import sharing_limits
 from ..runtime.options import RunOptions
-from ..runtime.state import LEG_COLUMNS
+from ..runtime.state import ERROR_COLUMNS, LEG_COLUMNS
 from .results import conform, profile, unify
 from .state import ClusterState
 from .wire import COUNTERS, Channel
@@ -124,7 +124,7 @@ class ClusterRun:
     @property
     def errors(self) -> pd.DataFrame:
         """Failed rows: index label, position in the whole frame, error message."""
-        return pd.DataFrame(self.state.failed_rows(), columns=["row", "position", "error"])
+        return pd.DataFrame(self.state.failed_rows(), columns=ERROR_COLUMNS)
 
     @property
     def parked(self) -> pd.DataFrame:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RunFinished, RunNotice, RunProgress, RunStarted
+from ..runtime.grouping import message_group
 from ..runtime.state import FailedRow, ParkedRow, ProviderView, RunEvent, RunState, Waiting, WorkerView
 from .wire import COUNTERS, decode_label
 
@@ -79,6 +80,7 @@ class ClusterState(RunState):
             self._report(report)
         for name, total in zip(COUNTERS[1:], self._sums()[1:]):  # total is the job's, set when it starts
             setattr(self, name, total)
+        self.sample()  # the providers as the workers report them, a few times a second
         self.emit(RunProgress(self.done))
 
     def _report(self, report: dict[str, Any]) -> None:
@@ -110,14 +112,15 @@ class ClusterState(RunState):
         if finished is None and (position in self._failed or position in self._parked):
             self._forget(position)
         if finished is not None:
-            status, error, copies, reason, provider, ready = finished
+            status, error, copies, reason, provider, ready, group = finished
             self._forget(position)
             if status == "parked":
                 self._parked[position] = ParkedRow(self._labels[position], position, reason, provider, ready, error)
                 self.emit(RowParked(position, reason, provider, ready))
             else:
-                self._failed[position] = FailedRow(self._labels[position], position, error or "")
-            self.emit(RowFinished(position, status, error, copies, held=was_held is not None))
+                group = group or message_group(error or "")
+                self._failed[position] = FailedRow(self._labels[position], position, error or "", group)
+            self.emit(RowFinished(position, status, error, copies, held=was_held is not None, group=group))
         elif held is not None:
             kind, provider, until, status = held
             self._held[position] = Waiting(kind, provider)
@@ -198,4 +201,5 @@ def _merge(a: ProviderView, b: ProviderView) -> ProviderView:
         held=a.held or b.held, hold_wall=max(a.hold_wall, b.hold_wall), last_status=b.last_status or a.last_status,
         rate=b.rate if b.rate is not None else a.rate, in_flight_limit=b.in_flight_limit or a.in_flight_limit,
         in_flight=a.in_flight + b.in_flight, refused=a.refused + b.refused, tokens=a.tokens + b.tokens, tpm=b.tpm or a.tpm,
+        sent=a.sent + b.sent, failed=a.failed + b.failed,
     )  # fmt: skip

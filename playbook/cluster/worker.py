@@ -164,7 +164,7 @@ class _Relay:
         self.carried_counts = [0.0] * len(COUNTERS)
         self.attempt = uuid.uuid4().hex[:12]  # a partition run again (its worker died) is a new attempt
         self.worker = worker_name()
-        self.finished: dict[int, list[Any]] = {}  # position -> [status, error, copies, reason, provider, ready_at]
+        self.finished: dict[int, list[Any]] = {}  # position -> [status, error, copies, reason, provider, ready_at, group]
         self.parking: dict[int, tuple[str, str | None, float | None]] = {}
         self.held: dict[int, list[Any]] = {}  # position -> [kind, provider, until, status]
         self.dirty: set[int] = set()
@@ -185,7 +185,7 @@ class _Relay:
                 return
             if event.status in ("failed", "parked"):
                 reason, provider, ready = self.parking.pop(position, ("", None, None))
-                self.finished[position] = [event.status, event.error, event.copies, reason, provider, ready]
+                self.finished[position] = [event.status, event.error, event.copies, reason, provider, ready, event.group]
             elif position not in self.finished and position not in self.held:
                 return  # most rows: ok or reused, counted by the counters alone
             else:

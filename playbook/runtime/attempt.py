@@ -11,6 +11,7 @@ from ..errors import ProviderExhausted, RunFatal
 from ..plays import Play
 from ..signals import Held, Parked, Sleeping, Suspend
 from .context import Context
+from .grouping import error_group
 from .memos import remember
 from .rows import error_line, error_message, play_row
 from .scope import RunScope
@@ -60,7 +61,7 @@ class RowRunner:
         except ProviderExhausted as exc:
             outcomes.park(pos, exc.reason, error_message(exc), exc.provider, exc.retry_at)
         except RunFatal as exc:
-            outcomes.settle(pos, "failed", None, error_message(exc))
+            outcomes.settle(pos, "failed", None, error_message(exc), group=error_group(exc, self.play.fn))
             self.scope.fatal_stop(exc)
         except Suspend:  # pragma: no cover - every signal is handled above
             raise
@@ -75,7 +76,8 @@ class RowRunner:
         return False
 
     def _failed(self, pos: int, exc: Exception) -> None:
-        self.outcomes.settle(pos, "failed", None, error_message(exc) + error_line(exc, self.play.fn))
+        fn = self.play.fn
+        self.outcomes.settle(pos, "failed", None, error_message(exc) + error_line(exc, fn), group=error_group(exc, fn))
         if self._raise:
             exc.add_note(f"in row {self.outcomes.table.label(pos)!r} (position {pos}) of play {self.play.name!r}")
             self._fail_run(exc)

@@ -19,7 +19,7 @@ from ..plays import Play
 from ..store import ReceiptStore
 from .options import RunOptions
 from .scheduler import Scheduler
-from .state import LEG_COLUMNS, RunState
+from .state import ERROR_COLUMNS, LEG_COLUMNS, RunState
 
 __all__ = ["Run", "begin_background", "execute", "last_run", "start"]
 
@@ -142,8 +142,10 @@ class Run:
 
     @property
     def errors(self) -> pd.DataFrame:
-        """Failed rows: index label, position, error message."""
-        return pd.DataFrame(self.state.failed_rows(), columns=["row", "position", "error"])
+        """Failed rows: index label, position, error message, and its ``group``: the error with the
+        values it names masked and where it happened (the play's line, or the tool and HTTP
+        status), so ``run.errors.groupby("group")`` counts the rows each bug failed."""
+        return pd.DataFrame(self.state.failed_rows(), columns=ERROR_COLUMNS)
 
     @property
     def parked(self) -> pd.DataFrame:

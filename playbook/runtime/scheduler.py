@@ -199,6 +199,7 @@ class Scheduler:
         """Forward a provider's hold and rate events to this run's views while it runs."""
         if provider.name not in self._watching:
             self.state.providers[provider.name] = provider
+            self.state.sample()  # its counters as the run found them: the timeline counts from here
             self._watching[provider.name] = watch(provider, self._provider_event)
 
     def _provider_event(self, event: Any) -> None:

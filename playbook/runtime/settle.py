@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RowStarted, Status
+from .grouping import message_group
 from .held import HeldQueue
 from .state import RunEvent
 from .table import Parking, RowTable, Waiting
@@ -44,10 +45,13 @@ class Outcomes:
 
     def settle(
         self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, *, ran: bool = True, held: bool = False,
-        calls: int = 0, cost: float = 0.0,
+        calls: int = 0, cost: float = 0.0, group: str | None = None,
     ) -> None:  # fmt: skip
-        rows = self.table.settle(pos, status, output, error)
-        self._emit(RowFinished(pos, status, error, rows, ran, held, calls, cost))
+        """``group``: a failed row's error group; by default its message's."""
+        if status == "failed" and group is None:
+            group = message_group(error or "")
+        rows = self.table.settle(pos, status, output, error, group)
+        self._emit(RowFinished(pos, status, error, rows, ran, held, calls, cost, group))
 
     def park(self, pos: int, reason: str, message: str, provider: str | None, ready_at: float | None) -> None:
         self.table.park(pos, Parking(reason, provider, ready_at))

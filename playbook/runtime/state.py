@@ -17,6 +17,8 @@ from ..models import (
     Event,
     ProviderDown,
     ProviderHold,
+    ProviderHoldLifted,
+    ProviderHoldSet,
     ProviderUp,
     RowFinished,
     RowHeld,
@@ -31,7 +33,8 @@ from ..models import (
     RunStats,
     WaterfallFinished,
 )  # fmt: skip
-from .table import FailedRow, ParkedRow, Waiting
+from .table import ERROR_COLUMNS, FailedRow, ParkedRow, Waiting
+from .timeline import ProviderSeries, Timeline
 from .upstream import ProviderView, provider_view
 
 if TYPE_CHECKING:
@@ -39,11 +42,12 @@ if TYPE_CHECKING:
     from .table import RowTable
 
 __all__ = [
-    "LEG_COLUMNS", "FailedRow", "Listener", "ParkedRow", "ProviderView", "RunEvent", "RunState", "Waiting", "WorkerView", "provider_view",
+    "ERROR_COLUMNS", "LEG_COLUMNS", "FailedRow", "Listener", "ParkedRow", "ProviderSeries", "ProviderView", "RunEvent", "RunState", "Waiting", "WorkerView", "provider_view",
 ]  # fmt: skip
 
 RunEvent = Event | RowSleeping | RunProgress
 Listener = Callable[[RunEvent], None]
+SAMPLE_EVERY = 0.25  # seconds between two looks of the timeline at the providers while calls go out
 _LEG_COLUMN = {"hit": 1, "miss": 2, "unavailable": 3, "error": 4, "never": 5}
 LEG_COLUMNS = ["waterfall", "leg", "tool", "hits", "misses", "unavailable", "errors", "never_reached"]
 
@@ -67,7 +71,7 @@ class RunState:
         "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held", "sleeping",
         "calls_executed", "calls_reused", "calls_local", "cost_spent", "cost_saved", "started", "finished", "stopping",
         "stopped", "providers", "down_since", "waterfalls", "notices", "receipts_lost", "_clock", "_wall", "_listeners",
-        "_by_kind", "_before", "_table", "_asleep", "__weakref__",
+        "_by_kind", "_before", "_table", "_asleep", "timeline", "_next_sample", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, *, play: str = "", clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
@@ -96,6 +100,8 @@ class RunState:
         self._by_kind: dict[type, list[Listener]] = {}  # listeners that asked for some kinds only
         self._table: RowTable | None = None
         self._asleep: set[int] = set()
+        self.timeline = Timeline()  # each provider over the run, for its picture
+        self._next_sample = 0.0  # clock time the timeline is due another look at the providers
 
     def attach(self, table: RowTable) -> None:
         """The run's rows, read by :meth:`failed_rows`, :meth:`parked_rows`, :meth:`held_rows`."""
@@ -153,6 +159,8 @@ class RunState:
         else:
             self.calls_executed += 1
             self.cost_spent += event.cost
+            if self._clock() >= self._next_sample:  # a few times a second while calls go out
+                self.sample()
 
     def _row_started(self, event: RowStarted) -> None:
         self.in_flight += 1
@@ -193,6 +201,7 @@ class RunState:
         self.started = self._clock()
         self.finished = None
         self.stopping = False
+        self.sample()
 
     def _notice(self, event: RunNotice) -> None:
         self.notices.append(event.message)
@@ -200,15 +209,26 @@ class RunState:
 
     def _down(self, event: ProviderDown) -> None:
         self.down_since.setdefault(event.provider, self._wall())  # a failed probe is the same outage
+        self.sample()
 
     def _up(self, event: ProviderUp) -> None:
         self.down_since.pop(event.provider, None)
+        self.sample()
+
+    def _hold_changed(self, event: ProviderHoldSet | ProviderHoldLifted) -> None:
+        self.sample()  # a hold's span starts or ends now
 
     def _run_finished(self, event: RunFinished) -> None:
+        self.sample()
         self.finished = self._clock()
         self.stopped = event.stopped
         self.in_flight = self.held = self.sleeping = 0
         self._asleep.clear()
+
+    def sample(self) -> None:
+        """Let the timeline look at the providers now: their calls, 429s, failures, rate and holds."""
+        self._next_sample = self._clock() + SAMPLE_EVERY
+        self.timeline.sample(self._wall(), self.provider_views())
 
     def stop_requested(self) -> None:
         """The run was asked to stop (``run.stop()``, Ctrl-C, a fatal error)."""
@@ -281,6 +301,13 @@ class RunState:
                 ))  # fmt: skip
         return out
 
+    def history(self) -> list[ProviderSeries]:
+        """Each provider over the run so far (calls accepted, 429s, failures, rate, holds), bounded
+        whatever the run's length: what its picture draws."""
+        if self.finished is None:
+            self.sample()
+        return self.timeline.series()
+
     def workers(self) -> list[WorkerView]:
         """The workers of a cluster run, by address; none for a run in this process."""
         return []
@@ -317,5 +344,7 @@ _APPLY: dict[type, Callable[[RunState, Any], None]] = {
     RunNotice: RunState._notice,
     ProviderDown: RunState._down,
     ProviderUp: RunState._up,
+    ProviderHoldSet: RunState._hold_changed,
+    ProviderHoldLifted: RunState._hold_changed,
     RunFinished: RunState._run_finished,
 }

@@ -18,9 +18,10 @@ from ..keys import row_key
 from ..models import Status
 from ..outputs import OutputModel
 from ..signals import WaitBudget
+from .grouping import message_group
 from .rows import Row, result_frame
 
-__all__ = ["FailedRow", "ParkedRow", "Parking", "RowEntry", "RowTable", "Waiting"]
+__all__ = ["ERROR_COLUMNS", "FailedRow", "ParkedRow", "Parking", "RowEntry", "RowTable", "Waiting"]
 
 
 class Parking(NamedTuple):
@@ -38,10 +39,14 @@ class Waiting(NamedTuple):
     provider: str | None  # the provider's name; None for a sleep
 
 
+ERROR_COLUMNS = ["row", "position", "error", "group"]  # run.errors
+
+
 class FailedRow(NamedTuple):
     row: Any  # the index label
     position: int
     error: str
+    group: str  # what it failed of, with the values masked: rows failed by one bug share it
 
 
 class ParkedRow(NamedTuple):
@@ -61,6 +66,7 @@ class RowEntry:
     status: Status | None = None  # None: not settled in this execution
     output: dict[str, Any] | None = None
     error: str | None = None
+    group: str | None = None  # a failed row: its error's group
     parking: Parking | None = None
     waiting: Waiting | None = None  # set while it waits in the held queue
     running: bool = False  # on a worker now
@@ -71,7 +77,7 @@ class RowEntry:
     copy: bool = False  # a later row with an earlier row's key: it never runs itself
 
     def unsettle(self) -> None:
-        self.status = self.output = self.error = self.parking = None
+        self.status = self.output = self.error = self.group = self.parking = None
 
 
 class RowTable:
@@ -133,19 +139,19 @@ class RowTable:
                 entries[pos].copy = True
         return runnable, unkeyed
 
-    def settle(self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None) -> int:
+    def settle(self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, group: str | None = None) -> int:
         """Give the row (and its copies) its outcome; returns how many rows share it."""
         entries = self.entries
         entry = entries[pos]
         # Settled: its wait budgets go (a retried row waits afresh: max_wait counts from then).
         entry.running, entry.budgets = False, None
-        entry.status, entry.output, entry.error = status, output, error
+        entry.status, entry.output, entry.error, entry.group = status, output, error, group
         copies = entry.copies
         if not copies:
             return 1
         for p in copies:
             other = entries[p]
-            other.status, other.output, other.error = status, output, error
+            other.status, other.output, other.error, other.group = status, output, error, group
         return 1 + len(copies)
 
     def park(self, pos: int, parking: Parking) -> None:
@@ -167,7 +173,11 @@ class RowTable:
 
     def failed(self) -> list[FailedRow]:
         labels = self.labels
-        return [FailedRow(labels[p], p, e.error or "") for p, e in enumerate(self.entries) if e.status == "failed"]
+        return [
+            FailedRow(labels[p], p, e.error or "", e.group or message_group(e.error or ""))
+            for p, e in enumerate(self.entries)
+            if e.status == "failed"
+        ]
 
     def parked(self) -> list[ParkedRow]:
         labels, out = self.labels, []

@@ -35,6 +35,10 @@ class ProviderView(NamedTuple):
     refused: int  # 429s so far
     tokens: float  # tokens answered over the last minute (LLM calls)
     tpm: float | None  # the token limit per minute, configured or announced; None: none
+    # Cumulative over the process (a provider outlives runs): a timeline takes differences.
+    # Last, with defaults, so a view built from an older worker's list still fits.
+    sent: int = 0  # requests this process sent to the provider
+    failed: int = 0  # transient failures so far (5xx, timeouts, connection errors)
 
 
 def provider_view(provider: Provider) -> ProviderView:
@@ -54,6 +58,8 @@ def provider_view(provider: Provider) -> ProviderView:
         refused=provider.refused,
         tokens=tokens,
         tpm=tpm,
+        sent=provider.sent,
+        failed=provider.failed,
     )
 
 

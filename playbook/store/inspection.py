@@ -18,6 +18,17 @@ if TYPE_CHECKING:
 
 __all__ = ["Inspection"]
 
+# receipts(): the columns of text, numbers and flags; input and output stay the objects returned
+_RECEIPT_DTYPES: dict[str, Any] = {
+    "key": str,
+    "tool": str,
+    "version": str,
+    "account": str,
+    "miss": bool,
+    "cost": float,
+    "created_at": float,
+}
+
 T = TypeVar("T")
 
 
@@ -67,17 +78,26 @@ class Inspection:
                 yield key, None
 
     def receipts(self, tool: str | Tool | None = None) -> pd.DataFrame:
-        """All readable receipts (or one tool's) as a DataFrame, oldest first; values as first returned."""
+        """All readable receipts (or one tool's) as a DataFrame, oldest first.
+
+        ``input`` and ``output`` hold the values as first returned, whatever they are (a miss's
+        ``None`` does not turn a column of ints into floats); ``miss`` is boolean, ``cost`` a
+        float and ``created_at`` a UTC datetime."""
         name = _tool_name(tool)
-        rows = []
+        receipts = []
         for _, record in self.records(name):
             if record is None:
                 continue
             try:
-                rows.append(receipt_of(record).model_dump())
+                receipts.append(receipt_of(record))
             except (ValueError, TypeError, KeyError, IndexError):
                 continue  # a tag this playbook does not know: left out, as an unreadable record is
-        return pd.DataFrame(rows, columns=list(Receipt.model_fields))
+        columns: dict[str, Any] = {}
+        for field in Receipt.model_fields:
+            values = [getattr(r, field) for r in receipts]
+            columns[field] = pd.Series(values, dtype=_RECEIPT_DTYPES.get(field, object))
+        columns["created_at"] = pd.to_datetime(columns["created_at"], unit="s", utc=True).astype("datetime64[us, UTC]")
+        return pd.DataFrame(columns)
 
     def stats(self) -> dict[str, Any]:
         """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""

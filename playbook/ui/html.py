@@ -1,8 +1,9 @@
 """A run as static HTML: what a saved or exported notebook shows of it (``Run._repr_html_``).
 
 Counters, the providers (held until when, or down since when and why; rate and the calls in flight
-it allows, 429s, rows waiting), parked rows and errors grouped by message, each capped so a
-million-row run renders as small as a ten-row one.
+it allows, 429s, rows waiting), parked rows grouped by why, provider and when they are ready, and
+failed rows grouped by their error's group (one bug, one line), each capped so a million-row run
+renders as small as a ten-row one.
 """
 
 from __future__ import annotations
@@ -12,32 +13,69 @@ from html import escape
 from typing import Any
 
 from ..models import RunStats, time_of_day
-from ..runtime.state import LEG_COLUMNS, ProviderView, RunState, WorkerView
+from ..runtime.state import LEG_COLUMNS, ProviderSeries, ProviderView, RunState, WorkerView
+from .svg import provider_chart, status_bar, svg_style
 from .tally import Tally
 
 __all__ = [
-    "LIMIT", "counters_table", "errors_table", "in_words", "legs_table", "parked_table", "provider_rate", "provider_state",
-    "providers_table", "run_html", "workers_table",
+    "CHARTS",
+    "LIMIT",
+    "counters_table",
+    "errors_table",
+    "in_words",
+    "legs_table",
+    "parked_table",
+    "parked_why",
+    "provider_pictures",
+    "provider_rate",
+    "provider_state",
+    "providers_table",
+    "rows_picture",
+    "run_html",
+    "workers_table",
 ]  # fmt: skip
 
-LIMIT = 20  # rows shown of the parked table and groups shown of the errors
+LIMIT = 20  # groups shown of the parked rows and of the errors
+CHARTS = 4  # providers drawn
 _WORDS = 160  # characters of an error shown in a provider's line
 
 
 def run_html(state: RunState) -> str:
-    """The run as it stands, in one static block."""
+    """The run as it stands, in one static block: what a saved notebook keeps, pictures included
+    (inline SVG, coloured by the theme where there is one)."""
     s = state.stats()
     phase = "running" if state.finished is None else ("stopped" if state.stopped else "finished")
     rate = (s.done / s.elapsed) if s.elapsed else 0.0
-    parts = [f"<div class='playbook-run'><b>{_e(state.play)}</b> · {phase} · {s.elapsed:.1f}s · {rate:,.0f} rows/s", counters_table(s)]
+    head = f"<div class='playbook-run'>{svg_style()}<b>{_e(state.play)}</b> · {phase} · {s.elapsed:.1f}s · {rate:,.0f} rows/s"
+    parts = [head, f"<div>{rows_picture(s)}</div>", counters_table(s)]
     parts += [f"<div class='playbook-notice'>⚠ {_e(note)}</div>" for note in state.notices]
     tally = Tally.of(state)
     parts.append(providers_table(state.provider_views(), tally.waiting(), down_since=state.down_since))
+    parts.append(provider_pictures(state.history()))
     parts.append(workers_table(state.workers()))
-    parts.append(parked_table(tally.parked_rows(LIMIT), tally.parked_count))
+    parts.append(parked_table(tally.parked_summary(LIMIT), len(tally.parked_groups), state.provider_views()))
     parts.append(errors_table(tally.error_groups(LIMIT), len(tally.counts)))
     parts.append(legs_table(state))
     return "\n".join(parts) + "</div>"
+
+
+def rows_picture(s: RunStats | RunState) -> str:
+    """The rows as one stacked bar: ok, reused, failed, held, parked, skipped, then not done yet."""
+    counts = {"ok": s.ok, "reused": s.reused, "failed": s.failed, "held": s.held, "parked": s.parked, "skipped": s.skipped}
+    return status_bar(counts, s.total)
+
+
+def provider_pictures(history: list[ProviderSeries]) -> str:
+    """A small chart per provider over the run (calls accepted per second, 429s, failures, its
+    rate limit, holds; tokens per minute for LLM calls), ``CHARTS`` at most."""
+    if not history:
+        return ""
+    charts = "".join(
+        f"<div class='playbook-chart'><div>{_e(series.provider)}</div>{provider_chart(series)}</div>" for series in history[:CHARTS]
+    )
+    more = len(history) - CHARTS
+    rest = f"<div>… and {more:,} more providers</div>" if more > 0 else ""
+    return f"<div class='playbook-charts' style='display:flex;flex-wrap:wrap;gap:4px 16px'>{charts}</div>{rest}"
 
 
 def counters_table(s: RunStats | RunState) -> str:
@@ -112,19 +150,43 @@ def in_words(error: str | None) -> str:
     return text if len(text) <= _WORDS else text[: _WORDS - 1] + "…"
 
 
-def parked_table(rows: list[tuple[Any, str, str | None, float | None]], count: int) -> str:
-    """Parked rows (row, reason, provider, ready_at), the first ``LIMIT`` of ``count``."""
-    if not rows:
-        return ""
-    shown = [[r, why, prov or "", time_of_day(ready) if ready else ""] for r, why, prov, ready in rows]
-    return "<div>parked rows</div>" + _table(["row", "reason", "provider", "ready at"], shown) + _more(count)
-
-
-def errors_table(groups: list[tuple[int, str, Any]], count: int) -> str:
-    """Failed rows grouped by message: (rows, message, example row), ``LIMIT`` groups of ``count``."""
+def parked_table(
+    groups: list[tuple[int, str, str | None, float | None]], count: int, providers: Mapping[str, ProviderView] | None = None
+) -> str:
+    """Parked rows, a line per (reason, provider, ready-at minute): how many, why in words, the
+    provider, when they are ready (its last HTTP status, from ``providers``); the largest
+    ``LIMIT`` of ``count`` groups."""
     if not groups:
         return ""
-    return "<div>errors</div>" + _table(["rows", "error", "e.g. row"], [list(g) for g in groups]) + _more(count)
+    shown = [
+        [f"{n:,}", parked_why(reason), provider or "", _ready(reason, provider, ready, providers)] for n, reason, provider, ready in groups
+    ]
+    return "<div>parked rows</div>" + _table(["rows", "why", "provider", "ready at"], shown) + _more(count, "groups")
+
+
+def parked_why(reason: str) -> str:
+    """A parked row's reason in words."""
+    return _WHY.get(reason, reason)
+
+
+_WHY = {"hold": "held past the wait budget", "down": "provider down", "budget": "max_cost reached"}
+
+
+def _ready(reason: str, provider: str | None, ready: float | None, providers: Mapping[str, ProviderView] | None) -> str:
+    if ready is None:
+        return ""
+    view = (providers or {}).get(provider or "")
+    status = view.last_status if view is not None and reason == "hold" else None
+    return ("next probe " if reason == "down" else "") + time_of_day(ready) + (f" (HTTP {status})" if status else "")
+
+
+def errors_table(groups: list[tuple[int, str, Any, str]], count: int) -> str:
+    """Failed rows by their error's group: (rows, group, example row, its message), the largest
+    ``LIMIT`` groups of ``count``."""
+    if not groups:
+        return ""
+    shown = [[f"{n:,}", group, example, _shorter(message)] for n, group, example, message in groups]
+    return "<div>errors</div>" + _table(["rows", "error", "e.g. row", "its message"], shown) + _more(count, "groups")
 
 
 def legs_table(state: RunState) -> str:
@@ -139,7 +201,7 @@ def workers_table(workers: list[WorkerView]) -> str:
         return ""
     rows = [[w.worker, w.running, w.finished, f"{w.done:,}/{w.rows:,}", w.calls_executed, w.in_flight] for w in workers[:LIMIT]]
     table = _table(["worker", "partitions running", "finished", "rows done", "calls paid", "rows in flight"], rows)
-    return table + _more(len(workers))
+    return table + _more(len(workers), "workers")
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> str:
@@ -148,8 +210,12 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
     return f"<table><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _more(count: int) -> str:
-    return f"<div>… and {count - LIMIT:,} more</div>" if count > LIMIT else ""
+def _more(count: int, what: str = "more") -> str:
+    return f"<div>… and {count - LIMIT:,} more {what}</div>" if count > LIMIT else ""
+
+
+def _shorter(text: str, most: int = 300) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _e(value: Any) -> str:

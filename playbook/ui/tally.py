@@ -1,15 +1,16 @@
 """The failed and parked rows of a run as they happen, for the live panel.
 
 The static summary can scan every row once at the end; a panel redrawn ten times a second over a
-million rows cannot.  ``Tally`` keeps the failed rows grouped by message and the parked rows in
-order of parking, updated from the run's events, so a redraw costs the size of what it shows.
+million rows cannot.  ``Tally`` keeps the failed rows grouped by their error's group (one bug, one
+group: see :mod:`playbook.runtime.grouping`) and the parked rows grouped by reason, provider and
+the minute they are ready at, updated from the run's events, so a redraw costs the size of what
+it shows.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from itertools import islice
 from typing import Any
 
 from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
@@ -19,29 +20,32 @@ __all__ = ["KINDS", "Tally"]
 
 KINDS = (RowFinished, RowParked, RowRequeued, RowHeld, RowSleeping, RowResumed)
 _Parking = tuple[str, str | None, float | None]  # reason, provider, ready at
+_Group = tuple[str, str | None, float | None]  # reason, provider, the minute it is ready at
 
 
 class Tally:
-    """Failed rows by message (count and an example), parked rows (reason, provider, ready at;
-    counted by provider and by provider and reason), and the rows each provider holds back.  The
-    live panel keeps one up to date from the events; the static summary takes one of the rows as
-    they stand (:meth:`of`).
+    """Failed rows by group (count, an example row and its message), parked rows (reason,
+    provider, ready at; counted by provider, by provider and reason, and by reason, provider and
+    ready-at minute), and the rows each provider holds back.  The live panel keeps one up to date
+    from the events; the static summary takes one of the rows as they stand (:meth:`of`).
     """
 
     __slots__ = (
-        "_label", "failed", "copies", "counts", "example", "parked", "parked_rows_by", "parked_reasons", "held", "held_by",
-        "version",
+        "_label", "failed", "copies", "counts", "example", "parked", "parked_rows_by", "parked_reasons",
+        "parked_groups", "latest", "held", "held_by", "version",
     )  # fmt: skip
 
     def __init__(self, label: Callable[[int], Any]) -> None:
         self._label = label  # position -> the row's index label
-        self.failed: dict[int, str] = {}  # position -> message
+        self.failed: dict[int, tuple[str, str]] = {}  # position -> its error's group, its message
         self.copies: dict[int, int] = {}  # position -> rows sharing its key, when more than one
-        self.counts: dict[str, int] = {}  # message -> failed rows
-        self.example: dict[str, int] = {}  # message -> a position that failed so
+        self.counts: dict[str, int] = {}  # group -> failed rows
+        self.example: dict[str, int] = {}  # group -> a position that failed so
         self.parked: dict[int, _Parking] = {}  # position -> (reason, provider, ready_at)
         self.parked_rows_by: dict[str | None, int] = {}  # provider -> parked rows
         self.parked_reasons: dict[tuple[str | None, str], int] = {}  # (provider, reason) -> parked rows
+        self.parked_groups: dict[_Group, int] = {}  # (reason, provider, ready-at minute) -> parked rows
+        self.latest: dict[_Group, float] = {}  # such a group -> the latest time one of its rows is ready at
         self.held: dict[int, str | None] = {}  # position -> the provider it waits on (None: it sleeps)
         self.held_by: dict[str, int] = {}  # provider -> rows it holds now (sleeping rows are no provider's)
         self.version = 0  # bumped on every change: a view redraws the tables only when it moved
@@ -51,10 +55,7 @@ class Tally:
         """The tally of a run's rows as they stand: one scan, for a summary."""
         tally = cls(state.label)
         for failed in state.failed_rows():
-            message, position = failed.error, failed.position
-            tally.failed[position] = message
-            tally.counts[message] = tally.counts.get(message, 0) + 1
-            tally.example.setdefault(message, position)
+            tally._fail(failed.position, failed.group, failed.error, 1)
         for parked in state.parked_rows():
             entry = (parked.reason, parked.provider, parked.ready_at)
             tally.parked[parked.position] = entry
@@ -93,13 +94,15 @@ class Tally:
         if rows != 1:
             self.copies[position] = rows
         if status == "failed":
-            message = event.error or ""
-            self.failed[position] = message
-            self.counts[message] = self.counts.get(message, 0) + rows
-            self.example.setdefault(message, position)
+            self._fail(position, event.group or event.error or "", event.error or "", rows)
             self.version += 1
         elif status == "parked" and (entry := self.parked.get(position)) is not None:
             self._count_parked(entry, rows)
+
+    def _fail(self, position: int, group: str, message: str, rows: int) -> None:
+        self.failed[position] = (group, message)
+        self.counts[group] = self.counts.get(group, 0) + rows
+        self.example.setdefault(group, position)
 
     def _hold(self, position: int, provider: str | None) -> None:
         self.held[position] = provider
@@ -107,9 +110,18 @@ class Tally:
             self.held_by[provider] = self.held_by.get(provider, 0) + 1
 
     def _count_parked(self, entry: _Parking, rows: int) -> None:
-        reason, provider = entry[0], entry[1]
+        reason, provider, ready = entry
         self.parked_rows_by[provider] = self.parked_rows_by.get(provider, 0) + rows
         self.parked_reasons[provider, reason] = self.parked_reasons.get((provider, reason), 0) + rows
+        group = (reason, provider, None if ready is None else ready // 60 * 60)
+        n = self.parked_groups.get(group, 0) + rows
+        if n > 0:
+            self.parked_groups[group] = n
+            if ready is not None and ready > self.latest.get(group, 0.0):
+                self.latest[group] = ready
+        else:
+            del self.parked_groups[group]
+            self.latest.pop(group, None)
 
     def _resume(self, position: int) -> None:
         if position in self.held:
@@ -124,14 +136,15 @@ class Tally:
         parked = self.parked.pop(position, None)
         if parked is not None:
             self._count_parked(parked, -rows)
-        message = self.failed.pop(position, None)
-        if message is None:
+        failed = self.failed.pop(position, None)
+        if failed is None:
             return
-        self.counts[message] -= rows
-        if self.counts[message] <= 0:
-            del self.counts[message], self.example[message]
-        elif self.example[message] == position:  # the example was retried: show a row that still fails so
-            self.example[message] = next(p for p, m in self.failed.items() if m == message)
+        group = failed[0]
+        self.counts[group] -= rows
+        if self.counts[group] <= 0:
+            del self.counts[group], self.example[group]
+        elif self.example[group] == position:  # the example was retried: show a row that still fails so
+            self.example[group] = next(p for p, (g, _) in self.failed.items() if g == group)
 
     @property
     def parked_count(self) -> int:
@@ -148,11 +161,17 @@ class Tally:
         """Why the rows parked on ``provider`` (``None``: on no provider, e.g. the budget) parked: reason -> rows."""
         return {reason: n for (name, reason), n in self.parked_reasons.items() if name == provider and n}
 
-    def error_groups(self, limit: int) -> list[tuple[int, str, Any]]:
-        """The ``limit`` largest groups: (rows, message, example row label)."""
+    def error_groups(self, limit: int) -> list[tuple[int, str, Any, str]]:
+        """The ``limit`` largest groups: (rows, group, example row label, its message)."""
         top = heapq.nlargest(limit, self.counts.items(), key=lambda item: item[1])
-        return [(count, message, self._label(self.example[message])) for message, count in top]
+        out = []
+        for group, count in top:
+            example = self.example[group]
+            out.append((count, group, self._label(example), self.failed[example][1]))
+        return out
 
-    def parked_rows(self, limit: int) -> list[tuple[Any, str, str | None, float | None]]:
-        """The first ``limit`` parked rows: (row label, reason, provider, ready_at)."""
-        return [(self._label(p), reason, provider, ready) for p, (reason, provider, ready) in islice(self.parked.items(), limit)]
+    def parked_summary(self, limit: int) -> list[tuple[int, str, str | None, float | None]]:
+        """The ``limit`` largest groups of parked rows, by reason, provider and the minute they are
+        ready at: (rows, reason, provider, the latest time one of them is ready at)."""
+        top = heapq.nlargest(limit, self.parked_groups.items(), key=lambda item: item[1])
+        return [(count, group[0], group[1], self.latest.get(group)) for group, count in top]

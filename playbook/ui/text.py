@@ -6,7 +6,7 @@ tqdm cuts a line that is too long at its end, so what holds rows back (held and 
 providers that hold calls or are down) comes first, right after the play's name, shortened until
 it fits; the counters come last.  A provider going down or coming back also gets a line of its
 own, and the summary printed at the end has one line per provider that holds rows, is down or has
-parked rows.
+parked rows, and one per group of failed rows (one bug in one line of the play is one group).
 """
 
 from __future__ import annotations
@@ -39,12 +39,13 @@ from .html import in_words
 from .tally import KINDS as TALLY_KINDS
 from .tally import Tally
 
-__all__ = ["LOG_WIDTH", "TextView", "summary", "waiting_line"]
+__all__ = ["GROUPS_SHOWN", "LOG_WIDTH", "TextView", "error_lines", "summary", "waiting_line"]
 
 _INTERVAL = 0.1  # at most 10 refreshes a second
 _HEARTBEAT = 1.0  # and at least one a second while the run goes: a hold's countdown and the clock move
 LOG_WIDTH = 100  # columns of the bar when stderr is not a terminal and $COLUMNS is not set
 _BAR_ROOM = 24  # what the bar needs besides the alerts: " [", "]", ": 45%|█| " and a count like "4500/10000"
+GROUPS_SHOWN = 5  # groups of failed rows the summary lists
 _KINDS = (
     RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted, ProviderDown, ProviderUp, RowFinished, RowRequeued, RowHeld,
     RowSleeping, RunProgress,
@@ -225,8 +226,24 @@ def summary(state: RunState, tally: Tally) -> str:
         lines.append(f"{_rows(n)} parked: " + ("the budget ran out" if reason == "budget" else reason))
     if s.parked:
         lines.append("a rerun runs the parked rows again")
+    lines += error_lines(tally)
     lines += [f"warning: {note}" for note in s.notices]
     return "\n".join(lines)
+
+
+def error_lines(tally: Tally) -> list[str]:
+    """The largest groups of failed rows, a line each: how many, the group, an example row."""
+    groups = tally.error_groups(GROUPS_SHOWN)
+    if not groups:
+        return []
+    failed = sum(tally.counts.values())
+    kinds = len(tally.counts)
+    lines = [f"{_rows(failed)} failed" + (f", {kinds:,} kinds of error:" if kinds > 1 else ":")]
+    for n, group, example, message in groups:
+        lines.append(f"  {n:,} × {group}; e.g. row {example!r}: {in_words(message)}")
+    if kinds > GROUPS_SHOWN:
+        lines.append(f"  … and {kinds - GROUPS_SHOWN:,} more kinds (run.errors.groupby('group') lists them all)")
+    return lines
 
 
 def _calls(s: RunState) -> str:

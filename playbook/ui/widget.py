@@ -1,14 +1,16 @@
 """The live view of a run in Jupyter: an ipywidgets panel refreshed at most 10 times a second.
 
-It shows a progress bar, a header (play, status, elapsed, ETA, rows/s), the counters, the
-providers (open, held with a countdown, or down with why and the next probe; rate and the calls in
-flight it allows, in flight, 429s, rows waiting), the first parked rows, the errors grouped by
-message and the waterfall legs.  A background run's panel has Stop / Retry parked / Retry failed
+It shows a progress bar, a header (play, status, elapsed, ETA, rows/s), a stacked bar of the rows
+by status, the counters, the providers (open, held with a countdown, or down with why and the next
+probe; rate and the calls in flight it allows, in flight, 429s, rows waiting) and a small chart of
+each over the run, the parked rows grouped by why, provider and when they are ready, the errors
+grouped by kind (one bug, one line) and the waterfall legs.  A background run's panel has Stop / Retry parked / Retry failed
 buttons; a blocking run keeps the kernel busy, so a click would only be handled after it: its
 panel has none (interrupting the kernel stops it).
 
-What changes on every refresh is one widget, the capped tables another, so a refresh sends one
-or two messages, and a million-row run costs the browser what a ten-row one does.  When the run
+What changes on every refresh is one widget, the capped tables another (at most twice a second),
+the charts a third (once a second, never with the tables), so a refresh sends one or two
+messages of bounded size, and a million-row run costs the browser what a ten-row one does.  When the run
 finishes, the panel is replaced by the run's static HTML summary, which saved and exported
 notebooks keep.  A blocking run over in less than ``DELAY`` seconds shows only that summary.
 """
@@ -24,7 +26,19 @@ from typing import Any
 from ..models import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RunFinished, RunStarted
 from ..runtime.state import RunEvent, RunState
 from . import Controls
-from .html import LIMIT, counters_table, errors_table, legs_table, parked_table, providers_table, run_html, workers_table
+from .html import (
+    LIMIT,
+    counters_table,
+    errors_table,
+    legs_table,
+    parked_table,
+    provider_pictures,
+    providers_table,
+    rows_picture,
+    run_html,
+    workers_table,
+)  # fmt: skip
+from .svg import svg_style
 from .tally import KINDS as TALLY_KINDS
 from .tally import Tally
 
@@ -32,13 +46,14 @@ __all__ = ["DELAY", "WidgetView", "in_kernel"]
 
 _INTERVAL = 0.1  # at most 10 refreshes a second
 _TABLES_INTERVAL = 0.5
+_PICTURES_INTERVAL = 1.0
 DELAY = 0.5  # seconds a run goes on before its live panel appears
 _KINDS = (RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted, ProviderDown, ProviderUp)  # not per row
 _CSS = (
     "<style>.playbook-live .widget-html-content{line-height:1.4}"
     ".playbook-live table{border-collapse:collapse;margin:4px 0}"
     ".playbook-live th,.playbook-live td{padding:1px 10px 1px 0;text-align:left}"
-    ".playbook-live th{border-bottom:1px solid var(--jp-border-color2,#ccc)}</style>"
+    ".playbook-live th{border-bottom:1px solid var(--jp-border-color2,#ccc)}</style>" + svg_style()
 )
 
 
@@ -69,7 +84,7 @@ class WidgetView:
         self._controls = controls
         self._clock = clock
         self._wall = wall  # hold deadlines are epoch seconds: the countdown reads this clock
-        self._last = self._last_tables = 0.0
+        self._last = self._last_tables = self._last_pictures = 0.0
         self._started = 0.0
         self._drawn = -1  # the tally version the tables show
         self._ended = False  # the panel shows a finished run
@@ -107,8 +122,9 @@ class WidgetView:
         state = self._state
         self.bar = w.IntProgress(min=0, max=max(state.total, 1), description=escape(state.play))
         # What changes on every refresh shares one widget (one message); the capped tables change less.
-        self.status, self.tables = w.HTML(), w.HTML()
+        self.status, self.pictures, self.tables = w.HTML(), w.HTML(), w.HTML()
         self.status.add_class("playbook-status")
+        self.pictures.add_class("playbook-pictures")
         self.tables.add_class("playbook-tables")
         self.stop = self.retry_parked = self.retry_failed = None
         row = [self.bar]
@@ -127,7 +143,7 @@ class WidgetView:
         self.buttons = w.HBox(row)
         # Compact tables: an HTML widget's line height is a button's.  Sent once, hidden.
         self._css = w.HTML(_CSS, layout=w.Layout(display="none"))
-        self.panel = w.VBox([self._css, self.buttons, self.status, self.tables])
+        self.panel = w.VBox([self._css, self.buttons, self.status, self.pictures, self.tables])
         self.panel.add_class("playbook-live")
         if self.handle is None:
             self.handle = _display(self.panel)
@@ -144,13 +160,13 @@ class WidgetView:
         if not self._background:
             # The cell that showed the panel is still running, so every frontend applies the
             # update: nothing of the panel stays on the page.
-            _close(self.panel, self.buttons, self.bar, self.status, self.tables, self._css)
+            _close(self.panel, self.buttons, self.bar, self.status, self.pictures, self.tables, self._css)
             self.panel = None
             return
         # After a background run, JupyterLab keeps the widget (it applies updates only while the
         # cell that made the output runs): the panel says the outcome itself and keeps the
         # Retry buttons (a parked row is retried after its hold, long after the run ended).
-        _close(self.bar, self.stop, self.status, self.tables)
+        _close(self.bar, self.stop, self.status, self.pictures, self.tables)
         self.buttons.children = [self.retry_parked, self.retry_failed]
         self.retry_parked.disabled = not self.tally.parked
         self.retry_failed.disabled = not self.tally.failed
@@ -222,7 +238,7 @@ class WidgetView:
             self.bar.max = max(s.total, 1)
             self.bar.value = done
             providers = providers_table(s.provider_views(), tally.waiting(), now=self._wall(), down_since=s.down_since)
-            self.status.value = head + counters_table(s) + providers + workers_table(s.workers())
+            self.status.value = head + f"<div>{rows_picture(s)}</div>" + counters_table(s) + providers + workers_table(s.workers())
             if self.stop is not None:
                 self.retry_parked.disabled = not tally.parked
                 self.retry_failed.disabled = not tally.failed
@@ -231,10 +247,13 @@ class WidgetView:
             if (tally.version != self._drawn or s.waterfalls) and now - self._last_tables >= _TABLES_INTERVAL:
                 self._drawn, self._last_tables = tally.version, now
                 self.tables.value = (
-                    parked_table(tally.parked_rows(LIMIT), tally.parked_count)
+                    parked_table(tally.parked_summary(LIMIT), len(tally.parked_groups), s.provider_views())
                     + errors_table(tally.error_groups(LIMIT), len(tally.counts))
                     + legs_table(s)
                 )
+            elif now - self._last_pictures >= _PICTURES_INTERVAL:  # not with the tables: one refresh stays small
+                self._last_pictures = now
+                self.pictures.value = provider_pictures(s.history())
 
 
 def _alive(ref: weakref.ref[RunState]) -> RunState:
