@@ -3,10 +3,15 @@
 ``jupyter_lab`` starts ``jupyter lab`` on loopback with a random token over a root directory,
 in an environment from ``isolated_env`` (Jupyter's config, data and settings directories of its
 own, so the kernel is this venv's ``python3``), and shuts it down with its kernels.
-``launch_chromium`` starts the browser.  ``drive`` opens one notebook in a fresh page, clicks
-Run > Run All Cells while a MutationObserver records every ``.playbook-live`` panel and a sampler
-measures the page every 200 ms, takes screenshots into ``build/browser/``, and returns a
-``Session``: what the page showed.  The notebooks and the assertions live in ``test_browser.py``.
+``launch_chromium`` starts the browser.  ``drive`` opens one notebook in a fresh page, switches
+JupyterLab to the theme asked for (its ``apputils:change-theme`` command, through the app the
+server exposes as ``window.jupyterapp``), clicks Run > Run All Cells while a MutationObserver
+records every ``.playbook-live`` panel and a sampler measures the page every 200 ms, then looks at
+the finished page in each theme asked for (on the same page: the run is not repeated), takes
+screenshots into ``build/browser/`` and returns a ``Session``: what the page showed, including
+what the run's SVG pictures are painted with in each theme (the computed fill and stroke of each
+``pb-*`` class, the theme variables they should come from, and the background behind them).  The
+notebooks and the assertions live in ``test_browser.py``.
 """
 
 from __future__ import annotations
@@ -45,7 +50,22 @@ HEADER = [
     "cost spent",
     "cost saved",
 ]
+PARKED_HEAD = ["rows", "why", "provider", "ready at"]  # parked rows, by why, provider and ready-at minute
+ERRORS_HEAD = ["rows", "error", "e.g. row", "its message"]  # failed rows, by their error's group
+LIGHT, DARK = "JupyterLab Light", "JupyterLab Dark"
+# The theme variables the pictures' classes are mapped to, resolved to rgb() in every look.
+THEME_VARS = [
+    "--jp-layout-color0",
+    "--jp-layout-color2",
+    "--jp-success-color1",
+    "--jp-error-color1",
+    "--jp-warn-color0",
+    "--jp-warn-color2",
+    "--jp-ui-font-color1",
+    "--jp-ui-font-color2",
+]
 RUN_TIMEOUT = 120.0  # seconds for all of a notebook's cells together; they take about 15
+LIVE_SHOT_AFTER = 3.0  # seconds a live panel has shown when it is screenshot
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -68,8 +88,36 @@ SETTINGS = {
 Lab = tuple[str, str, Path]  # a running server's base url and token, and its PLAYBOOK_HOME
 
 # Records every live panel the widget front-end draws: in which code cell, whether it holds an
-# IntProgress bar, and its header as last seen.  Installed before JupyterLab loads.
-OBSERVER = """
+# progress bar (the SVG status bar of its rows), and its header as last seen.  Installed before JupyterLab loads, with
+# window.__pbLook(root): the theme, THEME_VARS resolved to rgb(), the computed fill and stroke of
+# the first element of each pb-* class in root's SVG pictures, and the background behind them
+# (the first ancestor of a chart's text, or of root, whose background is not transparent).
+OBSERVER = (
+    f"const THEME_VARS = {json.dumps(THEME_VARS)};"
+    """
+window.__pbLook = root => {
+  const probe = document.createElement('span');
+  document.body.appendChild(probe);
+  const vars = {};
+  for (const name of THEME_VARS) {
+    probe.style.color = `var(${name})`;
+    vars[name] = getComputedStyle(probe).color;
+  }
+  probe.remove();
+  const paint = {};
+  for (const el of root.querySelectorAll('svg [class^="pb-"]')) {
+    const cls = el.getAttribute('class');
+    if (cls in paint) continue;
+    const style = getComputedStyle(el);
+    paint[cls] = {fill: style.fill, stroke: style.stroke};
+  }
+  let node = root.querySelector('svg .pb-text') || root, background = null;
+  for (; node && !background; node = node.parentElement) {
+    const colour = getComputedStyle(node).backgroundColor;
+    if (colour && colour !== 'transparent' && !/^rgba\\(.*,\\s*0\\)$/.test(colour)) background = colour;
+  }
+  return {theme: document.body.dataset.jpThemeName, vars, paint, background};
+};
 window.__playbookLive = [];
 new MutationObserver(() => {
   for (const panel of document.querySelectorAll('.playbook-live')) {
@@ -79,33 +127,47 @@ new MutationObserver(() => {
       seen = {node: panel, cell: cells.indexOf(panel.closest('.jp-CodeCell')), progress: false, heads: []};
       window.__playbookLive.push(seen);
     }
-    seen.progress = seen.progress || panel.querySelector('.widget-hprogress .progress-bar') !== null;
+    seen.progress = seen.progress || panel.querySelector('.playbook-status svg rect') !== null;
     const head = panel.querySelector('.playbook-status .widget-html-content');
     const text = head ? head.textContent : '';
     if (text && seen.heads[seen.heads.length - 1] !== text) seen.heads.push(text);
   }
 }).observe(document, {childList: true, subtree: true, characterData: true, attributes: true});
 """
+)
 
 # Every 200 ms, what the page holds: the live panel's done count (from its header) and bar width,
-# its node count and table sizes, the document's node count and the JS heap.  Started just
+# its node count (and how many of them are in its SVG pictures), its tables (head and cells),
+# its status bar's segments (class, drawn width in pixels) and its charts' titles, the
+# document's node count and the JS heap.  The first time the panel shows a done segment, a
+# not-yet-done one and a chart's text, window.__liveLook keeps their colours.  Started just
 # before Run All; window.__stopSampling() ends it and returns the samples.
 SAMPLER = """
 () => {
   const count = root => { const walker = document.createTreeWalker(root); let n = 0; while (walker.nextNode()) n++; return n; };
+  const cells = table => ({
+    head: Array.from(table.querySelectorAll('thead th'), th => th.textContent),
+    rows: Array.from(table.querySelectorAll('tbody tr'), tr => Array.from(tr.querySelectorAll('td'), td => td.textContent)),
+  });
   window.__samples = [];
+  window.__liveLook = null;
   const timer = setInterval(() => {
     const panel = document.querySelector('.playbook-live');
     const head = panel && panel.querySelector('.playbook-status .widget-html-content');
     const rows = head && head.textContent.match(/([\\d,]+)\\/([\\d,]+) rows/);
-    const bar = panel && panel.querySelector('.widget-hprogress .progress-bar');
+    const status = panel && panel.querySelector('.playbook-status svg');
+    if (panel && !window.__liveLook && ['rect.pb-ok', 'rect.pb-rest', '.pb-text'].every(s => panel.querySelector(s)))
+      window.__liveLook = window.__pbLook(panel);
     window.__samples.push({
       t: performance.now() / 1000,
       live: panel !== null,
       done: rows ? Number(rows[1].replace(/,/g, '')) : null,
-      bar: bar ? parseFloat(bar.style.width) : null,
+      bar: status ? Array.from(status.querySelectorAll('rect:not(.pb-rest)'), r => r.getBoundingClientRect().width).reduce((a, b) => a + b, 0) : null,
       panel_nodes: panel ? count(panel) : 0,
-      table_rows: panel ? Array.from(panel.querySelectorAll('table'), t => t.querySelectorAll('tr').length) : [],
+      svg_nodes: panel ? Array.from(panel.querySelectorAll('svg'), svg => 1 + count(svg)).reduce((a, b) => a + b, 0) : 0,
+      tables: panel ? Array.from(panel.querySelectorAll('table'), cells) : [],
+      segments: status ? Array.from(status.querySelectorAll('rect'), r => [r.getAttribute('class'), r.getBoundingClientRect().width]) : [],
+      charts: panel ? Array.from(panel.querySelectorAll('.playbook-pictures .playbook-chart svg > title'), t => t.textContent) : [],
       document_nodes: count(document),
       heap: performance.memory ? performance.memory.usedJSHeapSize : null,
     });
@@ -114,8 +176,9 @@ SAMPLER = """
 }
 """
 
-# Per code cell: its prompt, and its outputs (mime type, text, and each run summary's tables
-# and notes such as "… and N more").
+# Per code cell: its prompt, and its outputs (mime type, text, and each run summary's tables,
+# notes such as "… and N more groups", its status bar (width and segments: class, width
+# attribute, drawn width in pixels, tooltip) and its charts (tooltip, text lines, drawn size)).
 READ_CELLS = """
 () => Array.from(document.querySelectorAll('.jp-Notebook .jp-CodeCell')).map(cell => ({
   prompt: (cell.querySelector('.jp-InputPrompt') || {}).textContent || '',
@@ -129,6 +192,20 @@ READ_CELLS = """
         rows: Array.from(table.querySelectorAll('tbody tr'), tr => Array.from(tr.querySelectorAll('td'), td => td.textContent)),
       })),
       notes: Array.from(run.querySelectorAll(':scope > div'), div => div.textContent),
+      bar: Array.from(run.querySelectorAll(':scope > div > svg'), svg => ({
+        width: svg.getBoundingClientRect().width,
+        segments: Array.from(svg.querySelectorAll('rect'), r => ({
+          cls: r.getAttribute('class'),
+          width: parseFloat(r.getAttribute('width')),
+          px: r.getBoundingClientRect().width,
+          title: (r.querySelector('title') || {}).textContent,
+        })),
+      })),
+      charts: Array.from(run.querySelectorAll('.playbook-chart svg'), svg => ({
+        title: (svg.querySelector(':scope > title') || {}).textContent,
+        text: Array.from(svg.querySelectorAll('text'), t => t.textContent),
+        size: [svg.getBoundingClientRect().width, svg.getBoundingClientRect().height],
+      })),
     })),
   })),
 }))
@@ -144,6 +221,9 @@ class Session:
     live: list[dict[str, Any]]
     samples: list[dict[str, Any]]  # SAMPLER's, from Run All to the end
     home: Path
+    theme: str = LIGHT  # the one the cells ran in
+    live_look: dict[str, Any] | None = None  # the live panel's colours (window.__pbLook), once it showed its pictures
+    looks: dict[str, dict[str, Any]] = field(default_factory=dict)  # theme -> the finished notebook's colours in it
     stalled: str | None = None  # what the browser still waited for when the time ran out
     console_errors: list[str] = field(default_factory=list)
 
@@ -157,14 +237,24 @@ class Session:
         for i, summary in self.runs():
             counters = summary["tables"][0]
             assert counters["head"] == HEADER, counters
-            found.append((i, {h: int(float(v)) for h, v in zip(HEADER, counters["rows"][0])}))
+            found.append((i, {h: int(float(v.replace(",", ""))) for h, v in zip(HEADER, counters["rows"][0])}))
         return found
 
     def printed(self) -> str:
         return "".join(out["text"] for cell in self.cells for out in cell["outputs"] if out["mime"] == "application/vnd.jupyter.stdout")
 
     def live_samples(self) -> list[dict[str, Any]]:
-        return [s for s in self.samples if s["live"]]
+        """The samples that show a live panel, from the first one whose header is drawn: the
+        front-end may draw the panel's widgets a moment before their first values arrive."""
+        live = [s for s in self.samples if s["live"]]
+        first = next((i for i, s in enumerate(live) if s["done"] is not None), len(live))
+        return live[first:]
+
+    def grouped(self) -> list[dict[str, Any]]:
+        """The live samples from the first one that shows both the parked and the errors table."""
+        live = self.live_samples()
+        first = next((i for i, s in enumerate(live) if {tuple(PARKED_HEAD), tuple(ERRORS_HEAD)} <= _heads(s)), len(live))
+        return live[first:]
 
     def figures(self) -> dict[str, Any]:
         """What the samples measured of the live panel, for the report and the assertions."""
@@ -176,6 +266,8 @@ class Session:
         # Up to the panel's last sample too: a panel that froze for good would otherwise pass.
         stops = [s["t"] for s in changes] + [live[-1]["t"]]
         heaps = [s["heap"] for s in live if s["heap"] is not None]
+        lines = lambda head: max((len(t["rows"]) for s in live for t in s["tables"] if t["head"] == head), default=0)  # noqa: E731
+        grouped = [s["document_nodes"] for s in self.grouped()]
         return {
             "samples": len(self.samples),
             "live samples": len(live),
@@ -184,12 +276,20 @@ class Session:
             "done values": [s["done"] for s in changes],
             "max gap s": round(max(b - a for a, b in zip(stops, stops[1:])), 2) if len(changes) > 1 else float("inf"),
             "max panel nodes": max(s["panel_nodes"] for s in live),
-            "max table rows": max((n for s in live for n in s["table_rows"]), default=0),
+            "max panel nodes in SVG": max(s["svg_nodes"] for s in live),
+            "max table rows": max((len(t["rows"]) for s in live for t in s["tables"]), default=0),
+            "max lines of parked, errors": (lines(PARKED_HEAD), lines(ERRORS_HEAD)),
             "document nodes at panel start, end": (live[0]["document_nodes"], live[-1]["document_nodes"]),
             "max document nodes while live": max(s["document_nodes"] for s in live),
+            "live samples with both tables": len(grouped),
+            "document nodes with both tables first, min, max, last": grouped and (grouped[0], min(grouped), max(grouped), grouped[-1]),
             "document nodes before Run All, after": (self.samples[0]["document_nodes"], self.samples[-1]["document_nodes"]),
             "JS heap MB at panel start, end, max": tuple(round(h / 2**20, 1) for h in (heaps[0], heaps[-1], max(heaps))) if heaps else None,
         }
+
+
+def _heads(sample: dict[str, Any]) -> set[tuple[str, ...]]:
+    return {tuple(t["head"]) for t in sample["tables"]}
 
 
 def _free_port() -> int:
@@ -246,6 +346,7 @@ def jupyter_lab(root: Path, env: dict[str, str], log_path: Path) -> Iterator[tup
         "--LabApp.news_url=None",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.extension_manager=readonly",
+        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: its commands switch the theme
     ]
     with open(log_path, "wb") as log:
         server = subprocess.Popen(argv, env=env, cwd=root, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
@@ -320,9 +421,30 @@ def _run_all(page: Page, deadline: float, on_live: Callable[[], None]) -> None:
     page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=left())
 
 
-def drive(chromium: Browser, lab: Lab, name: str) -> Session:
-    """Open notebook ``name`` in a fresh page, Run All while sampling the page, screenshot it
-    live (``<stem>_live.png``) and finished (``<stem>.png``), and read what it shows."""
+def set_theme(page: Page, theme: str) -> None:
+    """Switch JupyterLab to ``theme`` (``LIGHT``, ``DARK``) and wait until its stylesheet applies."""
+    themed = "() => document.body.dataset.jpThemeName && getComputedStyle(document.body).getPropertyValue('--jp-layout-color0').trim()"
+    page.wait_for_function(themed, timeout=60_000)  # the first theme, loaded with the page
+    if page.evaluate("document.body.dataset.jpThemeName") == theme:
+        return
+    before = page.evaluate("getComputedStyle(document.body).getPropertyValue('--jp-layout-color0')")
+    page.evaluate("theme => window.jupyterapp.commands.execute('apputils:change-theme', {theme})", theme)
+    # The name is set when the theme is chosen; the variables change once its stylesheet is in.
+    switched = """([theme, before]) => document.body.dataset.jpThemeName === theme
+        && getComputedStyle(document.body).getPropertyValue('--jp-layout-color0') !== before"""
+    page.wait_for_function(switched, arg=[theme, before], timeout=30_000)
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")  # painted
+
+
+def shade(theme: str) -> str:
+    """A theme's word in file names: "JupyterLab Dark" -> "dark"."""
+    return theme.split()[-1].lower()
+
+
+def drive(chromium: Browser, lab: Lab, name: str, *, theme: str = LIGHT, looks: tuple[str, ...] = ()) -> Session:
+    """Open notebook ``name`` in a fresh page in ``theme``, Run All while sampling the page,
+    screenshot it live (``<stem>_live_<shade>.png``), then in each of ``looks`` (default: ``theme``)
+    read its pictures' colours and screenshot it finished (``<stem>_<shade>.png``), and read what it shows."""
     base, token, home = lab
     stem = Path(name).stem
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -341,10 +463,17 @@ def drive(chromium: Browser, lab: Lab, name: str) -> Session:
         folder = page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current")
         if folder.count():
             folder.click()  # fold the file browser away: more notebook in the screenshots
+        # Every page says its theme: a switch is saved in the server's settings, for the next page too.
+        set_theme(page, theme)
 
         def live_shot() -> None:
-            page.locator(".playbook-live").first.scroll_into_view_if_needed()
-            page.screenshot(path=SHOTS / f"{stem}_live.png")
+            # A few seconds in, its tables and charts have something to show; a run over by then has no live shot.
+            gone_or_grown = f"() => !document.querySelector('.playbook-live') || performance.now() - {page.evaluate('performance.now()')} > {LIVE_SHOT_AFTER * 1000}"
+            page.wait_for_function(gone_or_grown, polling=100)
+            panel = page.locator(".playbook-live")
+            if panel.count():
+                panel.first.evaluate("node => node.scrollIntoView({block: 'center'})")
+                page.screenshot(path=SHOTS / f"{stem}_live_{shade(theme)}.png")
 
         page.evaluate(SAMPLER)
         stalled = None
@@ -353,6 +482,7 @@ def drive(chromium: Browser, lab: Lab, name: str) -> Session:
         except PlaywrightTimeout as e:  # the tests say what is missing; the page is still read
             stalled = e.message.splitlines()[0]
         samples = page.evaluate("window.__stopSampling()")
+        live_look = page.evaluate("window.__liveLook")
         cells = page.evaluate(READ_CELLS)
         live = page.evaluate("window.__playbookLive.map(({node, ...rest}) => rest)")
         # JupyterLab scrolls inside the notebook, not the page: make the page tall enough for all of it.
@@ -361,7 +491,14 @@ def drive(chromium: Browser, lab: Lab, name: str) -> Session:
         page.set_viewport_size({"width": 1400, "height": min(height + 200, 16_000)})
         page.evaluate(f"{scroller}.scrollTop = 0")
         page.wait_for_timeout(300)  # let the layout settle at the new size
-        page.screenshot(path=SHOTS / f"{stem}.png", full_page=True)
+        seen = {}
+        for each in looks or (theme,):
+            set_theme(page, each)
+            seen[each] = page.evaluate("window.__pbLook(document.querySelector('.jp-Notebook'))")
+            page.screenshot(path=SHOTS / f"{stem}_{shade(each)}.png", full_page=True)
     finally:
         page.close()
-    return Session(code_cells=code_cells, cells=cells, live=live, samples=samples, home=home, stalled=stalled, console_errors=errors)
+    return Session(
+        code_cells=code_cells, cells=cells, live=live, samples=samples, home=home, theme=theme, live_look=live_look, looks=seen,
+        stalled=stalled, console_errors=errors,
+    )  # fmt: skip

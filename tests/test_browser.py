@@ -10,11 +10,16 @@ MutationObserver in the page records every ``.playbook-live`` panel the ipywidge
 draws.  The tests then read what the page shows: the live panel with its progress bar, the static
 summaries that replace it, and the counts the notebook printed.
 
-The quickstart checks the panel is drawn and gives way to the summaries.  The big run maps a play
-over 100,000 rows (one in 7 fails with its own message, one in 11 is parked) while the page
-samples the panel every 200 ms: its done count must keep moving, and neither the panel nor the
-document may grow with the failed and parked rows.  Screenshots go to ``build/browser/``.  The
-harness (server, browser, page scripts, ``Session``) is in ``lab_harness.py`` beside this file.
+The quickstart runs in JupyterLab's dark theme and checks the panel is drawn and gives way to the
+summaries.  The big run, in the light theme, maps a play over 100,000 rows (one in 7 fails with a
+message of its own, one in 11 is parked) while the page samples the panel every 200 ms: its done
+count, its status bar and its provider chart must keep moving, and neither the panel nor the
+document may grow with the failed and parked rows, which it shows as one error group and one
+parked line.  Its static summary is then read, and looked at in the light and the dark theme on
+the same page: the SVG pictures must take each theme's colours and their text must stand out
+from its background.  Screenshots go to ``build/browser/`` (``<notebook>_live_<theme>.png``,
+``<notebook>_<theme>.png``).  The harness (server, browser, themes, page scripts, ``Session``) is
+in ``lab_harness.py`` beside this file.
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
-from lab_harness import Lab, Session, drive, isolated_env, jupyter_lab, launch_chromium
+from lab_harness import DARK, ERRORS_HEAD, LIGHT, PARKED_HEAD, Lab, Session, drive, isolated_env, jupyter_lab, launch_chromium
 from playwright.sync_api import Browser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,8 +42,8 @@ NOTEBOOK = ROOT / "notebooks" / "01_quickstart.ipynb"
 # behind a provider held for an hour.  The second map replays the first one's receipts, so it
 # takes seconds, not minutes, and its rows reach the panel far faster than it can redraw.
 BIG_ROWS = 100_000
-BIG_FAILED = sum(n % 7 == 0 for n in range(BIG_ROWS))  # 14,286 error groups of one row each
-BIG_PARKED = sum(n % 11 == 0 and n % 7 != 0 for n in range(BIG_ROWS))  # 7,792
+BIG_FAILED = sum(n % 7 == 0 for n in range(BIG_ROWS))  # 14,286 messages of their own, one error group
+BIG_PARKED = sum(n % 11 == 0 and n % 7 != 0 for n in range(BIG_ROWS))  # 7,792, all behind quota's hold
 BIG_RUN = [
     """\
 import pandas as pd
@@ -72,13 +78,16 @@ async def messy(row, ctx):
     "warm = huge.play.map(lookup, progress=False)  # receipts first: the timed map replays them",
     'out = huge.play.map(messy, refresh="rows")  # every row runs again, from its receipts',
 ]
-LIMIT = 20  # rows a parked or errors table shows, live or static (playbook.ui.html.LIMIT)
-# Nodes (elements and text) in the big run's live panel with both tables full: measured at 443.
-# The bound leaves room for other widget layouts and wider cells; a row costs 7 to 9 nodes, so
-# uncapped tables of this run would add some 170,000.
-PANEL_NODES = 800
-# How far the whole document may drift while the panel is live: JupyterLab's own prompts and
-# status bar change a little as cells run.  Measured at 4 to 14; the bound is a dozen table rows.
+LIMIT = 20  # lines a parked or errors table shows, live or static (playbook.ui.html.LIMIT)
+# Nodes (elements and text) in the big run's live panel at its largest, its SVG status bar and
+# quota's chart included: measured at 178 (of which the SVG, 20).  The bound leaves room for other
+# widget layouts and a second parked line; a table line costs 9 nodes, so errors grouped by
+# message again (a full table of 20) would take the panel to some 350, and uncapped tables of
+# this run to some 200,000.
+PANEL_NODES = 300
+# How far the whole document may drift while the panel is live, from the first sample that shows
+# both tables: JupyterLab's own prompts and status bar and the redrawn pictures change a little.
+# Measured at 0 to 3 nodes, first to last, and never above the first; the bound is a dozen table lines.
 DOCUMENT_DRIFT = 100
 MAX_GAP = 1.5  # seconds the panel's done count may stand still while the run goes on
 
@@ -116,20 +125,59 @@ def chromium() -> Iterator[Browser]:
 
 @pytest.fixture(scope="module")
 def session(chromium: Browser, lab: Lab) -> Session:
-    """The quickstart, every code cell run."""
-    return drive(chromium, lab, NOTEBOOK.name)
+    """The quickstart, every code cell run in the dark theme."""
+    return drive(chromium, lab, NOTEBOOK.name, theme=DARK)
 
 
 @pytest.fixture(scope="module")
 def big_run(chromium: Browser, lab: Lab) -> Session:
-    """The 100,000-row notebook, every code cell run, with what the samples measured printed."""
-    run = drive(chromium, lab, "big_run.ipynb")
+    """The 100,000-row notebook, every code cell run in the light theme, then looked at in both,
+    with what the samples measured printed."""
+    run = drive(chromium, lab, "big_run.ipynb", theme=LIGHT, looks=(LIGHT, DARK))
     print("big run:", *(f"  {name}: {value}" for name, value in run.figures().items()), sep="\n")
     return run
 
 
+def _rgba(colour: str) -> tuple[float, float, float, float]:
+    """ "rgb(56, 142, 60)" or "rgba(0, 0, 0, 0.54)", as the browser computes colours."""
+    found = re.fullmatch(r"rgba?\(([\d.]+), ([\d.]+), ([\d.]+)(?:, ([\d.]+))?\)", colour.strip())
+    assert found, colour
+    r, g, b, a = found.groups()
+    return float(r), float(g), float(b), 1.0 if a is None else float(a)
+
+
+def _luminance(colour: tuple[float, ...]) -> float:
+    """WCAG relative luminance of an opaque sRGB colour."""
+    lin = [c / 255 / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in colour[:3]]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def _contrast(fore: str, back: str) -> float:
+    """WCAG contrast ratio of ``fore`` (its alpha blended over ``back``) against ``back``."""
+    *rgb, alpha = _rgba(fore)
+    bg = _rgba(back)[:3]
+    seen = tuple(alpha * f + (1 - alpha) * b for f, b in zip(rgb, bg))
+    light, dark = sorted((_luminance(seen), _luminance(bg)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def _assert_painted_by_theme(looks: dict[str, Any], paints: dict[str, str]) -> None:
+    """In each theme, each class of ``paints`` is filled with its theme variable, differently in
+    light and dark, and the pictures' text stands out from the background behind it."""
+    for theme, look in looks.items():
+        assert look is not None and look["theme"] == theme, look
+        for cls, var in paints.items():
+            assert cls in look["paint"], (theme, cls, look["paint"])
+            assert _rgba(look["paint"][cls]["fill"]) == _rgba(look["vars"][var]), (theme, cls, var, look)
+        assert _contrast(look["paint"]["pb-text"]["fill"], look["background"]) >= 3, (theme, look)
+    light, dark = looks[LIGHT], looks[DARK]
+    assert _luminance(_rgba(light["background"])) > 0.5 > _luminance(_rgba(dark["background"])), (light, dark)
+    for cls in paints:
+        assert light["paint"][cls]["fill"] != dark["paint"][cls]["fill"], (cls, light["paint"][cls], dark["paint"][cls])
+
+
 def test_live_panel_renders_with_a_progress_bar_in_jupyterlab(session: Session) -> None:
-    """During the first map, JupyterLab's widget front-end draws the .playbook-live panel with its IntProgress bar."""
+    """During the first map, JupyterLab's widget front-end draws the .playbook-live panel with its progress bar (the rows as an SVG status bar)."""
     assert session.live, f"no .playbook-live panel was ever drawn; console errors: {session.console_errors[:10]}"
     first_cell, first = session.summaries()[0]
     panel = session.live[0]
@@ -195,24 +243,60 @@ def test_big_run_panel_keeps_updating(big_run: Session) -> None:
     assert figures["max gap s"] <= MAX_GAP, figures
 
 
+def test_big_run_panel_draws_its_pictures(big_run: Session) -> None:
+    """While it runs, the live panel draws the rows' SVG status bar, which fills as rows finish,
+    and quota's chart, redrawn as the run goes on."""
+    live = big_run.live_samples()
+    assert live and all(s["segments"] for s in live), [s["segments"] for s in live[:5]]
+    order = ["pb-ok", "pb-reused", "pb-failed", "pb-held", "pb-parked", "pb-skipped", "pb-rest"]
+    for sample in live:
+        classes = [cls for cls, _ in sample["segments"]]
+        assert classes == sorted(classes, key=order.index), sample["segments"]
+    # The segments fill the same bar every time, and what is not done yet shrinks as rows finish.
+    widths = [sum(px for _, px in s["segments"]) for s in live]
+    assert max(widths) - min(widths) <= 1 and min(widths) > 100, widths
+    rest = [dict(s["segments"]).get("pb-rest", 0.0) for s in live]
+    assert all(b <= a + 0.5 for a, b in zip(rest, rest[1:])), rest
+    assert rest[0] > widths[0] / 2 > rest[-1] and len(set(rest)) >= 5, rest
+    assert any({"pb-ok", "pb-failed", "pb-parked"} <= dict(s["segments"]).keys() for s in live), [s["segments"] for s in live[-3:]]
+    charts = [title for s in live for title in s["charts"]]
+    assert charts and all(title.startswith("quota: ") for title in charts), charts[:5]
+    assert len(set(charts)) >= 3, sorted(set(charts))  # redrawn while it runs
+
+
 def test_big_run_panel_stays_bounded(big_run: Session) -> None:
-    """The live panel's tables stay capped, so neither the panel nor the page grows with failed and parked rows."""
+    """The live panel shows the failed rows as one error group and the parked ones as one or two
+    lines however many they are, so neither the panel nor the page grows with them."""
     live = big_run.live_samples()
     figures = big_run.figures()
     assert live
-    assert figures["max table rows"] <= LIMIT + 1, figures  # the head row, and LIMIT rows at most
-    # The parked and errors tables are there, and full, so the bound below is tested at its worst.
-    assert any(s["table_rows"].count(LIMIT + 1) >= 2 for s in live), [s["table_rows"] for s in live]
+    assert figures["max table rows"] <= LIMIT, figures
+    assert figures["max lines of parked, errors"] in {(1, 1), (2, 1)}, figures
     assert figures["max panel nodes"] <= PANEL_NODES, figures
-    # From the first sample with both tables full (the panel at its largest; before that the
-    # tables fill, which the bound on panel nodes covers), the page must not grow.
-    full = [s["document_nodes"] for s in live if s["table_rows"].count(LIMIT + 1) >= 2]
-    assert abs(full[-1] - full[0]) <= DOCUMENT_DRIFT, (full[0], full[-1], figures)
-    assert max(full) - full[0] <= DOCUMENT_DRIFT, (full[0], max(full), figures)
+    # From the first sample with both tables (before that the tables appear, which the bound on
+    # panel nodes covers), the page must not grow while most of the rows, failed and parked ones
+    # among them, go by; the error group's count grows instead.
+    grouped = big_run.grouped()
+    assert grouped and grouped[-1]["done"] - grouped[0]["done"] >= BIG_ROWS / 2, figures
+    counts = [int(t["rows"][0][0].replace(",", "")) for s in grouped for t in s["tables"] if t["head"] == ERRORS_HEAD]
+    assert counts == sorted(counts) and counts[-1] - counts[0] >= BIG_FAILED / 2, counts
+    nodes = [s["document_nodes"] for s in grouped]
+    assert abs(nodes[-1] - nodes[0]) <= DOCUMENT_DRIFT, (nodes[0], nodes[-1], figures)
+    assert max(nodes) - nodes[0] <= DOCUMENT_DRIFT, (nodes[0], max(nodes), figures)
 
 
-def test_big_run_summary_is_capped(big_run: Session) -> None:
-    """The big run's static summary counts every row and failure, and lists only the first parked rows and errors."""
+def test_live_panel_pictures_take_the_theme_colours(session: Session, big_run: Session) -> None:
+    """In the light theme (the big run) and the dark one (the quickstart), the live panel's bar
+    paints what is done and what is not yet with the theme's colours, and its chart's text reads."""
+    looks = {run.theme: run.live_look for run in (session, big_run)}
+    assert set(looks) == {LIGHT, DARK}, looks
+    _assert_painted_by_theme(looks, {"pb-ok": "--jp-success-color1", "pb-rest": "--jp-layout-color2", "pb-text": "--jp-ui-font-color2"})
+
+
+def test_big_run_summary_groups_failed_and_parked_rows(big_run: Session) -> None:
+    """The big run's static summary counts every row, shows its 14,286 failures as one error
+    group with an example row and that row's own message, and its 7,792 parked rows as the
+    line (or two, across a minute) of quota's hold."""
     assert not any(cell["live"] for cell in big_run.cells)
     ((_, counters),) = big_run.summaries()
     assert counters["rows"] == BIG_ROWS
@@ -220,9 +304,44 @@ def test_big_run_summary_is_capped(big_run: Session) -> None:
     assert counters["parked"] == BIG_PARKED
     ((_, summary),) = big_run.runs()
     tables = {tuple(t["head"]): t["rows"] for t in summary["tables"]}
-    parked, errors = tables[("row", "reason", "provider", "ready at")], tables[("rows", "error", "e.g. row")]
-    assert len(parked) == len(errors) == LIMIT
-    assert {row[0] for row in errors} == {"1"}  # each failure has a message of its own
-    assert errors[0][1].startswith("ValueError: no match for 0"), errors[0]
-    more = [note for note in summary["notes"] if note.startswith("… and")]
-    assert more == [f"… and {BIG_PARKED - LIMIT:,} more", f"… and {BIG_FAILED - LIMIT:,} more"], summary["notes"]
+    ((rows, error, example, message),) = tables[tuple(ERRORS_HEAD)]
+    assert rows == f"{BIG_FAILED:,}", rows
+    assert re.fullmatch(r"ValueError: no match for <n> \(line \d+\)", error), error
+    assert int(example) % 7 == 0 and re.match(rf"ValueError: no match for {example}\b", message), (example, message)
+    parked = tables[tuple(PARKED_HEAD)]
+    assert len(parked) in (1, 2), parked
+    assert sum(int(line[0].replace(",", "")) for line in parked) == BIG_PARKED, parked
+    for _, why, provider, ready in parked:
+        assert (why, provider) == ("held past the wait budget", "quota"), parked
+        assert re.fullmatch(r"\d\d:\d\d:\d\d \(HTTP 429\)", ready), parked
+    assert not [note for note in summary["notes"] if note.startswith("… and")], summary["notes"]
+
+
+def test_big_run_summary_draws_the_rows_and_the_provider(big_run: Session) -> None:
+    """The summary's status bar has a segment per status in proportion to its rows (failed to
+    parked as 14,286 to 7,792, to the pixel), and quota has a chart."""
+    ((_, summary),) = big_run.runs()
+    (bar,) = summary["bar"]
+    segments = {s["cls"]: s for s in bar["segments"]}
+    assert list(segments) == ["pb-ok", "pb-failed", "pb-parked"], bar  # every row done: nothing left to draw
+    rows = {"pb-ok": BIG_ROWS - BIG_FAILED - BIG_PARKED, "pb-failed": BIG_FAILED, "pb-parked": BIG_PARKED}
+    for cls, n in rows.items():
+        assert abs(segments[cls]["px"] - bar["width"] * n / BIG_ROWS) <= 1, (cls, bar)
+        assert segments[cls]["title"].startswith(f"{cls[3:]}: {n:,} rows"), segments[cls]
+    failed, parked = segments["pb-failed"]["px"], segments["pb-parked"]["px"]
+    assert abs(failed - parked * BIG_FAILED / BIG_PARKED) <= 1, (failed, parked)
+    (chart,) = summary["charts"]
+    assert chart["title"].startswith("quota: ") and "429s" in chart["title"], chart
+    assert chart["size"][0] > 100 and chart["size"][1] > 20 and any("429s" in line for line in chart["text"]), chart
+
+
+def test_big_run_summary_pictures_take_the_theme_colours(big_run: Session) -> None:
+    """Switched from light to dark after the run, the summary's bar segments and its chart's text
+    take each theme's colours, and the text stands out from the notebook's background in both."""
+    paints = {
+        "pb-ok": "--jp-success-color1",
+        "pb-failed": "--jp-error-color1",
+        "pb-parked": "--jp-warn-color0",
+        "pb-text": "--jp-ui-font-color2",
+    }
+    _assert_painted_by_theme(big_run.looks, paints)

@@ -245,3 +245,15 @@ def test_samples_from_a_timeline_draw() -> None:
     (s,) = tl.series()
     chart = parse(provider_chart(s))
     assert {p.get("class") for p in chart.iter(f"{NS}path")} >= {"pb-ok", "pb-429", "pb-5xx", "pb-limit", "pb-hold", "pb-down"}
+
+
+def test_the_text_line_says_what_the_marks_and_shaded_spans_mean() -> None:
+    """The refusals and failures as counts of a status, and how long the provider held calls or was
+    down (what the shaded spans are), clipped to the run so far."""
+    spans = [(T0 + 10, T0 + 30, "hold"), (T0 + 50, T0 + 70, "hold"), (T0 + 80, T0 + 200, "down")]
+    shown = ProviderSeries("acme", T0, 1.0, [3] * 100, [2] + [0] * 99, [0] * 99 + [3], [5.0] * 100, [0.0] * 100, None, spans, T0 + 100)
+    root = parse(provider_chart(shown))
+    text = " ".join(t.text or "" for t in root.iter(f"{NS}text"))
+    assert "2 × 429 · 3 × 5xx · held 40s · down 20s · 1m 40s" in text
+    title = root.find(f"{NS}title")
+    assert title is not None and "held 40s, down 20s" in (title.text or "")

@@ -61,10 +61,15 @@ def test_auto_progress_shows_the_widget_and_leaves_the_summary(kernel: Any) -> N
     assert updates and updates[-1]["content"]["transient"]["display_id"] == display_id
     html = updates[-1]["content"]["data"]["text/html"]
     assert "<td>80</td><td>79</td>" in html and "three" in html  # 80 rows, 79 ok; the error grouped
-    state_updates = [m for m in messages if m["msg_type"] == "comm_msg" and "value" in m["content"]["data"].get("state", {})]
-    assert state_updates  # the bar moved while the run went on
+    values = [
+        m["content"]["data"]["state"]["value"]
+        for m in messages
+        if m["msg_type"] == "comm_msg" and "value" in m["content"]["data"].get("state", {})
+    ]
+    bars = [v for v in values if 'class="pb-rest"' in v or 'class="pb-ok"' in v]
+    assert len({bar.partition("</svg>")[0] for bar in bars}) >= 2  # the bar (the rows as an SVG status bar) moved while the run went on
     models = [m["content"]["data"]["state"].get("_model_name") for m in messages if m["msg_type"] == "comm_open"]
-    assert "IntProgressModel" in models and "ButtonModel" not in models  # a blocking run's panel has no buttons
+    assert "HTMLModel" in models and "ButtonModel" not in models  # a blocking run's panel has no buttons
 
 
 def test_buttons_stop_and_retry_a_background_run(kernel: Any) -> None:
@@ -215,9 +220,10 @@ def test_a_background_run_shows_its_panel_in_its_own_cell_and_ends_as_the_summar
     messages = _run(
         kernel,
         """
+        import json
         job.wait()
         _, buttons, summary = job.view.panel.children  # the hidden style, the Retry buttons, the summary
-        print(json.dumps([[(b.description, b.disabled) for b in buttons.children], summary.value, job.view.bar.comm is None]))
+        print(json.dumps([[(b.description, b.disabled) for b in buttons.children], summary.value, job.view.status.comm is None]))
     """,
     )
     buttons, summary, closed = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))
@@ -239,7 +245,7 @@ def test_a_finished_run_is_not_kept_alive_by_its_panel(kernel: Any) -> None:
         gc.disable()
         try:
             first = pd.DataFrame({"n": range(80)}).play.run(slow, concurrency=4, store=pb.ReceiptStore(tempfile.mkdtemp()))
-            shown = first.view.handle is not None and first.view.bar.comm is None  # the panel was drawn, then closed
+            shown = first.view.handle is not None and first.view.status.comm is None  # the panel was drawn, then closed
             ref = weakref.ref(first)
             del first
             pd.DataFrame({"n": [1]}).play.map(slow)  # the last run is now another one

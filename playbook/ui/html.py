@@ -37,6 +37,8 @@ __all__ = [
 
 LIMIT = 20  # groups shown of the parked rows and of the errors
 CHARTS = 4  # providers drawn
+# JupyterLab right-aligns the cells of an output's tables: words read better from the left.
+_STYLE = "<style>.playbook-run th,.playbook-run td{text-align:left;padding:1px 10px 1px 0}</style>"
 _WORDS = 160  # characters of an error shown in a provider's line
 
 
@@ -46,7 +48,7 @@ def run_html(state: RunState) -> str:
     s = state.stats()
     phase = "running" if state.finished is None else ("stopped" if state.stopped else "finished")
     rate = (s.done / s.elapsed) if s.elapsed else 0.0
-    head = f"<div class='playbook-run'>{svg_style()}<b>{_e(state.play)}</b> · {phase} · {s.elapsed:.1f}s · {rate:,.0f} rows/s"
+    head = f"<div class='playbook-run'>{_STYLE}{svg_style()}<b>{_e(state.play)}</b> · {phase} · {s.elapsed:.1f}s · {rate:,.0f} rows/s"
     parts = [head, f"<div>{rows_picture(s)}</div>", counters_table(s)]
     parts += [f"<div class='playbook-notice'>⚠ {_e(note)}</div>" for note in state.notices]
     tally = Tally.of(state)
@@ -83,8 +85,8 @@ def counters_table(s: RunStats | RunState) -> str:
     return _table(
         ["rows", "ok", "reused", "failed", "held", "parked", "skipped", "calls paid", "calls reused", "calls local", "cost spent", "cost saved"],
         [[
-            s.total, s.ok, s.reused, s.failed, s.held, s.parked, s.skipped, s.calls_executed, s.calls_reused, s.calls_local,
-            f"{s.cost_spent:g}", f"{s.cost_saved:g}",
+            *(f"{n:,}" for n in (s.total, s.ok, s.reused, s.failed, s.held, s.parked, s.skipped, s.calls_executed, s.calls_reused, s.calls_local)),
+            f"{s.cost_spent:,.6g}", f"{s.cost_saved:,.6g}",
         ]],
     )  # fmt: skip
 
@@ -100,7 +102,7 @@ def providers_table(
         return ""
     since = down_since or {}
     shown = [
-        [name, provider_state(p, since.get(name), now), provider_rate(p), p.in_flight, p.refused, waiting.get(name, 0)]
+        [name, provider_state(p, since.get(name), now), provider_rate(p), f"{p.in_flight:,}", f"{p.refused:,}", f"{waiting.get(name, 0):,}"]
         for name, p in providers.items()
     ]
     return _table(["provider", "state", "rate", "in flight", "429s", "rows waiting"], shown)

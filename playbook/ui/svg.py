@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import NamedTuple, TypeVar
 
-from ..runtime.timeline import ProviderSeries
+from ..runtime.state import ProviderSeries
 
 __all__ = ["STATUSES", "provider_chart", "status_bar", "svg_style"]
 
@@ -178,12 +178,22 @@ def _clean(series: ProviderSeries, n: int) -> _Clean:
 
 
 def _label(series: ProviderSeries, c: _Clean, peak: float) -> str:
-    """ "peak 48/s · limit 50/s · 429s 12 · 5xx 3 · 2m 10s": the scale and the totals, tersely."""
+    """ "peak 48/s · limit 50/s · 12 × 429 · 3 × 5xx · held 40s · 2m 10s": the scale and the totals, tersely."""
     last = next((r for r in reversed(c.rates) if r is not None), None)
     words = [f"peak {_per(peak)}/s"] + ([f"limit {_per(last)}/s"] if last is not None else [])
-    words += [f"429s {_short(sum(c.refused))}"] if any(c.refused) else []
-    words += [f"5xx {_short(sum(c.failed))}"] if any(c.failed) else []
+    words += [f"{_short(sum(c.refused))} × 429"] if any(c.refused) else []
+    words += [f"{_short(sum(c.failed))} × 5xx"] if any(c.failed) else []
+    words += _stopped(series)
     return " · ".join([*words, _duration(series.end - series.start)])
+
+
+def _stopped(series: ProviderSeries) -> list[str]:
+    """How long the provider held calls and was down: ["held 40s", "down 1m 05s"] (what the shaded spans mean)."""
+    spent = {"hold": 0.0, "down": 0.0}
+    for start, end, kind in series.spans:
+        if kind in spent and math.isfinite(end - start):
+            spent[kind] += max(min(end, series.end) - start, 0.0)
+    return [f"{'held' if kind == 'hold' else 'down'} {_duration(s)}" for kind, s in spent.items() if s >= 0.5]
 
 
 def _fit(values: Sequence[T], n: int, pad: T) -> list[T]:
@@ -284,9 +294,10 @@ def _text(x: int, y: int, words: str) -> str:
 
 
 def _summary(series: ProviderSeries, c: _Clean, peak: float, limit: float | None) -> str:
-    words = f"{sum(c.accepted):,} accepted, {sum(c.refused):,} 429s, {sum(c.failed):,} failed; peak {_per(peak)}/s"
+    words = f"{sum(c.accepted):,} accepted, {sum(c.refused):,} refused (429), {sum(c.failed):,} failed (5xx, timeouts); peak {_per(peak)}/s"
     words += f", limit ≤{_per(limit)}/s" if limit is not None else ""
-    return words + f"; {_duration(series.end - series.start)}"
+    stopped = _stopped(series)
+    return words + (f"; {', '.join(stopped)}" if stopped else "") + f"; {_duration(series.end - series.start)}"
 
 
 def _per(v: float) -> str:

@@ -1,7 +1,7 @@
 """The live view of a run in Jupyter: an ipywidgets panel refreshed at most 10 times a second.
 
-It shows a progress bar, a header (play, status, elapsed, ETA, rows/s), a stacked bar of the rows
-by status, the counters, the providers (open, held with a countdown, or down with why and the next
+It shows a header (play, status, elapsed, ETA, rows/s), the progress bar (the rows stacked by
+status: ok, reused, failed, held, parked, skipped, then not done yet), the counters, the providers (open, held with a countdown, or down with why and the next
 probe; rate and the calls in flight it allows, in flight, 429s, rows waiting) and a small chart of
 each over the run, the parked rows grouped by why, provider and when they are ready, the errors
 grouped by kind (one bug, one line) and the waterfall legs.  A background run's panel has Stop / Retry parked / Retry failed
@@ -116,18 +116,16 @@ class WidgetView:
             undo()
 
     def _build(self) -> None:
-        """Show the live panel: the progress bar and buttons, the status, the tables."""
+        """Show the live panel: the buttons, the status (with the bar), the charts, the tables."""
         import ipywidgets as w
 
-        state = self._state
-        self.bar = w.IntProgress(min=0, max=max(state.total, 1), description=escape(state.play))
         # What changes on every refresh shares one widget (one message); the capped tables change less.
         self.status, self.pictures, self.tables = w.HTML(), w.HTML(), w.HTML()
         self.status.add_class("playbook-status")
         self.pictures.add_class("playbook-pictures")
         self.tables.add_class("playbook-tables")
         self.stop = self.retry_parked = self.retry_failed = None
-        row = [self.bar]
+        row = []
         # A blocking run keeps the kernel busy: a click would be handled only once it is over.
         # Its panel has no buttons (interrupting the kernel stops it); a background run's has.
         controls = self._controls
@@ -160,13 +158,13 @@ class WidgetView:
         if not self._background:
             # The cell that showed the panel is still running, so every frontend applies the
             # update: nothing of the panel stays on the page.
-            _close(self.panel, self.buttons, self.bar, self.status, self.pictures, self.tables, self._css)
+            _close(self.panel, self.buttons, self.status, self.pictures, self.tables, self._css)
             self.panel = None
             return
         # After a background run, JupyterLab keeps the widget (it applies updates only while the
         # cell that made the output runs): the panel says the outcome itself and keeps the
         # Retry buttons (a parked row is retried after its hold, long after the run ended).
-        _close(self.bar, self.stop, self.status, self.pictures, self.tables)
+        _close(self.stop, self.status, self.pictures, self.tables)
         self.buttons.children = [self.retry_parked, self.retry_failed]
         self.retry_parked.disabled = not self.tally.parked
         self.retry_failed.disabled = not self.tally.failed
@@ -235,8 +233,6 @@ class WidgetView:
         )
         tally = self.tally
         with self.panel.hold_sync():  # one batch of comm messages per refresh
-            self.bar.max = max(s.total, 1)
-            self.bar.value = done
             providers = providers_table(s.provider_views(), tally.waiting(), now=self._wall(), down_since=s.down_since)
             self.status.value = head + f"<div>{rows_picture(s)}</div>" + counters_table(s) + providers + workers_table(s.workers())
             if self.stop is not None:
