@@ -396,7 +396,7 @@ def launch_chromium() -> Iterator[Browser]:
 # JavaScript expressions about the code cells' prompts: "[ ]:" not run, "[*]:" queued or running.
 _PROMPTS = "Array.from(document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt'), p => p.textContent.trim())"
 _SETTLED = f"{_PROMPTS}.every(p => p !== '[*]:')"  # a failed cell leaves the ones after it "[ ]:"
-_LIVE = "document.querySelector('.playbook-live .widget-hprogress') !== null"
+_LIVE = "document.querySelector('.playbook-live .playbook-status svg') !== null"
 
 
 def _run_all(page: Page, deadline: float, on_live: Callable[[], None]) -> None:

@@ -331,8 +331,10 @@ def test_big_run_summary_draws_the_rows_and_the_provider(big_run: Session) -> No
     failed, parked = segments["pb-failed"]["px"], segments["pb-parked"]["px"]
     assert abs(failed - parked * BIG_FAILED / BIG_PARKED) <= 1, (failed, parked)
     (chart,) = summary["charts"]
-    assert chart["title"].startswith("quota: ") and "429s" in chart["title"], chart
-    assert chart["size"][0] > 100 and chart["size"][1] > 20 and any("429s" in line for line in chart["text"]), chart
+    # quota refused one call (429, retry in an hour) and held calls from then on, to the run's end
+    assert chart["title"].startswith("quota: ") and "1 refused (429)" in chart["title"] and "held " in chart["title"], chart
+    assert chart["size"][0] > 100 and chart["size"][1] > 20, chart
+    assert any("1 × 429 · held " in line for line in chart["text"]), chart
 
 
 def test_big_run_summary_pictures_take_the_theme_colours(big_run: Session) -> None:
