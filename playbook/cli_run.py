@@ -163,6 +163,7 @@ def _record(report: dict[str, Any], run: Run | None) -> None:
     errors = run.errors
     report["errors"] = errors.head(ERRORS_SHOWN).to_dict("records")
     report["error_groups"] = _groups(errors)
+    report["error_kinds"] = int(errors["group"].nunique())
     report["parked"] = _parked(run)
 
 

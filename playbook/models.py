@@ -38,8 +38,11 @@ __all__ = [
 
 
 def time_of_day(epoch: float) -> str:
-    """The local time of day of an epoch timestamp: how a hold's or a parked row's deadline reads."""
-    return time.strftime("%H:%M:%S", time.localtime(epoch))
+    """The local time of day of an epoch timestamp: how a hold's or a parked row's deadline reads;
+    with its date when that is not today ("Dec 03 21:13:52": a two-day hold must not read as five minutes)."""
+    when = time.localtime(epoch)
+    same_day = when[:3] == time.localtime()[:3]
+    return time.strftime("%H:%M:%S" if same_day else "%b %d %H:%M:%S", when)
 
 
 Status = Literal["ok", "reused", "failed", "parked", "skipped"]

@@ -18,11 +18,11 @@ T0 = 1_700_000_000.0  # an epoch second: the timeline never reads the clock
 
 def view(
     name: str = "acme", *, sent: int = 0, refused: int = 0, failed: int = 0, rate: float | None = None, held: bool = False,
-    hold_wall: float = 0.0, down: bool = False, tokens: float = 0.0, tpm: float | None = None,
+    hold_wall: float = 0.0, down: bool = False, tokens: float = 0.0, tpm: float | None = None, in_flight: int = 0,
 ) -> ProviderView:  # fmt: skip
     return ProviderView(
         name=name, down=down, down_error="boom" if down else None, probe_at=0.0, held=held, hold_wall=hold_wall,
-        last_status=None, rate=rate, in_flight_limit=None, in_flight=0, refused=refused, tokens=tokens, tpm=tpm,
+        last_status=None, rate=rate, in_flight_limit=None, in_flight=in_flight, refused=refused, tokens=tokens, tpm=tpm,
         sent=sent, failed=failed,
     )  # fmt: skip
 
@@ -239,3 +239,16 @@ def test_provider_view_counts_what_a_real_provider_sent_and_what_failed(demo, st
     tl.sample(T0 + 3, {"acme": seen})
     s = only(tl)
     assert sum(s.accepted) == stats["by_status"]["200"] == 8 and sum(s.failed) == seen.failed
+
+
+def test_a_call_in_flight_at_a_sample_counts_when_its_answer_is_known() -> None:
+    """A call sent before a sample and refused after it is a 429, not an accepted call; a provider
+    that failed every call it was sent accepted none."""
+    tl = Timeline()
+    tl.sample(T0, {"acme": view(), "dead": view()})
+    tl.sample(T0 + 1, {"acme": view(sent=3, in_flight=3), "dead": view(sent=5, in_flight=2, failed=3)})
+    tl.sample(T0 + 2, {"acme": view(sent=4, in_flight=1, refused=2, failed=0), "dead": view(sent=5, failed=5)})
+    tl.sample(T0 + 3, {"acme": view(sent=4, refused=2), "dead": view(sent=5, failed=5)})
+    acme, dead = only(tl), only(tl, "dead")
+    assert (acme.accepted, acme.refused) == ([0, 0, 1, 1], [0, 0, 2, 0])
+    assert (dead.accepted, dead.failed) == ([0, 0, 0, 0], [0, 3, 2, 0])

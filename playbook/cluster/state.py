@@ -16,7 +16,7 @@ from typing import Any
 
 from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RunFinished, RunNotice, RunProgress, RunStarted
 from ..runtime.grouping import message_group
-from ..runtime.state import FailedRow, ParkedRow, ProviderView, RunEvent, RunState, Waiting, WorkerView
+from ..runtime.state import FailedRow, ParkedRow, ProviderView, RunEvent, RunState, Waiting, WorkerView, grouped
 from .wire import COUNTERS, decode_label
 
 __all__ = ["ClusterState"]
@@ -162,7 +162,7 @@ class ClusterState(RunState):
         return self._labels.get(position, position)
 
     def failed_rows(self) -> list[FailedRow]:
-        return [self._failed[p] for p in sorted(self._failed)]
+        return grouped([self._failed[p] for p in sorted(self._failed)])
 
     def parked_rows(self) -> list[ParkedRow]:
         return [self._parked[p] for p in sorted(self._parked)]

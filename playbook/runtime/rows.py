@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..outputs import OutputError, OutputModel
 from ..tagged import Unencodable, decode, encode
+from .grouping import safe_str
 
 __all__ = ["OutputError", "Row", "error_line", "error_message", "output_columns", "play_row", "result_frame", "stored_output"]
 
@@ -217,7 +218,7 @@ def error_line(exc: BaseException, fn: Any) -> str:
 
 
 def error_message(exc: BaseException) -> str:
-    text = str(exc)
+    text = safe_str(exc)
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     notes = getattr(exc, "__notes__", None)
     return f"{message} ({'; '.join(notes)})" if notes else message

@@ -33,6 +33,7 @@ from ..models import (
     RunStats,
     WaterfallFinished,
 )  # fmt: skip
+from .grouping import Families, consolidate
 from .table import ERROR_COLUMNS, FailedRow, ParkedRow, Waiting
 from .timeline import ProviderSeries, Timeline
 from .upstream import ProviderView, provider_view
@@ -42,7 +43,20 @@ if TYPE_CHECKING:
     from .table import RowTable
 
 __all__ = [
-    "ERROR_COLUMNS", "LEG_COLUMNS", "FailedRow", "Listener", "ParkedRow", "ProviderSeries", "ProviderView", "RunEvent", "RunState", "Waiting", "WorkerView", "provider_view",
+    "ERROR_COLUMNS",
+    "LEG_COLUMNS",
+    "FailedRow",
+    "Families",
+    "Listener",
+    "ParkedRow",
+    "ProviderSeries",
+    "ProviderView",
+    "RunEvent",
+    "RunState",
+    "Waiting",
+    "WorkerView",
+    "grouped",
+    "provider_view",
 ]  # fmt: skip
 
 RunEvent = Event | RowSleeping | RunProgress
@@ -266,8 +280,8 @@ class RunState:
         return self._table.label(position) if self._table is not None else position
 
     def failed_rows(self) -> list[FailedRow]:
-        """Failed rows, in order: (row label, position, error)."""
-        return self._table.failed() if self._table is not None else []
+        """Failed rows, in order: (row label, position, error, group)."""
+        return grouped(self._table.failed()) if self._table is not None else []
 
     def parked_rows(self) -> list[ParkedRow]:
         """Parked rows, in order: (row label, position, reason, provider, ready_at, message)."""
@@ -329,6 +343,12 @@ class RunState:
             f"<RunState {self.play!r} {self.done}/{self.total} ok={self.ok} reused={self.reused} "
             f"failed={self.failed} parked={self.parked} in_flight={self.in_flight} held={self.held}>"
         )
+
+
+def grouped(rows: list[FailedRow]) -> list[FailedRow]:
+    """The failed rows with the group each belongs to (a family of many fingerprints is one)."""
+    groups = consolidate(row.group for row in rows)
+    return [row._replace(group=groups[row.group]) for row in rows]
 
 
 _APPLY: dict[type, Callable[[RunState, Any], None]] = {

@@ -42,7 +42,7 @@ class _Track:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.last: tuple[int, int, int] | None = None  # (sent, refused, failed) at the previous sample
+        self.last: tuple[int, int, int, int] | None = None  # (sent, accepted, refused, failed) at the previous sample
         self.accepted: list[int] = []
         self.refused: list[int] = []
         self.failed: list[int] = []
@@ -152,14 +152,21 @@ class Timeline:
 
     def _count(self, track: _Track, i: int, view: ProviderView) -> None:
         track.grow(i + 1)
-        now = (view.sent, view.refused, view.failed)
-        last, track.last = track.last, now
-        if last is not None:  # the first sample is the baseline: a provider's counters span the process
-            # A counter that went back belongs to a provider object replaced since: count nothing.
-            sent, refused, failed = (max(b - a, 0) for a, b in zip(last, now))
-            track.accepted[i] += max(sent - refused - failed, 0)
+        # Accepted: answered (sent, and no longer in flight), neither refused nor failed.  A call in
+        # flight at a sample is not counted yet: its answer may still be a 429.
+        accepted = view.sent - view.in_flight - view.refused - view.failed
+        now = (view.sent, accepted, view.refused, view.failed)
+        last = track.last
+        track.last = now
+        # The first sample is the baseline (a provider's counters span the process); a count that
+        # went back belongs to a provider object replaced since: it is the baseline again.
+        if last is not None and view.sent >= last[0]:
+            gained, refused, failed = (max(b - a, 0) for a, b in zip(last[1:], now[1:]))
+            track.accepted[i] += gained
             track.refused[i] += refused
             track.failed[i] += failed
+            # calls in flight can dip the accepted count for a moment: it is kept at its highest
+            track.last = (view.sent, max(accepted, last[1]), view.refused, view.failed)
         track.rate[i] = view.rate
         track.tokens[i] = view.tokens
         track.tpm = view.tpm

@@ -48,7 +48,9 @@ def run_html(state: RunState) -> str:
     s = state.stats()
     phase = "running" if state.finished is None else ("stopped" if state.stopped else "finished")
     rate = (s.done / s.elapsed) if s.elapsed else 0.0
-    head = f"<div class='playbook-run'>{_STYLE}{svg_style()}<b>{_e(state.play)}</b> · {phase} · {s.elapsed:.1f}s · {rate:,.0f} rows/s"
+    head = (
+        f"<div class='playbook-run'>{_STYLE}{svg_style()}<b>{_e(state.play)}</b> · {phase} · {s.elapsed:.1f}s · {per_second(rate)} rows/s"
+    )
     parts = [head, f"<div>{rows_picture(s)}</div>", counters_table(s)]
     parts += [f"<div class='playbook-notice'>⚠ {_e(note)}</div>" for note in state.notices]
     tally = Tally.of(state)
@@ -56,7 +58,7 @@ def run_html(state: RunState) -> str:
     parts.append(provider_pictures(state.history()))
     parts.append(workers_table(state.workers()))
     parts.append(parked_table(tally.parked_summary(LIMIT), len(tally.parked_groups), state.provider_views()))
-    parts.append(errors_table(tally.error_groups(LIMIT), len(tally.counts)))
+    parts.append(errors_table(tally.error_groups(LIMIT), tally.kinds))
     parts.append(legs_table(state))
     return "\n".join(parts) + "</div>"
 
@@ -114,7 +116,7 @@ def provider_state(p: ProviderView, since: float | None = None, now: float | Non
     if p.down:
         state = "down" + (f" since {time_of_day(since)}" if since else "") + f": {in_words(p.down_error)}"
         if p.probe_at:
-            left = "" if now is None else f"in {max(p.probe_at - now, 0):,.0f}s, "
+            left = "" if now is None else f"in {_span(p.probe_at - now)}, "
             state += f"; next probe {left}at {time_of_day(p.probe_at)}"
         return state
     if not p.held:
@@ -122,7 +124,7 @@ def provider_state(p: ProviderView, since: float | None = None, now: float | Non
     if now is None:
         state = f"held until {time_of_day(p.hold_wall)}"
     else:
-        state = f"held {max(p.hold_wall - now, 0):,.0f}s more, until {time_of_day(p.hold_wall)}"
+        state = f"held {_span(p.hold_wall - now)} more, until {time_of_day(p.hold_wall)}"
     return state + (f" (HTTP {p.last_status})" if p.last_status else "")
 
 
@@ -138,6 +140,19 @@ def provider_rate(p: ProviderView) -> str:
     return f"{shown}, {_count(p.tokens)}{of} tokens/min"
 
 
+def per_second(rate: float) -> str:
+    """A rate at a glance, slow ones too: 0.43 / 4.3 / 4,321."""
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.2g}" if rate < 10 else f"{rate:.0f}"
+
+
+def _span(seconds: float) -> str:
+    """A countdown: 42s / 59m 12s / 2h 05m."""
+    s = max(round(seconds), 0)
+    if s < 60:
+        return f"{s}s"
+    return f"{s // 60}m {s % 60:02d}s" if s < 3600 else f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
 def _count(n: float) -> str:
     """12 / 950 / 28.4k / 1.2M: a token count at a glance."""
     if n >= 1e6:
@@ -147,8 +162,7 @@ def _count(n: float) -> str:
 
 def in_words(error: str | None) -> str:
     """A provider's failure on one short line: a down provider's line must not become a traceback."""
-    lines = (error or "").strip().splitlines()
-    text = lines[0] if lines else "unreachable"
+    text = next((line.strip() for line in (error or "").splitlines() if line.strip()), "unreachable")
     return text if len(text) <= _WORDS else text[: _WORDS - 1] + "…"
 
 

@@ -140,7 +140,9 @@ def provider_chart(series: ProviderSeries, *, width: int = 360, height: int = 48
     xs = [round(i * width / n) for i in range(n + 1)]
     peak = max(c.accepted) / c.secs
     limit = max((r for r in c.rates if r is not None), default=None)
-    top = max(peak, limit or 0.0) or 1.0
+    # the scale holds the stacked bars whole: the refusals and failures of the busiest second too
+    sent = max(a + r + f for a, r, f in zip(c.accepted, c.refused, c.failed)) / c.secs
+    top = max(sent, limit or 0.0) or 1.0
 
     def y(v: float, floor: int) -> int:
         """The pixel row of ``v`` calls/s, at least a pixel above ``floor`` when ``v`` adds any."""

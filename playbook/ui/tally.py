@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
-from ..runtime.state import RunEvent, RunState
+from ..runtime.state import Families, RunEvent, RunState
 
 __all__ = ["KINDS", "Tally"]
 
@@ -31,13 +31,14 @@ class Tally:
     """
 
     __slots__ = (
-        "_label", "failed", "copies", "counts", "example", "parked", "parked_rows_by", "parked_reasons",
+        "_label", "failed", "families", "copies", "counts", "example", "parked", "parked_rows_by", "parked_reasons",
         "parked_groups", "latest", "held", "held_by", "version",
     )  # fmt: skip
 
     def __init__(self, label: Callable[[int], Any]) -> None:
         self._label = label  # position -> the row's index label
-        self.failed: dict[int, tuple[str, str]] = {}  # position -> its error's group, its message
+        self.failed: dict[int, tuple[str, str]] = {}  # position -> its error's fingerprint, its message
+        self.families = Families()  # fingerprints of one type and place: many are one group
         self.copies: dict[int, int] = {}  # position -> rows sharing its key, when more than one
         self.counts: dict[str, int] = {}  # group -> failed rows
         self.example: dict[str, int] = {}  # group -> a position that failed so
@@ -100,6 +101,7 @@ class Tally:
             self._count_parked(entry, rows)
 
     def _fail(self, position: int, group: str, message: str, rows: int) -> None:
+        self.families.add(group)
         self.failed[position] = (group, message)
         self.counts[group] = self.counts.get(group, 0) + rows
         self.example.setdefault(group, position)
@@ -163,12 +165,21 @@ class Tally:
 
     def error_groups(self, limit: int) -> list[tuple[int, str, Any, str]]:
         """The ``limit`` largest groups: (rows, group, example row label, its message)."""
-        top = heapq.nlargest(limit, self.counts.items(), key=lambda item: item[1])
-        out = []
-        for group, count in top:
-            example = self.example[group]
-            out.append((count, group, self._label(example), self.failed[example][1]))
-        return out
+        rows: dict[str, int] = {}
+        example: dict[str, int] = {}
+        label = self.families.label
+        for fingerprint, n in self.counts.items():
+            group = label(fingerprint)
+            rows[group] = rows.get(group, 0) + n
+            example.setdefault(group, self.example[fingerprint])
+        top = heapq.nlargest(limit, rows.items(), key=lambda item: item[1])
+        return [(n, group, self._label(example[group]), self.failed[example[group]][1]) for group, n in top]
+
+    @property
+    def kinds(self) -> int:
+        """Groups of failed rows (fingerprints of a large family count as one)."""
+        label = self.families.label
+        return len({label(fingerprint) for fingerprint in self.counts})
 
     def parked_summary(self, limit: int) -> list[tuple[int, str, str | None, float | None]]:
         """The ``limit`` largest groups of parked rows, by reason, provider and the minute they are

@@ -237,7 +237,7 @@ def error_lines(tally: Tally) -> list[str]:
     if not groups:
         return []
     failed = sum(tally.counts.values())
-    kinds = len(tally.counts)
+    kinds = tally.kinds
     lines = [f"{_rows(failed)} failed" + (f", {kinds:,} kinds of error:" if kinds > 1 else ":")]
     for n, group, example, message in groups:
         lines.append(f"  {n:,} × {group}; e.g. row {example!r}: {in_words(message)}")

@@ -32,6 +32,7 @@ from .html import (
     errors_table,
     legs_table,
     parked_table,
+    per_second,
     provider_pictures,
     providers_table,
     rows_picture,
@@ -229,7 +230,7 @@ class WidgetView:
         head = (
             f"<b>{escape(s.play)}</b> · {status} · {done:,}/{s.total:,} rows · {elapsed:.1f}s"
             + (f" · ETA {eta:.0f}s" if eta else "")
-            + f" · {rate:,.0f} rows/s"
+            + f" · {per_second(rate)} rows/s"
         )
         tally = self.tally
         with self.panel.hold_sync():  # one batch of comm messages per refresh
@@ -244,7 +245,7 @@ class WidgetView:
                 self._drawn, self._last_tables = tally.version, now
                 self.tables.value = (
                     parked_table(tally.parked_summary(LIMIT), len(tally.parked_groups), s.provider_views())
-                    + errors_table(tally.error_groups(LIMIT), len(tally.counts))
+                    + errors_table(tally.error_groups(LIMIT), tally.kinds)
                     + legs_table(s)
                 )
             elif now - self._last_pictures >= _PICTURES_INTERVAL:  # not with the tables: one refresh stays small
