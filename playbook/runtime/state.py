@@ -348,7 +348,7 @@ class RunState:
 def grouped(rows: list[FailedRow]) -> list[FailedRow]:
     """The failed rows with the group each belongs to (a family of many fingerprints is one)."""
     groups = consolidate(row.group for row in rows)
-    return [row._replace(group=groups[row.group]) for row in rows]
+    return [row if (group := groups[row.group]) == row.group else row._replace(group=group) for row in rows]
 
 
 _APPLY: dict[type, Callable[[RunState, Any], None]] = {

@@ -42,9 +42,10 @@ _STYLE = "<style>.playbook-run th,.playbook-run td{text-align:left;padding:1px 1
 _WORDS = 160  # characters of an error shown in a provider's line
 
 
-def run_html(state: RunState) -> str:
+def run_html(state: RunState, tally: Tally | None = None) -> str:
     """The run as it stands, in one static block: what a saved notebook keeps, pictures included
-    (inline SVG, coloured by the theme where there is one)."""
+    (inline SVG, coloured by the theme where there is one).  ``tally``: the run's rows as a live
+    view kept them, which saves a scan of every row; by default, one scan."""
     s = state.stats()
     phase = "running" if state.finished is None else ("stopped" if state.stopped else "finished")
     rate = (s.done / s.elapsed) if s.elapsed else 0.0
@@ -53,7 +54,7 @@ def run_html(state: RunState) -> str:
     )
     parts = [head, f"<div>{rows_picture(s)}</div>", counters_table(s)]
     parts += [f"<div class='playbook-notice'>⚠ {_e(note)}</div>" for note in state.notices]
-    tally = Tally.of(state)
+    tally = tally if tally is not None else Tally.of(state)
     parts.append(providers_table(state.provider_views(), tally.waiting(), down_since=state.down_since))
     parts.append(provider_pictures(state.history()))
     parts.append(workers_table(state.workers()))

@@ -182,7 +182,7 @@ class WidgetView:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            summary = run_html(self._state)
+            summary = run_html(self._state, self.tally)
             if self.panel is not None:
                 self._finish(summary)
             elif self.handle is None:  # over before the panel was due: just the summary
