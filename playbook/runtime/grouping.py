@@ -21,6 +21,7 @@ live panel, and :func:`consolidate` at once, for ``run.errors`` and the summarie
 
 from __future__ import annotations
 
+import os
 import re
 import sysconfig
 from collections.abc import Iterable
@@ -49,8 +50,10 @@ _MASKS = [
 _TOOL_PREFIX = re.compile(r"^(?:llm |batch )?tool '(?:[^'\\]|\\.)*': ")
 # A group written out: "Type: message (where)", "Type (where)" or "Type: message"
 _PARTS = re.compile(r"^(?P<kind>[\w.]+)(?:: (?P<message>.*?))?(?: \((?P<where>(?:[\w.<>]+, )?line \d+|tool '.*'(?:, HTTP \d+)?)\))?$", re.S)
-_PLAYBOOK = str(Path(__file__).resolve().parents[1])
-_LIBRARIES = tuple({str(Path(p).resolve()) for p in (sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))})
+_PLAYBOOK = str(Path(__file__).resolve().parents[1]) + os.sep
+_LIBRARIES = tuple(
+    {str(Path(p).resolve()) + os.sep for p in (sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))}
+)
 
 
 def mask(text: str) -> str:

@@ -40,8 +40,8 @@ class Tally:
         self.failed: dict[int, tuple[str, str]] = {}  # position -> its error's fingerprint, its message
         self.families = Families()  # fingerprints of one type and place: many are one group
         self.copies: dict[int, int] = {}  # position -> rows sharing its key, when more than one
-        self.counts: dict[str, int] = {}  # group -> failed rows
-        self.example: dict[str, int] = {}  # group -> a position that failed so
+        self.counts: dict[str, int] = {}  # fingerprint -> failed rows (its group: families.label)
+        self.example: dict[str, int] = {}  # fingerprint -> a position that failed so
         self.parked: dict[int, _Parking] = {}  # position -> (reason, provider, ready_at)
         self.parked_rows_by: dict[str | None, int] = {}  # provider -> parked rows
         self.parked_reasons: dict[tuple[str | None, str], int] = {}  # (provider, reason) -> parked rows
@@ -122,7 +122,7 @@ class Tally:
             if ready is not None and ready > self.latest.get(group, 0.0):
                 self.latest[group] = ready
         else:
-            del self.parked_groups[group]
+            self.parked_groups.pop(group, None)
             self.latest.pop(group, None)
 
     def _resume(self, position: int) -> None:
