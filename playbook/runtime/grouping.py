@@ -47,6 +47,7 @@ _MASKS = [
     # a token that mixes letters and digits, or a long run of hex: an id (p7, abc123, 5f2b9c0e11)
     (re.compile(r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9_-]{2,}\b|\b0x[0-9a-fA-F]+\b|\b[0-9a-fA-F]{12,}\b"), "<id>"),
 ]
+_MASKABLE = re.compile(r"[\d@?]")  # every value masked above holds one of these
 _TOOL_PREFIX = re.compile(r"^(?:llm |batch )?tool '(?:[^'\\]|\\.)*': ")
 # A group written out: "Type: message (where)", "Type (where)" or "Type: message"
 _PARTS = re.compile(r"^(?P<kind>[\w.]+)(?:: (?P<message>.*?))?(?: \((?P<where>(?:[\w.<>]+, )?line \d+|tool '.*'(?:, HTTP \d+)?)\))?$", re.S)
@@ -59,6 +60,8 @@ _LIBRARIES = tuple(
 def mask(text: str) -> str:
     """``text`` with the values it names masked: what stays is what all its kin have in common."""
     text = text[:_READ]
+    if _MASKABLE.search(text) is None:  # no digit, no address, no query: nothing to mask (most words)
+        return text
     for pattern, replacement in _MASKS:
         text = pattern.sub(replacement, text)
     return text
@@ -218,8 +221,8 @@ def _in_app(filename: str) -> bool:
     """Is this file the user's code: not playbook's, not the standard library's nor an installed package's?"""
     known = _IN_APP.get(filename)
     if known is None:
-        if filename.startswith("<"):  # <frozen ...>, <string>: not a file of the user's
-            known = filename.startswith(("<ipython-input-", "<string>"))
+        if filename.startswith("<"):  # a cell, a %%play cell, exec'd text: the user's; <frozen ...>: the library's
+            known = not filename.startswith("<frozen")
         else:
             path = str(Path(filename).resolve())
             known = not path.startswith(_PLAYBOOK) and not path.startswith(_LIBRARIES)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from ..models import RunStats, time_of_day
+from ..models import RunStats, duration, short_count, time_of_day
 from ..runtime.state import LEG_COLUMNS, ProviderSeries, ProviderView, RunState, WorkerView
 from .svg import provider_chart, status_bar, svg_style
 from .tally import Tally
@@ -117,7 +117,7 @@ def provider_state(p: ProviderView, since: float | None = None, now: float | Non
     if p.down:
         state = "down" + (f" since {time_of_day(since)}" if since else "") + f": {in_words(p.down_error)}"
         if p.probe_at:
-            left = "" if now is None else f"in {_span(p.probe_at - now)}, "
+            left = "" if now is None else f"in {duration(p.probe_at - now)}, "
             state += f"; next probe {left}at {time_of_day(p.probe_at)}"
         return state
     if not p.held:
@@ -125,7 +125,7 @@ def provider_state(p: ProviderView, since: float | None = None, now: float | Non
     if now is None:
         state = f"held until {time_of_day(p.hold_wall)}"
     else:
-        state = f"held {_span(p.hold_wall - now)} more, until {time_of_day(p.hold_wall)}"
+        state = f"held {duration(p.hold_wall - now)} more, until {time_of_day(p.hold_wall)}"
     return state + (f" (HTTP {p.last_status})" if p.last_status else "")
 
 
@@ -137,28 +137,13 @@ def provider_rate(p: ProviderView) -> str:
     shown = rate if limit is None else f"{rate}, ≤{limit} in flight"
     if p.tpm is None and not p.tokens:
         return shown
-    of = f" of {_count(p.tpm)}" if p.tpm is not None else ""
-    return f"{shown}, {_count(p.tokens)}{of} tokens/min"
+    of = f" of {short_count(p.tpm)}" if p.tpm is not None else ""
+    return f"{shown}, {short_count(p.tokens)}{of} tokens/min"
 
 
 def per_second(rate: float) -> str:
     """A rate at a glance, slow ones too: 0.43 / 4.3 / 4,321."""
     return f"{rate:,.0f}" if rate >= 100 else f"{rate:.2g}" if rate < 10 else f"{rate:.0f}"
-
-
-def _span(seconds: float) -> str:
-    """A countdown: 42s / 59m 12s / 2h 05m."""
-    s = max(round(seconds), 0)
-    if s < 60:
-        return f"{s}s"
-    return f"{s // 60}m {s % 60:02d}s" if s < 3600 else f"{s // 3600}h {s % 3600 // 60:02d}m"
-
-
-def _count(n: float) -> str:
-    """12 / 950 / 28.4k / 1.2M: a token count at a glance."""
-    if n >= 1e6:
-        return f"{n / 1e6:.3g}M"
-    return f"{n / 1e3:.3g}k" if n >= 1e4 else f"{n:,.0f}"
 
 
 def in_words(error: str | None) -> str:

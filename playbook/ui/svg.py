@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import NamedTuple, TypeVar
 
+from ..models import duration, short_count
 from ..runtime.state import ProviderSeries
 
 __all__ = ["STATUSES", "provider_chart", "status_bar", "svg_style"]
@@ -164,8 +165,8 @@ def provider_chart(series: ProviderSeries, *, width: int = 360, height: int = 48
     parts.append(_text(0, plot + _LABEL - 2, _label(series, c, peak)))
     if strip:
         parts += _tokens(xs, c.tokens, c.tpm, plot + _LABEL + 2)
-        of = f" of {_short(c.tpm)}" if c.tpm else ""
-        parts.append(_text(0, full - 2, f"tokens/min {_short(c.tokens[-1])}{of} · peak {_short(max(c.tokens))}"))
+        of = f" of {short_count(c.tpm)}" if c.tpm else ""
+        parts.append(_text(0, full - 2, f"tokens/min {short_count(c.tokens[-1])}{of} · peak {short_count(max(c.tokens))}"))
     return "".join(parts) + "</svg>"
 
 
@@ -183,10 +184,10 @@ def _label(series: ProviderSeries, c: _Clean, peak: float) -> str:
     """ "peak 48/s · limit 50/s · 12 × 429 · 3 × 5xx · held 40s · 2m 10s": the scale and the totals, tersely."""
     last = next((r for r in reversed(c.rates) if r is not None), None)
     words = [f"peak {_per(peak)}/s"] + ([f"limit {_per(last)}/s"] if last is not None else [])
-    words += [f"{_short(sum(c.refused))} × 429"] if any(c.refused) else []
-    words += [f"{_short(sum(c.failed))} × 5xx"] if any(c.failed) else []
+    words += [f"{short_count(sum(c.refused))} × 429"] if any(c.refused) else []
+    words += [f"{short_count(sum(c.failed))} × 5xx"] if any(c.failed) else []
     words += _stopped(series)
-    return " · ".join([*words, _duration(series.end - series.start)])
+    return " · ".join([*words, duration(series.end - series.start)])
 
 
 def _stopped(series: ProviderSeries) -> list[str]:
@@ -195,7 +196,7 @@ def _stopped(series: ProviderSeries) -> list[str]:
     for start, end, kind in series.spans:
         if kind in spent and math.isfinite(end - start):
             spent[kind] += max(min(end, series.end) - start, 0.0)
-    return [f"{'held' if kind == 'hold' else 'down'} {_duration(s)}" for kind, s in spent.items() if s >= 0.5]
+    return [f"{'held' if kind == 'hold' else 'down'} {duration(s)}" for kind, s in spent.items() if s >= 0.5]
 
 
 def _fit(values: Sequence[T], n: int, pad: T) -> list[T]:
@@ -299,28 +300,8 @@ def _summary(series: ProviderSeries, c: _Clean, peak: float, limit: float | None
     words = f"{sum(c.accepted):,} accepted, {sum(c.refused):,} refused (429), {sum(c.failed):,} failed (5xx, timeouts); peak {_per(peak)}/s"
     words += f", limit ≤{_per(limit)}/s" if limit is not None else ""
     stopped = _stopped(series)
-    return words + (f"; {', '.join(stopped)}" if stopped else "") + f"; {_duration(series.end - series.start)}"
+    return words + (f"; {', '.join(stopped)}" if stopped else "") + f"; {duration(series.end - series.start)}"
 
 
 def _per(v: float) -> str:
-    return f"{v:.3g}" if v < 1e4 else _short(v)
-
-
-def _short(n: float) -> str:
-    """12 / 9,500 / 28.4k / 1.2M / 3.4G: a count at a glance."""
-    if n < 1e4:
-        return f"{n:,.0f}"
-    unit, size = next((u, size) for u, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)) if n >= size)
-    return f"{n / size:.3g}{unit}"
-
-
-def _duration(seconds: float) -> str:
-    """45s / 2m 10s / 3h 05m / 2d 4h."""
-    s = round(seconds) if math.isfinite(seconds) and seconds > 0 else 0
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 86400}d {s % 86400 // 3600}h"
+    return f"{v:.3g}" if v < 1e4 else short_count(v)
