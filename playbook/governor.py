@@ -1,14 +1,18 @@
 """The governor: the state machine every call that misses its receipt goes through on its way to
 the transport (:meth:`Governor.dispatch`), acting over its provider's limiter::
 
-    down?  ── the provider refuses connections or keeps failing: ProviderExhausted("down") at
-       │      once (the row parks, a waterfall tries its next leg), but one probe call at a time
+    down?  ── the provider refuses connections or keeps failing: one call at a time goes as
+       │      the probe; the others wait for the next probe like a hold (in place, or the row
+       │      steps aside), and past the row's wait budget ProviderExhausted("down") parks the
+       │      row (a waterfall's leg does not wait: it tries its next leg at once)
     hold?  ── short (<= 1 s): wait in place; long: suspend the row (Held); past the row's
        │      wait budget: ProviderExhausted (a waterfall tries its next leg, a row parks)
     permit ── the limiter's concurrency slot and rate slot (limits.Limiter.acquire)
     send   ── 2xx: success, the rate and the window recover (settle)
-              429: a verdict on concurrency (the window shrinks) or on the rate (cut once per
-                   episode); hold the provider until Retry-After / reset, or back off this call
+              429: a lone one (jitter: a short hint among many calls let in) waits its hint
+                   alone; else a verdict on concurrency (the window shrinks) or on the rate
+                   (cut once per episode): hold the provider until Retry-After / reset, or
+                   back off this call
               5xx, timeouts, connection errors: a failure of this call: retried after its hint
                    or a backoff, up to ``retries``; the provider holds only when failures
                    dominate, and goes *down* after several in a row (limits.Health)
@@ -31,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from .errors import ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
-from .limits import HEADROOM, Backoff, Health, Limiter, Permit
+from .limits import HEADROOM, LONE, Backoff, Health, Limiter, Permit, Verdict
 from .limits.waiters import Listeners, here
 from .models import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RateChanged, time_of_day
 from .signals import Held, WaitBudget
@@ -49,15 +53,18 @@ class Ticket:
     weighed by its tokens carries its estimate (``weight``) and, once answered, its real usage
     (``actual``), which the limiter is charged."""
 
-    __slots__ = ("tool", "budget", "tries", "refusals", "not_before", "suspend", "weight", "actual", "carry")
+    __slots__ = ("tool", "budget", "tries", "refusals", "not_before", "suspend", "falls_through", "weight", "actual", "carry", "cause")
 
-    def __init__(self, tool: str, budget: WaitBudget, *, suspend: bool = True) -> None:
+    def __init__(self, tool: str, budget: WaitBudget, *, suspend: bool = True, falls_through: bool = False) -> None:
         self.tool = tool
         self.budget = budget
         self.tries = 0  # transient failures so far
         self.refusals = 0  # 429s without a hint so far
         self.not_before = 0.0  # this call's own backoff (loop clock)
         self.suspend = suspend  # may this call's own long backoff suspend its row (False: wait in place)
+        # A waterfall's leg: a provider that is down passes to the next leg at once, waiting for no probe.
+        self.falls_through = falls_through
+        self.cause: Exception | None = None  # the failure that took the provider down, under this call
         self.weight: float | None = None  # estimated tokens; None: not weighed
         self.actual: float | None = None  # tokens used, once answered
         self.carry: Any = None  # what the caller keeps with the call across its row's replays
@@ -153,7 +160,10 @@ class Governor:
                 await asyncio.shield(health.outcome(loop))  # the probe's word, then decide
                 continue
             self._paced_past_budget(weight, ticket)
-            probe = health.down and self._probe(now, ticket)
+            probe = health.down and health.may_probe(now)  # this call goes as the probe
+            if health.down and not probe:
+                await self._until_probe(now, ticket)
+                continue
             try:
                 result, permit = await self._send(send, loop, ticket, weight)
             finally:
@@ -218,11 +228,19 @@ class Governor:
         while meter and meter[0][0] < now - 60.0:
             meter.popleft()
 
-    def _probe(self, now: float, ticket: Ticket) -> bool:
-        """While down: this call goes as the probe, or its row parks at once."""
-        if self.health.may_probe(now):
-            return True
-        raise self._down(ticket, now)
+    async def _until_probe(self, now: float, ticket: Ticket) -> None:
+        """While down, with another call due as the next probe: wait for it (in place when it is
+        near, else the row steps aside until then) when it falls within the row's wait budget;
+        past it, or for a waterfall's leg (which tries its next provider), the row parks."""
+        wait = max(0.0, self.health.probe_at - now)
+        budget = ticket.budget
+        if ticket.falls_through or wait > budget.left + 1e-9:
+            raise self._down(ticket, now)
+        if wait <= IN_PLACE:
+            budget.left -= wait
+            await asyncio.sleep(wait)
+            return
+        raise Held(self.provider, now + wait, time.time() + wait, self.last_status, budget)
 
     async def _send(self, send: Callable[[], Awaitable[T]], loop: asyncio.AbstractEventLoop, ticket: Ticket,
                     weight: float) -> tuple[Any, Permit | None]:  # fmt: skip
@@ -293,13 +311,17 @@ class Governor:
         return await self._failed(exc, now, hint, ticket)
 
     async def _refused(self, permit: Permit, now: float, hint: float | None, ticket: Ticket) -> None:
-        """A 429: the provider is up and busy.  Shrink the window or cut the rate, then wait."""
+        """A 429: the provider is up and busy.  Shrink the window or cut the rate, then wait: this
+        call alone when the refusal is a lone one, else every call until the hint says."""
         self.refused += 1
         if self.health.success(permit.sent_at):
             self._emit(ProviderUp(self.name))
-        if await self.limiter.refused(permit, hinted=hint is not None):
+        verdict = await self.limiter.refused(permit, hinted=hint is not None, short=hint is not None and hint <= LONE)
+        if verdict is Verdict.LOWERED:
             self._rate_changed()
-        if hint is not None:
+        if verdict is Verdict.LONE and hint is not None:
+            ticket.not_before = now + hint
+        elif hint is not None:
             await self._hold(now + hint, 429)
         else:
             ticket.not_before = now + self.backoff.delay(ticket.refusals)
@@ -308,13 +330,16 @@ class Governor:
     async def _failed(self, exc: Exception, now: float, hint: float | None, ticket: Ticket) -> bool:
         """A 5xx, a timeout, a refused connection: a failure of this call, not a verdict on the rate."""
         self.failed += 1
-        ticket.tries += 1
         health = self.health
+        # A failed probe (or a call still out when the provider went down) is the outage's, not
+        # this call's: it does not use up the call's tries, so a long outage parks rows, never fails them.
+        ticket.tries += not health.down
         if health.failure(now):
             self.down_error = _describe(exc)
             self._emit(ProviderDown(self.name, self.down_error))
         if health.down:
-            raise self._down(ticket, now, exc)
+            ticket.cause = exc
+            return True  # the loop waits for the next probe, or parks the row past its budget
         if ticket.tries > self.provider.retries:
             raise self._unavailable(exc, ticket, f"gave up after {ticket.tries} tries")
         wait = hint if hint is not None else self.backoff.delay(ticket.tries - 1)
@@ -326,15 +351,16 @@ class Governor:
                 raise self._unavailable(exc, ticket, "the next try would pass the wait budget")
         return True
 
-    def _down(self, ticket: Ticket, now: float, exc: Exception | None = None) -> ProviderExhausted:
+    def _down(self, ticket: Ticket, now: float) -> ProviderExhausted:
         wall = time.time() + max(0.0, self.health.probe_at - now)
         self.probe_at = wall
+        why = "" if ticket.falls_through else f", past this row's wait budget ({max(ticket.budget.left, 0):.0f}s left of max_wait)"
         error = ProviderExhausted(
-            f"tool {ticket.tool!r}: provider {self.name!r} is down ({self.down_error}); "
-            f"the row waits for a rerun or run.retry() (the next probe goes at {time_of_day(wall)})",
+            f"tool {ticket.tool!r}: provider {self.name!r} is down ({self.down_error}); the next probe goes at "
+            f"{time_of_day(wall)}{why}: the row waits for a rerun or run.retry()",
             tool=ticket.tool or None, provider=self.name, status=self.last_status, retry_at=wall, reason="down",
         )  # fmt: skip
-        error.__cause__ = exc
+        error.__cause__ = ticket.cause
         return error
 
     def _unavailable(self, exc: Exception, ticket: Ticket, why: str) -> ProviderUnavailable:

@@ -163,9 +163,10 @@ def test_503_with_retry_after_retries_that_call_without_holding_the_provider(dem
 
 def test_provider_that_keeps_failing_goes_down_and_its_rows_park(demo, store) -> None:
     """A provider answering 503 to everything is *down* after a few failures: the rows still
-    waiting park at once with reason "down" instead of each retrying alone, and run.holds says so."""
+    waiting do not each retry alone: one probe call at a time tests it, the others wait for the
+    probes within their max_wait (4 s here), then park with reason "down", and run.holds says so."""
     demo.reset(fault_rate=1.0, fault_status=503)
-    provider = pb.Provider("acme", retries=1)
+    provider = pb.Provider("acme", retries=1, max_wait=4)
     run = _leads(30).play.run(_email_tool(demo, provider), store=store, progress=False, concurrency=4)
     run.wait()
     statuses = run.result["play_status"]
@@ -174,7 +175,7 @@ def test_provider_that_keeps_failing_goes_down_and_its_rows_park(demo, store) ->
         assert error.startswith("ProviderUnavailable:") and "provider 'acme'" in error
     assert set(run.parked["reason"]) == {"down"}
     assert "is down" in run.parked["message"].iloc[0] and "503" not in run.parked["reason"].iloc[0]
-    assert demo.stats()["requests"] <= 16  # far from 30 rows x 2 tries
+    assert demo.stats()["requests"] <= 16 + 2  # far from 30 rows x 2 tries: two probes, at 1 s and 3 s
     assert provider.down and [h.reason for h in run.holds] == ["down"]
 
 
@@ -282,14 +283,14 @@ def test_configured_pace_avoids_429s(demo, store) -> None:
 
 def test_nothing_listening_settles_every_row_in_moments(store) -> None:
     """An http_tool pointed at a port nobody listens on: the provider goes down after a few
-    refused connections and the 300 rows settle (parked "down", a few failed) within 3 s,
-    instead of each retrying on its own."""
+    refused connections and the 300 rows wait for its probes, one call each, within their
+    max_wait (2 s here), then settle (parked "down", a few failed) instead of each retrying on its own."""
     import socket
 
     with socket.socket() as sock:  # a port that was free a moment ago, and nobody listens on now
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    provider = pb.Provider("gone")
+    provider = pb.Provider("gone", max_wait=2)
     tool = pb.http_tool(
         "gone.email", method="GET", url=f"http://127.0.0.1:{port}/v1/email", params={"domain": "{domain}", "first": "{first}"},
         headers={"Authorization": "Bearer demo-key"}, provider=provider, pick="email", miss_status=(404,),
@@ -297,7 +298,7 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
     started = time.monotonic()
     run = _leads(300).play.run(tool, store=store, progress=False, concurrency=32)
     run.wait()
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 2 + 3.0
     statuses = run.result["play_status"].value_counts().to_dict()
     assert set(statuses) <= {"parked", "failed"} and statuses["parked"] >= 250
     assert provider.down and "gone" in str(run.holds[0]) and run.holds[0].reason == "down"

@@ -19,6 +19,7 @@ import playbook as pb
 from playbook.limits import Backoff, Health, Window
 from playbook.models import ProviderDown, ProviderUp, RateChanged
 from playbook.providers import Provider, Ticket
+from playbook.signals import WaitBudget
 
 
 def _run(provider: Provider, shape: Shape, rows: int = 300, **options: object):
@@ -100,16 +101,18 @@ def test_flaky_5xx_slow_nobody_else() -> None:
     assert not [e for e in events if not isinstance(e, RateChanged)]
 
 
-def test_nothing_listening_parks_every_row_at_once() -> None:
-    """Connections refused: after a few failures the provider is down, the other rows park at once
-    (reason "down"): 300 rows settle in well under a second, with a handful of attempts."""
+@pytest.mark.parametrize("max_wait", [0.5, 20.0], ids=["budget under the first probe", "budget of 20s"])
+def test_nothing_listening_parks_every_row_once_its_wait_budget_is_spent(max_wait: float) -> None:
+    """Connections refused: after a few failures the provider is down; the rows wait for its
+    probes (one call each, 1, 2, 4, 8... s apart) while the next falls within their max_wait,
+    then park (reason "down"): 300 rows settle within the budget, with a handful of attempts."""
     shape = Closed()
     provider = Provider("p")
     events: list = []
     provider.subscribe(events.append)
-    out = _run(provider, shape)
+    out = _run(provider, shape, max_wait=max_wait)
     assert out.parked.get("down", 0) + out.failed == 300 and out.parked["down"] >= 280
-    assert out.seconds < 1.0 and shape.requests <= 40
+    assert out.seconds <= max_wait + 0.5 and shape.requests <= 40 + 5
     assert provider.down and provider.down_error == "connection refused"
     assert repr(provider).endswith("down (connection refused)>")
     assert [type(e) for e in events if isinstance(e, (ProviderDown, ProviderUp))] == [ProviderDown]
@@ -117,36 +120,42 @@ def test_nothing_listening_parks_every_row_at_once() -> None:
 
 @pytest.mark.parametrize("back", [True, False], ids=["back", "still-down"])
 def test_down_provider_is_probed_by_one_call_and_the_others_wait_for_its_word(back: bool) -> None:
-    """While down, calls park at once until the next probe is due; then one call probes and the
-    calls that meet it wait for its word: the provider is back (they all go) or it is not (they park)."""
+    """While down, no call goes until the next probe is due: a waterfall's leg passes at once, a
+    call with the budget waits for it.  Then one call probes and the calls that meet it wait for
+    its word: the provider is back (they all go) or it is not (the next probe is past their
+    budget: they park)."""
 
-    async def main() -> tuple[list[str], int]:
+    def ticket(budget: float = 1.5, *, leg: bool = False) -> Ticket:
+        return Ticket("t", WaitBudget(budget), suspend=False, falls_through=leg)
+
+    async def main() -> tuple[list[str], int, float]:
         provider = Provider("p")
         provider.governor.backoff = Backoff(rng=random.Random(0))
-        await drive(provider, Closed(), 20, concurrency=20)
+        await drive(provider, Closed(), 20, concurrency=20, max_wait=0.5)  # the rows that take it down park at once
         assert provider.down
         early = []
         try:
-            await provider.dispatch(Flaky(every=0).send)
+            await provider.dispatch(Flaky(every=0).send, ticket(leg=True))
         except pb.ProviderExhausted as exc:
             early.append(exc.reason)
-        assert early == ["down"]  # the next probe is not due yet: no call goes
+        assert early == ["down"]  # a leg does not wait for the probe: no call goes
         loop = asyncio.get_running_loop()
-        await asyncio.sleep(max(0.0, provider.health.probe_at - loop.time()))
+        due = provider.health.probe_at
         shape: Shape = Flaky(every=0, latency=0.5) if back else Closed()
         outcomes = []
 
         async def call() -> None:
             try:
-                outcomes.append(await provider.dispatch(shape.send))
+                outcomes.append(await provider.dispatch(shape.send, ticket()))
             except pb.ProviderExhausted as exc:
                 outcomes.append(exc.reason)
 
         await asyncio.gather(*(call() for _ in range(3)))
         assert provider.down is not back
-        return outcomes, shape.requests
+        return outcomes, shape.requests, loop.time() - due
 
-    outcomes, requests = run_virtual(main())
+    outcomes, requests, after = run_virtual(main())
+    assert after >= 0  # nothing went before the probe was due
     if back:
         assert outcomes == ["ok"] * 3 and requests == 3
     else:

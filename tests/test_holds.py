@@ -569,16 +569,16 @@ def test_waterfall_passes_a_down_provider_at_once(store: pb.ReceiptStore) -> Non
 
 
 def test_rows_parked_on_a_down_provider_come_back_in_the_run_when_it_does(store: pb.ReceiptStore) -> None:
-    """A provider down for its first 3 s parks its rows at once; while other rows keep the run
-    going, one parked row probes it when due, and once a probe goes through every parked row runs
-    again: the run ends with all rows ok, nothing left parked."""
+    """A provider down for its first 3 s, with a wait budget shorter than its first probe, parks
+    its rows; while other rows keep the run going, one parked row probes it when due, and once a
+    probe goes through every parked row runs again: the run ends with all rows ok, nothing left parked."""
 
     def flaky(n: int, k: int) -> Any:
         if now() < 3.0:
             raise ConnectionRefusedError("connection refused")
         return f"e{n}"
 
-    email, email_calls = counted("email", flaky, provider=pb.Provider("mail", retries=1))
+    email, email_calls = counted("email", flaky, provider=pb.Provider("mail", retries=1, max_wait=0.5))
     slow, _ = counted("slow", lambda n, k: n, latency=20.0)
 
     @pb.play
@@ -593,6 +593,30 @@ def test_rows_parked_on_a_down_provider_come_back_in_the_run_when_it_does(store:
     assert parked and {e.reason for e in parked} == {"down"}
     assert len(email_calls) <= 38 + 16  # each row at most once more than its success, a few probes
     assert run.holds == [] and run.parked.empty
+
+
+@pytest.mark.parametrize("max_wait", [60.0, 4.0], ids=["outage within the budget", "outage past it"])
+def test_a_down_provider_holds_its_rows_within_their_wait_budget(store: pb.ReceiptStore, max_wait: float) -> None:
+    """A provider that answers 503 without a hint for its first 5 s goes down; its rows wait for
+    the next probe (held, not parked) while that falls within their max_wait, and finish when it is
+    back.  With a budget the probes outgrow, the rows park "down" instead, and no row fails."""
+
+    def restarting(n: int, k: int) -> Any:
+        if now() < 5.0:
+            raise pb.ToolError("service unavailable", status=503, retryable=True)
+        return f"e{n}"
+
+    email, calls = counted("email", restarting, provider=pb.Provider("mail", max_wait=max_wait), latency=0.05)
+    run, events = run_virtual(launch(rows(100), calling(email), store, concurrency=16))
+    held = {e.provider for _, e in of(RowHeld, events)}
+    if max_wait == 60.0:
+        assert statuses(run) == ["ok"] * 100 and run.parked.empty
+        assert held == {"mail"} and not of(RowParked, events)
+        assert events[-1][0] < 15.0  # probes at 1, 3 and 7 s: the third goes through
+        assert sum(t >= 5.0 for t, _ in calls) == 100  # each row answered once, after the outage
+    else:
+        assert set(statuses(run)) == {"parked"} and set(run.parked["reason"]) == {"down"}
+        assert "past this row's wait budget" in run.parked["message"].iloc[0]
 
 
 def test_a_provider_named_sleep_is_not_confused_with_sleeping_rows(tmp_path: Path) -> None:

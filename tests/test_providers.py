@@ -60,6 +60,15 @@ async def _later(delay: float, provider: Provider, send: Script, ticket: Ticket 
     return await provider.dispatch(send, ticket)
 
 
+async def _resuming(provider: Provider, send: Script, ticket: Ticket) -> Any:
+    """Dispatch as a row does: a call whose row steps aside (``Held``) comes back at its time."""
+    while True:
+        try:
+            return await provider.dispatch(send, ticket)
+        except Held as held:
+            await asyncio.sleep(held.until - asyncio.get_running_loop().time())
+
+
 def _gather(*calls: Any) -> list[Any]:
     async def main() -> list[Any]:
         return list(await asyncio.gather(*calls))
@@ -110,25 +119,45 @@ def test_short_hold_waits_in_place_and_holds_provider() -> None:
 
 
 def test_hinted_refusal_cuts_configured_rate_and_reports_it() -> None:
-    """A 429 with a hint soon after sending began cuts a configured rate deeply (0.75x: what
-    was measured is the provider's burst), says so, and holds the provider."""
-    provider, send = Provider("p", rps=10), Script(_refused(0.5))
+    """A 429 with a hint longer than a second soon after sending began cuts a configured rate
+    deeply (0.75x: what was measured is the provider's burst), says so, and holds the provider."""
+    provider, send = Provider("p", rps=10), Script(_refused(2.0))
     events: list[Any] = []
     provider.subscribe(events.append)
-    _gather(provider.dispatch(send, _ticket()))
+    _gather(_resuming(provider, send, _ticket()))
     assert isinstance(events[0], RateChanged)
     assert events[0].provider == "p" and events[0].rate == pytest.approx(10 * HEADROOM * 0.75)
     assert [type(e) for e in events[1:3]] == [ProviderHoldSet, ProviderHoldLifted]
     assert events[1].status == 429
 
 
+def test_a_lone_short_refusal_at_a_known_rate_waits_alone() -> None:
+    """Jitter: one 429 saying "Retry-After: 1" among calls paced at a configured rate is a lone
+    one: that call alone waits its second, the others keep their slots, the rate stays and the
+    provider is not held.  A second refusal that soon is a pattern: held, and the rate cut."""
+    provider, send = Provider("p", rps=10), Script("ok", "ok", "ok", _refused(1.0))
+    events: list[Any] = []
+    provider.subscribe(events.append)
+    assert _gather(*(provider.dispatch(send, _ticket(suspend=False)) for _ in range(8))) == ["ok"] * 8
+    step = 0.1 / HEADROOM
+    assert send.times[:8] == pytest.approx([step * k for k in range(8)], abs=1e-6)  # nobody else waited
+    assert send.times[8] == pytest.approx(3 * step + 1.0, abs=1e-6)  # the refused call, its hint later
+    assert events == [] and provider.rate == pytest.approx(10 * HEADROOM)
+
+    again, send = Provider("q", rps=10), Script("ok", "ok", "ok", _refused(1.0), _refused(1.0))
+    again.subscribe(events.append)
+    _gather(*(again.dispatch(send, _ticket(suspend=False)) for _ in range(8)))
+    assert [type(e) for e in events[:2]] == [RateChanged, ProviderHoldSet]
+    assert again.rate < 10 * HEADROOM
+
+
 def test_hold_stops_calls_waiting_for_their_slot() -> None:
     """Calls already waiting for a pace slot when a hold arrives are not sent before it ends."""
-    provider, send = Provider("p", rps=10), Script(_refused(0.5))
-    assert _gather(*(provider.dispatch(send, _ticket()) for _ in range(3))) == ["ok"] * 3
+    provider, send = Provider("p", rps=10), Script(_refused(2.0))
+    assert _gather(*(_resuming(provider, send, _ticket()) for _ in range(3))) == ["ok"] * 3
     assert send.times[0] == 0.0
-    assert send.times[1] == pytest.approx(0.5, abs=1e-6)
-    assert all(t >= 0.5 - 1e-6 for t in send.times[1:])
+    assert send.times[1] == pytest.approx(2.0, abs=1e-6)
+    assert all(t >= 2.0 - 1e-6 for t in send.times[1:])
 
 
 def test_hold_stops_calls_waiting_at_the_gate() -> None:

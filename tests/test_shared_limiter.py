@@ -21,7 +21,7 @@ import pytest
 import redis
 
 import playbook as pb
-from playbook.limits import Limiter, LocalLimiter, Permit
+from playbook.limits import Limiter, LocalLimiter, Permit, Verdict
 from playbook.limits.shared import RedisLimiter
 
 Factory = Callable[..., Limiter]
@@ -122,13 +122,13 @@ def test_a_refusal_cuts_the_rate_once_per_episode(make: Factory) -> None:
         limiter = make(rate=20.0, burst=5)
         first, second = await _go(limiter), await _go(limiter)
         rates = [limiter.rate]
-        assert await limiter.refused(first, hinted=True) is True
+        assert await limiter.refused(first, hinted=True) is Verdict.LOWERED
         rates.append(limiter.rate)
-        assert await limiter.refused(second, hinted=True) is False
+        assert await limiter.refused(second, hinted=True) is Verdict.NOTED
         rates.append(limiter.rate)
         await asyncio.sleep(0.01)
         third = await _go(limiter)
-        assert await limiter.refused(third, hinted=True) is True
+        assert await limiter.refused(third, hinted=True) is Verdict.LOWERED
         rates.append(limiter.rate)
         return rates
 
@@ -195,6 +195,24 @@ def test_announced_limits_lower_the_rate_and_add_a_token_limit(make: Factory) ->
     assert 0.5 <= elapsed < 1.5  # 5/s, not 10/s
 
 
+def test_a_lone_short_refusal_among_many_calls_changes_nothing(make: Factory) -> None:
+    """At a known rate, one 429 with a short hint among the calls sent lately is a lone one (the
+    network's jitter): the rate stays.  A second that soon is a pattern: the rate is cut."""
+
+    async def main() -> list[Any]:
+        limiter = make(rate=100.0, burst=5)
+        for _ in range(28):
+            await limiter.settle(await _go(limiter))
+        first, second = await _go(limiter), await _go(limiter)
+        seen: list[Any] = [await limiter.refused(first, hinted=True, short=True), limiter.rate]
+        seen += [await limiter.refused(second, hinted=True, short=True), limiter.rate]
+        return seen
+
+    lone, kept, second, cut = asyncio.run(main())
+    assert lone is Verdict.LONE and kept == pytest.approx(100.0, rel=0.01)
+    assert second is Verdict.LOWERED and cut < 100.0
+
+
 def test_an_unhinted_refusal_above_the_levels_that_went_through_bounds_concurrency(make: Factory) -> None:
     """Calls at levels 1-2 went through and one at level 3 got a 429 without a hint: calls in
     flight, not the rate, were refused: the bound becomes 2 and the rate stays."""
@@ -208,7 +226,7 @@ def test_an_unhinted_refusal_above_the_levels_that_went_through_bounds_concurren
         return limiter.in_flight_limit, limiter.rate, verdict
 
     limit, rate, verdict = asyncio.run(main())
-    assert verdict is True and limit == 2 and rate == pytest.approx(50.0, rel=0.01)
+    assert verdict is Verdict.LOWERED and limit == 2 and rate == pytest.approx(50.0, rel=0.01)
 
 
 # -- what only sharing gives ---------------------------------------------------------------------
@@ -407,9 +425,9 @@ def test_permits_in_flight_are_renewed_past_their_expiry(redis_url: str) -> None
 
 
 def test_an_unreachable_redis_parks_or_fails_rows_naming_the_provider_and_url(store: pb.ReceiptStore) -> None:
-    """shared= at a closed port: the run returns, every row failed or parked, and the message
-    names the provider and the URL."""
-    provider = pb.Provider("acme", rps=50, shared="redis://127.0.0.1:1/0")
+    """shared= at a closed port: the provider is down, so once its probes pass the rows' wait
+    budget the run returns, every row failed or parked, and the message names the provider and the URL."""
+    provider = pb.Provider("acme", rps=50, shared="redis://127.0.0.1:1/0", max_wait=2)
     calls: list[int] = []
 
     @pb.tool(provider=provider)
@@ -450,9 +468,9 @@ def test_repr_shows_the_shared_url_without_its_password() -> None:
 def test_a_hinted_refusal_under_a_token_limit_leaves_the_request_rate_alone(make: Factory) -> None:
     """With a token limit, a 429 that says when to come back is the tokens' (its hold waits): no request rate is set or cut."""
 
-    async def main() -> tuple[bool, float | None]:
+    async def main() -> tuple[Verdict, float | None]:
         limiter = make(tokens=1000.0)
         cut = await limiter.refused(await _go(limiter, 10.0), hinted=True)
         return cut, limiter.rate
 
-    assert asyncio.run(main()) == (False, None)
+    assert asyncio.run(main()) == (Verdict.NOTED, None)

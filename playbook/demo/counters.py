@@ -16,6 +16,9 @@ class Counters:
     """Plain counters; the demo state updates them under its lock."""
 
     __slots__ = (
+        "admitted",
+        "admitted_first",
+        "admitted_last",
         "auth_ok",
         "auth_rejected",
         "batches_created",
@@ -37,6 +40,12 @@ class Counters:
 
     def __init__(self) -> None:
         self.requests = 0
+        # Requests let past every limit (answered, or failed by a fault), and when the first and
+        # the last were, on the provider's clock: the rate the provider granted, measured where
+        # it is enforced rather than where the client sends from.
+        self.admitted = 0
+        self.admitted_first: float | None = None
+        self.admitted_last: float | None = None
         self.by_endpoint: dict[str, int] = {}
         self.by_status: dict[int, int] = {}
         self.auth_ok = 0
@@ -54,6 +63,13 @@ class Counters:
         self.chat_rate_limited = {"requests": 0, "tokens": 0}
         self.batches_created = 0
 
+    def admit(self, now: float) -> None:
+        """One request passed every limit at ``now`` (the provider's clock)."""
+        self.admitted += 1
+        if self.admitted_first is None:
+            self.admitted_first = now
+        self.admitted_last = now
+
     def count_chat(self, answer: dict[str, Any], *, batch: bool = False) -> None:
         """Count one answered chat completion's usage under its model."""
         usage = answer["usage"]
@@ -66,6 +82,8 @@ class Counters:
     def snapshot(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
+            "admitted": self.admitted,
+            "admitted_seconds": (self.admitted_last - self.admitted_first) if self.admitted_first is not None else 0.0,
             "by_endpoint": dict(self.by_endpoint),
             "by_status": {str(status): n for status, n in sorted(self.by_status.items())},
             "by_auth": {"ok": self.auth_ok, "rejected": self.auth_rejected},

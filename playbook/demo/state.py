@@ -141,6 +141,7 @@ class DemoState:
             admission.rejection = self._limit(key, path, admission)
             if admission.rejection is not None:
                 return admission
+            c.admit(self.clock())
             if settings.slow_rate and self._slow_rng.random() < settings.slow_rate:
                 admission.slow = settings.slow_latency
             self._passed += 1

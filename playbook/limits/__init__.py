@@ -9,9 +9,12 @@ backoff (:class:`Backoff`) and reading "come back later" headers (:func:`retry_a
 from __future__ import annotations
 
 from .backoff import Backoff, announced, duration, retry_after
-from .base import HEADROOM, Limiter, Permit
+from .base import HEADROOM, LONE, Limiter, Permit, Verdict
 from .gates import Health, Window
 from .local import LocalLimiter
 from .pace import Pace
 
-__all__ = ["HEADROOM", "Backoff", "Health", "Limiter", "LocalLimiter", "Pace", "Permit", "Window", "announced", "duration", "retry_after"]
+__all__ = [
+    "HEADROOM", "LONE", "Backoff", "Health", "Limiter", "LocalLimiter", "Pace", "Permit", "Verdict", "Window", "announced", "duration",
+    "retry_after",
+]  # fmt: skip

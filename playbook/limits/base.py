@@ -6,7 +6,7 @@ goes on the wire, and gives the permit back with the limiter's verdict on how it
     permit = await limiter.acquire(weight)      # None: a hold arrived while it waited
     ... send ...
     await limiter.settle(permit, actual)        # answered: the real weight; the rate recovers
-    await limiter.refused(permit, hinted=...)   # a 429: a verdict on concurrency or on the rate
+    await limiter.refused(permit, hinted=...)   # a 429: a lone one, or a verdict on concurrency or the rate
     await limiter.release(permit)               # neither (5xx, timeout, cancelled)
     await limiter.hold(until)                   # nothing goes before ``until`` (a Retry-After)
 
@@ -20,13 +20,33 @@ announces in its answers (``x-ratelimit-limit-*``) reach the limiter through :me
 
 from __future__ import annotations
 
+import enum
 from typing import Protocol, runtime_checkable
 
-__all__ = ["HEADROOM", "Limiter", "Permit", "rate_news"]
+__all__ = ["HEADROOM", "LONE", "Limiter", "Permit", "Verdict", "rate_news"]
 
 # Calls are paced a little under the configured rate: sent at exactly the provider's limit, the
 # network's jitter alone turns some of them into 429s, and each costs a hold and a rate cut.
 HEADROOM = 0.98
+# A 429 whose hint is this short (seconds) may be a lone one: see :class:`Verdict`.
+LONE = 1.0
+
+
+class Verdict(enum.Enum):
+    """What a 429 says, as the limiter judges it (:meth:`Limiter.refused`).
+
+    ``LONE``: one call among many let in at a known rate was refused with a short hint: the jitter
+    of calls that left evenly and arrived together (a strict bucket with a burst of 1 or 2 refuses
+    a pair that the network bunched), not a wrong rate.  That call alone waits its hint; the
+    provider is not held and the rate stays.  Holding everyone for a ``Retry-After: 1`` that only
+    meant "not this instant" would cost a second of the whole account's sending per refusal.
+    ``LOWERED``: a limit came down (calls in flight, or the rate).  ``NOTED``: nothing came down
+    (this episode's cut is made, or it says nothing about the rate): the hint, if any, holds calls.
+    """
+
+    LONE = "lone"
+    LOWERED = "lowered"
+    NOTED = "noted"
 
 
 class Permit:
@@ -91,9 +111,10 @@ class Limiter(Protocol):
         as acquired) and let the rate and the concurrency limit recover.  True when either grew
         noticeably."""
 
-    async def refused(self, permit: Permit, *, hinted: bool) -> bool:
-        """The call got a 429 (``hinted``: it said when to come back): give its slot back and
-        judge whether calls in flight or the rate were refused; True when a limit was lowered."""
+    async def refused(self, permit: Permit, *, hinted: bool, short: bool = False) -> Verdict:
+        """The call got a 429 (``hinted``: it said when to come back; ``short``: within ``LONE``
+        seconds): give its slot back and judge it (:class:`Verdict`): a lone refusal, one that
+        lowers calls in flight or the rate, or one that lowers nothing."""
 
     async def release(self, permit: Permit) -> None:
         """The call ended with no word on the limits (a 5xx, a timeout, cancelled): give its

@@ -15,7 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from .base import Permit
+from .base import Permit, Verdict
 from .gates import Window
 from .pace import Pace
 from .waiters import here, wake_all
@@ -134,16 +134,20 @@ class LocalLimiter:
             self._rearm()
         return grew
 
-    async def refused(self, permit: Permit, *, hinted: bool) -> bool:
+    async def refused(self, permit: Permit, *, hinted: bool, short: bool = False) -> Verdict:
         now = asyncio.get_running_loop().time()
         with self._lock:
             if not self._landed(permit):
-                return False
-            verdict = rearm = False
+                return Verdict.NOTED
+            verdict, rearm = Verdict.NOTED, False
+            lone = self.pace.lone(now)  # every refusal counts towards the next judgement
             if permit.level and self.window.refused(permit.level, now, hinted=hinted):
-                verdict = True
+                verdict = Verdict.LOWERED
+            elif short and lone:
+                verdict = Verdict.LONE
             elif not (hinted and self.tokens is not None):  # else a token limit's refusal, most likely: its hold says when
-                verdict = rearm = self.pace.limited(now, permit.sent_at, pending=self.in_flight)
+                rearm = self.pace.limited(now, permit.sent_at, pending=self.in_flight)
+                verdict = Verdict.LOWERED if rearm else Verdict.NOTED
             self.window.release()
             handed = self.window.handed()
         if handed:

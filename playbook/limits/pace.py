@@ -28,18 +28,26 @@ class Pace:
     that time less any hold's silence: the silence of a hold is ours, not the provider's verdict).
     A refusal within ``SOON`` of sending (again) measures mostly the provider's burst, or a fixed
     window's whole allowance, so it cuts deeper.  Successes bring the rate back
-    (additive increase): after a first refusal quickly up to just under the level refused
-    (``KNOWN`` of it), after a second within ``FORGET`` seconds not at all; then slowly (``PROBE``
-    of the rate a second), so finding a raised limit costs a refusal every few minutes, not every
-    few seconds.  ``FORGET`` seconds without a refusal, and a configured ``rps`` is sought again
+    (additive increase): after a refusal quickly up to just under the level refused (``KNOWN``
+    of it), but not at all after one at the level recovered to within ``FORGET`` seconds (that
+    level was too high too); then slowly (``PROBE`` of the rate a second), so finding the limit
+    again costs a refusal every minute or so, not every few seconds.  ``FORGET`` seconds without a refusal, and a configured ``rps`` is sought again
     quickly.  Without ``rps`` the rate is *discovered*: the first 429 sets it from what got
     through, and a slow start grows it e-fold a second (never past twice what is being sent)
     until the next.
+
+    Not every 429 is a verdict on the rate.  Calls that leave evenly can arrive together (a new
+    connection's handshake delays one, the next does not wait), and a strict provider refuses
+    the second of the pair.  :meth:`lone` tells such a refusal apart: the rate is under any level
+    the provider has refused (the configured one, or the base of the last cut: a probe that
+    reaches it again is a measurement), the hint is short, and refusals are few among the calls
+    sent over the last ``CALM`` seconds (at most ``JITTER`` of them, or the only one).  It cuts
+    nothing; a second that soon is a pattern, and cuts as above.
     """
 
     __slots__ = (
         "rate", "ceiling", "burst", "floor", "_tat", "_not_before", "_last_cut", "_ok", "_sent", "_refused", "_quiet", "_started",
-        "_resumed", "_slow_start", "_shown", "_target", "_grown",
+        "_resumed", "_slow_start", "_shown", "_target", "_grown", "_refusals", "_level",
     )  # fmt: skip
 
     WINDOW = 1.0  # seconds of sending that measure what the provider accepts
@@ -53,6 +61,8 @@ class Pace:
     FORGET = 60.0
     GROW = 1.0  # the slow start grows the rate e-fold a second
     LATE = 0.05  # seconds of a weighed call's lateness counted as the timer's (a stall is not)
+    CALM = 2.0  # seconds over which refusals are judged lone (jitter) or a pattern
+    JITTER = 0.05  # lone: at most this share of the calls sent over CALM were refused (or just one)
 
     def __init__(self, rate: float | None = None, burst: int | None = None, *, floor: float = 0.5) -> None:
         self.rate = rate
@@ -63,7 +73,8 @@ class Pace:
         self._not_before = -math.inf  # the end of the last hold
         self._last_cut = -math.inf
         self._ok: deque[float] = deque()  # when recent calls succeeded
-        self._sent: deque[float] = deque()  # when recent calls were sent
+        self._sent: deque[float] = deque()  # when recent calls were sent (CALM seconds of them)
+        self._refusals: deque[float] = deque()  # when recent refusals were answered
         self._refused: deque[float] = deque()  # when recent refused calls were sent
         self._quiet: deque[list[float]] = deque()  # [start, end] of recent holds
         self._started: float | None = None
@@ -71,6 +82,7 @@ class Pace:
         self._slow_start = False
         self._shown = rate  # the rate last reported as changed
         self._target: float | None = None  # quick recovery goes up to here after a cut
+        self._level: float | None = None  # the rate the provider last refused (the base of the last cut)
         self._grown = -math.inf  # the slow start's last growth
 
     def __repr__(self) -> str:
@@ -92,7 +104,7 @@ class Pace:
             self._started = self._resumed = now
         sent = self._sent
         sent.append(now)
-        while sent[0] < now - self.WINDOW:
+        while sent[0] < now - self.CALM:
             sent.popleft()
         rate = self.rate
         if rate is not None:
@@ -159,10 +171,10 @@ class Pace:
         span = now - start - sum(max(0.0, min(end, now) - max(begin, start)) for begin, end in quiet)
         if span < self.LEAST:
             return None
-        for times in (self._sent, self._refused):
-            while times and times[0] < start:
-                times.popleft()
-        return max(0, len(self._sent) - len(self._refused)) / span
+        refused = self._refused
+        while refused and refused[0] < start:
+            refused.popleft()
+        return max(0, _since(self._sent, start) - len(refused)) / span
 
     def success(self, now: float) -> bool:
         """A call went through; returns True when the rate changed noticeably (>= 5%)."""
@@ -191,6 +203,28 @@ class Pace:
             new = rate + self.PROBE  # per success: PROBE of the rate per second
         self.rate = new if ceiling is None else min(ceiling, new)
         return self._changed()
+
+    def lone(self, now: float) -> bool:
+        """A call was refused with a short hint at ``now``: True when that is a lone refusal (see
+        the class) which changes nothing; False when it is to be judged by :meth:`limited`.
+        Either way it counts towards the next judgement."""
+        refusals = self._refusals
+        refusals.append(now)
+        while refusals[0] < now - self.CALM:
+            refusals.popleft()
+        # Only under a level the provider has not refused (the configured rate, or under the level
+        # it refused last): while finding the rate, or probing past that level, a refusal is the measurement.
+        rate = self.rate
+        level = self._level if now - self._last_cut < self.FORGET else None
+        under = rate is not None and (rate < level if level is not None else self.ceiling is not None and rate <= self.ceiling)
+        if not under or self._slow_start:
+            return False
+        if len(refusals) > max(1.0, self.JITTER * _since(self._sent, now - self.CALM)):
+            return False
+        if level is not None:
+            # Refused here once, if only by jitter: a probe that reaches this rate again measures.
+            self._level = min(level, rate)  # type: ignore[type-var]  # under: rate is known
+        return True
 
     def limited(self, now: float, sent_at: float, *, pending: int = 0) -> bool:
         """The provider refused a call sent at ``sent_at`` (a 429), with ``pending`` calls still
@@ -225,14 +259,17 @@ class Pace:
             # measured is mostly the provider's burst (or a fixed window's whole allowance).
             soon = now - self._resumed < self.SOON
             cut = self.DEEP if soon else self.CUT
-        again = self._target is not None and now - self._last_cut < self.FORGET
+        # Refused again at (or under) the level recovered to: that level was too high too.
+        again = self._target is not None and now - self._last_cut < self.FORGET and (rate or 0.0) <= self._target * 1.01
         self._last_cut = now
         self.rate = max(self._floor(), base * cut)
         self._shown = self.rate
         if not self._slow_start:
-            # Once refused, recover quickly to just under the refused level; refused again, that
-            # level was too high too: from the new rate on, only probe.
+            # Once refused, recover quickly to just under the refused level (a probe past it that
+            # is refused finds the level again); refused at the level recovered to, from the new
+            # rate on, only probe.
             self._target = self.rate if again else max(self.rate, base * self.KNOWN)
+            self._level = base
         return True
 
     def _floor(self) -> float:
@@ -244,3 +281,13 @@ class Pace:
             self._shown = self.rate
             return True
         return False
+
+
+def _since(times: deque[float], start: float) -> int:
+    """How many of ``times`` (in order) are at or after ``start``."""
+    n = 0
+    for t in reversed(times):
+        if t < start:
+            break
+        n += 1
+    return n

@@ -11,9 +11,11 @@ Keys, all under one hash tag so a cluster keeps them on one node:
     {p}permits    sorted set: permit id -> expiry; a permit not renewed in time is evicted, so
                   the slot of a process killed mid-call comes back
     {p}tokens     the token rate's GCRA (``tpm``): its theoretical arrival time, like gcra
-    {p}aimd       hash: rate (absent: unlimited), last_cut, target, slow, grown, started, resumed
+    {p}aimd       hash: rate (absent: unlimited), last_cut, target, level (the base of the last
+                  cut), slow, grown, started, resumed
     {p}sent:N     units sent / refused in the 0.1 s bucket N (expire after a few seconds): what
     {p}refused:N  the provider let in lately, account-wide, the base of a rate cut
+    {p}refusals:N 429s answered in the 0.1 s bucket N: whether a refusal is a lone one
 
 The AIMD arithmetic is :class:`~playbook.limits.pace.Pace`'s, with its constants, over the
 account's sends instead of one process's.
@@ -28,6 +30,7 @@ __all__ = ["ACQUIRE", "CHARGE", "HELD", "HOLD", "REFUSED", "RELEASE", "RENEW", "
 _PRELUDE = f"""
 local WINDOW, LEAST, CUT, DEEP, SOON = {Pace.WINDOW}, {Pace.LEAST}, {Pace.CUT}, {Pace.DEEP}, {Pace.SOON}
 local KNOWN, RECOVER, PROBE, FORGET, GROW = {Pace.KNOWN}, {Pace.RECOVER}, {Pace.PROBE}, {Pace.FORGET}, {Pace.GROW}
+local CALM, JITTER = {Pace.CALM}, {Pace.JITTER}
 local STATE_TTL = 3600
 local function clock()
   local t = redis.call('TIME')
@@ -166,50 +169,66 @@ return {fmt(now), fmt(new)}
 """
 
 # KEYS: permits, aimd.  ARGV: prefix, id, sent_at (Redis time), judge (1: the rate's verdict),
-# ceiling, floor.  -> {now, rate, cut (1/0)}
+# ceiling, floor, short (1: the hint is short).  -> {now, rate, verdict}: lone | cut | noted
 _REFUSED = """
 local prefix, id, sent_at, judge = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local ceiling, floor = num(ARGV[5]), tonumber(ARGV[6])
+local ceiling, floor, short = num(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local aimd = KEYS[2]
 local now = clock()
 redis.call('ZREM', KEYS[1], id)
 meter(prefix, 'refused', sent_at, 1)
+meter(prefix, 'refusals', now, 1)
 local rate = current_rate(aimd, ceiling)
+local slow = redis.call('HGET', aimd, 'slow') == '1'
 local last_cut = field(aimd, 'last_cut') or -math.huge
+-- A lone refusal (Pace.lone): the rate under any level refused (configured, or the base of the
+-- last cut), the hint short, and refusals few among the calls the account sent lately.  It
+-- changes nothing; the refused call waits its hint alone.
+local level = nil
+if now - last_cut < FORGET then level = field(aimd, 'level') end
+local under = rate ~= nil and ((level ~= nil and rate < level) or (level == nil and ceiling ~= nil and rate <= ceiling))
+if short == '1' and under and not slow then
+  local sent = metered(prefix, 'sent', now - CALM, now)
+  if metered(prefix, 'refusals', now - CALM, now) <= math.max(1, JITTER * sent) then
+    -- refused here once, if only by jitter: a probe that reaches this rate again measures
+    if level ~= nil then redis.call('HSET', aimd, 'level', fmt(math.min(level, rate))) end
+    return {fmt(now), fmt(rate), 'lone'}
+  end
+end
 -- Cut once per episode: a call sent before the last cut, or before sending resumed after a hold
 -- (another process's call already on its way), says nothing new.
 local resumed = field(aimd, 'resumed') or now
-if judge ~= '1' or sent_at <= last_cut or sent_at < resumed then return {fmt(now), fmt(rate), '0'} end
+if judge ~= '1' or sent_at <= last_cut or sent_at < resumed then return {fmt(now), fmt(rate), 'noted'} end
 local acc = accepted(prefix, aimd, now)
-local slow = redis.call('HGET', aimd, 'slow') == '1'
 local target = field(aimd, 'target')
 local base, cut
 if rate == nil then
   local n = through(prefix, aimd, now)
-  if n <= 0 then return {fmt(now), '', '0'} end  -- nothing got through lately: a quota, not a rate
+  if n <= 0 then return {fmt(now), '', 'noted'} end  -- nothing got through lately: a quota, not a rate
   if acc ~= nil then base, cut, slow = acc, CUT, false else base, cut, slow = n, 1.0, true end
   redis.call('HSET', aimd, 'grown', fmt(math.max(now, resumed)))
   target = nil
 elseif slow then
-  if acc == nil then return {fmt(now), fmt(rate), '0'} end  -- too early to measure: nothing new
+  if acc == nil then return {fmt(now), fmt(rate), 'noted'} end  -- too early to measure: nothing new
   base, cut, slow, target = acc, CUT, false, nil
 else
   base = rate
   if acc ~= nil and acc < rate then base = acc end
   if now - resumed < SOON then cut = DEEP else cut = CUT end
 end
-local again = target ~= nil and now - last_cut < FORGET
+-- refused again at (or under) the level recovered to: that level was too high too
+local again = target ~= nil and now - last_cut < FORGET and (rate or 0) <= target * 1.01
 local new = math.max(floor, base * cut)
 redis.call('HSET', aimd, 'rate', fmt(new), 'last_cut', fmt(now), 'slow', slow and '1' or '0')
 if slow then
   redis.call('HDEL', aimd, 'target')
 elseif again then
-  redis.call('HSET', aimd, 'target', fmt(new))
+  redis.call('HSET', aimd, 'target', fmt(new), 'level', fmt(base))
 else
-  redis.call('HSET', aimd, 'target', fmt(math.max(new, base * KNOWN)))
+  redis.call('HSET', aimd, 'target', fmt(math.max(new, base * KNOWN)), 'level', fmt(base))
 end
 redis.call('EXPIRE', aimd, STATE_TTL)
-return {fmt(now), fmt(new), '1'}
+return {fmt(now), fmt(new), 'cut'}
 """
 
 # KEYS: hold.  ARGV: prefix.  -> {now, hold}

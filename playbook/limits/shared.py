@@ -35,7 +35,7 @@ from ..errors import PlayDefinitionError, ToolError
 from ..owners import HOST, dead
 from ..urls import masked
 from . import scripts
-from .base import Permit, rate_news
+from .base import Permit, Verdict, rate_news
 from .gates import Window
 from .local import token_burst
 from .pace import Pace
@@ -50,6 +50,7 @@ _SCRIPTS = {"acquire": scripts.ACQUIRE, "held": scripts.HELD, "settle": scripts.
             "release": scripts.RELEASE, "hold": scripts.HOLD, "renew": scripts.RENEW, "tokens": scripts.TOKENS,
             "charge": scripts.CHARGE}  # fmt: skip
 _ids = itertools.count(1)
+_VERDICTS = {b"lone": Verdict.LONE, b"cut": Verdict.LOWERED, b"noted": Verdict.NOTED}
 
 
 def _import_redis() -> Any:
@@ -170,25 +171,25 @@ class RedisLimiter:
             self.rate = _float(reply[1])
         return self._changed() or grew
 
-    async def refused(self, permit: Permit, *, hinted: bool) -> bool:
+    async def refused(self, permit: Permit, *, hinted: bool, short: bool = False) -> Verdict:
         if not self._landed(permit):
-            return False
+            return Verdict.NOTED
         with self._lock:
             concurrency = bool(permit.level) and self.window.refused(permit.level, self._now(), hinted=hinted)
         if concurrency:
             await self._quietly("release", ["permits"], [permit.key], permit.key)
-            return True
+            return Verdict.LOWERED
         sent_at = permit.sent_at + permit.offset
         judge = "0" if hinted and self.token_rate is not None else "1"  # a token limit's refusal: not the request rate's
-        args = [permit.key, f"{sent_at:.6f}", judge, _opt(self.ceiling), self.floor]
+        args = [permit.key, f"{sent_at:.6f}", judge, _opt(self.ceiling), self.floor, "1" if short else "0"]
         reply = await self._quietly("refused", ["permits", "aimd"], args, permit.key)
         if reply is None:
-            return False
+            return Verdict.NOTED
         self.rate = _float(reply[1])
-        if reply[2] != b"1":
-            return False
-        self._shown = self.rate
-        return True
+        verdict = _VERDICTS[reply[2]]
+        if verdict is Verdict.LOWERED:
+            self._shown = self.rate
+        return verdict
 
     async def release(self, permit: Permit) -> None:
         await self._give_back(permit, on_wire=True)

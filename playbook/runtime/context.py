@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PlaybookError, PlayDefinitionError, ProviderUnavailable, RunFatal, ToolError
+from ..errors import PlaybookError, PlayDefinitionError, ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
 from ..keys import step_key, step_name
 from ..providers import IN_PLACE
 from ..signals import Sleeping, Suspend
@@ -83,14 +83,32 @@ class Context:
         self.logs.append(text)
         _logger.info("%s row %s: %s", self.scope.play, self.scope.label(self.position), text)
 
-    def tool(self, tool: Tool, input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, **kwargs: Any) -> Any:
-        """Call ``tool`` (await it): its receipt if one exists, else dispatch through its provider."""
+    def tool(
+        self, tool: Tool, input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, on_exhausted: str = "park",
+        **kwargs: Any,
+    ) -> Any:  # fmt: skip
+        """Call ``tool`` (await it): its receipt if one exists, else dispatch through its provider.
+
+        A provider that cannot answer within the row's wait budget (held past ``max_wait``, or
+        down past it) raises :class:`~playbook.errors.ProviderExhausted`, and the row *parks*
+        even if the play catches it (a broad ``except`` cannot turn it into a finished row with a
+        fallback value, memoised for good).  ``on_exhausted="raise"`` is the opt-in to handle it
+        yourself: the play's ``except pb.ProviderExhausted:`` then decides, and what the row
+        returns is its output.  (``ctx.waterfall`` falls through to its next leg as well.)
+        """
         if not isinstance(tool, Tool):
             raise ToolError(f"ctx.tool() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}")
-        return self._made_here(self._tool(tool, input, force, ttl, kwargs))
+        if on_exhausted not in ("park", "raise"):
+            raise PlayDefinitionError(f"ctx.tool({tool.name!r}): on_exhausted must be 'park' or 'raise', not {on_exhausted!r}")
+        return self._made_here(self._tool(tool, input, force, ttl, on_exhausted == "park", kwargs))
 
-    async def _tool(self, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> Any:
-        return (await self._call(tool, input, force, ttl, kwargs))[0]
+    async def _tool(self, tool: Tool, input: Any, force: bool, ttl: float | None, parks: bool, kwargs: dict[str, Any]) -> Any:
+        try:
+            return (await self._call(tool, input, force, ttl, kwargs))[0]
+        except ProviderExhausted as exc:
+            if parks:
+                self._signal = exc  # sticky: the row parks even if the play catches it
+            raise
 
     # -- coroutines handed out, for "did you forget an await?" ---------------------------
 
@@ -182,8 +200,8 @@ class Context:
             raise self._signal
         try:
             return await run_play(self, play, inputs)
-        except Suspend as signal:
-            self._signal = signal
+        except (Suspend, ProviderExhausted) as signal:
+            self._signal = signal  # a sub-play that steps aside or parks takes this row with it
             raise
         except RunFatal as exc:
             self._signal = exc
@@ -230,7 +248,7 @@ class Context:
         try:
             for leg in legs:
                 try:
-                    out, miss = await self._call(leg.tool, leg.input, leg.force, leg.ttl, leg.kwargs)
+                    out, miss = await self._call(leg.tool, leg.input, leg.force, leg.ttl, leg.kwargs, leg=True)
                 except ProviderUnavailable:  # ProviderExhausted too: a long hold falls through at once
                     outcomes.append("unavailable")
                     continue
@@ -318,11 +336,13 @@ class Context:
         name = step_name(kind, key)
         return step_key(self.scope.play, self.row_key, name, self.occurrence(name))
 
-    async def _call(self, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> tuple[Any, bool]:
+    async def _call(
+        self, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any], *, leg: bool = False
+    ) -> tuple[Any, bool]:
         if self._signal is not None:
-            raise self._signal  # a suspension the play caught: the row still steps aside
+            raise self._signal  # a suspension (or a park) the play caught: the row still steps aside
         try:
-            return await call_tool(self, tool, input, force, ttl, kwargs)
+            return await call_tool(self, tool, input, force, ttl, kwargs, leg=leg)
         except Suspend as signal:
             self._signal = signal
             raise

@@ -65,10 +65,14 @@ class Pending(NamedTuple):
     logical: str  # (row, tool, occurrence): the same across the row's replays
     forced: bool
     ttl: float | None
+    leg: bool  # a waterfall's leg: a provider that is down passes to the next leg at once
 
 
-async def call_tool(ctx: Caller, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> tuple[Any, bool]:
-    """``(value, miss)`` of one call: from its receipt, or paid for and recorded."""
+async def call_tool(
+    ctx: Caller, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any], *, leg: bool = False
+) -> tuple[Any, bool]:
+    """``(value, miss)`` of one call: from its receipt, or paid for and recorded (``leg``: as a
+    waterfall's leg)."""
     scope = ctx.scope
     values = tool.bind(input, kwargs)
     if scope.replay is not None and scope.store is scope.replay.store:
@@ -81,7 +85,7 @@ async def call_tool(ctx: Caller, tool: Tool, input: Any, force: bool, ttl: float
         found = await lookup(scope.store, key, ttl)
         if found is not MISSING:
             return _reused(ctx, tool, values, found)
-    return await _pay(ctx, tool, Pending(key, values, logical, forced, ttl))
+    return await _pay(ctx, tool, Pending(key, values, logical, forced, ttl, leg))
 
 
 def _replayed(ctx: Caller, tool: Tool, values: Any) -> tuple[Any, bool]:
@@ -238,6 +242,7 @@ async def _route(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     if tool.provider is None:
         return await _sender(ctx, tool, call, _env(ctx, call))()
     ticket = ctx.scope.tickets.get(call.logical, tool, ctx.position)
+    ticket.falls_through = call.leg
     # The call's environment outlives a suspension with its ticket: what a try got before it
     # failed (an LLM answer whose re-ask was refused) is still there when the row replays.
     env = ticket.carry if isinstance(ticket.carry, CallEnv) else _env(ctx, call)
