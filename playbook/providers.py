@@ -25,7 +25,7 @@ __all__ = ["HEADROOM", "IN_PLACE", "Provider", "Ticket", "sharing_limits"]
 
 T = TypeVar("T")
 
-_CONFIG = frozenset({"name", "rps", "rpm", "burst", "concurrency", "tpm", "account", "max_wait", "retries", "shared", "governor"})
+_CONFIG = frozenset({"name", "rps", "rpm", "burst", "window", "concurrency", "tpm", "account", "max_wait", "retries", "shared", "governor"})
 _SCHEMES = ("redis", "rediss", "unix")
 # While set, a provider pickled without shared= travels as one whose limits are shared there (a
 # cluster run: every worker is another process, and one account has one rate, not one per worker).
@@ -66,6 +66,21 @@ def _check(name: str, option: str, value: object, *, integer: bool = False, zero
         raise PlayDefinitionError(f"Provider {name!r}: {option} must be a {what} {bound}{none}, not {value!r}")
 
 
+def _check_window(name: str, window: object) -> tuple[int, float] | None:
+    if window is None:
+        return None
+    ok = isinstance(window, (tuple, list)) and len(window) == 2
+    limit, seconds = window if ok else (None, None)  # type: ignore[misc]
+    ok = ok and isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1
+    ok = ok and isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) and seconds > 0
+    if not ok:
+        raise PlayDefinitionError(
+            f"Provider {name!r}: window must be (calls, seconds), e.g. window=(50, 5) for 50 calls per 5 seconds, "
+            f"or None, not {window!r}"
+        )
+    return int(limit), float(seconds)  # type: ignore[arg-type]
+
+
 def _check_shared(name: str, shared: object) -> None:
     if shared is None:
         return
@@ -84,8 +99,11 @@ class Provider:
     ``x-ratelimit-limit-*`` headers of an LLM provider's answers); ``concurrency`` bounds calls in
     flight; ``tpm`` is tokens per minute: an LLM tool's calls are weighed by their estimated tokens,
     paced evenly (never a minute's worth at once), and charged their real usage when answered;
+    ``window=(50, 5)`` is a limit counted per window of time (50 calls per 5 seconds): no span
+    of 5 s sees more than 50 calls, and a window's whole allowance goes at once (without it, an
+    allowance is learnt from the refusals that say when a window ends);
     ``retries`` bounds retries of transient failures; ``max_wait`` (seconds) is how long a row may
-    wait on this provider's holds before it parks.  ``shared="redis://host:6379/0"``: rate,
+    wait on this provider's holds (and on the probes of a provider that is down) before it parks.  ``shared="redis://host:6379/0"``: rate,
     calls in flight and holds are shared by every process and machine naming this provider and
     ``account`` at that Redis (a Redis out of reach counts as the provider being down).
 
@@ -100,6 +118,7 @@ class Provider:
     rps: float | None
     rpm: float | None
     burst: int | None
+    window: tuple[int, float] | None
     concurrency: int | None
     tpm: float | None
     account: str
@@ -115,6 +134,7 @@ class Provider:
         rps: float | None = None,
         rpm: float | None = None,
         burst: int | None = None,
+        window: tuple[int, float] | None = None,
         concurrency: int | None = None,
         tpm: float | None = None,
         account: str = "default",
@@ -136,7 +156,8 @@ class Provider:
             raise PlayDefinitionError(f"Provider {name!r}: account must be a non-empty string, not {account!r}")
         _check_shared(name, shared)
         config: dict[str, Any] = {
-            "name": name, "rps": rps if rpm is None else rpm / 60.0, "rpm": rpm, "burst": burst, "concurrency": concurrency,
+            "name": name, "rps": rps if rpm is None else rpm / 60.0, "rpm": rpm, "burst": burst,
+            "window": _check_window(name, window), "concurrency": concurrency,
             "tpm": tpm, "max_wait": float(max_wait), "retries": retries, "shared": shared,
             # The account's identity: receipts are keyed by it, and shared limits live under it.
             "account": f"{name}:{account}",
@@ -149,17 +170,19 @@ class Provider:
         rate = self.rps * HEADROOM if self.rps is not None else None
         tokens = self.tpm / 60.0 * HEADROOM if self.tpm is not None else None
         if self.shared is None:
-            return LocalLimiter(rate, self.burst, self.concurrency, tokens)
+            return LocalLimiter(rate, self.burst, self.concurrency, tokens, self.window)
         from .limits.shared import RedisLimiter  # imports redis: only when limits are shared
 
         return RedisLimiter(
-            self.shared, self.account, provider=self.name, rate=rate, burst=self.burst, concurrency=self.concurrency, tokens=tokens
-        )
+            self.shared, self.account, provider=self.name, rate=rate, burst=self.burst, concurrency=self.concurrency, tokens=tokens,
+            window=self.window,
+        )  # fmt: skip
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Its description travels, never its live state (rate, holds, counters, connections)."""
         options: dict[str, Any] = {
-            "rps": self.rps if self.rpm is None else None, "rpm": self.rpm, "burst": self.burst, "concurrency": self.concurrency,
+            "rps": self.rps if self.rpm is None else None, "rpm": self.rpm, "burst": self.burst, "window": self.window,
+            "concurrency": self.concurrency,
             "tpm": self.tpm, "account": self.account.split(":", 1)[1], "max_wait": self.max_wait, "retries": self.retries,
             "shared": self.shared if self.shared is not None else _SHARE_AT.get(),
         }  # fmt: skip
@@ -171,7 +194,7 @@ class Provider:
         object.__setattr__(self, option, value)
 
     def __repr__(self) -> str:
-        given = ("rpm", "burst", "concurrency", "tpm") if self.rpm is not None else ("rps", "burst", "concurrency", "tpm")
+        given = ("rpm" if self.rpm is not None else "rps", "burst", "window", "concurrency", "tpm")
         limits = [f"{k}={getattr(self, k)!r}" for k in given if getattr(self, k) is not None]
         if self.shared is not None:
             limits.append(f"shared={masked(self.shared)}")

@@ -39,6 +39,29 @@ def test_configured_rate_reaches_the_limit_without_429s(shape: Shape) -> None:
     assert shape.refused == 0
 
 
+def test_a_configured_window_sends_each_allowance_at_once_and_is_never_refused() -> None:
+    """window=(50, 5) against 50 calls per aligned 5 s window: each window's allowance goes at
+    once (no pacing between), none is refused, >= 0.95 of the allowed 10/s."""
+    shape = FixedWindow(limit=50, period=5.0)
+    out = _run(Provider("p", window=(50, 5)), shape, rows=400)
+    assert out.ok == 400 and shape.refused == 0
+    ideal = (400 - 50) / 10  # the first allowance at once, then 50 every 5 s
+    assert ideal / out.seconds >= 0.95
+
+
+def test_an_unknown_window_is_learnt_from_its_refusals() -> None:
+    """No limits given, 50 calls per 5 s window: the first window's end refuses every call in
+    flight; from then on the allowance read from it goes at once and the window's end costs one
+    refusal: <= 5% 429s over the run, at <= 1.2 x the ideal time."""
+    shape = FixedWindow(limit=50, period=5.0, latency=0.05)
+    provider = Provider("p")
+    out = _run(provider, shape, rows=500, concurrency=16)
+    assert out.ok == 500
+    assert _share(shape) <= 0.05, (shape.refused, shape.requests)
+    assert out.seconds <= 1.2 * (500 - 50) / 10
+    assert provider.limiter.allowance.limit == 50
+
+
 @pytest.mark.parametrize("shape", [TokenBucket(rps=20, burst=5), TokenBucket(rps=20, burst=5, hints=False), FixedWindow(limit=20)],
                          ids=["bucket", "bucket-no-hint", "window"])  # fmt: skip
 def test_discovered_rate_converges(shape: Shape) -> None:

@@ -1,4 +1,4 @@
-"""The governor's exact primitives: reading wait headers, backoff, GCRA pacing and AIMD."""
+"""The governor's exact primitives: reading wait headers, backoff, GCRA pacing and AIMD, window allowances."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from email.utils import formatdate
 import httpx
 import pytest
 
-from playbook.limits import Backoff, Pace, retry_after
+from playbook.limits import HEADROOM, Backoff, Pace, retry_after
+from playbook.limits.allowance import Allowance
 
 NOW = 1_700_000_000.0  # a wall-clock "now", in epoch seconds
 
@@ -405,3 +406,51 @@ def test_retry_after_ms_preferred_over_retry_after() -> None:
     assert _wait(retry_after_ms="1200", retry_after="2") == 1.2
     assert _wait(retry_after_ms="soon", retry_after="2") == 2.0
     assert _wait(retry_after_ms="-5", retry_after="2") == 2.0
+
+
+# -- window allowances ----------------------------------------------------------------------
+
+
+def test_a_configured_window_holds_no_more_than_its_calls_in_any_span() -> None:
+    """Allowance(3, 1.0): three calls at once, the fourth when the first is a span (1 s and a
+    margin) old, whatever the alignment of the provider's windows."""
+    allowance = Allowance(3, 1.0)
+    for t in (0.0, 0.1, 0.2):
+        assert allowance.delay(t) == 0.0
+        allowance.take(t, 0.0)
+    assert allowance.delay(0.3) == pytest.approx(allowance.span - 0.3)
+    assert allowance.span == pytest.approx(1.0 / HEADROOM)
+    allowance.take(allowance.span, 0.0)
+    assert allowance.delay(allowance.span) == pytest.approx(0.1 + allowance.span - allowance.span)
+
+
+def test_a_learnt_allowance_is_what_the_window_let_in_before_its_first_refusal() -> None:
+    """A long-hinted refusal: the calls of the window sent before the refused one are its
+    allowance (the fewest, over the window's refused calls: they arrive in any order); the next
+    window (opened by the hold's end) sends nine tenths of it freely, then one at a time."""
+    allowance = Allowance()
+    for i in range(12):
+        allowance.take(i * 0.01, 0.0)
+    allowance.refused(sent_at=0.11)  # the 12th call: 11 went before it
+    allowance.refused(sent_at=0.10)  # the 11th, answered later: 10 went before it
+    assert allowance.limit == 10
+    for i in range(9):  # the window opens when the hold (until 5.0) has ended
+        allowance.take(5.0 + i * 0.01, 5.0)
+    assert allowance.single_file()  # nine sent: the last tenth goes one at a time
+
+
+def test_a_call_let_in_past_a_learnt_allowance_doubles_it() -> None:
+    """An allowance read too low (a window partly used before): the call sent one at a time past
+    it is let in, so the allowance doubles and the calls stop going one at a time."""
+    allowance = Allowance()
+    for i in range(5):
+        allowance.take(i * 0.01, 0.0)
+    allowance.refused(sent_at=0.04)
+    assert allowance.limit == 4
+    for i in range(5):
+        allowance.take(5.0 + i * 0.01, 5.0)
+    assert allowance.single_file()
+    allowance.let_in(sent_at=5.03)  # the 4th: within the allowance, says nothing
+    assert allowance.limit == 4
+    allowance.let_in(sent_at=5.04)  # the 5th, past it
+    assert allowance.limit == 10

@@ -359,10 +359,12 @@ def test_endless_unhinted_refusals_are_bounded_by_budget() -> None:
         ("max_wait", -1), ("max_wait", None), ("max_wait", "60"), ("max_wait", math.nan),
         ("retries", -1), ("retries", 1.5), ("retries", None),
         ("rpm", 0), ("rpm", "600"), ("tpm", -5), ("tpm", math.inf), ("tpm", True),
+        ("window", 50), ("window", (50,)), ("window", (0, 5)), ("window", (50, 0)), ("window", (50.5, 5)),
+        ("window", ("50", 5)), ("window", (50, math.inf)), ("window", (True, 5)),
     ],
 )  # fmt: skip
 def test_bad_options_rejected(option: str, value: object) -> None:
-    """A bad rps, rpm, tpm, burst, concurrency, max_wait or retries is a PlayDefinitionError naming it."""
+    """A bad rps, rpm, tpm, burst, window, concurrency, max_wait or retries is a PlayDefinitionError naming it."""
     with pytest.raises(pb.PlayDefinitionError, match=option):
         Provider("p", **{option: value})
 
@@ -379,6 +381,16 @@ def test_rpm_is_rps_spelled_per_minute() -> None:
     assert provider.rps == 10.0 and provider.rpm == 600 and provider.tpm == 60_000
     assert provider.rate == pytest.approx(10 * HEADROOM)
     assert repr(provider).startswith("<Provider 'llm' rpm=600 tpm=60000 rate=9.8/s")
+
+
+def test_a_window_is_calls_per_seconds_and_shows_as_given() -> None:
+    """window=(50, 5) (or a list, as JSON gives it) is kept as (50, 5.0), shown, and travels with the provider."""
+    import pickle
+
+    provider = Provider("api", window=[50, 5], concurrency=8)
+    assert provider.window == (50, 5.0)
+    assert repr(provider).startswith("<Provider 'api' window=(50, 5.0) concurrency=8")
+    assert pickle.loads(pickle.dumps(provider)).window == (50, 5.0)
 
 
 def test_rps_and_rpm_together_rejected() -> None:

@@ -42,7 +42,7 @@ class Window:
 
     limit: int | None
 
-    __slots__ = ("configured", "limit", "in_flight", "opening", "_waiters", "_handed", "_oks", "_changed", "_blind")
+    __slots__ = ("configured", "limit", "in_flight", "opening", "_waiters", "_handed", "_oks", "_changed", "_blind", "_single")
 
     HORIZON = 2.0  # seconds of successes that say which levels went through
     INITIAL = 8
@@ -59,6 +59,7 @@ class Window:
         self._oks: deque[tuple[float, int]] = deque()  # (when, level) of recent successes
         self._changed = -math.inf  # when the limit last fell
         self._blind = False  # halved on a refusal before anything went through
+        self._single = False  # one call at a time, whatever the limit (a window's allowance is used up)
 
     def __repr__(self) -> str:
         limit = "unbounded" if self.limit is None else str(self.limit)
@@ -77,7 +78,17 @@ class Window:
         return None if self.opening and self.configured is None else self.limit
 
     def _open(self) -> bool:
+        if self._single:
+            return self.in_flight < 1
         return self.limit is None or self.in_flight < self.limit
+
+    def single(self, single: bool) -> None:
+        """One call at a time while ``single`` (see :class:`~playbook.limits.allowance.Allowance`),
+        else as the limit says: lifted, it lets waiters in."""
+        if single != self._single:
+            self._single = single
+            if not single:
+                self._wake()
 
     def enter(self) -> bool:
         """Take room for one more call if there is some now, without waiting (the hot path)."""

@@ -15,6 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
+from .allowance import Allowance
 from .base import Permit, Verdict
 from .gates import Window
 from .pace import Pace
@@ -36,14 +37,16 @@ class LocalLimiter:
     asyncio loop's clock is ``time.monotonic()``.)
     """
 
-    __slots__ = ("pace", "tokens", "window", "hold_until", "in_flight", "_lock", "_waiters", "_queued", "_loops")
+    __slots__ = ("pace", "tokens", "window", "allowance", "hold_until", "in_flight", "_lock", "_waiters", "_queued", "_loops")
 
     def __init__(
-        self, rate: float | None = None, burst: int | None = None, concurrency: int | None = None, tokens: float | None = None
-    ) -> None:
+        self, rate: float | None = None, burst: int | None = None, concurrency: int | None = None, tokens: float | None = None,
+        allowance: tuple[int, float] | None = None,
+    ) -> None:  # fmt: skip
         self.pace = Pace(rate, burst)
         self.tokens = _token_pace(tokens) if tokens is not None else None
         self.window = Window(concurrency)
+        self.allowance = Allowance(*allowance) if allowance is not None else Allowance()
         self.hold_until = 0.0  # loop clock
         self.in_flight = 0  # calls on the wire
         self._lock = threading.Lock()
@@ -53,7 +56,7 @@ class LocalLimiter:
 
     def __repr__(self) -> str:
         tokens = f" tokens={self.tokens.rate:.4g}/s" if self.tokens is not None else ""
-        return f"<LocalLimiter {self.pace!r}{tokens} {self.window!r} on_wire={self.in_flight} hold_until={self.hold_until:.3f}>"
+        return f"<LocalLimiter {self.pace!r}{tokens} {self.window!r} {self.allowance!r} on_wire={self.in_flight} hold_until={self.hold_until:.3f}>"
 
     @property
     def rate(self) -> float | None:
@@ -69,7 +72,7 @@ class LocalLimiter:
 
     def expected_wait(self, weight: float) -> float:
         loop = here()
-        if loop is None or (self.pace.rate is None and self.tokens is None):
+        if loop is None or (self.pace.rate is None and self.tokens is None and not self.allowance.configured):
             return 0.0
         with self._lock:
             wait = self._delay(loop.time(), weight)
@@ -127,6 +130,8 @@ class LocalLimiter:
             grew = self.window.success(permit.level, now)
             if self.pace.success(now):
                 rearm = grew = True
+            self.allowance.let_in(permit.sent_at)
+            self.window.single(self.allowance.single_file())
             handed = self.window.handed()
         if handed:
             self._let_in(handed)
@@ -148,6 +153,9 @@ class LocalLimiter:
             elif not (hinted and self.tokens is not None):  # else a token limit's refusal, most likely: its hold says when
                 rearm = self.pace.limited(now, permit.sent_at, pending=self.in_flight)
                 verdict = Verdict.LOWERED if rearm else Verdict.NOTED
+            if hinted and not short and verdict is not Verdict.LONE:  # a window's end, most likely: what did it let in?
+                self.allowance.refused(permit.sent_at)
+                self.window.single(self.allowance.single_file())
             self.window.release()
             handed = self.window.handed()
         if handed:
@@ -175,12 +183,7 @@ class LocalLimiter:
             # goes back to its governor, which parks its row, suspends it or waits, by its budget.
             if until <= now:
                 return until
-            kicked = self.window.kick() + [slot for slot, _ in self._waiters if not slot.done()]
-            self._waiters.clear()
-            self._queued = 0.0
-            for timer in self._loops.values():
-                timer.cancel()
-            self._loops.clear()
+            kicked = self.window.kick() + self._unqueue_all()
         wake_all(kicked, False)
         return until
 
@@ -219,17 +222,19 @@ class LocalLimiter:
 
     def _due(self, now: float, weight: float) -> bool:
         """Under the lock: may a call go now, with no one queued ahead of it?"""
-        if self.pace.rate is None and self.tokens is None:
+        if self.pace.rate is None and self.tokens is None and not self.allowance.configured:
             return True
         return not self._waiters and self._delay(now, weight) <= 0
 
     def _delay(self, now: float, weight: float) -> float:
-        """Seconds until a call of ``weight`` tokens has both a request slot and its tokens."""
-        wait = self.pace.delay(now)
+        """Seconds until a call of ``weight`` tokens has a request slot, room in the window and its tokens."""
+        wait = max(self.pace.delay(now), self.allowance.delay(now))
         return wait if self.tokens is None else max(wait, self.tokens.delay(now, weight))
 
     def _take(self, now: float, weight: float, *, queued: bool = False) -> None:
         self.pace.take(now, queued=queued)
+        self.allowance.take(now, self.hold_until)
+        self.window.single(self.allowance.single_file())
         if self.tokens is not None:
             self.tokens.take(now, queued=queued, weight=weight)
 
@@ -284,6 +289,7 @@ class LocalLimiter:
     def _release(self, timer: _Timer) -> None:
         """A loop's timer fired: let out every call whose slot is due, on whichever loop."""
         let_out: list[asyncio.Future[bool]] = []
+        bounced: list[asyncio.Future[bool]] = []
         loop = timer.loop
         with self._lock:
             if self._loops.get(loop) is timer:
@@ -296,9 +302,23 @@ class LocalLimiter:
                 if not slot.done():  # a cancelled waiter gives its turn to the next
                     self._take(now, weight, queued=True)
                     let_out.append(slot)
+                    if self.allowance.single_file():
+                        bounced = self._unqueue_all()  # past the window's allowance: back to the gate, one at a time
             if waiters and self._loops.get(loop) is timer:
                 timer.arm(now + self._delay(now, waiters[0][1]), self._release)
         wake_all(let_out, True)
+        wake_all(bounced, False)
+
+    def _unqueue_all(self) -> list[asyncio.Future[bool]]:
+        """Under the lock: empty the paced queue; its calls go back to their governors (a hold,
+        or a window's allowance used up), which ask again."""
+        sent_back = [slot for slot, _ in self._waiters if not slot.done()]
+        self._waiters.clear()
+        self._queued = 0.0
+        for timer in self._loops.values():
+            timer.cancel()
+        self._loops.clear()
+        return sent_back
 
     def _gone(self, loop: asyncio.AbstractEventLoop) -> None:
         """Under the lock: one of ``loop``'s calls left the queue."""

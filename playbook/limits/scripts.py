@@ -16,6 +16,10 @@ Keys, all under one hash tag so a cluster keeps them on one node:
     {p}sent:N     units sent / refused in the 0.1 s bucket N (expire after a few seconds): what
     {p}refused:N  the provider let in lately, account-wide, the base of a rate cut
     {p}refusals:N 429s answered in the 0.1 s bucket N: whether a refusal is a lone one
+    {p}winlog     sorted set: permit id -> when it went, under a configured window (its span of them)
+    {p}allow      hash: a learnt window allowance: limit, opened (when the window opened), count,
+                  learnt (the window it was read in), single_at (the first call past it)
+    {p}allowlog   sorted set: permit id -> when it went, in the learnt window (RECENT seconds of them)
 
 The AIMD arithmetic is :class:`~playbook.limits.pace.Pace`'s, with its constants, over the
 account's sends instead of one process's.
@@ -23,6 +27,7 @@ account's sends instead of one process's.
 
 from __future__ import annotations
 
+from .allowance import Allowance
 from .pace import Pace
 
 __all__ = ["ACQUIRE", "CHARGE", "HELD", "HOLD", "REFUSED", "RELEASE", "RENEW", "SETTLE", "TOKENS"]
@@ -30,7 +35,7 @@ __all__ = ["ACQUIRE", "CHARGE", "HELD", "HOLD", "REFUSED", "RELEASE", "RENEW", "
 _PRELUDE = f"""
 local WINDOW, LEAST, CUT, DEEP, SOON = {Pace.WINDOW}, {Pace.LEAST}, {Pace.CUT}, {Pace.DEEP}, {Pace.SOON}
 local KNOWN, RECOVER, PROBE, FORGET, GROW = {Pace.KNOWN}, {Pace.RECOVER}, {Pace.PROBE}, {Pace.FORGET}, {Pace.GROW}
-local CALM, JITTER = {Pace.CALM}, {Pace.JITTER}
+local CALM, JITTER, RECENT, SURE = {Pace.CALM}, {Pace.JITTER}, {Allowance.RECENT}, {Allowance.SURE}
 local STATE_TTL = 3600
 local function clock()
   local t = redis.call('TIME')
@@ -82,6 +87,12 @@ local function through(prefix, aimd, now)
   local start = span_start(aimd, now)
   return math.max(0, metered(prefix, 'sent', start, now) - metered(prefix, 'refused', start, now)), now - start
 end
+-- A learnt allowance (Allowance): the calls of the window that opened when sending last resumed
+-- (a hold's end), sent before sent_at.
+local function allowed_before(allow, log, sent_at)
+  local count = field(allow, 'count') or 0
+  return count - redis.call('ZCOUNT', log, fmt(sent_at), '+inf')
+end
 local function accepted(prefix, aimd, now)
   if field(aimd, 'started') == nil then return nil end
   local n, span = through(prefix, aimd, now)
@@ -90,52 +101,92 @@ local function accepted(prefix, aimd, now)
 end
 """
 
-# KEYS: gcra, hold, permits, aimd.  ARGV: prefix, id, weight, limit (0: none), ttl, ceiling ('' none),
-# burst, horizon.  -> {status, now, hold, rate, level, wait}; status: held | full | wait | go.
+# KEYS: gcra, hold, permits, aimd, allow, allowlog, winlog.  ARGV: prefix, id, weight, limit (0: none),
+# ttl, ceiling ('' none), burst, horizon, window calls (0: the allowance is learnt), window span.
+# -> {status, now, hold, rate, level, wait}; status: held | full | wait | go.
 _ACQUIRE = """
 local prefix, id, weight, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local ttl, ceiling, burst, horizon = tonumber(ARGV[5]), num(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local wcalls, wspan = tonumber(ARGV[9]), tonumber(ARGV[10])
+local aimd, allow, allowlog, winlog = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local now = clock()
 local hold = tonumber(redis.call('GET', KEYS[2]) or '0')
-local rate = current_rate(KEYS[4], ceiling)
+local rate = current_rate(aimd, ceiling)
 if hold > now then
   redis.call('ZREM', KEYS[3], id)
   return {'held', fmt(now), fmt(hold), fmt(rate), '0', '0'}
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', fmt(now))
+-- a learnt allowance: a window opens when sending resumes after a hold; used up, one call at a time
+local resumed = field(aimd, 'resumed') or now
+if wcalls == 0 and resumed <= now and (field(allow, 'opened') or -math.huge) < resumed then
+  redis.call('HSET', allow, 'opened', fmt(resumed), 'count', '0')
+  redis.call('HDEL', allow, 'single_at')
+  redis.call('DEL', allowlog)
+end
+local allowed = field(allow, 'limit')
+local single = wcalls == 0 and allowed ~= nil and (field(allow, 'count') or 0) >= math.ceil(allowed * SURE)
 if not redis.call('ZSCORE', KEYS[3], id) then
   local n = redis.call('ZCARD', KEYS[3])
-  if limit > 0 and n >= limit then
+  if (limit > 0 and n >= limit) or (single and n > 0) then
     return {'full', fmt(now), fmt(hold), fmt(rate), tostring(n), '0'}
   end
   redis.call('ZADD', KEYS[3], fmt(now + ttl), id)
 end
 local level = redis.call('ZCARD', KEYS[3])
 local go = now
-if rate ~= nil then
-  local interval = 1 / rate
-  local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
-  go = math.max(now, tat - math.max(0, burst - weight) * interval)
-  if go - now > horizon then
-    return {'wait', fmt(now), fmt(hold), fmt(rate), tostring(level), fmt(go - now)}
+if wcalls > 0 then  -- a configured window: no span of wspan holds more than wcalls calls
+  redis.call('ZREMRANGEBYSCORE', winlog, '-inf', fmt(now - wspan))
+  local n = redis.call('ZCARD', winlog)
+  if n >= wcalls then
+    local oldest = redis.call('ZRANGE', winlog, n - wcalls, n - wcalls, 'WITHSCORES')
+    go = math.max(go, tonumber(oldest[2]) + wspan)
   end
-  local new = math.max(tat, go) + weight * interval
+end
+local tat = nil
+if rate ~= nil then
+  tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+  go = math.max(go, tat - math.max(0, burst - weight) / rate)
+end
+if go - now > horizon then
+  return {'wait', fmt(now), fmt(hold), fmt(rate), tostring(level), fmt(go - now)}
+end
+if rate ~= nil then
+  local new = math.max(tat, go) + weight / rate
   redis.call('SET', KEYS[1], fmt(new), 'PX', math.ceil((new - now) * 1000) + 60000)
 end
-meter(ARGV[1], 'sent', go, weight)
-if redis.call('HSETNX', KEYS[4], 'started', fmt(now)) == 1 then
-  redis.call('HSETNX', KEYS[4], 'resumed', fmt(now))
+if wcalls > 0 then
+  redis.call('ZADD', winlog, fmt(go), id)
+  redis.call('PEXPIRE', winlog, math.ceil(wspan * 1000) + 60000)
+else
+  if single then redis.call('HSETNX', allow, 'single_at', fmt(go)) end
+  redis.call('HINCRBY', allow, 'count', 1)
+  redis.call('ZADD', allowlog, fmt(go), id)
+  redis.call('ZREMRANGEBYSCORE', allowlog, '-inf', fmt(now - RECENT))
+  redis.call('EXPIRE', allow, STATE_TTL)
+  redis.call('EXPIRE', allowlog, STATE_TTL)
 end
-redis.call('EXPIRE', KEYS[4], STATE_TTL)
+meter(ARGV[1], 'sent', go, weight)
+if redis.call('HSETNX', aimd, 'started', fmt(now)) == 1 then
+  redis.call('HSETNX', aimd, 'resumed', fmt(now))
+end
+redis.call('EXPIRE', aimd, STATE_TTL)
 return {'go', fmt(now), fmt(hold), fmt(rate), tostring(level), fmt(go - now)}
 """
 
-# KEYS: gcra, permits, aimd.  ARGV: prefix, id, extra units, ceiling.  -> {now, rate}
+# KEYS: gcra, permits, aimd, allow, allowlog.  ARGV: prefix, id, extra units, ceiling, sent_at
+# (Redis time).  -> {now, rate}
 _SETTLE = """
-local prefix, id, extra, ceiling = ARGV[1], ARGV[2], tonumber(ARGV[3]), num(ARGV[4])
-local aimd = KEYS[3]
+local prefix, id, extra, ceiling, sent_at = ARGV[1], ARGV[2], tonumber(ARGV[3]), num(ARGV[4]), tonumber(ARGV[5])
+local aimd, allow = KEYS[3], KEYS[4]
 local now = clock()
 redis.call('ZREM', KEYS[2], id)
+-- a call let in past a learnt allowance (one at a time): it was read too low, and doubles
+local allowed = field(allow, 'limit')
+if allowed ~= nil and sent_at >= (field(allow, 'single_at') or math.huge) and sent_at >= (field(allow, 'opened') or math.huge) then
+  local place = allowed_before(allow, KEYS[5], sent_at) + 1
+  if place > allowed then redis.call('HSET', allow, 'limit', tostring(2 * place)) end
+end
 local rate = current_rate(aimd, ceiling)
 if rate == nil then return {fmt(now), ''} end
 if extra ~= 0 then
@@ -168,12 +219,14 @@ redis.call('EXPIRE', aimd, STATE_TTL)
 return {fmt(now), fmt(new)}
 """
 
-# KEYS: permits, aimd.  ARGV: prefix, id, sent_at (Redis time), judge (1: the rate's verdict),
-# ceiling, floor, short (1: the hint is short).  -> {now, rate, verdict}: lone | cut | noted
+# KEYS: permits, aimd, allow, allowlog.  ARGV: prefix, id, sent_at (Redis time), judge (1: the
+# rate's verdict), ceiling, floor, hint (none | short | long), learn (1: the allowance is learnt).
+# -> {now, rate, verdict}: lone | cut | noted
 _REFUSED = """
 local prefix, id, sent_at, judge = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local ceiling, floor, short = num(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
-local aimd = KEYS[2]
+local ceiling, floor, hint, learn = num(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local short = hint == 'short'
+local aimd, allow = KEYS[2], KEYS[3]
 local now = clock()
 redis.call('ZREM', KEYS[1], id)
 meter(prefix, 'refused', sent_at, 1)
@@ -187,12 +240,23 @@ local last_cut = field(aimd, 'last_cut') or -math.huge
 local level = nil
 if now - last_cut < FORGET then level = field(aimd, 'level') end
 local under = rate ~= nil and ((level ~= nil and rate < level) or (level == nil and ceiling ~= nil and rate <= ceiling))
-if short == '1' and under and not slow then
+if short and under and not slow then
   local sent = metered(prefix, 'sent', now - CALM, now)
   if metered(prefix, 'refusals', now - CALM, now) <= math.max(1, JITTER * sent) then
     -- refused here once, if only by jitter: a probe that reaches this rate again measures
     if level ~= nil then redis.call('HSET', aimd, 'level', fmt(math.min(level, rate))) end
     return {fmt(now), fmt(rate), 'lone'}
+  end
+end
+-- A long hint: a window's end, most likely: what it let in is the allowance
+local opened = field(allow, 'opened')
+if hint == 'long' and learn == '1' and opened ~= nil and sent_at >= opened then
+  local before = allowed_before(allow, KEYS[4], sent_at)
+  local allowed = field(allow, 'limit')
+  if before > 0 and field(allow, 'learnt') == opened and allowed ~= nil then  -- the fewest of the window's refused calls
+    redis.call('HSET', allow, 'limit', tostring(math.min(allowed, before)))
+  elseif before > 0 then
+    redis.call('HSET', allow, 'limit', tostring(before), 'learnt', fmt(opened))
   end
 end
 -- Cut once per episode: a call sent before the last cut, or before sending resumed after a hold

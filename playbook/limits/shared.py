@@ -35,6 +35,7 @@ from ..errors import PlayDefinitionError, ToolError
 from ..owners import HOST, dead
 from ..urls import masked
 from . import scripts
+from .allowance import Allowance
 from .base import Permit, Verdict, rate_news
 from .gates import Window
 from .local import token_burst
@@ -71,7 +72,7 @@ class RedisLimiter:
     """
 
     def __init__(self, url: str, account: str, *, provider: str, rate: float | None = None, burst: int | None = None,
-                 concurrency: int | None = None, tokens: float | None = None) -> None:  # fmt: skip
+                 concurrency: int | None = None, tokens: float | None = None, window: tuple[int, float] | None = None) -> None:  # fmt: skip
         try:
             self._redis = _import_redis()
         except ImportError as exc:
@@ -87,6 +88,8 @@ class RedisLimiter:
         self.window = Window(concurrency)  # discovers a bound from the account-wide levels 429s meet
         self.rate: float | None = rate  # the shared rate, as last read
         self.token_rate = tokens  # tokens a second (configured or announced); None: calls are not weighed
+        allowance = Allowance(*window) if window is not None else None  # the window's arithmetic, shared by the scripts
+        self.window_args = [window[0], f"{allowance.span:.6f}"] if allowance is not None else [0, 0]
         self.hold_until = 0.0  # loop clock
         self.in_flight = 0  # this process's calls on the wire
         self._shown = rate  # the rate last reported as changed
@@ -166,7 +169,8 @@ class RedisLimiter:
             grew = self.window.success(permit.level, self._now())
         if extra and self.token_rate is not None:
             await self._quietly("charge", ["tokens"], [extra, self.token_rate], None)
-        reply = await self._quietly("settle", ["gcra", "permits", "aimd"], [permit.key, 0, _opt(self.ceiling)], permit.key)
+        args = [permit.key, 0, _opt(self.ceiling), f"{permit.sent_at + permit.offset:.6f}"]
+        reply = await self._quietly("settle", ["gcra", "permits", "aimd", "allow", "allowlog"], args, permit.key)
         if reply is not None:
             self.rate = _float(reply[1])
         return self._changed() or grew
@@ -181,8 +185,9 @@ class RedisLimiter:
             return Verdict.LOWERED
         sent_at = permit.sent_at + permit.offset
         judge = "0" if hinted and self.token_rate is not None else "1"  # a token limit's refusal: not the request rate's
-        args = [permit.key, f"{sent_at:.6f}", judge, _opt(self.ceiling), self.floor, "1" if short else "0"]
-        reply = await self._quietly("refused", ["permits", "aimd"], args, permit.key)
+        hint = "short" if short else "long" if hinted else "none"
+        args = [permit.key, f"{sent_at:.6f}", judge, _opt(self.ceiling), self.floor, hint, "0" if self.window_args[0] else "1"]
+        reply = await self._quietly("refused", ["permits", "aimd", "allow", "allowlog"], args, permit.key)
         if reply is None:
             return Verdict.NOTED
         self.rate = _float(reply[1])
@@ -221,8 +226,8 @@ class RedisLimiter:
                     return None
                 link.freed.clear()
                 limit = self.window.limit or 0
-                args = [key, 1, limit, self.permit_ttl, _opt(self.ceiling), self.burst, HORIZON]
-                reply = await self._script(link, "acquire", ["gcra", "hold", "permits", "aimd"], args)
+                args = [key, 1, limit, self.permit_ttl, _opt(self.ceiling), self.burst, HORIZON, *self.window_args]
+                reply = await self._script(link, "acquire", ["gcra", "hold", "permits", "aimd", "allow", "allowlog", "winlog"], args)
                 status = reply[0]
                 self._learn(reply[1], reply[2], reply[3], loop)
                 if status == b"held":
