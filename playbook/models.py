@@ -181,6 +181,13 @@ class RowResumed(NamedTuple):
     position: int
 
 
+class RowDeferred(NamedTuple):
+    """A row stepped back (another process is paying for one of its calls): it runs again once
+    the rows not started yet are taken, from the receipts that process writes."""
+
+    position: int
+
+
 class RowParked(NamedTuple):
     """A row left this run (followed by its ``RowFinished``): why, on which provider, until when."""
 
@@ -283,4 +290,4 @@ class RunProgress(NamedTuple):
     done: int
 
 
-__all__ += ["RowSleeping", "RunProgress", "duration", "short_count", "time_of_day"]
+__all__ += ["RowDeferred", "RowSleeping", "RunProgress", "duration", "short_count", "time_of_day"]

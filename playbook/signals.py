@@ -1,4 +1,5 @@
-"""Internal control flow: a row stepping aside (held by a provider) or out of the run (parked).
+"""Internal control flow: a row stepping aside (held by a provider, sleeping, or leased by another
+process) or out of the run (parked).
 
 These are ``BaseException``s, not ``Exception``s, so a play's ``except Exception:`` around
 ``ctx.tool`` cannot swallow them; the context also remembers them (sticky suspension).
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Held", "Parked", "Sleeping", "Suspend", "WaitBudget"]
+__all__ = ["Held", "Leased", "Parked", "Sleeping", "Suspend", "WaitBudget"]
 
 
 class WaitBudget:
@@ -37,6 +38,13 @@ class Held(Suspend):
         self.wall = wall  # the same moment in epoch seconds, for people
         self.status = status
         self.budget = budget
+
+
+class Leased(Suspend):
+    """Another process is paying for one of the row's calls right now (it holds the call's
+    lease): the row steps back and runs again once the rows not started yet are taken, when
+    that process has most likely written the receipt.  Processes running the same rows on one
+    store so share them out instead of queueing behind each other's leases."""
 
 
 class Parked(Suspend):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ProviderExhausted, RunFatal
 from ..plays import Play
-from ..signals import Held, Parked, Sleeping, Suspend
+from ..signals import Held, Leased, Parked, Sleeping, Suspend
 from .context import Context
 from .grouping import error_group
 from .memos import remember
@@ -56,6 +56,9 @@ class RowRunner:
         except Sleeping as sleeping:
             outcomes.sleep(pos, sleeping.until, sleeping.wall)
             return True
+        except Leased:
+            outcomes.step_back(pos)
+            return False  # its worker takes the next fresh row
         except Parked as park:
             outcomes.park(pos, park.reason, str(park), park.provider, park.ready_at)
         except ProviderExhausted as exc:

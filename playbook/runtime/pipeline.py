@@ -2,7 +2,9 @@
 
     key      the receipt key of the call (its input in key form; a forgotten await caught here)
     lookup   a receipt answers (or the same call, in flight for another row, is waited for)
-    lease    this process takes the call, or waits for the process paying for it
+    lease    this process takes the call; or, while rows not started yet wait, the row steps
+             back for one of them (another process is paying for it: processes on the same
+             rows share them out); or it waits for that process's receipt
     budget   max_cost is reserved, or the row parks
     route    a batch (coalesced with other rows' calls), the provider's governor (holds, rate,
              retries, over the row's wait budget), or straight to the tool
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..errors import PlaybookError, RunFatal, ToolError
 from ..keys import forced_key, key_text
-from ..signals import Held
+from ..signals import Held, Leased
 from ..store import MISSING
 from ..store.records import record as receipt_record
 from ..tagged import Unencodable, decode, encode
@@ -165,7 +167,7 @@ async def _pay(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     store = ctx.scope.store
     done = store.inflight[call.key] = asyncio.get_running_loop().create_future()
     try:
-        found = await _lease(store, call)
+        found = await _lease(ctx, store, call)
         if found is not MISSING:
             return _reused(ctx, tool, call.values, found)
         return await _spend(ctx, tool, call)
@@ -173,10 +175,12 @@ async def _pay(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
         _release(store, call.key, done)
 
 
-async def _lease(store: Any, call: Pending) -> Any:
+async def _lease(ctx: Caller, store: Any, call: Pending) -> Any:
     """Take this call's lease; returns a receipt instead if another process paid for it meanwhile."""
     key, ttl, leases = call.key, call.ttl, store.leases
     if not await leases.take(key):
+        if not call.forced and ctx.scope.fresh(ctx.position):
+            raise Leased(key)  # another process pays for it now: take a fresh row, come back later
         # Another process is paying for this call right now: wait for its receipt.
         check = (lambda: MISSING) if call.forced else (lambda: store.lookup(key, ttl))
         found = await leases.wait(key, check, MISSING)

@@ -15,6 +15,7 @@ workers (``workers``), one row's attempt (``attempt``), outcomes (``settle``), m
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -60,16 +61,17 @@ class Scheduler:
             run_id=self.run_id, play=play.name, store=store, force_all=opts.refresh is True,
             rerun_rows=opts.refresh is not False, emit=self.state.emit,
             costs=opts.max_cost if isinstance(opts.max_cost, CostBudget) else CostBudget(opts.max_cost), tickets=Tickets(table, opts.max_wait, self._watch), label=table.label,
-            fatal=self._fatal, fixtures=opts.fixtures,
+            fatal=self._fatal, fixtures=opts.fixtures, fresh=self._fresh,
         )  # fmt: skip
         runner = RowRunner(play, self.scope, self.outcomes, store, on_error=opts.on_error, fail_run=self._fail_run)
-        self.workers = Workers(opts.concurrency, held, runner, self.outcomes.resume)
+        self.workers = Workers(opts.concurrency, held, runner, self.outcomes.resume, self._revisit)
         self._positions: list[int] = []  # the rows this execution settles
         self._watching: dict[str, Callable[[], None]] = {}  # provider -> unsubscribe, while an execution runs
         self._woken: asyncio.Future[None] | None = None
         self._notices_seen = store.told
         self._executing = False  # workers are being waited for: rows may still join
         self._first = True
+        self._scattered = False  # the rows not started yet were rotated once another process showed up
         self._down = DownRows(self._readmit, lambda: self._executing and not self.stopping)
 
     def __repr__(self) -> str:
@@ -168,6 +170,25 @@ class Scheduler:
         self.workers.cancel(keep, self.scope.landing.tasks)
         if self._woken is not None and not self._woken.done():
             self._woken.set_result(None)  # execute() stops waiting for the rows: it gives them GRACE
+
+    def _fresh(self, pos: int) -> bool:
+        """Row ``pos`` met a call another process is paying for: may it step back for a fresh row?"""
+        pending = self.workers.pending
+        if not pending or not self.workers.held.may_step_back(pos):
+            return False
+        if not self._scattered:
+            # Another process runs these rows too, in the same order: start elsewhere in them, so
+            # the processes meet at a few rows instead of taking turns at every one.
+            self._scattered = True
+            pending.rotate(random.randrange(len(pending)))
+        return True
+
+    def _revisit(self, rows: list[int]) -> list[int]:
+        """Rows that stepped back for another process's lease: those it finished meanwhile are
+        reused from its memos (one read for all of them); the rest run again."""
+        if self.opts.refresh is not False or self.stopping:
+            return rows
+        return reuse(self.store, self.play, self.table, rows, self.outcomes.reused)
 
     def _fatal(self, exc: BaseException) -> None:
         """A fatal error (bad credentials, no credit): dispatch nothing more, stop the other rows now."""

@@ -169,12 +169,13 @@ class RunScope:
 
     __slots__ = (
         "run_id", "play", "store", "clock", "force_all", "emit", "costs", "tickets", "landing", "batches", "jobs", "label", "_fatal",
-        "_forced", "_client", "replay", "recorder", "rerun_rows",
+        "_forced", "_client", "replay", "recorder", "rerun_rows", "fresh",
     )  # fmt: skip
 
     def __init__(
         self, *, run_id: str, play: str, store: ReceiptStore, force_all: bool, rerun_rows: bool = False, emit: Callable[[Event], None], costs: CostBudget,
         tickets: Tickets, label: Callable[[int], Any], fatal: Callable[[BaseException], None], fixtures: Fixtures | None = None,
+        fresh: Callable[[int], bool] = lambda pos: False,
     ) -> None:  # fmt: skip
         self.run_id = run_id
         self.play = play
@@ -190,6 +191,10 @@ class RunScope:
         self.jobs = Jobs(self.batches.track)
         self.label = label  # position -> index label, for messages
         self._fatal = fatal
+        # Are rows waiting that were never started (and has row ``pos`` not stepped back before)?
+        # Then a row whose call another process is paying for steps back for one of them instead
+        # of waiting on that process's lease.
+        self.fresh = fresh
         self._forced: set[str] = set()
         self._client: httpx.AsyncClient | None = None
         # Fixtures: a replay answers every call (no store, no provider); a recorder sees every answer.

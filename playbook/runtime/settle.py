@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RowStarted, Status
+from ..models import RowDeferred, RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RowStarted, Status
 from .grouping import message_group
 from .held import HeldQueue
 from .state import RunEvent
@@ -69,6 +69,12 @@ class Outcomes:
         """In ``ctx.sleep`` until ``until`` (loop clock)."""
         self._aside(pos, until, _SLEEP)
         self._emit(RowSleeping(pos, wall))
+
+    def step_back(self, pos: int) -> None:
+        """Another process is paying for one of the row's calls: it runs again after the fresh rows."""
+        self.table.entries[pos].running = False
+        self.held.step_back(pos)
+        self._emit(RowDeferred(pos))
 
     def _aside(self, pos: int, until: float, waiting: Waiting) -> None:
         entry = self.table.entries[pos]

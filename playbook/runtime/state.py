@@ -20,6 +20,7 @@ from ..models import (
     ProviderHoldLifted,
     ProviderHoldSet,
     ProviderUp,
+    RowDeferred,
     RowFinished,
     RowHeld,
     RowRequeued,
@@ -59,7 +60,7 @@ __all__ = [
     "provider_view",
 ]  # fmt: skip
 
-RunEvent = Event | RowSleeping | RunProgress
+RunEvent = Event | RowSleeping | RowDeferred | RunProgress
 Listener = Callable[[RunEvent], None]
 SAMPLE_EVERY = 0.25  # seconds between two looks of the timeline at the providers while calls go out
 _LEG_COLUMN = {"hit": 1, "miss": 2, "unavailable": 3, "error": 4, "never": 5}
@@ -178,6 +179,9 @@ class RunState:
 
     def _row_started(self, event: RowStarted) -> None:
         self.in_flight += 1
+
+    def _row_deferred(self, event: RowDeferred) -> None:
+        self.in_flight -= 1  # back among the rows not started: no provider holds it
 
     def _row_held(self, event: RowHeld) -> None:
         self.in_flight -= 1
@@ -356,6 +360,7 @@ _APPLY: dict[type, Callable[[RunState, Any], None]] = {
     CallFinished: RunState._call_finished,
     RowStarted: RunState._row_started,
     RowHeld: RunState._row_held,
+    RowDeferred: RunState._row_deferred,
     RowSleeping: RunState._row_sleeping,
     RowResumed: RunState._row_resumed,
     WaterfallFinished: RunState._waterfall,

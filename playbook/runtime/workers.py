@@ -1,4 +1,5 @@
-"""Admission: the worker tasks that take rows, held rows first (at their time), then fresh ones.
+"""Admission: the worker tasks that take rows, held rows first (at their time), then fresh ones,
+then rows stepped back because another process was paying for one of their calls.
 
 At most ``concurrency`` workers run rows at once.  A row that steps aside (held, sleeping) gives
 its worker up; a worker is added if the pool fell short, so a held row never lacks one when it
@@ -21,15 +22,19 @@ __all__ = ["Workers"]
 class Workers:
     """The pool of one execution: fresh rows in ``pending``, held rows in ``held``."""
 
-    __slots__ = ("tasks", "pending", "held", "concurrency", "_run", "_resume")
+    __slots__ = ("tasks", "pending", "held", "concurrency", "_run", "_resume", "_revisit")
 
-    def __init__(self, concurrency: int, held: HeldQueue, run: Callable[[int], Awaitable[bool]], resume: Callable[[int], None]) -> None:
+    def __init__(
+        self, concurrency: int, held: HeldQueue, run: Callable[[int], Awaitable[bool]], resume: Callable[[int], None],
+        revisit: Callable[[list[int]], list[int]] = lambda rows: rows,
+    ) -> None:  # fmt: skip
         self.tasks: list[asyncio.Task[None]] = []
         self.pending: deque[int] = deque()
         self.held = held
         self.concurrency = concurrency
         self._run = run  # runs one attempt of a row: True if it stepped aside
         self._resume = resume  # a held row is taken again
+        self._revisit = revisit  # rows stepped back: settles those another process finished, returns the rest
 
     def __repr__(self) -> str:
         return f"<Workers {self.live()}/{self.concurrency} pending={len(self.pending)} {self.held!r}>"
@@ -61,6 +66,11 @@ class Workers:
                 self._resume(pos)
             elif pending:
                 pos = pending.popleft()
+            elif back := held.stepped_back():
+                # Another process ran them meanwhile, most likely: its memos settle them, all at
+                # once; the rest run again, as fresh rows, from its receipts or its leases.
+                pending.extend(self._revisit(back))
+                continue
             elif held:
                 await held.nap(held.next_at())  # type: ignore[arg-type]  # not empty: it has a next
             else:

@@ -332,14 +332,15 @@ class ReceiptStore(Inspection):
         self, key: str, play: str, tools: str, calls: int, cost: float, flags: int, output: str, *, row: str = "", used: Sequence[str] = ()
     ) -> None:
         """Remember a finished row (``output``: its output as JSON text; ``tools``: " a=fp b=fp ");
-        written at the next flush.  A crash loses at most the last half second of memos, and
-        those rows replay from their receipts for free.  ``row`` and ``used`` (its row key and
+        written at the next flush, at most half a second later.  A crash loses at most the last
+        half second of memos, and those rows replay from their receipts for free; another
+        process running the same rows finds them within that half second.  ``row`` and ``used`` (its row key and
         the receipt keys it looked up) let a remote store read those receipts ahead next time."""
         pending = self._pending_memos
         pending.append(MemoRow(key, play, tools, calls, cost, flags, output))
         if used and row and self._backend.remote:
             self._pending_hints.append((play, row, " ".join(used)))
-        if len(pending) >= 16384 or (len(pending) >= 1024 and time.monotonic() - self._flushed > 0.5):
+        if len(pending) >= 16384 or time.monotonic() - self._flushed > 0.5:
             self.flush()
 
     def flush(self) -> None:
