@@ -6,7 +6,20 @@ import argparse
 import sys
 import time
 
-from . import b1_redis, b1_replay, b2_dispatch, b3_rate_limits, b4_latency, b5_widget, b6_shared, b7_llm, b8_cli, b9_cluster
+from . import (
+    b1_redis,
+    b1_replay,
+    b2_dispatch,
+    b3_rate_limits,
+    b3_strict,
+    b4_latency,
+    b5_widget,
+    b6_same_rows,
+    b6_shared,
+    b7_llm,
+    b8_cli,
+    b9_cluster,
+)
 from .harness import table
 
 CASES = {
@@ -14,9 +27,11 @@ CASES = {
     "b1r": b1_redis.run,
     "b2": b2_dispatch.run,
     "b3": b3_rate_limits.run,
+    "b3s": b3_strict.run,
     "b4": b4_latency.run,
     "b5": b5_widget.run,
     "b6": b6_shared.run,
+    "b6r": b6_same_rows.run,
     "b7": b7_llm.run,
     "b8": b8_cli.run,
     "b9": b9_cluster.run,
@@ -26,7 +41,9 @@ CASES = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("cases", nargs="*", metavar="CASE", help=f"which of {', '.join(CASES)} (default: all)")
-    parser.add_argument("--repeats", type=int, help="repetitions per case (default: the case's own, 3; 1 for b3, b6, b7 and b9; 5 for b8)")
+    parser.add_argument(
+        "--repeats", type=int, help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7 and b9; 5 for b8)"
+    )
     args = parser.parse_args(argv)
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:

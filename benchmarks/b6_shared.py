@@ -1,34 +1,49 @@
 """B6: one provider account, many processes.  The demo provider (its own process) enforces the
-account's limits: a 20/s token bucket (burst 10) and 8 requests in flight, 0.2 s per answer.
-Two, then four worker processes each map their share of 300 rows (distinct inputs) through
-``pb.Provider("demo", rps=20, concurrency=8, shared=<redis>)`` against a throwaway redis-server
-(``playbook.demo.redis_server``).
+account's limits; worker processes (``workers``) each map their share of the rows (distinct
+inputs, a store of their own) from one start line, their limits shared through a throwaway
+redis-server (``playbook.demo.redis_server``), flushed before each run.
 
-     contender                     targets
-     shared=redis://... (ours)     goodput >= 0.95 x 20/s combined; 429s <= 2% of requests;
-                                   at most 8 in flight at the demo; 0 duplicate dispatches
-     shared=None (the baseline)    the same processes, each pacing alone: printed for reference
+  B6    a 20/s token bucket (burst 10), 8 requests in flight, 0.2 s per answer.  Two, then four
+        processes map 300 rows in all through ``pb.Provider("demo", rps=20, concurrency=8,
+        shared=<redis>)``.
+          shared=redis://... (ours)   goodput >= 0.95 x 20/s combined; 429s <= 2% of requests;
+                                      at most 8 in flight at the demo; 0 duplicate dispatches
+          shared=None (the baseline)  the same processes, each pacing alone: printed for reference
+        Goodput is rows ok per second from the start line to the last worker's end.  A duplicate
+        dispatch is a call the demo admitted (answered other than 429) more than once: admitted
+        requests less rows.  The ratio is ours over the baseline's goodput.
 
-Goodput is rows ok per second from the start line (every worker warmed up and waiting) to the
-last worker's end.  A duplicate dispatch is a call the demo admitted (answered other than 429)
-more than once: admitted requests less rows.  The ratio is ours over the baseline's goodput.
+  B6.2  a strict bucket: 20/s, burst 2, 8 requests in flight, 0.15 s per answer.  Four processes
+        from one start line, through ``pb.Provider("demo", concurrency=8, shared=<redis>)``:
+          rps=20, 100 rows each          >= 0.95 on the provider's clock, 429s <= 2%, at most 8
+                                         in flight at the demo
+          rate not configured,           the steady state after it converged >= 0.9 x 20/s, 429s
+          200 rows each (>= 30 s)        <= 5% over the run; the time to converge printed apart
+
+  B6.3  a fixed window of 50 calls per aligned 5 s, 0.05 s per answer.  Two processes, 200 rows
+        each, through ``pb.Provider("demo", shared=<redis>)``:
+          window=(50, 5)                 >= 0.95 of ideal on the provider's clock, no 429
+          window unknown                 elapsed on the provider's clock <= 1.2 x ideal, 429s <= 5%
+
+On the provider's clock (B6.2, B6.3) is where the limit is enforced: the demo counts the requests
+it admitted past every limit and the seconds between the first and the last; the ideal seconds
+are (admitted - burst) / rps for a bucket, (admitted - 50) / (50 / 5 s) for the window, and the
+ratio is ideal over admitted seconds.  It is those rows' ratio column (ours: the rate it amounts
+to; the baseline: the limit).  A rate not configured is read from the demo's admitted count,
+sampled every 0.1 s: it has converged once the rate over every sliding 3 s holds >= 0.9 x 20/s
+until 95% of the requests are in; the target is on the rate from then on.  Processes mapping the
+same rows are ``b6_same_rows``.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
-
-import httpx
 
 from playbook.demo.redis_server import RedisServer
 
-from .harness import Result, demo_process
+from .harness import Result, clock_row, convergence, demo_process, on_providers_clock, refused_note, steady_row
+from .workers import Finish, Worker, start_line
 
 ROWS = 300
 RPS = 20.0
@@ -38,101 +53,114 @@ GOODPUT = 0.95  # of RPS
 REFUSED = 0.02  # of requests
 BASELINE = "shared=None (each process paces alone)"
 
-_WORKER = """
-import json, os, sys, time
-import pandas as pd
-import playbook as pb
+STRICT = {"rps": RPS, "burst": 2, "max_in_flight": IN_FLIGHT, "latency": 0.15}
+STRICT_PROCESSES = 4
+STRICT_ROWS = 100  # per process, rps=20
+LEARNING_ROWS = 200  # per process, the rate not configured: 800 rows at 20/s, 40 s
+STEADY = 0.9  # of RPS, after it converged
+LEARNING_REFUSED = 0.05  # of requests
 
-cfg = json.loads(sys.argv[1])
-start, n = cfg["start"], cfg["n"]
-frame = pd.DataFrame({"domain": [f"company{i}.com" for i in range(start, start + n)],
-                      "first": [f"P{i}" for i in range(start, start + n)]})
-provider = pb.Provider("demo", rps=20, concurrency=8, shared=cfg["shared"])
-tool = pb.demo.email_tool(cfg["url"], provider=provider)
-home = cfg["home"]
-# Warm up (imports, the HTTP client) on a provider of its own, so the start line is not a stall.
-warm = pd.DataFrame({"domain": [f"warm{start}.com"], "first": ["W"]})
-warm.play.map(pb.demo.email_tool(cfg["url"], name="warm"), store=pb.ReceiptStore(home + "-warm"), progress=False)
-store = pb.ReceiptStore(home)
-open(cfg["ready"], "w").close()
-deadline = time.monotonic() + 120
-while not os.path.exists(cfg["go"]) and time.monotonic() < deadline:
-    time.sleep(0.002)
-try:
-    out = frame.play.map(tool, store=store, progress=False, concurrency=16)
-finally:
-    store.close()
-print(json.dumps({"ended": time.time(), "ok": int((out["play_status"] == "ok").sum())}))
-"""
+WINDOW = {"window_limit": 50, "window_seconds": 5.0, "latency": 0.05}
+WINDOW_PROCESSES = 2
+WINDOW_ROWS = 200  # per process
+KNOWN_FLOOR = 0.95  # of ideal
+UNKNOWN_FLOOR = 1 / 1.2  # elapsed <= 1.2 x ideal
+UNKNOWN_REFUSED = 0.05  # of requests
 
 
 def run(repeats: int = 1) -> list[Result]:
     results = []
     with demo_process() as url, RedisServer() as redis:
-        redis_url = redis.url
         for count in (2, 4):
             ours, base = [], []
             for _ in range(repeats):
-                base.append(_measured(url, count, None))
-                ours.append(_measured(url, count, redis_url))
+                base.append(_measured(url, redis, DEMO, _split({"rps": RPS, "concurrency": IN_FLIGHT}, count, ROWS // count)))
+                ours.append(_measured(url, redis, DEMO, _split({"rps": RPS, "concurrency": IN_FLIGHT}, count, ROWS // count, redis)))
             results.append(_row(count, _median(ours), _median(base)))
+        results += _strict(url, redis, repeats)
+        results += _windows(url, redis, repeats)
     return results
 
 
-def _row(count: int, mine: dict[str, Any], base: dict[str, Any]) -> Result:
-    result = Result(f"B6 {count} processes, shared", "/s", mine["goodput"], base["goodput"], BASELINE, 1.0)
+def _row(count: int, mine: Finish, base: Finish) -> Result:
+    result = Result(f"B6 {count} processes, shared", "/s", mine.goodput, base.goodput, BASELINE, 1.0)
     floor = GOODPUT * RPS
     result.notes = [
-        (f"goodput {mine['goodput']:.1f}/s >= {floor:.1f}/s ({GOODPUT:.2f} x {RPS:g}/s); {mine['rows'] - mine['ok']} rows not ok",
-         mine["goodput"] >= floor and mine["ok"] == mine["rows"]),
-        (f"429s {mine['refused_share']:.1%} of {mine['requests']} requests <= {REFUSED:.0%}", mine["refused_share"] <= REFUSED),
-        (f"max in flight at the demo {mine['max_in_flight']} <= {IN_FLIGHT}", mine["max_in_flight"] <= IN_FLIGHT),
-        (f"duplicate dispatches {mine['duplicates']}", mine["duplicates"] == 0),
-        (f"baseline: {base['goodput']:.1f}/s, 429s {base['refused_share']:.0%} of {base['requests']}, "
-         f"max in flight {base['max_in_flight']}, {base['rows'] - base['ok']} rows not ok", None),
+        (f"goodput {mine.goodput:.1f}/s >= {floor:.1f}/s ({GOODPUT:.2f} x {RPS:g}/s); {mine.rows - mine.ok} rows not ok",
+         mine.goodput >= floor and mine.ok == mine.rows),
+        (f"429s {mine.refused_share:.1%} of {mine.requests} requests <= {REFUSED:.0%}", mine.refused_share <= REFUSED),
+        _in_flight_note(mine),
+        (f"duplicate dispatches {_duplicates(mine)}", _duplicates(mine) == 0),
+        (f"baseline: {base.goodput:.1f}/s, 429s {base.refused_share:.0%} of {base.requests}, "
+         f"max in flight {base.stats['max_in_flight']}, {base.rows - base.ok} rows not ok", None),
     ]  # fmt: skip
     return result
 
 
-def _measured(url: str, count: int, shared: str | None) -> dict[str, Any]:
-    """Reset the demo, run ``count`` workers over ``ROWS`` rows from one start line, read the counters."""
-    httpx.post(url + "/_reset", json=DEMO, timeout=5).raise_for_status()
-    rows = ROWS // count
-    with tempfile.TemporaryDirectory(prefix="pb-b6-") as tmp:
-        work = Path(tmp)
-        script = work / "worker.py"
-        script.write_text(_WORKER)
-        go = work / "go"
-        procs = []
-        for i in range(count):
-            cfg = {"url": url, "shared": shared, "start": i * rows, "n": rows, "home": str(work / f"store{i}"),
-                   "ready": str(work / f"ready{i}"), "go": str(go)}  # fmt: skip
-            procs.append(subprocess.Popen([sys.executable, str(script), json.dumps(cfg)], stdout=subprocess.PIPE, text=True))
-        try:
-            deadline = time.monotonic() + 120
-            while not all((work / f"ready{i}").exists() for i in range(count)):
-                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                    raise RuntimeError("B6: a worker did not get ready")
-                time.sleep(0.01)
-            httpx.post(url + "/_reset", json=DEMO, timeout=5).raise_for_status()  # the warm-up calls are not counted
-            began = time.time()
-            go.touch()
-            outs = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.communicate()
-    stats = httpx.get(url + "/_stats", timeout=5).json()
-    seconds = max(o["ended"] for o in outs) - began
-    ok = sum(o["ok"] for o in outs)
-    refused = stats["by_status"].get("429", 0)
-    return {
-        "rows": rows * count, "ok": ok, "goodput": ok / seconds, "requests": stats["requests"],
-        "refused_share": refused / stats["requests"] if stats["requests"] else 0.0,
-        "max_in_flight": stats["max_in_flight"], "duplicates": stats["requests"] - refused - rows * count,
-    }  # fmt: skip
+def _strict(url: str, redis: RedisServer, repeats: int) -> list[Result]:
+    """B6.2: four processes on a bucket of 2, told the rate, then not."""
+    told, learning = [], []
+    for _ in range(repeats):
+        told.append(_measured(url, redis, STRICT, _split({"rps": RPS, "concurrency": IN_FLIGHT}, STRICT_PROCESSES, STRICT_ROWS, redis)))
+        workers = _split({"concurrency": IN_FLIGHT}, STRICT_PROCESSES, LEARNING_ROWS, redis)
+        learning.append(_measured(url, redis, STRICT, workers, watch=True))
+    who = f"B6.2 {STRICT_PROCESSES} procs, burst 2"
+    mine = _median(told, key=lambda f: _on_clock(STRICT, f))
+    configured = clock_row(f"{who}: rps=20", STRICT, mine.stats, GOODPUT)
+    configured.notes += [refused_note(mine.stats, REFUSED, mine.rows - mine.ok), _in_flight_note(mine)]
+    mine = _median(learning, key=lambda f: convergence(f.admitted, RPS).rate)
+    learnt = steady_row(f"{who}: discovered", STRICT, mine.stats, mine.admitted, STEADY)
+    learnt.notes += [refused_note(mine.stats, LEARNING_REFUSED, mine.rows - mine.ok), _in_flight_note(mine)]
+    return [configured, learnt]
 
 
-def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    return sorted(runs, key=lambda r: r["goodput"])[(len(runs) - 1) // 2]
+def _windows(url: str, redis: RedisServer, repeats: int) -> list[Result]:
+    """B6.3: two processes on a fixed window, told it, then not."""
+    known, unknown = [], []
+    for _ in range(repeats):
+        known.append(_measured(url, redis, WINDOW, _split({"window": (50, 5)}, WINDOW_PROCESSES, WINDOW_ROWS, redis)))
+        unknown.append(_measured(url, redis, WINDOW, _split({}, WINDOW_PROCESSES, WINDOW_ROWS, redis)))
+    results = []
+    for label, runs, floor, most in (
+        ("window=(50, 5)", known, KNOWN_FLOOR, 0.0),
+        ("window unknown", unknown, UNKNOWN_FLOOR, UNKNOWN_REFUSED),
+    ):
+        mine = _median(runs, key=lambda f: _on_clock(WINDOW, f))
+        result = clock_row(f"B6.3 {WINDOW_PROCESSES} procs: {label}", WINDOW, mine.stats, floor)
+        result.notes.append(refused_note(mine.stats, most, mine.rows - mine.ok))
+        results.append(result)
+    return results
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _measured(url: str, redis: RedisServer, settings: dict[str, Any], workers: list[Worker], *, watch: bool = False) -> Finish:
+    """One run from a start line, on a flushed Redis: what one run's limiter learnt is not the next one's."""
+    redis.flush()
+    return start_line(url, settings, workers, watch=watch)
+
+
+def _split(provider: dict[str, Any], count: int, rows: int, redis: RedisServer | None = None) -> list[Worker]:
+    """``count`` workers of ``rows`` distinct rows each, through ``pb.Provider("demo", **provider)``,
+    their limits shared at ``redis`` (None: each process's own)."""
+    options = {**provider, "shared": redis.url if redis is not None else None}
+    return [Worker(options, i * rows, rows) for i in range(count)]
+
+
+def _on_clock(settings: dict[str, Any], finish: Finish) -> float:
+    return on_providers_clock(settings, finish.stats)
+
+
+def _in_flight_note(finish: Finish) -> tuple[str, bool]:
+    seen = finish.stats["max_in_flight"]
+    return f"max in flight at the demo {seen} <= {IN_FLIGHT}", seen <= IN_FLIGHT
+
+
+def _duplicates(finish: Finish) -> int:
+    """Calls the demo admitted more than once: admitted requests (answered other than 429) less rows."""
+    return finish.requests - finish.refused - finish.rows
+
+
+def _median(runs: list[Finish], key: Callable[[Finish], float] = lambda f: f.goodput) -> Finish:
+    return sorted(runs, key=key)[(len(runs) - 1) // 2]

@@ -1,20 +1,25 @@
 """A small harness: alternate a case and its baseline, keep the median of each, print ratios.
 
 Absolute numbers on a shared 2-core machine wander; a ratio of two medians measured in the
-same run, interleaved, does not wander much.
+same run, interleaved, does not wander much.  Rates a provider grants are measured where it
+enforces them, on the demo's clock: ``on_providers_clock`` for a whole run, ``admissions`` and
+``convergence`` for how the rate grew over it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import pandas as pd
@@ -131,3 +136,154 @@ def gather_loop(url: str, frame: pd.DataFrame, concurrency: int) -> int:
             return len(results)
 
     return asyncio.run(main())
+
+
+# -- the provider's clock ---------------------------------------------------------------------
+
+POLL = 0.1  # seconds between samples of the demo's counters
+Samples = list[tuple[float, int]]  # (time.perf_counter(), requests the demo admitted so far)
+
+
+def allowed_rate(settings: dict[str, Any]) -> float:
+    """Requests a second the demo's limit in ``settings`` (a token bucket or a fixed window) allows
+    in the long run."""
+    if settings.get("rps"):
+        return float(settings["rps"])
+    return settings["window_limit"] / settings["window_seconds"]
+
+
+def ideal_seconds(settings: dict[str, Any], admitted: int) -> float:
+    """The least time the demo's limit in ``settings`` lets ``admitted`` requests in, on its clock:
+    a token bucket lets ``burst`` in at once and then ``rps`` a second; a fixed window lets
+    ``window_limit`` in at once and then that many per ``window_seconds``."""
+    first = settings.get("burst", 10) if settings.get("rps") else settings["window_limit"]
+    return (admitted - first) / allowed_rate(settings)
+
+
+def on_providers_clock(settings: dict[str, Any], stats: dict[str, Any]) -> float:
+    """Ideal seconds over the seconds between the first and the last request the demo admitted:
+    1.0 is every request in as soon as the limit allowed."""
+    seconds = stats["admitted_seconds"]
+    return ideal_seconds(settings, stats["admitted"]) / seconds if seconds > 0 else float("nan")
+
+
+@contextlib.contextmanager
+def admissions(url: str) -> Iterator[Samples]:
+    """The demo's admitted count every ``POLL`` seconds, from a thread, while the block runs (and
+    once after it)."""
+    samples: Samples = []
+    done = threading.Event()
+
+    def poll() -> None:
+        with httpx.Client(timeout=5) as client:
+            while True:
+                last = done.is_set()
+                samples.append((time.perf_counter(), client.get(url + "/_stats").json()["admitted"]))
+                if last:
+                    return
+                done.wait(POLL)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        done.set()
+        thread.join()
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """How a discovered rate settled: ``after`` seconds from the first admission until the rate
+    over every sliding ``SPAN`` held >= ``share`` x the limit (None: it never did); ``rate``
+    admissions a second from then on, over ``seconds``."""
+
+    after: float | None
+    rate: float
+    seconds: float
+
+    SPAN = 3.0  # seconds of the sliding window
+    SHARE = 0.9  # of the limit
+    UNTIL = 0.95  # of the admissions: the last few rows, when few are left to send, are not steady
+
+
+def convergence(samples: Samples, limit: float) -> Convergence:
+    """Read ``samples`` (from ``admissions``) against ``limit`` (admissions a second)."""
+    final = samples[-1][1] if samples else 0
+    started = next((i for i, (_, n) in enumerate(samples) if n > 0), None)
+    if started is None:
+        return Convergence(None, math.nan, 0.0)
+    start = max(started - 1, 0)  # the first admission fell between these two samples
+    end = next(i for i, (_, n) in enumerate(samples) if n >= Convergence.UNTIL * final)
+    steady = start
+    for i in range(start, end + 1):
+        t, n = samples[i]
+        j = next((j for j in range(i, end + 1) if samples[j][0] >= t + Convergence.SPAN), None)
+        if j is None:
+            break
+        if (samples[j][1] - n) / (samples[j][0] - t) < Convergence.SHARE * limit:
+            steady = i + 1  # a window that fell short: steadiness starts after it
+    if steady >= end or samples[end][0] - samples[steady][0] < Convergence.SPAN:
+        return Convergence(None, math.nan, 0.0)
+    held = samples[steady : end + 1]
+    return Convergence(samples[steady][0] - samples[start][0], slope(held), held[-1][0] - held[0][0])
+
+
+def slope(points: Samples) -> float:
+    """The least-squares slope of ``points`` (a count over time): a rate that one late sample does not move."""
+    t0 = points[0][0]
+    xs = [t - t0 for t, _ in points]
+    ys = [float(n) for _, n in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+# -- rows judged on the provider's clock ------------------------------------------------------
+
+
+def clock_row(name: str, settings: dict[str, Any], stats: dict[str, Any], floor: float) -> Result:
+    """A row whose ratio is the run's on the provider's clock (ours: the rate that amounts to;
+    the baseline: the limit), judged against ``floor``."""
+    limit, ratio = allowed_rate(settings), on_providers_clock(settings, stats)
+    result = Result(name, "/s", ratio * limit, limit, f"the provider's limit, {limit:g}/s", floor)
+    result.notes = [clock_note(settings, stats, floor)]
+    return result
+
+
+def steady_row(name: str, settings: dict[str, Any], stats: dict[str, Any], samples: Samples, floor: float) -> Result:
+    """A row for a rate that was not configured: its ratio is the rate after it converged over the
+    limit, judged against ``floor``; the time it took and the whole run are printed apart."""
+    limit = allowed_rate(settings)
+    steady = convergence(samples, limit)
+    held = f"the {Convergence.SPAN:g} s rate held >= {Convergence.SHARE:g} x {limit:g}/s"
+    if steady.after is None:
+        converged = f"never converged ({held} at no point until {Convergence.UNTIL:.0%} were admitted)"
+    else:
+        converged = f"converged {steady.after:.1f}s after the first admission ({held} from then on)"
+    result = Result(name, "/s", steady.rate, limit, f"the provider's limit, {limit:g}/s", floor)
+    result.notes = [
+        (converged, None),
+        (f"steady {steady.rate:.1f}/s over {steady.seconds:.0f}s after it: {steady.rate / limit:.2f} x {limit:g}/s >= {floor:.2f}",
+         steady.rate >= floor * limit),
+        clock_note(settings, stats, None),
+    ]  # fmt: skip
+    return result
+
+
+def clock_note(settings: dict[str, Any], stats: dict[str, Any], floor: float | None) -> tuple[str, bool | None]:
+    """What the demo admitted and in how long on its clock, against the ideal (judged unless ``floor`` is None)."""
+    ratio = on_providers_clock(settings, stats)
+    text = (
+        f"on the provider's clock {stats['admitted']:,} admitted in {stats['admitted_seconds']:.1f}s, "
+        f"ideal {ideal_seconds(settings, stats['admitted']):.1f}s: {ratio:.2f}"
+    )
+    if floor is None:
+        return f"whole run {text}", None
+    return f"{text} >= {floor:.2f} (elapsed <= {1 / floor:.2f} x ideal)", ratio >= floor
+
+
+def refused_note(stats: dict[str, Any], most: float, not_ok: int, tail: str = "") -> tuple[str, bool]:
+    """The share of requests the demo refused with 429 (at most ``most``), and rows not ok (none)."""
+    refused, requests = stats["by_status"].get("429", 0), stats["requests"]
+    share = refused / requests if requests else 0.0
+    return f"429s {share:.1%} ({refused}) of {requests:,} requests <= {most:.0%}; {not_ok} rows not ok{tail}", share <= most and not not_ok

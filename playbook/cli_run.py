@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -35,6 +35,9 @@ from .errors import PlaybookError, PlayDefinitionError
 from .plays import Play
 from .runtime.run import Run, last_run
 from .tools import Tool
+
+if TYPE_CHECKING:
+    from .cluster.job import ClusterRun
 
 __all__ = ["add_parser", "main"]
 
@@ -155,7 +158,7 @@ def _as_option(message: str) -> str:
     return f"--{name.replace('_', '-')}: {message}" if name in _OPTIONS else message
 
 
-def _record(report: dict[str, Any], run: Run | None) -> None:
+def _record(report: dict[str, Any], run: Run | ClusterRun | None) -> None:
     if run is None:
         return
     report["stats"] = run.stats.model_dump()
@@ -180,7 +183,7 @@ def _groups(errors: pd.DataFrame) -> list[dict[str, Any]]:
     ]
 
 
-def _parked(run: Run) -> dict[str, Any]:
+def _parked(run: Run | ClusterRun) -> dict[str, Any]:
     """Why rows parked: how many for each reason, and the first rows, with when each may run again."""
     parked = run.parked
     rows = parked.head(ERRORS_SHOWN).to_dict("records")

@@ -69,16 +69,15 @@ def _check(name: str, option: str, value: object, *, integer: bool = False, zero
 def _check_window(name: str, window: object) -> tuple[int, float] | None:
     if window is None:
         return None
-    ok = isinstance(window, (tuple, list)) and len(window) == 2
-    limit, seconds = window if ok else (None, None)  # type: ignore[misc]
-    ok = ok and isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1
-    ok = ok and isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) and seconds > 0
-    if not ok:
-        raise PlayDefinitionError(
-            f"Provider {name!r}: window must be (calls, seconds), e.g. window=(50, 5) for 50 calls per 5 seconds, "
-            f"or None, not {window!r}"
-        )
-    return int(limit), float(seconds)  # type: ignore[arg-type]
+    if isinstance(window, (tuple, list)) and len(window) == 2:
+        limit, seconds = window
+        whole = isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1
+        span = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) and seconds > 0
+        if whole and span:
+            return int(limit), float(seconds)
+    raise PlayDefinitionError(
+        f"Provider {name!r}: window must be (calls, seconds), e.g. window=(50, 5) for 50 calls per 5 seconds, or None, not {window!r}"
+    )
 
 
 def _check_shared(name: str, shared: object) -> None:

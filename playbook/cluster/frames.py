@@ -17,6 +17,7 @@ from ..accessor import called_options, check_columns
 from ..errors import PlayDefinitionError
 from ..plays import as_play
 from ..runtime.options import RunOptions
+from ..runtime.run import remember
 from ..store import ReceiptStore
 from ..store.location import home, is_url
 from ..ui import Controls, attach_view
@@ -103,6 +104,7 @@ class DaskPlay:
         job = ClusterRun(self._frame, the_play, opts, client, url, worker_options)
         controls = Controls(stop=job.stop, retry=lambda status: job.retry(statuses=(status,))) if opts.background else None
         job.view = attach_view(job.state, opts.progress, background=opts.background, controls=controls)
+        remember(job)  # pb.last_run(), as a pandas run is: a job that stops (401, Ctrl-C) is still there to read
         return job.start(background=opts.background)
 
 

@@ -134,7 +134,8 @@ class ClusterRun:
 
     @property
     def waterfalls(self) -> pd.DataFrame:
-        return pd.DataFrame([], columns=LEG_COLUMNS)
+        """Per waterfall leg, summed over the partitions: hits, misses, unavailable, errors, never reached."""
+        return pd.DataFrame(self.state.leg_rows(), columns=LEG_COLUMNS)
 
     @property
     def workers(self) -> pd.DataFrame:

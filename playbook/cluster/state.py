@@ -26,7 +26,7 @@ _PAID = ("calls_executed", "cost_spent", "receipts_lost")  # what an attempt cut
 
 
 class _Partition:
-    __slots__ = ("attempt", "base", "counts", "final", "positions", "worker")
+    __slots__ = ("attempt", "base", "counts", "final", "positions", "worker", "legs", "base_legs")
 
     def __init__(self) -> None:
         self.attempt = ""
@@ -35,6 +35,8 @@ class _Partition:
         self.base: list[float] = [0] * len(COUNTERS)  # a retry: what its rows not run again counted
         self.final = False
         self.positions: set[int] = set()  # job-wide positions it reported rows for
+        self.legs: list[list[Any]] = []  # its waterfalls' legs, as its latest report counts them (LEG_COLUMNS)
+        self.base_legs: list[list[Any]] = []  # a retry: what the rounds before counted
 
 
 class ClusterState(RunState):
@@ -64,7 +66,9 @@ class ClusterState(RunState):
         entry = self._parts.setdefault(part, _Partition())
         entry.final = False
         entry.base = list(base) if base is not None else [0] * len(COUNTERS)
+        entry.base_legs = _summed([entry.base_legs, entry.legs]) if base is not None else []
         entry.counts = [0] * len(COUNTERS)
+        entry.legs = []
         entry.attempt = ""
 
     def requeue(self, positions: list[int]) -> None:
@@ -97,6 +101,7 @@ class ClusterState(RunState):
             part.attempt = report["attempt"]
         part.worker = report["worker"]
         part.counts = report["counts"]
+        part.legs = report.get("waterfalls", [])
         part.final = report["final"]
         self._views[report["worker"]] = {view[0]: ProviderView(*view) for view in report["providers"]}
         for position, label, finished, held in report["rows"]:
@@ -180,6 +185,10 @@ class ClusterState(RunState):
                 merged[name] = view if seen is None else _merge(seen, view)
         return merged
 
+    def leg_rows(self) -> list[list[Any]]:
+        """The waterfalls' legs, summed over the partitions."""
+        return _summed([legs for part in self._parts.values() for legs in (part.base_legs, part.legs)])
+
     def workers(self) -> list[WorkerView]:
         by: dict[str, list[int]] = {}
         for part in self._parts.values():
@@ -193,6 +202,17 @@ class ClusterState(RunState):
             row[4] += int(counts["calls_executed"])
             row[5] += int(counts["in_flight"])
         return [WorkerView(worker, *numbers) for worker, numbers in sorted(by.items())]
+
+
+def _summed(tables: list[list[list[Any]]]) -> list[list[Any]]:
+    """Waterfall legs (``LEG_COLUMNS`` rows) of several partitions, as one: counts added by leg."""
+    summed: dict[tuple[Any, Any, Any], list[Any]] = {}
+    for table in tables:
+        for key, leg, tool, *counts in table:
+            row = summed.setdefault((key, leg, tool), [key, leg, tool] + [0] * len(counts))
+            for i, n in enumerate(counts, 3):
+                row[i] += n
+    return sorted(summed.values(), key=lambda row: (str(row[0]), row[1]))
 
 
 def _merge(a: ProviderView, b: ProviderView) -> ProviderView:

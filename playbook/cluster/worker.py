@@ -227,6 +227,6 @@ class _Relay:
         return {
             "part": part.part, "attempt": self.attempt, "worker": self.worker, "final": final,
             "counts": [getattr(state, name) - carried for name, carried in zip(COUNTERS, self.carried_counts)], "rows": rows,
-            "notices": notices,
+            "notices": notices, "waterfalls": state.leg_rows(),
             "providers": [list(view) for view in state.provider_views().values()], "phase": state.phase,
         }  # fmt: skip

@@ -83,7 +83,7 @@ class Counters:
         return {
             "requests": self.requests,
             "admitted": self.admitted,
-            "admitted_seconds": (self.admitted_last - self.admitted_first) if self.admitted_first is not None else 0.0,
+            "admitted_seconds": (self.admitted_last or 0.0) - (self.admitted_first or 0.0),
             "by_endpoint": dict(self.by_endpoint),
             "by_status": {str(status): n for status, n in sorted(self.by_status.items())},
             "by_auth": {"ok": self.auth_ok, "rejected": self.auth_rejected},

@@ -88,8 +88,8 @@ class RedisLimiter:
         self.window = Window(concurrency)  # discovers a bound from the account-wide levels 429s meet
         self.rate: float | None = rate  # the shared rate, as last read
         self.token_rate = tokens  # tokens a second (configured or announced); None: calls are not weighed
-        allowance = Allowance(*window) if window is not None else None  # the window's arithmetic, shared by the scripts
-        self.window_args = [window[0], f"{allowance.span:.6f}"] if allowance is not None else [0, 0]
+        # A configured window's calls and span (Allowance's arithmetic) for the scripts; [0, 0]: learnt.
+        self.window_args: list[Any] = [window[0], f"{Allowance(*window).span:.6f}"] if window is not None else [0, 0]
         self.hold_until = 0.0  # loop clock
         self.in_flight = 0  # this process's calls on the wire
         self._shown = rate  # the rate last reported as changed

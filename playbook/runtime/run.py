@@ -8,7 +8,7 @@ import threading
 import weakref
 from collections.abc import Callable, Coroutine, Generator
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -21,37 +21,43 @@ from .options import RunOptions
 from .scheduler import Scheduler
 from .state import ERROR_COLUMNS, LEG_COLUMNS, RunState
 
-__all__ = ["Run", "begin_background", "execute", "last_run", "start"]
+if TYPE_CHECKING:
+    from ..cluster.job import ClusterRun
+
+__all__ = ["Run", "begin_background", "execute", "last_run", "remember", "start"]
 
 # The latest run: per task (two runs started in concurrent tasks each see their own), else per
 # thread (two threads each blocking on map() each see theirs), else the latest in the process (code
 # that started none).  The task's is held weakly: every task and timer the run makes copies the
 # context, and a strong reference there would keep a dropped run alive in a cycle through its own
 # worker tasks.  The thread's is held strongly, as the process's is: one run per thread at most.
-_current: contextvars.ContextVar[weakref.ref[Run] | None] = contextvars.ContextVar("playbook_last_run", default=None)
-_last: Run | None = None
+_current: contextvars.ContextVar[weakref.ref[Any] | None] = contextvars.ContextVar("playbook_last_run", default=None)
+_last: Any = None  # a Run, or a cluster's job (a ClusterRun)
 
 
 class _ThreadRun(threading.local):
-    run: Run | None = None
+    run: Any = None
 
 
 _thread = _ThreadRun()
 
 
-def last_run() -> Run | None:
-    """The run most recently started in this task, else in this thread, else in this process;
-    ``None`` if none.  Code that starts runs concurrently should keep the ``Run`` each returns."""
+def last_run() -> Run | ClusterRun | None:
+    """The run most recently started in this task, else in this thread, else in this process
+    (a ``Run``, or a Dask DataFrame's ``ClusterRun``); ``None`` if none.  Code that starts runs
+    concurrently should keep the ``Run`` each returns."""
     if _last is None:  # no run yet (or forgotten, as a test's fixture does): no thread has one either
         return None
     ref = _current.get()
     mine = ref() if ref is not None else None
     if mine is None:
         mine = _thread.run
-    return mine if mine is not None else _last
+    latest: Run | ClusterRun = mine if mine is not None else _last
+    return latest
 
 
-def _remember(run: Run) -> None:
+def remember(run: Run | ClusterRun) -> None:
+    """``run`` is the latest: :func:`last_run` gives it in this task, thread and process."""
     global _last
     _last = run
     _thread.run = run
@@ -206,7 +212,7 @@ def execute(run: Run) -> Coroutine[Any, Any, None]:
 def start(frame: pd.DataFrame, play: Play, opts: RunOptions, store: ReceiptStore, *, html: Callable[[RunState], str] | None = None) -> Run:
     """Create a run (not yet executing) and remember it as ``last_run()``."""
     run = Run(Scheduler(frame, play, opts, store), html=html)
-    _remember(run)
+    remember(run)
     return run
 
 

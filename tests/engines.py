@@ -1,0 +1,327 @@
+"""The engines a play runs on, behind one small interface, for the promise suite (``test_promises``).
+
+* ``one process``: ``frame.play.run(...)`` in this process, on a store directory (SQLite);
+* ``processes``: two fresh Python processes each running the same frame, as a user starts the
+  same script on two machines: one Redis store, the providers' limits shared there;
+* ``cluster``: a dask.distributed ``LocalCluster`` of two worker processes, ``ddf.play.run``
+  over four partitions, on one Redis.
+
+Each engine runs a play over a pandas frame and answers an :class:`Outcome` (the rows as the job
+ends them, what the runs counted, the holds and parked rows); it can also stop a run midway
+(``run.stop()``, or Ctrl-C for processes) and kill one of its processes with SIGKILL midway.  A
+play and its tools travel to other processes as Dask sends them: pickled, providers as their
+description (with their limits shared at the job's Redis), secrets as their variable's name.
+Ground truth about what was paid is the demo provider's own counters, read by the tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pandas as pd
+
+import playbook as pb
+from playbook.providers import sharing_limits
+
+ENGINES = ("one process", "processes", "cluster")
+PROCESSES = 2  # the processes engine's processes
+WORKERS, THREADS = 2, 2  # the cluster's workers, and threads each
+PARTITIONS = 4
+_RANK = {"ok": 0, "reused": 1, "failed": 2, "parked": 3, "skipped": 4}  # the job's status of a row: the most finished
+
+# A process of the processes engine: load (frame, play, options), run, write what the run says.
+_WORKER = r"""
+import pickle, sys
+import playbook as pb
+frame, play, options = pickle.load(open(sys.argv[1], "rb"))
+print("started", flush=True)
+fatal = None
+try:
+    run = frame.play.run(play, progress=False, **options)
+except (pb.RunFatal, KeyboardInterrupt) as exc:
+    fatal, run = f"{type(exc).__name__}: {exc}", pb.last_run()
+said = {
+    "result": run.result, "stats": run.stats.model_dump(), "holds": [h.model_dump() for h in run.holds],
+    "parked": run.parked, "waterfalls": run.waterfalls, "fatal": fatal,
+}
+with open(sys.argv[2], "wb") as out:
+    pickle.dump(said, out)
+"""
+
+
+@dataclass
+class Outcome:
+    """What a job did: each row as the job ends it, and what its runs counted."""
+
+    # input rows in order, outputs, play_status, play_error (pandas); None: a cluster job that a
+    # fatal error stopped (no partition gave its rows back; its counters say what became of them)
+    result: pd.DataFrame | None
+    runs: list[dict[str, Any]]  # each run's stats (one run; one per process; the cluster job's)
+    holds: list[dict[str, Any]]  # providers holding rows back
+    parked: pd.DataFrame
+    waterfalls: pd.DataFrame
+    fatal: str | None = None  # the error that stopped a run (RunFatal, KeyboardInterrupt)
+    results: list[pd.DataFrame] = field(default_factory=list)  # each process's own result
+
+    @property
+    def statuses(self) -> dict[str, int]:
+        if self.result is None:
+            stats = self.runs[0]
+            return {status: stats[status] for status in _RANK if stats[status]}
+        return self.result["play_status"].value_counts().to_dict()
+
+    def total(self, counter: str) -> float:
+        """A counter summed over the runs (``calls_executed``, ``cost_spent``...)."""
+        return sum(run[counter] for run in self.runs)
+
+
+class Engine:
+    """One way of running a play.  ``run`` to the end; ``stop_when`` stops it once ``when()``
+    is true; ``kill_when`` kills one of its processes with SIGKILL once ``when()`` is true and
+    returns the most calls that process could have had in flight."""
+
+    name = ""
+    in_flight = 0  # the most calls one process (or worker) has on the wire, for a given concurrency
+
+    def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
+        raise NotImplementedError
+
+    def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
+        raise NotImplementedError
+
+    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> int:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<Engine {self.name}>"
+
+
+class OneProcess(Engine):
+    name = "one process"
+
+    def __init__(self, store: Path, scratch: Path) -> None:
+        self.store = str(store)
+        self.scratch = scratch
+
+    def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
+        fatal = None
+        try:
+            run = frame.play.run(play, store=self.store, progress=False, **options)
+        except pb.RunFatal as exc:
+            fatal, run = f"RunFatal: {exc}", pb.last_run()
+        return _outcome(run, fatal)
+
+    def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
+        async def main() -> pb.Run:
+            run = await frame.play.arun(play, store=self.store, progress=False, background=True, **options)
+            await _until(when)
+            run.stop()
+            await run
+            return run
+
+        return _outcome(asyncio.run(main()), None)
+
+    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> int:
+        # One process killed is this process killed: it runs on its own for that.
+        with _processes(self.scratch, frame, play, {"store": self.store, **options}, 1) as procs:
+            _kill_when(procs[0], when)
+        return options.get("concurrency", 16)
+
+
+class Processes(Engine):
+    name = "processes"
+
+    def __init__(self, redis_url: str, scratch: Path) -> None:
+        self.store = redis_url
+        self.scratch = scratch
+
+    def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
+        with _processes(self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store) as procs:
+            return _merged([_said(proc) for proc in procs])
+
+    def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
+        with _processes(self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store) as procs:
+            _wait(when)
+            for proc in procs:
+                proc.popen.send_signal(signal.SIGINT)  # Ctrl-C in each
+            return _merged([_said(proc) for proc in procs])
+
+    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> int:
+        with _processes(self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store) as procs:
+            _kill_when(procs[0], when)
+            for proc in procs[1:]:
+                _said(proc)
+        return options.get("concurrency", 16)
+
+
+class Cluster(Engine):
+    name = "cluster"
+
+    def __init__(self, client: Any, redis_url: str) -> None:
+        self.client = client
+        self.store = redis_url
+
+    def _frame(self, frame: pd.DataFrame) -> Any:
+        import dask.dataframe as dd
+
+        return dd.from_pandas(frame, npartitions=PARTITIONS)
+
+    def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
+        fatal = None
+        try:
+            run = self._frame(frame).play.run(play, store=self.store, progress=False, **options)
+        except pb.RunFatal as exc:
+            fatal, run = f"RunFatal: {exc}", pb.last_run()
+        return _outcome(run, fatal)
+
+    def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
+        async def main() -> Any:
+            run = self._frame(frame).play.run(play, store=self.store, progress=False, background=True, **options)
+            await _until(when)
+            run.stop()
+            await run
+            return run
+
+        return _outcome(asyncio.run(main()), None)
+
+    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> int:
+        client = self.client
+        pids = client.run(os.getpid)
+
+        def kill() -> None:
+            _wait(when)
+            busy = [w for w, keys in client.processing().items() if any("playbook-" in str(k) for k in keys)]
+            os.kill(pids[busy[0]], signal.SIGKILL)  # a worker running partitions of the job now
+
+        killer = threading.Thread(target=kill, daemon=True)
+        killer.start()
+        try:
+            self.run(frame, play, **options)
+        finally:
+            killer.join(10)
+            client.wait_for_workers(WORKERS, timeout=60)
+        return options.get("concurrency", 16) * THREADS
+
+
+# -- outcomes ---------------------------------------------------------------------------------
+
+
+def _outcome(run: Any, fatal: str | None) -> Outcome:
+    try:
+        result = run.result
+    except pb.PlayDefinitionError:  # a cluster job a fatal error stopped: no result to build
+        result = None
+    if result is not None and not isinstance(result, pd.DataFrame):  # a cluster run's: a Dask DataFrame
+        result = result.compute()
+    stats = run.stats.model_dump()
+    holds = [h.model_dump() for h in run.holds]
+    return Outcome(result, [stats], holds, run.parked, run.waterfalls, fatal, [] if result is None else [result])
+
+
+def _merged(said: list[dict[str, Any]]) -> Outcome:
+    """The processes' results as one job's: each row at its most finished status in any of them
+    (their values agree: checked here), their counters side by side."""
+    results = [s["result"] for s in said]
+    first = results[0]
+    ranks = pd.concat([r["play_status"].map(_RANK) for r in results], axis=1, keys=range(len(results)))
+    best = ranks.idxmin(axis=1)
+    merged = first.copy()
+    for i, result in enumerate(results):
+        take = best == i
+        merged.loc[take] = result.loc[take]
+    done = [r[r["play_status"].isin(["ok", "reused"])].drop(columns=["play_status", "play_error"]) for r in results]
+    for other in done[1:]:
+        both = done[0].index.intersection(other.index)
+        for column in done[0].columns:
+            for row in both:
+                a, b = done[0].at[row, column], other.at[row, column]
+                assert type(a) is type(b) and (a == b or (pd.isna(a) and pd.isna(b))), (row, column, a, b)
+    holds = next((s["holds"] for s in said if s["holds"]), [])
+    parked = merged[merged["play_status"] == "parked"]
+    parked = next((s["parked"] for s in said if len(s["parked"]) == len(parked)), said[0]["parked"])
+    fatal = next((s["fatal"] for s in said if s["fatal"]), None)
+    return Outcome(merged, [s["stats"] for s in said], holds, parked, said[0]["waterfalls"], fatal, results)
+
+
+# -- processes --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Proc:
+    popen: subprocess.Popen[str]
+    out: Path
+
+
+@contextmanager
+def _processes(scratch: Path, frame: pd.DataFrame, play: Any, options: dict[str, Any], n: int, *,
+               share: str | None = None) -> Iterator[list[_Proc]]:  # fmt: skip
+    """Start ``n`` processes running ``play`` over ``frame`` (each started, the play imported);
+    any still running at the end is killed."""
+    work = Path(tempfile.mkdtemp(dir=scratch))
+    script, payload = work / "worker.py", work / "payload.pkl"
+    script.write_text(_WORKER)
+    with sharing_limits(share) if share else _nothing():
+        payload.write_bytes(cloudpickle.dumps((frame, play, options)))
+    procs = []
+    for i in range(n):
+        out = work / f"out{i}.pkl"
+        popen = subprocess.Popen([sys.executable, str(script), str(payload), str(out)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
+        procs.append(_Proc(popen, out))
+    try:
+        for proc in procs:
+            assert proc.popen.stdout is not None
+            line = proc.popen.stdout.readline()
+            assert line.strip() == "started", proc.popen.communicate()[1][-3000:]
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.popen.poll() is None:
+                proc.popen.kill()
+            proc.popen.communicate()
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def _said(proc: _Proc) -> dict[str, Any]:
+    _, err = proc.popen.communicate(timeout=120)
+    assert proc.out.exists(), f"the process said nothing ({proc.popen.returncode}):\n{err[-3000:]}"
+    with proc.out.open("rb") as said:
+        return pickle.load(said)  # type: ignore[no-any-return]
+
+
+def _kill_when(proc: _Proc, when: Callable[[], bool]) -> None:
+    _wait(when)
+    proc.popen.send_signal(signal.SIGKILL)
+    proc.popen.communicate()
+
+
+def _wait(when: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not when():
+        assert time.monotonic() < deadline, "timed out waiting for the moment to act"
+        time.sleep(0.005)
+
+
+async def _until(when: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not when():
+        assert time.monotonic() < deadline, "timed out waiting for the moment to act"
+        await asyncio.sleep(0.005)
