@@ -336,8 +336,10 @@ class Governor:
         ticket.tries += not health.down
         if health.failure(now):
             self.down_error = _describe(exc)
+            self.probe_at = time.time() + max(0.0, health.probe_at - now)
             self._emit(ProviderDown(self.name, self.down_error))
         if health.down:
+            self.probe_at = time.time() + max(0.0, health.probe_at - now)  # a failed probe: the next is later
             ticket.cause = exc
             return True  # the loop waits for the next probe, or parks the row past its budget
         if ticket.tries > self.provider.retries:

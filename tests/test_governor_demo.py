@@ -278,7 +278,7 @@ def test_configured_pace_avoids_429s(demo, store) -> None:
     assert elapsed >= (60 - 5) / 20 * 0.9  # the pace, not luck, kept the server happy
 
 
-# -- nothing listening: the provider is down, its rows park at once ------------------------------
+# -- nothing listening: the provider is down, its rows wait for its probes, then park -------------
 
 
 def test_nothing_listening_settles_every_row_in_moments(store) -> None:

@@ -251,7 +251,7 @@ def test_a_provider_going_down_and_coming_back_gets_a_line_of_its_own() -> None:
     state.emit(RunFinished("r1", False))
     said = [line for line in out.getvalue().replace("\r", "\n").split("\n") if line.startswith("provider")]
     assert said == [
-        f"provider 'acme' is down: connection refused; its rows park; next probe at {time_of_day(probe)}",
+        f"provider 'acme' is down: connection refused; its rows wait for it up to max_wait, then park; next probe at {time_of_day(probe)}",
         "provider 'acme' is up again",
     ], out.getvalue()
 

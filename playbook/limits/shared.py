@@ -14,8 +14,9 @@ flight) is the whole process's.  Only one task per loop asks for a permit at a t
 queue there, in order): while the account has no room, that one polls, and a slot this process
 frees wakes it at once.  What Redis cannot answer (it is down, the URL is wrong) is a retryable
 ``ToolError`` naming the provider and the URL, so the governor treats it as it treats a provider
-that refuses connections: retried, then *down*, and its rows park with that message.  A slot
-that cannot be given back for the same reason comes back by expiry.
+that refuses connections: retried, then *down*: its rows wait for its probes within their
+``max_wait``, then park with that message.  A slot that cannot be given back for the same reason
+comes back by expiry.
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ class TextView:
             self._down.add(name)
             provider = self._state.provider_views().get(name)
             probe = f"; next probe at {time_of_day(provider.probe_at)}" if provider is not None and provider.probe_at else ""
-            line = f"provider {name!r} is down: {in_words(event.error)}; its rows park{probe}"
+            line = f"provider {name!r} is down: {in_words(event.error)}; its rows wait for it up to max_wait, then park{probe}"
         elif name in self._down:
             self._down.discard(name)
             line = f"provider {name!r} is up again"
