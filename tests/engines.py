@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,22 +118,10 @@ class OneProcess(Engine):
         self.scratch = scratch
 
     def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
-        fatal = None
-        try:
-            run = frame.play.run(play, store=self.store, progress=False, **options)
-        except pb.RunFatal as exc:
-            fatal, run = f"RunFatal: {exc}", pb.last_run()
-        return _outcome(run, fatal)
+        return _finished(lambda: frame.play.run(play, store=self.store, progress=False, **options))
 
     def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
-        async def main() -> pb.Run:
-            run = await frame.play.arun(play, store=self.store, progress=False, background=True, **options)
-            await _until(when)
-            run.stop()
-            await run
-            return run
-
-        return _outcome(asyncio.run(main()), None)
+        return _stopped(lambda: frame.play.arun(play, store=self.store, progress=False, background=True, **options), when)
 
     def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> int:
         # One process killed is this process killed: it runs on its own for that.
@@ -181,22 +169,13 @@ class Cluster(Engine):
         return dd.from_pandas(frame, npartitions=PARTITIONS)
 
     def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
-        fatal = None
-        try:
-            run = self._frame(frame).play.run(play, store=self.store, progress=False, **options)
-        except pb.RunFatal as exc:
-            fatal, run = f"RunFatal: {exc}", pb.last_run()
-        return _outcome(run, fatal)
+        return _finished(lambda: self._frame(frame).play.run(play, store=self.store, progress=False, **options))
 
     def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
-        async def main() -> Any:
-            run = self._frame(frame).play.run(play, store=self.store, progress=False, background=True, **options)
-            await _until(when)
-            run.stop()
-            await run
-            return run
+        async def start() -> Any:  # a cluster job started in the background is returned at once
+            return self._frame(frame).play.run(play, store=self.store, progress=False, background=True, **options)
 
-        return _outcome(asyncio.run(main()), None)
+        return _stopped(start, when)
 
     def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> int:
         client = self.client
@@ -218,6 +197,28 @@ class Cluster(Engine):
 
 
 # -- outcomes ---------------------------------------------------------------------------------
+
+
+def _finished(start: Callable[[], Any]) -> Outcome:
+    """The outcome of a run (or a cluster job) started and waited for by ``start()``; one that a
+    fatal error stopped is ``pb.last_run()``, as a user finds it."""
+    try:
+        return _outcome(start(), None)
+    except pb.RunFatal as exc:
+        return _outcome(pb.last_run(), f"RunFatal: {exc}")
+
+
+def _stopped(start: Callable[[], Awaitable[Any]], when: Callable[[], bool]) -> Outcome:
+    """The outcome of a background run ``start()`` gives, stopped once ``when()`` is true."""
+
+    async def main() -> Any:
+        run = await start()
+        await _until(when)
+        run.stop()
+        await run
+        return run
+
+    return _outcome(asyncio.run(main()), None)
 
 
 def _outcome(run: Any, fatal: str | None) -> Outcome:

@@ -1,5 +1,6 @@
 """Steps of the call pipeline, each on its own: the lookup that waits for a call in flight, the cost
-budget, the row table's one-line reset, and the held queue's order (real store, virtual time)."""
+budget, the row table's one-line reset, the held queue's order (real store, virtual time), and a row that steps
+back for the fresh rows while another run pays for its call."""
 
 from __future__ import annotations
 
@@ -124,3 +125,40 @@ def test_the_held_queue_gives_rows_back_in_deadline_order() -> None:
         queue.push(pos, until)
     assert queue.due(1.0) is None and queue.next_at() == 2.0
     assert [queue.due(9.0), queue.due(9.0), queue.due(9.0), queue.due(9.0)] == [1, 0, 2, None]
+
+
+def test_a_row_whose_call_another_run_pays_for_steps_back_for_the_fresh_rows(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Another run on the same store (a thread here, with a store object and leases of its own, as
+    a process has) holds the lease of row 0's call: row 0 steps back instead of waiting, the fresh
+    rows 1-4 run meanwhile, and row 0 comes back last, reused from the memo the other run left."""
+    import threading
+    import time
+
+    calls: list[tuple[str, int]] = []
+
+    @pb.tool(name="lookup", version="1")
+    async def lookup_(n: int) -> int:
+        calls.append((threading.current_thread().name, n))
+        await asyncio.sleep(0.5 if n == 0 else 0.01)
+        while n == 4 and other.is_alive():  # the other run is over (its memo written) before row 0 comes back
+            await asyncio.sleep(0.01)
+        return n * 10
+
+    play = pb.play(lambda_play(lookup_), name="tenfold")
+    location = tmp_path / "store"
+    other = threading.Thread(target=lambda: pd.DataFrame({"n": [0]}).play.map(play, store=location, progress=False), name="other")
+    other.start()
+    deadline = time.monotonic() + 10
+    while not calls and time.monotonic() < deadline:  # the other run is paying for row 0's call
+        time.sleep(0.005)
+    out = pd.DataFrame({"n": range(5)}).play.map(play, store=location, progress=False, concurrency=1)
+    other.join()
+    assert [n for _, n in calls] == [0, 1, 2, 3, 4]  # row 0's call was paid once, by the other run
+    assert out["play_status"].tolist() == ["reused", "ok", "ok", "ok", "ok"] and out["lookup"].tolist() == [0, 10, 20, 30, 40]
+
+
+def lambda_play(tool: pb.Tool):  # type: ignore[no-untyped-def]
+    async def tenfold(row, ctx):  # type: ignore[no-untyped-def]
+        return {"lookup": await ctx.tool(tool, n=row.n)}
+
+    return tenfold

@@ -56,7 +56,8 @@ class LocalLimiter:
 
     def __repr__(self) -> str:
         tokens = f" tokens={self.tokens.rate:.4g}/s" if self.tokens is not None else ""
-        return f"<LocalLimiter {self.pace!r}{tokens} {self.window!r} {self.allowance!r} on_wire={self.in_flight} hold_until={self.hold_until:.3f}>"
+        limits = f"{self.pace!r}{tokens} {self.window!r} {self.allowance!r}"
+        return f"<LocalLimiter {limits} on_wire={self.in_flight} hold_until={self.hold_until:.3f}>"
 
     @property
     def rate(self) -> float | None:

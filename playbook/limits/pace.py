@@ -27,14 +27,14 @@ class Pace:
     sending* (:meth:`accepted`: calls sent over the last ``WINDOW`` seconds and not refused, over
     that time less any hold's silence: the silence of a hold is ours, not the provider's verdict).
     A refusal within ``SOON`` of sending (again) measures mostly the provider's burst, or a fixed
-    window's whole allowance, so it cuts deeper.  Successes bring the rate back
-    (additive increase): after a refusal quickly up to just under the level refused (``KNOWN``
-    of it), but not at all after one at the level recovered to within ``FORGET`` seconds (that
-    level was too high too); then slowly (``PROBE`` of the rate a second), so finding the limit
-    again costs a refusal every minute or so, not every few seconds.  ``FORGET`` seconds without a refusal, and a configured ``rps`` is sought again
-    quickly.  Without ``rps`` the rate is *discovered*: the first 429 sets it from what got
-    through, and a slow start grows it e-fold a second (never past twice what is being sent)
-    until the next.
+    window's whole allowance, so it cuts deeper.  Successes bring the rate back (additive
+    increase): after a refusal quickly up to just under the level refused (``KNOWN`` of it), but
+    not at all after one at the level recovered to within ``FORGET`` seconds (that level was too
+    high too); then slowly (``PROBE`` of the rate a second), so finding the limit again costs a
+    refusal every minute or so, not every few seconds.  ``FORGET`` seconds without a refusal,
+    and a configured ``rps`` is sought again quickly.  Without ``rps`` the rate is *discovered*:
+    the first 429 sets it from what got through, and a slow start grows it e-fold a second
+    (never past twice what is being sent) until the next.
 
     Not every 429 is a verdict on the rate.  Calls that leave evenly can arrive together (a new
     connection's handshake delays one, the next does not wait), and a strict provider refuses
