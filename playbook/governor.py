@@ -19,9 +19,8 @@ the transport (:meth:`Governor.dispatch`), acting over its provider's limiter::
               401/402/403: RunFatal, straight up
 
 What it keeps is this process's: the provider's health, its counters, the events it tells
-subscribers.  Rate, calls in flight and holds are the limiter's, in this process or shared.
-The governor's clock is the running loop's (``loop.time()``): a test loop with virtual time
-drives every wait here.
+subscribers.  Rate, calls in flight and holds are the limiter's, in this process or shared.  Its
+clock is the running loop's (``loop.time()``): a loop with virtual time drives every wait here.
 """
 
 from __future__ import annotations
@@ -32,13 +31,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from .errors import ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
 from .limits import HEADROOM, LONE, Backoff, Health, Limiter, Permit, Verdict
 from .limits.waiters import Listeners, here
 from .models import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RateChanged, time_of_day
 from .signals import Held, WaitBudget
+from .ticket import Described, Ticket
 
 __all__ = ["IN_PLACE", "OWN_IN_PLACE", "Governor", "Ticket"]
 
@@ -46,44 +46,6 @@ T = TypeVar("T")
 
 IN_PLACE = 1.0  # holds up to this long are waited out by the call; longer ones suspend the row
 OWN_IN_PLACE = 0.2  # the same for a call's own retry (its row's worker can serve another row meanwhile)
-
-
-class Ticket:
-    """One logical call's standing with its provider, kept across the row's replays.  A call
-    weighed by its tokens carries its estimate (``weight``) and, once answered, its real usage
-    (``actual``), which the limiter is charged."""
-
-    __slots__ = ("tool", "budget", "tries", "refusals", "not_before", "suspend", "falls_through", "weight", "actual", "carry", "cause")
-
-    def __init__(self, tool: str, budget: WaitBudget, *, suspend: bool = True, falls_through: bool = False) -> None:
-        self.tool = tool
-        self.budget = budget
-        self.tries = 0  # transient failures so far
-        self.refusals = 0  # 429s without a hint so far
-        self.not_before = 0.0  # this call's own backoff (loop clock)
-        self.suspend = suspend  # may this call's own long backoff suspend its row (False: wait in place)
-        # A waterfall's leg: a provider that is down passes to the next leg at once, waiting for no probe.
-        self.falls_through = falls_through
-        self.cause: Exception | None = None  # the failure that took the provider down, under this call
-        self.weight: float | None = None  # estimated tokens; None: not weighed
-        self.actual: float | None = None  # tokens used, once answered
-        self.carry: Any = None  # what the caller keeps with the call across its row's replays
-
-    def __repr__(self) -> str:
-        return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"
-
-
-class Described(Protocol):
-    """What the governor reads of its provider's description (a :class:`~playbook.providers.Provider`)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def max_wait(self) -> float: ...
-
-    @property
-    def retries(self) -> int: ...
 
 
 class Governor:
@@ -336,12 +298,12 @@ class Governor:
         ticket.tries += not health.down
         if health.failure(now):
             self.down_error = _describe(exc)
-            self.probe_at = time.time() + max(0.0, health.probe_at - now)
+            self._next_probe(now)
             self._emit(ProviderDown(self.name, self.down_error))
-        if health.down:
-            self.probe_at = time.time() + max(0.0, health.probe_at - now)  # a failed probe: the next is later
+        if health.down:  # the loop waits for the next probe (a failed probe's is later), or parks the row past its budget
+            self._next_probe(now)
             ticket.cause = exc
-            return True  # the loop waits for the next probe, or parks the row past its budget
+            return True
         if ticket.tries > self.provider.retries:
             raise self._unavailable(exc, ticket, f"gave up after {ticket.tries} tries")
         wait = hint if hint is not None else self.backoff.delay(ticket.tries - 1)
@@ -353,9 +315,12 @@ class Governor:
                 raise self._unavailable(exc, ticket, "the next try would pass the wait budget")
         return True
 
+    def _next_probe(self, now: float) -> float:
+        self.probe_at = time.time() + max(0.0, self.health.probe_at - now)  # epoch seconds, for people
+        return self.probe_at
+
     def _down(self, ticket: Ticket, now: float) -> ProviderExhausted:
-        wall = time.time() + max(0.0, self.health.probe_at - now)
-        self.probe_at = wall
+        wall = self._next_probe(now)
         why = "" if ticket.falls_through else f", past this row's wait budget ({max(ticket.budget.left, 0):.0f}s left of max_wait)"
         error = ProviderExhausted(
             f"tool {ticket.tool!r}: provider {self.name!r} is down ({self.down_error}); the next probe goes at "

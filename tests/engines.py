@@ -251,11 +251,22 @@ def _merged(said: list[dict[str, Any]]) -> Outcome:
             for row in both:
                 a, b = done[0].at[row, column], other.at[row, column]
                 assert type(a) is type(b) and (a == b or (pd.isna(a) and pd.isna(b))), (row, column, a, b)
-    holds = next((s["holds"] for s in said if s["holds"]), [])
+    holds = _holds([hold for s in said for hold in s["holds"]])
     parked = merged[merged["play_status"] == "parked"]
     parked = next((s["parked"] for s in said if len(s["parked"]) == len(parked)), said[0]["parked"])
     fatal = next((s["fatal"] for s in said if s["fatal"]), None)
     return Outcome(merged, [s["stats"] for s in said], holds, parked, said[0]["waterfalls"], fatal, results)
+
+
+def _holds(holds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The processes' holds, one per provider: the one that says most (a process that only met
+    a hold another set through the shared limits knows no status for it)."""
+    best: dict[str, dict[str, Any]] = {}
+    for hold in holds:
+        seen = best.get(hold["provider"])
+        if seen is None or (seen["last_status"] is None and hold["last_status"] is not None):
+            best[hold["provider"]] = hold
+    return list(best.values())
 
 
 # -- processes --------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import threading
 import weakref
 from collections.abc import Callable, Coroutine, Generator
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
@@ -20,9 +20,6 @@ from ..store import ReceiptStore
 from .options import RunOptions
 from .scheduler import Scheduler
 from .state import ERROR_COLUMNS, LEG_COLUMNS, RunState
-
-if TYPE_CHECKING:
-    from ..cluster.job import ClusterRun
 
 __all__ = ["Run", "begin_background", "execute", "last_run", "remember", "start"]
 
@@ -42,7 +39,7 @@ class _ThreadRun(threading.local):
 _thread = _ThreadRun()
 
 
-def last_run() -> Run | ClusterRun | None:
+def last_run() -> Run | None:
     """The run most recently started in this task, else in this thread, else in this process
     (a ``Run``, or a Dask DataFrame's ``ClusterRun``); ``None`` if none.  Code that starts runs
     concurrently should keep the ``Run`` each returns."""
@@ -52,12 +49,13 @@ def last_run() -> Run | ClusterRun | None:
     mine = ref() if ref is not None else None
     if mine is None:
         mine = _thread.run
-    latest: Run | ClusterRun = mine if mine is not None else _last
+    latest: Run = mine if mine is not None else _last  # a cluster's job reads as a Run does
     return latest
 
 
-def remember(run: Run | ClusterRun) -> None:
-    """``run`` is the latest: :func:`last_run` gives it in this task, thread and process."""
+def remember(run: Any) -> None:
+    """``run`` (a ``Run``, or a cluster's ``ClusterRun``, whose reading API is the same) is the
+    latest: :func:`last_run` gives it in this task, thread and process."""
     global _last
     _last = run
     _thread.run = run
