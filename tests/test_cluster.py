@@ -1,7 +1,9 @@
 """A play over a Dask DataFrame on a real ``distributed.LocalCluster`` (two worker processes),
 with a real Redis server and the demo provider: the same result as pandas, paid once across the
-cluster and across pandas and Dask, one rate per provider account, stop, retry, a worker killed
-mid-job, and the words said for what cannot work on a cluster."""
+cluster and across pandas and Dask, one rate per provider account, retry, Ctrl-C, the panel, and
+the words said for what cannot work on a cluster.  What every engine promises (never paying
+twice, a worker killed mid-job, max_cost as one budget, stop...) is in test_promises, which runs
+each promise on a cluster too."""
 
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -132,20 +133,6 @@ def test_rows_that_fail_are_named_by_their_label_and_position_in_the_whole_frame
     assert result.loc[1033, "play_status"] == "failed" and "no address for p33" in result.loc[1033, "play_error"]
 
 
-def test_max_cost_is_one_budget_for_the_whole_job(client: Client, demo, redis_url: str) -> None:
-    """max_cost on a cluster is the job's: partitions on both workers spend from one budget in
-    Redis, so the job pays for exactly what fits and parks the rest (reason "budget")."""
-    tool = pb.http_tool(
-        "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
-        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret(KEY_VAR), pick="email", miss_status=(404,), cost=1.0,
-    )  # fmt: skip
-    run = dd.from_pandas(_people(40), npartitions=4).play.run(_play(tool), store=redis_url, progress=False, max_cost=10, concurrency=3)
-
-    assert run.stats.ok == 10 and run.stats.parked == 30 and run.stats.cost_spent == 10.0
-    assert demo.stats()["requests"] == 10
-    assert set(run.parked["reason"]) == {"budget"} and run.parked["message"].str.contains("max_cost=10").all()
-
-
 def test_on_error_raise_raises_the_rows_own_error(client: Client, demo, redis_url: str) -> None:
     async def broken(row, ctx):  # type: ignore[no-untyped-def]
         raise LookupError(f"row {row.first} has nothing")
@@ -183,64 +170,6 @@ def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(client: Cli
         .stats.calls_executed
         == 0
     )
-
-
-def test_stop_ends_the_job_on_every_worker_and_a_rerun_pays_only_what_is_missing(client: Client, demo, redis_url: str) -> None:
-    """A background job stopped midway ends on every worker: calls sent land, the rest is skipped;
-    running it again pays for the skipped rows only (each call paid once in all)."""
-    demo.reset(latency=0.05)
-    frame = _people(200)
-    play = _play(_email(demo))
-
-    async def main() -> pb.ClusterRun:
-        run = dd.from_pandas(frame, npartitions=4).play.run(play, store=redis_url, progress=False, concurrency=2, background=True)
-        while run.stats.ok < 20:
-            await asyncio.sleep(0.05)
-        run.stop()
-        await run
-        return run
-
-    run = asyncio.run(main())
-    assert run.stats.skipped > 0 and run.stats.ok + run.stats.skipped == 200
-    assert run.state.phase == "stopped"
-    assert (run.result.compute()["play_status"] == "skipped").sum() == run.stats.skipped
-    again = dd.from_pandas(frame, npartitions=4).play.run(play, store=redis_url, progress=False, concurrency=8)
-    assert again.stats.reused + again.stats.ok == 200
-    assert demo.stats()["requests"] == 200, "a call was paid twice"
-
-
-def test_a_worker_killed_mid_job_loses_no_row_and_repays_at_most_its_calls_in_flight(client: Client, demo, redis_url: str) -> None:
-    """kill -9 of a worker while it runs partitions: Dask runs them again elsewhere, every row ends
-    ok, and the calls paid twice are at most what the dead worker had in flight."""
-    demo.reset(latency=0.03)
-    frame = _people(240)
-    play = _play(_email(demo))
-    pids = client.run(os.getpid)
-    concurrency, threads = 3, 2
-
-    def kill_midway() -> None:
-        while demo.stats()["requests"] < 60:
-            time.sleep(0.01)
-        busy = [w for w, keys in client.processing().items() if any("playbook-" in str(k) for k in keys)]
-        os.kill(pids[busy[0]], signal.SIGKILL)  # a worker running partitions of the job now
-
-    killer = threading.Thread(target=kill_midway, daemon=True)
-    killer.start()
-    run = dd.from_pandas(frame, npartitions=6).play.run(play, store=redis_url, progress=False, concurrency=concurrency)
-    killer.join(5)
-
-    result = run.result.compute()
-    # "reused": rows of a partition the dead worker had finished, whose result died with it (Dask runs it again).
-    assert len(result) == 240 and result["play_status"].isin(["ok", "reused"]).all()
-    assert run.stats.ok + run.stats.reused == 240
-    assert run.stats.calls_reused > 0, "no partition was run again: the worker died too late to test anything"
-    # What the dead worker said it paid for still counts; the calls of its last quarter second, which it
-    # had no time to report, count as reused by the attempt that took its partition over.
-    assert run.stats.calls_executed + run.stats.calls_reused >= 240
-    extra = demo.stats()["requests"] - 240
-    assert 0 <= extra <= concurrency * threads, f"{extra} calls paid twice; the killed worker had at most {concurrency * threads} in flight"
-    assert dd.from_pandas(frame, npartitions=6).play.run(play, store=redis_url, progress=False).stats.calls_executed == 0
-    client.wait_for_workers(2, timeout=60)
 
 
 def test_what_a_cluster_run_cannot_do_is_said_before_anything_is_paid(client: Client, demo, redis_url: str, tmp_path) -> None:

@@ -330,6 +330,7 @@ def test_max_cost_is_one_budget_per_run(engine: Engine, demo: pb.demo.DemoServer
     out = engine.run(people(40), play, concurrency=3, max_cost=10)
     for run in out.runs:
         assert run["cost_spent"] <= 10.0 and run["calls_executed"] <= 10
+    assert max(run["cost_spent"] for run in out.runs) == 10.0  # what fits is paid for
     assert requests(demo) <= 10 * len(out.runs)
     assert out.statuses.get("parked", 0) >= 40 - 10 * len(out.runs) and set(out.parked["reason"]) == {"budget"}
 
