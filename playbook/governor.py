@@ -208,7 +208,7 @@ class Governor:
                     weight: float) -> tuple[Any, Permit | None]:  # fmt: skip
         """One try: ``(result, permit)`` to settle, or ``(None, None)`` to go round again."""
         try:
-            permit = await self.limiter.acquire(weight)
+            permit = await self.limiter.acquire(weight, max(IN_PLACE, ticket.budget.left))
         except ToolError as exc:  # the limiter's own state is out of reach: like a provider that is
             if not await self._retry(exc, None, loop.time(), ticket):
                 raise

@@ -474,3 +474,21 @@ def test_a_hinted_refusal_under_a_token_limit_leaves_the_request_rate_alone(make
         return cut, limiter.rate
 
     assert asyncio.run(main()) == (Verdict.NOTED, None)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["local", "shared"])
+def test_a_window_used_up_past_max_wait_parks_the_rows_that_would_wait(shared: bool, request: pytest.FixtureRequest, store) -> None:  # type: ignore[no-untyped-def]
+    """window=(2, 3600): two calls go, the others' turn is an hour away, past max_wait: their rows
+    park at once ("paces calls"), none sleeps through the hour, locally or with the limits shared."""
+    url = request.getfixturevalue("redis_url") if shared else None
+    provider = pb.Provider("hourly", window=(2, 3600), max_wait=5, shared=url)
+
+    @pb.tool(provider=provider, name="hourly.lookup", version="1")
+    async def lookup(n: int) -> int:
+        return n
+
+    started = time.monotonic()
+    out = pd.DataFrame({"n": range(4)}).play.map(lookup, store=store, progress=False, concurrency=4)
+    assert out["play_status"].value_counts().to_dict() == {"ok": 2, "parked": 2}
+    assert time.monotonic() - started < 5
+    assert out.loc[out["play_status"] == "parked", "play_error"].str.contains("paces calls").all()

@@ -21,6 +21,7 @@ announces in its answers (``x-ratelimit-limit-*``) reach the limiter through :me
 from __future__ import annotations
 
 import enum
+import math
 from typing import Protocol, runtime_checkable
 
 __all__ = ["HEADROOM", "LONE", "Limiter", "Permit", "Verdict", "rate_news"]
@@ -102,9 +103,10 @@ class Limiter(Protocol):
     def token_rate(self) -> float | None:
         """Tokens a second it lets through (configured or announced); ``None``: no token limit."""
 
-    async def acquire(self, weight: float = 1.0) -> Permit | None:
+    async def acquire(self, weight: float = 1.0, patience: float = math.inf) -> Permit | None:
         """Wait for a concurrency slot and a rate slot for a call of ``weight`` units; ``None``
-        when a hold arrived meanwhile (the caller decides how to wait for it, then asks again)."""
+        when a hold arrived meanwhile, or the slot is further than ``patience`` seconds away (the
+        caller decides how to wait for it, by :meth:`expected_wait`, then asks again)."""
 
     async def settle(self, permit: Permit, actual: float | None = None) -> bool:
         """The call was answered: give its slot back, charge its real weight (``actual``; None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -98,7 +99,8 @@ class LocalLimiter:
             self._rearm()
         return changed
 
-    async def acquire(self, weight: float = 1.0) -> Permit | None:
+    async def acquire(self, weight: float = 1.0, patience: float = math.inf) -> Permit | None:
+        # ``patience``: the governor asked expected_wait() first, which this queue answers exactly.
         loop = asyncio.get_running_loop()
         with self._lock:
             if self.window.enter():

@@ -42,6 +42,7 @@ from .gates import Window
 from .local import token_burst
 from .pace import Pace
 from .redis_link import Link
+from .waiters import here
 
 __all__ = ["RedisLimiter"]
 
@@ -92,6 +93,7 @@ class RedisLimiter:
         # A configured window's calls and span (Allowance's arithmetic) for the scripts; [0, 0]: learnt.
         self.window_args: list[Any] = [window[0], f"{Allowance(*window).span:.6f}"] if window is not None else [0, 0]
         self.hold_until = 0.0  # loop clock
+        self._room_at = 0.0  # loop clock: the account had no slot before this, as last answered
         self.in_flight = 0  # this process's calls on the wire
         self._shown = rate  # the rate last reported as changed
         self._offset = 0.0  # Redis time minus loop time, as of the last answer
@@ -111,7 +113,10 @@ class RedisLimiter:
         return self.window.known_limit
 
     def expected_wait(self, weight: float) -> float:
-        return 0.0  # the account's queue is in Redis: only asking tells
+        # The account's queue is in Redis: only asking tells.  The last answer that said "not
+        # before" (a window used up, a rate's queue) is what this process knows meanwhile.
+        loop = here()
+        return max(0.0, self._room_at - loop.time()) if loop is not None else 0.0
 
     def learn(self, requests: float | None, tokens: float | None) -> bool:
         changed = False
@@ -126,13 +131,13 @@ class RedisLimiter:
 
     # -- the Limiter protocol ------------------------------------------------------------------
 
-    async def acquire(self, weight: float = 1.0) -> Permit | None:
+    async def acquire(self, weight: float = 1.0, patience: float = math.inf) -> Permit | None:
         loop, link = self._link()
         key = f"{self._host}:{next(_ids)}"
         link.busy += 1
         try:
             async with link.turn:  # one asker per loop; the rest wait here, in order
-                granted = await self._reserve(key, weight, loop, link)
+                granted = await self._reserve(key, weight, loop, link, patience)
         except BaseException:
             link.busy -= 1
             await self._idle(link)
@@ -217,9 +222,11 @@ class RedisLimiter:
         self._offset = float(reply[0]) - loop.time()
         return float(reply[1])
 
-    async def _reserve(self, key: str, weight: float, loop: asyncio.AbstractEventLoop, link: Link) -> tuple[int, float] | None:
+    async def _reserve(self, key: str, weight: float, loop: asyncio.AbstractEventLoop, link: Link,
+                       patience: float) -> tuple[int, float] | None:  # fmt: skip
         """Ask until the account has room and a rate slot within ``HORIZON``: ``(level, wait)``,
-        or None when a hold is in force."""
+        or None when a hold is in force or the slot is past ``patience`` (``expected_wait`` says
+        when, to the governor: its row parks, or steps aside)."""
         try:
             while True:
                 if self.hold_until > loop.time():
@@ -241,6 +248,10 @@ class RedisLimiter:
                     continue
                 link.keep(key)
                 if status == b"wait":
+                    self._room_at = loop.time() + float(reply[5])
+                    if float(reply[5]) > patience:
+                        await self._forget(link, key)
+                        return None
                     await asyncio.sleep(float(reply[5]) - HORIZON / 2)
                     continue
                 wait = float(reply[5])
