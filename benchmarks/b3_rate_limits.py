@@ -168,8 +168,8 @@ def _unreachable(repeats: int) -> Result:
     result.notes = [
         (f"returned in {mine.seconds:.2f}s <= max_wait + 3 = {DOWN_WITHIN:g}s{raised(mine)}",
          mine.seconds <= DOWN_WITHIN and mine.error is None),
-        ("(rows wait for the down provider's probes, 1 s then 2, 4... apart, while one falls within max_wait)", None),
         (f"{mine.settled} of {mine.rows} rows failed or parked (the measure: rows settled a second)", mine.settled == mine.rows),
+        ("(rows wait for the down provider's probes, 1 s then 2, 4... apart, while one falls within max_wait)", None),
         (f"naive: {base.settled} rows failed in {base.seconds:.2f}s (no retry of a refused connection)", None),
     ]  # fmt: skip
     if not all(verdict for _, verdict in result.notes[:2]):

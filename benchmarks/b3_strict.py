@@ -148,7 +148,7 @@ def _restarting(url: str, repeats: int) -> Result:
     return result
 
 
-# -- helpers ----------------------------------------------------------------------------------
+# -- running and reading ----------------------------------------------------------------------
 
 
 def _ours(url: str, frame: Any, provider: dict[str, Any], concurrency: int) -> Run:

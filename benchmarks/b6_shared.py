@@ -109,9 +109,9 @@ def _strict(url: str, redis: RedisServer, repeats: int) -> list[Result]:
     configured = clock_row(f"{who}: rps=20", STRICT, mine.stats, GOODPUT)
     configured.notes += [refused_note(mine.stats, REFUSED, mine.rows - mine.ok), _in_flight_note(mine)]
     mine = _median(learning, key=lambda f: convergence(f.admitted, RPS).rate)
-    learnt = steady_row(f"{who}: discovered", STRICT, mine.stats, mine.admitted, STEADY)
-    learnt.notes += [refused_note(mine.stats, LEARNING_REFUSED, mine.rows - mine.ok), _in_flight_note(mine)]
-    return [configured, learnt]
+    discovered = steady_row(f"{who}: discovered", STRICT, mine.stats, mine.admitted, STEADY)
+    discovered.notes += [refused_note(mine.stats, LEARNING_REFUSED, mine.rows - mine.ok), _in_flight_note(mine)]
+    return [configured, discovered]
 
 
 def _windows(url: str, redis: RedisServer, repeats: int) -> list[Result]:
@@ -132,7 +132,7 @@ def _windows(url: str, redis: RedisServer, repeats: int) -> list[Result]:
     return results
 
 
-# -- helpers ----------------------------------------------------------------------------------
+# -- running and reading ----------------------------------------------------------------------
 
 
 def _measured(url: str, redis: RedisServer, settings: dict[str, Any], workers: list[Worker], *, watch: bool = False) -> Finish:

@@ -156,7 +156,7 @@ def ideal_seconds(settings: dict[str, Any], admitted: int) -> float:
     """The least time the demo's limit in ``settings`` lets ``admitted`` requests in, on its clock:
     a token bucket lets ``burst`` in at once and then ``rps`` a second; a fixed window lets
     ``window_limit`` in at once and then that many per ``window_seconds``."""
-    first = settings.get("burst", 10) if settings.get("rps") else settings["window_limit"]
+    first = settings.get("burst", 10) if settings.get("rps") else settings["window_limit"]  # 10: the demo's default burst
     return (admitted - first) / allowed_rate(settings)
 
 
@@ -195,8 +195,8 @@ def admissions(url: str) -> Iterator[Samples]:
 @dataclass(frozen=True)
 class Convergence:
     """How a discovered rate settled: ``after`` seconds from the first admission until the rate
-    over every sliding ``SPAN`` held >= ``share`` x the limit (None: it never did); ``rate``
-    admissions a second from then on, over ``seconds``."""
+    over every sliding ``SPAN`` seconds held >= ``SHARE`` x the limit (None: it never did);
+    ``rate`` admissions a second from then on (until ``UNTIL`` of them were in), over ``seconds``."""
 
     after: float | None
     rate: float

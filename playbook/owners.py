@@ -24,4 +24,13 @@ def dead(owner: str) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    return _zombie(pid)
+
+
+def _zombie(pid: str) -> bool:
+    """A process killed but not yet waited for by its parent still has a pid, and runs no more."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[:1] == [b"Z"]
+    except OSError:  # no /proc (not Linux), or it is gone meanwhile
+        return False

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import contextvars
 import math
+import numbers
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
+
+import numpy as np
 
 from .errors import PlayDefinitionError
 from .governor import IN_PLACE, Governor, Ticket
@@ -55,29 +58,35 @@ def _provider(name: str, options: tuple[tuple[str, Any], ...]) -> Provider:
     return made
 
 
-def _check(name: str, option: str, value: object, *, integer: bool = False, zero: bool = False, optional: bool = True) -> None:
+def _check(name: str, option: str, value: Any, *, integer: bool = False, zero: bool = False, optional: bool = True) -> Any:
+    """``value`` as a plain int or float (a numpy number too: a frame's column gives those), or a
+    PlayDefinitionError naming the option."""
     if value is None and optional:
-        return
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        return None
+    kind = numbers.Integral if integer else numbers.Real
+    if (
+        not isinstance(value, kind)
+        or isinstance(value, (bool, np.bool_))
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+    ):
         what = "whole number" if integer else "finite number"
         bound = ">= 0" if zero else "> 0"
-        none = " or None" if optional else " (waiting and retrying are always bounded)"
+        none = " or None" if optional else " (waiting and retrying are always bounded)" if option in ("max_wait", "retries") else ""
         raise PlayDefinitionError(f"Provider {name!r}: {option} must be a {what} {bound}{none}, not {value!r}")
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
 def _check_window(name: str, window: object) -> tuple[int, float] | None:
     if window is None:
         return None
-    if isinstance(window, (tuple, list)) and len(window) == 2:
-        limit, seconds = window
-        whole = isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1
-        span = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) and seconds > 0
-        if whole and span:
-            return int(limit), float(seconds)
-    raise PlayDefinitionError(
-        f"Provider {name!r}: window must be (calls, seconds), e.g. window=(50, 5) for 50 calls per 5 seconds, or None, not {window!r}"
-    )
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise PlayDefinitionError(
+            f"Provider {name!r}: window must be (calls, seconds), e.g. window=(50, 5) for 50 calls per 5 seconds, or None, not {window!r}"
+        )
+    calls, seconds = window
+    return _check(name, "window's calls", calls, integer=True, optional=False), _check(name, "window's seconds", seconds, optional=False)
 
 
 def _check_shared(name: str, shared: object) -> None:
@@ -143,14 +152,12 @@ class Provider:
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise PlayDefinitionError(f"Provider name must be a non-empty string, not {name!r}")
-        for option, value in (("rps", rps), ("rpm", rpm), ("tpm", tpm)):
-            _check(name, option, value)
+        rps, rpm, tpm = (_check(name, option, value) for option, value in (("rps", rps), ("rpm", rpm), ("tpm", tpm)))
         if rps is not None and rpm is not None:
             raise PlayDefinitionError(f"Provider {name!r}: give rps or rpm, not both (rps={rps!r}, rpm={rpm!r}): rpm is rps * 60")
-        _check(name, "burst", burst, integer=True)
-        _check(name, "concurrency", concurrency, integer=True)
-        _check(name, "max_wait", max_wait, zero=True, optional=False)
-        _check(name, "retries", retries, integer=True, zero=True, optional=False)
+        burst, concurrency = _check(name, "burst", burst, integer=True), _check(name, "concurrency", concurrency, integer=True)
+        max_wait = _check(name, "max_wait", max_wait, zero=True, optional=False)
+        retries = _check(name, "retries", retries, integer=True, zero=True, optional=False)
         if not isinstance(account, str) or not account:
             raise PlayDefinitionError(f"Provider {name!r}: account must be a non-empty string, not {account!r}")
         _check_shared(name, shared)

@@ -595,28 +595,31 @@ def test_rows_parked_on_a_down_provider_come_back_in_the_run_when_it_does(store:
     assert run.holds == [] and run.parked.empty
 
 
-@pytest.mark.parametrize("max_wait", [60.0, 4.0], ids=["outage within the budget", "outage past it"])
-def test_a_down_provider_holds_its_rows_within_their_wait_budget(store: pb.ReceiptStore, max_wait: float) -> None:
-    """A provider that answers 503 without a hint for its first 5 s goes down; its rows wait for
+@pytest.mark.parametrize(("outage", "max_wait"), [(5.0, 60.0), (30.0, 4.0)], ids=["outage within the budget", "outage past it"])
+def test_a_down_provider_holds_its_rows_within_their_wait_budget(store: pb.ReceiptStore, outage: float, max_wait: float) -> None:
+    """A provider that answers 503 without a hint while it restarts goes down; its rows wait for
     the next probe (held, not parked) while that falls within their max_wait, and finish when it is
-    back.  With a budget the probes outgrow, the rows park "down" instead, and no row fails."""
+    back, each answered once.  With a budget the probes outgrow, the rows park "down" instead, no
+    row fails, and the run ends: a provider that stays down does not keep it going."""
 
     def restarting(n: int, k: int) -> Any:
-        if now() < 5.0:
+        if now() < outage:
             raise pb.ToolError("service unavailable", status=503, retryable=True)
         return f"e{n}"
 
     email, calls = counted("email", restarting, provider=pb.Provider("mail", max_wait=max_wait), latency=0.05)
     run, events = run_virtual(launch(rows(100), calling(email), store, concurrency=16))
     held = {e.provider for _, e in of(RowHeld, events)}
-    if max_wait == 60.0:
+    if outage < max_wait:
         assert statuses(run) == ["ok"] * 100 and run.parked.empty
         assert held == {"mail"} and not of(RowParked, events)
-        assert events[-1][0] < 15.0  # probes at 1, 3 and 7 s: the third goes through
-        assert sum(t >= 5.0 for t, _ in calls) == 100  # each row answered once, after the outage
+        assert events[-1][0] < outage + 3  # probes 1, 1.5, 2.25... s apart: one soon after it is back
+        assert sum(t + 0.05 >= outage for t, _ in calls) == 100  # each row answered once, once it was back
+        assert len(calls) <= 100 + 32 + 5  # failures: those that took it down, and the probes; no row retried alone
     else:
         assert set(statuses(run)) == {"parked"} and set(run.parked["reason"]) == {"down"}
         assert "past this row's wait budget" in run.parked["message"].iloc[0]
+        assert events[-1][0] < max_wait + 5
 
 
 def test_a_provider_named_sleep_is_not_confused_with_sleeping_rows(tmp_path: Path) -> None:
@@ -653,3 +656,47 @@ def test_a_provider_named_sleep_is_not_confused_with_sleeping_rows(tmp_path: Pat
     assert (held, sleeping, kinds) == (6, 3, ["provider"] * 3 + ["sleep"] * 3)
     assert live == scanned == {"sleep": 3}
     assert statuses(run) == ["ok"] * 6
+
+
+def test_a_provider_that_stays_down_ends_the_run_with_its_rows_parked(store: pb.ReceiptStore) -> None:
+    """More rows than workers on a provider that never comes back: the rows wait for its probes
+    up to max_wait, then park; a parked row taken back as a later probe does not wait again, so
+    the run ends (it used to go round for ever, each probe row waiting afresh)."""
+
+    def refused(n: int, k: int) -> Any:
+        raise ConnectionRefusedError("connection refused")
+
+    gone, calls = counted("gone", refused, provider=pb.Provider("gone", max_wait=120))
+
+    async def staggered(n: int) -> int:
+        await asyncio.sleep(n * 5.0)  # the rows reach the provider over four minutes
+        return n
+
+    @pb.play
+    async def play(row, ctx):
+        await ctx.tool(pb.tool(staggered, version="1"), n=row.n)
+        return {"v": await ctx.tool(gone, n=row.n)}
+
+    run, events = run_virtual(launch(rows(50), play, store, concurrency=16))
+    assert statuses(run) == ["parked"] * 50 and set(run.parked["reason"]) == {"down"}
+    # The last rows reach the provider after ~6 minutes (16 workers, each row's wait of n * 5 s first),
+    # then wait their two minutes; without the fix it went round for hours of probes.
+    assert events[-1][0] < 900
+    assert len(calls) <= 50 + 60  # the failures that took it down, then one probe at a time
+
+
+def test_a_mistaken_ctx_call_fails_its_row_even_inside_a_broad_except(store: pb.ReceiptStore) -> None:
+    """ctx.tool(..., on_exhausted="ignore") is the play's mistake, not the row's: the row fails
+    with it even when the play catches everything, instead of storing the fallback as its answer."""
+    lookup, calls = counted("lookup")
+
+    @pb.play
+    async def careless(row, ctx):
+        try:
+            return {"v": await ctx.tool(lookup, n=row.n, on_exhausted="ignore")}
+        except Exception:
+            return {"v": "fallback"}
+
+    run, _ = run_virtual(launch(rows(3), careless, store))
+    assert statuses(run) == ["failed"] * 3 and calls == []
+    assert run.result["play_error"].str.contains("on_exhausted must be 'park' or 'raise'").all()

@@ -366,3 +366,20 @@ def test_two_processes_making_one_new_store_at_once_both_open_it(tmp_path: Path)
         for proc in procs:
             out, err = proc.communicate(timeout=120)
             assert proc.returncode == 0 and out.strip() == "ok", err[-500:]
+
+
+def test_a_killed_process_is_dead_before_its_parent_reaps_it() -> None:
+    """A lease holder killed with SIGKILL whose parent has not waited for it yet (a zombie: its pid
+    is still taken) is dead at once, so its leases are taken over now, not when they expire."""
+    from playbook.owners import HOST, dead
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        owner = f"{HOST}:{child.pid}:token"
+        assert not dead(owner)
+        child.send_signal(signal.SIGKILL)
+        _wait_for("the child to die", lambda: dead(owner), timeout=5)
+        assert child.poll() is not None  # reaped only now
+    finally:
+        child.kill()
+        child.wait()

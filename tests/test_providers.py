@@ -134,7 +134,7 @@ def test_hinted_refusal_cuts_configured_rate_and_reports_it() -> None:
 def test_a_lone_short_refusal_at_a_known_rate_waits_alone() -> None:
     """Jitter: one 429 saying "Retry-After: 1" among calls paced at a configured rate is a lone
     one: that call alone waits its second, the others keep their slots, the rate stays and the
-    provider is not held.  A second refusal that soon is a pattern: held, and the rate cut."""
+    provider is not held.  A third refusal that soon is a pattern: held, and the rate cut."""
     provider, send = Provider("p", rps=10), Script("ok", "ok", "ok", _refused(1.0))
     events: list[Any] = []
     provider.subscribe(events.append)
@@ -144,7 +144,7 @@ def test_a_lone_short_refusal_at_a_known_rate_waits_alone() -> None:
     assert send.times[8] == pytest.approx(3 * step + 1.0, abs=1e-6)  # the refused call, its hint later
     assert events == [] and provider.rate == pytest.approx(10 * HEADROOM)
 
-    again, send = Provider("q", rps=10), Script("ok", "ok", "ok", _refused(1.0), _refused(1.0))
+    again, send = Provider("q", rps=10), Script("ok", "ok", "ok", _refused(1.0), _refused(1.0), _refused(1.0))
     again.subscribe(events.append)
     _gather(*(again.dispatch(send, _ticket(suspend=False)) for _ in range(8)))
     assert [type(e) for e in events[:2]] == [RateChanged, ProviderHoldSet]
@@ -384,13 +384,16 @@ def test_rpm_is_rps_spelled_per_minute() -> None:
 
 
 def test_a_window_is_calls_per_seconds_and_shows_as_given() -> None:
-    """window=(50, 5) (or a list, as JSON gives it) is kept as (50, 5.0), shown, and travels with the provider."""
+    """window=(50, 5) (or a list, as JSON gives it, or numpy numbers, as a frame's cells are) is kept
+    as plain numbers, shown, and travels with the provider."""
     import pickle
 
-    provider = Provider("api", window=[50, 5], concurrency=8)
-    assert provider.window == (50, 5.0)
-    assert repr(provider).startswith("<Provider 'api' window=(50, 5.0) concurrency=8")
-    assert pickle.loads(pickle.dumps(provider)).window == (50, 5.0)
+    import numpy as np
+
+    provider = Provider("api", window=[np.int64(50), 5], concurrency=np.int64(8))
+    assert provider.window == (50, 5) and type(provider.window[0]) is int and type(provider.concurrency) is int
+    assert repr(provider).startswith("<Provider 'api' window=(50, 5) concurrency=8")
+    assert pickle.loads(pickle.dumps(provider)).window == (50, 5)
 
 
 def test_rps_and_rpm_together_rejected() -> None:

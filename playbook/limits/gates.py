@@ -199,7 +199,8 @@ class Window:
 class Health:
     """Is the provider up?  ``DOWN_AFTER`` transient failures in a row (refused connections,
     timeouts, 5xx) with no success between, when they are most of the recent calls, take it *down*; then one probe call at a time tests it,
-    the first at once and the next ones further apart (``PROBE_FIRST`` doubling up to ``PROBE_MAX``),
+    the first at once and the next ones further apart (``PROBE_FIRST``, growing by half each time,
+    up to ``PROBE_MAX``: rows wait for the probes, so a provider back in 4 s is found by 5 s),
     and a success brings it back up.
 
     It also says when failures *dominate* the recent calls (more than half of the last
@@ -211,6 +212,7 @@ class Health:
     DOWN_AFTER = 5
     RECENT = 20
     PROBE_FIRST = 1.0
+    PROBE_GROWTH = 1.5
     PROBE_MAX = 30.0
 
     def __init__(self) -> None:
@@ -246,7 +248,7 @@ class Health:
         self.failures += 1
         if self.down:
             if self.probing:  # the probe failed: the next one waits longer
-                self.probe_at = now + min(self.PROBE_MAX, self.PROBE_FIRST * 2.0**self._probes)
+                self.probe_at = now + min(self.PROBE_MAX, self.PROBE_FIRST * self.PROBE_GROWTH**self._probes)
                 self._probes += 1
                 self._landed()
             return False

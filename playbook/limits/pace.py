@@ -41,7 +41,8 @@ class Pace:
     the second of the pair.  :meth:`lone` tells such a refusal apart: the rate is under any level
     the provider has refused (the configured one, or the base of the last cut: a probe that
     reaches it again is a measurement), the hint is short, and refusals are few among the calls
-    sent over the last ``CALM`` seconds (at most ``JITTER`` of them, or the only one).  It cuts
+    sent over the last ``CALM`` seconds (at most ``JITTER`` of them, or ``FEW``: the first
+    calls of a run, each on a new connection, are the likeliest to bunch).  It cuts
     nothing; a second that soon is a pattern, and cuts as above.
     """
 
@@ -62,7 +63,8 @@ class Pace:
     GROW = 1.0  # the slow start grows the rate e-fold a second
     LATE = 0.05  # seconds of a weighed call's lateness counted as the timer's (a stall is not)
     CALM = 2.0  # seconds over which refusals are judged lone (jitter) or a pattern
-    JITTER = 0.05  # lone: at most this share of the calls sent over CALM were refused (or just one)
+    JITTER = 0.05  # lone: at most this share of the calls sent over CALM were refused (or FEW)
+    FEW = 2
 
     def __init__(self, rate: float | None = None, burst: int | None = None, *, floor: float = 0.5) -> None:
         self.rate = rate
@@ -219,7 +221,7 @@ class Pace:
         under = rate is not None and (rate < level if level is not None else self.ceiling is not None and rate <= self.ceiling)
         if not under or self._slow_start:
             return False
-        if len(refusals) > max(1.0, self.JITTER * _since(self._sent, now - self.CALM)):
+        if len(refusals) > max(self.FEW, self.JITTER * _since(self._sent, now - self.CALM)):
             return False
         if level is not None:
             # Refused here once, if only by jitter: a probe that reaches this rate again measures.

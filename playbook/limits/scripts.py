@@ -35,7 +35,7 @@ __all__ = ["ACQUIRE", "CHARGE", "HELD", "HOLD", "REFUSED", "RELEASE", "RENEW", "
 _PRELUDE = f"""
 local WINDOW, LEAST, CUT, DEEP, SOON = {Pace.WINDOW}, {Pace.LEAST}, {Pace.CUT}, {Pace.DEEP}, {Pace.SOON}
 local KNOWN, RECOVER, PROBE, FORGET, GROW = {Pace.KNOWN}, {Pace.RECOVER}, {Pace.PROBE}, {Pace.FORGET}, {Pace.GROW}
-local CALM, JITTER, RECENT, SURE = {Pace.CALM}, {Pace.JITTER}, {Allowance.RECENT}, {Allowance.SURE}
+local CALM, JITTER, FEW, RECENT, SURE = {Pace.CALM}, {Pace.JITTER}, {Pace.FEW}, {Allowance.RECENT}, {Allowance.SURE}
 local STATE_TTL = 3600
 local function clock()
   local t = redis.call('TIME')
@@ -242,7 +242,7 @@ if now - last_cut < FORGET then level = field(aimd, 'level') end
 local under = rate ~= nil and ((level ~= nil and rate < level) or (level == nil and ceiling ~= nil and rate <= ceiling))
 if short and under and not slow then
   local sent = metered(prefix, 'sent', now - CALM, now)
-  if metered(prefix, 'refusals', now - CALM, now) <= math.max(1, JITTER * sent) then
+  if metered(prefix, 'refusals', now - CALM, now) <= math.max(FEW, JITTER * sent) then
     -- refused here once, if only by jitter: a probe that reaches this rate again measures
     if level ~= nil then redis.call('HSET', aimd, 'level', fmt(math.min(level, rate))) end
     return {fmt(now), fmt(rate), 'lone'}

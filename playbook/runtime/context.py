@@ -99,7 +99,11 @@ class Context:
         if not isinstance(tool, Tool):
             raise ToolError(f"ctx.tool() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}")
         if on_exhausted not in ("park", "raise"):
-            raise PlayDefinitionError(f"ctx.tool({tool.name!r}): on_exhausted must be 'park' or 'raise', not {on_exhausted!r}")
+            # A mistake in the play, not in the row: it fails the row even if the play catches it.
+            error = self._signal = PlayDefinitionError(
+                f"ctx.tool({tool.name!r}): on_exhausted must be 'park' or 'raise', not {on_exhausted!r}"
+            )
+            raise error
         return self._made_here(self._tool(tool, input, force, ttl, on_exhausted == "park", kwargs))
 
     async def _tool(self, tool: Tool, input: Any, force: bool, ttl: float | None, parks: bool, kwargs: dict[str, Any]) -> Any:

@@ -1,10 +1,11 @@
 """Rows parked on a down provider come back within the run when it does.
 
-A provider that is down parks the rows that need it at once (they do not each retry alone).  But
-a run that goes on for other rows should not leave them parked when the provider is back a second
-later: at the provider's next probe time one of them is admitted again as the probe, and when a
-probe goes through (``ProviderUp``) all of them are.  A run that has nothing else to do ends with
-them parked; ``run.retry()`` or a rerun probes the provider at once.
+Rows wait for a down provider's probes within their wait budget, then park.  But a run that goes
+on for other rows should not leave them parked when the provider is back later: at the
+provider's next probe time one of them is admitted again as the probe (only that: it does not
+wait for the provider again, so a provider that stays down does not keep the run going), and
+when a probe goes through (``ProviderUp``) all of them are, waiting afresh.  A run that has
+nothing else to do ends with them parked; ``run.retry()`` or a rerun probes the provider at once.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ class DownRows:
 
     __slots__ = ("_rows", "_timers", "_readmit", "_running")
 
-    def __init__(self, readmit: Callable[[list[int]], None], running: Callable[[], bool]) -> None:
+    def __init__(self, readmit: Callable[[list[int], str | None], None], running: Callable[[], bool]) -> None:
         self._rows: dict[str, list[int]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._readmit = readmit  # put these rows back into the execution under way
+        # put these rows back into the execution under way (as that provider's probe, when named)
+        self._readmit = readmit
         self._running = running  # is the execution still going (and not stopping)?
 
     def __repr__(self) -> str:
@@ -48,7 +50,7 @@ class DownRows:
         self._timers.pop(provider.name, None)
         rows = self._rows.get(provider.name)
         if rows and self._running():
-            self._readmit([rows.pop(0)])  # parks again (and comes back here) if it is still down
+            self._readmit([rows.pop(0)], provider.name)  # parks again (and comes back here) if it is still down
 
     def up(self, name: str) -> None:
         """The provider took a call again: every row parked on it goes back into the run."""
@@ -57,7 +59,7 @@ class DownRows:
         if timer is not None:
             timer.cancel()
         if rows and self._running():
-            self._readmit(rows)
+            self._readmit(rows, None)
 
     def close(self) -> None:
         for timer in self._timers.values():

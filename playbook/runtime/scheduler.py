@@ -24,6 +24,7 @@ import pandas as pd
 
 from ..models import ProviderUp, RunFinished, RunStarted
 from ..plays import Play
+from ..signals import WaitBudget
 from .attempt import RowRunner
 from .held import HeldQueue
 from .memos import finish_store, reuse
@@ -233,12 +234,15 @@ class Scheduler:
         if found is not None:
             self._down.parked(pos, found)
 
-    def _readmit(self, positions: list[int]) -> None:
-        """Rows parked on a down provider go back into this execution (it is back, or due a probe)."""
+    def _readmit(self, positions: list[int], probe: str | None) -> None:
+        """Rows parked on a down provider go back into this execution: it is back, or due a probe
+        (``probe``: the provider; the row goes as its probe with no time to wait for it again)."""
         entries = self.table.entries
         again = [p for p in positions if entries[p].status == "parked" and (parking := entries[p].parking) and parking.reason == "down"]
         for pos in again:
             self.outcomes.requeue(pos, "parked")
+            if probe is not None:
+                entries[pos].budgets = {probe: WaitBudget(0.0)}
         if again:
             self.admit(again)
 
