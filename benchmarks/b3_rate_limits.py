@@ -169,7 +169,7 @@ def _unreachable(repeats: int) -> Result:
         (f"returned in {mine.seconds:.2f}s <= max_wait + 3 = {DOWN_WITHIN:g}s{raised(mine)}",
          mine.seconds <= DOWN_WITHIN and mine.error is None),
         (f"{mine.settled} of {mine.rows} rows failed or parked (the measure: rows settled a second)", mine.settled == mine.rows),
-        ("(rows wait for the down provider's probes, 1 s then 2, 4... apart, while one falls within max_wait)", None),
+        ("(rows wait for the down provider's probes, 1 s, then 1.5, 2.25... apart, while one falls within max_wait)", None),
         (f"naive: {base.settled} rows failed in {base.seconds:.2f}s (no retry of a refused connection)", None),
     ]  # fmt: skip
     if not all(verdict for _, verdict in result.notes[:2]):

@@ -25,7 +25,7 @@ left to send, are no steady state).  The time from the first admission to then i
 the target is on the rate from then on (the least-squares slope of admissions over time).
 
 In shape 9 a timer POSTs ``/_configure`` ``{"fault_rate": 0.0}`` 5 s after the contender starts.
-Ours waits for the down provider's probes (1 s, then 2, 4... apart) within max_wait=60.
+Ours waits for the down provider's probes (1 s, then 1.5, 2.25... apart) within max_wait=60.
 
 The naive loop of ``b3_contenders`` (``asyncio.gather`` + ``Semaphore``, exponential backoff, hints
 ignored) runs on every shape at the shape's concurrency, printed for reference: in 7 and 8 what
