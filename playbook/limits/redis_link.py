@@ -7,6 +7,9 @@ its rate, holds and calls in flight for the whole process, and one :class:`Link`
 talking to Redis: the client, the one task at a time that asks for a permit, the permits this
 loop's calls hold (renewed while they do).  A link that has nothing under way closes its client,
 so none outlives the loop that opened it (a notebook's next run may be on another loop).
+
+Also here: importing redis-py with a hint to install it, and taking playbook's own options
+(``?permit_ttl=``) out of a ``shared=`` URL before it reaches redis-py.
 """
 
 from __future__ import annotations
@@ -15,8 +18,14 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["Link"]
+from .._dist import install_hint
+from ..errors import PlayDefinitionError
+
+__all__ = ["Link", "import_redis", "split_options"]
+
+PERMIT_TTL = 30.0  # seconds a permit outlives its process; renewed every third of it
 
 
 class Link:
@@ -74,3 +83,28 @@ class Link:
             await asyncio.sleep(self._every)
             if self.permits:
                 await self._renew(self, sorted(self.permits))
+
+
+def import_redis() -> Any:
+    try:
+        import redis.asyncio
+        import redis.exceptions
+    except ImportError as exc:
+        raise ImportError(f"shared= limits need redis-py: {install_hint('redis')}") from exc
+    return redis
+
+
+def split_options(url: str, provider: str) -> tuple[str, float]:
+    """Take playbook's own options out of the URL: ``(url for redis-py, permit_ttl)``."""
+    parts = urlsplit(url)
+    ours = [(k, v) for k, v in parse_qsl(parts.query) if k == "permit_ttl"]
+    rest = [(k, v) for k, v in parse_qsl(parts.query) if k != "permit_ttl"]
+    ttl = PERMIT_TTL
+    if ours:
+        try:
+            ttl = float(ours[-1][1])
+        except ValueError:
+            ttl = -1.0
+        if not 0.1 <= ttl <= 86400:
+            raise PlayDefinitionError(f"Provider {provider!r}: permit_ttl in shared= must be seconds in [0.1, 86400], not {ours[-1][1]!r}")
+    return urlunsplit(parts._replace(query=urlencode(rest))), ttl

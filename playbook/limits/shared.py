@@ -29,7 +29,6 @@ import os
 import random
 import threading
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .._dist import install_hint
 from ..errors import PlayDefinitionError, ToolError
@@ -41,12 +40,11 @@ from .base import Permit, Verdict, rate_news
 from .gates import Window
 from .local import token_burst
 from .pace import Pace
-from .redis_link import Link
+from .redis_link import Link, import_redis, split_options
 from .waiters import here
 
 __all__ = ["RedisLimiter"]
 
-PERMIT_TTL = 30.0  # seconds a permit outlives its process; renewed every third of it
 HORIZON = 0.5  # seconds ahead a rate slot may be reserved
 POLL = 0.025  # seconds between asks while the account has no room (a local release asks at once)
 _SCRIPTS = {"acquire": scripts.ACQUIRE, "held": scripts.HELD, "settle": scripts.SETTLE, "refused": scripts.REFUSED,
@@ -54,15 +52,6 @@ _SCRIPTS = {"acquire": scripts.ACQUIRE, "held": scripts.HELD, "settle": scripts.
             "charge": scripts.CHARGE}  # fmt: skip
 _ids = itertools.count(1)
 _VERDICTS = {b"lone": Verdict.LONE, b"cut": Verdict.LOWERED, b"noted": Verdict.NOTED}
-
-
-def _import_redis() -> Any:
-    try:
-        import redis.asyncio
-        import redis.exceptions
-    except ImportError as exc:
-        raise ImportError(f"shared= limits need redis-py: {install_hint('redis')}") from exc
-    return redis
 
 
 class RedisLimiter:
@@ -76,11 +65,11 @@ class RedisLimiter:
     def __init__(self, url: str, account: str, *, provider: str, rate: float | None = None, burst: int | None = None,
                  concurrency: int | None = None, tokens: float | None = None, window: tuple[int, float] | None = None) -> None:  # fmt: skip
         try:
-            self._redis = _import_redis()
+            self._redis = import_redis()
         except ImportError as exc:
             raise PlayDefinitionError(f"Provider {provider!r}: shared={masked(url)!r} needs redis-py: {install_hint('redis')}") from exc
         self.url, self.provider = url, provider
-        self._url, self.permit_ttl = _split_options(url, provider)
+        self._url, self.permit_ttl = split_options(url, provider)
         try:
             self._redis.connection.parse_url(self._url)
         except ValueError as exc:
@@ -378,22 +367,6 @@ class RedisLimiter:
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
-
-
-def _split_options(url: str, provider: str) -> tuple[str, float]:
-    """Take playbook's own options out of the URL: ``(url for redis-py, permit_ttl)``."""
-    parts = urlsplit(url)
-    ours = [(k, v) for k, v in parse_qsl(parts.query) if k == "permit_ttl"]
-    rest = [(k, v) for k, v in parse_qsl(parts.query) if k != "permit_ttl"]
-    ttl = PERMIT_TTL
-    if ours:
-        try:
-            ttl = float(ours[-1][1])
-        except ValueError:
-            ttl = -1.0
-        if not 0.1 <= ttl <= 86400:
-            raise PlayDefinitionError(f"Provider {provider!r}: permit_ttl in shared= must be seconds in [0.1, 86400], not {ours[-1][1]!r}")
-    return urlunsplit(parts._replace(query=urlencode(rest))), ttl
 
 
 def _opt(value: float | None) -> str:
