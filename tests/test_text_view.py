@@ -37,8 +37,9 @@ from playbook.runtime.state import RunState
 from playbook.ui.text import TextView
 
 
-def test_summary_names_the_provider_that_holds_parked_rows(store: pb.ReceiptStore) -> None:
+def test_summary_names_the_provider_that_holds_parked_rows(store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """After a quota hold, the text view shows the parked count and which provider holds until when."""
+    monkeypatch.delenv("COLUMNS", raising=False)  # a log's default width (a narrower one cuts the counters off)
     quota = pb.Provider("quota", max_wait=60)
     answered = []
 
