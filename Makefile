@@ -4,10 +4,12 @@
 # make fixtures  record again the fixtures notebooks 01 and 03 replay offline in the tests
 
 PYTHON ?= python3
-# The browser test drives this Chromium, and the Redis tests start this redis-server (Debian's
-# packages; installed here when missing).
+# The browser test drives this Chromium, the Redis tests start this redis-server, and the test of
+# synced receipts watches a run's syscalls with strace (Debian's packages; installed here when
+# missing).
 CHROMIUM ?= /usr/bin/chromium
 REDIS ?= /usr/bin/redis-server
+STRACE ?= /usr/bin/strace
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -28,7 +30,7 @@ demo: $(STAMP)
 
 # Two workers, each taking whole test files (a notebook's cells run in order, in one kernel): most
 # tests wait on servers, kernels and subprocesses, so two cores run the suite in about half the time.
-test: $(STAMP) $(CHROMIUM) $(REDIS) lint
+test: $(STAMP) $(CHROMIUM) $(REDIS) $(STRACE) lint
 	CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q -n 2 --dist loadfile
 
 # Lint, format and types: the same checks an editor shows.
@@ -42,6 +44,9 @@ $(CHROMIUM):
 
 $(REDIS):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+
+$(STRACE):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

@@ -114,17 +114,6 @@ def test_clearing_a_tool_on_redis_makes_the_next_run_pay_for_it_again(redis_url:
     assert again.stats.reused == 0 and again.stats.calls_executed == 40
 
 
-def test_a_server_that_would_lose_receipts_is_said_in_the_run(redis_url: str) -> None:
-    """A Redis server with no persistence is named in the run's notices, with the fix."""
-    admin = redis.Redis.from_url(redis_url)
-    admin.config_set("appendonly", "no")
-    try:
-        run = pd.DataFrame({"n": [1]}).play.run(_play("1"), store=pb.ReceiptStore(redis_url), progress=False)
-    finally:
-        admin.config_set("appendonly", "yes")
-    assert any("keeps receipts in memory only" in note and "--appendonly yes" in note for note in run.notices)
-
-
 def test_a_redis_url_nothing_answers_is_a_clear_error(tmp_path: Path) -> None:
     """store= a Redis URL where nothing listens raises ReceiptError naming the URL, before any call is paid."""
     with socket.socket() as s:

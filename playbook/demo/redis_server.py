@@ -22,9 +22,15 @@ def _free_port() -> int:
 
 
 class RedisServer:
-    """Start with ``with RedisServer() as server:``; ``server.url`` is ``redis://127.0.0.1:PORT/0``."""
+    """Start with ``with RedisServer() as server:``; ``server.url`` is ``redis://127.0.0.1:PORT/0``.
 
-    def __init__(self) -> None:
+    It keeps an append-only file (what playbook asks of a store's server); ``options`` go on its
+    command line after that, to start it otherwise (``RedisServer("--appendonly", "no")``: stock
+    persistence, RDB snapshots only).
+    """
+
+    def __init__(self, *options: str) -> None:
+        self.options = options
         binary = os.environ.get("PLAYBOOK_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
         if not Path(binary).exists():
             raise RuntimeError(
@@ -41,7 +47,20 @@ class RedisServer:
 
     def start(self) -> None:
         self.port = _free_port()
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes", "--dir", self.dir]
+        args = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--dir",
+            self.dir,
+            *self.options,
+        ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

@@ -95,10 +95,11 @@ def import_redis() -> Any:
 
 
 def split_options(url: str, provider: str) -> tuple[str, float]:
-    """Take playbook's own options out of the URL: ``(url for redis-py, permit_ttl)``."""
+    """Take playbook's own options out of the URL: ``(url for redis-py, permit_ttl)``.  A store's
+    ``durability=`` goes too: one URL may name the store and the shared limits (a cluster's does)."""
     parts = urlsplit(url)
     ours = [(k, v) for k, v in parse_qsl(parts.query) if k == "permit_ttl"]
-    rest = [(k, v) for k, v in parse_qsl(parts.query) if k != "permit_ttl"]
+    rest = [(k, v) for k, v in parse_qsl(parts.query) if k not in ("permit_ttl", "durability")]
     ttl = PERMIT_TTL
     if ours:
         try:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..models import ProviderUp, RunFinished, RunStarted
+from ..models import ProviderUp, RunFinished, RunNotice, RunStarted
 from ..plays import Play
 from ..signals import WaitBudget
 from .attempt import RowRunner
@@ -93,6 +93,15 @@ class Scheduler:
         """
         self.state.emit(RunStarted(self.run_id, self.play.name, len(self.frame)))
         self.scope.landing.stopping = False
+        for note in self.store.standing:  # what the store cannot promise, said by every run on it
+            self.state.emit(RunNotice(note, 0))
+        self._store_notices()
+        loop = asyncio.get_running_loop()
+
+        def heard() -> None:  # said as the store notices it, from whichever thread that is
+            loop.call_soon_threadsafe(self._store_notices)
+
+        self.store.heard = heard
         try:
             self._positions = list(range(len(self.frame))) if positions is None else positions
             self.workers.tasks = []
@@ -105,6 +114,13 @@ class Scheduler:
             await self._end()
         if self.fatal is not None:
             raise self.fatal
+
+    def _store_notices(self) -> None:
+        """Say what the store noticed since it last was (opened with a warning, evicting keys)."""
+        notices = self.store.notices
+        for note in notices[self._notices_seen :]:
+            self.state.emit(RunNotice(note, 0))
+        self._notices_seen = self.store.told = len(notices)
 
     def _runnable(self, positions: list[int]) -> list[int]:
         """The rows to run: on the first execution, those not identified fail and those whose
@@ -150,6 +166,7 @@ class Scheduler:
         self.outcomes.unfinished(self._positions, why)
         # A run that says it finished has its memos and receipts in the store (a stopped run waits less).
         wait = 1.0 if self.stopping else GRACE
+        self.store.heard = None
         self._notices_seen = await finish_store(self.store, self.state.emit, self._notices_seen, wait)
         await self.store.leases.settle()
         for unsubscribe in self._watching.values():

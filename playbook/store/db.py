@@ -86,8 +86,12 @@ def reason(exc: BaseException) -> StoreFailure:
 class Database:
     """``receipts.db`` in a store directory."""
 
-    def __init__(self, directory: Path, *, readonly: bool = False, on_moved: Callable[[sqlite3.Connection], None] | None = None) -> None:
+    def __init__(self, directory: Path, *, readonly: bool = False, synced: bool = True,
+                 on_moved: Callable[[sqlite3.Connection], None] | None = None) -> None:  # fmt: skip
         self.directory = directory
+        # Writes asked to be synced reach the disk (fsync) before they return: a receipt survives
+        # a machine crash, not only a killed process.  False: SQLite's NORMAL, for every write.
+        self.synced = synced
         self.file = directory / FILE
         self.readonly = readonly
         # Told when a write finds the file gone or replaced (see moved()), once the file is made
@@ -136,8 +140,9 @@ class Database:
         con = getattr(local, "con", None)
         if con is None or local.generation != self._generation + _forks:
             con = self._connect()
-            # NORMAL in WAL mode: a commit survives the process being killed (what a kernel
-            # restart does); only a power cut can take the last commits with it.
+            # NORMAL in WAL mode: a commit survives the process being killed, but a machine crash
+            # (a power cut, a kernel panic, a disk remounted read-only) can take the last ones.
+            # What must survive those too is written with synced=True (see write()).
             con.execute("PRAGMA synchronous = NORMAL")
             # Reads on the replay path are B-tree lookups: keep the pages in memory.
             con.execute("PRAGMA cache_size = -65536")
@@ -180,13 +185,21 @@ class Database:
             return True
         return (stat.st_dev, stat.st_ino) != self._identity
 
-    def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    def write(self, work: Callable[[sqlite3.Connection], T], *, synced: bool = False) -> T:
         """Run ``work`` in one write transaction; raises :class:`StoreFailure`.  Every writer
-        (receipts, memos, leases) first notices a file removed or replaced from outside."""
+        (receipts, memos, leases) first notices a file removed or replaced from outside.
+
+        ``synced``: the commit is on the disk when this returns (SQLite's FULL: the log is
+        fsync'd at the commit), unless the store was opened with ``synced=False``.  One commit
+        holds every record written in a turn of the event loop, and those that finish while a
+        sync is under way go in the next: the syncs grow fewer as the rows grow faster."""
         try:
             if self.on_moved is not None and self.moved():
                 self._made_again()
             con = self.connection()
+            full = synced and self.synced
+            if full:
+                con.execute("PRAGMA synchronous = FULL")
             con.execute("BEGIN IMMEDIATE")
             try:
                 result = work(con)
@@ -195,6 +208,9 @@ class Database:
                 if con.in_transaction:
                     con.execute("ROLLBACK")
                 raise
+            finally:
+                if full:
+                    con.execute("PRAGMA synchronous = NORMAL")
             return result
         except (sqlite3.Error, OSError) as exc:
             raise reason(exc) from None

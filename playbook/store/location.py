@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ..errors import ReceiptError
 from .db import FILE
-from .protocol import Backend
+from .protocol import Backend, StoreFailure
+from .redis_durability import DURABILITIES
 
 __all__ = ["announcement", "home", "is_url", "masked_in", "open_backend", "project_of"]
 
@@ -84,18 +85,22 @@ def announcement(where: Path | str) -> str | None:
     return f"playbook: keeping receipts in {where} ({why}); pass store= or set $PLAYBOOK_HOME to keep them elsewhere"
 
 
-def open_backend(location: str | os.PathLike[str], *, readonly: bool = False, notify: Callable[[str], None] | None = None) -> Backend:
-    """The backend for a directory (SQLite), a ``redis://`` URL, or ``"memory"``."""
+def open_backend(location: str | os.PathLike[str], *, readonly: bool = False, notify: Callable[[str], None] | None = None,
+                 durability: str | None = None) -> Backend:  # fmt: skip
+    """The backend for a directory (SQLite), a ``redis://`` URL, or ``"memory"``; ``durability``
+    (``"strict"``, the default, or ``"best-effort"``): see ``ReceiptStore``."""
     text = os.fspath(location)
     if is_url(location) and text != "memory":
         from .redis import RedisBackend
 
         scheme, rest = text.split(":", 1)
-        return RedisBackend(scheme.lower() + ":" + rest, readonly=readonly)
+        return RedisBackend(scheme.lower() + ":" + rest, readonly=readonly, durability=durability, notify=notify)
+    if durability not in (None, *DURABILITIES):
+        raise StoreFailure(f"durability={durability!r} is not one of {', '.join(map(repr, DURABILITIES))}", "EINVAL")
     if text == "memory":
         from .memory import MemoryBackend
 
         return MemoryBackend()
     from .sqlite import SqliteBackend
 
-    return SqliteBackend(Path(text), readonly=readonly, notify=notify)
+    return SqliteBackend(Path(text), readonly=readonly, notify=notify, synced=durability != "best-effort")

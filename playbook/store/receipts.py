@@ -22,12 +22,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..errors import ReceiptError
-from ..tagged import decode, loads
+from ..tagged import decode
 from .ahead import ReadAhead
 from .inspection import Inspection
 from .io import StoreIO
@@ -35,7 +35,8 @@ from .leases import Leases
 from .location import home, is_url, masked_in, open_backend
 from .opening import ELSEWHERE as _ELSEWHERE
 from .protocol import Backend, Damaged, Found, StoreFailure
-from .records import MISSING, OUTPUT_TAGGED, MemoRow, Record, damage, parse_tools
+from .records import MISSING, OUTPUT_TAGGED, MemoRow, Record, damage
+from .row_memos import RowMemos
 
 __all__ = ["MISSING", "ReceiptStore", "home", "is_url", "open_backend"]
 
@@ -45,7 +46,7 @@ _json_loads = json.loads
 _logger = logging.getLogger("playbook.store")
 
 
-class ReceiptStore(Inspection):
+class ReceiptStore(Inspection, RowMemos):
     """Durable receipts of tool calls and memos of finished rows.
 
     ``ReceiptStore()`` uses ``$PLAYBOOK_HOME``, else ``.playbook/`` at the top of the project;
@@ -54,6 +55,13 @@ class ReceiptStore(Inspection):
     durable (tests).  ``readonly=True`` opens an existing store only to look at it (what
     ``python -m playbook cache stats/list/export`` do), which works on a full disk or a
     read-only mount too.
+
+    ``durability="strict"`` (the default): a receipt is on the disk (fsync'd) before its row
+    goes on, and a Redis server that could lose receipts is said loudly (no append-only file) or
+    refused (it evicts keys).  ``durability="best-effort"`` accepts both: SQLite commits survive
+    the process being killed but not always the machine crashing, and a Redis server's losses
+    are the user's to know (keys it evicts are counted during runs).  On Redis the URL may say
+    it too (``redis://host:6379/0?durability=best-effort``), for every process that opens it.
     """
 
     def __init__(
@@ -63,9 +71,10 @@ class ReceiptStore(Inspection):
         clock: Callable[[], float] = time.time,
         lease_ttl: float = 30.0,
         readonly: bool = False,
+        durability: str | None = None,
     ) -> None:
         where = home() if location is None else location
-        self._opened = (where, readonly)  # for the same store in another thread (see for_thread)
+        self._opened = (where, readonly, durability)  # for the same store in another thread (see for_thread)
         self._thread: int | None = None  # the thread that runs on this store
         self._others: dict[int, ReceiptStore] = {}
         self.location = os.fspath(where)
@@ -73,14 +82,17 @@ class ReceiptStore(Inspection):
         self.path: Path | str = self.location if is_url(where) else Path(where)
         self.clock = clock
         try:
-            self._backend = open_backend(where, readonly=readonly, notify=self._notice)
+            self._backend = open_backend(where, readonly=readonly, notify=self._notice, durability=durability)
         except StoreFailure as exc:
             at = "" if self.location in exc.reason or masked_in(exc.reason) else f" at {self.location}"
             raise ReceiptError(f"cannot open the receipt store{at}: {exc.reason}; {_ELSEWHERE}") from None
         self.location = self._backend.location  # a URL's password masked
         self.notices: list[str] = list(getattr(self._backend, "notices", ()))  # what went wrong, for the runs that use it
+        # What the store cannot promise (a Redis server without an append-only file): every run says it.
+        self.standing: list[str] = list(getattr(self._backend, "standing", ()))
         self.told = 0  # how many of them a run has said already (the first run says those found at opening)
-        for note in self.notices:
+        self.heard: Callable[[], None] | None = None  # told of each new notice (from any thread), by the run under way
+        for note in (*self.standing, *self.notices):
             _logger.warning("%s", note)
         self._lookup = self._backend.lookup
         self._pending_memos: list[MemoRow] = []
@@ -110,9 +122,9 @@ class ReceiptStore(Inspection):
                 return self
             other = self._others.get(me)
             if other is None:
-                other = self._others[me] = ReceiptStore(
-                    self._opened[0], clock=self.clock, lease_ttl=self.leases.ttl, readonly=self._opened[1]
-                )
+                where, readonly, durability = self._opened
+                other = self._others[me] = ReceiptStore(where, clock=self.clock, lease_ttl=self.leases.ttl, readonly=readonly,
+                                                        durability=durability)  # fmt: skip
                 if self._backend.location == "memory":  # nothing else holds its records: share them
                     other._backend, other._lookup, other._ahead = self._backend, self._backend.lookup, ReadAhead(self._backend)
                     other.leases = Leases(self._backend, other._io, ttl=self.leases.ttl)
@@ -121,8 +133,13 @@ class ReceiptStore(Inspection):
     @property
     def address(self) -> str:
         """Where it was opened, as given (a URL with its password): what another process opens
-        to reach the same records.  Never shown; ``location`` is the form to show."""
-        return os.fspath(self._opened[0])
+        to reach the same records (with its ``durability``).  Never shown; ``location`` is the
+        form to show."""
+        where, _, durability = self._opened
+        url = os.fspath(where)
+        if durability is None or not is_url(url) or url == "memory":
+            return url
+        return url + ("&" if "?" in url else "?") + f"durability={durability}"
 
     @property
     def backend(self) -> Backend:
@@ -131,7 +148,10 @@ class ReceiptStore(Inspection):
 
     def _notice(self, note: str) -> None:
         _logger.warning("%s", note)
-        self.notices.append(note)
+        self.notices.append(note)  # atomic: a remote store's thread may say it
+        heard = self.heard
+        if heard is not None:
+            heard()
 
     # -- receipts (hot path) -------------------------------------------------------------
 
@@ -297,98 +317,19 @@ class ReceiptStore(Inspection):
             if self._unwritten.get(row.key) is row:
                 del self._unwritten[row.key]
 
-    # -- row memos (buffered: losing one only means a row replays against its receipts) --
-
-    def memos(self, keys: list[str]) -> dict[str, dict[str, Any]]:
-        """Row memos for the keys that have one: each a dict with the row's ``output``, how many
-        ``calls`` it made, their ``cost`` and the ``tools`` it used (name -> fingerprint).
-
-        A memo that cannot be read is left out (with a warning): its row runs again, against
-        its receipts, so that costs nothing.
-        """
-        self._io.drain()  # memos of a run that just ended may still be on their way
-        try:
-            rows, bad = self._backend.memos(keys)
-        except StoreFailure as exc:
-            raise self._read_error(exc) from None
-        found: dict[str, dict[str, Any]] = {}
-        for key, _, tools, calls, cost, flags, output in rows:
-            try:
-                out = loads(output)
-                if type(out) is not dict:
-                    raise ValueError("not a row's output")
-                found[key] = {"output": decode(out) if flags & OUTPUT_TAGGED else out, "calls": calls, "cost": cost,
-                              "tools": parse_tools(tools)}  # fmt: skip
-            except (ValueError, TypeError, KeyError, IndexError):
-                bad.append(key)
-        if bad:
-            _logger.warning(
-                "%d row memo(s) in %s cannot be read (first: %s); those rows run again, against their receipts",
-                len(bad), self.location, bad[0],
-            )  # fmt: skip
-        return found
-
-    def add_memo(
-        self, key: str, play: str, tools: str, calls: int, cost: float, flags: int, output: str, *, row: str = "", used: Sequence[str] = ()
-    ) -> None:
-        """Remember a finished row (``output``: its output as JSON text; ``tools``: " a=fp b=fp ");
-        written at the next flush, at most half a second later.  A crash loses at most the last
-        half second of memos, and those rows replay from their receipts for free; another
-        process running the same rows finds them within that half second.  ``row`` and ``used`` (its row key and
-        the receipt keys it looked up) let a remote store read those receipts ahead next time."""
-        pending = self._pending_memos
-        pending.append(MemoRow(key, play, tools, calls, cost, flags, output))
-        if used and row and self._backend.remote:
-            self._pending_hints.append((play, row, " ".join(used)))
-        if len(pending) >= 16384 or time.monotonic() - self._flushed > 0.5:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write buffered row memos in one transaction (a remote store: on its thread, the run
-        goes on).  If they cannot be written, they are dropped with a warning: the rows run again
-        next time, against their receipts."""
-        pending, self._pending_memos = self._pending_memos, []
-        hints, self._pending_hints = self._pending_hints, []
-        self._flushed = time.monotonic()
-        if not pending or self._backend.readonly:
-            return
-        if self._io.remote:
-            # A failure is a notice, appended from the store's thread (list.append is atomic).
-            self._io.submit(lambda: self._write_memos(pending, hints), lambda *_: None)
-        else:
-            self._write_memos(pending, hints)
-
     async def written(self, timeout: float) -> bool:
         """Await what this store still has to write (memos, queued receipts), at most ``timeout``
         seconds: a finished run is there for other processes.  False if not (it stays queued)."""
         self.flush()
+        watch = getattr(self._backend, "watch", None)
+        if watch is not None:  # a server that evicts keys: what it evicted, told with the run's end
+            self._io.submit(lambda: watch(final=True), lambda _, __: None)
         return await self._io.caught_up(timeout)
 
     def settle(self) -> None:
         """Everything buffered or queued is written (what looking at the store needs first)."""
         self.flush()
         self._io.drain()
-
-    def _write_memos(self, pending: list[MemoRow], hints: list[tuple[str, str, str]]) -> None:
-        try:
-            self._backend.write_memos(pending)
-            if hints:
-                self._backend.write_hints(hints)
-        except StoreFailure as exc:
-            self._notice(
-                f"{len(pending)} row memos could not be written to the receipt store at {self.location}: {exc.reason}. "
-                "Those rows run again next time, against their receipts (no call is paid for twice)"
-            )
-
-    def warm(self, play: str, rows: Sequence[str]) -> None:
-        """These rows of ``play`` are about to run, in this order: a remote store reads the
-        receipts each used last time ahead of them, a chunk of rows per round trip, so a rerun
-        of an edited play does not wait on the network for every call."""
-        if self._backend.remote:
-            try:
-                self._ahead.plan(play, rows)
-            except StoreFailure as exc:
-                raise self._read_error(exc) from None
 
     def close(self) -> None:
         self.settle()  # a remote store's last writes and lease releases, still queued

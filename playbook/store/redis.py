@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,6 +39,7 @@ from ..errors import ReceiptError
 from ..urls import masked
 from .protocol import Counts, Damaged, Found, StoreFailure
 from .records import MemoRow, Record, is_receipt, parse_tools
+from .redis_durability import durability_in, evictions, judge, persistence
 from .redis_failures import failure
 from .redis_format import (
     CHUNK,
@@ -85,7 +87,8 @@ class RedisBackend:
 
     remote = True
 
-    def __init__(self, url: str, *, prefix: str = "playbook", readonly: bool = False) -> None:
+    def __init__(self, url: str, *, prefix: str = "playbook", readonly: bool = False, durability: str | None = None,
+                 notify: Callable[[str], None] | None = None) -> None:  # fmt: skip
         try:
             import redis
             from redis.backoff import ExponentialWithJitterBackoff
@@ -93,6 +96,11 @@ class RedisBackend:
         except ImportError:
             raise ReceiptError(f"a store on Redis needs the redis package: {install_hint('redis')}") from None
         self.location = masked(url)
+        try:
+            url, durability = durability_in(url, durability)
+        except ValueError as exc:
+            raise StoreFailure(str(exc), "EINVAL") from None
+        self._notify = notify
         self.readonly = readonly
         self._prefix = prefix + ":"
         self._memos = self._prefix + "memos"
@@ -117,26 +125,44 @@ class RedisBackend:
             while cause is not None and not isinstance(cause, TypeError):
                 cause = cause.__context__
             raise StoreFailure(f"{self.location} is not a Redis URL playbook can use ({cause or exc})", "EINVAL") from None
-        self.notices = self._durability()
+        self._evicted: tuple[int, int] | None = None  # evicted_keys at opening and when last said (an evicting server)
+        self._watched = 0.0
+        self.notices: list[str] = []
+        self.standing = self._persistence(durability)  # what this server cannot promise, said by every run
 
-    def _durability(self) -> list[str]:
-        """What the user should know when this server could lose receipts: paid answers kept only
-        in memory (no append-only file, no snapshots), or evicted when memory runs short."""
+    def _persistence(self, durability: str) -> list[str]:
+        """Read what the server keeps (redis_durability.py): refuse an evicting server unless
+        the user accepts it; return what to tell the user."""
+        found = persistence(self._client)
+        if found is None:
+            return []  # a managed server that hides its configuration: taken at its word
+        refusal, said = judge(found, self.location, durability)
+        if refusal is not None:
+            self._client.close()
+            raise StoreFailure(refusal, "EVICTING")
+        if found.evicting:
+            self._evicted = (found.evicted, found.evicted)  # at opening, and as last said
+        return said
+
+    def watch(self, *, final: bool = False) -> None:
+        """On a server that evicts keys: count what it evicted since opening (at most once a
+        second, or ``final``ly), and tell the user when the count first grows, doubles, or at
+        the end of a run."""
+        if self._evicted is None or not (final or time.monotonic() - self._watched > 1.0):
+            return
+        self._watched = time.monotonic()
         from redis.exceptions import RedisError
 
         try:
-            config = self._client.config_get("*")
-        except RedisError:
-            return []  # a managed server that hides its configuration: assume it is looked after
-        said = []
-        if config.get("appendonly") == "no" and not config.get("save"):
-            said.append(f"the Redis server at {self.location} keeps receipts in memory only (no appendonly, no save): "
-                        "a restart of that server loses them, and the calls are paid for again; start it with --appendonly yes")  # fmt: skip
-        policy = config.get("maxmemory-policy", "noeviction")
-        if policy != "noeviction":
-            said.append(f"the Redis server at {self.location} evicts keys when memory runs short (maxmemory-policy {policy}): "
-                        "receipts it evicts are paid for again; set maxmemory-policy noeviction")  # fmt: skip
-        return said
+            now = int(self._client.info("stats").get("evicted_keys", 0))
+        except (RedisError, OSError, ValueError):
+            return
+        opened, said = self._evicted
+        count = now - opened
+        if count > said - opened and (final or said == opened or count >= 2 * (said - opened)):
+            self._evicted = (opened, now)
+            if self._notify is not None:
+                self._notify(evictions(self.location, count))
 
     def __repr__(self) -> str:
         return f"<RedisBackend {self.location} prefix={self._prefix[:-1]!r}>"
@@ -205,6 +231,7 @@ class RedisBackend:
                 for tool, keys in grouped((row.tool, row.key) for row in receipts).items():
                     pipe.sadd(f"{self._prefix}tool:{tool}", *keys)
             pipe.execute()
+        self.watch()
 
     def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:
         read = [(key, record) for chunk in chunks(self._receipt_keys(tool)) for key, record in zip(chunk, self._records(chunk))]
@@ -241,6 +268,7 @@ class RedisBackend:
                 for name, keys in used.items():
                     pipe.sadd(f"{self._memos}:{name}", *keys)
                 pipe.execute()
+        self.watch()
 
     def hints(self, play: str, rows: Sequence[str]) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}

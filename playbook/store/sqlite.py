@@ -40,13 +40,14 @@ class SqliteBackend:
 
     remote = False
 
-    def __init__(self, directory: Path, *, readonly: bool = False, notify: Callable[[str], None] | None = None) -> None:
+    def __init__(self, directory: Path, *, readonly: bool = False, notify: Callable[[str], None] | None = None,
+                 synced: bool = True) -> None:  # fmt: skip
         self.directory = directory
         self.location = str(directory)
         self.readonly = readonly
         self.notices: list[str] = []
         self._notify = notify
-        self._db = Database(directory, readonly=readonly)
+        self._db = Database(directory, readonly=readonly, synced=synced)
         self.notices += open_store(self._db, directory)
         self._db.on_moved = self._made_again
 
@@ -82,7 +83,8 @@ class SqliteBackend:
         return _record(rows[0]) if rows else None
 
     def write(self, records: Sequence[Record]) -> None:
-        self._db.write(lambda con: con.executemany(_UPSERT, records))
+        # Receipts (and step records) are what was paid for: on the disk before their rows go on.
+        self._db.write(lambda con: con.executemany(_UPSERT, records), synced=True)
 
     def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | Damaged]]:
         where = _RECEIPTS + (" AND tool = ?" if tool is not None else "")

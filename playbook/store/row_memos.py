@@ -1,0 +1,114 @@
+"""The receipt store's row memos: buffered (half a second at most), because losing one only means
+a row replays against its receipts, for free."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import ReceiptError
+from ..tagged import decode, loads
+from .ahead import ReadAhead
+from .io import StoreIO
+from .protocol import Backend, StoreFailure
+from .records import OUTPUT_TAGGED, MemoRow, parse_tools
+
+__all__ = ["RowMemos"]
+
+_logger = logging.getLogger("playbook.store")
+
+
+class RowMemos:
+    """``memos``, ``add_memo``, ``flush`` and ``warm`` of :class:`~playbook.store.receipts.ReceiptStore`."""
+
+    _backend: Backend
+    _io: StoreIO
+    _ahead: ReadAhead
+    _pending_memos: list[MemoRow]
+    _pending_hints: list[tuple[str, str, str]]
+    _flushed: float
+    location: str
+    _notice: Callable[[str], None]
+    _read_error: Callable[[StoreFailure], ReceiptError]
+
+    def memos(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """Row memos for the keys that have one: each a dict with the row's ``output``, how many
+        ``calls`` it made, their ``cost`` and the ``tools`` it used (name -> fingerprint).
+
+        A memo that cannot be read is left out (with a warning): its row runs again, against
+        its receipts, so that costs nothing.
+        """
+        self._io.drain()  # memos of a run that just ended may still be on their way
+        try:
+            rows, bad = self._backend.memos(keys)
+        except StoreFailure as exc:
+            raise self._read_error(exc) from None
+        found: dict[str, dict[str, Any]] = {}
+        for key, _, tools, calls, cost, flags, output in rows:
+            try:
+                out = loads(output)
+                if type(out) is not dict:
+                    raise ValueError("not a row's output")
+                found[key] = {"output": decode(out) if flags & OUTPUT_TAGGED else out, "calls": calls, "cost": cost,
+                              "tools": parse_tools(tools)}  # fmt: skip
+            except (ValueError, TypeError, KeyError, IndexError):
+                bad.append(key)
+        if bad:
+            _logger.warning(
+                "%d row memo(s) in %s cannot be read (first: %s); those rows run again, against their receipts",
+                len(bad), self.location, bad[0],
+            )  # fmt: skip
+        return found
+
+    def add_memo(
+        self, key: str, play: str, tools: str, calls: int, cost: float, flags: int, output: str, *, row: str = "", used: Sequence[str] = ()
+    ) -> None:
+        """Remember a finished row (``output``: its output as JSON text; ``tools``: " a=fp b=fp ");
+        written at the next flush, at most half a second later.  A crash loses at most the last
+        half second of memos, and those rows replay from their receipts for free; another
+        process running the same rows finds them within that half second.  ``row`` and ``used`` (its row key and
+        the receipt keys it looked up) let a remote store read those receipts ahead next time."""
+        pending = self._pending_memos
+        pending.append(MemoRow(key, play, tools, calls, cost, flags, output))
+        if used and row and self._backend.remote:
+            self._pending_hints.append((play, row, " ".join(used)))
+        if len(pending) >= 16384 or time.monotonic() - self._flushed > 0.5:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write buffered row memos in one transaction (a remote store: on its thread, the run
+        goes on).  If they cannot be written, they are dropped with a warning: the rows run again
+        next time, against their receipts."""
+        pending, self._pending_memos = self._pending_memos, []
+        hints, self._pending_hints = self._pending_hints, []
+        self._flushed = time.monotonic()
+        if not pending or self._backend.readonly:
+            return
+        if self._io.remote:
+            # A failure is a notice, appended from the store's thread (list.append is atomic).
+            self._io.submit(lambda: self._write_memos(pending, hints), lambda *_: None)
+        else:
+            self._write_memos(pending, hints)
+
+    def _write_memos(self, pending: list[MemoRow], hints: list[tuple[str, str, str]]) -> None:
+        try:
+            self._backend.write_memos(pending)
+            if hints:
+                self._backend.write_hints(hints)
+        except StoreFailure as exc:
+            self._notice(
+                f"{len(pending)} row memos could not be written to the receipt store at {self.location}: {exc.reason}. "
+                "Those rows run again next time, against their receipts (no call is paid for twice)"
+            )
+
+    def warm(self, play: str, rows: Sequence[str]) -> None:
+        """These rows of ``play`` are about to run, in this order: a remote store reads the
+        receipts each used last time ahead of them, a chunk of rows per round trip, so a rerun
+        of an edited play does not wait on the network for every call."""
+        if self._backend.remote:
+            try:
+                self._ahead.plan(play, rows)
+            except StoreFailure as exc:
+                raise self._read_error(exc) from None
