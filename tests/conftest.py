@@ -14,8 +14,9 @@ from playbook.runtime import run as run_module
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test gets its own default store directory and no remembered last run."""
+    """Every test gets its own default store directory, its own marks of stores and no remembered last run."""
     monkeypatch.setenv("PLAYBOOK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PLAYBOOK_MARKS", str(tmp_path / "marks"))
     monkeypatch.delenv("DEMO_API_KEY", raising=False)
     monkeypatch.delenv("PLAYBOOK_FIXTURES", raising=False)
     run_module._last = None

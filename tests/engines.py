@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from typing import Any
 
 import cloudpickle
 import pandas as pd
+import pytest
 
 import playbook as pb
 from playbook.providers import sharing_limits
@@ -52,6 +54,10 @@ print("started", flush=True)
 fatal = None
 try:
     run = frame.play.run(play, progress=False, **options)
+except pb.ReceiptError as exc:  # refused before anything ran (a store that lost its receipts)
+    with open(sys.argv[2], "wb") as out:
+        pickle.dump({"refused": str(exc)}, out)
+    sys.exit(0)
 except (pb.RunFatal, KeyboardInterrupt) as exc:
     fatal, run = f"{type(exc).__name__}: {exc}", pb.last_run()
 said = {
@@ -106,6 +112,14 @@ class Engine:
     def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> int:
         raise NotImplementedError
 
+    def refused(self, frame: pd.DataFrame, play: Any, **options: Any) -> str:
+        """The ``ReceiptError`` a run raises before it starts (each process's, the same)."""
+        raise NotImplementedError
+
+    def wipe_store(self) -> None:
+        """Lose every receipt behind playbook's back: the store's directory made again, the Redis database flushed."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"<Engine {self.name}>"
 
@@ -128,6 +142,17 @@ class OneProcess(Engine):
         with _processes(self.scratch, frame, play, {"store": self.store, **options}, 1) as procs:
             _kill_when(procs[0], when)
         return options.get("concurrency", 16)
+
+    def refused(self, frame: pd.DataFrame, play: Any, **options: Any) -> str:
+        with pytest.raises(pb.ReceiptError) as raised:
+            self.run(frame, play, **options)
+        return str(raised.value)
+
+    def wipe_store(self) -> None:
+        # The directory made again, empty (this process may still hold the old file open, as a
+        # kernel does; a file emptied in place between two processes is test_lost_stores's).
+        shutil.rmtree(self.store)
+        Path(self.store).mkdir()
 
 
 class Processes(Engine):
@@ -154,6 +179,15 @@ class Processes(Engine):
             for proc in procs[1:]:
                 _said(proc)
         return options.get("concurrency", 16)
+
+    def refused(self, frame: pd.DataFrame, play: Any, **options: Any) -> str:
+        with _processes(self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store) as procs:
+            said = {_said(proc).get("refused") for proc in procs}
+        assert len(said) == 1 and None not in said, said
+        return str(said.pop())
+
+    def wipe_store(self) -> None:
+        _flush(self.store)
 
 
 class Cluster(Engine):
@@ -194,6 +228,20 @@ class Cluster(Engine):
             killer.join(10)
             client.wait_for_workers(WORKERS, timeout=60)
         return options.get("concurrency", 16) * THREADS
+
+    def refused(self, frame: pd.DataFrame, play: Any, **options: Any) -> str:
+        with pytest.raises(pb.ReceiptError) as raised:
+            self.run(frame, play, **options)
+        return str(raised.value)
+
+    def wipe_store(self) -> None:
+        _flush(self.store)
+
+
+def _flush(url: str) -> None:
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
 
 
 # -- outcomes ---------------------------------------------------------------------------------

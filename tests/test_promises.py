@@ -29,14 +29,15 @@ from playbook.demo.settings import DEMO_KEY
 
 
 @pytest.fixture(scope="module")
-def dask_client() -> Iterator[Any]:
+def dask_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from distributed import Client, LocalCluster
 
-    with (
-        LocalCluster(n_workers=WORKERS, threads_per_worker=THREADS, processes=True, dashboard_address=":0",
-                     silence_logs=logging.ERROR) as cluster,
-        Client(cluster) as client,
-    ):  # fmt: skip
+    # The workers' own marks of stores are theirs, as on other machines: not the client's.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PLAYBOOK_MARKS", str(tmp_path_factory.mktemp("worker-marks")))
+        cluster = LocalCluster(n_workers=WORKERS, threads_per_worker=THREADS, processes=True, dashboard_address=":0",
+                               silence_logs=logging.ERROR)  # fmt: skip
+    with cluster, Client(cluster) as client:
         yield client
 
 
@@ -101,6 +102,23 @@ def test_each_call_is_paid_once_and_a_rerun_pays_nothing(engine: Engine, demo: p
     again = engine.run(people(90, calls=30), play, concurrency=4)
     assert again.statuses == {"reused": 90} and requests(demo) == 30
     assert again.result["email"].tolist() == first.result["email"].tolist()
+
+
+def test_a_store_that_lost_its_receipts_is_refused_before_anything_is_paid(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """The store wiped between two runs (the file emptied, the Redis database flushed): the next
+    run pays nothing and says what was lost, until the store is reset; then it pays again."""
+    play = enrich(email(demo, pb.Provider(name("acme"))))
+    engine.run(people(12), play, concurrency=4)
+    assert requests(demo) == 12
+    engine.wipe_store()
+    message = engine.refused(people(12), play, concurrency=4)
+    assert "held 12 receipts" in message and "now holds 0" in message and "reset()" in message, message
+    assert requests(demo) == 12  # nothing paid
+    pb.ReceiptStore(engine.store).reset()
+    again = engine.run(people(12), play, concurrency=4)
+    assert set(again.statuses) <= {"ok", "reused"} and requests(demo) == 24
 
 
 def test_a_process_killed_mid_run_pays_again_at_most_its_calls_in_flight(

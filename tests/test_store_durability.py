@@ -282,3 +282,39 @@ def test_one_url_with_durability_names_the_store_and_the_shared_limits(evicting_
 
     out = pd.DataFrame({"n": range(5)}).play.map(play, store=url, progress=False)
     assert out["play_status"].tolist() == ["ok"] * 5 and out["v"].tolist() == [0, 2, 4, 6, 8]
+
+
+# -- a Redis server killed (kill -9) and started again from its files --------------------------
+
+
+def _paid_then_crashed(server: RedisServer) -> tuple[int, pb.ReceiptStore]:
+    """300 rows paid on ``server``, which is then killed with SIGKILL and started again."""
+    store = pb.ReceiptStore(server.url, durability="best-effort")  # a stock server is accepted, and said
+    run = pd.DataFrame({"n": range(300)}).play.run(durable, store=store, progress=False)
+    store.close()
+    server.crash()
+    server.start()
+    return run.stats.ok, pb.ReceiptStore(server.url, durability="best-effort")
+
+
+def test_a_killed_redis_server_with_an_append_only_file_loses_no_receipt(tmp_path: Path) -> None:
+    """appendonly yes, appendfsync everysec: what the server answered is in its file's pages
+    before the answer left, so a killed server comes back with every receipt and a rerun pays nothing."""
+    with RedisServer() as server:
+        ok, store = _paid_then_crashed(server)
+        assert ok == 300 and store.lost is None
+        again = pd.DataFrame({"n": range(300)}).play.run(durable, store=store, progress=False)
+        assert again.stats.reused == 300 and again.stats.calls_local == 0
+        store.close()
+
+
+def test_a_killed_stock_redis_server_loses_its_receipts_and_the_rerun_says_so_before_paying(tmp_path: Path) -> None:
+    """RDB snapshots only: the server comes back without the receipts written since its last
+    snapshot; the store's mark notices, and the rerun refuses before paying for them again."""
+    with RedisServer(*STOCK) as server:
+        ok, store = _paid_then_crashed(server)
+        assert ok == 300 and store.lost is not None
+        assert "held 300 receipts" in store.lost and "now holds 0" in store.lost, store.lost
+        with pytest.raises(pb.ReceiptError, match="held 300 receipts"):
+            pd.DataFrame({"n": range(300)}).play.run(durable, store=store, progress=False)
+        store.close()

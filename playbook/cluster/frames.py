@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from .._dist import install_hint
 from .._when_imported import when_imported
 from ..accessor import called_options, check_columns
-from ..errors import PlayDefinitionError
+from ..errors import PlayDefinitionError, ReceiptError
 from ..plays import as_play
 from ..runtime.options import RunOptions
 from ..runtime.run import remember
@@ -99,7 +99,10 @@ class DaskPlay:
         check_columns(self._frame, play, opts)
         url = _redis_url(opts.store)
         client = _client()
-        ReceiptStore(url).close()  # reachable, and a store: said now, before anything is sent to the workers
+        opened = ReceiptStore(url)  # reachable, a store, and not one that lost its receipts: said now, before anything is sent
+        opened.close()
+        if opened.lost is not None:
+            raise ReceiptError(opened.lost)
         worker_options = {name: getattr(opts, name) for name in _WORKER_OPTIONS}
         job = ClusterRun(self._frame, the_play, opts, client, url, worker_options)
         controls = Controls(stop=job.stop, retry=lambda status: job.retry(statuses=(status,))) if opts.background else None

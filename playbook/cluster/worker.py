@@ -130,6 +130,7 @@ def _store(url: str) -> ReceiptStore:
     store = _local.stores.get(url)
     if store is None:
         store = _local.stores[url] = ReceiptStore(url)
+        store.lost = None  # the job's client checked the store's mark before it sent anything (frames.py)
     return store
 
 

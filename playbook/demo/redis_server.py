@@ -46,7 +46,8 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        self.port = _free_port()
+        """Start it (again after :meth:`crash`: on the same port, from the same files)."""
+        self.port = self.port or _free_port()
         args = [
             self.binary,
             "--port",
@@ -78,6 +79,13 @@ class RedisServer:
         with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
             s.sendall(b"FLUSHALL\r\n")
             s.recv(16)
+
+    def crash(self) -> None:
+        """Kill it with SIGKILL, as a crash does: what it had not written to its files is gone."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
 
     def stop(self) -> None:
         if self.process is not None:

@@ -106,4 +106,5 @@ async def finish_store(store: ReceiptStore, emit: Callable[[RunNotice], None], s
     for note in store.notices[seen:]:
         emit(RunNotice(note, 0))
     store.told = len(store.notices)
+    store.remember()  # how many receipts it holds now: a store emptied later is noticed
     return store.told

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from ..errors import PlayDefinitionError
+from ..errors import PlayDefinitionError, ReceiptError
 from ..store import ReceiptStore, default_store
 from ..store.fixtures import Fixtures, active
 from ..tools.transport import warn_past_file_limit
@@ -97,6 +97,13 @@ class RunOptions:
         return cols
 
     def open_store(self) -> ReceiptStore:
+        """The store to run on; ``ReceiptError`` before anything is paid when it lost its receipts."""
+        store = self._store()
+        if store.lost is not None:
+            raise ReceiptError(store.lost)
+        return store
+
+    def _store(self) -> ReceiptStore:
         fixtures: Fixtures | None = self.fixtures
         if self.store is None and fixtures is not None and fixtures.mode == "replay":
             return fixtures.store  # a replay leaves nothing in the project's store

@@ -37,6 +37,7 @@ class Inspection:
 
     _backend: Backend
     location: str
+    remember: Callable[[], None]
 
     def settle(self) -> None:
         raise NotImplementedError
@@ -118,9 +119,11 @@ class Inspection:
         self.settle()
         name = _tool_name(tool)
         try:
-            return self._backend.clear(name)
+            removed = self._backend.clear(name)
         except StoreFailure as exc:
             raise ReceiptError(f"cannot clear the receipt store at {self.location}: {exc.reason}") from None
+        self.remember()  # fewer receipts, on purpose: the store is not lost
+        return removed
 
     def memo_count(self, tool: str) -> int:
         """How many row memos used ``tool`` (what :meth:`clear` of it drops besides its receipts)."""

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 
+from .marks import Mark
 from .protocol import Counts, Damaged, Found, StoreFailure
 from .records import MemoRow, Record, is_receipt, parse_tools
 
@@ -30,6 +32,8 @@ class MemoryBackend:
         self._memos: dict[str, MemoRow] = {}
         self._leases: dict[str, tuple[str, float]] = {}  # key -> (owner, expires: time.time())
         self._hints: dict[tuple[str, str], str] = {}
+        self._id = uuid.uuid4().hex
+        self._mark: Mark | None = None
 
     def __repr__(self) -> str:
         return f"<MemoryBackend records={len(self._records)} memos={len(self._memos)} leases={len(self._leases)}>"
@@ -118,6 +122,22 @@ class MemoryBackend:
     def memo_count(self, tool: str) -> int:
         with self._lock:
             return sum(tool in parse_tools(memo.tools) for memo in self._memos.values())
+
+    # -- its mark: kept like the rest, in this process (nothing outlives it to be lost) -----------
+
+    def receipt_count(self) -> int:
+        with self._lock:
+            return sum(is_receipt(key) for key in self._records)
+
+    @property
+    def identity(self) -> str:
+        return self._id
+
+    def read_mark(self) -> Mark | None:
+        return self._mark
+
+    def write_mark(self, mark: Mark) -> None:
+        self._mark = mark
 
     # -- leases ----------------------------------------------------------------------------------
 

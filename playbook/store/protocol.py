@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple, Protocol, final
 
+from .marks import Mark
 from .records import MemoRow, Record
 
 __all__ = ["Backend", "Counts", "Damaged", "Found", "StoreFailure"]
@@ -115,6 +116,19 @@ class Backend(Protocol):
         ...
 
     def memo_count(self, tool: str) -> int: ...
+
+    # -- its mark: how many receipts it held, and when (marks.py) ---------------------------------
+
+    def receipt_count(self) -> int: ...
+
+    @property
+    def identity(self) -> str:
+        """An id made with the data: a store made again has another."""
+        ...
+
+    def read_mark(self) -> Mark | None: ...
+
+    def write_mark(self, mark: Mark) -> None: ...
 
     # -- leases: which process pays for a call now ------------------------------------------------
 

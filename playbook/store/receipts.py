@@ -17,6 +17,7 @@ receipts of calls already paid for are kept in memory and written again at the e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..errors import ReceiptError
 from ..tagged import decode
@@ -33,6 +35,7 @@ from .inspection import Inspection
 from .io import StoreIO
 from .leases import Leases
 from .location import home, is_url, masked_in, open_backend
+from .marks import Mark, lost, newest, read_registry, write_registry
 from .opening import ELSEWHERE as _ELSEWHERE
 from .protocol import Backend, Damaged, Found, StoreFailure
 from .records import MISSING, OUTPUT_TAGGED, MemoRow, Record, damage
@@ -106,6 +109,8 @@ class ReceiptStore(Inspection, RowMemos):
         self._unwritten: dict[str, Record] = {}  # paid for, not yet written
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
         self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # the same, across processes
+        # Said when it holds fewer receipts than its mark (marks.py): a run on it refuses to start.
+        self.lost: str | None = None if readonly else self._check_mark()
 
     def __repr__(self) -> str:
         return f"ReceiptStore({self.location!r})"
@@ -145,6 +150,57 @@ class ReceiptStore(Inspection, RowMemos):
     def backend(self) -> Backend:
         """Where the records live (SQLite, Redis or memory): the store protocol, for tools and tests."""
         return self._backend
+
+    # -- its mark: a store that lost its receipts is noticed before anything is paid (marks.py) --
+
+    def _mark_key(self) -> str | None:
+        """What names this store in the user's marks: a directory's real path, a server's
+        address and database (no password, no options); None for a store in memory."""
+        where = os.fspath(self._opened[0])
+        if where == "memory" or self._backend.location == "memory":
+            return None
+        if not is_url(where):
+            return str(Path(where).resolve())
+        parts = urlsplit(where)
+        return f"{parts.scheme}://{parts.hostname}:{parts.port}{parts.path}"
+
+    def _check_mark(self) -> str | None:
+        key, backend = self._mark_key(), self._backend
+        if key is None:
+            return None
+        try:
+            expected = newest(backend.read_mark(), read_registry(key))
+            return lost(self.location, expected, backend.receipt_count(), backend.identity)
+        except StoreFailure:
+            return None  # a store that cannot answer says so when it is used
+
+    def remember(self) -> None:
+        """Mark how many receipts the store holds now, beside its data and in the user's marks
+        (at the end of each run, after a clearing).  On a loop, a remote store counts on its
+        own thread; elsewhere, at once."""
+        key, backend = self._mark_key(), self._backend
+        if key is None or self.lost is not None or backend.readonly:
+            return
+
+        def mark() -> None:
+            now = Mark(backend.receipt_count(), time.time(), backend.identity)
+            backend.write_mark(now)
+            write_registry(key, now)
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._io.drain()
+            with contextlib.suppress(StoreFailure):  # a store that cannot answer says so when it is used
+                mark()
+            return
+        self._io.submit(mark, lambda _, __: None)
+
+    def reset(self) -> None:
+        """Accept what a lost store holds now (see :attr:`lost`): its mark starts again from here,
+        and runs on it go on (paying again for the calls whose receipts are gone)."""
+        self.lost = None
+        self.remember()
 
     def _notice(self, note: str) -> None:
         _logger.warning("%s", note)

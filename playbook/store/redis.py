@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import re
-import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -37,9 +37,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .._dist import install_hint
 from ..errors import ReceiptError
 from ..urls import masked
+from .marks import Mark
 from .protocol import Counts, Damaged, Found, StoreFailure
 from .records import MemoRow, Record, is_receipt, parse_tools
-from .redis_durability import durability_in, evictions, judge, persistence
+from .redis_durability import Evictions, durability_in, judge, persistence
 from .redis_failures import failure
 from .redis_format import (
     CHUNK,
@@ -125,8 +126,7 @@ class RedisBackend:
             while cause is not None and not isinstance(cause, TypeError):
                 cause = cause.__context__
             raise StoreFailure(f"{self.location} is not a Redis URL playbook can use ({cause or exc})", "EINVAL") from None
-        self._evicted: tuple[int, int] | None = None  # evicted_keys at opening and when last said (an evicting server)
-        self._watched = 0.0
+        self._evictions: Evictions | None = None  # an evicting server's count of what it evicted
         self.notices: list[str] = []
         self.standing = self._persistence(durability)  # what this server cannot promise, said by every run
 
@@ -141,28 +141,13 @@ class RedisBackend:
             self._client.close()
             raise StoreFailure(refusal, "EVICTING")
         if found.evicting:
-            self._evicted = (found.evicted, found.evicted)  # at opening, and as last said
+            self._evictions = Evictions(found.evicted, self.location, self._notify)
         return said
 
     def watch(self, *, final: bool = False) -> None:
-        """On a server that evicts keys: count what it evicted since opening (at most once a
-        second, or ``final``ly), and tell the user when the count first grows, doubles, or at
-        the end of a run."""
-        if self._evicted is None or not (final or time.monotonic() - self._watched > 1.0):
-            return
-        self._watched = time.monotonic()
-        from redis.exceptions import RedisError
-
-        try:
-            now = int(self._client.info("stats").get("evicted_keys", 0))
-        except (RedisError, OSError, ValueError):
-            return
-        opened, said = self._evicted
-        count = now - opened
-        if count > said - opened and (final or said == opened or count >= 2 * (said - opened)):
-            self._evicted = (opened, now)
-            if self._notify is not None:
-                self._notify(evictions(self.location, count))
+        """On a server that evicts keys: count what it evicted (redis_durability.Evictions)."""
+        if self._evictions is not None:
+            self._evictions.check(self._client, final=final)
 
     def __repr__(self) -> str:
         return f"<RedisBackend {self.location} prefix={self._prefix[:-1]!r}>"
@@ -386,6 +371,27 @@ class RedisBackend:
 
     def _leases(self, keys: Sequence[str]) -> list[str]:
         return [f"{self._prefix}lease:{key}" for key in keys]
+
+    # -- its mark (marks.py) -----------------------------------------------------------------------
+
+    def receipt_count(self) -> int:
+        with self._failing():
+            return int(self._client.zcard(self._receipts))
+
+    @property
+    def identity(self) -> str:
+        """The id of the data under this prefix, made with it: a server wiped makes another."""
+        with self._failing():
+            self._client.set(self._prefix + "identity", uuid.uuid4().hex, nx=True)
+            return text(self._client.get(self._prefix + "identity") or b"")
+
+    def read_mark(self) -> Mark | None:
+        with self._failing():
+            return Mark.parse(self._client.get(self._prefix + "mark"))
+
+    def write_mark(self, mark: Mark) -> None:
+        with self._failing():
+            self._client.set(self._prefix + "mark", mark.text())
 
     def close(self) -> None:
         self._client.close()  # and its pool: from_url made the pool for this client alone

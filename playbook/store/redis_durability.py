@@ -23,11 +23,13 @@ A managed server that hides its configuration (``CONFIG`` refused) is taken at i
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["DURABILITIES", "Persistence", "durability_in", "evictions", "judge", "persistence"]
+__all__ = ["DURABILITIES", "Evictions", "Persistence", "durability_in", "judge", "persistence"]
 
 DURABILITIES = ("strict", "best-effort")
 
@@ -117,9 +119,32 @@ def judge(found: Persistence, location: str, durability: str) -> tuple[str | Non
     return None, said
 
 
-def evictions(location: str, count: int) -> str:
-    """The notice for ``count`` keys evicted since the store was opened."""
-    return (
-        f"the Redis server at {location} has evicted {count:,} keys since this store was opened (its memory is full): "
-        "receipts among them are calls a rerun pays for again"
-    )
+class Evictions:
+    """What an evicting server evicted since the store was opened (``evicted_keys`` at opening:
+    ``opened``), told to ``notify`` when the count first grows, each time it doubles, and at the
+    end of each run.  ``check`` asks the server at most once a second (or when ``final``)."""
+
+    def __init__(self, opened: int, location: str, notify: Callable[[str], None] | None) -> None:
+        self.opened = self.said = opened
+        self.location = location
+        self.notify = notify
+        self.asked = 0.0
+
+    def check(self, client: Any, *, final: bool = False) -> None:
+        if not final and time.monotonic() - self.asked < 1.0:
+            return
+        self.asked = time.monotonic()
+        from redis.exceptions import RedisError
+
+        try:
+            now = int(client.info("stats").get("evicted_keys", 0))
+        except (RedisError, OSError, ValueError):
+            return
+        count, told = now - self.opened, self.said - self.opened
+        if count > told and (final or told == 0 or count >= 2 * told):
+            self.said = now
+            if self.notify is not None:
+                self.notify(
+                    f"the Redis server at {self.location} has evicted {count:,} keys since this store was opened (its memory "
+                    "is full): receipts among them are calls a rerun pays for again"
+                )

@@ -6,19 +6,25 @@ tables are playbook's own and no library's internals are relied on.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..keys import RECEIPT
 from .db import Database, reason
+from .marks import Mark
 from .opening import initialise, open_store
 from .protocol import Counts, Damaged, Found
 from .records import COLUMNS, MemoRow, Record
 
-__all__ = ["SqliteBackend"]
+__all__ = ["MARK", "SqliteBackend"]
+
+MARK = "receipts.mark"  # beside receipts.db: how many receipts the store held, and when (marks.py)
 
 _LOOKUP = "SELECT output, miss, flags, error, at FROM receipt WHERE key = ?"
 _UPSERT = f"INSERT OR REPLACE INTO receipt ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -48,6 +54,7 @@ class SqliteBackend:
         self.notices: list[str] = []
         self._notify = notify
         self._db = Database(directory, readonly=readonly, synced=synced)
+        self._identity: str | None = None
         self.notices += open_store(self._db, directory)
         self._db.on_moved = self._made_again
 
@@ -148,6 +155,37 @@ class SqliteBackend:
         removed = self._db.write(remove)
         self._db.read(lambda con: con.execute("PRAGMA incremental_vacuum").fetchall())  # give the space back
         return removed
+
+    # -- its mark (marks.py) -----------------------------------------------------------------------
+
+    def receipt_count(self) -> int:
+        (count,) = self._db.read(lambda con: con.execute(f"SELECT COUNT(*) FROM receipt WHERE {_RECEIPTS}").fetchone())
+        return int(count)
+
+    @property
+    def identity(self) -> str:
+        """This database's own id, made with it: a file made again has another."""
+        if self._identity is None:
+            made = uuid.uuid4().hex
+
+            def identify(con: sqlite3.Connection) -> str:
+                con.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('identity', ?)", (made,))
+                return str(con.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone()[0])
+
+            self._identity = self._db.write(identify)
+        return self._identity
+
+    def read_mark(self) -> Mark | None:
+        try:
+            return Mark.parse((self.directory / MARK).read_text())
+        except OSError:
+            return None
+
+    def write_mark(self, mark: Mark) -> None:
+        with contextlib.suppress(OSError):  # a store that cannot take it is failing louder elsewhere
+            temporary = self.directory / f".{MARK}.{os.getpid()}"
+            temporary.write_text(mark.text())
+            os.replace(temporary, self.directory / MARK)
 
     def memo_count(self, tool: str) -> int:
         row = self._db.read(lambda con: con.execute("SELECT COUNT(*) FROM memo WHERE instr(tools, ?) > 0", (f" {tool}=",)).fetchone())

@@ -1,0 +1,111 @@
+"""A store's high-water mark: how many receipts it held, and when, so that a store that lost them
+is noticed when it is opened, before anything is paid again.
+
+A store emptied or replaced looks like a new one: ``receipts.db`` truncated, an empty directory
+made at the same path, a Redis server that came back without its data.  A rerun on it would pay
+for every call again, and change every value, without a word.  So each store keeps a mark in two
+places:
+
+* beside its data: ``receipts.mark`` in the store's directory, or the key ``{prefix}:mark`` on
+  Redis (what another process or machine that uses the store reads, and how a clearing made
+  there reaches this one);
+* in the user's own state directory (``$PLAYBOOK_MARKS``, else ``$XDG_STATE_HOME/playbook/marks``,
+  else ``~/.local/state/playbook/marks``), one small file per store: what survives the store's
+  directory or server being wiped.
+
+The newer of the two is what the store should still hold.  A mark is written at the end of each
+run, and after a clearing or a reset; a store that holds fewer receipts than its mark says is
+*lost* until the user says so (``store.reset()``): a run on it raises ``ReceiptError`` first.
+Each store also has an identity (a random id kept with its data), so the message can tell a
+store replaced from one emptied in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["Mark", "lost", "marks_dir", "newest", "read_registry", "write_registry"]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """``receipts`` held at ``at`` (epoch seconds) by the store whose identity is ``identity``."""
+
+    receipts: int
+    at: float
+    identity: str
+
+    def text(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def parse(cls, text: str | bytes | None) -> Mark | None:
+        """A mark from its JSON text; None when absent or unreadable (a damaged mark says nothing)."""
+        if not text:
+            return None
+        try:
+            found = json.loads(text)
+            return cls(int(found["receipts"]), float(found["at"]), str(found["identity"]))
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+def marks_dir() -> Path:
+    given = os.environ.get("PLAYBOOK_MARKS")
+    if given:
+        return Path(given)
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "playbook" / "marks"
+
+
+def _registry_file(address: str) -> Path:
+    return marks_dir() / (hashlib.sha256(address.encode("utf-8")).hexdigest()[:32] + ".json")
+
+
+def read_registry(address: str) -> Mark | None:
+    try:
+        return Mark.parse(_registry_file(address).read_text())
+    except OSError:
+        return None
+
+
+def write_registry(address: str, mark: Mark) -> None:
+    """Replace the user's mark of the store at ``address`` (atomically; a home that cannot be
+    written to only loses the check)."""
+    target = _registry_file(address)
+    with contextlib.suppress(OSError):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".mark-")
+        with os.fdopen(fd, "w") as out:
+            out.write(mark.text())
+        os.replace(temporary, target)
+
+
+def newest(*marks: Mark | None) -> Mark | None:
+    found = [mark for mark in marks if mark is not None]
+    return max(found, key=lambda mark: mark.at) if found else None
+
+
+def lost(location: str, expected: Mark | None, receipts: int, identity: str) -> str | None:
+    """What to tell the user when the store holds fewer receipts than ``expected`` says, or None."""
+    if expected is None or receipts >= expected.receipts:
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(expected.at))
+    how = (
+        "it is not the store that held them (made again from nothing, or swapped for another)"
+        if expected.identity != identity
+        else "receipts were removed from it, not by playbook"
+    )
+    return (
+        f"the receipt store at {location} held {expected.receipts:,} receipts at {when} and now holds {receipts:,}: "
+        f"{how}: a receipts.db emptied or replaced, a directory made again, a Redis server that restarted without its data. "
+        "Nothing has been paid: a run now would pay again for every call whose receipt is gone, with new values. "
+        f"Put the store back, or accept what it holds with pb.ReceiptStore({location!r}).reset()"
+    )

@@ -1,0 +1,125 @@
+"""A store that lost its receipts between runs (emptied, made again, a Redis server wiped) is
+noticed when it is opened, before anything is paid; ``store.reset()`` accepts what it holds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import redis
+
+import playbook as pb
+
+ROWS = 20
+paid: list[int] = []
+
+
+@pb.tool(name="lookup", version="1")
+async def lookup(n: int) -> int:
+    paid.append(n)
+    return n * 3
+
+
+@pb.play(name="tripled")
+async def tripled(row, ctx):  # type: ignore[no-untyped-def]
+    return {"v": await ctx.tool(lookup, n=row.n)}
+
+
+FRAME = pd.DataFrame({"n": range(ROWS)})
+
+
+def _run(where: str | Path) -> pb.Run:
+    """A run in a store opened for it and closed after (as a script's process does)."""
+    paid.clear()
+    store = pb.ReceiptStore(where)
+    try:
+        return FRAME.play.run(tripled, store=store, progress=False)
+    finally:
+        store.close()
+
+
+def _refused(where: str | Path) -> str:
+    paid.clear()
+    store = pb.ReceiptStore(where)
+    with pytest.raises(pb.ReceiptError) as refused:
+        FRAME.play.run(tripled, store=store, progress=False)
+    store.close()
+    assert paid == []  # nothing was paid
+    return str(refused.value)
+
+
+def test_a_store_file_emptied_between_runs_is_noticed_before_anything_is_paid(tmp_path: Path) -> None:
+    where = tmp_path / "store"
+    assert _run(where).stats.calls_local == ROWS
+    for name in ("receipts.db-wal", "receipts.db-shm"):
+        (where / name).unlink(missing_ok=True)
+    os.truncate(where / "receipts.db", 0)  # emptied in place
+    message = _refused(where)
+    assert f"held {ROWS} receipts at " in message and "now holds 0" in message, message
+    assert "made again from nothing, or swapped" in message and f"pb.ReceiptStore({str(where)!r}).reset()" in message
+    assert _refused(where) == message  # still lost: a refusal is not an acceptance
+    pb.ReceiptStore(where).reset()
+    again = _run(where)
+    assert again.stats.calls_local == ROWS and again.result["v"].tolist() == [n * 3 for n in range(ROWS)]
+    assert _run(where).stats.calls_local == 0  # and from there, a rerun is free again
+
+
+def test_a_store_directory_made_again_empty_is_noticed(tmp_path: Path) -> None:
+    """The mark beside the data goes with the directory: the user's own marks remember it."""
+    where = tmp_path / "store"
+    _run(where)
+    shutil.rmtree(where)
+    where.mkdir()
+    assert f"held {ROWS} receipts" in _refused(where)
+
+
+def test_a_redis_store_wiped_between_runs_is_noticed(redis_url: str) -> None:
+    assert _run(redis_url).stats.calls_local == ROWS
+    redis.Redis.from_url(redis_url).flushdb()
+    message = _refused(redis_url)
+    assert f"held {ROWS} receipts" in message and "now holds 0" in message and "reset()" in message
+    store = pb.ReceiptStore(redis_url)
+    store.reset()
+    assert _run(redis_url).stats.calls_local == ROWS
+
+
+def test_receipts_removed_behind_playbooks_back_are_noticed(redis_url: str) -> None:
+    """Some receipts gone from the same store (evicted, deleted by hand): fewer than its mark."""
+    _run(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    gone = client.zrange("playbook:receipts", 0, 4)
+    client.zrem("playbook:receipts", *gone)
+    client.delete(*[b"playbook:" + key for key in gone])
+    message = _refused(redis_url)
+    assert f"held {ROWS} receipts" in message and f"now holds {ROWS - 5}" in message and "not by playbook" in message
+
+
+def test_clearing_a_tool_is_not_a_loss(tmp_path: Path) -> None:
+    where = tmp_path / "store"
+    _run(where)
+    assert pb.ReceiptStore(where).clear("lookup") == ROWS
+    assert _run(where).stats.calls_local == ROWS  # paid again, as asked: no refusal
+
+
+def test_a_store_cleared_from_another_machine_is_not_taken_for_lost(redis_url: str, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The mark beside the data (newer) wins over this machine's own (older)."""
+    monkeypatch.setenv("PLAYBOOK_MARKS", str(tmp_path / "here"))
+    _run(redis_url)
+    monkeypatch.setenv("PLAYBOOK_MARKS", str(tmp_path / "elsewhere"))
+    pb.ReceiptStore(redis_url).clear()
+    monkeypatch.setenv("PLAYBOOK_MARKS", str(tmp_path / "here"))
+    assert pb.ReceiptStore(redis_url).lost is None
+    assert _run(redis_url).stats.calls_local == ROWS
+
+
+def test_a_lost_store_can_still_be_looked_at(tmp_path: Path) -> None:
+    """Reading is not paying: a lost store opens read-only, and its stats answer."""
+    where = tmp_path / "store"
+    _run(where)
+    shutil.rmtree(where)
+    where.mkdir()
+    store = pb.ReceiptStore(where)
+    assert store.lost is not None and store.stats()["receipts"] == 0
