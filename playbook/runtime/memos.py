@@ -81,6 +81,9 @@ async def finish_store(store: ReceiptStore, emit: Callable[[RunNotice], None], s
     """Write what the store still owes (memos; receipts queued or that failed to be written),
     waiting up to ``wait`` seconds for a remote store to take them, and say out loud what could
     not be, and what the store noticed since ``seen``; returns its notices now."""
+    # How many receipts it holds now (a store emptied later is noticed), counted with the run's
+    # last writes: done when the run is (every row's receipt was written before the row went on).
+    store.remember()
     if not await store.written(wait):
         note = (
             f"the receipt store at {store.location} did not confirm this run's last writes within {wait:g}s; "
@@ -106,5 +109,4 @@ async def finish_store(store: ReceiptStore, emit: Callable[[RunNotice], None], s
     for note in store.notices[seen:]:
         emit(RunNotice(note, 0))
     store.told = len(store.notices)
-    store.remember()  # how many receipts it holds now: a store emptied later is noticed
     return store.told

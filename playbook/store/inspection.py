@@ -37,7 +37,7 @@ class Inspection:
 
     _backend: Backend
     location: str
-    remember: Callable[[], None]
+    remember: Callable[..., None]
 
     def settle(self) -> None:
         raise NotImplementedError
@@ -122,7 +122,7 @@ class Inspection:
             removed = self._backend.clear(name)
         except StoreFailure as exc:
             raise ReceiptError(f"cannot clear the receipt store at {self.location}: {exc.reason}") from None
-        self.remember()  # fewer receipts, on purpose: the store is not lost
+        self.remember(wait=True)  # fewer receipts, on purpose: the store is not lost
         return removed
 
     def memo_count(self, tool: str) -> int:

@@ -174,10 +174,10 @@ class ReceiptStore(Inspection, RowMemos):
         except StoreFailure:
             return None  # a store that cannot answer says so when it is used
 
-    def remember(self) -> None:
+    def remember(self, *, wait: bool = False) -> None:
         """Mark how many receipts the store holds now, beside its data and in the user's marks
-        (at the end of each run, after a clearing).  On a loop, a remote store counts on its
-        own thread; elsewhere, at once."""
+        (at the end of each run, after a clearing or a reset).  On a loop, a remote store counts
+        on its own thread, after what is queued there; ``wait``, or outside a loop, at once."""
         key, backend = self._mark_key(), self._backend
         if key is None or self.lost is not None or backend.readonly:
             return
@@ -187,20 +187,23 @@ class ReceiptStore(Inspection, RowMemos):
             backend.write_mark(now)
             write_registry(key, now)
 
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            self._io.drain()
-            with contextlib.suppress(StoreFailure):  # a store that cannot answer says so when it is used
-                mark()
+        if not wait:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                wait = True
+        if not wait:
+            self._io.submit(mark, lambda _, __: None)
             return
-        self._io.submit(mark, lambda _, __: None)
+        self._io.drain()
+        with contextlib.suppress(StoreFailure):  # a store that cannot answer says so when it is used
+            mark()
 
     def reset(self) -> None:
         """Accept what a lost store holds now (see :attr:`lost`): its mark starts again from here,
         and runs on it go on (paying again for the calls whose receipts are gone)."""
         self.lost = None
-        self.remember()
+        self.remember(wait=True)
 
     def _notice(self, note: str) -> None:
         _logger.warning("%s", note)
