@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 
 from . import (
@@ -48,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case {unknown[0]!r}; cases are {', '.join(CASES)}")
+    # Benchmarks make hundreds of throwaway stores: their marks (how many receipts each held) go
+    # to a directory of their own, not the user's.
+    os.environ.setdefault("PLAYBOOK_MARKS", tempfile.mkdtemp(prefix="playbook-bench-marks-"))
     results = []
     for name in args.cases or CASES:
         print(f"running {name} ...", file=sys.stderr, flush=True)
