@@ -98,7 +98,8 @@ class Outcome:
 class Engine:
     """One way of running a play.  ``run`` to the end; ``stop_when`` stops it once ``when()``
     is true; ``kill_when`` kills one of its processes with SIGKILL once ``when()`` is true and
-    returns the most calls that process could have had in flight."""
+    returns the most calls that process could have had in flight, and what the job counted when
+    it goes on without that process (a cluster job; else None: the counts died with it)."""
 
     name = ""
     in_flight = 0  # the most calls one process (or worker) has on the wire, for a given concurrency
@@ -109,7 +110,7 @@ class Engine:
     def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
         raise NotImplementedError
 
-    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> int:
+    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> tuple[int, Outcome | None]:
         raise NotImplementedError
 
     def refused(self, frame: pd.DataFrame, play: Any, **options: Any) -> str:
@@ -137,11 +138,11 @@ class OneProcess(Engine):
     def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
         return _stopped(lambda: frame.play.arun(play, store=self.store, progress=False, background=True, **options), when)
 
-    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> int:
+    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> tuple[int, Outcome | None]:
         # One process killed is this process killed: it runs on its own for that.
         with _processes(self.scratch, frame, play, {"store": self.store, **options}, 1) as procs:
             _kill_when(procs[0], when)
-        return options.get("concurrency", 16)
+        return options.get("concurrency", 16), None
 
     def refused(self, frame: pd.DataFrame, play: Any, **options: Any) -> str:
         with pytest.raises(pb.ReceiptError) as raised:
@@ -173,12 +174,12 @@ class Processes(Engine):
                 proc.popen.send_signal(signal.SIGINT)  # Ctrl-C in each
             return _merged([_said(proc) for proc in procs])
 
-    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> int:
+    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> tuple[int, Outcome | None]:
         with _processes(self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store) as procs:
             _kill_when(procs[0], when)
             for proc in procs[1:]:
                 _said(proc)
-        return options.get("concurrency", 16)
+        return options.get("concurrency", 16), None
 
     def refused(self, frame: pd.DataFrame, play: Any, **options: Any) -> str:
         with _processes(self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store) as procs:
@@ -211,7 +212,7 @@ class Cluster(Engine):
 
         return _stopped(start, when)
 
-    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> int:
+    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> tuple[int, Outcome | None]:
         client = self.client
         pids = client.run(os.getpid)
 
@@ -223,11 +224,11 @@ class Cluster(Engine):
         killer = threading.Thread(target=kill, daemon=True)
         killer.start()
         try:
-            self.run(frame, play, **options)
+            outcome = self.run(frame, play, **options)
         finally:
             killer.join(10)
             client.wait_for_workers(WORKERS, timeout=60)
-        return options.get("concurrency", 16) * THREADS
+        return options.get("concurrency", 16) * THREADS, outcome
 
     def refused(self, frame: pd.DataFrame, play: Any, **options: Any) -> str:
         with pytest.raises(pb.ReceiptError) as raised:

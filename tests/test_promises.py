@@ -125,12 +125,19 @@ def test_a_process_killed_mid_run_pays_again_at_most_its_calls_in_flight(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:
     """kill -9 of a process (one of the processes, a cluster worker) midway: the run (or a rerun)
-    ends every row, and the calls paid twice are at most what the dead process had in flight."""
+    ends every row, and the calls paid twice are at most what the dead process had in flight.
+    What a run counts as paid is what the provider was paid for and recorded: a cluster job that
+    lost a worker counts the calls that worker landed after its last report (its rows, run again
+    elsewhere, find them as receipts)."""
     demo.reset(latency=0.05)
     frame, play = people(160), enrich(email(demo, pb.Provider(name("acme"))))
-    bound = engine.kill_when(frame, play, lambda: requests(demo) >= 40, concurrency=3)
+    bound, going_on = engine.kill_when(frame, play, lambda: requests(demo) >= 40, concurrency=3)
+    if going_on is not None:  # the job finished every row: each of the 160 calls landed once
+        assert going_on.total("calls_executed") == 160, going_on.runs
+    before = requests(demo)
     rerun = engine.run(frame, play, concurrency=3)
     assert set(rerun.statuses) <= {"ok", "reused"} and sum(rerun.statuses.values()) == 160
+    assert rerun.total("calls_executed") == requests(demo) - before
     extra = requests(demo) - 160
     assert 0 <= extra <= bound, f"{extra} calls paid twice; the killed process had at most {bound} in flight"
 

@@ -318,3 +318,43 @@ def test_a_killed_stock_redis_server_loses_its_receipts_and_the_rerun_says_so_be
         with pytest.raises(pb.ReceiptError, match="held 300 receipts"):
             pd.DataFrame({"n": range(300)}).play.run(durable, store=store, progress=False)
         store.close()
+
+
+# -- counts that are true ----------------------------------------------------------------------
+
+
+def test_receipts_refused_for_a_while_then_written_at_the_end_are_not_counted_lost(redis_url: str) -> None:
+    """A Redis server that refuses writes for a while (here: it wants a replica it has not got)
+    fails the rows whose receipts (or leases) it refused; the run writes those receipts at its
+    end, and only what the server still refuses then counts as lost: here nothing, and a rerun
+    pays only for the calls never made."""
+    admin = redis.Redis.from_url(redis_url)
+    sent: list[int] = []
+
+    @pb.tool(name="toggling", version="1")
+    async def toggling(n: int) -> int:
+        sent.append(n)
+        if n == 3:  # the server refuses writes from row 3's receipt on
+            admin.config_set("min-replicas-to-write", 1)
+        return n * 10
+
+    @pb.play(name="toggled")
+    async def toggled(row, ctx):  # type: ignore[no-untyped-def]
+        if row.n == 7:  # and takes them again from row 7
+            admin.config_set("min-replicas-to-write", 0)
+        return {"m": await ctx.tool(toggling, n=row.n)}
+
+    frame = pd.DataFrame({"n": range(10)})
+    store = pb.ReceiptStore(redis_url)
+    try:
+        run = frame.play.run(toggled, store=store, progress=False, concurrency=1)
+        assert run.result["play_status"].tolist() == ["ok"] * 3 + ["failed"] * 4 + ["ok"] * 3
+        assert sent == [0, 1, 2, 3, 7, 8, 9]  # rows 4..6 could not take their calls' leases
+        assert run.stats.receipts_lost == 0, run.notices
+        assert any("1 receipts of paid calls that could not be written before were written" in n for n in run.notices), run.notices
+        again = frame.play.run(toggled, store=store, progress=False, concurrency=1)
+        assert again.result["play_status"].tolist()[3:7] == ["ok"] * 4 and again.stats.calls_local == 3
+        assert sent == [0, 1, 2, 3, 7, 8, 9, 4, 5, 6] and again.stats.receipts_lost == 0  # row 3's call not paid again
+    finally:
+        admin.config_set("min-replicas-to-write", 0)
+        store.close()

@@ -77,6 +77,7 @@ class ClusterRun:
         self._stopped = False
         self._round = 0  # each submission names its tasks afresh
         self.state = ClusterState(play=play.name)
+        self.state.paid_by = self._channel.paid_by
         self.view: Any = None
 
     def __repr__(self) -> str:

@@ -23,6 +23,7 @@ __all__ = ["ClusterState"]
 
 _APPLIED = (RunStarted, RunFinished, RunNotice)  # the rest come summed in the reports
 _PAID = ("calls_executed", "cost_spent", "receipts_lost")  # what an attempt cut short still counts
+_CALLS, _COST = COUNTERS.index("calls_executed"), COUNTERS.index("cost_spent")
 
 
 class _Partition:
@@ -42,7 +43,7 @@ class _Partition:
 class ClusterState(RunState):
     """A cluster job's counters and rows, from its partitions' reports."""
 
-    __slots__ = ("_failed", "_held", "_labels", "_parked", "_parts", "_views", "_worker_views")
+    __slots__ = ("_failed", "_held", "_labels", "_parked", "_parts", "_views", "_worker_views", "paid_by")
 
     def __init__(self, *, play: str = "", clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         super().__init__(play=play, clock=clock, wall=wall)
@@ -52,6 +53,10 @@ class ClusterState(RunState):
         self._held: dict[int, Waiting] = {}
         self._labels: dict[int, Any] = {}
         self._views: dict[str, dict[str, ProviderView]] = {}  # worker -> provider -> its latest view
+        # What an attempt paid for and recorded, as its store counted it (calls, cost); None
+        # when not known.  Asked of an attempt cut short (its worker died): what it paid for
+        # after its last report is in no report.
+        self.paid_by: Callable[[str], tuple[int, float] | None] = lambda attempt: None
 
     def emit(self, event: RunEvent) -> None:
         if type(event) in _APPLIED:
@@ -98,6 +103,10 @@ class ClusterState(RunState):
                 part.positions.clear()
                 for name in _PAID:  # but not what it paid for
                     part.base[COUNTERS.index(name)] += part.counts[COUNTERS.index(name)]
+                paid = self.paid_by(part.attempt)
+                if paid is not None:  # its rows, run again, find those receipts: counted here
+                    part.base[_CALLS] += max(0, paid[0] - part.counts[_CALLS])
+                    part.base[_COST] += max(0.0, paid[1] - part.counts[_COST])
             part.attempt = report["attempt"]
         part.worker = report["worker"]
         part.counts = report["counts"]

@@ -104,8 +104,23 @@ def _portable(exc: BaseException) -> BaseException:
 async def _drive(
     rows: pd.DataFrame, play: Any, options: dict[str, Any], store: ReceiptStore, channel: Channel, part: Part, ran: list[int] | None
 ) -> pd.DataFrame:
+    attempt = uuid.uuid4().hex[:12]  # a partition run again (its worker died) is a new attempt
+    # Its paid calls are counted with their receipts, where the client reads them if this
+    # worker dies before its last report (the calls it paid since the one before are then in
+    # no report).
+    store.tally = (channel.paid, attempt)
+    try:
+        return await _run(rows, play, options, store, channel, part, ran, attempt)
+    finally:
+        store.tally = None
+
+
+async def _run(
+    rows: pd.DataFrame, play: Any, options: dict[str, Any], store: ReceiptStore, channel: Channel, part: Part, ran: list[int] | None,
+    attempt: str,
+) -> pd.DataFrame:  # fmt: skip
     run: Run = await rows.play.arun(play, **options, store=store, progress=False, background=True)
-    relay = _Relay(run.state, part, ran)
+    relay = _Relay(run.state, part, ran, attempt)
     finished = asyncio.Event()
     unsubscribe = run.state.subscribe(lambda _: finished.set(), kinds=(RunFinished,))
     try:
@@ -155,7 +170,7 @@ def worker_name() -> str:
 class _Relay:
     """What a partition's run reports: its counters, providers, and rows whose state changed."""
 
-    def __init__(self, state: RunState, part: Part, ran: list[int] | None) -> None:
+    def __init__(self, state: RunState, part: Part, ran: list[int] | None, attempt: str) -> None:
         self.state = state
         self.part = part
         self.ran = ran  # a retry: the partition's position of each row run
@@ -163,7 +178,7 @@ class _Relay:
         # A retry's rows that were done before: they count in the job as they did, not again.
         self.carried = {j for j, p in enumerate(ran or ()) if p not in chosen}
         self.carried_counts = [0.0] * len(COUNTERS)
-        self.attempt = uuid.uuid4().hex[:12]  # a partition run again (its worker died) is a new attempt
+        self.attempt = attempt
         self.worker = worker_name()
         self.finished: dict[int, list[Any]] = {}  # position -> [status, error, copies, reason, provider, ready_at, group]
         self.parking: dict[int, tuple[str, str | None, float | None]] = {}

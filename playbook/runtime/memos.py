@@ -93,7 +93,10 @@ async def finish_store(store: ReceiptStore, emit: Callable[[RunNotice], None], s
         _logger.warning("%s", note)
     owed = store.unwritten()
     if owed:
+        # Counted once the store has answered: a receipt written now is not lost.
         lost = store.write_unwritten()
+        if lost and await store.written(wait):
+            lost = store.unwritten()
         if lost:
             note = (
                 f"{lost} paid calls could not be recorded in the receipt store at {store.path} (their rows failed, "

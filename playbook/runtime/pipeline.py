@@ -30,7 +30,7 @@ from ..store import MISSING
 from ..store.records import record as receipt_record
 from ..tagged import Unencodable, decode, encode
 from ..tools import CallEnv, Tool
-from ..tools.base import Spent
+from ..tools.base import Spent, is_local
 from ..tools.failures import translate
 from .upstream import dispatch as governed
 from .upstream import learn
@@ -354,24 +354,28 @@ async def paid(ctx: Caller, tool: Tool, key: str, values: Any, answer: Any, miss
     """An answer came back: it is paid for (counted, whatever happens next), and recorded."""
     spent = tool.spent(answer)
     try:
-        return await record(ctx.scope, tool, key, values, answer, miss, spent.cost)
+        return await record(ctx.scope, tool, key, values, answer, miss, spent.cost, 0 if is_local(tool, spent.cost) else spent.requests)
     finally:
         ctx.count(tool, reused=False, spent=spent)
 
 
-async def record(scope: RunScope, tool: Tool, key: str, values: Any, answer: Any, miss: bool, cost: float) -> tuple[Any, bool]:
-    """Write the receipt of a paid answer (``cost``: what it cost); returns the answer as stored,
-    so the first run sees exactly what every replay will (a pydantic model as its dict, a tuple as a tuple)."""
+async def record(
+    scope: RunScope, tool: Tool, key: str, values: Any, answer: Any, miss: bool, cost: float, requests: int = 1
+) -> tuple[Any, bool]:
+    """Write the receipt of a paid answer (``cost``: what it cost; ``requests``: those it took, as
+    ``calls_executed`` counts them); returns the answer as stored, so the first run sees exactly
+    what every replay will (a pydantic model as its dict, a tuple as a tuple)."""
     store = scope.store
     meta = {"tool": tool.name, "version": tool.identity, "account": tool.account, "cost": cost, "input": values}
     try:
         stored = encode(answer)
     except Unencodable as exc:
         # Paid for, but it has no JSON form: keep a receipt saying so, so no rerun pays again.
-        await store.commit(receipt_record(key, stored=None, tagged=False, at=scope.clock(), miss=miss, error=str(exc), **meta))
+        await store.commit(receipt_record(key, stored=None, tagged=False, at=scope.clock(), miss=miss, error=str(exc), **meta),
+                           paid=requests, cost=cost)  # fmt: skip
         raise ToolError(not_storable(tool, str(exc), paid_now=True), tool=tool.name) from None
     tagged = stored is not answer
-    await store.commit(receipt_record(key, stored=stored, tagged=tagged, at=scope.clock(), miss=miss, **meta))
+    await store.commit(receipt_record(key, stored=stored, tagged=tagged, at=scope.clock(), miss=miss, **meta), paid=requests, cost=cost)
     if scope.recorder is not None:
         scope.recorder.add(tool, values, stored, miss, cost)
     return (decode(stored) if tagged else answer), miss

@@ -18,6 +18,7 @@ from ..models import CallFinished, Event, WaterfallFinished
 from ..providers import Ticket
 from ..signals import Parked, WaitBudget
 from ..tools import Tool
+from ..tools.base import is_local
 from ..tools.transport import default_client
 from .batching import Batches
 from .jobs import Jobs
@@ -227,8 +228,7 @@ class RunScope:
         if reused:
             self.emit(CallFinished(tool.name, provider, True, cost))
         else:
-            local = tool.provider is None and not cost and not tool.remote
-            self.emit(CallFinished(tool.name, provider, False, cost, local))
+            self.emit(CallFinished(tool.name, provider, False, cost, is_local(tool, cost)))
 
     def waterfall_done(self, key: str, tools: Sequence[str], outcomes: list[str]) -> None:
         outcomes = outcomes + ["never"] * (len(tools) - len(outcomes))

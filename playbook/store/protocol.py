@@ -20,7 +20,7 @@ from typing import NamedTuple, Protocol, final
 from .marks import Mark
 from .records import MemoRow, Record
 
-__all__ = ["Backend", "Counts", "Damaged", "Found", "StoreFailure"]
+__all__ = ["Backend", "Counts", "Damaged", "Found", "StoreFailure", "Tally"]
 
 
 class StoreFailure(Exception):
@@ -55,6 +55,17 @@ class Counts(NamedTuple):
     by_tool: dict[str, tuple[int, float]]
     memos: int
     bytes: int
+
+
+class Tally(NamedTuple):
+    """Paid calls counted with the receipts that record them, in the same transaction: what a
+    cluster job's client reads of a partition whose worker died before it could say (on Redis,
+    ``calls`` and ``cost`` added to the fields ``{field}:calls`` and ``{field}:cost`` of the hash ``key``)."""
+
+    key: str
+    field: str
+    calls: int
+    cost: float
 
 
 class Backend(Protocol):

@@ -17,7 +17,6 @@ receipts of calls already paid for are kept in memory and written again at the e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -26,7 +25,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..errors import ReceiptError
 from ..tagged import decode
@@ -35,9 +33,9 @@ from .inspection import Inspection
 from .io import StoreIO
 from .leases import Leases
 from .location import home, is_url, masked_in, open_backend
-from .marks import Mark, lost, newest, read_registry, write_registry
+from .marking import Marked
 from .opening import ELSEWHERE as _ELSEWHERE
-from .protocol import Backend, Damaged, Found, StoreFailure
+from .protocol import Backend, Damaged, Found, StoreFailure, Tally
 from .records import MISSING, OUTPUT_TAGGED, MemoRow, Record, damage
 from .row_memos import RowMemos
 
@@ -49,7 +47,7 @@ _json_loads = json.loads
 _logger = logging.getLogger("playbook.store")
 
 
-class ReceiptStore(Inspection, RowMemos):
+class ReceiptStore(Inspection, RowMemos, Marked):
     """Durable receipts of tool calls and memos of finished rows.
 
     ``ReceiptStore()`` uses ``$PLAYBOOK_HOME``, else ``.playbook/`` at the top of the project;
@@ -104,13 +102,16 @@ class ReceiptStore(Inspection, RowMemos):
         self._ahead = ReadAhead(self._backend)
         self._flushed = time.monotonic()
         self._warned: set[str] = set()  # unreadable records already reported
-        self._writes: list[tuple[Record, asyncio.Future[None]]] = []
+        self._writes: list[tuple[Record, asyncio.Future[None], int, float]] = []
+        # Where a cluster job counts the paid calls of the partition running on this store:
+        # (Redis hash, field), or None.  Counted with their receipts (protocol.Tally).
+        self.tally: tuple[str, str] | None = None
         self._asks: list[tuple[str, float | None, asyncio.Future[Any]]] = []
         self._unwritten: dict[str, Record] = {}  # paid for, not yet written
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
         self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # the same, across processes
         # Said when it holds fewer receipts than its mark (marks.py): a run on it refuses to start.
-        self.lost: str | None = None if readonly else self._check_mark()
+        self.lost: str | None = None if readonly else self.check_mark()
 
     def __repr__(self) -> str:
         return f"ReceiptStore({self.location!r})"
@@ -150,60 +151,6 @@ class ReceiptStore(Inspection, RowMemos):
     def backend(self) -> Backend:
         """Where the records live (SQLite, Redis or memory): the store protocol, for tools and tests."""
         return self._backend
-
-    # -- its mark: a store that lost its receipts is noticed before anything is paid (marks.py) --
-
-    def _mark_key(self) -> str | None:
-        """What names this store in the user's marks: a directory's real path, a server's
-        address and database (no password, no options); None for a store in memory."""
-        where = os.fspath(self._opened[0])
-        if where == "memory" or self._backend.location == "memory":
-            return None
-        if not is_url(where):
-            return str(Path(where).resolve())
-        parts = urlsplit(where)
-        return f"{parts.scheme}://{parts.hostname}:{parts.port}{parts.path}"
-
-    def _check_mark(self) -> str | None:
-        key, backend = self._mark_key(), self._backend
-        if key is None:
-            return None
-        try:
-            expected = newest(backend.read_mark(), read_registry(key))
-            return lost(self.location, expected, backend.receipt_count(), backend.identity)
-        except StoreFailure:
-            return None  # a store that cannot answer says so when it is used
-
-    def remember(self, *, wait: bool = False) -> None:
-        """Mark how many receipts the store holds now, beside its data and in the user's marks
-        (at the end of each run, after a clearing or a reset).  On a loop, a remote store counts
-        on its own thread, after what is queued there; ``wait``, or outside a loop, at once."""
-        key, backend = self._mark_key(), self._backend
-        if key is None or self.lost is not None or backend.readonly:
-            return
-
-        def mark() -> None:
-            now = Mark(backend.receipt_count(), time.time(), backend.identity)
-            backend.write_mark(now)
-            write_registry(key, now)
-
-        if not wait:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                wait = True
-        if not wait:
-            self._io.submit(mark, lambda _, __: None)
-            return
-        self._io.drain()
-        with contextlib.suppress(StoreFailure):  # a store that cannot answer says so when it is used
-            mark()
-
-    def reset(self) -> None:
-        """Accept what a lost store holds now (see :attr:`lost`): its mark starts again from here,
-        and runs on it go on (paying again for the calls whose receipts are gone)."""
-        self.lost = None
-        self.remember(wait=True)
 
     def _notice(self, note: str) -> None:
         _logger.warning("%s", note)
@@ -305,8 +252,9 @@ class ReceiptStore(Inspection, RowMemos):
         named = f" of tool {tool!r}" if tool else ""
         return f"receipt {key}{named} in {self.location} cannot be read: {problem}"
 
-    async def commit(self, record: Record) -> None:
+    async def commit(self, record: Record, *, paid: int = 0, cost: float = 0.0) -> None:
         """Write one record durably; returns once it is committed (``ReceiptError`` if it cannot be).
+        ``paid``: the requests it answered (what ``calls_executed`` counts), ``cost`` what they cost.
 
         Records written in the same turn of the event loop share one transaction (group
         commit): each row still waits for its own receipt to be on disk, but a burst of 64
@@ -314,14 +262,17 @@ class ReceiptStore(Inspection, RowMemos):
         """
         loop = asyncio.get_running_loop()
         done = loop.create_future()
-        self._writes.append((record, done))
+        self._writes.append((record, done, paid, cost))
         if len(self._writes) == 1:
             loop.call_soon(self._commit_writes)
         await done
 
     def _commit_writes(self) -> None:
         writes, self._writes = self._writes, []
-        rows = [row for row, _ in writes]
+        rows = [write[0] for write in writes]
+        tally = None
+        if self.tally is not None and (calls := sum(write[2] for write in writes)):
+            tally = Tally(*self.tally, calls, sum(write[3] for write in writes))
         if self._io.remote:  # written later, on the store's thread: kept meanwhile, and found by lookups
             self._keep(rows)
 
@@ -330,17 +281,23 @@ class ReceiptStore(Inspection, RowMemos):
                 self._keep(rows)  # paid for: written again at the end of the run
                 problem = exc.reason if isinstance(exc, StoreFailure) else str(exc)
                 error = ReceiptError(f"cannot write to the receipt store at {self.location}: {problem}")
-                for _row, done in writes:
+                for _row, done, *_rest in writes:
                     if not done.done():
                         done.set_exception(error)
                 return
             if self._unwritten:
                 self._written(rows)
-            for _row, done in writes:
+            for _row, done, *_rest in writes:
                 if not done.done():  # a row cancelled while waiting: its receipt is written anyway
                     done.set_result(None)
 
-        self._io.submit(lambda: self._backend.write(rows), written)
+        self._io.submit(lambda: self._write(rows, tally), written)
+
+    def _write(self, rows: list[Record], tally: Tally | None) -> None:
+        if tally is None:
+            self._backend.write(rows)
+        else:  # only a Redis store is given a tally (a cluster job's): it takes one
+            self._backend.write(rows, tally)  # type: ignore[call-arg]
 
     def unwritten(self) -> int:
         """Receipts of paid calls that could not be written (yet)."""

@@ -38,13 +38,15 @@ from .._dist import install_hint
 from ..errors import ReceiptError
 from ..urls import masked
 from .marks import Mark
-from .protocol import Counts, Damaged, Found, StoreFailure
+from .protocol import Counts, Damaged, Found, StoreFailure, Tally
 from .records import MemoRow, Record, is_receipt, parse_tools
 from .redis_durability import Evictions, durability_in, judge, persistence
 from .redis_failures import failure
 from .redis_format import (
     CHUNK,
     INFO,
+    LEASE_KEEP,
+    LEASE_TAKE,
     chunks,
     found_of,
     grouped,
@@ -63,23 +65,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisBackend"]
 
 T = TypeVar("T")
-
-
-# Each lease script handles every key of a batch in one round trip, atomically on the server.
-# KEYS: lease keys; ARGV[1]: the owner; ARGV[2]: the lease time in milliseconds.  Taking is
-# SET NX PX, except that the owner may take its own lease again (and so extend it).
-_TAKE = """local got = {}
-for i, key in ipairs(KEYS) do
-  local held = redis.call('GET', key)
-  got[i] = 0
-  if (not held) or held == ARGV[1] then redis.call('SET', key, ARGV[1], 'PX', ARGV[2]); got[i] = 1 end
-end
-return got"""
-_KEEP = """for _, key in ipairs(KEYS) do  -- renew (ARGV[2] given) or release the owner's leases
-  if redis.call('GET', key) == ARGV[1] then
-    if ARGV[2] then redis.call('PEXPIRE', key, ARGV[2]) else redis.call('DEL', key) end
-  end
-end"""
+TALLY_TTL = 86_400  # seconds a cluster job's tally outlives its last paid call
 
 
 class RedisBackend:
@@ -116,8 +102,8 @@ class RedisBackend:
             )
         except ValueError as exc:
             raise StoreFailure(f"{self.location} is not a Redis URL playbook can use ({exc})", "EINVAL") from None
-        self._take = self._client.register_script(_TAKE)
-        self._keep = self._client.register_script(_KEEP)
+        self._take = self._client.register_script(LEASE_TAKE)
+        self._keep = self._client.register_script(LEASE_KEEP)
         try:
             with self._failing():
                 self._client.ping()  # a wrong URL fails here, naming it, not in the middle of a run
@@ -199,7 +185,8 @@ class RedisBackend:
             values, *infos = pipe.execute(raise_on_error=False)
         return [record_of(key, value, info) for key, value, info in zip(keys, values, infos)]
 
-    def write(self, records: Sequence[Record]) -> None:
+    def write(self, records: Sequence[Record], tally: Tally | None = None) -> None:
+        """Records and their index entries, all or none; ``tally`` counted with them."""
         self._writable()
         if not records:
             return
@@ -215,6 +202,10 @@ class RedisBackend:
                 pipe.zadd(self._receipts, {row.key: row.at for row in receipts})
                 for tool, keys in grouped((row.tool, row.key) for row in receipts).items():
                     pipe.sadd(f"{self._prefix}tool:{tool}", *keys)
+            if tally is not None:
+                pipe.hincrby(tally.key, f"{tally.field}:calls", tally.calls)
+                pipe.hincrbyfloat(tally.key, f"{tally.field}:cost", tally.cost)
+                pipe.expire(tally.key, TALLY_TTL)
             pipe.execute()
         self.watch()
 

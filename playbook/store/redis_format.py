@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CHUNK",
     "INFO",
+    "LEASE_KEEP",
+    "LEASE_TAKE",
     "chunks",
     "found_of",
     "grouped",
@@ -122,3 +124,20 @@ def memo_of(key: str, value: bytes) -> MemoRow | Damaged:
         return MemoRow(key, str(play), str(tools), int(calls), float(cost), int(flags), output)
 
     return parsed(build)
+
+
+# Each lease script handles every key of a batch in one round trip, atomically on the server.
+# KEYS: lease keys; ARGV[1]: the owner; ARGV[2]: the lease time in milliseconds.  Taking is
+# SET NX PX, except that the owner may take its own lease again (and so extend it).
+LEASE_TAKE = """local got = {}
+for i, key in ipairs(KEYS) do
+  local held = redis.call('GET', key)
+  got[i] = 0
+  if (not held) or held == ARGV[1] then redis.call('SET', key, ARGV[1], 'PX', ARGV[2]); got[i] = 1 end
+end
+return got"""
+LEASE_KEEP = """for _, key in ipairs(KEYS) do  -- renew (ARGV[2] given) or release the owner's leases
+  if redis.call('GET', key) == ARGV[1] then
+    if ARGV[2] then redis.call('PEXPIRE', key, ARGV[2]) else redis.call('DEL', key) end
+  end
+end"""

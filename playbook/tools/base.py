@@ -26,7 +26,7 @@ from .failures import translate
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["NO_INPUT", "CallEnv", "Spent", "Tool", "current_fingerprint", "tool"]
+__all__ = ["NO_INPUT", "CallEnv", "Spent", "Tool", "current_fingerprint", "is_local", "tool"]
 
 
 _NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
@@ -203,6 +203,11 @@ class Spent(NamedTuple):
     cost: float
     tokens: float | None
     requests: int
+
+
+def is_local(tool: Tool, cost: float) -> bool:
+    """A call that costs nothing and goes nowhere (a plain Python tool): counted apart from paid ones."""
+    return tool.provider is None and not cost and not tool.remote
 
 
 class CallEnv:
