@@ -47,6 +47,7 @@ class PlayAccessor:
         progress: Literal["auto", "widget", "text"] | bool = "auto",
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        overwrite: bool = False,
         fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> pd.DataFrame:
@@ -67,6 +68,8 @@ class PlayAccessor:
         ``$PLAYBOOK_HOME``, else ``.playbook/`` at the top of the project).
         ``max_wait``: seconds a row may wait on provider holds before it parks (default: each
         provider's own).
+        ``overwrite``: an output named like an input column replaces it in the rows that return
+        it (by default such a row fails, saying so: the input would be lost).
         ``fixtures``: answer every tool call from this fixture file (JSON Lines, from
         ``pb.fixtures(path, mode="record")``) with no network and no pacing; a call it lacks fails
         its row.  A ``pb.fixtures(...)`` object records or replays as its mode says.
@@ -90,6 +93,7 @@ class PlayAccessor:
         background: bool = False,
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        overwrite: bool = False,
         fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> Run:
@@ -124,6 +128,7 @@ class PlayAccessor:
         progress: Literal["auto", "widget", "text"] | bool = "auto",
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        overwrite: bool = False,
         fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> pd.DataFrame:
@@ -148,6 +153,7 @@ class PlayAccessor:
         background: bool = False,
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        overwrite: bool = False,
         fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> Run:

@@ -43,7 +43,7 @@ __all__ = ["add_parser", "main"]
 
 ERRORS_SHOWN = 5  # failed rows quoted in the summary, and failed and parked rows in the --json report
 
-_OPTIONS = ("key", "concurrency", "max_cost", "max_wait", "limit", "refresh", "store", "fixtures")  # map()'s, same names
+_OPTIONS = ("key", "concurrency", "max_cost", "max_wait", "limit", "refresh", "store", "fixtures", "overwrite")  # map()'s, same names
 
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -62,6 +62,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--concurrency", metavar="N", type=whole(1), help="rows in flight at once (default: 16)")
     run.add_argument("--max-cost", metavar="X", type=amount, help="stop paying past this total cost; the rows that would pass it park")
     run.add_argument("--max-wait", metavar="S", type=amount, help="seconds a row may wait on provider holds before it parks")
+    run.add_argument("--overwrite", action="store_true", default=None, help="an output named like an input column replaces it")
     run.add_argument("--limit", metavar="N", type=whole(0), help="only the first N rows")
     run.add_argument("--refresh", choices=("rows", "all"), help="rows: run finished rows again (receipts reused); all: pay again")
     run.add_argument("--fixtures", metavar="FILE", help="answer every tool call from this fixture file (no network)")

@@ -72,6 +72,7 @@ class PlayMagics(magic.Magics):
     @argument("--key", metavar="COLS", help="comma-separated columns that identify a row")
     @argument("--max-cost", type=amount, metavar="X", help="stop paying for calls past this total cost")
     @argument("--max-wait", type=amount, metavar="S", help="seconds a row may wait on provider holds before it parks")
+    @argument("--overwrite", action="store_true", help="an output named like an input column replaces it (else its rows fail, saying so)")
     @argument(
         "--on-error",
         choices=("isolate", "raise"),
@@ -126,6 +127,8 @@ def _run_options(args: argparse.Namespace, ns: dict[str, Any]) -> dict[str, Any]
         for name in ("concurrency", "limit", "max_cost", "max_wait", "on_error", "fixtures")
         if getattr(args, name) is not None
     }
+    if args.overwrite:
+        options["overwrite"] = True
     if args.fixtures is not None and not os.path.isfile(args.fixtures):
         raise UsageError(f"%%play --fixtures {args.fixtures}: no such file (record one with pb.fixtures(path, mode='record'))")
     if args.refresh is not None:

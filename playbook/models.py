@@ -14,6 +14,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "CallFailed",
     "CallFinished",
     "Event",
     "ProviderDown",
@@ -98,7 +99,9 @@ class RunStats(BaseModel):
     skipped: int = 0
     held: int = 0
     calls_executed: int = 0  # calls paid for: sent to a provider, or with a cost
-    calls_reused: int = 0
+    calls_reused: int = 0  # calls answered by receipts of earlier runs
+    calls_shared: int = 0  # identical calls answered by a receipt this run paid for (another row's)
+    calls_failed: int = 0  # requests sent that brought back nothing to keep (5xx, timeouts, 429s)
     calls_local: int = 0  # calls of free local tools (no provider, no cost) that ran
     cost_spent: float = 0.0
     cost_saved: float = 0.0
@@ -152,6 +155,15 @@ class CallFinished(NamedTuple):
     reused: bool
     cost: float
     local: bool = False  # a free call that never left the process (no provider, no cost, not HTTP)
+    shared: bool = False  # reused from a receipt written during this run (an identical call of another row)
+
+
+class CallFailed(NamedTuple):
+    """A request sent that brought back nothing to keep (a 5xx, a timeout, a 429): the provider
+    saw it, and may count it."""
+
+    tool: str
+    provider: str | None
 
 
 class RowFinished(NamedTuple):
@@ -260,6 +272,7 @@ Event = (
     RunStarted
     | RowStarted
     | CallFinished
+    | CallFailed
     | RowFinished
     | RowRequeued
     | RunFinished

@@ -59,6 +59,7 @@ class PolarsPlay:
         progress: Literal["auto", "widget", "text"] | bool = "auto",
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        overwrite: bool = False,
         fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> pl.DataFrame:
@@ -81,6 +82,7 @@ class PolarsPlay:
         background: bool = False,
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        overwrite: bool = False,
         fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> PolarsRun:
@@ -103,6 +105,7 @@ class PolarsPlay:
         progress: Literal["auto", "widget", "text"] | bool = "auto",
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        overwrite: bool = False,
         fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> pl.DataFrame:
@@ -125,6 +128,7 @@ class PolarsPlay:
         background: bool = False,
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        overwrite: bool = False,
         fixtures: Fixtures | str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> PolarsRun:

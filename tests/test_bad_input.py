@@ -450,7 +450,8 @@ def test_play_returning_unusable_output_fails_the_row(value: object, error: str,
 
 
 def test_output_column_named_like_an_input_column(store: pb.ReceiptStore) -> None:
-    """Returning an input column replaces it in place, as df.assign would, only in rows that returned it."""
+    """With overwrite=True, returning an input column replaces it in place, as df.assign would, only
+    in rows that returned it."""
 
     @pb.play
     async def clean(row, ctx):
@@ -459,12 +460,12 @@ def test_output_column_named_like_an_input_column(store: pb.ReceiptStore) -> Non
         return {"email": row.email.strip().lower()} if row.n != 3 else {"other": "x"}
 
     frame = pd.DataFrame({"email": [" A@X.COM", "b@x.com ", " C@X.COM", "D@X.COM"], "n": [0, 1, 2, 3]})
-    out = frame.play.map(clean, store=store, progress=False)
+    out = frame.play.map(clean, store=store, progress=False, overwrite=True)
     assert list(out.columns) == ["email", "n", "other", "play_status", "play_error"]
     # the failed row and the row that did not return it keep their input: nothing is lost
     assert out["email"].tolist() == ["a@x.com", "b@x.com", " C@X.COM", "D@X.COM"]
     assert out["n"].dtype == frame["n"].dtype and out["play_status"].tolist() == ["ok", "ok", "failed", "ok"]
-    again = frame.play.map(clean, store=store, progress=False)
+    again = frame.play.map(clean, store=store, progress=False, overwrite=True)
     assert again["email"].tolist() == out["email"].tolist()
 
 

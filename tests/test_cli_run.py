@@ -317,15 +317,15 @@ def test_input_columns_reach_the_output_as_the_file_spells_them(work: Path) -> N
     """Leading zeros, 1e3, +44, empty cells, NA and unicode come out of a CSV exactly as they went in
     (to CSV as text; to Parquet as text where pandas' number would differ, numbers where it would not),
     while the play sees read_csv's values; JSON Lines keep their types, big ints and every float digit;
-    a column the play returns replaces the file's only in the rows that changed it."""
+    a column the play returns replaces the file's (--overwrite) only in the rows that changed it."""
     (work / "ids.csv").write_text(CSV_IDS, encoding="utf-8")
     (work / "ids.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in JSONL_IDS), encoding="utf-8")
     runs = cli_many(
         work,
         [
-            (["plays.py:show", "--in", "ids.csv", "--out", "ids-out.csv"], {}),
-            (["plays.py:show", "--in", "ids.csv", "--out", "ids-out.parquet"], {}),
-            (["plays.py:show", "--in", "ids.jsonl", "--out", "ids-out.jsonl"], {}),
+            (["plays.py:show", "--in", "ids.csv", "--out", "ids-out.csv", "--overwrite"], {}),
+            (["plays.py:show", "--in", "ids.csv", "--out", "ids-out.parquet", "--overwrite"], {}),
+            (["plays.py:show", "--in", "ids.jsonl", "--out", "ids-out.jsonl", "--overwrite"], {}),
         ],
     )
     assert [done.returncode for done in runs] == [0, 0, 0], [done.stderr for done in runs]

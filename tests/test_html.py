@@ -57,7 +57,22 @@ def test_html_shows_counters_providers_parked_rows_errors_and_legs(store: pb.Rec
     s = run.stats
     assert s.calls_executed and s.calls_local  # primary's calls are paid (a provider), backup's local (a plain Python tool)
     assert _cells(html, "rows") == [
-        [str(s.total), str(s.ok), "0", str(s.failed), "0", str(s.parked), "0", str(s.calls_executed), "0", str(s.calls_local), "0", "0"]
+        [
+            str(s.total),
+            str(s.ok),
+            "0",
+            str(s.failed),
+            "0",
+            str(s.parked),
+            "0",
+            str(s.calls_executed),
+            str(s.calls_failed),
+            "0",
+            "0",
+            str(s.calls_local),
+            "0",
+            "0",
+        ]
     ]
     assert s.parked > LIMIT and s.failed == 4
     providers = _cells(html, "provider")

@@ -136,7 +136,8 @@ def test_outputs_are_typed_or_kept_as_objects(store: pb.ReceiptStore) -> None:
 
 
 def test_output_replacing_an_input_column(store: pb.ReceiptStore) -> None:
-    """An output named like an input replaces it in the rows that returned it; failed rows keep their input."""
+    """With overwrite=True an output named like an input replaces it in the rows that returned it;
+    failed rows keep their input.  Without it, those rows fail saying so, and nothing is lost."""
 
     @pb.play
     async def clean(row, ctx):
@@ -144,7 +145,14 @@ def test_output_replacing_an_input_column(store: pb.ReceiptStore) -> None:
             raise ValueError("bad site")
         return {"site": row.site.upper()}
 
-    out = pl.DataFrame({"site": ["a", "bad", "c"], "k": [1, 2, 3]}).play.map(clean, store=store, progress=False)
+    frame = pl.DataFrame({"site": ["a", "bad", "c"], "k": [1, 2, 3]})
+    kept = frame.play.map(clean, store=store, progress=False)
+    assert kept["site"].to_list() == ["a", "bad", "c"] and kept["play_status"].to_list() == ["failed"] * 3
+    assert (
+        "returned 'site', an input column of the frame, with another value" in kept["play_error"][0]
+        and "overwrite=True" in kept["play_error"][0]
+    )
+    out = frame.play.map(clean, store=store, progress=False, overwrite=True)
     assert out.columns == ["site", "k", "play_status", "play_error"]
     assert out["site"].to_list() == ["A", "bad", "C"]
     assert out["k"].to_list() == [1, 2, 3]

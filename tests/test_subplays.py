@@ -112,7 +112,7 @@ def test_a_sleep_inside_resumes_the_sub_play(store: pb.ReceiptStore) -> None:
     async def outer(row: Any, ctx: pb.Context) -> dict[str, Any]:
         return await ctx.run_play(waits, n=row.n)
 
-    out = pd.DataFrame({"n": [7]}).play.map(outer, store=store, progress=False)
+    out = pd.DataFrame({"n": [7]}).play.map(outer, store=store, progress=False, overwrite=True)
     assert out.play_status[0] == "ok" and ran == [7] and out.n[0] == 1
 
     woke: list[bool] = []
@@ -191,7 +191,7 @@ def test_an_edited_sub_play_runs_the_outer_rows_again(store: pb.ReceiptStore) ->
 
     frame = pd.DataFrame({"word": ["Ab", "Cd"]})
     plays["inner"] = pb.play(lower, name="inner")
-    assert list(frame.play.map(outer, store=store, progress=False).word) == ["ab", "cd"]
+    assert list(frame.play.map(outer, store=store, progress=False, overwrite=True).word) == ["ab", "cd"]
     plays["inner"] = pb.play(upper, name="inner")  # the same name, defined anew
-    again = frame.play.map(outer, store=store, progress=False)
+    again = frame.play.map(outer, store=store, progress=False, overwrite=True)
     assert list(again.word) == ["AB", "CD"] and list(again.play_status) == ["ok", "ok"]

@@ -63,7 +63,9 @@ def test_summary_names_the_provider_that_holds_parked_rows(store: pb.ReceiptStor
     assert run.stats.parked == 5
     assert "ok=3" in text and "lookup [quota held until " in text and "lookup [parked=5 | quota held until " in text
     summary = text.strip().splitlines()[-3:]
-    assert summary[0].startswith("lookup: 8 rows | ok 3 | reused 0 | failed 0 | parked 5 | calls 3 paid, 0 from receipts, 0 local")
+    assert summary[0].startswith(
+        "lookup: 8 rows | ok 3 | reused 0 | failed 0 | parked 5 | calls 3 paid, 1 failed, 0 from receipts, 0 local"
+    )
     assert summary[1].startswith("provider 'quota' holds calls until ") and summary[1].endswith(" (HTTP 429); 5 rows parked")
     assert summary[2] == "a rerun runs the parked rows again"
 

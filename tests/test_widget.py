@@ -204,8 +204,8 @@ def test_a_provider_going_down_redraws_the_panel_at_once(kernel: Any) -> None:
     assert down and 28 <= int(down.group(1)) <= 30, after
     counters = re.search(r"<th>cost saved</th></tr></thead><tbody><tr>((?:<td>[^<]*</td>)+)</tr>", after)
     assert counters, after
-    paid, reused, local = (int(v) for v in re.findall(r"<td>([^<]*)</td>", counters.group(1))[7:10])
-    assert paid > 0 and local >= paid and reused == 0  # each row: a local call, then a paid one
+    paid, failed, shared, reused, local = (int(v) for v in re.findall(r"<td>([^<]*)</td>", counters.group(1))[7:12])
+    assert paid > 0 and local >= paid and failed == shared == reused == 0  # each row: a local call, then a paid one
 
 
 def test_a_background_run_shows_its_panel_in_its_own_cell_and_ends_as_the_summary(kernel: Any) -> None:

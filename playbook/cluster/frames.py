@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["DaskPlay"]
 
 _SCHEMES = ("redis", "rediss", "unix")
-_WORKER_OPTIONS = ("concurrency", "on_error", "refresh", "key", "max_wait", "max_cost")  # what each partition's run is given
+_WORKER_OPTIONS = ("concurrency", "on_error", "refresh", "key", "max_wait", "max_cost", "overwrite")  # what each partition's run is given
 
 
 class DaskPlay:
@@ -54,6 +54,7 @@ class DaskPlay:
         progress: Literal["auto", "widget", "text"] | bool = "auto",
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        overwrite: bool = False,
         **unknown: Any,
     ) -> dd.DataFrame:
         """Run ``play`` over every row on the cluster and return the result as a Dask DataFrame
@@ -85,6 +86,7 @@ class DaskPlay:
         background: bool = False,
         store: ReceiptStore | str | os.PathLike[str] | None = None,
         max_wait: float | None = None,
+        overwrite: bool = False,
         **unknown: Any,
     ) -> ClusterRun:
         """Run ``play`` on the cluster and return the :class:`ClusterRun`; with

@@ -85,7 +85,7 @@ class ClusterRun:
         return (
             f"<ClusterRun {self._play.name!r} {s.phase}: {s.total} rows in {len(self._parts)} partitions, ok={s.ok} "
             f"reused={s.reused} failed={s.failed} parked={s.parked} skipped={s.skipped}, calls {s.calls_executed} paid / "
-            f"{s.calls_reused} reused>"
+            f"{s.calls_shared} shared / {s.calls_reused} from receipts>"
         )
 
     def _repr_html_(self) -> str:

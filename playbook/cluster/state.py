@@ -22,7 +22,7 @@ from .wire import COUNTERS, decode_label
 __all__ = ["ClusterState"]
 
 _APPLIED = (RunStarted, RunFinished, RunNotice)  # the rest come summed in the reports
-_PAID = ("calls_executed", "cost_spent", "receipts_lost")  # what an attempt cut short still counts
+_PAID = ("calls_executed", "calls_failed", "cost_spent", "receipts_lost")  # what an attempt cut short still counts
 _CALLS, _COST = COUNTERS.index("calls_executed"), COUNTERS.index("cost_spent")
 
 

@@ -23,7 +23,7 @@ __all__ = ["COUNTERS", "TTL", "Channel", "decode_label", "encode_label"]
 TTL = 86_400  # seconds a job's keys outlive its last word
 COUNTERS = (
     "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held", "sleeping", "calls_executed", "calls_reused",
-    "calls_local", "cost_spent", "cost_saved", "receipts_lost",
+    "calls_shared", "calls_failed", "calls_local", "cost_spent", "cost_saved", "receipts_lost",
 )  # fmt: skip
 _BATCH = 1000  # reports drained per round trip
 

@@ -11,8 +11,11 @@ binds it again, on the same thread and event loop, serving the same state.
 from __future__ import annotations
 
 import asyncio
+import linecache
 import os
+import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -30,13 +33,23 @@ _STOP_TIMEOUT = 5.0
 # The port serve() takes when it is free: an http_tool's receipts answer for the URL it calls, so
 # a demo on the same URL in the next session finds the receipts of this one.
 DEFAULT_PORT = 8787
+# Servers serve() started on its own choice of port, by the place that asked: that place asking
+# again (a notebook cell run again) gets the same server, so the same URL and the same receipts.
+_started: dict[tuple[str, str, str], DemoServer] = {}
+_started_lock = threading.Lock()
+# A notebook cell's code is compiled under a name made from its text (ipykernel) or its execution
+# count (IPython): a cell run again, or edited, is the same place, told apart by its line.
+_CELL = re.compile(r"ipykernel_\d+[/\\]\d+\.py$|^<ipython-input-")
 
 
 def serve(port: int | None = None, host: str = "127.0.0.1", *, clock: Callable[[], float] | None = None, **settings: Any) -> DemoServer:
     """Start the demo provider and return its handle once it accepts connections.
 
     ``port=None`` takes 8787 when it is free (so reruns in a new session call the same URL and
-    reuse their receipts), else any free port; ``port=0`` always any free port.
+    reuse their receipts), else any free port; ``port=0`` always any free port.  Called again
+    from the same place in one process (a notebook cell run again, edited or not), it returns
+    the server it started there, still running, with its counters zeroed and ``settings``
+    applied: the same URL, so the cell's calls find their receipts and a rerun pays nothing.
     ``settings`` are ``DemoSettings`` fields (rps=..., quota=..., fault_rate=..., ...).
     Use it as a context manager, or call ``.stop()``, to shut it down.
 
@@ -53,9 +66,32 @@ def serve(port: int | None = None, host: str = "127.0.0.1", *, clock: Callable[[
         import uvicorn  # noqa: F401
     except ImportError as exc:
         raise ImportError(f"the demo provider needs starlette and uvicorn ({exc.name} is missing): {install_hint('demo')}") from exc
-    server = DemoServer(DemoSettings.from_kwargs(**settings), host=host, port=port, clock=clock)
+    chosen = DemoSettings.from_kwargs(**settings)
+    if port is not None or clock is not None:  # asked for a port, or a clock of its own: a server of its own
+        return _started_server(chosen, host, port, clock)
+    site = (host, *_site())
+    with _started_lock:
+        server = _started.get(site)
+        if server is not None and server.running:
+            server._state.initial = chosen  # reset() returns to these
+            server.reset()
+            return server
+        server = _started[site] = _started_server(chosen, host, None, None)
+    return server
+
+
+def _started_server(settings: DemoSettings, host: str, port: int | None, clock: Callable[[], float] | None) -> DemoServer:
+    server = DemoServer(settings, host=host, port=port, clock=clock)
     server._start()
     return server
+
+
+def _site() -> tuple[str, str]:
+    """Where serve() was called: the file (any notebook cell is one place) and the line's text."""
+    frame = sys._getframe(2)
+    name, number = frame.f_code.co_filename, frame.f_lineno
+    line = linecache.getline(name, number).strip() or str(number)
+    return ("<cell>" if _CELL.search(name) else name), line
 
 
 class DemoServer:

@@ -170,14 +170,14 @@ class Context:
         if key is not None:
             self.receipts.append(key)
 
-    def count(self, tool: Tool, *, reused: bool, spent: Spent) -> None:
-        """A call answered, paid now or before; an answer that needed a re-ask counts its
-        requests (what it cost is on the first)."""
+    def count(self, tool: Tool, *, reused: bool, spent: Spent, shared: bool = False) -> None:
+        """A call answered, paid now or before (``shared``: during this run, for another row); an
+        answer that needed a re-ask counts its requests (what it cost is on the first)."""
         cost = spent.cost
         for _ in range(spent.requests):
             self.calls += 1
             self.cost += cost
-            self.scope.call_finished(tool, reused, cost)
+            self.scope.call_finished(tool, reused, cost, shared)
             cost = 0.0
 
     def absorb(self, calls: int, cost: float, tools: dict[str, str], receipts: Sequence[str]) -> None:

@@ -33,6 +33,7 @@ class RunOptions:
     background: bool = False
     store: ReceiptStore | str | os.PathLike[str] | None = None
     max_wait: float | None = None
+    overwrite: bool = False  # an output may replace the input column of its name (else the row fails, saying so)
     # A fixture file to replay, or a pb.fixtures(...); after parse(), the Fixtures the run uses
     # (its own, the ``with pb.fixtures()`` around it, or $PLAYBOOK_FIXTURES) or None.
     fixtures: Any = None

@@ -27,11 +27,13 @@ from ..errors import PlaybookError, RunFatal, ToolError
 from ..keys import forced_key, key_text
 from ..signals import Held, Leased
 from ..store import MISSING
+from ..store.records import Refusal
 from ..store.records import record as receipt_record
 from ..tagged import Unencodable, decode, encode
 from ..tools import CallEnv, Tool
 from ..tools.base import Spent, is_local
 from ..tools.failures import translate
+from .kept_errors import ONE_REQUEST, not_storable, refusal, refused
 from .upstream import dispatch as governed
 from .upstream import learn
 
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from ..providers import Ticket
     from .scope import RunScope
 
-__all__ = ["Caller", "call_tool", "invoke", "not_storable", "paid", "record"]
+__all__ = ["Caller", "call_tool", "invoke", "paid", "record"]
 
 Send = Callable[[], Awaitable[tuple[Any, bool]]]
 
@@ -55,7 +57,7 @@ class Caller(Protocol):
     def position(self) -> int: ...
     def occurrence(self, name: str) -> int: ...
     def used(self, tool: Tool, key: str | None) -> None: ...
-    def count(self, tool: Tool, *, reused: bool, spent: Spent) -> None: ...
+    def count(self, tool: Tool, *, reused: bool, spent: Spent, shared: bool = False) -> None: ...
     def forgotten_await(self, value: Any) -> str: ...
 
 
@@ -147,14 +149,18 @@ async def lookup(store: Any, key: str, ttl: float | None) -> Any:
     return found
 
 
-def _reused(ctx: Caller, tool: Tool, values: Any, found: tuple[Any, bool, str | None]) -> tuple[Any, bool]:
-    value, miss, error = found
+def _reused(ctx: Caller, tool: Tool, values: Any, found: tuple[Any, bool, str | Refusal | None, float]) -> tuple[Any, bool]:
+    value, miss, error, at = found
+    shared = at >= ctx.scope.started  # answered during this run (an identical call of another row), not before it
+    if type(error) is Refusal:
+        ctx.count(tool, reused=True, spent=ONE_REQUEST, shared=shared)
+        raise ToolError(error.message, tool=tool.name, status=error.status)
     if error is not None:
-        raise ToolError(not_storable(tool, error, paid_now=False), tool=tool.name)
+        raise ToolError(not_storable(tool, str(error), paid_now=False), tool=tool.name)
     spent = tool.spent(value)
     if ctx.scope.recorder is not None:
         ctx.scope.recorder.add(tool, values, encode(value), miss, spent.cost)
-    ctx.count(tool, reused=True, spent=spent)
+    ctx.count(tool, reused=True, spent=spent, shared=shared)
     return tool.read(value, miss)
 
 
@@ -320,7 +326,18 @@ def _sender(ctx: Caller, tool: Tool, call: Pending, env: CallEnv) -> Send:
 
     async def send() -> tuple[Any, bool]:
         with scope.landing():  # a stop now lets this call land its receipt, then stops the row
-            return await paid(ctx, tool, key, values, *await invoke(tool, values, env))
+            try:
+                answer, miss = await invoke(tool, values, env)
+            except ToolError as exc:
+                if refusal(exc):
+                    try:
+                        await refused(scope, tool, key, values, exc)
+                    finally:
+                        ctx.count(tool, reused=False, spent=ONE_REQUEST)
+                elif not is_local(tool, 0.0):
+                    scope.call_failed(tool)  # sent, and no answer to keep: counted all the same
+                raise
+            return await paid(ctx, tool, key, values, answer, miss)
 
     return send
 
@@ -379,14 +396,3 @@ async def record(
     if scope.recorder is not None:
         scope.recorder.add(tool, values, stored, miss, cost)
     return (decode(stored) if tagged else answer), miss
-
-
-def not_storable(tool: Tool, problem: str, *, paid_now: bool) -> str:
-    """Why a paid answer has no receipt value, and the way out."""
-    when = "was paid for" if paid_now else "was paid for in an earlier run"
-    bump = "change its version= " if tool.version is not None else "edit the tool (an edited tool is a new tool) "
-    return (
-        f"tool {tool.name!r} {when}, but its answer cannot be stored: {problem}. It is not paid for again: "
-        f"this call keeps failing until you return plain data from the tool (e.g. return model.model_dump(), "
-        f"or a dict of the fields you need) and {bump}so that the call is made afresh"
-    )

@@ -154,7 +154,8 @@ def result_frame(
     """Input rows in input order and index, the output columns, ``play_status``, ``play_error``.
 
     With an output ``model``, its columns come in its order with its dtypes, even if no row
-    returned them.  An output named like an input column replaces it in place, as ``df.assign``
+    returned them.  With ``overwrite=True`` (else such a row fails first, see settle.clashing), an
+    output named like an input column replaces it in place, as ``df.assign``
     would, but only in the rows that returned it: a failed, parked or skipped row keeps its input
     value.
     """

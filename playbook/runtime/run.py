@@ -90,7 +90,7 @@ class Run:
         return (
             f"<Run {s.play!r} {state}: {s.total} rows, ok={s.ok} reused={s.reused} "
             f"failed={s.failed} parked={s.parked} skipped={s.skipped}, calls {s.calls_executed} paid "
-            f"/ {s.calls_reused} reused / {s.calls_local} local>"
+            f"/ {s.calls_shared} shared / {s.calls_reused} from receipts / {s.calls_local} local>"
         )
 
     def _repr_html_(self) -> str:

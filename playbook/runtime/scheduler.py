@@ -58,6 +58,9 @@ class Scheduler:
         self.fatal: BaseException | None = None
         held = HeldQueue()
         self.outcomes = Outcomes(table, held, self.state.emit, self._parked_down)
+        self.outcomes.play = play.name
+        if not opts.overwrite and "play_status" not in frame.columns:  # a result run again: its outputs are refreshed
+            self.outcomes.guarded = frozenset(frame.columns)
         self.scope = RunScope(
             run_id=self.run_id, play=play.name, store=store, force_all=opts.refresh is True,
             rerun_rows=opts.refresh is not False, emit=self.state.emit,

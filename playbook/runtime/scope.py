@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ..models import CallFinished, Event, WaterfallFinished
+from ..models import CallFailed, CallFinished, Event, WaterfallFinished
 from ..providers import Ticket
 from ..signals import Parked, WaitBudget
 from ..tools import Tool
@@ -170,7 +170,7 @@ class RunScope:
 
     __slots__ = (
         "run_id", "play", "store", "clock", "force_all", "emit", "costs", "tickets", "landing", "batches", "jobs", "label", "_fatal",
-        "_forced", "_client", "replay", "recorder", "rerun_rows", "fresh",
+        "_forced", "_client", "replay", "recorder", "rerun_rows", "fresh", "started",
     )  # fmt: skip
 
     def __init__(
@@ -182,6 +182,7 @@ class RunScope:
         self.play = play
         self.store = store
         self.clock = store.clock  # receipts' and sleeps' times
+        self.started = self.clock()  # a receipt written since was paid for in this run (calls shared)
         self.force_all = force_all  # refresh=True: every call is paid for again
         self.rerun_rows = rerun_rows  # refresh="rows" or True: no row (or sub-play) is reused from its memo
         self.emit = emit
@@ -223,12 +224,16 @@ class RunScope:
             await self._client.aclose()
             self._client = None
 
-    def call_finished(self, tool: Tool, reused: bool, cost: float) -> None:
+    def call_finished(self, tool: Tool, reused: bool, cost: float, shared: bool = False) -> None:
         provider = tool.provider.name if tool.provider is not None else None
         if reused:
-            self.emit(CallFinished(tool.name, provider, True, cost))
+            self.emit(CallFinished(tool.name, provider, True, cost, shared=shared))
         else:
             self.emit(CallFinished(tool.name, provider, False, cost, is_local(tool, cost)))
+
+    def call_failed(self, tool: Tool) -> None:
+        """A request went out and brought back nothing to keep (a 5xx, a timeout, a 429)."""
+        self.emit(CallFailed(tool.name, tool.provider.name if tool.provider is not None else None))
 
     def waterfall_done(self, key: str, tools: Sequence[str], outcomes: list[str]) -> None:
         outcomes = outcomes + ["never"] * (len(tools) - len(outcomes))

@@ -16,7 +16,7 @@ from .held import HeldQueue
 from .state import RunEvent
 from .table import Parking, RowTable, Waiting
 
-__all__ = ["Outcomes"]
+__all__ = ["Outcomes", "clashing"]
 
 _SLEEP = Waiting("sleep", None)
 
@@ -24,10 +24,12 @@ _SLEEP = Waiting("sleep", None)
 class Outcomes:
     """Settles, parks, holds and re-admits rows: the table and the events change together."""
 
-    __slots__ = ("table", "held", "_emit", "_parked_down")
+    __slots__ = ("table", "held", "_emit", "_parked_down", "guarded", "play")
 
     def __init__(self, table: RowTable, held: HeldQueue, emit: Callable[[RunEvent], None], parked_down: Callable[[int, str], None]) -> None:
         self.table = table
+        self.guarded: frozenset[Any] = frozenset()  # input columns an output may not replace (overwrite=False)
+        self.play = ""
         self.held = held
         self._emit = emit
         self._parked_down = parked_down  # a row parked on a down provider: it may come back in this run
@@ -48,10 +50,17 @@ class Outcomes:
         calls: int = 0, cost: float = 0.0, group: str | None = None,
     ) -> None:  # fmt: skip
         """``group``: a failed row's error group; by default its message's."""
+        if output and self.guarded and status in ("ok", "reused") and (clash := self._clashing(pos, output)):
+            status, output, error = "failed", None, clashing(self.play, clash)
         if status == "failed" and group is None:
             group = message_group(error or "")
         rows = self.table.settle(pos, status, output, error, group)
         self._emit(RowFinished(pos, status, error, rows, ran, held, calls, cost, group))
+
+    def _clashing(self, pos: int, output: dict[str, Any]) -> list[Any]:
+        """The input columns ``output`` would change in row ``pos`` (a value passed through as it was changes nothing)."""
+        table = self.table
+        return [c for c, v in output.items() if c in self.guarded and not _same(v, table.values[pos][table.columns[c]])]
 
     def park(self, pos: int, reason: str, message: str, provider: str | None, ready_at: float | None) -> None:
         self.table.park(pos, Parking(reason, provider, ready_at))
@@ -103,3 +112,25 @@ class Outcomes:
                 entry.waiting = None
                 self.settle(pos, "skipped", None, why, ran=entry.running, held=held)
         self.held.clear()
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a`` is ``b``'s value (NaN is NaN; an array or a value that cannot say is not)."""
+    if a is b:
+        return True
+    try:
+        return bool(a == b) or (a != a and b != b)
+    except (TypeError, ValueError):
+        return False
+
+
+def clashing(play: str, columns: list[Any]) -> str:
+    """Why a row's output may not stand: it names input columns."""
+    named = ", ".join(repr(c) for c in columns)
+    which = "an input column" if len(columns) == 1 else "input columns"
+    return (
+        f"OutputError: play {play!r} returned {named}, {which} of the frame, with another value: the result would lose "
+        "the input. Rename the "
+        "output (return {'new_name': ...}), or pass overwrite=True to replace the input where the row returns it "
+        "(nothing is paid again: the row's calls have their receipts)"
+    )

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..models import (
+    CallFailed,
     CallFinished,
     Event,
     ProviderDown,
@@ -84,7 +85,7 @@ class RunState:
 
     __slots__ = (
         "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held", "sleeping",
-        "calls_executed", "calls_reused", "calls_local", "cost_spent", "cost_saved", "started", "finished", "stopping",
+        "calls_executed", "calls_reused", "calls_shared", "calls_failed", "calls_local", "cost_spent", "cost_saved", "started", "finished", "stopping",
         "stopped", "providers", "down_since", "waterfalls", "notices", "receipts_lost", "_clock", "_wall", "_listeners",
         "_by_kind", "_before", "_table", "_asleep", "timeline", "_next_sample", "__weakref__",
     )  # fmt: skip
@@ -97,6 +98,8 @@ class RunState:
         # Paid calls (to a provider, over HTTP, or with a cost) apart from free local ones: "calls paid"
         # must be what the user is billed for, not every function that ran.
         self.calls_executed = self.calls_reused = self.calls_local = 0
+        self.calls_shared = 0  # answered by a receipt this run paid for (identical calls of several rows)
+        self.calls_failed = 0  # requests that brought back nothing to keep: the provider saw them too
         self.cost_spent = self.cost_saved = 0.0
         self.started: float | None = None
         self.finished: float | None = None
@@ -167,7 +170,10 @@ class RunState:
 
     def _call_finished(self, event: CallFinished) -> None:
         if event.reused:
-            self.calls_reused += 1
+            if event.shared:
+                self.calls_shared += 1
+            else:
+                self.calls_reused += 1
             self.cost_saved += event.cost
         elif event.local:
             self.calls_local += 1
@@ -176,6 +182,9 @@ class RunState:
             self.cost_spent += event.cost
             if self._clock() >= self._next_sample:  # a few times a second while calls go out
                 self.sample()
+
+    def _call_failed(self, event: CallFailed) -> None:
+        self.calls_failed += 1
 
     def _row_started(self, event: RowStarted) -> None:
         self.in_flight += 1
@@ -337,7 +346,8 @@ class RunState:
     def stats(self) -> RunStats:
         return RunStats(
             total=self.total, ok=self.ok, reused=self.reused, failed=self.failed, parked=self.parked, skipped=self.skipped,
-            held=self.held, calls_executed=self.calls_executed, calls_reused=self.calls_reused, calls_local=self.calls_local,
+            held=self.held, calls_executed=self.calls_executed, calls_reused=self.calls_reused, calls_shared=self.calls_shared,
+            calls_failed=self.calls_failed, calls_local=self.calls_local,
             cost_spent=round(self.cost_spent, 9), cost_saved=round(self.cost_saved, 9), elapsed=round(self.elapsed, 6),
             receipts_lost=self.receipts_lost,
         )  # fmt: skip
@@ -358,6 +368,7 @@ def grouped(rows: list[FailedRow]) -> list[FailedRow]:
 _APPLY: dict[type, Callable[[RunState, Any], None]] = {
     RowFinished: RunState._row_finished,
     CallFinished: RunState._call_finished,
+    CallFailed: RunState._call_failed,
     RowStarted: RunState._row_started,
     RowHeld: RunState._row_held,
     RowDeferred: RunState._row_deferred,

@@ -36,7 +36,7 @@ from .location import home, is_url, masked_in, open_backend
 from .marking import Marked
 from .opening import ELSEWHERE as _ELSEWHERE
 from .protocol import Backend, Damaged, Found, StoreFailure, Tally
-from .records import MISSING, OUTPUT_TAGGED, MemoRow, Record, damage
+from .records import MISSING, OUTPUT_TAGGED, REFUSED, MemoRow, Record, Refusal, damage
 from .row_memos import RowMemos
 
 __all__ = ["MISSING", "ReceiptStore", "home", "is_url", "open_backend"]
@@ -162,9 +162,9 @@ class ReceiptStore(Inspection, RowMemos, Marked):
     # -- receipts (hot path) -------------------------------------------------------------
 
     def lookup(self, key: str, ttl: float | None = None) -> Any:
-        """``(value, miss, error)`` stored for ``key`` (the value as first returned), or
-        ``MISSING`` (also when older than ``ttl`` seconds).  ``error`` is set when the answer was
-        paid for but had no JSON form.
+        """``(value, miss, error, at)`` stored for ``key`` (the value as first returned, and when it
+        was), or ``MISSING`` (also when older than ``ttl`` seconds).  ``error`` is set when the
+        answer was paid for but had no JSON form (its text), or was a refusal (a :class:`Refusal`).
 
         A record that cannot be read is ``MISSING`` too, with a warning naming it, so the call
         is made again and its new receipt replaces the bad one.  Failing the row instead would
@@ -229,7 +229,9 @@ class ReceiptStore(Inspection, RowMemos, Marked):
             return MISSING
         try:
             value = _json_loads(output)
-            return (decode(value) if flags & OUTPUT_TAGGED else value), bool(miss), error
+            if flags & REFUSED:
+                return None, False, Refusal(int(value), error or ""), at
+            return (decode(value) if flags & OUTPUT_TAGGED else value), bool(miss), error, at
         except (ValueError, TypeError, KeyError, IndexError) as exc:  # bad JSON, or a tag this playbook does not know
             self._warn_unreadable(key, damage(exc))
             return MISSING

@@ -18,8 +18,10 @@ __all__ = [
     "INPUT_TAGGED",
     "MISSING",
     "OUTPUT_TAGGED",
+    "REFUSED",
     "MemoRow",
     "Record",
+    "Refusal",
     "checked",
     "damage",
     "is_receipt",
@@ -31,6 +33,17 @@ __all__ = [
 
 OUTPUT_TAGGED = 1  # the output holds tags: decode it when read
 INPUT_TAGGED = 2  # the input does
+REFUSED = 4  # the provider refused the call (a client error): the output is its status, ``error`` what it said
+
+
+class Refusal(NamedTuple):
+    """A call the provider refused with a client error (HTTP 422, 404 not counted as a miss...):
+    its answer, kept as a receipt so that it is not asked again."""
+
+    status: int
+    message: str
+
+
 _NO_INPUT: Any = object()
 
 
@@ -83,9 +96,11 @@ def record(
     cost: float = 0.0,
     input: Any = _NO_INPUT,
     error: str | None = None,
+    refused: bool = False,
 ) -> Record:
-    """A row for ``stored`` (an :func:`encode`\\ d value; ``tagged`` if encoding changed it)."""
-    flags = OUTPUT_TAGGED if tagged else 0
+    """A row for ``stored`` (an :func:`encode`\\ d value; ``tagged`` if encoding changed it);
+    ``refused``: a refusal, ``stored`` its status and ``error`` what the provider said."""
+    flags = (OUTPUT_TAGGED if tagged else 0) | (REFUSED if refused else 0)
     input_text = None
     if input is not _NO_INPUT:
         try:

@@ -34,7 +34,7 @@ from .transport import proxy_for
 
 __all__ = ["HttpTool", "http_tool"]
 
-_RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
+_RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _FATAL = frozenset({401, 402, 403})
 # Credentials, not part of what is asked: left out of receipt keys even when written literally.
 _CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})

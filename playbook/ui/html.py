@@ -86,9 +86,11 @@ def provider_pictures(history: list[ProviderSeries]) -> str:
 def counters_table(s: RunStats | RunState) -> str:
     """The run's counters, from its ``RunStats`` or its live ``RunState``."""
     return _table(
-        ["rows", "ok", "reused", "failed", "held", "parked", "skipped", "calls paid", "calls reused", "calls local", "cost spent", "cost saved"],
+        ["rows", "ok", "reused", "failed", "held", "parked", "skipped", "calls paid", "calls failed", "calls shared", "calls from receipts",
+         "calls local", "cost spent", "cost saved"],
         [[
-            *(f"{n:,}" for n in (s.total, s.ok, s.reused, s.failed, s.held, s.parked, s.skipped, s.calls_executed, s.calls_reused, s.calls_local)),
+            *(f"{n:,}" for n in (s.total, s.ok, s.reused, s.failed, s.held, s.parked, s.skipped, s.calls_executed, s.calls_failed,
+                                 s.calls_shared, s.calls_reused, s.calls_local)),
             f"{s.cost_spent:,.6g}", f"{s.cost_saved:,.6g}",
         ]],
     )  # fmt: skip

@@ -247,7 +247,9 @@ def error_lines(tally: Tally) -> list[str]:
 
 
 def _calls(s: RunState) -> str:
-    return f"calls {s.calls_executed} paid, {s.calls_reused} from receipts, {s.calls_local} local"
+    shared = f"{s.calls_shared} shared in this run, " if s.calls_shared else ""
+    failed = f", {s.calls_failed} failed" if s.calls_failed else ""
+    return f"calls {s.calls_executed} paid{failed}, {shared}{s.calls_reused} from receipts, {s.calls_local} local"
 
 
 def _rows(n: int) -> str:

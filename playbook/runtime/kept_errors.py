@@ -1,0 +1,50 @@
+"""Errors kept as a call's answer, so that the call is not paid for again.
+
+A client error is the provider's answer to an input: kept as the call's receipt, so that no
+rerun, and no identical call of another row, asks again (and is counted, often billed, again).
+A paid answer with no JSON form is kept as a receipt saying so."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ToolError
+from ..store.records import record as receipt_record
+from ..tools import Tool
+from ..tools.base import Spent
+
+if TYPE_CHECKING:
+    from .scope import RunScope
+
+__all__ = ["ONE_REQUEST", "not_storable", "refusal", "refused"]
+
+ONE_REQUEST = Spent(0.0, None, 1)  # what a refusal costs: one request, no money
+
+
+def refusal(exc: ToolError) -> bool:
+    """A client error (4xx) is the provider's answer to this input: asking again gets the same,
+    and is counted (often billed) again.  Not a refusal: 401/402/403 (fatal), 429 and the
+    retryable 408/409/425 (the governor tries again)."""
+    return exc.status is not None and 400 <= exc.status < 500 and not exc.retryable and type(exc) is ToolError
+
+
+async def refused(scope: RunScope, tool: Tool, key: str, values: Any, exc: ToolError) -> None:
+    """Keep a refusal as the call's receipt (its status and what the provider said), so that no
+    rerun, and no identical call of another row, asks again; ``force=True`` or
+    ``refresh=True`` does.  The caller counts the request (``ONE_REQUEST``)."""
+    assert exc.status is not None
+    exc.args = (f"{exc} (kept as this call's answer: ctx.tool(..., force=True) or refresh=True asks again)", *exc.args[1:])
+    meta = {"tool": tool.name, "version": tool.identity, "account": tool.account, "cost": 0.0, "input": values}
+    record = receipt_record(key, stored=exc.status, tagged=False, at=scope.clock(), error=str(exc), refused=True, **meta)
+    await scope.store.commit(record, paid=1)
+
+
+def not_storable(tool: Tool, problem: str, *, paid_now: bool) -> str:
+    """Why a paid answer has no receipt value, and the way out."""
+    when = "was paid for" if paid_now else "was paid for in an earlier run"
+    bump = "change its version= " if tool.version is not None else "edit the tool (an edited tool is a new tool) "
+    return (
+        f"tool {tool.name!r} {when}, but its answer cannot be stored: {problem}. It is not paid for again: "
+        f"this call keeps failing until you return plain data from the tool (e.g. return model.model_dump(), "
+        f"or a dict of the fields you need) and {bump}so that the call is made afresh"
+    )
