@@ -13,19 +13,31 @@ STRACE ?= /usr/bin/strace
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+comma := ,
 
 .PHONY: demo test lint bench fixtures clean
 
-# The project installs as the distribution playbook-df (PyPI's "playbook" is another project's);
-# a .venv made while it was still called playbook holds that name too, which goes.
-$(STAMP): pyproject.toml
+# .venv with an editable install of the extras $(1), and a kernel for the notebooks. The project
+# installs as the distribution playbook-df (PyPI's "playbook" is another project's); a .venv made
+# while it was still called playbook holds that name too, which goes.
+define install
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[$(1)]"
 	$(PY) -m pip uninstall -qq --yes playbook
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
-	touch $(STAMP)
+	touch $@
+endef
 
-demo: $(STAMP)
+$(STAMP): pyproject.toml
+	$(call install,dev)
+
+# The demo needs only the demo provider and a kernel to run the notebook in: a first `make demo`
+# installs those, not the whole development set (`make test` adds the rest to the same .venv).
+DEMO_STAMP := $(VENV)/.demo-installed
+$(DEMO_STAMP): pyproject.toml
+	$(call install,demo$(comma)notebook)
+
+demo: $(DEMO_STAMP)
 	$(PY) notebooks/run.py notebooks/01_quickstart.ipynb --out out
 
 # Two workers, each taking whole test files (a notebook's cells run in order, in one kernel): most

@@ -68,6 +68,8 @@ class ToolError(PlaybookError):
         self.status = status
         self.retryable = retryable or status == 429
         self.retry_after = retry_after
+        # (as sent, as written): a part of the message an error group keeps as the tool wrote it
+        self.literal: tuple[str, str] | None = None
 
 
 class ProviderUnavailable(ToolError):

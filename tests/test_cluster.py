@@ -308,6 +308,21 @@ def test_empty_partitions_no_rows_at_all_and_limit(client: Client, redis_url: st
     assert first.result.compute()["double"].tolist() == [10, 12, 14] and first.stats.total == 3
 
 
+def test_an_output_that_would_change_an_input_fails_its_rows_unless_overwrite(client: Client, redis_url: str) -> None:
+    """As in pandas: the rows fail naming the column and keep their input; overwrite=True replaces it."""
+
+    @pb.play
+    async def times(row, ctx):  # type: ignore[no-untyped-def]
+        return {"n": row.n * 100}
+
+    ddf = dd.from_pandas(pd.DataFrame({"n": range(6)}), npartitions=2)
+    kept = ddf.play.map(times, store=redis_url, progress=False).compute()
+    assert kept["n"].tolist() == list(range(6)) and kept["play_status"].tolist() == ["ok"] + ["failed"] * 5  # 0 * 100 is 0
+    assert "returned 'n', an input column of the frame, with another value" in kept["play_error"].iloc[1]
+    replaced = ddf.play.map(times, store=redis_url, progress=False, overwrite=True).compute()
+    assert replaced["n"].tolist() == [n * 100 for n in range(6)]
+
+
 def test_the_result_has_one_schema_whatever_each_partition_returned(client: Client, redis_url: str, tmp_path) -> None:
     """A first partition whose rows all failed, a column empty in one partition and text in
     another: the Dask DataFrame's columns and dtypes are those of the whole result before it is

@@ -175,3 +175,158 @@ def test_the_command_line_and_the_magic_name_overwrite_too(tmp_path: Path) -> No
     done = subprocess.run([*base, "--out", "out2.csv", "--overwrite"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert pd.read_csv(tmp_path / "out2.csv")["a"].tolist() == [100, 200]
+
+
+# -- kill -9 keeps the memos of finished rows ----------------------------------------------------
+
+_HANGING = """
+import asyncio, os, sys
+import pandas as pd
+import playbook as pb
+
+@pb.tool(name="quick", version="1")
+async def quick(n: int) -> int:
+    if n >= 10 and os.environ.get("HANG"):
+        await asyncio.sleep(600)  # a provider that stops answering: the run waits, the kill comes
+    return n * 2
+
+@pb.play(name="hangs")
+async def hangs(row, ctx):
+    return {"m": await ctx.tool(quick, n=row.n)}
+
+run = pd.DataFrame({"n": range(40)}).play.run(hangs, store=sys.argv[1], progress=False, concurrency=4)
+print(run.stats.reused, run.stats.ok, flush=True)
+"""
+
+
+def test_rows_finished_before_a_kill_are_reused_from_their_memos(tmp_path: Path) -> None:
+    """10 rows finish, then every other row waits on a provider that stopped answering; kill -9 a
+    second later: the rerun reuses the 10 from their memos (written within half a second), not
+    only from their receipts."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script, store = tmp_path / "hangs.py", tmp_path / "store"
+    script.write_text(_HANGING)
+    proc = subprocess.Popen([sys.executable, str(script), str(store)], env={**os.environ, "HANG": "1"})
+    deadline = time.monotonic() + 60
+    while not _receipts(store) >= 10 and time.monotonic() < deadline:  # the 10 rows' receipts are on the disk
+        time.sleep(0.1)
+    time.sleep(1.0)  # their memos' half second, and then some; every other row waits on the provider
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    done = subprocess.run([sys.executable, str(script), str(store)], capture_output=True, text=True, timeout=120)
+    reused, ok = (int(n) for n in done.stdout.split())
+    assert reused >= 10 and reused + ok == 40, done.stdout
+
+
+def _receipts(store: Path) -> int:
+    if not (store / "receipts.db").exists():
+        return 0
+    try:
+        return int(pb.ReceiptStore(store, readonly=True).stats()["receipts"])
+    except pb.ReceiptError:
+        return 0
+
+
+# -- tools are functions too; mistakes are named -----------------------------------------------
+
+
+def test_a_python_tool_called_directly_runs_its_function_with_no_receipt(store: pb.ReceiptStore) -> None:
+    @pb.tool(version="1")
+    def up(s: str) -> str:
+        return s.upper()
+
+    @pb.tool(version="1")
+    async def later(s: str) -> str:
+        return s + "!"
+
+    import asyncio
+
+    assert up(s="q") == "Q" and up("q") == "Q" and asyncio.run(later(s="x")) == "x!"
+    assert store.stats()["receipts"] == 0
+
+
+def test_an_http_tool_called_directly_says_how_to_try_it(demo: pb.demo.DemoServer) -> None:
+    email = pb.demo.email_tool(demo)
+    with pytest.raises(TypeError) as raised:
+        email(domain="acme.com", first="Ann")
+    said = str(raised.value)
+    assert "await ctx.tool(tool, domain=..., first=...)" in said and "pd.DataFrame([{'domain': ..., 'first': ...}]).play.map(tool)" in said
+
+
+def _failed_with(play: object, frame: pd.DataFrame, store: pb.ReceiptStore) -> str:
+    out = frame.play.map(play, store=store, progress=False)
+    assert out["play_status"].tolist() == ["failed"] * len(frame)
+    return str(out["play_error"].iloc[0])
+
+
+def test_a_typo_in_a_column_or_a_tool_input_says_did_you_mean(store: pb.ReceiptStore) -> None:
+    @pb.tool(version="1")
+    def up(website: str) -> str:
+        return website.upper()
+
+    async def typo_column(row, ctx):  # type: ignore[no-untyped-def]
+        return {"v": await ctx.tool(up, website=row.webiste)}
+
+    async def typo_item(row, ctx):  # type: ignore[no-untyped-def]
+        return {"v": await ctx.tool(up, website=row["webiste"])}
+
+    async def typo_input(row, ctx):  # type: ignore[no-untyped-def]
+        return {"v": await ctx.tool(up, webiste=row.website)}
+
+    frame = pd.DataFrame({"website": ["a.com", "b.com"], "first": ["A", "B"]})
+    assert _failed_with(typo_column, frame, store).startswith("AttributeError: the row has no column 'webiste'")
+    assert "did you mean 'website'?" in _failed_with(typo_column, frame, store)
+    assert "did you mean 'website'?" in _failed_with(typo_item, frame, store)
+    assert "unexpected webiste; did you mean 'website' for 'webiste'?" in _failed_with(typo_input, frame, store)
+
+
+def test_a_value_used_before_it_was_awaited_says_await(store: pb.ReceiptStore) -> None:
+    @pb.tool(version="1")
+    def up(s: str) -> str:
+        return s.upper()
+
+    async def play(row, ctx):  # type: ignore[no-untyped-def]
+        v = ctx.tool(up, s=row.s)
+        return {"v": v.upper()}
+
+    said = _failed_with(play, pd.DataFrame({"s": ["a"]}), store)
+    assert said.startswith("AttributeError: 'coroutine' object has no attribute 'upper'")
+    assert "did you forget an await? (line " in said and "v = ctx.tool(up, s=row.s))" in said
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"params": {"q": "{query"}}, "params['q'] '{query': expected '}' before end of string (the '{' at position 0 is never closed"),
+        ({"url": "http://x/a}b"}, "url 'http://x/a}b': Single '}' encountered in format string (the '}' at position 10 closes nothing"),
+        ({"json": {"x": [1, "{y"]}}, "json['x'][1] '{y'"),
+        ({"headers": {"A": "{a.b}"}}, "headers['A'] '{a.b}': placeholder {a.b} must be a plain name"),
+    ],
+)
+def test_a_bad_template_names_the_tool_the_field_and_the_position(options: dict, said: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(pb.PlayDefinitionError) as raised:
+        pb.http_tool("lookup", method="GET", **{"url": "http://x/", **options})
+    assert str(raised.value).startswith("http_tool 'lookup': ") and said in str(raised.value)
+
+
+# -- grouped errors mask the values, not the tool's URL nor the play's line -----------------------
+
+
+def test_an_error_group_keeps_the_tools_url_and_the_plays_line(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+    from playbook.runtime.grouping import message_group
+
+    email = pb.demo.email_tool(demo)
+
+    async def play(row, ctx):  # type: ignore[no-untyped-def]
+        return {"e": await ctx.tool(email, domain=row.d, first="Ann")}
+
+    run = pd.DataFrame({"d": ["bad 1", "bad 22"]}).play.run(play, store=store, progress=False)
+    groups = run.errors["group"].unique().tolist()
+    assert len(groups) == 1 and f"(GET {demo.url}/v1/email)" in groups[0], groups
+    said = message_group("ValueError: no domain for 'Initech 42' (line 4: domain = lookup(row.n * 100))")
+    assert said == "ValueError: no domain for 'Initech <n>' (line 4: domain = lookup(row.n * 100))"

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,9 @@ def test_a_threads_loop_lasts_across_maps_and_closes_when_the_thread_goes() -> N
     """Two maps in one thread run on one loop, another thread's on another; a thread's loop is closed
     once the thread is gone."""
     loops: dict[str, list[asyncio.AbstractEventLoop]] = {}
+    with warnings.catch_warnings():  # what earlier tests left for the collector is theirs, not this test's
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
     def two_maps(name: str) -> None:
         loops[name] = [_loop_of_a_map(), _loop_of_a_map()]

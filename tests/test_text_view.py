@@ -9,6 +9,7 @@ import io
 import itertools
 import os
 import pty
+import re
 import select
 import struct
 import termios
@@ -34,7 +35,7 @@ from playbook.models import (
     time_of_day,
 )  # fmt: skip
 from playbook.runtime.state import RunState
-from playbook.ui.text import TextView
+from playbook.ui.text import MIN_BAR, TextView
 
 
 def test_summary_names_the_provider_that_holds_parked_rows(store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,14 +55,14 @@ def test_summary_names_the_provider_that_holds_parked_rows(store: pb.ReceiptStor
 
     async def main() -> pb.Run:
         run = await pd.DataFrame({"n": range(8)}).play.arun(lookup, store=store, progress=False, background=True, concurrency=1)
-        TextView(run.state, file=out)
+        TextView(run.state, file=out, clock=asyncio.get_running_loop().time)
         await asyncio.wait([run._task])
         return run
 
     run = run_virtual(main())
     text = out.getvalue()
     assert run.stats.parked == 5
-    assert "ok=3" in text and "lookup [quota held until " in text and "lookup [parked=5 | quota held until " in text
+    assert text.startswith("lookup: 0/8 rows (0%) | ok=0 ")  # the run parks at once: its start, then the summary
     summary = text.strip().splitlines()[-3:]
     assert summary[0].startswith(
         "lookup: 8 rows | ok 3 | reused 0 | failed 0 | parked 5 | calls 3 paid, 1 failed, 0 from receipts, 0 local"
@@ -95,7 +96,8 @@ def test_text_view_counts_rows_and_calls(store: pb.ReceiptStore) -> None:
 
 
 def _frames(text: str, play: str = "enrich") -> list[str]:
-    """Each line the bar drew (tqdm redraws over the last with a carriage return)."""
+    """Each line of progress: a log's lines, or each redraw of a terminal's bar (tqdm redraws over
+    the last with a carriage return)."""
     return [frame for line in text.split("\n") for frame in line.split("\r") if frame.startswith(play)]
 
 
@@ -111,8 +113,9 @@ def _close_views() -> Iterator[None]:
 
 
 def _view(state: RunState, file: object) -> TextView:
-    """A text view whose clock moves 1 s a reading: no refresh is skipped for the 10 Hz throttle."""
-    ticks = itertools.count()
+    """A text view whose clock moves 10 s a reading: no refresh is skipped for the 10 Hz throttle,
+    and a log gets a line at each."""
+    ticks = itertools.count(step=10)
     view = TextView(state, file=file, clock=lambda: float(next(ticks)))
     _views.append(view)
     return view
@@ -144,16 +147,17 @@ def _scene(state: RunState, *, probe_at: float, hold_in: float = 3600) -> tuple[
 
 
 def test_a_narrow_log_still_shows_held_and_parked_rows_and_down_providers_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Written to a log 60 columns wide, every frame of the bar fits, and while rows wait it starts with the
-    held and parked counts and the providers that are down or hold calls; the counters come after."""
+    """Written to a log 60 columns wide, every line fits, and while rows wait it starts with the
+    held and parked counts and the providers that are down or hold calls; the counters come after.
+    A log gets plain lines, never a carriage return."""
     monkeypatch.setenv("COLUMNS", "60")
     out = io.StringIO()
     state = RunState()
     _view(state, out)
     _scene(state, probe_at=time.time() + 30)
     frames = _frames(out.getvalue())
-    assert max(len(frame) for frame in frames) <= 60
-    assert frames[-1].startswith("enrich [held=3 parked=12 | 1 down, 1 held]: "), frames[-1]  # no room for names
+    assert max(len(frame) for frame in frames) <= 60 and "\r" not in out.getvalue()
+    assert frames[-1].startswith("enrich [held=3 parked=12 | 1 down, 1 held]: 17/40 rows"), frames[-1]  # no room for names
     state.emit(RunFinished("r1", False))
 
 
@@ -170,7 +174,7 @@ def test_a_wide_bar_says_until_when_and_how_many_rows_and_counts_paid_and_local_
         f"enrich [held=3 parked=12 | acme down (12 rows, probe {time_of_day(probe)}) | "
         f"quota held until {time_of_day(quota.hold_wall)} (3 rows)]: "
     ), last
-    assert last.endswith("ok=5 reused=0 failed=0 | calls 5 paid, 0 from receipts, 5 local]"), last
+    assert last.endswith(": 17/40 rows (42%) | ok=5 reused=0 failed=0 | calls 5 paid, 0 from receipts, 5 local"), last
     state.emit(RunFinished("r1", False))
 
 
@@ -198,6 +202,8 @@ def test_the_bar_follows_the_terminal_width() -> None:
         narrow = drawn()
         assert max(len(frame) for frame in narrow) <= 79  # tqdm leaves the last column free
         assert narrow[-1].startswith("enrich [held=3 parked=12 | acme down | quota held]: "), narrow[-1]
+        bar = re.search(r"\d+%\|(.*?)\| \d", narrow[-1])
+        assert bar and len(bar.group(1)) >= MIN_BAR, narrow[-1]  # the counters gave way, not the bar
         resize(200)
         state.emit(RowFinished(0, "ok", None))
         wide = drawn()[-1]
@@ -259,9 +265,10 @@ def test_a_provider_going_down_and_coming_back_gets_a_line_of_its_own() -> None:
     ], out.getvalue()
 
 
-def test_the_bar_keeps_moving_through_a_quiet_hold() -> None:
-    """No event for three seconds (every row waits on a hold): the bar still redraws about once a
-    second, and the last rows of a burst that the 10-a-second limit held back are drawn soon after."""
+def test_a_log_gets_a_plain_line_every_few_seconds_through_a_quiet_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written to a log: a line when the run starts, then one every LOG_EVERY seconds while rows
+    wait on a hold (no event comes), and never a carriage return."""
+    monkeypatch.delenv("COLUMNS", raising=False)  # a log's default width
 
     async def main() -> str:
         out = io.StringIO()
@@ -270,15 +277,13 @@ def test_the_bar_keeps_moving_through_a_quiet_hold() -> None:
         state.emit(RunStarted("r", "enrich", 10))
         for pos in range(3):
             state.emit(RowStarted(pos))
-            state.emit(RowFinished(pos, "ok", None))  # a burst: only the first is drawn at once
-        drawn = out.getvalue()
-        await asyncio.sleep(0.2)
-        assert "3/10" in out.getvalue()[len(drawn) :]  # the held-back redraw came
-        before = out.getvalue().count("\r")
-        await asyncio.sleep(3.0)
-        redraws = out.getvalue().count("\r") - before
+            state.emit(RowFinished(pos, "ok", None))
+        assert _frames(out.getvalue()) == ["enrich: 0/10 rows (0%) | ok=0 reused=0 failed=0 | calls 0 paid, 0 from receipts, 0 local"]
+        await asyncio.sleep(5.5)
+        assert _frames(out.getvalue())[-1].startswith("enrich: 3/10 rows (30%) | ok=3 ")
+        await asyncio.sleep(20.0)
         view.unsubscribe()
-        assert 2 <= redraws <= 5, redraws
+        assert 5 <= len(_frames(out.getvalue())) <= 7 and "\r" not in out.getvalue()
         return out.getvalue()
 
     run_virtual(main())

@@ -9,6 +9,7 @@ does no real I/O: async Python tools, no HTTP, no threads.
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -24,8 +25,13 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return self._now
 
     def _run_once(self) -> None:
-        # Idle with timers pending: jump to the earliest one instead of sleeping until it.
+        # Idle with timers pending: jump to the earliest one instead of sleeping until it.  A
+        # cancelled timer first in line is dropped first, as the base loop would: jumping to it
+        # would leave the loop waiting, in real time, for the next one.
         scheduled = self._scheduled  # type: ignore[attr-defined]
+        while scheduled and scheduled[0]._cancelled:
+            self._timer_cancelled_count -= 1  # type: ignore[attr-defined]
+            heapq.heappop(scheduled)._scheduled = False
         if not self._ready and scheduled:  # type: ignore[attr-defined]
             self._now = max(self._now, scheduled[0]._when)
         super()._run_once()  # type: ignore[misc]

@@ -18,6 +18,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -35,7 +36,7 @@ _STOP_TIMEOUT = 5.0
 DEFAULT_PORT = 8787
 # Servers serve() started on its own choice of port, by the place that asked: that place asking
 # again (a notebook cell run again) gets the same server, so the same URL and the same receipts.
-_started: dict[tuple[str, str, str], DemoServer] = {}
+_started: weakref.WeakValueDictionary[tuple[str, str, str], DemoServer] = weakref.WeakValueDictionary()
 _started_lock = threading.Lock()
 # A notebook cell's code is compiled under a name made from its text (ipykernel) or its execution
 # count (IPython): a cell run again, or edited, is the same place, told apart by its line.

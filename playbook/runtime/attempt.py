@@ -11,7 +11,7 @@ from ..errors import ProviderExhausted, RunFatal
 from ..plays import Play
 from ..signals import Held, Leased, Parked, Sleeping, Suspend
 from .context import Context
-from .grouping import error_group
+from .grouping import error_group, safe_str
 from .memos import remember
 from .rows import error_line, error_message, play_row
 from .scope import RunScope
@@ -69,6 +69,8 @@ class RowRunner:
         except Suspend:  # pragma: no cover - every signal is handled above
             raise
         except Exception as exc:
+            if "'coroutine'" in safe_str(exc) and (advice := ctx.never_awaited()) is not None:
+                exc.add_note(advice)  # v = ctx.tool(...) then v.upper(): the value was never awaited
             self._failed(pos, exc)
         else:
             outcomes.settle(pos, "ok", output, None)

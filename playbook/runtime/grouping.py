@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..errors import ToolError
+
 __all__ = ["FAMILY", "Families", "consolidate", "error_group", "mask", "message_group", "safe_str"]
 
 FAMILY = 3  # messages of one type and place told apart at most; more are one group
@@ -48,6 +50,8 @@ _MASKS = [
     (re.compile(r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9_-]{2,}\b|\b0x[0-9a-fA-F]+\b|\b[0-9a-fA-F]{12,}\b"), "<id>"),
 ]
 _MASKABLE = re.compile(r"[\d@?]")  # every value masked above holds one of these
+_LINE = re.compile(r" \(line \d+(?:: [^\n]*)?\)$")  # the play's line, quoted as written (rows.error_line)
+_KEPT = ("\ue000", "\ue001")  # stand-ins no mask matches, for the parts kept as they are
 _TOOL_PREFIX = re.compile(r"^(?:llm |batch )?tool '(?:[^'\\]|\\.)*': ")
 # A group written out: "Type: message (where)", "Type (where)" or "Type: message"
 _PARTS = re.compile(r"^(?P<kind>[\w.]+)(?:: (?P<message>.*?))?(?: \((?P<where>(?:[\w.<>]+, )?line \d+|tool '.*'(?:, HTTP \d+)?)\))?$", re.S)
@@ -57,13 +61,25 @@ _LIBRARIES = tuple(
 )
 
 
-def mask(text: str) -> str:
-    """``text`` with the values it names masked: what stays is what all its kin have in common."""
+def mask(text: str, literal: tuple[str, str] | None = None) -> str:
+    """``text`` with the values it names masked: what stays is what all its kin have in common.
+    Not masked: the play's line quoted at its end (``(line 4: ...)``, the code as written) and
+    ``literal`` (a tool's request as sent, shown as the tool's template)."""
     text = text[:_READ]
     if _MASKABLE.search(text) is None:  # no digit, no address, no query: nothing to mask (most words)
         return text
+    kept = []
+    if literal is not None and literal[0] in text:
+        text = text.replace(literal[0], _KEPT[0])
+        kept.append(literal[1])
+    line = _LINE.search(text)
+    if line is not None:
+        text = text[: line.start()] + _KEPT[len(kept)]
+        kept.append(line.group(0))
     for pattern, replacement in _MASKS:
         text = pattern.sub(replacement, text)
+    for token, part in zip(_KEPT, kept):
+        text = text.replace(token, part)
     return text
 
 
@@ -88,7 +104,8 @@ def error_group(exc: BaseException, fn: Any) -> str:
     text = _validation(exc) or _first_line(safe_str(exc))
     if isinstance(tool, str):
         text = _TOOL_PREFIX.sub("", text)  # the tool is named below, where it is not masked
-    shown = f"{type(exc).__name__}: {mask(text)}" if text else type(exc).__name__
+    literal = exc.literal if isinstance(exc, ToolError) else None  # not getattr: an odd error's __getattr__ may raise anything
+    shown = f"{type(exc).__name__}: {mask(text, literal)}" if text else type(exc).__name__
     where = _where(exc, fn, tool)
     return _shorter(shown) + (f" ({where})" if where else "")
 

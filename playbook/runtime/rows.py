@@ -3,6 +3,7 @@ the row's message), and the result frame they make."""
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import linecache
 from collections.abc import Callable, Iterator, Mapping
@@ -36,14 +37,21 @@ class Row(Mapping[Any, Any]):
         try:
             return self._vals[self._cols[column]]
         except KeyError:
-            raise KeyError(f"the row has no column {column!r}; columns: {list(self._cols)}") from None
+            raise KeyError(self._missing(column)) from None
 
     def __getattr__(self, column: str) -> Any:
         try:
             return self._vals[self._cols[column]]
         except KeyError:
-            hint = " (the row's index label is row.index, not row.name as in DataFrame.apply)" if column == "name" else ""
-            raise AttributeError(f"the row has no column {column!r}; columns: {list(self._cols)}{hint}") from None
+            raise AttributeError(self._missing(column)) from None
+
+    def _missing(self, column: Any) -> str:
+        if column == "name":
+            hint = " (the row's index label is row.index, not row.name as in DataFrame.apply)"
+        else:
+            near = difflib.get_close_matches(str(column), [str(c) for c in self._cols], n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+        return f"the row has no column {column!r}; columns: {list(self._cols)}{hint}"
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._cols)

@@ -4,7 +4,8 @@ A receipt is what was paid for: a server that loses it makes a rerun pay again, 
 value.  Stock ``redis-server`` keeps its data in memory and writes RDB snapshots now and then
 (``save 3600 1 300 100 60 10000``): killed or restarted between two, it comes back without the
 receipts written since.  With an append-only file (``appendonly yes``, ``appendfsync everysec``)
-a killed server loses nothing, and a crashed machine at most the last second.  A server that
+a killed server or a crashed machine loses at most the last second or two (a write is held back
+up to 2 s while a slow sync is under way); ``appendfsync always`` loses nothing.  A server that
 evicts keys when its memory is full (any ``maxmemory-policy`` but ``noeviction``) drops receipts
 while the run goes on.
 

@@ -3,6 +3,8 @@ a row replays against its receipts, for free."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -75,6 +77,15 @@ class RowMemos:
         if used and row and self._backend.remote:
             self._pending_hints.append((play, row, " ".join(used)))
         if len(pending) >= 16384 or time.monotonic() - self._flushed > 0.5:
+            self.flush()
+        elif len(pending) == 1:
+            # Written within half a second even when no other row finishes after it (the rest
+            # held, or waiting on a slow provider): a kill then loses at most that half second.
+            with contextlib.suppress(RuntimeError):  # no loop: the next memo or the run's end writes it
+                asyncio.get_running_loop().call_later(0.5, self._flush_due)
+
+    def _flush_due(self) -> None:
+        if self._pending_memos and time.monotonic() - self._flushed >= 0.5:
             self.flush()
 
     def flush(self) -> None:

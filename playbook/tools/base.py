@@ -10,6 +10,7 @@ tool, also ``pick``): a row memo made with another fingerprint of a tool is not 
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
 import inspect
 import re
@@ -93,6 +94,20 @@ class Tool:
         """The provider account this tool's receipts belong to."""
         return self.provider.account if self.provider is not None else "default"
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the tool's own function, as a test of it would: no receipt, no provider, no run (an
+        ``async`` tool gives a coroutine to await).  An HTTP or LLM tool has no function of its
+        own to run: calling it says how to try it."""
+        if self.fn is None:
+            example = ", ".join(f"{p}=..." for p in self.params)
+            row = ", ".join(f"{p!r}: ..." for p in self.params)
+            raise TypeError(
+                f"{type(self).__name__} {self.name!r} calls a provider, so calling it directly would pay with no receipt: "
+                f"call it in a play (await ctx.tool(tool, {example})), or try it on one row: "
+                f"pd.DataFrame([{{{row}}}]).play.map(tool), which keeps its receipt"
+            )
+        return self.fn(*args, **kwargs)
+
     def __repr__(self) -> str:
         via = f", provider={self.provider.name!r}" if self.provider is not None else ""
         version = f" v{self.version}" if self.version is not None else f" {self.identity}"
@@ -131,7 +146,9 @@ class Tool:
                 parts.append("missing " + ", ".join(missing))
             if unknown:
                 parts.append("unexpected " + ", ".join(unknown))
-            raise ToolError(f"tool {self.name!r} takes ({', '.join(self.params)}): {'; '.join(parts)}", tool=self.name)
+            near = [(k, close[0]) for k in unknown if (close := difflib.get_close_matches(k, missing or self.params, n=1))]
+            hint = "".join(f"; did you mean {right!r} for {wrong!r}?" for wrong, right in near)
+            raise ToolError(f"tool {self.name!r} takes ({', '.join(self.params)}): {'; '.join(parts)}{hint}", tool=self.name)
         return values
 
     def key(self, values: Any) -> str:

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
-import functools
 import json as _json
 import math
-import string
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
@@ -30,6 +27,7 @@ from ..providers import Provider
 from ..tagged import Unencodable
 from .base import CallEnv, Tool
 from .secrets import PLACEHOLDER, Secret, SecretAuth, mask, scrub
+from .templates import BadTemplate, collect, fill, fill_url
 from .transport import proxy_for
 
 __all__ = ["HttpTool", "http_tool"]
@@ -68,8 +66,11 @@ class HttpTool(Tool):
         cost: float,
     ) -> None:
         fields: list[str] = []
-        for template in (url, query, body, headers):
-            _collect(template, fields)
+        for template, where in ((url, "url"), (query, "params"), (body, "json"), (headers, "headers")):
+            try:
+                collect(template, fields, where)
+            except BadTemplate as bad:
+                raise PlayDefinitionError(f"http_tool {name!r}: {bad}") from None
         if "secret" in fields and secret is None:
             raise PlayDefinitionError(f"http_tool {name!r}: '{{secret}}' is used but no secret= was given")
         self.method, self.url, self.query, self.body, self.headers = method, url, query, body, headers
@@ -110,12 +111,12 @@ class HttpTool(Tool):
         """URL, query, body and headers with the placeholders filled (the secret as ``PLACEHOLDER``)."""
         values = {**values, "secret": PLACEHOLDER}
         try:
-            url = _fill_url(self.url, values) if "{" in self.url else self.url
+            url = fill_url(self.url, values) if "{" in self.url else self.url
         except KeyError as exc:
             raise ToolError(f"tool {self.name!r}: input {exc.args[0]!r} is None, but the URL needs a value", tool=self.name) from None
-        headers = {k: str(_fill(v, values)) for k, v in self.headers.items()}
-        query = {k: v for k, v in ((k, _fill(v, values)) for k, v in self.query.items()) if v is not None}
-        body = _fill(self.body, values) if self.body is not None else None
+        headers = {k: str(fill(v, values)) for k, v in self.headers.items()}
+        query = {k: v for k, v in ((k, fill(v, values)) for k, v in self.query.items()) if v is not None}
+        body = fill(self.body, values) if self.body is not None else None
         return url, query, body, headers
 
     # -- the call ----------------------------------------------------------------------------
@@ -128,7 +129,7 @@ class HttpTool(Tool):
         if failure is not None:
             # Raised here, outside the except block that caught it: the transport's error (which
             # holds the request) is not chained to ours, so nothing keeps it alive.
-            raise self._error(f"{failure} ({where})", None, True)
+            raise self._error(f"{failure} ({where})", None, True, where)
         self.heard(reply_headers, call)
         if status in self.miss_status:
             return None, True
@@ -141,7 +142,7 @@ class HttpTool(Tool):
             )  # fmt: skip
         if status >= 400:
             reason = _reason(content)
-            error = self._error(f"HTTP {status} ({where}){': ' + reason if reason else ''}", status, status in _RETRYABLE)
+            error = self._error(f"HTTP {status} ({where}){': ' + reason if reason else ''}", status, status in _RETRYABLE, where)
             if error.retryable:
                 error.retry_after = retry_after(reply_headers, now=time.time())
             raise error
@@ -152,7 +153,7 @@ class HttpTool(Tool):
         except ValueError:
             # Mask before cutting: a preview cut inside an echoed key would show a prefix of it.
             preview = mask(content.decode("utf-8", "replace"))[:60]
-            raise self._error(f"returned malformed JSON with HTTP {status} ({where}): {preview!r}", status, False) from None
+            raise self._error(f"returned malformed JSON with HTTP {status} ({where}): {preview!r}", status, False, where) from None
         return scrub(data), False
 
     def heard(self, headers: httpx.Headers, call: CallEnv) -> None:
@@ -191,14 +192,16 @@ class HttpTool(Tool):
         found = proxy_for(url) if self.client is None else None
         return "" if found is None else f" through the proxy {found[1]} (from {found[0]})"
 
-    def _error(self, what: str, status: int | None, retryable: bool) -> ToolError:
-        return ToolError(
-            mask(f"tool {self.name!r}: {what}"),
-            tool=self.name,
-            provider=self.provider.name if self.provider else None,
-            status=status,
-            retryable=retryable,
-        )
+    def _error(self, what: str, status: int | None, retryable: bool, where: str = "") -> ToolError:
+        """``where``: the request as sent (``GET http://host/people/7``); an error group shows the
+        tool's template there instead (``GET http://host/people/{id}``), not masked."""
+        error = ToolError(
+            mask(f"tool {self.name!r}: {what}"), tool=self.name, provider=self.provider.name if self.provider else None,
+            status=status, retryable=retryable,
+        )  # fmt: skip
+        if where:
+            error.literal = (where, f"{self.method} {self.url.split('?', 1)[0]}")
+        return error
 
 
 def http_tool(
@@ -316,53 +319,6 @@ def _wire_other(value: Any) -> Any:
     if isinstance(value, (decimal.Decimal, uuid.UUID)):
         return str(value)
     raise Unencodable(value, f"a value of type {type(value).__name__} cannot be sent in a request")
-
-
-# -- templating ----------------------------------------------------------------------------
-
-_formatter = string.Formatter()
-
-
-def _collect(template: Any, out: list[str]) -> None:
-    if isinstance(template, str):
-        for _, field, _, _ in _formatter.parse(template):
-            if field is not None:
-                if not field.isidentifier():
-                    raise PlayDefinitionError(f"placeholder {{{field}}} must be a plain name")
-                if field not in out:
-                    out.append(field)
-    elif isinstance(template, Mapping):
-        for v in template.values():
-            _collect(v, out)
-    elif isinstance(template, (list, tuple)):
-        for v in template:
-            _collect(v, out)
-
-
-@functools.lru_cache(maxsize=4096)
-def _whole(template: str) -> str | None:
-    """The field name if the template is exactly one placeholder, like ``"{domain}"``."""
-    parts = list(_formatter.parse(template))
-    if len(parts) == 1 and parts[0][0] == "" and parts[0][1] is not None and not parts[0][2]:
-        return parts[0][1]
-    return None
-
-
-def _fill(template: Any, values: Mapping[str, Any]) -> Any:
-    if isinstance(template, str):
-        field = _whole(template)
-        # A lone placeholder keeps the value's type (numbers stay numbers in JSON bodies).
-        return values[field] if field is not None else template.format_map(values)
-    if isinstance(template, Mapping):
-        return {k: _fill(v, values) for k, v in template.items()}
-    if isinstance(template, list):
-        return [_fill(v, values) for v in template]
-    return template
-
-
-def _fill_url(template: str, values: Mapping[str, Any]) -> str:
-    """Fill URL placeholders, each value quoted as one path segment."""
-    return template.format_map({k: quote(str(v), safe="") for k, v in values.items() if v is not None and "{" + k in template})
 
 
 def _pick(data: Any, path: str) -> Any:

@@ -1,12 +1,15 @@
-"""Text progress on stderr (tqdm), for terminals, scripts and CI logs.
+"""Text progress on stderr, for terminals, scripts and CI logs.
 
-The bar takes the terminal's width and follows it when the window is resized; written to a file
-or a CI log, where there is no terminal to ask, it is ``$COLUMNS`` or ``LOG_WIDTH`` columns wide.
-tqdm cuts a line that is too long at its end, so what holds rows back (held and parked rows, the
+On a terminal, a tqdm bar as wide as the window, following it when the window is resized. tqdm
+cuts a line that is too long at its end, so what holds rows back (held and parked rows, the
 providers that hold calls or are down) comes first, right after the play's name, shortened until
-it fits; the counters come last.  A provider going down or coming back also gets a line of its
-own, and the summary printed at the end has one line per provider that holds rows, is down or has
-parked rows, and one per group of failed rows (one bug in one line of the play is one group).
+it fits; the counters come last, and give way (shorter, then none) before the bar would shrink
+under ``MIN_BAR`` cells.  Written to a file or a CI log, where carriage returns pile up into one
+endless line, it writes a plain line of progress when the run starts and then at most every
+``LOG_EVERY`` seconds, ``$COLUMNS`` (else ``LOG_WIDTH``) wide.  A provider going down or coming
+back also gets a line of its own, and the summary printed at the end has one line per provider
+that holds rows, is down or has parked rows, and one per group of failed rows (one bug in one
+line of the play is one group).
 """
 
 from __future__ import annotations
@@ -39,12 +42,15 @@ from .html import in_words
 from .tally import KINDS as TALLY_KINDS
 from .tally import Tally
 
-__all__ = ["GROUPS_SHOWN", "LOG_WIDTH", "TextView", "error_lines", "summary", "waiting_line"]
+__all__ = ["GROUPS_SHOWN", "LOG_EVERY", "LOG_WIDTH", "MIN_BAR", "TextView", "error_lines", "summary", "waiting_line"]
 
 _INTERVAL = 0.1  # at most 10 refreshes a second
 _HEARTBEAT = 1.0  # and at least one a second while the run goes: a hold's countdown and the clock move
 LOG_WIDTH = 100  # columns of the bar when stderr is not a terminal and $COLUMNS is not set
-_BAR_ROOM = 24  # what the bar needs besides the alerts: " [", "]", ": 45%|█| " and a count like "4500/10000"
+MIN_BAR = 10  # cells the bar keeps: the counters give way first
+_WIDE = 100  # columns from which the bar also shows the times and the rate
+_NARROW = "{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}"  # tqdm's line without "[00:03<00:04, 5.1row/s]"
+LOG_EVERY = 5.0  # seconds between two lines of progress in a log (tqdm writes to a file every 10)
 GROUPS_SHOWN = 5  # groups of failed rows the summary lists
 _KINDS = (
     RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted, ProviderDown, ProviderUp, RowFinished, RowRequeued, RowHeld,
@@ -62,6 +68,7 @@ class TextView:
         self._bar: tqdm | None = None
         self._terminal = _is_terminal(self._file)
         self._last = 0.0
+        self._logged: float | None = None  # when a log's last line of progress was written
         self._timer: asyncio.TimerHandle | None = None  # the next redraw that no event may bring
         self._down: set[str] = set()  # providers whose going down this view has written
         self.tally = Tally(lambda position: position)
@@ -89,9 +96,9 @@ class TextView:
             else:  # not now, but soon: the last events of a burst must not wait for the next one
                 self._arm(_INTERVAL)
         elif isinstance(event, RunStarted):
-            if self._bar is None:
-                width = {"dynamic_ncols": True} if self._terminal else {"ncols": _log_width()}
-                self._bar = tqdm(total=event.total, desc=event.play, unit="row", file=self._file, leave=True, **width)
+            if self._bar is None and self._terminal:
+                self._bar = tqdm(total=event.total, desc=event.play, unit="row", file=self._file, leave=True, dynamic_ncols=True)
+            self._logged = None  # a log says where a run (or a retry) starts
             self._refresh()
         elif kind is ProviderHoldSet or kind is ProviderHoldLifted:
             self._refresh()
@@ -128,7 +135,10 @@ class TextView:
             line = f"provider {name!r} is up again"
         else:
             return
-        tqdm.write(line, file=self._file)
+        if self._bar is not None:
+            tqdm.write(line, file=self._file)
+        else:
+            print(line, file=self._file, flush=True)
 
     def _arm(self, delay: float) -> None:
         """Redraw in ``delay`` seconds, unless a redraw is due sooner already."""
@@ -153,17 +163,42 @@ class TextView:
 
     def _refresh(self) -> None:
         bar, s = self._bar, self._state
-        if bar is None:
+        if bar is None and (self._terminal or s.started is None or s.finished is not None):
             return
         self._last = self._clock()
         self._disarm()
         self._arm(_HEARTBEAT)
+        if bar is None:
+            self._log()
+            return
         bar.n = s.done
-        columns = self._columns() if self._terminal else bar.ncols
-        alerts = waiting_line(s, self.tally, columns - len(s.play) - _BAR_ROOM if columns else None)
+        columns = self._columns()
+        # A narrow window keeps the count and drops the times and the rate: the bar keeps its cells.
+        bar.bar_format = _NARROW if columns is not None and columns < _WIDE else None
+        bar.set_description_str(s.play, refresh=False)
+        bar.set_postfix_str("", refresh=False)
+        # What the line holds besides the bar: the name, "45%|", "| 17/40 [00:03<00:04, 5.1row/s]".
+        room = None if columns is None else columns - _meter(bar) - MIN_BAR - 3  # " [", "]"
+        alerts = waiting_line(s, self.tally, room)
         bar.set_description_str(f"{s.play} [{alerts}]" if alerts else s.play, refresh=False)
-        bar.set_postfix_str(f"ok={s.ok} reused={s.reused} failed={s.failed} | {_calls(s)}", refresh=False)
+        for counters in _counters(s):  # the longest that leaves the bar its cells
+            bar.set_postfix_str(counters, refresh=False)
+            if columns is None or columns - _meter(bar) >= MIN_BAR:
+                break
         bar.refresh()
+
+    def _log(self) -> None:
+        """A line of progress in a log, at most every ``LOG_EVERY`` seconds (the first at once)."""
+        now = self._clock()
+        if self._logged is not None and now - self._logged < LOG_EVERY:
+            return
+        self._logged = now
+        s, columns = self._state, _log_width()
+        done = f"{s.done:,}/{s.total:,} rows" + (f" ({100 * s.done // s.total}%)" if s.total else "")
+        alerts = waiting_line(s, self.tally, columns - len(s.play) - len(done) - 5)
+        line = f"{s.play} [{alerts}]: {done}" if alerts else f"{s.play}: {done}"
+        counters = next((c for c in _counters(s) if len(line) + 3 + len(c) <= columns), "")
+        print(f"{line} | {counters}" if counters else line, file=self._file, flush=True)
 
 
 def waiting_line(s: RunState, tally: Tally, room: int | None = None) -> str:
@@ -244,6 +279,18 @@ def error_lines(tally: Tally) -> list[str]:
     if kinds > GROUPS_SHOWN:
         lines.append(f"  … and {kinds - GROUPS_SHOWN:,} more kinds (run.errors.groupby('group') lists them all)")
     return lines
+
+
+def _meter(bar: tqdm) -> int:
+    """The length of the bar's line without its bar."""
+    shape = (bar.bar_format or "{l_bar}{bar}{r_bar}").replace("{bar}", "")
+    return len(tqdm.format_meter(**{**bar.format_dict, "ncols": None, "bar_format": shape}))
+
+
+def _counters(s: RunState) -> list[str]:
+    """The counters a line of progress ends with, longest first: what a narrow line drops first."""
+    rows = f"ok={s.ok} reused={s.reused} failed={s.failed}"
+    return [f"{rows} | {_calls(s)}", rows, f"ok={s.ok} failed={s.failed}", ""]
 
 
 def _calls(s: RunState) -> str:
