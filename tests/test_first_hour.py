@@ -109,13 +109,18 @@ def test_a_client_error_is_kept_as_the_calls_answer_and_not_asked_again(demo: pb
         return {"email": await ctx.tool(email, domain=row.domain, first=row.first)}  # every row asks the same
 
     frame = _bad_domains(100)
-    out = frame.play.map(play, store=store, progress=False, concurrency=16)
+    run = frame.play.run(play, store=store, progress=False, concurrency=16)
+    out = run.result
     assert out["play_status"].tolist() == ["failed"] * 100
-    assert out["play_error"].nunique() == 1 and "HTTP 422" in out["play_error"].iloc[0]  # one group, one message
+    assert out["play_error"].nunique() == 1 and "HTTP 422" in out["play_error"].iloc[0]  # one message
+    groups = run.errors["group"].unique().tolist()  # and one group, the paid one's and the shared ones', the URL as written
+    assert len(groups) == 1 and f"(GET {demo.url}/v1/email)" in groups[0], groups
     stats = pb.last_run().stats
     assert demo.stats()["requests"] == 1 and stats.calls_executed == 1 and stats.calls_shared == 99 and stats.calls_reused == 0
-    again = frame.play.map(play, store=store, progress=False)
+    rerun = frame.play.run(play, store=store, progress=False)
+    again = rerun.result
     assert again["play_error"].tolist() == out["play_error"].tolist() and demo.stats()["requests"] == 1
+    assert rerun.errors["group"].unique().tolist() == groups
     assert pb.last_run().stats.calls_reused == 100 and pb.last_run().stats.calls_executed == 0
     forced = frame.head(1).play.map(play, store=store, progress=False, refresh=True)  # asked again on purpose
     assert forced["play_status"].tolist() == ["failed"] and demo.stats()["requests"] == 2

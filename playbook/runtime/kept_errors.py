@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolError
+from ..store.records import Refusal
 from ..store.records import record as receipt_record
 from ..tools import Tool
 from ..tools.base import Spent
@@ -16,7 +17,7 @@ from ..tools.base import Spent
 if TYPE_CHECKING:
     from .scope import RunScope
 
-__all__ = ["ONE_REQUEST", "not_storable", "refusal", "refused"]
+__all__ = ["ONE_REQUEST", "not_storable", "refusal", "refused", "replayed"]
 
 ONE_REQUEST = Spent(0.0, None, 1)  # what a refusal costs: one request, no money
 
@@ -35,8 +36,16 @@ async def refused(scope: RunScope, tool: Tool, key: str, values: Any, exc: ToolE
     assert exc.status is not None
     exc.args = (f"{exc} (kept as this call's answer: ctx.tool(..., force=True) or refresh=True asks again)", *exc.args[1:])
     meta = {"tool": tool.name, "version": tool.identity, "account": tool.account, "cost": 0.0, "input": values}
-    record = receipt_record(key, stored=exc.status, tagged=False, at=scope.clock(), error=str(exc), refused=True, **meta)
+    stored = exc.status if exc.literal is None else [exc.status, *exc.literal]  # the group of its replays shows the tool's URL too
+    record = receipt_record(key, stored=stored, tagged=False, at=scope.clock(), error=str(exc), refused=True, **meta)
     await scope.store.commit(record, paid=1)
+
+
+def replayed(tool: Tool, kept: Refusal) -> ToolError:
+    """The error a kept refusal answers with: the first one's message, status and group."""
+    error = ToolError(kept.message, tool=tool.name, status=kept.status)
+    error.literal = kept.literal
+    return error
 
 
 def not_storable(tool: Tool, problem: str, *, paid_now: bool) -> str:

@@ -33,7 +33,7 @@ from ..tagged import Unencodable, decode, encode
 from ..tools import CallEnv, Tool
 from ..tools.base import Spent, is_local
 from ..tools.failures import translate
-from .kept_errors import ONE_REQUEST, not_storable, refusal, refused
+from .kept_errors import ONE_REQUEST, not_storable, refusal, refused, replayed
 from .upstream import dispatch as governed
 from .upstream import learn
 
@@ -154,7 +154,7 @@ def _reused(ctx: Caller, tool: Tool, values: Any, found: tuple[Any, bool, str | 
     shared = at >= ctx.scope.started  # answered during this run (an identical call of another row), not before it
     if type(error) is Refusal:
         ctx.count(tool, reused=True, spent=ONE_REQUEST, shared=shared)
-        raise ToolError(error.message, tool=tool.name, status=error.status)
+        raise replayed(tool, error)
     if error is not None:
         raise ToolError(not_storable(tool, str(error), paid_now=False), tool=tool.name)
     spent = tool.spent(value)

@@ -230,7 +230,8 @@ class ReceiptStore(Inspection, RowMemos, Marked):
         try:
             value = _json_loads(output)
             if flags & REFUSED:
-                return None, False, Refusal(int(value), error or ""), at
+                status, literal = (value[0], (value[1], value[2])) if isinstance(value, list) else (value, None)
+                return None, False, Refusal(int(status), error or "", literal), at
             return (decode(value) if flags & OUTPUT_TAGGED else value), bool(miss), error, at
         except (ValueError, TypeError, KeyError, IndexError) as exc:  # bad JSON, or a tag this playbook does not know
             self._warn_unreadable(key, damage(exc))

@@ -33,7 +33,7 @@ __all__ = [
 
 OUTPUT_TAGGED = 1  # the output holds tags: decode it when read
 INPUT_TAGGED = 2  # the input does
-REFUSED = 4  # the provider refused the call (a client error): the output is its status, ``error`` what it said
+REFUSED = 4  # the provider refused the call (a client error): the output is its status (or [status, sent, written]), ``error`` what it said
 
 
 class Refusal(NamedTuple):
@@ -42,6 +42,7 @@ class Refusal(NamedTuple):
 
     status: int
     message: str
+    literal: tuple[str, str] | None = None  # the request as sent, as the tool wrote it (ToolError.literal)
 
 
 _NO_INPUT: Any = object()
