@@ -104,6 +104,24 @@ def test_each_call_is_paid_once_and_a_rerun_pays_nothing(engine: Engine, demo: p
     assert again.result["email"].tolist() == first.result["email"].tolist()
 
 
+def test_a_client_error_is_an_answer_asked_once_and_never_again(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """30 rows asking 3 different calls the provider refuses (HTTP 422): 3 requests in all, however
+    many processes run the rows; every row fails with the provider's words, each call is counted
+    once as paid and the rest as answered by its receipt; a rerun sends nothing."""
+    play = enrich(email(demo, pb.Provider(name("acme"), concurrency=4)))
+    frame = people(30, calls=3).assign(domain=lambda f: [f"not a domain {i % 3}" for i in range(len(f))])
+    first = engine.run(frame, play, concurrency=4)
+    assert first.statuses == {"failed": 30} and requests(demo) == 3
+    assert first.result["play_error"].str.contains("HTTP 422").all()
+    assert first.total("calls_executed") == 3
+    counted = first.total("calls_executed") + first.total("calls_shared") + first.total("calls_reused")
+    assert counted == 30 * len(first.runs)  # each process that ran the 30 rows counts each of their calls once
+    again = engine.run(frame, play, concurrency=4)
+    assert again.statuses == {"failed": 30} and requests(demo) == 3 and again.total("calls_executed") == 0
+
+
 def test_a_store_that_lost_its_receipts_is_refused_before_anything_is_paid(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:
