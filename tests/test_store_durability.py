@@ -308,7 +308,13 @@ def test_a_killed_redis_server_with_an_append_only_file_loses_no_receipt(tmp_pat
         ok, store = _paid_then_crashed(server)
         assert ok == 300 and store.lost is None
         again = pd.DataFrame({"n": range(300)}).play.run(durable, store=store, progress=False)
-        assert again.stats.reused == 300 and again.stats.calls_local == 0
+        # No call made again: every row reused, from its memo or (a memo is not a receipt, and a
+        # loaded disk may delay the server's last writes) from its receipts.
+        assert (
+            again.stats.reused + again.stats.ok == 300
+            and again.stats.calls_local == 0
+            and again.stats.calls_reused + again.stats.reused >= 300
+        )
         store.close()
 
 
