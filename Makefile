@@ -1,6 +1,9 @@
 # make demo   run the quickstart notebook against the built-in demo provider (writes out/)
-# make test   lint, type-check and run the test suite (creates .venv and installs what it needs)
+# make test   lint, type-check, build the docs and run every test (creates .venv and installs what it needs)
+# make check  the fast tier of the tests, for the edit loop (no Redis, cluster, kernel, browser or notebook)
+# make docs   the documentation site into build/site/ (warnings are errors)
 # make bench  run the benchmarks and print one table of ratios
+# make generate  write again what is generated from the code (the run options' typed keywords)
 # make fixtures  record again the fixtures notebooks 01 and 03 replay offline in the tests
 
 PYTHON ?= python3
@@ -15,7 +18,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 comma := ,
 
-.PHONY: demo test lint bench fixtures clean
+.PHONY: demo test check docs lint bench fixtures generate clean
 
 # .venv with an editable install of the extras $(1), and a kernel for the notebooks. The project
 # installs as the distribution playbook-df (PyPI's "playbook" is another project's); a .venv made
@@ -42,8 +45,16 @@ demo: $(DEMO_STAMP)
 
 # Two workers, each taking whole test files (a notebook's cells run in order, in one kernel): most
 # tests wait on servers, kernels and subprocesses, so two cores run the suite in about half the time.
-test: $(STAMP) $(CHROMIUM) $(REDIS) $(STRACE) lint
+test: $(STAMP) $(CHROMIUM) $(REDIS) $(STRACE) lint docs
 	CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q -n 2 --dist loadfile
+
+# The edit loop: what needs no server, kernel, browser or notebook, and takes no seconds of its own.
+check: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m "not (slow or redis or cluster or kernel or browser or notebook)"
+
+# The documentation site (mkdocs): a broken link, a missing page or reference is an error.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # Lint, format and types: the same checks an editor shows.
 lint: $(STAMP)
@@ -74,3 +85,8 @@ fixtures: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out build dist *.egg-info .playbook
+
+# The run options' TypedDicts, for type checkers, from their one declaration (RunOptions): a test
+# fails when they are stale.
+generate: $(STAMP)
+	$(PY) -c "import playbook.frontends.signature as s; print('wrote', s.write_kwargs())"

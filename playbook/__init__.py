@@ -6,10 +6,9 @@ twice.  Import everything from here::
     import playbook as pb
 """
 
-from . import accessor as _accessor  # registers the DataFrame ``.play`` accessor
-from . import demo
-from . import polars_frames as _polars_frames  # noqa: F401 - registers pl.DataFrame.play, now or once Polars is imported
-from .cluster import ClusterRun  # registers ddf.play, now or once dask.dataframe is imported
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from .errors import (
     PlaybookError,
     PlayDefinitionError,
@@ -19,9 +18,10 @@ from .errors import (
     RunFatal,
     ToolError,
 )
-from .models import ProviderHold, Receipt, RunStats
-from .plays import Play, play
-from .providers import Provider
+from .frontends import register as _register
+from .plays.play import Play, play
+from .providers.provider import Provider
+from .records import ProviderHold, Receipt, RunStats
 from .runtime import Run, last_run
 from .runtime.context import Context
 from .store import ReceiptStore
@@ -61,11 +61,31 @@ __all__ = [
     "tool",
 ]
 
-del _accessor
+if _TYPE_CHECKING:
+    from . import demo
+    from .cluster import ClusterRun
+
+_register()  # df.play now; pl.DataFrame.play and ddf.play now or once Polars or Dask is imported
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "ClusterRun", "demo"})
+
+
+def __getattr__(name: str) -> _Any:
+    # Loaded when first used: the demo provider (a web server and its data, pb.demo.serve()) and
+    # the cluster's run (what ddf.play.run returns).
+    import importlib
+
+    if name == "demo":
+        return importlib.import_module(".demo", __name__)
+    if name == "ClusterRun":
+        return importlib.import_module(".cluster", __name__).ClusterRun
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython: object) -> None:
     """``%load_ext playbook``: registers the ``%%play`` cell magic."""
-    from .magic import PlayMagics  # IPython is imported only here: the runtime stays Jupyter-free
+    from .frontends.magic import PlayMagics  # IPython is imported only here: the runtime stays Jupyter-free
 
     ipython.register_magics(PlayMagics)  # type: ignore[attr-defined]

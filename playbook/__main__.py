@@ -1,5 +1,6 @@
-"""``python -m playbook``: the command line (see :mod:`playbook.cli`)."""
+"""``python -m playbook``: the command line (see :mod:`playbook.frontends.cli`)."""
 
-from playbook.cli import main
+from playbook.frontends.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # importing this module (a documentation tool does) runs nothing
+    raise SystemExit(main())

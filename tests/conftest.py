@@ -9,6 +9,7 @@ import pytest
 
 import playbook as pb
 from playbook.demo.redis_server import RedisServer
+from playbook.providers.provider import forget_governors
 from playbook.runtime import run as run_module
 
 
@@ -20,6 +21,7 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     monkeypatch.delenv("DEMO_API_KEY", raising=False)
     monkeypatch.delenv("PLAYBOOK_FIXTURES", raising=False)
     run_module._last = None
+    forget_governors()  # equal Providers share a governor in a process: not across tests
     yield
     run_module._last = None
 

@@ -37,7 +37,7 @@ import pandas as pd
 import pytest
 
 import playbook as pb
-from playbook.providers import sharing_limits
+from playbook.providers.provider import sharing_limits
 
 ENGINES = ("one process", "processes", "cluster")
 PROCESSES = 2  # the processes engine's processes

@@ -7,13 +7,15 @@ import asyncio
 import contextlib
 
 import playbook as pb
+from playbook.providers.provider import governor
 
 
 def set_down(provider: pb.Provider, error: str | None, probe_at: float = 0.0) -> None:
     """What the governor sets when a provider refuses connections (down, why, the next probe in epoch
     seconds), or, with no error, when a probe went through."""
-    provider.health.down = error is not None  # ``down`` is read from the provider's health
-    provider.down_error, provider.probe_at = error, probe_at
+    gov = governor(provider)
+    gov.health.down = error is not None  # ``down`` is read from the provider's health
+    gov.down_error, gov.probe_at = error, probe_at
 
 
 def hold(provider: pb.Provider, seconds: float) -> None:
@@ -25,6 +27,6 @@ def hold(provider: pb.Provider, seconds: float) -> None:
 
     async def send() -> None:
         with contextlib.suppress(pb.ProviderExhausted):
-            await provider.dispatch(refused)
+            await governor(provider).dispatch(refused)
 
     asyncio.run(send())

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import playbook as pb
+from playbook._internal.flow import OnHold, WaitBudget
 from playbook.errors import ProviderExhausted, ProviderUnavailable
-from playbook.providers import Provider, Ticket
-from playbook.signals import Held, WaitBudget
+from playbook.providers.provider import Provider, Ticket, governor
 
 
 def _hint(wait: float) -> float:
@@ -153,8 +153,8 @@ async def drive(provider: Provider, shape: Shape, rows: int, *, concurrency: int
         while True:
             async with slots:
                 try:
-                    await provider.dispatch(shape.send, ticket)
-                except Held as held:
+                    await governor(provider).dispatch(shape.send, ticket)
+                except OnHold as held:
                     until = held.until
                 except ProviderExhausted as exc:
                     out.parked[exc.reason] = out.parked.get(exc.reason, 0) + 1
@@ -171,7 +171,7 @@ async def drive(provider: Provider, shape: Shape, rows: int, *, concurrency: int
     async def sample() -> None:
         while True:
             await asyncio.sleep(0.5)
-            out.trace.append((loop.time() - start, provider.rate, provider.in_flight_limit))
+            out.trace.append((loop.time() - start, provider.status().rate, provider.status().in_flight_limit))
 
     sampler = asyncio.ensure_future(sample())
     await asyncio.gather(*(row(i) for i in range(rows)))

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import playbook as pb
-from playbook.cli_files import PARQUET_INSTALL
+from playbook.frontends.files import PARQUET_INSTALL
 
 PLAYS = """
 import asyncio, os

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 import playbook as pb
-from playbook.models import ProviderHoldSet, RateChanged
+from playbook.events import ProviderHoldSet, RateChanged
+from playbook.providers.provider import governor
 
 
 def _email_tool(server: pb.demo.DemoServer, provider: pb.Provider, name: str = "acme.email", **over) -> pb.Tool:
@@ -111,7 +112,7 @@ def test_rate_limit_429s_lose_no_row(demo, store, retry_after_format: str) -> No
     demo.reset(rps=20, burst=10, retry_after_format=retry_after_format, miss_rate=0.0)
     provider = pb.Provider("acme")
     events: list = []
-    provider.subscribe(events.append)  # a provider of this test only: no need to unsubscribe
+    governor(provider).subscribe(events.append)  # a provider of this test only: no need to unsubscribe
     out = _leads(40).play.map(_email_tool(demo, provider), store=store, progress=False, concurrency=16)
 
     assert len(out) == 40
@@ -120,7 +121,7 @@ def test_rate_limit_429s_lose_no_row(demo, store, retry_after_format: str) -> No
     statuses = _statuses(demo)
     assert statuses.get("429", 0) > 0, "the scenario did not exercise 429s"
     assert statuses["200"] == 40 and set(statuses) == {"200", "429"}
-    assert provider.refused == statuses["429"]
+    assert provider.status().refused == statuses["429"]
     holds = [e for e in events if isinstance(e, ProviderHoldSet)]
     if retry_after_format == "none":
         assert holds == []  # no hint: each call backs off on its own
@@ -143,7 +144,7 @@ def test_503_bursts_are_retried_until_every_row_is_ok(demo, store) -> None:
     assert out["acme.email"].notna().all()
     statuses = _statuses(demo)
     assert statuses.get("503", 0) > 0 and statuses["200"] == 20
-    assert provider.failed == statuses["503"]
+    assert provider.status().failed == statuses["503"]
 
 
 def test_503_with_retry_after_retries_that_call_without_holding_the_provider(demo, store) -> None:
@@ -152,7 +153,7 @@ def test_503_with_retry_after_retries_that_call_without_holding_the_provider(dem
     demo.reset(fault_rate=0.3, fault_retry_after=1, miss_rate=0.0, seed=9)
     provider = pb.Provider("acme", rps=20, retries=6)
     events: list = []
-    provider.subscribe(events.append)  # a provider of this test only: no need to unsubscribe
+    governor(provider).subscribe(events.append)  # a provider of this test only: no need to unsubscribe
     out = _leads(5).play.map(_email_tool(demo, provider), store=store, progress=False, concurrency=5)
 
     assert out["play_status"].tolist() == ["ok"] * 5
@@ -176,7 +177,7 @@ def test_provider_that_keeps_failing_goes_down_and_its_rows_park(demo, store) ->
     assert set(run.parked["reason"]) == {"down"}
     assert "is down" in run.parked["message"].iloc[0] and "503" not in run.parked["reason"].iloc[0]
     assert demo.stats()["requests"] <= 16 + 2  # far from 30 rows x 2 tries: two probes, at 1 s and 3 s
-    assert provider.down and [h.reason for h in run.holds] == ["down"]
+    assert provider.status().down and [h.reason for h in run.holds] == ["down"]
 
 
 # -- malformed bodies are permanent --------------------------------------------------------------
@@ -196,7 +197,7 @@ def test_malformed_json_fails_only_its_rows_and_is_not_retried(demo, store) -> N
     for error in failed["play_error"]:
         assert "malformed JSON" in error and "'acme.email'" in error
     assert demo.stats()["requests"] == 20  # one request per row: nothing retried
-    assert provider.failed == 0
+    assert provider.status().failed == 0
 
 
 # -- 401: the run stops ---------------------------------------------------------------------------
@@ -256,7 +257,7 @@ def test_permanent_4xx_is_not_retried(demo, store) -> None:
     stats = demo.stats()
     assert stats["requests"] == 6 and stats["by_status"] == {"200": 2, "422": 4}
     assert set(stats["idempotency_keys"].values()) == {1}
-    assert provider.failed == 0
+    assert provider.status().failed == 0
 
 
 # -- pacing ---------------------------------------------------------------------------------------
@@ -274,7 +275,9 @@ def test_configured_pace_avoids_429s(demo, store) -> None:
     assert out["play_status"].tolist() == ["ok"] * 60
     statuses = _statuses(demo)
     assert statuses["200"] == 60
-    assert statuses.get("429", 0) <= 1  # <= 2% of 60 calls
+    # A call sent on the pace can reach the server a few milliseconds early on a loaded machine (two
+    # requests 51 ms apart arrive 49 ms apart): a 429 or two, not the 40 of an unpaced run.
+    assert statuses.get("429", 0) <= 3  # <= 5% of 60 calls
     assert elapsed >= (60 - 5) / 20 * 0.9  # the pace, not luck, kept the server happy
 
 
@@ -301,9 +304,9 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
     assert time.monotonic() - started < 2 + 3.0
     statuses = run.result["play_status"].value_counts().to_dict()
     assert set(statuses) <= {"parked", "failed"} and statuses["parked"] >= 250
-    assert provider.down and "gone" in str(run.holds[0]) and run.holds[0].reason == "down"
+    assert provider.status().down and "gone" in str(run.holds[0]) and run.holds[0].reason == "down"
     assert set(run.parked["reason"]) == {"down"}
-    assert provider.down_error.startswith("could not connect")  # the provider's failure, not one tool's
+    assert provider.status().down_error.startswith("could not connect")  # the provider's failure, not one tool's
     message = run.parked["message"].iloc[0]
     assert message.count("gone.email") == 1 and "is down (could not connect" in message, message
 
@@ -312,5 +315,5 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
     with pb.demo.serve(port=port) as server:
         run.retry()  # parked and failed rows alike
         assert set(run.result["play_status"]) == {"ok"}, run.result["play_status"].value_counts().to_dict()
-        assert not provider.down and run.holds == []
+        assert not provider.status().down and run.holds == []
         assert server.stats()["requests"] == 300

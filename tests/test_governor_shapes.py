@@ -16,14 +16,14 @@ from shapes import Closed, FixedWindow, Flaky, InFlightLimit, Shape, TokenBucket
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.limits import Backoff, Health, Window
-from playbook.models import ProviderDown, ProviderUp, RateChanged
-from playbook.providers import Provider, Ticket
-from playbook.signals import WaitBudget
+from playbook._internal.flow import WaitBudget
+from playbook.events import ProviderDown, ProviderUp, RateChanged
+from playbook.providers.limits import Backoff, Health, Window
+from playbook.providers.provider import Provider, Ticket, governor
 
 
 def _run(provider: Provider, shape: Shape, rows: int = 300, **options: object):
-    provider.governor.backoff = Backoff(rng=random.Random(0))
+    governor(provider).backoff = Backoff(rng=random.Random(0))
     return run_virtual(drive(provider, shape, rows, **options))  # type: ignore[arg-type]
 
 
@@ -59,7 +59,7 @@ def test_an_unknown_window_is_learnt_from_its_refusals() -> None:
     assert out.ok == 500
     assert _share(shape) <= 0.05, (shape.refused, shape.requests)
     assert out.seconds <= 1.2 * (500 - 50) / 10
-    assert provider.limiter.allowance.limit == 50
+    assert governor(provider).limiter.allowance.limit == 50
 
 
 @pytest.mark.parametrize("shape", [TokenBucket(rps=20, burst=5), TokenBucket(rps=20, burst=5, hints=False), FixedWindow(limit=20)],
@@ -71,7 +71,7 @@ def test_discovered_rate_converges(shape: Shape) -> None:
     out = _run(provider, shape)
     assert out.ok == 300 and out.goodput() >= 0.75 * 20
     assert _share(shape) <= 0.05
-    assert 15 <= provider.rate <= 22
+    assert 15 <= provider.status().rate <= 22
 
 
 def test_discovered_rate_with_slow_answers_does_not_crawl() -> None:
@@ -91,7 +91,7 @@ def test_configured_rate_above_the_real_limit_converges() -> None:
     out = _run(provider, shape)
     assert out.ok == 300 and out.goodput() >= 0.85 * 10
     assert _share(shape) <= 0.02
-    assert 8 <= provider.rate <= 11
+    assert 8 <= provider.status().rate <= 11
 
 
 def test_in_flight_limit_is_discovered() -> None:
@@ -100,27 +100,27 @@ def test_in_flight_limit_is_discovered() -> None:
     shape = InFlightLimit(limit=4, latency=0.1)
     provider = Provider("p")
     events: list = []
-    provider.subscribe(events.append)
+    governor(provider).subscribe(events.append)
     out = _run(provider, shape)
     assert out.ok == 300 and out.goodput() >= 0.9 * 40
     assert _share(shape) <= 0.10 and shape.most_in_flight <= Window.INITIAL  # the opening, never the run's 32
-    assert provider.in_flight_limit in (4, 5) and provider.rate is None
-    assert f"in_flight_limit={provider.in_flight_limit}" in repr(provider)
+    assert provider.status().in_flight_limit in (4, 5) and provider.status().rate is None
+    assert f"in_flight_limit={provider.status().in_flight_limit}" in repr(provider)
     assert any(isinstance(e, RateChanged) and e.concurrency == 4 for e in events)
 
 
 def test_flaky_5xx_slow_nobody_else() -> None:
     """A 503 with Retry-After: 1 on every 7th request: rows retry after the hint while the others
     go on; >= 0.7 of the clean run's throughput, no hold, no rate cut, nothing fails."""
-    clean = _run(Provider("p", rps=50), Flaky(every=0))
+    clean = _run(Provider("p-clean", rps=50), Flaky(every=0))  # its own governor: each run has its own clock
     shape = Flaky(every=7)
     provider = Provider("p", rps=50)
     events: list = []
-    provider.subscribe(events.append)
+    governor(provider).subscribe(events.append)
     out = _run(provider, shape)
     assert out.ok == 300 and shape.failed >= 40
     assert out.goodput() >= 0.7 * clean.goodput()
-    assert provider.rate == pytest.approx(50 * 0.98) and not provider.down
+    assert provider.status().rate == pytest.approx(50 * 0.98) and not provider.status().down
     assert not [e for e in events if not isinstance(e, RateChanged)]
 
 
@@ -132,12 +132,12 @@ def test_nothing_listening_parks_every_row_once_its_wait_budget_is_spent(max_wai
     shape = Closed()
     provider = Provider("p")
     events: list = []
-    provider.subscribe(events.append)
+    governor(provider).subscribe(events.append)
     out = _run(provider, shape, max_wait=max_wait)
     assert out.parked.get("down", 0) + out.failed == 300 and out.parked["down"] >= 280
     # Rows start as slots free up; each waits its max_wait at most, and only probes are sent meanwhile.
     assert out.seconds <= 2 * max_wait + 0.5 and shape.requests <= 40 + 8
-    assert provider.down and provider.down_error == "connection refused"
+    assert provider.status().down and provider.status().down_error == "connection refused"
     assert repr(provider).endswith("down (connection refused)>")
     assert [type(e) for e in events if isinstance(e, (ProviderDown, ProviderUp))] == [ProviderDown]
 
@@ -154,28 +154,28 @@ def test_down_provider_is_probed_by_one_call_and_the_others_wait_for_its_word(ba
 
     async def main() -> tuple[list[str], int, float]:
         provider = Provider("p")
-        provider.governor.backoff = Backoff(rng=random.Random(0))
+        governor(provider).backoff = Backoff(rng=random.Random(0))
         await drive(provider, Closed(), 20, concurrency=20, max_wait=0.5)  # the rows that take it down park at once
-        assert provider.down
+        assert provider.status().down
         early = []
         try:
-            await provider.dispatch(Flaky(every=0).send, ticket(leg=True))
+            await governor(provider).dispatch(Flaky(every=0).send, ticket(leg=True))
         except pb.ProviderExhausted as exc:
             early.append(exc.reason)
         assert early == ["down"]  # a leg does not wait for the probe: no call goes
         loop = asyncio.get_running_loop()
-        due = provider.health.probe_at
+        due = governor(provider).health.probe_t
         shape: Shape = Flaky(every=0, latency=0.5) if back else Closed()
         outcomes = []
 
         async def call() -> None:
             try:
-                outcomes.append(await provider.dispatch(shape.send, ticket()))
+                outcomes.append(await governor(provider).dispatch(shape.send, ticket()))
             except pb.ProviderExhausted as exc:
                 outcomes.append(exc.reason)
 
         await asyncio.gather(*(call() for _ in range(3)))
-        assert provider.down is not back
+        assert provider.status().down is not back
         return outcomes, shape.requests, loop.time() - due
 
     outcomes, requests, after = run_virtual(main())
@@ -203,7 +203,7 @@ def test_a_new_run_retests_a_down_provider_at_once() -> None:
         health.failure(float(i))
     health.may_probe(10.0)
     health.failure(10.0)
-    assert health.probe_at > 11.0 and not health.may_probe(10.5)
+    assert health.probe_t > 11.0 and not health.may_probe(10.5)
     health.retest()
     assert health.may_probe(10.5)
 
@@ -266,20 +266,20 @@ def test_health_needs_failures_in_a_row_and_most_recent_calls_failing() -> None:
     health = Health()
     went = [health.failure(float(i)) for i in range(10)]
     assert went == [False] * 9 + [True] and health.down
-    assert health.probe_at == 9.0 + Health.PROBE_FIRST
+    assert health.probe_t == 9.0 + Health.PROBE_FIRST
     assert health.may_probe(9.5) is False and health.may_probe(10.0) is True and health.may_probe(10.0) is False
     health.failure(10.1)
-    assert health.probe_at == pytest.approx(10.1 + Health.PROBE_GROWTH * Health.PROBE_FIRST)
+    assert health.probe_t == pytest.approx(10.1 + Health.PROBE_GROWTH * Health.PROBE_FIRST)
     assert health.may_probe(10.1 + Health.PROBE_GROWTH) is True and health.success() is True and not health.down
 
 
 def test_a_token_debt_past_the_wait_budget_parks_the_call_and_one_within_it_waits() -> None:
     """After a 5,000-token call at 6,000 tokens/min, the next call is ~50 s away: past a 20 s budget it parks, within 120 s it waits."""
-    from playbook.signals import WaitBudget
+    from playbook._internal.flow import WaitBudget
 
     async def main() -> float:
         provider = pb.Provider("paced-tokens", tpm=6_000)
-        governor = provider.governor
+        gov = governor(provider)
 
         async def send() -> str:
             return "ok"
@@ -289,12 +289,12 @@ def test_a_token_debt_past_the_wait_budget_parks_the_call_and_one_within_it_wait
             made.weight = weight
             return made
 
-        await governor.dispatch(send, ticket(120, 5_000))
+        await gov.dispatch(send, ticket(120, 5_000))
         with pytest.raises(pb.ProviderExhausted, match="paces calls: this one could go at .* past this row's wait budget"):
-            await governor.dispatch(send, ticket(20, 10))
+            await gov.dispatch(send, ticket(20, 10))
         loop = asyncio.get_running_loop()
         start = loop.time()
-        await governor.dispatch(send, ticket(120, 10))
+        await gov.dispatch(send, ticket(120, 10))
         return loop.time() - start
 
     waited = run_virtual(main())

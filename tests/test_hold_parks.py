@@ -16,7 +16,7 @@ import pytest
 from vtime import FrozenClock, run_virtual
 
 import playbook as pb
-from playbook.models import RowHeld
+from playbook.events import RowHeld
 
 
 def quota_tool(provider: pb.Provider, quota: int, reset: float) -> tuple[pb.Tool, list[float]]:

@@ -18,7 +18,7 @@ import pytest
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.models import RowFinished, RowHeld, RowParked, RowResumed, RowStarted
+from playbook.events import RowFinished, RowHeld, RowParked, RowResumed, RowStarted
 
 Calls = list[tuple[float, int]]  # (loop time, n) per invocation
 Events = list[tuple[float, Any]]  # (loop time, event)

@@ -12,7 +12,8 @@ from provider_state import set_down
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.models import ProviderDown, time_of_day
+from playbook._internal.words import time_of_day
+from playbook.events import ProviderDown
 from playbook.runtime.state import provider_view
 from playbook.ui.html import LIMIT, providers_table
 

@@ -5,10 +5,10 @@ another's private names."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "playbook"
 MAX_MODULE_LINES = 400
@@ -106,11 +106,10 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_modules_stay_under_400_lines(name: str) -> None:
+def test_modules_stay_under_400_lines() -> None:
     """Each module can be read in one sitting."""
-    lines = len(MODULES[name].read_text().splitlines())
-    assert lines < MAX_MODULE_LINES, f"{name} has {lines} lines"
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) >= MAX_MODULE_LINES}
+    assert long == {}
 
 
 def _function_lengths(tree: ast.Module) -> Iterator[tuple[str, int]]:
@@ -122,11 +121,10 @@ def _function_lengths(tree: ast.Module) -> Iterator[tuple[str, int]]:
             yield f"{node.name} (line {node.lineno})", (node.end_lineno or node.lineno) - first.lineno + 1
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_functions_stay_under_60_lines(name: str) -> None:
+def test_functions_stay_under_60_lines() -> None:
     """No function's body (its docstring aside) is longer than 60 lines."""
-    long = [(fn, n) for fn, n in _function_lengths(TREES[name]) if n > MAX_FUNCTION_LINES]
-    assert long == [], f"{name}: {long}"
+    long = [(name, fn, n) for name, tree in TREES.items() for fn, n in _function_lengths(tree) if n > MAX_FUNCTION_LINES]
+    assert long == []
 
 
 def test_views_read_the_runtime_through_run_state_only() -> None:
@@ -193,3 +191,16 @@ def test_the_private_name_check_finds_a_reach() -> None:
     run = ast.parse("class Run:\n    def __init__(self, m):\n        self._maprun = m\n")
     view = ast.parse("def render(run):\n    return run._maprun.state\n")
     assert _reaching({"run": run, "view": view}) == {("view", "_maprun", 2)}
+
+
+def test_the_top_of_the_package_holds_few_modules() -> None:
+    """The package's top shows its design: at most eight modules beside the packages."""
+    top = sorted(path.name for path in ROOT.glob("*.py"))
+    assert len(top) <= 8, top
+
+
+def test_import_playbook_loads_no_demo_polars_or_dask() -> None:
+    """``import playbook`` loads the demo provider, Polars and Dask only when they are used."""
+    code = "import sys, playbook; print(sorted(m for m in sys.modules if m.split('.')[0] in ('polars', 'dask') or m.startswith('playbook.demo')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

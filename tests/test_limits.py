@@ -9,8 +9,8 @@ from email.utils import formatdate
 import httpx
 import pytest
 
-from playbook.limits import HEADROOM, Backoff, Pace, retry_after
-from playbook.limits.allowance import Allowance
+from playbook.providers.limits import HEADROOM, Backoff, Pace, retry_after
+from playbook.providers.limits.allowance import Allowance
 
 NOW = 1_700_000_000.0  # a wall-clock "now", in epoch seconds
 

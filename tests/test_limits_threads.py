@@ -16,7 +16,8 @@ import pytest
 from provider_state import hold
 
 import playbook as pb
-from playbook.models import ProviderHoldLifted, ProviderHoldSet
+from playbook.events import ProviderHoldLifted, ProviderHoldSet
+from playbook.providers.provider import governor
 
 THREADS = 6
 
@@ -119,7 +120,7 @@ def test_a_hold_set_from_another_thread_is_told_and_lifted_on_the_listeners_loop
 
 def test_calls_waiting_for_a_probe_on_several_loops_all_hear_its_word() -> None:
     """Calls on two threads' loops that wait for the probe of a down provider are all told when it lands."""
-    health = pb.Provider("p").health
+    health = governor(pb.Provider("p")).health
     for i in range(health.DOWN_AFTER * 2):
         health.failure(float(i))
     assert health.down and health.may_probe(1e9)
@@ -132,7 +133,7 @@ def test_calls_waiting_for_a_probe_on_several_loops_all_hear_its_word() -> None:
 
 
 async def subscribe(provider: pb.Provider, listener: Callable[[Any], None]) -> None:
-    provider.subscribe(listener)
+    governor(provider).subscribe(listener)
 
 
 async def outcome(health: Any, loop: asyncio.AbstractEventLoop, asked: threading.Event) -> str:

@@ -20,6 +20,7 @@ import pytest
 
 import playbook as pb
 from playbook.demo.fakedata import INDUSTRIES
+from playbook.providers.provider import governor
 
 MODEL = "gpt-4o-mini"
 PRICES = {MODEL: (0.15, 0.60)}
@@ -143,7 +144,7 @@ def test_a_token_limit_paces_calls_so_the_provider_refuses_none(demo: pb.demo.De
     served = demo.stats()
     assert (out.play_status == "ok").all()
     assert served["chat_rate_limited"] == {"requests": 0, "tokens": 0}
-    used, limit = llm.provider.tokens_per_minute  # type: ignore[union-attr]
+    used, limit = governor(llm.provider).tokens_per_minute()  # type: ignore[arg-type]
     usage = served["chat"][MODEL]
     assert used == usage["prompt_tokens"] + usage["completion_tokens"] and limit == 60_000
 
@@ -159,9 +160,9 @@ def test_limits_the_provider_announces_are_learned_and_its_429s_waited_out(demo:
 
     out = _companies(40).play.map(label, progress=False)
     assert (out.play_status == "ok").all()
-    assert provider.governor.limiter.token_rate == pytest.approx(30_000 / 60 * 0.98)
-    assert provider.rate is not None and provider.rate <= 1_200 / 60 * 0.98 + 1e-9
-    assert provider.tokens_per_minute[1] == pytest.approx(30_000)
+    assert governor(provider).limiter.token_rate == pytest.approx(30_000 / 60 * 0.98)
+    assert provider.status().rate is not None and provider.status().rate <= 1_200 / 60 * 0.98 + 1e-9
+    assert provider.status().tpm == pytest.approx(30_000)
 
 
 def test_a_budget_in_dollars_is_passed_by_at_most_the_calls_in_flight(demo: pb.demo.DemoServer) -> None:

@@ -12,8 +12,9 @@ import pydantic
 import pytest
 
 import playbook as pb
-from playbook.limits import announced, duration, retry_after
-from playbook.limits.local import LocalLimiter
+from playbook.providers.limits import announced, duration, retry_after
+from playbook.providers.limits.local import LocalLimiter
+from playbook.providers.provider import governor
 from playbook.tools.structured import Structured, strict_schema
 
 
@@ -151,12 +152,12 @@ def test_a_bad_prompt_fails_its_row_naming_the_tool_and_pays_nothing(tmp_path: o
 def test_a_token_limit_is_made_when_a_provider_first_announces_one() -> None:
     """A provider with no tpm that announces one is paced by it from then on; the panel reads it back."""
     provider = pb.Provider("llm-co")
-    provider.governor.learn(600, 60000)
-    limiter = provider.governor.limiter
+    governor(provider).learn(600, 60000)
+    limiter = governor(provider).limiter
     assert isinstance(limiter, LocalLimiter) and limiter.tokens is not None
     assert limiter.token_rate == pytest.approx(1000 * 0.98)
-    assert provider.rate == pytest.approx(10 * 0.98)
-    assert provider.tokens_per_minute == (0.0, pytest.approx(60000))
+    assert provider.status().rate == pytest.approx(10 * 0.98)
+    assert (provider.status().tokens, provider.status().tpm) == (0.0, pytest.approx(60000))
 
 
 def test_the_receipt_key_is_the_request_model_messages_and_parameters() -> None:

@@ -11,12 +11,12 @@ import pytest
 from vtime import run_virtual
 
 import playbook as pb
+from playbook._internal.flow import Parked
 from playbook.keys import receipt_key
-from playbook.runtime.held import HeldQueue
 from playbook.runtime.pipeline import lookup
+from playbook.runtime.retry_queue import RetryQueue
 from playbook.runtime.scope import CostBudget
 from playbook.runtime.table import Parking, RowTable
-from playbook.signals import Parked
 from playbook.store import MISSING
 from playbook.store.records import record
 
@@ -62,8 +62,8 @@ def test_the_cost_budget_reserves_before_dispatch_and_refunds_what_did_not_compl
         budget.refund(0.4)
         await budget.reserve(priced, 0.4)
         assert budget.committed == pytest.approx(0.8)
-        budget.settle(0.4, 0.4)
-        budget.settle(0.4, 0.4)
+        budget.charge(0.4, 0.4)
+        budget.charge(0.4, 0.4)
         with pytest.raises(Parked):  # nothing in flight to wait for
             await budget.reserve(priced, 0.4)
 
@@ -77,9 +77,9 @@ def test_the_cost_budget_settles_each_call_at_what_it_really_cost() -> None:
     async def main() -> None:
         budget = CostBudget(1.0)
         await budget.reserve(llm, 0.5)
-        budget.settle(0.5, 0.125)
+        budget.charge(0.5, 0.125)
         await budget.reserve(llm, 0.5)
-        budget.settle(0.5, 0.75)
+        budget.charge(0.5, 0.75)
         assert budget.committed == pytest.approx(0.875)
         with pytest.raises(Parked):
             await budget.reserve(llm, 0.5)
@@ -98,7 +98,7 @@ def test_a_call_that_does_not_fit_waits_for_the_calls_in_flight_to_settle() -> N
         waiting = asyncio.ensure_future(budget.reserve(llm, 0.5))
         await asyncio.sleep(0)
         assert not waiting.done()
-        budget.settle(0.5, 0.1)  # cost less than estimated: room for the waiting call
+        budget.charge(0.5, 0.1)  # cost less than estimated: room for the waiting call
         await asyncio.wait_for(waiting, 1.0)
         return budget.committed
 
@@ -111,7 +111,7 @@ def test_a_row_and_its_copies_settle_together_and_reset_in_one_step() -> None:
     runnable, unkeyed = table.identify([0, 1, 2], None)
     assert (runnable, unkeyed) == ([0, 1], [])
     table.park(0, Parking("hold", "acme", 10.0))
-    assert table.settle(0, "parked", None, "held too long") == 2
+    assert table.set_outcome(0, "parked", None, "held too long") == 2
     assert [row.row for row in table.parked()] == ["a", "c"]
     assert table.settled_as(("parked",)) == [0]  # the copy runs with its lead
     assert table.unsettle(0) == 2
@@ -120,7 +120,7 @@ def test_a_row_and_its_copies_settle_together_and_reset_in_one_step() -> None:
 
 def test_the_held_queue_gives_rows_back_in_deadline_order() -> None:
     """Rows come back by their time, ties in the order they were held; nothing before its time."""
-    queue = HeldQueue()
+    queue = RetryQueue()
     for pos, until in [(0, 5.0), (1, 2.0), (2, 5.0)]:
         queue.push(pos, until)
     assert queue.due(1.0) is None and queue.next_at() == 2.0

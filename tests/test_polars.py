@@ -18,8 +18,8 @@ import pytest
 from exact import same
 
 import playbook as pb
-from playbook.accessor import PlayAccessor
-from playbook.polars_frames import PolarsPlay, PolarsRun
+from playbook.frontends.pandas import PlayAccessor
+from playbook.frontends.polars import PolarsPlay, PolarsRun
 
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 

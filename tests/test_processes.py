@@ -371,7 +371,7 @@ def test_two_processes_making_one_new_store_at_once_both_open_it(tmp_path: Path)
 def test_a_killed_process_is_dead_before_its_parent_reaps_it() -> None:
     """A lease holder killed with SIGKILL whose parent has not waited for it yet (a zombie: its pid
     is still taken) is dead at once, so its leases are taken over now, not when they expire."""
-    from playbook.owners import HOST, dead
+    from playbook._internal.owners import HOST, dead
 
     child = subprocess.Popen(["sleep", "30"])
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import time
@@ -12,10 +13,10 @@ import pytest
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.limits import Backoff
-from playbook.models import ProviderHoldLifted, ProviderHoldSet, RateChanged
-from playbook.providers import HEADROOM, Provider, Ticket
-from playbook.signals import Held, WaitBudget
+from playbook._internal.flow import OnHold, WaitBudget
+from playbook.events import ProviderHoldLifted, ProviderHoldSet, RateChanged
+from playbook.providers.limits import Backoff
+from playbook.providers.provider import HEADROOM, Provider, Ticket, governor
 
 
 class Script:
@@ -57,15 +58,15 @@ def _down(retry_after: float | None = None) -> pb.ToolError:
 
 async def _later(delay: float, provider: Provider, send: Script, ticket: Ticket | None = None) -> Any:
     await asyncio.sleep(delay)
-    return await provider.dispatch(send, ticket)
+    return await governor(provider).dispatch(send, ticket)
 
 
 async def _resuming(provider: Provider, send: Script, ticket: Ticket) -> Any:
-    """Dispatch as a row does: a call whose row steps aside (``Held``) comes back at its time."""
+    """Dispatch as a row does: a call whose row steps aside (``OnHold``) comes back at its time."""
     while True:
         try:
-            return await provider.dispatch(send, ticket)
-        except Held as held:
+            return await governor(provider).dispatch(send, ticket)
+        except OnHold as held:
             await asyncio.sleep(held.until - asyncio.get_running_loop().time())
 
 
@@ -82,14 +83,14 @@ def _gather(*calls: Any) -> list[Any]:
 def test_rps_spaces_sends() -> None:
     """rps=10: twenty concurrent calls are sent 1/(0.98 x 10) s apart (2% under the limit), the first at once."""
     provider, send = Provider("p", rps=10), Script()
-    assert _gather(*(provider.dispatch(send) for _ in range(20))) == ["ok"] * 20
+    assert _gather(*(governor(provider).dispatch(send) for _ in range(20))) == ["ok"] * 20
     assert send.times == pytest.approx([0.1 / HEADROOM * i for i in range(20)], abs=1e-6)
 
 
 def test_burst_lets_calls_through_at_once() -> None:
     """burst=5 sends five calls at once, then spaces the rest at the rate."""
     provider, send = Provider("p", rps=10, burst=5), Script()
-    _gather(*(provider.dispatch(send) for _ in range(10)))
+    _gather(*(governor(provider).dispatch(send) for _ in range(10)))
     step = 0.1 / HEADROOM
     assert send.times == pytest.approx([0.0] * 5 + [step * k for k in range(1, 6)], abs=1e-6)
 
@@ -97,7 +98,7 @@ def test_burst_lets_calls_through_at_once() -> None:
 def test_concurrency_bounds_calls_in_flight() -> None:
     """concurrency=3 never has more than three sends in flight."""
     provider, send = Provider("p", concurrency=3), Script(takes=1.0)
-    _gather(*(provider.dispatch(send) for _ in range(9)))
+    _gather(*(governor(provider).dispatch(send) for _ in range(9)))
     assert send.peak == 3
     assert send.times == pytest.approx([0, 0, 0, 1, 1, 1, 2, 2, 2], abs=1e-6)
 
@@ -109,8 +110,8 @@ def test_short_hold_waits_in_place_and_holds_provider() -> None:
     """A 429 asking for 0.5 s: the call retries at 0.5 and no other call is sent before then."""
     provider, send = Provider("p"), Script(_refused(0.5))
     events: list[Any] = []
-    provider.subscribe(events.append)
-    results = _gather(provider.dispatch(send, _ticket()), _later(0.1, provider, send, _ticket()))
+    governor(provider).subscribe(events.append)
+    results = _gather(governor(provider).dispatch(send, _ticket()), _later(0.1, provider, send, _ticket()))
     assert results == ["ok", "ok"]
     assert send.times == pytest.approx([0.0, 0.5, 0.5], abs=1e-6)
     assert [type(e) for e in events] == [ProviderHoldSet, ProviderHoldLifted]
@@ -123,7 +124,7 @@ def test_hinted_refusal_cuts_configured_rate_and_reports_it() -> None:
     deeply (0.75x: what was measured is the provider's burst), says so, and holds the provider."""
     provider, send = Provider("p", rps=10), Script(_refused(2.0))
     events: list[Any] = []
-    provider.subscribe(events.append)
+    governor(provider).subscribe(events.append)
     _gather(_resuming(provider, send, _ticket()))
     assert isinstance(events[0], RateChanged)
     assert events[0].provider == "p" and events[0].rate == pytest.approx(10 * HEADROOM * 0.75)
@@ -137,18 +138,18 @@ def test_a_lone_short_refusal_at_a_known_rate_waits_alone() -> None:
     provider is not held.  A third refusal that soon is a pattern: held, and the rate cut."""
     provider, send = Provider("p", rps=10), Script("ok", "ok", "ok", _refused(1.0))
     events: list[Any] = []
-    provider.subscribe(events.append)
-    assert _gather(*(provider.dispatch(send, _ticket(suspend=False)) for _ in range(8))) == ["ok"] * 8
+    governor(provider).subscribe(events.append)
+    assert _gather(*(governor(provider).dispatch(send, _ticket(suspend=False)) for _ in range(8))) == ["ok"] * 8
     step = 0.1 / HEADROOM
     assert send.times[:8] == pytest.approx([step * k for k in range(8)], abs=1e-6)  # nobody else waited
     assert send.times[8] == pytest.approx(3 * step + 1.0, abs=1e-6)  # the refused call, its hint later
-    assert events == [] and provider.rate == pytest.approx(10 * HEADROOM)
+    assert events == [] and provider.status().rate == pytest.approx(10 * HEADROOM)
 
     again, send = Provider("q", rps=10), Script("ok", "ok", "ok", _refused(1.0), _refused(1.0), _refused(1.0))
-    again.subscribe(events.append)
-    _gather(*(again.dispatch(send, _ticket(suspend=False)) for _ in range(8)))
+    governor(again).subscribe(events.append)
+    _gather(*(governor(again).dispatch(send, _ticket(suspend=False)) for _ in range(8)))
     assert [type(e) for e in events[:2]] == [RateChanged, ProviderHoldSet]
-    assert again.rate < 10 * HEADROOM
+    assert again.status().rate < 10 * HEADROOM
 
 
 def test_hold_stops_calls_waiting_for_their_slot() -> None:
@@ -163,18 +164,18 @@ def test_hold_stops_calls_waiting_for_their_slot() -> None:
 def test_hold_stops_calls_waiting_at_the_gate() -> None:
     """A call waiting on the concurrency gate when a hold arrives waits for the hold too."""
     provider, send = Provider("p", concurrency=1), Script(_refused(1.0), takes=0.2)
-    _gather(provider.dispatch(send, _ticket(suspend=False)), provider.dispatch(send, _ticket(suspend=False)))
+    _gather(governor(provider).dispatch(send, _ticket(suspend=False)), governor(provider).dispatch(send, _ticket(suspend=False)))
     assert send.times == pytest.approx([0.0, 1.2, 1.4], abs=1e-6)
 
 
 def test_long_hold_suspends_the_row() -> None:
-    """A 429 asking for 30 s raises Held (not an Exception) with the provider and the deadline."""
+    """A 429 asking for 30 s raises OnHold (not an Exception) with the provider and the deadline."""
     provider, send = Provider("p"), Script(_refused(30))
     ticket = _ticket()
 
-    async def main() -> Held:
-        with pytest.raises(Held) as info:
-            await provider.dispatch(send, ticket)
+    async def main() -> OnHold:
+        with pytest.raises(OnHold) as info:
+            await governor(provider).dispatch(send, ticket)
         return info.value
 
     held = run_virtual(main())
@@ -184,22 +185,22 @@ def test_long_hold_suspends_the_row() -> None:
     assert held.wall == pytest.approx(time.time() + 30, abs=5)
     assert held.status == 429 and held.budget is ticket.budget
     assert send.times == [0.0]
-    assert provider.held
+    assert provider.status().held
 
 
 def test_a_call_that_cannot_suspend_still_steps_aside_for_a_long_hold() -> None:
-    """suspend=False (a batch): a 30 s provider hold still raises Held, so the rows it serves step aside."""
+    """suspend=False (a batch): a 30 s provider hold still raises OnHold, so the rows it serves step aside."""
     provider, send = Provider("p"), Script(_refused(30))
-    with pytest.raises(Held):
-        run_virtual(provider.dispatch(send, _ticket(suspend=False)))
+    with pytest.raises(OnHold):
+        run_virtual(governor(provider).dispatch(send, _ticket(suspend=False)))
 
 
 def test_a_call_that_cannot_suspend_waits_out_its_own_backoff() -> None:
     """suspend=False: the call's own backoff after a 503, longer than a second, is waited in place."""
     provider, send = Provider("p"), Script(_down())
-    provider.governor.backoff = Backoff(base=4.0, cap=4.0, rng=random.Random(7))
+    governor(provider).backoff = Backoff(base=4.0, cap=4.0, rng=random.Random(7))
     ticket = _ticket(suspend=False)
-    assert _gather(provider.dispatch(send, ticket)) == ["ok"]
+    assert _gather(governor(provider).dispatch(send, ticket)) == ["ok"]
     assert len(send.times) == 2 and 2.0 <= send.times[1] <= 4.0
     assert ticket.budget.left == pytest.approx(120.0 - send.times[1], abs=1e-6)
 
@@ -213,7 +214,7 @@ def test_hold_past_budget_exhausts() -> None:
         for _ in range(2):
             started = asyncio.get_running_loop().time()
             with pytest.raises(pb.ProviderExhausted) as info:
-                await provider.dispatch(send, _ticket())
+                await governor(provider).dispatch(send, _ticket())
             assert asyncio.get_running_loop().time() == started  # no waiting
             errors.append(info.value)
             await asyncio.sleep(10)
@@ -234,7 +235,7 @@ def test_5xx_retried_then_unavailable() -> None:
     provider, error = Provider("acme", retries=2), _down()
     send = Script(default=error)
     with pytest.raises(pb.ProviderUnavailable) as info:
-        run_virtual(provider.dispatch(send, _ticket(suspend=False)))
+        run_virtual(governor(provider).dispatch(send, _ticket(suspend=False)))
     assert type(info.value) is pb.ProviderUnavailable
     assert "'acme'" in str(info.value) and info.value.provider == "acme" and info.value.status == 503
     assert info.value.__cause__ is error
@@ -249,29 +250,29 @@ def test_5xx_with_hint_retries_that_call_only() -> None:
     other calls go on at once; the rate is not cut and the provider is not held."""
     provider, send = Provider("p", rps=10), Script(_down(retry_after=0.5))
     events: list[Any] = []
-    provider.subscribe(events.append)
-    calls = (provider.dispatch(send, _ticket(suspend=False)), _later(0.15, provider, send, _ticket()))
+    governor(provider).subscribe(events.append)
+    calls = (governor(provider).dispatch(send, _ticket(suspend=False)), _later(0.15, provider, send, _ticket()))
     assert _gather(*calls) == ["ok", "ok"]
     assert send.times == pytest.approx([0.0, 0.15, 0.5], abs=1e-6)
     assert not any(isinstance(e, (ProviderHoldSet, RateChanged)) for e in events)
-    assert provider.rate == pytest.approx(10 * HEADROOM)
+    assert provider.status().rate == pytest.approx(10 * HEADROOM)
 
 
 def test_a_long_retry_wait_gives_the_worker_up() -> None:
-    """A call whose own retry waits longer than a moment suspends its row (Held, until its retry),
+    """A call whose own retry waits longer than a moment suspends its row (OnHold, until its retry),
     so the row's worker serves other rows meanwhile; the provider is not held."""
     provider, send = Provider("p"), Script(_down(retry_after=2.0))
-    with pytest.raises(Held) as info:
-        run_virtual(provider.dispatch(send, _ticket()))
+    with pytest.raises(OnHold) as info:
+        run_virtual(governor(provider).dispatch(send, _ticket()))
     assert info.value.until == pytest.approx(2.0 + 0.0, abs=0.01)
-    assert not provider.held and provider.hold_until == 0.0
+    assert not provider.status().held and governor(provider).limiter.hold_until_t == 0.0
 
 
 def test_5xx_past_budget_gives_up() -> None:
     """A retry whose backoff would pass the wait budget is not waited for."""
     provider, send = Provider("p"), Script(default=_down())
     with pytest.raises(pb.ProviderUnavailable, match="wait budget"):
-        run_virtual(provider.dispatch(send, _ticket(budget=0.1)))
+        run_virtual(governor(provider).dispatch(send, _ticket(budget=0.1)))
     assert send.times == [0.0]
 
 
@@ -279,11 +280,11 @@ def test_5xx_past_budget_gives_up() -> None:
 def test_timeouts_and_dropped_connections_retried(kind: type[Exception]) -> None:
     """Timeouts and connection errors from send are retried, then ProviderUnavailable."""
     provider, send = Provider("p", retries=1), Script(kind("boom"), "ok")
-    assert run_virtual(provider.dispatch(send)) == "ok"
+    assert run_virtual(governor(provider).dispatch(send)) == "ok"
     assert 0.25 <= send.times[1] - send.times[0] <= 0.5
     send = Script(default=kind("boom"))
     with pytest.raises(pb.ProviderUnavailable) as info:
-        run_virtual(provider.dispatch(send))
+        run_virtual(governor(provider).dispatch(send))
     assert isinstance(info.value.__cause__, kind)
     assert len(send.times) == 2
 
@@ -303,10 +304,10 @@ def test_final_errors_raised_after_one_send(error: Exception) -> None:
     """Errors that retrying cannot help are sent once and re-raised as they are."""
     provider, send = Provider("p"), Script(error)
     with pytest.raises(type(error)) as info:
-        run_virtual(provider.dispatch(send, _ticket()))
+        run_virtual(governor(provider).dispatch(send, _ticket()))
     assert info.value is error
     assert send.times == [0.0]
-    assert not provider.held
+    assert not provider.status().held
 
 
 # -- 429 without a hint: this call backs off -----------------------------------------------
@@ -316,17 +317,17 @@ def test_unhinted_refusal_backs_off_only_that_call() -> None:
     """A 429 with no hint backs off the refused call; other calls go through meanwhile."""
     provider, send = Provider("p"), Script(_refused())
     events: list[Any] = []
-    provider.subscribe(events.append)
-    assert _gather(provider.dispatch(send, _ticket(suspend=False)), _later(0.1, provider, send, _ticket())) == ["ok", "ok"]
+    governor(provider).subscribe(events.append)
+    assert _gather(governor(provider).dispatch(send, _ticket(suspend=False)), _later(0.1, provider, send, _ticket())) == ["ok", "ok"]
     assert send.times[:2] == pytest.approx([0.0, 0.1], abs=1e-6)
     assert 0.25 <= send.times[2] <= 0.5
-    assert not provider.held and not any(isinstance(e, ProviderHoldSet) for e in events)
+    assert not provider.status().held and not any(isinstance(e, ProviderHoldSet) for e in events)
 
 
 def test_unhinted_refusals_back_off_exponentially() -> None:
     """Repeated unhinted 429s wait longer each time: [0.25, 0.5], [0.5, 1], [1, 2] s."""
     provider, send = Provider("p"), Script(_refused(), _refused(), _refused())
-    run_virtual(provider.dispatch(send, _ticket(suspend=False)))
+    run_virtual(governor(provider).dispatch(send, _ticket(suspend=False)))
     gaps = [b - a for a, b in zip(send.times, send.times[1:])]
     assert len(gaps) == 3
     for n, gap in enumerate(gaps):
@@ -340,7 +341,7 @@ def test_endless_unhinted_refusals_are_bounded_by_budget() -> None:
 
     async def main() -> float:
         with pytest.raises(pb.ProviderExhausted):
-            await provider.dispatch(send, _ticket(suspend=False, budget=120.0))
+            await governor(provider).dispatch(send, _ticket(suspend=False, budget=120.0))
         return asyncio.get_running_loop().time()
 
     assert run_virtual(main()) <= 120.0 + 1e-6
@@ -379,7 +380,7 @@ def test_rpm_is_rps_spelled_per_minute() -> None:
     """rpm=600 paces like rps=10 (98% of it) and shows as given; tpm is kept."""
     provider = Provider("llm", rpm=600, tpm=60_000)
     assert provider.rps == 10.0 and provider.rpm == 600 and provider.tpm == 60_000
-    assert provider.rate == pytest.approx(10 * HEADROOM)
+    assert provider.status().rate == pytest.approx(10 * HEADROOM)
     assert repr(provider).startswith("<Provider 'llm' rpm=600 tpm=60000 rate=9.8/s")
 
 
@@ -407,7 +408,7 @@ def test_options_are_frozen_and_state_lives_in_the_governor() -> None:
     provider = Provider("p", rps=10)
     with pytest.raises(AttributeError, match="frozen"):
         provider.rps = 20  # type: ignore[misc]
-    assert provider.governor.limiter is provider.limiter and provider.account == "p:default"
+    assert governor(provider).limiter is governor(provider).limiter and provider.account == "p:default"
 
 
 def test_empty_name_rejected() -> None:
@@ -426,8 +427,8 @@ def test_repr_shows_live_state() -> None:
         seen.append(repr(provider))
         raise _refused(30)
 
-    with pytest.raises(Held):
-        run_virtual(provider.dispatch(send, _ticket()))
+    with pytest.raises(OnHold):
+        run_virtual(governor(provider).dispatch(send, _ticket()))
     assert "in_flight=1" in seen[0]
     shown = repr(provider)
     assert "rate=7.35/s" in shown and "in_flight=0" in shown and "429s=1" in shown
@@ -438,14 +439,40 @@ def test_hold_lifted_event_comes_at_the_deadline_without_another_call() -> None:
     """ProviderHoldLifted arrives when the hold ends, even if no call comes along to notice."""
     provider, send = Provider("p"), Script(_refused(30))
     events: list[tuple[float, Any]] = []
-    provider.subscribe(lambda e: events.append((asyncio.get_running_loop().time(), e)))
+    governor(provider).subscribe(lambda e: events.append((asyncio.get_running_loop().time(), e)))
 
     async def main() -> None:
-        with pytest.raises(Held):
-            await provider.dispatch(send, _ticket())
+        with pytest.raises(OnHold):
+            await governor(provider).dispatch(send, _ticket())
         await asyncio.sleep(60)
 
     run_virtual(main())
     lifted = [t for t, e in events if isinstance(e, ProviderHoldLifted)]
     assert lifted == [pytest.approx(30.0, abs=1e-6)]
-    assert not provider.held
+    assert not provider.status().held
+
+
+def test_equal_providers_share_one_governor_and_a_hold_reaches_both() -> None:
+    """Two Provider("acme", rps=10) in one process are one account with one rate, calls in flight
+    and hold (two cells or two tools that each made one); different limits pace apart."""
+    first, second, other = pb.Provider("acme", rps=10), pb.Provider("acme", rps=10), pb.Provider("acme", rps=20)
+    assert governor(first) is governor(second) and governor(other) is not governor(first)
+
+    async def main() -> tuple[bool, bool]:
+        async def refused() -> None:
+            raise pb.ToolError("slow down", status=429, retry_after=30)
+
+        with contextlib.suppress(BaseException):
+            await governor(first).dispatch(refused, Ticket("t", WaitBudget(0.0)))
+        return second.status().held, other.status().held
+
+    assert run_virtual(main()) == (True, False)
+
+
+def test_a_provider_shows_its_configuration_and_its_status() -> None:
+    """pb.Provider's public names are its frozen options and status(), a snapshot of its state."""
+    provider = pb.Provider("acme", rps=10, concurrency=4)
+    public = {name for name in dir(provider) if not name.startswith("_")}
+    assert public == {"name", "rps", "rpm", "burst", "window", "concurrency", "tpm", "account", "max_wait", "retries", "shared", "status"}
+    status = provider.status()
+    assert (status.name, status.held, status.down, status.in_flight, status.rate) == ("acme", False, False, 0, pytest.approx(10 * HEADROOM))

@@ -19,13 +19,19 @@ def test_all_is_sorted() -> None:
 
 
 def test_all_is_complete() -> None:
-    """Every public attribute is in __all__, and every name in __all__ exists."""
+    """Every public attribute is in __all__, and every name in __all__ exists (the demo and the
+    cluster's run are loaded when first used, and dir() lists them before)."""
     public = {
-        name
-        for name, value in vars(pb).items()
-        if not name.startswith("_") and not (isinstance(value, types.ModuleType) and name != "demo")
+        name for name in dir(pb) if not name.startswith("_") and not (isinstance(getattr(pb, name), types.ModuleType) and name != "demo")
     }
     assert public == set(pb.__all__)
+    assert all(getattr(pb, name) is not None for name in pb.__all__)
+
+
+def test_a_plays_context_shows_what_a_play_uses() -> None:
+    """``ctx`` shows the calls a play makes and who the row is; the runtime's bookkeeping is not on it."""
+    public = {name for name in dir(pb.Context) if not name.startswith("_")}
+    assert public == {"tool", "call", "waterfall", "step", "sleep", "run_play", "log", "row_key", "run_id", "attempt"}
 
 
 def test_design_names_are_exported() -> None:

@@ -22,7 +22,7 @@ import requests
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.models import RowHeld
+from playbook.events import RowHeld
 from playbook.runtime.pipeline import invoke
 from playbook.tools import CallEnv
 

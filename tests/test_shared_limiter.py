@@ -21,8 +21,9 @@ import pytest
 import redis
 
 import playbook as pb
-from playbook.limits import Limiter, LocalLimiter, Permit, Verdict
-from playbook.limits.shared import RedisLimiter
+from playbook.providers.limits import Limiter, LocalLimiter, Permit, Verdict
+from playbook.providers.limits.shared import RedisLimiter
+from playbook.providers.provider import governor
 
 Factory = Callable[..., Limiter]
 
@@ -104,7 +105,7 @@ def test_a_hold_stops_permits_until_it_ends(make: Factory) -> None:
         until = await limiter.hold(loop.time() + 0.4)
         left = until - loop.time()
         during = await limiter.acquire()
-        await asyncio.sleep(max(0.0, limiter.hold_until - loop.time()) + 0.05)
+        await asyncio.sleep(max(0.0, limiter.hold_until_t - loop.time()) + 0.05)
         after = await limiter.acquire()
         assert after is not None
         await limiter.release(after)
@@ -293,7 +294,7 @@ def test_concurrency_is_bounded_across_limiters(redis_url: str) -> None:
 
 _OTHER = """
 import asyncio, sys, time
-from playbook.limits.shared import RedisLimiter
+from playbook.providers.limits.shared import RedisLimiter
 url, action = sys.argv[1], sys.argv[2]
 async def main():
     limiter = RedisLimiter(url, "acme:default", provider="acme", rate=20.0, concurrency=3)
@@ -343,7 +344,7 @@ def test_a_hold_set_by_another_process_is_seen_here(redis_url: str, other: Calla
     async def main() -> tuple[Any, float]:
         limiter = _shared(redis_url, rate=20.0)
         permit = await limiter.acquire()
-        return permit, limiter.hold_until - asyncio.get_running_loop().time()
+        return permit, limiter.hold_until_t - asyncio.get_running_loop().time()
 
     permit, left = asyncio.run(main())
     assert permit is None and 1.0 < left <= 3.0
@@ -463,7 +464,7 @@ def test_repr_shows_the_shared_url_without_its_password() -> None:
     provider = pb.Provider("acme", rps=10, shared="redis://:s3cret@localhost:6379/0")
     shown = repr(provider)
     assert "shared=redis://:***@localhost:6379/0" in shown and "s3cret" not in shown
-    assert "s3cret" not in repr(provider.limiter)
+    assert "s3cret" not in repr(governor(provider).limiter)
 
 
 def test_a_hinted_refusal_under_a_token_limit_leaves_the_request_rate_alone(make: Factory) -> None:

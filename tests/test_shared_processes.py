@@ -46,7 +46,7 @@ try:
 finally:
     store.close()
 statuses = run.result["play_status"].value_counts().to_dict()
-print(json.dumps({"began": began, "ended": time.time(), "statuses": statuses, "sent": provider.sent}))
+print(json.dumps({"began": began, "ended": time.time(), "statuses": statuses, "sent": provider.status().sent}))
 """
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 import playbook as pb
-from playbook.models import CallFinished, ProviderDown, ProviderUp, RunStarted
+from playbook.events import CallFinished, ProviderDown, ProviderUp, RunStarted
 from playbook.runtime.state import RunState
 
 
@@ -72,7 +72,7 @@ def test_down_since_is_when_the_provider_went_down_until_it_is_up() -> None:
 
 def test_the_phase_says_whether_the_run_goes_is_stopping_or_ended() -> None:
     """not started → running → stopping (a stop asked for) → stopped; a retry runs again, and ends finished."""
-    from playbook.models import RunFinished
+    from playbook.events import RunFinished
 
     state = RunState()
     seen = [state.phase]

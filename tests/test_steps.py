@@ -13,7 +13,7 @@ import pytest
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.models import RowHeld, RowSleeping
+from playbook.events import RowHeld, RowSleeping
 
 EPOCH = 1_800_000_000.0
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from playbook._internal.urls import masked
 from playbook.store.memory import MemoryBackend
 from playbook.store.protocol import Backend, Counts, Damaged, Found, StoreFailure
 from playbook.store.records import MemoRow, Record, memo_tools
 from playbook.store.redis import RedisBackend
-from playbook.urls import masked
 
 
 def _key(kind: str, n: int) -> str:

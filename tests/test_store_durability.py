@@ -22,7 +22,7 @@ import redis
 
 import playbook as pb
 from playbook.demo.redis_server import RedisServer
-from playbook.models import RunNotice
+from playbook.events import RunNotice
 
 STOCK = ("--appendonly", "no", "--save", "3600 1 300 100 60 10000")  # redis.conf as Debian ships it
 EVICTING = ("--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru")

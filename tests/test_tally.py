@@ -12,7 +12,7 @@ import pandas as pd
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.models import Event, RowFinished, RowParked, RowRequeued, RunFinished
+from playbook.events import Event, RowFinished, RowParked, RowRequeued, RunFinished
 from playbook.ui.tally import KINDS, Tally
 
 Counts = tuple[Counter[str], Counter[str | None], Counter[str], Counter[tuple[str | None, str]], Counter[Any]]

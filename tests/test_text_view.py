@@ -22,18 +22,9 @@ from provider_state import hold, set_down
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.models import (
-    CallFinished,
-    ProviderDown,
-    ProviderUp,
-    RowFinished,
-    RowHeld,
-    RowParked,
-    RowStarted,
-    RunFinished,
-    RunStarted,
-    time_of_day,
-)  # fmt: skip
+from playbook._internal.words import time_of_day
+from playbook.events import CallFinished, ProviderDown, ProviderUp, RowFinished, RowHeld, RowParked, RowStarted, RunFinished, RunStarted
+from playbook.providers.provider import governor
 from playbook.runtime.state import RunState
 from playbook.ui.text import MIN_BAR, TextView
 
@@ -126,7 +117,7 @@ def _scene(state: RunState, *, probe_at: float, hold_in: float = 3600) -> tuple[
     acme, quota = pb.Provider("acme", rps=20, concurrency=8), pb.Provider("quota", max_wait=1)
     for provider in (acme, quota):  # as a run watches the providers its rows call
         state.providers[provider.name] = provider
-        provider.subscribe(state.emit)
+        governor(provider).subscribe(state.emit)
     state.emit(RunStarted("r1", "enrich", 40))
     for pos in range(5):
         state.emit(RowStarted(pos))
@@ -142,7 +133,7 @@ def _scene(state: RunState, *, probe_at: float, hold_in: float = 3600) -> tuple[
     hold(quota, hold_in)
     for pos in range(17, 20):
         state.emit(RowStarted(pos))
-        state.emit(RowHeld(pos, "quota", quota.hold_wall, 429))
+        state.emit(RowHeld(pos, "quota", quota.status().hold_until_at, 429))
     return acme, quota
 
 
@@ -172,7 +163,7 @@ def test_a_wide_bar_says_until_when_and_how_many_rows_and_counts_paid_and_local_
     last = _frames(out.getvalue())[-1]
     assert last.startswith(
         f"enrich [held=3 parked=12 | acme down (12 rows, probe {time_of_day(probe)}) | "
-        f"quota held until {time_of_day(quota.hold_wall)} (3 rows)]: "
+        f"quota held until {time_of_day(quota.status().hold_until_at)} (3 rows)]: "
     ), last
     assert last.endswith(": 17/40 rows (42%) | ok=5 reused=0 failed=0 | calls 5 paid, 0 from receipts, 5 local"), last
     state.emit(RunFinished("r1", False))
@@ -235,7 +226,7 @@ def test_the_summary_gives_a_line_per_provider_that_is_down_holds_or_has_parked_
     assert lines[start + 1 :] == [
         f"provider 'acme' is down since {time_of_day(now[0])}: ConnectError: connection refused; 12 rows parked; "
         f"next probe at {time_of_day(probe)}",
-        f"provider 'quota' holds calls until {time_of_day(quota.hold_wall)} (HTTP 429)",
+        f"provider 'quota' holds calls until {time_of_day(quota.status().hold_until_at)} (HTTP 429)",
         "2 rows parked: the budget ran out",
         "a rerun runs the parked rows again",
         "",

@@ -18,10 +18,10 @@ T0 = 1_700_000_000.0  # an epoch second: the timeline never reads the clock
 
 def view(
     name: str = "acme", *, sent: int = 0, refused: int = 0, failed: int = 0, rate: float | None = None, held: bool = False,
-    hold_wall: float = 0.0, down: bool = False, tokens: float = 0.0, tpm: float | None = None, in_flight: int = 0,
+    hold_until_at: float = 0.0, down: bool = False, tokens: float = 0.0, tpm: float | None = None, in_flight: int = 0,
 ) -> ProviderView:  # fmt: skip
     return ProviderView(
-        name=name, down=down, down_error="boom" if down else None, probe_at=0.0, held=held, hold_wall=hold_wall,
+        name=name, down=down, down_error="boom" if down else None, probe_at=0.0, held=held, hold_until_at=hold_until_at,
         last_status=None, rate=rate, in_flight_limit=None, in_flight=in_flight, refused=refused, tokens=tokens, tpm=tpm,
         sent=sent, failed=failed,
     )  # fmt: skip
@@ -143,15 +143,15 @@ def test_a_provider_first_seen_late_shares_the_buckets() -> None:
 
 
 def test_a_hold_is_a_span_to_its_end_and_an_early_lift_shortens_it() -> None:
-    """A held view is a span [wall, hold_wall]; the sample that sees it lifted early ends it there."""
+    """A held view is a span [wall, hold_until_at]; the sample that sees it lifted early ends it there."""
     tl = Timeline()
-    tl.sample(T0 + 10, {"acme": view(held=True, hold_wall=T0 + 70)})
+    tl.sample(T0 + 10, {"acme": view(held=True, hold_until_at=T0 + 70)})
     assert only(tl).spans == [(T0 + 10, T0 + 70, "hold")]
     for t in range(11, 20):
-        tl.sample(T0 + t, {"acme": view(held=True, hold_wall=T0 + 70)})
+        tl.sample(T0 + t, {"acme": view(held=True, hold_until_at=T0 + 70)})
     tl.sample(T0 + 20, {"acme": view()})
     assert only(tl).spans == [(T0 + 10, T0 + 20, "hold")]
-    tl.sample(T0 + 40, {"acme": view(held=True, hold_wall=T0 + 45)})
+    tl.sample(T0 + 40, {"acme": view(held=True, hold_until_at=T0 + 45)})
     tl.sample(T0 + 50, {"acme": view()})  # it ran out by itself: the span keeps its end
     assert only(tl).spans == [(T0 + 10, T0 + 20, "hold"), (T0 + 40, T0 + 45, "hold")]
 
@@ -159,15 +159,15 @@ def test_a_hold_is_a_span_to_its_end_and_an_early_lift_shortens_it() -> None:
 def test_a_hold_set_again_moves_its_end() -> None:
     """While held, the span ends where the hold now ends (a new 429 extends it)."""
     tl = Timeline()
-    tl.sample(T0, {"acme": view(held=True, hold_wall=T0 + 30)})
-    tl.sample(T0 + 5, {"acme": view(held=True, hold_wall=T0 + 90)})
+    tl.sample(T0, {"acme": view(held=True, hold_until_at=T0 + 30)})
+    tl.sample(T0 + 5, {"acme": view(held=True, hold_until_at=T0 + 90)})
     assert only(tl).spans == [(T0, T0 + 90, "hold")]
 
 
 def test_a_hold_whose_end_has_passed_is_no_span() -> None:
-    """A view still flagged held with hold_wall behind the sample is not held."""
+    """A view still flagged held with hold_until_at behind the sample is not held."""
     tl = Timeline()
-    tl.sample(T0 + 10, {"acme": view(held=True, hold_wall=T0 + 5)})
+    tl.sample(T0 + 10, {"acme": view(held=True, hold_until_at=T0 + 5)})
     assert only(tl).spans == []
 
 
@@ -180,8 +180,8 @@ def test_down_spans_grow_while_down_and_touching_spans_merge() -> None:
     tl.sample(T0 + 7.8, {"acme": view(down=True)})  # 0.8 s after the last: the same outage
     tl.sample(T0 + 8.4, {"acme": view()})
     tl.sample(T0 + 30, {"acme": view(down=True)})
-    tl.sample(T0 + 31, {"acme": view(held=True, hold_wall=T0 + 40)})
-    tl.sample(T0 + 40.5, {"acme": view(held=True, hold_wall=T0 + 50)})  # within a bucket of the last hold
+    tl.sample(T0 + 31, {"acme": view(held=True, hold_until_at=T0 + 40)})
+    tl.sample(T0 + 40.5, {"acme": view(held=True, hold_until_at=T0 + 50)})  # within a bucket of the last hold
     assert only(tl).spans == [(T0 + 5, T0 + 7.8, "down"), (T0 + 30, T0 + 30, "down"), (T0 + 31, T0 + 50, "hold")]
 
 
@@ -192,7 +192,7 @@ def test_spans_stay_bounded_and_still_cover_every_hold_and_down() -> None:
     for k in range(8):  # within the first 10 s, so the width stays 1 s; same-kind spans 1.1 s apart
         t = T0 + 1.2 * k
         holds.append((t, t + 0.1))
-        tl.sample(t, {"acme": view(held=True, hold_wall=t + 0.1)})
+        tl.sample(t, {"acme": view(held=True, hold_until_at=t + 0.1)})
         tl.sample(t + 0.1, {"acme": view()})
         downs.append((t + 0.6, t + 0.6))
         tl.sample(t + 0.6, {"acme": view(down=True)})
@@ -233,8 +233,8 @@ def test_provider_view_counts_what_a_real_provider_sent_and_what_failed(demo, st
     seen = provider_view(provider)
     stats = demo.stats()
     assert stats["by_status"]["500"] >= 1
-    assert seen.sent == stats["requests"] == provider.sent
-    assert seen.failed == stats["by_status"]["500"] == provider.failed
+    assert seen.sent == stats["requests"] == provider.status().sent
+    assert seen.failed == stats["by_status"]["500"] == provider.status().failed
     assert seen.refused == stats["by_status"].get("429", 0)
     tl.sample(T0 + 3, {"acme": seen})
     s = only(tl)

@@ -169,7 +169,8 @@ def test_a_provider_going_down_redraws_the_panel_at_once(kernel: Any) -> None:
         kernel,
         """
         import json, tempfile, time
-        from playbook.models import ProviderDown
+        from playbook.events import ProviderDown
+        from playbook.providers.provider import governor
         acme = pb.Provider("acme", rps=200, concurrency=3)
         @pb.tool(provider=acme)
         async def remote(n: int) -> int:
@@ -181,11 +182,9 @@ def test_a_provider_going_down_redraws_the_panel_at_once(kernel: Any) -> None:
         outage = pd.DataFrame({"n": range(200)}).play.run(both, concurrency=3, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
         await asyncio.sleep(0.8)  # past the panel's delay
         before = outage.view.status.value
-        try:
-            acme.down = True
-        except AttributeError:  # read from the provider's health gate
-            acme.health.down = True
-        acme.down_error, acme.probe_at = "ConnectError: connection refused", time.time() + 30
+        gov = governor(acme)
+        gov.health.down = True  # read from the provider's health gate
+        gov.down_error, gov.probe_at = "ConnectError: connection refused", time.time() + 30
         outage.state.emit(ProviderDown("acme", "ConnectError: connection refused"))
         after = outage.view.status.value  # no await since the event: not the timer's redraw
         outage.stop()

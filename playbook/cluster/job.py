@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .._loop import check_blocking, finished, run_sync, schedule
+from .._internal.loop import check_blocking, finished, run_sync, schedule
 from ..errors import PlaybookError, PlayDefinitionError, ReceiptError, RunFatal, interrupted
-from ..models import ProviderHold, RunFinished, RunStarted, RunStats
-from ..plays import Play
-from ..providers import sharing_limits
+from ..events import RunFinished, RunStarted
+from ..plays.play import Play
+from ..providers.provider import sharing_limits
+from ..records import ProviderHold, RunStats
 from ..runtime.options import RunOptions
 from ..runtime.state import ERROR_COLUMNS, LEG_COLUMNS
 from ..store.receipts import ReceiptStore
@@ -376,7 +377,7 @@ def _task_error(play: str, part: int, exc: BaseException | None, on_error: str, 
 
 
 async def _done(futures: list[Future]) -> None:
-    while not all(f.done() for f in futures):
+    while not all(f.done() for f in futures):  # noqa: ASYNC110 - Dask's futures are not awaitable on this loop
         await asyncio.sleep(_POLL / 2)
 
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RunFinished, RunNotice, RunProgress, RunStarted
+from ..events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RunFinished, RunNotice, RunProgress, RunStarted
 from ..runtime.grouping import message_group
 from ..runtime.state import FailedRow, ParkedRow, ProviderView, RunEvent, RunState, Waiting, WorkerView, grouped
 from .wire import COUNTERS, decode_label
@@ -227,7 +227,7 @@ def _summed(tables: list[list[list[Any]]]) -> list[list[Any]]:
 def _merge(a: ProviderView, b: ProviderView) -> ProviderView:
     return ProviderView(
         name=a.name, down=a.down or b.down, down_error=a.down_error or b.down_error, probe_at=max(a.probe_at, b.probe_at),
-        held=a.held or b.held, hold_wall=max(a.hold_wall, b.hold_wall), last_status=b.last_status or a.last_status,
+        held=a.held or b.held, hold_until_at=max(a.hold_until_at, b.hold_until_at), last_status=b.last_status or a.last_status,
         rate=b.rate if b.rate is not None else a.rate, in_flight_limit=b.in_flight_limit or a.in_flight_limit,
         in_flight=a.in_flight + b.in_flight, refused=a.refused + b.refused, tokens=a.tokens + b.tokens, tpm=b.tpm or a.tpm,
         sent=a.sent + b.sent, failed=a.failed + b.failed,

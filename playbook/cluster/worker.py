@@ -1,7 +1,7 @@
 """A partition's run on a Dask worker: the local engine over its rows, reporting to the job.
 
 The play and its options arrive pickled once per job (``payload``); providers in it arrive with
-their limits shared at the job's Redis (see :func:`playbook.providers.sharing_limits`), so every
+their limits shared at the job's Redis (see :func:`playbook.providers.provider.sharing_limits`), so every
 worker paces one account together.  Each worker thread keeps one event loop and one store per
 Redis URL across partitions, as a script's thread does across ``map()`` calls.
 """
@@ -13,14 +13,17 @@ import os
 import socket
 import threading
 import uuid
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import pandas as pd
 
-from .._loop import run_sync
+from .._internal.loop import run_sync
 from ..errors import PlaybookError
-from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RunFinished
-from ..runtime.run import Run
+from ..events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RunFinished
+from ..plays.play import Play, as_play
+from ..runtime.options import RunOptions
+from ..runtime.run import begin_background, start
 from ..runtime.state import RunEvent, RunState
 from ..store import ReceiptStore
 from .budget import SharedCostBudget
@@ -71,8 +74,9 @@ def run_partition(frame: pd.DataFrame, payload: bytes, part: Part, previous: pd.
 
     try:
         play, options = cloudpickle.loads(payload)
-        if options.get("max_cost") is not None:  # the job's budget, which every partition spends from
-            options = {**options, "max_cost": SharedCostBudget(options["max_cost"], part.store, part.job)}
+        opts = RunOptions.parse({**options, "progress": False, "background": True})
+        if opts.max_cost is not None:  # the job's budget, which every partition spends from
+            opts = replace(opts, budget=SharedCostBudget(opts.max_cost, part.store, part.job))
         ran: list[int] | None = None
         if part.positions is not None and previous is not None:
             chosen = set(part.positions)
@@ -81,7 +85,7 @@ def run_partition(frame: pd.DataFrame, payload: bytes, part: Part, previous: pd.
         rows = frame if ran is None else frame.iloc[ran]
         if part.limit is not None:
             rows = rows.iloc[: part.limit]
-        result = run_sync(_drive(rows, play, options, _store(part.store), _channel(part), part, ran))
+        result = run_sync(_drive(rows, as_play(play), opts, _store(part.store), _channel(part), part, ran))
         if ran is not None and previous is not None and part.positions is not None:
             result = reassembled(previous, result, ran, part.positions, list(frame.columns))
     except Exception as exc:
@@ -102,7 +106,7 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 async def _drive(
-    rows: pd.DataFrame, play: Any, options: dict[str, Any], store: ReceiptStore, channel: Channel, part: Part, ran: list[int] | None
+    rows: pd.DataFrame, play: Play, opts: RunOptions, store: ReceiptStore, channel: Channel, part: Part, ran: list[int] | None
 ) -> pd.DataFrame:
     attempt = uuid.uuid4().hex[:12]  # a partition run again (its worker died) is a new attempt
     # Its paid calls are counted with their receipts, where the client reads them if this
@@ -110,16 +114,16 @@ async def _drive(
     # no report).
     store.tally = (channel.paid, attempt)
     try:
-        return await _run(rows, play, options, store, channel, part, ran, attempt)
+        return await _run(rows, play, opts, store, channel, part, ran, attempt)
     finally:
         store.tally = None
 
 
 async def _run(
-    rows: pd.DataFrame, play: Any, options: dict[str, Any], store: ReceiptStore, channel: Channel, part: Part, ran: list[int] | None,
+    rows: pd.DataFrame, play: Play, opts: RunOptions, store: ReceiptStore, channel: Channel, part: Part, ran: list[int] | None,
     attempt: str,
 ) -> pd.DataFrame:  # fmt: skip
-    run: Run = await rows.play.arun(play, **options, store=store, progress=False, background=True)
+    run = begin_background(start(rows, play, opts, store))
     relay = _Relay(run.state, part, ran, attempt)
     finished = asyncio.Event()
     unsubscribe = run.state.subscribe(lambda _: finished.set(), kinds=(RunFinished,))

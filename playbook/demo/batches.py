@@ -248,7 +248,7 @@ class BatchStore:
             newest = newest[ids.index(after) + 1 :] if after in ids else []
         return newest[:limit], len(newest) > limit
 
-    def settle(self, now: float) -> list[dict[str, Any]]:
+    def complete_due(self, now: float) -> list[dict[str, Any]]:
         """Publish the files of batches that finished by `now`; the chat answers they hold,
         so the caller can count their usage once."""
         answered: list[dict[str, Any]] = []

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from playbook._dist import install_hint
+from playbook._internal.dist import install_hint
 from playbook.demo.settings import DemoSettings, down_seconds
 from playbook.demo.state import DemoState
 
@@ -237,7 +237,7 @@ class DemoServer:
                 sock.close()
             if self._stopped or self._back_at is None:
                 return
-            while not self._stopped and (left := self._back_at - time.monotonic()) > 0:
+            while not self._stopped and (left := self._back_at - time.monotonic()) > 0:  # noqa: ASYNC110 - stop() comes from another thread
                 await asyncio.sleep(min(left, 0.05))  # short steps, so stop() ends a long down at once
             if self._stopped:
                 return

@@ -240,7 +240,7 @@ class DemoState:
 
     def _settle(self) -> None:
         """Publish finished batches and count their answers. Called under the lock."""
-        for answer in self._store.settle(self.clock()):
+        for answer in self._store.complete_due(self.clock()):
             self._counters.count_chat(answer, batch=True)
 
     def add_file(self, filename: str, purpose: str, data: bytes) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from playbook.providers import Provider
+from playbook.providers.provider import Provider
 from playbook.tools import HttpTool, http_tool
 
 from .server import DemoServer

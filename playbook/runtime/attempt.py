@@ -7,15 +7,15 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._internal.flow import Leased, OnHold, Parked, Sleeping, Suspend
 from ..errors import ProviderExhausted, RunFatal
-from ..plays import Play
-from ..signals import Held, Leased, Parked, Sleeping, Suspend
-from .context import Context
+from ..plays.play import Play
+from .context import Context, ledger
 from .grouping import error_group, safe_str
 from .memos import remember
+from .outcomes import Outcomes
 from .rows import error_line, error_message, play_row
 from .scope import RunScope
-from .settle import Outcomes
 
 if TYPE_CHECKING:
     from ..store import ReceiptStore
@@ -47,9 +47,10 @@ class RowRunner:
         outcomes = self.outcomes
         table = outcomes.table
         ctx = Context(self.scope, table.entries[pos].key, pos, outcomes.started(pos))  # type: ignore[arg-type]  # rows that run have keys
+        book = ledger(ctx)
         try:
-            output, stored = await play_row(self.play, table.row(pos), ctx)
-        except Held as held:
+            output, stored = await play_row(self.play, table.row(pos), ctx, book)
+        except OnHold as held:
             held.budget.left -= max(0.0, held.until - asyncio.get_running_loop().time())
             outcomes.hold(pos, held.until, held.wall, held.provider.name, held.status)
             return True
@@ -64,25 +65,25 @@ class RowRunner:
         except ProviderExhausted as exc:
             outcomes.park(pos, exc.reason, error_message(exc), exc.provider, exc.retry_at)
         except RunFatal as exc:
-            outcomes.settle(pos, "failed", None, error_message(exc), group=error_group(exc, self.play.fn))
+            outcomes.finish(pos, "failed", None, error_message(exc), group=error_group(exc, self.play.fn))
             self.scope.fatal_stop(exc)
         except Suspend:  # pragma: no cover - every signal is handled above
             raise
         except Exception as exc:
-            if "'coroutine'" in safe_str(exc) and (advice := ctx.never_awaited()) is not None:
+            if "'coroutine'" in safe_str(exc) and (advice := book.never_awaited()) is not None:
                 exc.add_note(advice)  # v = ctx.tool(...) then v.upper(): the value was never awaited
             self._failed(pos, exc)
         else:
-            outcomes.settle(pos, "ok", output, None)
+            outcomes.finish(pos, "ok", output, None)
             if stored is not None:
-                remember(self.store, self.play, table, pos, output, stored, (ctx.calls, ctx.cost, ctx.tools, ctx.receipts))
+                remember(self.store, self.play, table, pos, output, stored, (book.calls, book.cost, book.tools, book.receipts))
         finally:
-            ctx.close()
+            book.close()
         return False
 
     def _failed(self, pos: int, exc: Exception) -> None:
         fn = self.play.fn
-        self.outcomes.settle(pos, "failed", None, error_message(exc) + error_line(exc, fn), group=error_group(exc, fn))
+        self.outcomes.finish(pos, "failed", None, error_message(exc) + error_line(exc, fn), group=error_group(exc, fn))
         if self._raise:
             exc.add_note(f"in row {self.outcomes.table.label(pos)!r} (position {pos}) of play {self.play.name!r}")
             self._fail_run(exc)

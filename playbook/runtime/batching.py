@@ -17,10 +17,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
+from .._internal.flow import OnHold, Suspend, WaitBudget
+from .._internal.words import time_of_day
 from ..errors import ProviderExhausted
-from ..models import time_of_day
-from ..providers import Ticket
-from ..signals import Held, Suspend, WaitBudget
+from ..providers.provider import Ticket
 from ..tools import Tool
 from .upstream import dispatch
 
@@ -50,7 +50,7 @@ class Batches:
     def __repr__(self) -> str:
         return f"<Batches {sorted(self._batchers)} sending={len(self.tasks)}>"
 
-    def batcher(self, tool: Tool) -> Batcher:
+    def batcher(self, tool: Tool[Any]) -> Batcher:
         found = self._batchers.get(tool.name)
         if found is None:
             found = self._batchers[tool.name] = Batcher(tool, self.track)
@@ -67,7 +67,7 @@ class Batcher:
 
     __slots__ = ("tool", "_pending", "_timer", "_tasks", "_track")
 
-    def __init__(self, tool: Tool, track: Callable[[asyncio.Task[Any]], None] = lambda task: None) -> None:
+    def __init__(self, tool: Tool[Any], track: Callable[[asyncio.Task[Any]], None] = lambda task: None) -> None:
         self.tool = tool
         self._pending: list[Member] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -133,10 +133,10 @@ class Batcher:
                 member.done.set_result(result)
 
 
-def _for_member(exc: BaseException, member: Member, tool: Tool) -> BaseException:
+def _for_member(exc: BaseException, member: Member, tool: Tool[Any]) -> BaseException:
     """The batch's hold as this member's: held against its own row's wait budget, or, past it,
     the row parks (a waterfall tries its next leg) as a call of its own would."""
-    if not isinstance(exc, Held) or member.budget is None:
+    if not isinstance(exc, OnHold) or member.budget is None:
         return exc
     budget = member.budget
     wait = exc.until - asyncio.get_running_loop().time()
@@ -146,7 +146,7 @@ def _for_member(exc: BaseException, member: Member, tool: Tool) -> BaseException
             f"past this row's wait budget ({max(budget.left, 0):.0f}s left of max_wait)",
             tool=tool.name, provider=exc.provider.name, status=exc.status, retry_at=exc.wall,
         )  # fmt: skip
-    return Held(exc.provider, exc.until, exc.wall, exc.status, budget)
+    return OnHold(exc.provider, exc.until, exc.wall, exc.status, budget)
 
 
 async def _land(land: Land, out: Any) -> tuple[Any, bool]:

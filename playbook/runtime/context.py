@@ -13,80 +13,80 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import linecache
 import logging
 import math
-import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._internal.flow import Sleeping, Suspend
 from ..errors import PlaybookError, PlayDefinitionError, ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
 from ..keys import step_key, step_name
-from ..providers import IN_PLACE
-from ..signals import Sleeping, Suspend
+from ..providers.provider import IN_PLACE
 from ..store import MISSING
 from ..store.records import record
 from ..tagged import Unencodable, decode, encode
 from ..tools import NO_INPUT, Tool
-from ..tools.base import Spent
+from .ledger import RowLedger
 from .pipeline import call_tool
 from .subplays import run_play
 
 if TYPE_CHECKING:
     from .scope import RunScope
 
-__all__ = ["Call", "Context"]
+R = TypeVar("R")
+
+__all__ = ["Call", "Context", "ledger"]
 
 _logger = logging.getLogger("playbook")
 
 
-class Context:
-    """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.waterfall(...)``, ``ctx.step(...)``,
-    ``ctx.sleep(...)``, ``ctx.log(...)``."""
+def ledger(ctx: Context) -> RowLedger:
+    """What the runtime keeps behind ``ctx``."""
+    return ctx._ledger
 
-    __slots__ = ("scope", "row_key", "position", "attempt", "_seen", "logs", "_signal", "calls", "cost", "tools", "receipts", "_made")
+
+class Context:
+    """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.call(...)`` and ``ctx.waterfall(...)``,
+    ``ctx.step(...)``, ``ctx.sleep(...)``, ``ctx.run_play(...)``, ``ctx.log(...)``; who the row
+    is: ``ctx.row_key``, ``ctx.run_id``, ``ctx.attempt``."""
+
+    __slots__ = ("_ledger",)
 
     def __init__(self, scope: RunScope, row_key: str, position: int, attempt: int) -> None:
-        self.scope = scope  # what of the run this row's calls may use
-        self.row_key = row_key
-        self.position = position
-        self.attempt = attempt
-        self._seen: dict[str, int] | None = None  # calls per tool so far: the occurrence index
-        self.logs: list[str] | None = None
-        self._signal: BaseException | None = None  # a suspension or fatal error, remembered
-        # The row's calls, paid now or before, and what they cost: its memo keeps them, so a
-        # rerun that reuses the row can say what it saved.
-        self.calls = 0
-        self.cost = 0.0
-        self.tools: dict[str, str] = {}  # name -> fingerprint of every tool the row called
-        self.receipts: list[str] = []  # the receipt keys it looked up: a remote store reads them ahead next time
-        self._made: list[tuple[Coroutine[Any, Any, Any], str, int]] | None = None
+        self._ledger = RowLedger(scope, row_key, position, attempt)
+
+    @property
+    def row_key(self) -> str:
+        """The row's identity: a digest of its ``key`` columns' values, or of all its input values."""
+        return self._ledger.row_key
 
     @property
     def run_id(self) -> str:
-        return self.scope.run_id
+        """The run this row attempt belongs to."""
+        return self._ledger.scope.run_id
 
     @property
-    def signal(self) -> BaseException | None:
-        """A suspension or fatal error that met this row, even if the play caught it: the row
-        still steps aside (or fails) when the play returns."""
-        return self._signal
+    def attempt(self) -> int:
+        """How many times this row has started in this run before (0 the first time)."""
+        return self._ledger.attempt
 
     def __repr__(self) -> str:
-        return f"<Context row={self.position} key={self.row_key[:8]} attempt={self.attempt} run={self.run_id}>"
+        book = self._ledger
+        return f"<Context row={book.position} key={book.row_key[:8]} attempt={book.attempt} run={self.run_id}>"
 
     def log(self, msg: Any) -> None:
         """Note a message for this row: kept on the context and sent to the ``playbook`` logger."""
-        if self.logs is None:
-            self.logs = []
+        book = self._ledger
+        if book.logs is None:
+            book.logs = []
         text = str(msg)
-        self.logs.append(text)
-        _logger.info("%s row %s: %s", self.scope.play, self.scope.label(self.position), text)
+        book.logs.append(text)
+        _logger.info("%s row %s: %s", book.scope.play, book.scope.label(book.position), text)
 
     def tool(
-        self, tool: Tool, input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, on_exhausted: str = "park",
+        self, tool: Tool[R], input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, on_exhausted: str = "park",
         **kwargs: Any,
-    ) -> Any:  # fmt: skip
+    ) -> Coroutine[Any, Any, R]:  # fmt: skip
         """Call ``tool`` (await it): its receipt if one exists, else dispatch through its provider.
 
         A provider that cannot answer within the row's wait budget (held past ``max_wait``, or
@@ -100,118 +100,47 @@ class Context:
             raise ToolError(f"ctx.tool() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}")
         if on_exhausted not in ("park", "raise"):
             # A mistake in the play, not in the row: it fails the row even if the play catches it.
-            error = self._signal = PlayDefinitionError(
+            error = self._ledger.signal = PlayDefinitionError(
                 f"ctx.tool({tool.name!r}): on_exhausted must be 'park' or 'raise', not {on_exhausted!r}"
             )
             raise error
-        return self._made_here(self._tool(tool, input, force, ttl, on_exhausted == "park", kwargs))
+        return self._ledger.made_here(self._tool(tool, input, force, ttl, on_exhausted == "park", kwargs))
 
-    async def _tool(self, tool: Tool, input: Any, force: bool, ttl: float | None, parks: bool, kwargs: dict[str, Any]) -> Any:
+    async def _tool(self, tool: Tool[Any], input: Any, force: bool, ttl: float | None, parks: bool, kwargs: dict[str, Any]) -> Any:
         try:
             return (await self._call(tool, input, force, ttl, kwargs))[0]
         except ProviderExhausted as exc:
             if parks:
-                self._signal = exc  # sticky: the row parks even if the play catches it
+                self._ledger.signal = exc  # sticky: the row parks even if the play catches it
             raise
 
-    # -- coroutines handed out, for "did you forget an await?" ---------------------------
-
-    def _made_here(self, coro: Coroutine[Any, Any, Any]) -> Coroutine[Any, Any, Any]:
-        frame = sys._getframe(2)  # the play's line that called ctx.tool (or waterfall, step, sleep)
-        made = self._made
-        if made is None:
-            made = self._made = []
-        made.append((coro, frame.f_code.co_filename, frame.f_lineno))
-        return coro
-
-    def forgotten_await(self, value: Any) -> str:
-        """The advice for an awaitable found where a value should be; closes it (it will never run)."""
-        found = next((m for m in self._made if m[0] is value), None) if self._made else None
-        if found is not None:
-            _, filename, line = found
-            text = linecache.getline(filename, line).strip()
-            where = f" (line {line}: {text})" if text else f" (line {line})"
-        else:
-            name = getattr(getattr(value, "cr_code", None), "co_name", None)
-            where = f" (a {type(value).__name__} of {name!r})" if name else f" (a {type(value).__name__})"
-        if inspect.iscoroutine(value):
-            value.close()
-        return "did you forget an await?" + where
-
-    def never_awaited(self) -> str | None:
-        """The advice for a ctx call made but never awaited (a bare ``ctx.tool(...)`` line, or one
-        formatted into text): it never ran.  ``None`` when every call was awaited."""
-        for coro, _, _ in self._made or ():
-            if _unstarted(coro):
-                return self.forgotten_await(coro)
-        return None
-
-    def close(self) -> None:
-        """The row is done: close the coroutines it made but never awaited (no warning later)."""
-        if self._made:
-            for coro, _, _ in self._made:
-                if _unstarted(coro):
-                    coro.close()  # made, never started
-            self._made = None
-
-    # -- bookkeeping for the call pipeline -----------------------------------------------
-
-    def occurrence(self, name: str) -> int:
-        """The index of this call among the row's calls named ``name`` (0, 1, ...)."""
-        seen = self._seen
-        if seen is None:
-            seen = self._seen = {}
-        n = seen[name] = seen.get(name, -1) + 1
-        return n
-
-    def used(self, tool: Tool, key: str | None) -> None:
-        """The row called ``tool``; ``key``: the receipt it looked up (none when fixtures answered)."""
-        self.tools[tool.name] = tool.fingerprint
-        if key is not None:
-            self.receipts.append(key)
-
-    def count(self, tool: Tool, *, reused: bool, spent: Spent, shared: bool = False) -> None:
-        """A call answered, paid now or before (``shared``: during this run, for another row); an
-        answer that needed a re-ask counts its requests (what it cost is on the first)."""
-        cost = spent.cost
-        for _ in range(spent.requests):
-            self.calls += 1
-            self.cost += cost
-            self.scope.call_finished(tool, reused, cost, shared)
-            cost = 0.0
-
-    def absorb(self, calls: int, cost: float, tools: dict[str, str], receipts: Sequence[str]) -> None:
-        """A sub-play's calls are this row's too: its memo counts them, and drops with their tools."""
-        self.calls += calls
-        self.cost += cost
-        self.tools.update(tools)
-        self.receipts.extend(receipts)
-
-    def child(self, row_key: str) -> Context:
-        """The context of a sub-play this row runs: its own row identity, this row's place (and so
-        its wait budgets) and attempt."""
-        return Context(self.scope, row_key, self.position, self.attempt)
-
-    def run_play(self, play: Any, /, **inputs: Any) -> Any:
+    def run_play(self, play: Any, /, **inputs: Any) -> Coroutine[Any, Any, dict[str, Any]]:
         """Run another play as a step of this row (await it) over a row of ``inputs``; returns its
         output dict.  It has its own row memo (its fingerprint and inputs), so any play, or a map
         of it over a frame of those columns, reuses what it paid for; its holds and parks step
         this row aside, and its errors are this row's."""
-        return self._made_here(self._run_play(play, inputs))
+        return self._ledger.made_here(self._run_play(play, inputs))
+
+    def _child(self, row_key: str) -> tuple[Context, RowLedger]:
+        """A context for a sub-play this row runs: its own row identity, this row's place (and so
+        its wait budgets) and attempt."""
+        book = self._ledger
+        child = Context(book.scope, row_key, book.position, book.attempt)
+        return child, child._ledger
 
     async def _run_play(self, play: Any, inputs: dict[str, Any]) -> Any:
-        if self._signal is not None:
-            raise self._signal
+        if self._ledger.signal is not None:
+            raise self._ledger.signal
         try:
-            return await run_play(self, play, inputs)
+            return await run_play(self._ledger, play, inputs, self._child)
         except (Suspend, ProviderExhausted) as signal:
-            self._signal = signal  # a sub-play that steps aside or parks takes this row with it
+            self._ledger.signal = signal  # a sub-play that steps aside or parks takes this row with it
             raise
         except RunFatal as exc:
-            self._signal = exc
+            self._ledger.signal = exc
             raise
 
-    def call(self, tool: Tool, input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, **kwargs: Any) -> Call:
+    def call(self, tool: Tool[Any], input: Any = NO_INPUT, /, *, force: bool = False, ttl: float | None = None, **kwargs: Any) -> Call:
         """A call for :meth:`waterfall`, made only if the waterfall reaches it."""
         if not isinstance(tool, Tool):
             raise ToolError(f"ctx.call() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}")
@@ -224,7 +153,7 @@ class Context:
         *,
         accept: Callable[[Any], bool] = bool,
         with_source: bool = False,
-    ) -> Any:
+    ) -> Coroutine[Any, Any, Any]:
         """Try ``legs`` in order (await it); the first accepted value wins (default: the first truthy one).
 
         A leg passes to the next when its value is not accepted, it is a miss, or its provider is
@@ -232,7 +161,7 @@ class Context:
         If no leg is accepted the result is ``None``.  With ``with_source=True`` the result is
         ``(value, tool name)``, or ``(None, None)``.
         """
-        return self._made_here(self._waterfall(key, legs, accept, with_source))
+        return self._ledger.made_here(self._waterfall(key, legs, accept, with_source))
 
     async def _waterfall(self, key: str, legs: Sequence[Call], accept: Callable[[Any], bool], with_source: bool) -> Any:
         if not isinstance(key, str) or not key:
@@ -264,12 +193,12 @@ class Context:
                 break
         except Exception:
             outcomes.append("error")
-            self.scope.waterfall_done(key, [leg.tool.name for leg in legs], outcomes)
+            self._ledger.scope.waterfall_done(key, [leg.tool.name for leg in legs], outcomes)
             raise
-        self.scope.waterfall_done(key, [leg.tool.name for leg in legs], outcomes)
+        self._ledger.scope.waterfall_done(key, [leg.tool.name for leg in legs], outcomes)
         return (value, source) if with_source else value
 
-    def step(self, key: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def step(self, key: str, fn: Callable[..., Any], *args: Any) -> Coroutine[Any, Any, Any]:
         """Run ``fn(*args)`` once for this row and remember its value durably (await it).
 
         A replay (after a hold) or a rerun (after a crash, a restart or an edit of the play) gets
@@ -279,16 +208,16 @@ class Context:
         ``key`` (the n-th step with one key in a row is its own step); change the key to run a
         step afresh.
         """
-        return self._made_here(self._step(key, fn, args))
+        return self._ledger.made_here(self._step(key, fn, args))
 
     async def _step(self, key: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-        if self._signal is not None:
-            raise self._signal
+        if self._ledger.signal is not None:
+            raise self._ledger.signal
         if not isinstance(key, str) or not key:
             raise PlayDefinitionError(f"ctx.step(): key must be a non-empty string naming the step, not {key!r}")
         if not callable(fn):
             raise PlayDefinitionError(f"ctx.step({key!r}, fn): fn must be callable, not {type(fn).__name__}")
-        store = self.scope.store
+        store = self._ledger.scope.store
         skey = self._step_key("step", key)
         found = await store.alookup(skey)
         if found is not MISSING:
@@ -305,20 +234,20 @@ class Context:
         await store.commit(record(skey, tool=f"step:{key}", stored=stored, tagged=stored is not value, at=store.clock()))
         return decode(stored) if stored is not value else value
 
-    def sleep(self, seconds: float) -> Any:
+    def sleep(self, seconds: float) -> Coroutine[Any, Any, None]:
         """Sleep durably (await it): the row steps aside (its slot goes to another row) and comes
         back when the time is up.  The wake time is stored, so a replay skips a sleep already
         over, and a rerun after a restart wakes the row at the time first set, not ``seconds`` later."""
-        return self._made_here(self._sleep(seconds))
+        return self._ledger.made_here(self._sleep(seconds))
 
     async def _sleep(self, seconds: float) -> None:
-        if self._signal is not None:
-            raise self._signal
+        if self._ledger.signal is not None:
+            raise self._ledger.signal
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
             raise PlayDefinitionError(f"ctx.sleep(): seconds must be a finite number >= 0, not {seconds!r}")
-        if self.scope.replay is not None:
+        if self._ledger.scope.replay is not None:
             return  # replaying fixtures: no provider to wait for, so no waiting
-        store = self.scope.store
+        store = self._ledger.scope.store
         skey = self._step_key("sleep", "")
         found = await store.alookup(skey)
         now = store.clock()
@@ -333,32 +262,28 @@ class Context:
         if left <= IN_PLACE:
             await asyncio.sleep(left)
             return
-        signal = self._signal = Sleeping(asyncio.get_running_loop().time() + left, wake)
+        signal = self._ledger.signal = Sleeping(asyncio.get_running_loop().time() + left, wake)
         raise signal
 
     def _step_key(self, kind: str, key: str) -> str:
+        book = self._ledger
         name = step_name(kind, key)
-        return step_key(self.scope.play, self.row_key, name, self.occurrence(name))
+        return step_key(book.scope.play, book.row_key, name, book.occurrence(name))
 
     async def _call(
-        self, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any], *, leg: bool = False
+        self, tool: Tool[Any], input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any], *, leg: bool = False
     ) -> tuple[Any, bool]:
-        if self._signal is not None:
-            raise self._signal  # a suspension (or a park) the play caught: the row still steps aside
+        if self._ledger.signal is not None:
+            raise self._ledger.signal  # a suspension (or a park) the play caught: the row still steps aside
         try:
-            return await call_tool(self, tool, input, force, ttl, kwargs, leg=leg)
+            return await call_tool(self._ledger, tool, input, force, ttl, kwargs, leg=leg)
         except Suspend as signal:
-            self._signal = signal
+            self._ledger.signal = signal
             raise
         except RunFatal as exc:
-            self._signal = exc
-            self.scope.fatal_stop(exc)
+            self._ledger.signal = exc
+            self._ledger.scope.fatal_stop(exc)
             raise
-
-
-def _unstarted(coro: Coroutine[Any, Any, Any]) -> bool:
-    """Made, never awaited (a coroutine closed or finished has no frame left)."""
-    return getattr(coro, "cr_frame", None) is not None and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
 
 
 class Call:
@@ -366,7 +291,7 @@ class Call:
 
     __slots__ = ("tool", "input", "force", "ttl", "kwargs")
 
-    def __init__(self, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> None:
+    def __init__(self, tool: Tool[Any], input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]) -> None:
         self.tool = tool
         self.input = input
         self.force = force

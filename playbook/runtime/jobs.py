@@ -24,10 +24,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from .._internal.flow import Sleeping, WaitBudget
 from ..errors import ToolError
 from ..keys import job_key
-from ..providers import Ticket
-from ..signals import Sleeping, WaitBudget
+from ..providers.provider import Ticket
 from ..store import MISSING
 from ..store.records import record
 from ..tools.llm import LlmTool, reply_of

@@ -29,7 +29,7 @@ def refusal(exc: ToolError) -> bool:
     return exc.status is not None and 400 <= exc.status < 500 and not exc.retryable and type(exc) is ToolError
 
 
-async def refused(scope: RunScope, tool: Tool, key: str, values: Any, exc: ToolError) -> None:
+async def refused(scope: RunScope, tool: Tool[Any], key: str, values: Any, exc: ToolError) -> None:
     """Keep a refusal as the call's receipt (its status and what the provider said), so that no
     rerun, and no identical call of another row, asks again; ``force=True`` or
     ``refresh=True`` does.  The caller counts the request (``ONE_REQUEST``)."""
@@ -41,14 +41,14 @@ async def refused(scope: RunScope, tool: Tool, key: str, values: Any, exc: ToolE
     await scope.store.commit(record, paid=1)
 
 
-def replayed(tool: Tool, kept: Refusal) -> ToolError:
+def replayed(tool: Tool[Any], kept: Refusal) -> ToolError:
     """The error a kept refusal answers with: the first one's message, status and group."""
     error = ToolError(kept.message, tool=tool.name, status=kept.status)
     error.literal = kept.literal
     return error
 
 
-def not_storable(tool: Tool, problem: str, *, paid_now: bool) -> str:
+def not_storable(tool: Tool[Any], problem: str, *, paid_now: bool) -> str:
     """Why a paid answer has no receipt value, and the way out."""
     when = "was paid for" if paid_now else "was paid for in an earlier run"
     bump = "change its version= " if tool.version is not None else "edit the tool (an edited tool is a new tool) "

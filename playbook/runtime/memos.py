@@ -11,15 +11,15 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..events import RunNotice
 from ..keys import memo_key
-from ..models import RunNotice
 from ..store.records import OUTPUT_TAGGED, memo_tools
 from ..tagged import dumps
 from ..tools import current_fingerprint
 from .table import RowTable
 
 if TYPE_CHECKING:
-    from ..plays import Play
+    from ..plays.play import Play
     from ..store import ReceiptStore
 
 __all__ = ["finish_store", "remember", "reuse"]

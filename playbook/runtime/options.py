@@ -1,4 +1,12 @@
-"""The options of a run, checked once, before any row runs; each error names its option."""
+"""The options of a run: declared once here, checked once, before any row runs; each error names
+its option.
+
+:class:`RunOptions` is the one declaration.  Each field carries its help text and how it is
+spelled as a flag (:class:`Option`); every surface is derived from it
+(:mod:`playbook.frontends.signature`): the keyword arguments of ``df.play.map`` and its siblings
+on pandas, Polars and Dask frames, the ``%%play`` flags and the command line's, with the same help
+everywhere.  A test fails when a surface drifts.
+"""
 
 from __future__ import annotations
 
@@ -6,41 +14,80 @@ import difflib
 import math
 import numbers
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import pandas as pd
 
+from .._internal.argtypes import amount, columns, whole
 from ..errors import PlayDefinitionError, ReceiptError
 from ..store import ReceiptStore, default_store
 from ..store.fixtures import Fixtures, active
 from ..tools.transport import warn_past_file_limit
 from .scope import CostBudget
 
-__all__ = ["RunOptions"]
+__all__ = ["SURFACES", "Option", "RunOptions", "options"]
+
+# Where an option is offered: map()/amap() (and their Polars and Dask forms), run()/arun(), the
+# %%play magic, the command line.
+SURFACES = ("map", "run", "magic", "cli")
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """How a run option is described and spelled outside Python."""
+
+    help: str
+    metavar: str | None = None  # None: a switch (--overwrite), or an optional value (see ``bare``)
+    text: Callable[[str], Any] | None = None  # the flag's text to a value; argparse names the flag when it fails
+    choices: tuple[str, ...] | None = None
+    bare: str | None = None  # the value of the flag given alone (--refresh means --refresh rows)
+    surfaces: tuple[str, ...] = SURFACES
+
+
+def _option(default: Any, help: str, **spelling: Any) -> Any:
+    return field(default=default, metadata={"option": Option(help, **spelling)})
 
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    concurrency: int = 16
-    on_error: Literal["isolate", "raise"] = "isolate"
-    refresh: bool | Literal["rows"] = False
-    max_cost: float | CostBudget | None = None  # a CostBudget: one kept elsewhere (a cluster job's, in Redis)
-    limit: int | None = None
-    key: str | Sequence[str] | None = None
-    progress: Literal["auto", "widget", "text"] | bool = "auto"
-    background: bool = False
-    store: ReceiptStore | str | os.PathLike[str] | None = None
-    max_wait: float | None = None
-    overwrite: bool = False  # an output may replace the input column of its name (else the row fails, saying so)
-    # A fixture file to replay, or a pb.fixtures(...); after parse(), the Fixtures the run uses
-    # (its own, the ``with pb.fixtures()`` around it, or $PLAYBOOK_FIXTURES) or None.
-    fixtures: Any = None
+    concurrency: int = _option(16, "rows in flight at once", metavar="N", text=whole(1))
+    on_error: Literal["isolate", "raise"] = _option(
+        "isolate", "isolate: a failed row is data in the result; raise: the first failure stops the run", choices=("isolate", "raise")
+    )
+    refresh: bool | Literal["rows", "all"] = _option(
+        False, "run finished rows again: rows reuses their receipts, all pays for every call again", choices=("rows", "all"), bare="rows"
+    )
+    max_cost: float | None = _option(None, "stop paying past this total cost; the rows that would pass it park", metavar="X", text=amount)
+    limit: int | None = _option(None, "run only the first N rows (the result has N rows)", metavar="N", text=whole(0))
+    key: str | Sequence[str] | None = _option(None, "the column(s) that name a row (default: all its values)", metavar="COLS", text=columns)
+    progress: Literal["auto", "widget", "text", "none"] | bool = _option(
+        "auto", "auto (a widget in Jupyter, text elsewhere), widget, text or none", choices=("auto", "widget", "text", "none")
+    )
+    background: bool = _option(False, "return at once; the run goes on in the kernel's loop", surfaces=("run", "magic"))
+    store: ReceiptStore | str | os.PathLike[str] | None = _option(
+        None, "where receipts are kept: a directory or a redis:// URL (default: $PLAYBOOK_HOME, else .playbook/ in the project)",
+        metavar="PATH|URL",
+    )  # fmt: skip
+    max_wait: float | None = _option(
+        None, "seconds a row may wait on provider holds before it parks (default: each provider's own)", metavar="S", text=amount
+    )
+    overwrite: bool = _option(False, "an output named like an input column replaces it (else its rows fail, saying so)")
+    fixtures: Fixtures | str | os.PathLike[str] | None = _option(
+        None, "answer every tool call from this fixture file: no network, no pacing", metavar="FILE"
+    )
+    # Not options: what parse() makes of them.  The cost budget the run spends from: its own, or
+    # one kept elsewhere (a cluster job's, in Redis).
+    budget: CostBudget | None = None
+    # The fixtures the run answers from: its own, the ``with pb.fixtures()`` around it, or
+    # $PLAYBOOK_FIXTURES; None when there are none.
+    replaying: Fixtures | None = None
 
     @classmethod
-    def parse(cls, opts: dict[str, Any]) -> RunOptions:
-        names = [f.name for f in fields(cls)]
+    def parse(cls, given: Mapping[str, Any]) -> RunOptions:
+        opts = dict(given)
+        names = [f.name for f in options()]
         for name in opts:
             if name not in names:
                 near = difflib.get_close_matches(name, names, n=1)
@@ -49,12 +96,17 @@ class RunOptions:
         for name in ("concurrency", "limit"):
             if _whole(opts.get(name)):
                 opts = {**opts, name: int(opts[name])}  # numpy's ints too, e.g. limit=df.n.max()
+        # The words a flag takes are values here too: refresh="all" is True, progress="none" False.
+        if opts.get("refresh") == "all":
+            opts = {**opts, "refresh": True}
+        if opts.get("progress") == "none":
+            opts = {**opts, "progress": False}
         found = active(opts.get("fixtures"))
         if found is not None and found.mode == "record" and not opts.get("refresh"):
             # A row reused from its memo makes no calls, so none would be recorded: rows run
             # again, from their receipts (which costs nothing).
             opts = {**opts, "refresh": "rows"}
-        made = cls(**{**opts, "fixtures": found})
+        made = cls(**opts, replaying=found)
         made._check()
         return made
 
@@ -68,19 +120,23 @@ class RunOptions:
         if self.on_error not in ("isolate", "raise"):
             raise bad("on_error", "'isolate' (a failed row is data in the result) or 'raise'")
         if not (isinstance(self.refresh, bool) or self.refresh == "rows"):
-            raise bad("refresh", "False, 'rows' (run rows again, reuse receipts) or True (pay for every call again)")
-        if self.max_cost is not None and not isinstance(self.max_cost, CostBudget) and (not _number(self.max_cost) or self.max_cost < 0):
+            raise bad("refresh", "False, 'rows' (run rows again, reuse receipts) or 'all' / True (pay for every call again)")
+        if self.max_cost is not None and (not _number(self.max_cost) or self.max_cost < 0):
             raise bad("max_cost", "a number >= 0 or None")
         if self.limit is not None and (not _whole(self.limit) or self.limit < 0):
             raise bad("limit", "a whole number >= 0 or None")
         if not (isinstance(self.progress, bool) or self.progress in ("auto", "widget", "text")):
-            raise bad("progress", "'auto', 'widget', 'text', True or False")
+            raise bad("progress", "'auto', 'widget', 'text', 'none', True or False")
         if not isinstance(self.background, bool):
             raise bad("background", "True or False")
         if self.max_wait is not None and (not _number(self.max_wait) or self.max_wait < 0):
             raise bad("max_wait", "a number of seconds >= 0 or None")
         if self.store is not None and not isinstance(self.store, (ReceiptStore, str, os.PathLike)):
             raise bad("store", "a pb.ReceiptStore, a directory path, a redis:// URL or None")
+
+    def cost_budget(self) -> CostBudget:
+        """What the run's paid calls are counted against: the budget given, else one of ``max_cost``."""
+        return self.budget if self.budget is not None else CostBudget(self.max_cost)
 
     def key_columns(self, frame: pd.DataFrame) -> list[Any] | None:
         """The key columns, checked against the frame."""
@@ -105,7 +161,7 @@ class RunOptions:
         return store
 
     def _store(self) -> ReceiptStore:
-        fixtures: Fixtures | None = self.fixtures
+        fixtures = self.replaying
         if self.store is None and fixtures is not None and fixtures.mode == "replay":
             return fixtures.store  # a replay leaves nothing in the project's store
         if isinstance(self.store, ReceiptStore):
@@ -121,3 +177,10 @@ def _whole(value: Any) -> bool:
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def options(surface: str | None = None) -> list[Any]:
+    """The run options (dataclass fields with their :class:`Option`), in declared order; those
+    offered on ``surface`` when one is named."""
+    found = [f for f in fields(RunOptions) if "option" in f.metadata]
+    return [f for f in found if surface is None or surface in f.metadata["option"].surfaces]

@@ -23,9 +23,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from .._internal.flow import Leased, OnHold
 from ..errors import PlaybookError, RunFatal, ToolError
 from ..keys import forced_key, key_text
-from ..signals import Held, Leased
 from ..store import MISSING
 from ..store.records import Refusal
 from ..store.records import record as receipt_record
@@ -38,7 +38,7 @@ from .upstream import dispatch as governed
 from .upstream import learn
 
 if TYPE_CHECKING:
-    from ..providers import Ticket
+    from ..providers.provider import Ticket
     from .scope import RunScope
 
 __all__ = ["Caller", "call_tool", "invoke", "paid", "record"]
@@ -47,7 +47,7 @@ Send = Callable[[], Awaitable[tuple[Any, bool]]]
 
 
 class Caller(Protocol):
-    """The row making a call, as the pipeline needs it (a ``Context``)."""
+    """The row making a call, as the pipeline needs it (a :class:`~.ledger.RowLedger`)."""
 
     @property
     def scope(self) -> RunScope: ...
@@ -56,8 +56,8 @@ class Caller(Protocol):
     @property
     def position(self) -> int: ...
     def occurrence(self, name: str) -> int: ...
-    def used(self, tool: Tool, key: str | None) -> None: ...
-    def count(self, tool: Tool, *, reused: bool, spent: Spent, shared: bool = False) -> None: ...
+    def used(self, tool: Tool[Any], key: str | None) -> None: ...
+    def count(self, tool: Tool[Any], *, reused: bool, spent: Spent, shared: bool = False) -> None: ...
     def forgotten_await(self, value: Any) -> str: ...
 
 
@@ -73,7 +73,7 @@ class Pending(NamedTuple):
 
 
 async def call_tool(
-    ctx: Caller, tool: Tool, input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any], *, leg: bool = False
+    ctx: Caller, tool: Tool[Any], input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any], *, leg: bool = False
 ) -> tuple[Any, bool]:
     """``(value, miss)`` of one call: from its receipt, or paid for and recorded (``leg``: as a
     waterfall's leg)."""
@@ -92,7 +92,7 @@ async def call_tool(
     return await _pay(ctx, tool, Pending(key, values, logical, forced, ttl, leg))
 
 
-def _replayed(ctx: Caller, tool: Tool, values: Any) -> tuple[Any, bool]:
+def _replayed(ctx: Caller, tool: Tool[Any], values: Any) -> tuple[Any, bool]:
     """A call answered by the run's fixtures in their own store, where the file is the receipts
     too: no receipt key, store, lease or provider; one dictionary lookup."""
     replay = ctx.scope.replay
@@ -106,7 +106,7 @@ def _replayed(ctx: Caller, tool: Tool, values: Any) -> tuple[Any, bool]:
 # -- key ------------------------------------------------------------------------------
 
 
-def _key(ctx: Caller, tool: Tool, values: Any, form: Callable[[Any], str] | None = None) -> str:
+def _key(ctx: Caller, tool: Tool[Any], values: Any, form: Callable[[Any], str] | None = None) -> str:
     """The call's receipt key (or, with ``form``, its input in that form)."""
     try:
         return tool.key(values) if form is None else form(values)
@@ -149,7 +149,7 @@ async def lookup(store: Any, key: str, ttl: float | None) -> Any:
     return found
 
 
-def _reused(ctx: Caller, tool: Tool, values: Any, found: tuple[Any, bool, str | Refusal | None, float]) -> tuple[Any, bool]:
+def _reused(ctx: Caller, tool: Tool[Any], values: Any, found: tuple[Any, bool, str | Refusal | None, float]) -> tuple[Any, bool]:
     value, miss, error, at = found
     shared = at >= ctx.scope.started  # answered during this run (an identical call of another row), not before it
     if type(error) is Refusal:
@@ -167,7 +167,7 @@ def _reused(ctx: Caller, tool: Tool, values: Any, found: tuple[Any, bool, str | 
 # -- lease, budget, release -----------------------------------------------------------
 
 
-async def _pay(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
+async def _pay(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
     if tool.submits() and ctx.scope.replay is None:
         return await _submitted(ctx, tool, call)
     store = ctx.scope.store
@@ -199,7 +199,7 @@ async def _lease(ctx: Caller, store: Any, call: Pending) -> Any:
     return await store.alookup(key, ttl)
 
 
-async def _spend(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
+async def _spend(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
     """Reserve the call's cost, then route it; the cost comes back if it does not complete."""
     scope = ctx.scope
     costs = scope.costs
@@ -213,17 +213,17 @@ async def _spend(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
         except BaseException:
             costs.refund(estimate)
             raise
-        costs.settle(estimate, tool.spent(answer).cost)
+        costs.charge(estimate, tool.spent(answer).cost)
     if call.forced:
         scope.forced(call.logical)
     return tool.read(answer, miss)
 
 
-async def _submitted(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
+async def _submitted(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
     """A call answered by a batch job: its row sleeps until the job is done (see ``jobs``)."""
     scope = ctx.scope
     answer = await scope.jobs.answer(scope, tool, call.key, call.values)  # type: ignore[arg-type]  # submits(): an LlmTool
-    scope.costs.settle(scope.jobs.reserved.pop(call.key, 0.0), tool.spent(answer).cost)
+    scope.costs.charge(scope.jobs.reserved.pop(call.key, 0.0), tool.spent(answer).cost)
     answer, miss = await paid(ctx, tool, call.key, call.values, answer, False)
     return tool.read(answer, miss)
 
@@ -240,7 +240,7 @@ def _release(store: Any, key: str, done: asyncio.Future[None]) -> None:
 # -- route: batch, governor, or straight ----------------------------------------------
 
 
-async def _route(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
+async def _route(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
     replay = ctx.scope.replay
     if replay is not None:
         # Fixtures replayed into a store the run named: the file answers as the provider would,
@@ -260,7 +260,7 @@ async def _route(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     return await _governed(ctx, tool, call, ticket, _sender(ctx, tool, call, env), env)
 
 
-async def _batched(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
+async def _batched(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
     """Join a batch; its task dispatches and records each member's receipt.  The member waits on
     the provider against its own row's wait budget."""
     scope = ctx.scope
@@ -272,7 +272,7 @@ async def _batched(ctx: Caller, tool: Tool, call: Pending) -> tuple[Any, bool]:
     return await scope.batches.batcher(tool).call(call.values, land, budget)
 
 
-async def _governed(ctx: Caller, tool: Tool, call: Pending, ticket: Ticket, send: Send, env: CallEnv) -> tuple[Any, bool]:
+async def _governed(ctx: Caller, tool: Tool[Any], call: Pending, ticket: Ticket, send: Send, env: CallEnv) -> tuple[Any, bool]:
     """Through the provider's governor, with this logical call's ticket: it outlives a
     suspension, so a replayed call keeps its retry count.  A call weighed by its tokens carries
     its estimate on the ticket and its real usage back; limits the provider announced in its
@@ -284,7 +284,7 @@ async def _governed(ctx: Caller, tool: Tool, call: Pending, ticket: Ticket, send
     try:
         # Only a call weighed by its tokens (an LLM tool's) has usage and limits to report back.
         result = await governed(provider, send if ticket.weight is None else _weighed(tool, ticket, send, env), ticket)
-    except Held:
+    except OnHold:
         raise
     except BaseException:
         tickets.done(call.logical)
@@ -293,7 +293,7 @@ async def _governed(ctx: Caller, tool: Tool, call: Pending, ticket: Ticket, send
     return result
 
 
-def _weighed(tool: Tool, ticket: Ticket, send: Send, env: CallEnv) -> Send:
+def _weighed(tool: Tool[Any], ticket: Ticket, send: Send, env: CallEnv) -> Send:
     """``send``, telling the governor the call's real usage and the limits its provider announced."""
     provider = tool.provider
     assert provider is not None
@@ -319,7 +319,7 @@ def _env(ctx: Caller, call: Pending) -> CallEnv:
     return CallEnv(scope.http_client, idem)
 
 
-def _sender(ctx: Caller, tool: Tool, call: Pending, env: CallEnv) -> Send:
+def _sender(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> Send:
     """The ``send`` a governor calls once per try: dispatch, then record the receipt."""
     scope = ctx.scope
     key, values = call.key, call.values
@@ -345,7 +345,7 @@ def _sender(ctx: Caller, tool: Tool, call: Pending, env: CallEnv) -> Send:
 # -- dispatch and record --------------------------------------------------------------
 
 
-async def invoke(tool: Tool, values: Any, env: CallEnv) -> tuple[Any, bool]:
+async def invoke(tool: Tool[Any], values: Any, env: CallEnv) -> tuple[Any, bool]:
     """One try of the tool, with its errors classified: an SDK's HTTP errors as HTTP answers
     (see ``tools.failures``), a Python tool's credential error as fatal."""
     try:
@@ -367,7 +367,7 @@ async def invoke(tool: Tool, values: Any, env: CallEnv) -> tuple[Any, bool]:
         raise
 
 
-async def paid(ctx: Caller, tool: Tool, key: str, values: Any, answer: Any, miss: bool) -> tuple[Any, bool]:
+async def paid(ctx: Caller, tool: Tool[Any], key: str, values: Any, answer: Any, miss: bool) -> tuple[Any, bool]:
     """An answer came back: it is paid for (counted, whatever happens next), and recorded."""
     spent = tool.spent(answer)
     try:
@@ -377,7 +377,7 @@ async def paid(ctx: Caller, tool: Tool, key: str, values: Any, answer: Any, miss
 
 
 async def record(
-    scope: RunScope, tool: Tool, key: str, values: Any, answer: Any, miss: bool, cost: float, requests: int = 1
+    scope: RunScope, tool: Tool[Any], key: str, values: Any, answer: Any, miss: bool, cost: float, requests: int = 1
 ) -> tuple[Any, bool]:
     """Write the receipt of a paid answer (``cost``: what it cost; ``requests``: those it took, as
     ``calls_executed`` counts them); returns the answer as stored, so the first run sees exactly

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from .upstream import is_down, probe_due
 
 if TYPE_CHECKING:
-    from ..providers import Provider
+    from ..providers.provider import Provider
 
 __all__ = ["DownRows"]
 

@@ -7,11 +7,11 @@ import difflib
 import inspect
 import linecache
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import pandas as pd
 
-from ..outputs import OutputError, OutputModel
+from ..plays.outputs import OutputError, OutputModel
 from ..tagged import Unencodable, decode, encode
 from .grouping import safe_str
 
@@ -66,16 +66,25 @@ class Row(Mapping[Any, Any]):
         return f"Row({self.index!r}, {self.to_dict()!r})"
 
 
-async def play_row(play: Any, row: Row, ctx: Any) -> tuple[dict[str, Any], Any]:
+class Book(Protocol):
+    """What :func:`play_row` reads of the row's ledger (a :class:`~.ledger.RowLedger`)."""
+
+    signal: BaseException | None
+
+    def forgotten_await(self, value: Any) -> str: ...
+    def never_awaited(self) -> str | None: ...
+
+
+async def play_row(play: Any, row: Row, ctx: Any, book: Book) -> tuple[dict[str, Any], Any]:
     """The output of ``play`` (a ``Play``) for one row, with ``ctx`` its context, and the output's
     stored form (``None``: it has none).  A suspension the play caught still counts, and a ctx call
     it never awaited fails it."""
     name = play.name
     value = await play.fn(row, ctx)
-    if ctx.signal is not None:
-        raise ctx.signal
-    output, stored = stored_output(output_columns(value, name, ctx.forgotten_await, play.output), name, ctx.forgotten_await)
-    advice = ctx.never_awaited()
+    if book.signal is not None:
+        raise book.signal
+    output, stored = stored_output(output_columns(value, name, book.forgotten_await, play.output), name, book.forgotten_await)
+    advice = book.never_awaited()
     if advice is not None:
         raise OutputError(f"play {name!r} made a ctx call that it never awaited, so it never ran: {advice}")
     return output, stored
@@ -84,7 +93,7 @@ async def play_row(play: Any, row: Row, ctx: Any) -> tuple[dict[str, Any], Any]:
 def output_columns(value: Any, play: str, forgotten: Callable[[Any], str], model: OutputModel | None = None) -> dict[str, Any]:
     """A play's return value as ``{column: value}``.
 
-    With an output ``model``, the value as the model validates it (see :mod:`playbook.outputs`).
+    With an output ``model``, the value as the model validates it (see :mod:`playbook.plays.outputs`).
     Else a dict (or a Series, which ``DataFrame.apply`` expands the same way) gives its keys as
     columns; ``None`` gives no columns; any other value becomes one column named after the play.
     A key that is not a string, or that names a status column, fails the row: a row memo is JSON,

@@ -12,10 +12,10 @@ from typing import Any
 
 import pandas as pd
 
-from .._loop import check_blocking, finished, run_sync, schedule
+from .._internal.loop import check_blocking, finished, run_sync, schedule
 from ..errors import PlayDefinitionError
-from ..models import ProviderHold, RunStats
-from ..plays import Play
+from ..plays.play import Play
+from ..records import ProviderHold, RunStats
 from ..store import ReceiptStore
 from .options import RunOptions
 from .scheduler import Scheduler

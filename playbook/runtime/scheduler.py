@@ -22,23 +22,23 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..models import ProviderUp, RunFinished, RunNotice, RunStarted
-from ..plays import Play
-from ..signals import WaitBudget
+from .._internal.flow import WaitBudget
+from ..events import ProviderUp, RunFinished, RunNotice, RunStarted
+from ..plays.play import Play
 from .attempt import RowRunner
-from .held import HeldQueue
 from .memos import finish_store, reuse
 from .options import RunOptions
+from .outcomes import Outcomes
 from .recovery import DownRows
-from .scope import CostBudget, RunScope, Tickets
-from .settle import Outcomes
+from .retry_queue import RetryQueue
+from .scope import RunScope, Tickets
 from .state import RunState
 from .table import RowTable
 from .upstream import watch
 from .workers import Workers
 
 if TYPE_CHECKING:
-    from ..providers import Provider
+    from ..providers.provider import Provider
     from ..store import ReceiptStore
 
 __all__ = ["GRACE", "Scheduler"]
@@ -56,7 +56,7 @@ class Scheduler:
         self.state = RunState(play=play.name)
         self.state.attach(table)
         self.fatal: BaseException | None = None
-        held = HeldQueue()
+        held = RetryQueue()
         self.outcomes = Outcomes(table, held, self.state.emit, self._parked_down)
         self.outcomes.play = play.name
         if not opts.overwrite and "play_status" not in frame.columns:  # a result run again: its outputs are refreshed
@@ -64,8 +64,8 @@ class Scheduler:
         self.scope = RunScope(
             run_id=self.run_id, play=play.name, store=store, force_all=opts.refresh is True,
             rerun_rows=opts.refresh is not False, emit=self.state.emit,
-            costs=opts.max_cost if isinstance(opts.max_cost, CostBudget) else CostBudget(opts.max_cost), tickets=Tickets(table, opts.max_wait, self._watch), label=table.label,
-            fatal=self._fatal, fixtures=opts.fixtures, fresh=self._fresh,
+            costs=opts.cost_budget(), tickets=Tickets(table, opts.max_wait, self._watch), label=table.label,
+            fatal=self._fatal, fixtures=opts.replaying, fresh=self._fresh,
         )  # fmt: skip
         runner = RowRunner(play, self.scope, self.outcomes, store, on_error=opts.on_error, fail_run=self._fail_run)
         self.workers = Workers(opts.concurrency, held, runner, self.outcomes.resume, self._revisit)
@@ -133,7 +133,7 @@ class Scheduler:
         self._first = False
         runnable, unkeyed = self.table.identify(positions, self.opts.key_columns(self.frame))
         for pos, why in unkeyed:
-            self.outcomes.settle(pos, "failed", None, why, ran=False)
+            self.outcomes.finish(pos, "failed", None, why, ran=False)
         if self.opts.refresh is False:
             runnable = reuse(self.store, self.play, self.table, runnable, self.outcomes.reused)
         return runnable
@@ -171,7 +171,7 @@ class Scheduler:
         wait = 1.0 if self.stopping else GRACE
         self.store.heard = None
         self._notices_seen = await finish_store(self.store, self.state.emit, self._notices_seen, wait)
-        await self.store.leases.settle()
+        await self.store.leases.stop_renewing()
         for unsubscribe in self._watching.values():
             unsubscribe()
         self._watching.clear()

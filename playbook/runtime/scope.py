@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ..models import CallFailed, CallFinished, Event, WaterfallFinished
-from ..providers import Ticket
-from ..signals import Parked, WaitBudget
+from .._internal.flow import Parked, WaitBudget
+from ..events import CallFailed, CallFinished, Event, WaterfallFinished
+from ..providers.provider import Ticket
 from ..tools import Tool
 from ..tools.base import is_local
 from ..tools.transport import default_client
@@ -25,7 +25,7 @@ from .jobs import Jobs
 from .table import RowTable
 
 if TYPE_CHECKING:
-    from ..providers import Provider
+    from ..providers.provider import Provider
     from ..store import ReceiptStore
     from ..store.fixtures import Fixtures, Recorder, Replay
 
@@ -48,7 +48,7 @@ class CostBudget:
     def __repr__(self) -> str:
         return f"<CostBudget {self.committed:g} of {self.limit} ({self.pending} in flight)>"
 
-    async def reserve(self, tool: Tool, cost: float, *, wait: bool = True) -> None:
+    async def reserve(self, tool: Tool[Any], cost: float, *, wait: bool = True) -> None:
         """Count a paid call's expected ``cost`` before dispatch; park the row if it won't fit
         (``wait``: once the calls in flight have settled)."""
         if not cost or self.limit is None:
@@ -78,7 +78,7 @@ class CostBudget:
             self.add(-cost)
             self._done()
 
-    def settle(self, reserved: float, cost: float) -> None:
+    def charge(self, reserved: float, cost: float) -> None:
         """A call reserved at ``reserved`` was answered and cost ``cost``: the budget counts that
         instead (so a budget is passed by at most what the calls in flight cost over their estimates)."""
         if self.limit is not None:
@@ -122,7 +122,7 @@ class Tickets:
             found = budgets[provider.name] = WaitBudget(wait)
         return found
 
-    def get(self, call_id: str, tool: Tool, pos: int) -> Ticket:
+    def get(self, call_id: str, tool: Tool[Any], pos: int) -> Ticket:
         found = self._tickets.get(call_id)
         if found is None:
             assert tool.provider is not None
@@ -224,14 +224,14 @@ class RunScope:
             await self._client.aclose()
             self._client = None
 
-    def call_finished(self, tool: Tool, reused: bool, cost: float, shared: bool = False) -> None:
+    def call_finished(self, tool: Tool[Any], reused: bool, cost: float, shared: bool = False) -> None:
         provider = tool.provider.name if tool.provider is not None else None
         if reused:
             self.emit(CallFinished(tool.name, provider, True, cost, shared=shared))
         else:
             self.emit(CallFinished(tool.name, provider, False, cost, is_local(tool, cost)))
 
-    def call_failed(self, tool: Tool) -> None:
+    def call_failed(self, tool: Tool[Any]) -> None:
         """A request went out and brought back nothing to keep (a 5xx, a timeout, a 429)."""
         self.emit(CallFailed(tool.name, tool.provider.name if tool.provider is not None else None))
 

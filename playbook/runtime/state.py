@@ -12,12 +12,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..models import (
+from ..events import (
     CallFailed,
     CallFinished,
     Event,
     ProviderDown,
-    ProviderHold,
     ProviderHoldLifted,
     ProviderHoldSet,
     ProviderUp,
@@ -32,16 +31,16 @@ from ..models import (
     RunNotice,
     RunProgress,
     RunStarted,
-    RunStats,
     WaterfallFinished,
-)  # fmt: skip
+)
+from ..records import ProviderHold, RunStats
 from .grouping import Families, consolidate
 from .table import ERROR_COLUMNS, FailedRow, ParkedRow, Waiting
 from .timeline import ProviderSeries, Timeline
 from .upstream import ProviderView, provider_view
 
 if TYPE_CHECKING:
-    from ..providers import Provider
+    from ..providers.provider import Provider
     from .table import RowTable
 
 __all__ = [
@@ -319,7 +318,7 @@ class RunState:
             if p.down:
                 reason, until, error = "down", p.probe_at or None, p.down_error
             else:
-                reason, until, error = "hold", p.hold_wall if p.hold_wall > now else None, None
+                reason, until, error = "hold", p.hold_until_at if p.hold_until_at > now else None, None
             if held[name] or parked[name] or until is not None or reason == "down":
                 rows = held[name] + parked[name]
                 out.append(ProviderHold(

@@ -13,47 +13,26 @@ outer play catches it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
-from ..definitions import play_name
 from ..errors import PlayDefinitionError
+from ..events import CallFinished
 from ..keys import memo_key, row_key
-from ..models import CallFinished
-from ..plays import Play, as_play
+from ..plays.definitions import play_name
+from ..plays.play import Play, as_play
 from ..tagged import Unencodable
 from ..tools import Tool
+from .ledger import RowLedger
 from .memos import tools_unchanged, write_memo
 from .rows import Row, play_row
-
-if TYPE_CHECKING:
-    from .scope import RunScope
 
 __all__ = ["run_play"]
 
 
-class Context(Protocol):
-    """The row running a sub-play, as this module needs it (a ``Context``)."""
-
-    @property
-    def scope(self) -> RunScope: ...
-    @property
-    def signal(self) -> BaseException | None: ...
-
-    calls: int
-    cost: float
-    tools: dict[str, str]
-    receipts: list[str]
-
-    def child(self, row_key: str) -> Context: ...
-    def absorb(self, calls: int, cost: float, tools: dict[str, str], receipts: Sequence[str]) -> None: ...
-    def forgotten_await(self, value: Any) -> str: ...
-    def never_awaited(self) -> str | None: ...
-    def close(self) -> None: ...
-
-
-async def run_play(ctx: Context, play: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-    """The sub-play's output for ``inputs``: from its memo, or run now and memoised."""
+async def run_play(ctx: RowLedger, play: Any, inputs: dict[str, Any], child: Callable[[str], tuple[Any, RowLedger]]) -> dict[str, Any]:
+    """The sub-play's output for ``inputs``: from its memo, or run now and memoised.  ``ctx``: the
+    row running it; ``child(row_key)``: a context for the sub-play's row, and its ledger."""
     sub = _as_sub_play(play)
     try:
         key = row_key(list(inputs.values()))
@@ -70,9 +49,9 @@ async def run_play(ctx: Context, play: Any, inputs: dict[str, Any]) -> dict[str,
             return dict(memo["output"])
     # The outer row's memo counts the sub-play as it counts a tool: defined anew, it answers no more.
     ctx.absorb(0, 0.0, {play_name(sub.name): sub.fingerprint}, ())
-    inner = ctx.child(key)
+    given, inner = child(key)
     try:
-        output, stored = await play_row(sub, Row({name: i for i, name in enumerate(inputs)}, tuple(inputs.values()), None), inner)
+        output, stored = await play_row(sub, Row({name: i for i, name in enumerate(inputs)}, tuple(inputs.values()), None), given, inner)
     except Exception as exc:
         exc.add_note(f"in ctx.run_play({sub.name!r}, ...)")
         raise
@@ -84,7 +63,7 @@ async def run_play(ctx: Context, play: Any, inputs: dict[str, Any]) -> dict[str,
     return output
 
 
-def _reused_calls(ctx: Context, play: str, calls: int, cost: float) -> None:
+def _reused_calls(ctx: RowLedger, play: str, calls: int, cost: float) -> None:
     """The run counts the calls a reused sub-play made as reused, as it does a reused row's."""
     for n in range(calls):
         ctx.scope.emit(CallFinished(f"play {play}", None, True, cost if n == 0 else 0.0))

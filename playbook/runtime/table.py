@@ -14,10 +14,10 @@ from typing import Any, Literal, NamedTuple
 
 import pandas as pd
 
+from .._internal.flow import WaitBudget
 from ..keys import row_key
-from ..models import Status
-from ..outputs import OutputModel
-from ..signals import WaitBudget
+from ..plays.outputs import OutputModel
+from ..records import Status
 from .grouping import message_group
 from .rows import Row, result_frame
 
@@ -139,7 +139,7 @@ class RowTable:
                 entries[pos].copy = True
         return runnable, unkeyed
 
-    def settle(self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, group: str | None = None) -> int:
+    def set_outcome(self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, group: str | None = None) -> int:
         """Give the row (and its copies) its outcome; returns how many rows share it."""
         entries = self.entries
         entry = entries[pos]

@@ -174,12 +174,12 @@ class Timeline:
     # -- spans ---------------------------------------------------------------------------------
 
     def _spans(self, track: _Track, wall: float, view: ProviderView) -> None:
-        held = view.held and view.hold_wall > wall
+        held = view.held and view.hold_until_at > wall
         if held:
             if track.held:
-                track.holds[-1][1] = max(view.hold_wall, track.holds[-1][0])  # the hold as it stands now
+                track.holds[-1][1] = max(view.hold_until_at, track.holds[-1][0])  # the hold as it stands now
             else:
-                self._open(track, track.holds, wall, view.hold_wall)
+                self._open(track, track.holds, wall, view.hold_until_at)
         elif track.held:
             span = track.holds[-1]
             span[1] = max(min(span[1], wall), span[0])  # lifted early: it ended by this sample

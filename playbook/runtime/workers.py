@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from .held import HeldQueue
+from .retry_queue import RetryQueue
 
 __all__ = ["Workers"]
 
@@ -25,7 +25,7 @@ class Workers:
     __slots__ = ("tasks", "pending", "held", "concurrency", "_run", "_resume", "_revisit")
 
     def __init__(
-        self, concurrency: int, held: HeldQueue, run: Callable[[int], Awaitable[bool]], resume: Callable[[int], None],
+        self, concurrency: int, held: RetryQueue, run: Callable[[int], Awaitable[bool]], resume: Callable[[int], None],
         revisit: Callable[[list[int]], list[int]] = lambda rows: rows,
     ) -> None:  # fmt: skip
         self.tasks: list[asyncio.Task[None]] = []

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pandas as pd
 
 from ..errors import ReceiptError
-from ..models import Receipt
+from ..records import Receipt
 from ..tools.base import NO_INPUT
 from .protocol import Backend, Damaged, StoreFailure
 from .records import Record, checked, damage, receipt_of
@@ -39,7 +39,7 @@ class Inspection:
     location: str
     remember: Callable[..., None]
 
-    def settle(self) -> None:
+    def drain(self) -> None:
         raise NotImplementedError
 
     def _read_error(self, exc: StoreFailure) -> ReceiptError:
@@ -48,7 +48,7 @@ class Inspection:
     def _unreadable(self, key: str, problem: str) -> str:
         raise NotImplementedError
 
-    def get(self, tool: Tool, input: Any = NO_INPUT, /, **kwargs: Any) -> Receipt | None:
+    def get(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Receipt | None:
         """The receipt for calling ``tool`` with this input, or ``None`` if it was never paid for.
 
         Raises ``ReceiptError`` if the receipt is there but cannot be read.
@@ -78,7 +78,7 @@ class Inspection:
             except ValueError:
                 yield key, None
 
-    def receipts(self, tool: str | Tool | None = None) -> pd.DataFrame:
+    def receipts(self, tool: str | Tool[Any] | None = None) -> pd.DataFrame:
         """All readable receipts (or one tool's) as a DataFrame, oldest first.
 
         ``input`` and ``output`` hold the values as first returned, whatever they are (a miss's
@@ -102,7 +102,7 @@ class Inspection:
 
     def stats(self) -> dict[str, Any]:
         """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
-        self.settle()
+        self.drain()
         counts = self._inspect(self._backend.counts)
         return {
             "path": self.location,
@@ -113,10 +113,10 @@ class Inspection:
             "bytes": counts.bytes,
         }
 
-    def clear(self, tool: str | Tool | None = None) -> int:
+    def clear(self, tool: str | Tool[Any] | None = None) -> int:
         """Remove one tool's receipts, and the row memos of rows that used it, so the next run
         pays for that tool again; or, without ``tool``, everything.  Returns the records removed."""
-        self.settle()
+        self.drain()
         name = _tool_name(tool)
         try:
             removed = self._backend.clear(name)
@@ -127,7 +127,7 @@ class Inspection:
 
     def memo_count(self, tool: str) -> int:
         """How many row memos used ``tool`` (what :meth:`clear` of it drops besides its receipts)."""
-        self.settle()
+        self.drain()
         return self._inspect(lambda: self._backend.memo_count(tool))
 
     def _inspect(self, work: Callable[[], T]) -> T:
@@ -137,5 +137,5 @@ class Inspection:
             raise self._read_error(exc) from None
 
 
-def _tool_name(tool: str | Tool | None) -> str | None:
+def _tool_name(tool: str | Tool[Any] | None) -> str | None:
     return tool if tool is None or isinstance(tool, str) else tool.name

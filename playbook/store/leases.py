@@ -19,8 +19,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .._internal.owners import HOST, dead
 from ..errors import ReceiptError
-from ..owners import HOST, dead
 from .io import StoreIO
 from .protocol import Backend, StoreFailure
 
@@ -116,7 +116,7 @@ class Leases:
         self._io.submit(lambda: self._backend.renew(keys, owner, self.ttl), _ignore)
         self._renewer = asyncio.get_running_loop().call_later(self.ttl / 3, self._renew)
 
-    async def settle(self) -> None:
+    async def stop_renewing(self) -> None:
         """Stop renewing once nothing is held (the end of a run), so no timer outlives its loop."""
         if self._renewer is not None and not self.held:
             self._renewer.cancel()

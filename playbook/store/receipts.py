@@ -345,11 +345,11 @@ class ReceiptStore(Inspection, RowMemos, Marked):
             self._io.submit(lambda: watch(final=True), lambda _, __: None)
         return await self._io.caught_up(timeout)
 
-    def settle(self) -> None:
+    def drain(self) -> None:
         """Everything buffered or queued is written (what looking at the store needs first)."""
         self.flush()
         self._io.drain()
 
     def close(self) -> None:
-        self.settle()  # a remote store's last writes and lease releases, still queued
+        self.drain()  # a remote store's last writes and lease releases, still queued
         self._backend.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ..keys import RECEIPT
-from ..models import Receipt
+from ..records import Receipt
 from ..tagged import Unencodable, decode, dumps, encode, loads
 
 __all__ = [

@@ -34,9 +34,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._dist import install_hint
+from .._internal.dist import install_hint
+from .._internal.urls import masked
 from ..errors import ReceiptError
-from ..urls import masked
 from .marks import Mark
 from .protocol import Counts, Damaged, Found, StoreFailure, Tally
 from .records import MemoRow, Record, is_receipt, parse_tools

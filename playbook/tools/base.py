@@ -14,13 +14,13 @@ import difflib
 import functools
 import inspect
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, overload
 
-from ..definitions import current_fingerprint, defined
 from ..errors import PlaybookError, PlayDefinitionError, ToolError
 from ..keys import code_fingerprint, digest, key_text, receipt_key
-from ..providers import Provider
+from ..plays.definitions import current_fingerprint, defined
+from ..providers.provider import Provider
 from ..tagged import encode
 from .failures import translate
 
@@ -33,9 +33,16 @@ __all__ = ["NO_INPUT", "CallEnv", "Spent", "Tool", "current_fingerprint", "is_lo
 _NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
 NO_INPUT: Any = object()  # "no positional input": None is a valid input
 
+R = TypeVar("R", covariant=True)  # what a call of the tool gives a play
+T = TypeVar("T")
 
-class Tool:
-    """A named, cached callable.  Create with :func:`tool`, :func:`http_tool` or :func:`llm_tool`."""
+
+class Tool(Generic[R]):
+    """A named, cached callable.  Create with :func:`tool`, :func:`http_tool` or :func:`llm_tool`.
+
+    ``Tool[R]``: a call answers an ``R`` (a ``@pb.tool`` function's return type, awaited when it
+    is async), so ``await ctx.tool(t, ...)`` is an ``R`` to a type checker, and a forgotten
+    ``await`` is an error it shows."""
 
     remote = False  # does a call leave the process (and so count as paid, with or without a cost)?
 
@@ -222,7 +229,7 @@ class Spent(NamedTuple):
     requests: int
 
 
-def is_local(tool: Tool, cost: float) -> bool:
+def is_local(tool: Tool[Any], cost: float) -> bool:
     """A call that costs nothing and goes nowhere (a plain Python tool): counted apart from paid ones."""
     return tool.provider is None and not cost and not tool.remote
 
@@ -242,9 +249,16 @@ class CallEnv:
         self.partial: Any = None
 
 
+class _ToolDecorator(Protocol):
+    @overload
+    def __call__(self, fn: Callable[..., Awaitable[T]], /) -> Tool[T]: ...
+    @overload
+    def __call__(self, fn: Callable[..., T], /) -> Tool[T]: ...
+
+
 @overload
-def tool(
-    fn: Callable[..., Any],
+def tool(  # an async function's tool answers what its coroutine gives
+    fn: Callable[..., Awaitable[T]],
     *,
     name: str | None = None,
     version: str | None = None,
@@ -252,7 +266,18 @@ def tool(
     cost: float = 0.0,
     batch_size: int | None = None,
     retry_on: type[Exception] | tuple[type[Exception], ...] = (),
-) -> Tool: ...
+) -> Tool[T]: ...
+@overload
+def tool(
+    fn: Callable[..., T],
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    provider: Provider | None = None,
+    cost: float = 0.0,
+    batch_size: int | None = None,
+    retry_on: type[Exception] | tuple[type[Exception], ...] = (),
+) -> Tool[T]: ...
 @overload
 def tool(
     fn: None = None,
@@ -263,7 +288,7 @@ def tool(
     cost: float = 0.0,
     batch_size: int | None = None,
     retry_on: type[Exception] | tuple[type[Exception], ...] = (),
-) -> Callable[[Callable[..., Any]], Tool]: ...
+) -> _ToolDecorator: ...
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -273,7 +298,7 @@ def tool(
     cost: float = 0.0,
     batch_size: int | None = None,
     retry_on: type[Exception] | tuple[type[Exception], ...] = (),
-) -> Tool | Callable[[Callable[..., Any]], Tool]:
+) -> Tool[Any] | _ToolDecorator:
     """Make a cached tool of a sync or async function; usable bare or with options.
 
     Without ``version`` the tool is identified by its code: edit it and its next calls are paid
@@ -285,7 +310,7 @@ def tool(
     run); ``retry_on=(SomeError, ...)`` has the provider retry these exception types too.
     """
 
-    def wrap(f: Callable[..., Any]) -> Tool:
+    def wrap(f: Callable[..., Any]) -> Tool[Any]:
         if not callable(f):
             raise PlayDefinitionError(f"@tool needs a function, not {type(f).__name__}")
         label = name or getattr(f, "__name__", None) or type(f).__name__

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from ..errors import PlaybookError, RunFatal, ToolError
-from ..limits import retry_after
+from ..providers.limits import retry_after
 from .secrets import mask
 
 __all__ = ["translate"]

@@ -22,8 +22,8 @@ import httpx
 
 from ..errors import PlayDefinitionError, RunFatal, ToolError
 from ..keys import digest, key_text, receipt_key
-from ..limits import retry_after
-from ..providers import Provider
+from ..providers.limits import retry_after
+from ..providers.provider import Provider
 from ..tagged import Unencodable
 from .base import CallEnv, Tool
 from .secrets import PLACEHOLDER, Secret, SecretAuth, mask, scrub
@@ -38,7 +38,7 @@ _FATAL = frozenset({401, 402, 403})
 _CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})
 
 
-class HttpTool(Tool):
+class HttpTool(Tool[Any]):
     """A tool that is one HTTP request: templated URL, query, JSON body and headers."""
 
     remote = True

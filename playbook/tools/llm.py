@@ -30,8 +30,8 @@ import httpx
 
 from ..errors import PlayDefinitionError, ToolError
 from ..keys import digest, key_text, receipt_key
-from ..limits import announced
-from ..providers import Provider
+from ..providers.limits import announced
+from ..providers.provider import Provider
 from .base import NO_INPUT, CallEnv, Spent, Tool
 from .http import HttpTool
 from .secrets import Secret, secret
@@ -83,7 +83,7 @@ class Usage:
             self.answers += 1
 
 
-class LlmTool(Tool):
+class LlmTool(Tool[Any]):
     """A tool over an OpenAI-compatible chat completions endpoint (see :func:`llm_tool`)."""
 
     remote = True

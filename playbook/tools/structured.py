@@ -14,7 +14,7 @@ from typing import Any
 
 import pydantic
 
-from ..outputs import adapter, explain
+from ..plays.outputs import adapter, explain
 
 __all__ = ["Structured", "strict_schema"]
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from ..models import RunStats, duration, short_count, time_of_day
+from .._internal.words import duration, short_count, time_of_day
+from ..records import RunStats
 from ..runtime.state import LEG_COLUMNS, ProviderSeries, ProviderView, RunState, WorkerView
 from .svg import provider_chart, status_bar, svg_style
 from .tally import Tally
@@ -125,9 +126,9 @@ def provider_state(p: ProviderView, since: float | None = None, now: float | Non
     if not p.held:
         return "open"
     if now is None:
-        state = f"held until {time_of_day(p.hold_wall)}"
+        state = f"held until {time_of_day(p.hold_until_at)}"
     else:
-        state = f"held {duration(p.hold_wall - now)} more, until {time_of_day(p.hold_wall)}"
+        state = f"held {duration(p.hold_until_at - now)} more, until {time_of_day(p.hold_until_at)}"
     return state + (f" (HTTP {p.last_status})" if p.last_status else "")
 
 

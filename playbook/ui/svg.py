@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import NamedTuple, TypeVar
 
-from ..models import duration, short_count
+from .._internal.words import duration, short_count
 from ..runtime.state import ProviderSeries
 
 __all__ = ["STATUSES", "provider_chart", "status_bar", "svg_style"]

@@ -13,7 +13,7 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from ..models import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
+from ..events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
 from ..runtime.state import Families, RunEvent, RunState
 
 __all__ = ["KINDS", "Tally"]

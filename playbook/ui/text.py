@@ -23,7 +23,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..models import (
+from .._internal.words import time_of_day
+from ..events import (
     ProviderDown,
     ProviderHoldLifted,
     ProviderHoldSet,
@@ -35,8 +36,7 @@ from ..models import (
     RunFinished,
     RunProgress,
     RunStarted,
-    time_of_day,
-)  # fmt: skip
+)
 from ..runtime.state import RunEvent, RunState
 from .html import in_words
 from .tally import KINDS as TALLY_KINDS
@@ -217,7 +217,7 @@ def waiting_line(s: RunState, tally: Tally, room: int | None = None) -> str:
             short.append(f"{name} down")
         elif p.held:
             held += 1
-            full.append(f"{name} held until {time_of_day(p.hold_wall)} ({_rows(rows)})")
+            full.append(f"{name} held until {time_of_day(p.hold_until_at)} ({_rows(rows)})")
             short.append(f"{name} held")
         elif rows:
             full.append(f"{name}: {_rows(rows)} waiting")
@@ -252,7 +252,7 @@ def summary(state: RunState, tally: Tally) -> str:
             lines.append(f"provider {name!r} is down{when}: {in_words(p.down_error)}{rows}{probe}")
         elif p.held:
             status = f" (HTTP {p.last_status})" if p.last_status else ""
-            lines.append(f"provider {name!r} holds calls until {time_of_day(p.hold_wall)}{status}{rows}")
+            lines.append(f"provider {name!r} holds calls until {time_of_day(p.hold_until_at)}{status}{rows}")
         elif parked:
             ready = max((at for _, on, at in tally.parked.values() if on == name and at), default=None)
             until = f", ready at {time_of_day(ready)}" if ready else ""

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
-from ..models import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RunFinished, RunStarted
+from ..events import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RunFinished, RunStarted
 from ..runtime.state import RunEvent, RunState
 from . import Controls
 from .html import (

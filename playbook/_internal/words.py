@@ -1,0 +1,36 @@
+"""How times and counts read in messages, reprs and views: "14:05:09", "12.3k", "4m 05s"."""
+
+from __future__ import annotations
+
+import math
+import time
+
+__all__ = ["duration", "short_count", "time_of_day"]
+
+
+def time_of_day(epoch: float) -> str:
+    """The local time of day of an epoch timestamp: how a hold's or a parked row's deadline reads;
+    with its date when that is not today ("Dec 03 21:13:52": a two-day hold must not read as five minutes)."""
+    when = time.localtime(epoch)
+    same_day = when[:3] == time.localtime()[:3]
+    return time.strftime("%H:%M:%S" if same_day else "%b %d %H:%M:%S", when)
+
+
+def short_count(n: float) -> str:
+    """12 / 9,500 / 28.4k / 1.2M / 3.4G: a count at a glance."""
+    if n < 1e4:
+        return f"{n:,.0f}"
+    unit, size = next((u, size) for u, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)) if n >= size)
+    return f"{n / size:.3g}{unit}"
+
+
+def duration(seconds: float) -> str:
+    """45s / 2m 10s / 3h 05m / 2d 4h."""
+    s = round(seconds) if math.isfinite(seconds) and seconds > 0 else 0
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"

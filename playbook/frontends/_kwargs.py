@@ -1,0 +1,38 @@
+"""The run options as ``TypedDict``s, for type checkers (``**options: Unpack[MapKwargs]``).
+
+Generated from :class:`playbook.runtime.options.RunOptions` by
+``make generate``: edit the declaration there, not this file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Literal, TypedDict
+
+from ..store import ReceiptStore
+from ..store.fixtures import Fixtures
+
+__all__ = ["MapKwargs", "RunKwargs"]
+
+
+class MapKwargs(TypedDict, total=False):
+    """The options of ``map()`` and ``amap()``."""
+
+    concurrency: int
+    on_error: Literal["isolate", "raise"]
+    refresh: bool | Literal["rows", "all"]
+    max_cost: float | None
+    limit: int | None
+    key: str | Sequence[str] | None
+    progress: Literal["auto", "widget", "text", "none"] | bool
+    store: ReceiptStore | str | os.PathLike[str] | None
+    max_wait: float | None
+    overwrite: bool
+    fixtures: Fixtures | str | os.PathLike[str] | None
+
+
+class RunKwargs(MapKwargs, total=False):
+    """The options of ``run()`` and ``arun()``: ``map()``'s and ``background``."""
+
+    background: bool

@@ -1,0 +1,229 @@
+"""The command line: ``python -m playbook run`` (a play over a file, see :mod:`playbook.frontends.cli_run`)
+and ``python -m playbook cache stats|list|clear|export``.
+
+Every ``cache`` command reads a store that already exists: a mistyped ``--store`` is an error, not a new
+empty store.  Errors are one line on stderr and a non-zero exit status, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .._internal.argtypes import whole
+from ..errors import PlaybookError
+from ..store import FILE, ReceiptStore, home, is_url
+from ..store.records import Record
+from ..tagged import dumps, loads
+from . import cli_run
+from .signature import flags
+
+__all__ = ["main"]
+
+_PREVIEW = 40  # characters of input and of output shown per line by `cache list`
+
+
+class _Fail(Exception):
+    """A one-line error for the user; main() prints it and exits 1."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "run":
+        return cli_run.main(args)
+    try:
+        where = args.store if getattr(args, "store", None) else home()
+        readonly = False
+        if not is_url(where):
+            path = Path(where)
+            # Opening a store creates it: look before opening.  (cache.db: a store of playbook 0.1.)
+            if not ((path / FILE).is_file() or (path / "cache.db").is_file()):
+                raise _Fail(f"no receipt store at {path} (set --store or $PLAYBOOK_HOME)")
+            # Looking needs no writes: a store on a full disk or a read-only mount can still be read.
+            readonly = args.run is not _clear and (path / FILE).is_file()
+        store = ReceiptStore(where, readonly=readonly)
+        run: Callable[[ReceiptStore, argparse.Namespace], int] = args.run
+        try:
+            return run(store, args)
+        finally:
+            store.close()
+    except (_Fail, PlaybookError) as exc:
+        print(f"playbook: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `... | head` closed our stdout: not an error worth a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    # --store is accepted before `cache` and after the subcommand; SUPPRESS keeps a later
+    # parser's absent default from overwriting a value given earlier.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", **{**dict(flags("cli"))["--store"], "default": argparse.SUPPRESS})
+    parser = argparse.ArgumentParser(
+        prog="python -m playbook", parents=[common], description="Run plays over files; inspect and manage playbook's receipt store."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cli_run.add_parser(commands, common)
+    cache = commands.add_parser("cache", parents=[common], help="receipts and row memos on disk")
+    sub = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    stats = sub.add_parser("stats", parents=[common], help="receipts per tool, row memos, size, path")
+    stats.add_argument("--json", action="store_true", help="print the stats as one JSON object")
+    stats.set_defaults(run=_stats)
+
+    tool = argparse.ArgumentParser(add_help=False)
+    tool.add_argument("--tool", metavar="NAME", help="only this tool's receipts")
+
+    list_ = sub.add_parser("list", parents=[common, tool], help="one line per receipt, oldest first")
+    list_.add_argument("--limit", metavar="N", type=whole(0), default=50, help="show at most N (default: 50; 0: all)")
+    list_.set_defaults(run=_list)
+
+    clear = sub.add_parser("clear", parents=[common, tool], help="remove one tool's receipts, or everything (receipts and row memos)")
+    clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    clear.set_defaults(run=_clear)
+
+    export = sub.add_parser("export", parents=[common, tool], help="receipts as JSON Lines")
+    export.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    export.set_defaults(run=_export)
+    return parser
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+def _stats(store: ReceiptStore, args: argparse.Namespace) -> int:
+    stats = store.stats()
+    if args.json:
+        print(json.dumps(stats, ensure_ascii=False))
+        return 0
+    width = max([len(name) for name in stats["by_tool"]] + [9])
+    print(f"{'store':<{width + 2}} {stats['path']}")
+    print(f"{'receipts':<{width + 2}} {stats['receipts']} (total cost {stats['cost_stored']:g})")
+    for name, count in stats["by_tool"].items():
+        print(f"  {name:<{width}} {count}")
+    print(f"{'row memos':<{width + 2}} {stats['row_memos']}")
+    print(f"{'size':<{width + 2}} {_size(stats['bytes'])}")
+    return 0
+
+
+def _list(store: ReceiptStore, args: argparse.Namespace) -> int:
+    receipts, damaged = _receipts(store, args.tool)
+    shown = receipts[: args.limit or None]
+    tw = max([len(r.tool) for _, r in shown] + [4])
+    vw = max([len(r.version) for _, r in shown] + [3])
+    print(f"{'WHEN':<19}  {'TOOL':<{tw}}  {'VER':<{vw}}  MISS  {'COST':>6}  INPUT → OUTPUT")
+    for _, r in shown:
+        when = datetime.fromtimestamp(r.at).isoformat(timespec="seconds")
+        miss = "miss" if r.miss else "-"
+        output = f"(not storable: {r.error})" if r.error is not None else _preview(loads(r.output))
+        given = _preview(None if r.input is None else loads(r.input))
+        print(f"{when}  {r.tool:<{tw}}  {r.version:<{vw}}  {miss:<4}  {r.cost:>6g}  {given} → {output}")
+    if len(receipts) > len(shown):
+        print(f"… {len(receipts) - len(shown)} more (--limit 0 shows all)")
+    _say_damaged(damaged, store)
+    return 0
+
+
+def _clear(store: ReceiptStore, args: argparse.Namespace) -> int:
+    stats = store.stats()
+    if args.tool is not None:
+        _check_tool(args.tool, stats["by_tool"], store)
+        memos = store.memo_count(args.tool)
+        what = f"{stats['by_tool'][args.tool]} receipts of {args.tool} and {memos} row memos of rows that used it"
+    else:
+        what = f"all {stats['receipts']} receipts and {stats['row_memos']} row memos"
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise _Fail(f"not clearing {what} without confirmation: stdin is not a terminal; pass --yes")
+        try:
+            answer = input(f"Remove {what} from {store.path}? [y/N] ")
+        except (EOFError, KeyboardInterrupt):
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            raise _Fail("nothing removed")
+    removed = store.clear(args.tool)
+    if args.tool is not None:
+        print(f"removed {removed} receipts of {args.tool} and {memos} row memos of rows that used it from {store.path}")
+    else:
+        # clear() also counts step and sleep records; name them apart from receipts.
+        other = removed - stats["receipts"] - stats["row_memos"]
+        steps = f", {other} step records" if other > 0 else ""
+        print(f"removed {stats['receipts']} receipts, {stats['row_memos']} row memos{steps} from {store.path}")
+    return 0
+
+
+def _export(store: ReceiptStore, args: argparse.Namespace) -> int:
+    receipts, damaged = _receipts(store, args.tool)
+    lines = "".join(_export_line(key, r) + "\n" for key, r in receipts)
+    if args.out is None:
+        sys.stdout.write(lines)
+    else:
+        try:
+            Path(args.out).write_text(lines, encoding="utf-8")
+        except OSError as exc:
+            raise _Fail(f"cannot write {args.out}: {exc.strerror}") from None
+        print(f"exported {len(receipts)} receipts to {args.out}", file=sys.stderr)
+    _say_damaged(damaged, store)
+    return 0
+
+
+def _export_line(key: str, record: Record) -> str:
+    """One receipt as JSON: values in their stored, tagged form (a datetime as {"$datetime": ...})."""
+    line = {
+        "key": key, "tool": record.tool, "version": record.version, "account": record.account,
+        "input": None if record.input is None else loads(record.input), "output": loads(record.output),
+        "miss": bool(record.miss), "cost": record.cost, "created_at": record.at,
+    }  # fmt: skip
+    if record.error is not None:
+        line["error"] = record.error
+    return dumps(line)
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+def _receipts(store: ReceiptStore, tool: str | None) -> tuple[list[tuple[str, Record]], int]:
+    """Readable receipts oldest first, in stored form, and how many could not be read."""
+    if tool is not None:
+        _check_tool(tool, store.stats()["by_tool"], store)
+    found, damaged = [], 0
+    for key, record in store.records(tool):
+        if record is None:
+            damaged += 1
+        else:
+            found.append((key, record))
+    return found, damaged
+
+
+def _say_damaged(damaged: int, store: ReceiptStore) -> None:
+    if damaged:
+        print(
+            f"playbook: {damaged} damaged receipts in {store.path} were skipped; a run that needs one makes its call again",
+            file=sys.stderr,
+        )
+
+
+def _check_tool(tool: str, known: Collection[str], store: ReceiptStore) -> None:
+    if tool not in known:
+        held = ", ".join(sorted(known)) or "none"
+        raise _Fail(f"no receipts for tool {tool!r} in {store.path}; tools with receipts: {held}")
+
+
+def _preview(value: Any) -> str:
+    text = dumps(value)
+    return text if len(text) <= _PREVIEW else text[: _PREVIEW - 1] + "…"
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            break
+        n /= 1024
+    return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

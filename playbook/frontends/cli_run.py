@@ -1,0 +1,287 @@
+"""``python -m playbook run plays.py:enrich --in leads.csv --out enriched.parquet``: a play over a
+file, for scripts, cron and CI.
+
+What a scheduler needs from it: the exit status says how the run went (0 every row ok or reused,
+3 rows failed or parked, 2 a usage error, 1 a fatal run, 130 interrupted, 143 terminated), stdout holds nothing
+but the ``--json`` report, and the output file is either whole or absent.  Everything a user can
+get wrong (the play's file, an option, a file name) is checked before anything is paid for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import importlib
+import importlib.machinery
+import importlib.util
+import inspect
+import json
+import os
+import re
+import signal
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from ..errors import PlaybookError, PlayDefinitionError
+from ..plays.play import Play
+from ..runtime.options import options
+from ..runtime.run import Run, last_run
+from ..tools import Tool
+from .files import NAMES, Fatal, Usage, as_in_file, checked_output, file_format, need_pyarrow, read_rows, write_frame
+from .signature import flags, given
+
+if TYPE_CHECKING:
+    from ..cluster.job import ClusterRun
+
+__all__ = ["add_parser", "main"]
+
+ERRORS_SHOWN = 5  # failed rows quoted in the summary, and failed and parked rows in the --json report
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """The ``run`` subcommand, on the subparsers of ``python -m playbook``."""
+    run = commands.add_parser(
+        "run",
+        parents=[common],
+        help="run a play over a CSV, Parquet or JSON Lines file",
+        description="Run a play over the rows of a file and write the result. Exit status: 0 every row ok or reused, "
+        "3 rows failed or parked (the output holds them), 2 usage error, 1 fatal run, 130 interrupted, 143 terminated.",
+    )
+    run.add_argument("play", metavar="FILE.py:NAME", help="the file that defines the play, and its name (a play, async def or tool)")
+    run.add_argument("--in", dest="source", metavar="FILE", required=True, help=f"the rows to run: {NAMES}")
+    run.add_argument("--out", metavar="FILE", required=True, help="where the result goes (same formats); written whole or not at all")
+    for flag, spelled in flags("cli"):
+        if flag != "--store":  # the common --store (cli.py), which the cache commands take too
+            run.add_argument(flag, **spelled)
+    run.add_argument("--json", action="store_true", help="print a JSON report on stdout (progress and messages stay on stderr)")
+    run.set_defaults(run=None)
+
+
+# -- the command -------------------------------------------------------------------------
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command; returns the exit status.  With ``--json``, whatever the play prints goes
+    to stderr, so stdout holds the report alone."""
+    report: dict[str, Any] = {
+        "exit_code": None, "output": None, "error": None, "stats": None, "holds": [], "errors": [], "parked": {"by_reason": {}, "rows": []},
+    }  # fmt: skip
+    stdout, terms = sys.stdout, list[int]()
+    try:
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext(), _terminate_as_interrupt(terms):
+            code = _run(args, report)
+    except Usage as exc:
+        code, report["error"] = 2, str(exc)
+        _say(f"error: {exc}")
+    except Fatal as exc:
+        code, report["error"] = 1, str(exc)
+        _say(f"error: {exc}")
+    except KeyboardInterrupt:  # before the run started (importing, reading) or while writing
+        code, report["error"] = 130, f"interrupted; nothing was written to {args.out}"
+        _say(report["error"])
+    if code == 130 and terms:
+        code = 143  # what a scheduler expects of a job it terminated
+    report["exit_code"] = code
+    if args.json:
+        print(json.dumps(report, default=_plain, ensure_ascii=False), file=stdout, flush=True)
+    return code
+
+
+def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
+    path, name = _target(args.play)
+    source = file_format(args.source, "--in")
+    if not Path(args.source).is_file():
+        raise Usage(f"--in {args.source}: no such file")
+    out = checked_output(args.out)
+    if Path(args.out).exists() and os.path.samefile(args.source, args.out):
+        raise Usage(f"--out {args.out} is the same file as --in {args.source}: the result would replace the rows; choose another --out")
+    if "Parquet" in (source, out):
+        need_pyarrow("--in" if source == "Parquet" else "--out")
+    play = _load(path, name)
+    rows = read_rows(args.source, source)
+    try:
+        run = rows.frame.play.run(play, **{"progress": "text", **given(args, "cli")})
+    except PlayDefinitionError as exc:
+        raise Usage(_as_option(str(exc))) from None
+    except PlaybookError as exc:  # bad credentials, no credit, a store that cannot be opened
+        _record(report, last_run())
+        raise Fatal(f"{exc}. Nothing was written to {args.out}; what was paid for is saved, so a rerun pays only for the rest") from None
+    except KeyboardInterrupt:
+        partial = last_run()
+        _record(report, partial)
+        done = "" if partial is None else f"{partial.stats.ok + partial.stats.reused:,} of {partial.stats.total:,} rows finished; "
+        report["error"] = (
+            f"interrupted: {done}nothing was written to {args.out}; a rerun resumes (finished rows are reused, no call is paid twice)"
+        )
+        _say(report["error"])
+        return 130
+    _record(report, run)
+    result = run.result
+    write_frame(as_in_file(result, rows), args.out, out)
+    report["output"] = args.out
+    s = run.stats
+    code = 3 if s.failed or s.parked or s.skipped else 0
+    for line in _summary(run, len(result), args.out, code):
+        _say(line, prefix="")
+    return code
+
+
+def _as_option(message: str) -> str:
+    """map()'s message names its option (``key=['x']: ...``); say which command-line option that is."""
+    name = message.partition("=")[0]
+    return f"--{name.replace('_', '-')}: {message}" if name in {f.name for f in options("cli")} else message
+
+
+def _record(report: dict[str, Any], run: Run | ClusterRun | None) -> None:
+    if run is None:
+        return
+    report["stats"] = run.stats.model_dump()
+    report["holds"] = [hold.model_dump() for hold in run.holds]
+    errors = run.errors
+    report["errors"] = errors.head(ERRORS_SHOWN).to_dict("records")
+    report["error_groups"] = _groups(errors)
+    report["error_kinds"] = int(errors["group"].nunique())
+    report["parked"] = _parked(run)
+
+
+def _groups(errors: pd.DataFrame) -> list[dict[str, Any]]:
+    """The largest groups of failed rows: the group, how many rows, an example row and its message."""
+    if errors.empty:
+        return []
+    by = errors.groupby("group", sort=False)
+    sizes = by.size().sort_values(ascending=False, kind="stable").head(ERRORS_SHOWN)
+    first = by.first()
+    return [
+        {"group": group, "rows": int(n), "example_row": first.at[group, "row"], "message": first.at[group, "error"]}
+        for group, n in sizes.items()
+    ]
+
+
+def _parked(run: Run | ClusterRun) -> dict[str, Any]:
+    """Why rows parked: how many for each reason, and the first rows, with when each may run again."""
+    parked = run.parked
+    rows = parked.head(ERRORS_SHOWN).to_dict("records")
+    for row in rows:
+        at = row["ready_at"]
+        row["ready_at"] = None if pd.isna(at) else pd.Timestamp(at).isoformat()
+        for field in ("provider", "message"):  # a frame spells a missing text NaN; the report, null
+            if isinstance(row[field], float):
+                row[field] = None
+    return {"by_reason": {str(k): int(n) for k, n in parked["reason"].value_counts(sort=False).items()}, "rows": rows}
+
+
+def _summary(run: Run, rows: int, out: str, code: int) -> list[str]:
+    """Where the result is and what to do next, in shell terms, under the run's own summary (the
+    text view's, which says already how many rows parked and why)."""
+    s = run.stats
+    lines = [f"wrote {_rows(rows)} to {out}"]
+    if s.failed:
+        lines.append(f"{_rows(s.failed)} failed: play_status 'failed', the message in play_error (its kind is above)")
+    if code:
+        budget = s.parked and (run.parked["reason"] == "budget").any()
+        higher = " with a higher --max-cost" if budget else ""
+        lines.append(
+            f"rerun the same command{higher} to run the rows that did not finish; the others are reused, and no call is paid twice"
+        )
+    return lines
+
+
+def _rows(n: int) -> str:
+    return f"{n:,} row" if n == 1 else f"{n:,} rows"
+
+
+def _say(text: str, *, prefix: str = "playbook: ") -> None:
+    print(prefix + text, file=sys.stderr, flush=True)
+
+
+def _plain(value: Any) -> Any:
+    """What json.dumps cannot write: numpy scalars as numbers, anything else (a Timestamp row label) as text."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt(terms: list[int]) -> Iterator[None]:
+    """SIGTERM (a CI job cancelled, a container stopped, ``timeout``) stops the run as Ctrl-C does,
+    so calls in flight land their receipts instead of being paid for and lost; ``terms`` notes it."""
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        terms.append(signum)
+        signal.raise_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- the play ----------------------------------------------------------------------------
+
+
+def _target(spec: str) -> tuple[Path, str]:
+    text, colon, name = spec.rpartition(":")
+    if not colon:
+        raise Usage(f"{spec!r}: name the play to run after a colon, e.g. {spec}:enrich")
+    if not name.isidentifier():
+        raise Usage(f"{spec!r}: {name!r} is not a Python name; expected FILE.py:NAME, e.g. plays.py:enrich")
+    path = Path(text)
+    if not path.is_file():
+        raise Usage(f"{spec!r}: no such file {text!r}")
+    return path.resolve(), name
+
+
+def _load(path: Path, name: str) -> Any:
+    """The play ``name`` of the file at ``path``, imported as a module of its own; its folder goes
+    on sys.path, so the modules beside it import as they do when it runs as a script."""
+    module_name = "playbook_plays_" + re.sub(r"\W", "_", path.stem)
+    loader = importlib.machinery.SourceFileLoader(module_name, str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(module_name, loader))  # type: ignore[arg-type]
+    sys.modules[module_name] = module  # dataclasses and pydantic look their module up there
+    sys.path.insert(0, str(path.parent))
+    try:
+        loader.exec_module(module)
+    except SyntaxError as exc:  # raised while compiling: no frame of the file to show, its line is in the message
+        sys.stderr.write("".join(traceback.format_exception_only(exc)))
+        raise Usage(f"{path.name}, line {exc.lineno}: {type(exc).__name__}: {exc.msg}") from None
+    except (Exception, SystemExit) as exc:
+        sys.stderr.write("".join(_user_traceback(exc, path)))
+        raise Usage(f"importing {path.name} raised {type(exc).__name__} (the traceback above)") from None
+    if not hasattr(module, name):
+        raise Usage(f"{path.name} has no {name!r}{_defined(module, name)}")
+    found = getattr(module, name)
+    if not (isinstance(found, (Play, Tool)) or callable(found)):
+        raise Usage(f"{path.name}: {name} is a {type(found).__name__}, not a play, an async def or a tool{_defined(module, name)}")
+    return found
+
+
+def _user_traceback(exc: BaseException, path: Path) -> list[str]:
+    """The traceback from the user's file down: the frames of the import machinery are not theirs."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != str(path):
+        tb = tb.tb_next
+    return traceback.format_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
+
+
+def _defined(module: ModuleType, name: str) -> str:
+    """The plays, async functions and tools a module defines, for the error that names none of them."""
+    found = {}
+    for attr, value in vars(module).items():
+        if attr.startswith("_"):
+            continue
+        if isinstance(value, (Play, Tool)):
+            found[attr] = "tool" if isinstance(value, Tool) else "play"
+        elif inspect.iscoroutinefunction(value) and getattr(value, "__module__", None) == module.__name__:
+            found[attr] = "async def"
+    if not found:
+        return "; it defines no play, async def or tool"
+    near = difflib.get_close_matches(name, found, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return hint + "; it defines: " + ", ".join(f"{attr} ({kind})" for attr, kind in found.items())

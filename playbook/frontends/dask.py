@@ -1,0 +1,127 @@
+"""``ddf.play``: a play over a Dask DataFrame, one partition per task on a dask.distributed cluster.
+
+``import playbook`` does not import Dask: the accessor is registered when ``dask.dataframe`` is
+imported, before or after playbook (:func:`playbook.frontends.register`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Unpack
+from urllib.parse import urlsplit
+
+from .._internal.dist import install_hint
+from ..cluster.job import ClusterRun
+from ..errors import PlayDefinitionError, ReceiptError
+from ..plays.play import as_play
+from ..runtime.options import RunOptions
+from ..runtime.run import remember
+from ..store import ReceiptStore
+from ..store.location import home, is_url
+from ..ui import Controls, attach_view
+from .pandas import check_columns, refuse_background
+from .signature import run_signature
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+    from distributed import Client
+
+    from ..plays.play import PlayLike
+    from ._kwargs import MapKwargs, RunKwargs
+
+__all__ = ["DaskPlay"]
+
+_SCHEMES = ("redis", "rediss", "unix")
+_WORKER_OPTIONS = ("concurrency", "on_error", "refresh", "key", "max_wait", "max_cost", "overwrite")  # what each partition's run is given
+
+
+class DaskPlay:
+    """``ddf.play.map(play, store="redis://...")`` → a Dask DataFrame; ``ddf.play.run(...)`` → a
+    :class:`ClusterRun`.  Each partition runs on a worker of the current ``dask.distributed``
+    client with the local engine; receipts, memos, leases and provider limits live in Redis."""
+
+    def __init__(self, frame: dd.DataFrame) -> None:
+        self._frame = frame
+
+    @run_signature("map")
+    def map(self, play: PlayLike, **options: Unpack[MapKwargs]) -> dd.DataFrame:
+        """Run ``play`` over every row on the cluster and return the result as a Dask DataFrame
+        (blocking; its partitions stay on the workers, ``.compute()`` brings it here).
+
+        ``concurrency`` is rows in flight per partition.  ``store`` must be a Redis every worker
+        reaches (``"redis://host:6379/0"``, a ``pb.ReceiptStore`` over one, or ``$PLAYBOOK_HOME``
+        naming one).  Every provider's rate, calls in flight and holds are shared there across
+        the cluster.  ``fixtures`` are refused: a cluster's calls are made on its workers.
+        """
+        refuse_background(
+            options, "map() returns the finished Dask DataFrame; for a background run use ddf.play.run(play, background=True)"
+        )
+        return self.run(play, **options).result
+
+    @run_signature("run")
+    def run(self, play: PlayLike, **options: Unpack[RunKwargs]) -> ClusterRun:
+        """Run ``play`` on the cluster and return the :class:`ClusterRun`; with
+        ``background=True``, return at once (the job goes on; the panel's Stop stops it)."""
+        opts = RunOptions.parse(options)
+        if opts.replaying is not None:  # fixtures=, a `with pb.fixtures(...)` around it, or $PLAYBOOK_FIXTURES
+            raise PlayDefinitionError(
+                "fixtures answer calls from a file in this process, and a cluster run makes its calls on the workers: "
+                "record or replay on a pandas frame instead (ddf.compute().play.map(...))"
+            )
+        the_play = as_play(play)
+        check_columns(self._frame, play, opts)
+        url = _redis_url(opts.store)
+        client = _client()
+        opened = ReceiptStore(url)  # reachable, a store, and not one that lost its receipts: said now, before anything is sent
+        opened.close()
+        if opened.lost is not None:
+            raise ReceiptError(opened.lost)
+        worker_options = {name: getattr(opts, name) for name in _WORKER_OPTIONS}
+        job = ClusterRun(self._frame, the_play, opts, client, url, worker_options)
+        controls = Controls(stop=job.stop, retry=lambda status: job.retry(statuses=(status,))) if opts.background else None
+        job.view = attach_view(job.state, opts.progress, background=opts.background, controls=controls)
+        remember(job)  # pb.last_run(), as a pandas run is: a job that stops (401, Ctrl-C) is still there to read
+        return job.start(background=opts.background)
+
+
+def _client() -> Client:
+    """The dask.distributed client partitions run on: the current one."""
+    try:
+        from distributed import default_client
+    except ImportError:
+        raise PlayDefinitionError(
+            f"a Dask DataFrame runs on a dask.distributed cluster, which is not installed: {install_hint('dask')}"
+        ) from None
+    try:
+        return default_client()
+    except ValueError:
+        raise PlayDefinitionError(
+            "no Dask client: connect one first, e.g. `from dask.distributed import Client; client = Client()` (a cluster "
+            "on this machine) or `Client('tcp://scheduler-host:8786')`; its workers run the partitions"
+        ) from None
+
+
+def _redis_url(store: Any) -> str:
+    """The Redis every worker opens: ``store``, else ``$PLAYBOOK_HOME`` when it names one."""
+    if isinstance(store, ReceiptStore):
+        where: Any = store.address
+    elif store is None:
+        where = home()
+    else:
+        where = os.fspath(store)
+    if isinstance(where, str) and is_url(where) and urlsplit(where).scheme in _SCHEMES:
+        return where
+    shown = store.location if isinstance(store, ReceiptStore) else where
+    named = f"store={os.fspath(shown)!r}" if store is not None else f"no store= given, and the default store is {os.fspath(shown)!r}"
+    raise PlayDefinitionError(
+        f"{named}: a cluster run keeps its receipts, memos and provider limits in Redis, where every "
+        "worker reaches them; pass store='redis://host:6379/0' (or set $PLAYBOOK_HOME to it). A directory is on "
+        "one machine, and its SQLite file is not for many processes at once"
+    )
+
+
+def register() -> None:
+    """``ddf.play`` (see :func:`playbook.frontends.register`)."""
+    from dask.dataframe.extensions import register_dataframe_accessor
+
+    register_dataframe_accessor("play")(DaskPlay)

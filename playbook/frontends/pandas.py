@@ -1,0 +1,136 @@
+"""``df.play``: run a play over a DataFrame's rows.  Keeps no state (pandas' accessor contract).
+
+This is where a run is put together, in the order data flows: options are checked, the store
+opened, the scheduler built over the rows, and the view (widget, text or none) attached to the
+run's state.  The runtime below knows nothing of views.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Unpack
+
+import pandas as pd
+
+from .._internal.loop import run_sync
+from ..errors import PlayDefinitionError, interrupted
+from ..plays.play import PlayLike, as_play
+from ..runtime.options import RunOptions
+from ..runtime.run import Run, begin_background, execute, start
+from ..tools import Tool
+from ..ui import Controls, attach_view
+from ..ui.html import run_html
+from .signature import run_signature
+
+if TYPE_CHECKING:
+    from ._kwargs import MapKwargs, RunKwargs
+
+__all__ = ["PlayAccessor", "check_columns", "refuse_background"]
+
+
+class PlayAccessor:
+    """``df.play.map(play)`` → DataFrame; ``df.play.run(play)`` → Run; ``amap`` / ``arun`` await."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self._frame = frame
+
+    @run_signature("map")
+    def map(self, play: PlayLike, **options: Unpack[MapKwargs]) -> pd.DataFrame:
+        """Run ``play`` over every row and return the result DataFrame (blocking).
+
+        ``play``: a ``@pb.play``, an ``async def (row, ctx)``, or a tool (inputs bound from
+        same-named columns).  The result has the input rows in order, the play's output columns,
+        ``play_status`` and ``play_error``.
+        """
+        refuse_background(options, "map() returns the finished DataFrame; for a background run use df.play.run(play, background=True)")
+        return self.run(play, **options).result
+
+    @run_signature("run")
+    def run(self, play: PlayLike, **options: Unpack[RunKwargs]) -> Run:
+        """Run ``play`` and return the :class:`Run`; with ``background=True``, return at once
+        (the run goes on in the kernel's loop)."""
+        run, opts = self._start(play, options)
+        if opts.background:
+            return begin_background(run)
+        try:
+            run_sync(execute(run))
+        except KeyboardInterrupt:
+            # Ctrl-C stops the run, not the work: calls in flight land their receipts, finished
+            # rows are on disk, the rest are skipped.  The interrupt goes on (a script exits
+            # non-zero, Run All stops); pb.last_run() holds the partial run, and a rerun resumes.
+            s = run.stats
+            raise interrupted(
+                f"interrupted: {s.ok + s.reused} of {s.total} rows done, {s.skipped} skipped. What finished is saved: "
+                "pb.last_run().result has the partial result, and running the same map again resumes it"
+            ) from None
+        return run
+
+    @run_signature("map")
+    async def amap(self, play: PlayLike, **options: Unpack[MapKwargs]) -> pd.DataFrame:
+        """Async form of :meth:`map`, except that ``progress="auto"`` outside Jupyter shows text
+        only when stderr is a terminal (a server's log stays clean)."""
+        refuse_background(options, "amap() returns the finished DataFrame; for a background run use df.play.arun(play, background=True)")
+        return (await self.arun(play, **options)).result
+
+    @run_signature("run")
+    async def arun(self, play: PlayLike, **options: Unpack[RunKwargs]) -> Run:
+        """Async form of :meth:`run`, except that ``progress="auto"`` outside Jupyter shows text
+        only when stderr is a terminal (a server's log stays clean)."""
+        run, opts = self._start(play, options, awaited=True)
+        if opts.background:
+            return begin_background(run)
+        await execute(run)
+        return run
+
+    def _start(self, play: PlayLike, options: Mapping[str, Any], *, awaited: bool = False) -> tuple[Run, RunOptions]:
+        opts = RunOptions.parse(options)
+        the_play = as_play(play)
+        check_columns(self._frame, play, opts)
+        frame = self._frame if opts.limit is None else self._frame.iloc[: opts.limit]  # the first N rows, as head(N)
+        run = start(frame, the_play, opts, opts.open_store(), html=run_html)
+        controls = _controls(run) if opts.background else None
+        run.view = attach_view(run.state, opts.progress, background=opts.background, controls=controls, awaited=awaited)
+        return run, opts
+
+
+def refuse_background(options: Mapping[str, Any], message: str) -> None:
+    """``map()`` and ``amap()`` return the finished frame: ``background=True`` is for ``run()``."""
+    if options.get("background"):
+        raise PlayDefinitionError(message)
+
+
+def _controls(run: Run) -> Controls:
+    """What a background run's buttons do.  A blocking run keeps the kernel busy, so a click would
+    only be handled after it: its view gets none."""
+    return Controls(stop=run.stop, retry=lambda status: run.retry(statuses=(status,)))
+
+
+def check_columns(frame: Any, play: Any, opts: RunOptions) -> None:
+    """Before anything runs: the frame's columns (a pandas or a Dask frame's) name each one
+    column, hold every input a tool mapped directly binds, and the ``key`` columns."""
+    columns = frame.columns
+    if not columns.is_unique:
+        # row.<name> and the result's columns would be ambiguous: say so before anything runs.
+        twice = list(dict.fromkeys(columns[columns.duplicated()]))
+        raise PlayDefinitionError(
+            f"the DataFrame has more than one column named {', '.join(map(repr, twice))}, so row[...] would be "
+            "ambiguous; rename them (df.columns = [...]) or drop the copies (df.loc[:, ~df.columns.duplicated()])"
+        )
+    if isinstance(play, Tool):
+        _check_tool(columns, play)
+    opts.key_columns(frame)
+
+
+def _check_tool(columns: Any, tool: Tool[Any]) -> None:
+    """A tool mapped directly needs a column per parameter."""
+    if tool.batch_size is not None:
+        raise PlayDefinitionError(
+            f"batch tool {tool.name!r} takes free-form inputs, so it cannot bind them from columns: "
+            f"call it from a play, e.g. await ctx.tool({tool.name}, domain=row.domain)"
+        )
+    missing = [p for p in tool.params if p not in columns]
+    if missing:
+        raise PlayDefinitionError(
+            f"tool {tool.name!r} binds its inputs from columns, but the DataFrame has no column "
+            f"{', '.join(repr(m) for m in missing)}; columns: {list(columns)}"
+        )

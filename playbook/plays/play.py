@@ -1,0 +1,127 @@
+"""Plays: ``async def play(row, ctx)`` functions, and the fingerprint that decides reuse.
+
+The fingerprint covers the play's name, version and code (as a tool's identity does: comments and
+layout do not count), and its output model's schema when it declares one, so editing the play or
+its model makes every row run again, while its tool calls still hit their receipts: only changed
+calls cost.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeAlias, overload
+
+from ..errors import PlayDefinitionError
+from ..keys import code_fingerprint, digest
+from .definitions import defined, play_name
+from .outputs import OutputModel
+
+if TYPE_CHECKING:
+    from ..tools import Tool
+
+__all__ = ["Play", "PlayFn", "PlayLike", "as_play", "play"]
+
+PlayFn = Callable[[Any, Any], Awaitable[Any]]  # async def play(row, ctx)
+# What map() runs: a play, a bare async function (wrapped as one), or a tool bound to columns.
+PlayLike: TypeAlias = "Play | Tool[Any] | PlayFn"
+
+
+class Play:
+    """A named, versioned async row function with a fingerprint; ``output``: its declared output
+    model (:class:`~playbook.plays.outputs.OutputModel`), or None."""
+
+    __slots__ = ("fn", "name", "version", "output", "fingerprint", "__wrapped__")
+
+    fn: PlayFn
+    name: str
+    version: str | None
+    output: OutputModel | None
+    fingerprint: str
+    __wrapped__: PlayFn
+
+    def __init__(
+        self, fn: PlayFn, *, name: str | None = None, version: str | None = None, output: Any = None, source: str | None = None
+    ) -> None:
+        if isinstance(fn, Play):
+            if output is None and fn.output is not None:
+                output = fn.output.model
+            fn = fn.fn
+        if not callable(fn):
+            raise PlayDefinitionError(f"a play must be an async function (row, ctx), not {type(fn).__name__}")
+        label = name or _name(fn)
+        if inspect.isasyncgenfunction(fn):
+            raise PlayDefinitionError(f"play {label!r} yields: a play returns the row's output once (use return, not yield)")
+        if not inspect.iscoroutinefunction(fn):
+            raise PlayDefinitionError(f"play {label!r} must be defined with 'async def {label}(row, ctx)': playbook awaits it for each row")
+        try:
+            inspect.signature(fn).bind(None, None)
+        except TypeError:
+            raise PlayDefinitionError(f"play {label!r} must take exactly two arguments: (row, ctx)") from None
+        self.fn = fn
+        self.name = label
+        self.version = None if version is None else str(version)
+        self.output = None if output is None else OutputModel(output, label)
+        parts = [label, self.version or "", source or code_fingerprint(fn)]
+        if self.output is not None:  # a play without a model keeps the fingerprint (and the row memos) it had
+            parts.append(self.output.fingerprint)
+        self.fingerprint = digest("\x1f".join(parts))
+        self.__wrapped__ = fn
+        defined(play_name(label), self.fingerprint)  # a play that runs it as a sub-play sees an edit
+
+    def __call__(self, row: Any, ctx: Any) -> Awaitable[Any]:
+        return self.fn(row, ctx)
+
+    def __repr__(self) -> str:
+        v = f" v{self.version}" if self.version else ""
+        return f"<Play {self.name!r}{v} fingerprint={self.fingerprint[:8]}>"
+
+
+def _name(fn: Any) -> str:
+    if isinstance(fn, functools.partial):
+        return _name(fn.func)
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+@overload
+def play(fn: PlayFn, *, name: str | None = None, version: str | None = None, output: type[Any] | None = None) -> Play: ...
+@overload
+def play(
+    fn: None = None, *, name: str | None = None, version: str | None = None, output: type[Any] | None = None
+) -> Callable[[PlayFn], Play]: ...
+def play(
+    fn: PlayFn | None = None, *, name: str | None = None, version: str | None = None, output: type[Any] | None = None
+) -> Play | Callable[[PlayFn], Play]:
+    """Declare a play: ``@pb.play`` or ``@pb.play(name=..., version=..., output=Model)``.
+
+    ``output``: a pydantic model or a TypedDict class.  Its fields are the play's output columns,
+    in its order and with dtypes from its annotations, present even when no row succeeds; each
+    row's output is validated by it (a field error fails the row, naming the field) and only its
+    fields are kept.
+    """
+
+    def wrap(f: PlayFn) -> Play:
+        return Play(f, name=name, version=version, output=output)
+
+    return wrap if fn is None else wrap(fn)
+
+
+def as_play(obj: Any) -> Play:
+    """What ``map()`` runs: a Play as is, a bare async function wrapped, a Tool bound to columns."""
+    from ..tools import Tool
+
+    if isinstance(obj, Play):
+        return obj
+    if isinstance(obj, Tool):
+        return _tool_play(obj)
+    return Play(obj)
+
+
+def _tool_play(tool: Any) -> Play:
+    params, column = tool.params, tool.name
+
+    async def tool_play(row: Any, ctx: Any) -> dict[str, Any]:
+        return {column: await ctx.tool(tool, {p: row[p] for p in params})}
+
+    return Play(tool_play, name=tool.name, source=f"tool:{tool.name}:{tool.fingerprint}")

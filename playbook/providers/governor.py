@@ -1,0 +1,392 @@
+"""The governor: the state machine every call that misses its receipt goes through on its way to
+the transport (:meth:`Governor.dispatch`), acting over its provider's limiter::
+
+    down?  ── the provider refuses connections or keeps failing: one call at a time goes as
+       │      the probe; the others wait for the next probe like a hold (in place, or the row
+       │      steps aside), and past the row's wait budget ProviderExhausted("down") parks the
+       │      row (a waterfall's leg does not wait: it tries its next leg at once)
+    hold?  ── short (<= 1 s): wait in place; long: suspend the row (OnHold); past the row's
+       │      wait budget: ProviderExhausted (a waterfall tries its next leg, a row parks)
+    permit ── the limiter's concurrency slot and rate slot (limits.Limiter.acquire)
+    send   ── 2xx: success, the rate and the window recover (settle)
+              429: a lone one (jitter: a short hint among many calls let in) waits its hint
+                   alone; else a verdict on concurrency (the window shrinks) or on the rate
+                   (cut once per episode): hold the provider until Retry-After / reset, or
+                   back off this call
+              5xx, timeouts, connection errors: a failure of this call: retried after its hint
+                   or a backoff, up to ``retries``; the provider holds only when failures
+                   dominate, and goes *down* after several in a row (limits.Health)
+              401/402/403: RunFatal, straight up
+
+What it keeps is this process's: the provider's health, its counters, the events it tells
+subscribers.  Rate, calls in flight and holds are the limiter's, in this process or shared.  Its
+clock is the running loop's (``loop.time()``): a loop with virtual time drives every wait here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from .._internal.flow import OnHold, WaitBudget
+from .._internal.words import time_of_day
+from ..errors import ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
+from ..events import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RateChanged
+from .limits import HEADROOM, LONE, Backoff, Health, Limiter, Permit, Verdict
+from .limits.waiters import Listeners, here
+from .ticket import Described, Ticket
+
+__all__ = ["IN_PLACE", "OWN_IN_PLACE", "Governor", "Ticket"]
+
+T = TypeVar("T")
+
+IN_PLACE = 1.0  # holds up to this long are waited out by the call; longer ones suspend the row
+OWN_IN_PLACE = 0.2  # the same for a call's own retry (its row's worker can serve another row meanwhile)
+
+
+class Governor:
+    """The live state of one :class:`~playbook.providers.provider.Provider` in this process."""
+
+    __slots__ = (
+        "provider", "limiter", "backoff", "health", "sent", "refused", "failed", "last_status", "hold_until_at", "down_error",
+        "probe_at", "tokens", "_seen_hold", "_holding", "_lift_timer", "_listeners", "_lock", "__weakref__",  # Providers of one description find it in a weak registry
+    )  # fmt: skip
+
+    def __init__(self, provider: Described, limiter: Limiter) -> None:
+        self.provider = provider
+        self.limiter = limiter
+        self.backoff = Backoff()
+        self.health = Health()
+        self.sent = 0  # requests sent
+        self.refused = 0  # 429s
+        self.failed = 0  # transient failures (5xx, timeouts, connection errors)
+        self.last_status: int | None = None
+        self.hold_until_at = 0.0  # the hold's end in epoch seconds
+        self.down_error: str | None = None  # the failure that took it down, in words
+        self.probe_at = 0.0  # epoch seconds: when the next probe may go while down
+        self.tokens: deque[tuple[float, float]] = deque()  # (monotonic time, tokens) of answered weighed calls, a minute's worth
+        self._seen_hold = 0.0  # loop clock: the latest hold announced to subscribers
+        self._holding = False
+        self._lift_timer: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
+        self._listeners = Listeners()
+        self._lock = threading.Lock()  # threads that each run a map() on a loop of their own share this provider
+
+    def __repr__(self) -> str:
+        return f"<Governor {self.provider.name!r} sent={self.sent} 429s={self.refused} failed={self.failed} {self.limiter!r}>"
+
+    @property
+    def name(self) -> str:
+        return self.provider.name
+
+    @property
+    def held(self) -> bool:
+        return self._holding and self.hold_until_at > time.time()
+
+    def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
+        """Tell ``listener`` this provider's events; returns the unsubscribe function.  Subscribed
+        on a running loop, it hears them on that loop, whichever thread's call they come from."""
+        return self._listeners.add(listener)
+
+    def _emit(self, event: Any) -> None:
+        self._listeners.tell(event)
+
+    def _rate_changed(self) -> None:
+        self._emit(RateChanged(self.name, self.limiter.rate, self.limiter.in_flight_limit))
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def dispatch(self, send: Callable[[], Awaitable[T]], ticket: Ticket | None = None, *, weight: float = 1.0) -> T:
+        """Send one call through the governor: down, hold, permit, send; retry what may be retried.
+        ``weight``: the call's estimated tokens (the ticket's, when it carries one)."""
+        loop = asyncio.get_running_loop()
+        if ticket is None:
+            ticket = Ticket("", WaitBudget(self.provider.max_wait), suspend=False)
+        if ticket.weight is not None:
+            weight = ticket.weight
+            self._fits(weight, ticket)
+        while True:
+            now = loop.time()
+            self._notice(now)
+            until = max(self.limiter.hold_until_t, ticket.not_before)
+            if until > now:
+                await self._wait(until, now, ticket)
+                continue
+            if self._holding:
+                self._lift()
+            health = self.health
+            if health.down and health.probing:
+                await asyncio.shield(health.outcome(loop))  # the probe's word, then decide
+                continue
+            self._paced_past_budget(weight, ticket)
+            probe = health.down and health.may_probe(now)  # this call goes as the probe
+            if health.down and not probe:
+                await self._until_probe(now, ticket)
+                continue
+            try:
+                result, permit = await self._send(send, loop, ticket, weight)
+            finally:
+                if probe:
+                    health.unprobe()  # a no-op once the probe's outcome was recorded
+            if permit is None:
+                continue
+            if health.success(permit.sent_at):
+                self._emit(ProviderUp(self.name))
+            if await self.limiter.settle(permit, ticket.actual):
+                self._rate_changed()
+            if ticket.weight is not None:
+                with self._lock:
+                    self._metered(time.monotonic(), permit.weight)
+            return result  # type: ignore[no-any-return]
+
+    def _paced_past_budget(self, weight: float, ticket: Ticket) -> None:
+        """A call whose rate or token slot is further away than its row may wait (a token debt
+        of a minute after one huge prompt) parks its row, as a long hold would."""
+        wait = self.limiter.expected_wait(weight)
+        if wait > IN_PLACE and wait > ticket.budget.left + 1e-9:
+            raise self._past_budget("paces calls: this one could go at", wait, ticket)
+
+    def _past_budget(self, what: str, wait: float, ticket: Ticket) -> ProviderExhausted:
+        wall = time.time() + wait
+        return ProviderExhausted(
+            f"tool {ticket.tool!r}: provider {self.name!r} {what} {time_of_day(wall)} ({wait:.0f}s from now), "
+            f"past this row's wait budget ({max(ticket.budget.left, 0):.0f}s left of max_wait)",
+            tool=ticket.tool or None, provider=self.name, status=self.last_status, retry_at=wall,
+        )  # fmt: skip
+
+    def _fits(self, weight: float, ticket: Ticket) -> None:
+        """A call weighing more tokens than the provider allows in a minute can never go (OpenAI
+        refuses it too): it fails at once instead of waiting out a minute's worth of tokens."""
+        rate = self.limiter.token_rate
+        if rate is not None and weight > rate * 60.0 / HEADROOM:
+            raise ToolError(
+                f"tool {ticket.tool!r}: this call needs about {weight:,.0f} tokens, more than provider {self.name!r} "
+                f"allows in a minute ({rate * 60.0 / HEADROOM:,.0f} tokens/min): shorten the prompt or lower max_tokens",
+                tool=ticket.tool or None, provider=self.name,
+            )  # fmt: skip
+
+    def learn(self, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
+        """The provider announced its limits (``x-ratelimit-limit-*``): pace under them."""
+        requests = requests_per_minute / 60.0 * HEADROOM if requests_per_minute else None
+        tokens = tokens_per_minute / 60.0 * HEADROOM if tokens_per_minute else None
+        if self.limiter.learn(requests, tokens):
+            self._rate_changed()
+
+    def tokens_per_minute(self) -> tuple[float, float | None]:
+        """Tokens answered over the last minute, and the token limit per minute (None: none)."""
+        with self._lock:
+            self._metered(time.monotonic(), 0.0)  # a display's clock: views read it from anywhere
+            used = sum(t for _, t in self.tokens)
+        limit = self.limiter.token_rate
+        return used, (limit * 60.0 / HEADROOM if limit is not None else None)
+
+    def _metered(self, now: float, tokens: float) -> None:
+        meter = self.tokens
+        if tokens:
+            meter.append((now, tokens))
+        while meter and meter[0][0] < now - 60.0:
+            meter.popleft()
+
+    async def _until_probe(self, now: float, ticket: Ticket) -> None:
+        """While down, with another call due as the next probe: wait for it (in place when it is
+        near, else the row steps aside until then) when it falls within the row's wait budget;
+        past it, or for a waterfall's leg (which tries its next provider), the row parks."""
+        wait = max(0.0, self.health.probe_t - now)
+        budget = ticket.budget
+        if ticket.falls_through or wait > budget.left + 1e-9:
+            raise self._down(ticket, now)
+        if wait <= IN_PLACE:
+            budget.left -= wait
+            await asyncio.sleep(wait)
+            return
+        raise OnHold(self.provider, now + wait, time.time() + wait, self.last_status, budget)
+
+    async def _send(self, send: Callable[[], Awaitable[T]], loop: asyncio.AbstractEventLoop, ticket: Ticket,
+                    weight: float) -> tuple[Any, Permit | None]:  # fmt: skip
+        """One try: ``(result, permit)`` to settle, or ``(None, None)`` to go round again."""
+        try:
+            permit = await self.limiter.acquire(weight, max(IN_PLACE, ticket.budget.left))
+        except ToolError as exc:  # the limiter's own state is out of reach: like a provider that is
+            if not await self._retry(exc, None, loop.time(), ticket):
+                raise
+            return None, None
+        if permit is None:
+            return None, None  # a hold arrived while this call waited for its permit
+        self.sent += 1
+        try:
+            result = await send()
+        except RunFatal:
+            await self.limiter.release(permit)
+            raise
+        except Exception as exc:
+            try:
+                again = await self._retry(exc, permit, loop.time(), ticket)
+            finally:
+                if not permit.done:
+                    await self.limiter.release(permit)
+            if not again:
+                raise
+            return None, None
+        except BaseException:
+            await self.limiter.release(permit)  # cancelled on the wire: the slot goes back all the same
+            raise
+        return result, permit
+
+    async def _wait(self, until: float, now: float, ticket: Ticket) -> None:
+        """Wait for a hold or this call's backoff: in place, by suspending the row, or not at all."""
+        wait = until - now
+        budget = ticket.budget
+        if wait > budget.left + 1e-9:
+            raise self._past_budget("holds calls until", wait, ticket)
+        # A call that cannot suspend its row (a batch serves many) still steps aside for a long
+        # provider hold; only its own backoff, bounded by the retries, is waited out in place.
+        # A row whose own retry waits more than a moment gives its worker up meanwhile.
+        own = until > self.limiter.hold_until_t
+        if wait <= (OWN_IN_PLACE if own and ticket.suspend else IN_PLACE) or (not ticket.suspend and own):
+            budget.left -= wait
+            await asyncio.sleep(wait)
+            return
+        raise OnHold(self.provider, until, time.time() + wait, self.last_status, budget)
+
+    # -- verdicts ------------------------------------------------------------------------------
+
+    async def _retry(self, exc: Exception, permit: Permit | None, now: float, ticket: Ticket) -> bool:
+        """Classify a failed call; True to try it again (after any hold or backoff it set).
+        ``permit`` is None when the limiter itself failed before the call went."""
+        if isinstance(exc, ToolError):
+            status, retryable, hint = exc.status, exc.retryable, exc.retry_after
+        else:  # a Python tool's own timeouts and dropped connections are transient too
+            status, retryable, hint = None, isinstance(exc, (TimeoutError, ConnectionError)), None
+        if not retryable:
+            if permit is not None and self.health.success(permit.sent_at):  # an answer, if not the one wanted: it is up
+                self._emit(ProviderUp(self.name))
+            return False
+        self.last_status = status
+        if hint is not None and hint <= 0:
+            hint = None  # "retry after 0s" would spin: back off instead
+        if status == 429 and permit is not None:
+            await self._refused(permit, now, hint, ticket)
+            return True
+        return await self._failed(exc, now, hint, ticket)
+
+    async def _refused(self, permit: Permit, now: float, hint: float | None, ticket: Ticket) -> None:
+        """A 429: the provider is up and busy.  Shrink the window or cut the rate, then wait: this
+        call alone when the refusal is a lone one, else every call until the hint says."""
+        self.refused += 1
+        if self.health.success(permit.sent_at):
+            self._emit(ProviderUp(self.name))
+        verdict = await self.limiter.refused(permit, hinted=hint is not None, short=hint is not None and hint <= LONE)
+        if verdict is Verdict.LOWERED:
+            self._rate_changed()
+        if verdict is Verdict.LONE and hint is not None:
+            ticket.not_before = now + hint
+        elif hint is not None:
+            await self._hold(now + hint, 429)
+        else:
+            ticket.not_before = now + self.backoff.delay(ticket.refusals)
+            ticket.refusals += 1
+
+    async def _failed(self, exc: Exception, now: float, hint: float | None, ticket: Ticket) -> bool:
+        """A 5xx, a timeout, a refused connection: a failure of this call, not a verdict on the rate."""
+        self.failed += 1
+        health = self.health
+        # A failed probe (or a call still out when the provider went down) is the outage's, not
+        # this call's: it does not use up the call's tries, so a long outage parks rows, never fails them.
+        ticket.tries += not health.down
+        if health.failure(now):
+            self.down_error = _describe(exc)
+            self._next_probe(now)
+            self._emit(ProviderDown(self.name, self.down_error))
+        if health.down:  # the loop waits for the next probe (a failed probe's is later), or parks the row past its budget
+            self._next_probe(now)
+            ticket.cause = exc
+            return True
+        if ticket.tries > self.provider.retries:
+            raise self._unavailable(exc, ticket, f"gave up after {ticket.tries} tries")
+        wait = hint if hint is not None else self.backoff.delay(ticket.tries - 1)
+        if health.dominated():
+            await self._hold(now + wait, self.last_status)  # most calls fail: spare the provider
+        else:
+            ticket.not_before = now + wait
+            if wait > ticket.budget.left:
+                raise self._unavailable(exc, ticket, "the next try would pass the wait budget")
+        return True
+
+    def _next_probe(self, now: float) -> float:
+        self.probe_at = time.time() + max(0.0, self.health.probe_t - now)  # epoch seconds, for people
+        return self.probe_at
+
+    def _down(self, ticket: Ticket, now: float) -> ProviderExhausted:
+        wall = self._next_probe(now)
+        why = "" if ticket.falls_through else f", past this row's wait budget ({max(ticket.budget.left, 0):.0f}s left of max_wait)"
+        error = ProviderExhausted(
+            f"tool {ticket.tool!r}: provider {self.name!r} is down ({self.down_error}); the next probe goes at "
+            f"{time_of_day(wall)}{why}: the row waits for a rerun or run.retry()",
+            tool=ticket.tool or None, provider=self.name, status=self.last_status, retry_at=wall, reason="down",
+        )  # fmt: skip
+        error.__cause__ = ticket.cause
+        return error
+
+    def _unavailable(self, exc: Exception, ticket: Ticket, why: str) -> ProviderUnavailable:
+        error = ProviderUnavailable(
+            f"provider {self.name!r} is unavailable: {exc} ({why})", tool=ticket.tool or None, provider=self.name, status=self.last_status
+        )
+        error.__cause__ = exc
+        return error
+
+    # -- holds ---------------------------------------------------------------------------------
+
+    async def _hold(self, until: float, status: int | None) -> None:
+        """Hold every call to this provider until ``until`` (loop clock)."""
+        if until <= self.limiter.hold_until_t:
+            return
+        self._announce(await self.limiter.hold(until), status)
+
+    def _notice(self, now: float) -> None:
+        """A hold this process did not set (another process sharing the limiter did): say so."""
+        until = self.limiter.hold_until_t
+        if until > self._seen_hold and until > now:
+            self._announce(until, None)
+
+    def _announce(self, until: float, status: int | None) -> None:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if until <= self._seen_hold:
+                return  # another thread announced it (or a later one) first
+            self._seen_hold = until
+            self.hold_until_at = time.time() + (until - loop.time())
+            self._holding = True
+            listening = self._listeners.loops() - {loop}
+            previous, self._lift_timer = self._lift_timer, (loop, loop.call_at(until, self._lift, until))
+        if previous is not None and previous[0] is loop:
+            previous[1].cancel()
+        self._emit(ProviderHoldSet(self.name, self.hold_until_at, status))
+        # Say when it ends even if no call comes to notice (every waiting row may have parked),
+        # and on every loop that listens: this one may stop first (its thread's map() is over).
+        for other in listening:
+            with contextlib.suppress(RuntimeError):
+                other.call_soon_threadsafe(other.call_at, until, self._lift, until)
+
+    def _lift(self, until: float | None = None) -> None:
+        """The hold ended (``until``: the one a timer was set for; a later one stays)."""
+        with self._lock:
+            if not self._holding or (until is not None and until < self._seen_hold):
+                return
+            self._holding = False
+            timer, self._lift_timer = self._lift_timer, None
+        if timer is not None and timer[0] is here():
+            timer[1].cancel()
+        self._emit(ProviderHoldLifted(self.name))
+
+
+def _describe(exc: BaseException) -> str:
+    """A failure in a few words: what a user sees next to a down provider (which is not one tool's:
+    a ToolError's "tool 'x': " goes)."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, ToolError) and exc.tool and text.startswith(prefix := f"tool {exc.tool!r}: "):
+        text = text[len(prefix) :]
+    return text if len(text) <= 200 else text[:197] + "..."

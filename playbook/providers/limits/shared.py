@@ -1,0 +1,377 @@
+"""The limiter shared through Redis: one rate, one bound on calls in flight and one hold for every
+process and machine that names the same provider account at the same Redis.
+
+Each decision is one Lua script (:mod:`playbook.providers.limits.scripts`), run with EVALSHA through
+redis-py's ``register_script``, on Redis's clock.  A permit is a member of a sorted set scored by
+its expiry; this process renews its permits while their calls are in flight, so a process killed
+mid-call (``kill -9``) gives its slots back ``permit_ttl`` seconds later.  The rate is paced by
+reserving GCRA slots at most ``HORIZON`` seconds ahead: a cut or a hold set meanwhile reaches the
+next reservation, not calls already queued a minute ahead.
+
+Each thread's loop talks to Redis over a connection of its own
+(:class:`~playbook.providers.limits.redis_link.Link`); what the limiter learns (the rate, holds, calls in
+flight) is the whole process's.  Only one task per loop asks for a permit at a time (the others
+queue there, in order): while the account has no room, that one polls, and a slot this process
+frees wakes it at once.  What Redis cannot answer (it is down, the URL is wrong) is a retryable
+``ToolError`` naming the provider and the URL, so the governor treats it as it treats a provider
+that refuses connections: retried, then *down*: its rows wait for its probes within their
+``max_wait``, then park with that message.  A slot that cannot be given back for the same reason
+comes back by expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+import os
+import random
+import threading
+from typing import Any
+
+from ..._internal.dist import install_hint
+from ..._internal.owners import HOST, dead
+from ..._internal.urls import masked
+from ...errors import PlayDefinitionError, ToolError
+from . import scripts
+from .allowance import Allowance
+from .base import Permit, Verdict, rate_news
+from .gates import Window
+from .local import token_burst
+from .pace import Pace
+from .redis_link import Link, import_redis, split_options
+from .waiters import here
+
+__all__ = ["RedisLimiter"]
+
+HORIZON = 0.5  # seconds ahead a rate slot may be reserved
+POLL = 0.025  # seconds between asks while the account has no room (a local release asks at once)
+_SCRIPTS = {"acquire": scripts.ACQUIRE, "held": scripts.HELD, "settle": scripts.SETTLE, "refused": scripts.REFUSED,
+            "release": scripts.RELEASE, "hold": scripts.HOLD, "renew": scripts.RENEW, "tokens": scripts.TOKENS,
+            "charge": scripts.CHARGE}  # fmt: skip
+_ids = itertools.count(1)
+_VERDICTS = {b"lone": Verdict.LONE, b"cut": Verdict.LOWERED, b"noted": Verdict.NOTED}
+
+
+class RedisLimiter:
+    """``RedisLimiter(url, account, provider=..., rate=..., burst=..., concurrency=...)``: the
+    :class:`~playbook.providers.limits.base.Limiter` whose state lives at ``url``, under ``account``.
+
+    ``url`` is a redis-py URL; ``?permit_ttl=S`` (taken out before it reaches redis-py) sets how
+    long a dead process's permits keep their slots (default 30 s).
+    """
+
+    def __init__(self, url: str, account: str, *, provider: str, rate: float | None = None, burst: int | None = None,
+                 concurrency: int | None = None, tokens: float | None = None, window: tuple[int, float] | None = None) -> None:  # fmt: skip
+        try:
+            self._redis = import_redis()
+        except ImportError as exc:
+            raise PlayDefinitionError(f"Provider {provider!r}: shared={masked(url)!r} needs redis-py: {install_hint('redis')}") from exc
+        self.url, self.provider = url, provider
+        self._url, self.permit_ttl = split_options(url, provider)
+        try:
+            self._redis.connection.parse_url(self._url)
+        except ValueError as exc:
+            raise PlayDefinitionError(f"Provider {provider!r}: shared={masked(url)!r} is not a Redis URL ({exc})") from exc
+        self.prefix = f"playbook:limit:{{{account}}}:"
+        self.ceiling, self.burst, self.floor = rate, burst or 1, rate / 10 if rate is not None else Pace(None).floor
+        self.window = Window(concurrency)  # discovers a bound from the account-wide levels 429s meet
+        self.rate: float | None = rate  # the shared rate, as last read
+        self.token_rate = tokens  # tokens a second (configured or announced); None: calls are not weighed
+        # A configured window's calls and span (Allowance's arithmetic) for the scripts; [0, 0]: learnt.
+        self.window_args: list[Any] = [window[0], f"{Allowance(*window).span:.6f}"] if window is not None else [0, 0]
+        self.hold_until_t = 0.0  # loop clock
+        self._room_at = 0.0  # loop clock: the account had no slot before this, as last answered
+        self.in_flight = 0  # this process's calls on the wire
+        self._shown = rate  # the rate last reported as changed
+        self._offset = 0.0  # Redis time minus loop time, as of the last answer
+        self._host = f"{HOST}:{os.getpid()}:{random.getrandbits(32):08x}"
+        self._reaped = -math.inf  # loop clock: when permits of dead processes were last looked for
+        self._links: dict[asyncio.AbstractEventLoop, Link] = {}  # each loop's connection, while it has one
+        self._lock = threading.Lock()  # threads share the window and the count of calls on the wire
+
+    def __repr__(self) -> str:
+        rate = "unlimited" if self.rate is None else f"{self.rate:.3g}/s"
+        limit = self.in_flight_limit
+        return (f"<RedisLimiter {masked(self.url)} {self.prefix}* rate={rate} in_flight_limit={limit} "
+                f"on_wire={self.in_flight} permits={self._held()} hold_until_t={self.hold_until_t:.3f}>")  # fmt: skip
+
+    @property
+    def in_flight_limit(self) -> int | None:
+        return self.window.known_limit
+
+    def expected_wait(self, weight: float) -> float:
+        # The account's queue is in Redis: only asking tells.  The last answer that said "not
+        # before" (a window used up, a rate's queue) is what this process knows meanwhile.
+        loop = here()
+        return max(0.0, self._room_at - loop.time()) if loop is not None else 0.0
+
+    def learn(self, requests: float | None, tokens: float | None) -> bool:
+        changed = False
+        if requests is not None and (self.ceiling is None or requests < self.ceiling):
+            self.ceiling = requests  # the shared rate comes down to it at the next script
+            self.floor = requests / 10
+            changed = True
+        if tokens is not None and (self.token_rate is None or tokens < self.token_rate):
+            self.token_rate = tokens
+            changed = True
+        return changed
+
+    # -- the Limiter protocol ------------------------------------------------------------------
+
+    async def acquire(self, weight: float = 1.0, patience: float = math.inf) -> Permit | None:
+        loop, link = self._link()
+        key = f"{self._host}:{next(_ids)}"
+        link.busy += 1
+        try:
+            async with link.turn:  # one asker per loop; the rest wait here, in order
+                granted = await self._reserve(key, weight, loop, link, patience)
+        except BaseException:
+            link.busy -= 1
+            await self._idle(link)
+            raise
+        link.busy -= 1
+        if granted is None:
+            await self._idle(link)
+            return None
+        level, wait = granted
+        permit = Permit(weight, level, loop.time() + wait, key)
+        permit.offset = self._offset
+        try:
+            if wait > 0:
+                await asyncio.sleep(wait)
+                # A hold set meanwhile, here or by another process: this slot is not to be used.
+                reply = await self._script(link, "held", ["hold"], [])
+                self._learn(reply[0], reply[1], None, loop)
+            if self.hold_until_t > loop.time():
+                await self._give_back(permit, on_wire=False)
+                return None
+        except BaseException:
+            await self._give_back(permit, on_wire=False)
+            raise
+        permit.sent_at = loop.time()
+        with self._lock:
+            self.in_flight += 1
+        return permit
+
+    async def settle(self, permit: Permit, actual: float | None = None) -> bool:
+        if not self._landed(permit):
+            return False
+        extra = 0.0 if actual is None else actual - permit.weight
+        permit.weight = permit.weight + extra
+        with self._lock:
+            grew = self.window.success(permit.level, self._now())
+        if extra and self.token_rate is not None:
+            await self._quietly("charge", ["tokens"], [extra, self.token_rate], None)
+        args = [permit.key, 0, _opt(self.ceiling), f"{permit.sent_at + permit.offset:.6f}"]
+        reply = await self._quietly("settle", ["gcra", "permits", "aimd", "allow", "allowlog"], args, permit.key)
+        if reply is not None:
+            self.rate = _float(reply[1])
+        return self._changed() or grew
+
+    async def refused(self, permit: Permit, *, hinted: bool, short: bool = False) -> Verdict:
+        if not self._landed(permit):
+            return Verdict.NOTED
+        with self._lock:
+            concurrency = bool(permit.level) and self.window.refused(permit.level, self._now(), hinted=hinted)
+        if concurrency:
+            await self._quietly("release", ["permits"], [permit.key], permit.key)
+            return Verdict.LOWERED
+        sent_at = permit.sent_at + permit.offset
+        judge = "0" if hinted and self.token_rate is not None else "1"  # a token limit's refusal: not the request rate's
+        hint = "short" if short else "long" if hinted else "none"
+        args = [permit.key, f"{sent_at:.6f}", judge, _opt(self.ceiling), self.floor, hint, "0" if self.window_args[0] else "1"]
+        reply = await self._quietly("refused", ["permits", "aimd", "allow", "allowlog"], args, permit.key)
+        if reply is None:
+            return Verdict.NOTED
+        self.rate = _float(reply[1])
+        verdict = _VERDICTS[reply[2]]
+        if verdict is Verdict.LOWERED:
+            self._shown = self.rate
+        return verdict
+
+    async def release(self, permit: Permit) -> None:
+        await self._give_back(permit, on_wire=True)
+
+    async def hold(self, until: float) -> float:
+        loop = asyncio.get_running_loop()
+        self.hold_until_t = max(self.hold_until_t, until)  # this process keeps to it even if Redis cannot hear it
+        reply = await self._quietly("hold", ["hold", "aimd"], [max(0.0, until - loop.time())], None)
+        if reply is not None:
+            self._learn(reply[0], reply[1], None, loop)
+        return self.hold_until_t
+
+    # -- asking Redis --------------------------------------------------------------------------
+
+    async def _tokens(self, weight: float, loop: asyncio.AbstractEventLoop, link: Link) -> float:
+        """Reserve a call's tokens at the account's token rate; returns the wait until they are due."""
+        assert self.token_rate is not None
+        reply = await self._script(link, "tokens", ["tokens"], [weight, self.token_rate, token_burst(self.token_rate)])
+        self._offset = float(reply[0]) - loop.time()
+        return float(reply[1])
+
+    async def _reserve(self, key: str, weight: float, loop: asyncio.AbstractEventLoop, link: Link,
+                       patience: float) -> tuple[int, float] | None:  # fmt: skip
+        """Ask until the account has room and a rate slot within ``HORIZON``: ``(level, wait)``,
+        or None when a hold is in force or the slot is past ``patience`` (``expected_wait`` says
+        when, to the governor: its row parks, or steps aside)."""
+        try:
+            while True:
+                if self.hold_until_t > loop.time():
+                    await self._forget(link, key)
+                    return None
+                link.freed.clear()
+                limit = self.window.limit or 0
+                args = [key, 1, limit, self.permit_ttl, _opt(self.ceiling), self.burst, HORIZON, *self.window_args]
+                reply = await self._script(link, "acquire", ["gcra", "hold", "permits", "aimd", "allow", "allowlog", "winlog"], args)
+                status = reply[0]
+                self._learn(reply[1], reply[2], reply[3], loop)
+                if status == b"held":
+                    self._drop(link, key)
+                    return None
+                if status == b"full":
+                    await self._reap(loop, link)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(link.freed.wait(), POLL * (0.5 + random.random()))
+                    continue
+                link.keep(key)
+                if status == b"wait":
+                    self._room_at = loop.time() + float(reply[5])
+                    if float(reply[5]) > patience:
+                        await self._forget(link, key)
+                        return None
+                    await asyncio.sleep(float(reply[5]) - HORIZON / 2)
+                    continue
+                wait = float(reply[5])
+                if self.token_rate is not None:  # the call's tokens too, at the account's token rate
+                    wait = max(wait, await self._tokens(weight, loop, link))
+                return int(reply[4]), wait
+        except BaseException:
+            await self._forget(link, key)
+            raise
+
+    async def _reap(self, loop: asyncio.AbstractEventLoop, link: Link) -> None:
+        """The account is full: give back at once the slots of processes on this machine that no
+        longer run (killed mid-call), instead of waiting for their permits to expire.  At most
+        once a second: it reads every permit."""
+        if loop.time() < self._reaped + 1.0:
+            return
+        self._reaped = loop.time()
+        name = self.prefix + "permits"
+        client, _ = link.connect()
+        with contextlib.suppress(self._redis.exceptions.RedisError, OSError):  # then they expire, as elsewhere
+            gone = [permit for permit in await client.zrange(name, 0, -1) if dead(permit.decode("utf-8", "replace"))]
+            if gone:
+                await client.zrem(name, *gone)
+
+    async def _script(self, link: Link, name: str, keys: list[str], args: list[Any]) -> Any:
+        client, scripts = link.connect()
+        link.busy += 1
+        try:
+            return await scripts[name](keys=[self.prefix + k for k in keys], args=[self.prefix, *args], client=client)
+        except (self._redis.exceptions.RedisError, OSError) as exc:
+            raise ToolError(
+                f"shared limits of provider {self.provider!r} at {masked(self.url)} are out of reach "
+                f"({type(exc).__name__}: {exc})",
+                provider=self.provider, retryable=True,
+            ) from exc  # fmt: skip
+        finally:
+            link.busy -= 1
+
+    async def _quietly(self, name: str, keys: list[str], args: list[Any], key: str | None) -> Any:
+        """A script whose failure must not fail a call that was answered: its slot, if any,
+        comes back by expiry instead."""
+        _, link = self._link()
+        try:
+            return await self._script(link, name, keys, args)
+        except ToolError:
+            return None
+        finally:
+            if key is not None:
+                self._drop(link, key)
+            await self._idle(link)
+
+    async def _give_back(self, permit: Permit, *, on_wire: bool) -> None:
+        if permit.done:
+            return
+        if on_wire:
+            self._landed(permit)
+        permit.done = True
+        # Shielded: a call cancelled on the wire still hands its slot to the next one now.
+        await asyncio.shield(self._quietly("release", ["permits"], [permit.key], permit.key))
+
+    async def _forget(self, link: Link, key: str) -> None:
+        if key in link.permits:
+            await asyncio.shield(self._quietly("release", ["permits"], [key], key))
+
+    def _landed(self, permit: Permit) -> bool:
+        landed = permit.land()
+        with self._lock:
+            self.in_flight -= landed
+        return landed
+
+    def _learn(self, now: bytes, hold: bytes, rate: bytes | None, loop: asyncio.AbstractEventLoop) -> None:
+        """Read Redis's clock, the hold and the rate from an answer."""
+        self._offset = float(now) - loop.time()
+        ends = _float(hold)
+        if ends is not None and ends - self._offset > self.hold_until_t:
+            self.hold_until_t = ends - self._offset
+        if rate is not None:
+            self.rate = _float(rate)
+
+    def _changed(self) -> bool:
+        if rate_news(self._shown, self.rate, self.ceiling):
+            self._shown = self.rate
+            return True
+        return False
+
+    # -- each loop's connection, the permits it renews --------------------------------------
+
+    def _link(self) -> tuple[asyncio.AbstractEventLoop, Link]:
+        loop = asyncio.get_running_loop()
+        link = self._links.get(loop)
+        if link is None:
+            with self._lock:
+                link = self._links.setdefault(loop, Link(loop, self._open, self._renew, self.permit_ttl / 3))
+        return loop, link
+
+    def _open(self) -> tuple[Any, dict[str, Any]]:
+        client = self._redis.asyncio.from_url(self._url, socket_connect_timeout=5, socket_timeout=10)
+        return client, {name: client.register_script(source) for name, source in _SCRIPTS.items()}
+
+    def _held(self) -> int:
+        return sum(len(link.permits) for link in list(self._links.values()))
+
+    async def _idle(self, link: Link) -> None:
+        """Nothing under way on this loop: close its connections, so none outlives the loop that
+        opened them; the next call opens them again."""
+        if not link.idle:
+            return
+        with self._lock:
+            if self._links.get(link.loop) is link:
+                del self._links[link.loop]
+        await link.close()
+
+    def _drop(self, link: Link, key: str) -> None:
+        """``key``'s slot is given back (or never was taken): an asker on any loop may go now."""
+        link.drop(key)
+        for other in list(self._links.values()):
+            if other is not link:
+                with contextlib.suppress(RuntimeError):  # a closed loop asks for nothing any more
+                    other.loop.call_soon_threadsafe(other.freed.set)
+
+    async def _renew(self, link: Link, keys: list[str]) -> None:
+        with contextlib.suppress(ToolError):
+            await self._script(link, "renew", ["permits"], [self.permit_ttl, *keys])
+
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+
+def _opt(value: float | None) -> str:
+    return "" if value is None else f"{value:.6f}"
+
+
+def _float(raw: bytes | None) -> float | None:
+    return float(raw) if raw else None

@@ -1,0 +1,49 @@
+"""What the governor keeps of one logical call across the replays of its row (:class:`Ticket`:
+its tries, its backoff, its wait budget, what it weighs), and what it reads of its provider's
+description (:class:`Described`)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from .._internal.flow import WaitBudget
+
+__all__ = ["Described", "Ticket"]
+
+
+class Ticket:
+    """One logical call's standing with its provider, kept across the row's replays.  A call
+    weighed by its tokens carries its estimate (``weight``) and, once answered, its real usage
+    (``actual``), which the limiter is charged."""
+
+    __slots__ = ("tool", "budget", "tries", "refusals", "not_before", "suspend", "falls_through", "weight", "actual", "carry", "cause")
+
+    def __init__(self, tool: str, budget: WaitBudget, *, suspend: bool = True, falls_through: bool = False) -> None:
+        self.tool = tool
+        self.budget = budget
+        self.tries = 0  # transient failures so far
+        self.refusals = 0  # 429s without a hint so far
+        self.not_before = 0.0  # this call's own backoff (loop clock)
+        self.suspend = suspend  # may this call's own long backoff suspend its row (False: wait in place)
+        # A waterfall's leg: a provider that is down passes to the next leg at once, waiting for no probe.
+        self.falls_through = falls_through
+        self.cause: Exception | None = None  # the failure that took the provider down, under this call
+        self.weight: float | None = None  # estimated tokens; None: not weighed
+        self.actual: float | None = None  # tokens used, once answered
+        self.carry: Any = None  # what the caller keeps with the call across its row's replays
+
+    def __repr__(self) -> str:
+        return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"
+
+
+class Described(Protocol):
+    """What the governor reads of its provider's description (a :class:`~playbook.providers.provider.Provider`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def max_wait(self) -> float: ...
+
+    @property
+    def retries(self) -> int: ...

@@ -1,0 +1,85 @@
+"""The records a user reads and the store keeps: receipts, run statistics, provider holds, a row's
+status.  They are pydantic models: validated, with documented fields, and their JSON is stable.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ._internal.words import time_of_day
+
+__all__ = ["ProviderHold", "Receipt", "RunStats", "Status"]
+
+
+Status = Literal["ok", "reused", "failed", "parked", "skipped"]
+
+
+class Receipt(BaseModel):
+    """One paid-for tool result as stored on disk (JSON).  ``miss`` marks a "not found" answer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    tool: str
+    version: str
+    account: str
+    input: Any
+    output: Any
+    miss: bool
+    cost: float
+    created_at: float
+
+
+class RunStats(BaseModel):
+    """Counts of a run at one moment; ``elapsed`` in seconds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    total: int = 0
+    ok: int = 0
+    reused: int = 0
+    failed: int = 0
+    parked: int = 0
+    skipped: int = 0
+    held: int = 0
+    calls_executed: int = 0  # calls paid for: sent to a provider, or with a cost
+    calls_reused: int = 0  # calls answered by receipts of earlier runs
+    calls_shared: int = 0  # identical calls answered by a receipt this run paid for (another row's)
+    calls_failed: int = 0  # requests sent that brought back nothing to keep (5xx, timeouts, 429s)
+    calls_local: int = 0  # calls of free local tools (no provider, no cost) that ran
+    cost_spent: float = 0.0
+    cost_saved: float = 0.0
+    elapsed: float = 0.0
+    receipts_lost: int = 0  # paid calls whose receipts could not be written (the store failed)
+
+    @property
+    def done(self) -> int:
+        """Rows that reached a final status."""
+        return self.ok + self.reused + self.failed + self.parked + self.skipped
+
+
+class ProviderHold(BaseModel):
+    """A provider that holds rows back: until when (epoch seconds), how many rows wait on it
+    (held in this run, or parked until it lets calls through again), the last status seen."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: str
+    until: float | None
+    waiting_rows: int
+    parked_rows: int = 0
+    last_status: int | None = None
+    reason: str = "hold"  # "hold": the provider asked to wait; "down": it refuses connections or keeps failing
+    error: str | None = None  # a down provider: the failure that took it down, in words
+
+    def __str__(self) -> str:
+        status = f", last status {self.last_status}" if self.last_status is not None else ""
+        rows = f"{self.waiting_rows} rows waiting ({self.parked_rows} parked)"
+        if self.reason == "down":
+            why = f" ({self.error.strip().splitlines()[0]})" if self.error and self.error.strip() else ""
+            probe = "" if self.until is None else ", next probe at " + time_of_day(self.until)
+            return f"{self.provider}: down{why}{probe}, {rows}{status}"
+        when = "no hold now" if self.until is None else "until " + time_of_day(self.until)
+        return f"{self.provider}: {when}, {rows}{status}"
