@@ -100,5 +100,5 @@ class _NoLeases:
     def release(self, key: str) -> None:
         pass
 
-    async def settle(self) -> None:
+    async def stop_renewing(self) -> None:
         pass
