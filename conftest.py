@@ -2,7 +2,7 @@
 
 Every test is marked by what it needs, from its fixtures and its file, so that ``make check`` can
 leave out what is slow to start (``-m "not (slow or redis or cluster or kernel or browser or
-notebook)"``) while ``make test`` runs everything:
+notebook or network)"``) while ``make test`` runs everything:
 
 - ``redis``: a real redis-server (the ``redis_server``/``redis_url`` fixtures, several processes
   sharing a store);
@@ -51,6 +51,17 @@ _BY_FILE = {
     "test_cli_run.py": ("slow",),
     "test_cli.py": ("slow",),
     "test_types.py": ("slow",),
+    "test_redis_store.py": ("redis",),
+    "test_identity.py": ("slow",),
+    "test_first_hour.py": ("slow",),
+    "test_llm_tool.py": ("slow",),
+    "test_transport.py": ("slow",),
+    "test_store_failures.py": ("slow",),
+    "test_governor_demo.py": ("network",),
+    "test_demo_server.py": ("network",),
+    "test_demo_llm.py": ("network",),
+    "test_shared_limiter.py": ("redis",),
+    "test_polars.py": ("slow",),
 }
 # Engines of the promise suite (tests/engines.py): several processes share a Redis store; a cluster.
 _BY_ENGINE = {"[processes": ("redis", "slow"), "[cluster": ("cluster", "redis", "slow")}
