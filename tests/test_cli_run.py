@@ -163,6 +163,16 @@ def test_failed_rows_exit_3_with_the_output_written_and_the_json_report(work: Pa
     assert "looking at d11.example.com" in done.stderr
 
 
+def test_on_error_raise_stops_at_the_first_failed_row_in_one_line(work: Path) -> None:
+    """--on-error raise: the first row that raises stops the run with exit 1 and one line naming the
+    error and the row (no traceback), and nothing is written."""
+    done = cli(work, "plays.py:picky", "--in", "leads.csv", "--out", "raised.csv", "--on-error", "raise")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and not (work / "raised.csv").exists()
+    [line] = [line for line in done.stderr.splitlines() if "error: " in line]
+    assert "ValueError: no match for d" in line and "row " in line and "--on-error raise stopped the run" in line
+
+
 def test_bad_credentials_and_an_unwritable_result_exit_1_and_write_nothing(work: Path, demo: pb.demo.DemoServer) -> None:
     """A 401 stops the run (exit 1, one line naming the provider and status); a result Parquet cannot hold
     exits 1 saying the receipts are saved; neither leaves an output or a temporary file."""

@@ -113,6 +113,13 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
     except PlaybookError as exc:  # bad credentials, no credit, a store that cannot be opened
         _record(report, last_run())
         raise Fatal(f"{exc}. Nothing was written to {args.out}; what was paid for is saved, so a rerun pays only for the rest") from None
+    except Exception as exc:  # --on-error raise: the first row that failed stops the run
+        _record(report, last_run())
+        where = "; ".join(getattr(exc, "__notes__", ()))
+        raise Fatal(
+            f"{type(exc).__name__}: {exc}{f' ({where})' if where else ''}. --on-error raise stopped the run there: nothing was "
+            f"written to {args.out}; what was paid for is saved, so a rerun pays only for the rest"
+        ) from None
     except KeyboardInterrupt:
         partial = last_run()
         _record(report, partial)
