@@ -73,7 +73,10 @@ def test_burst_lets_permits_through_at_once(make: Factory) -> None:
         return times
 
     times = asyncio.run(main())
-    assert times[4] < 0.2 and 0.35 <= times[5] < 1.5
+    # Counted from the first permit: a shared limiter's first call also connects to Redis and
+    # loads its script, which on a loaded machine has taken a second and more.
+    since_first = [t - times[0] for t in times]
+    assert since_first[4] < 0.2 and 0.35 <= since_first[5] < 1.5
 
 
 def test_concurrency_bounds_permits_out(make: Factory) -> None:
