@@ -121,6 +121,13 @@ def test_options_reach_the_run(kernel: Kernel, tmp_path: Path) -> None:
     """)
     assert got["error"] is None, got["error"]
     assert kernel.value("pb.ReceiptStore(where).stats()['receipts']") == 3
+    kernel.run(f"import os; os.chdir({str(tmp_path)!r})")
+    got = kernel.run("""
+        %%play in_words --on df --out out6 --store receipts_here
+        y = await ctx.tool(double, n=row.n)
+    """)  # not a variable: a directory, as the same flag means on the command line
+    assert got["error"] is None, got["error"]
+    assert kernel.value("pb.ReceiptStore('receipts_here').stats()['receipts']") == 3
 
 
 @pytest.mark.parametrize(

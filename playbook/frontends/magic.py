@@ -100,8 +100,9 @@ def _run_options(args: argparse.Namespace, ns: dict[str, Any]) -> dict[str, Any]
     options.pop("background", None)  # the magic calls run(background=True) itself
     if args.fixtures is not None and not os.path.isfile(args.fixtures):
         raise UsageError(f"%%play --fixtures {args.fixtures}: no such file (record one with pb.fixtures(path, mode='record'))")
-    if args.store is not None and args.store.isidentifier():
-        # A name in the namespace: the store (or the path or URL) that variable holds.
+    if args.store is not None and args.store in ns:
+        # A name in the namespace: the store (or the path or URL) that variable holds.  Any other
+        # word is what the flag says on the command line too: a directory or a URL.
         store = ns.get(args.store)
         if not isinstance(store, (ReceiptStore, str, os.PathLike)):
             raise UsageError(
