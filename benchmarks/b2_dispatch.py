@@ -17,6 +17,7 @@ import tempfile
 import pandas as pd
 
 import playbook as pb
+from playbook.store import engine
 
 from .harness import Result, compare, demo_process, gather_loop, timed
 
@@ -75,7 +76,7 @@ def run(repeats: int = 3) -> list[Result]:
             # What leases cost: the same map with the store's leases replaced by a stand-in that
             # grants every lease at once (what a single process would need).
             store = pb.ReceiptStore(next(stores))
-            store.leases = _NoLeases()  # type: ignore[assignment]
+            engine(store).leases = _NoLeases()  # type: ignore[assignment]
             out = frame.play.map(enrich, store=store, concurrency=CONCURRENCY, progress=False)
             assert (out["play_status"] == "ok").all()
             return len(out)

@@ -66,6 +66,7 @@ PAUSE = 0.02  # seconds: messages closer than this belong to one refresh
 SETUP = """
 import gc, time, pandas as pd, playbook as pb
 store = pb.ReceiptStore({store!r})
+from playbook.store import engine
 @pb.tool
 async def lookup(n: int) -> int:
     return n * 2
@@ -88,7 +89,7 @@ frames[{pay}].play.map(messy, store=store, progress=False)
 
 TIMED_MESSY = """
 gc.collect()
-store.backend.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+engine(store).backend.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 _t = time.perf_counter()
 _out = frames[{rows}].play.map(messy, store=store, progress={progress!r}, refresh="rows")
 assert set(_out["play_status"]) == {{"ok", "failed", "parked"}}
@@ -101,7 +102,7 @@ frames[{long}].play.map(lookup, store=store, progress=False)   # its row memos, 
 
 TIMED = """
 gc.collect()
-store.backend.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+engine(store).backend.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 _t = time.perf_counter()
 _out = frames[{rows}].play.map(lookup, store=store, progress=False, refresh="rows")
 assert (_out["play_status"] == "ok").all()
@@ -110,7 +111,7 @@ print(len(_out) / (time.perf_counter() - _t))
 
 TIMED_AWAIT = """
 gc.collect()
-store.backend.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+engine(store).backend.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 _t = time.perf_counter()
 _out = await frames[{rows}].play.amap(lookup, store=store, progress=False, refresh="rows")
 print(len(_out) / (time.perf_counter() - _t))

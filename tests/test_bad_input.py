@@ -24,6 +24,7 @@ import pytest
 from exact import same
 
 import playbook as pb
+from playbook.store import engine
 
 
 def _echo(calls: list, name: str = "echo") -> pb.Tool:
@@ -639,7 +640,7 @@ def test_store_turning_read_only_mid_run_fails_rows_instead_of_hanging(store: pb
     calls: list = []
     play = _echo_play(_echo(calls))
     pd.DataFrame({"v": ["a", "b"]}).play.map(play, store=store, progress=False)
-    store.backend.connection().execute("PRAGMA query_only = ON")  # SQLite now refuses writes, as on a read-only remount
+    engine(store).backend.connection().execute("PRAGMA query_only = ON")  # SQLite now refuses writes, as on a read-only remount
 
     async def run() -> pd.DataFrame:
         return await asyncio.wait_for(pd.DataFrame({"v": ["a", "b", "c"]}).play.amap(play, store=store, progress=False), 10)

@@ -17,7 +17,7 @@ from playbook.runtime.pipeline import lookup
 from playbook.runtime.retry_queue import RetryQueue
 from playbook.runtime.scope import CostBudget
 from playbook.runtime.table import Parking, RowTable
-from playbook.store import MISSING
+from playbook.store import MISSING, engine
 from playbook.store.records import record
 
 
@@ -25,19 +25,20 @@ def test_lookup_waits_for_the_same_call_in_flight_then_reads_its_receipt(store: 
     """A key missing from the store is MISSING at once; while another row pays for it, lookup waits for
     that call and returns its receipt instead of paying twice."""
     key = receipt_key("t", "1", '{"n":1}', "default")
+    core = engine(store)
 
     async def main() -> tuple[object, object, float]:
-        assert await lookup(store, key, None) is MISSING
-        paying = store.inflight[key] = asyncio.get_running_loop().create_future()
+        assert await lookup(core, key, None) is MISSING
+        paying = core.inflight[key] = asyncio.get_running_loop().create_future()
 
         async def pay() -> None:
             await asyncio.sleep(5)
-            await store.commit(record(key, tool="t", stored={"v": 1}, tagged=False, at=0.0))
-            del store.inflight[key]
+            await core.commit(record(key, tool="t", stored={"v": 1}, tagged=False, at=0.0))
+            del core.inflight[key]
             paying.set_result(None)
 
         task = asyncio.ensure_future(pay())
-        found = await lookup(store, key, None)
+        found = await lookup(core, key, None)
         await task
         return found, paying.done(), asyncio.get_running_loop().time()
 

@@ -25,6 +25,7 @@ import pandas as pd
 import pytest
 
 import playbook as pb
+from playbook.store import engine
 
 TOOL = "demo.email"
 CONCURRENCY = 16
@@ -140,7 +141,7 @@ def _receipts(where: str) -> int:
 
 
 def _holder(where: str, key: str) -> tuple[str, float] | None:
-    return _look(where, lambda s: s.backend.holder(key))  # type: ignore[no-any-return]
+    return _look(where, lambda s: engine(s).backend.holder(key))  # type: ignore[no-any-return]
 
 
 def _key(demo: pb.demo.DemoServer, i: int) -> str:
@@ -230,7 +231,7 @@ def test_a_receipt_committed_just_before_the_lease_is_taken_is_used(
 ) -> None:
     """A call another process paid for between this one's receipt lookup and its lease is not paid again."""
     tool, key, store = _email_tool(demo), _key(demo, 0), shared
-    take = store.leases.take
+    take = engine(store).leases.take
     raced: list[str] = []
 
     async def take_after_another_process(asked: str) -> bool:
@@ -241,7 +242,7 @@ def test_a_receipt_committed_just_before_the_lease_is_taken_is_used(
             _finish(worker(url=demo.url, store=where, n=1, ttl=30, out=str(tmp_path / "other.json")))
         return await take(asked)
 
-    store.leases.take = take_after_another_process  # type: ignore[method-assign]
+    engine(store).leases.take = take_after_another_process  # type: ignore[method-assign]
     frame = pd.DataFrame({"domain": ["company0.com"], "first": ["P0"]})
     run = frame.play.run(tool, store=store, progress=False, concurrency=CONCURRENCY)
     stats = demo.stats()
@@ -339,7 +340,7 @@ def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(
     proc = worker(url=demo.url, store=where, n=n, ttl=30, out=str(tmp_path / "out.json"), ready=str(ready), go=str(go))
     _wait_for("the worker to be ready", ready.exists, timeout=30)
     expires = time.time() + 2.0
-    assert store.backend.take([key], "otherhost:12345:abcd", 2.0) == [True]
+    assert engine(store).backend.take([key], "otherhost:12345:abcd", 2.0) == [True]
     go.touch()
     result = _finish(proc)
     stats = demo.stats()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from pathlib import Path
 
 import playbook as pb
 
@@ -32,6 +33,16 @@ def test_a_plays_context_shows_what_a_play_uses() -> None:
     """``ctx`` shows the calls a play makes and who the row is; the runtime's bookkeeping is not on it."""
     public = {name for name in dir(pb.Context) if not name.startswith("_")}
     assert public == {"tool", "call", "waterfall", "step", "sleep", "run_play", "log", "row_key", "run_id", "attempt"}
+
+
+def test_a_receipt_store_shows_what_a_user_opens_reads_and_clears(tmp_path: Path) -> None:
+    """``pb.ReceiptStore`` has where it is and the looking, clearing and closing; its hot path (lookups,
+    commits, leases, memos) is on the engine behind it, which a user never holds."""
+    public = {name for name in dir(pb.ReceiptStore) if not name.startswith("_")}
+    assert public == {"location", "path", "lost", "get", "receipts", "records", "stats", "clear", "reset", "close"}
+    with pb.ReceiptStore(tmp_path / "store") as store:
+        assert store.stats()["receipts"] == 0 and store.path == tmp_path / "store" and store.lost is None
+    assert repr(store) == f"ReceiptStore({str(tmp_path / 'store')!r})"
 
 
 def test_design_names_are_exported() -> None:

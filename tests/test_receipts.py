@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import playbook as pb
-from playbook.store import FORMAT, MISSING
+from playbook.store import FORMAT, MISSING, engine
 
 LEGACY = Path(__file__).parent / "data" / "store_v1"
 
@@ -83,7 +83,7 @@ def test_none_result_is_a_receipt(store: pb.ReceiptStore) -> None:
     assert calls == ["a", "b", "c"]
     receipt = store.get(lookup, "b")
     assert receipt is not None and receipt.output is None and receipt.miss is True
-    assert store.lookup("r-not-a-key") is MISSING
+    assert engine(store).lookup("r-not-a-key") is MISSING
 
 
 def test_ttl_makes_receipts_stale(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_store_holds_only_json_text(store: pb.ReceiptStore) -> None:
         return {"v": await ctx.tool(lookup, q=row.q)}
 
     _frame().play.map(find, store=store, progress=False)
-    store.flush()
+    engine(store).flush()
     db = store.path / "receipts.db"
     rows = _sql(db, "SELECT input, output FROM receipt") + _sql(db, "SELECT output, output FROM memo")
     assert len(rows) == 6
@@ -235,7 +235,7 @@ def _memoised(store: pb.ReceiptStore) -> tuple[list[str], pb.Play]:
         return {"v": await ctx.tool(lookup, q=row.q)}
 
     _frame().play.map(find, store=store, progress=False)
-    store.flush()
+    engine(store).flush()
     return calls, find
 
 
@@ -312,7 +312,7 @@ def test_receipts_stats_and_clear(store: pb.ReceiptStore) -> None:
     stats = store.stats()
     assert stats["by_tool"] == {"lookup": 3, "other": 3}
     assert stats["row_memos"] == 6 and stats["cost_stored"] == 1.5
-    assert store.memo_count("other") == 3 and store.clear("other") == 3
+    assert engine(store).memo_count("other") == 3 and store.clear("other") == 3
     assert store.stats()["by_tool"] == {"lookup": 3} and store.stats()["row_memos"] == 3  # only_one's memos stay
 
     again = _frame().play.run(both, store=store, progress=False)
@@ -394,7 +394,7 @@ def test_an_emptied_old_index_with_value_files_left_is_reported(tmp_path: Path, 
     store = pb.ReceiptStore(path)
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("2 value files of an earlier playbook store" in w and "emptied or replaced from outside" in w for w in warned)
-    assert store.stats()["receipts"] == 0 and any("value files" in n for n in store.notices)
+    assert store.stats()["receipts"] == 0 and any("value files" in n for n in engine(store).notices)
     store.close()
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 import playbook as pb
+from playbook.store import engine
 from playbook.tools import secrets
 
 # Base64-style, as many real keys are: '/', '+' and '=' are escaped in URLs, so an audit that
@@ -96,7 +97,7 @@ def _map(frame: pd.DataFrame, tool: pb.Tool, client: httpx.AsyncClient | None, *
 
 
 def _store_bytes(store: pb.ReceiptStore) -> list[tuple[Path, bytes]]:
-    store.flush()
+    engine(store).flush()
     return [(p, p.read_bytes()) for p in sorted(store.path.rglob("*")) if p.is_file()]
 
 

@@ -23,6 +23,7 @@ import redis
 import playbook as pb
 from playbook.demo.redis_server import RedisServer
 from playbook.events import RunNotice
+from playbook.store import engine
 
 STOCK = ("--appendonly", "no", "--save", "3600 1 300 100 60 10000")  # redis.conf as Debian ships it
 EVICTING = ("--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru")
@@ -150,7 +151,7 @@ def test_an_accepted_evicting_server_counts_what_it_evicts_during_the_run(evicti
     admin = redis.Redis.from_url(evicting_redis.url)
     before = int(admin.info("stats")["evicted_keys"])
     store = pb.ReceiptStore(evicting_redis.url, durability="best-effort")
-    assert _said(store.standing, "maxmemory-policy allkeys-lru")
+    assert _said(engine(store).standing, "maxmemory-policy allkeys-lru")
     heard: list[tuple[int, int]] = []  # (rows finished when said, keys evicted)
 
     async def main() -> pb.Run:
@@ -188,8 +189,8 @@ def test_a_bad_durability_is_a_clear_error(redis_url: str, tmp_path: Path) -> No
 def test_the_address_other_processes_open_keeps_the_durability(evicting_redis: RedisServer) -> None:
     """A cluster's workers open the store by its address: the user's acceptance goes with it."""
     store = pb.ReceiptStore(evicting_redis.url, durability="best-effort")
-    again = pb.ReceiptStore(store.address)  # as a worker opens it
-    assert _said(again.standing, "accepted (durability='best-effort')")
+    again = pb.ReceiptStore(engine(store).address)  # as a worker opens it
+    assert _said(engine(again).standing, "accepted (durability='best-effort')")
     again.close()
     store.close()
 

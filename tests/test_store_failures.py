@@ -18,19 +18,20 @@ import pytest
 from exact import same
 
 import playbook as pb
+from playbook.store import engine
 
 BIG = 4000  # characters per answer: every receipt needs new pages
 
 
 def _full(store: pb.ReceiptStore) -> None:
     """No room left: the database may not grow past the pages it has."""
-    con = store.backend.connection()
+    con = engine(store).backend.connection()
     (pages,) = con.execute("PRAGMA page_count").fetchone()
     con.execute(f"PRAGMA max_page_count = {pages}")
 
 
 def _room(store: pb.ReceiptStore) -> None:
-    store.backend.connection().execute("PRAGMA max_page_count = 1073741823")
+    engine(store).backend.connection().execute("PRAGMA max_page_count = 1073741823")
 
 
 def _tool(calls: list[int], store: pb.ReceiptStore, *, full_at: int | None = None, room_at: int | None = None) -> pb.Tool:

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import playbook as pb
+from playbook.store import engine
 
 
 def _email_tool(demo, **over) -> pb.Tool:
@@ -155,7 +156,7 @@ def test_secret_never_lands_anywhere(demo, store, monkeypatch, caplog, capsys) -
     out = LEADS.head(4).play.map(both, store=store, progress="text")
     assert (out["play_status"] == "failed").all()
     assert value not in out.to_string() and value not in json.dumps(out["play_error"].tolist())
-    store.flush()
+    engine(store).flush()
     for path in store.path.rglob("*"):
         if path.is_file():
             assert value.encode() not in path.read_bytes(), path

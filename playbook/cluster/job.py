@@ -30,7 +30,7 @@ from ..providers.provider import sharing_limits
 from ..records import ProviderHold, RunStats
 from ..runtime.options import RunOptions
 from ..runtime.state import ERROR_COLUMNS, LEG_COLUMNS
-from ..store.receipts import ReceiptStore
+from ..store.engine import StoreEngine
 from .results import conform, profile, unify
 from .state import ClusterState
 from .wire import COUNTERS, Channel
@@ -384,6 +384,6 @@ async def _done(futures: list[Future]) -> None:
 def _remember(url: str) -> None:
     """The store's mark, as this machine saw the job end (marks.py): wiped later, it is noticed here."""
     with contextlib.suppress(ReceiptError):
-        store = ReceiptStore(url)
+        store = StoreEngine(url)
         store.remember()
         store.close()

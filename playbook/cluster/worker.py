@@ -25,7 +25,7 @@ from ..plays.play import Play, as_play
 from ..runtime.options import RunOptions
 from ..runtime.run import begin_background, start
 from ..runtime.state import RunEvent, RunState
-from ..store import ReceiptStore
+from ..store import StoreEngine
 from .budget import SharedCostBudget
 from .results import reassembled
 from .wire import COUNTERS, Channel, encode_label
@@ -57,7 +57,7 @@ class Failure(NamedTuple):
 
 class _Local(threading.local):
     def __init__(self) -> None:
-        self.stores: dict[str, ReceiptStore] = {}
+        self.stores: dict[str, StoreEngine] = {}
 
 
 _local = _Local()
@@ -106,7 +106,7 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 async def _drive(
-    rows: pd.DataFrame, play: Play, opts: RunOptions, store: ReceiptStore, channel: Channel, part: Part, ran: list[int] | None
+    rows: pd.DataFrame, play: Play, opts: RunOptions, store: StoreEngine, channel: Channel, part: Part, ran: list[int] | None
 ) -> pd.DataFrame:
     attempt = uuid.uuid4().hex[:12]  # a partition run again (its worker died) is a new attempt
     # Its paid calls are counted with their receipts, where the client reads them if this
@@ -120,7 +120,7 @@ async def _drive(
 
 
 async def _run(
-    rows: pd.DataFrame, play: Play, opts: RunOptions, store: ReceiptStore, channel: Channel, part: Part, ran: list[int] | None,
+    rows: pd.DataFrame, play: Play, opts: RunOptions, store: StoreEngine, channel: Channel, part: Part, ran: list[int] | None,
     attempt: str,
 ) -> pd.DataFrame:  # fmt: skip
     run = begin_background(start(rows, play, opts, store))
@@ -145,10 +145,10 @@ async def _run(
     return result
 
 
-def _store(url: str) -> ReceiptStore:
+def _store(url: str) -> StoreEngine:
     store = _local.stores.get(url)
     if store is None:
-        store = _local.stores[url] = ReceiptStore(url)
+        store = _local.stores[url] = StoreEngine(url)
         store.lost = None  # the job's client checked the store's mark before it sent anything (frames.py)
     return store
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._internal.argtypes import whole
 from ..errors import PlaybookError
-from ..store import FILE, ReceiptStore, home, is_url
+from ..store import FILE, StoreEngine, home, is_url
 from ..store.records import Record
 from ..tagged import dumps, loads
 from . import cli_run
@@ -47,8 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise _Fail(f"no receipt store at {path} (set --store or $PLAYBOOK_HOME)")
             # Looking needs no writes: a store on a full disk or a read-only mount can still be read.
             readonly = args.run is not _clear and (path / FILE).is_file()
-        store = ReceiptStore(where, readonly=readonly)
-        run: Callable[[ReceiptStore, argparse.Namespace], int] = args.run
+        store = StoreEngine(where, readonly=readonly)
+        run: Callable[[StoreEngine, argparse.Namespace], int] = args.run
         try:
             return run(store, args)
         finally:
@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
 # -- commands ----------------------------------------------------------------------------
 
 
-def _stats(store: ReceiptStore, args: argparse.Namespace) -> int:
+def _stats(store: StoreEngine, args: argparse.Namespace) -> int:
     stats = store.stats()
     if args.json:
         print(json.dumps(stats, ensure_ascii=False))
@@ -113,7 +113,7 @@ def _stats(store: ReceiptStore, args: argparse.Namespace) -> int:
     return 0
 
 
-def _list(store: ReceiptStore, args: argparse.Namespace) -> int:
+def _list(store: StoreEngine, args: argparse.Namespace) -> int:
     receipts, damaged = _receipts(store, args.tool)
     shown = receipts[: args.limit or None]
     tw = max([len(r.tool) for _, r in shown] + [4])
@@ -131,7 +131,7 @@ def _list(store: ReceiptStore, args: argparse.Namespace) -> int:
     return 0
 
 
-def _clear(store: ReceiptStore, args: argparse.Namespace) -> int:
+def _clear(store: StoreEngine, args: argparse.Namespace) -> int:
     stats = store.stats()
     if args.tool is not None:
         _check_tool(args.tool, stats["by_tool"], store)
@@ -159,7 +159,7 @@ def _clear(store: ReceiptStore, args: argparse.Namespace) -> int:
     return 0
 
 
-def _export(store: ReceiptStore, args: argparse.Namespace) -> int:
+def _export(store: StoreEngine, args: argparse.Namespace) -> int:
     receipts, damaged = _receipts(store, args.tool)
     lines = "".join(_export_line(key, r) + "\n" for key, r in receipts)
     if args.out is None:
@@ -189,7 +189,7 @@ def _export_line(key: str, record: Record) -> str:
 # -- helpers -----------------------------------------------------------------------------
 
 
-def _receipts(store: ReceiptStore, tool: str | None) -> tuple[list[tuple[str, Record]], int]:
+def _receipts(store: StoreEngine, tool: str | None) -> tuple[list[tuple[str, Record]], int]:
     """Readable receipts oldest first, in stored form, and how many could not be read."""
     if tool is not None:
         _check_tool(tool, store.stats()["by_tool"], store)
@@ -202,7 +202,7 @@ def _receipts(store: ReceiptStore, tool: str | None) -> tuple[list[tuple[str, Re
     return found, damaged
 
 
-def _say_damaged(damaged: int, store: ReceiptStore) -> None:
+def _say_damaged(damaged: int, store: StoreEngine) -> None:
     if damaged:
         print(
             f"playbook: {damaged} damaged receipts in {store.path} were skipped; a run that needs one makes its call again",
@@ -210,7 +210,7 @@ def _say_damaged(damaged: int, store: ReceiptStore) -> None:
         )
 
 
-def _check_tool(tool: str, known: Collection[str], store: ReceiptStore) -> None:
+def _check_tool(tool: str, known: Collection[str], store: StoreEngine) -> None:
     if tool not in known:
         held = ", ".join(sorted(known)) or "none"
         raise _Fail(f"no receipts for tool {tool!r} in {store.path}; tools with receipts: {held}")

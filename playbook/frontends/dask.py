@@ -15,8 +15,9 @@ from ..cluster.job import ClusterRun
 from ..errors import PlayDefinitionError, ReceiptError
 from ..plays.play import as_play
 from ..runtime.options import RunOptions
+from ..runtime.options import options as run_options
 from ..runtime.run import remember
-from ..store import ReceiptStore
+from ..store import ReceiptStore, engine
 from ..store.location import home, is_url
 from ..ui import Controls, attach_view
 from .pandas import check_columns, refuse_background
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
 __all__ = ["DaskPlay"]
 
 _SCHEMES = ("redis", "rediss", "unix")
-_WORKER_OPTIONS = ("concurrency", "on_error", "refresh", "key", "max_wait", "max_cost", "overwrite")  # what each partition's run is given
+# What only the client acts on: it takes the first `limit` rows, shows the panel, returns at once
+# or not, reaches the store's Redis and refuses fixtures.  Each partition's run is given every
+# other option, so an option added to RunOptions reaches the workers unless it is named here.
+_CLIENT_OPTIONS = frozenset({"limit", "progress", "background", "store", "fixtures"})
 
 
 class DaskPlay:
@@ -76,7 +80,7 @@ class DaskPlay:
         opened.close()
         if opened.lost is not None:
             raise ReceiptError(opened.lost)
-        worker_options = {name: getattr(opts, name) for name in _WORKER_OPTIONS}
+        worker_options = {f.name: getattr(opts, f.name) for f in run_options() if f.name not in _CLIENT_OPTIONS}
         job = ClusterRun(self._frame, the_play, opts, client, url, worker_options)
         controls = Controls(stop=job.stop, retry=lambda status: job.retry(statuses=(status,))) if opts.background else None
         job.view = attach_view(job.state, opts.progress, background=opts.background, controls=controls)
@@ -104,7 +108,7 @@ def _client() -> Client:
 def _redis_url(store: Any) -> str:
     """The Redis every worker opens: ``store``, else ``$PLAYBOOK_HOME`` when it names one."""
     if isinstance(store, ReceiptStore):
-        where: Any = store.address
+        where: Any = engine(store).address
     elif store is None:
         where = home()
     else:

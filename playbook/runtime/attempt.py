@@ -18,7 +18,7 @@ from .rows import error_line, error_message, play_row
 from .scope import RunScope
 
 if TYPE_CHECKING:
-    from ..store import ReceiptStore
+    from ..store import StoreEngine
 
 __all__ = ["RowRunner"]
 
@@ -29,7 +29,7 @@ class RowRunner:
     __slots__ = ("play", "scope", "outcomes", "store", "_raise", "_fail_run")
 
     def __init__(
-        self, play: Play, scope: RunScope, outcomes: Outcomes, store: ReceiptStore, *, on_error: str,
+        self, play: Play, scope: RunScope, outcomes: Outcomes, store: StoreEngine, *, on_error: str,
         fail_run: Callable[[BaseException], None],
     ) -> None:  # fmt: skip
         self.play = play

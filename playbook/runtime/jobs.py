@@ -37,7 +37,7 @@ from .upstream import dispatch
 if TYPE_CHECKING:
     import httpx
 
-    from ..store import ReceiptStore
+    from ..store import StoreEngine
 
 __all__ = ["GATHER", "Jobs"]
 
@@ -55,7 +55,7 @@ class RunScope(Protocol):
     """What jobs use of the run (a :class:`~playbook.runtime.scope.RunScope`)."""
 
     @property
-    def store(self) -> ReceiptStore: ...
+    def store(self) -> StoreEngine: ...
     @property
     def costs(self) -> Costs: ...
     def clock(self) -> float: ...

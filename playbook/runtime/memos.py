@@ -20,7 +20,7 @@ from .table import RowTable
 
 if TYPE_CHECKING:
     from ..plays.play import Play
-    from ..store import ReceiptStore
+    from ..store import StoreEngine
 
 __all__ = ["finish_store", "remember", "reuse"]
 
@@ -29,9 +29,7 @@ _CHUNK = 512  # memo keys asked of the store at once
 _logger = logging.getLogger("playbook")
 
 
-def reuse(
-    store: ReceiptStore, play: Play, table: RowTable, runnable: list[int], reused: Callable[[int, dict[str, Any]], None]
-) -> list[int]:
+def reuse(store: StoreEngine, play: Play, table: RowTable, runnable: list[int], reused: Callable[[int, dict[str, Any]], None]) -> list[int]:
     """Call ``reused(position, memo)`` for the rows whose memo exists; return the rest.  The memo
     keys of the rest are kept on their entries, to write their memos with."""
     fp = play.fingerprint
@@ -52,7 +50,7 @@ def reuse(
     return rest
 
 
-def remember(store: ReceiptStore, play: Play, table: RowTable, pos: int, output: dict[str, Any], stored: Any, used: Used) -> None:
+def remember(store: StoreEngine, play: Play, table: RowTable, pos: int, output: dict[str, Any], stored: Any, used: Used) -> None:
     """Write the row's memo: its output (``stored``: its stored form), and ``used``: its calls,
     what they cost, the tools it called (name -> fingerprint) and the receipt keys it looked up."""
     entry = table.entries[pos]
@@ -61,7 +59,7 @@ def remember(store: ReceiptStore, play: Play, table: RowTable, pos: int, output:
     write_memo(store, mk, play.name, output, stored, used, entry.key or "")
 
 
-def write_memo(store: ReceiptStore, mk: str, play: str, output: dict[str, Any], stored: Any, used: Used, row: str) -> None:
+def write_memo(store: StoreEngine, mk: str, play: str, output: dict[str, Any], stored: Any, used: Used, row: str) -> None:
     """Write the memo ``mk`` of a finished row (or sub-play) of ``play`` whose identity is ``row``."""
     calls, cost, tools, receipts = used
     flags = OUTPUT_TAGGED if output is not stored else 0
@@ -77,7 +75,7 @@ def tools_unchanged(tools: dict[str, str]) -> bool:
     return True
 
 
-async def finish_store(store: ReceiptStore, emit: Callable[[RunNotice], None], seen: int, wait: float) -> int:
+async def finish_store(store: StoreEngine, emit: Callable[[RunNotice], None], seen: int, wait: float) -> int:
     """Write what the store still owes (memos; receipts queued or that failed to be written),
     waiting up to ``wait`` seconds for a remote store to take them, and say out loud what could
     not be, and what the store noticed since ``seen``; returns its notices now."""

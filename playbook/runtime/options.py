@@ -22,7 +22,7 @@ import pandas as pd
 
 from .._internal.argtypes import amount, columns, whole
 from ..errors import PlayDefinitionError, ReceiptError
-from ..store import ReceiptStore, default_store
+from ..store import ReceiptStore, StoreEngine, default_store, engine
 from ..store.fixtures import Fixtures, active
 from ..tools.transport import warn_past_file_limit
 from .scope import CostBudget
@@ -153,22 +153,22 @@ class RunOptions:
             raise PlayDefinitionError(f"key={self.key!r}: no column {missing[0]!r} in the DataFrame; columns: {list(frame.columns)}")
         return cols
 
-    def open_store(self) -> ReceiptStore:
+    def open_store(self) -> StoreEngine:
         """The store to run on; ``ReceiptError`` before anything is paid when it lost its receipts."""
         store = self._store()
         if store.lost is not None:
             raise ReceiptError(store.lost)
         return store
 
-    def _store(self) -> ReceiptStore:
+    def _store(self) -> StoreEngine:
         fixtures = self.replaying
         if self.store is None and fixtures is not None and fixtures.mode == "replay":
             return fixtures.store  # a replay leaves nothing in the project's store
         if isinstance(self.store, ReceiptStore):
-            return self.store.for_thread()
+            return engine(self.store).for_thread()
         if self.store is None:
             return default_store()
-        return ReceiptStore(self.store)
+        return StoreEngine(self.store)
 
 
 def _whole(value: Any) -> bool:

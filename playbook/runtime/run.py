@@ -16,7 +16,7 @@ from .._internal.loop import check_blocking, finished, run_sync, schedule
 from ..errors import PlayDefinitionError
 from ..plays.play import Play
 from ..records import ProviderHold, RunStats
-from ..store import ReceiptStore
+from ..store import StoreEngine
 from .options import RunOptions
 from .scheduler import Scheduler
 from .state import ERROR_COLUMNS, LEG_COLUMNS, RunState
@@ -207,7 +207,7 @@ def execute(run: Run) -> Coroutine[Any, Any, None]:
     return run._scheduler.execute()
 
 
-def start(frame: pd.DataFrame, play: Play, opts: RunOptions, store: ReceiptStore, *, html: Callable[[RunState], str] | None = None) -> Run:
+def start(frame: pd.DataFrame, play: Play, opts: RunOptions, store: StoreEngine, *, html: Callable[[RunState], str] | None = None) -> Run:
     """Create a run (not yet executing) and remember it as ``last_run()``."""
     run = Run(Scheduler(frame, play, opts, store), html=html)
     remember(run)

@@ -39,7 +39,7 @@ from .workers import Workers
 
 if TYPE_CHECKING:
     from ..providers.provider import Provider
-    from ..store import ReceiptStore
+    from ..store import StoreEngine
 
 __all__ = ["GRACE", "Scheduler"]
 
@@ -49,7 +49,7 @@ GRACE = 5.0  # seconds a stopped run gives calls already sent to land their rece
 class Scheduler:
     """One run of a play over a frame.  Create, then ``await execute()``; read ``result()``."""
 
-    def __init__(self, frame: pd.DataFrame, play: Play, opts: RunOptions, store: ReceiptStore) -> None:
+    def __init__(self, frame: pd.DataFrame, play: Play, opts: RunOptions, store: StoreEngine) -> None:
         self.run_id = uuid.uuid4().hex[:12]
         self.frame, self.play, self.opts, self.store = frame, play, opts, store
         self.table = table = RowTable(frame)

@@ -26,7 +26,7 @@ from .table import RowTable
 
 if TYPE_CHECKING:
     from ..providers.provider import Provider
-    from ..store import ReceiptStore
+    from ..store import StoreEngine
     from ..store.fixtures import Fixtures, Recorder, Replay
 
 __all__ = ["CostBudget", "Landing", "RunScope", "Tickets"]
@@ -174,7 +174,7 @@ class RunScope:
     )  # fmt: skip
 
     def __init__(
-        self, *, run_id: str, play: str, store: ReceiptStore, force_all: bool, rerun_rows: bool = False, emit: Callable[[Event], None], costs: CostBudget,
+        self, *, run_id: str, play: str, store: StoreEngine, force_all: bool, rerun_rows: bool = False, emit: Callable[[Event], None], costs: CostBudget,
         tickets: Tickets, label: Callable[[int], Any], fatal: Callable[[BaseException], None], fixtures: Fixtures | None = None,
         fresh: Callable[[int], bool] = lambda pos: False,
     ) -> None:  # fmt: skip

@@ -3,7 +3,10 @@ default), a Redis server shared by many kernels and machines, or memory; see pro
 
 from .db import FILE, FORMAT
 from .default import default_store
+from .engine import StoreEngine
+from .location import home, is_url
 from .protocol import Backend
-from .receipts import MISSING, ReceiptStore, home, is_url
+from .receipts import ReceiptStore, engine
+from .records import MISSING
 
-__all__ = ["FILE", "FORMAT", "MISSING", "Backend", "ReceiptStore", "default_store", "home", "is_url"]
+__all__ = ["FILE", "FORMAT", "MISSING", "Backend", "ReceiptStore", "StoreEngine", "default_store", "engine", "home", "is_url"]

@@ -7,8 +7,8 @@ import sys
 import threading
 from pathlib import Path
 
+from .engine import StoreEngine
 from .location import announcement, home
-from .receipts import ReceiptStore
 
 __all__ = ["default_store"]
 
@@ -17,14 +17,14 @@ class _Default(threading.local):
     """This thread's default store, and the location it was opened for."""
 
     where: Path | str | None = None
-    store: ReceiptStore | None = None
+    store: StoreEngine | None = None
 
 
 _default = _Default()
 _opening = threading.Lock()
 
 
-def default_store() -> ReceiptStore:
+def default_store() -> StoreEngine:
     """The store at :func:`home` (``$PLAYBOOK_HOME``, else the project's ``.playbook/``), opened once
     per location in each thread; the run that makes it says where it is, on stderr."""
     where = home()
@@ -34,7 +34,7 @@ def default_store() -> ReceiptStore:
     if store is None or _default.where != where:
         with _opening:  # two threads starting at once: one makes the store, and says so once
             said = announcement(where)
-            store = ReceiptStore(where)
+            store = StoreEngine(where)
         _default.store, _default.where = store, where
         if said:
             print(said, file=sys.stderr, flush=True)

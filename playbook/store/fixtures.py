@@ -39,7 +39,7 @@ from ..tools.secrets import Secret, mask
 
 if TYPE_CHECKING:
     from ..tools import Tool
-    from .receipts import ReceiptStore
+    from .engine import StoreEngine
 
 __all__ = ["Fixtures", "Recorder", "Replay", "active", "fixtures"]
 
@@ -105,14 +105,14 @@ class Fixtures:
         return self._recorder
 
     @property
-    def store(self) -> ReceiptStore:
+    def store(self) -> StoreEngine:
         """Where a replay keeps its finished rows when the run names no store: in memory."""
         replay = self.replay
         assert replay is not None
         if replay.store is None:
-            from .receipts import ReceiptStore
+            from .engine import StoreEngine
 
-            replay.store = ReceiptStore("memory")
+            replay.store = StoreEngine("memory")
         return replay.store
 
 
@@ -172,7 +172,7 @@ class Replay:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.store: ReceiptStore | None = None
+        self.store: StoreEngine | None = None
         self._answers = _parsed(path)  # tool name -> {input in key form: answer}
         self._answered: set[tuple[str, str]] = set()  # given once: later, they count as reused
 

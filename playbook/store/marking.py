@@ -1,6 +1,6 @@
 """A store's side of its mark (marks.py): checked when it is opened, written when a run ends.
 
-A mixin of :class:`~playbook.store.receipts.ReceiptStore`: a store that lost its receipts is
+A mixin of :class:`~playbook.store.engine.StoreEngine`: a store that lost its receipts is
 noticed before anything is paid, and a run's end, a clearing or a reset marks what it holds.
 """
 

@@ -1,6 +1,6 @@
 """What a store backend does: the few operations the receipt store needs, on stored text.
 
-:class:`~playbook.store.receipts.ReceiptStore` is the public face: it decodes values, warns about
+:class:`~playbook.store.engine.StoreEngine` is what runs on a backend: it decodes values, warns about
 damaged records, groups writes of one event-loop turn into one transaction, keeps paid answers
 that could not be written, and runs leases.  A backend only keeps records: SQLite in a directory
 (the default), Redis (shared by many kernels and machines) or memory (tests).  Every backend

@@ -23,7 +23,7 @@ _logger = logging.getLogger("playbook.store")
 
 
 class RowMemos:
-    """``memos``, ``add_memo``, ``flush`` and ``warm`` of :class:`~playbook.store.receipts.ReceiptStore`."""
+    """``memos``, ``add_memo``, ``flush`` and ``warm`` of :class:`~playbook.store.engine.StoreEngine`."""
 
     _backend: Backend
     _io: StoreIO

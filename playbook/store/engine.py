@@ -1,0 +1,347 @@
+"""The receipt store: every paid tool result, and every finished row, as JSON.
+
+Where: a directory (``.playbook/``, ``$PLAYBOOK_HOME`` or one you name) holding ``receipts.db``
+(SQLite), or a Redis server (``redis://host:6379/0``) that many kernels and machines share; the
+backends (protocol.py) only keep records, and everything said here holds for each.  Every
+record is tagged JSON text (:mod:`playbook.tagged`): never a pickle, and a replay gives back
+exactly the value first stored.
+
+Damage never stops a run.  A store that cannot be opened (not a database, a newer format) raises
+:class:`ReceiptError` naming the directory and what to do.  One record that cannot be read (bad
+JSON, bad UTF-8, a tag from a newer playbook) counts as missing, with a warning naming it: the
+call is made again and its new receipt replaces the bad one.  A store that fails while a run goes
+on (disk full, read-only, removed) fails the rows that needed it, with the reason and the path;
+receipts of calls already paid for are kept in memory and written again at the end of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import ReceiptError
+from ..tagged import decode
+from .ahead import ReadAhead
+from .inspection import Inspection
+from .io import StoreIO
+from .leases import Leases
+from .location import home, is_url, masked_in, open_backend
+from .marking import Marked
+from .opening import ELSEWHERE as _ELSEWHERE
+from .protocol import Backend, Damaged, Found, StoreFailure, Tally
+from .records import MISSING, OUTPUT_TAGGED, REFUSED, MemoRow, Record, Refusal, damage
+from .row_memos import RowMemos
+
+__all__ = ["StoreEngine"]
+
+_threads = threading.Lock()
+
+_json_loads = json.loads
+_logger = logging.getLogger("playbook.store")
+
+
+class StoreEngine(Inspection, RowMemos, Marked):
+    """What a :class:`~playbook.store.receipts.ReceiptStore` runs on.
+
+    The same records, with what a run needs beside what users look at: lookups batched per turn
+    of the loop, group commits, receipts kept while a store refuses them, leases, row memos and
+    the store's mark.  Runs, the command line and the cluster work on this; users hold the
+    :class:`ReceiptStore` in front of it (``engine(store)`` reaches it).  Locations and
+    ``durability`` are as the public class documents.
+    """
+
+    def __init__(
+        self,
+        location: str | os.PathLike[str] | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        lease_ttl: float = 30.0,
+        readonly: bool = False,
+        durability: str | None = None,
+    ) -> None:
+        where = home() if location is None else location
+        self._opened = (where, readonly, durability)  # for the same store in another thread (see for_thread)
+        self._thread: int | None = None  # the thread that runs on this store
+        self._others: dict[int, StoreEngine] = {}
+        self.location = os.fspath(where)
+        # A directory as a Path; a URL as it was given (messages and the CLI show either).
+        self.path: Path | str = self.location if is_url(where) else Path(where)
+        self.clock = clock
+        try:
+            self._backend = open_backend(where, readonly=readonly, notify=self._notice, durability=durability)
+        except StoreFailure as exc:
+            at = "" if self.location in exc.reason or masked_in(exc.reason) else f" at {self.location}"
+            raise ReceiptError(f"cannot open the receipt store{at}: {exc.reason}; {_ELSEWHERE}") from None
+        self.location = self._backend.location  # a URL's password masked
+        self.notices: list[str] = list(getattr(self._backend, "notices", ()))  # what went wrong, for the runs that use it
+        # What the store cannot promise (a Redis server without an append-only file): every run says it.
+        self.standing: list[str] = list(getattr(self._backend, "standing", ()))
+        self.told = 0  # how many of them a run has said already (the first run says those found at opening)
+        self.heard: Callable[[], None] | None = None  # told of each new notice (from any thread), by the run under way
+        for note in (*self.standing, *self.notices):
+            _logger.warning("%s", note)
+        self._lookup = self._backend.lookup
+        self._pending_memos: list[MemoRow] = []
+        self._pending_hints: list[tuple[str, str, str]] = []
+        self._io = StoreIO(remote=self._backend.remote)
+        self._ahead = ReadAhead(self._backend)
+        self._flushed = time.monotonic()
+        self._warned: set[str] = set()  # unreadable records already reported
+        self._writes: list[tuple[Record, asyncio.Future[None], int, float]] = []
+        # Where a cluster job counts the paid calls of the partition running on this store:
+        # (Redis hash, field), or None.  Counted with their receipts (protocol.Tally).
+        self.tally: tuple[str, str] | None = None
+        self._asks: list[tuple[str, float | None, asyncio.Future[Any]]] = []
+        self._unwritten: dict[str, Record] = {}  # paid for, not yet written
+        self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
+        self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # the same, across processes
+        # Said when it holds fewer receipts than its mark (marks.py): a run on it refuses to start.
+        self.lost: str | None = None if readonly else self.check_mark()
+
+    def __repr__(self) -> str:
+        return f"StoreEngine({self.location!r})"
+
+    def for_thread(self) -> StoreEngine:
+        """This store for the calling thread: itself in the first thread that runs on it, else one
+        per thread over the same records.  A store batches its work on the loop running it, and
+        each thread blocking on ``map()`` has its own: one object shared by a server's threads
+        would wake the wrong loop and hang."""
+        me = threading.get_ident()
+        with _threads:
+            if self._thread in (None, me):
+                self._thread = me
+                return self
+            other = self._others.get(me)
+            if other is None:
+                where, readonly, durability = self._opened
+                other = self._others[me] = StoreEngine(where, clock=self.clock, lease_ttl=self.leases.ttl, readonly=readonly,
+                                                        durability=durability)  # fmt: skip
+                if self._backend.location == "memory":  # nothing else holds its records: share them
+                    other._backend, other._lookup, other._ahead = self._backend, self._backend.lookup, ReadAhead(self._backend)
+                    other.leases = Leases(self._backend, other._io, ttl=self.leases.ttl)
+            return other
+
+    @property
+    def address(self) -> str:
+        """Where it was opened, as given (a URL with its password): what another process opens
+        to reach the same records (with its ``durability``).  Never shown; ``location`` is the
+        form to show."""
+        where, _, durability = self._opened
+        url = os.fspath(where)
+        if durability is None or not is_url(url) or url == "memory":
+            return url
+        return url + ("&" if "?" in url else "?") + f"durability={durability}"
+
+    @property
+    def backend(self) -> Backend:
+        """Where the records live (SQLite, Redis or memory): the store protocol, for tools and tests."""
+        return self._backend
+
+    def _notice(self, note: str) -> None:
+        _logger.warning("%s", note)
+        self.notices.append(note)  # atomic: a remote store's thread may say it
+        heard = self.heard
+        if heard is not None:
+            heard()
+
+    # -- receipts (hot path) -------------------------------------------------------------
+
+    def lookup(self, key: str, ttl: float | None = None) -> Any:
+        """``(value, miss, error, at)`` stored for ``key`` (the value as first returned, and when it
+        was), or ``MISSING`` (also when older than ``ttl`` seconds).  ``error`` is set when the
+        answer was paid for but had no JSON form (its text), or was a refusal (a :class:`Refusal`).
+
+        A record that cannot be read is ``MISSING`` too, with a warning naming it, so the call
+        is made again and its new receipt replaces the bad one.  Failing the row instead would
+        fail it again on every rerun, and the only way out, clearing the tool's receipts, would
+        throw away every other call of that tool already paid for.
+        """
+        try:
+            found = self._lookup(key)
+        except StoreFailure as exc:
+            raise self._read_error(exc) from None
+        return self._answer(key, found, ttl)
+
+    async def alookup(self, key: str, ttl: float | None = None) -> Any:
+        """:meth:`lookup`, for the event loop: on a remote store the lookups asked for in one turn
+        of the loop travel together, in one round trip."""
+        if not self._backend.remote:
+            return self.lookup(key, ttl)
+        if self._ahead:
+            if self._ahead.due():
+                try:
+                    await self._io.run(self._ahead.fill)
+                except StoreFailure as exc:
+                    raise self._read_error(exc) from None
+            read = self._ahead.pop(key)
+            if read is not None:
+                return self._answer(key, read, ttl)
+        loop = asyncio.get_running_loop()
+        asked = loop.create_future()
+        self._asks.append((key, ttl, asked))
+        if len(self._asks) == 1:
+            loop.call_soon(self._lookup_asks)
+        return await asked
+
+    def _lookup_asks(self) -> None:
+        asks, self._asks = self._asks, []
+        keys = [key for key, _, _ in asks]
+
+        def answer(found: list[Found | Damaged | None] | None, exc: BaseException | None) -> None:
+            if found is None:
+                error = self._read_error(exc) if isinstance(exc, StoreFailure) else exc
+                for _, _, asked in asks:
+                    if not asked.done():
+                        asked.set_exception(error or RuntimeError("no answer"))
+                return
+            for (key, ttl, asked), one in zip(asks, found):
+                if not asked.done():
+                    asked.set_result(self._answer(key, one, ttl))
+
+        self._io.submit(lambda: self._backend.lookup_many(keys), answer)
+
+    def _answer(self, key: str, found: Found | Damaged | None, ttl: float | None) -> Any:
+        if found is None:
+            row = self._unwritten.get(key) if self._unwritten else None
+            if row is None:
+                return MISSING
+            found = Found(row.output, row.miss, row.flags, row.error, row.at)
+        elif type(found) is Damaged:
+            self._warn_unreadable(key, found.problem)
+            return MISSING
+        output, miss, flags, error, at = found
+        if ttl is not None and self.clock() - at > ttl:
+            return MISSING
+        try:
+            value = _json_loads(output)
+            if flags & REFUSED:
+                status, literal = (value[0], (value[1], value[2])) if isinstance(value, list) else (value, None)
+                return None, False, Refusal(int(status), error or "", literal), at
+            return (decode(value) if flags & OUTPUT_TAGGED else value), bool(miss), error, at
+        except (ValueError, TypeError, KeyError, IndexError) as exc:  # bad JSON, or a tag this playbook does not know
+            self._warn_unreadable(key, damage(exc))
+            return MISSING
+
+    def _read_error(self, exc: StoreFailure) -> ReceiptError:
+        return ReceiptError(f"cannot read the receipt store at {self.location}: {exc.reason}; {_ELSEWHERE}")
+
+    def _warn_unreadable(self, key: str, problem: str) -> None:
+        if key not in self._warned:  # a call looks its receipt up more than once (before and after its lease)
+            self._warned.add(key)
+            _logger.warning(
+                "%s; it counts as missing: a run that needs it makes the call again and replaces it", self._unreadable(key, problem)
+            )
+
+    def _unreadable(self, key: str, problem: str) -> str:
+        try:
+            tool = self._backend.tool_of(key)
+        except StoreFailure:
+            tool = None
+        named = f" of tool {tool!r}" if tool else ""
+        return f"receipt {key}{named} in {self.location} cannot be read: {problem}"
+
+    async def commit(self, record: Record, *, paid: int = 0, cost: float = 0.0) -> None:
+        """Write one record durably; returns once it is committed (``ReceiptError`` if it cannot be).
+        ``paid``: the requests it answered (what ``calls_executed`` counts), ``cost`` what they cost.
+
+        Records written in the same turn of the event loop share one transaction (group
+        commit): each row still waits for its own receipt to be on disk, but a burst of 64
+        finishing calls costs one commit instead of 64.
+        """
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        self._writes.append((record, done, paid, cost))
+        if len(self._writes) == 1:
+            loop.call_soon(self._commit_writes)
+        await done
+
+    def _commit_writes(self) -> None:
+        writes, self._writes = self._writes, []
+        rows = [write[0] for write in writes]
+        tally = None
+        if self.tally is not None and (calls := sum(write[2] for write in writes)):
+            tally = Tally(*self.tally, calls, sum(write[3] for write in writes))
+        if self._io.remote:  # written later, on the store's thread: kept meanwhile, and found by lookups
+            self._keep(rows)
+
+        def written(_: None, exc: BaseException | None) -> None:
+            if exc is not None:
+                self._keep(rows)  # paid for: written again at the end of the run
+                problem = exc.reason if isinstance(exc, StoreFailure) else str(exc)
+                error = ReceiptError(f"cannot write to the receipt store at {self.location}: {problem}")
+                for _row, done, *_rest in writes:
+                    if not done.done():
+                        done.set_exception(error)
+                return
+            if self._unwritten:
+                self._written(rows)
+            for _row, done, *_rest in writes:
+                if not done.done():  # a row cancelled while waiting: its receipt is written anyway
+                    done.set_result(None)
+
+        self._io.submit(lambda: self._write(rows, tally), written)
+
+    def _write(self, rows: list[Record], tally: Tally | None) -> None:
+        if tally is None:
+            self._backend.write(rows)
+        else:  # only a Redis store is given a tally (a cluster job's): it takes one
+            self._backend.write(rows, tally)  # type: ignore[call-arg]
+
+    def unwritten(self) -> int:
+        """Receipts of paid calls that could not be written (yet)."""
+        return len(self._unwritten)
+
+    def write_unwritten(self) -> int:
+        """Try once more to write the receipts that failed to be written; returns how many are still not written."""
+        if not self._unwritten:
+            return 0
+        rows = list(self._unwritten.values())
+        if self._io.remote:
+            # Queued behind the writes not done yet: a server that does not answer must not hold
+            # up the end of the run.  They stay counted until the store confirms them.
+            def confirmed(_: None, exc: BaseException | None) -> None:
+                if exc is None:
+                    self._written(rows)
+
+            self._io.submit(lambda: self._backend.write(rows), confirmed)
+            return len(self._unwritten)
+        try:
+            self._backend.write(rows)
+        except (StoreFailure, ReceiptError):
+            return len(self._unwritten)
+        self._written(rows)
+        return 0
+
+    def _keep(self, rows: list[Record]) -> None:
+        for row in rows:
+            self._unwritten[row.key] = row
+
+    def _written(self, rows: list[Record]) -> None:
+        for row in rows:
+            if self._unwritten.get(row.key) is row:
+                del self._unwritten[row.key]
+
+    async def written(self, timeout: float) -> bool:
+        """Await what this store still has to write (memos, queued receipts), at most ``timeout``
+        seconds: a finished run is there for other processes.  False if not (it stays queued)."""
+        self.flush()
+        watch = getattr(self._backend, "watch", None)
+        if watch is not None:  # a server that evicts keys: what it evicted, told with the run's end
+            self._io.submit(lambda: watch(final=True), lambda _, __: None)
+        return await self._io.caught_up(timeout)
+
+    def drain(self) -> None:
+        """Everything buffered or queued is written (what looking at the store needs first)."""
+        self.flush()
+        self._io.drain()
+
+    def close(self) -> None:
+        self.drain()  # a remote store's last writes and lease releases, still queued
+        self._backend.close()
