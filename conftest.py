@@ -1,4 +1,4 @@
-"""Session set-up shared by the tests and the notebooks that nbval executes, and the test tiers.
+"""Session set-up of the tests, and the test tiers.
 
 Every test is marked by what it needs, from its fixtures and its file, so that ``make check`` can
 leave out what is slow to start (``-m "not (slow or redis or cluster or kernel or browser or
@@ -9,7 +9,7 @@ notebook or network)"``) while ``make test`` runs everything:
 - ``cluster``: a dask.distributed cluster;
 - ``kernel``: a live IPython kernel (magics, widgets);
 - ``browser``: JupyterLab in a real Chromium;
-- ``notebook``: a notebook executed under nbval, or a fresh environment that runs them all;
+- ``notebook``: the notebooks, executed under nbval in a fresh Binder environment;
 - ``network``: the demo provider over HTTP on loopback;
 - ``slow``: a test that takes seconds of its own (subprocesses, real waits, large runs).
 """
@@ -21,9 +21,6 @@ import tempfile
 from typing import Any
 
 import pytest
-
-# Run under nbval by tests/test_notebooks_offline.py, from their fixtures: once is enough.
-collect_ignore = ["notebooks/01_quickstart.ipynb", "notebooks/03_resume_and_receipts.ipynb"]
 
 MARKERS = {
     "redis": "needs a real redis-server",
@@ -37,8 +34,7 @@ MARKERS = {
 _BY_FIXTURE = {"redis_server": "redis", "redis_url": "redis", "kernel": "kernel", "demo": "network", "demo_server": "network"}
 _BY_FILE = {
     "test_browser.py": ("browser", "slow"),
-    "test_binder.py": ("notebook", "slow"),
-    "test_notebooks_offline.py": ("notebook", "slow"),
+    "test_notebooks.py": ("notebook", "slow"),
     "test_cluster.py": ("cluster", "slow"),
     "test_widget.py": ("kernel",),
     "test_interrupt.py": ("slow",),
@@ -81,7 +77,5 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None
         for engine, extra in _BY_ENGINE.items():
             if engine in item.nodeid:
                 marks.update(extra)
-        if item.path.suffix == ".ipynb":
-            marks.update(("notebook", "slow"))
         for mark in sorted(marks):
             item.add_marker(getattr(pytest.mark, mark))

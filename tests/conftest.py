@@ -1,11 +1,16 @@
-"""Shared fixtures: an isolated store per test, the global last run reset, a demo provider."""
+"""Shared fixtures: an isolated store per test, the global last run reset, a demo provider, Redis,
+and the engines of the promise suite."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from engines import ENGINES, THREADS, WORKERS, Cluster, Engine, OneProcess, Processes
 
 import playbook as pb
 from playbook.demo.redis_server import RedisServer
@@ -57,3 +62,39 @@ def demo(demo_server: pb.demo.DemoServer) -> pb.demo.DemoServer:
     """The session's demo provider, with counters, limits and settings reset."""
     demo_server.reset()
     return demo_server
+
+
+# -- the promise suite (test_promises_*): each engine in turn ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dask_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A cluster of two worker processes, for the tests of one file (a client left open would be
+    every later test's default client)."""
+    from distributed import Client, LocalCluster
+
+    # The workers' own marks of stores are theirs, as on other machines: not the client's.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PLAYBOOK_MARKS", str(tmp_path_factory.mktemp("worker-marks")))
+        cluster = LocalCluster(n_workers=WORKERS, threads_per_worker=THREADS, processes=True, dashboard_address=":0",
+                               silence_logs=logging.ERROR)  # fmt: skip
+    with cluster, Client(cluster) as client:
+        yield client
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest, tmp_path: Any) -> Engine:
+    """Each engine in turn: the promise is the same on every one."""
+    if request.param == "one process":
+        return OneProcess(tmp_path / "store", tmp_path)
+    redis_url = request.getfixturevalue("redis_url")
+    if request.param == "processes":
+        return Processes(redis_url, tmp_path)
+    return Cluster(request.getfixturevalue("dask_client"), redis_url)
+
+
+@pytest.fixture
+def name() -> Callable[[str], str]:
+    """A provider's name for this test alone."""
+    token = uuid.uuid4().hex[:6]
+    return lambda base: f"{base}-{token}"

@@ -1,4 +1,4 @@
-"""The engines a play runs on, behind one small interface, for the promise suite (``test_promises``).
+"""The engines a play runs on, behind one small interface, for the promise suite (``test_promises_*``).
 
 * ``one process``: ``frame.play.run(...)`` in this process, on a store directory (SQLite);
 * ``processes``: two fresh Python processes each running the same frame, as a user starts the
@@ -21,8 +21,6 @@ import os
 import pickle
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,6 +33,8 @@ from typing import Any
 import cloudpickle
 import pandas as pd
 import pytest
+import warm
+from warm import Warm
 
 import playbook as pb
 from playbook.providers.provider import sharing_limits
@@ -304,7 +304,17 @@ def _merged(said: list[dict[str, Any]]) -> Outcome:
     parked = merged[merged["play_status"] == "parked"]
     parked = next((s["parked"] for s in said if len(s["parked"]) == len(parked)), said[0]["parked"])
     fatal = next((s["fatal"] for s in said if s["fatal"]), None)
-    return Outcome(merged, [s["stats"] for s in said], holds, parked, said[0]["waterfalls"], fatal, results)
+    return Outcome(merged, [s["stats"] for s in said], holds, parked, _legs([s["waterfalls"] for s in said]), fatal, results)
+
+
+def _legs(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """Each process's ``run.waterfalls`` summed per leg, as one job's (a process whose rows were all
+    reused from the others' memos has an empty table)."""
+    shown = [t for t in tables if len(t)]
+    if not shown:
+        return tables[0]
+    keys = ["waterfall", "leg", "tool"]
+    return pd.concat(shown).groupby(keys, as_index=False, sort=False).sum()[list(tables[0].columns)]
 
 
 def _holds(holds: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -323,7 +333,7 @@ def _holds(holds: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @dataclass
 class _Proc:
-    popen: subprocess.Popen[str]
+    popen: Warm
     out: Path
 
 
@@ -337,23 +347,17 @@ def _processes(scratch: Path, frame: pd.DataFrame, play: Any, options: dict[str,
     script.write_text(_WORKER)
     with sharing_limits(share) if share else _nothing():
         payload.write_bytes(cloudpickle.dumps((frame, play, options)))
-    procs = []
-    for i in range(n):
-        out = work / f"out{i}.pkl"
-        popen = subprocess.Popen([sys.executable, str(script), str(payload), str(out)], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
-        procs.append(_Proc(popen, out))
+    procs = [_Proc(warm.start(script, str(payload), str(work / f"out{i}.pkl")), work / f"out{i}.pkl") for i in range(n)]
     try:
         for proc in procs:
-            assert proc.popen.stdout is not None
-            line = proc.popen.stdout.readline()
-            assert line.strip() == "started", proc.popen.communicate()[1][-3000:]
+            line = proc.popen.readline()
+            assert line.strip() == "started", proc.popen.communicate(timeout=60)[1][-3000:]
         yield procs
     finally:
         for proc in procs:
             if proc.popen.poll() is None:
                 proc.popen.kill()
-            proc.popen.communicate()
+            proc.popen.wait(60)
 
 
 @contextmanager
@@ -371,7 +375,7 @@ def _said(proc: _Proc) -> dict[str, Any]:
 def _kill_when(proc: _Proc, when: Callable[[], bool]) -> None:
     _wait(when)
     proc.popen.send_signal(signal.SIGKILL)
-    proc.popen.communicate()
+    proc.popen.wait(60)
 
 
 def _wait(when: Callable[[], bool], timeout: float = 60.0) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import warm
 
 import playbook as pb
 
@@ -40,16 +41,17 @@ def home() -> Path:
 
 
 def cli(*args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
+    """``python -m playbook *args``; started warm (tests/warm.py) unless it reads a terminal."""
+    if stdin is subprocess.DEVNULL:
+        return warm.run(*args, module="playbook", timeout=60)
     return subprocess.run([sys.executable, "-m", "playbook", *args], stdin=stdin, capture_output=True, text=True, timeout=60)
 
 
 def cli_many(cases: list[list[str]], *, cwd: Path, env: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
-    """Several commands at once, from ``cwd`` (each pays the interpreter's start-up; together they overlap)."""
-    run = [sys.executable, "-m", "playbook"]
-    pipes = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    procs = [subprocess.Popen([*run, *args], cwd=cwd, env={**os.environ, **env}, text=True, **pipes) for args in cases]
+    """Several commands at once, from ``cwd``."""
+    procs = [warm.start(None, *args, module="playbook", cwd=cwd, env={**os.environ, **env}) for args in cases]
     outputs = [proc.communicate(timeout=60) for proc in procs]
-    return [subprocess.CompletedProcess(args, proc.returncode, *out) for args, proc, out in zip(cases, procs, outputs)]
+    return [subprocess.CompletedProcess(args, proc.wait(), *out) for args, proc, out in zip(cases, procs, outputs)]
 
 
 def _stats(path: Path) -> dict[str, Any]:

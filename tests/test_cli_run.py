@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import warm
 
 import playbook as pb
 from playbook.frontends.files import PARQUET_INSTALL
@@ -82,19 +83,24 @@ def _args(work: Path, *args: str) -> list[str]:
 
 
 def cli(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_args(work, *args), cwd=work, capture_output=True, text=True, timeout=120)
+    """``python -m playbook run *args`` from ``work``, started warm (tests/warm.py)."""
+    return warm.run(*_args(work, *args)[3:], module="playbook", cwd=work)
 
 
 def cli_many(work: Path, cases: list[tuple[list[str], dict[str, str]]]) -> list[subprocess.CompletedProcess[str]]:
-    """Run several commands at once (each pays the interpreter's start-up; together they overlap)."""
-    procs = [
-        subprocess.Popen(_args(work, *args), cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-        for args, env in cases
-    ]
+    """Run several commands at once; one whose environment changes what Python imports at start
+    (``PYTHONPATH``) in a fresh interpreter, the others started warm."""
+    procs: list[Any] = []
+    for args, env in cases:
+        if "PYTHONPATH" in env:
+            procs.append(subprocess.Popen(_args(work, *args), cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                          env={**os.environ, **env}))  # fmt: skip
+        else:
+            procs.append(warm.start(None, *_args(work, *args)[3:], module="playbook", cwd=work, env={**os.environ, **env}))
     done = []
     for (args, _), proc in zip(cases, procs):
         out, err = proc.communicate(timeout=120)
-        done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+        done.append(subprocess.CompletedProcess(args, proc.wait(), out, err))
     return done
 
 

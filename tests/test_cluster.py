@@ -2,8 +2,8 @@
 with a real Redis server and the demo provider: the same result as pandas, paid once across the
 cluster and across pandas and Dask, one rate per provider account, retry, Ctrl-C, the panel, and
 the words said for what cannot work on a cluster.  What every engine promises (never paying
-twice, a worker killed mid-job, max_cost as one budget, stop...) is in test_promises, which runs
-each promise on a cluster too."""
+twice, a worker killed mid-job, max_cost as one budget, stop...) is in test_promises_paid and
+test_promises_limits, which run each promise on a cluster too."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ import pytest
 import playbook as pb
 from playbook.demo.fakedata import INDUSTRIES
 from playbook.providers.provider import governor
+from playbook.store import engine
 
 MODEL = "gpt-4o-mini"
 PRICES = {MODEL: (0.15, 0.60)}
@@ -261,7 +262,9 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(demo: pb.d
             file_id = await api.upload(client, api.lines([(llm.key(v), v["messages"]) for v in calls]))
             await api.create(client, file_id)
         for values in calls:
-            await store.commit(record(job_key(llm.key(values)), tool=llm.name, stored={"file": file_id}, tagged=False, at=time.time()))
+            await engine(store).commit(
+                record(job_key(llm.key(values)), tool=llm.name, stored={"file": file_id}, tagged=False, at=time.time())
+            )
 
     asyncio.run(died_after_creating())
 

@@ -15,7 +15,6 @@ import json
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +22,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import warm
+from warm import Warm
 
 import playbook as pb
 from playbook.store import engine
@@ -69,14 +70,14 @@ print(json.dumps({"calls_executed": run.stats.calls_executed, "began": began, "e
 
 
 @pytest.fixture
-def worker(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+def worker(tmp_path: Path) -> Iterator[Callable[..., Warm]]:
     """Start worker processes; every one still running at teardown is killed and reaped."""
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
-    started: list[subprocess.Popen[str]] = []
+    started: list[Warm] = []
 
-    def start(**cfg: Any) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, str(script), json.dumps(cfg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def start(**cfg: Any) -> Warm:
+        proc = warm.start(script, json.dumps(cfg))
         started.append(proc)
         return proc
 
@@ -84,19 +85,19 @@ def worker(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     for proc in started:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()  # reaps it and closes its pipes
+        proc.wait(60)
 
 
-def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> dict[str, Any]:
+def _finish(proc: Warm, timeout: float = 60) -> dict[str, Any]:
     """Wait for a worker to exit cleanly; its printed stats."""
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{err[-3000:]}"
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
+def _kill(proc: Warm) -> None:
     proc.send_signal(signal.SIGKILL)
-    proc.communicate()  # reaped: its pid is gone, as after any crash
+    proc.wait(60)  # reaped: its pid is gone, as after any crash
 
 
 def _result(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
@@ -362,8 +363,7 @@ def test_two_processes_making_one_new_store_at_once_both_open_it(tmp_path: Path)
     code = "import sys, playbook as pb; pb.ReceiptStore(sys.argv[1]).close(); print('ok')"
     for i in range(12):
         store = tmp_path / f"store{i}"
-        procs = [subprocess.Popen([sys.executable, "-c", code, str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for _ in range(2)]  # fmt: skip
+        procs = [warm.start(None, str(store), code=code) for _ in range(2)]
         for proc in procs:
             out, err = proc.communicate(timeout=120)
             assert proc.returncode == 0 and out.strip() == "ok", err[-500:]

@@ -194,7 +194,10 @@ def test_a_redis_that_stops_answering_never_freezes_the_run() -> None:
         async def main() -> tuple[float, float, int]:
             loop = asyncio.get_running_loop()
             run = await pd.DataFrame({"n": range(5000)}).play.arun(pb.play(slow, name="slow"), store=store, background=True, progress=False)
-            await asyncio.sleep(0.5)
+            deadline = loop.time() + 30
+            while run.stats.ok < 10:  # the run is under way (on a loaded machine, after more than a fixed pause)
+                assert loop.time() < deadline, "no row finished"
+                await asyncio.sleep(0.01)
             assert server.process is not None
             os.kill(server.process.pid, signal.SIGSTOP)
             try:

@@ -10,14 +10,14 @@ Bounds are on the demo's counters; wall time only bounds the combined rate, gene
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import warm
+from warm import Warm
 
 import playbook as pb
 
@@ -55,15 +55,14 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., list[dict[str, Any]]]]:
     """Run N workers from one start line; their printed results.  Any still running at teardown is killed."""
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
-    started: list[subprocess.Popen[str]] = []
+    started: list[Warm] = []
 
     def run(count: int, rows: int, ready: Callable[[], object], **cfg: Any) -> list[dict[str, Any]]:
         go = tmp_path / "go"
         for i in range(count):
             own = {**cfg, "start": i * rows, "n": rows, "store": str(tmp_path / f"store{i}"),
                    "ready": str(tmp_path / f"ready{i}"), "go": str(go)}  # fmt: skip
-            started.append(subprocess.Popen([sys.executable, str(script), json.dumps(own)],
-                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
+            started.append(warm.start(script, json.dumps(own)))
         deadline = time.monotonic() + 60
         while not all((tmp_path / f"ready{i}").exists() for i in range(count)):
             assert time.monotonic() < deadline, "the workers did not get ready"
@@ -81,7 +80,7 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., list[dict[str, Any]]]]:
     for proc in started:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()
+        proc.wait(60)
 
 
 @pytest.mark.parametrize("count", [2, 4])

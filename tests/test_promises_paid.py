@@ -1,0 +1,185 @@
+"""The README's first promise: never pay twice, never change the data.  Each call is paid once,
+a replay gives back exactly what was first returned, a rerun resumes, a crash or a stop loses at
+most the calls in flight, and a budget is one budget.
+
+Each promise is written once and run on every engine: one process, several processes sharing a
+Redis store and limiter, and a dask.distributed cluster (``engines``, and the ``engine`` fixture in
+``conftest``).  The provider is the demo's, a real HTTP server, whose counters say what was paid.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from engines import Engine
+from exact import same
+from promises import answered, email, enrich, people, requests
+
+import playbook as pb
+
+# -- never pay twice -------------------------------------------------------------------------------
+
+
+def test_each_call_is_paid_once_and_a_rerun_pays_nothing(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:
+    """90 rows making 30 different calls: each call is paid once (once in all, however many
+    processes run the rows), and a rerun reuses every row, paying nothing."""
+    demo.reset(latency=0.02)
+    play = enrich(email(demo, pb.Provider(name("acme"), concurrency=4)))
+    first = engine.run(people(90, calls=30), play, concurrency=4)
+    stats = demo.stats()
+    assert set(first.statuses) <= {"ok", "reused"} and sum(first.statuses.values()) == 90
+    assert stats["requests"] == 30 and stats["duplicate_idempotency_keys"] == 0
+    again = engine.run(people(90, calls=30), play, concurrency=4)
+    assert again.statuses == {"reused": 90} and requests(demo) == 30
+    assert again.result["email"].tolist() == first.result["email"].tolist()
+
+
+def test_a_client_error_is_an_answer_asked_once_and_never_again(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """30 rows asking 3 different calls the provider refuses (HTTP 422): 3 requests in all, however
+    many processes run the rows; every row fails with the provider's words, each call is counted
+    once as paid and the rest as answered by its receipt; a rerun sends nothing."""
+    play = enrich(email(demo, pb.Provider(name("acme"), concurrency=4)))
+    frame = people(30, calls=3).assign(domain=lambda f: [f"not a domain {i % 3}" for i in range(len(f))])
+    first = engine.run(frame, play, concurrency=4)
+    assert first.statuses == {"failed": 30} and requests(demo) == 3
+    assert first.result["play_error"].str.contains("HTTP 422").all()
+    assert first.total("calls_executed") == 3
+    counted = first.total("calls_executed") + first.total("calls_shared") + first.total("calls_reused")
+    assert counted == 30 * len(first.runs)  # each process that ran the 30 rows counts each of their calls once
+    again = engine.run(frame, play, concurrency=4)
+    assert again.statuses == {"failed": 30} and requests(demo) == 3 and again.total("calls_executed") == 0
+
+
+def test_a_store_that_lost_its_receipts_is_refused_before_anything_is_paid(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """The store wiped between two runs (the file emptied, the Redis database flushed): the next
+    run pays nothing and says what was lost, until the store is reset; then it pays again."""
+    play = enrich(email(demo, pb.Provider(name("acme"))))
+    engine.run(people(12), play, concurrency=4)
+    assert requests(demo) == 12
+    engine.wipe_store()
+    message = engine.refused(people(12), play, concurrency=4)
+    assert "held 12 receipts" in message and "now holds 0" in message and "reset()" in message, message
+    assert requests(demo) == 12  # nothing paid
+    pb.ReceiptStore(engine.store).reset()
+    again = engine.run(people(12), play, concurrency=4)
+    assert set(again.statuses) <= {"ok", "reused"} and requests(demo) == 24
+
+
+def test_a_process_killed_mid_run_pays_again_at_most_its_calls_in_flight(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """kill -9 of a process (one of the processes, a cluster worker) midway: the run (or a rerun)
+    ends every row, and the calls paid twice are at most what the dead process had in flight.
+    What a run counts as paid is what the provider was paid for and recorded: a cluster job that
+    lost a worker counts the calls that worker landed after its last report (its rows, run again
+    elsewhere, find them as receipts)."""
+    demo.reset(latency=0.05)
+    frame, play = people(160), enrich(email(demo, pb.Provider(name("acme"))))
+    bound, going_on = engine.kill_when(frame, play, lambda: requests(demo) >= 40, concurrency=3)
+    if going_on is not None:  # the job finished every row: each of the 160 calls landed once
+        assert going_on.total("calls_executed") == 160, going_on.runs
+    before = requests(demo)
+    rerun = engine.run(frame, play, concurrency=3)
+    assert set(rerun.statuses) <= {"ok", "reused"} and sum(rerun.statuses.values()) == 160
+    assert rerun.total("calls_executed") == requests(demo) - before
+    extra = requests(demo) - 160
+    assert 0 <= extra <= bound, f"{extra} calls paid twice; the killed process had at most {bound} in flight"
+
+
+# -- replays change nothing ------------------------------------------------------------------------
+
+
+def test_a_replay_gives_back_exactly_the_values_first_returned(engine: Engine, name: Callable[[str], str]) -> None:
+    """Values JSON lacks (an aware datetime, a date, Decimal, a tuple, bytes, a big int, a numpy
+    scalar, inf) come back from a row's memo, and from receipts under an edited play, with the
+    same type and value as the first run gave."""
+    tool_name = name("odd")
+
+    @pb.tool(name=tool_name, version="1", cost=0.5)
+    def odd(n: int) -> dict[str, Any]:
+        tz = dt.timezone(dt.timedelta(hours=5, minutes=30))
+        return {"when": dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=tz), "day": dt.date(2026, 1, 1 + n % 28),
+                "money": decimal.Decimal("1.10") * n, "pair": (n, "x"), "raw": bytes([n % 256, 255]), "big": 2**70 + n,
+                "count": np.int32(n), "far": float("inf")}  # fmt: skip
+
+    def play(version: str) -> pb.Play:
+        async def values(row, ctx):  # type: ignore[no-untyped-def]
+            return {"value": await ctx.tool(odd, n=row.n)}
+
+        return pb.play(values, name="values", version=version)
+
+    frame = pd.DataFrame({"n": range(12)})
+    first = engine.run(frame, play("1"))
+    memo = engine.run(frame, play("1"))
+    receipts = engine.run(frame, play("2"))  # a new play: its rows run, every call from its receipt
+    assert set(first.statuses) <= {"ok", "reused"} and memo.statuses == {"reused": 12}
+    assert receipts.total("calls_executed") == 0 and receipts.total("calls_reused") >= 12
+    for again in (memo, receipts):
+        for a, b in zip(first.result["value"], again.result["value"]):
+            assert same(a, b), (a, b)
+    assert same(first.result["value"].iloc[3], odd.fn(3))  # what the play got the first time is what the tool returned
+
+
+# -- a rerun is a resume -------------------------------------------------------------------------
+
+
+def test_a_rerun_runs_only_the_rows_that_did_not_finish(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:
+    """Rows that failed (a 503 on every 5th request, no retries) are the only ones a rerun runs:
+    the rest are reused, and it pays only for their calls."""
+    demo.reset(fault_every=5, fault_status=503)
+    provider = pb.Provider(name("acme"), retries=0)
+    play = enrich(email(demo, provider))
+    first = engine.run(people(60), play, concurrency=4)
+    failed = first.statuses.get("failed", 0)
+    assert failed > 0 and first.statuses.get("ok", 0) + first.statuses.get("reused", 0) + failed == 60
+    demo.configure(fault_every=None)
+    paid_before = answered(demo)
+    again = engine.run(people(60), play, concurrency=4)
+    assert set(again.statuses) <= {"ok", "reused"} and again.statuses.get("reused", 0) >= 60 - failed
+    assert again.statuses.get("ok", 0) + again.statuses.get("reused", 0) == 60
+    assert answered(demo) - paid_before == failed  # exactly the failed rows' calls, once each
+
+
+# -- stop and Ctrl-C ---------------------------------------------------------------------------
+
+
+def test_a_stopped_run_lands_its_calls_in_flight_and_a_rerun_pays_the_rest(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """run.stop() (Ctrl-C in a process) midway: nothing is sent after it, every call sent lands its
+    receipt, the rows not done are skipped, and a rerun pays only for those: each call once in all."""
+    demo.reset(latency=0.1)
+    frame, play = people(200), enrich(email(demo, pb.Provider(name("acme"))))
+    out = engine.stop_when(frame, play, lambda: requests(demo) >= 30, concurrency=4)
+    sent = requests(demo)
+    time.sleep(0.3)
+    assert requests(demo) == sent, "calls went out after the stop"
+    assert out.statuses.get("skipped", 0) > 0 and sum(out.statuses.values()) == 200
+    again = engine.run(frame, play, concurrency=8)
+    assert set(again.statuses) <= {"ok", "reused"}
+    assert requests(demo) == 200 and demo.stats()["duplicate_idempotency_keys"] == 0
+
+
+# -- a budget is one budget ----------------------------------------------------------------------
+
+
+def test_max_cost_is_one_budget_per_run(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:
+    """max_cost=10 with calls costing 1: a run (the cluster's whole job; each process's own run)
+    pays for at most 10 calls and parks the rest with reason "budget"."""
+    play = enrich(email(demo, pb.Provider(name("acme"), concurrency=2), cost=1.0))
+    out = engine.run(people(40), play, concurrency=3, max_cost=10)
+    for run in out.runs:
+        assert run["cost_spent"] <= 10.0 and run["calls_executed"] <= 10
+    assert max(run["cost_spent"] for run in out.runs) == 10.0  # what fits is paid for
+    assert requests(demo) <= 10 * len(out.runs)
+    assert out.statuses.get("parked", 0) >= 40 - 10 * len(out.runs) and set(out.parked["reason"]) == {"budget"}
