@@ -7,10 +7,10 @@ tree of the project, e.g. one made by ``git worktree add /tmp/old <commit>``, to
   them; generated files counted apart);
 - the public names of ``pb.Context``, ``pb.Provider`` and ``pb.ReceiptStore``;
 - the modules at the top of ``playbook/``, and those ``import playbook`` loads (of them, the demo's);
-- import cycles among playbook's modules (imports under ``TYPE_CHECKING`` included);
 - the README's lines.
 
-The public names and the modules loaded are read by a fresh interpreter importing the tree.
+The public names and the modules loaded are read by a fresh interpreter importing the tree.  Import
+cycles are ``tests/test_layout.py``'s to count (``pytest tests/test_layout.py -k cycles`` in a tree).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ def main() -> None:
         ("public names: Context / Provider / ReceiptStore", f"{names['context']} / {names['provider']} / {names['store']}"),
         ("top-level modules in playbook/", str(len(list(package.glob("*.py"))))),
         ("modules loaded by import playbook", f"{names['loaded']} ({names['demo']} demo)"),
-        ("import cycles", str(len(_cycles(package)))),
         ("README lines", str(len((tree / "README.md").read_text().splitlines()))),
     ]
     width = max(len(label) for label, _ in rows)
@@ -80,96 +79,6 @@ def _option_declarations(package: Path) -> tuple[int, int]:
         else:
             declared += found
     return declared, generated
-
-
-def _cycles(package: Path) -> list[list[str]]:
-    """Strongly connected groups of more than one module in the graph of playbook's own imports made
-    at import time."""
-    graph: dict[str, set[str]] = {}
-    modules = {_name(package, p): p for p in package.rglob("*.py")}
-    for name, path in modules.items():
-        is_package = path.name == "__init__.py"
-        edges = graph.setdefault(name, set())
-        for node in _top_level(ast.parse(path.read_text()).body):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = _resolve(name, node.module, node.level, is_package)
-                subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
-                targets = subs if len(subs) == len(node.names) else [base, *subs]  # `from . import module` needs no package
-            edges.update(t for t in targets if t in modules and t != name)
-    return [group for group in _components(graph) if len(group) > 1]
-
-
-def _top_level(body: list[ast.stmt]) -> list[ast.stmt]:
-    """The statements run when the module is imported (those under ``if``/``try`` too, ``if
-    TYPE_CHECKING:`` included), not those in functions: an import inside a function is made later."""
-    found: list[ast.stmt] = []
-    for node in body:
-        found.append(node)
-        if isinstance(node, ast.If):
-            found += _top_level(node.body) + _top_level(node.orelse)
-        elif isinstance(node, ast.Try):
-            found += _top_level(node.body) + _top_level(node.orelse) + _top_level(node.finalbody)
-            for handler in node.handlers:
-                found += _top_level(handler.body)
-    return found
-
-
-def _name(package: Path, path: Path) -> str:
-    parts = list(path.relative_to(package.parent).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _resolve(module: str, target: str | None, level: int, is_package: bool) -> str:
-    if level == 0:
-        return target or ""
-    parts = module.split(".")
-    base = parts if is_package else parts[:-1]
-    base = base[: len(base) - (level - 1)]
-    return ".".join([*base, target] if target else base)
-
-
-def _components(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Tarjan's strongly connected components, without recursion."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, edges = work[-1]
-            step = next(edges, None)
-            if step is not None:
-                if step not in index:
-                    index[step] = low[step] = len(index)
-                    stack.append(step)
-                    on_stack.add(step)
-                    work.append((step, iter(sorted(graph.get(step, ())))))
-                elif step in on_stack:
-                    low[node] = min(low[node], index[step])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                group = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    group.append(member)
-                    if member == node:
-                        break
-                found.append(group)
-    return found
 
 
 if __name__ == "__main__":
