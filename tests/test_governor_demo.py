@@ -301,7 +301,9 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
     started = time.monotonic()
     run = _leads(300).play.run(tool, store=store, progress=False, concurrency=32)
     run.wait()
-    assert time.monotonic() - started < 2 + 3.0
+    # max_wait, and slack for 300 rows on a loaded machine (seen: 3.3 s of it while the rest of the
+    # suite ran); rows retrying on their own would each back off for their whole retry budget.
+    assert time.monotonic() - started < 2 + 6.0
     statuses = run.result["play_status"].value_counts().to_dict()
     assert set(statuses) <= {"parked", "failed"} and statuses["parked"] >= 250
     assert provider.status().down and "gone" in str(run.holds[0]) and run.holds[0].reason == "down"
