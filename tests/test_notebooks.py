@@ -59,7 +59,7 @@ def binder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     made = subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(env_dir)], capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr[-3000:]
     python = env_dir / "bin" / "python"
-    install = [uv, "pip", "install", "--quiet", "--python", str(python), "-r", "binder/requirements.txt", *BESIDE]
+    install = [uv, "pip", "install", "--quiet", "--python", str(python), *_pip_index(), "-r", "binder/requirements.txt", *BESIDE]
     done = subprocess.run(install, cwd=ROOT, capture_output=True, text=True, timeout=900, env=_clean_env())
     assert done.returncode == 0, done.stderr[-3000:]
     yield python
@@ -99,6 +99,16 @@ def _nbval(python: Path, name: str, where: Path, **env: str) -> None:
                           timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "passed" in done.stdout
+
+
+def _pip_index() -> list[str]:
+    """pip's index when one is configured (a mirror): uv reads its own settings, not pip's."""
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60).stdout
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        if key.rsplit(".", 1)[-1] == "index-url":
+            return ["--index-url", value.strip().strip("'\"")]
+    return []
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
