@@ -45,9 +45,11 @@ def test_binder_asks_for_a_python_the_project_supports() -> None:
     assert low and tuple(map(int, wanted.groups())) >= tuple(map(int, low.groups()))
 
 
-def test_every_notebook_is_run_here() -> None:
-    """A notebook added to notebooks/ is run by this file, offline or live."""
-    assert sorted(OFFLINE + LIVE) == sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) and len(LIVE) >= 3
+def test_the_offline_notebooks_have_their_fixtures() -> None:
+    """The notebooks named to run offline exist and have recorded fixtures; every other notebook in
+    notebooks/ runs live (LIVE is what is left), so a new notebook is run here either way."""
+    assert all((NOTEBOOKS / f"{name}.ipynb").is_file() and (NOTEBOOKS / "fixtures" / f"{name}.jsonl").is_file() for name in OFFLINE)
+    assert len(LIVE) >= 3
 
 
 @pytest.fixture(scope="module")

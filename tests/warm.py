@@ -17,6 +17,7 @@ Its standard output and error go to files, read as :meth:`Warm.communicate` read
 from __future__ import annotations
 
 import atexit
+import json
 import multiprocessing
 import os
 import runpy
@@ -114,8 +115,10 @@ def run(*args: str, module: str, cwd: str | os.PathLike[str] | None = None, env:
 def _server() -> Any:
     global _context
     if _context is None:
-        fresh = subprocess.run([sys.executable, "-c", "import sys; print(repr(sys.path))"], capture_output=True, text=True, check=True)
-        _clean_path[:] = [p for p in eval(fresh.stdout) if p]
+        fresh = subprocess.run(
+            [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path))"], capture_output=True, text=True, check=True
+        )
+        _clean_path[:] = [p for p in json.loads(fresh.stdout) if p]
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(PRELOAD)
     return _context
