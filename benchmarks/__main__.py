@@ -21,6 +21,7 @@ from . import (
     b7_llm,
     b8_cli,
     b9_cluster,
+    b10_scale,
 )
 from .harness import table
 
@@ -37,15 +38,18 @@ CASES = {
     "b7": b7_llm.run,
     "b8": b8_cli.run,
     "b9": b9_cluster.run,
+    "b10": b10_scale.run,
 }
+QUICK = {"b10": lambda **kw: b10_scale.run(rows=b10_scale.QUICK, **kw)}  # --quick: sizes for the edit loop
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("cases", nargs="*", metavar="CASE", help=f"which of {', '.join(CASES)} (default: all)")
     parser.add_argument(
-        "--repeats", type=int, help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7 and b9; 5 for b8)"
+        "--repeats", type=int, help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9 and b10; 5 for b8)"
     )
+    parser.add_argument("--quick", action="store_true", help=f"smaller sizes where a case has them ({', '.join(QUICK)})")
     args = parser.parse_args(argv)
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
@@ -57,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.cases or CASES:
         print(f"running {name} ...", file=sys.stderr, flush=True)
         start = time.perf_counter()
-        results.extend(CASES[name]() if args.repeats is None else CASES[name](repeats=args.repeats))
+        case = QUICK.get(name, CASES[name]) if args.quick else CASES[name]
+        results.extend(case() if args.repeats is None else case(repeats=args.repeats))
         print(f"{name} took {time.perf_counter() - start:.0f}s", file=sys.stderr, flush=True)
     print(table(results))
     return 0

@@ -47,6 +47,7 @@ __all__ = [
     "key_text",
     "memo_key",
     "receipt_key",
+    "row_digest",
     "row_key",
     "step_key",
     "step_name",
@@ -94,6 +95,12 @@ def forced_key(receipt: str, run: str, logical: str) -> str:
 def row_key(values: list[Any]) -> str:
     """Identity of a row from its (key) values, in column order (``TypeError`` if one has no JSON form)."""
     return digest(key_text(values))
+
+
+def row_digest(values: list[Any]) -> bytes:
+    """:func:`row_key` as its 16 bytes (``row_digest(v).hex() == row_key(v)``): a million rows
+    keep theirs in 16 MB."""
+    return hashlib.blake2b(key_text(values).encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def memo_key(fingerprint: str, row: str) -> str:

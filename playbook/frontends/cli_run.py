@@ -16,7 +16,9 @@ import importlib
 import importlib.machinery
 import importlib.util
 import inspect
+import itertools
 import json
+import lzma
 import os
 import re
 import signal
@@ -31,10 +33,25 @@ import pandas as pd
 
 from ..errors import PlaybookError, PlayDefinitionError
 from ..plays.play import Play
+from ..records import RunStats
 from ..runtime.options import options
 from ..runtime.run import Run, last_run
 from ..tools import Tool
-from .files import NAMES, Fatal, Usage, as_in_file, checked_output, file_format, need_pyarrow, read_rows, write_frame
+from .chunks import CHUNK, Parts, Totals, read_chunks
+from .files import (
+    NAMES,
+    Fatal,
+    Rows,
+    Usage,
+    as_in_file,
+    checked_output,
+    file_format,
+    first_line,
+    need_pyarrow,
+    write_file,
+    write_frame,
+    writing,
+)
 from .signature import flags, given
 
 if TYPE_CHECKING:
@@ -61,6 +78,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         if flag != "--store":  # the common --store (cli.py), which the cache commands take too
             run.add_argument(flag, **spelled)
     run.add_argument("--json", action="store_true", help="print a JSON report on stdout (progress and messages stay on stderr)")
+    run.add_argument("--chunk-rows", type=_positive, default=CHUNK, metavar="N",
+                     help=f"read and run the file N rows at a time, so memory holds a chunk, not the file (default {CHUNK:,})")  # fmt: skip
     run.set_defaults(run=None)
 
 
@@ -105,9 +124,79 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
     if "Parquet" in (source, out):
         need_pyarrow("--in" if source == "Parquet" else "--out")
     play = _load(path, name)
-    rows = read_rows(args.source, source)
+    opts: dict[str, Any] = {"progress": "text", **given(args, "cli")}
+    chunks = _chunks(args.source, source, args.chunk_rows, opts.pop("limit", None))
+    rows = next(chunks)
+    following = next(chunks, None)
+    if following is not None:
+        return _run_chunks(args, report, play, opts, itertools.chain([rows, following], chunks), out)
+    run = _one(args, report, play, opts, rows)
+    if run is None:
+        return 130
+    _record(report, run)
+    result = run.result
+    write_frame(as_in_file(result, rows), args.out, out)
+    report["output"] = args.out
+    s = run.stats
+    code = 3 if s.failed or s.parked or s.skipped else 0
+    for line in _summary(s, bool(run.parked["reason"].eq("budget").any()), len(result), args.out, code):
+        _say(line, prefix="")
+    return code
+
+
+def _chunks(path: str, kind: str, size: int, limit: int | None) -> Iterator[Rows]:
+    """The file's rows, a chunk at a time, the first ``limit`` only; an error reading one says
+    which file and what (the chunks before it ran: their rows are saved)."""
+    read = 0
     try:
-        run = rows.frame.play.run(play, **{"progress": "text", **given(args, "cli")})
+        for rows in read_chunks(path, kind, size):
+            if limit is not None and read + len(rows.frame) >= limit:
+                n = limit - read
+                yield Rows(rows.frame.iloc[:n], {c: v[:n] for c, v in rows.exact.items()})
+                return
+            read += len(rows.frame)
+            yield rows
+    except (OSError, ValueError, TypeError, EOFError, lzma.LZMAError) as exc:  # parse errors are ValueErrors; EOFError: a cut archive
+        raise Usage(f"--in {path}: cannot read it as {kind}: {first_line(exc)}") from None
+
+
+def _run_chunks(args: argparse.Namespace, report: dict[str, Any], play: Any, opts: dict[str, Any], chunks: Iterator[Rows], out: str) -> int:
+    """A file of more than one chunk: each chunk is a run, its rows written as it ends; ``--out``
+    is made of them once the last one is done (see :mod:`.chunks`)."""
+    totals = Totals(ERRORS_SHOWN)
+    budget = opts.get("max_cost")
+    parts = Parts(args.out, out)
+    try:
+        for rows in chunks:
+            first = rows.frame.index[0] if isinstance(rows.frame.index, pd.RangeIndex) else totals.rows
+            _say(f"rows {first + 1:,} to {first + len(rows.frame):,} of {args.source}")
+            if budget is not None:  # --max-cost is for the whole file
+                opts["max_cost"] = max(0.0, budget - totals.stats.get("cost_spent", 0.0))
+            run = _one(args, report, play, opts, rows, totals)
+            if run is None:
+                return 130
+            _record(report, run)
+            totals.add(run, report)
+            with writing(args.out, out):
+                parts.add(as_in_file(run.result, rows))
+        write_file(args.out, out, parts.join)
+    finally:
+        parts.discard()
+    totals.report(report)
+    report["output"] = args.out
+    s = RunStats(**totals.stats)
+    code = 3 if s.failed or s.parked or s.skipped else 0
+    for line in _summary(s, totals.budget_parked, totals.rows, args.out, code):
+        _say(line, prefix="")
+    return code
+
+
+def _one(args: argparse.Namespace, report: dict[str, Any], play: Any, opts: dict[str, Any], rows: Rows,
+         totals: Totals | None = None) -> Run | None:  # fmt: skip
+    """One run over ``rows``: its failures said as the command's; ``None`` if it was interrupted."""
+    try:
+        run: Run = rows.frame.play.run(play, **opts)
+        return run
     except PlayDefinitionError as exc:
         raise Usage(_as_option(str(exc))) from None
     except PlaybookError as exc:  # bad credentials, no credit, a store that cannot be opened
@@ -123,21 +212,23 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
     except KeyboardInterrupt:
         partial = last_run()
         _record(report, partial)
-        done = "" if partial is None else f"{partial.stats.ok + partial.stats.reused:,} of {partial.stats.total:,} rows finished; "
+        finished = 0 if totals is None else totals.stats.get("ok", 0) + totals.stats.get("reused", 0)
+        done = "" if partial is None else f"{finished + partial.stats.ok + partial.stats.reused:,} rows finished; "
         report["error"] = (
             f"interrupted: {done}nothing was written to {args.out}; a rerun resumes (finished rows are reused, no call is paid twice)"
         )
         _say(report["error"])
-        return 130
-    _record(report, run)
-    result = run.result
-    write_frame(as_in_file(result, rows), args.out, out)
-    report["output"] = args.out
-    s = run.stats
-    code = 3 if s.failed or s.parked or s.skipped else 0
-    for line in _summary(run, len(result), args.out, code):
-        _say(line, prefix="")
-    return code
+        return None
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of rows (1 or more), not {text!r}")
+    return n
 
 
 def _as_option(message: str) -> str:
@@ -184,16 +275,15 @@ def _parked(run: Run | ClusterRun) -> dict[str, Any]:
     return {"by_reason": {str(k): int(n) for k, n in parked["reason"].value_counts(sort=False).items()}, "rows": rows}
 
 
-def _summary(run: Run, rows: int, out: str, code: int) -> list[str]:
+def _summary(s: RunStats, budget: bool, rows: int, out: str, code: int) -> list[str]:
     """Where the result is and what to do next, in shell terms, under the run's own summary (the
-    text view's, which says already how many rows parked and why)."""
-    s = run.stats
+    text view's, which says already how many rows parked and why); ``budget``: rows parked on
+    ``--max-cost``."""
     lines = [f"wrote {_rows(rows)} to {out}"]
     if s.failed:
         lines.append(f"{_rows(s.failed)} failed: play_status 'failed', the message in play_error (its kind is above)")
     if code:
-        budget = s.parked and (run.parked["reason"] == "budget").any()
-        higher = " with a higher --max-cost" if budget else ""
+        higher = " with a higher --max-cost" if s.parked and budget else ""
         lines.append(
             f"rerun the same command{higher} to run the rows that did not finish; the others are reused, and no call is paid twice"
         )

@@ -11,6 +11,7 @@ text in every cell the play did not replace.  JSON Lines are read with the types
 from __future__ import annotations
 
 import bz2
+import contextlib
 import dataclasses
 import datetime as dt
 import gzip
@@ -30,8 +31,28 @@ from pandas.api.types import infer_dtype
 from .._internal.dist import install_hint
 
 __all__ = [
-    "NAMES", "PARQUET_INSTALL", "Fatal", "Rows", "Usage", "as_in_file", "checked_output", "file_format", "first_line", "need_pyarrow",
-    "read_rows", "write_frame",
+    "NAMES",
+    "PARQUET_INSTALL",
+    "Fatal",
+    "Rows",
+    "Usage",
+    "as_in_file",
+    "checked_output",
+    "exact_csv",
+    "exact_json_lines",
+    "file_format",
+    "first_line",
+    "json_line_records",
+    "json_lines_of",
+    "need_pyarrow",
+    "open_text",
+    "read_rows",
+    "text_cells",
+    "with_index",
+    "write_file",
+    "write_frame",
+    "write_rows",
+    "writing",
 ]  # fmt: skip
 
 PARQUET_INSTALL = install_hint("parquet")
@@ -111,49 +132,65 @@ def read_rows(path: str, kind: str) -> Rows:
 
 def _csv(path: str) -> Rows:
     frame = pd.read_csv(path)
-    # Text that pandas left as text is the file's already; only a column it typed, or one with a
-    # gap (an empty cell, or "NA" read as missing), can differ, and most files need no second read.
-    typed = [c for c in frame.columns if frame[c].hasnans or infer_dtype(frame[c], skipna=False) != "string"]
-    if not typed:
+    if not _typed(frame):  # most files need no second read
         return Rows(frame, {})
     # The same parse (header, names, a first column taken for the index), but every cell as written.
-    text = pd.read_csv(path, dtype=object, na_filter=False)
+    return Rows(frame, exact_csv(frame, pd.read_csv(path, dtype=object, na_filter=False)))
+
+
+def _typed(frame: pd.DataFrame) -> list[Any]:
+    """Text that pandas left as text is the file's already; only a column it typed, or one with a
+    gap (an empty cell, or "NA" read as missing), can differ."""
+    return [c for c in frame.columns if frame[c].hasnans or infer_dtype(frame[c], skipna=False) != "string"]
+
+
+def exact_csv(frame: pd.DataFrame, text: pd.DataFrame) -> dict[Any, np.ndarray[Any, Any]]:
+    """The cells of ``frame`` (a CSV as ``read_csv`` typed it) that would not be written back as
+    ``text`` (the same rows, every cell as written) holds them: ``Rows.exact``."""
     exact = {}
-    for column in typed:
+    for column in _typed(frame):
         spelled = text[column].tolist()
         # What to_csv would write for the value pandas read ("7.0" for 007, "" for NA): str() is its format.
         written = [str(v) if v == v else "" for v in frame[column].tolist()]
         if written != spelled:
             exact[column] = _objects(spelled)
-    return Rows(frame, exact)
+    return exact
 
 
 def _json_lines(path: str) -> Rows:
-    records = []
-    with _open_text(path, "rt") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"line {number}, column {exc.colno}: {exc.msg}") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"line {number}: expected an object {{...}}, found {type(record).__name__} {line.strip()[:40]!r}")
-            records.append(record)
+    with open_text(path, "rt") as lines:
+        records = list(json_line_records(lines))
     frame = pd.DataFrame(records)
-    # pandas makes a column of ints with a null (or a float) floats: 1 becomes 1.0, and an id past
-    # 2**53 another number.  Such a column keeps the numbers the file holds.
+    return Rows(frame, exact_json_lines(frame, records))
+
+
+def json_line_records(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """Each line's object (blank lines skipped); ``ValueError`` naming the line that is not one."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"line {number}, column {exc.colno}: {exc.msg}") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"line {number}: expected an object {{...}}, found {type(record).__name__} {line.strip()[:40]!r}")
+        yield record
+
+
+def exact_json_lines(frame: pd.DataFrame, records: list[dict[str, Any]]) -> dict[Any, np.ndarray[Any, Any]]:
+    """pandas makes a column of ints with a null (or a float) floats: 1 becomes 1.0, and an id past
+    2**53 another number.  Such a column keeps the numbers the file holds: ``Rows.exact``."""
     exact = {}
     for column in frame.columns:
         if frame[column].dtype.kind == "f":
             values = [record.get(column) for record in records]
             if any(type(v) is int for v in values):
                 exact[column] = _objects(values)
-    return Rows(frame, exact)
+    return exact
 
 
-def _open_text(path: str | Path, mode: str) -> IO[str]:
+def open_text(path: str | Path, mode: str) -> IO[str]:
     """``path`` as text, through the compression its name says; a byte-order mark is skipped."""
     opener: Callable[..., IO[str]] = _OPENERS.get(Path(path).suffix.lower(), open)
     return opener(path, mode, encoding="utf-8-sig" if mode == "rt" else "utf-8")
@@ -201,20 +238,40 @@ def _missing(value: Any) -> bool:
 
 
 def write_frame(frame: pd.DataFrame, path: str, kind: str) -> None:
-    """Write ``frame`` whole, or not at all: into a file beside ``path`` that then replaces it, so
-    a crash or a full disk never leaves a file that looks complete."""
+    """Write ``frame`` whole, or not at all (see :func:`write_file`)."""
+    write_file(path, kind, lambda temporary: write_rows(frame, temporary, kind))
+
+
+def write_rows(frame: pd.DataFrame, path: Path, kind: str) -> None:
+    """Write ``frame`` to ``path`` as a ``kind`` file (compressed as its name says)."""
+    if kind == "Parquet":
+        frame.to_parquet(path)  # a plain RangeIndex is not written; any other index is, and read back
+    elif kind == "CSV":
+        text_cells(with_index(frame)).to_csv(path, index=False)
+    else:
+        with open_text(path, "wt") as file:
+            file.writelines(json_lines_of(with_index(frame)))
+
+
+def write_file(path: str, kind: str, fill: Callable[[Path], None]) -> None:
+    """Write ``path`` whole, or not at all: ``fill(temporary)`` writes a file beside it that then
+    replaces it, so a crash or a full disk never leaves a file that looks complete."""
     target = Path(path)
     # The temporary name ends with the real one, so pandas infers the same compression from it.
     temporary = target.with_name(f".{os.getpid()}-{target.name}")
     try:
-        if kind == "Parquet":
-            frame.to_parquet(temporary)  # a plain RangeIndex is not written; any other index is, and read back
-        elif kind == "CSV":
-            _text_cells(_with_index(frame)).to_csv(temporary, index=False)
-        else:
-            with _open_text(temporary, "wt") as file:
-                file.writelines(_json_lines_of(_with_index(frame)))
-        os.replace(temporary, target)
+        with writing(path, kind):
+            fill(temporary)
+            os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def writing(path: str, kind: str) -> Iterator[None]:
+    """What goes wrong writing ``path`` as a ``kind`` file, said as :class:`Fatal` (with what to do)."""
+    try:
+        yield
     except OSError as exc:
         raise Fatal(f"cannot write {path}: {exc.strerror or exc}; the receipts are saved, so a rerun pays nothing") from None
     except (ValueError, TypeError, NotImplementedError, OverflowError) as exc:  # pyarrow's conversion errors among them
@@ -223,11 +280,9 @@ def write_frame(frame: pd.DataFrame, path: str, kind: str) -> None:
             f"{kind} cannot hold this result: {_reason(exc)}. The receipts are saved, so a rerun pays nothing: "
             f"run it again with --out {other}"
         ) from None
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
-def _with_index(frame: pd.DataFrame) -> pd.DataFrame:
+def with_index(frame: pd.DataFrame) -> pd.DataFrame:
     """CSV and JSON Lines have no index: one that is not 0, 1, 2... becomes columns of its own."""
     index = frame.index
     if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1:
@@ -235,7 +290,7 @@ def _with_index(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.reset_index()
 
 
-def _json_lines_of(frame: pd.DataFrame) -> Iterator[str]:
+def json_lines_of(frame: pd.DataFrame) -> Iterator[str]:
     """One JSON object per row.  Written with ``json`` rather than ``to_json``, which keeps ten
     digits of a float: 0.30000000000000004 would come back as 0.3."""
     names = [str(c) for c in frame.columns]
@@ -274,7 +329,7 @@ def _json_value(value: Any) -> Any:
     return str(value)
 
 
-def _text_cells(frame: pd.DataFrame) -> pd.DataFrame:
+def text_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """Dicts and lists as JSON text, which a CSV reader can parse back (pandas would write their repr)."""
 
     def nested(v: Any) -> bool:

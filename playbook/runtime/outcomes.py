@@ -7,7 +7,7 @@ share the outcome.  Each change is one event: views and counters follow from tho
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..events import RowDeferred, RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RowStarted
@@ -42,11 +42,9 @@ class Outcomes:
 
     def started(self, pos: int) -> int:
         """A worker took the row; returns its attempt number."""
-        entry = self.table.entries[pos]
-        entry.running = True
-        entry.attempts += 1
+        attempt = self.table.started(pos)
         self._emit(RowStarted(pos))
-        return entry.attempts
+        return attempt
 
     def finish(
         self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, *, ran: bool = True, held: bool = False,
@@ -62,8 +60,12 @@ class Outcomes:
 
     def _clashing(self, pos: int, output: dict[str, Any]) -> list[Any]:
         """The input columns ``output`` would change in row ``pos`` (a value passed through as it was changes nothing)."""
-        table = self.table
-        return [c for c, v in output.items() if c in self.guarded and not _same(v, table.values[pos][table.columns[c]])]
+        table, guarded = self.table, self.guarded
+        named = [c for c in output if c in guarded]
+        if not named:  # the usual case: no output is named like an input column
+            return named
+        values = table.values(pos)
+        return [c for c in named if not _same(output[c], values[table.columns[c]])]
 
     def park(self, pos: int, reason: str, message: str, provider: str | None, ready_at: float | None) -> None:
         self.table.park(pos, Parking(reason, provider, ready_at))
@@ -84,18 +86,19 @@ class Outcomes:
 
     def step_back(self, pos: int) -> None:
         """Another process is paying for one of the row's calls: it runs again after the fresh rows."""
-        self.table.entries[pos].running = False
+        self.table.running.discard(pos)
         self.held.step_back(pos)
         self._emit(RowDeferred(pos))
 
     def _aside(self, pos: int, until: float, waiting: Waiting) -> None:
-        entry = self.table.entries[pos]
-        entry.running, entry.waiting = False, waiting
+        table = self.table
+        table.running.discard(pos)
+        table.waiting[pos] = waiting
         self.held.push(pos, until)
 
     def resume(self, pos: int) -> None:
         """A held row's time has come: a worker takes it again."""
-        self.table.entries[pos].waiting = None
+        self.table.waiting.pop(pos, None)
         self._emit(RowResumed(pos))
 
     def requeue(self, pos: int, previous: Status) -> None:
@@ -105,15 +108,14 @@ class Outcomes:
     def reused(self, pos: int, memo: dict[str, Any]) -> None:
         self.finish(pos, "reused", memo["output"], None, ran=False, calls=memo["calls"], cost=memo["cost"])
 
-    def unfinished(self, positions: list[int], why: str) -> None:
+    def unfinished(self, positions: Sequence[int], why: str) -> None:
         """Settle every row of ``positions`` not settled yet as skipped (a stop, a fatal error)."""
-        entries = self.table.entries
+        table = self.table
+        statuses, waiting = table.statuses, table.waiting
         for pos in positions:  # a copy comes after its lead, so settling the lead settles it
-            entry = entries[pos]
-            if entry.status is None:
-                held = entry.waiting is not None
-                entry.waiting = None
-                self.finish(pos, "skipped", None, why, ran=entry.running, held=held)
+            if not statuses[pos]:
+                held = waiting.pop(pos, None) is not None
+                self.finish(pos, "skipped", None, why, ran=pos in table.running, held=held)
         self.held.clear()
 
 

@@ -250,7 +250,7 @@ async def _route(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool
     if tool.batch_size is not None:
         return await _batched(ctx, tool, call)
     if tool.provider is None:
-        return await _sender(ctx, tool, call, _env(ctx, call))()
+        return await _send(ctx, tool, call, _env(ctx, call))
     ticket = ctx.scope.tickets.get(call.logical, tool, ctx.position)
     ticket.falls_through = call.leg
     # The call's environment outlives a suspension with its ticket: what a try got before it
@@ -321,25 +321,37 @@ def _env(ctx: Caller, call: Pending) -> CallEnv:
 
 def _sender(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> Send:
     """The ``send`` a governor calls once per try: dispatch, then record the receipt."""
-    scope = ctx.scope
-    key, values = call.key, call.values
 
-    async def send() -> tuple[Any, bool]:
-        with scope.landing():  # a stop now lets this call land its receipt, then stops the row
-            try:
-                answer, miss = await invoke(tool, values, env)
-            except ToolError as exc:
-                if refusal(exc):
-                    try:
-                        await refused(scope, tool, key, values, exc)
-                    finally:
-                        ctx.count(tool, reused=False, spent=ONE_REQUEST)
-                elif not is_local(tool, 0.0):
-                    scope.call_failed(tool)  # sent, and no answer to keep: counted all the same
-                raise
-            return await paid(ctx, tool, key, values, answer, miss)
+    def send() -> Awaitable[tuple[Any, bool]]:
+        return _send(ctx, tool, call, env)
 
     return send
+
+
+async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tuple[Any, bool]:
+    """One try: dispatch, then record the receipt.  A stop meanwhile lets this call land its
+    receipt, then stops the row."""
+    scope = ctx.scope
+    landing = scope.landing
+    task = landing.enter()
+    try:
+        try:
+            answer, miss = await invoke(tool, call.values, env)
+        except ToolError as exc:
+            if refusal(exc):
+                try:
+                    await refused(scope, tool, call.key, call.values, exc)
+                finally:
+                    ctx.count(tool, reused=False, spent=ONE_REQUEST)
+            elif not is_local(tool, 0.0):
+                scope.call_failed(tool)  # sent, and no answer to keep: counted all the same
+            raise
+        landed = await paid(ctx, tool, call.key, call.values, answer, miss)
+    except BaseException:
+        landing.leave(task, False)
+        raise
+    landing.leave(task, True)
+    return landed
 
 
 # -- dispatch and record --------------------------------------------------------------

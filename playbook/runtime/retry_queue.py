@@ -2,7 +2,7 @@
 again, and the rows stepped back (another process pays for one of their calls) until the fresh
 rows are taken.
 
-What a row waits for is kept on its :class:`~playbook.runtime.table.RowEntry`; the queue only
+What a row waits for is kept in the :class:`~playbook.runtime.table.RowTable`; the queue only
 orders the rows by the time they may run again.
 """
 

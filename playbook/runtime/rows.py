@@ -7,15 +7,16 @@ import difflib
 import inspect
 import linecache
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
+import numpy as np
 import pandas as pd
 
 from ..plays.outputs import OutputError, OutputModel
 from ..tagged import Unencodable, decode, encode
 from .grouping import safe_str
 
-__all__ = ["OutputError", "Row", "error_line", "error_message", "output_columns", "play_row", "result_frame", "stored_output"]
+__all__ = ["ABSENT", "OutputError", "Row", "error_line", "error_message", "output_columns", "play_row", "result_frame", "stored_output"]
 
 _STATUS_COLUMNS = ("play_status", "play_error")
 
@@ -165,48 +166,53 @@ def _close_awaitables(value: Any) -> None:
             _close_awaitables(v)
 
 
+ABSENT: Any = object()  # an output column a row did not return
+
+
 def result_frame(
-    frame: pd.DataFrame, outputs: list[dict[str, Any] | None], status: list[Any], errors: list[str | None], model: OutputModel | None = None
+    frame: pd.DataFrame,
+    outputs: dict[str, list[Any]],
+    status: Any,
+    errors: Any,
+    model: OutputModel | None = None,
+    shown: np.ndarray[Any, Any] | None = None,
 ) -> pd.DataFrame:
     """Input rows in input order and index, the output columns, ``play_status``, ``play_error``.
 
-    With an output ``model``, its columns come in its order with its dtypes, even if no row
-    returned them.  With ``overwrite=True`` (else such a row fails first, see settle.clashing), an
-    output named like an input column replaces it in place, as ``df.assign``
-    would, but only in the rows that returned it: a failed, parked or skipped row keeps its input
-    value.
+    ``outputs`` holds each output column's value for every row, :data:`ABSENT` where the row
+    returned none; ``shown``: the rows whose outputs count (``None``: all; a row that failed after
+    an earlier attempt returned something shows none).  A column no row returned is left out.  With an
+    output ``model``, its columns come in its order with its dtypes, even if no row returned them.
+    With ``overwrite=True`` (else such a row fails first, see settle.clashing), an output named
+    like an input column replaces it in place, as ``df.assign`` would, but only in the rows that
+    returned it: a failed, parked or skipped row keeps its input value.
     """
-    filled: list[dict[str, Any]] = [o if o is not None else {} for o in outputs]
-    if model is not None:
-        out = model.frame(filled, frame.index)
-    elif any(filled):
-        out = _records(filled, frame.index)
-    else:
-        out = pd.DataFrame(index=frame.index)
-    result = frame.copy()
+    index = frame.index
+    mask = shown.tolist() if shown is not None else None
+    if mask is not None:
+        outputs = {c: [v if ok else ABSENT for v, ok in zip(values, mask)] for c, values in outputs.items()}
+    names = [c for c, values in outputs.items() if any(v is not ABSENT for v in values)]
+    result = frame.copy(deep=False)  # columns are added or replaced, never changed in place
     inputs: set[Any] = set(frame.columns)
-    for col in out.columns:
+    if model is not None:
+        records = [{c: v for c, v in zip(names, row) if v is not ABSENT} for row in zip(*(outputs[c] for c in names))]
+        out = model.frame(records if names else [{}] * len(index), index)
+        columns: Iterator[tuple[Any, pd.Series[Any]]] = iter(out.items())
+    else:  # a column at a time: a million rows hold one column's values twice at most, not every column's
+        columns = ((c, _series([_NAN if v is ABSENT else v for v in outputs[c]], index)) for c in names)
+    for col, series in columns:
         if col in inputs:
-            values = [o.get(col, v) for o, v in zip(filled, frame[col])]
-            result[col] = _series(values, frame.index)
-    added = [c for c in out.columns if c not in inputs]
-    if added:
-        result = pd.concat([result, out[added].set_axis([_label(frame, c) for c in added], axis=1)], axis=1)
-    result[_label(frame, "play_status")] = pd.Series(status, index=frame.index, dtype=object)
-    result[_label(frame, "play_error")] = pd.Series(errors, index=frame.index, dtype=object)
+            given = outputs.get(col)
+            values = list(frame[col]) if given is None else [v if o is ABSENT else o for o, v in zip(given, frame[col])]
+            result[col] = _series(values, index)
+        else:
+            result[_label(frame, col)] = series
+    result[_label(frame, "play_status")] = pd.Series(status, index=index, dtype=object)
+    result[_label(frame, "play_error")] = pd.Series(errors, index=index, dtype=object)
     return result
 
 
-def _records(rows: list[dict[str, Any]], index: pd.Index) -> pd.DataFrame:
-    """The outputs as columns, with the dtypes pandas infers; a column pandas cannot infer a type
-    for stays as the objects returned.  (With pyarrow installed, pandas stores text as UTF-8, which
-    text holding a lone surrogate is not; the run is paid for, so its result must still come back.)"""
-    try:
-        # pandas-stubs want Mapping[Never, Any] rows, which no dict with keys is: the records are fine.
-        return pd.DataFrame.from_records(cast(Any, rows), index=index)
-    except (UnicodeError, ValueError, TypeError):
-        names = list(dict.fromkeys(name for row in rows for name in row))
-        return pd.DataFrame({name: _series([row.get(name) for row in rows], index) for name in names}, index=index)
+_NAN = float("nan")
 
 
 def _series(values: list[Any], index: pd.Index) -> pd.Series[Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -69,7 +69,7 @@ class Scheduler:
         )  # fmt: skip
         runner = RowRunner(play, self.scope, self.outcomes, store, on_error=opts.on_error, fail_run=self._fail_run)
         self.workers = Workers(opts.concurrency, held, runner, self.outcomes.resume, self._revisit)
-        self._positions: list[int] = []  # the rows this execution settles
+        self._positions: Sequence[int] = []  # the rows this execution settles
         self._watching: dict[str, Callable[[], None]] = {}  # provider -> unsubscribe, while an execution runs
         self._woken: asyncio.Future[None] | None = None
         self._notices_seen = store.told
@@ -106,7 +106,7 @@ class Scheduler:
 
         self.store.heard = heard
         try:
-            self._positions = list(range(len(self.frame))) if positions is None else positions
+            self._positions = range(len(self.frame)) if positions is None else positions
             self.workers.tasks = []
             self.workers.admit(self._runnable(self._positions))
             await self._run_workers()
@@ -125,7 +125,7 @@ class Scheduler:
             self.state.emit(RunNotice(note, 0))
         self._notices_seen = self.store.told = len(notices)
 
-    def _runnable(self, positions: list[int]) -> list[int]:
+    def _runnable(self, positions: Sequence[int]) -> Sequence[int]:
         """The rows to run: on the first execution, those not identified fail and those whose
         memo exists are reused."""
         if not self._first:
@@ -204,7 +204,7 @@ class Scheduler:
             pending.rotate(random.randrange(len(pending)))
         return True
 
-    def _revisit(self, rows: list[int]) -> list[int]:
+    def _revisit(self, rows: list[int]) -> Sequence[int]:
         """Rows that stepped back for another process's lease: those it finished meanwhile are
         reused from its memos (one read for all of them); the rest run again."""
         if self.opts.refresh is not False or self.stopping:
@@ -224,15 +224,15 @@ class Scheduler:
 
     def admit(self, positions: list[int]) -> None:
         """Add requeued rows to the execution under way (a retry while the run goes on)."""
-        self._positions = self._positions + positions
+        self._positions = [*self._positions, *positions]
         self.workers.admit(positions)
 
     def requeue(self, statuses: tuple[str, ...] = ("failed", "parked")) -> list[int]:
         """Admit rows with these statuses again; returns the positions to execute."""
         again = self.table.settled_as(statuses)
-        entries = self.table.entries
+        table = self.table
         for pos in again:
-            self.outcomes.requeue(pos, entries[pos].status)  # type: ignore[arg-type]  # settled_as: settled
+            self.outcomes.requeue(pos, table.status(pos))  # type: ignore[arg-type]  # settled_as: settled
         return again
 
     # -- providers -----------------------------------------------------------------------
@@ -257,12 +257,12 @@ class Scheduler:
     def _readmit(self, positions: list[int], probe: str | None) -> None:
         """Rows parked on a down provider go back into this execution: it is back, or due a probe
         (``probe``: the provider; the row goes as its probe with no time to wait for it again)."""
-        entries = self.table.entries
-        again = [p for p in positions if entries[p].status == "parked" and (parking := entries[p].parking) and parking.reason == "down"]
+        table = self.table
+        again = [p for p in positions if table.status(p) == "parked" and (parking := table.parkings.get(p)) and parking.reason == "down"]
         for pos in again:
             self.outcomes.requeue(pos, "parked")
             if probe is not None:
-                entries[pos].budgets = {probe: WaitBudget(0.0)}
+                table.budgets[pos] = {probe: WaitBudget(0.0)}
         if again:
             self.admit(again)
 

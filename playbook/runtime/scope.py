@@ -8,8 +8,7 @@ through it.  Nothing here knows the scheduler: a stop or a fatal error is a call
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -112,10 +111,9 @@ class Tickets:
     def budget(self, pos: int, provider: Provider) -> WaitBudget:
         """The wait row ``pos`` has left on ``provider``, until it settles."""
         self._watch(provider)
-        entry = self._table.entries[pos]
-        budgets = entry.budgets
+        budgets = self._table.budgets.get(pos)
         if budgets is None:
-            budgets = entry.budgets = {}
+            budgets = self._table.budgets[pos] = {}
         found = budgets.get(provider.name)
         if found is None:
             wait = self._max_wait if self._max_wait is not None else provider.max_wait
@@ -145,10 +143,9 @@ class Landing:
     def __repr__(self) -> str:
         return f"<Landing {len(self.tasks)} calls{' stopping' if self.stopping else ''}>"
 
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[None]:
-        """Around a call being sent and recorded: a stop leaves this row's task to land the
-        receipt, then the row stops here (it is settled as skipped)."""
+    def enter(self) -> asyncio.Task[Any]:
+        """A call is about to be sent (then recorded): a stop now leaves this row's task to land
+        the receipt (see :meth:`leave`).  Returns the task, to give back to :meth:`leave`."""
         if self.stopping:
             # Nothing new goes out after a stop, a retry of a call that failed meanwhile included:
             # past the grace period its answer would be cut off, paid for and never written.
@@ -156,12 +153,14 @@ class Landing:
         task = asyncio.current_task()
         assert task is not None
         self.tasks.add(task)
-        try:
-            yield
-        finally:
-            self.tasks.discard(task)
-            del task
-        if self.stopping:
+        return task
+
+    def leave(self, task: asyncio.Task[Any], landed: bool) -> None:
+        """The call was recorded (``landed``) or failed: a stop meanwhile stops the row here (it
+        is settled as skipped).  Kept apart from ``enter`` rather than a context manager: it is
+        on every call's path."""
+        self.tasks.discard(task)
+        if landed and self.stopping:
             raise asyncio.CancelledError("the run was stopped; this call's receipt is written")
 
 

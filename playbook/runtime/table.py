@@ -1,27 +1,29 @@
-"""The rows table: one record per row of the frame, and the frame's values as plays see them.
+"""The rows table: every row's state, and the frame's values as plays see them.
 
 A row's status, output, error, why it parked, what it waits on while held, its attempts and its
-wait budgets live in one :class:`RowEntry`, so settling or re-admitting a row is one call and no
-list can fall out of step with another.  Rows with the same key run once: the first (the *lead*)
-lists its copies, which share every outcome it settles with.
+wait budgets change only through :class:`RowTable`'s methods, so settling or re-admitting a row
+is one call and no column can fall out of step with another.  Rows with the same key run once:
+the first (the *lead*) lists its copies, which share every outcome it settles with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+import sys
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, NamedTuple, cast
 
+import numpy as np
 import pandas as pd
 
 from .._internal.flow import WaitBudget
-from ..keys import row_key
+from ..keys import row_digest
 from ..plays.outputs import OutputModel
 from ..records import Status
 from .grouping import message_group
-from .rows import Row, result_frame
+from .rows import ABSENT, Row, result_frame
 
-__all__ = ["ERROR_COLUMNS", "FailedRow", "ParkedRow", "Parking", "RowEntry", "RowTable", "Waiting"]
+__all__ = ["ERROR_COLUMNS", "FailedRow", "ParkedRow", "Parking", "RowTable", "Waiting"]
 
 
 class Parking(NamedTuple):
@@ -58,149 +60,225 @@ class ParkedRow(NamedTuple):
     message: str | None
 
 
-@dataclass(slots=True)
-class RowEntry:
-    """One row of the run."""
-
-    key: str | None = None  # its identity; None: it has none (its values have no key form)
-    status: Status | None = None  # None: not settled in this execution
-    output: dict[str, Any] | None = None
-    error: str | None = None
-    group: str | None = None  # a failed row: its error's group
-    parking: Parking | None = None
-    waiting: Waiting | None = None  # set while it waits in the held queue
-    running: bool = False  # on a worker now
-    attempts: int = 0
-    budgets: dict[str, WaitBudget] | None = None  # provider -> wait left, until the row settles
-    memo_key: str | None = None  # found while looking for its memo, kept to write it
-    copies: list[int] | None = None  # on a lead: later rows with the same key
-    copy: bool = False  # a later row with an earlier row's key: it never runs itself
-
-    def unsettle(self) -> None:
-        self.status = self.output = self.error = self.group = self.parking = None
+_STATUSES: tuple[Status | None, ...] = (None, "ok", "reused", "failed", "parked", "skipped")
+_CODE = {status: code for code, status in enumerate(_STATUSES)}
 
 
 class RowTable:
-    """Every row's :class:`RowEntry`, its values and its index label, by position."""
+    """Every row's state, its values and its index label, by position.
 
-    __slots__ = ("entries", "labels", "values", "columns")
+    Columnar, so that a million rows cost a few bytes each beyond what they return: statuses in a
+    ``bytearray``, attempts in an ``array``, outputs as one list per output column, and what few
+    rows have (an error, a parking, a wait, copies) in dictionaries by position.  The frame's
+    values are read from its columns when a row runs, not copied.
+    """
+
+    __slots__ = (
+        "labels", "columns", "digests", "statuses", "attempts", "outputs", "errors", "groups", "parkings", "waiting", "running",
+        "budgets", "copies", "copy", "_getters", "_range", "_size",
+    )  # fmt: skip
 
     def __init__(self, frame: pd.DataFrame) -> None:
-        self.entries = [RowEntry() for _ in range(len(frame))]
-        self.labels: list[Any] = list(frame.index)
-        columns = [_values(frame.iloc[:, i]) for i in range(frame.shape[1])]
-        self.values: list[tuple[Any, ...]] = list(zip(*columns)) if columns else [()] * len(frame)
+        n = self._size = len(frame)
+        index = frame.index
+        # A RangeIndex is read as arithmetic; another index once, as the values it iterates as.
+        self._range = (index.start, index.step) if isinstance(index, pd.RangeIndex) else None
+        self.labels: Sequence[Any] | pd.Index = index if self._range is not None else list(index)
+        self._getters = [_values(frame.iloc[:, i]) for i in range(frame.shape[1])]
         self.columns = {c: i for i, c in enumerate(frame.columns)}  # shared by every Row
+        # Each row's identity (keys.row_key) as 16 bytes; all zeros: none yet, or none at all (its
+        # values have no key form).
+        self.digests = bytearray(16 * n)
+        self.statuses = bytearray(n)  # a code of _STATUSES; 0: not settled in this execution
+        self.attempts = array("I", bytes(4 * n))
+        self.outputs: dict[str, list[Any]] = {}  # column -> every row's value, ABSENT where it returned none
+        self.errors: dict[int, str] = {}
+        self.groups: dict[int, str] = {}  # a failed row: its error's group
+        self.parkings: dict[int, Parking] = {}
+        self.waiting: dict[int, Waiting] = {}  # rows in the held queue, and what for
+        self.running: set[int] = set()  # on a worker now
+        self.budgets: dict[int, dict[str, WaitBudget]] = {}  # provider -> wait left, until the row settles
+        self.copies: dict[int, list[int]] = {}  # a lead: later rows with the same key
+        self.copy: set[int] = set()  # later rows with an earlier row's key: they never run themselves
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return self._size
 
     def __repr__(self) -> str:
-        settled = sum(e.status is not None for e in self.entries)
-        return f"<RowTable {len(self.entries)} rows, {settled} settled>"
+        settled = self._size - self.statuses.count(0)
+        return f"<RowTable {self._size} rows, {settled} settled>"
 
     def label(self, pos: int) -> Any:
+        if self._range is not None:
+            return self._range[0] + pos * self._range[1]
         return self.labels[pos]
+
+    def values(self, pos: int) -> tuple[Any, ...]:
+        """The row's values, in column order, as iterating the frame gives them."""
+        return tuple([get(pos) for get in self._getters])
 
     def row(self, pos: int) -> Row:
         """The row as the play sees it."""
-        return Row(self.columns, self.values[pos], self.labels[pos])
+        return Row(self.columns, self.values(pos), self.label(pos))
+
+    def status(self, pos: int) -> Status | None:
+        return _STATUSES[self.statuses[pos]]
+
+    def output(self, pos: int) -> dict[str, Any] | None:
+        """The row's output columns (``None``: it has no output)."""
+        if self.statuses[pos] not in (1, 2):
+            return None
+        return {c: v for c, values in self.outputs.items() if (v := values[pos]) is not ABSENT}
+
+    def started(self, pos: int) -> int:
+        """A worker took the row; returns its attempt number."""
+        self.running.add(pos)
+        n = self.attempts[pos] = self.attempts[pos] + 1
+        return n
 
     def group(self, pos: int) -> Sequence[int]:
         """The row and the rows sharing its key."""
-        copies = self.entries[pos].copies
+        copies = self.copies.get(pos)
         return (pos, *copies) if copies else (pos,)
 
-    def identify(self, positions: list[int], key_cols: list[Any] | None) -> tuple[list[int], list[tuple[int, str]]]:
-        """Key each row; group duplicates under their first position.  Returns the rows to run and
-        ``(position, why)`` for the rows that cannot be identified."""
+    def key(self, pos: int) -> str | None:
+        """The row's identity (:func:`~playbook.keys.row_key`), or ``None``: it has none."""
+        digest = self.digests[16 * pos : 16 * pos + 16]
+        return digest.hex() if any(digest) else None
+
+    def identify(self, positions: Sequence[int], key_cols: list[Any] | None) -> tuple[Sequence[int], list[tuple[int, str]]]:
+        """Key each row; group duplicates under their first position.  Returns the rows to run
+        (``positions`` itself when every row has a key of its own) and ``(position, why)`` for
+        the rows that cannot be identified."""
         key_idx = [self.columns[c] for c in key_cols] if key_cols is not None else None
-        seen: dict[str, int] = {}
-        runnable: list[int] = []
+        getters = self._getters if key_idx is None else [self._getters[i] for i in key_idx]
+        keyed: list[int] = []
         unkeyed: list[tuple[int, str]] = []
-        entries, values = self.entries, self.values
+        digests = self.digests
         for pos in positions:
-            vals = values[pos]
             try:
-                key = row_key(list(vals) if key_idx is None else [vals[i] for i in key_idx])
+                digests[16 * pos : 16 * pos + 16] = row_digest([get(pos) for get in getters])
             except TypeError as exc:
                 unkeyed.append((pos, f"cannot identify the row: {exc}; pass key=COLUMNS naming the columns that identify a row"))
                 continue
-            entries[pos].key = key
-            lead = seen.get(key)
-            if lead is None:
-                seen[key] = pos
-                runnable.append(pos)
-            else:
-                copies = entries[lead].copies
-                if copies is None:
-                    copies = entries[lead].copies = []
-                copies.append(pos)
-                entries[pos].copy = True
-        return runnable, unkeyed
+            keyed.append(pos)
+        return self._leads(keyed if unkeyed else positions), unkeyed
+
+    def _leads(self, keyed: Sequence[int]) -> Sequence[int]:
+        """The first row of each key among ``keyed`` (in order); later rows become its copies.  By
+        sorting the digests, not with a dict of a million keys."""
+        if len(keyed) < 2:
+            return keyed
+        where = np.asarray(keyed, dtype=np.int64)
+        if len(np.unique(np.frombuffer(self.digests, dtype=">u8")[0::2][where])) == len(keyed):
+            return keyed  # no two rows share their first 8 bytes: none share a key (a sort of ints, fast)
+        digests = np.frombuffer(self.digests, dtype="S16")[where]
+        _, first, inverse = np.unique(digests, return_index=True, return_inverse=True)
+        if len(first) == len(keyed):
+            return keyed
+        leads = where[first][inverse.reshape(-1)]  # each row's lead
+        copies = self.copies
+        for pos, lead in zip(where[leads != where].tolist(), leads[leads != where].tolist()):
+            copies.setdefault(lead, []).append(pos)
+            self.copy.add(pos)
+        runnable: list[int] = where[leads == where].tolist()
+        return runnable
 
     def set_outcome(self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, group: str | None = None) -> int:
         """Give the row (and its copies) its outcome; returns how many rows share it."""
-        entries = self.entries
-        entry = entries[pos]
         # Settled: its wait budgets go (a retried row waits afresh: max_wait counts from then).
-        entry.running, entry.budgets = False, None
-        entry.status, entry.output, entry.error, entry.group = status, output, error, group
-        copies = entry.copies
-        if not copies:
-            return 1
-        for p in copies:
-            other = entries[p]
-            other.status, other.output, other.error, other.group = status, output, error, group
-        return 1 + len(copies)
+        self.running.discard(pos)
+        if self.budgets:
+            self.budgets.pop(pos, None)
+        rows = self.group(pos)
+        code = _CODE[status]
+        for p in rows:
+            self.statuses[p] = code
+            if output:
+                self._put(p, output)
+            if error is not None:
+                self.errors[p] = error
+            elif self.errors:
+                self.errors.pop(p, None)
+            if group is not None:
+                self.groups[p] = sys.intern(group)  # rows failed by one bug share one text
+        return len(rows)
+
+    def _put(self, pos: int, output: dict[str, Any]) -> None:
+        outputs = self.outputs
+        for c, v in output.items():
+            values = outputs.get(c)
+            if values is None:
+                values = outputs[c] = [ABSENT] * self._size
+            values[pos] = v
 
     def park(self, pos: int, parking: Parking) -> None:
         for p in self.group(pos):
-            self.entries[p].parking = parking
+            self.parkings[p] = parking
 
     def unsettle(self, pos: int) -> int:
         """The row (and its copies) runs again; returns how many rows that is."""
         group = self.group(pos)
         for p in group:
-            self.entries[p].unsettle()
+            self.statuses[p] = 0
+            for values in self.outputs.values():
+                values[p] = ABSENT
+            self.errors.pop(p, None)
+            self.groups.pop(p, None)
+            self.parkings.pop(p, None)
         return len(group)
 
     def settled_as(self, statuses: tuple[str, ...]) -> list[int]:
         """Leads (and single rows) with one of ``statuses`` that can run again."""
-        return [p for p, e in enumerate(self.entries) if e.status in statuses and e.key is not None and not e.copy]
+        codes = {_CODE[cast(Status, s)] for s in statuses}
+        copy, states = self.copy, self.statuses
+        return [p for p in range(self._size) if states[p] in codes and p not in copy and self.key(p) is not None]
 
     # -- read by RunState --------------------------------------------------------------
 
     def failed(self) -> list[FailedRow]:
-        labels = self.labels
+        states = self.statuses
         return [
-            FailedRow(labels[p], p, e.error or "", e.group or message_group(e.error or ""))
-            for p, e in enumerate(self.entries)
-            if e.status == "failed"
+            FailedRow(self.label(p), p, e, self.groups.get(p) or message_group(e)) for p, e in sorted(self.errors.items()) if states[p] == 3
         ]
 
     def parked(self) -> list[ParkedRow]:
-        labels, out = self.labels, []
-        for p, e in enumerate(self.entries):
-            if e.status == "parked":
-                reason, provider, ready = e.parking if e.parking is not None else ("", None, None)
-                out.append(ParkedRow(labels[p], p, reason, provider, ready, e.error))
+        out, states = [], self.statuses
+        for p, message in sorted(self.errors.items()):
+            if states[p] == 4:
+                reason, provider, ready = self.parkings.get(p) or ("", None, None)
+                out.append(ParkedRow(self.label(p), p, reason, provider, ready, message))
         return out
 
     def held(self) -> dict[int, Waiting]:
         """The rows waiting off their workers now, and what for."""
-        return {p: e.waiting for p, e in enumerate(self.entries) if e.waiting is not None}
+        return dict(self.waiting)
 
     def result(self, frame: pd.DataFrame, model: OutputModel | None = None) -> pd.DataFrame:
-        entries = self.entries
-        return result_frame(frame, [e.output for e in entries], [e.status for e in entries], [e.error for e in entries], model)
+        states = np.frombuffer(self.statuses, dtype=np.uint8)
+        status = np.array(_STATUSES, dtype=object)[states]
+        error = np.full(self._size, None, dtype=object)
+        if self.errors:
+            error[np.fromiter(self.errors, dtype=np.int64, count=len(self.errors))] = _objects(self.errors.values())
+        shown = (states == 1) | (states == 2)  # only rows that are ok or reused show an output
+        return result_frame(frame, self.outputs, status, error, model, None if shown.all() else shown)
 
 
-def _values(column: pd.Series[Any]) -> Any:
-    """A column's values as iterating it gives them (what ``itertuples`` gives), faster for text:
-    pandas iterates a pyarrow-backed string column one element at a time in Python, which cost a
-    fifth of a 20k-row replay; its object array holds the same values (missing ones as its NA)."""
+def _objects(values: Any) -> np.ndarray[Any, Any]:
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+def _values(column: pd.Series[Any]) -> Callable[[int], Any]:
+    """How to read a column's value at a position, as iterating it gives it (what ``itertuples``
+    gives).  A numpy column is copied (8 bytes a row: a frame changed while the run goes on does
+    not change what its rows see) and read with ``item``, as pandas iterates it; a pyarrow-backed
+    string column is read from its object array, which holds the same values (missing ones as its
+    NA) and is far faster; any other column is read as the list of what it iterates as."""
     dtype = column.dtype
     if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
-        return column.to_numpy(dtype=object, na_value=dtype.na_value)  # type: ignore[arg-type]  # NA or NaN, as iterating gives
-    return column
+        return column.to_numpy(dtype=object, na_value=dtype.na_value).item  # type: ignore[arg-type]  # NA or NaN, as iterating gives
+    if isinstance(dtype, np.dtype) and dtype.kind in "biufcO":
+        return np.array(column.to_numpy(), copy=True).item
+    return list(column).__getitem__

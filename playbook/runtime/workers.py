@@ -10,13 +10,64 @@ until none is left.
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from .retry_queue import RetryQueue
 
-__all__ = ["Workers"]
+__all__ = ["RowQueue", "Workers"]
+
+
+class RowQueue:
+    """Rows not started yet, in order, kept as the sequences they were given (a ``range`` of a
+    million rows is one object, not a million ints)."""
+
+    __slots__ = ("_parts", "_next", "_size")
+
+    def __init__(self) -> None:
+        self._parts: deque[Sequence[int]] = deque()
+        self._next = 0  # the place of the next row in the first part
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __repr__(self) -> str:
+        return f"<RowQueue {self._size} rows>"
+
+    def extend(self, positions: Iterable[int]) -> None:
+        part = positions if isinstance(positions, (range, list, array)) else list(positions)
+        if part:
+            self._parts.append(part)
+            self._size += len(part)
+
+    def popleft(self) -> int:
+        part = self._parts[0]
+        pos = part[self._next]
+        self._next += 1
+        self._size -= 1
+        if self._next == len(part):
+            self._parts.popleft()
+            self._next = 0
+        return pos
+
+    def rotate(self, n: int) -> None:
+        """As ``deque.rotate(n)``: the last ``n`` rows come first (rare: the rows are made a list)."""
+        rows = deque(self.drain())
+        rows.rotate(n)
+        self._parts.append(list(rows))
+        self._size = len(rows)
+
+    def drain(self) -> list[int]:
+        rows = [pos for part in self._parts for pos in part][self._next :]
+        self.clear()
+        return rows
+
+    def clear(self) -> None:
+        self._parts.clear()
+        self._next = self._size = 0
 
 
 class Workers:
@@ -26,10 +77,10 @@ class Workers:
 
     def __init__(
         self, concurrency: int, held: RetryQueue, run: Callable[[int], Awaitable[bool]], resume: Callable[[int], None],
-        revisit: Callable[[list[int]], list[int]] = lambda rows: rows,
+        revisit: Callable[[list[int]], Sequence[int]] = lambda rows: rows,
     ) -> None:  # fmt: skip
         self.tasks: list[asyncio.Task[None]] = []
-        self.pending: deque[int] = deque()
+        self.pending = RowQueue()
         self.held = held
         self.concurrency = concurrency
         self._run = run  # runs one attempt of a row: True if it stepped aside

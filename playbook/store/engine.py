@@ -170,10 +170,8 @@ class StoreEngine(Inspection, RowMemos, Marked):
         return self._answer(key, found, ttl)
 
     async def alookup(self, key: str, ttl: float | None = None) -> Any:
-        """:meth:`lookup`, for the event loop: on a remote store the lookups asked for in one turn
-        of the loop travel together, in one round trip."""
-        if not self._backend.remote:
-            return self.lookup(key, ttl)
+        """:meth:`lookup`, for the event loop: the lookups asked for in one turn of the loop travel
+        together, in one query (SQLite) or one round trip (Redis)."""
         if self._ahead:
             if self._ahead.due():
                 try:

@@ -7,6 +7,9 @@ columns of their own: replaying a receipt parses its output, not an envelope aro
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ..keys import RECEIPT
@@ -131,8 +134,10 @@ def memo_tools(tools: dict[str, str]) -> str:
     return " " + " ".join(f"{name}={fp}" for name, fp in tools.items()) + " "
 
 
-def parse_tools(text: str) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in text.split())
+@functools.lru_cache(maxsize=1024)
+def parse_tools(text: str) -> Mapping[str, str]:
+    """The tools of :func:`memo_tools`' text (read-only: the rows of one play share one)."""
+    return MappingProxyType(dict(part.split("=", 1) for part in text.split()))
 
 
 def checked(record: Record) -> Record:

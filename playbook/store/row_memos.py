@@ -114,12 +114,13 @@ class RowMemos:
                 "Those rows run again next time, against their receipts (no call is paid for twice)"
             )
 
-    def warm(self, play: str, rows: Sequence[str]) -> None:
-        """These rows of ``play`` are about to run, in this order: a remote store reads the
-        receipts each used last time ahead of them, a chunk of rows per round trip, so a rerun
-        of an edited play does not wait on the network for every call."""
+    def warm(self, play: str, rows: Callable[[], Sequence[str]]) -> None:
+        """The rows ``rows()`` of ``play`` are about to run, in this order: a remote store reads
+        the receipts each used last time ahead of them, a chunk of rows per round trip, so a
+        rerun of an edited play does not wait on the network for every call.  (Asked for only
+        then: a million row keys cost 90 MB.)"""
         if self._backend.remote:
             try:
-                self._ahead.plan(play, rows)
+                self._ahead.plan(play, rows())
             except StoreFailure as exc:
                 raise self._read_error(exc) from None

@@ -27,16 +27,20 @@ __all__ = ["MARK", "SqliteBackend"]
 MARK = "receipts.mark"  # beside receipts.db: how many receipts the store held, and when (marks.py)
 
 _LOOKUP = "SELECT output, miss, flags, error, at FROM receipt WHERE key = ?"
+_LOOKUP_MANY = "SELECT key, output, miss, flags, error, at FROM receipt WHERE key IN ({})"
+_CHUNK = 500  # keys per query (SQLite allows 32,766 parameters)
 _UPSERT = f"INSERT OR REPLACE INTO receipt ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _MEMOS = "SELECT key, play, tools, calls, cost, flags, output FROM memo WHERE key IN ({})"
 # Receipt keys start with keys.RECEIPT ("r"), step records with keys.STEP ("s"): a range of the index.
 _RECEIPTS = f"key >= '{RECEIPT}' AND key < '{chr(ord(RECEIPT) + 1)}'"
 # Text columns read as bytes: one record that is not UTF-8 must not stop a listing of the others.
 _AS_BYTES = ", ".join(c if c in ("at", "cost", "miss", "flags") else f"CAST({c} AS BLOB)" for c in COLUMNS.split(", "))
+# A lease is taken where none is, where the last one expired, or where it is ours already: the
+# keys it returns.  (A multi-row VALUES reads its rows' ``excluded`` values: one statement per chunk.)
 _TAKE = (
-    "INSERT INTO lease (key, owner, expires) VALUES (?, ?, ?) "
+    "INSERT INTO lease (key, owner, expires) VALUES {} "
     "ON CONFLICT(key) DO UPDATE SET owner = excluded.owner, expires = excluded.expires "
-    "WHERE lease.expires < ? OR lease.owner = excluded.owner"
+    "WHERE lease.expires < ? OR lease.owner = excluded.owner RETURNING key"
 )
 _NOT_UTF8 = "its value is not UTF-8 text (damaged)"
 
@@ -79,7 +83,25 @@ class SqliteBackend:
         return None if found is None else Found(*found)
 
     def lookup_many(self, keys: Sequence[str]) -> list[Found | Damaged | None]:
-        return [self.lookup(key) for key in keys]
+        """One query per chunk of keys (a tenth of the cost of one query per key, at 256 keys)."""
+        if len(keys) == 1:
+            return [self.lookup(keys[0])]
+        cursor = self._db.cursor()
+        found: dict[str, Found] = {}
+        try:
+            for start in range(0, len(keys), _CHUNK):
+                chunk = keys[start : start + _CHUNK]
+                try:
+                    rows = cursor.execute(_LOOKUP_MANY.format(",".join("?" * len(chunk))), chunk).fetchall()
+                except sqlite3.OperationalError as exc:
+                    if "decode" not in str(exc):  # one record of the chunk is not UTF-8: ask one by one
+                        raise
+                    return [self.lookup(key) for key in keys]
+                for key, *rest in rows:
+                    found[key] = Found(*rest)
+        except sqlite3.Error as exc:
+            raise reason(exc) from None
+        return [found.get(key) for key in keys]
 
     def tool_of(self, key: str) -> str | None:
         row = self._db.read(lambda con: con.execute("SELECT CAST(tool AS BLOB) FROM receipt WHERE key = ?", (key,)).fetchone())
@@ -195,7 +217,21 @@ class SqliteBackend:
 
     def take(self, keys: Sequence[str], owner: str, ttl: float) -> list[bool]:
         now = time.time()
-        return self._db.write(lambda con: [con.execute(_TAKE, (key, owner, now + ttl, now)).rowcount == 1 for key in keys])
+        expires = now + ttl
+
+        asked = list(dict.fromkeys(keys))  # a key twice in one statement would be an error
+
+        def take(con: sqlite3.Connection) -> set[str]:
+            got: set[str] = set()
+            for start in range(0, len(asked), _CHUNK):
+                chunk = asked[start : start + _CHUNK]
+                values = [v for key in chunk for v in (key, owner, expires)]
+                sql = _TAKE.format(",".join(["(?, ?, ?)"] * len(chunk)))
+                got.update(key for (key,) in con.execute(sql, (*values, now)))
+            return got
+
+        got = self._db.write(take)
+        return [key in got for key in keys]
 
     def renew(self, keys: Sequence[str], owner: str, ttl: float) -> None:
         expires = time.time() + ttl

@@ -71,7 +71,7 @@ class TextView:
         self._logged: float | None = None  # when a log's last line of progress was written
         self._timer: asyncio.TimerHandle | None = None  # the next redraw that no event may bring
         self._down: set[str] = set()  # providers whose going down this view has written
-        self.tally = Tally(lambda position: position)
+        self.tally = Tally(state.label)  # "e.g. row 12": the index label, as run.errors gives it
         # The tally first: a refresh on the same event must see it counted.
         self._unsubscribe = [
             state.subscribe(self.tally.on_event, kinds=TALLY_KINDS),
