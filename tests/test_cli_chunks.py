@@ -15,21 +15,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import warm
+from cli_plays import EMAIL_TOOL
 
 import playbook as pb
 
-PLAYS = """
-import os
-import playbook as pb
-
-acme = pb.Provider("acme", concurrency=8)
-find_email = pb.http_tool(
-    "acme.email", provider=acme, method="GET", url=os.environ["DEMO_URL"] + "/v1/email",
-    params={"domain": "{domain}", "first": "{first}"},
-    headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("DEMO_API_KEY", default="demo-key"),
-    pick="email", miss_status=(404,), cost=1.0,
-)
-
+PLAYS = (
+    EMAIL_TOOL
+    + """
 @pb.play
 async def picky(row, ctx):
     if row.n % 3 == 0:
@@ -37,6 +29,7 @@ async def picky(row, ctx):
     # ints in the chunks where no row fails, floats where one does: the file holds one type
     return {"email": await ctx.tool(find_email, domain=row.domain, first=row.first), "twice": row.n * 2}
 """
+)
 
 ROWS = 40
 

@@ -17,22 +17,14 @@ from typing import Any
 import pandas as pd
 import pytest
 import warm
+from cli_plays import EMAIL_TOOL
 
 import playbook as pb
 from playbook.frontends.files import PARQUET_INSTALL
 
-PLAYS = """
-import asyncio, os
-import playbook as pb
-
-acme = pb.Provider("acme", concurrency=8)
-find_email = pb.http_tool(
-    "acme.email", provider=acme, method="GET", url=os.environ["DEMO_URL"] + "/v1/email",
-    params={"domain": "{domain}", "first": "{first}"},
-    headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("DEMO_API_KEY", default="demo-key"),
-    pick="email", miss_status=(404,), cost=1.0,
-)
-
+PLAYS = (
+    EMAIL_TOOL
+    + """
 @pb.play
 async def enrich(row, ctx):
     return {"email": await ctx.tool(find_email, domain=row.domain, first=row.first), "size": len(row.domain)}
@@ -61,6 +53,7 @@ async def slow(n: int) -> int:
     await asyncio.sleep(0.2)  # 12 rows one at a time: 2.4 s for the test to catch it mid-run
     return n
 """
+)
 
 START_TIMEOUT = 60.0  # seconds a subprocess may take to get going on a loaded machine
 

@@ -12,14 +12,14 @@
     record   the answer becomes a receipt before anything else happens to the row
     release  the lease and the in-flight marker go, once the receipt is on disk
 
-*Landing* (dispatch, then record) is protected: a run that is stopped, or interrupted with Ctrl-C,
-cancels its rows, but not those whose call is already sent; each of those lands its receipt
-(within a grace period) and then stops, so what was paid for is not paid for again.
+*Landing* (dispatch, then record) is protected: a run stopped (or interrupted with Ctrl-C) cancels its rows, but
+not those whose call is already sent; each lands its receipt (within a grace period), then stops: no paying twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -257,7 +257,7 @@ async def _route(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool
     # failed (an LLM answer whose re-ask was refused) is still there when the row replays.
     env = ticket.carry if isinstance(ticket.carry, CallEnv) else _env(ctx, call)
     ticket.carry = env
-    return await _governed(ctx, tool, call, ticket, _sender(ctx, tool, call, env), env)
+    return await _governed(ctx, tool, call, ticket, functools.partial(_send, ctx, tool, call, env), env)
 
 
 async def _batched(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
@@ -319,20 +319,9 @@ def _env(ctx: Caller, call: Pending) -> CallEnv:
     return CallEnv(scope.http_client, idem)
 
 
-def _sender(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> Send:
-    """The ``send`` a governor calls once per try: dispatch, then record the receipt."""
-
-    def send() -> Awaitable[tuple[Any, bool]]:
-        return _send(ctx, tool, call, env)
-
-    return send
-
-
 async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tuple[Any, bool]:
-    """One try: dispatch, then record the receipt.  A stop meanwhile lets this call land its
-    receipt, then stops the row."""
-    scope = ctx.scope
-    landing = scope.landing
+    """One try (a governor's ``send``): dispatch, then record the receipt; a stop meanwhile lets it land, then stops the row."""
+    scope, landing = ctx.scope, ctx.scope.landing
     task = landing.enter()
     try:
         try:
