@@ -9,7 +9,6 @@ import linecache
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
-import numpy as np
 import pandas as pd
 
 from ..plays.outputs import OutputError, OutputModel
@@ -170,27 +169,19 @@ ABSENT: Any = object()  # an output column a row did not return
 
 
 def result_frame(
-    frame: pd.DataFrame,
-    outputs: dict[str, list[Any]],
-    status: Any,
-    errors: Any,
-    model: OutputModel | None = None,
-    shown: np.ndarray[Any, Any] | None = None,
+    frame: pd.DataFrame, outputs: dict[str, list[Any]], status: Any, errors: Any, model: OutputModel | None = None
 ) -> pd.DataFrame:
     """Input rows in input order and index, the output columns, ``play_status``, ``play_error``.
 
     ``outputs`` holds each output column's value for every row, :data:`ABSENT` where the row
-    returned none; ``shown``: the rows whose outputs count (``None``: all; a row that failed after
-    an earlier attempt returned something shows none).  A column no row returned is left out.  With an
-    output ``model``, its columns come in its order with its dtypes, even if no row returned them.
-    With ``overwrite=True`` (else such a row fails first, see settle.clashing), an output named
-    like an input column replaces it in place, as ``df.assign`` would, but only in the rows that
-    returned it: a failed, parked or skipped row keeps its input value.
+    returned none (a row that failed, parked or was skipped returns none).  A column no row
+    returned is left out.  With an output ``model``, its columns come in its order with its
+    dtypes, even if no row returned them.  With ``overwrite=True`` (else such a row fails first,
+    see settle.clashing), an output named like an input column replaces it in place, as
+    ``df.assign`` would, but only in the rows that returned it: a failed, parked or skipped row
+    keeps its input value.
     """
     index = frame.index
-    mask = shown.tolist() if shown is not None else None
-    if mask is not None:
-        outputs = {c: [v if ok else ABSENT for v, ok in zip(values, mask)] for c, values in outputs.items()}
     names = [c for c, values in outputs.items() if any(v is not ABSENT for v in values)]
     result = frame.copy(deep=False)  # columns are added or replaced, never changed in place
     inputs: set[Any] = set(frame.columns)

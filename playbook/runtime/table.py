@@ -196,6 +196,9 @@ class RowTable:
             self.statuses[p] = code
             if output:
                 self._put(p, output)
+            elif code > 2:  # only rows that are ok or reused show an output
+                for values in self.outputs.values():
+                    values[p] = ABSENT
             if error is not None:
                 self.errors[p] = error
             elif self.errors:
@@ -260,8 +263,7 @@ class RowTable:
         error = np.full(self._size, None, dtype=object)
         if self.errors:
             error[np.fromiter(self.errors, dtype=np.int64, count=len(self.errors))] = _objects(self.errors.values())
-        shown = (states == 1) | (states == 2)  # only rows that are ok or reused show an output
-        return result_frame(frame, self.outputs, status, error, model, None if shown.all() else shown)
+        return result_frame(frame, self.outputs, status, error, model)
 
 
 def _objects(values: Any) -> np.ndarray[Any, Any]:
