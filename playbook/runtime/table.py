@@ -70,7 +70,7 @@ class RowTable:
     Columnar, so that a million rows cost a few bytes each beyond what they return: statuses in a
     ``bytearray``, attempts in an ``array``, outputs as one list per output column, and what few
     rows have (an error, a parking, a wait, copies) in dictionaries by position.  The frame's
-    values are read from its columns when a row runs, not copied.
+    values are read from its columns when a row runs (see :func:`_values`), not made a tuple per row.
     """
 
     __slots__ = (
