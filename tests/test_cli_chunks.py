@@ -133,7 +133,8 @@ def test_a_run_stopped_between_chunks_writes_nothing_and_the_rerun_finishes_the_
 
 def test_bad_chunk_sizes_and_a_file_that_breaks_mid_way_are_said_plainly(work: Path, demo: pb.demo.DemoServer) -> None:
     """--chunk-rows 0 is a usage error; a JSON Lines file broken at line 23 fails with the line named
-    after the chunks before it ran (their rows are saved), and no --out is written."""
+    after the chunks before it ran (their rows are saved), and no --out is written; a Parquet file
+    of no rows (it has no batch to read) gives an output of no rows."""
     done = subprocess.run([sys.executable, "-m", "playbook", *_args(work, "--in", "leads.csv", "--out", "x.csv", "--chunk-rows", "0")],
                           cwd=work, capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 2 and "--chunk-rows" in done.stderr and "'0'" in done.stderr
@@ -145,3 +146,8 @@ def test_bad_chunk_sizes_and_a_file_that_breaks_mid_way_are_said_plainly(work: P
     assert "--in broken.jsonl: cannot read it as JSON Lines: line 23" in report["error"]
     assert not (work / "x.jsonl").exists() and [p.name for p in work.iterdir() if p.name.startswith(".")] == []
     assert demo.stats()["requests"] == len([n for n in range(20) if n % 3])
+    empty = pd.read_parquet(work / "leads.parquet").iloc[:0]
+    empty.to_parquet(work / "empty.parquet")
+    code, report, err = cli(work, "--in", "empty.parquet", "--out", "empty-out.parquet")
+    assert code == 0, err
+    assert list(pd.read_parquet(work / "empty-out.parquet").columns) == [*empty.columns, "play_status", "play_error"]

@@ -59,6 +59,8 @@ def _parquet_chunks(path: str, size: int) -> Iterator[Rows]:
             frame.index = pd.RangeIndex(start, start + len(frame))
         start += len(frame)
         yield Rows(frame, {})
+    if not start:  # a file of no rows has no batch: its columns, empty
+        yield Rows(file.schema_arrow.empty_table().to_pandas(), {})
 
 
 def _json_chunks(path: str, size: int) -> Iterator[Rows]:
