@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from .._internal.argtypes import whole
 from ..errors import PlaybookError, PlayDefinitionError
 from ..plays.play import Play
 from ..records import RunStats
@@ -78,7 +79,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         if flag != "--store":  # the common --store (cli.py), which the cache commands take too
             run.add_argument(flag, **spelled)
     run.add_argument("--json", action="store_true", help="print a JSON report on stdout (progress and messages stay on stderr)")
-    run.add_argument("--chunk-rows", type=_positive, default=CHUNK, metavar="N",
+    run.add_argument("--chunk-rows", type=whole(1), default=CHUNK, metavar="N",
                      help=f"read and run the file N rows at a time, so memory holds a chunk, not the file (default {CHUNK:,})")  # fmt: skip
     run.set_defaults(run=None)
 
@@ -219,16 +220,6 @@ def _one(args: argparse.Namespace, report: dict[str, Any], play: Any, opts: dict
         )
         _say(report["error"])
         return None
-
-
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of rows (1 or more), not {text!r}")
-    return n
 
 
 def _as_option(message: str) -> str:
