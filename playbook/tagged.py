@@ -28,38 +28,16 @@ import datetime as _dt
 import decimal
 import enum
 import inspect
-import json
 import math
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._internal.jsontext import dumps, loads
+
 __all__ = ["SCALARS", "Unencodable", "as_plain", "decode", "dumps", "encode", "float_name", "loads"]
 
 SCALARS = frozenset({str, int, bool, type(None)})
-
-
-def _encoder(*, ascii: bool, sort_keys: bool) -> Callable[[Any], str]:
-    """A compact JSON encoder.  json's C encoder, made once: ``JSONEncoder.encode`` makes a new
-    one on every call, which costs more than encoding a small record (three per replayed row)."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # no C accelerator in this Python
-        return json.JSONEncoder(ensure_ascii=ascii, sort_keys=sort_keys, separators=(",", ":"), allow_nan=False).encode
-    quote = json.encoder.encode_basestring_ascii if ascii else json.encoder.encode_basestring
-    encoder = make(None, None, quote, None, ":", ",", sort_keys, False, False)
-
-    def encode(value: Any) -> str:
-        if type(value) is str:
-            return quote(value)
-        return "".join(encoder(value, 0))
-
-    return encode
-
-
-_wide = _encoder(ascii=False, sort_keys=False)
-_ascii = _encoder(ascii=True, sort_keys=False)
-_sorted_wide = _encoder(ascii=False, sort_keys=True)
-_sorted_ascii = _encoder(ascii=True, sort_keys=True)
 
 
 class Unencodable(TypeError):
@@ -80,30 +58,6 @@ class Unencodable(TypeError):
         self.where = segment + self.where
         self.args = (f"{self.why} (at {self.where})",)
         return self
-
-
-# -- text ----------------------------------------------------------------------------------
-
-
-def dumps(value: Any, *, sort_keys: bool = False) -> str:
-    """JSON text of an encoded value, safe to write as UTF-8.
-
-    A string holding a lone surrogate (``"caf\\udce9"``, from bytes decoded with
-    ``surrogateescape``) cannot be written as UTF-8; such a document is written with ``\\u``
-    escapes instead, which JSON reads back as the very same string.
-    """
-    text = (_sorted_wide if sort_keys else _wide)(value)
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = (_sorted_ascii if sort_keys else _ascii)(value)
-    return text
-
-
-def loads(data: str | bytes) -> Any:
-    """Parse JSON text (or UTF-8 bytes); ``ValueError`` for anything that is not valid JSON."""
-    return json.loads(data)
 
 
 # -- the stored form -----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from playbook._internal.flow import Parked
 from playbook.keys import receipt_key
 from playbook.runtime.pipeline import lookup
 from playbook.runtime.retry_queue import RetryQueue
-from playbook.runtime.scope import CostBudget
+from playbook.runtime.scope import Ahead, CostBudget
 from playbook.runtime.table import Parking, RowTable
 from playbook.store import MISSING, engine
 from playbook.store.records import record
@@ -184,6 +184,44 @@ def test_a_row_whose_call_another_run_pays_for_steps_back_for_the_fresh_rows(tmp
     other.join()
     assert calls[0] == ("other", 0) and sorted(n for _, n in calls[1:]) == [1, 2, 3, 4]  # row 0's call was paid once, by the other run
     assert out["play_status"].tolist() == ["reused", "ok", "ok", "ok", "ok"] and out["lookup"].tolist() == [0, 10, 20, 30, 40]
+
+
+def test_a_run_of_new_calls_takes_leases_first_and_still_reuses_a_receipt_it_then_finds(store: pb.ReceiptStore) -> None:
+    """After a hundred calls with no receipt, the run takes each call's lease before looking its
+    receipt up (one lookup instead of two).  The next hundred calls have receipts (another play made
+    them): each is found once its lease is held and reused, never paid again."""
+    paid: list[int] = []
+
+    @pb.tool(name="lookup", version="1", cost=0.001)  # a cost: a paid call, counted as executed
+    async def lookup_(n: int) -> int:
+        paid.append(n)
+        return n * 10
+
+    pd.DataFrame({"n": range(100, 200)}).play.map(pb.play(lambda_play(lookup_), name="earlier"), store=store, progress=False)
+    paid.clear()
+    run = pd.DataFrame({"n": range(200)}).play.run(
+        pb.play(lambda_play(lookup_), name="tenfold"), store=store, progress=False, concurrency=1
+    )
+
+    assert paid == list(range(100))
+    assert run.stats.calls_executed == 100 and run.stats.calls_reused == 100
+    assert run.result["lookup"].tolist() == [n * 10 for n in range(200)]
+
+
+def test_a_tool_is_looked_up_first_again_once_its_calls_find_receipts() -> None:
+    """Looking up first is learnt per tool: a few misses keep it, a run of them ends it, and a few
+    calls that found their receipts bring it back."""
+    ahead = Ahead()
+    assert ahead.first("a")  # a tool not seen yet: a replay is the likely case
+    for _ in range(5):
+        ahead.learn("a", False)
+    assert ahead.first("a")
+    for _ in range(20):
+        ahead.learn("a", False)
+    assert not ahead.first("a") and ahead.first("b")
+    for _ in range(5):
+        ahead.learn("a", True)
+    assert ahead.first("a")
 
 
 def lambda_play(tool: pb.Tool):  # type: ignore[no-untyped-def]

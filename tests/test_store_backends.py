@@ -138,7 +138,7 @@ def test_clear_tool_drops_its_receipts_and_memos(backend: Backend) -> None:
     assert [key for key, _ in backend.records()] == [_key("r", 3)]
     assert backend.lookup(_key("s", 1)) is not None  # a step record belongs to its row
     found, _ = backend.memos([_key("m", n) for n in (1, 2, 3)])
-    assert [row.key for row in found] == [_key("m", 2)]
+    assert [fields[0] for fields in found] == [_key("m", 2)]  # a memo as its fields (MemoFields): its key first
     assert backend.memo_count("lookup") == 0
     assert backend.memo_count("other") == 1
     assert backend.counts().by_tool == {"other": (1, 0.25)}

@@ -2,7 +2,8 @@
 
 A client error is the provider's answer to an input: kept as the call's receipt, so that no
 rerun, and no identical call of another row, asks again (and is counted, often billed, again).
-A paid answer with no JSON form is kept as a receipt saying so."""
+A paid answer with no JSON form is kept as a receipt saying so.  A call whose input has no JSON
+form has no receipt key, and is not sent: its error names the input at fault."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ToolError
 from ..store.records import Refusal
 from ..store.records import record as receipt_record
+from ..tagged import Unencodable
 from ..tools import Tool
 from ..tools.base import Spent
 
 if TYPE_CHECKING:
     from .scope import RunScope
 
-__all__ = ["ONE_REQUEST", "not_storable", "refusal", "refused", "replayed"]
+__all__ = ["ONE_REQUEST", "not_storable", "refusal", "refused", "replayed", "unkeyable"]
 
 ONE_REQUEST = Spent(0.0, None, 1)  # what a refusal costs: one request, no money
 
@@ -57,3 +59,24 @@ def not_storable(tool: Tool[Any], problem: str, *, paid_now: bool) -> str:
         f"this call keeps failing until you return plain data from the tool (e.g. return model.model_dump(), "
         f"or a dict of the fields you need) and {bump}so that the call is made afresh"
     )
+
+
+def unkeyable(tool: Tool[Any], values: Any, exc: Unencodable, hint: str) -> ToolError:
+    """The error of a call whose input cannot be part of its receipt key (``hint``: a forgotten await)."""
+    return ToolError(f"tool {tool.name!r}: {_culprit(values, exc)} cannot be part of a receipt key ({exc.why}){hint}", tool=tool.name)
+
+
+def _culprit(values: Any, exc: Unencodable) -> str:
+    """``input domain=<...>`` for the parameter whose value has no JSON form, and where in it."""
+    where = exc.where
+    if isinstance(values, dict) and where.startswith("['"):
+        param, _, rest = where[2:].partition("']")
+        if param in values:
+            inside = f" (at {rest})" if rest else ""
+            return f"input {param}={_short(values[param])}{inside}"
+    return f"its input {_short(values)}" + (f" (at {where})" if where else "")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

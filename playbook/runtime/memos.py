@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["finish_store", "remember", "reuse"]
 
 Used = tuple[int, float, dict[str, str], list[str]]  # a row's calls, their cost, its tools, the receipts it looked up
-_CHUNK = 512  # memo keys asked of the store at once
+_CHUNK = 65536  # memo keys asked of the store at once (a store reads them in its own order)
 _logger = logging.getLogger("playbook")
 
 
@@ -38,16 +38,26 @@ def reuse(
     fp = play.fingerprint
     key = table.key
     rest = array("q")
+    # Whether a memo's tools are unchanged, by its mapping of them (the rows of a play share one),
+    # kept with it: while it is kept, no other mapping has its id.
+    unchanged: dict[int, tuple[Mapping[str, str], bool]] = {}
     for start in range(0, len(runnable), _CHUNK):
         chunk = runnable[start : start + _CHUNK]
         mkeys = [memo_key(fp, key(p)) for p in chunk]  # type: ignore[arg-type]  # runnable rows have keys
         found = store.memos(mkeys)
         for pos, mk in zip(chunk, mkeys):
             memo = found.get(mk)
-            if memo is None or not tools_unchanged(memo["tools"]):
+            if memo is None:
                 rest.append(pos)
-            else:
+                continue
+            tools = memo["tools"]
+            seen = unchanged.get(id(tools))
+            if seen is None:
+                seen = unchanged[id(tools)] = (tools, tools_unchanged(tools))
+            if seen[1]:
                 reused(pos, memo)
+            else:
+                rest.append(pos)
     store.warm(play.name, lambda: [key(p) for p in rest])  # type: ignore[misc]  # runnable rows have keys
     return runnable if len(rest) == len(runnable) else rest
 

@@ -106,7 +106,13 @@ class Outcomes:
         self._emit(RowRequeued(pos, previous, self.table.unsettle(pos)))
 
     def reused(self, pos: int, memo: dict[str, Any]) -> None:
-        self.finish(pos, "reused", memo["output"], None, ran=False, calls=memo["calls"], cost=memo["cost"])
+        """Settled by its memo (``finish``, the short way: a million rows may come this way at once)."""
+        output = memo["output"]
+        if output and self.guarded and self._clashing(pos, output):
+            self.finish(pos, "reused", output, None, ran=False, calls=memo["calls"], cost=memo["cost"])  # it fails, saying why
+            return
+        rows = self.table.set_outcome(pos, "reused", output, None)
+        self._emit(RowFinished(pos, "reused", None, rows, False, False, memo["calls"], memo["cost"], None))
 
     def unfinished(self, positions: Sequence[int], why: str) -> None:
         """Settle every row of ``positions`` not settled yet as skipped (a stop, a fatal error)."""

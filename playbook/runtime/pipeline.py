@@ -1,7 +1,8 @@
 """What ``await ctx.tool(...)`` does, as a pipeline of small steps::
 
     key      the receipt key of the call (its input in key form; a forgotten await caught here)
-    lookup   a receipt answers (or the same call, in flight for another row, is waited for)
+    lookup   a receipt answers (or the same call, in flight for another row, is waited for);
+             a tool whose recent calls had none is looked up once its lease is held, not before
     lease    this process takes the call; or, while rows not started yet wait, the row steps
              back for one of them (another process is paying for it: processes on the same
              rows share them out); or it waits for that process's receipt
@@ -33,7 +34,7 @@ from ..tagged import Unencodable, decode, encode
 from ..tools import CallEnv, Tool
 from ..tools.base import Spent, is_local
 from ..tools.failures import translate
-from .kept_errors import ONE_REQUEST, not_storable, refusal, refused, replayed
+from .kept_errors import ONE_REQUEST, not_storable, refusal, refused, replayed, unkeyable
 from .upstream import dispatch as governed
 from .upstream import learn
 
@@ -86,8 +87,9 @@ async def call_tool(
     ctx.used(tool, key)
     forced = (force or scope.force_all) and scope.must_force(logical)
     if not forced:
-        found = await lookup(scope.store, key, ttl)
+        found = await lookup(scope.store, key, ttl, scope.ahead.first(tool.name))
         if found is not MISSING:
+            scope.ahead.learn(tool.name, True)
             return _reused(ctx, tool, values, found)
     return await _pay(ctx, tool, Pending(key, values, logical, forced, ttl, leg))
 
@@ -111,35 +113,17 @@ def _key(ctx: Caller, tool: Tool[Any], values: Any, form: Callable[[Any], str] |
     try:
         return tool.key(values) if form is None else form(values)
     except Unencodable as exc:
-        hint = ": " + ctx.forgotten_await(exc.value) if exc.awaitable else ""
-        raise ToolError(
-            f"tool {tool.name!r}: {_culprit(values, exc)} cannot be part of a receipt key ({exc.why}){hint}", tool=tool.name
-        ) from None
-
-
-def _culprit(values: Any, exc: Unencodable) -> str:
-    """``input domain=<...>`` for the parameter whose value has no JSON form, and where in it."""
-    where = exc.where
-    if isinstance(values, dict) and where.startswith("['"):
-        param, _, rest = where[2:].partition("']")
-        if param in values:
-            inside = f" (at {rest})" if rest else ""
-            return f"input {param}={_short(values[param])}{inside}"
-    return f"its input {_short(values)}" + (f" (at {where})" if where else "")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+        raise unkeyable(tool, values, exc, ": " + ctx.forgotten_await(exc.value) if exc.awaitable else "") from None
 
 
 # -- lookup ---------------------------------------------------------------------------
 
 
-async def lookup(store: Any, key: str, ttl: float | None) -> Any:
+async def lookup(store: Any, key: str, ttl: float | None, ahead: bool = True) -> Any:
     """The receipt for ``key``, or ``MISSING``; while the same call is in flight for another row
-    of this process, its receipt is waited for (don't pay twice)."""
-    found = await store.alookup(key, ttl)
+    of this process, its receipt is waited for (don't pay twice).  Not ``ahead``: only that wait
+    (the receipt is looked up once the call's lease is taken; see ``scope.Ahead``)."""
+    found = await store.alookup(key, ttl) if ahead else MISSING
     while found is MISSING:
         pending = store.inflight.get(key)
         if pending is None:
@@ -173,7 +157,7 @@ async def _pay(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
     store = ctx.scope.store
     done = store.inflight[call.key] = asyncio.get_running_loop().create_future()
     try:
-        found = await _lease(ctx, store, call)
+        found = await _lease(ctx, tool, store, call)
         if found is not MISSING:
             return _reused(ctx, tool, call.values, found)
         return await _spend(ctx, tool, call)
@@ -181,7 +165,7 @@ async def _pay(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
         _release(store, call.key, done)
 
 
-async def _lease(ctx: Caller, store: Any, call: Pending) -> Any:
+async def _lease(ctx: Caller, tool: Tool[Any], store: Any, call: Pending) -> Any:
     """Take this call's lease; returns a receipt instead if another process paid for it meanwhile."""
     key, ttl, leases = call.key, call.ttl, store.leases
     if not await leases.take(key):
@@ -195,8 +179,10 @@ async def _lease(ctx: Caller, store: Any, call: Pending) -> Any:
         return found
     if call.forced:
         return MISSING
-    # Another process may have paid and let go between our lookup and our lease.
-    return await store.alookup(key, ttl)
+    # Another process may have paid and let go before our lease (since our lookup, or we took the lease first).
+    found = await store.alookup(key, ttl)
+    ctx.scope.ahead.learn(tool.name, found is not MISSING)
+    return found
 
 
 async def _spend(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..store import StoreEngine
     from ..store.fixtures import Fixtures, Recorder, Replay
 
-__all__ = ["CostBudget", "Landing", "RunScope", "Tickets"]
+__all__ = ["Ahead", "CostBudget", "Landing", "RunScope", "Tickets"]
 
 
 class CostBudget:
@@ -164,12 +164,41 @@ class Landing:
             raise asyncio.CancelledError("the run was stopped; this call's receipt is written")
 
 
+class Ahead:
+    """Whether a call's receipt is looked up before its lease is taken, learnt per tool from the
+    run's calls.
+
+    Looked up first, a call that has its receipt (a replay) takes no lease.  Leased first, a call
+    that has none (a first run) is looked up once instead of twice: the receipt is looked up once
+    the lease is held in either order (another process may have paid meanwhile), so no order pays
+    twice; a wrong guess costs a lookup or a lease, no more.
+    """
+
+    __slots__ = ("_found",)
+
+    FIRST = 0.25  # looked up first while at least this share of a tool's recent calls had their receipt
+
+    def __init__(self) -> None:
+        self._found: dict[str, float] = {}  # tool -> share of its recent calls that had a receipt
+
+    def __repr__(self) -> str:
+        return f"<Ahead {self._found!r}>"
+
+    def first(self, tool: str) -> bool:
+        return self._found.get(tool, 1.0) >= self.FIRST
+
+    def learn(self, tool: str, found: bool) -> None:
+        """A call of ``tool`` had its receipt (``found``) or not: about the last sixteen count."""
+        share = self._found.get(tool, 1.0)
+        self._found[tool] = share + (found - share) / 16
+
+
 class RunScope:
     """The run as one row's calls see it: identity, store, budgets, tickets, events."""
 
     __slots__ = (
         "run_id", "play", "store", "clock", "force_all", "emit", "costs", "tickets", "landing", "batches", "jobs", "label", "_fatal",
-        "_forced", "_client", "replay", "recorder", "rerun_rows", "fresh", "started",
+        "_forced", "_client", "replay", "recorder", "rerun_rows", "fresh", "started", "ahead",
     )  # fmt: skip
 
     def __init__(
@@ -197,6 +226,7 @@ class RunScope:
         # of waiting on that process's lease.
         self.fresh = fresh
         self._forced: set[str] = set()
+        self.ahead = Ahead()  # a call's receipt looked up before its lease, or after it only
         self._client: httpx.AsyncClient | None = None
         # Fixtures: a replay answers every call (no store, no provider); a recorder sees every answer.
         self.replay: Replay | None = fixtures.replay if fixtures is not None else None

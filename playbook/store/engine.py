@@ -17,7 +17,6 @@ receipts of calls already paid for are kept in memory and written again at the e
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import threading
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReceiptError
-from ..tagged import decode
+from ..tagged import decode, loads
 from .ahead import ReadAhead
 from .inspection import Inspection
 from .io import StoreIO
@@ -43,7 +42,6 @@ __all__ = ["StoreEngine"]
 
 _threads = threading.Lock()
 
-_json_loads = json.loads
 _logger = logging.getLogger("playbook.store")
 
 
@@ -92,6 +90,7 @@ class StoreEngine(Inspection, RowMemos, Marked):
         self._pending_hints: list[tuple[str, str, str]] = []
         self._io = StoreIO(remote=self._backend.remote)
         self._ahead = ReadAhead(self._backend)
+        self._filling: asyncio.Future[None] | None = None  # the receipts being read ahead, once asked for
         self._flushed = time.monotonic()
         self._warned: set[str] = set()  # unreadable records already reported
         self._writes: list[tuple[Record, asyncio.Future[None], int, float]] = []
@@ -170,23 +169,41 @@ class StoreEngine(Inspection, RowMemos, Marked):
         return self._answer(key, found, ttl)
 
     async def alookup(self, key: str, ttl: float | None = None) -> Any:
-        """:meth:`lookup`, for the event loop: the lookups asked for in one turn of the loop travel
-        together, in one query (SQLite) or one round trip (Redis)."""
-        if self._ahead:
-            if self._ahead.due():
-                try:
-                    await self._io.run(self._ahead.fill)
-                except StoreFailure as exc:
-                    raise self._read_error(exc) from None
-            read = self._ahead.pop(key)
+        """:meth:`lookup`, for the event loop: on this machine, at once; across the network, the
+        receipts read ahead answer (see :meth:`warm`), and the lookups asked for in one turn of
+        the loop travel together, in one round trip."""
+        ahead = self._ahead
+        if ahead:
+            read = ahead.pop(key)
+            if read is None and (self._filling is not None or ahead.due()):
+                await self._read_ahead()  # its chunk may be on its way, or next: one round trip for many rows
+                read = ahead.pop(key)
+            elif ahead.due():
+                self._read_ahead()  # the next chunk, read while these rows go on
             if read is not None:
                 return self._answer(key, read, ttl)
+        if not self._io.remote:
+            return self.lookup(key, ttl)
         loop = asyncio.get_running_loop()
         asked = loop.create_future()
         self._asks.append((key, ttl, asked))
         if len(self._asks) == 1:
             loop.call_soon(self._lookup_asks)
         return await asked
+
+    def _read_ahead(self) -> asyncio.Future[None]:
+        """The next chunk of receipts read ahead, one read at a time, awaited by the rows that need
+        it.  A read that fails only leaves those rows to ask for their receipts (which says why)."""
+        filling = self._filling
+        if filling is None:
+            filling = self._filling = asyncio.get_running_loop().create_future()
+
+            def filled(_: None, exc: BaseException | None) -> None:
+                self._filling = None
+                filling.set_result(None)
+
+            self._io.submit(self._ahead.fill, filled)
+        return filling
 
     def _lookup_asks(self) -> None:
         asks, self._asks = self._asks, []
@@ -218,7 +235,7 @@ class StoreEngine(Inspection, RowMemos, Marked):
         if ttl is not None and self.clock() - at > ttl:
             return MISSING
         try:
-            value = _json_loads(output)
+            value = loads(output)
             if flags & REFUSED:
                 status, literal = (value[0], (value[1], value[2])) if isinstance(value, list) else (value, None)
                 return None, False, Refusal(int(status), error or "", literal), at

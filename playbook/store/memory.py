@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from .marks import Mark
 from .protocol import Counts, Damaged, Found, StoreFailure
-from .records import MemoRow, Record, is_receipt, parse_tools
+from .records import MemoFields, MemoRow, Record, is_receipt, parse_tools
 
 __all__ = ["MemoryBackend"]
 
@@ -71,7 +71,7 @@ class MemoryBackend:
 
     # -- row memos -------------------------------------------------------------------------------
 
-    def memos(self, keys: Sequence[str]) -> tuple[list[MemoRow], list[str]]:
+    def memos(self, keys: Sequence[str]) -> tuple[Sequence[MemoFields], list[str]]:
         found = [row for row in map(self._memos.get, keys) if row is not None]
         return found, []
 

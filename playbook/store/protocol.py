@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple, Protocol, final
 
 from .marks import Mark
-from .records import MemoRow, Record
+from .records import MemoFields, MemoRow, Record
 
 __all__ = ["Backend", "Counts", "Damaged", "Found", "StoreFailure", "Tally"]
 
@@ -101,8 +101,8 @@ class Backend(Protocol):
 
     # -- row memos ("m…") ------------------------------------------------------------------------
 
-    def memos(self, keys: Sequence[str]) -> tuple[list[MemoRow], list[str]]:
-        """The memos of ``keys`` that exist, and the keys of those that cannot be read."""
+    def memos(self, keys: Sequence[str]) -> tuple[Sequence[MemoFields], list[str]]:
+        """The memos of ``keys`` that exist (in any order), and the keys of those that cannot be read."""
         ...
 
     def write_memos(self, rows: Sequence[MemoRow]) -> None: ...

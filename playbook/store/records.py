@@ -22,6 +22,7 @@ __all__ = [
     "MISSING",
     "OUTPUT_TAGGED",
     "REFUSED",
+    "MemoFields",
     "MemoRow",
     "Record",
     "Refusal",
@@ -80,6 +81,11 @@ class MemoRow(NamedTuple):
     cost: float
     flags: int
     output: str
+
+
+# A memo as a backend reads it: a MemoRow, or its fields as a plain tuple (a million rows' memos
+# are read without making a million named tuples).
+MemoFields = tuple[str, str, str, int, float, int, str]
 
 
 def is_receipt(key: str) -> bool:

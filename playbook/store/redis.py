@@ -39,7 +39,7 @@ from .._internal.urls import masked
 from ..errors import ReceiptError
 from .marks import Mark
 from .protocol import Counts, Damaged, Found, StoreFailure, Tally
-from .records import MemoRow, Record, is_receipt, parse_tools
+from .records import MemoFields, MemoRow, Record, is_receipt, parse_tools
 from .redis_durability import Evictions, durability_in, judge, persistence
 from .redis_failures import failure
 from .redis_format import (
@@ -227,7 +227,7 @@ class RedisBackend:
 
     # -- row memos -------------------------------------------------------------------------------
 
-    def memos(self, keys: Sequence[str]) -> tuple[list[MemoRow], list[str]]:
+    def memos(self, keys: Sequence[str]) -> tuple[Sequence[MemoFields], list[str]]:
         read = [(key, memo_of(key, value)) for chunk in chunks(keys) for key, value in zip(chunk, self._get(chunk)) if value is not None]
         return [memo for _, memo in read if isinstance(memo, MemoRow)], [key for key, memo in read if isinstance(memo, Damaged)]
 

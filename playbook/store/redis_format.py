@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..tagged import loads
 from .protocol import Damaged, Found
 from .records import MemoRow, Record, parse_tools
 
@@ -35,7 +36,6 @@ T = TypeVar("T")
 CHUNK = 1000  # keys per pipelined round trip when there can be very many (memos, listings, clearing)
 INFO = ["tool", "version", "account", "cost", "input"]
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_loads = json.loads
 _NOT_TEXT = "its value is not UTF-8 text (damaged)"
 _NOT_OURS = "it is not a record playbook wrote (fields missing or not numbers)"
 
@@ -60,7 +60,7 @@ def memo_value(row: MemoRow) -> str:
 def split(value: bytes) -> tuple[list[Any], str]:
     """A stored value's JSON header and its output text; ``UnicodeDecodeError`` or ``ValueError`` if damaged."""
     head, _, output = value.partition(b"\n")
-    header = _loads(head)
+    header = loads(head)
     if type(header) is not list:
         raise ValueError("no header")
     return header, output.decode("utf-8")

@@ -20,7 +20,7 @@ from .db import Database, reason
 from .marks import Mark
 from .opening import initialise, open_store
 from .protocol import Counts, Damaged, Found
-from .records import COLUMNS, MemoRow, Record
+from .records import COLUMNS, MemoFields, MemoRow, Record
 
 __all__ = ["MARK", "SqliteBackend"]
 
@@ -124,10 +124,13 @@ class SqliteBackend:
 
     # -- row memos -------------------------------------------------------------------------------
 
-    def memos(self, keys: Sequence[str]) -> tuple[list[MemoRow], list[str]]:
-        found: list[MemoRow] = []
+    def memos(self, keys: Sequence[str]) -> tuple[Sequence[MemoFields], list[str]]:
+        found: list[MemoFields] = []
         bad: list[str] = []
         cursor = self._db.cursor()
+        # In key order, the keys of many rows share the pages they read: 65,536 rows' memos read
+        # at 1.4 times the rate of the same keys as they come (random, being digests).
+        keys = sorted(keys) if len(keys) > 500 else keys
         try:
             for start in range(0, len(keys), 500):
                 chunk = list(keys[start : start + 500])
@@ -137,7 +140,7 @@ class SqliteBackend:
                     if "decode" not in str(exc):
                         raise
                     rows = _one_by_one(cursor, chunk, bad)
-                found += [MemoRow(*row) for row in rows]
+                found += rows
         except sqlite3.Error as exc:
             raise reason(exc) from None
         return found, bad
