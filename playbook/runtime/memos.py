@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["finish_store", "remember", "reuse"]
 
 Used = tuple[int, float, dict[str, str], list[str]]  # a row's calls, their cost, its tools, the receipts it looked up
-_CHUNK = 65536  # memo keys asked of the store at once (a store reads them in its own order)
+_CHUNK = 8192  # memo keys asked of the store at once (a store reads them in its own order)
 _logger = logging.getLogger("playbook")
 
 

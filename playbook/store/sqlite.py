@@ -128,8 +128,8 @@ class SqliteBackend:
         found: list[MemoFields] = []
         bad: list[str] = []
         cursor = self._db.cursor()
-        # In key order, the keys of many rows share the pages they read: 65,536 rows' memos read
-        # at 1.4 times the rate of the same keys as they come (random, being digests).
+        # In key order, keys that share pages read them once: the more keys asked at once, the
+        # more they share (8,192 of a million memos: 6% faster than as they come, being digests).
         keys = sorted(keys) if len(keys) > 500 else keys
         try:
             for start in range(0, len(keys), 500):
