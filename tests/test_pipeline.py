@@ -208,6 +208,23 @@ def test_a_run_of_new_calls_takes_leases_first_and_still_reuses_a_receipt_it_the
     assert run.result["lookup"].tolist() == [n * 10 for n in range(200)]
 
 
+def test_a_receipt_gives_its_call_lease_back_in_the_same_transaction(store: pb.ReceiptStore) -> None:
+    """On this machine a call's lease goes with its receipt's commit (no transaction of its own):
+    once the receipt is on disk no process sees the lease, and letting it go costs nothing more."""
+    key = receipt_key("t", "1", '{"n":1}', "default")
+    core = engine(store)
+
+    async def main() -> tuple[object, object, bool]:
+        assert await core.leases.take(key)
+        leased = core.backend.holder(key)
+        await core.commit(record(key, tool="t", stored={"v": 1}, tagged=False, at=0.0))
+        return leased, core.backend.holder(key), key in core.leases.held
+
+    leased, after, held = asyncio.run(main())
+    assert leased is not None and after is None and not held
+    assert core.lookup(key)[0] == {"v": 1}
+
+
 def test_a_tool_is_looked_up_first_again_once_its_calls_find_receipts() -> None:
     """Looking up first is learnt per tool: a few misses keep it, a run of them ends it, and a few
     calls that found their receipts bring it back."""

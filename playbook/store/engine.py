@@ -101,6 +101,7 @@ class StoreEngine(Inspection, RowMemos, Marked):
         self._unwritten: dict[str, Record] = {}  # paid for, not yet written
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
         self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # the same, across processes
+        self._releasing = getattr(self._backend, "releases_with_writes", False) and not self._io.remote
         # Said when it holds fewer receipts than its mark (marks.py): a run on it refuses to start.
         self.lost: str | None = None if readonly else self.check_mark()
 
@@ -285,6 +286,8 @@ class StoreEngine(Inspection, RowMemos, Marked):
             tally = Tally(*self.tally, calls, sum(write[3] for write in writes))
         if self._io.remote:  # written later, on the store's thread: kept meanwhile, and found by lookups
             self._keep(rows)
+        # On this machine, the leases of these calls go in the receipts' transaction (not one of their own).
+        released = self.leases.among([row.key for row in rows]) if self._releasing else []
 
         def written(_: None, exc: BaseException | None) -> None:
             if exc is not None:
@@ -297,14 +300,18 @@ class StoreEngine(Inspection, RowMemos, Marked):
                 return
             if self._unwritten:
                 self._written(rows)
+            if released:
+                self.leases.given_back(released)
             for _row, done, *_rest in writes:
                 if not done.done():  # a row cancelled while waiting: its receipt is written anyway
                     done.set_result(None)
 
-        self._io.submit(lambda: self._write(rows, tally), written)
+        self._io.submit(lambda: self._write(rows, tally, released), written)
 
-    def _write(self, rows: list[Record], tally: Tally | None) -> None:
-        if tally is None:
+    def _write(self, rows: list[Record], tally: Tally | None, released: list[str]) -> None:
+        if released:
+            self._backend.write(rows, released, self.leases.owner)  # type: ignore[call-arg]  # _releasing: SQLite's
+        elif tally is None:
             self._backend.write(rows)
         else:  # only a Redis store is given a tally (a cluster job's): it takes one
             self._backend.write(rows, tally)  # type: ignore[call-arg]

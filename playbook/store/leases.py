@@ -88,6 +88,15 @@ class Leases:
         if self.held and self._renewer is None:
             self._renewer = asyncio.get_running_loop().call_later(self.ttl / 3, self._renew)
 
+    def among(self, keys: list[str]) -> list[str]:
+        """Those of ``keys`` whose lease this process holds."""
+        held = self.held
+        return [key for key in keys if key in held] if held else []
+
+    def given_back(self, keys: list[str]) -> None:
+        """These leases were given back with their receipts (in the same transaction)."""
+        self.held.difference_update(keys)
+
     def release(self, key: str) -> None:
         """Give a lease back (after its receipt is committed, or when the call failed)."""
         if key not in self.held:

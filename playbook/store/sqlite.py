@@ -37,6 +37,7 @@ _RECEIPTS = f"key >= '{RECEIPT}' AND key < '{chr(ord(RECEIPT) + 1)}'"
 _AS_BYTES = ", ".join(c if c in ("at", "cost", "miss", "flags") else f"CAST({c} AS BLOB)" for c in COLUMNS.split(", "))
 # A lease is taken where none is, where the last one expired, or where it is ours already: the
 # keys it returns.  (A multi-row VALUES reads its rows' ``excluded`` values: one statement per chunk.)
+_RELEASE = "DELETE FROM lease WHERE key = ? AND owner = ?"
 _TAKE = (
     "INSERT INTO lease (key, owner, expires) VALUES {} "
     "ON CONFLICT(key) DO UPDATE SET owner = excluded.owner, expires = excluded.expires "
@@ -49,6 +50,7 @@ class SqliteBackend:
     """Records in ``directory/receipts.db``; ``notify`` hears what the user should be told."""
 
     remote = False
+    releases_with_writes = True  # write() gives leases back in the receipts' transaction
 
     def __init__(self, directory: Path, *, readonly: bool = False, notify: Callable[[str], None] | None = None,
                  synced: bool = True) -> None:  # fmt: skip
@@ -111,9 +113,17 @@ class SqliteBackend:
         rows = self._db.read(lambda con: con.execute(f"SELECT {_AS_BYTES} FROM receipt WHERE key = ?", (key,)).fetchall())
         return _record(rows[0]) if rows else None
 
-    def write(self, records: Sequence[Record]) -> None:
-        # Receipts (and step records) are what was paid for: on the disk before their rows go on.
-        self._db.write(lambda con: con.executemany(_UPSERT, records), synced=True)
+    def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "") -> None:
+        """Receipts (and step records) are what was paid for: on the disk before their rows go on.
+        ``released``: leases of ``owner`` given back in the same transaction (of the calls these
+        receipts answer: another process that takes one finds the receipt)."""
+
+        def write(con: sqlite3.Connection) -> None:
+            con.executemany(_UPSERT, records)
+            if released:
+                con.executemany(_RELEASE, [(key, owner) for key in released])
+
+        self._db.write(write, synced=True)
 
     def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | Damaged]]:
         where = _RECEIPTS + (" AND tool = ?" if tool is not None else "")
@@ -243,7 +253,7 @@ class SqliteBackend:
         )
 
     def release(self, keys: Sequence[str], owner: str) -> None:
-        self._db.write(lambda con: con.executemany("DELETE FROM lease WHERE key = ? AND owner = ?", [(k, owner) for k in keys]))
+        self._db.write(lambda con: con.executemany(_RELEASE, [(k, owner) for k in keys]))
 
     def holder(self, key: str) -> tuple[str, float] | None:
         row = self._db.read(lambda con: con.execute("SELECT owner, expires FROM lease WHERE key = ?", (key,)).fetchone())
