@@ -16,6 +16,8 @@ import redis
 
 import playbook as pb
 from playbook.demo.redis_server import RedisServer
+from playbook.keys import row_key
+from playbook.store import MISSING, engine
 
 ROWS = 1000
 
@@ -101,6 +103,26 @@ def test_a_rerun_of_an_edited_play_reads_receipts_a_chunk_of_rows_per_round_trip
     # Memos (2 chunks of 512 rows), the hints of those rows, and their receipts 512 rows at a
     # time: about 6.  One lookup per event-loop turn would be 2000 / 16 = 125.
     assert trips <= 12, f"{trips} MGETs for {2 * ROWS} receipts"
+
+
+def test_a_row_cancelled_while_receipts_are_read_ahead_does_not_cancel_the_read(redis_url: str) -> None:
+    """Rows waiting for the same chunk of receipts read ahead share one read: one of them stopped
+    meanwhile (Ctrl-C, a stop) leaves the others their answers."""
+    store = pb.ReceiptStore(redis_url)
+    pd.DataFrame({"n": range(20)}).play.run(_play("1"), store=store, progress=False)
+    core = engine(store)
+    keys = [key for key, _ in store.records()]
+
+    async def main() -> object:
+        core.warm("enrich", lambda: [row_key([n]) for n in range(20)])  # the rows are about to run again
+        first = asyncio.ensure_future(core.alookup(keys[0]))
+        second = asyncio.ensure_future(core.alookup(keys[1]))
+        await asyncio.sleep(0)  # both wait for the chunk being read
+        first.cancel()
+        return await second
+
+    found = asyncio.run(main())
+    assert found is not MISSING and found[0]["label"].startswith("item-")  # type: ignore[index]
 
 
 def test_clearing_a_tool_on_redis_makes_the_next_run_pay_for_it_again(redis_url: str) -> None:

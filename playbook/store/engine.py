@@ -177,7 +177,9 @@ class StoreEngine(Inspection, RowMemos, Marked):
         if ahead:
             read = ahead.pop(key)
             if read is None and (self._filling is not None or ahead.due()):
-                await self._read_ahead()  # its chunk may be on its way, or next: one round trip for many rows
+                # Its chunk may be on its way, or next: one round trip for many rows.  Shielded: a
+                # row cancelled meanwhile must not cancel the read the others wait for.
+                await asyncio.shield(self._read_ahead())
                 read = ahead.pop(key)
             elif ahead.due():
                 self._read_ahead()  # the next chunk, read while these rows go on
@@ -195,13 +197,15 @@ class StoreEngine(Inspection, RowMemos, Marked):
     def _read_ahead(self) -> asyncio.Future[None]:
         """The next chunk of receipts read ahead, one read at a time, awaited by the rows that need
         it.  A read that fails only leaves those rows to ask for their receipts (which says why)."""
-        filling = self._filling
-        if filling is None:
-            filling = self._filling = asyncio.get_running_loop().create_future()
+        filling, loop = self._filling, asyncio.get_running_loop()
+        if filling is None or filling.get_loop() is not loop:  # none under way for this loop (an earlier run's may never end)
+            filling = self._filling = loop.create_future()
 
             def filled(_: None, exc: BaseException | None) -> None:
-                self._filling = None
-                filling.set_result(None)
+                if self._filling is filling:
+                    self._filling = None
+                if not filling.done():
+                    filling.set_result(None)
 
             self._io.submit(self._ahead.fill, filled)
         return filling
