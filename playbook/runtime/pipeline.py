@@ -87,7 +87,8 @@ async def call_tool(
     ctx.used(tool, key)
     forced = (force or scope.force_all) and scope.must_force(logical)
     if not forced:
-        found = await lookup(scope.store, key, ttl, scope.ahead.first(tool.name))
+        # A call sent as a batch job takes no lease, so nothing looks it up after one: it is looked up first.
+        found = await lookup(scope.store, key, ttl, scope.ahead.first(tool.name) or tool.submits())
         if found is not MISSING:
             scope.ahead.learn(tool.name, True)
             return _reused(ctx, tool, values, found)
