@@ -199,12 +199,23 @@ def test_a_run_of_new_calls_takes_leases_first_and_still_reuses_a_receipt_it_the
 
     pd.DataFrame({"n": range(100, 200)}).play.map(pb.play(lambda_play(lookup_), name="earlier"), store=store, progress=False)
     paid.clear()
+    backend = engine(store).backend
+    take, leased = backend.take, []
+
+    def counted(keys, owner, ttl):  # type: ignore[no-untyped-def]  # the store's own take, counted
+        leased.extend(keys)
+        return take(keys, owner, ttl)
+
+    backend.take = counted  # type: ignore[method-assign]
     run = pd.DataFrame({"n": range(200)}).play.run(
         pb.play(lambda_play(lookup_), name="tenfold"), store=store, progress=False, concurrency=1
     )
 
     assert paid == list(range(100))
     assert run.stats.calls_executed == 100 and run.stats.calls_reused == 100
+    # Leases: the hundred new calls, then the first few calls that had receipts, until their
+    # tool is looked up first again (every one of them, were it never; none, were it always).
+    assert 100 < len(leased) < 120, len(leased)
     assert run.result["lookup"].tolist() == [n * 10 for n in range(200)]
 
 
