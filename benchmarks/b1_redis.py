@@ -2,10 +2,9 @@
 ``redis-server`` on loopback, appendonly on, as the README advises).
 
 - receipts replay: 20,000 rows whose row memos miss and whose one tool call each hits its receipt;
-- row-memo replay: the same rows, every row memo hits.
-
-- first run: the same rows through a tool no receipt answers yet (a new version each time), so
-  every call is made and its receipt and row memo written.
+- row-memo replay: the same rows, every row memo hits;
+- first run: the same rows through a tool no receipt answers yet (a tool of its own each time:
+  the replays' tool keeps its memos), so every call is made and its receipt and row memo written.
 
 Baseline: what a hand-written client of the same server does at best: the very records
 playbook keeps, as JSON text under the same keys, read back with ``GET`` pipelined 1,000 keys a
@@ -73,9 +72,7 @@ def _run(url: str, repeats: int) -> list[Result]:
     versions = itertools.count()
 
     def first_run() -> int:
-        @pb.tool(
-            name=f"first-{next(versions)}", version="1"
-        )  # a tool of its own (the replays' tool keeps its memos): no receipt answers it
+        @pb.tool(name=f"first-{next(versions)}", version="1")
         async def lookup(n: int) -> dict:
             return {"n": n, "label": f"item-{n}"}
 

@@ -35,9 +35,9 @@ _MEMOS = "SELECT key, play, tools, calls, cost, flags, output FROM memo WHERE ke
 _RECEIPTS = f"key >= '{RECEIPT}' AND key < '{chr(ord(RECEIPT) + 1)}'"
 # Text columns read as bytes: one record that is not UTF-8 must not stop a listing of the others.
 _AS_BYTES = ", ".join(c if c in ("at", "cost", "miss", "flags") else f"CAST({c} AS BLOB)" for c in COLUMNS.split(", "))
+_RELEASE = "DELETE FROM lease WHERE key = ? AND owner = ?"  # a lease given back: only by its owner
 # A lease is taken where none is, where the last one expired, or where it is ours already: the
 # keys it returns.  (A multi-row VALUES reads its rows' ``excluded`` values: one statement per chunk.)
-_RELEASE = "DELETE FROM lease WHERE key = ? AND owner = ?"
 _TAKE = (
     "INSERT INTO lease (key, owner, expires) VALUES {} "
     "ON CONFLICT(key) DO UPDATE SET owner = excluded.owner, expires = excluded.expires "
