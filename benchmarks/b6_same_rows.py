@@ -24,7 +24,7 @@ import tempfile
 
 from playbook.demo.redis_server import RedisServer
 
-from .harness import Result, demo_process
+from .harness import Result, demo_process, emptied
 from .workers import Finish, Worker, start_line
 
 ROWS = 2_000
@@ -51,7 +51,7 @@ def run(repeats: int = 1) -> list[Result]:
 def _measured(url: str, redis: RedisServer, kind: str, count: int) -> Finish:
     """``count`` processes over the same rows on a new store of ``kind``."""
     if kind == "redis":
-        redis.flush()
+        emptied(redis)
         return start_line(url, DEMO, _same(count, redis.url))
     with tempfile.TemporaryDirectory(prefix="pb-b6r-") as home:
         return start_line(url, DEMO, _same(count, home))

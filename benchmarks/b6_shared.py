@@ -42,7 +42,7 @@ from typing import Any
 
 from playbook.demo.redis_server import RedisServer
 
-from .harness import Result, clock_row, convergence, demo_process, on_providers_clock, refused_note, steady_row
+from .harness import Result, clock_row, convergence, demo_process, emptied, on_providers_clock, refused_note, steady_row
 from .workers import Finish, Worker, start_line
 
 ROWS = 300
@@ -137,7 +137,7 @@ def _windows(url: str, redis: RedisServer, repeats: int) -> list[Result]:
 
 def _measured(url: str, redis: RedisServer, settings: dict[str, Any], workers: list[Worker], *, watch: bool = False) -> Finish:
     """One run from a start line, on a flushed Redis: what one run's limiter learnt is not the next one's."""
-    redis.flush()
+    emptied(redis)
     return start_line(url, settings, workers, watch=watch)
 
 

@@ -56,7 +56,7 @@ import pandas as pd
 import playbook as pb
 from playbook.demo.redis_server import RedisServer
 
-from .harness import Result, admissions, clock_row, demo_process, on_providers_clock, refused_note, slope
+from .harness import Result, admissions, clock_row, demo_process, emptied, on_providers_clock, refused_note, slope
 
 ROWS = 100_000
 PARTITIONS = 10
@@ -88,9 +88,9 @@ def run(repeats: int = 1) -> list[Result]:
         ours: list[dict[str, float]] = []
         single: list[dict[str, float]] = []
         for _ in range(repeats):  # interleaved, so a slow spell of the machine hits both
-            redis.flush()
+            emptied(redis)
             single.append(_one_process(frame, play, redis))
-            redis.flush()
+            emptied(redis)
             ours.append(_on_cluster(client, parts, play, redis))
         cheap = _cheap_row(_median(single, "seconds"), _median(ours, "seconds"))
         shared, strict, window = [], [], []
@@ -208,7 +208,7 @@ def _shared(redis: RedisServer, url: str, settings: dict[str, Any], provider: di
     demo reset to ``settings``; the demo's admissions sampled while it runs."""
     import dask.dataframe as dd
 
-    redis.flush()
+    emptied(redis)
     frame = pd.DataFrame({"domain": [f"company{i}.com" for i in range(rows)], "first": [f"P{i}" for i in range(rows)]})
     parts = dd.from_pandas(frame, npartitions=SHARED_PARTITIONS)
     tool = pb.demo.email_tool(url, provider=pb.Provider("demo", **provider))

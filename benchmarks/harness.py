@@ -25,6 +25,9 @@ import httpx
 import pandas as pd
 from httpx_aiohttp import AiohttpTransport
 
+import playbook as pb
+from playbook.demo.redis_server import RedisServer
+
 
 @dataclass
 class Result:
@@ -93,6 +96,15 @@ def timed(fn: Callable[[], int]) -> float:
     start = time.perf_counter()
     count = fn()
     return count / (time.perf_counter() - start)
+
+
+def emptied(redis: RedisServer) -> None:
+    """``redis`` flushed between cases, and its store's mark reset to match: a store emptied on
+    purpose, which the next run must not refuse as one that lost its receipts."""
+    redis.flush()
+    store = pb.ReceiptStore(redis.url)
+    store.reset()
+    store.close()
 
 
 @contextlib.contextmanager

@@ -79,6 +79,33 @@ def test_burst_lets_permits_through_at_once(make: Factory) -> None:
     assert since_first[4] < 0.2 and 0.35 <= since_first[5] < 1.5
 
 
+def test_calls_whose_slots_came_due_while_the_loop_stalled_do_not_go_at_once(make: Factory) -> None:
+    """rate=20, burst=1: eight calls wait for their slots (a shared limiter reserves them up to
+    half a second ahead) when the loop stalls for 0.4 s (a blocking cell, a busy machine).  The
+    slots that came due meanwhile are gone: after the stall the calls still go one interval
+    apart, not together (which a strict provider answers with 429s)."""
+
+    async def main() -> list[float]:
+        limiter = make(rate=20.0)
+        await limiter.settle(await _go(limiter))  # connected: the first call's set-up is no part of it
+        sent: list[float] = []
+
+        async def one() -> None:
+            permit = await _go(limiter)
+            sent.append(time.monotonic())
+            await limiter.settle(permit)
+
+        tasks = [asyncio.create_task(one()) for _ in range(8)]
+        await asyncio.sleep(0.08)  # every call has asked for its slot; one or two have gone
+        time.sleep(0.4)  # noqa: ASYNC251  # the stall itself
+        await asyncio.gather(*tasks)
+        return sent
+
+    sent = asyncio.run(main())
+    bunched = max(sum(1 for t in sent if start <= t < start + 0.025) for start in sent)
+    assert bunched <= 2, [round(t - sent[0], 3) for t in sent]
+
+
 def test_concurrency_bounds_permits_out(make: Factory) -> None:
     """concurrency=3: a fourth permit waits until one of the three is given back."""
 

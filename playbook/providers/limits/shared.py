@@ -28,7 +28,7 @@ import math
 import os
 import random
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from ..._internal.dist import install_hint
 from ..._internal.owners import HOST, dead
@@ -47,6 +47,7 @@ __all__ = ["RedisLimiter"]
 
 HORIZON = 0.5  # seconds ahead a rate slot may be reserved
 POLL = 0.025  # seconds between asks while the account has no room (a local release asks at once)
+MISSED = 0.01  # seconds late past which a slot is missed, however high the rate (a timer's own lateness is not)
 _SCRIPTS = {"acquire": scripts.ACQUIRE, "held": scripts.HELD, "settle": scripts.SETTLE, "refused": scripts.REFUSED,
             "release": scripts.RELEASE, "hold": scripts.HOLD, "renew": scripts.RENEW, "tokens": scripts.TOKENS,
             "charge": scripts.CHARGE}  # fmt: skip
@@ -122,31 +123,42 @@ class RedisLimiter:
 
     async def acquire(self, weight: float = 1.0, patience: float = math.inf) -> Permit | None:
         loop, link = self._link()
-        key = f"{self._host}:{next(_ids)}"
-        link.busy += 1
-        try:
-            async with link.turn:  # one asker per loop; the rest wait here, in order
-                granted = await self._reserve(key, weight, loop, link, patience)
-        except BaseException:
+        while True:
+            key = f"{self._host}:{next(_ids)}"
+            link.busy += 1
+            try:
+                async with link.turn:  # one asker per loop; the rest wait here, in order
+                    granted = await self._reserve(key, weight, loop, link, patience)
+            except BaseException:
+                link.busy -= 1
+                await self._idle(link)
+                raise
             link.busy -= 1
-            await self._idle(link)
-            raise
-        link.busy -= 1
-        if granted is None:
-            await self._idle(link)
-            return None
-        level, wait = granted
-        permit = Permit(weight, level, loop.time() + wait, key)
+            if granted is None:
+                await self._idle(link)
+                return None
+            permit = await self._due(Permit(weight, granted[0], loop.time() + granted[1], key), loop, link)
+            if permit is not False:
+                return permit
+
+    async def _due(self, permit: Permit, loop: asyncio.AbstractEventLoop, link: Link) -> Permit | Literal[False] | None:
+        """Wait for the permit's slot: the permit, None when a hold came first, or False
+        when this loop woke over an interval late (it stalled): the slots that came due meanwhile
+        are the account's loss, and a fresh one is asked for, so calls reserved ahead do not
+        all go together when the loop runs again (a strict provider refuses them)."""
         permit.offset = self._offset
         try:
-            if wait > 0:
-                await asyncio.sleep(wait)
+            if permit.sent_at > loop.time():
+                await asyncio.sleep(permit.sent_at - loop.time())
                 # A hold set meanwhile, here or by another process: this slot is not to be used.
                 reply = await self._script(link, "held", ["hold"], [])
                 self._learn(reply[0], reply[1], None, loop)
             if self.hold_until_t > loop.time():
                 await self._give_back(permit, on_wire=False)
                 return None
+            if self.rate is not None and loop.time() - permit.sent_at > max(1.0 / self.rate, MISSED):
+                await self._give_back(permit, on_wire=False)
+                return False
         except BaseException:
             await self._give_back(permit, on_wire=False)
             raise
