@@ -28,6 +28,7 @@ import math
 import os
 import random
 import threading
+from collections import deque
 from typing import Any, Literal
 
 from ..._internal.dist import install_hint
@@ -89,6 +90,7 @@ class RedisLimiter:
         self._offset = 0.0  # Redis time minus loop time, as of the last answer
         self._host = f"{HOST}:{os.getpid()}:{random.getrandbits(32):08x}"
         self._reaped = -math.inf  # loop clock: when permits of dead processes were last looked for
+        self._sent: deque[float] = deque(maxlen=self.burst)  # loop clock: when this process's last calls went
         self._links: dict[asyncio.AbstractEventLoop, Link] = {}  # each loop's connection, while it has one
         self._lock = threading.Lock()  # threads share the window and the count of calls on the wire
 
@@ -142,10 +144,10 @@ class RedisLimiter:
                 return permit
 
     async def _due(self, permit: Permit, loop: asyncio.AbstractEventLoop, link: Link) -> Permit | Literal[False] | None:
-        """Wait for the permit's slot: the permit, None when a hold came first, or False
-        when this loop woke over an interval late (it stalled): the slots that came due meanwhile
-        are the account's loss, and a fresh one is asked for, so calls reserved ahead do not
-        all go together when the loop runs again (a strict provider refuses them)."""
+        """Wait for the permit's slot: the permit, None when a hold came first, or False when
+        it would go in a bunch (see :meth:`_bunched`): the slots that came due while the loop
+        stalled are the account's loss, and a fresh one is asked for, so calls reserved ahead do
+        not all go together when the loop runs again (a strict provider refuses them)."""
         permit.offset = self._offset
         try:
             if permit.sent_at > loop.time():
@@ -156,7 +158,7 @@ class RedisLimiter:
             if self.hold_until_t > loop.time():
                 await self._give_back(permit, on_wire=False)
                 return None
-            if self.rate is not None and loop.time() - permit.sent_at > max(1.0 / self.rate, MISSED):
+            if self._bunched(permit, loop.time()):
                 await self._give_back(permit, on_wire=False)
                 return False
         except BaseException:
@@ -165,7 +167,15 @@ class RedisLimiter:
         permit.sent_at = loop.time()
         with self._lock:
             self.in_flight += 1
+            self._sent.append(permit.sent_at)
         return permit
+
+    def _bunched(self, permit: Permit, now: float) -> bool:
+        """Woken over an interval late, when this process's last calls (as many as the burst)
+        went within the last interval: the loop stalled, and the calls whose slots came due
+        meanwhile would go together.  (A call late alone goes: its slot is worth a round trip.)"""
+        interval, sent = 1.0 / self.rate if self.rate else math.inf, self._sent  # no rate: no slots to bunch
+        return now - permit.sent_at > max(interval, MISSED) and len(sent) == sent.maxlen and now - sent[0] < interval
 
     async def settle(self, permit: Permit, actual: float | None = None) -> bool:
         if not self._landed(permit):
