@@ -18,6 +18,16 @@ from playbook.providers.provider import forget_governors
 from playbook.runtime import run as run_module
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _marks_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Kernels, servers and workers that module fixtures start keep their marks of stores in this
+    session's directory, not the user's: pytest's numbered directories come round again, and a
+    store made anew at an earlier session's path is not one that lost its receipts."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PLAYBOOK_MARKS", str(tmp_path_factory.mktemp("session-marks")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test gets its own default store directory, its own marks of stores and no remembered last run."""

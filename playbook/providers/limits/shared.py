@@ -124,8 +124,8 @@ class RedisLimiter:
     # -- the Limiter protocol ------------------------------------------------------------------
 
     async def acquire(self, weight: float = 1.0, patience: float = math.inf) -> Permit | None:
-        loop, link = self._link()
-        while True:
+        while True:  # each round on this loop's link as it is now: a missed slot given back may have closed it
+            loop, link = self._link()
             key = f"{self._host}:{next(_ids)}"
             link.busy += 1
             try:
