@@ -106,6 +106,32 @@ def test_calls_whose_slots_came_due_while_the_loop_stalled_do_not_go_at_once(mak
     assert bunched <= 2, [round(t - sent[0], 3) for t in sent]
 
 
+def test_a_call_late_on_its_own_keeps_its_slot(redis_url: str) -> None:
+    """rate=20: one call waits for its slot while the loop stalls 0.3 s, with no call of this
+    process just before it.  It goes on the slot it had when the loop runs again: it neither
+    gives the slot back nor asks Redis for another (a busy machine's late timers cost no slots),
+    so the only script run meanwhile is the check for a hold."""
+    server = redis.Redis.from_url(redis_url)
+
+    def scripts_run() -> int:
+        stats = server.info("commandstats")
+        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
+
+    async def main() -> int:
+        limiter = RedisLimiter(redis_url, "acme:default", provider="acme", rate=20.0)
+        await limiter.settle(await _go(limiter))  # connected, its scripts loaded
+        waiting = asyncio.create_task(_go(limiter))
+        await asyncio.sleep(0.02)  # its slot is reserved (0.05 s after the first call's): it sleeps until then
+        before = scripts_run()
+        time.sleep(0.3)  # noqa: ASYNC251  # the stall itself
+        permit = await waiting
+        run = scripts_run() - before
+        await limiter.settle(permit)
+        return run
+
+    assert asyncio.run(main()) == 1
+
+
 def test_concurrency_bounds_permits_out(make: Factory) -> None:
     """concurrency=3: a fourth permit waits until one of the three is given back."""
 
