@@ -95,18 +95,19 @@ def _values(column: pd.Series) -> list[Any]:
 def test_a_provider_has_one_rate_across_the_workers(client: Client, demo, redis_url: str) -> None:
     """A provider given no shared= is shared through the job's Redis: two workers together keep to
     its rate (the demo refuses what passes it), and its limits live in that Redis."""
-    demo.reset(rps=10, burst=2)
-    provider = pb.Provider("demo-shared", rps=10, burst=2)
+    demo.reset(rps=10, burst=5)
+    provider = pb.Provider("demo-shared", rps=10, burst=5)
     frame = _people(40)
     started = time.monotonic()
     run = dd.from_pandas(frame, npartitions=4).play.run(_play(_email(demo, provider)), store=redis_url, progress=False)
     took = time.monotonic() - started
 
     assert run.stats.ok == 40
-    # Two workers each at 10/s would have half their calls refused; one shared rate, a stray refusal
-    # or two where calls leaving two processes in turn reach the server together.
-    assert demo.stats()["rate_limited"] <= 4
-    assert took >= (40 - 2) / 10 * 0.9, f"40 calls at 10/s took {took:.1f}s: faster than the provider's rate"
+    # Two workers each at 10/s are refused 17-25 times here (their bursts and their rates add up);
+    # one shared rate, a few times at most: a loaded machine delays some calls and sends the next
+    # on time, and a bucket of 5 takes most such pairs (with a bucket of 2, a busy machine saw 5).
+    assert demo.stats()["rate_limited"] <= 6
+    assert took >= (40 - 5) / 10 * 0.9, f"40 calls at 10/s took {took:.1f}s: faster than the provider's rate"
     keys = {k.decode() for k in redis.Redis.from_url(redis_url).scan_iter("playbook:limit:*demo-shared*")}
     assert keys, "the provider's limits are not in the job's Redis"
 

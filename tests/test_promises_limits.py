@@ -81,7 +81,10 @@ def test_a_hold_past_max_wait_caught_by_the_play_still_parks_the_row(
     time.sleep(max(0.0, out.parked["ready_at"].max().timestamp() - time.time()) + 0.2)
     demo.configure(quota=None)
     paid_before = answered(demo)
-    again = engine.run(people(12), play, concurrency=3)
+    # The quota's refusals came after calls got through: the provider learnt a pace from them (how
+    # fast those went), which on a loaded machine may space calls over a second apart; waiting for
+    # that pace is not what this rerun is about, so its rows may wait it out.
+    again = engine.run(people(12), play, concurrency=3, max_wait=60)
     assert again.statuses.get("reused", 0) == 5 and again.statuses.get("ok", 0) == 7  # the parked rows had no memo
     assert answered(demo) - paid_before == 7 and "fallback" not in set(again.result["email"].dropna())
 
