@@ -195,6 +195,24 @@ def test_a_refusal_cuts_the_rate_once_per_episode(make: Factory) -> None:
     assert same == cut and again is not None and again < cut
 
 
+def test_a_refusal_while_sending_starts_up_cuts_from_the_rate(make: Factory) -> None:
+    """Refused in the first second (sending still starting up: workers importing, connections
+    opening, calls bunched): the cut starts from the rate, not from the little let in so far,
+    which held a run at half the provider's limit."""
+
+    async def main() -> tuple[Verdict, float | None]:
+        limiter = make(rate=10.0, burst=2)
+        for _ in range(2):
+            await limiter.settle(await _go(limiter))
+            await asyncio.sleep(0.2)
+        verdict = await limiter.refused(await _go(limiter), hinted=False)  # 3 sent over 0.4 s: 7.5/s
+        return verdict, limiter.rate
+
+    verdict, rate = asyncio.run(main())
+    assert verdict is Verdict.LOWERED
+    assert rate == pytest.approx(10.0 * 0.75, rel=0.01)  # DEEP of the rate (of the 5/s let in: 3.75)
+
+
 def test_settling_a_heavier_call_delays_the_next(make: Factory) -> None:
     """At 10 tokens/s (5 at once), a call acquired as 10 tokens and settled as 15 pushes the next permit ~1.1 s later."""
 

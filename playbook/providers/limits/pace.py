@@ -26,8 +26,9 @@ class Pace:
     the last cut says nothing new.  The cut starts from what the provider *let in while we were
     sending* (:meth:`accepted`: calls sent over the last ``WINDOW`` seconds and not refused, over
     that time less any hold's silence: the silence of a hold is ours, not the provider's verdict).
-    A refusal within ``SOON`` of sending (again) measures mostly the provider's burst, or a fixed
-    window's whole allowance, so it cuts deeper.  Successes bring the rate back (additive
+    A refusal within ``SOON`` of sending (again) measures mostly how sending started (the
+    provider's burst, a fixed window's whole allowance, calls bunched as a run starts), so it cuts
+    deeper, from the rate.  Successes bring the rate back (additive
     increase): after a refusal quickly up to just under the level refused (``KNOWN`` of it), but
     not at all after one at the level recovered to within ``FORGET`` seconds (that level was too
     high too); then slowly (``PROBE`` of the rate a second), so finding the limit again costs a
@@ -256,11 +257,14 @@ class Pace:
             base, cut = accepted, self.CUT
             self._slow_start, self._target = False, None
         else:
-            base = rate if accepted is None else min(rate, accepted)
-            # Refused again soon after sending resumed: the last cut was not enough, and what was
-            # measured is mostly the provider's burst (or a fixed window's whole allowance).
+            # Refused soon after sending (re)started: the last cut, if any, was not enough.  What
+            # was let in so far measures how sending started more than the provider: a burst, a
+            # fixed window's whole allowance, or a cold start's calls bunched and refused (each
+            # one counted against it: cut from that, a run went at half its rate).  The cut
+            # starts from the rate, deeper.
             soon = now - self._resumed < self.SOON
             cut = self.DEEP if soon else self.CUT
+            base = rate if accepted is None or soon else min(rate, accepted)
         # Refused again at (or under) the level recovered to: that level was too high too.
         again = self._target is not None and now - self._last_cut < self.FORGET and (rate or 0.0) <= self._target * 1.01
         self._last_cut = now

@@ -277,8 +277,10 @@ elseif slow then
   base, cut, slow, target = acc, CUT, false, nil
 else
   base = rate
-  if acc ~= nil and acc < rate then base = acc end
-  if now - resumed < SOON then cut = DEEP else cut = CUT end
+  -- refused soon after sending (re)started: what was let in measures how it started (Pace.limited)
+  local soon = now - resumed < SOON
+  if acc ~= nil and acc < rate and not soon then base = acc end
+  if soon then cut = DEEP else cut = CUT end
 end
 -- refused again at (or under) the level recovered to: that level was too high too
 local again = target ~= nil and now - last_cut < FORGET and (rate or 0) <= target * 1.01
