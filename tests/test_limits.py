@@ -201,6 +201,17 @@ def test_limited_uses_accepted_rate_once_measured() -> None:
     assert pace.rate == pytest.approx(6 * Pace.CUT)
 
 
+def test_a_refusal_in_the_first_second_cuts_from_the_rate() -> None:
+    """Refused within SOON of sending starting, the cut is DEEP of the rate: the 2 calls let in over 0.35 s
+    measure how sending started, not the provider; later, what was let in is the base."""
+    pace = Pace(10)
+    _traffic(pace, 0.0, 0.15)
+    pace.take(0.3)
+    assert pace.accepted(0.35) is not None  # measurable: the old rule cut from it (~5/s)
+    assert pace.limited(0.35, sent_at=0.3) is True
+    assert pace.rate == pytest.approx(10 * Pace.DEEP)
+
+
 def test_accepted_leaves_out_the_silence_of_a_hold() -> None:
     """What the provider accepted is counted over the time we were sending: a hold's silence is
     not the provider refusing."""
