@@ -63,8 +63,9 @@ def test_a_hold_past_max_wait_caught_by_the_play_still_parks_the_row(
 ) -> None:
     """A play that catches everything around ctx.tool (to use a fallback) cannot finish a row
     the provider holds past max_wait: the row parks with the hold's reason, no memo is kept,
-    and once the hold is over a rerun pays for each such row once, with the real answer."""
-    demo.reset(quota=5, quota_reset=3)
+    and once the hold is over a rerun pays for each such row once, with the real answer.  The
+    quota's day is 8 s: the first run must end within it, on a loaded machine too."""
+    demo.reset(quota=5, quota_reset=8)
     tool = email(demo, pb.Provider(name("quota"), concurrency=1, max_wait=1))
 
     async def swallowing(row, ctx):  # type: ignore[no-untyped-def]

@@ -374,7 +374,7 @@ async def main():
     limiter = RedisLimiter(url, "acme:default", provider="acme", rate=20.0, concurrency=3)
     loop = asyncio.get_running_loop()
     if action == "hold":
-        await limiter.hold(loop.time() + 3.0)
+        await limiter.hold(loop.time() + 10.0)
     elif action == "cut":
         permit = await limiter.acquire()
         await limiter.refused(permit, hinted=True)
@@ -412,7 +412,8 @@ def _done(proc: subprocess.Popen[str]) -> str:
 
 
 def test_a_hold_set_by_another_process_is_seen_here(redis_url: str, other: Callable[..., subprocess.Popen[str]]) -> None:
-    """Another process holds the account for 3 s: acquire here steps aside and learns until when."""
+    """Another process holds the account for 10 s: acquire here steps aside and learns until when
+    (the hold outlasts a loaded machine's start of this process by far: nothing waits it out)."""
     _done(other("hold"))
 
     async def main() -> tuple[Any, float]:
@@ -421,7 +422,7 @@ def test_a_hold_set_by_another_process_is_seen_here(redis_url: str, other: Calla
         return permit, limiter.hold_until_t - asyncio.get_running_loop().time()
 
     permit, left = asyncio.run(main())
-    assert permit is None and 1.0 < left <= 3.0
+    assert permit is None and 1.0 < left <= 10.0
 
 
 def test_a_cut_made_by_another_process_is_seen_here(redis_url: str, other: Callable[..., subprocess.Popen[str]]) -> None:

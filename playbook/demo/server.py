@@ -34,6 +34,7 @@ _STOP_TIMEOUT = 5.0
 # The port serve() takes when it is free: an http_tool's receipts answer for the URL it calls, so
 # a demo on the same URL in the next session finds the receipts of this one.
 DEFAULT_PORT = 8787
+_BACKLOG = 1024  # as uvicorn is configured below
 # Servers serve() started on its own choice of port, by the place that asked: that place asking
 # again (a notebook cell run again) gets the same server, so the same URL and the same receipts.
 _started: weakref.WeakValueDictionary[tuple[str, str, str], DemoServer] = weakref.WeakValueDictionary()
@@ -172,15 +173,23 @@ class DemoServer:
         # proto must say TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets
         # whose proto is IPPROTO_TCP, and without it Nagle meets delayed ACKs and every
         # response stalls ~40 ms (1,400 req/s instead of >10,000 at 64 in flight).
+        try:
+            return self._socket(family, DEFAULT_PORT if port is None else port)
+        except OSError:
+            if port is not None:
+                raise
+            return self._socket(family, 0)  # the usual port is taken (another demo): any free one
+
+    def _socket(self, family: socket.AddressFamily, port: int) -> socket.socket:
+        """A socket listening on ``port``.  It listens before it is handed on: with SO_REUSEADDR
+        two processes starting at once may both bind a port no one listens on yet, and only
+        the first to listen has it (the other's listen fails, and it takes another port, rather
+        than sending its calls to the first's server)."""
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((self.host, DEFAULT_PORT if port is None else port))
-            except OSError:
-                if port is not None:
-                    raise
-                sock.bind((self.host, 0))  # the usual port is taken (another demo): any free one
+            sock.bind((self.host, port))
+            sock.listen(_BACKLOG)
         except BaseException:
             sock.close()
             raise
