@@ -531,3 +531,35 @@ def test_a_stop_sends_no_retry_of_a_call_that_failed_meanwhile(store) -> None:
     run = asyncio.run(main())
     assert tries == [1]
     assert run.result.play_status.tolist() == ["skipped"]
+
+
+def test_a_rerun_settles_rows_and_their_copies_from_memos_in_chunks(store: pb.ReceiptStore) -> None:
+    """A rerun over 20,000 rows (memos asked of the store a chunk at a time), every value twice:
+    each row and its copy are reused with the output first returned; the calls and money saved
+    count once per key; the rows whose output now clashes with an input column fail saying why."""
+    calls: list[int] = []
+
+    @pb.tool(name="priced", cost=0.25)
+    async def priced(n: int) -> int:
+        calls.append(n)
+        return n * 3
+
+    async def tripled(row, ctx):
+        out = {"t": await ctx.tool(priced, n=row.n)}
+        if row.n % 5000 == 1:
+            out["n"] = -1  # replaces the input: allowed with overwrite=True only
+        return out
+
+    play = pb.play(tripled, name="tripled")
+    frame = pd.DataFrame({"n": [i % 10_000 for i in range(20_000)]})
+    first = frame.play.map(play, store=store, progress=False, overwrite=True, concurrency=64)
+    assert len(calls) == 10_000 and (first["t"] == frame["n"] * 3).all()
+    again = frame.play.map(play, store=store, progress=False, concurrency=64)
+    stats = pb.last_run().stats
+    clashed = frame["n"] % 5000 == 1
+    assert len(calls) == 10_000
+    assert again.loc[~clashed, "play_status"].eq("reused").all() and (again.loc[~clashed, "t"] == frame.loc[~clashed, "n"] * 3).all()
+    assert again.loc[clashed, "play_status"].eq("failed").all() and again.loc[clashed, "play_error"].str.contains("'n'").all()
+    assert again["n"].tolist() == frame["n"].tolist()  # nothing replaced without overwrite=True
+    assert (stats.reused, stats.failed) == (20_000 - 4, 4)
+    assert stats.calls_reused == 10_000 and stats.cost_saved == pytest.approx(2_500.0)
