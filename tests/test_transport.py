@@ -211,12 +211,12 @@ def test_ssl_cert_file_decides_which_certificates_are_trusted(tmp_path, store, m
 
 def test_connections_per_host_are_bounded_and_waiting_for_one_is_not_a_timeout(demo, store) -> None:
     """600 calls in flight to one host use at most PER_HOST connections; the rest queue, and the queue does not count against timeout=."""
-    demo.reset(latency=0.5)
-    # Eight waves of 0.5 s: the last waits 3.5 s for a connection, longer than the tool's timeout,
-    # which leaves each answer 2.5 s of slack (a loaded machine opening the first wave's
-    # connections at once has used two seconds of it).
-    waves = 8
-    tool = _company_tool(demo.url, timeout=3.0)
+    demo.reset(latency=1.0)
+    # Seven waves of 1 s: the last waits 6 s for a connection, longer than the tool's timeout,
+    # which leaves each answer 4 s of slack (a machine six times slower, opening the first wave's
+    # connections at once, has used over two seconds of it).
+    waves = 7
+    tool = _company_tool(demo.url, timeout=5.0)
     frame = pd.DataFrame({"domain": [f"company{i}.com" for i in range(waves * PER_HOST)]})
     out = frame.play.map(tool, store=store, progress=False, concurrency=waves * PER_HOST)
     assert (out["play_status"] == "ok").all(), out["play_error"].dropna().head()
