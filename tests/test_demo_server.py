@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -647,3 +648,43 @@ def test_leads_dataframe_has_expected_shape():
     assert df.duplicated().sum() == 3
     assert df.drop_duplicates()["website"].duplicated().sum() == 10
     assert df["website"].str.match(r"(?i)^https?://").all()
+
+
+_STARTS_AT_ONCE = """
+import sys, urllib.request
+from playbook import demo
+print("ready", flush=True)
+sys.stdin.readline()  # both processes go at once
+server = demo.serve()
+asked = urllib.request.Request(server.url + "/v1/company?domain=a.com", headers={"Authorization": "Bearer demo-key"})
+urllib.request.urlopen(asked).read()
+print(server.url, server.stats()["requests"], flush=True)
+sys.stdin.readline()  # up until the other one has asked too
+server.stop()
+"""
+
+
+def test_two_processes_starting_a_demo_at_once_each_serve_their_own_calls(tmp_path: Path) -> None:
+    """Two processes calling serve() at the same instant (two notebooks, two test workers) get a
+    port each: one call each, each answered by its own server, not both by whichever listened."""
+    env = {**os.environ, "PLAYBOOK_MARKS": str(tmp_path)}
+    for attempt in range(3):
+        with contextlib.ExitStack() as stack:
+            procs = [
+                stack.enter_context(
+                    subprocess.Popen(
+                        [sys.executable, "-c", _STARTS_AT_ONCE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+                    )
+                )
+                for _ in range(2)
+            ]
+            pipes = [(proc.stdin, proc.stdout) for proc in procs if proc.stdin is not None and proc.stdout is not None]
+            assert [out.readline().strip() for _, out in pipes] == ["ready", "ready"]
+            for into, _ in pipes:
+                into.write("go\n")
+                into.flush()
+            said = [out.readline().split() for _, out in pipes]
+            for proc in procs:
+                proc.communicate("bye\n", timeout=30)
+        assert len({url for url, _ in said}) == 2, f"attempt {attempt}: both on {said}"
+        assert [served for _, served in said] == ["1", "1"], said

@@ -34,7 +34,7 @@ _STOP_TIMEOUT = 5.0
 # The port serve() takes when it is free: an http_tool's receipts answer for the URL it calls, so
 # a demo on the same URL in the next session finds the receipts of this one.
 DEFAULT_PORT = 8787
-_BACKLOG = 1024  # as uvicorn is configured below
+_BACKLOG = 1024  # connections waiting to be accepted
 # Servers serve() started on its own choice of port, by the place that asked: that place asking
 # again (a notebook cell run again) gets the same server, so the same URL and the same receipts.
 _started: weakref.WeakValueDictionary[tuple[str, str, str], DemoServer] = weakref.WeakValueDictionary()
@@ -170,9 +170,6 @@ class DemoServer:
 
     def _listen(self, port: int | None) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        # proto must say TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets
-        # whose proto is IPPROTO_TCP, and without it Nagle meets delayed ACKs and every
-        # response stalls ~40 ms (1,400 req/s instead of >10,000 at 64 in flight).
         try:
             return self._socket(family, DEFAULT_PORT if port is None else port)
         except OSError:
@@ -185,6 +182,9 @@ class DemoServer:
         two processes starting at once may both bind a port no one listens on yet, and only
         the first to listen has it (the other's listen fails, and it takes another port, rather
         than sending its calls to the first's server)."""
+        # proto must say TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets
+        # whose proto is IPPROTO_TCP, and without it Nagle meets delayed ACKs and every
+        # response stalls ~40 ms (1,400 req/s instead of >10,000 at 64 in flight).
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -209,7 +209,7 @@ class DemoServer:
                 lifespan="off",
                 ws="none",
                 timeout_graceful_shutdown=2,
-                backlog=1024,
+                backlog=_BACKLOG,
             )
         return uvicorn.Server(self._config)
 
