@@ -251,3 +251,29 @@ def test_plays_made_by_one_factory_around_different_tools_are_different_plays(tm
     second = frame.play.map(play_for(lower), store=str(tmp_path), progress=False)
     assert list(first.shout) == ["HELLO", "WORLD"] and list(second.shout) == ["hello", "world"]
     assert list(second.play_status) == ["ok", "ok"]
+
+
+def test_a_play_pointed_at_a_renamed_tool_runs_its_rows_again(store: pb.ReceiptStore) -> None:
+    """Notebook cells share one namespace: renaming and changing the tool in its cell, without running
+    the play's cell again, gives the new tool's values, not the old tool's rows; running the tool's
+    cell again unchanged reuses every row."""
+    cells: dict[str, Any] = {"pb": pb}
+    tool_cell = """
+@pb.tool(name={name!r}, version="1")
+async def enrich(x: int) -> int:
+    return x * {factor}
+"""
+    exec(tool_cell.format(name="enrich", factor=2), cells)
+    exec("@pb.play\nasync def doubled(row, ctx):\n    return {'y': await ctx.tool(enrich, x=row.x)}\n", cells)
+    frame = pd.DataFrame({"x": [1, 2, 3]})
+
+    def run() -> pd.DataFrame:
+        return frame.play.map(cells["doubled"], store=store, progress=False)
+
+    assert run()["y"].tolist() == [2, 4, 6]
+    exec(tool_cell.format(name="enrich", factor=2), cells)
+    assert run()["play_status"].tolist() == ["reused"] * 3
+    exec(tool_cell.format(name="enrich_v2", factor=100), cells)
+    out = run()
+    assert out["y"].tolist() == [100, 200, 300] and out["play_status"].tolist() == ["ok"] * 3
+    assert run()["play_status"].tolist() == ["reused"] * 3

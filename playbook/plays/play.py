@@ -1,9 +1,10 @@
 """Plays: ``async def play(row, ctx)`` functions, and the fingerprint that decides reuse.
 
 The fingerprint covers the play's name, version and code (as a tool's identity does: comments and
-layout do not count), and its output model's schema when it declares one, so editing the play or
-its model makes every row run again, while its tool calls still hit their receipts: only changed
-calls cost.
+layout do not count), its output model's schema when it declares one, and the tools and plays its
+code names as globals, as they are when a run starts.  So editing the play or its model, or
+pointing it at another tool (a tool renamed in the cell above), makes every row run again, while
+its tool calls still hit their receipts: only changed calls cost.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class Play:
     """A named, versioned async row function with a fingerprint; ``output``: its declared output
     model (:class:`~playbook.plays.outputs.OutputModel`), or None."""
 
-    __slots__ = ("fn", "name", "version", "output", "fingerprint", "__wrapped__")
+    __slots__ = ("fn", "name", "version", "output", "fingerprint", "__wrapped__", "_own", "_named")
 
     fn: PlayFn
     name: str
@@ -66,9 +67,25 @@ class Play:
         parts = [label, self.version or "", source or code_fingerprint(fn)]
         if self.output is not None:  # a play without a model keeps the fingerprint (and the row memos) it had
             parts.append(self.output.fingerprint)
-        self.fingerprint = digest("\x1f".join(parts))
+        self._own = digest("\x1f".join(parts))
         self.__wrapped__ = fn
-        defined(play_name(label), self.fingerprint)  # a play that runs it as a sub-play sees an edit
+        self._named = "" if source else named_tools(fn)
+        self._fingerprint()
+
+    def _fingerprint(self) -> None:
+        # A play that names no tool as a global keeps the fingerprint (and the row memos) it had.
+        self.fingerprint = digest(self._own + "\x1f" + self._named) if self._named else self._own
+        defined(play_name(self.name), self.fingerprint)  # a play that runs it as a sub-play sees an edit
+
+    def current(self) -> Play:
+        """This play as it runs now: its fingerprint again if a tool or play it names as a global
+        was defined anew since (a renamed tool, in a cell run again after this one)."""
+        if self._named:
+            now = named_tools(self.fn)
+            if now != self._named:
+                self._named = now
+                self._fingerprint()
+        return self
 
     def __call__(self, row: Any, ctx: Any) -> Awaitable[Any]:
         return self.fn(row, ctx)
@@ -76,6 +93,34 @@ class Play:
     def __repr__(self) -> str:
         v = f" v{self.version}" if self.version else ""
         return f"<Play {self.name!r}{v} fingerprint={self.fingerprint[:8]}>"
+
+
+def named_tools(fn: Any) -> str:
+    """The tools and plays ``fn``'s code names as globals, with their names and fingerprints
+    (``"global=name:fp ..."``; a name that is no tool or play counts for nothing)."""
+    fn = getattr(fn, "func", fn)  # a functools.partial: its function
+    code, space = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if code is None or space is None:
+        return ""
+    from ..tools import Tool  # tools import plays
+
+    found = []
+    for name in _global_names(code):
+        value = space.get(name)
+        fingerprint = getattr(value, "fingerprint", None) if isinstance(value, (Tool, Play)) else None
+        if isinstance(fingerprint, str):
+            found.append(f"{name}={value.name}:{fingerprint}")
+    return " ".join(found)
+
+
+@functools.lru_cache(maxsize=1024)  # a sub-play's, asked for each row that runs it
+def _global_names(code: Any) -> tuple[str, ...]:
+    """Names ``code`` (and the functions, lambdas and comprehensions inside it) looks up, sorted."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names.update(_global_names(const))
+    return tuple(sorted(names))
 
 
 def _name(fn: Any) -> str:
@@ -112,7 +157,7 @@ def as_play(obj: Any) -> Play:
     from ..tools import Tool
 
     if isinstance(obj, Play):
-        return obj
+        return obj.current()
     if isinstance(obj, Tool):
         return _tool_play(obj)
     return Play(obj)
