@@ -13,7 +13,10 @@ in a fresh process (``python -m benchmarks.b10_scale --child CASE``), so its pea
 
 The baseline is the loop a user would write instead: one coroutine per row under a semaphore of
 256, a sha256 key per call, results written to SQLite in batches of 1,000 (and, for the receipts
-replay, read back by key).  SQLite's own batched insert and keyed read rates are printed beside it.
+replay, read back by key).  SQLite's own batched insert and keyed read rates are printed beside it,
+and so is the rate of the same loop keeping what playbook promises on a first run (a lease per
+call, each receipt synced before its row goes on, a memo per row: ``b10_kept.py``), the part of
+the gap that is those promises' own.
 
 Memory is the peak RSS over the process's RSS after imports, the input frame and a 100-row
 warm-up run (the modules a run loads on first use), per row: the run's state.
@@ -121,6 +124,21 @@ def _loop_child(case: str, rows: int, where: str) -> dict:
     def key(x: int) -> str:
         return hashlib.sha256(json.dumps(["double", "1", {"x": x}]).encode()).hexdigest()
 
+    if case == "kept":
+        from .b10_kept import kept_loop
+
+        for end in ("", "-wal", "-shm"):
+            Path(where + ".kept.db" + end).unlink(missing_ok=True)
+        return {"rate": kept_loop([int(x) for x in frame["x"]], where + ".kept.db", CONCURRENCY), "base_kb": base, "peak_kb": _peak_kb()}
+    if case == "kept-read":  # a new version of the play, over the receipts "kept" left
+        from .b10_kept import kept_loop
+
+        return {
+            "rate": kept_loop([int(x) for x in frame["x"]], where + ".kept.db", CONCURRENCY, "2"),
+            "base_kb": base,
+            "peak_kb": _peak_kb(),
+        }
+
     if case == "sqlite":
         pairs = [(key(x), json.dumps(x * 2)) for x in range(rows)]
         db.execute("DELETE FROM receipts")
@@ -188,6 +206,10 @@ def _measure(case: str, rows: int, where: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _kept(ours: dict, kept: dict) -> str:
+    return f"the loop keeping playbook's promises (b10_kept.py): {kept['rate']:,.0f}/s, ours {ours['rate'] / kept['rate']:.2f} of it"
+
+
 def _per_row(m: dict, rows: int) -> float:
     return (m["peak_kb"] - m["base_kb"]) / rows
 
@@ -197,6 +219,8 @@ def run(repeats: int = 1, rows: int = ROWS) -> list[Result]:
     sqlite = _measure("sqlite", rows, where)
     loop = _measure("loop", rows, where)
     loop_read = _measure("loop-read", rows, where)
+    kept = _measure("kept", rows, where)
+    kept_read = _measure("kept-read", rows, where)
     first = _measure("first", rows, where)
     memo = _measure("memo", rows, where)
     receipts = _measure("receipts", rows, where)
@@ -205,11 +229,12 @@ def run(repeats: int = 1, rows: int = ROWS) -> list[Result]:
     floor = f"SQLite's own: batched insert {sqlite['insert']:,.0f}/s, keyed read {sqlite['read']:,.0f}/s"
     first_result = Result(f"B10 first run ({size} rows)", "/s", first["rate"], loop["rate"], "hand-written loop", 0.6)
     first_result.notes.append((floor, None))
-    results = [
-        first_result,
-        Result(f"B10 receipts replay ({size} rows)", "/s", receipts["rate"], loop_read["rate"], "hand-written loop, reading", 0.6),
-        Result(f"B10 memo replay ({size} rows)", "/s", memo["rate"], MEMO_RATE, "100k rows/s", 1.0),
-    ]  # fmt: skip
+    first_result.notes.append((_kept(first, kept), None))
+    receipts_result = Result(
+        f"B10 receipts replay ({size} rows)", "/s", receipts["rate"], loop_read["rate"], "hand-written loop, reading", 0.6
+    )
+    receipts_result.notes.append((_kept(receipts, kept_read), None))
+    results = [first_result, receipts_result, Result(f"B10 memo replay ({size} rows)", "/s", memo["rate"], MEMO_RATE, "100k rows/s", 1.0)]
     for name, m in (
         ("first run", first),
         ("memo replay", memo),
@@ -311,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = args.rows or (QUICK if args.quick else ROWS)
     if args.child:
-        do = _loop_child if args.child in ("loop", "loop-read", "sqlite") else _child
+        do = _loop_child if args.child in ("loop", "loop-read", "sqlite", "kept", "kept-read") else _child
         print(json.dumps(do(args.child, rows, args.where)))
         return 0
     if args.file:
