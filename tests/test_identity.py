@@ -277,3 +277,43 @@ async def enrich(x: int) -> int:
     out = run()
     assert out["y"].tolist() == [100, 200, 300] and out["play_status"].tolist() == ["ok"] * 3
     assert run()["play_status"].tolist() == ["reused"] * 3
+
+
+def test_a_play_calling_a_tool_through_a_helper_runs_its_rows_again_when_the_helper_or_its_tool_changes(store: pb.ReceiptStore) -> None:
+    """A helper of the notebook's own that makes the call is part of the play: editing it, or renaming
+    the tool it calls, runs the rows again; running its cell again unchanged reuses them."""
+    cells: dict[str, Any] = {"pb": pb}
+    tool_cell = '@pb.tool(name={name!r}, version="1")\nasync def enrich(x: int) -> int:\n    return x * {factor}\n'
+    helper_cell = "async def fetch(ctx, x):\n    return {{'y': await ctx.tool(enrich, x=x){extra}}}\n"
+    exec(tool_cell.format(name="enrich", factor=2), cells)
+    exec(helper_cell.format(extra=""), cells)
+    exec("@pb.play\nasync def via_helper(row, ctx):\n    return await fetch(ctx, row.x)\n", cells)
+    frame = pd.DataFrame({"x": [1, 2, 3]})
+
+    def run() -> pd.DataFrame:
+        return frame.play.map(cells["via_helper"], store=store, progress=False)
+
+    assert run()["y"].tolist() == [2, 4, 6]
+    exec(helper_cell.format(extra=""), cells)
+    assert run()["play_status"].tolist() == ["reused"] * 3
+    exec(helper_cell.format(extra=" + 1"), cells)
+    out = run()
+    assert out["y"].tolist() == [3, 5, 7] and out["play_status"].tolist() == ["ok"] * 3
+    exec(tool_cell.format(name="enrich_v2", factor=100), cells)
+    out = run()
+    assert out["y"].tolist() == [101, 201, 301] and out["play_status"].tolist() == ["ok"] * 3
+    assert run()["play_status"].tolist() == ["reused"] * 3
+
+
+def test_a_play_that_runs_itself_keeps_one_fingerprint(store: pb.ReceiptStore) -> None:
+    """A play naming itself (it runs itself as a sub-play) is not a tool it reaches: its rows are reused."""
+    cells: dict[str, Any] = {"pb": pb}
+    play_cell = (
+        "@pb.play\nasync def countdown(row, ctx):\n"
+        "    return {'n': 0 if row.n <= 0 else (await ctx.run_play(countdown, n=row.n - 1))['n'] + 1}\n"
+    )
+    exec(play_cell, cells)
+    exec(play_cell, cells)  # the cell run twice: the name held the first play when the second was made
+    frame = pd.DataFrame({"n": [2, 3]})
+    assert frame.play.map(cells["countdown"], store=store, progress=False)["n"].tolist() == [2, 3]
+    assert frame.play.map(cells["countdown"], store=store, progress=False)["play_status"].tolist() == ["reused"] * 2

@@ -2,15 +2,17 @@
 
 The fingerprint covers the play's name, version and code (as a tool's identity does: comments and
 layout do not count), its output model's schema when it declares one, and the tools and plays its
-code names as globals, as they are when a run starts.  So editing the play or its model, or
-pointing it at another tool (a tool renamed in the cell above), makes every row run again, while
-its tool calls still hit their receipts: only changed calls cost.
+code reaches through the globals it names (directly, or through functions of its own module), as
+they are when a run starts.  So editing the play, a helper it calls or its model, or pointing it
+at another tool (a tool renamed in the cell above), makes every row run again, while its tool
+calls still hit their receipts: only changed calls cost.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
@@ -69,7 +71,7 @@ class Play:
             parts.append(self.output.fingerprint)
         self._own = digest("\x1f".join(parts))
         self.__wrapped__ = fn
-        self._named = "" if source else named_tools(fn)
+        self._named = "" if source else named_globals(fn)
         self._fingerprint()
 
     def _fingerprint(self) -> None:
@@ -78,10 +80,10 @@ class Play:
         defined(play_name(self.name), self.fingerprint)  # a play that runs it as a sub-play sees an edit
 
     def current(self) -> Play:
-        """This play as it runs now: its fingerprint again if a tool or play it names as a global
-        was defined anew since (a renamed tool, in a cell run again after this one)."""
+        """This play as it runs now: its fingerprint again if a tool, play or helper it reaches
+        through its globals was defined anew since (a renamed tool, in a cell run again after this one)."""
         if self._named:
-            now = named_tools(self.fn)
+            now = named_globals(self.fn)
             if now != self._named:
                 self._named = now
                 self._fingerprint()
@@ -95,22 +97,36 @@ class Play:
         return f"<Play {self.name!r}{v} fingerprint={self.fingerprint[:8]}>"
 
 
-def named_tools(fn: Any) -> str:
-    """The tools and plays ``fn``'s code names as globals, with their names and fingerprints
-    (``"global=name:fp ..."``; a name that is no tool or play counts for nothing)."""
+def named_globals(fn: Any) -> str:
+    """What ``fn``'s code reaches through the globals it names, as ``"global=... ..."``: the tools
+    and plays (by name and fingerprint), and the functions of its own module (a helper that calls
+    a tool; by its code), followed into theirs.  Other names count for nothing."""
     fn = getattr(fn, "func", fn)  # a functools.partial: its function
-    code, space = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
-    if code is None or space is None:
+    space = getattr(fn, "__globals__", None)
+    if getattr(fn, "__code__", None) is None or space is None:
         return ""
     from ..tools import Tool  # tools import plays
 
-    found = []
-    for name in _global_names(code):
-        value = space.get(name)
-        fingerprint = getattr(value, "fingerprint", None) if isinstance(value, (Tool, Play)) else None
-        if isinstance(fingerprint, str):
-            found.append(f"{name}={value.name}:{fingerprint}")
-    return " ".join(found)
+    found: set[str] = set()
+    todo, seen = [fn], {id(fn)}
+    while todo:
+        for name in _global_names(todo.pop().__code__):
+            value = space.get(name)
+            if isinstance(value, Play) and value.fn is fn:
+                continue  # this play, running itself as a sub-play
+            if isinstance(value, (Tool, Play)):
+                found.add(f"{name}={value.name}:{value.fingerprint}")
+            elif inspect.isfunction(value) and value.__globals__ is space and id(value) not in seen:
+                seen.add(id(value))
+                found.add(f"{name}={_code_fingerprint(value.__code__) if value.__closure__ is None else code_fingerprint(value)}")
+                todo.append(value)
+    return " ".join(sorted(found))
+
+
+@functools.lru_cache(maxsize=1024)
+def _code_fingerprint(code: Any) -> str:
+    """A helper's fingerprint when it closes over nothing: its code's (what a function made from it does)."""
+    return code_fingerprint(types.FunctionType(code, {}))
 
 
 @functools.lru_cache(maxsize=1024)  # a sub-play's, asked for each row that runs it
