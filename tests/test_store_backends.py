@@ -181,6 +181,22 @@ def test_only_the_owner_releases(backend: Backend) -> None:
     assert backend.take([_key("r", 1)], "b", 30) == [True]
 
 
+def test_a_write_gives_back_the_owners_leases_of_its_receipts(backend: Backend, request: pytest.FixtureRequest) -> None:
+    """Leases named with a write are freed by it, the owner's only; on Redis also when the server has
+    not seen the script that frees them (a new or restarted server): the write still goes in."""
+    backend.take([_key("r", 1), _key("r", 2)], "a", 30)
+    backend.take([_key("r", 3)], "b", 30)
+    if isinstance(backend, RedisBackend):
+        redis.Redis.from_url(request.getfixturevalue("redis_url")).script_flush()
+    backend.write([_record(_key("r", 1)), _record(_key("r", 2))], [_key("r", 1), _key("r", 2), _key("r", 3)], "a")
+    assert backend.lookup(_key("r", 1)) is not None and backend.lookup(_key("r", 2)) is not None
+    assert backend.holder(_key("r", 1)) is None and backend.holder(_key("r", 2)) is None
+    assert backend.take([_key("r", 3)], "a", 30) == [False]  # b's lease is b's
+    backend.take([_key("r", 4)], "a", 30)
+    backend.write([_record(_key("r", 4))], [_key("r", 4)], "a")
+    assert backend.holder(_key("r", 4)) is None and backend.lookup(_key("r", 4)) is not None
+
+
 def test_lease_lapses_after_its_time(backend: Backend) -> None:
     """Once a lease's time is up, another owner takes it."""
     backend.take([_key("r", 1)], "a", 0.2)

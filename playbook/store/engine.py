@@ -101,7 +101,6 @@ class StoreEngine(Inspection, RowMemos, Marked):
         self._unwritten: dict[str, Record] = {}  # paid for, not yet written
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
         self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # the same, across processes
-        self._releasing = getattr(self._backend, "releases_with_writes", False) and not self._io.remote
         # Said when it holds fewer receipts than its mark (marks.py): a run on it refuses to start.
         self.lost: str | None = None if readonly else self.check_mark()
 
@@ -290,8 +289,8 @@ class StoreEngine(Inspection, RowMemos, Marked):
             tally = Tally(*self.tally, calls, sum(write[3] for write in writes))
         if self._io.remote:  # written later, on the store's thread: kept meanwhile, and found by lookups
             self._keep(rows)
-        # On this machine, the leases of these calls go in the receipts' transaction (not one of their own).
-        released = self.leases.among([row.key for row in rows]) if self._releasing else []
+        # The leases of these calls go in the receipts' transaction (not one of their own).
+        released = self.leases.among([row.key for row in rows])
 
         def written(_: None, exc: BaseException | None) -> None:
             if exc is not None:
@@ -313,12 +312,10 @@ class StoreEngine(Inspection, RowMemos, Marked):
         self._io.submit(lambda: self._write(rows, tally, released), written)
 
     def _write(self, rows: list[Record], tally: Tally | None, released: list[str]) -> None:
-        if released:
-            self._backend.write(rows, released, self.leases.owner)  # type: ignore[call-arg]  # _releasing: SQLite's
-        elif tally is None:
-            self._backend.write(rows)
+        if tally is None:
+            self._backend.write(rows, released, self.leases.owner)
         else:  # only a Redis store is given a tally (a cluster job's): it takes one
-            self._backend.write(rows, tally)  # type: ignore[call-arg]
+            self._backend.write(rows, released, self.leases.owner, tally=tally)  # type: ignore[call-arg]
 
     def unwritten(self) -> int:
         """Receipts of paid calls that could not be written (yet)."""

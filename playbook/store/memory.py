@@ -58,10 +58,13 @@ class MemoryBackend:
     def get(self, key: str) -> Record | Damaged | None:
         return self._records.get(key)
 
-    def write(self, records: Sequence[Record]) -> None:
+    def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "") -> None:
         self._writable()
         with self._lock:
             self._records.update((row.key, row) for row in records)
+            for key in released:
+                if self._leases.get(key, ("", 0.0))[0] == owner:
+                    del self._leases[key]
 
     def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:
         with self._lock:

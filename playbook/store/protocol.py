@@ -91,8 +91,10 @@ class Backend(Protocol):
         """The whole record, for inspection."""
         ...
 
-    def write(self, records: Sequence[Record]) -> None:
-        """Write (or replace) records, all or none."""
+    def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "") -> None:
+        """Write (or replace) records, all or none, and give back ``owner``'s leases on the keys
+        ``released`` with them (of the calls they answer: another process that takes one then
+        finds the receipt)."""
         ...
 
     def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:

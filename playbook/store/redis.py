@@ -185,8 +185,10 @@ class RedisBackend:
             values, *infos = pipe.execute(raise_on_error=False)
         return [record_of(key, value, info) for key, value, info in zip(keys, values, infos)]
 
-    def write(self, records: Sequence[Record], tally: Tally | None = None) -> None:
-        """Records and their index entries, all or none; ``tally`` counted with them."""
+    def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "", *, tally: Tally | None = None) -> None:
+        """Records and their index entries, all or none; ``tally`` counted with them; ``released``:
+        leases of ``owner`` given back in the same transaction (of the calls these receipts answer:
+        another process that takes one finds the receipt), not in a round trip of their own."""
         self._writable()
         if not records:
             return
@@ -206,7 +208,15 @@ class RedisBackend:
                 pipe.hincrby(tally.key, f"{tally.field}:calls", tally.calls)
                 pipe.hincrbyfloat(tally.key, f"{tally.field}:cost", tally.cost)
                 pipe.expire(tally.key, TALLY_TTL)
-            pipe.execute()
+            if released:
+                leases = self._leases(released)
+                pipe.evalsha(self._keep.sha, len(leases), *leases, owner)
+            answers = pipe.execute(raise_on_error=False)
+            errors = [answer for answer in answers if isinstance(answer, Exception)]
+            if errors and not (released and errors == answers[-1:]):
+                raise errors[0]
+        if errors:  # the script is not on the server yet (a new or restarted one): given back on their own
+            self.release(released, owner)
         self.watch()
 
     def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:

@@ -50,7 +50,6 @@ class SqliteBackend:
     """Records in ``directory/receipts.db``; ``notify`` hears what the user should be told."""
 
     remote = False
-    releases_with_writes = True  # write() gives leases back in the receipts' transaction
 
     def __init__(self, directory: Path, *, readonly: bool = False, notify: Callable[[str], None] | None = None,
                  synced: bool = True) -> None:  # fmt: skip
