@@ -197,6 +197,21 @@ def test_a_write_gives_back_the_owners_leases_of_its_receipts(backend: Backend, 
     assert backend.holder(_key("r", 4)) is None and backend.lookup(_key("r", 4)) is not None
 
 
+def test_taking_leases_reads_their_receipts_as_they_are_once_taken(backend: Backend, request: pytest.FixtureRequest) -> None:
+    """take_and_look() answers as take() then lookup_many() would, on Redis also when the server has
+    not seen the lease script yet."""
+    backend.write([_record(_key("r", 1))])
+    backend.take([_key("r", 2)], "b", 30)
+    if isinstance(backend, RedisBackend):
+        redis.Redis.from_url(request.getfixturevalue("redis_url")).script_flush()
+    keys = [_key("r", 1), _key("r", 2), _key("r", 3)]
+    got, found = backend.take_and_look(keys, "a", 30)
+    assert got == [True, False, True] and found == backend.lookup_many(keys)
+    assert found[0] is not None and found[1:] == [None, None]
+    assert backend.take_and_look([_key("r", 3)], "a", 30) == ([True], [None])  # the script loaded now; a's own lease
+    assert backend.take_and_look([], "a", 30) == ([], [])
+
+
 def test_lease_lapses_after_its_time(backend: Backend) -> None:
     """Once a lease's time is up, another owner takes it."""
     backend.take([_key("r", 1)], "a", 0.2)

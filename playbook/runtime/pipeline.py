@@ -169,7 +169,11 @@ async def _pay(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
 async def _lease(ctx: Caller, tool: Tool[Any], store: Any, call: Pending) -> Any:
     """Take this call's lease; returns a receipt instead if another process paid for it meanwhile."""
     key, ttl, leases = call.key, call.ttl, store.leases
-    if not await leases.take(key):
+    if call.forced:
+        taken, read = await leases.take(key), None
+    else:  # another process may have paid and let go before our lease: its receipt is read with it
+        taken, read = await leases.take_looking(key)
+    if not taken:
         if not call.forced and ctx.scope.fresh(ctx.position):
             raise Leased(key)  # another process pays for it now: take a fresh row, come back later
         # Another process is paying for this call right now: wait for its receipt.
@@ -180,8 +184,7 @@ async def _lease(ctx: Caller, tool: Tool[Any], store: Any, call: Pending) -> Any
         return found
     if call.forced:
         return MISSING
-    # Another process may have paid and let go before our lease (since our lookup, or we took the lease first).
-    found = await store.alookup(key, ttl)
+    found = store.answer(key, read, ttl)
     ctx.scope.ahead.learn(tool.name, found is not MISSING)
     return found
 

@@ -226,6 +226,11 @@ class StoreEngine(Inspection, RowMemos, Marked):
 
         self._io.submit(lambda: self._backend.lookup_many(keys), answer)
 
+    def answer(self, key: str, found: Found | Damaged | None, ttl: float | None = None) -> Any:
+        """What :meth:`lookup` returns for ``key`` when the store read ``found`` for it (with a
+        lease: :meth:`~playbook.store.leases.Leases.take_looking`)."""
+        return self._answer(key, found, ttl)
+
     def _answer(self, key: str, found: Found | Damaged | None, ttl: float | None) -> Any:
         if found is None:
             row = self._unwritten.get(key) if self._unwritten else None

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from .._internal.owners import HOST, dead
 from ..errors import ReceiptError
 from .io import StoreIO
-from .protocol import Backend, StoreFailure
+from .protocol import Backend, Damaged, Found, StoreFailure
 
 __all__ = ["Leases"]
 
@@ -40,7 +40,7 @@ class Leases:
         self._pid = 0
         self._owner = ""
         self.held: set[str] = set()
-        self._asks: list[tuple[str, asyncio.Future[bool]]] = []
+        self._asks: list[tuple[str, asyncio.Future[Any], bool]] = []  # (key, its answer, whether its receipt is read too)
         self._releases: list[str] = []
         # Renewal is a timer, not a task: ending it is a cancel that raises nothing.  (Cancelling
         # a task inside a blocking map() leaves a CancelledError whose traceback holds the
@@ -59,30 +59,49 @@ class Leases:
 
     async def take(self, key: str) -> bool:
         """Lease ``key`` for this process; False while another live process holds it."""
+        ok: bool = await self._ask(key, False)
+        return ok
+
+    async def take_looking(self, key: str) -> tuple[bool, Found | Damaged | None]:
+        """:meth:`take`, and ``key``'s receipt as the store has it once the lease is taken (another
+        process may have paid and let go just before): in the same round trip."""
+        answer: tuple[bool, Found | Damaged | None] = await self._ask(key, True)
+        return answer
+
+    def _ask(self, key: str, look: bool) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
-        asked: asyncio.Future[bool] = loop.create_future()
-        self._asks.append((key, asked))
+        asked: asyncio.Future[Any] = loop.create_future()
+        self._asks.append((key, asked, look))
         if len(self._asks) == 1:
             loop.call_soon(self._grant)
-        return await asked
+        return asked
 
     def _grant(self) -> None:
         asks, self._asks = self._asks, []
-        keys, owner = [key for key, _ in asks], self.owner
-        self._io.submit(lambda: self._backend.take(keys, owner, self.ttl), lambda got, exc: self._granted(asks, got, exc))
+        keys, owner, ttl = [key for key, _, _ in asks], self.owner, self.ttl
+        if any(look for _, _, look in asks):
+            self._io.submit(lambda: self._backend.take_and_look(keys, owner, ttl), lambda got, exc: self._granted(asks, got, exc))
+        else:
+            self._io.submit(lambda: (self._backend.take(keys, owner, ttl), None), lambda got, exc: self._granted(asks, got, exc))
 
-    def _granted(self, asks: list[tuple[str, asyncio.Future[bool]]], got: list[bool] | None, exc: BaseException | None) -> None:
-        if got is None:
+    def _granted(
+        self,
+        asks: list[tuple[str, asyncio.Future[Any], bool]],
+        answer: tuple[list[bool], list[Any] | None] | None,
+        exc: BaseException | None,
+    ) -> None:
+        if answer is None:
             error = self._error(exc) if isinstance(exc, StoreFailure) else exc
-            for _, asked in asks:
+            for _, asked, _ in asks:
                 if not asked.done():
                     asked.set_exception(error or RuntimeError("no answer"))
             return
-        for (key, asked), ok in zip(asks, got):
+        got, found = answer
+        for i, ((key, asked, look), ok) in enumerate(zip(asks, got)):
             if ok:
                 self.held.add(key)
             if not asked.done():
-                asked.set_result(ok)
+                asked.set_result((ok, found[i]) if look and found is not None else ok)
             elif ok:  # the caller went away (cancelled): give the lease back
                 self.release(key)
         if self.held and self._renewer is None:

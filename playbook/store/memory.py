@@ -157,6 +157,9 @@ class MemoryBackend:
                 got.append(ok)
         return got
 
+    def take_and_look(self, keys: Sequence[str], owner: str, ttl: float) -> tuple[list[bool], list[Found | Damaged | None]]:
+        return self.take(keys, owner, ttl), self.lookup_many(keys)
+
     def renew(self, keys: Sequence[str], owner: str, ttl: float) -> None:
         self._writable()
         expires = time.time() + ttl

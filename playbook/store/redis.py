@@ -347,6 +347,20 @@ class RedisBackend:
             got = self._take(keys=self._leases(keys), args=[owner, max(1, round(ttl * 1000))])
         return [bool(ok) for ok in got]
 
+    def take_and_look(self, keys: Sequence[str], owner: str, ttl: float) -> tuple[list[bool], list[Found | Damaged | None]]:
+        self._writable()
+        if not keys:
+            return [], []
+        leases = self._leases(keys)
+        with self._failing():
+            pipe = self._client.pipeline(transaction=False)  # in order, on one connection: the reads see the leases taken
+            pipe.evalsha(self._take.sha, len(leases), *leases, owner, max(1, round(ttl * 1000)))
+            pipe.mget([self._prefix + key for key in keys])
+            got, values = pipe.execute(raise_on_error=False)
+        if isinstance(got, Exception) or isinstance(values, Exception):  # the script is not on the server yet (new or restarted)
+            return self.take(keys, owner, ttl), self.lookup_many(keys)
+        return [bool(ok) for ok in got], [None if value is None else found_of(value) for value in values]
+
     def renew(self, keys: Sequence[str], owner: str, ttl: float) -> None:
         self._writable()
         if keys:

@@ -245,6 +245,9 @@ class SqliteBackend:
         got = self._db.write(take)
         return [key in got for key in keys]
 
+    def take_and_look(self, keys: Sequence[str], owner: str, ttl: float) -> tuple[list[bool], list[Found | Damaged | None]]:
+        return self.take(keys, owner, ttl), self.lookup_many(keys)
+
     def renew(self, keys: Sequence[str], owner: str, ttl: float) -> None:
         expires = time.time() + ttl
         self._db.write(
