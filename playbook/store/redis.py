@@ -27,7 +27,6 @@ evicted is a call paid for again.  Prefixes must not nest (``a``, ``a:b``): clea
 
 from __future__ import annotations
 
-import math
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -58,6 +57,7 @@ from .redis_format import (
     text,
     tool_names,
 )
+from .redis_leases import RedisLeases
 
 if TYPE_CHECKING:
     import redis
@@ -68,7 +68,7 @@ T = TypeVar("T")
 TALLY_TTL = 86_400  # seconds a cluster job's tally outlives its last paid call
 
 
-class RedisBackend:
+class RedisBackend(RedisLeases):
     """Records, row memos and leases on the Redis server at ``url`` (``redis://``, ``rediss://``
     or ``unix://``), under keys that start with ``prefix:``."""
 
@@ -209,7 +209,7 @@ class RedisBackend:
                 pipe.hincrbyfloat(tally.key, f"{tally.field}:cost", tally.cost)
                 pipe.expire(tally.key, TALLY_TTL)
             if released:
-                leases = self._leases(released)
+                leases = self.lease_names(released)
                 pipe.evalsha(self._keep.sha, len(leases), *leases, owner)
             answers = pipe.execute(raise_on_error=False)
             errors = [answer for answer in answers if isinstance(answer, Exception)]
@@ -336,56 +336,6 @@ class RedisBackend:
     def memo_count(self, tool: str) -> int:
         with self._failing():
             return int(self._client.scard(f"{self._memos}:{tool}"))
-
-    # -- leases ----------------------------------------------------------------------------------
-
-    def take(self, keys: Sequence[str], owner: str, ttl: float) -> list[bool]:
-        self._writable()
-        if not keys:
-            return []
-        with self._failing():
-            got = self._take(keys=self._leases(keys), args=[owner, max(1, round(ttl * 1000))])
-        return [bool(ok) for ok in got]
-
-    def take_and_look(self, keys: Sequence[str], owner: str, ttl: float) -> tuple[list[bool], list[Found | Damaged | None]]:
-        self._writable()
-        if not keys:
-            return [], []
-        leases = self._leases(keys)
-        with self._failing():
-            pipe = self._client.pipeline(transaction=False)  # in order, on one connection: the reads see the leases taken
-            pipe.evalsha(self._take.sha, len(leases), *leases, owner, max(1, round(ttl * 1000)))
-            pipe.mget([self._prefix + key for key in keys])
-            got, values = pipe.execute(raise_on_error=False)
-        if isinstance(got, Exception) or isinstance(values, Exception):  # the script is not on the server yet (new or restarted)
-            return self.take(keys, owner, ttl), self.lookup_many(keys)
-        return [bool(ok) for ok in got], [None if value is None else found_of(value) for value in values]
-
-    def renew(self, keys: Sequence[str], owner: str, ttl: float) -> None:
-        self._writable()
-        if keys:
-            with self._failing():
-                self._keep(keys=self._leases(keys), args=[owner, max(1, round(ttl * 1000))])
-
-    def release(self, keys: Sequence[str], owner: str) -> None:
-        self._writable()
-        if keys:
-            with self._failing():
-                self._keep(keys=self._leases(keys), args=[owner])
-
-    def holder(self, key: str) -> tuple[str, float] | None:
-        (name,) = self._leases([key])
-        with self._failing():
-            pipe = self._client.pipeline(transaction=True)
-            pipe.get(name)
-            pipe.pttl(name)
-            owner, left = pipe.execute()
-        if owner is None or left == -2:  # -2: it expired between the two
-            return None
-        return text(owner), (left / 1000 if left >= 0 else math.inf)
-
-    def _leases(self, keys: Sequence[str]) -> list[str]:
-        return [f"{self._prefix}lease:{key}" for key in keys]
 
     # -- its mark (marks.py) -----------------------------------------------------------------------
 
