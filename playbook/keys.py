@@ -230,20 +230,25 @@ def _at(value: Any, segment: str) -> Any:
 # -- fingerprints of code ---------------------------------------------------------------
 
 
-def code_fingerprint(fn: Any) -> str:
+def code_fingerprint(fn: Any, *, source: bool = True) -> str:
     """A digest of what a function (a tool's, a play's) does: its code without decorators,
     docstring, comments or layout; the arguments a ``functools.partial`` binds; and the immutable
     values it closes over (a model name, a threshold; a client or a list counts by its type: a
     list a test appends to must not change what the tool is).
 
     Reformatting or commenting keeps the digest; changing what it computes does not.
+
+    ``source=False``: from the compiled code only (and the code of the functions inside it), the
+    same in every process that runs it, even one that has no source for it (a function sent to a
+    Dask worker); a docstring then counts, and so does the Python version.
     """
     if isinstance(fn, functools.partial):
         bound = key_text([_by_value(a) for a in fn.args] + [[k, _by_value(v)] for k, v in sorted(fn.keywords.items())])
-        return digest(code_fingerprint(fn.func) + "\x1f" + bound)
+        return digest(code_fingerprint(fn.func, source=source) + "\x1f" + bound)
     if not inspect.isroutine(fn) and callable(fn):  # an object with __call__: its class's code
         fn = type(fn).__call__
-    parts = [_code_text(fn)]
+    code = getattr(fn, "__code__", None)
+    parts = [_code_text(fn) if source or code is None else _compiled(code)]
     for cell in getattr(fn, "__closure__", None) or ():
         try:
             parts.append(key_text(_by_value(cell.cell_contents, mutable=False)))
@@ -266,6 +271,12 @@ def _by_value(value: Any, *, mutable: bool = True) -> Any:
     except (TypeError, Unencodable):
         return f"<{type(value).__module__}.{type(value).__qualname__}>"
     return value
+
+
+def _compiled(code: Any) -> str:
+    """The compiled form of ``code``: its instructions, constants and names, and those of the code inside it."""
+    consts = [_compiled(c) if inspect.iscode(c) else c for c in code.co_consts]
+    return repr((code.co_code, consts, code.co_names))
 
 
 def _code_text(fn: Any) -> str:

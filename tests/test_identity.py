@@ -317,3 +317,40 @@ def test_a_play_that_runs_itself_keeps_one_fingerprint(store: pb.ReceiptStore) -
     frame = pd.DataFrame({"n": [2, 3]})
     assert frame.play.map(cells["countdown"], store=store, progress=False)["n"].tolist() == [2, 3]
     assert frame.play.map(cells["countdown"], store=store, progress=False)["play_status"].tolist() == ["reused"] * 2
+
+
+def test_a_play_sent_to_another_process_keeps_its_fingerprint_with_its_helpers(tmp_path: Path) -> None:
+    """A play and the helper it calls, pickled as Dask sends them to a worker (which has no source for
+    them), have the fingerprint they had where they were made: a rerun on another engine reuses the rows."""
+    (tmp_path / "plays.py").write_text(
+        textwrap.dedent("""
+        import sys
+        import cloudpickle
+        import playbook as pb
+
+        @pb.tool(name="enrich", version="1")
+        async def enrich(x: int) -> int:
+            return x * 2
+
+        async def fetch(ctx, x):
+            return {"y": await ctx.tool(enrich, x=x)}  # a helper of the script's own
+
+        @pb.play
+        async def via_helper(row, ctx):
+            return await fetch(ctx, row.x)
+
+        open(sys.argv[1], "wb").write(cloudpickle.dumps(via_helper))
+        print(via_helper.fingerprint)
+        """)
+    )
+    load = "import pickle, sys; from playbook.plays.play import as_play; print(as_play(pickle.load(open(sys.argv[1], 'rb'))).fingerprint)"
+    sent = str(tmp_path / "play.pkl")
+
+    def run(*args: str) -> str:
+        done = subprocess.run([sys.executable, *args, sent], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    made = run(str(tmp_path / "plays.py"))
+    (tmp_path / "plays.py").unlink()  # as on a worker: no source to read
+    assert run("-c", load) == made

@@ -118,15 +118,20 @@ def named_globals(fn: Any) -> str:
                 found.add(f"{name}={value.name}:{value.fingerprint}")
             elif inspect.isfunction(value) and value.__globals__ is space and id(value) not in seen:
                 seen.add(id(value))
-                found.add(f"{name}={_code_fingerprint(value.__code__) if value.__closure__ is None else code_fingerprint(value)}")
+                found.add(f"{name}={_helper(value)}")
                 todo.append(value)
     return " ".join(sorted(found))
 
 
+def _helper(fn: Any) -> str:
+    """A helper's fingerprint, by its compiled code: a Dask worker, which has no source for it,
+    finds the same one (the play's own comes with it, made where the source is)."""
+    return _compiled_fingerprint(fn.__code__) if fn.__closure__ is None else code_fingerprint(fn, source=False)
+
+
 @functools.lru_cache(maxsize=1024)
-def _code_fingerprint(code: Any) -> str:
-    """A helper's fingerprint when it closes over nothing: its code's (what a function made from it does)."""
-    return code_fingerprint(types.FunctionType(code, {}))
+def _compiled_fingerprint(code: Any) -> str:
+    return code_fingerprint(types.FunctionType(code, {}), source=False)
 
 
 @functools.lru_cache(maxsize=1024)  # a sub-play's, asked for each row that runs it
