@@ -150,6 +150,25 @@ def test_a_rerun_runs_only_the_rows_that_did_not_finish(engine: Engine, demo: pb
     assert answered(demo) - paid_before == failed  # exactly the failed rows' calls, once each
 
 
+def test_a_rerun_reuses_a_plays_rows_until_the_tool_it_reaches_is_another(engine: Engine, name: Callable[[str], str]) -> None:
+    """Cells of one notebook: a tool, a helper that calls it, a play that calls the helper.  A rerun
+    reuses every row; the tool's cell run again with another tool (renamed, computing otherwise),
+    and nothing else, runs every row again with the new tool's values, and the rerun after reuses them."""
+    cells: dict[str, Any] = {"__name__": "cells", "pb": pb}  # a namespace no process can import: sent by value
+    tool_cell = '@pb.tool(name={name!r}, version="1")\ndef scale(x: int) -> int:\n    return x * {factor}\n'
+    exec(tool_cell.format(name=name("double"), factor=2), cells)
+    exec("async def fetch(ctx, x):\n    return {'y': await ctx.tool(scale, x=x)}\n", cells)
+    exec("@pb.play\nasync def via_helper(row, ctx):\n    return await fetch(ctx, row.x)\n", cells)
+    frame = pd.DataFrame({"x": range(8)})
+    first = engine.run(frame, cells["via_helper"])
+    assert set(first.statuses) <= {"ok", "reused"} and first.result["y"].tolist() == [2 * x for x in range(8)]
+    assert engine.run(frame, cells["via_helper"]).statuses == {"reused": 8}
+    exec(tool_cell.format(name=name("hundred"), factor=100), cells)
+    pointed = engine.run(frame, cells["via_helper"])
+    assert pointed.result["y"].tolist() == [100 * x for x in range(8)] and pointed.statuses.get("ok", 0) >= 1
+    assert engine.run(frame, cells["via_helper"]).statuses == {"reused": 8}
+
+
 # -- stop and Ctrl-C ---------------------------------------------------------------------------
 
 
