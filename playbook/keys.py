@@ -274,7 +274,9 @@ def _by_value(value: Any, *, mutable: bool = True) -> Any:
 
 
 def _compiled(code: Any) -> str:
-    """The compiled form of ``code``: its instructions, constants and names, and those of the code inside it."""
+    """The compiled form of ``code``: its instructions, constants and names, and those of the code
+    inside it.  (``_code_text``'s own compiled form leaves the inner code out, and stays so: tools
+    without source are keyed by it, and their receipts with them.)"""
     consts = [_compiled(c) if inspect.iscode(c) else c for c in code.co_consts]
     return repr((code.co_code, consts, code.co_names))
 

@@ -79,15 +79,19 @@ class Leases:
     def _grant(self) -> None:
         asks, self._asks = self._asks, []
         keys, owner, ttl = [key for key, _, _ in asks], self.owner, self.ttl
-        if any(look for _, _, look in asks):
-            self._io.submit(lambda: self._backend.take_and_look(keys, owner, ttl), lambda got, exc: self._granted(asks, got, exc))
-        else:
-            self._io.submit(lambda: (self._backend.take(keys, owner, ttl), None), lambda got, exc: self._granted(asks, got, exc))
+        looking = any(look for _, _, look in asks)
+
+        def work() -> tuple[list[bool], list[Found | Damaged | None]]:
+            if looking:
+                return self._backend.take_and_look(keys, owner, ttl)
+            return self._backend.take(keys, owner, ttl), [None] * len(keys)
+
+        self._io.submit(work, lambda answer, exc: self._granted(asks, answer, exc))
 
     def _granted(
         self,
         asks: list[tuple[str, asyncio.Future[Any], bool]],
-        answer: tuple[list[bool], list[Any] | None] | None,
+        answer: tuple[list[bool], list[Found | Damaged | None]] | None,
         exc: BaseException | None,
     ) -> None:
         if answer is None:
@@ -101,7 +105,7 @@ class Leases:
             if ok:
                 self.held.add(key)
             if not asked.done():
-                asked.set_result((ok, found[i]) if look and found is not None else ok)
+                asked.set_result((ok, found[i]) if look else ok)
             elif ok:  # the caller went away (cancelled): give the lease back
                 self.release(key)
         if self.held and self._renewer is None:
