@@ -124,17 +124,15 @@ def _loop_child(case: str, rows: int, where: str) -> dict:
     def key(x: int) -> str:
         return hashlib.sha256(json.dumps(["double", "1", {"x": x}]).encode()).hexdigest()
 
-    if case == "kept":
+    if case in ("kept", "kept-read"):  # kept-read: a new version of the play, over the receipts "kept" left
         from .b10_kept import kept_loop
 
-        for end in ("", "-wal", "-shm"):
-            Path(where + ".kept.db" + end).unlink(missing_ok=True)
-        return {"rate": kept_loop([int(x) for x in frame["x"]], where + ".kept.db", CONCURRENCY), "base_kb": base, "peak_kb": _peak_kb()}
-    if case == "kept-read":  # a new version of the play, over the receipts "kept" left
-        from .b10_kept import kept_loop
-
+        if case == "kept":
+            for end in ("", "-wal", "-shm"):
+                Path(where + ".kept.db" + end).unlink(missing_ok=True)
+        version = "1" if case == "kept" else "2"
         return {
-            "rate": kept_loop([int(x) for x in frame["x"]], where + ".kept.db", CONCURRENCY, "2"),
+            "rate": kept_loop([int(x) for x in frame["x"]], where + ".kept.db", CONCURRENCY, version),
             "base_kb": base,
             "peak_kb": _peak_kb(),
         }
