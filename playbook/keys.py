@@ -32,7 +32,10 @@ import inspect
 import math
 import textwrap
 import uuid
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from .tagged import SCALARS, Unencodable, as_plain, dumps, encode, float_name
 
@@ -43,8 +46,10 @@ __all__ = [
     "code_fingerprint",
     "digest",
     "forced_key",
+    "int_row_digests",
     "job_key",
     "key_text",
+    "memo_digests",
     "memo_key",
     "receipt_key",
     "row_digest",
@@ -103,9 +108,37 @@ def row_digest(values: list[Any]) -> bytes:
     return hashlib.blake2b(key_text(values).encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+def int_row_digests(columns: Sequence[np.ndarray[Any, Any]]) -> bytearray:
+    """:func:`row_digest` of each row of ``columns`` (numpy arrays of ints or bools, one per key
+    column), one after the other.  Their values' key form is their JSON text, so a row's is made
+    in one step: a million rows in half the time."""
+    texts = [map(_BOOL_TEXT.__getitem__ if c.dtype.kind == "b" else int.__repr__, c.tolist()) for c in columns]
+    rows = ("[" + t + "]" for t in texts[0]) if len(texts) == 1 else ("[" + ",".join(ts) + "]" for ts in zip(*texts))
+    blake2b = hashlib.blake2b
+    out = bytearray()
+    for row in rows:
+        out += blake2b(row.encode(), digest_size=16).digest()
+    return out
+
+
+_BOOL_TEXT = {False: "false", True: "true"}
+
+
 def memo_key(fingerprint: str, row: str) -> str:
     """Key of a row memo: the play's fingerprint and the row's identity."""
     return MEMO + digest(f"m\x1f{fingerprint}\x1f{row}")
+
+
+def memo_digests(fingerprint: str, rows: Iterable[str]) -> bytearray:
+    """The 16 bytes of :func:`memo_key` (after its ``MEMO``) for each of ``rows``, one after the
+    other: a million rows' in 16 MB, and made in two thirds of the time (one hash of the prefix)."""
+    start = hashlib.blake2b(f"m\x1f{fingerprint}\x1f".encode("utf-8", "surrogatepass"), digest_size=16)
+    out = bytearray()
+    for row in rows:
+        h = start.copy()
+        h.update(row.encode("utf-8", "surrogatepass"))
+        out += h.digest()
+    return out
 
 
 # -- the key form of values -----------------------------------------------------------

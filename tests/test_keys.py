@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from playbook.keys import digest, memo_key, receipt_key, row_key, step_key
+from playbook.keys import digest, int_row_digests, memo_digests, memo_key, receipt_key, row_digest, row_key, step_key
 
 
 def test_receipt_key_depends_on_every_part() -> None:
@@ -43,3 +43,22 @@ def test_row_keys_merge_what_pandas_changes_and_nothing_else() -> None:
 def test_digest_of_a_lone_surrogate_is_distinct() -> None:
     """Text holding a lone surrogate (a badly decoded file) has a digest of its own, not an error."""
     assert digest("caf\udce9") != digest("caf\udce8") and len(digest("caf\udce9")) == 32
+
+
+def test_row_digests_of_int_columns_are_their_rows_keys() -> None:
+    """Rows of numpy int and bool columns, digested a column at a time, have the keys their values
+    have one row at a time (the extremes of each width included); so do memo keys made in bulk."""
+    columns = [
+        np.array([0, -1, np.iinfo(np.int64).min, np.iinfo(np.int64).max, 42]),
+        np.array([0, 1, 2**63, 2**64 - 1, 7], dtype=np.uint64),
+        np.array([True, False, True, False, True]),
+        np.array([-128, 127, 0, 1, -1], dtype=np.int8),
+    ]
+    rows = list(zip(*[c.tolist() for c in columns]))
+    both = int_row_digests(columns)
+    assert [bytes(both[16 * i : 16 * i + 16]) for i in range(5)] == [row_digest(list(r)) for r in rows]
+    one = int_row_digests(columns[2:3])
+    assert [bytes(one[16 * i : 16 * i + 16]) for i in range(5)] == [row_digest([r[2]]) for r in rows]
+    keys = [row_key(list(r)) for r in rows]
+    memos = memo_digests("fp", keys)
+    assert ["m" + memos[16 * i : 16 * i + 16].hex() for i in range(5)] == [memo_key("fp", k) for k in keys]

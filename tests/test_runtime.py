@@ -563,3 +563,56 @@ def test_a_rerun_settles_rows_and_their_copies_from_memos_in_chunks(store: pb.Re
     assert again["n"].tolist() == frame["n"].tolist()  # nothing replaced without overwrite=True
     assert (stats.reused, stats.failed) == (20_000 - 4, 4)
     assert stats.calls_reused == 10_000 and stats.cost_saved == pytest.approx(2_500.0)
+
+
+def test_a_rerun_over_new_rows_among_memoised_ones_runs_the_new_ones_in_frame_order(store: pb.ReceiptStore) -> None:
+    """Memos are asked for in the order of their keys, not of the rows: the rows that find none
+    still run in the frame's order, and every row's output is its own."""
+    calls: list[int] = []
+
+    @pb.tool(name="tripled_in_order")
+    async def triple(n: int) -> int:
+        calls.append(n)
+        return n * 3
+
+    async def tripled(row, ctx):
+        return {"t": await ctx.tool(triple, n=row.n)}
+
+    play = pb.play(tripled, name="tripled_in_order")
+    frame = pd.DataFrame({"n": range(20_000)})
+    frame[frame["n"] % 3 == 0].play.map(play, store=store, progress=False, concurrency=1)
+    calls.clear()
+    again = frame.play.map(play, store=store, progress=False, concurrency=1)
+    assert calls == [n for n in range(20_000) if n % 3]
+    assert again["play_status"].tolist() == ["reused" if n % 3 == 0 else "ok" for n in range(20_000)]
+    assert (again["t"] == frame["n"] * 3).all()
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        [7, -3, 7, 2**62, 0],
+        np.array([2**64 - 1, 0, 5, 5, 1], dtype=np.uint64),
+        np.array([1, 2, 3, 1, 2], dtype=np.int8),
+        [True, False, True, True, False],
+    ],
+    ids=["int64", "uint64", "int8", "bool"],
+)
+def test_an_int_or_bool_column_keys_its_rows_as_the_same_values_as_objects_do(column: object, store: pb.ReceiptStore) -> None:
+    """Rows keyed by numpy ints or bools (read a column at a time) get the keys the same values get
+    one by one: a run over the column as objects reuses every row of a run over it as numbers."""
+    calls: list[object] = []
+
+    async def echoed(row, ctx):
+        calls.append(row.k)
+        return {"seen": 1}
+
+    play = pb.play(echoed, name="echoed_by_key")
+    numbers = pd.DataFrame({"k": column, "name": list("abcde")})
+    assert numbers["k"].dtype.kind in "iub"
+    first = numbers.play.map(play, store=store, progress=False, key=["k"])
+    assert len(calls) == len(set(numbers["k"].tolist()))  # a repeated key runs once
+    objects = numbers.astype({"k": object}).iloc[::-1]
+    again = objects.play.map(play, store=store, progress=False, key=["k"])
+    assert len(calls) == len(set(numbers["k"].tolist())) and again["play_status"].eq("reused").all()
+    assert first["play_status"].isin(["ok"]).all()

@@ -7,13 +7,16 @@ a tool it used has been redefined in this process since.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..events import RunNotice
-from ..keys import memo_key
+from ..keys import MEMO, memo_digests, memo_key
 from ..store.records import OUTPUT_TAGGED, memo_tools
 from ..tagged import dumps
 from ..tools import current_fingerprint
@@ -33,31 +36,33 @@ _logger = logging.getLogger("playbook")
 def reuse(
     store: StoreEngine, play: Play, table: RowTable, runnable: Sequence[int], reused: Callable[[int, dict[str, Any]], None]
 ) -> Sequence[int]:
-    """Call ``reused(position, memo)`` for the rows whose memo exists; return the rest (in an
-    array: a million positions in 8 MB)."""
-    fp = play.fingerprint
+    """Call ``reused(position, memo)`` for the rows whose memo exists; return the rest, in their
+    order (in an array: a million positions in 8 MB)."""
     key = table.key
-    rest = array("q")
+    digests = memo_digests(play.fingerprint, (key(p) for p in runnable))  # type: ignore[misc]  # runnable rows have keys
+    # The memos are asked for in the order of their keys, not of the rows: a store whose keys
+    # share pages then reads each page once (SQLite: a million memos in half the time).
+    order = np.argsort(np.frombuffer(digests, dtype=">u8")[0::2])
+    settled = bytearray(len(runnable))  # by index into runnable
     # Whether a memo's tools are unchanged, by its mapping of them (the rows of a play share one),
     # kept with it: while it is kept, no other mapping has its id.
     unchanged: dict[int, tuple[Mapping[str, str], bool]] = {}
-    for start in range(0, len(runnable), _CHUNK):
-        chunk = runnable[start : start + _CHUNK]
-        mkeys = [memo_key(fp, key(p)) for p in chunk]  # type: ignore[arg-type]  # runnable rows have keys
+    for start in range(0, len(order), _CHUNK):
+        chunk = order[start : start + _CHUNK].tolist()
+        mkeys = [MEMO + digests[16 * i : 16 * i + 16].hex() for i in chunk]
         found = store.memos(mkeys)
-        for pos, mk in zip(chunk, mkeys):
+        for i, mk in zip(chunk, mkeys):
             memo = found.get(mk)
             if memo is None:
-                rest.append(pos)
                 continue
             tools = memo["tools"]
             seen = unchanged.get(id(tools))
             if seen is None:
                 seen = unchanged[id(tools)] = (tools, tools_unchanged(tools))
             if seen[1]:
-                reused(pos, memo)
-            else:
-                rest.append(pos)
+                reused(runnable[i], memo)
+                settled[i] = 1
+    rest = array("q", itertools.compress(runnable, np.frombuffer(settled, dtype=np.bool_) == 0))
     store.warm(play.name, lambda: [key(p) for p in rest])  # type: ignore[misc]  # runnable rows have keys
     return runnable if len(rest) == len(runnable) else rest
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .._internal.flow import WaitBudget
-from ..keys import row_digest
+from ..keys import int_row_digests, row_digest
 from ..plays.outputs import OutputModel
 from ..records import Status
 from .grouping import message_group
@@ -152,6 +152,14 @@ class RowTable:
         the rows that cannot be identified."""
         key_idx = [self.columns[c] for c in key_cols] if key_cols is not None else None
         getters = self._getters if key_idx is None else [self._getters[i] for i in key_idx]
+        ints = [_int_array(get) for get in getters]
+        if getters and all(a is not None for a in ints):  # the common id column: every row has a key
+            where = np.asarray(positions, dtype=np.int64)
+            view = np.frombuffer(self.digests, dtype="S16")
+            for start in range(0, len(where), 65536):  # their values as Python ints: 2 MB at a time
+                part = where[start : start + 65536]
+                view[part] = np.frombuffer(int_row_digests([a[part] for a in ints]), dtype="S16")  # type: ignore[index]  # none is None
+            return self._leads(positions), []
         keyed: list[int] = []
         unkeyed: list[tuple[int, str]] = []
         digests = self.digests
@@ -170,8 +178,9 @@ class RowTable:
         if len(keyed) < 2:
             return keyed
         where = np.asarray(keyed, dtype=np.int64)
-        if len(np.unique(np.frombuffer(self.digests, dtype=">u8")[0::2][where])) == len(keyed):
-            return keyed  # no two rows share their first 8 bytes: none share a key (a sort of ints, fast)
+        firsts = np.sort(np.frombuffer(self.digests, dtype=">u8")[0::2][where])
+        if not (firsts[1:] == firsts[:-1]).any():
+            return keyed  # no two rows share their first 8 bytes: none share a key (a sort of ints: fast, np.unique is not)
         digests = np.frombuffer(self.digests, dtype="S16")[where]
         _, first, inverse = np.unique(digests, return_index=True, return_inverse=True)
         if len(first) == len(keyed):
@@ -284,3 +293,9 @@ def _values(column: pd.Series[Any]) -> Callable[[int], Any]:
     if isinstance(dtype, np.dtype) and dtype.kind in "biufcO":
         return np.array(column.to_numpy(), copy=True).item
     return list(column).__getitem__
+
+
+def _int_array(get: Callable[[int], Any]) -> np.ndarray[Any, Any] | None:
+    """The column a getter of :func:`_values` reads, if it is numpy's ints or bools."""
+    array = getattr(get, "__self__", None)
+    return array if isinstance(array, np.ndarray) and array.dtype.kind in "iub" else None
