@@ -106,9 +106,22 @@ def test_memos_read_back_in_bulk(backend: Backend) -> None:
     """3000 written memos all come back from one memos() call; absent keys are left out."""
     rows = [_memo(n) for n in range(3000)]
     backend.write_memos(rows)
+    backend.fold_memos()
     found, bad = backend.memos([row.key for row in rows] + [_key("m", 99_999)])
     assert sorted(found) == sorted(rows)
     assert bad == []
+
+
+def test_memos_written_are_found_once_folded_the_last_of_a_key_winning(backend: Backend) -> None:
+    """Memos written in several writes (one key twice) are all found after one fold, each key with
+    the memo written last; a fold with nothing to fold changes nothing."""
+    backend.write_memos([_memo(n) for n in range(0, 2000, 2)])
+    backend.write_memos([_memo(n) for n in range(1, 2000, 2)] + [_memo(4, {"other": "f2"})])
+    backend.fold_memos()
+    backend.fold_memos()
+    found, bad = backend.memos([_key("m", n) for n in range(2000)])
+    assert sorted(found) == sorted([_memo(n) for n in range(2000) if n != 4] + [_memo(4, {"other": "f2"})]) and bad == []
+    assert backend.counts().memos == 2000
 
 
 # -- upkeep --------------------------------------------------------------------------------------
@@ -117,7 +130,9 @@ def test_memos_read_back_in_bulk(backend: Backend) -> None:
 def _fill(backend: Backend) -> None:
     backend.write([_record(_key("r", 1), cost=1.0), _record(_key("r", 2), cost=0.5), _record(_key("r", 3), tool="other", cost=0.25)])
     backend.write([_record(_key("s", 1), tool="lookup")])
-    backend.write_memos([_memo(1), _memo(2, {"other": "f2"}), _memo(3, {"lookup": "f1", "other": "f2"})])
+    backend.write_memos([_memo(1), _memo(2, {"other": "f2"})])
+    backend.fold_memos()
+    backend.write_memos([_memo(3, {"lookup": "f1", "other": "f2"})])  # not folded yet: counted and cleared all the same
 
 
 def test_counts(backend: Backend) -> None:
@@ -137,6 +152,7 @@ def test_clear_tool_drops_its_receipts_and_memos(backend: Backend) -> None:
     assert backend.clear("lookup") == 2
     assert [key for key, _ in backend.records()] == [_key("r", 3)]
     assert backend.lookup(_key("s", 1)) is not None  # a step record belongs to its row
+    backend.fold_memos()
     found, _ = backend.memos([_key("m", n) for n in (1, 2, 3)])
     assert [fields[0] for fields in found] == [_key("m", 2)]  # a memo as its fields (MemoFields): its key first
     assert backend.memo_count("lookup") == 0
@@ -151,6 +167,7 @@ def test_clear_everything(backend: Backend) -> None:
     assert backend.clear() == 7
     assert list(backend.records()) == []
     assert backend.lookup(_key("s", 1)) is None
+    backend.fold_memos()
     assert backend.memos([_key("m", n) for n in (1, 2, 3)]) == ([], [])
     assert backend.counts()[:2] == ({}, 0)
     assert backend.holder(_key("r", 7)) is not None
@@ -275,6 +292,7 @@ def test_text_that_is_not_utf8_is_damaged(backend: Backend, tmp_path: Path) -> N
     """A record or memo whose text is not UTF-8 reads as Damaged (or a bad memo), never a crash."""
     backend.write([_record(_key("r", 1)), _record(_key("r", 2), at=2e9)])
     backend.write_memos([_memo(1), _memo(2)])
+    backend.fold_memos()
     _damage(backend, tmp_path, _key("r", 1), "receipt")
     _damage(backend, tmp_path, _key("m", 1), "memo")
     damaged = Damaged("its value is not UTF-8 text (damaged)")

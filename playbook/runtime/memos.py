@@ -39,6 +39,7 @@ def reuse(
     """Call ``reused(position, memo)`` for the rows whose memo exists; return the rest, in their
     order (in an array: a million positions in 8 MB)."""
     key = table.key
+    store.fold()  # memos a run killed before its end left where they were first written
     digests = memo_digests(play.fingerprint, (key(p) for p in runnable))  # type: ignore[misc]  # runnable rows have keys
     # The memos are asked for in the order of their keys, not of the rows: a store whose keys
     # share pages then reads each page once (SQLite: a million memos in half the time).

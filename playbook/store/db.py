@@ -38,6 +38,11 @@ SCHEMA = (
     # the tools the row used, so clearing a tool finds its memos in SQL.
     "CREATE TABLE IF NOT EXISTS memo (key TEXT PRIMARY KEY, play TEXT NOT NULL, tools TEXT NOT NULL, calls INTEGER NOT NULL, "
     "cost REAL NOT NULL, flags INTEGER NOT NULL, output TEXT NOT NULL) WITHOUT ROWID",
+    # Memos as a run writes them, appended (a memo's place in the table above is wherever its
+    # digest falls: written there one flush at a time, a page per memo); moved there in key order
+    # when a run ends or starts (SqliteBackend.fold_memos).
+    "CREATE TABLE IF NOT EXISTS memo_log (key TEXT NOT NULL, play TEXT NOT NULL, tools TEXT NOT NULL, calls INTEGER NOT NULL, "
+    "cost REAL NOT NULL, flags INTEGER NOT NULL, output TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS lease (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL) WITHOUT ROWID",
 )
 

@@ -363,7 +363,9 @@ class StoreEngine(Inspection, RowMemos, Marked):
         watch = getattr(self._backend, "watch", None)
         if watch is not None:  # a server that evicts keys: what it evicted, told with the run's end
             self._io.submit(lambda: watch(final=True), lambda _, __: None)
-        return await self._io.caught_up(timeout)
+        caught_up = await self._io.caught_up(timeout)
+        self.fold()  # the run's memos, where the next run finds them (SQLite: 4 s at a million)
+        return caught_up
 
     def drain(self) -> None:
         """Everything buffered or queued is written (what looking at the store needs first)."""

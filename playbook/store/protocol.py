@@ -107,7 +107,14 @@ class Backend(Protocol):
         """The memos of ``keys`` that exist (in any order), and the keys of those that cannot be read."""
         ...
 
-    def write_memos(self, rows: Sequence[MemoRow]) -> None: ...
+    def write_memos(self, rows: Sequence[MemoRow]) -> None:
+        """Write (or replace) memos: :meth:`memos` finds them once :meth:`fold_memos` has run."""
+        ...
+
+    def fold_memos(self) -> None:
+        """Put the memos written since the last fold where :meth:`memos` finds them (a store that
+        finds them as written does nothing)."""
+        ...
 
     # -- what a row looked up last time (a remote store reads those receipts ahead) ---------------
 

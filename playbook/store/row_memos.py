@@ -23,7 +23,7 @@ _logger = logging.getLogger("playbook.store")
 
 
 class RowMemos:
-    """``memos``, ``add_memo``, ``flush`` and ``warm`` of :class:`~playbook.store.engine.StoreEngine`."""
+    """``memos``, ``add_memo``, ``flush``, ``fold`` and ``warm`` of :class:`~playbook.store.engine.StoreEngine`."""
 
     _backend: Backend
     _io: StoreIO
@@ -112,6 +112,20 @@ class RowMemos:
             self._notice(
                 f"{len(pending)} row memos could not be written to the receipt store at {self.location}: {exc.reason}. "
                 "Those rows run again next time, against their receipts (no call is paid for twice)"
+            )
+
+    def fold(self) -> None:
+        """Put the memos written so far, by this process or another, where :meth:`memos` finds
+        them: a run does so when it starts and once its last memos are written (SQLite appends
+        memos as they come, and moves them into its keyed table in one pass).  If they cannot be
+        moved now, they stay where they are (with a warning) and are moved next time."""
+        if self._backend.readonly:
+            return
+        try:  # (what a store that folds was given is written: it writes as it is given, on this thread)
+            self._backend.fold_memos()
+        except StoreFailure as exc:
+            self._notice(
+                f"row memos could not be put in place in the receipt store at {self.location}: {exc.reason}; they are kept, and put in place when a run next starts"
             )
 
     def warm(self, play: str, rows: Callable[[], Sequence[str]]) -> None:
