@@ -9,7 +9,9 @@ promises more, and each promise is work on SQLite and a wait on the event loop:
   receipt;
 - a crash loses nothing paid for: the receipt is written and synced to the disk
   (``synchronous=FULL``) before its row goes on, the receipts of one turn in one commit;
-- a rerun is a resume: a memo per finished row, written 16,384 at a time.
+- a rerun is a resume: a memo per finished row, appended 16,384 at a time and moved into the
+  keyed memo table in key order at the end (as playbook does: written into their places a batch
+  at a time, memos keyed by digests cost a page each).
 
 This loop does exactly that and nothing else (no retries, rates, progress or errors): what any
 code that keeps those promises pays.  B10 prints its rates beside the first loop's: a first run
@@ -33,6 +35,7 @@ _SCHEMA = (
     "CREATE INDEX receipt_tool ON receipt (tool)",  # as playbook's: a tool's receipts are cleared by name
     "CREATE TABLE lease (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL) WITHOUT ROWID",
     "CREATE TABLE memo (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE memo_log (key TEXT NOT NULL, value TEXT NOT NULL)",
 )
 _TAKE = (
     "INSERT INTO lease VALUES {} ON CONFLICT(key) DO UPDATE SET owner = excluded.owner, "
@@ -97,9 +100,15 @@ async def _run(db: sqlite3.Connection, values: list[int], concurrency: int, vers
 
     def flush() -> None:
         db.execute("BEGIN IMMEDIATE")
-        db.executemany("INSERT OR REPLACE INTO memo VALUES (?, ?)", memos)
+        db.executemany("INSERT INTO memo_log VALUES (?, ?)", memos)
         db.execute("COMMIT")
         memos.clear()
+
+    def fold() -> None:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT OR REPLACE INTO memo SELECT key, value FROM memo_log ORDER BY key, rowid")
+        db.execute("DELETE FROM memo_log")
+        db.execute("COMMIT")
 
     async def one(x: int) -> dict[str, int]:
         async with gate:
@@ -129,4 +138,5 @@ async def _run(db: sqlite3.Connection, values: list[int], concurrency: int, vers
     results = await asyncio.gather(*(one(x) for x in values))
     if memos:
         flush()
+    fold()
     return results

@@ -66,6 +66,38 @@ def test_outputs_replay_exactly_with_their_column_order(store: pb.ReceiptStore) 
         assert runs[a].result.drop(columns="play_status").equals(runs[b].result.drop(columns="play_status"))
 
 
+NUMBERS = {
+    "ints": [3, -7, 0, 2**40],
+    "ints_to_the_edge": [3, -7, -(2**63), 2**63 - 1],
+    "ints_some_missing": [3, None, 2**53 + 1, -(2**63)],
+    "floats_and_ints": [1, 2.5, math.inf, -0.0],
+    "past_int64": [2**63, 1, 2, 3],
+    "past_uint64": [2**64, 1, 2, 3],
+    "past_int64_some_missing": [2**63, None, 2, 3],
+    "past_uint64_some_missing": [2**64, None, 2, 3],
+    "bools_and_ints": [True, 1, 0, False],
+}
+
+
+def test_number_columns_are_what_pandas_makes_of_their_values(store: pb.ReceiptStore) -> None:
+    """Each output column of Python numbers (a row that failed: missing) has the dtype and the values
+    pandas gives a Series of the same values, on the first run and on a memo replay."""
+
+    @pb.play
+    async def numbers(row, ctx):
+        if row.n == 1 and row.missing:
+            raise ValueError("no value for this row")
+        return {name: values[row.n] for name, values in NUMBERS.items() if (None in values) == row.missing}
+
+    for missing in (False, True):
+        frame = pd.DataFrame({"n": range(4), "missing": missing})
+        for out in (frame.play.map(numbers, store=store, progress=False), frame.play.map(numbers, store=store, progress=False)):
+            for name, values in NUMBERS.items():
+                if (None in values) == missing:
+                    expected = pd.Series([math.nan if v is None else v for v in values])
+                    assert out[name].dtype == expected.dtype and out[name].reset_index(drop=True).equals(expected), name
+
+
 @pytest.fixture
 def no_unawaited_warnings():
     """Fails the test if a coroutine is left to warn "never awaited" when collected."""
