@@ -616,3 +616,39 @@ def test_an_int_or_bool_column_keys_its_rows_as_the_same_values_as_objects_do(co
     again = objects.play.map(play, store=store, progress=False, key=["k"])
     assert len(calls) == len(set(numbers["k"].tolist())) and again["play_status"].eq("reused").all()
     assert first["play_status"].isin(["ok"]).all()
+
+
+def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.ReceiptStore) -> None:
+    """While rows run, Python collects its youngest objects every 10,000 of them, not 700; when the
+    last of two overlapping runs ends, the thresholds are what they were. Thresholds set higher,
+    or changed while a run goes, are left as they are."""
+    import gc
+
+    from playbook._internal.collection import YOUNG, fewer_collections
+
+    seen: list[int] = []
+
+    async def looks(row, ctx):
+        seen.append(gc.get_threshold()[0])
+        return {"v": 1}
+
+    play = pb.play(looks, name="looks_at_collection")
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        pd.DataFrame({"n": range(3)}).play.map(play, store=store, progress=False)
+        assert seen == [YOUNG] * 3 and gc.get_threshold() == (700, 10, 10)
+        with fewer_collections():
+            with fewer_collections():
+                assert gc.get_threshold()[0] == YOUNG
+            assert gc.get_threshold()[0] == YOUNG  # the other run still goes
+        assert gc.get_threshold() == (700, 10, 10)
+        with fewer_collections():
+            gc.set_threshold(2000, 10, 10)  # the user's own choice, made meanwhile
+        assert gc.get_threshold() == (2000, 10, 10)
+        gc.set_threshold(50_000, 5, 5)
+        seen.clear()
+        pd.DataFrame({"n": range(3, 6)}).play.map(play, store=store, progress=False)
+        assert seen == [50_000] * 3 and gc.get_threshold() == (50_000, 5, 5)
+    finally:
+        gc.set_threshold(*before)

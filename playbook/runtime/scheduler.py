@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from .._internal.collection import fewer_collections
 from .._internal.flow import WaitBudget
 from ..events import ProviderUp, RunFinished, RunNotice, RunStarted
 from ..plays.play import Play
@@ -106,10 +107,11 @@ class Scheduler:
 
         self.store.heard = heard
         try:
-            self._positions = range(len(self.frame)) if positions is None else positions
-            self.workers.tasks = []
-            self.workers.admit(self._runnable(self._positions))
-            await self._run_workers()
+            with fewer_collections():
+                self._positions = range(len(self.frame)) if positions is None else positions
+                self.workers.tasks = []
+                self.workers.admit(self._runnable(self._positions))
+                await self._run_workers()
             failure = self.workers.failure()
             if failure is not None:
                 raise failure
