@@ -261,7 +261,7 @@ def test_big_run_panel_draws_its_pictures(big_run: Session) -> None:
     assert any({"pb-ok", "pb-failed", "pb-parked"} <= dict(s["segments"]).keys() for s in live), [s["segments"] for s in live[-3:]]
     charts = [title for s in live for title in s["charts"]]
     assert charts and all(title.startswith("quota: ") for title in charts), charts[:5]
-    assert len(set(charts)) >= 3, sorted(set(charts))  # redrawn while it runs
+    assert len(set(charts)) >= 2, sorted(set(charts))  # redrawn while it runs (a replay of 50,000 rows: some 3 s)
 
 
 def test_big_run_panel_stays_bounded(big_run: Session) -> None:

@@ -79,8 +79,9 @@ def test_a_pinned_version_keeps_receipts_across_edits_until_it_changes(store: pb
     frame = pd.DataFrame({"q": ["a", "b"]})
     assert frame.play.map(make("1", "!"), store=store, progress=False)["label"].tolist() == ["a!", "b!"]
     assert frame.play.map(make("1", "?"), store=store, progress=False, refresh="rows")["label"].tolist() == ["a!", "b!"]
+    assert sorted(calls) == ["a", "b"]  # (a tool that is a plain function runs in a thread: in any order)
     assert frame.play.map(make("2", "?"), store=store, progress=False)["label"].tolist() == ["a?", "b?"]
-    assert calls == ["a", "b", "a", "b"]
+    assert sorted(calls[2:]) == ["a", "b"]
 
 
 def test_a_tool_closing_over_a_setting_is_a_new_tool_per_setting(store: pb.ReceiptStore) -> None:
