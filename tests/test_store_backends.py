@@ -124,6 +124,26 @@ def test_memos_written_are_found_once_folded_the_last_of_a_key_winning(backend: 
     assert backend.counts().memos == 2000
 
 
+def test_sqlite_memos_another_process_appended_are_found_once_a_run_folds_them(tmp_path: Path) -> None:
+    """Memos one process appended (its run still going, or killed) are found by a run that starts
+    in another process: it folds them in first. Read-only, the store leaves them where they are."""
+    from playbook.store.sqlite import SqliteBackend
+
+    writer, reader = SqliteBackend(tmp_path / "store"), SqliteBackend(tmp_path / "store")
+    writer.write_memos([_memo(n) for n in range(100)])
+    looking = SqliteBackend(tmp_path / "store", readonly=True)
+    looking.fold_memos()
+    assert looking.memos([_key("m", 1)])[0] == [] and looking.counts().memos == 100  # counted, not yet found
+    reader.fold_memos()
+    found, _ = reader.memos([_key("m", n) for n in range(100)])
+    assert sorted(found) == [_memo(n) for n in range(100)]
+    writer.write_memos([_memo(100)])  # the first process goes on
+    reader.fold_memos()
+    assert reader.memos([_key("m", 100)])[0] == [_memo(100)] and looking.counts().memos == 101
+    for backend in (writer, reader, looking):
+        backend.close()
+
+
 # -- upkeep --------------------------------------------------------------------------------------
 
 
