@@ -80,7 +80,8 @@ def run(repeats: int = 3) -> list[Result]:
             core = engine(store)
             core.leases = _NoLeases(core)  # type: ignore[assignment]
             out = frame.play.map(enrich, store=store, concurrency=CONCURRENCY, progress=False)
-            assert (out["play_status"] == "ok").all()
+            assert (out["play_status"] == "ok").all(), out["play_error"].dropna().head()
+            assert not pb.last_run().notices, pb.last_run().notices
             return len(out)
 
         return [
@@ -99,6 +100,9 @@ def run(repeats: int = 3) -> list[Result]:
 class _NoLeases:
     """Every lease granted at once, none written: what one process alone would need.  A take that
     looks reads the receipt, as the store's own take does (on a first run, none is there)."""
+
+    owner = "one process alone"
+    ttl = 30.0
 
     def __init__(self, core: Any) -> None:
         self._core = core
