@@ -623,6 +623,7 @@ def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.
     last of two overlapping runs ends, the thresholds are what they were. Thresholds set higher,
     or changed while a run goes, are left as they are."""
     import gc
+    import weakref
 
     from playbook._internal.collection import YOUNG, fewer_collections
 
@@ -646,6 +647,21 @@ def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.
         with fewer_collections():
             gc.set_threshold(2000, 10, 10)  # the user's own choice, made meanwhile
         assert gc.get_threshold() == (2000, 10, 10)
+        gc.set_threshold(700, 10, 10)
+
+        class Cycle:
+            pass
+
+        gc.freeze()  # (nothing made before counts toward a collection: none happens by itself)
+        try:
+            left = Cycle()
+            left.me = left  # type: ignore[attr-defined]  # garbage only a collection frees
+            gone = weakref.ref(left)
+            del left
+            pd.DataFrame({"n": range(6, 9)}).play.map(play, store=store, progress=False)
+            assert gone() is None  # collected when the run ended, not left for a rare full collection
+        finally:
+            gc.unfreeze()
         gc.set_threshold(50_000, 5, 5)
         seen.clear()
         pd.DataFrame({"n": range(3, 6)}).play.map(play, store=store, progress=False)
