@@ -620,8 +620,9 @@ def test_an_int_or_bool_column_keys_its_rows_as_the_same_values_as_objects_do(co
 
 def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.ReceiptStore) -> None:
     """While rows run, Python collects its youngest objects every 10,000 of them, not 700; when the
-    last of two overlapping runs ends, the thresholds are what they were. Thresholds set higher,
-    or changed while a run goes, are left as they are."""
+    last of two overlapping runs ends, the thresholds are what they were, and a run that made many
+    objects has everything collected. Thresholds set higher, or changed while a run goes, are left
+    as they are."""
     import gc
     import weakref
 
@@ -647,21 +648,26 @@ def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.
         with fewer_collections():
             gc.set_threshold(2000, 10, 10)  # the user's own choice, made meanwhile
         assert gc.get_threshold() == (2000, 10, 10)
-        gc.set_threshold(700, 10, 10)
+        gc.set_threshold(700, 10, 1_000_000)  # (no full collection happens by itself)
 
         class Cycle:
             pass
 
-        gc.freeze()  # (nothing made before counts toward a collection: none happens by itself)
-        try:
-            left = Cycle()
-            left.me = left  # type: ignore[attr-defined]  # garbage only a collection frees
-            gone = weakref.ref(left)
-            del left
-            pd.DataFrame({"n": range(6, 9)}).play.map(play, store=store, progress=False)
-            assert gone() is None  # collected when the run ended, not left for a rare full collection
-        finally:
-            gc.unfreeze()
+        left = Cycle()
+        left.me = left  # type: ignore[attr-defined]  # garbage only a collection frees
+        gone = weakref.ref(left)
+        gc.collect()  # it lives through a full collection: now among the oldest objects
+        del left
+        pd.DataFrame({"n": range(6, 9)}).play.map(play, store=store, progress=False)
+        assert gone() is not None  # a small run's end pays no full collection (a big kernel: 0.25 s)
+        kept: list[list[int]] = []
+
+        async def builds(row, ctx):
+            kept.extend([i] for i in range(60_000))  # objects that last: a run of many rows
+            return {"v": 1}
+
+        pd.DataFrame({"n": range(2)}).play.map(pb.play(builds, name="builds"), store=store, progress=False)
+        assert gone() is None  # collected when that run ended, not left for a rare full collection
         gc.set_threshold(50_000, 5, 5)
         seen.clear()
         pd.DataFrame({"n": range(3, 6)}).play.map(play, store=store, progress=False)
