@@ -144,6 +144,26 @@ def test_sqlite_memos_another_process_appended_are_found_once_a_run_folds_them(t
         backend.close()
 
 
+def test_a_store_without_a_memo_log_opened_read_only_counts_its_memos(tmp_path: Path) -> None:
+    """A store an earlier playbook made has no memo log; opened read-only (nothing is added), its
+    memos are still counted and read."""
+    from playbook.store.sqlite import SqliteBackend
+
+    made = SqliteBackend(tmp_path / "store")
+    made.write_memos([_memo(1), _memo(2, {"other": "f2"})])
+    made.fold_memos()
+    made.close()
+    con = sqlite3.connect(tmp_path / "store" / "receipts.db")
+    con.execute("DROP TABLE memo_log")
+    con.commit()
+    con.close()
+    old = SqliteBackend(tmp_path / "store", readonly=True)
+    assert old.counts().memos == 2 and old.memo_count("other") == 1 and old.memo_count("lookup") == 1
+    old.fold_memos()
+    assert len(old.memos([_key("m", 1), _key("m", 2)])[0]) == 2
+    old.close()
+
+
 # -- upkeep --------------------------------------------------------------------------------------
 
 

@@ -69,8 +69,8 @@ class RowMemos:
     ) -> None:
         """Remember a finished row (``output``: its output as JSON text; ``tools``: " a=fp b=fp ");
         written at the next flush, at most half a second later.  A crash loses at most the last
-        half second of memos, and those rows replay from their receipts for free; another
-        process running the same rows finds them within that half second.  ``row`` and ``used`` (its row key and
+        half second of memos, and those rows replay from their receipts for free; a run that
+        starts in another process finds them once it has folded them in (:meth:`fold`).  ``row`` and ``used`` (its row key and
         the receipt keys it looked up) let a remote store read those receipts ahead next time."""
         pending = self._pending_memos
         pending.append(MemoRow(key, play, tools, calls, cost, flags, output))
