@@ -653,6 +653,14 @@ def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.
         class Cycle:
             pass
 
+        kept: list[list[int]] = []
+
+        async def builds(row, ctx):
+            kept.extend([i] for i in range(60_000))  # objects that last: a run of many rows
+            return {"v": 1}
+
+        many = pb.play(builds, name="builds")
+        pd.DataFrame({"n": range(2)}).play.map(many, store=store, progress=False)  # (what earlier runs left: collected)
         left = Cycle()
         left.me = left  # type: ignore[attr-defined]  # garbage only a collection frees
         gone = weakref.ref(left)
@@ -660,13 +668,7 @@ def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.
         del left
         pd.DataFrame({"n": range(6, 9)}).play.map(play, store=store, progress=False)
         assert gone() is not None  # a small run's end pays no full collection (a big kernel: 0.25 s)
-        kept: list[list[int]] = []
-
-        async def builds(row, ctx):
-            kept.extend([i] for i in range(60_000))  # objects that last: a run of many rows
-            return {"v": 1}
-
-        pd.DataFrame({"n": range(2)}).play.map(pb.play(builds, name="builds"), store=store, progress=False)
+        pd.DataFrame({"n": range(2, 4)}).play.map(many, store=store, progress=False)
         assert gone() is None  # collected when that run ended, not left for a rare full collection
         gc.set_threshold(50_000, 5, 5)
         seen.clear()

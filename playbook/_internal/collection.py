@@ -22,17 +22,19 @@ YOUNG = 10_000  # objects made, less those freed, between two collections of the
 _lock = threading.Lock()
 _runs = 0
 _before: tuple[int, ...] | None = None  # the thresholds to put back, once the last run ends
-_young_at_start = 0  # collections of the youngest made before the first run of these began
-# Young collections during the runs (each after YOUNG objects that lasted) past which the runs
-# left enough behind to collect everything at their end; fewer: a small run, whose end should not
-# pay a full collection of a big kernel (a quarter of a second at 4 million objects).
+# Young collections while runs went (each after YOUNG objects that lasted) since runs last
+# collected everything, past which they have left enough behind to collect everything when they
+# end; fewer (small runs) add up first, so that each does not pay a full collection of a big
+# kernel (a quarter of a second at 4 million objects).
 _MANY = 10
+_young = 0  # young collections while runs went, not yet followed by a full one
+_young_at_start = 0
 
 
 @contextlib.contextmanager
 def fewer_collections() -> Iterator[None]:
     """Collect the youngest objects every :data:`YOUNG` of them while this (or another) run goes."""
-    global _runs, _before, _young_at_start
+    global _runs, _before, _young, _young_at_start
     with _lock:
         _runs += 1
         if _runs == 1:
@@ -53,5 +55,7 @@ def fewer_collections() -> Iterator[None]:
                 # Cycles left by earlier runs reached the oldest generation, which rarer young
                 # collections reach rarely: collected now, a command line running a file a chunk
                 # at a time holds one chunk's, not every chunk's (80 MB each at 500,000 rows).
-                if gc.get_stats()[0]["collections"] - _young_at_start >= _MANY:
+                _young += gc.get_stats()[0]["collections"] - _young_at_start
+                if _young >= _MANY:
                     gc.collect()
+                    _young = 0
