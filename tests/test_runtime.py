@@ -626,7 +626,7 @@ def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.
     import gc
     import weakref
 
-    from playbook._internal.collection import YOUNG, fewer_collections
+    from playbook._internal.collection import ROWS, YOUNG, fewer_collections
 
     seen: list[int] = []
 
@@ -640,12 +640,12 @@ def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.
         gc.set_threshold(700, 10, 10)
         pd.DataFrame({"n": range(3)}).play.map(play, store=store, progress=False)
         assert seen == [YOUNG] * 3 and gc.get_threshold() == (700, 10, 10)
-        with fewer_collections():
-            with fewer_collections():
+        with fewer_collections(1):
+            with fewer_collections(1):
                 assert gc.get_threshold()[0] == YOUNG
             assert gc.get_threshold()[0] == YOUNG  # the other run still goes
         assert gc.get_threshold() == (700, 10, 10)
-        with fewer_collections():
+        with fewer_collections(1):
             gc.set_threshold(2000, 10, 10)  # the user's own choice, made meanwhile
         assert gc.get_threshold() == (2000, 10, 10)
         gc.set_threshold(700, 10, 1_000_000)  # (no full collection happens by itself)
@@ -653,14 +653,8 @@ def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.
         class Cycle:
             pass
 
-        kept: list[list[int]] = []
-
-        async def builds(row, ctx):
-            kept.extend([i] for i in range(60_000))  # objects that last: a run of many rows
-            return {"v": 1}
-
-        many = pb.play(builds, name="builds")
-        pd.DataFrame({"n": range(2)}).play.map(many, store=store, progress=False)  # (what earlier runs left: collected)
+        with fewer_collections(ROWS):  # a run of that many rows: what earlier runs left is collected
+            pass
         left = Cycle()
         left.me = left  # type: ignore[attr-defined]  # garbage only a collection frees
         gone = weakref.ref(left)
@@ -668,7 +662,8 @@ def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.
         del left
         pd.DataFrame({"n": range(6, 9)}).play.map(play, store=store, progress=False)
         assert gone() is not None  # a small run's end pays no full collection (a big kernel: 0.25 s)
-        pd.DataFrame({"n": range(2, 4)}).play.map(many, store=store, progress=False)
+        with fewer_collections(ROWS - 3):  # the rows run since add up to ROWS
+            pass
         assert gone() is None  # collected when that run ended, not left for a rare full collection
         gc.set_threshold(50_000, 5, 5)
         seen.clear()

@@ -22,23 +22,23 @@ YOUNG = 10_000  # objects made, less those freed, between two collections of the
 _lock = threading.Lock()
 _runs = 0
 _before: tuple[int, ...] | None = None  # the thresholds to put back, once the last run ends
-# Young collections while runs went (each after YOUNG objects that lasted) since runs last
-# collected everything, past which they have left enough behind to collect everything when they
-# end; fewer (small runs) add up first, so that each does not pay a full collection of a big
-# kernel (a quarter of a second at 4 million objects).
-_MANY = 10
-_young = 0  # young collections while runs went, not yet followed by a full one
-_young_at_start = 0
+# Rows run since runs last collected everything, past which they collect everything when they
+# end: the cycles a run leaves (its table, its state) hold a few objects each, but megabytes (a
+# command line's chunk of 500,000 rows: 80 MB).  Smaller runs add up first, so that each does not
+# pay a full collection of a big kernel (a quarter of a second at 4 million objects).
+ROWS = 100_000
+_rows = 0
 
 
 @contextlib.contextmanager
-def fewer_collections() -> Iterator[None]:
-    """Collect the youngest objects every :data:`YOUNG` of them while this (or another) run goes."""
-    global _runs, _before, _young, _young_at_start
+def fewer_collections(rows: int) -> Iterator[None]:
+    """Collect the youngest objects every :data:`YOUNG` of them while this run of ``rows`` rows (or
+    another) goes."""
+    global _runs, _before, _rows
     with _lock:
         _runs += 1
+        _rows += rows
         if _runs == 1:
-            _young_at_start = gc.get_stats()[0]["collections"]
             threshold = gc.get_threshold()
             if 0 < threshold[0] < YOUNG:  # 0: collection switched off by the user; more: set higher already
                 _before = threshold
@@ -55,7 +55,6 @@ def fewer_collections() -> Iterator[None]:
                 # Cycles left by earlier runs reached the oldest generation, which rarer young
                 # collections reach rarely: collected now, a command line running a file a chunk
                 # at a time holds one chunk's, not every chunk's (80 MB each at 500,000 rows).
-                _young += gc.get_stats()[0]["collections"] - _young_at_start
-                if _young >= _MANY:
+                if _rows >= ROWS:
                     gc.collect()
-                    _young = 0
+                    _rows = 0

@@ -107,8 +107,8 @@ class Scheduler:
 
         self.store.heard = heard
         try:
-            with fewer_collections():
-                self._positions = range(len(self.frame)) if positions is None else positions
+            self._positions = range(len(self.frame)) if positions is None else positions
+            with fewer_collections(len(self._positions)):
                 self.workers.tasks = []
                 self.workers.admit(self._runnable(self._positions))
                 await self._run_workers()
