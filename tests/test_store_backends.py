@@ -65,6 +65,23 @@ def test_written_record_reads_back(backend: Backend) -> None:
     assert backend.tool_of(record.key) == "lookup"
 
 
+def test_records_written_together_read_back_each_its_own(backend: Backend, request: pytest.FixtureRequest) -> None:
+    """A batch of records with and without inputs, odd costs and names: each comes back as
+    written (on Redis also when the server has not seen the script that writes the rest of a
+    record: a new or restarted one)."""
+    if isinstance(backend, RedisBackend):
+        redis.Redis.from_url(request.getfixturevalue("redis_url")).script_flush()
+    records = [
+        _record(_key("r", 1), input=None, cost=0.1 + 0.2),
+        _record(_key("r", 2), tool="näme: with spaces", cost=1e-300, input='{"q": ""}', version="v 2", account="ä"),
+        _record(_key("r", 3), cost=0.0, input="[]"),
+        _record(_key("s", 4), input=None),
+    ]
+    backend.write(records)
+    assert [backend.get(record.key) for record in records] == records
+    assert [backend.tool_of(record.key) for record in records] == [record.tool for record in records]
+
+
 def test_absent_key_is_none(backend: Backend) -> None:
     """A key never written is None for lookup, get and tool_of."""
     assert backend.lookup(_key("r", 9)) is None

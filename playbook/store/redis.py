@@ -44,6 +44,7 @@ from .redis_failures import failure
 from .redis_format import (
     CHUNK,
     INFO,
+    INFO_WRITE,
     LEASE_KEEP,
     LEASE_TAKE,
     chunks,
@@ -196,10 +197,10 @@ class RedisBackend(RedisLeases):
         with self._failing():
             pipe = self._client.pipeline(transaction=True)
             pipe.mset({self._prefix + row.key: record_value(row) for row in records})
-            for row in records:
-                info = f"{self._prefix}info:{row.key}"
-                pipe.delete(info)  # a replaced record keeps no field of the old one (an input it no longer has)
-                pipe.hset(info, mapping=record_info(row))
+            infos = [f"{self._prefix}info:{row.key}" for row in records]
+            # EVAL, not EVALSHA: a server that has not seen the script (new, or restarted) runs it
+            # all the same, in this transaction.
+            pipe.eval(INFO_WRITE, len(infos), *infos, *record_info(records))
             if receipts:
                 pipe.zadd(self._receipts, {row.key: row.at for row in receipts})
                 for tool, keys in grouped((row.tool, row.key) for row in receipts).items():

@@ -11,11 +11,12 @@ from .protocol import Damaged, Found
 from .records import MemoRow, Record, parse_tools
 
 if TYPE_CHECKING:
-    from redis.typing import EncodableT, FieldT
+    from redis.typing import EncodableT
 
 __all__ = [
     "CHUNK",
     "INFO",
+    "INFO_WRITE",
     "LEASE_KEEP",
     "LEASE_TAKE",
     "chunks",
@@ -45,12 +46,10 @@ def record_value(row: Record) -> str:
     return _dumps([row.at, row.miss, row.flags, row.error]) + "\n" + row.output
 
 
-def record_info(row: Record) -> dict[FieldT, EncodableT]:
-    """The rest of a record; no input (``None``) is left out."""
-    info: dict[FieldT, EncodableT] = {"tool": row.tool, "version": row.version, "account": row.account, "cost": row.cost}
-    if row.input is not None:
-        info["input"] = row.input
-    return info
+def record_info(rows: Sequence[Record]) -> list[EncodableT]:
+    """The rest of each record, as :data:`INFO_WRITE`'s arguments: five per record, an input of
+    ``""`` for none (an input is JSON text, never empty)."""
+    return [v for row in rows for v in (row.tool, row.version, row.account, row.cost, "" if row.input is None else row.input)]
 
 
 def memo_value(row: MemoRow) -> str:
@@ -136,6 +135,16 @@ for i, key in ipairs(KEYS) do
   if (not held) or held == ARGV[1] then redis.call('SET', key, ARGV[1], 'PX', ARGV[2]); got[i] = 1 end
 end
 return got"""
+# The rest of each record (its hash under ``{prefix}:info:``), written anew: a replaced record
+# keeps no field of the old one (an input it no longer has).  One command for a whole batch, as
+# redis-py spends more encoding two commands a record than the server takes to run them.
+# KEYS: info keys; ARGV: tool, version, account, cost, input ("": none) for each.
+INFO_WRITE = """for i, key in ipairs(KEYS) do
+  local at = (i - 1) * 5
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'tool', ARGV[at + 1], 'version', ARGV[at + 2], 'account', ARGV[at + 3], 'cost', ARGV[at + 4])
+  if ARGV[at + 5] ~= '' then redis.call('HSET', key, 'input', ARGV[at + 5]) end
+end"""
 LEASE_KEEP = """for _, key in ipairs(KEYS) do  -- renew (ARGV[2] given) or release the owner's leases
   if redis.call('GET', key) == ARGV[1] then
     if ARGV[2] then redis.call('PEXPIRE', key, ARGV[2]) else redis.call('DEL', key) end
