@@ -25,10 +25,10 @@ warm-up run (the modules a run loads on first use), per row: the run's state.
 ``python -m benchmarks.b10_scale --quick``) runs 100,000 for the edit loop.
 
 ``python -m benchmarks.b10_scale --file 10000000`` runs the command line over a Parquet file of
-that many rows (the same tool), read and written a chunk at a time: it prints the run's rate and
-peak memory, then kills a second run of it half way (SIGKILL, as a crash would), runs it again,
-and checks that the output is whole and in order and that the rerun reused what the killed run
-finished.
+that many rows (the same tool), read and written a chunk at a time: it kills a run half way
+(SIGKILL, as a crash would), runs it again, then once more over the finished file, and prints
+each one's rate and peak RSS, checking that the output is whole and in order and that each rerun
+reused what the runs before it finished.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from .harness import Result
 
@@ -271,13 +272,11 @@ def file_run(rows: int, chunk: int | None = None) -> list[str]:
     import signal
     import time
 
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     folder = Path(tempfile.mkdtemp(prefix="pb-b10-file-"))
     (folder / "plays.py").write_text(PLAYS)
-    pq.write_table(pa.table({"x": np.arange(rows), "name": pa.array([f"row {i}" for i in range(rows)])}), folder / "in.parquet")
+    # Made and checked by processes of their own: a child's peak RSS counts its parent's at the
+    # fork, so this one stays small (a 10M-row table held here would be counted as the command's).
+    _helper("--make-file", rows, folder / "in.parquet")
     env = {**os.environ, "PLAYBOOK_MARKS": str(folder / "marks")}
     command = [sys.executable, "-m", "playbook", "run", "plays.py:doubled", "--in", "in.parquet", "--out", "out.parquet", "--store",
                "store", "--concurrency", str(CONCURRENCY), *(["--chunk-rows", str(chunk)] if chunk else [])]  # fmt: skip
@@ -302,9 +301,32 @@ def file_run(rows: int, chunk: int | None = None) -> list[str]:
         start = time.perf_counter()
         code, seconds, peak = ended(subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.DEVNULL,
                                                      stderr=subprocess.DEVNULL, text=True), start)  # fmt: skip
-        written, statuses = _check_file(folder / "out.parquet", rows)
+        written, statuses = _helper("--check-file", rows, folder / "out.parquet")
         lines.append(f"{what}: exit {code}, {rows / seconds:,.0f} rows/s, peak RSS {peak:,.0f} MB; {written:,} rows in order, {statuses}")
     return lines
+
+
+def _helper(what: str, rows: int, path: Path) -> Any:
+    """``--make-file`` or ``--check-file`` in a process of its own: what it printed, as JSON."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.b10_scale", what, str(path), "--rows", str(rows)],
+                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    return json.loads(out)
+
+
+def _make_file(path: Path, rows: int) -> None:
+    """A Parquet file of ``rows`` rows (``x``: 0, 1, ...; ``name``: "row 0", ...), a million at a time."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    writer = None
+    for start in range(0, rows, 1_000_000):
+        xs = np.arange(start, min(rows, start + 1_000_000))
+        batch = pa.table({"x": xs, "name": pa.array([f"row {i}" for i in xs])})
+        writer = writer or pq.ParquetWriter(path, batch.schema)
+        writer.write_table(batch)
+    if writer is not None:
+        writer.close()
 
 
 def _check_file(path: Path, rows: int) -> tuple[int, dict[str, int]]:
@@ -330,12 +352,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--file", type=int, metavar="ROWS", help="the command line over a Parquet file of ROWS rows")
     parser.add_argument("--chunk-rows", type=int, help="with --file: the command line's --chunk-rows")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--make-file", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--check-file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--where", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     rows = args.rows or (QUICK if args.quick else ROWS)
     if args.child:
         do = _loop_child if args.child in ("loop", "loop-read", "sqlite", "kept", "kept-read") else _child
         print(json.dumps(do(args.child, rows, args.where)))
+        return 0
+    if args.make_file:
+        _make_file(args.make_file, rows)
+        print("null")
+        return 0
+    if args.check_file:
+        print(json.dumps(_check_file(args.check_file, rows)))
         return 0
     if args.file:
         print("\n".join(file_run(args.file, args.chunk_rows)))
