@@ -211,6 +211,57 @@ def test_tool_binding_errors(store) -> None:
     assert "missing b; unexpected c" in out["play_error"].iloc[0]
 
 
+def test_a_parameter_with_a_default_may_be_left_out(store) -> None:
+    """A Python tool's defaults apply as in Python; the call is the same call whether the default is
+    passed or not (one receipt), and a required parameter left out still fails the row naming it."""
+    seen = []
+
+    @pb.tool
+    def greet(name: str, greeting: str = "hello", times: int = 1) -> str:
+        seen.append((name, greeting, times))
+        return f"{greeting} {name}" * times
+
+    @pb.play
+    async def implicit(row, ctx):
+        return {"v": await ctx.tool(greet, name=row.name)}
+
+    @pb.play
+    async def explicit(row, ctx):
+        return {"v": await ctx.tool(greet, {"name": row.name, "greeting": "hello"}, times=1)}
+
+    @pb.play
+    async def other(row, ctx):
+        return {"v": await ctx.tool(greet, name=row.name, greeting="hi")}
+
+    @pb.play
+    async def without(row, ctx):
+        return {"v": await ctx.tool(greet, greeting="hi")}
+
+    frame = pd.DataFrame({"name": ["ada"]})
+    first = frame.play.run(implicit, store=store, progress=False)
+    assert first.result["v"].tolist() == ["hello ada"] and seen == [("ada", "hello", 1)]
+    again = frame.play.run(explicit, store=store, progress=False)
+    assert again.result["v"].tolist() == ["hello ada"]
+    assert (again.stats.calls_reused, again.stats.calls_executed) == (1, 0) and len(seen) == 1
+    assert frame.play.map(other, store=store, progress=False)["v"].tolist() == ["hi ada"] and len(seen) == 2
+    failed = frame.play.map(without, store=store, progress=False)
+    assert failed["play_error"].iloc[0].endswith("takes (name, greeting, times): missing name")
+
+
+def test_a_tool_mapped_directly_takes_its_defaults_for_columns_the_frame_lacks(store) -> None:
+    """Mapped over a frame, a parameter with a default needs no column; a column of its name wins."""
+
+    @pb.tool
+    def price(qty: int, unit: float = 2.5) -> float:
+        return qty * unit
+
+    assert pd.DataFrame({"qty": [2]}).play.map(price, store=store, progress=False)["price"].tolist() == [5.0]
+    both = pd.DataFrame({"qty": [2], "unit": [1.0]})
+    assert both.play.map(price, store=store, progress=False)["price"].tolist() == [2.0]
+    with pytest.raises(pb.PlayDefinitionError, match="no column 'qty'"):
+        pd.DataFrame({"unit": [1.0]}).play.map(price, store=store, progress=False)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

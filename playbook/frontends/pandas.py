@@ -128,7 +128,7 @@ def _check_tool(columns: Any, tool: Tool[Any]) -> None:
             f"batch tool {tool.name!r} takes free-form inputs, so it cannot bind them from columns: "
             f"call it from a play, e.g. await ctx.tool({tool.name}, domain=row.domain)"
         )
-    missing = [p for p in tool.params if p not in columns]
+    missing = [p for p in tool.params if p not in columns and p not in tool.defaults]
     if missing:
         raise PlayDefinitionError(
             f"tool {tool.name!r} binds its inputs from columns, but the DataFrame has no column "

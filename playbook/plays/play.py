@@ -188,6 +188,7 @@ def _tool_play(tool: Any) -> Play:
     params, column = tool.params, tool.name
 
     async def tool_play(row: Any, ctx: Any) -> dict[str, Any]:
-        return {column: await ctx.tool(tool, {p: row[p] for p in params})}
+        # A parameter with a default and no column of its name takes its default.
+        return {column: await ctx.tool(tool, {p: row[p] for p in params if p in row})}
 
     return Play(tool_play, name=tool.name, source=f"tool:{tool.name}:{tool.fingerprint}")

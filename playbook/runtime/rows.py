@@ -57,6 +57,9 @@ class Row(Mapping[Any, Any]):
     def __iter__(self) -> Iterator[Any]:
         return iter(self._cols)
 
+    def __contains__(self, column: object) -> bool:
+        return column in self._cols
+
     def __len__(self) -> int:
         return len(self._cols)
 

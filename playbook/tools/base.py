@@ -48,7 +48,7 @@ class Tool(Generic[R]):
 
     __slots__ = (
         "name", "version", "identity", "fingerprint", "provider", "cost", "batch_size", "retry_on", "params", "fn",
-        "_is_async", "_param_set", "_spent",
+        "_is_async", "_param_set", "_spent", "defaults",
     )  # fmt: skip
 
     def __init__(
@@ -63,6 +63,7 @@ class Tool(Generic[R]):
         batch_size: int | None = None,
         retry_on: type[Exception] | tuple[type[Exception], ...] = (),
         identity: str | None = None,
+        defaults: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise PlayDefinitionError(f"tool name {name!r} must start with a letter and use letters, digits, '.', '-' or '_'")
@@ -84,6 +85,9 @@ class Tool(Generic[R]):
         self.retry_on = _retry_types(name, retry_on)
         self.params = tuple(params)
         self._param_set = frozenset(self.params)
+        # A parameter's default, for a call that does not pass it: part of the call's input
+        # (its receipt key), as if passed, so passing it or not is the same call.
+        self.defaults = dict(defaults or {})
         self.fn = fn
         self._is_async = fn is not None and inspect.iscoroutinefunction(fn)
         if identity is None:
@@ -145,6 +149,8 @@ class Tool(Generic[R]):
                 f"tool {self.name!r} takes ({', '.join(self.params)}): pass them by keyword or as one mapping",
                 tool=self.name,
             )
+        if self.defaults and len(values) < len(self.params):
+            values = {**values, **{p: v for p, v in self.defaults.items() if p not in values}}
         unknown = [k for k in values if k not in self.params]
         missing = [p for p in self.params if p not in values]
         if unknown or missing:
@@ -319,12 +325,15 @@ def tool(
             if len(sig.parameters) != 1:
                 raise PlayDefinitionError(f"batch tool {label!r} must take one parameter: the list of inputs")
             return Tool(label, params=(), fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size, retry_on=retry_on)
-        params = []
+        params, defaults = [], {}
         for p in sig.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
                 raise PlayDefinitionError(f"tool {label!r}: parameter {p.name!r} must be a plain named parameter (no *args, **kwargs or /)")
             params.append(p.name)
-        return Tool(label, params=params, fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size, retry_on=retry_on)
+            if p.default is not p.empty:
+                defaults[p.name] = p.default
+        return Tool(label, params=params, fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size, retry_on=retry_on,
+                    defaults=defaults)  # fmt: skip
 
     return wrap if fn is None else wrap(fn)
 
