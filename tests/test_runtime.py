@@ -620,9 +620,9 @@ def test_an_int_or_bool_column_keys_its_rows_as_the_same_values_as_objects_do(co
 
 def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.ReceiptStore) -> None:
     """While rows run, Python collects its youngest objects every 10,000 of them, not 700; when the
-    last of two overlapping runs ends, the thresholds are what they were, and a run that made many
-    objects has everything collected. Thresholds set higher, or changed while a run goes, are left
-    as they are."""
+    last of two overlapping runs ends, the thresholds are what they were, and once runs have run
+    many rows since everything was last collected (by them or anyone), everything is collected.
+    Thresholds set higher, or changed while a run goes, are left as they are."""
     import gc
     import weakref
 
@@ -665,6 +665,19 @@ def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.
         with fewer_collections(ROWS - 3):  # the rows run since add up to ROWS
             pass
         assert gone() is None  # collected when that run ended, not left for a rare full collection
+        with fewer_collections(ROWS // 2):
+            pass
+        left = Cycle()
+        left.me = left  # type: ignore[attr-defined]
+        gone = weakref.ref(left)
+        gc.collect()  # a full collection made by someone else: the count of rows starts again
+        del left
+        with fewer_collections(ROWS // 2 + 1):  # ROWS + 1 rows since this process's last, ROWS // 2 + 1 since that one
+            pass
+        assert gone() is not None
+        with fewer_collections(ROWS // 2):
+            pass
+        assert gone() is None
         gc.set_threshold(50_000, 5, 5)
         seen.clear()
         pd.DataFrame({"n": range(3, 6)}).play.map(play, store=store, progress=False)

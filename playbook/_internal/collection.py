@@ -5,7 +5,8 @@ moment: the default threshold (a collection every 700 objects made and not yet f
 every hundred rows or so, a tenth of a first run's time at a million rows.  While any run goes,
 the threshold is 10,000, as services that make many short-lived objects set it; when the last
 run ends it is put back, unless something else changed it meanwhile, and everything is collected
-once if the runs made many objects.  Nothing else changes: every object that is garbage is still collected, a little later.
+once if many rows have run since everything was last collected.  Nothing else changes: every
+object that is garbage is still collected, a little later.
 """
 
 from __future__ import annotations
@@ -22,21 +23,29 @@ YOUNG = 10_000  # objects made, less those freed, between two collections of the
 _lock = threading.Lock()
 _runs = 0
 _before: tuple[int, ...] | None = None  # the thresholds to put back, once the last run ends
-# Rows run since runs last collected everything, past which they collect everything when they
+# Rows run since everything was last collected, past which runs collect everything when they
 # end: the cycles a run leaves (its table, its state) hold a few objects each, but megabytes (a
 # command line's chunk of 500,000 rows: 80 MB).  Smaller runs add up first, so that each does not
-# pay a full collection of a big kernel (a quarter of a second at 4 million objects).
+# pay a full collection of a big kernel (a quarter of a second at 4 million objects).  A full
+# collection made by anyone else (``gc.collect()``, or Python's own) starts the count again.
 ROWS = 100_000
 _rows = 0
+_full = -1  # how many full collections Python had made when the count started
+
+
+def _full_collections() -> int:
+    return int(gc.get_stats()[-1]["collections"])
 
 
 @contextlib.contextmanager
 def fewer_collections(rows: int) -> Iterator[None]:
     """Collect the youngest objects every :data:`YOUNG` of them while this run of ``rows`` rows (or
     another) goes."""
-    global _runs, _before, _rows
+    global _runs, _before, _rows, _full
     with _lock:
         _runs += 1
+        if _full_collections() != _full:  # everything was collected since the count started
+            _rows, _full = 0, _full_collections()
         _rows += rows
         if _runs == 1:
             threshold = gc.get_threshold()
@@ -57,4 +66,4 @@ def fewer_collections(rows: int) -> Iterator[None]:
                 # at a time holds one chunk's, not every chunk's (80 MB each at 500,000 rows).
                 if _rows >= ROWS:
                     gc.collect()
-                    _rows = 0
+                    _rows, _full = 0, _full_collections()
