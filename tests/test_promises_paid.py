@@ -169,6 +169,28 @@ def test_a_rerun_reuses_a_plays_rows_until_the_tool_it_reaches_is_another(engine
     assert engine.run(frame, cells["via_helper"]).statuses == {"reused": 8}
 
 
+def test_a_parameter_left_to_its_default_is_the_call_that_passes_it(engine: Engine, name: Callable[[str], str]) -> None:
+    """A Python tool's default is part of the call's input, as Python passes it: a play that leaves
+    it out and an edited play that passes it make the same calls, paid once."""
+
+    @pb.tool(name=name("scaled"), version="1", cost=0.5)
+    def scaled(x: int, factor: int = 3) -> int:
+        return x * factor
+
+    async def implicit(row, ctx):  # type: ignore[no-untyped-def]
+        return {"y": await ctx.tool(scaled, x=row.x)}
+
+    async def explicit(row, ctx):  # type: ignore[no-untyped-def]
+        return {"y": await ctx.tool(scaled, x=row.x, factor=3)}
+
+    frame = pd.DataFrame({"x": range(8)})
+    first = engine.run(frame, pb.play(implicit, name="scaled_rows", version="1"))
+    assert set(first.statuses) <= {"ok", "reused"} and first.result["y"].tolist() == [3 * x for x in range(8)]
+    again = engine.run(frame, pb.play(explicit, name="scaled_rows", version="2"))
+    assert again.total("calls_executed") == 0 and again.total("calls_reused") >= 8
+    assert again.result["y"].tolist() == first.result["y"].tolist()
+
+
 # -- stop and Ctrl-C ---------------------------------------------------------------------------
 
 
