@@ -44,8 +44,9 @@ def fewer_collections(rows: int) -> Iterator[None]:
     global _runs, _before, _rows, _full
     with _lock:
         _runs += 1
-        if _full_collections() != _full:  # everything was collected since the count started
-            _rows, _full = 0, _full_collections()
+        full = _full_collections()
+        if full != _full:  # everything was collected since the count started
+            _rows, _full = 0, full
         _rows += rows
         if _runs == 1:
             threshold = gc.get_threshold()
