@@ -72,6 +72,9 @@ class RowFinished(NamedTuple):
     calls: int = 0  # a reused row: the calls its memo saved (all reused)
     cost: float = 0.0  # and what they cost
     group: str | None = None  # a failed row: its error's group (see playbook.runtime.grouping)
+    # Money this attempt paid that bought nothing kept: all it paid, when the row failed; else
+    # what answers validation refused cost (run.stats.cost_failed).
+    cost_failed: float = 0.0
 
 
 class RowHeld(NamedTuple):

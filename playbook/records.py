@@ -51,6 +51,7 @@ class RunStats(BaseModel):
     calls_local: int = 0  # calls of free local tools (no provider, no cost) that ran
     cost_spent: float = 0.0
     cost_saved: float = 0.0
+    cost_failed: float = 0.0  # of cost_spent: paid for calls of rows that failed, or for answers validation refused
     elapsed: float = 0.0
     receipts_lost: int = 0  # paid calls whose receipts could not be written (the store failed)
 

@@ -121,6 +121,11 @@ class Engine:
         """Lose every receipt behind playbook's back: the store's directory made again, the Redis database flushed."""
         raise NotImplementedError
 
+    def setenv(self, name: str, value: str) -> None:
+        """Set an environment variable (a secret) in every process that runs rows, as a user would:
+        this one, the processes it starts, and a cluster's workers."""
+        os.environ[name] = value
+
     def __repr__(self) -> str:
         return f"<Engine {self.name}>"
 
@@ -197,6 +202,10 @@ class Cluster(Engine):
     def __init__(self, client: Any, redis_url: str) -> None:
         self.client = client
         self.store = redis_url
+
+    def setenv(self, name: str, value: str) -> None:
+        super().setenv(name, value)
+        self.client.run(_setenv, name, value)  # a function of a module: os.environ itself would travel as a copy
 
     def _frame(self, frame: pd.DataFrame) -> Any:
         import dask.dataframe as dd
@@ -358,6 +367,10 @@ def _processes(scratch: Path, frame: pd.DataFrame, play: Any, options: dict[str,
             if proc.popen.poll() is None:
                 proc.popen.kill()
             proc.popen.wait(60)
+
+
+def _setenv(name: str, value: str) -> None:
+    os.environ[name] = value
 
 
 @contextmanager

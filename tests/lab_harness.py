@@ -50,6 +50,7 @@ HEADER = [
     "calls from receipts",
     "calls local",
     "cost spent",
+    "of it on failures",
     "cost saved",
 ]
 PARKED_HEAD = ["rows", "why", "provider", "ready at"]  # parked rows, by why, provider and ready-at minute

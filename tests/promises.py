@@ -6,8 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
+import pydantic
 
 import playbook as pb
+
+
+def verdict_model() -> type[pydantic.BaseModel]:
+    """An LLM answer's fields (the demo fills them from the prompt); made in a function, so it
+    travels to other processes with the play, as a model in a user's notebook does."""
+
+    class Verdict(pydantic.BaseModel):
+        industry: str
+        summary: str
+
+    return Verdict
 
 
 def people(n: int, calls: int | None = None) -> pd.DataFrame:

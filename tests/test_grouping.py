@@ -13,6 +13,8 @@ import pytest
 
 import playbook as pb
 from playbook.runtime.grouping import mask, message_group
+from playbook.ui.tally import Tally
+from playbook.ui.text import summary
 
 
 def _lookup(n: int) -> int:
@@ -42,13 +44,43 @@ def test_one_bug_in_one_line_is_one_group_however_many_rows_it_fails(store: pb.R
     first = matcher.fn.__code__.co_firstlineno
     run = pd.DataFrame({"n": range(700)}).play.run(matcher, store=store, progress=False)
     errors = run.errors
-    assert list(errors.columns) == ["row", "position", "error", "group"]
+    assert list(errors.columns) == ["row", "position", "error", "group", "cost"]
     sizes = errors.groupby("group").size().to_dict()
     assert sizes == {
         f"ValueError: no match for <n> (line {first + 3})": 100,
         f"ValueError: no match for <n> (line {first + 5})": 100,
     }
     assert errors.set_index("row").loc[14, "error"].startswith("ValueError: no match for 14 (line ")
+
+
+def test_each_error_group_says_what_its_rows_paid_for(store: pb.ReceiptStore) -> None:
+    """A priced tool, then a failure in some rows: ``run.errors`` says what each failed row paid,
+    the summary and the panel what each group did, and ``cost_failed`` adds them up; a row that
+    failed before paying costs nothing."""
+
+    @pb.tool(cost=0.25)
+    async def score(n: int) -> int:
+        return n * 2
+
+    @pb.play
+    async def picky(row, ctx):
+        if row.n % 10 == 1:
+            raise LookupError(f"no score asked for {row.n}")  # before any call: paid nothing
+        s = await ctx.tool(score, n=row.n)
+        if row.n % 10 == 0:
+            raise ValueError(f"score {s} is too low")
+        return {"s": s}
+
+    run = pd.DataFrame({"n": range(100)}).play.run(picky, store=store, progress=False)
+    errors = run.errors.set_index("row")
+    assert errors.loc[10, "cost"] == 0.25 and errors.loc[11, "cost"] == 0.0
+    assert run.stats.cost_spent == 0.25 * 90 and run.stats.cost_failed == 0.25 * 10
+    paid = errors.groupby(errors["group"].str.split(":").str[0])["cost"].sum().to_dict()
+    assert paid == {"ValueError": 2.5, "LookupError": 0.0}
+    text = summary(run.state, Tally.of(run.state))
+    assert "(2.5 on failures)" in text and "(paid 2.5)" in text, text
+    html = run._repr_html_()
+    assert "<th>paid for</th>" in html and "<td>2.5</td>" in html
 
 
 def test_a_helper_that_raises_groups_at_its_own_line(store: pb.ReceiptStore) -> None:

@@ -73,6 +73,7 @@ def test_html_shows_counters_providers_parked_rows_errors_and_legs(store: pb.Rec
             str(s.calls_local),
             "0",
             "0",
+            "0",
         ]
     ]
     assert s.parked > LIMIT and s.failed == 4

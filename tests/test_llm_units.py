@@ -99,7 +99,16 @@ def test_a_call_is_weighed_and_priced_before_it_is_sent() -> None:
     assert llm.weigh(values) == math.ceil(100 + 4 + 64)  # 400 chars / 4, 4 per message, 64 expected (under max_tokens)
     assert llm.price(values) == pytest.approx((104 * 1.0 + 64 * 2.0) / 1e6)  # the usual completion, not the cap
     spent = llm.spent({"usage": {"prompt_tokens": 120, "completion_tokens": 30}, "requests": 2})
-    assert spent == (pytest.approx((120 * 1.0 + 30 * 2.0) / 1e6), 150.0, 2)
+    assert spent == (pytest.approx((120 * 1.0 + 30 * 2.0) / 1e6), 150.0, 2, 0.0)
+    # A re-asked answer: the first request's usage, which bought an answer validation refused, apart.
+    spent = llm.spent(
+        {
+            "usage": {"prompt_tokens": 120, "completion_tokens": 30},
+            "requests": 2,
+            "refused_usage": {"prompt_tokens": 50, "completion_tokens": 10},
+        }
+    )
+    assert spent.refused == pytest.approx((50 * 1.0 + 10 * 2.0) / 1e6)
 
 
 def test_answers_teach_the_characters_per_token() -> None:

@@ -17,11 +17,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 from engines import Engine
 from exact import same
-from promises import answered, email, enrich, people, requests
+from promises import answered, email, enrich, people, requests, verdict_model
 
 import playbook as pb
+from playbook.demo.settings import DEMO_KEY
 
 # -- never pay twice -------------------------------------------------------------------------------
 
@@ -224,3 +226,55 @@ def test_max_cost_is_one_budget_per_run(engine: Engine, demo: pb.demo.DemoServer
     assert max(run["cost_spent"] for run in out.runs) == 10.0  # what fits is paid for
     assert requests(demo) <= 10 * len(out.runs)
     assert out.statuses.get("parked", 0) >= 40 - 10 * len(out.runs) and set(out.parked["reason"]) == {"budget"}
+
+
+# -- money that bought nothing kept is counted -------------------------------------------------------
+
+
+def test_money_paid_for_refused_answers_is_what_the_provider_billed_for_them(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """An LLM column whose provider answers half its JSON invalid (and bills it): cost_failed is
+    exactly the provider's bill for those answers, on every engine.  A row mended by its re-ask
+    counts its first answer; a row still invalid fails and counts both.  A rerun pays nothing and
+    counts nothing."""
+    demo.reset(chat_invalid_json_rate=0.5)
+    engine.setenv("PLAYBOOK_TEST_LLM_KEY", DEMO_KEY)  # a secret travels by name: every process reads it
+    prices = (0.15, 0.60)
+    llm = pb.llm_tool(
+        name=name("llm"), model="gpt-4o-mini", base_url=demo.url + "/v1", secret=pb.secret("PLAYBOOK_TEST_LLM_KEY"),
+        output=verdict_model(), prices={"gpt-4o-mini": prices}, provider=pb.Provider(name("chat"), concurrency=4),
+    )  # fmt: skip
+
+    async def verdict(row: Any, ctx: pb.Context) -> Any:
+        return await ctx.tool(llm, prompt=f"Classify company {row.n} of {row.domain}")
+
+    out = engine.run(people(40), pb.play(verdict, name="verdict"), concurrency=4)
+    billed = demo.stats()["chat_invalid"].get("gpt-4o-mini")
+    assert billed, (out.fatal, out.statuses, out.result["play_error"].dropna().head(3).tolist() if out.result is not None else None)
+    assert 0 < billed["requests"] < demo.stats()["chat"]["gpt-4o-mini"]["requests"]  # some refused, not all
+    assert 0 < out.statuses.get("failed", 0) < 40
+    refused = (billed["prompt_tokens"] * prices[0] + billed["completion_tokens"] * prices[1]) / 1e6
+    assert out.total("cost_failed") == pytest.approx(refused, rel=1e-9, abs=1e-12)
+    assert out.total("cost_failed") < out.total("cost_spent")
+    again = engine.run(people(40), pb.play(verdict, name="verdict"), concurrency=4)
+    assert again.total("cost_spent") == again.total("cost_failed") == 0
+
+
+def test_money_paid_for_the_calls_of_a_failed_row_is_counted_once(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """40 rows, each a paid call costing 1; every fourth row then fails in the play: cost_failed is
+    10 (those rows' calls, paid once in all, however many processes ran them), and the rows
+    that succeeded count nothing."""
+    tool = email(demo, pb.Provider(name("acme"), concurrency=4), cost=1.0)
+
+    async def picky(row: Any, ctx: pb.Context) -> Any:
+        found = await ctx.tool(tool, domain=row.domain, first=row.first)
+        if row.n % 4 == 0:
+            raise ValueError(f"row {row.n} is not wanted")
+        return {"email": found}
+
+    out = engine.run(people(40), pb.play(picky, name="picky"), concurrency=4)
+    assert out.statuses["failed"] == 10 and requests(demo) == 40
+    assert out.total("cost_spent") == 40 and out.total("cost_failed") == 10

@@ -90,7 +90,7 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
     groups = tally.error_groups(20)
     assert len(groups) == 1 and len({m.partition(" (")[0] for m in run.result["play_error"].dropna()}) == 3
     errors = run.errors.set_index("row")
-    for _, group, label, message in groups:
+    for _, group, label, message, _cost in groups:
         assert run.result.loc[label, "play_error"] == message  # each example row still fails that way
         assert errors.loc[label, "group"] == group
 

@@ -22,7 +22,7 @@ from .wire import COUNTERS, decode_label
 __all__ = ["ClusterState"]
 
 _APPLIED = (RunStarted, RunFinished, RunNotice)  # the rest come summed in the reports
-_PAID = ("calls_executed", "calls_failed", "cost_spent", "receipts_lost")  # what an attempt cut short still counts
+_PAID = ("calls_executed", "calls_failed", "cost_spent", "cost_failed", "receipts_lost")  # what an attempt cut short still counts
 _CALLS, _COST = COUNTERS.index("calls_executed"), COUNTERS.index("cost_spent")
 
 
@@ -126,15 +126,15 @@ class ClusterState(RunState):
         if finished is None and (position in self._failed or position in self._parked):
             self._forget(position)
         if finished is not None:
-            status, error, copies, reason, provider, ready, group = finished
+            status, error, copies, reason, provider, ready, group, cost = finished
             self._forget(position)
             if status == "parked":
                 self._parked[position] = ParkedRow(self._labels[position], position, reason, provider, ready, error)
                 self.emit(RowParked(position, reason, provider, ready))
             else:
                 group = group or message_group(error or "")
-                self._failed[position] = FailedRow(self._labels[position], position, error or "", group)
-            self.emit(RowFinished(position, status, error, copies, held=was_held is not None, group=group))
+                self._failed[position] = FailedRow(self._labels[position], position, error or "", group, cost)
+            self.emit(RowFinished(position, status, error, copies, held=was_held is not None, group=group, cost_failed=cost))
         elif held is not None:
             kind, provider, until, status = held
             self._held[position] = Waiting(kind, provider)

@@ -205,7 +205,7 @@ class _Relay:
                 return
             if event.status in ("failed", "parked"):
                 reason, provider, ready = self.parking.pop(position, ("", None, None))
-                self.finished[position] = [event.status, event.error, event.copies, reason, provider, ready, event.group]
+                self.finished[position] = [event.status, event.error, event.copies, reason, provider, ready, event.group, event.cost_failed]
             elif position not in self.finished and position not in self.held:
                 return  # most rows: ok or reused, counted by the counters alone
             else:

@@ -30,7 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from playbook.demo import batch_api
-from playbook.demo.chat import ChatRequestError, complete
+from playbook.demo.chat import ChatRequestError, complete_judged
 from playbook.demo.fakedata import (
     company_profile,
     digest,
@@ -259,11 +259,11 @@ def _chat(state: DemoState) -> Handler:
         except ValueError:
             return json_response(ChatRequestError("request body is not valid JSON").body(), 400)
         try:
-            answer = complete(body, invalid_json_rate=state.settings.chat_invalid_json_rate)
+            answer, garbled = complete_judged(body, invalid_json_rate=state.settings.chat_invalid_json_rate)
         except ChatRequestError as exc:
             return json_response(exc.body(), 400)
         # The answer is worked out first: its tokens are what the request weighs.
-        verdict = state.chat_admit(request.headers.get("authorization"), answer)
+        verdict = state.chat_admit(request.headers.get("authorization"), answer, garbled)
         if verdict.body is not None:
             return json_response(verdict.body, 429, verdict.headers)
         return json_response(answer, 200, verdict.headers)

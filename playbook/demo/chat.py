@@ -32,7 +32,7 @@ from playbook.demo.schema_check import SchemaError, check_format_name, check_str
 from playbook.demo.schema_fill import fill
 from playbook.demo.wire import openai_error
 
-__all__ = ["ChatRequestError", "complete", "tokens"]
+__all__ = ["ChatRequestError", "complete", "complete_judged", "tokens"]
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 _FORMATS = ("json_object", "json_schema", "text")
@@ -63,10 +63,19 @@ class _Request:
 
 def complete(body: Any, *, invalid_json_rate: float = 0.0) -> dict[str, Any]:
     """Answer a chat completions request body (already parsed from JSON)."""
+    return complete_judged(body, invalid_json_rate=invalid_json_rate)[0]
+
+
+def complete_judged(body: Any, *, invalid_json_rate: float = 0.0) -> tuple[dict[str, Any], bool]:
+    """The answer, and whether it was made invalid on purpose: a billed answer its client must
+    refuse, which the provider counts apart (``chat_invalid``)."""
     request = _parse(body)
     content = _content(request)
     texts = [[m["role"], _text(m.get("content"))] for m in request.messages]
-    if request.answer_format != "text" and invalid_json_rate and unit(digest("invalid-json", json.dumps(texts))) < invalid_json_rate:
+    garbled = (
+        request.answer_format != "text" and bool(invalid_json_rate) and unit(digest("invalid-json", json.dumps(texts))) < invalid_json_rate
+    )
+    if garbled:
         content = content[: max(1, len(content) // 2)]  # a strict prefix of an object is never valid JSON
     finish = "stop"
     if request.max_tokens is not None and tokens(content) > request.max_tokens:
@@ -78,7 +87,7 @@ def complete(body: Any, *, invalid_json_rate: float = 0.0) -> dict[str, Any]:
     prompt_tokens = sum(tokens(text) + 4 for _, text in texts)
     completion_tokens = tokens(content)
     message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None, "annotations": []}
-    return {
+    answer = {
         "id": f"chatcmpl-{digest('chat', canonical):016x}",
         "object": "chat.completion",
         "created": int(time.time()),
@@ -94,6 +103,7 @@ def complete(body: Any, *, invalid_json_rate: float = 0.0) -> dict[str, Any]:
             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
         },
     }
+    return answer, garbled
 
 
 def tokens(text: str) -> int:

@@ -27,6 +27,7 @@ class Counters:
         "by_status",
         "chat",
         "chat_batch",
+        "chat_invalid",
         "chat_rate_limited",
         "duplicate_idempotency_keys",
         "idempotency_keys",
@@ -60,6 +61,7 @@ class Counters:
         self.max_in_flight = 0
         self.chat: dict[str, list[int]] = {}  # model -> [requests, prompt_tokens, completion_tokens]
         self.chat_batch: dict[str, list[int]] = {}  # the part of `chat` that came from batches
+        self.chat_invalid: dict[str, list[int]] = {}  # the part of `chat` answered invalid on purpose (billed, refused by clients)
         self.chat_rate_limited = {"requests": 0, "tokens": 0}
         self.batches_created = 0
 
@@ -70,10 +72,16 @@ class Counters:
             self.admitted_first = now
         self.admitted_last = now
 
-    def count_chat(self, answer: dict[str, Any], *, batch: bool = False) -> None:
-        """Count one answered chat completion's usage under its model."""
+    def count_chat(self, answer: dict[str, Any], *, batch: bool = False, garbled: bool = False) -> None:
+        """Count one answered chat completion's usage under its model (and apart, when it came
+        from a batch or was answered invalid on purpose)."""
         usage = answer["usage"]
-        for table in (self.chat, self.chat_batch) if batch else (self.chat,):
+        tables = [self.chat]
+        if batch:
+            tables.append(self.chat_batch)
+        if garbled:
+            tables.append(self.chat_invalid)
+        for table in tables:
             row = table.setdefault(answer["model"], [0, 0, 0])
             row[0] += 1
             row[1] += usage["prompt_tokens"]
@@ -97,6 +105,7 @@ class Counters:
             "max_in_flight": self.max_in_flight,
             "chat": _usage(self.chat),
             "chat_batch": _usage(self.chat_batch),
+            "chat_invalid": _usage(self.chat_invalid),
             "chat_rate_limited": dict(self.chat_rate_limited),
             "batches_created": self.batches_created,
         }

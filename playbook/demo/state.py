@@ -223,14 +223,15 @@ class DemoState:
 
     # -- chat ------------------------------------------------------------------------------
 
-    def chat_admit(self, authorization: str | None, answer: dict[str, Any]) -> ChatVerdict:
-        """Weigh a chat answer against the key's per-minute limits; count it when admitted."""
+    def chat_admit(self, authorization: str | None, answer: dict[str, Any], garbled: bool = False) -> ChatVerdict:
+        """Weigh a chat answer against the key's per-minute limits; count it when admitted
+        (``garbled``: made invalid on purpose, billed all the same)."""
         usage = answer["usage"]
         with self.lock:
             verdict = self._chat.admit(_bearer(authorization) or "", self.clock(), answer["model"], usage["total_tokens"])
             c = self._counters
             if verdict.kind is None:
-                c.count_chat(answer)
+                c.count_chat(answer, garbled=garbled)
             else:
                 c.rate_limited += 1
                 c.chat_rate_limited[verdict.kind] += 1

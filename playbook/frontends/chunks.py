@@ -208,8 +208,9 @@ class Totals:
         if not errors.empty:
             for group, rows in errors.groupby("group", sort=False):
                 seen = self.groups.setdefault(group, {"group": group, "rows": 0, "example_row": rows["row"].iat[0],
-                                                      "message": rows["error"].iat[0]})  # fmt: skip
+                                                      "message": rows["error"].iat[0], "cost": 0.0})  # fmt: skip
                 seen["rows"] += len(rows)
+                seen["cost"] += float(rows["cost"].sum())
         parked = report["parked"]
         for reason, n in parked["by_reason"].items():
             self.by_reason[reason] = self.by_reason.get(reason, 0) + n

@@ -247,8 +247,15 @@ def _groups(errors: pd.DataFrame) -> list[dict[str, Any]]:
     by = errors.groupby("group", sort=False)
     sizes = by.size().sort_values(ascending=False, kind="stable").head(ERRORS_SHOWN)
     first = by.first()
+    cost = by["cost"].sum().to_dict()
     return [
-        {"group": group, "rows": int(n), "example_row": first.at[group, "row"], "message": first.at[group, "error"]}
+        {
+            "group": group,
+            "rows": int(n),
+            "example_row": first.at[group, "row"],
+            "message": first.at[group, "error"],
+            "cost": float(cost[group]),
+        }
         for group, n in sizes.items()
     ]
 

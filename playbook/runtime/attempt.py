@@ -65,25 +65,25 @@ class RowRunner:
         except ProviderExhausted as exc:
             outcomes.park(pos, exc.reason, error_message(exc), exc.provider, exc.retry_at)
         except RunFatal as exc:
-            outcomes.finish(pos, "failed", None, error_message(exc), group=error_group(exc, self.play.fn))
+            outcomes.finish(pos, "failed", None, error_message(exc), group=error_group(exc, self.play.fn), cost_failed=book.paid)
             self.scope.fatal_stop(exc)
         except Suspend:  # pragma: no cover - every signal is handled above
             raise
         except Exception as exc:
             if "'coroutine'" in safe_str(exc) and (advice := book.never_awaited()) is not None:
                 exc.add_note(advice)  # v = ctx.tool(...) then v.upper(): the value was never awaited
-            self._failed(pos, exc)
+            self._failed(pos, exc, book.paid)
         else:
-            outcomes.finish(pos, "ok", output, None)
+            outcomes.finish(pos, "ok", output, None, cost_failed=book.refused)
             if stored is not None:
                 remember(self.store, self.play, table, pos, output, stored, (book.calls, book.cost, book.tools, book.receipts))
         finally:
             book.close()
         return False
 
-    def _failed(self, pos: int, exc: Exception) -> None:
+    def _failed(self, pos: int, exc: Exception, paid: float) -> None:
         fn = self.play.fn
-        self.outcomes.finish(pos, "failed", None, error_message(exc) + error_line(exc, fn), group=error_group(exc, fn))
+        self.outcomes.finish(pos, "failed", None, error_message(exc) + error_line(exc, fn), group=error_group(exc, fn), cost_failed=paid)
         if self._raise:
             exc.add_note(f"in row {self.outcomes.table.label(pos)!r} (position {pos}) of play {self.play.name!r}")
             self._fail_run(exc)

@@ -23,7 +23,9 @@ class RowLedger:
     it was handed.  The call pipeline, the row runner and sub-plays work on this, never on
     ``ctx`` (see :func:`ledger`)."""
 
-    __slots__ = ("scope", "row_key", "position", "attempt", "seen", "logs", "signal", "calls", "cost", "tools", "receipts", "made")
+    __slots__ = (
+        "scope", "row_key", "position", "attempt", "seen", "logs", "signal", "calls", "cost", "paid", "refused", "tools", "receipts", "made",
+    )  # fmt: skip
 
     def __init__(self, scope: RunScope, row_key: str, position: int, attempt: int) -> None:
         self.scope = scope  # what of the run this row's calls may use
@@ -39,6 +41,9 @@ class RowLedger:
         # rerun that reuses the row can say what it saved.
         self.calls = 0
         self.cost = 0.0
+        # What this attempt paid for (not reused), and the part of it that bought answers validation
+        # refused: a row that fails counts all it paid in ``cost_failed``, one that succeeds the refused part.
+        self.paid = self.refused = 0.0
         self.tools: dict[str, str] = {}  # name -> fingerprint of every tool the row called
         self.receipts: list[str] = []  # the receipt keys it looked up: a remote store reads them ahead next time
         self.made: list[tuple[Coroutine[Any, Any, Any], str, int]] | None = None
@@ -103,16 +108,24 @@ class RowLedger:
         """A call answered, paid now or before (``shared``: during this run, for another row); an
         answer that needed a re-ask counts its requests (what it cost is on the first)."""
         cost = spent.cost
+        if not reused:
+            self.paid += cost
+            self.refused += spent.refused
         for _ in range(spent.requests):
             self.calls += 1
             self.cost += cost
             self.scope.call_finished(tool, reused, cost, shared)
             cost = 0.0
 
-    def absorb(self, calls: int, cost: float, tools: dict[str, str], receipts: Sequence[str]) -> None:
-        """A sub-play's calls are this row's too: its memo counts them, and drops with their tools."""
+    def absorb(
+        self, calls: int, cost: float, tools: dict[str, str], receipts: Sequence[str], paid: tuple[float, float] = (0.0, 0.0)
+    ) -> None:
+        """A sub-play's calls are this row's too: its memo counts them, and drops with their tools;
+        ``paid``: what a sub-play that ran paid, and the part of it validation refused."""
         self.calls += calls
         self.cost += cost
+        self.paid += paid[0]
+        self.refused += paid[1]
         self.tools.update(tools)
         self.receipts.extend(receipts)
 

@@ -48,15 +48,16 @@ class Outcomes:
 
     def finish(
         self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, *, ran: bool = True, held: bool = False,
-        calls: int = 0, cost: float = 0.0, group: str | None = None,
+        calls: int = 0, cost: float = 0.0, group: str | None = None, cost_failed: float = 0.0,
     ) -> None:  # fmt: skip
-        """``group``: a failed row's error group; by default its message's."""
+        """``group``: a failed row's error group; by default its message's.  ``cost_failed``: what
+        the attempt paid that bought nothing kept (see :class:`RowFinished`)."""
         if output and self.guarded and status in ("ok", "reused") and (clash := self._clashing(pos, output)):
             status, output, error = "failed", None, clashing(self.play, clash)
         if status == "failed" and group is None:
             group = message_group(error or "")
-        rows = self.table.set_outcome(pos, status, output, error, group)
-        self._emit(RowFinished(pos, status, error, rows, ran, held, calls, cost, group))
+        rows = self.table.set_outcome(pos, status, output, error, group, cost_failed)
+        self._emit(RowFinished(pos, status, error, rows, ran, held, calls, cost, group, cost_failed))
 
     def _clashing(self, pos: int, output: dict[str, Any]) -> list[Any]:
         """The input columns ``output`` would change in row ``pos`` (a value passed through as it was changes nothing)."""

@@ -84,7 +84,7 @@ class RunState:
 
     __slots__ = (
         "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held", "sleeping",
-        "calls_executed", "calls_reused", "calls_shared", "calls_failed", "calls_local", "cost_spent", "cost_saved", "started", "finished", "stopping",
+        "calls_executed", "calls_reused", "calls_shared", "calls_failed", "calls_local", "cost_spent", "cost_saved", "cost_failed", "started", "finished", "stopping",
         "stopped", "providers", "down_since", "waterfalls", "notices", "receipts_lost", "_clock", "_wall", "_listeners",
         "_by_kind", "_before", "_table", "_asleep", "timeline", "_next_sample", "__weakref__",
     )  # fmt: skip
@@ -100,6 +100,7 @@ class RunState:
         self.calls_shared = 0  # answered by a receipt this run paid for (identical calls of several rows)
         self.calls_failed = 0  # requests that brought back nothing to keep: the provider saw them too
         self.cost_spent = self.cost_saved = 0.0
+        self.cost_failed = 0.0  # of cost_spent, what bought nothing kept: calls of failed rows, refused answers
         self.started: float | None = None
         self.finished: float | None = None
         self.stopping = False  # a stop was asked for: rows in flight are landing, the rest will be skipped
@@ -166,6 +167,8 @@ class RunState:
         if event.calls:  # a reused row: every call it made is reused, once per key
             self.calls_reused += event.calls
             self.cost_saved += event.cost
+        if event.cost_failed:
+            self.cost_failed += event.cost_failed
 
     def _call_finished(self, event: CallFinished) -> None:
         if event.reused:
@@ -347,7 +350,8 @@ class RunState:
             total=self.total, ok=self.ok, reused=self.reused, failed=self.failed, parked=self.parked, skipped=self.skipped,
             held=self.held, calls_executed=self.calls_executed, calls_reused=self.calls_reused, calls_shared=self.calls_shared,
             calls_failed=self.calls_failed, calls_local=self.calls_local,
-            cost_spent=round(self.cost_spent, 9), cost_saved=round(self.cost_saved, 9), elapsed=round(self.elapsed, 6),
+            cost_spent=round(self.cost_spent, 9), cost_saved=round(self.cost_saved, 9),
+            cost_failed=round(self.cost_failed, 9), elapsed=round(self.elapsed, 6),
             receipts_lost=self.receipts_lost,
         )  # fmt: skip
 

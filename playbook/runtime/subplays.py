@@ -57,7 +57,7 @@ async def run_play(ctx: RowLedger, play: Any, inputs: dict[str, Any], child: Cal
         raise
     finally:
         inner.close()
-        ctx.absorb(inner.calls, inner.cost, inner.tools, inner.receipts)
+        ctx.absorb(inner.calls, inner.cost, inner.tools, inner.receipts, (inner.paid, inner.refused))
     if stored is not None:
         write_memo(store, mk, sub.name, output, stored, (inner.calls, inner.cost, inner.tools, inner.receipts), key)
     return output

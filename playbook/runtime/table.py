@@ -41,7 +41,7 @@ class Waiting(NamedTuple):
     provider: str | None  # the provider's name; None for a sleep
 
 
-ERROR_COLUMNS = ["row", "position", "error", "group"]  # run.errors
+ERROR_COLUMNS = ["row", "position", "error", "group", "cost"]  # run.errors
 
 
 class FailedRow(NamedTuple):
@@ -49,6 +49,7 @@ class FailedRow(NamedTuple):
     position: int
     error: str
     group: str  # what it failed of, with the values masked: rows failed by one bug share it
+    cost: float = 0.0  # what its calls paid for in the attempt that failed (rows sharing its key: on the first)
 
 
 class ParkedRow(NamedTuple):
@@ -74,7 +75,7 @@ class RowTable:
     """
 
     __slots__ = (
-        "labels", "columns", "digests", "statuses", "attempts", "outputs", "errors", "groups", "parkings", "waiting", "running",
+        "labels", "columns", "digests", "statuses", "attempts", "outputs", "errors", "groups", "costs", "parkings", "waiting", "running",
         "budgets", "copies", "copy", "_getters", "_range", "_size",
     )  # fmt: skip
 
@@ -94,6 +95,7 @@ class RowTable:
         self.outputs: dict[str, list[Any]] = {}  # column -> every row's value, ABSENT where it returned none
         self.errors: dict[int, str] = {}
         self.groups: dict[int, str] = {}  # a failed row: its error's group
+        self.costs: dict[int, float] = {}  # a failed row that paid for calls: what they cost
         self.parkings: dict[int, Parking] = {}
         self.waiting: dict[int, Waiting] = {}  # rows in the held queue, and what for
         self.running: set[int] = set()  # on a worker now
@@ -193,7 +195,9 @@ class RowTable:
         runnable: list[int] = where[leads == where].tolist()
         return runnable
 
-    def set_outcome(self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, group: str | None = None) -> int:
+    def set_outcome(
+        self, pos: int, status: Status, output: dict[str, Any] | None, error: str | None, group: str | None = None, cost: float = 0.0
+    ) -> int:
         """Give the row (and its copies) its outcome; returns how many rows share it."""
         # Settled: its wait budgets go (a retried row waits afresh: max_wait counts from then).
         self.running.discard(pos)
@@ -214,6 +218,10 @@ class RowTable:
                 self.errors.pop(p, None)
             if group is not None:
                 self.groups[p] = sys.intern(group)  # rows failed by one bug share one text
+        if code == 3 and cost:
+            self.costs[pos] = cost
+        elif self.costs:
+            self.costs.pop(pos, None)
         return len(rows)
 
     def _put(self, pos: int, output: dict[str, Any]) -> None:
@@ -237,6 +245,7 @@ class RowTable:
                 values[p] = ABSENT
             self.errors.pop(p, None)
             self.groups.pop(p, None)
+            self.costs.pop(p, None)
             self.parkings.pop(p, None)
         return len(group)
 
@@ -251,7 +260,9 @@ class RowTable:
     def failed(self) -> list[FailedRow]:
         states = self.statuses
         return [
-            FailedRow(self.label(p), p, e, self.groups.get(p) or message_group(e)) for p, e in sorted(self.errors.items()) if states[p] == 3
+            FailedRow(self.label(p), p, e, self.groups.get(p) or message_group(e), self.costs.get(p, 0.0))
+            for p, e in sorted(self.errors.items())
+            if states[p] == 3
         ]
 
     def parked(self) -> list[ParkedRow]:

@@ -227,12 +227,14 @@ class Tool(Generic[R]):
 
 
 class Spent(NamedTuple):
-    """What one paid answer cost: money (in the tool's own unit), tokens (``None``: not counted)
-    and requests (an answer that needed a re-ask took two)."""
+    """What one paid answer cost: money (in the tool's own unit), tokens (``None``: not counted),
+    requests (an answer that needed a re-ask took two), and the part of the money that bought an
+    answer validation refused (the first of a re-asked pair)."""
 
     cost: float
     tokens: float | None
     requests: int
+    refused: float = 0.0
 
 
 def is_local(tool: Tool[Any], cost: float) -> bool:

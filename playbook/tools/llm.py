@@ -198,8 +198,14 @@ class LlmTool(Tool[Any]):
         if not isinstance(usage, Mapping):
             return Spent(0.0, None, 1)
         prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-        cost = (prompt * self.prices[0] + completion * self.prices[1]) / 1e6 if self.prices is not None else 0.0
-        return Spent(cost, float(prompt + completion), int(answer.get("requests") or 1))
+        refused = answer.get("refused_usage")
+        return Spent(
+            self._cost(prompt, completion), float(prompt + completion), int(answer.get("requests") or 1),
+            self._cost(int(refused.get("prompt_tokens") or 0), int(refused.get("completion_tokens") or 0)) if isinstance(refused, Mapping) else 0.0,
+        )  # fmt: skip
+
+    def _cost(self, prompt: int, completion: int) -> float:
+        return (prompt * self.prices[0] + completion * self.prices[1]) / 1e6 if self.prices is not None else 0.0
 
     # -- the call ------------------------------------------------------------------------------
 
@@ -268,13 +274,14 @@ def reply_of(name: str, data: Any) -> dict[str, Any]:
 
 
 def _combined(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
-    """The re-asked answer, carrying the usage of both requests (both were paid for)."""
+    """The re-asked answer, carrying the usage of both requests (both were paid for), and that of
+    the first apart: it bought an answer validation refused (``run.stats.cost_failed``)."""
     usage: dict[str, Any] = {}
     for reply in (first, second):
         for k, v in (reply.get("usage") or {}).items():
             if isinstance(v, int):
                 usage[k] = usage.get(k, 0) + v
-    return {**second, "usage": usage, "requests": 2}
+    return {**second, "usage": usage, "requests": 2, "refused_usage": first.get("usage")}
 
 
 def _chars(messages: list[dict[str, Any]]) -> int:

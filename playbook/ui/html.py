@@ -88,11 +88,11 @@ def counters_table(s: RunStats | RunState) -> str:
     """The run's counters, from its ``RunStats`` or its live ``RunState``."""
     return _table(
         ["rows", "ok", "reused", "failed", "held", "parked", "skipped", "calls paid", "calls failed", "calls shared", "calls from receipts",
-         "calls local", "cost spent", "cost saved"],
+         "calls local", "cost spent", "of it on failures", "cost saved"],
         [[
             *(f"{n:,}" for n in (s.total, s.ok, s.reused, s.failed, s.held, s.parked, s.skipped, s.calls_executed, s.calls_failed,
                                  s.calls_shared, s.calls_reused, s.calls_local)),
-            f"{s.cost_spent:,.6g}", f"{s.cost_saved:,.6g}",
+            f"{s.cost_spent:,.6g}", f"{s.cost_failed:,.6g}", f"{s.cost_saved:,.6g}",
         ]],
     )  # fmt: skip
 
@@ -185,13 +185,18 @@ def _ready(reason: str, provider: str | None, ready: float | None, providers: Ma
     return ("next probe " if reason == "down" else "") + time_of_day(ready) + (f" (HTTP {status})" if status else "")
 
 
-def errors_table(groups: list[tuple[int, str, Any, str]], count: int) -> str:
-    """Failed rows by their error's group: (rows, group, example row, its message), the largest
-    ``LIMIT`` groups of ``count``."""
+def errors_table(groups: list[tuple[int, str, Any, str, float]], count: int) -> str:
+    """Failed rows by their error's group: (rows, group, example row, its message, what its rows
+    paid for), the largest ``LIMIT`` groups of ``count``; the cost column when any group paid."""
     if not groups:
         return ""
-    shown = [[f"{n:,}", group, example, _shorter(message)] for n, group, example, message in groups]
-    return "<div>errors</div>" + _table(["rows", "error", "e.g. row", "its message"], shown) + _more(count, "groups")
+    head = ["rows", "error", "e.g. row", "its message"]
+    shown = [[f"{n:,}", group, example, _shorter(message)] for n, group, example, message, _ in groups]
+    if any(cost for *_, cost in groups):
+        head.append("paid for")
+        for row, (*_, cost) in zip(shown, groups):
+            row.append(f"{cost:,.6g}")
+    return "<div>errors</div>" + _table(head, shown) + _more(count, "groups")
 
 
 def legs_table(state: RunState) -> str:

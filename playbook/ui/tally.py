@@ -31,7 +31,7 @@ class Tally:
     """
 
     __slots__ = (
-        "_label", "failed", "families", "copies", "counts", "example", "parked", "parked_rows_by", "parked_reasons",
+        "_label", "failed", "families", "copies", "counts", "costs", "example", "parked", "parked_rows_by", "parked_reasons",
         "parked_groups", "latest", "held", "held_by", "version",
     )  # fmt: skip
 
@@ -41,6 +41,7 @@ class Tally:
         self.families = Families()  # fingerprints of one type and place: many are one group
         self.copies: dict[int, int] = {}  # position -> rows sharing its key, when more than one
         self.counts: dict[str, int] = {}  # fingerprint -> failed rows (its group: families.label)
+        self.costs: dict[int, float] = {}  # position of a failed row that paid for calls -> what they cost
         self.example: dict[str, int] = {}  # fingerprint -> a position that failed so
         self.parked: dict[int, _Parking] = {}  # position -> (reason, provider, ready_at)
         self.parked_rows_by: dict[str | None, int] = {}  # provider -> parked rows
@@ -56,7 +57,7 @@ class Tally:
         """The tally of a run's rows as they stand: one scan, for a summary."""
         tally = cls(state.label)
         for failed in state.failed_rows():
-            tally._fail(failed.position, failed.group, failed.error, 1)
+            tally._fail(failed.position, failed.group, failed.error, 1, failed.cost)
         for parked in state.parked_rows():
             entry = (parked.reason, parked.provider, parked.ready_at)
             tally.parked[parked.position] = entry
@@ -95,12 +96,14 @@ class Tally:
         if rows != 1:
             self.copies[position] = rows
         if status == "failed":
-            self._fail(position, event.group or event.error or "", event.error or "", rows)
+            self._fail(position, event.group or event.error or "", event.error or "", rows, event.cost_failed)
             self.version += 1
         elif status == "parked" and (entry := self.parked.get(position)) is not None:
             self._count_parked(entry, rows)
 
-    def _fail(self, position: int, group: str, message: str, rows: int) -> None:
+    def _fail(self, position: int, group: str, message: str, rows: int, cost: float) -> None:
+        if cost:
+            self.costs[position] = cost
         self.families.add(group)
         self.failed[position] = (group, message)
         self.counts[group] = self.counts.get(group, 0) + rows
@@ -141,6 +144,7 @@ class Tally:
         failed = self.failed.pop(position, None)
         if failed is None:
             return
+        self.costs.pop(position, None)
         group = failed[0]
         self.counts[group] -= rows
         if self.counts[group] <= 0:
@@ -163,8 +167,8 @@ class Tally:
         """Why the rows parked on ``provider`` (``None``: on no provider, e.g. the budget) parked: reason -> rows."""
         return {reason: n for (name, reason), n in self.parked_reasons.items() if name == provider and n}
 
-    def error_groups(self, limit: int) -> list[tuple[int, str, Any, str]]:
-        """The ``limit`` largest groups: (rows, group, example row label, its message)."""
+    def error_groups(self, limit: int) -> list[tuple[int, str, Any, str, float]]:
+        """The ``limit`` largest groups: (rows, group, example row label, its message, what its rows paid for)."""
         rows: dict[str, int] = {}
         example: dict[str, int] = {}
         label = self.families.label
@@ -172,8 +176,12 @@ class Tally:
             group = label(fingerprint)
             rows[group] = rows.get(group, 0) + n
             example.setdefault(group, self.example[fingerprint])
+        cost: dict[str, float] = {}
+        for position, paid in self.costs.items():  # few rows: those that paid before failing
+            group = label(self.failed[position][0])
+            cost[group] = cost.get(group, 0.0) + paid
         top = heapq.nlargest(limit, rows.items(), key=lambda item: item[1])
-        return [(n, group, self._label(example[group]), self.failed[example[group]][1]) for group, n in top]
+        return [(n, group, self._label(example[group]), self.failed[example[group]][1], cost.get(group, 0.0)) for group, n in top]
 
     @property
     def kinds(self) -> int:

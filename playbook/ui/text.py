@@ -239,7 +239,8 @@ def summary(state: RunState, tally: Tally) -> str:
     if s.skipped:
         parts.append(f"skipped {s.skipped}")
     parts.append(_calls(s))
-    parts.append(f"cost {s.cost_spent:g} spent, {s.cost_saved:g} saved")
+    failed = f" ({s.cost_failed:g} on failures)" if s.cost_failed else ""
+    parts.append(f"cost {s.cost_spent:g} spent{failed}, {s.cost_saved:g} saved")
     parts.append(f"{s.elapsed:.1f}s")
     lines = [" | ".join(parts)]
     for name, p in s.provider_views().items():
@@ -274,8 +275,9 @@ def error_lines(tally: Tally) -> list[str]:
     failed = sum(tally.counts.values())
     kinds = tally.kinds
     lines = [f"{_rows(failed)} failed" + (f", {kinds:,} kinds of error:" if kinds > 1 else ":")]
-    for n, group, example, message in groups:
-        lines.append(f"  {n:,} × {group}; e.g. row {example!r}: {in_words(message)}")
+    for n, group, example, message, cost in groups:
+        paid = f" (paid {cost:,.6g})" if cost else ""
+        lines.append(f"  {n:,} × {group}{paid}; e.g. row {example!r}: {in_words(message)}")
     if kinds > GROUPS_SHOWN:
         lines.append(f"  … and {kinds - GROUPS_SHOWN:,} more kinds (run.errors.groupby('group') lists them all)")
     return lines
