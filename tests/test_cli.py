@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,24 @@ def test_stats_text_and_json(home: Path) -> None:
 
     machine = cli("cache", "stats", "--json")
     assert json.loads(machine.stdout) == _stats(home)
+
+
+def test_spend_text_and_json(home: Path) -> None:
+    """`cache spend` shows the calls paid and reused per provider, tool and day, and a total line;
+    `--by tool --json` is store.spend(by="tool") a line each; a free local tool is not spending."""
+    text = cli("cache", "spend")
+    assert text.returncode == 0, text.stderr
+    lines = [line.split() for line in text.stdout.splitlines()]
+    assert lines[0] == ["provider", "tool", "day", "calls", "paid", "cost", "calls", "reused", "saved"]
+    assert lines[1] == ["-", "acme.email", time.strftime("%Y-%m-%d", time.gmtime()), "3", "1.5", "0", "0"]
+    assert lines[-1] == ["in", "all:", "3", "calls", "paid,", "1.5", "spent;", "0", "reused,", "0", "saved"]
+    machine = cli("cache", "spend", "--by", "tool", "--json")
+    with pb.ReceiptStore(home) as store:
+        assert [json.loads(line) for line in machine.stdout.splitlines()] == store.spend(by="tool").to_dict("records")
+    bad = cli("cache", "spend", "--by", "provider,cost")
+    assert (
+        bad.returncode == 2 and "argument --by: 'provider,cost': name some of provider, tool, day" in bad.stderr
+    )  # argparse's usage error
 
 
 def test_list_shows_one_line_per_receipt_up_to_the_limit(home: Path) -> None:

@@ -278,3 +278,29 @@ def test_money_paid_for_the_calls_of_a_failed_row_is_counted_once(
     out = engine.run(people(40), pb.play(picky, name="picky"), concurrency=4)
     assert out.statuses["failed"] == 10 and requests(demo) == 40
     assert out.total("cost_spent") == 40 and out.total("cost_failed") == 10
+
+
+# -- what was spent ------------------------------------------------------------------------------------
+
+
+def test_what_was_spent_is_what_the_provider_billed_and_reuse_is_counted_as_saved(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """40 rows making 20 different calls costing 0.5, then a rerun: ``store.spend()`` says 20 calls
+    paid, 10.0 spent on the provider (what the provider answered, however many processes ran
+    them), and every call the runs reused (from receipts or row memos) as saved."""
+    provider, play_name = name("acme"), name("enrich")  # a Redis store is the session's: lines of this test alone
+    play = pb.play(enrich(email(demo, pb.Provider(provider, concurrency=4), cost=0.5)).fn, name=play_name)
+    first = engine.run(people(40, calls=20), play, concurrency=4)
+    again = engine.run(people(40, calls=20), play, concurrency=4)
+    assert again.statuses == {"reused": 40} and requests(demo) == 20
+    with pb.ReceiptStore(engine.store) as store:
+        spent = store.spend(by=("provider", "tool", "day"))
+        by_provider = store.spend(by="provider").set_index("provider")
+    paid = spent[spent["provider"] == provider]
+    assert len(paid) == 1 and paid["tool"].iat[0] == "demo.email" and paid["day"].iat[0] == time.strftime("%Y-%m-%d", time.gmtime())
+    assert by_provider.at[provider, "calls_paid"] == 20 and by_provider.at[provider, "cost_paid"] == 10.0
+    reused = sum(run[counter] for out in (first, again) for run in out.runs for counter in ("calls_reused", "calls_shared"))
+    memos = spent[spent["tool"] == f"play {play_name}"]
+    assert paid["calls_reused"].iat[0] + memos["calls_reused"].sum() == reused >= 40
+    assert paid["cost_saved"].iat[0] + memos["cost_saved"].sum() == reused * 0.5

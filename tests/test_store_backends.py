@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
+import playbook as pb
 from playbook._internal.urls import masked
 from playbook.store.memory import MemoryBackend
 from playbook.store.protocol import Backend, Counts, Damaged, Found, StoreFailure
@@ -228,6 +229,54 @@ def test_clear_everything(backend: Backend) -> None:
     assert backend.memos([_key("m", n) for n in (1, 2, 3)]) == ([], [])
     assert backend.counts()[:2] == ({}, 0)
     assert backend.holder(_key("r", 7)) is not None
+
+
+# -- what runs spent -----------------------------------------------------------------------------
+
+
+def test_spend_lines_add_up_per_day_provider_and_tool_and_outlive_clear(backend: Backend) -> None:
+    """Lines of one day, provider and tool add up (runs of several processes add theirs); names
+    with odd characters come back as written; clearing receipts keeps what was spent."""
+    backend.write_spend([("2026-12-04", "acme", "lookup", 3, 1.5, 2, 1.0), ("2026-12-04", "", "play p", 0, 0.0, 5, 2.5)])
+    backend.write_spend([("2026-12-04", "acme", "lookup", 1, 0.25, 0, 0.0), ("2026-12-05", "ä:b\x1f", 't "q"', 1, 0.1, 0, 0.0)])
+    assert sorted(backend.spend_rows()) == [
+        ("2026-12-04", "", "play p", 0, 0.0, 5, 2.5),
+        ("2026-12-04", "acme", "lookup", 4, 1.75, 2, 1.0),
+        ("2026-12-05", "ä:b\x1f", 't "q"', 1, 0.1, 0, 0.0),
+    ]
+    _fill(backend)
+    backend.clear()
+    assert len(backend.spend_rows()) == 3
+
+
+def test_spend_by_something_else_is_refused_naming_what_it_can_be(tmp_path: Path) -> None:
+    with pb.ReceiptStore(tmp_path / "store") as store:
+        assert store.spend().empty and list(store.spend()) == [
+            "provider",
+            "tool",
+            "day",
+            "calls_paid",
+            "cost_paid",
+            "calls_reused",
+            "cost_saved",
+        ]
+        for bad in ("dya", ("tool", "tool"), ["provider", 3]):
+            with pytest.raises(ValueError, match="'day', 'provider', 'tool'"):
+                store.spend(by=bad)  # type: ignore[arg-type]
+
+
+def test_a_store_without_a_spend_table_opened_read_only_has_spent_nothing(tmp_path: Path) -> None:
+    """A store an earlier playbook made has no spend table; opened read-only, it has no lines."""
+    from playbook.store.sqlite import SqliteBackend
+
+    SqliteBackend(tmp_path / "store").close()
+    con = sqlite3.connect(tmp_path / "store" / "receipts.db")
+    con.execute("DROP TABLE spend")
+    con.commit()
+    con.close()
+    old = SqliteBackend(tmp_path / "store", readonly=True)
+    assert old.spend_rows() == []
+    old.close()
 
 
 # -- leases --------------------------------------------------------------------------------------

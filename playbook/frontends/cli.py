@@ -1,5 +1,5 @@
 """The command line: ``python -m playbook run`` (a play over a file, see :mod:`playbook.frontends.cli_run`)
-and ``python -m playbook cache stats|list|clear|export``.
+and ``python -m playbook cache stats|list|spend|clear|export``.
 
 Every ``cache`` command reads a store that already exists: a mistyped ``--store`` is an error, not a new
 empty store.  Errors are one line on stderr and a non-zero exit status, never a traceback.
@@ -85,6 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     list_.add_argument("--limit", metavar="N", type=whole(0), default=50, help="show at most N (default: 50; 0: all)")
     list_.set_defaults(run=_list)
 
+    spend = sub.add_parser("spend", parents=[common], help="calls and money paid and reused, per provider, tool and UTC day")
+    spend.add_argument("--by", metavar="KEYS", type=_spend_keys, default=("provider", "tool", "day"),
+                       help="what to add up by: some of provider,tool,day, comma-separated (default: provider,tool,day)")  # fmt: skip
+    spend.add_argument("--json", action="store_true", help="print one JSON object per line")
+    spend.set_defaults(run=_spend)
+
     clear = sub.add_parser("clear", parents=[common, tool], help="remove one tool's receipts, or everything (receipts and row memos)")
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clear.set_defaults(run=_clear)
@@ -110,6 +116,31 @@ def _stats(store: StoreEngine, args: argparse.Namespace) -> int:
         print(f"  {name:<{width}} {count}")
     print(f"{'row memos':<{width + 2}} {stats['row_memos']}")
     print(f"{'size':<{width + 2}} {_size(stats['bytes'])}")
+    return 0
+
+
+def _spend_keys(text: str) -> tuple[str, ...]:
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    if any(k not in ("provider", "tool", "day") for k in keys) or len(set(keys)) != len(keys):
+        raise argparse.ArgumentTypeError(f"{text!r}: name some of provider, tool, day, each once (e.g. provider,day)")
+    return keys
+
+
+def _spend(store: StoreEngine, args: argparse.Namespace) -> int:
+    frame = store.spend(args.by)
+    if args.json:
+        for row in frame.to_dict("records"):
+            print(json.dumps({k: (None if v is None or v != v else v) for k, v in row.items()}, ensure_ascii=False))
+        return 0
+    if frame.empty:
+        print(f"nothing spent yet in {store.location}: runs add what they paid and reused as they end")
+        return 0
+    shown = frame.assign(provider=frame["provider"].fillna("-")) if "provider" in frame else frame
+    shown = shown.rename(columns={"calls_paid": "calls paid", "cost_paid": "cost", "calls_reused": "calls reused", "cost_saved": "saved"})
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:,.6g}"))
+    totals = frame[["calls_paid", "cost_paid", "calls_reused", "cost_saved"]].sum()
+    print(f"in all: {int(totals['calls_paid']):,} calls paid, {totals['cost_paid']:,.6g} spent; "
+          f"{int(totals['calls_reused']):,} reused, {totals['cost_saved']:,.6g} saved")  # fmt: skip
     return 0
 
 

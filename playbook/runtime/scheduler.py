@@ -172,6 +172,7 @@ class Scheduler:
         # A run that says it finished has its memos and receipts in the store (a stopped run waits less).
         wait = 1.0 if self.stopping else GRACE
         self.store.heard = None
+        self.store.add_spend(self.state.take_spend(), self.store.clock())
         self._notices_seen = await finish_store(self.store, self.state.emit, self._notices_seen, wait)
         await self.store.leases.stop_renewing()
         for unsubscribe in self._watching.values():

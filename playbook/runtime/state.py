@@ -41,6 +41,7 @@ from .upstream import ProviderView, provider_view
 
 if TYPE_CHECKING:
     from ..providers.provider import Provider
+    from ..store.spending import SpendLines
     from .table import RowTable
 
 __all__ = [
@@ -84,7 +85,7 @@ class RunState:
 
     __slots__ = (
         "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held", "sleeping",
-        "calls_executed", "calls_reused", "calls_shared", "calls_failed", "calls_local", "cost_spent", "cost_saved", "cost_failed", "started", "finished", "stopping",
+        "calls_executed", "calls_reused", "calls_shared", "calls_failed", "calls_local", "cost_spent", "cost_saved", "cost_failed", "spend", "started", "finished", "stopping",
         "stopped", "providers", "down_since", "waterfalls", "notices", "receipts_lost", "_clock", "_wall", "_listeners",
         "_by_kind", "_before", "_table", "_asleep", "timeline", "_next_sample", "__weakref__",
     )  # fmt: skip
@@ -101,6 +102,7 @@ class RunState:
         self.calls_failed = 0  # requests that brought back nothing to keep: the provider saw them too
         self.cost_spent = self.cost_saved = 0.0
         self.cost_failed = 0.0  # of cost_spent, what bought nothing kept: calls of failed rows, refused answers
+        self.spend: SpendLines = {}  # (provider, tool) -> [paid, cost, reused, saved]: store.spend() gets it as the run ends
         self.started: float | None = None
         self.finished: float | None = None
         self.stopping = False  # a stop was asked for: rows in flight are landing, the rest will be skipped
@@ -167,21 +169,34 @@ class RunState:
         if event.calls:  # a reused row: every call it made is reused, once per key
             self.calls_reused += event.calls
             self.cost_saved += event.cost
+            line = self.spend.get((None, "play " + self.play))
+            if line is None:
+                line = self.spend[None, "play " + self.play] = [0, 0.0, 0, 0.0]
+            line[2] += event.calls
+            line[3] += event.cost
         if event.cost_failed:
             self.cost_failed += event.cost_failed
 
     def _call_finished(self, event: CallFinished) -> None:
+        if event.local:
+            self.calls_local += 1
+            return
+        line = self.spend.get((event.provider, event.tool))
+        if line is None:
+            line = self.spend[event.provider, event.tool] = [0, 0.0, 0, 0.0]
         if event.reused:
             if event.shared:
                 self.calls_shared += 1
             else:
                 self.calls_reused += 1
             self.cost_saved += event.cost
-        elif event.local:
-            self.calls_local += 1
+            line[2] += 1
+            line[3] += event.cost
         else:
             self.calls_executed += 1
             self.cost_spent += event.cost
+            line[0] += 1
+            line[1] += event.cost
             if self._clock() >= self._next_sample:  # a few times a second while calls go out
                 self.sample()
 
@@ -344,6 +359,11 @@ class RunState:
     def leg_rows(self) -> list[list[Any]]:
         """One row per waterfall leg, in ``LEG_COLUMNS`` order."""
         return [[key, i, *leg] for key, legs in self.waterfalls.items() for i, leg in enumerate(legs)]
+
+    def take_spend(self) -> SpendLines:
+        """What the run paid and reused since it last said (per provider and tool), for ``store.spend()``."""
+        lines, self.spend = self.spend, {}
+        return lines
 
     def stats(self) -> RunStats:
         return RunStats(

@@ -45,6 +45,9 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS memo_log (key TEXT NOT NULL, play TEXT NOT NULL, tools TEXT NOT NULL, calls INTEGER NOT NULL, "
     "cost REAL NOT NULL, flags INTEGER NOT NULL, output TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS lease (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL) WITHOUT ROWID",
+    # What runs paid and reused, per UTC day, provider ("": none) and tool: added to as runs end.
+    "CREATE TABLE IF NOT EXISTS spend (day TEXT NOT NULL, provider TEXT NOT NULL, tool TEXT NOT NULL, calls_paid INTEGER NOT NULL, "
+    "cost_paid REAL NOT NULL, calls_reused INTEGER NOT NULL, cost_saved REAL NOT NULL, PRIMARY KEY (day, provider, tool)) WITHOUT ROWID",
 )
 
 _REASONS = {

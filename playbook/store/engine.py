@@ -37,6 +37,7 @@ from .opening import ELSEWHERE as _ELSEWHERE
 from .protocol import Backend, Damaged, Found, StoreFailure, Tally
 from .records import MISSING, OUTPUT_TAGGED, REFUSED, MemoRow, Record, Refusal, damage
 from .row_memos import RowMemos
+from .spending import Spending
 
 __all__ = ["StoreEngine"]
 
@@ -45,7 +46,7 @@ _threads = threading.Lock()
 _logger = logging.getLogger("playbook.store")
 
 
-class StoreEngine(Inspection, RowMemos, Marked):
+class StoreEngine(Inspection, RowMemos, Marked, Spending):
     """What a :class:`~playbook.store.receipts.ReceiptStore` runs on.
 
     The same records, with what a run needs beside what users look at: lookups batched per turn

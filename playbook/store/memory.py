@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 
 from .marks import Mark
-from .protocol import Counts, Damaged, Found, StoreFailure
+from .protocol import Counts, Damaged, Found, SpendRow, StoreFailure
 from .records import MemoFields, MemoRow, Record, is_receipt, parse_tools
 
 __all__ = ["MemoryBackend"]
@@ -32,6 +32,7 @@ class MemoryBackend:
         self._memos: dict[str, MemoRow] = {}
         self._leases: dict[str, tuple[str, float]] = {}  # key -> (owner, expires: time.time())
         self._hints: dict[tuple[str, str], str] = {}
+        self._spend: dict[tuple[str, str, str], list[float]] = {}
         self._id = uuid.uuid4().hex
         self._mark: Mark | None = None
 
@@ -93,6 +94,18 @@ class MemoryBackend:
     def write_hints(self, hints: Sequence[tuple[str, str, str]]) -> None:
         with self._lock:
             self._hints.update(((play, row), keys) for play, row, keys in hints)
+
+    def write_spend(self, rows: Sequence[SpendRow]) -> None:
+        self._writable()
+        with self._lock:
+            for day, provider, tool, *figures in rows:
+                line = self._spend.setdefault((day, provider, tool), [0, 0.0, 0, 0.0])
+                for i, value in enumerate(figures):
+                    line[i] += value
+
+    def spend_rows(self) -> list[SpendRow]:
+        with self._lock:
+            return [(*where, int(a), b, int(c), d) for where, (a, b, c, d) in self._spend.items()]
 
     # -- upkeep ----------------------------------------------------------------------------------
 

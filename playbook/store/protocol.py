@@ -20,7 +20,11 @@ from typing import NamedTuple, Protocol, final
 from .marks import Mark
 from .records import MemoFields, MemoRow, Record
 
-__all__ = ["Backend", "Counts", "Damaged", "Found", "StoreFailure", "Tally"]
+__all__ = ["Backend", "Counts", "Damaged", "Found", "SpendRow", "StoreFailure", "Tally"]
+
+# One line of the spend ledger: UTC day ("2026-12-04"), provider ("" for none), tool, calls paid,
+# what they cost, calls reused (answered by receipts or row memos), what those saved.
+SpendRow = tuple[str, str, str, int, float, int, float]
 
 
 class StoreFailure(Exception):
@@ -124,6 +128,16 @@ class Backend(Protocol):
 
     def write_hints(self, hints: Sequence[tuple[str, str, str]]) -> None:
         """Remember ``(play, row, "key key ...")``: the receipts a finished row used."""
+        ...
+
+    # -- what runs spent ---------------------------------------------------------------------------
+
+    def write_spend(self, rows: Sequence[SpendRow]) -> None:
+        """Add each line's calls and money to the ledger's line of the same day, provider and tool."""
+        ...
+
+    def spend_rows(self) -> list[SpendRow]:
+        """Every line of the ledger."""
         ...
 
     # -- upkeep ----------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -107,6 +107,13 @@ class ReceiptStore:
     def stats(self) -> dict[str, Any]:
         """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
         return self._engine.stats()
+
+    def spend(self, by: str | Sequence[str] = ("provider", "tool", "day")) -> pd.DataFrame:
+        """What runs on this store spent: one row per ``by`` (any of ``"provider"``, ``"tool"``,
+        ``"day"``, a UTC date), with ``calls_paid`` and ``cost_paid`` (sent to a provider, or with
+        a cost), ``calls_reused`` and ``cost_saved`` (answered by receipts or row memos instead).
+        Each run adds its figures as it ends; rows reused whole count under ``"play <name>"``."""
+        return self._engine.spend(by)
 
     def clear(self, tool: str | Tool[Any] | None = None) -> int:
         """Remove one tool's receipts, and the row memos of rows that used it, so the next run

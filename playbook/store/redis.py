@@ -27,6 +27,7 @@ evicted is a call paid for again.  Prefixes must not nest (``a``, ``a:b``): clea
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,7 +38,7 @@ from .._internal.dist import install_hint
 from .._internal.urls import masked
 from ..errors import ReceiptError
 from .marks import Mark
-from .protocol import Counts, Damaged, Found, StoreFailure, Tally
+from .protocol import Counts, Damaged, Found, SpendRow, StoreFailure, Tally
 from .records import MemoFields, MemoRow, Record, is_receipt, parse_tools
 from .redis_durability import Evictions, durability_in, judge, persistence
 from .redis_failures import failure
@@ -60,6 +61,7 @@ from .redis_format import (
 )
 from .redis_leases import RedisLeases
 
+_SPEND = ("calls_paid", "cost_paid", "calls_reused", "cost_saved")  # the figures of a line of spend
 if TYPE_CHECKING:
     import redis
 
@@ -93,6 +95,7 @@ class RedisBackend(RedisLeases):
         self._prefix = prefix + ":"
         self._memos = self._prefix + "memos"
         self._receipts = self._prefix + "receipts"
+        self._spend = self._prefix + "spend"
         try:
             # The pool is thread-safe and resets itself in a forked child (it compares pids).  Two
             # quick retries ride out a restarted server or a dropped idle connection, and are safe:
@@ -274,6 +277,26 @@ class RedisBackend(RedisLeases):
             with self._failing():
                 self._client.mset({f"{self._prefix}used:{play}:{row}": keys for play, row, keys in chunk})
 
+    # -- what runs spent: one hash, a field per day, provider, tool and figure ---------------------
+
+    def write_spend(self, rows: Sequence[SpendRow]) -> None:
+        self._writable()
+        pipe = self._client.pipeline(transaction=True)
+        for day, provider, tool, *figures in rows:
+            for name, value in zip(_SPEND, figures):
+                pipe.hincrbyfloat(self._spend, json.dumps([day, provider, tool, name]), value)
+        with self._failing():
+            pipe.execute()
+
+    def spend_rows(self) -> list[SpendRow]:
+        lines: dict[tuple[str, str, str], list[float]] = {}
+        with self._failing():
+            fields = self._client.hgetall(self._spend)
+        for field, value in fields.items():
+            day, provider, tool, name = json.loads(field)
+            lines.setdefault((day, provider, tool), [0.0] * len(_SPEND))[_SPEND.index(name)] = float(value)
+        return [(*where, int(a), b, int(c), d) for where, (a, b, c, d) in sorted(lines.items())]
+
     # -- upkeep ----------------------------------------------------------------------------------
 
     def counts(self) -> Counts:
@@ -325,12 +348,13 @@ class RedisBackend(RedisLeases):
     def _clear_all(self) -> int:
         """Every key under the prefix but the leases (a call being paid for stays leased) and the
         shared limiters' state (``{prefix}:limit:…``: clearing receipts must not lift a provider's
-        hold, forget its rate or free the slots of calls in flight)."""
+        hold, forget its rate or free the slots of calls in flight), and what runs spent (money
+        paid stays paid)."""
         removed = 0
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix) + "*"
         names = [text(name) for name in self._client.scan_iter(match=pattern, count=CHUNK)]
         kept = (self._prefix + "lease:", self._prefix + "limit:")
-        doomed = [name for name in names if not name.startswith(kept)]
+        doomed = [name for name in names if not name.startswith(kept) and name != self._spend]
         for chunk in chunks(doomed):
             self._client.unlink(*chunk)
             # Records and memos are named by their key alone (no ':'); indexes have other names.

@@ -19,7 +19,7 @@ from ..keys import RECEIPT
 from .db import Database, reason
 from .marks import Mark
 from .opening import initialise, open_store
-from .protocol import Counts, Damaged, Found
+from .protocol import Counts, Damaged, Found, SpendRow
 from .records import COLUMNS, MemoFields, MemoRow, Record
 
 __all__ = ["MARK", "SqliteBackend"]
@@ -30,6 +30,11 @@ _LOOKUP = "SELECT output, miss, flags, error, at FROM receipt WHERE key = ?"
 _LOOKUP_MANY = "SELECT key, output, miss, flags, error, at FROM receipt WHERE key IN ({})"
 _CHUNK = 500  # keys per query (SQLite allows 32,766 parameters)
 _UPSERT = f"INSERT OR REPLACE INTO receipt ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_SPEND = (
+    "INSERT INTO spend VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (day, provider, tool) DO UPDATE SET "
+    "calls_paid = calls_paid + excluded.calls_paid, cost_paid = cost_paid + excluded.cost_paid, "
+    "calls_reused = calls_reused + excluded.calls_reused, cost_saved = cost_saved + excluded.cost_saved"
+)
 _MEMO_COLUMNS = "key, play, tools, calls, cost, flags, output"
 _MEMOS = f"SELECT {_MEMO_COLUMNS} FROM memo WHERE key IN ({{}})"
 # Receipt keys start with keys.RECEIPT ("r"), step records with keys.STEP ("s"): a range of the index.
@@ -180,6 +185,17 @@ class SqliteBackend:
 
     def write_hints(self, hints: Sequence[tuple[str, str, str]]) -> None:
         pass
+
+    def write_spend(self, rows: Sequence[SpendRow]) -> None:
+        self._db.write(lambda con: con.executemany(_SPEND, rows))
+
+    def spend_rows(self) -> list[SpendRow]:
+        def read(con: sqlite3.Connection) -> list[SpendRow]:
+            if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'spend'").fetchone():
+                return []  # a store of an older playbook, opened read-only
+            return [tuple(row) for row in con.execute("SELECT * FROM spend ORDER BY day, provider, tool")]
+
+        return self._db.read(read)
 
     # -- upkeep ----------------------------------------------------------------------------------
 

@@ -1,0 +1,80 @@
+"""What runs spent, kept beside the receipts: calls and money paid, calls reused and what reuse
+saved, per UTC day, provider and tool (``store.spend()``, ``python -m playbook cache spend``).
+
+A receipt answers for one call; it does not say how often it was reused, and a forced call
+replaces it.  So each run adds its own figures to a small ledger as it ends (a run stopped,
+interrupted or stopped by a fatal error too): the same store, the same transaction rules.  Rows
+reused whole from their memos are counted under the play (``"play <name>"``, no provider): a
+memo says what its calls cost, not which tools made them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+
+from ..errors import ReceiptError
+from .io import StoreIO
+from .protocol import Backend, SpendRow, StoreFailure
+
+__all__ = ["BY", "FIGURES", "SpendLines", "Spending"]
+
+BY = ("day", "provider", "tool")  # what spend() can be grouped by
+FIGURES = ("calls_paid", "cost_paid", "calls_reused", "cost_saved")
+# A run's own figures: (provider or None, tool) -> [calls paid, cost paid, calls reused, cost saved]
+SpendLines = dict[tuple[str | None, str], list[float]]
+
+
+class Spending:
+    """``add_spend`` and ``spend`` of :class:`~playbook.store.engine.StoreEngine`."""
+
+    _backend: Backend
+    _io: StoreIO
+    _notice: Callable[[str], None]
+    location: str
+
+    def _read_error(self, exc: StoreFailure) -> ReceiptError:
+        raise NotImplementedError
+
+    def add_spend(self, lines: SpendLines, when: float) -> None:
+        """Add a run's figures under the UTC day of ``when`` (epoch seconds).  A store that
+        refuses them says so; the receipts, what was paid for, are not touched."""
+        day = dt.datetime.fromtimestamp(when, dt.UTC).date().isoformat()
+        rows: list[SpendRow] = [
+            (day, provider or "", tool, int(paid), cost, int(reused), saved)
+            for (provider, tool), (paid, cost, reused, saved) in lines.items()
+        ]
+        if not rows or self._backend.readonly:
+            return
+        if self._io.remote:
+            self._io.submit(lambda: self._write_spend(rows), lambda *_: None)
+        else:
+            self._write_spend(rows)
+
+    def _write_spend(self, rows: Sequence[SpendRow]) -> None:
+        try:
+            self._backend.write_spend(rows)
+        except StoreFailure as exc:
+            self._notice(
+                f"what this run spent could not be added to store.spend() at {self.location}: {exc.reason} (its receipts are kept)"
+            )
+
+    def spend(self, by: str | Sequence[str] = ("provider", "tool", "day")) -> pd.DataFrame:
+        """Calls and money per ``by`` (any of ``"day"``, ``"provider"``, ``"tool"``): paid, reused,
+        and saved by reuse, from what every run on this store added as it ended."""
+        keys = [by] if isinstance(by, str) else list(by)
+        wrong = [k for k in keys if k not in BY]
+        if wrong or len(set(keys)) != len(keys):
+            raise ValueError(f"spend(by={by!r}): by names some of {', '.join(map(repr, BY))}, each once")
+        try:
+            rows = self._backend.spend_rows()
+        except StoreFailure as exc:
+            raise self._read_error(exc) from None
+        frame = pd.DataFrame(rows, columns=[*BY, *FIGURES])
+        frame["provider"] = frame["provider"].replace("", None)
+        if not keys:
+            return frame[list(FIGURES)].sum().to_frame().T.astype({"calls_paid": "int64", "calls_reused": "int64"})
+        grouped = frame.groupby(keys, sort=True, dropna=False)[list(FIGURES)].sum().reset_index()
+        return grouped.astype({"calls_paid": "int64", "calls_reused": "int64", "cost_paid": float, "cost_saved": float})
