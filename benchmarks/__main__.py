@@ -22,6 +22,7 @@ from . import (
     b8_cli,
     b9_cluster,
     b10_scale,
+    b11_estimate,
 )
 from .harness import table
 
@@ -39,6 +40,7 @@ CASES = {
     "b8": b8_cli.run,
     "b9": b9_cluster.run,
     "b10": b10_scale.run,
+    "b11": b11_estimate.run,
 }
 QUICK = {"b10": lambda **kw: b10_scale.run(rows=b10_scale.QUICK, **kw)}  # --quick: sizes for the edit loop
 
@@ -47,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("cases", nargs="*", metavar="CASE", help=f"which of {', '.join(CASES)} (default: all)")
     parser.add_argument(
-        "--repeats", type=int, help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9 and b10; 5 for b8)"
+        "--repeats",
+        type=int,
+        help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9, b10 and b11; 5 for b8)",
     )
     parser.add_argument("--quick", action="store_true", help=f"smaller sizes where a case has them ({', '.join(QUICK)})")
     args = parser.parse_args(argv)

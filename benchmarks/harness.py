@@ -40,6 +40,7 @@ class Result:
     # Extra lines printed under the row: (text, verdict); verdict True/False prints ok/LOW, None nothing.
     notes: list[tuple[str, bool | None]] = field(default_factory=list)
     at_most: bool = False  # for costs such as times (lower is better): the ratio must stay <= target
+    upper: float | None = None  # a ratio that must stay between target and this (a projection against what happened)
 
     @property
     def ratio(self) -> float:
@@ -47,6 +48,8 @@ class Result:
 
     @property
     def ok(self) -> bool:
+        if self.upper is not None:
+            return self.target <= self.ratio <= self.upper
         return self.ratio <= self.target if self.at_most else self.ratio >= self.target
 
 
@@ -77,7 +80,7 @@ def table(results: list[Result]) -> str:
     for r in results:
         lines.append(
             f"{r.name:<34} {r.ours:>10,.0f}{r.unit:>2} {r.baseline:>10,.0f}{r.unit:>2} {r.ratio:>7.2f} "
-            f"{('<=' if r.at_most else '>=') + format(r.target, '.2f'):>7}  {_verdict(r):4} {r.baseline_name}"
+            f"{_bound(r):>7}  {_verdict(r):4} {r.baseline_name}"
         )
         for text, verdict in r.notes:
             flag = "" if verdict is None else "ok" if verdict else "LOW"
@@ -85,10 +88,16 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def _bound(r: Result) -> str:
+    if r.upper is not None:
+        return f"±{r.upper - 1:.0%}" if abs((r.upper - 1) - (1 - r.target)) < 1e-9 else f"{r.target:.2f}-{r.upper:.2f}"
+    return ("<=" if r.at_most else ">=") + format(r.target, ".2f")
+
+
 def _verdict(r: Result) -> str:
     if r.ok:
         return "ok"
-    return "HIGH" if r.at_most else "LOW"
+    return "HIGH" if r.at_most or (r.upper is not None and r.ratio > r.upper) else "LOW"
 
 
 def timed(fn: Callable[[], int]) -> float:

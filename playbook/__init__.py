@@ -24,6 +24,7 @@ from .providers.provider import Provider
 from .records import ProviderHold, Receipt, RunStats
 from .runtime import Run, last_run
 from .runtime.context import Context
+from .runtime.estimate import Estimate
 from .store import ReceiptStore
 from .store.fixtures import Fixtures, fixtures
 from .tools import Secret, Tool, http_tool, llm_tool, secret, tool
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ClusterRun",
     "Context",
+    "Estimate",
     "Fixtures",
     "Play",
     "PlayDefinitionError",

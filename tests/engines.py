@@ -121,6 +121,10 @@ class Engine:
         """Lose every receipt behind playbook's back: the store's directory made again, the Redis database flushed."""
         raise NotImplementedError
 
+    def estimate(self, frame: pd.DataFrame, play: Any, **options: Any) -> pb.Estimate:
+        """The estimate of a run on this engine: its pilot runs in this process, on the engine's store."""
+        return frame.play.estimate(play, store=self.store, progress=False, **options)  # type: ignore[no-any-return, attr-defined]
+
     def setenv(self, name: str, value: str) -> None:
         """Set an environment variable (a secret) in every process that runs rows, as a user would:
         this one, the processes it starts, and a cluster's workers."""
@@ -202,6 +206,9 @@ class Cluster(Engine):
     def __init__(self, client: Any, redis_url: str) -> None:
         self.client = client
         self.store = redis_url
+
+    def estimate(self, frame: pd.DataFrame, play: Any, **options: Any) -> pb.Estimate:
+        return self._frame(frame).play.estimate(play, store=self.store, progress=False, **options)  # type: ignore[no-any-return]
 
     def setenv(self, name: str, value: str) -> None:
         super().setenv(name, value)

@@ -49,6 +49,34 @@ def test_assigned_names_become_columns(kernel: Kernel) -> None:
     assert kernel.value("type(twice).__name__") == "Play"
 
 
+def test_estimate_runs_a_pilot_shows_what_the_rest_costs_and_asks_first(kernel: Kernel) -> None:
+    """--estimate: a pilot of 20 rows, its estimate shown as a table, then the question; "n" runs
+    nothing more (the rest skipped), "y" runs the rest, reusing the pilot's rows."""
+    kernel.run("""
+        priced_calls = []
+        @pb.tool(cost=0.5)
+        async def priced(n: int) -> int:
+            priced_calls.append(n)
+            return n + 100
+        df30 = pd.DataFrame({"n": range(30)})
+        df70 = pd.DataFrame({"n": range(30, 100)})
+    """)
+    cell = """
+        %%play plus --on df30 --estimate --progress none --out out_est
+        total = await ctx.tool(priced, n=row.n)
+    """
+    got = kernel.run(cell, answer="n")
+    assert got["error"] is None, got["error"]
+    assert got["asked"] == ["run the 10 rows left? [y/N] "]
+    [shown] = [d for d in got["shown"] if "text/html" in d]
+    assert "<table" in shown["text/html"] and "30 rows: 20 already done; ~10 paid calls, 5.00" in shown["text/plain"]
+    assert kernel.value("out_est.play_status.value_counts().to_dict()") == {"ok": 20, "skipped": 10}
+    got = kernel.run(cell.replace("df30", "df70"), answer="y")
+    assert got["error"] is None and got["asked"] == ["run the 50 rows left? [y/N] "], got
+    assert kernel.value("out_est.play_status.value_counts().to_dict()") == {"reused": 20, "ok": 50}
+    assert kernel.value("len(priced_calls)") == 20 + 20 + 50  # each call paid once: the pilots', then the rows left
+
+
 def test_explicit_return_is_the_output(kernel: Kernel) -> None:
     """With a return, its value is the row's output; the result is the cell's value without --out."""
     got = kernel.run("""

@@ -203,7 +203,7 @@ def test_run_gives_polars_frames(store: pb.ReceiptStore) -> None:
     assert isinstance(run, PolarsRun)
     assert run.result["play_status"].to_list() == ["ok", "failed", "ok"]
     assert run.result is run.result  # converted once for a finished run
-    assert run.errors.columns == ["row", "position", "error", "group"]
+    assert run.errors.columns == ["row", "position", "error", "group", "cost"]
     assert run.errors.rows()[0][:2] == (1, 1) and run.errors["error"][0].startswith("RuntimeError: down")
     assert run.parked.columns == ["row", "position", "reason", "provider", "ready_at", "message"] and run.parked.height == 0
     assert (run.stats.ok, run.stats.failed) == (2, 1)

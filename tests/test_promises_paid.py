@@ -304,3 +304,22 @@ def test_what_was_spent_is_what_the_provider_billed_and_reuse_is_counted_as_save
     memos = spent[spent["tool"] == f"play {play_name}"]
     assert paid["calls_reused"].iat[0] + memos["calls_reused"].sum() == reused >= 40
     assert paid["cost_saved"].iat[0] + memos["cost_saved"].sum() == reused * 0.5
+
+
+# -- know before you pay ----------------------------------------------------------------------------
+
+
+def test_a_pilot_paid_for_is_never_paid_again_and_its_projection_is_what_the_run_pays(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """A pilot of 20 of 120 rows pays 20 calls; it projects the 100 left, which is what the run
+    then pays (the pilot's rows reused, however many processes run the rest); an estimate of
+    the finished frame projects nothing and sends nothing."""
+    play = pb.play(enrich(email(demo, pb.Provider(name("acme"), concurrency=4), cost=0.5)).fn, name=name("enrich"))
+    est = engine.estimate(people(120), play, concurrency=4)
+    assert requests(demo) == 20 and (est.rows_left, est.paid_calls, est.cost) == (100, 100, 50.0)
+    out = engine.run(people(120), play, concurrency=4)
+    assert set(out.statuses) <= {"ok", "reused"} and requests(demo) == 120 and demo.stats()["duplicate_idempotency_keys"] == 0
+    assert out.total("calls_executed") == est.paid_calls
+    again = engine.estimate(people(120), play, concurrency=4)
+    assert (again.paid_calls, again.rows_left, again.reused_rows) == (0, 0, 120) and requests(demo) == 120

@@ -39,7 +39,7 @@ def test_a_receipt_store_shows_what_a_user_opens_reads_and_clears(tmp_path: Path
     """``pb.ReceiptStore`` has where it is and the looking, clearing and closing; its hot path (lookups,
     commits, leases, memos) is on the engine behind it, which a user never holds."""
     public = {name for name in dir(pb.ReceiptStore) if not name.startswith("_")}
-    assert public == {"location", "path", "lost", "get", "receipts", "records", "stats", "clear", "reset", "close"}
+    assert public == {"location", "path", "lost", "get", "receipts", "records", "stats", "spend", "clear", "reset", "close"}
     with pb.ReceiptStore(tmp_path / "store") as store:
         assert store.stats()["receipts"] == 0 and store.path == tmp_path / "store" and store.lost is None
     assert repr(store) == f"ReceiptStore({str(tmp_path / 'store')!r})"

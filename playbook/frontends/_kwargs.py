@@ -30,6 +30,7 @@ class MapKwargs(TypedDict, total=False):
     max_wait: float | None
     overwrite: bool
     fixtures: Fixtures | str | os.PathLike[str] | None
+    estimate: bool
 
 
 class RunKwargs(MapKwargs, total=False):

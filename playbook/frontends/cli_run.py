@@ -11,34 +11,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
-import importlib
-import importlib.machinery
-import importlib.util
-import inspect
 import itertools
 import json
 import lzma
 import os
-import re
 import signal
 import sys
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from .._internal.argtypes import whole
 from ..errors import PlaybookError, PlayDefinitionError
-from ..plays.play import Play
 from ..records import RunStats
+from ..runtime.estimate import PILOT_ROWS, Estimate, after_pilot
 from ..runtime.options import options
 from ..runtime.run import Run, last_run
-from ..tools import Tool
 from .chunks import CHUNK, Parts, Totals, read_chunks
+from .cli_load import load, target
 from .files import (
     NAMES,
     Fatal,
@@ -79,6 +72,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         if flag != "--store":  # the common --store (cli.py), which the cache commands take too
             run.add_argument(flag, **spelled)
     run.add_argument("--json", action="store_true", help="print a JSON report on stdout (progress and messages stay on stderr)")
+    run.add_argument("--sample", type=whole(1), default=PILOT_ROWS, metavar="N",
+                     help=f"--estimate: the rows the pilot runs (default {PILOT_ROWS})")  # fmt: skip
+    run.add_argument("--yes", action="store_true", help="--estimate: run the rows left after the estimate (else only the pilot runs)")
     run.add_argument("--chunk-rows", type=whole(1), default=CHUNK, metavar="N",
                      help=f"read and run the file N rows at a time, so memory holds a chunk, not the file (default {CHUNK:,})")  # fmt: skip
     run.set_defaults(run=None)
@@ -115,7 +111,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
-    path, name = _target(args.play)
+    path, name = target(args.play)
     source = file_format(args.source, "--in")
     if not Path(args.source).is_file():
         raise Usage(f"--in {args.source}: no such file")
@@ -124,8 +120,17 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
         raise Usage(f"--out {args.out} is the same file as --in {args.source}: the result would replace the rows; choose another --out")
     if "Parquet" in (source, out):
         need_pyarrow("--in" if source == "Parquet" else "--out")
-    play = _load(path, name)
+    play = load(path, name)
     opts: dict[str, Any] = {"progress": "text", **given(args, "cli")}
+    if opts.pop("estimate", False):
+        found = _estimate(args, play, opts, source)
+        report["estimate"] = found.to_dict()
+        if not args.yes or not found.rows_left:
+            if found.rows_left:
+                _say(f"only the pilot ran and nothing was written to {args.out}: add --yes to run the {found.rows_left:,} rows left")
+                return 0
+            _say("every row is done already: writing the result")
+        opts = after_pilot(opts, found)
     chunks = _chunks(args.source, source, args.chunk_rows, opts.pop("limit", None))
     rows = next(chunks)
     following = next(chunks, None)
@@ -143,6 +148,23 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
     for line in _summary(s, bool(run.parked["reason"].eq("budget").any()), len(result), args.out, code):
         _say(line, prefix="")
     return code
+
+
+def _estimate(args: argparse.Namespace, play: Any, opts: dict[str, Any], source: str) -> Estimate:
+    """The pilot over the whole file (every chunk: the rows a run would run are counted over all
+    of them), its estimate on stderr, and whether ``--max-cost`` is short of it."""
+    frame = pd.concat([rows.frame for rows in _chunks(args.source, source, args.chunk_rows, opts.get("limit"))], ignore_index=True)
+    try:
+        found: Estimate = frame.play.estimate(play, args.sample, **{name: value for name, value in opts.items() if name != "limit"})
+    except PlayDefinitionError as exc:
+        raise Usage(_as_option(str(exc))) from None
+    except PlaybookError as exc:
+        raise Fatal(f"{exc}. Nothing was written to {args.out}; what the pilot paid for is saved") from None
+    print(found.text(), file=sys.stderr, flush=True)
+    short = found.below(after_pilot(opts, found).get("max_cost"))
+    if short:
+        _say(short.replace("max_cost=", "--max-cost ").replace(" is below", " (what the pilot left of it) is below"))
+    return found
 
 
 def _chunks(path: str, kind: str, size: int, limit: int | None) -> Iterator[Rows]:
@@ -316,67 +338,3 @@ def _terminate_as_interrupt(terms: list[int]) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-# -- the play ----------------------------------------------------------------------------
-
-
-def _target(spec: str) -> tuple[Path, str]:
-    text, colon, name = spec.rpartition(":")
-    if not colon:
-        raise Usage(f"{spec!r}: name the play to run after a colon, e.g. {spec}:enrich")
-    if not name.isidentifier():
-        raise Usage(f"{spec!r}: {name!r} is not a Python name; expected FILE.py:NAME, e.g. plays.py:enrich")
-    path = Path(text)
-    if not path.is_file():
-        raise Usage(f"{spec!r}: no such file {text!r}")
-    return path.resolve(), name
-
-
-def _load(path: Path, name: str) -> Any:
-    """The play ``name`` of the file at ``path``, imported as a module of its own; its folder goes
-    on sys.path, so the modules beside it import as they do when it runs as a script."""
-    module_name = "playbook_plays_" + re.sub(r"\W", "_", path.stem)
-    loader = importlib.machinery.SourceFileLoader(module_name, str(path))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(module_name, loader))  # type: ignore[arg-type]
-    sys.modules[module_name] = module  # dataclasses and pydantic look their module up there
-    sys.path.insert(0, str(path.parent))
-    try:
-        loader.exec_module(module)
-    except SyntaxError as exc:  # raised while compiling: no frame of the file to show, its line is in the message
-        sys.stderr.write("".join(traceback.format_exception_only(exc)))
-        raise Usage(f"{path.name}, line {exc.lineno}: {type(exc).__name__}: {exc.msg}") from None
-    except (Exception, SystemExit) as exc:
-        sys.stderr.write("".join(_user_traceback(exc, path)))
-        raise Usage(f"importing {path.name} raised {type(exc).__name__} (the traceback above)") from None
-    if not hasattr(module, name):
-        raise Usage(f"{path.name} has no {name!r}{_defined(module, name)}")
-    found = getattr(module, name)
-    if not (isinstance(found, (Play, Tool)) or callable(found)):
-        raise Usage(f"{path.name}: {name} is a {type(found).__name__}, not a play, an async def or a tool{_defined(module, name)}")
-    return found
-
-
-def _user_traceback(exc: BaseException, path: Path) -> list[str]:
-    """The traceback from the user's file down: the frames of the import machinery are not theirs."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != str(path):
-        tb = tb.tb_next
-    return traceback.format_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
-
-
-def _defined(module: ModuleType, name: str) -> str:
-    """The plays, async functions and tools a module defines, for the error that names none of them."""
-    found = {}
-    for attr, value in vars(module).items():
-        if attr.startswith("_"):
-            continue
-        if isinstance(value, (Play, Tool)):
-            found[attr] = "tool" if isinstance(value, Tool) else "play"
-        elif inspect.iscoroutinefunction(value) and getattr(value, "__module__", None) == module.__name__:
-            found[attr] = "async def"
-    if not found:
-        return "; it defines no play, async def or tool"
-    near = difflib.get_close_matches(name, found, n=1)
-    hint = f" (did you mean {near[0]!r}?)" if near else ""
-    return hint + "; it defines: " + ", ".join(f"{attr} ({kind})" for attr, kind in found.items())

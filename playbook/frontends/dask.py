@@ -7,6 +7,7 @@ imported, before or after playbook (:func:`playbook.frontends.register`).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 from urllib.parse import urlsplit
 
@@ -14,13 +15,15 @@ from .._internal.dist import install_hint
 from ..cluster.job import ClusterRun
 from ..errors import PlayDefinitionError, ReceiptError
 from ..plays.play import as_play
+from ..runtime.estimate import PILOT_ROWS, Estimate, after_pilot
 from ..runtime.options import RunOptions
 from ..runtime.options import options as run_options
 from ..runtime.run import remember
 from ..store import ReceiptStore, engine
 from ..store.location import home, is_url
 from ..ui import Controls, attach_view
-from .pandas import check_columns, refuse_background
+from .asking import ask, show
+from .pandas import PlayAccessor, check_columns, refuse_background
 from .signature import run_signature
 
 if TYPE_CHECKING:
@@ -36,7 +39,7 @@ _SCHEMES = ("redis", "rediss", "unix")
 # What only the client acts on: it takes the first `limit` rows, shows the panel, returns at once
 # or not, reaches the store's Redis and refuses fixtures.  Each partition's run is given every
 # other option, so an option added to RunOptions reaches the workers unless it is named here.
-_CLIENT_OPTIONS = frozenset({"limit", "progress", "background", "store", "fixtures"})
+_CLIENT_OPTIONS = frozenset({"limit", "progress", "background", "store", "fixtures", "estimate"})
 
 
 class DaskPlay:
@@ -67,6 +70,8 @@ class DaskPlay:
         """Run ``play`` on the cluster and return the :class:`ClusterRun`; with
         ``background=True``, return at once (the job goes on; the panel's Stop stops it)."""
         opts = RunOptions.parse(options)
+        if opts.estimate:
+            return self._asked(play, options, opts)
         if opts.replaying is not None:  # fixtures=, a `with pb.fixtures(...)` around it, or $PLAYBOOK_FIXTURES
             raise PlayDefinitionError(
                 "fixtures answer calls from a file in this process, and a cluster run makes its calls on the workers: "
@@ -86,6 +91,32 @@ class DaskPlay:
         job.view = attach_view(job.state, opts.progress, background=opts.background, controls=controls)
         remember(job)  # pb.last_run(), as a pandas run is: a job that stops (401, Ctrl-C) is still there to read
         return job.start(background=opts.background)
+
+    def _asked(self, play: PlayLike, options: Mapping[str, Any], opts: RunOptions) -> ClusterRun:
+        """``estimate=True``: the pilot (in this process), its estimate shown, the question; the job runs the rest on a yes."""
+        rest: dict[str, Any] = {name: value for name, value in options.items() if name not in ("estimate", "background")}
+        found = self.estimate(play, PILOT_ROWS, **rest)
+        show(found)
+        rest = after_pilot(rest, found)
+        if found.rows_left and not ask(found, rest.get("max_cost")):
+            raise PlayDefinitionError(f"not run: the estimate was not accepted ({found.sample} rows of the pilot are done and saved)")
+        return self.run(play, **rest, background=opts.background)
+
+    @run_signature("map")
+    def estimate(
+        self, play: PlayLike, sample: int = 20, *, seed: int | None = 0, first: bool = False, **options: Unpack[MapKwargs]
+    ) -> Estimate:
+        """A pilot of ``play`` on ``sample`` of the rows a job would run, projected over the rest
+        (see ``pandas.DataFrame.play.estimate``).  The rows are brought to this process
+        (``.compute()``) and the pilot runs here, on the job's store in Redis: the job reuses what
+        it paid for.  The projection assumes ``concurrency`` rows in flight on each of the
+        partitions the cluster runs at once."""
+        opts = RunOptions.parse(options)
+        url = _redis_url(opts.store)
+        frame = self._frame.head(opts.limit, npartitions=-1) if opts.limit is not None else self._frame.compute()
+        at_once = min(self._frame.npartitions, sum(w.get("nthreads", 1) for w in _client().scheduler_info()["workers"].values()) or 1)
+        given = {**options, "store": url, "limit": None, "concurrency": opts.concurrency * at_once}
+        return PlayAccessor(frame).estimate(play, sample, seed=seed, first=first, **given)
 
 
 def _client() -> Client:

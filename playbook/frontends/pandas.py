@@ -15,11 +15,13 @@ import pandas as pd
 from .._internal.loop import run_sync
 from ..errors import PlayDefinitionError, interrupted
 from ..plays.play import PlayLike, as_play
+from ..runtime.estimate import PILOT_ROWS, Estimate, after_pilot, declined, pilot_estimate
 from ..runtime.options import RunOptions
 from ..runtime.run import Run, begin_background, execute, start
 from ..tools import Tool
 from ..ui import Controls, attach_view
 from ..ui.html import run_html
+from .asking import ask, show
 from .signature import run_signature
 
 if TYPE_CHECKING:
@@ -49,6 +51,8 @@ class PlayAccessor:
     def run(self, play: PlayLike, **options: Unpack[RunKwargs]) -> Run:
         """Run ``play`` and return the :class:`Run`; with ``background=True``, return at once
         (the run goes on in the kernel's loop)."""
+        if options.get("estimate"):
+            return self._asked(play, dict(options))
         run, opts = self._start(play, options)
         if opts.background:
             return begin_background(run)
@@ -81,6 +85,47 @@ class PlayAccessor:
             return begin_background(run)
         await execute(run)
         return run
+
+    @run_signature("map")
+    def estimate(
+        self, play: PlayLike, sample: int = 20, *, seed: int | None = 0, first: bool = False, **options: Unpack[MapKwargs]
+    ) -> Estimate:
+        """Run a pilot of ``play`` on ``sample`` of the rows a run would run, and project what the
+        run will pay and take for the rest: an :class:`~playbook.Estimate`.
+
+        The sample is drawn at random (``seed``), or is the first rows (``first=True``); rows
+        answered by their memos are left out and count as done.  The pilot's calls are paid for
+        and become receipts, and its finished rows memos: the run reuses them.  Options are
+        ``map()``'s (``concurrency`` sets the rows in flight the projection assumes).
+        """
+        refuse_background(options, "estimate() runs a pilot and returns its Estimate; run the play with df.play.run(play, background=True)")
+        if options.get("estimate"):
+            raise PlayDefinitionError("estimate(..., estimate=True): estimate() is the pilot already; estimate=True is map()'s and run()'s")
+        return self._pilot(play, options, sample, seed=seed, first=first)[1]
+
+    def _pilot(
+        self, play: PlayLike, options: Mapping[str, Any], sample: int, *, seed: int | None = 0, first: bool = False
+    ) -> tuple[Run, Estimate]:
+        if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
+            raise PlayDefinitionError(f"estimate(sample={sample!r}): the rows to run as a pilot, a whole number >= 1")
+        run, opts = self._start(play, options)
+        try:
+            return run, run_sync(pilot_estimate(run, opts.concurrency, sample, seed=seed, first=first))
+        except KeyboardInterrupt:
+            raise interrupted("interrupted: the pilot stopped; what it paid for is saved and reused by the run") from None
+
+    def _asked(self, play: PlayLike, options: dict[str, Any]) -> Run:
+        """``estimate=True``: the pilot, its estimate shown, then the question; the run goes on
+        if the answer is yes, else the pilot's run is returned (the rows it did not run skipped)."""
+        options.pop("estimate")
+        background = options.pop("background", False)
+        pilot, estimate = self._pilot(play, options, PILOT_ROWS)
+        show(estimate)
+        rest = after_pilot(options, estimate)
+        if not estimate.rows_left or ask(estimate, rest.get("max_cost")):
+            return self.run(play, **rest, background=background)
+        declined(pilot)
+        return pilot
 
     def _start(self, play: PlayLike, options: Mapping[str, Any], *, awaited: bool = False) -> tuple[Run, RunOptions]:
         opts = RunOptions.parse(options)

@@ -26,6 +26,7 @@ import pandas as pd
 from ..errors import PlayDefinitionError
 from ..records import ProviderHold, RunStats
 from ..runtime import Run, RunState
+from ..runtime.estimate import Estimate
 from .pandas import PlayAccessor
 from .polars_convert import frames, to_polars, whole_frame
 from .signature import run_signature
@@ -54,6 +55,15 @@ class PolarsPlay:
         """
         rows, sent = frames(self._frame, options.get("limit"))
         return to_polars(PlayAccessor(sent).map(play, **options), rows, sent)
+
+    @run_signature("map")
+    def estimate(
+        self, play: PlayLike, sample: int = 20, *, seed: int | None = 0, first: bool = False, **options: Unpack[MapKwargs]
+    ) -> Estimate:
+        """A pilot of ``play`` on ``sample`` of the rows a run would run, projected over the rest
+        (see ``pandas.DataFrame.play.estimate``)."""
+        _, sent = frames(self._frame, options.get("limit"))
+        return PlayAccessor(sent).estimate(play, sample, seed=seed, first=first, **options)
 
     @run_signature("run")
     def run(self, play: PlayLike, **options: Unpack[RunKwargs]) -> PolarsRun:

@@ -111,6 +111,8 @@ class RowLedger:
         if not reused:
             self.paid += cost
             self.refused += spent.refused
+        if self.scope.observer is not None:
+            self.scope.observer.counted(self.position, tool, reused, spent)
         for _ in range(spent.requests):
             self.calls += 1
             self.cost += cost

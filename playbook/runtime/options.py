@@ -77,6 +77,9 @@ class RunOptions:
     fixtures: Fixtures | str | os.PathLike[str] | None = _option(
         None, "answer every tool call from this fixture file: no network, no pacing", metavar="FILE"
     )
+    estimate: bool = _option(
+        False, "first run a pilot on 20 rows, show what the rest will cost and take, and ask before going on (--yes on the command line)"
+    )
     # Not options: what parse() makes of them.  The cost budget the run spends from: its own, or
     # one kept elsewhere (a cluster job's, in Redis).
     budget: CostBudget | None = None
@@ -129,6 +132,8 @@ class RunOptions:
             raise bad("progress", "'auto', 'widget', 'text', 'none', True or False")
         if not isinstance(self.background, bool):
             raise bad("background", "True or False")
+        if not isinstance(self.estimate, bool):
+            raise bad("estimate", "True or False")
         if self.max_wait is not None and (not _number(self.max_wait) or self.max_wait < 0):
             raise bad("max_wait", "a number of seconds >= 0 or None")
         if self.store is not None and not isinstance(self.store, (ReceiptStore, str, os.PathLike)):

@@ -313,6 +313,14 @@ async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tu
     """One try (a governor's ``send``): dispatch, then record the receipt; a stop meanwhile lets it land, then stops the row."""
     scope, landing = ctx.scope, ctx.scope.landing
     task = landing.enter()
+    if scope.observer is not None:
+        timed: tuple[Any, bool] = await scope.observer.timed(ctx.position, tool, _sent(ctx, tool, call, env, task))
+        return timed
+    return await _sent(ctx, tool, call, env, task)
+
+
+async def _sent(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv, task: Any) -> tuple[Any, bool]:
+    scope, landing = ctx.scope, ctx.scope.landing
     try:
         try:
             answer, miss = await invoke(tool, call.values, env)

@@ -21,7 +21,7 @@ from .options import RunOptions
 from .scheduler import Scheduler
 from .state import ERROR_COLUMNS, LEG_COLUMNS, RunState
 
-__all__ = ["Run", "begin_background", "execute", "last_run", "remember", "start"]
+__all__ = ["Run", "begin_background", "execute", "last_run", "remember", "scheduler", "start"]
 
 # The latest run: per task (two runs started in concurrent tasks each see their own), else per
 # thread (two threads each blocking on map() each see theirs), else the latest in the process (code
@@ -205,6 +205,11 @@ class Run:
 def execute(run: Run) -> Coroutine[Any, Any, None]:
     """The run's first execution, over every row (awaited by ``map``/``amap``)."""
     return run._scheduler.execute()
+
+
+def scheduler(run: Run) -> Scheduler:
+    """The scheduler behind ``run``: what a pilot drives (see :mod:`playbook.runtime.pilot`)."""
+    return run._scheduler
 
 
 def start(frame: pd.DataFrame, play: Play, opts: RunOptions, store: StoreEngine, *, html: Callable[[RunState], str] | None = None) -> Run:

@@ -88,8 +88,9 @@ class Scheduler:
 
     # -- an execution ------------------------------------------------------------------
 
-    async def execute(self, positions: list[int] | None = None) -> None:
-        """Run the given rows (default: all); settle every one of them.
+    async def execute(self, positions: list[int] | None = None, *, choose: Callable[[Sequence[int]], list[int]] | None = None) -> None:
+        """Run the given rows (default: all); settle every one of them.  ``choose``: of the rows
+        a run would run (memos reused), run only those it returns (a pilot: the rest stay unsettled).
 
         Cancelled (Ctrl-C, or the caller's cancel), it stops as :meth:`stop` does: calls already
         sent land their receipts (up to ``GRACE`` seconds), then the rest settle as skipped and
@@ -110,7 +111,10 @@ class Scheduler:
             self._positions = range(len(self.frame)) if positions is None else positions
             with fewer_collections(len(self._positions)):
                 self.workers.tasks = []
-                self.workers.admit(self._runnable(self._positions))
+                runnable = self._runnable(self._positions)
+                if choose is not None:
+                    runnable = self._positions = choose(runnable)
+                self.workers.admit(runnable)
                 await self._run_workers()
             failure = self.workers.failure()
             if failure is not None:

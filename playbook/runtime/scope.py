@@ -198,7 +198,7 @@ class RunScope:
 
     __slots__ = (
         "run_id", "play", "store", "clock", "force_all", "emit", "costs", "tickets", "landing", "batches", "jobs", "label", "_fatal",
-        "_forced", "_client", "replay", "recorder", "rerun_rows", "fresh", "started", "ahead",
+        "_forced", "_client", "replay", "recorder", "rerun_rows", "fresh", "started", "ahead", "observer",
     )  # fmt: skip
 
     def __init__(
@@ -231,6 +231,7 @@ class RunScope:
         # Fixtures: a replay answers every call (no store, no provider); a recorder sees every answer.
         self.replay: Replay | None = fixtures.replay if fixtures is not None else None
         self.recorder: Recorder | None = fixtures.recorder if fixtures is not None else None
+        self.observer: Any = None  # a pilot's log (runtime.pilot.PilotLog): each row's calls, what they cost and took
 
     def __repr__(self) -> str:
         return f"<RunScope {self.run_id} {self.play!r}>"

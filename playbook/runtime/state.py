@@ -34,6 +34,7 @@ from ..events import (
     WaterfallFinished,
 )
 from ..records import ProviderHold, RunStats
+from ..store.spending import SpendLines
 from .grouping import Families, consolidate
 from .table import ERROR_COLUMNS, FailedRow, ParkedRow, Waiting
 from .timeline import ProviderSeries, Timeline
@@ -41,24 +42,11 @@ from .upstream import ProviderView, provider_view
 
 if TYPE_CHECKING:
     from ..providers.provider import Provider
-    from ..store.spending import SpendLines
     from .table import RowTable
 
 __all__ = [
-    "ERROR_COLUMNS",
-    "LEG_COLUMNS",
-    "FailedRow",
-    "Families",
-    "Listener",
-    "ParkedRow",
-    "ProviderSeries",
-    "ProviderView",
-    "RunEvent",
-    "RunState",
-    "Waiting",
-    "WorkerView",
-    "grouped",
-    "provider_view",
+    "ERROR_COLUMNS", "LEG_COLUMNS", "FailedRow", "Families", "Listener", "ParkedRow", "ProviderSeries",
+    "ProviderView", "RunEvent", "RunState", "Waiting", "WorkerView", "grouped", "provider_view",
 ]  # fmt: skip
 
 RunEvent = Event | RowSleeping | RowDeferred | RunProgress
@@ -102,7 +90,7 @@ class RunState:
         self.calls_failed = 0  # requests that brought back nothing to keep: the provider saw them too
         self.cost_spent = self.cost_saved = 0.0
         self.cost_failed = 0.0  # of cost_spent, what bought nothing kept: calls of failed rows, refused answers
-        self.spend: SpendLines = {}  # (provider, tool) -> [paid, cost, reused, saved]: store.spend() gets it as the run ends
+        self.spend = SpendLines()  # (provider, tool) -> [paid, cost, reused, saved]: store.spend() gets it as the run ends
         self.started: float | None = None
         self.finished: float | None = None
         self.stopping = False  # a stop was asked for: rows in flight are landing, the rest will be skipped
@@ -169,21 +157,16 @@ class RunState:
         if event.calls:  # a reused row: every call it made is reused, once per key
             self.calls_reused += event.calls
             self.cost_saved += event.cost
-            line = self.spend.get((None, "play " + self.play))
-            if line is None:
-                line = self.spend[None, "play " + self.play] = [0, 0.0, 0, 0.0]
+            line = self.spend[None, "play " + self.play]
             line[2] += event.calls
             line[3] += event.cost
-        if event.cost_failed:
-            self.cost_failed += event.cost_failed
+        self.cost_failed += event.cost_failed
 
     def _call_finished(self, event: CallFinished) -> None:
         if event.local:
             self.calls_local += 1
             return
-        line = self.spend.get((event.provider, event.tool))
-        if line is None:
-            line = self.spend[event.provider, event.tool] = [0, 0.0, 0, 0.0]
+        line = self.spend[event.provider, event.tool]
         if event.reused:
             if event.shared:
                 self.calls_shared += 1
@@ -362,7 +345,7 @@ class RunState:
 
     def take_spend(self) -> SpendLines:
         """What the run paid and reused since it last said (per provider and tool), for ``store.spend()``."""
-        lines, self.spend = self.spend, {}
+        lines, self.spend = self.spend, SpendLines()
         return lines
 
     def stats(self) -> RunStats:

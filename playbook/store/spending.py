@@ -23,8 +23,14 @@ __all__ = ["BY", "FIGURES", "SpendLines", "Spending"]
 
 BY = ("day", "provider", "tool")  # what spend() can be grouped by
 FIGURES = ("calls_paid", "cost_paid", "calls_reused", "cost_saved")
-# A run's own figures: (provider or None, tool) -> [calls paid, cost paid, calls reused, cost saved]
-SpendLines = dict[tuple[str | None, str], list[float]]
+
+
+class SpendLines(dict[tuple[str | None, str], list[float]]):
+    """A run's own figures: (provider or None, tool) -> [calls paid, cost paid, calls reused, cost saved]."""
+
+    def __missing__(self, key: tuple[str | None, str]) -> list[float]:
+        line = self[key] = [0, 0.0, 0, 0.0]
+        return line
 
 
 class Spending:

@@ -1,0 +1,153 @@
+"""B11: how close a pilot's estimate comes to the run.  Three plays of kinds the estimate was not
+tuned on, each over 2,000 rows against the demo provider (its own process), each with a new
+store and new providers:
+
+- a two-leg waterfall: the first leg (100 rps) finds nothing for 30% of the rows, the second
+  (30 rps, three times the price) is asked for those;
+- an LLM column whose prompts run from ~400 to ~1,200 characters (threefold), paced by
+  ``tpm=1,200,000`` against the demo's limit of the same, answers taking 0.2 s;
+- a tool whose provider fails 5% of requests (503, retried), at 50 rps.
+
+Providers grant no burst (``burst=1``).  ``df.play.estimate(play, sample=20)`` runs its pilot,
+then ``map()`` runs the whole frame (reusing the pilot's rows).  What the estimate projected for
+the rows left is set against what that run paid (``calls_executed``, ``cost_spent``) and took
+(wall time):
+
+     check                                          bound
+     paid calls, money: projected / real            within ±15%
+     duration: projected / real                     within ±25%
+     calls the pilot paid for, paid again           0 (requests the demo answered, less the pilot's and
+                                                    the run's paid calls; the run reuses the pilot's rows)
+     an estimate of the frame, now all done         0 paid calls, no request to the provider
+
+One repetition takes ~2 minutes.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pandas as pd
+
+import playbook as pb
+
+from .harness import Result, demo_process
+
+ROWS = 2_000
+SAMPLE = 20
+CONCURRENCY = 16
+CALLS, MONEY, TIME = 0.15, 0.15, 0.25  # the bounds, either side
+KEY = "Bearer demo-key"
+MODEL = "demo-1"
+PRICES = {MODEL: (0.15, 0.60)}
+
+Case = Callable[[str, str], tuple[pb.Play, dict[str, Any]]]  # (demo url, a name for its providers) -> play, the demo's settings
+
+
+def run(repeats: int = 1) -> list[Result]:
+    results: list[Result] = []
+    with demo_process() as url:
+        for name, case in (("waterfall, 30% misses", _waterfall), ("LLM, prompts 1x-3x", _llm), ("5% of requests failing", _flaky)):
+            results.extend(_measured(url, name, case, repeats))
+    return results
+
+
+def _measured(url: str, name: str, case: Case, repeats: int) -> list[Result]:
+    rows: list[tuple[pb.Estimate, pb.RunStats, float, dict[str, Any], int]] = []
+    for i in range(repeats):
+        play, settings = case(url, f"b11-{name.split(',')[0].split()[0].lower()}-{i}-{random.randrange(1 << 30)}")
+        httpx.post(url + "/_reset", json=settings, timeout=5).raise_for_status()
+        store, frame = tempfile.mkdtemp(prefix="pb-b11-"), _frame()
+        estimate = frame.play.estimate(play, sample=SAMPLE, store=store, concurrency=CONCURRENCY, progress=False)
+        started = time.perf_counter()
+        out = frame.play.map(play, store=store, concurrency=CONCURRENCY, progress=False)
+        seconds = time.perf_counter() - started
+        stats = pb.last_run().stats  # type: ignore[union-attr]
+        assert len(out) == ROWS
+        served = httpx.get(url + "/_stats", timeout=5).json()
+        again = frame.play.estimate(play, sample=SAMPLE, store=store, concurrency=CONCURRENCY, progress=False)
+        after = httpx.get(url + "/_stats", timeout=5).json()["requests"] - served["requests"]
+        rows.append((estimate, stats, seconds, served, after if again.paid_calls == 0 else -1))
+    estimate, stats, seconds, served, after = sorted(rows, key=lambda r: r[2])[len(rows) // 2]
+    calls = Result(f"B11 {name}: paid calls", "", estimate.paid_calls, stats.calls_executed, "the run's paid calls", 1 - CALLS,
+                   upper=1 + CALLS)  # fmt: skip
+    money = Result(f"B11 {name}: money", "", estimate.cost * 1000, stats.cost_spent * 1000, "the run's cost_spent (x1000)", 1 - MONEY,
+                   upper=1 + MONEY)  # fmt: skip
+    took = Result(f"B11 {name}: duration", "s", estimate.seconds, seconds, "the run's wall time", 1 - TIME, upper=1 + TIME)
+    low, high = estimate.interval["cost"]
+    answered = sum(n for status, n in served["by_status"].items() if int(status) < 500 and int(status) != 429)
+    twice = answered - estimate.pilot.calls_executed - stats.calls_executed
+    took.notes = [
+        (f"estimate: {estimate}", None),
+        (f"money interval {low:.4g}-{high:.4g}; the run spent {stats.cost_spent:.4g}, failed calls {stats.calls_failed}", None),
+        (f"calls the pilot paid for, paid again: {twice} (the run reused {stats.reused} rows)", twice == 0 and stats.reused == SAMPLE),
+        (f"an estimate of the frame once done: {'0 paid calls' if after >= 0 else 'paid calls'}, {max(after, 0)} requests", after == 0),
+    ]
+    return [calls, money, took]
+
+
+def _frame() -> pd.DataFrame:
+    rng = random.Random(11)
+    words = [
+        "harbour",
+        "lantern",
+        "quarry",
+        "meadow",
+        "orchard",
+        "copper",
+        "saddle",
+        "beacon",
+        "glacier",
+        "thistle",
+        "canyon",
+        "ember",
+        "willow",
+        "falcon",
+        "granite",
+    ]
+    return pd.DataFrame({
+        "domain": [f"company{i}.com" for i in range(ROWS)],
+        "first": [f"P{i}" for i in range(ROWS)],
+        "text": [" ".join(rng.choice(words) for _ in range(rng.randint(55, 165))) for _ in range(ROWS)],  # ~400 to ~1,200 characters
+    })  # fmt: skip
+
+
+def _email(url: str, name: str, provider: pb.Provider, cost: float) -> pb.Tool:
+    return pb.http_tool(name, method="GET", url=url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
+                        headers={"Authorization": KEY}, pick="email", miss_status=(404,), provider=provider, cost=cost)  # fmt: skip
+
+
+def _waterfall(url: str, name: str) -> tuple[pb.Play, dict[str, Any]]:
+    first = _email(url, "b11.first", pb.Provider(name + "-first", rps=100, burst=1, concurrency=CONCURRENCY), 0.01)
+    second = _email(url, "b11.second", pb.Provider(name + "-second", rps=30, burst=1, concurrency=CONCURRENCY), 0.03)
+
+    async def waterfall(row: Any, ctx: pb.Context) -> Any:
+        found = await ctx.waterfall("email", [ctx.call(first, domain=row.domain, first=row.first),
+                                              ctx.call(second, domain="mail." + row.domain, first=row.first)])  # fmt: skip
+        return {"email": found}
+
+    return pb.play(waterfall, name="b11 waterfall"), {"latency": 0.05, "miss_rate": 0.3}
+
+
+def _llm(url: str, name: str) -> tuple[pb.Play, dict[str, Any]]:
+    llm = pb.llm_tool(model=MODEL, base_url=url + "/v1", secret=pb.secret("DEMO_API_KEY", default="demo-key"), prices=PRICES,
+                      provider=pb.Provider(name, tpm=1_200_000, concurrency=CONCURRENCY))  # fmt: skip
+
+    async def summary(row: Any, ctx: pb.Context) -> Any:
+        return {"summary": await ctx.tool(llm, prompt=f"Summarise in one line: {row.text}")}
+
+    return pb.play(summary, name="b11 llm"), {"latency": 0.2, "chat_tpm": 1_200_000}
+
+
+def _flaky(url: str, name: str) -> tuple[pb.Play, dict[str, Any]]:
+    email = _email(url, "b11.flaky", pb.Provider(name, rps=50, burst=1, concurrency=CONCURRENCY), 0.002)
+
+    async def flaky(row: Any, ctx: pb.Context) -> Any:
+        return {"email": await ctx.tool(email, domain=row.domain, first=row.first)}
+
+    return pb.play(flaky, name="b11 flaky"), {"latency": 0.05, "fault_rate": 0.05, "miss_rate": 0.0}

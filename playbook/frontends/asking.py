@@ -1,0 +1,47 @@
+"""``estimate=True``: show the pilot's estimate where the user looks, and ask before the run goes on.
+
+A notebook cell that runs ``map()`` keeps its kernel busy, so a button's click would only reach
+it after the cell ends; ``input()`` is the question a busy cell can ask (Jupyter shows a box
+under the cell), as a terminal does.  A process with no one to ask (a scheduled job, a notebook
+run headless) is refused, saying what to do instead: it must not pay on its own.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import PlayDefinitionError
+
+if TYPE_CHECKING:
+    from ..runtime.estimate import Estimate
+
+__all__ = ["ask", "show"]
+
+
+def show(estimate: Estimate) -> None:
+    """The estimate as a table in a notebook, else as text on stderr."""
+    from ..ui.widget import in_kernel
+
+    if in_kernel():
+        from IPython.display import display
+
+        shown: Callable[..., Any] = display  # IPython's display is untyped
+        shown(estimate)
+    else:
+        print(estimate.text(), file=sys.stderr, flush=True)
+
+
+def ask(estimate: Estimate, max_cost: float | None) -> bool:
+    """Ask whether the run should go on for the rows left; True for yes."""
+    short = estimate.below(max_cost)
+    question = (f"{short}\n" if short else "") + f"run the {estimate.rows_left:,} rows left? [y/N] "
+    try:
+        answer = input(question)
+    except (EOFError, OSError, NotImplementedError):  # no stdin: IPython's StdinNotImplementedError is a NotImplementedError
+        raise PlayDefinitionError(
+            "estimate=True asks before the run goes on, and nobody can be asked here (no input); its pilot's calls are saved. "
+            "Look at df.play.estimate(play) first, then run without estimate=True (on the command line: --estimate --yes)"
+        ) from None
+    return answer.strip().lower() in ("y", "yes")

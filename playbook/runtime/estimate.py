@@ -1,0 +1,244 @@
+"""An ``Estimate``: a pilot's rows projected over the rows the run has left to run.
+
+Paid calls, money and tokens are each sampled row's own, averaged and multiplied by the rows
+left (a waterfall's later legs are paid only by the rows whose first legs missed: the average
+carries the miss rates).  Duration is the longest of:
+
+- per provider, the requests it will be sent (failed ones included: they count against its
+  limits) over what it lets through: its rate now (configured, announced, or lowered after
+  429s), its calls in flight over a request's time, its tokens per second over a call's tokens;
+- the rows over what the run's ``concurrency`` lets through: rows in flight over a row's time on
+  the wire.
+
+The provider whose share is longest is the bottleneck.  Intervals are a bootstrap over the sampled
+rows (the same projection over rows drawn again with replacement): 5% and 95% of 400 draws.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from html import escape
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from .._internal.words import duration, short_count
+from ..providers.status import ProviderStatus
+from .pilot import FIELDS, Pilot, fly
+from .run import scheduler
+
+if TYPE_CHECKING:
+    from .run import Run
+
+__all__ = ["PILOT_ROWS", "Estimate", "after_pilot", "declined", "pilot_estimate", "project"]
+
+PILOT_ROWS = 20  # the pilot of estimate=True (df.play.estimate's sample by default)
+
+_DRAWS = 400
+_P, _R, _C, _T, _S, _W, _F = range(len(FIELDS))  # paid, reused, cost, tokens, sent, seconds (on the wire), failed
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the run will pay and take for the rows it has left, projected from a pilot.
+
+    ``paid_calls``, ``cost``, ``tokens`` and ``seconds`` are point projections for the rows left;
+    ``interval`` their low and high (a 90% bootstrap interval over the sampled rows);
+    ``reused_rows`` the rows a run will not pay for (answered by memos, or finished by the
+    pilot); ``bottleneck`` the provider that holds the run back (``None``: none is called), and
+    ``limit`` what holds it ("40 rps", "8 calls in flight"...); ``table`` one row per provider and
+    tool.  ``pilot`` is what the pilot itself ran and paid (``RunStats``).
+    """
+
+    play: str
+    rows: int
+    reused_rows: int
+    rows_left: int
+    sample: int
+    paid_calls: int
+    cost: float
+    tokens: float
+    seconds: float
+    interval: dict[str, tuple[float, float]]
+    bottleneck: str | None
+    limit: str
+    table: pd.DataFrame = field(repr=False)
+    pilot: Any = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"<Estimate {self}>"
+
+    def __str__(self) -> str:
+        low, high = self.interval["cost"]
+        spread = f" ({_money(low)}–{_money(high)})" if high > low else ""
+        held = f", held back by {self.bottleneck!r} at {self.limit}" if self.bottleneck else ""
+        left = f"{self.rows:,} rows: {self.reused_rows:,} already done"
+        if not self.rows_left:
+            return f"{left}; nothing left to pay for"
+        return (
+            f"{left}; ~{short_count(self.paid_calls)} paid calls, {_money(self.cost)}{spread}, ~{duration(self.seconds)}{held}"
+            f" (a pilot of {self.sample} rows)"
+        )
+
+    def text(self) -> str:
+        """The line above, then the table: what the command line prints."""
+        if self.table.empty:
+            return str(self)
+        return str(self) + "\n" + self.table.to_string(index=False, float_format=lambda v: f"{v:,.4g}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The estimate as JSON data (``--json``)."""
+        return {
+            "play": self.play, "rows": self.rows, "reused_rows": self.reused_rows, "rows_left": self.rows_left, "sample": self.sample,
+            "paid_calls": self.paid_calls, "cost": self.cost, "tokens": self.tokens, "seconds": self.seconds,
+            "interval": {name: list(bounds) for name, bounds in self.interval.items()}, "bottleneck": self.bottleneck, "limit": self.limit,
+            "table": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()} for row in self.table.to_dict("records")],
+            "pilot": self.pilot.model_dump(),
+        }  # fmt: skip
+
+    def _repr_html_(self) -> str:
+        table = self.table.to_html(index=False, float_format=lambda v: f"{v:,.4g}", border=0, na_rep="") if not self.table.empty else ""
+        return f"<div><b>{escape(self.play)}</b>: {escape(str(self))}</div>{table}"
+
+    def below(self, max_cost: float | None) -> str | None:
+        """Why ``max_cost`` (what is left of it for the rows left) cannot pay for them, when it is
+        below the estimate's low end."""
+        low = self.interval["cost"][0]
+        if max_cost is None or max_cost >= low or not self.rows_left:
+            return None
+        return (
+            f"max_cost={max_cost:.6g} is below what the {self.rows_left:,} rows left will cost (at least {low:,.4g}, "
+            f"~{self.cost:,.4g}): rows past it would park with reason 'budget'"
+        )
+
+
+def project(pilot: Pilot, play: str, concurrency: int, providers: dict[str, ProviderStatus]) -> Estimate:
+    """Project ``pilot`` over the rows left; ``providers``: each called provider's status now."""
+    keys = sorted({where for row in pilot.log.rows.values() for where in row}, key=lambda w: (w[0] or "", w[1]))
+    n = len(pilot.sample)
+    logs = np.zeros((n, len(keys), len(FIELDS)))
+    for i, position in enumerate(pilot.sample):
+        for where, line in pilot.log.rows.get(position, {}).items():
+            logs[i, keys.index(where)] = line
+    left = max(0, pilot.runnable - n)
+    point = _projection(logs, left, keys, concurrency, providers)
+    draws = np.random.default_rng(0).integers(0, n, size=(_DRAWS, n)) if n else np.zeros((0, 0), dtype=int)
+    spread = [_projection(logs[d], left, keys, concurrency, providers) for d in draws] if n else []
+    interval = {
+        name: (float(np.percentile([s[name] for s in spread], 5)), float(np.percentile([s[name] for s in spread], 95)))
+        if spread else (point[name], point[name])
+        for name in ("paid_calls", "cost", "tokens", "seconds")
+    }  # fmt: skip
+    return Estimate(
+        play=play, rows=pilot.rows, reused_rows=pilot.reused_rows + pilot.finished, rows_left=left, sample=n,
+        paid_calls=round(point["paid_calls"]), cost=point["cost"], tokens=point["tokens"], seconds=point["seconds"], interval=interval,
+        bottleneck=point["bottleneck"], limit=point["limit"], table=_table(logs, left, keys, point), pilot=pilot.stats,
+    )  # fmt: skip
+
+
+def _projection(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]], concurrency: int,
+                providers: dict[str, ProviderStatus]) -> dict[str, Any]:  # fmt: skip
+    """Paid calls, cost, tokens and seconds for ``left`` rows like those of ``logs`` (rows × keys × fields)."""
+    n = len(logs)
+    if not n or not left:
+        return {"paid_calls": 0.0, "cost": 0.0, "tokens": 0.0, "seconds": 0.0, "bottleneck": None, "limit": "", "shares": {}}
+    per_row = logs.sum(axis=0) / n  # keys × fields
+    scale = left
+    shares: dict[str, tuple[float, str]] = {}
+    for name in sorted({p for p, _ in keys if p is not None}):
+        mine = [i for i, (p, _) in enumerate(keys) if p == name]
+        shares[name] = _provider_seconds(per_row[mine].sum(axis=0) * scale, concurrency, providers.get(name))
+    # A row's time on the wire: its requests, one after the other.
+    row_seconds = float(logs[:, :, _W].sum(axis=1).mean())
+    rows_seconds = left * row_seconds / max(1, concurrency)
+    slowest = max(shares, key=lambda p: shares[p][0], default=None)
+    seconds = max([rows_seconds, *(s for s, _ in shares.values())])
+    if slowest is not None and rows_seconds > shares[slowest][0]:
+        # The run's own concurrency holds it: the provider with the largest share of a row's time is named.
+        wire = {name: float(sum(per_row[i, _W] for i, (p, _) in enumerate(keys) if p == name)) for name in shares}
+        slowest = max(wire, key=lambda p: wire[p])
+        limit = f"the run's concurrency ({concurrency} rows in flight)"
+    else:
+        limit = shares[slowest][1] if slowest is not None else ""
+    return {
+        "paid_calls": float(per_row[:, _P].sum() * scale), "cost": float(per_row[:, _C].sum() * scale),
+        "tokens": float(per_row[:, _T].sum() * scale), "seconds": seconds, "bottleneck": slowest, "limit": limit, "shares": shares,
+    }  # fmt: skip
+
+
+def _provider_seconds(totals: np.ndarray, concurrency: int, status: ProviderStatus | None) -> tuple[float, str]:
+    """How long a provider takes to answer ``totals`` (fields summed over its tools), and what bounds it."""
+    sent = float(totals[_S])
+    if sent <= 0 or status is None:
+        return 0.0, ""
+    bounds: list[tuple[float, str]] = []
+    if status.rate is not None and status.rate > 0:
+        bounds.append((status.rate, f"{status.rate:.3g} rps"))
+    latency = float(totals[_W]) / sent
+    if latency > 0:
+        flight = min(status.in_flight_limit or concurrency, concurrency)
+        bounds.append((flight / latency, f"{flight} calls in flight of {latency:.2g}s"))
+    tokens = float(totals[_T]) / sent
+    if status.tpm and tokens > 0:
+        bounds.append((status.tpm / 60.0 / tokens, f"{short_count(status.tpm)} tokens a minute"))
+    if not bounds:
+        return 0.0, ""
+    rate, why = min(bounds)
+    return sent / rate, why
+
+
+def _table(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]], point: dict[str, Any]) -> pd.DataFrame:
+    """One row per provider and tool: the calls the rows left will make, paid and answered by
+    receipts, money, tokens, a request's seconds; and the provider's seconds and what bounds it."""
+    n = max(1, len(logs))
+    rows = []
+    for i, (provider, tool) in enumerate(keys):
+        line = logs[:, i].sum(axis=0) / n * left
+        share = point["shares"].get(provider, (math.nan, ""))
+        rows.append({
+            "provider": provider, "tool": tool, "paid_calls": round(float(line[_P])), "reused_calls": round(float(line[_R])),
+            "cost": float(line[_C]), "tokens": float(line[_T]),
+            "request_seconds": float(logs[:, i, _W].sum() / logs[:, i, _S].sum()) if logs[:, i, _S].sum() else math.nan,
+            "failed_share": float(logs[:, i, _F].sum() / logs[:, i, _S].sum()) if logs[:, i, _S].sum() else 0.0,
+            "provider_seconds": share[0], "held_by": share[1],
+        })  # fmt: skip
+    columns = [
+        "provider",
+        "tool",
+        "paid_calls",
+        "reused_calls",
+        "cost",
+        "tokens",
+        "request_seconds",
+        "failed_share",
+        "provider_seconds",
+        "held_by",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _money(amount: float) -> str:
+    return f"{amount:,.2f}" if amount >= 1 else f"{amount:.3g}"
+
+
+async def pilot_estimate(run: Run, concurrency: int, sample: int, *, seed: int | None = 0, first: bool = False) -> Estimate:
+    """Fly ``run``'s pilot on ``sample`` rows and project it over the rows left."""
+    pilot = await fly(run, sample, seed=seed, first=first)
+    providers = {name: provider.status() for name, provider in run.state.providers.items()}
+    return project(pilot, run.state.play, concurrency, providers)
+
+
+def declined(run: Run) -> None:
+    """The estimate was not accepted: the rows the pilot did not run are skipped, saying so."""
+    driven = scheduler(run)
+    driven.outcomes.unfinished(range(len(driven.frame)), "not run: the estimate was not accepted")
+
+
+def after_pilot(options: dict[str, Any], estimate: Estimate) -> dict[str, Any]:
+    """The run's options once its pilot ran: ``max_cost`` is for both, so the run has what the pilot left of it."""
+    budget = options.get("max_cost")
+    if budget is None:
+        return options
+    return {**options, "max_cost": max(0.0, budget - estimate.pilot.cost_spent)}

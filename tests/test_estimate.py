@@ -1,0 +1,218 @@
+"""``df.play.estimate``: a pilot on a sample of the rows a run would run, projected over the rest;
+``estimate=True`` asks before the run goes on.  The provider is the demo's (a real HTTP server),
+whose counters say what was paid; the projection's arithmetic is checked on logs made by hand."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pytest
+
+import playbook as pb
+from playbook.providers.status import ProviderStatus
+from playbook.runtime.estimate import project
+from playbook.runtime.pilot import FIELDS, Pilot, PilotLog
+
+
+def _frame(n: int) -> pd.DataFrame:
+    return pd.DataFrame({"domain": [f"company{i}.com" for i in range(n)], "first": [f"P{i}" for i in range(n)]})
+
+
+def _play(demo: pb.demo.DemoServer, provider: pb.Provider, cost: float = 0.5) -> pb.Play:
+    email = pb.demo.email_tool(demo, provider=provider, cost=cost)
+
+    async def enrich(row: Any, ctx: pb.Context) -> Any:
+        return {"email": await ctx.tool(email, domain=row.domain, first=row.first)}
+
+    return pb.play(enrich, name="enrich")
+
+
+def test_a_pilot_projects_the_calls_and_money_left_and_the_run_pays_none_of_its_calls_again(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
+    """200 rows, one call of 0.5 each, 40 of them done before: the pilot runs 20 of the 160 left
+    (paying 20 calls), projects 140 calls and 70.0 for the rest, and the run after it pays for
+    exactly those 140 calls."""
+    play = _play(demo, pb.Provider("acme", rps=200))
+    frame = _frame(200)
+    frame.iloc[:40].play.map(play, store=store, progress=False)
+    demo.reset()
+    est = frame.play.estimate(play, store=store, progress=False)
+    assert demo.stats()["requests"] == 20 and est.pilot.calls_executed == 20 and est.sample == 20
+    assert (est.rows, est.reused_rows, est.rows_left, est.paid_calls, est.cost) == (200, 60, 140, 140, 70.0)
+    assert est.interval["paid_calls"] == (140.0, 140.0) and est.bottleneck == "acme"
+    assert list(est.table[["provider", "tool", "paid_calls", "cost"]].itertuples(index=False, name=None)) == [
+        ("acme", "demo.email", 140, 70.0)
+    ]
+    run = frame.play.run(play, store=store, progress=False)
+    assert run.stats.calls_executed == 140 == demo.stats()["requests"] - 20 and run.stats.reused == 60
+    assert "200 rows: 60 already done; ~140 paid calls, 70.00" in str(est) and "'acme'" in str(est)
+    assert "<table" in est._repr_html_() and json.loads(json.dumps(est.to_dict()))["paid_calls"] == 140
+
+
+def test_a_frame_answered_by_its_memos_is_estimated_free_without_a_request(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+    play = _play(demo, pb.Provider("acme"))
+    frame = _frame(30)
+    frame.play.map(play, store=store, progress=False)
+    before = demo.stats()["requests"]
+    est = frame.play.estimate(play, store=store, progress=False)
+    assert (est.paid_calls, est.cost, est.seconds, est.rows_left, est.reused_rows) == (0, 0.0, 0.0, 0, 30)
+    assert demo.stats()["requests"] == before and "nothing left to pay for" in str(est)
+
+
+def test_the_sample_is_random_with_a_seed_or_the_first_rows(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+    play = _play(demo, pb.Provider("acme"))
+    frame = _frame(100)
+    runs = []
+    for i, how in enumerate(({"seed": 7}, {"seed": 7}, {"first": True})):
+        frame.play.estimate(play, sample=5, store=tmp_path / str(i), progress=False, **how)
+        runs.append(sorted(pb.ReceiptStore(tmp_path / str(i)).receipts()["input"].map(lambda v: v["first"])))
+    assert runs[0] == runs[1] != runs[2] and runs[2] == sorted(f"P{i}" for i in range(5))
+
+
+def test_bad_samples_and_options_are_refused_naming_them(store: pb.ReceiptStore, demo: pb.demo.DemoServer) -> None:
+    play = _play(demo, pb.Provider("acme"))
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(pb.PlayDefinitionError, match=r"estimate\(sample="):
+            _frame(5).play.estimate(play, sample=bad, store=store)  # type: ignore[arg-type]
+    with pytest.raises(pb.PlayDefinitionError, match="unknown run option 'concurency'; did you mean 'concurrency'"):
+        _frame(5).play.estimate(play, store=store, concurency=3)  # type: ignore[call-arg]
+    assert demo.stats()["requests"] == 0
+
+
+def test_estimate_true_asks_and_a_no_runs_nothing_more(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """estimate=True: the pilot runs, the question names the rows left (and a max_cost short of
+    them); no: the rows not piloted are skipped, saying why; yes: the rest runs, within what the
+    pilot left of max_cost."""
+    play = _play(demo, pb.Provider("acme"), cost=1.0)
+    asked: list[str] = []
+    monkeypatch.setattr(builtins, "input", lambda question: asked.append(question) or "n")
+    out = _frame(50).play.map(play, store=store, estimate=True, max_cost=60, progress=False)
+    assert asked[0] == "run the 30 rows left? [y/N] "  # 40 left of max_cost after the pilot: enough
+    assert out["play_status"].value_counts().to_dict() == {"skipped": 30, "ok": 20} and demo.stats()["requests"] == 20
+    assert set(out.loc[out["play_status"] == "skipped", "play_error"]) == {"not run: the estimate was not accepted"}
+    monkeypatch.setattr(builtins, "input", lambda question: asked.append(question) or "y")
+    out = _frame(50).play.map(play, store=store, estimate=True, max_cost=25, progress=False)
+    assert asked[1].startswith("max_cost=5 is below what the 10 rows left will cost (at least 10")  # 25, less the pilot's 20
+    spent = demo.stats()["requests"] - 20
+    assert spent <= 25 and out["play_status"].value_counts().get("parked", 0) == 50 - 20 - spent  # the pilot's 20 count in max_cost
+
+
+def test_estimate_true_with_nobody_to_ask_is_refused_saying_what_to_do(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_stdin(question: str) -> str:
+        raise EOFError
+
+    monkeypatch.setattr(builtins, "input", no_stdin)
+    with pytest.raises(pb.PlayDefinitionError, match=r"nobody can be asked here.*--estimate --yes"):
+        _frame(40).play.map(_play(demo, pb.Provider("acme")), store=store, estimate=True, progress=False)
+    assert demo.stats()["requests"] == 20  # the pilot's, saved: the run reuses them
+
+
+def test_a_polars_frame_is_estimated_as_a_pandas_one(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+    est = pl.from_pandas(_frame(60)).play.estimate(_play(demo, pb.Provider("acme")), sample=10, store=store, progress=False)
+    assert (est.rows_left, est.paid_calls, est.cost) == (50, 50, 25.0)
+
+
+# -- the projection, on logs made by hand ------------------------------------------------------------
+
+
+def _pilot(lines: dict[tuple[str | None, str], list[float]], rows: int, runnable: int, sample: int = 10) -> Pilot:
+    log = PilotLog()
+    for position in range(sample):
+        log.rows[position] = {where: list(line) for where, line in lines.items()}
+    return Pilot(rows, rows - runnable, runnable, list(range(sample)), sample, log, 1.0, pb.RunStats())
+
+
+def _status(name: str, rate: float | None = None, in_flight: int | None = None, tpm: float | None = None) -> ProviderStatus:
+    return ProviderStatus(name, False, None, 0.0, False, 0.0, None, rate, in_flight, 0, 0, 0.0, tpm)
+
+
+def _line(**values: float) -> list[float]:
+    return [values.get(name, 0.0) for name in FIELDS]
+
+
+def test_the_slowest_provider_is_the_bottleneck_by_rate_calls_in_flight_or_tokens() -> None:
+    """1,010 runnable rows, 10 piloted: 1,000 left.  'fast' answers in 0.1 s at 100 rps; 'slow'
+    is called by half the rows, 5 in flight of 1 s each; 'llm' takes 600 tokens a call at
+    60,000 a minute."""
+    lines = {
+        ("fast", "a"): _line(paid=1, cost=0.01, sent=1, seconds=0.1),
+        ("slow", "b"): _line(paid=0.5, cost=0.1, sent=0.5, seconds=0.5),
+        ("llm", "c"): _line(paid=1, cost=0.001, tokens=600, sent=1, seconds=0.2),
+    }
+    statuses = {"fast": _status("fast", rate=100), "slow": _status("slow", in_flight=5), "llm": _status("llm", tpm=60_000)}
+    est = project(_pilot(lines, 1_010, 1_010), "p", 50, statuses)
+    assert est.rows_left == 1_000 and est.paid_calls == 2_500 and est.cost == pytest.approx(1000 * 0.111)
+    shares = est.table.set_index("provider")["provider_seconds"]
+    assert shares["fast"] == pytest.approx(10.0) and shares["slow"] == pytest.approx(100.0) and shares["llm"] == pytest.approx(600.0)
+    assert est.bottleneck == "llm" and est.limit == "60k tokens a minute" and est.seconds == pytest.approx(600.0)
+    est = project(_pilot(lines, 1_010, 1_010), "p", 50, {**statuses, "llm": _status("llm", tpm=600_000)})
+    assert est.bottleneck == "slow" and est.limit == "5 calls in flight of 1s" and est.seconds == pytest.approx(100.0)
+
+
+def test_a_run_held_by_its_own_concurrency_names_the_provider_it_waits_on_most() -> None:
+    lines = {("a", "x"): _line(paid=1, sent=1, seconds=2.0), ("b", "y"): _line(paid=1, sent=1, seconds=0.5)}
+    est = project(_pilot(lines, 110, 110), "p", 4, {"a": _status("a"), "b": _status("b")})
+    assert est.seconds == pytest.approx(100 * 2.5 / 4) and est.bottleneck == "a" and "concurrency (4 rows" in est.limit
+
+
+def test_the_interval_spreads_with_the_rows_and_holds_the_point() -> None:
+    """Half the rows miss on the first leg and pay a second: the bootstrap's interval holds the
+    point projection and is wider than nothing."""
+    log = PilotLog()
+    for position in range(20):
+        log.rows[position] = {("a", "first"): _line(paid=1, cost=1, sent=1, seconds=0.1)}
+        if position % 2:
+            log.rows[position][("b", "second")] = _line(paid=1, cost=3, sent=1, seconds=0.1)
+    est = project(Pilot(1_020, 0, 1_020, list(range(20)), 20, log, 1.0, pb.RunStats()), "p", 16, {"a": _status("a"), "b": _status("b")})
+    low, high = est.interval["cost"]
+    assert est.cost == pytest.approx(1000 * 2.5) and low < est.cost < high and np.isclose(est.paid_calls, 1500)
+
+
+# -- the command line ----------------------------------------------------------------------------------
+
+
+PLAYS = """
+import os
+import playbook as pb
+
+email = pb.demo.email_tool(os.environ["DEMO_URL"], provider=pb.Provider("acme"), cost=0.25)
+
+@pb.play
+async def enrich(row, ctx):
+    return {"email": await ctx.tool(email, domain=row.domain, first=row.first)}
+"""
+
+
+def test_the_command_line_estimates_and_runs_the_rest_only_with_yes(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+    (tmp_path / "plays.py").write_text(PLAYS)
+    _frame(60).to_csv(tmp_path / "in.csv", index=False)
+    env = {**os.environ, "DEMO_URL": demo.url}
+
+    def cli(*extra: str) -> subprocess.CompletedProcess[str]:
+        args = ["run", "plays.py:enrich", "--in", "in.csv", "--out", "out.csv", "--estimate", "--json", *extra]
+        return subprocess.run([sys.executable, "-m", "playbook", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    first = cli("--sample", "10")
+    report = json.loads(first.stdout)
+    assert first.returncode == 0 and report["estimate"]["paid_calls"] == 50 and report["estimate"]["cost"] == 12.5
+    assert not (tmp_path / "out.csv").exists() and "add --yes to run the 50 rows left" in first.stderr
+    assert demo.stats()["requests"] == 10
+    second = cli("--yes", "--max-cost", "5", "--sample", "4")
+    report = json.loads(second.stdout)
+    assert "--max-cost 4 (what the pilot left of it) is below what the 46 rows left will cost" in second.stderr
+    assert report["estimate"]["rows_left"] == 46 and report["stats"]["cost_spent"] == 4.0  # what the pilot (1.0) left of 5
+    assert demo.stats()["requests"] == 10 + 4 + 16 and second.returncode == 3  # rows parked on the budget
