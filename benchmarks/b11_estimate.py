@@ -40,6 +40,7 @@ from .harness import Result, demo_process
 
 ROWS = 2_000
 SAMPLE = 20
+SEEDS = 10  # pilots of other samples of the same frame, for how far the estimate strays from one to the next
 CONCURRENCY = 16
 CALLS, MONEY, TIME = 0.15, 0.15, 0.25  # the bounds, either side
 KEY = "Bearer demo-key"
@@ -74,6 +75,7 @@ def _measured(url: str, name: str, case: Case, repeats: int) -> list[Result]:
         after = httpx.get(url + "/_stats", timeout=5).json()["requests"] - served["requests"]
         rows.append((estimate, stats, seconds, served, after if again.paid_calls == 0 else -1))
     estimate, stats, seconds, served, after = sorted(rows, key=lambda r: r[2])[len(rows) // 2]
+    spread = _spread(url, name, case, estimate.pilot.cost_spent + stats.cost_spent)
     calls = Result(f"B11 {name}: paid calls", "", estimate.paid_calls, stats.calls_executed, "the run's paid calls", 1 - CALLS,
                    upper=1 + CALLS)  # fmt: skip
     money = Result(f"B11 {name}: money", "", estimate.cost * 1000, stats.cost_spent * 1000, "the run's cost_spent (x1000)", 1 - MONEY,
@@ -87,8 +89,23 @@ def _measured(url: str, name: str, case: Case, repeats: int) -> list[Result]:
         (f"money interval {low:.4g}-{high:.4g}; the run spent {stats.cost_spent:.4g}, failed calls {stats.calls_failed}", None),
         (f"calls the pilot paid for, paid again: {twice} (the run reused {stats.reused} rows)", twice == 0 and stats.reused == SAMPLE),
         (f"an estimate of the frame once done: {'0 paid calls' if after >= 0 else 'paid calls'}, {max(after, 0)} requests", after == 0),
+        (spread, None),
     ]
     return [calls, money, took]
+
+
+def _spread(url: str, name: str, case: Case, spent: float) -> str:
+    """The money the pilots of ``SEEDS`` other samples project (with what each paid), against what
+    the measured pilot and run spent together: how often a 20-row pilot lands within the bound."""
+    errors = []
+    for seed in range(1, SEEDS + 1):
+        play, settings = case(url, f"b11-seed-{seed}-{random.randrange(1 << 30)}")
+        httpx.post(url + "/_reset", json=settings, timeout=5).raise_for_status()
+        found = _frame().play.estimate(play, sample=SAMPLE, seed=seed, store=tempfile.mkdtemp(prefix="pb-b11-"), progress=False)
+        errors.append((found.cost + found.pilot.cost_spent) / spent - 1)
+    within = sum(abs(e) <= MONEY for e in errors)
+    return (f"money over {SEEDS} other samples: errors {min(errors):+.0%} to {max(errors):+.0%}, "
+            f"median {sorted(errors)[len(errors) // 2]:+.0%}; within ±{MONEY:.0%} in {within} of {SEEDS}")  # fmt: skip
 
 
 def _frame() -> pd.DataFrame:
