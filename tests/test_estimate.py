@@ -216,3 +216,17 @@ def test_the_command_line_estimates_and_runs_the_rest_only_with_yes(demo: pb.dem
     assert "--max-cost 4 (what the pilot left of it) is below what the 46 rows left will cost" in second.stderr
     assert report["estimate"]["rows_left"] == 46 and report["stats"]["cost_spent"] == 4.0  # what the pilot (1.0) left of 5
     assert demo.stats()["requests"] == 10 + 4 + 16 and second.returncode == 3  # rows parked on the budget
+
+
+def test_a_pilot_answered_by_fixtures_sends_nothing_and_names_no_bottleneck(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+    """Fixtures answer the pilot as they would the run: no request, the money the recorded answers
+    cost, no time, no provider holding anything back."""
+    play = _play(demo, pb.Provider("acme"), cost=0.1)
+    frame = _frame(50)
+    with pb.fixtures(tmp_path / "calls.jsonl", mode="record"):
+        frame.play.map(play, store=tmp_path / "recorded", progress=False)
+    sent = demo.stats()["requests"]
+    est = frame.play.estimate(play, fixtures=tmp_path / "calls.jsonl", store=tmp_path / "replayed", progress=False)
+    assert demo.stats()["requests"] == sent == 50
+    assert (est.rows_left, est.paid_calls, est.cost, est.seconds, est.bottleneck) == (30, 30, pytest.approx(3.0), 0.0, None)
+    assert "held back" not in str(est)

@@ -77,9 +77,10 @@ class Estimate:
         left = f"{self.rows:,} rows: {self.reused_rows:,} already done"
         if not self.rows_left:
             return f"{left}; nothing left to pay for"
+        wide = "; a larger sample narrows it" if high - low > 0.3 * self.cost else ""
         return (
             f"{left}; ~{short_count(self.paid_calls)} paid calls, {_money(self.cost)}{spread}, ~{duration(self.seconds)}{held}"
-            f" (a pilot of {self.sample} rows)"
+            f" (a pilot of {self.sample} rows{wide})"
         )
 
     def text(self) -> str:
@@ -153,9 +154,9 @@ def _projection(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]],
     # A row's time on the wire: its requests, one after the other.
     row_seconds = float(logs[:, :, _W].sum(axis=1).mean())
     rows_seconds = left * row_seconds / max(1, concurrency)
-    slowest = max(shares, key=lambda p: shares[p][0], default=None)
+    slowest = max((p for p in shares if shares[p][0] > 0), key=lambda p: shares[p][0], default=None)  # none: no request timed (fixtures)
     seconds = max([rows_seconds, *(s for s, _ in shares.values())])
-    if slowest is not None and rows_seconds > shares[slowest][0]:
+    if slowest is not None and rows_seconds > shares[slowest][0] and not math.isclose(rows_seconds, shares[slowest][0]):
         # The run's own concurrency holds it: the provider with the largest share of a row's time is named.
         wire = {name: float(sum(per_row[i, _W] for i, (p, _) in enumerate(keys) if p == name)) for name in shares}
         slowest = max(wire, key=lambda p: wire[p])
