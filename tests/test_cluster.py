@@ -466,19 +466,18 @@ def test_the_store_may_be_a_receipt_store_or_playbook_home(client: Client, demo,
 
 
 def test_estimate_true_asks_before_the_job_and_the_job_reuses_the_pilot(
-    client: Client, demo, redis_url: str, monkeypatch: pytest.MonkeyPatch
+    client: Client, demo, redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """On a Dask frame, estimate=True runs the pilot here (on the job's Redis store), asks, and on
     a yes the job runs the rest, paying none of the pilot's calls again; on a no, nothing more is
     sent and the refusal says so."""
     frame = pd.DataFrame({"domain": [f"estimated{i}.com" for i in range(60)], "first": [f"e{i}" for i in range(60)]})
     play = _play(_email(demo, pb.Provider("demo-estimated")))
-    asked: list[str] = []
-    monkeypatch.setattr("builtins.input", lambda question: asked.append(question) or "n")
+    monkeypatch.setattr("builtins.input", lambda prompt="": "n")
     with pytest.raises(pb.PlayDefinitionError, match="not run: the estimate was not accepted"):
         dd.from_pandas(frame, npartitions=3).play.map(play, store=redis_url, progress=False, estimate=True)
-    assert asked == ["run the 40 rows left? [y/N] "] and demo.stats()["requests"] == 20
-    monkeypatch.setattr("builtins.input", lambda question: asked.append(question) or "y")
+    assert capsys.readouterr().err.endswith("\nrun the 40 rows left? [y/N] ") and demo.stats()["requests"] == 20
+    monkeypatch.setattr("builtins.input", lambda prompt="": "y")
     out = dd.from_pandas(frame, npartitions=3).play.map(play, store=redis_url, progress=False, estimate=True).compute()
-    assert asked[1] == "run the 20 rows left? [y/N] "  # a second pilot took 20 more
+    assert capsys.readouterr().err.endswith("\nrun the 20 rows left? [y/N] ")  # a second pilot took 20 more
     assert out["play_status"].value_counts().to_dict() == {"reused": 40, "ok": 20} and demo.stats()["requests"] == 60

@@ -89,31 +89,39 @@ def test_bad_samples_and_options_are_refused_naming_them(store: pb.ReceiptStore,
     assert demo.stats()["requests"] == 0
 
 
+def _answer(monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
+    """What the user types when asked (outside a notebook the question itself goes to stderr)."""
+    monkeypatch.setattr(builtins, "input", lambda prompt="": answer)
+
+
 def test_estimate_true_asks_and_a_no_runs_nothing_more(
-    demo: pb.demo.DemoServer, store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """estimate=True: the pilot runs, the question names the rows left (and a max_cost short of
-    them); no: the rows not piloted are skipped, saying why; yes: the rest runs, within what the
-    pilot left of max_cost."""
+    """estimate=True: the pilot runs, the estimate and the question go to stderr, naming the rows
+    left (and a max_cost short of them); no: the rows not piloted are skipped, saying why; yes:
+    the rest runs, within what the pilot left of max_cost."""
     play = _play(demo, pb.Provider("acme"), cost=1.0)
-    asked: list[str] = []
-    monkeypatch.setattr(builtins, "input", lambda question: asked.append(question) or "n")
+    _answer(monkeypatch, "n")
     out = _frame(50).play.map(play, store=store, estimate=True, max_cost=60, progress=False)
-    assert asked[0] == "run the 30 rows left? [y/N] "  # 40 left of max_cost after the pilot: enough
+    said = capsys.readouterr()
+    assert said.out == "" and "50 rows: 20 already done; ~30 paid calls, 30.00" in said.err
+    assert said.err.endswith("\nrun the 30 rows left? [y/N] ")  # 40 left of max_cost after the pilot: enough
     assert out["play_status"].value_counts().to_dict() == {"skipped": 30, "ok": 20} and demo.stats()["requests"] == 20
     assert set(out.loc[out["play_status"] == "skipped", "play_error"]) == {"not run: the estimate was not accepted"}
-    monkeypatch.setattr(builtins, "input", lambda question: asked.append(question) or "y")
+    _answer(monkeypatch, "y")
     out = _frame(50).play.map(play, store=store, estimate=True, max_cost=25, progress=False)
-    assert asked[1].startswith("max_cost=5 is below what the 10 rows left will cost (at least 10")  # 25, less the pilot's 20
+    said = capsys.readouterr()
+    assert "\nmax_cost=25 leaves 5 after the pilot's 20, which is below what the 10 rows left will cost (at least 10" in said.err
     spent = demo.stats()["requests"] - 20
     assert spent <= 25 and out["play_status"].value_counts().get("parked", 0) == 50 - 20 - spent  # the pilot's 20 count in max_cost
 
 
+@pytest.mark.parametrize("gone", [EOFError(), RuntimeError("input(): lost sys.stdin")], ids=["stdin at its end", "stdin closed"])
 def test_estimate_true_with_nobody_to_ask_is_refused_saying_what_to_do(
-    demo: pb.demo.DemoServer, store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch, gone: Exception
 ) -> None:
-    def no_stdin(question: str) -> str:
-        raise EOFError
+    def no_stdin(prompt: str = "") -> str:
+        raise gone
 
     monkeypatch.setattr(builtins, "input", no_stdin)
     with pytest.raises(pb.PlayDefinitionError, match=r"nobody can be asked here.*--estimate --yes"):
@@ -133,7 +141,7 @@ def _pilot(lines: dict[tuple[str | None, str], list[float]], rows: int, runnable
     log = PilotLog()
     for position in range(sample):
         log.rows[position] = {where: list(line) for where, line in lines.items()}
-    return Pilot(rows, rows - runnable, runnable, list(range(sample)), sample, log, 1.0, pb.RunStats())
+    return Pilot(rows, rows - runnable + sample, runnable, list(range(sample)), list(range(sample)), sample, [], {}, log, pb.RunStats())
 
 
 def _status(name: str, rate: float | None = None, in_flight: int | None = None, tpm: float | None = None) -> ProviderStatus:
@@ -164,7 +172,7 @@ def test_the_slowest_provider_is_the_bottleneck_by_rate_calls_in_flight_or_token
 
 
 def test_a_run_held_by_its_own_concurrency_names_the_provider_it_waits_on_most() -> None:
-    lines = {("a", "x"): _line(paid=1, sent=1, seconds=2.0), ("b", "y"): _line(paid=1, sent=1, seconds=0.5)}
+    lines = {("a", "x"): _line(paid=1, sent=1, seconds=2.0, span=2.0), ("b", "y"): _line(paid=1, sent=1, seconds=0.5, span=0.5)}
     est = project(_pilot(lines, 110, 110), "p", 4, {"a": _status("a"), "b": _status("b")})
     assert est.seconds == pytest.approx(100 * 2.5 / 4) and est.bottleneck == "a" and "concurrency (4 rows" in est.limit
 
@@ -177,7 +185,8 @@ def test_the_interval_spreads_with_the_rows_and_holds_the_point() -> None:
         log.rows[position] = {("a", "first"): _line(paid=1, cost=1, sent=1, seconds=0.1)}
         if position % 2:
             log.rows[position][("b", "second")] = _line(paid=1, cost=3, sent=1, seconds=0.1)
-    est = project(Pilot(1_020, 0, 1_020, list(range(20)), 20, log, 1.0, pb.RunStats()), "p", 16, {"a": _status("a"), "b": _status("b")})
+    pilot = Pilot(1_020, 20, 1_020, list(range(20)), list(range(20)), 20, [], {}, log, pb.RunStats())
+    est = project(pilot, "p", 16, {"a": _status("a"), "b": _status("b")})
     low, high = est.interval["cost"]
     assert est.cost == pytest.approx(1000 * 2.5) and low < est.cost < high and np.isclose(est.paid_calls, 1500)
 
@@ -213,9 +222,16 @@ def test_the_command_line_estimates_and_runs_the_rest_only_with_yes(demo: pb.dem
     assert demo.stats()["requests"] == 10
     second = cli("--yes", "--max-cost", "5", "--sample", "4")
     report = json.loads(second.stdout)
-    assert "--max-cost 4 (what the pilot left of it) is below what the 46 rows left will cost" in second.stderr
+    assert "--max-cost 5 leaves 4 after the pilot's 1, which is below what the 46 rows left will cost" in second.stderr
     assert report["estimate"]["rows_left"] == 46 and report["stats"]["cost_spent"] == 4.0  # what the pilot (1.0) left of 5
     assert demo.stats()["requests"] == 10 + 4 + 16 and second.returncode == 3  # rows parked on the budget
+    (tmp_path / "out.csv").unlink()
+    third = cli("--sample", "60")  # the pilot runs every row left: still nothing is written without --yes
+    assert third.returncode == 0 and not (tmp_path / "out.csv").exists() and "every row is done: add --yes to write them" in third.stderr
+    for alone in (["--sample", "5"], ["--yes"]):
+        args = ["run", "plays.py:enrich", "--in", "in.csv", "--out", "out.csv", *alone]
+        done = subprocess.run([sys.executable, "-m", "playbook", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and f"{alone[0]} is for --estimate" in done.stderr and not (tmp_path / "out.csv").exists()
 
 
 def test_a_pilot_answered_by_fixtures_sends_nothing_and_names_no_bottleneck(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
@@ -230,3 +246,39 @@ def test_a_pilot_answered_by_fixtures_sends_nothing_and_names_no_bottleneck(demo
     assert demo.stats()["requests"] == sent == 50
     assert (est.rows_left, est.paid_calls, est.cost, est.seconds, est.bottleneck) == (30, 30, pytest.approx(3.0), 0.0, None)
     assert "held back" not in str(est)
+
+
+def test_pilot_rows_the_budget_parked_are_not_projected_as_free(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+    """max_cost parks half the pilot: the projection is made of the 10 rows that ran, over the 190
+    rows left, and says so."""
+    est = _frame(200).play.estimate(_play(demo, pb.Provider("acme"), cost=0.1), max_cost=1, store=store, progress=False)
+    assert (est.reused_rows, est.rows_left, est.paid_calls, est.cost) == (10, 190, 190, pytest.approx(19.0))
+    assert est.notes == ["10 of the pilot's rows did not end (10 parked (budget)): projected from the 10 that did"]
+    assert est.notes[0] in str(est)
+
+
+def test_failures_in_the_pilot_are_projected_with_what_they_cost(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+    """Every fourth row fails after a paid call: the estimate projects how many of the rest fail
+    and what their calls cost, and the run after it fails about as many."""
+    email = pb.demo.email_tool(demo, provider=pb.Provider("acme"), cost=0.5)
+
+    async def picky(row: Any, ctx: pb.Context) -> Any:
+        found = await ctx.tool(email, domain=row.domain, first=row.first)
+        if int(row.first[1:]) % 4 == 0:
+            raise ValueError("not wanted")
+        return {"email": found}
+
+    frame = _frame(120)
+    est = frame.play.estimate(picky, sample=40, first=True, store=store, progress=False)
+    assert (est.rows_left, est.paid_calls, est.failed_rows, est.cost_failed) == (90, 80, 20, pytest.approx(10.0))
+    assert "10 of the pilot's 40 rows failed (pb.last_run().errors): ~20 of the rest may, paying ~10.00" in str(est)
+    run = frame.play.run(picky, store=store, progress=False)
+    assert run.stats.failed == 30 and run.stats.calls_executed == 80 and run.stats.cost_failed == 10.0  # the pilot's 10 replayed free
+
+
+def test_rows_sharing_a_key_are_counted_as_rows_and_paid_once(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+    frame = pd.concat([_frame(20)] * 10, ignore_index=True)  # 200 rows, 20 different
+    est = frame.play.estimate(_play(demo, pb.Provider("acme")), sample=10, first=True, store=store, progress=False)
+    assert (est.rows, est.reused_rows, est.rows_left, est.paid_calls) == (200, 100, 100, 10)
+    frame.play.map(_play(demo, pb.Provider("acme")), store=store, progress=False)
+    assert demo.stats()["requests"] == 20

@@ -260,7 +260,7 @@ def test_spend_by_something_else_is_refused_naming_what_it_can_be(tmp_path: Path
             "calls_reused",
             "cost_saved",
         ]
-        for bad in ("dya", ("tool", "tool"), ["provider", 3]):
+        for bad in ("dya", ("tool", "tool"), ["provider", 3], 5, None):
             with pytest.raises(ValueError, match="'day', 'provider', 'tool'"):
                 store.spend(by=bad)  # type: ignore[arg-type]
 

@@ -38,10 +38,21 @@ def ask(estimate: Estimate, max_cost: float | None) -> bool:
     short = estimate.below(max_cost)
     question = (f"{short}\n" if short else "") + f"run the {estimate.rows_left:,} rows left? [y/N] "
     try:
-        answer = input(question)
-    except (EOFError, OSError, NotImplementedError):  # no stdin: IPython's StdinNotImplementedError is a NotImplementedError
+        answer = _asked(question)
+    except (EOFError, OSError, RuntimeError, NotImplementedError):  # no stdin (closed: RuntimeError); IPython's StdinNotImplementedError
         raise PlayDefinitionError(
             "estimate=True asks before the run goes on, and nobody can be asked here (no input); its pilot's calls are saved. "
             "Look at df.play.estimate(play) first, then run without estimate=True (on the command line: --estimate --yes)"
         ) from None
     return answer.strip().lower() in ("y", "yes")
+
+
+def _asked(question: str) -> str:
+    """The answer to ``question``: in a notebook, the box under the cell; in a terminal, the
+    question goes to stderr, beside the estimate (stdout may be a file)."""
+    from ..ui.widget import in_kernel
+
+    if in_kernel():
+        return input(question)
+    print(question, end="", file=sys.stderr, flush=True)
+    return input()

@@ -72,7 +72,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         if flag != "--store":  # the common --store (cli.py), which the cache commands take too
             run.add_argument(flag, **spelled)
     run.add_argument("--json", action="store_true", help="print a JSON report on stdout (progress and messages stay on stderr)")
-    run.add_argument("--sample", type=whole(1), default=PILOT_ROWS, metavar="N",
+    run.add_argument("--sample", type=whole(1), default=None, metavar="N",
                      help=f"--estimate: the rows the pilot runs (default {PILOT_ROWS})")  # fmt: skip
     run.add_argument("--yes", action="store_true", help="--estimate: run the rows left after the estimate (else only the pilot runs)")
     run.add_argument("--chunk-rows", type=whole(1), default=CHUNK, metavar="N",
@@ -123,14 +123,19 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
     play = load(path, name)
     opts: dict[str, Any] = {"progress": "text", **given(args, "cli")}
     if opts.pop("estimate", False):
-        found = _estimate(args, play, opts, source)
+        found = _estimate(args, play, opts, source, report)
+        if found is None:
+            return 130
         report["estimate"] = found.to_dict()
-        if not args.yes or not found.rows_left:
-            if found.rows_left:
-                _say(f"only the pilot ran and nothing was written to {args.out}: add --yes to run the {found.rows_left:,} rows left")
-                return 0
-            _say("every row is done already: writing the result")
+        if not args.yes:
+            left = (
+                f"add --yes to run the {found.rows_left:,} rows left" if found.rows_left else "every row is done: add --yes to write them"
+            )
+            _say(f"only the pilot ran and nothing was written to {args.out}: {left}")
+            return 0
         opts = after_pilot(opts, found)
+    elif args.yes or args.sample is not None:
+        raise Usage(f"{'--yes' if args.yes else '--sample'} is for --estimate: add --estimate to run a pilot first")
     chunks = _chunks(args.source, source, args.chunk_rows, opts.pop("limit", None))
     rows = next(chunks)
     following = next(chunks, None)
@@ -150,20 +155,29 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
     return code
 
 
-def _estimate(args: argparse.Namespace, play: Any, opts: dict[str, Any], source: str) -> Estimate:
+def _estimate(args: argparse.Namespace, play: Any, opts: dict[str, Any], source: str, report: dict[str, Any]) -> Estimate | None:
     """The pilot over the whole file (every chunk: the rows a run would run are counted over all
-    of them), its estimate on stderr, and whether ``--max-cost`` is short of it."""
+    of them), its estimate on stderr, and whether ``--max-cost`` is short of it; ``None`` if it
+    was interrupted (what it paid for is saved, and said)."""
     frame = pd.concat([rows.frame for rows in _chunks(args.source, source, args.chunk_rows, opts.get("limit"))], ignore_index=True)
+    sample = PILOT_ROWS if args.sample is None else args.sample
     try:
-        found: Estimate = frame.play.estimate(play, args.sample, **{name: value for name, value in opts.items() if name != "limit"})
+        found: Estimate = frame.play.estimate(play, sample, **{name: value for name, value in opts.items() if name != "limit"})
     except PlayDefinitionError as exc:
         raise Usage(_as_option(str(exc))) from None
     except PlaybookError as exc:
         raise Fatal(f"{exc}. Nothing was written to {args.out}; what the pilot paid for is saved") from None
+    except KeyboardInterrupt:
+        _record(report, last_run())
+        report["error"] = (
+            f"interrupted: the pilot stopped; what it paid for is saved, and a rerun reuses it; nothing was written to {args.out}"
+        )
+        _say(report["error"])
+        return None
     print(found.text(), file=sys.stderr, flush=True)
-    short = found.below(after_pilot(opts, found).get("max_cost"))
+    short = found.below(opts.get("max_cost"))
     if short:
-        _say(short.replace("max_cost=", "--max-cost ").replace(" is below", " (what the pilot left of it) is below"))
+        _say(short.replace("max_cost=", "--max-cost "))
     return found
 
 

@@ -98,7 +98,7 @@ class DaskPlay:
         found = self.estimate(play, PILOT_ROWS, **rest)
         show(found)
         rest = after_pilot(rest, found)
-        if found.rows_left and not ask(found, rest.get("max_cost")):
+        if found.rows_left and not ask(found, opts.max_cost):
             raise PlayDefinitionError(f"not run: the estimate was not accepted ({found.sample} rows of the pilot are done and saved)")
         return self.run(play, **rest, background=opts.background)
 

@@ -122,7 +122,7 @@ class PlayAccessor:
         pilot, estimate = self._pilot(play, options, PILOT_ROWS)
         show(estimate)
         rest = after_pilot(options, estimate)
-        if not estimate.rows_left or ask(estimate, rest.get("max_cost")):
+        if not estimate.rows_left or ask(estimate, options.get("max_cost")):
             return self.run(play, **rest, background=background)
         declined(pilot)
         return pilot

@@ -37,7 +37,7 @@ __all__ = ["PILOT_ROWS", "Estimate", "after_pilot", "declined", "pilot_estimate"
 PILOT_ROWS = 20  # the pilot of estimate=True (df.play.estimate's sample by default)
 
 _DRAWS = 400
-_P, _R, _C, _T, _S, _W, _F = range(len(FIELDS))  # paid, reused, cost, tokens, sent, seconds (on the wire), failed
+_P, _R, _C, _T, _S, _W, _F, _SPAN = range(len(FIELDS))  # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,12 @@ class Estimate:
 
     ``paid_calls``, ``cost``, ``tokens`` and ``seconds`` are point projections for the rows left;
     ``interval`` their low and high (a 90% bootstrap interval over the sampled rows);
-    ``reused_rows`` the rows a run will not pay for (answered by memos, or finished by the
-    pilot); ``bottleneck`` the provider that holds the run back (``None``: none is called), and
-    ``limit`` what holds it ("40 rps", "8 calls in flight"...); ``table`` one row per provider and
-    tool.  ``pilot`` is what the pilot itself ran and paid (``RunStats``).
+    ``failed_rows`` and ``cost_failed`` what the pilot's failures project; ``reused_rows`` the rows
+    a run will not run (answered by memos, or finished by the pilot), ``rows_left`` the others;
+    ``bottleneck`` the provider that holds the run back (``None``: none is timed), and ``limit``
+    what holds it ("40 rps", "8 calls in flight of 0.5s"...); ``notes`` what the projection
+    could not see; ``table`` one row per provider and tool.  ``pilot`` is what the pilot itself
+    ran and paid (``RunStats``).
     """
 
     play: str
@@ -61,9 +63,12 @@ class Estimate:
     cost: float
     tokens: float
     seconds: float
+    failed_rows: int
+    cost_failed: float
     interval: dict[str, tuple[float, float]]
     bottleneck: str | None
     limit: str
+    notes: list[str] = field(repr=False)
     table: pd.DataFrame = field(repr=False)
     pilot: Any = field(repr=False)
 
@@ -78,10 +83,11 @@ class Estimate:
         if not self.rows_left:
             return f"{left}; nothing left to pay for"
         wide = "; a larger sample narrows it" if high - low > 0.3 * self.cost else ""
-        return (
+        line = (
             f"{left}; ~{short_count(self.paid_calls)} paid calls, {_money(self.cost)}{spread}, ~{duration(self.seconds)}{held}"
             f" (a pilot of {self.sample} rows{wide})"
         )
+        return "; ".join([line, *self.notes])
 
     def text(self) -> str:
         """The line above, then the table: what the command line prints."""
@@ -93,10 +99,11 @@ class Estimate:
         """The estimate as JSON data (``--json``)."""
         return {
             "play": self.play, "rows": self.rows, "reused_rows": self.reused_rows, "rows_left": self.rows_left, "sample": self.sample,
-            "paid_calls": self.paid_calls, "cost": self.cost, "tokens": self.tokens, "seconds": self.seconds,
-            "interval": {name: list(bounds) for name, bounds in self.interval.items()}, "bottleneck": self.bottleneck, "limit": self.limit,
-            "table": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()} for row in self.table.to_dict("records")],
-            "pilot": self.pilot.model_dump(),
+            "paid_calls": self.paid_calls, "cost": _round(self.cost), "tokens": _round(self.tokens), "seconds": _round(self.seconds),
+            "failed_rows": self.failed_rows, "cost_failed": _round(self.cost_failed),
+            "interval": {name: [_round(v) for v in bounds] for name, bounds in self.interval.items()}, "bottleneck": self.bottleneck,
+            "limit": self.limit, "notes": self.notes,
+            "table": [{k: _round(v) for k, v in row.items()} for row in self.table.to_dict("records")], "pilot": self.pilot.model_dump(),
         }  # fmt: skip
 
     def _repr_html_(self) -> str:
@@ -104,39 +111,58 @@ class Estimate:
         return f"<div><b>{escape(self.play)}</b>: {escape(str(self))}</div>{table}"
 
     def below(self, max_cost: float | None) -> str | None:
-        """Why ``max_cost`` (what is left of it for the rows left) cannot pay for them, when it is
-        below the estimate's low end."""
-        low = self.interval["cost"][0]
-        if max_cost is None or max_cost >= low or not self.rows_left:
+        """Why ``max_cost`` (for the pilot and the run together) cannot pay for the rows left, when
+        what the pilot left of it is below the estimate's low end."""
+        low, spent = self.interval["cost"][0], self.pilot.cost_spent
+        if max_cost is None or not self.rows_left or max_cost - spent >= low:
             return None
+        after = f" leaves {max(0.0, max_cost - spent):.6g} after the pilot's {spent:.6g}, which" if spent else ""
         return (
-            f"max_cost={max_cost:.6g} is below what the {self.rows_left:,} rows left will cost (at least {low:,.4g}, "
+            f"max_cost={max_cost:.6g}{after} is below what the {self.rows_left:,} rows left will cost (at least {low:,.4g}, "
             f"~{self.cost:,.4g}): rows past it would park with reason 'budget'"
         )
 
 
 def project(pilot: Pilot, play: str, concurrency: int, providers: dict[str, ProviderStatus]) -> Estimate:
-    """Project ``pilot`` over the rows left; ``providers``: each called provider's status now."""
-    keys = sorted({where for row in pilot.log.rows.values() for where in row}, key=lambda w: (w[0] or "", w[1]))
-    n = len(pilot.sample)
+    """Project ``pilot`` over the rows left; ``providers``: each called provider's status now.
+    Only the sampled rows that ended (ok or failed) are projected from; the rest of the rows a
+    run would run are what it is projected over."""
+    keys = sorted({where for p in pilot.measured for where in pilot.log.rows.get(p, {})}, key=lambda w: (w[0] or "", w[1]))
+    n = len(pilot.measured)
     logs = np.zeros((n, len(keys), len(FIELDS)))
-    for i, position in enumerate(pilot.sample):
+    for i, position in enumerate(pilot.measured):
         for where, line in pilot.log.rows.get(position, {}).items():
             logs[i, keys.index(where)] = line
-    left = max(0, pilot.runnable - n)
-    point = _projection(logs, left, keys, concurrency, providers)
+    failed = np.array([p in pilot.failed for p in pilot.measured], dtype=bool)
+    scale = max(0, pilot.runnable - n)
+    point = _projection(logs, scale, keys, concurrency, providers)
     draws = np.random.default_rng(0).integers(0, n, size=(_DRAWS, n)) if n else np.zeros((0, 0), dtype=int)
-    spread = [_projection(logs[d], left, keys, concurrency, providers) for d in draws] if n else []
+    spread = [_projection(logs[d], scale, keys, concurrency, providers) for d in draws] if n else []
     interval = {
         name: (float(np.percentile([s[name] for s in spread], 5)), float(np.percentile([s[name] for s in spread], 95)))
         if spread else (point[name], point[name])
         for name in ("paid_calls", "cost", "tokens", "seconds")
     }  # fmt: skip
+    failed_rows = round(failed.sum() / n * scale) if n else 0
+    cost_failed = float(logs[failed][:, :, _C].sum() / n * scale) if n else 0.0
     return Estimate(
-        play=play, rows=pilot.rows, reused_rows=pilot.reused_rows + pilot.finished, rows_left=left, sample=n,
-        paid_calls=round(point["paid_calls"]), cost=point["cost"], tokens=point["tokens"], seconds=point["seconds"], interval=interval,
-        bottleneck=point["bottleneck"], limit=point["limit"], table=_table(logs, left, keys, point), pilot=pilot.stats,
+        play=play, rows=pilot.rows, reused_rows=pilot.done_rows, rows_left=max(0, pilot.rows - pilot.done_rows), sample=len(pilot.sample),
+        paid_calls=round(point["paid_calls"]), cost=point["cost"], tokens=point["tokens"], seconds=point["seconds"],
+        failed_rows=failed_rows, cost_failed=cost_failed, interval=interval, bottleneck=point["bottleneck"], limit=point["limit"],
+        notes=_notes(pilot, n, scale, failed_rows, cost_failed), table=_table(logs, scale, keys, point), pilot=pilot.stats,
     )  # fmt: skip
+
+
+def _notes(pilot: Pilot, n: int, scale: int, failed_rows: int, cost_failed: float) -> list[str]:
+    """What the projection could not see, or what the pilot saw fail."""
+    notes = []
+    if pilot.cut:
+        why = ", ".join(f"{rows} {reason}" for reason, rows in sorted(pilot.cut.items()))
+        notes.append(f"{sum(pilot.cut.values())} of the pilot's rows did not end ({why}): projected from the {n} that did")
+    if pilot.failed and scale:
+        paying = f", paying ~{_money(cost_failed)}" if cost_failed else ""
+        notes.append(f"{len(pilot.failed)} of the pilot's {n} rows failed (pb.last_run().errors): ~{failed_rows:,} of the rest may{paying}")
+    return notes
 
 
 def _projection(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]], concurrency: int,
@@ -151,8 +177,8 @@ def _projection(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]],
     for name in sorted({p for p, _ in keys if p is not None}):
         mine = [i for i, (p, _) in enumerate(keys) if p == name]
         shares[name] = _provider_seconds(per_row[mine].sum(axis=0) * scale, concurrency, providers.get(name))
-    # A row's time on the wire: its requests, one after the other.
-    row_seconds = float(logs[:, :, _W].sum(axis=1).mean())
+    # A row's time: its calls one after the other, each from its first request to its answer.
+    row_seconds = float(logs[:, :, _SPAN].sum(axis=1).mean())
     rows_seconds = left * row_seconds / max(1, concurrency)
     slowest = max((p for p in shares if shares[p][0] > 0), key=lambda p: shares[p][0], default=None)  # none: no request timed (fixtures)
     seconds = max([rows_seconds, *(s for s, _ in shares.values())])
@@ -218,6 +244,13 @@ def _table(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]], poin
         "held_by",
     ]
     return pd.DataFrame(rows, columns=columns)
+
+
+def _round(value: Any) -> Any:
+    """A float as JSON carries it: 9 decimals (no 1.8000000000000003), NaN as null."""
+    if isinstance(value, float):
+        return None if math.isnan(value) else round(value, 9)
+    return value
 
 
 def _money(amount: float) -> str:

@@ -28,9 +28,11 @@ __all__ = ["FIELDS", "Pilot", "PilotLog", "fly"]
 
 T = TypeVar("T")
 
-# What a row's line per (provider, tool) holds, in this order.
-FIELDS = ("paid", "reused", "cost", "tokens", "sent", "seconds", "failed")
-_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED = range(len(FIELDS))
+# What a row's line per (provider, tool) holds, in this order: calls paid and reused, money,
+# tokens, requests sent, their seconds on the wire, those that failed, and the seconds from each
+# call's first request to its answer (retries and their waits included).
+FIELDS = ("paid", "reused", "cost", "tokens", "sent", "seconds", "failed", "span")
+_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN = range(len(FIELDS))
 
 Where = tuple[str | None, str]  # (provider, tool)
 
@@ -39,10 +41,11 @@ class PilotLog:
     """Per sampled row (by position), per (provider, tool): calls paid and reused, money, tokens,
     requests sent, the seconds they took, and those that failed."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "_first")
 
     def __init__(self) -> None:
         self.rows: dict[int, dict[Where, list[float]]] = {}
+        self._first: dict[tuple[int, str], float] = {}  # (row, tool) -> when its call's first request went
 
     def __repr__(self) -> str:
         return f"<PilotLog {len(self.rows)} rows>"
@@ -70,6 +73,7 @@ class PilotLog:
     async def timed(self, position: int, tool: Tool[Any], sent: Awaitable[T]) -> T:
         """One request to the tool's provider: how long it took, and whether it failed."""
         started = time.monotonic()
+        first = self._first.setdefault((position, tool.name), started)
         failed = True
         try:
             result = await sent
@@ -77,10 +81,14 @@ class PilotLog:
             return result
         finally:
             if not is_local(tool, 0.0):
+                ended = time.monotonic()
                 line = self._line(position, tool)
                 line[_SENT] += 1
-                line[_SECONDS] += time.monotonic() - started
+                line[_SECONDS] += ended - started
                 line[_FAILED] += failed
+                if not failed:
+                    line[_SPAN] += ended - first
+                    del self._first[position, tool.name]
 
 
 @dataclass(frozen=True)
@@ -89,12 +97,14 @@ class Pilot:
     once), the sampled ones and how they ended, and each sampled row's log."""
 
     rows: int  # in the frame (after limit=)
-    reused_rows: int  # answered by their memos before the pilot: free
-    runnable: int  # rows a run would run (leads), the sample among them
+    done_rows: int  # rows a run will not run: answered by memos, or finished ok by the pilot (with the rows sharing their keys)
+    runnable: int  # rows a run would run (leads: rows sharing a key run once), the sample among them
     sample: list[int]  # positions run by the pilot
-    finished: int  # of those, rows that finished ok (a run reuses them)
+    measured: list[int]  # of those, rows that ended ok or failed: what the projection is made of
+    finished: int  # of the sample, rows that finished ok (a run reuses them)
+    failed: list[int]  # of the sample, rows that failed
+    cut: dict[str, int]  # of the sample, rows that did not end (parked by a hold or the budget, skipped): why -> rows
     log: PilotLog
-    seconds: float  # how long the pilot took
     stats: Any  # the pilot run's RunStats: what it paid
 
 
@@ -113,12 +123,30 @@ async def fly(run: Run, sample: int, *, seed: int | None = 0, first: bool = Fals
         chosen.extend(picked)
         return picked
 
-    started = time.monotonic()
     try:
         await driven.execute(choose=choose)
     finally:
         driven.scope.observer = None
     table = driven.table
-    finished = sum(table.status(p) == "ok" for p in chosen)
+    ended = {p: table.status(p) for p in chosen}
+    cut: dict[str, int] = {}
+    for p, status in ended.items():
+        if status not in ("ok", "failed"):
+            parking = table.parkings.get(p)
+            why = f"parked ({parking.reason})" if parking is not None else str(status)
+            cut[why] = cut.get(why, 0) + 1
+    measured = [p for p, status in ended.items() if status in ("ok", "failed")]
+    finished = sum(status == "ok" for status in ended.values())
     state = run.state
-    return Pilot(len(driven.frame), state.reused, counted[0], chosen, finished, log, time.monotonic() - started, run.stats)
+    return Pilot(
+        len(driven.frame),
+        state.reused + state.ok,
+        counted[0],
+        chosen,
+        measured,
+        finished,
+        [p for p in measured if ended[p] == "failed"],
+        cut,
+        log,
+        run.stats,
+    )

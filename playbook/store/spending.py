@@ -70,7 +70,7 @@ class Spending:
     def spend(self, by: str | Sequence[str] = ("provider", "tool", "day")) -> pd.DataFrame:
         """Calls and money per ``by`` (any of ``"day"``, ``"provider"``, ``"tool"``): paid, reused,
         and saved by reuse, from what every run on this store added as it ended."""
-        keys = [by] if isinstance(by, str) else list(by)
+        keys = [by] if isinstance(by, str) else list(by) if isinstance(by, (list, tuple)) else [by]
         wrong = [k for k in keys if k not in BY]
         if wrong or len(set(keys)) != len(keys):
             raise ValueError(f"spend(by={by!r}): by names some of {', '.join(map(repr, BY))}, each once")
