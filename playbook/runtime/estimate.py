@@ -172,11 +172,10 @@ def _projection(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]],
     if not n or not left:
         return {"paid_calls": 0.0, "cost": 0.0, "tokens": 0.0, "seconds": 0.0, "bottleneck": None, "limit": "", "shares": {}}
     per_row = logs.sum(axis=0) / n  # keys × fields
-    scale = left
     shares: dict[str, tuple[float, str]] = {}
     for name in sorted({p for p, _ in keys if p is not None}):
         mine = [i for i, (p, _) in enumerate(keys) if p == name]
-        shares[name] = _provider_seconds(per_row[mine].sum(axis=0) * scale, concurrency, providers.get(name))
+        shares[name] = _provider_seconds(per_row[mine].sum(axis=0) * left, concurrency, providers.get(name))
     # A row's time: its calls one after the other, each from its first request to its answer.
     row_seconds = float(logs[:, :, _SPAN].sum(axis=1).mean())
     rows_seconds = left * row_seconds / max(1, concurrency)
@@ -190,8 +189,8 @@ def _projection(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]],
     else:
         limit = shares[slowest][1] if slowest is not None else ""
     return {
-        "paid_calls": float(per_row[:, _P].sum() * scale), "cost": float(per_row[:, _C].sum() * scale),
-        "tokens": float(per_row[:, _T].sum() * scale), "seconds": seconds, "bottleneck": slowest, "limit": limit, "shares": shares,
+        "paid_calls": float(per_row[:, _P].sum() * left), "cost": float(per_row[:, _C].sum() * left),
+        "tokens": float(per_row[:, _T].sum() * left), "seconds": seconds, "bottleneck": slowest, "limit": limit, "shares": shares,
     }  # fmt: skip
 
 
@@ -218,7 +217,8 @@ def _provider_seconds(totals: np.ndarray, concurrency: int, status: ProviderStat
 
 def _table(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]], point: dict[str, Any]) -> pd.DataFrame:
     """One row per provider and tool: the calls the rows left will make, paid and answered by
-    receipts, money, tokens, a request's seconds; and the provider's seconds and what bounds it."""
+    receipts, money, tokens, a request's seconds and the share of requests that failed; and the
+    provider's seconds and what bounds it."""
     n = max(1, len(logs))
     rows = []
     for i, (provider, tool) in enumerate(keys):
@@ -228,21 +228,12 @@ def _table(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]], poin
             "provider": provider, "tool": tool, "paid_calls": round(float(line[_P])), "reused_calls": round(float(line[_R])),
             "cost": float(line[_C]), "tokens": float(line[_T]),
             "request_seconds": float(logs[:, i, _W].sum() / logs[:, i, _S].sum()) if logs[:, i, _S].sum() else math.nan,
-            "failed_share": float(logs[:, i, _F].sum() / logs[:, i, _S].sum()) if logs[:, i, _S].sum() else 0.0,
+            "requests_failed": float(logs[:, i, _F].sum() / logs[:, i, _S].sum()) if logs[:, i, _S].sum() else 0.0,
             "provider_seconds": share[0], "held_by": share[1],
         })  # fmt: skip
     columns = [
-        "provider",
-        "tool",
-        "paid_calls",
-        "reused_calls",
-        "cost",
-        "tokens",
-        "request_seconds",
-        "failed_share",
-        "provider_seconds",
-        "held_by",
-    ]
+        "provider", "tool", "paid_calls", "reused_calls", "cost", "tokens", "request_seconds", "requests_failed", "provider_seconds", "held_by",
+    ]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 
