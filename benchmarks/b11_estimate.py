@@ -76,6 +76,7 @@ def _measured(url: str, name: str, case: Case, repeats: int) -> list[Result]:
         rows.append((estimate, stats, seconds, served, after if again.paid_calls == 0 else -1))
     estimate, stats, seconds, served, after = sorted(rows, key=lambda r: r[2])[len(rows) // 2]
     spread = _spread(url, name, case, estimate.pilot.cost_spent + stats.cost_spent)
+    grown = _spread(url, name, case, estimate.pilot.cost_spent + stats.cost_spent, precision=MONEY)
     calls = Result(f"B11 {name}: paid calls", "", estimate.paid_calls, stats.calls_executed, "the run's paid calls", 1 - CALLS,
                    upper=1 + CALLS)  # fmt: skip
     money = Result(f"B11 {name}: money", "", estimate.cost * 1000, stats.cost_spent * 1000, "the run's cost_spent (x1000)", 1 - MONEY,
@@ -90,21 +91,26 @@ def _measured(url: str, name: str, case: Case, repeats: int) -> list[Result]:
         (f"calls the pilot paid for, paid again: {twice} (the run reused {stats.reused} rows)", twice == 0 and stats.reused == SAMPLE),
         (f"an estimate of the frame once done: {'0 paid calls' if after >= 0 else 'paid calls'}, {max(after, 0)} requests", after == 0),
         (spread, None),
+        (grown, None),
     ]
     return [calls, money, took]
 
 
-def _spread(url: str, name: str, case: Case, spent: float) -> str:
+def _spread(url: str, name: str, case: Case, spent: float, precision: float | None = None) -> str:
     """The money the pilots of ``SEEDS`` other samples project (with what each paid), against what
-    the measured pilot and run spent together: how often a 20-row pilot lands within the bound."""
-    errors = []
+    the measured pilot and run spent together: how often a pilot lands within the bound.  With
+    ``precision``, each pilot grows until its interval is that narrow."""
+    errors, sizes = [], []
     for seed in range(1, SEEDS + 1):
         play, settings = case(url, f"b11-seed-{seed}-{random.randrange(1 << 30)}")
         httpx.post(url + "/_reset", json=settings, timeout=5).raise_for_status()
-        found = _frame().play.estimate(play, sample=SAMPLE, seed=seed, store=tempfile.mkdtemp(prefix="pb-b11-"), progress=False)
+        found = _frame().play.estimate(play, sample=SAMPLE, seed=seed, precision=precision, store=tempfile.mkdtemp(prefix="pb-b11-"),
+                                       progress=False)  # fmt: skip
         errors.append((found.cost + found.pilot.cost_spent) / spent - 1)
+        sizes.append(found.sample)
     within = sum(abs(e) <= MONEY for e in errors)
-    return (f"money over {SEEDS} other samples: errors {min(errors):+.0%} to {max(errors):+.0%}, "
+    pilots = f"pilots of {SAMPLE} rows" if precision is None else f"precision={precision:g}: pilots of {min(sizes)}-{max(sizes)} rows"
+    return (f"money, {pilots} on {SEEDS} other samples: errors {min(errors):+.0%} to {max(errors):+.0%}, "
             f"median {sorted(errors)[len(errors) // 2]:+.0%}; within ±{MONEY:.0%} in {within} of {SEEDS}")  # fmt: skip
 
 

@@ -228,7 +228,9 @@ def test_the_command_line_estimates_and_runs_the_rest_only_with_yes(demo: pb.dem
     (tmp_path / "out.csv").unlink()
     third = cli("--sample", "60")  # the pilot runs every row left: still nothing is written without --yes
     assert third.returncode == 0 and not (tmp_path / "out.csv").exists() and "every row is done: add --yes to write them" in third.stderr
-    for alone in (["--sample", "5"], ["--yes"]):
+    bad = cli("--precision", "15")
+    assert bad.returncode == 2 and "a share between 0 and 1, such as 0.15" in bad.stderr
+    for alone in (["--sample", "5"], ["--yes"], ["--precision", "0.1"]):
         args = ["run", "plays.py:enrich", "--in", "in.csv", "--out", "out.csv", *alone]
         done = subprocess.run([sys.executable, "-m", "playbook", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and f"{alone[0]} is for --estimate" in done.stderr and not (tmp_path / "out.csv").exists()
@@ -282,3 +284,29 @@ def test_rows_sharing_a_key_are_counted_as_rows_and_paid_once(demo: pb.demo.Demo
     assert (est.rows, est.reused_rows, est.rows_left, est.paid_calls) == (200, 100, 100, 10)
     frame.play.map(_play(demo, pb.Provider("acme")), store=store, progress=False)
     assert demo.stats()["requests"] == 20
+
+
+def test_with_precision_the_pilot_grows_until_its_interval_is_narrow_enough(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+    """A waterfall whose second leg costs 3 times the first and is asked for about half the rows:
+    a pilot of 10 rows has a wide interval; precision=0.1 grows it 10 rows at a time, to at most
+    100, and its interval narrows; a play of one call a row is narrow at once and stays at 10."""
+    demo.reset(miss_rate=0.5)
+    first = pb.demo.email_tool(demo, name="first", provider=pb.Provider("leg-a"), cost=0.01)
+    second = pb.demo.email_tool(demo, name="second", provider=pb.Provider("leg-b"), cost=0.03)
+
+    async def both(row: Any, ctx: pb.Context) -> Any:
+        legs = [ctx.call(first, domain=row.domain, first=row.first), ctx.call(second, domain="mail." + row.domain, first=row.first)]
+        return {"email": await ctx.waterfall("email", legs)}
+
+    frame = _frame(400)
+    fixed = frame.play.estimate(both, sample=10, store=tmp_path / "fixed", progress=False)
+    grown = frame.play.estimate(both, sample=10, precision=0.1, store=tmp_path / "grown", progress=False)
+    width = [(e.interval["cost"][1] - e.interval["cost"][0]) / e.cost for e in (fixed, grown)]
+    assert fixed.sample == 10 and 10 < grown.sample <= 100 and grown.sample % 10 == 0
+    assert width[1] < width[0] and (width[1] / 2 <= 0.1 or grown.sample == 100)
+    assert grown.pilot.calls_executed == demo.stats()["requests"] - fixed.pilot.calls_executed  # every pilot row paid once
+    plain = frame.play.estimate(_play(demo, pb.Provider("acme")), sample=10, precision=0.1, store=tmp_path / "plain", progress=False)
+    assert plain.sample == 10
+    for bad in (0, 1.5, "0.1", True):
+        with pytest.raises(pb.PlayDefinitionError, match=r"estimate\(precision="):
+            frame.play.estimate(both, precision=bad, store=tmp_path / "bad")  # type: ignore[arg-type]

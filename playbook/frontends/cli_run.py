@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import json
 import lzma
+import math
 import os
 import signal
 import sys
@@ -74,6 +75,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--json", action="store_true", help="print a JSON report on stdout (progress and messages stay on stderr)")
     run.add_argument("--sample", type=whole(1), default=None, metavar="N",
                      help=f"--estimate: the rows the pilot runs (default {PILOT_ROWS})")  # fmt: skip
+    run.add_argument("--precision", type=_share, default=None, metavar="P",
+                     help="--estimate: the pilot goes on, --sample rows at a time, until the money's interval is within ±P (0.15: ±15%%)")  # fmt: skip
     run.add_argument("--yes", action="store_true", help="--estimate: run the rows left after the estimate (else only the pilot runs)")
     run.add_argument("--chunk-rows", type=whole(1), default=CHUNK, metavar="N",
                      help=f"read and run the file N rows at a time, so memory holds a chunk, not the file (default {CHUNK:,})")  # fmt: skip
@@ -134,8 +137,9 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
             _say(f"only the pilot ran and nothing was written to {args.out}: {left}")
             return 0
         opts = after_pilot(opts, found)
-    elif args.yes or args.sample is not None:
-        raise Usage(f"{'--yes' if args.yes else '--sample'} is for --estimate: add --estimate to run a pilot first")
+    elif args.yes or args.sample is not None or args.precision is not None:
+        alone = "--yes" if args.yes else "--sample" if args.sample is not None else "--precision"
+        raise Usage(f"{alone} is for --estimate: add --estimate to run a pilot first")
     chunks = _chunks(args.source, source, args.chunk_rows, opts.pop("limit", None))
     rows = next(chunks)
     following = next(chunks, None)
@@ -155,6 +159,16 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
     return code
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share between 0 and 1, such as 0.15 for ±15%")
+    return value
+
+
 def _estimate(args: argparse.Namespace, play: Any, opts: dict[str, Any], source: str, report: dict[str, Any]) -> Estimate | None:
     """The pilot over the whole file (every chunk: the rows a run would run are counted over all
     of them), its estimate on stderr, and whether ``--max-cost`` is short of it; ``None`` if it
@@ -162,7 +176,8 @@ def _estimate(args: argparse.Namespace, play: Any, opts: dict[str, Any], source:
     frame = pd.concat([rows.frame for rows in _chunks(args.source, source, args.chunk_rows, opts.get("limit"))], ignore_index=True)
     sample = PILOT_ROWS if args.sample is None else args.sample
     try:
-        found: Estimate = frame.play.estimate(play, sample, **{name: value for name, value in opts.items() if name != "limit"})
+        given = {name: value for name, value in opts.items() if name != "limit"}
+        found: Estimate = frame.play.estimate(play, sample, precision=args.precision, **given)
     except PlayDefinitionError as exc:
         raise Usage(_as_option(str(exc))) from None
     except PlaybookError as exc:

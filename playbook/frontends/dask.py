@@ -104,8 +104,9 @@ class DaskPlay:
 
     @run_signature("map")
     def estimate(
-        self, play: PlayLike, sample: int = 20, *, seed: int | None = 0, first: bool = False, **options: Unpack[MapKwargs]
-    ) -> Estimate:
+        self, play: PlayLike, sample: int = 20, *, seed: int | None = 0, first: bool = False, precision: float | None = None,
+        **options: Unpack[MapKwargs],
+    ) -> Estimate:  # fmt: skip
         """A pilot of ``play`` on ``sample`` of the rows a job would run, projected over the rest
         (see ``pandas.DataFrame.play.estimate``).  The rows are brought to this process
         (``.compute()``) and the pilot runs here, on the job's store in Redis: the job reuses what
@@ -116,7 +117,7 @@ class DaskPlay:
         frame = self._frame.head(opts.limit, npartitions=-1) if opts.limit is not None else self._frame.compute()
         at_once = min(self._frame.npartitions, sum(w.get("nthreads", 1) for w in _client().scheduler_info()["workers"].values()) or 1)
         given = {**options, "store": url, "limit": None, "concurrency": opts.concurrency * at_once}
-        return PlayAccessor(frame).estimate(play, sample, seed=seed, first=first, **given)
+        return PlayAccessor(frame).estimate(play, sample, seed=seed, first=first, precision=precision, **given)
 
 
 def _client() -> Client:

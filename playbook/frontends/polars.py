@@ -58,12 +58,13 @@ class PolarsPlay:
 
     @run_signature("map")
     def estimate(
-        self, play: PlayLike, sample: int = 20, *, seed: int | None = 0, first: bool = False, **options: Unpack[MapKwargs]
-    ) -> Estimate:
+        self, play: PlayLike, sample: int = 20, *, seed: int | None = 0, first: bool = False, precision: float | None = None,
+        **options: Unpack[MapKwargs],
+    ) -> Estimate:  # fmt: skip
         """A pilot of ``play`` on ``sample`` of the rows a run would run, projected over the rest
         (see ``pandas.DataFrame.play.estimate``)."""
         _, sent = frames(self._frame, options.get("limit"))
-        return PlayAccessor(sent).estimate(play, sample, seed=seed, first=first, **options)
+        return PlayAccessor(sent).estimate(play, sample, seed=seed, first=first, precision=precision, **options)
 
     @run_signature("run")
     def run(self, play: PlayLike, **options: Unpack[RunKwargs]) -> PolarsRun:

@@ -26,7 +26,7 @@ import pandas as pd
 
 from .._internal.words import duration, short_count
 from ..providers.status import ProviderStatus
-from .pilot import FIELDS, Pilot, fly
+from .pilot import FIELDS, Flight, Pilot
 from .run import scheduler
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["PILOT_ROWS", "Estimate", "after_pilot", "declined", "pilot_estimate", "project"]
 
 PILOT_ROWS = 20  # the pilot of estimate=True (df.play.estimate's sample by default)
+GROWTH = 10  # with precision=, a pilot runs at most this many times its sample
 
 _DRAWS = 400
 _P, _R, _C, _T, _S, _W, _F, _SPAN = range(len(FIELDS))  # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span
@@ -248,11 +249,32 @@ def _money(amount: float) -> str:
     return f"{amount:,.2f}" if amount >= 1 else f"{amount:.3g}"
 
 
-async def pilot_estimate(run: Run, concurrency: int, sample: int, *, seed: int | None = 0, first: bool = False) -> Estimate:
-    """Fly ``run``'s pilot on ``sample`` rows and project it over the rows left."""
-    pilot = await fly(run, sample, seed=seed, first=first)
-    providers = {name: provider.status() for name, provider in run.state.providers.items()}
-    return project(pilot, run.state.play, concurrency, providers)
+async def pilot_estimate(
+    run: Run, concurrency: int, sample: int, *, seed: int | None = 0, first: bool = False, precision: float | None = None
+) -> Estimate:
+    """Fly ``run``'s pilot on ``sample`` rows and project it over the rows left.  With
+    ``precision``, the pilot goes on, ``sample`` rows at a time (up to ``GROWTH`` times as many in
+    all), while the money's interval (the paid calls', when nothing costs money) is wider than
+    ``precision`` of the projection either side."""
+    flight = Flight(run, seed=seed, first=first)
+    found = await _flown(flight, sample, concurrency)
+    while precision is not None and _wide(found, precision) and flight.more and len(flight.chosen) < GROWTH * sample:
+        found = await _flown(flight, sample, concurrency)
+    return found
+
+
+async def _flown(flight: Flight, rows: int, concurrency: int) -> Estimate:
+    pilot = await flight.fly(rows)
+    providers = {name: provider.status() for name, provider in flight.run.state.providers.items()}
+    return project(pilot, scheduler(flight.run).play.name, concurrency, providers)
+
+
+def _wide(estimate: Estimate, precision: float) -> bool:
+    """Is the projection's interval wider than ``precision`` of it, either side?"""
+    name = "cost" if estimate.cost > 0 else "paid_calls"
+    low, high = estimate.interval[name]
+    point = estimate.cost if name == "cost" else estimate.paid_calls
+    return bool(estimate.rows_left) and (high - low) / 2 > precision * point
 
 
 def declined(run: Run) -> None:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..tools import Tool
     from ..tools.base import Spent
 
-__all__ = ["FIELDS", "Pilot", "PilotLog", "fly"]
+__all__ = ["FIELDS", "Flight", "Pilot", "PilotLog"]
 
 T = TypeVar("T")
 
@@ -108,45 +108,69 @@ class Pilot:
     stats: Any  # the pilot run's RunStats: what it paid
 
 
-async def fly(run: Run, sample: int, *, seed: int | None = 0, first: bool = False) -> Pilot:
-    """Run the pilot of ``run`` (a run not started yet) on ``sample`` of its rows."""
-    driven = scheduler(run)
-    log = PilotLog()
-    driven.scope.observer = log
-    chosen: list[int] = []
-    counted = [0]
+class Flight:
+    """The pilot of ``run`` (a run not started yet): :meth:`fly` runs ``rows`` more of the rows a
+    run would run (the first time, those memos do not answer are found), and says what all it ran
+    so far found.  Rows are taken at random with ``seed``, or in order (``first``)."""
 
-    def choose(runnable: Sequence[int]) -> list[int]:
-        counted[0] = len(runnable)
-        pool = list(runnable)
-        picked = pool[:sample] if first else sorted(random.Random(seed).sample(pool, min(sample, len(pool))))
-        chosen.extend(picked)
+    def __init__(self, run: Run, *, seed: int | None = 0, first: bool = False) -> None:
+        self.run = run
+        self.log = PilotLog()
+        self.chosen: list[int] = []
+        self.pool: list[int] | None = None  # the rows a run would run, not flown yet (None: not known before the first flight)
+        self.runnable = 0
+        self._random = None if first else random.Random(seed)
+
+    def __repr__(self) -> str:
+        return f"<Flight {len(self.chosen)} rows flown of {self.runnable}>"
+
+    @property
+    def more(self) -> bool:
+        """Are rows left that a further flight could run?"""
+        return self.pool is None or bool(self.pool)
+
+    def _take(self, rows: int) -> list[int]:
+        pool = self.pool or []
+        if self._random is None:
+            picked, self.pool = pool[:rows], pool[rows:]
+        else:
+            picked = sorted(self._random.sample(pool, min(rows, len(pool))))
+            taken = set(picked)
+            self.pool = [p for p in pool if p not in taken]
+        self.chosen.extend(picked)
         return picked
 
-    try:
-        await driven.execute(choose=choose)
-    finally:
-        driven.scope.observer = None
-    table = driven.table
-    ended = {p: table.status(p) for p in chosen}
-    cut: dict[str, int] = {}
-    for p, status in ended.items():
-        if status not in ("ok", "failed"):
-            parking = table.parkings.get(p)
-            why = f"parked ({parking.reason})" if parking is not None else str(status)
-            cut[why] = cut.get(why, 0) + 1
-    measured = [p for p, status in ended.items() if status in ("ok", "failed")]
-    finished = sum(status == "ok" for status in ended.values())
-    state = run.state
-    return Pilot(
-        len(driven.frame),
-        state.reused + state.ok,
-        counted[0],
-        chosen,
-        measured,
-        finished,
-        [p for p in measured if ended[p] == "failed"],
-        cut,
-        log,
-        run.stats,
-    )
+    async def fly(self, rows: int) -> Pilot:
+        driven = scheduler(self.run)
+        driven.scope.observer = self.log
+
+        def choose(runnable: Sequence[int]) -> list[int]:
+            self.pool, self.runnable = list(runnable), len(runnable)
+            return self._take(rows)
+
+        try:
+            if self.pool is None:
+                await driven.execute(choose=choose)
+            else:
+                await driven.execute(self._take(rows))
+        finally:
+            driven.scope.observer = None
+        return self._found()
+
+    def _found(self) -> Pilot:
+        driven = scheduler(self.run)
+        table = driven.table
+        ended = {p: table.status(p) for p in self.chosen}
+        cut: dict[str, int] = {}
+        for p, status in ended.items():
+            if status not in ("ok", "failed"):
+                parking = table.parkings.get(p)
+                why = f"parked ({parking.reason})" if parking is not None else str(status)
+                cut[why] = cut.get(why, 0) + 1
+        measured = [p for p, status in ended.items() if status in ("ok", "failed")]
+        failed = [p for p in measured if ended[p] == "failed"]
+        state = self.run.state
+        return Pilot(
+            len(driven.frame), state.reused + state.ok, self.runnable, list(self.chosen), measured, len(measured) - len(failed), failed,
+            cut, self.log, self.run.stats,
+        )  # fmt: skip
