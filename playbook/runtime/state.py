@@ -73,7 +73,7 @@ class RunState:
 
     __slots__ = (
         "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held", "sleeping",
-        "calls_executed", "calls_reused", "calls_shared", "calls_failed", "calls_local", "cost_spent", "cost_saved", "cost_failed", "spend", "started", "finished", "stopping",
+        "calls_executed", "calls_reused", "calls_shared", "calls_failed", "calls_local", "cost_spent", "cost_saved", "cost_failed", "spend", "_memo_line", "started", "finished", "stopping",
         "stopped", "providers", "down_since", "waterfalls", "notices", "receipts_lost", "_clock", "_wall", "_listeners",
         "_by_kind", "_before", "_table", "_asleep", "timeline", "_next_sample", "__weakref__",
     )  # fmt: skip
@@ -91,6 +91,7 @@ class RunState:
         self.cost_spent = self.cost_saved = 0.0
         self.cost_failed = 0.0  # of cost_spent, what bought nothing kept: calls of failed rows, refused answers
         self.spend = SpendLines()  # (provider, tool) -> [paid, cost, reused, saved]: store.spend() gets it as the run ends
+        self._memo_line: list[float] | None = None  # its line of rows reused from memos ("play <name>"), once there is one
         self.started: float | None = None
         self.finished: float | None = None
         self.stopping = False  # a stop was asked for: rows in flight are landing, the rest will be skipped
@@ -157,10 +158,13 @@ class RunState:
         if event.calls:  # a reused row: every call it made is reused, once per key
             self.calls_reused += event.calls
             self.cost_saved += event.cost
-            line = self.spend[None, "play " + self.play]
+            line = self._memo_line
+            if line is None:
+                line = self._memo_line = self.spend[None, "play " + self.play]
             line[2] += event.calls
             line[3] += event.cost
-        self.cost_failed += event.cost_failed
+        if event.cost_failed:
+            self.cost_failed += event.cost_failed
 
     def _call_finished(self, event: CallFinished) -> None:
         if event.local:
@@ -345,7 +349,7 @@ class RunState:
 
     def take_spend(self) -> SpendLines:
         """What the run paid and reused since it last said (per provider and tool), for ``store.spend()``."""
-        lines, self.spend = self.spend, SpendLines()
+        lines, self.spend, self._memo_line = self.spend, SpendLines(), None
         return lines
 
     def stats(self) -> RunStats:
