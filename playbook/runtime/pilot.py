@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..tools.base import is_local
 from .run import Run, scheduler
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from ..tools.base import Spent
 
 __all__ = ["FIELDS", "Flight", "Pilot", "PilotLog"]
-
-T = TypeVar("T")
 
 # What a row's line per (provider, tool) holds, in this order: calls paid and reused, money,
 # tokens, requests sent, their seconds on the wire, those that failed, and the seconds from each
@@ -70,25 +68,26 @@ class PilotLog:
             line[_COST] += spent.cost
             line[_TOKENS] += spent.tokens or 0.0
 
-    async def timed(self, position: int, tool: Tool[Any], sent: Awaitable[T]) -> T:
-        """One request to the tool's provider: how long it took, and whether it failed."""
+    def began(self, position: int, tool: Tool[Any]) -> float:
+        """A request to the tool is sent now (the first of its call, or a retry); returns when."""
         started = time.monotonic()
-        first = self._first.setdefault((position, tool.name), started)
-        failed = True
-        try:
-            result = await sent
-            failed = False
-            return result
-        finally:
-            if not is_local(tool, 0.0):
-                ended = time.monotonic()
-                line = self._line(position, tool)
-                line[_SENT] += 1
-                line[_SECONDS] += ended - started
-                line[_FAILED] += failed
-                if not failed:
-                    line[_SPAN] += ended - first
-                    del self._first[position, tool.name]
+        self._first.setdefault((position, tool.name), started)
+        return started
+
+    def sent(self, position: int, tool: Tool[Any], began: float, *, failed: bool) -> None:
+        """The request sent at ``began`` came back (or failed): its time on the wire, and once
+        answered, the call's time from its first request."""
+        key = (position, tool.name)
+        first = self._first.get(key, began) if failed else self._first.pop(key, began)  # a retry follows a failure
+        if is_local(tool, 0.0):
+            return  # a plain Python tool: nothing was sent
+        ended = time.monotonic()
+        line = self._line(position, tool)
+        line[_SENT] += 1
+        line[_SECONDS] += ended - began
+        line[_FAILED] += failed
+        if not failed:
+            line[_SPAN] += ended - first
 
 
 @dataclass(frozen=True)

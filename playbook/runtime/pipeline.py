@@ -313,14 +313,8 @@ async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tu
     """One try (a governor's ``send``): dispatch, then record the receipt; a stop meanwhile lets it land, then stops the row."""
     scope, landing = ctx.scope, ctx.scope.landing
     task = landing.enter()
-    if scope.observer is not None:
-        timed: tuple[Any, bool] = await scope.observer.timed(ctx.position, tool, _sent(ctx, tool, call, env, task))
-        return timed
-    return await _sent(ctx, tool, call, env, task)
-
-
-async def _sent(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv, task: Any) -> tuple[Any, bool]:
-    scope, landing = ctx.scope, ctx.scope.landing
+    observer = scope.observer  # a pilot's log: how long each request took
+    began = observer.began(ctx.position, tool) if observer is not None else 0.0
     try:
         try:
             answer, miss = await invoke(tool, call.values, env)
@@ -336,8 +330,12 @@ async def _sent(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv, task:
         landed = await paid(ctx, tool, call.key, call.values, answer, miss)
     except BaseException:
         landing.leave(task, False)
+        if observer is not None:
+            observer.sent(ctx.position, tool, began, failed=True)
         raise
     landing.leave(task, True)
+    if observer is not None:
+        observer.sent(ctx.position, tool, began, failed=False)
     return landed
 
 
