@@ -263,6 +263,14 @@ def test_spend_by_something_else_is_refused_naming_what_it_can_be(tmp_path: Path
         for bad in ("dya", ("tool", "tool"), ["provider", 3], 5, None):
             with pytest.raises(ValueError, match="'day', 'provider', 'tool'"):
                 store.spend(by=bad)  # type: ignore[arg-type]
+        from playbook.store import engine
+        from playbook.store.spending import SpendLines
+
+        for price in (0.1, 0.2):  # two runs: 0.1 + 0.2 is 0.30000000000000004 in floats
+            engine(store).add_spend(SpendLines({("acme", "lookup"): [1, price, 0, 0.0]}), 1_764_806_400.0)
+        assert store.spend(by="provider").to_dict("records") == [
+            {"provider": "acme", "calls_paid": 2, "cost_paid": 0.3, "calls_reused": 0, "cost_saved": 0.0}
+        ]  # money to 9 decimals, as run.stats says it
 
 
 def test_a_store_without_a_spend_table_opened_read_only_has_spent_nothing(tmp_path: Path) -> None:

@@ -126,18 +126,11 @@ def _spend_keys(text: str) -> tuple[str, ...]:
     return keys
 
 
-def _figure(value: Any) -> Any:
-    """A value of a spend line as JSON: money to 9 decimals (no 8.999999999999996), no provider as null."""
-    if isinstance(value, float):
-        return None if value != value else round(value, 9)
-    return None if value is None else value
-
-
 def _spend(store: StoreEngine, args: argparse.Namespace) -> int:
     frame = store.spend(args.by)
     if args.json:
         for row in frame.to_dict("records"):
-            print(json.dumps({k: _figure(v) for k, v in row.items()}, ensure_ascii=False))
+            print(json.dumps({k: None if v != v else v for k, v in row.items()}, ensure_ascii=False))  # no provider (NaN): null
         return 0
     if frame.empty:
         print(f"nothing spent yet in {store.location}: runs add what they paid and reused as they end")

@@ -81,6 +81,7 @@ class Spending:
         frame = pd.DataFrame(rows, columns=[*BY, *FIGURES])
         frame["provider"] = frame["provider"].replace("", None)
         if not keys:
-            return frame[list(FIGURES)].sum().to_frame().T.astype({"calls_paid": "int64", "calls_reused": "int64"})
+            return frame[list(FIGURES)].sum().to_frame().T.astype({"calls_paid": "int64", "calls_reused": "int64"}).round(9)
         grouped = frame.groupby(keys, sort=True, dropna=False)[list(FIGURES)].sum().reset_index()
-        return grouped.astype({"calls_paid": "int64", "calls_reused": "int64", "cost_paid": float, "cost_saved": float})
+        # Money to 9 decimals, as run.stats says it: sums of many prices carry float noise (8.999999999999996).
+        return grouped.astype({"calls_paid": "int64", "calls_reused": "int64"}).round({"cost_paid": 9, "cost_saved": 9})
