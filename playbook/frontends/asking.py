@@ -9,15 +9,25 @@ run headless) is refused, saying what to do instead: it must not pay on its own.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PlayDefinitionError
+from ..runtime.estimate import after_pilot
 
 if TYPE_CHECKING:
     from ..runtime.estimate import Estimate
 
-__all__ = ["ask", "show"]
+__all__ = ["go_on"]
+
+
+def go_on(estimate: Estimate, options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Show ``estimate`` and ask whether the run of ``options`` goes on: the run's options after
+    its pilot (what is left of ``max_cost``), or ``None`` for no.  Nothing left: yes, unasked."""
+    show(estimate)
+    if estimate.rows_left and not ask(estimate, options.get("max_cost")):
+        return None
+    return after_pilot(dict(options), estimate)
 
 
 def show(estimate: Estimate) -> None:

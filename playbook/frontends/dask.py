@@ -15,14 +15,14 @@ from .._internal.dist import install_hint
 from ..cluster.job import ClusterRun
 from ..errors import PlayDefinitionError, ReceiptError
 from ..plays.play import as_play
-from ..runtime.estimate import PILOT_ROWS, Estimate, after_pilot
+from ..runtime.estimate import PILOT_ROWS, Estimate
 from ..runtime.options import RunOptions
 from ..runtime.options import options as run_options
 from ..runtime.run import remember
 from ..store import ReceiptStore, engine
 from ..store.location import home, is_url
 from ..ui import Controls, attach_view
-from .asking import ask, show
+from .asking import go_on
 from .pandas import PlayAccessor, check_columns, refuse_background
 from .signature import run_signature
 
@@ -94,11 +94,10 @@ class DaskPlay:
 
     def _asked(self, play: PlayLike, options: Mapping[str, Any], opts: RunOptions) -> ClusterRun:
         """``estimate=True``: the pilot (in this process), its estimate shown, the question; the job runs the rest on a yes."""
-        rest: dict[str, Any] = {name: value for name, value in options.items() if name not in ("estimate", "background")}
-        found = self.estimate(play, PILOT_ROWS, **rest)
-        show(found)
-        rest = after_pilot(rest, found)
-        if found.rows_left and not ask(found, opts.max_cost):
+        given: dict[str, Any] = {name: value for name, value in options.items() if name not in ("estimate", "background")}
+        found = self.estimate(play, PILOT_ROWS, **given)
+        rest = go_on(found, given)
+        if rest is None:
             raise PlayDefinitionError(f"not run: the estimate was not accepted ({found.sample} rows of the pilot are done and saved)")
         return self.run(play, **rest, background=opts.background)
 

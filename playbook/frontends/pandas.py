@@ -15,13 +15,13 @@ import pandas as pd
 from .._internal.loop import run_sync
 from ..errors import PlayDefinitionError, interrupted
 from ..plays.play import PlayLike, as_play
-from ..runtime.estimate import PILOT_ROWS, Estimate, after_pilot, declined, pilot_estimate
+from ..runtime.estimate import PILOT_ROWS, Estimate, declined, pilot_estimate
 from ..runtime.options import RunOptions
 from ..runtime.run import Run, begin_background, execute, start
 from ..tools import Tool
 from ..ui import Controls, attach_view
 from ..ui.html import run_html
-from .asking import ask, show
+from .asking import go_on
 from .signature import run_signature
 
 if TYPE_CHECKING:
@@ -126,9 +126,8 @@ class PlayAccessor:
         options.pop("estimate")
         background = options.pop("background", False)
         pilot, estimate = self._pilot(play, options, PILOT_ROWS)
-        show(estimate)
-        rest = after_pilot(options, estimate)
-        if not estimate.rows_left or ask(estimate, options.get("max_cost")):
+        rest = go_on(estimate, options)
+        if rest is not None:
             return self.run(play, **rest, background=background)
         declined(pilot)
         return pilot
