@@ -141,7 +141,7 @@ def _pilot(lines: dict[tuple[str | None, str], list[float]], rows: int, runnable
     log = PilotLog()
     for position in range(sample):
         log.rows[position] = {where: list(line) for where, line in lines.items()}
-    return Pilot(rows, rows - runnable + sample, runnable, list(range(sample)), list(range(sample)), sample, [], {}, log, pb.RunStats())
+    return Pilot(rows, rows - runnable + sample, runnable, list(range(sample)), list(range(sample)), [], {}, log, pb.RunStats())
 
 
 def _status(name: str, rate: float | None = None, in_flight: int | None = None, tpm: float | None = None) -> ProviderStatus:
@@ -185,7 +185,7 @@ def test_the_interval_spreads_with_the_rows_and_holds_the_point() -> None:
         log.rows[position] = {("a", "first"): _line(paid=1, cost=1, sent=1, seconds=0.1)}
         if position % 2:
             log.rows[position][("b", "second")] = _line(paid=1, cost=3, sent=1, seconds=0.1)
-    pilot = Pilot(1_020, 20, 1_020, list(range(20)), list(range(20)), 20, [], {}, log, pb.RunStats())
+    pilot = Pilot(1_020, 20, 1_020, list(range(20)), list(range(20)), [], {}, log, pb.RunStats())
     est = project(pilot, "p", 16, {"a": _status("a"), "b": _status("b")})
     low, high = est.interval["cost"]
     assert est.cost == pytest.approx(1000 * 2.5) and low < est.cost < high and np.isclose(est.paid_calls, 1500)

@@ -100,7 +100,6 @@ class Pilot:
     runnable: int  # rows a run would run (leads: rows sharing a key run once), the sample among them
     sample: list[int]  # positions run by the pilot
     measured: list[int]  # of those, rows that ended ok or failed: what the projection is made of
-    finished: int  # of the sample, rows that finished ok (a run reuses them)
     failed: list[int]  # of the sample, rows that failed
     cut: dict[str, int]  # of the sample, rows that did not end (parked by a hold or the budget, skipped): why -> rows
     log: PilotLog
@@ -170,6 +169,6 @@ class Flight:
         failed = [p for p in measured if ended[p] == "failed"]
         state = self.run.state
         return Pilot(
-            len(driven.frame), state.reused + state.ok, self.runnable, list(self.chosen), measured, len(measured) - len(failed), failed,
+            len(driven.frame), state.reused + state.ok, self.runnable, list(self.chosen), measured, failed,
             cut, self.log, self.run.stats,
         )  # fmt: skip
