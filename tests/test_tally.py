@@ -28,7 +28,10 @@ def _truth(run: pb.Run) -> Counts:
     held = Counter(w.provider for w in state.held_rows().values() if w.provider is not None)
     reasons = Counter((row.provider, row.reason) for row in state.parked_rows())
     minutes = Counter((r.reason, r.provider, None if r.ready_at is None else r.ready_at // 60 * 60) for r in state.parked_rows())
-    return failed, parked, held, reasons, minutes
+    paid = Counter[str]()
+    for row in state.failed_rows():
+        paid[row.group] += row.cost
+    return failed, parked, held, reasons, minutes, Counter({group: round(cost, 9) for group, cost in paid.items() if round(cost, 9)})
 
 
 def _tallied(tally: Tally) -> Counts:
@@ -36,12 +39,13 @@ def _tallied(tally: Tally) -> Counts:
     parked = Counter({p: n for p, n in tally.parked_rows_by.items() if n})
     held = Counter({p: n for p, n in tally.held_by.items() if n})
     reasons = Counter({key: n for key, n in tally.parked_reasons.items() if n})
-    return failed, parked, held, reasons, Counter(tally.parked_groups)
+    paid = Counter({group: round(cost, 9) for group, cost in tally.paid.items() if round(cost, 9)})
+    return failed, parked, held, reasons, Counter(tally.parked_groups), paid
 
 
 def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: pb.ReceiptStore) -> None:
-    """Failed rows by message, parked and held rows by provider, parked rows by provider and reason: the tally
-    equals a scan of the rows at every row settled."""
+    """Failed rows by message (and what they paid for), parked and held rows by provider, parked rows by
+    provider and reason: the tally equals a scan of the rows at every row settled."""
     quota = pb.Provider("quota", max_wait=30)
     asked = Counter[int]()
 
@@ -52,15 +56,23 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
             raise pb.ToolError("quota exceeded", status=429, retry_after=20 if n < 30 else 3600)
         return n
 
+    @pb.tool(cost=0.5)
+    async def priced(n: int) -> int:
+        return n
+
     @pb.play
     async def mixed(row, ctx):
         await asyncio.sleep(0.1)
         if row.n % 5 == 1:
             raise ValueError(f"odd one {row.n % 3}")  # three messages, one group
+        if row.n % 7 == 3:
+            await ctx.tool(priced, n=row.n)
+            raise LookupError("paid, then lost")  # a group whose rows paid (the first time: a retry replays the call)
         return {"v": await ctx.tool(limited, n=row.n)}
 
     frame = pd.DataFrame({"n": [i // 2 for i in range(80)]})  # each key twice: copies share an outcome
     checked: list[int] = []
+    paid_before_retry = Counter[str]()
 
     async def main() -> tuple[pb.Run, Tally]:
         run = await frame.play.arun(mixed, store=store, progress=False, background=True, concurrency=4, key="n")
@@ -75,6 +87,7 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
         run.state.subscribe(check, kinds=(RowFinished, RunFinished))  # after the tally's
         await asyncio.wait([run._task])
         assert run.stats.parked and run.stats.failed
+        paid_before_retry.update(_tallied(tally)[5])
         run.retry(statuses=("failed",))  # the failed rows leave the tally, then fail again
         await asyncio.wait([run._task])
         await asyncio.sleep(3600)
@@ -88,7 +101,9 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
     assert _tallied(tally) == _truth(run) == _tallied(Tally.of(run.state))  # the static summary's scan agrees
     assert not tally.parked and sum(tally.counts.values()) == run.stats.failed
     groups = tally.error_groups(20)
-    assert len(groups) == 1 and len({m.partition(" (")[0] for m in run.result["play_error"].dropna()}) == 3
+    assert len(groups) == 2 and len({m.partition(" (")[0] for m in run.result["play_error"].dropna()}) == 4
+    assert paid_before_retry and paid_before_retry == {g: c for g, c in paid_before_retry.items() if g.startswith("LookupError")}
+    assert [cost for *_, cost in groups] == [0.0, 0.0]  # the retried rows replayed their paid calls from receipts
     errors = run.errors.set_index("row")
     for _, group, label, message, _cost in groups:
         assert run.result.loc[label, "play_error"] == message  # each example row still fails that way

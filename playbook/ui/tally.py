@@ -31,7 +31,7 @@ class Tally:
     """
 
     __slots__ = (
-        "_label", "failed", "families", "copies", "counts", "costs", "example", "parked", "parked_rows_by", "parked_reasons",
+        "_label", "failed", "families", "copies", "counts", "costs", "paid", "example", "parked", "parked_rows_by", "parked_reasons",
         "parked_groups", "latest", "held", "held_by", "version",
     )  # fmt: skip
 
@@ -42,6 +42,7 @@ class Tally:
         self.copies: dict[int, int] = {}  # position -> rows sharing its key, when more than one
         self.counts: dict[str, int] = {}  # fingerprint -> failed rows (its group: families.label)
         self.costs: dict[int, float] = {}  # position of a failed row that paid for calls -> what they cost
+        self.paid: dict[str, float] = {}  # fingerprint -> what its failed rows paid for (kept as rows come and go, as counts)
         self.example: dict[str, int] = {}  # fingerprint -> a position that failed so
         self.parked: dict[int, _Parking] = {}  # position -> (reason, provider, ready_at)
         self.parked_rows_by: dict[str | None, int] = {}  # provider -> parked rows
@@ -104,6 +105,7 @@ class Tally:
     def _fail(self, position: int, group: str, message: str, rows: int, cost: float) -> None:
         if cost:
             self.costs[position] = cost
+            self.paid[group] = self.paid.get(group, 0.0) + cost
         self.families.add(group)
         self.failed[position] = (group, message)
         self.counts[group] = self.counts.get(group, 0) + rows
@@ -144,8 +146,10 @@ class Tally:
         failed = self.failed.pop(position, None)
         if failed is None:
             return
-        self.costs.pop(position, None)
         group = failed[0]
+        cost = self.costs.pop(position, 0.0)
+        if cost:
+            self.paid[group] -= cost
         self.counts[group] -= rows
         if self.counts[group] <= 0:
             del self.counts[group], self.example[group]
@@ -177,8 +181,8 @@ class Tally:
             rows[group] = rows.get(group, 0) + n
             example.setdefault(group, self.example[fingerprint])
         cost: dict[str, float] = {}
-        for position, paid in self.costs.items():  # few rows: those that paid before failing
-            group = label(self.failed[position][0])
+        for fingerprint, paid in self.paid.items():  # a redraw costs the groups, not the rows
+            group = label(fingerprint)
             cost[group] = cost.get(group, 0.0) + paid
         top = heapq.nlargest(limit, rows.items(), key=lambda item: item[1])
         return [(n, group, self._label(example[group]), self.failed[example[group]][1], cost.get(group, 0.0)) for group, n in top]
