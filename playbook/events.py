@@ -14,6 +14,7 @@ __all__ = [
     "CallFailed",
     "CallFinished",
     "Event",
+    "KeyRetired",
     "ProviderDown",
     "ProviderHoldLifted",
     "ProviderHoldSet",
@@ -138,6 +139,21 @@ class ProviderUp(NamedTuple):
     provider: str
 
 
+class KeyRetired(NamedTuple):
+    """One key of a provider's pool was refused (401/402/403): it is out of the pool for this
+    run, and the provider's other keys carry its calls."""
+
+    provider: str
+    key: str  # the key as shown: its variable and its last characters
+    status: int | None
+    left: int  # keys still in the pool
+
+    def said(self) -> str:
+        """What a user hears of it."""
+        status = f"HTTP {self.status}" if self.status else "refused"
+        return f"provider {self.provider!r}: key {self.key} was refused ({status}); it is out of the pool for this run, {self.left} key(s) go on"
+
+
 class WaterfallFinished(NamedTuple):
     """One waterfall evaluated: each leg's outcome (hit, miss, unavailable, not reached)."""
 
@@ -183,6 +199,7 @@ Event = (
     | RateChanged
     | ProviderDown
     | ProviderUp
+    | KeyRetired
     | WaterfallFinished
     | RunNotice
 )

@@ -473,6 +473,20 @@ def test_a_provider_shows_its_configuration_and_its_status() -> None:
     """pb.Provider's public names are its frozen options and status(), a snapshot of its state."""
     provider = pb.Provider("acme", rps=10, concurrency=4)
     public = {name for name in dir(provider) if not name.startswith("_")}
-    assert public == {"name", "rps", "rpm", "burst", "window", "concurrency", "tpm", "account", "max_wait", "retries", "shared", "status"}
+    assert public == {
+        "name",
+        "rps",
+        "rpm",
+        "burst",
+        "window",
+        "concurrency",
+        "tpm",
+        "account",
+        "max_wait",
+        "retries",
+        "shared",
+        "keys",
+        "status",
+    }
     status = provider.status()
     assert (status.name, status.held, status.down, status.in_flight, status.rate) == ("acme", False, False, 0, pytest.approx(10 * HEADROOM))

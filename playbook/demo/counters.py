@@ -3,13 +3,31 @@
 Chat usage is counted per model for answered (200) chat requests and for the requests of
 finished batches, so a test can check that the usage its client summed from the answers,
 times a price, is exactly what the provider would bill.
+
+Requests are also counted per API key (``by_key``), so a client that pools several keys can
+be checked key by key. A key is shown by its label (`key_label`), never whole: "…" and its
+last four characters ("…ey-a" for "key-a"), "none" without a bearer. Two keys ending alike
+share a label, so a test gives its keys distinct endings.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Counters"]
+__all__ = ["KEY_FIELDS", "Counters", "key_label"]
+
+# What `by_key` counts for each key: requests seen, let past every limit, answered 200,
+# refused by a rate limit (bucket, window, in flight, chat per-minute), refused by the quota,
+# and refused as an invalid (revoked or unknown) key.
+KEY_FIELDS = ("requests", "admitted", "ok", "rate_limited", "quota_exceeded", "rejected")
+
+
+def key_label(key: str | None) -> str:
+    """How `by_key` names a bearer key: "…" and its last four characters; "none" for no key."""
+    if key is None:
+        return "none"
+    # A key of four characters or fewer loses its first one, so no label is a whole key.
+    return "…" + key[len(key) - min(4, len(key) - 1) :]
 
 
 class Counters:
@@ -24,6 +42,7 @@ class Counters:
         "batches_created",
         "bulk_items",
         "by_endpoint",
+        "by_key",
         "by_status",
         "chat",
         "chat_batch",
@@ -49,6 +68,7 @@ class Counters:
         self.admitted_last: float | None = None
         self.by_endpoint: dict[str, int] = {}
         self.by_status: dict[int, int] = {}
+        self.by_key: dict[str, dict[str, int]] = {}  # key_label -> KEY_FIELDS -> count
         self.auth_ok = 0
         self.auth_rejected = 0
         self.idempotency_keys: dict[str, int] = {}
@@ -65,12 +85,20 @@ class Counters:
         self.chat_rate_limited = {"requests": 0, "tokens": 0}
         self.batches_created = 0
 
-    def admit(self, now: float) -> None:
-        """One request passed every limit at ``now`` (the provider's clock)."""
+    def admit(self, now: float, label: str) -> None:
+        """One request, by the key labelled ``label``, passed every limit at ``now`` (the provider's clock)."""
         self.admitted += 1
+        self.count_key(label, "admitted")
         if self.admitted_first is None:
             self.admitted_first = now
         self.admitted_last = now
+
+    def count_key(self, label: str, field: str) -> None:
+        """One more of ``field`` (one of `KEY_FIELDS`) for the key labelled ``label``."""
+        row = self.by_key.get(label)
+        if row is None:
+            row = self.by_key[label] = dict.fromkeys(KEY_FIELDS, 0)
+        row[field] += 1
 
     def count_chat(self, answer: dict[str, Any], *, batch: bool = False, garbled: bool = False) -> None:
         """Count one answered chat completion's usage under its model (and apart, when it came
@@ -95,6 +123,7 @@ class Counters:
             "by_endpoint": dict(self.by_endpoint),
             "by_status": {str(status): n for status, n in sorted(self.by_status.items())},
             "by_auth": {"ok": self.auth_ok, "rejected": self.auth_rejected},
+            "by_key": {label: dict(row) for label, row in sorted(self.by_key.items())},
             "idempotency_keys": dict(self.idempotency_keys),
             "duplicate_idempotency_keys": self.duplicate_idempotency_keys,
             "bulk_items": self.bulk_items,

@@ -30,8 +30,11 @@ class DemoSettings:
     Limits, each per API key and each optional, checked in this order: ``max_in_flight``
     requests answered at once (429 without a hint), the token bucket (``rps``, ``burst``), the
     fixed window (``window_limit`` requests per ``window_seconds``, windows aligned to multiples
-    of ``window_seconds`` on the server's clock) and the ``quota``. Then faults: every
-    ``fault_every``-th request that passed them all, and a ``fault_rate`` share drawn at random.
+    of ``window_seconds`` on the server's clock) and the ``quota``, counted on the paths under
+    ``quota_endpoints`` and for the keys in ``quota_keys`` (None: every path, every key; a key
+    may be listed that is not accepted, so revoking one needs no second change). Then faults:
+    every ``fault_every``-th request that passed them all, and a ``fault_rate`` share drawn at
+    random.
 
     The chat endpoint adds OpenAI's per-minute limits per key, ``chat_rpm`` requests and
     ``chat_tpm`` tokens (prompt + completion), each a bucket refilling continuously that holds
@@ -49,6 +52,7 @@ class DemoSettings:
     quota: int | None = None
     quota_reset: float = 3600.0
     quota_endpoints: tuple[str, ...] | None = None
+    quota_keys: tuple[str, ...] | None = None
     latency: float = 0.0
     fault_rate: float = 0.0
     fault_status: int = 503
@@ -68,7 +72,7 @@ class DemoSettings:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "api_keys", _api_keys(self.api_keys))
+        set_(self, "api_keys", _keys("api_keys", self.api_keys))
         set_(self, "rps", _number("rps", self.rps, low=0.0, open_low=True, optional=True))
         set_(self, "burst", _integer("burst", self.burst, low=1))
         set_(self, "window_limit", _integer("window_limit", self.window_limit, low=1, optional=True))
@@ -79,6 +83,7 @@ class DemoSettings:
         set_(self, "quota", _integer("quota", self.quota, low=0, optional=True))
         set_(self, "quota_reset", _number("quota_reset", self.quota_reset, low=0.0, open_low=True))
         set_(self, "quota_endpoints", _prefixes(self.quota_endpoints))
+        set_(self, "quota_keys", None if self.quota_keys is None else _keys("quota_keys", self.quota_keys, or_none=True))
         for name in ("latency", "slow_latency", "job_seconds", "batch_seconds"):
             set_(self, name, _number(name, getattr(self, name), low=0.0))
         set_(self, "chat_rpm", _integer("chat_rpm", self.chat_rpm, low=1, optional=True))
@@ -113,6 +118,7 @@ class DemoSettings:
         """A JSON-able view for the admin endpoints: everything but the keys themselves."""
         out = dataclasses.asdict(self)
         out["api_keys"] = len(self.api_keys)
+        out["quota_keys"] = None if self.quota_keys is None else len(self.quota_keys)
         if self.quota_endpoints is not None:
             out["quota_endpoints"] = list(self.quota_endpoints)
         return out
@@ -177,11 +183,12 @@ def _integer(name: str, value: Any, *, low: int | None = None, optional: bool = 
     return value
 
 
-def _api_keys(value: Any) -> tuple[str, ...]:
-    # The error never repeats the values: they are credentials, even if only demo ones.
+def _keys(name: str, value: Any, *, or_none: bool = False) -> tuple[str, ...]:
+    # The error never repeats the values: they are credentials, even if only demo ones. An empty
+    # `quota_keys` is refused too: it would read as "no key" to one reader and "every key" to another.
     keys = (value,) if isinstance(value, str) else value
     if not isinstance(keys, (tuple, list)) or not keys or not all(isinstance(k, str) and k for k in keys):
-        raise ValueError("api_keys must be a non-empty tuple of non-empty strings")
+        raise ValueError(f"{name} must be {'None (every key) or ' if or_none else ''}a non-empty tuple of non-empty strings")
     return tuple(keys)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from playbook.demo.batches import BatchStore, Prepared, StoredFile
-from playbook.demo.counters import Counters
+from playbook.demo.counters import Counters, key_label
 from playbook.demo.limits import ChatLimits, ChatVerdict, FixedWindows, QuotaWindows, RateLimiter
 from playbook.demo.settings import DemoSettings
 
@@ -27,7 +27,7 @@ Rejection = tuple[int, str, float | None]
 class Admission:
     """One /v1 request's fate, from `admit` to `finish`."""
 
-    __slots__ = ("epoch", "headers", "key", "rejection", "slow")
+    __slots__ = ("epoch", "headers", "key", "label", "rejection", "slow")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch  # bumped by reset(): a request admitted before it is not counted after it
@@ -35,6 +35,7 @@ class Admission:
         self.slow = 0.0  # extra seconds to be slow
         self.headers: dict[str, str] | None = None  # added to the response, whatever it is
         self.key: str | None = None  # the API key holding an in-flight slot until `finish`
+        self.label = "none"  # the bearer's `key_label`, which `by_key` counts it under
 
 
 class DemoState:
@@ -133,15 +134,18 @@ class DemoState:
                     c.duplicate_idempotency_keys += 1
             settings = self.settings
             key = _bearer(authorization)
+            admission.label = key_label(key)
+            c.count_key(admission.label, "requests")
             if key is None or key not in settings.api_keys:
                 c.auth_rejected += 1
+                c.count_key(admission.label, "rejected")
                 admission.rejection = (401, "invalid api key", None)
                 return admission
             c.auth_ok += 1
             admission.rejection = self._limit(key, path, admission)
             if admission.rejection is not None:
                 return admission
-            c.admit(self.clock())
+            c.admit(self.clock(), admission.label)
             if settings.slow_rate and self._slow_rng.random() < settings.slow_rate:
                 admission.slow = settings.slow_latency
             self._passed += 1
@@ -160,6 +164,7 @@ class DemoState:
             busy = self._busy.get(key, 0)
             if busy >= settings.max_in_flight:
                 c.rate_limited += 1
+                c.count_key(admission.label, "rate_limited")
                 # No hint: a concurrency limit cannot know when a slot frees up.
                 return (429, "too many concurrent requests", None)
         # Held from here until `finish`, whatever the answer: the server is busy with it.
@@ -169,9 +174,10 @@ class DemoState:
         wait = self._limiter.acquire(key, now) or self._window.acquire(key, now)
         if wait:
             c.rate_limited += 1
+            c.count_key(admission.label, "rate_limited")
             return (429, "rate limited", wait)
-        prefixes = settings.quota_endpoints
-        if settings.quota is not None and (prefixes is None or path.startswith(prefixes)):
+        prefixes, quota_keys = settings.quota_endpoints, settings.quota_keys
+        if settings.quota is not None and (prefixes is None or path.startswith(prefixes)) and (quota_keys is None or key in quota_keys):
             wait = self._quota.acquire(key, now)
             admission.headers = {
                 "X-RateLimit-Limit": str(settings.quota),
@@ -179,6 +185,7 @@ class DemoState:
             }
             if wait:
                 c.quota_exceeded += 1
+                c.count_key(admission.label, "quota_exceeded")
                 return (429, "daily quota exceeded", wait)
         return None
 
@@ -189,6 +196,8 @@ class DemoState:
                 return False
             c = self._counters
             c.by_status[status] = c.by_status.get(status, 0) + 1
+            if status == 200:
+                c.count_key(admission.label, "ok")
             c.in_flight -= 1
             if admission.key is not None:
                 self._busy[admission.key] -= 1
@@ -227,13 +236,15 @@ class DemoState:
         """Weigh a chat answer against the key's per-minute limits; count it when admitted
         (``garbled``: made invalid on purpose, billed all the same)."""
         usage = answer["usage"]
+        key = _bearer(authorization)
         with self.lock:
-            verdict = self._chat.admit(_bearer(authorization) or "", self.clock(), answer["model"], usage["total_tokens"])
+            verdict = self._chat.admit(key or "", self.clock(), answer["model"], usage["total_tokens"])
             c = self._counters
             if verdict.kind is None:
                 c.count_chat(answer, garbled=garbled)
             else:
                 c.rate_limited += 1
+                c.count_key(key_label(key), "rate_limited")
                 c.chat_rate_limited[verdict.kind] += 1
             return verdict
 

@@ -16,7 +16,7 @@ the transport (:meth:`Governor.dispatch`), acting over its provider's limiter::
               5xx, timeouts, connection errors: a failure of this call: retried after its hint
                    or a backoff, up to ``retries``; the provider holds only when failures
                    dominate, and goes *down* after several in a row (limits.Health)
-              401/402/403: RunFatal, straight up
+              401/402/403: RunFatal, straight up (a pool of keys retires the key: providers.pool)
 
 What it keeps is this process's: the provider's health, its counters, the events it tells
 subscribers.  Rate, calls in flight and holds are the limiter's, in this process or shared.  Its
@@ -26,7 +26,6 @@ clock is the running loop's (``loop.time()``): a loop with virtual time drives e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections import deque
@@ -36,9 +35,10 @@ from typing import Any, TypeVar
 from .._internal.flow import OnHold, WaitBudget
 from .._internal.words import time_of_day
 from ..errors import ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
-from ..events import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RateChanged
+from ..events import ProviderDown, ProviderUp, RateChanged
+from .holds import Holds
 from .limits import HEADROOM, LONE, Backoff, Health, Limiter, Permit, Verdict
-from .limits.waiters import Listeners, here
+from .limits.waiters import Listeners
 from .ticket import Described, Ticket
 
 __all__ = ["IN_PLACE", "OWN_IN_PLACE", "Governor", "Ticket"]
@@ -49,15 +49,17 @@ IN_PLACE = 1.0  # holds up to this long are waited out by the call; longer ones 
 OWN_IN_PLACE = 0.2  # the same for a call's own retry (its row's worker can serve another row meanwhile)
 
 
-class Governor:
+class Governor(Holds):
     """The live state of one :class:`~playbook.providers.provider.Provider` in this process."""
 
     __slots__ = (
-        "provider", "limiter", "backoff", "health", "sent", "refused", "failed", "last_status", "hold_until_at", "down_error",
-        "probe_at", "tokens", "_seen_hold", "_holding", "_lift_timer", "_listeners", "_lock", "__weakref__",  # Providers of one description find it in a weak registry
+        "provider", "limiter", "backoff", "health", "sent", "refused", "failed", "last_status", "down_error",
+        "probe_at", "tokens", "pool", "_listeners", "_lock",
+        "__weakref__",  # Providers of one description find it in a weak registry
     )  # fmt: skip
 
     def __init__(self, provider: Described, limiter: Limiter) -> None:
+        super().__init__()
         self.provider = provider
         self.limiter = limiter
         self.backoff = Backoff()
@@ -66,13 +68,12 @@ class Governor:
         self.refused = 0  # 429s
         self.failed = 0  # transient failures (5xx, timeouts, connection errors)
         self.last_status: int | None = None
-        self.hold_until_at = 0.0  # the hold's end in epoch seconds
         self.down_error: str | None = None  # the failure that took it down, in words
         self.probe_at = 0.0  # epoch seconds: when the next probe may go while down
         self.tokens: deque[tuple[float, float]] = deque()  # (monotonic time, tokens) of answered weighed calls, a minute's worth
-        self._seen_hold = 0.0  # loop clock: the latest hold announced to subscribers
-        self._holding = False
-        self._lift_timer: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
+        # The pool this governor is one key of (None: its provider's only key): a call that would
+        # wait here asks it first whether another key could take the call sooner (Pool.elsewhere).
+        self.pool: Any = None
         self._listeners = Listeners()
         self._lock = threading.Lock()  # threads that each run a map() on a loop of their own share this provider
 
@@ -84,19 +85,26 @@ class Governor:
         return self.provider.name
 
     @property
-    def held(self) -> bool:
-        return self._holding and self.hold_until_at > time.time()
+    def down(self) -> bool:
+        return self.health.down
 
-    def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
+    @property
+    def probe_t(self) -> float:
+        """Loop clock: when the next probe may go while down."""
+        return self.health.probe_t
+
+    def retest(self) -> None:
+        """A new run: a down provider is tried again at once."""
+        self.health.retest()
+
+    def subscribe(self, listener: Callable[[Any], None], *, anywhere: bool = False) -> Callable[[], None]:
         """Tell ``listener`` this provider's events; returns the unsubscribe function.  Subscribed
-        on a running loop, it hears them on that loop, whichever thread's call they come from."""
-        return self._listeners.add(listener)
-
-    def _emit(self, event: Any) -> None:
-        self._listeners.tell(event)
+        on a running loop, it hears them on that loop, whichever thread's call they come from
+        (``anywhere``: at once, on the thread whose call they come from)."""
+        return self._listeners.add(listener, anywhere=anywhere)
 
     def _rate_changed(self) -> None:
-        self._emit(RateChanged(self.name, self.limiter.rate, self.limiter.in_flight_limit))
+        self.emit(RateChanged(self.name, self.limiter.rate, self.limiter.in_flight_limit))
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -111,20 +119,25 @@ class Governor:
             self._fits(weight, ticket)
         while True:
             now = loop.time()
-            self._notice(now)
+            self.notice_hold(now)
             until = max(self.limiter.hold_until_t, ticket.not_before)
             if until > now:
+                if self.pool is not None:
+                    self.pool.elsewhere(self, ticket, until - now)
                 await self._wait(until, now, ticket)
                 continue
-            if self._holding:
-                self._lift()
+            self.lift_past()
             health = self.health
             if health.down and health.probing:
+                if self.pool is not None:
+                    self.pool.elsewhere(self, ticket, IN_PLACE)
                 await asyncio.shield(health.outcome(loop))  # the probe's word, then decide
                 continue
             self._paced_past_budget(weight, ticket)
             probe = health.down and health.may_probe(now)  # this call goes as the probe
             if health.down and not probe:
+                if self.pool is not None:
+                    self.pool.elsewhere(self, ticket, max(0.0, health.probe_t - now))
                 await self._until_probe(now, ticket)
                 continue
             try:
@@ -135,7 +148,7 @@ class Governor:
             if permit is None:
                 continue
             if health.success(permit.sent_at):
-                self._emit(ProviderUp(self.name))
+                self.emit(ProviderUp(self.name))
             if await self.limiter.settle(permit, ticket.actual):
                 self._rate_changed()
             if ticket.weight is not None:
@@ -148,6 +161,8 @@ class Governor:
         of a minute after one huge prompt) parks its row, as a long hold would."""
         wait = self.limiter.expected_wait(weight)
         if wait > IN_PLACE and wait > ticket.budget.left + 1e-9:
+            if self.pool is not None:
+                self.pool.elsewhere(self, ticket, wait)
             raise self._past_budget("paces calls: this one could go at", wait, ticket)
 
     def _past_budget(self, what: str, wait: float, ticket: Ticket) -> ProviderExhausted:
@@ -263,7 +278,7 @@ class Governor:
             status, retryable, hint = None, isinstance(exc, (TimeoutError, ConnectionError)), None
         if not retryable:
             if permit is not None and self.health.success(permit.sent_at):  # an answer, if not the one wanted: it is up
-                self._emit(ProviderUp(self.name))
+                self.emit(ProviderUp(self.name))
             return False
         self.last_status = status
         if hint is not None and hint <= 0:
@@ -278,14 +293,14 @@ class Governor:
         call alone when the refusal is a lone one, else every call until the hint says."""
         self.refused += 1
         if self.health.success(permit.sent_at):
-            self._emit(ProviderUp(self.name))
+            self.emit(ProviderUp(self.name))
         verdict = await self.limiter.refused(permit, hinted=hint is not None, short=hint is not None and hint <= LONE)
         if verdict is Verdict.LOWERED:
             self._rate_changed()
         if verdict is Verdict.LONE and hint is not None:
             ticket.not_before = now + hint
         elif hint is not None:
-            await self._hold(now + hint, 429)
+            await self.hold_calls(now + hint, 429)
         else:
             ticket.not_before = now + self.backoff.delay(ticket.refusals)
             ticket.refusals += 1
@@ -300,7 +315,7 @@ class Governor:
         if health.failure(now):
             self.down_error = _describe(exc)
             self._next_probe(now)
-            self._emit(ProviderDown(self.name, self.down_error))
+            self.emit(ProviderDown(self.name, self.down_error))
         if health.down:  # the loop waits for the next probe (a failed probe's is later), or parks the row past its budget
             self._next_probe(now)
             ticket.cause = exc
@@ -309,7 +324,7 @@ class Governor:
             raise self._unavailable(exc, ticket, f"gave up after {ticket.tries} tries")
         wait = hint if hint is not None else self.backoff.delay(ticket.tries - 1)
         if health.dominated():
-            await self._hold(now + wait, self.last_status)  # most calls fail: spare the provider
+            await self.hold_calls(now + wait, self.last_status)  # most calls fail: spare the provider
         else:
             ticket.not_before = now + wait
             if wait > ticket.budget.left:
@@ -337,50 +352,6 @@ class Governor:
         )
         error.__cause__ = exc
         return error
-
-    # -- holds ---------------------------------------------------------------------------------
-
-    async def _hold(self, until: float, status: int | None) -> None:
-        """Hold every call to this provider until ``until`` (loop clock)."""
-        if until <= self.limiter.hold_until_t:
-            return
-        self._announce(await self.limiter.hold(until), status)
-
-    def _notice(self, now: float) -> None:
-        """A hold this process did not set (another process sharing the limiter did): say so."""
-        until = self.limiter.hold_until_t
-        if until > self._seen_hold and until > now:
-            self._announce(until, None)
-
-    def _announce(self, until: float, status: int | None) -> None:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            if until <= self._seen_hold:
-                return  # another thread announced it (or a later one) first
-            self._seen_hold = until
-            self.hold_until_at = time.time() + (until - loop.time())
-            self._holding = True
-            listening = self._listeners.loops() - {loop}
-            previous, self._lift_timer = self._lift_timer, (loop, loop.call_at(until, self._lift, until))
-        if previous is not None and previous[0] is loop:
-            previous[1].cancel()
-        self._emit(ProviderHoldSet(self.name, self.hold_until_at, status))
-        # Say when it ends even if no call comes to notice (every waiting row may have parked),
-        # and on every loop that listens: this one may stop first (its thread's map() is over).
-        for other in listening:
-            with contextlib.suppress(RuntimeError):
-                other.call_soon_threadsafe(other.call_at, until, self._lift, until)
-
-    def _lift(self, until: float | None = None) -> None:
-        """The hold ended (``until``: the one a timer was set for; a later one stays)."""
-        with self._lock:
-            if not self._holding or (until is not None and until < self._seen_hold):
-                return
-            self._holding = False
-            timer, self._lift_timer = self._lift_timer, None
-        if timer is not None and timer[0] is here():
-            timer[1].cancel()
-        self._emit(ProviderHoldLifted(self.name))
 
 
 def _describe(exc: BaseException) -> str:

@@ -13,9 +13,9 @@ import math
 import numbers
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -24,18 +24,23 @@ from .._internal.urls import masked
 from ..errors import PlayDefinitionError
 from .governor import IN_PLACE, Governor, Ticket
 from .limits import HEADROOM, Limiter, LocalLimiter
+from .pool import Pool
 from .status import ProviderStatus
+
+if TYPE_CHECKING:
+    from ..tools.secrets import Secret
 
 __all__ = ["HEADROOM", "IN_PLACE", "Provider", "ProviderStatus", "Ticket", "forget_governors", "governor", "sharing_limits"]
 
-_CONFIG = frozenset({"name", "rps", "rpm", "burst", "window", "concurrency", "tpm", "account", "max_wait", "retries", "shared"})
+_CONFIG = frozenset({"name", "rps", "rpm", "burst", "window", "concurrency", "tpm", "account", "max_wait", "retries", "shared", "keys"})
+_PER_KEY = ("rps", "rpm", "burst", "window", "concurrency", "tpm")  # limits a pool may give one per key
 _SCHEMES = ("redis", "rediss", "unix")
 # While set, a provider pickled without shared= travels as one whose limits are shared there (a
 # cluster run: every worker is another process, and one account has one rate, not one per worker).
 _SHARE_AT: contextvars.ContextVar[str | None] = contextvars.ContextVar("playbook_share_limits_at", default=None)
 _made: dict[tuple[Any, ...], Provider] = {}  # what unpickling made in this process, by description
 # The governor of each description made in this process (see Provider.__init__).
-_governors: weakref.WeakValueDictionary[tuple[Any, ...], Governor] = weakref.WeakValueDictionary()
+_governors: weakref.WeakValueDictionary[tuple[Any, ...], Governor | Pool] = weakref.WeakValueDictionary()
 _making = threading.RLock()  # unpickling makes a Provider, which looks up its governor: both under it
 
 
@@ -91,6 +96,66 @@ def _check_window(name: str, window: object) -> tuple[int, float] | None:
     return _check(name, "window's calls", calls, integer=True, optional=False), _check(name, "window's seconds", seconds, optional=False)
 
 
+def _check_keys(name: str, keys: object) -> tuple[Secret, ...] | None:
+    """``keys`` as a tuple of secrets, one per key of the account (None: the tools' own secrets)."""
+    from ..tools.secrets import Secret
+
+    if keys is None:
+        return None
+    if isinstance(keys, (str, bytes, Secret)) or not isinstance(keys, Sequence) or not keys:
+        raise PlayDefinitionError(
+            f"Provider {name!r}: keys must be a list of pb.secret('ENV_VAR'), one per key of the account, not {_shown(keys)}"
+        )
+    seen: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        if not isinstance(key, Secret):
+            raise PlayDefinitionError(
+                f"Provider {name!r}: keys[{i}] must come from pb.secret('ENV_VAR') (a key is read from the environment "
+                f"at call time, never written in the code), not {_shown(key)}"
+            )
+        if key.env_var in seen:
+            raise PlayDefinitionError(f"Provider {name!r}: keys[{i}] names {key.env_var} again (it is keys[{seen[key.env_var]}])")
+        seen[key.env_var] = i
+    return tuple(keys)
+
+
+def _shown(value: object) -> str:
+    """A bad option's value in an error, without a plain key written where a secret belongs."""
+    if isinstance(value, str):
+        return f"a plain string ({len(value)} characters)"
+    if isinstance(value, (list, tuple)) and any(isinstance(v, str) for v in value):
+        return f"a {type(value).__name__} of plain strings"
+    return repr(value)
+
+
+def _per_key(name: str, given: dict[str, Any], keys: tuple[Secret, ...] | None) -> list[dict[str, Any]]:
+    """The limits each key has: a limit given as a list has one value per key, any other is every key's."""
+    n = 1 if keys is None else len(keys)
+    out: list[dict[str, Any]] = [{} for _ in range(n)]
+    for option, value in given.items():
+        listed = isinstance(value, (list, tuple)) and (option != "window" or any(isinstance(v, (list, tuple)) or v is None for v in value))
+        if listed and keys is None:
+            raise PlayDefinitionError(f"Provider {name!r}: {option} is a list ({value!r}), one per key, but no keys= were given")
+        if listed and len(value) != n:
+            raise PlayDefinitionError(f"Provider {name!r}: {option} has {len(value)} values for {n} keys: give one per key, or one for all")
+        for i, one in enumerate(out):
+            one[option] = value[i] if listed else value
+    return out
+
+
+def _limits(name: str, given: dict[str, Any]) -> dict[str, Any]:
+    """One key's limits, checked: its rate per second (from ``rps`` or ``rpm``), burst, window,
+    calls in flight and tokens per minute."""
+    rps, rpm, tpm = (_check(name, option, given[option]) for option in ("rps", "rpm", "tpm"))
+    if rps is not None and rpm is not None:
+        raise PlayDefinitionError(f"Provider {name!r}: give rps or rpm, not both (rps={rps!r}, rpm={rpm!r}): rpm is rps * 60")
+    return {
+        "rps": rps if rpm is None else rpm / 60.0, "rpm": rpm, "tpm": tpm,
+        "burst": _check(name, "burst", given["burst"], integer=True), "window": _check_window(name, given["window"]),
+        "concurrency": _check(name, "concurrency", given["concurrency"], integer=True),
+    }  # fmt: skip
+
+
 def _check_shared(name: str, shared: object) -> None:
     if shared is None:
         return
@@ -137,41 +202,43 @@ class Provider:
     max_wait: float
     retries: int
     shared: str | None
-    _governor: Governor
+    keys: tuple[Secret, ...] | None
+    _governor: Governor | Pool
 
     def __init__(
         self,
         name: str,
         *,
-        rps: float | None = None,
-        rpm: float | None = None,
-        burst: int | None = None,
-        window: tuple[int, float] | None = None,
-        concurrency: int | None = None,
-        tpm: float | None = None,
+        rps: float | Sequence[float] | None = None,
+        rpm: float | Sequence[float] | None = None,
+        burst: int | Sequence[int] | None = None,
+        window: tuple[int, float] | Sequence[tuple[int, float]] | None = None,
+        concurrency: int | Sequence[int] | None = None,
+        tpm: float | Sequence[float] | None = None,
         account: str = "default",
         max_wait: float = 120.0,
         retries: int = 4,
         shared: str | None = None,
+        keys: Sequence[Secret] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise PlayDefinitionError(f"Provider name must be a non-empty string, not {name!r}")
-        rps, rpm, tpm = (_check(name, option, value) for option, value in (("rps", rps), ("rpm", rpm), ("tpm", tpm)))
-        if rps is not None and rpm is not None:
-            raise PlayDefinitionError(f"Provider {name!r}: give rps or rpm, not both (rps={rps!r}, rpm={rpm!r}): rpm is rps * 60")
-        burst, concurrency = _check(name, "burst", burst, integer=True), _check(name, "concurrency", concurrency, integer=True)
+        pool = _check_keys(name, keys)
+        given = {"rps": rps, "rpm": rpm, "burst": burst, "window": window, "concurrency": concurrency, "tpm": tpm}
+        limits = [_limits(name, one) for one in _per_key(name, given, pool)]
         max_wait = _check(name, "max_wait", max_wait, zero=True, optional=False)
         retries = _check(name, "retries", retries, integer=True, zero=True, optional=False)
         if not isinstance(account, str) or not account:
             raise PlayDefinitionError(f"Provider {name!r}: account must be a non-empty string, not {account!r}")
         _check_shared(name, shared)
         config: dict[str, Any] = {
-            "name": name, "rps": rps if rpm is None else rpm / 60.0, "rpm": rpm, "burst": burst,
-            "window": _check_window(name, window), "concurrency": concurrency,
-            "tpm": tpm, "max_wait": float(max_wait), "retries": retries, "shared": shared,
-            # The account's identity: receipts are keyed by it, and shared limits live under it.
+            "name": name, "max_wait": float(max_wait), "retries": retries, "shared": shared, "keys": pool,
+            # The account's identity: receipts are keyed by it (whichever key answered), and shared limits live under it.
             "account": f"{name}:{account}",
         }  # fmt: skip
+        for option in _PER_KEY:  # one value, or a tuple of one per key when the keys differ
+            values = tuple(one[option] for one in limits)
+            config[option] = values[0] if len(set(values)) == 1 else values
         for option, value in config.items():
             object.__setattr__(self, option, value)
         # One account, one description, one governor: equal Providers made in this process (two
@@ -180,19 +247,26 @@ class Provider:
         with _making:
             found = _governors.get(key)
             if found is None:
-                found = _governors[key] = Governor(self, self._limiter())
+                found = _governors[key] = self._governed(limits)
         object.__setattr__(self, "_governor", found)
 
-    def _limiter(self) -> Limiter:
-        rate = self.rps * HEADROOM if self.rps is not None else None
-        tokens = self.tpm / 60.0 * HEADROOM if self.tpm is not None else None
+    def _governed(self, limits: list[dict[str, Any]]) -> Governor | Pool:
+        if self.keys is None:
+            return Governor(self, self._limiter(limits[0], self.account))
+        # Each key's limits are its own, shared (with shared=) under the account and the key's variable.
+        return Pool(self, [(key, self._limiter(one, f"{self.account}/{key.env_var}")) for key, one in zip(self.keys, limits, strict=True)])
+
+    def _limiter(self, limits: dict[str, Any], account: str) -> Limiter:
+        rps, tpm = limits["rps"], limits["tpm"]
+        rate = rps * HEADROOM if rps is not None else None
+        tokens = tpm / 60.0 * HEADROOM if tpm is not None else None
         if self.shared is None:
-            return LocalLimiter(rate, self.burst, self.concurrency, tokens, self.window)
+            return LocalLimiter(rate, limits["burst"], limits["concurrency"], tokens, limits["window"])
         from .limits.shared import RedisLimiter  # imports redis: only when limits are shared
 
         return RedisLimiter(
-            self.shared, self.account, provider=self.name, rate=rate, burst=self.burst, concurrency=self.concurrency, tokens=tokens,
-            window=self.window,
+            self.shared, account, provider=self.name, rate=rate, burst=limits["burst"], concurrency=limits["concurrency"], tokens=tokens,
+            window=limits["window"],
         )  # fmt: skip
 
     def _options(self, shared: str | None) -> tuple[tuple[str, Any], ...]:
@@ -200,7 +274,7 @@ class Provider:
             "rps": self.rps if self.rpm is None else None, "rpm": self.rpm, "burst": self.burst, "window": self.window,
             "concurrency": self.concurrency,
             "tpm": self.tpm, "account": self.account.split(":", 1)[1], "max_wait": self.max_wait, "retries": self.retries,
-            "shared": shared,
+            "shared": shared, "keys": self.keys,
         }  # fmt: skip
         return tuple(sorted(options.items()))
 
@@ -219,6 +293,8 @@ class Provider:
     def __repr__(self) -> str:
         given = ("rpm" if self.rpm is not None else "rps", "burst", "window", "concurrency", "tpm")
         limits = [f"{k}={getattr(self, k)!r}" for k in given if getattr(self, k) is not None]
+        if self.keys is not None:
+            limits.append(f"keys={len(self.keys)}")
         if self.shared is not None:
             limits.append(f"shared={masked(self.shared)}")
         now = self.status()
@@ -233,6 +309,8 @@ class Provider:
         """The provider's state now, in this process: its rate, calls in flight, hold, health and
         counters (times in epoch seconds).  A snapshot: it does not change after it is taken."""
         gov = self._governor
+        if isinstance(gov, Pool):
+            return gov.status()
         limiter = gov.limiter
         tokens, tpm = gov.tokens_per_minute()
         return ProviderStatus(
@@ -242,7 +320,7 @@ class Provider:
         )  # fmt: skip
 
 
-def governor(provider: Provider) -> Governor:
+def governor(provider: Provider) -> Governor | Pool:
     """The live state acting on ``provider``'s description (shared by every equal description in
     this process): what the runtime sends calls through and listens to."""
     return provider._governor

@@ -29,3 +29,6 @@ class ProviderStatus(NamedTuple):
     # Last, with defaults, so a view built from an older worker's list still fits.
     sent: int = 0  # requests this process sent to the provider
     failed: int = 0  # transient failures so far (5xx, timeouts, connection errors)
+    # A provider with several keys (keys=[...]): one status per key, each named by its masked key.
+    keys: tuple[ProviderStatus, ...] = ()
+    retired: str | None = None  # a key's: why it is out of its pool for this run (None: in use)

@@ -16,7 +16,20 @@ class Ticket:
     weighed by its tokens carries its estimate (``weight``) and, once answered, its real usage
     (``actual``), which the limiter is charged."""
 
-    __slots__ = ("tool", "budget", "tries", "refusals", "not_before", "suspend", "falls_through", "weight", "actual", "carry", "cause")
+    __slots__ = (
+        "tool",
+        "budget",
+        "tries",
+        "refusals",
+        "not_before",
+        "suspend",
+        "falls_through",
+        "weight",
+        "actual",
+        "carry",
+        "cause",
+        "lanes",
+    )
 
     def __init__(self, tool: str, budget: WaitBudget, *, suspend: bool = True, falls_through: bool = False) -> None:
         self.tool = tool
@@ -31,6 +44,7 @@ class Ticket:
         self.weight: float | None = None  # estimated tokens; None: not weighed
         self.actual: float | None = None  # tokens used, once answered
         self.carry: Any = None  # what the caller keeps with the call across its row's replays
+        self.lanes: Any = None  # what a pool of keys keeps of this call: its backoff on each key
 
     def __repr__(self) -> str:
         return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"

@@ -33,7 +33,7 @@ def watch(provider: Provider, listener: Callable[[Any], None]) -> Callable[[], N
     run (the provider is the process's) is what set the hold."""
     gov = governor(provider)
     unsubscribe = gov.subscribe(listener)
-    gov.health.retest()  # a rerun or run.retry() tries a down provider again at once
+    gov.retest()  # a rerun or run.retry() tries a down provider (a refused key of a pool) again at once
     return unsubscribe
 
 
@@ -48,11 +48,11 @@ def learn(provider: Provider, requests_per_minute: float | None, tokens_per_minu
 
 
 def is_down(provider: Provider) -> bool:
-    return governor(provider).health.down
+    return governor(provider).down
 
 
 def probe_due(provider: Provider, loop_now: float) -> float:
     """When (loop clock) the next probe of a down provider may go.  Read on the loop's clock, not
     turned back from the epoch ``probe_at``: that round trip drifts by the real time between the
     two readings, and a timer that fires a moment early meets the provider still down."""
-    return max(governor(provider).health.probe_t, loop_now)
+    return max(governor(provider).probe_t, loop_now)

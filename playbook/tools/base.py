@@ -73,6 +73,12 @@ class Tool(Generic[R]):
             raise PlayDefinitionError(f"tool {name!r}: batch_size must be a whole number >= 1, not {batch_size!r}")
         if provider is not None and not isinstance(provider, Provider):
             raise PlayDefinitionError(f"tool {name!r}: provider must be a pb.Provider, not {type(provider).__name__}")
+        if fn is not None and provider is not None and provider.keys is not None:
+            raise PlayDefinitionError(
+                f"tool {name!r}: provider {provider.name!r} pools keys (keys=), which only pb.http_tool and pb.llm_tool send (as "
+                "their {secret} or bearer token); a Python tool cannot be told which key a call goes under: give it a provider "
+                "without keys=, or make it a pb.http_tool"
+            )
         if version is not None and (not isinstance(version, (str, int)) or isinstance(version, bool) or str(version) == ""):
             raise PlayDefinitionError(f"tool {name!r}: version must be a non-empty string (or int), not {version!r}")
         self.name = name

@@ -23,6 +23,7 @@ import httpx
 from ..errors import PlayDefinitionError, RunFatal, ToolError
 from ..keys import digest, key_text, receipt_key
 from ..providers.limits import retry_after
+from ..providers.pool import chosen_key
 from ..providers.provider import Provider
 from ..tagged import Unencodable
 from .base import CallEnv, Tool
@@ -71,7 +72,18 @@ class HttpTool(Tool[Any]):
                 collect(template, fields, where)
             except BadTemplate as bad:
                 raise PlayDefinitionError(f"http_tool {name!r}: {bad}") from None
-        if "secret" in fields and secret is None:
+        pooled = provider.name if provider is not None and provider.keys is not None else None
+        if pooled is not None and secret is not None:
+            raise PlayDefinitionError(
+                f"http_tool {name!r}: provider {pooled!r} pools keys (keys=), and each call goes under one of them as "
+                "'{secret}': drop secret="
+            )
+        if pooled is not None and "secret" not in fields:
+            raise PlayDefinitionError(
+                f"http_tool {name!r}: provider {pooled!r} pools keys (keys=), but no template uses '{{secret}}': put it "
+                "where the key goes, e.g. headers={'Authorization': 'Bearer {secret}'}"
+            )
+        if "secret" in fields and secret is None and pooled is None:
             raise PlayDefinitionError(f"http_tool {name!r}: '{{secret}}' is used but no secret= was given")
         self.method, self.url, self.query, self.body, self.headers = method, url, query, body, headers
         self.pick, self.miss_status, self.secret, self.timeout, self.client = pick, miss_status, secret, timeout, client
@@ -166,7 +178,8 @@ class HttpTool(Tool[Any]):
         """One request: status, headers and body of the answer, or why there was none.  The
         response object stays in this frame, which ends here."""
         client = self.client or call.client()
-        auth = SecretAuth(self.secret) if self.secret is not None else httpx.USE_CLIENT_DEFAULT
+        key = chosen_key() or self.secret  # a pooled provider's key for this call, else the tool's own
+        auth = SecretAuth(key) if key is not None else httpx.USE_CLIENT_DEFAULT
         try:
             resp = await client.request(self.method, url, params=query, json=body, headers=headers, timeout=self._timeouts, auth=auth)
             content = await resp.aread()

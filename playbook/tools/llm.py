@@ -99,7 +99,8 @@ class LlmTool(Tool[Any]):
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
         self.prices = _prices(name, model, prices)
         self.request = request  # temperature, max_tokens and the other parameters, as sent
-        headers = {"Authorization": "Bearer {secret}"} if secret is not None else {}
+        pooled = provider is not None and provider.keys is not None  # each call sends its pool's chosen key
+        headers = {"Authorization": "Bearer {secret}"} if secret is not None or pooled else {}
         # A query in base_url (Azure's ?api-version=...) goes with every request, after the path.
         split = urlsplit(base_url)
         self.base_url, self.query = urlunsplit(split._replace(query="", fragment="")).rstrip("/"), dict(parse_qsl(split.query))
@@ -353,6 +354,18 @@ def llm_tool(
         raise PlayDefinitionError(f"llm_tool {name!r}: base_url must be an http(s) URL like 'https://api.openai.com/v1', not {base_url!r}")
     if secret is not None and not isinstance(secret, Secret):
         raise PlayDefinitionError(f"llm_tool {name!r}: secret must come from pb.secret('ENV_VAR'), not a plain value")
+    if provider is not None and getattr(provider, "keys", None) is not None:
+        if secret is not OPENAI_API_KEY:
+            raise PlayDefinitionError(
+                f"llm_tool {name!r}: provider {provider.name!r} pools keys (keys=), and each call sends one of them as its "
+                "bearer token: drop secret="
+            )
+        if mode == "batch":
+            raise PlayDefinitionError(
+                f"llm_tool {name!r}: mode='batch' needs a provider with one key (a batch is read back under the key that "
+                f"submitted it), and provider {provider.name!r} pools keys: give the batch tool a provider with secret= instead"
+            )
+        secret = None
     if system is not None and not isinstance(system, str):
         raise PlayDefinitionError(f"llm_tool {name!r}: system must be text, not {type(system).__name__}")
     if temperature is not None and (

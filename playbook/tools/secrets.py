@@ -49,6 +49,13 @@ class Secret:
     def __repr__(self) -> str:
         return f"secret({self.env_var!r})"
 
+    def __eq__(self, other: object) -> bool:
+        """Two secrets read from one variable are one key (equal providers share their limits)."""
+        return isinstance(other, Secret) and (self.env_var, self._default) == (other.env_var, other._default)
+
+    def __hash__(self) -> int:
+        return hash((Secret, self.env_var))
+
     __str__ = __repr__
 
     def __reduce__(self) -> Any:

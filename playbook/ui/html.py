@@ -107,10 +107,21 @@ def providers_table(
     if not providers:
         return ""
     since = down_since or {}
-    shown = [
-        [name, provider_state(p, since.get(name), now), provider_rate(p), f"{p.in_flight:,}", f"{p.refused:,}", f"{waiting.get(name, 0):,}"]
-        for name, p in providers.items()
-    ]
+    shown = []
+    for name, p in providers.items():
+        shown.append(
+            [
+                name,
+                provider_state(p, since.get(name), now),
+                provider_rate(p),
+                f"{p.in_flight:,}",
+                f"{p.refused:,}",
+                f"{waiting.get(name, 0):,}",
+            ]
+        )
+        for key in p.keys:  # a pool: a line per key, under its provider
+            state = f"retired ({key.retired}) for this run" if key.retired else provider_state(key, None, now)
+            shown.append([f"└ key {key.name}", state, provider_rate(key), f"{key.in_flight:,}", f"{key.refused:,}", ""])
     return _table(["provider", "state", "rate", "in flight", "429s", "rows waiting"], shown)
 
 

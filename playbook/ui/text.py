@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from .._internal.words import time_of_day
 from ..events import (
+    KeyRetired,
     ProviderDown,
     ProviderHoldLifted,
     ProviderHoldSet,
@@ -54,7 +55,7 @@ LOG_EVERY = 5.0  # seconds between two lines of progress in a log (tqdm writes t
 GROUPS_SHOWN = 5  # groups of failed rows the summary lists
 _KINDS = (
     RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted, ProviderDown, ProviderUp, RowFinished, RowRequeued, RowHeld,
-    RowSleeping, RunProgress,
+    RowSleeping, RunProgress, KeyRetired,
 )  # fmt: skip
 
 
@@ -105,6 +106,8 @@ class TextView:
         elif isinstance(event, (ProviderDown, ProviderUp)):
             self._say(event)
             self._refresh()
+        elif kind is KeyRetired:
+            self._line(event.said())  # type: ignore[union-attr]
         elif kind is RunFinished:
             self._refresh()
             self._disarm()
@@ -135,6 +138,10 @@ class TextView:
             line = f"provider {name!r} is up again"
         else:
             return
+        self._line(line)
+
+    def _line(self, line: str) -> None:
+        """A line of its own, above the bar."""
         if self._bar is not None:
             tqdm.write(line, file=self._file)
         else:
@@ -254,7 +261,12 @@ def summary(state: RunState, tally: Tally) -> str:
         elif p.held:
             status = f" (HTTP {p.last_status})" if p.last_status else ""
             lines.append(f"provider {name!r} holds calls until {time_of_day(p.hold_until_at)}{status}{rows}")
-        elif parked:
+        for key in p.keys:  # a pool's key held while the others go on (a refused key is among the notices)
+            if key.held and not key.retired and not p.held:
+                lines.append(
+                    f"provider {name!r}: key {key.name} holds calls until {time_of_day(key.hold_until_at)}; the other keys went on"
+                )
+        if parked and not p.down and not p.held:
             ready = max((at for _, on, at in tally.parked.values() if on == name and at), default=None)
             until = f", ready at {time_of_day(ready)}" if ready else ""
             lines.append(f"provider {name!r}: {_rows(parked)} parked ({_reasons(tally.reasons(name))}){until}")

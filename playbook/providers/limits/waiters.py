@@ -79,9 +79,10 @@ class Listeners:
     def __repr__(self) -> str:
         return f"<Listeners {len(self._entries)}>"
 
-    def add(self, listener: Listener) -> Callable[[], None]:
-        """Subscribe ``listener`` here; returns the unsubscribe function."""
-        entry = (listener, here())
+    def add(self, listener: Listener, *, anywhere: bool = False) -> Callable[[], None]:
+        """Subscribe ``listener`` here (``anywhere``: it hears each event at once, on the thread
+        that tells it); returns the unsubscribe function."""
+        entry = (listener, None if anywhere else here())
         with self._lock:
             self._entries = (*self._entries, entry)
 
