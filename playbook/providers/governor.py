@@ -126,7 +126,8 @@ class Governor(Holds):
                     self.pool.elsewhere(self, ticket, until - now)
                 await self._wait(until, now, ticket)
                 continue
-            self.lift_past()
+            if self.holding:  # the hold is over: say so now, if no timer has yet
+                self.lift()
             health = self.health
             if health.down and health.probing:
                 if self.pool is not None:

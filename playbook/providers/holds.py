@@ -21,7 +21,7 @@ __all__ = ["Holds"]
 class Holds:
     """What a :class:`~playbook.providers.governor.Governor` does with holds (its state is the governor's)."""
 
-    __slots__ = ("hold_until_at", "_seen_hold", "_holding", "_lift_timer")
+    __slots__ = ("hold_until_at", "_seen_hold", "holding", "_lift_timer")
 
     limiter: Limiter
     _listeners: Listeners
@@ -30,7 +30,7 @@ class Holds:
     def __init__(self) -> None:
         self.hold_until_at = 0.0  # the hold's end in epoch seconds
         self._seen_hold = 0.0  # loop clock: the latest hold announced to subscribers
-        self._holding = False
+        self.holding = False
         self._lift_timer: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
 
     @property
@@ -39,7 +39,7 @@ class Holds:
 
     @property
     def held(self) -> bool:
-        return self._holding and self.hold_until_at > time.time()
+        return self.holding and self.hold_until_at > time.time()
 
     def emit(self, event: Any) -> None:
         self._listeners.tell(event)
@@ -63,9 +63,9 @@ class Holds:
                 return  # another thread announced it (or a later one) first
             self._seen_hold = until
             self.hold_until_at = time.time() + (until - loop.time())
-            self._holding = True
+            self.holding = True
             listening = self._listeners.loops() - {loop}
-            previous, self._lift_timer = self._lift_timer, (loop, loop.call_at(until, self._lift, until))
+            previous, self._lift_timer = self._lift_timer, (loop, loop.call_at(until, self.lift, until))
         if previous is not None and previous[0] is loop:
             previous[1].cancel()
         self.emit(ProviderHoldSet(self.name, self.hold_until_at, status))
@@ -73,19 +73,14 @@ class Holds:
         # and on every loop that listens: this one may stop first (its thread's map() is over).
         for other in listening:
             with contextlib.suppress(RuntimeError):
-                other.call_soon_threadsafe(other.call_at, until, self._lift, until)
+                other.call_soon_threadsafe(other.call_at, until, self.lift, until)
 
-    def lift_past(self) -> None:
-        """A call found the hold over: say so now, if no timer has yet."""
-        if self._holding:
-            self._lift()
-
-    def _lift(self, until: float | None = None) -> None:
+    def lift(self, until: float | None = None) -> None:
         """The hold ended (``until``: the one a timer was set for; a later one stays)."""
         with self._lock:
-            if not self._holding or (until is not None and until < self._seen_hold):
+            if not self.holding or (until is not None and until < self._seen_hold):
                 return
-            self._holding = False
+            self.holding = False
             timer, self._lift_timer = self._lift_timer, None
         if timer is not None and timer[0] is here():
             timer[1].cancel()
