@@ -140,18 +140,17 @@ class ProviderUp(NamedTuple):
 
 
 class KeyRetired(NamedTuple):
-    """One key of a provider's pool was refused (401/402/403): it is out of the pool for this
-    run, and the provider's other keys carry its calls."""
+    """One key of a provider's pool is out of the pool for this run: refused (401/402/403), or its
+    variable is not set in this process.  The provider's other keys carry its calls."""
 
     provider: str
     key: str  # the key as shown: its variable and its last characters
-    status: int | None
+    why: str  # "HTTP 401", or "its variable is not set here"
     left: int  # keys still in the pool
 
     def said(self) -> str:
         """What a user hears of it."""
-        status = f"HTTP {self.status}" if self.status else "refused"
-        return f"provider {self.provider!r}: key {self.key} was refused ({status}); it is out of the pool for this run, {self.left} key(s) go on"
+        return f"provider {self.provider!r}: key {self.key} is out of the pool for this run ({self.why}); {self.left} key(s) go on"
 
 
 class WaterfallFinished(NamedTuple):

@@ -196,10 +196,32 @@ def test_a_refused_key_retires_for_the_run_and_every_key_refused_is_fatal() -> N
     assert retired.key == "T_KEY_B …B002" and retired.left == 2 and ENV["T_KEY_B"] not in retired.said()
     assert all(isinstance(a, pb.RunFatal) for a in later)
     message = str(later[0])
-    assert "every key was refused" in message and all(f"T_KEY_{k}" in message for k in "ABC")
+    assert "no key is left to call with" in message and all(f"T_KEY_{k}" in message for k in "ABC")
     assert [s.retired for s in provider.status().keys] == ["HTTP 401"] * 3
     governor(provider).retest()
     assert [s.retired for s in provider.status().keys] == [None] * 3
+
+
+def test_a_key_whose_variable_is_not_set_here_leaves_its_calls_to_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker without one key's variable: that key is out of the pool (said once), the others
+    carry its calls; with no key set at all, the run stops, naming each variable."""
+    monkeypatch.delenv("T_KEY_B")
+    provider = pb.Provider("pooled", keys=keys("A", "B"), concurrency=4)
+    upstream = Upstream()
+    heard: list[Any] = []
+
+    async def main() -> list[Any]:
+        governor(provider).subscribe(heard.append)
+        answers, _ = await many(provider, upstream, 10)
+        return answers
+
+    assert run_virtual(main()) == ["A"] * 10
+    [retired] = [e for e in heard if isinstance(e, KeyRetired)]
+    assert retired.key == "T_KEY_B (not set)" and "its variable is not set here" in retired.said()
+    monkeypatch.delenv("T_KEY_A")
+    governor(provider).retest()
+    [fatal] = run_virtual(many(provider, upstream, 1))[0]
+    assert isinstance(fatal, pb.RunFatal) and "T_KEY_A" in str(fatal) and "T_KEY_B" in str(fatal)
 
 
 def test_a_key_that_is_down_leaves_its_calls_to_the_others_and_the_provider_is_up() -> None:

@@ -171,6 +171,9 @@ class Pool:
             weight = ticket.weight
         while True:
             lane = self._choose(ticket, weight)
+            if not lane.secret.is_set():  # a worker without this key's variable: the others carry its calls
+                self._retire(lane, "its variable is not set here", None)
+                continue
             self._board(ticket, lane)
             lane.routed += 1
             token = _CHOSEN.set(lane)
@@ -181,7 +184,8 @@ class Pool:
             except RunFatal as exc:
                 if exc.status not in _REFUSED:
                     raise
-                self._retire(lane, exc)  # raises when no key is left (a call out when its key retired goes on too)
+                # Raises when no key is left (a call out when its key retired goes on too).
+                self._retire(lane, f"HTTP {exc.status}", exc)
             finally:
                 lane.routed -= 1
                 _CHOSEN.reset(token)
@@ -201,7 +205,7 @@ class Pool:
     def _choose(self, ticket: Ticket, weight: float) -> Lane:
         active = self.active()
         if not active:  # every key retired while this call waited: the run is stopping
-            raise RunFatal(f"provider {self.name!r}: every key was refused", status=401)
+            raise RunFatal(f"provider {self.name!r}: no key is left to call with", status=401)
         if len(active) == 1:
             return active[0]
         now = asyncio.get_running_loop().time()
@@ -248,14 +252,16 @@ class Pool:
             ticket.not_before = aboard.backoffs.pop(lane.index, 0.0)
             aboard.on = lane.index
 
-    def _retire(self, lane: Lane, exc: RunFatal) -> None:
-        """``lane``'s key was refused: out of the pool for this run.  RunFatal when none is left."""
+    def _retire(self, lane: Lane, why: str, exc: RunFatal | None) -> None:
+        """``lane``'s key is out of the pool for this run (``why``).  RunFatal when none is left."""
         if lane.retired is None:
-            lane.retired = f"HTTP {exc.status}" if exc.status else "refused"
-            self._listeners.tell(KeyRetired(self.name, lane.label, exc.status, len(self.active())))
+            lane.retired = why
+            self._listeners.tell(KeyRetired(self.name, lane.label, why, len(self.active())))
         if not self.active():
             said = "; ".join(f"{other.label}: {other.retired}" for other in self.lanes)
-            raise RunFatal(f"provider {self.name!r}: every key was refused ({said}). {exc}", status=exc.status) from exc
+            status = exc.status if exc is not None else None
+            error = RunFatal(f"provider {self.name!r}: no key is left to call with ({said})" + (f". {exc}" if exc else ""), status=status)
+            raise error from exc
 
     # -- what the run hears --------------------------------------------------------------------
 

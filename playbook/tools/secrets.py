@@ -46,6 +46,10 @@ class Secret:
         _redactor.remember(value)
         return value
 
+    def is_set(self) -> bool:
+        """Whether it has a value here (its variable, or a default)."""
+        return bool(os.environ.get(self.env_var) or self._default)
+
     def __repr__(self) -> str:
         return f"secret({self.env_var!r})"
 
