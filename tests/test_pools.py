@@ -22,7 +22,10 @@ from playbook._internal.flow import OnHold, WaitBudget
 from playbook.events import KeyRetired, ProviderDown, ProviderHoldSet
 from playbook.providers.pool import chosen_key
 from playbook.providers.provider import Ticket, forget_governors, governor, sharing_limits
+from playbook.runtime.state import RunState
 from playbook.ui.html import providers_table
+from playbook.ui.tally import Tally
+from playbook.ui.text import summary
 
 ENV = {"T_KEY_A": "test-key-aaaaaaaa-A001", "T_KEY_B": "test-key-bbbbbbbb-B002", "T_KEY_C": "test-key-cccccccc-C003"}
 
@@ -116,6 +119,13 @@ def test_a_key_held_for_a_day_leaves_its_calls_to_the_other_keys() -> None:
     status = provider.status()
     assert not status.held and status.keys[0].held and not status.keys[1].held
     assert not [e for e in heard if isinstance(e, ProviderHoldSet)]
+    state = RunState()
+    state.providers["pooled"] = provider
+    said = summary(state, Tally(state.label)).split("\n")
+    assert any(
+        line.startswith("provider 'pooled': key T_KEY_A …A001 holds calls until ") and "the other keys went on" in line for line in said
+    )
+    assert not any("provider 'pooled' holds calls" in line for line in said)
 
 
 def test_every_key_held_holds_the_provider_until_the_first_comes_back() -> None:

@@ -23,7 +23,18 @@ from vtime import run_virtual
 
 import playbook as pb
 from playbook._internal.words import time_of_day
-from playbook.events import CallFinished, ProviderDown, ProviderUp, RowFinished, RowHeld, RowParked, RowStarted, RunFinished, RunStarted
+from playbook.events import (
+    CallFinished,
+    KeyRetired,
+    ProviderDown,
+    ProviderUp,
+    RowFinished,
+    RowHeld,
+    RowParked,
+    RowStarted,
+    RunFinished,
+    RunStarted,
+)
 from playbook.providers.provider import governor
 from playbook.runtime.state import RunState
 from playbook.ui.text import MIN_BAR, TextView
@@ -278,3 +289,15 @@ def test_a_log_gets_a_plain_line_every_few_seconds_through_a_quiet_hold(monkeypa
         return out.getvalue()
 
     run_virtual(main())
+
+
+def test_a_key_leaving_its_pool_gets_a_line_of_its_own_and_a_warning_in_the_summary() -> None:
+    out = io.StringIO()
+    state = RunState()
+    _view(state, out)
+    state.emit(RunStarted("r1", "enrich", 10))
+    state.emit(KeyRetired("openai", "OPENAI_KEY_B …9c1d", "HTTP 401", 1))
+    state.emit(RunFinished("r1", False))
+    lines = out.getvalue().replace("\r", "\n").split("\n")
+    said = "provider 'openai': key OPENAI_KEY_B …9c1d is out of the pool for this run (HTTP 401); 1 key(s) go on"
+    assert said in lines and f"warning: {said}" in lines and state.notices == [said]
