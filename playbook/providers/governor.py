@@ -39,6 +39,7 @@ from ..events import ProviderDown, ProviderUp, RateChanged
 from .holds import Holds
 from .limits import HEADROOM, LONE, Backoff, Health, Limiter, Permit, Verdict
 from .limits.waiters import Listeners
+from .status import ProviderStatus
 from .ticket import Described, Ticket
 
 __all__ = ["IN_PLACE", "OWN_IN_PLACE", "Governor", "Ticket"]
@@ -96,6 +97,16 @@ class Governor(Holds):
     def retest(self) -> None:
         """A new run: a down provider is tried again at once."""
         self.health.retest()
+
+    def status(self, name: str | None = None, retired: str | None = None) -> ProviderStatus:
+        """Its state now, as a snapshot (``name``, ``retired``: a pool's key's)."""
+        limiter = self.limiter
+        tokens, tpm = self.tokens_per_minute()
+        return ProviderStatus(
+            name=name or self.name, down=self.health.down, down_error=self.down_error, probe_at=self.probe_at, held=self.held,
+            hold_until_at=self.hold_until_at, last_status=self.last_status, rate=limiter.rate, in_flight_limit=limiter.in_flight_limit,
+            in_flight=limiter.in_flight, refused=self.refused, tokens=tokens, tpm=tpm, sent=self.sent, failed=self.failed, retired=retired,
+        )  # fmt: skip
 
     def subscribe(self, listener: Callable[[Any], None], *, anywhere: bool = False) -> Callable[[], None]:
         """Tell ``listener`` this provider's events; returns the unsubscribe function.  Subscribed

@@ -290,7 +290,7 @@ class Pool:
 
     def status(self) -> ProviderStatus:
         """The provider as one line (the keys in use summed), with a line per key in ``keys``."""
-        keys = tuple(_lane_status(lane) for lane in self.lanes)
+        keys = tuple(lane.governor.status(lane.label, lane.retired) for lane in self.lanes)
         active = [s for lane, s in zip(self.lanes, keys, strict=True) if lane.retired is None]
         rates = [s.rate for s in active]
         limits = [s.in_flight_limit for s in active]
@@ -307,15 +307,3 @@ class Pool:
             tokens=sum(s.tokens for s in keys), tpm=None if not tpms or None in tpms else sum(t for t in tpms if t is not None),
             sent=sum(s.sent for s in keys), failed=sum(s.failed for s in keys), keys=keys,
         )  # fmt: skip
-
-
-def _lane_status(lane: Lane) -> ProviderStatus:
-    gov = lane.governor
-    limiter = gov.limiter
-    tokens, tpm = gov.tokens_per_minute()
-    return ProviderStatus(
-        name=lane.label, down=gov.health.down, down_error=gov.down_error, probe_at=gov.probe_at, held=gov.held,
-        hold_until_at=gov.hold_until_at, last_status=gov.last_status, rate=limiter.rate, in_flight_limit=limiter.in_flight_limit,
-        in_flight=limiter.in_flight, refused=gov.refused, tokens=tokens, tpm=tpm, sent=gov.sent, failed=gov.failed,
-        retired=lane.retired,
-    )  # fmt: skip

@@ -313,16 +313,7 @@ class Provider:
     def status(self) -> ProviderStatus:
         """The provider's state now, in this process: its rate, calls in flight, hold, health and
         counters (times in epoch seconds).  A snapshot: it does not change after it is taken."""
-        gov = self._governor
-        if isinstance(gov, Pool):
-            return gov.status()
-        limiter = gov.limiter
-        tokens, tpm = gov.tokens_per_minute()
-        return ProviderStatus(
-            name=self.name, down=gov.health.down, down_error=gov.down_error, probe_at=gov.probe_at, held=gov.held,
-            hold_until_at=gov.hold_until_at, last_status=gov.last_status, rate=limiter.rate, in_flight_limit=limiter.in_flight_limit,
-            in_flight=limiter.in_flight, refused=gov.refused, tokens=tokens, tpm=tpm, sent=gov.sent, failed=gov.failed,
-        )  # fmt: skip
+        return self._governor.status()
 
 
 def governor(provider: Provider) -> Governor | Pool:
