@@ -212,6 +212,24 @@ def test_a_refused_key_retires_for_the_run_and_every_key_refused_is_fatal() -> N
     assert [s.retired for s in provider.status().keys] == [None] * 3
 
 
+def test_calls_waiting_for_a_refused_keys_slots_go_under_another_key_and_none_is_sent_with_it() -> None:
+    """Key B is revoked after 2 calls while 50 more wait for its rate slots: none of them is sent
+    with B (one unpaid 401 for the call already out, not one per call queued), and they do not
+    wait out B's queue first."""
+
+    def answer(key: str, n: int) -> Any:
+        if key == "B" and n > 2:
+            raise pb.RunFatal("HTTP 401", status=401)
+        return key
+
+    provider = pb.Provider("pooled", keys=keys("A", "B"), rps=10, burst=1)
+    upstream = Upstream(answer)
+    answers, elapsed = run_virtual(many(provider, upstream, 100))
+    assert not [a for a in answers if isinstance(a, BaseException)]
+    assert upstream.calls["B"] == 3, upstream.calls  # 2 answered, 1 refused
+    assert elapsed <= 100 / 9.8 + 1  # A's pace for the rest, with no detour through B's queue
+
+
 def test_a_key_whose_variable_is_not_set_here_leaves_its_calls_to_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker without one key's variable: that key is out of the pool (said once), the others
     carry its calls; with no key set at all, the run stops, naming each variable."""

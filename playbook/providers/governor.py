@@ -42,7 +42,7 @@ from .limits.waiters import Listeners
 from .status import ProviderStatus
 from .ticket import Described, Ticket
 
-__all__ = ["IN_PLACE", "OWN_IN_PLACE", "Governor", "Ticket"]
+__all__ = ["IN_PLACE", "OWN_IN_PLACE", "Elsewhere", "Governor", "Ticket"]
 
 T = TypeVar("T")
 
@@ -50,12 +50,17 @@ IN_PLACE = 1.0  # holds up to this long are waited out by the call; longer ones 
 OWN_IN_PLACE = 0.2  # the same for a call's own retry (its row's worker can serve another row meanwhile)
 
 
+class Elsewhere(Exception):
+    """Raised to the pool a key's governor belongs to: this call goes under another key (its key
+    holds it longer than another would, or was retired while the call waited for a slot)."""
+
+
 class Governor(Holds):
     """The live state of one :class:`~playbook.providers.provider.Provider` in this process."""
 
     __slots__ = (
         "provider", "limiter", "backoff", "health", "sent", "refused", "failed", "last_status", "down_error",
-        "probe_at", "tokens", "pool", "_listeners", "_lock",
+        "probe_at", "tokens", "pool", "retired", "_listeners", "_lock",
         "__weakref__",  # Providers of one description find it in a weak registry
     )  # fmt: skip
 
@@ -75,6 +80,7 @@ class Governor(Holds):
         # The pool this governor is one key of (None: its provider's only key): a call that would
         # wait here asks it first whether another key could take the call sooner (Pool.elsewhere).
         self.pool: Any = None
+        self.retired: str | None = None  # why its pool took this key out for the run (None: in use)
         self._listeners = Listeners()
         self._lock = threading.Lock()  # threads that each run a map() on a loop of their own share this provider
 
@@ -243,6 +249,9 @@ class Governor(Holds):
             return None, None
         if permit is None:
             return None, None  # a hold arrived while this call waited for its permit
+        if self.retired is not None:  # its pool took this key out while the call waited for its slot
+            await self.limiter.release(permit)
+            raise Elsewhere
         self.sent += 1
         try:
             result = await send()

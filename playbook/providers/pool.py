@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .._internal.flow import WaitBudget
 from ..errors import RunFatal
 from ..events import KeyRetired, ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RateChanged
-from .governor import Governor
+from .governor import Elsewhere, Governor
 from .limits import Limiter
 from .limits.waiters import Listeners
 from .status import ProviderStatus
@@ -64,10 +64,6 @@ def key_label(secret: Secret) -> str:
     return f"{secret.env_var} …{value[-4:]}" if len(value) >= 12 else secret.env_var
 
 
-class Elsewhere(Exception):
-    """Raised by a key's governor when the pool moves a waiting call to another key."""
-
-
 class _Aboard:
     """What a pool keeps of one call (``Ticket.lanes``): the key it is under, and the backoff it
     earned under each key it left."""
@@ -82,15 +78,23 @@ class _Aboard:
 class Lane:
     """One key of a pool: its secret, its governor, and whether it was refused this run."""
 
-    __slots__ = ("index", "secret", "governor", "retired", "routed", "_label")
+    __slots__ = ("index", "secret", "governor", "routed", "_label")
 
     def __init__(self, index: int, secret: Secret, governor: Governor) -> None:
         self.index = index
         self.secret = secret
         self.governor = governor
-        self.retired: str | None = None  # why it is out of the pool for this run
         self.routed = 0  # calls sent its way that have not come back
         self._label: str | None = None
+
+    @property
+    def retired(self) -> str | None:
+        """Why it is out of the pool for this run (None: in use)."""
+        return self.governor.retired
+
+    @retired.setter
+    def retired(self, why: str | None) -> None:
+        self.governor.retired = why
 
     @property
     def label(self) -> str:
@@ -256,6 +260,7 @@ class Pool:
         """``lane``'s key is out of the pool for this run (``why``).  RunFatal when none is left."""
         if lane.retired is None:
             lane.retired = why
+            lane.governor.limiter.turn_away()  # calls waiting for its slots go under another key now
             self._listeners.tell(KeyRetired(self.name, lane.label, why, len(self.active())))
         if not self.active():
             said = "; ".join(f"{other.label}: {other.retired}" for other in self.lanes)

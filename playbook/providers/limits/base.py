@@ -126,6 +126,11 @@ class Limiter(Protocol):
         """Let nothing go before ``until`` (loop clock); returns the hold in force (a later one
         set before stays)."""
 
+    def turn_away(self) -> None:
+        """Wake every call waiting here for its turn or its slot, with no permit: each asks its
+        governor again (a pool retired this key).  A limiter whose waiters find out by
+        themselves when their slot comes may do nothing."""
+
     def expected_wait(self, weight: float) -> float:
         """Seconds a call of ``weight`` tokens would wait for its rate and token slots if it asked
         now, behind the calls already waiting (0.0 when it cannot tell without asking)."""

@@ -85,6 +85,11 @@ class LocalLimiter:
                     wait += self._queued / self.tokens.rate
         return wait
 
+    def turn_away(self) -> None:
+        with self._lock:
+            kicked = self.window.kick() + self._unqueue_all()
+        wake_all(kicked, False)
+
     def learn(self, requests: float | None, tokens: float | None) -> bool:
         with self._lock:
             changed = requests is not None and self.pace.learn(requests)

@@ -1,22 +1,19 @@
 """The limiter shared through Redis: one rate, one bound on calls in flight and one hold for every
 process and machine that names the same provider account at the same Redis.
 
-Each decision is one Lua script (:mod:`playbook.providers.limits.scripts`), run with EVALSHA through
-redis-py's ``register_script``, on Redis's clock.  A permit is a member of a sorted set scored by
-its expiry; this process renews its permits while their calls are in flight, so a process killed
-mid-call (``kill -9``) gives its slots back ``permit_ttl`` seconds later.  The rate is paced by
-reserving GCRA slots at most ``HORIZON`` seconds ahead: a cut or a hold set meanwhile reaches the
-next reservation, not calls already queued a minute ahead.
+Each decision is one Lua script (:mod:`playbook.providers.limits.scripts`), run with EVALSHA through redis-py's
+``register_script``, on Redis's clock. A permit is a member of a sorted set scored by its expiry; this process renews
+its permits while their calls are in flight, so a process killed mid-call (``kill -9``) gives its slots back
+``permit_ttl`` seconds later. The rate is paced by reserving GCRA slots at most ``HORIZON`` seconds ahead: a cut or a
+hold set meanwhile reaches the next reservation, not calls already queued a minute ahead.
 
-Each thread's loop talks to Redis over a connection of its own
-(:class:`~playbook.providers.limits.redis_link.Link`); what the limiter learns (the rate, holds, calls in
-flight) is the whole process's.  Only one task per loop asks for a permit at a time (the others
-queue there, in order): while the account has no room, that one polls, and a slot this process
-frees wakes it at once.  What Redis cannot answer (it is down, the URL is wrong) is a retryable
-``ToolError`` naming the provider and the URL, so the governor treats it as it treats a provider
-that refuses connections: retried, then *down*: its rows wait for its probes within their
-``max_wait``, then park with that message.  A slot that cannot be given back for the same reason
-comes back by expiry.
+Each thread's loop talks to Redis over a connection of its own (:class:`~playbook.providers.limits.redis_link.Link`);
+what the limiter learns (the rate, holds, calls in flight) is the whole process's. Only one task per loop asks for a
+permit at a time (the others queue there, in order): while the account has no room, that one polls, and a slot this
+process frees wakes it at once. What Redis cannot answer (it is down, the URL is wrong) is a retryable ``ToolError``
+naming the provider and the URL, so the governor treats it as it treats a provider that refuses connections: retried,
+then *down*: its rows wait for its probes within their ``max_wait``, then park with that message. A slot that cannot
+be given back for the same reason comes back by expiry.
 """
 
 from __future__ import annotations
@@ -109,6 +106,9 @@ class RedisLimiter:
         # before" (a window used up, a rate's queue) is what this process knows meanwhile.
         loop = here()
         return max(0.0, self._room_at - loop.time()) if loop is not None else 0.0
+
+    def turn_away(self) -> None:
+        """Its waiters ask Redis in turn: each finds its key retired when its slot comes, and gives the slot back."""
 
     def learn(self, requests: float | None, tokens: float | None) -> bool:
         changed = False
