@@ -245,7 +245,7 @@ def test_a_key_whose_variable_is_not_set_here_leaves_its_calls_to_the_others(mon
 
     assert run_virtual(main()) == ["A"] * 10
     [retired] = [e for e in heard if isinstance(e, KeyRetired)]
-    assert retired.key == "T_KEY_B (not set)" and "its variable is not set here" in retired.said()
+    assert retired.key == "T_KEY_B" and "its variable is not set here" in retired.said()
     monkeypatch.delenv("T_KEY_A")
     governor(provider).retest()
     [fatal] = run_virtual(many(provider, upstream, 1))[0]
@@ -336,12 +336,34 @@ def test_equal_pools_share_one_state_and_travel_as_their_description() -> None:
         ({"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "rpm": [100, 200, 300]}, "rpm has 3 values for 2 keys"),
         ({"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "tpm": [100, -1]}, "tpm must be a finite number > 0"),
         ({"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "window": [(5, 1)]}, "window has 1 values for 2 keys"),
+        ({"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "retries": [1, 2]}, "retries is the provider's, one number for all"),
+        ({"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "rps": [1, 2], "rpm": [60, 120]}, "(rps=[1, 2], rpm=[60, 120])"),
     ],
 )
 def test_a_bad_pool_is_refused_naming_the_option(options: dict[str, Any], said: str) -> None:
     with pytest.raises(pb.PlayDefinitionError) as caught:
         pb.Provider("pooled", **options)
     assert said in str(caught.value) and "sk-live-123" not in str(caught.value)
+
+
+def test_keys_and_per_key_limits_come_in_any_sequence() -> None:
+    import numpy as np
+
+    pooled = pb.Provider("p", keys=(pb.secret(f"T_KEY_{n}") for n in "AB"), rps=np.array([10, 30]))
+    assert pooled.keys == tuple(keys("A", "B")) and pooled.rps == (10.0, 30.0)
+
+
+def test_one_key_named_by_two_variables_is_paced_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """T_KEY_B holds the same value as T_KEY_A: B leaves the pool at the run's start (saying why),
+    so the key is not sent at twice its rate."""
+    monkeypatch.setenv("T_KEY_B", ENV["T_KEY_A"])
+    provider = pb.Provider("pooled", keys=keys("A", "B", "C"))
+    heard: list[Any] = []
+    gov = governor(provider)
+    gov.subscribe(heard.append)
+    gov.retest()  # what each run does as it starts
+    assert [s.retired for s in provider.status().keys] == [None, "the same key as T_KEY_A", None]
+    assert [e.why for e in heard if isinstance(e, KeyRetired)] == ["the same key as T_KEY_A"]
 
 
 def test_per_key_windows_are_told_from_one_window() -> None:

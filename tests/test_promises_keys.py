@@ -11,7 +11,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 from engines import Engine
 from promises import email, enrich, people, requests
 
@@ -121,3 +123,23 @@ def test_a_key_out_of_its_daily_quota_holds_only_itself(engine: Engine, demo: pb
     a, b = _by_key(demo, "POOL_KEY_A"), _by_key(demo, "POOL_KEY_B")
     assert a["ok"] == 30 and a["quota_exceeded"] >= 1 and b["ok"] == 90, (a, b)
     assert time.monotonic() - started < 60  # nobody waited out a day, nor max_wait
+
+
+def test_a_retry_after_every_key_was_refused_runs_the_rest_once_the_keys_are_renewed(
+    demo: pb.demo.DemoServer, name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every key refused stops the run (RunFatal, the rest skipped); once the keys are renewed,
+    ``run.retry()`` takes every key back and runs the failed and skipped rows, raising nothing."""
+    for env in ("POOL_KEY_A", "POOL_KEY_B"):
+        monkeypatch.setenv(env, KEYS[env])
+    demo.reset(api_keys=("someone-else-key",), miss_rate=0)
+    provider = pb.Provider(name("pool"), keys=[pb.secret("POOL_KEY_A"), pb.secret("POOL_KEY_B")], concurrency=2)
+    play = enrich(email(demo, provider))
+    with pytest.raises(pb.RunFatal, match="no key is left to call with"):
+        people(20).play.run(play, store=tmp_path / "s", concurrency=2, progress=False)
+    run = pb.last_run()
+    assert run is not None and run.stats.ok == 0 and run.stats.skipped >= 15
+    demo.configure(api_keys=tuple(KEYS.values()))
+    run.retry()
+    assert run.stats.ok == 20 and run.stats.failed == run.stats.skipped == 0
+    assert [s.retired for s in provider.status().keys] == [None, None]

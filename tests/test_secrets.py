@@ -195,14 +195,17 @@ def test_refused_key_in_the_url_is_not_in_the_fatal_error(keyed, store, capsys, 
     _assert_run_clean(pb.last_run().result, store, capsys, logs)
 
 
-def test_secret_with_stray_whitespace_is_masked_in_errors(keyed, store, monkeypatch, logs) -> None:
-    """A key read with a trailing CR (a .env file saved on Windows) does not appear in the error it causes."""
-    monkeypatch.setenv(ENV, SECRET + "\r")
+@pytest.mark.parametrize("stray", ["\r", "\n", " ", "\r\n"])
+def test_a_secret_with_stray_whitespace_is_sent_without_it(keyed, store, capsys, monkeypatch, logs, stray) -> None:
+    """A key read with a trailing CR or newline (a .env file saved on Windows, a value pasted from
+    a terminal) or a stray space is sent as the key itself: no key has one, and a header holding a
+    newline is refused by the HTTP client before it is sent.  Nothing the run leaves holds it."""
+    monkeypatch.setenv(ENV, stray + SECRET + stray)
     for client in (None, httpx.AsyncClient()):
         out = _map(COMPANIES.head(1), _chat(keyed, client=client), client, store=store, progress=False)
-        assert out["play_status"].tolist() == ["failed"]
-        _assert_clean("play_error", out["play_error"].iloc[0])
-    _assert_clean("log records", _log_text(logs))
+        assert out["play_status"].tolist() in (["ok"], ["reused"]), out["play_error"].tolist()
+    assert keyed.stats()["by_status"] == {"200": 1}
+    _assert_run_clean(out, store, capsys, logs)
 
 
 def test_secret_and_tool_objects_do_not_reveal_the_value(keyed) -> None:
@@ -295,3 +298,17 @@ def test_a_secret_pickles_as_the_name_of_its_variable_and_is_read_where_it_lands
     assert SECRET.encode() not in data and ENV.encode() in data
     monkeypatch.setenv(ENV, "the-other-process-key")
     assert pickle.loads(data).reveal() == "the-other-process-key"
+
+
+def test_an_error_shows_where_the_secret_goes_in_the_url_as_its_placeholder(store, monkeypatch) -> None:
+    """A key in the URL's path: the error names the request with ``{secret}`` where the key goes,
+    not the key, nor the marker it is rendered with before it is filled in."""
+    monkeypatch.setenv(ENV, SECRET)
+    tool = pb.http_tool(
+        "keyed.path", method="GET", url="http://127.0.0.1:9/v1/{secret}/email", params={"q": "{q}"}, secret=pb.secret(ENV),
+        provider=pb.Provider("closed-port", retries=0, max_wait=0),
+    )  # fmt: skip
+    out = pd.DataFrame({"q": ["a"]}).play.map(tool, store=store, progress=False)
+    error = out["play_error"].iloc[0]
+    assert "(GET http://127.0.0.1:9/v1/{secret}/email)" in error and secrets.PLACEHOLDER not in error
+    _assert_clean("play_error", error)

@@ -215,7 +215,7 @@ class Governor(Holds):
             self._metered(time.monotonic(), 0.0)  # a display's clock: views read it from anywhere
             used = sum(t for _, t in self.tokens)
         limit = self.limiter.token_rate
-        return used, (limit * 60.0 / HEADROOM if limit is not None else None)
+        return used, (round(limit * 60.0 / HEADROOM, 6) if limit is not None else None)
 
     def _metered(self, now: float, tokens: float) -> None:
         meter = self.tokens

@@ -57,10 +57,9 @@ def chosen_key() -> Secret | None:
 def key_label(secret: Secret) -> str:
     """A key as people see it: its variable and its last four characters (``OPENAI_KEY_A …B7f2``);
     a short value, or one not set here, shows as its variable alone."""
-    try:
-        value = secret.reveal()
-    except RunFatal:
-        return f"{secret.env_var} (not set)"
+    if not secret.is_set():
+        return secret.env_var
+    value = secret.reveal()
     return f"{secret.env_var} …{value[-4:]}" if len(value) >= 12 else secret.env_var
 
 
@@ -98,7 +97,9 @@ class Lane:
 
     @property
     def label(self) -> str:
-        if self._label is None or self._label.endswith("(not set)"):
+        if self._label is None:
+            if not self.secret.is_set():
+                return self.secret.env_var  # said with its value's last characters once it is set
             self._label = key_label(self.secret)
         return self._label
 
@@ -154,6 +155,10 @@ class Pool:
         for lane in self.lanes:
             lane.retired = None
             lane.governor.retest()
+        seen: dict[str, Lane] = {}
+        for lane in self.lanes:  # one key named by two variables is one key's budget, not two
+            if lane.secret.is_set() and (first := seen.setdefault(lane.secret.reveal(), lane)) is not lane:
+                self._retire(lane, f"the same key as {first.secret.env_var}", None)
 
     def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
         return self._listeners.add(listener)
@@ -209,7 +214,7 @@ class Pool:
     def _choose(self, ticket: Ticket, weight: float) -> Lane:
         active = self.active()
         if not active:  # every key retired while this call waited: the run is stopping
-            raise RunFatal(f"provider {self.name!r}: no key is left to call with", status=401)
+            raise self._none_left(None)
         if len(active) == 1:
             return active[0]
         now = asyncio.get_running_loop().time()
@@ -263,10 +268,12 @@ class Pool:
             lane.governor.limiter.turn_away()  # calls waiting for its slots go under another key now
             self._listeners.tell(KeyRetired(self.name, lane.label, why, len(self.active())))
         if not self.active():
-            said = "; ".join(f"{other.label}: {other.retired}" for other in self.lanes)
-            status = exc.status if exc is not None else None
-            error = RunFatal(f"provider {self.name!r}: no key is left to call with ({said})" + (f". {exc}" if exc else ""), status=status)
-            raise error from exc
+            raise self._none_left(exc) from exc
+
+    def _none_left(self, exc: RunFatal | None) -> RunFatal:
+        said = "; ".join(f"{lane.label}: {lane.retired}" for lane in self.lanes)
+        status = exc.status if exc is not None else 401
+        return RunFatal(f"provider {self.name!r}: no key is left to call with ({said})" + (f". {exc}" if exc else ""), status=status)
 
     # -- what the run hears --------------------------------------------------------------------
 
@@ -297,8 +304,9 @@ class Pool:
         """The provider as one line (the keys in use summed), with a line per key in ``keys``."""
         keys = tuple(lane.governor.status(lane.label, lane.retired) for lane in self.lanes)
         active = [s for lane, s in zip(self.lanes, keys, strict=True) if lane.retired is None]
-        rates = [s.rate for s in active]
-        limits = [s.in_flight_limit for s in active]
+        going = [s for s in active if not s.held] or active  # a key held for a day sends nothing meanwhile
+        rates = [s.rate for s in going]
+        limits = [s.in_flight_limit for s in going]
         tpms = [s.tpm for s in active]
         down, held = self.down, self.held
         probe = min((s.probe_at for s in active if s.probe_at), default=0.0)
@@ -306,7 +314,7 @@ class Pool:
             name=self.name, down=down, down_error=next((s.down_error for s in active if s.down_error), None) if down else None,
             probe_at=probe if down else 0.0, held=held, hold_until_at=min((s.hold_until_at for s in active), default=0.0) if held else 0.0,
             last_status=next((s.last_status for s in keys if s.last_status is not None), None),
-            rate=None if not rates or None in rates else sum(r for r in rates if r is not None),
+            rate=0.0 if not rates else None if None in rates else sum(r for r in rates if r is not None),
             in_flight_limit=None if not limits or None in limits else sum(x for x in limits if x is not None),
             in_flight=sum(s.in_flight for s in keys), refused=sum(s.refused for s in keys),
             tokens=sum(s.tokens for s in keys), tpm=None if not tpms or None in tpms else sum(t for t in tpms if t is not None),

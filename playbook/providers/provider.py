@@ -102,6 +102,8 @@ def _check_keys(name: str, keys: object) -> tuple[Secret, ...] | None:
 
     if keys is None:
         return None
+    if isinstance(keys, Iterator):  # a generator of secrets
+        keys = tuple(keys)
     if isinstance(keys, (str, bytes, Secret)) or not isinstance(keys, Sequence) or not keys:
         raise PlayDefinitionError(
             f"Provider {name!r}: keys must be a list of pb.secret('ENV_VAR'), one per key of the account, not {_shown(keys)}"
@@ -133,7 +135,9 @@ def _per_key(name: str, given: dict[str, Any], keys: tuple[Secret, ...] | None) 
     n = 1 if keys is None else len(keys)
     out: list[dict[str, Any]] = [{} for _ in range(n)]
     for option, value in given.items():
-        listed = isinstance(value, (list, tuple)) and (option != "window" or any(isinstance(v, (list, tuple)) or v is None for v in value))
+        listed = isinstance(value, (list, tuple, np.ndarray)) and (
+            option != "window" or any(isinstance(v, (list, tuple)) or v is None for v in value)
+        )
         if listed and keys is None:
             raise PlayDefinitionError(f"Provider {name!r}: {option} is a list ({value!r}), one per key, but no keys= were given")
         if listed and len(value) != n:
@@ -147,8 +151,6 @@ def _limits(name: str, given: dict[str, Any]) -> dict[str, Any]:
     """One key's limits, checked: its rate per second (from ``rps`` or ``rpm``), burst, window,
     calls in flight and tokens per minute."""
     rps, rpm, tpm = (_check(name, option, given[option]) for option in ("rps", "rpm", "tpm"))
-    if rps is not None and rpm is not None:
-        raise PlayDefinitionError(f"Provider {name!r}: give rps or rpm, not both (rps={rps!r}, rpm={rpm!r}): rpm is rps * 60")
     return {
         "rps": rps if rpm is None else rpm / 60.0, "rpm": rpm, "tpm": tpm,
         "burst": _check(name, "burst", given["burst"], integer=True), "window": _check_window(name, given["window"]),
@@ -229,6 +231,11 @@ class Provider:
         if not isinstance(name, str) or not name.strip():
             raise PlayDefinitionError(f"Provider name must be a non-empty string, not {name!r}")
         pool = _check_keys(name, keys)
+        if rps is not None and rpm is not None:
+            raise PlayDefinitionError(f"Provider {name!r}: give rps or rpm, not both (rps={rps!r}, rpm={rpm!r}): rpm is rps * 60")
+        for option, value in (("max_wait", max_wait), ("retries", retries)):
+            if isinstance(value, (list, tuple, np.ndarray)):
+                raise PlayDefinitionError(f"Provider {name!r}: {option} is the provider's, one number for all its keys, not {value!r}")
         given = {"rps": rps, "rpm": rpm, "burst": burst, "window": window, "concurrency": concurrency, "tpm": tpm}
         limits = [_limits(name, one) for one in _per_key(name, given, pool)]
         max_wait = _check(name, "max_wait", max_wait, zero=True, optional=False)

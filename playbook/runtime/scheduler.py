@@ -236,6 +236,8 @@ class Scheduler:
 
     def requeue(self, statuses: tuple[str, ...] = ("failed", "parked")) -> list[int]:
         """Admit rows with these statuses again; returns the positions to execute."""
+        if self.fatal is not None:  # the last execution stopped on a fatal error (a refused key): the rows it skipped go too
+            statuses, self.fatal = (*statuses, "skipped"), None
         again = self.table.settled_as(statuses)
         table = self.table
         for pos in again:

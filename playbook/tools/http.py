@@ -136,7 +136,7 @@ class HttpTool(Tool[Any]):
     async def invoke(self, inputs: dict[str, Any], call: CallEnv) -> tuple[Any, bool]:
         url, query, body, headers = self._render(_wire(inputs))
         headers["Idempotency-Key"] = call.idempotency_key
-        where = f"{self.method} {url.split('?', 1)[0]}"
+        where = f"{self.method} {url.split('?', 1)[0]}".replace(PLACEHOLDER, "{secret}")
         status, reply_headers, content, failure = await self._send(call, url, query, body, headers)
         if failure is not None:
             # Raised here, outside the except block that caught it: the transport's error (which

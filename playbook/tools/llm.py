@@ -363,7 +363,7 @@ def llm_tool(
         if mode == "batch":
             raise PlayDefinitionError(
                 f"llm_tool {name!r}: mode='batch' needs a provider with one key (a batch is read back under the key that "
-                f"submitted it), and provider {provider.name!r} pools keys: give the batch tool a provider with secret= instead"
+                f"submitted it), and provider {provider.name!r} pools keys: give the batch tool its own secret= and a provider without keys="
             )
         secret = None
     if system is not None and not isinstance(system, str):

@@ -40,7 +40,9 @@ class Secret:
 
     def reveal(self) -> str:
         """The value, now; remembered (in all its spellings) only to mask it wherever it shows up."""
-        value = os.environ.get(self.env_var) or self._default
+        # A value pasted from a .env file or a terminal often ends in a newline (or starts with a
+        # space): no key has one, and a header with a newline is refused before it is sent.
+        value = (os.environ.get(self.env_var) or self._default or "").strip()
         if not value:
             raise RunFatal(f"the secret {self.env_var} is not set: export {self.env_var}=... and run again")
         _redactor.remember(value)
@@ -48,7 +50,7 @@ class Secret:
 
     def is_set(self) -> bool:
         """Whether it has a value here (its variable, or a default)."""
-        return bool(os.environ.get(self.env_var) or self._default)
+        return bool((os.environ.get(self.env_var) or self._default or "").strip())
 
     def __repr__(self) -> str:
         return f"secret({self.env_var!r})"
