@@ -171,6 +171,19 @@ def test_the_slowest_provider_is_the_bottleneck_by_rate_calls_in_flight_or_token
     assert est.bottleneck == "slow" and est.limit == "5 calls in flight of 1s" and est.seconds == pytest.approx(100.0)
 
 
+def test_a_configured_window_bounds_the_rate_per_key_of_a_pool() -> None:
+    """A window of 120 calls an hour sends 1,000 calls in 30,000 s whatever the calls in flight;
+    a pool's keys add up, each bounded by its own window or rate (HEADROOM: 0.98 of the rps)."""
+    line = {("p", "a"): _line(paid=1, sent=1, seconds=0.1)}
+    alone = pb.Provider("est-window", window=(120, 3600)).status()
+    est = project(_pilot(line, 1_010, 1_010), "p", 50, {"p": alone})
+    assert est.seconds == pytest.approx(30_000.0) and est.limit == "0.0333 rps"
+    keys = [pb.secret("EST_KEY_A"), pb.secret("EST_KEY_B")]
+    pool = pb.Provider("est-pool", keys=keys, rps=[10, 10], window=[(60, 60), None]).status()
+    est = project(_pilot(line, 1_010, 1_010), "p", 50, {"p": pool})
+    assert est.seconds == pytest.approx(1_000 / (1.0 + 9.8)) and est.limit == "10.8 rps"
+
+
 def test_a_run_held_by_its_own_concurrency_names_the_provider_it_waits_on_most() -> None:
     lines = {("a", "x"): _line(paid=1, sent=1, seconds=2.0, span=2.0), ("b", "y"): _line(paid=1, sent=1, seconds=0.5, span=0.5)}
     est = project(_pilot(lines, 110, 110), "p", 4, {"a": _status("a"), "b": _status("b")})

@@ -60,14 +60,15 @@ class Governor(Holds):
 
     __slots__ = (
         "provider", "limiter", "backoff", "health", "sent", "refused", "failed", "last_status", "down_error",
-        "probe_at", "tokens", "pool", "retired", "_listeners", "_lock",
+        "probe_at", "tokens", "pool", "retired", "window", "_listeners", "_lock",
         "__weakref__",  # Providers of one description find it in a weak registry
     )  # fmt: skip
 
-    def __init__(self, provider: Described, limiter: Limiter) -> None:
+    def __init__(self, provider: Described, limiter: Limiter, window: tuple[int, float] | None = None) -> None:
         super().__init__()
         self.provider = provider
         self.limiter = limiter
+        self.window = window  # the configured window=(calls, seconds), for what it allows over a long run
         self.backoff = Backoff()
         self.health = Health()
         self.sent = 0  # requests sent
@@ -112,6 +113,7 @@ class Governor(Holds):
             name=name or self.name, down=self.health.down, down_error=self.down_error, probe_at=self.probe_at, held=self.held,
             hold_until_at=self.hold_until_at, last_status=self.last_status, rate=limiter.rate, in_flight_limit=limiter.in_flight_limit,
             in_flight=limiter.in_flight, refused=self.refused, tokens=tokens, tpm=tpm, sent=self.sent, failed=self.failed, retired=retired,
+            window=self.window,
         )  # fmt: skip
 
     def subscribe(self, listener: Callable[[Any], None], *, anywhere: bool = False) -> Callable[[], None]:

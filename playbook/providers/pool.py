@@ -113,9 +113,9 @@ class Pool:
 
     __slots__ = ("provider", "lanes", "_turn", "_listeners", "_held", "_down", "__weakref__")
 
-    def __init__(self, provider: Described, keys: Sequence[tuple[Secret, Limiter]]) -> None:
+    def __init__(self, provider: Described, keys: Sequence[tuple[Secret, Limiter, tuple[int, float] | None]]) -> None:
         self.provider = provider
-        self.lanes = tuple(Lane(i, secret, Governor(provider, limiter)) for i, (secret, limiter) in enumerate(keys))
+        self.lanes = tuple(Lane(i, secret, Governor(provider, limiter, window)) for i, (secret, limiter, window) in enumerate(keys))
         self._turn = 0  # the lane a tie goes to next
         self._listeners = Listeners()
         self._held = self._down = False  # as last told: every key held, every key down

@@ -264,9 +264,10 @@ class Provider:
 
     def _governed(self, limits: list[dict[str, Any]]) -> Governor | Pool:
         if self.keys is None:
-            return Governor(self, self._limiter(limits[0], self.account))
+            return Governor(self, self._limiter(limits[0], self.account), limits[0]["window"])
         # Each key's limits are its own, shared (with shared=) under the account and the key's variable.
-        return Pool(self, [(key, self._limiter(one, f"{self.account}/{key.env_var}")) for key, one in zip(self.keys, limits, strict=True)])
+        keys = zip(self.keys, limits, strict=True)
+        return Pool(self, [(key, self._limiter(one, f"{self.account}/{key.env_var}"), one["window"]) for key, one in keys])
 
     def _limiter(self, limits: dict[str, Any], account: str) -> Limiter:
         rps, tpm = limits["rps"], limits["tpm"]

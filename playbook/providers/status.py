@@ -32,3 +32,4 @@ class ProviderStatus(NamedTuple):
     # A provider with several keys (keys=[...]): one status per key, each named by its masked key.
     keys: tuple[ProviderStatus, ...] = ()
     retired: str | None = None  # a key's: why it is out of its pool for this run (None: in use)
+    window: tuple[int, float] | None = None  # a key's or a lone key's configured window=(calls, seconds)

@@ -201,8 +201,9 @@ def _provider_seconds(totals: np.ndarray, concurrency: int, status: ProviderStat
     if sent <= 0 or status is None:
         return 0.0, ""
     bounds: list[tuple[float, str]] = []
-    if status.rate is not None and status.rate > 0:
-        bounds.append((status.rate, f"{status.rate:.3g} rps"))
+    pace = _pace(status)
+    if pace is not None and pace > 0:
+        bounds.append((pace, f"{pace:.3g} rps"))
     latency = float(totals[_W]) / sent
     if latency > 0:
         flight = min(status.in_flight_limit or concurrency, concurrency)
@@ -214,6 +215,17 @@ def _provider_seconds(totals: np.ndarray, concurrency: int, status: ProviderStat
         return 0.0, ""
     rate, why = min(bounds)
     return sent / rate, why
+
+
+def _pace(status: ProviderStatus) -> float | None:
+    """Calls per second a provider lets through over a long run: its rate, or what its configured
+    window allows when that is less; a pool's, its keys' in use summed (None: no bound known)."""
+    if status.keys:
+        active = [key for key in status.keys if key.retired is None]
+        paces = [_pace(key) for key in [key for key in active if not key.held] or active]
+        return None if not paces or None in paces else sum(p for p in paces if p is not None)
+    window = status.window[0] / status.window[1] if status.window else None
+    return min((p for p in (status.rate, window) if p is not None), default=None)
 
 
 def _table(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]], point: dict[str, Any]) -> pd.DataFrame:
