@@ -149,8 +149,12 @@ class KeyRetired(NamedTuple):
     left: int  # keys still in the pool
 
     def said(self) -> str:
-        """What a user hears of it."""
-        return f"provider {self.provider!r}: key {self.key} is out of the pool for this run ({self.why}); {self.left} key(s) go on"
+        """What a user hears of it, said as what happened: it stays among a run's notices after a
+        retry or the next run has tried the key again."""
+        said = f"provider {self.provider!r}: key {self.key} left the pool for the run ({self.why}); "
+        if self.left:
+            return said + f"{self.left} other key(s) went on"
+        return said + "no key was left, so the run stopped (run.retry() tries every key again)"
 
 
 class WaterfallFinished(NamedTuple):

@@ -348,9 +348,16 @@ def test_a_bad_pool_is_refused_naming_the_option(options: dict[str, Any], said: 
 
 def test_keys_and_per_key_limits_come_in_any_sequence() -> None:
     import numpy as np
+    import pandas as pd
+    import polars as pl
 
     pooled = pb.Provider("p", keys=(pb.secret(f"T_KEY_{n}") for n in "AB"), rps=np.array([10, 30]))
     assert pooled.keys == tuple(keys("A", "B")) and pooled.rps == (10.0, 30.0)
+    limits = pd.DataFrame({"rps": [5, 15], "tpm": [1_000, 3_000], "windows": [(50, 5), (150, 5)]})
+    pooled = pb.Provider("p", keys=keys("A", "B"), rps=limits["rps"], tpm=pl.Series([1_000, 3_000]), window=limits["windows"])
+    assert pooled.rps == (5.0, 15.0) and pooled.tpm == (1_000.0, 3_000.0) and pooled.window == ((50, 5.0), (150, 5.0))
+    with pytest.raises(pb.PlayDefinitionError, match="max_wait is the provider's"):
+        pb.Provider("p", keys=keys("A", "B"), max_wait=pd.Series([1.0, 2.0]))
 
 
 def test_one_key_named_by_two_variables_is_paced_as_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -299,5 +299,7 @@ def test_a_key_leaving_its_pool_gets_a_line_of_its_own_and_a_warning_in_the_summ
     state.emit(KeyRetired("openai", "OPENAI_KEY_B …9c1d", "HTTP 401", 1))
     state.emit(RunFinished("r1", False))
     lines = out.getvalue().replace("\r", "\n").split("\n")
-    said = "provider 'openai': key OPENAI_KEY_B …9c1d is out of the pool for this run (HTTP 401); 1 key(s) go on"
+    said = "provider 'openai': key OPENAI_KEY_B …9c1d left the pool for the run (HTTP 401); 1 other key(s) went on"
     assert said in lines and f"warning: {said}" in lines and state.notices == [said]
+    last = KeyRetired("openai", "OPENAI_KEY_A …77aa", "HTTP 403", 0).said()
+    assert last.endswith("(HTTP 403); no key was left, so the run stopped (run.retry() tries every key again)")

@@ -130,14 +130,19 @@ def _shown(value: object) -> str:
     return repr(value)
 
 
+def _plain(value: Any) -> Any:
+    """A NumPy array or a pandas or Polars Series as a list of its values; anything else as it is."""
+    convert = None if np.isscalar(value) else getattr(value, "tolist", None) or getattr(value, "to_list", None)
+    return value if convert is None else convert()
+
+
 def _per_key(name: str, given: dict[str, Any], keys: tuple[Secret, ...] | None) -> list[dict[str, Any]]:
     """The limits each key has: a limit given as a list has one value per key, any other is every key's."""
     n = 1 if keys is None else len(keys)
     out: list[dict[str, Any]] = [{} for _ in range(n)]
     for option, value in given.items():
-        listed = isinstance(value, (list, tuple, np.ndarray)) and (
-            option != "window" or any(isinstance(v, (list, tuple)) or v is None for v in value)
-        )
+        value = given[option] = _plain(value)
+        listed = isinstance(value, (list, tuple)) and (option != "window" or any(isinstance(v, (list, tuple)) or v is None for v in value))
         if listed and keys is None:
             raise PlayDefinitionError(f"Provider {name!r}: {option} is a list ({value!r}), one per key, but no keys= were given")
         if listed and len(value) != n:
@@ -234,7 +239,7 @@ class Provider:
         if rps is not None and rpm is not None:
             raise PlayDefinitionError(f"Provider {name!r}: give rps or rpm, not both (rps={rps!r}, rpm={rpm!r}): rpm is rps * 60")
         for option, value in (("max_wait", max_wait), ("retries", retries)):
-            if isinstance(value, (list, tuple, np.ndarray)):
+            if isinstance(_plain(value), (list, tuple)):
                 raise PlayDefinitionError(f"Provider {name!r}: {option} is the provider's, one number for all its keys, not {value!r}")
         given = {"rps": rps, "rpm": rpm, "burst": burst, "window": window, "concurrency": concurrency, "tpm": tpm}
         limits = [_limits(name, one) for one in _per_key(name, given, pool)]
