@@ -62,7 +62,7 @@ except (pb.RunFatal, KeyboardInterrupt) as exc:
     fatal, run = f"{type(exc).__name__}: {exc}", pb.last_run()
 said = {
     "result": run.result, "stats": run.stats.model_dump(), "holds": [h.model_dump() for h in run.holds],
-    "parked": run.parked, "waterfalls": run.waterfalls, "fatal": fatal,
+    "parked": run.parked, "waterfalls": run.waterfalls, "fatal": fatal, "notices": run.notices,
 }
 with open(sys.argv[2], "wb") as out:
     pickle.dump(said, out)
@@ -82,6 +82,7 @@ class Outcome:
     waterfalls: pd.DataFrame
     fatal: str | None = None  # the error that stopped a run (RunFatal, KeyboardInterrupt)
     results: list[pd.DataFrame] = field(default_factory=list)  # each process's own result
+    notices: list[str] = field(default_factory=list)  # what the runs said (run.notices), each process's in turn
 
     @property
     def statuses(self) -> dict[str, int]:
@@ -295,7 +296,7 @@ def _outcome(run: Any, fatal: str | None) -> Outcome:
         result = result.compute()
     stats = run.stats.model_dump()
     holds = [h.model_dump() for h in run.holds]
-    return Outcome(result, [stats], holds, run.parked, run.waterfalls, fatal, [] if result is None else [result])
+    return Outcome(result, [stats], holds, run.parked, run.waterfalls, fatal, [] if result is None else [result], run.notices)
 
 
 def _merged(said: list[dict[str, Any]]) -> Outcome:
@@ -320,7 +321,8 @@ def _merged(said: list[dict[str, Any]]) -> Outcome:
     parked = merged[merged["play_status"] == "parked"]
     parked = next((s["parked"] for s in said if len(s["parked"]) == len(parked)), said[0]["parked"])
     fatal = next((s["fatal"] for s in said if s["fatal"]), None)
-    return Outcome(merged, [s["stats"] for s in said], holds, parked, _legs([s["waterfalls"] for s in said]), fatal, results)
+    notices = [note for s in said for note in s["notices"]]
+    return Outcome(merged, [s["stats"] for s in said], holds, parked, _legs([s["waterfalls"] for s in said]), fatal, results, notices)
 
 
 def _legs(tables: list[pd.DataFrame]) -> pd.DataFrame:

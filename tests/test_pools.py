@@ -23,6 +23,7 @@ from playbook.events import KeyRetired, ProviderDown, ProviderHoldSet
 from playbook.providers.pool import chosen_key
 from playbook.providers.provider import Ticket, forget_governors, governor, sharing_limits
 from playbook.runtime.state import RunState
+from playbook.runtime.upstream import watch
 from playbook.ui.html import providers_table
 from playbook.ui.tally import Tally
 from playbook.ui.text import summary
@@ -210,6 +211,37 @@ def test_a_refused_key_retires_for_the_run_and_every_key_refused_is_fatal() -> N
     assert [s.retired for s in provider.status().keys] == ["HTTP 401"] * 3
     governor(provider).retest()
     assert [s.retired for s in provider.status().keys] == [None] * 3
+
+
+def test_a_run_that_starts_while_another_uses_the_pool_keeps_out_the_key_refused_under_it() -> None:
+    """Two runs share the process's pool (a Dask worker's partitions): B refused under the first
+    stays out when the second starts, so each run that starts does not pay B's refusal again;
+    once no run uses the pool, the next run takes B back (it may have been renewed)."""
+    provider = pb.Provider("pooled", keys=keys("A", "B", "C"), concurrency=4)
+    refused = {"B"}
+
+    def answer(key: str, n: int) -> Any:
+        if key in refused:
+            raise pb.RunFatal(f"HTTP 401 for {key}", status=401)
+        return key
+
+    upstream = Upstream(answer)
+
+    async def main() -> tuple[int, list[str | None], list[str | None]]:
+        first = watch(provider, lambda event: None)
+        await many(provider, upstream, 12)
+        second = watch(provider, lambda event: None)  # a second run starts while the first goes on
+        before = upstream.calls["B"]
+        await many(provider, upstream, 12)
+        refusals = upstream.calls["B"] - before
+        kept = [s.retired for s in provider.status().keys]
+        first(), second()
+        watch(provider, lambda event: None)  # the next run, alone
+        return refusals, kept, [s.retired for s in provider.status().keys]
+
+    refusals, kept, later = run_virtual(main())
+    assert refusals == 0 and kept == [None, "HTTP 401", None]
+    assert later == [None, None, None]
 
 
 def test_calls_waiting_for_a_refused_keys_slots_go_under_another_key_and_none_is_sent_with_it() -> None:

@@ -77,6 +77,8 @@ def test_a_key_revoked_mid_run_retires_and_the_run_completes_on_the_others(
     a, b, c = (_by_key(demo, env) for env in ("POOL_KEY_A", "POOL_KEY_B", "POOL_KEY_C"))
     assert b["rejected"] >= 1 and b["ok"] < 75, b  # B was refused, and left before carrying its share
     assert a["ok"] + b["ok"] + c["ok"] == 150  # every row ok: each of the 150 calls was answered once
+    said = [note for note in out.notices if "POOL_KEY_B" in note]  # the run says so, wherever it ran
+    assert said and "left the pool for the run (HTTP 401)" in said[0] and KEYS["POOL_KEY_B"] not in said[0], out.notices
 
 
 def test_every_key_refused_stops_the_run_naming_each_key(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:

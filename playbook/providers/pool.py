@@ -150,11 +150,16 @@ class Pool:
         return bool(active) and all(lane.governor.held for lane in active)
 
     def retest(self) -> None:
-        """A new run: every key is in the pool again (a refused one may have been renewed), and
-        a down key is tried again at once."""
+        """A run starts (it has just subscribed): a down key is tried again at once, and every key
+        is in the pool again (a refused one may have been renewed), unless another run in this
+        process is still using the pool (a Dask worker's next partition while the last one runs):
+        a key refused under it stays out, not refused once more by each run that starts."""
+        for lane in self.lanes:
+            lane.governor.retest()
+        if len(self._listeners) > 1:
+            return
         for lane in self.lanes:
             lane.retired = None
-            lane.governor.retest()
         seen: dict[str, Lane] = {}
         for lane in self.lanes:  # one key named by two variables is one key's budget, not two
             if lane.secret.is_set() and (first := seen.setdefault(lane.secret.reveal(), lane)) is not lane:

@@ -177,11 +177,13 @@ class Scheduler:
         wait = 1.0 if self.stopping else GRACE
         self.store.heard = None
         self.store.add_spend(self.state.take_spend(), self.store.clock())
-        self._notices_seen = await finish_store(self.store, self.state.emit, self._notices_seen, wait)
-        await self.store.leases.stop_renewing()
-        for unsubscribe in self._watching.values():
-            unsubscribe()
-        self._watching.clear()
+        try:
+            self._notices_seen = await finish_store(self.store, self.state.emit, self._notices_seen, wait)
+            await self.store.leases.stop_renewing()
+        finally:  # cancelled again meanwhile, this run still stops listening: a pool's next run counts its runs by it
+            for unsubscribe in self._watching.values():
+                unsubscribe()
+            self._watching.clear()
         self._down.close()
         await self.scope.close()
         if self.scope.recorder is not None:

@@ -79,6 +79,9 @@ class Listeners:
     def __repr__(self) -> str:
         return f"<Listeners {len(self._entries)}>"
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def add(self, listener: Listener, *, anywhere: bool = False) -> Callable[[], None]:
         """Subscribe ``listener`` here (``anywhere``: it hears each event at once, on the thread
         that tells it); returns the unsubscribe function."""
