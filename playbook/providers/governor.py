@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._internal.flow import OnHold, WaitBudget
 from .._internal.words import time_of_day
@@ -41,6 +41,9 @@ from .limits import HEADROOM, LONE, Backoff, Health, Limiter, Permit, Verdict
 from .limits.waiters import Listeners
 from .status import ProviderStatus
 from .ticket import Described, Ticket
+
+if TYPE_CHECKING:
+    from .pool import Pool
 
 __all__ = ["IN_PLACE", "OWN_IN_PLACE", "Elsewhere", "Governor", "Ticket"]
 
@@ -80,7 +83,7 @@ class Governor(Holds):
         self.tokens: deque[tuple[float, float]] = deque()  # (monotonic time, tokens) of answered weighed calls, a minute's worth
         # The pool this governor is one key of (None: its provider's only key): a call that would
         # wait here asks it first whether another key could take the call sooner (Pool.elsewhere).
-        self.pool: Any = None
+        self.pool: Pool | None = None
         self.retired: str | None = None  # why its pool took this key out for the run (None: in use)
         self._listeners = Listeners()
         self._lock = threading.Lock()  # threads that each run a map() on a loop of their own share this provider

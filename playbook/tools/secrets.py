@@ -40,9 +40,7 @@ class Secret:
 
     def reveal(self) -> str:
         """The value, now; remembered (in all its spellings) only to mask it wherever it shows up."""
-        # A value pasted from a .env file or a terminal often ends in a newline (or starts with a
-        # space): no key has one, and a header with a newline is refused before it is sent.
-        value = (os.environ.get(self.env_var) or self._default or "").strip()
+        value = self._read()
         if not value:
             raise RunFatal(f"the secret {self.env_var} is not set: export {self.env_var}=... and run again")
         _redactor.remember(value)
@@ -50,7 +48,12 @@ class Secret:
 
     def is_set(self) -> bool:
         """Whether it has a value here (its variable, or a default)."""
-        return bool((os.environ.get(self.env_var) or self._default or "").strip())
+        return bool(self._read())
+
+    def _read(self) -> str:
+        # A value pasted from a .env file or a terminal often ends in a newline (or starts with a
+        # space): no key has one, and a header with a newline is refused before it is sent.
+        return (os.environ.get(self.env_var) or self._default or "").strip()
 
     def __repr__(self) -> str:
         return f"secret({self.env_var!r})"

@@ -97,6 +97,11 @@ def counters_table(s: RunStats | RunState) -> str:
     )  # fmt: skip
 
 
+def _flow(p: ProviderView) -> list[str]:
+    """A provider's (or a key's) rate, calls in flight and 429s, as the table shows them."""
+    return [provider_rate(p), f"{p.in_flight:,}", f"{p.refused:,}"]
+
+
 def providers_table(
     providers: Mapping[str, ProviderView], waiting: Mapping[str | None, int], *, now: float | None = None,
     down_since: Mapping[str, float] | None = None,
@@ -109,19 +114,10 @@ def providers_table(
     since = down_since or {}
     shown = []
     for name, p in providers.items():
-        shown.append(
-            [
-                name,
-                provider_state(p, since.get(name), now),
-                provider_rate(p),
-                f"{p.in_flight:,}",
-                f"{p.refused:,}",
-                f"{waiting.get(name, 0):,}",
-            ]
-        )
+        shown.append([name, provider_state(p, since.get(name), now), *_flow(p), f"{waiting.get(name, 0):,}"])
         for key in p.keys:  # a pool: a line per key, under its provider
             state = f"retired ({key.retired}) for this run" if key.retired else provider_state(key, None, now)
-            shown.append([f"└ key {key.name}", state, provider_rate(key), f"{key.in_flight:,}", f"{key.refused:,}", ""])
+            shown.append([f"└ key {key.name}", state, *_flow(key), ""])
     return _table(["provider", "state", "rate", "in flight", "429s", "rows waiting"], shown)
 
 
