@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .._internal.flow import OnHold, WaitBudget
 from .._internal.words import time_of_day
@@ -41,9 +41,6 @@ from .limits import HEADROOM, LONE, Backoff, Health, Limiter, Permit, Verdict
 from .limits.waiters import Listeners
 from .status import ProviderStatus
 from .ticket import Described, Ticket
-
-if TYPE_CHECKING:
-    from .pool import Pool
 
 __all__ = ["IN_PLACE", "OWN_IN_PLACE", "Elsewhere", "Governor", "Ticket"]
 
@@ -56,6 +53,12 @@ OWN_IN_PLACE = 0.2  # the same for a call's own retry (its row's worker can serv
 class Elsewhere(Exception):
     """Raised to the pool a key's governor belongs to: this call goes under another key (its key
     holds it longer than another would, or was retired while the call waited for a slot)."""
+
+
+class Pooled(Protocol):
+    """The pool a governor is one key of (:class:`~playbook.providers.pool.Pool`), as the governor asks it."""
+
+    def elsewhere(self, governor: Governor, ticket: Ticket, wait: float) -> None: ...
 
 
 class Governor(Holds):
@@ -83,7 +86,7 @@ class Governor(Holds):
         self.tokens: deque[tuple[float, float]] = deque()  # (monotonic time, tokens) of answered weighed calls, a minute's worth
         # The pool this governor is one key of (None: its provider's only key): a call that would
         # wait here asks it first whether another key could take the call sooner (Pool.elsewhere).
-        self.pool: Pool | None = None
+        self.pool: Pooled | None = None
         self.retired: str | None = None  # why its pool took this key out for the run (None: in use)
         self._listeners = Listeners()
         self._lock = threading.Lock()  # threads that each run a map() on a loop of their own share this provider
