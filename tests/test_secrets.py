@@ -312,3 +312,33 @@ def test_an_error_shows_where_the_secret_goes_in_the_url_as_its_placeholder(stor
     error = out["play_error"].iloc[0]
     assert "(GET http://127.0.0.1:9/v1/{secret}/email)" in error and secrets.PLACEHOLDER not in error
     _assert_clean("play_error", error)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("the key is PBtest-7f3Q/x+k~9.Z_w== indeed", "the key is *** indeed"),
+        ("it began PBtest-7f3Q and went on", "it began *** and went on"),  # the first 11 characters
+        ("ends in k~9.Z_w==.", "ends in ***."),
+        ("two: PBtest-7f and x+k~9.Z_w", "two: *** and ***"),
+        ("PBtest-7 (8) but PBtest- (7) is too short to be a key's", "*** (8) but PBtest- (7) is too short to be a key's"),
+        ("nothing of it here", "nothing of it here"),
+    ],
+)
+def test_a_part_of_a_key_echoed_in_text_is_masked(text: str, shown: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any run of 8 or more of a revealed key's characters is masked (an answer that repeats
+    part of its request), and shorter ones, which ordinary text shares with keys, are not."""
+    monkeypatch.setenv(ENV, SECRET)
+    pb.secret(ENV).reveal()
+    assert secrets.mask(text) == shown
+    assert secrets.scrub({"a": [text], text: 1}) == {"a": [shown], shown: 1}
+
+
+def test_a_row_value_spelling_the_stand_in_is_sent_as_it_is(keyed, store) -> None:
+    """A row whose value is the stand-in a tool renders in the key's place, or ``{secret}``, is
+    sent as that text: the provider answers for it, and the key went only in the header."""
+    tool = pb.http_tool("echo", method="GET", url=keyed.url + "/v1/email", params={"domain": "acme.com", "first": "{first}"},
+                        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret(ENV), miss_status=(404,))  # fmt: skip
+    out = pd.DataFrame({"first": [secrets.PLACEHOLDER, "{secret}"]}).play.map(tool, store=store, progress=False)
+    assert out["play_status"].tolist() == ["ok", "ok"]
+    assert keyed.stats()["key_places"] == {"header authorization": 2}

@@ -299,3 +299,59 @@ def test_a_refused_connection_is_not_called_a_timeout(store) -> None:
     out = pd.DataFrame({"q": ["a"]}).play.map(tool, store=store, progress=False)
     error = out.loc[0, "play_error"]
     assert "could not connect" in error and "timed out" not in error
+
+
+# -- where a request goes, from its input ------------------------------------------------------------
+
+
+def test_a_whole_url_from_the_input_is_called_as_it_is_with_its_own_query(demo, store) -> None:
+    """``url="{u}"`` calls the address each row gives, its own query kept (and params= joined to
+    it); a value that is not an http(s) address, or None, fails its row, naming the input, before
+    anything is sent, and no other row waits for it."""
+    tool = pb.http_tool("fetch", method="GET", url="{u}", params={"first": "{first}"}, headers={"Authorization": "Bearer demo-key"},
+                        pick="email", miss_status=(404,), provider=pb.Provider("sites", retries=0))  # fmt: skip
+    frame = pd.DataFrame({
+        "u": [demo.url + "/v1/email?domain=company1.com", "ftp://example.com/x", "example.com/v1", None, "http://user@host/x"],
+        "first": ["Person1"] * 5,
+    })  # fmt: skip
+    out = frame.play.map(tool, store=store, progress=False)
+    assert out["play_status"].tolist() == ["ok", "failed", "failed", "failed", "failed"]
+    assert out.loc[0, "fetch"] is None or "@company1.com" in out.loc[0, "fetch"]
+    assert demo.stats()["requests"] == 1 and demo.stats()["by_status"].get("422", 0) == 0  # domain and first both arrived
+    assert "input 'u' must be an http:// or https:// address, not 'ftp://example.com/x'" in out.loc[1, "play_error"]
+    assert "input 'u' is None" in out.loc[3, "play_error"]
+    assert pb.last_run().stats.calls_failed == 0 and pb.last_run().parked.empty  # no provider was blamed
+
+
+def test_a_host_from_the_input_must_be_a_host_name(demo, store) -> None:
+    """A placeholder inside the URL's host takes host names only: a value that would carry the
+    request elsewhere (a path, a query, a user) fails its row, naming the input."""
+    tool = pb.http_tool("by.host", method="GET", url=f"http://{{host}}:{demo.port}/v1/company", params={"domain": "{d}"},
+                        headers={"Authorization": "Bearer demo-key"})  # fmt: skip
+    frame = pd.DataFrame({"host": ["127.0.0.1", "evil.example/x?", "a@127.0.0.1", "localhost"], "d": ["acme.com"] * 4})
+    out = frame.play.map(tool, store=store, progress=False)
+    assert out["play_status"].tolist() == ["ok", "failed", "failed", "ok"]
+    assert "input 'host' stands in the URL's host, so it must be a host name" in out.loc[1, "play_error"]
+
+
+@pytest.mark.parametrize("url", ["{u}", "{base}/v1/email", "https://{region}.example.com/v1/email"])
+def test_a_tool_that_sends_a_key_cannot_take_its_host_from_its_input(url: str) -> None:
+    """A host chosen by a row would choose where the key goes: refused when the tool is made, saying how."""
+    with pytest.raises(pb.PlayDefinitionError, match="the URL's host comes from its input .* fix the host in url="):
+        pb.http_tool("t", method="GET", url=url, headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("T_KEY"))
+    with pytest.raises(pb.PlayDefinitionError, match="the URL's host comes from its input"):
+        pb.http_tool("t", method="GET", url=url, provider=pb.Provider("p", keys=[pb.secret("T_KEY")]),
+                     headers={"Authorization": "Bearer {secret}"})  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", ["acme.com\r\nX-Evil: 1", "acme\nx", "a\x01b.com", "a\x00", "café.com"])
+def test_a_value_no_header_can_carry_fails_its_row_before_anything_is_sent(bad: str, demo, store) -> None:
+    """A row value with CR/LF (a header split in two), another control character or non-ASCII
+    text in a header template fails its row naming the header, before anything is sent; the
+    provider is not blamed and the other rows go on."""
+    tool = pb.http_tool("noted", method="GET", url=demo.url + "/v1/company", params={"domain": "{d}"},
+                        headers={"Authorization": "Bearer demo-key", "X-Note": "{d}"}, provider=pb.Provider("noted"))  # fmt: skip
+    out = pd.DataFrame({"d": [bad, "acme.com"]}).play.map(tool, store=store, progress=False)
+    assert out["play_status"].tolist() == ["failed", "ok"]
+    assert "header 'X-Note' cannot carry" in out.loc[0, "play_error"]
+    assert demo.stats()["requests"] == 1 and pb.last_run().stats.calls_failed == 0

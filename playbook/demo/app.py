@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -114,7 +115,8 @@ def build_app(
 def _guarded(state: DemoState, name: str, handler: Handler) -> Handler:
     async def endpoint(request: Request) -> Response:
         headers = request.headers
-        admission = state.admit(name, request.scope["path"], headers.get("authorization"), headers.get("idempotency-key"))
+        state.witness(_key_places(request, await request.body(), state.settings.api_keys))
+        admission = state.admit(name, request.scope["path"], _authorization(request), headers.get("idempotency-key"))
         status = 500
         try:
             delay = state.settings.latency + admission.slow
@@ -141,6 +143,24 @@ def _guarded(state: DemoState, name: str, handler: Handler) -> Handler:
         return response
 
     return endpoint
+
+
+def _authorization(request: Request) -> str | None:
+    """The key a request presents, as a bearer: ``Authorization: Bearer``, else the ``x-api-key``
+    header (Anthropic's spelling) or the ``key`` query parameter (Gemini's)."""
+    headers = request.headers
+    given = headers.get("authorization")
+    if given is None and (key := headers.get("x-api-key") or request.query_params.get("key")):
+        given = f"Bearer {key}"
+    return given
+
+
+def _key_places(request: Request, body: bytes, keys: tuple[str, ...]) -> list[str]:
+    """Where the request carries one of ``keys``, in any of the spellings a URL or JSON gives it."""
+    forms = [f.encode() for key in keys for f in {key, quote(key, safe=""), quote_plus(key), json.dumps(key)[1:-1]}]
+    parts = [("path", request.scope.get("raw_path") or b""), ("query", request.scope.get("query_string") or b""), ("body", body)]
+    parts += [(f"header {name.decode('latin-1')}", value) for name, value in request.scope["headers"]]
+    return [place for place, raw in parts if any(form in raw for form in forms)]
 
 
 def _reject(rejection: Rejection, retry_format: str) -> Response:
@@ -263,7 +283,7 @@ def _chat(state: DemoState) -> Handler:
         except ChatRequestError as exc:
             return json_response(exc.body(), 400)
         # The answer is worked out first: its tokens are what the request weighs.
-        verdict = state.chat_admit(request.headers.get("authorization"), answer, garbled)
+        verdict = state.chat_admit(_authorization(request), answer, garbled)
         if verdict.body is not None:
             return json_response(verdict.body, 429, verdict.headers)
         return json_response(answer, 200, verdict.headers)

@@ -4,6 +4,9 @@ Chat usage is counted per model for answered (200) chat requests and for the req
 finished batches, so a test can check that the usage its client summed from the answers,
 times a price, is exactly what the provider would bill.
 
+Each place a request carried a key in is counted too (``key_places``), so a test can check that
+a client sends its key where its tool's definition puts it and nowhere else.
+
 Requests are also counted per API key (``by_key``), so a client that pools several keys can
 be checked key by key. A key is shown by its label (`key_label`), never whole: "…" and its
 last four characters ("…ey-a" for "key-a"), "none" without a bearer. Two keys ending alike
@@ -52,6 +55,7 @@ class Counters:
         "idempotency_keys",
         "in_flight",
         "jobs_submitted",
+        "key_places",
         "max_in_flight",
         "quota_exceeded",
         "rate_limited",
@@ -84,6 +88,9 @@ class Counters:
         self.chat_invalid: dict[str, list[int]] = {}  # the part of `chat` answered invalid on purpose (billed, refused by clients)
         self.chat_rate_limited = {"requests": 0, "tokens": 0}
         self.batches_created = 0
+        # Where a request carried one of the provider's keys, whole ("header authorization",
+        # "query", "path", "body"): a client should send its key only where its tool says.
+        self.key_places: dict[str, int] = {}
 
     def admit(self, now: float, label: str) -> None:
         """One request, by the key labelled ``label``, passed every limit at ``now`` (the provider's clock)."""
@@ -137,6 +144,7 @@ class Counters:
             "chat_invalid": _usage(self.chat_invalid),
             "chat_rate_limited": dict(self.chat_rate_limited),
             "batches_created": self.batches_created,
+            "key_places": dict(sorted(self.key_places.items())),
         }
 
 

@@ -117,6 +117,13 @@ class DemoState:
 
     # -- per request -----------------------------------------------------------------------
 
+    def witness(self, places: list[str]) -> None:
+        """A request carried a key in each of ``places`` (see ``Counters.key_places``)."""
+        if places:
+            with self.lock:
+                for place in places:
+                    self._counters.key_places[place] = self._counters.key_places.get(place, 0) + 1
+
     def admit(self, endpoint: str, path: str, authorization: str | None, idempotency_key: str | None) -> Admission:
         """Count a /v1 request and decide its fate; hand the result to `finish`."""
         with self.lock:

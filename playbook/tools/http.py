@@ -9,12 +9,9 @@ is applied when it is read, so changing ``pick`` costs nothing and is always rig
 
 from __future__ import annotations
 
-import datetime as _dt
-import decimal
 import json as _json
-import math
+import re
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,16 +22,18 @@ from ..keys import digest, key_text, receipt_key
 from ..providers.limits import retry_after
 from ..providers.pool import chosen_key
 from ..providers.provider import Provider
-from ..tagged import Unencodable
 from .base import CallEnv, Tool
-from .secrets import PLACEHOLDER, Secret, SecretAuth, mask, scrub
-from .templates import BadTemplate, collect, fill, fill_url
+from .secrets import PLACEHOLDER, Fill, Secret, SecretAuth, mask, rebuilt, scrub
+from .templates import BadTemplate, BadValue, UrlTemplate, collect, fill
 from .transport import proxy_for
+from .wire import wire as _wire
 
 __all__ = ["HttpTool", "http_tool"]
 
 _RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _FATAL = frozenset({401, 402, 403})
+# What no header value can hold: control characters (CR and LF above all), tab aside.
+_UNSENDABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 # Credentials, not part of what is asked: left out of receipt keys even when written literally.
 _CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})
 
@@ -46,6 +45,7 @@ class HttpTool(Tool[Any]):
 
     __slots__ = (
         "method", "url", "query", "body", "headers", "pick", "miss_status", "secret", "timeout", "client", "_hidden", "_timeouts",
+        "_address", "_keyed",
     )  # fmt: skip
 
     def __init__(
@@ -85,15 +85,21 @@ class HttpTool(Tool[Any]):
             )
         if "secret" in fields and secret is None and pooled is None:
             raise PlayDefinitionError(f"http_tool {name!r}: '{{secret}}' is used but no secret= was given")
+        self._address = UrlTemplate(url)
+        if self._address.origin and "secret" in fields:
+            chosen = ", ".join(sorted(self._address.origin))
+            raise PlayDefinitionError(
+                f"http_tool {name!r}: the URL's host comes from its input ({chosen}), so a row would choose where the "
+                "key goes: fix the host in url= (e.g. url=BASE + '/v1/{id}') or drop '{secret}'"
+            )
         self.method, self.url, self.query, self.body, self.headers = method, url, query, body, headers
         self.pick, self.miss_status, self.secret, self.timeout, self.client = pick, miss_status, secret, timeout, client
         # Waiting for a free connection is queueing, not slowness: only the call itself is timed.
         self._timeouts = httpx.Timeout(timeout, pool=None)
+        # Where the definition puts the secret: the only places a call's key goes (see secrets.py).
+        self._keyed = _Keyed(url, query, body, headers)
         # What a receipt key leaves out: the parameters and headers that carry credentials.
-        self._hidden = (
-            frozenset(k for k, v in query.items() if "{secret}" in str(v)),
-            frozenset(k for k, v in headers.items() if "{secret}" in str(v) or k.lower() in _CREDENTIAL_HEADERS),
-        )
+        self._hidden = (self._keyed.params, self._keyed.headers | {k for k in headers if k.lower() in _CREDENTIAL_HEADERS})
         super().__init__(name, params=[f for f in fields if f != "secret"], version=version, provider=provider, cost=cost, identity=version)
 
     def _definition(self) -> str:
@@ -119,25 +125,38 @@ class HttpTool(Tool[Any]):
             answer = _pick(answer, self.pick)
         return answer, miss or answer is None
 
-    def _render(self, values: dict[str, Any]) -> tuple[str, dict[str, Any], Any, dict[str, str]]:
-        """URL, query, body and headers with the placeholders filled (the secret as ``PLACEHOLDER``)."""
-        values = {**values, "secret": PLACEHOLDER}
+    def _render(self, values: dict[str, Any], secret: str = PLACEHOLDER) -> tuple[str, dict[str, Any], Any, dict[str, str]]:
+        """URL, query, body and headers with the placeholders filled (the secret as ``secret``:
+        the stand-in, but where :meth:`_filler` puts the value in).  An input that cannot be
+        sent where it goes is the row's error, raised here: before a key, a lease or a request."""
+        values = {**values, "secret": secret}
         try:
-            url = fill_url(self.url, values) if "{" in self.url else self.url
+            url = self._address.fill(values) if "{" in self.url else self.url
         except KeyError as exc:
-            raise ToolError(f"tool {self.name!r}: input {exc.args[0]!r} is None, but the URL needs a value", tool=self.name) from None
+            raise self._refused(f"input {exc.args[0]!r} is None, but the URL needs a value") from None
+        except BadValue as bad:
+            raise self._refused(str(bad)) from None
         headers = {k: str(fill(v, values)) for k, v in self.headers.items()}
+        for k, v in headers.items():
+            if not v.isascii() or _UNSENDABLE.search(v):  # a line break would split it in two
+                raise self._refused(f"header {k!r} cannot carry {mask(v)[:80]!r} (a line break, a control character or non-ASCII text)")
         query = {k: v for k, v in ((k, fill(v, values)) for k, v in self.query.items()) if v is not None}
         body = fill(self.body, values) if self.body is not None else None
         return url, query, body, headers
 
+    def _refused(self, why: str) -> ToolError:
+        return ToolError(f"tool {self.name!r}: {why}", tool=self.name, provider=self.provider.name if self.provider else None)
+
     # -- the call ----------------------------------------------------------------------------
 
     async def invoke(self, inputs: dict[str, Any], call: CallEnv) -> tuple[Any, bool]:
-        url, query, body, headers = self._render(_wire(inputs))
+        values = _wire(inputs)
+        url, query, body, headers = self._render(values)
         headers["Idempotency-Key"] = call.idempotency_key
         where = f"{self.method} {url.split('?', 1)[0]}".replace(PLACEHOLDER, "{secret}")
-        status, reply_headers, content, failure = await self._send(call, url, query, body, headers)
+        status, reply_headers, content, failure = await self._send(call, values, (url, query, body, headers))
+        if isinstance(failure, ToolError):
+            raise failure
         if failure is not None:
             # Raised here, outside the except block that caught it: the transport's error (which
             # holds the request) is not chained to ours, so nothing keeps it alive.
@@ -173,22 +192,26 @@ class HttpTool(Tool[Any]):
         what the provider announces in them."""
 
     async def _send(
-        self, call: CallEnv, url: str, query: dict[str, Any], body: Any, headers: dict[str, str]
-    ) -> tuple[int, httpx.Headers, bytes, str | None]:
-        """One request: status, headers and body of the answer, or why there was none.  The
-        response object stays in this frame, which ends here."""
+        self, call: CallEnv, values: dict[str, Any], rendered: tuple[str, dict[str, Any], Any, dict[str, str]]
+    ) -> tuple[int, httpx.Headers, bytes, str | ToolError | None]:
+        """One request: status, headers and body of the answer, or why there was none (the
+        row's own error when it could not be sent as written).  The response object stays in this
+        frame, which ends here."""
         client = self.client or call.client()
         key = chosen_key() or self.secret  # a pooled provider's key for this call, else the tool's own
-        auth = SecretAuth(key) if key is not None else httpx.USE_CLIENT_DEFAULT
+        auth = SecretAuth(key, self._filler(client, values, rendered[3])) if key is not None else httpx.USE_CLIENT_DEFAULT
         try:
-            resp = await client.request(self.method, url, params=query, json=body, headers=headers, timeout=self._timeouts, auth=auth)
+            resp = await client.send(self._request(client, *rendered), auth=auth)
             content = await resp.aread()
         except httpx.TimeoutException as exc:
             # The aiohttp transport reports a refused connection as ConnectTimeout: say what it was.
             cause = exc.__cause__
             if isinstance(exc, httpx.ConnectTimeout) and cause is not None and not isinstance(cause, TimeoutError):
-                return 0, httpx.Headers(), b"", f"could not connect{self._via(url)}: {exc}"
+                return 0, httpx.Headers(), b"", f"could not connect{self._via(rendered[0])}: {exc}"
             return 0, httpx.Headers(), b"", f"timed out after {self.timeout:g}s"
+        except (httpx.UnsupportedProtocol, httpx.LocalProtocolError, httpx.InvalidURL) as exc:
+            # The request could not be made as written: this row's error, never the provider's.
+            return 0, httpx.Headers(), b"", self._refused(f"the request could not be sent ({type(exc).__name__}: {exc})")
         except httpx.HTTPError as exc:
             return 0, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}"
         except Exception as exc:
@@ -198,6 +221,25 @@ class HttpTool(Tool[Any]):
                 raise
             return 0, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}"
         return resp.status_code, resp.headers, content, None
+
+    def _request(self, client: httpx.AsyncClient, url: str, query: dict[str, Any], body: Any, headers: dict[str, str]) -> httpx.Request:
+        # httpx replaces a URL's own query with params= (even an empty one): a query written in the
+        # URL, or brought by a whole address from the input, is kept and params= join it.
+        address = httpx.URL(url).copy_merge_params(query) if query else httpx.URL(url)
+        return client.build_request(self.method, address, json=body, headers=headers, timeout=self._timeouts)
+
+    def _filler(self, client: httpx.AsyncClient, values: dict[str, Any], shown: dict[str, str]) -> Fill:
+        """How a call's key goes in: its header templates rendered again with the value; when the
+        URL, query or body holds it, the whole request made again from its templates."""
+        keyed = self._keyed
+
+        def fill_in(request: httpx.Request, value: str) -> httpx.Request:
+            if not keyed.elsewhere:
+                return rebuilt(request, headers={k: str(fill(self.headers[k], {**values, "secret": value})) for k in keyed.headers})
+            url, query, body, headers = self._render(values, value)
+            return self._request(client, url, query, body, {**shown, **{k: headers[k] for k in keyed.headers}})
+
+        return fill_in
 
     def _via(self, url: str) -> str:
         """ " through the proxy ... (from $HTTPS_PROXY)" when the run's client went through one the
@@ -215,6 +257,24 @@ class HttpTool(Tool[Any]):
         if where:
             error.literal = (where, f"{self.method} {self.url.split('?', 1)[0]}")
         return error
+
+
+class _Keyed:
+    """The places an ``http_tool``'s definition puts ``{secret}``: headers and query parameters
+    by name, and whether its URL or body holds it (``elsewhere``: the request is made again)."""
+
+    __slots__ = ("headers", "params", "elsewhere")
+
+    def __init__(self, url: str, query: Mapping[str, Any], body: Any, headers: Mapping[str, str]) -> None:
+        self.headers = frozenset(k for k, v in headers.items() if _uses_secret(v))
+        self.params = frozenset(k for k, v in query.items() if _uses_secret(v))
+        self.elsewhere = bool(self.params) or _uses_secret(url) or _uses_secret(body)
+
+
+def _uses_secret(template: Any) -> bool:
+    fields: list[str] = []
+    collect(template, fields, "")
+    return "secret" in fields
 
 
 def http_tool(
@@ -238,6 +298,13 @@ def http_tool(
 
     Receipts are keyed by the request as sent (see the module docstring); ``version`` is an
     optional salt, to pay again for requests already answered.
+
+    A value fills its placeholder and nothing more: quoted as one segment in the URL's path and
+    query; a whole ``http(s)://`` address for a placeholder that starts the URL (``url="{url}"``),
+    a host name for one inside its host; text a header can carry in a header.  Anything else
+    fails its row, naming the input, before it is sent.  ``secret``'s value goes only where the
+    templates say ``{secret}``, put in by name when the request is sent; a tool whose host comes
+    from its input cannot take one.
     """
     if not isinstance(method, str) or method.upper() not in {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"}:
         raise PlayDefinitionError(f"http_tool {name!r}: method must be GET, POST, PUT, PATCH, DELETE or HEAD, not {method!r}")
@@ -258,7 +325,7 @@ def http_tool(
     )  # fmt: skip
 
 
-# -- the wire form of inputs -------------------------------------------------------------------
+# -- answers ------------------------------------------------------------------------------------
 
 
 def _reason(content: bytes) -> str:
@@ -278,60 +345,6 @@ def _reason(content: bytes) -> str:
     said = data if isinstance(data, str) else text
     said = " ".join(mask(said).split())  # masked before it is cut: a cut key would leave its prefix
     return said if len(said) <= 200 else said[:197] + "..."
-
-
-def _wire(value: Any) -> Any:
-    """An input as a request carries it: NaN and NA as None, numpy numbers as numbers (a whole
-    float as an int: pandas makes 3 into 3.0 when a column gains a NaN), times as ISO text."""
-    if value is None or isinstance(value, (str, bool)):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if math.isinf(value):
-            raise Unencodable(value, "inf has no JSON form in a request")
-        return int(value) if value.is_integer() else float(value)
-    if isinstance(value, Mapping):
-        return {str(k) if isinstance(k, str) else _refuse_key(k): _wire(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_wire(v) for v in value]
-    return _wire_other(value)
-
-
-def _refuse_key(key: Any) -> str:
-    raise Unencodable(key, f"mapping key {key!r} of type {type(key).__name__} is not a string")
-
-
-def _wire_other(value: Any) -> Any:
-    module = type(value).__module__
-    if module == "numpy" or module.startswith("numpy."):
-        import numpy as np
-        import pandas as pd
-
-        if isinstance(value, np.datetime64):
-            return None if np.isnat(value) else pd.Timestamp(value).isoformat()
-        if isinstance(value, np.timedelta64):
-            return None if np.isnat(value) else pd.Timedelta(value).isoformat()
-        if hasattr(value, "tolist"):
-            return _wire(value.tolist())
-    if module.startswith("pandas"):
-        import pandas as pd
-
-        if value is pd.NA or value is pd.NaT:
-            return None
-        if isinstance(value, (pd.Timestamp, pd.Timedelta)):
-            return value.isoformat()
-        if isinstance(value, (pd.Period, pd.Interval)):
-            return str(value)
-    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
-        return value.isoformat()
-    if isinstance(value, _dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, (decimal.Decimal, uuid.UUID)):
-        return str(value)
-    raise Unencodable(value, f"a value of type {type(value).__name__} cannot be sent in a request")
 
 
 def _pick(data: Any, path: str) -> Any:

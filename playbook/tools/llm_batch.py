@@ -17,7 +17,7 @@ import httpx
 
 from ..errors import ToolError
 from .failures import translate
-from .secrets import PLACEHOLDER, SecretAuth, scrub
+from .secrets import PLACEHOLDER, SecretAuth, bearer, scrub
 
 if TYPE_CHECKING:
     from .llm import LlmTool
@@ -104,7 +104,7 @@ class BatchApi:
     async def _send(self, client: httpx.AsyncClient, method: str, path: str, **kwargs: Any) -> bytes:
         tool = self.tool
         secret = tool.endpoint.secret
-        auth = SecretAuth(secret) if secret is not None else httpx.USE_CLIENT_DEFAULT
+        auth = SecretAuth(secret, bearer) if secret is not None else httpx.USE_CLIENT_DEFAULT
         headers = {"Authorization": f"Bearer {PLACEHOLDER}"} if secret is not None else {}
         try:
             params = {**tool.query, **kwargs.pop("params", {})}

@@ -1,9 +1,15 @@
 """Secrets: credentials read from the environment at call time, never stored, logged or shown.
 
-A request is rendered with a fixed placeholder where the secret goes; :class:`SecretAuth` puts
-the real value in at the last moment, inside the HTTP client's send, and takes it out of the
-request again once the answer is in.  So no frame of playbook's, no receipt, no error and no
-object a finished run keeps (a response, an exception's request) holds the plain value.
+A request is rendered with a stand-in where the secret goes (:data:`PLACEHOLDER`, which receipt
+keys and error messages see); :class:`SecretAuth` puts the real value in at the last moment,
+inside the HTTP client's send, and takes it out of the request again once the answer is in.  So
+no frame of playbook's, no receipt, no error and no object a finished run keeps (a response, an
+exception's request) holds the plain value.
+
+The value goes only into the places the tool's definition names (a header by its name; the URL,
+query or body rendered again from their templates), by code that knows those places: nothing
+searches a request for the stand-in to swap it.  A row value that spells the stand-in,
+``{secret}`` or a key's prefix is sent as it is, wherever the row puts it.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -20,11 +26,20 @@ import httpx
 
 from ..errors import PlayDefinitionError, RunFatal
 
-__all__ = ["PLACEHOLDER", "Secret", "SecretAuth", "forget_revealed", "mask", "scrub", "secret"]
+__all__ = ["PLACEHOLDER", "Fill", "Secret", "SecretAuth", "bearer", "forget_revealed", "mask", "rebuilt", "scrub", "secret"]
 
-# Where a secret goes in a rendered request: letters only, so URL quoting leaves it as it is.
+# What stands where a secret goes while a request is rendered.  Receipt keys are made of it, so it
+# never changes (a receipt made under it must stay found); errors show it as {secret}.  Letters
+# only, so URL quoting leaves it as it is.  It is never replaced by the value (see above).
 PLACEHOLDER = "PBSECRETxq7zkv3w"
 MASK = "***"
+# A part of a key counts from this many characters on: an answer that echoes that much of a key
+# (a model repeating part of its prompt's headers, a provider quoting a key back) is stored and
+# shown masked.  Shorter runs match ordinary text too often to say anything about a key.
+PART = 8
+
+# ``fill(request, value)``: the request with the secret's value in the places its tool names.
+Fill = Callable[[httpx.Request, str], httpx.Request]
 
 
 class Secret:
@@ -83,6 +98,9 @@ def secret(env_var: str, default: str | None = None) -> Secret:
     return Secret(env_var, default)
 
 
+# -- masking ---------------------------------------------------------------------------------------
+
+
 @functools.lru_cache(maxsize=64)
 def _forms(value: str) -> tuple[str, ...]:
     """Every spelling of a secret that text about a request can carry, longest first.
@@ -98,17 +116,50 @@ def _forms(value: str) -> tuple[str, ...]:
     return tuple(sorted(forms, key=len, reverse=True))
 
 
-def _mask_with(text: str, forms: Sequence[str]) -> str:
+class _Parts:
+    """Finds the runs of :data:`PART` or more characters of some secret in a text.
+
+    Any run of ``PART`` characters of a key holds one of the key's chunks of ``PART // 2``
+    characters that start at a multiple of ``PART // 2``.  Those few chunks are looked for first
+    (``in``, at C speed), so a text that holds none (nearly every answer) costs no scan.
+    """
+
+    __slots__ = ("grams", "chunks")
+
+    def __init__(self, values: Sequence[str]) -> None:
+        half = PART // 2
+        long = [v for v in values if len(v) >= PART]
+        self.grams = frozenset(v[i : i + PART] for v in long for i in range(len(v) - PART + 1))
+        self.chunks = tuple({v[i : i + half] for v in long for i in range(0, len(v) - half + 1, half)})
+
+    def mask(self, text: str) -> str:
+        if not any(chunk in text for chunk in self.chunks):
+            return text
+        grams, pieces, i, done = self.grams, [], 0, 0
+        while i + PART <= len(text):
+            if text[i : i + PART] not in grams:
+                i += 1
+                continue
+            end = i + PART  # the run goes on while each next window is a part of a key too
+            while end < len(text) and text[end - PART + 1 : end + 1] in grams:
+                end += 1
+            pieces += [text[done:i], MASK]
+            i = done = end
+        return "".join(pieces) + text[done:] if pieces else text
+
+
+def _mask_with(text: str, forms: Sequence[str], parts: _Parts | None) -> str:
     for form in forms:
         if form in text:
             text = text.replace(form, MASK)
-    return text
+    return parts.mask(text) if parts is not None else text
 
 
 def mask(text: str) -> str:
-    """``text`` with every secret revealed in this process masked, in every spelling."""
+    """``text`` with every secret revealed in this process masked: each in every spelling, and
+    any run of :data:`PART` or more of its characters (a part of a key that an answer echoes)."""
     forms = _redactor.forms
-    return _mask_with(text, forms) if forms else text
+    return _mask_with(text, forms, _redactor.parts) if forms else text
 
 
 def scrub(data: Any) -> Any:
@@ -131,20 +182,22 @@ class _Redactor(logging.Filter):
         super().__init__()
         self._values: set[str] = set()
         self.forms: tuple[str, ...] = ()  # every spelling of every secret revealed, longest first
+        self.parts: _Parts | None = None
 
     def forget(self) -> None:
         self._values.clear()
-        self.forms = ()
+        self.forms, self.parts = (), None
 
     def remember(self, value: str) -> None:
         if value not in self._values:
             self._values.add(value)
             self.forms = tuple(sorted({f for v in self._values for f in _forms(v)}, key=len, reverse=True))
+            self.parts = _Parts(sorted(self._values))
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self.forms:
             text = record.getMessage()
-            masked = _mask_with(text, self.forms)
+            masked = _mask_with(text, self.forms, self.parts)
             if masked != text:
                 record.msg, record.args = masked, ()
         return True
@@ -166,36 +219,37 @@ for _name in (
     logging.getLogger(_name).addFilter(_redactor)
 
 
-class SecretAuth(httpx.Auth):
-    """Fills the secret into a request rendered with :data:`PLACEHOLDER`, inside the client's send."""
+# -- putting the value in ---------------------------------------------------------------------------
 
-    def __init__(self, secret: Secret) -> None:
+
+class SecretAuth(httpx.Auth):
+    """Sends a request rendered with :data:`PLACEHOLDER` as ``fill`` makes it with the secret's
+    value, inside the client's send; the request is shown with its stand-ins again afterwards."""
+
+    def __init__(self, secret: Secret, fill: Fill) -> None:
         self._secret = secret
+        self._fill = fill
 
     def __repr__(self) -> str:
         return f"<SecretAuth {self._secret!r}>"
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
-        await request.aread()  # a multipart upload streams: its body is read here to be filled
-        sent = _filled(request, self._secret.reveal())
+        await request.aread()  # a multipart upload streams: its body is read here to be sent again
+        sent = self._fill(request, self._secret.reveal())
         try:
             yield sent
         finally:
             # The request lives on in the response and in any error: leave no secret in it.
-            sent.url = httpx.URL(str(request.url).replace(PLACEHOLDER, MASK))
-            for name, value in request.headers.items():
-                if PLACEHOLDER in value:
-                    sent.headers[name] = value.replace(PLACEHOLDER, MASK)
+            sent.url, sent.headers = request.url, request.headers.copy()
 
 
-def _filled(request: httpx.Request, value: str) -> httpx.Request:
-    url = str(request.url)
-    if PLACEHOLDER in url:
-        url = url.replace(PLACEHOLDER, quote(value, safe=""))
-    headers = [(k, v.replace(PLACEHOLDER, value)) for k, v in request.headers.multi_items()]
-    content = request.content
-    marker = PLACEHOLDER.encode()
-    if marker in content:
-        content = content.replace(marker, json.dumps(value)[1:-1].encode())
-        headers = [(k, str(len(content)) if k.lower() == "content-length" else v) for k, v in headers]
-    return httpx.Request(request.method, url, headers=headers, content=content, extensions=request.extensions)
+def rebuilt(request: httpx.Request, *, headers: Mapping[str, str]) -> httpx.Request:
+    """``request`` with these headers set: its URL and body as they were."""
+    merged = request.headers.copy()
+    merged.update(headers)
+    return httpx.Request(request.method, request.url, headers=merged, content=request.content, extensions=request.extensions)
+
+
+def bearer(request: httpx.Request, value: str) -> httpx.Request:
+    """A :data:`Fill` for a key sent as ``Authorization: Bearer <key>`` and nowhere else."""
+    return rebuilt(request, headers={"Authorization": f"Bearer {value}"})

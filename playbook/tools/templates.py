@@ -1,15 +1,24 @@
 """An ``http_tool``'s templates: ``"{domain}"`` placeholders in its URL, query, body and headers,
-found when the tool is made (a bad one named with its place) and filled for each call."""
+found when the tool is made (a bad one named with its place) and filled for each call.
+
+A URL's placeholders are filled by where they stand.  In its path and query, each value is
+quoted as one segment (``"a/b"`` stays one name, never two).  In its *origin* (scheme, host and
+port), a value chooses where the request goes: a template that starts with a placeholder
+(``"{url}"``, ``"{base}/v1/x"``) takes a whole ``http(s)://`` address from it, one inside the host
+(``"https://{region}.api.example.com/x"``) takes a host name; anything else is the row's error,
+named with the input, before anything is sent.
+"""
 
 from __future__ import annotations
 
 import functools
+import re
 import string
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["BadTemplate", "collect", "fill", "fill_url"]
+__all__ = ["BadTemplate", "BadValue", "UrlTemplate", "collect", "fill"]
 
 _formatter = string.Formatter()
 
@@ -79,6 +88,51 @@ def fill(template: Any, values: Mapping[str, Any]) -> Any:
     return template
 
 
-def fill_url(template: str, values: Mapping[str, Any]) -> str:
-    """Fill URL placeholders, each value quoted as one path segment."""
-    return template.format_map({k: quote(str(v), safe="") for k, v in values.items() if v is not None and "{" + k in template})
+class BadValue(ValueError):
+    """A value that cannot stand where its placeholder is: ``field`` is the input at fault."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(why)
+        self.field = field
+
+
+_ADDRESS = re.compile(r"https?://[^/?#\s@]+([/?#][^\s]*)?", re.IGNORECASE)
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+
+
+class UrlTemplate:
+    """A URL template, split where its origin ends: ``origin`` holds the placeholders that choose
+    where the request goes (none for a fixed host), ``lead`` the one a template starts with, which
+    takes a whole address."""
+
+    __slots__ = ("text", "origin", "lead")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        if text.startswith("{") and not text.startswith("{{"):
+            origin = text[: text.index("}") + 1]
+        else:
+            rest = text.partition("://")[2]
+            origin = rest[: min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))]
+        fields: list[str] = []
+        collect(origin, fields, "url")
+        self.origin = frozenset(fields)
+        self.lead = _whole(origin) if text.startswith("{") else None
+
+    def fill(self, values: Mapping[str, Any]) -> str:
+        """The URL for these values (``KeyError`` for a placeholder whose value is None;
+        :class:`BadValue` for a value that cannot stand in the origin)."""
+        filled: dict[str, str] = {}
+        for k, v in values.items():
+            if v is not None and "{" + k in self.text:
+                filled[k] = self._origin(k, v) if k in self.origin else quote(str(v), safe="")
+        return self.text.format_map(filled)
+
+    def _origin(self, field: str, value: Any) -> str:
+        text = value if isinstance(value, str) else ""
+        if field == self.lead:
+            if not _ADDRESS.fullmatch(text):
+                raise BadValue(field, f"input {field!r} must be an http:// or https:// address, not {str(value)[:80]!r}")
+        elif not _HOST.fullmatch(text):
+            raise BadValue(field, f"input {field!r} stands in the URL's host, so it must be a host name, not {str(value)[:80]!r}")
+        return text
