@@ -4,16 +4,19 @@ status.  They are pydantic models: validated, with documented fields, and their 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
 from ._internal.words import time_of_day
 
-__all__ = ["ProviderHold", "Receipt", "RunStats", "Status"]
+__all__ = ["STATUSES", "STATUS_COLUMNS", "ProviderHold", "Receipt", "RunStats", "Status"]
 
 
 Status = Literal["ok", "reused", "failed", "parked", "skipped"]
+STATUSES: tuple[Status, ...] = get_args(Status)
+# The columns playbook writes into a result, beside the play's own.
+STATUS_COLUMNS = ("play_status", "play_error")
 
 
 class Receipt(BaseModel):

@@ -17,6 +17,7 @@ import re
 import sqlite3
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -659,3 +660,49 @@ def test_row_name_points_at_row_index() -> None:
 
     out = pd.DataFrame({"company": ["Acme"]}, index=["a"]).play.map(labelled, progress=False)
     assert "the row has no column 'name'" in out.play_error["a"] and "row.index" in out.play_error["a"]
+
+
+# -- columns playbook writes ---------------------------------------------------------------------
+
+
+def _frames(frame: pd.DataFrame) -> dict[str, Any]:
+    import dask.dataframe as dd
+    import polars as pl
+
+    return {"pandas": frame, "polars": pl.from_pandas(frame), "dask": dd.from_pandas(frame, npartitions=1)}
+
+
+_RESERVED = [
+    ({"play_status": ["mine", "yours"]}, "column 'play_status', which playbook writes .* without 'play_error'"),
+    ({"play_error": ["none", "none"]}, "column 'play_error', which playbook writes .* without 'play_status'"),
+    ({"play_status": ["ok", "mine"], "play_error": [None, None]}, "its value 'mine' in row 1 is not a status playbook gives"),
+]
+
+
+# A Dask frame's values are not read before its job: both columns make it an earlier result there.
+@pytest.mark.parametrize(
+    ("kind", "columns", "said"),
+    [(kind, *case) for kind in ("pandas", "polars") for case in _RESERVED] + [("dask", *case) for case in _RESERVED[:2]],
+)
+def test_an_input_column_playbook_would_write_is_refused_naming_it_and_the_way_out(
+    kind: str, columns: dict[str, list[Any]], said: str, store: pb.ReceiptStore
+) -> None:
+    """A frame with play_status or play_error of its own (not an earlier run's result) is refused
+    before any row runs, on pandas, Polars and Dask frames, naming the column, how to rename it
+    and the resume path; nothing is replaced."""
+    frame = _frames(pd.DataFrame({"x": [1, 2], **columns}))[kind]
+    with pytest.raises(pb.PlayDefinitionError, match=said) as refused:
+        frame.play.map(doubled, store=store, progress=False)
+    assert "rename it, e.g. df.rename(columns=" in str(refused.value) and "map the play over that run's result" in str(refused.value)
+    assert pb.last_run() is None
+
+
+def test_a_file_with_a_column_playbook_would_write_is_a_usage_error_on_the_command_line(tmp_path: Path) -> None:
+    """``python -m playbook run`` on a CSV with its own play_status column exits 2, naming the column."""
+    from playbook.frontends.cli import main
+
+    (tmp_path / "plays.py").write_text("import playbook as pb\n\n@pb.play\nasync def p(row, ctx):\n    return {'y': row.x}\n")
+    pd.DataFrame({"x": [1], "play_status": ["mine"]}).to_csv(tmp_path / "in.csv", index=False)
+    argv = ["run", f"{tmp_path / 'plays.py'}:p", "--in", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.csv")]
+    assert main([*argv, "--store", str(tmp_path / "st")]) == 2
+    assert not (tmp_path / "out.csv").exists()

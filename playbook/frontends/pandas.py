@@ -15,6 +15,7 @@ import pandas as pd
 from .._internal.loop import run_sync
 from ..errors import PlayDefinitionError, interrupted
 from ..plays.play import PlayLike, as_play
+from ..records import STATUS_COLUMNS, STATUSES
 from ..runtime.estimate import PILOT_ROWS, Estimate, declined, pilot_estimate
 from ..runtime.options import RunOptions
 from ..runtime.run import Run, begin_background, execute, start
@@ -166,9 +167,34 @@ def check_columns(frame: Any, play: Any, opts: RunOptions) -> None:
             f"the DataFrame has more than one column named {', '.join(map(repr, twice))}, so row[...] would be "
             "ambiguous; rename them (df.columns = [...]) or drop the copies (df.loc[:, ~df.columns.duplicated()])"
         )
+    _check_reserved(frame)
     if isinstance(play, Tool):
         _check_tool(columns, play)
     opts.key_columns(frame)
+
+
+def _check_reserved(frame: Any) -> None:
+    """A frame with a column playbook writes is an earlier run's result (the resume path: both
+    columns, every status one playbook gives; a Dask frame's values are not read for this), or
+    the user's column would be silently replaced: refused, naming it."""
+    present = [name for name in STATUS_COLUMNS if name in frame.columns]
+    if not present:
+        return
+    if len(present) == len(STATUS_COLUMNS):
+        if not isinstance(frame, pd.DataFrame):
+            return
+        odd = frame["play_status"][~frame["play_status"].isin(STATUSES) & frame["play_status"].notna()]
+        if odd.empty:
+            return
+        why = f"its value {odd.iloc[0]!r} in row {odd.index[0]!r} is not a status playbook gives"
+    else:
+        why = f"without {', '.join(repr(n) for n in STATUS_COLUMNS if n not in present)} it is not an earlier run's result"
+    name = present[0]
+    raise PlayDefinitionError(
+        f"the DataFrame has a column {name!r}, which playbook writes (each row's status and error), and {why}: rename it, "
+        f"e.g. df.rename(columns={{{name!r}: 'my_{name.removeprefix('play_')}'}}); to resume a run, map the play over "
+        "that run's result, which carries both play_status and play_error"
+    )
 
 
 def _check_tool(columns: Any, tool: Tool[Any]) -> None:

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from ..records import STATUS_COLUMNS
+
 if TYPE_CHECKING:
     import polars as pl
 
 __all__ = ["frames", "polars_column", "to_pandas", "to_polars", "whole_frame"]
-
-STATUS_COLUMNS = ("play_status", "play_error")
 
 
 def frames(frame: pl.DataFrame, limit: Any) -> tuple[pl.DataFrame, pd.DataFrame]:

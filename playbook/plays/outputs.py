@@ -32,10 +32,11 @@ from pydantic.json_schema import PydanticJsonSchemaWarning
 
 from ..errors import PlaybookError, PlayDefinitionError
 from ..keys import code_fingerprint, digest
+from ..records import STATUS_COLUMNS
 
 __all__ = ["OutputError", "OutputModel"]
 
-_STATUS_COLUMNS = ("play_status", "play_error")
+
 _SHOWN = 3  # field errors named in a row's message; the rest are counted
 
 # Dtypes a column of each kind gets.  Every one holds a missing value, since failed, parked and
@@ -77,7 +78,7 @@ class OutputModel:
         self.play = play
         self.fields: tuple[tuple[str, Any], ...] = tuple((name, _kind(tp)) for name, tp in _annotations(model))
         for name, _ in self.fields:
-            if name in _STATUS_COLUMNS:
+            if name in STATUS_COLUMNS:
                 raise PlayDefinitionError(
                     f"play {play!r}: output={model.__name__} has a field {name!r}, a column playbook uses for the row's status"
                 )

@@ -13,12 +13,11 @@ import numpy as np
 import pandas as pd
 
 from ..plays.outputs import OutputError, OutputModel
+from ..records import STATUS_COLUMNS
 from ..tagged import Unencodable, decode, encode
 from .grouping import safe_str
 
 __all__ = ["ABSENT", "OutputError", "Row", "error_line", "error_message", "output_columns", "play_row", "result_frame", "stored_output"]
-
-_STATUS_COLUMNS = ("play_status", "play_error")
 
 
 class Row(Mapping[Any, Any]):
@@ -112,7 +111,7 @@ def output_columns(value: Any, play: str, forgotten: Callable[[Any], str], model
         for k in value:
             if not isinstance(k, str):
                 raise OutputError(f"play {play!r} returned a dict with a non-string key {k!r}; column names must be strings")
-        for k in _STATUS_COLUMNS:
+        for k in STATUS_COLUMNS:
             if k in value:
                 raise OutputError(f"play {play!r} returned a column named {k!r}, which playbook uses for the row's status; rename it")
         return value
