@@ -197,13 +197,17 @@ def test_bad_credentials_and_an_unwritable_result_exit_1_and_write_nothing(work:
 
 def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Path, demo: pb.demo.DemoServer) -> None:
     """A missing file, play or `:name`, a broken plays file (its own traceback only), an unknown format,
-    a missing input, Parquet without pyarrow, bad option values and an --out that is the --in file
-    (spelled another way, through a symlink): exit 2, no call is made and the input is intact."""
+    a missing input, Parquet without pyarrow, bad option values, an --out that is the --in file
+    (spelled another way, through a symlink) and a CSV whose rows have more fields than its header
+    (which pandas would shift into the index): exit 2 naming the line, no call is made and the
+    input is intact."""
     (work / "broken.py").write_text("import playbook as pb\n  x = 1\n")
     (work / "raises.py").write_text("import os\n\nCONFIG = os.environ['NO_SUCH_SETTING_HERE']\n")
     (work / "no_pyarrow").mkdir()
     (work / "no_pyarrow" / "pyarrow.py").write_text("raise ImportError('No module named pyarrow')\n")
     (work / "link.csv").symlink_to(work / "leads.csv")
+    (work / "shifted.csv").write_text("domain,first\n\nacme.com,Ada,x\nglobex.com,Bo,y\n")
+    (work / "longer.csv").write_text("domain,first\nacme.com,Ada\nglobex.com,Bo,y\n")
     leads = (work / "leads.csv").read_bytes()
     run = ["--in", "leads.csv", "--out", "out.csv"]
     cases: list[tuple[list[str], list[str], dict[str, str]]] = [
@@ -223,6 +227,12 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
         (["plays.py:enrich", *run, "--max-cost", "abc"], ["--max-cost", "'abc'"], {}),
         (["plays.py:enrich", *run, "--key", "domain,nope"], ["--key", "'nope'"], {}),
         (["plays.py:enrich", "--in", "./leads.csv", "--out", "link.csv"], ["--out link.csv", "same file as --in ./leads.csv"], {}),
+        (
+            ["plays.py:enrich", "--in", "shifted.csv", "--out", "out.csv"],
+            ["--in shifted.csv", "line 3 has 3 fields but the header has 2"],
+            {},
+        ),
+        (["plays.py:enrich", "--in", "longer.csv", "--out", "out.csv"], ["--in longer.csv", "line 3, saw 3"], {}),
     ]
     results = cli_many(work, [(args, env) for args, _, env in cases])
     for (args, words, _), done in zip(cases, results):

@@ -5,7 +5,9 @@ failing disk or a kernel panic would.  ext4 aborts its journal at once: what rea
 again.
 
 A row the first run reported ``ok`` must find its receipt on the rerun, and the calls paid again
-must be exactly the ones the first run counted in ``receipts_lost``.  The same staging with
+must be among those the first run counted in ``receipts_lost`` (an upper bound: a commit the
+failing disk reported as failed may have reached it all the same), and once the disk failed
+only the calls already in flight were paid for.  The same staging with
 ``durability="best-effort"`` (SQLite's ``synchronous=NORMAL``) loses the receipts of rows
 already reported ``ok``: it shows the staging drops what was not synced.
 """
@@ -116,7 +118,8 @@ def test_a_filesystem_error_mid_run_loses_no_receipt_of_a_row_reported_ok(tmp_pa
     assert 400 < len(first["ok"]) < 600 and first["lost"] > 0, first["lost"]  # the disk failed midway, under calls in flight
     paid_again = set(rerun["calls"]) & set(first["calls"])
     assert not paid_again & set(first["ok"]), "rows reported ok lost their receipts"
-    assert len(paid_again) == first["lost"]  # paid again: exactly what the run said it lost
+    assert 0 < len(paid_again) <= first["lost"]  # paid again: no more than what the run said it lost
+    assert len(first["calls"]) - len(first["ok"]) <= first["lost"]  # once the disk failed, only calls in flight were paid
     assert rerun["refused"] is None  # the store holds every receipt its mark counted
 
 

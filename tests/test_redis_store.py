@@ -247,3 +247,32 @@ def test_a_redis_that_stops_answering_never_freezes_the_run() -> None:
 async def _finished(run: pb.Run) -> None:
     while run.state.running:
         await asyncio.sleep(0.05)
+
+
+def test_a_full_redis_parks_the_rows_that_would_pay_instead_of_paying_for_what_it_cannot_record(redis_url: str) -> None:
+    """A real Redis at its maxmemory with noeviction refuses every write (OOM): once it has
+    refused past the store's grace, the rows that would pay park with reason "store"; only the
+    calls already in flight when it filled are paid and not recorded."""
+    server = redis.Redis.from_url(redis_url)
+    before = server.config_get("maxmemory")["maxmemory"]
+    server.config_set("maxmemory-policy", "noeviction")
+    server.config_set("maxmemory", int(server.info("memory")["used_memory"]) + 2_000_000)
+    calls: list[int] = []
+
+    @pb.tool(name="big", version="1")
+    async def big(n: int) -> str:
+        calls.append(n)
+        await asyncio.sleep(0.001)
+        return f"{n:08d}" * 5_000  # 40 kB: the server is full after about 50
+
+    try:
+        store = pb.ReceiptStore(redis_url, write_grace=0.5)
+        run = pd.DataFrame({"n": range(400)}).play.run(big, store=store, progress=False, concurrency=4)
+        statuses = run.result["play_status"].value_counts().to_dict()
+        assert 20 < statuses["ok"] < 100 and statuses.get("parked", 0) > 250, statuses
+        assert set(run.parked["reason"]) == {"store"} and run.parked["message"].str.contains("out of memory").all()
+        not_recorded = len(calls) - statuses["ok"]
+        assert not_recorded == run.stats.receipts_lost <= 4, (len(calls), statuses, run.stats)  # at most the calls in flight
+        store.close()
+    finally:
+        server.config_set("maxmemory", before)

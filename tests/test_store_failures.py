@@ -1,6 +1,7 @@
-"""A store that fails while a run goes on: the rows it affects fail saying why and where, map()
-still returns every row, paid calls whose receipts could not be written are written at the end
-(or counted and said out loud), and odd text never crashes anything.
+"""A store that fails while a run goes on: a moment's refusal is waited for; past the store's
+grace, the rows it affects fail saying why and where and those that would pay park, map() still
+returns every row, paid calls whose receipts could not be written are written later (or counted
+and said out loud), and odd text never crashes anything.
 
 "Disk full" is SQLite's own answer (SQLITE_FULL) when the database may not grow any more
 (``PRAGMA max_page_count``): the same error a full disk gives, without filling one."""
@@ -16,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from exact import same
+from vtime import run_virtual
 
 import playbook as pb
 from playbook.store import engine
@@ -48,44 +50,70 @@ def _tool(calls: list[int], store: pb.ReceiptStore, *, full_at: int | None = Non
     return fetch
 
 
-def test_disk_full_mid_run_fails_the_rows_it_affects_and_says_what_was_lost(
+def test_a_disk_that_stays_full_parks_the_rows_that_would_pay_and_says_what_was_lost(
     store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The disk fills up mid-run: rows whose receipts cannot be written fail naming the reason and the
-    store; map() returns every row; the paid calls that could not be recorded are counted and said."""
+    """The disk fills up mid-run and stays full past the store's grace: the receipt of the call
+    paid then fails its row naming the reason and the store, the rows that would pay after it park
+    with reason "store" instead of paying for answers nobody can record, and the one paid call not
+    recorded is counted and said.  Once there is room, run.retry() pays for the parked rows only."""
     calls: list[int] = []
     fetch = _tool(calls, store, full_at=5)
     frame = pd.DataFrame({"n": range(12)})
-    run = frame.play.run(fetch, store=store, progress=False, concurrency=1)
+    run = run_virtual(frame.play.arun(fetch, store=store, progress=False, concurrency=1))
     statuses = run.result["play_status"].tolist()
-    assert statuses[:5] == ["ok"] * 5 and statuses[5:] == ["failed"] * 7
+    assert statuses == ["ok"] * 5 + ["failed"] + ["parked"] * 6
     error = run.result["play_error"].iloc[5]
     assert error.startswith(f"ReceiptError: cannot write to the receipt store at {store.path}: the disk is full (ENOSPC)")
-    assert run.stats.receipts_lost == 7 and len(calls) == 12 and run.stats.calls_local == 12  # all 12 ran
-    assert any("7 paid calls could not be recorded" in n for n in run.notices)
-    assert any("7 paid calls could not be recorded" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert "(for 5s); this call was paid for" in error
+    assert len(calls) == 6 and run.stats.receipts_lost == 1 and run.stats.parked == 6  # nothing paid after the grace
+    parked = run.parked
+    assert set(parked["reason"]) == {"store"} and parked["message"].str.contains("refuses writes").all()
+    assert any("1 paid calls could not be recorded" in n for n in run.notices)
+    assert any("1 paid calls could not be recorded" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
-    here = frame.play.run(fetch, store=store, progress=False)  # this process still holds the answers: none is paid again
-    assert here.result["play_status"].tolist() == ["ok"] * 12 and here.stats.calls_local == 0 and len(calls) == 12
-    assert here.stats.receipts_lost == 7  # and still cannot write them
+    # Against receipts (their memos could not be written either), and this process still holds the answer not recorded.
+    here = frame.play.run(fetch, store=store, progress=False)
+    assert here.result["play_status"].tolist() == ["ok"] * 6 + ["parked"] * 6 and len(calls) == 6
+    assert here.stats.receipts_lost == 1  # and still cannot write it
 
     _room(store)
+    here.retry()
+    assert here.result["play_status"].tolist() == ["ok"] * 12 and engine(store).unwritten() == 0
+    assert sorted(calls) == list(range(12))  # each call paid once
     elsewhere = frame.play.run(fetch, store=pb.ReceiptStore(store.path), progress=False)  # as from another process
-    assert elsewhere.stats.calls_local == 7 and elsewhere.stats.calls_reused == 5  # what was lost, and only that
+    assert elsewhere.stats.calls_local == 0 and elsewhere.result["play_status"].isin(["ok", "reused"]).all()
 
 
-def test_receipts_that_could_not_be_written_are_written_at_the_end(store: pb.ReceiptStore) -> None:
-    """Room comes back before the run ends: the receipts held in memory are written then, so the rows
-    that failed for want of them cost nothing on the rerun; within the run, no call is paid twice."""
+def test_a_disk_full_for_a_moment_fails_no_row_and_pays_each_call_once(store: pb.ReceiptStore) -> None:
+    """The disk is full for 0.23 s (less than the store's grace) while 8 rows at a time pay: the
+    receipts refused meanwhile are written again, the calls about to be paid for wait for the
+    store, and every row is ok with each call paid once; nothing is lost."""
     calls: list[int] = []
-    fetch = _tool(calls, store, full_at=3, room_at=8)
-    frame = pd.DataFrame({"i": range(12), "n": list(range(9)) + [3, 4, 5]})
-    run = frame.play.run(fetch, store=store, progress=False, concurrency=1)
-    assert run.result["play_status"].tolist().count("failed") >= 1
-    assert run.stats.receipts_lost == 0 and any("written at the end of this run" in n for n in run.notices)
-    assert sorted(calls) == sorted(set(calls))  # 3, 4, 5 asked twice, paid once
-    again = frame.play.run(fetch, store=store, progress=False)
-    assert again.stats.calls_local == 0 and again.result["play_status"].isin(["ok", "reused"]).all()
+    sent_t: list[float] = []
+    full_t: list[float] = []
+
+    @pb.tool(name="fetch", version="1")
+    async def fetch(n: int) -> str:
+        loop = asyncio.get_running_loop()
+        calls.append(n)
+        sent_t.append(loop.time())
+        if n == 20:
+            _full(store)
+            full_t.append(loop.time())
+            loop.call_later(0.23, _room, store)
+        await asyncio.sleep(0.01)  # the first receipt refused is the one of a call sent now: none is sent after it
+        return str(n) * BIG
+
+    frame = pd.DataFrame({"n": range(200)})
+    run = run_virtual(frame.play.arun(fetch, store=store, progress=False, concurrency=8))
+    assert run.result["play_status"].tolist() == ["ok"] * 200
+    assert sorted(calls) == list(range(200)) and run.stats.receipts_lost == 0
+    (full,) = full_t
+    assert not [t for t in sent_t if full + 0.01 < t < full + 0.23]  # while the disk was full, nothing was paid
+    assert max(sent_t) > full + 0.23  # and the rows went on once it had room
+    again = frame.play.run(fetch, store=pb.ReceiptStore(store.path), progress=False)
+    assert again.stats.calls_local == 0
 
 
 def test_disk_full_when_memos_are_written_still_returns_the_rows(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture) -> None:

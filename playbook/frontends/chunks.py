@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from .files import Rows, exact_csv, exact_json_lines, json_line_records, open_text, write_rows
+from .files import Rows, exact_csv, exact_json_lines, json_line_records, open_text, read_csv, write_rows
 
 __all__ = ["CHUNK", "Parts", "read_chunks"]
 
@@ -42,7 +42,7 @@ def read_chunks(path: str, kind: str, size: int) -> Iterator[Rows]:
 
 def _csv_chunks(path: str, size: int) -> Iterator[Rows]:
     # The same parse twice, in step: as pandas types it, and every cell as written (see files._csv).
-    with pd.read_csv(path, chunksize=size) as typed, pd.read_csv(path, dtype=object, na_filter=False, chunksize=size) as text:
+    with read_csv(path, chunksize=size) as typed, read_csv(path, dtype=object, na_filter=False, chunksize=size) as text:
         for frame, spelled in zip(typed, text):
             yield Rows(frame, exact_csv(frame, spelled))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import csv
 import dataclasses
 import datetime as dt
 import gzip
@@ -46,6 +47,7 @@ __all__ = [
     "json_lines_of",
     "need_pyarrow",
     "open_text",
+    "read_csv",
     "read_rows",
     "text_cells",
     "with_index",
@@ -131,11 +133,33 @@ def read_rows(path: str, kind: str) -> Rows:
 
 
 def _csv(path: str) -> Rows:
-    frame = pd.read_csv(path)
+    frame = read_csv(path)
     if not _typed(frame):  # most files need no second read
         return Rows(frame, {})
-    # The same parse (header, names, a first column taken for the index), but every cell as written.
-    return Rows(frame, exact_csv(frame, pd.read_csv(path, dtype=object, na_filter=False)))
+    # The same parse (header, names), but every cell as written.
+    return Rows(frame, exact_csv(frame, read_csv(path, dtype=object, na_filter=False)))
+
+
+def read_csv(path: str, **options: Any) -> Any:
+    """``pd.read_csv(path, **options)`` (a frame, or a reader of chunks), refusing a file whose
+    rows have more fields than its header with a ``ValueError`` naming the line.
+
+    Given such a file, pandas takes the first column for the index and shifts every other
+    column one place left: the play would run on the wrong values under the right names.  Only
+    the first row can do that (pandas refuses a longer row further on, naming its line), so
+    only it is read here; ``index_col=False`` keeps pandas from guessing if this check and its
+    parser ever disagree.
+    """
+    with open_text(path, "rt") as text:
+        records = csv.reader(text)
+        header = next((record for record in records if record), None)
+        first = next((record for record in records if record), None)
+        if header is not None and first is not None and len(first) > len(header):
+            raise ValueError(
+                f"line {records.line_num} has {len(first)} fields but the header has {len(header)} "
+                f"({', '.join(header)}): add the missing column names, or remove the extra fields"
+            )
+    return pd.read_csv(path, index_col=False, **options)
 
 
 def _typed(frame: pd.DataFrame) -> list[Any]:

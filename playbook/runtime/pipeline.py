@@ -6,6 +6,8 @@
     lease    this process takes the call; or, while rows not started yet wait, the row steps
              back for one of them (another process is paying for it: processes on the same
              rows share them out); or it waits for that process's receipt
+    store    the store takes writes (a call it cannot record is not paid for): while it
+             refuses them the call waits, for the store's grace, then the row parks
     budget   max_cost is reserved, or the row parks
     route    a batch (coalesced with other rows' calls), the provider's governor (holds, rate,
              retries, over the row's wait budget), or straight to the tool
@@ -161,6 +163,8 @@ async def _pay(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
         found = await _lease(ctx, tool, store, call)
         if found is not MISSING:
             return _reused(ctx, tool, call.values, found)
+        if store.health.reason is not None:  # it refuses writes: wait for it, or park (see store.health)
+            await store.health.writable(store.location)
         return await _spend(ctx, tool, call)
     finally:
         _release(store, call.key, done)

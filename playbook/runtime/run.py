@@ -153,7 +153,7 @@ class Run:
 
     @property
     def parked(self) -> pd.DataFrame:
-        """Parked rows: index label, position, why (``hold``, ``down``, ``budget``), the provider, when
+        """Parked rows: index label, position, why (``hold``, ``down``, ``budget``, ``store``), the provider, when
         it expects to take calls again (UTC; for a down provider, its next probe), and the message."""
         frame = pd.DataFrame(self.state.parked_rows(), columns=["row", "position", "reason", "provider", "ready_at", "message"])
         frame["ready_at"] = pd.to_datetime(frame["ready_at"], unit="s", utc=True)

@@ -9,9 +9,10 @@ exactly the value first stored.
 Damage never stops a run.  A store that cannot be opened (not a database, a newer format) raises
 :class:`ReceiptError` naming the directory and what to do.  One record that cannot be read (bad
 JSON, bad UTF-8, a tag from a newer playbook) counts as missing, with a warning naming it: the
-call is made again and its new receipt replaces the bad one.  A store that fails while a run goes
-on (disk full, read-only, removed) fails the rows that needed it, with the reason and the path;
-receipts of calls already paid for are kept in memory and written again at the end of the run.
+call is made again and its new receipt replaces the bad one.  A store that refuses writes while a
+run goes on (disk full, read-only, out of memory) is waited for, a few seconds (health.py); past
+that, the receipts waiting fail their rows, with the reason and the path, and the rows that would
+pay park.  Receipts of calls already paid for are kept in memory and written at the end of the run.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from typing import Any
 from ..errors import ReceiptError
 from ..tagged import decode, loads
 from .ahead import ReadAhead
+from .health import GRACE_S, WriteHealth
 from .inspection import Inspection
 from .io import StoreIO
 from .leases import Leases
 from .location import home, is_url, masked_in, open_backend
 from .marking import Marked
 from .opening import ELSEWHERE as _ELSEWHERE
+from .owed import Owed
 from .protocol import Backend, Damaged, Found, StoreFailure, Tally
 from .records import MISSING, OUTPUT_TAGGED, REFUSED, MemoRow, Record, Refusal, damage
 from .row_memos import RowMemos
@@ -46,7 +49,7 @@ _threads = threading.Lock()
 _logger = logging.getLogger("playbook.store")
 
 
-class StoreEngine(Inspection, RowMemos, Marked, Spending):
+class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
     """What a :class:`~playbook.store.receipts.ReceiptStore` runs on.
 
     The same records, with what a run needs beside what users look at: lookups batched per turn
@@ -64,6 +67,7 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending):
         lease_ttl: float = 30.0,
         readonly: bool = False,
         durability: str | None = None,
+        write_grace: float = GRACE_S,
     ) -> None:
         where = home() if location is None else location
         self._opened = (where, readonly, durability)  # for the same store in another thread (see for_thread)
@@ -100,6 +104,7 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending):
         self.tally: tuple[str, str] | None = None
         self._asks: list[tuple[str, float | None, asyncio.Future[Any]]] = []
         self._unwritten: dict[str, Record] = {}  # paid for, not yet written
+        self.health = WriteHealth(self.rewrite, write_grace)  # whether it takes writes: a call checks before it pays
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
         self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # the same, across processes
         # Said when it holds fewer receipts than its mark (marks.py): a run on it refuses to start.
@@ -122,7 +127,7 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending):
             if other is None:
                 where, readonly, durability = self._opened
                 other = self._others[me] = StoreEngine(where, clock=self.clock, lease_ttl=self.leases.ttl, readonly=readonly,
-                                                        durability=durability)  # fmt: skip
+                                                        durability=durability, write_grace=self.health.grace_s)  # fmt: skip
                 if self._backend.location == "memory":  # nothing else holds its records: share them
                     other._backend, other._lookup, other._ahead = self._backend, self._backend.lookup, ReadAhead(self._backend)
                     other.leases = Leases(self._backend, other._io, ttl=self.leases.ttl)
@@ -278,14 +283,21 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending):
 
         Records written in the same turn of the event loop share one transaction (group
         commit): each row still waits for its own receipt to be on disk, but a burst of 64
-        finishing calls costs one commit instead of 64.
+        finishing calls costs one commit instead of 64.  A record the store refuses is written
+        again for the store's grace before the error is raised (health.py).
         """
         loop = asyncio.get_running_loop()
         done = loop.create_future()
         self._writes.append((record, done, paid, cost))
         if len(self._writes) == 1:
             loop.call_soon(self._commit_writes)
-        await done
+        try:
+            await done
+        except ReceiptError as exc:
+            if not await self.health.retry(lambda: record.key not in self._unwritten):
+                grace = f"{self.health.grace_s:g}s"
+                raise ReceiptError(f"{exc} (for {grace}); this call was paid for: its answer is kept in memory and written once "
+                                   "the store takes writes again") from None  # fmt: skip
 
     def _commit_writes(self) -> None:
         writes, self._writes = self._writes, []
@@ -294,21 +306,24 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending):
         if self.tally is not None and (calls := sum(write[2] for write in writes)):
             tally = Tally(*self.tally, calls, sum(write[3] for write in writes))
         if self._io.remote:  # written later, on the store's thread: kept meanwhile, and found by lookups
-            self._keep(rows)
+            self.keep(rows)
         # The leases of these calls go in the receipts' transaction (not one of their own).
         released = self.leases.among([row.key for row in rows])
 
         def written(_: None, exc: BaseException | None) -> None:
             if exc is not None:
-                self._keep(rows)  # paid for: written again at the end of the run
+                self.keep(rows)  # paid for: written again at the end of the run
                 problem = exc.reason if isinstance(exc, StoreFailure) else str(exc)
+                self.health.failed(problem)
                 error = ReceiptError(f"cannot write to the receipt store at {self.location}: {problem}")
                 for _row, done, *_rest in writes:
                     if not done.done():
                         done.set_exception(error)
                 return
+            if self.health.reason is not None:
+                self.health.mended()
             if self._unwritten:
-                self._written(rows)
+                self.written_back(rows)
             if released:
                 self.leases.given_back(released)
             for _row, done, *_rest in writes:
@@ -322,40 +337,6 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending):
             self._backend.write(rows, released, self.leases.owner)
         else:  # only a Redis store is given a tally (a cluster job's): it takes one
             self._backend.write(rows, released, self.leases.owner, tally=tally)  # type: ignore[call-arg]
-
-    def unwritten(self) -> int:
-        """Receipts of paid calls that could not be written (yet)."""
-        return len(self._unwritten)
-
-    def write_unwritten(self) -> int:
-        """Try once more to write the receipts that failed to be written; returns how many are still not written."""
-        if not self._unwritten:
-            return 0
-        rows = list(self._unwritten.values())
-        if self._io.remote:
-            # Queued behind the writes not done yet: a server that does not answer must not hold
-            # up the end of the run.  They stay counted until the store confirms them.
-            def confirmed(_: None, exc: BaseException | None) -> None:
-                if exc is None:
-                    self._written(rows)
-
-            self._io.submit(lambda: self._backend.write(rows), confirmed)
-            return len(self._unwritten)
-        try:
-            self._backend.write(rows)
-        except (StoreFailure, ReceiptError):
-            return len(self._unwritten)
-        self._written(rows)
-        return 0
-
-    def _keep(self, rows: list[Record]) -> None:
-        for row in rows:
-            self._unwritten[row.key] = row
-
-    def _written(self, rows: list[Record]) -> None:
-        for row in rows:
-            if self._unwritten.get(row.key) is row:
-                del self._unwritten[row.key]
 
     async def written(self, timeout: float) -> bool:
         """Await what this store still has to write (memos, queued receipts), at most ``timeout``

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..tools.base import NO_INPUT
 from .engine import StoreEngine
+from .health import GRACE_S
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,9 +56,12 @@ class ReceiptStore:
         durability: str | None = None,
         clock: Callable[[], float] = time.time,
         lease_ttl: float = 30.0,
+        write_grace: float = GRACE_S,
     ) -> None:
-        # clock and lease_ttl: what "now" is and how long a claim on a call lasts, for tests.
-        self._engine = StoreEngine(location, clock=clock, lease_ttl=lease_ttl, readonly=readonly, durability=durability)
+        # clock and lease_ttl: what "now" is and how long a claim on a call lasts, for tests.  write_grace:
+        # how long a store refusing writes is waited for before the rows that would pay park (health.py).
+        self._engine = StoreEngine(location, clock=clock, lease_ttl=lease_ttl, readonly=readonly, durability=durability,
+                                   write_grace=write_grace)  # fmt: skip
 
     def __repr__(self) -> str:
         return f"ReceiptStore({self.location!r})"

@@ -181,7 +181,12 @@ def parked_why(reason: str) -> str:
     return _WHY.get(reason, reason)
 
 
-_WHY = {"hold": "held past the wait budget", "down": "provider down", "budget": "max_cost reached"}
+_WHY = {
+    "hold": "held past the wait budget",
+    "down": "provider down",
+    "budget": "max_cost reached",
+    "store": "receipt store refusing writes",
+}
 
 
 def _ready(reason: str, provider: str | None, ready: float | None, providers: Mapping[str, ProviderView] | None) -> str:

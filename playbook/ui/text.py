@@ -208,6 +208,9 @@ class TextView:
         print(f"{line} | {counters}" if counters else line, file=self._file, flush=True)
 
 
+_WHY_PARKED = {"budget": "the budget ran out", "store": "the receipt store refused writes (nothing it could not record was paid for)"}
+
+
 def waiting_line(s: RunState, tally: Tally, room: int | None = None) -> str:
     """What holds rows back, in at most ``room`` characters when it can: held and parked rows, then
     each provider that is down, holds calls or has parked rows, with details while they fit."""
@@ -271,7 +274,7 @@ def summary(state: RunState, tally: Tally) -> str:
             until = f", ready at {time_of_day(ready)}" if ready else ""
             lines.append(f"provider {name!r}: {_rows(parked)} parked ({_reasons(tally.reasons(name))}){until}")
     for reason, n in tally.reasons(None).items():
-        lines.append(f"{_rows(n)} parked: " + ("the budget ran out" if reason == "budget" else reason))
+        lines.append(f"{_rows(n)} parked: " + _WHY_PARKED.get(reason, reason))
     if s.parked:
         lines.append("a rerun runs the parked rows again")
     lines += error_lines(tally)
