@@ -103,6 +103,7 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending):
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
         self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # the same, across processes
         # Said when it holds fewer receipts than its mark (marks.py): a run on it refuses to start.
+        self.start_marking()
         self.lost: str | None = None if readonly else self.check_mark()
 
     def __repr__(self) -> str:
@@ -318,10 +319,11 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending):
         self._io.submit(lambda: self._write(rows, tally, released), written)
 
     def _write(self, rows: list[Record], tally: Tally | None, released: list[str]) -> None:
+        backend, owner = self._backend, self.leases.owner
         if tally is None:
-            self._backend.write(rows, released, self.leases.owner)
+            self.counted(lambda: backend.write(rows, released, owner))
         else:  # only a Redis store is given a tally (a cluster job's): it takes one
-            self._backend.write(rows, released, self.leases.owner, tally=tally)  # type: ignore[call-arg]
+            self.counted(lambda: backend.write(rows, released, owner, tally=tally))  # type: ignore[call-arg]
 
     def unwritten(self) -> int:
         """Receipts of paid calls that could not be written (yet)."""
@@ -339,10 +341,10 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending):
                 if exc is None:
                     self._written(rows)
 
-            self._io.submit(lambda: self._backend.write(rows), confirmed)
+            self._io.submit(lambda: self.counted(lambda: self._backend.write(rows)), confirmed)
             return len(self._unwritten)
         try:
-            self._backend.write(rows)
+            self.counted(lambda: self._backend.write(rows))
         except (StoreFailure, ReceiptError):
             return len(self._unwritten)
         self._written(rows)
