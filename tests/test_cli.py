@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -242,3 +243,38 @@ def test_a_store_named_relative_to_the_working_folder(home: Path, monkeypatch: p
     assert ["receipts", "6", "(total", "cost", "1.5)"] in [line.split() for line in stats.splitlines()]
     assert len(listed.splitlines()) == 1 + 6
     assert json.loads(machine)["receipts"] == 6
+
+
+def _lose(path: Path, receipts: int) -> None:
+    """Remove receipts from receipts.db behind playbook's back (another program)."""
+    with sqlite3.connect(path / "receipts.db") as con:
+        con.execute("DELETE FROM receipt WHERE key IN (SELECT key FROM receipt WHERE key >= 'r' AND key < 's' LIMIT ?)", (receipts,))
+    con.close()
+
+
+def test_reset_accepts_what_a_lost_store_holds(home: Path) -> None:
+    """`cache reset --yes` does what store.reset() does: a store that lost receipts, refused until
+    then (the message names both ways out), runs again, even in a process that kept it open."""
+
+    @pb.tool(name="again")
+    def again(q: str) -> str:
+        return q * 2
+
+    @pb.play
+    async def twice(row, ctx):  # type: ignore[no-untyped-def]
+        return {"v": await ctx.tool(again, q=row.q)}
+
+    kept = pb.ReceiptStore(home)  # a kernel's, open across the reset
+    _lose(home, 2)
+    with pytest.raises(pb.ReceiptError) as refused:
+        pd.DataFrame({"q": ["x"]}).play.map(twice, store=kept, progress=False)
+    assert "held 6 receipts" in str(refused.value) and "now holds 4" in str(refused.value)
+    assert f"pb.ReceiptStore({str(home)!r}).reset()" in str(refused.value)
+    assert f"python -m playbook cache reset --store {home}" in str(refused.value)
+    _one_line_error(cli("cache", "reset"), "held 6 receipts", "--yes", "not a terminal")
+    done = cli("cache", "reset", "--yes")
+    assert done.returncode == 0 and done.stdout == f"accepted: the receipt store at {home} holds 4 receipts; runs on it go on from there\n"
+    out = pd.DataFrame({"q": ["x"]}).play.map(twice, store=kept, progress=False)
+    assert out["v"].tolist() == ["xx"] and kept.lost is None
+    kept.close()
+    assert cli("cache", "reset").stdout == f"the receipt store at {home} has lost nothing: it holds 5 receipts\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +13,8 @@ import pytest
 import redis
 
 import playbook as pb
+from playbook.ui.tally import Tally
+from playbook.ui.text import summary
 
 ROWS = 20
 paid: list[int] = []
@@ -123,3 +126,54 @@ def test_a_lost_store_can_still_be_looked_at(tmp_path: Path) -> None:
     where.mkdir()
     store = pb.ReceiptStore(where)
     assert store.lost is not None and store.stats()["receipts"] == 0
+
+
+def _deleting_at(where: Path, row: int) -> pb.Play:
+    """``tripled``, but row ``row`` first deletes every receipt from receipts.db, as another
+    program would (the run's own connection stays open and writes on)."""
+
+    @pb.play(name="tripled")
+    async def deleting(row, ctx):  # type: ignore[no-untyped-def]
+        if row.n == row_at:
+            with sqlite3.connect(where / "receipts.db") as con:
+                con.execute("DELETE FROM receipt")
+            con.close()
+        return {"v": await ctx.tool(lookup, n=row.n)}
+
+    row_at = row
+    return deleting
+
+
+def test_receipts_deleted_from_a_store_file_while_a_run_goes_on_are_said_and_refused_next(tmp_path: Path) -> None:
+    """The same loss as a Redis server restarted without its data, on SQLite: the run says it,
+    the store's mark keeps the higher count, and the next run refuses before paying."""
+    where = tmp_path / "store"
+    paid.clear()
+    store = pb.ReceiptStore(where)
+    run = FRAME.play.run(_deleting_at(where, 10), store=store, progress=False, concurrency=2)
+    assert run.stats.ok == ROWS
+    said = [note for note in run.notices if "lost receipts while this run went on" in note]
+    assert len(said) == 1 and f"should hold at least {ROWS} " in said[0] and "holds 10:" in said[0], run.notices
+    assert "warning: " + said[0] in summary(run.state, Tally.of(run.state)).splitlines()  # a script's text summary
+    paid.clear()
+    with pytest.raises(pb.ReceiptError, match=f"held {ROWS} receipts"):
+        FRAME.play.run(tripled, store=store, progress=False)
+    store.close()
+    message = _refused(where)
+    assert f"held {ROWS} receipts" in message and "now holds 10" in message and "cache reset --store" in message
+
+
+def test_a_store_cleared_elsewhere_while_open_here_is_not_taken_for_lost(tmp_path: Path) -> None:
+    """A clearing lowers the count on purpose: a store kept open here (with what it expects of
+    its receipts) runs on after another ReceiptStore, or another process, cleared it."""
+    where = tmp_path / "store"
+    paid.clear()
+    kept = pb.ReceiptStore(where)
+    assert FRAME.play.run(tripled, store=kept, progress=False).stats.calls_local == ROWS
+    elsewhere = pb.ReceiptStore(where)
+    assert elsewhere.clear("lookup") == ROWS
+    elsewhere.close()
+    again = FRAME.play.run(tripled, store=kept, progress=False)
+    assert again.stats.calls_local == ROWS and not [n for n in again.notices if "lost" in n], again.notices
+    assert kept.lost is None and _run(where).stats.calls_local == 0
+    kept.close()

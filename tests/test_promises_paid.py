@@ -9,10 +9,14 @@ Redis store and limiter, and a dask.distributed cluster (``engines``, and the ``
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import decimal
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +28,7 @@ from promises import answered, email, enrich, people, requests, verdict_model
 
 import playbook as pb
 from playbook.demo.settings import DEMO_KEY
+from playbook.frontends import cli
 
 # -- never pay twice -------------------------------------------------------------------------------
 
@@ -75,6 +80,60 @@ def test_a_store_that_lost_its_receipts_is_refused_before_anything_is_paid(
     pb.ReceiptStore(engine.store).reset()
     again = engine.run(people(12), play, concurrency=4)
     assert set(again.statuses) <= {"ok", "reused"} and requests(demo) == 24
+
+
+def test_receipts_lost_while_a_run_goes_on_are_said_and_the_next_run_refused(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Receipts lost behind playbook's back while a run goes on (deleted from receipts.db, or
+    from Redis as a server restarted without its data loses them), once 3 of the run's 12 are in:
+    the run says so, and the next run, in any process, pays nothing until the store is reset (here
+    from the command line); then it runs."""
+    tool = email(demo, pb.Provider(name("acme")))
+    engine.run(people(12), enrich(tool), concurrency=4)
+    assert requests(demo) == 12
+    where, once = engine.store, str(tmp_path / "lost")
+
+    def held() -> int:
+        with pb.ReceiptStore(where, readonly=True) as store:
+            return int(store.stats()["receipts"])
+
+    def lose() -> None:
+        if where.startswith("redis://"):
+            import redis
+
+            client = redis.Redis.from_url(where)
+            keys = client.zrange("playbook:receipts", 0, -1)
+            client.delete("playbook:receipts", *[b"playbook:" + key for key in keys])
+        else:
+            import sqlite3
+
+            with sqlite3.connect(os.path.join(where, "receipts.db")) as con:
+                con.execute("DELETE FROM receipt")
+            con.close()
+
+    async def losing(row, ctx):  # type: ignore[no-untyped-def]
+        if row.n == 18:  # in whichever process gets there first, once 3 of this run's receipts are in
+            deadline = time.monotonic() + 60
+            while held() < 15 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(once, os.O_CREAT | os.O_EXCL))
+                lose()
+        return {"email": await ctx.tool(tool, domain=row.domain, first=row.first)}
+
+    play = pb.play(losing, name="enrich")
+    frame = people(24).iloc[12:].reset_index(drop=True)
+    out = engine.run(frame, play, concurrency=4)
+    assert os.path.exists(once) and set(out.statuses) <= {"ok", "reused"}
+    assert [note for note in out.notices if "lost receipts while this run went on" in note], out.notices
+    paid = requests(demo)
+    message = engine.refused(frame, play, concurrency=4)
+    assert "receipts at" in message and "cache reset --store" in message and ".reset()" in message, message
+    assert requests(demo) == paid  # nothing paid
+    assert cli.main(["cache", "reset", "--store", where, "--yes"]) == 0
+    again = engine.run(frame, play, concurrency=4)  # accepted: it runs (its rows' memos were not lost: nothing to pay)
+    assert set(again.statuses) <= {"ok", "reused"} and sum(again.statuses.values()) == 12 and requests(demo) <= paid + 12
 
 
 def test_a_process_killed_mid_run_pays_again_at_most_its_calls_in_flight(

@@ -83,6 +83,15 @@ def test_records_written_together_read_back_each_its_own(backend: Backend, reque
     assert [backend.tool_of(record.key) for record in records] == [record.tool for record in records]
 
 
+def test_a_write_says_how_many_receipts_it_added(backend: Backend) -> None:
+    """What a store's count of receipts grew by (its mark expects it): receipts new to it, not
+    those replaced nor step records, also in batches past a query's chunk of keys."""
+    assert backend.write([_record(_key("r", n)) for n in range(3)] + [_record(_key("s", 1))]) == 3
+    assert backend.write([_record(_key("r", n), at=2e9) for n in range(1, 5)] + [_record(_key("s", 2))]) == 2
+    assert backend.write([_record(_key("r", n)) for n in range(1200)]) == 1195
+    assert backend.write([_record(_key("s", 3))]) == 0 and backend.receipt_count() == 1200
+
+
 def test_absent_key_is_none(backend: Backend) -> None:
     """A key never written is None for lookup, get and tool_of."""
     assert backend.lookup(_key("r", 9)) is None

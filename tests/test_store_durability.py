@@ -344,6 +344,58 @@ def test_a_killed_stock_redis_server_loses_its_receipts_and_the_rerun_says_so_be
         store.close()
 
 
+# -- a Redis server restarted while a run goes on ---------------------------------------------------
+
+NOTHING_KEPT = ("--appendonly", "no", "--save", "")  # neither an append-only file nor snapshots
+
+
+@pytest.mark.parametrize("options", [NOTHING_KEPT, STOCK], ids=["no persistence", "RDB snapshots only"])
+def test_a_redis_server_restarted_mid_run_without_its_receipts_is_said_and_the_next_run_refused(options: tuple[str, ...]) -> None:
+    """Killed and started again at row 200 of 300, a server without an append-only file comes back
+    without the receipts written since its last snapshot (none, or one taken at row 100): the run
+    says so, the store's mark keeps the higher count, and the next run (this store object, or one
+    opened afresh) refuses before paying, until the store is reset; then it pays at most for what is gone."""
+    snapshots = "--save" in options and options[options.index("--save") + 1] != ""
+    sent: list[int] = []
+    with RedisServer(*options) as server:
+
+        @pb.tool(name="restarting", version="1")
+        async def restarting(n: int) -> int:
+            sent.append(n)
+            if n == 100 and snapshots:
+                redis.Redis.from_url(server.url).save()  # the snapshot the server comes back with
+            if n == 200:
+                server.crash()
+                server.start()  # same port, same files
+            return n * 7
+
+        @pb.play(name="restarted")
+        async def restarted(row, ctx):  # type: ignore[no-untyped-def]
+            return {"v": await ctx.tool(restarting, n=row.n)}
+
+        frame = pd.DataFrame({"n": range(300)})
+        store = pb.ReceiptStore(server.url)
+        run = frame.play.run(restarted, store=store, progress=False, concurrency=4)
+        assert run.stats.ok + run.stats.failed == 300 and run.stats.receipts_lost == 0, run.notices
+        held = pb.ReceiptStore(server.url, readonly=True).stats()["receipts"]
+        # Those written after the restart (rows 200 on, and those in flight then), and the snapshot's.
+        assert (190 < held < 250) if snapshots else (100 <= held < 150), held
+        said = _said(run.notices, "lost receipts while this run went on")
+        assert len(said) == 1 and "should hold at least 300 " in said[0] and f"holds {held}:" in said[0], run.notices
+        assert "cache reset --store" in said[0] and ".reset()" in said[0]
+        sent.clear()
+        for again in (store, pb.ReceiptStore(server.url)):
+            with pytest.raises(pb.ReceiptError) as refused:
+                frame.play.run(restarted, store=again, progress=False)
+            assert "held 300 receipts" in str(refused.value) and f"now holds {held}" in str(refused.value)
+        assert sent == []  # nothing paid
+        pb.ReceiptStore(server.url).reset()
+        rerun = frame.play.run(restarted, store=store, progress=False, concurrency=4)
+        # Rows whose memo came back with the server need no receipt: at most what is gone is paid again.
+        assert len(sent) <= 300 - held and rerun.result["v"].tolist() == [n * 7 for n in range(300)]
+        store.close()
+
+
 # -- counts that are true ----------------------------------------------------------------------
 
 

@@ -1,5 +1,5 @@
 """The command line: ``python -m playbook run`` (a play over a file, see :mod:`playbook.frontends.cli_run`)
-and ``python -m playbook cache stats|list|spend|clear|export``.
+and ``python -m playbook cache stats|list|spend|clear|export|reset``.
 
 Every ``cache`` command reads a store that already exists: a mistyped ``--store`` is an error, not a new
 empty store.  Errors are one line on stderr and a non-zero exit status, never a traceback.
@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not ((path / FILE).is_file() or (path / "cache.db").is_file()):
                 raise _Fail(f"no receipt store at {path} (set --store or $PLAYBOOK_HOME)")
             # Looking needs no writes: a store on a full disk or a read-only mount can still be read.
-            readonly = args.run is not _clear and (path / FILE).is_file()
+            readonly = args.run not in (_clear, _reset) and (path / FILE).is_file()
         store = StoreEngine(where, readonly=readonly)
         run: Callable[[StoreEngine, argparse.Namespace], int] = args.run
         try:
@@ -94,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
     clear = sub.add_parser("clear", parents=[common, tool], help="remove one tool's receipts, or everything (receipts and row memos)")
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clear.set_defaults(run=_clear)
+
+    reset = sub.add_parser("reset", parents=[common], help="accept what a store that lost receipts holds now: runs on it go on")
+    reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    reset.set_defaults(run=_reset)
 
     export = sub.add_parser("export", parents=[common, tool], help="receipts as JSON Lines")
     export.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
@@ -187,6 +191,27 @@ def _clear(store: StoreEngine, args: argparse.Namespace) -> int:
         other = removed - stats["receipts"] - stats["row_memos"]
         steps = f", {other} step records" if other > 0 else ""
         print(f"removed {stats['receipts']} receipts, {stats['row_memos']} row memos{steps} from {store.path}")
+    return 0
+
+
+def _reset(store: StoreEngine, args: argparse.Namespace) -> int:
+    """What ``ReceiptStore.reset()`` does: the store's mark starts again from what it holds."""
+    lost = store.lost
+    if lost is not None and not args.yes:
+        if not sys.stdin.isatty():
+            raise _Fail(f"{lost}. Nothing accepted without confirmation: stdin is not a terminal; pass --yes")
+        try:
+            answer = input(f"{lost}.\nAccept what it holds? Runs on it will pay again for the calls whose receipts are gone [y/N] ")
+        except (EOFError, KeyboardInterrupt):
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            raise _Fail("nothing accepted: runs on the store are still refused")
+    store.reset()
+    held = f"holds {store.stats()['receipts']:,} receipts"
+    if lost is None:
+        print(f"the receipt store at {store.location} has lost nothing: it {held}")
+    else:
+        print(f"accepted: the receipt store at {store.location} {held}; runs on it go on from there")
     return 0
 
 

@@ -159,8 +159,13 @@ class RunOptions:
         return cols
 
     def open_store(self) -> StoreEngine:
-        """The store to run on; ``ReceiptError`` before anything is paid when it lost its receipts."""
+        """The store to run on; ``ReceiptError`` before anything is paid when it lost its receipts.
+        Checked at each run, not only when the store was opened: a store kept open (the default
+        one, a kernel's ``ReceiptStore``) may have lost its receipts since its last run, or been
+        reset from another process (``cache reset``)."""
         store = self._store()
+        if not store.backend.readonly:
+            store.lost = store.check_mark()
         if store.lost is not None:
             raise ReceiptError(store.lost)
         return store

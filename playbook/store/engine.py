@@ -108,6 +108,7 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
         self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # the same, across processes
         # Said when it holds fewer receipts than its mark (marks.py): a run on it refuses to start.
+        self.start_marking()
         self.lost: str | None = None if readonly else self.check_mark()
 
     def __repr__(self) -> str:
@@ -333,10 +334,11 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         self._io.submit(lambda: self._write(rows, tally, released), written)
 
     def _write(self, rows: list[Record], tally: Tally | None, released: list[str]) -> None:
+        backend, owner = self._backend, self.leases.owner
         if tally is None:
-            self._backend.write(rows, released, self.leases.owner)
+            self.counted(lambda: backend.write(rows, released, owner))
         else:  # only a Redis store is given a tally (a cluster job's): it takes one
-            self._backend.write(rows, released, self.leases.owner, tally=tally)  # type: ignore[call-arg]
+            self.counted(lambda: backend.write(rows, released, owner, tally=tally))  # type: ignore[call-arg]
 
     async def written(self, timeout: float) -> bool:
         """Await what this store still has to write (memos, queued receipts), at most ``timeout``

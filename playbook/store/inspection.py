@@ -122,7 +122,7 @@ class Inspection:
             removed = self._backend.clear(name)
         except StoreFailure as exc:
             raise ReceiptError(f"cannot clear the receipt store at {self.location}: {exc.reason}") from None
-        self.remember(wait=True)  # fewer receipts, on purpose: the store is not lost
+        self.remember(wait=True, accepted=True)  # fewer receipts, on purpose: the store is not lost
         return removed
 
     def memo_count(self, tool: str) -> int:

@@ -15,9 +15,15 @@ places:
 
 The newer of the two is what the store should still hold.  A mark is written at the end of each
 run, and after a clearing or a reset; a store that holds fewer receipts than its mark says is
-*lost* until the user says so (``store.reset()``): a run on it raises ``ReceiptError`` first.
-Each store also has an identity (a random id kept with its data), so the message can tell a
-store replaced from one emptied in place.
+*lost* until the user says so (``store.reset()``, ``python -m playbook cache reset``): a run on
+it raises ``ReceiptError`` first.  Each store also has an identity (a random id kept with its
+data), so the message can tell a store replaced from one emptied in place.
+
+A mark never goes down but on purpose.  Before one is written, the store is counted against the
+newest mark and against what it held when this process last looked plus the receipts this
+process added since (marking.py): a count that fell lost receipts while the run went on (a Redis
+server restarted without its data), and the mark keeps the higher count.  Only a clearing or a
+reset writes a lower one (an *accepted* mark).
 """
 
 from __future__ import annotations
@@ -26,21 +32,25 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["Mark", "lost", "marks_dir", "newest", "read_registry", "write_registry"]
+__all__ = ["Mark", "lost", "lost_during", "marks_dir", "newest", "read_registry", "write_registry"]
 
 
 @dataclass(frozen=True)
 class Mark:
-    """``receipts`` held at ``at`` (epoch seconds) by the store whose identity is ``identity``."""
+    """``receipts`` held at ``at`` (epoch seconds) by the store whose identity is ``identity``;
+    ``accepted``: written by a clearing or a reset, the one kind of mark that may be lower than
+    the one before."""
 
     receipts: int
     at: float
     identity: str
+    accepted: bool = False
 
     def text(self) -> str:
         return json.dumps(asdict(self))
@@ -52,7 +62,7 @@ class Mark:
             return None
         try:
             found = json.loads(text)
-            return cls(int(found["receipts"]), float(found["at"]), str(found["identity"]))
+            return cls(int(found["receipts"]), float(found["at"]), str(found["identity"]), bool(found.get("accepted", False)))
         except (ValueError, TypeError, KeyError):
             return None
 
@@ -107,5 +117,24 @@ def lost(location: str, expected: Mark | None, receipts: int, identity: str) -> 
         f"the receipt store at {location} held {expected.receipts:,} receipts at {when} and now holds {receipts:,}: "
         f"{how}: a receipts.db emptied or replaced, a directory made again, a Redis server that restarted without its data. "
         "Nothing has been paid: a run now would pay again for every call whose receipt is gone, with new values. "
-        f"Put the store back, or accept what it holds with pb.ReceiptStore({location!r}).reset()"
+        f"Put the store back, or {_accept(location)}"
+    )
+
+
+def lost_during(location: str, expected: int, receipts: int) -> str:
+    """What a run says when the store it ran on holds fewer receipts at its end than it should."""
+    return (
+        f"the receipt store at {location} lost receipts while this run went on: it should hold at least {expected:,} "
+        f"(what it held, and the receipts added here since) and holds {receipts:,}: a Redis server that restarted "
+        "without its data (no append-only file), a receipts.db emptied or replaced, receipts removed by another program. "
+        "Rows of this run may have been reported ok with receipts that are gone. Its mark keeps the higher count: "
+        "the next run on this store is refused before it pays for them again, with new values. "
+        f"Put the store back, or {_accept(location)}"
+    )
+
+
+def _accept(location: str) -> str:
+    return (
+        f"accept what it holds with pb.ReceiptStore({location!r}).reset(), "
+        f"or python -m playbook cache reset --store {shlex.quote(location)}"
     )

@@ -59,13 +59,15 @@ class MemoryBackend:
     def get(self, key: str) -> Record | Damaged | None:
         return self._records.get(key)
 
-    def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "") -> None:
+    def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "") -> int:
         self._writable()
         with self._lock:
+            added = len({row.key for row in records if is_receipt(row.key) and row.key not in self._records})
             self._records.update((row.key, row) for row in records)
             for key in released:
                 if self._leases.get(key, ("", 0.0))[0] == owner:
                     del self._leases[key]
+        return added
 
     def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:
         with self._lock:

@@ -7,6 +7,8 @@ not written are what ``receipts_lost`` counts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..errors import ReceiptError
 from .health import WriteHealth
 from .io import StoreIO
@@ -23,6 +25,7 @@ class Owed:
     _io: StoreIO
     _unwritten: dict[str, Record]  # receipt key -> paid for, not yet written
     health: WriteHealth
+    counted: Callable[[Callable[[], int]], None]  # a write, counted for the store's mark (marking.py)
 
     def unwritten(self) -> int:
         """Receipts of paid calls that could not be written (yet)."""
@@ -41,10 +44,10 @@ class Owed:
                     self.written_back(rows)
                     self.health.mended()
 
-            self._io.submit(lambda: self._backend.write(rows), confirmed)
+            self._io.submit(lambda: self.counted(lambda: self._backend.write(rows)), confirmed)
             return len(self._unwritten)
         try:
-            self._backend.write(rows)
+            self.counted(lambda: self._backend.write(rows))
         except (StoreFailure, ReceiptError):
             return len(self._unwritten)
         self.written_back(rows)
@@ -55,7 +58,7 @@ class Owed:
         """Write the receipts kept in memory again (the store's health probes with them); True if it took them."""
         rows = list(self._unwritten.values())
         try:
-            await self._io.run(lambda: self._backend.write(rows))
+            await self._io.run(lambda: self.counted(lambda: self._backend.write(rows)))
         except (StoreFailure, ReceiptError):
             return False
         self.written_back(rows)

@@ -95,10 +95,11 @@ class Backend(Protocol):
         """The whole record, for inspection."""
         ...
 
-    def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "") -> None:
+    def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "") -> int:
         """Write (or replace) records, all or none, and give back ``owner``'s leases on the keys
         ``released`` with them (of the calls they answer: another process that takes one then
-        finds the receipt)."""
+        finds the receipt).  Returns how many receipts it added (not those it replaced, nor step
+        records): what the store's count of receipts grew by (marks.py)."""
         ...
 
     def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:

@@ -189,13 +189,14 @@ class RedisBackend(RedisLeases):
             values, *infos = pipe.execute(raise_on_error=False)
         return [record_of(key, value, info) for key, value, info in zip(keys, values, infos)]
 
-    def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "", *, tally: Tally | None = None) -> None:
+    def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "", *, tally: Tally | None = None) -> int:
         """Records and their index entries, all or none; ``tally`` counted with them; ``released``:
         leases of ``owner`` given back in the same transaction (of the calls these receipts answer:
-        another process that takes one finds the receipt), not in a round trip of their own."""
+        another process that takes one finds the receipt), not in a round trip of their own.
+        Returns how many receipts it added (the index's ZADD says)."""
         self._writable()
         if not records:
-            return
+            return 0
         receipts = [row for row in records if is_receipt(row.key)]
         with self._failing():
             pipe = self._client.pipeline(transaction=True)
@@ -222,6 +223,7 @@ class RedisBackend(RedisLeases):
         if errors:  # the script is not on the server yet (a new or restarted one): given back on their own
             self.release(released, owner)
         self.watch()
+        return int(answers[2]) if receipts else 0  # MSET, the info script, then ZADD
 
     def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:
         read = [(key, record) for chunk in chunks(self._receipt_keys(tool)) for key, record in zip(chunk, self._records(chunk))]

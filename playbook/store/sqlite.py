@@ -29,6 +29,7 @@ MARK = "receipts.mark"  # beside receipts.db: how many receipts the store held, 
 _LOOKUP = "SELECT output, miss, flags, error, at FROM receipt WHERE key = ?"
 _LOOKUP_MANY = "SELECT key, output, miss, flags, error, at FROM receipt WHERE key IN ({})"
 _CHUNK = 500  # keys per query (SQLite allows 32,766 parameters)
+_THERE = "SELECT COUNT(*) FROM receipt WHERE key IN ({})"
 _UPSERT = f"INSERT OR REPLACE INTO receipt ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _SPEND = (
     "INSERT INTO spend VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (day, provider, tool) DO UPDATE SET "
@@ -119,17 +120,26 @@ class SqliteBackend:
         rows = self._db.read(lambda con: con.execute(f"SELECT {_AS_BYTES} FROM receipt WHERE key = ?", (key,)).fetchall())
         return _record(rows[0]) if rows else None
 
-    def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "") -> None:
+    def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "") -> int:
         """Receipts (and step records) are what was paid for: on the disk before their rows go on.
         ``released``: leases of ``owner`` given back in the same transaction (of the calls these
-        receipts answer: another process that takes one finds the receipt)."""
+        receipts answer: another process that takes one finds the receipt).  Returns how many
+        receipts it added."""
+        receipts = sorted({row.key for row in records if row.key.startswith(RECEIPT)})
 
-        def write(con: sqlite3.Connection) -> None:
+        def write(con: sqlite3.Connection) -> int:
+            # Those already there, counted in the transaction that replaces them (an upsert does
+            # not say whether it inserted): one look in the key index per chunk.
+            there = 0
+            for start in range(0, len(receipts), _CHUNK):
+                chunk = receipts[start : start + _CHUNK]
+                there += con.execute(_THERE.format(",".join("?" * len(chunk))), chunk).fetchone()[0]
             con.executemany(_UPSERT, records)
             if released:
                 con.executemany(_RELEASE, [(key, owner) for key in released])
+            return len(receipts) - there
 
-        self._db.write(write, synced=True)
+        return self._db.write(write, synced=True)
 
     def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | Damaged]]:
         where = _RECEIPTS + (" AND tool = ?" if tool is not None else "")
