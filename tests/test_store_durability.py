@@ -400,10 +400,11 @@ def test_a_redis_server_restarted_mid_run_without_its_receipts_is_said_and_the_n
 
 
 def test_receipts_refused_for_a_while_then_written_at_the_end_are_not_counted_lost(redis_url: str) -> None:
-    """A Redis server that refuses writes for a while (here: it wants a replica it has not got)
-    fails the rows whose receipts (or leases) it refused; the run writes those receipts at its
-    end, and only what the server still refuses then counts as lost: here nothing, and a rerun
-    pays only for the calls never made."""
+    """A Redis server that refuses writes for longer than the store's grace (here: it wants a
+    replica it has not got) fails the rows whose receipts (or leases) it refused; the run writes
+    those receipts once the server takes writes again, and says so, and only what the server
+    still refuses at the end counts as lost: here nothing, and a rerun pays only for the calls
+    never made."""
     admin = redis.Redis.from_url(redis_url)
     sent: list[int] = []
 

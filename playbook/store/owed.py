@@ -25,6 +25,8 @@ class Owed:
     _io: StoreIO
     _unwritten: dict[str, Record]  # receipt key -> paid for, not yet written
     health: WriteHealth
+    location: str
+    notices: list[str]  # what the store has to say to the runs on it (engine.py)
     counted: Callable[[Callable[[], int]], None]  # a write, counted for the store's mark (marking.py)
 
     def unwritten(self) -> int:
@@ -63,6 +65,11 @@ class Owed:
             return False
         self.written_back(rows)
         self.health.mended()
+        if rows:  # their rows failed saying the answers were not recorded: say they are now
+            self.notices.append(
+                f"{len(rows)} receipts of paid calls that could not be written before were written once the store at "
+                f"{self.location} took writes again: a rerun reuses them"
+            )
         return True
 
     def keep(self, rows: list[Record]) -> None:
