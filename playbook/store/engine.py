@@ -17,6 +17,7 @@ receipts of calls already paid for are kept in memory and written again at the e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -286,6 +287,14 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending):
         if len(self._writes) == 1:
             loop.call_soon(self._commit_writes)
         await done
+
+    async def sending(self) -> None:
+        """A request is about to go to a provider: a cluster job's partition counts it first, where
+        its client reads it should the worker die with the request on the wire (``tally``)."""
+        if self.tally is not None:
+            key, field = self.tally
+            with contextlib.suppress(StoreFailure):  # the count is what a dead worker leaves: never worth the call
+                await self._io.run(lambda: self._backend.count(key, f"{field}:sent", 1))  # type: ignore[attr-defined]
 
     def _commit_writes(self) -> None:
         writes, self._writes = self._writes, []
