@@ -318,7 +318,7 @@ async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tu
     try:
         try:
             if not is_local(tool, 0.0):
-                await scope.store.sending()
+                scope.store.sending()
             answer, miss = await invoke(tool, call.values, env)
         except ToolError as exc:
             if refusal(exc):

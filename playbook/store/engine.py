@@ -288,13 +288,15 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending):
             loop.call_soon(self._commit_writes)
         await done
 
-    async def sending(self) -> None:
+    def sending(self) -> None:
         """A request is about to go to a provider: a cluster job's partition counts it first, where
-        its client reads it should the worker die with the request on the wire (``tally``)."""
+        its client reads it should the worker die with the request on the wire (``tally``).  In
+        place, not on the store's thread: what runs between the count and the request is what a
+        worker killed then counts without sending, and a turn of a busy loop is most of that."""
         if self.tally is not None:
             key, field = self.tally
             with contextlib.suppress(StoreFailure):  # the count is what a dead worker leaves: never worth the call
-                await self._io.run(lambda: self._backend.count(key, f"{field}:sent", 1))  # type: ignore[attr-defined]
+                self._backend.count(key, f"{field}:sent", 1)  # type: ignore[attr-defined]
 
     def _commit_writes(self) -> None:
         writes, self._writes = self._writes, []
