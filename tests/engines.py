@@ -4,7 +4,7 @@
 * ``processes``: two fresh Python processes each running the same frame, as a user starts the
   same script on two machines: one Redis store, the providers' limits shared there;
 * ``cluster``: a dask.distributed ``LocalCluster`` of two worker processes, ``ddf.play.run``
-  over four partitions, on one Redis.
+  over four partitions (eight when one of its workers is killed), on one Redis.
 
 Each engine runs a play over a pandas frame and answers an :class:`Outcome` (the rows as the job
 ends them, what the runs counted, the holds and parked rows); it can also stop a run midway
@@ -215,10 +215,10 @@ class Cluster(Engine):
         super().setenv(name, value)
         self.client.run(_setenv, name, value)  # a function of a module: os.environ itself would travel as a copy
 
-    def _frame(self, frame: pd.DataFrame) -> Any:
+    def _frame(self, frame: pd.DataFrame, partitions: int = PARTITIONS) -> Any:
         import dask.dataframe as dd
 
-        return dd.from_pandas(frame, npartitions=PARTITIONS)
+        return dd.from_pandas(frame, npartitions=partitions)
 
     def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
         return _finished(lambda: self._frame(frame).play.run(play, store=self.store, progress=False, **options))
@@ -241,7 +241,10 @@ class Cluster(Engine):
         killer = threading.Thread(target=kill, daemon=True)
         killer.start()
         try:
-            outcome = self.run(frame, play, **options)
+            # Twice as many partitions as the workers' threads: the worker killed holds results of
+            # partitions it finished, which Dask computes again, besides those it was running.
+            partitions = 2 * WORKERS * THREADS
+            outcome = _finished(lambda: self._frame(frame, partitions).play.run(play, store=self.store, progress=False, **options))
         finally:
             killer.join(10)
             client.wait_for_workers(WORKERS, timeout=60)

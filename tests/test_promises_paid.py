@@ -141,14 +141,18 @@ def test_a_process_killed_mid_run_pays_again_at_most_its_calls_in_flight(
 ) -> None:
     """kill -9 of a process (one of the processes, a cluster worker) midway: the run (or a rerun)
     ends every row, and the calls paid twice are at most what the dead process had in flight.
-    What a run counts as paid is what the provider was paid for and recorded: a cluster job that
-    lost a worker counts the calls that worker landed after its last report (its rows, run again
-    elsewhere, find them as receipts)."""
+    A cluster job that lost a worker counts every request the provider saw once: the calls the
+    dead attempt landed after its last report as paid, those it had on the wire as failed; and its
+    counters say of each row what its result says, for the partitions Dask ran again too."""
     demo.reset(latency=0.05)
     frame, play = people(160), enrich(email(demo, pb.Provider(name("acme"))))
-    bound, going_on = engine.kill_when(frame, play, lambda: requests(demo) >= 40, concurrency=3)
+    bound, going_on = engine.kill_when(frame, play, lambda: requests(demo) >= 96, concurrency=3)
     if going_on is not None:  # the job finished every row: each of the 160 calls landed once
         assert going_on.total("calls_executed") == 160, going_on.runs
+        sent = going_on.total("calls_executed") + going_on.total("calls_failed")
+        assert sent == requests(demo), f"the job counted {sent} requests, the provider saw {requests(demo)}"
+        counted = {status: going_on.runs[0][status] for status in going_on.statuses}
+        assert counted == going_on.statuses, f"run.stats says {going_on.runs[0]}, the result {going_on.statuses}"
     before = requests(demo)
     rerun = engine.run(frame, play, concurrency=3)
     assert set(rerun.statuses) <= {"ok", "reused"} and sum(rerun.statuses.values()) == 160

@@ -9,7 +9,8 @@ with failed or parked rows again, running only those rows over the partition's l
 
 Dask reruns the task of a worker that died elsewhere: the new attempt reuses the receipts and
 memos already in Redis, waits out the leases of calls the dead worker had in flight, and pays
-only for those.
+only for those.  The dead attempt's requests still count, from what it tallied in Redis
+(:meth:`ClusterState._cut_short`); the rows count as the built result has them.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..records import ProviderHold, RunStats
 from ..runtime.options import RunOptions
 from ..runtime.state import ERROR_COLUMNS, LEG_COLUMNS
 from ..store.engine import StoreEngine
-from .results import conform, profile, unify
+from .results import conform, profile, statuses, unify
 from .state import ClusterState
 from .wire import COUNTERS, Channel
 from .worker import Failure, Part, run_partition
@@ -334,14 +335,21 @@ class ClusterRun:
         import dask
         import dask.dataframe as dd
 
-        futures = [f for f in self._futures if f is not None]
+        parts = [part for part, f in enumerate(self._futures) if f is not None]
+        futures = [self._futures[part] for part in parts]
         if not futures:  # no rows at all: what pandas gives for none, run here (it calls nothing)
             inputs = {name: pd.Series(dtype=dtype) for name, dtype in self._frame.dtypes.items()}
             none = pd.DataFrame(inputs).play.map(self._play, progress=False, store="memory")
             with dask.config.set({"dataframe.convert-string": False}):
                 return dd.from_pandas(none, npartitions=1)
         profiles = self._client.map(profile, futures, pure=False)
-        await _done(profiles)
+        counted = self._client.map(statuses, futures, pure=False)
+        await _done(profiles + counted)
+        # The rows count as the result has them (a partition Dask computed again after its worker
+        # died came back from its memos), after the partitions' last words.
+        self.state.apply(_drained(self._channel))
+        for part, found in zip(parts, counted):
+            self.state.settle(part, found.result())
         from dask.dataframe.utils import pyarrow_strings_enabled
 
         text = pyarrow_strings_enabled()  # Dask's own convert-string setting

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["Profile", "conform", "profile", "reassembled", "unify"]
+__all__ = ["Profile", "conform", "profile", "reassembled", "statuses", "unify"]
 
 Profile = list[tuple[Any, Any, str]]  # per column: its label, its dtype, and for objects "text", "none" or "other"
 STATUS = ("play_status", "play_error")
@@ -37,6 +37,11 @@ def profile(frame: pd.DataFrame) -> Profile:
             kind = "none" if values.empty else "text" if all(isinstance(v, str) for v in values) else "other"
         out.append((label, column.dtype, kind))
     return out
+
+
+def statuses(frame: pd.DataFrame) -> dict[str, int]:
+    """How many of a partition's rows end with each ``play_status`` (run on the worker that holds it)."""
+    return {str(status): int(n) for status, n in frame["play_status"].value_counts().items()}
 
 
 def unify(profiles: Sequence[Profile], inputs: Sequence[Any], *, text: bool) -> tuple[list[Any], list[Any]]:

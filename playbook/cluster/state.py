@@ -23,11 +23,12 @@ __all__ = ["ClusterState"]
 
 _APPLIED = (RunStarted, RunFinished, RunNotice)  # the rest come summed in the reports
 _PAID = ("calls_executed", "calls_failed", "cost_spent", "cost_failed", "receipts_lost")  # what an attempt cut short still counts
-_CALLS, _COST = COUNTERS.index("calls_executed"), COUNTERS.index("cost_spent")
+_CALLS, _COST, _FAILED = COUNTERS.index("calls_executed"), COUNTERS.index("cost_spent"), COUNTERS.index("calls_failed")
+_ROWS = tuple(COUNTERS.index(name) for name in ("ok", "reused", "failed", "parked", "skipped"))
 
 
 class _Partition:
-    __slots__ = ("attempt", "base", "counts", "final", "positions", "worker", "legs", "base_legs")
+    __slots__ = ("attempt", "base", "counts", "final", "positions", "worker", "legs", "base_legs", "rows")
 
     def __init__(self) -> None:
         self.attempt = ""
@@ -38,6 +39,15 @@ class _Partition:
         self.positions: set[int] = set()  # job-wide positions it reported rows for
         self.legs: list[list[Any]] = []  # its waterfalls' legs, as its latest report counts them (LEG_COLUMNS)
         self.base_legs: list[list[Any]] = []  # a retry: what the rounds before counted
+        self.rows: dict[int, int] | None = None  # its rows by status (COUNTERS' index), as its result has them
+
+    def now(self) -> list[float]:
+        """Its counters: the latest report's over its base, its rows as its result has them once built."""
+        counts = [value + base for value, base in zip(self.counts, self.base)]
+        if self.rows is not None:
+            for i in _ROWS:
+                counts[i] = self.rows.get(i, 0)
+        return counts
 
 
 class ClusterState(RunState):
@@ -53,10 +63,10 @@ class ClusterState(RunState):
         self._held: dict[int, Waiting] = {}
         self._labels: dict[int, Any] = {}
         self._views: dict[str, dict[str, ProviderView]] = {}  # worker -> provider -> its latest view
-        # What an attempt paid for and recorded, as its store counted it (calls, cost); None
-        # when not known.  Asked of an attempt cut short (its worker died): what it paid for
-        # after its last report is in no report.
-        self.paid_by: Callable[[str], tuple[int, float] | None] = lambda attempt: None
+        # What an attempt paid for and recorded, as its store counted it (calls, cost), and the
+        # requests it sent; None when not known.  Asked of an attempt cut short (its worker
+        # died): what it paid for or sent after its last report is in no report.
+        self.paid_by: Callable[[str], tuple[int, float, int] | None] = lambda attempt: None
 
     def emit(self, event: RunEvent) -> None:
         if type(event) in _APPLIED:
@@ -75,6 +85,7 @@ class ClusterState(RunState):
         entry.counts = [0] * len(COUNTERS)
         entry.legs = []
         entry.attempt = ""
+        entry.rows = None
 
     def requeue(self, positions: list[int]) -> None:
         """These rows run again (a retry): they are no longer failed or parked until reported."""
@@ -87,6 +98,16 @@ class ClusterState(RunState):
             return
         for report in reports:
             self._report(report)
+        self._summed()
+
+    def settle(self, part: int, statuses: dict[str, int]) -> None:
+        """Partition ``part``'s result holds ``statuses`` (play_status -> rows): what its rows count
+        from now on.  Dask may have computed it again after a worker holding it died, and the
+        rows of that computation came back from their memos: ``reused``, where its reports said ``ok``."""
+        self._parts[part].rows = {COUNTERS.index(status): n for status, n in statuses.items()}
+        self._summed()
+
+    def _summed(self) -> None:
         for name, total in zip(COUNTERS[1:], self._sums()[1:]):  # total is the job's, set when it starts
             setattr(self, name, total)
         self.sample()  # the providers as the workers report them, a few times a second
@@ -101,12 +122,7 @@ class ClusterState(RunState):
                 for position in part.positions:
                     self._forget(position)
                 part.positions.clear()
-                for name in _PAID:  # but not what it paid for
-                    part.base[COUNTERS.index(name)] += part.counts[COUNTERS.index(name)]
-                paid = self.paid_by(part.attempt)
-                if paid is not None:  # its rows, run again, find those receipts: counted here
-                    part.base[_CALLS] += max(0, paid[0] - part.counts[_CALLS])
-                    part.base[_COST] += max(0.0, paid[1] - part.counts[_COST])
+                self._cut_short(part)
             part.attempt = report["attempt"]
         part.worker = report["worker"]
         part.counts = report["counts"]
@@ -120,6 +136,21 @@ class ClusterState(RunState):
         for note in report["notices"]:
             if note not in self.notices:  # every partition's store says the same of a shared store
                 self.emit(RunNotice(note))
+
+    def _cut_short(self, part: _Partition) -> None:
+        """Its attempt was run again elsewhere (its worker died): the rows it did are done again,
+        but the requests it sent stay sent.  Each counts once: paid when its receipt was written
+        (its rows, run again, find it), else failed (an error, or on the wire when the worker died)."""
+        for name in _PAID:
+            part.base[COUNTERS.index(name)] += part.counts[COUNTERS.index(name)]
+        said = self.paid_by(part.attempt)
+        if said is None:  # the job's Redis does not answer: its last report is what is known
+            return
+        calls, cost, sent = said
+        paid = max(calls, part.counts[_CALLS])
+        part.base[_CALLS] += paid - part.counts[_CALLS]
+        part.base[_COST] += max(0.0, cost - part.counts[_COST])
+        part.base[_FAILED] += max(0, sent - paid - part.counts[_FAILED])
 
     def _row(self, position: int, finished: list[Any] | None, held: list[Any] | None) -> None:
         was_held = self._held.pop(position, None)
@@ -152,14 +183,13 @@ class ClusterState(RunState):
     def _sums(self) -> list[float]:
         sums = [0.0] * len(COUNTERS)
         for part in self._parts.values():
-            for i, (value, base) in enumerate(zip(part.counts, part.base)):
-                sums[i] += value + base
+            for i, value in enumerate(part.now()):
+                sums[i] += value
         return [round(value, 9) if name.startswith("cost") else int(value) for name, value in zip(COUNTERS, sums)]
 
     def counts_of(self, part: int) -> list[float]:
         """Partition ``part``'s counters now (its base included)."""
-        entry = self._parts[part]
-        return [value + base for value, base in zip(entry.counts, entry.base)]
+        return self._parts[part].now()
 
     def status_of(self, position: int) -> str:
         """ "failed" or "parked": what the reports said of the row at ``position`` (one of those)."""
@@ -204,7 +234,7 @@ class ClusterState(RunState):
             if not part.worker:
                 continue
             row = by.setdefault(part.worker, [0, 0, 0, 0, 0, 0])
-            counts = dict(zip(COUNTERS, (v + b for v, b in zip(part.counts, part.base))))
+            counts = dict(zip(COUNTERS, part.now()))
             row[0 if not part.final else 1] += 1
             row[2] += int(counts["ok"] + counts["reused"] + counts["failed"] + counts["parked"] + counts["skipped"])
             row[3] += int(counts["total"])

@@ -51,18 +51,19 @@ class Channel:
         self._redis = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
         self.reports = f"playbook:job:{job}:reports"
         self.stop_key = f"playbook:job:{job}:stop"
-        self.paid = f"playbook:job:{job}:paid"  # each attempt's paid calls, counted with their receipts
+        self.paid = f"playbook:job:{job}:paid"  # each attempt's paid calls (counted with their receipts) and requests sent
 
-    def paid_by(self, attempt: str) -> tuple[int, float] | None:
+    def paid_by(self, attempt: str) -> tuple[int, float, int] | None:
         """The calls (and their cost) partition attempt ``attempt`` paid for and recorded, as its
-        store counted them with their receipts; None when the job's Redis does not answer."""
+        store counted them with their receipts, and the requests it sent (each counted before it
+        went); None when the job's Redis does not answer."""
         import redis
 
         try:
-            calls, cost = self._redis.hmget(self.paid, [f"{attempt}:calls", f"{attempt}:cost"])
+            calls, cost, sent = self._redis.hmget(self.paid, [f"{attempt}:calls", f"{attempt}:cost", f"{attempt}:sent"])
         except (redis.RedisError, OSError):
             return None
-        return int(calls or 0), float(cost or 0.0)
+        return int(calls or 0), float(cost or 0.0), int(sent or 0)
 
     def report(self, message: dict[str, Any]) -> bool:
         """Send one report; True when the job was asked to stop."""

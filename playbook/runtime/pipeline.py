@@ -321,6 +321,8 @@ async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tu
     began = observer.began(ctx.position, tool) if observer is not None else 0.0
     try:
         try:
+            if not is_local(tool, 0.0):
+                scope.store.sending()
             answer, miss = await invoke(tool, call.values, env)
         except ToolError as exc:
             if refusal(exc):

@@ -18,6 +18,7 @@ pay park.  Receipts of calls already paid for are kept in memory and written at 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -299,6 +300,16 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
                 grace = f"{self.health.grace_s:g}s"
                 raise ReceiptError(f"{exc} (for {grace}); this call was paid for: its answer is kept in memory and written once "
                                    "the store takes writes again") from None  # fmt: skip
+
+    def sending(self) -> None:
+        """A request is about to go to a provider: a cluster job's partition counts it first, where
+        its client reads it should the worker die with the request on the wire (``tally``).  In
+        place, not on the store's thread: what runs between the count and the request is what a
+        worker killed then counts without sending, and a turn of a busy loop is most of that."""
+        if self.tally is not None:
+            key, field = self.tally
+            with contextlib.suppress(StoreFailure):  # the count is what a dead worker leaves: never worth the call
+                self._backend.count(key, f"{field}:sent", 1)  # type: ignore[attr-defined]
 
     def _commit_writes(self) -> None:
         writes, self._writes = self._writes, []

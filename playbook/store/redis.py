@@ -225,6 +225,14 @@ class RedisBackend(RedisLeases):
         self.watch()
         return int(answers[2]) if receipts else 0  # MSET, the info script, then ZADD
 
+    def count(self, key: str, field: str, n: int) -> None:
+        """Add ``n`` to ``field`` of the hash ``key`` (a cluster job's requests sent, see :class:`Tally`)."""
+        with self._failing():
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hincrby(key, field, n)
+            pipe.expire(key, TALLY_TTL)
+            pipe.execute()
+
     def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:
         read = [(key, record) for chunk in chunks(self._receipt_keys(tool)) for key, record in zip(chunk, self._records(chunk))]
         return [(key, record) for key, record in read if record is not None]  # None: cleared since it was listed
