@@ -177,3 +177,26 @@ def test_a_store_cleared_elsewhere_while_open_here_is_not_taken_for_lost(tmp_pat
     assert again.stats.calls_local == ROWS and not [n for n in again.notices if "lost" in n], again.notices
     assert kept.lost is None and _run(where).stats.calls_local == 0
     kept.close()
+
+
+@pytest.mark.parametrize("how", ["clear", "reset"])
+def test_a_store_cleared_elsewhere_then_run_by_a_third_is_not_taken_for_lost_here(how: str, redis_url: str) -> None:
+    """A store kept open here; another kernel empties it on purpose (a clearing, or a flush and a
+    reset) and a third runs on it, marking what it holds after: the mark it writes carries the
+    clearing on, so this kernel's next run is not refused for the receipts cleared away."""
+    paid.clear()
+    kept = pb.ReceiptStore(redis_url)
+    assert FRAME.play.run(tripled, store=kept, progress=False).stats.calls_local == ROWS
+    elsewhere = pb.ReceiptStore(redis_url)
+    if how == "clear":
+        assert elsewhere.clear("lookup") == ROWS
+    else:
+        redis.Redis.from_url(redis_url).flushdb()
+        elsewhere.reset()
+    elsewhere.close()
+    third = pd.DataFrame({"n": range(100, 105)}).play.run(tripled, store=redis_url, progress=False)  # writes a plain mark, later
+    assert third.stats.calls_local == 5
+    again = FRAME.play.run(tripled, store=kept, progress=False)
+    assert again.stats.calls_local == ROWS and not [n for n in again.notices if "lost" in n], again.notices
+    assert kept.lost is None
+    kept.close()

@@ -76,7 +76,7 @@ class Marked:
         try:
             with self._counting:
                 count = backend.receipt_count()
-                expected = self._expected(key)
+                expected, _ = self._expected(key)
                 identity = backend.identity
                 if expected is not None and count < expected.receipts:
                     return lost(self.location, expected, count, identity)
@@ -85,14 +85,16 @@ class Marked:
             return None  # a store that cannot answer says so when it is used
         return None
 
-    def _expected(self, key: str) -> Mark | None:
-        """The fewest receipts the store may hold now (module docstring), as a mark."""
+    def _expected(self, key: str) -> tuple[Mark | None, float]:
+        """The fewest receipts the store may hold now (module docstring), as a mark; and when it
+        was last cleared or reset, as its newest mark says (carried on in the next)."""
         backend, held = self._backend, self._held
         found = newest(backend.read_mark(), read_registry(key))
-        if held is None or (found is not None and found.accepted and found.at > held.at):
-            return found
+        cleared = found.cleared() if found is not None else 0.0
+        if held is None or (found is not None and cleared > held.at):
+            return found, cleared
         here = Mark(held.receipts + self._added, max(held.at, self._added_at), held.identity)
-        return here if found is None or here.receipts > found.receipts else found
+        return (here if found is None or here.receipts > found.receipts else found), cleared
 
     def remember(self, *, wait: bool = False, accepted: bool = False) -> None:
         """Mark how many receipts the store holds now, beside its data and in the user's marks
@@ -107,11 +109,11 @@ class Marked:
         def mark() -> None:
             with self._counting:
                 count = backend.receipt_count()
-                expected = None if accepted else self._expected(key)
-                if expected is not None and count < expected.receipts:
-                    self._lost_meanwhile(key, expected, count)
+                expected, cleared = self._expected(key)
+                if not accepted and expected is not None and count < expected.receipts:
+                    self._lost_meanwhile(key, expected, count, cleared)
                     return
-                now = Mark(count, time.time(), backend.identity, accepted)
+                now = Mark(count, time.time(), backend.identity, accepted, cleared)
                 backend.write_mark(now)
                 write_registry(key, now)
                 self._held, self._added = now, 0
@@ -128,13 +130,13 @@ class Marked:
         with contextlib.suppress(StoreFailure):  # a store that cannot answer says so when it is used
             mark()
 
-    def _lost_meanwhile(self, key: str, expected: Mark, count: int) -> None:
+    def _lost_meanwhile(self, key: str, expected: Mark, count: int, cleared: float) -> None:
         """The store holds fewer receipts than it should: keep the higher count as its mark
         (newer than any, so that every process that opens it finds it), and say so."""
         backend = self._backend
         self.lost = lost(self.location, expected, count, backend.identity)
         self._notice(lost_during(self.location, expected.receipts, count))
-        kept = Mark(expected.receipts, time.time(), expected.identity)
+        kept = Mark(expected.receipts, time.time(), expected.identity, cleared_at=cleared)
         write_registry(key, kept)
         backend.write_mark(kept)
 

@@ -45,12 +45,19 @@ __all__ = ["Mark", "lost", "lost_during", "marks_dir", "newest", "read_registry"
 class Mark:
     """``receipts`` held at ``at`` (epoch seconds) by the store whose identity is ``identity``;
     ``accepted``: written by a clearing or a reset, the one kind of mark that may be lower than
-    the one before."""
+    the one before.  ``cleared_at``: when the store was last cleared or reset, as the writer
+    knew; every mark carries it on, so a mark written after a reset does not hide the reset
+    from a process that had the store open before it."""
 
     receipts: int
     at: float
     identity: str
     accepted: bool = False
+    cleared_at: float = 0.0
+
+    def cleared(self) -> float:
+        """When the store was last cleared or reset, as far as this mark tells (0: never)."""
+        return max(self.cleared_at, self.at if self.accepted else 0.0)
 
     def text(self) -> str:
         return json.dumps(asdict(self))
@@ -62,7 +69,8 @@ class Mark:
             return None
         try:
             found = json.loads(text)
-            return cls(int(found["receipts"]), float(found["at"]), str(found["identity"]), bool(found.get("accepted", False)))
+            cleared_at = float(found.get("cleared_at", 0.0))
+            return cls(int(found["receipts"]), float(found["at"]), str(found["identity"]), bool(found.get("accepted", False)), cleared_at)
         except (ValueError, TypeError, KeyError):
             return None
 
