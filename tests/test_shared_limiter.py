@@ -570,3 +570,30 @@ def test_a_window_used_up_past_max_wait_parks_the_rows_that_would_wait(shared: b
     assert out["play_status"].value_counts().to_dict() == {"ok": 2, "parked": 2}
     assert time.monotonic() - started < 5
     assert out.loc[out["play_status"] == "parked", "play_error"].str.contains("paces calls").all()
+
+
+# -- Redis's clock, read from a busy loop --------------------------------------------------------------
+
+
+def test_a_remote_clock_keeps_the_answer_with_the_least_delay() -> None:
+    """Answers read late (a busy loop) say the clocks differ by less than they do: the clock keeps
+    the largest difference seen, so a slot is not made late by its own answer's delay."""
+    from playbook.providers.limits.clock import RemoteClock
+
+    clock, true = RemoteClock(), 1000.0  # Redis's time is the loop's plus 1000 s
+    for here, delay in ((1.0, 0.004), (1.1, 0.0002), (1.2, 0.03), (1.3, 0.012)):
+        clock.read(here - delay + true, here)  # Redis read its time `delay` before this loop read the answer
+    assert clock.offset == pytest.approx(true - 0.0002)
+    assert clock.here(true + 5.0) == pytest.approx(5.0002)  # a slot at 5 s on this loop's clock, not 5.03
+
+
+def test_a_remote_clock_follows_a_clock_that_steps_after_its_span() -> None:
+    """Samples older than the span are forgotten: a clock stepped back (NTP) is followed within it."""
+    from playbook.providers.limits.clock import RemoteClock
+
+    clock = RemoteClock()
+    clock.read(1000.0, 0.0)
+    clock.read(990.5, 1.0)  # stepped back by ~10 s: within the span, the old best stands
+    assert clock.offset == pytest.approx(1000.0)
+    clock.read(990.0 + RemoteClock.SPAN + 1, RemoteClock.SPAN + 1)
+    assert clock.offset == pytest.approx(990.0)

@@ -30,7 +30,18 @@ from __future__ import annotations
 from .allowance import Allowance
 from .pace import Pace
 
-__all__ = ["ACQUIRE", "CHARGE", "HELD", "HOLD", "REFUSED", "RELEASE", "RENEW", "SETTLE", "TOKENS"]
+__all__ = ["ACQUIRE", "CHARGE", "HELD", "HOLD", "REFUSED", "RELEASE", "RENEW", "SETTLE", "TOKENS", "maybe_float", "optional"]
+
+
+def optional(value: float | None) -> str:
+    """A number a script takes, or ``''`` for none (the scripts' ``num()`` reads it as nil)."""
+    return "" if value is None else f"{value:.6f}"
+
+
+def maybe_float(raw: bytes | None) -> float | None:
+    """A number a script answered, or None for its empty answer."""
+    return float(raw) if raw else None
+
 
 _PRELUDE = f"""
 local WINDOW, LEAST, CUT, DEEP, SOON = {Pace.WINDOW}, {Pace.LEAST}, {Pace.CUT}, {Pace.DEEP}, {Pace.SOON}

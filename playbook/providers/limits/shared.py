@@ -35,10 +35,12 @@ from ...errors import PlayDefinitionError, ToolError
 from . import scripts
 from .allowance import Allowance
 from .base import Permit, Verdict, rate_news
+from .clock import RemoteClock
 from .gates import Window
 from .local import token_burst
 from .pace import Pace
 from .redis_link import Link, import_redis, split_options
+from .scripts import maybe_float, optional
 from .waiters import here
 
 __all__ = ["RedisLimiter"]
@@ -84,7 +86,7 @@ class RedisLimiter:
         self._room_at = 0.0  # loop clock: the account had no slot before this, as last answered
         self.in_flight = 0  # this process's calls on the wire
         self._shown = rate  # the rate last reported as changed
-        self._offset = 0.0  # Redis time minus loop time, as of the last answer
+        self._clock = RemoteClock()  # Redis's clock against this loop's
         self._host = f"{HOST}:{os.getpid()}:{random.getrandbits(32):08x}"
         self._reaped = -math.inf  # loop clock: when permits of dead processes were last looked for
         self._sent: deque[float] = deque(maxlen=self.burst)  # loop clock: when this process's last calls went
@@ -139,7 +141,7 @@ class RedisLimiter:
             if granted is None:
                 await self._idle(link)
                 return None
-            permit = await self._due(Permit(weight, granted[0], loop.time() + granted[1], key), loop, link)
+            permit = await self._due(Permit(weight, granted[0], granted[1], key), loop, link)
             if permit is not False:
                 return permit
 
@@ -148,7 +150,7 @@ class RedisLimiter:
         it would go in a bunch (see :meth:`_bunched`): the slots that came due while the loop
         stalled are the account's loss, and a fresh one is asked for, so calls reserved ahead do
         not all go together when the loop runs again (a strict provider refuses them)."""
-        permit.offset = self._offset
+        permit.offset = self._clock.offset
         try:
             if permit.sent_at > loop.time():
                 await asyncio.sleep(permit.sent_at - loop.time())
@@ -186,10 +188,10 @@ class RedisLimiter:
             grew = self.window.success(permit.level, self._now())
         if extra and self.token_rate is not None:
             await self._quietly("charge", ["tokens"], [extra, self.token_rate], None)
-        args = [permit.key, 0, _opt(self.ceiling), f"{permit.sent_at + permit.offset:.6f}"]
+        args = [permit.key, 0, optional(self.ceiling), f"{permit.sent_at + permit.offset:.6f}"]
         reply = await self._quietly("settle", ["gcra", "permits", "aimd", "allow", "allowlog"], args, permit.key)
         if reply is not None:
-            self.rate = _float(reply[1])
+            self.rate = maybe_float(reply[1])
         return self._changed() or grew
 
     async def refused(self, permit: Permit, *, hinted: bool, short: bool = False) -> Verdict:
@@ -203,11 +205,11 @@ class RedisLimiter:
         sent_at = permit.sent_at + permit.offset
         judge = "0" if hinted and self.token_rate is not None else "1"  # a token limit's refusal: not the request rate's
         hint = "short" if short else "long" if hinted else "none"
-        args = [permit.key, f"{sent_at:.6f}", judge, _opt(self.ceiling), self.floor, hint, "0" if self.window_args[0] else "1"]
+        args = [permit.key, f"{sent_at:.6f}", judge, optional(self.ceiling), self.floor, hint, "0" if self.window_args[0] else "1"]
         reply = await self._quietly("refused", ["permits", "aimd", "allow", "allowlog"], args, permit.key)
         if reply is None:
             return Verdict.NOTED
-        self.rate = _float(reply[1])
+        self.rate = maybe_float(reply[1])
         verdict = _VERDICTS[reply[2]]
         if verdict is Verdict.LOWERED:
             self._shown = self.rate
@@ -227,17 +229,17 @@ class RedisLimiter:
     # -- asking Redis --------------------------------------------------------------------------
 
     async def _tokens(self, weight: float, loop: asyncio.AbstractEventLoop, link: Link) -> float:
-        """Reserve a call's tokens at the account's token rate; returns the wait until they are due."""
+        """Reserve a call's tokens at the account's token rate; returns when they are due (loop clock)."""
         assert self.token_rate is not None
         reply = await self._script(link, "tokens", ["tokens"], [weight, self.token_rate, token_burst(self.token_rate)])
-        self._offset = float(reply[0]) - loop.time()
-        return float(reply[1])
+        self._clock.read(float(reply[0]), loop.time())
+        return self._clock.here(float(reply[0]) + float(reply[1]))
 
     async def _reserve(self, key: str, weight: float, loop: asyncio.AbstractEventLoop, link: Link,
                        patience: float) -> tuple[int, float] | None:  # fmt: skip
-        """Ask until the account has room and a rate slot within ``HORIZON``: ``(level, wait)``,
-        or None when a hold is in force or the slot is past ``patience`` (``expected_wait`` says
-        when, to the governor: its row parks, or steps aside)."""
+        """Ask until the account has room and a rate slot within ``HORIZON``: ``(level, slot_t)``, the
+        slot on this loop's clock (clock.py); None when a hold is in force or the slot is past
+        ``patience`` (``expected_wait`` says when, to the governor: its row parks, or steps aside)."""
         try:
             while True:
                 if self.hold_until_t > loop.time():
@@ -245,7 +247,7 @@ class RedisLimiter:
                     return None
                 link.freed.clear()
                 limit = self.window.limit or 0
-                args = [key, 1, limit, self.permit_ttl, _opt(self.ceiling), self.burst, HORIZON, *self.window_args]
+                args = [key, 1, limit, self.permit_ttl, optional(self.ceiling), self.burst, HORIZON, *self.window_args]
                 reply = await self._script(link, "acquire", ["gcra", "hold", "permits", "aimd", "allow", "allowlog", "winlog"], args)
                 status = reply[0]
                 self._learn(reply[1], reply[2], reply[3], loop)
@@ -265,10 +267,10 @@ class RedisLimiter:
                         return None
                     await asyncio.sleep(float(reply[5]) - HORIZON / 2)
                     continue
-                wait = float(reply[5])
+                slot_t = self._clock.here(float(reply[1]) + float(reply[5]))
                 if self.token_rate is not None:  # the call's tokens too, at the account's token rate
-                    wait = max(wait, await self._tokens(weight, loop, link))
-                return int(reply[4]), wait
+                    slot_t = max(slot_t, await self._tokens(weight, loop, link))
+                return int(reply[4]), slot_t
         except BaseException:
             await self._forget(link, key)
             raise
@@ -335,12 +337,12 @@ class RedisLimiter:
 
     def _learn(self, now: bytes, hold: bytes, rate: bytes | None, loop: asyncio.AbstractEventLoop) -> None:
         """Read Redis's clock, the hold and the rate from an answer."""
-        self._offset = float(now) - loop.time()
-        ends = _float(hold)
-        if ends is not None and ends - self._offset > self.hold_until_t:
-            self.hold_until_t = ends - self._offset
+        offset = self._clock.read(float(now), loop.time())
+        ends = maybe_float(hold)
+        if ends is not None and ends - offset > self.hold_until_t:
+            self.hold_until_t = ends - offset
         if rate is not None:
-            self.rate = _float(rate)
+            self.rate = maybe_float(rate)
 
     def _changed(self) -> bool:
         if rate_news(self._shown, self.rate, self.ceiling):
@@ -389,11 +391,3 @@ class RedisLimiter:
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
-
-
-def _opt(value: float | None) -> str:
-    return "" if value is None else f"{value:.6f}"
-
-
-def _float(raw: bytes | None) -> float | None:
-    return float(raw) if raw else None
