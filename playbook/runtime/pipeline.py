@@ -31,12 +31,12 @@ from ..errors import PlaybookError, RunFatal, ToolError
 from ..keys import forced_key, key_text
 from ..store import MISSING
 from ..store.records import Refusal
-from ..store.records import record as receipt_record
-from ..tagged import Unencodable, decode, encode
+from ..tagged import Unencodable, encode
 from ..tools import CallEnv, Tool
 from ..tools.base import Spent, is_local
 from ..tools.failures import translate
 from .kept_errors import ONE_REQUEST, not_storable, refusal, refused, replayed, unkeyable
+from .recording import record
 from .upstream import dispatch as governed
 from .upstream import learn
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ..providers.provider import Ticket
     from .scope import RunScope
 
-__all__ = ["Caller", "call_tool", "invoke", "paid", "record"]
+__all__ = ["Caller", "call_tool", "invoke", "paid"]
 
 Send = Callable[[], Awaitable[tuple[Any, bool]]]
 
@@ -245,6 +245,11 @@ async def _route(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool
         return await _batched(ctx, tool, call)
     if tool.provider is None:
         return await _send(ctx, tool, call, _env(ctx, call))
+    if tool.remote:
+        # The run's HTTP client is made (its transport imported) before a slot is taken, not in the
+        # slot: a worker's first call would otherwise leave a quarter of a second late, and the
+        # calls whose slots came meanwhile would reach a strict provider together.
+        ctx.scope.http_client()
     ticket = ctx.scope.tickets.get(call.logical, tool, ctx.position)
     ticket.falls_through = call.leg
     # The call's environment outlives a suspension with its ticket: what a try got before it
@@ -377,25 +382,3 @@ async def paid(ctx: Caller, tool: Tool[Any], key: str, values: Any, answer: Any,
         return await record(ctx.scope, tool, key, values, answer, miss, spent.cost, 0 if is_local(tool, spent.cost) else spent.requests)
     finally:
         ctx.count(tool, reused=False, spent=spent)
-
-
-async def record(
-    scope: RunScope, tool: Tool[Any], key: str, values: Any, answer: Any, miss: bool, cost: float, requests: int = 1
-) -> tuple[Any, bool]:
-    """Write the receipt of a paid answer (``cost``: what it cost; ``requests``: those it took, as
-    ``calls_executed`` counts them); returns the answer as stored, so the first run sees exactly
-    what every replay will (a pydantic model as its dict, a tuple as a tuple)."""
-    store = scope.store
-    meta = {"tool": tool.name, "version": tool.identity, "account": tool.account, "cost": cost, "input": values}
-    try:
-        stored = encode(answer)
-    except Unencodable as exc:
-        # Paid for, but it has no JSON form: keep a receipt saying so, so no rerun pays again.
-        await store.commit(receipt_record(key, stored=None, tagged=False, at=scope.clock(), miss=miss, error=str(exc), **meta),
-                           paid=requests, cost=cost)  # fmt: skip
-        raise ToolError(not_storable(tool, str(exc), paid_now=True), tool=tool.name) from None
-    tagged = stored is not answer
-    await store.commit(receipt_record(key, stored=stored, tagged=tagged, at=scope.clock(), miss=miss, **meta), paid=requests, cost=cost)
-    if scope.recorder is not None:
-        scope.recorder.add(tool, values, stored, miss, cost)
-    return (decode(stored) if tagged else answer), miss
