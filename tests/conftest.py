@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from demo_process import DemoProcess
 from engines import ENGINES, THREADS, WORKERS, Cluster, Engine, OneProcess, Processes
 from hypothesis import settings
 
@@ -73,9 +74,22 @@ def demo_server() -> Iterator[pb.demo.DemoServer]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def demo_elsewhere() -> Iterator[DemoProcess]:
+    process = DemoProcess()
+    yield process
+    process.stop()
+
+
 @pytest.fixture
-def demo(demo_server: pb.demo.DemoServer) -> pb.demo.DemoServer:
-    """The session's demo provider, with counters, limits and settings reset."""
+def demo(request: pytest.FixtureRequest, demo_server: pb.demo.DemoServer) -> Any:
+    """The session's demo provider, with counters, limits and settings reset.  A promise run on
+    the engines (``engine``) is held against one in a process of its own, as a provider is
+    (see tests/demo_process.py); other tests use the one in this process."""
+    if "engine" in request.fixturenames:
+        elsewhere: DemoProcess = request.getfixturevalue("demo_elsewhere")
+        elsewhere.reset()
+        return elsewhere
     demo_server.reset()
     return demo_server
 
