@@ -40,7 +40,7 @@ from ..errors import ReceiptError
 from .marks import Mark
 from .protocol import Counts, Damaged, Found, SpendRow, StoreFailure, Tally
 from .records import MemoFields, MemoRow, Record, is_receipt, parse_tools
-from .redis_durability import Evictions, durability_in, judge, persistence
+from .redis_durability import durability_in, kept_by
 from .redis_failures import failure
 from .redis_format import (
     CHUNK,
@@ -116,23 +116,9 @@ class RedisBackend(RedisLeases):
             while cause is not None and not isinstance(cause, TypeError):
                 cause = cause.__context__
             raise StoreFailure(f"{self.location} is not a Redis URL playbook can use ({cause or exc})", "EINVAL") from None
-        self._evictions: Evictions | None = None  # an evicting server's count of what it evicted
         self.notices: list[str] = []
-        self.standing = self._persistence(durability)  # what this server cannot promise, said by every run
-
-    def _persistence(self, durability: str) -> list[str]:
-        """Read what the server keeps (redis_durability.py): refuse an evicting server unless
-        the user accepts it; return what to tell the user."""
-        found = persistence(self._client)
-        if found is None:
-            return []  # a managed server that hides its configuration: taken at its word
-        refusal, said = judge(found, self.location, durability)
-        if refusal is not None:
-            self._client.close()
-            raise StoreFailure(refusal, "EVICTING")
-        if found.evicting:
-            self._evictions = Evictions(found.evicted, self.location, self._notify)
-        return said
+        # What this server cannot promise, said by every run; an evicting server's count of what it evicted.
+        self.standing, self._evictions = kept_by(self._client, self.location, durability, self._notify)
 
     def watch(self, *, final: bool = False) -> None:
         """On a server that evicts keys: count what it evicted (redis_durability.Evictions)."""

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["DURABILITIES", "Evictions", "Persistence", "durability_in", "judge", "persistence"]
+from .protocol import StoreFailure
+
+__all__ = ["DURABILITIES", "Evictions", "Persistence", "durability_in", "judge", "kept_by", "persistence"]
 
 DURABILITIES = ("strict", "best-effort")
 
@@ -149,3 +151,17 @@ class Evictions:
                     f"the Redis server at {self.location} has evicted {count:,} keys since this store was opened (its memory "
                     "is full): receipts among them are calls a rerun pays for again"
                 )
+
+
+def kept_by(client: Any, location: str, durability: str, notify: Callable[[str], None] | None) -> tuple[list[str], Evictions | None]:
+    """What the server at ``location`` keeps, read as a store opens it: what to tell the user at
+    every run, and, on a server that evicts keys, the count of what it evicts.  An evicting
+    server the user has not accepted is refused (``StoreFailure``, its client closed)."""
+    found = persistence(client)
+    if found is None:
+        return [], None  # a managed server that hides its configuration: taken at its word
+    refusal, said = judge(found, location, durability)
+    if refusal is not None:
+        client.close()
+        raise StoreFailure(refusal, "EVICTING")
+    return said, Evictions(found.evicted, location, notify) if found.evicting else None
