@@ -251,8 +251,9 @@ async def _finished(run: pb.Run) -> None:
 
 def test_a_full_redis_parks_the_rows_that_would_pay_instead_of_paying_for_what_it_cannot_record(redis_url: str) -> None:
     """A real Redis at its maxmemory with noeviction refuses every write (OOM): once it has
-    refused past the store's grace, the rows that would pay park with reason "store"; only the
-    calls already in flight when it filled are paid and not recorded."""
+    refused past the store's grace, the rows that would pay park with reason "store"; of what
+    was paid, at most the calls in flight when it filled go unrecorded (a write it takes now and
+    then, as leases expire and free a little memory, records what was kept)."""
     server = redis.Redis.from_url(redis_url)
     before = server.config_get("maxmemory")["maxmemory"]
     server.config_set("maxmemory-policy", "noeviction")
@@ -271,8 +272,10 @@ def test_a_full_redis_parks_the_rows_that_would_pay_instead_of_paying_for_what_i
         statuses = run.result["play_status"].value_counts().to_dict()
         assert 20 < statuses["ok"] < 100 and statuses.get("parked", 0) > 250, statuses
         assert set(run.parked["reason"]) == {"store"} and run.parked["message"].str.contains("out of memory").all()
+        # Paid and not ok: a receipt still unwritten at the end (lost), or one a later probe wrote
+        # when the server freed a little memory (its row had failed by then; a rerun reuses it).
         not_recorded = len(calls) - statuses["ok"]
-        assert not_recorded == run.stats.receipts_lost <= 4, (len(calls), statuses, run.stats)  # at most the calls in flight
+        assert run.stats.receipts_lost <= min(not_recorded, 4), (len(calls), statuses, run.stats)  # at most the calls in flight
         store.close()
     finally:
         server.config_set("maxmemory", before)
