@@ -175,14 +175,10 @@ def _clear(store: StoreEngine, args: argparse.Namespace) -> int:
     else:
         what = f"all {stats['receipts']} receipts and {stats['row_memos']} row memos"
     if not args.yes:
-        if not sys.stdin.isatty():
-            raise _Fail(f"not clearing {what} without confirmation: stdin is not a terminal; pass --yes")
-        try:
-            answer = input(f"Remove {what} from {store.path}? [y/N] ")
-        except (EOFError, KeyboardInterrupt):
-            answer = ""
-        if answer.strip().lower() not in ("y", "yes"):
-            raise _Fail("nothing removed")
+        _confirm(
+            f"Remove {what} from {store.path}? [y/N] ",
+            unasked=f"not clearing {what} without confirmation: stdin is not a terminal; pass --yes", declined="nothing removed",
+        )  # fmt: skip
     removed = store.clear(args.tool)
     if args.tool is not None:
         print(f"removed {removed} receipts of {args.tool} and {memos} row memos of rows that used it from {store.path}")
@@ -194,18 +190,28 @@ def _clear(store: StoreEngine, args: argparse.Namespace) -> int:
     return 0
 
 
+def _confirm(question: str, *, unasked: str, declined: str) -> None:
+    """The user's yes to ``question``, asked on the terminal; else :class:`_Fail` saying
+    ``unasked`` (stdin is not a terminal: a script passes --yes) or ``declined``."""
+    if not sys.stdin.isatty():
+        raise _Fail(unasked)
+    try:
+        answer = input(question)
+    except (EOFError, KeyboardInterrupt):
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        raise _Fail(declined)
+
+
 def _reset(store: StoreEngine, args: argparse.Namespace) -> int:
     """What ``ReceiptStore.reset()`` does: the store's mark starts again from what it holds."""
     lost = store.lost
     if lost is not None and not args.yes:
-        if not sys.stdin.isatty():
-            raise _Fail(f"{lost}. Nothing accepted without confirmation: stdin is not a terminal; pass --yes")
-        try:
-            answer = input(f"{lost}.\nAccept what it holds? Runs on it will pay again for the calls whose receipts are gone [y/N] ")
-        except (EOFError, KeyboardInterrupt):
-            answer = ""
-        if answer.strip().lower() not in ("y", "yes"):
-            raise _Fail("nothing accepted: runs on the store are still refused")
+        _confirm(
+            f"{lost}.\nAccept what it holds? Runs on it will pay again for the calls whose receipts are gone [y/N] ",
+            unasked=f"{lost}. Nothing accepted without confirmation: stdin is not a terminal; pass --yes",
+            declined="nothing accepted: runs on the store are still refused",
+        )
     store.reset()
     held = f"holds {store.stats()['receipts']:,} receipts"
     if lost is None:
