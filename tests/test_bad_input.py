@@ -688,12 +688,12 @@ def test_an_input_column_playbook_would_write_is_refused_naming_it_and_the_way_o
     kind: str, columns: dict[str, list[Any]], said: str, store: pb.ReceiptStore
 ) -> None:
     """A frame with play_status or play_error of its own (not an earlier run's result) is refused
-    before any row runs, on pandas, Polars and Dask frames, naming the column, how to rename it
-    and the resume path; nothing is replaced."""
+    before any row runs, on pandas, Polars and Dask frames, naming the column and how to rename
+    it; nothing is replaced."""
     frame = _frames(pd.DataFrame({"x": [1, 2], **columns}))[kind]
     with pytest.raises(pb.PlayDefinitionError, match=said) as refused:
         frame.play.map(doubled, store=store, progress=False)
-    assert "rename it, e.g. df.rename(columns=" in str(refused.value) and "map the play over that run's result" in str(refused.value)
+    assert "rename it, e.g. df.rename(columns=" in str(refused.value) and "an earlier run's result" in str(refused.value)
     assert pb.last_run() is None
 
 

@@ -318,16 +318,19 @@ def test_an_error_shows_where_the_secret_goes_in_the_url_as_its_placeholder(stor
     ("text", "shown"),
     [
         ("the key is PBtest-7f3Q/x+k~9.Z_w== indeed", "the key is *** indeed"),
-        ("it began PBtest-7f3Q and went on", "it began *** and went on"),  # the first 11 characters
+        ("it began PBtest-7f3Q/x+k and went on", "it began PBtest-*** and went on"),  # 8 characters past its prefix
         ("ends in k~9.Z_w==.", "ends in ***."),
-        ("two: PBtest-7f and x+k~9.Z_w", "two: *** and ***"),
-        ("PBtest-7 (8) but PBtest- (7) is too short to be a key's", "*** (8) but PBtest- (7) is too short to be a key's"),
+        ("two: 7f3Q/x+k and +k~9.Z_w", "two: *** and ***"),
+        ("lower-cased: pbtest-7f3q/x+k~9", "lower-cased: pbtest-***"),  # a model may echo it in any case
+        ("PBtest-7f3Q (7 past the prefix)", "PBtest-7f3Q (7 past the prefix)"),  # too short to be a key's
+        ("keys of this kind start with PBtest-", "keys of this kind start with PBtest-"),  # its public prefix alone
         ("nothing of it here", "nothing of it here"),
     ],
 )
 def test_a_part_of_a_key_echoed_in_text_is_masked(text: str, shown: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any run of 8 or more of a revealed key's characters is masked (an answer that repeats
-    part of its request), and shorter ones, which ordinary text shares with keys, are not."""
+    """Any run of 8 or more of a revealed key's characters past its public prefix is masked, in
+    any case (an answer that repeats part of its request); shorter ones, and the prefix every key
+    of its kind shares (``sk-proj-``), which ordinary text names, are not."""
     monkeypatch.setenv(ENV, SECRET)
     pb.secret(ENV).reveal()
     assert secrets.mask(text) == shown

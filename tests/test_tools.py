@@ -311,15 +311,19 @@ def test_a_whole_url_from_the_input_is_called_as_it_is_with_its_own_query(demo, 
     tool = pb.http_tool("fetch", method="GET", url="{u}", params={"first": "{first}"}, headers={"Authorization": "Bearer demo-key"},
                         pick="email", miss_status=(404,), provider=pb.Provider("sites", retries=0))  # fmt: skip
     frame = pd.DataFrame({
-        "u": [demo.url + "/v1/email?domain=company1.com", "ftp://example.com/x", "example.com/v1", None, "http://user@host/x"],
+        "u": [demo.url + "/v1/email?domain=company1.com", "ftp://example.com/x", "example.com/v1", None, "http://me:pa55word@host/x"],
         "first": ["Person1"] * 5,
     })  # fmt: skip
     out = frame.play.map(tool, store=store, progress=False)
     assert out["play_status"].tolist() == ["ok", "failed", "failed", "failed", "failed"]
     assert out.loc[0, "fetch"] is None or "@company1.com" in out.loc[0, "fetch"]
     assert demo.stats()["requests"] == 1 and demo.stats()["by_status"].get("422", 0) == 0  # domain and first both arrived
-    assert "input 'u' must be an http:// or https:// address, not 'ftp://example.com/x'" in out.loc[1, "play_error"]
+    assert (
+        "input 'u' must be an http:// or https:// address" in out.loc[1, "play_error"]
+        and "'ftp://example.com/x'" in out.loc[1, "play_error"]
+    )
     assert "input 'u' is None" in out.loc[3, "play_error"]
+    assert "no user:password@" in out.loc[4, "play_error"] and "pa55word" not in out.loc[4, "play_error"]  # not repeated
     assert pb.last_run().stats.calls_failed == 0 and pb.last_run().parked.empty  # no provider was blamed
 
 
@@ -355,3 +359,30 @@ def test_a_value_no_header_can_carry_fails_its_row_before_anything_is_sent(bad: 
     assert out["play_status"].tolist() == ["failed", "ok"]
     assert "header 'X-Note' cannot carry" in out.loc[0, "play_error"]
     assert demo.stats()["requests"] == 1 and pb.last_run().stats.calls_failed == 0
+
+
+def test_the_answers_and_failures_of_a_host_a_row_chose_are_that_rows_alone(store) -> None:
+    """``url="{u}"`` over many sites: one that answers 403 or 500, or cannot be reached, fails its
+    own row (a 403 there is the site's answer, not refused credentials: no key goes to it), and
+    the rows whose sites answer go on; the provider is neither down nor the run stopped."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]  # nothing listens there once closed
+
+    def site(request: httpx.Request) -> httpx.Response:
+        code = {"forbidden": 403, "broken": 500}.get(request.url.host.split(".")[0], 200)
+        return httpx.Response(code, json={"host": request.url.host})
+
+    tool = pb.http_tool("sites", method="GET", url="{u}", provider=pb.Provider("sites", retries=4, max_wait=5),
+                        client=httpx.AsyncClient(transport=httpx.MockTransport(site)))  # fmt: skip
+    urls = ["http://forbidden.example/", "http://broken.example/", *(f"http://ok{i}.example/" for i in range(20))]
+    out = pd.DataFrame({"u": urls}).play.map(tool, store=store, progress=False)
+    assert out["play_status"].tolist() == ["failed", "failed"] + ["ok"] * 20
+    assert "HTTP 403" in out.loc[0, "play_error"] and "HTTP 500" in out.loc[1, "play_error"]
+    unreachable = pb.http_tool("far", method="GET", url="{u}", provider=pb.Provider("far", retries=4, max_wait=5), timeout=5)
+    frame = pd.DataFrame({"u": [f"http://127.0.0.1:{closed}/x"] * 3})
+    out = frame.play.map(unreachable, store=store, progress=False)
+    assert out["play_status"].tolist() == ["failed"] * 3 and out["play_error"].str.contains("could not connect").all()
+    assert pb.last_run().parked.empty

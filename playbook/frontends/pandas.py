@@ -174,9 +174,9 @@ def check_columns(frame: Any, play: Any, opts: RunOptions) -> None:
 
 
 def _check_reserved(frame: Any) -> None:
-    """A frame with a column playbook writes is an earlier run's result (the resume path: both
-    columns, every status one playbook gives; a Dask frame's values are not read for this), or
-    the user's column would be silently replaced: refused, naming it."""
+    """A frame with a column playbook writes is an earlier run's result (both columns, every
+    status one playbook gives; a Dask frame's values are not read for this), or the user's column
+    would be silently replaced: refused, naming it."""
     present = [name for name in STATUS_COLUMNS if name in frame.columns]
     if not present:
         return
@@ -192,8 +192,8 @@ def _check_reserved(frame: Any) -> None:
     name = present[0]
     raise PlayDefinitionError(
         f"the DataFrame has a column {name!r}, which playbook writes (each row's status and error), and {why}: rename it, "
-        f"e.g. df.rename(columns={{{name!r}: 'my_{name.removeprefix('play_')}'}}); to resume a run, map the play over "
-        "that run's result, which carries both play_status and play_error"
+        f"e.g. df.rename(columns={{{name!r}: 'my_{name.removeprefix('play_')}'}}) (an earlier run's result, with both "
+        "play_status and play_error as playbook wrote them, may be run again as it is)"
     )
 
 

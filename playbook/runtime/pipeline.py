@@ -359,7 +359,8 @@ async def invoke(tool: Tool[Any], values: Any, env: CallEnv) -> tuple[Any, bool]
     try:
         return await tool.invoke(values, env)
     except ToolError as exc:
-        if exc.status in (401, 402, 403):  # a Python tool's "bad credentials" stops the run as HTTP's does
+        # A Python tool's "bad credentials" stops the run as HTTP's does (an HTTP tool says so itself).
+        if exc.status in (401, 402, 403) and not tool.remote:
             raise RunFatal(
                 f"tool {tool.name!r}: {exc} (status {exc.status})", tool=tool.name, provider=exc.provider, status=exc.status
             ) from exc

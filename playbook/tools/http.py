@@ -159,12 +159,15 @@ class HttpTool(Tool[Any]):
             raise failure
         if failure is not None:
             # Raised here, outside the except block that caught it: the transport's error (which
-            # holds the request) is not chained to ours, so nothing keeps it alive.
-            raise self._error(f"{failure} ({where})", None, True, where)
+            # holds the request) is not chained to ours, so nothing keeps it alive.  A host the row
+            # chose failing is that row's failure: the provider's other rows go elsewhere.
+            raise self._error(f"{failure} ({where})", None, not self._address.origin, where)
         self.heard(reply_headers, call)
         if status in self.miss_status:
             return None, True
-        if status in _FATAL:
+        # A 401/402/403 is the account's refusal, which stops the run; from a host the row chose
+        # (no key goes there), it is that site's answer to this request, like any other 4xx.
+        if status in _FATAL and not self._address.origin:
             who = f"provider {self.provider.name!r}" if self.provider else where
             why = "the credentials were refused" if status != 402 else "payment required (no credit left)"
             raise RunFatal(
@@ -173,7 +176,8 @@ class HttpTool(Tool[Any]):
             )  # fmt: skip
         if status >= 400:
             reason = _reason(content)
-            error = self._error(f"HTTP {status} ({where}){': ' + reason if reason else ''}", status, status in _RETRYABLE, where)
+            again = status in _RETRYABLE and not self._address.origin
+            error = self._error(f"HTTP {status} ({where}){': ' + reason if reason else ''}", status, again, where)
             if error.retryable:
                 error.retry_after = retry_after(reply_headers, now=time.time())
             raise error

@@ -117,35 +117,48 @@ def _forms(value: str) -> tuple[str, ...]:
 
 
 class _Parts:
-    """Finds the runs of :data:`PART` or more characters of some secret in a text.
+    """Finds the runs of :data:`PART` or more characters of some secret in a text, in any case
+    (a model may echo a key lower-cased).
 
-    Any run of ``PART`` characters of a key holds one of the key's chunks of ``PART // 2``
-    characters that start at a multiple of ``PART // 2``.  Those few chunks are looked for first
-    (``in``, at C speed), so a text that holds none (nearly every answer) costs no scan.
+    A key's public prefix (``sk-proj-``, ``sk-ant-api03-``: its start up to the last ``-`` or
+    ``_`` among its first 16 characters) is the same in every key of its kind, and ordinary text
+    names it: a run must hold :data:`PART` characters of what follows it.  Any such run holds one
+    of the key's chunks of ``PART // 2`` characters that start at a multiple of ``PART // 2``:
+    those few are looked for first (``in``, at C speed), so a text that holds none (nearly every
+    answer) costs no scan.
     """
 
     __slots__ = ("grams", "chunks")
 
     def __init__(self, values: Sequence[str]) -> None:
         half = PART // 2
-        long = [v for v in values if len(v) >= PART]
-        self.grams = frozenset(v[i : i + PART] for v in long for i in range(len(v) - PART + 1))
-        self.chunks = tuple({v[i : i + half] for v in long for i in range(0, len(v) - half + 1, half)})
+        bodies = [body for body in (_private(v).lower() for v in values) if len(body) >= PART]
+        self.grams = frozenset(b[i : i + PART] for b in bodies for i in range(len(b) - PART + 1))
+        self.chunks = tuple({b[i : i + half] for b in bodies for i in range(0, len(b) - half + 1, half)})
 
     def mask(self, text: str) -> str:
-        if not any(chunk in text for chunk in self.chunks):
+        low = text.lower()
+        if len(low) != len(text):  # a few letters change length when lowered: match as written
+            low = text
+        if not any(chunk in low for chunk in self.chunks):
             return text
         grams, pieces, i, done = self.grams, [], 0, 0
-        while i + PART <= len(text):
-            if text[i : i + PART] not in grams:
+        while i + PART <= len(low):
+            if low[i : i + PART] not in grams:
                 i += 1
                 continue
             end = i + PART  # the run goes on while each next window is a part of a key too
-            while end < len(text) and text[end - PART + 1 : end + 1] in grams:
+            while end < len(low) and low[end - PART + 1 : end + 1] in grams:
                 end += 1
             pieces += [text[done:i], MASK]
             i = done = end
         return "".join(pieces) + text[done:] if pieces else text
+
+
+def _private(value: str) -> str:
+    """A key without its public prefix (see :class:`_Parts`)."""
+    cut = max(value.rfind("-", 0, 16), value.rfind("_", 0, 16))
+    return value[cut + 1 :]
 
 
 def _mask_with(text: str, forms: Sequence[str], parts: _Parts | None) -> str:

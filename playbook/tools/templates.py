@@ -97,6 +97,7 @@ class BadValue(ValueError):
 
 
 _ADDRESS = re.compile(r"https?://[^/?#\s@]+([/?#][^\s]*)?", re.IGNORECASE)
+_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/?#@]*@", re.IGNORECASE)
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 
 
@@ -130,9 +131,13 @@ class UrlTemplate:
 
     def _origin(self, field: str, value: Any) -> str:
         text = value if isinstance(value, str) else ""
+        shown = _USERINFO.sub(r"\1***@", str(value))[:80]  # a password in a scraped address is not repeated
         if field == self.lead:
             if not _ADDRESS.fullmatch(text):
-                raise BadValue(field, f"input {field!r} must be an http:// or https:// address, not {str(value)[:80]!r}")
+                raise BadValue(
+                    field, f"input {field!r} must be an http:// or https:// address with a host, no spaces and no user:password@, "
+                    f"not {shown!r}"
+                )  # fmt: skip
         elif not _HOST.fullmatch(text):
-            raise BadValue(field, f"input {field!r} stands in the URL's host, so it must be a host name, not {str(value)[:80]!r}")
+            raise BadValue(field, f"input {field!r} stands in the URL's host, so it must be a host name, not {shown!r}")
         return text
