@@ -199,8 +199,8 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
     """A missing file, play or `:name`, a broken plays file (its own traceback only), an unknown format,
     a missing input, Parquet without pyarrow, bad option values, an --out that is the --in file
     (spelled another way, through a symlink) and a CSV whose rows have more fields than its header
-    (which pandas would shift into the index): exit 2 naming the line, no call is made and the
-    input is intact."""
+    (which pandas would shift into the index; or anywhere in a file read in chunks): exit 2 naming
+    the line, no call is made and the input is intact."""
     (work / "broken.py").write_text("import playbook as pb\n  x = 1\n")
     (work / "raises.py").write_text("import os\n\nCONFIG = os.environ['NO_SUCH_SETTING_HERE']\n")
     (work / "no_pyarrow").mkdir()
@@ -208,6 +208,7 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
     (work / "link.csv").symlink_to(work / "leads.csv")
     (work / "shifted.csv").write_text("domain,first\n\nacme.com,Ada,x\nglobex.com,Bo,y\n")
     (work / "longer.csv").write_text("domain,first\nacme.com,Ada\nglobex.com,Bo,y\n")
+    (work / "longer_late.csv").write_text("domain,first\n" + "".join(f"c{i}.com,P{i}\n" for i in range(6)) + "globex.com,Bo,y\n")
     leads = (work / "leads.csv").read_bytes()
     run = ["--in", "leads.csv", "--out", "out.csv"]
     cases: list[tuple[list[str], list[str], dict[str, str]]] = [
@@ -233,6 +234,8 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
             {},
         ),
         (["plays.py:enrich", "--in", "longer.csv", "--out", "out.csv"], ["--in longer.csv", "line 3, saw 3"], {}),
+        # read in chunks, the longer row in the fourth: refused before the first chunk pays
+        (["plays.py:enrich", "--in", "longer_late.csv", "--out", "out.csv", "--chunk-rows", "2"], ["line 8, saw 3"], {}),
     ]
     results = cli_many(work, [(args, env) for args, _, env in cases])
     for (args, words, _), done in zip(cases, results):

@@ -41,6 +41,12 @@ def read_chunks(path: str, kind: str, size: int) -> Iterator[Rows]:
 
 
 def _csv_chunks(path: str, size: int) -> Iterator[Rows]:
+    # Every line is parsed once before the first chunk runs: a row with more fields than the
+    # header further on (pandas refuses it, naming its line) would otherwise stop the run after
+    # the chunks before it were paid for.  One pass of the C parser, without typing a cell.
+    with read_csv(path, dtype=object, na_filter=False, chunksize=size) as lines:
+        for _ in lines:
+            pass
     # The same parse twice, in step: as pandas types it, and every cell as written (see files._csv).
     with read_csv(path, chunksize=size) as typed, read_csv(path, dtype=object, na_filter=False, chunksize=size) as text:
         for frame, spelled in zip(typed, text):
