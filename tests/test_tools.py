@@ -386,3 +386,23 @@ def test_the_answers_and_failures_of_a_host_a_row_chose_are_that_rows_alone(stor
     out = frame.play.map(unreachable, store=store, progress=False)
     assert out["play_status"].tolist() == ["failed"] * 3 and out["play_error"].str.contains("could not connect").all()
     assert pb.last_run().parked.empty
+
+
+def test_a_none_leaves_out_its_lone_placeholder_and_fails_a_row_that_writes_it_within_text(store) -> None:
+    """None where a placeholder stands alone leaves out that header or query parameter (as it
+    does a parameter); None within text ("pre-{v}") fails the row naming the input, instead of
+    sending the word "None"."""
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={})
+
+    tool = pb.http_tool("noned", method="GET", url="https://api.example/x", params={"q": "{v}", "w": "w-{w}"},
+                        headers={"X-V": "{v}", "X-W": "pre-{w}"},
+                        client=httpx.AsyncClient(transport=httpx.MockTransport(answer)))  # fmt: skip
+    out = pd.DataFrame({"v": [None, "a"], "w": ["b", None]}).play.map(tool, store=store, progress=False)
+    assert out["play_status"].tolist() == ["ok", "failed"]
+    assert "input 'w' is None, but a template writes it within text" in out.loc[1, "play_error"]
+    assert len(seen) == 1 and "x-v" not in seen[0].headers and "q" not in seen[0].url.params
+    assert seen[0].headers["x-w"] == "pre-b" and seen[0].url.params["w"] == "w-b"

@@ -136,12 +136,17 @@ class HttpTool(Tool[Any]):
             raise self._refused(f"input {exc.args[0]!r} is None, but the URL needs a value") from None
         except BadValue as bad:
             raise self._refused(str(bad)) from None
-        headers = {k: str(fill(v, values)) for k, v in self.headers.items()}
+        try:
+            # A lone placeholder whose value is None leaves out its header or parameter (null in
+            # a body); within text ("Bearer {token}") it cannot be written, and fails the row.
+            headers = {k: str(h) for k, h in ((k, fill(v, values)) for k, v in self.headers.items()) if h is not None}
+            query = {k: v for k, v in ((k, fill(v, values)) for k, v in self.query.items()) if v is not None}
+            body = fill(self.body, values) if self.body is not None else None
+        except KeyError as exc:
+            raise self._refused(f"input {exc.args[0]!r} is None, but a template writes it within text") from None
         for k, v in headers.items():
             if not v.isascii() or _UNSENDABLE.search(v):  # a line break would split it in two
                 raise self._refused(f"header {k!r} cannot carry {mask(v)[:80]!r} (a line break, a control character or non-ASCII text)")
-        query = {k: v for k, v in ((k, fill(v, values)) for k, v in self.query.items()) if v is not None}
-        body = fill(self.body, values) if self.body is not None else None
         return url, query, body, headers
 
     def _refused(self, why: str) -> ToolError:

@@ -77,15 +77,27 @@ def _whole(template: str) -> str | None:
 
 
 def fill(template: Any, values: Mapping[str, Any]) -> Any:
+    """``template`` with its placeholders filled; ``KeyError`` naming a field whose value is None
+    where it stands within text (it has no text to be: "None" would be sent)."""
     if isinstance(template, str):
         field = _whole(template)
         # A lone placeholder keeps the value's type (numbers stay numbers in JSON bodies).
-        return values[field] if field is not None else template.format_map(values)
+        return values[field] if field is not None else template.format_map(_Written(values))
     if isinstance(template, Mapping):
         return {k: fill(v, values) for k, v in template.items()}
     if isinstance(template, list):
         return [fill(v, values) for v in template]
     return template
+
+
+class _Written(dict[str, Any]):
+    """Values as text takes them: a None is missing (``KeyError``), not the word "None"."""
+
+    def __getitem__(self, field: str) -> Any:
+        value = super().__getitem__(field)
+        if value is None:
+            raise KeyError(field)
+        return value
 
 
 class BadValue(ValueError):
