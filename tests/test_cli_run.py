@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -193,6 +194,26 @@ def test_bad_credentials_and_an_unwritable_result_exit_1_and_write_nothing(work:
     assert "column info" in line and "receipts are saved" in line and ".jsonl" in line
     assert not (work / "refused.parquet").exists() and not (work / "mixed.parquet").exists()
     assert _leftovers(work) == []
+
+
+def test_a_deleted_store_is_refused_with_its_way_out_on_the_command_line(work: Path, demo: pb.demo.DemoServer) -> None:
+    """A store directory deleted after a run: every run is refused (exit 1) with the command that
+    accepts it and no claim that a rerun helps; `cache reset --yes` on the deleted path lets the
+    next run go on, paying again for the lost calls."""
+    run = ["plays.py:enrich", "--in", "leads.csv", "--out", "out.csv", "--overwrite"]
+    assert cli(work, *run).returncode == 0
+    shutil.rmtree(work / "store")
+    for _ in range(2):
+        refused = cli(work, *run)
+        assert refused.returncode == 1, refused.stderr
+        (line,) = [line for line in refused.stderr.splitlines() if line.startswith("playbook: ")]
+        assert "held 12 receipts" in line and f"python -m playbook cache reset --store {work / 'store'}" in line
+        assert "rerun" not in line
+    assert demo.stats()["requests"] == 12
+    reset = warm.run("cache", "reset", "--yes", "--store", str(work / "store"), module="playbook", cwd=work)
+    assert reset.returncode == 0 and "accepted" in reset.stdout, reset.stderr
+    assert cli(work, *run).returncode == 0
+    assert demo.stats()["requests"] == 24
 
 
 def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Path, demo: pb.demo.DemoServer) -> None:

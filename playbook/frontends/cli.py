@@ -43,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not is_url(where):
             path = Path(where)
             # Opening a store creates it: look before opening.  (cache.db: a store of playbook 0.1.)
-            if not ((path / FILE).is_file() or (path / "cache.db").is_file()):
+            # A store deleted whole is refused by its mark until reset: reset makes it again.
+            if args.run is not _reset and not ((path / FILE).is_file() or (path / "cache.db").is_file()):
                 raise _Fail(f"no receipt store at {path} (set --store or $PLAYBOOK_HOME)")
             # Looking needs no writes: a store on a full disk or a read-only mount can still be read.
             readonly = args.run not in (_clear, _reset) and (path / FILE).is_file()

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from .._internal.argtypes import whole
-from ..errors import PlaybookError, PlayDefinitionError
+from ..errors import PlaybookError, PlayDefinitionError, ReceiptError
 from ..records import RunStats
 from ..runtime.estimate import PILOT_ROWS, Estimate, after_pilot
 from ..runtime.options import options
@@ -251,9 +251,14 @@ def _one(args: argparse.Namespace, report: dict[str, Any], play: Any, opts: dict
         return run
     except PlayDefinitionError as exc:
         raise Usage(_as_option(str(exc))) from None
-    except PlaybookError as exc:  # bad credentials, no credit, a store that cannot be opened
+    except ReceiptError as exc:  # a store that cannot be opened, or that lost receipts: refused before anything is paid
         _record(report, last_run())
-        raise Fatal(f"{exc}. Nothing was written to {args.out}; what was paid for is saved, so a rerun pays only for the rest") from None
+        raise Fatal(f"{exc}. Nothing was written to {args.out}") from None
+    except PlaybookError as exc:  # bad credentials, no credit
+        _record(report, last_run())
+        raise Fatal(
+            f"{exc}. Nothing was written to {args.out}; what was paid for is saved: once that is fixed, a rerun pays only for the rest"
+        ) from None
     except Exception as exc:  # --on-error raise: the first row that failed stops the run
         _record(report, last_run())
         where = "; ".join(getattr(exc, "__notes__", ()))
