@@ -78,9 +78,9 @@ def test_each_error_group_says_what_its_rows_paid_for(store: pb.ReceiptStore) ->
     paid = errors.groupby(errors["group"].str.split(":").str[0])["cost"].sum().to_dict()
     assert paid == {"ValueError": 2.5, "LookupError": 0.0}
     text = summary(run.state, Tally.of(run.state))
-    assert "(2.5 on failures)" in text and "(paid 2.5)" in text, text
+    assert "cost $22.50 spent ($2.50 on failures), $0.00 saved" in text and "(paid $2.50)" in text, text
     html = run._repr_html_()
-    assert "<th>paid for</th>" in html and "<td>2.5</td>" in html
+    assert "<th>paid for</th>" in html and "<td>$2.50</td>" in html and "<td>$22.50</td>" in html
 
 
 def test_a_helper_that_raises_groups_at_its_own_line(store: pb.ReceiptStore) -> None:

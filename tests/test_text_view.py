@@ -232,7 +232,7 @@ def test_the_summary_gives_a_line_per_provider_that_is_down_holds_or_has_parked_
     lines = out.getvalue().split("\n")
     start = next(i for i, line in enumerate(lines) if line.startswith("enrich: 40 rows"))
     assert lines[start].startswith(
-        "enrich: 40 rows | ok 5 | reused 0 | failed 0 | parked 14 | calls 5 paid, 0 from receipts, 5 local | cost 5 spent, 0 saved"
+        "enrich: 40 rows | ok 5 | reused 0 | failed 0 | parked 14 | calls 5 paid, 0 from receipts, 5 local | cost $5.00 spent, $0.00 saved"
     ), lines[start]
     assert lines[start + 1 :] == [
         f"provider 'acme' is down since {time_of_day(now[0])}: ConnectError: connection refused; 12 rows parked; "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._internal.argtypes import whole
+from .._internal.words import money
 from ..errors import PlaybookError
 from ..store import FILE, StoreEngine, home, is_url
 from ..store.records import Record
@@ -115,7 +116,7 @@ def _stats(store: StoreEngine, args: argparse.Namespace) -> int:
         return 0
     width = max([len(name) for name in stats["by_tool"]] + [9])
     print(f"{'store':<{width + 2}} {stats['path']}")
-    print(f"{'receipts':<{width + 2}} {stats['receipts']} (total cost {stats['cost_stored']:g})")
+    print(f"{'receipts':<{width + 2}} {stats['receipts']} (total cost {money(stats['cost_stored'])})")
     for name, count in stats["by_tool"].items():
         print(f"  {name:<{width}} {count}")
     print(f"{'row memos':<{width + 2}} {stats['row_memos']}")
@@ -141,10 +142,10 @@ def _spend(store: StoreEngine, args: argparse.Namespace) -> int:
         return 0
     shown = frame.assign(provider=frame["provider"].fillna("-")) if "provider" in frame else frame
     shown = shown.rename(columns={"calls_paid": "calls paid", "cost_paid": "cost", "calls_reused": "calls reused", "cost_saved": "saved"})
-    print(shown.to_string(index=False, float_format=lambda v: f"{v:,.6g}"))
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:,.6g}", formatters={"cost": money, "saved": money}))
     totals = frame[["calls_paid", "cost_paid", "calls_reused", "cost_saved"]].sum()
-    print(f"in all: {int(totals['calls_paid']):,} calls paid, {totals['cost_paid']:,.6g} spent; "
-          f"{int(totals['calls_reused']):,} reused, {totals['cost_saved']:,.6g} saved")  # fmt: skip
+    print(f"in all: {int(totals['calls_paid']):,} calls paid, {money(totals['cost_paid'])} spent; "
+          f"{int(totals['calls_reused']):,} reused, {money(totals['cost_saved'])} saved")  # fmt: skip
     return 0
 
 
@@ -153,13 +154,13 @@ def _list(store: StoreEngine, args: argparse.Namespace) -> int:
     shown = receipts[: args.limit or None]
     tw = max([len(r.tool) for _, r in shown] + [4])
     vw = max([len(r.version) for _, r in shown] + [3])
-    print(f"{'WHEN':<19}  {'TOOL':<{tw}}  {'VER':<{vw}}  MISS  {'COST':>6}  INPUT → OUTPUT")
+    print(f"{'WHEN':<19}  {'TOOL':<{tw}}  {'VER':<{vw}}  MISS  {'COST':>9}  INPUT → OUTPUT")
     for _, r in shown:
         when = datetime.fromtimestamp(r.at).isoformat(timespec="seconds")
         miss = "miss" if r.miss else "-"
         output = f"(not storable: {r.error})" if r.error is not None else _preview(loads(r.output))
         given = _preview(None if r.input is None else loads(r.input))
-        print(f"{when}  {r.tool:<{tw}}  {r.version:<{vw}}  {miss:<4}  {r.cost:>6g}  {given} → {output}")
+        print(f"{when}  {r.tool:<{tw}}  {r.version:<{vw}}  {miss:<4}  {money(r.cost):>9}  {given} → {output}")
     if len(receipts) > len(shown):
         print(f"… {len(receipts) - len(shown)} more (--limit 0 shows all)")
     _say_damaged(damaged, store)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from .._internal.words import duration, short_count, time_of_day
+from .._internal.words import duration, money, short_count, time_of_day
 from ..records import RunStats
 from ..runtime.state import LEG_COLUMNS, ProviderSeries, ProviderView, RunState, WorkerView
 from .svg import provider_chart, status_bar, svg_style
@@ -92,7 +92,7 @@ def counters_table(s: RunStats | RunState) -> str:
         [[
             *(f"{n:,}" for n in (s.total, s.ok, s.reused, s.failed, s.held, s.parked, s.skipped, s.calls_executed, s.calls_failed,
                                  s.calls_shared, s.calls_reused, s.calls_local)),
-            f"{s.cost_spent:,.6g}", f"{s.cost_failed:,.6g}", f"{s.cost_saved:,.6g}",
+            money(s.cost_spent), money(s.cost_failed), money(s.cost_saved),
         ]],
     )  # fmt: skip
 
@@ -207,7 +207,7 @@ def errors_table(groups: list[tuple[int, str, Any, str, float]], count: int) -> 
     if any(cost for *_, cost in groups):
         head.append("paid for")
         for row, (*_, cost) in zip(shown, groups):
-            row.append(f"{cost:,.6g}")
+            row.append(money(cost))
     return "<div>errors</div>" + _table(head, shown) + _more(count, "groups")
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .._internal.words import time_of_day
+from .._internal.words import money, time_of_day
 from ..events import (
     KeyRetired,
     ProviderDown,
@@ -266,8 +266,8 @@ def summary(state: RunState, tally: Tally) -> str:
     if s.skipped:
         parts.append(f"skipped {s.skipped}")
     parts.append(_calls(s))
-    failed = f" ({s.cost_failed:g} on failures)" if s.cost_failed else ""
-    parts.append(f"cost {s.cost_spent:g} spent{failed}, {s.cost_saved:g} saved")
+    failed = f" ({money(s.cost_failed)} on failures)" if s.cost_failed else ""
+    parts.append(f"cost {money(s.cost_spent)} spent{failed}, {money(s.cost_saved)} saved")
     parts.append(f"{s.elapsed:.1f}s")
     lines = [" | ".join(parts)]
     for name, p in s.provider_views().items():
@@ -308,7 +308,7 @@ def error_lines(tally: Tally) -> list[str]:
     kinds = tally.kinds
     lines = [f"{_rows(failed)} failed" + (f", {kinds:,} kinds of error:" if kinds > 1 else ":")]
     for n, group, example, message, cost in groups:
-        paid = f" (paid {cost:,.6g})" if cost else ""
+        paid = f" (paid {money(cost)})" if cost else ""
         lines.append(f"  {n:,} × {group}{paid}; e.g. row {example!r}: {in_words(message)}")
     if kinds > GROUPS_SHOWN:
         lines.append(f"  … and {kinds - GROUPS_SHOWN:,} more kinds (run.errors.groupby('group') lists them all)")
