@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import time
 
-__all__ = ["duration", "money", "short_count", "time_of_day", "tokens"]
+__all__ = ["cut", "duration", "money", "short_count", "time_of_day", "tokens"]
 
 
 def time_of_day(epoch: float) -> str:
@@ -58,3 +58,17 @@ def money(amount: float) -> str:
 def tokens(n: float) -> str:
     """1 token / 950 tokens / 89.4k tokens / 1.2M tokens."""
     return "1 token" if n == 1 else f"{short_count(n)} tokens"
+
+
+def cut(text: str, most: int) -> str:
+    """``text`` in at most ``most`` characters: whole when it fits, else cut at the end of a word
+    with an ellipsis ("no match for the domain of…"), never inside one unless a single word is
+    longer than half the room (a URL)."""
+    if len(text) <= most:
+        return text
+    head = text[: most - 1]
+    if not text[most - 1].isspace():  # the cut falls inside a word: back to its start
+        space = max(head.rfind(" "), head.rfind("\n"))
+        if space > most // 2:
+            head = head[:space]
+    return head.rstrip(" \n,;:") + "…"
