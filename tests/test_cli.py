@@ -278,3 +278,27 @@ def test_reset_accepts_what_a_lost_store_holds(home: Path) -> None:
     assert out["v"].tolist() == ["xx"] and kept.lost is None
     kept.close()
     assert cli("cache", "reset").stdout == f"the receipt store at {home} has lost nothing: it holds 5 receipts\n"
+
+
+def test_a_misspelt_option_or_subcommand_gets_what_it_was_likely_meant_to_be(home: Path) -> None:
+    """An unknown subcommand or option is argparse's usage error (exit 2, the usage on stderr)
+    with the closest ones it takes: `rn`, `cache lst`, `cache list --limt 3`; one nothing is close
+    to gets no guess."""
+    cases = {
+        ("rn",): "invalid choice: 'rn' (choose from 'run', 'cache') (did you mean run?)",
+        ("cache", "lst"): "invalid choice: 'lst' (choose from 'stats', 'list', 'spend', 'clear', 'reset', 'export') (did you mean list?)",
+        ("cache", "list", "--limt", "3"): "unrecognized arguments: --limt 3 (did you mean --limit?)",
+        (
+            "cache",
+            "spend",
+            "--bye",
+            "tool",
+            "--jsno",
+        ): "unrecognized arguments: --bye tool --jsno (did you mean --by for --bye, --json for --jsno?)",
+        ("cache", "list", "--zzz"): "unrecognized arguments: --zzz",
+    }
+    for args, said in cases.items():
+        done = cli(*args)
+        last = done.stderr.splitlines()[-1]
+        assert done.returncode == 2 and done.stdout == "" and done.stderr.startswith("usage: "), (args, done.stderr)
+        assert last.endswith(said), (args, last)
