@@ -169,6 +169,9 @@ def test_the_slowest_provider_is_the_bottleneck_by_rate_calls_in_flight_or_token
     shares = est.table.set_index("provider")["provider_seconds"]
     assert shares["fast"] == pytest.approx(10.0) and shares["slow"] == pytest.approx(100.0) and shares["llm"] == pytest.approx(600.0)
     assert est.bottleneck == "llm" and est.limit == "60k tokens a minute" and est.seconds == pytest.approx(600.0)
+    assert "1,010 rows: 10 already done; ~2,500 paid calls (~600k tokens), $111.00, ~10m 00s" in str(est), str(est)
+    llm = next(line for line in est.text().splitlines() if line.lstrip().startswith("llm"))
+    assert llm.split()[:6] == ["llm", "c", "1000", "0", "$1.00", "600k"], llm  # money and tokens as the line says them
     est = project(_pilot(lines, 1_010, 1_010), "p", 50, {**statuses, "llm": _status("llm", tpm=600_000)})
     assert est.bottleneck == "slow" and est.limit == "5 calls in flight of 1s" and est.seconds == pytest.approx(100.0)
 
