@@ -240,7 +240,8 @@ class Session:
         for i, summary in self.runs():
             counters = summary["tables"][0]
             assert counters["head"] == HEADER, counters
-            found.append((i, {h: int(float(v.replace(",", ""))) for h, v in zip(HEADER, counters["rows"][0])}))
+            # counts, and money as "$1,204.10": read as whole numbers
+            found.append((i, {h: int(float(v.replace(",", "").lstrip("<$"))) for h, v in zip(HEADER, counters["rows"][0])}))
         return found
 
     def printed(self) -> str:

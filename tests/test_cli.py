@@ -85,7 +85,7 @@ def test_stats_text_and_json(home: Path) -> None:
     assert text.returncode == 0, text.stderr
     lines = [line.split() for line in text.stdout.splitlines()]
     assert ["store", str(home)] in lines
-    assert ["receipts", "6", "(total", "cost", "1.5)"] in lines
+    assert ["receipts", "6", "(total", "cost", "$1.50)"] in lines
     assert ["acme.email", "3"] in lines and ["clean", "3"] in lines
     assert ["row", "memos", "3"] in lines
     assert any(line[0] == "size" and line[-1] == "KiB" for line in lines)
@@ -101,8 +101,8 @@ def test_spend_text_and_json(home: Path) -> None:
     assert text.returncode == 0, text.stderr
     lines = [line.split() for line in text.stdout.splitlines()]
     assert lines[0] == ["provider", "tool", "day", "calls", "paid", "cost", "calls", "reused", "saved"]
-    assert lines[1] == ["-", "acme.email", time.strftime("%Y-%m-%d", time.gmtime()), "3", "1.5", "0", "0"]
-    assert lines[-1] == ["in", "all:", "3", "calls", "paid,", "1.5", "spent;", "0", "reused,", "0", "saved"]
+    assert lines[1] == ["-", "acme.email", time.strftime("%Y-%m-%d", time.gmtime()), "3", "$1.50", "0", "$0.00"]
+    assert lines[-1] == ["in", "all:", "3", "calls", "paid,", "$1.50", "spent;", "0", "reused,", "$0.00", "saved"]
     machine = cli("cache", "spend", "--by", "tool", "--json")
     with pb.ReceiptStore(home) as store:
         assert [json.loads(line) for line in machine.stdout.splitlines()] == store.spend(by="tool").to_dict("records")
@@ -121,7 +121,7 @@ def test_list_shows_one_line_per_receipt_up_to_the_limit(home: Path) -> None:
     assert len(rows) == 4 and more == "… 2 more (--limit 0 shows all)"
     first = _receipts(home).iloc[0]  # a `clean` receipt: each row calls it first
     when = datetime.fromtimestamp(first["created_at"].timestamp()).isoformat(timespec="seconds")
-    assert rows[0].split()[:5] == [when, "clean", "2", "-", "0"]
+    assert rows[0].split()[:5] == [when, "clean", "2", "-", "$0.00"]
     q = first["input"]["q"]
     assert rows[0].endswith(f'{{"q":"{q}"}} → "{q.upper()}"')
 
@@ -132,7 +132,7 @@ def test_list_filters_by_tool(home: Path) -> None:
     rows = done.stdout.splitlines()[1:]
     assert [row.split()[1] for row in rows] == ["acme.email"] * 3
     (miss,) = [row for row in rows if row.split()[3] == "miss"]
-    assert miss.split()[4] == "0.5" and miss.endswith('{"q":"b"} → null')
+    assert miss.split()[4] == "$0.50" and miss.endswith('{"q":"b"} → null')
 
 
 def test_clear_refuses_without_yes_when_stdin_is_not_a_terminal(home: Path) -> None:
@@ -240,7 +240,7 @@ def test_a_store_named_relative_to_the_working_folder(home: Path, monkeypatch: p
     for done in runs:
         assert done.returncode == 0 and done.stderr == "", done.stderr
     stats, listed, machine = (done.stdout for done in runs)
-    assert ["receipts", "6", "(total", "cost", "1.5)"] in [line.split() for line in stats.splitlines()]
+    assert ["receipts", "6", "(total", "cost", "$1.50)"] in [line.split() for line in stats.splitlines()]
     assert len(listed.splitlines()) == 1 + 6
     assert json.loads(machine)["receipts"] == 6
 
@@ -278,3 +278,27 @@ def test_reset_accepts_what_a_lost_store_holds(home: Path) -> None:
     assert out["v"].tolist() == ["xx"] and kept.lost is None
     kept.close()
     assert cli("cache", "reset").stdout == f"the receipt store at {home} has lost nothing: it holds 5 receipts\n"
+
+
+def test_a_misspelt_option_or_subcommand_gets_what_it_was_likely_meant_to_be(home: Path) -> None:
+    """An unknown subcommand or option is argparse's usage error (exit 2, the usage on stderr)
+    with the closest ones it takes: `rn`, `cache lst`, `cache list --limt 3`; one nothing is close
+    to gets no guess."""
+    cases = {
+        ("rn",): "invalid choice: 'rn' (choose from 'run', 'cache') (did you mean run?)",
+        ("cache", "lst"): "invalid choice: 'lst' (choose from 'stats', 'list', 'spend', 'clear', 'reset', 'export') (did you mean list?)",
+        ("cache", "list", "--limt", "3"): "unrecognized arguments: --limt 3 (did you mean --limit?)",
+        (
+            "cache",
+            "spend",
+            "--bye",
+            "tool",
+            "--jsno",
+        ): "unrecognized arguments: --bye tool --jsno (did you mean --by for --bye, --json for --jsno?)",
+        ("cache", "list", "--zzz"): "unrecognized arguments: --zzz",
+    }
+    for args, said in cases.items():
+        done = cli(*args)
+        last = done.stderr.splitlines()[-1]
+        assert done.returncode == 2 and done.stdout == "" and done.stderr.startswith("usage: "), (args, done.stderr)
+        assert last.endswith(said), (args, last)

@@ -218,7 +218,8 @@ def test_a_deleted_store_is_refused_with_its_way_out_on_the_command_line(work: P
 
 def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Path, demo: pb.demo.DemoServer) -> None:
     """A missing file, play or `:name`, a broken plays file (its own traceback only), an unknown format,
-    a missing input, Parquet without pyarrow, bad option values, an --out that is the --in file
+    a missing input, Parquet without pyarrow, bad option values, a misspelt option (and what it was
+    likely meant to be), an --out that is the --in file
     (spelled another way, through a symlink) and a CSV whose rows have more fields than its header
     (which pandas would shift into the index; or anywhere in a file read in chunks): exit 2 naming
     the line, no call is made and the input is intact."""
@@ -247,6 +248,12 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
         ),
         (["plays.py:enrich", *run, "--concurrency", "0"], ["--concurrency", "'0'"], {}),
         (["plays.py:enrich", *run, "--max-cost", "abc"], ["--max-cost", "'abc'"], {}),
+        (["plays.py:enrich", *run, "--concurency", "8"], ["unrecognized arguments: --concurency 8 (did you mean --concurrency?)"], {}),
+        (
+            ["plays.py:enrich", *run, "--conc", "0"],
+            ["argument --concurrency", "'0'"],
+            {},
+        ),  # an abbreviation is argparse's: it names one option
         (["plays.py:enrich", *run, "--key", "domain,nope"], ["--key", "'nope'"], {}),
         (["plays.py:enrich", "--in", "./leads.csv", "--out", "link.csv"], ["--out link.csv", "same file as --in ./leads.csv"], {}),
         (

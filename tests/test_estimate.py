@@ -55,7 +55,7 @@ def test_a_pilot_projects_the_calls_and_money_left_and_the_run_pays_none_of_its_
     ]
     run = frame.play.run(play, store=store, progress=False)
     assert run.stats.calls_executed == 140 == demo.stats()["requests"] - 20 and run.stats.reused == 60
-    assert "200 rows: 60 already done; ~140 paid calls, 70.00" in str(est) and "'acme'" in str(est)
+    assert "200 rows: 60 already done; ~140 paid calls, $70.00" in str(est) and "'acme'" in str(est)
     assert "<table" in est._repr_html_() and json.loads(json.dumps(est.to_dict()))["paid_calls"] == 140
 
 
@@ -104,14 +104,16 @@ def test_estimate_true_asks_and_a_no_runs_nothing_more(
     _answer(monkeypatch, "n")
     out = _frame(50).play.map(play, store=store, estimate=True, max_cost=60, progress=False)
     said = capsys.readouterr()
-    assert said.out == "" and "50 rows: 20 already done; ~30 paid calls, 30.00" in said.err
+    assert said.out == "" and "50 rows: 20 already done; ~30 paid calls, $30.00" in said.err
     assert said.err.endswith("\nrun the 30 rows left? [y/N] ")  # 40 left of max_cost after the pilot: enough
     assert out["play_status"].value_counts().to_dict() == {"skipped": 30, "ok": 20} and demo.stats()["requests"] == 20
     assert set(out.loc[out["play_status"] == "skipped", "play_error"]) == {"not run: the estimate was not accepted"}
     _answer(monkeypatch, "y")
     out = _frame(50).play.map(play, store=store, estimate=True, max_cost=25, progress=False)
     said = capsys.readouterr()
-    assert "\nmax_cost=25 leaves 5 after the pilot's 20, which is below what the 10 rows left will cost (at least 10" in said.err
+    assert (
+        "\nmax_cost=25 leaves $5.00 after the pilot's $20.00, which is below what the 10 rows left will cost (at least $10.00" in said.err
+    )
     spent = demo.stats()["requests"] - 20
     assert spent <= 25 and out["play_status"].value_counts().get("parked", 0) == 50 - 20 - spent  # the pilot's 20 count in max_cost
 
@@ -167,6 +169,9 @@ def test_the_slowest_provider_is_the_bottleneck_by_rate_calls_in_flight_or_token
     shares = est.table.set_index("provider")["provider_seconds"]
     assert shares["fast"] == pytest.approx(10.0) and shares["slow"] == pytest.approx(100.0) and shares["llm"] == pytest.approx(600.0)
     assert est.bottleneck == "llm" and est.limit == "60k tokens a minute" and est.seconds == pytest.approx(600.0)
+    assert "1,010 rows: 10 already done; ~2,500 paid calls (~600k tokens), $111.00, ~10m 00s" in str(est), str(est)
+    llm = next(line for line in est.text().splitlines() if line.lstrip().startswith("llm"))
+    assert llm.split()[:6] == ["llm", "c", "1000", "0", "$1.00", "600k"], llm  # money and tokens as the line says them
     est = project(_pilot(lines, 1_010, 1_010), "p", 50, {**statuses, "llm": _status("llm", tpm=600_000)})
     assert est.bottleneck == "slow" and est.limit == "5 calls in flight of 1s" and est.seconds == pytest.approx(100.0)
 
@@ -235,7 +240,7 @@ def test_the_command_line_estimates_and_runs_the_rest_only_with_yes(demo: pb.dem
     assert demo.stats()["requests"] == 10
     second = cli("--yes", "--max-cost", "5", "--sample", "4")
     report = json.loads(second.stdout)
-    assert "--max-cost 5 leaves 4 after the pilot's 1, which is below what the 46 rows left will cost" in second.stderr
+    assert "--max-cost 5 leaves $4.00 after the pilot's $1.00, which is below what the 46 rows left will cost" in second.stderr
     assert report["estimate"]["rows_left"] == 46 and report["stats"]["cost_spent"] == 4.0  # what the pilot (1.0) left of 5
     assert demo.stats()["requests"] == 10 + 4 + 16 and second.returncode == 3  # rows parked on the budget
     (tmp_path / "out.csv").unlink()
@@ -286,7 +291,7 @@ def test_failures_in_the_pilot_are_projected_with_what_they_cost(demo: pb.demo.D
     frame = _frame(120)
     est = frame.play.estimate(picky, sample=40, first=True, store=store, progress=False)
     assert (est.rows_left, est.paid_calls, est.failed_rows, est.cost_failed) == (90, 80, 20, pytest.approx(10.0))
-    assert "10 of the pilot's 40 rows failed (pb.last_run().errors): ~20 of the rest may, paying ~10.00" in str(est)
+    assert "10 of the pilot's 40 rows failed (pb.last_run().errors): ~20 of the rest may, paying ~$10.00" in str(est)
     run = frame.play.run(picky, store=store, progress=False)
     assert run.stats.failed == 30 and run.stats.calls_executed == 80 and run.stats.cost_failed == 10.0  # the pilot's 10 replayed free
 

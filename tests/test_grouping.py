@@ -5,6 +5,7 @@ of many messages from one place is one group.  Real runs, real messages."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 
 import pandas as pd
@@ -12,7 +13,8 @@ import pydantic
 import pytest
 
 import playbook as pb
-from playbook.runtime.grouping import mask, message_group
+from playbook.runtime.grouping import Families, mask, message_group
+from playbook.ui.html import in_words
 from playbook.ui.tally import Tally
 from playbook.ui.text import summary
 
@@ -78,9 +80,9 @@ def test_each_error_group_says_what_its_rows_paid_for(store: pb.ReceiptStore) ->
     paid = errors.groupby(errors["group"].str.split(":").str[0])["cost"].sum().to_dict()
     assert paid == {"ValueError": 2.5, "LookupError": 0.0}
     text = summary(run.state, Tally.of(run.state))
-    assert "(2.5 on failures)" in text and "(paid 2.5)" in text, text
+    assert "cost $22.50 spent ($2.50 on failures), $0.00 saved" in text and "(paid $2.50)" in text, text
     html = run._repr_html_()
-    assert "<th>paid for</th>" in html and "<td>2.5</td>" in html
+    assert "<th>paid for</th>" in html and "<td>$2.50</td>" in html and "<td>$22.50</td>" in html
 
 
 def test_a_helper_that_raises_groups_at_its_own_line(store: pb.ReceiptStore) -> None:
@@ -231,7 +233,7 @@ def test_the_text_summary_lists_the_groups(store: pb.ReceiptStore, capsys: pytes
         ("user 5f2b9c0e-1234-4abc-8def-0123456789ab gone", "user <id> gone"),
         ("order abc123 and p7, hash 0xdeadbeef", "order <id> and <id>, hash <id>"),
         ("bob.smith+x@mail.example.com bounced", "<email> bounced"),
-        ("GET http://10.0.0.12:8080/v1/find?domain=a.com&page=2", "GET http://<ip>:<n>/<id>/find?domain=…&page=…"),
+        ("GET http://10.0.0.12:8080/v1/find?domain=a.com&page=2", "GET http://<ip>:<n>/v1/find?domain=…&page=…"),
         ("plain words stay", "plain words stay"),
     ],
 )
@@ -244,4 +246,51 @@ def test_a_message_group_is_its_first_line_masked_and_bounded() -> None:
     assert message_group("RuntimeError: boom 42\nTraceback (most recent call last): ...") == "RuntimeError: boom <n>"
     assert message_group("") == "(no message)"
     long = message_group("ValueError: " + "word " * 200)
-    assert len(long) == 240 and long.endswith("…")
+    assert len(long) <= 240 and long.endswith(" word…")
+
+
+def test_a_tools_address_is_masked_alike_in_every_group(demo, store: pb.ReceiptStore) -> None:
+    """A tool's template in a group is masked as a message is (host and port, numbers), its
+    placeholders kept: a 404 and a refused connection to one host read it one way."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    missing = pb.http_tool("missing", method="GET", url=demo.url + "/status/{code}")
+    refused = pb.http_tool("refused", method="GET", url=f"http://127.0.0.1:{dead}/status/{{code}}")
+
+    @pb.play
+    async def both(row, ctx):
+        return {"v": await ctx.tool(missing if row.n % 2 else refused, code=row.n)}
+
+    run = pd.DataFrame({"n": range(4)}).play.run(both, store=store, progress=False)
+    groups = sorted(run.errors["group"].unique())
+    assert len(groups) == 2, groups
+    for group in groups:
+        assert "127.0.0.1" not in group and "GET http://<ip>:<n>/status/{code}" in group, group
+
+
+def test_a_template_is_masked_but_for_its_placeholders() -> None:
+    """mask() shows a request as its tool's template, its host, port and numbers masked, {names} kept."""
+    sent = "GET http://127.0.0.1:8800/v2/status/500"
+    assert (
+        mask(f"HTTP 500 ({sent})", (sent, "GET http://127.0.0.1:8800/v2/status/{code}"))
+        == "HTTP <n> (GET http://<ip>:<n>/v2/status/{code})"
+    )
+    assert mask(f"HTTP 500 ({sent})") == "HTTP <n> (GET http://<ip>:<n>/v2/status/<n>)"
+
+
+def test_long_groups_and_messages_are_cut_at_a_word_end() -> None:
+    """A group, a family's group and a panel's message longer than their room end at a whole word
+    and an ellipsis, not in the middle of one."""
+    words = "ValueError: " + " ".join(["unexpected", "token", "in", "the", "answer"] * 20)
+    group = message_group(words)
+    assert len(group) <= 240 and group.endswith("…") and group[:-1] == words[: len(group) - 1], group
+    assert words[len(group) - 1] == " ", group  # the word before the ellipsis is whole
+    long = message_group("ValueError: " + "x" * 400)  # one word longer than the room: cut inside it
+    assert len(long) == 240 and long.endswith("x…")
+    families = Families()
+    for n in range(5):
+        families.add(f"KeyError: {'a' * 30} {n} " + "word " * 60 + "(line 3)")
+    label = families.label(f"KeyError: {'a' * 30} 0 " + "word " * 60 + "(line 3)")
+    assert label.startswith("KeyError: " + "a" * 30 + " … word") and label.endswith(" word… (line 3)"), label
+    assert in_words("ConnectError: " + "refused again " * 20).endswith("again…")

@@ -71,9 +71,9 @@ def test_html_shows_counters_providers_parked_rows_errors_and_legs(store: pb.Rec
             "0",
             "0",
             str(s.calls_local),
-            "0",
-            "0",
-            "0",
+            "$0.00",
+            "$0.00",
+            "$0.00",
         ]
     ]
     assert s.parked > LIMIT and s.failed == 4

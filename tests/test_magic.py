@@ -69,7 +69,7 @@ def test_estimate_runs_a_pilot_shows_what_the_rest_costs_and_asks_first(kernel: 
     assert got["error"] is None, got["error"]
     assert got["asked"] == ["run the 10 rows left? [y/N] "]
     [shown] = [d for d in got["shown"] if "text/html" in d]
-    assert "<table" in shown["text/html"] and "30 rows: 20 already done; ~10 paid calls, 5.00" in shown["text/plain"]
+    assert "<table" in shown["text/html"] and "30 rows: 20 already done; ~10 paid calls, $5.00" in shown["text/plain"]
     assert kernel.value("out_est.play_status.value_counts().to_dict()") == {"ok": 20, "skipped": 10}
     got = kernel.run(cell.replace("df30", "df70"), answer="y")
     assert got["error"] is None and got["asked"] == ["run the 50 rows left? [y/N] "], got

@@ -64,7 +64,7 @@ def test_summary_names_the_provider_that_holds_parked_rows(store: pb.ReceiptStor
     run = run_virtual(main())
     text = out.getvalue()
     assert run.stats.parked == 5
-    assert text.startswith("lookup: 0/8 rows (0%) | ok=0 ")  # the run parks at once: its start, then the summary
+    assert text.startswith("lookup: 0/8 rows (0%) [00:00<?, ? rows/s] | ok=0 ")  # the run parks at once: its start, then the summary
     summary = text.strip().splitlines()[-3:]
     assert summary[0].startswith(
         "lookup: 8 rows | ok 3 | reused 0 | failed 0 | parked 5 | calls 3 paid, 1 failed, 0 from receipts, 0 local"
@@ -176,7 +176,7 @@ def test_a_wide_bar_says_until_when_and_how_many_rows_and_counts_paid_and_local_
         f"enrich [held=3 parked=12 | acme down (12 rows, probe {time_of_day(probe)}) | "
         f"quota held until {time_of_day(quota.status().hold_until_at)} (3 rows)]: "
     ), last
-    assert last.endswith(": 17/40 rows (42%) | ok=5 reused=0 failed=0 | calls 5 paid, 0 from receipts, 5 local"), last
+    assert last.endswith(": 17/40 rows (42%) [00:00<?, ? rows/s] | ok=5 reused=0 failed=0 | calls 5 paid, 0 from receipts, 5 local"), last
     state.emit(RunFinished("r1", False))
 
 
@@ -232,7 +232,7 @@ def test_the_summary_gives_a_line_per_provider_that_is_down_holds_or_has_parked_
     lines = out.getvalue().split("\n")
     start = next(i for i, line in enumerate(lines) if line.startswith("enrich: 40 rows"))
     assert lines[start].startswith(
-        "enrich: 40 rows | ok 5 | reused 0 | failed 0 | parked 14 | calls 5 paid, 0 from receipts, 5 local | cost 5 spent, 0 saved"
+        "enrich: 40 rows | ok 5 | reused 0 | failed 0 | parked 14 | calls 5 paid, 0 from receipts, 5 local | cost $5.00 spent, $0.00 saved"
     ), lines[start]
     assert lines[start + 1 :] == [
         f"provider 'acme' is down since {time_of_day(now[0])}: ConnectError: connection refused; 12 rows parked; "
@@ -280,9 +280,9 @@ def test_a_log_gets_a_plain_line_every_few_seconds_through_a_quiet_hold(monkeypa
         for pos in range(3):
             state.emit(RowStarted(pos))
             state.emit(RowFinished(pos, "ok", None))
-        assert _frames(out.getvalue()) == ["enrich: 0/10 rows (0%) | ok=0 reused=0 failed=0 | calls 0 paid, 0 from receipts, 0 local"]
+        assert _frames(out.getvalue()) == ["enrich: 0/10 rows (0%) [00:00<?, ? rows/s] | ok=0 reused=0 failed=0"]
         await asyncio.sleep(5.5)
-        assert _frames(out.getvalue())[-1].startswith("enrich: 3/10 rows (30%) | ok=3 ")
+        assert _frames(out.getvalue())[-1].startswith("enrich: 3/10 rows (30%) [00:05<00:11, 1.7s/row] | ok=3 ")
         await asyncio.sleep(20.0)
         view.unsubscribe()
         assert 5 <= len(_frames(out.getvalue())) <= 7 and "\r" not in out.getvalue()
@@ -303,3 +303,29 @@ def test_a_key_leaving_its_pool_gets_a_line_of_its_own_and_a_warning_in_the_summ
     assert said in lines and f"warning: {said}" in lines and state.notices == [said]
     last = KeyRetired("openai", "OPENAI_KEY_A …77aa", "HTTP 403", 0).said()
     assert last.endswith("(HTTP 403); no key was left, so the run stopped (run.retry() tries every key again)")
+
+
+def test_a_log_line_says_elapsed_remaining_and_rate_and_no_eta_before_a_rate() -> None:
+    """Written to a log, each line of progress ends its count with tqdm's [elapsed<remaining,
+    rate]: the first line has neither rate nor ETA; then rows done over the time since the line
+    before give both; a hold with no row done gives neither again."""
+
+    async def main() -> list[str]:
+        out = io.StringIO()
+        loop = asyncio.get_running_loop()
+        state = RunState(clock=loop.time)
+        view = TextView(state, file=out, clock=loop.time)
+        state.emit(RunStarted("r", "enrich", 100))
+        for pos in range(40):  # 2 rows a second for 20 s
+            await asyncio.sleep(0.5)
+            state.emit(RowStarted(pos))
+            state.emit(RowFinished(pos, "ok", None))
+        await asyncio.sleep(12.0)  # then nothing finishes
+        view.unsubscribe()
+        return _frames(out.getvalue())
+
+    frames = run_virtual(main())
+    assert frames[0].startswith("enrich: 0/100 rows (0%) [00:00<?, ? rows/s] | ok=0"), frames[0]
+    # at 20 s (a line every LOG_EVERY = 5 s, the first at 0): 40 done, 60 left at 2 rows/s
+    assert any(f.startswith("enrich: 40/100 rows (40%) [00:20<00:30, 2 rows/s] | ok=40") for f in frames), frames
+    assert frames[-1].startswith("enrich: 40/100 rows (40%) [00:3") and "<?, ? rows/s]" in frames[-1], frames[-1]

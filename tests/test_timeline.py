@@ -3,15 +3,22 @@ long the run; limits carry through gaps; holds and downs become merged, bounded 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
+import re
+import xml.etree.ElementTree as ET
 
 import pandas as pd
 import pytest
+from vtime import run_virtual
 
 import playbook as pb
+from playbook.providers.provider import governor
+from playbook.providers.sends import Sends
 from playbook.runtime.timeline import ProviderSeries, Timeline
 from playbook.runtime.upstream import ProviderView, provider_view
+from playbook.ui.svg import provider_chart
 
 T0 = 1_700_000_000.0  # an epoch second: the timeline never reads the clock
 
@@ -252,3 +259,75 @@ def test_a_call_in_flight_at_a_sample_counts_when_its_answer_is_known() -> None:
     acme, dead = only(tl), only(tl, "dead")
     assert (acme.accepted, acme.refused) == ([0, 0, 1, 1], [0, 0, 2, 0])
     assert (dead.accepted, dead.failed) == ([0, 0, 0, 0], [0, 3, 2, 0])
+
+
+# -- the peak, counted as the limit is ----------------------------------------------------------
+
+
+def _label(series: ProviderSeries) -> tuple[float, float]:
+    """(peak, limit) in calls per second, as the chart's text line says them."""
+    found = re.search(r"peak ([\d.,]+)/s · limit ([\d.,]+)/s", "".join(ET.fromstring(provider_chart(series)).itertext()))
+    assert found, provider_chart(series)
+    return float(found[1].replace(",", "")), float(found[2].replace(",", ""))
+
+
+def test_a_paced_run_never_shows_a_peak_above_its_limit() -> None:
+    """Calls paced at rps=40 whose answers come back bunched (slow ones, then fast ones) never
+    read as a peak over the limit: the peak counts sends per second, as the provider does."""
+    provider = pb.Provider("paced", rps=40)
+    gov = governor(provider)
+    tl = Timeline()
+    rng = random.Random(7)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def call(i: int) -> None:
+            async def send() -> int:
+                await asyncio.sleep(0.45 if (i // 20) % 2 == 0 else rng.uniform(0.01, 0.05))  # answers bunch
+                return i
+
+            await gov.dispatch(send)
+
+        calls = asyncio.gather(*(call(i) for i in range(400)))
+        while not calls.done():
+            tl.sample(T0 + loop.time(), {"paced": provider_view(provider)})
+            await asyncio.sleep(0.25 + rng.uniform(0, 0.2))  # a sampler that is sometimes late
+        tl.sample(T0 + loop.time(), {"paced": provider_view(provider)})
+        await calls
+
+    run_virtual(main())
+    s = only(tl, "paced")
+    assert sum(s.accepted) == 400
+    peak, limit = _label(s)
+    assert peak <= limit == 40, (peak, limit)
+
+
+def test_a_real_breach_still_shows_as_a_peak_above_the_limit() -> None:
+    """45 calls sent within a second under a 39.2/s pace read as a peak of 45 over a limit of 40;
+    the same 45 spread over two seconds read as 23."""
+    for times, most in (([i * 0.02 for i in range(45)], 45), ([i * 2 / 45 for i in range(45)], 23)):
+        sends = Sends()
+        for t in times:
+            sends.note(100.0 + t)
+        tl = Timeline()
+        tl.sample(T0, {"acme": view(rate=39.2)})
+        tl.sample(T0 + 2, {"acme": view(sent=45, rate=39.2)._replace(busiest=sends.busiest)})
+        assert _label(only(tl)) == (most, 40)
+
+
+def test_sends_count_a_sliding_second_and_forget_old_peaks() -> None:
+    """Calls exactly 1/39.2 s apart hold 40 in a second; a window is (now - 1, now]; a busy second
+    more than RECENT seconds before the latest call no longer counts."""
+    sends = Sends()
+    for i in range(200):
+        sends.note(i / 39.2)
+    assert sends.busiest == 40 and sends.count == 200
+    for t in (0.0, 0.5, 1.0):  # at 1.0 the call at 0.0 has left the window
+        late = Sends()
+        for _ in range(3):
+            late.note(10.0)
+        late.note(10.0 + t)
+        assert late.busiest == (4 if t < 1.0 else 3)
+    late.note(10.0 + 1.0 + Sends.RECENT + 0.1)
+    assert late.busiest == 1

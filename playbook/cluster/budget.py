@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._internal.words import money
 from ..runtime.scope import CostBudget
 from .wire import TTL
 
@@ -41,7 +42,7 @@ class SharedCostBudget(CostBudget):
         self._take = self._redis.register_script(_TAKE)
 
     def __repr__(self) -> str:
-        return f"<SharedCostBudget {self.limit} at {self._key} ({self.pending} in flight here)>"
+        return f"<SharedCostBudget {money(self.limit or 0.0)} at {self._key} ({self.pending} in flight here)>"
 
     def take(self, cost: float) -> bool:
         """Add ``cost`` to the job's spending if it fits under the limit, atomically across the cluster."""

@@ -8,15 +8,18 @@ empty store.  Errors are one line on stderr and a non-zero exit status, never a 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .._internal.argtypes import whole
+from .._internal.words import money
 from ..errors import PlaybookError
 from ..store import FILE, StoreEngine, home, is_url
 from ..store.records import Record
@@ -31,6 +34,39 @@ _PREVIEW = 40  # characters of input and of output shown per line by `cache list
 
 class _Fail(Exception):
     """A one-line error for the user; main() prints it and exits 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser that says what an unknown option or subcommand was likely meant to be:
+    ``unrecognized arguments: --concurency 8 (did you mean --concurrency?)``, exit status 2 as
+    for any usage error.  Its subparsers are of its class too (argparse makes them so), and each
+    judges the options it was given: those of the subcommand it parses.  Abbreviations that
+    name one option (``--conc``) are argparse's and still work."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        found, extras = super().parse_known_args(args, namespace)
+        unknown = [arg.split("=", 1)[0] for arg in extras if arg.startswith("--") and len(arg) > 2]
+        hints = [(given, " or ".join(near)) for given in unknown if (near := self._near(given))]
+        if hints:
+            said = hints[0][1] if len(unknown) == 1 else ", ".join(f"{near} for {given}" for given, near in hints)
+            self.error(f"unrecognized arguments: {' '.join(extras)} (did you mean {said}?)")
+        return found, extras
+
+    def error(self, message: str) -> NoReturn:
+        choice = _INVALID.search(message)
+        if choice is not None:
+            near = difflib.get_close_matches(choice["given"], [c.strip(" '") for c in choice["choices"].split(",")], n=3)
+            message += f" (did you mean {' or '.join(near)}?)" if near else ""
+        super().error(message)
+
+    def _near(self, option: str) -> list[str]:
+        """The options this parser takes that ``option`` is closest to, as its usage spells them."""
+        options = sorted(set(re.findall(r"(?<![\w-])--[A-Za-z][\w-]*", self.format_usage())))
+        return difflib.get_close_matches(option, options, n=2, cutoff=0.75)
+
+
+# argparse's "argument COMMAND: invalid choice: 'rn' (choose from 'run', 'cache')"
+_INVALID = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>[^)]*)\)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,9 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     # --store is accepted before `cache` and after the subcommand; SUPPRESS keeps a later
     # parser's absent default from overwriting a value given earlier.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--store", **{**dict(flags("cli"))["--store"], "default": argparse.SUPPRESS})
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m playbook", parents=[common], description="Run plays over files; inspect and manage playbook's receipt store."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -79,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", action="store_true", help="print the stats as one JSON object")
     stats.set_defaults(run=_stats)
 
-    tool = argparse.ArgumentParser(add_help=False)
+    tool = _Parser(add_help=False)
     tool.add_argument("--tool", metavar="NAME", help="only this tool's receipts")
 
     list_ = sub.add_parser("list", parents=[common, tool], help="one line per receipt, oldest first")
@@ -116,7 +152,7 @@ def _stats(store: StoreEngine, args: argparse.Namespace) -> int:
         return 0
     width = max([len(name) for name in stats["by_tool"]] + [9])
     print(f"{'store':<{width + 2}} {stats['path']}")
-    print(f"{'receipts':<{width + 2}} {stats['receipts']} (total cost {stats['cost_stored']:g})")
+    print(f"{'receipts':<{width + 2}} {stats['receipts']} (total cost {money(stats['cost_stored'])})")
     for name, count in stats["by_tool"].items():
         print(f"  {name:<{width}} {count}")
     print(f"{'row memos':<{width + 2}} {stats['row_memos']}")
@@ -142,10 +178,10 @@ def _spend(store: StoreEngine, args: argparse.Namespace) -> int:
         return 0
     shown = frame.assign(provider=frame["provider"].fillna("-")) if "provider" in frame else frame
     shown = shown.rename(columns={"calls_paid": "calls paid", "cost_paid": "cost", "calls_reused": "calls reused", "cost_saved": "saved"})
-    print(shown.to_string(index=False, float_format=lambda v: f"{v:,.6g}"))
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:,.6g}", formatters={"cost": money, "saved": money}))
     totals = frame[["calls_paid", "cost_paid", "calls_reused", "cost_saved"]].sum()
-    print(f"in all: {int(totals['calls_paid']):,} calls paid, {totals['cost_paid']:,.6g} spent; "
-          f"{int(totals['calls_reused']):,} reused, {totals['cost_saved']:,.6g} saved")  # fmt: skip
+    print(f"in all: {int(totals['calls_paid']):,} calls paid, {money(totals['cost_paid'])} spent; "
+          f"{int(totals['calls_reused']):,} reused, {money(totals['cost_saved'])} saved")  # fmt: skip
     return 0
 
 
@@ -154,13 +190,13 @@ def _list(store: StoreEngine, args: argparse.Namespace) -> int:
     shown = receipts[: args.limit or None]
     tw = max([len(r.tool) for _, r in shown] + [4])
     vw = max([len(r.version) for _, r in shown] + [3])
-    print(f"{'WHEN':<19}  {'TOOL':<{tw}}  {'VER':<{vw}}  MISS  {'COST':>6}  INPUT → OUTPUT")
+    print(f"{'WHEN':<19}  {'TOOL':<{tw}}  {'VER':<{vw}}  MISS  {'COST':>9}  INPUT → OUTPUT")
     for _, r in shown:
         when = datetime.fromtimestamp(r.at).isoformat(timespec="seconds")
         miss = "miss" if r.miss else "-"
         output = f"(not storable: {r.error})" if r.error is not None else _preview(loads(r.output))
         given = _preview(None if r.input is None else loads(r.input))
-        print(f"{when}  {r.tool:<{tw}}  {r.version:<{vw}}  {miss:<4}  {r.cost:>6g}  {given} → {output}")
+        print(f"{when}  {r.tool:<{tw}}  {r.version:<{vw}}  {miss:<4}  {money(r.cost):>9}  {given} → {output}")
     if len(receipts) > len(shown):
         print(f"… {len(receipts) - len(shown)} more (--limit 0 shows all)")
     _say_damaged(damaged, store)

@@ -39,6 +39,7 @@ from ..events import ProviderDown, ProviderUp, RateChanged
 from .holds import Holds
 from .limits import HEADROOM, LONE, Backoff, Health, Limiter, Permit, Verdict
 from .limits.waiters import Listeners
+from .sends import Sends
 from .status import ProviderStatus
 from .ticket import Described, Ticket
 
@@ -65,7 +66,7 @@ class Governor(Holds):
     """The live state of one :class:`~playbook.providers.provider.Provider` in this process."""
 
     __slots__ = (
-        "provider", "limiter", "backoff", "health", "sent", "refused", "failed", "last_status", "down_error",
+        "provider", "limiter", "backoff", "health", "sends", "refused", "failed", "last_status", "down_error",
         "probe_at", "tokens", "pool", "retired", "window", "_listeners", "_lock",
         "__weakref__",  # Providers of one description find it in a weak registry
     )  # fmt: skip
@@ -77,7 +78,7 @@ class Governor(Holds):
         self.window = window  # the configured window=(calls, seconds), for what it allows over a long run
         self.backoff = Backoff()
         self.health = Health()
-        self.sent = 0  # requests sent
+        self.sends = Sends()  # requests sent, and the most within a second
         self.refused = 0  # 429s
         self.failed = 0  # transient failures (5xx, timeouts, connection errors)
         self.last_status: int | None = None
@@ -92,7 +93,7 @@ class Governor(Holds):
         self._lock = threading.Lock()  # threads that each run a map() on a loop of their own share this provider
 
     def __repr__(self) -> str:
-        return f"<Governor {self.provider.name!r} sent={self.sent} 429s={self.refused} failed={self.failed} {self.limiter!r}>"
+        return f"<Governor {self.provider.name!r} sent={self.sends.count} 429s={self.refused} failed={self.failed} {self.limiter!r}>"
 
     @property
     def name(self) -> str:
@@ -118,8 +119,8 @@ class Governor(Holds):
         return ProviderStatus(
             name=name or self.name, down=self.health.down, down_error=self.down_error, probe_at=self.probe_at, held=self.held,
             hold_until_at=self.hold_until_at, last_status=self.last_status, rate=limiter.rate, in_flight_limit=limiter.in_flight_limit,
-            in_flight=limiter.in_flight, refused=self.refused, tokens=tokens, tpm=tpm, sent=self.sent, failed=self.failed, retired=retired,
-            window=self.window,
+            in_flight=limiter.in_flight, refused=self.refused, tokens=tokens, tpm=tpm, sent=self.sends.count, failed=self.failed, retired=retired,
+            window=self.window, busiest=self.sends.busiest,
         )  # fmt: skip
 
     def subscribe(self, listener: Callable[[Any], None], *, anywhere: bool = False) -> Callable[[], None]:
@@ -260,7 +261,7 @@ class Governor(Holds):
         if self.retired is not None:  # its pool took this key out while the call waited for its slot
             await self.limiter.release(permit)
             raise Elsewhere
-        self.sent += 1
+        self.sends.note(loop.time())
         try:
             result = await send()
         except RunFatal:

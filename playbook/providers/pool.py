@@ -324,4 +324,5 @@ class Pool:
             in_flight=sum(s.in_flight for s in keys), refused=sum(s.refused for s in keys),
             tokens=sum(s.tokens for s in keys), tpm=None if not tpms or None in tpms else sum(t for t in tpms if t is not None),
             sent=sum(s.sent for s in keys), failed=sum(s.failed for s in keys), keys=keys,
+            busiest=sum(s.busiest for s in keys),  # at most: each key's busiest second may be another
         )  # fmt: skip

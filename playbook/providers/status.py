@@ -33,3 +33,6 @@ class ProviderStatus(NamedTuple):
     keys: tuple[ProviderStatus, ...] = ()
     retired: str | None = None  # a key's: why it is out of its pool for this run (None: in use)
     window: tuple[int, float] | None = None  # a key's or a lone key's configured window=(calls, seconds)
+    # The most requests sent within any one second lately (on the clock the pace keeps): a peak
+    # counted as a provider counts, to set beside the rate.  0: none sent, or not known.
+    busiest: int = 0

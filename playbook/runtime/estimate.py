@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .._internal.words import duration, short_count
+from .._internal.words import duration, money, short_count, tokens
 from ..providers.status import ProviderStatus
 from .pilot import FIELDS, Flight, Pilot
 from .run import scheduler
@@ -38,6 +38,8 @@ PILOT_ROWS = 20  # the pilot of estimate=True (df.play.estimate's sample by defa
 GROWTH = 10  # with precision=, a pilot runs at most this many times its sample
 
 _DRAWS = 400
+# the table's columns of money and tokens, as every view shows them (typed Any: the stubs want a Mapping[Never, ...])
+_AMOUNTS: Any = {"cost": money, "tokens": short_count}
 _P, _R, _C, _T, _S, _W, _F, _SPAN = range(len(FIELDS))  # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span
 
 
@@ -78,14 +80,15 @@ class Estimate:
 
     def __str__(self) -> str:
         low, high = self.interval["cost"]
-        spread = f" ({_money(low)}–{_money(high)})" if high > low else ""
+        spread = f" ({money(low)}–{money(high)})" if high > low else ""
         held = f", held back by {self.bottleneck!r} at {self.limit}" if self.bottleneck else ""
         left = f"{self.rows:,} rows: {self.reused_rows:,} already done"
         if not self.rows_left:
             return f"{left}; nothing left to pay for"
+        words = f" (~{tokens(self.tokens)})" if self.tokens >= 1 else ""
         wide = "; a larger sample narrows it" if high - low > 0.3 * self.cost else ""
         line = (
-            f"{left}; ~{short_count(self.paid_calls)} paid calls, {_money(self.cost)}{spread}, ~{duration(self.seconds)}{held}"
+            f"{left}; ~{short_count(self.paid_calls)} paid calls{words}, {money(self.cost)}{spread}, ~{duration(self.seconds)}{held}"
             f" (a pilot of {self.sample} rows{wide})"
         )
         return "; ".join([line, *self.notes])
@@ -94,7 +97,7 @@ class Estimate:
         """The line above, then the table: what the command line prints."""
         if self.table.empty:
             return str(self)
-        return str(self) + "\n" + self.table.to_string(index=False, float_format=lambda v: f"{v:,.4g}")
+        return str(self) + "\n" + self.table.to_string(index=False, float_format=lambda v: f"{v:,.4g}", formatters=_AMOUNTS)
 
     def to_dict(self) -> dict[str, Any]:
         """The estimate as JSON data (``--json``)."""
@@ -108,7 +111,11 @@ class Estimate:
         }  # fmt: skip
 
     def _repr_html_(self) -> str:
-        table = self.table.to_html(index=False, float_format=lambda v: f"{v:,.4g}", border=0, na_rep="") if not self.table.empty else ""
+        table = (
+            self.table.to_html(index=False, float_format=lambda v: f"{v:,.4g}", formatters=_AMOUNTS, border=0, na_rep="")
+            if not self.table.empty
+            else ""
+        )
         return f"<div><b>{escape(self.play)}</b>: {escape(str(self))}</div>{table}"
 
     def below(self, max_cost: float | None) -> str | None:
@@ -117,10 +124,10 @@ class Estimate:
         low, spent = self.interval["cost"][0], self.pilot.cost_spent
         if max_cost is None or not self.rows_left or max_cost - spent >= low:
             return None
-        after = f" leaves {max(0.0, max_cost - spent):.6g} after the pilot's {spent:.6g}, which" if spent else ""
+        after = f" leaves {money(max(0.0, max_cost - spent))} after the pilot's {money(spent)}, which" if spent else ""
         return (
-            f"max_cost={max_cost:.6g}{after} is below what the {self.rows_left:,} rows left will cost (at least {low:,.4g}, "
-            f"~{self.cost:,.4g}): rows past it would park with reason 'budget'"
+            f"max_cost={max_cost:g}{after} is below what the {self.rows_left:,} rows left will cost (at least "
+            f"{money(low)}, ~{money(self.cost)}): rows past it would park with reason 'budget'"
         )
 
 
@@ -161,7 +168,7 @@ def _notes(pilot: Pilot, n: int, scale: int, failed_rows: int, cost_failed: floa
         why = ", ".join(f"{rows} {reason}" for reason, rows in sorted(pilot.cut.items()))
         notes.append(f"{sum(pilot.cut.values())} of the pilot's rows did not end ({why}): projected from the {n} that did")
     if pilot.failed and scale:
-        paying = f", paying ~{_money(cost_failed)}" if cost_failed else ""
+        paying = f", paying ~{money(cost_failed)}" if cost_failed else ""
         notes.append(f"{len(pilot.failed)} of the pilot's {n} rows failed (pb.last_run().errors): ~{failed_rows:,} of the rest may{paying}")
     return notes
 
@@ -255,10 +262,6 @@ def _round(value: Any) -> Any:
     if isinstance(value, float):
         return None if math.isnan(value) else round(value, 9)
     return value
-
-
-def _money(amount: float) -> str:
-    return f"{amount:,.2f}" if amount >= 1 else f"{amount:.3g}"
 
 
 async def pilot_estimate(

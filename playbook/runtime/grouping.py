@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .._internal.words import cut
 from ..errors import ToolError
 
 __all__ = ["FAMILY", "Families", "consolidate", "error_group", "mask", "message_group", "safe_str"]
@@ -46,12 +47,14 @@ _MASKS = [
     (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b"), "<ip>"),
     (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<id>"),
     (re.compile(r"(?<![\w.-])[-+]?(?:\d[\d_,]*)?\.?\d+(?:[eE][-+]?\d+)?(?![\w])"), "<n>"),
-    # a token that mixes letters and digits, or a long run of hex: an id (p7, abc123, 5f2b9c0e11)
-    (re.compile(r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9_-]{2,}\b|\b0x[0-9a-fA-F]+\b|\b[0-9a-fA-F]{12,}\b"), "<id>"),
+    # a token that mixes letters and digits, or a long run of hex: an id (p7, abc123, 5f2b9c0e11);
+    # not an API's version (/v1/), which every URL of the API names alike
+    (re.compile(r"\b(?![vV]\d{1,2}\b)(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9_-]{2,}\b|\b0x[0-9a-fA-F]+\b|\b[0-9a-fA-F]{12,}\b"), "<id>"),
 ]
 _MASKABLE = re.compile(r"[\d@?]")  # every value masked above holds one of these
 _LINE = re.compile(r" \(line \d+(?:: [^\n]*)?\)$")  # the play's line, quoted as written (rows.error_line)
 _KEPT = ("\ue000", "\ue001")  # stand-ins no mask matches, for the parts kept as they are
+_PLACEHOLDER = re.compile(r"(\{[^{}]*\})")  # a template's {name}
 _TOOL_PREFIX = re.compile(r"^(?:llm |batch )?tool '(?:[^'\\]|\\.)*': ")
 # A group written out: "Type: message (where)", "Type (where)" or "Type: message"
 _PARTS = re.compile(r"^(?P<kind>[\w.]+)(?:: (?P<message>.*?))?(?: \((?P<where>(?:[\w.<>]+, )?line \d+|tool '.*'(?:, HTTP \d+)?)\))?$", re.S)
@@ -63,23 +66,36 @@ _LIBRARIES = tuple(
 
 def mask(text: str, literal: tuple[str, str] | None = None) -> str:
     """``text`` with the values it names masked: what stays is what all its kin have in common.
-    Not masked: the play's line quoted at its end (``(line 4: ...)``, the code as written) and
-    ``literal`` (a tool's request as sent, shown as the tool's template)."""
+    Not masked: the play's line quoted at its end (``(line 4: ...)``, the code as written).
+    ``literal``: a tool's request as sent, shown as the tool's template instead, masked alike
+    but for its placeholders (``GET http://<ip>:<n>/status/{code}``): a host and port read one
+    way in every group, whether a message or a template names them."""
     text = text[:_READ]
     if _MASKABLE.search(text) is None:  # no digit, no address, no query: nothing to mask (most words)
         return text
     kept = []
     if literal is not None and literal[0] in text:
         text = text.replace(literal[0], _KEPT[0])
-        kept.append(literal[1])
+        kept.append(_template(literal[1]))
     line = _LINE.search(text)
     if line is not None:
         text = text[: line.start()] + _KEPT[len(kept)]
         kept.append(line.group(0))
-    for pattern, replacement in _MASKS:
-        text = pattern.sub(replacement, text)
+    text = _masked(text)
     for token, part in zip(_KEPT, kept):
         text = text.replace(token, part)
+    return text
+
+
+def _template(template: str) -> str:
+    """A tool's template masked as a message is, its ``{placeholders}`` kept as written."""
+    parts = _PLACEHOLDER.split(template)  # text, placeholder, text, ...: the placeholders at odd places
+    return "".join(part if i % 2 else _masked(part) for i, part in enumerate(parts))
+
+
+def _masked(text: str) -> str:
+    for pattern, replacement in _MASKS:
+        text = pattern.sub(replacement, text)
     return text
 
 
@@ -248,4 +264,4 @@ def _in_app(filename: str) -> bool:
 
 
 def _shorter(text: str) -> str:
-    return text if len(text) <= _LONGEST else text[: _LONGEST - 1] + "…"
+    return cut(text, _LONGEST)

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._internal.words import money
+
 if TYPE_CHECKING:
     from ..tools import Tool
     from ..tools.base import Spent
@@ -49,7 +51,7 @@ class RowLedger:
         self.made: list[tuple[Coroutine[Any, Any, Any], str, int]] | None = None
 
     def __repr__(self) -> str:
-        return f"<RowLedger row={self.position} calls={self.calls} cost={self.cost:g}>"
+        return f"<RowLedger row={self.position} calls={self.calls} cost={money(self.cost)}>"
 
     def made_here(self, coro: Coroutine[Any, Any, Any]) -> Coroutine[Any, Any, Any]:
         """Remember the play's line that made ``coro``, for "did you forget an await?"."""

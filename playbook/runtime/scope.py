@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from .._internal.flow import Parked, WaitBudget
+from .._internal.words import money
 from ..events import CallFailed, CallFinished, Event, WaterfallFinished
 from ..providers.provider import Ticket
 from ..tools import Tool
@@ -45,7 +46,8 @@ class CostBudget:
         self._settled: asyncio.Event | None = None
 
     def __repr__(self) -> str:
-        return f"<CostBudget {self.committed:g} of {self.limit} ({self.pending} in flight)>"
+        limit = "unlimited" if self.limit is None else money(self.limit)
+        return f"<CostBudget {money(self.committed)} of {limit} ({self.pending} in flight)>"
 
     async def reserve(self, tool: Tool[Any], cost: float, *, wait: bool = True) -> None:
         """Count a paid call's expected ``cost`` before dispatch; park the row if it won't fit
@@ -54,7 +56,7 @@ class CostBudget:
             return
         while not self.take(cost):
             if not (wait and self.pending):
-                raise Parked("budget", f"budget: calling {tool.name!r} (cost {cost:g}) would pass max_cost={self.limit:g}")
+                raise Parked("budget", f"budget: calling {tool.name!r} (cost {money(cost)}) would pass max_cost={money(self.limit)}")
             if self._settled is None:
                 self._settled = asyncio.Event()
             await self._settled.wait()

@@ -11,7 +11,7 @@ minute-long one does.  Time is always given, never read: tests run in virtual ti
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from .upstream import ProviderView
@@ -33,12 +33,15 @@ class ProviderSeries(NamedTuple):
     tpm: float | None  # its tokens-per-minute limit as last seen; None: none
     spans: list[tuple[float, float, str]]  # (start, end, kind) with kind "hold" or "down", merged, bounded
     end: float  # epoch seconds of the last sample
+    # The most calls sent within one second as the bucket saw it, counted when they went (as the
+    # provider and the pace count), not when answered; all 0: not known (a cluster's merged view).
+    busiest: Sequence[int] = ()
 
 
 class _Track:
     """One provider's buckets and spans; the timeline owns the bucket grid they share."""
 
-    __slots__ = ("accepted", "down", "downs", "failed", "held", "holds", "last", "name", "rate", "refused", "tokens", "tpm")
+    __slots__ = ("accepted", "busiest", "down", "downs", "failed", "held", "holds", "last", "name", "rate", "refused", "tokens", "tpm")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -46,6 +49,7 @@ class _Track:
         self.accepted: list[int] = []
         self.refused: list[int] = []
         self.failed: list[int] = []
+        self.busiest: list[int] = []
         self.rate: list[float | None] = []
         self.tokens: list[float] = []
         self.tpm: float | None = None
@@ -65,6 +69,7 @@ class _Track:
         self.accepted += [0] * missing
         self.refused += [0] * missing
         self.failed += [0] * missing
+        self.busiest += [0] * missing
         self.rate += [rate] * missing
         self.tokens += [tokens] * missing
 
@@ -73,6 +78,7 @@ class _Track:
         self.accepted = _pairs(self.accepted)
         self.refused = _pairs(self.refused)
         self.failed = _pairs(self.failed)
+        self.busiest = [max(self.busiest[i : i + 2]) for i in range(0, len(self.busiest), 2)]
         self.rate = self.rate[1::2] + self.rate[-1:] * (len(self.rate) % 2)
         self.tokens = self.tokens[1::2] + self.tokens[-1:] * (len(self.tokens) % 2)
 
@@ -131,7 +137,7 @@ class Timeline:
                 ProviderSeries(
                     provider=track.name, start=self._start or 0.0, width=self._width, accepted=list(track.accepted),
                     refused=list(track.refused), failed=list(track.failed), rate=list(track.rate), tokens=list(track.tokens),
-                    tpm=track.tpm, spans=spans, end=self._end,
+                    tpm=track.tpm, spans=spans, end=self._end, busiest=list(track.busiest),
                 )
             )  # fmt: skip
         return out
@@ -165,6 +171,8 @@ class Timeline:
             track.accepted[i] += gained
             track.refused[i] += refused
             track.failed[i] += failed
+            if view.sent > last[0]:  # a peak only from calls sent since: an earlier run's has gone by then
+                track.busiest[i] = max(track.busiest[i], view.busiest)
             # calls in flight can dip the accepted count for a moment: it is kept at its highest
             track.last = (view.sent, max(accepted, last[1]), view.refused, view.failed)
         track.rate[i] = view.rate

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from .._internal.words import duration, short_count, time_of_day
+from .._internal.words import cut, duration, money, short_count, time_of_day
 from ..records import RunStats
 from ..runtime.state import LEG_COLUMNS, ProviderSeries, ProviderView, RunState, WorkerView
 from .svg import provider_chart, status_bar, svg_style
@@ -41,6 +41,7 @@ CHARTS = 4  # providers drawn
 # JupyterLab right-aligns the cells of an output's tables: words read better from the left.
 _STYLE = "<style>.playbook-run th,.playbook-run td{text-align:left;padding:1px 10px 1px 0}</style>"
 _WORDS = 160  # characters of an error shown in a provider's line
+_MESSAGE = 300  # characters of an error group's example message
 
 
 def run_html(state: RunState, tally: Tally | None = None) -> str:
@@ -92,7 +93,7 @@ def counters_table(s: RunStats | RunState) -> str:
         [[
             *(f"{n:,}" for n in (s.total, s.ok, s.reused, s.failed, s.held, s.parked, s.skipped, s.calls_executed, s.calls_failed,
                                  s.calls_shared, s.calls_reused, s.calls_local)),
-            f"{s.cost_spent:,.6g}", f"{s.cost_failed:,.6g}", f"{s.cost_saved:,.6g}",
+            money(s.cost_spent), money(s.cost_failed), money(s.cost_saved),
         ]],
     )  # fmt: skip
 
@@ -159,7 +160,7 @@ def per_second(rate: float) -> str:
 def in_words(error: str | None) -> str:
     """A provider's failure on one short line: a down provider's line must not become a traceback."""
     text = next((line.strip() for line in (error or "").splitlines() if line.strip()), "unreachable")
-    return text if len(text) <= _WORDS else text[: _WORDS - 1] + "…"
+    return cut(text, _WORDS)
 
 
 def parked_table(
@@ -203,11 +204,11 @@ def errors_table(groups: list[tuple[int, str, Any, str, float]], count: int) -> 
     if not groups:
         return ""
     head = ["rows", "error", "e.g. row", "its message"]
-    shown = [[f"{n:,}", group, example, _shorter(message)] for n, group, example, message, _ in groups]
+    shown = [[f"{n:,}", group, example, cut(message, _MESSAGE)] for n, group, example, message, _ in groups]
     if any(cost for *_, cost in groups):
         head.append("paid for")
         for row, (*_, cost) in zip(shown, groups):
-            row.append(f"{cost:,.6g}")
+            row.append(money(cost))
     return "<div>errors</div>" + _table(head, shown) + _more(count, "groups")
 
 
@@ -234,10 +235,6 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
 
 def _more(count: int, what: str = "more") -> str:
     return f"<div>… and {count - LIMIT:,} more {what}</div>" if count > LIMIT else ""
-
-
-def _shorter(text: str, most: int = 300) -> str:
-    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _e(value: Any) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .._internal.words import time_of_day
+from .._internal.words import money, time_of_day
 from ..events import (
     KeyRetired,
     ProviderDown,
@@ -70,6 +70,7 @@ class TextView:
         self._terminal = _is_terminal(self._file)
         self._last = 0.0
         self._logged: float | None = None  # when a log's last line of progress was written
+        self._logged_done = 0  # and how many rows were done then: the rate is over the time between two lines
         self._timer: asyncio.TimerHandle | None = None  # the next redraw that no event may bring
         self._down: set[str] = set()  # providers whose going down this view has written
         self.tally = Tally(state.label)  # "e.g. row 12": the index label, as run.errors gives it
@@ -199,16 +200,32 @@ class TextView:
         now = self._clock()
         if self._logged is not None and now - self._logged < LOG_EVERY:
             return
-        self._logged = now
         s, columns = self._state, _log_width()
-        done = f"{s.done:,}/{s.total:,} rows" + (f" ({100 * s.done // s.total}%)" if s.total else "")
-        alerts = waiting_line(s, self.tally, columns - len(s.play) - len(done) - 5)
-        line = f"{s.play} [{alerts}]: {done}" if alerts else f"{s.play}: {done}"
+        # The rate over the time since the previous line, as tqdm's is over its last updates: no
+        # rate (and no ETA) at a run's first line, nor while no row is done (a hold's silence).
+        rate = (s.done - self._logged_done) / (now - self._logged) if self._logged is not None and now > self._logged else 0.0
+        self._logged, self._logged_done = now, s.done
+        count = f"{s.done:,}/{s.total:,} rows" + (f" ({100 * s.done // s.total}%)" if s.total else "")
+        timed = f"{count} {_pace(s.elapsed, s.total - s.done, rate)}"
+        for done in (timed, count):  # what holds rows back comes first, then the count; the times give way
+            alerts = waiting_line(s, self.tally, columns - len(s.play) - len(done) - 5)
+            line = f"{s.play} [{alerts}]: {done}" if alerts else f"{s.play}: {done}"
+            if len(line) <= columns:
+                break
         counters = next((c for c in _counters(s) if len(line) + 3 + len(c) <= columns), "")
         print(f"{line} | {counters}" if counters else line, file=self._file, flush=True)
 
 
 _WHY_PARKED = {"budget": "the budget ran out", "store": "the receipt store refused writes (nothing it could not record was paid for)"}
+
+
+def _pace(elapsed: float, left: int, rate: float) -> str:
+    """tqdm's "[elapsed<remaining, rate]" for a line of a log: ``[00:05<00:11, 3.2 rows/s]``;
+    ``[00:00<?, ? rows/s]`` until a row is done.  A slow run says seconds per row (``12.5s/row``)."""
+    if not rate > 0:
+        return f"[{tqdm.format_interval(elapsed)}<?, ? rows/s]"
+    per = f"{rate:.3g} rows/s" if rate >= 1 else f"{1 / rate:.3g}s/row"
+    return f"[{tqdm.format_interval(elapsed)}<{tqdm.format_interval(max(left, 0) / rate)}, {per}]"
 
 
 def waiting_line(s: RunState, tally: Tally, room: int | None = None) -> str:
@@ -249,8 +266,8 @@ def summary(state: RunState, tally: Tally) -> str:
     if s.skipped:
         parts.append(f"skipped {s.skipped}")
     parts.append(_calls(s))
-    failed = f" ({s.cost_failed:g} on failures)" if s.cost_failed else ""
-    parts.append(f"cost {s.cost_spent:g} spent{failed}, {s.cost_saved:g} saved")
+    failed = f" ({money(s.cost_failed)} on failures)" if s.cost_failed else ""
+    parts.append(f"cost {money(s.cost_spent)} spent{failed}, {money(s.cost_saved)} saved")
     parts.append(f"{s.elapsed:.1f}s")
     lines = [" | ".join(parts)]
     for name, p in s.provider_views().items():
@@ -291,7 +308,7 @@ def error_lines(tally: Tally) -> list[str]:
     kinds = tally.kinds
     lines = [f"{_rows(failed)} failed" + (f", {kinds:,} kinds of error:" if kinds > 1 else ":")]
     for n, group, example, message, cost in groups:
-        paid = f" (paid {cost:,.6g})" if cost else ""
+        paid = f" (paid {money(cost)})" if cost else ""
         lines.append(f"  {n:,} × {group}{paid}; e.g. row {example!r}: {in_words(message)}")
     if kinds > GROUPS_SHOWN:
         lines.append(f"  … and {kinds - GROUPS_SHOWN:,} more kinds (run.errors.groupby('group') lists them all)")
