@@ -7,6 +7,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -209,6 +210,7 @@ def test_the_interval_spreads_with_the_rows_and_holds_the_point() -> None:
 
 PLAYS = """
 import os
+import random
 import playbook as pb
 
 email = pb.demo.email_tool(os.environ["DEMO_URL"], provider=pb.Provider("acme"), cost=0.25)
@@ -323,3 +325,96 @@ def test_with_precision_the_pilot_grows_until_its_interval_is_narrow_enough(demo
     for bad in (0, 1.5, "0.1", True):
         with pytest.raises(pb.PlayDefinitionError, match=r"estimate\(precision="):
             frame.play.estimate(both, precision=bad, store=tmp_path / "bad")  # type: ignore[arg-type]
+
+
+# -- calls rows share, and what the interval says -------------------------------------------------
+
+
+def _repeating(n: int, seed: int) -> pd.DataFrame:
+    """``n`` rows, about one in six repeating an earlier row's domain; each row its own person and text."""
+    rng = random.Random(seed)
+    domains: list[str] = []
+    for i in range(n):
+        domains.append(rng.choice(domains) if domains and rng.random() < 1 / 6 else f"company{i}.com")
+    words = ["harbour", "lantern", "quarry", "meadow", "orchard", "copper", "saddle", "beacon"]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(40, 60))) for _ in range(n)]
+    return pd.DataFrame({"domain": domains, "person": [f"P{i}" for i in range(n)], "text": texts})
+
+
+def _company_then_llm(demo: pb.demo.DemoServer) -> pb.Play:
+    """An HTTP tool called with the row's domain, then an LLM with a prompt of the row's own."""
+    company = pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
+                           headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("est-company"), cost=0.01)  # fmt: skip
+    llm = pb.llm_tool(model="demo-1", base_url=demo.url + "/v1", secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+                      prices={"demo-1": (0.15, 0.60)}, provider=pb.Provider("est-llm"))  # fmt: skip
+
+    async def outreach(row: Any, ctx: pb.Context) -> Any:
+        found = await ctx.tool(company, domain=row.domain)
+        return {"note": await ctx.tool(llm, prompt=f"Write to {row.person} at {found['name']}: {row.text}")}
+
+    return pb.play(outreach, name="outreach")
+
+
+def test_calls_rows_share_are_projected_once_per_distinct_domain_and_the_interval_holds_the_run(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
+    """300 rows, one in six repeating an earlier domain: the company lookup is paid once per
+    domain and the LLM once per row; the estimate counts the domains left with no receipt (the
+    pilot's own are free), lands within 5% of the run's calls and money, and its intervals hold them."""
+    frame = _repeating(300, seed=6)
+    play = _company_then_llm(demo)
+    est = frame.play.estimate(play, sample=20, store=store, progress=False)
+    run = frame.play.run(play, store=store, progress=False)
+    paid, spent = run.stats.calls_executed, run.stats.cost_spent
+    assert paid == demo.stats()["requests"] - est.pilot.calls_executed  # every request the run sent was a paid call
+    assert abs(est.paid_calls / paid - 1) <= 0.05 and abs(est.cost / spent - 1) <= 0.05
+    assert est.interval["paid_calls"][0] <= paid <= est.interval["paid_calls"][1]
+    assert est.interval["cost"][0] <= spent <= est.interval["cost"][1] and est.interval["cost"][1] > est.interval["cost"][0]
+    company = est.table.set_index("tool").loc["company"]
+    assert company["per"] == "distinct domain" and company["paid_calls"] + company["reused_calls"] + company["shared_calls"] == 280
+    assert est.no_spread["paid_calls"].startswith("'company' is paid once per distinct domain: ")
+
+
+def test_a_pilot_whose_rows_pay_different_calls_has_an_interval_of_width_and_no_reason_for_none(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
+    """A waterfall missing half the time on its first leg: pilot rows pay one call or two, so the
+    paid calls' and money's intervals have width (no reason given for none), and hold the run's."""
+    demo.reset(miss_rate=0.5)
+    first = pb.demo.email_tool(demo, name="first", provider=pb.Provider("leg-a"), cost=0.01)
+    second = pb.demo.email_tool(demo, name="second", provider=pb.Provider("leg-b"), cost=0.03)
+
+    async def both(row: Any, ctx: pb.Context) -> Any:
+        legs = [ctx.call(first, domain=row.domain, first=row.first), ctx.call(second, domain="mail." + row.domain, first=row.first)]
+        return {"email": await ctx.waterfall("email", legs)}
+
+    frame = _frame(200)
+    est = frame.play.estimate(both, sample=20, store=store, progress=False)
+    run = frame.play.run(both, store=store, progress=False)
+    for name, real in (("paid_calls", run.stats.calls_executed), ("cost", run.stats.cost_spent)):
+        low, high = est.interval[name]
+        assert low < high and low <= real <= high and name not in est.no_spread
+    assert "no spread" not in str(est)
+
+
+def test_a_pilot_whose_rows_all_pay_alike_says_why_its_interval_has_no_width(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+    """Every row pays one lookup of its own domain and one email call made from its row (not read
+    from a column): the intervals have no width, and the estimate says why."""
+    company = pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
+                           headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("acme"), cost=0.25)  # fmt: skip
+    email = pb.demo.email_tool(demo, provider=pb.Provider("acme"), cost=0.5)
+
+    async def both(row: Any, ctx: pb.Context) -> Any:
+        await ctx.tool(company, domain=row.domain)
+        return {"email": await ctx.tool(email, domain=row.domain, first=row.first.lower())}
+
+    est = _frame(100).play.estimate(both, sample=20, store=store, progress=False)
+    assert (est.paid_calls, est.cost, est.interval["paid_calls"], est.interval["cost"]) == (160, 60.0, (160.0, 160.0), (60.0, 60.0))
+    assert est.no_spread == {
+        "paid_calls": "'company' is paid once per distinct domain: 80 left with no receipt; "
+        "every pilot row paid 1 call of 'demo.email' (none shared another row's)",
+        "cost": "'company' is paid once per distinct domain: 80 left with no receipt, at 0.25 each; "
+        "every pilot row paid 1 call of 'demo.email' (none shared another row's), at 0.5 a row",
+        "tokens": "no call the pilot paid counted tokens",
+    }
+    assert f"no spread: {est.no_spread['cost']}" in str(est) and est.to_dict()["no_spread"] == est.no_spread
