@@ -20,6 +20,7 @@ import pytest
 
 import playbook as pb
 from playbook.providers.status import ProviderStatus
+from playbook.runtime.distinct import Counted
 from playbook.runtime.estimate import project
 from playbook.runtime.pilot import FIELDS, Pilot, PilotLog
 
@@ -203,6 +204,40 @@ def test_the_interval_spreads_with_the_rows_and_holds_the_point() -> None:
     est = project(pilot, "p", 16, {"a": _status("a"), "b": _status("b")})
     low, high = est.interval["cost"]
     assert est.cost == pytest.approx(1000 * 2.5) and low < est.cost < high and np.isclose(est.paid_calls, 1500)
+
+
+def test_calls_counted_from_columns_are_paid_once_per_distinct_call_left_as_the_pilot_paid_one() -> None:
+    """A tool counted from a column: the 1,000 rows left make 700 distinct calls, 150 rows' with a
+    receipt already and 500 with none; the pilot rows that paid one paid 0.02: the projection
+    pays 500 of them (the rest reused or shared), and the LLM, whose cost differs per row, per row."""
+    log = PilotLog()
+    for position in range(10):
+        lookup = _line(paid=1, cost=0.02, sent=1, seconds=0.1) if position % 5 else _line(shared=1)
+        log.rows[position] = {("a", "lookup"): lookup, ("b", "llm"): _line(paid=1, cost=0.1 * (1 + position % 2), sent=1, seconds=0.1)}
+    counted = {("a", "lookup"): Counted(("domain",), rows=1_000, distinct=700, calls=500, reused=150, checked=700)}
+    pilot = Pilot(1_010, 10, 1_010, list(range(10)), list(range(10)), [], {}, log, pb.RunStats(), counted)
+    est = project(pilot, "p", 16, {"a": _status("a"), "b": _status("b")})
+    table = est.table.set_index("tool")
+    assert table.loc["lookup", ["paid_calls", "reused_calls", "shared_calls", "per"]].tolist() == [500, 150, 350, "distinct domain"]
+    assert table.loc["lookup", "cost"] == pytest.approx(10.0) and table.loc["llm", "per"] == "row"
+    assert est.paid_calls == 1_500 and est.cost == pytest.approx(10.0 + 150.0) and est.interval["paid_calls"] == (1_500, 1_500)
+    low, high = est.interval["cost"]
+    assert low < est.cost < high and "cost" not in est.no_spread
+    assert est.no_spread["paid_calls"] == (
+        "'lookup' is paid once per distinct domain: 500 left with no receipt; every pilot row paid 1 call of 'llm' (none shared another row's)"
+    )
+
+
+def test_calls_pilot_rows_shared_are_projected_in_the_pilot_share_and_spread_the_interval() -> None:
+    """A tool projected per row: 4 of 20 pilot rows were answered by a call another pilot row
+    paid for: the 1,000 rows left pay 800 calls and share 200, and the interval has width."""
+    log = PilotLog()
+    for position in range(20):
+        log.rows[position] = {("a", "lookup"): _line(shared=1) if position % 5 == 0 else _line(paid=1, cost=1, sent=1, seconds=0.1)}
+    est = project(Pilot(1_020, 20, 1_020, list(range(20)), list(range(20)), [], {}, log, pb.RunStats()), "p", 16, {"a": _status("a")})
+    assert est.table[["paid_calls", "reused_calls", "shared_calls", "per"]].values.tolist() == [[800, 0, 200, "row"]]
+    low, high = est.interval["paid_calls"]
+    assert low < 800 < high and est.no_spread == {"tokens": "no call the pilot paid counted tokens"}
 
 
 # -- the command line ----------------------------------------------------------------------------------
