@@ -187,7 +187,9 @@ class Flight:
         if replay is None or replay.store is not driven.store:  # fixtures in their own store answer from the file, by no key
             ran = set(measured)
             left = [*(self.pool or []), *(p for p in self.chosen if p not in ran)]  # the rows the run will run
-            found = await counted(self.log.calls, self.log.tools, measured, left, table, driven.store)
+            paying = {where for row in self.log.rows.values() for where in row}  # a free local tool pays nothing to count
+            tools = {name: tool for name, tool in self.log.tools.items() if _where(tool) in paying}
+            found = await counted(self.log.calls, tools, measured, left, table, driven.store)
             shared = {_where(self.log.tools[name]): c for name, c in found.items()}
         return Pilot(
             len(driven.frame), state.reused + state.ok, self.runnable, list(self.chosen), measured, failed,
