@@ -238,6 +238,10 @@ def test_calls_pilot_rows_shared_are_projected_in_the_pilot_share_and_spread_the
     assert est.table[["paid_calls", "reused_calls", "shared_calls", "per"]].values.tolist() == [[800, 0, 200, "row"]]
     low, high = est.interval["paid_calls"]
     assert low < 800 < high and est.no_spread == {"tokens": "no call the pilot paid counted tokens"}
+    assert est.notes == [
+        "4 of the pilot's 20 calls of 'lookup' were another pilot row's: the rows left are projected to share as many "
+        "(their inputs are not read from columns; a frame that repeats them more pays less)"
+    ]
 
 
 # -- the command line ----------------------------------------------------------------------------------

@@ -165,7 +165,8 @@ def project(pilot: Pilot, play: str, concurrency: int, providers: dict[str, Prov
         play=play, rows=pilot.rows, reused_rows=pilot.done_rows, rows_left=max(0, pilot.rows - pilot.done_rows), sample=len(pilot.sample),
         paid_calls=round(point["paid_calls"]), cost=point["cost"], tokens=point["tokens"], seconds=point["seconds"],
         failed_rows=failed_rows, cost_failed=cost_failed, interval=interval, bottleneck=point["bottleneck"], limit=point["limit"],
-        notes=_notes(pilot, n, scale, failed_rows, cost_failed), table=_table(logs, keys, point, counts), pilot=pilot.stats,
+        notes=_notes(pilot, n, scale, failed_rows, cost_failed) + _shared_notes(logs, keys, counts, scale),
+        table=_table(logs, keys, point, counts), pilot=pilot.stats,
         no_spread=_no_spread(logs, keys, point, counts, each, interval) if n and scale else {},
     )  # fmt: skip
 
@@ -179,6 +180,20 @@ def _notes(pilot: Pilot, n: int, scale: int, failed_rows: int, cost_failed: floa
     if pilot.failed and scale:
         paying = f", paying ~{_money(cost_failed)}" if cost_failed else ""
         notes.append(f"{len(pilot.failed)} of the pilot's {n} rows failed (pb.last_run().errors): ~{failed_rows:,} of the rest may{paying}")
+    return notes
+
+
+def _shared_notes(logs: np.ndarray, keys: list[tuple[str | None, str]], counts: dict[int, Counted], scale: int) -> list[str]:
+    """Calls projected per row that pilot rows shared: the rows left share them in the pilot's share."""
+    notes = []
+    for i, (_, tool) in enumerate(keys):
+        shared = logs[:, i, _SH].sum()
+        if scale and i not in counts and shared:
+            made = logs[:, i, [_P, _R, _SH]].sum()
+            notes.append(
+                f"{shared:g} of the pilot's {made:g} calls of {tool!r} were another pilot row's: the rows left are projected to share "
+                "as many (their inputs are not read from columns; a frame that repeats them more pays less)"
+            )
     return notes
 
 
