@@ -414,6 +414,28 @@ def test_calls_rows_share_are_projected_once_per_distinct_domain_and_the_interva
     assert est.no_spread["paid_calls"].startswith("'company' is paid once per distinct domain: ")
 
 
+def test_a_tool_a_row_also_calls_in_a_sub_play_is_projected_per_row_and_the_run_pays_that(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
+    """Each row looks up its domain, and a sub-play looks up its mail domain: two calls of the
+    tool a row, not one per distinct domain; the estimate projects them per row, as the run pays."""
+    company = pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
+                           headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("acme"), cost=0.25)  # fmt: skip
+
+    async def mail(row: Any, ctx: pb.Context) -> Any:
+        return {"mail": (await ctx.tool(company, domain=row.domain))["name"]}
+
+    async def both(row: Any, ctx: pb.Context) -> Any:
+        found = await ctx.tool(company, domain=row.domain)
+        return {"name": found["name"], **(await ctx.run_play(pb.play(mail, name="mail"), domain=row.mail))}
+
+    frame = pd.concat([_frame(50)] * 2, ignore_index=True).assign(first=[f"Q{i}" for i in range(100)])  # 50 domains, twice each
+    frame["mail"] = "mail." + frame["domain"]
+    est = frame.play.estimate(both, sample=20, store=store, progress=False)
+    run = frame.play.run(both, store=store, progress=False)
+    assert est.table["per"].tolist() == ["row"] and run.stats.calls_executed <= est.paid_calls
+
+
 def test_a_pilot_whose_rows_pay_different_calls_has_an_interval_of_width_and_no_reason_for_none(
     demo: pb.demo.DemoServer, store: pb.ReceiptStore
 ) -> None:

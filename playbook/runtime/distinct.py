@@ -64,7 +64,7 @@ class Counted:
 
 
 async def counted(
-    calls: dict[int, dict[str, dict[int, Called]]], tools: dict[str, Tool[Any]], measured: Sequence[int], left: Sequence[int],
+    calls: dict[int, dict[str, dict[tuple[str, int], Called]]], tools: dict[str, Tool[Any]], measured: Sequence[int], left: Sequence[int],
     table: RowTable, store: StoreEngine, seed: int = 0,
 ) -> dict[str, Counted]:  # fmt: skip
     """Per tool name: the calls the rows ``left`` will make of it, when the ``measured`` pilot
@@ -73,9 +73,9 @@ async def counted(
     rows = [table.row(p) for p in measured]
     for name, tool in tools.items():
         made = [calls.get(p, {}).get(name) for p in measured]
-        if not made or any(m is None or set(m) != {0} for m in made):
-            continue  # some pilot row did not call it, or called it more than once
-        read = _read([m[0] for m in made if m is not None], rows, list(table.columns))
+        if not made or any(m is None or len(m) != 1 for m in made):
+            continue  # some pilot row did not call it, or called it more than once (itself, or in a sub-play)
+        read = _read([next(iter(m.values())) for m in made if m is not None], rows, list(table.columns))
         if read is not None:
             count = await _count(tool, *read, left, table, store, seed)
             if count is not None:

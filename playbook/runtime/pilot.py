@@ -47,7 +47,7 @@ class PilotLog:
 
     def __init__(self) -> None:
         self.rows: dict[int, dict[Where, list[float]]] = {}
-        self.calls: dict[int, dict[str, dict[int, Called]]] = {}  # row -> tool -> occurrence -> its inputs
+        self.calls: dict[int, dict[str, dict[tuple[str, int], Called]]] = {}  # row -> tool -> occurrence -> its inputs
         self.tools: dict[str, Tool[Any]] = {}
         self._first: dict[tuple[int, str], float] = {}  # (row, tool) -> when its call's first request went
 
@@ -62,9 +62,10 @@ class PilotLog:
             line = row[where] = [0.0] * len(FIELDS)
         return line
 
-    def called(self, position: int, tool: Tool[Any], occurrence: int, call: Called) -> None:
-        """Row ``position`` calls ``tool`` (its ``occurrence``-th call of it) with these inputs
-        (a row replayed after stepping aside calls it again: the same call)."""
+    def called(self, position: int, tool: Tool[Any], occurrence: tuple[str, int], call: Called) -> None:
+        """Row ``position`` calls ``tool`` with these inputs; ``occurrence``: the row's key (a
+        sub-play's, for its calls) and the call's place among its calls of the tool (a row
+        replayed after stepping aside calls it again: the same call)."""
         self.tools.setdefault(tool.name, tool)
         self.calls.setdefault(position, {}).setdefault(tool.name, {})[occurrence] = call
 

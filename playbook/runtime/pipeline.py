@@ -91,7 +91,7 @@ async def call_tool(
     ctx.used(tool, key)
     forced = (force or scope.force_all) and scope.must_force(logical)
     if scope.observer is not None:  # a pilot: which calls the rows left share is read from these inputs
-        scope.observer.called(ctx.position, tool, occurrence, Called(input, kwargs, ttl, forced))
+        scope.observer.called(ctx.position, tool, (ctx.row_key, occurrence), Called(input, kwargs, ttl, forced))
     if not forced:
         # A call sent as a batch job takes no lease, so nothing looks it up after one: it is looked up first.
         found = await lookup(scope.store, key, ttl, scope.ahead.first(tool.name) or tool.submits())
