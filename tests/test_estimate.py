@@ -380,10 +380,14 @@ def _repeating(n: int, seed: int) -> pd.DataFrame:
     return pd.DataFrame({"domain": domains, "person": [f"P{i}" for i in range(n)], "text": texts})
 
 
+def _company(demo: pb.demo.DemoServer) -> pb.Tool:
+    return pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
+                        headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("est-company"), cost=0.01)  # fmt: skip
+
+
 def _company_then_llm(demo: pb.demo.DemoServer) -> pb.Play:
     """An HTTP tool called with the row's domain, then an LLM with a prompt of the row's own."""
-    company = pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
-                           headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("est-company"), cost=0.01)  # fmt: skip
+    company = _company(demo)
     llm = pb.llm_tool(model="demo-1", base_url=demo.url + "/v1", secret=pb.secret("DEMO_API_KEY", default="demo-key"),
                       prices={"demo-1": (0.15, 0.60)}, provider=pb.Provider("est-llm"))  # fmt: skip
 
@@ -412,6 +416,23 @@ def test_calls_rows_share_are_projected_once_per_distinct_domain_and_the_interva
     company = est.table.set_index("tool").loc["company"]
     assert company["per"] == "distinct domain" and company["paid_calls"] + company["reused_calls"] + company["shared_calls"] == 280
     assert est.no_spread["paid_calls"].startswith("'company' is paid once per distinct domain: ")
+
+
+def test_calls_with_a_receipt_from_before_the_estimate_are_free_in_the_count(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+    """Another play looked up the first 100 rows' domains before: the estimate counts only the
+    domains left with no receipt (the others reused), and the run pays exactly what it projects."""
+    frame = _repeating(300, seed=6)
+    company = _company(demo)
+
+    async def look(row: Any, ctx: pb.Context) -> Any:
+        return {"name": (await ctx.tool(company, domain=row.domain))["name"]}
+
+    frame.iloc[:100].play.map(pb.play(look, name="look"), store=store, progress=False)
+    play = _company_then_llm(demo)
+    est = frame.play.estimate(play, sample=20, store=store, progress=False)
+    run = frame.play.run(play, store=store, progress=False)
+    looked = est.table.set_index("tool").loc["company"]
+    assert looked["reused_calls"] > 0 and est.paid_calls == run.stats.calls_executed
 
 
 def test_a_tool_a_row_also_calls_in_a_sub_play_is_projected_per_row_and_the_run_pays_that(
