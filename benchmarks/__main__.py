@@ -42,6 +42,7 @@ CASES = {
     "b9": b9_cluster.run,
     "b10": b10_scale.run,
     "b11": b11_estimate.run,
+    "b11s": b11_estimate.run_shared,
     "b12": b12_pools.run,
 }
 QUICK = {"b10": lambda **kw: b10_scale.run(rows=b10_scale.QUICK, **kw)}  # --quick: sizes for the edit loop
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeats",
         type=int,
-        help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9, b10, b11 and b12; 5 for b8)",
+        help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9, b10, b11, b11s and b12; 5 for b8)",
     )
     parser.add_argument("--quick", action="store_true", help=f"smaller sizes where a case has them ({', '.join(QUICK)})")
     args = parser.parse_args(argv)

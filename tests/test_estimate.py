@@ -7,6 +7,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 import playbook as pb
 from playbook.providers.status import ProviderStatus
+from playbook.runtime.distinct import Counted
 from playbook.runtime.estimate import project
 from playbook.runtime.pilot import FIELDS, Pilot, PilotLog
 
@@ -171,7 +173,7 @@ def test_the_slowest_provider_is_the_bottleneck_by_rate_calls_in_flight_or_token
     assert est.bottleneck == "llm" and est.limit == "60k tokens a minute" and est.seconds == pytest.approx(600.0)
     assert "1,010 rows: 10 already done; ~2,500 paid calls (~600k tokens), $111.00, ~10m 00s" in str(est), str(est)
     llm = next(line for line in est.text().splitlines() if line.lstrip().startswith("llm"))
-    assert llm.split()[:6] == ["llm", "c", "1000", "0", "$1.00", "600k"], llm  # money and tokens as the line says them
+    assert llm.split()[:8] == ["llm", "c", "1000", "0", "0", "row", "$1.00", "600k"], llm  # money and tokens as the line says them
     est = project(_pilot(lines, 1_010, 1_010), "p", 50, {**statuses, "llm": _status("llm", tpm=600_000)})
     assert est.bottleneck == "slow" and est.limit == "5 calls in flight of 1s" and est.seconds == pytest.approx(100.0)
 
@@ -209,11 +211,50 @@ def test_the_interval_spreads_with_the_rows_and_holds_the_point() -> None:
     assert est.cost == pytest.approx(1000 * 2.5) and low < est.cost < high and np.isclose(est.paid_calls, 1500)
 
 
+def test_calls_counted_from_columns_are_paid_once_per_distinct_call_left_as_the_pilot_paid_one() -> None:
+    """A tool counted from a column: the 1,000 rows left make 700 distinct calls, 150 rows' with a
+    receipt already and 500 with none; the pilot rows that paid one paid 0.02: the projection
+    pays 500 of them (the rest reused or shared), and the LLM, whose cost differs per row, per row."""
+    log = PilotLog()
+    for position in range(10):
+        lookup = _line(paid=1, cost=0.02, sent=1, seconds=0.1) if position % 5 else _line(shared=1)
+        log.rows[position] = {("a", "lookup"): lookup, ("b", "llm"): _line(paid=1, cost=0.1 * (1 + position % 2), sent=1, seconds=0.1)}
+    counted = {("a", "lookup"): Counted(("domain",), rows=1_000, distinct=700, calls=500, reused=150, checked=700)}
+    pilot = Pilot(1_010, 10, 1_010, list(range(10)), list(range(10)), [], {}, log, pb.RunStats(), counted)
+    est = project(pilot, "p", 16, {"a": _status("a"), "b": _status("b")})
+    table = est.table.set_index("tool")
+    assert table.loc["lookup", ["paid_calls", "reused_calls", "shared_calls", "per"]].tolist() == [500, 150, 350, "distinct domain"]
+    assert table.loc["lookup", "cost"] == pytest.approx(10.0) and table.loc["llm", "per"] == "row"
+    assert est.paid_calls == 1_500 and est.cost == pytest.approx(10.0 + 150.0) and est.interval["paid_calls"] == (1_500, 1_500)
+    low, high = est.interval["cost"]
+    assert low < est.cost < high and "cost" not in est.no_spread
+    assert est.no_spread["paid_calls"] == (
+        "'lookup' is paid once per distinct domain: 500 left with no receipt; every pilot row paid 1 call of 'llm' (none shared another row's)"
+    )
+
+
+def test_calls_pilot_rows_shared_are_projected_in_the_pilot_share_and_spread_the_interval() -> None:
+    """A tool projected per row: 4 of 20 pilot rows were answered by a call another pilot row
+    paid for: the 1,000 rows left pay 800 calls and share 200, and the interval has width."""
+    log = PilotLog()
+    for position in range(20):
+        log.rows[position] = {("a", "lookup"): _line(shared=1) if position % 5 == 0 else _line(paid=1, cost=1, sent=1, seconds=0.1)}
+    est = project(Pilot(1_020, 20, 1_020, list(range(20)), list(range(20)), [], {}, log, pb.RunStats()), "p", 16, {"a": _status("a")})
+    assert est.table[["paid_calls", "reused_calls", "shared_calls", "per"]].values.tolist() == [[800, 0, 200, "row"]]
+    low, high = est.interval["paid_calls"]
+    assert low < 800 < high and est.no_spread == {"tokens": "no call the pilot paid counted tokens"}
+    assert est.notes == [
+        "4 of the pilot's 20 calls of 'lookup' were another pilot row's: the rows left are projected to share as many "
+        "(their inputs are not read from columns; a frame that repeats them more pays less)"
+    ]
+
+
 # -- the command line ----------------------------------------------------------------------------------
 
 
 PLAYS = """
 import os
+import random
 import playbook as pb
 
 email = pb.demo.email_tool(os.environ["DEMO_URL"], provider=pb.Provider("acme"), cost=0.25)
@@ -328,3 +369,139 @@ def test_with_precision_the_pilot_grows_until_its_interval_is_narrow_enough(demo
     for bad in (0, 1.5, "0.1", True):
         with pytest.raises(pb.PlayDefinitionError, match=r"estimate\(precision="):
             frame.play.estimate(both, precision=bad, store=tmp_path / "bad")  # type: ignore[arg-type]
+
+
+# -- calls rows share, and what the interval says -------------------------------------------------
+
+
+def _repeating(n: int, seed: int) -> pd.DataFrame:
+    """``n`` rows, about one in six repeating an earlier row's domain; each row its own person and text."""
+    rng = random.Random(seed)
+    domains: list[str] = []
+    for i in range(n):
+        domains.append(rng.choice(domains) if domains and rng.random() < 1 / 6 else f"company{i}.com")
+    words = ["harbour", "lantern", "quarry", "meadow", "orchard", "copper", "saddle", "beacon"]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(40, 60))) for _ in range(n)]
+    return pd.DataFrame({"domain": domains, "person": [f"P{i}" for i in range(n)], "text": texts})
+
+
+def _company(demo: pb.demo.DemoServer) -> pb.Tool:
+    return pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
+                        headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("est-company"), cost=0.01)  # fmt: skip
+
+
+def _company_then_llm(demo: pb.demo.DemoServer) -> pb.Play:
+    """An HTTP tool called with the row's domain, then an LLM with a prompt of the row's own."""
+    company = _company(demo)
+    llm = pb.llm_tool(model="demo-1", base_url=demo.url + "/v1", secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+                      prices={"demo-1": (0.15, 0.60)}, provider=pb.Provider("est-llm"))  # fmt: skip
+
+    async def outreach(row: Any, ctx: pb.Context) -> Any:
+        found = await ctx.tool(company, domain=row.domain)
+        return {"note": await ctx.tool(llm, prompt=f"Write to {row.person} at {found['name']}: {row.text}")}
+
+    return pb.play(outreach, name="outreach")
+
+
+def test_calls_rows_share_are_projected_once_per_distinct_domain_and_the_interval_holds_the_run(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
+    """300 rows, one in six repeating an earlier domain: the company lookup is paid once per
+    domain and the LLM once per row; the estimate counts the domains left with no receipt (the
+    pilot's own are free), lands within 5% of the run's calls and money, and its intervals hold them."""
+    frame = _repeating(300, seed=6)
+    play = _company_then_llm(demo)
+    est = frame.play.estimate(play, sample=20, store=store, progress=False)
+    run = frame.play.run(play, store=store, progress=False)
+    paid, spent = run.stats.calls_executed, run.stats.cost_spent
+    assert paid == demo.stats()["requests"] - est.pilot.calls_executed  # every request the run sent was a paid call
+    assert abs(est.paid_calls / paid - 1) <= 0.05 and abs(est.cost / spent - 1) <= 0.05
+    assert est.interval["paid_calls"][0] <= paid <= est.interval["paid_calls"][1]
+    assert est.interval["cost"][0] <= spent <= est.interval["cost"][1] and est.interval["cost"][1] > est.interval["cost"][0]
+    company = est.table.set_index("tool").loc["company"]
+    assert company["per"] == "distinct domain" and company["paid_calls"] + company["reused_calls"] + company["shared_calls"] == 280
+    assert est.no_spread["paid_calls"].startswith("'company' is paid once per distinct domain: ")
+
+
+def test_calls_with_a_receipt_from_before_the_estimate_are_free_in_the_count(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+    """Another play looked up the first 100 rows' domains before: the estimate counts only the
+    domains left with no receipt (the others reused), and the run pays exactly what it projects."""
+    frame = _repeating(300, seed=6)
+    company = _company(demo)
+
+    async def look(row: Any, ctx: pb.Context) -> Any:
+        return {"name": (await ctx.tool(company, domain=row.domain))["name"]}
+
+    frame.iloc[:100].play.map(pb.play(look, name="look"), store=store, progress=False)
+    play = _company_then_llm(demo)
+    est = frame.play.estimate(play, sample=20, store=store, progress=False)
+    run = frame.play.run(play, store=store, progress=False)
+    looked = est.table.set_index("tool").loc["company"]
+    assert looked["reused_calls"] > 0 and est.paid_calls == run.stats.calls_executed
+
+
+def test_a_tool_a_row_also_calls_in_a_sub_play_is_projected_per_row_and_the_run_pays_that(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
+    """Each row looks up its domain, and a sub-play looks up its mail domain: two calls of the
+    tool a row, not one per distinct domain; the estimate projects them per row, as the run pays."""
+    company = pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
+                           headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("acme"), cost=0.25)  # fmt: skip
+
+    async def mail(row: Any, ctx: pb.Context) -> Any:
+        return {"mail": (await ctx.tool(company, domain=row.domain))["name"]}
+
+    async def both(row: Any, ctx: pb.Context) -> Any:
+        found = await ctx.tool(company, domain=row.domain)
+        return {"name": found["name"], **(await ctx.run_play(pb.play(mail, name="mail"), domain=row.mail))}
+
+    frame = pd.concat([_frame(50)] * 2, ignore_index=True).assign(first=[f"Q{i}" for i in range(100)])  # 50 domains, twice each
+    frame["mail"] = "mail." + frame["domain"]
+    est = frame.play.estimate(both, sample=20, store=store, progress=False)
+    run = frame.play.run(both, store=store, progress=False)
+    assert est.table["per"].tolist() == ["row"] and run.stats.calls_executed <= est.paid_calls
+
+
+def test_a_pilot_whose_rows_pay_different_calls_has_an_interval_of_width_and_no_reason_for_none(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
+    """A waterfall missing half the time on its first leg: pilot rows pay one call or two, so the
+    paid calls' and money's intervals have width (no reason given for none), and hold the run's."""
+    demo.reset(miss_rate=0.5)
+    first = pb.demo.email_tool(demo, name="first", provider=pb.Provider("leg-a"), cost=0.01)
+    second = pb.demo.email_tool(demo, name="second", provider=pb.Provider("leg-b"), cost=0.03)
+
+    async def both(row: Any, ctx: pb.Context) -> Any:
+        legs = [ctx.call(first, domain=row.domain, first=row.first), ctx.call(second, domain="mail." + row.domain, first=row.first)]
+        return {"email": await ctx.waterfall("email", legs)}
+
+    frame = _frame(200)
+    est = frame.play.estimate(both, sample=20, store=store, progress=False)
+    run = frame.play.run(both, store=store, progress=False)
+    for name, real in (("paid_calls", run.stats.calls_executed), ("cost", run.stats.cost_spent)):
+        low, high = est.interval[name]
+        assert low < high and low <= real <= high and name not in est.no_spread
+    assert "no spread" not in str(est)
+
+
+def test_a_pilot_whose_rows_all_pay_alike_says_why_its_interval_has_no_width(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+    """Every row pays one lookup of its own domain and one email call made from its row (not read
+    from a column): the intervals have no width, and the estimate says why."""
+    company = pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
+                           headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("acme"), cost=0.25)  # fmt: skip
+    email = pb.demo.email_tool(demo, provider=pb.Provider("acme"), cost=0.5)
+
+    async def both(row: Any, ctx: pb.Context) -> Any:
+        await ctx.tool(company, domain=row.domain)
+        return {"email": await ctx.tool(email, domain=row.domain, first=row.first.lower())}
+
+    est = _frame(100).play.estimate(both, sample=20, store=store, progress=False)
+    assert (est.paid_calls, est.cost, est.interval["paid_calls"], est.interval["cost"]) == (160, 60.0, (160.0, 160.0), (60.0, 60.0))
+    assert est.no_spread == {
+        "paid_calls": "'company' is paid once per distinct domain: 80 left with no receipt; "
+        "every pilot row paid 1 call of 'demo.email' (none shared another row's)",
+        "cost": "'company' is paid once per distinct domain: 80 left with no receipt, at 0.25 each; "
+        "every pilot row paid 1 call of 'demo.email' (none shared another row's), at 0.5 a row",
+        "tokens": "no call the pilot paid counted tokens",
+    }
+    assert f"no spread: {est.no_spread['cost']}" in str(est) and est.to_dict()["no_spread"] == est.no_spread

@@ -2,7 +2,11 @@
 
 Paid calls, money and tokens are each sampled row's own, averaged and multiplied by the rows
 left (a waterfall's later legs are paid only by the rows whose first legs missed: the average
-carries the miss rates).  Duration is the longest of:
+carries the miss rates), except for calls rows share: a tool every pilot row called once with
+inputs read from columns is paid once per distinct combination of those columns among the rows
+left with no receipt yet (see :mod:`playbook.runtime.distinct`), each what a paid call of it cost
+in the pilot.  Calls a pilot row shared with another (a receipt it made, or a call in flight) are
+free, in the pilot's share.  Duration is the longest of:
 
 - per provider, the requests it will be sent (failed ones included: they count against its
   limits) over what it lets through: its rate now (configured, announced, or lowered after
@@ -11,7 +15,8 @@ carries the miss rates).  Duration is the longest of:
   the wire.
 
 The provider whose share is longest is the bottleneck.  Intervals are a bootstrap over the sampled
-rows (the same projection over rows drawn again with replacement): 5% and 95% of 400 draws.
+rows (the same projection over rows drawn again with replacement): 5% and 95% of 400 draws.  One
+with no width says why (``Estimate.no_spread``): every pilot row paid the same.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import pandas as pd
 
 from .._internal.words import duration, money, short_count, tokens
 from ..providers.status import ProviderStatus
+from .distinct import Counted
 from .pilot import FIELDS, Flight, Pilot
 from .run import scheduler
 
@@ -40,7 +46,9 @@ GROWTH = 10  # with precision=, a pilot runs at most this many times its sample
 _DRAWS = 400
 # the table's columns of money and tokens, as every view shows them (typed Any: the stubs want a Mapping[Never, ...])
 _AMOUNTS: Any = {"cost": money, "tokens": short_count}
-_P, _R, _C, _T, _S, _W, _F, _SPAN = range(len(FIELDS))  # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span
+_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH = range(len(FIELDS))  # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span, shared
+_NOTHING = {"paid_calls": "no pilot row paid a call", "cost": "no call the pilot paid cost money",
+            "tokens": "no call the pilot paid counted tokens"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,9 @@ class Estimate:
     """What the run will pay and take for the rows it has left, projected from a pilot.
 
     ``paid_calls``, ``cost``, ``tokens`` and ``seconds`` are point projections for the rows left;
-    ``interval`` their low and high (a 90% bootstrap interval over the sampled rows);
+    ``interval`` their low and high (a 90% bootstrap interval over the sampled rows), and
+    ``no_spread`` why one of paid calls, cost and tokens has no width ("every pilot row paid 1 call
+    of 'lookup'");
     ``failed_rows`` and ``cost_failed`` what the pilot's failures project; ``reused_rows`` the rows
     a run will not run (answered by memos, or finished by the pilot), ``rows_left`` the others;
     ``bottleneck`` the provider that holds the run back (``None``: none is timed), and ``limit``
@@ -74,6 +84,7 @@ class Estimate:
     notes: list[str] = field(repr=False)
     table: pd.DataFrame = field(repr=False)
     pilot: Any = field(repr=False)
+    no_spread: dict[str, str] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
         return f"<Estimate {self}>"
@@ -87,6 +98,7 @@ class Estimate:
             return f"{left}; nothing left to pay for"
         words = f" (~{tokens(self.tokens)})" if self.tokens >= 1 else ""
         wide = "; a larger sample narrows it" if high - low > 0.3 * self.cost else ""
+        wide += f"; no spread: {self.no_spread['cost']}" if "cost" in self.no_spread and self.cost else ""
         line = (
             f"{left}; ~{short_count(self.paid_calls)} paid calls{words}, {money(self.cost)}{spread}, ~{duration(self.seconds)}{held}"
             f" (a pilot of {self.sample} rows{wide})"
@@ -106,7 +118,7 @@ class Estimate:
             "paid_calls": self.paid_calls, "cost": _round(self.cost), "tokens": _round(self.tokens), "seconds": _round(self.seconds),
             "failed_rows": self.failed_rows, "cost_failed": _round(self.cost_failed),
             "interval": {name: [_round(v) for v in bounds] for name, bounds in self.interval.items()}, "bottleneck": self.bottleneck,
-            "limit": self.limit, "notes": self.notes,
+            "limit": self.limit, "notes": self.notes, "no_spread": self.no_spread,
             "table": [{k: _round(v) for k, v in row.items()} for row in self.table.to_dict("records")], "pilot": self.pilot.model_dump(),
         }  # fmt: skip
 
@@ -143,9 +155,12 @@ def project(pilot: Pilot, play: str, concurrency: int, providers: dict[str, Prov
             logs[i, keys.index(where)] = line
     failed = np.array([p in pilot.failed for p in pilot.measured], dtype=bool)
     scale = max(0, pilot.runnable - n)
-    point = _projection(logs, scale, keys, concurrency, providers)
+    # Calls counted from columns, of a tool the pilot paid for at least once: what one paid call of it costs.
+    counts = {i: pilot.counted[where] for i, where in enumerate(keys) if where in pilot.counted and logs[:, i, _P].any()}
+    each = {i: _per_call(logs[:, i]) for i in counts}
+    point = _projection(logs, scale, keys, concurrency, providers, counts, each)
     draws = np.random.default_rng(0).integers(0, n, size=(_DRAWS, n)) if n else np.zeros((0, 0), dtype=int)
-    spread = [_projection(logs[d], scale, keys, concurrency, providers) for d in draws] if n else []
+    spread = [_projection(logs[d], scale, keys, concurrency, providers, counts, each) for d in draws] if n else []
     interval = {
         name: (float(np.percentile([s[name] for s in spread], 5)), float(np.percentile([s[name] for s in spread], 95)))
         if spread else (point[name], point[name])
@@ -157,7 +172,9 @@ def project(pilot: Pilot, play: str, concurrency: int, providers: dict[str, Prov
         play=play, rows=pilot.rows, reused_rows=pilot.done_rows, rows_left=max(0, pilot.rows - pilot.done_rows), sample=len(pilot.sample),
         paid_calls=round(point["paid_calls"]), cost=point["cost"], tokens=point["tokens"], seconds=point["seconds"],
         failed_rows=failed_rows, cost_failed=cost_failed, interval=interval, bottleneck=point["bottleneck"], limit=point["limit"],
-        notes=_notes(pilot, n, scale, failed_rows, cost_failed), table=_table(logs, scale, keys, point), pilot=pilot.stats,
+        notes=_notes(pilot, n, scale, failed_rows, cost_failed) + _shared_notes(logs, keys, counts, scale),
+        table=_table(logs, keys, point, counts), pilot=pilot.stats,
+        no_spread=_no_spread(logs, keys, point, counts, each, interval) if n and scale else {},
     )  # fmt: skip
 
 
@@ -173,17 +190,55 @@ def _notes(pilot: Pilot, n: int, scale: int, failed_rows: int, cost_failed: floa
     return notes
 
 
+def _shared_notes(logs: np.ndarray, keys: list[tuple[str | None, str]], counts: dict[int, Counted], scale: int) -> list[str]:
+    """Calls projected per row that pilot rows shared: the rows left share them in the pilot's share."""
+    notes = []
+    for i, (_, tool) in enumerate(keys):
+        shared = logs[:, i, _SH].sum()
+        if scale and i not in counts and shared:
+            made = logs[:, i, [_P, _R, _SH]].sum()
+            notes.append(
+                f"{shared:g} of the pilot's {made:g} calls of {tool!r} were another pilot row's: the rows left are projected to share "
+                "as many (their inputs are not read from columns; a frame that repeats them more pays less)"
+            )
+    return notes
+
+
+def _per_call(lines: np.ndarray, otherwise: np.ndarray | None = None) -> np.ndarray:
+    """A tool's line per paid call, from the rows (of ``lines``: rows × fields) that paid one;
+    ``otherwise`` when none did."""
+    paid = lines[:, _P] > 0
+    if not paid.any():
+        assert otherwise is not None
+        return otherwise
+    return np.asarray(lines[paid].sum(axis=0) / paid.sum())
+
+
 def _projection(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]], concurrency: int,
-                providers: dict[str, ProviderStatus]) -> dict[str, Any]:  # fmt: skip
-    """Paid calls, cost, tokens and seconds for ``left`` rows like those of ``logs`` (rows × keys × fields)."""
+                providers: dict[str, ProviderStatus], counts: dict[int, Counted], each: dict[int, np.ndarray]) -> dict[str, Any]:  # fmt: skip
+    """Paid calls, cost, tokens and seconds for ``left`` rows like those of ``logs`` (rows × keys ×
+    fields); a tool of ``counts`` is paid for its calls counted, each like a paid call of ``logs``
+    (``each``: when none of them paid one)."""
     n = len(logs)
+    totals = logs.sum(axis=0) / max(1, n) * left  # keys × fields
     if not n or not left:
-        return {"paid_calls": 0.0, "cost": 0.0, "tokens": 0.0, "seconds": 0.0, "bottleneck": None, "limit": "", "shares": {}}
-    per_row = logs.sum(axis=0) / n  # keys × fields
+        return {
+            "paid_calls": 0.0,
+            "cost": 0.0,
+            "tokens": 0.0,
+            "seconds": 0.0,
+            "bottleneck": None,
+            "limit": "",
+            "shares": {},
+            "totals": totals,
+        }
+    for i, count in counts.items():
+        totals[i] = _per_call(logs[:, i], each[i]) * count.calls
+        totals[i, _R], totals[i, _SH] = count.reused, count.shared
     shares: dict[str, tuple[float, str]] = {}
     for name in sorted({p for p, _ in keys if p is not None}):
         mine = [i for i, (p, _) in enumerate(keys) if p == name]
-        shares[name] = _provider_seconds(per_row[mine].sum(axis=0) * left, concurrency, providers.get(name))
+        shares[name] = _provider_seconds(totals[mine].sum(axis=0), concurrency, providers.get(name))
     # A row's time: its calls one after the other, each from its first request to its answer.
     row_seconds = float(logs[:, :, _SPAN].sum(axis=1).mean())
     rows_seconds = left * row_seconds / max(1, concurrency)
@@ -191,15 +246,47 @@ def _projection(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]],
     seconds = max([rows_seconds, *(s for s, _ in shares.values())])
     if slowest is not None and rows_seconds > shares[slowest][0] and not math.isclose(rows_seconds, shares[slowest][0]):
         # The run's own concurrency holds it: the provider with the largest share of a row's time is named.
-        wire = {name: float(sum(per_row[i, _W] for i, (p, _) in enumerate(keys) if p == name)) for name in shares}
+        wire = {name: float(sum(totals[i, _W] for i, (p, _) in enumerate(keys) if p == name)) for name in shares}
         slowest = max(wire, key=lambda p: wire[p])
         limit = f"the run's concurrency ({concurrency} rows in flight)"
     else:
         limit = shares[slowest][1] if slowest is not None else ""
     return {
-        "paid_calls": float(per_row[:, _P].sum() * left), "cost": float(per_row[:, _C].sum() * left),
-        "tokens": float(per_row[:, _T].sum() * left), "seconds": seconds, "bottleneck": slowest, "limit": limit, "shares": shares,
+        "paid_calls": float(totals[:, _P].sum()), "cost": float(totals[:, _C].sum()), "tokens": float(totals[:, _T].sum()),
+        "seconds": seconds, "bottleneck": slowest, "limit": limit, "shares": shares, "totals": totals,
     }  # fmt: skip
+
+
+def _no_spread(logs: np.ndarray, keys: list[tuple[str | None, str]], point: dict[str, Any], counts: dict[int, Counted],
+               each: dict[int, np.ndarray], interval: dict[str, tuple[float, float]]) -> dict[str, str]:  # fmt: skip
+    """Why paid calls, cost or tokens have an interval of no width: what every pilot row paid alike."""
+    said = {}
+    for name, at in (("paid_calls", _P), ("cost", _C), ("tokens", _T)):
+        low, high = interval[name]
+        if not math.isclose(low, high, rel_tol=1e-9, abs_tol=1e-12):
+            continue
+        parts = [_alike(logs[:, i], tool, at, counts.get(i), each.get(i)) for i, (_, tool) in enumerate(keys) if point["totals"][i, at] > 0]
+        said[name] = "; ".join(parts) or _NOTHING[name]
+    return said
+
+
+def _alike(lines: np.ndarray, tool: str, at: int, count: Counted | None, each: np.ndarray | None) -> str:
+    """What every pilot row paid alike for ``tool`` (``lines``: rows × fields), in field ``at``."""
+    if count is not None and each is not None:
+        which = ", ".join(map(str, count.columns))
+        said = f"{tool!r} is paid once per distinct {which}: {count.calls:,} left with no receipt" if which else (
+            f"{tool!r} is the same call for every row: {count.calls:,} left to pay")  # fmt: skip
+        per, unit = each, " each"
+    else:
+        calls = float(lines[:, _P].mean())
+        said = f"every pilot row paid {calls:g} call{'' if calls == 1 else 's'} of {tool!r}"
+        said += "" if lines[:, _SH].any() else " (none shared another row's)"
+        per, unit = lines.mean(axis=0), " a row"
+    if at == _C:
+        said += f", at {per[_C]:.4g}{unit}"
+    elif at == _T:
+        said += f", {per[_T]:,.0f} tokens{unit}"
+    return said
 
 
 def _provider_seconds(totals: np.ndarray, concurrency: int, status: ProviderStatus | None) -> tuple[float, str]:
@@ -235,24 +322,26 @@ def _pace(status: ProviderStatus) -> float | None:
     return min((p for p in (status.rate, window) if p is not None), default=None)
 
 
-def _table(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]], point: dict[str, Any]) -> pd.DataFrame:
-    """One row per provider and tool: the calls the rows left will make, paid and answered by
-    receipts, money, tokens, a request's seconds and the share of requests that failed; and the
-    provider's seconds and what bounds it."""
-    n = max(1, len(logs))
+def _table(logs: np.ndarray, keys: list[tuple[str | None, str]], point: dict[str, Any], counts: dict[int, Counted]) -> pd.DataFrame:
+    """One row per provider and tool: the calls the rows left will make, paid, answered by
+    receipts made before and shared with another row, money, tokens, a request's seconds and the
+    share of requests that failed; what the calls are projected per (a row, or the distinct values
+    of columns); and the provider's seconds and what bounds it."""
     rows = []
     for i, (provider, tool) in enumerate(keys):
-        line = logs[:, i].sum(axis=0) / n * left
+        line = point["totals"][i]
         share = point["shares"].get(provider, (math.nan, ""))
+        per = f"distinct {', '.join(map(str, counts[i].columns)) or 'call'}" if i in counts else "row"
         rows.append({
             "provider": provider, "tool": tool, "paid_calls": round(float(line[_P])), "reused_calls": round(float(line[_R])),
-            "cost": float(line[_C]), "tokens": float(line[_T]),
+            "shared_calls": round(float(line[_SH])), "per": per, "cost": float(line[_C]), "tokens": float(line[_T]),
             "request_seconds": float(logs[:, i, _W].sum() / logs[:, i, _S].sum()) if logs[:, i, _S].sum() else math.nan,
             "requests_failed": float(logs[:, i, _F].sum() / logs[:, i, _S].sum()) if logs[:, i, _S].sum() else 0.0,
             "provider_seconds": share[0], "held_by": share[1],
         })  # fmt: skip
     columns = [
-        "provider", "tool", "paid_calls", "reused_calls", "cost", "tokens", "request_seconds", "requests_failed", "provider_seconds", "held_by",
+        "provider", "tool", "paid_calls", "reused_calls", "shared_calls", "per", "cost", "tokens", "request_seconds", "requests_failed",
+        "provider_seconds", "held_by",
     ]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 

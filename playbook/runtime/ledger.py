@@ -114,7 +114,7 @@ class RowLedger:
             self.paid += cost
             self.refused += spent.refused
         if self.scope.observer is not None:
-            self.scope.observer.counted(self.position, tool, reused, spent)
+            self.scope.observer.counted(self.position, tool, reused, spent, shared)
         for _ in range(spent.requests):
             self.calls += 1
             self.cost += cost

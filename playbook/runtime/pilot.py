@@ -14,10 +14,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..tools.base import is_local
+from .distinct import Called, Counted, counted
 from .run import Run, scheduler
 
 if TYPE_CHECKING:
@@ -26,23 +27,28 @@ if TYPE_CHECKING:
 
 __all__ = ["FIELDS", "Flight", "Pilot", "PilotLog"]
 
-# What a row's line per (provider, tool) holds, in this order: calls paid and reused, money,
-# tokens, requests sent, their seconds on the wire, those that failed, and the seconds from each
-# call's first request to its answer (retries and their waits included).
-FIELDS = ("paid", "reused", "cost", "tokens", "sent", "seconds", "failed", "span")
-_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN = range(len(FIELDS))
+# What a row's line per (provider, tool) holds, in this order: calls paid, calls answered by a
+# receipt made before the pilot, money, tokens, requests sent, their seconds on the wire, those that
+# failed, the seconds from each call's first request to its answer (retries and their waits
+# included), and calls shared: answered by a receipt another pilot row paid for (or waited for in
+# flight).
+FIELDS = ("paid", "reused", "cost", "tokens", "sent", "seconds", "failed", "span", "shared")
+_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN, _SHARED = range(len(FIELDS))
 
 Where = tuple[str | None, str]  # (provider, tool)
 
 
 class PilotLog:
-    """Per sampled row (by position), per (provider, tool): calls paid and reused, money, tokens,
-    requests sent, the seconds they took, and those that failed."""
+    """Per sampled row (by position), per (provider, tool): calls paid, reused and shared, money,
+    tokens, requests sent, the seconds they took, and those that failed; and each call's inputs
+    (per tool, by its place among the row's calls of that tool), with the tools called."""
 
-    __slots__ = ("rows", "_first")
+    __slots__ = ("rows", "calls", "tools", "_first")
 
     def __init__(self) -> None:
         self.rows: dict[int, dict[Where, list[float]]] = {}
+        self.calls: dict[int, dict[str, dict[tuple[str, int], Called]]] = {}  # row -> tool -> occurrence -> its inputs
+        self.tools: dict[str, Tool[Any]] = {}
         self._first: dict[tuple[int, str], float] = {}  # (row, tool) -> when its call's first request went
 
     def __repr__(self) -> str:
@@ -50,19 +56,27 @@ class PilotLog:
 
     def _line(self, position: int, tool: Tool[Any]) -> list[float]:
         row = self.rows.setdefault(position, {})
-        where = (tool.provider.name if tool.provider is not None else None, tool.name)
+        where = _where(tool)
         line = row.get(where)
         if line is None:
             line = row[where] = [0.0] * len(FIELDS)
         return line
 
-    def counted(self, position: int, tool: Tool[Any], reused: bool, spent: Spent) -> None:
-        """A call answered: paid now (its cost, its tokens), or reused from a receipt."""
+    def called(self, position: int, tool: Tool[Any], occurrence: tuple[str, int], call: Called) -> None:
+        """Row ``position`` calls ``tool`` with these inputs; ``occurrence``: the row's key (a
+        sub-play's, for its calls) and the call's place among its calls of the tool (a row
+        replayed after stepping aside calls it again: the same call)."""
+        self.tools.setdefault(tool.name, tool)
+        self.calls.setdefault(position, {}).setdefault(tool.name, {})[occurrence] = call
+
+    def counted(self, position: int, tool: Tool[Any], reused: bool, spent: Spent, shared: bool = False) -> None:
+        """A call answered: paid now (its cost, its tokens), or reused from a receipt (``shared``:
+        one another pilot row paid for)."""
         if not reused and is_local(tool, spent.cost):
             return  # a free local tool: nothing to pay, nothing to wait for
         line = self._line(position, tool)
         if reused:
-            line[_REUSED] += spent.requests
+            line[_SHARED if shared else _REUSED] += spent.requests
         else:
             line[_PAID] += spent.requests
             line[_COST] += spent.cost
@@ -104,6 +118,7 @@ class Pilot:
     cut: dict[str, int]  # of the sample, rows that did not end (parked by a hold or the budget, skipped): why -> rows
     log: PilotLog
     stats: Any  # the pilot run's RunStats: what it paid
+    counted: dict[Where, Counted] = field(default_factory=dict)  # tools whose calls the rows left share, counted from columns
 
 
 class Flight:
@@ -153,9 +168,9 @@ class Flight:
                 await driven.execute(self._take(rows))
         finally:
             driven.scope.observer = None
-        return self._found()
+        return await self._found()
 
-    def _found(self) -> Pilot:
+    async def _found(self) -> Pilot:
         driven = scheduler(self.run)
         table = driven.table
         ended = {p: table.status(p) for p in self.chosen}
@@ -168,7 +183,20 @@ class Flight:
         measured = [p for p, status in ended.items() if status in ("ok", "failed")]
         failed = [p for p in measured if ended[p] == "failed"]
         state = self.run.state
+        shared: dict[Where, Counted] = {}
+        replay = driven.scope.replay
+        if replay is None or replay.store is not driven.store:  # fixtures in their own store answer from the file, by no key
+            ran = set(measured)
+            left = [*(self.pool or []), *(p for p in self.chosen if p not in ran)]  # the rows the run will run
+            paying = {where for row in self.log.rows.values() for where in row}  # a free local tool pays nothing to count
+            tools = {name: tool for name, tool in self.log.tools.items() if _where(tool) in paying}
+            found = await counted(self.log.calls, tools, measured, left, table, driven.store)
+            shared = {_where(self.log.tools[name]): c for name, c in found.items()}
         return Pilot(
             len(driven.frame), state.reused + state.ok, self.runnable, list(self.chosen), measured, failed,
-            cut, self.log, self.run.stats,
+            cut, self.log, self.run.stats, shared,
         )  # fmt: skip
+
+
+def _where(tool: Tool[Any]) -> Where:
+    return tool.provider.name if tool.provider is not None else None, tool.name

@@ -35,6 +35,7 @@ from ..tagged import Unencodable, encode
 from ..tools import CallEnv, Tool
 from ..tools.base import Spent, is_local
 from ..tools.failures import translate
+from .distinct import Called
 from .kept_errors import ONE_REQUEST, not_storable, refusal, refused, replayed, unkeyable
 from .recording import record
 from .upstream import dispatch as governed
@@ -85,9 +86,12 @@ async def call_tool(
     if scope.replay is not None and scope.store is scope.replay.store:
         return _replayed(ctx, tool, values)
     key = _key(ctx, tool, values)
-    logical = f"{ctx.row_key}/{tool.name}/{ctx.occurrence(tool.name)}"
+    occurrence = ctx.occurrence(tool.name)
+    logical = f"{ctx.row_key}/{tool.name}/{occurrence}"
     ctx.used(tool, key)
     forced = (force or scope.force_all) and scope.must_force(logical)
+    if scope.observer is not None:  # a pilot: which calls the rows left share is read from these inputs
+        scope.observer.called(ctx.position, tool, (ctx.row_key, occurrence), Called(input, kwargs, ttl, forced))
     if not forced:
         # A call sent as a batch job takes no lease, so nothing looks it up after one: it is looked up first.
         found = await lookup(scope.store, key, ttl, scope.ahead.first(tool.name) or tool.submits())
