@@ -43,7 +43,7 @@ class Play:
     version: str | None
     output: OutputModel | None
     fingerprint: str
-    notes: tuple[str, ...]  # what a run of it must say: the values it reads that cannot be counted
+    notes: dict[str, str]  # what a run of it must say, by value ("name (type)"): what it reads that cannot be counted
     __wrapped__: PlayFn
 
     def __init__(
@@ -74,7 +74,7 @@ class Play:
         self._own = digest("\x1f".join(parts))
         self.__wrapped__ = fn
         self._tools = source is None  # a %%play cell's source names its tools; a tool's play is its tool
-        self._named, self.notes, self._sent = "", (), False
+        self._named, self.notes, self._sent = "", {}, False
         self._fingerprint()
         self.current()
 
@@ -103,8 +103,10 @@ class Play:
             found = reads(self.fn, named=(Tool, Play) if self._tools else (), refresh=refresh)
         finally:
             _refreshing.ids.discard(id(self))
-        notes = [_unstable_note(self.name, name, kind) for name, kind in found.unstable]
-        self.notes = tuple(dict.fromkeys(notes + [note for sub in subs for note in sub.notes]))
+        notes = {f"{name} ({kind})": _unstable_note(self.name, name, kind) for name, kind in found.unstable}
+        for sub in subs:  # a value it reads itself is said of it, once
+            notes = {**sub.notes, **notes}
+        self.notes = notes
         if found.text != self._named:
             self._named = found.text
             self._fingerprint()

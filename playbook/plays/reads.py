@@ -47,7 +47,7 @@ __all__ = ["Reads", "global_names", "helper_fingerprint", "reads", "user_code"]
 _MISSING = object()
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]+")
 _ENV_READERS = frozenset(("environ", "getenv"))
-# A global only called through one of these is written to (a list of calls a play keeps), not read.
+# A global or a cell called through one of these is written to (a list of calls a play keeps).
 _MUTATORS = frozenset(("append", "extend", "add", "update", "insert", "pop", "remove", "discard", "clear", "setdefault", "appendleft"))
 _LOCKS = tuple(type(t) for t in (threading.Lock(), threading.RLock())) + (threading.Semaphore, threading.Event, threading.Condition)
 _SILENT = (types.ModuleType, logging.Logger, logging.LoggerAdapter, *_LOCKS, types.BuiltinFunctionType, types.MethodWrapperType)
@@ -116,7 +116,7 @@ def _names(walk: _Walk, f: Any) -> None:
 def _values(walk: _Walk, f: Any) -> None:
     """The values ``f`` reads through the globals it loads (and one attribute of a user module's)."""
     space = f.__globals__
-    for name, attribute in _loads(f.__code__):
+    for name, attribute in _loads(f.__code__)[0]:
         value = space.get(name, _MISSING)
         if value is _MISSING:
             continue  # a builtin, or a name not defined yet
@@ -132,7 +132,10 @@ def _values(walk: _Walk, f: Any) -> None:
 def _cells(walk: _Walk, f: Any) -> None:
     """``f``'s closure cells that its code fingerprint counts by type (a list, a dict, a
     function): by value here.  The others are in its code fingerprint already."""
+    written = _loads(f.__code__)[1]
     for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+        if name in written:
+            continue
         try:
             value = cell.cell_contents
         except ValueError:
@@ -288,20 +291,25 @@ def global_names(code: Any) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _loads(code: Any) -> tuple[tuple[str, str], ...]:
-    """The globals ``code`` (and the code inside it) reads, each with the attribute it reads of it
-    first ("" if none); one only called through a mutating method (``CALLS.append(x)``) is left out."""
+def _loads(code: Any) -> tuple[tuple[tuple[str, str], ...], frozenset[str]]:
+    """The globals ``code`` (and the code inside it) reads, each with the
+    attribute it reads of it first ("" if none), and the globals and cells it writes to: a list it appends
+    to, a dict it updates (``CALLS.append(x)``), is its own record of what it did, not an input,
+    and counts for nothing."""
     found: set[tuple[str, str]] = set()
+    written: set[str] = set()
     for inner in _codes(code):
         instructions = list(dis.get_instructions(inner))
         for i, ins in enumerate(instructions):
-            if ins.opname not in ("LOAD_GLOBAL", "LOAD_NAME"):
+            if ins.opname not in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"):
                 continue
             after = instructions[i + 1] if i + 1 < len(instructions) else None
             attribute = after.argval if after is not None and after.opname in ("LOAD_ATTR", "LOAD_METHOD") else ""
-            if attribute not in _MUTATORS:
+            if attribute in _MUTATORS:
+                written.add(ins.argval)
+            elif ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
                 found.add((ins.argval, attribute))
-    return tuple(sorted(found))
+    return tuple(sorted(r for r in found if r[0] not in written)), frozenset(written)
 
 
 def _codes(code: Any) -> Iterator[Any]:

@@ -235,7 +235,7 @@ class RunScope:
         # The sub-plays run so far, as they were when this run first ran each (what they read is
         # read once per run, not per row), with what they were made from (kept: its id is the key).
         self.plays: dict[int, tuple[Any, Any]] = {}
-        self.said: set[str] = set()  # the plays' notes said in this run (each once)
+        self.said: set[str] = set()  # the values read that the plays' notes said in this run (each once)
 
     def __repr__(self) -> str:
         return f"<RunScope {self.run_id} {self.play!r}>"

@@ -77,9 +77,9 @@ def _as_sub_play(ctx: RowLedger, play: Any) -> Play:
         return known[1]  # type: ignore[no-any-return]
     sub = _checked(play)
     scope.plays[id(play)] = (play, sub)
-    for note in sub.notes:
-        if note not in scope.said:
-            scope.said.add(note)
+    for value, note in sub.notes.items():
+        if value not in scope.said:
+            scope.said.add(value)
             scope.emit(RunNotice(note, 0))
     return sub
 
