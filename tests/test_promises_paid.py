@@ -234,6 +234,28 @@ def test_a_rerun_reuses_a_plays_rows_until_the_tool_it_reaches_is_another(engine
     assert engine.run(frame, cells["via_helper"]).statuses == {"reused": 8}
 
 
+def test_a_rerun_after_a_changed_global_pays_for_the_changed_calls_and_returns_the_new_values(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """A notebook's play reading a global of the notebook (the first name it asks with): the global
+    rebound in a later cell, a rerun pays for each changed call once and returns the new values;
+    the rerun after reuses every row."""
+    cells: dict[str, Any] = {"__name__": "cells", "pb": pb, "email": email(demo, pb.Provider(name("acme"))), "PREFIX": "Ann"}
+    exec(
+        "@pb.play\nasync def greet(row, ctx):\n    return {'email': await ctx.tool(email, domain=row.domain, first=PREFIX + row.first)}\n",
+        cells,
+    )
+    frame = people(8)
+    first = engine.run(frame, cells["greet"], concurrency=4)
+    assert set(first.statuses) <= {"ok", "reused"} and requests(demo) == 8
+    cells["PREFIX"] = "Zed"
+    again = engine.run(frame, cells["greet"], concurrency=4)
+    assert set(again.statuses) <= {"ok", "reused"} and again.statuses.get("ok", 0) >= 1 and requests(demo) == 16
+    found = [e for e in again.result["email"].tolist() if isinstance(e, str)]
+    assert found and all(e.startswith("zedp@") for e in found), again.result["email"].tolist()
+    assert engine.run(frame, cells["greet"], concurrency=4).statuses == {"reused": 8} and requests(demo) == 16
+
+
 def test_a_parameter_left_to_its_default_is_the_call_that_passes_it(engine: Engine, name: Callable[[str], str]) -> None:
     """A Python tool's default is part of the call's input, as Python passes it: a play that leaves
     it out and an edited play that passes it make the same calls, paid once."""
