@@ -1,10 +1,11 @@
 """Plays: ``async def play(row, ctx)`` functions, and the fingerprint that decides reuse.
 
 The fingerprint covers the play's name, version and code (as a tool's identity does: comments and
-layout do not count), its output model's schema when it declares one, and the tools and plays its
-code reaches through the globals it names (directly, or through functions of its own module), as
-they are when a run starts.  So editing the play, a helper it calls or its model, or pointing it
-at another tool (a tool renamed in the cell above), makes every row run again, while its tool
+layout do not count), its output model's schema when it declares one, and what its code reads
+through the names it uses (:mod:`.reads`): the tools and plays it reaches, the functions it calls,
+the values it reads from outside its code, as they are when a run starts.  So editing the play, a
+helper it calls, its model or a value it reads (a template at the top of its module), or pointing
+it at another tool (a tool renamed in the cell above), makes every row run again, while its tool
 calls still hit their receipts: only changed calls cost.
 """
 
