@@ -150,6 +150,9 @@ def _cells(walk: _Walk, f: Any) -> None:
 def _read(walk: _Walk, name: str, value: Any) -> None:
     """Count ``value``, read as ``name``: a helper or a class of the user's by its code (followed),
     a value by its stable form, else reported."""
+    wrapped = getattr(value, "__wrapped__", None)
+    if inspect.isfunction(wrapped) and type(value).__module__.split(".")[0] != "playbook":
+        value = wrapped  # a helper behind functools.lru_cache or a decorator of the user's
     if inspect.isfunction(value):
         if user_code(value) and walk.follow(value):
             walk.found.add(f"{name}={helper_fingerprint(value)}")
