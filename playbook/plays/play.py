@@ -80,7 +80,7 @@ class Play:
         self.current()
 
     def _fingerprint(self) -> None:
-        # A play that names no tool as a global keeps the fingerprint (and the row memos) it had.
+        # A play that reads nothing (no tool, helper or value) keeps the fingerprint (and the row memos) it had.
         self.fingerprint = digest(self._own + "\x1f" + self._named) if self._named else self._own
         defined(play_name(self.name), self.fingerprint)  # a play that runs it as a sub-play sees an edit
 
