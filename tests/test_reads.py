@@ -5,8 +5,13 @@ a value with no stable form is said once per run; a play that reads nothing keep
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import decimal
+import enum
 import importlib
 import pickle
+import re
 import sys
 import textwrap
 import uuid
@@ -14,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle
+import numpy as np
 import pandas as pd
+import polars as pl
+import pydantic
 import pytest
 
 import playbook as pb
@@ -174,6 +182,56 @@ def test_a_dataframe_global_edited_runs_the_rows_again(store: pb.ReceiptStore) -
     lookup.at["zeta", "hint"] = "banks"
     run = _run(cells["classify"], store)
     assert run.result["answer"].tolist() == ["SHOPS", "BANKS"] and run.stats.calls_executed == 1 and run.stats.calls_reused == 1
+
+
+class _Tier(enum.Enum):
+    SMALL = 1
+    LARGE = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    model: str
+    temperature: float
+
+
+class _Prompt(pydantic.BaseModel):
+    text: str
+
+
+def _values() -> list[tuple[Any, Any]]:
+    """Pairs of values of each kind with a stable form: each made anew on every call."""
+    return [
+        ("Classify {c}", "Sort {c}"),
+        (3, 4),
+        ((1, "a"), (1, "b")),
+        ({"model": "small", "labels": ["a"]}, {"model": "small", "labels": ["b"]}),
+        ({"a", "b"}, {"a", "c"}),
+        (_Settings("small", 0.0), _Settings("small", 0.5)),
+        (_Prompt(text="a"), _Prompt(text="b")),
+        (_Tier.SMALL, _Tier.LARGE),
+        (dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 2)),
+        (decimal.Decimal("1.10"), decimal.Decimal("1.20")),
+        (Path("/data/a.csv"), Path("/data/b.csv")),
+        (re.compile("a+", re.I), re.compile("a+")),
+        (np.arange(4), np.arange(4) * 2),
+        (pd.Series([1, 2], name="x"), pd.Series([1, 3], name="x")),
+        (pl.DataFrame({"a": [1, 2]}), pl.DataFrame({"a": [1, 5]})),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_values())), ids=[type(a).__name__ for a, _ in _values()])
+def test_each_kind_of_value_counts_by_its_stable_form(index: int) -> None:
+    """A global of each kind with a stable form: the same value made anew keeps the fingerprint, another changes it."""
+    before, after = _values()[index]
+    cells = _cells(CONST=before)
+    exec("@pb.play\nasync def reads(row, ctx):\n    return {'v': str(CONST)}\n", cells)
+    play = cells["reads"]
+    first = play.fingerprint
+    cells["CONST"] = _values()[index][0]
+    assert play.current().fingerprint == first and not play.notes
+    cells["CONST"] = after
+    assert play.current().fingerprint != first
 
 
 class _Client:
