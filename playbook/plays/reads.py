@@ -210,7 +210,7 @@ def stable_text(value: Any) -> str | None:
         return frame
     try:
         return key_text(_plainly(value))
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # whatever a value's own methods raise (a mapping's items()), it has no stable form
         return None
 
 
@@ -257,7 +257,7 @@ def _frame_digest(value: Any) -> str | None:
             h.update(value.hash().to_numpy().tobytes())
         else:
             return None
-    except (TypeError, ValueError):
+    except Exception:
         return None  # cells with no hash (lists in an object column): it has no stable form
     return f'{{"$frame":"{h.hexdigest()}"}}'
 
