@@ -117,6 +117,29 @@ def test_rerun_after_an_edit_reuses_receipts(kernel: Kernel) -> None:
     assert kernel.value("out2['b'].tolist()") == [23, 25, 27]
 
 
+def test_a_notebook_global_rebound_runs_the_rows_again(kernel: Kernel) -> None:
+    """A %%play cell and an @pb.play cell reading a global of the notebook: rebinding it in another
+    cell makes the next run run the rows with the new value (not their memos)."""
+    kernel.run("OFFSET = 100")
+    cell = """
+        %%play shifted --on df --out out9
+        a = await ctx.tool(double, n=row.n + OFFSET)
+    """
+    kernel.run(cell)
+    kernel.run("OFFSET = 200")
+    kernel.run(cell)
+    assert kernel.value("pb.last_run().stats.ok") == 3 and kernel.value("out9['a'].tolist()") == [402, 404, 406]
+    kernel.run("""
+        @pb.play
+        async def offset(row, ctx):
+            return {"a": await ctx.tool(double, n=row.n + OFFSET)}
+        first = df.play.map(offset, progress=False)
+        OFFSET = 300
+        second = df.play.map(offset, progress=False)
+    """)
+    assert kernel.value("second['a'].tolist()") == [602, 604, 606] and kernel.value("pb.last_run().stats.ok") == 3
+
+
 def test_a_forgotten_await_in_a_cell_names_the_cells_line(kernel: Kernel) -> None:
     """`domain = ctx.tool(...)` without await fails each row with "did you forget an await?" and the cell's
     own line; no coroutine lands in the result."""

@@ -234,6 +234,52 @@ def test_a_rerun_reuses_a_plays_rows_until_the_tool_it_reaches_is_another(engine
     assert engine.run(frame, cells["via_helper"]).statuses == {"reused": 8}
 
 
+def test_a_rerun_after_a_changed_global_pays_for_the_changed_calls_and_returns_the_new_values(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """A notebook's play reading a global of the notebook (the first name it asks with): the global
+    rebound in a later cell, a rerun pays for each changed call once and returns the new values;
+    the rerun after reuses every row."""
+    cells: dict[str, Any] = {"__name__": "cells", "pb": pb, "email": email(demo, pb.Provider(name("acme"))), "PREFIX": "Ann"}
+    exec(
+        "@pb.play\nasync def greet(row, ctx):\n    return {'email': await ctx.tool(email, domain=row.domain, first=PREFIX + row.first)}\n",
+        cells,
+    )
+    frame = people(8)
+    first = engine.run(frame, cells["greet"], concurrency=4)
+    assert set(first.statuses) <= {"ok", "reused"} and requests(demo) == 8
+    cells["PREFIX"] = "Zed"
+    again = engine.run(frame, cells["greet"], concurrency=4)
+    assert set(again.statuses) <= {"ok", "reused"} and again.statuses.get("ok", 0) >= 1 and requests(demo) == 16
+    found = [e for e in again.result["email"].tolist() if isinstance(e, str)]
+    assert found and all(e.startswith("zedp@") for e in found), again.result["email"].tolist()
+    assert engine.run(frame, cells["greet"], concurrency=4).statuses == {"reused": 8} and requests(demo) == 16
+
+
+def test_a_value_the_fingerprint_cannot_count_is_said_once_and_the_memos_still_answer(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """A play reading an object with no stable form (a client of the notebook's, read twice): each
+    run says so once, wherever its rows ran, naming the play, the name and its type; the environment
+    variable it reads counts, the same in every process; the rerun reuses every row."""
+    cells: dict[str, Any] = {"__name__": "cells", "pb": pb, "os": os, "email": email(demo, pb.Provider(name("acme")))}
+    exec("class Client:\n    def first(self, name):\n        return name\n\nCLIENT = Client()\n", cells)
+    exec(
+        "@pb.play\nasync def greet(row, ctx):\n    first = CLIENT.first(os.environ['PB_PROMISE_PREFIX'] + row.first)\n"
+        "    return {'email': await ctx.tool(email, domain=row.domain, first=CLIENT.first(first))}\n",
+        cells,
+    )
+    engine.setenv("PB_PROMISE_PREFIX", "Ann")
+    first = engine.run(people(8), cells["greet"], concurrency=4)
+    said = [note for note in first.notices if "CLIENT" in note]
+    assert len(said) == len(first.runs) and "'greet'" in said[0] and "cells.Client" in said[0] and "version=" in said[0], first.notices
+    assert engine.run(people(8), cells["greet"], concurrency=4).statuses == {"reused": 8} and requests(demo) == 8
+    engine.setenv("PB_PROMISE_PREFIX", "Zed")
+    again = engine.run(people(8), cells["greet"], concurrency=4)
+    found = [e for e in again.result["email"].tolist() if isinstance(e, str)]
+    assert requests(demo) == 16 and found and all(e.startswith("zedp@") for e in found), again.result["email"].tolist()
+
+
 def test_a_parameter_left_to_its_default_is_the_call_that_passes_it(engine: Engine, name: Callable[[str], str]) -> None:
     """A Python tool's default is part of the call's input, as Python passes it: a play that leaves
     it out and an edited play that passes it make the same calls, paid once."""

@@ -1,10 +1,11 @@
 """Plays: ``async def play(row, ctx)`` functions, and the fingerprint that decides reuse.
 
 The fingerprint covers the play's name, version and code (as a tool's identity does: comments and
-layout do not count), its output model's schema when it declares one, and the tools and plays its
-code reaches through the globals it names (directly, or through functions of its own module), as
-they are when a run starts.  So editing the play, a helper it calls or its model, or pointing it
-at another tool (a tool renamed in the cell above), makes every row run again, while its tool
+layout do not count), its output model's schema when it declares one, and what its code reads
+through the names it uses (:mod:`.reads`): the tools and plays it reaches, the functions it calls,
+the values it reads from outside its code, as they are when a run starts.  So editing the play, a
+helper it calls, its model or a value it reads (a template at the top of its module), or pointing
+it at another tool (a tool renamed in the cell above), makes every row run again, while its tool
 calls still hit their receipts: only changed calls cost.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import types
+import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
@@ -20,6 +21,7 @@ from ..errors import PlayDefinitionError
 from ..keys import code_fingerprint, digest
 from .definitions import defined, play_name
 from .outputs import OutputModel
+from .reads import reads
 
 if TYPE_CHECKING:
     from ..tools import Tool
@@ -35,13 +37,14 @@ class Play:
     """A named, versioned async row function with a fingerprint; ``output``: its declared output
     model (:class:`~playbook.plays.outputs.OutputModel`), or None."""
 
-    __slots__ = ("fn", "name", "version", "output", "fingerprint", "__wrapped__", "_own", "_named")
+    __slots__ = ("fn", "name", "version", "output", "fingerprint", "notes", "__wrapped__", "_own", "_named", "_tools", "_sent")
 
     fn: PlayFn
     name: str
     version: str | None
     output: OutputModel | None
     fingerprint: str
+    notes: dict[str, str]  # what a run of it must say, by value ("name (type)"): what it reads that cannot be counted
     __wrapped__: PlayFn
 
     def __init__(
@@ -71,23 +74,53 @@ class Play:
             parts.append(self.output.fingerprint)
         self._own = digest("\x1f".join(parts))
         self.__wrapped__ = fn
-        self._named = "" if source else named_globals(fn)
+        self._tools = source is None  # a %%play cell's source names its tools; a tool's play is its tool
+        self._named, self.notes, self._sent = "", {}, False
         self._fingerprint()
+        self.current()
 
     def _fingerprint(self) -> None:
-        # A play that names no tool as a global keeps the fingerprint (and the row memos) it had.
+        # A play that reads nothing (no tool, helper or value) keeps the fingerprint (and the row memos) it had.
         self.fingerprint = digest(self._own + "\x1f" + self._named) if self._named else self._own
         defined(play_name(self.name), self.fingerprint)  # a play that runs it as a sub-play sees an edit
 
     def current(self) -> Play:
-        """This play as it runs now: its fingerprint again if a tool, play or helper it reaches
-        through its globals was defined anew since (a renamed tool, in a cell run again after this one)."""
-        if self._named:
-            now = named_globals(self.fn)
-            if now != self._named:
-                self._named = now
-                self._fingerprint()
+        """This play as it runs now: its fingerprint again from what it reads now (see
+        :mod:`~playbook.plays.reads`): a value edited, a tool renamed in a cell run again after
+        this one.  Asked once per run.  A play that was sent here pickled (to a Dask worker)
+        keeps the fingerprint it was sent with: where it was made is what the run is of."""
+        if self._sent or id(self) in _refreshing.ids:
+            return self  # a play reached again through the plays it reaches
+        _refreshing.ids.add(id(self))
+        from ..tools import Tool  # tools import plays
+
+        subs: list[Play] = []
+
+        def refresh(value: Any) -> None:
+            if isinstance(value, Play):
+                subs.append(value.current())
+
+        try:
+            found = reads(self.fn, named=(Tool, Play) if self._tools else (), refresh=refresh)
+        finally:
+            _refreshing.ids.discard(id(self))
+        notes = {f"{name} ({kind})": _unstable_note(self.name, name, kind) for name, kind in found.unstable}
+        for sub in subs:  # a value it reads itself is said of it, once
+            notes = {**sub.notes, **notes}
+        self.notes = notes
+        if found.text != self._named:
+            self._named = found.text
+            self._fingerprint()
         return self
+
+    def __getstate__(self) -> dict[str, Any]:
+        self.current()  # what it reads where it is sent from is what it is
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+        self._sent = True  # a worker's globals and environment are not the sender's
 
     def __call__(self, row: Any, ctx: Any) -> Awaitable[Any]:
         return self.fn(row, ctx)
@@ -97,51 +130,19 @@ class Play:
         return f"<Play {self.name!r}{v} fingerprint={self.fingerprint[:8]}>"
 
 
-def named_globals(fn: Any) -> str:
-    """What ``fn``'s code reaches through the globals it names, as ``"global=... ..."``: the tools
-    and plays (by name and fingerprint), and the functions of its own module (a helper that calls
-    a tool; by its code), followed into theirs.  Other names count for nothing."""
-    fn = getattr(fn, "func", fn)  # a functools.partial: its function
-    space = getattr(fn, "__globals__", None)
-    if getattr(fn, "__code__", None) is None or space is None:
-        return ""
-    from ..tools import Tool  # tools import plays
-
-    found: set[str] = set()
-    todo, seen = [fn], {id(fn)}
-    while todo:
-        for name in _global_names(todo.pop().__code__):
-            value = space.get(name)
-            if isinstance(value, Play) and value.fn is fn:
-                continue  # this play, running itself as a sub-play
-            if isinstance(value, (Tool, Play)):
-                found.add(f"{name}={value.name}:{value.fingerprint}")
-            elif inspect.isfunction(value) and value.__globals__ is space and id(value) not in seen:
-                seen.add(id(value))
-                found.add(f"{name}={_helper(value)}")
-                todo.append(value)
-    return " ".join(sorted(found))
+class _Refreshing(threading.local):
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
 
 
-def _helper(fn: Any) -> str:
-    """A helper's fingerprint, by its compiled code: a Dask worker, which has no source for it,
-    finds the same one (the play's own comes with it, made where the source is)."""
-    return _compiled_fingerprint(fn.__code__) if fn.__closure__ is None else code_fingerprint(fn, source=False)
+_refreshing = _Refreshing()
 
 
-@functools.lru_cache(maxsize=1024)
-def _compiled_fingerprint(code: Any) -> str:
-    return code_fingerprint(types.FunctionType(code, {}), source=False)
-
-
-@functools.lru_cache(maxsize=1024)  # a sub-play's, asked for each row that runs it
-def _global_names(code: Any) -> tuple[str, ...]:
-    """Names ``code`` (and the functions, lambdas and comprehensions inside it) looks up, sorted."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if inspect.iscode(const):
-            names.update(_global_names(const))
-    return tuple(sorted(names))
+def _unstable_note(play: str, name: str, kind: str) -> str:
+    return (
+        f"play {play!r} reads {name} ({kind}), which has no stable form: its row memos still answer when it changes. "
+        "If it changes what the play returns, give the play a version= or call it through a tool"
+    )
 
 
 def _name(fn: Any) -> str:

@@ -200,7 +200,7 @@ class RunScope:
 
     __slots__ = (
         "run_id", "play", "store", "clock", "force_all", "emit", "costs", "tickets", "landing", "batches", "jobs", "label", "_fatal",
-        "_forced", "_client", "replay", "recorder", "rerun_rows", "fresh", "started", "ahead", "observer",
+        "_forced", "_client", "replay", "recorder", "rerun_rows", "fresh", "started", "ahead", "observer", "plays", "said",
     )  # fmt: skip
 
     def __init__(
@@ -234,6 +234,10 @@ class RunScope:
         self.replay: Replay | None = fixtures.replay if fixtures is not None else None
         self.recorder: Recorder | None = fixtures.recorder if fixtures is not None else None
         self.observer: Any = None  # a pilot's log (runtime.pilot.PilotLog): each row's calls, what they cost and took
+        # The sub-plays run so far, as they were when this run first ran each (what they read is
+        # read once per run, not per row), with what they were made from (kept: its id is the key).
+        self.plays: dict[int, tuple[Any, Any]] = {}
+        self.said: set[str] = set()  # the values read that the plays' notes said in this run (each once)
 
     def __repr__(self) -> str:
         return f"<RunScope {self.run_id} {self.play!r}>"

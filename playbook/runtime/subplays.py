@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import PlayDefinitionError
-from ..events import CallFinished
+from ..events import CallFinished, RunNotice
 from ..keys import memo_key, row_key
 from ..plays.definitions import play_name
 from ..plays.play import Play, as_play
@@ -33,7 +33,7 @@ __all__ = ["run_play"]
 async def run_play(ctx: RowLedger, play: Any, inputs: dict[str, Any], child: Callable[[str], tuple[Any, RowLedger]]) -> dict[str, Any]:
     """The sub-play's output for ``inputs``: from its memo, or run now and memoised.  ``ctx``: the
     row running it; ``child(row_key)``: a context for the sub-play's row, and its ledger."""
-    sub = _as_sub_play(play)
+    sub = _as_sub_play(ctx, play)
     try:
         key = row_key(list(inputs.values()))
     except TypeError as exc:
@@ -69,7 +69,22 @@ def _reused_calls(ctx: RowLedger, play: str, calls: int, cost: float) -> None:
         ctx.scope.emit(CallFinished(f"play {play}", None, True, cost if n == 0 else 0.0))
 
 
-def _as_sub_play(play: Any) -> Play:
+def _as_sub_play(ctx: RowLedger, play: Any) -> Play:
+    """``play`` as this run runs it: made current once per run (by its first row), its notes said once."""
+    scope = ctx.scope
+    known = scope.plays.get(id(play))
+    if known is not None:
+        return known[1]  # type: ignore[no-any-return]
+    sub = _checked(play)
+    scope.plays[id(play)] = (play, sub)
+    for value, note in sub.notes.items():
+        if value not in scope.said:
+            scope.said.add(value)
+            scope.emit(RunNotice(note, 0))
+    return sub
+
+
+def _checked(play: Any) -> Play:
     if isinstance(play, Tool):
         raise PlayDefinitionError(f"ctx.run_play() runs a play; {play.name!r} is a tool: await ctx.tool({play.name}, ...)")
     try:
