@@ -95,13 +95,8 @@ class WidgetView:
         self.retry_parked: Any = None
         self.retry_failed: Any = None
         self._timer: Any = None
-        ref = self._ref  # not self: the tally would hold the view in a cycle
-        self.tally = Tally(lambda position: _alive(ref).label(position))
-        # Redrawn on a timer, not per row: only the events that change what it shows call it.
-        self._unsubscribe = [
-            state.subscribe(self.on_event, kinds=_KINDS),
-            state.subscribe(self.tally.on_event, kinds=TALLY_KINDS),
-        ]
+        self._unsubscribe: list[Any] = []
+        self.follow(state)
         if background:
             # The cell that starts a background run ends at once: the panel must be shown now,
             # in that cell.  Later output would land wherever the kernel happens to be then;
@@ -115,6 +110,17 @@ class WidgetView:
     def unsubscribe(self) -> None:
         for undo in self._unsubscribe:
             undo()
+
+    def follow(self, state: RunState) -> None:
+        """Show ``state`` from now on (a retry's run, with its own counters) where the run before was shown."""
+        self.unsubscribe()
+        self._ref = ref = weakref.ref(state)  # not self: the tally would hold the view in a cycle
+        self.tally = Tally(lambda position: _alive(ref).label(position))
+        # Redrawn on a timer, not per row: only the events that change what it shows call it.
+        self._unsubscribe = [
+            state.subscribe(self.on_event, kinds=_KINDS),
+            state.subscribe(self.tally.on_event, kinds=TALLY_KINDS),
+        ]
 
     def _build(self) -> None:
         """Show the live panel: the buttons, the status (with the bar), the charts, the tables."""
