@@ -146,7 +146,8 @@ def test_on_error_raise_raises_the_rows_own_error(client: Client, demo, redis_ur
 
 def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(client: Client, demo, redis_url: str) -> None:
     """A used-up quota parks rows on every worker (max_wait=0); run.retry() after the hold runs
-    only those rows, over each partition's result, and the job's counters add up."""
+    only those rows, over each partition's result: the retry counts them alone, the run before
+    keeps its counters, and together they add up."""
     demo.reset(quota=12, quota_reset=2.0)
     provider = pb.Provider("demo-quota", concurrency=2)
     run = dd.from_pandas(_people(30), npartitions=3).play.run(_play(_email(demo, provider)), store=redis_url, progress=False, max_wait=0)
@@ -158,12 +159,15 @@ def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(client: Cli
     paid_before = run.stats.calls_executed
     demo.configure(quota=None)
     time.sleep(max(0.0, float(parked["ready_at"].max().timestamp()) - time.time()) + 0.1)
-    run.retry(statuses=("parked",))
+    first = run.stats
+    again = run.retry(statuses=("parked",))
 
-    assert run.stats.ok == 30 and run.stats.parked == 0 and run.stats.total == 30
-    assert run.parked.empty and run.holds == []
-    assert run.stats.calls_executed == 30 and paid_before == 30 - len(parked)
-    result = run.result.compute()
+    assert again is not run and again.previous is run and pb.last_run() is again and run.stats == first
+    assert (again.stats.total, again.stats.ok, again.stats.parked) == (len(parked), len(parked), 0)
+    assert again.parked.empty and again.holds == []
+    assert again.stats.calls_executed == len(parked) and paid_before == 30 - len(parked)
+    assert first.calls_executed + again.stats.calls_executed == 30
+    result = again.result.compute()
     assert (result["play_status"] == "ok").all() and result["email"].notna().sum() + (result["email"].isna()).sum() == 30
     assert (
         dd.from_pandas(_people(30), npartitions=3)
@@ -372,12 +376,15 @@ def test_a_retry_keeps_every_value_exact_and_the_rows_done_before_as_they_were(c
     run = dd.from_pandas(frame, npartitions=3).play.run(play_, store=redis_url, progress=False)
     assert run.stats.failed == 4 and str(run.result.compute()["id"].dtype) == "float64"
     flags.delete("test:fail")
-    run.retry(statuses=("failed",))
+    again = run.retry(statuses=("failed",))
 
-    result = run.result.compute()
+    result = again.result.compute()
     assert result["id"].tolist() == [2**53 + 1 + n for n in range(12)] and str(result["id"].dtype) == "int64"
     assert result["play_status"].tolist() == ["ok"] * 12
-    assert run.stats.ok == 12 and run.stats.reused == 0 and run.stats.failed == 0 and run.stats.calls_executed == 12
+    assert run.result.compute().equals(result)  # the run before gives the latest result too
+    s = again.stats  # the retry's own: the four rows it ran
+    assert (s.total, s.ok, s.reused, s.failed, s.calls_executed) == (4, 4, 0, 0, 4)
+    assert (run.stats.ok, run.stats.failed, run.stats.calls_executed) == (8, 4, 8)
 
 
 def test_an_error_that_cannot_travel_back_still_stops_the_job(client: Client, demo, redis_url: str) -> None:

@@ -85,6 +85,14 @@ class Channel:
             if len(batch) < _BATCH:
                 return out
 
+    def drained(self) -> list[dict[str, Any]]:
+        """:meth:`drain`, or none when Redis does not answer: reports are progress, and a Redis
+        that blinks costs a refresh, not the job."""
+        try:
+            return self.drain()
+        except Exception:
+            return []
+
     def stop(self) -> None:
         self._redis.set(self.stop_key, b"1", ex=TTL)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from .._internal.chain import Chain
 from .._internal.loop import check_blocking, finished, run_sync, schedule
 from ..errors import PlayDefinitionError
 from ..plays.play import Play
@@ -74,21 +75,6 @@ _WAIT_INSTEAD = "await df.play.arun(...) without background=True: it returns onc
 _RETRY_INSTEAD = "await df.play.arun(...) again: a rerun runs the failed and parked rows and reuses the rest"
 
 
-class _Chain:
-    """What the runs over one frame (a run and its retries) share: which of them is the latest.
-    Held weakly: a run dropped by its user goes, and holding itself through this would be a cycle."""
-
-    __slots__ = ("latest",)
-
-    def __init__(self) -> None:
-        self.latest: weakref.ref[Run] | None = None
-
-    def run(self, asking: Run) -> Run:
-        """The latest run (``asking`` when that one is gone: no retry of it can be under way)."""
-        latest = self.latest() if self.latest is not None else None
-        return latest if latest is not None else asking
-
-
 class Run:
     """One run of a play over a DataFrame.  ``run.result``, ``run.stats``, ``run.errors``...
 
@@ -107,8 +93,8 @@ class Run:
         self._result: pd.DataFrame | None = None
         self._html = html
         self.previous = previous  # the run this one retried; None for a first run
-        self._chain: _Chain = previous._chain if previous is not None else _Chain()  # the runs over this frame: which is the latest
-        self._chain.latest = weakref.ref(self)
+        self._chain: Chain[Run] = Chain(self) if previous is None else previous._chain  # the runs over this frame
+        self._chain.follow(self)
         self.view: Any = None  # the live view the caller attached, if any
 
     def __repr__(self) -> str:
@@ -148,7 +134,7 @@ class Run:
     def result(self) -> pd.DataFrame:
         """The result so far: input rows, output columns, ``play_status``, ``play_error``.  Every
         row, as it stands now: after a retry, each run of the chain gives the same frame."""
-        latest = self._chain.run(self)
+        latest = self._chain.latest(self)
         if latest is not self:
             return latest.result
         if self._result is None or self.running:
@@ -222,7 +208,7 @@ class Run:
         While a background run goes on, the rows join it instead, and it is returned."""
         if not statuses or any(s not in ("failed", "parked") for s in statuses):
             raise PlayDefinitionError(f"retry(statuses={statuses!r}): retry 'failed' and/or 'parked' rows")
-        latest = self._chain.run(self)  # a retry follows the latest run over the frame, whichever run was asked
+        latest = self._chain.latest(self)  # a retry follows the latest run over the frame, whichever run was asked
         if latest.running:
             latest._scheduler.admit(latest._scheduler.requeue(statuses))
             latest._result = None
