@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import cloudpickle
 import dask.dataframe as dd
 import pandas as pd
 import pytest
@@ -192,15 +193,50 @@ def test_what_a_cluster_run_cannot_do_is_said_before_anything_is_paid(client: Cl
         ddf.play.map(play, store=redis_url, fixtures=tmp_path / "f.jsonl", progress=False)
     with pb.fixtures(tmp_path / "f.jsonl", mode="record"), pytest.raises(pb.PlayDefinitionError, match="fixtures"):
         ddf.play.map(play, store=redis_url, progress=False)  # fixtures around the call, not named in it
-    defaulted = pb.http_tool(
-        "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
-        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("SOME_KEY", default="plain-text"), pick="email",
-    )  # fmt: skip
-    with pytest.raises(pb.PlayDefinitionError, match=r"secret\('SOME_KEY'\) has a default value"):
-        ddf.play.map(_play(defaulted), store=redis_url, progress=False)
     with pytest.raises(pb.PlayDefinitionError, match="concurrency"):
         ddf.play.map(play, store=redis_url, concurrency=0, progress=False)
     assert demo.stats()["requests"] == 0
+
+
+def test_a_secret_with_a_default_works_on_a_cluster_of_this_machine(client: Client, demo, redis_url: str) -> None:
+    """pb.secret(..., default=...) on a LocalCluster: not set here, its default (the key in use)
+    reaches the workers over loopback and the rows are ok; set here, only its name is sent."""
+    assert "PLAYBOOK_CLUSTER_DEFAULTED" not in os.environ
+    tool = pb.http_tool(
+        "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("PLAYBOOK_CLUSTER_DEFAULTED", default=DEMO_KEY),
+        pick="email", miss_status=(404,),
+    )  # fmt: skip
+    out = dd.from_pandas(_people(6), npartitions=2).play.map(_play(tool), store=redis_url, progress=False).compute()
+    assert out["play_status"].tolist() == ["ok"] * 6 and set(demo.stats()["by_status"]) <= {"200", "404"}
+    assert demo.stats()["requests"] == 6 and "401" not in demo.stats()["by_status"]
+
+
+def test_a_secret_default_is_sent_only_inside_this_machine_or_encrypted() -> None:
+    """A default goes to workers on loopback, in process or over TLS; to a worker over plain TCP the
+    play is refused, saying why; set here, only the variable's name goes (the value stays here)."""
+    from playbook.cluster.wire import plain_hops
+    from playbook.tools.secrets import sending_to_workers
+
+    assert plain_hops(["tcp://127.0.0.1:8786", "tcp://[::1]:4000", "inproc://10.1.2.3/1/2", "tls://10.1.2.3:8786"]) is None
+    assert plain_hops(["tcp://127.0.0.1:8786", "tcp://10.1.2.3:40111"]) == "tcp://10.1.2.3:40111 is reached over tcp://, unencrypted"
+    key = pb.secret("PLAYBOOK_CLUSTER_DEFAULTED", default="written-in-code")
+    with sending_to_workers(None):
+        back = cloudpickle.loads(cloudpickle.dumps(key))
+    assert back == key and back.reveal() == "written-in-code"
+    with sending_to_workers("tcp://10.1.2.3:40111 is reached over tcp://, unencrypted"), pytest.raises(TypeError) as refused:
+        cloudpickle.dumps(key)
+    assert "not set here" in str(refused.value) and "tcp://10.1.2.3:40111" in str(refused.value)
+    assert "written-in-code" not in str(refused.value)
+    os.environ["PLAYBOOK_CLUSTER_DEFAULTED"] = "set-here"
+    try:
+        with sending_to_workers("tcp://10.1.2.3:40111 is reached over tcp://, unencrypted"):
+            sent = cloudpickle.dumps(key)
+    finally:
+        del os.environ["PLAYBOOK_CLUSTER_DEFAULTED"]
+    assert b"written-in-code" not in sent and b"set-here" not in sent and b"PLAYBOOK_CLUSTER_DEFAULTED" in sent
+    with pytest.raises(TypeError, match="has a default value"):
+        cloudpickle.dumps(key)  # outside a cluster job: refused as before
 
 
 def test_a_secret_travels_by_name_and_a_worker_without_it_says_which(client: Client, demo, redis_url: str) -> None:

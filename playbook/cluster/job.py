@@ -35,9 +35,10 @@ from ..runtime.options import RunOptions
 from ..runtime.run import remember
 from ..runtime.state import ERROR_COLUMNS, LEG_COLUMNS
 from ..store.engine import StoreEngine
+from ..tools.secrets import sending_to_workers
 from .results import conform, profile, statuses, unify
 from .state import ClusterState
-from .wire import Channel
+from .wire import Channel, plain_hops
 from .worker import Failure, Part, partition_error, run_partition
 
 if TYPE_CHECKING:
@@ -66,7 +67,9 @@ class ClusterRun:
         self._url = url
         self._channel = Channel(url, self.job)
         try:
-            with sharing_limits(url):  # one rate per provider account across the cluster
+            info = client.scheduler_info()
+            hops = plain_hops([info["address"], *info["workers"]])
+            with sharing_limits(url), sending_to_workers(hops):  # one rate per provider account; a secret's default, if safe
                 self._payload = cloudpickle.dumps((play, options))
         except Exception as exc:  # what cannot travel: a secret's value, a lock, an open file or client
             raise PlayDefinitionError(
