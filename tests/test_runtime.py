@@ -229,6 +229,11 @@ def test_rerun_is_a_resume(store: pb.ReceiptStore) -> None:
     assert sorted(attempts) == [0, 1, 1, 2]
 
 
+@pb.play
+async def _ok_play(row, ctx):  # type: ignore[no-untyped-def]
+    return {"m": row.n}
+
+
 def test_retry_readmits_failed_rows(store: pb.ReceiptStore) -> None:
     """run.retry() runs failed rows again in place: the result has every row ok."""
     failing = {"on": True}
@@ -282,6 +287,12 @@ def test_a_retry_counts_its_own_work_and_keeps_the_run_before(store: pb.ReceiptS
     assert again.result["v"].tolist() == [0, 10, 20, 30, 40, 50]
     assert run.result.equals(again.result)  # every run of the chain gives the rows as they stand
     assert repr(again).startswith("<Run 'gated' finished: 3 rows, ok=3 reused=0 failed=0")
+
+
+def test_a_retry_with_nothing_to_retry_returns_the_run_as_it_is(store: pb.ReceiptStore) -> None:
+    """run.retry() when no row failed or parked runs nothing and gives back the run itself."""
+    run = pd.DataFrame({"n": range(3)}).play.run(_ok_play, store=store, progress=False)
+    assert run.retry() is run and run.previous is None and pb.last_run() is run and run.stats.ok == 3
 
 
 def test_a_retry_of_a_retry_chains_and_an_earlier_run_retries_the_latest(store: pb.ReceiptStore) -> None:

@@ -303,3 +303,29 @@ def test_a_key_leaving_its_pool_gets_a_line_of_its_own_and_a_warning_in_the_summ
     assert said in lines and f"warning: {said}" in lines and state.notices == [said]
     last = KeyRetired("openai", "OPENAI_KEY_A …77aa", "HTTP 403", 0).said()
     assert last.endswith("(HTTP 403); no key was left, so the run stopped (run.retry() tries every key again)")
+
+
+def test_a_retry_prints_a_summary_of_what_it_did_alone(store: pb.ReceiptStore, capsys: pytest.CaptureFixture[str]) -> None:
+    """The text view follows run.retry(): its summary counts the rows the retry ran and the calls it
+    made, not the run before and the retry together."""
+    failing = {"on": True}
+
+    @pb.tool(name="priced", version="1", cost=1.0)
+    def priced(n: int) -> int:
+        return n
+
+    @pb.play
+    async def gated(row, ctx):  # type: ignore[no-untyped-def]
+        value = await ctx.tool(priced, n=row.n)
+        if row.n % 3 == 0 and failing["on"]:
+            raise RuntimeError("not yet")
+        return {"v": value}
+
+    run = pd.DataFrame({"n": range(9)}).play.run(gated, store=store, progress="text")
+    first = [line for line in capsys.readouterr().err.splitlines() if line.startswith("gated: 9 rows")]
+    assert first and first[-1].startswith("gated: 9 rows | ok 6 | reused 0 | failed 3 | calls 9 paid"), first
+    failing["on"] = False
+    run.retry()
+    said = capsys.readouterr().err.splitlines()
+    summary = [line for line in said if " saved | " in line]
+    assert len(summary) == 1 and summary[0].startswith("gated: 3 rows | ok 3 | reused 0 | failed 0 | calls 0 paid, 3 from receipts"), said

@@ -205,7 +205,8 @@ class Run:
         """Run the failed and parked rows (or those with ``statuses``) again: blocking, or in the
         background if this run was.  Returns the retry's own :class:`Run`: its ``stats`` count
         what the retry did, its ``previous`` is the run before, its ``result`` has every row.
-        While a background run goes on, the rows join it instead, and it is returned."""
+        While a background run goes on, the rows join it instead, and it is returned; with no
+        such rows, the run is returned as it is."""
         if not statuses or any(s not in ("failed", "parked") for s in statuses):
             raise PlayDefinitionError(f"retry(statuses={statuses!r}): retry 'failed' and/or 'parked' rows")
         latest = self._chain.latest(self)  # a retry follows the latest run over the frame, whichever run was asked
@@ -216,7 +217,9 @@ class Run:
         background = latest._task is not None
         if not background:
             check_blocking("run.retry()", _RETRY_INSTEAD)  # before any row is requeued
-        _, again = latest._scheduler.retry(statuses)
+        again = latest._scheduler.retry(statuses)
+        if not again:  # nothing failed or parked: nothing to retry
+            return latest
         run = Run(latest._scheduler, html=latest._html, previous=latest)
         if latest.view is not None:
             latest.view.follow(run.state)  # the view shows the retry (its own counters) where it showed the run

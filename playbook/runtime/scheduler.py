@@ -258,18 +258,20 @@ class Scheduler:
             self.outcomes.requeue(pos, table.status(pos))  # type: ignore[arg-type]  # settled_as: settled
         return again
 
-    def retry(self, statuses: tuple[str, ...] = ("failed", "parked")) -> tuple[RunState, list[int]]:
-        """A retry of rows with these statuses, once the last execution is over: a fresh
-        :class:`RunState` counts it (rows, calls, money, time: its own; the rows table stays
-        the run's), and the positions to execute.  The state before is left as it ended."""
+    def retry(self, statuses: tuple[str, ...] = ("failed", "parked")) -> list[int]:
+        """A retry of rows with these statuses, once the last execution is over: the positions to
+        execute, and a fresh :attr:`state` counts them (rows, calls, money, time: its own; the rows
+        table stays the run's).  The state before is left as it ended.  No such rows: no retry."""
         again = self._settled_as(statuses)
+        if not again:
+            return again
         table = self.table
         for pos in again:
             table.unsettle(pos)  # no event: the state that counted the row keeps it, the new one never had it
         self.state = RunState(play=self.play.name)
         self.state.attach(table, frozenset(p for pos in again for p in table.group(pos)))
         self.scope.started = self.scope.clock()  # what the run before paid for is a receipt to the retry, not shared in it
-        return self.state, again
+        return again
 
     def _settled_as(self, statuses: tuple[str, ...]) -> list[int]:
         if self.fatal is not None:  # the last execution stopped on a fatal error (a refused key): the rows it skipped go too
