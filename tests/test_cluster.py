@@ -524,3 +524,8 @@ def test_estimate_true_asks_before_the_job_and_the_job_reuses_the_pilot(
     out = dd.from_pandas(frame, npartitions=3).play.map(play, store=redis_url, progress=False, estimate=True).compute()
     assert capsys.readouterr().err.endswith("\nrun the 20 rows left? [y/N] ")  # a second pilot took 20 more
     assert out["play_status"].value_counts().to_dict() == {"reused": 40, "ok": 20} and demo.stats()["requests"] == 60
+    # Nothing left: not asked, one summary (the pilot's, every row reused), and the job gathers the rows.
+    done = dd.from_pandas(frame, npartitions=3).play.map(play, store=redis_url, progress="text", estimate=True).compute()
+    said = capsys.readouterr().err
+    assert done["play_status"].tolist() == ["reused"] * 60 and "rows left?" not in said
+    assert len([line for line in said.splitlines() if " saved | " in line]) == 1, said

@@ -274,6 +274,10 @@ def test_the_command_line_estimates_and_runs_the_rest_only_with_yes(demo: pb.dem
     (tmp_path / "out.csv").unlink()
     third = cli("--sample", "60")  # the pilot runs every row left: still nothing is written without --yes
     assert third.returncode == 0 and not (tmp_path / "out.csv").exists() and "every row is done: add --yes to write them" in third.stderr
+    fourth = cli("--yes")  # nothing left: one summary (the pilot's), and every row written
+    assert fourth.returncode == 0 and len(pd.read_csv(tmp_path / "out.csv")) == 60
+    assert len([line for line in fourth.stderr.splitlines() if " saved | " in line]) == 1, fourth.stderr
+    (tmp_path / "out.csv").unlink()
     bad = cli("--precision", "15")
     assert bad.returncode == 2 and "a share between 0 and 1, such as 0.15" in bad.stderr
     for alone in (["--sample", "5"], ["--yes"], ["--precision", "0.1"]):
