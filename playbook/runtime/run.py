@@ -80,8 +80,8 @@ class Run:
 
     ``run.retry()`` gives another ``Run``: its ``stats`` count the retry alone (the rows it ran,
     its calls, money and time), ``previous`` is the run it retried (whose stats stay as they
-    ended), and its ``result`` has every row.  ``result``, ``errors`` and ``parked`` are the
-    rows as they stand now, whichever run of the chain is asked.
+    ended), and its ``result`` has every row, as every run of the chain gives it.  A retry's
+    ``errors`` and ``parked`` are the rows it ran; a first run's, any row, as it stands now.
     """
 
     def __init__(
