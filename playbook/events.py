@@ -39,7 +39,7 @@ __all__ = [
 
 class RunStarted(NamedTuple):
     """An execution starts: ``total`` rows join the run's count (a run's first execution, its
-    frame's rows; a pilot's further round, the rows it adds)."""
+    frame's rows; a retry's, the rows it runs again; a pilot's further round, the rows it adds)."""
 
     run_id: str
     play: str
