@@ -295,6 +295,29 @@ def test_a_retry_with_nothing_to_retry_returns_the_run_as_it_is(store: pb.Receip
     assert run.retry() is run and run.previous is None and pb.last_run() is run and run.stats.ok == 3
 
 
+def test_a_retry_of_parked_rows_still_knows_the_failed_rows_the_run_before_left(store: pb.ReceiptStore) -> None:
+    """After a retry of the parked rows only, the retry counts none failed, yet the rows the run
+    before left failed can still be retried (what the panel's Retry failed button asks)."""
+
+    @pb.tool(name="dear", version="1", cost=1.0)
+    def dear(n: int) -> int:
+        return n
+
+    @pb.play
+    async def mixed(row, ctx):
+        if row.n == 0:
+            raise RuntimeError("broken row")
+        return {"v": await ctx.tool(dear, n=row.n)}
+
+    run = pd.DataFrame({"n": range(6)}).play.run(mixed, store=store, progress=False, max_cost=2, concurrency=1)
+    assert (run.stats.failed, run.stats.parked) == (1, 3)
+    again = run.retry(statuses=("parked",))  # the budget is spent: they park again
+    assert (again.stats.total, again.stats.failed, again.stats.parked) == (3, 0, 3) and again.errors.empty
+    assert again.state.can_retry("failed") and again.state.can_retry("parked")
+    last = again.retry(statuses=("failed",))
+    assert (last.stats.total, last.stats.failed) == (1, 1) and not pd.DataFrame(last.errors).empty
+
+
 def test_a_retry_of_a_retry_chains_and_an_earlier_run_retries_the_latest(store: pb.ReceiptStore) -> None:
     """Each retry's previous is the run it followed; retry() asked of an earlier run retries after the latest."""
     failing = {"left": 2}

@@ -189,6 +189,19 @@ class ClusterState(RunState):
     def standing(self, statuses: tuple[str, ...], offsets: list[int], lengths: list[int]) -> dict[int, dict[int, str]]:
         """The rows whose latest outcome, over this run and those it retried, is one of
         ``statuses``: partition -> position in it -> that status."""
+        found = self._latest(statuses)
+        todo: dict[int, dict[int, str]] = {}
+        for part, (offset, length) in enumerate(zip(offsets, lengths)):
+            rows_in = {p - offset: status for p, status in sorted(found.items()) if offset <= p < offset + length}
+            if rows_in:
+                todo[part] = rows_in
+        return todo
+
+    def can_retry(self, status: str) -> bool:
+        return bool(self._latest((status,)))
+
+    def _latest(self, statuses: tuple[str, ...]) -> dict[int, str]:
+        """Job-wide position -> status, of the rows this run and those it retried left ``statuses``."""
         found: dict[int, str] = {}
         seen: set[int] = set()
         state: ClusterState | None = self
@@ -200,12 +213,7 @@ class ClusterState(RunState):
                 break
             seen |= state.ran
             state = state.before
-        todo: dict[int, dict[int, str]] = {}
-        for part, (offset, length) in enumerate(zip(offsets, lengths)):
-            rows_in = {p - offset: status for p, status in sorted(found.items()) if offset <= p < offset + length}
-            if rows_in:
-                todo[part] = rows_in
-        return todo
+        return found
 
     # -- the read API views use --------------------------------------------------------
 

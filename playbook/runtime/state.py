@@ -105,8 +105,7 @@ class RunState:
         self.waterfalls: dict[str, list[list[Any]]] = {}
         self.notices: list[str] = []  # what the user must hear about the run as a whole
         self.receipts_lost = 0
-        self._clock = clock
-        self._wall = wall  # down_since is said as a time of day
+        self._clock, self._wall = clock, wall  # the wall clock: down_since is said as a time of day
         self._listeners: list[Listener] = []
         self._by_kind: dict[type, list[Listener]] = {}  # listeners that asked for some kinds only
         self._table: RowTable | None = None
@@ -116,8 +115,7 @@ class RunState:
         self._next_sample = 0.0  # clock time the timeline is due another look at the providers
 
     def attach(self, table: RowTable, rows: frozenset[int] | None = None) -> None:
-        """The run's rows, read by :meth:`failed_rows`, :meth:`parked_rows`, :meth:`held_rows`
-        (``rows``: the positions this run ran, a retry's; ``None``: every row of the table)."""
+        """The run's rows (``rows``: the positions a retry ran; ``None``: all), read by :meth:`failed_rows` and the like."""
         self._table = table
         self._rows = rows
 
@@ -231,8 +229,7 @@ class RunState:
         setattr(self, event.previous, getattr(self, event.previous) - event.copies)
 
     def _run_started(self, event: RunStarted) -> None:
-        self.play, self.run_id = event.play, event.run_id
-        self.total += event.total
+        self.play, self.run_id, self.total = event.play, event.run_id, self.total + event.total
         if self.started is not None and self.finished is not None:
             self._before += self.finished - self.started
         self.started = self._clock()
@@ -313,6 +310,10 @@ class RunState:
     def held_rows(self) -> dict[int, Waiting]:
         """Rows off their workers now: position -> what they wait for (a provider, or a sleep)."""
         return self._table.held(self._rows) if self._table is not None else {}
+
+    def can_retry(self, status: str) -> bool:
+        """Would a retry of the rows left ``status`` ("failed", "parked") run any, whichever run over the frame left them?"""
+        return self._table is not None and bool(self._table.settled_as((status,)))
 
     def provider_views(self) -> dict[str, ProviderView]:
         """Each provider the run's rows called, as it stands now."""

@@ -173,8 +173,9 @@ class WidgetView:
         # Retry buttons (a parked row is retried after its hold, long after the run ended).
         _close(self.stop, self.status, self.pictures, self.tables)
         self.buttons.children = [self.retry_parked, self.retry_failed]
-        self.retry_parked.disabled = not self.tally.parked
-        self.retry_failed.disabled = not self.tally.failed
+        # Rows the runs before left failed or parked are retried by these buttons too, not only this run's.
+        self.retry_parked.disabled = not self._state.can_retry("parked")
+        self.retry_failed.disabled = not self._state.can_retry("failed")
         self.panel.children = [self._css, self.buttons, w.HTML(summary)]
 
     def _retry(self, controls: Controls, status: str) -> None:
