@@ -4,7 +4,8 @@
 
 The executed notebook and anything it writes land in ``--out``; receipts go to
 ``$PLAYBOOK_HOME`` (default ``OUT/.playbook``), so running it twice shows the second run paying
-for nothing.
+for nothing.  The first line says what the notebook's runs paid for and reused, all of them
+together (the store's ledger before and after); a line after it says what its last run did.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     sockets = tempfile.mkdtemp(prefix="playbook-kernel-")
     km = KernelManager(kernel_name="python3", transport="ipc", connection_file=os.path.join(sockets, "kernel.json"))
     client = NotebookClient(nb, km=km, timeout=args.timeout, shutdown_kernel="immediate", resources={"metadata": {"path": str(out)}})
+    spent_before = _spent(os.environ["PLAYBOOK_HOME"])
     started = time.monotonic()
     stats = None
     try:
@@ -69,17 +71,37 @@ def main(argv: list[str] | None = None) -> int:
         nbformat.write(nb, target)
         shutil.rmtree(sockets, ignore_errors=True)
     elapsed = time.monotonic() - started
-    print(f"executed {args.notebook} -> {target} in {elapsed:.1f}s")
+    paid, cost, reused, saved = (after - before for after, before in zip(_spent(os.environ["PLAYBOOK_HOME"]), spent_before))
+    print(
+        f"{args.notebook.name}, every run it made: calls paid {paid:,.0f} (cost {cost:g}) | calls reused {reused:,.0f}"
+        f" from receipts and row memos (cost saved {saved:g}) | {elapsed:.1f}s"
+    )
+    print(f"executed {args.notebook} -> {target}")
     for written in sorted(out.glob("*.csv")):
         print(f"wrote {written}")
     if stats:
         print(
-            f"last run: {stats['total']} rows | ok {stats['ok']} | reused {stats['reused']} | failed {stats['failed']}"
-            f" | calls executed {stats['calls_executed']} | calls reused {stats['calls_reused']}"
+            f"its last run alone: {stats['total']} rows | ok {stats['ok']} | reused {stats['reused']} | failed {stats['failed']}"
+            f" | calls paid {stats['calls_executed']} | calls reused {stats['calls_reused']}"
             f" | cost spent {stats['cost_spent']:g} | cost saved {stats['cost_saved']:g}"
         )
     print(f"receipts are in {os.environ['PLAYBOOK_HOME']}; run it again and every call is reused")
     return 0
+
+
+def _spent(home: str) -> tuple[float, float, float, float]:
+    """What every run on the store at ``home`` paid and reused so far: calls paid, their cost,
+    calls reused, the cost that saved (the store's ledger; zeros for a store not made yet)."""
+    import playbook as pb
+
+    if "://" not in home and not Path(home).exists():
+        return (0.0, 0.0, 0.0, 0.0)
+    store = pb.ReceiptStore(home, readonly=True)
+    try:
+        total = store.spend(by=()).iloc[0]
+    finally:
+        store.close()
+    return (float(total["calls_paid"]), float(total["cost_paid"]), float(total["calls_reused"]), float(total["cost_saved"]))
 
 
 if __name__ == "__main__":

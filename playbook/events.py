@@ -28,6 +28,7 @@ __all__ = [
     "RowResumed",
     "RowSleeping",
     "RowStarted",
+    "RunCounted",
     "RunFinished",
     "RunNotice",
     "RunProgress",
@@ -37,9 +38,19 @@ __all__ = [
 
 
 class RunStarted(NamedTuple):
+    """An execution starts: ``total`` rows join the run's count (a run's first execution, its
+    frame's rows; a retry's, the rows it runs again; a pilot's further round, the rows it adds)."""
+
     run_id: str
     play: str
     total: int
+
+
+class RunCounted(NamedTuple):
+    """Rows join the run's count (``rows`` < 0: rows it leaves out after all: the rows a pilot
+    does not sample; > 0: a declined estimate's rows, settled as skipped)."""
+
+    rows: int
 
 
 class RowStarted(NamedTuple):
@@ -188,6 +199,7 @@ class RunNotice(NamedTuple):
 
 Event = (
     RunStarted
+    | RunCounted
     | RowStarted
     | CallFinished
     | CallFailed

@@ -46,8 +46,10 @@ PARTITIONS = 4
 _RANK = {"ok": 0, "reused": 1, "failed": 2, "parked": 3, "skipped": 4}  # the job's status of a row: the most finished
 
 # A process of the processes engine: load (frame, play, options), run, write what the run says.
+# With a third argument (a file's path): then wait for that file, retry, and write what the retry
+# says beside the first (".retry"), with the counters of the run it retried as they are then.
 _WORKER = r"""
-import pickle, sys
+import os, pickle, sys, time
 import playbook as pb
 frame, play, options = pickle.load(open(sys.argv[1], "rb"))
 print("started", flush=True)
@@ -60,12 +62,23 @@ except pb.ReceiptError as exc:  # refused before anything ran (a store that lost
     sys.exit(0)
 except (pb.RunFatal, KeyboardInterrupt) as exc:
     fatal, run = f"{type(exc).__name__}: {exc}", pb.last_run()
-said = {
-    "result": run.result, "stats": run.stats.model_dump(), "holds": [h.model_dump() for h in run.holds],
-    "parked": run.parked, "waterfalls": run.waterfalls, "fatal": fatal, "notices": run.notices,
-}
+
+def said(run):
+    return {
+        "result": run.result, "stats": run.stats.model_dump(), "holds": [h.model_dump() for h in run.holds],
+        "parked": run.parked, "waterfalls": run.waterfalls, "fatal": fatal, "notices": run.notices,
+        "previous": None if getattr(run, "previous", None) is None else run.previous.stats.model_dump(),
+    }
+
 with open(sys.argv[2], "wb") as out:
-    pickle.dump(said, out)
+    pickle.dump(said(run), out)
+if len(sys.argv) > 3:
+    open(sys.argv[2] + ".ran", "w").close()  # what it wrote above is whole
+    while not os.path.exists(sys.argv[3]):
+        time.sleep(0.01)
+    again = run.retry()
+    with open(sys.argv[2] + ".retry", "wb") as out:
+        pickle.dump(said(again), out)
 """
 
 
@@ -83,6 +96,7 @@ class Outcome:
     fatal: str | None = None  # the error that stopped a run (RunFatal, KeyboardInterrupt)
     results: list[pd.DataFrame] = field(default_factory=list)  # each process's own result
     notices: list[str] = field(default_factory=list)  # what the runs said (run.notices), each process's in turn
+    previous: list[dict[str, Any] | None] = field(default_factory=list)  # a retry's: the stats of each run it retried, then
 
     @property
     def statuses(self) -> dict[str, int]:
@@ -116,6 +130,11 @@ class Engine:
 
     def refused(self, frame: pd.DataFrame, play: Any, **options: Any) -> str:
         """The ``ReceiptError`` a run raises before it starts (each process's, the same)."""
+        raise NotImplementedError
+
+    def retried(self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any) -> tuple[Outcome, Outcome]:
+        """Run, then ``between(outcome)``, then ``run.retry()`` in each process that ran: what the
+        runs did, and what the retries did (each retry's ``previous``: its run's counters then)."""
         raise NotImplementedError
 
     def wipe_store(self) -> None:
@@ -159,6 +178,9 @@ class OneProcess(Engine):
             self.run(frame, play, **options)
         return str(raised.value)
 
+    def retried(self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any) -> tuple[Outcome, Outcome]:
+        return _retried(lambda: frame.play.run(play, store=self.store, progress=False, **options), between)
+
     def wipe_store(self) -> None:
         # The directory made again, empty (this process may still hold the old file open, as a
         # kernel does; a file emptied in place between two processes is test_lost_stores's).
@@ -190,6 +212,21 @@ class Processes(Engine):
             for proc in procs[1:]:
                 _said(proc)
         return options.get("concurrency", 16), None
+
+    def retried(self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any) -> tuple[Outcome, Outcome]:
+        flag = Path(tempfile.mkdtemp(dir=self.scratch)) / "retry"
+        options = {"store": self.store, **options}
+        with _processes(self.scratch, frame, play, options, PROCESSES, share=self.store, retry=flag) as procs:
+            for proc in procs:
+                ran = proc.out.with_name(proc.out.name + ".ran")
+                _wait(lambda: ran.exists() or proc.popen.poll() is not None, timeout=120)  # noqa: B023 - waited for here
+                assert ran.exists(), proc.popen.communicate(timeout=60)[1][-3000:]
+            first = _merged([_load(proc.out) for proc in procs])
+            between(first)
+            flag.touch()
+            for proc in procs:
+                proc.popen.communicate(timeout=120)
+            return first, _merged([_load(proc.out.with_name(proc.out.name + ".retry")) for proc in procs])
 
     def refused(self, frame: pd.DataFrame, play: Any, **options: Any) -> str:
         with _processes(self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store) as procs:
@@ -255,6 +292,9 @@ class Cluster(Engine):
             self.run(frame, play, **options)
         return str(raised.value)
 
+    def retried(self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any) -> tuple[Outcome, Outcome]:
+        return _retried(lambda: self._frame(frame).play.run(play, store=self.store, progress=False, **options), between)
+
     def wipe_store(self) -> None:
         _flush(self.store)
 
@@ -288,6 +328,17 @@ def _stopped(start: Callable[[], Awaitable[Any]], when: Callable[[], bool]) -> O
         return run
 
     return _outcome(asyncio.run(main()), None)
+
+
+def _retried(start: Callable[[], Any], between: Callable[[Outcome], None]) -> tuple[Outcome, Outcome]:
+    """A run ``start()`` gives, ``between`` its outcome, then its retry's: each with its own counters."""
+    run = start()
+    first = _outcome(run, None)
+    between(first)
+    again = run.retry()
+    outcome = _outcome(again, None)
+    outcome.previous = [again.previous.stats.model_dump()]
+    return first, outcome
 
 
 def _outcome(run: Any, fatal: str | None) -> Outcome:
@@ -325,7 +376,8 @@ def _merged(said: list[dict[str, Any]]) -> Outcome:
     parked = next((s["parked"] for s in said if len(s["parked"]) == len(parked)), said[0]["parked"])
     fatal = next((s["fatal"] for s in said if s["fatal"]), None)
     notices = [note for s in said for note in s["notices"]]
-    return Outcome(merged, [s["stats"] for s in said], holds, parked, _legs([s["waterfalls"] for s in said]), fatal, results, notices)
+    legs = _legs([s["waterfalls"] for s in said])
+    return Outcome(merged, [s["stats"] for s in said], holds, parked, legs, fatal, results, notices, [s.get("previous") for s in said])
 
 
 def _legs(tables: list[pd.DataFrame]) -> pd.DataFrame:
@@ -360,15 +412,16 @@ class _Proc:
 
 @contextmanager
 def _processes(scratch: Path, frame: pd.DataFrame, play: Any, options: dict[str, Any], n: int, *,
-               share: str | None = None) -> Iterator[list[_Proc]]:  # fmt: skip
+               share: str | None = None, retry: Path | None = None) -> Iterator[list[_Proc]]:  # fmt: skip
     """Start ``n`` processes running ``play`` over ``frame`` (each started, the play imported);
-    any still running at the end is killed."""
+    any still running at the end is killed.  ``retry``: each retries its run once that file exists."""
     work = Path(tempfile.mkdtemp(dir=scratch))
     script, payload = work / "worker.py", work / "payload.pkl"
     script.write_text(_WORKER)
     with sharing_limits(share) if share else _nothing():
         payload.write_bytes(cloudpickle.dumps((frame, play, options)))
-    procs = [_Proc(warm.start(script, str(payload), str(work / f"out{i}.pkl")), work / f"out{i}.pkl") for i in range(n)]
+    extra = [str(retry)] if retry is not None else []
+    procs = [_Proc(warm.start(script, str(payload), str(work / f"out{i}.pkl"), *extra), work / f"out{i}.pkl") for i in range(n)]
     try:
         for proc in procs:
             line = proc.popen.readline()
@@ -393,7 +446,11 @@ def _nothing() -> Iterator[None]:
 def _said(proc: _Proc) -> dict[str, Any]:
     _, err = proc.popen.communicate(timeout=120)
     assert proc.out.exists(), f"the process said nothing ({proc.popen.returncode}):\n{err[-3000:]}"
-    with proc.out.open("rb") as said:
+    return _load(proc.out)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    with path.open("rb") as said:
         return pickle.load(said)  # type: ignore[no-any-return]
 
 

@@ -662,6 +662,20 @@ def test_row_name_points_at_row_index() -> None:
     assert "the row has no column 'name'" in out.play_error["a"] and "row.index" in out.play_error["a"]
 
 
+def test_row_index_and_row_Index_are_the_label_unless_a_column_has_that_name() -> None:
+    """row.index and row.Index (the itertuples habit) give the row's index label; a column named
+    index or Index (what reset_index() makes) is read instead, as any column is."""
+
+    async def labels(row: Any, ctx: pb.Context) -> object:
+        return {"lower": row.index, "upper": row.Index}
+
+    out = pd.DataFrame({"company": ["Acme", "Beta"]}, index=["a", "b"]).play.map(labels, progress=False)
+    assert out["lower"].tolist() == ["a", "b"] and out["upper"].tolist() == ["a", "b"]
+    assert out["play_status"].tolist() == ["ok", "ok"]
+    both = pd.DataFrame({"index": [7, 8], "Index": [9, 10]}, index=["a", "b"]).play.map(labels, progress=False)
+    assert both["lower"].tolist() == [7, 8] and both["upper"].tolist() == [9, 10]
+
+
 # -- columns playbook writes ---------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import cloudpickle
 import dask.dataframe as dd
 import pandas as pd
 import pytest
@@ -146,7 +147,8 @@ def test_on_error_raise_raises_the_rows_own_error(client: Client, demo, redis_ur
 
 def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(client: Client, demo, redis_url: str) -> None:
     """A used-up quota parks rows on every worker (max_wait=0); run.retry() after the hold runs
-    only those rows, over each partition's result, and the job's counters add up."""
+    only those rows, over each partition's result: the retry counts them alone, the run before
+    keeps its counters, and together they add up."""
     demo.reset(quota=12, quota_reset=2.0)
     provider = pb.Provider("demo-quota", concurrency=2)
     run = dd.from_pandas(_people(30), npartitions=3).play.run(_play(_email(demo, provider)), store=redis_url, progress=False, max_wait=0)
@@ -158,12 +160,15 @@ def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(client: Cli
     paid_before = run.stats.calls_executed
     demo.configure(quota=None)
     time.sleep(max(0.0, float(parked["ready_at"].max().timestamp()) - time.time()) + 0.1)
-    run.retry(statuses=("parked",))
+    first = run.stats
+    again = run.retry(statuses=("parked",))
 
-    assert run.stats.ok == 30 and run.stats.parked == 0 and run.stats.total == 30
-    assert run.parked.empty and run.holds == []
-    assert run.stats.calls_executed == 30 and paid_before == 30 - len(parked)
-    result = run.result.compute()
+    assert again is not run and again.previous is run and pb.last_run() is again and run.stats == first
+    assert (again.stats.total, again.stats.ok, again.stats.parked) == (len(parked), len(parked), 0)
+    assert again.parked.empty and again.holds == []
+    assert again.stats.calls_executed == len(parked) and paid_before == 30 - len(parked)
+    assert first.calls_executed + again.stats.calls_executed == 30
+    result = again.result.compute()
     assert (result["play_status"] == "ok").all() and result["email"].notna().sum() + (result["email"].isna()).sum() == 30
     assert (
         dd.from_pandas(_people(30), npartitions=3)
@@ -188,15 +193,50 @@ def test_what_a_cluster_run_cannot_do_is_said_before_anything_is_paid(client: Cl
         ddf.play.map(play, store=redis_url, fixtures=tmp_path / "f.jsonl", progress=False)
     with pb.fixtures(tmp_path / "f.jsonl", mode="record"), pytest.raises(pb.PlayDefinitionError, match="fixtures"):
         ddf.play.map(play, store=redis_url, progress=False)  # fixtures around the call, not named in it
-    defaulted = pb.http_tool(
-        "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
-        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("SOME_KEY", default="plain-text"), pick="email",
-    )  # fmt: skip
-    with pytest.raises(pb.PlayDefinitionError, match=r"secret\('SOME_KEY'\) has a default value"):
-        ddf.play.map(_play(defaulted), store=redis_url, progress=False)
     with pytest.raises(pb.PlayDefinitionError, match="concurrency"):
         ddf.play.map(play, store=redis_url, concurrency=0, progress=False)
     assert demo.stats()["requests"] == 0
+
+
+def test_a_secret_with_a_default_works_on_a_cluster_of_this_machine(client: Client, demo, redis_url: str) -> None:
+    """pb.secret(..., default=...) on a LocalCluster: not set here, its default (the key in use)
+    reaches the workers over loopback and the rows are ok; set here, only its name is sent."""
+    assert "PLAYBOOK_CLUSTER_DEFAULTED" not in os.environ
+    tool = pb.http_tool(
+        "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("PLAYBOOK_CLUSTER_DEFAULTED", default=DEMO_KEY),
+        pick="email", miss_status=(404,),
+    )  # fmt: skip
+    out = dd.from_pandas(_people(6), npartitions=2).play.map(_play(tool), store=redis_url, progress=False).compute()
+    assert out["play_status"].tolist() == ["ok"] * 6 and set(demo.stats()["by_status"]) <= {"200", "404"}
+    assert demo.stats()["requests"] == 6 and "401" not in demo.stats()["by_status"]
+
+
+def test_a_secret_default_is_sent_only_inside_this_machine_or_encrypted() -> None:
+    """A default goes to workers on loopback, in process or over TLS; to a worker over plain TCP the
+    play is refused, saying why; set here, only the variable's name goes (the value stays here)."""
+    from playbook.cluster.wire import plain_hops
+    from playbook.tools.secrets import sending_to_workers
+
+    assert plain_hops(["tcp://127.0.0.1:8786", "tcp://[::1]:4000", "inproc://10.1.2.3/1/2", "tls://10.1.2.3:8786"]) is None
+    assert plain_hops(["tcp://127.0.0.1:8786", "tcp://10.1.2.3:40111"]) == "tcp://10.1.2.3:40111 is reached over tcp://, unencrypted"
+    key = pb.secret("PLAYBOOK_CLUSTER_DEFAULTED", default="written-in-code")
+    with sending_to_workers(None):
+        back = cloudpickle.loads(cloudpickle.dumps(key))
+    assert back == key and back.reveal() == "written-in-code"
+    with sending_to_workers("tcp://10.1.2.3:40111 is reached over tcp://, unencrypted"), pytest.raises(TypeError) as refused:
+        cloudpickle.dumps(key)
+    assert "not set here" in str(refused.value) and "tcp://10.1.2.3:40111" in str(refused.value)
+    assert "written-in-code" not in str(refused.value)
+    os.environ["PLAYBOOK_CLUSTER_DEFAULTED"] = "set-here"
+    try:
+        with sending_to_workers("tcp://10.1.2.3:40111 is reached over tcp://, unencrypted"):
+            sent = cloudpickle.dumps(key)
+    finally:
+        del os.environ["PLAYBOOK_CLUSTER_DEFAULTED"]
+    assert b"written-in-code" not in sent and b"set-here" not in sent and b"PLAYBOOK_CLUSTER_DEFAULTED" in sent
+    with pytest.raises(TypeError, match="has a default value"):
+        cloudpickle.dumps(key)  # outside a cluster job: refused as before
 
 
 def test_a_secret_travels_by_name_and_a_worker_without_it_says_which(client: Client, demo, redis_url: str) -> None:
@@ -372,12 +412,15 @@ def test_a_retry_keeps_every_value_exact_and_the_rows_done_before_as_they_were(c
     run = dd.from_pandas(frame, npartitions=3).play.run(play_, store=redis_url, progress=False)
     assert run.stats.failed == 4 and str(run.result.compute()["id"].dtype) == "float64"
     flags.delete("test:fail")
-    run.retry(statuses=("failed",))
+    again = run.retry(statuses=("failed",))
 
-    result = run.result.compute()
+    result = again.result.compute()
     assert result["id"].tolist() == [2**53 + 1 + n for n in range(12)] and str(result["id"].dtype) == "int64"
     assert result["play_status"].tolist() == ["ok"] * 12
-    assert run.stats.ok == 12 and run.stats.reused == 0 and run.stats.failed == 0 and run.stats.calls_executed == 12
+    assert run.result.compute().equals(result)  # the run before gives the latest result too
+    s = again.stats  # the retry's own: the four rows it ran
+    assert (s.total, s.ok, s.reused, s.failed, s.calls_executed) == (4, 4, 0, 0, 4)
+    assert (run.stats.ok, run.stats.failed, run.stats.calls_executed) == (8, 4, 8)
 
 
 def test_an_error_that_cannot_travel_back_still_stops_the_job(client: Client, demo, redis_url: str) -> None:
@@ -481,3 +524,8 @@ def test_estimate_true_asks_before_the_job_and_the_job_reuses_the_pilot(
     out = dd.from_pandas(frame, npartitions=3).play.map(play, store=redis_url, progress=False, estimate=True).compute()
     assert capsys.readouterr().err.endswith("\nrun the 20 rows left? [y/N] ")  # a second pilot took 20 more
     assert out["play_status"].value_counts().to_dict() == {"reused": 40, "ok": 20} and demo.stats()["requests"] == 60
+    # Nothing left: not asked, one summary (the pilot's, every row reused), and the job gathers the rows.
+    done = dd.from_pandas(frame, npartitions=3).play.map(play, store=redis_url, progress="text", estimate=True).compute()
+    said = capsys.readouterr().err
+    assert done["play_status"].tolist() == ["reused"] * 60 and "rows left?" not in said
+    assert len([line for line in said.splitlines() if " saved | " in line]) == 1, said

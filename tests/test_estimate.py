@@ -71,6 +71,37 @@ def test_a_frame_answered_by_its_memos_is_estimated_free_without_a_request(demo:
     assert demo.stats()["requests"] == before and "nothing left to pay for" in str(est)
 
 
+def test_the_pilot_counts_the_rows_it_ran_not_the_frame(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pilot's run counts its sample and the rows its memos answered, not the frame's rows it
+    left alone: its stats and the summary it prints say 30 rows of a 300-row frame."""
+    play = _play(demo, pb.Provider("acme", rps=200))
+    frame = _frame(300)
+    frame.iloc[:10].play.map(play, store=store, progress=False)
+    capsys.readouterr()
+    est = frame.play.estimate(play, store=store, progress="text")
+    said = capsys.readouterr().err
+    assert (est.pilot.total, est.pilot.ok, est.pilot.reused, est.pilot.skipped) == (30, 20, 10, 0)
+    assert "enrich: 30 rows | ok 20 | reused 10 | failed 0" in said and "300 rows" not in said.split("\n")[-2]
+
+
+def test_estimate_true_with_nothing_left_shows_one_summary_and_gives_every_row(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """estimate=True over a frame whose rows are all done: nothing is asked, one summary is printed
+    (all the rows, reused), and the result has every row."""
+    play = _play(demo, pb.Provider("acme"))
+    frame = _frame(30)
+    frame.play.map(play, store=store, progress=False)
+    capsys.readouterr()
+    out = frame.play.map(play, store=store, estimate=True, progress="text")
+    said = capsys.readouterr().err
+    summaries = [line for line in said.splitlines() if " saved | " in line]  # a summary's line: what it cost and saved
+    assert len(summaries) == 1 and summaries[0].startswith("enrich: 30 rows | ok 0 | reused 30"), said
+    assert out["play_status"].tolist() == ["reused"] * 30 and pb.last_run().stats.reused == 30
+
+
 def test_the_sample_is_random_with_a_seed_or_the_first_rows(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
     play = _play(demo, pb.Provider("acme"))
     frame = _frame(100)
@@ -109,6 +140,8 @@ def test_estimate_true_asks_and_a_no_runs_nothing_more(
     assert said.out == "" and "50 rows: 20 already done; ~30 paid calls, $30.00" in said.err
     assert said.err.endswith("\nrun the 30 rows left? [y/N] ")  # 40 left of max_cost after the pilot: enough
     assert out["play_status"].value_counts().to_dict() == {"skipped": 30, "ok": 20} and demo.stats()["requests"] == 20
+    declined = pb.last_run().stats  # the pilot's run, returned: the rows it left are skipped, and count in it
+    assert (declined.total, declined.ok, declined.skipped) == (50, 20, 30)
     assert set(out.loc[out["play_status"] == "skipped", "play_error"]) == {"not run: the estimate was not accepted"}
     _answer(monkeypatch, "y")
     out = _frame(50).play.map(play, store=store, estimate=True, max_cost=25, progress=False)
@@ -287,6 +320,10 @@ def test_the_command_line_estimates_and_runs_the_rest_only_with_yes(demo: pb.dem
     (tmp_path / "out.csv").unlink()
     third = cli("--sample", "60")  # the pilot runs every row left: still nothing is written without --yes
     assert third.returncode == 0 and not (tmp_path / "out.csv").exists() and "every row is done: add --yes to write them" in third.stderr
+    fourth = cli("--yes")  # nothing left: one summary (the pilot's), and every row written
+    assert fourth.returncode == 0 and len(pd.read_csv(tmp_path / "out.csv")) == 60
+    assert len([line for line in fourth.stderr.splitlines() if " saved | " in line]) == 1, fourth.stderr
+    (tmp_path / "out.csv").unlink()
     bad = cli("--precision", "15")
     assert bad.returncode == 2 and "a share between 0 and 1, such as 0.15" in bad.stderr
     for alone in (["--sample", "5"], ["--yes"], ["--precision", "0.1"]):
@@ -341,6 +378,7 @@ def test_rows_sharing_a_key_are_counted_as_rows_and_paid_once(demo: pb.demo.Demo
     frame = pd.concat([_frame(20)] * 10, ignore_index=True)  # 200 rows, 20 different
     est = frame.play.estimate(_play(demo, pb.Provider("acme")), sample=10, first=True, store=store, progress=False)
     assert (est.rows, est.reused_rows, est.rows_left, est.paid_calls) == (200, 100, 100, 10)
+    assert est.pilot.total == est.pilot.ok == 100  # its 10 rows and their copies
     frame.play.map(_play(demo, pb.Provider("acme")), store=store, progress=False)
     assert demo.stats()["requests"] == 20
 
@@ -362,6 +400,7 @@ def test_with_precision_the_pilot_grows_until_its_interval_is_narrow_enough(demo
     grown = frame.play.estimate(both, sample=10, precision=0.1, store=tmp_path / "grown", progress=False)
     width = [(e.interval["cost"][1] - e.interval["cost"][0]) / e.cost for e in (fixed, grown)]
     assert fixed.sample == 10 and 10 < grown.sample <= 100 and grown.sample % 10 == 0
+    assert (fixed.pilot.total, grown.pilot.total) == (fixed.sample, grown.sample)  # each round adds the rows it ran
     assert width[1] < width[0] and (width[1] / 2 <= 0.1 or grown.sample == 100)
     assert grown.pilot.calls_executed == demo.stats()["requests"] - fixed.pilot.calls_executed  # every pilot row paid once
     plain = frame.play.estimate(_play(demo, pb.Provider("acme")), sample=10, precision=0.1, store=tmp_path / "plain", progress=False)

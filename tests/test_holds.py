@@ -206,15 +206,16 @@ def test_retry_after_the_hold_readmits_parked_rows(store: pb.ReceiptStore) -> No
         run, _ = await launch(rows(10), calling(lookup), store, concurrency=1)
         before = statuses(run)
         await asyncio.sleep(3600)
-        run.retry()
-        await run._task
-        return before, run
+        again = run.retry()
+        await again._task
+        return before, again
 
     before, run = run_virtual(main())
     assert before == ["ok"] * 5 + ["parked"] * 5
     assert statuses(run) == ["ok"] * 10 and run.result["v"].tolist() == [n * 10 for n in range(10)]
     assert sorted(n for _, n in calls) == sorted([*range(10), 5])  # row 5 met the hold; 6-9 never called
-    assert (run.stats.ok, run.stats.parked, len(run.parked)) == (10, 0, 0)
+    assert (run.stats.total, run.stats.ok, run.stats.parked, len(run.parked)) == (5, 5, 0, 0)  # the retry's own rows
+    assert (run.previous.stats.ok, run.previous.stats.parked) == (5, 5)
 
 
 def test_retry_gives_parked_rows_a_fresh_wait_budget(store: pb.ReceiptStore) -> None:
@@ -225,9 +226,9 @@ def test_retry_gives_parked_rows_a_fresh_wait_budget(store: pb.ReceiptStore) -> 
         run, _ = await launch(rows(1), calling(lookup), store)
         before = statuses(run)
         await asyncio.sleep(3600)
-        run.retry()  # one more 40 s hold, well within a fresh max_wait of 100 s
-        await run._task
-        return before, run
+        again = run.retry()  # one more 40 s hold, well within a fresh max_wait of 100 s
+        await again._task
+        return before, again
 
     before, run = run_virtual(main())
     assert before == ["parked"]

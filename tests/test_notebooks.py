@@ -52,6 +52,31 @@ def test_the_offline_notebooks_have_their_fixtures() -> None:
     assert len(LIVE) >= 3
 
 
+def test_the_demo_script_says_first_what_every_run_of_the_notebook_did(tmp_path: Path) -> None:
+    """notebooks/run.py (make demo) on a fresh store: its first line sums every run the notebook
+    made (a first run pays 5 calls, an edited play reuses them); the last run alone comes after, said so."""
+    cells = [
+        "import pandas as pd\nimport playbook as pb\n\n@pb.tool(version='1', cost=1.0)\ndef priced(n: int) -> int:\n    return n * 2",
+        "@pb.play\nasync def first(row, ctx):\n    return {'v': await ctx.tool(priced, n=row.n)}\n\n"
+        "pd.DataFrame({'n': range(5)}).play.map(first, progress=False)",
+        "@pb.play\nasync def second(row, ctx):\n    return {'v': await ctx.tool(priced, n=row.n), 'w': 1}\n\n"
+        "pd.DataFrame({'n': range(5)}).play.map(second, progress=False)",
+    ]
+    notebook = tmp_path / "tiny.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), notebook)
+    env = {k: v for k, v in os.environ.items() if k != "PLAYBOOK_HOME"} | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(NOTEBOOKS / "run.py"), str(notebook), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(
+        "tiny.ipynb, every run it made: calls paid 5 (cost 5) | calls reused 5 from receipts and row memos (cost saved 5) | "
+    ), lines
+    assert "its last run alone: 5 rows | ok 5 | reused 0 | failed 0 | calls paid 0 | calls reused 5" in done.stdout
+
+
 @pytest.fixture(scope="module")
 def binder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The Python of a fresh environment holding ``binder/requirements.txt`` (and what is beside it)."""

@@ -190,7 +190,7 @@ def test_pandas_then_polars_pays_nothing(store: pb.ReceiptStore) -> None:
 
 
 def test_run_gives_polars_frames(store: pb.ReceiptStore) -> None:
-    """run() returns a PolarsRun: Polars result and errors, the Run's stats and repr; retry() reruns failed rows."""
+    """run() returns a PolarsRun: Polars result and errors, the Run's stats and repr; retry() reruns failed rows, as a run of its own."""
     broken = {"on": True}
 
     @pb.play
@@ -211,9 +211,11 @@ def test_run_gives_polars_frames(store: pb.ReceiptStore) -> None:
     assert pb.last_run() is run.pandas and not run.running
 
     broken["on"] = False
-    assert run.retry() is run
-    assert run.wait()["play_status"].to_list() == ["ok", "ok", "ok"]
-    assert run.result["m"].to_list() == [2, 3, 4]
+    again = run.retry()
+    assert isinstance(again, PolarsRun) and again.previous.pandas is run.pandas and run.previous is None
+    assert again.wait()["play_status"].to_list() == ["ok", "ok", "ok"]
+    assert again.result["m"].to_list() == [2, 3, 4] and run.result["m"].to_list() == [2, 3, 4]
+    assert (again.stats.total, again.stats.ok, run.stats.ok) == (1, 1, 2)  # the retry counts its own row
 
 
 def test_amap_arun_and_background(store: pb.ReceiptStore) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from engines import Engine
+from engines import Engine, Outcome
 from exact import same
 from promises import answered, email, enrich, people, requests, verdict_model
 
@@ -300,6 +300,34 @@ def test_a_parameter_left_to_its_default_is_the_call_that_passes_it(engine: Engi
     again = engine.run(frame, pb.play(explicit, name="scaled_rows", version="2"))
     assert again.total("calls_executed") == 0 and again.total("calls_reused") >= 8
     assert again.result["y"].tolist() == first.result["y"].tolist()
+
+
+def test_a_retry_runs_only_the_rows_left_pays_for_them_once_and_counts_them_alone(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """Rows that failed (a 503 on every 5th request, no retries), then run.retry() once the provider
+    is well: each retry runs its run's failed rows and no other, the calls they need are paid once
+    in all, and the retry's stats count those rows and calls alone, while the run it retried keeps
+    what it counted."""
+    demo.reset(fault_every=5, fault_status=503)
+    play = enrich(email(demo, pb.Provider(name("acme"), retries=0)))
+    paid: list[int] = []
+
+    def well(first: Outcome) -> None:
+        demo.configure(fault_every=None)
+        paid.append(answered(demo))
+
+    first, again = engine.retried(people(60), play, well, concurrency=4)
+    failed = first.statuses.get("failed", 0)
+    assert failed > 0 and again.statuses == {"ok": 60 - first.statuses.get("reused", 0)} | (
+        {"reused": first.statuses["reused"]} if first.statuses.get("reused") else {}
+    )
+    assert answered(demo) - paid[0] == failed == again.total("calls_executed")  # each missing call once, in all
+    for before, retry, previous in zip(first.runs, again.runs, again.previous):
+        assert retry["total"] == before["failed"] and retry["failed"] == retry["parked"] == retry["skipped"] == 0
+        assert retry["ok"] + retry["reused"] == retry["total"]
+        assert retry["calls_executed"] + retry["calls_shared"] + retry["calls_reused"] == retry["total"]  # a call a row
+        assert previous == before  # the run it retried counts what it did, not the retry
 
 
 # -- stop and Ctrl-C ---------------------------------------------------------------------------

@@ -229,8 +229,13 @@ def test_rerun_is_a_resume(store: pb.ReceiptStore) -> None:
     assert sorted(attempts) == [0, 1, 1, 2]
 
 
+@pb.play
+async def _ok_play(row, ctx):  # type: ignore[no-untyped-def]
+    return {"m": row.n}
+
+
 def test_retry_readmits_failed_rows(store: pb.ReceiptStore) -> None:
-    """run.retry() runs failed rows again in place and updates the stats."""
+    """run.retry() runs failed rows again in place: the result has every row ok."""
     failing = {"on": True}
 
     @pb.play
@@ -242,9 +247,95 @@ def test_retry_readmits_failed_rows(store: pb.ReceiptStore) -> None:
     run = pd.DataFrame({"n": range(4)}).play.run(gated, store=store, progress=False)
     assert run.stats.failed == 2
     failing["on"] = False
-    run.retry()
-    assert run.stats.failed == 0 and run.stats.ok == 4
-    assert run.result["play_status"].tolist() == ["ok"] * 4
+    again = run.retry()
+    assert again.stats.failed == 0 and again.stats.ok == 2
+    assert again.result["play_status"].tolist() == ["ok"] * 4
+
+
+def test_a_retry_counts_its_own_work_and_keeps_the_run_before(store: pb.ReceiptStore) -> None:
+    """run.retry() returns a run whose stats count the retry alone (its rows, calls, money, failures,
+    time); its previous is the run before, whose stats stay as they ended; both results have every row."""
+    failing = {"on": True}
+
+    @pb.tool(name="priced", version="1", cost=0.5)
+    def priced(n: int) -> int:
+        return n * 10
+
+    @pb.play
+    async def gated(row, ctx):
+        value = await ctx.tool(priced, n=row.n)
+        if row.n % 2 and failing["on"]:
+            await asyncio.sleep(0.4)  # the first run takes a while; the retry does not
+            raise RuntimeError("not yet")
+        if row.n == 5:
+            await ctx.tool(priced, n=50)  # one call of its own, paid by the retry
+        return {"v": value}
+
+    run = pd.DataFrame({"n": range(6)}).play.run(gated, store=store, progress=False)
+    first = run.stats
+    assert (first.total, first.ok, first.failed, first.calls_executed, first.cost_spent) == (6, 3, 3, 6, 3.0)
+    failing["on"] = False
+    again = run.retry()
+    assert again is not run and again.previous is run and run.previous is None and pb.last_run() is again
+    s = again.stats
+    assert (s.total, s.ok, s.reused, s.failed, s.parked) == (3, 3, 0, 0, 0)
+    # The calls the first run paid for are receipts to the retry, not calls shared within it.
+    assert (s.calls_executed, s.calls_reused, s.calls_shared, s.cost_spent, s.cost_saved) == (1, 3, 0, 0.5, 1.5)
+    assert first.elapsed >= 0.4 and s.elapsed < 0.4
+    assert run.stats == first  # the run before keeps what it counted
+    assert again.result["play_status"].tolist() == ["ok"] * 6
+    assert again.result["v"].tolist() == [0, 10, 20, 30, 40, 50]
+    assert run.result.equals(again.result)  # every run of the chain gives the rows as they stand
+    assert repr(again).startswith("<Run 'gated' finished: 3 rows, ok=3 reused=0 failed=0")
+
+
+def test_a_retry_with_nothing_to_retry_returns_the_run_as_it_is(store: pb.ReceiptStore) -> None:
+    """run.retry() when no row failed or parked runs nothing and gives back the run itself."""
+    run = pd.DataFrame({"n": range(3)}).play.run(_ok_play, store=store, progress=False)
+    assert run.retry() is run and run.previous is None and pb.last_run() is run and run.stats.ok == 3
+
+
+def test_a_retry_of_parked_rows_still_knows_the_failed_rows_the_run_before_left(store: pb.ReceiptStore) -> None:
+    """After a retry of the parked rows only, the retry counts none failed, yet the rows the run
+    before left failed can still be retried (what the panel's Retry failed button asks)."""
+
+    @pb.tool(name="dear", version="1", cost=1.0)
+    def dear(n: int) -> int:
+        return n
+
+    @pb.play
+    async def mixed(row, ctx):
+        if row.n == 0:
+            raise RuntimeError("broken row")
+        return {"v": await ctx.tool(dear, n=row.n)}
+
+    run = pd.DataFrame({"n": range(6)}).play.run(mixed, store=store, progress=False, max_cost=2, concurrency=1)
+    assert (run.stats.failed, run.stats.parked) == (1, 3)
+    again = run.retry(statuses=("parked",))  # the budget is spent: they park again
+    assert (again.stats.total, again.stats.failed, again.stats.parked) == (3, 0, 3) and again.errors.empty
+    assert again.state.can_retry("failed") and again.state.can_retry("parked")
+    last = again.retry(statuses=("failed",))
+    assert (last.stats.total, last.stats.failed) == (1, 1) and not pd.DataFrame(last.errors).empty
+
+
+def test_a_retry_of_a_retry_chains_and_an_earlier_run_retries_the_latest(store: pb.ReceiptStore) -> None:
+    """Each retry's previous is the run it followed; retry() asked of an earlier run retries after the latest."""
+    failing = {"left": 2}
+
+    @pb.play
+    async def gated(row, ctx):
+        if row.n == 1 and failing["left"]:
+            failing["left"] -= 1
+            raise RuntimeError("not yet")
+        return {"n": row.n}
+
+    run = pd.DataFrame({"n": range(3)}).play.run(gated, store=store, progress=False)
+    second = run.retry()
+    assert (second.stats.total, second.stats.failed) == (1, 1)
+    third = run.retry()  # asked of the first run: it follows the second
+    assert third.previous is second and second.previous is run
+    assert (third.stats.total, third.stats.ok, third.stats.failed) == (1, 1, 0)
+    assert (run.stats.ok, run.stats.failed, second.stats.failed) == (2, 1, 1)
 
 
 def test_map_accepts_a_bare_async_function_and_a_tool(store: pb.ReceiptStore) -> None:

@@ -74,8 +74,7 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
     checked: list[int] = []
     paid_before_retry = Counter[str]()
 
-    async def main() -> tuple[pb.Run, Tally]:
-        run = await frame.play.arun(mixed, store=store, progress=False, background=True, concurrency=4, key="n")
+    def followed(run: pb.Run) -> Tally:
         tally = Tally(run.state.label)
         run.state.subscribe(tally.on_event, kinds=KINDS)
 
@@ -85,21 +84,31 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
             checked.append(sum(tallied[2].values()))  # rows held at that moment
 
         run.state.subscribe(check, kinds=(RowFinished, RunFinished))  # after the tally's
+        return tally
+
+    async def main() -> list[tuple[pb.Run, Tally]]:
+        run = await frame.play.arun(mixed, store=store, progress=False, background=True, concurrency=4, key="n")
+        runs = [(run, followed(run))]
         await asyncio.wait([run._task])
         assert run.stats.parked and run.stats.failed
-        paid_before_retry.update(_tallied(tally)[5])
-        run.retry(statuses=("failed",))  # the failed rows leave the tally, then fail again
-        await asyncio.wait([run._task])
+        paid_before_retry.update(_tallied(runs[0][1])[5])
+        # Each retry is a run of its own: its tally starts empty and counts the rows it runs.
+        again = run.retry(statuses=("failed",))  # the failed rows fail again
+        runs.append((again, followed(again)))
+        await asyncio.wait([again._task])
         await asyncio.sleep(3600)
         asked[-1] = 1  # the quota is back: the parked rows now succeed
-        run.retry(statuses=("parked",))
-        await asyncio.wait([run._task])
-        return run, tally
+        last = again.retry(statuses=("parked",))
+        runs.append((last, followed(last)))
+        await asyncio.wait([last._task])
+        return runs
 
-    run, tally = run_virtual(main())
+    (first, _), (run, tally), (last, parked_tally) = run_virtual(main())
     assert len(checked) > 40 and max(checked) > 0  # every key settled at least once, some while others were held
-    assert _tallied(tally) == _truth(run) == _tallied(Tally.of(run.state))  # the static summary's scan agrees
-    assert not tally.parked and sum(tally.counts.values()) == run.stats.failed
+    for each, its in ((run, tally), (last, parked_tally)):
+        assert _tallied(its) == _truth(each) == _tallied(Tally.of(each.state))  # the static summary's scan agrees
+    assert not parked_tally.parked and not parked_tally.counts and last.stats.ok == first.stats.parked
+    assert not tally.parked and sum(tally.counts.values()) == run.stats.failed == first.stats.failed
     groups = tally.error_groups(20)
     assert len(groups) == 2 and len({m.partition(" (")[0] for m in run.result["play_error"].dropna()}) == 4
     assert paid_before_retry and paid_before_retry == {g: c for g, c in paid_before_retry.items() if g.startswith("LookupError")}

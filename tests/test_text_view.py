@@ -329,3 +329,29 @@ def test_a_log_line_says_elapsed_remaining_and_rate_and_no_eta_before_a_rate() -
     # at 20 s (a line every LOG_EVERY = 5 s, the first at 0): 40 done, 60 left at 2 rows/s
     assert any(f.startswith("enrich: 40/100 rows (40%) [00:20<00:30, 2 rows/s] | ok=40") for f in frames), frames
     assert frames[-1].startswith("enrich: 40/100 rows (40%) [00:3") and "<?, ? rows/s]" in frames[-1], frames[-1]
+
+
+def test_a_retry_prints_a_summary_of_what_it_did_alone(store: pb.ReceiptStore, capsys: pytest.CaptureFixture[str]) -> None:
+    """The text view follows run.retry(): its summary counts the rows the retry ran and the calls it
+    made, not the run before and the retry together."""
+    failing = {"on": True}
+
+    @pb.tool(name="priced", version="1", cost=1.0)
+    def priced(n: int) -> int:
+        return n
+
+    @pb.play
+    async def gated(row, ctx):  # type: ignore[no-untyped-def]
+        value = await ctx.tool(priced, n=row.n)
+        if row.n % 3 == 0 and failing["on"]:
+            raise RuntimeError("not yet")
+        return {"v": value}
+
+    run = pd.DataFrame({"n": range(9)}).play.run(gated, store=store, progress="text")
+    first = [line for line in capsys.readouterr().err.splitlines() if line.startswith("gated: 9 rows")]
+    assert first and first[-1].startswith("gated: 9 rows | ok 6 | reused 0 | failed 3 | calls 9 paid"), first
+    failing["on"] = False
+    run.retry()
+    said = capsys.readouterr().err.splitlines()
+    summary = [line for line in said if " saved | " in line]
+    assert len(summary) == 1 and summary[0].startswith("gated: 3 rows | ok 3 | reused 0 | failed 0 | calls 0 paid, 3 from receipts"), said

@@ -96,11 +96,13 @@ def test_buttons_stop_and_retry_a_background_run(kernel: Any) -> None:
         before = calls.count(3)
         run.view.retry_failed.click()
         await asyncio.sleep(0.5)
+        again = pb.last_run()  # the retry's own run: the panel shows it
         print(run.running, run.stats.failed, run.result.loc[3, "play_status"], calls.count(3) - before)
+        print(again.previous is run, again.stats.total, again.stats.failed, list(again.view.tally.failed) == [3])
     """,
     )
     lines = [m["content"]["text"] for m in messages if m["msg_type"] == "stream"]
-    assert "".join(lines).split() == ["False", "1", "failed", "1"]  # it ran again, and failed again
+    assert "".join(lines).split() == ["False", "1", "failed", "1", "True", "1", "1", "True"]  # it ran again, and failed again
 
 
 def test_a_run_over_at_once_shows_only_its_summary(kernel: Any) -> None:

@@ -17,25 +17,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import uuid
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from .._internal.chain import Chain
 from .._internal.loop import check_blocking, finished, run_sync, schedule
-from ..errors import PlaybookError, PlayDefinitionError, ReceiptError, RunFatal, interrupted
+from ..errors import PlayDefinitionError, ReceiptError, interrupted
 from ..events import RunFinished, RunStarted
 from ..plays.play import Play
 from ..providers.provider import sharing_limits
 from ..records import ProviderHold, RunStats
 from ..runtime.options import RunOptions
+from ..runtime.run import remember
 from ..runtime.state import ERROR_COLUMNS, LEG_COLUMNS
 from ..store.engine import StoreEngine
+from ..tools.secrets import sending_to_workers
 from .results import conform, profile, statuses, unify
 from .state import ClusterState
-from .wire import COUNTERS, Channel
-from .worker import Failure, Part, run_partition
+from .wire import Channel, plain_hops
+from .worker import Failure, Part, partition_error, run_partition
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
@@ -63,7 +67,9 @@ class ClusterRun:
         self._url = url
         self._channel = Channel(url, self.job)
         try:
-            with sharing_limits(url):  # one rate per provider account across the cluster
+            info = client.scheduler_info()
+            hops = plain_hops([info["address"], *info["workers"]])
+            with sharing_limits(url), sending_to_workers(hops):  # one rate per provider account; a secret's default, if safe
                 self._payload = cloudpickle.dumps((play, options))
         except Exception as exc:  # what cannot travel: a secret's value, a lock, an open file or client
             raise PlayDefinitionError(
@@ -78,6 +84,8 @@ class ClusterRun:
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
         self._round = 0  # each submission names its tasks afresh
+        self._chain = Chain(self)  # a retry is a ClusterRun of its own
+        self.previous: ClusterRun | None = None  # the run this one retried
         self.state = ClusterState(play=play.name)
         self.state.paid_by = self._channel.paid_by
         self.view: Any = None
@@ -112,7 +120,11 @@ class ClusterRun:
     @property
     def result(self) -> dd.DataFrame:
         """The result as a Dask DataFrame (its partitions stay on the workers; ``.compute()``
-        brings it here): input columns, output columns, ``play_status``, ``play_error``."""
+        brings it here): input columns, output columns, ``play_status``, ``play_error``.  After
+        a retry, each run of the chain gives the latest result (every row, as it stands)."""
+        latest = self._chain.latest(self)
+        if latest is not self:
+            return latest.result
         if self._result is None:
             raise PlayDefinitionError("the cluster run has not finished: run.wait() returns its result once it has")
         return self._result
@@ -177,26 +189,33 @@ class ClusterRun:
 
     def retry(self, *, statuses: tuple[str, ...] = ("failed", "parked")) -> ClusterRun:
         """Run the failed and parked rows (or those with ``statuses``) again on the cluster, each
-        partition that has any over its last result; blocking, or in the background if the run was."""
+        partition that has any over its last result; blocking, or in the background if the run was.
+        Returns the retry's own ``ClusterRun`` (see :meth:`playbook.Run.retry`): its ``stats``
+        count the retry alone, ``previous`` is the run before, its ``result`` has every row."""
         if not statuses or any(s not in ("failed", "parked") for s in statuses):
             raise PlayDefinitionError(f"retry(statuses={statuses!r}): retry 'failed' and/or 'parked' rows")
-        if self.running:
+        latest = self._chain.latest(self)
+        if latest.running:
             raise PlayDefinitionError("the cluster run is still going: retry once it has finished (run.wait())")
-        todo: dict[int, tuple[int, ...]] = {}
-        for part, (offset, length) in enumerate(zip(self._offsets, self._lengths)):
-            span = range(offset, offset + length)
-            rows = sorted(p for status in statuses for p in self.state.rows_of(span, status))
-            if rows:
-                todo[part] = tuple(p - offset for p in rows)
+        todo = latest.state.standing(statuses, self._offsets, self._lengths)
         if not todo:
-            return self
-        self._stopped = False
+            return latest
+        again = copy.copy(latest)
+        again.previous = latest
+        again.state = ClusterState(play=self._play.name, before=latest.state)
+        again.state.paid_by = self._channel.paid_by
+        again.state.ran = frozenset(self._offsets[part] + p for part, rows in todo.items() for p in rows)
+        again._futures, again._result, again._task, again._stopped = list(latest._futures), None, None, False
+        self._chain.follow(again)
+        if latest.view is not None:
+            latest.view.follow(again.state)  # the view shows the retry (its own counters) where it showed the run
+        remember(again)
         self._channel.reset()
-        if self._task is not None:
-            self._task = schedule(self._execute(todo))
+        if latest._task is not None:
+            again._task = schedule(again._execute(todo))
         else:
-            self._block(self._execute(todo))
-        return self
+            again._block(again._execute(todo))
+        return again
 
     # -- running -------------------------------------------------------------------------
 
@@ -218,22 +237,20 @@ class ClusterRun:
                 "saved in Redis: running the same map again resumes it"
             ) from None
 
-    async def _execute(self, retry: dict[int, tuple[int, ...]] | None) -> None:
+    async def _execute(self, retry: dict[int, dict[int, str]] | None) -> None:
         """Submit the partitions (all, or a retry's), follow their reports, build the result.
         Cancelled (Ctrl-C), it stops the job and waits for the partitions to land what they sent."""
         if retry is None:
             await self._measure()
             todo: dict[int, tuple[int, ...] | None] = {part: None for part, length in enumerate(self._lengths) if length}
+            for part in todo:
+                self.state.expect(part)
         else:
-            todo = {part: positions for part, positions in retry.items()}
-        self._round += 1
-        for part, positions in todo.items():
-            base = None
-            if positions is not None:
-                base = self._base(part, positions)
-                self.state.requeue([self._offsets[part] + p for p in positions])
-            self.state.expect(part, base)
-        self.state.emit(RunStarted(self.job, self._play.name, sum(self._lengths)))
+            todo = {part: tuple(rows) for part, rows in retry.items()}
+            await self._others(retry)
+        self._round += 1  # a retry starts from the round of the run it follows
+        rows = sum(self._lengths) if retry is None else sum(len(rows) for rows in retry.values())
+        self.state.emit(RunStarted(self.job, self._play.name, rows))
         try:
             futures = self._submit(todo)
             await self._follow(futures)
@@ -245,7 +262,7 @@ class ClusterRun:
         finally:
             _remember(self._url)
             if self.state.finished is None:
-                self.state.apply(_drained(self._channel))
+                self.state.apply(self._channel.drained())
                 self.state.emit(RunFinished(self.job, self._stopped))
 
     async def _measure(self) -> None:
@@ -264,14 +281,17 @@ class ClusterRun:
         self._offsets = [sum(lengths[:i]) for i in range(len(lengths))]
         self._futures = [None] * len(lengths)
 
-    def _base(self, part: int, positions: tuple[int, ...]) -> list[float]:
-        """What a retried partition's other rows count: its counters less the retried rows."""
-        counts = self.state.counts_of(part)
-        offset = self._offsets[part]
-        for p in positions:
-            counts[COUNTERS.index(self.state.status_of(offset + p))] -= 1
-        counts[COUNTERS.index("total")] -= len(positions)
-        return counts
+    async def _others(self, retry: dict[int, dict[int, str]]) -> None:
+        """A retry's partitions: what their rows not run again count (their last result's
+        statuses, less the rows run again), which is not the retry's to count."""
+        parts = list(retry)
+        counted = self._client.map(statuses, [self._futures[part] for part in parts], pure=False)
+        await _done(counted)
+        for part, found in zip(parts, counted):
+            others = dict(found.result())
+            for status in retry[part].values():
+                others[status] -= 1
+            self.state.expect(part, others)
 
     def _submit(self, todo: dict[int, tuple[int, ...] | None]) -> dict[int, Future]:
         import dask
@@ -294,7 +314,7 @@ class ClusterRun:
         failed: BaseException | None = None
         try:
             while True:
-                self.state.apply(_drained(self._channel))
+                self.state.apply(self._channel.drained())
                 pending = [f for f in futures.values() if not f.done()]
                 if failed is None:
                     failed = self._failure(futures)
@@ -314,12 +334,12 @@ class ClusterRun:
         for part, future in futures.items():
             try:
                 if future.status == "error":  # Dask could not run it (its workers kept dying)
-                    return _task_error(self._play.name, part, future.exception(), self._opts.on_error)
+                    return partition_error(self._play.name, part, future.exception(), self._opts.on_error)
                 if future.status == "finished" and future.type is Failure:
                     said = future.result()
-                    return _task_error(self._play.name, part, said.error, self._opts.on_error, said.worker)
+                    return partition_error(self._play.name, part, said.error, self._opts.on_error, said.worker)
             except Exception as exc:  # what the worker said could not even be read here
-                return _task_error(self._play.name, part, exc, "isolate")
+                return partition_error(self._play.name, part, exc, "isolate")
         return None
 
     async def _settle(self) -> None:
@@ -327,7 +347,7 @@ class ClusterRun:
         futures = [f for f in self._futures if f is not None]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(_done(futures), _GRACE)
-        self.state.apply(_drained(self._channel))
+        self.state.apply(self._channel.drained())
         if self.state.finished is None:
             self.state.emit(RunFinished(self.job, True))
 
@@ -347,7 +367,7 @@ class ClusterRun:
         await _done(profiles + counted)
         # The rows count as the result has them (a partition Dask computed again after its worker
         # died came back from its memos), after the partitions' last words.
-        self.state.apply(_drained(self._channel))
+        self.state.apply(self._channel.drained())
         for part, found in zip(parts, counted):
             self.state.settle(part, found.result())
         from dask.dataframe.utils import pyarrow_strings_enabled
@@ -363,25 +383,6 @@ class ClusterRun:
         # of dicts or lists into their repr.
         with dask.config.set({"dataframe.convert-string": False}):
             return dd.from_delayed(shaped, meta=meta, divisions=divisions, verify_meta=False)
-
-
-def _drained(channel: Channel) -> list[dict[str, Any]]:
-    try:
-        return channel.drain()
-    except Exception:  # the reports are progress: a Redis that blinks costs a refresh, not the job
-        return []
-
-
-def _task_error(play: str, part: int, exc: BaseException | None, on_error: str, worker: str = "") -> BaseException:
-    if isinstance(exc, RunFatal):  # what stops a local run too (a 401, a missing secret): said where it was met
-        return RunFatal(f"{exc} (on the Dask worker at {worker}: it reads its own environment)")
-    if exc is not None and (on_error == "raise" or isinstance(exc, PlaybookError)):
-        return exc  # a row's own error (on_error="raise")
-    name = type(exc).__name__
-    return RunFatal(
-        f"play {play!r}: partition {part} could not be run on the cluster ({name}: {exc}); the other partitions were "
-        "stopped. What finished is saved in Redis: running the same map again pays only for what is missing"
-    )
 
 
 async def _done(futures: list[Future]) -> None:

@@ -28,35 +28,40 @@ _ROWS = tuple(COUNTERS.index(name) for name in ("ok", "reused", "failed", "parke
 
 
 class _Partition:
-    __slots__ = ("attempt", "base", "counts", "final", "positions", "worker", "legs", "base_legs", "rows")
+    __slots__ = ("attempt", "base", "counts", "final", "positions", "worker", "legs", "others", "rows")
 
     def __init__(self) -> None:
         self.attempt = ""
         self.worker = ""
         self.counts: list[float] = [0] * len(COUNTERS)
-        self.base: list[float] = [0] * len(COUNTERS)  # a retry: what its rows not run again counted
+        self.base: list[float] = [0] * len(COUNTERS)  # what attempts cut short counted (their worker died)
         self.final = False
         self.positions: set[int] = set()  # job-wide positions it reported rows for
         self.legs: list[list[Any]] = []  # its waterfalls' legs, as its latest report counts them (LEG_COLUMNS)
-        self.base_legs: list[list[Any]] = []  # a retry: what the rounds before counted
+        self.others: dict[int, int] = {}  # a retry: its rows not run again, by status (COUNTERS' index): not this run's
         self.rows: dict[int, int] | None = None  # its rows by status (COUNTERS' index), as its result has them
 
     def now(self) -> list[float]:
-        """Its counters: the latest report's over its base, its rows as its result has them once built."""
+        """Its counters: the latest report's over its base, its rows as its result has them once built
+        (less those a retry did not run)."""
         counts = [value + base for value, base in zip(self.counts, self.base)]
         if self.rows is not None:
             for i in _ROWS:
-                counts[i] = self.rows.get(i, 0)
+                counts[i] = self.rows.get(i, 0) - self.others.get(i, 0)
         return counts
 
 
 class ClusterState(RunState):
     """A cluster job's counters and rows, from its partitions' reports."""
 
-    __slots__ = ("_failed", "_held", "_labels", "_parked", "_parts", "_views", "_worker_views", "paid_by")
+    __slots__ = ("_failed", "_held", "_labels", "_parked", "_parts", "_views", "_worker_views", "before", "paid_by", "ran")
 
-    def __init__(self, *, play: str = "", clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, *, play: str = "", clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+        before: ClusterState | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(play=play, clock=clock, wall=wall)
+        self.before = before  # a retry's: the state of the run it retried
         self._parts: dict[int, _Partition] = {}
         self._failed: dict[int, FailedRow] = {}
         self._parked: dict[int, ParkedRow] = {}
@@ -67,6 +72,7 @@ class ClusterState(RunState):
         # requests it sent; None when not known.  Asked of an attempt cut short (its worker
         # died): what it paid for or sent after its last report is in no report.
         self.paid_by: Callable[[str], tuple[int, float, int] | None] = lambda attempt: None
+        self.ran: frozenset[int] | None = None  # a retry: the job-wide positions it runs (None: every row)
 
     def emit(self, event: RunEvent) -> None:
         if type(event) in _APPLIED:
@@ -76,21 +82,11 @@ class ClusterState(RunState):
 
     # -- reports -----------------------------------------------------------------------
 
-    def expect(self, part: int, base: list[float] | None = None) -> None:
-        """Partition ``part`` is (re)submitted; ``base``: what its rows not run again count."""
-        entry = self._parts.setdefault(part, _Partition())
-        entry.final = False
-        entry.base = list(base) if base is not None else [0] * len(COUNTERS)
-        entry.base_legs = _summed([entry.base_legs, entry.legs]) if base is not None else []
-        entry.counts = [0] * len(COUNTERS)
-        entry.legs = []
-        entry.attempt = ""
-        entry.rows = None
-
-    def requeue(self, positions: list[int]) -> None:
-        """These rows run again (a retry): they are no longer failed or parked until reported."""
-        for position in positions:
-            self._forget(position)
+    def expect(self, part: int, others: dict[str, int] | None = None) -> None:
+        """Partition ``part`` is submitted; ``others``: a retry's, its rows not run again by status
+        (its result has them, this run does not count them)."""
+        entry = self._parts[part] = _Partition()
+        entry.others = {COUNTERS.index(status): n for status, n in (others or {}).items()}
 
     def apply(self, reports: list[dict[str, Any]]) -> None:
         """Take the reports drained from the job's channel, in order."""
@@ -104,7 +100,10 @@ class ClusterState(RunState):
         """Partition ``part``'s result holds ``statuses`` (play_status -> rows): what its rows count
         from now on.  Dask may have computed it again after a worker holding it died, and the
         rows of that computation came back from their memos: ``reused``, where its reports said ``ok``."""
-        self._parts[part].rows = {COUNTERS.index(status): n for status, n in statuses.items()}
+        found = self._parts.get(part)
+        if found is None:  # a partition a retry did not run: its rows are the runs' before
+            return
+        found.rows = {COUNTERS.index(status): n for status, n in statuses.items()}
         self._summed()
 
     def _summed(self) -> None:
@@ -187,18 +186,34 @@ class ClusterState(RunState):
                 sums[i] += value
         return [round(value, 9) if name.startswith("cost") else int(value) for name, value in zip(COUNTERS, sums)]
 
-    def counts_of(self, part: int) -> list[float]:
-        """Partition ``part``'s counters now (its base included)."""
-        return self._parts[part].now()
+    def standing(self, statuses: tuple[str, ...], offsets: list[int], lengths: list[int]) -> dict[int, dict[int, str]]:
+        """The rows whose latest outcome, over this run and those it retried, is one of
+        ``statuses``: partition -> position in it -> that status."""
+        found = self._latest(statuses)
+        todo: dict[int, dict[int, str]] = {}
+        for part, (offset, length) in enumerate(zip(offsets, lengths)):
+            rows_in = {p - offset: status for p, status in sorted(found.items()) if offset <= p < offset + length}
+            if rows_in:
+                todo[part] = rows_in
+        return todo
 
-    def status_of(self, position: int) -> str:
-        """ "failed" or "parked": what the reports said of the row at ``position`` (one of those)."""
-        return "failed" if position in self._failed else "parked"
+    def can_retry(self, status: str) -> bool:
+        return bool(self._latest((status,)))
 
-    def rows_of(self, part_positions: range, status: str) -> list[int]:
-        """Job-wide positions in ``part_positions`` whose rows are ``status`` ("failed", "parked")."""
-        rows = self._failed if status == "failed" else self._parked
-        return [p for p in rows if p in part_positions]
+    def _latest(self, statuses: tuple[str, ...]) -> dict[int, str]:
+        """Job-wide position -> status, of the rows this run and those it retried left ``statuses``."""
+        found: dict[int, str] = {}
+        seen: set[int] = set()
+        state: ClusterState | None = self
+        while state is not None:
+            for status in statuses:
+                rows = state._failed if status == "failed" else state._parked
+                found.update((p, status) for p in rows if p not in seen)
+            if state.ran is None:  # a first run: it ran every row
+                break
+            seen |= state.ran
+            state = state.before
+        return found
 
     # -- the read API views use --------------------------------------------------------
 
@@ -226,7 +241,7 @@ class ClusterState(RunState):
 
     def leg_rows(self) -> list[list[Any]]:
         """The waterfalls' legs, summed over the partitions."""
-        return _summed([legs for part in self._parts.values() for legs in (part.base_legs, part.legs)])
+        return _summed([part.legs for part in self._parts.values()])
 
     def workers(self) -> list[WorkerView]:
         by: dict[str, list[int]] = {}

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import tagged
 
-__all__ = ["COUNTERS", "TTL", "Channel", "decode_label", "encode_label"]
+__all__ = ["COUNTERS", "TTL", "Channel", "decode_label", "encode_label", "plain_hops"]
 
 TTL = 86_400  # seconds a job's keys outlive its last word
 COUNTERS = (
@@ -27,6 +27,19 @@ COUNTERS = (
     "cost_failed",
 )  # fmt: skip
 _BATCH = 1000  # reports drained per round trip
+
+
+def plain_hops(addresses: Sequence[str]) -> str | None:
+    """How what the client sends to these Dask addresses (the scheduler's, the workers') would
+    cross a network as plain text, or ``None``: each is in this process (``inproc://``), on
+    this machine (a loopback address) or encrypted (``tls://``)."""
+    for address in addresses:
+        scheme, _, rest = address.partition("://")
+        host = rest.rsplit(":", 1)[0].strip("[]") if ":" in rest else rest
+        if scheme in ("inproc", "tls") or host in ("localhost", "::1") or host.startswith("127."):
+            continue
+        return f"{address} is reached over {scheme or 'tcp'}://, unencrypted"
+    return None
 
 
 def encode_label(label: Any) -> Any:
@@ -84,6 +97,14 @@ class Channel:
             out.extend(json.loads(item) for item in batch)
             if len(batch) < _BATCH:
                 return out
+
+    def drained(self) -> list[dict[str, Any]]:
+        """:meth:`drain`, or none when Redis does not answer: reports are progress, and a Redis
+        that blinks costs a refresh, not the job."""
+        try:
+            return self.drain()
+        except Exception:
+            return []
 
     def stop(self) -> None:
         self._redis.set(self.stop_key, b"1", ex=TTL)

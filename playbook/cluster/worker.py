@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from .._internal.loop import run_sync
-from ..errors import PlaybookError
+from ..errors import PlaybookError, RunFatal
 from ..events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RunFinished
 from ..plays.play import Play, as_play
 from ..runtime.options import RunOptions
@@ -30,7 +30,7 @@ from .budget import SharedCostBudget
 from .results import reassembled
 from .wire import COUNTERS, Channel, encode_label
 
-__all__ = ["Failure", "Part", "run_partition"]
+__all__ = ["Failure", "Part", "partition_error", "run_partition"]
 
 _INTERVAL = 0.25  # seconds between a partition's reports
 
@@ -53,6 +53,19 @@ class Failure(NamedTuple):
 
     error: BaseException
     worker: str
+
+
+def partition_error(play: str, part: int, exc: BaseException | None, on_error: str, worker: str = "") -> BaseException:
+    """What the client raises for partition ``part`` that could not finish (``exc``: what it raised, if known)."""
+    if isinstance(exc, RunFatal):  # what stops a local run too (a 401, a missing secret): said where it was met
+        return RunFatal(f"{exc} (on the Dask worker at {worker}: it reads its own environment)")
+    if exc is not None and (on_error == "raise" or isinstance(exc, PlaybookError)):
+        return exc  # a row's own error (on_error="raise")
+    name = type(exc).__name__
+    return RunFatal(
+        f"play {play!r}: partition {part} could not be run on the cluster ({name}: {exc}); the other partitions were "
+        "stopped. What finished is saved in Redis: running the same map again pays only for what is missing"
+    )
 
 
 class _Local(threading.local):

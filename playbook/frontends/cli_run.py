@@ -137,6 +137,8 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
             _say(f"only the pilot ran and nothing was written to {args.out}: {left}")
             return 0
         opts = after_pilot(opts, found)
+        if not found.rows_left:  # every row is done: the pilot's summary said so; the run only gathers the rows to write
+            opts["progress"] = False
     elif args.yes or args.sample is not None or args.precision is not None:
         alone = "--yes" if args.yes else "--sample" if args.sample is not None else "--precision"
         raise Usage(f"{alone} is for --estimate: add --estimate to run a pilot first")

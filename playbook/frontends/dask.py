@@ -99,6 +99,8 @@ class DaskPlay:
         rest = go_on(found, given)
         if rest is None:
             raise PlayDefinitionError(f"not run: the estimate was not accepted ({found.sample} rows of the pilot are done and saved)")
+        if not found.rows_left:  # every row is done: the pilot's summary said so; the job only gathers the rows
+            rest["progress"] = False
         return self.run(play, **rest, background=opts.background)
 
     @run_signature("map")

@@ -123,11 +123,14 @@ class PlayAccessor:
 
     def _asked(self, play: PlayLike, options: dict[str, Any]) -> Run:
         """``estimate=True``: the pilot, its estimate shown, then the question; the run goes on
-        if the answer is yes, else the pilot's run is returned (the rows it did not run skipped)."""
+        if the answer is yes, else the pilot's run is returned (the rows it did not run skipped).
+        With nothing left to run, the pilot's run is returned: it settled every row."""
         options.pop("estimate")
         background = options.pop("background", False)
         pilot, estimate = self._pilot(play, options, PILOT_ROWS)
         rest = go_on(estimate, options)
+        if rest is not None and not estimate.rows_left:
+            return pilot  # every row is done (by memos, or by the pilot): the pilot's run is the whole run, already shown
         if rest is not None:
             return self.run(play, **rest, background=background)
         declined(pilot)

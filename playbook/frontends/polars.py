@@ -142,9 +142,15 @@ class PolarsRun:
         self.pandas.stop()
 
     def retry(self, *, statuses: tuple[str, ...] = ("failed", "parked")) -> PolarsRun:
-        """Run the failed and parked rows again (see :meth:`playbook.Run.retry`)."""
-        self.pandas.retry(statuses=statuses)
-        return self
+        """Run the failed and parked rows again: the retry's own run (see :meth:`playbook.Run.retry`)."""
+        again = self.pandas.retry(statuses=statuses)
+        return self if again is self.pandas else PolarsRun(again, self._rows, self._sent)
+
+    @property
+    def previous(self) -> PolarsRun | None:
+        """The run this one retried (``None`` for a first run)."""
+        before = self.pandas.previous
+        return None if before is None else PolarsRun(before, self._rows, self._sent)
 
     @property
     def run_id(self) -> str:

@@ -383,8 +383,7 @@ def _wide(estimate: Estimate, precision: float) -> bool:
 
 def declined(run: Run) -> None:
     """The estimate was not accepted: the rows the pilot did not run are skipped, saying so."""
-    driven = scheduler(run)
-    driven.outcomes.unfinished(range(len(driven.frame)), "not run: the estimate was not accepted")
+    scheduler(run).skip_rest("not run: the estimate was not accepted")
 
 
 def after_pilot(options: dict[str, Any], estimate: Estimate) -> dict[str, Any]:

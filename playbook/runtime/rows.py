@@ -21,17 +21,19 @@ __all__ = ["ABSENT", "OutputError", "Row", "error_line", "error_message", "outpu
 
 
 class Row(Mapping[Any, Any]):
-    """One input row: ``row.website`` or ``row["website"]``; read-only.
+    """One input row: ``row.website`` or ``row["website"]``; read-only.  ``row.index`` (or
+    ``row.Index``, as ``itertuples`` spells it) is the row's index label, unless the frame has a
+    column of that name: a column wins, as ``row.website`` reads a column.
 
     Rows share one column map, so a million of them cost one tuple each.
     """
 
-    __slots__ = ("_cols", "_vals", "index")
+    __slots__ = ("_cols", "_vals", "_label")
 
     def __init__(self, cols: dict[Any, int], vals: tuple[Any, ...], index: Any) -> None:
         self._cols = cols
         self._vals = vals
-        self.index = index
+        self._label = index
 
     def __getitem__(self, column: Any) -> Any:
         try:
@@ -43,6 +45,8 @@ class Row(Mapping[Any, Any]):
         try:
             return self._vals[self._cols[column]]
         except KeyError:
+            if column == "index" or column == "Index":  # after the columns: a frame's own column "index" wins
+                return self._label
             raise AttributeError(self._missing(column)) from None
 
     def _missing(self, column: Any) -> str:
@@ -66,7 +70,7 @@ class Row(Mapping[Any, Any]):
         return {c: self._vals[i] for c, i in self._cols.items()}
 
     def __repr__(self) -> str:
-        return f"Row({self.index!r}, {self.to_dict()!r})"
+        return f"Row({self._label!r}, {self.to_dict()!r})"
 
 
 class Book(Protocol):

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from .._internal.chain import Chain
 from .._internal.loop import check_blocking, finished, run_sync, schedule
 from ..errors import PlayDefinitionError
 from ..plays.play import Play
@@ -75,13 +76,25 @@ _RETRY_INSTEAD = "await df.play.arun(...) again: a rerun runs the failed and par
 
 
 class Run:
-    """One run of a play over a DataFrame.  ``run.result``, ``run.stats``, ``run.errors``..."""
+    """One run of a play over a DataFrame.  ``run.result``, ``run.stats``, ``run.errors``...
 
-    def __init__(self, scheduler: Scheduler, *, html: Callable[[RunState], str] | None = None) -> None:
+    ``run.retry()`` gives another ``Run``: its ``stats`` count the retry alone (the rows it ran,
+    its calls, money and time), ``previous`` is the run it retried (whose stats stay as they
+    ended), and its ``result`` has every row, as every run of the chain gives it.  A retry's
+    ``errors`` and ``parked`` are the rows it ran; a first run's, any row, as it stands now.
+    """
+
+    def __init__(
+        self, scheduler: Scheduler, *, html: Callable[[RunState], str] | None = None, previous: Run | None = None
+    ) -> None:  # fmt: skip
         self._scheduler = scheduler
+        self._state = scheduler.state  # this run's counters: a retry's are its own
         self._task: asyncio.Task[None] | None = None
         self._result: pd.DataFrame | None = None
         self._html = html
+        self.previous = previous  # the run this one retried; None for a first run
+        self._chain: Chain[Run] = Chain(self) if previous is None else previous._chain  # the runs over this frame
+        self._chain.follow(self)
         self.view: Any = None  # the live view the caller attached, if any
 
     def __repr__(self) -> str:
@@ -111,7 +124,7 @@ class Run:
     @property
     def state(self) -> RunState:
         """The live counters and the read API views use; views subscribe to it."""
-        return self._scheduler.state
+        return self._state
 
     @property
     def stats(self) -> RunStats:
@@ -119,7 +132,11 @@ class Run:
 
     @property
     def result(self) -> pd.DataFrame:
-        """The result so far: input rows, output columns, ``play_status``, ``play_error``."""
+        """The result so far: input rows, output columns, ``play_status``, ``play_error``.  Every
+        row, as it stands now: after a retry, each run of the chain gives the same frame."""
+        latest = self._chain.latest(self)
+        if latest is not self:
+            return latest.result
         if self._result is None or self.running:
             frame = self._scheduler.result()
             if self.running:
@@ -186,20 +203,33 @@ class Run:
 
     def retry(self, *, statuses: tuple[str, ...] = ("failed", "parked")) -> Run:
         """Run the failed and parked rows (or those with ``statuses``) again: blocking, or in the
-        background if this run was; while a background run goes on, they join it."""
+        background if this run was.  Returns the retry's own :class:`Run`: its ``stats`` count
+        what the retry did, its ``previous`` is the run before, its ``result`` has every row.
+        While a background run goes on, the rows join it instead, and it is returned; with no
+        such rows, the run is returned as it is."""
         if not statuses or any(s not in ("failed", "parked") for s in statuses):
             raise PlayDefinitionError(f"retry(statuses={statuses!r}): retry 'failed' and/or 'parked' rows")
-        if self._task is None:
+        latest = self._chain.latest(self)  # a retry follows the latest run over the frame, whichever run was asked
+        if latest.running:
+            latest._scheduler.admit(latest._scheduler.requeue(statuses))
+            latest._result = None
+            return latest
+        background = latest._task is not None
+        if not background:
             check_blocking("run.retry()", _RETRY_INSTEAD)  # before any row is requeued
-        again = self._scheduler.requeue(statuses)
-        self._result = None
-        if self.running:
-            self._scheduler.admit(again)
-        elif self._task is not None:
-            self._task = schedule(self._scheduler.execute(again))
+        again = latest._scheduler.retry(statuses)
+        if not again:  # nothing failed or parked: nothing to retry
+            return latest
+        run = Run(latest._scheduler, html=latest._html, previous=latest)
+        if latest.view is not None:
+            latest.view.follow(run.state)  # the view shows the retry (its own counters) where it showed the run
+            run.view = latest.view
+        remember(run)
+        if background:
+            run._task = schedule(run._scheduler.execute(again))
         else:
-            run_sync(self._scheduler.execute(again))
-        return self
+            run_sync(run._scheduler.execute(again))
+        return run
 
 
 def execute(run: Run) -> Coroutine[Any, Any, None]:

@@ -9,7 +9,7 @@ The pieces, each in its module: the rows table (``table``), the held queue (``he
 workers (``workers``), one row's attempt (``attempt``), outcomes (``settle``), memos
 (``memos``), what a row's calls may use of the run (``scope``), the call pipeline
 (``pipeline``).  This class wires them and runs executions: the first over every row, then any
-``run.retry()``.
+``run.retry()``, each counted by a :class:`RunState` of its own (:meth:`Scheduler.retry`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pandas as pd
 
 from .._internal.collection import fewer_collections
 from .._internal.flow import WaitBudget
-from ..events import ProviderUp, RunFinished, RunNotice, RunStarted
+from ..events import ProviderUp, RunCounted, RunFinished, RunNotice, RunStarted
 from ..plays.play import Play
 from .attempt import RowRunner
 from .memos import finish_store, reuse
@@ -33,7 +33,7 @@ from .outcomes import Outcomes
 from .recovery import DownRows
 from .retry_queue import RetryQueue
 from .scope import RunScope, Tickets
-from .state import RunState
+from .state import RunEvent, RunState
 from .table import RowTable
 from .upstream import watch
 from .workers import Workers
@@ -58,13 +58,13 @@ class Scheduler:
         self.state.attach(table)
         self.fatal: BaseException | None = None
         held = RetryQueue()
-        self.outcomes = Outcomes(table, held, self.state.emit, self._parked_down)
+        self.outcomes = Outcomes(table, held, self._emit, self._parked_down)
         self.outcomes.play = play.name
         if not opts.overwrite and "play_status" not in frame.columns:  # a result run again: its outputs are refreshed
             self.outcomes.guarded = frozenset(frame.columns)
         self.scope = RunScope(
             run_id=self.run_id, play=play.name, store=store, force_all=opts.refresh is True,
-            rerun_rows=opts.refresh is not False, emit=self.state.emit,
+            rerun_rows=opts.refresh is not False, emit=self._emit,
             costs=opts.cost_budget(), tickets=Tickets(table, opts.max_wait, self._watch), label=table.label,
             fatal=self._fatal, fixtures=opts.replaying, fresh=self._fresh,
         )  # fmt: skip
@@ -89,6 +89,10 @@ class Scheduler:
     def stopping(self) -> bool:
         return self.scope.landing.stopping
 
+    def _emit(self, event: RunEvent) -> None:
+        """Count ``event`` in the state of the execution under way (a retry has its own)."""
+        self.state.emit(event)
+
     # -- an execution ------------------------------------------------------------------
 
     async def execute(self, positions: list[int] | None = None, *, choose: Callable[[Sequence[int]], list[int]] | None = None) -> None:
@@ -99,7 +103,9 @@ class Scheduler:
         sent land their receipts (up to ``GRACE`` seconds), then the rest settle as skipped and
         the cancellation goes on.  Cancelled again meanwhile, it stops at once.
         """
-        self.state.emit(RunStarted(self.run_id, self.play.name, len(self.frame)))
+        self._positions = range(len(self.frame)) if positions is None else positions
+        total = len(self.frame) if positions is None else self._rows(positions)
+        self.state.emit(RunStarted(self.run_id, self.play.name, total))
         self.scope.landing.stopping = False
         for note in self.store.standing:  # what the store cannot promise, said by every run on it
             self.state.emit(RunNotice(note, 0))
@@ -111,12 +117,13 @@ class Scheduler:
 
         self.store.heard = heard
         try:
-            self._positions = range(len(self.frame)) if positions is None else positions
             with fewer_collections(len(self._positions)):
                 self.workers.tasks = []
                 runnable = self._runnable(self._positions)
                 if choose is not None:
-                    runnable = self._positions = choose(runnable)
+                    chosen = self._positions = choose(runnable)
+                    self.state.emit(RunCounted(self._rows(chosen) - self._rows(runnable)))  # the rows not chosen are not this run's
+                    runnable = chosen
                 self.workers.admit(runnable)
                 await self._run_workers()
             failure = self.workers.failure()
@@ -126,6 +133,13 @@ class Scheduler:
             await self._end()
         if self.fatal is not None:
             raise self.fatal
+
+    def _rows(self, positions: Sequence[int]) -> int:
+        """The rows ``positions`` settle: each with the rows that share its key."""
+        if not self.table.copies:
+            return len(positions)
+        group = self.table.group
+        return sum(len(group(p)) for p in positions)
 
     def _store_notices(self) -> None:
         """Say what the store noticed since it last was (opened with a warning, evicting keys)."""
@@ -181,7 +195,7 @@ class Scheduler:
         self.store.heard = None
         self.store.add_spend(self.state.take_spend(), self.store.clock())
         try:
-            self._notices_seen = await finish_store(self.store, self.state.emit, self._notices_seen, wait)
+            self._notices_seen = await finish_store(self.store, self._emit, self._notices_seen, wait)
             await self.store.leases.stop_renewing()
         finally:  # cancelled again meanwhile, this run still stops listening: a pool's next run counts its runs by it
             for unsubscribe in self._watching.values():
@@ -240,14 +254,38 @@ class Scheduler:
         self.workers.admit(positions)
 
     def requeue(self, statuses: tuple[str, ...] = ("failed", "parked")) -> list[int]:
-        """Admit rows with these statuses again; returns the positions to execute."""
-        if self.fatal is not None:  # the last execution stopped on a fatal error (a refused key): the rows it skipped go too
-            statuses, self.fatal = (*statuses, "skipped"), None
-        again = self.table.settled_as(statuses)
+        """Admit rows with these statuses again into the execution under way; returns their positions."""
+        again = self._settled_as(statuses)
         table = self.table
         for pos in again:
             self.outcomes.requeue(pos, table.status(pos))  # type: ignore[arg-type]  # settled_as: settled
         return again
+
+    def retry(self, statuses: tuple[str, ...] = ("failed", "parked")) -> list[int]:
+        """A retry of rows with these statuses, once the last execution is over: the positions to
+        execute, and a fresh :attr:`state` counts them (rows, calls, money, time: its own; the rows
+        table stays the run's).  The state before is left as it ended.  No such rows: no retry."""
+        again = self._settled_as(statuses)
+        if not again:
+            return again
+        table = self.table
+        for pos in again:
+            table.unsettle(pos)  # no event: the state that counted the row keeps it, the new one never had it
+        self.state = RunState(play=self.play.name)
+        self.state.attach(table, frozenset(p for pos in again for p in table.group(pos)))
+        self.scope.started = self.scope.clock()  # what the run before paid for is a receipt to the retry, not shared in it
+        return again
+
+    def _settled_as(self, statuses: tuple[str, ...]) -> list[int]:
+        if self.fatal is not None:  # the last execution stopped on a fatal error (a refused key): the rows it skipped go too
+            statuses, self.fatal = (*statuses, "skipped"), None
+        return self.table.settled_as(statuses)
+
+    def skip_rest(self, why: str) -> None:
+        """Settle every row not settled yet as skipped (a declined estimate): they join this run's count."""
+        left = [pos for pos in range(len(self.frame)) if not self.table.statuses[pos]]
+        self.state.emit(RunCounted(len(left)))
+        self.outcomes.unfinished(left, why)
 
     # -- providers -----------------------------------------------------------------------
 
@@ -259,7 +297,7 @@ class Scheduler:
             self._watching[provider.name] = watch(provider, self._provider_event)
 
     def _provider_event(self, event: Any) -> None:
-        self.state.emit(event)
+        self._emit(event)
         if type(event) is ProviderUp:
             self._down.up(event.provider)
 

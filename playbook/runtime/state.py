@@ -28,6 +28,7 @@ from ..events import (
     RowResumed,
     RowSleeping,
     RowStarted,
+    RunCounted,
     RunFinished,
     RunNotice,
     RunProgress,
@@ -36,8 +37,8 @@ from ..events import (
 )
 from ..records import ProviderHold, RunStats
 from ..store.spending import SpendLines
-from .grouping import Families, consolidate
-from .table import ERROR_COLUMNS, FailedRow, ParkedRow, Waiting
+from .grouping import Families
+from .table import ERROR_COLUMNS, FailedRow, ParkedRow, Waiting, grouped
 from .timeline import ProviderSeries, Timeline
 from .upstream import ProviderView, provider_view
 
@@ -76,7 +77,7 @@ class RunState:
         "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held", "sleeping",
         "calls_executed", "calls_reused", "calls_shared", "calls_failed", "calls_local", "cost_spent", "cost_saved", "cost_failed", "spend", "_memo_line", "started", "finished", "stopping",
         "stopped", "providers", "down_since", "waterfalls", "notices", "receipts_lost", "_clock", "_wall", "_listeners",
-        "_by_kind", "_before", "_table", "_asleep", "timeline", "_next_sample", "__weakref__",
+        "_by_kind", "_before", "_table", "_rows", "_asleep", "timeline", "_next_sample", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, *, play: str = "", clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
@@ -97,25 +98,26 @@ class RunState:
         self.finished: float | None = None
         self.stopping = False  # a stop was asked for: rows in flight are landing, the rest will be skipped
         self.stopped = False
-        self._before = 0.0  # seconds spent in earlier executions (run.retry() executes again)
+        self._before = 0.0  # seconds spent in earlier executions of this run (a pilot's further rounds)
         self.providers: dict[str, Provider] = {}  # the providers the run's rows called (read through provider_views)
         self.down_since: dict[str, float] = {}  # provider -> epoch seconds it went down (this outage)
         # waterfall key -> per leg [tool, hit, miss, unavailable, error, never]
         self.waterfalls: dict[str, list[list[Any]]] = {}
         self.notices: list[str] = []  # what the user must hear about the run as a whole
         self.receipts_lost = 0
-        self._clock = clock
-        self._wall = wall  # down_since is said as a time of day
+        self._clock, self._wall = clock, wall  # the wall clock: down_since is said as a time of day
         self._listeners: list[Listener] = []
         self._by_kind: dict[type, list[Listener]] = {}  # listeners that asked for some kinds only
         self._table: RowTable | None = None
+        self._rows: frozenset[int] | None = None  # the rows of the table this run ran (None: all of them)
         self._asleep: set[int] = set()
         self.timeline = Timeline()  # each provider over the run, for its picture
         self._next_sample = 0.0  # clock time the timeline is due another look at the providers
 
-    def attach(self, table: RowTable) -> None:
-        """The run's rows, read by :meth:`failed_rows`, :meth:`parked_rows`, :meth:`held_rows`."""
+    def attach(self, table: RowTable, rows: frozenset[int] | None = None) -> None:
+        """The run's rows (``rows``: the positions a retry ran; ``None``: all), read by :meth:`failed_rows` and the like."""
         self._table = table
+        self._rows = rows
 
     def subscribe(self, listener: Listener, kinds: tuple[type, ...] | None = None) -> Callable[[], None]:
         """Call ``listener(event)`` for every event from now on (or only those of ``kinds``: a view
@@ -227,7 +229,7 @@ class RunState:
         setattr(self, event.previous, getattr(self, event.previous) - event.copies)
 
     def _run_started(self, event: RunStarted) -> None:
-        self.play, self.run_id, self.total = event.play, event.run_id, event.total
+        self.play, self.run_id, self.total = event.play, event.run_id, self.total + event.total
         if self.started is not None and self.finished is not None:
             self._before += self.finished - self.started
         self.started = self._clock()
@@ -275,7 +277,7 @@ class RunState:
 
     @property
     def elapsed(self) -> float:
-        """Seconds spent running (a retry adds its own time, not the pause before it)."""
+        """Seconds spent running (a pilot's further round adds its own time, not the pause before it)."""
         if self.started is None:
             return 0.0
         return self._before + (self.finished if self.finished is not None else self._clock()) - self.started
@@ -299,15 +301,19 @@ class RunState:
 
     def failed_rows(self) -> list[FailedRow]:
         """Failed rows, in order: (row label, position, error, group)."""
-        return grouped(self._table.failed()) if self._table is not None else []
+        return grouped(self._table.failed(self._rows)) if self._table is not None else []
 
     def parked_rows(self) -> list[ParkedRow]:
         """Parked rows, in order: (row label, position, reason, provider, ready_at, message)."""
-        return self._table.parked() if self._table is not None else []
+        return self._table.parked(self._rows) if self._table is not None else []
 
     def held_rows(self) -> dict[int, Waiting]:
         """Rows off their workers now: position -> what they wait for (a provider, or a sleep)."""
-        return self._table.held() if self._table is not None else {}
+        return self._table.held(self._rows) if self._table is not None else {}
+
+    def can_retry(self, status: str) -> bool:
+        """Would a retry of the rows left ``status`` ("failed", "parked") run any, whichever run over the frame left them?"""
+        return self._table is not None and bool(self._table.settled_as((status,)))
 
     def provider_views(self) -> dict[str, ProviderView]:
         """Each provider the run's rows called, as it stands now."""
@@ -370,12 +376,6 @@ class RunState:
         )
 
 
-def grouped(rows: list[FailedRow]) -> list[FailedRow]:
-    """The failed rows with the group each belongs to (a family of many fingerprints is one)."""
-    groups = consolidate(row.group for row in rows)
-    return [row if (group := groups[row.group]) == row.group else row._replace(group=group) for row in rows]
-
-
 _APPLY: dict[type, Callable[[RunState, Any], None]] = {
     RowFinished: RunState._row_finished,
     CallFinished: RunState._call_finished,
@@ -388,6 +388,7 @@ _APPLY: dict[type, Callable[[RunState, Any], None]] = {
     WaterfallFinished: RunState._waterfall,
     RowRequeued: RunState._requeued,
     RunStarted: RunState._run_started,
+    RunCounted: lambda state, event: setattr(state, "total", state.total + event.rows),
     RunNotice: RunState._notice,
     ProviderDown: RunState._down,
     KeyRetired: lambda state, event: state.notices.append(event.said()),

@@ -20,10 +20,10 @@ from .._internal.flow import WaitBudget
 from ..keys import int_row_digests, row_digest
 from ..plays.outputs import OutputModel
 from ..records import Status
-from .grouping import message_group
+from .grouping import consolidate, message_group
 from .rows import ABSENT, Row, result_frame
 
-__all__ = ["ERROR_COLUMNS", "FailedRow", "ParkedRow", "Parking", "RowTable", "Waiting"]
+__all__ = ["ERROR_COLUMNS", "FailedRow", "ParkedRow", "Parking", "RowTable", "Waiting", "grouped"]
 
 
 class Parking(NamedTuple):
@@ -257,25 +257,27 @@ class RowTable:
 
     # -- read by RunState --------------------------------------------------------------
 
-    def failed(self) -> list[FailedRow]:
+    # ``rows``: only these positions (a retry's run reads the rows it ran); None: every row.
+
+    def failed(self, rows: frozenset[int] | None = None) -> list[FailedRow]:
         states = self.statuses
         return [
             FailedRow(self.label(p), p, e, self.groups.get(p) or message_group(e), self.costs.get(p, 0.0))
             for p, e in sorted(self.errors.items())
-            if states[p] == 3
+            if states[p] == 3 and (rows is None or p in rows)
         ]
 
-    def parked(self) -> list[ParkedRow]:
+    def parked(self, rows: frozenset[int] | None = None) -> list[ParkedRow]:
         out, states = [], self.statuses
         for p, message in sorted(self.errors.items()):
-            if states[p] == 4:
+            if states[p] == 4 and (rows is None or p in rows):
                 reason, provider, ready = self.parkings.get(p) or ("", None, None)
                 out.append(ParkedRow(self.label(p), p, reason, provider, ready, message))
         return out
 
-    def held(self) -> dict[int, Waiting]:
+    def held(self, rows: frozenset[int] | None = None) -> dict[int, Waiting]:
         """The rows waiting off their workers now, and what for."""
-        return dict(self.waiting)
+        return dict(self.waiting) if rows is None else {p: w for p, w in self.waiting.items() if p in rows}
 
     def result(self, frame: pd.DataFrame, model: OutputModel | None = None) -> pd.DataFrame:
         states = np.frombuffer(self.statuses, dtype=np.uint8)
@@ -310,3 +312,9 @@ def _int_array(get: Callable[[int], Any]) -> np.ndarray[Any, Any] | None:
     """The column a getter of :func:`_values` reads, if it is numpy's ints or bools."""
     array = getattr(get, "__self__", None)
     return array if isinstance(array, np.ndarray) and array.dtype.kind in "iub" else None
+
+
+def grouped(rows: list[FailedRow]) -> list[FailedRow]:
+    """The failed rows with the group each belongs to (a family of many fingerprints is one)."""
+    groups = consolidate(row.group for row in rows)
+    return [row if (group := groups[row.group]) == row.group else row._replace(group=group) for row in rows]

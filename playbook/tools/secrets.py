@@ -14,11 +14,13 @@ searches a request for the stand-in to swap it.  A row value that spells the sta
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -26,7 +28,9 @@ import httpx
 
 from ..errors import PlayDefinitionError, RunFatal
 
-__all__ = ["PLACEHOLDER", "Fill", "Secret", "SecretAuth", "bearer", "forget_revealed", "mask", "rebuilt", "scrub", "secret"]
+__all__ = [
+    "PLACEHOLDER", "Fill", "Secret", "SecretAuth", "bearer", "forget_revealed", "mask", "rebuilt", "scrub", "secret", "sending_to_workers",
+]  # fmt: skip
 
 # What stands where a secret goes while a request is rendered.  Receipt keys are made of it, so it
 # never changes (a receipt made under it must stay found); errors show it as {secret}.  Letters
@@ -84,13 +88,43 @@ class Secret:
 
     def __reduce__(self) -> Any:
         """The name of its variable travels (a Dask worker reads its own environment at call
-        time), never a value: a secret with a default value cannot be pickled."""
-        if self._default is not None:
+        time), never its value.  A default is a value: it travels only to a cluster's workers
+        (inside :func:`sending_to_workers`), when this process does not set the variable (the
+        default is then the key in use) and nothing on the way is plain text over a network;
+        otherwise a secret with a default is not pickled."""
+        if self._default is None:
+            return (Secret, (self.env_var,))
+        hops = _sending.get()
+        if hops is None:
             raise TypeError(
                 f"secret({self.env_var!r}) has a default value, which would travel as plain text: set {self.env_var} "
                 "in the environment of every process that runs the play (a cluster's workers too) and drop default="
             )
-        return (Secret, (self.env_var,))
+        if (os.environ.get(self.env_var) or "").strip():
+            return (Secret, (self.env_var,))  # set here: each worker reads its own, and the default stays here
+        if hops:
+            raise TypeError(
+                f"secret({self.env_var!r}) is not set here, so its default value is the key, and it would be sent to the "
+                f"workers as plain text ({hops}): set {self.env_var} in the environment of this process and of every "
+                "worker (then only its name is sent), or reach the cluster over TLS"
+            )
+        return (Secret, (self.env_var, self._default))
+
+
+# While a cluster job's play is pickled: "" when what is pickled reaches the workers only inside
+# this machine or encrypted, else why not; None when nothing is being sent to workers.
+_sending: contextvars.ContextVar[str | None] = contextvars.ContextVar("playbook_sending_to_workers", default=None)
+
+
+@contextlib.contextmanager
+def sending_to_workers(plain: str | None) -> Iterator[None]:
+    """Pickle a play for a cluster's workers: a secret's default may go with it (see
+    :meth:`Secret.__reduce__`) unless ``plain`` says how it would cross a network in plain text."""
+    token = _sending.set(plain or "")
+    try:
+        yield
+    finally:
+        _sending.reset(token)
 
 
 def secret(env_var: str, default: str | None = None) -> Secret:

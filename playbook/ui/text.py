@@ -72,6 +72,14 @@ class TextView:
         self._logged: float | None = None  # when a log's last line of progress was written
         self._logged_done = 0  # and how many rows were done then: the rate is over the time between two lines
         self._timer: asyncio.TimerHandle | None = None  # the next redraw that no event may bring
+        self._unsubscribe: list[Callable[[], None]] = []
+        self.follow(state)
+
+    def follow(self, state: RunState) -> None:
+        """Show ``state`` from now on (a retry's run, with its own counters) in place of the one before."""
+        for undo in self._unsubscribe:
+            undo()
+        self._state = state
         self._down: set[str] = set()  # providers whose going down this view has written
         self.tally = Tally(state.label)  # "e.g. row 12": the index label, as run.errors gives it
         # The tally first: a refresh on the same event must see it counted.

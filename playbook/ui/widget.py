@@ -95,13 +95,8 @@ class WidgetView:
         self.retry_parked: Any = None
         self.retry_failed: Any = None
         self._timer: Any = None
-        ref = self._ref  # not self: the tally would hold the view in a cycle
-        self.tally = Tally(lambda position: _alive(ref).label(position))
-        # Redrawn on a timer, not per row: only the events that change what it shows call it.
-        self._unsubscribe = [
-            state.subscribe(self.on_event, kinds=_KINDS),
-            state.subscribe(self.tally.on_event, kinds=TALLY_KINDS),
-        ]
+        self._unsubscribe: list[Any] = []
+        self.follow(state)
         if background:
             # The cell that starts a background run ends at once: the panel must be shown now,
             # in that cell.  Later output would land wherever the kernel happens to be then;
@@ -115,6 +110,17 @@ class WidgetView:
     def unsubscribe(self) -> None:
         for undo in self._unsubscribe:
             undo()
+
+    def follow(self, state: RunState) -> None:
+        """Show ``state`` from now on (a retry's run, with its own counters) where the run before was shown."""
+        self.unsubscribe()
+        self._ref = ref = weakref.ref(state)  # not self: the tally would hold the view in a cycle
+        self.tally = Tally(lambda position: _alive(ref).label(position))
+        # Redrawn on a timer, not per row: only the events that change what it shows call it.
+        self._unsubscribe = [
+            state.subscribe(self.on_event, kinds=_KINDS),
+            state.subscribe(self.tally.on_event, kinds=TALLY_KINDS),
+        ]
 
     def _build(self) -> None:
         """Show the live panel: the buttons, the status (with the bar), the charts, the tables."""
@@ -167,8 +173,9 @@ class WidgetView:
         # Retry buttons (a parked row is retried after its hold, long after the run ended).
         _close(self.stop, self.status, self.pictures, self.tables)
         self.buttons.children = [self.retry_parked, self.retry_failed]
-        self.retry_parked.disabled = not self.tally.parked
-        self.retry_failed.disabled = not self.tally.failed
+        # Rows the runs before left failed or parked are retried by these buttons too, not only this run's.
+        self.retry_parked.disabled = not self._state.can_retry("parked")
+        self.retry_failed.disabled = not self._state.can_retry("failed")
         self.panel.children = [self._css, self.buttons, w.HTML(summary)]
 
     def _retry(self, controls: Controls, status: str) -> None:
