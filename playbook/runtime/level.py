@@ -35,7 +35,7 @@ from .upstream import provider_view
 if TYPE_CHECKING:
     from ..providers.provider import Provider
 
-__all__ = ["CEILING", "START", "Level", "Waiting", "loop_time"]
+__all__ = ["CEILING", "START", "Level", "Waiting"]
 
 T = TypeVar("T")
 
@@ -43,7 +43,7 @@ START = 16  # rows in flight a run starts with when no concurrency is given (the
 CEILING = 256  # the most it grows to (and no more than the connections the open-file limit leaves)
 
 
-def loop_time() -> float:
+def _loop_time() -> float:
     return asyncio.get_running_loop().time()
 
 
@@ -63,7 +63,7 @@ class Level:
     GROW = 1.5
     SHRINK = 0.8
 
-    def __init__(self, fixed: int | None, clock: Callable[[], float] = loop_time, ceiling: int | None = None) -> None:
+    def __init__(self, fixed: int | None, clock: Callable[[], float] = _loop_time, ceiling: int | None = None) -> None:
         self.fixed = fixed is not None
         self.size = fixed if fixed is not None else START
         if ceiling is None:

@@ -76,7 +76,7 @@ class RowQueue:
 class Workers:
     """The pool of one execution: fresh rows in ``pending``, held rows in ``held``."""
 
-    __slots__ = ("tasks", "pending", "held", "level", "_run", "_resume", "_revisit")
+    __slots__ = ("tasks", "pending", "held", "level", "_run", "_resume", "_revisit", "_running")
 
     def __init__(
         self, level: Level, held: RetryQueue, run: Callable[[int], Awaitable[bool]], resume: Callable[[int], None],
@@ -89,6 +89,7 @@ class Workers:
         self._run = run  # runs one attempt of a row: True if it stepped aside
         self._resume = resume  # a held row is taken again
         self._revisit = revisit  # rows stepped back: settles those another process finished, returns the rest
+        self._running = 0  # workers in their loop (live() counts the tasks: too slow to ask at every row)
 
     def __repr__(self) -> str:
         return f"<Workers {self.live()}/{self.level.size} pending={len(self.pending)} {self.held!r}>"
@@ -115,10 +116,17 @@ class Workers:
             self.tasks.append(asyncio.ensure_future(self._worker()))
 
     async def _worker(self) -> None:
+        self._running += 1
+        try:
+            await self._take_rows()
+        finally:
+            self._running -= 1
+
+    async def _take_rows(self) -> None:
         pending, held, run, level = self.pending, self.held, self._run, self.level
         loop = asyncio.get_running_loop()
         while True:
-            if not level.fixed and self.live() > level.size:
+            if self._running > level.size:
                 return  # the level came down: this worker's place goes
             pos = held.due(loop.time()) if held else None
             if pos is not None:  # a held row comes back ahead of fresh rows
