@@ -19,7 +19,7 @@ __all__ = ["MapKwargs", "RunKwargs"]
 class MapKwargs(TypedDict, total=False):
     """The options of ``map()`` and ``amap()``."""
 
-    concurrency: int
+    concurrency: int | None
     on_error: Literal["isolate", "raise"]
     refresh: bool | Literal["rows", "all"]
     max_cost: float | None

@@ -117,7 +117,7 @@ class DaskPlay:
         url = _redis_url(opts.store)
         frame = self._frame.head(opts.limit, npartitions=-1) if opts.limit is not None else self._frame.compute()
         at_once = min(self._frame.npartitions, sum(w.get("nthreads", 1) for w in _client().scheduler_info()["workers"].values()) or 1)
-        given = {**options, "store": url, "limit": None, "concurrency": opts.concurrency * at_once}
+        given = {**options, "store": url, "limit": None, "concurrency": opts.rows_at_once() * at_once}
         return PlayAccessor(frame).estimate(play, sample, seed=seed, first=first, precision=precision, **given)
 
 

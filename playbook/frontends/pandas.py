@@ -117,7 +117,7 @@ class PlayAccessor:
             raise PlayDefinitionError(f"estimate(precision={precision!r}): how close the money's interval must come, a share such as 0.15")
         run, opts = self._start(play, options)
         try:
-            return run, run_sync(pilot_estimate(run, opts.concurrency, sample, seed=seed, first=first, precision=precision))
+            return run, run_sync(pilot_estimate(run, opts.rows_at_once(), sample, seed=seed, first=first, precision=precision))
         except KeyboardInterrupt:
             raise interrupted("interrupted: the pilot stopped; what it paid for is saved and reused by the run") from None
 

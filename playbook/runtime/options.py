@@ -25,6 +25,7 @@ from ..errors import PlayDefinitionError, ReceiptError
 from ..store import ReceiptStore, StoreEngine, default_store, engine
 from ..store.fixtures import Fixtures, active
 from ..tools.transport import warn_past_file_limit
+from .level import START
 from .scope import CostBudget
 
 __all__ = ["SURFACES", "Option", "RunOptions", "options"]
@@ -52,7 +53,10 @@ def _option(default: Any, help: str, **spelling: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    concurrency: int = _option(16, "rows in flight at once", metavar="N", text=whole(1))
+    concurrency: int | None = _option(
+        None, "rows in flight at once, at most (default: 16, growing while every provider the rows call has room, up to 256)",
+        metavar="N", text=whole(1),
+    )  # fmt: skip
     on_error: Literal["isolate", "raise"] = _option(
         "isolate", "isolate: a failed row is data in the result; raise: the first failure stops the run", choices=("isolate", "raise")
     )
@@ -117,9 +121,10 @@ class RunOptions:
         def bad(option: str, want: str) -> PlayDefinitionError:
             return PlayDefinitionError(f"{option}={getattr(self, option)!r}: {option} must be {want}")
 
-        if not _whole(self.concurrency) or self.concurrency < 1:
-            raise bad("concurrency", "a whole number >= 1")
-        warn_past_file_limit(self.concurrency)  # allowed (calls queue for connections), but slower than asked
+        if self.concurrency is not None:
+            if not _whole(self.concurrency) or self.concurrency < 1:
+                raise bad("concurrency", "a whole number >= 1 or None (the run finds its level)")
+            warn_past_file_limit(self.concurrency)  # allowed (calls queue for connections), but slower than asked
         if self.on_error not in ("isolate", "raise"):
             raise bad("on_error", "'isolate' (a failed row is data in the result) or 'raise'")
         if not (isinstance(self.refresh, bool) or self.refresh == "rows"):
@@ -138,6 +143,10 @@ class RunOptions:
             raise bad("max_wait", "a number of seconds >= 0 or None")
         if self.store is not None and not isinstance(self.store, (ReceiptStore, str, os.PathLike)):
             raise bad("store", "a pb.ReceiptStore, a directory path, a redis:// URL or None")
+
+    def rows_at_once(self) -> int:
+        """The rows in flight a run starts with: the ``concurrency`` given, else the level it starts at."""
+        return self.concurrency if self.concurrency is not None else START
 
     def cost_budget(self) -> CostBudget:
         """What the run's paid calls are counted against: the budget given, else one of ``max_cost``."""

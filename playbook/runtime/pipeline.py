@@ -248,6 +248,8 @@ async def _route(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool
     if tool.batch_size is not None:
         return await _batched(ctx, tool, call)
     if tool.provider is None:
+        if tool.remote:
+            ctx.scope.level.unlimited()
         return await _send(ctx, tool, call, _env(ctx, call))
     if tool.remote:
         # The run's HTTP client is made (its transport imported) before a slot is taken, not in the
@@ -280,18 +282,24 @@ async def _governed(ctx: Caller, tool: Tool[Any], call: Pending, ticket: Ticket,
     suspension, so a replayed call keeps its retry count.  A call weighed by its tokens carries
     its estimate on the ticket and its real usage back; limits the provider announced in its
     answer (or its refusal) reach the governor."""
-    tickets = ctx.scope.tickets
+    tickets, level = ctx.scope.tickets, ctx.scope.level
     provider = tool.provider
     assert provider is not None
     ticket.weight = tool.weigh(call.values)
+    # Only a call weighed by its tokens (an LLM tool's) has usage and limits to report back.
+    send = send if ticket.weight is None else _weighed(tool, ticket, send, env)
+    waiting = level.waiting(provider)
     try:
-        # Only a call weighed by its tokens (an LLM tool's) has usage and limits to report back.
-        result = await governed(provider, send if ticket.weight is None else _weighed(tool, ticket, send, env), ticket)
+        result = await governed(provider, send if waiting is None else waiting.around(send), ticket)
     except OnHold:
+        level.held()
         raise
     except BaseException:
         tickets.done(call.logical)
         raise
+    finally:
+        if waiting is not None:
+            waiting.done()
     tickets.done(call.logical)
     return result
 

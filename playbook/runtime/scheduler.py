@@ -2,7 +2,8 @@
 
 Rows are identified by a digest of their key values; rows with the same key run once and share
 the outcome.  A row whose memo exists (same play fingerprint, same key) is settled as
-``reused`` without running.  The rest run on ``concurrency`` workers.  Every change of a row is
+``reused`` without running.  The rest run on workers, as many as the run's level of rows in
+flight (``level``: the ``concurrency`` given, or one found while the run goes).  Every change of a row is
 an event; :class:`~playbook.runtime.state.RunState` counts them and views subscribe to it.
 
 The pieces, each in its module: the rows table (``table``), the held queue (``held``), the
@@ -27,6 +28,7 @@ from .._internal.flow import WaitBudget
 from ..events import ProviderUp, RunCounted, RunFinished, RunNotice, RunStarted
 from ..plays.play import Play
 from .attempt import RowRunner
+from .level import Level
 from .memos import finish_store, reuse
 from .options import RunOptions
 from .outcomes import Outcomes
@@ -66,13 +68,13 @@ class Scheduler:
             run_id=self.run_id, play=play.name, store=store, force_all=opts.refresh is True,
             rerun_rows=opts.refresh is not False, emit=self._emit,
             costs=opts.cost_budget(), tickets=Tickets(table, opts.max_wait, self._watch), label=table.label,
-            fatal=self._fatal, fixtures=opts.replaying, fresh=self._fresh,
+            fatal=self._fatal, fixtures=opts.replaying, fresh=self._fresh, level=(level := Level(opts.concurrency)),
         )  # fmt: skip
         for note in play.notes.values():  # what the play reads that its fingerprint cannot count, said once
             self.state.emit(RunNotice(note, 0))
         self.scope.said.update(play.notes)
         runner = RowRunner(play, self.scope, self.outcomes, store, on_error=opts.on_error, fail_run=self._fail_run)
-        self.workers = Workers(opts.concurrency, held, runner, self.outcomes.resume, self._revisit)
+        self.workers = Workers(level, held, runner, self.outcomes.resume, self._revisit)
         self._positions: Sequence[int] = []  # the rows this execution settles
         self._watching: dict[str, Callable[[], None]] = {}  # provider -> unsubscribe, while an execution runs
         self._woken: asyncio.Future[None] | None = None

@@ -22,6 +22,7 @@ from ..tools.base import is_local
 from ..tools.transport import default_client
 from .batching import Batches
 from .jobs import Jobs
+from .level import Level
 from .table import RowTable
 
 if TYPE_CHECKING:
@@ -200,13 +201,13 @@ class RunScope:
 
     __slots__ = (
         "run_id", "play", "store", "clock", "force_all", "emit", "costs", "tickets", "landing", "batches", "jobs", "label", "_fatal",
-        "_forced", "_client", "replay", "recorder", "rerun_rows", "fresh", "started", "ahead", "observer", "plays", "said",
+        "_forced", "_client", "replay", "recorder", "rerun_rows", "fresh", "started", "ahead", "observer", "plays", "said", "level",
     )  # fmt: skip
 
     def __init__(
         self, *, run_id: str, play: str, store: StoreEngine, force_all: bool, rerun_rows: bool = False, emit: Callable[[Event], None], costs: CostBudget,
         tickets: Tickets, label: Callable[[int], Any], fatal: Callable[[BaseException], None], fixtures: Fixtures | None = None,
-        fresh: Callable[[int], bool] = lambda pos: False,
+        level: Level, fresh: Callable[[int], bool] = lambda pos: False,
     ) -> None:  # fmt: skip
         self.run_id = run_id
         self.play = play
@@ -227,6 +228,7 @@ class RunScope:
         # Then a row whose call another process is paying for steps back for one of them instead
         # of waiting on that process's lease.
         self.fresh = fresh
+        self.level = level  # rows in flight: its calls tell it how long they wait for their providers
         self._forced: set[str] = set()
         self.ahead = Ahead()  # a call's receipt looked up before its lease, or after it only
         self._client: httpx.AsyncClient | None = None

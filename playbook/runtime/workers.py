@@ -1,10 +1,12 @@
 """Admission: the worker tasks that take rows, held rows first (at their time), then fresh ones,
 then rows stepped back because another process was paying for one of their calls.
 
-At most ``concurrency`` workers run rows at once.  A row that steps aside (held, sleeping) gives
-its worker up; a worker is added if the pool fell short, so a held row never lacks one when it
-comes back.  Workers join while an execution goes (a retry adds rows), so the pool is waited for
-until none is left.
+At most ``level.size`` workers run rows at once (:class:`~playbook.runtime.level.Level`: the
+``concurrency`` given, or the level the run finds).  A row that steps aside (held, sleeping)
+gives its worker up; a worker is added if the pool fell short, so a held row never lacks one when
+it comes back.  When the level grows, workers are added at once; when it comes down, workers
+over it stop as their rows end.  Workers join while an execution goes (a retry adds rows), so the
+pool is waited for until none is left.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+from .level import Level
 from .retry_queue import RetryQueue
 
 __all__ = ["RowQueue", "Workers"]
@@ -73,35 +76,39 @@ class RowQueue:
 class Workers:
     """The pool of one execution: fresh rows in ``pending``, held rows in ``held``."""
 
-    __slots__ = ("tasks", "pending", "held", "concurrency", "_run", "_resume", "_revisit")
+    __slots__ = ("tasks", "pending", "held", "level", "_run", "_resume", "_revisit", "_running")
 
     def __init__(
-        self, concurrency: int, held: RetryQueue, run: Callable[[int], Awaitable[bool]], resume: Callable[[int], None],
+        self, level: Level, held: RetryQueue, run: Callable[[int], Awaitable[bool]], resume: Callable[[int], None],
         revisit: Callable[[list[int]], Sequence[int]] = lambda rows: rows,
     ) -> None:  # fmt: skip
         self.tasks: list[asyncio.Task[None]] = []
         self.pending = RowQueue()
         self.held = held
-        self.concurrency = concurrency
+        self.level = level
         self._run = run  # runs one attempt of a row: True if it stepped aside
         self._resume = resume  # a held row is taken again
         self._revisit = revisit  # rows stepped back: settles those another process finished, returns the rest
+        self._running = 0  # workers in their loop (live() counts the tasks: too slow to ask at every row)
 
     def __repr__(self) -> str:
-        return f"<Workers {self.live()}/{self.concurrency} pending={len(self.pending)} {self.held!r}>"
+        return f"<Workers {self.live()}/{self.level.size} pending={len(self.pending)} {self.held!r}>"
 
     def live(self) -> int:
         return sum(not t.done() for t in self.tasks)
 
     def admit(self, positions: Iterable[int]) -> None:
-        """Queue rows and start the workers they need, up to ``concurrency``."""
+        """Queue rows and start the workers they need, up to the level."""
         self.pending.extend(positions)
-        self._spawn(max(0, min(self.concurrency - self.live(), len(self.pending))))
+        self._fill()
+
+    def _fill(self) -> None:
+        self._spawn(max(0, min(self.level.size - self.live(), len(self.pending))))
 
     def _stepped_aside(self) -> None:
         """A row left its worker for the held queue: that worker takes another row, and the
         held one must not lack a worker when its time comes."""
-        if self.live() < self.concurrency:
+        if self.live() < self.level.size:
             self._spawn(1)
 
     def _spawn(self, count: int) -> None:
@@ -109,9 +116,18 @@ class Workers:
             self.tasks.append(asyncio.ensure_future(self._worker()))
 
     async def _worker(self) -> None:
-        pending, held, run = self.pending, self.held, self._run
+        self._running += 1
+        try:
+            await self._take_rows()
+        finally:
+            self._running -= 1
+
+    async def _take_rows(self) -> None:
+        pending, held, run, level = self.pending, self.held, self._run, self.level
         loop = asyncio.get_running_loop()
         while True:
+            if self._running > level.size:
+                return  # the level came down: this worker's place goes
             pos = held.due(loop.time()) if held else None
             if pos is not None:  # a held row comes back ahead of fresh rows
                 self._resume(pos)
@@ -126,8 +142,17 @@ class Workers:
                 await held.nap(held.next_at())  # type: ignore[arg-type]  # not empty: it has a next
             else:
                 return
-            if pos is not None and await run(pos):
+            if pos is None:
+                continue
+            level.started()
+            try:
+                aside = await run(pos)
+            finally:
+                level.ended()
+            if aside:
                 self._stepped_aside()
+            if level.adjust(bool(pending)):
+                self._fill()
 
     def cancel(self, keep: asyncio.Task[Any] | None, landing: set[asyncio.Task[Any]]) -> None:
         """Stop taking rows; cancel the rows in flight but ``keep`` and those ``landing`` a receipt."""
