@@ -290,13 +290,15 @@ class Governor(Holds):
             raise self._past_budget("holds calls until", wait, ticket)
         # A call that cannot suspend its row (a batch serves many) still steps aside for a long
         # provider hold; only its own backoff, bounded by the retries, is waited out in place.
-        # A row whose own retry waits more than a moment gives its worker up meanwhile.
+        # A row whose own retry waits more than a moment gives its worker up meanwhile; one whose
+        # call fails on its own always does, and tries again after the rows not started yet.
         own = until > self.limiter.hold_until_t
-        if wait <= (OWN_IN_PLACE if own and ticket.suspend else IN_PLACE) or (not ticket.suspend and own):
+        behind = own and ticket.suspend and ticket.standing.own
+        if not behind and (wait <= (OWN_IN_PLACE if own and ticket.suspend else IN_PLACE) or (not ticket.suspend and own)):
             budget.left -= wait
             await asyncio.sleep(wait)
             return
-        raise OnHold(self.provider, until, time.time() + wait, self.last_status, budget)
+        raise OnHold(self.provider, until, time.time() + wait, self.last_status, budget, behind=behind)
 
     # -- verdicts ------------------------------------------------------------------------------
 

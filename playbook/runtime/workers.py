@@ -1,5 +1,6 @@
 """Admission: the worker tasks that take rows, held rows first (at their time), then fresh ones,
-then rows stepped back because another process was paying for one of their calls.
+then rows held behind them (a call failing on its own: retry_queue), then rows stepped back
+because another process was paying for one of their calls.
 
 At most ``concurrency`` workers run rows at once.  A row that steps aside (held, sleeping) gives
 its worker up; a worker is added if the pool fell short, so a held row never lacks one when it
@@ -112,7 +113,7 @@ class Workers:
         pending, held, run = self.pending, self.held, self._run
         loop = asyncio.get_running_loop()
         while True:
-            pos = held.due(loop.time()) if held else None
+            pos = held.due(loop.time(), fresh=bool(pending)) if held else None
             if pos is not None:  # a held row comes back ahead of fresh rows
                 self._resume(pos)
             elif pending:

@@ -217,7 +217,7 @@ class Standing:
 
     def failed(self, health: Health, now: float) -> bool:
         """It failed now on ``health``'s provider: True when the failure is its own."""
-        if self._health is health and health.answered_t > self._failed_t:
+        if self._health is health and health.answered_t >= self._failed_t:
             self.own = True
         self._health, self._failed_t = health, now
         return self.own
