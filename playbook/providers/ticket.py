@@ -1,6 +1,6 @@
 """What the governor keeps of one logical call across the replays of its row (:class:`Ticket`:
-its tries, its backoff, its wait budget, what it weighs, whether it fails on its own), and what it reads of its provider's
-description (:class:`Described`)."""
+its tries, its backoff, its wait budget, what it weighs, whether it fails on its own), and what it
+reads of its provider's description (:class:`Described`)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 whose state lives in this process (:class:`LocalLimiter`) and the one shared through Redis by
 every process and machine on one account (:mod:`playbook.providers.limits.shared`, imported when used, so
 playbook imports without redis installed), plus the exact primitives they are made of: pacing and
-rate adaptation (:class:`Pace`), calls in flight (:class:`Window`), health (:class:`Health`, judged on distinct calls: :class:`Standing`),
-backoff (:class:`Backoff`) and reading "come back later" headers (:func:`retry_after`).
+rate adaptation (:class:`Pace`), calls in flight (:class:`Window`), health (:class:`Health`, which
+judges distinct calls: :class:`Standing`), backoff (:class:`Backoff`) and reading "come back later"
+headers (:func:`retry_after`).
 """
 
 from __future__ import annotations
