@@ -166,7 +166,7 @@ def test_failures_dominating_across_distinct_requests_still_hold_the_provider() 
 
 def test_health_judges_distinct_calls() -> None:
     """A call's retries count while nothing sent since it failed is answered; once a call sent
-    after it is answered, it fails on its own: its failures and its answer count no more."""
+    after it is answered, it fails on its own: its failures count no more."""
     health = Health()
     alone = Standing()
     for t in range(6):
