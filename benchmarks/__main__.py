@@ -25,6 +25,7 @@ from . import (
     b11_estimate,
     b12_pools,
     b13_level,
+    b14_failing,
 )
 from .harness import table
 
@@ -46,6 +47,7 @@ CASES = {
     "b11s": b11_estimate.run_shared,
     "b12": b12_pools.run,
     "b13": b13_level.run,
+    "b14": b14_failing.run,
 }
 QUICK = {"b10": lambda **kw: b10_scale.run(rows=b10_scale.QUICK, **kw)}  # --quick: sizes for the edit loop
 
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeats",
         type=int,
-        help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9, b10, b11, b11s, b12 and b13; 5 for b8)",
+        help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9, b10, b11, b11s, b12, b13 and b14; 5 for b8)",
     )
     parser.add_argument("--quick", action="store_true", help=f"smaller sizes where a case has them ({', '.join(QUICK)})")
     args = parser.parse_args(argv)

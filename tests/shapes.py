@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import playbook as pb
@@ -42,6 +43,10 @@ class Shape:
 
     def decide(self, now: float) -> Exception | None:  # pragma: no cover - overridden
         return None
+
+    def send_for(self, row: int) -> Callable[[], Awaitable[str]]:
+        """What row ``row`` sends (the same request on each of its tries)."""
+        return self.send
 
     async def send(self) -> str:
         loop = asyncio.get_running_loop()
@@ -121,6 +126,41 @@ class Flaky(Shape):
 
 
 @dataclass
+class FailingInputs(Shape):
+    """Every ``every``-th row sends a request that always gets a 503 (a path built from the row,
+    like ``/status/503``); every other request is answered."""
+
+    every: int = 10
+
+    def send_for(self, row: int) -> Callable[[], Awaitable[str]]:
+        if row % self.every != self.every - 1:
+            return self.send
+
+        async def failing() -> str:
+            self.requests += 1
+            self.failed += 1
+            await asyncio.sleep(0.002)
+            raise pb.ToolError(f"HTTP 503 (GET /status/503?row={row})", status=503, retryable=True)
+
+        return failing
+
+
+@dataclass
+class RandomFailures(Shape):
+    """Each request fails with a 503 at random, ``share`` of them (a provider that is overloaded)."""
+
+    share: float = 0.7
+    seed: int = 0
+    _rng: random.Random | None = None
+
+    def decide(self, now: float) -> Exception | None:
+        self._rng = self._rng or random.Random(self.seed)
+        if self._rng.random() < self.share:
+            return pb.ToolError("service unavailable", status=503, retryable=True)
+        return None
+
+
+@dataclass
 class Closed(Shape):
     """Nothing listening: every connection is refused at once."""
 
@@ -134,6 +174,8 @@ class Outcome:
     failed: int = 0
     parked: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    ok_seconds: float = 0.0  # when the last row that succeeded did
+    errors: list[str] = field(default_factory=list)  # the failed rows' messages
     trace: list[tuple[float, float | None, int | None]] = field(default_factory=list)
 
     def goodput(self) -> float:
@@ -150,20 +192,23 @@ async def drive(provider: Provider, shape: Shape, rows: int, *, concurrency: int
 
     async def row(i: int) -> None:
         ticket = Ticket(f"tool{i}", WaitBudget(max_wait))
+        send = shape.send_for(i)
         while True:
             async with slots:
                 try:
-                    await governor(provider).dispatch(shape.send, ticket)
+                    await governor(provider).dispatch(send, ticket)
                 except OnHold as held:
                     until = held.until
                 except ProviderExhausted as exc:
                     out.parked[exc.reason] = out.parked.get(exc.reason, 0) + 1
                     return
-                except (ProviderUnavailable, pb.ToolError):
+                except (ProviderUnavailable, pb.ToolError) as exc:
                     out.failed += 1
+                    out.errors.append(str(exc))
                     return
                 else:
                     out.ok += 1
+                    out.ok_seconds = loop.time() - start
                     return
             ticket.budget.left -= max(0.0, until - loop.time())
             await asyncio.sleep(max(0.0, until - loop.time()))

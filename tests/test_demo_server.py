@@ -163,6 +163,20 @@ def test_unknown_endpoint_and_wrong_method(client):
     assert client.post("/v1/email").status_code == 405
 
 
+def test_status_path_answers_the_status_it_names(provider, client):
+    """GET /v1/status/{code} answers that status, as httpbin's /status/{code} (an input that
+    always gets a 503 while others are answered), behind auth and the limits; other codes are 422."""
+    assert client.get("/v1/status/503", params={"row": 7}).status_code == 503
+    assert client.get("/v1/status/503").json() == {"error": "status 503, as the path asked"}
+    assert client.get("/v1/status/200").json() == {"status": 200}
+    assert client.get("/v1/status/204").status_code == 204
+    assert client.get("/v1/status/x").status_code == 422 and client.get("/v1/status/99").status_code == 422
+    assert client.get("/v1/status/503", headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert client.post("/v1/status/503").status_code == 405
+    provider.reset(fault_every=1)
+    assert client.get("/v1/status/200").status_code == 503  # faults and limits apply first, as everywhere under /v1
+
+
 # -- rate limits and quotas ---------------------------------------------------------------------
 
 

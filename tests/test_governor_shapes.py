@@ -12,13 +12,13 @@ import asyncio
 import random
 
 import pytest
-from shapes import Closed, FixedWindow, Flaky, InFlightLimit, Shape, TokenBucket, drive
+from shapes import Closed, FailingInputs, FixedWindow, Flaky, InFlightLimit, RandomFailures, Shape, TokenBucket, drive
 from vtime import run_virtual
 
 import playbook as pb
 from playbook._internal.flow import WaitBudget
-from playbook.events import ProviderDown, ProviderUp, RateChanged
-from playbook.providers.limits import Backoff, Health, Window
+from playbook.events import ProviderDown, ProviderHoldSet, ProviderUp, RateChanged
+from playbook.providers.limits import Backoff, Health, Standing, Window
 from playbook.providers.provider import Provider, Ticket, governor
 
 
@@ -122,6 +122,65 @@ def test_flaky_5xx_slow_nobody_else() -> None:
     assert out.goodput() >= 0.7 * clean.goodput()
     assert provider.status().rate == pytest.approx(50 * 0.98) and not provider.status().down
     assert not [e for e in events if not isinstance(e, RateChanged)]
+
+
+@pytest.mark.parametrize("concurrency", [32, 4])
+def test_one_input_that_always_fails_costs_its_row_its_retries_not_the_provider(concurrency: int) -> None:
+    """Every 10th row's request always gets a 503 while the others are answered: that row fails
+    after its retries, naming its tool and saying the request fails on its own; the provider is
+    never held nor down, and no other row fails or parks."""
+    provider = Provider("p", rps=40)
+    events: list = []
+    governor(provider).subscribe(events.append)
+    shape = FailingInputs(every=10)
+    out = _run(provider, shape, concurrency=concurrency)
+    assert (out.ok, out.failed, out.parked) == (270, 30, {})
+    assert shape.failed == 30 * (1 + provider.retries)  # each failing row spent its retries, no more
+    # The last row's tries find nothing answered after them (every other row is done): with no
+    # word on the others, they are the provider's, so it gave up as before; the rest fail on their own.
+    own = [e for e in out.errors if "this request fails on its own (provider 'p' answers other calls): HTTP 503" in e]
+    assert len(own) >= 28 and all(e.startswith("tool 'tool") and e.endswith("(gave up after 5 tries)") for e in own)
+    assert not [e for e in events if isinstance(e, (ProviderDown, ProviderHoldSet))]
+    assert not provider.status().down and not provider.status().held
+
+
+def test_every_request_failing_still_takes_the_provider_down_with_few_requests() -> None:
+    """Every request gets a 503 and only three rows run: with nothing answered between a call's
+    tries, each retry counts, so the provider goes down and the rows park ("down") as before,
+    rather than each failing alone after its retries."""
+    provider = Provider("p", rps=40)
+    out = _run(provider, RandomFailures(share=1.0), rows=3, max_wait=20.0)
+    assert provider.status().down
+    assert (out.ok, out.failed, out.parked) == (0, 0, {"down": 3})
+
+
+def test_failures_dominating_across_distinct_requests_still_hold_the_provider() -> None:
+    """70% of requests fail at random (an overloaded provider): most distinct requests fail, so
+    failures dominate and the provider holds every call (each retry spares it), as before."""
+    provider = Provider("p", rps=40)
+    events: list = []
+    governor(provider).subscribe(events.append)
+    _run(provider, RandomFailures(share=0.7), rows=100)
+    assert len([e for e in events if isinstance(e, ProviderHoldSet)]) >= 5
+
+
+def test_health_judges_distinct_calls() -> None:
+    """A call's retries count while nothing sent since it failed is answered; once a call sent
+    after it is answered, it fails on its own: its failures count no more."""
+    health = Health()
+    alone = Standing()
+    for t in range(6):
+        assert health.failure(float(t), alone) is False
+    assert health.failures == 6 and not alone.own  # nothing answered between: each try counts
+    health, mine = Health(), Standing()
+    health.failure(10.0, mine)
+    health.success(sent_at=9.0)  # sent before it failed: no word on now
+    health.failure(11.0, mine)
+    assert health.failures == 1 and not mine.own  # counted
+    health.success(sent_at=11.5)  # another call, sent after it failed, answered
+    for t in range(12, 40):  # counted, these would take it down
+        assert health.failure(float(t), mine) is False
+    assert mine.own and health.failures == 0 and not health.dominated() and not health.down
 
 
 @pytest.mark.parametrize("max_wait", [0.5, 20.0], ids=["budget under the first probe", "budget of 20s"])

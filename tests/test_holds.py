@@ -409,6 +409,32 @@ def test_503s_past_retries_fail_the_row_with_provider_unavailable(store: pb.Rece
     assert error.startswith("ProviderUnavailable") and "'flaky'" in error
 
 
+def test_a_row_whose_call_fails_on_its_own_retries_after_the_fresh_rows(store: pb.ReceiptStore) -> None:
+    """Row 0's request always gets a 503 while the others are answered: once it has failed again
+    after others were answered, it fails on its own, and its next tries wait for every fresh row
+    to start (the provider's calls go to rows that may succeed first); then it fails after its
+    retries, saying so and naming the tool, and the provider is neither held nor down."""
+    solo = pb.Provider("solo")
+
+    async def fn(n: int) -> int:
+        if n == 0:
+            await asyncio.sleep(0.05)
+            raise pb.ToolError("HTTP 503 (GET /status/503)", status=503, retryable=True)
+        await asyncio.sleep(1.0)
+        return n
+
+    run, events = run_virtual(launch(rows(21), calling(pb.tool(fn, name="lookup", provider=solo)), store, concurrency=2))
+    assert statuses(run) == ["failed"] + ["ok"] * 20
+    error = run.result.loc[0, "play_error"]
+    assert error.startswith("ProviderUnavailable: tool 'lookup': this request fails on its own (provider 'solo' answers other calls)")
+    assert error.endswith("(gave up after 5 tries)")
+    started = [e.position for _, e in of(RowStarted, events)]
+    assert started.count(0) == 5
+    last_fresh = started.index(20)
+    assert [i for i, pos in enumerate(started) if pos == 0][-2:] > [last_fresh] * 2  # its last two tries come after
+    assert not solo.status().down and not run.holds
+
+
 def test_run_fatal_stops_the_run(store: pb.ReceiptStore) -> None:
     """RunFatal from a tool stops the run at once: it is raised, nothing more is dispatched, calls already
     sent land (here: fail as the first did), the rest is skipped."""

@@ -155,6 +155,18 @@ def test_the_held_queue_gives_rows_back_in_deadline_order() -> None:
     assert [queue.due(9.0), queue.due(9.0), queue.due(9.0), queue.due(9.0)] == [1, 0, 2, None]
 
 
+def test_a_row_held_behind_comes_back_only_when_no_fresh_row_waits() -> None:
+    """A row held behind (its call fails on its own) is due at its time only when no fresh row
+    waits; the rows held ahead of fresh ones come first, and its time counts for the next nap."""
+    queue = RetryQueue()
+    queue.push(0, 1.0, behind=True)
+    queue.push(1, 3.0)
+    assert len(queue) == 2 and queue.next_at() == 1.0
+    assert queue.due(2.0, fresh=True) is None and queue.due(2.0) == 0
+    queue.push(0, 1.0, behind=True)
+    assert queue.due(9.0, fresh=True) == 1 and queue.due(9.0, fresh=True) is None and queue.due(9.0) == 0
+
+
 def test_a_row_whose_call_another_run_pays_for_steps_back_for_the_fresh_rows(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Another run on the same store (a thread here, with a store object and leases of its own, as
     a process has) holds the lease of row 0's call: row 0 steps back instead of waiting, the fresh

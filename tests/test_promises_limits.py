@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import pandas as pd
 import pytest
 from engines import Engine
 from promises import answered, email, enrich, people, requests
@@ -157,6 +158,44 @@ def test_a_provider_down_past_max_wait_parks_its_rows_and_a_waterfall_passes_it_
         assert time.monotonic() - started < 8.0  # no row waited for the dead provider's probes
     finally:
         spare_server.stop()
+
+
+def test_one_input_that_always_fails_fails_its_row_not_the_provider(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """Every tenth row's request always gets a 503 (a path built from the row) while the others
+    are answered: every other row finishes, and those rows fail after their retries, naming the
+    tool, most of them saying the request fails on its own; the provider is neither held nor down.
+    (Processes sharing a store judge the provider each from its own calls; see below.)"""
+    demo.reset(latency=0.02)
+    lookup = name("status")
+    status = pb.http_tool(
+        f"{lookup}.status", provider=pb.Provider(lookup, max_wait=10), method="GET", url=demo.url + "/v1/status/{code}",
+        params={"n": "{n}"}, headers={"Authorization": f"Bearer {DEMO_KEY}"},
+    )  # fmt: skip
+
+    async def play(row, ctx):  # type: ignore[no-untyped-def]
+        return {"answer": await ctx.tool(status, code=row.code, n=row.n)}
+
+    frame = pd.DataFrame({"n": range(100), "code": [503 if i % 10 == 9 else 200 for i in range(100)]})
+    out = engine.run(frame, pb.play(play, name="status"), concurrency=8)
+    assert out.statuses.get("ok", 0) + out.statuses.get("reused", 0) == 90, out.statuses
+    assert out.result is not None and not [h for h in out.holds if h["reason"] != "down"]
+    if engine.name == "processes":
+        # Two processes run the same rows, and a row whose call the other pays for steps back
+        # until the fresh rows are taken: each ends with the failing rows alone, and with no
+        # answer of its own after their tries it cannot tell them from a provider that went down.
+        # Health is each process's (docs/sharing.md): those rows park, reason "down", and no
+        # other row waits for it.
+        assert out.statuses.get("failed", 0) + out.statuses.get("parked", 0) == 10
+        assert set(out.parked["reason"]) <= {"down"}
+        return
+    assert out.statuses.get("failed") == 10 and not out.holds, out.statuses
+    errors = out.result.loc[out.result["play_status"] == "failed", "play_error"].tolist()
+    assert all(f"tool '{lookup}.status'" in e and "HTTP 503" in e and e.endswith("(gave up after 5 tries)") for e in errors), errors
+    # A failing row near the end may find nothing else answered after its tries: it gives up as before.
+    assert sum("this request fails on its own" in e for e in errors) >= 7, errors
+    assert demo.stats()["by_status"]["503"] == 10 * 5
 
 
 # -- credentials, budget, waterfall ----------------------------------------------------------------

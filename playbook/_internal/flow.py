@@ -29,15 +29,17 @@ class Suspend(BaseException):
 
 
 class OnHold(Suspend):
-    """The row waits for ``provider`` until ``until`` (loop clock): re-admit it then."""
+    """The row waits for ``provider`` until ``until`` (loop clock): re-admit it then (``behind``:
+    then, after the rows not started yet: its call fails on its own, and gives way to them)."""
 
-    def __init__(self, provider: Any, until: float, wall: float, status: int | None, budget: WaitBudget) -> None:
+    def __init__(self, provider: Any, until: float, wall: float, status: int | None, budget: WaitBudget, *, behind: bool = False) -> None:
         super().__init__(f"held by provider {provider.name!r}")
         self.provider = provider
         self.until = until
         self.wall = wall  # the same moment in epoch seconds, for people
         self.status = status
         self.budget = budget
+        self.behind = behind
 
 
 class Leased(Suspend):

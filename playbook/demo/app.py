@@ -50,7 +50,7 @@ BULK_MAX_ITEMS = 100
 _MALFORMED = b'{"email": "truncated@'  # what a proxy cutting a response short looks like
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _KNOWN_PATHS = frozenset({"/v1/company", "/v1/email", "/v1/email/bulk", "/v1/jobs", "/v1/chat/completions"})
-_KNOWN_TEMPLATES = (re.compile(r"^/v1/jobs/"), batch_api.PATHS)  # paths with an id in them
+_KNOWN_TEMPLATES = (re.compile(r"^/v1/jobs/"), re.compile(r"^/v1/status/"), batch_api.PATHS)  # paths with an id in them
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -95,6 +95,7 @@ def build_app(
         guarded("POST", "/v1/jobs", _submit_job(state)),
         guarded("GET", "/v1/jobs/{job_id}", _job_status(state)),
         guarded("POST", "/v1/chat/completions", _chat(state)),
+        guarded("GET", "/v1/status/{code}", _status),
         *(guarded(method, path, handler) for method, path, handler in batch_api.routes(state)),
         Route("/v1/{path:path}", _guarded(state, "* /v1/{path}", _unknown), methods=_ALL_METHODS),
         Route("/_health", _health, methods=["GET"]),
@@ -289,6 +290,20 @@ def _chat(state: DemoState) -> Handler:
         return json_response(answer, 200, verdict.headers)
 
     return chat
+
+
+async def _status(request: Request) -> Response:
+    """The status the path names, as httpbin's ``/status/{code}`` answers: an input that always
+    gets a 503 (or any other status) while every other request is answered."""
+    text = request.path_params["code"]
+    code = int(text) if text.isdigit() else 0
+    if not 200 <= code <= 599:
+        raise _Invalid(422, f"path /v1/status/{{code}}: {text!r} is not an HTTP status from 200 to 599")
+    if code in (204, 304):  # answers that carry no body
+        return Response(b"", code)
+    if code < 300:
+        return json_response({"status": code}, code)
+    return _error(code, f"status {code}, as the path asked")
 
 
 async def _unknown(request: Request) -> Response:

@@ -15,7 +15,8 @@ the transport (:meth:`Governor.dispatch`), acting over its provider's limiter::
                    back off this call
               5xx, timeouts, connection errors: a failure of this call: retried after its hint
                    or a backoff, up to ``retries``; the provider holds only when failures
-                   dominate, and goes *down* after several in a row (limits.Health)
+                   dominate, and goes *down* after several in a row (limits.Health); a call
+                   failing again while others are answered fails on its own (limits.Standing)
               401/402/403: RunFatal, straight up (a pool of keys retires the key: providers.pool)
 
 What it keeps is this process's: the provider's health, its counters, the events it tells
@@ -174,7 +175,7 @@ class Governor(Holds):
                     health.unprobe()  # a no-op once the probe's outcome was recorded
             if permit is None:
                 continue
-            if health.success(permit.sent_at):
+            if health.success(permit.sent_at, ticket.standing):
                 self.emit(ProviderUp(self.name))
             if await self.limiter.settle(permit, ticket.actual):
                 self._rate_changed()
@@ -289,13 +290,15 @@ class Governor(Holds):
             raise self._past_budget("holds calls until", wait, ticket)
         # A call that cannot suspend its row (a batch serves many) still steps aside for a long
         # provider hold; only its own backoff, bounded by the retries, is waited out in place.
-        # A row whose own retry waits more than a moment gives its worker up meanwhile.
+        # A row whose own retry waits more than a moment gives its worker up meanwhile; one whose
+        # call fails on its own always does, and tries again after the rows not started yet.
         own = until > self.limiter.hold_until_t
-        if wait <= (OWN_IN_PLACE if own and ticket.suspend else IN_PLACE) or (not ticket.suspend and own):
+        behind = own and ticket.suspend and ticket.standing.own
+        if not behind and (wait <= (OWN_IN_PLACE if own and ticket.suspend else IN_PLACE) or (not ticket.suspend and own)):
             budget.left -= wait
             await asyncio.sleep(wait)
             return
-        raise OnHold(self.provider, until, time.time() + wait, self.last_status, budget)
+        raise OnHold(self.provider, until, time.time() + wait, self.last_status, budget, behind=behind)
 
     # -- verdicts ------------------------------------------------------------------------------
 
@@ -307,7 +310,7 @@ class Governor(Holds):
         else:  # a Python tool's own timeouts and dropped connections are transient too
             status, retryable, hint = None, isinstance(exc, (TimeoutError, ConnectionError)), None
         if not retryable:
-            if permit is not None and self.health.success(permit.sent_at):  # an answer, if not the one wanted: it is up
+            if permit is not None and self.health.success(permit.sent_at, ticket.standing):  # an answer, if not the one wanted: it is up
                 self.emit(ProviderUp(self.name))
             return False
         self.last_status = status
@@ -322,7 +325,7 @@ class Governor(Holds):
         """A 429: the provider is up and busy.  Shrink the window or cut the rate, then wait: this
         call alone when the refusal is a lone one, else every call until the hint says."""
         self.refused += 1
-        if self.health.success(permit.sent_at):
+        if self.health.success(permit.sent_at, ticket.standing):
             self.emit(ProviderUp(self.name))
         verdict = await self.limiter.refused(permit, hinted=hint is not None, short=hint is not None and hint <= LONE)
         if verdict is Verdict.LOWERED:
@@ -336,13 +339,14 @@ class Governor(Holds):
             ticket.refusals += 1
 
     async def _failed(self, exc: Exception, now: float, hint: float | None, ticket: Ticket) -> bool:
-        """A 5xx, a timeout, a refused connection: a failure of this call, not a verdict on the rate."""
+        """A 5xx, a timeout, a refused connection: a failure of this call, not a verdict on the rate
+        (nor on the provider, when the call fails on its own: limits.Standing)."""
         self.failed += 1
         health = self.health
         # A failed probe (or a call still out when the provider went down) is the outage's, not
         # this call's: it does not use up the call's tries, so a long outage parks rows, never fails them.
         ticket.tries += not health.down
-        if health.failure(now):
+        if health.failure(now, ticket.standing):
             self.down_error = _describe(exc)
             self._next_probe(now)
             self.emit(ProviderDown(self.name, self.down_error))
@@ -353,7 +357,7 @@ class Governor(Holds):
         if ticket.tries > self.provider.retries:
             raise self._unavailable(exc, ticket, f"gave up after {ticket.tries} tries")
         wait = hint if hint is not None else self.backoff.delay(ticket.tries - 1)
-        if health.dominated():
+        if health.dominated() and not ticket.standing.own:
             await self.hold_calls(now + wait, self.last_status)  # most calls fail: spare the provider
         else:
             ticket.not_before = now + wait
@@ -377,9 +381,11 @@ class Governor(Holds):
         return error
 
     def _unavailable(self, exc: Exception, ticket: Ticket, why: str) -> ProviderUnavailable:
-        error = ProviderUnavailable(
-            f"provider {self.name!r} is unavailable: {exc} ({why})", tool=ticket.tool or None, provider=self.name, status=self.last_status
-        )
+        text = f"provider {self.name!r} is unavailable: {exc} ({why})"
+        if ticket.standing.own:  # the provider answers others: this request is what fails
+            who = f"tool {ticket.tool!r}: " if ticket.tool else ""
+            text = f"{who}this request fails on its own (provider {self.name!r} answers other calls): {_describe(exc)} ({why})"
+        error = ProviderUnavailable(text, tool=ticket.tool or None, provider=self.name, status=self.last_status)
         error.__cause__ = exc
         return error
 

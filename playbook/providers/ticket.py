@@ -1,12 +1,13 @@
 """What the governor keeps of one logical call across the replays of its row (:class:`Ticket`:
-its tries, its backoff, its wait budget, what it weighs), and what it reads of its provider's
-description (:class:`Described`)."""
+its tries, its backoff, its wait budget, what it weighs, whether it fails on its own), and what it
+reads of its provider's description (:class:`Described`)."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
 from .._internal.flow import WaitBudget
+from .limits import Standing
 
 __all__ = ["Described", "Ticket"]
 
@@ -29,6 +30,7 @@ class Ticket:
         "carry",
         "cause",
         "lanes",
+        "standing",
     )
 
     def __init__(self, tool: str, budget: WaitBudget, *, suspend: bool = True, falls_through: bool = False) -> None:
@@ -45,6 +47,7 @@ class Ticket:
         self.actual: float | None = None  # tokens used, once answered
         self.carry: Any = None  # what the caller keeps with the call across its row's replays
         self.lanes: Any = None  # what a pool of keys keeps of this call: its backoff on each key
+        self.standing = Standing()  # what its provider's health makes of its failures: its own, or the provider's
 
     def __repr__(self) -> str:
         return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"

@@ -52,7 +52,7 @@ class RowRunner:
             output, stored = await play_row(self.play, table.row(pos), ctx, book)
         except OnHold as held:
             held.budget.left -= max(0.0, held.until - asyncio.get_running_loop().time())
-            outcomes.hold(pos, held.until, held.wall, held.provider.name, held.status)
+            outcomes.hold(pos, held.until, held.wall, held.provider.name, held.status, behind=held.behind)
             return True
         except Sleeping as sleeping:
             outcomes.sleep(pos, sleeping.until, sleeping.wall)

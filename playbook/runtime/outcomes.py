@@ -75,9 +75,10 @@ class Outcomes:
         if reason == "down" and provider is not None:
             self._parked_down(pos, provider)
 
-    def hold(self, pos: int, until: float, wall: float, provider: str, status: int | None) -> None:
-        """Held by ``provider`` until ``until`` (loop clock; ``wall``: the same in epoch seconds)."""
-        self._aside(pos, until, Waiting("provider", provider))
+    def hold(self, pos: int, until: float, wall: float, provider: str, status: int | None, *, behind: bool = False) -> None:
+        """Held by ``provider`` until ``until`` (loop clock; ``wall``: the same in epoch seconds;
+        ``behind``: then after the rows not started yet)."""
+        self._aside(pos, until, Waiting("provider", provider), behind=behind)
         self._emit(RowHeld(pos, provider, wall, status))
 
     def sleep(self, pos: int, until: float, wall: float) -> None:
@@ -91,11 +92,11 @@ class Outcomes:
         self.held.step_back(pos)
         self._emit(RowDeferred(pos))
 
-    def _aside(self, pos: int, until: float, waiting: Waiting) -> None:
+    def _aside(self, pos: int, until: float, waiting: Waiting, *, behind: bool = False) -> None:
         table = self.table
         table.running.discard(pos)
         table.waiting[pos] = waiting
-        self.held.push(pos, until)
+        self.held.push(pos, until, behind=behind)
 
     def resume(self, pos: int) -> None:
         """A held row's time has come: a worker takes it again."""

@@ -1,5 +1,6 @@
 """Admission: the worker tasks that take rows, held rows first (at their time), then fresh ones,
-then rows stepped back because another process was paying for one of their calls.
+then rows held behind them (a call failing on its own: retry_queue), then rows stepped back
+because another process was paying for one of their calls.
 
 At most ``level.size`` workers run rows at once (:class:`~playbook.runtime.level.Level`: the
 ``concurrency`` given, or the level the run finds).  A row that steps aside (held, sleeping)
@@ -128,7 +129,7 @@ class Workers:
         while True:
             if self._running > level.size:
                 return  # the level came down: this worker's place goes
-            pos = held.due(loop.time()) if held else None
+            pos = held.due(loop.time(), fresh=bool(pending)) if held else None
             if pos is not None:  # a held row comes back ahead of fresh rows
                 self._resume(pos)
             elif pending:

@@ -2,19 +2,20 @@
 whose state lives in this process (:class:`LocalLimiter`) and the one shared through Redis by
 every process and machine on one account (:mod:`playbook.providers.limits.shared`, imported when used, so
 playbook imports without redis installed), plus the exact primitives they are made of: pacing and
-rate adaptation (:class:`Pace`), calls in flight (:class:`Window`), health (:class:`Health`),
-backoff (:class:`Backoff`) and reading "come back later" headers (:func:`retry_after`).
+rate adaptation (:class:`Pace`), calls in flight (:class:`Window`), health (:class:`Health`, which
+judges distinct calls: :class:`Standing`), backoff (:class:`Backoff`) and reading "come back later"
+headers (:func:`retry_after`).
 """
 
 from __future__ import annotations
 
 from .backoff import Backoff, announced, duration, retry_after
 from .base import HEADROOM, LONE, Limiter, Permit, Verdict
-from .gates import Health, Window
+from .gates import Health, Standing, Window
 from .local import LocalLimiter
 from .pace import Pace
 
 __all__ = [
-    "HEADROOM", "LONE", "Backoff", "Health", "Limiter", "LocalLimiter", "Pace", "Permit", "Verdict", "Window", "announced", "duration",
+    "HEADROOM", "LONE", "Backoff", "Health", "Limiter", "LocalLimiter", "Pace", "Permit", "Standing", "Verdict", "Window", "announced", "duration",
     "retry_after",
 ]  # fmt: skip

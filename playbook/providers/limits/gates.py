@@ -14,7 +14,7 @@ from collections import deque
 
 from .waiters import wake_all
 
-__all__ = ["Health", "Window"]
+__all__ = ["Health", "Standing", "Window"]
 
 
 class Window:
@@ -196,6 +196,33 @@ class Window:
         return False
 
 
+class Standing:
+    """What a provider's :class:`Health` remembers of one call across its tries (its ticket
+    carries it): when it last failed, and whether it fails *on its own*.
+
+    A call that fails again after the provider answered a call sent since its last failure is
+    its own failure (one input the provider always refuses, a path that always answers 503), not
+    the provider's: from then on its tries, failed or not, are no evidence about the provider.
+    It keeps that word when it moves to another key of a pool (the request is the same)."""
+
+    __slots__ = ("own", "_health", "_failed_t")
+
+    def __init__(self) -> None:
+        self.own = False
+        self._health: Health | None = None  # whose clock _failed_t is on
+        self._failed_t = math.inf  # loop clock: its last failure
+
+    def __repr__(self) -> str:
+        return f"<Standing{' own' if self.own else ''}>"
+
+    def failed(self, health: Health, now: float) -> bool:
+        """It failed now on ``health``'s provider: True when the failure is its own."""
+        if self._health is health and health.answered_t >= self._failed_t:
+            self.own = True
+        self._health, self._failed_t = health, now
+        return self.own
+
+
 class Health:
     """Is the provider up?  ``DOWN_AFTER`` transient failures in a row (refused connections,
     timeouts, 5xx) with no success between, when they are most of the recent calls, take it *down*; then one probe call at a time tests it,
@@ -205,9 +232,15 @@ class Health:
 
     It also says when failures *dominate* the recent calls (more than half of the last
     ``RECENT``): a 5xx is a failure of one call, retried without slowing the others, until then.
+
+    It judges the provider on distinct calls: a call's first try counts, and its retries count
+    while nothing sent since it failed was answered (a provider failing everything).  A call that
+    fails again after others were answered fails on its own (:class:`Standing`): its tries no
+    longer count, so one input that always gets a 503 costs its row its retries, and neither
+    holds the provider nor takes it down.
     """
 
-    __slots__ = ("failures", "down", "probe_t", "probing", "since", "_recent", "_probes", "_outcome", "_lock")
+    __slots__ = ("failures", "down", "probe_t", "probing", "since", "answered_t", "_recent", "_probes", "_outcome", "_lock")
 
     DOWN_AFTER = 5
     RECENT = 20
@@ -221,6 +254,7 @@ class Health:
         self.probe_t = -math.inf  # loop clock: the next probe may go then
         self.probing = False
         self.since = math.inf  # loop clock: when it went down
+        self.answered_t = -math.inf  # loop clock: when the latest call answered was sent
         self._recent: deque[bool] = deque(maxlen=self.RECENT)  # True: failed
         self._probes = 0
         self._outcome: list[asyncio.Future[None]] = []  # done when the probe in flight lands, one per loop waiting
@@ -230,27 +264,35 @@ class Health:
         state = "down" if self.down else "up"
         return f"<Health {state} failures_in_a_row={self.failures} recent={sum(self._recent)}/{len(self._recent)}>"
 
-    def success(self, sent_at: float = math.inf) -> bool:
+    def success(self, sent_at: float = math.inf, standing: Standing | None = None) -> bool:
         """A call sent at ``sent_at`` went through (or was answered: a 4xx is an answer too);
         True when that brings the provider back up.  An answer to a call sent before it went
-        down says nothing about now."""
-        self._recent.append(False)
+        down says nothing about now.  ``standing``: the call's (one failing on its own is not counted)."""
+        if standing is None or not standing.own:
+            self._recent.append(False)
         self.failures = 0
+        if sent_at != math.inf:
+            self.answered_t = max(self.answered_t, sent_at)
         if not self.down or sent_at < self.since:
             return False
         self.down, self._probes, self.probe_t, self.since = False, 0, -math.inf, math.inf
         self._landed()
         return True
 
-    def failure(self, now: float) -> bool:
-        """A transient failure; True when it takes the provider down."""
-        self._recent.append(True)
-        self.failures += 1
+    def failure(self, now: float, standing: Standing | None = None) -> bool:
+        """A transient failure; True when it takes the provider down.  ``standing``: the
+        call's, which says whether it failed on its own (then it is not counted)."""
+        own = standing is not None and standing.failed(self, now)
+        if not own:
+            self._recent.append(True)
+            self.failures += 1
         if self.down:
             if self.probing:  # the probe failed: the next one waits longer
                 self.probe_t = now + min(self.PROBE_MAX, self.PROBE_FIRST * self.PROBE_GROWTH**self._probes)
                 self._probes += 1
                 self._landed()
+            return False
+        if own:
             return False
         # Failures come back faster than answers, so a run of them alone can be a few unlucky
         # calls among many good ones: down takes a run *and* most recent calls failing.
