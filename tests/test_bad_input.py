@@ -536,7 +536,7 @@ def test_partial_of_an_async_function_is_a_play(store: pb.ReceiptStore) -> None:
 # -- concurrency ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("concurrency", [-1, 1.5, True, False, None, "8", math.nan, math.inf, np.float64(4.0)])
+@pytest.mark.parametrize("concurrency", [-1, 1.5, True, False, "8", math.nan, math.inf, np.float64(4.0)])
 def test_bad_concurrency_names_the_option(concurrency: object, tmp_path: Path) -> None:
     """concurrency must be a whole number >= 1: anything else raises PlayDefinitionError naming it, before the store opens."""
     # 0, -3 and 2.5 are in tests/test_runtime.py::test_bad_options_name_the_option.
