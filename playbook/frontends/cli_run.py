@@ -31,6 +31,7 @@ from ..records import RunStats
 from ..runtime.estimate import PILOT_ROWS, Estimate, after_pilot
 from ..runtime.options import options
 from ..runtime.run import Run, last_run
+from ..runtime.scope import said_once
 from .chunks import CHUNK, Parts, Totals, read_chunks
 from .cli_load import load, target
 from .files import (
@@ -220,22 +221,23 @@ def _run_chunks(args: argparse.Namespace, report: dict[str, Any], play: Any, opt
     totals = Totals(ERRORS_SHOWN)
     budget = opts.get("max_cost")
     parts = Parts(args.out, out)
-    try:
-        for rows in chunks:
-            first = rows.frame.index[0] if isinstance(rows.frame.index, pd.RangeIndex) else totals.rows
-            _say(f"rows {first + 1:,} to {first + len(rows.frame):,} of {args.source}")
-            if budget is not None:  # --max-cost is for the whole file
-                opts["max_cost"] = max(0.0, budget - totals.stats.get("cost_spent", 0.0))
-            run = _one(args, report, play, opts, rows, totals)
-            if run is None:
-                return 130
-            _record(report, run)
-            totals.add(run, report)
-            with writing(args.out, out):
-                parts.add(as_in_file(run.result, rows))
-        write_file(args.out, out, parts.join)
-    finally:
-        parts.discard()
+    with said_once():  # a play's notices: once for the file, not once per chunk
+        try:
+            for rows in chunks:
+                first = rows.frame.index[0] if isinstance(rows.frame.index, pd.RangeIndex) else totals.rows
+                _say(f"rows {first + 1:,} to {first + len(rows.frame):,} of {args.source}")
+                if budget is not None:  # --max-cost is for the whole file
+                    opts["max_cost"] = max(0.0, budget - totals.stats.get("cost_spent", 0.0))
+                run = _one(args, report, play, opts, rows, totals)
+                if run is None:
+                    return 130
+                _record(report, run)
+                totals.add(run, report)
+                with writing(args.out, out):
+                    parts.add(as_in_file(run.result, rows))
+            write_file(args.out, out, parts.join)
+        finally:
+            parts.discard()
     totals.report(report)
     report["output"] = args.out
     s = RunStats(**totals.stats)
