@@ -95,7 +95,8 @@ def main(args: argparse.Namespace) -> int:
     }  # fmt: skip
     stdout, terms = sys.stdout, list[int]()
     try:
-        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext(), _terminate_as_interrupt(terms):
+        # said_once: a play's notices are said once by the command, not by each chunk's run (nor by the pilot and the run)
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext(), _terminate_as_interrupt(terms), said_once():
             code = _run(args, report)
     except Usage as exc:
         code, report["error"] = 2, str(exc)
@@ -221,23 +222,22 @@ def _run_chunks(args: argparse.Namespace, report: dict[str, Any], play: Any, opt
     totals = Totals(ERRORS_SHOWN)
     budget = opts.get("max_cost")
     parts = Parts(args.out, out)
-    with said_once():  # a play's notices: once for the file, not once per chunk
-        try:
-            for rows in chunks:
-                first = rows.frame.index[0] if isinstance(rows.frame.index, pd.RangeIndex) else totals.rows
-                _say(f"rows {first + 1:,} to {first + len(rows.frame):,} of {args.source}")
-                if budget is not None:  # --max-cost is for the whole file
-                    opts["max_cost"] = max(0.0, budget - totals.stats.get("cost_spent", 0.0))
-                run = _one(args, report, play, opts, rows, totals)
-                if run is None:
-                    return 130
-                _record(report, run)
-                totals.add(run, report)
-                with writing(args.out, out):
-                    parts.add(as_in_file(run.result, rows))
-            write_file(args.out, out, parts.join)
-        finally:
-            parts.discard()
+    try:
+        for rows in chunks:
+            first = rows.frame.index[0] if isinstance(rows.frame.index, pd.RangeIndex) else totals.rows
+            _say(f"rows {first + 1:,} to {first + len(rows.frame):,} of {args.source}")
+            if budget is not None:  # --max-cost is for the whole file
+                opts["max_cost"] = max(0.0, budget - totals.stats.get("cost_spent", 0.0))
+            run = _one(args, report, play, opts, rows, totals)
+            if run is None:
+                return 130
+            _record(report, run)
+            totals.add(run, report)
+            with writing(args.out, out):
+                parts.add(as_in_file(run.result, rows))
+        write_file(args.out, out, parts.join)
+    finally:
+        parts.discard()
     totals.report(report)
     report["output"] = args.out
     s = RunStats(**totals.stats)
