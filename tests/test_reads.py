@@ -379,11 +379,12 @@ def test_an_environment_variable_named_by_a_built_string_is_said(code: str) -> N
 
 
 def test_a_global_the_play_rebinds_does_not_count(store: pb.ReceiptStore) -> None:
-    """A counter the play bumps (global N; N += 1, in the play and in a helper) is its own record: a rerun reuses every row."""
-    cells = _cells(label=_label_tool(), N=0, CALLS=0)
+    """A counter the play bumps (global N; N += 1, in the play and in a helper; STATS.n += 1; SEEN[k] = v) is its own
+    record: a rerun reuses every row, saying nothing."""
+    cells = _cells(label=_label_tool(), N=0, CALLS=0, STATS=types.SimpleNamespace(n=0), SEEN={})
     exec("def bump():\n    global CALLS\n    CALLS += 1\n", cells)
     exec(
-        "@pb.play\nasync def counting(row, ctx):\n    global N\n    N += 1\n    bump()\n"
+        "@pb.play\nasync def counting(row, ctx):\n    global N\n    N += 1\n    bump()\n    STATS.n += 1\n    SEEN[row.company] = N\n"
         "    return {'answer': await ctx.tool(label, prompt=row.company), 'calls': CALLS > 0}\n",
         cells,
     )

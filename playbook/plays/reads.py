@@ -292,7 +292,7 @@ def global_names(code: Any) -> tuple[str, ...]:
 
 class _Loads(NamedTuple):
     read: tuple[tuple[str, str], ...]  # the globals read, each with the attribute read of it first ("" if none)
-    written: frozenset[str]  # the globals and cells called through a mutator (CALLS.append(x))
+    written: frozenset[str]  # the globals and cells called through a mutator or stored into (CALLS.append(x), SEEN[k] = v)
     filled: frozenset[str]  # those of them also read otherwise (CACHE.get(k))
     rebound: frozenset[str]  # the globals assigned (global N; N += 1)
 
@@ -300,7 +300,8 @@ class _Loads(NamedTuple):
 @functools.lru_cache(maxsize=1024)
 def _loads(code: Any) -> _Loads:
     """What ``code`` (and the code inside it) does with the globals and cells it names.  A list it
-    appends to, a dict it updates (``CALLS.append(x)``), a global it rebinds, is its own record of
+    appends to, a dict it updates or stores into (``CALLS.append(x)``, ``SEEN[k] = v``), an
+    object whose attribute it sets (``STATS.n += 1``), a global it rebinds, is its own record of
     what it did, not an input, and counts for nothing."""
     found: set[tuple[str, str]] = set()
     written: set[str] = set()
@@ -315,7 +316,7 @@ def _loads(code: Any) -> _Loads:
                 continue
             after = instructions[i + 1] if i + 1 < len(instructions) else None
             attribute = after.argval if after is not None and after.opname in ("LOAD_ATTR", "LOAD_METHOD") else ""
-            if attribute in _MUTATORS:
+            if attribute in _MUTATORS or _stores_into(instructions[i + 1 : i + 6]):
                 written.add(ins.argval)
                 continue
             plain.add(ins.argval)
@@ -323,6 +324,21 @@ def _loads(code: Any) -> _Loads:
                 found.add((ins.argval, attribute))
     read = tuple(sorted(r for r in found if r[0] not in written and r[0] not in rebound))
     return _Loads(read, frozenset(written), frozenset(written & plain - rebound), frozenset(rebound))
+
+
+def _stores_into(following: list[Any]) -> bool:
+    """Whether the object just loaded is stored into: ``X.n = v``, ``X.n += 1``, ``X[row.k] = v``, ``X[k] += 1``."""
+    ops = [ins.opname for ins in following] + ["", ""]
+    if ops[0] == "STORE_ATTR" or (ops[0] == "COPY" and ops[1] == "LOAD_ATTR"):
+        return True
+    if ops[0] not in _SIMPLE:
+        return False
+    for op, then in zip(ops[1:], ops[2:]):  # the key, read whole or through attributes, then the store
+        if op == "STORE_SUBSCR" or (op == "COPY" and then == "COPY"):
+            return True
+        if op not in _SIMPLE and op != "LOAD_ATTR":
+            return False
+    return False
 
 
 @functools.lru_cache(maxsize=1024)
