@@ -407,3 +407,20 @@ def test_a_dict_the_play_reads_and_fills_is_said(store: pb.ReceiptStore) -> None
     cells["CACHE"]["acme"] = "A2"
     again = _run(cells["cached"], store)
     assert again.stats.reused == 2 and [n for n in again.notices if "CACHE" in n] == said
+
+
+def test_a_global_of_another_module_its_helper_rebinds_does_not_count(
+    store: pb.ReceiptStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The play reads counter.N of the user's module, whose bump() it calls rebinds N: a rerun reuses every row."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = f"counter_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text("N = 0\n\n\ndef bump():\n    global N\n    N += 1\n")
+    cells = _cells(label=_label_tool(), counter=importlib.import_module(module))
+    exec(
+        "@pb.play\nasync def counting(row, ctx):\n    counter.bump()\n"
+        "    return {'answer': await ctx.tool(label, prompt=row.company), 'seen': counter.N > 0}\n",
+        cells,
+    )
+    assert _run(cells["counting"], store).stats.calls_executed == 2
+    assert _run(cells["counting"], store).stats.reused == 2

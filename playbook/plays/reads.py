@@ -160,10 +160,10 @@ def _values(walk: _Walk, f: Any) -> None:
             continue  # a builtin, or a name not defined yet
         key = (id(space), name)
         if isinstance(value, types.ModuleType) and attribute and user_module(value):
+            key = (id(vars(value)), attribute)  # a global of that module: its functions may rebind it
             name, value = f"{name}.{attribute}", getattr(value, attribute, _MISSING)
             if value is _MISSING or isinstance(value, types.ModuleType):
                 continue
-            key = (id(value), "")
         if inspect.isfunction(value) and value.__globals__ is space:
             continue  # counted by the first rules
         walk.key = key
@@ -255,8 +255,10 @@ def _environment(walk: _Walk, f: Any) -> None:
     reported."""
     code, space = f.__code__, f.__globals__
     names = set(_env_names(code))
-    values = [space.get(name) for name, _ in _loads(code).read]
-    values += [getattr(space.get(name), attribute, None) for name, attribute in _loads(code).read if attribute]
+    read = _loads(code).read
+    values = [space.get(name) for name, _ in read]
+    owners = [(space.get(name), attribute) for name, attribute in read if attribute]  # Settings.ENV_NAME, config.ENV_NAME
+    values += [getattr(owner, attribute, None) for owner, attribute in owners if isinstance(owner, (type, types.ModuleType))]
     for cell in f.__closure__ or ():
         try:
             values.append(cell.cell_contents)
