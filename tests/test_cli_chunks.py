@@ -28,6 +28,20 @@ async def picky(row, ctx):
         raise ValueError(f"no match for {row.domain}")
     # ints in the chunks where no row fails, floats where one does: the file holds one type
     return {"email": await ctx.tool(find_email, domain=row.domain, first=row.first), "twice": row.n * 2}
+
+
+class Client:
+    def __init__(self):
+        self.connection = object()  # no stable form: the run says so
+
+
+CLIENT = Client()
+
+
+@pb.play
+async def via_client(row, ctx):
+    assert CLIENT.connection is not None
+    return {"email": await ctx.tool(find_email, domain=row.domain, first=row.first)}
 """
 )
 
@@ -151,3 +165,13 @@ def test_bad_chunk_sizes_and_a_file_that_breaks_mid_way_are_said_plainly(work: P
     code, report, err = cli(work, "--in", "empty.parquet", "--out", "empty-out.parquet")
     assert code == 0, err
     assert list(pd.read_parquet(work / "empty-out.parquet").columns) == [*empty.columns, "play_status", "play_error"]
+
+
+def test_what_a_play_reads_and_cannot_count_is_said_once_per_command(work: Path, demo: pb.demo.DemoServer) -> None:
+    """A play reading a client object, over 40 rows in chunks of 10 (after a pilot, then without): the notice is said
+    once per command, not once per chunk."""
+    args = ["run", "plays.py:via_client", "--in", "leads.csv", "--out", "out.csv", "--chunk-rows", "10", "--store", str(work / "store")]
+    for extra in (["--estimate", "--yes", "--sample", "5"], []):
+        done = warm.run(*args, *extra, module="playbook", cwd=work)
+        assert done.returncode == 0, done.stderr
+        assert "rows 31 to 40 of leads" in done.stderr and done.stderr.count("play 'via_client' reads CLIENT") == 1, done.stderr

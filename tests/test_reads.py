@@ -9,11 +9,14 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import functools
 import importlib
+import operator
 import pickle
 import re
 import sys
 import textwrap
+import types
 import uuid
 from pathlib import Path
 from typing import Any
@@ -199,6 +202,20 @@ class _Prompt(pydantic.BaseModel):
     text: str
 
 
+class _Plain:
+    """A plain class of the user's: its objects count by their attributes."""
+
+    def __init__(self, model: str) -> None:
+        self.model, self.options = model, types.SimpleNamespace(temperature=0.0)
+
+    def render(self, c: str) -> str:
+        return f"{self.model}: {c}"
+
+
+def _render(c: str, style: str) -> str:
+    return f"{style} {c}"
+
+
 def _values() -> list[tuple[Any, Any]]:
     """Pairs of values of each kind with a stable form: each made anew on every call."""
     return [
@@ -217,6 +234,10 @@ def _values() -> list[tuple[Any, Any]]:
         (np.arange(4), np.arange(4) * 2),
         (pd.Series([1, 2], name="x"), pd.Series([1, 3], name="x")),
         (pl.DataFrame({"a": [1, 2]}), pl.DataFrame({"a": [1, 5]})),
+        (types.SimpleNamespace(model="a"), types.SimpleNamespace(model="b")),
+        (_Plain("a"), _Plain("b")),
+        (functools.partial(_render, style="short"), functools.partial(_render, style="long")),
+        (operator.itemgetter("a"), operator.itemgetter("b")),
     ]
 
 
@@ -235,7 +256,10 @@ def test_each_kind_of_value_counts_by_its_stable_form(index: int) -> None:
 
 
 class _Client:
-    """A client object: it has no stable form."""
+    """A client object: it holds a connection, which has no stable form."""
+
+    def __init__(self) -> None:
+        self.connection = object()
 
     def complete(self, prompt: str) -> str:
         return prompt
@@ -277,7 +301,7 @@ def test_a_play_that_reads_nothing_keeps_the_fingerprint_it_had(store: pb.Receip
 
     assert pb.play(alone).fingerprint == digest("\x1f".join(["alone", "", code_fingerprint(alone)]))
     _run(play, store)
-    assert _run(play, store).stats.reused == 2  # the list it writes to grew: it does not count
+    assert _run(play, store).stats.reused == 2 and not play.notes  # the list it writes to grew: it does not count
 
 
 def test_a_play_sent_pickled_keeps_the_fingerprint_of_where_it_was_sent_from(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -290,3 +314,113 @@ def test_a_play_sent_pickled_keeps_the_fingerprint_of_where_it_was_sent_from(mon
     monkeypatch.setenv("PB_TEST_MODEL", "large")
     arrived = pickle.loads(sent)
     assert arrived.current().fingerprint == arrived.fingerprint != cells["model"].current().fingerprint
+
+
+def test_an_object_holding_itself_has_no_stable_form() -> None:
+    """A plain object of the user's that holds itself: said as having no stable form, not counted forever."""
+    looped = _Plain("a")
+    looped.options.back = looped
+    cells = _cells(CONST=looped)
+    exec("@pb.play\nasync def reads(row, ctx):\n    return {'v': CONST.model}\n", cells)
+    assert list(cells["reads"].notes) == [f"CONST ({__name__}._Plain)"]
+
+
+def test_a_class_inside_a_class_counts(store: pb.ReceiptStore) -> None:
+    """The play reads Settings.LLM.MODEL: MODEL changed, a rerun pays for the new prompts (a class holding itself is counted once)."""
+    cells = _cells(label=_label_tool())
+    exec("class Settings:\n    class LLM:\n        MODEL = 'mA'\n", cells)
+    cells["Settings"].LLM.OWNER = cells["Settings"]
+    exec(
+        "@pb.play\nasync def classify(row, ctx):\n    return {'answer': await ctx.tool(label, prompt=row.company + Settings.LLM.MODEL)}\n",
+        cells,
+    )
+    assert _run(cells["classify"], store).stats.calls_executed == 2
+    cells["Settings"].LLM.MODEL = "mB"
+    _reran_with(_run(cells["classify"], store), ["ACMEMB", "ZETAMB"])
+
+
+@pytest.mark.parametrize(
+    ("code", "called"),
+    [
+        ("globals()['PFX']", "globals()"),
+        ("vars(sys.modules[__name__]).get('PFX')", "vars()"),
+        ("eval('PFX')", "eval()"),
+        ("pick()", "exec()"),
+    ],
+)
+def test_a_name_read_through_globals_or_eval_is_said(code: str, called: str) -> None:
+    """The play (or a helper it calls) reads through globals(), vars(), eval() or exec(): what it reads cannot be known, and the run says so."""
+    cells = _cells(PFX="a", sys=sys)
+    exec("def pick():\n    found = {}\n    exec('v = PFX', globals(), found)\n    return found['v']\n", cells)
+    exec(f"@pb.play\nasync def dynamic(row, ctx):\n    return {{'v': {code}}}\n", cells)
+    said = [note for note in cells["dynamic"].notes.values() if called in note]
+    assert len(said) == 1 and said[0].startswith("play 'dynamic' calls ") and "version=" in said[0], cells["dynamic"].notes
+
+
+def test_an_environment_variable_named_by_a_global_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.getenv(ENV_NAME), ENV_NAME a global string: the variable changed, the fingerprint changes; nothing is said."""
+    monkeypatch.setenv("PB_TEST_IND", "retail")
+    cells = _cells(ENV_NAME="PB_TEST_IND")
+    exec("import os\n@pb.play\nasync def env(row, ctx):\n    return {'v': os.getenv(ENV_NAME, 'none') + f'{row.company}'}\n", cells)
+    play = cells["env"]
+    first = play.fingerprint
+    monkeypatch.setenv("PB_TEST_IND", "energy")
+    assert play.current().fingerprint != first and not play.notes
+
+
+@pytest.mark.parametrize("code", ["os.environ.get(f'PB_TEST_{row.company}')", "os.environ['PB_' + row.company]", "named(row.company)"])
+def test_an_environment_variable_named_by_a_built_string_is_said(code: str) -> None:
+    """An environment variable whose name the play builds (or a helper is given): which one cannot be known, and the run says so."""
+    cells = _cells()
+    exec("import os\ndef named(name):\n    return os.getenv(name)\n", cells)
+    exec(f"@pb.play\nasync def env(row, ctx):\n    return {{'v': {code}}}\n", cells)
+    said = [note for note in cells["env"].notes.values() if "environment variable" in note]
+    assert len(said) == 1 and said[0].startswith("play 'env' reads an environment variable by a name it builds"), cells["env"].notes
+
+
+def test_a_global_the_play_rebinds_does_not_count(store: pb.ReceiptStore) -> None:
+    """A counter the play bumps (global N; N += 1, in the play and in a helper; STATS.n += 1; SEEN[k] = v) is its own
+    record: a rerun reuses every row, saying nothing."""
+    cells = _cells(label=_label_tool(), N=0, CALLS=0, STATS=types.SimpleNamespace(n=0), SEEN={})
+    exec("def bump():\n    global CALLS\n    CALLS += 1\n", cells)
+    exec(
+        "@pb.play\nasync def counting(row, ctx):\n    global N\n    N += 1\n    bump()\n    STATS.n += 1\n    SEEN[row.company] = N\n"
+        "    return {'answer': await ctx.tool(label, prompt=row.company), 'calls': CALLS > 0}\n",
+        cells,
+    )
+    assert _run(cells["counting"], store).stats.calls_executed == 2
+    again = _run(cells["counting"], store)
+    assert again.stats.reused == 2 and not again.notices and cells["N"] == 2
+
+
+def test_a_dict_the_play_reads_and_fills_is_said(store: pb.ReceiptStore) -> None:
+    """A cache the play both reads and fills does not count: the run says so once, naming it, and its memos still answer."""
+    cells = _cells(label=_label_tool(), CACHE={"acme": "A1"})
+    exec(
+        "@pb.play\nasync def cached(row, ctx):\n    v = CACHE.get(row.company) or CACHE.setdefault(row.company, 'Z')\n"
+        "    return {'answer': await ctx.tool(label, prompt=v)}\n",
+        cells,
+    )
+    first = _run(cells["cached"], store)
+    said = [n for n in first.notices if "CACHE" in n]
+    assert len(said) == 1 and said[0].startswith("play 'cached' writes to CACHE and reads it: it is not counted"), first.notices
+    cells["CACHE"]["acme"] = "A2"
+    again = _run(cells["cached"], store)
+    assert again.stats.reused == 2 and [n for n in again.notices if "CACHE" in n] == said
+
+
+def test_a_global_of_another_module_its_helper_rebinds_does_not_count(
+    store: pb.ReceiptStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The play reads counter.N of the user's module, whose bump() it calls rebinds N: a rerun reuses every row."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = f"counter_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text("N = 0\n\n\ndef bump():\n    global N\n    N += 1\n")
+    cells = _cells(label=_label_tool(), counter=importlib.import_module(module))
+    exec(
+        "@pb.play\nasync def counting(row, ctx):\n    counter.bump()\n"
+        "    return {'answer': await ctx.tool(label, prompt=row.company), 'seen': counter.N > 0}\n",
+        cells,
+    )
+    assert _run(cells["counting"], store).stats.calls_executed == 2
+    assert _run(cells["counting"], store).stats.reused == 2

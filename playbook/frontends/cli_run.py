@@ -31,6 +31,7 @@ from ..records import RunStats
 from ..runtime.estimate import PILOT_ROWS, Estimate, after_pilot
 from ..runtime.options import options
 from ..runtime.run import Run, last_run
+from ..runtime.scope import said_once
 from .chunks import CHUNK, Parts, Totals, read_chunks
 from .cli_load import load, target
 from .files import (
@@ -94,7 +95,8 @@ def main(args: argparse.Namespace) -> int:
     }  # fmt: skip
     stdout, terms = sys.stdout, list[int]()
     try:
-        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext(), _terminate_as_interrupt(terms):
+        # said_once: a play's notices are said once by the command, not by each chunk's run (nor by the pilot and the run)
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext(), _terminate_as_interrupt(terms), said_once():
             code = _run(args, report)
     except Usage as exc:
         code, report["error"] = 2, str(exc)

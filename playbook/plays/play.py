@@ -105,6 +105,7 @@ class Play:
         finally:
             _refreshing.ids.discard(id(self))
         notes = {f"{name} ({kind})": _unstable_note(self.name, name, kind) for name, kind in found.unstable}
+        notes.update((what, _unknown_note(self.name, does)) for what, does in found.unknown)
         for sub in subs:  # a value it reads itself is said of it, once
             notes = {**sub.notes, **notes}
         self.notes = notes
@@ -141,6 +142,13 @@ _refreshing = _Refreshing()
 def _unstable_note(play: str, name: str, kind: str) -> str:
     return (
         f"play {play!r} reads {name} ({kind}), which has no stable form: its row memos still answer when it changes. "
+        "If it changes what the play returns, give the play a version= or call it through a tool"
+    )
+
+
+def _unknown_note(play: str, does: str) -> str:
+    return (
+        f"play {play!r} {does}: its row memos still answer when that changes. "
         "If it changes what the play returns, give the play a version= or call it through a tool"
     )
 

@@ -8,57 +8,58 @@ starts:
   calls, by their code, followed into theirs (the first rules: a play that reads nothing else
   keeps the fingerprint, and the row memos, it had);
 - the values it reads: module and notebook globals, closure cells, class attributes
-  (``Config.TEMPLATE``), and those read by the functions it calls in the user's other modules
-  (not the standard library's, an installed package's or playbook's), by their key form
-  (:func:`~playbook.keys.key_text`); a pandas, numpy or Polars frame or array by its content;
-- the environment variables its code names, when it reads ``os.environ`` or ``os.getenv``
-  (the string constants shaped like a variable's name), by a digest of their values: a key may
-  be one of them.
+  (``Config.TEMPLATE``, ``Settings.LLM.MODEL``: a class inside a class too), and those read by
+  the functions it calls in the user's other modules (not the standard library's, an installed
+  package's or playbook's), by their stable form (:mod:`.stable`);
+- the environment variables its code names, when it reads ``os.environ`` or ``os.getenv`` (the
+  string constants, and the string values of the globals it reads, shaped like a variable's
+  name), by a digest of their values: a key may be one of them.
 
 Modules, library classes and functions, builtins, loggers, locks and playbook's own objects
-count by what they are (not at all).  A value with no stable form (a client, a session, a model
-object) cannot be counted: it is reported, so the run can say so, and memos still answer.
+count by what they are (not at all), and so does what the play keeps as its own record: a list
+it appends to, a global it rebinds (``global N; N += 1``).  What cannot be counted is reported,
+so the run can say so, and memos still answer: a value with no stable form (a client, a
+session), what the code reaches through ``globals()``, ``vars()``, ``eval`` or ``exec``, an
+environment variable whose name it builds, and a dict or list it both reads and fills.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import dis
-import enum
 import functools
-import hashlib
 import inspect
-import logging
 import os
 import re
-import site
-import sys
-import sysconfig
-import threading
 import types
 from collections.abc import Callable, Iterator
-from pathlib import PurePath
 from typing import Any, NamedTuple
 
-from ..keys import code_fingerprint, digest, key_text
+from ..keys import digest, key_text
+from .stable import helper_fingerprint, plain_object, stable_text, user_class, user_code, user_module
 
-__all__ = ["Reads", "global_names", "helper_fingerprint", "reads", "user_code"]
+__all__ = ["Reads", "global_names", "reads"]
 
 _MISSING = object()
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]+")
 _ENV_READERS = frozenset(("environ", "getenv"))
 # A global or a cell called through one of these is written to (a list of calls a play keeps).
 _MUTATORS = frozenset(("append", "extend", "add", "update", "insert", "pop", "remove", "discard", "clear", "setdefault", "appendleft"))
-_LOCKS = tuple(type(t) for t in (threading.Lock(), threading.RLock())) + (threading.Semaphore, threading.Event, threading.Condition)
-_SILENT = (types.ModuleType, logging.Logger, logging.LoggerAdapter, *_LOCKS, types.BuiltinFunctionType, types.MethodWrapperType)
+_DYNAMIC = ("eval", "exec", "globals", "vars")  # builtins that read names no code names
+_NAMES = frozenset(("LOAD_CONST", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"))  # a name read whole, not built
+_SIMPLE = _NAMES | {"LOAD_FAST"}
+_ENDS = frozenset(("PRECALL", "CALL", "CALL_KW", "KW_NAMES", "BINARY_SUBSCR"))
+_SKIP = frozenset(("PUSH_NULL", "NOP", "CACHE", "EXTENDED_ARG"))
+_Key = tuple[int, str]  # a global: its module's namespace, its name
 
 
 class Reads(NamedTuple):
     """``text``: what counts, as sorted ``name=...`` entries ("" when nothing does); ``unstable``:
-    the values read that have no stable form, as (name, type)."""
+    the values read that have no stable form, as (name, type); ``unknown``: what else the code
+    does that cannot be counted, as (what, "writes to CACHE and reads it")."""
 
     text: str
     unstable: tuple[tuple[str, str], ...]
+    unknown: tuple[tuple[str, str], ...] = ()
 
 
 class _Walk:
@@ -68,8 +69,15 @@ class _Walk:
         self.fn, self.named, self.refresh = fn, named, refresh
         self.found: set[str] = set()
         self.unstable: dict[str, str] = {}
+        self.unknown: dict[str, str] = {}
         self.todo: list[Any] = [fn]
         self.seen: set[int] = {id(fn)}
+        self.dynamic: set[str] = set()
+        # A global's entries wait until every function is read: one that rebinds it makes it a record.
+        self.key: _Key | None = None
+        self.held: dict[_Key, list[tuple[str, str]]] = {}
+        self.rebound: set[_Key] = set()
+        self.classes: set[int] = set()  # the classes being counted (a class holding itself)
 
     def follow(self, fn: Any) -> bool:
         if id(fn) in self.seen:
@@ -77,6 +85,31 @@ class _Walk:
         self.seen.add(id(fn))
         self.todo.append(fn)
         return True
+
+    def add(self, entry: str) -> None:
+        if self.key is None:
+            self.found.add(entry)
+        else:
+            self.held.setdefault(self.key, []).append(("", entry))
+
+    def unsure(self, name: str, kind: str) -> None:
+        if self.key is None:
+            self.unstable.setdefault(name, kind)
+        else:
+            self.held.setdefault(self.key, []).append((name, kind))
+
+    def done(self) -> Reads:
+        for key, entries in self.held.items():
+            if key not in self.rebound:
+                for name, entry in entries:
+                    if name:
+                        self.unstable.setdefault(name, entry)
+                    else:
+                        self.found.add(entry)
+        if self.dynamic:
+            called = ", ".join(f"{name}()" for name in sorted(self.dynamic))
+            self.unknown[called] = f"calls {called}: what it reads through them cannot be known, and does not count"
+        return Reads(" ".join(sorted(self.found)), tuple(sorted(self.unstable.items())), tuple(sorted(self.unknown.items())))
 
 
 def reads(fn: Any, *, named: tuple[type, ...] = (), refresh: Callable[[Any], None] = lambda value: None) -> Reads:
@@ -93,10 +126,8 @@ def reads(fn: Any, *, named: tuple[type, ...] = (), refresh: Callable[[Any], Non
         _values(walk, f)
         _cells(walk, f)
         if _ENV_READERS.intersection(global_names(f.__code__)):
-            for name in _env_names(f.__code__):
-                value = os.environ.get(name)
-                walk.found.add(f"$env:{name}=" + ("<unset>" if value is None else digest("env\x1f" + value)))
-    return Reads(" ".join(sorted(walk.found)), tuple(sorted(walk.unstable.items())))
+            _environment(walk, f)
+    return walk.done()
 
 
 def _names(walk: _Walk, f: Any) -> None:
@@ -116,25 +147,38 @@ def _names(walk: _Walk, f: Any) -> None:
 def _values(walk: _Walk, f: Any) -> None:
     """The values ``f`` reads through the globals it loads (and one attribute of a user module's)."""
     space = f.__globals__
-    for name, attribute in _loads(f.__code__)[0]:
+    loads = _loads(f.__code__)
+    walk.rebound.update((id(space), name) for name in loads.rebound)
+    for name in loads.filled:
+        if name in space:
+            walk.unknown[f"{name} (filled)"] = f"writes to {name} and reads it: it is not counted"
+    for name, attribute in loads.read:
         value = space.get(name, _MISSING)
         if value is _MISSING:
+            if name in _DYNAMIC:
+                walk.dynamic.add(name)  # the builtin, not a global of that name
             continue  # a builtin, or a name not defined yet
-        if isinstance(value, types.ModuleType) and attribute and _user_module(value):
+        key = (id(space), name)
+        if isinstance(value, types.ModuleType) and attribute and user_module(value):
+            key = (id(vars(value)), attribute)  # a global of that module: its functions may rebind it
             name, value = f"{name}.{attribute}", getattr(value, attribute, _MISSING)
             if value is _MISSING or isinstance(value, types.ModuleType):
                 continue
         if inspect.isfunction(value) and value.__globals__ is space:
             continue  # counted by the first rules
+        walk.key = key
         _read(walk, name, value)
+        walk.key = None
 
 
 def _cells(walk: _Walk, f: Any) -> None:
     """``f``'s closure cells that its code fingerprint counts by type (a list, a dict, a
     function): by value here.  The others are in its code fingerprint already."""
-    written = _loads(f.__code__)[1]
+    loads = _loads(f.__code__)
     for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
-        if name in written:
+        if name in loads.filled:
+            walk.unknown[f"{name} (filled)"] = f"writes to {name} and reads it: it is not counted"
+        if name in loads.written:
             continue
         try:
             value = cell.cell_contents
@@ -155,25 +199,30 @@ def _read(walk: _Walk, name: str, value: Any) -> None:
         value = wrapped  # a helper behind functools.lru_cache or a decorator of the user's
     if inspect.isfunction(value):
         if user_code(value) and walk.follow(value):
-            walk.found.add(f"{name}={helper_fingerprint(value)}")
+            walk.add(f"{name}={helper_fingerprint(value)}")
         return
     if isinstance(value, type):
-        if _user_class(value):
-            walk.found.add(f"{name}={_class_text(walk, value)}")
+        if user_class(value):
+            walk.add(f"{name}={_class_text(walk, value)}")
         return
     text = stable_text(value)
     if text is None:
-        walk.unstable.setdefault(name, f"{type(value).__module__}.{type(value).__qualname__}")
+        walk.unsure(name, f"{type(value).__module__}.{type(value).__qualname__}")
     elif text:
-        walk.found.add(f"{name}=v:{digest(text)}")
+        walk.add(f"{name}=v:{digest(text)}")
+        if plain_object(value):
+            walk.add(f"{name}:class={_class_text(walk, type(value))}")  # a plain object's methods
 
 
 def _class_text(walk: _Walk, cls: type) -> str:
-    """A user's class as it counts: its methods' code (followed) and its attributes' values,
-    those of its user-defined bases included."""
+    """A user's class as it counts: its methods' code (followed), its attributes' values and the
+    classes of the user's inside it (``Settings.LLM``), those of its user-defined bases included."""
+    if id(cls) in walk.classes:
+        return cls.__qualname__  # a class holding itself: counted where it was met first
+    walk.classes.add(id(cls))
     parts = []
     for klass in cls.__mro__:
-        if not _user_class(klass):
+        if not user_class(klass):
             continue
         for attr, value in sorted(vars(klass).items()):
             if attr.startswith("_") and attr.endswith("_"):
@@ -185,81 +234,42 @@ def _class_text(walk: _Walk, cls: type) -> str:
             if inspect.isfunction(value):
                 walk.follow(value)
                 parts.append(f"{attr}={helper_fingerprint(value)}")
+            elif isinstance(value, type):
+                if user_class(value):
+                    parts.append(f"{attr}=c:{_class_text(walk, value)}")
             else:
                 text = stable_text(value)
                 if text is None and attr.startswith("_"):
                     continue  # a library's machinery on the class (abc's _abc_impl)
                 if text is None:
-                    walk.unstable.setdefault(f"{cls.__qualname__}.{attr}", f"{type(value).__module__}.{type(value).__qualname__}")
+                    walk.unsure(f"{cls.__qualname__}.{attr}", f"{type(value).__module__}.{type(value).__qualname__}")
                 elif text:
                     parts.append(f"{attr}=v:{digest(text)}")
+    walk.classes.discard(id(cls))
     return digest(cls.__qualname__ + "\x1f" + "\x1f".join(parts))
 
 
-def stable_text(value: Any) -> str | None:
-    """``value``'s stable form as text: "" when it counts by what it is (a module, a library's
-    function or class, a lock, a logger, a tool), None when it has none (a client object)."""
-    kind = type(value)
-    module = kind.__module__
-    if isinstance(value, _SILENT) or inspect.isroutine(value) or isinstance(value, type):
-        return ""
-    if value is os.environ or module in ("typing", "typing_extensions") or module.split(".")[0] in ("playbook", "asyncio"):
-        return ""  # environment variables count by the names the code reads, not as a whole
-    frame = _frame_digest(value)
-    if frame is not None:
-        return frame
-    try:
-        return key_text(_plainly(value))
-    except Exception:  # whatever a value's own methods raise (a mapping's items()), it has no stable form
-        return None
-
-
-def _plainly(value: Any) -> Any:
-    """``value`` with what key_text has no tag for given one (a path, a pattern, an enum member)."""
-    if isinstance(value, PurePath):
-        return {"$path": [type(value).__name__, str(value)]}
-    if isinstance(value, re.Pattern):
-        return {"$re": [value.pattern, value.flags]}
-    if isinstance(value, enum.Enum):
-        return {"$enum": [type(value).__qualname__, _plainly(value.value)]}
-    if type(value) in (list, tuple):
-        return type(value)(_plainly(v) for v in value)
-    if type(value) is dict:
-        return {k: _plainly(v) for k, v in value.items()}
-    if type(value) in (set, frozenset):
-        return type(value)(_plainly(v) for v in value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {"$" + type(value).__qualname__: {f.name: _plainly(getattr(value, f.name)) for f in dataclasses.fields(value)}}
-    return value
-
-
-def _frame_digest(value: Any) -> str | None:
-    """A pandas, numpy or Polars frame, series or array by its content (and its shape, dtypes,
-    labels); None for anything else, or one whose cells cannot be hashed."""
-    module = type(value).__module__.split(".")[0]
-    if module not in ("pandas", "numpy", "polars"):
-        return None
-    h = hashlib.blake2b(digest_size=16)
-    try:
-        if module == "pandas" and hasattr(value, "dtypes"):
-            import pandas as pd
-
-            h.update(repr((type(value).__name__, value.shape, list(map(str, getattr(value, "columns", ()))), str(value.dtypes))).encode())
-            h.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
-        elif module == "numpy" and hasattr(value, "dtype") and getattr(value, "ndim", 0) > 0:
-            h.update(repr((value.dtype.str, value.shape)).encode())
-            h.update(key_text(value.tolist()).encode() if value.dtype.kind == "O" else value.tobytes(order="C"))
-        elif module == "polars" and hasattr(value, "schema"):
-            h.update(repr((type(value).__name__, value.shape, str(value.schema))).encode())
-            h.update(value.hash_rows().to_numpy().tobytes())
-        elif module == "polars" and hasattr(value, "dtype"):
-            h.update(repr(("Series", value.name, len(value), str(value.dtype))).encode())
-            h.update(value.hash().to_numpy().tobytes())
-        else:
-            return None
-    except Exception:
-        return None  # cells with no hash (lists in an object column): it has no stable form
-    return f'{{"$frame":"{h.hexdigest()}"}}'
+def _environment(walk: _Walk, f: Any) -> None:
+    """The environment variables ``f`` reads, by a digest of their values: those named by its
+    string constants and by the strings of the globals and cells it reads; a name it builds is
+    reported."""
+    code, space = f.__code__, f.__globals__
+    names = set(_env_names(code))
+    read = _loads(code).read
+    values = [space.get(name) for name, _ in read]
+    owners = [(space.get(name), attribute) for name, attribute in read if attribute]  # Settings.ENV_NAME, config.ENV_NAME
+    values += [getattr(owner, attribute, None) for owner, attribute in owners if isinstance(owner, (type, types.ModuleType))]
+    for cell in f.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:
+            continue
+    names.update(v for v in values if isinstance(v, str) and _ENV_NAME.fullmatch(v))
+    for name in names:
+        value = os.environ.get(name)
+        walk.found.add(f"$env:{name}=" + ("<unset>" if value is None else digest("env\x1f" + value)))
+    if _env_built(code):
+        walk.unknown["$env (built)"] = "reads an environment variable by a name it builds or is given: which one cannot be known"
 
 
 def _hashable_key(value: Any) -> bool:
@@ -272,17 +282,6 @@ def _hashable_key(value: Any) -> bool:
     return True
 
 
-def helper_fingerprint(fn: Any) -> str:
-    """A helper's fingerprint, by its compiled code: a Dask worker, which has no source for it,
-    finds the same one (the play's own comes with it, made where the source is)."""
-    return _compiled_fingerprint(fn.__code__) if fn.__closure__ is None else code_fingerprint(fn, source=False)
-
-
-@functools.lru_cache(maxsize=1024)
-def _compiled_fingerprint(code: Any) -> str:
-    return code_fingerprint(types.FunctionType(code, {}), source=False)
-
-
 @functools.lru_cache(maxsize=1024)  # a sub-play's, asked for each row that runs it
 def global_names(code: Any) -> tuple[str, ...]:
     """Names ``code`` (and the functions, lambdas and comprehensions inside it) looks up, sorted."""
@@ -293,26 +292,90 @@ def global_names(code: Any) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+class _Loads(NamedTuple):
+    read: tuple[tuple[str, str], ...]  # the globals read, each with the attribute read of it first ("" if none)
+    written: frozenset[str]  # the globals and cells called through a mutator or stored into (CALLS.append(x), SEEN[k] = v)
+    filled: frozenset[str]  # those of them also read otherwise (CACHE.get(k))
+    rebound: frozenset[str]  # the globals assigned (global N; N += 1)
+
+
 @functools.lru_cache(maxsize=1024)
-def _loads(code: Any) -> tuple[tuple[tuple[str, str], ...], frozenset[str]]:
-    """The globals ``code`` (and the code inside it) reads, each with the
-    attribute it reads of it first ("" if none), and the globals and cells it writes to: a list it appends
-    to, a dict it updates (``CALLS.append(x)``), is its own record of what it did, not an input,
-    and counts for nothing."""
+def _loads(code: Any) -> _Loads:
+    """What ``code`` (and the code inside it) does with the globals and cells it names.  A list it
+    appends to, a dict it updates or stores into (``CALLS.append(x)``, ``SEEN[k] = v``), an
+    object whose attribute it sets (``STATS.n += 1``), a global it rebinds, is its own record of
+    what it did, not an input, and counts for nothing."""
     found: set[tuple[str, str]] = set()
     written: set[str] = set()
+    plain: set[str] = set()
+    rebound: set[str] = set()
     for inner in _codes(code):
         instructions = list(dis.get_instructions(inner))
         for i, ins in enumerate(instructions):
+            if ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
+                rebound.add(ins.argval)
             if ins.opname not in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"):
                 continue
             after = instructions[i + 1] if i + 1 < len(instructions) else None
             attribute = after.argval if after is not None and after.opname in ("LOAD_ATTR", "LOAD_METHOD") else ""
-            if attribute in _MUTATORS:
+            if attribute in _MUTATORS or _stores_into(instructions[i + 1 : i + 6]):
                 written.add(ins.argval)
-            elif ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                continue
+            plain.add(ins.argval)
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
                 found.add((ins.argval, attribute))
-    return tuple(sorted(r for r in found if r[0] not in written)), frozenset(written)
+    read = tuple(sorted(r for r in found if r[0] not in written and r[0] not in rebound))
+    return _Loads(read, frozenset(written), frozenset(written & plain - rebound), frozenset(rebound))
+
+
+def _stores_into(following: list[Any]) -> bool:
+    """Whether the object just loaded is stored into: ``X.n = v``, ``X.n += 1``, ``X[row.k] = v``, ``X[k] += 1``."""
+    ops = [ins.opname for ins in following] + ["", ""]
+    if ops[0] == "STORE_ATTR" or (ops[0] == "COPY" and ops[1] == "LOAD_ATTR"):
+        return True
+    if ops[0] not in _SIMPLE:
+        return False
+    for op, then in zip(ops[1:], ops[2:]):  # the key, read whole or through attributes, then the store
+        if op == "STORE_SUBSCR" or (op == "COPY" and then == "COPY"):
+            return True
+        if op not in _SIMPLE and op != "LOAD_ATTR":
+            return False
+    return False
+
+
+@functools.lru_cache(maxsize=1024)
+def _env_built(code: Any) -> bool:
+    """True when ``code`` (or the code inside it) reads an environment variable by a name that is
+    not a constant or a global read whole: ``os.getenv(f"KEY_{x}")``, ``os.environ[name]``."""
+    for inner in _codes(code):
+        ops = [ins for ins in dis.get_instructions(inner) if ins.opname not in _SKIP]
+        for i, ins in enumerate(ops[:-1]):
+            if ins.argval not in ("getenv", "environ", "get") or not ins.opname.startswith("LOAD_"):
+                continue
+            if ins.argval == "get" and (i == 0 or ops[i - 1].argval != "environ"):
+                continue  # a get of something else
+            if ins.argval == "environ" and ops[i + 1].opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                continue  # environ.get: its get is the read
+            if _argument_built(ops, i + 1, subscript=ins.argval == "environ"):
+                return True
+    return False
+
+
+def _argument_built(ops: list[Any], at: int, *, subscript: bool) -> bool:
+    """Whether the name a read starting at ``ops[at]`` gives is built; ``subscript``: environ[...],
+    where environ passed whole (``dict(os.environ)``, ``x in os.environ``) reads no one name."""
+    first = ops[at]
+    second, third = (ops[at + n].opname if at + n < len(ops) else "" for n in (1, 2))
+    if first.opname in _NAMES and (second in _ENDS or (second in _SIMPLE and third in _ENDS)):
+        return False  # a name read whole, and a default after it
+    if not subscript:
+        return True
+    for ins in ops[at : at + 16]:  # the first thing done with environ: a subscript, or anything else
+        if ins.opname == "BINARY_SUBSCR":
+            return True
+        if ins.opname in ("PRECALL", "CALL", "CONTAINS_OP", "RETURN_VALUE", "POP_TOP") or ins.opname.startswith("STORE_"):
+            return False
+    return False
 
 
 def _codes(code: Any) -> Iterator[Any]:
@@ -325,38 +388,3 @@ def _codes(code: Any) -> Iterator[Any]:
 def _env_names(code: Any) -> list[str]:
     """The string constants of ``code`` (and the code inside it) shaped like environment variables' names."""
     return sorted({c for inner in _codes(code) for c in inner.co_consts if isinstance(c, str) and _ENV_NAME.fullmatch(c)})
-
-
-def user_code(fn: Any) -> bool:
-    """True when ``fn`` is the user's: not the standard library's, an installed package's or playbook's."""
-    return _user_file(fn.__code__.co_filename)
-
-
-def _user_module(module: types.ModuleType) -> bool:
-    file = getattr(module, "__file__", None)
-    return module.__name__ == "__main__" or (file is not None and _user_file(file))
-
-
-def _user_class(cls: type) -> bool:
-    for value in vars(cls).values():  # where its methods were written, which a notebook's class knows best
-        value = getattr(value, "__func__", value)
-        if inspect.isfunction(value):
-            return user_code(value)
-    module = sys.modules.get(cls.__module__)
-    return module is not None and cls.__module__ not in sys.builtin_module_names and _user_module(module)
-
-
-@functools.lru_cache(maxsize=4096)
-def _user_file(filename: str) -> bool:
-    if filename.startswith("<"):
-        return not filename.startswith("<frozen")  # exec'd code, a notebook cell
-    path = os.path.realpath(filename)
-    return not any(path.startswith(d) for d in _library_dirs())
-
-
-@functools.lru_cache(maxsize=1)
-def _library_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    dirs = [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths]
-    dirs += [*site.getsitepackages(), site.getusersitepackages(), os.path.dirname(os.path.dirname(__file__))]
-    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)

@@ -70,8 +70,9 @@ class Scheduler:
             costs=opts.cost_budget(), tickets=Tickets(table, opts.max_wait, self._watch), label=table.label,
             fatal=self._fatal, fixtures=opts.replaying, fresh=self._fresh, level=(level := Level(opts.concurrency)),
         )  # fmt: skip
-        for note in play.notes.values():  # what the play reads that its fingerprint cannot count, said once
-            self.state.emit(RunNotice(note, 0))
+        for value, note in play.notes.items():  # what the play reads that its fingerprint cannot count, said once
+            if value not in self.scope.said:
+                self.state.emit(RunNotice(note, 0))
         self.scope.said.update(play.notes)
         runner = RowRunner(play, self.scope, self.outcomes, store, on_error=opts.on_error, fail_run=self._fail_run)
         self.workers = Workers(level, held, runner, self.outcomes.resume, self._revisit)

@@ -8,7 +8,9 @@ through it.  Nothing here knows the scheduler: a stop or a fatal error is a call
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -30,7 +32,20 @@ if TYPE_CHECKING:
     from ..store import StoreEngine
     from ..store.fixtures import Fixtures, Recorder, Replay
 
-__all__ = ["Ahead", "CostBudget", "Landing", "RunScope", "Tickets"]
+__all__ = ["Ahead", "CostBudget", "Landing", "RunScope", "Tickets", "said_once"]
+
+_SAID: ContextVar[set[str] | None] = ContextVar("said", default=None)
+
+
+@contextlib.contextmanager
+def said_once() -> Iterator[None]:
+    """The runs started inside say each of what their plays read and cannot count once between
+    them, not once each: the command line's runs over a file's chunks are one command."""
+    token = _SAID.set(set())
+    try:
+        yield
+    finally:
+        _SAID.reset(token)
 
 
 class CostBudget:
@@ -239,7 +254,8 @@ class RunScope:
         # The sub-plays run so far, as they were when this run first ran each (what they read is
         # read once per run, not per row), with what they were made from (kept: its id is the key).
         self.plays: dict[int, tuple[Any, Any]] = {}
-        self.said: set[str] = set()  # the values read that the plays' notes said in this run (each once)
+        said = _SAID.get()  # the values read that the plays' notes said in this run (each once), or in the command's runs
+        self.said: set[str] = set() if said is None else said
 
     def __repr__(self) -> str:
         return f"<RunScope {self.run_id} {self.play!r}>"
