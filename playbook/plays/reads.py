@@ -15,6 +15,10 @@ starts:
   (the string constants shaped like a variable's name), by a digest of their values: a key may
   be one of them.
 
+Whether it reads the row's index label (``row.index``, ``row.Index``) is found the same way, in
+its code and the functions it reaches: any attribute (or string constant) of either name counts,
+``list.index`` included.  A play that does makes the label part of each row's identity.
+
 Modules, library classes and functions, builtins, loggers, locks and playbook's own objects
 count by what they are (not at all).  A value with no stable form (a client, a session, a model
 object) cannot be counted: it is reported, so the run can say so, and memos still answer.
@@ -47,6 +51,7 @@ __all__ = ["Reads", "global_names", "helper_fingerprint", "reads", "user_code"]
 _MISSING = object()
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]+")
 _ENV_READERS = frozenset(("environ", "getenv"))
+_INDEX = frozenset(("index", "Index"))  # how a play reads its row's index label
 # A global or a cell called through one of these is written to (a list of calls a play keeps).
 _MUTATORS = frozenset(("append", "extend", "add", "update", "insert", "pop", "remove", "discard", "clear", "setdefault", "appendleft"))
 _LOCKS = tuple(type(t) for t in (threading.Lock(), threading.RLock())) + (threading.Semaphore, threading.Event, threading.Condition)
@@ -55,10 +60,12 @@ _SILENT = (types.ModuleType, logging.Logger, logging.LoggerAdapter, *_LOCKS, typ
 
 class Reads(NamedTuple):
     """``text``: what counts, as sorted ``name=...`` entries ("" when nothing does); ``unstable``:
-    the values read that have no stable form, as (name, type)."""
+    the values read that have no stable form, as (name, type); ``label``: its code (or a function
+    it reaches) names an attribute ``index`` or ``Index``, as reading the row's index label does."""
 
     text: str
     unstable: tuple[tuple[str, str], ...]
+    label: bool = False
 
 
 class _Walk:
@@ -68,6 +75,7 @@ class _Walk:
         self.fn, self.named, self.refresh = fn, named, refresh
         self.found: set[str] = set()
         self.unstable: dict[str, str] = {}
+        self.index = False
         self.todo: list[Any] = [fn]
         self.seen: set[int] = {id(fn)}
 
@@ -92,11 +100,12 @@ def reads(fn: Any, *, named: tuple[type, ...] = (), refresh: Callable[[Any], Non
         _names(walk, f)
         _values(walk, f)
         _cells(walk, f)
+        walk.index = walk.index or _names_index(f.__code__)
         if _ENV_READERS.intersection(global_names(f.__code__)):
             for name in _env_names(f.__code__):
                 value = os.environ.get(name)
                 walk.found.add(f"$env:{name}=" + ("<unset>" if value is None else digest("env\x1f" + value)))
-    return Reads(" ".join(sorted(walk.found)), tuple(sorted(walk.unstable.items())))
+    return Reads(" ".join(sorted(walk.found)), tuple(sorted(walk.unstable.items())), walk.index)
 
 
 def _names(walk: _Walk, f: Any) -> None:
@@ -320,6 +329,17 @@ def _codes(code: Any) -> Iterator[Any]:
     for const in code.co_consts:
         if inspect.iscode(const):
             yield from _codes(const)
+
+
+@functools.lru_cache(maxsize=1024)
+def _names_index(code: Any) -> bool:
+    """True when ``code`` (or the code inside it) names ``index`` or ``Index``: as an attribute
+    (``row.Index``, and ``items.index(x)`` too: a play wrongly thought to read the label only
+    runs its rows of a reindexed frame again, from receipts), or as a string (``getattr(row, "index")``)."""
+    for inner in _codes(code):
+        if _INDEX.intersection(inner.co_names) or _INDEX.intersection(c for c in inner.co_consts if isinstance(c, str)):
+            return True
+    return False
 
 
 def _env_names(code: Any) -> list[str]:
