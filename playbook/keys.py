@@ -117,7 +117,11 @@ _LABEL = "\x1findex\x1f"
 def labelled_row_digest(values: list[Any], label: Any) -> bytes:
     """:func:`row_digest` of a row whose index label is part of its identity (its play reads
     ``row.index``): rows of equal values and different labels are different rows."""
-    text = key_text(values) + _LABEL + key_text(label)
+    try:
+        label_text = key_text(label)
+    except Unencodable as exc:
+        raise exc.at("the index label, which the play reads") from None
+    text = key_text(values) + _LABEL + label_text
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 

@@ -138,6 +138,20 @@ def test_a_play_not_reading_the_index_still_runs_equal_rows_once(store: pb.Recei
     assert ran == [1, 2] and new["play_status"].tolist() == ["reused"]
 
 
+def test_an_index_label_with_no_key_form_fails_its_row_naming_the_label_when_the_play_reads_it(store: pb.ReceiptStore) -> None:
+    """A label with no key form (an object of the user's) fails its row, for a play that reads the
+    label, saying the index label is at fault and that key= names what identifies a row instead."""
+
+    class Thing:
+        pass
+
+    frame = pd.DataFrame({"a": [1]}, index=pd.Index([Thing()], dtype=object))
+    out = frame.play.map(labelled, store=store, progress=False)
+    assert out["play_status"].tolist() == ["failed"]
+    assert "has no JSON form (at the index label, which the play reads); pass key=COLUMNS" in out["play_error"].iloc[0]
+    assert frame.play.map(labelled, store=store, progress=False, key="a")["play_status"].tolist() == ["ok"]
+
+
 def test_key_columns_decide_identity_even_when_the_play_reads_the_index(store: pb.ReceiptStore) -> None:
     """key= is the user's word on what identifies a row: rows agreeing on it are one row, whatever
     their labels, though the play reads row.index."""
