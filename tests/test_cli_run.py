@@ -48,6 +48,10 @@ async def show(row, ctx):
         out["zip"] = "fixed"  # replaces zip in this row only
     return out
 
+@pb.play
+async def numbered(row, ctx):
+    return {"line": row.index}
+
 @pb.tool
 async def slow(n: int) -> int:
     open(os.environ["STARTED"], "a").close()
@@ -361,6 +365,20 @@ JSONL_IDS = [
 def _seen(frame: pd.DataFrame) -> list[str]:
     """What the play `show` reports for each row of ``frame``: its values as iterating a column gives them."""
     return [repr(dict(zip(frame.columns, values))) for values in zip(*(frame[c].tolist() for c in frame.columns))]
+
+
+def test_a_play_reading_row_index_gets_each_duplicate_lines_own_place(work: Path) -> None:
+    """Equal lines of a CSV are rows of their own for a play that reads row.index: each gets its
+    own place in the file, and the rerun reuses each row's own memo."""
+    (work / "twice.csv").write_text("domain,first\na.example.com,p\na.example.com,p\nb.example.com,q\na.example.com,p\n")
+    first = cli(work, "plays.py:numbered", "--in", "twice.csv", "--out", "twice-out.csv")
+    assert first.returncode == 0, first.stderr
+    out = pd.read_csv(work / "twice-out.csv")
+    assert out["line"].tolist() == [0, 1, 2, 3] and out["play_status"].tolist() == ["ok"] * 4
+    again = cli(work, "plays.py:numbered", "--in", "twice.csv", "--out", "twice-again.csv")
+    assert again.returncode == 0, again.stderr
+    back = pd.read_csv(work / "twice-again.csv")
+    assert back["line"].tolist() == [0, 1, 2, 3] and back["play_status"].tolist() == ["reused"] * 4
 
 
 def test_input_columns_reach_the_output_as_the_file_spells_them(work: Path) -> None:

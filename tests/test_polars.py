@@ -189,6 +189,20 @@ def test_pandas_then_polars_pays_nothing(store: pb.ReceiptStore) -> None:
     assert (pb.last_run().stats.calls_executed, pb.last_run().stats.calls_reused, len(calls)) == (0, 3, 3)
 
 
+def test_a_play_reading_row_index_gets_each_equal_rows_own_position(store: pb.ReceiptStore) -> None:
+    """row.index is a Polars row's position: a play that reads it gets each equal row's own, and
+    the same values at other positions are rows of their own, not answered by another's memo."""
+
+    @pb.play
+    async def placed(row, ctx):
+        return {"at": row.index}
+
+    out = pl.DataFrame({"a": [1, 1, 1]}).play.map(placed, store=store, progress=False)
+    assert out["at"].to_list() == [0, 1, 2] and out["play_status"].to_list() == ["ok"] * 3
+    later = pl.DataFrame({"a": [2, 1, 1, 1, 1]}).play.map(placed, store=store, progress=False)
+    assert later["at"].to_list() == [0, 1, 2, 3, 4] and later["play_status"].to_list() == ["ok"] + ["reused"] * 2 + ["ok"] * 2
+
+
 def test_run_gives_polars_frames(store: pb.ReceiptStore) -> None:
     """run() returns a PolarsRun: Polars result and errors, the Run's stats and repr; retry() reruns failed rows, as a run of its own."""
     broken = {"on": True}

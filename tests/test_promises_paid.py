@@ -234,6 +234,25 @@ def test_a_rerun_reuses_a_plays_rows_until_the_tool_it_reaches_is_another(engine
     assert engine.run(frame, cells["via_helper"]).statuses == {"reused": 8}
 
 
+def test_a_play_reading_row_index_gets_each_rows_own_label_and_new_labels_run_again(engine: Engine, name: Callable[[str], str]) -> None:
+    """Rows of equal values under other index labels, for a play that reads row.Index: each gets its
+    own label, wherever it runs; the same values under new labels run again (the first frame's
+    memos do not answer them), and a rerun of either frame reuses each row with its own label."""
+
+    async def labelled(row, ctx):  # type: ignore[no-untyped-def]
+        return {"label": str(row.Index)}
+
+    play = pb.play(labelled, name=name("labelled"))
+    frame = pd.DataFrame({"a": [1] * 8}, index=[f"r{i}" for i in range(8)])
+    first = engine.run(frame, play)
+    assert set(first.statuses) <= {"ok", "reused"} and first.result["label"].tolist() == first.result.index.tolist()
+    moved = engine.run(frame.set_axis([f"s{i}" for i in range(8)]), play)
+    assert set(moved.statuses) <= {"ok", "reused"} and moved.statuses.get("ok", 0) >= 1
+    assert moved.result["label"].tolist() == moved.result.index.tolist()
+    again = engine.run(frame, play)
+    assert again.statuses == {"reused": 8} and again.result["label"].tolist() == again.result.index.tolist()
+
+
 def test_a_rerun_after_a_changed_global_pays_for_the_changed_calls_and_returns_the_new_values(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:

@@ -424,3 +424,29 @@ def test_a_global_of_another_module_its_helper_rebinds_does_not_count(
     )
     assert _run(cells["counting"], store).stats.calls_executed == 2
     assert _run(cells["counting"], store).stats.reused == 2
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "async def at(row, ctx):\n    return {'at': str(label_of(row))}\n",  # a helper of another module
+        "async def at(row, ctx):\n    return {'at': str((lambda r: r.Index)(row))}\n",  # in a lambda
+        "async def at(row, ctx):\n    return {'at': str(getattr(row, 'index'))}\n",
+    ],
+    ids=["helper module", "lambda", "getattr"],
+)
+def test_the_index_read_anywhere_the_play_reaches_makes_equal_rows_rows_of_their_own(
+    cell: str, store: pb.ReceiptStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """row.index read in a helper of the user's other module, in a lambda, or through getattr gives
+    each equal row its own label, in this process and in one the play is sent to pickled."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = f"labels_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text("def label_of(row):\n    return row.index\n")
+    cells = _cells(label_of=importlib.import_module(module).label_of)
+    exec(cell, cells)
+    play = pb.play(cells["at"], name=f"at-{uuid.uuid4().hex[:6]}")
+    frame = pd.DataFrame({"v": [1, 1]}, index=["p", "q"])
+    assert frame.play.map(play, store=store, progress=False)["at"].tolist() == ["p", "q"]
+    sent = pickle.loads(cloudpickle.dumps(play))
+    assert frame.set_axis(["r", "s"]).play.map(sent, store=store, progress=False)["at"].tolist() == ["r", "s"]

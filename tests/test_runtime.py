@@ -80,6 +80,86 @@ def test_duplicate_rows_run_once_and_share_output(store: pb.ReceiptStore) -> Non
     assert pb.last_run().stats.ok == 4
 
 
+@pb.play
+async def labelled(row, ctx):
+    return {"label": str(row.Index)}
+
+
+def test_a_play_reading_the_index_runs_equal_rows_of_other_labels_as_rows_of_their_own(store: pb.ReceiptStore) -> None:
+    """A play that reads row.Index gets each row's own label, though the rows' values are equal;
+    a row of another frame with the same values and a new label runs, not reused from a memo."""
+    frame = pd.DataFrame({"a": [1, 1, 1]}, index=["x", "y", "z"])
+    out = frame.play.map(labelled, store=store, progress=False)
+    assert out["label"].tolist() == ["x", "y", "z"] and out["play_status"].tolist() == ["ok"] * 3
+    new = pd.DataFrame({"a": [1]}, index=["NEW"]).play.map(labelled, store=store, progress=False)
+    assert new["label"].tolist() == ["NEW"] and new["play_status"].tolist() == ["ok"]
+    again = frame.iloc[::-1].play.map(labelled, store=store, progress=False)
+    assert again["label"].tolist() == ["z", "y", "x"] and again["play_status"].tolist() == ["reused"] * 3
+
+
+def test_a_play_reading_the_index_through_a_helper_gets_each_label(store: pb.ReceiptStore) -> None:
+    """row.index read in a helper the play calls counts as the play reading it."""
+
+    async def play(row, ctx):
+        return {"label": _label_of(row)}
+
+    out = pd.DataFrame({"a": ["v", "v"]}, index=["p", "q"]).play.map(pb.play(play, name="helped"), store=store, progress=False)
+    assert out["label"].tolist() == ["p", "q"]
+
+
+def _label_of(row):
+    return row.index
+
+
+@pytest.mark.parametrize("index", [None, [10, 20, 30, 40]], ids=["range", "ints"])
+def test_an_int_column_of_a_play_reading_the_index_keys_its_rows_as_objects_do(index: list[int] | None, store: pb.ReceiptStore) -> None:
+    """Equal int rows under int labels (a column read at a time) are distinct rows when the play
+    reads the label, and keyed as the same rows as objects: a run over them as objects reuses each."""
+    ints = pd.DataFrame({"a": [5, 5, 5, 6]}, index=index)
+    out = ints.play.map(labelled, store=store, progress=False)
+    assert out["label"].tolist() == [str(i) for i in ints.index] and out["play_status"].tolist() == ["ok"] * 4
+    again = ints.astype(object).play.map(labelled, store=store, progress=False)
+    assert again["label"].tolist() == out["label"].tolist() and again["play_status"].tolist() == ["reused"] * 4
+
+
+def test_a_play_not_reading_the_index_still_runs_equal_rows_once(store: pb.ReceiptStore) -> None:
+    """A play that does not read the index runs rows of equal values once, whatever their labels,
+    and a frame of those values under new labels reuses them."""
+    ran: list[object] = []
+
+    async def counted(row, ctx):
+        ran.append(row.a)
+        return {"b": row.a}
+
+    play = pb.play(counted, name="counted")
+    out = pd.DataFrame({"a": [1, 1, 1, 2]}, index=["x", "y", "z", "w"]).play.map(play, store=store, progress=False)
+    assert ran == [1, 2] and out["play_status"].tolist() == ["ok"] * 4
+    new = pd.DataFrame({"a": [1]}, index=["NEW"]).play.map(play, store=store, progress=False)
+    assert ran == [1, 2] and new["play_status"].tolist() == ["reused"]
+
+
+def test_an_index_label_with_no_key_form_fails_its_row_naming_the_label_when_the_play_reads_it(store: pb.ReceiptStore) -> None:
+    """A label with no key form (an object of the user's) fails its row, for a play that reads the
+    label, saying the index label is at fault and that key= names what identifies a row instead."""
+
+    class Thing:
+        pass
+
+    frame = pd.DataFrame({"a": [1]}, index=pd.Index([Thing()], dtype=object))
+    out = frame.play.map(labelled, store=store, progress=False)
+    assert out["play_status"].tolist() == ["failed"]
+    assert "has no JSON form (at the index label, which the play reads); pass key=COLUMNS" in out["play_error"].iloc[0]
+    assert frame.play.map(labelled, store=store, progress=False, key="a")["play_status"].tolist() == ["ok"]
+
+
+def test_key_columns_decide_identity_even_when_the_play_reads_the_index(store: pb.ReceiptStore) -> None:
+    """key= is the user's word on what identifies a row: rows agreeing on it are one row, whatever
+    their labels, though the play reads row.index."""
+    frame = pd.DataFrame({"id": [1, 1, 2]}, index=["x", "y", "z"])
+    out = frame.play.map(labelled, store=store, progress=False, key="id")
+    assert out["label"].tolist() == ["x", "x", "z"]
+
+
 def test_key_columns_define_identity(store: pb.ReceiptStore) -> None:
     """With key=, rows that agree on the key columns are the same row."""
     seen: list = []

@@ -35,9 +35,12 @@ PlayLike: TypeAlias = "Play | Tool[Any] | PlayFn"
 
 class Play:
     """A named, versioned async row function with a fingerprint; ``output``: its declared output
-    model (:class:`~playbook.plays.outputs.OutputModel`), or None."""
+    model (:class:`~playbook.plays.outputs.OutputModel`), or None; ``reads_index``: it reads its
+    row's index label (``row.index``), which is then part of each row's identity."""
 
-    __slots__ = ("fn", "name", "version", "output", "fingerprint", "notes", "__wrapped__", "_own", "_named", "_tools", "_sent")
+    __slots__ = (
+        "fn", "name", "version", "output", "fingerprint", "notes", "reads_index", "__wrapped__", "_own", "_named", "_tools", "_sent",
+    )  # fmt: skip
 
     fn: PlayFn
     name: str
@@ -45,6 +48,7 @@ class Play:
     output: OutputModel | None
     fingerprint: str
     notes: dict[str, str]  # what a run of it must say, by value ("name (type)"): what it reads that cannot be counted
+    reads_index: bool
     __wrapped__: PlayFn
 
     def __init__(
@@ -75,7 +79,7 @@ class Play:
         self._own = digest("\x1f".join(parts))
         self.__wrapped__ = fn
         self._tools = source is None  # a %%play cell's source names its tools; a tool's play is its tool
-        self._named, self.notes, self._sent = "", {}, False
+        self._named, self.notes, self._sent, self.reads_index = "", {}, False, False
         self._fingerprint()
         self.current()
 
@@ -109,6 +113,7 @@ class Play:
         for sub in subs:  # a value it reads itself is said of it, once
             notes = {**sub.notes, **notes}
         self.notes = notes
+        self.reads_index = found.label
         if found.text != self._named:
             self._named = found.text
             self._fingerprint()

@@ -15,6 +15,10 @@ starts:
   string constants, and the string values of the globals it reads, shaped like a variable's
   name), by a digest of their values: a key may be one of them.
 
+Whether it reads the row's index label (``row.index``, ``row.Index``) is found the same way, in
+its code and the functions it reaches: any attribute (or string constant) of either name counts,
+``list.index`` included.  A play that does makes the label part of each row's identity.
+
 Modules, library classes and functions, builtins, loggers, locks and playbook's own objects
 count by what they are (not at all), and so does what the play keeps as its own record: a list
 it appends to, a global it rebinds (``global N; N += 1``).  What cannot be counted is reported,
@@ -29,37 +33,35 @@ import dis
 import functools
 import inspect
 import os
-import re
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..keys import digest, key_text
+from .bytecode import ENV_NAME, SIMPLE, codes, env_built, env_names, names_index
 from .stable import helper_fingerprint, plain_object, stable_text, user_class, user_code, user_module
 
 __all__ = ["Reads", "global_names", "reads"]
 
 _MISSING = object()
-_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]+")
 _ENV_READERS = frozenset(("environ", "getenv"))
 # A global or a cell called through one of these is written to (a list of calls a play keeps).
 _MUTATORS = frozenset(("append", "extend", "add", "update", "insert", "pop", "remove", "discard", "clear", "setdefault", "appendleft"))
 _DYNAMIC = ("eval", "exec", "globals", "vars")  # builtins that read names no code names
-_NAMES = frozenset(("LOAD_CONST", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"))  # a name read whole, not built
-_SIMPLE = _NAMES | {"LOAD_FAST"}
-_ENDS = frozenset(("PRECALL", "CALL", "CALL_KW", "KW_NAMES", "BINARY_SUBSCR"))
-_SKIP = frozenset(("PUSH_NULL", "NOP", "CACHE", "EXTENDED_ARG"))
 _Key = tuple[int, str]  # a global: its module's namespace, its name
 
 
 class Reads(NamedTuple):
     """``text``: what counts, as sorted ``name=...`` entries ("" when nothing does); ``unstable``:
     the values read that have no stable form, as (name, type); ``unknown``: what else the code
-    does that cannot be counted, as (what, "writes to CACHE and reads it")."""
+    does that cannot be counted, as (what, "writes to CACHE and reads it"); ``label``: its code (or
+    a function it reaches) names an attribute ``index`` or ``Index``, as reading the row's index
+    label does."""
 
     text: str
     unstable: tuple[tuple[str, str], ...]
     unknown: tuple[tuple[str, str], ...] = ()
+    label: bool = False
 
 
 class _Walk:
@@ -70,6 +72,7 @@ class _Walk:
         self.found: set[str] = set()
         self.unstable: dict[str, str] = {}
         self.unknown: dict[str, str] = {}
+        self.index = False
         self.todo: list[Any] = [fn]
         self.seen: set[int] = {id(fn)}
         self.dynamic: set[str] = set()
@@ -109,7 +112,7 @@ class _Walk:
         if self.dynamic:
             called = ", ".join(f"{name}()" for name in sorted(self.dynamic))
             self.unknown[called] = f"calls {called}: what it reads through them cannot be known, and does not count"
-        return Reads(" ".join(sorted(self.found)), tuple(sorted(self.unstable.items())), tuple(sorted(self.unknown.items())))
+        return Reads(" ".join(sorted(self.found)), tuple(sorted(self.unstable.items())), tuple(sorted(self.unknown.items())), self.index)
 
 
 def reads(fn: Any, *, named: tuple[type, ...] = (), refresh: Callable[[Any], None] = lambda value: None) -> Reads:
@@ -125,6 +128,7 @@ def reads(fn: Any, *, named: tuple[type, ...] = (), refresh: Callable[[Any], Non
         _names(walk, f)
         _values(walk, f)
         _cells(walk, f)
+        walk.index = walk.index or names_index(f.__code__)
         if _ENV_READERS.intersection(global_names(f.__code__)):
             _environment(walk, f)
     return walk.done()
@@ -254,7 +258,7 @@ def _environment(walk: _Walk, f: Any) -> None:
     string constants and by the strings of the globals and cells it reads; a name it builds is
     reported."""
     code, space = f.__code__, f.__globals__
-    names = set(_env_names(code))
+    names = set(env_names(code))
     read = _loads(code).read
     values = [space.get(name) for name, _ in read]
     owners = [(space.get(name), attribute) for name, attribute in read if attribute]  # Settings.ENV_NAME, config.ENV_NAME
@@ -264,11 +268,11 @@ def _environment(walk: _Walk, f: Any) -> None:
             values.append(cell.cell_contents)
         except ValueError:
             continue
-    names.update(v for v in values if isinstance(v, str) and _ENV_NAME.fullmatch(v))
+    names.update(v for v in values if isinstance(v, str) and ENV_NAME.fullmatch(v))
     for name in names:
         value = os.environ.get(name)
         walk.found.add(f"$env:{name}=" + ("<unset>" if value is None else digest("env\x1f" + value)))
-    if _env_built(code):
+    if env_built(code):
         walk.unknown["$env (built)"] = "reads an environment variable by a name it builds or is given: which one cannot be known"
 
 
@@ -309,7 +313,7 @@ def _loads(code: Any) -> _Loads:
     written: set[str] = set()
     plain: set[str] = set()
     rebound: set[str] = set()
-    for inner in _codes(code):
+    for inner in codes(code):
         instructions = list(dis.get_instructions(inner))
         for i, ins in enumerate(instructions):
             if ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
@@ -333,58 +337,11 @@ def _stores_into(following: list[Any]) -> bool:
     ops = [ins.opname for ins in following] + ["", ""]
     if ops[0] == "STORE_ATTR" or (ops[0] == "COPY" and ops[1] == "LOAD_ATTR"):
         return True
-    if ops[0] not in _SIMPLE:
+    if ops[0] not in SIMPLE:
         return False
     for op, then in zip(ops[1:], ops[2:]):  # the key, read whole or through attributes, then the store
         if op == "STORE_SUBSCR" or (op == "COPY" and then == "COPY"):
             return True
-        if op not in _SIMPLE and op != "LOAD_ATTR":
+        if op not in SIMPLE and op != "LOAD_ATTR":
             return False
     return False
-
-
-@functools.lru_cache(maxsize=1024)
-def _env_built(code: Any) -> bool:
-    """True when ``code`` (or the code inside it) reads an environment variable by a name that is
-    not a constant or a global read whole: ``os.getenv(f"KEY_{x}")``, ``os.environ[name]``."""
-    for inner in _codes(code):
-        ops = [ins for ins in dis.get_instructions(inner) if ins.opname not in _SKIP]
-        for i, ins in enumerate(ops[:-1]):
-            if ins.argval not in ("getenv", "environ", "get") or not ins.opname.startswith("LOAD_"):
-                continue
-            if ins.argval == "get" and (i == 0 or ops[i - 1].argval != "environ"):
-                continue  # a get of something else
-            if ins.argval == "environ" and ops[i + 1].opname in ("LOAD_ATTR", "LOAD_METHOD"):
-                continue  # environ.get: its get is the read
-            if _argument_built(ops, i + 1, subscript=ins.argval == "environ"):
-                return True
-    return False
-
-
-def _argument_built(ops: list[Any], at: int, *, subscript: bool) -> bool:
-    """Whether the name a read starting at ``ops[at]`` gives is built; ``subscript``: environ[...],
-    where environ passed whole (``dict(os.environ)``, ``x in os.environ``) reads no one name."""
-    first = ops[at]
-    second, third = (ops[at + n].opname if at + n < len(ops) else "" for n in (1, 2))
-    if first.opname in _NAMES and (second in _ENDS or (second in _SIMPLE and third in _ENDS)):
-        return False  # a name read whole, and a default after it
-    if not subscript:
-        return True
-    for ins in ops[at : at + 16]:  # the first thing done with environ: a subscript, or anything else
-        if ins.opname == "BINARY_SUBSCR":
-            return True
-        if ins.opname in ("PRECALL", "CALL", "CONTAINS_OP", "RETURN_VALUE", "POP_TOP") or ins.opname.startswith("STORE_"):
-            return False
-    return False
-
-
-def _codes(code: Any) -> Iterator[Any]:
-    yield code
-    for const in code.co_consts:
-        if inspect.iscode(const):
-            yield from _codes(const)
-
-
-def _env_names(code: Any) -> list[str]:
-    """The string constants of ``code`` (and the code inside it) shaped like environment variables' names."""
-    return sorted({c for inner in _codes(code) for c in inner.co_consts if isinstance(c, str) and _ENV_NAME.fullmatch(c)})

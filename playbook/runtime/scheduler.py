@@ -157,7 +157,9 @@ class Scheduler:
         if not self._first:
             return positions
         self._first = False
-        runnable, unkeyed = self.table.identify(positions, self.opts.key_columns(self.frame))
+        key = self.opts.key_columns(self.frame)
+        # A play that reads row.index makes the label part of a row's identity, unless key= says what is.
+        runnable, unkeyed = self.table.identify(positions, key, labelled=key is None and self.play.reads_index)
         for pos, why in unkeyed:
             self.outcomes.finish(pos, "failed", None, why, ran=False)
         if self.opts.refresh is False:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .._internal.flow import WaitBudget
-from ..keys import int_row_digests, row_digest
+from ..keys import int_row_digests, labelled_row_digest, row_digest
 from ..plays.outputs import OutputModel
 from ..records import Status
 from .grouping import consolidate, message_group
@@ -148,31 +148,48 @@ class RowTable:
         digest = self.digests[16 * pos : 16 * pos + 16]
         return digest.hex() if any(digest) else None
 
-    def identify(self, positions: Sequence[int], key_cols: list[Any] | None) -> tuple[Sequence[int], list[tuple[int, str]]]:
+    def identify(
+        self, positions: Sequence[int], key_cols: list[Any] | None, labelled: bool = False
+    ) -> tuple[Sequence[int], list[tuple[int, str]]]:
         """Key each row; group duplicates under their first position.  Returns the rows to run
         (``positions`` itself when every row has a key of its own) and ``(position, why)`` for
-        the rows that cannot be identified."""
+        the rows that cannot be identified.  ``labelled``: each row's index label is part of its
+        identity (its play reads it), so rows differing only by label are not duplicates."""
         key_idx = [self.columns[c] for c in key_cols] if key_cols is not None else None
         getters = self._getters if key_idx is None else [self._getters[i] for i in key_idx]
         ints = [_int_array(get) for get in getters]
-        if getters and all(a is not None for a in ints):  # the common id column: every row has a key
+        labels = self._int_labels() if labelled else None
+        if getters and all(a is not None for a in ints) and (labels is not None or not labelled):  # the common id column
             where = np.asarray(positions, dtype=np.int64)
             view = np.frombuffer(self.digests, dtype="S16")
             for start in range(0, len(where), 65536):  # their values as Python ints: 2 MB at a time
                 part = where[start : start + 65536]
-                view[part] = np.frombuffer(int_row_digests([a[part] for a in ints]), dtype="S16")  # type: ignore[index]  # none is None
+                digests = int_row_digests([a[part] for a in ints], None if labels is None else labels[part])  # type: ignore[index]
+                view[part] = np.frombuffer(digests, dtype="S16")
             return self._leads(positions), []
         keyed: list[int] = []
         unkeyed: list[tuple[int, str]] = []
         digests = self.digests
         for pos in positions:
             try:
-                digests[16 * pos : 16 * pos + 16] = row_digest([get(pos) for get in getters])
+                values = [get(pos) for get in getters]
+                digests[16 * pos : 16 * pos + 16] = labelled_row_digest(values, self.label(pos)) if labelled else row_digest(values)
             except TypeError as exc:
                 unkeyed.append((pos, f"cannot identify the row: {exc}; pass key=COLUMNS naming the columns that identify a row"))
                 continue
             keyed.append(pos)
         return self._leads(keyed if unkeyed else positions), unkeyed
+
+    def _int_labels(self) -> np.ndarray[Any, Any] | None:
+        """Every row's index label as an array of ints, when they all are ints (a RangeIndex)."""
+        if self._range is not None:
+            return np.arange(self._size, dtype=np.int64) * self._range[1] + self._range[0]
+        if not all(type(label) is int for label in self.labels):  # not a bool either: its key form is "true"
+            return None
+        try:
+            return np.asarray(self.labels, dtype=np.int64)
+        except OverflowError:  # past 64 bits: their text the slow way
+            return None
 
     def _leads(self, keyed: Sequence[int]) -> Sequence[int]:
         """The first row of each key among ``keyed`` (in order); later rows become its copies.  By
