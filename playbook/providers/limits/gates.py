@@ -273,7 +273,7 @@ class Health:
     PROBE_MAX = 30.0
     FATES = 8  # the latest calls that failed, by what became of them
     LEARNT = 2  # of those failing on their own, and none going through, before a first failure gives way
-    SAMPLE = 4
+    SAMPLE = 4  # even then, one retry in this many goes at once: a retry going through unlearns it
 
     def __init__(self) -> None:
         self.failures = 0  # in a row
