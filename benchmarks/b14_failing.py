@@ -14,11 +14,13 @@ their retries (5 tries each) with an error that names the tool and says the requ
 own (but for the last one or two, whose tries find nothing else answered after them: they give up
 as before, naming the tool), and the provider must be neither held nor down.
 
-Each failing row's first two tries compete with the healthy rows for the 40 requests a second (it
-takes a second failure, after others were answered, to tell the request from the provider); its
-later tries wait for the fresh rows.  So at one row in ten the healthy rows need 1 + 2/9 = 1.22 x
-the clean run's requests sent before they are done, less what the burst and each run's fixed cost
-take off: the bound of 1.2 is just under that floor.  One repetition takes ~3.5 minutes.
+Each failing row's first try competes with the healthy rows for the 40 requests a second; its later
+tries wait for the fresh rows.  Its second try competes too for the first few failing rows (it takes
+a second failure, after others were answered, to tell the request from the provider, and two such
+requests before the provider learns that its failed calls fail on their own) and for one in four
+after (they keep that word fresh: ``Health.gives_way``).  So at one row in ten the healthy rows need
+about 1 + 1/9 + 1/36 = 1.14 x the clean run's requests sent before they are done, less what the
+burst and each run's fixed cost take off.  One repetition takes ~3.5 minutes.
 """
 
 from __future__ import annotations

@@ -183,6 +183,64 @@ def test_health_judges_distinct_calls() -> None:
     assert mine.own and health.failures == 0 and not health.dominated() and not health.down
 
 
+def _fails_on_its_own(health: Health, t: float) -> Standing:
+    """A call that fails at ``t``, and again at ``t + 1`` after a call sent between was answered."""
+    standing = Standing()
+    health.failure(t, standing)
+    health.success(sent_at=t + 0.5, through=True)
+    health.failure(t + 1.0, standing)
+    assert standing.own
+    return standing
+
+
+def test_health_learns_that_failed_calls_fail_on_their_own_and_unlearns_it() -> None:
+    """Once the latest calls that failed went on to fail on their own, a call's first failure
+    already sends its retry behind the fresh rows (still counting toward the provider's health),
+    but for one in SAMPLE; a retry that goes through ends that at once."""
+    health = Health()
+    first = Standing()
+    health.failure(0.0, first)
+    assert not first.behind  # nothing learnt yet: it retries at once
+    for t in (10.0, 20.0):
+        _fails_on_its_own(health, t)
+    firsts = [Standing() for _ in range(2 * Health.SAMPLE)]
+    for i, standing in enumerate(firsts):
+        health.failure(30.0 + i, standing)
+        for _ in range(3):
+            health.success(sent_at=30.5 + i, through=True)  # the others are answered
+    assert [s.behind for s in firsts] == ([True] * (Health.SAMPLE - 1) + [False]) * 2
+    assert not any(s.own for s in firsts) and health.failures == 0
+    health.success(sent_at=40.0, standing=firsts[-1], through=True)  # the retry sent at once went through
+    late = Standing()
+    health.failure(41.0, late)
+    assert not late.behind
+    health.success(sent_at=41.5, standing=firsts[0])  # a 429 is an answer, not a retry going through
+    for t in range(50, 50 + 10 * Health.FATES, 10):
+        _fails_on_its_own(health, float(t))
+    again = Standing()
+    health.failure(200.0, again)
+    assert again.behind  # the last FATES calls that failed all failed on their own
+
+
+def test_calls_failing_on_their_own_teach_nothing_while_the_provider_is_failing() -> None:
+    """While failures dominate or the provider is down, a call's failure never sends it behind
+    the fresh rows on what was learnt: the provider's health decides when it goes."""
+    health = Health()
+    for t in (0.0, 10.0):
+        _fails_on_its_own(health, t)
+    calls = [Standing() for _ in range(6)]
+    for i, standing in enumerate(calls):  # two failures for each answer: most calls fail
+        health.failure(20.0 + i, Standing())
+        health.failure(20.1 + i, standing)
+        health.success(sent_at=20.2 + i, through=True)
+    assert health.dominated() and not health.down and not any(s.behind for s in calls[2:])
+    for t in range(30, 40):
+        health.failure(float(t))
+    down = Standing()
+    health.failure(40.0, down)
+    assert health.down and not down.behind
+
+
 @pytest.mark.parametrize("max_wait", [0.5, 20.0], ids=["budget under the first probe", "budget of 20s"])
 def test_nothing_listening_parks_every_row_once_its_wait_budget_is_spent(max_wait: float) -> None:
     """Connections refused: after a few failures the provider is down; the rows wait for its

@@ -8,6 +8,7 @@ hold pass at once, so each test asserts the times the governor and the retry que
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,8 @@ from vtime import run_virtual
 
 import playbook as pb
 from playbook.events import RowFinished, RowHeld, RowParked, RowResumed, RowStarted
+from playbook.providers.limits import Backoff
+from playbook.providers.provider import governor
 
 Calls = list[tuple[float, int]]  # (loop time, n) per invocation
 Events = list[tuple[float, Any]]  # (loop time, event)
@@ -433,6 +436,94 @@ def test_a_row_whose_call_fails_on_its_own_retries_after_the_fresh_rows(store: p
     last_fresh = started.index(20)
     assert [i for i, pos in enumerate(started) if pos == 0][-2:] > [last_fresh] * 2  # its last two tries come after
     assert not solo.status().down and not run.holds
+
+
+def every_tenth_fails(name: str, provider: pb.Provider, *, passing: bool = False) -> tuple[pb.Tool, Calls, list[float]]:
+    """A tool whose request for every tenth row gets a 503 at once (a path built from the row that
+    always answers 503; ``passing``: only its first try does), while the others are answered in
+    20 ms.  It logs each invocation, and the loop time of each answer that went through."""
+    calls: Calls = []
+    through: list[float] = []
+
+    async def fn(n: int) -> int:
+        calls.append((now(), n))
+        if n % 10 == 9 and (not passing or sum(m == n for _, m in calls) == 1):
+            await asyncio.sleep(0.002)
+            raise pb.ToolError(f"HTTP 503 (GET /status/503?row={n})", status=503, retryable=True)
+        await asyncio.sleep(0.02)
+        through.append(now())
+        return n
+
+    governor(provider).backoff = Backoff(rng=random.Random(0))
+    return pb.tool(fn, name=name, provider=provider), calls, through
+
+
+@pytest.mark.parametrize(
+    ("size", "concurrency", "max_wait"),
+    [(300, 32, 120.0), (300, 4, 120.0), (1_000, 32, 10.0)],
+    ids=["300 rows", "300 rows, 4 in flight", "1,000 rows, max_wait 10s"],
+)
+def test_rows_whose_calls_fail_on_their_own_cost_the_others_little(
+    store: pb.ReceiptStore, size: int, concurrency: int, max_wait: float
+) -> None:
+    """One row in ten always gets a 503, at 40 requests a second, 32 (or 4) rows in flight: once
+    the provider's failed calls have gone on to fail on their own, a failing call's first failure
+    already sends its row behind the rows not started yet, so the healthy rows are done within
+    1.2 x the run without the failing rows.  The failing rows still fail after their retries,
+    saying so, and none parks: the time a row waits behind the fresh rows (here, for 1,000 rows,
+    longer than max_wait) is not taken from its wait budget, only its backoff is."""
+    clean, _, clean_through = every_tenth_fails("clean", pb.Provider("clean", rps=40))
+    clean_frame = rows(size)[lambda f: f["n"] % 10 != 9].reset_index(drop=True)
+    options = {"concurrency": concurrency, "max_wait": max_wait}
+    clean_run, _ = run_virtual(launch(clean_frame, calling(clean), store, **options))
+    assert statuses(clean_run) == ["ok"] * len(clean_frame)
+    provider = pb.Provider("failing", rps=40)
+    tool, calls, through = every_tenth_fails("failing", provider)
+    run, events = run_virtual(launch(rows(size), calling(tool), store, **options))
+    assert statuses(run) == ["failed" if n % 10 == 9 else "ok" for n in range(size)]
+    assert max(through) <= 1.2 * max(clean_through), (max(through), max(clean_through))
+    errors = run.result.loc[run.result["play_status"] == "failed", "play_error"]
+    assert sum("this request fails on its own (provider 'failing' answers other calls)" in e for e in errors) >= size // 10 - 2
+    assert all(e.endswith("(gave up after 5 tries)") for e in errors)
+    tries = {n: [t for t, m in calls if m == n] for n in range(9, size, 10)}
+    assert all(len(t) == 5 for t in tries.values()) and not of(RowParked, events)
+    if size > 300:  # most failing rows waited behind the fresh rows longer than their whole budget
+        assert sum(t[-1] - t[0] > max_wait for t in tries.values()) >= size // 20
+    assert not provider.status().down and not run.holds
+
+
+def test_a_provider_whose_503s_pass_keeps_retrying_at_once(store: pb.ReceiptStore) -> None:
+    """One row in ten gets a 503 on its first try only (a provider with passing 503s): its retry
+    goes at once (after its backoff), ahead of the rows not started yet, as every retry that went
+    through says the provider's failures are the moment's; every row is done."""
+    tool, calls, _ = every_tenth_fails("passing", pb.Provider("passing", rps=40), passing=True)
+    run, _ = run_virtual(launch(rows(300), calling(tool), store, concurrency=32))
+    assert statuses(run) == ["ok"] * 300
+    tries = {n: [t for t, m in calls if m == n] for n in range(9, 300, 10)}
+    assert all(len(t) == 2 and t[1] - t[0] <= 1.5 for t in tries.values()), tries
+
+
+def test_a_provider_learns_again_that_its_503s_pass(store: pb.ReceiptStore) -> None:
+    """Rows 0-149: one in ten always gets a 503, so the provider learns that its failed calls fail
+    on their own and sends them behind the fresh rows at once; rows 150-449: one in ten gets a
+    503 on its first try only.  The few of those sent behind before one retry went through (one
+    in Health.SAMPLE goes at once, to find out) do not stop the rest from retrying at once."""
+    provider = pb.Provider("mixed", rps=40)
+    tool, calls, _ = every_tenth_fails("mixed.always", provider)
+    passing, passing_calls, _ = every_tenth_fails("mixed.passing", provider, passing=True)
+
+    @pb.play
+    async def play(row: Any, ctx: pb.Context) -> dict[str, Any]:
+        return {"v": await ctx.tool(tool if row.n < 150 else passing, n=row.n)}
+
+    run, _ = run_virtual(launch(rows(450), play, store, concurrency=32))
+    assert statuses(run) == ["failed" if n < 150 and n % 10 == 9 else "ok" for n in range(450)]
+    first = {n: [t for t, m in calls if m == n] for n in range(9, 150, 10)}
+    # Learnt from rows 9 and 19 (their retries failed on their own): most failing rows after them
+    # (but those that failed before it was learnt, and one in Health.SAMPLE) waited for the fresh rows.
+    assert sum(t[1] - t[0] > 1.5 for t in first.values()) >= 6
+    tries = {n: [t for t, m in passing_calls if m == n] for n in range(159, 450, 10)}
+    assert sum(t[1] - t[0] <= 1.5 for t in tries.values()) >= 24, tries
 
 
 def test_run_fatal_stops_the_run(store: pb.ReceiptStore) -> None:

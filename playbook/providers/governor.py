@@ -175,7 +175,7 @@ class Governor(Holds):
                     health.unprobe()  # a no-op once the probe's outcome was recorded
             if permit is None:
                 continue
-            if health.success(permit.sent_at, ticket.standing):
+            if health.success(permit.sent_at, ticket.standing, through=True):
                 self.emit(ProviderUp(self.name))
             if await self.limiter.settle(permit, ticket.actual):
                 self._rate_changed()
@@ -291,9 +291,9 @@ class Governor(Holds):
         # A call that cannot suspend its row (a batch serves many) still steps aside for a long
         # provider hold; only its own backoff, bounded by the retries, is waited out in place.
         # A row whose own retry waits more than a moment gives its worker up meanwhile; one whose
-        # call fails on its own always does, and tries again after the rows not started yet.
+        # call fails on its own (or likely does: limits.Standing) tries again after the fresh rows.
         own = until > self.limiter.hold_until_t
-        behind = own and ticket.suspend and ticket.standing.own
+        behind = own and ticket.suspend and ticket.standing.behind
         if not behind and (wait <= (OWN_IN_PLACE if own and ticket.suspend else IN_PLACE) or (not ticket.suspend and own)):
             budget.left -= wait
             await asyncio.sleep(wait)

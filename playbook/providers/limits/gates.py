@@ -198,29 +198,45 @@ class Window:
 
 class Standing:
     """What a provider's :class:`Health` remembers of one call across its tries (its ticket
-    carries it): when it last failed, and whether it fails *on its own*.
+    carries it): when it last failed, whether it fails *on its own*, and whether its next try
+    waits *behind* the rows not started yet.
 
     A call that fails again after the provider answered a call sent since its last failure is
     its own failure (one input the provider always refuses, a path that always answers 503), not
     the provider's: from then on its tries, failed or not, are no evidence about the provider.
-    It keeps that word when it moves to another key of a pool (the request is the same)."""
+    It keeps that word when it moves to another key of a pool (the request is the same).
 
-    __slots__ = ("own", "_health", "_failed_t")
+    A call failing on its own tries again behind the rows not started yet; so does one that has
+    failed once when the provider's calls that failed lately went on to fail on their own
+    (:meth:`Health.gives_way`): its first failure still counts toward the provider's health."""
+
+    __slots__ = ("own", "behind", "_health", "_failed_t", "_failing")
 
     def __init__(self) -> None:
         self.own = False
+        self.behind = False  # its next try waits for the rows not started yet
         self._health: Health | None = None  # whose clock _failed_t is on
         self._failed_t = math.inf  # loop clock: its last failure
+        self._failing = False  # its latest try failed, and none has gone through since
 
     def __repr__(self) -> str:
-        return f"<Standing{' own' if self.own else ''}>"
+        return f"<Standing{' own' if self.own else ''}{' behind' if self.behind else ''}>"
 
     def failed(self, health: Health, now: float) -> bool:
         """It failed now on ``health``'s provider: True when the failure is its own."""
-        if self._health is health and health.answered_t >= self._failed_t:
+        if not self.own and self._health is health and health.answered_t >= self._failed_t:
             self.own = True
-        self._health, self._failed_t = health, now
+            health.settled(own=True)
+        self._health, self._failed_t, self._failing = health, now, True
         return self.own
+
+    def answered(self, health: Health, *, through: bool) -> None:
+        """``health``'s provider answered it (``through``: with what was asked, not a 429 or a 4xx)."""
+        if through:
+            if self._failing:
+                health.settled(own=False)  # it failed, then went through: its failure was the moment's
+            self._failing = False
+        self.behind = self.own
 
 
 class Health:
@@ -238,15 +254,26 @@ class Health:
     fails again after others were answered fails on its own (:class:`Standing`): its tries no
     longer count, so one input that always gets a 503 costs its row its retries, and neither
     holds the provider nor takes it down.
+
+    It learns what became of its calls that failed (:meth:`gives_way`): when the latest ones went
+    on to fail on their own, and none went through on a retry, a call that fails sends its next
+    try behind the rows not started yet from its first failure, as it would once known to fail
+    on its own; but one such retry in ``SAMPLE`` still goes at once, so a retry going through (a
+    passing 503) is seen, and the provider's calls retry at once again.
     """
 
-    __slots__ = ("failures", "down", "probe_t", "probing", "since", "answered_t", "_recent", "_probes", "_outcome", "_lock")
+    __slots__ = (
+        "failures", "down", "probe_t", "probing", "since", "answered_t", "_recent", "_probes", "_outcome", "_lock", "_fates", "_given",
+    )  # fmt: skip
 
     DOWN_AFTER = 5
     RECENT = 20
     PROBE_FIRST = 1.0
     PROBE_GROWTH = 1.5
     PROBE_MAX = 30.0
+    FATES = 8  # the latest calls that failed, by what became of them
+    LEARNT = 2  # of those failing on their own, and none going through, before a first failure gives way
+    SAMPLE = 4  # even then, one retry in this many goes at once: a retry going through unlearns it
 
     def __init__(self) -> None:
         self.failures = 0  # in a row
@@ -259,15 +286,20 @@ class Health:
         self._probes = 0
         self._outcome: list[asyncio.Future[None]] = []  # done when the probe in flight lands, one per loop waiting
         self._lock = threading.Lock()  # two threads' calls must not both become the probe
+        self._fates: deque[bool] = deque(maxlen=self.FATES)  # True: it failed on its own; False: a retry went through
+        self._given = 0  # retries sent behind on what was learnt, to pick the ones that go at once
 
     def __repr__(self) -> str:
         state = "down" if self.down else "up"
         return f"<Health {state} failures_in_a_row={self.failures} recent={sum(self._recent)}/{len(self._recent)}>"
 
-    def success(self, sent_at: float = math.inf, standing: Standing | None = None) -> bool:
-        """A call sent at ``sent_at`` went through (or was answered: a 4xx is an answer too);
-        True when that brings the provider back up.  An answer to a call sent before it went
-        down says nothing about now.  ``standing``: the call's (one failing on its own is not counted)."""
+    def success(self, sent_at: float = math.inf, standing: Standing | None = None, *, through: bool = False) -> bool:
+        """A call sent at ``sent_at`` was answered (a 4xx or a 429 is an answer too; ``through``:
+        with what it asked for); True when that brings the provider back up.  An answer to a call
+        sent before it went down says nothing about now.  ``standing``: the call's (one failing
+        on its own is not counted)."""
+        if standing is not None:
+            standing.answered(self, through=through)
         if standing is None or not standing.own:
             self._recent.append(False)
         self.failures = 0
@@ -286,6 +318,8 @@ class Health:
         if not own:
             self._recent.append(True)
             self.failures += 1
+        if standing is not None:
+            standing.behind = own or self.gives_way()
         if self.down:
             if self.probing:  # the probe failed: the next one waits longer
                 self.probe_t = now + min(self.PROBE_MAX, self.PROBE_FIRST * self.PROBE_GROWTH**self._probes)
@@ -304,6 +338,22 @@ class Health:
     def dominated(self) -> bool:
         recent = self._recent
         return len(recent) >= self.RECENT // 2 and 2 * sum(recent) > len(recent)
+
+    def settled(self, *, own: bool) -> None:
+        """What became of a call that failed: it failed on its own, or a retry went through."""
+        self._fates.append(own)
+
+    def gives_way(self) -> bool:
+        """A call failed, not known to fail on its own: True when its next try should wait
+        behind the rows not started yet all the same.  So it does when the latest calls that
+        failed (``LEARNT`` at least, of the last ``FATES``) all went on to fail on their own,
+        but for one in ``SAMPLE``, and never while the provider is down or failures dominate
+        (then the provider's health, not the call, decides when it goes)."""
+        fates = self._fates
+        if self.down or self.dominated() or sum(fates) < self.LEARNT or not all(fates):
+            return False
+        self._given += 1
+        return self._given % self.SAMPLE != 0
 
     def may_probe(self, now: float) -> bool:
         """While down: True if this call may go as the probe (and it becomes the probe)."""
