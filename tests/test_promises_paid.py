@@ -282,7 +282,11 @@ def test_a_value_the_fingerprint_cannot_count_is_said_once_and_the_memos_still_a
     run says so once, wherever its rows ran, naming the play, the name and its type; the environment
     variable it reads counts, the same in every process; the rerun reuses every row."""
     cells: dict[str, Any] = {"__name__": "cells", "pb": pb, "os": os, "email": email(demo, pb.Provider(name("acme")))}
-    exec("class Client:\n    def first(self, name):\n        return name\n\nCLIENT = Client()\n", cells)
+    exec(
+        "class Client:\n    def __init__(self):\n        self.connection = object()  # no stable form\n\n"
+        "    def first(self, name):\n        return name\n\nCLIENT = Client()\n",
+        cells,
+    )
     exec(
         "@pb.play\nasync def greet(row, ctx):\n    first = CLIENT.first(os.environ['PB_PROMISE_PREFIX'] + row.first)\n"
         "    return {'email': await ctx.tool(email, domain=row.domain, first=CLIENT.first(first))}\n",
