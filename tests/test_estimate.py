@@ -383,10 +383,8 @@ def test_rows_sharing_a_key_are_counted_as_rows_and_paid_once(demo: pb.demo.Demo
     assert demo.stats()["requests"] == 20
 
 
-def test_with_precision_the_pilot_grows_until_its_interval_is_narrow_enough(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
-    """A waterfall whose second leg costs 3 times the first and is asked for about half the rows:
-    a pilot of 10 rows has a wide interval; precision=0.1 grows it 10 rows at a time, to at most
-    100, and its interval narrows; a play of one call a row is narrow at once and stays at 10."""
+def _waterfall(demo: pb.demo.DemoServer) -> Any:
+    """A play whose first leg misses half the time and whose second costs 3 times the first."""
     demo.reset(miss_rate=0.5)
     first = pb.demo.email_tool(demo, name="first", provider=pb.Provider("leg-a"), cost=0.01)
     second = pb.demo.email_tool(demo, name="second", provider=pb.Provider("leg-b"), cost=0.03)
@@ -394,6 +392,15 @@ def test_with_precision_the_pilot_grows_until_its_interval_is_narrow_enough(demo
     async def both(row: Any, ctx: pb.Context) -> Any:
         legs = [ctx.call(first, domain=row.domain, first=row.first), ctx.call(second, domain="mail." + row.domain, first=row.first)]
         return {"email": await ctx.waterfall("email", legs)}
+
+    return both
+
+
+def test_with_precision_the_pilot_grows_until_its_interval_is_narrow_enough(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+    """A waterfall whose second leg costs 3 times the first and is asked for about half the rows:
+    a pilot of 10 rows has a wide interval; precision=0.1 grows it 10 rows at a time, to at most
+    100, and its interval narrows; a play of one call a row is narrow at once and stays at 10."""
+    both = _waterfall(demo)
 
     frame = _frame(400)
     fixed = frame.play.estimate(both, sample=10, store=tmp_path / "fixed", progress=False)
@@ -506,13 +513,7 @@ def test_a_pilot_whose_rows_pay_different_calls_has_an_interval_of_width_and_no_
 ) -> None:
     """A waterfall missing half the time on its first leg: pilot rows pay one call or two, so the
     paid calls' and money's intervals have width (no reason given for none), and hold the run's."""
-    demo.reset(miss_rate=0.5)
-    first = pb.demo.email_tool(demo, name="first", provider=pb.Provider("leg-a"), cost=0.01)
-    second = pb.demo.email_tool(demo, name="second", provider=pb.Provider("leg-b"), cost=0.03)
-
-    async def both(row: Any, ctx: pb.Context) -> Any:
-        legs = [ctx.call(first, domain=row.domain, first=row.first), ctx.call(second, domain="mail." + row.domain, first=row.first)]
-        return {"email": await ctx.waterfall("email", legs)}
+    both = _waterfall(demo)
 
     frame = _frame(200)
     est = frame.play.estimate(both, sample=20, store=store, progress=False)
