@@ -119,11 +119,12 @@ class RowLedger:
                 self.local += spent.requests
         if self.scope.observer is not None:
             self.scope.observer.counted(self.position, tool, reused, spent, shared)
+        tokens = spent.tokens or 0.0
         for _ in range(spent.requests):
             self.calls += 1
             self.cost += cost
-            self.scope.call_finished(tool, reused, cost, shared)
-            cost = 0.0
+            self.scope.call_finished(tool, reused, cost, shared, tokens)
+            cost = tokens = 0.0  # both on the answer's first request
 
     def absorb(
         self,
