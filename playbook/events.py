@@ -64,6 +64,7 @@ class CallFinished(NamedTuple):
     cost: float
     local: bool = False  # a free call that never left the process (no provider, no cost, not HTTP)
     shared: bool = False  # reused from a receipt written during this run (an identical call of another row)
+    tokens: float = 0.0  # a paid call: the tokens its answer counted (an LLM's usage)
 
 
 class CallFailed(NamedTuple):

@@ -52,6 +52,7 @@ class RunStats(BaseModel):
     calls_shared: int = 0  # identical calls answered by a receipt this run paid for (another row's)
     calls_failed: int = 0  # requests sent that brought back nothing to keep (5xx, timeouts, 429s)
     calls_local: int = 0  # calls of free local tools (no provider, no cost) that ran
+    tokens: int = 0  # what the paid calls' answers counted (an LLM's usage; a tool that counts none adds nothing)
     cost_spent: float = 0.0
     cost_saved: float = 0.0
     cost_failed: float = 0.0  # of cost_spent: paid for calls of rows that failed, or for answers validation refused

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -278,6 +279,27 @@ def test_reset_accepts_what_a_lost_store_holds(home: Path) -> None:
     assert out["v"].tolist() == ["xx"] and kept.lost is None
     kept.close()
     assert cli("cache", "reset").stdout == f"the receipt store at {home} has lost nothing: it holds 5 receipts\n"
+
+
+def test_looking_at_a_store_refused_as_lost_says_so_and_how_to_accept_it(home: Path) -> None:
+    """The store deleted whole, then a run refused on the empty one made in its place: `cache
+    stats` and `cache list` still show what it holds (exit 0), with one line on stderr saying runs
+    on it are refused and naming `cache reset`; once reset, nothing more is said."""
+
+    @pb.play
+    async def noop(row, ctx):  # type: ignore[no-untyped-def]
+        return {}
+
+    shutil.rmtree(home)
+    with pytest.raises(pb.ReceiptError):
+        pd.DataFrame({"q": ["x"]}).play.map(noop, store=pb.ReceiptStore(home), progress=False)
+    for args in (("cache", "stats"), ("cache", "list"), ("cache", "stats", "--json")):
+        done = cli(*args)
+        said = done.stderr.splitlines()
+        assert done.returncode == 0 and len(said) == 1, (args, done.stderr)
+        assert said[0].startswith("playbook: runs on this store are refused: ") and "python -m playbook cache reset" in said[0]
+    assert cli("cache", "stats").stdout.splitlines()[1].split()[:2] == ["receipts", "0"]
+    assert cli("cache", "reset", "--yes").returncode == 0 and cli("cache", "stats").stderr == ""
 
 
 def test_a_misspelt_option_or_subcommand_gets_what_it_was_likely_meant_to_be(home: Path) -> None:

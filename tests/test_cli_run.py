@@ -252,6 +252,8 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
         ),
         (["plays.py:enrich", *run, "--concurrency", "0"], ["--concurrency", "'0'"], {}),
         (["plays.py:enrich", *run, "--max-cost", "abc"], ["--max-cost", "'abc'"], {}),
+        (["plays.py:enrich", *run, "--max-cost", "inf"], ["argument --max-cost", "'inf' (for no limit, leave the option out)"], {}),
+        (["plays.py:enrich", *run, "--store", ""], ["argument --store: expected a directory or a redis:// URL, not ''"], {}),
         (["plays.py:enrich", *run, "--concurency", "8"], ["unrecognized arguments: --concurency 8 (did you mean --concurrency?)"], {}),
         (
             ["plays.py:enrich", *run, "--conc", "0"],
@@ -281,7 +283,7 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
     raised = results[4].stderr
     assert 'raises.py", line 3, in <module>' in raised and "importlib" not in raised and "cli_run" not in raised
     assert demo.stats()["requests"] == 0
-    assert not (work / "out.csv").exists() and not (work / "store").exists()
+    assert not (work / "out.csv").exists() and not (work / "store").exists() and not (work / "receipts.db").exists()
     assert (work / "leads.csv").read_bytes() == leads
 
 

@@ -262,8 +262,60 @@ def test_calls_counted_from_columns_are_paid_once_per_distinct_call_left_as_the_
     low, high = est.interval["cost"]
     assert low < est.cost < high and "cost" not in est.no_spread
     assert est.no_spread["paid_calls"] == (
-        "'lookup' is paid once per distinct domain: 500 left with no receipt; every pilot row paid 1 call of 'llm' (none shared another row's)"
+        "'lookup' is paid once per distinct domain: 500 left with no receipt; every pilot row paid 1 call of 'llm' (projected per row: "
+        "the rows left are assumed to share its calls no more than the pilot's rows, which shared none; an input read from a column "
+        "is counted per distinct value)"
     )
+
+
+def test_a_tool_counted_from_columns_costs_what_an_answered_call_cost_not_its_refusals() -> None:
+    """2 of 10 pilot rows' lookups were refused (a 4xx kept as the answer: a paid call, no money):
+    the 500 distinct calls left with no receipt each cost what an answered one did (0.02), and
+    the table counts the refusals apart from the requests that failed."""
+    log = PilotLog()
+    for position in range(10):
+        refused = position < 2
+        log.rows[position] = {("a", "lookup"): _line(paid=1, cost=0.0 if refused else 0.02, sent=1, seconds=0.1, refused=refused)}
+    counted = {("a", "lookup"): Counted(("domain",), rows=1_000, distinct=700, calls=500, reused=150, checked=700)}
+    est = project(
+        Pilot(1_010, 10, 1_010, list(range(10)), list(range(10)), [], {}, log, pb.RunStats(), counted), "p", 16, {"a": _status("a")}
+    )
+    assert est.cost == 10.0 and est.table[["paid_calls", "refused_calls", "requests_failed"]].values.tolist() == [[500, 0, 0.0]]
+
+
+def test_projected_amounts_carry_no_float_noise_and_a_tool_with_no_provider_is_named_so() -> None:
+    """3,741 rows left at 0.01 a row: the cost and its interval are 37.41, not 37.410000000000004;
+    a paid tool made with no provider shows as such in the table, not as NaN."""
+    est = project(_pilot({(None, "score"): _line(paid=1, cost=0.01)}, 3_751, 3_751), "p", 16, {})
+    assert (est.cost, est.interval["cost"]) == (37.41, (37.41, 37.41)) and "37.41" in repr(est.interval)
+    assert est.table[["provider", "tool", "paid_calls"]].values.tolist() == [["(no provider)", "score", 3_741]]
+
+
+def test_free_local_calls_are_not_projected_and_refusals_are_paid_calls_not_failed_requests(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
+    """A free local tool cleans each row's website (rows repeat some) before a paid lookup of
+    the domain it gives, which the demo refuses (422) for an empty one: the local tool is in no
+    note and no line of the table, and the refusals are paid calls at no money, not failed
+    requests, as the pilot's own stats count them."""
+
+    @pb.tool
+    def clean_domain(website: Any) -> str:
+        return str(website or "").strip().lower()
+
+    company = pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
+                           headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("acme"), cost=0.01)  # fmt: skip
+
+    async def enrich(row: Any, ctx: pb.Context) -> Any:
+        return {"name": (await ctx.tool(company, domain=await ctx.tool(clean_domain, website=row.website)))["name"]}
+
+    websites = ["" if i % 4 == 0 else f" Company{i % 30}.com" for i in range(200)]
+    frame = pd.DataFrame({"website": websites, "person": [f"P{i}" for i in range(200)]})
+    est = frame.play.estimate(pb.play(enrich, name="enrich"), sample=40, store=store, progress=False)
+    assert est.table["tool"].tolist() == ["company"] and not any("clean_domain" in note for note in est.notes), est.text()
+    line = est.table.iloc[0]
+    assert est.pilot.calls_failed == 0 and line["requests_failed"] == 0.0 and line["refused_calls"] > 0
+    assert est.pilot.failed > 0
 
 
 def test_calls_pilot_rows_shared_are_projected_in_the_pilot_share_and_spread_the_interval() -> None:
@@ -537,11 +589,15 @@ def test_a_pilot_whose_rows_all_pay_alike_says_why_its_interval_has_no_width(dem
 
     est = _frame(100).play.estimate(both, sample=20, store=store, progress=False)
     assert (est.paid_calls, est.cost, est.interval["paid_calls"], est.interval["cost"]) == (160, 60.0, (160.0, 160.0), (60.0, 60.0))
+    per_row = (
+        " (projected per row: the rows left are assumed to share its calls no more than the pilot's rows, which shared none; "
+        "an input read from a column is counted per distinct value)"
+    )
     assert est.no_spread == {
         "paid_calls": "'company' is paid once per distinct domain: 80 left with no receipt; "
-        "every pilot row paid 1 call of 'demo.email' (none shared another row's)",
+        f"every pilot row paid 1 call of 'demo.email'{per_row}",
         "cost": "'company' is paid once per distinct domain: 80 left with no receipt, at 0.25 each; "
-        "every pilot row paid 1 call of 'demo.email' (none shared another row's), at 0.5 a row",
+        f"every pilot row paid 1 call of 'demo.email', at 0.5 a row{per_row}",
         "tokens": "no call the pilot paid counted tokens",
     }
     assert f"no spread: {est.no_spread['cost']}" in str(est) and est.to_dict()["no_spread"] == est.no_spread

@@ -421,6 +421,26 @@ def test_money_paid_for_refused_answers_is_what_the_provider_billed_for_them(
     assert again.total("cost_spent") == again.total("cost_failed") == 0
 
 
+def test_a_run_counts_the_tokens_its_paid_calls_used(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:
+    """30 rows, each an LLM call: the run's ``tokens`` are the prompt and completion tokens the
+    provider counted (once, however many processes ran the rows); a rerun, answered by its
+    memos, uses none."""
+    engine.setenv("PLAYBOOK_TEST_LLM_KEY", DEMO_KEY)
+    llm = pb.llm_tool(
+        name=name("llm"), model="gpt-4o-mini", base_url=demo.url + "/v1", secret=pb.secret("PLAYBOOK_TEST_LLM_KEY"),
+        prices={"gpt-4o-mini": (0.15, 0.60)}, provider=pb.Provider(name("chat"), concurrency=4),
+    )  # fmt: skip
+
+    async def line(row: Any, ctx: pb.Context) -> Any:
+        return {"line": await ctx.tool(llm, prompt=f"One line on company {row.n} of {row.domain}")}
+
+    out = engine.run(people(30), pb.play(line, name="line"), concurrency=4)
+    counted = demo.stats()["chat"]["gpt-4o-mini"]
+    assert out.statuses == {"ok": 30} and counted["requests"] == 30, out.statuses
+    assert out.total("tokens") == counted["prompt_tokens"] + counted["completion_tokens"] > 0
+    assert engine.run(people(30), pb.play(line, name="line"), concurrency=4).total("tokens") == 0
+
+
 def test_money_paid_for_the_calls_of_a_failed_row_is_counted_once(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:

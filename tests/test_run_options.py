@@ -121,3 +121,12 @@ def test_an_unknown_keyword_is_named_with_the_nearest_option() -> None:
     """A misspelt option fails before anything runs, naming the option it was probably meant to be."""
     with pytest.raises(playbook.PlayDefinitionError, match="did you mean 'concurrency'"):
         pd.DataFrame({"x": [1]}).play.map(lambda row, ctx: None, concurrncy=4)
+
+
+def test_an_empty_store_and_an_infinite_max_cost_are_refused_saying_how_to_mean_the_default() -> None:
+    """store="" would put receipts in the current directory, unasked, and max_cost=inf is no
+    number: each is refused naming the option, and max_cost says None is no limit."""
+    with pytest.raises(playbook.PlayDefinitionError, match="store='': store must be .* not empty"):
+        RunOptions.parse({"store": ""})
+    with pytest.raises(playbook.PlayDefinitionError, match=r"max_cost=inf: .* \(None: no limit\)"):
+        RunOptions.parse({"max_cost": float("inf")})

@@ -195,3 +195,42 @@ def test_an_edited_sub_play_runs_the_outer_rows_again(store: pb.ReceiptStore) ->
     plays["inner"] = pb.play(upper, name="inner")  # the same name, defined anew
     again = frame.play.map(outer, store=store, progress=False, overwrite=True)
     assert list(again.word) == ["AB", "CD"] and list(again.play_status) == ["ok", "ok"]
+
+
+def test_calls_of_free_local_tools_in_reused_rows_and_sub_plays_are_not_from_receipts(
+    store: pb.ReceiptStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows reused from their memos, and a sub-play reused inside another play, count only their
+    paid calls as answered by receipts: their calls of a free local tool neither ran nor were
+    answered by receipts, and the summary says so (it said all 9 and 3 came from receipts)."""
+
+    @pb.tool
+    def clean(q: str) -> str:
+        return q.upper()
+
+    @pb.tool(name="priced", cost=0.5)
+    def priced(q: str) -> str:
+        return q + "!"
+
+    @pb.play(name="tidy")
+    async def tidy(row: Any, ctx: pb.Context) -> dict[str, Any]:
+        return {"tidy": await ctx.tool(clean, q=row.q + " ")}
+
+    @pb.play
+    async def outer(row: Any, ctx: pb.Context) -> dict[str, Any]:
+        return {"c": await ctx.tool(clean, q=row.q), "p": await ctx.tool(priced, q=row.q), **(await ctx.run_play(tidy, q=row.q))}
+
+    @pb.play
+    async def other(row: Any, ctx: pb.Context) -> dict[str, Any]:
+        return await ctx.run_play(tidy, q=row.q)
+
+    frame = pd.DataFrame({"q": ["a", "b", "c"]})
+    first = frame.play.run(outer, store=store, progress=False).stats
+    assert (first.calls_executed, first.calls_reused, first.calls_local) == (3, 0, 6)
+    capsys.readouterr()
+    again = frame.play.run(outer, store=store, progress="text").stats
+    assert (again.reused, again.calls_executed, again.calls_reused, again.calls_local, again.cost_saved) == (3, 0, 3, 0, 1.5)
+    assert "calls 0 paid, 3 from receipts, 0 local" in capsys.readouterr().err
+    inside = frame.play.run(other, store=store, progress=False).stats  # each row runs; its sub-play is reused
+    assert (inside.ok, inside.calls_reused, inside.calls_local) == (3, 0, 0)
+    assert frame.play.run(other, store=store, progress=False).stats.calls_reused == 0

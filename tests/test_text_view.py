@@ -93,8 +93,8 @@ def test_text_view_counts_rows_and_calls(store: pb.ReceiptStore) -> None:
     lines = out.getvalue().strip().splitlines()
     summaries = [line for line in lines if line.startswith("double: 4 rows")]
     assert summaries[0].startswith("double: 4 rows | ok 4 | reused 0 | failed 0 | calls 0 paid, 0 from receipts, 3 local")
-    # The memos saved 3 calls.
-    assert summaries[1].startswith("double: 4 rows | ok 0 | reused 4 | failed 0 | calls 0 paid, 3 from receipts, 0 local")
+    # The memos answered every row: its local calls neither ran nor came from receipts.
+    assert summaries[1].startswith("double: 4 rows | ok 0 | reused 4 | failed 0 | calls 0 paid, 0 from receipts, 0 local")
 
 
 def _frames(text: str, play: str = "enrich") -> list[str]:
@@ -242,6 +242,26 @@ def test_the_summary_gives_a_line_per_provider_that_is_down_holds_or_has_parked_
         "a rerun runs the parked rows again",
         "",
     ]
+
+
+def test_the_summary_and_the_stats_count_the_tokens_of_paid_calls() -> None:
+    """Three paid LLM answers of 29,800 tokens each, one reused and a local call: the summary says
+    89.4k tokens beside the paid calls, and the stats count them; a run with none counts 0."""
+    out = io.StringIO()
+    state = RunState()
+    _view(state, out)
+    state.emit(RunStarted("r1", "write", 4))
+    for _ in range(3):
+        state.emit(CallFinished("llm", "openai", False, 0.01, tokens=29_800.0))
+    state.emit(CallFinished("llm", "openai", True, 0.01))
+    state.emit(CallFinished("clean", None, False, 0.0, local=True))
+    state.emit(RunFinished("r1", False))
+    said = next(line for line in out.getvalue().split("\n") if line.startswith("write: 4 rows"))
+    assert "| calls 3 paid (89.4k tokens), 1 from receipts, 1 local |" in said, said
+    assert state.stats().tokens == 89_400 and state.stats().model_dump()["tokens"] == 89_400
+    quiet = RunState()
+    quiet.emit(CallFinished("email", "acme", False, 1.0))
+    assert quiet.stats().tokens == 0
 
 
 def test_a_provider_going_down_and_coming_back_gets_a_line_of_its_own() -> None:

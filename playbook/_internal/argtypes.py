@@ -7,7 +7,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-__all__ = ["amount", "columns", "whole"]
+__all__ = ["amount", "cap", "columns", "place", "whole"]
 
 
 def whole(least: int) -> Callable[[str], int]:
@@ -30,6 +30,24 @@ def amount(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, not {text!r}")
     return value
+
+
+def cap(text: str) -> float:
+    """A finite number >= 0 that caps something (a total cost); the option left out caps nothing."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if math.isinf(value) and value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, not {text!r} (for no limit, leave the option out)")
+    return amount(text)
+
+
+def place(text: str) -> str:
+    """A directory or a redis:// URL: an empty one would be the current directory, unasked."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a directory or a redis:// URL, not {text!r}")
+    return text
 
 
 def columns(text: str) -> list[str]:

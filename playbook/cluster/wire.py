@@ -24,7 +24,7 @@ TTL = 86_400  # seconds a job's keys outlive its last word
 COUNTERS = (
     "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held", "sleeping", "calls_executed", "calls_reused",
     "calls_shared", "calls_failed", "calls_local", "cost_spent", "cost_saved", "receipts_lost",
-    "cost_failed",
+    "cost_failed", "tokens",
 )  # fmt: skip
 _BATCH = 1000  # reports drained per round trip
 

@@ -86,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             readonly = args.run not in (_clear, _reset) and (path / FILE).is_file()
         store = StoreEngine(where, readonly=readonly)
         run: Callable[[StoreEngine, argparse.Namespace], int] = args.run
+        if store.lost is not None and run not in (_clear, _reset):
+            # Looking works, and shows what it holds now: say why a run on it stops, and the way out.
+            print(f"playbook: runs on this store are refused: {store.lost}", file=sys.stderr)
         try:
             return run(store, args)
         finally:

@@ -76,7 +76,7 @@ class RowRunner:
         else:
             outcomes.finish(pos, "ok", output, None, cost_failed=book.refused)
             if stored is not None:
-                remember(self.store, self.play, table, pos, output, stored, (book.calls, book.cost, book.tools, book.receipts))
+                remember(self.store, self.play, table, pos, output, stored, (book.calls, book.cost, book.tools, book.receipts, book.local))
         finally:
             book.close()
         return False

@@ -32,6 +32,7 @@ import pandas as pd
 from .._internal.words import duration, money, short_count, tokens
 from ..providers.status import ProviderStatus
 from .distinct import Counted
+from .estimate_words import figure, no_spread, pilot_notes, shared_notes, table
 from .pilot import FIELDS, Flight, Pilot
 from .run import scheduler
 
@@ -46,9 +47,9 @@ GROWTH = 10  # with precision=, a pilot runs at most this many times its sample
 _DRAWS = 400
 # the table's columns of money and tokens, as every view shows them (typed Any: the stubs want a Mapping[Never, ...])
 _AMOUNTS: Any = {"cost": money, "tokens": short_count}
-_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH = range(len(FIELDS))  # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span, shared
-_NOTHING = {"paid_calls": "no pilot row paid a call", "cost": "no call the pilot paid cost money",
-            "tokens": "no call the pilot paid counted tokens"}  # fmt: skip
+_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF = range(
+    len(FIELDS)
+)  # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span, shared, refused
 
 
 @dataclass(frozen=True)
@@ -162,56 +163,38 @@ def project(pilot: Pilot, play: str, concurrency: int, providers: dict[str, Prov
     draws = np.random.default_rng(0).integers(0, n, size=(_DRAWS, n)) if n else np.zeros((0, 0), dtype=int)
     spread = [_projection(logs[d], scale, keys, concurrency, providers, counts, each) for d in draws] if n else []
     interval = {
-        name: (float(np.percentile([s[name] for s in spread], 5)), float(np.percentile([s[name] for s in spread], 95)))
-        if spread else (point[name], point[name])
+        name: (figure(float(np.percentile([s[name] for s in spread], 5))), figure(float(np.percentile([s[name] for s in spread], 95))))
+        if spread else (figure(point[name]), figure(point[name]))
         for name in ("paid_calls", "cost", "tokens", "seconds")
     }  # fmt: skip
     failed_rows = round(failed.sum() / n * scale) if n else 0
-    cost_failed = float(logs[failed][:, :, _C].sum() / n * scale) if n else 0.0
+    cost_failed = figure(float(logs[failed][:, :, _C].sum() / n * scale)) if n else 0.0
     return Estimate(
         play=play, rows=pilot.rows, reused_rows=pilot.done_rows, rows_left=max(0, pilot.rows - pilot.done_rows), sample=len(pilot.sample),
-        paid_calls=round(point["paid_calls"]), cost=point["cost"], tokens=point["tokens"], seconds=point["seconds"],
-        failed_rows=failed_rows, cost_failed=cost_failed, interval=interval, bottleneck=point["bottleneck"], limit=point["limit"],
-        notes=_notes(pilot, n, scale, failed_rows, cost_failed) + _shared_notes(logs, keys, counts, scale),
-        table=_table(logs, keys, point, counts), pilot=pilot.stats,
-        no_spread=_no_spread(logs, keys, point, counts, each, interval) if n and scale else {},
+        paid_calls=round(point["paid_calls"]), cost=figure(point["cost"]), tokens=figure(point["tokens"]),
+        seconds=figure(point["seconds"]), failed_rows=failed_rows, cost_failed=cost_failed, interval=interval,
+        bottleneck=point["bottleneck"], limit=point["limit"],
+        notes=pilot_notes(pilot, n, scale, failed_rows, cost_failed) + shared_notes(logs, keys, counts, scale),
+        table=table(logs, keys, point, counts), pilot=pilot.stats,
+        no_spread=no_spread(logs, keys, point, counts, each, interval) if n and scale else {},
     )  # fmt: skip
-
-
-def _notes(pilot: Pilot, n: int, scale: int, failed_rows: int, cost_failed: float) -> list[str]:
-    """What the projection could not see, or what the pilot saw fail."""
-    notes = []
-    if pilot.cut:
-        why = ", ".join(f"{rows} {reason}" for reason, rows in sorted(pilot.cut.items()))
-        notes.append(f"{sum(pilot.cut.values())} of the pilot's rows did not end ({why}): projected from the {n} that did")
-    if pilot.failed and scale:
-        paying = f", paying ~{money(cost_failed)}" if cost_failed else ""
-        notes.append(f"{len(pilot.failed)} of the pilot's {n} rows failed (pb.last_run().errors): ~{failed_rows:,} of the rest may{paying}")
-    return notes
-
-
-def _shared_notes(logs: np.ndarray, keys: list[tuple[str | None, str]], counts: dict[int, Counted], scale: int) -> list[str]:
-    """Calls projected per row that pilot rows shared: the rows left share them in the pilot's share."""
-    notes = []
-    for i, (_, tool) in enumerate(keys):
-        shared = logs[:, i, _SH].sum()
-        if scale and i not in counts and shared:
-            made = logs[:, i, [_P, _R, _SH]].sum()
-            notes.append(
-                f"{shared:g} of the pilot's {made:g} calls of {tool!r} were another pilot row's: the rows left are projected to share "
-                "as many (their inputs are not read from columns; a frame that repeats them more pays less)"
-            )
-    return notes
 
 
 def _per_call(lines: np.ndarray, otherwise: np.ndarray | None = None) -> np.ndarray:
     """A tool's line per paid call, from the rows (of ``lines``: rows × fields) that paid one;
-    ``otherwise`` when none did."""
+    ``otherwise`` when none did.  Its money and tokens are an answered call's: a call the pilot
+    saw refused left a receipt that the rows left with its inputs reuse, so the calls still to pay
+    are of inputs it did not see, and refused ones would not pull what each costs down."""
     paid = lines[:, _P] > 0
     if not paid.any():
         assert otherwise is not None
         return otherwise
-    return np.asarray(lines[paid].sum(axis=0) / paid.sum())
+    line = np.asarray(lines[paid].sum(axis=0) / paid.sum())
+    answered = paid & (lines[:, _RF] == 0)
+    if answered.any():
+        line[[_C, _T]] = lines[answered][:, [_C, _T]].sum(axis=0) / answered.sum()
+    line[_RF] = 0.0
+    return line
 
 
 def _projection(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]], concurrency: int,
@@ -257,38 +240,6 @@ def _projection(logs: np.ndarray, left: int, keys: list[tuple[str | None, str]],
     }  # fmt: skip
 
 
-def _no_spread(logs: np.ndarray, keys: list[tuple[str | None, str]], point: dict[str, Any], counts: dict[int, Counted],
-               each: dict[int, np.ndarray], interval: dict[str, tuple[float, float]]) -> dict[str, str]:  # fmt: skip
-    """Why paid calls, cost or tokens have an interval of no width: what every pilot row paid alike."""
-    said = {}
-    for name, at in (("paid_calls", _P), ("cost", _C), ("tokens", _T)):
-        low, high = interval[name]
-        if not math.isclose(low, high, rel_tol=1e-9, abs_tol=1e-12):
-            continue
-        parts = [_alike(logs[:, i], tool, at, counts.get(i), each.get(i)) for i, (_, tool) in enumerate(keys) if point["totals"][i, at] > 0]
-        said[name] = "; ".join(parts) or _NOTHING[name]
-    return said
-
-
-def _alike(lines: np.ndarray, tool: str, at: int, count: Counted | None, each: np.ndarray | None) -> str:
-    """What every pilot row paid alike for ``tool`` (``lines``: rows × fields), in field ``at``."""
-    if count is not None and each is not None:
-        which = ", ".join(map(str, count.columns))
-        said = f"{tool!r} is paid once per distinct {which}: {count.calls:,} left with no receipt" if which else (
-            f"{tool!r} is the same call for every row: {count.calls:,} left to pay")  # fmt: skip
-        per, unit = each, " each"
-    else:
-        calls = float(lines[:, _P].mean())
-        said = f"every pilot row paid {calls:g} call{'' if calls == 1 else 's'} of {tool!r}"
-        said += "" if lines[:, _SH].any() else " (none shared another row's)"
-        per, unit = lines.mean(axis=0), " a row"
-    if at == _C:
-        said += f", at {per[_C]:.4g}{unit}"
-    elif at == _T:
-        said += f", {per[_T]:,.0f} tokens{unit}"
-    return said
-
-
 def _provider_seconds(totals: np.ndarray, concurrency: int, status: ProviderStatus | None) -> tuple[float, str]:
     """How long a provider takes to answer ``totals`` (fields summed over its tools), and what bounds it."""
     sent = float(totals[_S])
@@ -320,30 +271,6 @@ def _pace(status: ProviderStatus) -> float | None:
         return None if not paces or None in paces else sum(p for p in paces if p is not None)
     window = status.window[0] / status.window[1] if status.window else None
     return min((p for p in (status.rate, window) if p is not None), default=None)
-
-
-def _table(logs: np.ndarray, keys: list[tuple[str | None, str]], point: dict[str, Any], counts: dict[int, Counted]) -> pd.DataFrame:
-    """One row per provider and tool: the calls the rows left will make, paid, answered by
-    receipts made before and shared with another row, money, tokens, a request's seconds and the
-    share of requests that failed; what the calls are projected per (a row, or the distinct values
-    of columns); and the provider's seconds and what bounds it."""
-    rows = []
-    for i, (provider, tool) in enumerate(keys):
-        line = point["totals"][i]
-        share = point["shares"].get(provider, (math.nan, ""))
-        per = f"distinct {', '.join(map(str, counts[i].columns)) or 'call'}" if i in counts else "row"
-        rows.append({
-            "provider": provider, "tool": tool, "paid_calls": round(float(line[_P])), "reused_calls": round(float(line[_R])),
-            "shared_calls": round(float(line[_SH])), "per": per, "cost": float(line[_C]), "tokens": float(line[_T]),
-            "request_seconds": float(logs[:, i, _W].sum() / logs[:, i, _S].sum()) if logs[:, i, _S].sum() else math.nan,
-            "requests_failed": float(logs[:, i, _F].sum() / logs[:, i, _S].sum()) if logs[:, i, _S].sum() else 0.0,
-            "provider_seconds": share[0], "held_by": share[1],
-        })  # fmt: skip
-    columns = [
-        "provider", "tool", "paid_calls", "reused_calls", "shared_calls", "per", "cost", "tokens", "request_seconds", "requests_failed",
-        "provider_seconds", "held_by",
-    ]  # fmt: skip
-    return pd.DataFrame(rows, columns=columns)
 
 
 def _round(value: Any) -> Any:

@@ -9,6 +9,7 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._internal.words import money
+from ..tools.base import is_local
 
 if TYPE_CHECKING:
     from ..tools import Tool
@@ -26,7 +27,8 @@ class RowLedger:
     ``ctx`` (see :func:`ledger`)."""
 
     __slots__ = (
-        "scope", "row_key", "position", "attempt", "seen", "logs", "signal", "calls", "cost", "paid", "refused", "tools", "receipts", "made",
+        "scope", "row_key", "position", "attempt", "seen", "logs", "signal", "calls", "local", "cost", "paid", "refused", "tools", "receipts",
+        "made",
     )  # fmt: skip
 
     def __init__(self, scope: RunScope, row_key: str, position: int, attempt: int) -> None:
@@ -40,8 +42,8 @@ class RowLedger:
         # still steps aside (or fails) when the play returns.
         self.signal: BaseException | None = None
         # The row's calls, paid now or before, and what they cost: its memo keeps them, so a
-        # rerun that reuses the row can say what it saved.
-        self.calls = 0
+        # rerun that reuses the row can say what it saved; ``local``: those of free local tools.
+        self.calls = self.local = 0
         self.cost = 0.0
         # What this attempt paid for (not reused), and the part of it that bought answers validation
         # refused: a row that fails counts all it paid in ``cost_failed``, one that succeeds the refused part.
@@ -113,20 +115,31 @@ class RowLedger:
         if not reused:
             self.paid += cost
             self.refused += spent.refused
+            if is_local(tool, cost):
+                self.local += spent.requests
         if self.scope.observer is not None:
             self.scope.observer.counted(self.position, tool, reused, spent, shared)
+        tokens = spent.tokens or 0.0
         for _ in range(spent.requests):
             self.calls += 1
             self.cost += cost
-            self.scope.call_finished(tool, reused, cost, shared)
-            cost = 0.0
+            self.scope.call_finished(tool, reused, cost, shared, tokens)
+            cost = tokens = 0.0  # both on the answer's first request
 
     def absorb(
-        self, calls: int, cost: float, tools: dict[str, str], receipts: Sequence[str], paid: tuple[float, float] = (0.0, 0.0)
+        self,
+        calls: int,
+        cost: float,
+        tools: dict[str, str],
+        receipts: Sequence[str],
+        paid: tuple[float, float] = (0.0, 0.0),
+        local: int = 0,
     ) -> None:
         """A sub-play's calls are this row's too: its memo counts them, and drops with their tools;
-        ``paid``: what a sub-play that ran paid, and the part of it validation refused."""
+        ``paid``: what a sub-play that ran paid, and the part of it validation refused; ``local``:
+        its calls of free local tools."""
         self.calls += calls
+        self.local += local
         self.cost += cost
         self.paid += paid[0]
         self.refused += paid[1]

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..events import RunNotice
 from ..keys import MEMO, memo_digests, memo_key
-from ..store.records import OUTPUT_TAGGED, memo_tools
+from ..store.records import memo_flags, memo_tools
 from ..tagged import dumps
 from ..tools import current_fingerprint
 from .table import RowTable
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["finish_store", "remember", "reuse"]
 
-Used = tuple[int, float, dict[str, str], list[str]]  # a row's calls, their cost, its tools, the receipts it looked up
+# A row's calls, their cost, its tools, the receipts it looked up, and how many of its calls were of free local tools.
+Used = tuple[int, float, dict[str, str], list[str], int]
 _CHUNK = 8192  # memo keys asked of the store at once (a store reads them in its own order)
 _logger = logging.getLogger("playbook")
 
@@ -70,7 +71,8 @@ def reuse(
 
 def remember(store: StoreEngine, play: Play, table: RowTable, pos: int, output: dict[str, Any], stored: Any, used: Used) -> None:
     """Write the row's memo: its output (``stored``: its stored form), and ``used``: its calls,
-    what they cost, the tools it called (name -> fingerprint) and the receipt keys it looked up."""
+    what they cost, the tools it called (name -> fingerprint), the receipt keys it looked up and
+    its calls of free local tools."""
     key = table.key(pos)
     mk = memo_key(play.fingerprint, key)  # type: ignore[arg-type]  # a row that ran has a key
     write_memo(store, mk, play.name, output, stored, used, key or "")
@@ -78,8 +80,8 @@ def remember(store: StoreEngine, play: Play, table: RowTable, pos: int, output: 
 
 def write_memo(store: StoreEngine, mk: str, play: str, output: dict[str, Any], stored: Any, used: Used, row: str) -> None:
     """Write the memo ``mk`` of a finished row (or sub-play) of ``play`` whose identity is ``row``."""
-    calls, cost, tools, receipts = used
-    flags = OUTPUT_TAGGED if output is not stored else 0
+    calls, cost, tools, receipts, local = used
+    flags = memo_flags(output is not stored, local)
     store.add_memo(mk, play, memo_tools(tools), calls, cost, flags, dumps(stored), row=row, used=receipts)
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from .._internal.argtypes import amount, columns, whole
+from .._internal.argtypes import amount, cap, columns, place, whole
 from ..errors import PlayDefinitionError, ReceiptError
 from ..store import ReceiptStore, StoreEngine, default_store, engine
 from ..store.fixtures import Fixtures, active
@@ -63,7 +63,7 @@ class RunOptions:
     refresh: bool | Literal["rows", "all"] = _option(
         False, "run finished rows again: rows reuses their receipts, all pays for every call again", choices=("rows", "all"), bare="rows"
     )
-    max_cost: float | None = _option(None, "stop paying past this total cost; the rows that would pass it park", metavar="X", text=amount)
+    max_cost: float | None = _option(None, "stop paying past this total cost; the rows that would pass it park", metavar="X", text=cap)
     limit: int | None = _option(None, "run only the first N rows (the result has N rows)", metavar="N", text=whole(0))
     key: str | Sequence[str] | None = _option(None, "the column(s) that name a row (default: all its values)", metavar="COLS", text=columns)
     progress: Literal["auto", "widget", "text", "none"] | bool = _option(
@@ -72,7 +72,7 @@ class RunOptions:
     background: bool = _option(False, "return at once; the run goes on in the kernel's loop", surfaces=("run", "magic"))
     store: ReceiptStore | str | os.PathLike[str] | None = _option(
         None, "where receipts are kept: a directory or a redis:// URL (default: $PLAYBOOK_HOME, else .playbook/ in the project)",
-        metavar="PATH|URL",
+        metavar="PATH|URL", text=place,
     )  # fmt: skip
     max_wait: float | None = _option(
         None, "seconds a row may wait on provider holds before it parks (default: each provider's own)", metavar="S", text=amount
@@ -130,7 +130,7 @@ class RunOptions:
         if not (isinstance(self.refresh, bool) or self.refresh == "rows"):
             raise bad("refresh", "False, 'rows' (run rows again, reuse receipts) or 'all' / True (pay for every call again)")
         if self.max_cost is not None and (not _number(self.max_cost) or self.max_cost < 0):
-            raise bad("max_cost", "a number >= 0 or None")
+            raise bad("max_cost", "a number >= 0 or None (None: no limit)")
         if self.limit is not None and (not _whole(self.limit) or self.limit < 0):
             raise bad("limit", "a whole number >= 0 or None")
         if not (isinstance(self.progress, bool) or self.progress in ("auto", "widget", "text")):
@@ -141,8 +141,9 @@ class RunOptions:
             raise bad("estimate", "True or False")
         if self.max_wait is not None and (not _number(self.max_wait) or self.max_wait < 0):
             raise bad("max_wait", "a number of seconds >= 0 or None")
-        if self.store is not None and not isinstance(self.store, (ReceiptStore, str, os.PathLike)):
-            raise bad("store", "a pb.ReceiptStore, a directory path, a redis:// URL or None")
+        empty = isinstance(self.store, str) and not self.store.strip()  # would be the current directory, unasked
+        if empty or (self.store is not None and not isinstance(self.store, (ReceiptStore, str, os.PathLike))):
+            raise bad("store", "a pb.ReceiptStore, a directory path, a redis:// URL or None (the default store), not empty")
 
     def rows_at_once(self) -> int:
         """The rows in flight a run starts with: the ``concurrency`` given, else the level it starts at."""

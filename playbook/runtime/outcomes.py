@@ -110,11 +110,13 @@ class Outcomes:
     def reused(self, pos: int, memo: dict[str, Any]) -> None:
         """Settled by its memo (``finish``, the short way: a million rows may come this way at once)."""
         output = memo["output"]
+        # Its calls of free local tools were not answered by receipts: neither run nor reused now, they count in neither.
+        calls = memo["calls"] - memo["local"]
         if output and self.guarded and self._clashing(pos, output):
-            self.finish(pos, "reused", output, None, ran=False, calls=memo["calls"], cost=memo["cost"])  # it fails, saying why
+            self.finish(pos, "reused", output, None, ran=False, calls=calls, cost=memo["cost"])  # it fails, saying why
             return
         rows = self.table.set_outcome(pos, "reused", output, None)
-        self._emit(RowFinished(pos, "reused", None, rows, False, False, memo["calls"], memo["cost"], None))
+        self._emit(RowFinished(pos, "reused", None, rows, False, False, calls, memo["cost"], None))
 
     def unfinished(self, positions: Sequence[int], why: str) -> None:
         """Settle every row of ``positions`` not settled yet as skipped (a stop, a fatal error)."""

@@ -30,10 +30,12 @@ __all__ = ["FIELDS", "Flight", "Pilot", "PilotLog"]
 # What a row's line per (provider, tool) holds, in this order: calls paid, calls answered by a
 # receipt made before the pilot, money, tokens, requests sent, their seconds on the wire, those that
 # failed, the seconds from each call's first request to its answer (retries and their waits
-# included), and calls shared: answered by a receipt another pilot row paid for (or waited for in
-# flight).
-FIELDS = ("paid", "reused", "cost", "tokens", "sent", "seconds", "failed", "span", "shared")
-_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN, _SHARED = range(len(FIELDS))
+# included), calls shared: answered by a receipt another pilot row paid for (or waited for in
+# flight), and calls refused: paid, answered with a client error (4xx) the tool keeps as the call's
+# answer, which fails the row and costs no money.  A request "failed" as the run's ``calls_failed``
+# counts it: it brought back no answer to keep (a 5xx, a timeout, a 429), not a refusal.
+FIELDS = ("paid", "reused", "cost", "tokens", "sent", "seconds", "failed", "span", "shared", "refused")
+_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN, _SHARED, _REFUSED = range(len(FIELDS))
 
 Where = tuple[str | None, str]  # (provider, tool)
 
@@ -72,8 +74,8 @@ class PilotLog:
     def counted(self, position: int, tool: Tool[Any], reused: bool, spent: Spent, shared: bool = False) -> None:
         """A call answered: paid now (its cost, its tokens), or reused from a receipt (``shared``:
         one another pilot row paid for)."""
-        if not reused and is_local(tool, spent.cost):
-            return  # a free local tool: nothing to pay, nothing to wait for
+        if is_local(tool, spent.cost):
+            return  # a free local tool, run or answered by a receipt: nothing to pay, nothing to wait for
         line = self._line(position, tool)
         if reused:
             line[_SHARED if shared else _REUSED] += spent.requests
@@ -88,9 +90,10 @@ class PilotLog:
         self._first.setdefault((position, tool.name), started)
         return started
 
-    def sent(self, position: int, tool: Tool[Any], began: float, *, failed: bool) -> None:
-        """The request sent at ``began`` came back (or failed): its time on the wire, and once
-        answered, the call's time from its first request."""
+    def sent(self, position: int, tool: Tool[Any], began: float, *, failed: bool, refused: bool = False) -> None:
+        """The request sent at ``began`` came back (``refused``: with a client error kept as the
+        call's answer) or failed with nothing to keep: its time on the wire, and once answered,
+        the call's time from its first request."""
         key = (position, tool.name)
         first = self._first.get(key, began) if failed else self._first.pop(key, began)  # a retry follows a failure
         if is_local(tool, 0.0):
@@ -100,6 +103,7 @@ class PilotLog:
         line[_SENT] += 1
         line[_SECONDS] += ended - began
         line[_FAILED] += failed
+        line[_REFUSED] += refused
         if not failed:
             line[_SPAN] += ended - first
 

@@ -336,6 +336,7 @@ async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tu
     task = landing.enter()
     observer = scope.observer  # a pilot's log: how long each request took
     began = observer.began(ctx.position, tool) if observer is not None else 0.0
+    kept = False  # a refusal: the call's answer, kept (not a request that failed)
     try:
         try:
             if not is_local(tool, 0.0):
@@ -343,6 +344,7 @@ async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tu
             answer, miss = await invoke(tool, call.values, env)
         except ToolError as exc:
             if refusal(exc):
+                kept = True
                 try:
                     await refused(scope, tool, call.key, call.values, exc)
                 finally:
@@ -354,7 +356,7 @@ async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tu
     except BaseException:
         landing.leave(task, False)
         if observer is not None:
-            observer.sent(ctx.position, tool, began, failed=True)
+            observer.sent(ctx.position, tool, began, failed=not kept, refused=kept)
         raise
     landing.leave(task, True)
     if observer is not None:

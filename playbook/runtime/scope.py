@@ -278,12 +278,12 @@ class RunScope:
             await self._client.aclose()
             self._client = None
 
-    def call_finished(self, tool: Tool[Any], reused: bool, cost: float, shared: bool = False) -> None:
+    def call_finished(self, tool: Tool[Any], reused: bool, cost: float, shared: bool = False, tokens: float = 0.0) -> None:
         provider = tool.provider.name if tool.provider is not None else None
         if reused:
             self.emit(CallFinished(tool.name, provider, True, cost, shared=shared))
         else:
-            self.emit(CallFinished(tool.name, provider, False, cost, is_local(tool, cost)))
+            self.emit(CallFinished(tool.name, provider, False, cost, is_local(tool, cost), tokens=tokens))
 
     def call_failed(self, tool: Tool[Any]) -> None:
         """A request went out and brought back nothing to keep (a 5xx, a timeout, a 429)."""

@@ -38,6 +38,7 @@ from ..events import (
 from ..records import ProviderHold, RunStats
 from ..store.spending import SpendLines
 from .grouping import Families
+from .legs import LEG_COLUMNS, Legs
 from .table import ERROR_COLUMNS, FailedRow, ParkedRow, Waiting, grouped
 from .timeline import ProviderSeries, Timeline
 from .upstream import ProviderView, provider_view
@@ -54,8 +55,6 @@ __all__ = [
 RunEvent = Event | RowSleeping | RowDeferred | RunProgress
 Listener = Callable[[RunEvent], None]
 SAMPLE_EVERY = 0.25  # seconds between two looks of the timeline at the providers while calls go out
-_LEG_COLUMN = {"hit": 1, "miss": 2, "unavailable": 3, "error": 4, "never": 5}
-LEG_COLUMNS = ["waterfall", "leg", "tool", "hits", "misses", "unavailable", "errors", "never_reached"]
 
 
 class WorkerView(NamedTuple):
@@ -75,7 +74,7 @@ class RunState:
 
     __slots__ = (
         "play", "run_id", "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held", "sleeping",
-        "calls_executed", "calls_reused", "calls_shared", "calls_failed", "calls_local", "cost_spent", "cost_saved", "cost_failed", "spend", "_memo_line", "started", "finished", "stopping",
+        "calls_executed", "calls_reused", "calls_shared", "calls_failed", "calls_local", "tokens", "cost_spent", "cost_saved", "cost_failed", "spend", "_memo_line", "started", "finished", "stopping",
         "stopped", "providers", "down_since", "waterfalls", "notices", "receipts_lost", "_clock", "_wall", "_listeners",
         "_by_kind", "_before", "_table", "_rows", "_asleep", "timeline", "_next_sample", "__weakref__",
     )  # fmt: skip
@@ -90,6 +89,7 @@ class RunState:
         self.calls_executed = self.calls_reused = self.calls_local = 0
         self.calls_shared = 0  # answered by a receipt this run paid for (identical calls of several rows)
         self.calls_failed = 0  # requests that brought back nothing to keep: the provider saw them too
+        self.tokens = 0.0  # what the paid calls' answers counted (an LLM's usage)
         self.cost_spent = self.cost_saved = 0.0
         self.cost_failed = 0.0  # of cost_spent, what bought nothing kept: calls of failed rows, refused answers
         self.spend = SpendLines()  # (provider, tool) -> [paid, cost, reused, saved]: store.spend() gets it as the run ends
@@ -101,8 +101,7 @@ class RunState:
         self._before = 0.0  # seconds spent in earlier executions of this run (a pilot's further rounds)
         self.providers: dict[str, Provider] = {}  # the providers the run's rows called (read through provider_views)
         self.down_since: dict[str, float] = {}  # provider -> epoch seconds it went down (this outage)
-        # waterfall key -> per leg [tool, hit, miss, unavailable, error, never]
-        self.waterfalls: dict[str, list[list[Any]]] = {}
+        self.waterfalls = Legs()
         self.notices: list[str] = []  # what the user must hear about the run as a whole
         self.receipts_lost = 0
         self._clock, self._wall = clock, wall  # the wall clock: down_since is said as a time of day
@@ -185,6 +184,7 @@ class RunState:
         else:
             self.calls_executed += 1
             self.cost_spent += event.cost
+            self.tokens += event.tokens
             line[0] += 1
             line[1] += event.cost
             if self._clock() >= self._next_sample:  # a few times a second while calls go out
@@ -219,11 +219,7 @@ class RunState:
             self.sleeping -= 1
 
     def _waterfall(self, event: WaterfallFinished) -> None:
-        legs = self.waterfalls.get(event.key)
-        if legs is None or [leg[0] for leg in legs] != list(event.tools):
-            legs = self.waterfalls[event.key] = [[tool, 0, 0, 0, 0, 0] for tool in event.tools]
-        for leg, outcome in zip(legs, event.outcomes):
-            leg[_LEG_COLUMN[outcome]] += 1
+        self.waterfalls.count(event)
 
     def _requeued(self, event: RowRequeued) -> None:
         setattr(self, event.previous, getattr(self, event.previous) - event.copies)
@@ -352,7 +348,7 @@ class RunState:
 
     def leg_rows(self) -> list[list[Any]]:
         """One row per waterfall leg, in ``LEG_COLUMNS`` order."""
-        return [[key, i, *leg] for key, legs in self.waterfalls.items() for i, leg in enumerate(legs)]
+        return self.waterfalls.rows()
 
     def take_spend(self) -> SpendLines:
         """What the run paid and reused since it last said (per provider and tool), for ``store.spend()``."""
@@ -363,7 +359,7 @@ class RunState:
         return RunStats(
             total=self.total, ok=self.ok, reused=self.reused, failed=self.failed, parked=self.parked, skipped=self.skipped,
             held=self.held, calls_executed=self.calls_executed, calls_reused=self.calls_reused, calls_shared=self.calls_shared,
-            calls_failed=self.calls_failed, calls_local=self.calls_local,
+            calls_failed=self.calls_failed, calls_local=self.calls_local, tokens=round(self.tokens),
             cost_spent=round(self.cost_spent, 9), cost_saved=round(self.cost_saved, 9),
             cost_failed=round(self.cost_failed, 9), elapsed=round(self.elapsed, 6),
             receipts_lost=self.receipts_lost,

@@ -44,8 +44,8 @@ async def run_play(ctx: RowLedger, play: Any, inputs: dict[str, Any], child: Cal
     if not ctx.scope.rerun_rows:
         memo = store.memos([mk]).get(mk)
         if memo is not None and tools_unchanged(memo["tools"]):
-            ctx.absorb(memo["calls"], memo["cost"], {**memo["tools"], play_name(sub.name): sub.fingerprint}, ())
-            _reused_calls(ctx, sub.name, memo["calls"], memo["cost"])
+            ctx.absorb(memo["calls"], memo["cost"], {**memo["tools"], play_name(sub.name): sub.fingerprint}, (), local=memo["local"])
+            _reused_calls(ctx, sub.name, memo["calls"], memo["cost"], memo["local"])
             return dict(memo["output"])
     # The outer row's memo counts the sub-play as it counts a tool: defined anew, it answers no more.
     ctx.absorb(0, 0.0, {play_name(sub.name): sub.fingerprint}, ())
@@ -57,15 +57,16 @@ async def run_play(ctx: RowLedger, play: Any, inputs: dict[str, Any], child: Cal
         raise
     finally:
         inner.close()
-        ctx.absorb(inner.calls, inner.cost, inner.tools, inner.receipts, (inner.paid, inner.refused))
+        ctx.absorb(inner.calls, inner.cost, inner.tools, inner.receipts, (inner.paid, inner.refused), inner.local)
     if stored is not None:
-        write_memo(store, mk, sub.name, output, stored, (inner.calls, inner.cost, inner.tools, inner.receipts), key)
+        write_memo(store, mk, sub.name, output, stored, (inner.calls, inner.cost, inner.tools, inner.receipts, inner.local), key)
     return output
 
 
-def _reused_calls(ctx: RowLedger, play: str, calls: int, cost: float) -> None:
-    """The run counts the calls a reused sub-play made as reused, as it does a reused row's."""
-    for n in range(calls):
+def _reused_calls(ctx: RowLedger, play: str, calls: int, cost: float, local: int) -> None:
+    """The run counts the calls a reused sub-play made as it does a reused row's: reused, but for
+    its ``local`` calls of free local tools, which neither ran nor were answered by receipts."""
+    for n in range(calls - local):
         ctx.scope.emit(CallFinished(f"play {play}", None, True, cost if n == 0 else 0.0))
 
 

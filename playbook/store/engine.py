@@ -108,9 +108,10 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         self.health = WriteHealth(self.rewrite, write_grace)  # whether it takes writes: a call checks before it pays
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
         self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # the same, across processes
-        # Said when it holds fewer receipts than its mark (marks.py): a run on it refuses to start.
+        # Said when it holds fewer receipts than its mark (marks.py): a run on it refuses to start,
+        # and what only looks at it says so.
         self.start_marking()
-        self.lost: str | None = None if readonly else self.check_mark()
+        self.lost: str | None = self.check_mark()
 
     def __repr__(self) -> str:
         return f"StoreEngine({self.location!r})"

@@ -29,6 +29,8 @@ __all__ = [
     "checked",
     "damage",
     "is_receipt",
+    "memo_flags",
+    "memo_local",
     "memo_tools",
     "parse_tools",
     "receipt_of",
@@ -37,6 +39,8 @@ __all__ = [
 
 OUTPUT_TAGGED = 1  # the output holds tags: decode it when read
 INPUT_TAGGED = 2  # the input does
+# A memo's flags above this bit count the free local calls among its calls (a memo of before: none).
+_MEMO_LOCAL_SHIFT = 8
 REFUSED = 4  # the provider refused the call (a client error): the output is its status (or [status, sent, written]), ``error`` what it said
 
 
@@ -132,6 +136,17 @@ def receipt_of(row: tuple[Any, ...]) -> Receipt:
         input=decode(data) if flags & INPUT_TAGGED else data,
         output=decode(output) if flags & OUTPUT_TAGGED else output,
     )  # fmt: skip
+
+
+def memo_flags(tagged: bool, local: int) -> int:
+    """A memo's flags: whether its output holds tags, and how many of its calls were of free local
+    tools (a rerun that reuses the row counts those as local, the rest as answered by receipts)."""
+    return (OUTPUT_TAGGED if tagged else 0) | (local << _MEMO_LOCAL_SHIFT)
+
+
+def memo_local(flags: int) -> int:
+    """The free local calls a memo's ``flags`` count (:func:`memo_flags`)."""
+    return flags >> _MEMO_LOCAL_SHIFT
 
 
 def memo_tools(tools: dict[str, str]) -> str:

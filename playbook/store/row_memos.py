@@ -15,7 +15,7 @@ from ..tagged import decode, loads
 from .ahead import ReadAhead
 from .io import StoreIO
 from .protocol import Backend, StoreFailure
-from .records import OUTPUT_TAGGED, MemoRow, parse_tools
+from .records import OUTPUT_TAGGED, MemoRow, memo_local, parse_tools
 
 __all__ = ["RowMemos"]
 
@@ -37,7 +37,8 @@ class RowMemos:
 
     def memos(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         """Row memos for the keys that have one: each a dict with the row's ``output``, how many
-        ``calls`` it made, their ``cost`` and the ``tools`` it used (name -> fingerprint).
+        ``calls`` it made (``local`` of them of free local tools), their ``cost`` and the ``tools``
+        it used (name -> fingerprint).
 
         A memo that cannot be read is left out (with a warning): its row runs again, against
         its receipts, so that costs nothing.
@@ -54,7 +55,7 @@ class RowMemos:
                 if type(out) is not dict:
                     raise ValueError("not a row's output")
                 found[key] = {"output": decode(out) if flags & OUTPUT_TAGGED else out, "calls": calls, "cost": cost,
-                              "tools": parse_tools(tools)}  # fmt: skip
+                              "local": memo_local(flags), "tools": parse_tools(tools)}  # fmt: skip
             except (ValueError, TypeError, KeyError, IndexError):
                 bad.append(key)
         if bad:

@@ -242,7 +242,11 @@ class SqliteBackend:
 
     @property
     def identity(self) -> str:
-        """This database's own id, made with it: a file made again has another."""
+        """This database's own id, made with it: a file made again has another (opened only to
+        look, one with none yet has none: ``""``)."""
+        if self._identity is None and self.readonly:
+            found = self._db.read(lambda con: con.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone())
+            return "" if found is None else str(found[0])
         if self._identity is None:
             made = uuid.uuid4().hex
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .._internal.words import money, time_of_day
+from .._internal.words import money, time_of_day, tokens
 from ..events import (
     KeyRetired,
     ProviderDown,
@@ -338,7 +338,8 @@ def _counters(s: RunState) -> list[str]:
 def _calls(s: RunState) -> str:
     shared = f"{s.calls_shared} shared in this run, " if s.calls_shared else ""
     failed = f", {s.calls_failed} failed" if s.calls_failed else ""
-    return f"calls {s.calls_executed} paid{failed}, {shared}{s.calls_reused} from receipts, {s.calls_local} local"
+    used = f" ({tokens(s.tokens)})" if s.tokens >= 1 else ""
+    return f"calls {s.calls_executed} paid{failed}{used}, {shared}{s.calls_reused} from receipts, {s.calls_local} local"
 
 
 def _rows(n: int) -> str:
