@@ -302,6 +302,23 @@ def test_looking_at_a_store_refused_as_lost_says_so_and_how_to_accept_it(home: P
     assert cli("cache", "reset", "--yes").returncode == 0 and cli("cache", "stats").stderr == ""
 
 
+def test_a_store_deleted_whole_is_said_gone_and_only_reset_makes_it_again(home: Path, tmp_path: Path) -> None:
+    """The store's directory deleted: `cache stats` fails saying it held receipts and is gone, and
+    names `cache reset`, which makes it again, empty; a path that never held a store is no store,
+    for reset too (a typo makes nothing), without the hint to set --store when --store was given."""
+    shutil.rmtree(home)
+    _one_line_error(cli("cache", "stats"), f"the receipt store at {home} held 6 receipts", "is gone", "cache reset --store")
+    assert not home.exists()
+    done = cli("cache", "reset", "--yes")
+    assert done.returncode == 0 and "holds 0 receipts" in done.stdout and (home / "receipts.db").is_file()
+    assert cli("cache", "stats").returncode == 0
+    typo = tmp_path / "stroe"
+    for args in (("cache", "reset", "--yes"), ("cache", "stats")):
+        done = cli(*args, "--store", str(typo))
+        _one_line_error(done, f"no receipt store at {typo}")
+        assert "set --store" not in done.stderr and not typo.exists()
+
+
 def test_a_misspelt_option_or_subcommand_gets_what_it_was_likely_meant_to_be(home: Path) -> None:
     """An unknown subcommand or option is argparse's usage error (exit 2, the usage on stderr)
     with the closest ones it takes: `rn`, `cache lst`, `cache list --limt 3`; one nothing is close

@@ -165,13 +165,17 @@ def test_unknown_endpoint_and_wrong_method(client):
 
 def test_status_path_answers_the_status_it_names(provider, client):
     """GET /v1/status/{code} answers that status, as httpbin's /status/{code} (an input that
-    always gets a 503 while others are answered), behind auth and the limits; other codes are 422."""
+    always gets a 503 while others are answered), asking for no key (as httpbin's: a tool whose
+    host comes from the row sends none) but behind the limits; other codes are 422."""
     assert client.get("/v1/status/503", params={"row": 7}).status_code == 503
     assert client.get("/v1/status/503").json() == {"error": "status 503, as the path asked"}
     assert client.get("/v1/status/200").json() == {"status": 200}
     assert client.get("/v1/status/204").status_code == 204
     assert client.get("/v1/status/x").status_code == 422 and client.get("/v1/status/99").status_code == 422
-    assert client.get("/v1/status/503", headers={"Authorization": "Bearer nope"}).status_code == 401
+    with httpx.Client(base_url=provider.url, timeout=10.0) as anonymous:
+        assert anonymous.get("/v1/status/503").status_code == 503 and anonymous.get("/v1/status/200").status_code == 200
+    assert client.get("/v1/email", headers={"Authorization": "Bearer nope"}).status_code == 401  # the others still ask
+    assert provider.stats()["by_key"]["public"]["requests"] == 2
     assert client.post("/v1/status/503").status_code == 405
     provider.reset(fault_every=1)
     assert client.get("/v1/status/200").status_code == 503  # faults and limits apply first, as everywhere under /v1

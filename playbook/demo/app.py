@@ -84,9 +84,9 @@ def build_app(
     if state is None:
         state = DemoState(settings or DemoSettings())
 
-    def guarded(method: str, path: str, handler: Handler) -> Route:
+    def guarded(method: str, path: str, handler: Handler, *, public: bool = False) -> Route:
         name = f"{method} {path}"
-        return Route(path, _guarded(state, name, handler), methods=[method])
+        return Route(path, _guarded(state, name, handler, public=public), methods=[method])
 
     routes = [
         guarded("GET", "/v1/company", _company),
@@ -95,7 +95,7 @@ def build_app(
         guarded("POST", "/v1/jobs", _submit_job(state)),
         guarded("GET", "/v1/jobs/{job_id}", _job_status(state)),
         guarded("POST", "/v1/chat/completions", _chat(state)),
-        guarded("GET", "/v1/status/{code}", _status),
+        guarded("GET", "/v1/status/{code}", _status, public=True),  # as httpbin's: no key asked
         *(guarded(method, path, handler) for method, path, handler in batch_api.routes(state)),
         Route("/v1/{path:path}", _guarded(state, "* /v1/{path}", _unknown), methods=_ALL_METHODS),
         Route("/_health", _health, methods=["GET"]),
@@ -113,11 +113,11 @@ def build_app(
 # -- the guard --------------------------------------------------------------------------------
 
 
-def _guarded(state: DemoState, name: str, handler: Handler) -> Handler:
+def _guarded(state: DemoState, name: str, handler: Handler, *, public: bool = False) -> Handler:
     async def endpoint(request: Request) -> Response:
         headers = request.headers
         state.witness(_key_places(request, await request.body(), state.settings.api_keys))
-        admission = state.admit(name, request.scope["path"], _authorization(request), headers.get("idempotency-key"))
+        admission = state.admit(name, request.scope["path"], _authorization(request), headers.get("idempotency-key"), public=public)
         status = 500
         try:
             delay = state.settings.latency + admission.slow

@@ -124,8 +124,10 @@ class DemoState:
                 for place in places:
                     self._counters.key_places[place] = self._counters.key_places.get(place, 0) + 1
 
-    def admit(self, endpoint: str, path: str, authorization: str | None, idempotency_key: str | None) -> Admission:
-        """Count a /v1 request and decide its fate; hand the result to `finish`."""
+    def admit(self, endpoint: str, path: str, authorization: str | None, idempotency_key: str | None, *, public: bool = False) -> Admission:
+        """Count a /v1 request and decide its fate; hand the result to `finish`.  ``public``: an
+        endpoint that asks for no key (as httpbin's); a request without one is limited as one
+        caller of its own."""
         with self.lock:
             admission = Admission(self._epoch)
             c = self._counters
@@ -141,9 +143,11 @@ class DemoState:
                     c.duplicate_idempotency_keys += 1
             settings = self.settings
             key = _bearer(authorization)
-            admission.label = key_label(key)
+            if public and key is None:
+                key = ""  # the callers without a key, as one
+            admission.label = "public" if key == "" else key_label(key)
             c.count_key(admission.label, "requests")
-            if key is None or key not in settings.api_keys:
+            if key is None or (key not in settings.api_keys and not public):
                 c.auth_rejected += 1
                 c.count_key(admission.label, "rejected")
                 admission.rejection = (401, "invalid api key", None)

@@ -12,7 +12,9 @@ import difflib
 import json
 import os
 import re
+import shlex
 import sys
+import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +24,7 @@ from .._internal.argtypes import whole
 from .._internal.words import money
 from ..errors import PlaybookError
 from ..store import FILE, StoreEngine, home, is_url
+from ..store.marks import read_registry
 from ..store.records import Record
 from ..tagged import dumps, loads
 from . import cli_run
@@ -79,9 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not is_url(where):
             path = Path(where)
             # Opening a store creates it: look before opening.  (cache.db: a store of playbook 0.1.)
-            # A store deleted whole is refused by its mark until reset: reset makes it again.
-            if args.run is not _reset and not ((path / FILE).is_file() or (path / "cache.db").is_file()):
-                raise _Fail(f"no receipt store at {path} (set --store or $PLAYBOOK_HOME)")
+            if not ((path / FILE).is_file() or (path / "cache.db").is_file()):
+                _absent(path, args)
             # Looking needs no writes: a store on a full disk or a read-only mount can still be read.
             readonly = args.run not in (_clear, _reset) and (path / FILE).is_file()
         store = StoreEngine(where, readonly=readonly)
@@ -99,6 +101,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `... | head` closed our stdout: not an error worth a traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def _absent(path: Path, args: argparse.Namespace) -> None:
+    """No store at ``path``: one that held receipts (its mark says so) was deleted whole, and
+    ``cache reset`` makes it again, empty; any other command, or a path that never held one, fails."""
+    mark = read_registry(str(path.resolve()))
+    if mark is not None and mark.receipts:
+        if args.run is _reset:
+            return
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mark.at))
+        raise _Fail(
+            f"the receipt store at {path} held {mark.receipts:,} receipts at {when} and is gone (its directory deleted or moved): "
+            f"put it back, or start it again, empty, with python -m playbook cache reset --store {shlex.quote(str(path))}"
+        )
+    where = "" if getattr(args, "store", None) else " (set --store or $PLAYBOOK_HOME)"
+    raise _Fail(f"no receipt store at {path}{where}")
 
 
 def _parser() -> argparse.ArgumentParser:
