@@ -9,7 +9,12 @@ from typing import Any, Protocol
 from .._internal.flow import WaitBudget
 from .limits import Standing
 
-__all__ = ["Described", "Ticket"]
+__all__ = ["Described", "Elsewhere", "Ticket"]
+
+
+class Elsewhere(Exception):
+    """Raised to the pool a key's governor belongs to: this call goes under another key (its key
+    holds it longer than another would, or was retired while the call waited for a slot)."""
 
 
 class Ticket:

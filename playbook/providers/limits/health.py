@@ -34,11 +34,12 @@ class Standing:
     failed once when the provider's calls that failed lately went on to fail on their own
     (:meth:`Health.gives_way`): its first failure still counts toward the provider's health."""
 
-    __slots__ = ("own", "behind", "request", "_health", "_failed_t", "_failing")
+    __slots__ = ("own", "behind", "request", "host", "_health", "_failed_t", "_failing")
 
     def __init__(self, request: str | None = None) -> None:
         self.own = False
         self.request = request  # the request's identity (its receipt key); None: none to remember it by
+        self.host = False  # it failed at a host its row chose: nothing it does is the provider's
         self.behind = False  # its next try waits for the rows not started yet
         self._health: Health | None = None  # whose clock _failed_t is on
         self._failed_t = math.inf  # loop clock: its last failure
@@ -46,6 +47,11 @@ class Standing:
 
     def __repr__(self) -> str:
         return f"<Standing{' own' if self.own else ''}{' behind' if self.behind else ''}>"
+
+    def site(self) -> None:
+        """It failed at a host its row chose (``url="{url}"``): its own failure from the first, and
+        none of its tries, failed or through, says anything about the provider."""
+        self.own = self.host = True
 
     def failed(self, health: Health, now: float) -> bool:
         """It failed now on ``health``'s provider: True when the failure is its own."""
@@ -61,7 +67,7 @@ class Standing:
     def answered(self, health: Health, *, through: bool) -> None:
         """``health``'s provider answered it (``through``: with what was asked, not a 429 or a 4xx)."""
         if through:
-            if self._failing:
+            if self._failing and not self.host:
                 health.settled(own=False)  # it failed, then went through: its failure was the moment's
             self._failing = False
             health.forget(self.request)
