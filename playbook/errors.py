@@ -70,6 +70,9 @@ class ToolError(PlaybookError):
         self.retry_after = retry_after
         # (as sent, as written): a part of the message an error group keeps as the tool wrote it
         self.literal: tuple[str, str] | None = None
+        # The request's own failure, never its provider's (a host the row chose answered or failed):
+        # retried as ``retryable`` says, it neither holds the provider nor counts toward its health.
+        self.own = False
 
 
 class ProviderUnavailable(ToolError):

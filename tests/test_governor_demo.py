@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 import playbook as pb
-from playbook.events import ProviderHoldSet, RateChanged
+from playbook.events import ProviderDown, ProviderHoldSet, RateChanged
+from playbook.providers.limits import Backoff
 from playbook.providers.provider import governor
 
 
@@ -321,3 +322,42 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
         assert set(run.result["play_status"]) == {"ok"}, run.result["play_status"].value_counts().to_dict()
         assert not provider.status().down and run.holds == []
         assert server.stats()["requests"] == 300
+
+
+def _status_tool(server: pb.demo.DemoServer, provider: pb.Provider) -> pb.Tool:
+    """GET /v1/status/{code}: the demo answers the status the row asks for."""
+    return pb.http_tool(
+        "acme.status", provider=provider, method="GET", url=server.url + "/v1/status/{code}", params={"i": "{i}"},
+        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+    )  # fmt: skip
+
+
+def test_retrying_rows_whose_requests_fail_on_their_own_fails_them_quickly(demo, store) -> None:
+    """Rows whose path always answers 503 fail on their own; run.retry() sends them alone, and
+    they fail on their own again from their first failure (the provider remembers them): quickly,
+    none parked, and the provider never goes down."""
+    provider = pb.Provider("acme", rps=40, retries=2)
+    governor(provider).backoff = Backoff(base=0.05)  # short tries: the test is about what they count for
+    tool = _status_tool(demo, provider)
+
+    @pb.play
+    async def get(row, ctx):
+        return {"r": await ctx.tool(tool, code=row.code, i=row.i)}
+
+    frame = pd.DataFrame({"code": [503 if i % 10 == 0 else 200 for i in range(60)], "i": range(60)})
+    run = frame.play.run(get, store=store, progress=False)
+    run.wait()
+    failing = ["failed" if i % 10 == 0 else "ok" for i in range(60)]
+    assert run.result["play_status"].tolist() == failing
+    events: list = []
+    governor(provider).subscribe(events.append)
+    started = time.monotonic()
+    again = run.retry()
+    again.wait()
+    took = time.monotonic() - started
+    assert again.result["play_status"].tolist() == failing and len(again.parked) == 0
+    errors = again.result.loc[again.result["play_status"] == "failed", "play_error"]
+    assert all("this request fails on its own (provider 'acme' answers other calls)" in e for e in errors)
+    assert all(e.endswith("(gave up after 3 tries)") for e in errors)
+    assert not [e for e in events if isinstance(e, ProviderDown)] and not provider.status().down
+    assert took < 5.0, took

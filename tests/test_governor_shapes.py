@@ -183,6 +183,33 @@ def test_health_judges_distinct_calls() -> None:
     assert mine.own and health.failures == 0 and not health.dominated() and not health.down
 
 
+def test_health_remembers_requests_that_failed_on_their_own_until_one_goes_through() -> None:
+    """A request that failed on its own is remembered: a later call of it (a retry() of its row)
+    fails on its own from its first failure, with nothing answered between, and never takes the
+    provider down; once it goes through it is forgotten.  Requests never seen failing on their
+    own, failing alone, still take it down; the memory keeps the last KNOWN requests."""
+    health = Health()
+    first = Standing("req-a")
+    health.failure(0.0, first)
+    health.success(sent_at=0.5, through=True)
+    health.failure(1.0, first)
+    assert first.own
+    for t in range(10, 20):  # only it, again and again: no call answered between
+        later = Standing("req-a")
+        assert health.failure(float(t), later) is False and later.own and later.behind
+    assert health.failures == 0 and not health.down
+    health.success(sent_at=30.0, standing=Standing("req-a"), through=True)  # it went through at last
+    fresh = Standing("req-a")
+    health.failure(31.0, fresh)
+    assert not fresh.own and health.failures == 1  # forgotten: its first failure counts again
+    outage = Health()
+    assert any(outage.failure(float(t), Standing(f"other-{t}")) for t in range(Health.DOWN_AFTER + Health.RECENT))
+    full = Health()
+    for i in range(Health.KNOWN + 1):
+        full.remember(f"r{i}")
+    assert not full.knows("r0") and full.knows("r1") and full.knows(f"r{Health.KNOWN}")
+
+
 def _fails_on_its_own(health: Health, t: float) -> Standing:
     """A call that fails at ``t``, and again at ``t + 1`` after a call sent between was answered."""
     standing = Standing()

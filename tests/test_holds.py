@@ -19,7 +19,7 @@ import pytest
 from vtime import run_virtual
 
 import playbook as pb
-from playbook.events import RowFinished, RowHeld, RowParked, RowResumed, RowStarted
+from playbook.events import ProviderDown, RowFinished, RowHeld, RowParked, RowResumed, RowStarted
 from playbook.providers.limits import Backoff
 from playbook.providers.provider import governor
 
@@ -490,6 +490,46 @@ def test_rows_whose_calls_fail_on_their_own_cost_the_others_little(
     if size > 300:  # most failing rows waited behind the fresh rows longer than their whole budget
         assert sum(t[-1] - t[0] > max_wait for t in tries.values()) >= size // 20
     assert not provider.status().down and not run.holds
+
+
+def test_retrying_rows_whose_calls_failed_on_their_own_does_not_take_the_provider_down(store: pb.ReceiptStore) -> None:
+    """run.retry() of the rows whose requests failed on their own sends only those, with no other
+    call answered between: the provider remembers them, so they fail on their own from their
+    first failure (after their retries, saying so), none parks, and the provider is never held
+    or down.  A request that always failed but now goes through is forgotten."""
+    provider = pb.Provider("remembers", rps=40)
+    calls: Calls = []
+    failing = [n for n in range(200) if n % 10 == 9 and n < 150]  # the run's tail goes through
+
+    async def fn(n: int) -> int:
+        calls.append((now(), n))
+        if n in failing:
+            await asyncio.sleep(0.002)
+            raise pb.ToolError(f"HTTP 503 (GET /status/503?row={n})", status=503, retryable=True)
+        await asyncio.sleep(0.02)
+        return n
+
+    governor(provider).backoff = Backoff(rng=random.Random(0))
+    tool = pb.tool(fn, name="remembers", provider=provider)
+
+    async def main() -> tuple[pb.Run, pb.Run, Events]:
+        run, first = await launch(rows(200), calling(tool), store, concurrency=32)
+        assert not of(ProviderDown, first)
+        calls.clear()
+        again = run.retry()
+        events: Events = []
+        again.state.subscribe(lambda event: events.append((now(), event)))
+        await again._task
+        return run, again, events
+
+    run, again, events = run_virtual(main())
+    expected = ["failed" if n in failing else "ok" for n in range(200)]
+    assert statuses(run) == expected and statuses(again) == expected
+    errors = again.result.loc[again.result["play_status"] == "failed", "play_error"]
+    assert len(errors) == 15 and all("this request fails on its own (provider 'remembers' answers other calls)" in e for e in errors)
+    assert all(e.endswith("(gave up after 5 tries)") for e in errors)
+    assert len(calls) == 75 and not of(RowParked, events) and not of(ProviderDown, events)
+    assert not provider.status().down and not again.holds
 
 
 def test_a_provider_whose_503s_pass_keeps_retrying_at_once(store: pb.ReceiptStore) -> None:

@@ -11,6 +11,9 @@ import pandas as pd
 import pytest
 
 import playbook as pb
+from playbook.events import ProviderDown, ProviderHoldSet
+from playbook.providers.limits import Backoff
+from playbook.providers.provider import governor
 from playbook.store import engine
 
 
@@ -386,6 +389,47 @@ def test_the_answers_and_failures_of_a_host_a_row_chose_are_that_rows_alone(stor
     out = frame.play.map(unreachable, store=store, progress=False)
     assert out["play_status"].tolist() == ["failed"] * 3 and out["play_error"].str.contains("could not connect").all()
     assert pb.last_run().parked.empty
+
+
+def test_a_host_a_row_chose_that_answers_503_at_random_is_retried_like_the_providers(demo, store) -> None:
+    """``url="{u}"`` against a flaky site (one request in ten answered 503): each failed request
+    is retried, on its own, up to the provider's retries, and every row is done; the provider is
+    never held nor down."""
+    demo.reset(fault_rate=0.1, fault_status=503, miss_rate=0.0, seed=3)
+    provider = pb.Provider("sites", retries=4)
+    governor(provider).backoff = Backoff(base=0.05)  # short tries: the test is about their number
+    events: list = []
+    governor(provider).subscribe(events.append)
+    tool = pb.http_tool("fetch", method="GET", url="{u}", headers={"Authorization": "Bearer demo-key"}, pick="email", provider=provider)
+    urls = [f"{demo.url}/v1/email?domain=company{i}.com&first=Person{i}" for i in range(100)]
+    out = pd.DataFrame({"u": urls}).play.map(tool, store=store, progress=False)
+    assert out["play_status"].tolist() == ["ok"] * 100
+    assert demo.stats()["by_status"].get("503", 0) >= 5 and demo.stats()["by_status"]["200"] == 100
+    assert not [e for e in events if isinstance(e, (ProviderHoldSet, ProviderDown))] and not provider.status().down
+
+
+def test_a_host_a_row_chose_that_always_fails_costs_its_row_its_retries_alone(demo, store) -> None:
+    """One site always answers 503, another refuses connections: their rows fail after the
+    provider's retries, saying the host the row chose failed and how many tries it took, while
+    the other rows are done; the provider is never held nor down."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]  # nothing listens there once closed
+    provider = pb.Provider("sites", retries=2)
+    governor(provider).backoff = Backoff(base=0.05)
+    events: list = []
+    governor(provider).subscribe(events.append)
+    tool = pb.http_tool("fetch", method="GET", url="{u}", headers={"Authorization": "Bearer demo-key"}, provider=provider, timeout=5)
+    urls = [f"{demo.url}/v1/status/503", f"http://127.0.0.1:{closed}/x", *(f"{demo.url}/v1/status/200?i={i}" for i in range(30))]
+    out = pd.DataFrame({"u": urls}).play.map(tool, store=store, progress=False)
+    assert out["play_status"].tolist() == ["failed", "failed"] + ["ok"] * 30, out["play_error"].tolist()[:4]
+    for error, what in zip(out["play_error"][:2], ["HTTP 503", "could not connect"]):
+        assert error.startswith("ProviderUnavailable: tool 'fetch': the host this row chose failed: ") and what in error
+        assert error.endswith("(gave up after 3 tries)"), error
+    assert demo.stats()["by_status"]["503"] == 3
+    assert not [e for e in events if isinstance(e, (ProviderHoldSet, ProviderDown))] and not provider.status().down
 
 
 def test_a_none_leaves_out_its_lone_placeholder_and_fails_a_row_that_writes_it_within_text(store) -> None:

@@ -42,7 +42,7 @@ from .limits import HEADROOM, LONE, Backoff, Health, Limiter, Permit, Verdict
 from .limits.waiters import Listeners
 from .sends import Sends
 from .status import ProviderStatus
-from .ticket import Described, Ticket
+from .ticket import Described, Elsewhere, Ticket
 
 __all__ = ["IN_PLACE", "OWN_IN_PLACE", "Elsewhere", "Governor", "Ticket"]
 
@@ -50,11 +50,6 @@ T = TypeVar("T")
 
 IN_PLACE = 1.0  # holds up to this long are waited out by the call; longer ones suspend the row
 OWN_IN_PLACE = 0.2  # the same for a call's own retry (its row's worker can serve another row meanwhile)
-
-
-class Elsewhere(Exception):
-    """Raised to the pool a key's governor belongs to: this call goes under another key (its key
-    holds it longer than another would, or was retired while the call waited for a slot)."""
 
 
 class Pooled(Protocol):
@@ -307,6 +302,8 @@ class Governor(Holds):
         ``permit`` is None when the limiter itself failed before the call went."""
         if isinstance(exc, ToolError):
             status, retryable, hint = exc.status, exc.retryable, exc.retry_after
+            if exc.own and retryable:  # a host the row chose: the request's own failure from the first
+                ticket.standing.site()
         else:  # a Python tool's own timeouts and dropped connections are transient too
             status, retryable, hint = None, isinstance(exc, (TimeoutError, ConnectionError)), None
         if not retryable:
@@ -316,7 +313,7 @@ class Governor(Holds):
         self.last_status = status
         if hint is not None and hint <= 0:
             hint = None  # "retry after 0s" would spin: back off instead
-        if status == 429 and permit is not None:
+        if status == 429 and permit is not None and not ticket.standing.host:
             await self._refused(permit, now, hint, ticket)
             return True
         return await self._failed(exc, now, hint, ticket)
@@ -362,7 +359,7 @@ class Governor(Holds):
         else:
             ticket.not_before = now + wait
             if wait > ticket.budget.left:
-                raise self._unavailable(exc, ticket, "the next try would pass the wait budget")
+                raise self._unavailable(exc, ticket, f"gave up after {ticket.tries} tries: the next would pass the wait budget")
         return True
 
     def _next_probe(self, now: float) -> float:
@@ -382,17 +379,20 @@ class Governor(Holds):
 
     def _unavailable(self, exc: Exception, ticket: Ticket, why: str) -> ProviderUnavailable:
         text = f"provider {self.name!r} is unavailable: {exc} ({why})"
-        if ticket.standing.own:  # the provider answers others: this request is what fails
-            who = f"tool {ticket.tool!r}: " if ticket.tool else ""
-            text = f"{who}this request fails on its own (provider {self.name!r} answers other calls): {_describe(exc)} ({why})"
+        if ticket.standing.own:  # the provider answers others (or a host the row chose failed): this request is what fails
+            whose = (
+                "the host this row chose failed"
+                if ticket.standing.host
+                else f"this request fails on its own (provider {self.name!r} answers other calls)"
+            )
+            text = f"{f'tool {ticket.tool!r}: ' if ticket.tool else ''}{whose}: {_describe(exc)} ({why})"
         error = ProviderUnavailable(text, tool=ticket.tool or None, provider=self.name, status=self.last_status)
         error.__cause__ = exc
         return error
 
 
 def _describe(exc: BaseException) -> str:
-    """A failure in a few words: what a user sees next to a down provider (which is not one tool's:
-    a ToolError's "tool 'x': " goes)."""
+    """A failure in a few words, without a ToolError's "tool 'x': " (a down provider is not one tool's)."""
     text = str(exc) or type(exc).__name__
     if isinstance(exc, ToolError) and exc.tool and text.startswith(prefix := f"tool {exc.tool!r}: "):
         text = text[len(prefix) :]

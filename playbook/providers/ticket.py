@@ -9,7 +9,12 @@ from typing import Any, Protocol
 from .._internal.flow import WaitBudget
 from .limits import Standing
 
-__all__ = ["Described", "Ticket"]
+__all__ = ["Described", "Elsewhere", "Ticket"]
+
+
+class Elsewhere(Exception):
+    """Raised to the pool a key's governor belongs to: this call goes under another key (its key
+    holds it longer than another would, or was retired while the call waited for a slot)."""
 
 
 class Ticket:
@@ -33,7 +38,9 @@ class Ticket:
         "standing",
     )
 
-    def __init__(self, tool: str, budget: WaitBudget, *, suspend: bool = True, falls_through: bool = False) -> None:
+    def __init__(
+        self, tool: str, budget: WaitBudget, *, suspend: bool = True, falls_through: bool = False, request: str | None = None
+    ) -> None:
         self.tool = tool
         self.budget = budget
         self.tries = 0  # transient failures so far
@@ -47,7 +54,7 @@ class Ticket:
         self.actual: float | None = None  # tokens used, once answered
         self.carry: Any = None  # what the caller keeps with the call across its row's replays
         self.lanes: Any = None  # what a pool of keys keeps of this call: its backoff on each key
-        self.standing = Standing()  # what its provider's health makes of its failures: its own, or the provider's
+        self.standing = Standing(request)  # what its provider's health makes of its failures: its own, or the provider's
 
     def __repr__(self) -> str:
         return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"

@@ -256,7 +256,7 @@ async def _route(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool
         # slot: a worker's first call would otherwise leave a quarter of a second late, and the
         # calls whose slots came meanwhile would reach a strict provider together.
         ctx.scope.http_client()
-    ticket = ctx.scope.tickets.get(call.logical, tool, ctx.position)
+    ticket = ctx.scope.tickets.get(call.logical, tool, ctx.position, call.key)
     ticket.falls_through = call.leg
     # The call's environment outlives a suspension with its ticket: what a try got before it
     # failed (an LLM answer whose re-ask was refused) is still there when the row replays.

@@ -138,11 +138,12 @@ class Tickets:
             found = budgets[provider.name] = WaitBudget(wait)
         return found
 
-    def get(self, call_id: str, tool: Tool[Any], pos: int) -> Ticket:
+    def get(self, call_id: str, tool: Tool[Any], pos: int, request: str | None = None) -> Ticket:
+        """``request``: the call's receipt key, by which its provider knows a request that failed on its own."""
         found = self._tickets.get(call_id)
         if found is None:
             assert tool.provider is not None
-            found = self._tickets[call_id] = Ticket(tool.name, self.budget(pos, tool.provider))
+            found = self._tickets[call_id] = Ticket(tool.name, self.budget(pos, tool.provider), request=request)
         return found
 
     def done(self, call_id: str) -> None:

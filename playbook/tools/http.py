@@ -164,9 +164,8 @@ class HttpTool(Tool[Any]):
             raise failure
         if failure is not None:
             # Raised here, outside the except block that caught it: the transport's error (which
-            # holds the request) is not chained to ours, so nothing keeps it alive.  A host the row
-            # chose failing is that row's failure: the provider's other rows go elsewhere.
-            raise self._error(f"{failure} ({where})", None, not self._address.origin, where)
+            # holds the request) is not chained to ours, so nothing keeps it alive.
+            raise self._error(f"{failure} ({where})", None, True, where)
         self.heard(reply_headers, call)
         if status in self.miss_status:
             return None, True
@@ -181,8 +180,7 @@ class HttpTool(Tool[Any]):
             )  # fmt: skip
         if status >= 400:
             reason = _reason(content)
-            again = status in _RETRYABLE and not self._address.origin
-            error = self._error(f"HTTP {status} ({where}){': ' + reason if reason else ''}", status, again, where)
+            error = self._error(f"HTTP {status} ({where}){': ' + reason if reason else ''}", status, status in _RETRYABLE, where)
             if error.retryable:
                 error.retry_after = retry_after(reply_headers, now=time.time())
             raise error
@@ -265,6 +263,9 @@ class HttpTool(Tool[Any]):
         )  # fmt: skip
         if where:
             error.literal = (where, f"{self.method} {self.url.split('?', 1)[0]}")
+        # A host the row chose failing is that row's failure, not the provider's: retried on its
+        # own (a 429 included), it neither holds the provider nor takes it down.
+        error.own = bool(self._address.origin)
         return error
 
 

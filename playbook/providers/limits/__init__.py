@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from .backoff import Backoff, announced, duration, retry_after
 from .base import HEADROOM, LONE, Limiter, Permit, Verdict
-from .gates import Health, Standing, Window
+from .gates import Window
+from .health import Health, Standing
 from .local import LocalLimiter
 from .pace import Pace
 
