@@ -270,7 +270,9 @@ class Session:
         # Up to the panel's last sample too: a panel that froze for good would otherwise pass.
         stops = [s["t"] for s in changes] + [live[-1]["t"]]
         heaps = [s["heap"] for s in live if s["heap"] is not None]
-        lines = lambda head: max((len(t["rows"]) for s in live for t in s["tables"] if t["head"] == head), default=0)  # noqa: E731
+        def lines(head: str) -> int:
+            return max((len(t["rows"]) for s in live for t in s["tables"] if t["head"] == head), default=0)
+
         grouped = [s["document_nodes"] for s in self.grouped()]
         return {
             "samples": len(self.samples),
