@@ -54,13 +54,17 @@ QUICK = {"b10": lambda **kw: b10_scale.run(rows=b10_scale.QUICK, **kw)}  # --qui
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("cases", nargs="*", metavar="CASE", help=f"which of {', '.join(CASES)} (default: all)")
+    parser.add_argument(
+        "cases", nargs="*", metavar="CASE", help=f"which of {', '.join(CASES)} (default: all)"
+    )
     parser.add_argument(
         "--repeats",
         type=int,
         help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9, b10, b11, b11s, b12, b13 and b14; 5 for b8)",
     )
-    parser.add_argument("--quick", action="store_true", help=f"smaller sizes where a case has them ({', '.join(QUICK)})")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"smaller sizes where a case has them ({', '.join(QUICK)})"
+    )
     args = parser.parse_args(argv)
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:

@@ -69,7 +69,9 @@ async def _double(x: int) -> int:
     return x * 2
 
 
-async def _run(db: sqlite3.Connection, values: list[int], concurrency: int, version: str) -> list[dict[str, int]]:
+async def _run(
+    db: sqlite3.Connection, values: list[int], concurrency: int, version: str
+) -> list[dict[str, int]]:
     loop = asyncio.get_running_loop()
     gate = asyncio.Semaphore(concurrency)
     asked: list[tuple[str, asyncio.Future[bool]]] = []
@@ -82,7 +84,12 @@ async def _run(db: sqlite3.Connection, values: list[int], concurrency: int, vers
         now = time.time()
         db.execute("BEGIN IMMEDIATE")
         marks = ",".join(["(?, ?, ?)"] * len(batch))
-        got = {key for (key,) in db.execute(_TAKE.format(marks), [v for key, _ in batch for v in (key, "me", now + 60)] + [now])}
+        got = {
+            key
+            for (key,) in db.execute(
+                _TAKE.format(marks), [v for key, _ in batch for v in (key, "me", now + 60)] + [now]
+            )
+        }
         db.execute("COMMIT")
         for key, done in batch:
             done.set_result(key in got)
@@ -92,7 +99,10 @@ async def _run(db: sqlite3.Connection, values: list[int], concurrency: int, vers
         written.clear()
         db.execute("PRAGMA synchronous = FULL")
         db.execute("BEGIN IMMEDIATE")
-        db.executemany("INSERT OR REPLACE INTO receipt VALUES (?, 'double', ?)", [(key, value) for key, value, _ in batch])
+        db.executemany(
+            "INSERT OR REPLACE INTO receipt VALUES (?, 'double', ?)",
+            [(key, value) for key, value, _ in batch],
+        )
         db.executemany("DELETE FROM lease WHERE key = ? AND owner = 'me'", [(key,) for key, _, _ in batch])
         db.execute("COMMIT")
         db.execute("PRAGMA synchronous = NORMAL")

@@ -194,7 +194,17 @@ def _loop_child(case: str, rows: int, where: str) -> dict:
 
 def _measure(case: str, rows: int, where: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.b10_scale", "--child", case, "--rows", str(rows), "--where", where],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.b10_scale",
+            "--child",
+            case,
+            "--rows",
+            str(rows),
+            "--where",
+            where,
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -226,14 +236,25 @@ def run(repeats: int = 1, rows: int = ROWS) -> list[Result]:
     failing = _measure("failing", rows, where + "-failing")
     size = f"{rows // 1000:,}k" if rows < 1_000_000 else f"{rows // 1_000_000}M"
     floor = f"SQLite's own: batched insert {sqlite['insert']:,.0f}/s, keyed read {sqlite['read']:,.0f}/s"
-    first_result = Result(f"B10 first run ({size} rows)", "/s", first["rate"], loop["rate"], "hand-written loop", 0.6)
+    first_result = Result(
+        f"B10 first run ({size} rows)", "/s", first["rate"], loop["rate"], "hand-written loop", 0.6
+    )
     first_result.notes.append((floor, None))
     first_result.notes.append((_kept(first, kept), None))
     receipts_result = Result(
-        f"B10 receipts replay ({size} rows)", "/s", receipts["rate"], loop_read["rate"], "hand-written loop, reading", 0.6
+        f"B10 receipts replay ({size} rows)",
+        "/s",
+        receipts["rate"],
+        loop_read["rate"],
+        "hand-written loop, reading",
+        0.6,
     )
     receipts_result.notes.append((_kept(receipts, kept_read), None))
-    results = [first_result, receipts_result, Result(f"B10 memo replay ({size} rows)", "/s", memo["rate"], MEMO_RATE, "100k rows/s", 1.0)]
+    results = [
+        first_result,
+        receipts_result,
+        Result(f"B10 memo replay ({size} rows)", "/s", memo["rate"], MEMO_RATE, "100k rows/s", 1.0),
+    ]
     for name, m in (
         ("first run", first),
         ("memo replay", memo),
@@ -244,7 +265,10 @@ def run(repeats: int = 1, rows: int = ROWS) -> list[Result]:
         kb = _per_row(m, rows)
         verdict = None if name == "hand loop" else kb <= PER_ROW_KB
         results[0].notes.append(
-            (f"{name}: {kb:.3f} kB/row over {m['base_kb'] / 1024:,.0f} MB (peak {m['peak_kb'] / 1024:,.0f} MB)", verdict)
+            (
+                f"{name}: {kb:.3f} kB/row over {m['base_kb'] / 1024:,.0f} MB (peak {m['peak_kb'] / 1024:,.0f} MB)",
+                verdict,
+            )
         )
     return results
 
@@ -278,8 +302,22 @@ def file_run(rows: int, chunk: int | None = None) -> list[str]:
     # fork, so this one stays small (a 10M-row table held here would be counted as the command's).
     _helper("--make-file", rows, folder / "in.parquet")
     env = {**os.environ, "PLAYBOOK_MARKS": str(folder / "marks")}
-    command = [sys.executable, "-m", "playbook", "run", "plays.py:doubled", "--in", "in.parquet", "--out", "out.parquet", "--store",
-               "store", "--concurrency", str(CONCURRENCY), *(["--chunk-rows", str(chunk)] if chunk else [])]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "playbook",
+        "run",
+        "plays.py:doubled",
+        "--in",
+        "in.parquet",
+        "--out",
+        "out.parquet",
+        "--store",
+        "store",
+        "--concurrency",
+        str(CONCURRENCY),
+        *(["--chunk-rows", str(chunk)] if chunk else []),
+    ]
 
     def ended(proc: subprocess.Popen[str], start: float) -> tuple[int, float, float]:
         _, status, usage = os.wait4(proc.pid, 0)
@@ -288,7 +326,9 @@ def file_run(rows: int, chunk: int | None = None) -> list[str]:
 
     # A crash half way through the file: SIGKILL once a chunk past the middle has started.
     start = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        command, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stderr is not None
     for line in proc.stderr:
         if line.startswith("playbook: rows ") and int(line.split()[2].replace(",", "")) > rows // 2:
@@ -296,20 +336,32 @@ def file_run(rows: int, chunk: int | None = None) -> list[str]:
             break
     code, seconds, peak = ended(proc, start)
     left = sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) or "nothing"
-    lines = [f"{rows:,} rows of Parquet: killed (exit {code}) after {seconds:,.0f}s, peak RSS {peak:,.0f} MB; left behind: {left}"]
+    lines = [
+        f"{rows:,} rows of Parquet: killed (exit {code}) after {seconds:,.0f}s, peak RSS {peak:,.0f} MB; left behind: {left}"
+    ]
     for what in ("the rerun", "a rerun of the finished file"):
         start = time.perf_counter()
-        code, seconds, peak = ended(subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.DEVNULL,
-                                                     stderr=subprocess.DEVNULL, text=True), start)  # fmt: skip
+        code, seconds, peak = ended(
+            subprocess.Popen(
+                command, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True
+            ),
+            start,
+        )
         written, statuses = _helper("--check-file", rows, folder / "out.parquet")
-        lines.append(f"{what}: exit {code}, {rows / seconds:,.0f} rows/s, peak RSS {peak:,.0f} MB; {written:,} rows in order, {statuses}")
+        lines.append(
+            f"{what}: exit {code}, {rows / seconds:,.0f} rows/s, peak RSS {peak:,.0f} MB; {written:,} rows in order, {statuses}"
+        )
     return lines
 
 
 def _helper(what: str, rows: int, path: Path) -> Any:
     """``--make-file`` or ``--check-file`` in a process of its own: what it printed, as JSON."""
-    out = subprocess.run([sys.executable, "-m", "benchmarks.b10_scale", what, str(path), "--rows", str(rows)],
-                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.b10_scale", what, str(path), "--rows", str(rows)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out)
 
 
@@ -349,7 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.b10_scale", description=__doc__)
     parser.add_argument("--quick", action="store_true", help=f"{QUICK:,} rows instead of {ROWS:,}")
     parser.add_argument("--rows", type=int)
-    parser.add_argument("--file", type=int, metavar="ROWS", help="the command line over a Parquet file of ROWS rows")
+    parser.add_argument(
+        "--file", type=int, metavar="ROWS", help="the command line over a Parquet file of ROWS rows"
+    )
     parser.add_argument("--chunk-rows", type=int, help="with --file: the command line's --chunk-rows")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--make-file", type=Path, help=argparse.SUPPRESS)

@@ -59,20 +59,28 @@ KEY = "Bearer demo-key"
 MODEL = "demo-1"
 PRICES = {MODEL: (0.15, 0.60)}
 
-Case = Callable[[str, str], tuple[pb.Play, dict[str, Any]]]  # (demo url, a name for its providers) -> play, the demo's settings
+Case = Callable[
+    [str, str], tuple[pb.Play, dict[str, Any]]
+]  # (demo url, a name for its providers) -> play, the demo's settings
 
 
 SHARED_ROWS = 3_000
 SHARED_SEEDS = 10
 SHARED = 0.05  # the bound on the shared shape's paid calls and money, either side
 SHARED_HELD = 8  # of SHARED_SEEDS, the intervals that must hold the run's figure (a 90% interval misses one time in ten)
-SHARED_PRICES = {MODEL: (15.0, 60.0)}  # a larger model's: its calls are about half the money, as in the user's run
+SHARED_PRICES = {
+    MODEL: (15.0, 60.0)
+}  # a larger model's: its calls are about half the money, as in the user's run
 
 
 def run(repeats: int = 1) -> list[Result]:
     results: list[Result] = []
     with demo_process() as url:
-        for name, case in (("waterfall, 30% misses", _waterfall), ("LLM, prompts 1x-3x", _llm), ("5% of requests failing", _flaky)):
+        for name, case in (
+            ("waterfall, 30% misses", _waterfall),
+            ("LLM, prompts 1x-3x", _llm),
+            ("5% of requests failing", _flaky),
+        ):
             results.extend(_measured(url, name, case, repeats))
         results.extend(_shared(url))
     return results
@@ -87,10 +95,14 @@ def run_shared(repeats: int = 1) -> list[Result]:
 def _measured(url: str, name: str, case: Case, repeats: int) -> list[Result]:
     rows: list[tuple[pb.Estimate, pb.RunStats, float, dict[str, Any], int]] = []
     for i in range(repeats):
-        play, settings = case(url, f"b11-{name.split(',')[0].split()[0].lower()}-{i}-{random.randrange(1 << 30)}")
+        play, settings = case(
+            url, f"b11-{name.split(',')[0].split()[0].lower()}-{i}-{random.randrange(1 << 30)}"
+        )
         httpx.post(url + "/_reset", json=settings, timeout=5).raise_for_status()
         store, frame = tempfile.mkdtemp(prefix="pb-b11-"), _frame()
-        estimate = frame.play.estimate(play, sample=SAMPLE, store=store, concurrency=CONCURRENCY, progress=False)
+        estimate = frame.play.estimate(
+            play, sample=SAMPLE, store=store, concurrency=CONCURRENCY, progress=False
+        )
         started = time.perf_counter()
         out = frame.play.map(play, store=store, concurrency=CONCURRENCY, progress=False)
         seconds = time.perf_counter() - started
@@ -103,19 +115,50 @@ def _measured(url: str, name: str, case: Case, repeats: int) -> list[Result]:
     estimate, stats, seconds, served, after = sorted(rows, key=lambda r: r[2])[len(rows) // 2]
     spread = _spread(url, name, case, estimate.pilot.cost_spent + stats.cost_spent)
     grown = _spread(url, name, case, estimate.pilot.cost_spent + stats.cost_spent, precision=MONEY)
-    calls = Result(f"B11 {name}: paid calls", "", estimate.paid_calls, stats.calls_executed, "the run's paid calls", 1 - CALLS,
-                   upper=1 + CALLS)  # fmt: skip
-    money = Result(f"B11 {name}: money", "", estimate.cost * 1000, stats.cost_spent * 1000, "the run's cost_spent (x1000)", 1 - MONEY,
-                   upper=1 + MONEY)  # fmt: skip
-    took = Result(f"B11 {name}: duration", "s", estimate.seconds, seconds, "the run's wall time", 1 - TIME, upper=1 + TIME)
+    calls = Result(
+        f"B11 {name}: paid calls",
+        "",
+        estimate.paid_calls,
+        stats.calls_executed,
+        "the run's paid calls",
+        1 - CALLS,
+        upper=1 + CALLS,
+    )
+    money = Result(
+        f"B11 {name}: money",
+        "",
+        estimate.cost * 1000,
+        stats.cost_spent * 1000,
+        "the run's cost_spent (x1000)",
+        1 - MONEY,
+        upper=1 + MONEY,
+    )
+    took = Result(
+        f"B11 {name}: duration",
+        "s",
+        estimate.seconds,
+        seconds,
+        "the run's wall time",
+        1 - TIME,
+        upper=1 + TIME,
+    )
     low, high = estimate.interval["cost"]
     answered = sum(n for status, n in served["by_status"].items() if int(status) < 500 and int(status) != 429)
     twice = answered - estimate.pilot.calls_executed - stats.calls_executed
     took.notes = [
         (f"estimate: {estimate}", None),
-        (f"money interval {low:.4g}-{high:.4g}; the run spent {stats.cost_spent:.4g}, failed calls {stats.calls_failed}", None),
-        (f"calls the pilot paid for, paid again: {twice} (the run reused {stats.reused} rows)", twice == 0 and stats.reused == SAMPLE),
-        (f"an estimate of the frame once done: {'0 paid calls' if after >= 0 else 'paid calls'}, {max(after, 0)} requests", after == 0),
+        (
+            f"money interval {low:.4g}-{high:.4g}; the run spent {stats.cost_spent:.4g}, failed calls {stats.calls_failed}",
+            None,
+        ),
+        (
+            f"calls the pilot paid for, paid again: {twice} (the run reused {stats.reused} rows)",
+            twice == 0 and stats.reused == SAMPLE,
+        ),
+        (
+            f"an estimate of the frame once done: {'0 paid calls' if after >= 0 else 'paid calls'}, {max(after, 0)} requests",
+            after == 0,
+        ),
         (spread, None),
         (grown, None),
     ]
@@ -130,14 +173,26 @@ def _spread(url: str, name: str, case: Case, spent: float, precision: float | No
     for seed in range(1, SEEDS + 1):
         play, settings = case(url, f"b11-seed-{seed}-{random.randrange(1 << 30)}")
         httpx.post(url + "/_reset", json=settings, timeout=5).raise_for_status()
-        found = _frame().play.estimate(play, sample=SAMPLE, seed=seed, precision=precision, store=tempfile.mkdtemp(prefix="pb-b11-"),
-                                       progress=False)  # fmt: skip
+        found = _frame().play.estimate(
+            play,
+            sample=SAMPLE,
+            seed=seed,
+            precision=precision,
+            store=tempfile.mkdtemp(prefix="pb-b11-"),
+            progress=False,
+        )
         errors.append((found.cost + found.pilot.cost_spent) / spent - 1)
         sizes.append(found.sample)
     within = sum(abs(e) <= MONEY for e in errors)
-    pilots = f"pilots of {SAMPLE} rows" if precision is None else f"precision={precision:g}: pilots of {min(sizes)}-{max(sizes)} rows"
-    return (f"money, {pilots} on {SEEDS} other samples: errors {min(errors):+.0%} to {max(errors):+.0%}, "
-            f"median {sorted(errors)[len(errors) // 2]:+.0%}; within ±{MONEY:.0%} in {within} of {SEEDS}")  # fmt: skip
+    pilots = (
+        f"pilots of {SAMPLE} rows"
+        if precision is None
+        else f"precision={precision:g}: pilots of {min(sizes)}-{max(sizes)} rows"
+    )
+    return (
+        f"money, {pilots} on {SEEDS} other samples: errors {min(errors):+.0%} to {max(errors):+.0%}, "
+        f"median {sorted(errors)[len(errors) // 2]:+.0%}; within ±{MONEY:.0%} in {within} of {SEEDS}"
+    )
 
 
 def _frame() -> pd.DataFrame:
@@ -159,33 +214,60 @@ def _frame() -> pd.DataFrame:
         "falcon",
         "granite",
     ]
-    return pd.DataFrame({
-        "domain": [f"company{i}.com" for i in range(ROWS)],
-        "first": [f"P{i}" for i in range(ROWS)],
-        "text": [" ".join(rng.choice(words) for _ in range(rng.randint(55, 165))) for _ in range(ROWS)],  # ~400 to ~1,200 characters
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "domain": [f"company{i}.com" for i in range(ROWS)],
+            "first": [f"P{i}" for i in range(ROWS)],
+            "text": [
+                " ".join(rng.choice(words) for _ in range(rng.randint(55, 165))) for _ in range(ROWS)
+            ],  # ~400 to ~1,200 characters
+        }
+    )
 
 
 def _email(url: str, name: str, provider: pb.Provider, cost: float) -> pb.Tool:
-    return pb.http_tool(name, method="GET", url=url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
-                        headers={"Authorization": KEY}, pick="email", miss_status=(404,), provider=provider, cost=cost)  # fmt: skip
+    return pb.http_tool(
+        name,
+        method="GET",
+        url=url + "/v1/email",
+        params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": KEY},
+        pick="email",
+        miss_status=(404,),
+        provider=provider,
+        cost=cost,
+    )
 
 
 def _waterfall(url: str, name: str) -> tuple[pb.Play, dict[str, Any]]:
-    first = _email(url, "b11.first", pb.Provider(name + "-first", rps=100, burst=1, concurrency=CONCURRENCY), 0.01)
-    second = _email(url, "b11.second", pb.Provider(name + "-second", rps=30, burst=1, concurrency=CONCURRENCY), 0.03)
+    first = _email(
+        url, "b11.first", pb.Provider(name + "-first", rps=100, burst=1, concurrency=CONCURRENCY), 0.01
+    )
+    second = _email(
+        url, "b11.second", pb.Provider(name + "-second", rps=30, burst=1, concurrency=CONCURRENCY), 0.03
+    )
 
     async def waterfall(row: Any, ctx: pb.Context) -> Any:
-        found = await ctx.waterfall("email", [ctx.call(first, domain=row.domain, first=row.first),
-                                              ctx.call(second, domain="mail." + row.domain, first=row.first)])  # fmt: skip
+        found = await ctx.waterfall(
+            "email",
+            [
+                ctx.call(first, domain=row.domain, first=row.first),
+                ctx.call(second, domain="mail." + row.domain, first=row.first),
+            ],
+        )
         return {"email": found}
 
     return pb.play(waterfall, name="b11 waterfall"), {"latency": 0.05, "miss_rate": 0.3}
 
 
 def _llm(url: str, name: str) -> tuple[pb.Play, dict[str, Any]]:
-    llm = pb.llm_tool(model=MODEL, base_url=url + "/v1", secret=pb.secret("DEMO_API_KEY", default="demo-key"), prices=PRICES,
-                      provider=pb.Provider(name, tpm=1_200_000, concurrency=CONCURRENCY))  # fmt: skip
+    llm = pb.llm_tool(
+        model=MODEL,
+        base_url=url + "/v1",
+        secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+        prices=PRICES,
+        provider=pb.Provider(name, tpm=1_200_000, concurrency=CONCURRENCY),
+    )
 
     async def summary(row: Any, ctx: pb.Context) -> Any:
         return {"summary": await ctx.tool(llm, prompt=f"Summarise in one line: {row.text}")}
@@ -211,9 +293,13 @@ def _shared(url: str) -> list[Result]:
     seen: list[tuple[int, pb.Estimate, pb.RunStats, float, int]] = []
     for seed in range(1, SHARED_SEEDS + 1):
         play = _outreach(url, f"b11-shared-{seed}-{random.randrange(1 << 30)}")
-        httpx.post(url + "/_reset", json={"latency": 0.02, "chat_tpm": 10_000_000}, timeout=5).raise_for_status()
+        httpx.post(
+            url + "/_reset", json={"latency": 0.02, "chat_tpm": 10_000_000}, timeout=5
+        ).raise_for_status()
         store, frame = tempfile.mkdtemp(prefix="pb-b11-"), _repeating(SHARED_ROWS, seed)
-        estimate = frame.play.estimate(play, sample=SAMPLE, seed=seed, store=store, concurrency=CONCURRENCY, progress=False)
+        estimate = frame.play.estimate(
+            play, sample=SAMPLE, seed=seed, store=store, concurrency=CONCURRENCY, progress=False
+        )
         started = time.perf_counter()
         frame.play.map(play, store=store, concurrency=CONCURRENCY, progress=False)
         seconds = time.perf_counter() - started
@@ -223,15 +309,28 @@ def _shared(url: str) -> list[Result]:
     results = []
     for name, figures, unit in (("paid calls", calls, 1.0), ("money", money, 1000.0)):
         worst = max(figures, key=lambda f: abs(f[0] / f[1] - 1))
-        result = Result(f"B11 shared domains: {name}", "", worst[0] * unit, worst[1] * unit,
-                        f"the run's, worst of {SHARED_SEEDS} seeds" + (" (x1000)" if unit != 1 else ""), 1 - SHARED, upper=1 + SHARED)  # fmt: skip
+        result = Result(
+            f"B11 shared domains: {name}",
+            "",
+            worst[0] * unit,
+            worst[1] * unit,
+            f"the run's, worst of {SHARED_SEEDS} seeds" + (" (x1000)" if unit != 1 else ""),
+            1 - SHARED,
+            upper=1 + SHARED,
+        )
         errors = [f[0] / f[1] - 1 for f in figures]
         held = sum(low <= real <= high for _, real, (low, high) in figures)
         result.notes = [
-            (f"errors {min(errors):+.1%} to {max(errors):+.1%} over {SHARED_SEEDS} seeds, median {sorted(errors)[len(errors) // 2]:+.1%}; "
-             f"within ±{SHARED:.0%} in {sum(abs(e) <= SHARED for e in errors)} of {SHARED_SEEDS}", None),
-            (f"the interval holds the run's {name} in {held} of {SHARED_SEEDS} seeds (at least {SHARED_HELD})", held >= SHARED_HELD),
-        ]  # fmt: skip
+            (
+                f"errors {min(errors):+.1%} to {max(errors):+.1%} over {SHARED_SEEDS} seeds, median {sorted(errors)[len(errors) // 2]:+.1%}; "
+                f"within ±{SHARED:.0%} in {sum(abs(e) <= SHARED for e in errors)} of {SHARED_SEEDS}",
+                None,
+            ),
+            (
+                f"the interval holds the run's {name} in {held} of {SHARED_SEEDS} seeds (at least {SHARED_HELD})",
+                held >= SHARED_HELD,
+            ),
+        ]
         results.append(result)
     results[-1].notes.extend((_shared_line(*one), None) for one in seen)
     return results
@@ -239,9 +338,11 @@ def _shared(url: str) -> list[Result]:
 
 def _shared_line(seed: int, estimate: pb.Estimate, stats: pb.RunStats, seconds: float, domains: int) -> str:
     (low, high), (cost_low, cost_high) = estimate.interval["paid_calls"], estimate.interval["cost"]
-    return (f"seed {seed}: {domains:,} domains; calls {estimate.paid_calls:,} ({low:,.0f}-{high:,.0f}) vs {stats.calls_executed:,}, "
-            f"money {estimate.cost:.4g} ({cost_low:.4g}-{cost_high:.4g}) vs {stats.cost_spent:.4g}, "
-            f"{estimate.seconds:.0f}s vs {seconds:.0f}s")  # fmt: skip
+    return (
+        f"seed {seed}: {domains:,} domains; calls {estimate.paid_calls:,} ({low:,.0f}-{high:,.0f}) vs {stats.calls_executed:,}, "
+        f"money {estimate.cost:.4g} ({cost_low:.4g}-{cost_high:.4g}) vs {stats.cost_spent:.4g}, "
+        f"{estimate.seconds:.0f}s vs {seconds:.0f}s"
+    )
 
 
 def _repeating(rows: int, seed: int) -> pd.DataFrame:
@@ -251,19 +352,44 @@ def _repeating(rows: int, seed: int) -> pd.DataFrame:
     domains: list[str] = []
     for i in range(rows):
         domains.append(rng.choice(domains) if domains and rng.random() < 1 / 6 else f"company{i}.com")
-    words = ["harbour", "lantern", "quarry", "meadow", "orchard", "copper", "saddle", "beacon", "glacier", "thistle"]
-    return pd.DataFrame({
-        "domain": domains, "person": [f"P{i}" for i in range(rows)],
-        "text": [" ".join(rng.choice(words) for _ in range(rng.randint(40, 60))) for _ in range(rows)],
-    })  # fmt: skip
+    words = [
+        "harbour",
+        "lantern",
+        "quarry",
+        "meadow",
+        "orchard",
+        "copper",
+        "saddle",
+        "beacon",
+        "glacier",
+        "thistle",
+    ]
+    return pd.DataFrame(
+        {
+            "domain": domains,
+            "person": [f"P{i}" for i in range(rows)],
+            "text": [" ".join(rng.choice(words) for _ in range(rng.randint(40, 60))) for _ in range(rows)],
+        }
+    )
 
 
 def _outreach(url: str, name: str) -> pb.Play:
-    company = pb.http_tool("b11.company", method="GET", url=url + "/v1/company", params={"domain": "{domain}"},
-                           headers={"Authorization": KEY}, provider=pb.Provider(name + "-company", rps=200, concurrency=CONCURRENCY),
-                           cost=0.01)  # fmt: skip
-    llm = pb.llm_tool(model=MODEL, base_url=url + "/v1", secret=pb.secret("DEMO_API_KEY", default="demo-key"), prices=SHARED_PRICES,
-                      provider=pb.Provider(name + "-llm", concurrency=CONCURRENCY))  # fmt: skip
+    company = pb.http_tool(
+        "b11.company",
+        method="GET",
+        url=url + "/v1/company",
+        params={"domain": "{domain}"},
+        headers={"Authorization": KEY},
+        provider=pb.Provider(name + "-company", rps=200, concurrency=CONCURRENCY),
+        cost=0.01,
+    )
+    llm = pb.llm_tool(
+        model=MODEL,
+        base_url=url + "/v1",
+        secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+        prices=SHARED_PRICES,
+        provider=pb.Provider(name + "-llm", concurrency=CONCURRENCY),
+    )
 
     async def outreach(row: Any, ctx: pb.Context) -> Any:
         found = await ctx.tool(company, domain=row.domain)

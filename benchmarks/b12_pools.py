@@ -52,7 +52,9 @@ def run(repeats: int = 1) -> list[Result]:
 
 
 def _frame(tag: str = "") -> pd.DataFrame:
-    return pd.DataFrame({"domain": [f"company{i}{tag}.com" for i in range(ROWS)], "first": [f"P{i}" for i in range(ROWS)]})
+    return pd.DataFrame(
+        {"domain": [f"company{i}{tag}.com" for i in range(ROWS)], "first": [f"P{i}" for i in range(ROWS)]}
+    )
 
 
 def _reset(url: str, **settings: Any) -> None:
@@ -65,10 +67,14 @@ def _stats(url: str) -> dict[str, Any]:
 
 
 def _provider(*envs: str) -> pb.Provider:
-    return pb.Provider(f"b12-{random.randrange(1 << 30)}", keys=[pb.secret(e) for e in envs], rps=RPS, burst=1)
+    return pb.Provider(
+        f"b12-{random.randrange(1 << 30)}", keys=[pb.secret(e) for e in envs], rps=RPS, burst=1
+    )
 
 
-def _run(url: str, provider: pb.Provider, frame: pd.DataFrame, store: str, name: str = "enrich") -> tuple[pb.Run, float]:
+def _run(
+    url: str, provider: pb.Provider, frame: pd.DataFrame, store: str, name: str = "enrich"
+) -> tuple[pb.Run, float]:
     tool = pb.demo.email_tool(url, provider=provider)
 
     async def play(row: Any, ctx: pb.Context) -> dict[str, Any]:
@@ -88,20 +94,38 @@ def _two_keys(url: str) -> list[Result]:
     rate = stats["admitted"] / stats["admitted_seconds"] if stats["admitted_seconds"] else 0.0
     refused, requests = stats["by_status"].get("429", 0), stats["requests"]
     limit = 2 * RPS
-    rows = Result("B12.1 2 keys x 10 rps (strict)", "/s", rate, limit, f"the keys' limits summed, {limit}/s", 0.95)
+    rows = Result(
+        "B12.1 2 keys x 10 rps (strict)", "/s", rate, limit, f"the keys' limits summed, {limit}/s", 0.95
+    )
     share = refused / requests if requests else 0.0
     by_key = ", ".join(f"{k} {v['ok']}" for k, v in sorted(stats["by_key"].items()))
     rows.notes = [
-        (f"429s {share:.1%} ({refused}) of {requests:,} requests <= 2%; {ROWS - first.stats.ok} rows not ok", share <= 0.02 and first.stats.ok == ROWS),
+        (
+            f"429s {share:.1%} ({refused}) of {requests:,} requests <= 2%; {ROWS - first.stats.ok} rows not ok",
+            share <= 0.02 and first.stats.ok == ROWS,
+        ),
         (f"answered per key: {by_key}; wall {seconds:.1f}s", None),
-    ]  # fmt: skip
+    ]
     # Case 3: another play over the same calls, the keys the other way round: receipts answer.
-    swapped = pb.Provider(provider.name, keys=[pb.secret("B12_KEY_B"), pb.secret("B12_KEY_A")], rps=RPS, burst=1)
+    swapped = pb.Provider(
+        provider.name, keys=[pb.secret("B12_KEY_B"), pb.secret("B12_KEY_A")], rps=RPS, burst=1
+    )
     again, _ = _run(url, swapped, frame, store, name="again")
     sent = _stats(url)["requests"] - requests
-    rerun = Result("B12.3 rerun, keys swapped: requests", "", sent, requests, "the first run's requests", 0.0, at_most=True)
+    rerun = Result(
+        "B12.3 rerun, keys swapped: requests",
+        "",
+        sent,
+        requests,
+        "the first run's requests",
+        0.0,
+        at_most=True,
+    )
     rerun.notes = [
-        (f"{again.stats.calls_reused:,} calls answered by receipts, {again.stats.calls_executed} paid", again.stats.calls_executed == 0)
+        (
+            f"{again.stats.calls_reused:,} calls answered by receipts, {again.stats.calls_executed} paid",
+            again.stats.calls_executed == 0,
+        )
     ]
     return [rows, rerun]
 
@@ -114,7 +138,9 @@ def _revoked(url: str) -> Result:
     def revoke() -> None:
         while _stats(url)["requests"] < REVOKE_AFTER:
             time.sleep(0.02)
-        httpx.post(url + "/_configure", json={"api_keys": [KEYS["B12_KEY_A"], KEYS["B12_KEY_C"]]}, timeout=5).raise_for_status()
+        httpx.post(
+            url + "/_configure", json={"api_keys": [KEYS["B12_KEY_A"], KEYS["B12_KEY_C"]]}, timeout=5
+        ).raise_for_status()
 
     watcher = threading.Thread(target=revoke, daemon=True)
     watcher.start()
@@ -124,10 +150,13 @@ def _revoked(url: str) -> Result:
     refused = stats["by_status"].get("401", 0)
     result = Result("B12.2 3 keys, 1 revoked mid-run: rows ok", "", run.stats.ok, ROWS, "the rows", 1.0)
     result.notes = [
-        (f"{run.stats.failed} rows failed; {refused} requests refused with 401 (the calls out under the key when it was "
-         f"revoked); wall {seconds:.1f}s", run.stats.failed == 0),
+        (
+            f"{run.stats.failed} rows failed; {refused} requests refused with 401 (the calls out under the key when it was "
+            f"revoked); wall {seconds:.1f}s",
+            run.stats.failed == 0,
+        ),
         (f"notices: {'; '.join(run.notices) or 'none'}", None),
-    ]  # fmt: skip
+    ]
     return result
 
 
@@ -138,9 +167,17 @@ def _quota(url: str) -> Result:
     stats = _stats(url)
     ideal = (ROWS - QUOTA) / RPS  # B carries all but A's quota, at its own rate
     result = Result("B12.4 key A's daily quota out at 50%: rows ok", "", run.stats.ok, ROWS, "the rows", 1.0)
-    by_key = ", ".join(f"{k} {v['ok']} ok, {v['quota_exceeded']} over quota" for k, v in sorted(stats["by_key"].items()))
+    by_key = ", ".join(
+        f"{k} {v['ok']} ok, {v['quota_exceeded']} over quota" for k, v in sorted(stats["by_key"].items())
+    )
     result.notes = [
-        (f"{run.stats.parked} parked, {run.stats.failed} failed; {by_key}", run.stats.parked == 0 and run.stats.failed == 0),
-        (f"wall {seconds:.1f}s <= 1.1 x the ideal {ideal:.0f}s (B alone after A's quota)", seconds <= 1.1 * ideal),
+        (
+            f"{run.stats.parked} parked, {run.stats.failed} failed; {by_key}",
+            run.stats.parked == 0 and run.stats.failed == 0,
+        ),
+        (
+            f"wall {seconds:.1f}s <= 1.1 x the ideal {ideal:.0f}s (B alone after A's quota)",
+            seconds <= 1.1 * ideal,
+        ),
     ]
     return result

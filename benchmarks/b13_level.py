@@ -53,14 +53,19 @@ class Outcome:
 
 
 def run(repeats: int = 1) -> list[Result]:
-    frame = pd.DataFrame({"domain": [f"firm{i}.example" for i in range(ROWS)], "first": [f"ann{i}" for i in range(ROWS)]})
+    frame = pd.DataFrame(
+        {"domain": [f"firm{i}.example" for i in range(ROWS)], "first": [f"ann{i}" for i in range(ROWS)]}
+    )
     with demo_process() as api, demo_process() as llm:
         outcomes: dict[str, list[Outcome]] = {}
         for _ in range(repeats):
             for concurrency in (None, *FIXED):
                 outcome = _measured(api, llm, frame, concurrency)
                 outcomes.setdefault(outcome.label, []).append(outcome)
-    medians = {label: sorted(found, key=lambda o: o.seconds)[(len(found) - 1) // 2] for label, found in outcomes.items()}
+    medians = {
+        label: sorted(found, key=lambda o: o.seconds)[(len(found) - 1) // 2]
+        for label, found in outcomes.items()
+    }
     return [_row(medians)]
 
 
@@ -69,17 +74,35 @@ def _row(medians: dict[str, Outcome]) -> Result:
     fixed = [medians[f"concurrency={n}"] for n in FIXED]
     best = min(fixed, key=lambda o: o.seconds)
     old = medians["concurrency=16"]
-    result = Result("B13 default rows in flight", "s", ours.seconds, best.seconds, f"best fixed ({best.label})", WITHIN, at_most=True)
+    result = Result(
+        "B13 default rows in flight",
+        "s",
+        ours.seconds,
+        best.seconds,
+        f"best fixed ({best.label})",
+        WITHIN,
+        at_most=True,
+    )
     share = ours.refused / ours.requests if ours.requests else 0.0
     result.notes = [
         (f"provider bound: {ROWS} rows / {RPS} rps = {ROWS / RPS:.1f}s", None),
-        *((f"{o.label}: {o.seconds:.1f}s, at most {o.most} rows in flight, {o.refused} 429s of {o.requests:,} requests, "
-           f"{ROWS - o.ok} rows not ok", None) for o in (ours, *fixed)),
-        (f"default {ours.seconds:.1f}s faster than the old default 16 ({old.seconds:.1f}s): {old.seconds / ours.seconds:.2f}x",
-         ours.seconds < old.seconds),
-        (f"default: 429s {share:.1%} of {ours.requests:,} requests <= {REFUSED:.0%}; {ROWS - ours.ok} rows not ok",
-         share <= REFUSED and ours.ok == ROWS),
-    ]  # fmt: skip
+        *(
+            (
+                f"{o.label}: {o.seconds:.1f}s, at most {o.most} rows in flight, {o.refused} 429s of {o.requests:,} requests, "
+                f"{ROWS - o.ok} rows not ok",
+                None,
+            )
+            for o in (ours, *fixed)
+        ),
+        (
+            f"default {ours.seconds:.1f}s faster than the old default 16 ({old.seconds:.1f}s): {old.seconds / ours.seconds:.2f}x",
+            ours.seconds < old.seconds,
+        ),
+        (
+            f"default: 429s {share:.1%} of {ours.requests:,} requests <= {REFUSED:.0%}; {ROWS - ours.ok} rows not ok",
+            share <= REFUSED and ours.ok == ROWS,
+        ),
+    ]
     return result
 
 
@@ -108,11 +131,23 @@ def _tools(api: str, llm: str, label: str) -> tuple[pb.Tool, pb.Tool]:
     """A new pair of providers and tools for each contender: nothing learnt carries over."""
     key = pb.secret("DEMO_API_KEY", default="demo-key")
     email = pb.http_tool(
-        "b13.email", provider=pb.Provider(f"api {label}", rps=RPS), method="GET", url=api + "/v1/email",
-        params={"domain": "{domain}", "first": "{first}"}, headers={"Authorization": "Bearer {secret}"}, secret=key,
-        pick="email", miss_status=(404,),
-    )  # fmt: skip
-    chat = pb.llm_tool("b13.llm", model=MODEL, base_url=llm + "/v1", secret=key, provider=pb.Provider(f"llm {label}", tpm=TPM))
+        "b13.email",
+        provider=pb.Provider(f"api {label}", rps=RPS),
+        method="GET",
+        url=api + "/v1/email",
+        params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer {secret}"},
+        secret=key,
+        pick="email",
+        miss_status=(404,),
+    )
+    chat = pb.llm_tool(
+        "b13.llm",
+        model=MODEL,
+        base_url=llm + "/v1",
+        secret=key,
+        provider=pb.Provider(f"llm {label}", tpm=TPM),
+    )
     return email, chat
 
 
@@ -128,7 +163,9 @@ class _Flight:
             self.most = max(self.most, self.now)
             try:
                 address = await ctx.tool(email, domain=row.domain, first=row.first)
-                note = await ctx.tool(chat, prompt=f"Write one line greeting {row.first} of {row.domain} ({address}).")
+                note = await ctx.tool(
+                    chat, prompt=f"Write one line greeting {row.first} of {row.domain} ({address})."
+                )
                 return {"email": address, "note": note}
             finally:
                 self.now -= 1

@@ -79,7 +79,9 @@ def run(repeats: int = 1) -> list[Result]:
 
 def _frame(rows: int, *, failing: bool) -> pd.DataFrame:
     """``rows`` rows, every tenth asking for 503; the clean frame is the same without those."""
-    frame = pd.DataFrame({"row": range(rows), "code": [503 if i % EVERY == EVERY - 1 else 200 for i in range(rows)]})
+    frame = pd.DataFrame(
+        {"row": range(rows), "code": [503 if i % EVERY == EVERY - 1 else 200 for i in range(rows)]}
+    )
     return frame if failing else frame[frame["code"] == 200].reset_index(drop=True)
 
 
@@ -87,11 +89,17 @@ def _measured(url: str, frame: pd.DataFrame) -> Outcome:
     httpx.post(url + "/_reset", json=SETTINGS, timeout=5).raise_for_status()
     provider = pb.Provider(f"b14-{random.randrange(1 << 30)}", rps=RPS)
     status = pb.http_tool(
-        "b14.status", provider=provider, method="GET", url=url + "/v1/status/{code}", params={"row": "{row}"},
+        "b14.status",
+        provider=provider,
+        method="GET",
+        url=url + "/v1/status/{code}",
+        params={"row": "{row}"},
         headers={"Authorization": "Bearer demo-key"},
-    )  # fmt: skip
+    )
     holds: list[Any] = []
-    governor(provider).subscribe(lambda event: holds.append(event) if isinstance(event, ProviderHoldSet) else None, anywhere=True)
+    governor(provider).subscribe(
+        lambda event: holds.append(event) if isinstance(event, ProviderHoldSet) else None, anywhere=True
+    )
     last_ok = [0.0]
 
     async def play(row: Any, ctx: pb.Context) -> dict[str, Any]:
@@ -108,10 +116,18 @@ def _measured(url: str, frame: pd.DataFrame) -> Outcome:
     errors = out.loc[out["play_status"] == "failed", "play_error"]
     stats = httpx.get(url + "/_stats", timeout=5).json()
     return Outcome(
-        healthy_seconds=last_ok[0] - start, seconds=seconds, ok=done.stats.ok, failed=done.stats.failed,
-        own=int(sum(OWN in e for e in errors)), named=int(sum("tool 'b14.status'" in e for e in errors)), parked=done.stats.parked,
-        down=provider.status().down, holds=len(holds), requests=stats["requests"], answered_503=stats["by_status"].get("503", 0),
-    )  # fmt: skip
+        healthy_seconds=last_ok[0] - start,
+        seconds=seconds,
+        ok=done.stats.ok,
+        failed=done.stats.failed,
+        own=int(sum(OWN in e for e in errors)),
+        named=int(sum("tool 'b14.status'" in e for e in errors)),
+        parked=done.stats.parked,
+        down=provider.status().down,
+        holds=len(holds),
+        requests=stats["requests"],
+        answered_503=stats["by_status"].get("503", 0),
+    )
 
 
 def _median(outcomes: list[Outcome]) -> Outcome:
@@ -123,19 +139,39 @@ def _median(outcomes: list[Outcome]) -> Outcome:
 def _row(rows: int, clean: Outcome, mine: Outcome) -> Result:
     failing = rows // EVERY
     result = Result(
-        f"B14 1 in {EVERY} always 503: {rows:,} rows", "s", mine.healthy_seconds, clean.healthy_seconds,
-        f"the clean run ({rows - failing:,} rows)", TARGET, at_most=True,
-    )  # fmt: skip
+        f"B14 1 in {EVERY} always 503: {rows:,} rows",
+        "s",
+        mine.healthy_seconds,
+        clean.healthy_seconds,
+        f"the clean run ({rows - failing:,} rows)",
+        TARGET,
+        at_most=True,
+    )
     # The last failing rows' tries may find nothing else answered after them (the healthy rows are
     # done): with no word on the others, they give up as before ("provider ... is unavailable").
-    calm = mine.failed == mine.named == failing and mine.own >= failing - 2 and not mine.parked and not mine.down and not mine.holds
+    calm = (
+        mine.failed == mine.named == failing
+        and mine.own >= failing - 2
+        and not mine.parked
+        and not mine.down
+        and not mine.holds
+    )
     result.notes = [
-        (f"healthy rows done in {mine.healthy_seconds:.2f}s, the clean run in {clean.healthy_seconds:.2f}s: "
-         f"{mine.healthy_seconds / clean.healthy_seconds:.3f} x <= {TARGET}", None),
-        (f"{mine.ok:,} ok; {mine.failed} failed ({mine.named} naming the tool, {mine.own} saying the request fails on its own), "
-         f"{mine.parked} parked; "
-         f"provider down: {mine.down}, holds: {mine.holds}", calm and mine.ok == rows - failing and clean.ok == rows - failing),
-        (f"{mine.requests:,} requests ({mine.answered_503} answered 503: {mine.answered_503 / failing:.1f} a failing row); "
-         f"whole run {mine.seconds:.1f}s, the clean one {clean.seconds:.1f}s", None),
-    ]  # fmt: skip
+        (
+            f"healthy rows done in {mine.healthy_seconds:.2f}s, the clean run in {clean.healthy_seconds:.2f}s: "
+            f"{mine.healthy_seconds / clean.healthy_seconds:.3f} x <= {TARGET}",
+            None,
+        ),
+        (
+            f"{mine.ok:,} ok; {mine.failed} failed ({mine.named} naming the tool, {mine.own} saying the request fails on its own), "
+            f"{mine.parked} parked; "
+            f"provider down: {mine.down}, holds: {mine.holds}",
+            calm and mine.ok == rows - failing and clean.ok == rows - failing,
+        ),
+        (
+            f"{mine.requests:,} requests ({mine.answered_503} answered 503: {mine.answered_503 / failing:.1f} a failing row); "
+            f"whole run {mine.seconds:.1f}s, the clean one {clean.seconds:.1f}s",
+            None,
+        ),
+    ]
     return result

@@ -84,25 +84,53 @@ def _run(url: str, repeats: int) -> list[Result]:
         async def first(row, ctx):
             return {"v": await ctx.tool(lookup, n=row.n)}
 
-        run = frame.play.run(pb.play(first, name="first"), store=store, progress=False, concurrency=CONCURRENCY)
+        run = frame.play.run(
+            pb.play(first, name="first"), store=store, progress=False, concurrency=CONCURRENCY
+        )
         assert run.stats.ok == ROWS and run.stats.calls_reused == 0, run.stats
         return len(run.result)
 
     results = [
-        compare("B1r first run (Redis)", lambda: timed(first_run), lambda: timed(pipelined_sets),
-                unit="/s", baseline_name="redis-py pipelined SET", target=0.5, repeats=repeats),
-        compare("B1r receipts replay (Redis)", lambda: timed(receipts_replay), lambda: timed(pipelined_gets),
-                unit="/s", baseline_name="redis-py pipelined GET + json.loads", target=0.5, repeats=repeats),
-        compare("B1r row-memo replay (Redis)", lambda: timed(memo_replay), lambda: timed(pipelined_gets),
-                unit="/s", baseline_name="redis-py pipelined GET + json.loads", target=0.5, repeats=repeats),
-    ]  # fmt: skip
+        compare(
+            "B1r first run (Redis)",
+            lambda: timed(first_run),
+            lambda: timed(pipelined_sets),
+            unit="/s",
+            baseline_name="redis-py pipelined SET",
+            target=0.5,
+            repeats=repeats,
+        ),
+        compare(
+            "B1r receipts replay (Redis)",
+            lambda: timed(receipts_replay),
+            lambda: timed(pipelined_gets),
+            unit="/s",
+            baseline_name="redis-py pipelined GET + json.loads",
+            target=0.5,
+            repeats=repeats,
+        ),
+        compare(
+            "B1r row-memo replay (Redis)",
+            lambda: timed(memo_replay),
+            lambda: timed(pipelined_gets),
+            unit="/s",
+            baseline_name="redis-py pipelined GET + json.loads",
+            target=0.5,
+            repeats=repeats,
+        ),
+    ]
     # The same rows through a loop that keeps what playbook promises (b1r_kept.py): its first
     # runs, then a new version of its play over the receipts the first of them left.
     ns = list(range(ROWS))
     kept_first = statistics.median(kept_loop(url, ns, f"kept-{i}", "1", CONCURRENCY) for i in range(repeats))
     kept_read = statistics.median(kept_loop(url, ns, "kept-0", "2", CONCURRENCY) for _ in range(repeats))
     for result, kept in ((results[0], kept_first), (results[1], kept_read)):
-        result.notes = [(f"the loop keeping playbook's promises (b1r_kept.py): {kept:,.0f}/s, ours {result.ours / kept:.2f} of it", None)]
+        result.notes = [
+            (
+                f"the loop keeping playbook's promises (b1r_kept.py): {kept:,.0f}/s, ours {result.ours / kept:.2f} of it",
+                None,
+            )
+        ]
     client.close()
     store.close()
     return results

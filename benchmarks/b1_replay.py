@@ -32,7 +32,9 @@ from .harness import Result, compare, timed
 ROWS = 20_000
 
 
-def replays(store: pb.ReceiptStore, fixtures: str) -> tuple[Callable[[], int], Callable[[], int], Callable[..., int]]:
+def replays(
+    store: pb.ReceiptStore, fixtures: str
+) -> tuple[Callable[[], int], Callable[[], int], Callable[..., int]]:
     """Fill ``store`` with ROWS rows' receipts and memos, and record them to ``fixtures``; return
     the three replays (each returns its rows)."""
 
@@ -46,7 +48,9 @@ def replays(store: pb.ReceiptStore, fixtures: str) -> tuple[Callable[[], int], C
     frame = pd.DataFrame({"n": range(ROWS), "name": [f"row {i}" for i in range(ROWS)]})
     versions = itertools.count()
     with pb.fixtures(fixtures, mode="record"):
-        frame.play.map(pb.play(replay, name="replay", version=str(next(versions))), store=store, progress=False)
+        frame.play.map(
+            pb.play(replay, name="replay", version=str(next(versions))), store=store, progress=False
+        )
     memo_play = pb.play(replay, name="replay", version="memo")
     frame.play.map(memo_play, store=store, progress=False)
 
@@ -105,18 +109,60 @@ def run(repeats: int = 3) -> list[Result]:
         return len(keys)
 
     results = [
-        compare("B1 receipts replay (20k rows)", lambda: timed(receipts_replay), lambda: timed(raw_json_gets),
-                unit="/s", baseline_name="diskcache JSONDisk get", target=0.5, repeats=repeats),
-        compare("B1 row-memo replay (20k rows)", lambda: timed(memo_replay), lambda: timed(raw_json_gets),
-                unit="/s", baseline_name="diskcache JSONDisk get", target=0.8, repeats=repeats),
-        compare("B1 fixture replay (20k rows)", lambda: timed(fixture_replay), lambda: timed(memo_replay),
-                unit="/s", baseline_name="row-memo replay", target=0.5, repeats=repeats),
-        compare("B1 fixture replay, file read too", lambda: timed(lambda: fixture_replay(cold=True)), lambda: timed(memo_replay),
-                unit="/s", baseline_name="row-memo replay", target=0.0, repeats=repeats),
-        compare("B1 receipts replay vs text floor", lambda: timed(receipts_replay), lambda: timed(raw_text_gets),
-                unit="/s", baseline_name="diskcache str get + json.loads", target=0.0, repeats=repeats),
-        compare("B1 row-memo replay vs text floor", lambda: timed(memo_replay), lambda: timed(raw_text_gets),
-                unit="/s", baseline_name="diskcache str get + json.loads", target=0.0, repeats=repeats),
-    ]  # fmt: skip
+        compare(
+            "B1 receipts replay (20k rows)",
+            lambda: timed(receipts_replay),
+            lambda: timed(raw_json_gets),
+            unit="/s",
+            baseline_name="diskcache JSONDisk get",
+            target=0.5,
+            repeats=repeats,
+        ),
+        compare(
+            "B1 row-memo replay (20k rows)",
+            lambda: timed(memo_replay),
+            lambda: timed(raw_json_gets),
+            unit="/s",
+            baseline_name="diskcache JSONDisk get",
+            target=0.8,
+            repeats=repeats,
+        ),
+        compare(
+            "B1 fixture replay (20k rows)",
+            lambda: timed(fixture_replay),
+            lambda: timed(memo_replay),
+            unit="/s",
+            baseline_name="row-memo replay",
+            target=0.5,
+            repeats=repeats,
+        ),
+        compare(
+            "B1 fixture replay, file read too",
+            lambda: timed(lambda: fixture_replay(cold=True)),
+            lambda: timed(memo_replay),
+            unit="/s",
+            baseline_name="row-memo replay",
+            target=0.0,
+            repeats=repeats,
+        ),
+        compare(
+            "B1 receipts replay vs text floor",
+            lambda: timed(receipts_replay),
+            lambda: timed(raw_text_gets),
+            unit="/s",
+            baseline_name="diskcache str get + json.loads",
+            target=0.0,
+            repeats=repeats,
+        ),
+        compare(
+            "B1 row-memo replay vs text floor",
+            lambda: timed(memo_replay),
+            lambda: timed(raw_text_gets),
+            unit="/s",
+            baseline_name="diskcache str get + json.loads",
+            target=0.0,
+            repeats=repeats,
+        ),
+    ]
     store.close()
     return results

@@ -81,7 +81,9 @@ def _key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
-async def _run(client: Any, values: list[int], tool: str, version: str, concurrency: int) -> list[dict[str, Any]]:
+async def _run(
+    client: Any, values: list[int], tool: str, version: str, concurrency: int
+) -> list[dict[str, Any]]:
     gate = asyncio.Semaphore(concurrency)
     memos: list[tuple[str, str]] = []
     flushes: set[asyncio.Task[None]] = set()

@@ -39,12 +39,18 @@ async def echo(row, ctx):  # type: ignore[no-untyped-def]
 
 def run(repeats: int = 3) -> list[Result]:
     with demo_process() as url:
-        frame = pd.DataFrame({"domain": [f"company{i}.com" for i in range(ROWS)], "first": [f"P{i}" for i in range(ROWS)]})
+        frame = pd.DataFrame(
+            {"domain": [f"company{i}.com" for i in range(ROWS)], "first": [f"P{i}" for i in range(ROWS)]}
+        )
         find_email = pb.http_tool(
-            "demo.email", method="GET", url=url + "/v1/email",
+            "demo.email",
+            method="GET",
+            url=url + "/v1/email",
             params={"domain": "{domain}", "first": "{first}"},
-            headers={"Authorization": "Bearer demo-key"}, pick="email", miss_status=(404,),
-        )  # fmt: skip
+            headers={"Authorization": "Bearer demo-key"},
+            pick="email",
+            miss_status=(404,),
+        )
         stores = (tempfile.mkdtemp(prefix=f"pb-b2-{i}-") for i in itertools.count())
 
         @pb.play
@@ -52,7 +58,9 @@ def run(repeats: int = 3) -> list[Result]:
             return {"email": await ctx.tool(find_email, domain=row.domain, first=row.first)}
 
         def ours() -> int:
-            out = frame.play.map(enrich, store=pb.ReceiptStore(next(stores)), concurrency=CONCURRENCY, progress=False)
+            out = frame.play.map(
+                enrich, store=pb.ReceiptStore(next(stores)), concurrency=CONCURRENCY, progress=False
+            )
             assert (out["play_status"] == "ok").all(), out["play_error"].dropna().head()
             return len(out)
 
@@ -85,16 +93,43 @@ def run(repeats: int = 3) -> list[Result]:
             return len(out)
 
         return [
-            compare("B2 fresh dispatch (3k rows, c=64)", lambda: timed(ours), lambda: timed(hand_written),
-                    unit="/s", baseline_name="httpx+aiohttp gather loop", target=0.7, repeats=repeats),
-            compare("B2 with leases vs without", lambda: timed(ours), lambda: timed(without_leases),
-                    unit="/s", baseline_name="the same map, leases granted free", target=0.0, repeats=repeats),
-            compare("B2 synced receipts vs NORMAL", lambda: timed(ours), lambda: timed(best_effort),
-                    unit="/s", baseline_name="durability='best-effort'", target=0.8, repeats=repeats),
-            compare("B2 synced, instant tool (20k rows)", lambda: timed(lambda: instant("strict")),
-                    lambda: timed(lambda: instant("best-effort")),
-                    unit="/s", baseline_name="durability='best-effort'", target=0.8, repeats=repeats),
-        ]  # fmt: skip
+            compare(
+                "B2 fresh dispatch (3k rows, c=64)",
+                lambda: timed(ours),
+                lambda: timed(hand_written),
+                unit="/s",
+                baseline_name="httpx+aiohttp gather loop",
+                target=0.7,
+                repeats=repeats,
+            ),
+            compare(
+                "B2 with leases vs without",
+                lambda: timed(ours),
+                lambda: timed(without_leases),
+                unit="/s",
+                baseline_name="the same map, leases granted free",
+                target=0.0,
+                repeats=repeats,
+            ),
+            compare(
+                "B2 synced receipts vs NORMAL",
+                lambda: timed(ours),
+                lambda: timed(best_effort),
+                unit="/s",
+                baseline_name="durability='best-effort'",
+                target=0.8,
+                repeats=repeats,
+            ),
+            compare(
+                "B2 synced, instant tool (20k rows)",
+                lambda: timed(lambda: instant("strict")),
+                lambda: timed(lambda: instant("best-effort")),
+                unit="/s",
+                baseline_name="durability='best-effort'",
+                target=0.8,
+                repeats=repeats,
+            ),
+        ]
 
 
 class _NoLeases:

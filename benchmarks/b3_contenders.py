@@ -69,7 +69,9 @@ class Outcome:
         return on_providers_clock(settings, self.stats) if self.stats else float("nan")
 
 
-def measured(url: str, settings: dict[str, Any] | None, rows: int, contender: Run, *, watch: bool = False) -> Outcome:
+def measured(
+    url: str, settings: dict[str, Any] | None, rows: int, contender: Run, *, watch: bool = False
+) -> Outcome:
     """Reset the demo to ``settings`` (None: there is no demo), time ``contender`` over ``rows``
     rows, read the counters; with ``watch``, sample the demo's admissions while it runs."""
     if settings is not None:
@@ -87,7 +89,9 @@ def measured(url: str, settings: dict[str, Any] | None, rows: int, contender: Ru
     return Outcome(rows, ok, settled, seconds, stats, error, trace, admitted)
 
 
-def ours(url: str, frame: pd.DataFrame, provider: pb.Provider, *, concurrency: int = CONCURRENCY) -> tuple[int, int, Trace]:
+def ours(
+    url: str, frame: pd.DataFrame, provider: pb.Provider, *, concurrency: int = CONCURRENCY
+) -> tuple[int, int, Trace]:
     """``frame.play.map`` with one GET /v1/email per row through ``provider`` and a new store."""
     find_email = pb.demo.email_tool(url, provider=provider)
     done = [0]
@@ -108,8 +112,14 @@ def ours(url: str, frame: pd.DataFrame, provider: pb.Provider, *, concurrency: i
     return int((status == "ok").sum()), int(status.isin(["failed", "parked"]).sum()), trace
 
 
-def naive(url: str, frame: pd.DataFrame, *, concurrency: int = CONCURRENCY, attempts: int = ATTEMPTS,
-          base: float = 0.1) -> tuple[int, int, Trace]:  # fmt: skip
+def naive(
+    url: str,
+    frame: pd.DataFrame,
+    *,
+    concurrency: int = CONCURRENCY,
+    attempts: int = ATTEMPTS,
+    base: float = 0.1,
+) -> tuple[int, int, Trace]:
     """The loop a user would hand-write: ``asyncio.gather`` over a semaphore; a 429 or a 5xx is
     retried after ``base * 2**attempt`` seconds, up to ``attempts`` tries; hints are ignored."""
 
@@ -122,8 +132,11 @@ def naive(url: str, frame: pd.DataFrame, *, concurrency: int = CONCURRENCY, atte
                 async with gate:
                     for attempt in range(attempts):
                         try:
-                            r = await client.get(url + "/v1/email", params={"domain": domain, "first": first},
-                                                 headers={"Authorization": "Bearer demo-key"})  # fmt: skip
+                            r = await client.get(
+                                url + "/v1/email",
+                                params={"domain": domain, "first": first},
+                                headers={"Authorization": "Bearer demo-key"},
+                            )
                         except httpx.HTTPError:
                             return False
                         if r.status_code != 429 and r.status_code < 500:
@@ -168,7 +181,9 @@ def sampling(provider: pb.Provider, done: list[int]) -> Iterator[Trace]:
 
 
 def frame(rows: int) -> pd.DataFrame:
-    return pd.DataFrame({"domain": [f"company{i}.com" for i in range(rows)], "first": [f"P{i}" for i in range(rows)]})
+    return pd.DataFrame(
+        {"domain": [f"company{i}.com" for i in range(rows)], "first": [f"P{i}" for i in range(rows)]}
+    )
 
 
 def median(outcomes: list[Outcome], key: Callable[[Outcome], float] = lambda o: o.goodput) -> Outcome:
@@ -191,14 +206,22 @@ def naive_line(outcome: Outcome) -> str:
 
 def print_trace(name: str, outcome: Outcome) -> None:
     out = sys.stderr
-    print(f"{name} missed its target: {outcome.goodput:.1f}/s, {outcome.answered('429')} 429s of {outcome.requests} "
-          f"requests, {outcome.seconds:.1f}s; the governor every {SAMPLE}s:", file=out)  # fmt: skip
-    print(f"  {'t(s)':>6} {'rate/s':>8} {'in-flt':>6} {'429s':>6} {'sent':>6} {'rows':>6} {'rows/s':>7}", file=out)
+    print(
+        f"{name} missed its target: {outcome.goodput:.1f}/s, {outcome.answered('429')} 429s of {outcome.requests} "
+        f"requests, {outcome.seconds:.1f}s; the governor every {SAMPLE}s:",
+        file=out,
+    )
+    print(
+        f"  {'t(s)':>6} {'rate/s':>8} {'in-flt':>6} {'429s':>6} {'sent':>6} {'rows':>6} {'rows/s':>7}",
+        file=out,
+    )
     last_t, last_rows = 0.0, 0
     for t, rate, window, refused, sent, rows in outcome.trace:
         pace = (rows - last_rows) / (t - last_t) if t > last_t else 0.0
-        print(f"  {t:>6.1f} {_shown(rate):>8} {_shown(window):>6} {_shown(refused):>6} {_shown(sent):>6} {rows:>6} {pace:>7.1f}",
-              file=out)  # fmt: skip
+        print(
+            f"  {t:>6.1f} {_shown(rate):>8} {_shown(window):>6} {_shown(refused):>6} {_shown(sent):>6} {rows:>6} {pace:>7.1f}",
+            file=out,
+        )
         last_t, last_rows = t, rows
     out.flush()
 

@@ -73,7 +73,13 @@ class Shape:
 CONFIGURED = Contender("rps=20", 20.0, 0.95, 0.02)
 DISCOVERED = Contender("discovered", None, 0.90, 0.10)
 LIMITED = (
-    Shape(1, "bucket 20/s", {"rps": 20, "burst": 5, "retry_after_format": "seconds"}, 20.0, (CONFIGURED, DISCOVERED)),
+    Shape(
+        1,
+        "bucket 20/s",
+        {"rps": 20, "burst": 5, "retry_after_format": "seconds"},
+        20.0,
+        (CONFIGURED, DISCOVERED),
+    ),
     Shape(2, "window 20/1s", {"window_limit": 20, "window_seconds": 1.0}, 20.0, (CONFIGURED, DISCOVERED)),
     Shape(3, "4 in flight", {"max_in_flight": 4, "latency": 0.1}, 40.0, (DISCOVERED,)),
     Shape(4, "10/s allowed", {"rps": 10, "burst": 5}, 10.0, (Contender("rps=20", 20.0, 0.90, 0.02),)),
@@ -103,7 +109,12 @@ def _limited(url: str, shape: Shape, repeats: int) -> list[Result]:
         naive.append(measured(url, shape.settings, ROWS, lambda: contenders.naive(url, frame)))
         for c in shape.contenders:
             ours[c.label].append(
-                measured(url, shape.settings, ROWS, lambda c=c: contenders.ours(url, frame, pb.Provider("demo", rps=c.rps)))
+                measured(
+                    url,
+                    shape.settings,
+                    ROWS,
+                    lambda c=c: contenders.ours(url, frame, pb.Provider("demo", rps=c.rps)),
+                )
             )
     base = median(naive)
     results = []
@@ -111,13 +122,20 @@ def _limited(url: str, shape: Shape, repeats: int) -> list[Result]:
         mine = median(ours[c.label])
         floor = c.floor * shape.ideal
         failed = mine.rows - mine.ok
-        result = Result(f"B3.{shape.number} {shape.title}: {c.label}", "/s", mine.goodput, base.goodput, NAIVE, 1.0)
+        result = Result(
+            f"B3.{shape.number} {shape.title}: {c.label}", "/s", mine.goodput, base.goodput, NAIVE, 1.0
+        )
         result.notes = [
-            (f"goodput {mine.goodput:.1f}/s >= {floor:.1f}/s ({c.floor:.2f} x ideal {shape.ideal:g}/s)", mine.goodput >= floor),
-            (f"429s {mine.refused_share:.1%} of {mine.requests:,} requests <= {c.most:.0%}; {failed} rows not ok{raised(mine)}",
-             mine.refused_share <= c.most and failed == 0),
+            (
+                f"goodput {mine.goodput:.1f}/s >= {floor:.1f}/s ({c.floor:.2f} x ideal {shape.ideal:g}/s)",
+                mine.goodput >= floor,
+            ),
+            (
+                f"429s {mine.refused_share:.1%} of {mine.requests:,} requests <= {c.most:.0%}; {failed} rows not ok{raised(mine)}",
+                mine.refused_share <= c.most and failed == 0,
+            ),
             (naive_line(base), None),
-        ]  # fmt: skip
+        ]
         results.append(result)
         if not all(verdict for _, verdict in result.notes[:2]):
             print_trace(result.name, mine)
@@ -130,8 +148,12 @@ def _flaky(url: str, repeats: int) -> Result:
     naive, clean, flaky = [], [], []
     for _ in range(repeats):
         naive.append(measured(url, FLAKY, FLAKY_ROWS, lambda: contenders.naive(url, frame)))
-        clean.append(measured(url, CLEAN, FLAKY_ROWS, lambda: contenders.ours(url, frame, pb.Provider("demo"))))
-        flaky.append(measured(url, FLAKY, FLAKY_ROWS, lambda: contenders.ours(url, frame, pb.Provider("demo"))))
+        clean.append(
+            measured(url, CLEAN, FLAKY_ROWS, lambda: contenders.ours(url, frame, pb.Provider("demo")))
+        )
+        flaky.append(
+            measured(url, FLAKY, FLAKY_ROWS, lambda: contenders.ours(url, frame, pb.Provider("demo")))
+        )
     base, calm, mine = median(naive), median(clean), median(flaky)
     # Honouring "Retry-After: 1" costs that second once per round of retries on top of the clean
     # run, and retries are requests too, so some of them are a 7th again: that is the best any
@@ -145,10 +167,12 @@ def _flaky(url: str, repeats: int) -> Result:
     reference = f"naive (hints ignored) {base.goodput:.0f}/s, {base.rows - base.ok} rows not ok"
     result.notes = [
         (f"{throughput}: the clean run {calm.goodput:.0f}/s + {rounds} x 1 s)", mine.goodput >= floor),
-        (f"503s {mine.answered('503')} of {mine.requests} requests; {failed} rows not ok{raised(mine)}",
-         failed == 0 and calm.ok == calm.rows),
+        (
+            f"503s {mine.answered('503')} of {mine.requests} requests; {failed} rows not ok{raised(mine)}",
+            failed == 0 and calm.ok == calm.rows,
+        ),
         (f"{mine.goodput / calm.goodput:.2f} x the clean run; {reference}", None),
-    ]  # fmt: skip
+    ]
     if mine.goodput < floor or failed:
         print_trace(result.name, mine)
     return result
@@ -162,16 +186,38 @@ def _unreachable(repeats: int) -> Result:
     naive, ours = [], []
     for _ in range(repeats):
         naive.append(measured(url, None, ROWS, lambda: contenders.naive(url, frame)))
-        ours.append(measured(url, None, ROWS, lambda: contenders.ours(url, frame, pb.Provider("demo", max_wait=DOWN_WAIT))))
+        ours.append(
+            measured(
+                url, None, ROWS, lambda: contenders.ours(url, frame, pb.Provider("demo", max_wait=DOWN_WAIT))
+            )
+        )
     base, mine = median(naive, key=_settled_rate), median(ours, key=_settled_rate)
-    result = Result(f"B3.6 nothing listening: max_wait={DOWN_WAIT:g}", "/s", _settled_rate(mine), _settled_rate(base), NAIVE, 0.0)
+    result = Result(
+        f"B3.6 nothing listening: max_wait={DOWN_WAIT:g}",
+        "/s",
+        _settled_rate(mine),
+        _settled_rate(base),
+        NAIVE,
+        0.0,
+    )
     result.notes = [
-        (f"returned in {mine.seconds:.2f}s <= max_wait + 3 = {DOWN_WITHIN:g}s{raised(mine)}",
-         mine.seconds <= DOWN_WITHIN and mine.error is None),
-        (f"{mine.settled} of {mine.rows} rows failed or parked (the measure: rows settled a second)", mine.settled == mine.rows),
-        ("(rows wait for the down provider's probes, 1 s, then 1.5, 2.25... apart, while one falls within max_wait)", None),
-        (f"naive: {base.settled} rows failed in {base.seconds:.2f}s (no retry of a refused connection)", None),
-    ]  # fmt: skip
+        (
+            f"returned in {mine.seconds:.2f}s <= max_wait + 3 = {DOWN_WITHIN:g}s{raised(mine)}",
+            mine.seconds <= DOWN_WITHIN and mine.error is None,
+        ),
+        (
+            f"{mine.settled} of {mine.rows} rows failed or parked (the measure: rows settled a second)",
+            mine.settled == mine.rows,
+        ),
+        (
+            "(rows wait for the down provider's probes, 1 s, then 1.5, 2.25... apart, while one falls within max_wait)",
+            None,
+        ),
+        (
+            f"naive: {base.settled} rows failed in {base.seconds:.2f}s (no retry of a refused connection)",
+            None,
+        ),
+    ]
     if not all(verdict for _, verdict in result.notes[:2]):
         print_trace(result.name, mine)
     return result

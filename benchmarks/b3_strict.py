@@ -59,7 +59,9 @@ RESTART_WITHIN = 15.0  # seconds for every row
 class Contender:
     label: str
     provider: dict[str, Any]  # pb.Provider("demo", **provider)
-    floor: float  # the ratio on the provider's clock (converging: of the steady rate to the limit) at least this
+    floor: (
+        float  # the ratio on the provider's clock (converging: of the steady rate to the limit) at least this
+    )
     most: float  # 429s at most this share of the requests
     converges: bool = False  # told no rate: judged on the steady state after it converged
 
@@ -75,15 +77,29 @@ class Shape:
 
 
 STRICT = (
-    Shape(7, "bucket, burst 2", {"rps": 20, "burst": 2, "latency": 0.15}, 700, 32, (
-        Contender("rps=20", {"rps": 20}, 0.95, 0.02),
-        Contender("discovered", {}, 0.90, 0.05, converges=True),
-    )),
-    Shape(8, "window 50/5s", {"window_limit": 50, "window_seconds": 5.0, "latency": 0.05}, 500, 16, (
-        Contender("unknown", {}, 1 / 1.2, 0.05),
-        Contender("window=(50, 5)", {"window": (50, 5)}, 0.95, 0.0),
-    )),
-)  # fmt: skip
+    Shape(
+        7,
+        "bucket, burst 2",
+        {"rps": 20, "burst": 2, "latency": 0.15},
+        700,
+        32,
+        (
+            Contender("rps=20", {"rps": 20}, 0.95, 0.02),
+            Contender("discovered", {}, 0.90, 0.05, converges=True),
+        ),
+    ),
+    Shape(
+        8,
+        "window 50/5s",
+        {"window_limit": 50, "window_seconds": 5.0, "latency": 0.05},
+        500,
+        16,
+        (
+            Contender("unknown", {}, 1 / 1.2, 0.05),
+            Contender("window=(50, 5)", {"window": (50, 5)}, 0.95, 0.0),
+        ),
+    ),
+)
 
 
 def run(repeats: int = 1) -> list[Result]:
@@ -103,7 +119,14 @@ def _strict(url: str, shape: Shape, repeats: int) -> list[Result]:
     naive: list[Outcome] = []
     ours: dict[str, list[Outcome]] = {c.label: [] for c in shape.contenders}
     for _ in range(repeats):  # interleaved, so a slow spell of the machine hits every contender
-        naive.append(measured(url, shape.settings, shape.rows, lambda: contenders.naive(url, frame, concurrency=shape.concurrency)))
+        naive.append(
+            measured(
+                url,
+                shape.settings,
+                shape.rows,
+                lambda: contenders.naive(url, frame, concurrency=shape.concurrency),
+            )
+        )
         for c in shape.contenders:
             contender = _ours(url, frame, c.provider, shape.concurrency)
             ours[c.label].append(measured(url, shape.settings, shape.rows, contender, watch=c.converges))
@@ -118,7 +141,10 @@ def _strict(url: str, shape: Shape, repeats: int) -> list[Result]:
         else:
             mine = median(ours[c.label], key=lambda o: o.on_clock(shape.settings))
             result = clock_row(name, shape.settings, _stats(mine), c.floor)
-        result.notes += [refused_note(_stats(mine), c.most, mine.rows - mine.ok, raised(mine)), (naive_line(base), None)]
+        result.notes += [
+            refused_note(_stats(mine), c.most, mine.rows - mine.ok, raised(mine)),
+            (naive_line(base), None),
+        ]
         results.append(result)
         if not all(verdict for _, verdict in result.notes if verdict is not None):
             print_trace(result.name, mine)
@@ -131,18 +157,35 @@ def _restarting(url: str, repeats: int) -> Result:
     naive, ours = [], []
     provider = {"max_wait": RESTART_WAIT}
     for _ in range(repeats):
-        naive.append(measured(url, FAILING, RESTART_ROWS, _recovering(url, lambda: contenders.naive(url, frame))))
-        ours.append(measured(url, FAILING, RESTART_ROWS, _recovering(url, _ours(url, frame, provider, contenders.CONCURRENCY))))
+        naive.append(
+            measured(url, FAILING, RESTART_ROWS, _recovering(url, lambda: contenders.naive(url, frame)))
+        )
+        ours.append(
+            measured(
+                url,
+                FAILING,
+                RESTART_ROWS,
+                _recovering(url, _ours(url, frame, provider, contenders.CONCURRENCY)),
+            )
+        )
     base, mine = median(naive), median(ours)
     failed = mine.rows - mine.ok
     result = Result(f"B3.9 restart: max_wait={RESTART_WAIT:g}", "/s", mine.goodput, base.goodput, NAIVE, 0.0)
     result.notes = [
-        (f"{mine.ok} of {mine.rows} rows ok in {mine.seconds:.1f}s <= {RESTART_WITHIN:g}s{raised(mine)}",
-         failed == 0 and mine.seconds <= RESTART_WITHIN and mine.error is None),
-        (f"503s {mine.answered('503')} of {mine.requests} requests (the demo recovered {RECOVERS:g}s after the start)", None),
-        (f"naive {base.goodput:.1f}/s: {base.rows - base.ok} rows not ok in {base.seconds:.1f}s; 503s {base.answered('503')} "
-         f"of {base.requests}", None),
-    ]  # fmt: skip
+        (
+            f"{mine.ok} of {mine.rows} rows ok in {mine.seconds:.1f}s <= {RESTART_WITHIN:g}s{raised(mine)}",
+            failed == 0 and mine.seconds <= RESTART_WITHIN and mine.error is None,
+        ),
+        (
+            f"503s {mine.answered('503')} of {mine.requests} requests (the demo recovered {RECOVERS:g}s after the start)",
+            None,
+        ),
+        (
+            f"naive {base.goodput:.1f}/s: {base.rows - base.ok} rows not ok in {base.seconds:.1f}s; 503s {base.answered('503')} "
+            f"of {base.requests}",
+            None,
+        ),
+    ]
     if result.notes[0][1] is False:
         print_trace(result.name, mine)
     return result
@@ -160,7 +203,9 @@ def _recovering(url: str, contender: Run) -> Run:
     """``contender``, with the demo's faults turned off ``RECOVERS`` seconds after it starts."""
 
     def recovering() -> tuple[int, int, Any]:
-        timer = threading.Timer(RECOVERS, lambda: httpx.post(url + "/_configure", json={"fault_rate": 0.0}, timeout=5))
+        timer = threading.Timer(
+            RECOVERS, lambda: httpx.post(url + "/_configure", json={"fault_rate": 0.0}, timeout=5)
+        )
         timer.start()
         try:
             return contender()

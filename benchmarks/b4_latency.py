@@ -26,33 +26,53 @@ FLOOR = 0.9  # of the ceiling
 
 def run(repeats: int = 3) -> list[Result]:
     with demo_process("--latency", str(LATENCY)) as url:
-        frame = pd.DataFrame({"domain": [f"company{i}.com" for i in range(ROWS)], "first": [f"P{i}" for i in range(ROWS)]})
+        frame = pd.DataFrame(
+            {"domain": [f"company{i}.com" for i in range(ROWS)], "first": [f"P{i}" for i in range(ROWS)]}
+        )
         stores = (tempfile.mkdtemp(prefix=f"pb-b4-{i}-") for i in itertools.count())
 
         def ours() -> int:
             find_email = pb.http_tool(
-                "demo.email", method="GET", url=url + "/v1/email",
+                "demo.email",
+                method="GET",
+                url=url + "/v1/email",
                 params={"domain": "{domain}", "first": "{first}"},
-                headers={"Authorization": "Bearer demo-key"}, pick="email", miss_status=(404,),
+                headers={"Authorization": "Bearer demo-key"},
+                pick="email",
+                miss_status=(404,),
                 provider=pb.Provider("demo"),
-            )  # fmt: skip
+            )
 
             @pb.play
             async def enrich(row, ctx):
                 return {"email": await ctx.tool(find_email, domain=row.domain, first=row.first)}
 
-            out = frame.play.map(enrich, store=pb.ReceiptStore(next(stores)), concurrency=CONCURRENCY, progress=False)
+            out = frame.play.map(
+                enrich, store=pb.ReceiptStore(next(stores)), concurrency=CONCURRENCY, progress=False
+            )
             assert (out["play_status"] == "ok").all(), out["play_error"].dropna().head()
             return len(out)
 
         def hand_written() -> int:
             return gather_loop(url, frame, CONCURRENCY)
 
-        result = compare(f"B4 latency {LATENCY:g} s (1.6k rows, c={CONCURRENCY})", lambda: timed(ours),
-                         lambda: timed(hand_written), unit="/s", baseline_name="httpx+aiohttp gather loop",
-                         target=FLOOR, repeats=repeats)  # fmt: skip
+        result = compare(
+            f"B4 latency {LATENCY:g} s (1.6k rows, c={CONCURRENCY})",
+            lambda: timed(ours),
+            lambda: timed(hand_written),
+            unit="/s",
+            baseline_name="httpx+aiohttp gather loop",
+            target=FLOOR,
+            repeats=repeats,
+        )
     result.notes = [
-        (f"ours {result.ours:.0f}/s >= {FLOOR * CEILING:.0f}/s ({FLOOR:g} x {CONCURRENCY} / {LATENCY:g} s)", result.ours >= FLOOR * CEILING),
-        (f"baseline {result.baseline:.0f}/s = {result.baseline / CEILING:.0%} of the {CEILING:.0f}/s ceiling; median of {repeats}", None),
-    ]  # fmt: skip
+        (
+            f"ours {result.ours:.0f}/s >= {FLOOR * CEILING:.0f}/s ({FLOOR:g} x {CONCURRENCY} / {LATENCY:g} s)",
+            result.ours >= FLOOR * CEILING,
+        ),
+        (
+            f"baseline {result.baseline:.0f}/s = {result.baseline / CEILING:.0%} of the {CEILING:.0f}/s ceiling; median of {repeats}",
+            None,
+        ),
+    ]
     return [result]

@@ -141,12 +141,25 @@ class _Case:
         self.per_kernel.append(statistics.median(widget) / statistics.median(none))
 
     def result(self, kernels: int, judge_gaps: bool) -> Result:
-        result = Result(f"B5 widget vs none ({self.rows // 1000}k rows, errors, parked)", "/s", statistics.median(self.widget),
-                        statistics.median(self.none), "the same map in the kernel, progress=False", 0.95)  # fmt: skip
-        where = f"{kernels} fresh kernels; per kernel: " + ", ".join(f"{r:.2f}" for r in self.per_kernel) if kernels > 1 else "one kernel"
+        result = Result(
+            f"B5 widget vs none ({self.rows // 1000}k rows, errors, parked)",
+            "/s",
+            statistics.median(self.widget),
+            statistics.median(self.none),
+            "the same map in the kernel, progress=False",
+            0.95,
+        )
+        where = (
+            f"{kernels} fresh kernels; per kernel: " + ", ".join(f"{r:.2f}" for r in self.per_kernel)
+            if kernels > 1
+            else "one kernel"
+        )
         seconds = self.rows / statistics.median(self.none)
         result.notes.append(
-            (f"median of {len(self.widget)} pair{'s' if len(self.widget) > 1 else ''} in {where}; a map takes {seconds:.2f}s", None)
+            (
+                f"median of {len(self.widget)} pair{'s' if len(self.widget) > 1 else ''} in {where}; a map takes {seconds:.2f}s",
+                None,
+            )
         )
         result.notes.extend(_panel(self.sent, judge_gaps))
         return result
@@ -166,11 +179,22 @@ def run(repeats: int = 5) -> list[Result]:
                     continue
                 # map() in a kernel runs inside the kernel's own running loop (nest-asyncio2); amap() is awaited.
                 _execute(kc, PAY_CACHED.format(long=LONG))
-                awaited = compare(f"B5 map vs await amap ({LONG // 1000}k cached rows)", lambda: float(_execute(kc, TIMED.format(rows=LONG))),
-                                  lambda: float(_execute(kc, TIMED_AWAIT.format(rows=LONG))), unit="/s",
-                                  baseline_name="await df.play.amap() in the kernel", target=0.90, repeats=repeats)  # fmt: skip
+                awaited = compare(
+                    f"B5 map vs await amap ({LONG // 1000}k cached rows)",
+                    lambda: float(_execute(kc, TIMED.format(rows=LONG))),
+                    lambda: float(_execute(kc, TIMED_AWAIT.format(rows=LONG))),
+                    unit="/s",
+                    baseline_name="await df.play.amap() in the kernel",
+                    target=0.90,
+                    repeats=repeats,
+                )
                 huge.pairs(kc, max(1, (repeats + 1) // 2))
-                return [short.result(KERNELS, False), long.result(KERNELS, True), huge.result(1, True), awaited]
+                return [
+                    short.result(KERNELS, False),
+                    long.result(KERNELS, True),
+                    huge.result(1, True),
+                    awaited,
+                ]
     raise AssertionError("unreachable")
 
 
@@ -213,7 +237,12 @@ def _panel(sent: list[list[Message]], judge_gaps: bool) -> list[tuple[str, bool 
     refreshes = [r for each in maps for r in each]
     live: bool | None = False if judge_gaps else None  # a panel that never refreshed is not live
     if not refreshes:
-        return [(f"the panel sent no update in {len(sent)} widget maps: each was over before its {DELAY:g}s delay", live)]
+        return [
+            (
+                f"the panel sent no update in {len(sent)} widget maps: each was over before its {DELAY:g}s delay",
+                live,
+            )
+        ]
     gaps = [b[0] - a[0] for each in maps for a, b in zip(each, each[1:])]
     said = f"{len(refreshes):,} refreshes ({sum(map(len, sent)):,} messages) in {len(sent)} widget maps"
     if gaps:
@@ -223,9 +252,12 @@ def _panel(sent: list[list[Message]], judge_gaps: bool) -> list[tuple[str, bool 
     total = sum(r[1] for r in refreshes) / len(sent)
     return [
         (said, live),
-        (f"largest refresh {largest:,} bytes <= {MAX_REFRESH:,}; largest message {max(r[2] for r in refreshes):,} bytes; "
-         f"{total / 1e6:.2f} MB per map", largest <= MAX_REFRESH),
-    ]  # fmt: skip
+        (
+            f"largest refresh {largest:,} bytes <= {MAX_REFRESH:,}; largest message {max(r[2] for r in refreshes):,} bytes; "
+            f"{total / 1e6:.2f} MB per map",
+            largest <= MAX_REFRESH,
+        ),
+    ]
 
 
 def _execute(kc: Any, code: str, comms: list[Message] | None = None) -> str:

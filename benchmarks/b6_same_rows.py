@@ -64,15 +64,23 @@ def _same(count: int, store: str) -> list[Worker]:
 def _row(kind: str, count: int, mine: Finish, one: Finish) -> Result:
     target = count / SLACK
     result = Result(
-        f"B6r same rows, {count} procs, {kind}", "/s", ROWS / mine.seconds, ROWS / one.seconds, "1 process, the same store", target
+        f"B6r same rows, {count} procs, {kind}",
+        "/s",
+        ROWS / mine.seconds,
+        ROWS / one.seconds,
+        "1 process, the same store",
+        target,
     )
     within = SLACK / count * one.seconds
     result.notes = [
-        (f"{count} processes {mine.seconds:.1f}s <= {SLACK:g}/{count} x one process's {one.seconds:.1f}s = {within:.1f}s; "
-         f"{_done(mine)}", mine.seconds <= within and mine.done == mine.rows),
+        (
+            f"{count} processes {mine.seconds:.1f}s <= {SLACK:g}/{count} x one process's {one.seconds:.1f}s = {within:.1f}s; "
+            f"{_done(mine)}",
+            mine.seconds <= within and mine.done == mine.rows,
+        ),
         _dispatch_note(mine),
         (f"one process: {_dispatch_note(one)[0]}; {_done(one)}", None),
-    ]  # fmt: skip
+    ]
     return result
 
 

@@ -42,7 +42,16 @@ from typing import Any
 
 from playbook.demo.redis_server import RedisServer
 
-from .harness import Result, clock_row, convergence, demo_process, emptied, on_providers_clock, refused_note, steady_row
+from .harness import (
+    Result,
+    clock_row,
+    convergence,
+    demo_process,
+    emptied,
+    on_providers_clock,
+    refused_note,
+    steady_row,
+)
 from .workers import Finish, Worker, start_line
 
 ROWS = 300
@@ -74,8 +83,19 @@ def run(repeats: int = 1) -> list[Result]:
         for count in (2, 4):
             ours, base = [], []
             for _ in range(repeats):
-                base.append(_measured(url, redis, DEMO, _split({"rps": RPS, "concurrency": IN_FLIGHT}, count, ROWS // count)))
-                ours.append(_measured(url, redis, DEMO, _split({"rps": RPS, "concurrency": IN_FLIGHT}, count, ROWS // count, redis)))
+                base.append(
+                    _measured(
+                        url, redis, DEMO, _split({"rps": RPS, "concurrency": IN_FLIGHT}, count, ROWS // count)
+                    )
+                )
+                ours.append(
+                    _measured(
+                        url,
+                        redis,
+                        DEMO,
+                        _split({"rps": RPS, "concurrency": IN_FLIGHT}, count, ROWS // count, redis),
+                    )
+                )
             results.append(_row(count, _median(ours), _median(base)))
         results += _strict(url, redis, repeats)
         results += _windows(url, redis, repeats)
@@ -86,14 +106,22 @@ def _row(count: int, mine: Finish, base: Finish) -> Result:
     result = Result(f"B6 {count} processes, shared", "/s", mine.goodput, base.goodput, BASELINE, 1.0)
     floor = GOODPUT * RPS
     result.notes = [
-        (f"goodput {mine.goodput:.1f}/s >= {floor:.1f}/s ({GOODPUT:.2f} x {RPS:g}/s); {mine.rows - mine.ok} rows not ok",
-         mine.goodput >= floor and mine.ok == mine.rows),
-        (f"429s {mine.refused_share:.1%} of {mine.requests} requests <= {REFUSED:.0%}", mine.refused_share <= REFUSED),
+        (
+            f"goodput {mine.goodput:.1f}/s >= {floor:.1f}/s ({GOODPUT:.2f} x {RPS:g}/s); {mine.rows - mine.ok} rows not ok",
+            mine.goodput >= floor and mine.ok == mine.rows,
+        ),
+        (
+            f"429s {mine.refused_share:.1%} of {mine.requests} requests <= {REFUSED:.0%}",
+            mine.refused_share <= REFUSED,
+        ),
         _in_flight_note(mine),
         (f"duplicate dispatches {_duplicates(mine)}", _duplicates(mine) == 0),
-        (f"baseline: {base.goodput:.1f}/s, 429s {base.refused_share:.0%} of {base.requests}, "
-         f"max in flight {base.stats['max_in_flight']}, {base.rows - base.ok} rows not ok", None),
-    ]  # fmt: skip
+        (
+            f"baseline: {base.goodput:.1f}/s, 429s {base.refused_share:.0%} of {base.requests}, "
+            f"max in flight {base.stats['max_in_flight']}, {base.rows - base.ok} rows not ok",
+            None,
+        ),
+    ]
     return result
 
 
@@ -101,7 +129,14 @@ def _strict(url: str, redis: RedisServer, repeats: int) -> list[Result]:
     """B6.2: four processes on a bucket of 2, told the rate, then not."""
     told, learning = [], []
     for _ in range(repeats):
-        told.append(_measured(url, redis, STRICT, _split({"rps": RPS, "concurrency": IN_FLIGHT}, STRICT_PROCESSES, STRICT_ROWS, redis)))
+        told.append(
+            _measured(
+                url,
+                redis,
+                STRICT,
+                _split({"rps": RPS, "concurrency": IN_FLIGHT}, STRICT_PROCESSES, STRICT_ROWS, redis),
+            )
+        )
         workers = _split({"concurrency": IN_FLIGHT}, STRICT_PROCESSES, LEARNING_ROWS, redis)
         learning.append(_measured(url, redis, STRICT, workers, watch=True))
     who = f"B6.2 {STRICT_PROCESSES} procs, burst 2"
@@ -110,7 +145,10 @@ def _strict(url: str, redis: RedisServer, repeats: int) -> list[Result]:
     configured.notes += [refused_note(mine.stats, REFUSED, mine.rows - mine.ok), _in_flight_note(mine)]
     mine = _median(learning, key=lambda f: convergence(f.admitted, RPS).rate)
     discovered = steady_row(f"{who}: discovered", STRICT, mine.stats, mine.admitted, STEADY)
-    discovered.notes += [refused_note(mine.stats, LEARNING_REFUSED, mine.rows - mine.ok), _in_flight_note(mine)]
+    discovered.notes += [
+        refused_note(mine.stats, LEARNING_REFUSED, mine.rows - mine.ok),
+        _in_flight_note(mine),
+    ]
     return [configured, discovered]
 
 
@@ -118,7 +156,9 @@ def _windows(url: str, redis: RedisServer, repeats: int) -> list[Result]:
     """B6.3: two processes on a fixed window, told it, then not."""
     known, unknown = [], []
     for _ in range(repeats):
-        known.append(_measured(url, redis, WINDOW, _split({"window": (50, 5)}, WINDOW_PROCESSES, WINDOW_ROWS, redis)))
+        known.append(
+            _measured(url, redis, WINDOW, _split({"window": (50, 5)}, WINDOW_PROCESSES, WINDOW_ROWS, redis))
+        )
         unknown.append(_measured(url, redis, WINDOW, _split({}, WINDOW_PROCESSES, WINDOW_ROWS, redis)))
     results = []
     for label, runs, floor, most in (
@@ -135,7 +175,9 @@ def _windows(url: str, redis: RedisServer, repeats: int) -> list[Result]:
 # -- running and reading ----------------------------------------------------------------------
 
 
-def _measured(url: str, redis: RedisServer, settings: dict[str, Any], workers: list[Worker], *, watch: bool = False) -> Finish:
+def _measured(
+    url: str, redis: RedisServer, settings: dict[str, Any], workers: list[Worker], *, watch: bool = False
+) -> Finish:
     """One run from a start line, on a flushed Redis: what one run's limiter learnt is not the next one's."""
     emptied(redis)
     return start_line(url, settings, workers, watch=watch)

@@ -53,7 +53,9 @@ BASELINE = "openai SDK retries + gather/Semaphore(16)"
 SMALL = 12  # rows of the rerun and edit checks
 PROMPT_CHARS = 1000
 
-Contender = Callable[[str, pd.DataFrame], tuple[int, float, float | None]]  # (url, frame) -> rows ok, seconds, cost spent
+Contender = Callable[
+    [str, pd.DataFrame], tuple[int, float, float | None]
+]  # (url, frame) -> rows ok, seconds, cost spent
 
 _WORDS = (  # noqa: SIM905 - a word list reads better as text
     "harbour lantern quarry meadow orchard copper saddle beacon glacier thistle canyon ember willow falcon granite "
@@ -95,8 +97,10 @@ class Outcome:
 
     def billed(self) -> float:
         """What the demo's own usage counters cost at ``PRICES``."""
-        return sum((m["prompt_tokens"] * PRICES[model][0] + m["completion_tokens"] * PRICES[model][1]) / 1e6
-                   for model, m in self.stats["chat"].items())  # fmt: skip
+        return sum(
+            (m["prompt_tokens"] * PRICES[model][0] + m["completion_tokens"] * PRICES[model][1]) / 1e6
+            for model, m in self.stats["chat"].items()
+        )
 
 
 def run(repeats: int = 1) -> list[Result]:
@@ -116,15 +120,24 @@ def _row(mine: Outcome, base: Outcome, checks: list[tuple[str, bool]]) -> Result
     per_call = mine.tokens / max(1, mine.ok)
     cost, billed = round(mine.cost or 0.0, 9), round(mine.billed(), 9)
     result.notes = [
-        (f"token goodput {mine.goodput:,.0f}/min >= {floor:,.0f}/min ({GOODPUT:.2f} x {TPM:,}); "
-         f"{mine.rows - mine.ok} rows not ok, ~{per_call:.0f} tokens a call", mine.goodput >= floor and mine.ok == mine.rows),
-        (f"429s {mine.refused_share:.1%} of {mine.requests} requests <= {REFUSED:.0%}", mine.refused_share <= REFUSED),
+        (
+            f"token goodput {mine.goodput:,.0f}/min >= {floor:,.0f}/min ({GOODPUT:.2f} x {TPM:,}); "
+            f"{mine.rows - mine.ok} rows not ok, ~{per_call:.0f} tokens a call",
+            mine.goodput >= floor and mine.ok == mine.rows,
+        ),
+        (
+            f"429s {mine.refused_share:.1%} of {mine.requests} requests <= {REFUSED:.0%}",
+            mine.refused_share <= REFUSED,
+        ),
         (f"cost_spent ${cost:.9f} == the demo's usage x prices ${billed:.9f}", cost == billed),
         *checks,
-        (f"baseline: {base.goodput:,.0f} tokens/min, 429s {base.refused_share:.0%} of {base.requests} requests, "
-         f"{base.rows - base.ok} rows not ok", None),
+        (
+            f"baseline: {base.goodput:,.0f} tokens/min, 429s {base.refused_share:.0%} of {base.requests} requests, "
+            f"{base.rows - base.ok} rows not ok",
+            None,
+        ),
         (f"wall time: ours {mine.seconds:.1f}s, the baseline {base.seconds:.1f}s", None),
-    ]  # fmt: skip
+    ]
     return result
 
 
@@ -142,8 +155,13 @@ def _measured(url: str, frame: pd.DataFrame, contender: Contender) -> Outcome:
 def _ours(url: str, frame: pd.DataFrame) -> tuple[int, float, float]:
     """``frame.play.map`` with one ``pb.llm_tool`` call per row, paced by ``tpm``."""
     provider = pb.Provider("demo-llm", tpm=TPM)
-    llm = pb.llm_tool(model=MODEL, base_url=url + "/v1", secret=pb.secret("DEMO_API_KEY", default="demo-key"),
-                      provider=provider, prices=PRICES)  # fmt: skip
+    llm = pb.llm_tool(
+        model=MODEL,
+        base_url=url + "/v1",
+        secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+        provider=provider,
+        prices=PRICES,
+    )
 
     @pb.play
     async def summarise(row, ctx):
@@ -196,8 +214,13 @@ def _receipts(url: str) -> list[tuple[str, bool]]:
     """On a demo without limits: a play with two LLM columns; run it, rerun it, edit one prompt."""
     httpx.post(url + "/_reset", json={}, timeout=5).raise_for_status()
     frame = _frame(SMALL)
-    llm = pb.llm_tool(model=MODEL, base_url=url + "/v1", secret=pb.secret("DEMO_API_KEY", default="demo-key"),
-                      provider=pb.Provider("demo-llm-small"), prices=PRICES)  # fmt: skip
+    llm = pb.llm_tool(
+        model=MODEL,
+        base_url=url + "/v1",
+        secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+        provider=pb.Provider("demo-llm-small"),
+        prices=PRICES,
+    )
 
     @pb.play
     async def columns(row, ctx):
@@ -218,11 +241,16 @@ def _receipts(url: str) -> list[tuple[str, bool]]:
         finally:
             store.close()
     return [
-        (f"first run of 2 prompts x {SMALL} rows paid {first[0]} calls ({first[1]} requests)", first[0] == first[1] == 2 * SMALL),
+        (
+            f"first run of 2 prompts x {SMALL} rows paid {first[0]} calls ({first[1]} requests)",
+            first[0] == first[1] == 2 * SMALL,
+        ),
         (f"a rerun paid {again[0]} calls ({again[1]} requests)", again[0] == again[1] == 0),
-        (f"one prompt edited: paid {changed[0]} calls ({changed[1]} requests), reused {changed[2]}; expected {SMALL} each",
-         changed[0] == changed[1] == changed[2] == SMALL),
-    ]  # fmt: skip
+        (
+            f"one prompt edited: paid {changed[0]} calls ({changed[1]} requests), reused {changed[2]}; expected {SMALL} each",
+            changed[0] == changed[1] == changed[2] == SMALL,
+        ),
+    ]
 
 
 def _paid(url: str, frame: pd.DataFrame, play: pb.Play, store: pb.ReceiptStore) -> tuple[int, int, int]:

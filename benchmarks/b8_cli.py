@@ -57,14 +57,30 @@ def run(repeats: int = 5) -> list[Result]:
     folder = Path(tempfile.mkdtemp(prefix="pb-b8-"))
     (folder / "plays.py").write_text(PLAYS)
     source, store = folder / "leads.csv", folder / "store"
-    frame = pd.DataFrame({"domain": [f"company{i}.com" for i in range(ROWS)], "first": [f"Person{i}" for i in range(ROWS)]})
+    frame = pd.DataFrame(
+        {"domain": [f"company{i}.com" for i in range(ROWS)], "first": [f"Person{i}" for i in range(ROWS)]}
+    )
     frame.to_csv(source, index=False)
-    command = [sys.executable, "-m", "playbook", "run", "plays.py:enrich", "--in", str(source), "--out", str(folder / "cli.parquet")]
+    command = [
+        sys.executable,
+        "-m",
+        "playbook",
+        "run",
+        "plays.py:enrich",
+        "--in",
+        str(source),
+        "--out",
+        str(folder / "cli.parquet"),
+    ]
     command += ["--store", str(store)]
     script = [
         sys.executable,
         "-c",
-        textwrap.dedent(SCRIPT.format(folder=str(folder), source=str(source), store=str(store), out=str(folder / "py.parquet"))),
+        textwrap.dedent(
+            SCRIPT.format(
+                folder=str(folder), source=str(source), store=str(store), out=str(folder / "py.parquet")
+            )
+        ),
     ]
     _seconds(command, folder)  # warm the store: every row a row memo
     ours, theirs = [], []
@@ -72,9 +88,18 @@ def run(repeats: int = 5) -> list[Result]:
         theirs.append(_seconds(script, folder))
         ours.append(_seconds(command, folder))
     assert pd.read_parquet(folder / "cli.parquet").equals(pd.read_parquet(folder / "py.parquet"))
-    result = Result("B8 CLI run (10k cached rows)", "ms", statistics.median(ours) * 1000,
-                    statistics.median(theirs) * 1000, "python -c: pandas read, map, write", TARGET, at_most=True)  # fmt: skip
-    result.notes.append((f"CSV in, Parquet out; a fresh process each, wall time, median of {repeats} interleaved pairs", None))
+    result = Result(
+        "B8 CLI run (10k cached rows)",
+        "ms",
+        statistics.median(ours) * 1000,
+        statistics.median(theirs) * 1000,
+        "python -c: pandas read, map, write",
+        TARGET,
+        at_most=True,
+    )
+    result.notes.append(
+        (f"CSV in, Parquet out; a fresh process each, wall time, median of {repeats} interleaved pairs", None)
+    )
     return [result]
 
 

@@ -56,7 +56,16 @@ import pandas as pd
 import playbook as pb
 from playbook.demo.redis_server import RedisServer
 
-from .harness import Result, admissions, clock_row, demo_process, emptied, on_providers_clock, refused_note, slope
+from .harness import (
+    Result,
+    admissions,
+    clock_row,
+    demo_process,
+    emptied,
+    on_providers_clock,
+    refused_note,
+    slope,
+)
 
 ROWS = 100_000
 PARTITIONS = 10
@@ -101,8 +110,16 @@ def run(repeats: int = 1) -> list[Result]:
         return [
             cheap,
             _shared_row(_median(shared, "goodput")),
-            _clock_row(f"B9b {WORKERS} workers, burst 2: rps=20", STRICT, _median(strict, "on_clock"), ON_CLOCK, REFUSED),
-            _clock_row(f"B9b {WORKERS} workers: window=(50, 5)", WINDOW, _median(window, "on_clock"), ON_CLOCK, 0.0),
+            _clock_row(
+                f"B9b {WORKERS} workers, burst 2: rps=20",
+                STRICT,
+                _median(strict, "on_clock"),
+                ON_CLOCK,
+                REFUSED,
+            ),
+            _clock_row(
+                f"B9b {WORKERS} workers: window=(50, 5)", WINDOW, _median(window, "on_clock"), ON_CLOCK, 0.0
+            ),
         ]
 
 
@@ -111,7 +128,9 @@ def _cluster() -> Iterator[Any]:
     from distributed import Client, LocalCluster
 
     with (
-        LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+        LocalCluster(
+            n_workers=WORKERS, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
         Client(cluster) as client,
     ):
         client.wait_for_workers(WORKERS)
@@ -162,10 +181,12 @@ def _on_cluster(client: Any, parts: Any, play: pb.Play, redis: RedisServer) -> d
     result = parts.play.map(play, store=redis.url, progress=False)
     seconds = time.perf_counter() - start
     used = {
-        "seconds": seconds, "client": time.process_time() - cpu, "redis": _cpu_of(redis) - server,
+        "seconds": seconds,
+        "client": time.process_time() - cpu,
+        "redis": _cpu_of(redis) - server,
         "workers": sum(client.run(time.process_time).values()) - sum(workers.values()),
         "scheduler": client.run_on_scheduler(time.process_time) - scheduler,
-    }  # fmt: skip
+    }
     start = time.perf_counter()
     out = result.compute()
     used["fetched"] = time.perf_counter() - start
@@ -187,29 +208,48 @@ def _cpu_of(redis: RedisServer) -> float:
 
 def _cheap_row(single: dict[str, float], cluster: dict[str, float]) -> Result:
     seconds, alone = cluster["seconds"], single["seconds"]
-    result = Result(f"B9 cluster, {ROWS // 1000}k rows ({WORKERS} workers)", "/s", ROWS / seconds, ROWS / alone,
-                    "pandas df.play.map, one process", CHEAP_TARGET)  # fmt: skip
+    result = Result(
+        f"B9 cluster, {ROWS // 1000}k rows ({WORKERS} workers)",
+        "/s",
+        ROWS / seconds,
+        ROWS / alone,
+        "pandas df.play.map, one process",
+        CHEAP_TARGET,
+    )
     overhead = (WORKERS * seconds - alone) / ROWS * 1e6
     per_row = 1e6 / ROWS
     result.notes = [
-        (f"map {seconds:.1f}s on the cluster ({PARTITIONS} partitions), {alone:.1f}s in one process; "
-         f".compute() after it {cluster['fetched']:.2f}s (not timed)", None),
-        (f"cluster overhead {overhead:.0f} us/row of worker wall time: ({WORKERS} x {seconds:.1f}s - {alone:.1f}s) / "
-         f"{ROWS:,} (one process: {alone * per_row:.0f} us/row)", None),
-        (f"CPU per row: workers {cluster['workers'] * per_row:.0f} us vs one process {single['cpu'] * per_row:.0f} us; "
-         f"on top, client {cluster['client'] * per_row:.0f} us, scheduler {cluster['scheduler'] * per_row:.0f} us; "
-         f"Redis {cluster['redis'] * per_row:.0f} us vs {single['redis'] * per_row:.0f} us", None),
-    ]  # fmt: skip
+        (
+            f"map {seconds:.1f}s on the cluster ({PARTITIONS} partitions), {alone:.1f}s in one process; "
+            f".compute() after it {cluster['fetched']:.2f}s (not timed)",
+            None,
+        ),
+        (
+            f"cluster overhead {overhead:.0f} us/row of worker wall time: ({WORKERS} x {seconds:.1f}s - {alone:.1f}s) / "
+            f"{ROWS:,} (one process: {alone * per_row:.0f} us/row)",
+            None,
+        ),
+        (
+            f"CPU per row: workers {cluster['workers'] * per_row:.0f} us vs one process {single['cpu'] * per_row:.0f} us; "
+            f"on top, client {cluster['client'] * per_row:.0f} us, scheduler {cluster['scheduler'] * per_row:.0f} us; "
+            f"Redis {cluster['redis'] * per_row:.0f} us vs {single['redis'] * per_row:.0f} us",
+            None,
+        ),
+    ]
     return result
 
 
-def _shared(redis: RedisServer, url: str, settings: dict[str, Any], provider: dict[str, Any], rows: int) -> dict[str, Any]:
+def _shared(
+    redis: RedisServer, url: str, settings: dict[str, Any], provider: dict[str, Any], rows: int
+) -> dict[str, Any]:
     """One cluster run of the email finder under ``pb.Provider("demo", **provider)`` against the
     demo reset to ``settings``; the demo's admissions sampled while it runs."""
     import dask.dataframe as dd
 
     emptied(redis)
-    frame = pd.DataFrame({"domain": [f"company{i}.com" for i in range(rows)], "first": [f"P{i}" for i in range(rows)]})
+    frame = pd.DataFrame(
+        {"domain": [f"company{i}.com" for i in range(rows)], "first": [f"P{i}" for i in range(rows)]}
+    )
     parts = dd.from_pandas(frame, npartitions=SHARED_PARTITIONS)
     tool = pb.demo.email_tool(url, provider=pb.Provider("demo", **provider))
     httpx.post(url + "/_reset", json=settings, timeout=5).raise_for_status()
@@ -224,23 +264,41 @@ def _shared(redis: RedisServer, url: str, settings: dict[str, Any], provider: di
     began = next(t for t, n in samples if n > 0)
     ended = next(t for t, n in samples if n >= stats["admitted"])
     return {
-        "rows": rows, "ok": int((out["play_status"] == "ok").sum()), "goodput": slope(window),
-        "window": window[-1][0] - window[0][0], "whole": stats["admitted"] / (ended - began), "sending": ended - began,
-        "map": seconds, "stats": stats, "on_clock": on_providers_clock(settings, stats),
-    }  # fmt: skip
+        "rows": rows,
+        "ok": int((out["play_status"] == "ok").sum()),
+        "goodput": slope(window),
+        "window": window[-1][0] - window[0][0],
+        "whole": stats["admitted"] / (ended - began),
+        "sending": ended - began,
+        "map": seconds,
+        "stats": stats,
+        "on_clock": on_providers_clock(settings, stats),
+    }
 
 
 def _shared_row(m: dict[str, Any]) -> Result:
-    result = Result(f"B9b shared {RPS:g} rps provider ({WORKERS} workers)", "/s", m["goodput"], RPS,
-                    f"the provider's limit, {RPS:g}/s", GOODPUT)  # fmt: skip
+    result = Result(
+        f"B9b shared {RPS:g} rps provider ({WORKERS} workers)",
+        "/s",
+        m["goodput"],
+        RPS,
+        f"the provider's limit, {RPS:g}/s",
+        GOODPUT,
+    )
     requests, refused = m["stats"]["requests"], m["stats"]["by_status"].get("429", 0)
     share = refused / requests if requests else 0.0
     result.notes = [
-        (f"steady goodput {m['goodput']:.1f}/s >= {GOODPUT * RPS:.1f}/s over {m['window']:.1f}s (rows {STEADY[0]:.0%}-"
-         f"{STEADY[1]:.0%} admitted); {SHARED_ROWS - m['ok']} rows not ok", m["goodput"] >= GOODPUT * RPS and m["ok"] == SHARED_ROWS),
+        (
+            f"steady goodput {m['goodput']:.1f}/s >= {GOODPUT * RPS:.1f}/s over {m['window']:.1f}s (rows {STEADY[0]:.0%}-"
+            f"{STEADY[1]:.0%} admitted); {SHARED_ROWS - m['ok']} rows not ok",
+            m["goodput"] >= GOODPUT * RPS and m["ok"] == SHARED_ROWS,
+        ),
         (f"429s {share:.1%} of {requests} requests <= {REFUSED:.0%}", share <= REFUSED),
-        (f"whole sending period {m['sending']:.1f}s: {m['whole']:.1f}/s incl. the burst of {DEMO['burst']:g}; map {m['map']:.1f}s", None),
-    ]  # fmt: skip
+        (
+            f"whole sending period {m['sending']:.1f}s: {m['whole']:.1f}/s incl. the burst of {DEMO['burst']:g}; map {m['map']:.1f}s",
+            None,
+        ),
+    ]
     return result
 
 

@@ -40,7 +40,9 @@ class Result:
     # Extra lines printed under the row: (text, verdict); verdict True/False prints ok/LOW, None nothing.
     notes: list[tuple[str, bool | None]] = field(default_factory=list)
     at_most: bool = False  # for costs such as times (lower is better): the ratio must stay <= target
-    upper: float | None = None  # a ratio that must stay between target and this (a projection against what happened)
+    upper: float | None = (
+        None  # a ratio that must stay between target and this (a projection against what happened)
+    )
 
     @property
     def ratio(self) -> float:
@@ -90,7 +92,11 @@ def table(results: list[Result]) -> str:
 
 def _bound(r: Result) -> str:
     if r.upper is not None:
-        return f"±{r.upper - 1:.0%}" if abs((r.upper - 1) - (1 - r.target)) < 1e-9 else f"{r.target:.2f}-{r.upper:.2f}"
+        return (
+            f"±{r.upper - 1:.0%}"
+            if abs((r.upper - 1) - (1 - r.target)) < 1e-9
+            else f"{r.target:.2f}-{r.upper:.2f}"
+        )
     return ("<=" if r.at_most else ">=") + format(r.target, ".2f")
 
 
@@ -149,8 +155,11 @@ def gather_loop(url: str, frame: pd.DataFrame, concurrency: int) -> int:
 
             async def one(domain: str, first: str) -> object:
                 async with gate:
-                    r = await client.get(url + "/v1/email", params={"domain": domain, "first": first},
-                                         headers={"Authorization": "Bearer demo-key"})  # fmt: skip
+                    r = await client.get(
+                        url + "/v1/email",
+                        params={"domain": domain, "first": first},
+                        headers={"Authorization": "Bearer demo-key"},
+                    )
                     return r.json().get("email") if r.status_code == 200 else None
 
             results = await asyncio.gather(*(one(d, f) for d, f in zip(frame["domain"], frame["first"])))
@@ -177,7 +186,9 @@ def ideal_seconds(settings: dict[str, Any], admitted: int) -> float:
     """The least time the demo's limit in ``settings`` lets ``admitted`` requests in, on its clock:
     a token bucket lets ``burst`` in at once and then ``rps`` a second; a fixed window lets
     ``window_limit`` in at once and then that many per ``window_seconds``."""
-    first = settings.get("burst", 10) if settings.get("rps") else settings["window_limit"]  # 10: the demo's default burst
+    first = (
+        settings.get("burst", 10) if settings.get("rps") else settings["window_limit"]
+    )  # 10: the demo's default burst
     return (admitted - first) / allowed_rate(settings)
 
 
@@ -271,7 +282,9 @@ def clock_row(name: str, settings: dict[str, Any], stats: dict[str, Any], floor:
     return result
 
 
-def steady_row(name: str, settings: dict[str, Any], stats: dict[str, Any], samples: Samples, floor: float) -> Result:
+def steady_row(
+    name: str, settings: dict[str, Any], stats: dict[str, Any], samples: Samples, floor: float
+) -> Result:
     """A row for a rate that was not configured: its ratio is the rate after it converged over the
     limit, judged against ``floor``; the time it took and the whole run are printed apart."""
     limit = allowed_rate(settings)
@@ -284,14 +297,18 @@ def steady_row(name: str, settings: dict[str, Any], stats: dict[str, Any], sampl
     result = Result(name, "/s", steady.rate, limit, f"the provider's limit, {limit:g}/s", floor)
     result.notes = [
         (converged, None),
-        (f"steady {steady.rate:.1f}/s over {steady.seconds:.0f}s after it: {steady.rate / limit:.2f} x {limit:g}/s >= {floor:.2f}",
-         steady.rate >= floor * limit),
+        (
+            f"steady {steady.rate:.1f}/s over {steady.seconds:.0f}s after it: {steady.rate / limit:.2f} x {limit:g}/s >= {floor:.2f}",
+            steady.rate >= floor * limit,
+        ),
         clock_note(settings, stats, None),
-    ]  # fmt: skip
+    ]
     return result
 
 
-def clock_note(settings: dict[str, Any], stats: dict[str, Any], floor: float | None) -> tuple[str, bool | None]:
+def clock_note(
+    settings: dict[str, Any], stats: dict[str, Any], floor: float | None
+) -> tuple[str, bool | None]:
     """What the demo admitted and in how long on its clock, against the ideal (judged unless ``floor`` is None)."""
     ratio = on_providers_clock(settings, stats)
     text = (
@@ -307,4 +324,7 @@ def refused_note(stats: dict[str, Any], most: float, not_ok: int, tail: str = ""
     """The share of requests the demo refused with 429 (at most ``most``), and rows not ok (none)."""
     refused, requests = stats["by_status"].get("429", 0), stats["requests"]
     share = refused / requests if requests else 0.0
-    return f"429s {share:.1%} ({refused}) of {requests:,} requests <= {most:.0%}; {not_ok} rows not ok{tail}", share <= most and not not_ok
+    return (
+        f"429s {share:.1%} ({refused}) of {requests:,} requests <= {most:.0%}; {not_ok} rows not ok{tail}",
+        share <= most and not not_ok,
+    )

@@ -43,13 +43,25 @@ def main() -> None:
     tree = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent).resolve()
     package = tree / "playbook"
     declared, generated = _option_declarations(package)
-    probe = subprocess.run([sys.executable, "-c", _PROBE], cwd=tree, env={"PYTHONPATH": str(tree), "PATH": ""},
-                           capture_output=True, text=True, check=True)  # fmt: skip
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE],
+        cwd=tree,
+        env={"PYTHONPATH": str(tree), "PATH": ""},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     names = json.loads(probe.stdout)
     assert Path(names["file"]).is_relative_to(tree), f"imported {names['file']}, not the tree's"
     rows = [
-        ("declarations of the run options", f"{declared}" + (f" (+ {generated} generated)" if generated else "")),
-        ("public names: Context / Provider / ReceiptStore", f"{names['context']} / {names['provider']} / {names['store']}"),
+        (
+            "declarations of the run options",
+            f"{declared}" + (f" (+ {generated} generated)" if generated else ""),
+        ),
+        (
+            "public names: Context / Provider / ReceiptStore",
+            f"{names['context']} / {names['provider']} / {names['store']}",
+        ),
         ("top-level modules in playbook/", str(len(list(package.glob("*.py"))))),
         ("modules loaded by import playbook", f"{names['loaded']} ({names['demo']} demo)"),
         ("README lines", str(len((tree / "README.md").read_text().splitlines()))),
@@ -71,7 +83,9 @@ def _option_declarations(package: Path) -> tuple[int, int]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 found += {a.arg for a in (*node.args.args, *node.args.kwonlyargs)} >= _RUN
             elif isinstance(node, ast.ClassDef):
-                found += {getattr(s.target, "id", None) for s in node.body if isinstance(s, ast.AnnAssign)} >= _RUN
+                found += {
+                    getattr(s.target, "id", None) for s in node.body if isinstance(s, ast.AnnAssign)
+                } >= _RUN
             elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
                 found += any(isinstance(a, ast.Constant) and a.value == "--refresh" for a in node.args)
         if _GENERATED in text[:400]:

@@ -106,13 +106,26 @@ def start_line(url: str, settings: dict[str, Any], workers: list[Worker], *, wat
         procs = []
         for i, w in enumerate(workers):
             cfg = {
-                "url": url, "provider": w.provider, "start": w.start, "n": w.n, "concurrency": w.concurrency,
-                "store": w.store or str(work / f"store{i}"), "index": i, "ready": str(work / f"ready{i}"), "go": str(go),
-            }  # fmt: skip
-            procs.append(subprocess.Popen([sys.executable, str(script), json.dumps(cfg)], stdout=subprocess.PIPE, text=True))
+                "url": url,
+                "provider": w.provider,
+                "start": w.start,
+                "n": w.n,
+                "concurrency": w.concurrency,
+                "store": w.store or str(work / f"store{i}"),
+                "index": i,
+                "ready": str(work / f"ready{i}"),
+                "go": str(go),
+            }
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(script), json.dumps(cfg)], stdout=subprocess.PIPE, text=True
+                )
+            )
         try:
             _wait_ready(work, procs)
-            httpx.post(url + "/_reset", json=settings, timeout=5).raise_for_status()  # the warm-up calls are not counted
+            httpx.post(
+                url + "/_reset", json=settings, timeout=5
+            ).raise_for_status()  # the warm-up calls are not counted
             with admissions(url) if watch else contextlib.nullcontext([]) as admitted:
                 began = time.time()
                 go.touch()

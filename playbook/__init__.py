@@ -9,7 +9,7 @@ twice.  Import everything from here::
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from .errors import (
+from playbook.errors import (
     PlaybookError,
     PlayDefinitionError,
     ProviderExhausted,
@@ -18,16 +18,16 @@ from .errors import (
     RunFatal,
     ToolError,
 )
-from .frontends import register as _register
-from .plays.play import Play, play
-from .providers.provider import Provider
-from .records import ProviderHold, Receipt, RunStats
-from .runtime import Run, last_run
-from .runtime.context import Context
-from .runtime.estimate import Estimate
-from .store import ReceiptStore
-from .store.fixtures import Fixtures, fixtures
-from .tools import Secret, Tool, http_tool, llm_tool, secret, tool
+from playbook.frontends import register as _register
+from playbook.plays.play import Play, play
+from playbook.providers.provider import Provider
+from playbook.records import ProviderHold, Receipt, RunStats
+from playbook.runtime import Run, last_run
+from playbook.runtime.calls.context import Context
+from playbook.runtime.estimate.projection import Estimate
+from playbook.store import ReceiptStore
+from playbook.store.fixtures import Fixtures, fixtures
+from playbook.tools import Secret, Tool, http_tool, llm_tool, secret, tool
 
 __version__ = "0.1.0"
 
@@ -64,8 +64,8 @@ __all__ = [
 ]
 
 if _TYPE_CHECKING:
-    from . import demo
-    from .cluster import ClusterRun
+    from playbook import demo
+    from playbook.cluster import ClusterRun
 
 _register()  # df.play now; pl.DataFrame.play and ddf.play now or once Polars or Dask is imported
 
@@ -88,6 +88,8 @@ def __getattr__(name: str) -> _Any:
 
 def load_ipython_extension(ipython: object) -> None:
     """``%load_ext playbook``: registers the ``%%play`` cell magic."""
-    from .frontends.magic import PlayMagics  # IPython is imported only here: the runtime stays Jupyter-free
+    from playbook.frontends.magic import (
+        PlayMagics,  # IPython is imported only here: the runtime stays Jupyter-free
+    )
 
     ipython.register_magics(PlayMagics)  # type: ignore[attr-defined]

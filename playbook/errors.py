@@ -84,7 +84,9 @@ class ProviderExhausted(ProviderUnavailable):
     down (``reason="down"``: it refuses connections or keeps failing; ``retry_at`` is when the next
     probe goes).  A row that meets it parks with that reason; a waterfall tries its next leg."""
 
-    def __init__(self, message: str, *, retry_at: float | None = None, reason: str = "hold", **kwargs: object) -> None:
+    def __init__(
+        self, message: str, *, retry_at: float | None = None, reason: str = "hold", **kwargs: object
+    ) -> None:
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
         self.retry_at = retry_at
         self.reason = reason

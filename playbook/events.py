@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .records import Status
+from playbook.records import Status
 
 __all__ = [
     "CallFailed",
@@ -84,7 +84,7 @@ class RowFinished(NamedTuple):
     held: bool = False  # the row was waiting in the retry queue (settled by a stop)
     calls: int = 0  # a reused row: the calls its memo saved (all reused)
     cost: float = 0.0  # and what they cost
-    group: str | None = None  # a failed row: its error's group (see playbook.runtime.grouping)
+    group: str | None = None  # a failed row: its error's group (see playbook.runtime.rows.grouping)
     # Money this attempt paid that bought nothing kept: all it paid, when the row failed; else
     # what answers validation refused cost (run.stats.cost_failed).
     cost_failed: float = 0.0

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from .tagged import SCALARS, Unencodable, as_plain, dumps, encode, float_name
+from playbook.tagged import SCALARS, Unencodable, as_plain, dumps, encode, float_name
 
 __all__ = [
     "MEMO",
@@ -125,13 +125,21 @@ def labelled_row_digest(values: list[Any], label: Any) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-def int_row_digests(columns: Sequence[np.ndarray[Any, Any]], labels: np.ndarray[Any, Any] | None = None) -> bytearray:
+def int_row_digests(
+    columns: Sequence[np.ndarray[Any, Any]], labels: np.ndarray[Any, Any] | None = None
+) -> bytearray:
     """:func:`row_digest` of each row of ``columns`` (numpy arrays of ints or bools, one per key
     column), one after the other.  Their values' key form is their JSON text, so a row's is made
     in one step: a million rows in half the time.  ``labels`` (ints, one per row): their
     :func:`labelled_row_digest` instead."""
-    texts = [map(_BOOL_TEXT.__getitem__ if c.dtype.kind == "b" else int.__repr__, c.tolist()) for c in columns]
-    rows = ("[" + t + "]" for t in texts[0]) if len(texts) == 1 else ("[" + ",".join(ts) + "]" for ts in zip(*texts))
+    texts = [
+        map(_BOOL_TEXT.__getitem__ if c.dtype.kind == "b" else int.__repr__, c.tolist()) for c in columns
+    ]
+    rows = (
+        ("[" + t + "]" for t in texts[0])
+        if len(texts) == 1
+        else ("[" + ",".join(ts) + "]" for ts in zip(*texts))
+    )
     if labels is not None:
         rows = (row + _LABEL + label for row, label in zip(rows, map(int.__repr__, labels.tolist())))
     blake2b = hashlib.blake2b
@@ -252,7 +260,9 @@ def _key_pandas(value: Any) -> Any:
         return {"$timedelta": int(value.value)}
     if isinstance(value, (pd.Period, pd.Interval)):  # what period[M] and pd.cut columns hold
         return {"$" + type(value).__name__.lower(): str(value)}
-    raise Unencodable(value, f"a pandas {type(value).__name__} has no JSON form here; return plain values (e.g. .tolist())")
+    raise Unencodable(
+        value, f"a pandas {type(value).__name__} has no JSON form here; return plain values (e.g. .tolist())"
+    )
 
 
 def _key_numpy(value: Any) -> Any:
@@ -296,7 +306,9 @@ def code_fingerprint(fn: Any, *, source: bool = True) -> str:
     Dask worker); a docstring then counts, and so does the Python version.
     """
     if isinstance(fn, functools.partial):
-        bound = key_text([_by_value(a) for a in fn.args] + [[k, _by_value(v)] for k, v in sorted(fn.keywords.items())])
+        bound = key_text(
+            [_by_value(a) for a in fn.args] + [[k, _by_value(v)] for k, v in sorted(fn.keywords.items())]
+        )
         return digest(code_fingerprint(fn.func, source=source) + "\x1f" + bound)
     if not inspect.isroutine(fn) and callable(fn):  # an object with __call__: its class's code
         fn = type(fn).__call__
@@ -336,17 +348,28 @@ def _compiled(code: Any) -> str:
 
 def _code_text(fn: Any) -> str:
     code = getattr(fn, "__code__", None)
-    compiled = repr(fn) if code is None else repr((code.co_code, [c for c in code.co_consts if not inspect.iscode(c)], code.co_names))
+    compiled = (
+        repr(fn)
+        if code is None
+        else repr((code.co_code, [c for c in code.co_consts if not inspect.iscode(c)], code.co_names))
+    )
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError, IndentationError):
-        return compiled  # no source (exec'd code, a builtin): the compiled code, which changes with every edit
+        return (
+            compiled  # no source (exec'd code, a builtin): the compiled code, which changes with every edit
+        )
     node = tree.body[0] if tree.body else tree
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         # A lambda: its source is the whole line, which may hold others; the code tells them apart.
         return ast.dump(node, annotate_fields=False) + compiled
     node.decorator_list = []
     body = node.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         node.body = body[1:] or [ast.Pass()]
     return ast.dump(node, annotate_fields=False)

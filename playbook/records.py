@@ -8,7 +8,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from ._internal.words import time_of_day
+from playbook._internal.words import time_of_day
 
 __all__ = ["STATUSES", "STATUS_COLUMNS", "ProviderHold", "Receipt", "RunStats", "Status"]
 
@@ -52,10 +52,14 @@ class RunStats(BaseModel):
     calls_shared: int = 0  # identical calls answered by a receipt this run paid for (another row's)
     calls_failed: int = 0  # requests sent that brought back nothing to keep (5xx, timeouts, 429s)
     calls_local: int = 0  # calls of free local tools (no provider, no cost) that ran
-    tokens: int = 0  # what the paid calls' answers counted (an LLM's usage; a tool that counts none adds nothing)
+    tokens: int = (
+        0  # what the paid calls' answers counted (an LLM's usage; a tool that counts none adds nothing)
+    )
     cost_spent: float = 0.0
     cost_saved: float = 0.0
-    cost_failed: float = 0.0  # of cost_spent: paid for calls of rows that failed, or for answers validation refused
+    cost_failed: float = (
+        0.0  # of cost_spent: paid for calls of rows that failed, or for answers validation refused
+    )
     elapsed: float = 0.0
     receipts_lost: int = 0  # paid calls whose receipts could not be written (the store failed)
 
@@ -76,7 +80,9 @@ class ProviderHold(BaseModel):
     waiting_rows: int
     parked_rows: int = 0
     last_status: int | None = None
-    reason: str = "hold"  # "hold": the provider asked to wait; "down": it refuses connections or keeps failing
+    reason: str = (
+        "hold"  # "hold": the provider asked to wait; "down": it refuses connections or keeps failing
+    )
     error: str | None = None  # a down provider: the failure that took it down, in words
 
     def __str__(self) -> str:

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._internal.jsontext import dumps, loads
+from playbook._internal.jsontext import dumps, loads
 
 __all__ = ["SCALARS", "Unencodable", "as_plain", "decode", "dumps", "encode", "float_name", "loads"]
 
@@ -46,7 +46,9 @@ class Unencodable(TypeError):
     def __init__(self, value: Any, why: str | None = None) -> None:
         self.value = value
         self.where = ""
-        self.why = why or f"a value of type {type(value).__module__}.{type(value).__qualname__} has no JSON form"
+        self.why = (
+            why or f"a value of type {type(value).__module__}.{type(value).__qualname__} has no JSON form"
+        )
         super().__init__(self.why)
 
     @property
@@ -83,7 +85,11 @@ def _encode_dict(value: dict[Any, Any]) -> Any:
     try:
         for k, v in value.items():
             if type(k) is not str:
-                return {"$map": [[_at(encode, k2, "<key>"), _at(encode, v2, f"[{k2!r}]")] for k2, v2 in value.items()]}
+                return {
+                    "$map": [
+                        [_at(encode, k2, "<key>"), _at(encode, v2, f"[{k2!r}]")] for k2, v2 in value.items()
+                    ]
+                }
             if type(v) in SCALARS:
                 e = v
             else:
@@ -229,7 +235,9 @@ def _encode_pandas(value: Any) -> Any:
         tz = value.tz
         if tz is None:
             return {"$timestamp": [value.isoformat(), None, value.unit]}
-        zone = getattr(tz, "key", None) or getattr(tz, "zone", None) or (str(tz) if str(tz) == "UTC" else None)
+        zone = (
+            getattr(tz, "key", None) or getattr(tz, "zone", None) or (str(tz) if str(tz) == "UTC" else None)
+        )
         utc = value.tz_convert("UTC").tz_localize(None)
         if not zone:
             offset = value.utcoffset()
@@ -242,7 +250,9 @@ def _encode_pandas(value: Any) -> Any:
         return {"$period": [str(value), value.freqstr]}
     if isinstance(value, pd.Interval):
         return {"$interval": [encode(value.left), encode(value.right), value.closed]}
-    raise Unencodable(value, f"a pandas {type(value).__name__} has no JSON form here; return plain values (e.g. .tolist())")
+    raise Unencodable(
+        value, f"a pandas {type(value).__name__} has no JSON form here; return plain values (e.g. .tolist())"
+    )
 
 
 def decode(data: Any) -> Any:

@@ -106,8 +106,13 @@ def dask_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     # The workers' own marks of stores are theirs, as on other machines: not the client's.
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PLAYBOOK_MARKS", str(tmp_path_factory.mktemp("worker-marks")))
-        cluster = LocalCluster(n_workers=WORKERS, threads_per_worker=THREADS, processes=True, dashboard_address=":0",
-                               silence_logs=logging.ERROR)  # fmt: skip
+        cluster = LocalCluster(
+            n_workers=WORKERS,
+            threads_per_worker=THREADS,
+            processes=True,
+            dashboard_address=":0",
+            silence_logs=logging.ERROR,
+        )
     with cluster, Client(cluster) as client:
         yield client
 

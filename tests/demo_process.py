@@ -28,8 +28,10 @@ class DemoProcess:
     def __init__(self) -> None:
         self._process = subprocess.Popen(
             [sys.executable, "-m", "playbook.demo", "--port", "0"],
-            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         assert self._process.stdout is not None
         line = self._process.stdout.readline()
         if "listening on" not in line:

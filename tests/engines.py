@@ -43,7 +43,13 @@ ENGINES = ("one process", "processes", "cluster")
 PROCESSES = 2  # the processes engine's processes
 WORKERS, THREADS = 2, 2  # the cluster's workers, and threads each
 PARTITIONS = 4
-_RANK = {"ok": 0, "reused": 1, "failed": 2, "parked": 3, "skipped": 4}  # the job's status of a row: the most finished
+_RANK = {
+    "ok": 0,
+    "reused": 1,
+    "failed": 2,
+    "parked": 3,
+    "skipped": 4,
+}  # the job's status of a row: the most finished
 
 # A process of the processes engine: load (frame, play, options), run, write what the run says.
 # With a third argument (a file's path): then wait for that file, retry, and write what the retry
@@ -95,8 +101,12 @@ class Outcome:
     waterfalls: pd.DataFrame
     fatal: str | None = None  # the error that stopped a run (RunFatal, KeyboardInterrupt)
     results: list[pd.DataFrame] = field(default_factory=list)  # each process's own result
-    notices: list[str] = field(default_factory=list)  # what the runs said (run.notices), each process's in turn
-    previous: list[dict[str, Any] | None] = field(default_factory=list)  # a retry's: the stats of each run it retried, then
+    notices: list[str] = field(
+        default_factory=list
+    )  # what the runs said (run.notices), each process's in turn
+    previous: list[dict[str, Any] | None] = field(
+        default_factory=list
+    )  # a retry's: the stats of each run it retried, then
 
     @property
     def statuses(self) -> dict[str, int]:
@@ -125,14 +135,18 @@ class Engine:
     def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
         raise NotImplementedError
 
-    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> tuple[int, Outcome | None]:
+    def kill_when(
+        self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any
+    ) -> tuple[int, Outcome | None]:
         raise NotImplementedError
 
     def refused(self, frame: pd.DataFrame, play: Any, **options: Any) -> str:
         """The ``ReceiptError`` a run raises before it starts (each process's, the same)."""
         raise NotImplementedError
 
-    def retried(self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any) -> tuple[Outcome, Outcome]:
+    def retried(
+        self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any
+    ) -> tuple[Outcome, Outcome]:
         """Run, then ``between(outcome)``, then ``run.retry()`` in each process that ran: what the
         runs did, and what the retries did (each retry's ``previous``: its run's counters then)."""
         raise NotImplementedError
@@ -165,9 +179,13 @@ class OneProcess(Engine):
         return _finished(lambda: frame.play.run(play, store=self.store, progress=False, **options))
 
     def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
-        return _stopped(lambda: frame.play.arun(play, store=self.store, progress=False, background=True, **options), when)
+        return _stopped(
+            lambda: frame.play.arun(play, store=self.store, progress=False, background=True, **options), when
+        )
 
-    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> tuple[int, Outcome | None]:
+    def kill_when(
+        self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any
+    ) -> tuple[int, Outcome | None]:
         # One process killed is this process killed: it runs on its own for that.
         with _processes(self.scratch, frame, play, {"store": self.store, **options}, 1) as procs:
             _kill_when(procs[0], when)
@@ -178,7 +196,9 @@ class OneProcess(Engine):
             self.run(frame, play, **options)
         return str(raised.value)
 
-    def retried(self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any) -> tuple[Outcome, Outcome]:
+    def retried(
+        self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any
+    ) -> tuple[Outcome, Outcome]:
         return _retried(lambda: frame.play.run(play, store=self.store, progress=False, **options), between)
 
     def wipe_store(self) -> None:
@@ -196,24 +216,34 @@ class Processes(Engine):
         self.scratch = scratch
 
     def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
-        with _processes(self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store) as procs:
+        with _processes(
+            self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store
+        ) as procs:
             return _merged([_said(proc) for proc in procs])
 
     def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
-        with _processes(self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store) as procs:
+        with _processes(
+            self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store
+        ) as procs:
             _wait(when)
             for proc in procs:
                 proc.popen.send_signal(signal.SIGINT)  # Ctrl-C in each
             return _merged([_said(proc) for proc in procs])
 
-    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> tuple[int, Outcome | None]:
-        with _processes(self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store) as procs:
+    def kill_when(
+        self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any
+    ) -> tuple[int, Outcome | None]:
+        with _processes(
+            self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store
+        ) as procs:
             _kill_when(procs[0], when)
             for proc in procs[1:]:
                 _said(proc)
         return options.get("concurrency", 16), None
 
-    def retried(self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any) -> tuple[Outcome, Outcome]:
+    def retried(
+        self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any
+    ) -> tuple[Outcome, Outcome]:
         flag = Path(tempfile.mkdtemp(dir=self.scratch)) / "retry"
         options = {"store": self.store, **options}
         with _processes(self.scratch, frame, play, options, PROCESSES, share=self.store, retry=flag) as procs:
@@ -229,7 +259,9 @@ class Processes(Engine):
             return first, _merged([_load(proc.out.with_name(proc.out.name + ".retry")) for proc in procs])
 
     def refused(self, frame: pd.DataFrame, play: Any, **options: Any) -> str:
-        with _processes(self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store) as procs:
+        with _processes(
+            self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store
+        ) as procs:
             said = {_said(proc).get("refused") for proc in procs}
         assert len(said) == 1 and None not in said, said
         return str(said.pop())
@@ -250,7 +282,9 @@ class Cluster(Engine):
 
     def setenv(self, name: str, value: str) -> None:
         super().setenv(name, value)
-        self.client.run(_setenv, name, value)  # a function of a module: os.environ itself would travel as a copy
+        self.client.run(
+            _setenv, name, value
+        )  # a function of a module: os.environ itself would travel as a copy
 
     def _frame(self, frame: pd.DataFrame, partitions: int = PARTITIONS) -> Any:
         import dask.dataframe as dd
@@ -258,15 +292,21 @@ class Cluster(Engine):
         return dd.from_pandas(frame, npartitions=partitions)
 
     def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
-        return _finished(lambda: self._frame(frame).play.run(play, store=self.store, progress=False, **options))
+        return _finished(
+            lambda: self._frame(frame).play.run(play, store=self.store, progress=False, **options)
+        )
 
     def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
         async def start() -> Any:  # a cluster job started in the background is returned at once
-            return self._frame(frame).play.run(play, store=self.store, progress=False, background=True, **options)
+            return self._frame(frame).play.run(
+                play, store=self.store, progress=False, background=True, **options
+            )
 
         return _stopped(start, when)
 
-    def kill_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> tuple[int, Outcome | None]:
+    def kill_when(
+        self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any
+    ) -> tuple[int, Outcome | None]:
         client = self.client
         pids = client.run(os.getpid)
 
@@ -281,7 +321,11 @@ class Cluster(Engine):
             # Twice as many partitions as the workers' threads: the worker killed holds results of
             # partitions it finished, which Dask computes again, besides those it was running.
             partitions = 2 * WORKERS * THREADS
-            outcome = _finished(lambda: self._frame(frame, partitions).play.run(play, store=self.store, progress=False, **options))
+            outcome = _finished(
+                lambda: self._frame(frame, partitions).play.run(
+                    play, store=self.store, progress=False, **options
+                )
+            )
         finally:
             killer.join(10)
             client.wait_for_workers(WORKERS, timeout=60)
@@ -292,8 +336,12 @@ class Cluster(Engine):
             self.run(frame, play, **options)
         return str(raised.value)
 
-    def retried(self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any) -> tuple[Outcome, Outcome]:
-        return _retried(lambda: self._frame(frame).play.run(play, store=self.store, progress=False, **options), between)
+    def retried(
+        self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any
+    ) -> tuple[Outcome, Outcome]:
+        return _retried(
+            lambda: self._frame(frame).play.run(play, store=self.store, progress=False, **options), between
+        )
 
     def wipe_store(self) -> None:
         _flush(self.store)
@@ -350,7 +398,16 @@ def _outcome(run: Any, fatal: str | None) -> Outcome:
         result = result.compute()
     stats = run.stats.model_dump()
     holds = [h.model_dump() for h in run.holds]
-    return Outcome(result, [stats], holds, run.parked, run.waterfalls, fatal, [] if result is None else [result], run.notices)
+    return Outcome(
+        result,
+        [stats],
+        holds,
+        run.parked,
+        run.waterfalls,
+        fatal,
+        [] if result is None else [result],
+        run.notices,
+    )
 
 
 def _merged(said: list[dict[str, Any]]) -> Outcome:
@@ -364,7 +421,10 @@ def _merged(said: list[dict[str, Any]]) -> Outcome:
     for i, result in enumerate(results):
         take = best == i
         merged.loc[take] = result.loc[take]
-    done = [r[r["play_status"].isin(["ok", "reused"])].drop(columns=["play_status", "play_error"]) for r in results]
+    done = [
+        r[r["play_status"].isin(["ok", "reused"])].drop(columns=["play_status", "play_error"])
+        for r in results
+    ]
     for other in done[1:]:
         both = done[0].index.intersection(other.index)
         for column in done[0].columns:
@@ -377,7 +437,17 @@ def _merged(said: list[dict[str, Any]]) -> Outcome:
     fatal = next((s["fatal"] for s in said if s["fatal"]), None)
     notices = [note for s in said for note in s["notices"]]
     legs = _legs([s["waterfalls"] for s in said])
-    return Outcome(merged, [s["stats"] for s in said], holds, parked, legs, fatal, results, notices, [s.get("previous") for s in said])
+    return Outcome(
+        merged,
+        [s["stats"] for s in said],
+        holds,
+        parked,
+        legs,
+        fatal,
+        results,
+        notices,
+        [s.get("previous") for s in said],
+    )
 
 
 def _legs(tables: list[pd.DataFrame]) -> pd.DataFrame:
@@ -411,8 +481,16 @@ class _Proc:
 
 
 @contextmanager
-def _processes(scratch: Path, frame: pd.DataFrame, play: Any, options: dict[str, Any], n: int, *,
-               share: str | None = None, retry: Path | None = None) -> Iterator[list[_Proc]]:  # fmt: skip
+def _processes(
+    scratch: Path,
+    frame: pd.DataFrame,
+    play: Any,
+    options: dict[str, Any],
+    n: int,
+    *,
+    share: str | None = None,
+    retry: Path | None = None,
+) -> Iterator[list[_Proc]]:
     """Start ``n`` processes running ``play`` over ``frame`` (each started, the play imported);
     any still running at the end is killed.  ``retry``: each retries its run once that file exists."""
     work = Path(tempfile.mkdtemp(dir=scratch))
@@ -421,7 +499,10 @@ def _processes(scratch: Path, frame: pd.DataFrame, play: Any, options: dict[str,
     with sharing_limits(share) if share else _nothing():
         payload.write_bytes(cloudpickle.dumps((frame, play, options)))
     extra = [str(retry)] if retry is not None else []
-    procs = [_Proc(warm.start(script, str(payload), str(work / f"out{i}.pkl"), *extra), work / f"out{i}.pkl") for i in range(n)]
+    procs = [
+        _Proc(warm.start(script, str(payload), str(work / f"out{i}.pkl"), *extra), work / f"out{i}.pkl")
+        for i in range(n)
+    ]
     try:
         for proc in procs:
             line = proc.popen.readline()

@@ -17,7 +17,14 @@ class Kernel:
     def run(self, code: str, *, answer: str | None = None) -> dict[str, Any]:
         """Run a cell; ``answer``: what the user types when the cell asks (``input()``), the
         questions it asked in ``out["asked"]`` (without it, the cell cannot ask)."""
-        out: dict[str, Any] = {"stdout": "", "stderr": "", "error": None, "value": None, "asked": [], "shown": []}
+        out: dict[str, Any] = {
+            "stdout": "",
+            "stderr": "",
+            "error": None,
+            "value": None,
+            "asked": [],
+            "shown": [],
+        }
 
         def hook(msg: dict[str, Any]) -> None:
             kind, content = msg["msg_type"], msg["content"]
@@ -35,11 +42,19 @@ class Kernel:
             self.kc.input(answer)
 
         reply = self.kc.execute_interactive(
-            textwrap.dedent(code), timeout=60, output_hook=hook, allow_stdin=answer is not None, stdin_hook=asked
+            textwrap.dedent(code),
+            timeout=60,
+            output_hook=hook,
+            allow_stdin=answer is not None,
+            stdin_hook=asked,
         )
         out["status"] = reply["content"]["status"]
         # What IPython sends to its pager (`%%play?`), as text.
-        out["page"] = "".join(p["data"].get("text/plain", "") for p in reply["content"].get("payload", []) if p.get("source") == "page")
+        out["page"] = "".join(
+            p["data"].get("text/plain", "")
+            for p in reply["content"].get("payload", [])
+            if p.get("source") == "page"
+        )
         return out
 
     def value(self, expr: str) -> Any:

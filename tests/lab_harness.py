@@ -84,7 +84,10 @@ CHROMIUM_ARGS = [
 # Settings for this lab only: no news or update checks (they reach the internet and put a toast
 # over the screenshots); every cell attached to the DOM, so offscreen cells render and count.
 SETTINGS = {
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
 
@@ -225,14 +228,20 @@ class Session:
     samples: list[dict[str, Any]]  # SAMPLER's, from Run All to the end
     home: Path
     theme: str = LIGHT  # the one the cells ran in
-    live_look: dict[str, Any] | None = None  # the live panel's colours (window.__pbLook), once it showed its pictures
-    looks: dict[str, dict[str, Any]] = field(default_factory=dict)  # theme -> the finished notebook's colours in it
+    live_look: dict[str, Any] | None = (
+        None  # the live panel's colours (window.__pbLook), once it showed its pictures
+    )
+    looks: dict[str, dict[str, Any]] = field(
+        default_factory=dict
+    )  # theme -> the finished notebook's colours in it
     stalled: str | None = None  # what the browser still waited for when the time ran out
     console_errors: list[str] = field(default_factory=list)
 
     def runs(self) -> list[tuple[int, dict[str, Any]]]:
         """(code cell, summary) for every run summary on the page, in page order."""
-        return [(i, s) for i, cell in enumerate(self.cells) for out in cell["outputs"] for s in out["summaries"]]
+        return [
+            (i, s) for i, cell in enumerate(self.cells) for out in cell["outputs"] for s in out["summaries"]
+        ]
 
     def summaries(self) -> list[tuple[int, dict[str, int]]]:
         """(code cell, counters) for every run summary on the page, in page order."""
@@ -241,11 +250,24 @@ class Session:
             counters = summary["tables"][0]
             assert counters["head"] == HEADER, counters
             # counts, and money as "$1,204.10": read as whole numbers
-            found.append((i, {h: int(float(v.replace(",", "").lstrip("<$"))) for h, v in zip(HEADER, counters["rows"][0])}))
+            found.append(
+                (
+                    i,
+                    {
+                        h: int(float(v.replace(",", "").lstrip("<$")))
+                        for h, v in zip(HEADER, counters["rows"][0])
+                    },
+                )
+            )
         return found
 
     def printed(self) -> str:
-        return "".join(out["text"] for cell in self.cells for out in cell["outputs"] if out["mime"] == "application/vnd.jupyter.stdout")
+        return "".join(
+            out["text"]
+            for cell in self.cells
+            for out in cell["outputs"]
+            if out["mime"] == "application/vnd.jupyter.stdout"
+        )
 
     def live_samples(self) -> list[dict[str, Any]]:
         """The samples that show a live panel, from the first one whose header is drawn: the
@@ -257,7 +279,10 @@ class Session:
     def grouped(self) -> list[dict[str, Any]]:
         """The live samples from the first one that shows both the parked and the errors table."""
         live = self.live_samples()
-        first = next((i for i, s in enumerate(live) if {tuple(PARKED_HEAD), tuple(ERRORS_HEAD)} <= _heads(s)), len(live))
+        first = next(
+            (i for i, s in enumerate(live) if {tuple(PARKED_HEAD), tuple(ERRORS_HEAD)} <= _heads(s)),
+            len(live),
+        )
         return live[first:]
 
     def figures(self) -> dict[str, Any]:
@@ -270,6 +295,7 @@ class Session:
         # Up to the panel's last sample too: a panel that froze for good would otherwise pass.
         stops = [s["t"] for s in changes] + [live[-1]["t"]]
         heaps = [s["heap"] for s in live if s["heap"] is not None]
+
         def lines(head: str) -> int:
             return max((len(t["rows"]) for s in live for t in s["tables"] if t["head"] == head), default=0)
 
@@ -280,7 +306,9 @@ class Session:
             "live for s": round(live[-1]["t"] - live[0]["t"], 2),
             "distinct done": len({s["done"] for s in live}),
             "done values": [s["done"] for s in changes],
-            "max gap s": round(max(b - a for a, b in zip(stops, stops[1:])), 2) if len(changes) > 1 else float("inf"),
+            "max gap s": round(max(b - a for a, b in zip(stops, stops[1:])), 2)
+            if len(changes) > 1
+            else float("inf"),
             "max panel nodes": max(s["panel_nodes"] for s in live),
             "max panel nodes in SVG": max(s["svg_nodes"] for s in live),
             "max table rows": max((len(t["rows"]) for s in live for t in s["tables"]), default=0),
@@ -288,9 +316,17 @@ class Session:
             "document nodes at panel start, end": (live[0]["document_nodes"], live[-1]["document_nodes"]),
             "max document nodes while live": max(s["document_nodes"] for s in live),
             "live samples with both tables": len(grouped),
-            "document nodes with both tables first, min, max, last": grouped and (grouped[0], min(grouped), max(grouped), grouped[-1]),
-            "document nodes before Run All, after": (self.samples[0]["document_nodes"], self.samples[-1]["document_nodes"]),
-            "JS heap MB at panel start, end, max": tuple(round(h / 2**20, 1) for h in (heaps[0], heaps[-1], max(heaps))) if heaps else None,
+            "document nodes with both tables first, min, max, last": grouped
+            and (grouped[0], min(grouped), max(grouped), grouped[-1]),
+            "document nodes before Run All, after": (
+                self.samples[0]["document_nodes"],
+                self.samples[-1]["document_nodes"],
+            ),
+            "JS heap MB at panel start, end, max": tuple(
+                round(h / 2**20, 1) for h in (heaps[0], heaps[-1], max(heaps))
+            )
+            if heaps
+            else None,
         }
 
 
@@ -355,12 +391,16 @@ def jupyter_lab(root: Path, env: dict[str, str], log_path: Path) -> Iterator[tup
         "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: its commands switch the theme
     ]
     with open(log_path, "wb") as log:
-        server = subprocess.Popen(argv, env=env, cwd=root, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            argv, env=env, cwd=root, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             deadline = time.monotonic() + 60
             while True:
                 assert server.poll() is None, f"jupyter lab exited:\n{log_path.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, f"jupyter lab did not answer:\n{log_path.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, (
+                    f"jupyter lab did not answer:\n{log_path.read_text()[-3000:]}"
+                )
                 try:
                     _get(f"{base}/api/status?token={token}")
                     break
@@ -374,7 +414,9 @@ def jupyter_lab(root: Path, env: dict[str, str], log_path: Path) -> Iterator[tup
             yield base, token
         finally:
             try:  # shuts the kernels down too, which terminating the server may not
-                urllib.request.urlopen(urllib.request.Request(f"{base}/api/shutdown?token={token}", method="POST"), timeout=10).close()
+                urllib.request.urlopen(
+                    urllib.request.Request(f"{base}/api/shutdown?token={token}", method="POST"), timeout=10
+                ).close()
             except OSError:
                 pass
             try:
@@ -392,7 +434,9 @@ def jupyter_lab(root: Path, env: dict[str, str], log_path: Path) -> Iterator[tup
 def launch_chromium() -> Iterator[Browser]:
     """Headless Chromium: ``$CHROMIUM``, else ``/usr/bin/chromium``."""
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"), headless=True, args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(
+            executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"), headless=True, args=CHROMIUM_ARGS
+        )
         try:
             yield browser
         finally:
@@ -439,7 +483,9 @@ def set_theme(page: Page, theme: str) -> None:
     switched = """([theme, before]) => document.body.dataset.jpThemeName === theme
         && getComputedStyle(document.body).getPropertyValue('--jp-layout-color0') !== before"""
     page.wait_for_function(switched, arg=[theme, before], timeout=30_000)
-    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")  # painted
+    page.evaluate(
+        "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+    )  # painted
 
 
 def shade(theme: str) -> str:
@@ -447,7 +493,9 @@ def shade(theme: str) -> str:
     return theme.split()[-1].lower()
 
 
-def drive(chromium: Browser, lab: Lab, name: str, *, theme: str = LIGHT, looks: tuple[str, ...] = ()) -> Session:
+def drive(
+    chromium: Browser, lab: Lab, name: str, *, theme: str = LIGHT, looks: tuple[str, ...] = ()
+) -> Session:
     """Open notebook ``name`` in a fresh page in ``theme``, Run All while sampling the page,
     screenshot it live (``<stem>_live_<shade>.png``), then in each of ``looks`` (default: ``theme``)
     read its pictures' colours and screenshot it finished (``<stem>_<shade>.png``), and read what it shows."""
@@ -463,8 +511,13 @@ def drive(chromium: Browser, lab: Lab, name: str, *, theme: str = LIGHT, looks: 
         # A workspace of its own: the default one would open the notebooks of earlier pages too.
         page.goto(f"{base}/lab/workspaces/{stem}/tree/{name}?token={token}")
         # The notebook attaches its cells a few at a time: wait for all of them.
-        code_cells = sum(cell["cell_type"] == "code" for cell in _get(f"{base}/api/contents/{name}?token={token}")["content"]["cells"])
-        page.wait_for_function(f"document.querySelectorAll('.jp-Notebook .jp-CodeCell').length === {code_cells}", timeout=60_000)
+        code_cells = sum(
+            cell["cell_type"] == "code"
+            for cell in _get(f"{base}/api/contents/{name}?token={token}")["content"]["cells"]
+        )
+        page.wait_for_function(
+            f"document.querySelectorAll('.jp-Notebook .jp-CodeCell').length === {code_cells}", timeout=60_000
+        )
         page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=60_000)
         folder = page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current")
         if folder.count():
@@ -505,6 +558,14 @@ def drive(chromium: Browser, lab: Lab, name: str, *, theme: str = LIGHT, looks: 
     finally:
         page.close()
     return Session(
-        code_cells=code_cells, cells=cells, live=live, samples=samples, home=home, theme=theme, live_look=live_look, looks=seen,
-        stalled=stalled, console_errors=errors,
-    )  # fmt: skip
+        code_cells=code_cells,
+        cells=cells,
+        live=live,
+        samples=samples,
+        home=home,
+        theme=theme,
+        live_look=live_look,
+        looks=seen,
+        stalled=stalled,
+        console_errors=errors,
+    )

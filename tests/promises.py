@@ -26,7 +26,13 @@ def people(n: int, calls: int | None = None) -> pd.DataFrame:
     """``n`` rows; with ``calls``, only that many different calls among them (rows i and
     i + calls look up the same person)."""
     k = calls or n
-    return pd.DataFrame({"n": range(n), "domain": [f"company{i % k}.com" for i in range(n)], "first": [f"P{i % k}" for i in range(n)]})
+    return pd.DataFrame(
+        {
+            "n": range(n),
+            "domain": [f"company{i % k}.com" for i in range(n)],
+            "first": [f"P{i % k}" for i in range(n)],
+        }
+    )
 
 
 def enrich(tool: pb.Tool) -> pb.Play:

@@ -121,7 +121,9 @@ class Flaky(Shape):
 
     def decide(self, now: float) -> Exception | None:
         if self.every and self.requests % self.every == 0:
-            return pb.ToolError("service unavailable", status=self.status, retryable=True, retry_after=self.retry_after)
+            return pb.ToolError(
+                "service unavailable", status=self.status, retryable=True, retry_after=self.retry_after
+            )
         return None
 
 
@@ -182,8 +184,15 @@ class Outcome:
         return self.ok / self.seconds if self.seconds else 0.0
 
 
-async def drive(provider: Provider, shape: Shape, rows: int, *, concurrency: int = 32, max_wait: float = 120.0,
-                on_trace: Callable[[float], None] | None = None) -> Outcome:  # fmt: skip
+async def drive(
+    provider: Provider,
+    shape: Shape,
+    rows: int,
+    *,
+    concurrency: int = 32,
+    max_wait: float = 120.0,
+    on_trace: Callable[[float], None] | None = None,
+) -> Outcome:
     """Run ``rows`` rows of one call each through ``provider`` with ``concurrency`` worker slots."""
     loop = asyncio.get_running_loop()
     slots = asyncio.Semaphore(concurrency)

@@ -61,7 +61,10 @@ class Gadget:
     "frame",
     [
         pd.DataFrame(),
-        pd.DataFrame({"n": pd.Series([], dtype="int64"), "when": pd.Series([], dtype="datetime64[ns]")}, index=pd.Index([], name="id")),
+        pd.DataFrame(
+            {"n": pd.Series([], dtype="int64"), "when": pd.Series([], dtype="datetime64[ns]")},
+            index=pd.Index([], name="id"),
+        ),
         pd.DataFrame({"n": [1, 2]}, index=[7, 9]).query("n > 5"),
     ],
     ids=["no columns", "typed columns, named index", "filter that matched nothing"],
@@ -126,12 +129,22 @@ def test_multiindex_columns(store: pb.ReceiptStore) -> None:
     async def total(row, ctx):
         return {"total": row[("a", "x")] + row[("a", "y")]}
 
-    frame = pd.DataFrame([[1, 2, "p"], [1, 2, "q"], [3, 4, "r"]], columns=pd.MultiIndex.from_tuples([("a", "x"), ("a", "y"), ("b", "z")]))
+    frame = pd.DataFrame(
+        [[1, 2, "p"], [1, 2, "q"], [3, 4, "r"]],
+        columns=pd.MultiIndex.from_tuples([("a", "x"), ("a", "y"), ("b", "z")]),
+    )
     run = frame.play.run(total, store=store, progress=False, key=[("a", "x"), ("a", "y")])
     out = run.result
     assert run.stats.ok == 3
     assert isinstance(out.columns, pd.MultiIndex)
-    assert out.columns.tolist() == [("a", "x"), ("a", "y"), ("b", "z"), ("total", ""), ("play_status", ""), ("play_error", "")]
+    assert out.columns.tolist() == [
+        ("a", "x"),
+        ("a", "y"),
+        ("b", "z"),
+        ("total", ""),
+        ("play_status", ""),
+        ("play_error", ""),
+    ]
     assert out["total"].tolist() == [3, 3, 7] and out["play_status"].tolist() == ["ok"] * 3
     # A tuple that is a label names one column, not two.
     again = frame.play.map(total, store=store, progress=False, key=("b", "z"), refresh="rows")
@@ -140,7 +153,12 @@ def test_multiindex_columns(store: pb.ReceiptStore) -> None:
 
 @pytest.mark.parametrize(
     "labels",
-    [[0, 1], [2.5, "b"], [pd.Timestamp("2024-01-01"), pd.Timestamp("2024-02-01")], pd.Index([("a", 1), ("b", 2)], tupleize_cols=False)],
+    [
+        [0, 1],
+        [2.5, "b"],
+        [pd.Timestamp("2024-01-01"), pd.Timestamp("2024-02-01")],
+        pd.Index([("a", 1), ("b", 2)], tupleize_cols=False),
+    ],
     ids=["ints", "float and str", "timestamps", "flat tuples"],
 )
 def test_non_string_column_labels(labels: list, store: pb.ReceiptStore) -> None:
@@ -209,7 +227,9 @@ def test_awkward_tool_inputs_key_receipts_stably(store: pb.ReceiptStore) -> None
     assert (replayed.stats.calls_local, replayed.stats.calls_reused) == (0, ran)
     assert len(calls) == ran
     for name, value in AWKWARD.items():
-        assert same(resumed.result.loc[name, "e"], value) and same(replayed.result.loc[name, "e"], value), name
+        assert same(resumed.result.loc[name, "e"], value) and same(replayed.result.loc[name, "e"], value), (
+            name
+        )
 
 
 def test_pandas_extension_dtypes_as_row_values(store: pb.ReceiptStore) -> None:
@@ -249,10 +269,16 @@ def test_equal_values_in_numpy_pandas_and_python_form_share_a_receipt(store: pb.
     are 3 and 3.0 (what pandas makes of an int column that gains a NaN), and an int64 and an int."""
     calls: list = []
     play = _echo_play(_echo(calls))
-    when = [np.datetime64("2024-05-01T12:30:00.000000000"), pd.Timestamp("2024-05-01 12:30"), dt.datetime(2024, 5, 1, 12, 30)]
+    when = [
+        np.datetime64("2024-05-01T12:30:00.000000000"),
+        pd.Timestamp("2024-05-01 12:30"),
+        dt.datetime(2024, 5, 1, 12, 30),
+    ]
     frame = pd.DataFrame({"i": [0, 1, 2], "v": pd.Series(when, dtype=object)})  # three rows, one call
     out = frame.play.map(play, store=store, progress=False)
-    assert len(calls) == 1 and (out["e"] == pd.Timestamp("2024-05-01 12:30")).all()  # every row gets the one answer
+    assert (
+        len(calls) == 1 and (out["e"] == pd.Timestamp("2024-05-01 12:30")).all()
+    )  # every row gets the one answer
     numbers = pd.DataFrame({"v": pd.Series([3, 3.0, np.int64(3), np.float64(3.0)], dtype=object)})
     numbers.play.map(play, store=store, progress=False)
     assert len(calls) == 2
@@ -286,7 +312,14 @@ def test_very_long_strings(store: pb.ReceiptStore) -> None:
 @pytest.mark.parametrize(
     "bad",
     [[1, Gadget()], {"k": {1: Gadget()}}, {Gadget(): "yes"}, {Gadget()}, object(), open],
-    ids=["object in a list", "nested in a dict", "object as a key", "object in a set", "bare object", "function"],
+    ids=[
+        "object in a list",
+        "nested in a dict",
+        "object as a key",
+        "object in a set",
+        "bare object",
+        "function",
+    ],
 )
 def test_non_serialisable_tool_input_fails_the_row_before_paying(bad: object, store: pb.ReceiptStore) -> None:
     """A tool input with no JSON form fails its row naming the tool and input, before the call; paid calls stay."""
@@ -325,8 +358,12 @@ LOOK_ALIKES = [
 ]
 
 
-@pytest.mark.parametrize(("plain", "other"), LOOK_ALIKES, ids=[f"{type(a).__name__} vs {type(b).__name__}" for a, b in LOOK_ALIKES])
-def test_values_json_would_merge_are_different_calls(plain: object, other: object, store: pb.ReceiptStore) -> None:
+@pytest.mark.parametrize(
+    ("plain", "other"), LOOK_ALIKES, ids=[f"{type(a).__name__} vs {type(b).__name__}" for a, b in LOOK_ALIKES]
+)
+def test_values_json_would_merge_are_different_calls(
+    plain: object, other: object, store: pb.ReceiptStore
+) -> None:
     """Values that JSON would write alike ({1: x} and {"1": x}, inf and "inf", a Decimal and its text, a
     tuple and a list...) are different calls and different rows: each is paid for and gets its own answer."""
     calls: list = []
@@ -421,15 +458,23 @@ def test_play_returning_a_non_dict(value: object, columns: dict, store: pb.Recei
 @pytest.mark.parametrize(
     ("value", "error"),
     [
-        ({1: "one"}, "OutputError: play 'bad' returned a dict with a non-string key 1; column names must be strings"),
+        (
+            {1: "one"},
+            "OutputError: play 'bad' returned a dict with a non-string key 1; column names must be strings",
+        ),
         ({"a": 1, ("t", 1): 2}, "non-string key ('t', 1)"),
         (pd.Series([1, 2]), "non-string key 0"),
-        ({"play_status": "mine"}, "returned a column named 'play_status', which playbook uses for the row's status"),
+        (
+            {"play_status": "mine"},
+            "returned a column named 'play_status', which playbook uses for the row's status",
+        ),
         (_coroutine, "returned a coroutine that was never awaited: did you forget an await?"),
     ],
     ids=["int key", "tuple key", "Series with a RangeIndex", "status column", "coroutine"],
 )
-def test_play_returning_unusable_output_fails_the_row(value: object, error: str, store: pb.ReceiptStore) -> None:
+def test_play_returning_unusable_output_fails_the_row(
+    value: object, error: str, store: pb.ReceiptStore
+) -> None:
     """Output that cannot become columns fails that row naming the play; its paid calls are reused once fixed."""
     calls: list = []
     echo = _echo(calls)
@@ -512,9 +557,20 @@ async def _yields(row, ctx):
         ("enrich", "a play must be an async function \\(row, ctx\\), not str"),
         (None, "not NoneType"),
     ],
-    ids=["def", "lambda", "partial of def", "callable object", "object with async __call__", "async generator", "str", "None"],
+    ids=[
+        "def",
+        "lambda",
+        "partial of def",
+        "callable object",
+        "object with async __call__",
+        "async generator",
+        "str",
+        "None",
+    ],
 )
-def test_play_that_is_not_async_is_refused_before_any_row(play: object, match: str, store: pb.ReceiptStore) -> None:
+def test_play_that_is_not_async_is_refused_before_any_row(
+    play: object, match: str, store: pb.ReceiptStore
+) -> None:
     """map() with a play that is not an async function raises PlayDefinitionError before any row runs."""
     with pytest.raises(pb.PlayDefinitionError, match=match):
         pd.DataFrame({"n": [1]}).play.map(play, store=store, progress=False)
@@ -528,7 +584,9 @@ def test_partial_of_an_async_function_is_a_play(store: pb.ReceiptStore) -> None:
         return {"scaled": row.n * factor}
 
     frame = pd.DataFrame({"n": [1, 2]})
-    assert frame.play.map(functools.partial(scaled, factor=10), store=store, progress=False)["scaled"].tolist() == [10, 20]
+    assert frame.play.map(functools.partial(scaled, factor=10), store=store, progress=False)[
+        "scaled"
+    ].tolist() == [10, 20]
     out = frame.play.map(functools.partial(scaled, factor=100), store=store, progress=False)
     assert out["scaled"].tolist() == [100, 200] and out["play_status"].tolist() == ["ok", "ok"]
 
@@ -541,7 +599,8 @@ def test_bad_concurrency_names_the_option(concurrency: object, tmp_path: Path) -
     """concurrency must be a whole number >= 1: anything else raises PlayDefinitionError naming it, before the store opens."""
     # 0, -3 and 2.5 are in tests/test_runtime.py::test_bad_options_name_the_option.
     with pytest.raises(
-        pb.PlayDefinitionError, match=f"^{re.escape(f'concurrency={concurrency!r}')}: concurrency must be a whole number >= 1"
+        pb.PlayDefinitionError,
+        match=f"^{re.escape(f'concurrency={concurrency!r}')}: concurrency must be a whole number >= 1",
     ):
         pd.DataFrame({"n": [1]}).play.map(doubled, store=tmp_path / "store", concurrency=concurrency)
     assert pb.last_run() is None and not (tmp_path / "store").exists()
@@ -550,7 +609,9 @@ def test_bad_concurrency_names_the_option(concurrency: object, tmp_path: Path) -
 def test_numpy_integers_are_whole_numbers(store: pb.ReceiptStore) -> None:
     """concurrency and limit accept numpy integers, e.g. limit=df.n.max()."""
     frame = pd.DataFrame({"n": [1, 2, 3]})
-    out = frame.play.map(doubled, store=store, progress=False, concurrency=np.int64(2), limit=frame["n"].max() - 1)
+    out = frame.play.map(
+        doubled, store=store, progress=False, concurrency=np.int64(2), limit=frame["n"].max() - 1
+    )
     assert out["play_status"].tolist() == ["ok", "ok"]
 
 
@@ -611,7 +672,9 @@ def _restore(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("how", ["read-only", "unreadable", "parent is a file", "path is a file"])
-def test_unusable_store_directory_is_a_clear_error(how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unusable_store_directory_is_a_clear_error(
+    how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A store that cannot be opened raises ReceiptError naming the path, before any row runs; its receipts survive."""
     calls: list = []
     play = _echo_play(_echo(calls))
@@ -641,14 +704,21 @@ def test_store_turning_read_only_mid_run_fails_rows_instead_of_hanging(store: pb
     calls: list = []
     play = _echo_play(_echo(calls))
     pd.DataFrame({"v": ["a", "b"]}).play.map(play, store=store, progress=False)
-    engine(store).backend.connection().execute("PRAGMA query_only = ON")  # SQLite now refuses writes, as on a read-only remount
+    engine(store).backend.connection().execute(
+        "PRAGMA query_only = ON"
+    )  # SQLite now refuses writes, as on a read-only remount
 
     async def run() -> pd.DataFrame:
-        return await asyncio.wait_for(pd.DataFrame({"v": ["a", "b", "c"]}).play.amap(play, store=store, progress=False), 10)
+        return await asyncio.wait_for(
+            pd.DataFrame({"v": ["a", "b", "c"]}).play.amap(play, store=store, progress=False), 10
+        )
 
     out = asyncio.run(run())
     assert out["play_status"].tolist() == ["reused", "reused", "failed"]
-    assert f"ReceiptError: cannot use the leases of the receipt store at {store.path}" in out["play_error"].iloc[2]
+    assert (
+        f"ReceiptError: cannot use the leases of the receipt store at {store.path}"
+        in out["play_error"].iloc[2]
+    )
     assert calls == ["a", "b"]
 
 
@@ -672,7 +742,9 @@ def test_row_index_and_row_Index_are_the_label_unless_a_column_has_that_name() -
     out = pd.DataFrame({"company": ["Acme", "Beta"]}, index=["a", "b"]).play.map(labels, progress=False)
     assert out["lower"].tolist() == ["a", "b"] and out["upper"].tolist() == ["a", "b"]
     assert out["play_status"].tolist() == ["ok", "ok"]
-    both = pd.DataFrame({"index": [7, 8], "Index": [9, 10]}, index=["a", "b"]).play.map(labels, progress=False)
+    both = pd.DataFrame({"index": [7, 8], "Index": [9, 10]}, index=["a", "b"]).play.map(
+        labels, progress=False
+    )
     assert both["lower"].tolist() == [7, 8] and both["upper"].tolist() == [9, 10]
 
 
@@ -687,16 +759,23 @@ def _frames(frame: pd.DataFrame) -> dict[str, Any]:
 
 
 _RESERVED = [
-    ({"play_status": ["mine", "yours"]}, "column 'play_status', which playbook writes .* without 'play_error'"),
+    (
+        {"play_status": ["mine", "yours"]},
+        "column 'play_status', which playbook writes .* without 'play_error'",
+    ),
     ({"play_error": ["none", "none"]}, "column 'play_error', which playbook writes .* without 'play_status'"),
-    ({"play_status": ["ok", "mine"], "play_error": [None, None]}, "its value 'mine' in row 1 is not a status playbook gives"),
+    (
+        {"play_status": ["ok", "mine"], "play_error": [None, None]},
+        "its value 'mine' in row 1 is not a status playbook gives",
+    ),
 ]
 
 
 # A Dask frame's values are not read before its job: both columns make it an earlier result there.
 @pytest.mark.parametrize(
     ("kind", "columns", "said"),
-    [(kind, *case) for kind in ("pandas", "polars") for case in _RESERVED] + [("dask", *case) for case in _RESERVED[:2]],
+    [(kind, *case) for kind in ("pandas", "polars") for case in _RESERVED]
+    + [("dask", *case) for case in _RESERVED[:2]],
 )
 def test_an_input_column_playbook_would_write_is_refused_naming_it_and_the_way_out(
     kind: str, columns: dict[str, list[Any]], said: str, store: pb.ReceiptStore
@@ -707,16 +786,29 @@ def test_an_input_column_playbook_would_write_is_refused_naming_it_and_the_way_o
     frame = _frames(pd.DataFrame({"x": [1, 2], **columns}))[kind]
     with pytest.raises(pb.PlayDefinitionError, match=said) as refused:
         frame.play.map(doubled, store=store, progress=False)
-    assert "rename it, e.g. df.rename(columns=" in str(refused.value) and "an earlier run's result" in str(refused.value)
+    assert "rename it, e.g. df.rename(columns=" in str(refused.value) and "an earlier run's result" in str(
+        refused.value
+    )
     assert pb.last_run() is None
 
 
-def test_a_file_with_a_column_playbook_would_write_is_a_usage_error_on_the_command_line(tmp_path: Path) -> None:
+def test_a_file_with_a_column_playbook_would_write_is_a_usage_error_on_the_command_line(
+    tmp_path: Path,
+) -> None:
     """``python -m playbook run`` on a CSV with its own play_status column exits 2, naming the column."""
     from playbook.frontends.cli import main
 
-    (tmp_path / "plays.py").write_text("import playbook as pb\n\n@pb.play\nasync def p(row, ctx):\n    return {'y': row.x}\n")
+    (tmp_path / "plays.py").write_text(
+        "import playbook as pb\n\n@pb.play\nasync def p(row, ctx):\n    return {'y': row.x}\n"
+    )
     pd.DataFrame({"x": [1], "play_status": ["mine"]}).to_csv(tmp_path / "in.csv", index=False)
-    argv = ["run", f"{tmp_path / 'plays.py'}:p", "--in", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.csv")]
+    argv = [
+        "run",
+        f"{tmp_path / 'plays.py'}:p",
+        "--in",
+        str(tmp_path / "in.csv"),
+        "--out",
+        str(tmp_path / "out.csv"),
+    ]
     assert main([*argv, "--store", str(tmp_path / "st")]) == 2
     assert not (tmp_path / "out.csv").exists()

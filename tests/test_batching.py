@@ -17,7 +17,9 @@ def _bulk(batches: list[list]) -> pb.Tool:
     async def bulk_upper(items: list) -> list:
         batches.append(list(items))
         return [
-            ValueError(f"cannot do {i['word']}") if i["word"] == "bad" else (None if i["word"] == "none" else i["word"].upper())
+            ValueError(f"cannot do {i['word']}")
+            if i["word"] == "bad"
+            else (None if i["word"] == "none" else i["word"].upper())
             for i in items
         ]
 
@@ -48,7 +50,9 @@ def test_calls_coalesce_into_batches(store: pb.ReceiptStore) -> None:
 def test_member_failure_is_that_members_outcome(store: pb.ReceiptStore) -> None:
     """An exception in one member's slot fails that row only; None is a miss receipt."""
     BATCHES.clear()
-    out = pd.DataFrame({"word": ["a", "bad", "none", "b"]}).play.map(shout, store=store, progress=False, concurrency=4)
+    out = pd.DataFrame({"word": ["a", "bad", "none", "b"]}).play.map(
+        shout, store=store, progress=False, concurrency=4
+    )
     assert out["play_status"].tolist() == ["ok", "failed", "ok", "ok"]
     assert "cannot do bad" in out["play_error"].iloc[1]
     assert store.get(BULK, {"word": "none"}).miss is True
@@ -102,7 +106,9 @@ def _batch_run(tool: pb.Tool, store: pb.ReceiptStore, **opts: Any) -> pb.Run:
         return {"v": await ctx.tool(tool, row.n)}
 
     async def main() -> pb.Run:
-        run = await pd.DataFrame({"n": range(4)}).play.arun(use, store=store, progress=False, background=True, **opts)
+        run = await pd.DataFrame({"n": range(4)}).play.arun(
+            use, store=store, progress=False, background=True, **opts
+        )
         await run._task
         return run
 

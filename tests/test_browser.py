@@ -32,7 +32,18 @@ from typing import Any
 
 import nbformat
 import pytest
-from lab_harness import DARK, ERRORS_HEAD, LIGHT, PARKED_HEAD, Lab, Session, drive, isolated_env, jupyter_lab, launch_chromium
+from lab_harness import (
+    DARK,
+    ERRORS_HEAD,
+    LIGHT,
+    PARKED_HEAD,
+    Lab,
+    Session,
+    drive,
+    isolated_env,
+    jupyter_lab,
+    launch_chromium,
+)
 from playwright.sync_api import Browser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,12 +184,18 @@ def _assert_painted_by_theme(looks: dict[str, Any], paints: dict[str, str]) -> N
     light, dark = looks[LIGHT], looks[DARK]
     assert _luminance(_rgba(light["background"])) > 0.5 > _luminance(_rgba(dark["background"])), (light, dark)
     for cls in paints:
-        assert light["paint"][cls]["fill"] != dark["paint"][cls]["fill"], (cls, light["paint"][cls], dark["paint"][cls])
+        assert light["paint"][cls]["fill"] != dark["paint"][cls]["fill"], (
+            cls,
+            light["paint"][cls],
+            dark["paint"][cls],
+        )
 
 
 def test_live_panel_renders_with_a_progress_bar_in_jupyterlab(session: Session) -> None:
     """During the first map, JupyterLab's widget front-end draws the .playbook-live panel with its progress bar (the rows as an SVG status bar)."""
-    assert session.live, f"no .playbook-live panel was ever drawn; console errors: {session.console_errors[:10]}"
+    assert session.live, (
+        f"no .playbook-live panel was ever drawn; console errors: {session.console_errors[:10]}"
+    )
     first_cell, first = session.summaries()[0]
     panel = session.live[0]
     assert panel["cell"] == first_cell  # it was the first map's panel
@@ -221,8 +238,15 @@ def test_no_cell_shows_an_error(notebook: str, request: pytest.FixtureRequest) -
     run: Session = request.getfixturevalue(notebook)
     assert run.stalled is None, (run.stalled, [c["prompt"] for c in run.cells])
     assert len(run.cells) == run.code_cells
-    assert all(re.fullmatch(r"\[\d+\]:", cell["prompt"].strip()) for cell in run.cells), [c["prompt"] for c in run.cells]
-    stderr = [out["text"] for cell in run.cells for out in cell["outputs"] if out["mime"] == "application/vnd.jupyter.stderr"]
+    assert all(re.fullmatch(r"\[\d+\]:", cell["prompt"].strip()) for cell in run.cells), [
+        c["prompt"] for c in run.cells
+    ]
+    stderr = [
+        out["text"]
+        for cell in run.cells
+        for out in cell["outputs"]
+        if out["mime"] == "application/vnd.jupyter.stderr"
+    ]
     assert not stderr, stderr[0][:2000]
 
 
@@ -258,10 +282,14 @@ def test_big_run_panel_draws_its_pictures(big_run: Session) -> None:
     rest = [dict(s["segments"]).get("pb-rest", 0.0) for s in live]
     assert all(b <= a + 0.5 for a, b in zip(rest, rest[1:])), rest
     assert rest[0] > widths[0] / 2 > rest[-1] and len(set(rest)) >= 5, rest
-    assert any({"pb-ok", "pb-failed", "pb-parked"} <= dict(s["segments"]).keys() for s in live), [s["segments"] for s in live[-3:]]
+    assert any({"pb-ok", "pb-failed", "pb-parked"} <= dict(s["segments"]).keys() for s in live), [
+        s["segments"] for s in live[-3:]
+    ]
     charts = [title for s in live for title in s["charts"]]
     assert charts and all(title.startswith("quota: ") for title in charts), charts[:5]
-    assert len(set(charts)) >= 2, sorted(set(charts))  # redrawn while it runs (a replay of 50,000 rows: some 3 s)
+    assert len(set(charts)) >= 2, sorted(
+        set(charts)
+    )  # redrawn while it runs (a replay of 50,000 rows: some 3 s)
 
 
 def test_big_run_panel_stays_bounded(big_run: Session) -> None:
@@ -278,7 +306,12 @@ def test_big_run_panel_stays_bounded(big_run: Session) -> None:
     # among them, go by; the error group's count grows instead.
     grouped = big_run.grouped()
     assert grouped and grouped[-1]["done"] - grouped[0]["done"] >= BIG_ROWS / 2, figures
-    counts = [int(t["rows"][0][0].replace(",", "")) for s in grouped for t in s["tables"] if t["head"] == ERRORS_HEAD]
+    counts = [
+        int(t["rows"][0][0].replace(",", ""))
+        for s in grouped
+        for t in s["tables"]
+        if t["head"] == ERRORS_HEAD
+    ]
     assert counts == sorted(counts) and counts[-1] - counts[0] >= BIG_FAILED / 2, counts
     nodes = [s["document_nodes"] for s in grouped]
     assert abs(nodes[-1] - nodes[0]) <= DOCUMENT_DRIFT, (nodes[0], nodes[-1], figures)
@@ -290,7 +323,10 @@ def test_live_panel_pictures_take_the_theme_colours(session: Session, big_run: S
     paints what is done and what is not yet with the theme's colours, and its chart's text reads."""
     looks = {run.theme: run.live_look for run in (session, big_run)}
     assert set(looks) == {LIGHT, DARK}, looks
-    _assert_painted_by_theme(looks, {"pb-ok": "--jp-success-color1", "pb-rest": "--jp-layout-color2", "pb-text": "--jp-ui-font-color2"})
+    _assert_painted_by_theme(
+        looks,
+        {"pb-ok": "--jp-success-color1", "pb-rest": "--jp-layout-color2", "pb-text": "--jp-ui-font-color2"},
+    )
 
 
 def test_big_run_summary_groups_failed_and_parked_rows(big_run: Session) -> None:
@@ -307,13 +343,18 @@ def test_big_run_summary_groups_failed_and_parked_rows(big_run: Session) -> None
     ((rows, error, example, message),) = tables[tuple(ERRORS_HEAD)]
     assert rows == f"{BIG_FAILED:,}", rows
     assert re.fullmatch(r"ValueError: no match for <n> \(line \d+\)", error), error
-    assert int(example) % 7 == 0 and re.match(rf"ValueError: no match for {example}\b", message), (example, message)
+    assert int(example) % 7 == 0 and re.match(rf"ValueError: no match for {example}\b", message), (
+        example,
+        message,
+    )
     parked = tables[tuple(PARKED_HEAD)]
     assert len(parked) in (1, 2), parked
     assert sum(int(line[0].replace(",", "")) for line in parked) == BIG_PARKED, parked
     for _, why, provider, ready in parked:
         assert (why, provider) == ("held past the wait budget", "quota"), parked
-        assert re.fullmatch(r"(?:\w{3} \d\d )?\d\d:\d\d:\d\d \(HTTP 429\)", ready), parked  # dated past midnight
+        assert re.fullmatch(r"(?:\w{3} \d\d )?\d\d:\d\d:\d\d \(HTTP 429\)", ready), (
+            parked
+        )  # dated past midnight
     assert not [note for note in summary["notes"] if note.startswith("… and")], summary["notes"]
 
 
@@ -332,7 +373,11 @@ def test_big_run_summary_draws_the_rows_and_the_provider(big_run: Session) -> No
     assert abs(failed - parked * BIG_FAILED / BIG_PARKED) <= 1, (failed, parked)
     (chart,) = summary["charts"]
     # quota refused one call (429, retry in an hour) and held calls from then on, to the run's end
-    assert chart["title"].startswith("quota: ") and "1 refused (429)" in chart["title"] and "held " in chart["title"], chart
+    assert (
+        chart["title"].startswith("quota: ")
+        and "1 refused (429)" in chart["title"]
+        and "held " in chart["title"]
+    ), chart
     assert chart["size"][0] > 100 and chart["size"][1] > 20, chart
     assert any("1 × 429 · held " in line for line in chart["text"]), chart
 

@@ -47,14 +47,20 @@ def cli(*args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProc
     """``python -m playbook *args``; started warm (tests/warm.py) unless it reads a terminal."""
     if stdin is subprocess.DEVNULL:
         return warm.run(*args, module="playbook", timeout=60)
-    return subprocess.run([sys.executable, "-m", "playbook", *args], stdin=stdin, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "playbook", *args], stdin=stdin, capture_output=True, text=True, timeout=60
+    )
 
 
-def cli_many(cases: list[list[str]], *, cwd: Path, env: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
+def cli_many(
+    cases: list[list[str]], *, cwd: Path, env: dict[str, str]
+) -> list[subprocess.CompletedProcess[str]]:
     """Several commands at once, from ``cwd``."""
     procs = [warm.start(None, *args, module="playbook", cwd=cwd, env={**os.environ, **env}) for args in cases]
     outputs = [proc.communicate(timeout=60) for proc in procs]
-    return [subprocess.CompletedProcess(args, proc.wait(), *out) for args, proc, out in zip(cases, procs, outputs)]
+    return [
+        subprocess.CompletedProcess(args, proc.wait(), *out) for args, proc, out in zip(cases, procs, outputs)
+    ]
 
 
 def _stats(path: Path) -> dict[str, Any]:
@@ -102,14 +108,37 @@ def test_spend_text_and_json(home: Path) -> None:
     assert text.returncode == 0, text.stderr
     lines = [line.split() for line in text.stdout.splitlines()]
     assert lines[0] == ["provider", "tool", "day", "calls", "paid", "cost", "calls", "reused", "saved"]
-    assert lines[1] == ["-", "acme.email", time.strftime("%Y-%m-%d", time.gmtime()), "3", "$1.50", "0", "$0.00"]
-    assert lines[-1] == ["in", "all:", "3", "calls", "paid,", "$1.50", "spent;", "0", "reused,", "$0.00", "saved"]
+    assert lines[1] == [
+        "-",
+        "acme.email",
+        time.strftime("%Y-%m-%d", time.gmtime()),
+        "3",
+        "$1.50",
+        "0",
+        "$0.00",
+    ]
+    assert lines[-1] == [
+        "in",
+        "all:",
+        "3",
+        "calls",
+        "paid,",
+        "$1.50",
+        "spent;",
+        "0",
+        "reused,",
+        "$0.00",
+        "saved",
+    ]
     machine = cli("cache", "spend", "--by", "tool", "--json")
     with pb.ReceiptStore(home) as store:
-        assert [json.loads(line) for line in machine.stdout.splitlines()] == store.spend(by="tool").to_dict("records")
+        assert [json.loads(line) for line in machine.stdout.splitlines()] == store.spend(by="tool").to_dict(
+            "records"
+        )
     bad = cli("cache", "spend", "--by", "provider,cost")
     assert (
-        bad.returncode == 2 and "argument --by: 'provider,cost': name some of provider, tool, day" in bad.stderr
+        bad.returncode == 2
+        and "argument --by: 'provider,cost': name some of provider, tool, day" in bad.stderr
     )  # argparse's usage error
 
 
@@ -183,12 +212,22 @@ def test_export_round_trips_the_receipts(home: Path) -> None:
         assert line.pop("created_at") == pytest.approx(row.pop("created_at").timestamp(), abs=1e-6)
     assert exported == expected
     assert list(json.loads(done.stdout.splitlines()[0])) == [
-        "key", "tool", "version", "account", "input", "output", "miss", "cost", "created_at",
-    ]  # fmt: skip
+        "key",
+        "tool",
+        "version",
+        "account",
+        "input",
+        "output",
+        "miss",
+        "cost",
+        "created_at",
+    ]
     assert [r["output"] for r in exported if r["miss"]] == [None]
 
 
-def test_export_one_tool_to_a_file_from_store_option(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_one_tool_to_a_file_from_store_option(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--store PATH cache export --tool NAME --out FILE` reads that store and writes only that tool's lines."""
     monkeypatch.setenv("PLAYBOOK_HOME", str(tmp_path / "elsewhere"))
     out = tmp_path / "email.jsonl"
@@ -234,7 +273,11 @@ def test_a_store_named_relative_to_the_working_folder(home: Path, monkeypatch: p
     finally:
         store.close()
     runs = cli_many(
-        [["cache", "stats", "--store", name], ["cache", "list", "--store", name], ["cache", "stats", "--json"]],
+        [
+            ["cache", "stats", "--store", name],
+            ["cache", "list", "--store", name],
+            ["cache", "stats", "--json"],
+        ],
         cwd=folder,
         env={"PLAYBOOK_HOME": name},
     )
@@ -249,7 +292,10 @@ def test_a_store_named_relative_to_the_working_folder(home: Path, monkeypatch: p
 def _lose(path: Path, receipts: int) -> None:
     """Remove receipts from receipts.db behind playbook's back (another program)."""
     with sqlite3.connect(path / "receipts.db") as con:
-        con.execute("DELETE FROM receipt WHERE key IN (SELECT key FROM receipt WHERE key >= 'r' AND key < 's' LIMIT ?)", (receipts,))
+        con.execute(
+            "DELETE FROM receipt WHERE key IN (SELECT key FROM receipt WHERE key >= 'r' AND key < 's' LIMIT ?)",
+            (receipts,),
+        )
     con.close()
 
 
@@ -274,11 +320,17 @@ def test_reset_accepts_what_a_lost_store_holds(home: Path) -> None:
     assert f"python -m playbook cache reset --store {home}" in str(refused.value)
     _one_line_error(cli("cache", "reset"), "held 6 receipts", "--yes", "not a terminal")
     done = cli("cache", "reset", "--yes")
-    assert done.returncode == 0 and done.stdout == f"accepted: the receipt store at {home} holds 4 receipts; runs on it go on from there\n"
+    assert (
+        done.returncode == 0
+        and done.stdout
+        == f"accepted: the receipt store at {home} holds 4 receipts; runs on it go on from there\n"
+    )
     out = pd.DataFrame({"q": ["x"]}).play.map(twice, store=kept, progress=False)
     assert out["v"].tolist() == ["xx"] and kept.lost is None
     kept.close()
-    assert cli("cache", "reset").stdout == f"the receipt store at {home} has lost nothing: it holds 5 receipts\n"
+    assert (
+        cli("cache", "reset").stdout == f"the receipt store at {home} has lost nothing: it holds 5 receipts\n"
+    )
 
 
 def test_looking_at_a_store_refused_as_lost_says_so_and_how_to_accept_it(home: Path) -> None:
@@ -297,7 +349,10 @@ def test_looking_at_a_store_refused_as_lost_says_so_and_how_to_accept_it(home: P
         done = cli(*args)
         said = done.stderr.splitlines()
         assert done.returncode == 0 and len(said) == 1, (args, done.stderr)
-        assert said[0].startswith("playbook: runs on this store are refused: ") and "python -m playbook cache reset" in said[0]
+        assert (
+            said[0].startswith("playbook: runs on this store are refused: ")
+            and "python -m playbook cache reset" in said[0]
+        )
     assert cli("cache", "stats").stdout.splitlines()[1].split()[:2] == ["receipts", "0"]
     assert cli("cache", "reset", "--yes").returncode == 0 and cli("cache", "stats").stderr == ""
 
@@ -307,7 +362,12 @@ def test_a_store_deleted_whole_is_said_gone_and_only_reset_makes_it_again(home: 
     names `cache reset`, which makes it again, empty; a path that never held a store is no store,
     for reset too (a typo makes nothing), without the hint to set --store when --store was given."""
     shutil.rmtree(home)
-    _one_line_error(cli("cache", "stats"), f"the receipt store at {home} held 6 receipts", "is gone", "cache reset --store")
+    _one_line_error(
+        cli("cache", "stats"),
+        f"the receipt store at {home} held 6 receipts",
+        "is gone",
+        "cache reset --store",
+    )
     assert not home.exists()
     done = cli("cache", "reset", "--yes")
     assert done.returncode == 0 and "holds 0 receipts" in done.stdout and (home / "receipts.db").is_file()
@@ -325,7 +385,10 @@ def test_a_misspelt_option_or_subcommand_gets_what_it_was_likely_meant_to_be(hom
     to gets no guess."""
     cases = {
         ("rn",): "invalid choice: 'rn' (choose from 'run', 'cache') (did you mean run?)",
-        ("cache", "lst"): "invalid choice: 'lst' (choose from 'stats', 'list', 'spend', 'clear', 'reset', 'export') (did you mean list?)",
+        (
+            "cache",
+            "lst",
+        ): "invalid choice: 'lst' (choose from 'stats', 'list', 'spend', 'clear', 'reset', 'export') (did you mean list?)",
         ("cache", "list", "--limt", "3"): "unrecognized arguments: --limt 3 (did you mean --limit?)",
         (
             "cache",
@@ -339,5 +402,8 @@ def test_a_misspelt_option_or_subcommand_gets_what_it_was_likely_meant_to_be(hom
     for args, said in cases.items():
         done = cli(*args)
         last = done.stderr.splitlines()[-1]
-        assert done.returncode == 2 and done.stdout == "" and done.stderr.startswith("usage: "), (args, done.stderr)
+        assert done.returncode == 2 and done.stdout == "" and done.stderr.startswith("usage: "), (
+            args,
+            done.stderr,
+        )
         assert last.endswith(said), (args, last)

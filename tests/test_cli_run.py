@@ -73,7 +73,13 @@ def work(tmp_path: Path, demo: pb.demo.DemoServer, monkeypatch: pytest.MonkeyPat
 
 
 def _leads(rows: int) -> pd.DataFrame:
-    return pd.DataFrame({"n": range(rows), "domain": [f"d{i}.example.com" for i in range(rows)], "first": [f"p{i}" for i in range(rows)]})
+    return pd.DataFrame(
+        {
+            "n": range(rows),
+            "domain": [f"d{i}.example.com" for i in range(rows)],
+            "first": [f"p{i}" for i in range(rows)],
+        }
+    )
 
 
 def _args(work: Path, *args: str) -> list[str]:
@@ -85,16 +91,30 @@ def cli(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return warm.run(*_args(work, *args)[3:], module="playbook", cwd=work)
 
 
-def cli_many(work: Path, cases: list[tuple[list[str], dict[str, str]]]) -> list[subprocess.CompletedProcess[str]]:
+def cli_many(
+    work: Path, cases: list[tuple[list[str], dict[str, str]]]
+) -> list[subprocess.CompletedProcess[str]]:
     """Run several commands at once; one whose environment changes what Python imports at start
     (``PYTHONPATH``) in a fresh interpreter, the others started warm."""
     procs: list[Any] = []
     for args, env in cases:
         if "PYTHONPATH" in env:
-            procs.append(subprocess.Popen(_args(work, *args), cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                          env={**os.environ, **env}))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    _args(work, *args),
+                    cwd=work,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env={**os.environ, **env},
+                )
+            )
         else:
-            procs.append(warm.start(None, *_args(work, *args)[3:], module="playbook", cwd=work, env={**os.environ, **env}))
+            procs.append(
+                warm.start(
+                    None, *_args(work, *args)[3:], module="playbook", cwd=work, env={**os.environ, **env}
+                )
+            )
     done = []
     for (args, _), proc in zip(cases, procs):
         out, err = proc.communicate(timeout=120)
@@ -104,7 +124,10 @@ def cli_many(work: Path, cases: list[tuple[list[str], dict[str, str]]]) -> list[
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows as plain dicts, every missing value as None (files spell it NaN, None or nothing)."""
-    return [{k: None if pd.isna(v) else v for k, v in row.items()} for row in frame.astype(object).to_dict("records")]
+    return [
+        {k: None if pd.isna(v) else v for k, v in row.items()}
+        for row in frame.astype(object).to_dict("records")
+    ]
 
 
 def _python_map(work: Path, name: str) -> pd.DataFrame:
@@ -113,14 +136,18 @@ def _python_map(work: Path, name: str) -> pd.DataFrame:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return pd.read_csv(work / "leads.csv").play.map(getattr(module, name), store=work / "python-store", progress=False)
+    return pd.read_csv(work / "leads.csv").play.map(
+        getattr(module, name), store=work / "python-store", progress=False
+    )
 
 
 def _leftovers(work: Path) -> list[str]:
     return [p.name for p in work.iterdir() if p.name.startswith(".")]
 
 
-def test_csv_to_parquet_matches_map_and_a_rerun_to_jsonl_pays_nothing(work: Path, demo: pb.demo.DemoServer) -> None:
+def test_csv_to_parquet_matches_map_and_a_rerun_to_jsonl_pays_nothing(
+    work: Path, demo: pb.demo.DemoServer
+) -> None:
     """CSV in, Parquet out holds what map() returns from Python; the rerun (JSON Lines out) reuses every row, pays 0, exits 0."""
     expected = _python_map(work, "enrich")
     assert demo.stats()["requests"] == 12
@@ -130,7 +157,11 @@ def test_csv_to_parquet_matches_map_and_a_rerun_to_jsonl_pays_nothing(work: Path
     assert first.stdout == ""
     assert demo.stats()["requests"] == 24
     back = pd.read_parquet(work / "out.parquet")
-    assert list(back.columns) == list(expected.columns) == ["n", "domain", "first", "email", "size", "play_status", "play_error"]
+    assert (
+        list(back.columns)
+        == list(expected.columns)
+        == ["n", "domain", "first", "email", "size", "play_status", "play_error"]
+    )
     assert _records(back) == _records(expected)
     assert "wrote 12 rows to out.parquet" in first.stderr
 
@@ -155,12 +186,20 @@ def test_failed_rows_exit_3_with_the_output_written_and_the_json_report(work: Pa
     assert all(error.startswith("ValueError: no match for d") for error in failed["play_error"])
     assert report["exit_code"] == 3 and report["output"] == "out.csv.gz" and report["error"] is None
     stats = report["stats"]
-    assert (stats["total"], stats["ok"], stats["failed"], stats["parked"], stats["reused"]) == (12, 8, 4, 0, 0)
+    assert (stats["total"], stats["ok"], stats["failed"], stats["parked"], stats["reused"]) == (
+        12,
+        8,
+        4,
+        0,
+        0,
+    )
     assert stats["calls_executed"] == 8 and stats["cost_spent"] == 8.0
     assert [e["row"] for e in report["errors"]] == [0, 3, 6, 9]
     assert [e["error"] for e in report["errors"]] == list(failed["play_error"])
     [group] = report["error_groups"]  # one line of the play failed them all: one group
-    assert group["group"].startswith("ValueError: no match for <id>.example.com (line ") and group["rows"] == 4
+    assert (
+        group["group"].startswith("ValueError: no match for <id>.example.com (line ") and group["rows"] == 4
+    )
     assert (group["example_row"], group["message"]) == (0, failed["play_error"].iloc[0])
     assert f"  4 × {group['group']}; e.g. row 0: " in done.stderr
     assert "4 rows failed" in done.stderr and "no match for d0.example.com" in done.stderr
@@ -174,16 +213,23 @@ def test_on_error_raise_stops_at_the_first_failed_row_in_one_line(work: Path) ->
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr and not (work / "raised.csv").exists()
     [line] = [line for line in done.stderr.splitlines() if "error: " in line]
-    assert "ValueError: no match for d" in line and "row " in line and "--on-error raise stopped the run" in line
+    assert (
+        "ValueError: no match for d" in line and "row " in line and "--on-error raise stopped the run" in line
+    )
 
 
-def test_bad_credentials_and_an_unwritable_result_exit_1_and_write_nothing(work: Path, demo: pb.demo.DemoServer) -> None:
+def test_bad_credentials_and_an_unwritable_result_exit_1_and_write_nothing(
+    work: Path, demo: pb.demo.DemoServer
+) -> None:
     """A 401 stops the run (exit 1, one line naming the provider and status); a result Parquet cannot hold
     exits 1 saying the receipts are saved; neither leaves an output or a temporary file."""
     refused, mixed = cli_many(
         work,
         [
-            (["plays.py:enrich", "--in", "leads.csv", "--out", "refused.parquet"], {"DEMO_API_KEY": "not-the-key"}),
+            (
+                ["plays.py:enrich", "--in", "leads.csv", "--out", "refused.parquet"],
+                {"DEMO_API_KEY": "not-the-key"},
+            ),
             (["plays.py:mixed", "--in", "leads.csv", "--out", "mixed.parquet"], {}),
         ],
     )
@@ -200,7 +246,9 @@ def test_bad_credentials_and_an_unwritable_result_exit_1_and_write_nothing(work:
     assert _leftovers(work) == []
 
 
-def test_a_deleted_store_is_refused_with_its_way_out_on_the_command_line(work: Path, demo: pb.demo.DemoServer) -> None:
+def test_a_deleted_store_is_refused_with_its_way_out_on_the_command_line(
+    work: Path, demo: pb.demo.DemoServer
+) -> None:
     """A store directory deleted after a run: every run is refused (exit 1) with the command that
     accepts it and no claim that a rerun helps; `cache reset --yes` on the deleted path lets the
     next run go on, paying again for the lost calls."""
@@ -211,7 +259,9 @@ def test_a_deleted_store_is_refused_with_its_way_out_on_the_command_line(work: P
         refused = cli(work, *run)
         assert refused.returncode == 1, refused.stderr
         (line,) = [line for line in refused.stderr.splitlines() if line.startswith("playbook: ")]
-        assert "held 12 receipts" in line and f"python -m playbook cache reset --store {work / 'store'}" in line
+        assert (
+            "held 12 receipts" in line and f"python -m playbook cache reset --store {work / 'store'}" in line
+        )
         assert "rerun" not in line
     assert demo.stats()["requests"] == 12
     reset = warm.run("cache", "reset", "--yes", "--store", str(work / "store"), module="playbook", cwd=work)
@@ -220,7 +270,9 @@ def test_a_deleted_store_is_refused_with_its_way_out_on_the_command_line(work: P
     assert demo.stats()["requests"] == 24
 
 
-def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Path, demo: pb.demo.DemoServer) -> None:
+def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(
+    work: Path, demo: pb.demo.DemoServer
+) -> None:
     """A missing file, play or `:name`, a broken plays file (its own traceback only), an unknown format,
     a missing input, Parquet without pyarrow, bad option values, a misspelt option (and what it was
     likely meant to be), an --out that is the --in file
@@ -234,7 +286,9 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
     (work / "link.csv").symlink_to(work / "leads.csv")
     (work / "shifted.csv").write_text("domain,first\n\nacme.com,Ada,x\nglobex.com,Bo,y\n")
     (work / "longer.csv").write_text("domain,first\nacme.com,Ada\nglobex.com,Bo,y\n")
-    (work / "longer_late.csv").write_text("domain,first\n" + "".join(f"c{i}.com,P{i}\n" for i in range(6)) + "globex.com,Bo,y\n")
+    (work / "longer_late.csv").write_text(
+        "domain,first\n" + "".join(f"c{i}.com,P{i}\n" for i in range(6)) + "globex.com,Bo,y\n"
+    )
     leads = (work / "leads.csv").read_bytes()
     run = ["--in", "leads.csv", "--out", "out.csv"]
     cases: list[tuple[list[str], list[str], dict[str, str]]] = [
@@ -243,8 +297,16 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
         (["plays.py:enrih", *run], ["'enrih'", "did you mean 'enrich'", "picky (play)", "slow (tool)"], {}),
         (["broken.py:x", *run], ["broken.py, line 2", "IndentationError"], {}),
         (["raises.py:x", *run], ["raises.py", "KeyError"], {}),
-        (["plays.py:enrich", "--in", "leads.csv", "--out", "out.xlsx"], ["--out out.xlsx", "unknown format"], {}),
-        (["plays.py:enrich", "--in", "nowhere.csv", "--out", "out.csv"], ["--in nowhere.csv", "no such file"], {}),
+        (
+            ["plays.py:enrich", "--in", "leads.csv", "--out", "out.xlsx"],
+            ["--out out.xlsx", "unknown format"],
+            {},
+        ),
+        (
+            ["plays.py:enrich", "--in", "nowhere.csv", "--out", "out.csv"],
+            ["--in nowhere.csv", "no such file"],
+            {},
+        ),
         (
             ["plays.py:enrich", "--in", "leads.csv", "--out", "out.parquet"],
             ["--out", PARQUET_INSTALL],
@@ -252,24 +314,48 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
         ),
         (["plays.py:enrich", *run, "--concurrency", "0"], ["--concurrency", "'0'"], {}),
         (["plays.py:enrich", *run, "--max-cost", "abc"], ["--max-cost", "'abc'"], {}),
-        (["plays.py:enrich", *run, "--max-cost", "inf"], ["argument --max-cost", "'inf' (for no limit, leave the option out)"], {}),
-        (["plays.py:enrich", *run, "--store", ""], ["argument --store: expected a directory or a redis:// URL, not ''"], {}),
-        (["plays.py:enrich", *run, "--concurency", "8"], ["unrecognized arguments: --concurency 8 (did you mean --concurrency?)"], {}),
+        (
+            ["plays.py:enrich", *run, "--max-cost", "inf"],
+            ["argument --max-cost", "'inf' (for no limit, leave the option out)"],
+            {},
+        ),
+        (
+            ["plays.py:enrich", *run, "--store", ""],
+            ["argument --store: expected a directory or a redis:// URL, not ''"],
+            {},
+        ),
+        (
+            ["plays.py:enrich", *run, "--concurency", "8"],
+            ["unrecognized arguments: --concurency 8 (did you mean --concurrency?)"],
+            {},
+        ),
         (
             ["plays.py:enrich", *run, "--conc", "0"],
             ["argument --concurrency", "'0'"],
             {},
         ),  # an abbreviation is argparse's: it names one option
         (["plays.py:enrich", *run, "--key", "domain,nope"], ["--key", "'nope'"], {}),
-        (["plays.py:enrich", "--in", "./leads.csv", "--out", "link.csv"], ["--out link.csv", "same file as --in ./leads.csv"], {}),
+        (
+            ["plays.py:enrich", "--in", "./leads.csv", "--out", "link.csv"],
+            ["--out link.csv", "same file as --in ./leads.csv"],
+            {},
+        ),
         (
             ["plays.py:enrich", "--in", "shifted.csv", "--out", "out.csv"],
             ["--in shifted.csv", "line 3 has 3 fields but the header has 2"],
             {},
         ),
-        (["plays.py:enrich", "--in", "longer.csv", "--out", "out.csv"], ["--in longer.csv", "line 3, saw 3"], {}),
+        (
+            ["plays.py:enrich", "--in", "longer.csv", "--out", "out.csv"],
+            ["--in longer.csv", "line 3, saw 3"],
+            {},
+        ),
         # read in chunks, the longer row in the fourth: refused before the first chunk pays
-        (["plays.py:enrich", "--in", "longer_late.csv", "--out", "out.csv", "--chunk-rows", "2"], ["line 8, saw 3"], {}),
+        (
+            ["plays.py:enrich", "--in", "longer_late.csv", "--out", "out.csv", "--chunk-rows", "2"],
+            ["line 8, saw 3"],
+            {},
+        ),
     ]
     results = cli_many(work, [(args, env) for args, _, env in cases])
     for (args, words, _), done in zip(cases, results):
@@ -281,13 +367,21 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(work: Pat
         if args[0] != "raises.py:x":  # the user's own traceback is the one exception to one line
             assert "Traceback" not in done.stderr, (args, done.stderr)
     raised = results[4].stderr
-    assert 'raises.py", line 3, in <module>' in raised and "importlib" not in raised and "cli_run" not in raised
+    assert (
+        'raises.py", line 3, in <module>' in raised and "importlib" not in raised and "cli_run" not in raised
+    )
     assert demo.stats()["requests"] == 0
-    assert not (work / "out.csv").exists() and not (work / "store").exists() and not (work / "receipts.db").exists()
+    assert (
+        not (work / "out.csv").exists()
+        and not (work / "store").exists()
+        and not (work / "receipts.db").exists()
+    )
     assert (work / "leads.csv").read_bytes() == leads
 
 
-def test_ctrl_c_or_sigterm_writes_nothing_and_the_rerun_pays_each_call_once(work: Path, demo: pb.demo.DemoServer) -> None:
+def test_ctrl_c_or_sigterm_writes_nothing_and_the_rerun_pays_each_call_once(
+    work: Path, demo: pb.demo.DemoServer
+) -> None:
     """SIGINT mid-run: calls in flight land, exit 130, no output file, stderr says how far it got; the
     rerun finishes and the demo has answered exactly one request per distinct call.  SIGTERM (a
     cancelled CI job) winds a run down the same way and exits 143."""
@@ -295,7 +389,9 @@ def test_ctrl_c_or_sigterm_writes_nothing_and_the_rerun_pays_each_call_once(work
     demo.configure(latency=0.3)
     started = work / "started"
     interrupted, terminated = (
-        subprocess.Popen(_args(work, *args), cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        subprocess.Popen(
+            _args(work, *args), cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
         for args, env in [
             (["plays.py:enrich", "--in", "many.csv", "--out", "many.parquet", "--concurrency", "4"], None),
             (
@@ -305,13 +401,18 @@ def test_ctrl_c_or_sigterm_writes_nothing_and_the_rerun_pays_each_call_once(work
         ]
     )
     _signal_when_under_way(
-        [(interrupted, lambda: demo.stats()["requests"] >= 4, signal.SIGINT), (terminated, started.exists, signal.SIGTERM)]
+        [
+            (interrupted, lambda: demo.stats()["requests"] >= 4, signal.SIGINT),
+            (terminated, started.exists, signal.SIGTERM),
+        ]
     )
 
     out, err = interrupted.communicate(timeout=60)
     assert interrupted.returncode == 130, err
     assert out == "" and not (work / "many.parquet").exists()
-    assert "interrupted: " in err and "nothing was written to many.parquet" in err and "a rerun resumes" in err
+    assert (
+        "interrupted: " in err and "nothing was written to many.parquet" in err and "a rerun resumes" in err
+    )
     assert demo.stats()["requests"] < 40
     out, err = terminated.communicate(timeout=60)
     assert terminated.returncode == 143, err
@@ -345,9 +446,7 @@ def _signal_when_under_way(waiting: list[tuple[subprocess.Popen[str], Any, signa
         time.sleep(0.01)
 
 
-CSV_IDS = (
-    "id,zip,phone,name,amount,kind,n\n007,01234,+4412345,Zoë,1.50,keep,1\n1e3,99999,0044,,NA,fix,2\n42,00000,+15550100,日本語,2.25,keep,3\n"
-)
+CSV_IDS = "id,zip,phone,name,amount,kind,n\n007,01234,+4412345,Zoë,1.50,keep,1\n1e3,99999,0044,,NA,fix,2\n42,00000,+15550100,日本語,2.25,keep,3\n"
 JSONL_IDS = [
     {
         "id": "007",
@@ -359,20 +458,44 @@ JSONL_IDS = [
         "x": 0.30000000000000004,
         "kind": "keep",
     },
-    {"id": "1e3", "zip": "99999", "phone": "0044", "name": None, "n": None, "big": None, "x": 1e300, "kind": "fix", "empty": ""},
-    {"id": "42", "zip": "00000", "phone": "+15550100", "name": "日本語", "n": 3, "big": 2, "x": 1.5, "kind": "keep", "empty": ""},
+    {
+        "id": "1e3",
+        "zip": "99999",
+        "phone": "0044",
+        "name": None,
+        "n": None,
+        "big": None,
+        "x": 1e300,
+        "kind": "fix",
+        "empty": "",
+    },
+    {
+        "id": "42",
+        "zip": "00000",
+        "phone": "+15550100",
+        "name": "日本語",
+        "n": 3,
+        "big": 2,
+        "x": 1.5,
+        "kind": "keep",
+        "empty": "",
+    },
 ]
 
 
 def _seen(frame: pd.DataFrame) -> list[str]:
     """What the play `show` reports for each row of ``frame``: its values as iterating a column gives them."""
-    return [repr(dict(zip(frame.columns, values))) for values in zip(*(frame[c].tolist() for c in frame.columns))]
+    return [
+        repr(dict(zip(frame.columns, values))) for values in zip(*(frame[c].tolist() for c in frame.columns))
+    ]
 
 
 def test_a_play_reading_row_index_gets_each_duplicate_lines_own_place(work: Path) -> None:
     """Equal lines of a CSV are rows of their own for a play that reads row.index: each gets its
     own place in the file, and the rerun reuses each row's own memo."""
-    (work / "twice.csv").write_text("domain,first\na.example.com,p\na.example.com,p\nb.example.com,q\na.example.com,p\n")
+    (work / "twice.csv").write_text(
+        "domain,first\na.example.com,p\na.example.com,p\nb.example.com,q\na.example.com,p\n"
+    )
     first = cli(work, "plays.py:numbered", "--in", "twice.csv", "--out", "twice-out.csv")
     assert first.returncode == 0, first.stderr
     out = pd.read_csv(work / "twice-out.csv")
@@ -389,7 +512,9 @@ def test_input_columns_reach_the_output_as_the_file_spells_them(work: Path) -> N
     while the play sees read_csv's values; JSON Lines keep their types, big ints and every float digit;
     a column the play returns replaces the file's (--overwrite) only in the rows that changed it."""
     (work / "ids.csv").write_text(CSV_IDS, encoding="utf-8")
-    (work / "ids.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in JSONL_IDS), encoding="utf-8")
+    (work / "ids.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in JSONL_IDS), encoding="utf-8"
+    )
     runs = cli_many(
         work,
         [
@@ -402,8 +527,12 @@ def test_input_columns_reach_the_output_as_the_file_spells_them(work: Path) -> N
 
     text = pd.read_csv(work / "ids.csv", dtype=str, keep_default_na=False)
     out = pd.read_csv(work / "ids-out.csv", dtype=str, keep_default_na=False)
-    assert out[text.columns].to_dict("records") == text.assign(zip=["01234", "fixed", "00000"]).to_dict("records")
-    assert list(out["seen"]) == _seen(pd.read_csv(work / "ids.csv"))  # 7.0, 1234, nan: what a notebook's read_csv gives
+    assert out[text.columns].to_dict("records") == text.assign(zip=["01234", "fixed", "00000"]).to_dict(
+        "records"
+    )
+    assert list(out["seen"]) == _seen(
+        pd.read_csv(work / "ids.csv")
+    )  # 7.0, 1234, nan: what a notebook's read_csv gives
     parquet = pd.read_parquet(work / "ids-out.parquet")
     assert _records(parquet[["id", "phone", "name", "amount", "n"]]) == [
         {"id": "007", "phone": "+4412345", "name": "Zoë", "amount": "1.50", "n": 1},
@@ -413,22 +542,38 @@ def test_input_columns_reach_the_output_as_the_file_spells_them(work: Path) -> N
 
     lines = [json.loads(line) for line in (work / "ids-out.jsonl").read_text(encoding="utf-8").splitlines()]
     expected = [{**r, "zip": "fixed"} if r["kind"] == "fix" else r for r in JSONL_IDS]
-    assert [json.dumps({k: line[k] for k in r}) for line, r in zip(lines, expected)] == [json.dumps(r) for r in expected]
-    assert [line["seen"] for line in lines] == _seen(pd.read_json(work / "ids.jsonl", lines=True, dtype=False, precise_float=True))
+    assert [json.dumps({k: line[k] for k in r}) for line, r in zip(lines, expected)] == [
+        json.dumps(r) for r in expected
+    ]
+    assert [line["seen"] for line in lines] == _seen(
+        pd.read_json(work / "ids.jsonl", lines=True, dtype=False, precise_float=True)
+    )
     assert "'id': '007'" in lines[0]["seen"]
 
 
-def test_json_report_says_why_rows_parked_and_stderr_says_what_to_do_from_a_shell(work: Path, demo: pb.demo.DemoServer) -> None:
+def test_json_report_says_why_rows_parked_and_stderr_says_what_to_do_from_a_shell(
+    work: Path, demo: pb.demo.DemoServer
+) -> None:
     """Rows parked on the budget or on a provider's hold: the --json report counts them by reason and
     lists the first (provider, when it takes calls again, message); stderr names --max-cost once and
     tells the shell user to rerun the command, without repeating the run summary's parked lines."""
-    demo.configure(api_keys=("demo-key", "held-key"), quota=5, quota_reset=600)  # a quota per key: the budget run stays under it
-    _leads(12).assign(domain=lambda f: "held-" + f["domain"]).to_csv(work / "other.csv", index=False)  # calls of their own
+    demo.configure(
+        api_keys=("demo-key", "held-key"), quota=5, quota_reset=600
+    )  # a quota per key: the budget run stays under it
+    _leads(12).assign(domain=lambda f: "held-" + f["domain"]).to_csv(
+        work / "other.csv", index=False
+    )  # calls of their own
     budget, held = cli_many(
         work,
         [
-            (["plays.py:enrich", "--in", "leads.csv", "--out", "budget.csv", "--max-cost", "3", "--json"], {}),
-            (["plays.py:enrich", "--in", "other.csv", "--out", "held.csv", "--max-wait", "2", "--json"], {"DEMO_API_KEY": "held-key"}),
+            (
+                ["plays.py:enrich", "--in", "leads.csv", "--out", "budget.csv", "--max-cost", "3", "--json"],
+                {},
+            ),
+            (
+                ["plays.py:enrich", "--in", "other.csv", "--out", "held.csv", "--max-wait", "2", "--json"],
+                {"DEMO_API_KEY": "held-key"},
+            ),
         ],
     )
     assert budget.returncode == 3, budget.stderr
@@ -436,7 +581,9 @@ def test_json_report_says_why_rows_parked_and_stderr_says_what_to_do_from_a_shel
     out = pd.read_csv(work / "budget.csv")
     assert report["parked"]["by_reason"] == {"budget": 9} and report["holds"] == [] and report["errors"] == []
     assert [r["row"] for r in report["parked"]["rows"]] == list(out.index[out["play_status"] == "parked"][:5])
-    assert {(r["reason"], r["provider"], r["ready_at"]) for r in report["parked"]["rows"]} == {("budget", None, None)}
+    assert {(r["reason"], r["provider"], r["ready_at"]) for r in report["parked"]["rows"]} == {
+        ("budget", None, None)
+    }
     assert all("acme.email" in r["message"] for r in report["parked"]["rows"])
     assert budget.stderr.count("--max-cost") == 1
     assert "rerun the same command with a higher --max-cost" in budget.stderr

@@ -37,7 +37,13 @@ def client() -> Iterator[Client]:
     os.environ[KEY_VAR] = DEMO_KEY
     try:
         with (
-            LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=":0", silence_logs=logging.ERROR) as cluster,
+            LocalCluster(
+                n_workers=2,
+                threads_per_worker=2,
+                processes=True,
+                dashboard_address=":0",
+                silence_logs=logging.ERROR,
+            ) as cluster,
             Client(cluster) as made,
         ):
             yield made
@@ -47,9 +53,16 @@ def client() -> Iterator[Client]:
 
 def _email(demo: pb.demo.DemoServer, provider: pb.Provider | None = None) -> pb.Tool:
     return pb.http_tool(
-        "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
-        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret(KEY_VAR), pick="email", miss_status=(404,), provider=provider,
-    )  # fmt: skip
+        "demo.email",
+        method="GET",
+        url=demo.url + "/v1/email",
+        params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret(KEY_VAR),
+        pick="email",
+        miss_status=(404,),
+        provider=provider,
+    )
 
 
 def _play(tool: pb.Tool) -> pb.Play:
@@ -61,11 +74,14 @@ def _play(tool: pb.Tool) -> pb.Play:
 
 def _people(n: int) -> pd.DataFrame:
     return pd.DataFrame(
-        {"domain": [f"company{i % 40}.com" for i in range(n)], "first": [f"p{i}" for i in range(n)]}, index=pd.RangeIndex(1000, 1000 + n)
+        {"domain": [f"company{i % 40}.com" for i in range(n)], "first": [f"p{i}" for i in range(n)]},
+        index=pd.RangeIndex(1000, 1000 + n),
     )
 
 
-def test_a_dask_frame_gives_what_pandas_gives_paying_once_across_both(client: Client, demo, redis_url: str) -> None:
+def test_a_dask_frame_gives_what_pandas_gives_paying_once_across_both(
+    client: Client, demo, redis_url: str
+) -> None:
     """ddf.play.map returns a Dask DataFrame whose compute() equals the pandas result (columns,
     statuses, index); every call is paid once; a rerun on Dask or on pandas pays nothing."""
     frame = _people(120)
@@ -100,7 +116,9 @@ def test_a_provider_has_one_rate_across_the_workers(client: Client, demo, redis_
     provider = pb.Provider("demo-shared", rps=10, burst=5)
     frame = _people(40)
     started = time.monotonic()
-    run = dd.from_pandas(frame, npartitions=4).play.run(_play(_email(demo, provider)), store=redis_url, progress=False)
+    run = dd.from_pandas(frame, npartitions=4).play.run(
+        _play(_email(demo, provider)), store=redis_url, progress=False
+    )
     took = time.monotonic() - started
 
     assert run.stats.ok == 40
@@ -113,7 +131,9 @@ def test_a_provider_has_one_rate_across_the_workers(client: Client, demo, redis_
     assert keys, "the provider's limits are not in the job's Redis"
 
 
-def test_rows_that_fail_are_named_by_their_label_and_position_in_the_whole_frame(client: Client, demo, redis_url: str) -> None:
+def test_rows_that_fail_are_named_by_their_label_and_position_in_the_whole_frame(
+    client: Client, demo, redis_url: str
+) -> None:
     """run.errors on a cluster names each failed row by its index label and its position in the
     whole frame, with the row's own message; the other rows are ok."""
     tool = _email(demo)
@@ -123,7 +143,9 @@ def test_rows_that_fail_are_named_by_their_label_and_position_in_the_whole_frame
             raise ValueError(f"no address for {row.first}")
         return {"email": await ctx.tool(tool, domain=row.domain, first=row.first)}
 
-    run = dd.from_pandas(_people(40), npartitions=4).play.run(pb.play(picky, name="picky"), store=redis_url, progress=False)
+    run = dd.from_pandas(_people(40), npartitions=4).play.run(
+        pb.play(picky, name="picky"), store=redis_url, progress=False
+    )
 
     assert run.stats.failed == 2 and run.stats.ok == 38
     errors = run.errors
@@ -132,7 +154,9 @@ def test_rows_that_fail_are_named_by_their_label_and_position_in_the_whole_frame
     line = picky.__code__.co_firstlineno + 2  # one bug, one line: one group, as in pandas
     assert errors["group"].tolist() == [f"ValueError: no address for <id> (line {line})"] * 2
     result = run.result.compute()
-    assert result.loc[1033, "play_status"] == "failed" and "no address for p33" in result.loc[1033, "play_error"]
+    assert (
+        result.loc[1033, "play_status"] == "failed" and "no address for p33" in result.loc[1033, "play_error"]
+    )
 
 
 def test_on_error_raise_raises_the_rows_own_error(client: Client, demo, redis_url: str) -> None:
@@ -145,13 +169,17 @@ def test_on_error_raise_raises_the_rows_own_error(client: Client, demo, redis_ur
         )
 
 
-def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(client: Client, demo, redis_url: str) -> None:
+def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(
+    client: Client, demo, redis_url: str
+) -> None:
     """A used-up quota parks rows on every worker (max_wait=0); run.retry() after the hold runs
     only those rows, over each partition's result: the retry counts them alone, the run before
     keeps its counters, and together they add up."""
     demo.reset(quota=12, quota_reset=2.0)
     provider = pb.Provider("demo-quota", concurrency=2)
-    run = dd.from_pandas(_people(30), npartitions=3).play.run(_play(_email(demo, provider)), store=redis_url, progress=False, max_wait=0)
+    run = dd.from_pandas(_people(30), npartitions=3).play.run(
+        _play(_email(demo, provider)), store=redis_url, progress=False, max_wait=0
+    )
 
     assert run.stats.parked > 0 and run.stats.ok + run.stats.parked == 30
     parked = run.parked
@@ -169,7 +197,9 @@ def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(client: Cli
     assert again.stats.calls_executed == len(parked) and paid_before == 30 - len(parked)
     assert first.calls_executed + again.stats.calls_executed == 30
     result = again.result.compute()
-    assert (result["play_status"] == "ok").all() and result["email"].notna().sum() + (result["email"].isna()).sum() == 30
+    assert (result["play_status"] == "ok").all() and result["email"].notna().sum() + (
+        result["email"].isna()
+    ).sum() == 30
     assert (
         dd.from_pandas(_people(30), npartitions=3)
         .play.run(_play(_email(demo, provider)), store=redis_url, progress=False)
@@ -178,7 +208,9 @@ def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(client: Cli
     )
 
 
-def test_what_a_cluster_run_cannot_do_is_said_before_anything_is_paid(client: Client, demo, redis_url: str, tmp_path) -> None:
+def test_what_a_cluster_run_cannot_do_is_said_before_anything_is_paid(
+    client: Client, demo, redis_url: str, tmp_path
+) -> None:
     """A store on this disk, a bad max_cost, fixtures and a secret with a default value are refused,
     naming the option, before any call."""
     ddf = dd.from_pandas(_people(4), npartitions=2)
@@ -191,23 +223,37 @@ def test_what_a_cluster_run_cannot_do_is_said_before_anything_is_paid(client: Cl
         ddf.play.map(play, store=redis_url, max_cost=-1, progress=False)
     with pytest.raises(pb.PlayDefinitionError, match="fixtures"):
         ddf.play.map(play, store=redis_url, fixtures=tmp_path / "f.jsonl", progress=False)
-    with pb.fixtures(tmp_path / "f.jsonl", mode="record"), pytest.raises(pb.PlayDefinitionError, match="fixtures"):
+    with (
+        pb.fixtures(tmp_path / "f.jsonl", mode="record"),
+        pytest.raises(pb.PlayDefinitionError, match="fixtures"),
+    ):
         ddf.play.map(play, store=redis_url, progress=False)  # fixtures around the call, not named in it
     with pytest.raises(pb.PlayDefinitionError, match="concurrency"):
         ddf.play.map(play, store=redis_url, concurrency=0, progress=False)
     assert demo.stats()["requests"] == 0
 
 
-def test_a_secret_with_a_default_works_on_a_cluster_of_this_machine(client: Client, demo, redis_url: str) -> None:
+def test_a_secret_with_a_default_works_on_a_cluster_of_this_machine(
+    client: Client, demo, redis_url: str
+) -> None:
     """pb.secret(..., default=...) on a LocalCluster: not set here, its default (the key in use)
     reaches the workers over loopback and the rows are ok; set here, only its name is sent."""
     assert "PLAYBOOK_CLUSTER_DEFAULTED" not in os.environ
     tool = pb.http_tool(
-        "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
-        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("PLAYBOOK_CLUSTER_DEFAULTED", default=DEMO_KEY),
-        pick="email", miss_status=(404,),
-    )  # fmt: skip
-    out = dd.from_pandas(_people(6), npartitions=2).play.map(_play(tool), store=redis_url, progress=False).compute()
+        "demo.email",
+        method="GET",
+        url=demo.url + "/v1/email",
+        params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret("PLAYBOOK_CLUSTER_DEFAULTED", default=DEMO_KEY),
+        pick="email",
+        miss_status=(404,),
+    )
+    out = (
+        dd.from_pandas(_people(6), npartitions=2)
+        .play.map(_play(tool), store=redis_url, progress=False)
+        .compute()
+    )
     assert out["play_status"].tolist() == ["ok"] * 6 and set(demo.stats()["by_status"]) <= {"200", "404"}
     assert demo.stats()["requests"] == 6 and "401" not in demo.stats()["by_status"]
 
@@ -216,15 +262,26 @@ def test_a_secret_default_is_sent_only_inside_this_machine_or_encrypted() -> Non
     """A default goes to workers on loopback, in process or over TLS; to a worker over plain TCP the
     play is refused, saying why; set here, only the variable's name goes (the value stays here)."""
     from playbook.cluster.wire import plain_hops
-    from playbook.tools.secrets import sending_to_workers
+    from playbook.secrets import sending_to_workers
 
-    assert plain_hops(["tcp://127.0.0.1:8786", "tcp://[::1]:4000", "inproc://10.1.2.3/1/2", "tls://10.1.2.3:8786"]) is None
-    assert plain_hops(["tcp://127.0.0.1:8786", "tcp://10.1.2.3:40111"]) == "tcp://10.1.2.3:40111 is reached over tcp://, unencrypted"
+    assert (
+        plain_hops(
+            ["tcp://127.0.0.1:8786", "tcp://[::1]:4000", "inproc://10.1.2.3/1/2", "tls://10.1.2.3:8786"]
+        )
+        is None
+    )
+    assert (
+        plain_hops(["tcp://127.0.0.1:8786", "tcp://10.1.2.3:40111"])
+        == "tcp://10.1.2.3:40111 is reached over tcp://, unencrypted"
+    )
     key = pb.secret("PLAYBOOK_CLUSTER_DEFAULTED", default="written-in-code")
     with sending_to_workers(None):
         back = cloudpickle.loads(cloudpickle.dumps(key))
     assert back == key and back.reveal() == "written-in-code"
-    with sending_to_workers("tcp://10.1.2.3:40111 is reached over tcp://, unencrypted"), pytest.raises(TypeError) as refused:
+    with (
+        sending_to_workers("tcp://10.1.2.3:40111 is reached over tcp://, unencrypted"),
+        pytest.raises(TypeError) as refused,
+    ):
         cloudpickle.dumps(key)
     assert "not set here" in str(refused.value) and "tcp://10.1.2.3:40111" in str(refused.value)
     assert "written-in-code" not in str(refused.value)
@@ -234,27 +291,40 @@ def test_a_secret_default_is_sent_only_inside_this_machine_or_encrypted() -> Non
             sent = cloudpickle.dumps(key)
     finally:
         del os.environ["PLAYBOOK_CLUSTER_DEFAULTED"]
-    assert b"written-in-code" not in sent and b"set-here" not in sent and b"PLAYBOOK_CLUSTER_DEFAULTED" in sent
+    assert (
+        b"written-in-code" not in sent and b"set-here" not in sent and b"PLAYBOOK_CLUSTER_DEFAULTED" in sent
+    )
     with pytest.raises(TypeError, match="has a default value"):
         cloudpickle.dumps(key)  # outside a cluster job: refused as before
 
 
-def test_a_secret_travels_by_name_and_a_worker_without_it_says_which(client: Client, demo, redis_url: str) -> None:
+def test_a_secret_travels_by_name_and_a_worker_without_it_says_which(
+    client: Client, demo, redis_url: str
+) -> None:
     """The job carries a secret's variable name, never its value: a variable set here only after
     the workers started is not theirs, and the run stops naming it."""
     os.environ["PLAYBOOK_CLUSTER_LATE_KEY"] = DEMO_KEY
     try:
         tool = pb.http_tool(
-            "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
-            headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("PLAYBOOK_CLUSTER_LATE_KEY"), pick="email",
-        )  # fmt: skip
-        with pytest.raises(pb.RunFatal, match=r"PLAYBOOK_CLUSTER_LATE_KEY is not set.*\(on the Dask worker at tcp://"):
+            "demo.email",
+            method="GET",
+            url=demo.url + "/v1/email",
+            params={"domain": "{domain}", "first": "{first}"},
+            headers={"Authorization": "Bearer {secret}"},
+            secret=pb.secret("PLAYBOOK_CLUSTER_LATE_KEY"),
+            pick="email",
+        )
+        with pytest.raises(
+            pb.RunFatal, match=r"PLAYBOOK_CLUSTER_LATE_KEY is not set.*\(on the Dask worker at tcp://"
+        ):
             dd.from_pandas(_people(4), npartitions=2).play.map(_play(tool), store=redis_url, progress=False)
     finally:
         del os.environ["PLAYBOOK_CLUSTER_LATE_KEY"]
 
 
-def test_text_progress_shows_the_whole_job(client: Client, demo, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_text_progress_shows_the_whole_job(
+    client: Client, demo, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """progress="text" draws one bar for the whole job from the workers' reports, and its summary."""
     dd.from_pandas(_people(60), npartitions=3).play.map(_play(_email(demo)), store=redis_url, progress="text")
     err = capsys.readouterr().err
@@ -272,7 +342,9 @@ def test_without_a_dask_client_the_error_says_how_to_connect_one() -> None:
     assert "no Dask client" in out.stdout and "Client('tcp://" in out.stdout, out.stdout + out.stderr
 
 
-def test_the_live_panel_in_a_kernel_shows_the_whole_job_and_its_stop_button_stops_it(client: Client, demo, redis_url: str) -> None:
+def test_the_live_panel_in_a_kernel_shows_the_whole_job_and_its_stop_button_stops_it(
+    client: Client, demo, redis_url: str
+) -> None:
     """In a real kernel with a client of the same cluster, a background job shows one live panel
     (the job's counters, a table of its workers); Stop ends the job on every worker, and the panel
     becomes the job's summary."""
@@ -312,21 +384,30 @@ return {"email": await ctx.tool(tool, domain=row.domain, first=row.first)}
         )
         kc.execute_interactive(magic, timeout=120, output_hook=magic_messages.append)
         kc.execute_interactive(
-            "print(type(tallied).__module__, tallied.compute()['play_status'].tolist())", timeout=60, output_hook=magic_messages.append
+            "print(type(tallied).__module__, tallied.compute()['play_status'].tolist())",
+            timeout=60,
+            output_hook=magic_messages.append,
         )
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
     said = "".join(m["content"].get("text", "") for m in magic_messages if m["msg_type"] == "stream")
-    assert said.startswith("dask.dataframe") and "'failed'" not in said and said.count("'") >= 12, said + str(magic_messages[-3:])
+    assert said.startswith("dask.dataframe") and "'failed'" not in said and said.count("'") >= 12, said + str(
+        magic_messages[-3:]
+    )
     printed = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
-    assert reply["content"]["status"] == "ok", printed + str([m["content"] for m in messages if m["msg_type"] == "error"])
+    assert reply["content"]["status"] == "ok", printed + str(
+        [m["content"] for m in messages if m["msg_type"] == "error"]
+    )
     seen = json.loads(printed.strip().splitlines()[-1])
     assert "partitions running" in seen["live"] and "/400 rows" in seen["live"] and "tcp://" in seen["live"]
     assert seen["phase"] == "stopped" and seen["stats"]["skipped"] > 0 and seen["stats"]["total"] == 400
     assert "stopped" in seen["summary"] and "partitions running" in seen["summary"]
     widgets = [
-        m for m in messages if m["msg_type"] == "display_data" and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
+        m
+        for m in messages
+        if m["msg_type"] == "display_data"
+        and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
     ]
     assert len(widgets) == 1
     assert demo.stats()["requests"] == seen["stats"]["calls_executed"]
@@ -342,14 +423,18 @@ def test_empty_partitions_no_rows_at_all_and_limit(client: Client, redis_url: st
     frame = pd.DataFrame({"n": range(12)})
     ddf = dd.from_pandas(frame, npartitions=4)
     none = ddf[ddf.n > 100].play.map(double, store=redis_url, progress=False).compute()
-    assert none.empty and list(none.columns) == list(frame[frame.n > 100].play.map(double, store="memory", progress=False).columns)
+    assert none.empty and list(none.columns) == list(
+        frame[frame.n > 100].play.map(double, store="memory", progress=False).columns
+    )
     some = ddf[ddf.n % 5 == 0].play.map(double, store=redis_url, progress=False).compute()
     assert some["double"].tolist() == [0, 10, 20] and some.index.tolist() == [0, 5, 10]
     first = ddf[ddf.n > 4].play.run(double, store=redis_url, progress=False, limit=3)
     assert first.result.compute()["double"].tolist() == [10, 12, 14] and first.stats.total == 3
 
 
-def test_an_output_that_would_change_an_input_fails_its_rows_unless_overwrite(client: Client, redis_url: str) -> None:
+def test_an_output_that_would_change_an_input_fails_its_rows_unless_overwrite(
+    client: Client, redis_url: str
+) -> None:
     """As in pandas: the rows fail naming the column and keep their input; overwrite=True replaces it."""
 
     @pb.play
@@ -358,13 +443,17 @@ def test_an_output_that_would_change_an_input_fails_its_rows_unless_overwrite(cl
 
     ddf = dd.from_pandas(pd.DataFrame({"n": range(6)}), npartitions=2)
     kept = ddf.play.map(times, store=redis_url, progress=False).compute()
-    assert kept["n"].tolist() == list(range(6)) and kept["play_status"].tolist() == ["ok"] + ["failed"] * 5  # 0 * 100 is 0
+    assert (
+        kept["n"].tolist() == list(range(6)) and kept["play_status"].tolist() == ["ok"] + ["failed"] * 5
+    )  # 0 * 100 is 0
     assert "returned 'n', an input column of the frame, with another value" in kept["play_error"].iloc[1]
     replaced = ddf.play.map(times, store=redis_url, progress=False, overwrite=True).compute()
     assert replaced["n"].tolist() == [n * 100 for n in range(6)]
 
 
-def test_the_result_has_one_schema_whatever_each_partition_returned(client: Client, redis_url: str, tmp_path) -> None:
+def test_the_result_has_one_schema_whatever_each_partition_returned(
+    client: Client, redis_url: str, tmp_path
+) -> None:
     """A first partition whose rows all failed, a column empty in one partition and text in
     another: the Dask DataFrame's columns and dtypes are those of the whole result before it is
     computed, in a pandas result's order, and it writes to Parquet."""
@@ -379,20 +468,33 @@ def test_the_result_has_one_schema_whatever_each_partition_returned(client: Clie
         return await ctx.tool(describe, n=row.n)
 
     frame = pd.DataFrame({"n": range(12)})
-    out = dd.from_pandas(frame, npartitions=3).play.map(pb.play(play, name="describe"), store=redis_url, progress=False)
+    out = dd.from_pandas(frame, npartitions=3).play.map(
+        pb.play(play, name="describe"), store=redis_url, progress=False
+    )
     local = frame.play.map(pb.play(play, name="describe"), store="memory", progress=False)
 
-    assert out.columns.tolist() == local.columns.tolist() == ["n", "label", "half", "count", "play_status", "play_error"]
+    assert (
+        out.columns.tolist()
+        == local.columns.tolist()
+        == ["n", "label", "half", "count", "play_status", "play_error"]
+    )
     got = out.compute()
     assert got.dtypes.to_dict() == out.dtypes.to_dict()
-    assert got["count"].tolist()[4:] == list(range(4, 12)) and str(got["count"].dtype) == str(local["count"].dtype) == "float64"
+    assert (
+        got["count"].tolist()[4:] == list(range(4, 12))
+        and str(got["count"].dtype) == str(local["count"].dtype) == "float64"
+    )
     assert got["label"].tolist()[8:] == ["n8", "n9", "n10", "n11"] and got["label"].isna().sum() == 8
     out.to_parquet(tmp_path / "out")
     back = pd.read_parquet(tmp_path / "out")
-    assert back["play_status"].tolist() == ["failed"] * 4 + ["ok"] * 8 and back["half"].tolist()[4:] == [n / 2 for n in range(4, 12)]
+    assert back["play_status"].tolist() == ["failed"] * 4 + ["ok"] * 8 and back["half"].tolist()[4:] == [
+        n / 2 for n in range(4, 12)
+    ]
 
 
-def test_a_retry_keeps_every_value_exact_and_the_rows_done_before_as_they_were(client: Client, redis_url: str) -> None:
+def test_a_retry_keeps_every_value_exact_and_the_rows_done_before_as_they_were(
+    client: Client, redis_url: str
+) -> None:
     """Rows failed then retried on the cluster: an int column past 2**53 stays exact ints (the rows
     done before come back from their memos, not from a float column), and those rows stay "ok"."""
     flags = redis.Redis.from_url(redis_url)
@@ -403,7 +505,9 @@ def test_a_retry_keeps_every_value_exact_and_the_rows_done_before_as_they_were(c
         return 2**53 + 1 + n
 
     async def play(row, ctx):  # type: ignore[no-untyped-def]
-        if row.n % 3 == 0 and redis.Redis.from_url(redis_url).get("test:fail"):  # the flag, read on the worker
+        if row.n % 3 == 0 and redis.Redis.from_url(redis_url).get(
+            "test:fail"
+        ):  # the flag, read on the worker
             raise RuntimeError("not yet")
         return {"id": await ctx.tool(big, n=row.n)}
 
@@ -433,7 +537,9 @@ def test_an_error_that_cannot_travel_back_still_stops_the_job(client: Client, de
     async def strict(row, ctx):  # type: ignore[no-untyped-def]
         if row.first == "p0":
             request = httpx.Request("GET", "https://example.com/x")
-            raise httpx.HTTPStatusError("Server error '500'", request=request, response=httpx.Response(500, request=request))
+            raise httpx.HTTPStatusError(
+                "Server error '500'", request=request, response=httpx.Response(500, request=request)
+            )
         await asyncio.sleep(0.05)
         return {"email": await ctx.tool(tool, domain=row.domain, first=row.first)}
 
@@ -461,15 +567,19 @@ dd.from_pandas(frame, npartitions=4).play.map(pb.play(enrich, name="enrich"), st
 """
 
 
-def test_ctrl_c_stops_the_job_on_every_worker_says_what_it_left_and_a_rerun_pays_the_rest(client: Client, demo, redis_url: str) -> None:
+def test_ctrl_c_stops_the_job_on_every_worker_says_what_it_left_and_a_rerun_pays_the_rest(
+    client: Client, demo, redis_url: str
+) -> None:
     """Ctrl-C in a script blocked on ddf.play.map: the workers stop too, the summary and the
     message agree on what was done and skipped, the script exits as interrupted, and running the
     job again pays for the rest only (each call once in all)."""
     demo.reset(latency=0.05)
     script = subprocess.Popen(
         [sys.executable, "-c", CTRL_C, client.scheduler.address, redis_url, demo.url, KEY_VAR],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert script.stdout is not None and script.stdout.readline().strip() == "started"
     deadline = time.monotonic() + 60
     while demo.stats()["requests"] < 30 and time.monotonic() < deadline:
@@ -485,19 +595,27 @@ def test_ctrl_c_stops_the_job_on_every_worker_says_what_it_left_and_a_rerun_pays
     said = re.search(r"interrupted: (\d+) of 300 rows done on the cluster, (\d+) skipped", err)
     assert said is not None, err[-2000:]
     done, skipped = int(said[1]), int(said[2])
-    assert done + skipped == 300 and f"ok {done}" in summary and f"skipped {skipped}" in summary and skipped > 0
+    assert (
+        done + skipped == 300 and f"ok {done}" in summary and f"skipped {skipped}" in summary and skipped > 0
+    )
     assert f"calls {sent} paid" in summary
     again = _people(300).reset_index(drop=True)
-    rerun = dd.from_pandas(again, npartitions=4).play.run(_play(_email(demo)), store=redis_url, progress=False)
+    rerun = dd.from_pandas(again, npartitions=4).play.run(
+        _play(_email(demo)), store=redis_url, progress=False
+    )
     assert rerun.stats.ok + rerun.stats.reused == 300 and demo.stats()["requests"] == 300
 
 
-def test_the_store_may_be_a_receipt_store_or_playbook_home(client: Client, demo, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_store_may_be_a_receipt_store_or_playbook_home(
+    client: Client, demo, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A pb.ReceiptStore over a Redis, or $PLAYBOOK_HOME naming one, is the job's store as its URL is;
     the frame's columns are checked as pandas checks them."""
     frame = _people(10)
     play = _play(_email(demo))
-    first = dd.from_pandas(frame, npartitions=2).play.run(play, store=pb.ReceiptStore(redis_url), progress=False)
+    first = dd.from_pandas(frame, npartitions=2).play.run(
+        play, store=pb.ReceiptStore(redis_url), progress=False
+    )
     monkeypatch.setenv("PLAYBOOK_HOME", redis_url)
     again = dd.from_pandas(frame, npartitions=2).play.run(play, progress=False)
     assert first.stats.ok == 10 and again.stats.reused == 10 and demo.stats()["requests"] == 10
@@ -514,18 +632,33 @@ def test_estimate_true_asks_before_the_job_and_the_job_reuses_the_pilot(
     """On a Dask frame, estimate=True runs the pilot here (on the job's Redis store), asks, and on
     a yes the job runs the rest, paying none of the pilot's calls again; on a no, nothing more is
     sent and the refusal says so."""
-    frame = pd.DataFrame({"domain": [f"estimated{i}.com" for i in range(60)], "first": [f"e{i}" for i in range(60)]})
+    frame = pd.DataFrame(
+        {"domain": [f"estimated{i}.com" for i in range(60)], "first": [f"e{i}" for i in range(60)]}
+    )
     play = _play(_email(demo, pb.Provider("demo-estimated")))
     monkeypatch.setattr("builtins.input", lambda prompt="": "n")
     with pytest.raises(pb.PlayDefinitionError, match="not run: the estimate was not accepted"):
         dd.from_pandas(frame, npartitions=3).play.map(play, store=redis_url, progress=False, estimate=True)
-    assert capsys.readouterr().err.endswith("\nrun the 40 rows left? [y/N] ") and demo.stats()["requests"] == 20
+    assert (
+        capsys.readouterr().err.endswith("\nrun the 40 rows left? [y/N] ") and demo.stats()["requests"] == 20
+    )
     monkeypatch.setattr("builtins.input", lambda prompt="": "y")
-    out = dd.from_pandas(frame, npartitions=3).play.map(play, store=redis_url, progress=False, estimate=True).compute()
+    out = (
+        dd.from_pandas(frame, npartitions=3)
+        .play.map(play, store=redis_url, progress=False, estimate=True)
+        .compute()
+    )
     assert capsys.readouterr().err.endswith("\nrun the 20 rows left? [y/N] ")  # a second pilot took 20 more
-    assert out["play_status"].value_counts().to_dict() == {"reused": 40, "ok": 20} and demo.stats()["requests"] == 60
+    assert (
+        out["play_status"].value_counts().to_dict() == {"reused": 40, "ok": 20}
+        and demo.stats()["requests"] == 60
+    )
     # Nothing left: not asked, one summary (the pilot's, every row reused), and the job gathers the rows.
-    done = dd.from_pandas(frame, npartitions=3).play.map(play, store=redis_url, progress="text", estimate=True).compute()
+    done = (
+        dd.from_pandas(frame, npartitions=3)
+        .play.map(play, store=redis_url, progress="text", estimate=True)
+        .compute()
+    )
     said = capsys.readouterr().err
     assert done["play_status"].tolist() == ["reused"] * 60 and "rows left?" not in said
     assert len([line for line in said.splitlines() if " saved | " in line]) == 1, said

@@ -58,7 +58,9 @@ def _tally(seen: list[tuple[str | None, httpx.Response]]) -> dict[str, dict[str,
     return out
 
 
-def test_a_quota_on_one_key_refuses_it_while_the_other_key_keeps_answering(demo: pb.demo.DemoServer, http: httpx.Client) -> None:
+def test_a_quota_on_one_key_refuses_it_while_the_other_key_keeps_answering(
+    demo: pb.demo.DemoServer, http: httpx.Client
+) -> None:
     """With quota_keys=(A,), A gets 429 "daily quota exceeded" with Retry-After after `quota` requests; B is never counted."""
     demo.reset(api_keys=(KEY_A, KEY_B), quota=3, quota_keys=(KEY_A,), quota_reset=DAY)
     a = [_company(http, KEY_A) for _ in range(4)]
@@ -68,13 +70,17 @@ def test_a_quota_on_one_key_refuses_it_while_the_other_key_keeps_answering(demo:
     assert DAY - 1 <= int(a[3].headers["Retry-After"]) <= DAY
     assert [r.headers["X-RateLimit-Remaining"] for r in a] == ["2", "1", "0", "0"]
     assert [r.status_code for r in b] == [200] * 8
-    assert not [r for r in b if "X-RateLimit-Limit" in r.headers]  # B is outside the quota: not even told of it
+    assert not [
+        r for r in b if "X-RateLimit-Limit" in r.headers
+    ]  # B is outside the quota: not even told of it
     stats = demo.stats()
     assert stats["quota_exceeded"] == 1
     assert stats["by_key"]["…ey-a"]["quota_exceeded"] == 1 and stats["by_key"]["…ey-b"]["quota_exceeded"] == 0
 
 
-def test_quota_keys_travel_over_the_admin_endpoints_and_are_shown_as_a_count(demo: pb.demo.DemoServer, http: httpx.Client) -> None:
+def test_quota_keys_travel_over_the_admin_endpoints_and_are_shown_as_a_count(
+    demo: pb.demo.DemoServer, http: httpx.Client
+) -> None:
     """POST /_reset and /_configure take quota_keys as a JSON list; /_settings shows how many, never which."""
     answer = http.post("/_reset", json={"api_keys": [KEY_A, KEY_B], "quota": 1, "quota_keys": [KEY_B]})
     assert answer.status_code == 200 and answer.json()["settings"]["quota_keys"] == 1
@@ -82,7 +88,10 @@ def test_quota_keys_travel_over_the_admin_endpoints_and_are_shown_as_a_count(dem
     assert [_company(http, KEY_B).status_code for _ in range(2)] == [200, 429]
     assert [_company(http, KEY_A).status_code for _ in range(2)] == [200, 200]
     assert http.post("/_configure", json={"quota_keys": None}).status_code == 200  # every key again
-    assert [_company(http, KEY_A).status_code for _ in range(2)] == [200, 429]  # A's requests were not counted while it was out
+    assert [_company(http, KEY_A).status_code for _ in range(2)] == [
+        200,
+        429,
+    ]  # A's requests were not counted while it was out
     shown = http.get("/_settings").json()
     assert shown["quota_keys"] is None and shown["api_keys"] == 2
     refused = http.post("/_configure", json={"quota_keys": ["key-a", ""]})
@@ -91,7 +100,9 @@ def test_quota_keys_travel_over_the_admin_endpoints_and_are_shown_as_a_count(dem
     assert KEY_A not in http.get("/_settings").text
 
 
-def test_by_key_counts_what_each_key_saw_including_a_revoked_key(demo: pb.demo.DemoServer, http: httpx.Client) -> None:
+def test_by_key_counts_what_each_key_saw_including_a_revoked_key(
+    demo: pb.demo.DemoServer, http: httpx.Client
+) -> None:
     """/_stats by_key counts requests, admitted, 200s, rate-limit and quota 429s and 401s per key label, never the key."""
     # A bucket refilling once in 1000 s: three requests per key pass, the rest are rate limited.
     demo.reset(api_keys=(KEY_A, KEY_B), rps=0.001, burst=3, quota=2, quota_keys=(KEY_B,), quota_reset=DAY)
@@ -104,10 +115,38 @@ def test_by_key_counts_what_each_key_saw_including_a_revoked_key(demo: pb.demo.D
     stats = demo.stats()
     assert stats["by_key"] == _tally(seen)
     assert stats["by_key"] == {
-        "none": {"requests": 1, "admitted": 0, "ok": 0, "rate_limited": 0, "quota_exceeded": 0, "rejected": 1},
-        "…9999": {"requests": 1, "admitted": 0, "ok": 0, "rate_limited": 0, "quota_exceeded": 0, "rejected": 1},
-        "…ey-a": {"requests": 7, "admitted": 3, "ok": 3, "rate_limited": 2, "quota_exceeded": 0, "rejected": 2},
-        "…ey-b": {"requests": 3, "admitted": 2, "ok": 2, "rate_limited": 0, "quota_exceeded": 1, "rejected": 0},
+        "none": {
+            "requests": 1,
+            "admitted": 0,
+            "ok": 0,
+            "rate_limited": 0,
+            "quota_exceeded": 0,
+            "rejected": 1,
+        },
+        "…9999": {
+            "requests": 1,
+            "admitted": 0,
+            "ok": 0,
+            "rate_limited": 0,
+            "quota_exceeded": 0,
+            "rejected": 1,
+        },
+        "…ey-a": {
+            "requests": 7,
+            "admitted": 3,
+            "ok": 3,
+            "rate_limited": 2,
+            "quota_exceeded": 0,
+            "rejected": 2,
+        },
+        "…ey-b": {
+            "requests": 3,
+            "admitted": 2,
+            "ok": 2,
+            "rate_limited": 0,
+            "quota_exceeded": 1,
+            "rejected": 0,
+        },
     }
     assert sum(row["requests"] for row in stats["by_key"].values()) == stats["requests"] == len(seen)
     text = json.dumps(stats, ensure_ascii=False)
@@ -116,7 +155,9 @@ def test_by_key_counts_what_each_key_saw_including_a_revoked_key(demo: pb.demo.D
     assert demo.stats()["by_key"] == {}
 
 
-def test_a_chat_429_under_chat_rpm_counts_as_rate_limited_for_its_key(demo: pb.demo.DemoServer, http: httpx.Client) -> None:
+def test_a_chat_429_under_chat_rpm_counts_as_rate_limited_for_its_key(
+    demo: pb.demo.DemoServer, http: httpx.Client
+) -> None:
     """The chat endpoint's per-minute refusals count as rate_limited under the key that was refused."""
     demo.reset(api_keys=(KEY_A, KEY_B), chat_rpm=1)  # one request, then one more a minute later
     seen: list[tuple[str | None, httpx.Response]] = [(KEY_A, _chat(http, KEY_A)) for _ in range(3)]
@@ -124,13 +165,26 @@ def test_a_chat_429_under_chat_rpm_counts_as_rate_limited_for_its_key(demo: pb.d
     assert [r.status_code for _, r in seen] == [200, 429, 429, 200]
     by_key = demo.stats()["by_key"]
     assert by_key == _tally(seen)
-    assert by_key["…ey-a"] == {"requests": 3, "admitted": 3, "ok": 1, "rate_limited": 2, "quota_exceeded": 0, "rejected": 0}
+    assert by_key["…ey-a"] == {
+        "requests": 3,
+        "admitted": 3,
+        "ok": 1,
+        "rate_limited": 2,
+        "quota_exceeded": 0,
+        "rejected": 0,
+    }
     assert by_key["…ey-b"]["ok"] == 1 and by_key["…ey-b"]["rate_limited"] == 0
 
 
 def test_key_labels_show_at_most_four_characters_and_never_a_whole_key() -> None:
     """A label is "…" and the key's last four characters, fewer for a short key; "none" without one."""
-    assert [key_label(k) for k in (None, "key-a", "sk-live-123456", "abcd", "a")] == ["none", "…ey-a", "…3456", "…bcd", "…"]
+    assert [key_label(k) for k in (None, "key-a", "sk-live-123456", "abcd", "a")] == [
+        "none",
+        "…ey-a",
+        "…3456",
+        "…bcd",
+        "…",
+    ]
 
 
 @pytest.mark.parametrize("bad", [(), [""], ("key-a", 3), 42, {"key-a": 1}])

@@ -59,7 +59,9 @@ def client(provider):
 
 
 def _ask(client, content, model=MODEL, **options):
-    return client.chat.completions.create(model=model, messages=[{"role": "user", "content": content}], **options)
+    return client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": content}], **options
+    )
 
 
 # -- models for structured outputs --------------------------------------------------------------
@@ -140,13 +142,24 @@ def test_parse_fills_a_pydantic_model_from_the_prompt(client):
     company = first.choices[0].message.parsed
     assert isinstance(company, Company) and again.choices[0].message.parsed == company
     assert company.name == "Acme Robotics" and company.industry == "Robotics"
-    assert company.summary.startswith("Summary:") and 1 <= len(company.tags) <= 3 and 1 <= company.employees <= 500
+    assert (
+        company.summary.startswith("Summary:")
+        and 1 <= len(company.tags) <= 3
+        and 1 <= company.employees <= 500
+    )
     assert first.usage.completion_tokens == math.ceil(len(first.choices[0].message.content) / 4)
-    tree = client.chat.completions.parse(model=MODEL, messages=messages, response_format=Node).choices[0].message.parsed
+    tree = (
+        client.chat.completions.parse(model=MODEL, messages=messages, response_format=Node)
+        .choices[0]
+        .message.parsed
+    )
     assert isinstance(tree, Node)
     other = [{"role": "user", "content": "Classify into Retail or Energy: Sunny Solar Ltd"}]
     assert (
-        client.chat.completions.parse(model=MODEL, messages=other, response_format=Company).choices[0].message.parsed.industry == "Energy"
+        client.chat.completions.parse(model=MODEL, messages=other, response_format=Company)
+        .choices[0]
+        .message.parsed.industry
+        == "Energy"
     )
 
 
@@ -166,14 +179,19 @@ def test_an_invalid_strict_schema_is_a_bad_request_naming_the_path(client):
     nested_open = {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"]}
     cases = {
         "('properties', 'a'), 'additionalProperties'": {
-            "type": "object", "properties": {"a": nested_open}, "required": ["a"], "additionalProperties": False,
+            "type": "object",
+            "properties": {"a": nested_open},
+            "required": ["a"],
+            "additionalProperties": False,
         },
         "context=(), 'required' is required": {
-            "type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}, "required": ["a"],
+            "type": "object",
+            "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+            "required": ["a"],
             "additionalProperties": False,
         },
         "'type: \"array\"'": {"type": "array", "items": {"type": "string"}},
-    }  # fmt: skip
+    }
     for expected, schema in cases.items():
         with pytest.raises(openai.BadRequestError) as caught:
             _ask(client, "Describe Acme Robotics.", response_format=_strict(schema))
@@ -186,7 +204,11 @@ def test_an_invalid_strict_schema_is_a_bad_request_naming_the_path(client):
 
 def test_json_object_answers_an_object_and_needs_the_word_json(client):
     """response_format json_object answers a JSON object; without "json" in the messages it is a 400."""
-    reply = _ask(client, "Classify the industry of Acme Robotics. Answer in JSON.", response_format={"type": "json_object"})
+    reply = _ask(
+        client,
+        "Classify the industry of Acme Robotics. Answer in JSON.",
+        response_format={"type": "json_object"},
+    )
     assert json.loads(reply.choices[0].message.content) == {"answer": "Robotics"}
     with pytest.raises(openai.BadRequestError, match="json"):
         _ask(client, "Classify the industry of Acme Robotics.", response_format={"type": "json_object"})
@@ -201,7 +223,12 @@ def _structured(client, messages):
     return True
 
 
-SIMPLE = {"type": "object", "properties": {"industry": {"type": "string"}}, "required": ["industry"], "additionalProperties": False}
+SIMPLE = {
+    "type": "object",
+    "properties": {"industry": {"type": "string"}},
+    "required": ["industry"],
+    "additionalProperties": False,
+}
 
 
 def test_invalid_json_rate_breaks_a_deterministic_share_of_json_answers(provider, client):
@@ -244,19 +271,31 @@ def test_a_token_burst_is_refused_with_openai_headers_and_the_wait_is_exact(prov
     answered = []
     with pytest.raises(openai.RateLimitError) as caught:
         for _ in range(10):
-            answered.append(client.chat.completions.with_raw_response.create(model=MODEL, messages=[{"role": "user", "content": prompt}]))
+            answered.append(
+                client.chat.completions.with_raw_response.create(
+                    model=MODEL, messages=[{"role": "user", "content": prompt}]
+                )
+            )
     weight = answered[0].parse().usage.total_tokens
     assert len(answered) == 100 // weight >= 2
     headers = caught.value.response.headers
     body = caught.value.body
     assert body["type"] == "tokens" and body["code"] == "rate_limit_exceeded" and body["param"] is None
-    assert body["message"].startswith(f"Rate limit reached for {MODEL}") and "tokens per min (TPM): Limit 6000" in body["message"]
+    assert (
+        body["message"].startswith(f"Rate limit reached for {MODEL}")
+        and "tokens per min (TPM): Limit 6000" in body["message"]
+    )
     assert headers["x-ratelimit-limit-tokens"] == "6000" and headers["x-ratelimit-limit-requests"] == "600"
-    assert int(headers["x-ratelimit-remaining-tokens"]) < 100 and headers["x-ratelimit-remaining-requests"] == str(10 - len(answered))
+    assert int(headers["x-ratelimit-remaining-tokens"]) < 100 and headers[
+        "x-ratelimit-remaining-requests"
+    ] == str(10 - len(answered))
     for name in ("x-ratelimit-reset-tokens", "x-ratelimit-reset-requests"):
         assert parse_duration(headers[name]) > 0
     wait_ms = int(headers["retry-after-ms"])
-    assert headers["retry-after"] == str(math.ceil(wait_ms / 1000)) and f"try again in {format_duration(wait_ms / 1000)}" in body["message"]
+    assert (
+        headers["retry-after"] == str(math.ceil(wait_ms / 1000))
+        and f"try again in {format_duration(wait_ms / 1000)}" in body["message"]
+    )
     last = answered[-1]
     assert last.headers["x-ratelimit-remaining-tokens"] == headers["x-ratelimit-remaining-tokens"]
     started = CLOCK.now
@@ -269,15 +308,25 @@ def test_a_token_burst_is_refused_with_openai_headers_and_the_wait_is_exact(prov
 
 def test_a_request_limit_refuses_on_requests_and_only_configured_limits_send_headers(provider, client):
     """chat_rpm alone: the second request at once is a "requests" 429; no token headers; none at all without limits."""
-    plain = client.chat.completions.with_raw_response.create(model=MODEL, messages=[{"role": "user", "content": "Hello there"}])
+    plain = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hello there"}]
+    )
     assert not [h for h in plain.headers if h.startswith("x-ratelimit")]
     provider.configure(chat_rpm=60, chat_bucket_seconds=1.0)
-    first = client.chat.completions.with_raw_response.create(model=MODEL, messages=[{"role": "user", "content": "Hello there"}])
-    assert first.headers["x-ratelimit-remaining-requests"] == "0" and "x-ratelimit-limit-tokens" not in first.headers
+    first = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hello there"}]
+    )
+    assert (
+        first.headers["x-ratelimit-remaining-requests"] == "0"
+        and "x-ratelimit-limit-tokens" not in first.headers
+    )
     assert parse_duration(first.headers["x-ratelimit-reset-requests"]) == 1.0
     with pytest.raises(openai.RateLimitError) as caught:
         _ask(client, "Hello there")
-    assert caught.value.body["type"] == "requests" and "requests per min (RPM): Limit 60" in caught.value.body["message"]
+    assert (
+        caught.value.body["type"] == "requests"
+        and "requests per min (RPM): Limit 60" in caught.value.body["message"]
+    )
     assert caught.value.response.headers["retry-after-ms"] == "1000"
     CLOCK.now += 1.0
     assert _ask(client, "Hello there").choices[0].message.content
@@ -297,7 +346,9 @@ def test_a_request_heavier_than_the_bucket_fits_once_it_has_refilled_to_its_weig
 def test_usage_counters_match_the_answers_and_reset_clears_them(provider, client):
     """/_stats counts answered chat usage per model exactly as the answers report it; 429s by kind, not as usage."""
     provider.configure(chat_rpm=120)  # a bucket of two requests
-    replies = [_ask(client, "Classify the industry of Acme Robotics.", model=m) for m in ("demo-mini", "demo-large")]
+    replies = [
+        _ask(client, "Classify the industry of Acme Robotics.", model=m) for m in ("demo-mini", "demo-large")
+    ]
     with pytest.raises(openai.RateLimitError):
         _ask(client, "Classify the industry of Acme Robotics.")
     CLOCK.now += 1.0
@@ -314,7 +365,11 @@ def test_usage_counters_match_the_answers_and_reset_clears_them(provider, client
         assert stats["rate_limited"] == 1 and stats["by_status"] == {"200": 3, "429": 1}
         http.post("/_reset")
         stats = http.get("/_stats").json()
-    assert stats["chat"] == {} and stats["chat_rate_limited"] == {"requests": 0, "tokens": 0} and stats["batches_created"] == 0
+    assert (
+        stats["chat"] == {}
+        and stats["chat_rate_limited"] == {"requests": 0, "tokens": 0}
+        and stats["batches_created"] == 0
+    )
 
 
 # -- files and batches --------------------------------------------------------------------------
@@ -331,7 +386,9 @@ def _upload(client, lines):
 
 def _batch(client, lines, **options):
     upload = _upload(client, lines)
-    return client.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h", **options)
+    return client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h", **options
+    )
 
 
 def _jsonl(client, file_id):
@@ -345,11 +402,20 @@ def test_a_batch_runs_validating_in_progress_completed_and_answers_like_direct_c
     upload = _upload(client, [_line(f"row-{i}", p) for i, p in enumerate(prompts)])
     assert upload.purpose == "batch" and upload.bytes > 0 and upload.id.startswith("file-")
     assert client.files.retrieve(upload.id).filename == "requests.jsonl"
-    batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"run": "t1"})
+    batch = client.batches.create(
+        input_file_id=upload.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        metadata={"run": "t1"},
+    )
     assert batch.status == "validating" and batch.id.startswith("batch_") and batch.metadata == {"run": "t1"}
     CLOCK.now += 5.5
     running = client.batches.retrieve(batch.id)
-    assert running.status == "in_progress" and running.request_counts.total == 5 and 0 < running.request_counts.completed < 5
+    assert (
+        running.status == "in_progress"
+        and running.request_counts.total == 5
+        and 0 < running.request_counts.completed < 5
+    )
     assert running.output_file_id is None
     CLOCK.now += 5.0
     done = client.batches.retrieve(batch.id)
@@ -359,8 +425,15 @@ def test_a_batch_runs_validating_in_progress_completed_and_answers_like_direct_c
     for line, prompt in zip(lines, prompts):
         direct = _ask(client, prompt)
         body = line["response"]["body"]
-        assert line["id"].startswith("batch_req_") and line["response"]["status_code"] == 200 and line["error"] is None
-        assert body["id"] == direct.id and body["choices"][0]["message"]["content"] == direct.choices[0].message.content
+        assert (
+            line["id"].startswith("batch_req_")
+            and line["response"]["status_code"] == 200
+            and line["error"] is None
+        )
+        assert (
+            body["id"] == direct.id
+            and body["choices"][0]["message"]["content"] == direct.choices[0].message.content
+        )
         assert body["usage"]["total_tokens"] == direct.usage.total_tokens
     stats = provider.stats()
     assert stats["batches_created"] == 1 and stats["chat_batch"][MODEL]["requests"] == 5
@@ -371,11 +444,19 @@ def test_a_batch_runs_validating_in_progress_completed_and_answers_like_direct_c
 def test_invalid_lines_go_to_the_error_file_with_a_400(provider, client):
     """Lines that are not JSON, call another URL or carry a bad body land in the error file with a 400 body."""
     provider.configure(batch_seconds=1.0)
-    lines = [_line("good", "Classify: Acme Robotics"), "{not json", _line("elsewhere", "hi", url="/v1/embeddings"), _line("bad", "hi", n=3)]
+    lines = [
+        _line("good", "Classify: Acme Robotics"),
+        "{not json",
+        _line("elsewhere", "hi", url="/v1/embeddings"),
+        _line("bad", "hi", n=3),
+    ]
     batch = _batch(client, lines)
     CLOCK.now += 1.0
     done = client.batches.retrieve(batch.id)
-    assert done.status == "completed" and (done.request_counts.completed, done.request_counts.failed) == (1, 3)
+    assert done.status == "completed" and (done.request_counts.completed, done.request_counts.failed) == (
+        1,
+        3,
+    )
     assert [line["custom_id"] for line in _jsonl(client, done.output_file_id)] == ["good"]
     errors = _jsonl(client, done.error_file_id)
     assert [e["custom_id"] for e in errors] == [None, "elsewhere", "bad"]
@@ -387,11 +468,15 @@ def test_a_malformed_input_file_fails_the_whole_batch(provider, client):
     """A file that is no batch (a custom_id twice, or empty) fails the batch with errors after validating."""
     provider.configure(batch_seconds=1.0)
     twice = _batch(client, [_line("same", "a"), _line("same", "b")])
-    empty = client.batches.create(input_file_id=_upload(client, [""]).id, endpoint="/v1/chat/completions", completion_window="24h")
+    empty = client.batches.create(
+        input_file_id=_upload(client, [""]).id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
     CLOCK.now += 0.1
     for batch, code in ((twice, "duplicate_custom_id"), (empty, "empty_file")):
         failed = client.batches.retrieve(batch.id)
-        assert failed.status == "failed" and failed.errors.data[0].code == code and failed.output_file_id is None
+        assert (
+            failed.status == "failed" and failed.errors.data[0].code == code and failed.output_file_id is None
+        )
     assert client.batches.retrieve(twice.id).errors.data[0].line == 2
 
 
@@ -436,7 +521,9 @@ def test_cancel_keeps_what_was_done_and_list_pages_newest_first(provider, client
     CLOCK.now += 1.0
     cancelled = client.batches.retrieve(batch.id)
     assert cancelled.status == "cancelled" and cancelled.request_counts.completed == 5
-    assert [line["custom_id"] for line in _jsonl(client, cancelled.output_file_id)] == [f"r{i}" for i in range(5)]
+    assert [line["custom_id"] for line in _jsonl(client, cancelled.output_file_id)] == [
+        f"r{i}" for i in range(5)
+    ]
     with pytest.raises(openai.BadRequestError):
         client.batches.cancel(_finished(client).id)
     ids = [_batch(client, [_line("x", "hi")]).id for _ in range(3)]
@@ -468,7 +555,13 @@ def test_files_and_batches_need_a_key_and_answer_405_to_other_methods(provider):
 
 def test_the_new_settings_are_validated_with_their_names():
     """chat_rpm, chat_tpm, chat_bucket_seconds, chat_invalid_json_rate and batch_seconds refuse bad values by name."""
-    for bad in ({"chat_rpm": 0}, {"chat_tpm": 1.5}, {"chat_bucket_seconds": 0}, {"chat_invalid_json_rate": 2}, {"batch_seconds": -1}):
+    for bad in (
+        {"chat_rpm": 0},
+        {"chat_tpm": 1.5},
+        {"chat_bucket_seconds": 0},
+        {"chat_invalid_json_rate": 2},
+        {"batch_seconds": -1},
+    ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             demo.DemoSettings(**bad)
     assert demo.DemoSettings().public()["chat_tpm"] is None and demo.DemoSettings().batch_seconds == 2.0
@@ -476,7 +569,17 @@ def test_the_new_settings_are_validated_with_their_names():
 
 def test_durations_are_written_as_openai_writes_them():
     """format_duration writes Go-style durations rounded up to the millisecond."""
-    cases = {0: "0s", 0.02: "20ms", 0.07: "70ms", 0.6: "600ms", 1: "1s", 1.5: "1.5s", 59.159: "59.159s", 360: "6m0s", 3723: "1h2m3s"}
+    cases = {
+        0: "0s",
+        0.02: "20ms",
+        0.07: "70ms",
+        0.6: "600ms",
+        1: "1s",
+        1.5: "1.5s",
+        59.159: "59.159s",
+        360: "6m0s",
+        3723: "1h2m3s",
+    }
     assert {seconds: format_duration(seconds) for seconds in cases} == cases
 
 
@@ -496,8 +599,10 @@ def test_minute_buckets_refill_continuously_and_admit_exactly():
     assert buckets.wait("k", 0.5, 5) == 0.0 and buckets.wait("k", 0.499, 5) > 0
     assert buckets.wait("k", 100.0, 50) == 0.0  # heavier than the bucket: fits when refilled to its weight
     assert buckets.headers("k", 1.0, "tokens") == {
-        "x-ratelimit-limit-tokens": "600", "x-ratelimit-remaining-tokens": "10", "x-ratelimit-reset-tokens": "1s",
-    }  # fmt: skip
+        "x-ratelimit-limit-tokens": "600",
+        "x-ratelimit-remaining-tokens": "10",
+        "x-ratelimit-reset-tokens": "1s",
+    }
 
 
 def test_the_strict_checker_accepts_what_the_sdk_sends_and_names_violations():
@@ -510,8 +615,18 @@ def test_the_strict_checker_accepts_what_the_sdk_sends_and_names_violations():
             "required": ["x"],
             "additionalProperties": False,
         },
-        "'allOf'": {"type": "object", "properties": {}, "required": [], "additionalProperties": False, "allOf": []},
-        "Missing 'y'": {"type": "object", "properties": {"y": {"type": "string"}}, "additionalProperties": False},
+        "'allOf'": {
+            "type": "object",
+            "properties": {},
+            "required": [],
+            "additionalProperties": False,
+            "allOf": [],
+        },
+        "Missing 'y'": {
+            "type": "object",
+            "properties": {"y": {"type": "string"}},
+            "additionalProperties": False,
+        },
     }
     for expected, schema in refused.items():
         with pytest.raises(SchemaError) as caught:
@@ -529,22 +644,37 @@ def test_filled_values_validate_against_the_pydantic_models(prompt):
         assert fill(model.model_json_schema(), prompt) == value
 
 
-NAMES = st.sampled_from(["industry", "summary", "company_name", "website", "email", "country", "year", "score", "city", "count"])
+NAMES = st.sampled_from(
+    ["industry", "summary", "company_name", "website", "email", "country", "year", "score", "city", "count"]
+)
 LEAVES = st.one_of(
     st.just({"type": "string"}),
     st.just({"type": "boolean"}),
     st.just({"type": "null"}),
-    st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4, unique=True).map(lambda e: {"type": "string", "enum": e}),
-    st.tuples(st.integers(-50, 50), st.integers(0, 40)).map(lambda t: {"type": "integer", "minimum": t[0], "maximum": t[0] + t[1]}),
-    st.tuples(st.floats(-5, 5), st.floats(0.01, 5)).map(lambda t: {"type": "number", "exclusiveMinimum": t[0], "maximum": t[0] + t[1]}),
-    st.sampled_from(["date", "date-time", "email", "uri", "uuid", "ipv4"]).map(lambda f: {"type": "string", "format": f}),
+    st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4, unique=True).map(
+        lambda e: {"type": "string", "enum": e}
+    ),
+    st.tuples(st.integers(-50, 50), st.integers(0, 40)).map(
+        lambda t: {"type": "integer", "minimum": t[0], "maximum": t[0] + t[1]}
+    ),
+    st.tuples(st.floats(-5, 5), st.floats(0.01, 5)).map(
+        lambda t: {"type": "number", "exclusiveMinimum": t[0], "maximum": t[0] + t[1]}
+    ),
+    st.sampled_from(["date", "date-time", "email", "uri", "uuid", "ipv4"]).map(
+        lambda f: {"type": "string", "format": f}
+    ),
     st.integers().map(lambda n: {"const": n}),
 )
 
 
 def _containers(children):
     objects = st.dictionaries(NAMES, children, max_size=4).map(
-        lambda props: {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+        lambda props: {
+            "type": "object",
+            "properties": props,
+            "required": list(props),
+            "additionalProperties": False,
+        }
     )
     arrays = st.tuples(children, st.integers(0, 2), st.integers(0, 3)).map(
         lambda t: {"type": "array", "items": t[0], "minItems": t[1], "maxItems": t[1] + t[2]}
@@ -560,6 +690,11 @@ SCHEMAS = st.recursive(LEAVES, _containers, max_leaves=12)
 @given(st.dictionaries(NAMES, SCHEMAS, max_size=5), st.text(max_size=80))
 def test_filled_values_validate_against_generated_strict_schemas(properties, prompt):
     """Any strict schema built of the supported keywords is accepted by check_strict and filled validly."""
-    schema = {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
     check_strict(schema)
     jsonschema.validate(fill(schema, prompt), schema, format_checker=jsonschema.FormatChecker())

@@ -173,12 +173,19 @@ def test_status_path_answers_the_status_it_names(provider, client):
     assert client.get("/v1/status/204").status_code == 204
     assert client.get("/v1/status/x").status_code == 422 and client.get("/v1/status/99").status_code == 422
     with httpx.Client(base_url=provider.url, timeout=10.0) as anonymous:
-        assert anonymous.get("/v1/status/503").status_code == 503 and anonymous.get("/v1/status/200").status_code == 200
-    assert client.get("/v1/email", headers={"Authorization": "Bearer nope"}).status_code == 401  # the others still ask
+        assert (
+            anonymous.get("/v1/status/503").status_code == 503
+            and anonymous.get("/v1/status/200").status_code == 200
+        )
+    assert (
+        client.get("/v1/email", headers={"Authorization": "Bearer nope"}).status_code == 401
+    )  # the others still ask
     assert provider.stats()["by_key"]["public"]["requests"] == 2
     assert client.post("/v1/status/503").status_code == 405
     provider.reset(fault_every=1)
-    assert client.get("/v1/status/200").status_code == 503  # faults and limits apply first, as everywhere under /v1
+    assert (
+        client.get("/v1/status/200").status_code == 503
+    )  # faults and limits apply first, as everywhere under /v1
 
 
 # -- rate limits and quotas ---------------------------------------------------------------------
@@ -511,7 +518,9 @@ def test_admin_endpoints_steer_the_server_over_http(provider):
 def _until_up(url, deadline):
     while True:
         try:
-            return httpx.get(url + "/v1/email", params={"domain": "acme.com", "first": "a"}, headers=AUTH, timeout=5)
+            return httpx.get(
+                url + "/v1/email", params={"domain": "acme.com", "first": "a"}, headers=AUTH, timeout=5
+            )
         except httpx.ConnectError:
             if time.monotonic() > deadline:
                 raise
@@ -532,7 +541,9 @@ def test_restart_closes_the_port_then_serves_the_same_state():
         back = _until_up(url, started + 5)
         assert time.monotonic() - started >= 0.5
         assert running.url == url and running.stats()["requests"] == 3
-    assert first == [200, 429] and back.status_code == 200  # the frozen clock never refilled it: the restart did
+    assert (
+        first == [200, 429] and back.status_code == 200
+    )  # the frozen clock never refilled it: the restart did
 
 
 def test_admin_restart_over_http_and_its_validation():
@@ -626,7 +637,9 @@ def test_cli_prints_url_serves_and_stops_on_sigterm():
         "--batch-seconds",
         "0.5",
     ]
-    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
         try:
             with selectors.DefaultSelector() as selector:
                 selector.register(proc.stdout, selectors.EVENT_READ)
@@ -637,7 +650,11 @@ def test_cli_prints_url_serves_and_stops_on_sigterm():
             with httpx.Client(base_url=url, timeout=10.0) as http:
                 assert http.get("/_health").json() == {"ok": True}
                 settings = http.get("/_settings").json()
-                assert settings["rps"] == 50.0 and settings["window_limit"] == 20 and settings["window_seconds"] == 2.0
+                assert (
+                    settings["rps"] == 50.0
+                    and settings["window_limit"] == 20
+                    and settings["window_seconds"] == 2.0
+                )
                 assert settings["max_in_flight"] == 4 and settings["fault_every"] == 7
                 assert settings["chat_tpm"] == 30000 and settings["batch_seconds"] == 0.5
             proc.send_signal(signal.SIGTERM)
@@ -653,7 +670,13 @@ def test_importing_demo_does_not_import_the_server_stack():
     """`import playbook.demo` loads neither starlette nor uvicorn."""
     code = "import sys, playbook.demo; print(sorted(m for m in ('starlette', 'uvicorn') if m in sys.modules))"
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, env=os.environ.copy(), check=True
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ.copy(),
+        check=True,
     )
     assert out.stdout.strip() == "[]"
 
@@ -691,12 +714,20 @@ def test_two_processes_starting_a_demo_at_once_each_serve_their_own_calls(tmp_pa
             procs = [
                 stack.enter_context(
                     subprocess.Popen(
-                        [sys.executable, "-c", _STARTS_AT_ONCE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+                        [sys.executable, "-c", _STARTS_AT_ONCE],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        text=True,
+                        env=env,
                     )
                 )
                 for _ in range(2)
             ]
-            pipes = [(proc.stdin, proc.stdout) for proc in procs if proc.stdin is not None and proc.stdout is not None]
+            pipes = [
+                (proc.stdin, proc.stdout)
+                for proc in procs
+                if proc.stdin is not None and proc.stdout is not None
+            ]
             assert [out.readline().strip() for _, out in pipes] == ["ready", "ready"]
             for into, _ in pipes:
                 into.write("go\n")

@@ -20,13 +20,15 @@ import pytest
 
 import playbook as pb
 from playbook.providers.status import ProviderStatus
-from playbook.runtime.distinct import Counted
-from playbook.runtime.estimate import project
-from playbook.runtime.pilot import FIELDS, Pilot, PilotLog
+from playbook.runtime.estimate.distinct import Counted
+from playbook.runtime.estimate.pilot import FIELDS, Pilot, PilotLog
+from playbook.runtime.estimate.projection import project
 
 
 def _frame(n: int) -> pd.DataFrame:
-    return pd.DataFrame({"domain": [f"company{i}.com" for i in range(n)], "first": [f"P{i}" for i in range(n)]})
+    return pd.DataFrame(
+        {"domain": [f"company{i}.com" for i in range(n)], "first": [f"P{i}" for i in range(n)]}
+    )
 
 
 def _play(demo: pb.demo.DemoServer, provider: pb.Provider, cost: float = 0.5) -> pb.Play:
@@ -61,7 +63,9 @@ def test_a_pilot_projects_the_calls_and_money_left_and_the_run_pays_none_of_its_
     assert "<table" in est._repr_html_() and json.loads(json.dumps(est.to_dict()))["paid_calls"] == 140
 
 
-def test_a_frame_answered_by_its_memos_is_estimated_free_without_a_request(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+def test_a_frame_answered_by_its_memos_is_estimated_free_without_a_request(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
     play = _play(demo, pb.Provider("acme"))
     frame = _frame(30)
     frame.play.map(play, store=store, progress=False)
@@ -97,7 +101,9 @@ def test_estimate_true_with_nothing_left_shows_one_summary_and_gives_every_row(
     capsys.readouterr()
     out = frame.play.map(play, store=store, estimate=True, progress="text")
     said = capsys.readouterr().err
-    summaries = [line for line in said.splitlines() if " saved | " in line]  # a summary's line: what it cost and saved
+    summaries = [
+        line for line in said.splitlines() if " saved | " in line
+    ]  # a summary's line: what it cost and saved
     assert len(summaries) == 1 and summaries[0].startswith("enrich: 30 rows | ok 0 | reused 30"), said
     assert out["play_status"].tolist() == ["reused"] * 30 and pb.last_run().stats.reused == 30
 
@@ -112,12 +118,16 @@ def test_the_sample_is_random_with_a_seed_or_the_first_rows(demo: pb.demo.DemoSe
     assert runs[0] == runs[1] != runs[2] and runs[2] == sorted(f"P{i}" for i in range(5))
 
 
-def test_bad_samples_and_options_are_refused_naming_them(store: pb.ReceiptStore, demo: pb.demo.DemoServer) -> None:
+def test_bad_samples_and_options_are_refused_naming_them(
+    store: pb.ReceiptStore, demo: pb.demo.DemoServer
+) -> None:
     play = _play(demo, pb.Provider("acme"))
     for bad in (0, -1, 2.5, True):
         with pytest.raises(pb.PlayDefinitionError, match=r"estimate\(sample="):
             _frame(5).play.estimate(play, sample=bad, store=store)  # type: ignore[arg-type]
-    with pytest.raises(pb.PlayDefinitionError, match="unknown run option 'concurency'; did you mean 'concurrency'"):
+    with pytest.raises(
+        pb.PlayDefinitionError, match="unknown run option 'concurency'; did you mean 'concurrency'"
+    ):
         _frame(5).play.estimate(play, store=store, concurency=3)  # type: ignore[call-arg]
     assert demo.stats()["requests"] == 0
 
@@ -128,7 +138,10 @@ def _answer(monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
 
 
 def test_estimate_true_asks_and_a_no_runs_nothing_more(
-    demo: pb.demo.DemoServer, store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    demo: pb.demo.DemoServer,
+    store: pb.ReceiptStore,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """estimate=True: the pilot runs, the estimate and the question go to stderr, naming the rows
     left (and a max_cost short of them); no: the rows not piloted are skipped, saying why; yes:
@@ -139,21 +152,31 @@ def test_estimate_true_asks_and_a_no_runs_nothing_more(
     said = capsys.readouterr()
     assert said.out == "" and "50 rows: 20 already done; ~30 paid calls, $30.00" in said.err
     assert said.err.endswith("\nrun the 30 rows left? [y/N] ")  # 40 left of max_cost after the pilot: enough
-    assert out["play_status"].value_counts().to_dict() == {"skipped": 30, "ok": 20} and demo.stats()["requests"] == 20
+    assert (
+        out["play_status"].value_counts().to_dict() == {"skipped": 30, "ok": 20}
+        and demo.stats()["requests"] == 20
+    )
     declined = pb.last_run().stats  # the pilot's run, returned: the rows it left are skipped, and count in it
     assert (declined.total, declined.ok, declined.skipped) == (50, 20, 30)
-    assert set(out.loc[out["play_status"] == "skipped", "play_error"]) == {"not run: the estimate was not accepted"}
+    assert set(out.loc[out["play_status"] == "skipped", "play_error"]) == {
+        "not run: the estimate was not accepted"
+    }
     _answer(monkeypatch, "y")
     out = _frame(50).play.map(play, store=store, estimate=True, max_cost=25, progress=False)
     said = capsys.readouterr()
     assert (
-        "\nmax_cost=25 leaves $5.00 after the pilot's $20.00, which is below what the 10 rows left will cost (at least $10.00" in said.err
+        "\nmax_cost=25 leaves $5.00 after the pilot's $20.00, which is below what the 10 rows left will cost (at least $10.00"
+        in said.err
     )
     spent = demo.stats()["requests"] - 20
-    assert spent <= 25 and out["play_status"].value_counts().get("parked", 0) == 50 - 20 - spent  # the pilot's 20 count in max_cost
+    assert (
+        spent <= 25 and out["play_status"].value_counts().get("parked", 0) == 50 - 20 - spent
+    )  # the pilot's 20 count in max_cost
 
 
-@pytest.mark.parametrize("gone", [EOFError(), RuntimeError("input(): lost sys.stdin")], ids=["stdin at its end", "stdin closed"])
+@pytest.mark.parametrize(
+    "gone", [EOFError(), RuntimeError("input(): lost sys.stdin")], ids=["stdin at its end", "stdin closed"]
+)
 def test_estimate_true_with_nobody_to_ask_is_refused_saying_what_to_do(
     demo: pb.demo.DemoServer, store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch, gone: Exception
 ) -> None:
@@ -166,22 +189,40 @@ def test_estimate_true_with_nobody_to_ask_is_refused_saying_what_to_do(
     assert demo.stats()["requests"] == 20  # the pilot's, saved: the run reuses them
 
 
-def test_a_polars_frame_is_estimated_as_a_pandas_one(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
-    est = pl.from_pandas(_frame(60)).play.estimate(_play(demo, pb.Provider("acme")), sample=10, store=store, progress=False)
+def test_a_polars_frame_is_estimated_as_a_pandas_one(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
+    est = pl.from_pandas(_frame(60)).play.estimate(
+        _play(demo, pb.Provider("acme")), sample=10, store=store, progress=False
+    )
     assert (est.rows_left, est.paid_calls, est.cost) == (50, 50, 25.0)
 
 
 # -- the projection, on logs made by hand ------------------------------------------------------------
 
 
-def _pilot(lines: dict[tuple[str | None, str], list[float]], rows: int, runnable: int, sample: int = 10) -> Pilot:
+def _pilot(
+    lines: dict[tuple[str | None, str], list[float]], rows: int, runnable: int, sample: int = 10
+) -> Pilot:
     log = PilotLog()
     for position in range(sample):
         log.rows[position] = {where: list(line) for where, line in lines.items()}
-    return Pilot(rows, rows - runnable + sample, runnable, list(range(sample)), list(range(sample)), [], {}, log, pb.RunStats())
+    return Pilot(
+        rows,
+        rows - runnable + sample,
+        runnable,
+        list(range(sample)),
+        list(range(sample)),
+        [],
+        {},
+        log,
+        pb.RunStats(),
+    )
 
 
-def _status(name: str, rate: float | None = None, in_flight: int | None = None, tpm: float | None = None) -> ProviderStatus:
+def _status(
+    name: str, rate: float | None = None, in_flight: int | None = None, tpm: float | None = None
+) -> ProviderStatus:
     return ProviderStatus(name, False, None, 0.0, False, 0.0, None, rate, in_flight, 0, 0, 0.0, tpm)
 
 
@@ -198,17 +239,35 @@ def test_the_slowest_provider_is_the_bottleneck_by_rate_calls_in_flight_or_token
         ("slow", "b"): _line(paid=0.5, cost=0.1, sent=0.5, seconds=0.5),
         ("llm", "c"): _line(paid=1, cost=0.001, tokens=600, sent=1, seconds=0.2),
     }
-    statuses = {"fast": _status("fast", rate=100), "slow": _status("slow", in_flight=5), "llm": _status("llm", tpm=60_000)}
+    statuses = {
+        "fast": _status("fast", rate=100),
+        "slow": _status("slow", in_flight=5),
+        "llm": _status("llm", tpm=60_000),
+    }
     est = project(_pilot(lines, 1_010, 1_010), "p", 50, statuses)
     assert est.rows_left == 1_000 and est.paid_calls == 2_500 and est.cost == pytest.approx(1000 * 0.111)
     shares = est.table.set_index("provider")["provider_seconds"]
-    assert shares["fast"] == pytest.approx(10.0) and shares["slow"] == pytest.approx(100.0) and shares["llm"] == pytest.approx(600.0)
-    assert est.bottleneck == "llm" and est.limit == "60k tokens a minute" and est.seconds == pytest.approx(600.0)
-    assert "1,010 rows: 10 already done; ~2,500 paid calls (~600k tokens), $111.00, ~10m 00s" in str(est), str(est)
+    assert (
+        shares["fast"] == pytest.approx(10.0)
+        and shares["slow"] == pytest.approx(100.0)
+        and shares["llm"] == pytest.approx(600.0)
+    )
+    assert (
+        est.bottleneck == "llm" and est.limit == "60k tokens a minute" and est.seconds == pytest.approx(600.0)
+    )
+    assert "1,010 rows: 10 already done; ~2,500 paid calls (~600k tokens), $111.00, ~10m 00s" in str(est), (
+        str(est)
+    )
     llm = next(line for line in est.text().splitlines() if line.lstrip().startswith("llm"))
-    assert llm.split()[:8] == ["llm", "c", "1000", "0", "0", "row", "$1.00", "600k"], llm  # money and tokens as the line says them
+    assert llm.split()[:8] == ["llm", "c", "1000", "0", "0", "row", "$1.00", "600k"], (
+        llm
+    )  # money and tokens as the line says them
     est = project(_pilot(lines, 1_010, 1_010), "p", 50, {**statuses, "llm": _status("llm", tpm=600_000)})
-    assert est.bottleneck == "slow" and est.limit == "5 calls in flight of 1s" and est.seconds == pytest.approx(100.0)
+    assert (
+        est.bottleneck == "slow"
+        and est.limit == "5 calls in flight of 1s"
+        and est.seconds == pytest.approx(100.0)
+    )
 
 
 def test_a_configured_window_bounds_the_rate_per_key_of_a_pool() -> None:
@@ -225,9 +284,16 @@ def test_a_configured_window_bounds_the_rate_per_key_of_a_pool() -> None:
 
 
 def test_a_run_held_by_its_own_concurrency_names_the_provider_it_waits_on_most() -> None:
-    lines = {("a", "x"): _line(paid=1, sent=1, seconds=2.0, span=2.0), ("b", "y"): _line(paid=1, sent=1, seconds=0.5, span=0.5)}
+    lines = {
+        ("a", "x"): _line(paid=1, sent=1, seconds=2.0, span=2.0),
+        ("b", "y"): _line(paid=1, sent=1, seconds=0.5, span=0.5),
+    }
     est = project(_pilot(lines, 110, 110), "p", 4, {"a": _status("a"), "b": _status("b")})
-    assert est.seconds == pytest.approx(100 * 2.5 / 4) and est.bottleneck == "a" and "concurrency (4 rows" in est.limit
+    assert (
+        est.seconds == pytest.approx(100 * 2.5 / 4)
+        and est.bottleneck == "a"
+        and "concurrency (4 rows" in est.limit
+    )
 
 
 def test_the_interval_spreads_with_the_rows_and_holds_the_point() -> None:
@@ -241,7 +307,9 @@ def test_the_interval_spreads_with_the_rows_and_holds_the_point() -> None:
     pilot = Pilot(1_020, 20, 1_020, list(range(20)), list(range(20)), [], {}, log, pb.RunStats())
     est = project(pilot, "p", 16, {"a": _status("a"), "b": _status("b")})
     low, high = est.interval["cost"]
-    assert est.cost == pytest.approx(1000 * 2.5) and low < est.cost < high and np.isclose(est.paid_calls, 1500)
+    assert (
+        est.cost == pytest.approx(1000 * 2.5) and low < est.cost < high and np.isclose(est.paid_calls, 1500)
+    )
 
 
 def test_calls_counted_from_columns_are_paid_once_per_distinct_call_left_as_the_pilot_paid_one() -> None:
@@ -251,14 +319,28 @@ def test_calls_counted_from_columns_are_paid_once_per_distinct_call_left_as_the_
     log = PilotLog()
     for position in range(10):
         lookup = _line(paid=1, cost=0.02, sent=1, seconds=0.1) if position % 5 else _line(shared=1)
-        log.rows[position] = {("a", "lookup"): lookup, ("b", "llm"): _line(paid=1, cost=0.1 * (1 + position % 2), sent=1, seconds=0.1)}
-    counted = {("a", "lookup"): Counted(("domain",), rows=1_000, distinct=700, calls=500, reused=150, checked=700)}
+        log.rows[position] = {
+            ("a", "lookup"): lookup,
+            ("b", "llm"): _line(paid=1, cost=0.1 * (1 + position % 2), sent=1, seconds=0.1),
+        }
+    counted = {
+        ("a", "lookup"): Counted(("domain",), rows=1_000, distinct=700, calls=500, reused=150, checked=700)
+    }
     pilot = Pilot(1_010, 10, 1_010, list(range(10)), list(range(10)), [], {}, log, pb.RunStats(), counted)
     est = project(pilot, "p", 16, {"a": _status("a"), "b": _status("b")})
     table = est.table.set_index("tool")
-    assert table.loc["lookup", ["paid_calls", "reused_calls", "shared_calls", "per"]].tolist() == [500, 150, 350, "distinct domain"]
+    assert table.loc["lookup", ["paid_calls", "reused_calls", "shared_calls", "per"]].tolist() == [
+        500,
+        150,
+        350,
+        "distinct domain",
+    ]
     assert table.loc["lookup", "cost"] == pytest.approx(10.0) and table.loc["llm", "per"] == "row"
-    assert est.paid_calls == 1_500 and est.cost == pytest.approx(10.0 + 150.0) and est.interval["paid_calls"] == (1_500, 1_500)
+    assert (
+        est.paid_calls == 1_500
+        and est.cost == pytest.approx(10.0 + 150.0)
+        and est.interval["paid_calls"] == (1_500, 1_500)
+    )
     low, high = est.interval["cost"]
     assert low < est.cost < high and "cost" not in est.no_spread
     assert est.no_spread["paid_calls"] == (
@@ -275,12 +357,23 @@ def test_a_tool_counted_from_columns_costs_what_an_answered_call_cost_not_its_re
     log = PilotLog()
     for position in range(10):
         refused = position < 2
-        log.rows[position] = {("a", "lookup"): _line(paid=1, cost=0.0 if refused else 0.02, sent=1, seconds=0.1, refused=refused)}
-    counted = {("a", "lookup"): Counted(("domain",), rows=1_000, distinct=700, calls=500, reused=150, checked=700)}
+        log.rows[position] = {
+            ("a", "lookup"): _line(
+                paid=1, cost=0.0 if refused else 0.02, sent=1, seconds=0.1, refused=refused
+            )
+        }
+    counted = {
+        ("a", "lookup"): Counted(("domain",), rows=1_000, distinct=700, calls=500, reused=150, checked=700)
+    }
     est = project(
-        Pilot(1_010, 10, 1_010, list(range(10)), list(range(10)), [], {}, log, pb.RunStats(), counted), "p", 16, {"a": _status("a")}
+        Pilot(1_010, 10, 1_010, list(range(10)), list(range(10)), [], {}, log, pb.RunStats(), counted),
+        "p",
+        16,
+        {"a": _status("a")},
     )
-    assert est.cost == 10.0 and est.table[["paid_calls", "refused_calls", "requests_failed"]].values.tolist() == [[500, 0, 0.0]]
+    assert est.cost == 10.0 and est.table[
+        ["paid_calls", "refused_calls", "requests_failed"]
+    ].values.tolist() == [[500, 0, 0.0]]
 
 
 def test_projected_amounts_carry_no_float_noise_and_a_tool_with_no_provider_is_named_so() -> None:
@@ -288,7 +381,9 @@ def test_projected_amounts_carry_no_float_noise_and_a_tool_with_no_provider_is_n
     a paid tool made with no provider shows as such in the table, not as NaN."""
     est = project(_pilot({(None, "score"): _line(paid=1, cost=0.01)}, 3_751, 3_751), "p", 16, {})
     assert (est.cost, est.interval["cost"]) == (37.41, (37.41, 37.41)) and "37.41" in repr(est.interval)
-    assert est.table[["provider", "tool", "paid_calls"]].values.tolist() == [["(no provider)", "score", 3_741]]
+    assert est.table[["provider", "tool", "paid_calls"]].values.tolist() == [
+        ["(no provider)", "score", 3_741]
+    ]
 
 
 def test_free_local_calls_are_not_projected_and_refusals_are_paid_calls_not_failed_requests(
@@ -303,16 +398,29 @@ def test_free_local_calls_are_not_projected_and_refusals_are_paid_calls_not_fail
     def clean_domain(website: Any) -> str:
         return str(website or "").strip().lower()
 
-    company = pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
-                           headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("acme"), cost=0.01)  # fmt: skip
+    company = pb.http_tool(
+        "company",
+        method="GET",
+        url=demo.url + "/v1/company",
+        params={"domain": "{domain}"},
+        headers={"Authorization": "Bearer demo-key"},
+        provider=pb.Provider("acme"),
+        cost=0.01,
+    )
 
     async def enrich(row: Any, ctx: pb.Context) -> Any:
-        return {"name": (await ctx.tool(company, domain=await ctx.tool(clean_domain, website=row.website)))["name"]}
+        return {
+            "name": (await ctx.tool(company, domain=await ctx.tool(clean_domain, website=row.website)))[
+                "name"
+            ]
+        }
 
     websites = ["" if i % 4 == 0 else f" Company{i % 30}.com" for i in range(200)]
     frame = pd.DataFrame({"website": websites, "person": [f"P{i}" for i in range(200)]})
     est = frame.play.estimate(pb.play(enrich, name="enrich"), sample=40, store=store, progress=False)
-    assert est.table["tool"].tolist() == ["company"] and not any("clean_domain" in note for note in est.notes), est.text()
+    assert est.table["tool"].tolist() == ["company"] and not any(
+        "clean_domain" in note for note in est.notes
+    ), est.text()
     line = est.table.iloc[0]
     assert est.pilot.calls_failed == 0 and line["requests_failed"] == 0.0 and line["refused_calls"] > 0
     assert est.pilot.failed > 0
@@ -323,9 +431,20 @@ def test_calls_pilot_rows_shared_are_projected_in_the_pilot_share_and_spread_the
     paid for: the 1,000 rows left pay 800 calls and share 200, and the interval has width."""
     log = PilotLog()
     for position in range(20):
-        log.rows[position] = {("a", "lookup"): _line(shared=1) if position % 5 == 0 else _line(paid=1, cost=1, sent=1, seconds=0.1)}
-    est = project(Pilot(1_020, 20, 1_020, list(range(20)), list(range(20)), [], {}, log, pb.RunStats()), "p", 16, {"a": _status("a")})
-    assert est.table[["paid_calls", "reused_calls", "shared_calls", "per"]].values.tolist() == [[800, 0, 200, "row"]]
+        log.rows[position] = {
+            ("a", "lookup"): _line(shared=1)
+            if position % 5 == 0
+            else _line(paid=1, cost=1, sent=1, seconds=0.1)
+        }
+    est = project(
+        Pilot(1_020, 20, 1_020, list(range(20)), list(range(20)), [], {}, log, pb.RunStats()),
+        "p",
+        16,
+        {"a": _status("a")},
+    )
+    assert est.table[["paid_calls", "reused_calls", "shared_calls", "per"]].values.tolist() == [
+        [800, 0, 200, "row"]
+    ]
     low, high = est.interval["paid_calls"]
     assert low < 800 < high and est.no_spread == {"tokens": "no call the pilot paid counted tokens"}
     assert est.notes == [
@@ -350,28 +469,60 @@ async def enrich(row, ctx):
 """
 
 
-def test_the_command_line_estimates_and_runs_the_rest_only_with_yes(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+def test_the_command_line_estimates_and_runs_the_rest_only_with_yes(
+    demo: pb.demo.DemoServer, tmp_path: Path
+) -> None:
     (tmp_path / "plays.py").write_text(PLAYS)
     _frame(60).to_csv(tmp_path / "in.csv", index=False)
     env = {**os.environ, "DEMO_URL": demo.url}
 
     def cli(*extra: str) -> subprocess.CompletedProcess[str]:
-        args = ["run", "plays.py:enrich", "--in", "in.csv", "--out", "out.csv", "--estimate", "--json", *extra]
-        return subprocess.run([sys.executable, "-m", "playbook", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        args = [
+            "run",
+            "plays.py:enrich",
+            "--in",
+            "in.csv",
+            "--out",
+            "out.csv",
+            "--estimate",
+            "--json",
+            *extra,
+        ]
+        return subprocess.run(
+            [sys.executable, "-m", "playbook", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     first = cli("--sample", "10")
     report = json.loads(first.stdout)
-    assert first.returncode == 0 and report["estimate"]["paid_calls"] == 50 and report["estimate"]["cost"] == 12.5
+    assert (
+        first.returncode == 0
+        and report["estimate"]["paid_calls"] == 50
+        and report["estimate"]["cost"] == 12.5
+    )
     assert not (tmp_path / "out.csv").exists() and "add --yes to run the 50 rows left" in first.stderr
     assert demo.stats()["requests"] == 10
     second = cli("--yes", "--max-cost", "5", "--sample", "4")
     report = json.loads(second.stdout)
-    assert "--max-cost 5 leaves $4.00 after the pilot's $1.00, which is below what the 46 rows left will cost" in second.stderr
-    assert report["estimate"]["rows_left"] == 46 and report["stats"]["cost_spent"] == 4.0  # what the pilot (1.0) left of 5
+    assert (
+        "--max-cost 5 leaves $4.00 after the pilot's $1.00, which is below what the 46 rows left will cost"
+        in second.stderr
+    )
+    assert (
+        report["estimate"]["rows_left"] == 46 and report["stats"]["cost_spent"] == 4.0
+    )  # what the pilot (1.0) left of 5
     assert demo.stats()["requests"] == 10 + 4 + 16 and second.returncode == 3  # rows parked on the budget
     (tmp_path / "out.csv").unlink()
     third = cli("--sample", "60")  # the pilot runs every row left: still nothing is written without --yes
-    assert third.returncode == 0 and not (tmp_path / "out.csv").exists() and "every row is done: add --yes to write them" in third.stderr
+    assert (
+        third.returncode == 0
+        and not (tmp_path / "out.csv").exists()
+        and "every row is done: add --yes to write them" in third.stderr
+    )
     fourth = cli("--yes")  # nothing left: one summary (the pilot's), and every row written
     assert fourth.returncode == 0 and len(pd.read_csv(tmp_path / "out.csv")) == 60
     assert len([line for line in fourth.stderr.splitlines() if " saved | " in line]) == 1, fourth.stderr
@@ -380,11 +531,24 @@ def test_the_command_line_estimates_and_runs_the_rest_only_with_yes(demo: pb.dem
     assert bad.returncode == 2 and "a share between 0 and 1, such as 0.15" in bad.stderr
     for alone in (["--sample", "5"], ["--yes"], ["--precision", "0.1"]):
         args = ["run", "plays.py:enrich", "--in", "in.csv", "--out", "out.csv", *alone]
-        done = subprocess.run([sys.executable, "-m", "playbook", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 2 and f"{alone[0]} is for --estimate" in done.stderr and not (tmp_path / "out.csv").exists()
+        done = subprocess.run(
+            [sys.executable, "-m", "playbook", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (
+            done.returncode == 2
+            and f"{alone[0]} is for --estimate" in done.stderr
+            and not (tmp_path / "out.csv").exists()
+        )
 
 
-def test_a_pilot_answered_by_fixtures_sends_nothing_and_names_no_bottleneck(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+def test_a_pilot_answered_by_fixtures_sends_nothing_and_names_no_bottleneck(
+    demo: pb.demo.DemoServer, tmp_path: Path
+) -> None:
     """Fixtures answer the pilot as they would the run: no request, the money the recorded answers
     cost, no time, no provider holding anything back."""
     play = _play(demo, pb.Provider("acme"), cost=0.1)
@@ -392,22 +556,38 @@ def test_a_pilot_answered_by_fixtures_sends_nothing_and_names_no_bottleneck(demo
     with pb.fixtures(tmp_path / "calls.jsonl", mode="record"):
         frame.play.map(play, store=tmp_path / "recorded", progress=False)
     sent = demo.stats()["requests"]
-    est = frame.play.estimate(play, fixtures=tmp_path / "calls.jsonl", store=tmp_path / "replayed", progress=False)
+    est = frame.play.estimate(
+        play, fixtures=tmp_path / "calls.jsonl", store=tmp_path / "replayed", progress=False
+    )
     assert demo.stats()["requests"] == sent == 50
-    assert (est.rows_left, est.paid_calls, est.cost, est.seconds, est.bottleneck) == (30, 30, pytest.approx(3.0), 0.0, None)
+    assert (est.rows_left, est.paid_calls, est.cost, est.seconds, est.bottleneck) == (
+        30,
+        30,
+        pytest.approx(3.0),
+        0.0,
+        None,
+    )
     assert "held back" not in str(est)
 
 
-def test_pilot_rows_the_budget_parked_are_not_projected_as_free(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+def test_pilot_rows_the_budget_parked_are_not_projected_as_free(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
     """max_cost parks half the pilot: the projection is made of the 10 rows that ran, over the 190
     rows left, and says so."""
-    est = _frame(200).play.estimate(_play(demo, pb.Provider("acme"), cost=0.1), max_cost=1, store=store, progress=False)
+    est = _frame(200).play.estimate(
+        _play(demo, pb.Provider("acme"), cost=0.1), max_cost=1, store=store, progress=False
+    )
     assert (est.reused_rows, est.rows_left, est.paid_calls, est.cost) == (10, 190, 190, pytest.approx(19.0))
-    assert est.notes == ["10 of the pilot's rows did not end (10 parked (budget)): projected from the 10 that did"]
+    assert est.notes == [
+        "10 of the pilot's rows did not end (10 parked (budget)): projected from the 10 that did"
+    ]
     assert est.notes[0] in str(est)
 
 
-def test_failures_in_the_pilot_are_projected_with_what_they_cost(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+def test_failures_in_the_pilot_are_projected_with_what_they_cost(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
     """Every fourth row fails after a paid call: the estimate projects how many of the rest fail
     and what their calls cost, and the run after it fails about as many."""
     email = pb.demo.email_tool(demo, provider=pb.Provider("acme"), cost=0.5)
@@ -420,15 +600,29 @@ def test_failures_in_the_pilot_are_projected_with_what_they_cost(demo: pb.demo.D
 
     frame = _frame(120)
     est = frame.play.estimate(picky, sample=40, first=True, store=store, progress=False)
-    assert (est.rows_left, est.paid_calls, est.failed_rows, est.cost_failed) == (90, 80, 20, pytest.approx(10.0))
-    assert "10 of the pilot's 40 rows failed (pb.last_run().errors): ~20 of the rest may, paying ~$10.00" in str(est)
+    assert (est.rows_left, est.paid_calls, est.failed_rows, est.cost_failed) == (
+        90,
+        80,
+        20,
+        pytest.approx(10.0),
+    )
+    assert (
+        "10 of the pilot's 40 rows failed (pb.last_run().errors): ~20 of the rest may, paying ~$10.00"
+        in str(est)
+    )
     run = frame.play.run(picky, store=store, progress=False)
-    assert run.stats.failed == 30 and run.stats.calls_executed == 80 and run.stats.cost_failed == 10.0  # the pilot's 10 replayed free
+    assert (
+        run.stats.failed == 30 and run.stats.calls_executed == 80 and run.stats.cost_failed == 10.0
+    )  # the pilot's 10 replayed free
 
 
-def test_rows_sharing_a_key_are_counted_as_rows_and_paid_once(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+def test_rows_sharing_a_key_are_counted_as_rows_and_paid_once(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
     frame = pd.concat([_frame(20)] * 10, ignore_index=True)  # 200 rows, 20 different
-    est = frame.play.estimate(_play(demo, pb.Provider("acme")), sample=10, first=True, store=store, progress=False)
+    est = frame.play.estimate(
+        _play(demo, pb.Provider("acme")), sample=10, first=True, store=store, progress=False
+    )
     assert (est.rows, est.reused_rows, est.rows_left, est.paid_calls) == (200, 100, 100, 10)
     assert est.pilot.total == est.pilot.ok == 100  # its 10 rows and their copies
     frame.play.map(_play(demo, pb.Provider("acme")), store=store, progress=False)
@@ -442,13 +636,18 @@ def _waterfall(demo: pb.demo.DemoServer) -> Any:
     second = pb.demo.email_tool(demo, name="second", provider=pb.Provider("leg-b"), cost=0.03)
 
     async def both(row: Any, ctx: pb.Context) -> Any:
-        legs = [ctx.call(first, domain=row.domain, first=row.first), ctx.call(second, domain="mail." + row.domain, first=row.first)]
+        legs = [
+            ctx.call(first, domain=row.domain, first=row.first),
+            ctx.call(second, domain="mail." + row.domain, first=row.first),
+        ]
         return {"email": await ctx.waterfall("email", legs)}
 
     return both
 
 
-def test_with_precision_the_pilot_grows_until_its_interval_is_narrow_enough(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+def test_with_precision_the_pilot_grows_until_its_interval_is_narrow_enough(
+    demo: pb.demo.DemoServer, tmp_path: Path
+) -> None:
     """A waterfall whose second leg costs 3 times the first and is asked for about half the rows:
     a pilot of 10 rows has a wide interval; precision=0.1 grows it 10 rows at a time, to at most
     100, and its interval narrows; a play of one call a row is narrow at once and stays at 10."""
@@ -459,10 +658,17 @@ def test_with_precision_the_pilot_grows_until_its_interval_is_narrow_enough(demo
     grown = frame.play.estimate(both, sample=10, precision=0.1, store=tmp_path / "grown", progress=False)
     width = [(e.interval["cost"][1] - e.interval["cost"][0]) / e.cost for e in (fixed, grown)]
     assert fixed.sample == 10 and 10 < grown.sample <= 100 and grown.sample % 10 == 0
-    assert (fixed.pilot.total, grown.pilot.total) == (fixed.sample, grown.sample)  # each round adds the rows it ran
+    assert (fixed.pilot.total, grown.pilot.total) == (
+        fixed.sample,
+        grown.sample,
+    )  # each round adds the rows it ran
     assert width[1] < width[0] and (width[1] / 2 <= 0.1 or grown.sample == 100)
-    assert grown.pilot.calls_executed == demo.stats()["requests"] - fixed.pilot.calls_executed  # every pilot row paid once
-    plain = frame.play.estimate(_play(demo, pb.Provider("acme")), sample=10, precision=0.1, store=tmp_path / "plain", progress=False)
+    assert (
+        grown.pilot.calls_executed == demo.stats()["requests"] - fixed.pilot.calls_executed
+    )  # every pilot row paid once
+    plain = frame.play.estimate(
+        _play(demo, pb.Provider("acme")), sample=10, precision=0.1, store=tmp_path / "plain", progress=False
+    )
     assert plain.sample == 10
     for bad in (0, 1.5, "0.1", True):
         with pytest.raises(pb.PlayDefinitionError, match=r"estimate\(precision="):
@@ -484,15 +690,27 @@ def _repeating(n: int, seed: int) -> pd.DataFrame:
 
 
 def _company(demo: pb.demo.DemoServer) -> pb.Tool:
-    return pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
-                        headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("est-company"), cost=0.01)  # fmt: skip
+    return pb.http_tool(
+        "company",
+        method="GET",
+        url=demo.url + "/v1/company",
+        params={"domain": "{domain}"},
+        headers={"Authorization": "Bearer demo-key"},
+        provider=pb.Provider("est-company"),
+        cost=0.01,
+    )
 
 
 def _company_then_llm(demo: pb.demo.DemoServer) -> pb.Play:
     """An HTTP tool called with the row's domain, then an LLM with a prompt of the row's own."""
     company = _company(demo)
-    llm = pb.llm_tool(model="demo-1", base_url=demo.url + "/v1", secret=pb.secret("DEMO_API_KEY", default="demo-key"),
-                      prices={"demo-1": (0.15, 0.60)}, provider=pb.Provider("est-llm"))  # fmt: skip
+    llm = pb.llm_tool(
+        model="demo-1",
+        base_url=demo.url + "/v1",
+        secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+        prices={"demo-1": (0.15, 0.60)},
+        provider=pb.Provider("est-llm"),
+    )
 
     async def outreach(row: Any, ctx: pb.Context) -> Any:
         found = await ctx.tool(company, domain=row.domain)
@@ -512,16 +730,26 @@ def test_calls_rows_share_are_projected_once_per_distinct_domain_and_the_interva
     est = frame.play.estimate(play, sample=20, store=store, progress=False)
     run = frame.play.run(play, store=store, progress=False)
     paid, spent = run.stats.calls_executed, run.stats.cost_spent
-    assert paid == demo.stats()["requests"] - est.pilot.calls_executed  # every request the run sent was a paid call
+    assert (
+        paid == demo.stats()["requests"] - est.pilot.calls_executed
+    )  # every request the run sent was a paid call
     assert abs(est.paid_calls / paid - 1) <= 0.05 and abs(est.cost / spent - 1) <= 0.05
     assert est.interval["paid_calls"][0] <= paid <= est.interval["paid_calls"][1]
-    assert est.interval["cost"][0] <= spent <= est.interval["cost"][1] and est.interval["cost"][1] > est.interval["cost"][0]
+    assert (
+        est.interval["cost"][0] <= spent <= est.interval["cost"][1]
+        and est.interval["cost"][1] > est.interval["cost"][0]
+    )
     company = est.table.set_index("tool").loc["company"]
-    assert company["per"] == "distinct domain" and company["paid_calls"] + company["reused_calls"] + company["shared_calls"] == 280
+    assert (
+        company["per"] == "distinct domain"
+        and company["paid_calls"] + company["reused_calls"] + company["shared_calls"] == 280
+    )
     assert est.no_spread["paid_calls"].startswith("'company' is paid once per distinct domain: ")
 
 
-def test_calls_with_a_receipt_from_before_the_estimate_are_free_in_the_count(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+def test_calls_with_a_receipt_from_before_the_estimate_are_free_in_the_count(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
     """Another play looked up the first 100 rows' domains before: the estimate counts only the
     domains left with no receipt (the others reused), and the run pays exactly what it projects."""
     frame = _repeating(300, seed=6)
@@ -543,8 +771,15 @@ def test_a_tool_a_row_also_calls_in_a_sub_play_is_projected_per_row_and_the_run_
 ) -> None:
     """Each row looks up its domain, and a sub-play looks up its mail domain: two calls of the
     tool a row, not one per distinct domain; the estimate projects them per row, as the run pays."""
-    company = pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
-                           headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("acme"), cost=0.25)  # fmt: skip
+    company = pb.http_tool(
+        "company",
+        method="GET",
+        url=demo.url + "/v1/company",
+        params={"domain": "{domain}"},
+        headers={"Authorization": "Bearer demo-key"},
+        provider=pb.Provider("acme"),
+        cost=0.25,
+    )
 
     async def mail(row: Any, ctx: pb.Context) -> Any:
         return {"mail": (await ctx.tool(company, domain=row.domain))["name"]}
@@ -553,7 +788,9 @@ def test_a_tool_a_row_also_calls_in_a_sub_play_is_projected_per_row_and_the_run_
         found = await ctx.tool(company, domain=row.domain)
         return {"name": found["name"], **(await ctx.run_play(pb.play(mail, name="mail"), domain=row.mail))}
 
-    frame = pd.concat([_frame(50)] * 2, ignore_index=True).assign(first=[f"Q{i}" for i in range(100)])  # 50 domains, twice each
+    frame = pd.concat([_frame(50)] * 2, ignore_index=True).assign(
+        first=[f"Q{i}" for i in range(100)]
+    )  # 50 domains, twice each
     frame["mail"] = "mail." + frame["domain"]
     est = frame.play.estimate(both, sample=20, store=store, progress=False)
     run = frame.play.run(both, store=store, progress=False)
@@ -576,11 +813,20 @@ def test_a_pilot_whose_rows_pay_different_calls_has_an_interval_of_width_and_no_
     assert "no spread" not in str(est)
 
 
-def test_a_pilot_whose_rows_all_pay_alike_says_why_its_interval_has_no_width(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+def test_a_pilot_whose_rows_all_pay_alike_says_why_its_interval_has_no_width(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
     """Every row pays one lookup of its own domain and one email call made from its row (not read
     from a column): the intervals have no width, and the estimate says why."""
-    company = pb.http_tool("company", method="GET", url=demo.url + "/v1/company", params={"domain": "{domain}"},
-                           headers={"Authorization": "Bearer demo-key"}, provider=pb.Provider("acme"), cost=0.25)  # fmt: skip
+    company = pb.http_tool(
+        "company",
+        method="GET",
+        url=demo.url + "/v1/company",
+        params={"domain": "{domain}"},
+        headers={"Authorization": "Bearer demo-key"},
+        provider=pb.Provider("acme"),
+        cost=0.25,
+    )
     email = pb.demo.email_tool(demo, provider=pb.Provider("acme"), cost=0.5)
 
     async def both(row: Any, ctx: pb.Context) -> Any:
@@ -588,7 +834,12 @@ def test_a_pilot_whose_rows_all_pay_alike_says_why_its_interval_has_no_width(dem
         return {"email": await ctx.tool(email, domain=row.domain, first=row.first.lower())}
 
     est = _frame(100).play.estimate(both, sample=20, store=store, progress=False)
-    assert (est.paid_calls, est.cost, est.interval["paid_calls"], est.interval["cost"]) == (160, 60.0, (160.0, 160.0), (60.0, 60.0))
+    assert (est.paid_calls, est.cost, est.interval["paid_calls"], est.interval["cost"]) == (
+        160,
+        60.0,
+        (160.0, 160.0),
+        (60.0, 60.0),
+    )
     per_row = (
         " (projected per row: the rows left are assumed to share its calls no more than the pilot's rows, which shared none; "
         "an input read from a column is counted per distinct value)"

@@ -67,7 +67,9 @@ class _Disk:
 
     def mount(self) -> None:
         _sh("mount", "-o", "loop,errors=remount-ro", str(self.image), str(self.root))
-        found = subprocess.run(["findmnt", "-no", "SOURCE", str(self.root)], capture_output=True, text=True, check=True)
+        found = subprocess.run(
+            ["findmnt", "-no", "SOURCE", str(self.root)], capture_output=True, text=True, check=True
+        )
         self.device = Path(found.stdout.strip()).name  # loopN
 
     @property
@@ -78,7 +80,9 @@ class _Disk:
         """Unmounted, checked (e2fsck repairs the aborted journal) and mounted again: what a
         machine does when it comes back."""
         _sh("umount", str(self.root))
-        subprocess.run(["e2fsck", "-fy", str(self.image)], capture_output=True, timeout=120)  # 1: errors corrected
+        subprocess.run(
+            ["e2fsck", "-fy", str(self.image)], capture_output=True, timeout=120
+        )  # 1: errors corrected
         self.mount()
 
     def unmount(self) -> None:
@@ -98,8 +102,12 @@ def disk(tmp_path: Path) -> Iterator[_Disk]:
 def _run(tmp_path: Path, store: Path, durability: str, trigger: str, name: str) -> dict:  # type: ignore[type-arg]
     script, out = tmp_path / "run.py", tmp_path / f"{name}.json"
     script.write_text(_RUN)
-    done = subprocess.run([sys.executable, str(script), str(store), str(out), durability, trigger], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script), str(store), str(out), durability, trigger],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
@@ -113,13 +121,19 @@ def _staged(tmp_path: Path, disk: _Disk, durability: str) -> tuple[dict, dict]: 
     return first, _run(tmp_path, store, durability, "-", "rerun")
 
 
-def test_a_filesystem_error_mid_run_loses_no_receipt_of_a_row_reported_ok(tmp_path: Path, disk: _Disk) -> None:
+def test_a_filesystem_error_mid_run_loses_no_receipt_of_a_row_reported_ok(
+    tmp_path: Path, disk: _Disk
+) -> None:
     first, rerun = _staged(tmp_path, disk, "strict")
-    assert 400 < len(first["ok"]) < 600 and first["lost"] > 0, first["lost"]  # the disk failed midway, under calls in flight
+    assert 400 < len(first["ok"]) < 600 and first["lost"] > 0, first[
+        "lost"
+    ]  # the disk failed midway, under calls in flight
     paid_again = set(rerun["calls"]) & set(first["calls"])
     assert not paid_again & set(first["ok"]), "rows reported ok lost their receipts"
     assert 0 < len(paid_again) <= first["lost"]  # paid again: no more than what the run said it lost
-    assert len(first["calls"]) - len(first["ok"]) <= first["lost"]  # once the disk failed, only calls in flight were paid
+    assert (
+        len(first["calls"]) - len(first["ok"]) <= first["lost"]
+    )  # once the disk failed, only calls in flight were paid
     assert rerun["refused"] is None  # the store holds every receipt its mark counted
 
 

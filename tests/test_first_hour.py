@@ -57,7 +57,9 @@ def test_running_the_demo_servers_cell_again_pays_for_nothing(kernel: Kernel) ->
     again = kernel.run(_SERVE_CELL)
     assert again["error"] is None, again["error"]
     assert again["stdout"].split() == ["0", "0"] and kernel.value("demo.url") == url
-    edited = kernel.run(_SERVE_CELL.replace("range(50)", "range(60)").replace("* 50", "* 60"))  # the cell edited: the same server still
+    edited = kernel.run(
+        _SERVE_CELL.replace("range(50)", "range(60)").replace("* 50", "* 60")
+    )  # the cell edited: the same server still
     assert edited["stdout"].split() == ["10", "10"] and kernel.value("demo.url") == url
 
 
@@ -70,7 +72,9 @@ def test_serve_again_from_the_same_line_is_the_same_server_with_the_new_settings
     other = pb.demo.serve()
     own = pb.demo.serve(port=0)
     try:
-        assert b is a and a.settings.rps == 5 and a.settings.miss_rate != 0.5  # settings as asked the second time
+        assert (
+            b is a and a.settings.rps == 5 and a.settings.miss_rate != 0.5
+        )  # settings as asked the second time
         assert other.url != a.url and own.url not in (a.url, other.url)  # another place, another server
         a.stop()
         c = serve(miss_rate=0.5)
@@ -99,7 +103,9 @@ def _bad_domains(n: int) -> pd.DataFrame:
     return pd.DataFrame({"domain": ["not a domain"] * n, "first": ["Ann"] * n, "n": range(n)})
 
 
-def test_a_client_error_is_kept_as_the_calls_answer_and_not_asked_again(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+def test_a_client_error_is_kept_as_the_calls_answer_and_not_asked_again(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
     """100 rows with the same bad domain (the demo answers 422): one request; the other rows get
     the same error from its receipt, and a rerun sends nothing.  The 422 is counted as paid (the
     provider counted it), the others as shared, then as from receipts."""
@@ -118,7 +124,12 @@ def test_a_client_error_is_kept_as_the_calls_answer_and_not_asked_again(demo: pb
     )  # and one group, the paid one's and the shared ones', the tool's template, masked as messages are
     assert len(groups) == 1 and "(GET http://<ip>:<n>/v1/email)" in groups[0], groups
     stats = pb.last_run().stats
-    assert demo.stats()["requests"] == 1 and stats.calls_executed == 1 and stats.calls_shared == 99 and stats.calls_reused == 0
+    assert (
+        demo.stats()["requests"] == 1
+        and stats.calls_executed == 1
+        and stats.calls_shared == 99
+        and stats.calls_reused == 0
+    )
     rerun = frame.play.run(play, store=store, progress=False)
     again = rerun.result
     assert again["play_error"].tolist() == out["play_error"].tolist() and demo.stats()["requests"] == 1
@@ -128,19 +139,27 @@ def test_a_client_error_is_kept_as_the_calls_answer_and_not_asked_again(demo: pb
     assert forced["play_status"].tolist() == ["failed"] and demo.stats()["requests"] == 2
 
 
-def test_requests_the_provider_saw_are_the_calls_the_run_counted(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
+def test_requests_the_provider_saw_are_the_calls_the_run_counted(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
     """A flaky provider (a 503 on every third request), a strict one (429s past its rate) and bad
     inputs (422): every request it saw is a call the run counts, paid or failed."""
     demo.reset(fault_every=3, rps=20, burst=1, miss_rate=0.0)
     email = pb.demo.email_tool(demo, provider=pb.Provider("acme-counted", retries=6))
-    frame = pd.DataFrame({"domain": [f"c{i}.com" if i % 10 else "bad domain" for i in range(60)], "first": ["Al"] * 60})
+    frame = pd.DataFrame(
+        {"domain": [f"c{i}.com" if i % 10 else "bad domain" for i in range(60)], "first": ["Al"] * 60}
+    )
 
     async def play(row, ctx):  # type: ignore[no-untyped-def]
         return {"email": await ctx.tool(email, domain=row.domain, first=row.first)}
 
     frame.play.map(play, store=store, progress=False, concurrency=8)
     stats, seen = pb.last_run().stats, demo.stats()
-    assert seen["by_status"].get("503", 0) > 0 and seen["by_status"].get("429", 0) > 0 and seen["by_status"].get("422", 0) == 1
+    assert (
+        seen["by_status"].get("503", 0) > 0
+        and seen["by_status"].get("429", 0) > 0
+        and seen["by_status"].get("422", 0) == 1
+    )
     assert stats.calls_executed + stats.calls_failed == seen["requests"], (stats, seen["by_status"])
 
 
@@ -163,10 +182,18 @@ def test_an_output_named_like_an_input_column_fails_its_row_unless_overwrite(sto
     frame = pd.DataFrame({"a": [1, 2, 3]})
     out = frame.play.map(play, store=store, progress=False)
     assert out["a"].tolist() == [1, 2, 3] and out["play_status"].tolist() == ["failed"] * 3
-    assert out["play_error"].iloc[0].startswith("OutputError: play 'play' returned 'a', an input column of the frame, with another value")
+    assert (
+        out["play_error"]
+        .iloc[0]
+        .startswith("OutputError: play 'play' returned 'a', an input column of the frame, with another value")
+    )
     assert "overwrite=True" in out["play_error"].iloc[0] and calls == [1, 2, 3]
     replaced = frame.play.map(play, store=store, progress=False, overwrite=True)
-    assert replaced["a"].tolist() == [100, 200, 300] and calls == [1, 2, 3]  # from the rows' memos: nothing paid again
+    assert replaced["a"].tolist() == [100, 200, 300] and calls == [
+        1,
+        2,
+        3,
+    ]  # from the rows' memos: nothing paid again
     assert pb.last_run().stats.reused == 3
 
 
@@ -175,11 +202,25 @@ def test_the_command_line_and_the_magic_name_overwrite_too(tmp_path: Path) -> No
     import sys
 
     (tmp_path / "in.csv").write_text("a\n1\n2\n")
-    (tmp_path / "plays.py").write_text("import playbook as pb\n\n@pb.play\nasync def up(row, ctx):\n    return {'a': row.a * 100}\n")
-    base = [sys.executable, "-m", "playbook", "--store", str(tmp_path / "s"), "run", "plays.py:up", "--in", "in.csv"]
+    (tmp_path / "plays.py").write_text(
+        "import playbook as pb\n\n@pb.play\nasync def up(row, ctx):\n    return {'a': row.a * 100}\n"
+    )
+    base = [
+        sys.executable,
+        "-m",
+        "playbook",
+        "--store",
+        str(tmp_path / "s"),
+        "run",
+        "plays.py:up",
+        "--in",
+        "in.csv",
+    ]
     failed = subprocess.run([*base, "--out", "out.csv"], cwd=tmp_path, capture_output=True, text=True)
     assert failed.returncode == 3 and "returned 'a', an input column" in (tmp_path / "out.csv").read_text()
-    done = subprocess.run([*base, "--out", "out2.csv", "--overwrite"], cwd=tmp_path, capture_output=True, text=True)
+    done = subprocess.run(
+        [*base, "--out", "out2.csv", "--overwrite"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert pd.read_csv(tmp_path / "out2.csv")["a"].tolist() == [100, 200]
 
@@ -225,7 +266,9 @@ def test_rows_finished_before_a_kill_are_reused_from_their_memos(tmp_path: Path)
     time.sleep(1.0)  # their memos' half second, and then some; every other row waits on the provider
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    done = subprocess.run([sys.executable, str(script), str(store)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script), str(store)], capture_output=True, text=True, timeout=120
+    )
     reused, ok = (int(n) for n in done.stdout.split())
     assert reused >= 10 and reused + ok == 40, done.stdout
 
@@ -262,7 +305,10 @@ def test_an_http_tool_called_directly_says_how_to_try_it(demo: pb.demo.DemoServe
     with pytest.raises(TypeError) as raised:
         email(domain="acme.com", first="Ann")
     said = str(raised.value)
-    assert "await ctx.tool(tool, domain=..., first=...)" in said and "pd.DataFrame([{'domain': ..., 'first': ...}]).play.map(tool)" in said
+    assert (
+        "await ctx.tool(tool, domain=..., first=...)" in said
+        and "pd.DataFrame([{'domain': ..., 'first': ...}]).play.map(tool)" in said
+    )
 
 
 def _failed_with(play: object, frame: pd.DataFrame, store: pb.ReceiptStore) -> str:
@@ -286,10 +332,14 @@ def test_a_typo_in_a_column_or_a_tool_input_says_did_you_mean(store: pb.ReceiptS
         return {"v": await ctx.tool(up, webiste=row.website)}
 
     frame = pd.DataFrame({"website": ["a.com", "b.com"], "first": ["A", "B"]})
-    assert _failed_with(typo_column, frame, store).startswith("AttributeError: the row has no column 'webiste'")
+    assert _failed_with(typo_column, frame, store).startswith(
+        "AttributeError: the row has no column 'webiste'"
+    )
     assert "did you mean 'website'?" in _failed_with(typo_column, frame, store)
     assert "did you mean 'website'?" in _failed_with(typo_item, frame, store)
-    assert "unexpected webiste; did you mean 'website' for 'webiste'?" in _failed_with(typo_input, frame, store)
+    assert "unexpected webiste; did you mean 'website' for 'webiste'?" in _failed_with(
+        typo_input, frame, store
+    )
 
 
 def test_a_value_used_before_it_was_awaited_says_await(store: pb.ReceiptStore) -> None:
@@ -309,8 +359,14 @@ def test_a_value_used_before_it_was_awaited_says_await(store: pb.ReceiptStore) -
 @pytest.mark.parametrize(
     ("options", "said"),
     [
-        ({"params": {"q": "{query"}}, "params['q'] '{query': expected '}' before end of string (the '{' at position 0 is never closed"),
-        ({"url": "http://x/a}b"}, "url 'http://x/a}b': Single '}' encountered in format string (the '}' at position 10 closes nothing"),
+        (
+            {"params": {"q": "{query"}},
+            "params['q'] '{query': expected '}' before end of string (the '{' at position 0 is never closed",
+        ),
+        (
+            {"url": "http://x/a}b"},
+            "url 'http://x/a}b': Single '}' encountered in format string (the '}' at position 10 closes nothing",
+        ),
         ({"json": {"x": [1, "{y"]}}, "json['x'][1] '{y'"),
         ({"headers": {"A": "{a.b}"}}, "headers['A'] '{a.b}': placeholder {a.b} must be a plain name"),
     ],
@@ -324,8 +380,10 @@ def test_a_bad_template_names_the_tool_the_field_and_the_position(options: dict,
 # -- grouped errors mask the values, not the tool's template nor the play's line -------------------
 
 
-def test_an_error_group_keeps_the_tools_url_and_the_plays_line(demo: pb.demo.DemoServer, store: pb.ReceiptStore) -> None:
-    from playbook.runtime.grouping import message_group
+def test_an_error_group_keeps_the_tools_url_and_the_plays_line(
+    demo: pb.demo.DemoServer, store: pb.ReceiptStore
+) -> None:
+    from playbook.runtime.rows.grouping import message_group
 
     email = pb.demo.email_tool(demo)
 

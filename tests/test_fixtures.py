@@ -14,15 +14,24 @@ import pytest
 
 import playbook as pb
 
-LEADS = pd.DataFrame({"domain": ["acme.com", "globex.com", "initech.com", "umbrella.com"], "first": ["Ann", "Bob", "Cy", "Di"]})
+LEADS = pd.DataFrame(
+    {"domain": ["acme.com", "globex.com", "initech.com", "umbrella.com"], "first": ["Ann", "Bob", "Cy", "Di"]}
+)
 
 
 def _email_tool(demo: Any, provider: pb.Provider | None = None) -> pb.Tool:
     return pb.http_tool(
-        "demo.email", provider=provider, method="GET", url=demo.url + "/v1/email",
-        params={"domain": "{domain}", "first": "{first}"}, headers={"Authorization": "Bearer {secret}"},
-        secret=pb.secret("DEMO_API_KEY", default="demo-key"), pick="email", miss_status=(404,), cost=1.0,
-    )  # fmt: skip
+        "demo.email",
+        provider=provider,
+        method="GET",
+        url=demo.url + "/v1/email",
+        params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+        pick="email",
+        miss_status=(404,),
+        cost=1.0,
+    )
 
 
 def _enrich(tool: pb.Tool) -> pb.Play:
@@ -70,14 +79,18 @@ def test_a_call_missing_from_the_file_fails_its_row(demo: Any, tmp_path: Path) -
     """A call the fixtures lack fails only its row, naming the tool, the input and how to record it."""
     path = tmp_path / "fx.jsonl"
     enrich = _enrich(_email_tool(demo))
-    LEADS.head(2).play.map(enrich, fixtures=pb.fixtures(path, mode="record"), store=tmp_path / "s", progress=False)
+    LEADS.head(2).play.map(
+        enrich, fixtures=pb.fixtures(path, mode="record"), store=tmp_path / "s", progress=False
+    )
     out = LEADS.play.map(enrich, fixtures=path, progress=False)
     assert list(out.play_status) == ["ok", "ok", "failed", "failed"]
     error = out.play_error[2]
     assert "'demo.email'" in error and "initech.com" in error and "mode='record'" in error
 
 
-def test_the_file_is_sorted_reviewable_and_holds_no_secret(demo: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_file_is_sorted_reviewable_and_holds_no_secret(
+    demo: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One JSON line per call, sorted by tool and input; the key the tool sent, even one passed
     as an input by mistake, is masked."""
     monkeypatch.setenv("DEMO_API_KEY", "demo-key")
@@ -89,11 +102,15 @@ def test_the_file_is_sorted_reviewable_and_holds_no_secret(demo: Any, tmp_path: 
         email = await ctx.tool(_email_tool(demo), domain=row.domain, first=row.first)
         return {"email": email, "leak": await ctx.tool(leaky, domain=row.domain, token="demo-key")}
 
-    LEADS.iloc[::-1].play.map(enrich, fixtures=pb.fixtures(path, mode="record"), store=tmp_path / "s", progress=False)
+    LEADS.iloc[::-1].play.map(
+        enrich, fixtures=pb.fixtures(path, mode="record"), store=tmp_path / "s", progress=False
+    )
     text = path.read_text()
     assert "demo-key" not in text
     entries = [json.loads(line) for line in text.splitlines()]
-    assert [(e["tool"], e["input"]["domain"]) for e in entries] == sorted((e["tool"], e["input"]["domain"]) for e in entries)
+    assert [(e["tool"], e["input"]["domain"]) for e in entries] == sorted(
+        (e["tool"], e["input"]["domain"]) for e in entries
+    )
     assert {e["tool"] for e in entries} == {"demo.email", "leaky"} and len(entries) == 8
     assert set(entries[0]) == {"tool", "input", "output", "miss", "cost"}
 
@@ -115,8 +132,12 @@ def test_recordings_merge_into_one_file(demo: Any, tmp_path: Path) -> None:
     """Recording another part of a frame adds its answers to the file; what it held stays."""
     path = tmp_path / "fx.jsonl"
     enrich = _enrich(_email_tool(demo))
-    LEADS.head(2).play.map(enrich, fixtures=pb.fixtures(path, mode="record"), store=tmp_path / "s", progress=False)
-    LEADS.tail(2).play.map(enrich, fixtures=pb.fixtures(path, mode="record"), store=tmp_path / "s", progress=False)
+    LEADS.head(2).play.map(
+        enrich, fixtures=pb.fixtures(path, mode="record"), store=tmp_path / "s", progress=False
+    )
+    LEADS.tail(2).play.map(
+        enrich, fixtures=pb.fixtures(path, mode="record"), store=tmp_path / "s", progress=False
+    )
     assert len(path.read_text().splitlines()) == 4
     assert list(LEADS.play.map(enrich, fixtures=path, progress=False).play_status) == ["ok"] * 4
 
@@ -129,15 +150,21 @@ def test_odd_values_replay_exactly(tmp_path: Path) -> None:
     def odd(n: int) -> Any:
         if n == 2:
             return None
-        return {"at": dt.datetime(2024, 5, n + 1, 9, 30, tzinfo=dt.UTC), "d": decimal.Decimal("1.50"),
-                "t": (n, "x"), "nan": float("nan")}  # fmt: skip
+        return {
+            "at": dt.datetime(2024, 5, n + 1, 9, 30, tzinfo=dt.UTC),
+            "d": decimal.Decimal("1.50"),
+            "t": (n, "x"),
+            "nan": float("nan"),
+        }
 
     @pb.play
     async def p(row: Any, ctx: pb.Context) -> dict[str, Any]:
         return {"v": await ctx.tool(odd, n=row.n)}
 
     path = tmp_path / "fx.jsonl"
-    live = pd.DataFrame({"n": [0, 1, 2]}).play.map(p, fixtures=pb.fixtures(path, mode="record"), store=tmp_path / "s", progress=False)
+    live = pd.DataFrame({"n": [0, 1, 2]}).play.map(
+        p, fixtures=pb.fixtures(path, mode="record"), store=tmp_path / "s", progress=False
+    )
     again = pd.DataFrame({"n": [0.0, 1.0, 2.0]}).play.map(p, fixtures=path, progress=False)
     for a, b in zip(live.v, again.v):
         if a is None:

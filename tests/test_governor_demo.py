@@ -18,7 +18,9 @@ from playbook.providers.limits import Backoff
 from playbook.providers.provider import governor
 
 
-def _email_tool(server: pb.demo.DemoServer, provider: pb.Provider, name: str = "acme.email", **over) -> pb.Tool:
+def _email_tool(
+    server: pb.demo.DemoServer, provider: pb.Provider, name: str = "acme.email", **over
+) -> pb.Tool:
     return pb.demo.email_tool(server, provider=provider, name=name, **over)
 
 
@@ -48,7 +50,10 @@ def test_waterfall_falls_past_an_exhausted_quota_without_waiting(demo, store) ->
         async def find(row, ctx):
             email, source = await ctx.waterfall(
                 "email",
-                [ctx.call(a_email, domain=row.domain, first=row.first), ctx.call(b_email, domain=row.domain, first=row.first)],
+                [
+                    ctx.call(a_email, domain=row.domain, first=row.first),
+                    ctx.call(b_email, domain=row.domain, first=row.first),
+                ],
                 with_source=True,
             )
             return {"email": email, "source": source}
@@ -60,7 +65,9 @@ def test_waterfall_falls_past_an_exhausted_quota_without_waiting(demo, store) ->
         out = run.result
         b_stats = second.stats()
 
-    assert elapsed < 10, f"the waterfall waited on the held provider ({elapsed:.1f}s; max_wait is {a.max_wait:g}s)"
+    assert elapsed < 10, (
+        f"the waterfall waited on the held provider ({elapsed:.1f}s; max_wait is {a.max_wait:g}s)"
+    )
     assert out["play_status"].tolist() == ["ok"] * 30
     assert out["email"].notna().all()
     assert (out["source"] == "a.email").sum() == 10  # the quota
@@ -70,8 +77,20 @@ def test_waterfall_falls_past_an_exhausted_quota_without_waiting(demo, store) ->
     assert demo.stats()["requests"] <= 10 + 4  # after the hold, A is not asked again
     assert b_stats["by_status"] == {"200": 20}
     legs = run.waterfalls.set_index("tool")
-    assert legs.loc["a.email", ["hits", "misses", "unavailable", "errors", "never_reached"]].tolist() == [10, 0, 20, 0, 0]
-    assert legs.loc["b.email", ["hits", "misses", "unavailable", "errors", "never_reached"]].tolist() == [20, 0, 0, 0, 10]
+    assert legs.loc["a.email", ["hits", "misses", "unavailable", "errors", "never_reached"]].tolist() == [
+        10,
+        0,
+        20,
+        0,
+        0,
+    ]
+    assert legs.loc["b.email", ["hits", "misses", "unavailable", "errors", "never_reached"]].tolist() == [
+        20,
+        0,
+        0,
+        0,
+        10,
+    ]
 
 
 def test_rows_held_past_max_wait_park_and_the_run_finishes(demo, store) -> None:
@@ -211,7 +230,10 @@ def test_refused_credentials_stop_the_run_without_leaking_the_secret(demo, store
     monkeypatch.delenv("PLAYBOOK_TEST_GOVERNOR_KEY", raising=False)
     provider = pb.Provider("acme")
     tool = _email_tool(
-        demo, provider, headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("PLAYBOOK_TEST_GOVERNOR_KEY", default=value)
+        demo,
+        provider,
+        headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret("PLAYBOOK_TEST_GOVERNOR_KEY", default=value),
     )
     assert value not in demo.settings.api_keys
 
@@ -298,9 +320,15 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
         port = sock.getsockname()[1]
     provider = pb.Provider("gone", max_wait=2)
     tool = pb.http_tool(
-        "gone.email", method="GET", url=f"http://127.0.0.1:{port}/v1/email", params={"domain": "{domain}", "first": "{first}"},
-        headers={"Authorization": "Bearer demo-key"}, provider=provider, pick="email", miss_status=(404,),
-    )  # fmt: skip
+        "gone.email",
+        method="GET",
+        url=f"http://127.0.0.1:{port}/v1/email",
+        params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer demo-key"},
+        provider=provider,
+        pick="email",
+        miss_status=(404,),
+    )
     started = time.monotonic()
     run = _leads(300).play.run(tool, store=store, progress=False, concurrency=32)
     run.wait()
@@ -311,7 +339,9 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
     assert set(statuses) <= {"parked", "failed"} and statuses["parked"] >= 250
     assert provider.status().down and "gone" in str(run.holds[0]) and run.holds[0].reason == "down"
     assert set(run.parked["reason"]) == {"down"}
-    assert provider.status().down_error.startswith("could not connect")  # the provider's failure, not one tool's
+    assert provider.status().down_error.startswith(
+        "could not connect"
+    )  # the provider's failure, not one tool's
     message = run.parked["message"].iloc[0]
     assert message.count("gone.email") == 1 and "is down (could not connect" in message, message
 
@@ -327,9 +357,14 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
 def _status_tool(server: pb.demo.DemoServer, provider: pb.Provider) -> pb.Tool:
     """GET /v1/status/{code}: the demo answers the status the row asks for."""
     return pb.http_tool(
-        "acme.status", provider=provider, method="GET", url=server.url + "/v1/status/{code}", params={"i": "{i}"},
-        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("DEMO_API_KEY", default="demo-key"),
-    )  # fmt: skip
+        "acme.status",
+        provider=provider,
+        method="GET",
+        url=server.url + "/v1/status/{code}",
+        params={"i": "{i}"},
+        headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret("DEMO_API_KEY", default="demo-key"),
+    )
 
 
 def test_retrying_rows_whose_requests_fail_on_their_own_fails_them_quickly(demo, store) -> None:

@@ -12,7 +12,17 @@ import asyncio
 import random
 
 import pytest
-from shapes import Closed, FailingInputs, FixedWindow, Flaky, InFlightLimit, RandomFailures, Shape, TokenBucket, drive
+from shapes import (
+    Closed,
+    FailingInputs,
+    FixedWindow,
+    Flaky,
+    InFlightLimit,
+    RandomFailures,
+    Shape,
+    TokenBucket,
+    drive,
+)
 from vtime import run_virtual
 
 import playbook as pb
@@ -31,7 +41,9 @@ def _share(shape: Shape) -> float:
     return shape.refused / shape.requests
 
 
-@pytest.mark.parametrize("shape", [TokenBucket(rps=20, burst=5), FixedWindow(limit=20)], ids=["bucket", "window"])
+@pytest.mark.parametrize(
+    "shape", [TokenBucket(rps=20, burst=5), FixedWindow(limit=20)], ids=["bucket", "window"]
+)
 def test_configured_rate_reaches_the_limit_without_429s(shape: Shape) -> None:
     """rps=20 against a 20/s token bucket or fixed window: >= 0.95 of the limit, no 429."""
     out = _run(Provider("p", rps=20), shape)
@@ -62,8 +74,11 @@ def test_an_unknown_window_is_learnt_from_its_refusals() -> None:
     assert governor(provider).limiter.allowance.limit == 50
 
 
-@pytest.mark.parametrize("shape", [TokenBucket(rps=20, burst=5), TokenBucket(rps=20, burst=5, hints=False), FixedWindow(limit=20)],
-                         ids=["bucket", "bucket-no-hint", "window"])  # fmt: skip
+@pytest.mark.parametrize(
+    "shape",
+    [TokenBucket(rps=20, burst=5), TokenBucket(rps=20, burst=5, hints=False), FixedWindow(limit=20)],
+    ids=["bucket", "bucket-no-hint", "window"],
+)
 def test_discovered_rate_converges(shape: Shape) -> None:
     """No rps: the rate is found from the 429s (each Retry-After: 1 costs a second of silence; 300
     rows last 15 s at best), at >= 0.75 of the limit over the run, with few refusals (<= 5%)."""
@@ -138,8 +153,14 @@ def test_one_input_that_always_fails_costs_its_row_its_retries_not_the_provider(
     assert shape.failed == 30 * (1 + provider.retries)  # each failing row spent its retries, no more
     # The last row's tries find nothing answered after them (every other row is done): with no
     # word on the others, they are the provider's, so it gave up as before; the rest fail on their own.
-    own = [e for e in out.errors if "this request fails on its own (provider 'p' answers other calls): HTTP 503" in e]
-    assert len(own) >= 28 and all(e.startswith("tool 'tool") and e.endswith("(gave up after 5 tries)") for e in own)
+    own = [
+        e
+        for e in out.errors
+        if "this request fails on its own (provider 'p' answers other calls): HTTP 503" in e
+    ]
+    assert len(own) >= 28 and all(
+        e.startswith("tool 'tool") and e.endswith("(gave up after 5 tries)") for e in own
+    )
     assert not [e for e in events if isinstance(e, (ProviderDown, ProviderHoldSet))]
     assert not provider.status().down and not provider.status().held
 
@@ -203,7 +224,9 @@ def test_health_remembers_requests_that_failed_on_their_own_until_one_goes_throu
     health.failure(31.0, fresh)
     assert not fresh.own and health.failures == 1  # forgotten: its first failure counts again
     outage = Health()
-    assert any(outage.failure(float(t), Standing(f"other-{t}")) for t in range(Health.DOWN_AFTER + Health.RECENT))
+    assert any(
+        outage.failure(float(t), Standing(f"other-{t}")) for t in range(Health.DOWN_AFTER + Health.RECENT)
+    )
     full = Health()
     for i in range(Health.KNOWN + 1):
         full.remember(f"r{i}")
@@ -299,7 +322,9 @@ def test_down_provider_is_probed_by_one_call_and_the_others_wait_for_its_word(ba
     async def main() -> tuple[list[str], int, float]:
         provider = Provider("p")
         governor(provider).backoff = Backoff(rng=random.Random(0))
-        await drive(provider, Closed(), 20, concurrency=20, max_wait=0.5)  # the rows that take it down park at once
+        await drive(
+            provider, Closed(), 20, concurrency=20, max_wait=0.5
+        )  # the rows that take it down park at once
         assert provider.status().down
         early = []
         try:
@@ -411,10 +436,14 @@ def test_health_needs_failures_in_a_row_and_most_recent_calls_failing() -> None:
     went = [health.failure(float(i)) for i in range(10)]
     assert went == [False] * 9 + [True] and health.down
     assert health.probe_t == 9.0 + Health.PROBE_FIRST
-    assert health.may_probe(9.5) is False and health.may_probe(10.0) is True and health.may_probe(10.0) is False
+    assert (
+        health.may_probe(9.5) is False and health.may_probe(10.0) is True and health.may_probe(10.0) is False
+    )
     health.failure(10.1)
     assert health.probe_t == pytest.approx(10.1 + Health.PROBE_GROWTH * Health.PROBE_FIRST)
-    assert health.may_probe(10.1 + Health.PROBE_GROWTH) is True and health.success() is True and not health.down
+    assert (
+        health.may_probe(10.1 + Health.PROBE_GROWTH) is True and health.success() is True and not health.down
+    )
 
 
 def test_a_token_debt_past_the_wait_budget_parks_the_call_and_one_within_it_waits() -> None:
@@ -434,7 +463,9 @@ def test_a_token_debt_past_the_wait_budget_parks_the_call_and_one_within_it_wait
             return made
 
         await gov.dispatch(send, ticket(120, 5_000))
-        with pytest.raises(pb.ProviderExhausted, match="paces calls: this one could go at .* past this row's wait budget"):
+        with pytest.raises(
+            pb.ProviderExhausted, match="paces calls: this one could go at .* past this row's wait budget"
+        ):
             await gov.dispatch(send, ticket(20, 10))
         loop = asyncio.get_running_loop()
         start = loop.time()

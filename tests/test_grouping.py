@@ -13,7 +13,7 @@ import pydantic
 import pytest
 
 import playbook as pb
-from playbook.runtime.grouping import Families, mask, message_group
+from playbook.runtime.rows.grouping import Families, mask, message_group
 from playbook.ui.html import in_words
 from playbook.ui.tally import Tally
 from playbook.ui.text import summary
@@ -103,7 +103,9 @@ def test_a_helper_that_raises_groups_at_its_own_line(store: pb.ReceiptStore) -> 
     }
 
 
-def test_two_bugs_behind_one_line_are_two_groups_and_one_bug_naming_each_row_is_one(store: pb.ReceiptStore) -> None:
+def test_two_bugs_behind_one_line_are_two_groups_and_one_bug_naming_each_row_is_one(
+    store: pb.ReceiptStore,
+) -> None:
     """Two helpers called from one line of the play fail for two reasons: two groups.  A message that
     names each row's value in plain words (no quotes, no digits) is still one group: the messages of
     one type and place that differ in more than FAMILY ways are one, their common words kept."""
@@ -121,7 +123,9 @@ def test_two_bugs_behind_one_line_are_two_groups_and_one_bug_naming_each_row_is_
         return {"c": (email_of if row.n % 3 == 1 else phone_of)({})}
 
     names = ["Acme", "Initech", "Globex", "Umbrella", "Hooli", "Stark", "Wayne", "Wonka", "Soylent", "Tyrell"]
-    frame = pd.DataFrame({"n": range(60), "name": [names[n % 10] for n in range(60)], "city": ["Paris", "Oslo"] * 30})
+    frame = pd.DataFrame(
+        {"n": range(60), "name": [names[n % 10] for n in range(60)], "city": ["Paris", "Oslo"] * 30}
+    )
     run = frame.play.run(contact, store=store, progress=False)
     first = contact.fn.__code__.co_firstlineno
     assert run.errors.groupby("group").size().to_dict() == {
@@ -150,9 +154,13 @@ def test_a_sub_play_and_a_tool_mapped_directly_group_at_the_users_line(store: pb
 
     frame = pd.DataFrame({"n": range(4)})
     nested = frame.play.run(outer, store=store, progress=False)
-    assert set(nested.errors["group"]) == {f"ValueError: inner broke (inner, line {inner.fn.__code__.co_firstlineno + 2})"}
+    assert set(nested.errors["group"]) == {
+        f"ValueError: inner broke (inner, line {inner.fn.__code__.co_firstlineno + 2})"
+    }
     direct = frame.play.run(parse, store=store, progress=False)
-    assert set(direct.errors["group"]) == {f"ValueError: cannot parse (parse, line {parse.fn.__code__.co_firstlineno + 2})"}
+    assert set(direct.errors["group"]) == {
+        f"ValueError: cannot parse (parse, line {parse.fn.__code__.co_firstlineno + 2})"
+    }
 
 
 def test_odd_exceptions_fail_their_row_not_the_run(store: pb.ReceiptStore) -> None:
@@ -184,7 +192,9 @@ def test_odd_exceptions_fail_their_row_not_the_run(store: pb.ReceiptStore) -> No
     errors = run.errors.set_index("row")
     assert errors.loc[0, "error"].startswith("ApiError: <str() of this ApiError failed: KeyError: 'code'>")
     assert errors.loc[1, "group"].startswith("ValidationError: Person: age (int_parsing) (line ")
-    assert errors.loc[2, "group"].startswith("ValidationError: Person: age (int_parsing), email (missing) (line ")
+    assert errors.loc[2, "group"].startswith(
+        "ValidationError: Person: age (int_parsing), email (missing) (line "
+    )
     assert len(errors.loc[3, "group"]) <= 240 + len(" (line 100)")
 
 
@@ -204,7 +214,9 @@ def test_a_failed_tool_call_groups_by_tool_and_status(store: pb.ReceiptStore) ->
     }
 
 
-def test_the_text_summary_lists_the_groups(store: pb.ReceiptStore, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_text_summary_lists_the_groups(
+    store: pb.ReceiptStore, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A script's summary has a line per kind of error, largest first, with an example row's own message."""
 
     @pb.play
@@ -219,8 +231,14 @@ def test_the_text_summary_lists_the_groups(store: pb.ReceiptStore, capsys: pytes
     err = capsys.readouterr().err
     line = two_bugs.fn.__code__.co_firstlineno
     assert "21 rows failed, 2 kinds of error:" in err
-    assert f"  11 × ValueError: bad value <n> (line {line + 3}); e.g. row 0: ValueError: bad value 0.0 (line {line + 3}: " in err
-    assert f"  10 × ZeroDivisionError: division by zero (line {line + 5}); e.g. row 1: ZeroDivisionError: division by zero (line" in err
+    assert (
+        f"  11 × ValueError: bad value <n> (line {line + 3}); e.g. row 0: ValueError: bad value 0.0 (line {line + 3}: "
+        in err
+    )
+    assert (
+        f"  10 × ZeroDivisionError: division by zero (line {line + 5}); e.g. row 1: ZeroDivisionError: division by zero (line"
+        in err
+    )
 
 
 @pytest.mark.parametrize(
@@ -233,7 +251,10 @@ def test_the_text_summary_lists_the_groups(store: pb.ReceiptStore, capsys: pytes
         ("user 5f2b9c0e-1234-4abc-8def-0123456789ab gone", "user <id> gone"),
         ("order abc123 and p7, hash 0xdeadbeef", "order <id> and <id>, hash <id>"),
         ("bob.smith+x@mail.example.com bounced", "<email> bounced"),
-        ("GET http://10.0.0.12:8080/v1/find?domain=a.com&page=2", "GET http://<ip>:<n>/v1/find?domain=…&page=…"),
+        (
+            "GET http://10.0.0.12:8080/v1/find?domain=a.com&page=2",
+            "GET http://<ip>:<n>/v1/find?domain=…&page=…",
+        ),
         ("plain words stay", "plain words stay"),
     ],
 )
@@ -243,7 +264,10 @@ def test_mask_hides_the_values_a_message_names(text: str, masked: str) -> None:
 
 def test_a_message_group_is_its_first_line_masked_and_bounded() -> None:
     """A failure known only by its message: its first line, masked, at most a line of a table long."""
-    assert message_group("RuntimeError: boom 42\nTraceback (most recent call last): ...") == "RuntimeError: boom <n>"
+    assert (
+        message_group("RuntimeError: boom 42\nTraceback (most recent call last): ...")
+        == "RuntimeError: boom <n>"
+    )
     assert message_group("") == "(no message)"
     long = message_group("ValueError: " + "word " * 200)
     assert len(long) <= 240 and long.endswith(" word…")

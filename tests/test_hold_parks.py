@@ -41,7 +41,9 @@ def calling(tool: pb.Tool) -> pb.Play:
     return pb.play(play, name="calling")
 
 
-async def launch(frame: pd.DataFrame, play: pb.Play, store: pb.ReceiptStore, **opts: Any) -> tuple[pb.Run, list[Any], float]:
+async def launch(
+    frame: pd.DataFrame, play: pb.Play, store: pb.ReceiptStore, **opts: Any
+) -> tuple[pb.Run, list[Any], float]:
     """Run ``play`` in the background; returns the run, its events and the loop time it ended at."""
     run = await frame.play.arun(play, store=store, progress=False, background=True, **opts)
     events: list[Any] = []
@@ -51,8 +53,14 @@ async def launch(frame: pd.DataFrame, play: pb.Play, store: pb.ReceiptStore, **o
     return run, events, asyncio.get_running_loop().time()
 
 
-@pytest.mark.parametrize("limits", [{"rps": 50, "concurrency": 8}, {"rps": 5, "burst": 2}], ids=["rps-and-concurrency", "rps-and-burst"])
-def test_a_hold_past_max_wait_parks_the_rows_queued_for_a_paced_slot_at_once(limits: dict[str, int], store: pb.ReceiptStore) -> None:
+@pytest.mark.parametrize(
+    "limits",
+    [{"rps": 50, "concurrency": 8}, {"rps": 5, "burst": 2}],
+    ids=["rps-and-concurrency", "rps-and-burst"],
+)
+def test_a_hold_past_max_wait_parks_the_rows_queued_for_a_paced_slot_at_once(
+    limits: dict[str, int], store: pb.ReceiptStore
+) -> None:
     """Rows queued for a paced slot when a 600 s quota hold arrives park at once (max_wait=5): no
     call of theirs reaches the provider and the run ends long before the hold does."""
     lookup, calls = quota_tool(pb.Provider("acme", **limits), quota=3, reset=600)
@@ -92,15 +100,22 @@ def test_demo_quota_used_up_parks_every_waiting_row_without_waiting(store: pb.Re
     with pb.demo.serve(clock=FrozenClock(), quota=3, quota_reset=20) as demo:
         acme = pb.Provider("acme", rps=50, concurrency=8)
         company = pb.http_tool(
-            "acme.company", provider=acme, method="GET", url=demo.url + "/v1/company",
-            params={"domain": "{domain}"}, headers={"Authorization": "Bearer demo-key"}, cost=2.0,
-        )  # fmt: skip
+            "acme.company",
+            provider=acme,
+            method="GET",
+            url=demo.url + "/v1/company",
+            params={"domain": "{domain}"},
+            headers={"Authorization": "Bearer demo-key"},
+            cost=2.0,
+        )
 
         @pb.play
         async def co_only(row: Any, ctx: pb.Context) -> dict[str, Any]:
             return {"c": await ctx.tool(company, domain=row.domain)}
 
-        frame = pd.DataFrame({"domain": ["acme.com", "globex.io", "hooli.com", "initech.net", "umbrella.org"]})
+        frame = pd.DataFrame(
+            {"domain": ["acme.com", "globex.io", "hooli.com", "initech.net", "umbrella.org"]}
+        )
         run = frame.play.run(co_only, store=store, max_wait=5, concurrency=16, progress=False)
         stats = demo.stats()
     assert run.result["play_status"].tolist() == ["ok"] * 3 + ["parked"] * 2

@@ -96,7 +96,9 @@ async def start(frame: pd.DataFrame, play: Any, store: pb.ReceiptStore, **opts: 
     return run, events
 
 
-async def launch(frame: pd.DataFrame, play: Any, store: pb.ReceiptStore, **opts: Any) -> tuple[pb.Run, Events]:
+async def launch(
+    frame: pd.DataFrame, play: Any, store: pb.ReceiptStore, **opts: Any
+) -> tuple[pb.Run, Events]:
     """Start a run and wait for it; returns the run and its timed events."""
     run, events = await start(frame, play, store, **opts)
     await run._task
@@ -217,7 +219,12 @@ def test_retry_after_the_hold_readmits_parked_rows(store: pb.ReceiptStore) -> No
     assert before == ["ok"] * 5 + ["parked"] * 5
     assert statuses(run) == ["ok"] * 10 and run.result["v"].tolist() == [n * 10 for n in range(10)]
     assert sorted(n for _, n in calls) == sorted([*range(10), 5])  # row 5 met the hold; 6-9 never called
-    assert (run.stats.total, run.stats.ok, run.stats.parked, len(run.parked)) == (5, 5, 0, 0)  # the retry's own rows
+    assert (run.stats.total, run.stats.ok, run.stats.parked, len(run.parked)) == (
+        5,
+        5,
+        0,
+        0,
+    )  # the retry's own rows
     assert (run.previous.stats.ok, run.previous.stats.parked) == (5, 5)
 
 
@@ -323,7 +330,11 @@ def test_waterfall_takes_the_first_accepted_leg_and_counts_every_leg(store: pb.R
     assert out["source"].tolist()[:4] == ["a", "c", "b", "c"]
     assert out.loc[5, ["value", "source"]].isna().all()  # nothing accepted: (None, None)
     assert "leg a broke" in out.loc[4, "play_error"]
-    assert (len(a_calls), sorted(n for _, n in b_calls), sorted(n for _, n in c_calls)) == (6, [1, 2, 3, 5], [1, 3, 5])
+    assert (len(a_calls), sorted(n for _, n in b_calls), sorted(n for _, n in c_calls)) == (
+        6,
+        [1, 2, 3, 5],
+        [1, 3, 5],
+    )
     table = run.waterfalls.set_index("tool")[["hits", "misses", "unavailable", "errors", "never_reached"]]
     assert table.loc["a"].tolist() == [1, 4, 0, 1, 0]
     assert table.loc["b"].tolist() == [1, 3, 0, 0, 2]
@@ -426,19 +437,27 @@ def test_a_row_whose_call_fails_on_its_own_retries_after_the_fresh_rows(store: p
         await asyncio.sleep(1.0)
         return n
 
-    run, events = run_virtual(launch(rows(21), calling(pb.tool(fn, name="lookup", provider=solo)), store, concurrency=2))
+    run, events = run_virtual(
+        launch(rows(21), calling(pb.tool(fn, name="lookup", provider=solo)), store, concurrency=2)
+    )
     assert statuses(run) == ["failed"] + ["ok"] * 20
     error = run.result.loc[0, "play_error"]
-    assert error.startswith("ProviderUnavailable: tool 'lookup': this request fails on its own (provider 'solo' answers other calls)")
+    assert error.startswith(
+        "ProviderUnavailable: tool 'lookup': this request fails on its own (provider 'solo' answers other calls)"
+    )
     assert error.endswith("(gave up after 5 tries)")
     started = [e.position for _, e in of(RowStarted, events)]
     assert started.count(0) == 5
     last_fresh = started.index(20)
-    assert [i for i, pos in enumerate(started) if pos == 0][-2:] > [last_fresh] * 2  # its last two tries come after
+    assert [i for i, pos in enumerate(started) if pos == 0][-2:] > [
+        last_fresh
+    ] * 2  # its last two tries come after
     assert not solo.status().down and not run.holds
 
 
-def every_tenth_fails(name: str, provider: pb.Provider, *, passing: bool = False) -> tuple[pb.Tool, Calls, list[float]]:
+def every_tenth_fails(
+    name: str, provider: pb.Provider, *, passing: bool = False
+) -> tuple[pb.Tool, Calls, list[float]]:
     """A tool whose request for every tenth row gets a 503 at once (a path built from the row that
     always answers 503; ``passing``: only its first try does), while the others are answered in
     20 ms.  It logs each invocation, and the loop time of each answer that went through."""
@@ -483,7 +502,10 @@ def test_rows_whose_calls_fail_on_their_own_cost_the_others_little(
     assert statuses(run) == ["failed" if n % 10 == 9 else "ok" for n in range(size)]
     assert max(through) <= 1.2 * max(clean_through), (max(through), max(clean_through))
     errors = run.result.loc[run.result["play_status"] == "failed", "play_error"]
-    assert sum("this request fails on its own (provider 'failing' answers other calls)" in e for e in errors) >= size // 10 - 2
+    assert (
+        sum("this request fails on its own (provider 'failing' answers other calls)" in e for e in errors)
+        >= size // 10 - 2
+    )
     assert all(e.endswith("(gave up after 5 tries)") for e in errors)
     tries = {n: [t for t, m in calls if m == n] for n in range(9, size, 10)}
     assert all(len(t) == 5 for t in tries.values()) and not of(RowParked, events)
@@ -492,7 +514,9 @@ def test_rows_whose_calls_fail_on_their_own_cost_the_others_little(
     assert not provider.status().down and not run.holds
 
 
-def test_retrying_rows_whose_calls_failed_on_their_own_does_not_take_the_provider_down(store: pb.ReceiptStore) -> None:
+def test_retrying_rows_whose_calls_failed_on_their_own_does_not_take_the_provider_down(
+    store: pb.ReceiptStore,
+) -> None:
     """run.retry() of the rows whose requests failed on their own sends only those, with no other
     call answered between: the provider remembers them, so they fail on their own from their
     first failure (after their retries, saying so), none parks, and the provider is never held
@@ -526,7 +550,9 @@ def test_retrying_rows_whose_calls_failed_on_their_own_does_not_take_the_provide
     expected = ["failed" if n in failing else "ok" for n in range(200)]
     assert statuses(run) == expected and statuses(again) == expected
     errors = again.result.loc[again.result["play_status"] == "failed", "play_error"]
-    assert len(errors) == 15 and all("this request fails on its own (provider 'remembers' answers other calls)" in e for e in errors)
+    assert len(errors) == 15 and all(
+        "this request fails on its own (provider 'remembers' answers other calls)" in e for e in errors
+    )
     assert all(e.endswith("(gave up after 5 tries)") for e in errors)
     assert len(calls) == 75 and not of(RowParked, events) and not of(ProviderDown, events)
     assert not provider.status().down and not again.holds
@@ -685,8 +711,12 @@ def test_stop_settles_held_rows_as_skipped(store: pb.ReceiptStore) -> None:
     assert run.stats.held == 0 and run.stats.skipped == 3
 
 
-@pytest.mark.parametrize(("latency", "landed"), [(3.0, 4), (60.0, 0)], ids=["within the grace", "past the grace"])
-def test_stop_lets_calls_in_flight_land_their_receipts(store: pb.ReceiptStore, latency: float, landed: int) -> None:
+@pytest.mark.parametrize(
+    ("latency", "landed"), [(3.0, 4), (60.0, 0)], ids=["within the grace", "past the grace"]
+)
+def test_stop_lets_calls_in_flight_land_their_receipts(
+    store: pb.ReceiptStore, latency: float, landed: int
+) -> None:
     """run.stop() starts nothing more, lets the calls already sent land their receipts (up to the
     grace), settles every unfinished row as skipped; a rerun pays only for what never landed."""
     slow, calls = counted("slow", latency=latency, provider=pb.Provider("p", concurrency=4))
@@ -753,8 +783,12 @@ def test_rows_parked_on_a_down_provider_come_back_in_the_run_when_it_does(store:
     assert run.holds == [] and run.parked.empty
 
 
-@pytest.mark.parametrize(("outage", "max_wait"), [(5.0, 60.0), (30.0, 4.0)], ids=["outage within the budget", "outage past it"])
-def test_a_down_provider_holds_its_rows_within_their_wait_budget(store: pb.ReceiptStore, outage: float, max_wait: float) -> None:
+@pytest.mark.parametrize(
+    ("outage", "max_wait"), [(5.0, 60.0), (30.0, 4.0)], ids=["outage within the budget", "outage past it"]
+)
+def test_a_down_provider_holds_its_rows_within_their_wait_budget(
+    store: pb.ReceiptStore, outage: float, max_wait: float
+) -> None:
     """A provider that answers 503 without a hint while it restarts goes down; its rows wait for
     the next probe (held, not parked) while that falls within their max_wait, and finish when it is
     back, each answered once.  With a budget the probes outgrow, the rows park "down" instead, no
@@ -773,7 +807,9 @@ def test_a_down_provider_holds_its_rows_within_their_wait_budget(store: pb.Recei
         assert held == {"mail"} and not of(RowParked, events)
         assert events[-1][0] < outage + 3  # probes 1, 1.5, 2.25... s apart: one soon after it is back
         assert sum(t + 0.05 >= outage for t, _ in calls) == 100  # each row answered once, once it was back
-        assert len(calls) <= 100 + 32 + 5  # failures: those that took it down, and the probes; no row retried alone
+        assert (
+            len(calls) <= 100 + 32 + 5
+        )  # failures: those that took it down, and the probes; no row retried alone
     else:
         assert set(statuses(run)) == {"parked"} and set(run.parked["reason"]) == {"down"}
         assert "past this row's wait budget" in run.parked["message"].iloc[0]

@@ -14,7 +14,7 @@ from vtime import run_virtual
 import playbook as pb
 from playbook._internal.words import time_of_day
 from playbook.events import ProviderDown
-from playbook.runtime.state import provider_view
+from playbook.runtime.state.run_state import provider_view
 from playbook.ui.html import LIMIT, providers_table
 
 
@@ -49,14 +49,18 @@ def test_html_shows_counters_providers_parked_rows_errors_and_legs(store: pb.Rec
         return {"first": first, "again": await ctx.tool(primary, n=row.n + 1000)}
 
     async def main() -> pb.Run:
-        run = await pd.DataFrame({"n": range(40)}).play.arun(both, store=store, progress=False, background=True, concurrency=1)
+        run = await pd.DataFrame({"n": range(40)}).play.arun(
+            both, store=store, progress=False, background=True, concurrency=1
+        )
         await asyncio.wait([run._task])
         return run
 
     run = run_virtual(main())
     html = run._repr_html_()
     s = run.stats
-    assert s.calls_executed and s.calls_local  # primary's calls are paid (a provider), backup's local (a plain Python tool)
+    assert (
+        s.calls_executed and s.calls_local
+    )  # primary's calls are paid (a provider), backup's local (a plain Python tool)
     assert _cells(html, "rows") == [
         [
             str(s.total),
@@ -89,13 +93,19 @@ def test_html_shows_counters_providers_parked_rows_errors_and_legs(store: pb.Rec
         for n, last in minutes.itertuples(index=False)
     )
     errors = _cells(html, "rows</th><th>error")
-    assert errors[0][0] == "4" and errors[0][1].startswith("ValueError: &lt;script&gt;alert(&lt;n&gt;)") and "<script>" not in html
+    assert (
+        errors[0][0] == "4"
+        and errors[0][1].startswith("ValueError: &lt;script&gt;alert(&lt;n&gt;)")
+        and "<script>" not in html
+    )
     assert errors[0][3].startswith("ValueError: &lt;script&gt;alert(1)")  # the example row's own message
     legs = _cells(html, "waterfall")
     assert [leg[2] for leg in legs] == ["primary", "backup"]
 
 
-def test_a_down_provider_shows_since_when_why_its_parked_rows_and_the_next_probe(store: pb.ReceiptStore) -> None:
+def test_a_down_provider_shows_since_when_why_its_parked_rows_and_the_next_probe(
+    store: pb.ReceiptStore,
+) -> None:
     """Rows parked on a down provider: the summary says it is down since when and why, its rate with the calls in
     flight it allows, the rows parked "down" and the next probe (a countdown live); run.holds lists it as down."""
     acme = pb.Provider("acme", rps=10, concurrency=4, max_wait=60)
@@ -104,7 +114,9 @@ def test_a_down_provider_shows_since_when_why_its_parked_rows_and_the_next_probe
     @pb.tool(provider=acme)
     async def lookup(n: int) -> int:
         if n % 2:  # what the governor raises for a call to a down provider
-            raise pb.ProviderExhausted("provider 'acme' is down", provider="acme", tool="lookup", retry_at=probe, reason="down")
+            raise pb.ProviderExhausted(
+                "provider 'acme' is down", provider="acme", tool="lookup", retry_at=probe, reason="down"
+            )
         return n
 
     run = pd.DataFrame({"n": range(6)}).play.run(lookup, store=store, progress=False)
@@ -113,16 +125,32 @@ def test_a_down_provider_shows_since_when_why_its_parked_rows_and_the_next_probe
     since = time_of_day(run.state.down_since["acme"])
     html = run._repr_html_()
     [provider] = _cells(html, "provider")
-    assert provider[:2] == ["acme", f"down since {since}: ConnectError: connection refused; next probe at {time_of_day(probe)}"]
+    assert provider[:2] == [
+        "acme",
+        f"down since {since}: ConnectError: connection refused; next probe at {time_of_day(probe)}",
+    ]
     assert provider[2].endswith("/s, ≤4 in flight") and provider[5] == "3"
-    assert _cells(html, "rows</th><th>why") == [["3", "provider down", "acme", f"next probe {time_of_day(probe)}"]]
+    assert _cells(html, "rows</th><th>why") == [
+        ["3", "provider down", "acme", f"next probe {time_of_day(probe)}"]
+    ]
     assert run.parked["reason"].tolist() == ["down"] * 3
 
     [down] = run.holds
-    assert (down.provider, down.reason, down.until, down.waiting_rows, down.parked_rows) == ("acme", "down", probe, 3, 3)
-    assert str(down) == f"acme: down (ConnectError: connection refused), next probe at {time_of_day(probe)}, 3 rows waiting (3 parked)"
+    assert (down.provider, down.reason, down.until, down.waiting_rows, down.parked_rows) == (
+        "acme",
+        "down",
+        probe,
+        3,
+        3,
+    )
+    assert (
+        str(down)
+        == f"acme: down (ConnectError: connection refused), next probe at {time_of_day(probe)}, 3 rows waiting (3 parked)"
+    )
 
-    live = providers_table({"acme": provider_view(acme)}, {"acme": 3}, now=probe - 12, down_since=run.state.down_since)
+    live = providers_table(
+        {"acme": provider_view(acme)}, {"acme": 3}, now=probe - 12, down_since=run.state.down_since
+    )
     assert f"next probe in 12s, at {time_of_day(probe)}" in live
     set_down(acme, None)  # up again: its parked rows wait for a retry
     assert _cells(providers_table({"acme": provider_view(acme)}, {}), "provider")[0][1] == "open"

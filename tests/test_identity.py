@@ -31,7 +31,11 @@ def test_editing_an_unpinned_tool_pays_for_the_new_answers(store: pb.ReceiptStor
     async def enrich(row, ctx):
         return {"domain": await ctx.tool(clean_domain, url=row.website)}
 
-    assert SITES.play.map(enrich, store=store, progress=False)["domain"].tolist() == ["www.acme.com", "blue.io", "www.cedar.org"]
+    assert SITES.play.map(enrich, store=store, progress=False)["domain"].tolist() == [
+        "www.acme.com",
+        "blue.io",
+        "www.cedar.org",
+    ]
 
     @pb.tool
     def clean_domain(url: str) -> str:  # noqa: F811 - the user's fix, in the same kernel
@@ -39,7 +43,10 @@ def test_editing_an_unpinned_tool_pays_for_the_new_answers(store: pb.ReceiptStor
         return url.split("//")[-1].split("/")[0].removeprefix("www.")
 
     out = SITES.play.map(enrich, store=store, progress=False)
-    assert out["domain"].tolist() == ["acme.com", "blue.io", "cedar.org"] and out["play_status"].tolist() == ["ok"] * 3
+    assert (
+        out["domain"].tolist() == ["acme.com", "blue.io", "cedar.org"]
+        and out["play_status"].tolist() == ["ok"] * 3
+    )
     assert len(calls) == 6
 
 
@@ -60,7 +67,10 @@ def test_a_cosmetic_edit_keeps_the_receipts(store: pb.ReceiptStore) -> None:
         calls.append(q)  # counted
         return q.upper()
 
-    assert pd.DataFrame({"q": ["a", "b"]}).play.map(shout, store=store, progress=False)["play_status"].tolist() == ["reused"] * 2
+    assert (
+        pd.DataFrame({"q": ["a", "b"]}).play.map(shout, store=store, progress=False)["play_status"].tolist()
+        == ["reused"] * 2
+    )
     assert calls == ["a", "b"]
 
 
@@ -78,7 +88,10 @@ def test_a_pinned_version_keeps_receipts_across_edits_until_it_changes(store: pb
 
     frame = pd.DataFrame({"q": ["a", "b"]})
     assert frame.play.map(make("1", "!"), store=store, progress=False)["label"].tolist() == ["a!", "b!"]
-    assert frame.play.map(make("1", "?"), store=store, progress=False, refresh="rows")["label"].tolist() == ["a!", "b!"]
+    assert frame.play.map(make("1", "?"), store=store, progress=False, refresh="rows")["label"].tolist() == [
+        "a!",
+        "b!",
+    ]
     assert sorted(calls) == ["a", "b"]  # (a tool that is a plain function runs in a thread: in any order)
     assert frame.play.map(make("2", "?"), store=store, progress=False)["label"].tolist() == ["a?", "b?"]
     assert sorted(calls[2:]) == ["a", "b"]
@@ -95,8 +108,12 @@ def test_a_tool_closing_over_a_setting_is_a_new_tool_per_setting(store: pb.Recei
         return classify
 
     frame = pd.DataFrame({"text": ["x"]})
-    assert frame.play.map(classifier("small"), store=store, progress=False)["classify"].tolist() == ["small:x"]
-    assert frame.play.map(classifier("large"), store=store, progress=False)["classify"].tolist() == ["large:x"]
+    assert frame.play.map(classifier("small"), store=store, progress=False)["classify"].tolist() == [
+        "small:x"
+    ]
+    assert frame.play.map(classifier("large"), store=store, progress=False)["classify"].tolist() == [
+        "large:x"
+    ]
 
 
 def test_an_edit_in_a_file_is_a_new_tool_in_the_next_process(tmp_path: Path) -> None:
@@ -145,7 +162,9 @@ def test_changing_pick_costs_nothing_and_is_right(store: pb.ReceiptStore, demo: 
     frame = pd.DataFrame({"domain": ["acme.com", "blue.io", "cedar.org"], "first": ["Ann", "Bob", "Cy"]})
     emails = frame.play.map(pb.demo.email_tool(demo, name="acme.email"), store=store, progress=False)
     sent = demo.stats()["requests"]
-    confidence = frame.play.map(pb.demo.email_tool(demo, name="acme.email", pick="confidence"), store=store, progress=False)
+    confidence = frame.play.map(
+        pb.demo.email_tool(demo, name="acme.email", pick="confidence"), store=store, progress=False
+    )
     assert demo.stats()["requests"] == sent  # nothing sent
     found = emails["acme.email"].notna()
     assert confidence["acme.email"][found].map(lambda v: isinstance(v, float) and 0 <= v <= 1).all()
@@ -160,9 +179,14 @@ def test_changing_the_request_pays_once_and_rotating_the_key_pays_nothing(
 
     def chat(model: str, url: str = "/v1/chat/completions") -> pb.Tool:
         return pb.http_tool(
-            "chat", method="POST", url=demo.url + url, json={"model": model, "messages": [{"role": "user", "content": "{q}"}]},
-            headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("CHAT_KEY"), pick="choices.0.message.content",
-        )  # fmt: skip
+            "chat",
+            method="POST",
+            url=demo.url + url,
+            json={"model": model, "messages": [{"role": "user", "content": "{q}"}]},
+            headers={"Authorization": "Bearer {secret}"},
+            secret=pb.secret("CHAT_KEY"),
+            pick="choices.0.message.content",
+        )
 
     frame = pd.DataFrame({"q": ["hello", "world"]})
     frame.play.map(chat("demo-1"), store=store, progress=False)
@@ -280,11 +304,15 @@ async def enrich(x: int) -> int:
     assert run()["play_status"].tolist() == ["reused"] * 3
 
 
-def test_a_play_calling_a_tool_through_a_helper_runs_its_rows_again_when_the_helper_or_its_tool_changes(store: pb.ReceiptStore) -> None:
+def test_a_play_calling_a_tool_through_a_helper_runs_its_rows_again_when_the_helper_or_its_tool_changes(
+    store: pb.ReceiptStore,
+) -> None:
     """A helper of the notebook's own that makes the call is part of the play: editing it, or renaming
     the tool it calls, runs the rows again; running its cell again unchanged reuses them."""
     cells: dict[str, Any] = {"pb": pb}
-    tool_cell = '@pb.tool(name={name!r}, version="1")\nasync def enrich(x: int) -> int:\n    return x * {factor}\n'
+    tool_cell = (
+        '@pb.tool(name={name!r}, version="1")\nasync def enrich(x: int) -> int:\n    return x * {factor}\n'
+    )
     helper_cell = "async def fetch(ctx, x):\n    return {{'y': await ctx.tool(enrich, x=x){extra}}}\n"
     exec(tool_cell.format(name="enrich", factor=2), cells)
     exec(helper_cell.format(extra=""), cells)
@@ -317,7 +345,10 @@ def test_a_play_that_runs_itself_keeps_one_fingerprint(store: pb.ReceiptStore) -
     exec(play_cell, cells)  # the cell run twice: the name held the first play when the second was made
     frame = pd.DataFrame({"n": [2, 3]})
     assert frame.play.map(cells["countdown"], store=store, progress=False)["n"].tolist() == [2, 3]
-    assert frame.play.map(cells["countdown"], store=store, progress=False)["play_status"].tolist() == ["reused"] * 2
+    assert (
+        frame.play.map(cells["countdown"], store=store, progress=False)["play_status"].tolist()
+        == ["reused"] * 2
+    )
 
 
 def test_a_play_sent_to_another_process_keeps_its_fingerprint_with_its_helpers(tmp_path: Path) -> None:
@@ -348,7 +379,9 @@ def test_a_play_sent_to_another_process_keeps_its_fingerprint_with_its_helpers(t
     sent = str(tmp_path / "play.pkl")
 
     def run(*args: str) -> str:
-        done = subprocess.run([sys.executable, *args, sent], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        done = subprocess.run(
+            [sys.executable, *args, sent], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 

@@ -65,7 +65,9 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
-def _script(code: str, store: Path, log: Path, *args: str, seconds: float = 0.5) -> subprocess.CompletedProcess[str]:
+def _script(
+    code: str, store: Path, log: Path, *args: str, seconds: float = 0.5
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", code, str(store), str(log), *args],
         capture_output=True,
@@ -80,7 +82,9 @@ def test_ctrl_c_in_a_script_lands_calls_in_flight_then_raises(tmp_path: Path) ->
     rows are ok or skipped; a rerun pays exactly for the calls that never started."""
     store, log = tmp_path / "store", tmp_path / "log"
     proc = _script(SCRIPT, store, log, "1.0")
-    assert proc.returncode in (-2, 130), "an interrupted script exits as killed by SIGINT (a shell says 130), not 0"
+    assert proc.returncode in (-2, 130), (
+        "an interrupted script exits as killed by SIGINT (a shell says 130), not 0"
+    )
     assert "KeyboardInterrupt: interrupted: " in proc.stderr
     state = json.loads(proc.stdout.strip().splitlines()[-1])
     assert state["ok"] >= 4 and state["skipped"] >= 100 and state["ok"] + state["skipped"] == 200
@@ -107,7 +111,9 @@ def test_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
     state = json.loads(proc.stdout.strip().splitlines()[-1])
     assert state["skipped"] == 200 and state["receipts"] == 0
     assert len(_lines(log.with_suffix(".started"))) == 4 and _lines(log.with_suffix(".ended")) == []
-    assert state["elapsed"] < 3.0 and wall < 20, f"the second interrupt took {state['elapsed']:.1f}s to stop the run"
+    assert state["elapsed"] < 3.0 and wall < 20, (
+        f"the second interrupt took {state['elapsed']:.1f}s to stop the run"
+    )
 
 
 def test_kernel_interrupt_stops_the_cell_and_run_all(tmp_path: Path) -> None:
@@ -116,9 +122,13 @@ def test_kernel_interrupt_stops_the_cell_and_run_all(tmp_path: Path) -> None:
     km, kc = start_new_kernel(kernel_name="python3")
     log = tmp_path / "log"
     try:
-        setup = TOOL.replace("sys.argv[1]", repr(str(tmp_path / "store"))).replace("sys.argv[2]", repr(str(log)))
+        setup = TOOL.replace("sys.argv[1]", repr(str(tmp_path / "store"))).replace(
+            "sys.argv[2]", repr(str(log))
+        )
         assert kc.execute_interactive(setup, timeout=60)["content"]["status"] == "ok"
-        mapped = kc.execute("out = frame.play.map(slow, store=store, progress=False, concurrency=4)", stop_on_error=True)
+        mapped = kc.execute(
+            "out = frame.play.map(slow, store=store, progress=False, concurrency=4)", stop_on_error=True
+        )
         queued = kc.execute("after = 'ran'", stop_on_error=True)  # what Run All sends next
         time.sleep(2.0)  # the map is well under way: 4 rows every 0.5 s
 
@@ -128,7 +138,9 @@ def test_kernel_interrupt_stops_the_cell_and_run_all(tmp_path: Path) -> None:
             reply = kc.get_shell_msg(timeout=60)
             replies[reply["parent_header"].get("msg_id")] = reply["content"]
         assert replies[mapped]["status"] == "error" and replies[mapped]["ename"] == "KeyboardInterrupt"
-        assert replies[mapped]["traceback"][0].startswith("KeyboardInterrupt: interrupted: ")  # one line, no stack
+        assert replies[mapped]["traceback"][0].startswith(
+            "KeyboardInterrupt: interrupted: "
+        )  # one line, no stack
         assert replies[queued]["status"] == "aborted"
 
         lines: list[str] = []
@@ -136,7 +148,9 @@ def test_kernel_interrupt_stops_the_cell_and_run_all(tmp_path: Path) -> None:
             "import json; s = pb.last_run().stats\n"
             "print(json.dumps([s.ok, s.skipped, store.stats()['receipts'], 'out' in dir(), 'after' in dir()]))",
             timeout=30,
-            output_hook=lambda m: lines.append(m["content"].get("text", "")) if m["msg_type"] == "stream" else None,
+            output_hook=lambda m: (
+                lines.append(m["content"].get("text", "")) if m["msg_type"] == "stream" else None
+            ),
         )
         assert check["content"]["status"] == "ok"
         ok, skipped, receipts, has_out, has_after = json.loads("".join(lines))

@@ -8,7 +8,16 @@ import math
 import numpy as np
 import pandas as pd
 
-from playbook.keys import digest, int_row_digests, memo_digests, memo_key, receipt_key, row_digest, row_key, step_key
+from playbook.keys import (
+    digest,
+    int_row_digests,
+    memo_digests,
+    memo_key,
+    receipt_key,
+    row_digest,
+    row_key,
+    step_key,
+)
 
 
 def test_receipt_key_depends_on_every_part() -> None:
@@ -33,7 +42,11 @@ def test_receipt_keys_of_the_first_store_format_are_kept() -> None:
 def test_row_keys_merge_what_pandas_changes_and_nothing_else() -> None:
     """numpy and Python scalars, 3 and 3.0, every missing marker, a Timestamp and its datetime: one row key.
     A datetime and its ISO text, inf and "inf": two."""
-    assert row_key([np.int64(3), np.float64(1.5), np.bool_(True)]) == row_key([3, 1.5, True]) == row_key([3.0, 1.5, True])
+    assert (
+        row_key([np.int64(3), np.float64(1.5), np.bool_(True)])
+        == row_key([3, 1.5, True])
+        == row_key([3.0, 1.5, True])
+    )
     assert len({row_key([v]) for v in (math.nan, None, pd.NA, pd.NaT, np.nan, np.datetime64("NaT"))}) == 1
     stamp = pd.Timestamp("2024-05-01 12:30")
     assert row_key([stamp]) == row_key([dt.datetime(2024, 5, 1, 12, 30)]) != row_key([stamp.isoformat()])

@@ -50,7 +50,9 @@ def timed_run(rows: int, tool: pb.Tool, store: pb.ReceiptStore, **opts: Any) -> 
     async def main() -> tuple[float, pb.Run]:
         loop = asyncio.get_running_loop()
         start = loop.time()
-        run = await pd.DataFrame({"n": range(rows)}).play.arun(flight.play(tool), store=store, progress=False, **opts)
+        run = await pd.DataFrame({"n": range(rows)}).play.arun(
+            flight.play(tool), store=store, progress=False, **opts
+        )
         return loop.time() - start, run
 
     elapsed, run = run_virtual(main())
@@ -117,4 +119,6 @@ def test_rows_held_by_a_provider_do_not_count_against_the_level(store: pb.Receip
 
     run = run_virtual(main())
     assert run.result["play_status"].eq("ok").all()
-    assert max(n for t, n in starts if 1 < t < 29) > 16  # the eight held rows wait meanwhile, holding no place
+    assert (
+        max(n for t, n in starts if 1 < t < 29) > 16
+    )  # the eight held rows wait meanwhile, holding no place

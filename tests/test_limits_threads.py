@@ -126,7 +126,10 @@ def test_calls_waiting_for_a_probe_on_several_loops_all_hear_its_word() -> None:
     assert health.down and health.may_probe(1e9)
     with LoopThread() as (one, _), LoopThread() as (two, _):
         asking = [threading.Event(), threading.Event()]
-        waiting = [asyncio.run_coroutine_threadsafe(outcome(health, loop, asked), loop) for loop, asked in zip((one, two), asking)]
+        waiting = [
+            asyncio.run_coroutine_threadsafe(outcome(health, loop, asked), loop)
+            for loop, asked in zip((one, two), asking)
+        ]
         assert all(asked.wait(10) for asked in asking)  # both wait before the probe lands
         assert health.success(sent_at=1e9) and not health.down
         assert [future.result(10) for future in waiting] == ["heard", "heard"]

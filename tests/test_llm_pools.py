@@ -37,24 +37,33 @@ def _ok(demo: pb.demo.DemoServer, env: str) -> int:
     return int(demo.stats()["by_key"].get("…" + KEYS[env][-4:], {}).get("ok", 0))
 
 
-def test_an_llm_tool_on_a_pool_sends_each_calls_key_and_paces_each_key_on_its_own(keyed: pb.demo.DemoServer, tmp_path: Any) -> None:
+def test_an_llm_tool_on_a_pool_sends_each_calls_key_and_paces_each_key_on_its_own(
+    keyed: pb.demo.DemoServer, tmp_path: Any
+) -> None:
     """Two keys of 300 requests a minute each (the demo enforces them per key): every call is
     answered, under both keys, with few refusals; a rerun with the keys listed the other way
     round sends nothing."""
     demo = keyed
     demo.reset(api_keys=tuple(KEYS.values()), chat_rpm=300)
     keys = [pb.secret("LLM_KEY_A"), pb.secret("LLM_KEY_B")]
-    llm = pb.llm_tool(model=MODEL, base_url=demo.url + "/v1", provider=pb.Provider("llm-pool", keys=keys, rpm=300))
+    llm = pb.llm_tool(
+        model=MODEL, base_url=demo.url + "/v1", provider=pb.Provider("llm-pool", keys=keys, rpm=300)
+    )
 
     async def summary(row: Any, ctx: pb.Context) -> dict[str, Any]:
         return {"summary": await ctx.tool(llm, prompt=f"Summarise {row.company}.")}
 
     out = _rows(40).play.map(pb.play(summary), store=tmp_path / "s", progress=False)
     assert out["play_status"].eq("ok").all() and out["summary"].str.len().gt(0).all()
-    assert _ok(demo, "LLM_KEY_A") + _ok(demo, "LLM_KEY_B") == 40 and min(_ok(demo, "LLM_KEY_A"), _ok(demo, "LLM_KEY_B")) >= 10
+    assert (
+        _ok(demo, "LLM_KEY_A") + _ok(demo, "LLM_KEY_B") == 40
+        and min(_ok(demo, "LLM_KEY_A"), _ok(demo, "LLM_KEY_B")) >= 10
+    )
     assert sum(demo.stats()["chat_rate_limited"].values()) <= 4
     sent = demo.stats()["requests"]
-    swapped = pb.llm_tool(model=MODEL, base_url=demo.url + "/v1", provider=pb.Provider("llm-pool", keys=keys[::-1], rpm=300))
+    swapped = pb.llm_tool(
+        model=MODEL, base_url=demo.url + "/v1", provider=pb.Provider("llm-pool", keys=keys[::-1], rpm=300)
+    )
 
     async def again(row: Any, ctx: pb.Context) -> dict[str, Any]:
         return {"again": await ctx.tool(swapped, prompt=f"Summarise {row.company}.")}
@@ -66,24 +75,41 @@ def test_an_llm_tool_on_a_pool_sends_each_calls_key_and_paces_each_key_on_its_ow
 def _fallbacks(primary: pb.Tool, fallback: pb.Tool) -> pb.Play:
     async def answer(row: Any, ctx: pb.Context) -> dict[str, Any]:
         prompt = f"Summarise {row.company}."
-        text, model = await ctx.waterfall("answer", [ctx.call(primary, prompt=prompt), ctx.call(fallback, prompt=prompt)], with_source=True)
+        text, model = await ctx.waterfall(
+            "answer", [ctx.call(primary, prompt=prompt), ctx.call(fallback, prompt=prompt)], with_source=True
+        )
         return {"answer": text, "model": model}
 
     return pb.play(answer, name="answer")
 
 
-def test_a_model_that_is_down_falls_through_to_the_next_and_the_row_says_which_answered(keyed: pb.demo.DemoServer, tmp_path: Any) -> None:
+def test_a_model_that_is_down_falls_through_to_the_next_and_the_row_says_which_answered(
+    keyed: pb.demo.DemoServer, tmp_path: Any
+) -> None:
     """The primary model's endpoint refuses connections: every row is answered by the fallback,
     says so, and the waterfall's counts show the primary unavailable; a rerun sends nothing."""
     demo = keyed
-    primary = pb.llm_tool("primary", model="gpt-4o", base_url="http://127.0.0.1:9/v1", secret=pb.secret("LLM_KEY_A"),
-                          provider=pb.Provider("primary-down", max_wait=5))  # fmt: skip
+    primary = pb.llm_tool(
+        "primary",
+        model="gpt-4o",
+        base_url="http://127.0.0.1:9/v1",
+        secret=pb.secret("LLM_KEY_A"),
+        provider=pb.Provider("primary-down", max_wait=5),
+    )
     fallback = pb.llm_tool(
-        "fallback", model=MODEL, base_url=demo.url + "/v1", secret=pb.secret("LLM_KEY_B"), provider=pb.Provider("fallback")
+        "fallback",
+        model=MODEL,
+        base_url=demo.url + "/v1",
+        secret=pb.secret("LLM_KEY_B"),
+        provider=pb.Provider("fallback"),
     )
     run = _rows(12).play.run(_fallbacks(primary, fallback), store=tmp_path / "s", progress=False)
     out = run.result
-    assert out["play_status"].eq("ok").all() and set(out["model"]) == {"fallback"} and out["answer"].str.len().gt(0).all()
+    assert (
+        out["play_status"].eq("ok").all()
+        and set(out["model"]) == {"fallback"}
+        and out["answer"].str.len().gt(0).all()
+    )
     legs = run.waterfalls.set_index("tool")
     assert legs.loc["primary", "unavailable"] == 12 and legs.loc["fallback", "hits"] == 12
     assert _ok(demo, "LLM_KEY_B") == 12
@@ -100,10 +126,19 @@ def test_a_model_held_past_the_wait_budget_falls_through_and_each_model_keeps_it
     A rerun replays each row's answer as first returned."""
     demo = keyed
     demo.reset(api_keys=tuple(KEYS.values()), quota=0, quota_keys=(KEYS["LLM_KEY_A"],), quota_reset=86400)
-    primary = pb.llm_tool("primary", model="gpt-4o", base_url=demo.url + "/v1", secret=pb.secret("LLM_KEY_A"),
-                          provider=pb.Provider("primary-held", max_wait=30))  # fmt: skip
+    primary = pb.llm_tool(
+        "primary",
+        model="gpt-4o",
+        base_url=demo.url + "/v1",
+        secret=pb.secret("LLM_KEY_A"),
+        provider=pb.Provider("primary-held", max_wait=30),
+    )
     fallback = pb.llm_tool(
-        "fallback", model=MODEL, base_url=demo.url + "/v1", secret=pb.secret("LLM_KEY_B"), provider=pb.Provider("fallback-2")
+        "fallback",
+        model=MODEL,
+        base_url=demo.url + "/v1",
+        secret=pb.secret("LLM_KEY_B"),
+        provider=pb.Provider("fallback-2"),
     )
     out = _rows(30).play.map(_fallbacks(primary, fallback), store=tmp_path / "s", progress=False)
     assert out["play_status"].eq("ok").all() and set(out["model"]) == {"fallback"}

@@ -50,7 +50,9 @@ def _cost(stats: dict[str, Any], prices: tuple[float, float] = PRICES[MODEL]) ->
     return (usage["prompt_tokens"] * prices[0] + usage["completion_tokens"] * prices[1]) / 1e6
 
 
-def test_structured_answers_become_typed_columns_and_cost_exactly_their_usage(demo: pb.demo.DemoServer) -> None:
+def test_structured_answers_become_typed_columns_and_cost_exactly_their_usage(
+    demo: pb.demo.DemoServer,
+) -> None:
     """output=Model: one column per field, each value valid; cost_spent is the demo's usage x prices; a rerun pays nothing."""
     llm = _llm(demo, output=Profile, provider=pb.Provider("openai-a"))
 
@@ -81,11 +83,17 @@ def test_changing_one_prompt_pays_for_that_column_only(demo: pb.demo.DemoServer)
 
     async def first(row: Any, ctx: pb.Context) -> dict[str, Any]:
         label = await ctx.tool(llm, prompt=f"Classify {row.company} into one of: {', '.join(LABELS)}")
-        return {"industry": label, "summary": await ctx.tool(llm, prompt=f"Summarise what {row.company} does")}
+        return {
+            "industry": label,
+            "summary": await ctx.tool(llm, prompt=f"Summarise what {row.company} does"),
+        }
 
     async def second(row: Any, ctx: pb.Context) -> dict[str, Any]:
         label = await ctx.tool(llm, prompt=f"Classify {row.company} into one of: {', '.join(LABELS)}")
-        return {"industry": label, "summary": await ctx.tool(llm, prompt=f"Summarise {row.company} for a sales team")}
+        return {
+            "industry": label,
+            "summary": await ctx.tool(llm, prompt=f"Summarise {row.company} for a sales team"),
+        }
 
     before = frame.play.map(first, progress=False)
     after = frame.play.map(second, progress=False)
@@ -139,7 +147,9 @@ def test_a_token_limit_paces_calls_so_the_provider_refuses_none(demo: pb.demo.De
     llm = _llm(demo, provider=pb.Provider("openai-tpm", tpm=60_000))
 
     async def summary(row: Any, ctx: pb.Context) -> Any:
-        return await ctx.tool(llm, prompt=f"Summarise this page: {row.company} makes things for people who need things " * 3)
+        return await ctx.tool(
+            llm, prompt=f"Summarise this page: {row.company} makes things for people who need things " * 3
+        )
 
     out = _companies(60).play.map(summary, progress=False, concurrency=16)
     served = demo.stats()
@@ -192,13 +202,17 @@ frame.play.map(label, store=home, progress=False)
 """
 
 
-def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_twice(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_twice(
+    demo: pb.demo.DemoServer, tmp_path: Path
+) -> None:
     """mode="batch": a process killed (SIGKILL) while its batch runs; a new run waits for the same batch, lands every answer, creates none."""
     demo.reset(batch_seconds=4.0)
     script = tmp_path / "submit.py"
     script.write_text(textwrap.dedent(_SUBMITTER))
     home = tmp_path / "store"
-    proc = subprocess.Popen([sys.executable, str(script), demo.url, str(home)], env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, str(script), demo.url, str(home)], env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
     try:
         deadline = time.monotonic() + 60
         while demo.stats()["batches_created"] == 0:
@@ -239,7 +253,9 @@ def test_batch_mode_gathers_every_rows_miss_into_one_job(demo: pb.demo.DemoServe
     assert pb.last_run().stats.cost_spent == round(_cost(served), 9)  # type: ignore[union-attr]
 
 
-def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
+    demo: pb.demo.DemoServer, tmp_path: Path
+) -> None:
     """Markers name the uploaded file but no batch (the submitter died in between): the run finds the batch made over that file."""
     import asyncio
 
@@ -263,7 +279,13 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(demo: pb.d
             await api.create(client, file_id)
         for values in calls:
             await engine(store).commit(
-                record(job_key(llm.key(values)), tool=llm.name, stored={"file": file_id}, tagged=False, at=time.time())
+                record(
+                    job_key(llm.key(values)),
+                    tool=llm.name,
+                    stored={"file": file_id},
+                    tagged=False,
+                    at=time.time(),
+                )
             )
 
     asyncio.run(died_after_creating())
@@ -279,7 +301,9 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(demo: pb.d
 def test_an_llm_tool_mapped_over_a_frame_reads_its_prompt_column(demo: pb.demo.DemoServer) -> None:
     """df.play.map(llm): the 'prompt' column is each call's prompt; the answer is a column named after the tool."""
     llm = _llm(demo)
-    frame = pd.DataFrame({"prompt": ["Classify Acme Robotics", "Summarise this page: a shop that sells bread and cake"]})
+    frame = pd.DataFrame(
+        {"prompt": ["Classify Acme Robotics", "Summarise this page: a shop that sells bread and cake"]}
+    )
     out = frame.play.map(llm, progress=False)
     assert list(out.columns) == ["prompt", "llm", "play_status", "play_error"]
     assert (out.play_status == "ok").all() and out.llm[1].startswith("Summary:")
@@ -300,7 +324,9 @@ def test_a_slow_upload_does_not_make_woken_rows_submit_again(demo: pb.demo.DemoS
     assert pb.last_run().stats.cost_spent == round(_cost(served), 9)  # type: ignore[union-attr]
 
 
-def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
+    demo: pb.demo.DemoServer, tmp_path: Path
+) -> None:
     """A second process finds the calls leased by the first while it submits: one batch between them, 25 requests billed."""
     demo.reset(batch_seconds=2.0, latency=1.0)  # slow enough that both gather at once
     script = tmp_path / "submit.py"
@@ -325,7 +351,9 @@ def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(demo: 
     assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 25
 
 
-def test_a_request_the_batch_failed_fails_its_row_and_is_submitted_again_next_run(demo: pb.demo.DemoServer) -> None:
+def test_a_request_the_batch_failed_fails_its_row_and_is_submitted_again_next_run(
+    demo: pb.demo.DemoServer,
+) -> None:
     """An empty prompt is refused inside the batch (its error file): that row fails with the provider's words; a rerun resubmits only it."""
     demo.reset(batch_seconds=0.3)
     llm = _llm(demo, mode="batch")
@@ -344,7 +372,9 @@ def test_a_request_the_batch_failed_fails_its_row_and_is_submitted_again_next_ru
     assert served["batches_created"] == 2 and served["chat_batch"][MODEL]["requests"] == 2
 
 
-def test_a_re_ask_that_fails_is_retried_alone_without_paying_for_the_first_answer_again(demo: pb.demo.DemoServer) -> None:
+def test_a_re_ask_that_fails_is_retried_alone_without_paying_for_the_first_answer_again(
+    demo: pb.demo.DemoServer,
+) -> None:
     """Every other request a 503: the re-ask fails and is retried; the first answer, already paid, is not asked for again."""
     demo.reset(chat_invalid_json_rate=1.0, fault_every=2)
     llm = _llm(demo, output=Profile, provider=pb.Provider("openai-flaky"))

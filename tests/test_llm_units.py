@@ -60,16 +60,35 @@ def test_a_strict_schema_closes_every_object_and_requires_every_property() -> No
 def test_an_answer_is_read_into_the_models_fields_or_says_why_not() -> None:
     """Valid JSON for the model gives its fields as a dict; bad JSON or a wrong field gives the reason, naming the field."""
     structured = Structured(Company, "llm_tool 'x'")
-    fields, why = structured.parse('{"name": "Acme", "industry": "Retail", "employees": 12, "default": "d", "offices": []}')
-    assert why is None and fields == {"name": "Acme", "industry": "Retail", "employees": 12, "default": "d", "offices": []}
+    fields, why = structured.parse(
+        '{"name": "Acme", "industry": "Retail", "employees": 12, "default": "d", "offices": []}'
+    )
+    assert why is None and fields == {
+        "name": "Acme",
+        "industry": "Retail",
+        "employees": 12,
+        "default": "d",
+        "offices": [],
+    }
     assert structured.parse('{"name": "Acme"')[1].startswith("the answer is not valid JSON")  # type: ignore[union-attr]
-    _, why = structured.parse('{"name": "Acme", "industry": "Mining", "employees": 1, "default": "d", "offices": []}')
+    _, why = structured.parse(
+        '{"name": "Acme", "industry": "Mining", "employees": 1, "default": "d", "offices": []}'
+    )
     assert why is not None and "'industry'" in why
 
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("6m0s", 360.0), ("1.5s", 1.5), ("20ms", 0.02), ("1h2m3s", 3723.0), ("0.25", 0.25), ("abc", None), ("5x", None), ("", None)],
+    [
+        ("6m0s", 360.0),
+        ("1.5s", 1.5),
+        ("20ms", 0.02),
+        ("1h2m3s", 3723.0),
+        ("0.25", 0.25),
+        ("abc", None),
+        ("5x", None),
+        ("", None),
+    ],
 )
 def test_reset_durations_read_as_providers_write_them(text: str, seconds: float | None) -> None:
     """'6m0s', '1.5s', '20ms' and bare numbers are seconds; anything else is not trusted."""
@@ -78,7 +97,10 @@ def test_reset_durations_read_as_providers_write_them(text: str, seconds: float 
 
 def test_limits_announced_in_headers_are_read_and_garbage_is_not() -> None:
     """x-ratelimit-limit-requests/-tokens are per-minute limits; missing or garbage values are None."""
-    assert announced({"x-ratelimit-limit-requests": "500", "x-ratelimit-limit-tokens": "30000"}) == (500.0, 30000.0)
+    assert announced({"x-ratelimit-limit-requests": "500", "x-ratelimit-limit-tokens": "30000"}) == (
+        500.0,
+        30000.0,
+    )
     assert announced({"x-ratelimit-limit-tokens": "200000"}) == (None, 200000.0)
     assert announced({"x-ratelimit-limit-requests": "lots"}) is None
     assert announced({}) is None
@@ -87,8 +109,12 @@ def test_limits_announced_in_headers_are_read_and_garbage_is_not() -> None:
 def test_a_refusal_without_retry_after_waits_for_the_used_up_limit_to_reset() -> None:
     """retry-after-ms first; without any Retry-After, the reset of the limit whose remaining is 0."""
     assert retry_after({"retry-after-ms": "250", "retry-after": "1"}, now=0.0) == 0.25
-    headers = {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "1.5s", "x-ratelimit-remaining-requests": "3",
-               "x-ratelimit-reset-requests": "6m0s"}  # fmt: skip
+    headers = {
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-reset-tokens": "1.5s",
+        "x-ratelimit-remaining-requests": "3",
+        "x-ratelimit-reset-requests": "6m0s",
+    }
     assert retry_after(headers, now=0.0) == 1.5
 
 
@@ -96,8 +122,12 @@ def test_a_call_is_weighed_and_priced_before_it_is_sent() -> None:
     """Tokens are estimated from characters (4 a token until answers teach better) plus the expected completion; the cost from prices."""
     llm = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", max_tokens=100, prices={"m": (1.0, 2.0)})
     values = llm.bind(pb.tools.base.NO_INPUT, {"prompt": "x" * 400})
-    assert llm.weigh(values) == math.ceil(100 + 4 + 64)  # 400 chars / 4, 4 per message, 64 expected (under max_tokens)
-    assert llm.price(values) == pytest.approx((104 * 1.0 + 64 * 2.0) / 1e6)  # the usual completion, not the cap
+    assert llm.weigh(values) == math.ceil(
+        100 + 4 + 64
+    )  # 400 chars / 4, 4 per message, 64 expected (under max_tokens)
+    assert llm.price(values) == pytest.approx(
+        (104 * 1.0 + 64 * 2.0) / 1e6
+    )  # the usual completion, not the cap
     spent = llm.spent({"usage": {"prompt_tokens": 120, "completion_tokens": 30}, "requests": 2})
     assert spent == (pytest.approx((120 * 1.0 + 30 * 2.0) / 1e6), 150.0, 2, 0.0)
     # A re-asked answer: the first request's usage, which bought an answer validation refused, apart.
@@ -178,8 +208,16 @@ def test_the_receipt_key_is_the_request_model_messages_and_parameters() -> None:
         return llm.key(llm.bind(pb.tools.base.NO_INPUT, {"prompt": prompt}))
 
     first = key()
-    changed = [key("hello"), key(model="m2"), key(system="be brief"), key(temperature=0.5), key(max_tokens=9), key(top_p=0.5),
-               key(output=Company), key(base_url="http://127.0.0.1:10/v1")]  # fmt: skip
+    changed = [
+        key("hello"),
+        key(model="m2"),
+        key(system="be brief"),
+        key(temperature=0.5),
+        key(max_tokens=9),
+        key(top_p=0.5),
+        key(output=Company),
+        key(base_url="http://127.0.0.1:10/v1"),
+    ]
     assert first not in changed and len(set(changed)) == len(changed)
     assert key(prices={"m": (1, 2)}) == first == key(secret=pb.secret("ANOTHER_KEY"))
     llm = pb.llm_tool(**base)  # type: ignore[arg-type]
@@ -189,19 +227,24 @@ def test_the_receipt_key_is_the_request_model_messages_and_parameters() -> None:
 
 def test_the_panel_shows_tokens_per_minute_against_the_limit() -> None:
     """A provider's rate cell adds the last minute's tokens and the limit, when calls are weighed."""
-    from playbook.runtime.upstream import ProviderView
+    from playbook.runtime.state.upstream import ProviderView
     from playbook.ui.html import provider_rate
 
     view = ProviderView("openai", False, None, 0.0, False, 0.0, None, 9.8, 8, 3, 0, 28_400.0, 30_000.0)
     assert provider_rate(view) == "9.8/s, ≤8 in flight, 28.4k of 30k tokens/min"
     assert provider_rate(view._replace(tokens=0.0, tpm=None)) == "9.8/s, ≤8 in flight"
-    assert provider_rate(view._replace(tokens=950.0, tpm=None, in_flight_limit=None)) == "9.8/s, 950 tokens/min"
+    assert (
+        provider_rate(view._replace(tokens=950.0, tpm=None, in_flight_limit=None)) == "9.8/s, 950 tokens/min"
+    )
 
 
 def test_a_refusal_is_a_miss_and_a_plain_answer_is_its_text() -> None:
     """A model's refusal reads as a miss (None); without output= the answer is the message's text."""
     structured = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Company)
-    assert structured.read({"content": None, "refusal": "I can't help with that", "requests": 1}, False) == (None, True)
+    assert structured.read({"content": None, "refusal": "I can't help with that", "requests": 1}, False) == (
+        None,
+        True,
+    )
     plain = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1")
     assert plain.read({"content": "Software", "refusal": None}, False) == ("Software", False)
 
@@ -218,14 +261,18 @@ def test_a_typeddict_output_works_and_one_pydantic_cannot_read_is_a_clear_error(
 
     llm = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Row)
     assert llm.structured is not None and llm.structured.schema["required"] == ["industry", "employees"]
-    assert llm.read({"content": '{"industry": "Retail", "employees": 3}'}, False) == ({"industry": "Retail", "employees": 3}, False)
+    assert llm.read({"content": '{"industry": "Retail", "employees": 3}'}, False) == (
+        {"industry": "Retail", "employees": 3},
+        False,
+    )
 
     class Plain(typing.TypedDict):
         industry: str
 
     if sys.version_info < (3, 12):
         with pytest.raises(
-            pb.PlayDefinitionError, match="llm_tool .llm.: output=Plain cannot validate outputs: .*typing_extensions.TypedDict"
+            pb.PlayDefinitionError,
+            match="llm_tool .llm.: output=Plain cannot validate outputs: .*typing_extensions.TypedDict",
         ):
             pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Plain)
     with pytest.raises(pb.PlayDefinitionError, match="not an instance of Company"):
@@ -242,7 +289,10 @@ def test_a_call_larger_than_a_minutes_tokens_fails_at_once_naming_the_limit() ->
 
     out = pd.DataFrame({"n": [1]}).play.map(ask, progress=False)
     assert out.play_status[0] == "failed"
-    assert "this call needs about 2,5" in out.play_error[0] and "allows in a minute (1,000 tokens/min)" in out.play_error[0]
+    assert (
+        "this call needs about 2,5" in out.play_error[0]
+        and "allows in a minute (1,000 tokens/min)" in out.play_error[0]
+    )
 
 
 def test_a_query_in_base_url_goes_with_every_request_after_the_path() -> None:
@@ -253,8 +303,11 @@ def test_a_query_in_base_url_goes_with_every_request_after_the_path() -> None:
 
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(str(request.url))
-        body = {"choices": [{"message": {"content": "Retail"}, "finish_reason": "stop"}], "model": "m",
-                "usage": {"prompt_tokens": 5, "completion_tokens": 1}}  # fmt: skip
+        body = {
+            "choices": [{"message": {"content": "Retail"}, "finish_reason": "stop"}],
+            "model": "m",
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+        }
         return httpx.Response(200, json=body)
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(answer))

@@ -62,7 +62,10 @@ def test_a_store_file_emptied_between_runs_is_noticed_before_anything_is_paid(tm
     os.truncate(where / "receipts.db", 0)  # emptied in place
     message = _refused(where)
     assert f"held {ROWS} receipts at " in message and "now holds 0" in message, message
-    assert "made again from nothing, or swapped" in message and f"pb.ReceiptStore({str(where)!r}).reset()" in message
+    assert (
+        "made again from nothing, or swapped" in message
+        and f"pb.ReceiptStore({str(where)!r}).reset()" in message
+    )
     assert _refused(where) == message  # still lost: a refusal is not an acceptance
     pb.ReceiptStore(where).reset()
     again = _run(where)
@@ -97,7 +100,11 @@ def test_receipts_removed_behind_playbooks_back_are_noticed(redis_url: str) -> N
     client.zrem("playbook:receipts", *gone)
     client.delete(*[b"playbook:" + key for key in gone])
     message = _refused(redis_url)
-    assert f"held {ROWS} receipts" in message and f"now holds {ROWS - 5}" in message and "not by playbook" in message
+    assert (
+        f"held {ROWS} receipts" in message
+        and f"now holds {ROWS - 5}" in message
+        and "not by playbook" in message
+    )
 
 
 def test_clearing_a_tool_is_not_a_loss(tmp_path: Path) -> None:
@@ -107,7 +114,9 @@ def test_clearing_a_tool_is_not_a_loss(tmp_path: Path) -> None:
     assert _run(where).stats.calls_local == ROWS  # paid again, as asked: no refusal
 
 
-def test_a_store_cleared_from_another_machine_is_not_taken_for_lost(redis_url: str, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_store_cleared_from_another_machine_is_not_taken_for_lost(
+    redis_url: str, tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     """The mark beside the data (newer) wins over this machine's own (older)."""
     monkeypatch.setenv("PLAYBOOK_MARKS", str(tmp_path / "here"))
     _run(redis_url)
@@ -144,7 +153,9 @@ def _deleting_at(where: Path, row: int) -> pb.Play:
     return deleting
 
 
-def test_receipts_deleted_from_a_store_file_while_a_run_goes_on_are_said_and_refused_next(tmp_path: Path) -> None:
+def test_receipts_deleted_from_a_store_file_while_a_run_goes_on_are_said_and_refused_next(
+    tmp_path: Path,
+) -> None:
     """The same loss as a Redis server restarted without its data, on SQLite: the run says it,
     the store's mark keeps the higher count, and the next run refuses before paying."""
     where = tmp_path / "store"
@@ -153,14 +164,20 @@ def test_receipts_deleted_from_a_store_file_while_a_run_goes_on_are_said_and_ref
     run = FRAME.play.run(_deleting_at(where, 10), store=store, progress=False, concurrency=2)
     assert run.stats.ok == ROWS
     said = [note for note in run.notices if "lost receipts while this run went on" in note]
-    assert len(said) == 1 and f"should hold at least {ROWS} " in said[0] and "holds 10:" in said[0], run.notices
-    assert "warning: " + said[0] in summary(run.state, Tally.of(run.state)).splitlines()  # a script's text summary
+    assert len(said) == 1 and f"should hold at least {ROWS} " in said[0] and "holds 10:" in said[0], (
+        run.notices
+    )
+    assert (
+        "warning: " + said[0] in summary(run.state, Tally.of(run.state)).splitlines()
+    )  # a script's text summary
     paid.clear()
     with pytest.raises(pb.ReceiptError, match=f"held {ROWS} receipts"):
         FRAME.play.run(tripled, store=store, progress=False)
     store.close()
     message = _refused(where)
-    assert f"held {ROWS} receipts" in message and "now holds 10" in message and "cache reset --store" in message
+    assert (
+        f"held {ROWS} receipts" in message and "now holds 10" in message and "cache reset --store" in message
+    )
 
 
 def test_a_store_cleared_elsewhere_while_open_here_is_not_taken_for_lost(tmp_path: Path) -> None:
@@ -180,7 +197,9 @@ def test_a_store_cleared_elsewhere_while_open_here_is_not_taken_for_lost(tmp_pat
 
 
 @pytest.mark.parametrize("how", ["clear", "reset"])
-def test_a_store_cleared_elsewhere_then_run_by_a_third_is_not_taken_for_lost_here(how: str, redis_url: str) -> None:
+def test_a_store_cleared_elsewhere_then_run_by_a_third_is_not_taken_for_lost_here(
+    how: str, redis_url: str
+) -> None:
     """A store kept open here; another kernel empties it on purpose (a clearing, or a flush and a
     reset) and a third runs on it, marking what it holds after: the mark it writes carries the
     clearing on, so this kernel's next run is not refused for the receipts cleared away."""
@@ -194,7 +213,9 @@ def test_a_store_cleared_elsewhere_then_run_by_a_third_is_not_taken_for_lost_her
         redis.Redis.from_url(redis_url).flushdb()
         elsewhere.reset()
     elsewhere.close()
-    third = pd.DataFrame({"n": range(100, 105)}).play.run(tripled, store=redis_url, progress=False)  # writes a plain mark, later
+    third = pd.DataFrame({"n": range(100, 105)}).play.run(
+        tripled, store=redis_url, progress=False
+    )  # writes a plain mark, later
     assert third.stats.calls_local == 5
     again = FRAME.play.run(tripled, store=kept, progress=False)
     assert again.stats.calls_local == ROWS and not [n for n in again.notices if "lost" in n], again.notices

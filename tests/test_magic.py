@@ -69,12 +69,17 @@ def test_estimate_runs_a_pilot_shows_what_the_rest_costs_and_asks_first(kernel: 
     assert got["error"] is None, got["error"]
     assert got["asked"] == ["run the 10 rows left? [y/N] "]
     [shown] = [d for d in got["shown"] if "text/html" in d]
-    assert "<table" in shown["text/html"] and "30 rows: 20 already done; ~10 paid calls, $5.00" in shown["text/plain"]
+    assert (
+        "<table" in shown["text/html"]
+        and "30 rows: 20 already done; ~10 paid calls, $5.00" in shown["text/plain"]
+    )
     assert kernel.value("out_est.play_status.value_counts().to_dict()") == {"ok": 20, "skipped": 10}
     got = kernel.run(cell.replace("df30", "df70"), answer="y")
     assert got["error"] is None and got["asked"] == ["run the 50 rows left? [y/N] "], got
     assert kernel.value("out_est.play_status.value_counts().to_dict()") == {"reused": 20, "ok": 50}
-    assert kernel.value("len(priced_calls)") == 20 + 20 + 50  # each call paid once: the pilots', then the rows left
+    assert (
+        kernel.value("len(priced_calls)") == 20 + 20 + 50
+    )  # each call paid once: the pilots', then the rows left
 
 
 def test_explicit_return_is_the_output(kernel: Kernel) -> None:
@@ -128,7 +133,11 @@ def test_a_notebook_global_rebound_runs_the_rows_again(kernel: Kernel) -> None:
     kernel.run(cell)
     kernel.run("OFFSET = 200")
     kernel.run(cell)
-    assert kernel.value("pb.last_run().stats.ok") == 3 and kernel.value("out9['a'].tolist()") == [402, 404, 406]
+    assert kernel.value("pb.last_run().stats.ok") == 3 and kernel.value("out9['a'].tolist()") == [
+        402,
+        404,
+        406,
+    ]
     kernel.run("""
         @pb.play
         async def offset(row, ctx):
@@ -137,7 +146,10 @@ def test_a_notebook_global_rebound_runs_the_rows_again(kernel: Kernel) -> None:
         OFFSET = 300
         second = df.play.map(offset, progress=False)
     """)
-    assert kernel.value("second['a'].tolist()") == [602, 604, 606] and kernel.value("pb.last_run().stats.ok") == 3
+    assert (
+        kernel.value("second['a'].tolist()") == [602, 604, 606]
+        and kernel.value("pb.last_run().stats.ok") == 3
+    )
 
 
 def test_a_forgotten_await_in_a_cell_names_the_cells_line(kernel: Kernel) -> None:
@@ -151,7 +163,11 @@ def test_a_forgotten_await_in_a_cell_names_the_cells_line(kernel: Kernel) -> Non
     assert got["error"] is None, got["error"]
     assert kernel.value("out4['play_status'].tolist()") == ["failed"] * 3
     errors = kernel.value("out4['play_error'].tolist()")
-    assert all("output['domain']" in e and "did you forget an await? (line 3: domain = ctx.tool(double, n=row.n))" in e for e in errors)
+    assert all(
+        "output['domain']" in e
+        and "did you forget an await? (line 3: domain = ctx.tool(double, n=row.n))" in e
+        for e in errors
+    )
     assert kernel.value("'domain' in out4.columns") is False
 
 
@@ -184,18 +200,36 @@ def test_options_reach_the_run(kernel: Kernel, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("%%play bad --on nowhere", "expected a pandas, Polars or Dask DataFrame in the namespace, found no such name"),
-        ("%%play bad --on calls", "expected a pandas, Polars or Dask DataFrame in the namespace, found a list"),
+        (
+            "%%play bad --on nowhere",
+            "expected a pandas, Polars or Dask DataFrame in the namespace, found no such name",
+        ),
+        (
+            "%%play bad --on calls",
+            "expected a pandas, Polars or Dask DataFrame in the namespace, found a list",
+        ),
         ("%%play bad --concurrency many", "argument --concurrency: expected a whole number >= 1, not 'many'"),
-        ("%%play bad --on df --concurrency 0", "argument --concurrency: expected a whole number >= 1, not '0'"),
+        (
+            "%%play bad --on df --concurrency 0",
+            "argument --concurrency: expected a whole number >= 1, not '0'",
+        ),
         ("%%play bad --on df --limit 2.5", "argument --limit: expected a whole number >= 0, not '2.5'"),
         ("%%play bad --on df --max-cost lots", "argument --max-cost: expected a number >= 0, not 'lots'"),
         ("%%play bad --on df --max-wait nan", "argument --max-wait: expected a number >= 0, not 'nan'"),
-        ("%%play bad --on df --refresh sometimes", "argument --refresh: invalid choice: 'sometimes' (choose from 'rows', 'all')"),
+        (
+            "%%play bad --on df --refresh sometimes",
+            "argument --refresh: invalid choice: 'sometimes' (choose from 'rows', 'all')",
+        ),
         ("%%play bad --on df --progress loud", "argument --progress: invalid choice: 'loud'"),
-        ("%%play bad --on df --on-error ignore", "argument --on-error: invalid choice: 'ignore' (choose from 'isolate', 'raise')"),
+        (
+            "%%play bad --on df --on-error ignore",
+            "argument --on-error: invalid choice: 'ignore' (choose from 'isolate', 'raise')",
+        ),
         ("%%play bad --on df --fixtures nowhere.jsonl", "%%play --fixtures nowhere.jsonl: no such file"),
-        ("%%play bad --store calls --on df", "expected a variable holding a pb.ReceiptStore, a directory or a redis:// URL, not list"),
+        (
+            "%%play bad --store calls --on df",
+            "expected a variable holding a pb.ReceiptStore, a directory or a redis:// URL, not list",
+        ),
         ("%%play 1bad", "must be a Python name"),
     ],
 )
@@ -215,7 +249,10 @@ def test_an_error_in_the_body_points_at_the_users_line(kernel: Kernel) -> None:
         b = a / (row.n - 2)
     """)
     assert got["error"] is None, got["error"]
-    assert kernel.value("out4['play_error'].tolist()[1]") == "ZeroDivisionError: division by zero (line 3: b = a / (row.n - 2))"
+    assert (
+        kernel.value("out4['play_error'].tolist()[1]")
+        == "ZeroDivisionError: division by zero (line 3: b = a / (row.n - 2))"
+    )
     got = kernel.run("""
         %%play worse
         a = = 1
@@ -309,9 +346,13 @@ def test_a_polars_frame_runs_and_comes_back_polars(kernel: Kernel) -> None:
         pdf = pl.DataFrame({"n": [4, 5]})
     """)
     assert got["error"] is None, got["error"]
-    got = kernel.run("%%play on_polars --on pdf --out out9 --progress none\nd = await ctx.tool(double, n=row.n)\n")
+    got = kernel.run(
+        "%%play on_polars --on pdf --out out9 --progress none\nd = await ctx.tool(double, n=row.n)\n"
+    )
     assert got["error"] is None, got["error"]
-    assert kernel.value("(type(out9).__module__.split('.')[0], out9['d'].to_list(), out9['play_status'].to_list())") == (
+    assert kernel.value(
+        "(type(out9).__module__.split('.')[0], out9['d'].to_list(), out9['play_status'].to_list())"
+    ) == (
         "polars",
         [8, 10],
         ["ok", "ok"],

@@ -48,7 +48,10 @@ def test_binder_asks_for_a_python_the_project_supports() -> None:
 def test_the_offline_notebooks_have_their_fixtures() -> None:
     """The notebooks named to run offline exist and have recorded fixtures; every other notebook in
     notebooks/ runs live (LIVE is what is left), so a new notebook is run here either way."""
-    assert all((NOTEBOOKS / f"{name}.ipynb").is_file() and (NOTEBOOKS / "fixtures" / f"{name}.jsonl").is_file() for name in OFFLINE)
+    assert all(
+        (NOTEBOOKS / f"{name}.ipynb").is_file() and (NOTEBOOKS / "fixtures" / f"{name}.jsonl").is_file()
+        for name in OFFLINE
+    )
     assert len(LIVE) >= 3
 
 
@@ -67,14 +70,21 @@ def test_the_demo_script_says_first_what_every_run_of_the_notebook_did(tmp_path:
     env = {k: v for k, v in os.environ.items() if k != "PLAYBOOK_HOME"} | {"PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, str(NOTEBOOKS / "run.py"), str(notebook), "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith(
         "tiny.ipynb, every run it made: calls paid 5 (cost 5) | calls reused 5 from receipts and row memos (cost saved 5) | "
     ), lines
-    assert "its last run alone: 5 rows | ok 5 | reused 0 | failed 0 | calls paid 0 | calls reused 5" in done.stdout
+    assert (
+        "its last run alone: 5 rows | ok 5 | reused 0 | failed 0 | calls paid 0 | calls reused 5"
+        in done.stdout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +93,26 @@ def binder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
     assert uv, "uv is a development dependency (pip install -e '.[dev]')"
     env_dir = tmp_path_factory.mktemp("binder") / "env"
-    made = subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(env_dir)], capture_output=True, text=True, timeout=120)
+    made = subprocess.run(
+        [uv, "venv", "--quiet", "--python", sys.executable, str(env_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert made.returncode == 0, made.stderr[-3000:]
     python = env_dir / "bin" / "python"
-    install = [uv, "pip", "install", "--quiet", "--python", str(python), *_pip_index(), "-r", "binder/requirements.txt", *BESIDE]
+    install = [
+        uv,
+        "pip",
+        "install",
+        "--quiet",
+        "--python",
+        str(python),
+        *_pip_index(),
+        "-r",
+        "binder/requirements.txt",
+        *BESIDE,
+    ]
     done = subprocess.run(install, cwd=ROOT, capture_output=True, text=True, timeout=900, env=_clean_env())
     assert done.returncode == 0, done.stderr[-3000:]
     yield python
@@ -94,13 +120,27 @@ def binder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def test_the_binder_environment_runs_its_own_install_and_kernel(binder: Path, tmp_path: Path) -> None:
     """playbook comes from the environment (not this checkout), and a notebook's kernel is the environment's."""
-    where = subprocess.run([binder, "-c", "import playbook; print(playbook.__file__)"], cwd=tmp_path, capture_output=True,
-                           text=True, check=True, env=_clean_env())  # fmt: skip
+    where = subprocess.run(
+        [binder, "-c", "import playbook; print(playbook.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_clean_env(),
+    )
     assert str(binder.parent.parent) in where.stdout
     probe = tmp_path / "probe.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import sys; print(sys.prefix)")]), probe)
-    ran = subprocess.run([binder, NOTEBOOKS / "run.py", probe, "--out", tmp_path / "probe"], cwd=tmp_path, env=_clean_env(),
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    nbformat.write(
+        nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import sys; print(sys.prefix)")]), probe
+    )
+    ran = subprocess.run(
+        [binder, NOTEBOOKS / "run.py", probe, "--out", tmp_path / "probe"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     shown = nbformat.read(tmp_path / "probe" / "probe.ipynb", as_version=4).cells[0].outputs[0]["text"]
     assert str(binder.parent.parent) in shown, ran.stderr
 
@@ -121,16 +161,36 @@ def test_a_notebook_runs_against_the_live_demo(binder: Path, name: str, tmp_path
 def _nbval(python: Path, name: str, where: Path, **env: str) -> None:
     copy = where / f"{name}.ipynb"
     copy.write_bytes((NOTEBOOKS / f"{name}.ipynb").read_bytes())
-    cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env", "--rootdir", where, copy]
-    done = subprocess.run(cmd, cwd=where, env=_clean_env(PLAYBOOK_HOME=str(where / "home"), **env), capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    cmd = [
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--nbval-lax",
+        "--nbval-current-env",
+        "--rootdir",
+        where,
+        copy,
+    ]
+    done = subprocess.run(
+        cmd,
+        cwd=where,
+        env=_clean_env(PLAYBOOK_HOME=str(where / "home"), **env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "passed" in done.stdout
 
 
 def _pip_index() -> list[str]:
     """pip's index when one is configured (a mirror): uv reads its own settings, not pip's."""
-    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60).stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+    ).stdout
     for line in listed.splitlines():
         key, _, value = line.partition("=")
         if key.rsplit(".", 1)[-1] == "index-url":

@@ -51,7 +51,11 @@ def test_outputs_replay_exactly_with_their_column_order(store: pb.ReceiptStore) 
     runs = [frame.play.run(play, store=store, progress=False)]
     runs.append(frame.play.run(play, store=store, progress=False))  # memos
     runs.append(frame.play.run(play, store=store, progress=False, refresh="rows"))  # receipts
-    assert [r.stats.ok for r in runs] == [2, 0, 2] and runs[1].stats.reused == 2 and runs[2].stats.calls_local == 0
+    assert (
+        [r.stats.ok for r in runs] == [2, 0, 2]
+        and runs[1].stats.reused == 2
+        and runs[2].stats.calls_local == 0
+    )
     columns = ["n", "z_last_name_first", *reversed(list(ODD)), "play_status", "play_error"]
     for run in runs:
         assert list(run.result.columns) == columns
@@ -91,11 +95,16 @@ def test_number_columns_are_what_pandas_makes_of_their_values(store: pb.ReceiptS
 
     for missing in (False, True):
         frame = pd.DataFrame({"n": range(4), "missing": missing})
-        for out in (frame.play.map(numbers, store=store, progress=False), frame.play.map(numbers, store=store, progress=False)):
+        for out in (
+            frame.play.map(numbers, store=store, progress=False),
+            frame.play.map(numbers, store=store, progress=False),
+        ):
             for name, values in NUMBERS.items():
                 if (None in values) == missing:
                     expected = pd.Series([math.nan if v is None else v for v in values])
-                    assert out[name].dtype == expected.dtype and out[name].reset_index(drop=True).equals(expected), name
+                    assert out[name].dtype == expected.dtype and out[name].reset_index(drop=True).equals(
+                        expected
+                    ), name
 
 
 @pytest.fixture
@@ -133,7 +142,9 @@ def _define(body: str) -> object:
     ],
     ids=["a column", "deep in a column", "the whole output", "a step"],
 )
-def test_a_forgotten_await_fails_the_row_naming_the_line(body: str, where: str, store: pb.ReceiptStore, no_unawaited_warnings) -> None:
+def test_a_forgotten_await_fails_the_row_naming_the_line(
+    body: str, where: str, store: pb.ReceiptStore, no_unawaited_warnings
+) -> None:
     """ctx.tool(...) (or waterfall, step) without await, anywhere in the output: the row fails with
     "did you forget an await?" and the play's line, nothing lands in the result, nothing warns later."""
     out = pd.DataFrame({"q": ["a", "b"]}).play.map(_define(body), store=store, progress=False)
@@ -143,7 +154,9 @@ def test_a_forgotten_await_fails_the_row_naming_the_line(body: str, where: str, 
     assert not any(isinstance(v, str) and "coroutine object" in v for v in out.astype(str).values.ravel())
 
 
-def test_a_forgotten_await_in_a_tool_input_fails_before_paying(store: pb.ReceiptStore, no_unawaited_warnings) -> None:
+def test_a_forgotten_await_in_a_tool_input_fails_before_paying(
+    store: pb.ReceiptStore, no_unawaited_warnings
+) -> None:
     """An un-awaited call passed as another tool's input is caught at the receipt key, before anything is paid."""
     paid: list[str] = []
 
@@ -159,7 +172,11 @@ def test_a_forgotten_await_in_a_tool_input_fails_before_paying(store: pb.Receipt
     out = pd.DataFrame({"q": ["a"]}).play.map(nested, store=store, progress=False)
     error = out["play_error"].iloc[0]
     assert out["play_status"].iloc[0] == "failed" and paid == []
-    assert "input text=<coroutine" in error and "did you forget an await? (line" in error and "ctx.tool(lookup" in error
+    assert (
+        "input text=<coroutine" in error
+        and "did you forget an await? (line" in error
+        and "ctx.tool(lookup" in error
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,10 @@ from vtime import run_virtual
 import playbook as pb
 from playbook._internal.flow import Parked
 from playbook.keys import receipt_key
-from playbook.runtime.pipeline import lookup
-from playbook.runtime.retry_queue import RetryQueue
-from playbook.runtime.scope import Ahead, CostBudget
-from playbook.runtime.table import Parking, RowTable
+from playbook.runtime.calls.pipeline import lookup
+from playbook.runtime.calls.scope import Ahead, CostBudget
+from playbook.runtime.rows.table import Parking, RowTable
+from playbook.runtime.schedule.retry_queue import RetryQueue
 from playbook.store import MISSING, engine
 from playbook.store.records import record
 
@@ -117,7 +117,9 @@ def test_a_row_and_its_copies_settle_together_and_reset_in_one_step() -> None:
     assert [row.row for row in table.parked()] == ["a", "c"]
     assert table.settled_as(("parked",)) == [0]  # the copy runs with its lead
     assert table.unsettle(0) == 2
-    assert [(table.status(p), table.errors.get(p), table.parkings.get(p)) for p in range(3)] == [(None, None, None)] * 3
+    assert [(table.status(p), table.errors.get(p), table.parkings.get(p)) for p in range(3)] == [
+        (None, None, None)
+    ] * 3
     assert table.set_outcome(0, "ok", {"v": 1}, None) == 2
     assert [table.output(p) for p in range(3)] == [{"v": 1}, None, {"v": 1}]
 
@@ -137,7 +139,9 @@ def test_a_hundred_thousand_rows_cost_the_rows_table_a_few_bytes_each() -> None:
             if pos % 10:
                 table.set_outcome(pos, "ok", {"y": 1}, None)
             else:
-                table.set_outcome(pos, "failed", None, f"ValueError: no y for {pos}", "ValueError: no y for <n>")
+                table.set_outcome(
+                    pos, "failed", None, f"ValueError: no y for {pos}", "ValueError: no y for <n>"
+                )
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -181,24 +185,41 @@ def test_a_row_whose_call_another_run_pays_for_steps_back_for_the_fresh_rows(tmp
     async def lookup_(n: int) -> int:
         calls.append((threading.current_thread().name, n))
         await asyncio.sleep(0.5 if n == 0 else 0.01)
-        while n != 0 and len(calls) == 5 and other.is_alive():  # the other run is over (its memo written) before row 0 comes back
+        while (
+            n != 0 and len(calls) == 5 and other.is_alive()
+        ):  # the other run is over (its memo written) before row 0 comes back
             await asyncio.sleep(0.01)
         return n * 10
 
     play = pb.play(lambda_play(lookup_), name="tenfold")
     location = tmp_path / "store"
-    other = threading.Thread(target=lambda: pd.DataFrame({"n": [0]}).play.map(play, store=location, progress=False), name="other")
+    other = threading.Thread(
+        target=lambda: pd.DataFrame({"n": [0]}).play.map(play, store=location, progress=False), name="other"
+    )
     other.start()
     deadline = time.monotonic() + 10
     while not calls and time.monotonic() < deadline:  # the other run is paying for row 0's call
         time.sleep(0.005)
     out = pd.DataFrame({"n": range(5)}).play.map(play, store=location, progress=False, concurrency=1)
     other.join()
-    assert calls[0] == ("other", 0) and sorted(n for _, n in calls[1:]) == [1, 2, 3, 4]  # row 0's call was paid once, by the other run
-    assert out["play_status"].tolist() == ["reused", "ok", "ok", "ok", "ok"] and out["lookup"].tolist() == [0, 10, 20, 30, 40]
+    assert calls[0] == ("other", 0) and sorted(n for _, n in calls[1:]) == [
+        1,
+        2,
+        3,
+        4,
+    ]  # row 0's call was paid once, by the other run
+    assert out["play_status"].tolist() == ["reused", "ok", "ok", "ok", "ok"] and out["lookup"].tolist() == [
+        0,
+        10,
+        20,
+        30,
+        40,
+    ]
 
 
-def test_a_run_of_new_calls_takes_leases_first_and_still_reuses_a_receipt_it_then_finds(store: pb.ReceiptStore) -> None:
+def test_a_run_of_new_calls_takes_leases_first_and_still_reuses_a_receipt_it_then_finds(
+    store: pb.ReceiptStore,
+) -> None:
     """After a hundred calls with no receipt, the run takes each call's lease before looking its
     receipt up (one lookup instead of two).  The next hundred calls have receipts (another play made
     them): each is found once its lease is held and reused, never paid again."""
@@ -209,7 +230,9 @@ def test_a_run_of_new_calls_takes_leases_first_and_still_reuses_a_receipt_it_the
         paid.append(n)
         return n * 10
 
-    pd.DataFrame({"n": range(100, 200)}).play.map(pb.play(lambda_play(lookup_), name="earlier"), store=store, progress=False)
+    pd.DataFrame({"n": range(100, 200)}).play.map(
+        pb.play(lambda_play(lookup_), name="earlier"), store=store, progress=False
+    )
     paid.clear()
     backend = engine(store).backend
     take, leased = backend.take, []

@@ -88,14 +88,33 @@ def test_the_models_order_is_kept_whatever_order_the_play_returns(tmp_path: Path
 
     @pb.play(output=Company)
     async def enrich(row, ctx):
-        return {"undeclared": 1, "founded": dt.datetime(2001, 2, 3), "name": row.name, "employees": row.n, "tags": ["t"]}
+        return {
+            "undeclared": 1,
+            "founded": dt.datetime(2001, 2, 3),
+            "name": row.name,
+            "employees": row.n,
+            "tags": ["t"],
+        }
 
     out = _map(pd.DataFrame({"n": [3], "name": ["acme"]}), enrich, tmp_path)
-    assert list(out.columns) == ["n", "name", *[c for c in COLUMNS if c != "name"], "play_status", "play_error"]
+    assert list(out.columns) == [
+        "n",
+        "name",
+        *[c for c in COLUMNS if c != "name"],
+        "play_status",
+        "play_error",
+    ]
     row = out.iloc[0]
-    assert row["play_status"] == "ok" and row["employees"] == 3 and row["name"] == "acme" and row["tags"] == ["t"]
+    assert (
+        row["play_status"] == "ok"
+        and row["employees"] == 3
+        and row["name"] == "acme"
+        and row["tags"] == ["t"]
+    )
     assert row["founded"] == pd.Timestamp("2001-02-03") and row["kind"] == "a" and not row["public"]
-    assert [out[c].dtype for c in COLUMNS if c != "name"] == [d for c, d in zip(COLUMNS, DTYPES) if c != "name"]
+    assert [out[c].dtype for c in COLUMNS if c != "name"] == [
+        d for c, d in zip(COLUMNS, DTYPES) if c != "name"
+    ]
 
 
 def test_a_field_error_fails_only_that_row_naming_the_field(tmp_path: Path) -> None:
@@ -111,7 +130,11 @@ def test_a_field_error_fails_only_that_row_naming_the_field(tmp_path: Path) -> N
         "OutputError: play 'enrich': output field 'employees': Input should be a valid integer, "
         "unable to parse string as an integer (got 'many')"
     )
-    assert out["play_error"].iloc[0] is None and out["employees"].tolist() == [5, "many", 7]  # an input column: kept where it failed
+    assert out["play_error"].iloc[0] is None and out["employees"].tolist() == [
+        5,
+        "many",
+        7,
+    ]  # an input column: kept where it failed
 
 
 def test_several_field_errors_are_named_together(tmp_path: Path) -> None:
@@ -122,8 +145,12 @@ def test_several_field_errors_are_named_together(tmp_path: Path) -> None:
         return {"revenue": "lots", "address": {"town": "x"}}
 
     error = _map(pd.DataFrame({"n": [1]}), enrich, tmp_path)["play_error"].iloc[0]
-    assert error.startswith("OutputError: play 'enrich': output field 'employees': Field required; output field 'name': Field required; ")
-    assert "output field 'revenue': Input should be a valid number" in error and error.endswith("; and 1 more")
+    assert error.startswith(
+        "OutputError: play 'enrich': output field 'employees': Field required; output field 'name': Field required; "
+    )
+    assert "output field 'revenue': Input should be a valid number" in error and error.endswith(
+        "; and 1 more"
+    )
 
 
 class Person(te.TypedDict):
@@ -142,8 +169,14 @@ def test_a_typeddict_declares_the_output(tmp_path: Path) -> None:
     out = _map(pd.DataFrame({"n": [1, 2]}), people, tmp_path)
     assert list(out.columns) == ["n", "age", "email", "born", "play_status", "play_error"]
     assert [out[c].dtype for c in ("age", "email", "born")] == ["Int64", STR, object]
-    assert out["play_status"].tolist() == ["ok", "failed"] and "output field 'age'" in out["play_error"].iloc[1]
-    assert out["age"].iloc[0] == 41 and same(out["born"].iloc[0], dt.date(1990, 1, 1)) and pd.isna(out["email"].iloc[0])
+    assert (
+        out["play_status"].tolist() == ["ok", "failed"] and "output field 'age'" in out["play_error"].iloc[1]
+    )
+    assert (
+        out["age"].iloc[0] == 41
+        and same(out["born"].iloc[0], dt.date(1990, 1, 1))
+        and pd.isna(out["email"].iloc[0])
+    )
 
 
 class Listed(Company):
@@ -180,15 +213,27 @@ def test_a_rerun_replays_identical_values(tmp_path: Path) -> None:
     @pb.play(output=Seen)
     async def seen(row, ctx):
         local = dt.datetime(2024, 3, 31, 1, 30, tzinfo=PARIS) + dt.timedelta(hours=row.n)
-        return {"when": dt.datetime(2024, 5, row.n, 12, 30, 15, 123456), "local": local, "count": row.n if row.n > 1 else None, "ratio": 1}
+        return {
+            "when": dt.datetime(2024, 5, row.n, 12, 30, 15, 123456),
+            "local": local,
+            "count": row.n if row.n > 1 else None,
+            "ratio": 1,
+        }
 
     frame = pd.DataFrame({"n": [1, 2]})
     first, second = _map(frame, seen, tmp_path), _map(frame, seen, tmp_path)
-    assert first["play_status"].tolist() == ["ok", "ok"] and second["play_status"].tolist() == ["reused", "reused"]
+    assert first["play_status"].tolist() == ["ok", "ok"] and second["play_status"].tolist() == [
+        "reused",
+        "reused",
+    ]
     assert first.drop(columns="play_status").equals(second.drop(columns="play_status"))
     assert first["local"].dtype == pd.DatetimeTZDtype(UNIT, "Europe/Paris")
-    assert first["count"].dtype == "Int64" and pd.isna(second["count"].iloc[0]) and second["count"].iloc[1] == 2
-    assert second["when"].iloc[0] == pd.Timestamp("2024-05-01 12:30:15.123456") and second["ratio"].tolist() == [1.0, 1.0]
+    assert (
+        first["count"].dtype == "Int64" and pd.isna(second["count"].iloc[0]) and second["count"].iloc[1] == 2
+    )
+    assert second["when"].iloc[0] == pd.Timestamp("2024-05-01 12:30:15.123456") and second[
+        "ratio"
+    ].tolist() == [1.0, 1.0]
 
 
 class Domain(BaseModel):
@@ -239,7 +284,10 @@ def test_a_play_without_a_model_keeps_its_fingerprint() -> None:
         return None
 
     assert pb.play(plain).fingerprint == pb.play(plain, output=None).fingerprint
-    assert pb.play(plain).output is None and pb.play(plain, output=Domain).fingerprint != pb.play(plain).fingerprint
+    assert (
+        pb.play(plain).output is None
+        and pb.play(plain, output=Domain).fingerprint != pb.play(plain).fingerprint
+    )
 
 
 class Strict(BaseModel):
@@ -267,7 +315,9 @@ def test_undeclared_keys_follow_the_models_extra_setting(tmp_path: Path) -> None
     error = _map(frame, make(Strict), tmp_path)["play_error"].iloc[0]
     assert error == "OutputError: play 'extras': output field 'more': Extra inputs are not permitted (got 1)"
     out = _map(frame, make(Open), tmp_path)
-    assert list(out.columns) == ["n", "domain", "more", "play_status", "play_error"] and out["more"].tolist() == [1]
+    assert list(out.columns) == ["n", "domain", "more", "play_status", "play_error"] and out[
+        "more"
+    ].tolist() == [1]
 
 
 @pytest.fixture
@@ -314,7 +364,9 @@ class Reserved(BaseModel):
         pytest.param(
             Legacy,
             "output=Legacy cannot validate outputs: Please use `typing_extensions.TypedDict`",
-            marks=pytest.mark.skipif(sys.version_info >= (3, 12), reason="pydantic takes typing.TypedDict from Python 3.12"),
+            marks=pytest.mark.skipif(
+                sys.version_info >= (3, 12), reason="pydantic takes typing.TypedDict from Python 3.12"
+            ),
         ),
     ],
     ids=["a type", "a dict", "an instance", "a RootModel", "a reserved name", "typing.TypedDict"],

@@ -41,8 +41,15 @@ def test_map_returns_polars_with_statuses(store: pb.ReceiptStore) -> None:
     assert out["name"].to_list() == ["a", "b", "c", "d"]
     assert out["play_status"].to_list() == ["ok", "failed", "ok", "ok"]
     errors = out["play_error"].to_list()
-    assert errors[0] is errors[2] is errors[3] is None and errors[1].startswith("ValueError: no n in row 1 (line ")
-    assert out["double"].to_list() == [6.0, None, 2.0, 4.0]  # a failed row has no output: as in pandas, a float column
+    assert errors[0] is errors[2] is errors[3] is None and errors[1].startswith(
+        "ValueError: no n in row 1 (line "
+    )
+    assert out["double"].to_list() == [
+        6.0,
+        None,
+        2.0,
+        4.0,
+    ]  # a failed row has no output: as in pandas, a float column
     assert out.schema["play_status"] == pl.String and out.schema["play_error"] == pl.String
 
 
@@ -72,7 +79,9 @@ def test_play_sees_python_values(store: pb.ReceiptStore) -> None:
     frame.play.map(look, store=store, progress=False, concurrency=1)
     first, second = seen
     assert same(first["n"], 1) and second["n"] is None
-    assert first["when"] == dt.datetime(2024, 3, 1, 9, tzinfo=PARIS) and first["when"].utcoffset() == dt.timedelta(hours=1)
+    assert first["when"] == dt.datetime(2024, 3, 1, 9, tzinfo=PARIS) and first[
+        "when"
+    ].utcoffset() == dt.timedelta(hours=1)
     assert same(first["day"], dt.date(2024, 3, 1))
     assert same(first["price"], decimal.Decimal("1.50"))
     assert same(first["tags"], ["x", "y"]) and same(first["info"], {"a": 1, "b": "z"})
@@ -102,7 +111,12 @@ def test_input_columns_keep_their_dtypes(store: pb.ReceiptStore) -> None:
 
     out = frame.play.map(one, store=store, progress=False)
     assert out.select(frame.columns).equals(frame)
-    assert dict(out.schema) == {**frame.schema, "one": pl.Int64, "play_status": pl.String, "play_error": pl.String}
+    assert dict(out.schema) == {
+        **frame.schema,
+        "one": pl.Int64,
+        "play_status": pl.String,
+        "play_error": pl.String,
+    }
 
 
 def test_outputs_are_typed_or_kept_as_objects(store: pb.ReceiptStore) -> None:
@@ -117,7 +131,15 @@ def test_outputs_are_typed_or_kept_as_objects(store: pb.ReceiptStore) -> None:
             "odd": {1, 2},
             "loose": {"a": 1},
         },
-        {"meta": {"k": 2}, "items": [], "at": None, "cost": decimal.Decimal("2.25"), "mixed": "two", "odd": {3: "x"}, "loose": {"b": "x"}},
+        {
+            "meta": {"k": 2},
+            "items": [],
+            "at": None,
+            "cost": decimal.Decimal("2.25"),
+            "mixed": "two",
+            "odd": {3: "x"},
+            "loose": {"b": "x"},
+        },
     ]
 
     @pb.play
@@ -129,7 +151,9 @@ def test_outputs_are_typed_or_kept_as_objects(store: pb.ReceiptStore) -> None:
     assert out.schema["items"] == pl.List(pl.Int64)
     assert out.schema["at"] == pl.Datetime("us", "Europe/Paris")
     assert isinstance(out.schema["cost"], pl.Decimal)
-    assert out.schema["mixed"] == out.schema["odd"] == out.schema["loose"] == pl.Object  # a Struct would add keys
+    assert (
+        out.schema["mixed"] == out.schema["odd"] == out.schema["loose"] == pl.Object
+    )  # a Struct would add keys
     for name in ("meta", "items", "at", "cost", "mixed", "odd", "loose"):
         assert out[name].to_list() == [row[name] for row in rows], name
     assert out["mixed"].to_list()[1] == "two" and out["odd"].to_list()[0] == {1, 2}
@@ -172,9 +196,16 @@ def test_pandas_then_polars_pays_nothing(store: pb.ReceiptStore) -> None:
         return {"found": await ctx.tool(lookup, name=row.name, n=row.n, when=row.when)}
 
     when = [dt.datetime(2024, 3, 1, 9, tzinfo=dt.UTC), None, dt.datetime(2024, 3, 2, tzinfo=dt.UTC)]
-    polars_frame = pl.DataFrame({"name": ["a", "b", "c"], "n": [1, None, 3], "x": [0.5, float("nan"), None], "when": when})
+    polars_frame = pl.DataFrame(
+        {"name": ["a", "b", "c"], "n": [1, None, 3], "x": [0.5, float("nan"), None], "when": when}
+    )
     pandas_frame = pd.DataFrame(
-        {"name": ["a", "b", "c"], "n": [1, None, 3], "x": [0.5, float("nan"), None], "when": pd.to_datetime(when, utc=True)}
+        {
+            "name": ["a", "b", "c"],
+            "n": [1, None, 3],
+            "x": [0.5, float("nan"), None],
+            "when": pd.to_datetime(when, utc=True),
+        }
     )
     assert pandas_frame["n"].dtype == float  # what pandas makes of an int column with a gap
     first = pandas_frame.play.map(enrich, store=store, progress=False)
@@ -185,7 +216,9 @@ def test_pandas_then_polars_pays_nothing(store: pb.ReceiptStore) -> None:
     assert again["play_status"].to_list() == ["reused"] * 3
     assert again["found"].to_list() == first["found"].tolist()
 
-    polars_frame.play.map(enrich, store=store, progress=False, refresh="rows")  # rows run again: their calls hit receipts
+    polars_frame.play.map(
+        enrich, store=store, progress=False, refresh="rows"
+    )  # rows run again: their calls hit receipts
     assert (pb.last_run().stats.calls_executed, pb.last_run().stats.calls_reused, len(calls)) == (0, 3, 3)
 
 
@@ -200,7 +233,10 @@ def test_a_play_reading_row_index_gets_each_equal_rows_own_position(store: pb.Re
     out = pl.DataFrame({"a": [1, 1, 1]}).play.map(placed, store=store, progress=False)
     assert out["at"].to_list() == [0, 1, 2] and out["play_status"].to_list() == ["ok"] * 3
     later = pl.DataFrame({"a": [2, 1, 1, 1, 1]}).play.map(placed, store=store, progress=False)
-    assert later["at"].to_list() == [0, 1, 2, 3, 4] and later["play_status"].to_list() == ["ok"] + ["reused"] * 2 + ["ok"] * 2
+    assert (
+        later["at"].to_list() == [0, 1, 2, 3, 4]
+        and later["play_status"].to_list() == ["ok"] + ["reused"] * 2 + ["ok"] * 2
+    )
 
 
 def test_run_gives_polars_frames(store: pb.ReceiptStore) -> None:
@@ -219,7 +255,10 @@ def test_run_gives_polars_frames(store: pb.ReceiptStore) -> None:
     assert run.result is run.result  # converted once for a finished run
     assert run.errors.columns == ["row", "position", "error", "group", "cost"]
     assert run.errors.rows()[0][:2] == (1, 1) and run.errors["error"][0].startswith("RuntimeError: down")
-    assert run.parked.columns == ["row", "position", "reason", "provider", "ready_at", "message"] and run.parked.height == 0
+    assert (
+        run.parked.columns == ["row", "position", "reason", "provider", "ready_at", "message"]
+        and run.parked.height == 0
+    )
     assert (run.stats.ok, run.stats.failed) == (2, 1)
     assert repr(run).startswith("<PolarsRun 'flaky' finished: 3 rows, ok=2 reused=0 failed=1")
     assert pb.last_run() is run.pandas and not run.running
@@ -238,9 +277,16 @@ def test_amap_arun_and_background(store: pb.ReceiptStore) -> None:
     async def main() -> tuple:
         out = await pl.DataFrame({"n": [1]}).play.amap(doubled, store=store, progress=False)
         done = await pl.DataFrame({"n": [4]}).play.arun(doubled, store=store, progress=False)
-        run = await pl.DataFrame({"n": [5, 6]}).play.arun(doubled, store=store, progress=False, background=True)
+        run = await pl.DataFrame({"n": [5, 6]}).play.arun(
+            doubled, store=store, progress=False, background=True
+        )
         was_running = run.running
-        return out["double"].to_list(), done.result["double"].to_list(), was_running, run.wait()["double"].to_list()
+        return (
+            out["double"].to_list(),
+            done.result["double"].to_list(),
+            was_running,
+            run.wait()["double"].to_list(),
+        )
 
     assert asyncio.run(main()) == ([2], [8], True, [10, 12])
 
@@ -254,7 +300,11 @@ def test_limit_key_and_tools(store: pb.ReceiptStore) -> None:
 
     frame = pl.DataFrame({"first": ["ann", "bob", "ann", "cy"], "id": [1, 2, 1, 4]})
     out = frame.play.map(greet, store=store, progress=False, limit=3, key="id")
-    assert out.rows() == [("ann", 1, "hi ann", "ok", None), ("bob", 2, "hi bob", "ok", None), ("ann", 1, "hi ann", "ok", None)]
+    assert out.rows() == [
+        ("ann", 1, "hi ann", "ok", None),
+        ("bob", 2, "hi bob", "ok", None),
+        ("ann", 1, "hi ann", "ok", None),
+    ]
     assert pb.last_run().stats.calls_local == 2  # the third row shares the first one's key
 
 
@@ -268,7 +318,11 @@ def test_options_are_the_pandas_ones() -> None:
         ], method
     doc = PolarsPlay.map.__doc__ or ""
     assert "Polars DataFrame" in doc
-    assert all(f"``{name}``" in doc for name in inspect.signature(PlayAccessor.map).parameters if name not in ("self", "unknown"))
+    assert all(
+        f"``{name}``" in doc
+        for name in inspect.signature(PlayAccessor.map).parameters
+        if name not in ("self", "unknown")
+    )
 
 
 @pytest.mark.parametrize(
@@ -289,7 +343,9 @@ def test_bad_options_are_named(options: dict, message: str, store: pb.ReceiptSto
 def test_lazy_frame_says_collect_first() -> None:
     """lazy_frame.play.map() says to .collect() first; other attributes are simply missing."""
     lazy = pl.DataFrame({"n": [1]}).lazy()
-    with pytest.raises(pb.PlayDefinitionError, match=r"call \.collect\(\) first, e\.g\. lf\.collect\(\)\.play\.map"):
+    with pytest.raises(
+        pb.PlayDefinitionError, match=r"call \.collect\(\) first, e\.g\. lf\.collect\(\)\.play\.map"
+    ):
         lazy.play.map(doubled)
     assert not hasattr(lazy.play, "_repr_html_")
 
@@ -300,9 +356,15 @@ _SCRIPTS = {
         "import importlib.util, sys, playbook\n"
         "assert 'polars' not in sys.modules, 'import playbook imported polars'\n"
         "assert importlib.util.find_spec('polars') is not None\n"  # a probe loads nothing and keeps the hook
-        "import polars as pl\n" + _INC + "print(pl.DataFrame({'n': [2]}).play.map(inc, progress=False).rows())\n"
+        "import polars as pl\n"
+        + _INC
+        + "print(pl.DataFrame({'n': [2]}).play.map(inc, progress=False).rows())\n"
     ),
-    "polars-first": ("import polars as pl, playbook\n" + _INC + "print(pl.DataFrame({'n': [2]}).play.map(inc, progress=False).rows())\n"),
+    "polars-first": (
+        "import polars as pl, playbook\n"
+        + _INC
+        + "print(pl.DataFrame({'n': [2]}).play.map(inc, progress=False).rows())\n"
+    ),
     "no-polars": (
         "import sys\nsys.modules['polars'] = None\nimport pandas as pd, playbook\n"
         + _INC

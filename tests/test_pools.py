@@ -22,13 +22,17 @@ from playbook._internal.flow import OnHold, WaitBudget
 from playbook.events import KeyRetired, ProviderDown, ProviderHoldSet
 from playbook.providers.pool import chosen_key
 from playbook.providers.provider import Ticket, forget_governors, governor, sharing_limits
-from playbook.runtime.state import RunState
-from playbook.runtime.upstream import watch
+from playbook.runtime.state.run_state import RunState
+from playbook.runtime.state.upstream import watch
 from playbook.ui.html import providers_table
 from playbook.ui.tally import Tally
 from playbook.ui.text import summary
 
-ENV = {"T_KEY_A": "test-key-aaaaaaaa-A001", "T_KEY_B": "test-key-bbbbbbbb-B002", "T_KEY_C": "test-key-cccccccc-C003"}
+ENV = {
+    "T_KEY_A": "test-key-aaaaaaaa-A001",
+    "T_KEY_B": "test-key-bbbbbbbb-B002",
+    "T_KEY_C": "test-key-cccccccc-C003",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -67,10 +71,14 @@ def ticket(max_wait: float = 120.0) -> Ticket:
     return Ticket("t", WaitBudget(max_wait))
 
 
-async def many(provider: pb.Provider, upstream: Upstream, n: int, *, max_wait: float = 120.0) -> tuple[list[Any], float]:
+async def many(
+    provider: pb.Provider, upstream: Upstream, n: int, *, max_wait: float = 120.0
+) -> tuple[list[Any], float]:
     """``n`` calls at once; their answers (or errors) and the loop time the last one took."""
     gov = governor(provider)
-    answers = await asyncio.gather(*(gov.dispatch(upstream.send, ticket(max_wait)) for _ in range(n)), return_exceptions=True)
+    answers = await asyncio.gather(
+        *(gov.dispatch(upstream.send, ticket(max_wait)) for _ in range(n)), return_exceptions=True
+    )
     return answers, now()
 
 
@@ -124,7 +132,9 @@ def test_a_key_held_for_a_day_leaves_its_calls_to_the_other_keys() -> None:
     state.providers["pooled"] = provider
     said = summary(state, Tally(state.label)).split("\n")
     assert any(
-        line.startswith("provider 'pooled': key T_KEY_A …A001 holds calls until ") and "the other keys went on" in line for line in said
+        line.startswith("provider 'pooled': key T_KEY_A …A001 holds calls until ")
+        and "the other keys went on" in line
+        for line in said
     )
     assert not any("provider 'pooled' holds calls" in line for line in said)
 
@@ -145,7 +155,11 @@ def test_every_key_held_holds_the_provider_until_the_first_comes_back() -> None:
         gov = governor(provider)
         gov.subscribe(heard.append)
         upstream = Upstream(answer)
-        first = await asyncio.gather(gov.dispatch(upstream.send, ticket()), gov.dispatch(upstream.send, ticket()), return_exceptions=True)
+        first = await asyncio.gather(
+            gov.dispatch(upstream.send, ticket()),
+            gov.dispatch(upstream.send, ticket()),
+            return_exceptions=True,
+        )
         try:
             await gov.dispatch(upstream.send, ticket(max_wait=5))
         except pb.ProviderExhausted as exc:
@@ -155,7 +169,9 @@ def test_every_key_held_holds_the_provider_until_the_first_comes_back() -> None:
     first, parked, at = run_virtual(main())
     assert all(isinstance(f, OnHold) for f in first), first
     assert [round(f.until) for f in first] == [20, 20]  # the first key back, not the last
-    assert parked.retry_at is not None and provider.status().held and at < 1  # parked at once, waiting for nothing
+    assert (
+        parked.retry_at is not None and provider.status().held and at < 1
+    )  # parked at once, waiting for nothing
     [held] = [e for e in heard if isinstance(e, ProviderHoldSet)]
     assert held.provider == "pooled"
 
@@ -262,7 +278,9 @@ def test_calls_waiting_for_a_refused_keys_slots_go_under_another_key_and_none_is
     assert elapsed <= 100 / 9.8 + 1  # A's pace for the rest, with no detour through B's queue
 
 
-def test_a_key_whose_variable_is_not_set_here_leaves_its_calls_to_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_key_whose_variable_is_not_set_here_leaves_its_calls_to_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A worker without one key's variable: that key is out of the pool (said once), the others
     carry its calls; with no key set at all, the run stops, naming each variable."""
     monkeypatch.delenv("T_KEY_B")
@@ -336,7 +354,9 @@ def test_a_pool_shows_a_line_per_key_with_the_key_masked() -> None:
     run_virtual(many(provider, Upstream(answer), 4))
     status = provider.status()
     assert [s.name for s in status.keys] == ["T_KEY_A …A001", "T_KEY_B …B002"]
-    assert status.rate == pytest.approx(5 * 0.98) and status.keys[1].rate == pytest.approx(7 * 0.98)  # the keys in use
+    assert status.rate == pytest.approx(5 * 0.98) and status.keys[1].rate == pytest.approx(
+        7 * 0.98
+    )  # the keys in use
     table = providers_table({"pooled": status}, {})
     assert "└ key T_KEY_A …A001" in table and "retired (HTTP 401) for this run" in table
     assert not any(value in table or value in repr(provider) for value in ENV.values())
@@ -365,11 +385,26 @@ def test_equal_pools_share_one_state_and_travel_as_their_description() -> None:
         ({"keys": [pb.secret("T_KEY_A"), "sk-live-123"]}, "keys[1] must come from pb.secret('ENV_VAR')"),
         ({"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_A")]}, "keys[1] names T_KEY_A again"),
         ({"rps": [10, 20]}, "rps is a list ([10, 20]), one per key, but no keys= were given"),
-        ({"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "rpm": [100, 200, 300]}, "rpm has 3 values for 2 keys"),
-        ({"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "tpm": [100, -1]}, "tpm must be a finite number > 0"),
-        ({"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "window": [(5, 1)]}, "window has 1 values for 2 keys"),
-        ({"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "retries": [1, 2]}, "retries is the provider's, one number for all"),
-        ({"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "rps": [1, 2], "rpm": [60, 120]}, "(rps=[1, 2], rpm=[60, 120])"),
+        (
+            {"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "rpm": [100, 200, 300]},
+            "rpm has 3 values for 2 keys",
+        ),
+        (
+            {"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "tpm": [100, -1]},
+            "tpm must be a finite number > 0",
+        ),
+        (
+            {"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "window": [(5, 1)]},
+            "window has 1 values for 2 keys",
+        ),
+        (
+            {"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "retries": [1, 2]},
+            "retries is the provider's, one number for all",
+        ),
+        (
+            {"keys": [pb.secret("T_KEY_A"), pb.secret("T_KEY_B")], "rps": [1, 2], "rpm": [60, 120]},
+            "(rps=[1, 2], rpm=[60, 120])",
+        ),
     ],
 )
 def test_a_bad_pool_is_refused_naming_the_option(options: dict[str, Any], said: str) -> None:
@@ -386,8 +421,14 @@ def test_keys_and_per_key_limits_come_in_any_sequence() -> None:
     pooled = pb.Provider("p", keys=(pb.secret(f"T_KEY_{n}") for n in "AB"), rps=np.array([10, 30]))
     assert pooled.keys == tuple(keys("A", "B")) and pooled.rps == (10.0, 30.0)
     limits = pd.DataFrame({"rps": [5, 15], "tpm": [1_000, 3_000], "windows": [(50, 5), (150, 5)]})
-    pooled = pb.Provider("p", keys=keys("A", "B"), rps=limits["rps"], tpm=pl.Series([1_000, 3_000]), window=limits["windows"])
-    assert pooled.rps == (5.0, 15.0) and pooled.tpm == (1_000.0, 3_000.0) and pooled.window == ((50, 5.0), (150, 5.0))
+    pooled = pb.Provider(
+        "p", keys=keys("A", "B"), rps=limits["rps"], tpm=pl.Series([1_000, 3_000]), window=limits["windows"]
+    )
+    assert (
+        pooled.rps == (5.0, 15.0)
+        and pooled.tpm == (1_000.0, 3_000.0)
+        and pooled.window == ((50, 5.0), (150, 5.0))
+    )
     with pytest.raises(pb.PlayDefinitionError, match="max_wait is the provider's"):
         pb.Provider("p", keys=keys("A", "B"), max_wait=pd.Series([1.0, 2.0]))
 
@@ -415,7 +456,12 @@ def test_tools_on_a_pool_send_its_keys_and_no_key_of_their_own() -> None:
     pool = pb.Provider("pooled", keys=keys("A", "B"))
     with pytest.raises(pb.PlayDefinitionError, match="drop secret="):
         pb.http_tool(
-            "t", method="GET", url="https://x.test/{q}", headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("X"), provider=pool
+            "t",
+            method="GET",
+            url="https://x.test/{q}",
+            headers={"Authorization": "Bearer {secret}"},
+            secret=pb.secret("X"),
+            provider=pool,
         )
     with pytest.raises(pb.PlayDefinitionError, match="no template uses '\\{secret\\}'"):
         pb.http_tool("t", method="GET", url="https://x.test/{q}", provider=pool)
@@ -425,5 +471,7 @@ def test_tools_on_a_pool_send_its_keys_and_no_key_of_their_own() -> None:
         pb.llm_tool(model="m", secret=pb.secret("X"), provider=pool)
     with pytest.raises(pb.PlayDefinitionError, match="mode='batch' needs a provider with one key"):
         pb.llm_tool(model="m", provider=pool, mode="batch")
-    pb.http_tool("t", method="GET", url="https://x.test/{q}", params={"key": "{secret}"}, provider=pool)  # fine
+    pb.http_tool(
+        "t", method="GET", url="https://x.test/{q}", params={"key": "{secret}"}, provider=pool
+    )  # fine
     assert pb.llm_tool(model="m", provider=pool).endpoint.headers == {"Authorization": "Bearer {secret}"}

@@ -158,7 +158,9 @@ def _email_tool(demo: pb.demo.DemoServer) -> pb.Tool:
 
 
 @pytest.mark.parametrize("order", ["same", "reversed"])
-def test_two_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_path: Path, order: str, where: str) -> None:
+def test_two_processes_on_one_store_pay_for_each_call_once(
+    demo, worker, tmp_path: Path, order: str, where: str
+) -> None:
     """Two processes mapping the same 300 rows on one store at once dispatch each call exactly
     once and agree; in the same order, they share the rows out (a row the other is paying for
     steps back, and comes back reused from its memo or answered by its receipt)."""
@@ -177,7 +179,11 @@ def test_two_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_pat
         )
         for i in range(2)
     ]
-    _wait_for("both workers to be ready", lambda: all((tmp_path / f"ready{i}").exists() for i in range(2)), timeout=30)
+    _wait_for(
+        "both workers to be ready",
+        lambda: all((tmp_path / f"ready{i}").exists() for i in range(2)),
+        timeout=30,
+    )
     go.touch()  # both start mapping within milliseconds of each other
     a, b = (_finish(p) for p in procs)
     stats = demo.stats()
@@ -200,7 +206,9 @@ def test_two_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_pat
     assert len(emails_a) == 300 and emails_a == emails_b
     assert sum(e is not None for e in emails_a.values()) == stats["by_status"]["200"]
     assert set(status_a.values()) | set(status_b.values()) <= {"ok", "reused"}
-    assert all("ok" in (status_a[row], status_b[row]) for row in status_a)  # each row ran in one of them at least
+    assert all(
+        "ok" in (status_a[row], status_b[row]) for row in status_a
+    )  # each row ran in one of them at least
 
 
 def test_four_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_path: Path, where: str) -> None:
@@ -208,21 +216,37 @@ def test_four_processes_on_one_store_pay_for_each_call_once(demo, worker, tmp_pa
     demo.reset(latency=0.005)
     go = tmp_path / "go"
     procs = [
-        worker(url=demo.url, store=where, n=400, ttl=30, out=str(tmp_path / f"out{i}.json"), reverse=bool(i % 2),
-               ready=str(tmp_path / f"ready{i}"), go=str(go))
+        worker(
+            url=demo.url,
+            store=where,
+            n=400,
+            ttl=30,
+            out=str(tmp_path / f"out{i}.json"),
+            reverse=bool(i % 2),
+            ready=str(tmp_path / f"ready{i}"),
+            go=str(go),
+        )
         for i in range(4)
-    ]  # fmt: skip
-    _wait_for("the workers to be ready", lambda: all((tmp_path / f"ready{i}").exists() for i in range(4)), timeout=60)
+    ]
+    _wait_for(
+        "the workers to be ready",
+        lambda: all((tmp_path / f"ready{i}").exists() for i in range(4)),
+        timeout=60,
+    )
     go.touch()
     results = [_finish(p, timeout=120) for p in procs]
     stats = demo.stats()
 
-    assert stats["duplicate_idempotency_keys"] == 0, f"{stats['duplicate_idempotency_keys']} calls were paid twice"
+    assert stats["duplicate_idempotency_keys"] == 0, (
+        f"{stats['duplicate_idempotency_keys']} calls were paid twice"
+    )
     assert stats["requests"] == 400 and len(stats["idempotency_keys"]) == 400
     assert sum(r["calls_executed"] for r in results) == 400, [r["calls_executed"] for r in results]
     outputs = [_result(tmp_path / f"out{i}.json") for i in range(4)]
     assert all(emails == outputs[0][0] for emails, _ in outputs)
-    assert all(set(statuses.values()) <= {"ok", "reused"} for _, statuses in outputs)  # reused: from another's memo
+    assert all(
+        set(statuses.values()) <= {"ok", "reused"} for _, statuses in outputs
+    )  # reused: from another's memo
     assert all(any(statuses[row] == "ok" for _, statuses in outputs) for row in outputs[0][1])
     assert _receipts(where) == 400
 
@@ -249,15 +273,22 @@ def test_a_receipt_committed_just_before_the_lease_is_taken_is_used(
     stats = demo.stats()
 
     assert raced == [key]
-    assert stats["idempotency_keys"] == {key: 1}, "the call was paid for again after the other process's receipt was committed"
-    assert (run.stats.calls_executed, run.stats.calls_shared) == (0, 1)  # paid by the other process during this run
+    assert stats["idempotency_keys"] == {key: 1}, (
+        "the call was paid for again after the other process's receipt was committed"
+    )
+    assert (run.stats.calls_executed, run.stats.calls_shared) == (
+        0,
+        1,
+    )  # paid by the other process during this run
     assert run.result[TOOL].tolist() == ["p@company0.com"]
 
 
 # -- SIGKILL at random moments, then a rerun ----------------------------------------------------
 
 
-def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(demo, worker, tmp_path: Path, where: str) -> None:
+def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(
+    demo, worker, tmp_path: Path, where: str
+) -> None:
     """Five SIGKILLs mid-run then a rerun give the uninterrupted result; only calls in flight at a kill are paid again."""
     n, kills = 640, 5
     reference = tmp_path / "reference.json"
@@ -271,7 +302,9 @@ def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(demo, 
     for delay in delays:
         before = demo.stats()["requests"]
         proc = worker(url=demo.url, store=store, n=n, ttl=60, out=str(out))
-        _wait_for("the worker to dispatch", lambda before=before: demo.stats()["requests"] > before, timeout=30)
+        _wait_for(
+            "the worker to dispatch", lambda before=before: demo.stats()["requests"] > before, timeout=30
+        )
         time.sleep(delay)
         assert proc.poll() is None, "the worker finished before it could be killed"
         _kill(proc)
@@ -290,7 +323,9 @@ def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(demo, 
     assert all(0 <= k <= CONCURRENCY for k in lost), f"calls lost per kill: {lost}"
     assert sum(lost) > 0, "no call was in flight at any kill: the scenario did not exercise a crash mid-call"
     assert extra == sum(lost), f"extra dispatches {extra}, calls in flight at the kills {lost}"
-    assert extra <= kills * CONCURRENCY, f"extra dispatches {extra} > {kills} kills x {CONCURRENCY}; per kill {lost}"
+    assert extra <= kills * CONCURRENCY, (
+        f"extra dispatches {extra} > {kills} kills x {CONCURRENCY}; per kill {lost}"
+    )
     assert stats["duplicate_idempotency_keys"] == extra  # each lost call was paid again once, no more
     assert final["calls_executed"] == n - done_before
     assert len(stats["idempotency_keys"]) == n
@@ -338,7 +373,9 @@ def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(
     tool = _email_tool(demo)
     assert store.get(tool, domain="company0.com", first="P0") is None
     ready, go = tmp_path / "ready", tmp_path / "go"
-    proc = worker(url=demo.url, store=where, n=n, ttl=30, out=str(tmp_path / "out.json"), ready=str(ready), go=str(go))
+    proc = worker(
+        url=demo.url, store=where, n=n, ttl=30, out=str(tmp_path / "out.json"), ready=str(ready), go=str(go)
+    )
     _wait_for("the worker to be ready", ready.exists, timeout=30)
     expires = time.time() + 2.0
     assert engine(store).backend.take([key], "otherhost:12345:abcd", 2.0) == [True]
@@ -346,7 +383,9 @@ def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(
     result = _finish(proc)
     stats = demo.stats()
 
-    assert result["ended"] >= expires, f"the call did not wait for the lease: the run ended {expires - result['ended']:.2f}s early"
+    assert result["ended"] >= expires, (
+        f"the call did not wait for the lease: the run ended {expires - result['ended']:.2f}s early"
+    )
     assert 1.9 <= result["elapsed"] < 10, f"the run took {result['elapsed']:.2f}s against a 2s foreign lease"
     assert result["calls_executed"] == n and stats["requests"] == n
     assert stats["idempotency_keys"][key] == 1 and stats["duplicate_idempotency_keys"] == 0

@@ -19,7 +19,11 @@ from promises import email, enrich, people, requests
 
 import playbook as pb
 
-KEYS = {"POOL_KEY_A": "pool-key-aaaa-0001", "POOL_KEY_B": "pool-key-bbbb-0002", "POOL_KEY_C": "pool-key-cccc-0003"}
+KEYS = {
+    "POOL_KEY_A": "pool-key-aaaa-0001",
+    "POOL_KEY_B": "pool-key-bbbb-0002",
+    "POOL_KEY_C": "pool-key-cccc-0003",
+}
 
 
 def _keys(engine: Engine, *names: str) -> list[pb.Secret]:
@@ -71,17 +75,24 @@ def test_a_key_revoked_mid_run_retires_and_the_run_completes_on_the_others(
     demo.reset(api_keys=tuple(KEYS.values()), rps=20, burst=2, miss_rate=0)
     keys = _keys(engine, "POOL_KEY_A", "POOL_KEY_B", "POOL_KEY_C")
     play = enrich(email(demo, pb.Provider(name("pool"), keys=keys, rps=20, burst=2)))
-    _when(lambda: requests(demo) >= 40, lambda: demo.configure(api_keys=(KEYS["POOL_KEY_A"], KEYS["POOL_KEY_C"])))
+    _when(
+        lambda: requests(demo) >= 40,
+        lambda: demo.configure(api_keys=(KEYS["POOL_KEY_A"], KEYS["POOL_KEY_C"])),
+    )
     out = engine.run(people(150), play, concurrency=8)
     assert out.fatal is None and out.statuses == {"ok": 150}
     a, b, c = (_by_key(demo, env) for env in ("POOL_KEY_A", "POOL_KEY_B", "POOL_KEY_C"))
     assert b["rejected"] >= 1 and b["ok"] < 75, b  # B was refused, and left before carrying its share
     assert a["ok"] + b["ok"] + c["ok"] == 150  # every row ok: each of the 150 calls was answered once
     said = [note for note in out.notices if "POOL_KEY_B" in note]  # the run says so, wherever it ran
-    assert said and "left the pool for the run (HTTP 401)" in said[0] and KEYS["POOL_KEY_B"] not in said[0], out.notices
+    assert said and "left the pool for the run (HTTP 401)" in said[0] and KEYS["POOL_KEY_B"] not in said[0], (
+        out.notices
+    )
 
 
-def test_every_key_refused_stops_the_run_naming_each_key(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:
+def test_every_key_refused_stops_the_run_naming_each_key(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
     """Both keys refused: RunFatal, as for a single refused key, naming each key (by its variable),
     never a key's value."""
     demo.reset(api_keys=("someone-else-key",), miss_rate=0)
@@ -100,7 +111,9 @@ def test_a_call_answered_under_one_key_is_reused_under_another(
     making the same calls under C and B (swapped, one new), sends nothing."""
     demo.reset(api_keys=tuple(KEYS.values()), miss_rate=0)
     provider = name("pool")
-    first = enrich(email(demo, pb.Provider(provider, keys=_keys(engine, "POOL_KEY_A", "POOL_KEY_B"), concurrency=4)))
+    first = enrich(
+        email(demo, pb.Provider(provider, keys=_keys(engine, "POOL_KEY_A", "POOL_KEY_B"), concurrency=4))
+    )
     assert engine.run(people(40), first, concurrency=4).statuses == {"ok": 40}
     sent = requests(demo)
     tool = email(demo, pb.Provider(provider, keys=_keys(engine, "POOL_KEY_C", "POOL_KEY_B"), concurrency=4))
@@ -113,10 +126,18 @@ def test_a_call_answered_under_one_key_is_reused_under_another(
     assert requests(demo) == sent
 
 
-def test_a_key_out_of_its_daily_quota_holds_only_itself(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:
+def test_a_key_out_of_its_daily_quota_holds_only_itself(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
     """Key A's daily quota runs out halfway (429, Retry-After a day): A holds its own calls until
     tomorrow while the rows go on under key B; no row parks or waits for A."""
-    demo.reset(api_keys=tuple(KEYS.values()), miss_rate=0, quota=30, quota_keys=(KEYS["POOL_KEY_A"],), quota_reset=86400)
+    demo.reset(
+        api_keys=tuple(KEYS.values()),
+        miss_rate=0,
+        quota=30,
+        quota_keys=(KEYS["POOL_KEY_A"],),
+        quota_reset=86400,
+    )
     keys = _keys(engine, "POOL_KEY_A", "POOL_KEY_B")
     play = enrich(email(demo, pb.Provider(name("pool"), keys=keys, concurrency=4, max_wait=30)))
     started = time.monotonic()
@@ -135,7 +156,9 @@ def test_a_retry_after_every_key_was_refused_runs_the_rest_once_the_keys_are_ren
     for env in ("POOL_KEY_A", "POOL_KEY_B"):
         monkeypatch.setenv(env, KEYS[env])
     demo.reset(api_keys=("someone-else-key",), miss_rate=0)
-    provider = pb.Provider(name("pool"), keys=[pb.secret("POOL_KEY_A"), pb.secret("POOL_KEY_B")], concurrency=2)
+    provider = pb.Provider(
+        name("pool"), keys=[pb.secret("POOL_KEY_A"), pb.secret("POOL_KEY_B")], concurrency=2
+    )
     play = enrich(email(demo, provider))
     with pytest.raises(pb.RunFatal, match="no key is left to call with"):
         people(20).play.run(play, store=tmp_path / "s", concurrency=2, progress=False)

@@ -35,7 +35,10 @@ def test_a_hold_past_max_wait_parks_the_rows_and_says_who_holds_them_until_when(
     play = enrich(email(demo, pb.Provider(quota, concurrency=2, max_wait=30)))
     started = time.time()
     out = engine.run(people(30), play, concurrency=4)
-    assert out.statuses.get("parked", 0) == 20 and out.statuses.get("ok", 0) + out.statuses.get("reused", 0) == 10
+    assert (
+        out.statuses.get("parked", 0) == 20
+        and out.statuses.get("ok", 0) + out.statuses.get("reused", 0) == 10
+    )
     assert set(out.parked["reason"]) == {"hold"} and set(out.parked["provider"]) == {quota}
     ready = out.parked["ready_at"].map(lambda t: t.timestamp())
     assert (ready > started + 3000).all() and (ready < time.time() + 3700).all()
@@ -55,10 +58,14 @@ def test_a_hold_within_max_wait_is_waited_out_and_every_row_finishes(
     out = engine.run(people(20), play, concurrency=4)
     assert set(out.statuses) <= {"ok", "reused"} and sum(out.statuses.values()) == 20
     assert time.monotonic() - started >= 2.0  # the hold was waited out
-    assert answered(demo) == 20 and demo.stats()["duplicate_idempotency_keys"] <= demo.stats()["by_status"].get("429", 0)
+    assert answered(demo) == 20 and demo.stats()["duplicate_idempotency_keys"] <= demo.stats()[
+        "by_status"
+    ].get("429", 0)
 
 
-@pytest.mark.parametrize("caught", [Exception, BaseException], ids=["except Exception", "except BaseException"])
+@pytest.mark.parametrize(
+    "caught", [Exception, BaseException], ids=["except Exception", "except BaseException"]
+)
 def test_a_hold_past_max_wait_caught_by_the_play_still_parks_the_row(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str], caught: type[BaseException]
 ) -> None:
@@ -87,11 +94,15 @@ def test_a_hold_past_max_wait_caught_by_the_play_still_parks_the_row(
     # fast those went), which on a loaded machine may space calls over a second apart; waiting for
     # that pace is not what this rerun is about, so its rows may wait it out.
     again = engine.run(people(12), play, concurrency=3, max_wait=60)
-    assert again.statuses.get("reused", 0) == 5 and again.statuses.get("ok", 0) == 7  # the parked rows had no memo
+    assert (
+        again.statuses.get("reused", 0) == 5 and again.statuses.get("ok", 0) == 7
+    )  # the parked rows had no memo
     assert answered(demo) - paid_before == 7 and "fallback" not in set(again.result["email"].dropna())
 
 
-def test_a_play_may_opt_in_to_handle_a_hold_past_max_wait(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:
+def test_a_play_may_opt_in_to_handle_a_hold_past_max_wait(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
     """ctx.tool(..., on_exhausted="raise") is the explicit opt-in: the play's except decides, and
     the row finishes with its fallback."""
     demo.reset(quota=0, quota_reset=3600)
@@ -120,7 +131,9 @@ def test_a_provider_down_for_moments_within_max_wait_holds_its_rows_until_it_is_
     back.start()
     started = time.monotonic()
     try:
-        out = engine.run(people(40), enrich(email(demo, pb.Provider(name("bouncing"), max_wait=60))), concurrency=8)
+        out = engine.run(
+            people(40), enrich(email(demo, pb.Provider(name("bouncing"), max_wait=60))), concurrency=8
+        )
     finally:
         back.cancel()
     took = time.monotonic() - started
@@ -139,7 +152,10 @@ def test_a_provider_down_past_max_wait_parks_its_rows_and_a_waterfall_passes_it_
     dead_email = email(demo, pb.Provider(dead, max_wait=2), name="dead.email")
     started = time.monotonic()
     out = engine.run(people(20), enrich(dead_email), concurrency=4)
-    assert out.statuses.get("parked", 0) + out.statuses.get("failed", 0) == 20 and out.statuses.get("parked", 0) >= 12
+    assert (
+        out.statuses.get("parked", 0) + out.statuses.get("failed", 0) == 20
+        and out.statuses.get("parked", 0) >= 12
+    )
     assert set(out.parked["reason"]) == {"down"} and time.monotonic() - started < 2 + 8
     assert [h["reason"] for h in out.holds if h["provider"] == dead] == ["down"]
 
@@ -148,12 +164,19 @@ def test_a_provider_down_past_max_wait_parks_its_rows_and_a_waterfall_passes_it_
         spare_email = email(spare_server, pb.Provider(spare), name="spare.email")
 
         async def waterfall(row, ctx):  # type: ignore[no-untyped-def]
-            legs = [ctx.call(dead_email, domain=row.domain, first=row.first), ctx.call(spare_email, domain=row.domain, first=row.first)]
+            legs = [
+                ctx.call(dead_email, domain=row.domain, first=row.first),
+                ctx.call(spare_email, domain=row.domain, first=row.first),
+            ]
             found, source = await ctx.waterfall("email", legs, accept=lambda v: True, with_source=True)
             return {"email": found, "source": source}
 
         started = time.monotonic()
-        rescued = engine.run(people(20, calls=10).assign(n=range(100, 120)), pb.play(waterfall, name="waterfall"), concurrency=4)
+        rescued = engine.run(
+            people(20, calls=10).assign(n=range(100, 120)),
+            pb.play(waterfall, name="waterfall"),
+            concurrency=4,
+        )
         assert set(rescued.statuses) <= {"ok", "reused"} and set(rescued.result["source"]) == {"spare.email"}
         assert time.monotonic() - started < 8.0  # no row waited for the dead provider's probes
     finally:
@@ -170,9 +193,13 @@ def test_one_input_that_always_fails_fails_its_row_not_the_provider(
     demo.reset(latency=0.02)
     lookup = name("status")
     status = pb.http_tool(
-        f"{lookup}.status", provider=pb.Provider(lookup, max_wait=10), method="GET", url=demo.url + "/v1/status/{code}",
-        params={"n": "{n}"}, headers={"Authorization": f"Bearer {DEMO_KEY}"},
-    )  # fmt: skip
+        f"{lookup}.status",
+        provider=pb.Provider(lookup, max_wait=10),
+        method="GET",
+        url=demo.url + "/v1/status/{code}",
+        params={"n": "{n}"},
+        headers={"Authorization": f"Bearer {DEMO_KEY}"},
+    )
 
     async def play(row, ctx):  # type: ignore[no-untyped-def]
         return {"answer": await ctx.tool(status, code=row.code, n=row.n)}
@@ -192,7 +219,10 @@ def test_one_input_that_always_fails_fails_its_row_not_the_provider(
         return
     assert out.statuses.get("failed") == 10 and not out.holds, out.statuses
     errors = out.result.loc[out.result["play_status"] == "failed", "play_error"].tolist()
-    assert all(f"tool '{lookup}.status'" in e and "HTTP 503" in e and e.endswith("(gave up after 5 tries)") for e in errors), errors
+    assert all(
+        f"tool '{lookup}.status'" in e and "HTTP 503" in e and e.endswith("(gave up after 5 tries)")
+        for e in errors
+    ), errors
     # A failing row near the end may find nothing else answered after its tries: it gives up as before.
     assert sum("this request fails on its own" in e for e in errors) >= 7, errors
     assert demo.stats()["by_status"]["503"] == 10 * 5
@@ -201,7 +231,9 @@ def test_one_input_that_always_fails_fails_its_row_not_the_provider(
 # -- credentials, budget, waterfall ----------------------------------------------------------------
 
 
-def test_refused_credentials_stop_the_run_at_once(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:
+def test_refused_credentials_stop_the_run_at_once(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
     """A 401 (the key is wrong) stops the run with RunFatal: few requests, the rows not done are
     skipped, and what was answered before stays paid for."""
     demo.reset(api_keys=("another-key",), latency=0.02)
@@ -227,7 +259,10 @@ def test_a_waterfall_falls_through_a_provider_held_past_max_wait(
         second = email(spare_server, pb.Provider(name("spare")), name="spare.email")
 
         async def waterfall(row, ctx):  # type: ignore[no-untyped-def]
-            legs = [ctx.call(first, domain=row.domain, first=row.first), ctx.call(second, domain=row.domain, first=row.first)]
+            legs = [
+                ctx.call(first, domain=row.domain, first=row.first),
+                ctx.call(second, domain=row.domain, first=row.first),
+            ]
             found, source = await ctx.waterfall("email", legs, accept=lambda v: True, with_source=True)
             return {"email": found, "source": source}
 

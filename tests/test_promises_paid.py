@@ -33,7 +33,9 @@ from playbook.frontends import cli
 # -- never pay twice -------------------------------------------------------------------------------
 
 
-def test_each_call_is_paid_once_and_a_rerun_pays_nothing(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:
+def test_each_call_is_paid_once_and_a_rerun_pays_nothing(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
     """90 rows making 30 different calls: each call is paid once (once in all, however many
     processes run the rows), and a rerun reuses every row, paying nothing."""
     demo.reset(latency=0.02)
@@ -60,7 +62,9 @@ def test_a_client_error_is_an_answer_asked_once_and_never_again(
     assert first.result["play_error"].str.contains("HTTP 422").all()
     assert first.total("calls_executed") == 3
     counted = first.total("calls_executed") + first.total("calls_shared") + first.total("calls_reused")
-    assert counted == 30 * len(first.runs)  # each process that ran the 30 rows counts each of their calls once
+    assert counted == 30 * len(
+        first.runs
+    )  # each process that ran the 30 rows counts each of their calls once
     again = engine.run(frame, play, concurrency=4)
     assert again.statuses == {"failed": 30} and requests(demo) == 3 and again.total("calls_executed") == 0
 
@@ -132,8 +136,14 @@ def test_receipts_lost_while_a_run_goes_on_are_said_and_the_next_run_refused(
     assert "receipts at" in message and "cache reset --store" in message and ".reset()" in message, message
     assert requests(demo) == paid  # nothing paid
     assert cli.main(["cache", "reset", "--store", where, "--yes"]) == 0
-    again = engine.run(frame, play, concurrency=4)  # accepted: it runs (its rows' memos were not lost: nothing to pay)
-    assert set(again.statuses) <= {"ok", "reused"} and sum(again.statuses.values()) == 12 and requests(demo) <= paid + 12
+    again = engine.run(
+        frame, play, concurrency=4
+    )  # accepted: it runs (its rows' memos were not lost: nothing to pay)
+    assert (
+        set(again.statuses) <= {"ok", "reused"}
+        and sum(again.statuses.values()) == 12
+        and requests(demo) <= paid + 12
+    )
 
 
 def test_a_process_killed_mid_run_pays_again_at_most_its_calls_in_flight(
@@ -152,7 +162,9 @@ def test_a_process_killed_mid_run_pays_again_at_most_its_calls_in_flight(
         sent = going_on.total("calls_executed") + going_on.total("calls_failed")
         assert sent == requests(demo), f"the job counted {sent} requests, the provider saw {requests(demo)}"
         counted = {status: going_on.runs[0][status] for status in going_on.statuses}
-        assert counted == going_on.statuses, f"run.stats says {going_on.runs[0]}, the result {going_on.statuses}"
+        assert counted == going_on.statuses, (
+            f"run.stats says {going_on.runs[0]}, the result {going_on.statuses}"
+        )
     before = requests(demo)
     rerun = engine.run(frame, play, concurrency=3)
     assert set(rerun.statuses) <= {"ok", "reused"} and sum(rerun.statuses.values()) == 160
@@ -164,7 +176,9 @@ def test_a_process_killed_mid_run_pays_again_at_most_its_calls_in_flight(
 # -- replays change nothing ------------------------------------------------------------------------
 
 
-def test_a_replay_gives_back_exactly_the_values_first_returned(engine: Engine, name: Callable[[str], str]) -> None:
+def test_a_replay_gives_back_exactly_the_values_first_returned(
+    engine: Engine, name: Callable[[str], str]
+) -> None:
     """Values JSON lacks (an aware datetime, a date, Decimal, a tuple, bytes, a big int, a numpy
     scalar, inf) come back from a row's memo, and from receipts under an edited play, with the
     same type and value as the first run gave."""
@@ -173,9 +187,16 @@ def test_a_replay_gives_back_exactly_the_values_first_returned(engine: Engine, n
     @pb.tool(name=tool_name, version="1", cost=0.5)
     def odd(n: int) -> dict[str, Any]:
         tz = dt.timezone(dt.timedelta(hours=5, minutes=30))
-        return {"when": dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=tz), "day": dt.date(2026, 1, 1 + n % 28),
-                "money": decimal.Decimal("1.10") * n, "pair": (n, "x"), "raw": bytes([n % 256, 255]), "big": 2**70 + n,
-                "count": np.int32(n), "far": float("inf")}  # fmt: skip
+        return {
+            "when": dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=tz),
+            "day": dt.date(2026, 1, 1 + n % 28),
+            "money": decimal.Decimal("1.10") * n,
+            "pair": (n, "x"),
+            "raw": bytes([n % 256, 255]),
+            "big": 2**70 + n,
+            "count": np.int32(n),
+            "far": float("inf"),
+        }
 
     def play(version: str) -> pb.Play:
         async def values(row, ctx):  # type: ignore[no-untyped-def]
@@ -192,13 +213,17 @@ def test_a_replay_gives_back_exactly_the_values_first_returned(engine: Engine, n
     for again in (memo, receipts):
         for a, b in zip(first.result["value"], again.result["value"]):
             assert same(a, b), (a, b)
-    assert same(first.result["value"].iloc[3], odd.fn(3))  # what the play got the first time is what the tool returned
+    assert same(
+        first.result["value"].iloc[3], odd.fn(3)
+    )  # what the play got the first time is what the tool returned
 
 
 # -- a rerun is a resume -------------------------------------------------------------------------
 
 
-def test_a_rerun_runs_only_the_rows_that_did_not_finish(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:
+def test_a_rerun_runs_only_the_rows_that_did_not_finish(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
     """Rows that failed (a 503 on every 5th request, no retries) are the only ones a rerun runs:
     the rest are reused, and it pays only for their calls."""
     demo.reset(fault_every=5, fault_status=503)
@@ -215,11 +240,16 @@ def test_a_rerun_runs_only_the_rows_that_did_not_finish(engine: Engine, demo: pb
     assert answered(demo) - paid_before == failed  # exactly the failed rows' calls, once each
 
 
-def test_a_rerun_reuses_a_plays_rows_until_the_tool_it_reaches_is_another(engine: Engine, name: Callable[[str], str]) -> None:
+def test_a_rerun_reuses_a_plays_rows_until_the_tool_it_reaches_is_another(
+    engine: Engine, name: Callable[[str], str]
+) -> None:
     """Cells of one notebook: a tool, a helper that calls it, a play that calls the helper.  A rerun
     reuses every row; the tool's cell run again with another tool (renamed, computing otherwise),
     and nothing else, runs every row again with the new tool's values, and the rerun after reuses them."""
-    cells: dict[str, Any] = {"__name__": "cells", "pb": pb}  # a namespace no process can import: sent by value
+    cells: dict[str, Any] = {
+        "__name__": "cells",
+        "pb": pb,
+    }  # a namespace no process can import: sent by value
     tool_cell = '@pb.tool(name={name!r}, version="1")\ndef scale(x: int) -> int:\n    return x * {factor}\n'
     exec(tool_cell.format(name=name("double"), factor=2), cells)
     exec("async def fetch(ctx, x):\n    return {'y': await ctx.tool(scale, x=x)}\n", cells)
@@ -234,7 +264,9 @@ def test_a_rerun_reuses_a_plays_rows_until_the_tool_it_reaches_is_another(engine
     assert engine.run(frame, cells["via_helper"]).statuses == {"reused": 8}
 
 
-def test_a_play_reading_row_index_gets_each_rows_own_label_and_new_labels_run_again(engine: Engine, name: Callable[[str], str]) -> None:
+def test_a_play_reading_row_index_gets_each_rows_own_label_and_new_labels_run_again(
+    engine: Engine, name: Callable[[str], str]
+) -> None:
     """Rows of equal values under other index labels, for a play that reads row.Index: each gets its
     own label, wherever it runs; the same values under new labels run again (the first frame's
     memos do not answer them), and a rerun of either frame reuses each row with its own label."""
@@ -245,7 +277,10 @@ def test_a_play_reading_row_index_gets_each_rows_own_label_and_new_labels_run_ag
     play = pb.play(labelled, name=name("labelled"))
     frame = pd.DataFrame({"a": [1] * 8}, index=[f"r{i}" for i in range(8)])
     first = engine.run(frame, play)
-    assert set(first.statuses) <= {"ok", "reused"} and first.result["label"].tolist() == first.result.index.tolist()
+    assert (
+        set(first.statuses) <= {"ok", "reused"}
+        and first.result["label"].tolist() == first.result.index.tolist()
+    )
     moved = engine.run(frame.set_axis([f"s{i}" for i in range(8)]), play)
     assert set(moved.statuses) <= {"ok", "reused"} and moved.statuses.get("ok", 0) >= 1
     assert moved.result["label"].tolist() == moved.result.index.tolist()
@@ -259,7 +294,12 @@ def test_a_rerun_after_a_changed_global_pays_for_the_changed_calls_and_returns_t
     """A notebook's play reading a global of the notebook (the first name it asks with): the global
     rebound in a later cell, a rerun pays for each changed call once and returns the new values;
     the rerun after reuses every row."""
-    cells: dict[str, Any] = {"__name__": "cells", "pb": pb, "email": email(demo, pb.Provider(name("acme"))), "PREFIX": "Ann"}
+    cells: dict[str, Any] = {
+        "__name__": "cells",
+        "pb": pb,
+        "email": email(demo, pb.Provider(name("acme"))),
+        "PREFIX": "Ann",
+    }
     exec(
         "@pb.play\nasync def greet(row, ctx):\n    return {'email': await ctx.tool(email, domain=row.domain, first=PREFIX + row.first)}\n",
         cells,
@@ -269,7 +309,9 @@ def test_a_rerun_after_a_changed_global_pays_for_the_changed_calls_and_returns_t
     assert set(first.statuses) <= {"ok", "reused"} and requests(demo) == 8
     cells["PREFIX"] = "Zed"
     again = engine.run(frame, cells["greet"], concurrency=4)
-    assert set(again.statuses) <= {"ok", "reused"} and again.statuses.get("ok", 0) >= 1 and requests(demo) == 16
+    assert (
+        set(again.statuses) <= {"ok", "reused"} and again.statuses.get("ok", 0) >= 1 and requests(demo) == 16
+    )
     found = [e for e in again.result["email"].tolist() if isinstance(e, str)]
     assert found and all(e.startswith("zedp@") for e in found), again.result["email"].tolist()
     assert engine.run(frame, cells["greet"], concurrency=4).statuses == {"reused": 8} and requests(demo) == 16
@@ -281,7 +323,12 @@ def test_a_value_the_fingerprint_cannot_count_is_said_once_and_the_memos_still_a
     """A play reading an object with no stable form (a client of the notebook's, read twice): each
     run says so once, wherever its rows ran, naming the play, the name and its type; the environment
     variable it reads counts, the same in every process; the rerun reuses every row."""
-    cells: dict[str, Any] = {"__name__": "cells", "pb": pb, "os": os, "email": email(demo, pb.Provider(name("acme")))}
+    cells: dict[str, Any] = {
+        "__name__": "cells",
+        "pb": pb,
+        "os": os,
+        "email": email(demo, pb.Provider(name("acme"))),
+    }
     exec(
         "class Client:\n    def __init__(self):\n        self.connection = object()  # no stable form\n\n"
         "    def first(self, name):\n        return name\n\nCLIENT = Client()\n",
@@ -295,15 +342,26 @@ def test_a_value_the_fingerprint_cannot_count_is_said_once_and_the_memos_still_a
     engine.setenv("PB_PROMISE_PREFIX", "Ann")
     first = engine.run(people(8), cells["greet"], concurrency=4)
     said = [note for note in first.notices if "CLIENT" in note]
-    assert len(said) == len(first.runs) and "'greet'" in said[0] and "cells.Client" in said[0] and "version=" in said[0], first.notices
-    assert engine.run(people(8), cells["greet"], concurrency=4).statuses == {"reused": 8} and requests(demo) == 8
+    assert (
+        len(said) == len(first.runs)
+        and "'greet'" in said[0]
+        and "cells.Client" in said[0]
+        and "version=" in said[0]
+    ), first.notices
+    assert (
+        engine.run(people(8), cells["greet"], concurrency=4).statuses == {"reused": 8} and requests(demo) == 8
+    )
     engine.setenv("PB_PROMISE_PREFIX", "Zed")
     again = engine.run(people(8), cells["greet"], concurrency=4)
     found = [e for e in again.result["email"].tolist() if isinstance(e, str)]
-    assert requests(demo) == 16 and found and all(e.startswith("zedp@") for e in found), again.result["email"].tolist()
+    assert requests(demo) == 16 and found and all(e.startswith("zedp@") for e in found), again.result[
+        "email"
+    ].tolist()
 
 
-def test_a_parameter_left_to_its_default_is_the_call_that_passes_it(engine: Engine, name: Callable[[str], str]) -> None:
+def test_a_parameter_left_to_its_default_is_the_call_that_passes_it(
+    engine: Engine, name: Callable[[str], str]
+) -> None:
     """A Python tool's default is part of the call's input, as Python passes it: a play that leaves
     it out and an edited play that passes it make the same calls, paid once."""
 
@@ -345,11 +403,17 @@ def test_a_retry_runs_only_the_rows_left_pays_for_them_once_and_counts_them_alon
     assert failed > 0 and again.statuses == {"ok": 60 - first.statuses.get("reused", 0)} | (
         {"reused": first.statuses["reused"]} if first.statuses.get("reused") else {}
     )
-    assert answered(demo) - paid[0] == failed == again.total("calls_executed")  # each missing call once, in all
+    assert (
+        answered(demo) - paid[0] == failed == again.total("calls_executed")
+    )  # each missing call once, in all
     for before, retry, previous in zip(first.runs, again.runs, again.previous):
-        assert retry["total"] == before["failed"] and retry["failed"] == retry["parked"] == retry["skipped"] == 0
+        assert (
+            retry["total"] == before["failed"] and retry["failed"] == retry["parked"] == retry["skipped"] == 0
+        )
         assert retry["ok"] + retry["reused"] == retry["total"]
-        assert retry["calls_executed"] + retry["calls_shared"] + retry["calls_reused"] == retry["total"]  # a call a row
+        assert (
+            retry["calls_executed"] + retry["calls_shared"] + retry["calls_reused"] == retry["total"]
+        )  # a call a row
         assert previous == before  # the run it retried counts what it did, not the retry
 
 
@@ -376,7 +440,9 @@ def test_a_stopped_run_lands_its_calls_in_flight_and_a_rerun_pays_the_rest(
 # -- a budget is one budget ----------------------------------------------------------------------
 
 
-def test_max_cost_is_one_budget_per_run(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:
+def test_max_cost_is_one_budget_per_run(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
     """max_cost=10 with calls costing 1: a run (the cluster's whole job; each process's own run)
     pays for at most 10 calls and parks the rest with reason "budget"."""
     play = enrich(email(demo, pb.Provider(name("acme"), concurrency=2), cost=1.0))
@@ -385,7 +451,9 @@ def test_max_cost_is_one_budget_per_run(engine: Engine, demo: pb.demo.DemoServer
         assert run["cost_spent"] <= 10.0 and run["calls_executed"] <= 10
     assert max(run["cost_spent"] for run in out.runs) == 10.0  # what fits is paid for
     assert requests(demo) <= 10 * len(out.runs)
-    assert out.statuses.get("parked", 0) >= 40 - 10 * len(out.runs) and set(out.parked["reason"]) == {"budget"}
+    assert out.statuses.get("parked", 0) >= 40 - 10 * len(out.runs) and set(out.parked["reason"]) == {
+        "budget"
+    }
 
 
 # -- money that bought nothing kept is counted -------------------------------------------------------
@@ -402,16 +470,25 @@ def test_money_paid_for_refused_answers_is_what_the_provider_billed_for_them(
     engine.setenv("PLAYBOOK_TEST_LLM_KEY", DEMO_KEY)  # a secret travels by name: every process reads it
     prices = (0.15, 0.60)
     llm = pb.llm_tool(
-        name=name("llm"), model="gpt-4o-mini", base_url=demo.url + "/v1", secret=pb.secret("PLAYBOOK_TEST_LLM_KEY"),
-        output=verdict_model(), prices={"gpt-4o-mini": prices}, provider=pb.Provider(name("chat"), concurrency=4),
-    )  # fmt: skip
+        name=name("llm"),
+        model="gpt-4o-mini",
+        base_url=demo.url + "/v1",
+        secret=pb.secret("PLAYBOOK_TEST_LLM_KEY"),
+        output=verdict_model(),
+        prices={"gpt-4o-mini": prices},
+        provider=pb.Provider(name("chat"), concurrency=4),
+    )
 
     async def verdict(row: Any, ctx: pb.Context) -> Any:
         return await ctx.tool(llm, prompt=f"Classify company {row.n} of {row.domain}")
 
     out = engine.run(people(40), pb.play(verdict, name="verdict"), concurrency=4)
     billed = demo.stats()["chat_invalid"].get("gpt-4o-mini")
-    assert billed, (out.fatal, out.statuses, out.result["play_error"].dropna().head(3).tolist() if out.result is not None else None)
+    assert billed, (
+        out.fatal,
+        out.statuses,
+        out.result["play_error"].dropna().head(3).tolist() if out.result is not None else None,
+    )
     assert 0 < billed["requests"] < demo.stats()["chat"]["gpt-4o-mini"]["requests"]  # some refused, not all
     assert 0 < out.statuses.get("failed", 0) < 40
     refused = (billed["prompt_tokens"] * prices[0] + billed["completion_tokens"] * prices[1]) / 1e6
@@ -421,15 +498,21 @@ def test_money_paid_for_refused_answers_is_what_the_provider_billed_for_them(
     assert again.total("cost_spent") == again.total("cost_failed") == 0
 
 
-def test_a_run_counts_the_tokens_its_paid_calls_used(engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]) -> None:
+def test_a_run_counts_the_tokens_its_paid_calls_used(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
     """30 rows, each an LLM call: the run's ``tokens`` are the prompt and completion tokens the
     provider counted (once, however many processes ran the rows); a rerun, answered by its
     memos, uses none."""
     engine.setenv("PLAYBOOK_TEST_LLM_KEY", DEMO_KEY)
     llm = pb.llm_tool(
-        name=name("llm"), model="gpt-4o-mini", base_url=demo.url + "/v1", secret=pb.secret("PLAYBOOK_TEST_LLM_KEY"),
-        prices={"gpt-4o-mini": (0.15, 0.60)}, provider=pb.Provider(name("chat"), concurrency=4),
-    )  # fmt: skip
+        name=name("llm"),
+        model="gpt-4o-mini",
+        base_url=demo.url + "/v1",
+        secret=pb.secret("PLAYBOOK_TEST_LLM_KEY"),
+        prices={"gpt-4o-mini": (0.15, 0.60)},
+        provider=pb.Provider(name("chat"), concurrency=4),
+    )
 
     async def line(row: Any, ctx: pb.Context) -> Any:
         return {"line": await ctx.tool(llm, prompt=f"One line on company {row.n} of {row.domain}")}
@@ -469,7 +552,10 @@ def test_what_was_spent_is_what_the_provider_billed_and_reuse_is_counted_as_save
     """40 rows making 20 different calls costing 0.5, then a rerun: ``store.spend()`` says 20 calls
     paid, 10.0 spent on the provider (what the provider answered, however many processes ran
     them), and every call the runs reused (from receipts or row memos) as saved."""
-    provider, play_name = name("acme"), name("enrich")  # a Redis store is the session's: lines of this test alone
+    provider, play_name = (
+        name("acme"),
+        name("enrich"),
+    )  # a Redis store is the session's: lines of this test alone
     play = pb.play(enrich(email(demo, pb.Provider(provider, concurrency=4), cost=0.5)).fn, name=play_name)
     first = engine.run(people(40, calls=20), play, concurrency=4)
     again = engine.run(people(40, calls=20), play, concurrency=4)
@@ -478,9 +564,18 @@ def test_what_was_spent_is_what_the_provider_billed_and_reuse_is_counted_as_save
         spent = store.spend(by=("provider", "tool", "day"))
         by_provider = store.spend(by="provider").set_index("provider")
     paid = spent[spent["provider"] == provider]
-    assert len(paid) == 1 and paid["tool"].iat[0] == "demo.email" and paid["day"].iat[0] == time.strftime("%Y-%m-%d", time.gmtime())
+    assert (
+        len(paid) == 1
+        and paid["tool"].iat[0] == "demo.email"
+        and paid["day"].iat[0] == time.strftime("%Y-%m-%d", time.gmtime())
+    )
     assert by_provider.at[provider, "calls_paid"] == 20 and by_provider.at[provider, "cost_paid"] == 10.0
-    reused = sum(run[counter] for out in (first, again) for run in out.runs for counter in ("calls_reused", "calls_shared"))
+    reused = sum(
+        run[counter]
+        for out in (first, again)
+        for run in out.runs
+        for counter in ("calls_reused", "calls_shared")
+    )
     memos = spent[spent["tool"] == f"play {play_name}"]
     assert paid["calls_reused"].iat[0] + memos["calls_reused"].sum() == reused >= 40
     assert paid["cost_saved"].iat[0] + memos["cost_saved"].sum() == reused * 0.5
@@ -495,11 +590,17 @@ def test_a_pilot_paid_for_is_never_paid_again_and_its_projection_is_what_the_run
     """A pilot of 20 of 120 rows pays 20 calls; it projects the 100 left, which is what the run
     then pays (the pilot's rows reused, however many processes run the rest); an estimate of
     the finished frame projects nothing and sends nothing."""
-    play = pb.play(enrich(email(demo, pb.Provider(name("acme"), concurrency=4), cost=0.5)).fn, name=name("enrich"))
+    play = pb.play(
+        enrich(email(demo, pb.Provider(name("acme"), concurrency=4), cost=0.5)).fn, name=name("enrich")
+    )
     est = engine.estimate(people(120), play, concurrency=4)
     assert requests(demo) == 20 and (est.rows_left, est.paid_calls, est.cost) == (100, 100, 50.0)
     out = engine.run(people(120), play, concurrency=4)
-    assert set(out.statuses) <= {"ok", "reused"} and requests(demo) == 120 and demo.stats()["duplicate_idempotency_keys"] == 0
+    assert (
+        set(out.statuses) <= {"ok", "reused"}
+        and requests(demo) == 120
+        and demo.stats()["duplicate_idempotency_keys"] == 0
+    )
     assert out.total("calls_executed") == est.paid_calls
     again = engine.estimate(people(120), play, concurrency=4)
     assert (again.paid_calls, again.rows_left, again.reused_rows) == (0, 0, 120) and requests(demo) == 120

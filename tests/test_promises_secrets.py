@@ -17,7 +17,7 @@ import pytest
 from engines import Engine
 
 import playbook as pb
-from playbook.tools.secrets import PART, PLACEHOLDER
+from playbook.secrets import PART, PLACEHOLDER
 
 # Letters and digits only, so the demo's answers (made of the prompt's words) can echo it whole.
 KEY = "pbLive7Qx2Zm9Wq4Rt8NsKe3Vy"
@@ -35,7 +35,9 @@ PAYLOADS = (
 
 def _hostile(n: int = len(PAYLOADS)) -> pd.DataFrame:
     values = [PAYLOADS[i % len(PAYLOADS)] for i in range(n)]
-    return pd.DataFrame({"seg": values, "q": values, "note": values, "text": [f"{v} #{i}" for i, v in enumerate(values)]})
+    return pd.DataFrame(
+        {"seg": values, "q": values, "note": values, "text": [f"{v} #{i}" for i, v in enumerate(values)]}
+    )
 
 
 def _parts(text: str) -> list[str]:
@@ -58,12 +60,20 @@ def test_a_row_value_never_puts_the_key_anywhere_but_where_the_tool_puts_it(
     custom header and JSON body hold the stand-in, ``{secret}`` and the key's prefix: each request
     carries the key in that header alone, and the provider sees the rows' text as it was."""
     tool = pb.http_tool(
-        name("echo"), provider=pb.Provider(name("acme"), concurrency=4), method="POST",
-        url=keyed.url + "/v1/echo/{seg}", params={"q": "{q}"}, json={"text": "{text}", "more": ["{q}", {"n": "{note}"}]},
-        headers={"Authorization": "Bearer {secret}", "X-Note": "{note}"}, secret=pb.secret(ENV), miss_status=(404,),
-    )  # fmt: skip
+        name("echo"),
+        provider=pb.Provider(name("acme"), concurrency=4),
+        method="POST",
+        url=keyed.url + "/v1/echo/{seg}",
+        params={"q": "{q}"},
+        json={"text": "{text}", "more": ["{q}", {"n": "{note}"}]},
+        headers={"Authorization": "Bearer {secret}", "X-Note": "{note}"},
+        secret=pb.secret(ENV),
+        miss_status=(404,),
+    )
     out = engine.run(_hostile(), pb.play(_calling(tool), name=name("hostile")), concurrency=4)
-    assert out.statuses == {"ok": len(PAYLOADS)}, out.result["play_error"].dropna().tolist() if out.result is not None else out
+    assert out.statuses == {"ok": len(PAYLOADS)}, (
+        out.result["play_error"].dropna().tolist() if out.result is not None else out
+    )
     stats = keyed.stats()
     assert stats["by_key"]["…" + KEY[-4:]]["requests"] == len(PAYLOADS)
     assert stats["key_places"] == {"header authorization": len(PAYLOADS)}
@@ -76,12 +86,20 @@ def test_a_key_the_tool_puts_in_its_query_and_path_goes_there_and_nowhere_else(
     path (as a bot token): the hostile rows put it nowhere else, and the key still goes where the
     definition says, so the provider accepts every request."""
     tool = pb.http_tool(
-        name("echo"), provider=pb.Provider(name("acme"), concurrency=4), method="POST",
-        url=keyed.url + "/v1/bot{secret}/{seg}", params={"key": "{secret}", "q": "{q}"}, json={"text": "{text}"},
-        headers={"X-Note": "{note}"}, secret=pb.secret(ENV), miss_status=(404,),
-    )  # fmt: skip
+        name("echo"),
+        provider=pb.Provider(name("acme"), concurrency=4),
+        method="POST",
+        url=keyed.url + "/v1/bot{secret}/{seg}",
+        params={"key": "{secret}", "q": "{q}"},
+        json={"text": "{text}"},
+        headers={"X-Note": "{note}"},
+        secret=pb.secret(ENV),
+        miss_status=(404,),
+    )
     out = engine.run(_hostile(), pb.play(_calling(tool), name=name("hostile")), concurrency=4)
-    assert out.statuses == {"ok": len(PAYLOADS)}, out.result["play_error"].dropna().tolist() if out.result is not None else out
+    assert out.statuses == {"ok": len(PAYLOADS)}, (
+        out.result["play_error"].dropna().tolist() if out.result is not None else out
+    )
     stats = keyed.stats()
     assert stats["by_auth"] == {"ok": len(PAYLOADS), "rejected": 0}
     assert stats["key_places"] == {"path": len(PAYLOADS), "query": len(PAYLOADS)}
@@ -94,17 +112,24 @@ def test_an_llm_prompt_or_message_never_carries_the_key_and_an_echoed_part_is_ke
     characters: the key goes in the bearer header alone, and an answer that repeats a part of
     the key (the demo's summaries echo the prompt's words) is kept and returned masked."""
     llm = pb.llm_tool(
-        name=name("llm"), model="gpt-4o-mini", base_url=keyed.url + "/v1", secret=pb.secret(ENV),
+        name=name("llm"),
+        model="gpt-4o-mini",
+        base_url=keyed.url + "/v1",
+        secret=pb.secret(ENV),
         provider=pb.Provider(name("chat"), concurrency=4),
-    )  # fmt: skip
+    )
 
     async def ask(row: Any, ctx: pb.Context) -> Any:
         said = await ctx.tool(llm, prompt=f"Summarise: the token {row.q} was pasted here")
-        told = await ctx.tool(llm, messages=[{"role": "system", "content": row.note}, {"role": "user", "content": row.text}])
+        told = await ctx.tool(
+            llm, messages=[{"role": "system", "content": row.note}, {"role": "user", "content": row.text}]
+        )
         return {"said": said, "told": told}
 
     out = engine.run(_hostile(), pb.play(ask, name=name("ask")), concurrency=4)
-    assert out.result is not None and out.statuses == {"ok": len(PAYLOADS)}, out.result["play_error"].dropna().tolist()
+    assert out.result is not None and out.statuses == {"ok": len(PAYLOADS)}, (
+        out.result["play_error"].dropna().tolist()
+    )
     stats = keyed.stats()
     assert stats["key_places"] == {"header authorization": stats["requests"]}
     echoed = out.result["said"][out.result["q"].str.contains(KEY[:PART], regex=False)]

@@ -139,7 +139,9 @@ def test_a_lone_short_refusal_at_a_known_rate_waits_alone() -> None:
     provider, send = Provider("p", rps=10), Script("ok", "ok", "ok", _refused(1.0))
     events: list[Any] = []
     governor(provider).subscribe(events.append)
-    assert _gather(*(governor(provider).dispatch(send, _ticket(suspend=False)) for _ in range(8))) == ["ok"] * 8
+    assert (
+        _gather(*(governor(provider).dispatch(send, _ticket(suspend=False)) for _ in range(8))) == ["ok"] * 8
+    )
     step = 0.1 / HEADROOM
     assert send.times[:8] == pytest.approx([step * k for k in range(8)], abs=1e-6)  # nobody else waited
     assert send.times[8] == pytest.approx(3 * step + 1.0, abs=1e-6)  # the refused call, its hint later
@@ -164,7 +166,10 @@ def test_hold_stops_calls_waiting_for_their_slot() -> None:
 def test_hold_stops_calls_waiting_at_the_gate() -> None:
     """A call waiting on the concurrency gate when a hold arrives waits for the hold too."""
     provider, send = Provider("p", concurrency=1), Script(_refused(1.0), takes=0.2)
-    _gather(governor(provider).dispatch(send, _ticket(suspend=False)), governor(provider).dispatch(send, _ticket(suspend=False)))
+    _gather(
+        governor(provider).dispatch(send, _ticket(suspend=False)),
+        governor(provider).dispatch(send, _ticket(suspend=False)),
+    )
     assert send.times == pytest.approx([0.0, 1.2, 1.4], abs=1e-6)
 
 
@@ -251,7 +256,10 @@ def test_5xx_with_hint_retries_that_call_only() -> None:
     provider, send = Provider("p", rps=10), Script(_down(retry_after=0.5))
     events: list[Any] = []
     governor(provider).subscribe(events.append)
-    calls = (governor(provider).dispatch(send, _ticket(suspend=False)), _later(0.15, provider, send, _ticket()))
+    calls = (
+        governor(provider).dispatch(send, _ticket(suspend=False)),
+        _later(0.15, provider, send, _ticket()),
+    )
     assert _gather(*calls) == ["ok", "ok"]
     assert send.times == pytest.approx([0.0, 0.15, 0.5], abs=1e-6)
     assert not any(isinstance(e, (ProviderHoldSet, RateChanged)) for e in events)
@@ -318,7 +326,9 @@ def test_unhinted_refusal_backs_off_only_that_call() -> None:
     provider, send = Provider("p"), Script(_refused())
     events: list[Any] = []
     governor(provider).subscribe(events.append)
-    assert _gather(governor(provider).dispatch(send, _ticket(suspend=False)), _later(0.1, provider, send, _ticket())) == ["ok", "ok"]
+    assert _gather(
+        governor(provider).dispatch(send, _ticket(suspend=False)), _later(0.1, provider, send, _ticket())
+    ) == ["ok", "ok"]
     assert send.times[:2] == pytest.approx([0.0, 0.1], abs=1e-6)
     assert 0.25 <= send.times[2] <= 0.5
     assert not provider.status().held and not any(isinstance(e, ProviderHoldSet) for e in events)
@@ -354,16 +364,39 @@ def test_endless_unhinted_refusals_are_bounded_by_budget() -> None:
 @pytest.mark.parametrize(
     ("option", "value"),
     [
-        ("rps", 0), ("rps", -1), ("rps", "10"), ("rps", True), ("rps", math.nan),
-        ("burst", 0), ("burst", 1.5), ("burst", -2),
-        ("concurrency", 0), ("concurrency", 2.5), ("concurrency", True),
-        ("max_wait", -1), ("max_wait", None), ("max_wait", "60"), ("max_wait", math.nan),
-        ("retries", -1), ("retries", 1.5), ("retries", None),
-        ("rpm", 0), ("rpm", "600"), ("tpm", -5), ("tpm", math.inf), ("tpm", True),
-        ("window", 50), ("window", (50,)), ("window", (0, 5)), ("window", (50, 0)), ("window", (50.5, 5)),
-        ("window", ("50", 5)), ("window", (50, math.inf)), ("window", (True, 5)),
+        ("rps", 0),
+        ("rps", -1),
+        ("rps", "10"),
+        ("rps", True),
+        ("rps", math.nan),
+        ("burst", 0),
+        ("burst", 1.5),
+        ("burst", -2),
+        ("concurrency", 0),
+        ("concurrency", 2.5),
+        ("concurrency", True),
+        ("max_wait", -1),
+        ("max_wait", None),
+        ("max_wait", "60"),
+        ("max_wait", math.nan),
+        ("retries", -1),
+        ("retries", 1.5),
+        ("retries", None),
+        ("rpm", 0),
+        ("rpm", "600"),
+        ("tpm", -5),
+        ("tpm", math.inf),
+        ("tpm", True),
+        ("window", 50),
+        ("window", (50,)),
+        ("window", (0, 5)),
+        ("window", (50, 0)),
+        ("window", (50.5, 5)),
+        ("window", ("50", 5)),
+        ("window", (50, math.inf)),
+        ("window", (True, 5)),
     ],
-)  # fmt: skip
+)
 def test_bad_options_rejected(option: str, value: object) -> None:
     """A bad rps, rpm, tpm, burst, window, concurrency, max_wait or retries is a PlayDefinitionError naming it."""
     with pytest.raises(pb.PlayDefinitionError, match=option):
@@ -392,7 +425,9 @@ def test_a_window_is_calls_per_seconds_and_shows_as_given() -> None:
     import numpy as np
 
     provider = Provider("api", window=[np.int64(50), 5], concurrency=np.int64(8))
-    assert provider.window == (50, 5) and type(provider.window[0]) is int and type(provider.concurrency) is int
+    assert (
+        provider.window == (50, 5) and type(provider.window[0]) is int and type(provider.concurrency) is int
+    )
     assert repr(provider).startswith("<Provider 'api' window=(50, 5) concurrency=8")
     assert pickle.loads(pickle.dumps(provider)).window == (50, 5)
 
@@ -455,7 +490,11 @@ def test_hold_lifted_event_comes_at_the_deadline_without_another_call() -> None:
 def test_equal_providers_share_one_governor_and_a_hold_reaches_both() -> None:
     """Two Provider("acme", rps=10) in one process are one account with one rate, calls in flight
     and hold (two cells or two tools that each made one); different limits pace apart."""
-    first, second, other = pb.Provider("acme", rps=10), pb.Provider("acme", rps=10), pb.Provider("acme", rps=20)
+    first, second, other = (
+        pb.Provider("acme", rps=10),
+        pb.Provider("acme", rps=10),
+        pb.Provider("acme", rps=20),
+    )
     assert governor(first) is governor(second) and governor(other) is not governor(first)
 
     async def main() -> tuple[bool, bool]:
@@ -489,4 +528,10 @@ def test_a_provider_shows_its_configuration_and_its_status() -> None:
         "status",
     }
     status = provider.status()
-    assert (status.name, status.held, status.down, status.in_flight, status.rate) == ("acme", False, False, 0, pytest.approx(10 * HEADROOM))
+    assert (status.name, status.held, status.down, status.in_flight, status.rate) == (
+        "acme",
+        False,
+        False,
+        0,
+        pytest.approx(10 * HEADROOM),
+    )

@@ -8,10 +8,25 @@ from pathlib import Path
 import playbook as pb
 
 CONTRACT = [
-    "Context", "Play", "PlayDefinitionError", "PlaybookError", "Provider", "ProviderExhausted",
-    "ProviderUnavailable", "ReceiptError", "ReceiptStore", "Run", "RunFatal", "Tool", "ToolError",
-    "http_tool", "last_run", "play", "secret", "tool",
-]  # fmt: skip
+    "Context",
+    "Play",
+    "PlayDefinitionError",
+    "PlaybookError",
+    "Provider",
+    "ProviderExhausted",
+    "ProviderUnavailable",
+    "ReceiptError",
+    "ReceiptStore",
+    "Run",
+    "RunFatal",
+    "Tool",
+    "ToolError",
+    "http_tool",
+    "last_run",
+    "play",
+    "secret",
+    "tool",
+]
 
 
 def test_all_is_sorted() -> None:
@@ -23,7 +38,10 @@ def test_all_is_complete() -> None:
     """Every public attribute is in __all__, and every name in __all__ exists (the demo and the
     cluster's run are loaded when first used, and dir() lists them before)."""
     public = {
-        name for name in dir(pb) if not name.startswith("_") and not (isinstance(getattr(pb, name), types.ModuleType) and name != "demo")
+        name
+        for name in dir(pb)
+        if not name.startswith("_")
+        and not (isinstance(getattr(pb, name), types.ModuleType) and name != "demo")
     }
     assert public == set(pb.__all__)
     assert all(getattr(pb, name) is not None for name in pb.__all__)
@@ -32,14 +50,37 @@ def test_all_is_complete() -> None:
 def test_a_plays_context_shows_what_a_play_uses() -> None:
     """``ctx`` shows the calls a play makes and who the row is; the runtime's bookkeeping is not on it."""
     public = {name for name in dir(pb.Context) if not name.startswith("_")}
-    assert public == {"tool", "call", "waterfall", "step", "sleep", "run_play", "log", "row_key", "run_id", "attempt"}
+    assert public == {
+        "tool",
+        "call",
+        "waterfall",
+        "step",
+        "sleep",
+        "run_play",
+        "log",
+        "row_key",
+        "run_id",
+        "attempt",
+    }
 
 
 def test_a_receipt_store_shows_what_a_user_opens_reads_and_clears(tmp_path: Path) -> None:
     """``pb.ReceiptStore`` has where it is and the looking, clearing and closing; its hot path (lookups,
     commits, leases, memos) is on the engine behind it, which a user never holds."""
     public = {name for name in dir(pb.ReceiptStore) if not name.startswith("_")}
-    assert public == {"location", "path", "lost", "get", "receipts", "records", "stats", "spend", "clear", "reset", "close"}
+    assert public == {
+        "location",
+        "path",
+        "lost",
+        "get",
+        "receipts",
+        "records",
+        "stats",
+        "spend",
+        "clear",
+        "reset",
+        "close",
+    }
     with pb.ReceiptStore(tmp_path / "store") as store:
         assert store.stats()["receipts"] == 0 and store.path == tmp_path / "store" and store.lost is None
     assert repr(store) == f"ReceiptStore({str(tmp_path / 'store')!r})"

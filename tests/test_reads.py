@@ -115,7 +115,9 @@ def test_a_closure_list_changed_runs_the_rows_again(store: pb.ReceiptStore) -> N
     play = pb.play(classify)
     assert _run(play, store).stats.calls_executed == 2
     labels.append("banking")
-    _reran_with(_run(play, store), ["ACME AMONG RETAIL, ENERGY, BANKING", "ZETA AMONG RETAIL, ENERGY, BANKING"])
+    _reran_with(
+        _run(play, store), ["ACME AMONG RETAIL, ENERGY, BANKING", "ZETA AMONG RETAIL, ENERGY, BANKING"]
+    )
 
 
 def test_an_environment_variable_the_play_reads_changed_runs_the_rows_again(
@@ -141,7 +143,10 @@ def test_a_global_read_by_a_helper_runs_the_rows_again(store: pb.ReceiptStore) -
     """The play calls a helper of the notebook that reads TEMPLATE: rebinding TEMPLATE runs the rows again."""
     cells = _cells(label=_label_tool(), TEMPLATE="Classify {c}")
     exec("def prompt(c):\n    return TEMPLATE.format(c=c)\n", cells)
-    exec("@pb.play\nasync def classify(row, ctx):\n    return {'answer': await ctx.tool(label, prompt=prompt(row.company))}\n", cells)
+    exec(
+        "@pb.play\nasync def classify(row, ctx):\n    return {'answer': await ctx.tool(label, prompt=prompt(row.company))}\n",
+        cells,
+    )
     assert _run(cells["classify"], store).stats.calls_executed == 2
     cells["TEMPLATE"] = "Which industry is {c}"
     _reran_with(_run(cells["classify"], store), ["WHICH INDUSTRY IS ACME", "WHICH INDUSTRY IS ZETA"])
@@ -150,7 +155,10 @@ def test_a_global_read_by_a_helper_runs_the_rows_again(store: pb.ReceiptStore) -
 def test_a_class_attribute_changed_runs_the_rows_again(store: pb.ReceiptStore) -> None:
     """The play reads Config.TEMPLATE of a class of the notebook: the attribute changed, a rerun pays for the new prompts."""
     cells = _cells(label=_label_tool())
-    exec("class Config:\n    TEMPLATE = 'Classify {c}'\n\n    def render(self, c):\n        return self.TEMPLATE.format(c=c)\n", cells)
+    exec(
+        "class Config:\n    TEMPLATE = 'Classify {c}'\n\n    def render(self, c):\n        return self.TEMPLATE.format(c=c)\n",
+        cells,
+    )
     exec(
         "@pb.play\nasync def classify(row, ctx):\n    return {'answer': await ctx.tool(label, prompt=Config.TEMPLATE.format(c=row.company))}\n",
         cells,
@@ -160,14 +168,21 @@ def test_a_class_attribute_changed_runs_the_rows_again(store: pb.ReceiptStore) -
     _reran_with(_run(cells["classify"], store), ["LABEL ACME", "LABEL ZETA"])
 
 
-def test_a_helper_in_another_user_module_is_followed(store: pb.ReceiptStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_helper_in_another_user_module_is_followed(
+    store: pb.ReceiptStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A helper imported from the user's other module, reading that module's TEMPLATE: changed there, a rerun pays for the new prompts."""
     monkeypatch.syspath_prepend(str(tmp_path))
     module = f"prompts_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{module}.py").write_text("TEMPLATE = 'Classify {c}'\n\n\ndef prompt(c):\n    return TEMPLATE.format(c=c)\n")
+    (tmp_path / f"{module}.py").write_text(
+        "TEMPLATE = 'Classify {c}'\n\n\ndef prompt(c):\n    return TEMPLATE.format(c=c)\n"
+    )
     prompts = importlib.import_module(module)
     cells = _cells(label=_label_tool(), prompt=prompts.prompt)
-    exec("@pb.play\nasync def classify(row, ctx):\n    return {'answer': await ctx.tool(label, prompt=prompt(row.company))}\n", cells)
+    exec(
+        "@pb.play\nasync def classify(row, ctx):\n    return {'answer': await ctx.tool(label, prompt=prompt(row.company))}\n",
+        cells,
+    )
     assert _run(cells["classify"], store).stats.calls_executed == 2
     prompts.TEMPLATE = "Sector of {c}"
     _reran_with(_run(cells["classify"], store), ["SECTOR OF ACME", "SECTOR OF ZETA"])
@@ -184,7 +199,11 @@ def test_a_dataframe_global_edited_runs_the_rows_again(store: pb.ReceiptStore) -
     assert _run(cells["classify"], store).result["answer"].tolist() == ["SHOPS", "MINES"]
     lookup.at["zeta", "hint"] = "banks"
     run = _run(cells["classify"], store)
-    assert run.result["answer"].tolist() == ["SHOPS", "BANKS"] and run.stats.calls_executed == 1 and run.stats.calls_reused == 1
+    assert (
+        run.result["answer"].tolist() == ["SHOPS", "BANKS"]
+        and run.stats.calls_executed == 1
+        and run.stats.calls_reused == 1
+    )
 
 
 class _Tier(enum.Enum):
@@ -276,10 +295,14 @@ def test_a_value_with_no_stable_form_is_said_once_and_memos_still_answer(store: 
     )
     first = _run(cells["outer"], store)
     said = [n for n in first.notices if "CLIENT" in n]
-    assert len(said) == 1 and "'outer'" in said[0] and f"{__name__}._Client" in said[0] and "version=" in said[0], first.notices
+    assert (
+        len(said) == 1 and "'outer'" in said[0] and f"{__name__}._Client" in said[0] and "version=" in said[0]
+    ), first.notices
     again = _run(cells["outer"], store)
     assert again.stats.reused == 2 and [n for n in again.notices if "CLIENT" in n] == said
-    assert ("warning: " + said[0]) in summary(again.state, Tally.of(again.state)).splitlines()  # a script's text summary
+    assert ("warning: " + said[0]) in summary(
+        again.state, Tally.of(again.state)
+    ).splitlines()  # a script's text summary
 
 
 def test_a_play_that_reads_nothing_keeps_the_fingerprint_it_had(store: pb.ReceiptStore) -> None:
@@ -301,15 +324,22 @@ def test_a_play_that_reads_nothing_keeps_the_fingerprint_it_had(store: pb.Receip
 
     assert pb.play(alone).fingerprint == digest("\x1f".join(["alone", "", code_fingerprint(alone)]))
     _run(play, store)
-    assert _run(play, store).stats.reused == 2 and not play.notes  # the list it writes to grew: it does not count
+    assert (
+        _run(play, store).stats.reused == 2 and not play.notes
+    )  # the list it writes to grew: it does not count
 
 
-def test_a_play_sent_pickled_keeps_the_fingerprint_of_where_it_was_sent_from(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_play_sent_pickled_keeps_the_fingerprint_of_where_it_was_sent_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A play sent to a worker (pickled, as Dask sends it) keeps the fingerprint it had where it was sent from,
     even where the environment variable it reads differs."""
     monkeypatch.setenv("PB_TEST_MODEL", "small")
     cells = _cells()
-    exec("import os\n@pb.play\nasync def model(row, ctx):\n    return {'model': os.getenv('PB_TEST_MODEL')}\n", cells)
+    exec(
+        "import os\n@pb.play\nasync def model(row, ctx):\n    return {'model': os.getenv('PB_TEST_MODEL')}\n",
+        cells,
+    )
     sent = cloudpickle.dumps(cells["model"])
     monkeypatch.setenv("PB_TEST_MODEL", "large")
     arrived = pickle.loads(sent)
@@ -354,28 +384,38 @@ def test_a_name_read_through_globals_or_eval_is_said(code: str, called: str) -> 
     exec("def pick():\n    found = {}\n    exec('v = PFX', globals(), found)\n    return found['v']\n", cells)
     exec(f"@pb.play\nasync def dynamic(row, ctx):\n    return {{'v': {code}}}\n", cells)
     said = [note for note in cells["dynamic"].notes.values() if called in note]
-    assert len(said) == 1 and said[0].startswith("play 'dynamic' calls ") and "version=" in said[0], cells["dynamic"].notes
+    assert len(said) == 1 and said[0].startswith("play 'dynamic' calls ") and "version=" in said[0], cells[
+        "dynamic"
+    ].notes
 
 
 def test_an_environment_variable_named_by_a_global_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     """os.getenv(ENV_NAME), ENV_NAME a global string: the variable changed, the fingerprint changes; nothing is said."""
     monkeypatch.setenv("PB_TEST_IND", "retail")
     cells = _cells(ENV_NAME="PB_TEST_IND")
-    exec("import os\n@pb.play\nasync def env(row, ctx):\n    return {'v': os.getenv(ENV_NAME, 'none') + f'{row.company}'}\n", cells)
+    exec(
+        "import os\n@pb.play\nasync def env(row, ctx):\n    return {'v': os.getenv(ENV_NAME, 'none') + f'{row.company}'}\n",
+        cells,
+    )
     play = cells["env"]
     first = play.fingerprint
     monkeypatch.setenv("PB_TEST_IND", "energy")
     assert play.current().fingerprint != first and not play.notes
 
 
-@pytest.mark.parametrize("code", ["os.environ.get(f'PB_TEST_{row.company}')", "os.environ['PB_' + row.company]", "named(row.company)"])
+@pytest.mark.parametrize(
+    "code",
+    ["os.environ.get(f'PB_TEST_{row.company}')", "os.environ['PB_' + row.company]", "named(row.company)"],
+)
 def test_an_environment_variable_named_by_a_built_string_is_said(code: str) -> None:
     """An environment variable whose name the play builds (or a helper is given): which one cannot be known, and the run says so."""
     cells = _cells()
     exec("import os\ndef named(name):\n    return os.getenv(name)\n", cells)
     exec(f"@pb.play\nasync def env(row, ctx):\n    return {{'v': {code}}}\n", cells)
     said = [note for note in cells["env"].notes.values() if "environment variable" in note]
-    assert len(said) == 1 and said[0].startswith("play 'env' reads an environment variable by a name it builds"), cells["env"].notes
+    assert len(said) == 1 and said[0].startswith(
+        "play 'env' reads an environment variable by a name it builds"
+    ), cells["env"].notes
 
 
 def test_a_global_the_play_rebinds_does_not_count(store: pb.ReceiptStore) -> None:
@@ -403,7 +443,9 @@ def test_a_dict_the_play_reads_and_fills_is_said(store: pb.ReceiptStore) -> None
     )
     first = _run(cells["cached"], store)
     said = [n for n in first.notices if "CACHE" in n]
-    assert len(said) == 1 and said[0].startswith("play 'cached' writes to CACHE and reads it: it is not counted"), first.notices
+    assert len(said) == 1 and said[0].startswith(
+        "play 'cached' writes to CACHE and reads it: it is not counted"
+    ), first.notices
     cells["CACHE"]["acme"] = "A2"
     again = _run(cells["cached"], store)
     assert again.stats.reused == 2 and [n for n in again.notices if "CACHE" in n] == said

@@ -109,7 +109,9 @@ def test_ttl_makes_receipts_stale(tmp_path: Path) -> None:
 
 def test_store_holds_only_json_text(store: pb.ReceiptStore) -> None:
     """Every record in the SQLite file is JSON text; values JSON lacks are tagged, never pickled."""
-    lookup = _counting_tool([], result={"nested": [1, 2.5, None, "x"], "when": pd.Timestamp("2024-01-01"), "t": (1, 2)})
+    lookup = _counting_tool(
+        [], result={"nested": [1, 2.5, None, "x"], "when": pd.Timestamp("2024-01-01"), "t": (1, 2)}
+    )
 
     @pb.play
     async def find(row, ctx):
@@ -136,13 +138,18 @@ def test_newer_format_is_a_clear_error(tmp_path: Path) -> None:
     assert str(tmp_path / "s") in message and "newer playbook" in message
     assert "format 99" in message and f"reads format {FORMAT}" in message
     assert "Upgrade playbook" in message and "another/directory" in message
-    assert _sql(tmp_path / "s" / "receipts.db", "SELECT value FROM meta WHERE key = 'format'") == [("99",)]  # left untouched
+    assert _sql(tmp_path / "s" / "receipts.db", "SELECT value FROM meta WHERE key = 'format'") == [
+        ("99",)
+    ]  # left untouched
 
 
 @pytest.mark.parametrize(
     ("damage", "problem"),
     [
-        (lambda db: db.write_bytes(b"SQLite format 2\x00" + bytes(range(256)) * 16), "is not a readable SQLite database"),
+        (
+            lambda db: db.write_bytes(b"SQLite format 2\x00" + bytes(range(256)) * 16),
+            "is not a readable SQLite database",
+        ),
         (lambda db: db.write_bytes(db.read_bytes()[:2000]), "is not a readable SQLite database"),
         (lambda db: _sql(db, "UPDATE meta SET value = 'one' WHERE key = 'format'"), "format marker is 'one'"),
     ],
@@ -157,7 +164,9 @@ def test_damaged_store_is_a_clear_error(tmp_path: Path, damage, problem: str) ->
     message = str(info.value)
     assert message.startswith(f"cannot open the receipt store at {tmp_path / 's'}: ")
     assert problem in message and "Move it aside" in message and "another/directory" in message
-    assert info.value.__cause__ is None and info.value.__suppress_context__  # one paragraph, no chained traceback
+    assert (
+        info.value.__cause__ is None and info.value.__suppress_context__
+    )  # one paragraph, no chained traceback
 
 
 def _paid(store: pb.ReceiptStore, calls: list[str], size: int) -> pb.Tool:
@@ -176,7 +185,13 @@ def _paid(store: pb.ReceiptStore, calls: list[str], size: int) -> pb.Tool:
 
 def _damage(store: Path, key: str, value: object, flags: int = 0) -> None:
     """Overwrite one record's stored output (as a disk error or another program might)."""
-    _sql(store / "receipts.db", "UPDATE receipt SET output = CAST(? AS TEXT), flags = ? WHERE key = ?", value, flags, key)
+    _sql(
+        store / "receipts.db",
+        "UPDATE receipt SET output = CAST(? AS TEXT), flags = ? WHERE key = ?",
+        value,
+        flags,
+        key,
+    )
 
 
 DAMAGE = {
@@ -186,11 +201,13 @@ DAMAGE = {
     "a tag from a newer playbook": (b'{"$quaternion":[1,2,3,4]}', 1, "unknown tag '$quaternion'"),
     "a broken tag": (b'{"$tuple":3}', 1, "not a record playbook wrote"),
     "a pickle": (b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00K\x01.", 0, "not UTF-8"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(DAMAGE))
-def test_unreadable_receipt_is_paid_again_not_a_crash(tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str) -> None:
+def test_unreadable_receipt_is_paid_again_not_a_crash(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str
+) -> None:
     """An unreadable receipt: get() raises a clear ReceiptError; a run re-pays only that call, warns once, and heals the store."""
     stored, flags, problem = DAMAGE[case]
     calls: list[str] = []
@@ -249,7 +266,11 @@ def test_unreadable_row_memo_replays_the_row_for_free(
 ) -> None:
     """A damaged row memo makes its row run again against its receipts (no call paid), with a warning."""
     calls, find = _memoised(store)
-    _sql(store.path / "receipts.db", f"UPDATE memo SET {column} = CAST(? AS TEXT) WHERE key = (SELECT MIN(key) FROM memo)", bad)
+    _sql(
+        store.path / "receipts.db",
+        f"UPDATE memo SET {column} = CAST(? AS TEXT) WHERE key = (SELECT MIN(key) FROM memo)",
+        bad,
+    )
     caplog.clear()
     out = _frame().play.map(find, store=store, progress=False)
     assert sorted(out["play_status"]) == ["ok", "reused", "reused"] and out["v"].tolist() == ["value"] * 3
@@ -273,7 +294,13 @@ def test_a_reused_row_counts_the_calls_and_cost_its_memo_saved(store: pb.Receipt
     first = frame.play.run(twice, store=store, progress=False).stats
     again = frame.play.run(twice, store=store, progress=False).stats
     assert (first.calls_executed, first.cost_spent, first.calls_reused) == (6, 3.0, 0)
-    assert (again.reused, again.calls_executed, again.calls_reused, again.cost_saved, again.cost_spent) == (4, 0, 6, 3.0, 0.0)
+    assert (again.reused, again.calls_executed, again.calls_reused, again.cost_saved, again.cost_spent) == (
+        4,
+        0,
+        6,
+        3.0,
+        0.0,
+    )
 
 
 def test_unopenable_store_is_a_clear_error(tmp_path: Path) -> None:
@@ -313,7 +340,9 @@ def test_receipts_stats_and_clear(store: pb.ReceiptStore) -> None:
     assert stats["by_tool"] == {"lookup": 3, "other": 3}
     assert stats["row_memos"] == 6 and stats["cost_stored"] == 1.5
     assert engine(store).memo_count("other") == 3 and store.clear("other") == 3
-    assert store.stats()["by_tool"] == {"lookup": 3} and store.stats()["row_memos"] == 3  # only_one's memos stay
+    assert (
+        store.stats()["by_tool"] == {"lookup": 3} and store.stats()["row_memos"] == 3
+    )  # only_one's memos stay
 
     again = _frame().play.run(both, store=store, progress=False)
     assert (again.stats.ok, again.stats.calls_executed, again.stats.calls_reused) == (3, 3, 3)
@@ -332,9 +361,13 @@ def test_receipt_is_committed_before_the_row_continues(store: pb.ReceiptStore) -
     async def check(row, ctx):
         await ctx.tool(lookup, q=row.q)
         key = lookup.key({"q": row.q})
-        seen.append(_sql(store.path / "receipts.db", "SELECT COUNT(*) FROM receipt WHERE key = ?", key) == [(1,)])
+        seen.append(
+            _sql(store.path / "receipts.db", "SELECT COUNT(*) FROM receipt WHERE key = ?", key) == [(1,)]
+        )
 
-    pd.DataFrame({"q": [f"k{i}" for i in range(40)]}).play.map(check, store=store, progress=False, concurrency=20)
+    pd.DataFrame({"q": [f"k{i}" for i in range(40)]}).play.map(
+        check, store=store, progress=False, concurrency=20
+    )
     assert seen == [True] * 40
 
 
@@ -348,17 +381,24 @@ def _legacy(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_store_of_playbook_0_1_opens_and_keeps_its_pinned_receipts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_store_of_playbook_0_1_opens_and_keeps_its_pinned_receipts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """An old store opens without error: its receipts are copied (cache.db untouched), listed, and those
     of tools pinned with version= still answer; unpinned tools and steps' rows run again, as the README says."""
     path = _legacy(tmp_path)
     before = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
     store = pb.ReceiptStore(path)
-    assert any("copied 8 receipts and step records of an earlier playbook" in r.getMessage() for r in caplog.records)
+    assert any(
+        "copied 8 receipts and step records of an earlier playbook" in r.getMessage() for r in caplog.records
+    )
     assert {name: (path / name).read_bytes() for name in before} == before  # the old files are only read
     assert store.stats()["by_tool"] == {"big": 2, "pinned": 2, "unpinned": 2}
     listed = store.receipts("big")
-    assert sorted(len(o) for o in listed["output"]) == [32800, 41000]  # the values kept in files came across too
+    assert sorted(len(o) for o in listed["output"]) == [
+        32800,
+        41000,
+    ]  # the values kept in files came across too
 
     calls: list[str] = []
 
@@ -375,25 +415,40 @@ def test_a_store_of_playbook_0_1_opens_and_keeps_its_pinned_receipts(tmp_path: P
     @pb.play
     async def legacy(row, ctx):
         first = await ctx.step("once", lambda: calls.append("step") or {"stepped": True})
-        return {"p": await ctx.tool(pinned, q=row.q), "u": await ctx.tool(unpinned, q=row.q), "s": first["stepped"]}
+        return {
+            "p": await ctx.tool(pinned, q=row.q),
+            "u": await ctx.tool(unpinned, q=row.q),
+            "s": first["stepped"],
+        }
 
     out = pd.DataFrame({"q": ["alpha", "beta"]}).play.map(legacy, store=store, progress=False)
     assert out["play_status"].tolist() == ["ok", "ok"]
-    assert out["p"].tolist() == [{"q": "alpha", "n": 5, "tags": ["a", "b"]}, {"q": "beta", "n": 4, "tags": ["a", "b"]}]
-    assert sorted(calls) == ["unpinned:alpha", "unpinned:beta"]  # the pinned calls and the steps answered from the old store
+    assert out["p"].tolist() == [
+        {"q": "alpha", "n": 5, "tags": ["a", "b"]},
+        {"q": "beta", "n": 4, "tags": ["a", "b"]},
+    ]
+    assert sorted(calls) == [
+        "unpinned:alpha",
+        "unpinned:beta",
+    ]  # the pinned calls and the steps answered from the old store
     store.close()
     reopened = pb.ReceiptStore(path)
     assert reopened.stats()["receipts"] == 8 and reopened.stats()["row_memos"] == 2  # copied once, not again
     reopened.close()
 
 
-def test_an_emptied_old_index_with_value_files_left_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_emptied_old_index_with_value_files_left_is_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """cache.db emptied from outside, its value files left behind: the lost receipts are reported, not silently ignored."""
     path = _legacy(tmp_path)
     (path / "cache.db").write_bytes(b"")
     store = pb.ReceiptStore(path)
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("2 value files of an earlier playbook store" in w and "emptied or replaced from outside" in w for w in warned)
+    assert any(
+        "2 value files of an earlier playbook store" in w and "emptied or replaced from outside" in w
+        for w in warned
+    )
     assert store.stats()["receipts"] == 0 and any("value files" in n for n in engine(store).notices)
     store.close()
 
@@ -404,7 +459,9 @@ def test_an_unreadable_old_store_is_refused_not_overwritten(tmp_path: Path) -> N
     (path / "cache.db").write_bytes(b"not a database at all" * 100)
     with pytest.raises(pb.ReceiptError, match="holds a store of an earlier playbook .* cannot be read"):
         pb.ReceiptStore(path)
-    assert not (path / "receipts.db").exists() or _sql(path / "receipts.db", "SELECT COUNT(*) FROM meta") == [(0,)]
+    assert not (path / "receipts.db").exists() or _sql(path / "receipts.db", "SELECT COUNT(*) FROM meta") == [
+        (0,)
+    ]
 
 
 def test_receipts_frame_keeps_values_and_gives_datetimes(tmp_path: Path) -> None:
@@ -425,6 +482,11 @@ def test_receipts_frame_keeps_values_and_gives_datetimes(tmp_path: Path) -> None
     assert frame["miss"].tolist() == [False, True, False, True]
     assert frame["miss"].dtype == bool and frame["cost"].dtype == float
     assert str(frame["created_at"].dtype) == "datetime64[us, UTC]"
-    assert (frame["created_at"] >= before.floor("us")).all() and (frame["created_at"] <= pd.Timestamp.now(tz="UTC")).all()
-    assert list(empty.columns) == list(frame.columns) and empty.dtypes.astype(str).tolist() == frame.dtypes.astype(str).tolist()
+    assert (frame["created_at"] >= before.floor("us")).all() and (
+        frame["created_at"] <= pd.Timestamp.now(tz="UTC")
+    ).all()
+    assert (
+        list(empty.columns) == list(frame.columns)
+        and empty.dtypes.astype(str).tolist() == frame.dtypes.astype(str).tolist()
+    )
     store.close()

@@ -55,7 +55,9 @@ def test_a_map_with_a_redis_url_pays_once_and_a_rerun_reuses_every_row(redis_url
 
     assert first.stats.calls_executed == 100 and first.stats.ok == 50
     assert again.stats.calls_executed == 0 and again.stats.reused == 50
-    pd.testing.assert_frame_equal(first.result.drop(columns="play_status"), again.result.drop(columns="play_status"))
+    pd.testing.assert_frame_equal(
+        first.result.drop(columns="play_status"), again.result.drop(columns="play_status")
+    )
 
 
 def test_a_run_that_finished_is_in_the_server_when_it_returns(redis_url: str) -> None:
@@ -72,7 +74,9 @@ def test_a_run_that_finished_is_in_the_server_when_it_returns(redis_url: str) ->
         return {"label": found["label"]}
 
     frame = pd.DataFrame({"n": range(rows)})
-    first = frame.play.run(pb.play(enrich, name="slow", version="1"), store=redis_url, progress=False, concurrency=1)
+    first = frame.play.run(
+        pb.play(enrich, name="slow", version="1"), store=redis_url, progress=False, concurrency=1
+    )
     again = frame.play.run(pb.play(enrich, name="slow", version="1"), store=redis_url, progress=False)
 
     assert first.stats.ok == rows
@@ -163,7 +167,11 @@ def test_clearing_everything_keeps_the_shared_limits_of_providers(redis_url: str
     admin.set("playbook:limit:{acme:default}:hold", "marker")  # stands for a hold in force
 
     def state() -> set[bytes]:  # the lasting keys (per-tenth-second counters expire on their own)
-        return {name for name in admin.scan_iter("playbook:limit:*") if b":sent:" not in name and b":refused:" not in name}
+        return {
+            name
+            for name in admin.scan_iter("playbook:limit:*")
+            if b":sent:" not in name and b":refused:" not in name
+        }
 
     before = state()
     assert len(before) >= 2, f"the shared limiter kept no state in Redis: {before}"
@@ -172,8 +180,12 @@ def test_clearing_everything_keeps_the_shared_limits_of_providers(redis_url: str
     assert admin.get("playbook:limit:{acme:default}:hold") == b"marker"
 
 
-@pytest.mark.parametrize("where", ["redis:/localhost", "REDIS:/localhost:6379", "http://localhost:6379/0", "rediss:localhost"])
-def test_a_mistyped_redis_url_is_an_error_not_a_directory(where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "where", ["redis:/localhost", "REDIS:/localhost:6379", "http://localhost:6379/0", "rediss:localhost"]
+)
+def test_a_mistyped_redis_url_is_an_error_not_a_directory(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A store that looks like a URL but is not a usable one is refused, naming it; no directory of that name is made."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(pb.ReceiptError, match="neither a directory nor a Redis URL"):
@@ -215,9 +227,13 @@ def test_a_redis_that_stops_answering_never_freezes_the_run() -> None:
 
         async def main() -> tuple[float, float, int]:
             loop = asyncio.get_running_loop()
-            run = await pd.DataFrame({"n": range(5000)}).play.arun(pb.play(slow, name="slow"), store=store, background=True, progress=False)
+            run = await pd.DataFrame({"n": range(5000)}).play.arun(
+                pb.play(slow, name="slow"), store=store, background=True, progress=False
+            )
             deadline = loop.time() + 30
-            while run.stats.ok < 10:  # the run is under way (on a loaded machine, after more than a fixed pause)
+            while (
+                run.stats.ok < 10
+            ):  # the run is under way (on a loaded machine, after more than a fixed pause)
                 assert loop.time() < deadline, "no row finished"
                 await asyncio.sleep(0.01)
             assert server.process is not None
@@ -232,7 +248,9 @@ def test_a_redis_that_stops_answering_never_freezes_the_run() -> None:
                 run.stop()
                 await asyncio.wait_for(_finished(run), 30)
                 # What the frozen server was given last is not confirmed, and the run says so.
-                assert any("did not confirm this run's last writes" in note for note in run.notices), run.notices
+                assert any("did not confirm this run's last writes" in note for note in run.notices), (
+                    run.notices
+                )
                 return max(gaps), loop.time() - stopped, run.stats.ok
             finally:
                 os.kill(server.process.pid, signal.SIGCONT)
@@ -249,7 +267,9 @@ async def _finished(run: pb.Run) -> None:
         await asyncio.sleep(0.05)
 
 
-def test_a_full_redis_parks_the_rows_that_would_pay_instead_of_paying_for_what_it_cannot_record(redis_url: str) -> None:
+def test_a_full_redis_parks_the_rows_that_would_pay_instead_of_paying_for_what_it_cannot_record(
+    redis_url: str,
+) -> None:
     """A real Redis at its maxmemory with noeviction refuses every write (OOM): once it has
     refused past the store's grace, the rows that would pay park with reason "store"; of what
     was paid, at most the calls in flight when it filled go unrecorded (a write it takes now and
@@ -271,11 +291,18 @@ def test_a_full_redis_parks_the_rows_that_would_pay_instead_of_paying_for_what_i
         run = pd.DataFrame({"n": range(400)}).play.run(big, store=store, progress=False, concurrency=4)
         statuses = run.result["play_status"].value_counts().to_dict()
         assert 20 < statuses["ok"] < 100 and statuses.get("parked", 0) > 250, statuses
-        assert set(run.parked["reason"]) == {"store"} and run.parked["message"].str.contains("out of memory").all()
+        assert (
+            set(run.parked["reason"]) == {"store"}
+            and run.parked["message"].str.contains("out of memory").all()
+        )
         # Paid and not ok: a receipt still unwritten at the end (lost), or one a later probe wrote
         # when the server freed a little memory (its row had failed by then; a rerun reuses it).
         not_recorded = len(calls) - statuses["ok"]
-        assert run.stats.receipts_lost <= min(not_recorded, 4), (len(calls), statuses, run.stats)  # at most the calls in flight
+        assert run.stats.receipts_lost <= min(not_recorded, 4), (
+            len(calls),
+            statuses,
+            run.stats,
+        )  # at most the calls in flight
         store.close()
     finally:
         server.config_set("maxmemory", before)

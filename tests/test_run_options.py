@@ -24,7 +24,11 @@ KWARGS = Path(signature.__file__).with_name("_kwargs.py")
 
 METHODS = [
     (kind, name, frame)
-    for kind, frame in [("pandas", pd.DataFrame({"x": [1]})), ("polars", pl.DataFrame({"x": [1]})), ("dask", None)]
+    for kind, frame in [
+        ("pandas", pd.DataFrame({"x": [1]})),
+        ("polars", pl.DataFrame({"x": [1]})),
+        ("dask", None),
+    ]
     for name in ("map", "run", "amap", "arun")
     if not (kind == "dask" and name in ("amap", "arun"))
 ]
@@ -33,7 +37,9 @@ METHODS = [
 def _help_of(flag: str, text: str) -> str | None:
     """The help argparse prints for ``flag``: its lines up to the next flag, in one line."""
     lines = text.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.strip().startswith(flag + " ") or line.strip() == flag]
+    starts = [
+        i for i, line in enumerate(lines) if line.strip().startswith(flag + " ") or line.strip() == flag
+    ]
     if not starts:
         return None
     block = [lines[starts[0]]]
@@ -74,7 +80,9 @@ def test_the_typed_keyword_arguments_are_generated_from_the_declaration() -> Non
     assert KWARGS.read_text() == signature.kwargs_source(), "stale: run make generate"
 
 
-def test_the_magic_takes_each_option_as_a_flag_with_the_declared_help(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_magic_takes_each_option_as_a_flag_with_the_declared_help(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """%%play's flags are the declared options (all of them) with their help, word for word."""
     monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps help to the terminal's width
     text = PlayMagics.play.parser.format_help()  # type: ignore[attr-defined]
@@ -88,7 +96,11 @@ def test_the_command_line_takes_each_option_as_a_flag_with_the_declared_help() -
     """`python -m playbook run --help` lists every option offered on the command line with the
     same help as the magic and the docstrings."""
     out = subprocess.run(
-        [sys.executable, "-m", "playbook", "run", "--help"], capture_output=True, text=True, check=True, env={"COLUMNS": "1000", "PATH": ""}
+        [sys.executable, "-m", "playbook", "run", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"COLUMNS": "1000", "PATH": ""},
     ).stdout
     for f in options("cli"):
         flag = "--" + f.name.replace("_", "-")
@@ -103,7 +115,10 @@ def test_the_command_line_takes_each_option_as_a_flag_with_the_declared_help() -
         (["--refresh"], {"refresh": "rows"}),
         (["--refresh", "all"], {"refresh": True}),
         (["--progress", "none"], {"progress": False}),
-        (["--key", "a, b", "--limit", "3", "--max-cost", "2.5"], {"key": ["a", "b"], "limit": 3, "max_cost": 2.5}),
+        (
+            ["--key", "a, b", "--limit", "3", "--max-cost", "2.5"],
+            {"key": ["a", "b"], "limit": 3, "max_cost": 2.5},
+        ),
         (["--overwrite"], {"overwrite": True}),
     ],
 )

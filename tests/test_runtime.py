@@ -85,7 +85,9 @@ async def labelled(row, ctx):
     return {"label": str(row.Index)}
 
 
-def test_a_play_reading_the_index_runs_equal_rows_of_other_labels_as_rows_of_their_own(store: pb.ReceiptStore) -> None:
+def test_a_play_reading_the_index_runs_equal_rows_of_other_labels_as_rows_of_their_own(
+    store: pb.ReceiptStore,
+) -> None:
     """A play that reads row.Index gets each row's own label, though the rows' values are equal;
     a row of another frame with the same values and a new label runs, not reused from a memo."""
     frame = pd.DataFrame({"a": [1, 1, 1]}, index=["x", "y", "z"])
@@ -103,7 +105,9 @@ def test_a_play_reading_the_index_through_a_helper_gets_each_label(store: pb.Rec
     async def play(row, ctx):
         return {"label": _label_of(row)}
 
-    out = pd.DataFrame({"a": ["v", "v"]}, index=["p", "q"]).play.map(pb.play(play, name="helped"), store=store, progress=False)
+    out = pd.DataFrame({"a": ["v", "v"]}, index=["p", "q"]).play.map(
+        pb.play(play, name="helped"), store=store, progress=False
+    )
     assert out["label"].tolist() == ["p", "q"]
 
 
@@ -112,14 +116,18 @@ def _label_of(row):
 
 
 @pytest.mark.parametrize("index", [None, [10, 20, 30, 40]], ids=["range", "ints"])
-def test_an_int_column_of_a_play_reading_the_index_keys_its_rows_as_objects_do(index: list[int] | None, store: pb.ReceiptStore) -> None:
+def test_an_int_column_of_a_play_reading_the_index_keys_its_rows_as_objects_do(
+    index: list[int] | None, store: pb.ReceiptStore
+) -> None:
     """Equal int rows under int labels (a column read at a time) are distinct rows when the play
     reads the label, and keyed as the same rows as objects: a run over them as objects reuses each."""
     ints = pd.DataFrame({"a": [5, 5, 5, 6]}, index=index)
     out = ints.play.map(labelled, store=store, progress=False)
     assert out["label"].tolist() == [str(i) for i in ints.index] and out["play_status"].tolist() == ["ok"] * 4
     again = ints.astype(object).play.map(labelled, store=store, progress=False)
-    assert again["label"].tolist() == out["label"].tolist() and again["play_status"].tolist() == ["reused"] * 4
+    assert (
+        again["label"].tolist() == out["label"].tolist() and again["play_status"].tolist() == ["reused"] * 4
+    )
 
 
 def test_a_play_not_reading_the_index_still_runs_equal_rows_once(store: pb.ReceiptStore) -> None:
@@ -132,13 +140,17 @@ def test_a_play_not_reading_the_index_still_runs_equal_rows_once(store: pb.Recei
         return {"b": row.a}
 
     play = pb.play(counted, name="counted")
-    out = pd.DataFrame({"a": [1, 1, 1, 2]}, index=["x", "y", "z", "w"]).play.map(play, store=store, progress=False)
+    out = pd.DataFrame({"a": [1, 1, 1, 2]}, index=["x", "y", "z", "w"]).play.map(
+        play, store=store, progress=False
+    )
     assert ran == [1, 2] and out["play_status"].tolist() == ["ok"] * 4
     new = pd.DataFrame({"a": [1]}, index=["NEW"]).play.map(play, store=store, progress=False)
     assert ran == [1, 2] and new["play_status"].tolist() == ["reused"]
 
 
-def test_an_index_label_with_no_key_form_fails_its_row_naming_the_label_when_the_play_reads_it(store: pb.ReceiptStore) -> None:
+def test_an_index_label_with_no_key_form_fails_its_row_naming_the_label_when_the_play_reads_it(
+    store: pb.ReceiptStore,
+) -> None:
     """A label with no key form (an object of the user's) fails its row, for a play that reads the
     label, saying the index label is at fault and that key= names what identifies a row instead."""
 
@@ -148,7 +160,10 @@ def test_an_index_label_with_no_key_form_fails_its_row_naming_the_label_when_the
     frame = pd.DataFrame({"a": [1]}, index=pd.Index([Thing()], dtype=object))
     out = frame.play.map(labelled, store=store, progress=False)
     assert out["play_status"].tolist() == ["failed"]
-    assert "has no JSON form (at the index label, which the play reads); pass key=COLUMNS" in out["play_error"].iloc[0]
+    assert (
+        "has no JSON form (at the index label, which the play reads); pass key=COLUMNS"
+        in out["play_error"].iloc[0]
+    )
     assert frame.play.map(labelled, store=store, progress=False, key="a")["play_status"].tolist() == ["ok"]
 
 
@@ -183,11 +198,22 @@ def test_awkward_input_values(store: pb.ReceiptStore) -> None:
     async def play(row, ctx):
         return {"e": await ctx.tool(echo, value=row.v)}
 
-    values = [None, np.nan, pd.NA, np.int64(7), np.float32(0.5), pd.Timestamp("2024-02-03"), dt.date(2024, 1, 1), pd.NaT]
+    values = [
+        None,
+        np.nan,
+        pd.NA,
+        np.int64(7),
+        np.float32(0.5),
+        pd.Timestamp("2024-02-03"),
+        dt.date(2024, 1, 1),
+        pd.NaT,
+    ]
     frame = pd.DataFrame({"v": pd.Series(values, dtype=object)})
     out = frame.play.map(play, store=store, progress=False)
     assert out["play_status"].tolist() == ["ok"] * len(values)
-    assert [same(a, b) for a, b in zip(out["e"].tolist()[3:7], values[3:7])] == [True] * 4  # as given, types too
+    assert [same(a, b) for a, b in zip(out["e"].tolist()[3:7], values[3:7])] == [
+        True
+    ] * 4  # as given, types too
     # None, NaN, NA and NaT are the same row: executed once.
     assert len(calls) == 5
     again = frame.play.map(play, store=store, progress=False, refresh="rows")
@@ -227,7 +253,10 @@ def test_on_error_isolate_and_raise(store: pb.ReceiptStore) -> None:
     out = frame.play.map(picky, store=store, progress=False, concurrency=1)
     assert out["play_status"].tolist() == ["ok", "ok", "failed", "ok", "ok"]
     line = picky.fn.__code__.co_firstlineno + 3  # the raise, under the decorator, def and if
-    assert out.loc["c", "play_error"] == f'ValueError: two is not allowed (line {line}: raise ValueError("two is not allowed"))'
+    assert (
+        out.loc["c", "play_error"]
+        == f'ValueError: two is not allowed (line {line}: raise ValueError("two is not allowed"))'
+    )
     with pytest.raises(ValueError, match="two is not allowed") as info:
         frame.play.map(picky, store=store, progress=False, concurrency=1, on_error="raise", refresh="rows")
     assert "in row 'c'" in "".join(info.value.__notes__)
@@ -360,7 +389,13 @@ def test_a_retry_counts_its_own_work_and_keeps_the_run_before(store: pb.ReceiptS
     s = again.stats
     assert (s.total, s.ok, s.reused, s.failed, s.parked) == (3, 3, 0, 0, 0)
     # The calls the first run paid for are receipts to the retry, not calls shared within it.
-    assert (s.calls_executed, s.calls_reused, s.calls_shared, s.cost_spent, s.cost_saved) == (1, 3, 0, 0.5, 1.5)
+    assert (s.calls_executed, s.calls_reused, s.calls_shared, s.cost_spent, s.cost_saved) == (
+        1,
+        3,
+        0,
+        0.5,
+        1.5,
+    )
     assert first.elapsed >= 0.4 and s.elapsed < 0.4
     assert run.stats == first  # the run before keeps what it counted
     assert again.result["play_status"].tolist() == ["ok"] * 6
@@ -375,7 +410,9 @@ def test_a_retry_with_nothing_to_retry_returns_the_run_as_it_is(store: pb.Receip
     assert run.retry() is run and run.previous is None and pb.last_run() is run and run.stats.ok == 3
 
 
-def test_a_retry_of_parked_rows_still_knows_the_failed_rows_the_run_before_left(store: pb.ReceiptStore) -> None:
+def test_a_retry_of_parked_rows_still_knows_the_failed_rows_the_run_before_left(
+    store: pb.ReceiptStore,
+) -> None:
     """After a retry of the parked rows only, the retry counts none failed, yet the rows the run
     before left failed can still be retried (what the panel's Retry failed button asks)."""
 
@@ -389,7 +426,9 @@ def test_a_retry_of_parked_rows_still_knows_the_failed_rows_the_run_before_left(
             raise RuntimeError("broken row")
         return {"v": await ctx.tool(dear, n=row.n)}
 
-    run = pd.DataFrame({"n": range(6)}).play.run(mixed, store=store, progress=False, max_cost=2, concurrency=1)
+    run = pd.DataFrame({"n": range(6)}).play.run(
+        mixed, store=store, progress=False, max_cost=2, concurrency=1
+    )
     assert (run.stats.failed, run.stats.parked) == (1, 3)
     again = run.retry(statuses=("parked",))  # the budget is spent: they park again
     assert (again.stats.total, again.stats.failed, again.stats.parked) == (3, 0, 3) and again.errors.empty
@@ -518,7 +557,9 @@ def test_amap_and_background_run(store: pb.ReceiptStore) -> None:
 
     async def main() -> tuple:
         out = await pd.DataFrame({"n": [1]}).play.amap(doubled, store=store, progress=False)
-        run = await pd.DataFrame({"n": [5, 6]}).play.arun(doubled, store=store, progress=False, background=True)
+        run = await pd.DataFrame({"n": [5, 6]}).play.arun(
+            doubled, store=store, progress=False, background=True
+        )
         was_running = run.running
         for _ in range(500):
             if not run.running:
@@ -553,7 +594,9 @@ def test_budget_parks_rows(store: pb.ReceiptStore) -> None:
     async def spend(row, ctx):
         return {"v": await ctx.tool(paid, n=row.n)}
 
-    run = pd.DataFrame({"n": range(5)}).play.run(spend, store=store, progress=False, max_cost=3, concurrency=1)
+    run = pd.DataFrame({"n": range(5)}).play.run(
+        spend, store=store, progress=False, max_cost=3, concurrency=1
+    )
     assert run.result["play_status"].tolist() == ["ok", "ok", "ok", "parked", "parked"]
     assert run.stats.cost_spent == 3.0 and run.parked["reason"].tolist() == ["budget", "budget"]
 
@@ -576,7 +619,9 @@ def test_identical_calls_in_flight_are_paid_once(store: pb.ReceiptStore) -> None
     out = frame.play.map(play, store=store, progress=False, concurrency=3)
     assert sorted(calls) == ["x.com", "y.com"]
     assert out["v"].tolist() == ["X.COM", "X.COM", "Y.COM"]
-    assert pb.last_run().stats.calls_shared == 1 and pb.last_run().stats.calls_reused == 0  # shared within the run, not an old receipt
+    assert (
+        pb.last_run().stats.calls_shared == 1 and pb.last_run().stats.calls_reused == 0
+    )  # shared within the run, not an old receipt
 
 
 def test_failed_call_lets_the_waiting_row_try(store: pb.ReceiptStore) -> None:
@@ -641,7 +686,9 @@ def test_last_run_is_per_task_with_the_latest_in_the_process_as_fallback(store: 
         return {"n": row.n}
 
     async def one(n: int) -> tuple[pb.Run, pb.Run | None]:
-        run = await pd.DataFrame({"n": range(n)}).play.arun(slow, store=store, progress=False, background=True)
+        run = await pd.DataFrame({"n": range(n)}).play.arun(
+            slow, store=store, progress=False, background=True
+        )
         await asyncio.sleep(0)  # the other task starts its run meanwhile
         await run._task
         return run, pb.last_run()
@@ -658,9 +705,14 @@ def test_a_play_sees_each_column_as_pandas_iterates_it(store) -> None:
     """Text (pyarrow-backed when pyarrow is installed), numbers, times and missing values reach the
     play exactly as iterating the frame gives them: same values, same types."""
     frame = pd.DataFrame(
-        {"s": pd.Series(["a", None, "c"]), "o": pd.Series(["x", None, 3], dtype=object), "n": [1, 2, 3],
-         "f": [1.0, float("nan"), 2.5], "t": pd.to_datetime(["2024-01-01", None, "2024-01-03"])}
-    )  # fmt: skip
+        {
+            "s": pd.Series(["a", None, "c"]),
+            "o": pd.Series(["x", None, 3], dtype=object),
+            "n": [1, 2, 3],
+            "f": [1.0, float("nan"), 2.5],
+            "t": pd.to_datetime(["2024-01-01", None, "2024-01-03"]),
+        }
+    )
     seen: list[tuple] = []
 
     @pb.play
@@ -729,14 +781,22 @@ def test_a_rerun_settles_rows_and_their_copies_from_memos_in_chunks(store: pb.Re
     stats = pb.last_run().stats
     clashed = frame["n"] % 5000 == 1
     assert len(calls) == 10_000
-    assert again.loc[~clashed, "play_status"].eq("reused").all() and (again.loc[~clashed, "t"] == frame.loc[~clashed, "n"] * 3).all()
-    assert again.loc[clashed, "play_status"].eq("failed").all() and again.loc[clashed, "play_error"].str.contains("'n'").all()
+    assert (
+        again.loc[~clashed, "play_status"].eq("reused").all()
+        and (again.loc[~clashed, "t"] == frame.loc[~clashed, "n"] * 3).all()
+    )
+    assert (
+        again.loc[clashed, "play_status"].eq("failed").all()
+        and again.loc[clashed, "play_error"].str.contains("'n'").all()
+    )
     assert again["n"].tolist() == frame["n"].tolist()  # nothing replaced without overwrite=True
     assert (stats.reused, stats.failed) == (20_000 - 4, 4)
     assert stats.calls_reused == 10_000 and stats.cost_saved == pytest.approx(2_500.0)
 
 
-def test_a_rerun_over_new_rows_among_memoised_ones_runs_the_new_ones_in_frame_order(store: pb.ReceiptStore) -> None:
+def test_a_rerun_over_new_rows_among_memoised_ones_runs_the_new_ones_in_frame_order(
+    store: pb.ReceiptStore,
+) -> None:
     """Memos are asked for in the order of their keys, not of the rows: the rows that find none
     still run in the frame's order, and every row's output is its own."""
     calls: list[int] = []
@@ -769,7 +829,9 @@ def test_a_rerun_over_new_rows_among_memoised_ones_runs_the_new_ones_in_frame_or
     ],
     ids=["int64", "uint64", "int8", "bool"],
 )
-def test_an_int_or_bool_column_keys_its_rows_as_the_same_values_as_objects_do(column: object, store: pb.ReceiptStore) -> None:
+def test_an_int_or_bool_column_keys_its_rows_as_the_same_values_as_objects_do(
+    column: object, store: pb.ReceiptStore
+) -> None:
     """Rows keyed by numpy ints or bools (read a column at a time) get the keys the same values get
     one by one: a run over the column as objects reuses every row of a run over it as numbers."""
     calls: list[object] = []
@@ -825,7 +887,9 @@ def test_rows_run_with_rarer_collections_and_the_thresholds_come_back(store: pb.
         gc.set_threshold(*before)
 
 
-def test_runs_collect_everything_once_many_rows_have_run_since_everything_was_last_collected(store: pb.ReceiptStore) -> None:
+def test_runs_collect_everything_once_many_rows_have_run_since_everything_was_last_collected(
+    store: pb.ReceiptStore,
+) -> None:
     """The cycles runs leave are collected when a run ends once ROWS rows have run since the last
     full collection, whoever made it; a small run's end pays none (in a big kernel, 0.25 s)."""
     import gc
@@ -863,7 +927,9 @@ def test_runs_collect_everything_once_many_rows_have_run_since_everything_was_la
         gone = weakref.ref(left)
         gc.collect()  # a full collection made by someone else: the count of rows starts again
         del left
-        with fewer_collections(ROWS // 2 + 1):  # ROWS + 1 rows since this process's last, ROWS // 2 + 1 since that one
+        with fewer_collections(
+            ROWS // 2 + 1
+        ):  # ROWS + 1 rows since this process's last, ROWS // 2 + 1 since that one
             pass
         assert gone() is not None
         with fewer_collections(ROWS // 2):

@@ -25,7 +25,14 @@ import uvloop
 import playbook as pb
 
 # Warnings that a loop or a coroutine was left behind: at exit, they are printed, not raised.
-LEFT_BEHIND = ("ResourceWarning", "Exception ignored", "never awaited", "Task was destroyed", "Event loop is closed", "Traceback")
+LEFT_BEHIND = (
+    "ResourceWarning",
+    "Exception ignored",
+    "never awaited",
+    "Task was destroyed",
+    "Event loop is closed",
+    "Traceback",
+)
 
 
 def _script(code: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -199,7 +206,10 @@ def test_last_run_is_per_thread() -> None:
         run = pd.DataFrame({"n": [first, 1, 2]}).play.run(meet, store="memory", progress=False)
         seen[name] = pb.last_run() is run
 
-    threads = [threading.Thread(target=one, args=(name, first), daemon=True) for name, first in (("a", -1), ("b", -2))]
+    threads = [
+        threading.Thread(target=one, args=(name, first), daemon=True)
+        for name, first in (("a", -1), ("b", -2))
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -221,10 +231,15 @@ def test_threads_on_the_default_store_at_once() -> None:
     statuses: dict[str, list[str]] = {}
 
     def one(name: str, first: int) -> None:
-        out = pd.DataFrame({"n": [first, *range(1000 * -first, 1000 * -first + 200)]}).play.map(meet, progress=False, concurrency=8)
+        out = pd.DataFrame({"n": [first, *range(1000 * -first, 1000 * -first + 200)]}).play.map(
+            meet, progress=False, concurrency=8
+        )
         statuses[name] = sorted(set(out["play_status"]))
 
-    threads = [threading.Thread(target=one, args=(name, first), daemon=True) for name, first in (("a", -1), ("b", -2))]
+    threads = [
+        threading.Thread(target=one, args=(name, first), daemon=True)
+        for name, first in (("a", -1), ("b", -2))
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -264,7 +279,9 @@ def test_threads_sharing_one_store_object(where: str, tmp_path: Path) -> None:
     for thread in threads:
         thread.join(timeout=60)
     assert not any(t.is_alive() for t in threads), "a run sharing the store hung"
-    assert sorted(statuses) == [0, 1, 2] and all("ok" in s and set(s) <= {"ok", "reused"} for s in statuses.values()), statuses
+    assert sorted(statuses) == [0, 1, 2] and all(
+        "ok" in s and set(s) <= {"ok", "reused"} for s in statuses.values()
+    ), statuses
     assert store.stats()["receipts"] == 500  # 0..499: the runs overlap by 200 inputs
     assert len(paid) == 500 and len(set(paid)) == 500  # each paid for once
 
@@ -352,7 +369,11 @@ def test_amap_in_a_uvicorn_server(tmp_path: Path) -> None:
 
         async def requests() -> list[httpx.Response]:
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
-                return list(await asyncio.gather(client.get("/enrich?n=1"), client.get("/enrich?n=2"), client.get("/blocking")))
+                return list(
+                    await asyncio.gather(
+                        client.get("/enrich?n=1"), client.get("/enrich?n=2"), client.get("/blocking")
+                    )
+                )
 
         first, second, blocking = asyncio.run(requests())
     finally:

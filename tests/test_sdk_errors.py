@@ -23,7 +23,7 @@ from vtime import run_virtual
 
 import playbook as pb
 from playbook.events import RowHeld
-from playbook.runtime.pipeline import invoke
+from playbook.runtime.calls.pipeline import invoke
 from playbook.tools import CallEnv
 
 openai = pytest.importorskip("openai")
@@ -34,7 +34,9 @@ CHAT_URL = "https://api.example/v1/chat/completions"
 
 def _ask(client: Any) -> Callable[[str], Any]:
     async def ask(company: str) -> str:
-        reply = await client.chat.completions.create(model="demo", messages=[{"role": "user", "content": f"Classify: {company}"}])
+        reply = await client.chat.completions.create(
+            model="demo", messages=[{"role": "user", "content": f"Classify: {company}"}]
+        )
         return reply.choices[0].message.content
 
     return ask
@@ -105,11 +107,15 @@ def test_openai_bad_key_stops_the_run(demo, store) -> None:
     """openai.AuthenticationError (401) raises RunFatal naming the tool and the SDK's error; no row runs after it."""
 
     async def main() -> pd.DataFrame:
-        async with openai.AsyncOpenAI(base_url=demo.url + "/v1", api_key="wrong-key", max_retries=0) as client:
+        async with openai.AsyncOpenAI(
+            base_url=demo.url + "/v1", api_key="wrong-key", max_retries=0
+        ) as client:
             label = pb.tool(_ask(client), name="label", provider=pb.Provider("llm"))
             return await COMPANIES.head(5).play.amap(label, store=store, progress=False, concurrency=1)
 
-    with pytest.raises(pb.RunFatal, match=r"tool 'label': openai\.AuthenticationError: Error code: 401") as caught:
+    with pytest.raises(
+        pb.RunFatal, match=r"tool 'label': openai\.AuthenticationError: Error code: 401"
+    ) as caught:
         asyncio.run(main())
     assert (caught.value.tool, caught.value.provider, caught.value.status) == ("label", "llm", 401)
     assert isinstance(caught.value.__cause__, openai.AuthenticationError)
@@ -121,7 +127,9 @@ def test_openai_bad_key_stops_the_run(demo, store) -> None:
 
 
 def _httpx_refusal(status: int, headers: dict[str, str]) -> Exception:
-    response = httpx.Response(status, headers=headers, request=httpx.Request("GET", "https://api.example/v1/x"))
+    response = httpx.Response(
+        status, headers=headers, request=httpx.Request("GET", "https://api.example/v1/x")
+    )
     try:
         response.raise_for_status()
     except httpx.HTTPStatusError as exc:
@@ -157,7 +165,12 @@ class VendorError(Exception):
         self.headers = headers
 
 
-REFUSALS = {"httpx": _httpx_refusal, "requests": _requests_refusal, "openai": _openai_refusal, "duck-typed": VendorError}
+REFUSALS = {
+    "httpx": _httpx_refusal,
+    "requests": _requests_refusal,
+    "openai": _openai_refusal,
+    "duck-typed": VendorError,
+}
 
 
 def _flaky(errors: list[Exception], **options: Any) -> tuple[pb.Tool, list[float]]:
@@ -178,7 +191,9 @@ def _run(tool: pb.Tool, store: pb.ReceiptStore, rows: int = 1) -> tuple[pb.Run, 
     """Run ``tool`` over ``rows`` rows in virtual time; returns the run and its events."""
 
     async def main() -> tuple[pb.Run, list[Any]]:
-        run = await pd.DataFrame({"n": range(rows)}).play.arun(tool, store=store, progress=False, background=True)
+        run = await pd.DataFrame({"n": range(rows)}).play.arun(
+            tool, store=store, progress=False, background=True
+        )
         events: list[Any] = []
         run.state.subscribe(events.append)
         await run._task
@@ -242,14 +257,22 @@ def test_sdk_errors_become_tool_errors_that_name_the_tool_and_chain_the_original
         asyncio.run(invoke(tool, {"company": "Acme"}, CallEnv(lambda: None, "key")))  # type: ignore[arg-type, return-value]
     error = caught.value
     assert str(error) == "tool 'label': openai.RateLimitError: Error code: 429 - {'error': 'refused'}"
-    assert (error.tool, error.provider, error.status, error.retryable, error.retry_after) == ("label", "llm", 429, True, 1.5)
+    assert (error.tool, error.provider, error.status, error.retryable, error.retry_after) == (
+        "label",
+        "llm",
+        429,
+        True,
+        1.5,
+    )
     assert error.__cause__ is original
 
 
 def test_sdk_bad_credentials_are_fatal(store) -> None:
     """A 401 from any SDK stops the run with RunFatal naming the tool, after one try."""
     tool, tries = _flaky([_httpx_refusal(401, {})], name="enrich")
-    with pytest.raises(pb.RunFatal, match=r"tool 'enrich': httpx\.HTTPStatusError: Client error '401 Unauthorized'"):
+    with pytest.raises(
+        pb.RunFatal, match=r"tool 'enrich': httpx\.HTTPStatusError: Client error '401 Unauthorized'"
+    ):
         _run(tool, store, rows=3)
     assert len(tries) == 1
 
@@ -286,7 +309,10 @@ def test_retry_on_gives_up_after_the_providers_retries(store) -> None:
     tool, tries = _flaky([Flaky("busy")] * 10, retry_on=Flaky, provider=pb.Provider("p", retries=2))
     run, _ = _run(tool, store)
     assert run.result["play_status"].tolist() == ["failed"] and len(tries) == 3
-    assert "ProviderUnavailable" in run.result["play_error"].iloc[0] and "Flaky: busy" in run.result["play_error"].iloc[0]
+    assert (
+        "ProviderUnavailable" in run.result["play_error"].iloc[0]
+        and "Flaky: busy" in run.result["play_error"].iloc[0]
+    )
 
 
 def test_retry_on_covers_batch_tools(store) -> None:

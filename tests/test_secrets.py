@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 import playbook as pb
+from playbook import secrets
 from playbook.store import engine
-from playbook.tools import secrets
 
 # Base64-style, as many real keys are: '/', '+' and '=' are escaped in URLs, so an audit that
 # only looked for the raw value would miss the form a URL or an httpx log line carries.
@@ -75,7 +75,11 @@ def _chat(demo: pb.demo.DemoServer, **over: object) -> pb.Tool:
         method="POST",
         url=demo.url + "/v1/chat/completions",
         params={"api_key": "{secret}"},
-        json={"model": "demo-1", "user": "{secret}", "messages": [{"role": "user", "content": "Summarise {company}"}]},
+        json={
+            "model": "demo-1",
+            "user": "{secret}",
+            "messages": [{"role": "user", "content": "Summarise {company}"}],
+        },
         headers={"Authorization": "Bearer {secret}", "X-Api-Key": "{secret}"},
         secret=pb.secret(ENV, default="not-the-key"),
         pick="choices.0.message.content",
@@ -84,7 +88,9 @@ def _chat(demo: pb.demo.DemoServer, **over: object) -> pb.Tool:
     return pb.http_tool("audit.chat", **options)
 
 
-def _map(frame: pd.DataFrame, tool: pb.Tool, client: httpx.AsyncClient | None, **options: object) -> pd.DataFrame:
+def _map(
+    frame: pd.DataFrame, tool: pb.Tool, client: httpx.AsyncClient | None, **options: object
+) -> pd.DataFrame:
     """map() the tool; a client of the test's own is closed on the loop that used it."""
     if client is None:
         return frame.play.map(tool, **options)
@@ -101,7 +107,9 @@ def _store_bytes(store: pb.ReceiptStore) -> list[tuple[Path, bytes]]:
     return [(p, p.read_bytes()) for p in sorted(store.path.rglob("*")) if p.is_file()]
 
 
-def _assert_run_clean(out: pd.DataFrame, store: pb.ReceiptStore, capsys: pytest.CaptureFixture[str], caplog) -> None:
+def _assert_run_clean(
+    out: pd.DataFrame, store: pb.ReceiptStore, capsys: pytest.CaptureFixture[str], caplog
+) -> None:
     """Nothing a run leaves behind holds the secret."""
     _assert_clean("the result's repr", repr(out))
     _assert_clean("the result's CSV", out.to_csv())
@@ -113,7 +121,9 @@ def _assert_run_clean(out: pd.DataFrame, store: pb.ReceiptStore, capsys: pytest.
     _assert_clean("receipts()", receipts.to_csv() + repr(receipts))
     _assert_clean("store.stats()", repr(store.stats()))
     run = pb.last_run()
-    _assert_clean("the run", repr(run) + repr(run.stats) + repr(run.errors) + repr(run.parked) + repr(run.holds))
+    _assert_clean(
+        "the run", repr(run) + repr(run.stats) + repr(run.errors) + repr(run.parked) + repr(run.holds)
+    )
     _assert_clean("the run's HTML summary (what the widget leaves)", run._repr_html_())
     captured = capsys.readouterr()
     _assert_clean("stdout/stderr", captured.out + captured.err)
@@ -135,14 +145,22 @@ def test_provider_echoing_the_key_is_not_stored(keyed, store, capsys, logs) -> N
     """A response that echoes the key back does not put it in the receipt or the result."""
     keyed.reset(api_keys=(SECRET,), job_seconds=0)
     submit = pb.http_tool(
-        "audit.submit", method="POST", url=keyed.url + "/v1/jobs",
-        json={"company": "{company}", "token": "{secret}"}, headers={"Authorization": "Bearer {secret}"},
-        secret=pb.secret(ENV), pick="job_id",
-    )  # fmt: skip
+        "audit.submit",
+        method="POST",
+        url=keyed.url + "/v1/jobs",
+        json={"company": "{company}", "token": "{secret}"},
+        headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret(ENV),
+        pick="job_id",
+    )
     fetch = pb.http_tool(
-        "audit.fetch", method="GET", url=keyed.url + "/v1/jobs/{job_id}",
-        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret(ENV), pick="result",
-    )  # fmt: skip
+        "audit.fetch",
+        method="GET",
+        url=keyed.url + "/v1/jobs/{job_id}",
+        headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret(ENV),
+        pick="result",
+    )
 
     @pb.play
     async def job(row, ctx):
@@ -150,7 +168,10 @@ def test_provider_echoing_the_key_is_not_stored(keyed, store, capsys, logs) -> N
 
     out = COMPANIES.play.map(job, store=store, progress="text")
     assert out["play_status"].tolist() == ["ok"] * 3, out["play_error"].tolist()
-    assert out["job"].iloc[0]["input"] == {"company": "Acme Robotics", "token": "***"}  # the echo is kept, the key masked
+    assert out["job"].iloc[0]["input"] == {
+        "company": "Acme Robotics",
+        "token": "***",
+    }  # the echo is kept, the key masked
     _assert_run_clean(out, store, capsys, logs)
 
 
@@ -161,14 +182,24 @@ def _failing_cases(demo: pb.demo.DemoServer) -> dict[str, tuple[dict, dict]]:
     return {
         "500": ({"fault_rate": 1.0, "fault_status": 500}, {"url": chat}),
         "404 with the key in the path": ({}, {"url": in_path}),
-        "422": ({}, {"method": "GET", "url": demo.url + "/v1/company", "json": None, "params": {"key": "{secret}", "name": "{company}"}}),
+        "422": (
+            {},
+            {
+                "method": "GET",
+                "url": demo.url + "/v1/company",
+                "json": None,
+                "params": {"key": "{secret}", "name": "{company}"},
+            },
+        ),
         "timeout": ({"latency": 0.5}, {"url": demo.url + "/v1/chat/completions/{secret}", "timeout": 0.05}),
         "connection refused": ({}, {"url": "http://127.0.0.1:9/v1/{secret}/chat"}),
         "malformed JSON": ({"malformed_rate": 1.0}, {"url": chat}),
     }
 
 
-@pytest.mark.parametrize("case", ["500", "404 with the key in the path", "422", "timeout", "connection refused", "malformed JSON"])
+@pytest.mark.parametrize(
+    "case", ["500", "404 with the key in the path", "422", "timeout", "connection refused", "malformed JSON"]
+)
 def test_failed_calls_name_no_secret(keyed, store, capsys, logs, case) -> None:
     """A failing call's row error, the raised error and its traceback hold no form of the secret."""
     settings, options = _failing_cases(keyed)[case]
@@ -176,7 +207,9 @@ def test_failed_calls_name_no_secret(keyed, store, capsys, logs, case) -> None:
     chat = _chat(keyed, **options)
     out = COMPANIES.play.map(chat, store=store, progress="text")
     assert set(out["play_status"]) == {"failed"}
-    assert all(e.startswith("ToolError: tool 'audit.chat'") for e in out["play_error"]), out["play_error"].tolist()
+    assert all(e.startswith("ToolError: tool 'audit.chat'") for e in out["play_error"]), out[
+        "play_error"
+    ].tolist()
     if case[0].isdigit():
         assert f"HTTP {case.split()[0]}" in out["play_error"].iloc[0]
     _assert_run_clean(out, store, capsys, logs)
@@ -196,7 +229,9 @@ def test_refused_key_in_the_url_is_not_in_the_fatal_error(keyed, store, capsys, 
 
 
 @pytest.mark.parametrize("stray", ["\r", "\n", " ", "\r\n"])
-def test_a_secret_with_stray_whitespace_is_sent_without_it(keyed, store, capsys, monkeypatch, logs, stray) -> None:
+def test_a_secret_with_stray_whitespace_is_sent_without_it(
+    keyed, store, capsys, monkeypatch, logs, stray
+) -> None:
     """A key read with a trailing CR or newline (a .env file saved on Windows, a value pasted from
     a terminal) or a stray space is sent as the key itself: no key has one, and a header holding a
     newline is refused by the HTTP client before it is sent.  Nothing the run leaves holds it."""
@@ -226,9 +261,17 @@ def test_malformed_body_echoing_the_key_is_masked_before_the_preview_is_cut(stor
     """A malformed body that echoes the key near the preview's end shows neither the key nor a prefix of it."""
     monkeypatch.setenv(ENV, SECRET)
     body = b'{"note": "' + b"x" * 31 + b'", "key": "' + SECRET.encode()  # cut short: not JSON
-    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda request: httpx.Response(200, content=body)))
-    tool = pb.http_tool("mock.echo", method="GET", url="https://api.example/v1/{q}", headers={"Authorization": "Bearer {secret}"},
-                        secret=pb.secret(ENV), client=client)  # fmt: skip
+    client = httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    )
+    tool = pb.http_tool(
+        "mock.echo",
+        method="GET",
+        url="https://api.example/v1/{q}",
+        headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret(ENV),
+        client=client,
+    )
     out = pd.DataFrame({"q": ["a"]}).play.map(tool, store=store, progress=False)
     error = out["play_error"].iloc[0]
     assert "malformed JSON" in error
@@ -243,7 +286,9 @@ def _reachable_strings(root: object, limit: int = 200_000) -> list[str]:
     import sys
     import types
 
-    module_dicts = {id(vars(m)) for m in list(sys.modules.values()) if m is not None and hasattr(m, "__dict__")}
+    module_dicts = {
+        id(vars(m)) for m in list(sys.modules.values()) if m is not None and hasattr(m, "__dict__")
+    }
     seen: set[int] = set()
     stack, found = [root], []
     while stack and len(seen) < limit:
@@ -305,9 +350,13 @@ def test_an_error_shows_where_the_secret_goes_in_the_url_as_its_placeholder(stor
     not the key, nor the marker it is rendered with before it is filled in."""
     monkeypatch.setenv(ENV, SECRET)
     tool = pb.http_tool(
-        "keyed.path", method="GET", url="http://127.0.0.1:9/v1/{secret}/email", params={"q": "{q}"}, secret=pb.secret(ENV),
+        "keyed.path",
+        method="GET",
+        url="http://127.0.0.1:9/v1/{secret}/email",
+        params={"q": "{q}"},
+        secret=pb.secret(ENV),
         provider=pb.Provider("closed-port", retries=0, max_wait=0),
-    )  # fmt: skip
+    )
     out = pd.DataFrame({"q": ["a"]}).play.map(tool, store=store, progress=False)
     error = out["play_error"].iloc[0]
     assert "(GET http://127.0.0.1:9/v1/{secret}/email)" in error and secrets.PLACEHOLDER not in error
@@ -318,16 +367,24 @@ def test_an_error_shows_where_the_secret_goes_in_the_url_as_its_placeholder(stor
     ("text", "shown"),
     [
         ("the key is PBtest-7f3Q/x+k~9.Z_w== indeed", "the key is *** indeed"),
-        ("it began PBtest-7f3Q/x+k and went on", "it began PBtest-*** and went on"),  # 8 characters past its prefix
+        (
+            "it began PBtest-7f3Q/x+k and went on",
+            "it began PBtest-*** and went on",
+        ),  # 8 characters past its prefix
         ("ends in k~9.Z_w==.", "ends in ***."),
         ("two: 7f3Q/x+k and +k~9.Z_w", "two: *** and ***"),
         ("lower-cased: pbtest-7f3q/x+k~9", "lower-cased: pbtest-***"),  # a model may echo it in any case
         ("PBtest-7f3Q (7 past the prefix)", "PBtest-7f3Q (7 past the prefix)"),  # too short to be a key's
-        ("keys of this kind start with PBtest-", "keys of this kind start with PBtest-"),  # its public prefix alone
+        (
+            "keys of this kind start with PBtest-",
+            "keys of this kind start with PBtest-",
+        ),  # its public prefix alone
         ("nothing of it here", "nothing of it here"),
     ],
 )
-def test_a_part_of_a_key_echoed_in_text_is_masked(text: str, shown: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_part_of_a_key_echoed_in_text_is_masked(
+    text: str, shown: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Any run of 8 or more of a revealed key's characters past its public prefix is masked, in
     any case (an answer that repeats part of its request); shorter ones, and the prefix every key
     of its kind shares (``sk-proj-``), which ordinary text names, are not."""
@@ -340,8 +397,17 @@ def test_a_part_of_a_key_echoed_in_text_is_masked(text: str, shown: str, monkeyp
 def test_a_row_value_spelling_the_stand_in_is_sent_as_it_is(keyed, store) -> None:
     """A row whose value is the stand-in a tool renders in the key's place, or ``{secret}``, is
     sent as that text: the provider answers for it, and the key went only in the header."""
-    tool = pb.http_tool("echo", method="GET", url=keyed.url + "/v1/email", params={"domain": "acme.com", "first": "{first}"},
-                        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret(ENV), miss_status=(404,))  # fmt: skip
-    out = pd.DataFrame({"first": [secrets.PLACEHOLDER, "{secret}"]}).play.map(tool, store=store, progress=False)
+    tool = pb.http_tool(
+        "echo",
+        method="GET",
+        url=keyed.url + "/v1/email",
+        params={"domain": "acme.com", "first": "{first}"},
+        headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret(ENV),
+        miss_status=(404,),
+    )
+    out = pd.DataFrame({"first": [secrets.PLACEHOLDER, "{secret}"]}).play.map(
+        tool, store=store, progress=False
+    )
     assert out["play_status"].tolist() == ["ok", "ok"]
     assert keyed.stats()["key_places"] == {"header authorization": 2}

@@ -32,8 +32,8 @@ Factory = Callable[..., Limiter]
 def make(request: pytest.FixtureRequest) -> Factory:
     """Build a limiter of either kind with the same options."""
     if request.param == "local":
-        return lambda rate=None, burst=None, concurrency=None, account="acme:default", tokens=None: LocalLimiter(
-            rate, burst, concurrency, tokens
+        return lambda rate=None, burst=None, concurrency=None, account="acme:default", tokens=None: (
+            LocalLimiter(rate, burst, concurrency, tokens)
         )
     url = request.getfixturevalue("redis_url")
     return lambda rate=None, burst=None, concurrency=None, account="acme:default", tokens=None: RedisLimiter(
@@ -121,7 +121,9 @@ def test_a_call_late_on_its_own_keeps_its_slot(redis_url: str) -> None:
         limiter = RedisLimiter(redis_url, "acme:default", provider="acme", rate=20.0)
         await limiter.settle(await _go(limiter))  # connected, its scripts loaded
         waiting = asyncio.create_task(_go(limiter))
-        await asyncio.sleep(0.02)  # its slot is reserved (0.05 s after the first call's): it sleeps until then
+        await asyncio.sleep(
+            0.02
+        )  # its slot is reserved (0.05 s after the first call's): it sleeps until then
         before = scripts_run()
         time.sleep(0.3)  # noqa: ASYNC251  # the stall itself
         permit = await waiting
@@ -191,7 +193,9 @@ def test_a_refusal_cuts_the_rate_once_per_episode(make: Factory) -> None:
 
     configured, cut, same, again = asyncio.run(main())
     assert configured == pytest.approx(20.0)
-    assert cut == pytest.approx(20.0 * 0.75, rel=0.01)  # refused right after sending began: a burst was measured
+    assert cut == pytest.approx(
+        20.0 * 0.75, rel=0.01
+    )  # refused right after sending began: a burst was measured
     assert same == cut and again is not None and again < cut
 
 
@@ -394,7 +398,12 @@ def other(redis_url: str) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
     def start(action: str, ttl: float = 1.5) -> subprocess.Popen[str]:
         url = redis_url.replace("/0", f"/0?permit_ttl={ttl}")
-        proc = subprocess.Popen([sys.executable, "-c", _OTHER, url, action], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _OTHER, url, action],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         started.append(proc)
         return proc
 
@@ -411,7 +420,9 @@ def _done(proc: subprocess.Popen[str]) -> str:
     return out
 
 
-def test_a_hold_set_by_another_process_is_seen_here(redis_url: str, other: Callable[..., subprocess.Popen[str]]) -> None:
+def test_a_hold_set_by_another_process_is_seen_here(
+    redis_url: str, other: Callable[..., subprocess.Popen[str]]
+) -> None:
     """Another process holds the account for 10 s: acquire here steps aside and learns until when
     (the hold outlasts a loaded machine's start of this process by far: nothing waits it out)."""
     _done(other("hold"))
@@ -425,7 +436,9 @@ def test_a_hold_set_by_another_process_is_seen_here(redis_url: str, other: Calla
     assert permit is None and 1.0 < left <= 10.0
 
 
-def test_a_cut_made_by_another_process_is_seen_here(redis_url: str, other: Callable[..., subprocess.Popen[str]]) -> None:
+def test_a_cut_made_by_another_process_is_seen_here(
+    redis_url: str, other: Callable[..., subprocess.Popen[str]]
+) -> None:
     """Another process's 429 cuts the shared rate: this process paces at the cut rate at its next permit."""
     cut = float(_done(other("cut")).split()[-1])
 
@@ -437,7 +450,9 @@ def test_a_cut_made_by_another_process_is_seen_here(redis_url: str, other: Calla
     assert cut < 20.0 and asyncio.run(main()) == pytest.approx(cut)
 
 
-def test_slots_of_a_process_killed_on_this_machine_come_back_at_once(redis_url: str, other: Callable[..., subprocess.Popen[str]]) -> None:
+def test_slots_of_a_process_killed_on_this_machine_come_back_at_once(
+    redis_url: str, other: Callable[..., subprocess.Popen[str]]
+) -> None:
     """A process on this machine holding all 3 slots is killed with SIGKILL: its slots come back
     as soon as the account is found full (its pid is gone), not when their permits expire."""
     proc = other("hog", 30)
@@ -462,7 +477,9 @@ def test_slots_held_on_another_machine_come_back_after_their_expiry(redis_url: s
     client = redis.Redis.from_url(redis_url)
     seconds, micros = client.time()
     expires = seconds + micros / 1e6 + 1.5
-    client.zadd("playbook:limit:{acme:default}:permits", {f"otherhost:{n}:abcd:1": expires for n in (101, 102, 103)})
+    client.zadd(
+        "playbook:limit:{acme:default}:permits", {f"otherhost:{n}:abcd:1": expires for n in (101, 102, 103)}
+    )
 
     async def main() -> tuple[bool, float]:
         limiter = _shared(redis_url, concurrency=3)
@@ -520,7 +537,9 @@ def test_an_unreachable_redis_parks_or_fails_rows_naming_the_provider_and_url(st
     assert "'acme'" in errors and "redis://127.0.0.1:1/0" in errors
 
 
-@pytest.mark.parametrize("url", ["http://localhost:6379", "redis//x", "redis://h/0?permit_ttl=0", "redis://h/0?permit_ttl=x"])
+@pytest.mark.parametrize(
+    "url", ["http://localhost:6379", "redis//x", "redis://h/0?permit_ttl=0", "redis://h/0?permit_ttl=x"]
+)
 def test_a_bad_shared_url_is_rejected_when_the_provider_is_made(url: str) -> None:
     """A URL that is not a Redis URL (or a bad permit_ttl) is a PlayDefinitionError naming the provider."""
     with pytest.raises(pb.PlayDefinitionError, match="'acme'"):
@@ -555,7 +574,9 @@ def test_a_hinted_refusal_under_a_token_limit_leaves_the_request_rate_alone(make
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["local", "shared"])
-def test_a_window_used_up_past_max_wait_parks_the_rows_that_would_wait(shared: bool, request: pytest.FixtureRequest, store) -> None:  # type: ignore[no-untyped-def]
+def test_a_window_used_up_past_max_wait_parks_the_rows_that_would_wait(
+    shared: bool, request: pytest.FixtureRequest, store
+) -> None:  # type: ignore[no-untyped-def]
     """window=(2, 3600): two calls go, the others' turn is an hour away, past max_wait: their rows
     park at once ("paces calls"), none sleeps through the hour, locally or with the limits shared."""
     url = request.getfixturevalue("redis_url") if shared else None

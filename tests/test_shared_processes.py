@@ -60,8 +60,14 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., list[dict[str, Any]]]]:
     def run(count: int, rows: int, ready: Callable[[], object], **cfg: Any) -> list[dict[str, Any]]:
         go = tmp_path / "go"
         for i in range(count):
-            own = {**cfg, "start": i * rows, "n": rows, "store": str(tmp_path / f"store{i}"),
-                   "ready": str(tmp_path / f"ready{i}"), "go": str(go)}  # fmt: skip
+            own = {
+                **cfg,
+                "start": i * rows,
+                "n": rows,
+                "store": str(tmp_path / f"store{i}"),
+                "ready": str(tmp_path / f"ready{i}"),
+                "go": str(go),
+            }
             started.append(warm.start(script, json.dumps(own)))
         deadline = time.monotonic() + 60
         while not all((tmp_path / f"ready{i}").exists() for i in range(count)):
@@ -90,15 +96,22 @@ def test_processes_sharing_a_provider_keep_to_one_rate_and_one_concurrency(
     """2 or 4 processes, rps=20 and concurrency=8 shared: the demo never sees more than 8 in
     flight, the combined rate stays under 20/s, few 429s, no call dispatched twice."""
     rows = 120 // count
-    limits = {"rps": 20, "burst": 10, "max_in_flight": 8, "latency": 0.5}  # 0.5 s answers: 8 in flight bind before 20/s
+    limits = {
+        "rps": 20,
+        "burst": 10,
+        "max_in_flight": 8,
+        "latency": 0.5,
+    }  # 0.5 s answers: 8 in flight bind before 20/s
     demo.reset(**limits)
     results = workers(count, rows, lambda: demo.reset(**limits), url=demo.url, shared=redis_url)
     stats = demo.stats()
     seconds = max(r["ended"] for r in results) - min(r["began"] for r in results)
     rate = stats["requests"] / seconds
     refused = stats["by_status"].get("429", 0)
-    print(f"{count} processes: {stats['requests']} requests in {seconds:.1f}s = {rate:.1f}/s, "
-          f"max in flight {stats['max_in_flight']}, 429s {refused}, sent {[r['sent'] for r in results]}")  # fmt: skip
+    print(
+        f"{count} processes: {stats['requests']} requests in {seconds:.1f}s = {rate:.1f}/s, "
+        f"max in flight {stats['max_in_flight']}, 429s {refused}, sent {[r['sent'] for r in results]}"
+    )
 
     assert all(r["statuses"] == {"ok": rows} for r in results), [r["statuses"] for r in results]
     assert stats["max_in_flight"] <= 8

@@ -7,7 +7,7 @@ import pandas as pd
 
 import playbook as pb
 from playbook.events import CallFinished, ProviderDown, ProviderUp, RunStarted
-from playbook.runtime.state import RunState
+from playbook.runtime.state.run_state import RunState
 
 
 def test_calls_with_a_provider_or_a_cost_are_paid_and_free_local_calls_are_counted_apart() -> None:
@@ -52,7 +52,9 @@ def test_a_run_counts_its_local_tools_apart_from_the_ones_it_pays_for(store: pb.
     frame = pd.DataFrame({"n": [1, 2, 3]})
     first = frame.play.run(three, store=store, progress=False).stats
     assert (first.calls_executed, first.calls_local, first.calls_reused, first.cost_spent) == (6, 3, 0, 0.75)
-    again = frame.play.run(three, store=store, progress=False, refresh="rows").stats  # every call from its receipt
+    again = frame.play.run(
+        three, store=store, progress=False, refresh="rows"
+    ).stats  # every call from its receipt
     assert (again.calls_executed, again.calls_local, again.calls_reused, again.cost_saved) == (0, 0, 9, 0.75)
 
 

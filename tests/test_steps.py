@@ -23,7 +23,9 @@ def virtual_store(path: Path) -> pb.ReceiptStore:
     return pb.ReceiptStore(path, clock=lambda: EPOCH + asyncio.get_running_loop().time())
 
 
-async def launch(frame: pd.DataFrame, play: Any, store: pb.ReceiptStore, **opts: Any) -> tuple[pb.Run, list[tuple[float, Any]]]:
+async def launch(
+    frame: pd.DataFrame, play: Any, store: pb.ReceiptStore, **opts: Any
+) -> tuple[pb.Run, list[tuple[float, Any]]]:
     run = await frame.play.arun(play, store=store, progress=False, background=True, **opts)
     events: list[tuple[float, Any]] = []
     run.state.subscribe(lambda e: events.append((asyncio.get_running_loop().time(), e)))
@@ -86,7 +88,10 @@ def test_step_value_without_json_form_fails_the_row(store: pb.ReceiptStore) -> N
 
     out = pd.DataFrame({"n": [0, 1]}).play.map(play, store=store, progress=False)
     assert out["play_status"].tolist() == ["ok", "failed"]
-    assert "step 'make' returned a value with no JSON form (a value of type builtins.object" in out.loc[1, "play_error"]
+    assert (
+        "step 'make' returned a value with no JSON form (a value of type builtins.object"
+        in out.loc[1, "play_error"]
+    )
 
 
 def test_step_with_a_sync_function_and_arguments(store: pb.ReceiptStore) -> None:
@@ -118,7 +123,9 @@ def test_sleep_releases_the_slot_and_wakes_on_time(tmp_path: Path) -> None:
         finished[row.n] = asyncio.get_running_loop().time()
         return {"n2": row.n * 2}
 
-    run, events = run_virtual(launch(pd.DataFrame({"n": [0, 1, 2]}), play, virtual_store(tmp_path / "s"), concurrency=1))
+    run, events = run_virtual(
+        launch(pd.DataFrame({"n": [0, 1, 2]}), play, virtual_store(tmp_path / "s"), concurrency=1)
+    )
     assert run.result["play_status"].tolist() == ["ok"] * 3
     assert finished[1] < 1 and finished[2] < 1
     assert finished[0] == pytest.approx(30.0, abs=0.01)
@@ -184,7 +191,9 @@ def test_demo_job_submit_sleep_poll(demo: pb.demo.DemoServer, store: pb.ReceiptS
     """Submit a job once, sleep while it runs (slot released), poll until done: each job is paid for once."""
     demo.configure(job_seconds=1.5)
     auth = {"Authorization": "Bearer demo-key"}
-    submit = pb.http_tool("demo.submit", method="POST", url=demo.url + "/v1/jobs", json={"domain": "{domain}"}, headers=auth)
+    submit = pb.http_tool(
+        "demo.submit", method="POST", url=demo.url + "/v1/jobs", json={"domain": "{domain}"}, headers=auth
+    )
     status = pb.http_tool("demo.job", method="GET", url=demo.url + "/v1/jobs/{job_id}", headers=auth)
 
     @pb.play

@@ -19,16 +19,24 @@ from playbook._internal.urls import masked
 from playbook.store.memory import MemoryBackend
 from playbook.store.protocol import Backend, Counts, Damaged, Found, StoreFailure
 from playbook.store.records import MemoRow, Record, memo_tools
-from playbook.store.redis import RedisBackend
+from playbook.store.redis.backend import RedisBackend
 
 
 def _key(kind: str, n: int) -> str:
     return f"{kind}{n:032x}"
 
 
-def _record(key: str, *, tool: str = "lookup", at: float = 1_700_000_000.125, cost: float = 0.5, **fields: object) -> Record:
+def _record(
+    key: str, *, tool: str = "lookup", at: float = 1_700_000_000.125, cost: float = 0.5, **fields: object
+) -> Record:
     values: dict[str, object] = dict(
-        version="1", account="default", miss=False, flags=0, input='{"q": "ä"}', output='{"a": [1, 2.5]}', error=None
+        version="1",
+        account="default",
+        miss=False,
+        flags=0,
+        input='{"q": "ä"}',
+        output='{"a": [1, 2.5]}',
+        error=None,
     )
     values.update(fields)
     return Record(key, tool, at=at, cost=cost, **values)  # type: ignore[arg-type]
@@ -66,7 +74,9 @@ def test_written_record_reads_back(backend: Backend) -> None:
     assert backend.tool_of(record.key) == "lookup"
 
 
-def test_records_written_together_read_back_each_its_own(backend: Backend, request: pytest.FixtureRequest) -> None:
+def test_records_written_together_read_back_each_its_own(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
     """A batch of records with and without inputs, odd costs and names: each comes back as
     written (on Redis also when the server has not seen the script that writes the rest of a
     record: a new or restarted one)."""
@@ -74,7 +84,9 @@ def test_records_written_together_read_back_each_its_own(backend: Backend, reque
         redis.Redis.from_url(request.getfixturevalue("redis_url")).script_flush()
     records = [
         _record(_key("r", 1), input=None, cost=0.1 + 0.2),
-        _record(_key("r", 2), tool="näme: with spaces", cost=1e-300, input='{"q": ""}', version="v 2", account="ä"),
+        _record(
+            _key("r", 2), tool="näme: with spaces", cost=1e-300, input='{"q": ""}', version="v 2", account="ä"
+        ),
         _record(_key("r", 3), cost=0.0, input="[]"),
         _record(_key("s", 4), input=None),
     ]
@@ -104,7 +116,9 @@ def test_lookup_many_matches_lookup(backend: Backend) -> None:
     backend.write([_record(_key("r", n), at=float(n)) for n in range(0, 10, 2)] + [_record(_key("s", 1))])
     keys = [_key("r", n) for n in range(10)] + [_key("s", 1)]
     assert backend.lookup_many(keys) == [backend.lookup(key) for key in keys]
-    assert [found is not None for found in backend.lookup_many(keys)] == [n % 2 == 0 for n in range(10)] + [True]
+    assert [found is not None for found in backend.lookup_many(keys)] == [n % 2 == 0 for n in range(10)] + [
+        True
+    ]
     assert backend.lookup_many([]) == []
 
 
@@ -118,7 +132,13 @@ def test_rewritten_record_keeps_nothing_of_the_old(backend: Backend) -> None:
 
 def test_records_lists_receipts_oldest_first(backend: Backend) -> None:
     """records() lists receipts only (no step records), oldest first, all or one tool's."""
-    backend.write([_record(_key("r", 1), at=30.0), _record(_key("r", 2), at=10.0, tool="other"), _record(_key("r", 3), at=20.0)])
+    backend.write(
+        [
+            _record(_key("r", 1), at=30.0),
+            _record(_key("r", 2), at=10.0, tool="other"),
+            _record(_key("r", 3), at=20.0),
+        ]
+    )
     backend.write([_record(_key("s", 1), at=5.0)])
     assert [key for key, _ in backend.records()] == [_key("r", 2), _key("r", 3), _key("r", 1)]
     assert [key for key, _ in backend.records("lookup")] == [_key("r", 3), _key("r", 1)]
@@ -147,7 +167,10 @@ def test_memos_written_are_found_once_folded_the_last_of_a_key_winning(backend: 
     backend.fold_memos()
     backend.fold_memos()
     found, bad = backend.memos([_key("m", n) for n in range(2000)])
-    assert sorted(found) == sorted([_memo(n) for n in range(2000) if n != 4] + [_memo(4, {"other": "f2"})]) and bad == []
+    assert (
+        sorted(found) == sorted([_memo(n) for n in range(2000) if n != 4] + [_memo(4, {"other": "f2"})])
+        and bad == []
+    )
     assert backend.counts().memos == 2000
 
 
@@ -195,11 +218,19 @@ def test_a_store_without_a_memo_log_opened_read_only_counts_its_memos(tmp_path: 
 
 
 def _fill(backend: Backend) -> None:
-    backend.write([_record(_key("r", 1), cost=1.0), _record(_key("r", 2), cost=0.5), _record(_key("r", 3), tool="other", cost=0.25)])
+    backend.write(
+        [
+            _record(_key("r", 1), cost=1.0),
+            _record(_key("r", 2), cost=0.5),
+            _record(_key("r", 3), tool="other", cost=0.25),
+        ]
+    )
     backend.write([_record(_key("s", 1), tool="lookup")])
     backend.write_memos([_memo(1), _memo(2, {"other": "f2"})])
     backend.fold_memos()
-    backend.write_memos([_memo(3, {"lookup": "f1", "other": "f2"})])  # not folded yet: counted and cleared all the same
+    backend.write_memos(
+        [_memo(3, {"lookup": "f1", "other": "f2"})]
+    )  # not folded yet: counted and cleared all the same
 
 
 def test_counts(backend: Backend) -> None:
@@ -221,7 +252,9 @@ def test_clear_tool_drops_its_receipts_and_memos(backend: Backend) -> None:
     assert backend.lookup(_key("s", 1)) is not None  # a step record belongs to its row
     backend.fold_memos()
     found, _ = backend.memos([_key("m", n) for n in (1, 2, 3)])
-    assert [fields[0] for fields in found] == [_key("m", 2)]  # a memo as its fields (MemoFields): its key first
+    assert [fields[0] for fields in found] == [
+        _key("m", 2)
+    ]  # a memo as its fields (MemoFields): its key first
     assert backend.memo_count("lookup") == 0
     assert backend.memo_count("other") == 1
     assert backend.counts().by_tool == {"other": (1, 0.25)}
@@ -246,8 +279,15 @@ def test_clear_everything(backend: Backend) -> None:
 def test_spend_lines_add_up_per_day_provider_and_tool_and_outlive_clear(backend: Backend) -> None:
     """Lines of one day, provider and tool add up (runs of several processes add theirs); names
     with odd characters come back as written; clearing receipts keeps what was spent."""
-    backend.write_spend([("2026-12-04", "acme", "lookup", 3, 1.5, 2, 1.0), ("2026-12-04", "", "play p", 0, 0.0, 5, 2.5)])
-    backend.write_spend([("2026-12-04", "acme", "lookup", 1, 0.25, 0, 0.0), ("2026-12-05", "ä:b\x1f", 't "q"', 1, 0.1, 0, 0.0)])
+    backend.write_spend(
+        [("2026-12-04", "acme", "lookup", 3, 1.5, 2, 1.0), ("2026-12-04", "", "play p", 0, 0.0, 5, 2.5)]
+    )
+    backend.write_spend(
+        [
+            ("2026-12-04", "acme", "lookup", 1, 0.25, 0, 0.0),
+            ("2026-12-05", "ä:b\x1f", 't "q"', 1, 0.1, 0, 0.0),
+        ]
+    )
     assert sorted(backend.spend_rows()) == [
         ("2026-12-04", "", "play p", 0, 0.0, 5, 2.5),
         ("2026-12-04", "acme", "lookup", 4, 1.75, 2, 1.0),
@@ -321,14 +361,18 @@ def test_only_the_owner_releases(backend: Backend) -> None:
     assert backend.take([_key("r", 1)], "b", 30) == [True]
 
 
-def test_a_write_gives_back_the_owners_leases_of_its_receipts(backend: Backend, request: pytest.FixtureRequest) -> None:
+def test_a_write_gives_back_the_owners_leases_of_its_receipts(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
     """Leases named with a write are freed by it, the owner's only; on Redis also when the server has
     not seen the script that frees them (a new or restarted server): the write still goes in."""
     backend.take([_key("r", 1), _key("r", 2)], "a", 30)
     backend.take([_key("r", 3)], "b", 30)
     if isinstance(backend, RedisBackend):
         redis.Redis.from_url(request.getfixturevalue("redis_url")).script_flush()
-    backend.write([_record(_key("r", 1)), _record(_key("r", 2))], [_key("r", 1), _key("r", 2), _key("r", 3)], "a")
+    backend.write(
+        [_record(_key("r", 1)), _record(_key("r", 2))], [_key("r", 1), _key("r", 2), _key("r", 3)], "a"
+    )
     assert backend.lookup(_key("r", 1)) is not None and backend.lookup(_key("r", 2)) is not None
     assert backend.holder(_key("r", 1)) is None and backend.holder(_key("r", 2)) is None
     assert backend.take([_key("r", 3)], "a", 30) == [False]  # b's lease is b's
@@ -337,7 +381,9 @@ def test_a_write_gives_back_the_owners_leases_of_its_receipts(backend: Backend, 
     assert backend.holder(_key("r", 4)) is None and backend.lookup(_key("r", 4)) is not None
 
 
-def test_taking_leases_reads_their_receipts_as_they_are_once_taken(backend: Backend, request: pytest.FixtureRequest) -> None:
+def test_taking_leases_reads_their_receipts_as_they_are_once_taken(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
     """take_and_look() answers as take() then lookup_many() would, on Redis also when the server has
     not seen the lease script yet."""
     backend.write([_record(_key("r", 1))])
@@ -348,7 +394,10 @@ def test_taking_leases_reads_their_receipts_as_they_are_once_taken(backend: Back
     got, found = backend.take_and_look(keys, "a", 30)
     assert got == [True, False, True] and found == backend.lookup_many(keys)
     assert found[0] is not None and found[1:] == [None, None]
-    assert backend.take_and_look([_key("r", 3)], "a", 30) == ([True], [None])  # the script loaded now; a's own lease
+    assert backend.take_and_look([_key("r", 3)], "a", 30) == (
+        [True],
+        [None],
+    )  # the script loaded now; a's own lease
     assert backend.take_and_look([], "a", 30) == ([], [])
 
 
@@ -423,7 +472,10 @@ def test_text_that_is_not_utf8_is_damaged(backend: Backend, tmp_path: Path) -> N
     assert backend.lookup_many([_key("r", 1), _key("r", 2)]) == [damaged, backend.lookup(_key("r", 2))]
     assert backend.get(_key("r", 1)) == damaged
     assert backend.tool_of(_key("r", 1)) == "lookup"
-    assert [(key, isinstance(record, Damaged)) for key, record in backend.records()] == [(_key("r", 1), True), (_key("r", 2), False)]
+    assert [(key, isinstance(record, Damaged)) for key, record in backend.records()] == [
+        (_key("r", 1), True),
+        (_key("r", 2), False),
+    ]
     assert backend.memos([_key("m", 1), _key("m", 2)]) == ([_memo(2)], [_key("m", 1)])
 
 
@@ -509,7 +561,11 @@ def test_redis_readonly_refuses_writes(redis_url: str) -> None:
     RedisBackend(redis_url).write([_record(_key("r", 1))])
     backend = RedisBackend(redis_url, readonly=True)
     assert backend.lookup(_key("r", 1)) is not None
-    for write in (lambda: backend.write([_record(_key("r", 2))]), lambda: backend.clear(), lambda: backend.take([_key("r", 1)], "a", 1)):
+    for write in (
+        lambda: backend.write([_record(_key("r", 2))]),
+        lambda: backend.clear(),
+        lambda: backend.take([_key("r", 1)], "a", 1),
+    ):
         with pytest.raises(StoreFailure):
             write()
     assert backend.lookup(_key("r", 2)) is None
@@ -522,11 +578,15 @@ def test_redis_backend_survives_fork(redis_url: str) -> None:
     assert backend.lookup(_key("r", 1)) is not None  # the parent now holds a pooled connection
     read, write = os.pipe()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads about (other tests' servers)
+        warnings.simplefilter(
+            "ignore", DeprecationWarning
+        )  # fork() with threads about (other tests' servers)
         pid = os.fork()
     if pid == 0:
         try:
-            ok = backend.lookup(_key("r", 1)) is not None and backend.take([_key("r", 2)], "child", 30) == [True]
+            ok = backend.lookup(_key("r", 1)) is not None and backend.take([_key("r", 2)], "child", 30) == [
+                True
+            ]
             os.write(write, b"1" if ok else b"0")
         finally:
             os._exit(0)

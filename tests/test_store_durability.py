@@ -56,7 +56,9 @@ def _said(notes: list[str], words: str) -> list[str]:
     return [note for note in notes if words in note]
 
 
-def test_a_stock_redis_server_is_said_loudly_by_every_run_with_the_fix(stock_redis: RedisServer, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_a_stock_redis_server_is_said_loudly_by_every_run_with_the_fix(
+    stock_redis: RedisServer, caplog
+) -> None:  # type: ignore[no-untyped-def]
     """RDB snapshots only (Debian's redis.conf): a warning at opening, logged, and in each run's
     notices and text summary, naming the server and the one line that fixes it."""
     stock_redis.flush()
@@ -74,7 +76,9 @@ def test_a_stock_redis_server_is_said_loudly_by_every_run_with_the_fix(stock_red
     store.close()
 
 
-def test_the_text_summary_of_a_run_on_a_stock_server_carries_the_warning(stock_redis: RedisServer, tmp_path: Path) -> None:
+def test_the_text_summary_of_a_run_on_a_stock_server_carries_the_warning(
+    stock_redis: RedisServer, tmp_path: Path
+) -> None:
     """A script's run (text on stderr) prints the warning with the rest of its summary."""
     stock_redis.flush()
     script = tmp_path / "job.py"
@@ -90,9 +94,13 @@ def test_the_text_summary_of_a_run_on_a_stock_server_carries_the_warning(stock_r
         pd.DataFrame({{"n": range(3)}}).play.map(job, store={stock_redis.url!r})
         """)
     )
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
-    assert re.search(r"warning: the Redis server at \S+ does not keep receipts durably", done.stderr), done.stderr
+    assert re.search(r"warning: the Redis server at \S+ does not keep receipts durably", done.stderr), (
+        done.stderr
+    )
 
 
 def test_a_server_with_an_append_only_file_is_not_warned_about(redis_url: str) -> None:
@@ -104,7 +112,10 @@ def test_a_server_with_an_append_only_file_is_not_warned_about(redis_url: str) -
 def test_best_effort_accepts_a_stock_server_quietly(stock_redis: RedisServer) -> None:
     """durability='best-effort' (the keyword, or ?durability= in the URL) is the user's acknowledgement."""
     stock_redis.flush()
-    for store in (pb.ReceiptStore(stock_redis.url, durability="best-effort"), pb.ReceiptStore(stock_redis.url + "?durability=best-effort")):
+    for store in (
+        pb.ReceiptStore(stock_redis.url, durability="best-effort"),
+        pb.ReceiptStore(stock_redis.url + "?durability=best-effort"),
+    ):
         run = pd.DataFrame({"n": range(3)}).play.run(durable, store=store, progress=False)
         assert run.stats.ok + run.stats.reused == 3 and not _said(run.notices, "durabl"), run.notices
         store.close()
@@ -121,7 +132,9 @@ def test_an_append_only_file_synced_only_by_the_os_is_said(redis_url: str) -> No
     assert _said(run.notices, "CONFIG SET appendfsync everysec"), run.notices
 
 
-def test_an_evicting_server_is_refused_before_anything_is_paid(evicting_redis: RedisServer, demo: pb.demo.DemoServer) -> None:
+def test_an_evicting_server_is_refused_before_anything_is_paid(
+    evicting_redis: RedisServer, demo: pb.demo.DemoServer
+) -> None:
     """maxmemory-policy allkeys-lru: opening the store fails naming the policy and both ways out;
     nothing reaches the provider."""
     evicting_redis.flush()
@@ -131,9 +144,14 @@ def test_an_evicting_server_is_refused_before_anything_is_paid(evicting_redis: R
     assert "maxmemory-policy allkeys-lru" in message and "CONFIG SET maxmemory-policy noeviction" in message
     assert "durability='best-effort'" in message and evicting_redis.url.split("//")[1] in message
     email = pb.http_tool(
-        "demo.email", method="GET", url=demo.url + "/v1/email", params={"domain": "{domain}", "first": "{first}"},
-        headers={"Authorization": "Bearer demo-key"}, pick="email", miss_status=(404,),
-    )  # fmt: skip
+        "demo.email",
+        method="GET",
+        url=demo.url + "/v1/email",
+        params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer demo-key"},
+        pick="email",
+        miss_status=(404,),
+    )
 
     @pb.play(name="pays")
     async def pays(row, ctx):  # type: ignore[no-untyped-def]
@@ -144,7 +162,9 @@ def test_an_evicting_server_is_refused_before_anything_is_paid(evicting_redis: R
     assert demo.stats()["requests"] == 0
 
 
-def test_an_accepted_evicting_server_counts_what_it_evicts_during_the_run(evicting_redis: RedisServer) -> None:
+def test_an_accepted_evicting_server_counts_what_it_evicts_during_the_run(
+    evicting_redis: RedisServer,
+) -> None:
     """With durability='best-effort', 3,000 rows on 2 MB: the keys evicted are counted in the
     run's notices while it goes (before its last rows finish), and at its end."""
     evicting_redis.flush()
@@ -155,7 +175,9 @@ def test_an_accepted_evicting_server_counts_what_it_evicts_during_the_run(evicti
     heard: list[tuple[int, int]] = []  # (rows finished when said, keys evicted)
 
     async def main() -> pb.Run:
-        frame = pd.DataFrame({"n": range(3000)})  # 8 at a time: a few seconds, the server full within the first
+        frame = pd.DataFrame(
+            {"n": range(3000)}
+        )  # 8 at a time: a few seconds, the server full within the first
         run = await frame.play.arun(durable, store=store, progress=False, background=True, concurrency=8)
 
         def on_notice(event: RunNotice) -> None:
@@ -174,7 +196,9 @@ def test_an_accepted_evicting_server_counts_what_it_evicts_during_the_run(evicti
     # The last is said as the run's writes end; a server over its memory evicts a little more at
     # any command after that (a lease let go, this test's INFO).
     assert counts == sorted(counts) and evicted - 100 <= counts[-1] <= evicted, (heard, evicted)
-    assert [f"{count:,}" in note for count, note in zip(counts, _said(run.notices, "has evicted"))] == [True] * len(counts)
+    assert [f"{count:,}" in note for count, note in zip(counts, _said(run.notices, "has evicted"))] == [
+        True
+    ] * len(counts)
     store.close()
 
 
@@ -228,10 +252,25 @@ def _trace(tmp_path: Path, durability: str) -> list[str]:
     marks = os.open(os.devnull, os.O_WRONLY)
     try:
         done = subprocess.run(
-            ["strace", "-f", "-y", "-o", str(log), "-e", "trace=write,pwrite64,fsync,fdatasync",
-             sys.executable, str(script), str(tmp_path / "store"), str(marks), durability],
-            pass_fds=(marks,), capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            [
+                "strace",
+                "-f",
+                "-y",
+                "-o",
+                str(log),
+                "-e",
+                "trace=write,pwrite64,fsync,fdatasync",
+                sys.executable,
+                str(script),
+                str(tmp_path / "store"),
+                str(marks),
+                durability,
+            ],
+            pass_fds=(marks,),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         os.close(marks)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -332,7 +371,9 @@ def test_a_killed_redis_server_with_an_append_only_file_loses_no_receipt(tmp_pat
         store.close()
 
 
-def test_a_killed_stock_redis_server_loses_its_receipts_and_the_rerun_says_so_before_paying(tmp_path: Path) -> None:
+def test_a_killed_stock_redis_server_loses_its_receipts_and_the_rerun_says_so_before_paying(
+    tmp_path: Path,
+) -> None:
     """RDB snapshots only: the server comes back without the receipts written since its last
     snapshot; the store's mark notices, and the rerun refuses before paying for them again."""
     with RedisServer(*STOCK) as server:
@@ -350,7 +391,9 @@ NOTHING_KEPT = ("--appendonly", "no", "--save", "")  # neither an append-only fi
 
 
 @pytest.mark.parametrize("options", [NOTHING_KEPT, STOCK], ids=["no persistence", "RDB snapshots only"])
-def test_a_redis_server_restarted_mid_run_without_its_receipts_is_said_and_the_next_run_refused(options: tuple[str, ...]) -> None:
+def test_a_redis_server_restarted_mid_run_without_its_receipts_is_said_and_the_next_run_refused(
+    options: tuple[str, ...],
+) -> None:
     """Killed and started again at row 200 of 300, a server without an append-only file comes back
     without the receipts written since its last snapshot (none, or one taken at row 100): the run
     says so, the store's mark keeps the higher count, and the next run (this store object, or one
@@ -381,7 +424,9 @@ def test_a_redis_server_restarted_mid_run_without_its_receipts_is_said_and_the_n
         # Those written after the restart (rows 200 on, and those in flight then), and the snapshot's.
         assert (190 < held < 250) if snapshots else (100 <= held < 150), held
         said = _said(run.notices, "lost receipts while this run went on")
-        assert len(said) == 1 and "should hold at least 300 " in said[0] and f"holds {held}:" in said[0], run.notices
+        assert len(said) == 1 and "should hold at least 300 " in said[0] and f"holds {held}:" in said[0], (
+            run.notices
+        )
         assert "cache reset --store" in said[0] and ".reset()" in said[0]
         sent.clear()
         for again in (store, pb.ReceiptStore(server.url)):
@@ -428,10 +473,14 @@ def test_receipts_refused_for_a_while_then_written_at_the_end_are_not_counted_lo
         assert run.result["play_status"].tolist() == ["ok"] * 3 + ["failed"] * 4 + ["ok"] * 3
         assert sent == [0, 1, 2, 3, 7, 8, 9]  # rows 4..6 could not take their calls' leases
         assert run.stats.receipts_lost == 0, run.notices
-        assert any("1 receipts of paid calls that could not be written before were written" in n for n in run.notices), run.notices
+        assert any(
+            "1 receipts of paid calls that could not be written before were written" in n for n in run.notices
+        ), run.notices
         again = frame.play.run(toggled, store=store, progress=False, concurrency=1)
         assert again.result["play_status"].tolist()[3:7] == ["ok"] * 4 and again.stats.calls_local == 3
-        assert sent == [0, 1, 2, 3, 7, 8, 9, 4, 5, 6] and again.stats.receipts_lost == 0  # row 3's call not paid again
+        assert (
+            sent == [0, 1, 2, 3, 7, 8, 9, 4, 5, 6] and again.stats.receipts_lost == 0
+        )  # row 3's call not paid again
     finally:
         admin.config_set("min-replicas-to-write", 0)
         store.close()

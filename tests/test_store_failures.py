@@ -36,7 +36,9 @@ def _room(store: pb.ReceiptStore) -> None:
     engine(store).backend.connection().execute("PRAGMA max_page_count = 1073741823")
 
 
-def _tool(calls: list[int], store: pb.ReceiptStore, *, full_at: int | None = None, room_at: int | None = None) -> pb.Tool:
+def _tool(
+    calls: list[int], store: pb.ReceiptStore, *, full_at: int | None = None, room_at: int | None = None
+) -> pb.Tool:
     @pb.tool(name="fetch", version="1")
     async def fetch(n: int) -> str:
         calls.append(n)
@@ -64,13 +66,21 @@ def test_a_disk_that_stays_full_parks_the_rows_that_would_pay_and_says_what_was_
     statuses = run.result["play_status"].tolist()
     assert statuses == ["ok"] * 5 + ["failed"] + ["parked"] * 6
     error = run.result["play_error"].iloc[5]
-    assert error.startswith(f"ReceiptError: cannot write to the receipt store at {store.path}: the disk is full (ENOSPC)")
+    assert error.startswith(
+        f"ReceiptError: cannot write to the receipt store at {store.path}: the disk is full (ENOSPC)"
+    )
     assert "(for 5s); this call was paid for" in error
-    assert len(calls) == 6 and run.stats.receipts_lost == 1 and run.stats.parked == 6  # nothing paid after the grace
+    assert (
+        len(calls) == 6 and run.stats.receipts_lost == 1 and run.stats.parked == 6
+    )  # nothing paid after the grace
     parked = run.parked
     assert set(parked["reason"]) == {"store"} and parked["message"].str.contains("refuses writes").all()
     assert any("1 paid calls could not be recorded" in n for n in run.notices)
-    assert any("1 paid calls could not be recorded" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert any(
+        "1 paid calls could not be recorded" in r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING
+    )
 
     # Against receipts (their memos could not be written either), and this process still holds the answer not recorded.
     here = frame.play.run(fetch, store=store, progress=False)
@@ -81,7 +91,9 @@ def test_a_disk_that_stays_full_parks_the_rows_that_would_pay_and_says_what_was_
     here.retry()
     assert here.result["play_status"].tolist() == ["ok"] * 12 and engine(store).unwritten() == 0
     assert sorted(calls) == list(range(12))  # each call paid once
-    elsewhere = frame.play.run(fetch, store=pb.ReceiptStore(store.path), progress=False)  # as from another process
+    elsewhere = frame.play.run(
+        fetch, store=pb.ReceiptStore(store.path), progress=False
+    )  # as from another process
     assert elsewhere.stats.calls_local == 0 and elsewhere.result["play_status"].isin(["ok", "reused"]).all()
 
 
@@ -102,7 +114,9 @@ def test_a_disk_full_for_a_moment_fails_no_row_and_pays_each_call_once(store: pb
             _full(store)
             full_t.append(loop.time())
             loop.call_later(0.23, _room, store)
-        await asyncio.sleep(0.01)  # the first receipt refused is the one of a call sent now: none is sent after it
+        await asyncio.sleep(
+            0.01
+        )  # the first receipt refused is the one of a call sent now: none is sent after it
         return str(n) * BIG
 
     frame = pd.DataFrame({"n": range(200)})
@@ -110,13 +124,17 @@ def test_a_disk_full_for_a_moment_fails_no_row_and_pays_each_call_once(store: pb
     assert run.result["play_status"].tolist() == ["ok"] * 200
     assert sorted(calls) == list(range(200)) and run.stats.receipts_lost == 0
     (full,) = full_t
-    assert not [t for t in sent_t if full + 0.01 < t < full + 0.23]  # while the disk was full, nothing was paid
+    assert not [
+        t for t in sent_t if full + 0.01 < t < full + 0.23
+    ]  # while the disk was full, nothing was paid
     assert max(sent_t) > full + 0.23  # and the rows went on once it had room
     again = frame.play.run(fetch, store=pb.ReceiptStore(store.path), progress=False)
     assert again.stats.calls_local == 0
 
 
-def test_disk_full_when_memos_are_written_still_returns_the_rows(store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture) -> None:
+def test_disk_full_when_memos_are_written_still_returns_the_rows(
+    store: pb.ReceiptStore, caplog: pytest.LogCaptureFixture
+) -> None:
     """Row memos that cannot be written at the end: a warning, not an exception; the rows are ok, and
     the rerun runs them again against their receipts, paying nothing."""
     calls: list[int] = []
@@ -138,7 +156,9 @@ def test_disk_full_when_memos_are_written_still_returns_the_rows(store: pb.Recei
     assert (again.stats.ok, again.stats.calls_local, again.stats.calls_reused) == (10, 0, 10)
 
 
-def test_a_store_removed_mid_run_is_detected_and_nothing_is_lost(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_store_removed_mid_run_is_detected_and_nothing_is_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The store's directory is deleted while a run goes on: playbook notices, makes it again, copies
     into it what the file it still had open held, and says so; a rerun of an edited play pays nothing."""
     store = pb.ReceiptStore(tmp_path / "s")
@@ -154,8 +174,13 @@ def test_a_store_removed_mid_run_is_detected_and_nothing_is_lost(tmp_path: Path,
     frame = pd.DataFrame({"n": range(10)})
     run = frame.play.run(fetch, store=store, progress=False, concurrency=1)
     assert run.result["play_status"].tolist() == ["ok"] * 10 and run.stats.receipts_lost == 0
-    assert any("was removed or replaced while in use" in n and "copied into it the 4 receipts" in n for n in run.notices)
-    assert any("nothing paid for is lost" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert any(
+        "was removed or replaced while in use" in n and "copied into it the 4 receipts" in n
+        for n in run.notices
+    )
+    assert any(
+        "nothing paid for is lost" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+    )
     store.close()
     assert (tmp_path / "s" / "receipts.db").is_file()
 
@@ -180,7 +205,9 @@ def test_lone_surrogates_in_inputs_and_answers_are_stored_and_replayed(store: pb
     async def play(row, ctx):
         return {"s": await ctx.tool(shout, text=row.name), "echo": row.name}
 
-    frame = pd.DataFrame({"name": pd.Series([odd, "plain", odd + "!"], dtype=object)})  # pyarrow strings refuse surrogates
+    frame = pd.DataFrame(
+        {"name": pd.Series([odd, "plain", odd + "!"], dtype=object)}
+    )  # pyarrow strings refuse surrogates
     first = frame.play.map(play, store=store, progress=False)
     assert first["play_status"].tolist() == ["ok"] * 3
     again = frame.play.map(play, store=store, progress=False)
@@ -204,14 +231,22 @@ def test_bad_utf8_in_the_store_is_skipped_by_the_command_line(store: pb.ReceiptS
     store.close()
     with sqlite3.connect(store.path / "receipts.db") as con:
         con.execute(
-            "UPDATE receipt SET output = CAST(X'22ff22' AS TEXT), tool = CAST(X'75ff' AS TEXT) WHERE key = ?", (upper.key({"q": "b"}),)
+            "UPDATE receipt SET output = CAST(X'22ff22' AS TEXT), tool = CAST(X'75ff' AS TEXT) WHERE key = ?",
+            (upper.key({"q": "b"}),),
         )
     for command in (["stats"], ["list"], ["export"]):
-        done = subprocess.run([sys.executable, "-m", "playbook", "--store", str(store.path), "cache", *command],
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "playbook", "--store", str(store.path), "cache", *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
         if command != ["stats"]:
-            assert "1 damaged receipts" in done.stderr and done.stdout.count('"A"') + done.stdout.count('"C"') == 2
+            assert (
+                "1 damaged receipts" in done.stderr
+                and done.stdout.count('"A"') + done.stdout.count('"C"') == 2
+            )
 
 
 def test_a_store_opened_read_only_is_read_and_never_written(store: pb.ReceiptStore) -> None:

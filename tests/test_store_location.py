@@ -65,7 +65,10 @@ def test_a_subfolder_uses_the_projects_store_and_says_so_once(
     monkeypatch.chdir(project / "scripts" / "deep")
     assert frame.play.map(triple, progress=False)["play_status"].tolist() == ["reused", "reused"]
     assert capsys.readouterr().err == ""
-    assert sorted(p.name for p in project.rglob(".playbook")) == [".playbook"] and _memos(project / ".playbook") == 2
+    assert (
+        sorted(p.name for p in project.rglob(".playbook")) == [".playbook"]
+        and _memos(project / ".playbook") == 2
+    )
 
 
 def test_a_git_folder_or_file_marks_the_project(user: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,7 +112,9 @@ def test_the_home_directory_is_never_a_project(user: Path, monkeypatch: pytest.M
     assert home() == user / ".playbook"
 
 
-def test_playbook_home_wins_and_is_not_announced(user: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_playbook_home_wins_and_is_not_announced(
+    user: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """$PLAYBOOK_HOME overrides the project rule (a relative one taken from the working directory, ~
     expanded); the user chose it, so nothing is said when it is made."""
     project = _project(user / "proj", "pyproject.toml", "sub")
@@ -133,7 +138,9 @@ def test_changing_directory_to_another_project_uses_its_store(
         monkeypatch.chdir(project)
         frame.play.map(triple, progress=False)
     lines = capsys.readouterr().err.splitlines()
-    assert [line.split(" (")[0] for line in lines] == [f"playbook: keeping receipts in {p / '.playbook'}" for p in (first, second)]
+    assert [line.split(" (")[0] for line in lines] == [
+        f"playbook: keeping receipts in {p / '.playbook'}" for p in (first, second)
+    ]
     assert pb.last_run().stats.reused == 1
     assert _memos(first / ".playbook") == _memos(second / ".playbook") == 1
 
@@ -151,7 +158,9 @@ def test_each_thread_opens_the_default_store_once(user: Path, monkeypatch: pytes
     assert mine[0].location == theirs[0].location == str(user / "proj" / ".playbook")
 
 
-def test_the_cli_finds_the_projects_store_from_a_subfolder(user: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cli_finds_the_projects_store_from_a_subfolder(
+    user: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`python -m playbook cache stats`, run from a subfolder, reads the project's store."""
     project = _project(user / "proj", ".git", "notebooks")
     monkeypatch.chdir(project)

@@ -15,10 +15,16 @@ LEADS = pd.DataFrame({"domain": ["acme.com", "globex.com", "initech.com"], "firs
 
 def _email(demo: Any, provider: pb.Provider | None = None) -> pb.Tool:
     return pb.http_tool(
-        "demo.email", provider=provider, method="GET", url=demo.url + "/v1/email",
-        params={"domain": "{domain}", "first": "{first}"}, headers={"Authorization": "Bearer demo-key"},
-        pick="email", miss_status=(404,), cost=1.0,
-    )  # fmt: skip
+        "demo.email",
+        provider=provider,
+        method="GET",
+        url=demo.url + "/v1/email",
+        params={"domain": "{domain}", "first": "{first}"},
+        headers={"Authorization": "Bearer demo-key"},
+        pick="email",
+        miss_status=(404,),
+        cost=1.0,
+    )
 
 
 def _find(tool: pb.Tool) -> pb.Play:
@@ -218,7 +224,11 @@ def test_calls_of_free_local_tools_in_reused_rows_and_sub_plays_are_not_from_rec
 
     @pb.play
     async def outer(row: Any, ctx: pb.Context) -> dict[str, Any]:
-        return {"c": await ctx.tool(clean, q=row.q), "p": await ctx.tool(priced, q=row.q), **(await ctx.run_play(tidy, q=row.q))}
+        return {
+            "c": await ctx.tool(clean, q=row.q),
+            "p": await ctx.tool(priced, q=row.q),
+            **(await ctx.run_play(tidy, q=row.q)),
+        }
 
     @pb.play
     async def other(row: Any, ctx: pb.Context) -> dict[str, Any]:
@@ -229,7 +239,13 @@ def test_calls_of_free_local_tools_in_reused_rows_and_sub_plays_are_not_from_rec
     assert (first.calls_executed, first.calls_reused, first.calls_local) == (3, 0, 6)
     capsys.readouterr()
     again = frame.play.run(outer, store=store, progress="text").stats
-    assert (again.reused, again.calls_executed, again.calls_reused, again.calls_local, again.cost_saved) == (3, 0, 3, 0, 1.5)
+    assert (again.reused, again.calls_executed, again.calls_reused, again.calls_local, again.cost_saved) == (
+        3,
+        0,
+        3,
+        0,
+        1.5,
+    )
     assert "calls 0 paid, 3 from receipts, 0 local" in capsys.readouterr().err
     inside = frame.play.run(other, store=store, progress=False).stats  # each row runs; its sub-play is reused
     assert (inside.ok, inside.calls_reused, inside.calls_local) == (3, 0, 0)

@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from playbook.runtime.timeline import ProviderSeries, Timeline
-from playbook.runtime.upstream import ProviderView
+from playbook.runtime.state.timeline import ProviderSeries, Timeline
+from playbook.runtime.state.upstream import ProviderView
 from playbook.ui.svg import STATUSES, provider_chart, status_bar, svg_style
 
 NS = "{http://www.w3.org/2000/svg}"
@@ -28,24 +28,42 @@ def parse(svg: str) -> ET.Element:
 
 def rules() -> dict[str, tuple[str, str, str]]:
     """class -> (property, variable, fallback), read back from the style block."""
-    found = re.findall(r"\.playbook-run \.([\w-]+),\.playbook-live \.\1\{(fill|stroke):var\((--jp-[\w-]+),(#[0-9a-f]{6})\)\}", svg_style())
+    found = re.findall(
+        r"\.playbook-run \.([\w-]+),\.playbook-live \.\1\{(fill|stroke):var\((--jp-[\w-]+),(#[0-9a-f]{6})\)\}",
+        svg_style(),
+    )
     return {cls: (prop, var, hex_) for cls, prop, var, hex_ in found}
 
 
 def series(
-    n: int = 120, *, seed: int = 1, width: float = 3.0, spans: int = 120, tokens: bool = True, name: str = NAME,
+    n: int = 120,
+    *,
+    seed: int = 1,
+    width: float = 3.0,
+    spans: int = 120,
+    tokens: bool = True,
+    name: str = NAME,
     rate: bool = True,
-) -> ProviderSeries:  # fmt: skip
+) -> ProviderSeries:
     """A busy provider: every bucket has calls, 429s and failures, a changing rate and tokens."""
     rng = random.Random(seed)
-    shown = [(T0 + i * width * n / spans, T0 + i * width * n / spans + width / 3, "hold" if i % 2 else "down") for i in range(spans)]
+    shown = [
+        (T0 + i * width * n / spans, T0 + i * width * n / spans + width / 3, "hold" if i % 2 else "down")
+        for i in range(spans)
+    ]
     return ProviderSeries(
-        provider=name, start=T0, width=width, accepted=[rng.randint(1, 300) for _ in range(n)],
-        refused=[rng.randint(1, 300) for _ in range(n)], failed=[rng.randint(1, 300) for _ in range(n)],
+        provider=name,
+        start=T0,
+        width=width,
+        accepted=[rng.randint(1, 300) for _ in range(n)],
+        refused=[rng.randint(1, 300) for _ in range(n)],
+        failed=[rng.randint(1, 300) for _ in range(n)],
         rate=[rng.uniform(1, 100) if rate else None for _ in range(n)],
-        tokens=[rng.uniform(1, 1e5) if tokens else 0.0 for _ in range(n)], tpm=5e4 if tokens else None, spans=shown,
+        tokens=[rng.uniform(1, 1e5) if tokens else 0.0 for _ in range(n)],
+        tpm=5e4 if tokens else None,
+        spans=shown,
         end=T0 + n * width,
-    )  # fmt: skip
+    )
 
 
 def rects(svg: str) -> dict[str, ET.Element]:
@@ -103,15 +121,19 @@ def test_status_bar_stays_small_at_its_largest() -> None:
 def test_chart_stays_small_at_its_largest() -> None:
     """120 buckets with every series busy and changing, 120 spans, tokens: under 4,000 characters."""
     sizes = [len(provider_chart(series(seed=seed))) for seed in range(5)]
-    alternating = series()._replace(accepted=[300 if i % 2 else 1 for i in range(120)], rate=[100.0 if i % 2 else 1.0 for i in range(120)])
+    alternating = series()._replace(
+        accepted=[300 if i % 2 else 1 for i in range(120)], rate=[100.0 if i % 2 else 1.0 for i in range(120)]
+    )
     sizes.append(len(provider_chart(alternating)))
     # the worst a search of 3,000 repeating patterns found: every path changes row at every bucket
     a, r, f = [14, 19, 36], [4, 46, 44], [55, 12, 15]
     dense = series()._replace(
-        accepted=[a[i % 3] for i in range(120)], refused=[r[i % 3] for i in range(120)], failed=[f[i % 3] for i in range(120)],
+        accepted=[a[i % 3] for i in range(120)],
+        refused=[r[i % 3] for i in range(120)],
+        failed=[f[i % 3] for i in range(120)],
         rate=[(7.3, 31.0, 18.2)[i % 3] * (1.3 if i % 2 else 1) for i in range(120)],
         tokens=[(10.0, 9e4, 4e4)[i % 3] * (2 if i % 4 == 1 else 1) for i in range(120)],
-    )  # fmt: skip
+    )
     sizes.append(len(provider_chart(dense)))
     assert max(sizes) < 4000, sizes
 
@@ -124,14 +146,30 @@ def test_chart_stays_small_at_its_largest() -> None:
         series(n=7, spans=0, tokens=False),
         series(rate=False),
         series(width=0.0),
-        series()._replace(rate=[math.nan] * 120, tokens=[math.inf] * 120, tpm=math.nan, start=math.nan, end=math.nan),
+        series()._replace(
+            rate=[math.nan] * 120, tokens=[math.inf] * 120, tpm=math.nan, start=math.nan, end=math.nan
+        ),
         series()._replace(accepted=[0] * 120, refused=[0] * 120, failed=[0] * 120, rate=[None] * 120),
-        series()._replace(spans=[(T0 - 1e6, T0 + 1e9, "hold"), (math.nan, T0, "down"), (T0 + 1e9, T0 + 2e9, "down")]),
+        series()._replace(
+            spans=[(T0 - 1e6, T0 + 1e9, "hold"), (math.nan, T0, "down"), (T0 + 1e9, T0 + 2e9, "down")]
+        ),
         series()._replace(rate=[0.0] * 120, accepted=[10**12] * 120),
         series()._replace(refused=[], failed=[], rate=[], tokens=[]),
         ProviderSeries(NAME, T0, 1.0, [], [], [], [], [], None, [], T0),
     ],
-    ids=["busy", "one-bucket", "seven", "no-rate", "zero-width", "nan", "idle", "spans-out-of-range", "huge", "short-lists", "empty"],
+    ids=[
+        "busy",
+        "one-bucket",
+        "seven",
+        "no-rate",
+        "zero-width",
+        "nan",
+        "idle",
+        "spans-out-of-range",
+        "huge",
+        "short-lists",
+        "empty",
+    ],
 )
 def test_chart_is_well_formed_for_any_series(shape: ProviderSeries) -> None:
     """Parses as XML with no NaN, the name escaped into the title."""
@@ -147,7 +185,9 @@ def test_an_empty_series_says_no_calls_yet() -> None:
 
 def test_the_scale_is_the_larger_of_peak_calls_and_the_limit() -> None:
     """Accepted 50/s under a 100/s limit reaches half the plot; with no limit, the peak reaches the top."""
-    flat = ProviderSeries("acme", T0, 2.0, [100] * 10, [0] * 10, [0] * 10, [100.0] * 10, [0.0] * 10, None, [], T0 + 20)
+    flat = ProviderSeries(
+        "acme", T0, 2.0, [100] * 10, [0] * 10, [0] * 10, [100.0] * 10, [0.0] * 10, None, [], T0 + 20
+    )
     plot = 48 - 12
     assert _tops(provider_chart(flat), "pb-ok") == {plot // 2}
     assert _tops(provider_chart(flat), "pb-limit") == {1}  # the limit at the top, a pixel in for its stroke
@@ -157,7 +197,9 @@ def test_the_scale_is_the_larger_of_peak_calls_and_the_limit() -> None:
 
 def test_refusals_and_failures_stack_over_accepted_calls_a_pixel_at_least() -> None:
     """One 429 and one 5xx among thousands of calls still show, a pixel above the accepted bar."""
-    one = ProviderSeries("acme", T0, 1.0, [5000, 5000], [1, 0], [0, 1], [1e4, 1e4], [0.0, 0.0], None, [], T0 + 2)
+    one = ProviderSeries(
+        "acme", T0, 1.0, [5000, 5000], [1, 0], [0, 1], [1e4, 1e4], [0.0, 0.0], None, [], T0 + 2
+    )
     chart = provider_chart(one)
     assert _tops(chart, "pb-ok") == {18}  # 5,000/s of a 10,000/s scale: half of 36 rows
     assert _tops(chart, "pb-429") == {17, 18} and _tops(chart, "pb-5xx") == {17}
@@ -167,14 +209,27 @@ def test_refusals_and_failures_stack_over_accepted_calls_a_pixel_at_least() -> N
 
 def test_spans_shade_the_plot_behind_the_bars() -> None:
     """A hold and a down span are wide translucent strokes drawn before the bars, where their times fall."""
-    s = ProviderSeries("acme", T0, 1.0, [1] * 120, [0] * 120, [0] * 120, [None] * 120, [0.0] * 120, None,
-                       [(T0 + 30, T0 + 60, "hold"), (T0 + 90, T0 + 90, "down")], T0 + 120)  # fmt: skip
+    s = ProviderSeries(
+        "acme",
+        T0,
+        1.0,
+        [1] * 120,
+        [0] * 120,
+        [0] * 120,
+        [None] * 120,
+        [0.0] * 120,
+        None,
+        [(T0 + 30, T0 + 60, "hold"), (T0 + 90, T0 + 90, "down")],
+        T0 + 120,
+    )
     paths = [p for p in parse(provider_chart(s)).iter(f"{NS}path")]
     kinds = [p.get("class") for p in paths]
     assert kinds.index("pb-hold") < kinds.index("pb-ok") and kinds.index("pb-down") < kinds.index("pb-ok")
     hold = paths[kinds.index("pb-hold")]
     assert re.fullmatch(r"M90 18h90", hold.get("d", "")) and float(hold.get("stroke-opacity", "1")) < 0.5
-    assert re.fullmatch(r"M270 18h1", paths[kinds.index("pb-down")].get("d", ""))  # an instant down is still a pixel
+    assert re.fullmatch(
+        r"M270 18h1", paths[kinds.index("pb-down")].get("d", "")
+    )  # an instant down is still a pixel
 
 
 def test_tokens_strip_only_for_llm_calls() -> None:
@@ -193,7 +248,11 @@ def test_tokens_strip_only_for_llm_calls() -> None:
 def test_every_coloured_element_has_a_class_and_its_fallback() -> None:
     """Each fill or stroke is the fallback of its class's rule, so it reads with or without the style."""
     palette = rules()
-    pictures = [provider_chart(series()), provider_chart(series(rate=False)), status_bar(dict.fromkeys(STATUSES, 3), 30)]
+    pictures = [
+        provider_chart(series()),
+        provider_chart(series(rate=False)),
+        status_bar(dict.fromkeys(STATUSES, 3), 30),
+    ]
     checked = set()
     for picture in pictures:
         for el in parse(picture).iter():
@@ -216,10 +275,21 @@ def test_the_style_block_maps_each_class_to_a_theme_variable_in_both_views() -> 
     body = style.removeprefix("<style>").removesuffix("</style>")
     assert len(re.findall(r"\{", body)) == len(rules())
     variables = {var for _, var, _ in rules().values()}
-    for var in ("--jp-success-color1", "--jp-error-color1", "--jp-warn-color2", "--jp-warn-color0", "--jp-layout-color4",
-                "--jp-ui-font-color2", "--jp-ui-font-color1", "--jp-warn-color1", "--jp-info-color1"):  # fmt: skip
+    for var in (
+        "--jp-success-color1",
+        "--jp-error-color1",
+        "--jp-warn-color2",
+        "--jp-warn-color0",
+        "--jp-layout-color4",
+        "--jp-ui-font-color2",
+        "--jp-ui-font-color1",
+        "--jp-warn-color1",
+        "--jp-info-color1",
+    ):
         assert var in variables
-    used = set(re.findall(r'class="([\w-]+)"', provider_chart(series()) + status_bar(dict.fromkeys(STATUSES, 1), 9)))
+    used = set(
+        re.findall(r'class="([\w-]+)"', provider_chart(series()) + status_bar(dict.fromkeys(STATUSES, 1), 9))
+    )
     assert used <= set(rules())
 
 
@@ -240,18 +310,53 @@ def test_samples_from_a_timeline_draw() -> None:
     """What a Timeline gives draws as it is, from its first sample on."""
     tl = Timeline()
     for k in range(50):
-        view = ProviderView("acme", k > 40, None, 0.0, 10 < k < 20, T0 + 25, None, 10.0, None, 0, k // 5, 0.0, None, 3 * k, k // 10)
+        view = ProviderView(
+            "acme",
+            k > 40,
+            None,
+            0.0,
+            10 < k < 20,
+            T0 + 25,
+            None,
+            10.0,
+            None,
+            0,
+            k // 5,
+            0.0,
+            None,
+            3 * k,
+            k // 10,
+        )
         tl.sample(T0 + k * 0.5, {"acme": view})
     (s,) = tl.series()
     chart = parse(provider_chart(s))
-    assert {p.get("class") for p in chart.iter(f"{NS}path")} >= {"pb-ok", "pb-429", "pb-5xx", "pb-limit", "pb-hold", "pb-down"}
+    assert {p.get("class") for p in chart.iter(f"{NS}path")} >= {
+        "pb-ok",
+        "pb-429",
+        "pb-5xx",
+        "pb-limit",
+        "pb-hold",
+        "pb-down",
+    }
 
 
 def test_the_text_line_says_what_the_marks_and_shaded_spans_mean() -> None:
     """The refusals and failures as counts of a status, and how long the provider held calls or was
     down (what the shaded spans are), clipped to the run so far."""
     spans = [(T0 + 10, T0 + 30, "hold"), (T0 + 50, T0 + 70, "hold"), (T0 + 80, T0 + 200, "down")]
-    shown = ProviderSeries("acme", T0, 1.0, [3] * 100, [2] + [0] * 99, [0] * 99 + [3], [5.0] * 100, [0.0] * 100, None, spans, T0 + 100)
+    shown = ProviderSeries(
+        "acme",
+        T0,
+        1.0,
+        [3] * 100,
+        [2] + [0] * 99,
+        [0] * 99 + [3],
+        [5.0] * 100,
+        [0.0] * 100,
+        None,
+        spans,
+        T0 + 100,
+    )
     root = parse(provider_chart(shown))
     text = " ".join(t.text or "" for t in root.iter(f"{NS}text"))
     assert "2 × 429 · 3 × 5xx · held 40s · down 20s · 1m 40s" in text

@@ -24,10 +24,16 @@ from playbook.keys import key_text
 from playbook.tagged import Unencodable, decode, dumps, encode, loads
 
 # Text with everything a badly decoded file can hold: lone surrogates, NUL, "$" prefixes.
-TEXT = st.text(alphabet=st.characters(blacklist_categories=()), max_size=12) | st.sampled_from(["$tuple", "$", "$x", "inf", "nan"])
-ZONES = st.sampled_from([None, dt.UTC, dt.timezone(dt.timedelta(hours=-5)), ZoneInfo("Europe/Paris"), ZoneInfo("Asia/Kolkata")])
+TEXT = st.text(alphabet=st.characters(blacklist_categories=()), max_size=12) | st.sampled_from(
+    ["$tuple", "$", "$x", "inf", "nan"]
+)
+ZONES = st.sampled_from(
+    [None, dt.UTC, dt.timezone(dt.timedelta(hours=-5)), ZoneInfo("Europe/Paris"), ZoneInfo("Asia/Kolkata")]
+)
 DATETIMES = st.builds(
-    lambda d, z: d.replace(tzinfo=z), st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1)), ZONES
+    lambda d, z: d.replace(tzinfo=z),
+    st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1)),
+    ZONES,
 )
 TIMESTAMPS = st.builds(
     lambda d, z, unit: pd.Timestamp(d).tz_localize(z).as_unit(unit) if z else pd.Timestamp(d).as_unit(unit),
@@ -60,10 +66,20 @@ SCALARS = st.one_of(
     st.uuids(),
     st.complex_numbers(allow_nan=False),
     TIMESTAMPS,
-    st.sampled_from([pd.NA, pd.NaT, pd.Timedelta("1 day 3ns"), pd.Period("2024-01", freq="M"), pd.Interval(0, 2)]),
+    st.sampled_from(
+        [pd.NA, pd.NaT, pd.Timedelta("1 day 3ns"), pd.Period("2024-01", freq="M"), pd.Interval(0, 2)]
+    ),
     NUMPY,
 )
-HASHABLE = st.one_of(st.none(), st.booleans(), st.integers(), TEXT, st.dates(), st.uuids(), st.decimals(allow_nan=False, places=2))
+HASHABLE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    TEXT,
+    st.dates(),
+    st.uuids(),
+    st.decimals(allow_nan=False, places=2),
+)
 VALUES = st.recursive(
     SCALARS,
     lambda inner: st.one_of(
@@ -74,7 +90,9 @@ VALUES = st.recursive(
         st.sets(HASHABLE, max_size=3),
         st.frozensets(HASHABLE, max_size=3),
         st.lists(st.floats(width=32), max_size=4).map(lambda xs: np.array(xs, dtype=np.float32)),
-        st.lists(st.integers(-100, 100), max_size=6).map(lambda xs: np.array(xs).reshape(-1, 1) if xs else np.array([], dtype=np.int64)),
+        st.lists(st.integers(-100, 100), max_size=6).map(
+            lambda xs: np.array(xs).reshape(-1, 1) if xs else np.array([], dtype=np.int64)
+        ),
     ),
     max_leaves=12,
 )
@@ -114,8 +132,13 @@ def test_models_and_dataclasses_are_stored_as_their_fields() -> None:
         tags: frozenset[str]
 
     model = Answer(label="b2b", at=dt.datetime(2024, 1, 1, 9), scores=(0.5, math.inf))
-    assert same(_round_trip(model), {"label": "b2b", "at": dt.datetime(2024, 1, 1, 9), "scores": (0.5, math.inf)})
-    assert same(_round_trip(Point(decimal.Decimal("1.10"), frozenset({"a"}))), {"x": decimal.Decimal("1.10"), "tags": frozenset({"a"})})
+    assert same(
+        _round_trip(model), {"label": "b2b", "at": dt.datetime(2024, 1, 1, 9), "scores": (0.5, math.inf)}
+    )
+    assert same(
+        _round_trip(Point(decimal.Decimal("1.10"), frozenset({"a"}))),
+        {"x": decimal.Decimal("1.10"), "tags": frozenset({"a"})},
+    )
 
 
 def test_plain_json_is_left_alone() -> None:
@@ -130,7 +153,9 @@ def test_a_users_dollar_key_is_never_read_as_a_tag() -> None:
         assert same(_round_trip(value), value)
 
 
-@pytest.mark.parametrize("bad", [object(), open, iter([1]), [1, {"x": object()}]], ids=["object", "function", "iterator", "nested"])
+@pytest.mark.parametrize(
+    "bad", [object(), open, iter([1]), [1, {"x": object()}]], ids=["object", "function", "iterator", "nested"]
+)
 def test_a_value_with_no_json_form_is_refused_naming_type_and_place(bad: Any) -> None:
     """Unencodable names the type and where it sits; nothing is half-written."""
     with pytest.raises(Unencodable) as info:
@@ -181,7 +206,10 @@ def _kind(value: Any) -> Any:
     if isinstance(value, dict):
         return (
             "dict",
-            frozenset((_freeze(_kind(k)) if not isinstance(k, str) else ("str", k), _freeze(_kind(v))) for k, v in value.items()),
+            frozenset(
+                (_freeze(_kind(k)) if not isinstance(k, str) else ("str", k), _freeze(_kind(v)))
+                for k, v in value.items()
+            ),
         )
     if isinstance(value, list):
         return ("list", tuple(_freeze(_kind(v)) for v in value))
@@ -196,7 +224,9 @@ def _freeze(value: Any) -> Any:
 
 LOOK_ALIKES = st.one_of(
     st.integers().flatmap(
-        lambda n: st.sampled_from([(n, float(n)), (n, str(n)), (n, bool(n % 2)), (n, np.int64(n) if abs(n) < 2**62 else n)])
+        lambda n: st.sampled_from(
+            [(n, float(n)), (n, str(n)), (n, bool(n % 2)), (n, np.int64(n) if abs(n) < 2**62 else n)]
+        )
     ),
     st.floats(allow_nan=False).map(lambda x: (x, str(x))),
     st.decimals(allow_nan=False, places=2).map(lambda d: (d, str(d))),
@@ -204,11 +234,19 @@ LOOK_ALIKES = st.one_of(
     st.dates().map(lambda d: (d, dt.datetime(d.year, d.month, d.day))),
     st.lists(st.integers(), max_size=3).map(lambda xs: (xs, tuple(xs))),
     st.lists(TEXT, max_size=3, unique=True).map(lambda xs: (xs, set(xs))),
-    st.dictionaries(st.integers(), st.integers(), max_size=3).map(lambda d: (d, {str(k): v for k, v in d.items()})),
+    st.dictionaries(st.integers(), st.integers(), max_size=3).map(
+        lambda d: (d, {str(k): v for k, v in d.items()})
+    ),
     st.binary(max_size=6).map(lambda b: (b, b.decode("latin-1"))),
     st.uuids().map(lambda u: (u, str(u))),
     st.sampled_from(
-        [(None, math.nan), (None, pd.NA), (math.inf, "inf"), (math.inf, -math.inf), (pd.Timestamp("2024-01-01"), dt.datetime(2024, 1, 1))]
+        [
+            (None, math.nan),
+            (None, pd.NA),
+            (math.inf, "inf"),
+            (math.inf, -math.inf),
+            (pd.Timestamp("2024-01-01"), dt.datetime(2024, 1, 1)),
+        ]
     ),
 )
 

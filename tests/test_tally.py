@@ -27,11 +27,21 @@ def _truth(run: pb.Run) -> Counts:
     parked = Counter(row.provider for row in state.parked_rows())
     held = Counter(w.provider for w in state.held_rows().values() if w.provider is not None)
     reasons = Counter((row.provider, row.reason) for row in state.parked_rows())
-    minutes = Counter((r.reason, r.provider, None if r.ready_at is None else r.ready_at // 60 * 60) for r in state.parked_rows())
+    minutes = Counter(
+        (r.reason, r.provider, None if r.ready_at is None else r.ready_at // 60 * 60)
+        for r in state.parked_rows()
+    )
     paid = Counter[str]()
     for row in state.failed_rows():
         paid[row.group] += row.cost
-    return failed, parked, held, reasons, minutes, Counter({group: round(cost, 9) for group, cost in paid.items() if round(cost, 9)})
+    return (
+        failed,
+        parked,
+        held,
+        reasons,
+        minutes,
+        Counter({group: round(cost, 9) for group, cost in paid.items() if round(cost, 9)}),
+    )
 
 
 def _tallied(tally: Tally) -> Counts:
@@ -67,7 +77,9 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
             raise ValueError(f"odd one {row.n % 3}")  # three messages, one group
         if row.n % 7 == 3:
             await ctx.tool(priced, n=row.n)
-            raise LookupError("paid, then lost")  # a group whose rows paid (the first time: a retry replays the call)
+            raise LookupError(
+                "paid, then lost"
+            )  # a group whose rows paid (the first time: a retry replays the call)
         return {"v": await ctx.tool(limited, n=row.n)}
 
     frame = pd.DataFrame({"n": [i // 2 for i in range(80)]})  # each key twice: copies share an outcome
@@ -87,7 +99,9 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
         return tally
 
     async def main() -> list[tuple[pb.Run, Tally]]:
-        run = await frame.play.arun(mixed, store=store, progress=False, background=True, concurrency=4, key="n")
+        run = await frame.play.arun(
+            mixed, store=store, progress=False, background=True, concurrency=4, key="n"
+        )
         runs = [(run, followed(run))]
         await asyncio.wait([run._task])
         assert run.stats.parked and run.stats.failed
@@ -104,15 +118,24 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
         return runs
 
     (first, _), (run, tally), (last, parked_tally) = run_virtual(main())
-    assert len(checked) > 40 and max(checked) > 0  # every key settled at least once, some while others were held
+    assert (
+        len(checked) > 40 and max(checked) > 0
+    )  # every key settled at least once, some while others were held
     for each, its in ((run, tally), (last, parked_tally)):
-        assert _tallied(its) == _truth(each) == _tallied(Tally.of(each.state))  # the static summary's scan agrees
+        assert (
+            _tallied(its) == _truth(each) == _tallied(Tally.of(each.state))
+        )  # the static summary's scan agrees
     assert not parked_tally.parked and not parked_tally.counts and last.stats.ok == first.stats.parked
     assert not tally.parked and sum(tally.counts.values()) == run.stats.failed == first.stats.failed
     groups = tally.error_groups(20)
     assert len(groups) == 2 and len({m.partition(" (")[0] for m in run.result["play_error"].dropna()}) == 4
-    assert paid_before_retry and paid_before_retry == {g: c for g, c in paid_before_retry.items() if g.startswith("LookupError")}
-    assert [cost for *_, cost in groups] == [0.0, 0.0]  # the retried rows replayed their paid calls from receipts
+    assert paid_before_retry and paid_before_retry == {
+        g: c for g, c in paid_before_retry.items() if g.startswith("LookupError")
+    }
+    assert [cost for *_, cost in groups] == [
+        0.0,
+        0.0,
+    ]  # the retried rows replayed their paid calls from receipts
     errors = run.errors.set_index("row")
     for _, group, label, message, _cost in groups:
         assert run.result.loc[label, "play_error"] == message  # each example row still fails that way
@@ -124,11 +147,18 @@ def test_parked_rows_are_counted_by_provider_and_reason_and_leave_on_a_retry() -
     sharing their key); a retried row leaves its count."""
     tally = Tally(lambda position: position)
     for event in [
-        RowParked(0, "down", "acme", 1.0), RowFinished(0, "parked", "provider 'acme' is down", copies=2),
-        RowParked(1, "hold", "acme", 2.0), RowFinished(1, "parked", "provider 'acme' holds calls"),
-        RowParked(2, "budget", None, None), RowFinished(2, "parked", "budget"),
-    ]:  # fmt: skip
+        RowParked(0, "down", "acme", 1.0),
+        RowFinished(0, "parked", "provider 'acme' is down", copies=2),
+        RowParked(1, "hold", "acme", 2.0),
+        RowFinished(1, "parked", "provider 'acme' holds calls"),
+        RowParked(2, "budget", None, None),
+        RowFinished(2, "parked", "budget"),
+    ]:
         tally.on_event(event)
-    assert (tally.reasons("acme"), tally.reasons(None), tally.waiting()) == ({"down": 2, "hold": 1}, {"budget": 1}, {"acme": 3, None: 1})
+    assert (tally.reasons("acme"), tally.reasons(None), tally.waiting()) == (
+        {"down": 2, "hold": 1},
+        {"budget": 1},
+        {"acme": 3, None: 1},
+    )
     tally.on_event(RowRequeued(0, "parked", 2))
     assert (tally.reasons("acme"), tally.parked_count) == ({"hold": 1}, 2)

@@ -36,13 +36,17 @@ from playbook.events import (
     RunStarted,
 )
 from playbook.providers.provider import governor
-from playbook.runtime.state import RunState
+from playbook.runtime.state.run_state import RunState
 from playbook.ui.text import MIN_BAR, TextView
 
 
-def test_summary_names_the_provider_that_holds_parked_rows(store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_summary_names_the_provider_that_holds_parked_rows(
+    store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """After a quota hold, the text view shows the parked count and which provider holds until when."""
-    monkeypatch.delenv("COLUMNS", raising=False)  # a log's default width (a narrower one cuts the counters off)
+    monkeypatch.delenv(
+        "COLUMNS", raising=False
+    )  # a log's default width (a narrower one cuts the counters off)
     quota = pb.Provider("quota", max_wait=60)
     answered = []
 
@@ -56,7 +60,9 @@ def test_summary_names_the_provider_that_holds_parked_rows(store: pb.ReceiptStor
     out = io.StringIO()
 
     async def main() -> pb.Run:
-        run = await pd.DataFrame({"n": range(8)}).play.arun(lookup, store=store, progress=False, background=True, concurrency=1)
+        run = await pd.DataFrame({"n": range(8)}).play.arun(
+            lookup, store=store, progress=False, background=True, concurrency=1
+        )
         TextView(run.state, file=out, clock=asyncio.get_running_loop().time)
         await asyncio.wait([run._task])
         return run
@@ -64,12 +70,16 @@ def test_summary_names_the_provider_that_holds_parked_rows(store: pb.ReceiptStor
     run = run_virtual(main())
     text = out.getvalue()
     assert run.stats.parked == 5
-    assert text.startswith("lookup: 0/8 rows (0%) [00:00<?, ? rows/s] | ok=0 ")  # the run parks at once: its start, then the summary
+    assert text.startswith(
+        "lookup: 0/8 rows (0%) [00:00<?, ? rows/s] | ok=0 "
+    )  # the run parks at once: its start, then the summary
     summary = text.strip().splitlines()[-3:]
     assert summary[0].startswith(
         "lookup: 8 rows | ok 3 | reused 0 | failed 0 | parked 5 | calls 3 paid, 1 failed, 0 from receipts, 0 local"
     )
-    assert summary[1].startswith("provider 'quota' holds calls until ") and summary[1].endswith(" (HTTP 429); 5 rows parked")
+    assert summary[1].startswith("provider 'quota' holds calls until ") and summary[1].endswith(
+        " (HTTP 429); 5 rows parked"
+    )
     assert summary[2] == "a rerun runs the parked rows again"
 
 
@@ -92,9 +102,13 @@ def test_text_view_counts_rows_and_calls(store: pb.ReceiptStore) -> None:
     run_virtual(main())
     lines = out.getvalue().strip().splitlines()
     summaries = [line for line in lines if line.startswith("double: 4 rows")]
-    assert summaries[0].startswith("double: 4 rows | ok 4 | reused 0 | failed 0 | calls 0 paid, 0 from receipts, 3 local")
+    assert summaries[0].startswith(
+        "double: 4 rows | ok 4 | reused 0 | failed 0 | calls 0 paid, 0 from receipts, 3 local"
+    )
     # The memos answered every row: its local calls neither ran nor came from receipts.
-    assert summaries[1].startswith("double: 4 rows | ok 0 | reused 4 | failed 0 | calls 0 paid, 0 from receipts, 0 local")
+    assert summaries[1].startswith(
+        "double: 4 rows | ok 0 | reused 4 | failed 0 | calls 0 paid, 0 from receipts, 0 local"
+    )
 
 
 def _frames(text: str, play: str = "enrich") -> list[str]:
@@ -148,7 +162,9 @@ def _scene(state: RunState, *, probe_at: float, hold_in: float = 3600) -> tuple[
     return acme, quota
 
 
-def test_a_narrow_log_still_shows_held_and_parked_rows_and_down_providers_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_narrow_log_still_shows_held_and_parked_rows_and_down_providers_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Written to a log 60 columns wide, every line fits, and while rows wait it starts with the
     held and parked counts and the providers that are down or hold calls; the counters come after.
     A log gets plain lines, never a carriage return."""
@@ -159,11 +175,15 @@ def test_a_narrow_log_still_shows_held_and_parked_rows_and_down_providers_first(
     _scene(state, probe_at=time.time() + 30)
     frames = _frames(out.getvalue())
     assert max(len(frame) for frame in frames) <= 60 and "\r" not in out.getvalue()
-    assert frames[-1].startswith("enrich [held=3 parked=12 | 1 down, 1 held]: 17/40 rows"), frames[-1]  # no room for names
+    assert frames[-1].startswith("enrich [held=3 parked=12 | 1 down, 1 held]: 17/40 rows"), frames[
+        -1
+    ]  # no room for names
     state.emit(RunFinished("r1", False))
 
 
-def test_a_wide_bar_says_until_when_and_how_many_rows_and_counts_paid_and_local_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_wide_bar_says_until_when_and_how_many_rows_and_counts_paid_and_local_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """With room, the bar gives each provider's rows and times, then ok/reused/failed and the paid, reused and local calls."""
     monkeypatch.setenv("COLUMNS", "250")
     out = io.StringIO()
@@ -176,7 +196,9 @@ def test_a_wide_bar_says_until_when_and_how_many_rows_and_counts_paid_and_local_
         f"enrich [held=3 parked=12 | acme down (12 rows, probe {time_of_day(probe)}) | "
         f"quota held until {time_of_day(quota.status().hold_until_at)} (3 rows)]: "
     ), last
-    assert last.endswith(": 17/40 rows (42%) [00:00<?, ? rows/s] | ok=5 reused=0 failed=0 | calls 5 paid, 0 from receipts, 5 local"), last
+    assert last.endswith(
+        ": 17/40 rows (42%) [00:00<?, ? rows/s] | ok=5 reused=0 failed=0 | calls 5 paid, 0 from receipts, 5 local"
+    ), last
     state.emit(RunFinished("r1", False))
 
 
@@ -210,7 +232,9 @@ def test_the_bar_follows_the_terminal_width() -> None:
         state.emit(RowFinished(0, "ok", None))
         wide = drawn()[-1]
         assert 79 < len(wide) <= 199, wide
-        assert wide.startswith(f"enrich [held=3 parked=12 | acme down (12 rows, probe {time_of_day(probe)}) | quota held until "), wide
+        assert wide.startswith(
+            f"enrich [held=3 parked=12 | acme down (12 rows, probe {time_of_day(probe)}) | quota held until "
+        ), wide
         state.emit(RunFinished("r1", False))
     finally:
         terminal.close()
@@ -274,7 +298,9 @@ def test_a_provider_going_down_and_coming_back_gets_a_line_of_its_own() -> None:
     probe = time.time() + 30
     set_down(acme, "connection refused", probe)
     state.emit(ProviderDown("acme", "connection refused"))
-    assert _frames(out.getvalue())[-1].startswith(f"enrich [acme down (0 rows, probe {time_of_day(probe)})]: ")
+    assert _frames(out.getvalue())[-1].startswith(
+        f"enrich [acme down (0 rows, probe {time_of_day(probe)})]: "
+    )
     state.emit(ProviderDown("acme", "connection refused"))  # the probe failed: still the same outage
     set_down(acme, None)
     state.emit(ProviderUp("acme"))
@@ -287,7 +313,9 @@ def test_a_provider_going_down_and_coming_back_gets_a_line_of_its_own() -> None:
     ], out.getvalue()
 
 
-def test_a_log_gets_a_plain_line_every_few_seconds_through_a_quiet_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_log_gets_a_plain_line_every_few_seconds_through_a_quiet_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Written to a log: a line when the run starts, then one every LOG_EVERY seconds while rows
     wait on a hold (no event comes), and never a carriage return."""
     monkeypatch.delenv("COLUMNS", raising=False)  # a log's default width
@@ -300,9 +328,13 @@ def test_a_log_gets_a_plain_line_every_few_seconds_through_a_quiet_hold(monkeypa
         for pos in range(3):
             state.emit(RowStarted(pos))
             state.emit(RowFinished(pos, "ok", None))
-        assert _frames(out.getvalue()) == ["enrich: 0/10 rows (0%) [00:00<?, ? rows/s] | ok=0 reused=0 failed=0"]
+        assert _frames(out.getvalue()) == [
+            "enrich: 0/10 rows (0%) [00:00<?, ? rows/s] | ok=0 reused=0 failed=0"
+        ]
         await asyncio.sleep(5.5)
-        assert _frames(out.getvalue())[-1].startswith("enrich: 3/10 rows (30%) [00:05<00:11, 1.7s/row] | ok=3 ")
+        assert _frames(out.getvalue())[-1].startswith(
+            "enrich: 3/10 rows (30%) [00:05<00:11, 1.7s/row] | ok=3 "
+        )
         await asyncio.sleep(20.0)
         view.unsubscribe()
         assert 5 <= len(_frames(out.getvalue())) <= 7 and "\r" not in out.getvalue()
@@ -322,7 +354,9 @@ def test_a_key_leaving_its_pool_gets_a_line_of_its_own_and_a_warning_in_the_summ
     said = "provider 'openai': key OPENAI_KEY_B …9c1d left the pool for the run (HTTP 401); 1 other key(s) went on"
     assert said in lines and f"warning: {said}" in lines and state.notices == [said]
     last = KeyRetired("openai", "OPENAI_KEY_A …77aa", "HTTP 403", 0).said()
-    assert last.endswith("(HTTP 403); no key was left, so the run stopped (run.retry() tries every key again)")
+    assert last.endswith(
+        "(HTTP 403); no key was left, so the run stopped (run.retry() tries every key again)"
+    )
 
 
 def test_a_log_line_says_elapsed_remaining_and_rate_and_no_eta_before_a_rate() -> None:
@@ -347,11 +381,17 @@ def test_a_log_line_says_elapsed_remaining_and_rate_and_no_eta_before_a_rate() -
     frames = run_virtual(main())
     assert frames[0].startswith("enrich: 0/100 rows (0%) [00:00<?, ? rows/s] | ok=0"), frames[0]
     # at 20 s (a line every LOG_EVERY = 5 s, the first at 0): 40 done, 60 left at 2 rows/s
-    assert any(f.startswith("enrich: 40/100 rows (40%) [00:20<00:30, 2 rows/s] | ok=40") for f in frames), frames
-    assert frames[-1].startswith("enrich: 40/100 rows (40%) [00:3") and "<?, ? rows/s]" in frames[-1], frames[-1]
+    assert any(f.startswith("enrich: 40/100 rows (40%) [00:20<00:30, 2 rows/s] | ok=40") for f in frames), (
+        frames
+    )
+    assert frames[-1].startswith("enrich: 40/100 rows (40%) [00:3") and "<?, ? rows/s]" in frames[-1], frames[
+        -1
+    ]
 
 
-def test_a_retry_prints_a_summary_of_what_it_did_alone(store: pb.ReceiptStore, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_retry_prints_a_summary_of_what_it_did_alone(
+    store: pb.ReceiptStore, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The text view follows run.retry(): its summary counts the rows the retry ran and the calls it
     made, not the run before and the retry together."""
     failing = {"on": True}
@@ -374,4 +414,6 @@ def test_a_retry_prints_a_summary_of_what_it_did_alone(store: pb.ReceiptStore, c
     run.retry()
     said = capsys.readouterr().err.splitlines()
     summary = [line for line in said if " saved | " in line]
-    assert len(summary) == 1 and summary[0].startswith("gated: 3 rows | ok 3 | reused 0 | failed 0 | calls 0 paid, 3 from receipts"), said
+    assert len(summary) == 1 and summary[0].startswith(
+        "gated: 3 rows | ok 3 | reused 0 | failed 0 | calls 0 paid, 3 from receipts"
+    ), said

@@ -16,22 +16,44 @@ from vtime import run_virtual
 import playbook as pb
 from playbook.providers.provider import governor
 from playbook.providers.sends import Sends
-from playbook.runtime.timeline import ProviderSeries, Timeline
-from playbook.runtime.upstream import ProviderView, provider_view
+from playbook.runtime.state.timeline import ProviderSeries, Timeline
+from playbook.runtime.state.upstream import ProviderView, provider_view
 from playbook.ui.svg import provider_chart
 
 T0 = 1_700_000_000.0  # an epoch second: the timeline never reads the clock
 
 
 def view(
-    name: str = "acme", *, sent: int = 0, refused: int = 0, failed: int = 0, rate: float | None = None, held: bool = False,
-    hold_until_at: float = 0.0, down: bool = False, tokens: float = 0.0, tpm: float | None = None, in_flight: int = 0,
-) -> ProviderView:  # fmt: skip
+    name: str = "acme",
+    *,
+    sent: int = 0,
+    refused: int = 0,
+    failed: int = 0,
+    rate: float | None = None,
+    held: bool = False,
+    hold_until_at: float = 0.0,
+    down: bool = False,
+    tokens: float = 0.0,
+    tpm: float | None = None,
+    in_flight: int = 0,
+) -> ProviderView:
     return ProviderView(
-        name=name, down=down, down_error="boom" if down else None, probe_at=0.0, held=held, hold_until_at=hold_until_at,
-        last_status=None, rate=rate, in_flight_limit=None, in_flight=in_flight, refused=refused, tokens=tokens, tpm=tpm,
-        sent=sent, failed=failed,
-    )  # fmt: skip
+        name=name,
+        down=down,
+        down_error="boom" if down else None,
+        probe_at=0.0,
+        held=held,
+        hold_until_at=hold_until_at,
+        last_status=None,
+        rate=rate,
+        in_flight_limit=None,
+        in_flight=in_flight,
+        refused=refused,
+        tokens=tokens,
+        tpm=tpm,
+        sent=sent,
+        failed=failed,
+    )
 
 
 def only(timeline: Timeline, name: str = "acme") -> ProviderSeries:
@@ -189,7 +211,11 @@ def test_down_spans_grow_while_down_and_touching_spans_merge() -> None:
     tl.sample(T0 + 30, {"acme": view(down=True)})
     tl.sample(T0 + 31, {"acme": view(held=True, hold_until_at=T0 + 40)})
     tl.sample(T0 + 40.5, {"acme": view(held=True, hold_until_at=T0 + 50)})  # within a bucket of the last hold
-    assert only(tl).spans == [(T0 + 5, T0 + 7.8, "down"), (T0 + 30, T0 + 30, "down"), (T0 + 31, T0 + 50, "hold")]
+    assert only(tl).spans == [
+        (T0 + 5, T0 + 7.8, "down"),
+        (T0 + 30, T0 + 30, "down"),
+        (T0 + 31, T0 + 50, "hold"),
+    ]
 
 
 def test_spans_stay_bounded_and_still_cover_every_hold_and_down() -> None:
@@ -233,7 +259,9 @@ def test_provider_view_counts_what_a_real_provider_sent_and_what_failed(demo, st
     tool = pb.demo.email_tool(demo, provider=provider, name="acme.email")
     tl = Timeline()
     tl.sample(T0, {"acme": provider_view(provider)})
-    frame = pd.DataFrame({"domain": [f"company{i}.com" for i in range(8)], "first": [f"P{i}" for i in range(8)]})
+    frame = pd.DataFrame(
+        {"domain": [f"company{i}.com" for i in range(8)], "first": [f"P{i}" for i in range(8)]}
+    )
     out = frame.play.map(tool, store=store, progress=False, concurrency=2)
 
     assert out["play_status"].tolist() == ["ok"] * 8
@@ -254,7 +282,9 @@ def test_a_call_in_flight_at_a_sample_counts_when_its_answer_is_known() -> None:
     tl = Timeline()
     tl.sample(T0, {"acme": view(), "dead": view()})
     tl.sample(T0 + 1, {"acme": view(sent=3, in_flight=3), "dead": view(sent=5, in_flight=2, failed=3)})
-    tl.sample(T0 + 2, {"acme": view(sent=4, in_flight=1, refused=2, failed=0), "dead": view(sent=5, failed=5)})
+    tl.sample(
+        T0 + 2, {"acme": view(sent=4, in_flight=1, refused=2, failed=0), "dead": view(sent=5, failed=5)}
+    )
     tl.sample(T0 + 3, {"acme": view(sent=4, refused=2), "dead": view(sent=5, failed=5)})
     acme, dead = only(tl), only(tl, "dead")
     assert (acme.accepted, acme.refused) == ([0, 0, 1, 1], [0, 0, 2, 0])
@@ -266,7 +296,9 @@ def test_a_call_in_flight_at_a_sample_counts_when_its_answer_is_known() -> None:
 
 def _label(series: ProviderSeries) -> tuple[float, float]:
     """(peak, limit) in calls per second, as the chart's text line says them."""
-    found = re.search(r"peak ([\d.,]+)/s · limit ([\d.,]+)/s", "".join(ET.fromstring(provider_chart(series)).itertext()))
+    found = re.search(
+        r"peak ([\d.,]+)/s · limit ([\d.,]+)/s", "".join(ET.fromstring(provider_chart(series)).itertext())
+    )
     assert found, provider_chart(series)
     return float(found[1].replace(",", "")), float(found[2].replace(",", ""))
 

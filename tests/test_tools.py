@@ -80,7 +80,11 @@ def test_json_body_keeps_types_and_post(demo, store) -> None:
         "llm.chat",
         method="POST",
         url=demo.url + "/v1/chat/completions",
-        json={"model": "demo-1", "temperature": "{temperature}", "messages": [{"role": "user", "content": "Summarise {company}"}]},
+        json={
+            "model": "demo-1",
+            "temperature": "{temperature}",
+            "messages": [{"role": "user", "content": "Summarise {company}"}],
+        },
         headers={"Authorization": "Bearer {secret}"},
         secret=pb.secret("DEMO_API_KEY", default="demo-key"),
         pick="choices.0.message.content",
@@ -90,7 +94,9 @@ def test_json_body_keeps_types_and_post(demo, store) -> None:
     async def summarise(row, ctx):
         return {"summary": await ctx.tool(chat, company=row.company, temperature=0)}
 
-    out = pd.DataFrame({"company": ["Acme Robotics", "Blue Harbor"]}).play.map(summarise, store=store, progress=False)
+    out = pd.DataFrame({"company": ["Acme Robotics", "Blue Harbor"]}).play.map(
+        summarise, store=store, progress=False
+    )
     assert out["play_status"].tolist() == ["ok", "ok"]
     assert all(isinstance(s, str) and s for s in out["summary"])
     receipt = store.receipts("llm.chat").iloc[0]
@@ -112,7 +118,12 @@ def test_http_error_fails_the_row_with_a_clear_message(demo, store) -> None:
         if row.domain == "bad":
             return {
                 "c": await ctx.tool(
-                    pb.http_tool("acme.nodomain", method="GET", url=demo.url + "/v1/company", headers={"Authorization": "Bearer demo-key"}),
+                    pb.http_tool(
+                        "acme.nodomain",
+                        method="GET",
+                        url=demo.url + "/v1/company",
+                        headers={"Authorization": "Bearer demo-key"},
+                    ),
                     {},
                 )
             }
@@ -141,15 +152,23 @@ def test_secret_never_lands_anywhere(demo, store, monkeypatch, caplog, capsys) -
     monkeypatch.setenv("DEMO_API_KEY", value)
     caplog.set_level(logging.DEBUG)
     tool = pb.http_tool(
-        "acme.email", method="GET", url=demo.url + "/v1/email",
+        "acme.email",
+        method="GET",
+        url=demo.url + "/v1/email",
         params={"domain": "{domain}", "first": "{first}", "key": "{secret}"},
-        headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("DEMO_API_KEY"),
-        pick="email", miss_status=(404,),
-    )  # fmt: skip
+        headers={"Authorization": "Bearer {secret}"},
+        secret=pb.secret("DEMO_API_KEY"),
+        pick="email",
+        miss_status=(404,),
+    )
     broken = pb.http_tool(
-        "acme.broken", method="GET", url="http://127.0.0.1:9/v1/email",
-        params={"key": "{secret}", "domain": "{domain}"}, secret=pb.secret("DEMO_API_KEY"), timeout=2,
-    )  # fmt: skip
+        "acme.broken",
+        method="GET",
+        url="http://127.0.0.1:9/v1/email",
+        params={"key": "{secret}", "domain": "{domain}"},
+        secret=pb.secret("DEMO_API_KEY"),
+        timeout=2,
+    )
 
     @pb.play
     async def both(row, ctx):
@@ -192,8 +211,14 @@ def test_custom_client_is_used(store) -> None:
         return httpx.Response(200, json={"data": {"items": [{"v": request.url.params["q"]}]}})
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    tool = pb.http_tool("mock.q", method="GET", url="https://api.example/{kind}", params={"q": "{q}"},
-                        pick="data.items.0.v", client=client)  # fmt: skip
+    tool = pb.http_tool(
+        "mock.q",
+        method="GET",
+        url="https://api.example/{kind}",
+        params={"q": "{q}"},
+        pick="data.items.0.v",
+        client=client,
+    )
     out = pd.DataFrame({"kind": ["a b"], "q": ["x&y"]}).play.map(tool, store=store, progress=False)
     assert out["mock.q"].tolist() == ["x&y"]
     assert seen == ["https://api.example/a%20b?q=x%26y"]
@@ -284,8 +309,12 @@ def test_http_tool_definition_errors(kwargs: dict, match: str) -> None:
 
 def test_none_in_a_url_placeholder_is_a_row_error(store) -> None:
     """A None value for a URL path placeholder fails the row, naming the input."""
-    tool = pb.http_tool("path.tool", method="GET", url="https://api.example/{kind}/x",
-                        client=httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(200, json={}))))  # fmt: skip
+    tool = pb.http_tool(
+        "path.tool",
+        method="GET",
+        url="https://api.example/{kind}/x",
+        client=httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(200, json={}))),
+    )
     out = pd.DataFrame({"kind": [None, "a"]}).play.map(tool, store=store, progress=False)
     assert out["play_status"].tolist() == ["failed", "ok"]
     assert "input 'kind' is None" in out["play_error"].iloc[0]
@@ -298,7 +327,9 @@ def test_a_refused_connection_is_not_called_a_timeout(store) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again below: nothing listens there
-    tool = pb.http_tool("nowhere", method="GET", url=f"http://127.0.0.1:{port}/v1", params={"q": "{q}"}, timeout=5)
+    tool = pb.http_tool(
+        "nowhere", method="GET", url=f"http://127.0.0.1:{port}/v1", params={"q": "{q}"}, timeout=5
+    )
     out = pd.DataFrame({"q": ["a"]}).play.map(tool, store=store, progress=False)
     error = out.loc[0, "play_error"]
     assert "could not connect" in error and "timed out" not in error
@@ -311,31 +342,58 @@ def test_a_whole_url_from_the_input_is_called_as_it_is_with_its_own_query(demo, 
     """``url="{u}"`` calls the address each row gives, its own query kept (and params= joined to
     it); a value that is not an http(s) address, or None, fails its row, naming the input, before
     anything is sent, and no other row waits for it."""
-    tool = pb.http_tool("fetch", method="GET", url="{u}", params={"first": "{first}"}, headers={"Authorization": "Bearer demo-key"},
-                        pick="email", miss_status=(404,), provider=pb.Provider("sites", retries=0))  # fmt: skip
-    frame = pd.DataFrame({
-        "u": [demo.url + "/v1/email?domain=company1.com", "ftp://example.com/x", "example.com/v1", None, "http://me:pa55word@host/x"],
-        "first": ["Person1"] * 5,
-    })  # fmt: skip
+    tool = pb.http_tool(
+        "fetch",
+        method="GET",
+        url="{u}",
+        params={"first": "{first}"},
+        headers={"Authorization": "Bearer demo-key"},
+        pick="email",
+        miss_status=(404,),
+        provider=pb.Provider("sites", retries=0),
+    )
+    frame = pd.DataFrame(
+        {
+            "u": [
+                demo.url + "/v1/email?domain=company1.com",
+                "ftp://example.com/x",
+                "example.com/v1",
+                None,
+                "http://me:pa55word@host/x",
+            ],
+            "first": ["Person1"] * 5,
+        }
+    )
     out = frame.play.map(tool, store=store, progress=False)
     assert out["play_status"].tolist() == ["ok", "failed", "failed", "failed", "failed"]
     assert out.loc[0, "fetch"] is None or "@company1.com" in out.loc[0, "fetch"]
-    assert demo.stats()["requests"] == 1 and demo.stats()["by_status"].get("422", 0) == 0  # domain and first both arrived
+    assert (
+        demo.stats()["requests"] == 1 and demo.stats()["by_status"].get("422", 0) == 0
+    )  # domain and first both arrived
     assert (
         "input 'u' must be an http:// or https:// address" in out.loc[1, "play_error"]
         and "'ftp://example.com/x'" in out.loc[1, "play_error"]
     )
     assert "input 'u' is None" in out.loc[3, "play_error"]
-    assert "no user:password@" in out.loc[4, "play_error"] and "pa55word" not in out.loc[4, "play_error"]  # not repeated
+    assert (
+        "no user:password@" in out.loc[4, "play_error"] and "pa55word" not in out.loc[4, "play_error"]
+    )  # not repeated
     assert pb.last_run().stats.calls_failed == 0 and pb.last_run().parked.empty  # no provider was blamed
 
 
 def test_a_host_from_the_input_must_be_a_host_name(demo, store) -> None:
     """A placeholder inside the URL's host takes host names only: a value that would carry the
     request elsewhere (a path, a query, a user) fails its row, naming the input."""
-    tool = pb.http_tool("by.host", method="GET", url=f"http://{{host}}:{demo.port}/v1/company", params={"domain": "{d}"},
-                        headers={"Authorization": "Bearer demo-key"})  # fmt: skip
-    frame = pd.DataFrame({"host": ["127.0.0.1", "evil.example/x?", "a@127.0.0.1", "localhost"], "d": ["acme.com"] * 4})
+    tool = pb.http_tool(
+        "by.host",
+        method="GET",
+        url=f"http://{{host}}:{demo.port}/v1/company",
+        params={"domain": "{d}"},
+        headers={"Authorization": "Bearer demo-key"},
+    )
+    frame = pd.DataFrame(
+        {"host": ["127.0.0.1", "evil.example/x?", "a@127.0.0.1", "localhost"], "d": ["acme.com"] * 4}
+    )
     out = frame.play.map(tool, store=store, progress=False)
     assert out["play_status"].tolist() == ["ok", "failed", "failed", "ok"]
     assert "input 'host' stands in the URL's host, so it must be a host name" in out.loc[1, "play_error"]
@@ -344,11 +402,24 @@ def test_a_host_from_the_input_must_be_a_host_name(demo, store) -> None:
 @pytest.mark.parametrize("url", ["{u}", "{base}/v1/email", "https://{region}.example.com/v1/email"])
 def test_a_tool_that_sends_a_key_cannot_take_its_host_from_its_input(url: str) -> None:
     """A host chosen by a row would choose where the key goes: refused when the tool is made, saying how."""
-    with pytest.raises(pb.PlayDefinitionError, match="the URL's host comes from its input .* fix the host in url="):
-        pb.http_tool("t", method="GET", url=url, headers={"Authorization": "Bearer {secret}"}, secret=pb.secret("T_KEY"))
+    with pytest.raises(
+        pb.PlayDefinitionError, match="the URL's host comes from its input .* fix the host in url="
+    ):
+        pb.http_tool(
+            "t",
+            method="GET",
+            url=url,
+            headers={"Authorization": "Bearer {secret}"},
+            secret=pb.secret("T_KEY"),
+        )
     with pytest.raises(pb.PlayDefinitionError, match="the URL's host comes from its input"):
-        pb.http_tool("t", method="GET", url=url, provider=pb.Provider("p", keys=[pb.secret("T_KEY")]),
-                     headers={"Authorization": "Bearer {secret}"})  # fmt: skip
+        pb.http_tool(
+            "t",
+            method="GET",
+            url=url,
+            provider=pb.Provider("p", keys=[pb.secret("T_KEY")]),
+            headers={"Authorization": "Bearer {secret}"},
+        )
 
 
 @pytest.mark.parametrize("bad", ["acme.com\r\nX-Evil: 1", "acme\nx", "a\x01b.com", "a\x00", "café.com"])
@@ -356,8 +427,14 @@ def test_a_value_no_header_can_carry_fails_its_row_before_anything_is_sent(bad: 
     """A row value with CR/LF (a header split in two), another control character or non-ASCII
     text in a header template fails its row naming the header, before anything is sent; the
     provider is not blamed and the other rows go on."""
-    tool = pb.http_tool("noted", method="GET", url=demo.url + "/v1/company", params={"domain": "{d}"},
-                        headers={"Authorization": "Bearer demo-key", "X-Note": "{d}"}, provider=pb.Provider("noted"))  # fmt: skip
+    tool = pb.http_tool(
+        "noted",
+        method="GET",
+        url=demo.url + "/v1/company",
+        params={"domain": "{d}"},
+        headers={"Authorization": "Bearer demo-key", "X-Note": "{d}"},
+        provider=pb.Provider("noted"),
+    )
     out = pd.DataFrame({"d": [bad, "acme.com"]}).play.map(tool, store=store, progress=False)
     assert out["play_status"].tolist() == ["failed", "ok"]
     assert "header 'X-Note' cannot carry" in out.loc[0, "play_error"]
@@ -378,16 +455,30 @@ def test_the_answers_and_failures_of_a_host_a_row_chose_are_that_rows_alone(stor
         code = {"forbidden": 403, "broken": 500}.get(request.url.host.split(".")[0], 200)
         return httpx.Response(code, json={"host": request.url.host})
 
-    tool = pb.http_tool("sites", method="GET", url="{u}", provider=pb.Provider("sites", retries=4, max_wait=5),
-                        client=httpx.AsyncClient(transport=httpx.MockTransport(site)))  # fmt: skip
-    urls = ["http://forbidden.example/", "http://broken.example/", *(f"http://ok{i}.example/" for i in range(20))]
+    tool = pb.http_tool(
+        "sites",
+        method="GET",
+        url="{u}",
+        provider=pb.Provider("sites", retries=4, max_wait=5),
+        client=httpx.AsyncClient(transport=httpx.MockTransport(site)),
+    )
+    urls = [
+        "http://forbidden.example/",
+        "http://broken.example/",
+        *(f"http://ok{i}.example/" for i in range(20)),
+    ]
     out = pd.DataFrame({"u": urls}).play.map(tool, store=store, progress=False)
     assert out["play_status"].tolist() == ["failed", "failed"] + ["ok"] * 20
     assert "HTTP 403" in out.loc[0, "play_error"] and "HTTP 500" in out.loc[1, "play_error"]
-    unreachable = pb.http_tool("far", method="GET", url="{u}", provider=pb.Provider("far", retries=4, max_wait=5), timeout=5)
+    unreachable = pb.http_tool(
+        "far", method="GET", url="{u}", provider=pb.Provider("far", retries=4, max_wait=5), timeout=5
+    )
     frame = pd.DataFrame({"u": [f"http://127.0.0.1:{closed}/x"] * 3})
     out = frame.play.map(unreachable, store=store, progress=False)
-    assert out["play_status"].tolist() == ["failed"] * 3 and out["play_error"].str.contains("could not connect").all()
+    assert (
+        out["play_status"].tolist() == ["failed"] * 3
+        and out["play_error"].str.contains("could not connect").all()
+    )
     assert pb.last_run().parked.empty
 
 
@@ -400,12 +491,22 @@ def test_a_host_a_row_chose_that_answers_503_at_random_is_retried_like_the_provi
     governor(provider).backoff = Backoff(base=0.05)  # short tries: the test is about their number
     events: list = []
     governor(provider).subscribe(events.append)
-    tool = pb.http_tool("fetch", method="GET", url="{u}", headers={"Authorization": "Bearer demo-key"}, pick="email", provider=provider)
+    tool = pb.http_tool(
+        "fetch",
+        method="GET",
+        url="{u}",
+        headers={"Authorization": "Bearer demo-key"},
+        pick="email",
+        provider=provider,
+    )
     urls = [f"{demo.url}/v1/email?domain=company{i}.com&first=Person{i}" for i in range(100)]
     out = pd.DataFrame({"u": urls}).play.map(tool, store=store, progress=False)
     assert out["play_status"].tolist() == ["ok"] * 100
     assert demo.stats()["by_status"].get("503", 0) >= 5 and demo.stats()["by_status"]["200"] == 100
-    assert not [e for e in events if isinstance(e, (ProviderHoldSet, ProviderDown))] and not provider.status().down
+    assert (
+        not [e for e in events if isinstance(e, (ProviderHoldSet, ProviderDown))]
+        and not provider.status().down
+    )
 
 
 def test_a_host_a_row_chose_that_always_fails_costs_its_row_its_retries_alone(demo, store) -> None:
@@ -421,15 +522,32 @@ def test_a_host_a_row_chose_that_always_fails_costs_its_row_its_retries_alone(de
     governor(provider).backoff = Backoff(base=0.05)
     events: list = []
     governor(provider).subscribe(events.append)
-    tool = pb.http_tool("fetch", method="GET", url="{u}", headers={"Authorization": "Bearer demo-key"}, provider=provider, timeout=5)
-    urls = [f"{demo.url}/v1/status/503", f"http://127.0.0.1:{closed}/x", *(f"{demo.url}/v1/status/200?i={i}" for i in range(30))]
+    tool = pb.http_tool(
+        "fetch",
+        method="GET",
+        url="{u}",
+        headers={"Authorization": "Bearer demo-key"},
+        provider=provider,
+        timeout=5,
+    )
+    urls = [
+        f"{demo.url}/v1/status/503",
+        f"http://127.0.0.1:{closed}/x",
+        *(f"{demo.url}/v1/status/200?i={i}" for i in range(30)),
+    ]
     out = pd.DataFrame({"u": urls}).play.map(tool, store=store, progress=False)
     assert out["play_status"].tolist() == ["failed", "failed"] + ["ok"] * 30, out["play_error"].tolist()[:4]
     for error, what in zip(out["play_error"][:2], ["HTTP 503", "could not connect"]):
-        assert error.startswith("ProviderUnavailable: tool 'fetch': the host this row chose failed: ") and what in error
+        assert (
+            error.startswith("ProviderUnavailable: tool 'fetch': the host this row chose failed: ")
+            and what in error
+        )
         assert error.endswith("(gave up after 3 tries)"), error
     assert demo.stats()["by_status"]["503"] == 3
-    assert not [e for e in events if isinstance(e, (ProviderHoldSet, ProviderDown))] and not provider.status().down
+    assert (
+        not [e for e in events if isinstance(e, (ProviderHoldSet, ProviderDown))]
+        and not provider.status().down
+    )
 
 
 def test_a_none_leaves_out_its_lone_placeholder_and_fails_a_row_that_writes_it_within_text(store) -> None:
@@ -442,9 +560,14 @@ def test_a_none_leaves_out_its_lone_placeholder_and_fails_a_row_that_writes_it_w
         seen.append(request)
         return httpx.Response(200, json={})
 
-    tool = pb.http_tool("noned", method="GET", url="https://api.example/x", params={"q": "{v}", "w": "w-{w}"},
-                        headers={"X-V": "{v}", "X-W": "pre-{w}"},
-                        client=httpx.AsyncClient(transport=httpx.MockTransport(answer)))  # fmt: skip
+    tool = pb.http_tool(
+        "noned",
+        method="GET",
+        url="https://api.example/x",
+        params={"q": "{v}", "w": "w-{w}"},
+        headers={"X-V": "{v}", "X-W": "pre-{w}"},
+        client=httpx.AsyncClient(transport=httpx.MockTransport(answer)),
+    )
     out = pd.DataFrame({"v": [None, "a"], "w": ["b", None]}).play.map(tool, store=store, progress=False)
     assert out["play_status"].tolist() == ["ok", "failed"]
     assert "input 'w' is None, but a template writes it within text" in out.loc[1, "play_error"]

@@ -61,20 +61,32 @@ class ForwardProxy:
             head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
             request_line, *lines = head.split("\r\n")[:-2]
             method, target, version = request_line.split(" ")
-            lines = [line for line in lines if not line.lower().startswith(("connection:", "proxy-connection:", "keep-alive:"))]
-            length = next((int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:")), 0)
+            lines = [
+                line
+                for line in lines
+                if not line.lower().startswith(("connection:", "proxy-connection:", "keep-alive:"))
+            ]
+            length = next(
+                (int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:")),
+                0,
+            )
             body = await reader.readexactly(length)
             self.forwarded.append(f"{method} {target}")
             url = urlsplit(target)
             path = url.path + (f"?{url.query}" if url.query else "")
             upstream_reader, upstream_writer = await asyncio.open_connection(url.hostname, url.port or 80)
-            sent = "".join(line + "\r\n" for line in [f"{method} {path} {version}", *lines, "Connection: close"]) + "\r\n"
+            sent = (
+                "".join(line + "\r\n" for line in [f"{method} {path} {version}", *lines, "Connection: close"])
+                + "\r\n"
+            )
             upstream_writer.write(sent.encode("latin-1") + body)
             answer = await upstream_reader.read()  # the whole answer: the server closes after it
             upstream_writer.close()
             await upstream_writer.wait_closed()
             answer_head, _, answer_body = answer.partition(b"\r\n\r\n")
-            kept = [line for line in answer_head.split(b"\r\n") if not line.lower().startswith(b"connection:")]
+            kept = [
+                line for line in answer_head.split(b"\r\n") if not line.lower().startswith(b"connection:")
+            ]
             writer.write(b"\r\n".join(kept) + b"\r\nConnection: close\r\n\r\n" + answer_body)
             await writer.drain()
         finally:
@@ -85,15 +97,21 @@ class ForwardProxy:
 
 def _company_tool(url: str, **options: Any) -> pb.Tool:
     return pb.http_tool(
-        "demo.company", method="GET", url=url + "/v1/company", params={"domain": "{domain}"},
-        headers={"Authorization": "Bearer demo-key"}, **options,
-    )  # fmt: skip
+        "demo.company",
+        method="GET",
+        url=url + "/v1/company",
+        params={"domain": "{domain}"},
+        headers={"Authorization": "Bearer demo-key"},
+        **options,
+    )
 
 
 DOMAINS = pd.DataFrame({"domain": [f"company{i}.com" for i in range(5)]})
 
 
-def _through_proxy(demo: Any, store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch, **env: str) -> tuple[pd.DataFrame, list[str]]:
+def _through_proxy(
+    demo: Any, store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch, **env: str
+) -> tuple[pd.DataFrame, list[str]]:
     """Map the demo's company endpoint over five domains with a proxy running and ``env`` set
     (``{proxy}`` in a value is the proxy's URL); returns the result and what the proxy forwarded."""
 
@@ -111,7 +129,9 @@ def _through_proxy(demo: Any, store: pb.ReceiptStore, monkeypatch: pytest.Monkey
 def test_a_proxy_in_the_environment_carries_the_calls(variable: str, demo, store, monkeypatch) -> None:
     """With HTTP_PROXY (or http_proxy, or ALL_PROXY) set, every call of a run goes through that proxy."""
     out, forwarded = _through_proxy(demo, store, monkeypatch, **{variable: "{proxy}"})
-    assert out["play_status"].tolist() == ["ok"] * 5 and out["demo.company"].iloc[0]["domain"] == "company0.com"
+    assert (
+        out["play_status"].tolist() == ["ok"] * 5 and out["demo.company"].iloc[0]["domain"] == "company0.com"
+    )
     assert sorted(forwarded) == sorted(f"GET {demo.url}/v1/company?domain=company{i}.com" for i in range(5))
     assert demo.stats()["by_status"] == {"200": 5}
 
@@ -139,7 +159,10 @@ def test_a_dead_proxy_is_named_in_the_error(demo, store, monkeypatch) -> None:
     assert f"through the proxy http://127.0.0.1:{port} (from $HTTP_PROXY)" in errors, errors
     assert demo.stats()["requests"] == 0
     monkeypatch.setenv("HTTP_PROXY", f"http://user:hunter2@127.0.0.1:{port}")
-    assert _company_tool(demo.url)._via(demo.url) == f" through the proxy http://127.0.0.1:{port} (from $HTTP_PROXY)"
+    assert (
+        _company_tool(demo.url)._via(demo.url)
+        == f" through the proxy http://127.0.0.1:{port} (from $HTTP_PROXY)"
+    )
 
 
 def test_a_socks_proxy_is_left_to_httpx(monkeypatch) -> None:
@@ -160,10 +183,30 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
     """A certificate for 127.0.0.1 and its key, made by the openssl command."""
     cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key
 
 
@@ -234,8 +277,12 @@ def test_concurrency_past_the_open_file_limit_warns(store) -> None:
     async def double(n: int) -> int:
         return 2 * n
 
-    with pytest.warns(RuntimeWarning, match=rf"concurrency={budget + 1} is more calls in flight than .* open-file limit") as caught:
-        out = pd.DataFrame({"n": [1, 2]}).play.map(double, store=store, progress=False, concurrency=budget + 1)
+    with pytest.warns(
+        RuntimeWarning, match=rf"concurrency={budget + 1} is more calls in flight than .* open-file limit"
+    ) as caught:
+        out = pd.DataFrame({"n": [1, 2]}).play.map(
+            double, store=store, progress=False, concurrency=budget + 1
+        )
     assert out["double"].tolist() == [2, 4]
     [warning] = caught
     assert warning.filename == __file__  # the user's line, not playbook's
@@ -262,11 +309,18 @@ def test_ten_thousand_in_flight_under_ulimit_256(demo, tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if k.upper() not in PROXY_VARIABLES}
     child = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(CHILD), demo.url, str(tmp_path / "store")],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
     assert child.returncode == 0, child.stderr[-2000:]
     report = json.loads(child.stdout.strip().splitlines()[-1])
     assert report == {"statuses": {"ok": 2000}, "errors": []}
-    assert "RuntimeWarning: concurrency=10000 is more calls in flight than this process's open-file limit (256)" in child.stderr
+    assert (
+        "RuntimeWarning: concurrency=10000 is more calls in flight than this process's open-file limit (256)"
+        in child.stderr
+    )
     stats = demo.stats()
     assert stats["by_status"] == {"200": 2000} and stats["max_in_flight"] <= PER_HOST

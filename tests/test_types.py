@@ -48,10 +48,23 @@ def test_a_forgotten_await_is_a_type_error(tmp_path: Path) -> None:
     # checked as `make lint` checks it (whose cache it reuses, so only the plays file is new).
     env = {**os.environ, "MYPYPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--strict", "--no-error-summary",
-         "--cache-dir", str(ROOT / ".mypy_cache"), str(plays)],
-        capture_output=True, text=True, cwd=tmp_path, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--strict",
+            "--no-error-summary",
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            str(plays),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     errors = [line for line in done.stdout.splitlines() if ": error:" in line]
     line = PLAYS.splitlines().index('    return {"loud": loud.lower()}') + 1
     assert len(errors) == 1 and f"plays.py:{line}:" in errors[0] and "Coroutine" in errors[0], done.stdout

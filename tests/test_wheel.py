@@ -35,21 +35,41 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "playbook"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # Top-level entries of a working tree that a clone does not have.
-_NOT_IN_A_CLONE = {".git", ".venv", "build", "dist", "out", ".playbook", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+_NOT_IN_A_CLONE = {
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "out",
+    ".playbook",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+}
 
 
 def _copy_of_the_tree(dst: Path) -> Path:
     def ignore(folder: str, names: list[str]) -> list[str]:
         top = Path(folder) == ROOT
-        return [n for n in names if n == "__pycache__" or n.endswith(".egg-info") or (top and n in _NOT_IN_A_CLONE)]
+        return [
+            n
+            for n in names
+            if n == "__pycache__" or n.endswith(".egg-info") or (top and n in _NOT_IN_A_CLONE)
+        ]
 
     shutil.copytree(ROOT, dst, ignore=ignore)
     return dst
 
 
 def _run(cmd: list[str | Path], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")}
-    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
+    }
+    return subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +82,22 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def wheel(tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
     built = _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--disable-pip-version-check",
-         "-q", "-w", out, tree],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "-q",
+            "-w",
+            out,
+            tree,
+        ],
         cwd=tree,
-    )  # fmt: skip
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     (found,) = out.glob("*.whl")
     return found
@@ -80,11 +112,25 @@ def python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # The wheel goes in before the .pth: pip would otherwise see this checkout's editable
     # install through it and call the wheel "already installed".
     installed = _run(
-        [sys.executable, "-m", "pip", "--python", exe, "install", "--no-deps", "--no-index", "--disable-pip-version-check", "-q", wheel],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            exe,
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            "-q",
+            wheel,
+        ],
         cwd=env_dir,
     )
     assert installed.returncode == 0, installed.stderr[-3000:]
-    site = _run([exe, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=env_dir).stdout.strip()
+    site = _run(
+        [exe, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=env_dir
+    ).stdout.strip()
     ours = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
     (Path(site) / "_dependencies.pth").write_text("".join(p + "\n" for p in sorted(ours)))
     return exe
@@ -94,7 +140,11 @@ def test_the_wheel_holds_every_module_and_the_data_and_no_tests(tree: Path, whee
     """The wheel is named after the distribution and holds every module, py.typed and the demo data, and nothing else."""
     assert wheel.name == f"{DISTRIBUTION.replace('-', '_')}-{pb.__version__}-py3-none-any.whl"
     names = set(zipfile.ZipFile(wheel).namelist())
-    files = {p.relative_to(tree).as_posix() for p in (tree / "playbook").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    files = {
+        p.relative_to(tree).as_posix()
+        for p in (tree / "playbook").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
     assert files <= names, sorted(files - names)
     assert {"playbook/py.typed", "playbook/demo/data/leads.csv"} <= names
     info = f"{DISTRIBUTION.replace('-', '_')}-{pb.__version__}.dist-info/"
@@ -116,7 +166,9 @@ def test_the_fresh_venv_imports_the_wheel_with_its_metadata(python: Path, tmp_pa
     seen = json.loads(done.stdout)
     prefix = Path(seen["prefix"])
     assert prefix == python.parent.parent and Path(seen["file"]).is_relative_to(prefix)
-    assert Path(seen["dist_file"]) == Path(seen["file"])  # the metadata found is the wheel's, not the checkout's
+    assert Path(seen["dist_file"]) == Path(
+        seen["file"]
+    )  # the metadata found is the wheel's, not the checkout's
     assert seen["dist_version"] == seen["version"] == pb.__version__
     assert set(seen["extras"]) >= {"demo", "parquet", "polars", "redis", "all"}
     assert seen["typed"] and seen["leads"] == len(pb.demo.leads()) > 0
@@ -166,11 +218,18 @@ def _hints(tree: ast.Module) -> tuple[list[int], set[str]]:
         id(node.body[0].value)
         for node in ast.walk(tree)
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
-    }  # fmt: skip
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
     spelled, asked = [], set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "pip install" in node.value and id(node) not in docs:
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and "pip install" in node.value
+            and id(node) not in docs
+        ):
             spelled.append(node.lineno)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "install_hint":
             (extra,) = node.args

@@ -49,7 +49,9 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def _run(kc: Any, code: str) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     reply = kc.execute_interactive(textwrap.dedent(code), timeout=60, output_hook=messages.append)
-    assert reply["content"]["status"] == "ok", [m["content"] for m in messages if m["msg_type"] in ("error", "stream")]
+    assert reply["content"]["status"] == "ok", [
+        m["content"] for m in messages if m["msg_type"] in ("error", "stream")
+    ]
     return messages
 
 
@@ -69,8 +71,12 @@ def test_auto_progress_shows_the_widget_and_leaves_the_summary(kernel: Any) -> N
         if m["msg_type"] == "comm_msg" and "value" in m["content"]["data"].get("state", {})
     ]
     bars = [v for v in values if 'class="pb-rest"' in v or 'class="pb-ok"' in v]
-    assert len({bar.partition("</svg>")[0] for bar in bars}) >= 2  # the bar (the rows as an SVG status bar) moved while the run went on
-    models = [m["content"]["data"]["state"].get("_model_name") for m in messages if m["msg_type"] == "comm_open"]
+    assert (
+        len({bar.partition("</svg>")[0] for bar in bars}) >= 2
+    )  # the bar (the rows as an SVG status bar) moved while the run went on
+    models = [
+        m["content"]["data"]["state"].get("_model_name") for m in messages if m["msg_type"] == "comm_open"
+    ]
     assert "HTMLModel" in models and "ButtonModel" not in models  # a blocking run's panel has no buttons
 
 
@@ -102,14 +108,25 @@ def test_buttons_stop_and_retry_a_background_run(kernel: Any) -> None:
     """,
     )
     lines = [m["content"]["text"] for m in messages if m["msg_type"] == "stream"]
-    assert "".join(lines).split() == ["False", "1", "failed", "1", "True", "1", "1", "True"]  # it ran again, and failed again
+    assert "".join(lines).split() == [
+        "False",
+        "1",
+        "failed",
+        "1",
+        "True",
+        "1",
+        "1",
+        "True",
+    ]  # it ran again, and failed again
 
 
 def test_a_run_over_at_once_shows_only_its_summary(kernel: Any) -> None:
     """A run shorter than the panel's delay shows no live panel, just the static summary."""
     messages = _run(kernel, 'quick = pd.DataFrame({"n": [5000, 5001]}).play.map(slow)')
     assert not [m for m in messages if m["msg_type"] == "display_data" and WIDGET in m["content"]["data"]]
-    summaries = [m for m in messages if m["msg_type"] == "display_data" and "text/html" in m["content"]["data"]]
+    summaries = [
+        m for m in messages if m["msg_type"] == "display_data" and "text/html" in m["content"]["data"]
+    ]
     assert len(summaries) == 1 and "<td>2</td><td>2</td>" in summaries[0]["content"]["data"]["text/html"]
 
 
@@ -147,20 +164,29 @@ def test_the_live_panel_caps_its_tables_and_counts_down_the_hold(kernel: Any) ->
     errors = re.search(r"errors</div><table>.*?</table>", tables, re.S)
     assert parked_rows and errors
     # every parked row waits on quota's one hold: a line (two if they straddle a minute), not a line per row
-    lines = re.findall(rf"<tr><td>([\d,]+)</td><td>held past the wait budget</td><td>quota</td><td>{TIME} \(HTTP 429\)</td>", tables)
+    lines = re.findall(
+        rf"<tr><td>([\d,]+)</td><td>held past the wait budget</td><td>quota</td><td>{TIME} \(HTTP 429\)</td>",
+        tables,
+    )
     assert 1 <= len(lines) <= 2 and parked_rows.group(0).count("<tr>") == len(lines) + 1
     assert errors.group(0).count("<tr>") == LIMIT + 1  # the largest groups, + the header
     assert re.search(r"… and [\d,]+ more groups", tables)
     assert "Odd1Error: row &lt;n&gt; is odd (line " in errors.group(0)
-    assert providers.count("<svg") == 1 and 'class="pb-failed"' in providers and 'class="pb-parked"' in providers
+    assert (
+        providers.count("<svg") == 1 and 'class="pb-failed"' in providers and 'class="pb-parked"' in providers
+    )
     assert pictures.count("<svg") == 1 and "<title>quota: " in pictures
-    countdown = re.search(rf"<td>quota</td><td>held (\d+)m (\d\d)s more, until {TIME} \(HTTP 429\)</td>", providers)
+    countdown = re.search(
+        rf"<td>quota</td><td>held (\d+)m (\d\d)s more, until {TIME} \(HTTP 429\)</td>", providers
+    )
     assert countdown and 3500 < int(countdown.group(1)) * 60 + int(countdown.group(2)) <= 3600
     updates = [m for m in messages if m["msg_type"] == "comm_msg"]
     assert len(updates) > 10  # refreshed all along
     assert max(len(json.dumps(m["content"])) for m in updates) < 12_000  # capped: no update carries every row
     assert max(_refreshes(updates)) <= 20_000  # nor does a refresh (the messages it sends at once)
-    summary = [m for m in messages if m["msg_type"] == "update_display_data"][-1]["content"]["data"]["text/html"]
+    summary = [m for m in messages if m["msg_type"] == "update_display_data"][-1]["content"]["data"][
+        "text/html"
+    ]
     assert "<td>600</td>" in summary and "… and" in summary
 
 
@@ -205,8 +231,12 @@ def test_a_provider_going_down_redraws_the_panel_at_once(kernel: Any) -> None:
     assert down and 28 <= int(down.group(1)) <= 30, after
     counters = re.search(r"<th>cost saved</th></tr></thead><tbody><tr>((?:<td>[^<]*</td>)+)</tr>", after)
     assert counters, after
-    paid, failed, shared, reused, local = (int(v) for v in re.findall(r"<td>([^<]*)</td>", counters.group(1))[7:12])
-    assert paid > 0 and local >= paid and failed == shared == reused == 0  # each row: a local call, then a paid one
+    paid, failed, shared, reused, local = (
+        int(v) for v in re.findall(r"<td>([^<]*)</td>", counters.group(1))[7:12]
+    )
+    assert (
+        paid > 0 and local >= paid and failed == shared == reused == 0
+    )  # each row: a local call, then a paid one
 
 
 def test_a_background_run_shows_its_panel_in_its_own_cell_and_ends_as_the_summary(kernel: Any) -> None:
@@ -229,7 +259,9 @@ def test_a_background_run_shows_its_panel_in_its_own_cell_and_ends_as_the_summar
         print(json.dumps([[(b.description, b.disabled) for b in buttons.children], summary.value, job.view.status.comm is None]))
     """,
     )
-    buttons, summary, closed = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))
+    buttons, summary, closed = json.loads(
+        "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
+    )
     assert buttons == [["Retry parked", True], ["Retry failed", False]] and closed
     assert "playbook-run" in summary and "<td>40</td><td>39</td>" in summary
 
@@ -257,7 +289,11 @@ def test_a_finished_run_is_not_kept_alive_by_its_panel(kernel: Any) -> None:
             gc.enable()
     """,
     )
-    assert "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream").split() == ["True", "True", "0"]
+    assert "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream").split() == [
+        "True",
+        "True",
+        "0",
+    ]
 
 
 def test_cells_queued_behind_a_blocking_map_run_after_it_in_order(kernel: Any) -> None:

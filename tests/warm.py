@@ -30,9 +30,20 @@ from typing import Any
 
 # Imported once by the server: what the workers of the process tests import.
 PRELOAD = [
-    "pandas", "cloudpickle", "httpx", "redis", "pydantic", "playbook", "playbook.runtime.run", "playbook.store.engine",
-    "playbook.store.redis", "playbook.tools.http", "playbook.demo", "playbook.demo.tools", "playbook.frontends.pandas",
-]  # fmt: skip
+    "pandas",
+    "cloudpickle",
+    "httpx",
+    "redis",
+    "pydantic",
+    "playbook",
+    "playbook.runtime.run",
+    "playbook.store.engine",
+    "playbook.store.redis.backend",
+    "playbook.tools.http",
+    "playbook.demo",
+    "playbook.demo.tools",
+    "playbook.frontends.pandas",
+]
 
 _context: Any = None
 _clean_path: list[str] = []
@@ -84,12 +95,20 @@ class Warm:
         self._process.kill()
 
 
-def start(script: str | os.PathLike[str] | None, *args: str, code: str | None = None, module: str | None = None,
-          cwd: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None) -> Warm:  # fmt: skip
+def start(
+    script: str | os.PathLike[str] | None,
+    *args: str,
+    code: str | None = None,
+    module: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> Warm:
     """``python script *args``, ``python -c code *args`` or ``python -m module *args``, started warm,
     in ``cwd`` with ``env`` (this process's, by default).  ``PYTHONPATH`` acts when an interpreter
     starts, before the server's imports: a process that needs another one is started cold."""
-    assert env is None or env.get("PYTHONPATH") == os.environ.get("PYTHONPATH"), "PYTHONPATH changes need a fresh interpreter"
+    assert env is None or env.get("PYTHONPATH") == os.environ.get("PYTHONPATH"), (
+        "PYTHONPATH changes need a fresh interpreter"
+    )
     context = _server()
     first = "-m" if module is not None else "-c" if code is not None else os.fspath(script or "")
     folder = Path(tempfile.mkdtemp(prefix="warm-"))
@@ -98,14 +117,29 @@ def start(script: str | os.PathLike[str] | None, *args: str, code: str | None = 
     err.touch()
     how = (first, code, module)
     where = os.fspath(cwd) if cwd is not None else os.getcwd()
-    process = context.Process(target=_child, args=(how, list(args), dict(os.environ if env is None else env), where, _clean_path,
-                                                   str(out), str(err)))  # fmt: skip
+    process = context.Process(
+        target=_child,
+        args=(
+            how,
+            list(args),
+            dict(os.environ if env is None else env),
+            where,
+            _clean_path,
+            str(out),
+            str(err),
+        ),
+    )
     process.start()
     return Warm(process, out, err)
 
 
-def run(*args: str, module: str, cwd: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def run(
+    *args: str,
+    module: str,
+    cwd: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
     """``python -m module *args`` to its end, as :func:`subprocess.run` with ``capture_output`` gives it."""
     proc = start(None, *args, module=module, cwd=cwd, env=env)
     out, err = proc.communicate(timeout)
@@ -116,7 +150,10 @@ def _server() -> Any:
     global _context
     if _context is None:
         fresh = subprocess.run(
-            [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path))"], capture_output=True, text=True, check=True
+            [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path))"],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         _clean_path[:] = [p for p in json.loads(fresh.stdout) if p]
         _context = multiprocessing.get_context("forkserver")
@@ -124,8 +161,15 @@ def _server() -> Any:
     return _context
 
 
-def _child(how: tuple[str, str | None, str | None], args: list[str], env: dict[str, str], cwd: str, path: list[str], out: str,
-           err: str) -> None:  # fmt: skip
+def _child(
+    how: tuple[str, str | None, str | None],
+    args: list[str],
+    env: dict[str, str],
+    cwd: str,
+    path: list[str],
+    out: str,
+    err: str,
+) -> None:
     first, code, module = how
     for fd, name in ((1, out), (2, err)):
         opened = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -136,7 +180,10 @@ def _child(how: tuple[str, str | None, str | None], args: list[str], env: dict[s
     os.chdir(cwd)
     sys.argv = [first, *args]
     # sys.path[0] as Python sets it: the script's folder, the working directory for -m, '' for -c.
-    sys.path[:] = [cwd if module is not None else "" if code is not None else os.path.dirname(os.path.abspath(first)), *path]
+    sys.path[:] = [
+        cwd if module is not None else "" if code is not None else os.path.dirname(os.path.abspath(first)),
+        *path,
+    ]
     try:
         if module is not None:
             runpy.run_module(module, run_name="__main__", alter_sys=True)

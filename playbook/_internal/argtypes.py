@@ -39,7 +39,9 @@ def cap(text: str) -> float:
     except ValueError:
         value = math.nan
     if math.isinf(value) and value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, not {text!r} (for no limit, leave the option out)")
+        raise argparse.ArgumentTypeError(
+            f"expected a number >= 0, not {text!r} (for no limit, leave the option out)"
+        )
     return amount(text)
 
 

@@ -32,7 +32,16 @@ class OnHold(Suspend):
     """The row waits for ``provider`` until ``until`` (loop clock): re-admit it then (``behind``:
     then, after the rows not started yet: its call fails on its own, and gives way to them)."""
 
-    def __init__(self, provider: Any, until: float, wall: float, status: int | None, budget: WaitBudget, *, behind: bool = False) -> None:
+    def __init__(
+        self,
+        provider: Any,
+        until: float,
+        wall: float,
+        status: int | None,
+        budget: WaitBudget,
+        *,
+        behind: bool = False,
+    ) -> None:
         super().__init__(f"held by provider {provider.name!r}")
         self.provider = provider
         self.until = until
@@ -52,7 +61,9 @@ class Leased(Suspend):
 class Parked(Suspend):
     """The row steps out of this run (``reason``: ``budget``, ``hold``); a rerun picks it up."""
 
-    def __init__(self, reason: str, message: str, *, provider: str | None = None, ready_at: float | None = None) -> None:
+    def __init__(
+        self, reason: str, message: str, *, provider: str | None = None, ready_at: float | None = None
+    ) -> None:
         super().__init__(message)
         self.reason = reason
         self.provider = provider

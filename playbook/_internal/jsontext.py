@@ -15,7 +15,9 @@ def _encoder(*, ascii: bool, sort_keys: bool) -> Callable[[Any], str]:
     one on every call, which costs more than encoding a small record (three per replayed row)."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # no C accelerator in this Python
-        return json.JSONEncoder(ensure_ascii=ascii, sort_keys=sort_keys, separators=(",", ":"), allow_nan=False).encode
+        return json.JSONEncoder(
+            ensure_ascii=ascii, sort_keys=sort_keys, separators=(",", ":"), allow_nan=False
+        ).encode
     quote = json.encoder.encode_basestring_ascii if ascii else json.encoder.encode_basestring
     encoder = make(None, None, quote, None, ":", ",", sort_keys, False, False)
 

@@ -38,7 +38,7 @@ import weakref
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
-from ..errors import PlayDefinitionError
+from playbook.errors import PlayDefinitionError
 
 __all__ = ["check_blocking", "finished", "run_sync", "running_loop", "schedule"]
 

@@ -15,5 +15,8 @@ def masked(url: str) -> str:
         userinfo, host = netloc.rsplit("@", 1)
         user, colon, _ = userinfo.partition(":")
         netloc = f"{user}:***@{host}" if colon else netloc
-    query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
+    query = urlencode(
+        [(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)],
+        safe="*",
+    )
     return urlunsplit(parts._replace(netloc=netloc, query=query))

@@ -34,7 +34,9 @@ class _WhenLoaded(importlib.abc.MetaPathFinder):
         self.name = name
         self.then = then
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname != self.name:
             return None
         for finder in sys.meta_path:

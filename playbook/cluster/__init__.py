@@ -2,6 +2,6 @@
 worker runs (:mod:`.worker`) and what they tell each other (:mod:`.wire`, :mod:`.state`).  The
 ``ddf.play`` accessor is :mod:`playbook.frontends.dask`."""
 
-from .job import ClusterRun
+from playbook.cluster.job import ClusterRun
 
 __all__ = ["ClusterRun"]

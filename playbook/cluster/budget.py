@@ -2,7 +2,7 @@
 
 A paid call reserves its estimate there before it is sent (an atomic check-and-add: two workers
 cannot both take the last of it) and settles its real cost once answered, as a local run's
-:class:`~playbook.runtime.scope.CostBudget` does in memory.  A call that does not fit waits
+:class:`~playbook.runtime.calls.scope.CostBudget` does in memory.  A call that does not fit waits
 for this partition's own calls in flight to settle (they may cost less than reserved); with
 none, its row parks.  What a worker that died had reserved stays spent: the budget errs on the
 side of paying less.
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._internal.words import money
-from ..runtime.scope import CostBudget
-from .wire import TTL
+from playbook._internal.words import money
+from playbook.cluster.wire import TTL
+from playbook.runtime.calls.scope import CostBudget
 
 __all__ = ["SharedCostBudget"]
 

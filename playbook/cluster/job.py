@@ -24,22 +24,22 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .._internal.chain import Chain
-from .._internal.loop import check_blocking, finished, run_sync, schedule
-from ..errors import PlayDefinitionError, ReceiptError, interrupted
-from ..events import RunFinished, RunStarted
-from ..plays.play import Play
-from ..providers.provider import sharing_limits
-from ..records import ProviderHold, RunStats
-from ..runtime.options import RunOptions
-from ..runtime.run import remember
-from ..runtime.state import ERROR_COLUMNS, LEG_COLUMNS
-from ..store.engine import StoreEngine
-from ..tools.secrets import sending_to_workers
-from .results import conform, profile, statuses, unify
-from .state import ClusterState
-from .wire import Channel, plain_hops
-from .worker import Failure, Part, partition_error, run_partition
+from playbook._internal.chain import Chain
+from playbook._internal.loop import check_blocking, finished, run_sync, schedule
+from playbook.cluster.results import conform, profile, statuses, unify
+from playbook.cluster.state import ClusterState
+from playbook.cluster.wire import Channel, plain_hops
+from playbook.cluster.worker import Failure, Part, partition_error, run_partition
+from playbook.errors import PlayDefinitionError, ReceiptError, interrupted
+from playbook.events import RunFinished, RunStarted
+from playbook.plays.play import Play
+from playbook.providers.provider import sharing_limits
+from playbook.records import ProviderHold, RunStats
+from playbook.runtime.options import RunOptions
+from playbook.runtime.run import remember
+from playbook.runtime.state.run_state import ERROR_COLUMNS, LEG_COLUMNS
+from playbook.secrets import sending_to_workers
+from playbook.store.engine import StoreEngine
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
@@ -56,7 +56,15 @@ class ClusterRun:
     done), ``run.stats``, ``run.errors``, ``run.parked``, ``run.holds``; ``wait()``, ``stop()``,
     ``retry()``; ``run.state`` for views."""
 
-    def __init__(self, frame: dd.DataFrame, play: Play, opts: RunOptions, client: Client, url: str, options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        frame: dd.DataFrame,
+        play: Play,
+        opts: RunOptions,
+        client: Client,
+        url: str,
+        options: dict[str, Any],
+    ) -> None:
         import cloudpickle
 
         self.job = uuid.uuid4().hex[:16]
@@ -69,7 +77,10 @@ class ClusterRun:
         try:
             info = client.scheduler_info()
             hops = plain_hops([info["address"], *info["workers"]])
-            with sharing_limits(url), sending_to_workers(hops):  # one rate per provider account; a secret's default, if safe
+            with (
+                sharing_limits(url),
+                sending_to_workers(hops),
+            ):  # one rate per provider account; a secret's default, if safe
                 self._payload = cloudpickle.dumps((play, options))
         except Exception as exc:  # what cannot travel: a secret's value, a lock, an open file or client
             raise PlayDefinitionError(
@@ -99,7 +110,7 @@ class ClusterRun:
         )
 
     def _repr_html_(self) -> str:
-        from ..ui.html import run_html
+        from playbook.ui.html import run_html
 
         return run_html(self.state)
 
@@ -126,7 +137,9 @@ class ClusterRun:
         if latest is not self:
             return latest.result
         if self._result is None:
-            raise PlayDefinitionError("the cluster run has not finished: run.wait() returns its result once it has")
+            raise PlayDefinitionError(
+                "the cluster run has not finished: run.wait() returns its result once it has"
+            )
         return self._result
 
     @property
@@ -144,7 +157,9 @@ class ClusterRun:
 
     @property
     def parked(self) -> pd.DataFrame:
-        frame = pd.DataFrame(self.state.parked_rows(), columns=["row", "position", "reason", "provider", "ready_at", "message"])
+        frame = pd.DataFrame(
+            self.state.parked_rows(), columns=["row", "position", "reason", "provider", "ready_at", "message"]
+        )
         frame["ready_at"] = pd.to_datetime(frame["ready_at"], unit="s", utc=True)
         return frame
 
@@ -156,7 +171,10 @@ class ClusterRun:
     @property
     def workers(self) -> pd.DataFrame:
         """Per worker: partitions running and finished, rows done of its partitions, calls paid, rows in flight."""
-        return pd.DataFrame(self.state.workers(), columns=["worker", "running", "finished", "done", "rows", "calls_executed", "in_flight"])
+        return pd.DataFrame(
+            self.state.workers(),
+            columns=["worker", "running", "finished", "done", "rows", "calls_executed", "in_flight"],
+        )
 
     # -- what a user does --------------------------------------------------------------
 
@@ -196,7 +214,9 @@ class ClusterRun:
             raise PlayDefinitionError(f"retry(statuses={statuses!r}): retry 'failed' and/or 'parked' rows")
         latest = self._chain.latest(self)
         if latest.running:
-            raise PlayDefinitionError("the cluster run is still going: retry once it has finished (run.wait())")
+            raise PlayDefinitionError(
+                "the cluster run is still going: retry once it has finished (run.wait())"
+            )
         todo = latest.state.standing(statuses, self._offsets, self._lengths)
         if not todo:
             return latest
@@ -208,7 +228,9 @@ class ClusterRun:
         again._futures, again._result, again._task, again._stopped = list(latest._futures), None, None, False
         self._chain.follow(again)
         if latest.view is not None:
-            latest.view.follow(again.state)  # the view shows the retry (its own counters) where it showed the run
+            latest.view.follow(
+                again.state
+            )  # the view shows the retry (its own counters) where it showed the run
         remember(again)
         self._channel.reset()
         if latest._task is not None:
@@ -242,7 +264,9 @@ class ClusterRun:
         Cancelled (Ctrl-C), it stops the job and waits for the partitions to land what they sent."""
         if retry is None:
             await self._measure()
-            todo: dict[int, tuple[int, ...] | None] = {part: None for part, length in enumerate(self._lengths) if length}
+            todo: dict[int, tuple[int, ...] | None] = {
+                part: None for part, length in enumerate(self._lengths) if length
+            }
             for part in todo:
                 self.state.expect(part)
         else:
@@ -299,7 +323,14 @@ class ClusterRun:
         task = dask.delayed(run_partition, pure=False)
         calls = []
         for part, positions in todo.items():
-            spec = Part(self.job, part, self._offsets[part], self._url, self._lengths[part] if positions is None else None, positions)
+            spec = Part(
+                self.job,
+                part,
+                self._offsets[part],
+                self._url,
+                self._lengths[part] if positions is None else None,
+                positions,
+            )
             previous = self._futures[part] if positions is not None else None
             name = f"playbook-{self._play.name}-{self.job}-{self._round}-{part}"
             calls.append(task(self._parts[part], self._payload, spec, previous, dask_key_name=name))
@@ -337,7 +368,9 @@ class ClusterRun:
                     return partition_error(self._play.name, part, future.exception(), self._opts.on_error)
                 if future.status == "finished" and future.type is Failure:
                     said = future.result()
-                    return partition_error(self._play.name, part, said.error, self._opts.on_error, said.worker)
+                    return partition_error(
+                        self._play.name, part, said.error, self._opts.on_error, said.worker
+                    )
             except Exception as exc:  # what the worker said could not even be read here
                 return partition_error(self._play.name, part, exc, "isolate")
         return None

@@ -22,7 +22,9 @@ import pandas as pd
 
 __all__ = ["Profile", "conform", "profile", "reassembled", "statuses", "unify"]
 
-Profile = list[tuple[Any, Any, str]]  # per column: its label, its dtype, and for objects "text", "none" or "other"
+Profile = list[
+    tuple[Any, Any, str]
+]  # per column: its label, its dtype, and for objects "text", "none" or "other"
 STATUS = ("play_status", "play_error")
 
 
@@ -59,7 +61,9 @@ def unify(profiles: Sequence[Profile], inputs: Sequence[Any], *, text: bool) -> 
 def _dtype(found: list[tuple[Any, str]], partitions: int, *, text: bool) -> Any:
     kinds = {kind for _, kind in found if kind}
     gaps = len(found) < partitions or "none" in kinds  # somewhere the column holds no value at all
-    typed = [dtype for dtype, kind in found if kind != "none"]  # an object column of Nones says nothing of the type
+    typed = [
+        dtype for dtype, kind in found if kind != "none"
+    ]  # an object column of Nones says nothing of the type
     if typed and all(dtype == typed[0] for dtype in typed):
         first = typed[0]
         if first.kind in "iu" and gaps:
@@ -84,7 +88,11 @@ def conform(frame: pd.DataFrame, columns: Sequence[Any], dtypes: Sequence[Any]) 
     """A partition's result with exactly ``columns``, of ``dtypes`` (run on the worker that holds it)."""
     out: dict[Any, pd.Series[Any]] = {}
     for label, dtype in zip(columns, dtypes):
-        column = frame[label] if label in frame.columns else pd.Series([None] * len(frame), index=frame.index, dtype=object)
+        column = (
+            frame[label]
+            if label in frame.columns
+            else pd.Series([None] * len(frame), index=frame.index, dtype=object)
+        )
         if str(column.dtype) != str(dtype):
             column = column.astype(dtype)
         out[label] = column
@@ -92,7 +100,11 @@ def conform(frame: pd.DataFrame, columns: Sequence[Any], dtypes: Sequence[Any]) 
 
 
 def reassembled(
-    previous: pd.DataFrame, again: pd.DataFrame, ran: Sequence[int], retried: Sequence[int], inputs: Sequence[Any]
+    previous: pd.DataFrame,
+    again: pd.DataFrame,
+    ran: Sequence[int],
+    retried: Sequence[int],
+    inputs: Sequence[Any],
 ) -> pd.DataFrame:
     """A retried partition's result: ``again`` holds the rows at positions ``ran`` run now (the
     ``retried`` ones and those that were done, which came back from their memos with the very
@@ -102,7 +114,9 @@ def reassembled(
     chosen = set(retried)
     for j, position in enumerate(ran):
         if position not in chosen:
-            statuses[j] = before[position]  # done before: still "ok" (or "reused"), not "reused" by this retry
+            statuses[j] = before[
+                position
+            ]  # done before: still "ok" (or "reused"), not "reused" by this retry
     again = again.assign(play_status=pd.Series(statuses, index=again.index, dtype=again["play_status"].dtype))
     ran_set = set(ran)
     rest = [p for p in range(len(previous)) if p not in ran_set]

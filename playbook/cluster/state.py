@@ -1,6 +1,6 @@
 """The live state of a cluster job on the client: the partitions' reports, summed.
 
-A :class:`ClusterState` is a :class:`~playbook.runtime.state.RunState` whose counters are the
+A :class:`ClusterState` is a :class:`~playbook.runtime.state.run_state.RunState` whose counters are the
 sums of each partition's latest report, whose rows held, parked and failed are those the reports
 named, and whose providers are what the workers see (calls in flight and 429s summed over
 workers; a hold or an outage if any worker has one).  It passes row events on to its views
@@ -14,16 +14,46 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RunFinished, RunNotice, RunProgress, RunStarted
-from ..runtime.grouping import message_group
-from ..runtime.state import FailedRow, ParkedRow, ProviderView, RunEvent, RunState, Waiting, WorkerView, grouped
-from .wire import COUNTERS, decode_label
+from playbook.cluster.wire import COUNTERS, decode_label
+from playbook.events import (
+    RowFinished,
+    RowHeld,
+    RowParked,
+    RowRequeued,
+    RowResumed,
+    RowSleeping,
+    RunFinished,
+    RunNotice,
+    RunProgress,
+    RunStarted,
+)
+from playbook.runtime.rows.grouping import message_group
+from playbook.runtime.state.run_state import (
+    FailedRow,
+    ParkedRow,
+    ProviderView,
+    RunEvent,
+    RunState,
+    Waiting,
+    WorkerView,
+    grouped,
+)
 
 __all__ = ["ClusterState"]
 
 _APPLIED = (RunStarted, RunFinished, RunNotice)  # the rest come summed in the reports
-_PAID = ("calls_executed", "calls_failed", "cost_spent", "cost_failed", "receipts_lost")  # what an attempt cut short still counts
-_CALLS, _COST, _FAILED = COUNTERS.index("calls_executed"), COUNTERS.index("cost_spent"), COUNTERS.index("calls_failed")
+_PAID = (
+    "calls_executed",
+    "calls_failed",
+    "cost_spent",
+    "cost_failed",
+    "receipts_lost",
+)  # what an attempt cut short still counts
+_CALLS, _COST, _FAILED = (
+    COUNTERS.index("calls_executed"),
+    COUNTERS.index("cost_spent"),
+    COUNTERS.index("calls_failed"),
+)
 _ROWS = tuple(COUNTERS.index(name) for name in ("ok", "reused", "failed", "parked", "skipped"))
 
 
@@ -37,9 +67,15 @@ class _Partition:
         self.base: list[float] = [0] * len(COUNTERS)  # what attempts cut short counted (their worker died)
         self.final = False
         self.positions: set[int] = set()  # job-wide positions it reported rows for
-        self.legs: list[list[Any]] = []  # its waterfalls' legs, as its latest report counts them (LEG_COLUMNS)
-        self.others: dict[int, int] = {}  # a retry: its rows not run again, by status (COUNTERS' index): not this run's
-        self.rows: dict[int, int] | None = None  # its rows by status (COUNTERS' index), as its result has them
+        self.legs: list[
+            list[Any]
+        ] = []  # its waterfalls' legs, as its latest report counts them (LEG_COLUMNS)
+        self.others: dict[
+            int, int
+        ] = {}  # a retry: its rows not run again, by status (COUNTERS' index): not this run's
+        self.rows: dict[int, int] | None = (
+            None  # its rows by status (COUNTERS' index), as its result has them
+        )
 
     def now(self) -> list[float]:
         """Its counters: the latest report's over its base, its rows as its result has them once built
@@ -54,12 +90,27 @@ class _Partition:
 class ClusterState(RunState):
     """A cluster job's counters and rows, from its partitions' reports."""
 
-    __slots__ = ("_failed", "_held", "_labels", "_parked", "_parts", "_views", "_worker_views", "before", "paid_by", "ran")
+    __slots__ = (
+        "_failed",
+        "_held",
+        "_labels",
+        "_parked",
+        "_parts",
+        "_views",
+        "_worker_views",
+        "before",
+        "paid_by",
+        "ran",
+    )
 
     def __init__(
-        self, *, play: str = "", clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+        self,
+        *,
+        play: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         before: ClusterState | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(play=play, clock=clock, wall=wall)
         self.before = before  # a retry's: the state of the run it retried
         self._parts: dict[int, _Partition] = {}
@@ -117,7 +168,9 @@ class ClusterState(RunState):
         if report["attempt"] != part.attempt:
             if part.final:
                 return  # a late word from an attempt Dask already replaced
-            if part.attempt:  # run again elsewhere (its worker died): forget what the old attempt said of its rows
+            if (
+                part.attempt
+            ):  # run again elsewhere (its worker died): forget what the old attempt said of its rows
                 for position in part.positions:
                     self._forget(position)
                 part.positions.clear()
@@ -159,16 +212,26 @@ class ClusterState(RunState):
             status, error, copies, reason, provider, ready, group, cost = finished
             self._forget(position)
             if status == "parked":
-                self._parked[position] = ParkedRow(self._labels[position], position, reason, provider, ready, error)
+                self._parked[position] = ParkedRow(
+                    self._labels[position], position, reason, provider, ready, error
+                )
                 self.emit(RowParked(position, reason, provider, ready))
             else:
                 group = group or message_group(error or "")
                 self._failed[position] = FailedRow(self._labels[position], position, error or "", group, cost)
-            self.emit(RowFinished(position, status, error, copies, held=was_held is not None, group=group, cost_failed=cost))
+            self.emit(
+                RowFinished(
+                    position, status, error, copies, held=was_held is not None, group=group, cost_failed=cost
+                )
+            )
         elif held is not None:
             kind, provider, until, status = held
             self._held[position] = Waiting(kind, provider)
-            self.emit(RowSleeping(position, until) if kind == "sleep" else RowHeld(position, provider, until, status))
+            self.emit(
+                RowSleeping(position, until)
+                if kind == "sleep"
+                else RowHeld(position, provider, until, status)
+            )
         elif was_held is not None:
             self.emit(RowResumed(position))
 
@@ -184,15 +247,21 @@ class ClusterState(RunState):
         for part in self._parts.values():
             for i, value in enumerate(part.now()):
                 sums[i] += value
-        return [round(value, 9) if name.startswith("cost") else int(value) for name, value in zip(COUNTERS, sums)]
+        return [
+            round(value, 9) if name.startswith("cost") else int(value) for name, value in zip(COUNTERS, sums)
+        ]
 
-    def standing(self, statuses: tuple[str, ...], offsets: list[int], lengths: list[int]) -> dict[int, dict[int, str]]:
+    def standing(
+        self, statuses: tuple[str, ...], offsets: list[int], lengths: list[int]
+    ) -> dict[int, dict[int, str]]:
         """The rows whose latest outcome, over this run and those it retried, is one of
         ``statuses``: partition -> position in it -> that status."""
         found = self._latest(statuses)
         todo: dict[int, dict[int, str]] = {}
         for part, (offset, length) in enumerate(zip(offsets, lengths)):
-            rows_in = {p - offset: status for p, status in sorted(found.items()) if offset <= p < offset + length}
+            rows_in = {
+                p - offset: status for p, status in sorted(found.items()) if offset <= p < offset + length
+            }
             if rows_in:
                 todo[part] = rows_in
         return todo
@@ -251,7 +320,9 @@ class ClusterState(RunState):
             row = by.setdefault(part.worker, [0, 0, 0, 0, 0, 0])
             counts = dict(zip(COUNTERS, part.now()))
             row[0 if not part.final else 1] += 1
-            row[2] += int(counts["ok"] + counts["reused"] + counts["failed"] + counts["parked"] + counts["skipped"])
+            row[2] += int(
+                counts["ok"] + counts["reused"] + counts["failed"] + counts["parked"] + counts["skipped"]
+            )
             row[3] += int(counts["total"])
             row[4] += int(counts["calls_executed"])
             row[5] += int(counts["in_flight"])
@@ -271,9 +342,19 @@ def _summed(tables: list[list[list[Any]]]) -> list[list[Any]]:
 
 def _merge(a: ProviderView, b: ProviderView) -> ProviderView:
     return ProviderView(
-        name=a.name, down=a.down or b.down, down_error=a.down_error or b.down_error, probe_at=max(a.probe_at, b.probe_at),
-        held=a.held or b.held, hold_until_at=max(a.hold_until_at, b.hold_until_at), last_status=b.last_status or a.last_status,
-        rate=b.rate if b.rate is not None else a.rate, in_flight_limit=b.in_flight_limit or a.in_flight_limit,
-        in_flight=a.in_flight + b.in_flight, refused=a.refused + b.refused, tokens=a.tokens + b.tokens, tpm=b.tpm or a.tpm,
-        sent=a.sent + b.sent, failed=a.failed + b.failed,
-    )  # fmt: skip
+        name=a.name,
+        down=a.down or b.down,
+        down_error=a.down_error or b.down_error,
+        probe_at=max(a.probe_at, b.probe_at),
+        held=a.held or b.held,
+        hold_until_at=max(a.hold_until_at, b.hold_until_at),
+        last_status=b.last_status or a.last_status,
+        rate=b.rate if b.rate is not None else a.rate,
+        in_flight_limit=b.in_flight_limit or a.in_flight_limit,
+        in_flight=a.in_flight + b.in_flight,
+        refused=a.refused + b.refused,
+        tokens=a.tokens + b.tokens,
+        tpm=b.tpm or a.tpm,
+        sent=a.sent + b.sent,
+        failed=a.failed + b.failed,
+    )

@@ -16,16 +16,32 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .. import tagged
+from playbook import tagged
 
 __all__ = ["COUNTERS", "TTL", "Channel", "decode_label", "encode_label", "plain_hops"]
 
 TTL = 86_400  # seconds a job's keys outlive its last word
 COUNTERS = (
-    "total", "ok", "reused", "failed", "parked", "skipped", "in_flight", "held", "sleeping", "calls_executed", "calls_reused",
-    "calls_shared", "calls_failed", "calls_local", "cost_spent", "cost_saved", "receipts_lost",
-    "cost_failed", "tokens",
-)  # fmt: skip
+    "total",
+    "ok",
+    "reused",
+    "failed",
+    "parked",
+    "skipped",
+    "in_flight",
+    "held",
+    "sleeping",
+    "calls_executed",
+    "calls_reused",
+    "calls_shared",
+    "calls_failed",
+    "calls_local",
+    "cost_spent",
+    "cost_saved",
+    "receipts_lost",
+    "cost_failed",
+    "tokens",
+)
 _BATCH = 1000  # reports drained per round trip
 
 
@@ -73,7 +89,9 @@ class Channel:
         import redis
 
         try:
-            calls, cost, sent = self._redis.hmget(self.paid, [f"{attempt}:calls", f"{attempt}:cost", f"{attempt}:sent"])
+            calls, cost, sent = self._redis.hmget(
+                self.paid, [f"{attempt}:calls", f"{attempt}:cost", f"{attempt}:sent"]
+            )
         except (redis.RedisError, OSError):
             return None
         return int(calls or 0), float(cost or 0.0), int(sent or 0)

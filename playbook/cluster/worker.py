@@ -18,17 +18,17 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from .._internal.loop import run_sync
-from ..errors import PlaybookError, RunFatal
-from ..events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RunFinished
-from ..plays.play import Play, as_play
-from ..runtime.options import RunOptions
-from ..runtime.run import begin_background, start
-from ..runtime.state import RunEvent, RunState
-from ..store import StoreEngine
-from .budget import SharedCostBudget
-from .results import reassembled
-from .wire import COUNTERS, Channel, encode_label
+from playbook._internal.loop import run_sync
+from playbook.cluster.budget import SharedCostBudget
+from playbook.cluster.results import reassembled
+from playbook.cluster.wire import COUNTERS, Channel, encode_label
+from playbook.errors import PlaybookError, RunFatal
+from playbook.events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RunFinished
+from playbook.plays.play import Play, as_play
+from playbook.runtime.options import RunOptions
+from playbook.runtime.run import begin_background, start
+from playbook.runtime.state.run_state import RunEvent, RunState
+from playbook.store import StoreEngine
 
 __all__ = ["Failure", "Part", "partition_error", "run_partition"]
 
@@ -55,9 +55,13 @@ class Failure(NamedTuple):
     worker: str
 
 
-def partition_error(play: str, part: int, exc: BaseException | None, on_error: str, worker: str = "") -> BaseException:
+def partition_error(
+    play: str, part: int, exc: BaseException | None, on_error: str, worker: str = ""
+) -> BaseException:
     """What the client raises for partition ``part`` that could not finish (``exc``: what it raised, if known)."""
-    if isinstance(exc, RunFatal):  # what stops a local run too (a 401, a missing secret): said where it was met
+    if isinstance(
+        exc, RunFatal
+    ):  # what stops a local run too (a 401, a missing secret): said where it was met
         return RunFatal(f"{exc} (on the Dask worker at {worker}: it reads its own environment)")
     if exc is not None and (on_error == "raise" or isinstance(exc, PlaybookError)):
         return exc  # a row's own error (on_error="raise")
@@ -78,7 +82,9 @@ _channels: dict[tuple[str, str], Channel] = {}
 _channels_lock = threading.Lock()
 
 
-def run_partition(frame: pd.DataFrame, payload: bytes, part: Part, previous: pd.DataFrame | None = None) -> pd.DataFrame | Failure:
+def run_partition(
+    frame: pd.DataFrame, payload: bytes, part: Part, previous: pd.DataFrame | None = None
+) -> pd.DataFrame | Failure:
     """Run the job's play over ``frame`` (one partition) and return its result.  A retry
     (``part.positions``, with the partition's ``previous`` result) runs those rows and the rows
     done before, which come back from their memos; rows failed or parked and not retried keep
@@ -119,7 +125,13 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 async def _drive(
-    rows: pd.DataFrame, play: Play, opts: RunOptions, store: StoreEngine, channel: Channel, part: Part, ran: list[int] | None
+    rows: pd.DataFrame,
+    play: Play,
+    opts: RunOptions,
+    store: StoreEngine,
+    channel: Channel,
+    part: Part,
+    ran: list[int] | None,
 ) -> pd.DataFrame:
     attempt = uuid.uuid4().hex[:12]  # a partition run again (its worker died) is a new attempt
     # Its paid calls are counted with their receipts, where the client reads them if this
@@ -133,9 +145,15 @@ async def _drive(
 
 
 async def _run(
-    rows: pd.DataFrame, play: Play, opts: RunOptions, store: StoreEngine, channel: Channel, part: Part, ran: list[int] | None,
+    rows: pd.DataFrame,
+    play: Play,
+    opts: RunOptions,
+    store: StoreEngine,
+    channel: Channel,
+    part: Part,
+    ran: list[int] | None,
     attempt: str,
-) -> pd.DataFrame:  # fmt: skip
+) -> pd.DataFrame:
     run = begin_background(start(rows, play, opts, store))
     relay = _Relay(run.state, part, ran, attempt)
     finished = asyncio.Event()
@@ -197,7 +215,9 @@ class _Relay:
         self.carried_counts = [0.0] * len(COUNTERS)
         self.attempt = attempt
         self.worker = worker_name()
-        self.finished: dict[int, list[Any]] = {}  # position -> [status, error, copies, reason, provider, ready_at, group]
+        self.finished: dict[
+            int, list[Any]
+        ] = {}  # position -> [status, error, copies, reason, provider, ready_at, group]
         self.parking: dict[int, tuple[str, str | None, float | None]] = {}
         self.held: dict[int, list[Any]] = {}  # position -> [kind, provider, until, status]
         self.dirty: set[int] = set()
@@ -218,7 +238,16 @@ class _Relay:
                 return
             if event.status in ("failed", "parked"):
                 reason, provider, ready = self.parking.pop(position, ("", None, None))
-                self.finished[position] = [event.status, event.error, event.copies, reason, provider, ready, event.group, event.cost_failed]
+                self.finished[position] = [
+                    event.status,
+                    event.error,
+                    event.copies,
+                    reason,
+                    provider,
+                    ready,
+                    event.group,
+                    event.cost_failed,
+                ]
             elif position not in self.finished and position not in self.held:
                 return  # most rows: ok or reused, counted by the counters alone
             else:
@@ -253,13 +282,28 @@ class _Relay:
         rows = []
         for position in sorted(self.dirty):
             local = position if self.ran is None else self.ran[position]
-            rows.append([part.offset + local, encode_label(state.label(position)), self.finished.get(position), self.held.get(position)])
+            rows.append(
+                [
+                    part.offset + local,
+                    encode_label(state.label(position)),
+                    self.finished.get(position),
+                    self.held.get(position),
+                ]
+            )
         self.dirty.clear()
         notices = state.notices[self.told :]
         self.told = len(state.notices)
         return {
-            "part": part.part, "attempt": self.attempt, "worker": self.worker, "final": final,
-            "counts": [getattr(state, name) - carried for name, carried in zip(COUNTERS, self.carried_counts)], "rows": rows,
-            "notices": notices, "waterfalls": state.leg_rows(),
-            "providers": [list(view) for view in state.provider_views().values()], "phase": state.phase,
-        }  # fmt: skip
+            "part": part.part,
+            "attempt": self.attempt,
+            "worker": self.worker,
+            "final": final,
+            "counts": [
+                getattr(state, name) - carried for name, carried in zip(COUNTERS, self.carried_counts)
+            ],
+            "rows": rows,
+            "notices": notices,
+            "waterfalls": state.leg_rows(),
+            "providers": [list(view) for view in state.provider_views().values()],
+            "phase": state.phase,
+        }

@@ -25,25 +25,60 @@ _OPTIONS: tuple[tuple[str, str, type, str], ...] = (
     ("--rps", "rps", float, "requests per second per API key (default: unlimited)"),
     ("--burst", "burst", int, "token bucket size per API key (default: 10)"),
     ("--window-limit", "window_limit", int, "requests per key per fixed window (default: unlimited)"),
-    ("--window-seconds", "window_seconds", float, "fixed window length, windows aligned to its multiples (default: 1)"),
-    ("--max-in-flight", "max_in_flight", int, "requests per key answered at once; more get 429 without a hint (default: unlimited)"),
+    (
+        "--window-seconds",
+        "window_seconds",
+        float,
+        "fixed window length, windows aligned to its multiples (default: 1)",
+    ),
+    (
+        "--max-in-flight",
+        "max_in_flight",
+        int,
+        "requests per key answered at once; more get 429 without a hint (default: unlimited)",
+    ),
     ("--quota", "quota", int, "requests per key per quota window (default: unlimited)"),
     ("--quota-reset", "quota_reset", float, "quota window in seconds (default: 3600)"),
     ("--latency", "latency", float, "seconds added to every /v1 response (default: 0)"),
     ("--fault-rate", "fault_rate", float, "share of /v1 requests answered with --fault-status (default: 0)"),
     ("--fault-status", "fault_status", int, "status of injected faults (default: 503)"),
-    ("--fault-retry-after", "fault_retry_after", float, "Retry-After hint on injected faults (default: none)"),
-    ("--fault-every", "fault_every", int, "answer every Nth request past auth and limits with --fault-status (default: never)"),
+    (
+        "--fault-retry-after",
+        "fault_retry_after",
+        float,
+        "Retry-After hint on injected faults (default: none)",
+    ),
+    (
+        "--fault-every",
+        "fault_every",
+        int,
+        "answer every Nth request past auth and limits with --fault-status (default: never)",
+    ),
     ("--slow-rate", "slow_rate", float, "share of requests that sleep --slow-latency more (default: 0)"),
     ("--slow-latency", "slow_latency", float, "extra seconds for slow requests (default: 1)"),
-    ("--malformed-rate", "malformed_rate", float, "share of 200 responses with a broken JSON body (default: 0)"),
+    (
+        "--malformed-rate",
+        "malformed_rate",
+        float,
+        "share of 200 responses with a broken JSON body (default: 0)",
+    ),
     ("--miss-rate", "miss_rate", float, "share of email lookups that find nothing (default: 0.2)"),
     ("--job-seconds", "job_seconds", float, "seconds an async job takes (default: 2)"),
     ("--seed", "seed", int, "seed for fault, slowness and malformed draws (default: 0)"),
     ("--chat-rpm", "chat_rpm", int, "chat completions requests per minute per key (default: unlimited)"),
     ("--chat-tpm", "chat_tpm", int, "chat completions tokens per minute per key (default: unlimited)"),
-    ("--chat-bucket-seconds", "chat_bucket_seconds", float, "seconds of the chat limits one burst may use (default: 1)"),
-    ("--chat-invalid-json-rate", "chat_invalid_json_rate", float, "share of JSON chat answers sent as invalid JSON (default: 0)"),
+    (
+        "--chat-bucket-seconds",
+        "chat_bucket_seconds",
+        float,
+        "seconds of the chat limits one burst may use (default: 1)",
+    ),
+    (
+        "--chat-invalid-json-rate",
+        "chat_invalid_json_rate",
+        float,
+        "share of JSON chat answers sent as invalid JSON (default: 0)",
+    ),
     ("--batch-seconds", "batch_seconds", float, "seconds a chat batch job takes to complete (default: 2)"),
 )
 
@@ -54,7 +89,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Run playbook's deterministic demo enrichment provider on this machine.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8787, help="port to bind; 0 picks a free one (default: 8787)")
+    parser.add_argument(
+        "--port", type=int, default=8787, help="port to bind; 0 picks a free one (default: 8787)"
+    )
     parser.add_argument(
         "--api-key",
         dest="api_keys",
@@ -62,7 +99,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY",
         help=f"accepted bearer key; repeat for several (default: {DEMO_KEY})",
     )
-    parser.add_argument("--retry-after-format", choices=RETRY_AFTER_FORMATS, help="how 429s hint when to retry")
+    parser.add_argument(
+        "--retry-after-format", choices=RETRY_AFTER_FORMATS, help="how 429s hint when to retry"
+    )
     parser.add_argument(
         "--quota-endpoint",
         dest="quota_endpoints",

@@ -29,7 +29,16 @@ _STOPWORDS = frozenset(
     "some such than that their them then there these they this those through under until very what when "
     "where which while with would your yours summarise summarize summary sentence following text page".split()
 )
-_PHRASE_SKIP = _STOPWORDS | {"classify", "industry", "return", "answer", "company", "json", "describe", "extract"}
+_PHRASE_SKIP = _STOPWORDS | {
+    "classify",
+    "industry",
+    "return",
+    "answer",
+    "company",
+    "json",
+    "describe",
+    "extract",
+}
 _SUMMARY_WORDS = 14
 _NAME_WORDS = 6  # text after a colon longer than this is a passage, not a name
 

@@ -50,7 +50,11 @@ BULK_MAX_ITEMS = 100
 _MALFORMED = b'{"email": "truncated@'  # what a proxy cutting a response short looks like
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _KNOWN_PATHS = frozenset({"/v1/company", "/v1/email", "/v1/email/bulk", "/v1/jobs", "/v1/chat/completions"})
-_KNOWN_TEMPLATES = (re.compile(r"^/v1/jobs/"), re.compile(r"^/v1/status/"), batch_api.PATHS)  # paths with an id in them
+_KNOWN_TEMPLATES = (
+    re.compile(r"^/v1/jobs/"),
+    re.compile(r"^/v1/status/"),
+    batch_api.PATHS,
+)  # paths with an id in them
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -117,7 +121,13 @@ def _guarded(state: DemoState, name: str, handler: Handler, *, public: bool = Fa
     async def endpoint(request: Request) -> Response:
         headers = request.headers
         state.witness(_key_places(request, await request.body(), state.settings.api_keys))
-        admission = state.admit(name, request.scope["path"], _authorization(request), headers.get("idempotency-key"), public=public)
+        admission = state.admit(
+            name,
+            request.scope["path"],
+            _authorization(request),
+            headers.get("idempotency-key"),
+            public=public,
+        )
         status = 500
         try:
             delay = state.settings.latency + admission.slow
@@ -158,8 +168,14 @@ def _authorization(request: Request) -> str | None:
 
 def _key_places(request: Request, body: bytes, keys: tuple[str, ...]) -> list[str]:
     """Where the request carries one of ``keys``, in any of the spellings a URL or JSON gives it."""
-    forms = [f.encode() for key in keys for f in {key, quote(key, safe=""), quote_plus(key), json.dumps(key)[1:-1]}]
-    parts = [("path", request.scope.get("raw_path") or b""), ("query", request.scope.get("query_string") or b""), ("body", body)]
+    forms = [
+        f.encode() for key in keys for f in {key, quote(key, safe=""), quote_plus(key), json.dumps(key)[1:-1]}
+    ]
+    parts = [
+        ("path", request.scope.get("raw_path") or b""),
+        ("query", request.scope.get("query_string") or b""),
+        ("body", body),
+    ]
     parts += [(f"header {name.decode('latin-1')}", value) for name, value in request.scope["headers"]]
     return [place for place, raw in parts if any(form in raw for form in forms)]
 
@@ -362,7 +378,9 @@ def _admin_change(state: DemoState, change: Callable[..., DemoSettings]) -> Hand
 def _admin_restart(restart: Callable[[float], Awaitable[None]] | None) -> Handler:
     async def admin_restart(request: Request) -> Response:
         if restart is None:
-            return _error(501, "restart needs the demo served by DemoServer (pb.demo.serve or python -m playbook.demo)")
+            return _error(
+                501, "restart needs the demo served by DemoServer (pb.demo.serve or python -m playbook.demo)"
+            )
         body = await _admin_object(request, 'options, like {"down": 2}')
         if isinstance(body, Response):
             return body
@@ -375,8 +393,10 @@ def _admin_restart(restart: Callable[[float], Awaitable[None]] | None) -> Handle
             return _error(422, str(exc))
         # A background task runs after the answer is sent: this connection is not cut short.
         return Response(
-            encode({"ok": True, "down": down}).encode("utf-8"), 200,
-            media_type="application/json", background=BackgroundTask(restart, down),
-        )  # fmt: skip
+            encode({"ok": True, "down": down}).encode("utf-8"),
+            200,
+            media_type="application/json",
+            background=BackgroundTask(restart, down),
+        )
 
     return admin_restart

@@ -65,10 +65,16 @@ def _upload(state: DemoState) -> Handler:
         if upload is None:
             return _refuse(400, "Missing required parameter: 'file'.", "file", "missing_required_parameter")
         if purpose is None:
-            return _refuse(400, "Missing required parameter: 'purpose'.", "purpose", "missing_required_parameter")
+            return _refuse(
+                400, "Missing required parameter: 'purpose'.", "purpose", "missing_required_parameter"
+            )
         text = purpose[1].decode("utf-8", "replace").strip()
         if text not in _PURPOSES:
-            return _refuse(400, f"Invalid value for 'purpose': {text!r}. Use one of {', '.join(sorted(_PURPOSES))}.", "purpose")
+            return _refuse(
+                400,
+                f"Invalid value for 'purpose': {text!r}. Use one of {', '.join(sorted(_PURPOSES))}.",
+                "purpose",
+            )
         return json_response(state.add_file(upload[0] or "upload.jsonl", text, upload[1]))
 
     return upload
@@ -102,10 +108,16 @@ def _create(state: DemoState) -> Handler:
         if stored is None:
             return _refuse(404, f"No such File object: {body['input_file_id']}", "input_file_id")
         if stored.purpose != "batch":
-            return _refuse(400, f"The file {stored.id} has purpose {stored.purpose!r}; a batch needs purpose 'batch'.", "input_file_id")
+            return _refuse(
+                400,
+                f"The file {stored.id} has purpose {stored.purpose!r}; a batch needs purpose 'batch'.",
+                "input_file_id",
+            )
         # The answers are worked out here, outside the state's lock: a big batch must not
         # hold up every other request for its duration.
-        prepared = prepare(stored.data, body["endpoint"], invalid_json_rate=state.settings.chat_invalid_json_rate)
+        prepared = prepare(
+            stored.data, body["endpoint"], invalid_json_rate=state.settings.chat_invalid_json_rate
+        )
         return json_response(state.create_batch(stored.id, body["endpoint"], body.get("metadata"), prepared))
 
     return create
@@ -116,14 +128,23 @@ def _batch_problem(body: dict[str, Any]) -> tuple[str, str] | None:
     if not isinstance(body.get("input_file_id"), str):
         return "Missing required parameter: 'input_file_id'.", "input_file_id"
     if body.get("endpoint") not in ENDPOINTS:
-        return f"Invalid value for 'endpoint': {body.get('endpoint')!r}. Supported: {', '.join(ENDPOINTS)}.", "endpoint"
+        return (
+            f"Invalid value for 'endpoint': {body.get('endpoint')!r}. Supported: {', '.join(ENDPOINTS)}.",
+            "endpoint",
+        )
     if body.get("completion_window") != "24h":
-        return f"Invalid value for 'completion_window': {body.get('completion_window')!r}. Supported: '24h'.", "completion_window"
+        return (
+            f"Invalid value for 'completion_window': {body.get('completion_window')!r}. Supported: '24h'.",
+            "completion_window",
+        )
     metadata = body.get("metadata")
     if metadata is not None and (
         not isinstance(metadata, dict)
         or len(metadata) > _MAX_METADATA
-        or not all(isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512 for k, v in metadata.items())
+        or not all(
+            isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
+            for k, v in metadata.items()
+        )
     ):
         return (
             f"'metadata' must be an object of at most {_MAX_METADATA} string keys (≤ 64 chars) and string values (≤ 512 chars).",
@@ -162,10 +183,16 @@ def _list(state: DemoState) -> Handler:
         except ValueError:
             limit = 0
         if not 1 <= limit <= 100:
-            return _refuse(400, f"Invalid 'limit': {query.get('limit')!r}. Expected an integer between 1 and 100.", "limit")
+            return _refuse(
+                400,
+                f"Invalid 'limit': {query.get('limit')!r}. Expected an integer between 1 and 100.",
+                "limit",
+            )
         docs, more = state.batch_list(limit, query.get("after"))
         first, last = (docs[0]["id"], docs[-1]["id"]) if docs else (None, None)
-        return json_response({"object": "list", "data": docs, "first_id": first, "last_id": last, "has_more": more})
+        return json_response(
+            {"object": "list", "data": docs, "first_id": first, "last_id": last, "has_more": more}
+        )
 
     return listing
 

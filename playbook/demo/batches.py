@@ -44,10 +44,16 @@ class StoredFile:
 
     def doc(self) -> dict[str, Any]:
         return {
-            "id": self.id, "object": "file", "bytes": len(self.data), "created_at": self.created_at,
-            "filename": self.filename, "purpose": self.purpose, "status": "processed",
-            "expires_at": None, "status_details": None,
-        }  # fmt: skip
+            "id": self.id,
+            "object": "file",
+            "bytes": len(self.data),
+            "created_at": self.created_at,
+            "filename": self.filename,
+            "purpose": self.purpose,
+            "status": "processed",
+            "expires_at": None,
+            "status_details": None,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +74,10 @@ def prepare(data: bytes, endpoint: str, *, invalid_json_rate: float = 0.0) -> Pr
     if not numbered:
         return _failed("empty_file", "The batch input file is empty.")
     if len(numbered) > MAX_LINES:
-        return _failed("too_many_requests", f"The batch input file has {len(numbered)} requests; at most {MAX_LINES} are allowed.")
+        return _failed(
+            "too_many_requests",
+            f"The batch input file has {len(numbered)} requests; at most {MAX_LINES} are allowed.",
+        )
     lines: list[tuple[int, Any, int, dict[str, Any]]] = []
     seen: dict[str, int] = {}
     for n, line in numbered:
@@ -93,16 +102,33 @@ def _answer(line: str, endpoint: str, invalid_json_rate: float) -> tuple[Any, in
     except ValueError:
         return None, 400, openai_error("This line is not parseable as valid JSON.", code="invalid_json_line")
     if not isinstance(request, dict):
-        return None, 400, openai_error("Each line must be a JSON object with custom_id, method, url and body.", code="invalid_request")
+        return (
+            None,
+            400,
+            openai_error(
+                "Each line must be a JSON object with custom_id, method, url and body.",
+                code="invalid_request",
+            ),
+        )
     custom_id = request.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         return (
             custom_id,
             400,
-            openai_error("Missing required parameter: 'custom_id'.", param="custom_id", code="missing_required_parameter"),
+            openai_error(
+                "Missing required parameter: 'custom_id'.",
+                param="custom_id",
+                code="missing_required_parameter",
+            ),
         )
     if request.get("method") != "POST":
-        return custom_id, 400, openai_error(f"Invalid method {request.get('method')!r}; only 'POST' is supported.", param="method")
+        return (
+            custom_id,
+            400,
+            openai_error(
+                f"Invalid method {request.get('method')!r}; only 'POST' is supported.", param="method"
+            ),
+        )
     if request.get("url") != endpoint:
         message = f"The URL {request.get('url')!r} does not match the batch's endpoint {endpoint!r}."
         return custom_id, 400, openai_error(message, param="url", code="invalid_url")
@@ -179,22 +205,39 @@ class Batch:
             "cancelling_at": None if self.cancelled is None else self.stamp(self.cancelled - self.born),
             "cancelled_at": self.stamp(stop - self.born + validating) if status == "cancelled" else None,
         }
-        errors = {"object": "list", "data": list(self.prepared.failure)} if self.prepared.failure and status == "failed" else None
+        errors = (
+            {"object": "list", "data": list(self.prepared.failure)}
+            if self.prepared.failure and status == "failed"
+            else None
+        )
         model = next((body.get("model") for _, _, code, body in self.prepared.lines if code == 200), None)
         tokens = self.usage
         return {
-            "id": self.id, "object": "batch", "endpoint": self.endpoint, "model": model, "errors": errors,
-            "input_file_id": self.input_file_id, "completion_window": "24h", "status": status,
-            "output_file_id": self.output_file_id, "error_file_id": self.error_file_id,
-            "created_at": self.stamp(0.0), "in_progress_at": self.stamp(validating) if started else None,
-            "expires_at": self.stamp(86400.0), "expired_at": None, **ended,
-            "request_counts": self.counts(now), "metadata": self.metadata,
+            "id": self.id,
+            "object": "batch",
+            "endpoint": self.endpoint,
+            "model": model,
+            "errors": errors,
+            "input_file_id": self.input_file_id,
+            "completion_window": "24h",
+            "status": status,
+            "output_file_id": self.output_file_id,
+            "error_file_id": self.error_file_id,
+            "created_at": self.stamp(0.0),
+            "in_progress_at": self.stamp(validating) if started else None,
+            "expires_at": self.stamp(86400.0),
+            "expired_at": None,
+            **ended,
+            "request_counts": self.counts(now),
+            "metadata": self.metadata,
             "usage": {
-                "input_tokens": tokens.get("prompt_tokens", 0), "output_tokens": tokens.get("completion_tokens", 0),
+                "input_tokens": tokens.get("prompt_tokens", 0),
+                "output_tokens": tokens.get("completion_tokens", 0),
                 "total_tokens": tokens.get("prompt_tokens", 0) + tokens.get("completion_tokens", 0),
-                "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0},
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
             },
-        }  # fmt: skip
+        }
 
 
 class BatchStore:
@@ -228,7 +271,9 @@ class BatchStore:
         now: float,
         wall: float,
     ) -> Batch:
-        batch = Batch(self._id("batch_", input_file_id), input_file_id, endpoint, metadata, prepared, seconds, now, wall)
+        batch = Batch(
+            self._id("batch_", input_file_id), input_file_id, endpoint, metadata, prepared, seconds, now, wall
+        )
         self.batches[batch.id] = batch
         return batch
 
@@ -263,9 +308,13 @@ class BatchStore:
         bad = [line for line in batch.prepared.lines if line[2] != 200][: counts["failed"]]
         when = batch.wall + (now - batch.born)
         if ok:
-            batch.output_file_id = self.add_file(f"{batch.id}_output.jsonl", "batch_output", _jsonl(batch.id, ok), when).id
+            batch.output_file_id = self.add_file(
+                f"{batch.id}_output.jsonl", "batch_output", _jsonl(batch.id, ok), when
+            ).id
         if bad:
-            batch.error_file_id = self.add_file(f"{batch.id}_error.jsonl", "batch_output", _jsonl(batch.id, bad), when).id
+            batch.error_file_id = self.add_file(
+                f"{batch.id}_error.jsonl", "batch_output", _jsonl(batch.id, bad), when
+            ).id
         batch.published, batch.done = True, (len(ok), len(bad))
         answers = [body for _, _, _, body in ok]
         batch.usage = {
@@ -282,7 +331,12 @@ def _jsonl(batch_id: str, lines: list[tuple[int, Any, int, dict[str, Any]]]) -> 
         response = {"status_code": status, "request_id": request_id, "body": body}
         out.append(
             encode(
-                {"id": f"batch_req_{digest('line', batch_id, str(n)):016x}", "custom_id": custom_id, "response": response, "error": None}
+                {
+                    "id": f"batch_req_{digest('line', batch_id, str(n)):016x}",
+                    "custom_id": custom_id,
+                    "response": response,
+                    "error": None,
+                }
             )
         )
     return ("\n".join(out) + "\n").encode("utf-8")

@@ -73,7 +73,9 @@ def complete_judged(body: Any, *, invalid_json_rate: float = 0.0) -> tuple[dict[
     content = _content(request)
     texts = [[m["role"], _text(m.get("content"))] for m in request.messages]
     garbled = (
-        request.answer_format != "text" and bool(invalid_json_rate) and unit(digest("invalid-json", json.dumps(texts))) < invalid_json_rate
+        request.answer_format != "text"
+        and bool(invalid_json_rate)
+        and unit(digest("invalid-json", json.dumps(texts))) < invalid_json_rate
     )
     if garbled:
         content = content[: max(1, len(content) // 2)]  # a strict prefix of an object is never valid JSON
@@ -117,7 +119,9 @@ def _content(request: _Request) -> str:
         try:
             value = fill(request.schema, prompt)
         except SchemaError as exc:
-            raise ChatRequestError(exc.describe(request.schema_name), "response_format", "invalid_json_schema") from None
+            raise ChatRequestError(
+                exc.describe(request.schema_name), "response_format", "invalid_json_schema"
+            ) from None
         return json.dumps(value, ensure_ascii=False)
     answer = classify(prompt) if "classify" in prompt.lower() else summarise(prompt)
     if request.answer_format == "text":
@@ -136,7 +140,9 @@ def _parse(body: Any) -> _Request:
         raise ChatRequestError("stream=true is not supported by the demo provider", "stream")
     temperature = body.get("temperature")
     if temperature is not None and (
-        isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not 0 <= temperature <= 2
     ):
         raise ChatRequestError("'temperature' must be a number between 0 and 2", "temperature")
     if body.get("n", 1) != 1:
@@ -155,10 +161,14 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
         raise ChatRequestError("'messages' must be a non-empty array of messages", "messages")
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in _ROLES:
-            raise ChatRequestError(f"messages[{i}].role must be one of {', '.join(sorted(_ROLES))}", f"messages[{i}].role")
+            raise ChatRequestError(
+                f"messages[{i}].role must be one of {', '.join(sorted(_ROLES))}", f"messages[{i}].role"
+            )
         content = message.get("content")
         if content is not None and not isinstance(content, (str, list)):
-            raise ChatRequestError(f"messages[{i}].content must be a string or an array", f"messages[{i}].content")
+            raise ChatRequestError(
+                f"messages[{i}].content must be a string or an array", f"messages[{i}].content"
+            )
     if not any(m["role"] == "user" and _text(m.get("content")) for m in messages):
         raise ChatRequestError("'messages' must contain a user message with text", "messages")
     return messages
@@ -170,7 +180,9 @@ def _max_tokens(body: dict[str, Any], key: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ChatRequestError(
-            f"Invalid '{key}': expected an integer of at least 1, but got {value!r} instead.", key, "integer_below_min_value"
+            f"Invalid '{key}': expected an integer of at least 1, but got {value!r} instead.",
+            key,
+            "integer_below_min_value",
         )
     return value
 
@@ -182,16 +194,23 @@ def _response_format(value: Any, messages: list[dict[str, Any]]) -> tuple[str, d
     kind = value.get("type") if isinstance(value, dict) else None
     if kind not in _FORMATS:
         supported = ", ".join(repr(f) for f in _FORMATS)
-        raise ChatRequestError(f"Invalid value: {kind!r}. Supported values are: {supported}.", "response_format.type", "invalid_value")
+        raise ChatRequestError(
+            f"Invalid value: {kind!r}. Supported values are: {supported}.",
+            "response_format.type",
+            "invalid_value",
+        )
     if kind == "json_object" and not any("json" in _text(m.get("content")).lower() for m in messages):
         raise ChatRequestError(
-            "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'.", "messages"
+            "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'.",
+            "messages",
         )
     if kind != "json_schema":
         return kind, None, ""
     spec = value.get("json_schema")
     if not isinstance(spec, dict):
-        raise ChatRequestError("Missing required parameter: 'response_format.json_schema'.", "response_format.json_schema")
+        raise ChatRequestError(
+            "Missing required parameter: 'response_format.json_schema'.", "response_format.json_schema"
+        )
     try:
         name = check_format_name(spec.get("name"))
     except ValueError as exc:

@@ -54,7 +54,18 @@ _KEYWORDS = sorted(
     key=lambda pair: -len(pair[0]),
 )
 _COUNTRIES = ("US", "US", "US", "GB", "DE", "FR", "NL", "CA", "AU", "SE", "ES", "IN")
-_COUNTRY_TLDS = {"uk": "GB", "de": "DE", "fr": "FR", "nl": "NL", "se": "SE", "es": "ES", "it": "IT", "au": "AU", "ca": "CA", "in": "IN"}
+_COUNTRY_TLDS = {
+    "uk": "GB",
+    "de": "DE",
+    "fr": "FR",
+    "nl": "NL",
+    "se": "SE",
+    "es": "ES",
+    "it": "IT",
+    "au": "AU",
+    "ca": "CA",
+    "in": "IN",
+}
 _SUFFIXES = {"US": " Inc.", "GB": " Ltd", "DE": " GmbH", "FR": " SAS", "NL": " B.V.", "SE": " AB"}
 _SECOND_LEVEL = {"co", "com", "org", "net", "ac", "gov"}  # as in acme.co.uk, acme.com.au
 # Address patterns; a domain uses one of them for everyone, as real companies do.

@@ -11,7 +11,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["ChatLimits", "ChatVerdict", "FixedWindows", "MinuteBuckets", "QuotaWindows", "RateLimiter", "format_duration"]
+__all__ = [
+    "ChatLimits",
+    "ChatVerdict",
+    "FixedWindows",
+    "MinuteBuckets",
+    "QuotaWindows",
+    "RateLimiter",
+    "format_duration",
+]
 
 # Below this a bucket's shortfall is float rounding: a client that waited the advertised
 # milliseconds to the letter must be admitted.
@@ -199,7 +207,13 @@ class ChatVerdict:
 
     __slots__ = ("body", "headers", "kind", "wait")
 
-    def __init__(self, headers: dict[str, str], kind: str | None = None, wait: float = 0.0, body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        headers: dict[str, str],
+        kind: str | None = None,
+        wait: float = 0.0,
+        body: dict[str, Any] | None = None,
+    ) -> None:
         self.headers = headers
         self.kind = kind
         self.wait = wait
@@ -232,7 +246,9 @@ class ChatLimits:
             wait_ms = _milliseconds(waits[kind])
             headers["retry-after-ms"] = str(wait_ms)
             headers["retry-after"] = str(max(1, math.ceil(wait_ms / 1000)))
-            return ChatVerdict(headers, kind, waits[kind], self._refusal(key, now, model, kind, weight, waits[kind]))
+            return ChatVerdict(
+                headers, kind, waits[kind], self._refusal(key, now, model, kind, weight, waits[kind])
+            )
         if self.requests.limit is not None:
             self.requests.take(key, now, 1)
         if self.tokens.limit is not None:
@@ -246,7 +262,9 @@ class ChatLimits:
                 headers.update(buckets.headers(key, now, unit))
         return headers
 
-    def _refusal(self, key: str, now: float, model: str, kind: str, weight: int, wait: float) -> dict[str, Any]:
+    def _refusal(
+        self, key: str, now: float, model: str, kind: str, weight: int, wait: float
+    ) -> dict[str, Any]:
         buckets, requested = (self.requests, 1) if kind == "requests" else (self.tokens, weight)
         used = max(0, math.ceil(buckets.capacity - min(buckets.capacity, buckets.level(key, now)) - _SLACK))
         per = "requests per min (RPM)" if kind == "requests" else "tokens per min (TPM)"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any
 
-from .counters import Counters
-from .settings import DemoSettings
+from playbook.demo.counters import Counters
+from playbook.demo.settings import DemoSettings
 
 __all__ = ["OfflineDemo"]
 
@@ -49,5 +49,7 @@ class OfflineDemo:
     def __enter__(self) -> OfflineDemo:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()

@@ -31,7 +31,9 @@ class RedisServer:
 
     def __init__(self, *options: str) -> None:
         self.options = options
-        binary = os.environ.get("PLAYBOOK_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
+        binary = (
+            os.environ.get("PLAYBOOK_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
+        )
         if not Path(binary).exists():
             raise RuntimeError(
                 "redis-server is not installed: apt-get install redis-server (make test does), or set $PLAYBOOK_REDIS_SERVER"

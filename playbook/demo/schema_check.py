@@ -36,7 +36,9 @@ class SchemaError(ValueError):
 
 def check_format_name(name: Any) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"Invalid 'response_format.json_schema.name': {name!r}. Expected a string of 1 to 64 letters, digits, '_' or '-'.")
+        raise ValueError(
+            f"Invalid 'response_format.json_schema.name': {name!r}. Expected a string of 1 to 64 letters, digits, '_' or '-'."
+        )
     return name
 
 
@@ -105,7 +107,9 @@ def _check_type(node: dict[str, Any], path: Path) -> None:
         raise SchemaError("'enum' must be a non-empty array.", path)
 
 
-def _check_object(root: dict[str, Any], node: dict[str, Any], path: Path, depth: int, counted: list[int]) -> None:
+def _check_object(
+    root: dict[str, Any], node: dict[str, Any], path: Path, depth: int, counted: list[int]
+) -> None:
     if node.get("additionalProperties", True) is not False:
         raise SchemaError("'additionalProperties' is required to be supplied and to be false.", path)
     properties = _mapping(node, "properties", path)
@@ -113,7 +117,8 @@ def _check_object(root: dict[str, Any], node: dict[str, Any], path: Path, depth:
     if not isinstance(required, list) or any(key not in required for key in properties):
         missing = [key for key in properties if not isinstance(required, list) or key not in required]
         raise SchemaError(
-            f"'required' is required to be supplied and to be an array including every key in properties. Missing {missing[0]!r}.", path
+            f"'required' is required to be supplied and to be an array including every key in properties. Missing {missing[0]!r}.",
+            path,
         )
     extra = [key for key in required if key not in properties]
     if extra:

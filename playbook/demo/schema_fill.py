@@ -90,9 +90,14 @@ class _Filler:
 
     def value(self, node: dict[str, Any], name: str, path: Path, depth: int) -> Any:
         if depth > _DEEPEST:
-            raise SchemaError("the schema has no finite instance (a required field nests its own type).", path)
+            raise SchemaError(
+                "the schema has no finite instance (a required field nests its own type).", path
+            )
         if "$ref" in node:
-            merged = {**resolve(self.root, node["$ref"], path), **{k: v for k, v in node.items() if k != "$ref"}}
+            merged = {
+                **resolve(self.root, node["$ref"], path),
+                **{k: v for k, v in node.items() if k != "$ref"},
+            }
             return self.value(merged, name, path, depth + 1)
         if "allOf" in node:
             merged = {k: v for k, v in node.items() if k != "allOf"}
@@ -173,7 +178,11 @@ class _Filler:
         if topic == "name":
             return self.company
         if topic == "domain":
-            return f"https://{self.domain}/" if name.lower().endswith(("url", "website", "homepage")) else self.domain
+            return (
+                f"https://{self.domain}/"
+                if name.lower().endswith(("url", "website", "homepage"))
+                else self.domain
+            )
         if topic == "email":
             return f"contact@{self.domain}"
         if topic == "country":
@@ -220,7 +229,9 @@ def _bounds(node: dict[str, Any], topic: str | None, integer: bool) -> tuple[flo
     low = _bound(node, "minimum", "exclusiveMinimum", step)
     high = _bound(node, "maximum", "exclusiveMaximum", -step)
     if low is None and high is None:
-        return (1950, 2024) if topic == "year" else (0.0, 1.0) if topic == "share" and not integer else (0, 100)
+        return (
+            (1950, 2024) if topic == "year" else (0.0, 1.0) if topic == "share" and not integer else (0, 100)
+        )
     if low is None:
         assert high is not None
         return high - 100, high

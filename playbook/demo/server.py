@@ -44,7 +44,13 @@ _started_lock = threading.Lock()
 _CELL = re.compile(r"ipykernel_\d+[/\\]\d+\.py$|^<ipython-input-")
 
 
-def serve(port: int | None = None, host: str = "127.0.0.1", *, clock: Callable[[], float] | None = None, **settings: Any) -> DemoServer:
+def serve(
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    *,
+    clock: Callable[[], float] | None = None,
+    **settings: Any,
+) -> DemoServer:
     """Start the demo provider and return its handle once it accepts connections.
 
     ``port=None`` takes 8787 when it is free (so reruns in a new session call the same URL and
@@ -60,14 +66,16 @@ def serve(port: int | None = None, host: str = "127.0.0.1", *, clock: Callable[[
     """
     replaying = os.environ.get("PLAYBOOK_FIXTURES")
     if replaying and os.environ.get("PLAYBOOK_FIXTURES_MODE", "replay") == "replay":
-        from .offline import OfflineDemo
+        from playbook.demo.offline import OfflineDemo
 
         return OfflineDemo(replaying, DemoSettings.from_kwargs(**settings))  # type: ignore[return-value]  # the same face
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise ImportError(f"the demo provider needs starlette and uvicorn ({exc.name} is missing): {install_hint('demo')}") from exc
+        raise ImportError(
+            f"the demo provider needs starlette and uvicorn ({exc.name} is missing): {install_hint('demo')}"
+        ) from exc
     chosen = DemoSettings.from_kwargs(**settings)
     if port is not None or clock is not None:  # asked for a port, or a clock of its own: a server of its own
         return _started_server(chosen, host, port, clock)
@@ -82,7 +90,9 @@ def serve(port: int | None = None, host: str = "127.0.0.1", *, clock: Callable[[
     return server
 
 
-def _started_server(settings: DemoSettings, host: str, port: int | None, clock: Callable[[], float] | None) -> DemoServer:
+def _started_server(
+    settings: DemoSettings, host: str, port: int | None, clock: Callable[[], float] | None
+) -> DemoServer:
     server = DemoServer(settings, host=host, port=port, clock=clock)
     server._start()
     return server
@@ -100,7 +110,12 @@ class DemoServer:
     """Handle on a running demo provider: its URL, counters and knobs."""
 
     def __init__(
-        self, settings: DemoSettings, *, host: str = "127.0.0.1", port: int | None = 0, clock: Callable[[], float] | None = None
+        self,
+        settings: DemoSettings,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = 0,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -217,7 +232,9 @@ class DemoServer:
         sock = self._listen(self.port)
         self.port = sock.getsockname()[1]
         self._server = self._uvicorn()
-        self._thread = threading.Thread(target=self._run, args=(sock,), name=f"playbook-demo-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(sock,), name=f"playbook-demo-{self.port}", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + _START_TIMEOUT
         while not self._server.started:
@@ -272,7 +289,9 @@ class DemoServer:
     def __enter__(self) -> DemoServer:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:

@@ -79,22 +79,36 @@ class DemoSettings:
         set_(self, "window_seconds", _number("window_seconds", self.window_seconds, low=0.0, open_low=True))
         set_(self, "max_in_flight", _integer("max_in_flight", self.max_in_flight, low=1, optional=True))
         if self.retry_after_format not in RETRY_AFTER_FORMATS:
-            raise ValueError(f"retry_after_format must be one of {', '.join(RETRY_AFTER_FORMATS)}; got {self.retry_after_format!r}")
+            raise ValueError(
+                f"retry_after_format must be one of {', '.join(RETRY_AFTER_FORMATS)}; got {self.retry_after_format!r}"
+            )
         set_(self, "quota", _integer("quota", self.quota, low=0, optional=True))
         set_(self, "quota_reset", _number("quota_reset", self.quota_reset, low=0.0, open_low=True))
         set_(self, "quota_endpoints", _prefixes(self.quota_endpoints))
-        set_(self, "quota_keys", None if self.quota_keys is None else _keys("quota_keys", self.quota_keys, or_none=True))
+        set_(
+            self,
+            "quota_keys",
+            None if self.quota_keys is None else _keys("quota_keys", self.quota_keys, or_none=True),
+        )
         for name in ("latency", "slow_latency", "job_seconds", "batch_seconds"):
             set_(self, name, _number(name, getattr(self, name), low=0.0))
         set_(self, "chat_rpm", _integer("chat_rpm", self.chat_rpm, low=1, optional=True))
         set_(self, "chat_tpm", _integer("chat_tpm", self.chat_tpm, low=1, optional=True))
-        set_(self, "chat_bucket_seconds", _number("chat_bucket_seconds", self.chat_bucket_seconds, low=0.0, open_low=True))
+        set_(
+            self,
+            "chat_bucket_seconds",
+            _number("chat_bucket_seconds", self.chat_bucket_seconds, low=0.0, open_low=True),
+        )
         for name in ("fault_rate", "slow_rate", "malformed_rate", "miss_rate", "chat_invalid_json_rate"):
             set_(self, name, _number(name, getattr(self, name), low=0.0, high=1.0))
         status = _integer("fault_status", self.fault_status, low=500)
         if status > 599:
             raise ValueError(f"fault_status must be a 5xx status such as 503 or 500; got {status!r}")
-        set_(self, "fault_retry_after", _number("fault_retry_after", self.fault_retry_after, low=0.0, optional=True))
+        set_(
+            self,
+            "fault_retry_after",
+            _number("fault_retry_after", self.fault_retry_after, low=0.0, optional=True),
+        )
         set_(self, "fault_every", _integer("fault_every", self.fault_every, low=1, optional=True))
         set_(self, "seed", _integer("seed", self.seed))
 
@@ -138,11 +152,23 @@ def _check_names(settings: dict[str, Any]) -> None:
 
 @overload
 def _number(
-    name: str, value: Any, *, low: float | None = ..., high: float | None = ..., open_low: bool = ..., optional: Literal[False] = ...
+    name: str,
+    value: Any,
+    *,
+    low: float | None = ...,
+    high: float | None = ...,
+    open_low: bool = ...,
+    optional: Literal[False] = ...,
 ) -> float: ...
 @overload
 def _number(
-    name: str, value: Any, *, low: float | None = ..., high: float | None = ..., open_low: bool = ..., optional: bool
+    name: str,
+    value: Any,
+    *,
+    low: float | None = ...,
+    high: float | None = ...,
+    open_low: bool = ...,
+    optional: bool,
 ) -> float | None: ...
 def _number(
     name: str,
@@ -188,7 +214,9 @@ def _keys(name: str, value: Any, *, or_none: bool = False) -> tuple[str, ...]:
     # `quota_keys` is refused too: it would read as "no key" to one reader and "every key" to another.
     keys = (value,) if isinstance(value, str) else value
     if not isinstance(keys, (tuple, list)) or not keys or not all(isinstance(k, str) and k for k in keys):
-        raise ValueError(f"{name} must be {'None (every key) or ' if or_none else ''}a non-empty tuple of non-empty strings")
+        raise ValueError(
+            f"{name} must be {'None (every key) or ' if or_none else ''}a non-empty tuple of non-empty strings"
+        )
     return tuple(keys)
 
 
@@ -196,6 +224,10 @@ def _prefixes(value: Any) -> tuple[str, ...] | None:
     if value is None:
         return None
     prefixes = (value,) if isinstance(value, str) else value
-    if not isinstance(prefixes, (tuple, list)) or not all(isinstance(p, str) and p.startswith("/") for p in prefixes):
-        raise ValueError(f"quota_endpoints must be None or a tuple of path prefixes like '/v1/email'; got {value!r}")
+    if not isinstance(prefixes, (tuple, list)) or not all(
+        isinstance(p, str) and p.startswith("/") for p in prefixes
+    ):
+        raise ValueError(
+            f"quota_endpoints must be None or a tuple of path prefixes like '/v1/email'; got {value!r}"
+        )
     return tuple(prefixes)

@@ -124,7 +124,15 @@ class DemoState:
                 for place in places:
                     self._counters.key_places[place] = self._counters.key_places.get(place, 0) + 1
 
-    def admit(self, endpoint: str, path: str, authorization: str | None, idempotency_key: str | None, *, public: bool = False) -> Admission:
+    def admit(
+        self,
+        endpoint: str,
+        path: str,
+        authorization: str | None,
+        idempotency_key: str | None,
+        *,
+        public: bool = False,
+    ) -> Admission:
         """Count a /v1 request and decide its fate; hand the result to `finish`.  ``public``: an
         endpoint that asks for no key (as httpbin's); a request without one is limited as one
         caller of its own."""
@@ -165,7 +173,11 @@ class DemoState:
             # the same requests with or without it.
             drawn = bool(settings.fault_rate) and self._fault_rng.random() < settings.fault_rate
             if every or drawn:
-                admission.rejection = (settings.fault_status, "service unavailable", settings.fault_retry_after)
+                admission.rejection = (
+                    settings.fault_status,
+                    "service unavailable",
+                    settings.fault_retry_after,
+                )
             return admission
 
     def _limit(self, key: str, path: str, admission: Admission) -> Rejection | None:
@@ -188,7 +200,11 @@ class DemoState:
             c.count_key(admission.label, "rate_limited")
             return (429, "rate limited", wait)
         prefixes, quota_keys = settings.quota_endpoints, settings.quota_keys
-        if settings.quota is not None and (prefixes is None or path.startswith(prefixes)) and (quota_keys is None or key in quota_keys):
+        if (
+            settings.quota is not None
+            and (prefixes is None or path.startswith(prefixes))
+            and (quota_keys is None or key in quota_keys)
+        ):
             wait = self._quota.acquire(key, now)
             admission.headers = {
                 "X-RateLimit-Limit": str(settings.quota),
@@ -243,7 +259,9 @@ class DemoState:
 
     # -- chat ------------------------------------------------------------------------------
 
-    def chat_admit(self, authorization: str | None, answer: dict[str, Any], garbled: bool = False) -> ChatVerdict:
+    def chat_admit(
+        self, authorization: str | None, answer: dict[str, Any], garbled: bool = False
+    ) -> ChatVerdict:
         """Weigh a chat answer against the key's per-minute limits; count it when admitted
         (``garbled``: made invalid on purpose, billed all the same)."""
         usage = answer["usage"]
@@ -275,11 +293,15 @@ class DemoState:
             self._settle()
             return self._store.files.get(file_id)
 
-    def create_batch(self, input_file_id: str, endpoint: str, metadata: dict[str, str] | None, prepared: Prepared) -> dict[str, Any]:
+    def create_batch(
+        self, input_file_id: str, endpoint: str, metadata: dict[str, str] | None, prepared: Prepared
+    ) -> dict[str, Any]:
         """Register a batch whose `prepared` answers are published after `batch_seconds`."""
         with self.lock:
             now, seconds = self.clock(), self.settings.batch_seconds
-            batch = self._store.create(input_file_id, endpoint, metadata, prepared, seconds=seconds, now=now, wall=time.time())
+            batch = self._store.create(
+                input_file_id, endpoint, metadata, prepared, seconds=seconds, now=now, wall=time.time()
+            )
             self._counters.batches_created += 1
             self._settle()
             return batch.doc(now)

@@ -17,6 +17,8 @@ __all__ = ["encode", "openai_error"]
 encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-def openai_error(message: str, *, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> dict[str, Any]:
+def openai_error(
+    message: str, *, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     """OpenAI's error body; `kind` is its "type"."""
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}

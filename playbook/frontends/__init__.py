@@ -2,6 +2,6 @@
 the command line.  Each takes the run options declared once in
 :class:`~playbook.runtime.options.RunOptions` (:mod:`.signature` spells them for each)."""
 
-from .registration import register
+from playbook.frontends.registration import register
 
 __all__ = ["register"]

@@ -10,8 +10,8 @@ import os
 from collections.abc import Sequence
 from typing import Literal, TypedDict
 
-from ..store import ReceiptStore
-from ..store.fixtures import Fixtures
+from playbook.store import ReceiptStore
+from playbook.store.fixtures import Fixtures
 
 __all__ = ["MapKwargs", "RunKwargs"]
 

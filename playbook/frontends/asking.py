@@ -12,11 +12,11 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PlayDefinitionError
-from ..runtime.estimate import after_pilot
+from playbook.errors import PlayDefinitionError
+from playbook.runtime.estimate.projection import after_pilot
 
 if TYPE_CHECKING:
-    from ..runtime.estimate import Estimate
+    from playbook.runtime.estimate.projection import Estimate
 
 __all__ = ["go_on"]
 
@@ -32,7 +32,7 @@ def go_on(estimate: Estimate, options: Mapping[str, Any]) -> dict[str, Any] | No
 
 def show(estimate: Estimate) -> None:
     """The estimate as a table in a notebook, else as text on stderr."""
-    from ..ui.widget import in_kernel
+    from playbook.ui.widget import in_kernel
 
     if in_kernel():
         from IPython.display import display
@@ -49,7 +49,12 @@ def ask(estimate: Estimate, max_cost: float | None) -> bool:
     question = (f"{short}\n" if short else "") + f"run the {estimate.rows_left:,} rows left? [y/N] "
     try:
         answer = _asked(question)
-    except (EOFError, OSError, RuntimeError, NotImplementedError):  # no stdin (closed: RuntimeError); IPython's StdinNotImplementedError
+    except (
+        EOFError,
+        OSError,
+        RuntimeError,
+        NotImplementedError,
+    ):  # no stdin (closed: RuntimeError); IPython's StdinNotImplementedError
         raise PlayDefinitionError(
             "estimate=True asks before the run goes on, and nobody can be asked here (no input); its pilot's calls are saved. "
             "Look at df.play.estimate(play) first, then run without estimate=True (on the command line: --estimate --yes)"
@@ -60,7 +65,7 @@ def ask(estimate: Estimate, max_cost: float | None) -> bool:
 def _asked(question: str) -> str:
     """The answer to ``question``: in a notebook, the box under the cell; in a terminal, the
     question goes to stderr, beside the estimate (stdout may be a file)."""
-    from ..ui.widget import in_kernel
+    from playbook.ui.widget import in_kernel
 
     if in_kernel():
         return input(question)

@@ -22,7 +22,15 @@ from typing import Any
 
 import pandas as pd
 
-from .files import Rows, exact_csv, exact_json_lines, json_line_records, open_text, read_csv, write_rows
+from playbook.frontends.files import (
+    Rows,
+    exact_csv,
+    exact_json_lines,
+    json_line_records,
+    open_text,
+    read_csv,
+    write_rows,
+)
 
 __all__ = ["CHUNK", "Parts", "read_chunks"]
 
@@ -48,7 +56,10 @@ def _csv_chunks(path: str, size: int) -> Iterator[Rows]:
         for _ in lines:
             pass
     # The same parse twice, in step: as pandas types it, and every cell as written (see files._csv).
-    with read_csv(path, chunksize=size) as typed, read_csv(path, dtype=object, na_filter=False, chunksize=size) as text:
+    with (
+        read_csv(path, chunksize=size) as typed,
+        read_csv(path, dtype=object, na_filter=False, chunksize=size) as text,
+    ):
         for frame, spelled in zip(typed, text):
             yield Rows(frame, exact_csv(frame, spelled))
 
@@ -105,7 +116,9 @@ class Parts:
         index = frame.index
         if isinstance(index, pd.RangeIndex) and index.step == 1:
             frame = frame.reset_index(drop=True)  # places in the file: not a column of the output
-        part = self.folder / f"{len(self.files):06d}"  # no suffix: written plain, whatever --out's compression
+        part = (
+            self.folder / f"{len(self.files):06d}"
+        )  # no suffix: written plain, whatever --out's compression
         write_rows(frame, part, self.kind)
         self.files.append(part)
 
@@ -155,7 +168,9 @@ def _join_csv(parts: list[Path], into: Path) -> None:
                     shutil.copyfileobj(file, out)
                 continue
             # A chunk without a column another one has (no row of it returned that output): empty cells.
-            for frame in pd.read_csv(part, dtype=object, keep_default_na=False, na_filter=False, chunksize=100_000):
+            for frame in pd.read_csv(
+                part, dtype=object, keep_default_na=False, na_filter=False, chunksize=100_000
+            ):
                 frame.reindex(columns=names, fill_value="").to_csv(out, index=False, header=False)
 
 
@@ -184,7 +199,12 @@ def _join_parquet(parts: list[Path], into: Path) -> None:
             for batch in pq.ParquetFile(part).iter_batches():
                 table = pa.Table.from_batches([batch])
                 if not table.schema.equals(schema):
-                    columns = [table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(len(table), f.type) for f in schema]
+                    columns = [
+                        table[f.name].cast(f.type)
+                        if f.name in table.column_names
+                        else pa.nulls(len(table), f.type)
+                        for f in schema
+                    ]
                     table = pa.Table.from_arrays(columns, schema=schema)
                 writer.write_table(table)
 
@@ -207,28 +227,50 @@ class Totals:
         """A chunk's ``run``, whose own report is ``report`` (``cli_run._record``)."""
         for name, value in report["stats"].items():
             self.stats[name] = self.stats.get(name, 0) + value
-        offset, self.rows = self.rows, self.rows + run.stats.total  # a row's position in the file, not in its chunk
+        offset, self.rows = (
+            self.rows,
+            self.rows + run.stats.total,
+        )  # a row's position in the file, not in its chunk
         self.holds = report["holds"]
-        self.errors += [{**e, "position": e["position"] + offset} for e in report["errors"][: self.shown - len(self.errors)]]
+        self.errors += [
+            {**e, "position": e["position"] + offset}
+            for e in report["errors"][: self.shown - len(self.errors)]
+        ]
         errors = run.errors
         if not errors.empty:
             for group, rows in errors.groupby("group", sort=False):
-                seen = self.groups.setdefault(group, {"group": group, "rows": 0, "example_row": rows["row"].iat[0],
-                                                      "message": rows["error"].iat[0], "cost": 0.0})  # fmt: skip
+                seen = self.groups.setdefault(
+                    group,
+                    {
+                        "group": group,
+                        "rows": 0,
+                        "example_row": rows["row"].iat[0],
+                        "message": rows["error"].iat[0],
+                        "cost": 0.0,
+                    },
+                )
                 seen["rows"] += len(rows)
                 seen["cost"] += float(rows["cost"].sum())
         parked = report["parked"]
         for reason, n in parked["by_reason"].items():
             self.by_reason[reason] = self.by_reason.get(reason, 0) + n
-        self.parked_rows += [{**r, "position": r["position"] + offset} for r in parked["rows"][: self.shown - len(self.parked_rows)]]
+        self.parked_rows += [
+            {**r, "position": r["position"] + offset}
+            for r in parked["rows"][: self.shown - len(self.parked_rows)]
+        ]
         self.budget_parked = self.budget_parked or parked["by_reason"].get("budget", 0) > 0
 
     def report(self, report: dict[str, Any]) -> None:
         """Fill ``report`` as one run over every chunk would."""
-        report["stats"] = {**self.stats, **{k: round(v, 9) for k, v in self.stats.items() if isinstance(v, float)}}
+        report["stats"] = {
+            **self.stats,
+            **{k: round(v, 9) for k, v in self.stats.items() if isinstance(v, float)},
+        }
         report["holds"] = self.holds
         report["errors"] = self.errors
-        by_size = sorted(self.groups.values(), key=lambda g: -g["rows"])  # stable: the first seen first among equals
+        by_size = sorted(
+            self.groups.values(), key=lambda g: -g["rows"]
+        )  # stable: the first seen first among equals
         report["error_groups"] = by_size[: self.shown]
         report["error_kinds"] = len(self.groups)
         report["parked"] = {"by_reason": self.by_reason, "rows": self.parked_rows}

@@ -20,15 +20,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .._internal.argtypes import whole
-from .._internal.words import money
-from ..errors import PlaybookError
-from ..store import FILE, StoreEngine, home, is_url
-from ..store.marks import read_registry
-from ..store.records import Record
-from ..tagged import dumps, loads
-from . import cli_run
-from .signature import flags
+from playbook._internal.argtypes import whole
+from playbook._internal.words import money
+from playbook.errors import PlaybookError
+from playbook.frontends import cli_run
+from playbook.frontends.signature import flags
+from playbook.store import FILE, StoreEngine, home, is_url
+from playbook.store.marks import read_registry
+from playbook.store.records import Record
+from playbook.tagged import dumps, loads
 
 __all__ = ["main"]
 
@@ -51,14 +51,20 @@ class _Parser(argparse.ArgumentParser):
         unknown = [arg.split("=", 1)[0] for arg in extras if arg.startswith("--") and len(arg) > 2]
         hints = [(given, " or ".join(near)) for given in unknown if (near := self._near(given))]
         if hints:
-            said = hints[0][1] if len(unknown) == 1 else ", ".join(f"{near} for {given}" for given, near in hints)
+            said = (
+                hints[0][1]
+                if len(unknown) == 1
+                else ", ".join(f"{near} for {given}" for given, near in hints)
+            )
             self.error(f"unrecognized arguments: {' '.join(extras)} (did you mean {said}?)")
         return found, extras
 
     def error(self, message: str) -> NoReturn:
         choice = _INVALID.search(message)
         if choice is not None:
-            near = difflib.get_close_matches(choice["given"], [c.strip(" '") for c in choice["choices"].split(",")], n=3)
+            near = difflib.get_close_matches(
+                choice["given"], [c.strip(" '") for c in choice["choices"].split(",")], n=3
+            )
             message += f" (did you mean {' or '.join(near)}?)" if near else ""
         super().error(message)
 
@@ -125,7 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--store", **{**dict(flags("cli"))["--store"], "default": argparse.SUPPRESS})
     parser = _Parser(
-        prog="python -m playbook", parents=[common], description="Run plays over files; inspect and manage playbook's receipt store."
+        prog="python -m playbook",
+        parents=[common],
+        description="Run plays over files; inspect and manage playbook's receipt store.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cli_run.add_parser(commands, common)
@@ -140,20 +148,35 @@ def _parser() -> argparse.ArgumentParser:
     tool.add_argument("--tool", metavar="NAME", help="only this tool's receipts")
 
     list_ = sub.add_parser("list", parents=[common, tool], help="one line per receipt, oldest first")
-    list_.add_argument("--limit", metavar="N", type=whole(0), default=50, help="show at most N (default: 50; 0: all)")
+    list_.add_argument(
+        "--limit", metavar="N", type=whole(0), default=50, help="show at most N (default: 50; 0: all)"
+    )
     list_.set_defaults(run=_list)
 
-    spend = sub.add_parser("spend", parents=[common], help="calls and money paid and reused, per provider, tool and UTC day")
-    spend.add_argument("--by", metavar="KEYS", type=_spend_keys, default=("provider", "tool", "day"),
-                       help="what to add up by: some of provider,tool,day, comma-separated (default: provider,tool,day)")  # fmt: skip
+    spend = sub.add_parser(
+        "spend", parents=[common], help="calls and money paid and reused, per provider, tool and UTC day"
+    )
+    spend.add_argument(
+        "--by",
+        metavar="KEYS",
+        type=_spend_keys,
+        default=("provider", "tool", "day"),
+        help="what to add up by: some of provider,tool,day, comma-separated (default: provider,tool,day)",
+    )
     spend.add_argument("--json", action="store_true", help="print one JSON object per line")
     spend.set_defaults(run=_spend)
 
-    clear = sub.add_parser("clear", parents=[common, tool], help="remove one tool's receipts, or everything (receipts and row memos)")
+    clear = sub.add_parser(
+        "clear",
+        parents=[common, tool],
+        help="remove one tool's receipts, or everything (receipts and row memos)",
+    )
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clear.set_defaults(run=_clear)
 
-    reset = sub.add_parser("reset", parents=[common], help="accept what a store that lost receipts holds now: runs on it go on")
+    reset = sub.add_parser(
+        "reset", parents=[common], help="accept what a store that lost receipts holds now: runs on it go on"
+    )
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     reset.set_defaults(run=_reset)
 
@@ -184,7 +207,9 @@ def _stats(store: StoreEngine, args: argparse.Namespace) -> int:
 def _spend_keys(text: str) -> tuple[str, ...]:
     keys = tuple(k.strip() for k in text.split(",") if k.strip())
     if any(k not in ("provider", "tool", "day") for k in keys) or len(set(keys)) != len(keys):
-        raise argparse.ArgumentTypeError(f"{text!r}: name some of provider, tool, day, each once (e.g. provider,day)")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: name some of provider, tool, day, each once (e.g. provider,day)"
+        )
     return keys
 
 
@@ -192,17 +217,32 @@ def _spend(store: StoreEngine, args: argparse.Namespace) -> int:
     frame = store.spend(args.by)
     if args.json:
         for row in frame.to_dict("records"):
-            print(json.dumps({k: None if v != v else v for k, v in row.items()}, ensure_ascii=False))  # no provider (NaN): null
+            print(
+                json.dumps({k: None if v != v else v for k, v in row.items()}, ensure_ascii=False)
+            )  # no provider (NaN): null
         return 0
     if frame.empty:
         print(f"nothing spent yet in {store.location}: runs add what they paid and reused as they end")
         return 0
     shown = frame.assign(provider=frame["provider"].fillna("-")) if "provider" in frame else frame
-    shown = shown.rename(columns={"calls_paid": "calls paid", "cost_paid": "cost", "calls_reused": "calls reused", "cost_saved": "saved"})
-    print(shown.to_string(index=False, float_format=lambda v: f"{v:,.6g}", formatters={"cost": money, "saved": money}))
+    shown = shown.rename(
+        columns={
+            "calls_paid": "calls paid",
+            "cost_paid": "cost",
+            "calls_reused": "calls reused",
+            "cost_saved": "saved",
+        }
+    )
+    print(
+        shown.to_string(
+            index=False, float_format=lambda v: f"{v:,.6g}", formatters={"cost": money, "saved": money}
+        )
+    )
     totals = frame[["calls_paid", "cost_paid", "calls_reused", "cost_saved"]].sum()
-    print(f"in all: {int(totals['calls_paid']):,} calls paid, {money(totals['cost_paid'])} spent; "
-          f"{int(totals['calls_reused']):,} reused, {money(totals['cost_saved'])} saved")  # fmt: skip
+    print(
+        f"in all: {int(totals['calls_paid']):,} calls paid, {money(totals['cost_paid'])} spent; "
+        f"{int(totals['calls_reused']):,} reused, {money(totals['cost_saved'])} saved"
+    )
     return 0
 
 
@@ -235,16 +275,21 @@ def _clear(store: StoreEngine, args: argparse.Namespace) -> int:
     if not args.yes:
         _confirm(
             f"Remove {what} from {store.path}? [y/N] ",
-            unasked=f"not clearing {what} without confirmation: stdin is not a terminal; pass --yes", declined="nothing removed",
-        )  # fmt: skip
+            unasked=f"not clearing {what} without confirmation: stdin is not a terminal; pass --yes",
+            declined="nothing removed",
+        )
     removed = store.clear(args.tool)
     if args.tool is not None:
-        print(f"removed {removed} receipts of {args.tool} and {memos} row memos of rows that used it from {store.path}")
+        print(
+            f"removed {removed} receipts of {args.tool} and {memos} row memos of rows that used it from {store.path}"
+        )
     else:
         # clear() also counts step and sleep records; name them apart from receipts.
         other = removed - stats["receipts"] - stats["row_memos"]
         steps = f", {other} step records" if other > 0 else ""
-        print(f"removed {stats['receipts']} receipts, {stats['row_memos']} row memos{steps} from {store.path}")
+        print(
+            f"removed {stats['receipts']} receipts, {stats['row_memos']} row memos{steps} from {store.path}"
+        )
     return 0
 
 
@@ -297,10 +342,16 @@ def _export(store: StoreEngine, args: argparse.Namespace) -> int:
 def _export_line(key: str, record: Record) -> str:
     """One receipt as JSON: values in their stored, tagged form (a datetime as {"$datetime": ...})."""
     line = {
-        "key": key, "tool": record.tool, "version": record.version, "account": record.account,
-        "input": None if record.input is None else loads(record.input), "output": loads(record.output),
-        "miss": bool(record.miss), "cost": record.cost, "created_at": record.at,
-    }  # fmt: skip
+        "key": key,
+        "tool": record.tool,
+        "version": record.version,
+        "account": record.account,
+        "input": None if record.input is None else loads(record.input),
+        "output": loads(record.output),
+        "miss": bool(record.miss),
+        "cost": record.cost,
+        "created_at": record.at,
+    }
     if record.error is not None:
         line["error"] = record.error
     return dumps(line)

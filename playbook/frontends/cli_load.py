@@ -15,9 +15,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..plays.play import Play
-from ..tools import Tool
-from .files import Usage
+from playbook.frontends.files import Usage
+from playbook.plays.play import Play
+from playbook.tools import Tool
 
 __all__ = ["load", "target"]
 
@@ -44,7 +44,9 @@ def load(path: Path, name: str) -> Any:
     sys.path.insert(0, str(path.parent))
     try:
         loader.exec_module(module)
-    except SyntaxError as exc:  # raised while compiling: no frame of the file to show, its line is in the message
+    except (
+        SyntaxError
+    ) as exc:  # raised while compiling: no frame of the file to show, its line is in the message
         sys.stderr.write("".join(traceback.format_exception_only(exc)))
         raise Usage(f"{path.name}, line {exc.lineno}: {type(exc).__name__}: {exc.msg}") from None
     except (Exception, SystemExit) as exc:
@@ -54,7 +56,9 @@ def load(path: Path, name: str) -> Any:
         raise Usage(f"{path.name} has no {name!r}{_defined(module, name)}")
     found = getattr(module, name)
     if not (isinstance(found, (Play, Tool)) or callable(found)):
-        raise Usage(f"{path.name}: {name} is a {type(found).__name__}, not a play, an async def or a tool{_defined(module, name)}")
+        raise Usage(
+            f"{path.name}: {name} is a {type(found).__name__}, not a play, an async def or a tool{_defined(module, name)}"
+        )
     return found
 
 

@@ -25,16 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .._internal.argtypes import whole
-from ..errors import PlaybookError, PlayDefinitionError, ReceiptError
-from ..records import RunStats
-from ..runtime.estimate import PILOT_ROWS, Estimate, after_pilot
-from ..runtime.options import options
-from ..runtime.run import Run, last_run
-from ..runtime.scope import said_once
-from .chunks import CHUNK, Parts, Totals, read_chunks
-from .cli_load import load, target
-from .files import (
+from playbook._internal.argtypes import whole
+from playbook.errors import PlaybookError, PlayDefinitionError, ReceiptError
+from playbook.frontends.chunks import CHUNK, Parts, Totals, read_chunks
+from playbook.frontends.cli_load import load, target
+from playbook.frontends.files import (
     NAMES,
     Fatal,
     Rows,
@@ -48,10 +43,15 @@ from .files import (
     write_frame,
     writing,
 )
-from .signature import flags, given
+from playbook.frontends.signature import flags, given
+from playbook.records import RunStats
+from playbook.runtime.calls.scope import said_once
+from playbook.runtime.estimate.projection import PILOT_ROWS, Estimate, after_pilot
+from playbook.runtime.options import options
+from playbook.runtime.run import Run, last_run
 
 if TYPE_CHECKING:
-    from ..cluster.job import ClusterRun
+    from playbook.cluster.job import ClusterRun
 
 __all__ = ["add_parser", "main"]
 
@@ -67,20 +67,52 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         description="Run a play over the rows of a file and write the result. Exit status: 0 every row ok or reused, "
         "3 rows failed or parked (the output holds them), 2 usage error, 1 fatal run, 130 interrupted, 143 terminated.",
     )
-    run.add_argument("play", metavar="FILE.py:NAME", help="the file that defines the play, and its name (a play, async def or tool)")
+    run.add_argument(
+        "play",
+        metavar="FILE.py:NAME",
+        help="the file that defines the play, and its name (a play, async def or tool)",
+    )
     run.add_argument("--in", dest="source", metavar="FILE", required=True, help=f"the rows to run: {NAMES}")
-    run.add_argument("--out", metavar="FILE", required=True, help="where the result goes (same formats); written whole or not at all")
+    run.add_argument(
+        "--out",
+        metavar="FILE",
+        required=True,
+        help="where the result goes (same formats); written whole or not at all",
+    )
     for flag, spelled in flags("cli"):
         if flag != "--store":  # the common --store (cli.py), which the cache commands take too
             run.add_argument(flag, **spelled)
-    run.add_argument("--json", action="store_true", help="print a JSON report on stdout (progress and messages stay on stderr)")
-    run.add_argument("--sample", type=whole(1), default=None, metavar="N",
-                     help=f"--estimate: the rows the pilot runs (default {PILOT_ROWS})")  # fmt: skip
-    run.add_argument("--precision", type=_share, default=None, metavar="P",
-                     help="--estimate: the pilot goes on, --sample rows at a time, until the money's interval is within ±P (0.15: ±15%%)")  # fmt: skip
-    run.add_argument("--yes", action="store_true", help="--estimate: run the rows left after the estimate (else only the pilot runs)")
-    run.add_argument("--chunk-rows", type=whole(1), default=CHUNK, metavar="N",
-                     help=f"read and run the file N rows at a time, so memory holds a chunk, not the file (default {CHUNK:,})")  # fmt: skip
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON report on stdout (progress and messages stay on stderr)",
+    )
+    run.add_argument(
+        "--sample",
+        type=whole(1),
+        default=None,
+        metavar="N",
+        help=f"--estimate: the rows the pilot runs (default {PILOT_ROWS})",
+    )
+    run.add_argument(
+        "--precision",
+        type=_share,
+        default=None,
+        metavar="P",
+        help="--estimate: the pilot goes on, --sample rows at a time, until the money's interval is within ±P (0.15: ±15%%)",
+    )
+    run.add_argument(
+        "--yes",
+        action="store_true",
+        help="--estimate: run the rows left after the estimate (else only the pilot runs)",
+    )
+    run.add_argument(
+        "--chunk-rows",
+        type=whole(1),
+        default=CHUNK,
+        metavar="N",
+        help=f"read and run the file N rows at a time, so memory holds a chunk, not the file (default {CHUNK:,})",
+    )
     run.set_defaults(run=None)
 
 
@@ -91,12 +123,22 @@ def main(args: argparse.Namespace) -> int:
     """Run the command; returns the exit status.  With ``--json``, whatever the play prints goes
     to stderr, so stdout holds the report alone."""
     report: dict[str, Any] = {
-        "exit_code": None, "output": None, "error": None, "stats": None, "holds": [], "errors": [], "parked": {"by_reason": {}, "rows": []},
-    }  # fmt: skip
+        "exit_code": None,
+        "output": None,
+        "error": None,
+        "stats": None,
+        "holds": [],
+        "errors": [],
+        "parked": {"by_reason": {}, "rows": []},
+    }
     stdout, terms = sys.stdout, list[int]()
     try:
         # said_once: a play's notices are said once by the command, not by each chunk's run (nor by the pilot and the run)
-        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext(), _terminate_as_interrupt(terms), said_once():
+        with (
+            contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext(),
+            _terminate_as_interrupt(terms),
+            said_once(),
+        ):
             code = _run(args, report)
     except Usage as exc:
         code, report["error"] = 2, str(exc)
@@ -122,7 +164,9 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
         raise Usage(f"--in {args.source}: no such file")
     out = checked_output(args.out)
     if Path(args.out).exists() and os.path.samefile(args.source, args.out):
-        raise Usage(f"--out {args.out} is the same file as --in {args.source}: the result would replace the rows; choose another --out")
+        raise Usage(
+            f"--out {args.out} is the same file as --in {args.source}: the result would replace the rows; choose another --out"
+        )
     if "Parquet" in (source, out):
         need_pyarrow("--in" if source == "Parquet" else "--out")
     play = load(path, name)
@@ -134,12 +178,16 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
         report["estimate"] = found.to_dict()
         if not args.yes:
             left = (
-                f"add --yes to run the {found.rows_left:,} rows left" if found.rows_left else "every row is done: add --yes to write them"
+                f"add --yes to run the {found.rows_left:,} rows left"
+                if found.rows_left
+                else "every row is done: add --yes to write them"
             )
             _say(f"only the pilot ran and nothing was written to {args.out}: {left}")
             return 0
         opts = after_pilot(opts, found)
-        if not found.rows_left:  # every row is done: the pilot's summary said so; the run only gathers the rows to write
+        if (
+            not found.rows_left
+        ):  # every row is done: the pilot's summary said so; the run only gathers the rows to write
             opts["progress"] = False
     elif args.yes or args.sample is not None or args.precision is not None:
         alone = "--yes" if args.yes else "--sample" if args.sample is not None else "--precision"
@@ -173,11 +221,16 @@ def _share(text: str) -> float:
     return value
 
 
-def _estimate(args: argparse.Namespace, play: Any, opts: dict[str, Any], source: str, report: dict[str, Any]) -> Estimate | None:
+def _estimate(
+    args: argparse.Namespace, play: Any, opts: dict[str, Any], source: str, report: dict[str, Any]
+) -> Estimate | None:
     """The pilot over the whole file (every chunk: the rows a run would run are counted over all
     of them), its estimate on stderr, and whether ``--max-cost`` is short of it; ``None`` if it
     was interrupted (what it paid for is saved, and said)."""
-    frame = pd.concat([rows.frame for rows in _chunks(args.source, source, args.chunk_rows, opts.get("limit"))], ignore_index=True)
+    frame = pd.concat(
+        [rows.frame for rows in _chunks(args.source, source, args.chunk_rows, opts.get("limit"))],
+        ignore_index=True,
+    )
     sample = PILOT_ROWS if args.sample is None else args.sample
     try:
         given = {name: value for name, value in opts.items() if name != "limit"}
@@ -212,11 +265,24 @@ def _chunks(path: str, kind: str, size: int, limit: int | None) -> Iterator[Rows
                 return
             read += len(rows.frame)
             yield rows
-    except (OSError, ValueError, TypeError, EOFError, lzma.LZMAError) as exc:  # parse errors are ValueErrors; EOFError: a cut archive
+    except (
+        OSError,
+        ValueError,
+        TypeError,
+        EOFError,
+        lzma.LZMAError,
+    ) as exc:  # parse errors are ValueErrors; EOFError: a cut archive
         raise Usage(f"--in {path}: cannot read it as {kind}: {first_line(exc)}") from None
 
 
-def _run_chunks(args: argparse.Namespace, report: dict[str, Any], play: Any, opts: dict[str, Any], chunks: Iterator[Rows], out: str) -> int:
+def _run_chunks(
+    args: argparse.Namespace,
+    report: dict[str, Any],
+    play: Any,
+    opts: dict[str, Any],
+    chunks: Iterator[Rows],
+    out: str,
+) -> int:
     """A file of more than one chunk: each chunk is a run, its rows written as it ends; ``--out``
     is made of them once the last one is done (see :mod:`.chunks`)."""
     totals = Totals(ERRORS_SHOWN)
@@ -247,15 +313,23 @@ def _run_chunks(args: argparse.Namespace, report: dict[str, Any], play: Any, opt
     return code
 
 
-def _one(args: argparse.Namespace, report: dict[str, Any], play: Any, opts: dict[str, Any], rows: Rows,
-         totals: Totals | None = None) -> Run | None:  # fmt: skip
+def _one(
+    args: argparse.Namespace,
+    report: dict[str, Any],
+    play: Any,
+    opts: dict[str, Any],
+    rows: Rows,
+    totals: Totals | None = None,
+) -> Run | None:
     """One run over ``rows``: its failures said as the command's; ``None`` if it was interrupted."""
     try:
         run: Run = rows.frame.play.run(play, **opts)
         return run
     except PlayDefinitionError as exc:
         raise Usage(_as_option(str(exc))) from None
-    except ReceiptError as exc:  # a store that cannot be opened, or that lost receipts: refused before anything is paid
+    except (
+        ReceiptError
+    ) as exc:  # a store that cannot be opened, or that lost receipts: refused before anything is paid
         _record(report, last_run())
         raise Fatal(f"{exc}. Nothing was written to {args.out}") from None
     except PlaybookError as exc:  # bad credentials, no credit
@@ -274,7 +348,11 @@ def _one(args: argparse.Namespace, report: dict[str, Any], play: Any, opts: dict
         partial = last_run()
         _record(report, partial)
         finished = 0 if totals is None else totals.stats.get("ok", 0) + totals.stats.get("reused", 0)
-        done = "" if partial is None else f"{finished + partial.stats.ok + partial.stats.reused:,} rows finished; "
+        done = (
+            ""
+            if partial is None
+            else f"{finished + partial.stats.ok + partial.stats.reused:,} rows finished; "
+        )
         report["error"] = (
             f"interrupted: {done}nothing was written to {args.out}; a rerun resumes (finished rows are reused, no call is paid twice)"
         )
@@ -330,7 +408,10 @@ def _parked(run: Run | ClusterRun) -> dict[str, Any]:
         for field in ("provider", "message"):  # a frame spells a missing text NaN; the report, null
             if isinstance(row[field], float):
                 row[field] = None
-    return {"by_reason": {str(k): int(n) for k, n in parked["reason"].value_counts(sort=False).items()}, "rows": rows}
+    return {
+        "by_reason": {str(k): int(n) for k, n in parked["reason"].value_counts(sort=False).items()},
+        "rows": rows,
+    }
 
 
 def _summary(s: RunStats, budget: bool, rows: int, out: str, code: int) -> list[str]:
@@ -339,7 +420,9 @@ def _summary(s: RunStats, budget: bool, rows: int, out: str, code: int) -> list[
     ``--max-cost``."""
     lines = [f"wrote {_rows(rows)} to {out}"]
     if s.failed:
-        lines.append(f"{_rows(s.failed)} failed: play_status 'failed', the message in play_error (its kind is above)")
+        lines.append(
+            f"{_rows(s.failed)} failed: play_status 'failed', the message in play_error (its kind is above)"
+        )
     if code:
         higher = " with a higher --max-cost" if s.parked and budget else ""
         lines.append(

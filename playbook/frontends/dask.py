@@ -11,27 +11,27 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 from urllib.parse import urlsplit
 
-from .._internal.dist import install_hint
-from ..cluster.job import ClusterRun
-from ..errors import PlayDefinitionError, ReceiptError
-from ..plays.play import as_play
-from ..runtime.estimate import PILOT_ROWS, Estimate
-from ..runtime.options import RunOptions
-from ..runtime.options import options as run_options
-from ..runtime.run import remember
-from ..store import ReceiptStore, engine
-from ..store.location import home, is_url
-from ..ui import Controls, attach_view
-from .asking import go_on
-from .pandas import PlayAccessor, check_columns, refuse_background
-from .signature import run_signature
+from playbook._internal.dist import install_hint
+from playbook.cluster.job import ClusterRun
+from playbook.errors import PlayDefinitionError, ReceiptError
+from playbook.frontends.asking import go_on
+from playbook.frontends.pandas import PlayAccessor, check_columns, refuse_background
+from playbook.frontends.signature import run_signature
+from playbook.plays.play import as_play
+from playbook.runtime.estimate.projection import PILOT_ROWS, Estimate
+from playbook.runtime.options import RunOptions
+from playbook.runtime.options import options as run_options
+from playbook.runtime.run import remember
+from playbook.store import ReceiptStore, engine
+from playbook.store.location import home, is_url
+from playbook.ui import Controls, attach_view
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
     from distributed import Client
 
-    from ..plays.play import PlayLike
-    from ._kwargs import MapKwargs, RunKwargs
+    from playbook.frontends._kwargs import MapKwargs, RunKwargs
+    from playbook.plays.play import PlayLike
 
 __all__ = ["DaskPlay"]
 
@@ -61,7 +61,8 @@ class DaskPlay:
         the cluster.  ``fixtures`` are refused: a cluster's calls are made on its workers.
         """
         refuse_background(
-            options, "map() returns the finished Dask DataFrame; for a background run use ddf.play.run(play, background=True)"
+            options,
+            "map() returns the finished Dask DataFrame; for a background run use ddf.play.run(play, background=True)",
         )
         return self.run(play, **options).result
 
@@ -72,7 +73,9 @@ class DaskPlay:
         opts = RunOptions.parse(options)
         if opts.estimate:
             return self._asked(play, options, opts)
-        if opts.replaying is not None:  # fixtures=, a `with pb.fixtures(...)` around it, or $PLAYBOOK_FIXTURES
+        if (
+            opts.replaying is not None
+        ):  # fixtures=, a `with pb.fixtures(...)` around it, or $PLAYBOOK_FIXTURES
             raise PlayDefinitionError(
                 "fixtures answer calls from a file in this process, and a cluster run makes its calls on the workers: "
                 "record or replay on a pandas frame instead (ddf.compute().play.map(...))"
@@ -81,33 +84,55 @@ class DaskPlay:
         check_columns(self._frame, play, opts)
         url = _redis_url(opts.store)
         client = _client()
-        opened = ReceiptStore(url)  # reachable, a store, and not one that lost its receipts: said now, before anything is sent
+        opened = ReceiptStore(
+            url
+        )  # reachable, a store, and not one that lost its receipts: said now, before anything is sent
         opened.close()
         if opened.lost is not None:
             raise ReceiptError(opened.lost)
-        worker_options = {f.name: getattr(opts, f.name) for f in run_options() if f.name not in _CLIENT_OPTIONS}
+        worker_options = {
+            f.name: getattr(opts, f.name) for f in run_options() if f.name not in _CLIENT_OPTIONS
+        }
         job = ClusterRun(self._frame, the_play, opts, client, url, worker_options)
-        controls = Controls(stop=job.stop, retry=lambda status: job.retry(statuses=(status,))) if opts.background else None
+        controls = (
+            Controls(stop=job.stop, retry=lambda status: job.retry(statuses=(status,)))
+            if opts.background
+            else None
+        )
         job.view = attach_view(job.state, opts.progress, background=opts.background, controls=controls)
-        remember(job)  # pb.last_run(), as a pandas run is: a job that stops (401, Ctrl-C) is still there to read
+        remember(
+            job
+        )  # pb.last_run(), as a pandas run is: a job that stops (401, Ctrl-C) is still there to read
         return job.start(background=opts.background)
 
     def _asked(self, play: PlayLike, options: Mapping[str, Any], opts: RunOptions) -> ClusterRun:
         """``estimate=True``: the pilot (in this process), its estimate shown, the question; the job runs the rest on a yes."""
-        given: dict[str, Any] = {name: value for name, value in options.items() if name not in ("estimate", "background")}
+        given: dict[str, Any] = {
+            name: value for name, value in options.items() if name not in ("estimate", "background")
+        }
         found = self.estimate(play, PILOT_ROWS, **given)
         rest = go_on(found, given)
         if rest is None:
-            raise PlayDefinitionError(f"not run: the estimate was not accepted ({found.sample} rows of the pilot are done and saved)")
-        if not found.rows_left:  # every row is done: the pilot's summary said so; the job only gathers the rows
+            raise PlayDefinitionError(
+                f"not run: the estimate was not accepted ({found.sample} rows of the pilot are done and saved)"
+            )
+        if (
+            not found.rows_left
+        ):  # every row is done: the pilot's summary said so; the job only gathers the rows
             rest["progress"] = False
         return self.run(play, **rest, background=opts.background)
 
     @run_signature("map")
     def estimate(
-        self, play: PlayLike, sample: int = 20, *, seed: int | None = 0, first: bool = False, precision: float | None = None,
+        self,
+        play: PlayLike,
+        sample: int = 20,
+        *,
+        seed: int | None = 0,
+        first: bool = False,
+        precision: float | None = None,
         **options: Unpack[MapKwargs],
-    ) -> Estimate:  # fmt: skip
+    ) -> Estimate:
         """A pilot of ``play`` on ``sample`` of the rows a job would run, projected over the rest
         (see ``pandas.DataFrame.play.estimate``).  The rows are brought to this process
         (``.compute()``) and the pilot runs here, on the job's store in Redis: the job reuses what
@@ -115,10 +140,17 @@ class DaskPlay:
         partitions the cluster runs at once."""
         opts = RunOptions.parse(options)
         url = _redis_url(opts.store)
-        frame = self._frame.head(opts.limit, npartitions=-1) if opts.limit is not None else self._frame.compute()
-        at_once = min(self._frame.npartitions, sum(w.get("nthreads", 1) for w in _client().scheduler_info()["workers"].values()) or 1)
+        frame = (
+            self._frame.head(opts.limit, npartitions=-1) if opts.limit is not None else self._frame.compute()
+        )
+        at_once = min(
+            self._frame.npartitions,
+            sum(w.get("nthreads", 1) for w in _client().scheduler_info()["workers"].values()) or 1,
+        )
         given = {**options, "store": url, "limit": None, "concurrency": opts.rows_at_once() * at_once}
-        return PlayAccessor(frame).estimate(play, sample, seed=seed, first=first, precision=precision, **given)
+        return PlayAccessor(frame).estimate(
+            play, sample, seed=seed, first=first, precision=precision, **given
+        )
 
 
 def _client() -> Client:
@@ -149,7 +181,11 @@ def _redis_url(store: Any) -> str:
     if isinstance(where, str) and is_url(where) and urlsplit(where).scheme in _SCHEMES:
         return where
     shown = store.location if isinstance(store, ReceiptStore) else where
-    named = f"store={os.fspath(shown)!r}" if store is not None else f"no store= given, and the default store is {os.fspath(shown)!r}"
+    named = (
+        f"store={os.fspath(shown)!r}"
+        if store is not None
+        else f"no store= given, and the default store is {os.fspath(shown)!r}"
+    )
     raise PlayDefinitionError(
         f"{named}: a cluster run keeps its receipts, memos and provider limits in Redis, where every "
         "worker reaches them; pass store='redis://host:6379/0' (or set $PLAYBOOK_HOME to it). A directory is on "

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import infer_dtype
 
-from .._internal.dist import install_hint
+from playbook._internal.dist import install_hint
 
 __all__ = [
     "NAMES",
@@ -55,12 +55,18 @@ __all__ = [
     "write_frame",
     "write_rows",
     "writing",
-]  # fmt: skip
+]
 
 PARQUET_INSTALL = install_hint("parquet")
 NAMES = ".csv, .csv.gz, .parquet, .pq, .jsonl or .ndjson"
 
-_FORMATS = {".csv": "CSV", ".parquet": "Parquet", ".pq": "Parquet", ".jsonl": "JSON Lines", ".ndjson": "JSON Lines"}
+_FORMATS = {
+    ".csv": "CSV",
+    ".parquet": "Parquet",
+    ".pq": "Parquet",
+    ".jsonl": "JSON Lines",
+    ".ndjson": "JSON Lines",
+}
 _OPENERS: dict[str, Callable[..., IO[str]]] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 _COMPRESSED = tuple(_OPENERS)  # CSV and JSON Lines only: pandas infers these from the name
 
@@ -80,13 +86,19 @@ def first_line(text: Any) -> str:
 
 def _reason(exc: BaseException) -> str:
     """An exception's message; pyarrow's come as a tuple of phrases."""
-    return "; ".join(first_line(arg) for arg in exc.args) if exc.args and all(isinstance(a, str) for a in exc.args) else first_line(exc)
+    return (
+        "; ".join(first_line(arg) for arg in exc.args)
+        if exc.args and all(isinstance(a, str) for a in exc.args)
+        else first_line(exc)
+    )
 
 
 def file_format(path: str, option: str) -> str:
     name = path.lower()
     for suffix, kind in _FORMATS.items():
-        if name.endswith(suffix) or (kind != "Parquet" and name.endswith(tuple(suffix + c for c in _COMPRESSED))):
+        if name.endswith(suffix) or (
+            kind != "Parquet" and name.endswith(tuple(suffix + c for c in _COMPRESSED))
+        ):
             return kind
     raise Usage(f"{option} {path}: unknown format; name the file {NAMES}")
 
@@ -107,7 +119,9 @@ def need_pyarrow(option: str) -> None:
     try:
         importlib.import_module("pyarrow")
     except ImportError:
-        raise Usage(f"{option}: Parquet files need pyarrow, which is not installed: {PARQUET_INSTALL}") from None
+        raise Usage(
+            f"{option}: Parquet files need pyarrow, which is not installed: {PARQUET_INSTALL}"
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -128,7 +142,13 @@ def read_rows(path: str, kind: str) -> Rows:
         if kind == "Parquet":
             return Rows(pd.read_parquet(path), {})
         return _json_lines(path)
-    except (OSError, ValueError, TypeError, EOFError, lzma.LZMAError) as exc:  # parse errors are ValueErrors; EOFError: a cut archive
+    except (
+        OSError,
+        ValueError,
+        TypeError,
+        EOFError,
+        lzma.LZMAError,
+    ) as exc:  # parse errors are ValueErrors; EOFError: a cut archive
         raise Usage(f"--in {path}: cannot read it as {kind}: {first_line(exc)}") from None
 
 
@@ -198,7 +218,9 @@ def json_line_records(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
         except json.JSONDecodeError as exc:
             raise ValueError(f"line {number}, column {exc.colno}: {exc.msg}") from None
         if not isinstance(record, dict):
-            raise ValueError(f"line {number}: expected an object {{...}}, found {type(record).__name__} {line.strip()[:40]!r}")
+            raise ValueError(
+                f"line {number}: expected an object {{...}}, found {type(record).__name__} {line.strip()[:40]!r}"
+            )
         yield record
 
 
@@ -258,7 +280,9 @@ def _unchanged(value: Any, given: Any) -> bool:
 
 
 def _missing(value: Any) -> bool:
-    return value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and math.isnan(value))
+    return (
+        value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and math.isnan(value))
+    )
 
 
 def write_frame(frame: pd.DataFrame, path: str, kind: str) -> None:
@@ -297,8 +321,15 @@ def writing(path: str, kind: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise Fatal(f"cannot write {path}: {exc.strerror or exc}; the receipts are saved, so a rerun pays nothing") from None
-    except (ValueError, TypeError, NotImplementedError, OverflowError) as exc:  # pyarrow's conversion errors among them
+        raise Fatal(
+            f"cannot write {path}: {exc.strerror or exc}; the receipts are saved, so a rerun pays nothing"
+        ) from None
+    except (
+        ValueError,
+        TypeError,
+        NotImplementedError,
+        OverflowError,
+    ) as exc:  # pyarrow's conversion errors among them
         other = {"Parquet": ".jsonl or .csv", "CSV": ".jsonl"}.get(kind, ".csv")
         raise Fatal(
             f"{kind} cannot hold this result: {_reason(exc)}. The receipts are saved, so a rerun pays nothing: "
@@ -327,7 +358,9 @@ def json_lines_of(frame: pd.DataFrame) -> Iterator[str]:
 
 
 def _json_column(column: pd.Series[Any]) -> list[Any]:
-    if isinstance(column.dtype, np.dtype) and column.dtype.kind in "iub":  # no gaps: Python's ints and bools as they are
+    if (
+        isinstance(column.dtype, np.dtype) and column.dtype.kind in "iub"
+    ):  # no gaps: Python's ints and bools as they are
         return column.tolist()
     return [_json_value(v) for v in column.tolist()]
 
@@ -359,9 +392,15 @@ def text_cells(frame: pd.DataFrame) -> pd.DataFrame:
     def nested(v: Any) -> bool:
         return isinstance(v, (dict, list))
 
-    columns = [c for c, dtype in frame.dtypes.items() if pd.api.types.is_object_dtype(dtype) and frame[c].map(nested).any()]
+    columns = [
+        c
+        for c, dtype in frame.dtypes.items()
+        if pd.api.types.is_object_dtype(dtype) and frame[c].map(nested).any()
+    ]
     if columns:
         frame = frame.copy()
         for column in columns:
-            frame[column] = frame[column].map(lambda v: json.dumps(v, ensure_ascii=False, default=str) if nested(v) else v)
+            frame[column] = frame[column].map(
+                lambda v: json.dumps(v, ensure_ascii=False, default=str) if nested(v) else v
+            )
     return frame

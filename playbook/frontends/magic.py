@@ -23,9 +23,9 @@ import pandas as pd
 from IPython.core import magic, magic_arguments
 from IPython.core.error import UsageError
 
-from ..plays.play import Play
-from ..store import ReceiptStore
-from .signature import flags, given
+from playbook.frontends.signature import flags, given
+from playbook.plays.play import Play
+from playbook.store import ReceiptStore
 
 __all__ = ["PlayMagics", "build_play"]
 
@@ -44,7 +44,16 @@ argument = cast(Callable[..., _Decorator], magic_arguments.argument)
 parse_argstring = cast(Callable[[Any, str], argparse.Namespace], magic_arguments.parse_argstring)
 
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_SCOPES = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.Lambda,
+    ast.ClassDef,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
 
 
 def _run_flags(method: _T) -> _T:
@@ -80,7 +89,9 @@ class PlayMagics(magic.Magics):
         other = type(frame).__module__.startswith(("polars", "dask")) and type(frame).__name__ == "DataFrame"
         if not (isinstance(frame, pd.DataFrame) or other):
             found = "no such name" if args.on not in ns else f"a {type(frame).__name__}"
-            raise UsageError(f"%%play --on {args.on}: expected a pandas, Polars or Dask DataFrame in the namespace, found {found}")
+            raise UsageError(
+                f"%%play --on {args.on}: expected a pandas, Polars or Dask DataFrame in the namespace, found {found}"
+            )
         options = _run_options(args, ns)
         if args.background:
             run = frame.play.run(the_play, background=True, **options)
@@ -99,7 +110,9 @@ def _run_options(args: argparse.Namespace, ns: dict[str, Any]) -> dict[str, Any]
     options = given(args, "magic")
     options.pop("background", None)  # the magic calls run(background=True) itself
     if args.fixtures is not None and not os.path.isfile(args.fixtures):
-        raise UsageError(f"%%play --fixtures {args.fixtures}: no such file (record one with pb.fixtures(path, mode='record'))")
+        raise UsageError(
+            f"%%play --fixtures {args.fixtures}: no such file (record one with pb.fixtures(path, mode='record'))"
+        )
     if args.store is not None and args.store in ns:
         # A name in the namespace: the store (or the path or URL) that variable holds.  Any other
         # word is what the flag says on the command line too: a directory or a URL.
@@ -131,7 +144,9 @@ def build_play(name: str, line: str, body: str, ns: dict[str, Any], shell: Any =
     fields: dict[str, Any] = {"type_params": []} if "type_params" in ast.AsyncFunctionDef._fields else {}
     fn = ast.AsyncFunctionDef(
         name=name,
-        args=ast.arguments(posonlyargs=[], args=[ast.arg("row"), ast.arg("ctx")], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        args=ast.arguments(
+            posonlyargs=[], args=[ast.arg("row"), ast.arg("ctx")], kwonlyargs=[], kw_defaults=[], defaults=[]
+        ),
         body=statements,
         decorator_list=[],
         returns=None,
@@ -162,7 +177,14 @@ def _returns(nodes: list[ast.stmt]) -> bool:
 def _assigned(nodes: list[ast.stmt]) -> list[str]:
     """The names the body assigns, in order, leaving out ``_private`` ones and ``row``/``ctx``."""
     found: dict[str, None] = {}
-    for node in sorted(_walk_own(nodes), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and not node.id.startswith("_") and node.id not in ("row", "ctx"):
+    for node in sorted(
+        _walk_own(nodes), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))
+    ):
+        if (
+            isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Store)
+            and not node.id.startswith("_")
+            and node.id not in ("row", "ctx")
+        ):
             found[node.id] = None
     return list(found)

@@ -12,21 +12,21 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import pandas as pd
 
-from .._internal.loop import run_sync
-from ..errors import PlayDefinitionError, interrupted
-from ..plays.play import PlayLike, as_play
-from ..records import STATUS_COLUMNS, STATUSES
-from ..runtime.estimate import PILOT_ROWS, Estimate, declined, pilot_estimate
-from ..runtime.options import RunOptions
-from ..runtime.run import Run, begin_background, execute, start
-from ..tools import Tool
-from ..ui import Controls, attach_view
-from ..ui.html import run_html
-from .asking import go_on
-from .signature import run_signature
+from playbook._internal.loop import run_sync
+from playbook.errors import PlayDefinitionError, interrupted
+from playbook.frontends.asking import go_on
+from playbook.frontends.signature import run_signature
+from playbook.plays.play import PlayLike, as_play
+from playbook.records import STATUS_COLUMNS, STATUSES
+from playbook.runtime.estimate.projection import PILOT_ROWS, Estimate, declined, pilot_estimate
+from playbook.runtime.options import RunOptions
+from playbook.runtime.run import Run, begin_background, execute, start
+from playbook.tools import Tool
+from playbook.ui import Controls, attach_view
+from playbook.ui.html import run_html
 
 if TYPE_CHECKING:
-    from ._kwargs import MapKwargs, RunKwargs
+    from playbook.frontends._kwargs import MapKwargs, RunKwargs
 
 __all__ = ["PlayAccessor", "check_columns", "refuse_background"]
 
@@ -45,7 +45,10 @@ class PlayAccessor:
         same-named columns).  The result has the input rows in order, the play's output columns,
         ``play_status`` and ``play_error``.
         """
-        refuse_background(options, "map() returns the finished DataFrame; for a background run use df.play.run(play, background=True)")
+        refuse_background(
+            options,
+            "map() returns the finished DataFrame; for a background run use df.play.run(play, background=True)",
+        )
         return self.run(play, **options).result
 
     @run_signature("run")
@@ -74,7 +77,10 @@ class PlayAccessor:
     async def amap(self, play: PlayLike, **options: Unpack[MapKwargs]) -> pd.DataFrame:
         """Async form of :meth:`map`, except that ``progress="auto"`` outside Jupyter shows text
         only when stderr is a terminal (a server's log stays clean)."""
-        refuse_background(options, "amap() returns the finished DataFrame; for a background run use df.play.arun(play, background=True)")
+        refuse_background(
+            options,
+            "amap() returns the finished DataFrame; for a background run use df.play.arun(play, background=True)",
+        )
         return (await self.arun(play, **options)).result
 
     @run_signature("run")
@@ -89,9 +95,15 @@ class PlayAccessor:
 
     @run_signature("map")
     def estimate(
-        self, play: PlayLike, sample: int = 20, *, seed: int | None = 0, first: bool = False, precision: float | None = None,
+        self,
+        play: PlayLike,
+        sample: int = 20,
+        *,
+        seed: int | None = 0,
+        first: bool = False,
+        precision: float | None = None,
         **options: Unpack[MapKwargs],
-    ) -> Estimate:  # fmt: skip
+    ) -> Estimate:
         """Run a pilot of ``play`` on ``sample`` of the rows a run would run, and project what the
         run will pay and take for the rest: an :class:`~playbook.Estimate`.
 
@@ -102,24 +114,45 @@ class PlayAccessor:
         as many), while the money's interval is wider than that.  Options are ``map()``'s
         (``concurrency`` sets the rows in flight the projection assumes).
         """
-        refuse_background(options, "estimate() runs a pilot and returns its Estimate; run the play with df.play.run(play, background=True)")
+        refuse_background(
+            options,
+            "estimate() runs a pilot and returns its Estimate; run the play with df.play.run(play, background=True)",
+        )
         if options.get("estimate"):
-            raise PlayDefinitionError("estimate(..., estimate=True): estimate() is the pilot already; estimate=True is map()'s and run()'s")
+            raise PlayDefinitionError(
+                "estimate(..., estimate=True): estimate() is the pilot already; estimate=True is map()'s and run()'s"
+            )
         return self._pilot(play, options, sample, seed=seed, first=first, precision=precision)[1]
 
     def _pilot(
-        self, play: PlayLike, options: Mapping[str, Any], sample: int, *, seed: int | None = 0, first: bool = False,
+        self,
+        play: PlayLike,
+        options: Mapping[str, Any],
+        sample: int,
+        *,
+        seed: int | None = 0,
+        first: bool = False,
         precision: float | None = None,
-    ) -> tuple[Run, Estimate]:  # fmt: skip
+    ) -> tuple[Run, Estimate]:
         if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
-            raise PlayDefinitionError(f"estimate(sample={sample!r}): the rows to run as a pilot, a whole number >= 1")
-        if precision is not None and (isinstance(precision, bool) or not isinstance(precision, (int, float)) or not 0 < precision < 1):
-            raise PlayDefinitionError(f"estimate(precision={precision!r}): how close the money's interval must come, a share such as 0.15")
+            raise PlayDefinitionError(
+                f"estimate(sample={sample!r}): the rows to run as a pilot, a whole number >= 1"
+            )
+        if precision is not None and (
+            isinstance(precision, bool) or not isinstance(precision, (int, float)) or not 0 < precision < 1
+        ):
+            raise PlayDefinitionError(
+                f"estimate(precision={precision!r}): how close the money's interval must come, a share such as 0.15"
+            )
         run, opts = self._start(play, options)
         try:
-            return run, run_sync(pilot_estimate(run, opts.rows_at_once(), sample, seed=seed, first=first, precision=precision))
+            return run, run_sync(
+                pilot_estimate(run, opts.rows_at_once(), sample, seed=seed, first=first, precision=precision)
+            )
         except KeyboardInterrupt:
-            raise interrupted("interrupted: the pilot stopped; what it paid for is saved and reused by the run") from None
+            raise interrupted(
+                "interrupted: the pilot stopped; what it paid for is saved and reused by the run"
+            ) from None
 
     def _asked(self, play: PlayLike, options: dict[str, Any]) -> Run:
         """``estimate=True``: the pilot, its estimate shown, then the question; the run goes on
@@ -136,14 +169,20 @@ class PlayAccessor:
         declined(pilot)
         return pilot
 
-    def _start(self, play: PlayLike, options: Mapping[str, Any], *, awaited: bool = False) -> tuple[Run, RunOptions]:
+    def _start(
+        self, play: PlayLike, options: Mapping[str, Any], *, awaited: bool = False
+    ) -> tuple[Run, RunOptions]:
         opts = RunOptions.parse(options)
         the_play = as_play(play)
         check_columns(self._frame, play, opts)
-        frame = self._frame if opts.limit is None else self._frame.iloc[: opts.limit]  # the first N rows, as head(N)
+        frame = (
+            self._frame if opts.limit is None else self._frame.iloc[: opts.limit]
+        )  # the first N rows, as head(N)
         run = start(frame, the_play, opts, opts.open_store(), html=run_html)
         controls = _controls(run) if opts.background else None
-        run.view = attach_view(run.state, opts.progress, background=opts.background, controls=controls, awaited=awaited)
+        run.view = attach_view(
+            run.state, opts.progress, background=opts.background, controls=controls, awaited=awaited
+        )
         return run, opts
 
 

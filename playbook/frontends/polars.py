@@ -23,19 +23,19 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import pandas as pd
 
-from ..errors import PlayDefinitionError
-from ..records import ProviderHold, RunStats
-from ..runtime import Run, RunState
-from ..runtime.estimate import Estimate
-from .pandas import PlayAccessor
-from .polars_convert import frames, to_polars, whole_frame
-from .signature import run_signature
+from playbook.errors import PlayDefinitionError
+from playbook.frontends.pandas import PlayAccessor
+from playbook.frontends.polars_convert import frames, to_polars, whole_frame
+from playbook.frontends.signature import run_signature
+from playbook.records import ProviderHold, RunStats
+from playbook.runtime import Run, RunState
+from playbook.runtime.estimate.projection import Estimate
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from ..plays.play import PlayLike
-    from ._kwargs import MapKwargs, RunKwargs
+    from playbook.frontends._kwargs import MapKwargs, RunKwargs
+    from playbook.plays.play import PlayLike
 
 __all__ = ["PolarsPlay", "PolarsRun"]
 
@@ -58,13 +58,21 @@ class PolarsPlay:
 
     @run_signature("map")
     def estimate(
-        self, play: PlayLike, sample: int = 20, *, seed: int | None = 0, first: bool = False, precision: float | None = None,
+        self,
+        play: PlayLike,
+        sample: int = 20,
+        *,
+        seed: int | None = 0,
+        first: bool = False,
+        precision: float | None = None,
         **options: Unpack[MapKwargs],
-    ) -> Estimate:  # fmt: skip
+    ) -> Estimate:
         """A pilot of ``play`` on ``sample`` of the rows a run would run, projected over the rest
         (see ``pandas.DataFrame.play.estimate``)."""
         _, sent = frames(self._frame, options.get("limit"))
-        return PlayAccessor(sent).estimate(play, sample, seed=seed, first=first, precision=precision, **options)
+        return PlayAccessor(sent).estimate(
+            play, sample, seed=seed, first=first, precision=precision, **options
+        )
 
     @run_signature("run")
     def run(self, play: PlayLike, **options: Unpack[RunKwargs]) -> PolarsRun:

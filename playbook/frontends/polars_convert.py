@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..records import STATUS_COLUMNS
+from playbook.records import STATUS_COLUMNS
 
 if TYPE_CHECKING:
     import polars as pl
@@ -30,7 +30,9 @@ def frames(frame: pl.DataFrame, limit: Any) -> tuple[pl.DataFrame, pd.DataFrame]
 
 def to_pandas(frame: pl.DataFrame) -> pd.DataFrame:
     """The frame as object columns of the Python values a play sees, on a fresh RangeIndex."""
-    columns = {name: pd.Series(_python_values(frame.get_column(name)), dtype=object) for name in frame.columns}
+    columns = {
+        name: pd.Series(_python_values(frame.get_column(name)), dtype=object) for name in frame.columns
+    }
     return pd.DataFrame(columns, index=pd.RangeIndex(frame.height))
 
 
@@ -93,7 +95,9 @@ def polars_column(name: str, values: pd.Series[Any]) -> pl.Series:
 def _via_arrow(name: str, values: list[Any], *, strict: bool) -> pl.Series:
     import polars as pl
 
-    pa = importlib.import_module("pyarrow")  # Polars' extra brings it; if it is missing, Polars' own way follows
+    pa = importlib.import_module(
+        "pyarrow"
+    )  # Polars' extra brings it; if it is missing, Polars' own way follows
     return pl.Series(name, pa.array(values), strict=strict)
 
 

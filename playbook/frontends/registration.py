@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .._internal.when_imported import when_imported
-from .pandas import PlayAccessor
+from playbook._internal.when_imported import when_imported
+from playbook.frontends.pandas import PlayAccessor
 
 __all__ = ["register"]
 
@@ -27,12 +27,12 @@ def register() -> None:
 
 
 def _polars() -> None:
-    from .polars import register
+    from playbook.frontends.polars import register
 
     register()
 
 
 def _dask() -> None:
-    from .dask import register
+    from playbook.frontends.dask import register
 
     register()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..runtime.options import Option, RunOptions, options
+from playbook.runtime.options import Option, RunOptions, options
 
 __all__ = ["flags", "given", "kwargs_source", "options_doc", "run_signature", "write_kwargs"]
 
@@ -55,7 +55,10 @@ def run_signature(surface: str) -> Callable[[F], F]:
         own = inspect.signature(method)
         head = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
         keywords = [
-            inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]) for f in options(surface)
+            inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]
+            )
+            for f in options(surface)
         ]
         method.__signature__ = own.replace(parameters=[*head, *keywords])  # type: ignore[attr-defined]
         method.__doc__ = f"{inspect.cleandoc(method.__doc__ or '')}\n\n{options_doc(surface)}"
@@ -84,7 +87,9 @@ def flags(surface: str) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def given(args: argparse.Namespace, surface: str) -> dict[str, Any]:
     """The options a command line gave (those it left out are not in the dict)."""
-    return {f.name: getattr(args, f.name) for f in options(surface) if getattr(args, f.name, None) is not None}
+    return {
+        f.name: getattr(args, f.name) for f in options(surface) if getattr(args, f.name, None) is not None
+    }
 
 
 def kwargs_source() -> str:
@@ -108,8 +113,8 @@ def kwargs_source() -> str:
         "from collections.abc import Sequence",
         "from typing import Literal, TypedDict",
         "",
-        "from ..store import ReceiptStore",
-        "from ..store.fixtures import Fixtures",
+        "from playbook.store import ReceiptStore",
+        "from playbook.store.fixtures import Fixtures",
         "",
         '__all__ = ["MapKwargs", "RunKwargs"]',
         "",

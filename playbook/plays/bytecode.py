@@ -15,7 +15,9 @@ __all__ = ["ENV_NAME", "NAMES", "SIMPLE", "codes", "env_built", "env_names", "na
 
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]+")
 _INDEX = frozenset(("index", "Index"))  # how a play reads its row's index label
-NAMES = frozenset(("LOAD_CONST", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"))  # a name read whole, not built
+NAMES = frozenset(
+    ("LOAD_CONST", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF")
+)  # a name read whole, not built
 SIMPLE = NAMES | {"LOAD_FAST"}
 _ENDS = frozenset(("PRECALL", "CALL", "CALL_KW", "KW_NAMES", "BINARY_SUBSCR"))
 _SKIP = frozenset(("PUSH_NULL", "NOP", "CACHE", "EXTENDED_ARG"))
@@ -51,7 +53,13 @@ def _argument_built(ops: list[Any], at: int, *, subscript: bool) -> bool:
     for ins in ops[at : at + 16]:  # the first thing done with environ: a subscript, or anything else
         if ins.opname == "BINARY_SUBSCR":
             return True
-        if ins.opname in ("PRECALL", "CALL", "CONTAINS_OP", "RETURN_VALUE", "POP_TOP") or ins.opname.startswith("STORE_"):
+        if ins.opname in (
+            "PRECALL",
+            "CALL",
+            "CONTAINS_OP",
+            "RETURN_VALUE",
+            "POP_TOP",
+        ) or ins.opname.startswith("STORE_"):
             return False
     return False
 
@@ -69,11 +77,15 @@ def names_index(code: Any) -> bool:
     (``row.Index``, and ``items.index(x)`` too: a play wrongly thought to read the label only
     runs its rows of a reindexed frame again, from receipts), or as a string (``getattr(row, "index")``)."""
     for inner in codes(code):
-        if _INDEX.intersection(inner.co_names) or _INDEX.intersection(c for c in inner.co_consts if isinstance(c, str)):
+        if _INDEX.intersection(inner.co_names) or _INDEX.intersection(
+            c for c in inner.co_consts if isinstance(c, str)
+        ):
             return True
     return False
 
 
 def env_names(code: Any) -> list[str]:
     """The string constants of ``code`` (and the code inside it) shaped like environment variables' names."""
-    return sorted({c for inner in codes(code) for c in inner.co_consts if isinstance(c, str) and ENV_NAME.fullmatch(c)})
+    return sorted(
+        {c for inner in codes(code) for c in inner.co_consts if isinstance(c, str) and ENV_NAME.fullmatch(c)}
+    )

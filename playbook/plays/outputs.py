@@ -26,13 +26,22 @@ from typing import Any, Literal
 
 import pandas as pd
 import typing_extensions as te
-from pydantic import AwareDatetime, BaseModel, FutureDatetime, NaiveDatetime, PastDatetime, RootModel, TypeAdapter, ValidationError
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    FutureDatetime,
+    NaiveDatetime,
+    PastDatetime,
+    RootModel,
+    TypeAdapter,
+    ValidationError,
+)
 from pydantic.errors import PydanticUserError
 from pydantic.json_schema import PydanticJsonSchemaWarning
 
-from ..errors import PlaybookError, PlayDefinitionError
-from ..keys import code_fingerprint, digest
-from ..records import STATUS_COLUMNS
+from playbook.errors import PlaybookError, PlayDefinitionError
+from playbook.keys import code_fingerprint, digest
+from playbook.records import STATUS_COLUMNS
 
 __all__ = ["OutputError", "OutputModel"]
 
@@ -58,7 +67,12 @@ _BY_TYPE: tuple[tuple[type, Any], ...] = (
     (dt.datetime, _DATETIME),  # before date (a date column stays object: pandas has no date dtype)
     (dt.timedelta, pd.Series([dt.timedelta(1)]).dtype),
 )
-_DATETIMES = {AwareDatetime: _AWARE, NaiveDatetime: _DATETIME, PastDatetime: _DATETIME, FutureDatetime: _DATETIME}
+_DATETIMES = {
+    AwareDatetime: _AWARE,
+    NaiveDatetime: _DATETIME,
+    PastDatetime: _DATETIME,
+    FutureDatetime: _DATETIME,
+}
 _WRAPPERS = {typing.Annotated, te.Required, te.NotRequired, te.ReadOnly}
 _UNIONS = {typing.Union, types.UnionType}
 
@@ -76,14 +90,18 @@ class OutputModel:
         self._adapter = adapter(model, f"play {play!r}")
         self.model = model
         self.play = play
-        self.fields: tuple[tuple[str, Any], ...] = tuple((name, _kind(tp)) for name, tp in _annotations(model))
+        self.fields: tuple[tuple[str, Any], ...] = tuple(
+            (name, _kind(tp)) for name, tp in _annotations(model)
+        )
         for name, _ in self.fields:
             if name in STATUS_COLUMNS:
                 raise PlayDefinitionError(
                     f"play {play!r}: output={model.__name__} has a field {name!r}, a column playbook uses for the row's status"
                 )
         config = (
-            model.model_config if isinstance(model, type) and issubclass(model, BaseModel) else getattr(model, "__pydantic_config__", {})
+            model.model_config
+            if isinstance(model, type) and issubclass(model, BaseModel)
+            else getattr(model, "__pydantic_config__", {})
         )
         self._open = config.get("extra") == "allow"
         self.fingerprint = digest(_schema_text(self._adapter, model))
@@ -169,7 +187,11 @@ def _column(kind: Any, values: list[Any], index: pd.Index) -> pd.Series:
             return _datetimes(values, index, aware=kind == _AWARE)
         column: pd.Series = pd.Series(values, index=index, dtype=kind)
         return column
-    except (TypeError, ValueError, OverflowError):  # a value the dtype cannot hold (an int past 64 bits): as it is
+    except (
+        TypeError,
+        ValueError,
+        OverflowError,
+    ):  # a value the dtype cannot hold (an int past 64 bits): as it is
         return pd.Series(values, index=index, dtype=object)
 
 
@@ -198,11 +220,15 @@ def adapter(model: Any, owner: str) -> TypeAdapter[Any]:
     """The validator of an output model (a play's or an LLM tool's ``output=``), or a
     PlayDefinitionError naming ``owner`` ("play 'enrich'", "llm_tool 'llm'")."""
     if not is_model(model):
-        raise PlayDefinitionError(f"{owner}: output= takes a pydantic model class or a TypedDict class, not {_what(model)}")
+        raise PlayDefinitionError(
+            f"{owner}: output= takes a pydantic model class or a TypedDict class, not {_what(model)}"
+        )
     try:
         return TypeAdapter(model)
     except PydanticUserError as exc:  # e.g. typing.TypedDict on Python < 3.12, an undefined name
-        raise PlayDefinitionError(f"{owner}: output={model.__name__} cannot validate outputs: {exc}") from None
+        raise PlayDefinitionError(
+            f"{owner}: output={model.__name__} cannot validate outputs: {exc}"
+        ) from None
 
 
 def explain(exc: ValidationError, what: str = "output") -> str:
@@ -227,13 +253,19 @@ def _schema_text(adapter: TypeAdapter[Any], model: Any) -> str:
     values without changing the schema."""
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PydanticJsonSchemaWarning)  # a default with no JSON form is left out
+            warnings.simplefilter(
+                "ignore", PydanticJsonSchemaWarning
+            )  # a default with no JSON form is left out
             schema = json.dumps(adapter.json_schema(), default=repr)
-    except PydanticUserError:  # a type with no JSON schema (an arbitrary class): the fields' annotations stand in
+    except (
+        PydanticUserError
+    ):  # a type with no JSON schema (an arbitrary class): the fields' annotations stand in
         schema = repr(_annotations(model))
     decorators = getattr(model, "__pydantic_decorators__", None)
     code = []
     if decorators is not None:
         for group in dataclasses.fields(decorators):
-            code += [f"{name}={code_fingerprint(d.func)}" for name, d in getattr(decorators, group.name).items()]
+            code += [
+                f"{name}={code_fingerprint(d.func)}" for name, d in getattr(decorators, group.name).items()
+            ]
     return "\x1f".join([schema, *code])

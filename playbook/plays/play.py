@@ -17,14 +17,14 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
-from ..errors import PlayDefinitionError
-from ..keys import code_fingerprint, digest
-from .definitions import defined, play_name
-from .outputs import OutputModel
-from .reads import reads
+from playbook.errors import PlayDefinitionError
+from playbook.keys import code_fingerprint, digest
+from playbook.plays.definitions import defined, play_name
+from playbook.plays.outputs import OutputModel
+from playbook.plays.reads import reads
 
 if TYPE_CHECKING:
-    from ..tools import Tool
+    from playbook.tools import Tool
 
 __all__ = ["Play", "PlayFn", "PlayLike", "as_play", "play"]
 
@@ -39,20 +39,39 @@ class Play:
     row's index label (``row.index``), which is then part of each row's identity."""
 
     __slots__ = (
-        "fn", "name", "version", "output", "fingerprint", "notes", "reads_index", "__wrapped__", "_own", "_named", "_tools", "_sent",
-    )  # fmt: skip
+        "fn",
+        "name",
+        "version",
+        "output",
+        "fingerprint",
+        "notes",
+        "reads_index",
+        "__wrapped__",
+        "_own",
+        "_named",
+        "_tools",
+        "_sent",
+    )
 
     fn: PlayFn
     name: str
     version: str | None
     output: OutputModel | None
     fingerprint: str
-    notes: dict[str, str]  # what a run of it must say, by value ("name (type)"): what it reads that cannot be counted
+    notes: dict[
+        str, str
+    ]  # what a run of it must say, by value ("name (type)"): what it reads that cannot be counted
     reads_index: bool
     __wrapped__: PlayFn
 
     def __init__(
-        self, fn: PlayFn, *, name: str | None = None, version: str | None = None, output: Any = None, source: str | None = None
+        self,
+        fn: PlayFn,
+        *,
+        name: str | None = None,
+        version: str | None = None,
+        output: Any = None,
+        source: str | None = None,
     ) -> None:
         if isinstance(fn, Play):
             if output is None and fn.output is not None:
@@ -62,9 +81,13 @@ class Play:
             raise PlayDefinitionError(f"a play must be an async function (row, ctx), not {type(fn).__name__}")
         label = name or _name(fn)
         if inspect.isasyncgenfunction(fn):
-            raise PlayDefinitionError(f"play {label!r} yields: a play returns the row's output once (use return, not yield)")
+            raise PlayDefinitionError(
+                f"play {label!r} yields: a play returns the row's output once (use return, not yield)"
+            )
         if not inspect.iscoroutinefunction(fn):
-            raise PlayDefinitionError(f"play {label!r} must be defined with 'async def {label}(row, ctx)': playbook awaits it for each row")
+            raise PlayDefinitionError(
+                f"play {label!r} must be defined with 'async def {label}(row, ctx)': playbook awaits it for each row"
+            )
         try:
             inspect.signature(fn).bind(None, None)
         except TypeError:
@@ -96,7 +119,7 @@ class Play:
         if self._sent or id(self) in _refreshing.ids:
             return self  # a play reached again through the plays it reaches
         _refreshing.ids.add(id(self))
-        from ..tools import Tool  # tools import plays
+        from playbook.tools import Tool  # tools import plays
 
         subs: list[Play] = []
 
@@ -165,13 +188,19 @@ def _name(fn: Any) -> str:
 
 
 @overload
-def play(fn: PlayFn, *, name: str | None = None, version: str | None = None, output: type[Any] | None = None) -> Play: ...
+def play(
+    fn: PlayFn, *, name: str | None = None, version: str | None = None, output: type[Any] | None = None
+) -> Play: ...
 @overload
 def play(
     fn: None = None, *, name: str | None = None, version: str | None = None, output: type[Any] | None = None
 ) -> Callable[[PlayFn], Play]: ...
 def play(
-    fn: PlayFn | None = None, *, name: str | None = None, version: str | None = None, output: type[Any] | None = None
+    fn: PlayFn | None = None,
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    output: type[Any] | None = None,
 ) -> Play | Callable[[PlayFn], Play]:
     """Declare a play: ``@pb.play`` or ``@pb.play(name=..., version=..., output=Model)``.
 
@@ -189,7 +218,7 @@ def play(
 
 def as_play(obj: Any) -> Play:
     """What ``map()`` runs: a Play as is, a bare async function wrapped, a Tool bound to columns."""
-    from ..tools import Tool
+    from playbook.tools import Tool
 
     if isinstance(obj, Play):
         return obj.current()

@@ -37,16 +37,37 @@ import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..keys import digest, key_text
-from .bytecode import ENV_NAME, SIMPLE, codes, env_built, env_names, names_index
-from .stable import helper_fingerprint, plain_object, stable_text, user_class, user_code, user_module
+from playbook.keys import digest, key_text
+from playbook.plays.bytecode import ENV_NAME, SIMPLE, codes, env_built, env_names, names_index
+from playbook.plays.stable import (
+    helper_fingerprint,
+    plain_object,
+    stable_text,
+    user_class,
+    user_code,
+    user_module,
+)
 
 __all__ = ["Reads", "global_names", "reads"]
 
 _MISSING = object()
 _ENV_READERS = frozenset(("environ", "getenv"))
 # A global or a cell called through one of these is written to (a list of calls a play keeps).
-_MUTATORS = frozenset(("append", "extend", "add", "update", "insert", "pop", "remove", "discard", "clear", "setdefault", "appendleft"))
+_MUTATORS = frozenset(
+    (
+        "append",
+        "extend",
+        "add",
+        "update",
+        "insert",
+        "pop",
+        "remove",
+        "discard",
+        "clear",
+        "setdefault",
+        "appendleft",
+    )
+)
 _DYNAMIC = ("eval", "exec", "globals", "vars")  # builtins that read names no code names
 _Key = tuple[int, str]  # a global: its module's namespace, its name
 
@@ -111,11 +132,20 @@ class _Walk:
                         self.found.add(entry)
         if self.dynamic:
             called = ", ".join(f"{name}()" for name in sorted(self.dynamic))
-            self.unknown[called] = f"calls {called}: what it reads through them cannot be known, and does not count"
-        return Reads(" ".join(sorted(self.found)), tuple(sorted(self.unstable.items())), tuple(sorted(self.unknown.items())), self.index)
+            self.unknown[called] = (
+                f"calls {called}: what it reads through them cannot be known, and does not count"
+            )
+        return Reads(
+            " ".join(sorted(self.found)),
+            tuple(sorted(self.unstable.items())),
+            tuple(sorted(self.unknown.items())),
+            self.index,
+        )
 
 
-def reads(fn: Any, *, named: tuple[type, ...] = (), refresh: Callable[[Any], None] = lambda value: None) -> Reads:
+def reads(
+    fn: Any, *, named: tuple[type, ...] = (), refresh: Callable[[Any], None] = lambda value: None
+) -> Reads:
     """What ``fn`` (a play's function) reads, followed into the functions it calls.  ``named``:
     the kinds (tools, plays) counted by their name and fingerprint; ``refresh(value)``: called
     for each of them it names before its fingerprint is read."""
@@ -246,7 +276,9 @@ def _class_text(walk: _Walk, cls: type) -> str:
                 if text is None and attr.startswith("_"):
                     continue  # a library's machinery on the class (abc's _abc_impl)
                 if text is None:
-                    walk.unsure(f"{cls.__qualname__}.{attr}", f"{type(value).__module__}.{type(value).__qualname__}")
+                    walk.unsure(
+                        f"{cls.__qualname__}.{attr}", f"{type(value).__module__}.{type(value).__qualname__}"
+                    )
                 elif text:
                     parts.append(f"{attr}=v:{digest(text)}")
     walk.classes.discard(id(cls))
@@ -261,8 +293,14 @@ def _environment(walk: _Walk, f: Any) -> None:
     names = set(env_names(code))
     read = _loads(code).read
     values = [space.get(name) for name, _ in read]
-    owners = [(space.get(name), attribute) for name, attribute in read if attribute]  # Settings.ENV_NAME, config.ENV_NAME
-    values += [getattr(owner, attribute, None) for owner, attribute in owners if isinstance(owner, (type, types.ModuleType))]
+    owners = [
+        (space.get(name), attribute) for name, attribute in read if attribute
+    ]  # Settings.ENV_NAME, config.ENV_NAME
+    values += [
+        getattr(owner, attribute, None)
+        for owner, attribute in owners
+        if isinstance(owner, (type, types.ModuleType))
+    ]
     for cell in f.__closure__ or ():
         try:
             values.append(cell.cell_contents)
@@ -273,7 +311,9 @@ def _environment(walk: _Walk, f: Any) -> None:
         value = os.environ.get(name)
         walk.found.add(f"$env:{name}=" + ("<unset>" if value is None else digest("env\x1f" + value)))
     if env_built(code):
-        walk.unknown["$env (built)"] = "reads an environment variable by a name it builds or is given: which one cannot be known"
+        walk.unknown["$env (built)"] = (
+            "reads an environment variable by a name it builds or is given: which one cannot be known"
+        )
 
 
 def _hashable_key(value: Any) -> bool:
@@ -297,8 +337,12 @@ def global_names(code: Any) -> tuple[str, ...]:
 
 
 class _Loads(NamedTuple):
-    read: tuple[tuple[str, str], ...]  # the globals read, each with the attribute read of it first ("" if none)
-    written: frozenset[str]  # the globals and cells called through a mutator or stored into (CALLS.append(x), SEEN[k] = v)
+    read: tuple[
+        tuple[str, str], ...
+    ]  # the globals read, each with the attribute read of it first ("" if none)
+    written: frozenset[
+        str
+    ]  # the globals and cells called through a mutator or stored into (CALLS.append(x), SEEN[k] = v)
     filled: frozenset[str]  # those of them also read otherwise (CACHE.get(k))
     rebound: frozenset[str]  # the globals assigned (global N; N += 1)
 
@@ -321,7 +365,9 @@ def _loads(code: Any) -> _Loads:
             if ins.opname not in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"):
                 continue
             after = instructions[i + 1] if i + 1 < len(instructions) else None
-            attribute = after.argval if after is not None and after.opname in ("LOAD_ATTR", "LOAD_METHOD") else ""
+            attribute = (
+                after.argval if after is not None and after.opname in ("LOAD_ATTR", "LOAD_METHOD") else ""
+            )
             if attribute in _MUTATORS or _stores_into(instructions[i + 1 : i + 6]):
                 written.add(ins.argval)
                 continue

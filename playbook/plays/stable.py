@@ -27,12 +27,23 @@ import types
 from pathlib import PurePath
 from typing import Any
 
-from ..keys import code_fingerprint, key_text
+from playbook.keys import code_fingerprint, key_text
 
 __all__ = ["helper_fingerprint", "plain_object", "stable_text", "user_class", "user_code", "user_module"]
 
-_LOCKS = tuple(type(t) for t in (threading.Lock(), threading.RLock())) + (threading.Semaphore, threading.Event, threading.Condition)
-_SILENT = (types.ModuleType, logging.Logger, logging.LoggerAdapter, *_LOCKS, types.BuiltinFunctionType, types.MethodWrapperType)
+_LOCKS = tuple(type(t) for t in (threading.Lock(), threading.RLock())) + (
+    threading.Semaphore,
+    threading.Event,
+    threading.Condition,
+)
+_SILENT = (
+    types.ModuleType,
+    logging.Logger,
+    logging.LoggerAdapter,
+    *_LOCKS,
+    types.BuiltinFunctionType,
+    types.MethodWrapperType,
+)
 _GETTERS = (operator.itemgetter, operator.attrgetter, operator.methodcaller)
 _DEPTH = 6  # objects inside objects counted by their attributes; deeper (or a cycle) has no stable form
 
@@ -44,7 +55,11 @@ def stable_text(value: Any) -> str | None:
     module = kind.__module__
     if isinstance(value, _SILENT) or inspect.isroutine(value) or isinstance(value, type):
         return ""
-    if value is os.environ or module in ("typing", "typing_extensions") or module.split(".")[0] in ("playbook", "asyncio"):
+    if (
+        value is os.environ
+        or module in ("typing", "typing_extensions")
+        or module.split(".")[0] in ("playbook", "asyncio")
+    ):
         return ""  # environment variables count by the names the code reads, not as a whole
     frame = _frame_digest(value)
     if frame is not None:
@@ -70,7 +85,11 @@ def _plainly(value: Any, depth: int = 0) -> Any:
     if isinstance(value, enum.Enum):
         return {"$enum": [kind.__qualname__, _plainly(value.value, depth)]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {"$" + kind.__qualname__: {f.name: _plainly(getattr(value, f.name), depth) for f in dataclasses.fields(value)}}
+        return {
+            "$" + kind.__qualname__: {
+                f.name: _plainly(getattr(value, f.name), depth) for f in dataclasses.fields(value)
+            }
+        }
     if isinstance(value, _GETTERS):
         return {"$getter": repr(value)}  # operator.itemgetter('a'): its repr says all it does
     if isinstance(value, functools.partial):
@@ -110,11 +129,22 @@ def _frame_digest(value: Any) -> str | None:
         if module == "pandas" and hasattr(value, "dtypes"):
             import pandas as pd
 
-            h.update(repr((type(value).__name__, value.shape, list(map(str, getattr(value, "columns", ()))), str(value.dtypes))).encode())
+            h.update(
+                repr(
+                    (
+                        type(value).__name__,
+                        value.shape,
+                        list(map(str, getattr(value, "columns", ()))),
+                        str(value.dtypes),
+                    )
+                ).encode()
+            )
             h.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
         elif module == "numpy" and hasattr(value, "dtype") and getattr(value, "ndim", 0) > 0:
             h.update(repr((value.dtype.str, value.shape)).encode())
-            h.update(key_text(value.tolist()).encode() if value.dtype.kind == "O" else value.tobytes(order="C"))
+            h.update(
+                key_text(value.tolist()).encode() if value.dtype.kind == "O" else value.tobytes(order="C")
+            )
         elif module == "polars" and hasattr(value, "schema"):
             h.update(repr((type(value).__name__, value.shape, str(value.schema))).encode())
             h.update(value.hash_rows().to_numpy().tobytes())
@@ -131,7 +161,9 @@ def _frame_digest(value: Any) -> str | None:
 def helper_fingerprint(fn: Any) -> str:
     """A helper's fingerprint, by its compiled code: a Dask worker, which has no source for it,
     finds the same one (the play's own comes with it, made where the source is)."""
-    return _compiled_fingerprint(fn.__code__) if fn.__closure__ is None else code_fingerprint(fn, source=False)
+    return (
+        _compiled_fingerprint(fn.__code__) if fn.__closure__ is None else code_fingerprint(fn, source=False)
+    )
 
 
 @functools.lru_cache(maxsize=1024)

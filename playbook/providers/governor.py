@@ -33,16 +33,16 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from .._internal.flow import OnHold, WaitBudget
-from .._internal.words import time_of_day
-from ..errors import ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
-from ..events import ProviderDown, ProviderUp, RateChanged
-from .holds import Holds
-from .limits import HEADROOM, LONE, Backoff, Health, Limiter, Permit, Verdict
-from .limits.waiters import Listeners
-from .sends import Sends
-from .status import ProviderStatus
-from .ticket import Described, Elsewhere, Ticket
+from playbook._internal.flow import OnHold, WaitBudget
+from playbook._internal.words import time_of_day
+from playbook.errors import ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
+from playbook.events import ProviderDown, ProviderUp, RateChanged
+from playbook.providers.holds import Holds
+from playbook.providers.limits import HEADROOM, LONE, Backoff, Health, Limiter, Permit, Verdict
+from playbook.providers.limits.waiters import Listeners
+from playbook.providers.sends import Sends
+from playbook.providers.status import ProviderStatus
+from playbook.providers.ticket import Described, Elsewhere, Ticket
 
 __all__ = ["IN_PLACE", "OWN_IN_PLACE", "Elsewhere", "Governor", "Ticket"]
 
@@ -62,12 +62,28 @@ class Governor(Holds):
     """The live state of one :class:`~playbook.providers.provider.Provider` in this process."""
 
     __slots__ = (
-        "provider", "limiter", "backoff", "health", "sends", "refused", "failed", "last_status", "down_error",
-        "probe_at", "tokens", "pool", "retired", "window", "_listeners", "_lock",
+        "provider",
+        "limiter",
+        "backoff",
+        "health",
+        "sends",
+        "refused",
+        "failed",
+        "last_status",
+        "down_error",
+        "probe_at",
+        "tokens",
+        "pool",
+        "retired",
+        "window",
+        "_listeners",
+        "_lock",
         "__weakref__",  # Providers of one description find it in a weak registry
-    )  # fmt: skip
+    )
 
-    def __init__(self, provider: Described, limiter: Limiter, window: tuple[int, float] | None = None) -> None:
+    def __init__(
+        self, provider: Described, limiter: Limiter, window: tuple[int, float] | None = None
+    ) -> None:
         super().__init__()
         self.provider = provider
         self.limiter = limiter
@@ -80,13 +96,17 @@ class Governor(Holds):
         self.last_status: int | None = None
         self.down_error: str | None = None  # the failure that took it down, in words
         self.probe_at = 0.0  # epoch seconds: when the next probe may go while down
-        self.tokens: deque[tuple[float, float]] = deque()  # (monotonic time, tokens) of answered weighed calls, a minute's worth
+        self.tokens: deque[tuple[float, float]] = (
+            deque()
+        )  # (monotonic time, tokens) of answered weighed calls, a minute's worth
         # The pool this governor is one key of (None: its provider's only key): a call that would
         # wait here asks it first whether another key could take the call sooner (Pool.elsewhere).
         self.pool: Pooled | None = None
         self.retired: str | None = None  # why its pool took this key out for the run (None: in use)
         self._listeners = Listeners()
-        self._lock = threading.Lock()  # threads that each run a map() on a loop of their own share this provider
+        self._lock = (
+            threading.Lock()
+        )  # threads that each run a map() on a loop of their own share this provider
 
     def __repr__(self) -> str:
         return f"<Governor {self.provider.name!r} sent={self.sends.count} 429s={self.refused} failed={self.failed} {self.limiter!r}>"
@@ -113,11 +133,25 @@ class Governor(Holds):
         limiter = self.limiter
         tokens, tpm = self.tokens_per_minute()
         return ProviderStatus(
-            name=name or self.name, down=self.health.down, down_error=self.down_error, probe_at=self.probe_at, held=self.held,
-            hold_until_at=self.hold_until_at, last_status=self.last_status, rate=limiter.rate, in_flight_limit=limiter.in_flight_limit,
-            in_flight=limiter.in_flight, refused=self.refused, tokens=tokens, tpm=tpm, sent=self.sends.count, failed=self.failed, retired=retired,
-            window=self.window, busiest=self.sends.busiest,
-        )  # fmt: skip
+            name=name or self.name,
+            down=self.health.down,
+            down_error=self.down_error,
+            probe_at=self.probe_at,
+            held=self.held,
+            hold_until_at=self.hold_until_at,
+            last_status=self.last_status,
+            rate=limiter.rate,
+            in_flight_limit=limiter.in_flight_limit,
+            in_flight=limiter.in_flight,
+            refused=self.refused,
+            tokens=tokens,
+            tpm=tpm,
+            sent=self.sends.count,
+            failed=self.failed,
+            retired=retired,
+            window=self.window,
+            busiest=self.sends.busiest,
+        )
 
     def subscribe(self, listener: Callable[[Any], None], *, anywhere: bool = False) -> Callable[[], None]:
         """Tell ``listener`` this provider's events; returns the unsubscribe function.  Subscribed
@@ -130,7 +164,9 @@ class Governor(Holds):
 
     # -- the loop ------------------------------------------------------------------------------
 
-    async def dispatch(self, send: Callable[[], Awaitable[T]], ticket: Ticket | None = None, *, weight: float = 1.0) -> T:
+    async def dispatch(
+        self, send: Callable[[], Awaitable[T]], ticket: Ticket | None = None, *, weight: float = 1.0
+    ) -> T:
         """Send one call through the governor: down, hold, permit, send; retry what may be retried.
         ``weight``: the call's estimated tokens (the ticket's, when it carries one)."""
         loop = asyncio.get_running_loop()
@@ -193,8 +229,11 @@ class Governor(Holds):
         return ProviderExhausted(
             f"tool {ticket.tool!r}: provider {self.name!r} {what} {time_of_day(wall)} ({wait:.0f}s from now), "
             f"past this row's wait budget ({max(ticket.budget.left, 0):.0f}s left of max_wait)",
-            tool=ticket.tool or None, provider=self.name, status=self.last_status, retry_at=wall,
-        )  # fmt: skip
+            tool=ticket.tool or None,
+            provider=self.name,
+            status=self.last_status,
+            retry_at=wall,
+        )
 
     def _fits(self, weight: float, ticket: Ticket) -> None:
         """A call weighing more tokens than the provider allows in a minute can never go (OpenAI
@@ -204,8 +243,9 @@ class Governor(Holds):
             raise ToolError(
                 f"tool {ticket.tool!r}: this call needs about {weight:,.0f} tokens, more than provider {self.name!r} "
                 f"allows in a minute ({rate * 60.0 / HEADROOM:,.0f} tokens/min): shorten the prompt or lower max_tokens",
-                tool=ticket.tool or None, provider=self.name,
-            )  # fmt: skip
+                tool=ticket.tool or None,
+                provider=self.name,
+            )
 
     def learn(self, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
         """The provider announced its limits (``x-ratelimit-limit-*``): pace under them."""
@@ -243,8 +283,9 @@ class Governor(Holds):
             return
         raise OnHold(self.provider, now + wait, time.time() + wait, self.last_status, budget)
 
-    async def _send(self, send: Callable[[], Awaitable[T]], loop: asyncio.AbstractEventLoop, ticket: Ticket,
-                    weight: float) -> tuple[Any, Permit | None]:  # fmt: skip
+    async def _send(
+        self, send: Callable[[], Awaitable[T]], loop: asyncio.AbstractEventLoop, ticket: Ticket, weight: float
+    ) -> tuple[Any, Permit | None]:
         """One try: ``(result, permit)`` to settle, or ``(None, None)`` to go round again."""
         try:
             permit = await self.limiter.acquire(weight, max(IN_PLACE, ticket.budget.left))
@@ -289,7 +330,9 @@ class Governor(Holds):
         # call fails on its own (or likely does: limits.Standing) tries again after the fresh rows.
         own = until > self.limiter.hold_until_t
         behind = own and ticket.suspend and ticket.standing.behind
-        if not behind and (wait <= (OWN_IN_PLACE if own and ticket.suspend else IN_PLACE) or (not ticket.suspend and own)):
+        if not behind and (
+            wait <= (OWN_IN_PLACE if own and ticket.suspend else IN_PLACE) or (not ticket.suspend and own)
+        ):
             budget.left -= wait
             await asyncio.sleep(wait)
             return
@@ -307,7 +350,9 @@ class Governor(Holds):
         else:  # a Python tool's own timeouts and dropped connections are transient too
             status, retryable, hint = None, isinstance(exc, (TimeoutError, ConnectionError)), None
         if not retryable:
-            if permit is not None and self.health.success(permit.sent_at, ticket.standing):  # an answer, if not the one wanted: it is up
+            if permit is not None and self.health.success(
+                permit.sent_at, ticket.standing
+            ):  # an answer, if not the one wanted: it is up
                 self.emit(ProviderUp(self.name))
             return False
         self.last_status = status
@@ -324,7 +369,9 @@ class Governor(Holds):
         self.refused += 1
         if self.health.success(permit.sent_at, ticket.standing):
             self.emit(ProviderUp(self.name))
-        verdict = await self.limiter.refused(permit, hinted=hint is not None, short=hint is not None and hint <= LONE)
+        verdict = await self.limiter.refused(
+            permit, hinted=hint is not None, short=hint is not None and hint <= LONE
+        )
         if verdict is Verdict.LOWERED:
             self._rate_changed()
         if verdict is Verdict.LONE and hint is not None:
@@ -347,7 +394,9 @@ class Governor(Holds):
             self.down_error = _describe(exc)
             self._next_probe(now)
             self.emit(ProviderDown(self.name, self.down_error))
-        if health.down:  # the loop waits for the next probe (a failed probe's is later), or parks the row past its budget
+        if (
+            health.down
+        ):  # the loop waits for the next probe (a failed probe's is later), or parks the row past its budget
             self._next_probe(now)
             ticket.cause = exc
             return True
@@ -359,7 +408,9 @@ class Governor(Holds):
         else:
             ticket.not_before = now + wait
             if wait > ticket.budget.left:
-                raise self._unavailable(exc, ticket, f"gave up after {ticket.tries} tries: the next would pass the wait budget")
+                raise self._unavailable(
+                    exc, ticket, f"gave up after {ticket.tries} tries: the next would pass the wait budget"
+                )
         return True
 
     def _next_probe(self, now: float) -> float:
@@ -368,25 +419,37 @@ class Governor(Holds):
 
     def _down(self, ticket: Ticket, now: float) -> ProviderExhausted:
         wall = self._next_probe(now)
-        why = "" if ticket.falls_through else f", past this row's wait budget ({max(ticket.budget.left, 0):.0f}s left of max_wait)"
+        why = (
+            ""
+            if ticket.falls_through
+            else f", past this row's wait budget ({max(ticket.budget.left, 0):.0f}s left of max_wait)"
+        )
         error = ProviderExhausted(
             f"tool {ticket.tool!r}: provider {self.name!r} is down ({self.down_error}); the next probe goes at "
             f"{time_of_day(wall)}{why}: the row waits for a rerun or run.retry()",
-            tool=ticket.tool or None, provider=self.name, status=self.last_status, retry_at=wall, reason="down",
-        )  # fmt: skip
+            tool=ticket.tool or None,
+            provider=self.name,
+            status=self.last_status,
+            retry_at=wall,
+            reason="down",
+        )
         error.__cause__ = ticket.cause
         return error
 
     def _unavailable(self, exc: Exception, ticket: Ticket, why: str) -> ProviderUnavailable:
         text = f"provider {self.name!r} is unavailable: {exc} ({why})"
-        if ticket.standing.own:  # the provider answers others (or a host the row chose failed): this request is what fails
+        if (
+            ticket.standing.own
+        ):  # the provider answers others (or a host the row chose failed): this request is what fails
             whose = (
                 "the host this row chose failed"
                 if ticket.standing.host
                 else f"this request fails on its own (provider {self.name!r} answers other calls)"
             )
             text = f"{f'tool {ticket.tool!r}: ' if ticket.tool else ''}{whose}: {_describe(exc)} ({why})"
-        error = ProviderUnavailable(text, tool=ticket.tool or None, provider=self.name, status=self.last_status)
+        error = ProviderUnavailable(
+            text, tool=ticket.tool or None, provider=self.name, status=self.last_status
+        )
         error.__cause__ = exc
         return error
 

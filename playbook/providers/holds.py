@@ -11,9 +11,9 @@ import threading
 import time
 from typing import Any
 
-from ..events import ProviderHoldLifted, ProviderHoldSet
-from .limits import Limiter
-from .limits.waiters import Listeners, here
+from playbook.events import ProviderHoldLifted, ProviderHoldSet
+from playbook.providers.limits import Limiter
+from playbook.providers.limits.waiters import Listeners, here
 
 __all__ = ["Holds"]
 

@@ -26,17 +26,24 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._internal.flow import WaitBudget
-from ..errors import RunFatal
-from ..events import KeyRetired, ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RateChanged
-from .governor import Elsewhere, Governor
-from .limits import Limiter
-from .limits.waiters import Listeners
-from .status import ProviderStatus
-from .ticket import Described, Ticket
+from playbook._internal.flow import WaitBudget
+from playbook.errors import RunFatal
+from playbook.events import (
+    KeyRetired,
+    ProviderDown,
+    ProviderHoldLifted,
+    ProviderHoldSet,
+    ProviderUp,
+    RateChanged,
+)
+from playbook.providers.governor import Elsewhere, Governor
+from playbook.providers.limits import Limiter
+from playbook.providers.limits.waiters import Listeners
+from playbook.providers.status import ProviderStatus
+from playbook.providers.ticket import Described, Ticket
 
 if TYPE_CHECKING:
-    from ..tools.secrets import Secret
+    from playbook.secrets import Secret
 
 __all__ = ["Elsewhere", "Lane", "Pool", "chosen_key", "key_label"]
 
@@ -113,9 +120,14 @@ class Pool:
 
     __slots__ = ("provider", "lanes", "_turn", "_listeners", "_held", "_down", "__weakref__")
 
-    def __init__(self, provider: Described, keys: Sequence[tuple[Secret, Limiter, tuple[int, float] | None]]) -> None:
+    def __init__(
+        self, provider: Described, keys: Sequence[tuple[Secret, Limiter, tuple[int, float] | None]]
+    ) -> None:
         self.provider = provider
-        self.lanes = tuple(Lane(i, secret, Governor(provider, limiter, window)) for i, (secret, limiter, window) in enumerate(keys))
+        self.lanes = tuple(
+            Lane(i, secret, Governor(provider, limiter, window))
+            for i, (secret, limiter, window) in enumerate(keys)
+        )
         self._turn = 0  # the lane a tie goes to next
         self._listeners = Listeners()
         self._held = self._down = False  # as last told: every key held, every key down
@@ -176,7 +188,9 @@ class Pool:
 
     # -- the call ------------------------------------------------------------------------------
 
-    async def dispatch(self, send: Callable[[], Awaitable[T]], ticket: Ticket | None = None, *, weight: float = 1.0) -> T:
+    async def dispatch(
+        self, send: Callable[[], Awaitable[T]], ticket: Ticket | None = None, *, weight: float = 1.0
+    ) -> T:
         """Send one call under the key with the most room; move it when that key holds it, retire
         a key that is refused, and wait (or park) only when every key would make it wait."""
         if ticket is None:
@@ -212,7 +226,10 @@ class Pool:
         now = asyncio.get_running_loop().time()
         here = next(lane for lane in self.lanes if lane.governor is governor)
         weight = ticket.weight if ticket.weight is not None else 1.0
-        sooner = min((self._wait(lane, ticket, weight, now) for lane in self.active() if lane is not here), default=math.inf)
+        sooner = min(
+            (self._wait(lane, ticket, weight, now) for lane in self.active() if lane is not here),
+            default=math.inf,
+        )
         if sooner + _SOONER < wait:
             raise Elsewhere
 
@@ -232,7 +249,11 @@ class Pool:
                 continue
             gov = lane.governor
             limit = gov.limiter.in_flight_limit
-            room = (round(self._wait(lane, ticket, weight, now), 3), int(gov.down), lane.routed / limit if limit else 0.0)
+            room = (
+                round(self._wait(lane, ticket, weight, now), 3),
+                int(gov.down),
+                lane.routed / limit if limit else 0.0,
+            )
             if best is None or room < best:
                 best, chosen = room, lane
         self._turn = (chosen.index + 1) % n
@@ -244,7 +265,13 @@ class Pool:
         gov = lane.governor
         limiter = gov.limiter
         aboard = ticket.lanes
-        backoff = 0.0 if aboard is None else ticket.not_before if aboard.on == lane.index else aboard.backoffs.get(lane.index, 0.0)
+        backoff = (
+            0.0
+            if aboard is None
+            else ticket.not_before
+            if aboard.on == lane.index
+            else aboard.backoffs.get(lane.index, 0.0)
+        )
         wait = max(limiter.hold_until_t, backoff) - now
         health = gov.health
         if health.down:
@@ -278,7 +305,10 @@ class Pool:
     def _none_left(self, exc: RunFatal | None) -> RunFatal:
         said = "; ".join(f"{lane.label}: {lane.retired}" for lane in self.lanes)
         status = exc.status if exc is not None else 401
-        return RunFatal(f"provider {self.name!r}: no key is left to call with ({said})" + (f". {exc}" if exc else ""), status=status)
+        return RunFatal(
+            f"provider {self.name!r}: no key is left to call with ({said})" + (f". {exc}" if exc else ""),
+            status=status,
+        )
 
     # -- what the run hears --------------------------------------------------------------------
 
@@ -316,13 +346,21 @@ class Pool:
         down, held = self.down, self.held
         probe = min((s.probe_at for s in active if s.probe_at), default=0.0)
         return ProviderStatus(
-            name=self.name, down=down, down_error=next((s.down_error for s in active if s.down_error), None) if down else None,
-            probe_at=probe if down else 0.0, held=held, hold_until_at=min((s.hold_until_at for s in active), default=0.0) if held else 0.0,
+            name=self.name,
+            down=down,
+            down_error=next((s.down_error for s in active if s.down_error), None) if down else None,
+            probe_at=probe if down else 0.0,
+            held=held,
+            hold_until_at=min((s.hold_until_at for s in active), default=0.0) if held else 0.0,
             last_status=next((s.last_status for s in keys if s.last_status is not None), None),
             rate=0.0 if not rates else None if None in rates else sum(r for r in rates if r is not None),
             in_flight_limit=None if not limits or None in limits else sum(x for x in limits if x is not None),
-            in_flight=sum(s.in_flight for s in keys), refused=sum(s.refused for s in keys),
-            tokens=sum(s.tokens for s in keys), tpm=None if not tpms or None in tpms else sum(t for t in tpms if t is not None),
-            sent=sum(s.sent for s in keys), failed=sum(s.failed for s in keys), keys=keys,
+            in_flight=sum(s.in_flight for s in keys),
+            refused=sum(s.refused for s in keys),
+            tokens=sum(s.tokens for s in keys),
+            tpm=None if not tpms or None in tpms else sum(t for t in tpms if t is not None),
+            sent=sum(s.sent for s in keys),
+            failed=sum(s.failed for s in keys),
+            keys=keys,
             busiest=sum(s.busiest for s in keys),  # at most: each key's busiest second may be another
-        )  # fmt: skip
+        )

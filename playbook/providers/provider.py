@@ -20,24 +20,50 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from .._internal.urls import masked
-from ..errors import PlayDefinitionError
-from .governor import IN_PLACE, Governor, Ticket
-from .limits import HEADROOM, Limiter, LocalLimiter
-from .pool import Pool
-from .status import ProviderStatus
+from playbook._internal.urls import masked
+from playbook.errors import PlayDefinitionError
+from playbook.providers.governor import IN_PLACE, Governor, Ticket
+from playbook.providers.limits import HEADROOM, Limiter, LocalLimiter
+from playbook.providers.pool import Pool
+from playbook.providers.status import ProviderStatus
 
 if TYPE_CHECKING:
-    from ..tools.secrets import Secret
+    from playbook.secrets import Secret
 
-__all__ = ["HEADROOM", "IN_PLACE", "Provider", "ProviderStatus", "Ticket", "forget_governors", "governor", "sharing_limits"]
+__all__ = [
+    "HEADROOM",
+    "IN_PLACE",
+    "Provider",
+    "ProviderStatus",
+    "Ticket",
+    "forget_governors",
+    "governor",
+    "sharing_limits",
+]
 
-_CONFIG = frozenset({"name", "rps", "rpm", "burst", "window", "concurrency", "tpm", "account", "max_wait", "retries", "shared", "keys"})
+_CONFIG = frozenset(
+    {
+        "name",
+        "rps",
+        "rpm",
+        "burst",
+        "window",
+        "concurrency",
+        "tpm",
+        "account",
+        "max_wait",
+        "retries",
+        "shared",
+        "keys",
+    }
+)
 _PER_KEY = ("rps", "rpm", "burst", "window", "concurrency", "tpm")  # limits a pool may give one per key
 _SCHEMES = ("redis", "rediss", "unix")
 # While set, a provider pickled without shared= travels as one whose limits are shared there (a
 # cluster run: every worker is another process, and one account has one rate, not one per worker).
-_SHARE_AT: contextvars.ContextVar[str | None] = contextvars.ContextVar("playbook_share_limits_at", default=None)
+_SHARE_AT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "playbook_share_limits_at", default=None
+)
 _made: dict[tuple[Any, ...], Provider] = {}  # what unpickling made in this process, by description
 # The governor of each description made in this process (see Provider.__init__).
 _governors: weakref.WeakValueDictionary[tuple[Any, ...], Governor | Pool] = weakref.WeakValueDictionary()
@@ -65,7 +91,9 @@ def _provider(name: str, options: tuple[tuple[str, Any], ...]) -> Provider:
     return made
 
 
-def _check(name: str, option: str, value: Any, *, integer: bool = False, zero: bool = False, optional: bool = True) -> Any:
+def _check(
+    name: str, option: str, value: Any, *, integer: bool = False, zero: bool = False, optional: bool = True
+) -> Any:
     """``value`` as a plain int or float (a numpy number too: a frame's column gives those), or a
     PlayDefinitionError naming the option."""
     if value is None and optional:
@@ -80,8 +108,16 @@ def _check(name: str, option: str, value: Any, *, integer: bool = False, zero: b
     ):
         what = "whole number" if integer else "finite number"
         bound = ">= 0" if zero else "> 0"
-        none = " or None" if optional else " (waiting and retrying are always bounded)" if option in ("max_wait", "retries") else ""
-        raise PlayDefinitionError(f"Provider {name!r}: {option} must be a {what} {bound}{none}, not {value!r}")
+        none = (
+            " or None"
+            if optional
+            else " (waiting and retrying are always bounded)"
+            if option in ("max_wait", "retries")
+            else ""
+        )
+        raise PlayDefinitionError(
+            f"Provider {name!r}: {option} must be a {what} {bound}{none}, not {value!r}"
+        )
     return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
@@ -93,12 +129,14 @@ def _check_window(name: str, window: object) -> tuple[int, float] | None:
             f"Provider {name!r}: window must be (calls, seconds), e.g. window=(50, 5) for 50 calls per 5 seconds, or None, not {window!r}"
         )
     calls, seconds = window
-    return _check(name, "window's calls", calls, integer=True, optional=False), _check(name, "window's seconds", seconds, optional=False)
+    return _check(name, "window's calls", calls, integer=True, optional=False), _check(
+        name, "window's seconds", seconds, optional=False
+    )
 
 
 def _check_keys(name: str, keys: object) -> tuple[Secret, ...] | None:
     """``keys`` as a tuple of secrets, one per key of the account (None: the tools' own secrets)."""
-    from ..tools.secrets import Secret
+    from playbook.secrets import Secret
 
     if keys is None:
         return None
@@ -116,7 +154,9 @@ def _check_keys(name: str, keys: object) -> tuple[Secret, ...] | None:
                 f"at call time, never written in the code), not {_shown(key)}"
             )
         if key.env_var in seen:
-            raise PlayDefinitionError(f"Provider {name!r}: keys[{i}] names {key.env_var} again (it is keys[{seen[key.env_var]}])")
+            raise PlayDefinitionError(
+                f"Provider {name!r}: keys[{i}] names {key.env_var} again (it is keys[{seen[key.env_var]}])"
+            )
         seen[key.env_var] = i
     return tuple(keys)
 
@@ -132,7 +172,9 @@ def _shown(value: object) -> str:
 
 def _plain(value: Any) -> Any:
     """A NumPy array or a pandas or Polars Series as a list of its values; anything else as it is."""
-    convert = None if np.isscalar(value) else getattr(value, "tolist", None) or getattr(value, "to_list", None)
+    convert = (
+        None if np.isscalar(value) else getattr(value, "tolist", None) or getattr(value, "to_list", None)
+    )
     return value if convert is None else convert()
 
 
@@ -142,11 +184,17 @@ def _per_key(name: str, given: dict[str, Any], keys: tuple[Secret, ...] | None) 
     out: list[dict[str, Any]] = [{} for _ in range(n)]
     for option, value in given.items():
         value = given[option] = _plain(value)
-        listed = isinstance(value, (list, tuple)) and (option != "window" or any(isinstance(v, (list, tuple)) or v is None for v in value))
+        listed = isinstance(value, (list, tuple)) and (
+            option != "window" or any(isinstance(v, (list, tuple)) or v is None for v in value)
+        )
         if listed and keys is None:
-            raise PlayDefinitionError(f"Provider {name!r}: {option} is a list ({value!r}), one per key, but no keys= were given")
+            raise PlayDefinitionError(
+                f"Provider {name!r}: {option} is a list ({value!r}), one per key, but no keys= were given"
+            )
         if listed and len(value) != n:
-            raise PlayDefinitionError(f"Provider {name!r}: {option} has {len(value)} values for {n} keys: give one per key, or one for all")
+            raise PlayDefinitionError(
+                f"Provider {name!r}: {option} has {len(value)} values for {n} keys: give one per key, or one for all"
+            )
         for i, one in enumerate(out):
             one[option] = value[i] if listed else value
     return out
@@ -157,10 +205,13 @@ def _limits(name: str, given: dict[str, Any]) -> dict[str, Any]:
     calls in flight and tokens per minute."""
     rps, rpm, tpm = (_check(name, option, given[option]) for option in ("rps", "rpm", "tpm"))
     return {
-        "rps": rps if rpm is None else rpm / 60.0, "rpm": rpm, "tpm": tpm,
-        "burst": _check(name, "burst", given["burst"], integer=True), "window": _check_window(name, given["window"]),
+        "rps": rps if rpm is None else rpm / 60.0,
+        "rpm": rpm,
+        "tpm": tpm,
+        "burst": _check(name, "burst", given["burst"], integer=True),
+        "window": _check_window(name, given["window"]),
         "concurrency": _check(name, "concurrency", given["concurrency"], integer=True),
-    }  # fmt: skip
+    }
 
 
 def _check_shared(name: str, shared: object) -> None:
@@ -237,22 +288,39 @@ class Provider:
             raise PlayDefinitionError(f"Provider name must be a non-empty string, not {name!r}")
         pool = _check_keys(name, keys)
         if rps is not None and rpm is not None:
-            raise PlayDefinitionError(f"Provider {name!r}: give rps or rpm, not both (rps={rps!r}, rpm={rpm!r}): rpm is rps * 60")
+            raise PlayDefinitionError(
+                f"Provider {name!r}: give rps or rpm, not both (rps={rps!r}, rpm={rpm!r}): rpm is rps * 60"
+            )
         for option, value in (("max_wait", max_wait), ("retries", retries)):
             if isinstance(_plain(value), (list, tuple)):
-                raise PlayDefinitionError(f"Provider {name!r}: {option} is the provider's, one number for all its keys, not {value!r}")
-        given = {"rps": rps, "rpm": rpm, "burst": burst, "window": window, "concurrency": concurrency, "tpm": tpm}
+                raise PlayDefinitionError(
+                    f"Provider {name!r}: {option} is the provider's, one number for all its keys, not {value!r}"
+                )
+        given = {
+            "rps": rps,
+            "rpm": rpm,
+            "burst": burst,
+            "window": window,
+            "concurrency": concurrency,
+            "tpm": tpm,
+        }
         limits = [_limits(name, one) for one in _per_key(name, given, pool)]
         max_wait = _check(name, "max_wait", max_wait, zero=True, optional=False)
         retries = _check(name, "retries", retries, integer=True, zero=True, optional=False)
         if not isinstance(account, str) or not account:
-            raise PlayDefinitionError(f"Provider {name!r}: account must be a non-empty string, not {account!r}")
+            raise PlayDefinitionError(
+                f"Provider {name!r}: account must be a non-empty string, not {account!r}"
+            )
         _check_shared(name, shared)
         config: dict[str, Any] = {
-            "name": name, "max_wait": float(max_wait), "retries": retries, "shared": shared, "keys": pool,
+            "name": name,
+            "max_wait": float(max_wait),
+            "retries": retries,
+            "shared": shared,
+            "keys": pool,
             # The account's identity: receipts are keyed by it (whichever key answered), and shared limits live under it.
             "account": f"{name}:{account}",
-        }  # fmt: skip
+        }
         for option in _PER_KEY:  # one value, or a tuple of one per key when the keys differ
             values = tuple(one[option] for one in limits)
             config[option] = values[0] if len(set(values)) == 1 else values
@@ -272,7 +340,10 @@ class Provider:
             return Governor(self, self._limiter(limits[0], self.account), limits[0]["window"])
         # Each key's limits are its own, shared (with shared=) under the account and the key's variable.
         keys = zip(self.keys, limits, strict=True)
-        return Pool(self, [(key, self._limiter(one, f"{self.account}/{key.env_var}"), one["window"]) for key, one in keys])
+        return Pool(
+            self,
+            [(key, self._limiter(one, f"{self.account}/{key.env_var}"), one["window"]) for key, one in keys],
+        )
 
     def _limiter(self, limits: dict[str, Any], account: str) -> Limiter:
         rps, tpm = limits["rps"], limits["tpm"]
@@ -280,20 +351,35 @@ class Provider:
         tokens = tpm / 60.0 * HEADROOM if tpm is not None else None
         if self.shared is None:
             return LocalLimiter(rate, limits["burst"], limits["concurrency"], tokens, limits["window"])
-        from .limits.shared import RedisLimiter  # imports redis: only when limits are shared
+        from playbook.providers.limits.shared import (
+            RedisLimiter,  # imports redis: only when limits are shared
+        )
 
         return RedisLimiter(
-            self.shared, account, provider=self.name, rate=rate, burst=limits["burst"], concurrency=limits["concurrency"], tokens=tokens,
+            self.shared,
+            account,
+            provider=self.name,
+            rate=rate,
+            burst=limits["burst"],
+            concurrency=limits["concurrency"],
+            tokens=tokens,
             window=limits["window"],
-        )  # fmt: skip
+        )
 
     def _options(self, shared: str | None) -> tuple[tuple[str, Any], ...]:
         options: dict[str, Any] = {
-            "rps": self.rps if self.rpm is None else None, "rpm": self.rpm, "burst": self.burst, "window": self.window,
+            "rps": self.rps if self.rpm is None else None,
+            "rpm": self.rpm,
+            "burst": self.burst,
+            "window": self.window,
             "concurrency": self.concurrency,
-            "tpm": self.tpm, "account": self.account.split(":", 1)[1], "max_wait": self.max_wait, "retries": self.retries,
-            "shared": shared, "keys": self.keys,
-        }  # fmt: skip
+            "tpm": self.tpm,
+            "account": self.account.split(":", 1)[1],
+            "max_wait": self.max_wait,
+            "retries": self.retries,
+            "shared": shared,
+            "keys": self.keys,
+        }
         return tuple(sorted(options.items()))
 
     def _description(self) -> tuple[Any, ...]:
@@ -301,11 +387,16 @@ class Provider:
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Its description travels, never its live state (rate, holds, counters, connections)."""
-        return (_provider, (self.name, self._options(self.shared if self.shared is not None else _SHARE_AT.get())))
+        return (
+            _provider,
+            (self.name, self._options(self.shared if self.shared is not None else _SHARE_AT.get())),
+        )
 
     def __setattr__(self, option: str, value: object) -> None:
         if option in _CONFIG:
-            raise AttributeError(f"Provider {self.name!r} is a frozen description: {option} cannot change (make a new Provider)")
+            raise AttributeError(
+                f"Provider {self.name!r} is a frozen description: {option} cannot change (make a new Provider)"
+            )
         object.__setattr__(self, option, value)
 
     def __repr__(self) -> str:
@@ -319,7 +410,13 @@ class Provider:
         rate = "unlimited" if now.rate is None else f"{now.rate:.3g}/s"
         window = now.in_flight_limit
         found = f" in_flight_limit={window}" if window is not None and window != self.concurrency else ""
-        state = f" down ({now.down_error})" if now.down else f" held until {_time_of_day(now.hold_until_at)}" if now.held else ""
+        state = (
+            f" down ({now.down_error})"
+            if now.down
+            else f" held until {_time_of_day(now.hold_until_at)}"
+            if now.held
+            else ""
+        )
         head = " ".join([repr(self.name), *limits])
         return f"<Provider {head} rate={rate}{found} in_flight={now.in_flight} 429s={now.refused}{state}>"
 
@@ -344,6 +441,6 @@ def forget_governors() -> None:
 
 
 def _time_of_day(wall: float) -> str:
-    from .._internal.words import time_of_day
+    from playbook._internal.words import time_of_day
 
     return time_of_day(wall)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .._internal.flow import WaitBudget
-from .limits import Standing
+from playbook._internal.flow import WaitBudget
+from playbook.providers.limits import Standing
 
 __all__ = ["Described", "Elsewhere", "Ticket"]
 
@@ -39,7 +39,13 @@ class Ticket:
     )
 
     def __init__(
-        self, tool: str, budget: WaitBudget, *, suspend: bool = True, falls_through: bool = False, request: str | None = None
+        self,
+        tool: str,
+        budget: WaitBudget,
+        *,
+        suspend: bool = True,
+        falls_through: bool = False,
+        request: str | None = None,
     ) -> None:
         self.tool = tool
         self.budget = budget
@@ -54,7 +60,9 @@ class Ticket:
         self.actual: float | None = None  # tokens used, once answered
         self.carry: Any = None  # what the caller keeps with the call across its row's replays
         self.lanes: Any = None  # what a pool of keys keeps of this call: its backoff on each key
-        self.standing = Standing(request)  # what its provider's health makes of its failures: its own, or the provider's
+        self.standing = Standing(
+            request
+        )  # what its provider's health makes of its failures: its own, or the provider's
 
     def __repr__(self) -> str:
         return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"

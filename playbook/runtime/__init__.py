@@ -1,8 +1,8 @@
 """The row runtime: options, the scheduler and its parts, the run state and the Run handle."""
 
-from .options import RunOptions
-from .run import Run, last_run
-from .scheduler import Scheduler
-from .state import RunState
+from playbook.runtime.options import RunOptions
+from playbook.runtime.run import Run, last_run
+from playbook.runtime.schedule.scheduler import Scheduler
+from playbook.runtime.state.run_state import RunState
 
 __all__ = ["Run", "RunOptions", "RunState", "Scheduler", "last_run"]

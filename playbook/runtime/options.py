@@ -20,13 +20,13 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from .._internal.argtypes import amount, cap, columns, place, whole
-from ..errors import PlayDefinitionError, ReceiptError
-from ..store import ReceiptStore, StoreEngine, default_store, engine
-from ..store.fixtures import Fixtures, active
-from ..tools.transport import warn_past_file_limit
-from .level import START
-from .scope import CostBudget
+from playbook._internal.argtypes import amount, cap, columns, place, whole
+from playbook.errors import PlayDefinitionError, ReceiptError
+from playbook.runtime.calls.level import START
+from playbook.runtime.calls.scope import CostBudget
+from playbook.store import ReceiptStore, StoreEngine, default_store, engine
+from playbook.store.fixtures import Fixtures, active
+from playbook.tools.transport import warn_past_file_limit
 
 __all__ = ["SURFACES", "Option", "RunOptions", "options"]
 
@@ -41,7 +41,9 @@ class Option:
 
     help: str
     metavar: str | None = None  # None: a switch (--overwrite), or an optional value (see ``bare``)
-    text: Callable[[str], Any] | None = None  # the flag's text to a value; argparse names the flag when it fails
+    text: Callable[[str], Any] | None = (
+        None  # the flag's text to a value; argparse names the flag when it fails
+    )
     choices: tuple[str, ...] | None = None
     bare: str | None = None  # the value of the flag given alone (--refresh means --refresh rows)
     surfaces: tuple[str, ...] = SURFACES
@@ -54,35 +56,60 @@ def _option(default: Any, help: str, **spelling: Any) -> Any:
 @dataclass(frozen=True, slots=True)
 class RunOptions:
     concurrency: int | None = _option(
-        None, "rows in flight at once, at most (default: 16, growing while every provider the rows call has room, up to 256)",
-        metavar="N", text=whole(1),
-    )  # fmt: skip
+        None,
+        "rows in flight at once, at most (default: 16, growing while every provider the rows call has room, up to 256)",
+        metavar="N",
+        text=whole(1),
+    )
     on_error: Literal["isolate", "raise"] = _option(
-        "isolate", "isolate: a failed row is data in the result; raise: the first failure stops the run", choices=("isolate", "raise")
+        "isolate",
+        "isolate: a failed row is data in the result; raise: the first failure stops the run",
+        choices=("isolate", "raise"),
     )
     refresh: bool | Literal["rows", "all"] = _option(
-        False, "run finished rows again: rows reuses their receipts, all pays for every call again", choices=("rows", "all"), bare="rows"
+        False,
+        "run finished rows again: rows reuses their receipts, all pays for every call again",
+        choices=("rows", "all"),
+        bare="rows",
     )
-    max_cost: float | None = _option(None, "stop paying past this total cost; the rows that would pass it park", metavar="X", text=cap)
-    limit: int | None = _option(None, "run only the first N rows (the result has N rows)", metavar="N", text=whole(0))
-    key: str | Sequence[str] | None = _option(None, "the column(s) that name a row (default: all its values)", metavar="COLS", text=columns)
+    max_cost: float | None = _option(
+        None, "stop paying past this total cost; the rows that would pass it park", metavar="X", text=cap
+    )
+    limit: int | None = _option(
+        None, "run only the first N rows (the result has N rows)", metavar="N", text=whole(0)
+    )
+    key: str | Sequence[str] | None = _option(
+        None, "the column(s) that name a row (default: all its values)", metavar="COLS", text=columns
+    )
     progress: Literal["auto", "widget", "text", "none"] | bool = _option(
-        "auto", "auto (a widget in Jupyter, text elsewhere), widget, text or none", choices=("auto", "widget", "text", "none")
+        "auto",
+        "auto (a widget in Jupyter, text elsewhere), widget, text or none",
+        choices=("auto", "widget", "text", "none"),
     )
-    background: bool = _option(False, "return at once; the run goes on in the kernel's loop", surfaces=("run", "magic"))
+    background: bool = _option(
+        False, "return at once; the run goes on in the kernel's loop", surfaces=("run", "magic")
+    )
     store: ReceiptStore | str | os.PathLike[str] | None = _option(
-        None, "where receipts are kept: a directory or a redis:// URL (default: $PLAYBOOK_HOME, else .playbook/ in the project)",
-        metavar="PATH|URL", text=place,
-    )  # fmt: skip
-    max_wait: float | None = _option(
-        None, "seconds a row may wait on provider holds before it parks (default: each provider's own)", metavar="S", text=amount
+        None,
+        "where receipts are kept: a directory or a redis:// URL (default: $PLAYBOOK_HOME, else .playbook/ in the project)",
+        metavar="PATH|URL",
+        text=place,
     )
-    overwrite: bool = _option(False, "an output named like an input column replaces it (else its rows fail, saying so)")
+    max_wait: float | None = _option(
+        None,
+        "seconds a row may wait on provider holds before it parks (default: each provider's own)",
+        metavar="S",
+        text=amount,
+    )
+    overwrite: bool = _option(
+        False, "an output named like an input column replaces it (else its rows fail, saying so)"
+    )
     fixtures: Fixtures | str | os.PathLike[str] | None = _option(
         None, "answer every tool call from this fixture file: no network, no pacing", metavar="FILE"
     )
     estimate: bool = _option(
-        False, "first run a pilot on 20 rows, show what the rest will cost and take, and ask before going on (--yes on the command line)"
+        False,
+        "first run a pilot on 20 rows, show what the rest will cost and take, and ask before going on (--yes on the command line)",
     )
     # Not options: what parse() makes of them.  The cost budget the run spends from: its own, or
     # one kept elsewhere (a cluster job's, in Redis).
@@ -124,11 +151,16 @@ class RunOptions:
         if self.concurrency is not None:
             if not _whole(self.concurrency) or self.concurrency < 1:
                 raise bad("concurrency", "a whole number >= 1 or None (the run finds its level)")
-            warn_past_file_limit(self.concurrency)  # allowed (calls queue for connections), but slower than asked
+            warn_past_file_limit(
+                self.concurrency
+            )  # allowed (calls queue for connections), but slower than asked
         if self.on_error not in ("isolate", "raise"):
             raise bad("on_error", "'isolate' (a failed row is data in the result) or 'raise'")
         if not (isinstance(self.refresh, bool) or self.refresh == "rows"):
-            raise bad("refresh", "False, 'rows' (run rows again, reuse receipts) or 'all' / True (pay for every call again)")
+            raise bad(
+                "refresh",
+                "False, 'rows' (run rows again, reuse receipts) or 'all' / True (pay for every call again)",
+            )
         if self.max_cost is not None and (not _number(self.max_cost) or self.max_cost < 0):
             raise bad("max_cost", "a number >= 0 or None (None: no limit)")
         if self.limit is not None and (not _whole(self.limit) or self.limit < 0):
@@ -141,9 +173,14 @@ class RunOptions:
             raise bad("estimate", "True or False")
         if self.max_wait is not None and (not _number(self.max_wait) or self.max_wait < 0):
             raise bad("max_wait", "a number of seconds >= 0 or None")
-        empty = isinstance(self.store, str) and not self.store.strip()  # would be the current directory, unasked
+        empty = (
+            isinstance(self.store, str) and not self.store.strip()
+        )  # would be the current directory, unasked
         if empty or (self.store is not None and not isinstance(self.store, (ReceiptStore, str, os.PathLike))):
-            raise bad("store", "a pb.ReceiptStore, a directory path, a redis:// URL or None (the default store), not empty")
+            raise bad(
+                "store",
+                "a pb.ReceiptStore, a directory path, a redis:// URL or None (the default store), not empty",
+            )
 
     def rows_at_once(self) -> int:
         """The rows in flight a run starts with: the ``concurrency`` given, else the level it starts at."""
@@ -159,13 +196,21 @@ class RunOptions:
             return None
         labels: set[Any] = set(frame.columns)  # any hashable labels, whatever the stubs infer
         # A tuple that is itself a label (MultiIndex columns) names one column, not several.
-        one = isinstance(self.key, str) or not isinstance(self.key, Sequence) or (isinstance(self.key, tuple) and self.key in labels)
+        one = (
+            isinstance(self.key, str)
+            or not isinstance(self.key, Sequence)
+            or (isinstance(self.key, tuple) and self.key in labels)
+        )
         cols = [self.key] if one else list(self.key)
         if not cols:
-            raise PlayDefinitionError("key=[]: name at least one column, or pass key=None to use every column")
+            raise PlayDefinitionError(
+                "key=[]: name at least one column, or pass key=None to use every column"
+            )
         missing = [c for c in cols if c not in labels]  # exact labels: "a" is not ("a", "x")
         if missing:
-            raise PlayDefinitionError(f"key={self.key!r}: no column {missing[0]!r} in the DataFrame; columns: {list(frame.columns)}")
+            raise PlayDefinitionError(
+                f"key={self.key!r}: no column {missing[0]!r} in the DataFrame; columns: {list(frame.columns)}"
+            )
         return cols
 
     def open_store(self) -> StoreEngine:

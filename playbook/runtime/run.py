@@ -12,15 +12,15 @@ from typing import Any
 
 import pandas as pd
 
-from .._internal.chain import Chain
-from .._internal.loop import check_blocking, finished, run_sync, schedule
-from ..errors import PlayDefinitionError
-from ..plays.play import Play
-from ..records import ProviderHold, RunStats
-from ..store import StoreEngine
-from .options import RunOptions
-from .scheduler import Scheduler
-from .state import ERROR_COLUMNS, LEG_COLUMNS, RunState
+from playbook._internal.chain import Chain
+from playbook._internal.loop import check_blocking, finished, run_sync, schedule
+from playbook.errors import PlayDefinitionError
+from playbook.plays.play import Play
+from playbook.records import ProviderHold, RunStats
+from playbook.runtime.options import RunOptions
+from playbook.runtime.schedule.scheduler import Scheduler
+from playbook.runtime.state.run_state import ERROR_COLUMNS, LEG_COLUMNS, RunState
+from playbook.store import StoreEngine
 
 __all__ = ["Run", "begin_background", "execute", "last_run", "remember", "scheduler", "start"]
 
@@ -29,7 +29,9 @@ __all__ = ["Run", "begin_background", "execute", "last_run", "remember", "schedu
 # that started none).  The task's is held weakly: every task and timer the run makes copies the
 # context, and a strong reference there would keep a dropped run alive in a cycle through its own
 # worker tasks.  The thread's is held strongly, as the process's is: one run per thread at most.
-_current: contextvars.ContextVar[weakref.ref[Any] | None] = contextvars.ContextVar("playbook_last_run", default=None)
+_current: contextvars.ContextVar[weakref.ref[Any] | None] = contextvars.ContextVar(
+    "playbook_last_run", default=None
+)
 _last: Any = None  # a Run, or a cluster's job (a ClusterRun)
 
 
@@ -85,15 +87,21 @@ class Run:
     """
 
     def __init__(
-        self, scheduler: Scheduler, *, html: Callable[[RunState], str] | None = None, previous: Run | None = None
-    ) -> None:  # fmt: skip
+        self,
+        scheduler: Scheduler,
+        *,
+        html: Callable[[RunState], str] | None = None,
+        previous: Run | None = None,
+    ) -> None:
         self._scheduler = scheduler
         self._state = scheduler.state  # this run's counters: a retry's are its own
         self._task: asyncio.Task[None] | None = None
         self._result: pd.DataFrame | None = None
         self._html = html
         self.previous = previous  # the run this one retried; None for a first run
-        self._chain: Chain[Run] = Chain(self) if previous is None else previous._chain  # the runs over this frame
+        self._chain: Chain[Run] = (
+            Chain(self) if previous is None else previous._chain
+        )  # the runs over this frame
         self._chain.follow(self)
         self.view: Any = None  # the live view the caller attached, if any
 
@@ -172,7 +180,9 @@ class Run:
     def parked(self) -> pd.DataFrame:
         """Parked rows: index label, position, why (``hold``, ``down``, ``budget``, ``store``), the provider, when
         it expects to take calls again (UTC; for a down provider, its next probe), and the message."""
-        frame = pd.DataFrame(self.state.parked_rows(), columns=["row", "position", "reason", "provider", "ready_at", "message"])
+        frame = pd.DataFrame(
+            self.state.parked_rows(), columns=["row", "position", "reason", "provider", "ready_at", "message"]
+        )
         frame["ready_at"] = pd.to_datetime(frame["ready_at"], unit="s", utc=True)
         return frame
 
@@ -209,7 +219,9 @@ class Run:
         such rows, the run is returned as it is."""
         if not statuses or any(s not in ("failed", "parked") for s in statuses):
             raise PlayDefinitionError(f"retry(statuses={statuses!r}): retry 'failed' and/or 'parked' rows")
-        latest = self._chain.latest(self)  # a retry follows the latest run over the frame, whichever run was asked
+        latest = self._chain.latest(
+            self
+        )  # a retry follows the latest run over the frame, whichever run was asked
         if latest.running:
             latest._scheduler.admit(latest._scheduler.requeue(statuses))
             latest._result = None
@@ -222,7 +234,9 @@ class Run:
             return latest
         run = Run(latest._scheduler, html=latest._html, previous=latest)
         if latest.view is not None:
-            latest.view.follow(run.state)  # the view shows the retry (its own counters) where it showed the run
+            latest.view.follow(
+                run.state
+            )  # the view shows the retry (its own counters) where it showed the run
             run.view = latest.view
         remember(run)
         if background:
@@ -238,11 +252,18 @@ def execute(run: Run) -> Coroutine[Any, Any, None]:
 
 
 def scheduler(run: Run) -> Scheduler:
-    """The scheduler behind ``run``: what a pilot drives (see :mod:`playbook.runtime.pilot`)."""
+    """The scheduler behind ``run``: what a pilot drives (see :mod:`playbook.runtime.estimate.pilot`)."""
     return run._scheduler
 
 
-def start(frame: pd.DataFrame, play: Play, opts: RunOptions, store: StoreEngine, *, html: Callable[[RunState], str] | None = None) -> Run:
+def start(
+    frame: pd.DataFrame,
+    play: Play,
+    opts: RunOptions,
+    store: StoreEngine,
+    *,
+    html: Callable[[RunState], str] | None = None,
+) -> Run:
     """Create a run (not yet executing) and remember it as ``last_run()``."""
     run = Run(Scheduler(frame, play, opts, store), html=html)
     remember(run)

@@ -1,12 +1,23 @@
 """Where receipts, row memos, steps and leases live: a directory with one SQLite file (the
 default), a Redis server shared by many kernels and machines, or memory; see protocol.py."""
 
-from .db import FILE, FORMAT
-from .default import default_store
-from .engine import StoreEngine
-from .location import home, is_url
-from .protocol import Backend
-from .receipts import ReceiptStore, engine
-from .records import MISSING
+from playbook.store.db import FILE, FORMAT
+from playbook.store.default import default_store
+from playbook.store.engine import StoreEngine
+from playbook.store.location import home, is_url
+from playbook.store.protocol import Backend
+from playbook.store.receipts import ReceiptStore, engine
+from playbook.store.records import MISSING
 
-__all__ = ["FILE", "FORMAT", "MISSING", "Backend", "ReceiptStore", "StoreEngine", "default_store", "engine", "home", "is_url"]
+__all__ = [
+    "FILE",
+    "FORMAT",
+    "MISSING",
+    "Backend",
+    "ReceiptStore",
+    "StoreEngine",
+    "default_store",
+    "engine",
+    "home",
+    "is_url",
+]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from .protocol import Backend, Damaged, Found
+from playbook.store.protocol import Backend, Damaged, Found
 
 __all__ = ["ReadAhead"]
 

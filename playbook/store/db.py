@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from .protocol import StoreFailure
+from playbook.store.protocol import StoreFailure
 
 __all__ = ["FILE", "FORMAT", "Database", "StoreFailure"]
 
@@ -95,8 +95,14 @@ def reason(exc: BaseException) -> StoreFailure:
 class Database:
     """``receipts.db`` in a store directory."""
 
-    def __init__(self, directory: Path, *, readonly: bool = False, synced: bool = True,
-                 on_moved: Callable[[sqlite3.Connection], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        readonly: bool = False,
+        synced: bool = True,
+        on_moved: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> None:
         self.directory = directory
         # Writes asked to be synced reach the disk (fsync) before they return: a receipt survives
         # a machine crash, not only a killed process.  False: SQLite's NORMAL, for every write.
@@ -121,7 +127,10 @@ class Database:
             except sqlite3.OperationalError as exc:
                 # Two processes making one new store: switching it to WAL takes a lock that
                 # SQLite reports as busy at once, without waiting.  Wait here instead.
-                if getattr(exc, "sqlite_errorname", "") not in ("SQLITE_BUSY", "SQLITE_LOCKED") or time.monotonic() > deadline:
+                if (
+                    getattr(exc, "sqlite_errorname", "") not in ("SQLITE_BUSY", "SQLITE_LOCKED")
+                    or time.monotonic() > deadline
+                ):
                     raise
                 self.close()
                 time.sleep(0.01)
@@ -164,7 +173,9 @@ class Database:
 
     def _connect(self) -> sqlite3.Connection:
         # timeout: how long to wait for another process's write lock before giving up.
-        connect = functools.partial(sqlite3.connect, timeout=_BUSY, isolation_level=None, check_same_thread=False)
+        connect = functools.partial(
+            sqlite3.connect, timeout=_BUSY, isolation_level=None, check_same_thread=False
+        )
         if not self.readonly:
             con = connect(self.file)
             con.execute("PRAGMA journal_mode = WAL")
@@ -177,7 +188,9 @@ class Database:
             return con
         if not self.file.is_file():
             raise sqlite3.OperationalError(f"no store file {self.file}")
-        uri = self.file.absolute().as_uri()  # a file: URI names an absolute path; a store may be given as "named_store"
+        uri = (
+            self.file.absolute().as_uri()
+        )  # a file: URI names an absolute path; a store may be given as "named_store"
         try:
             con = connect(f"{uri}?mode=ro", uri=True)
             con.execute("SELECT 1 FROM sqlite_master LIMIT 1")

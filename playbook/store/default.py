@@ -7,8 +7,8 @@ import sys
 import threading
 from pathlib import Path
 
-from .engine import StoreEngine
-from .location import announcement, home
+from playbook.store.engine import StoreEngine
+from playbook.store.location import announcement, home
 
 __all__ = ["default_store"]
 

@@ -27,21 +27,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ReceiptError
-from ..tagged import decode, loads
-from .ahead import ReadAhead
-from .health import GRACE_S, WriteHealth
-from .inspection import Inspection
-from .io import StoreIO
-from .leases import Leases
-from .location import home, is_url, masked_in, open_backend
-from .marking import Marked
-from .opening import ELSEWHERE as _ELSEWHERE
-from .owed import Owed
-from .protocol import Backend, Damaged, Found, StoreFailure, Tally
-from .records import MISSING, OUTPUT_TAGGED, REFUSED, MemoRow, Record, Refusal, damage
-from .row_memos import RowMemos
-from .spending import Spending
+from playbook.errors import ReceiptError
+from playbook.store.ahead import ReadAhead
+from playbook.store.health import GRACE_S, WriteHealth
+from playbook.store.inspection import Inspection
+from playbook.store.io import StoreIO
+from playbook.store.leases import Leases
+from playbook.store.location import home, is_url, masked_in, open_backend
+from playbook.store.marking import Marked
+from playbook.store.opening import ELSEWHERE as _ELSEWHERE
+from playbook.store.owed import Owed
+from playbook.store.protocol import Backend, Damaged, Found, StoreFailure, Tally
+from playbook.store.records import MISSING, OUTPUT_TAGGED, REFUSED, MemoRow, Record, Refusal, damage
+from playbook.store.row_memos import RowMemos
+from playbook.store.spending import Spending
+from playbook.tagged import decode, loads
 
 __all__ = ["StoreEngine"]
 
@@ -84,11 +84,15 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
             at = "" if self.location in exc.reason or masked_in(exc.reason) else f" at {self.location}"
             raise ReceiptError(f"cannot open the receipt store{at}: {exc.reason}; {_ELSEWHERE}") from None
         self.location = self._backend.location  # a URL's password masked
-        self.notices: list[str] = list(getattr(self._backend, "notices", ()))  # what went wrong, for the runs that use it
+        self.notices: list[str] = list(
+            getattr(self._backend, "notices", ())
+        )  # what went wrong, for the runs that use it
         # What the store cannot promise (a Redis server without an append-only file): every run says it.
         self.standing: list[str] = list(getattr(self._backend, "standing", ()))
         self.told = 0  # how many of them a run has said already (the first run says those found at opening)
-        self.heard: Callable[[], None] | None = None  # told of each new notice (from any thread), by the run under way
+        self.heard: Callable[[], None] | None = (
+            None  # told of each new notice (from any thread), by the run under way
+        )
         for note in (*self.standing, *self.notices):
             _logger.warning("%s", note)
         self._lookup = self._backend.lookup
@@ -105,7 +109,9 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         self.tally: tuple[str, str] | None = None
         self._asks: list[tuple[str, float | None, asyncio.Future[Any]]] = []
         self._unwritten: dict[str, Record] = {}  # paid for, not yet written
-        self.health = WriteHealth(self.rewrite, write_grace)  # whether it takes writes: a call checks before it pays
+        self.health = WriteHealth(
+            self.rewrite, write_grace
+        )  # whether it takes writes: a call checks before it pays
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
         self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # the same, across processes
         # Said when it holds fewer receipts than its mark (marks.py): a run on it refuses to start,
@@ -129,10 +135,20 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
             other = self._others.get(me)
             if other is None:
                 where, readonly, durability = self._opened
-                other = self._others[me] = StoreEngine(where, clock=self.clock, lease_ttl=self.leases.ttl, readonly=readonly,
-                                                        durability=durability, write_grace=self.health.grace_s)  # fmt: skip
+                other = self._others[me] = StoreEngine(
+                    where,
+                    clock=self.clock,
+                    lease_ttl=self.leases.ttl,
+                    readonly=readonly,
+                    durability=durability,
+                    write_grace=self.health.grace_s,
+                )
                 if self._backend.location == "memory":  # nothing else holds its records: share them
-                    other._backend, other._lookup, other._ahead = self._backend, self._backend.lookup, ReadAhead(self._backend)
+                    other._backend, other._lookup, other._ahead = (
+                        self._backend,
+                        self._backend.lookup,
+                        ReadAhead(self._backend),
+                    )
                     other.leases = Leases(self._backend, other._io, ttl=self.leases.ttl)
             return other
 
@@ -206,7 +222,9 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         """The next chunk of receipts read ahead, one read at a time, awaited by the rows that need
         it.  A read that fails only leaves those rows to ask for their receipts (which says why)."""
         filling, loop = self._filling, asyncio.get_running_loop()
-        if filling is None or filling.get_loop() is not loop:  # none under way for this loop (an earlier run's may never end)
+        if (
+            filling is None or filling.get_loop() is not loop
+        ):  # none under way for this loop (an earlier run's may never end)
             filling = self._filling = loop.create_future()
 
             def filled(_: None, exc: BaseException | None) -> None:
@@ -255,10 +273,17 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         try:
             value = loads(output)
             if flags & REFUSED:
-                status, literal = (value[0], (value[1], value[2])) if isinstance(value, list) else (value, None)
+                status, literal = (
+                    (value[0], (value[1], value[2])) if isinstance(value, list) else (value, None)
+                )
                 return None, False, Refusal(int(status), error or "", literal), at
             return (decode(value) if flags & OUTPUT_TAGGED else value), bool(miss), error, at
-        except (ValueError, TypeError, KeyError, IndexError) as exc:  # bad JSON, or a tag this playbook does not know
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            IndexError,
+        ) as exc:  # bad JSON, or a tag this playbook does not know
             self._warn_unreadable(key, damage(exc))
             return MISSING
 
@@ -269,7 +294,8 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         if key not in self._warned:  # a call looks its receipt up more than once (before and after its lease)
             self._warned.add(key)
             _logger.warning(
-                "%s; it counts as missing: a run that needs it makes the call again and replaces it", self._unreadable(key, problem)
+                "%s; it counts as missing: a run that needs it makes the call again and replaces it",
+                self._unreadable(key, problem),
             )
 
     def _unreadable(self, key: str, problem: str) -> str:
@@ -299,8 +325,10 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         except ReceiptError as exc:
             if not await self.health.retry(lambda: record.key not in self._unwritten):
                 grace = f"{self.health.grace_s:g}s"
-                raise ReceiptError(f"{exc} (for {grace}); this call was paid for: its answer is kept in memory and written once "
-                                   "the store takes writes again") from None  # fmt: skip
+                raise ReceiptError(
+                    f"{exc} (for {grace}); this call was paid for: its answer is kept in memory and written once "
+                    "the store takes writes again"
+                ) from None
 
     def sending(self) -> None:
         """A request is about to go to a provider: a cluster job's partition counts it first, where
@@ -309,7 +337,9 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         worker killed then counts without sending, and a turn of a busy loop is most of that."""
         if self.tally is not None:
             key, field = self.tally
-            with contextlib.suppress(StoreFailure):  # the count is what a dead worker leaves: never worth the call
+            with contextlib.suppress(
+                StoreFailure
+            ):  # the count is what a dead worker leaves: never worth the call
                 self._backend.count(key, f"{field}:sent", 1)  # type: ignore[attr-defined]
 
     def _commit_writes(self) -> None:

@@ -32,14 +32,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from ..errors import PlaybookError, PlayDefinitionError, ToolError
-from ..keys import key_text
-from ..tagged import decode, dumps, encode
-from ..tools.secrets import Secret, mask
+from playbook.errors import PlaybookError, PlayDefinitionError, ToolError
+from playbook.keys import key_text
+from playbook.secrets import Secret, mask
+from playbook.tagged import decode, dumps, encode
 
 if TYPE_CHECKING:
-    from ..tools import Tool
-    from .engine import StoreEngine
+    from playbook.store.engine import StoreEngine
+    from playbook.tools import Tool
 
 __all__ = ["Fixtures", "Recorder", "Replay", "active", "fixtures"]
 
@@ -110,7 +110,7 @@ class Fixtures:
         replay = self.replay
         assert replay is not None
         if replay.store is None:
-            from .engine import StoreEngine
+            from playbook.store.engine import StoreEngine
 
             replay.store = StoreEngine("memory")
         return replay.store
@@ -139,7 +139,9 @@ def active(given: Any) -> Fixtures | None:
             return None
         mode = _env_mode()
     if not isinstance(given, (str, os.PathLike)):
-        raise PlayDefinitionError(f"fixtures={given!r}: fixtures must be a fixture file's path or pb.fixtures(path, mode=...)")
+        raise PlayDefinitionError(
+            f"fixtures={given!r}: fixtures must be a fixture file's path or pb.fixtures(path, mode=...)"
+        )
     path = Path(given).expanduser().absolute()
     opened = _opened.get(path)
     # One Fixtures per file, so runs share what it gave (a rerun is reused) or what it recorded;
@@ -259,7 +261,9 @@ class Recorder:
         self._dirty = False
 
 
-_PARSED: dict[Path, tuple[tuple[int, int, int], dict[str, dict[str, Answer]]]] = {}  # path -> (stamp, answers)
+_PARSED: dict[
+    Path, tuple[tuple[int, int, int], dict[str, dict[str, Answer]]]
+] = {}  # path -> (stamp, answers)
 
 
 def _parsed(path: Path) -> dict[str, dict[str, Answer]]:
@@ -287,7 +291,9 @@ def _read(path: Path) -> dict[str, dict[str, Answer]]:
             try:
                 json.loads(line)
             except ValueError as exc:
-                raise PlayDefinitionError(f"fixtures {path}, line {n}: not JSON ({exc}); re-record the file") from None
+                raise PlayDefinitionError(
+                    f"fixtures {path}, line {n}: not JSON ({exc}); re-record the file"
+                ) from None
     answers: dict[str, dict[str, Answer]] = {}
     for n, entry in enumerate(entries, 1):
         try:
@@ -298,7 +304,9 @@ def _read(path: Path) -> dict[str, dict[str, Answer]]:
             key = dumps(given, sort_keys=True) if _plain(given) else key_text(decode(given))
             answers.setdefault(entry["tool"], {})[key] = Answer(entry["output"], entry["miss"] is True)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
-            raise PlayDefinitionError(f"fixtures {path}, line {n}: not a recorded answer ({exc!r}); re-record the file") from None
+            raise PlayDefinitionError(
+                f"fixtures {path}, line {n}: not a recorded answer ({exc!r}); re-record the file"
+            ) from None
     return answers
 
 
@@ -316,7 +324,9 @@ def _lines(path: Path) -> Iterator[str]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise PlayDefinitionError(f"fixtures {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+        raise PlayDefinitionError(
+            f"fixtures {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
     return (line for line in text.splitlines() if line.strip())
 
 

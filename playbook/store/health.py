@@ -25,7 +25,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from .._internal.flow import Parked
+from playbook._internal.flow import Parked
 
 __all__ = ["GRACE_S", "WriteHealth"]
 
@@ -94,8 +94,11 @@ class WriteHealth:
             return
         await self._try()
         if self.reason is not None:
-            raise Parked("store", f"store: the receipt store at {location} refuses writes ({self.reason}), so nothing more is "
-                         "paid for: rerun, or run.retry(), once it takes them")  # fmt: skip
+            raise Parked(
+                "store",
+                f"store: the receipt store at {location} refuses writes ({self.reason}), so nothing more is "
+                "paid for: rerun, or run.retry(), once it takes them",
+            )
 
     async def _try(self) -> None:
         """One write of the answers kept; those who ask meanwhile share it."""

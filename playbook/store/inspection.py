@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
-from ..errors import ReceiptError
-from ..records import Receipt
-from ..tools.base import NO_INPUT
-from .protocol import Backend, Damaged, StoreFailure
-from .records import Record, checked, damage, receipt_of
+from playbook.errors import ReceiptError
+from playbook.records import Receipt
+from playbook.store.protocol import Backend, Damaged, StoreFailure
+from playbook.store.records import Record, checked, damage, receipt_of
+from playbook.tools.base import NO_INPUT
 
 if TYPE_CHECKING:
-    from ..tools.base import Tool
+    from playbook.tools.base import Tool
 
 __all__ = ["Inspection"]
 
@@ -97,7 +97,9 @@ class Inspection:
         for field in Receipt.model_fields:
             values = [getattr(r, field) for r in receipts]
             columns[field] = pd.Series(values, dtype=_RECEIPT_DTYPES.get(field, object))
-        columns["created_at"] = pd.to_datetime(columns["created_at"], unit="s", utc=True).astype("datetime64[us, UTC]")
+        columns["created_at"] = pd.to_datetime(columns["created_at"], unit="s", utc=True).astype(
+            "datetime64[us, UTC]"
+        )
         return pd.DataFrame(columns)
 
     def stats(self) -> dict[str, Any]:

@@ -30,7 +30,9 @@ class StoreIO:
 
     def __init__(self, *, remote: bool) -> None:
         self.remote = remote
-        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], Then, asyncio.AbstractEventLoop]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], Then, asyncio.AbstractEventLoop]] = (
+            queue.SimpleQueue()
+        )
         self._pid = 0  # the process whose thread serves the queue (a forked child starts its own)
 
     def __repr__(self) -> str:
@@ -49,7 +51,9 @@ class StoreIO:
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._queue = queue.SimpleQueue()
-            threading.Thread(target=self._serve, args=(self._queue,), name="playbook-store", daemon=True).start()
+            threading.Thread(
+                target=self._serve, args=(self._queue,), name="playbook-store", daemon=True
+            ).start()
             # What is queued at exit (a lease to give back, the last memos) is let through, briefly.
             atexit.register(self.drain, 5.0)
         self._queue.put((work, then, asyncio.get_running_loop()))

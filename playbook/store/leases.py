@@ -19,10 +19,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .._internal.owners import HOST, dead
-from ..errors import ReceiptError
-from .io import StoreIO
-from .protocol import Backend, Damaged, Found, StoreFailure
+from playbook._internal.owners import HOST, dead
+from playbook.errors import ReceiptError
+from playbook.store.io import StoreIO
+from playbook.store.protocol import Backend, Damaged, Found, StoreFailure
 
 __all__ = ["Leases"]
 
@@ -40,7 +40,9 @@ class Leases:
         self._pid = 0
         self._owner = ""
         self.held: set[str] = set()
-        self._asks: list[tuple[str, asyncio.Future[Any], bool]] = []  # (key, its answer, whether its receipt is read too)
+        self._asks: list[
+            tuple[str, asyncio.Future[Any], bool]
+        ] = []  # (key, its answer, whether its receipt is read too)
         self._releases: list[str] = []
         # Renewal is a timer, not a task: ending it is a cancel that raises nothing.  (Cancelling
         # a task inside a blocking map() leaves a CancelledError whose traceback holds the
@@ -181,7 +183,9 @@ class Leases:
             raise self._error(exc) from None
 
     def _error(self, exc: StoreFailure) -> ReceiptError:
-        return ReceiptError(f"cannot use the leases of the receipt store at {self._backend.location}: {exc.reason}")
+        return ReceiptError(
+            f"cannot use the leases of the receipt store at {self._backend.location}: {exc.reason}"
+        )
 
 
 def _ignore(result: object, exc: BaseException | None) -> None:

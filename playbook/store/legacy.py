@@ -20,7 +20,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from .records import COLUMNS
+from playbook.store.records import COLUMNS
 
 __all__ = ["import_legacy"]
 
@@ -42,7 +42,9 @@ def import_legacy(directory: Path, con: sqlite3.Connection) -> list[str]:
         rows = (
             []
             if "Cache" not in tables
-            else src.execute("SELECT key, mode, filename, value, tag FROM Cache WHERE raw = 1 AND key >= 'r' AND key < 't'").fetchall()
+            else src.execute(
+                "SELECT key, mode, filename, value, tag FROM Cache WHERE raw = 1 AND key >= 'r' AND key < 't'"
+            ).fetchall()
         )
     copied, unreadable = 0, 0
     for key, mode, filename, value, tag in rows:
@@ -50,7 +52,10 @@ def import_legacy(directory: Path, con: sqlite3.Connection) -> list[str]:
         if record is None or not (key.startswith(("r", "s"))):
             unreadable += 1
             continue
-        con.execute(f"INSERT OR IGNORE INTO receipt ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(key, record, tag))
+        con.execute(
+            f"INSERT OR IGNORE INTO receipt ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _row(key, record, tag),
+        )
         copied += 1
     notes = []
     if copied or unreadable:
@@ -104,7 +109,12 @@ def _record(directory: Path, mode: int, filename: str | None, value: Any) -> dic
         record = json.loads(text)
     except (OSError, ValueError):
         return None
-    if type(record) is not dict or record.get("v") != 1 or not record.keys() >= _FIELDS or not isinstance(record["at"], (int, float)):
+    if (
+        type(record) is not dict
+        or record.get("v") != 1
+        or not record.keys() >= _FIELDS
+        or not isinstance(record["at"], (int, float))
+    ):
         return None
     return record
 

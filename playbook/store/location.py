@@ -8,10 +8,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ReceiptError
-from .db import FILE
-from .protocol import Backend, StoreFailure
-from .redis_durability import DURABILITIES
+from playbook.errors import ReceiptError
+from playbook.store.db import FILE
+from playbook.store.protocol import Backend, StoreFailure
+from playbook.store.redis.durability import DURABILITIES
 
 __all__ = ["announcement", "home", "is_url", "masked_in", "open_backend", "project_of"]
 
@@ -81,26 +81,39 @@ def announcement(where: Path | str) -> str | None:
     if not isinstance(where, Path) or os.environ.get("PLAYBOOK_HOME") or (where / FILE).exists():
         return None
     folder, found = project_of(where.parent)
-    why = f"the project's store, for {folder}" if found else f"no pyproject.toml or .git in {folder} or above it"
+    why = (
+        f"the project's store, for {folder}"
+        if found
+        else f"no pyproject.toml or .git in {folder} or above it"
+    )
     return f"playbook: keeping receipts in {where} ({why}); pass store= or set $PLAYBOOK_HOME to keep them elsewhere"
 
 
-def open_backend(location: str | os.PathLike[str], *, readonly: bool = False, notify: Callable[[str], None] | None = None,
-                 durability: str | None = None) -> Backend:  # fmt: skip
+def open_backend(
+    location: str | os.PathLike[str],
+    *,
+    readonly: bool = False,
+    notify: Callable[[str], None] | None = None,
+    durability: str | None = None,
+) -> Backend:
     """The backend for a directory (SQLite), a ``redis://`` URL, or ``"memory"``; ``durability``
     (``"strict"``, the default, or ``"best-effort"``): see ``ReceiptStore``."""
     text = os.fspath(location)
     if is_url(location) and text != "memory":
-        from .redis import RedisBackend
+        from playbook.store.redis.backend import RedisBackend
 
         scheme, rest = text.split(":", 1)
-        return RedisBackend(scheme.lower() + ":" + rest, readonly=readonly, durability=durability, notify=notify)
+        return RedisBackend(
+            scheme.lower() + ":" + rest, readonly=readonly, durability=durability, notify=notify
+        )
     if durability not in (None, *DURABILITIES):
-        raise StoreFailure(f"durability={durability!r} is not one of {', '.join(map(repr, DURABILITIES))}", "EINVAL")
+        raise StoreFailure(
+            f"durability={durability!r} is not one of {', '.join(map(repr, DURABILITIES))}", "EINVAL"
+        )
     if text == "memory":
-        from .memory import MemoryBackend
+        from playbook.store.memory import MemoryBackend
 
         return MemoryBackend()
-    from .sqlite import SqliteBackend
+    from playbook.store.sqlite import SqliteBackend
 
     return SqliteBackend(Path(text), readonly=readonly, notify=notify, synced=durability != "best-effort")

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .io import StoreIO
-from .location import is_url
-from .marks import Mark, lost, lost_during, newest, read_registry, write_registry
-from .protocol import Backend, StoreFailure
+from playbook.store.io import StoreIO
+from playbook.store.location import is_url
+from playbook.store.marks import Mark, lost, lost_during, newest, read_registry, write_registry
+from playbook.store.protocol import Backend, StoreFailure
 
 __all__ = ["Marked"]
 

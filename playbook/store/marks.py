@@ -70,7 +70,13 @@ class Mark:
         try:
             found = json.loads(text)
             cleared_at = float(found.get("cleared_at", 0.0))
-            return cls(int(found["receipts"]), float(found["at"]), str(found["identity"]), bool(found.get("accepted", False)), cleared_at)
+            return cls(
+                int(found["receipts"]),
+                float(found["at"]),
+                str(found["identity"]),
+                bool(found.get("accepted", False)),
+                cleared_at,
+            )
         except (ValueError, TypeError, KeyError):
             return None
 

@@ -12,9 +12,9 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 
-from .marks import Mark
-from .protocol import Counts, Damaged, Found, SpendRow, StoreFailure
-from .records import MemoFields, MemoRow, Record, is_receipt, parse_tools
+from playbook.store.marks import Mark
+from playbook.store.protocol import Counts, Damaged, Found, SpendRow, StoreFailure
+from playbook.store.records import MemoFields, MemoRow, Record, is_receipt, parse_tools
 
 __all__ = ["MemoryBackend"]
 
@@ -71,7 +71,11 @@ class MemoryBackend:
 
     def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:
         with self._lock:
-            rows = [row for key, row in self._records.items() if is_receipt(key) and (tool is None or row.tool == tool)]
+            rows = [
+                row
+                for key, row in self._records.items()
+                if is_receipt(key) and (tool is None or row.tool == tool)
+            ]
         # sorted() is stable: records written at the same instant keep the order they were written in.
         return [(row.key, row) for row in sorted(rows, key=lambda row: row.at)]
 
@@ -175,7 +179,9 @@ class MemoryBackend:
                 got.append(ok)
         return got
 
-    def take_and_look(self, keys: Sequence[str], owner: str, ttl: float) -> tuple[list[bool], list[Found | Damaged | None]]:
+    def take_and_look(
+        self, keys: Sequence[str], owner: str, ttl: float
+    ) -> tuple[list[bool], list[Found | Damaged | None]]:
         return self.take(keys, owner, ttl), self.lookup_many(keys)
 
     def renew(self, keys: Sequence[str], owner: str, ttl: float) -> None:

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from ..errors import ReceiptError
-from .db import FORMAT, Database, StoreFailure, reason
-from .legacy import import_legacy
+from playbook.errors import ReceiptError
+from playbook.store.db import FORMAT, Database, StoreFailure, reason
+from playbook.store.legacy import import_legacy
 
 __all__ = ["ELSEWHERE", "initialise", "open_store"]
 
@@ -37,7 +37,11 @@ def open_store(db: Database, path: Path) -> list[str]:
             return db.write(lambda con: initialise(path, con))
         if not db.readonly:
             # A store that reads but cannot take writes would fail every row that pays: say so now.
-            db.write(lambda con: con.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('opened', ?)", (str(time.time()),)))
+            db.write(
+                lambda con: con.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('opened', ?)", (str(time.time()),)
+                )
+            )
     except StoreFailure as exc:
         _refuse_or_explain(db, path, exc)
     except (OSError, sqlite3.Error) as exc:
@@ -76,8 +80,15 @@ def _refuse_or_explain(db: Database, path: Path, failure: StoreFailure) -> NoRet
     db.close()
     if failure.code and failure.code.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
         _refuse(db, path, f"{db.file} is not a readable SQLite database ({failure.reason})")
-    if failure.code and failure.code.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY")) and path.is_dir() and not os.access(path, os.W_OK):
-        failure = StoreFailure(f"its directory is read-only (EROFS, or no permission to write) ({failure.code})", failure.code)
+    if (
+        failure.code
+        and failure.code.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY"))
+        and path.is_dir()
+        and not os.access(path, os.W_OK)
+    ):
+        failure = StoreFailure(
+            f"its directory is read-only (EROFS, or no permission to write) ({failure.code})", failure.code
+        )
     # Read-only, no permission, not a directory, locked: the receipts may be fine, so say how to
     # reach them, never to delete them.
     raise ReceiptError(

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..errors import ReceiptError
-from .health import WriteHealth
-from .io import StoreIO
-from .protocol import Backend, StoreFailure
-from .records import Record
+from playbook.errors import ReceiptError
+from playbook.store.health import WriteHealth
+from playbook.store.io import StoreIO
+from playbook.store.protocol import Backend, StoreFailure
+from playbook.store.records import Record
 
 __all__ = ["Owed"]
 

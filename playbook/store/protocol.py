@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple, Protocol, final
 
-from .marks import Mark
-from .records import MemoFields, MemoRow, Record
+from playbook.store.marks import Mark
+from playbook.store.records import MemoFields, MemoRow, Record
 
 __all__ = ["Backend", "Counts", "Damaged", "Found", "SpendRow", "StoreFailure", "Tally"]
 
@@ -171,7 +171,9 @@ class Backend(Protocol):
         """Lease each key to ``owner`` for ``ttl`` seconds unless another owner's lease is live."""
         ...
 
-    def take_and_look(self, keys: Sequence[str], owner: str, ttl: float) -> tuple[list[bool], list[Found | Damaged | None]]:
+    def take_and_look(
+        self, keys: Sequence[str], owner: str, ttl: float
+    ) -> tuple[list[bool], list[Found | Damaged | None]]:
         """:meth:`take`, then each key's receipt as :meth:`lookup_many` finds it once the leases
         are taken (on a store across the network, one round trip for both)."""
         ...

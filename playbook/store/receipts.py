@@ -14,16 +14,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ..tools.base import NO_INPUT
-from .engine import StoreEngine
-from .health import GRACE_S
+from playbook.store.engine import StoreEngine
+from playbook.store.health import GRACE_S
+from playbook.tools.base import NO_INPUT
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..records import Receipt
-    from ..tools.base import Tool
-    from .records import Record
+    from playbook.records import Receipt
+    from playbook.store.records import Record
+    from playbook.tools.base import Tool
 
 __all__ = ["ReceiptStore", "engine"]
 
@@ -60,8 +60,14 @@ class ReceiptStore:
     ) -> None:
         # clock and lease_ttl: what "now" is and how long a claim on a call lasts, for tests.  write_grace:
         # how long a store refusing writes is waited for before the rows that would pay park (health.py).
-        self._engine = StoreEngine(location, clock=clock, lease_ttl=lease_ttl, readonly=readonly, durability=durability,
-                                   write_grace=write_grace)  # fmt: skip
+        self._engine = StoreEngine(
+            location,
+            clock=clock,
+            lease_ttl=lease_ttl,
+            readonly=readonly,
+            durability=durability,
+            write_grace=write_grace,
+        )
 
     def __repr__(self) -> str:
         return f"ReceiptStore({self.location!r})"
@@ -69,7 +75,9 @@ class ReceiptStore:
     def __enter__(self) -> ReceiptStore:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     @property

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from ..keys import RECEIPT
-from ..records import Receipt
-from ..tagged import Unencodable, decode, dumps, encode, loads
+from playbook.keys import RECEIPT
+from playbook.records import Receipt
+from playbook.tagged import Unencodable, decode, dumps, encode, loads
 
 __all__ = [
     "COLUMNS",
@@ -123,7 +123,19 @@ def record(
             encoded = None  # keyed all the same; only the listing of this receipt lacks its input
         flags |= INPUT_TAGGED if encoded is not input else 0
         input_text = dumps(encoded)
-    return Record(key, tool, version, account, float(at), float(cost), bool(miss), flags, input_text, dumps(stored), error)
+    return Record(
+        key,
+        tool,
+        version,
+        account,
+        float(at),
+        float(cost),
+        bool(miss),
+        flags,
+        input_text,
+        dumps(stored),
+        error,
+    )
 
 
 def receipt_of(row: tuple[Any, ...]) -> Receipt:
@@ -132,10 +144,16 @@ def receipt_of(row: tuple[Any, ...]) -> Receipt:
     output = loads(output_text)
     data = None if input_text is None else loads(input_text)
     return Receipt(
-        key=key, tool=tool, version=version, account=account, miss=bool(miss), cost=cost, created_at=at,
+        key=key,
+        tool=tool,
+        version=version,
+        account=account,
+        miss=bool(miss),
+        cost=cost,
+        created_at=at,
         input=decode(data) if flags & INPUT_TAGGED else data,
         output=decode(output) if flags & OUTPUT_TAGGED else output,
-    )  # fmt: skip
+    )
 
 
 def memo_flags(tagged: bool, local: int) -> int:

@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import ReceiptError
-from ..tagged import decode, loads
-from .ahead import ReadAhead
-from .io import StoreIO
-from .protocol import Backend, StoreFailure
-from .records import OUTPUT_TAGGED, MemoRow, memo_local, parse_tools
+from playbook.errors import ReceiptError
+from playbook.store.ahead import ReadAhead
+from playbook.store.io import StoreIO
+from playbook.store.protocol import Backend, StoreFailure
+from playbook.store.records import OUTPUT_TAGGED, MemoRow, memo_local, parse_tools
+from playbook.tagged import decode, loads
 
 __all__ = ["RowMemos"]
 
@@ -54,19 +54,36 @@ class RowMemos:
                 out = loads(output)
                 if type(out) is not dict:
                     raise ValueError("not a row's output")
-                found[key] = {"output": decode(out) if flags & OUTPUT_TAGGED else out, "calls": calls, "cost": cost,
-                              "local": memo_local(flags), "tools": parse_tools(tools)}  # fmt: skip
+                found[key] = {
+                    "output": decode(out) if flags & OUTPUT_TAGGED else out,
+                    "calls": calls,
+                    "cost": cost,
+                    "local": memo_local(flags),
+                    "tools": parse_tools(tools),
+                }
             except (ValueError, TypeError, KeyError, IndexError):
                 bad.append(key)
         if bad:
             _logger.warning(
                 "%d row memo(s) in %s cannot be read (first: %s); those rows run again, against their receipts",
-                len(bad), self.location, bad[0],
-            )  # fmt: skip
+                len(bad),
+                self.location,
+                bad[0],
+            )
         return found
 
     def add_memo(
-        self, key: str, play: str, tools: str, calls: int, cost: float, flags: int, output: str, *, row: str = "", used: Sequence[str] = ()
+        self,
+        key: str,
+        play: str,
+        tools: str,
+        calls: int,
+        cost: float,
+        flags: int,
+        output: str,
+        *,
+        row: str = "",
+        used: Sequence[str] = (),
     ) -> None:
         """Remember a finished row (``output``: its output as JSON text; ``tools``: " a=fp b=fp ");
         written at the next flush, at most half a second later.  A crash loses at most the last

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from ..errors import ReceiptError
-from .io import StoreIO
-from .protocol import Backend, SpendRow, StoreFailure
+from playbook.errors import ReceiptError
+from playbook.store.io import StoreIO
+from playbook.store.protocol import Backend, SpendRow, StoreFailure
 
 __all__ = ["BY", "FIGURES", "SpendLines", "Spending"]
 
@@ -81,7 +81,15 @@ class Spending:
         frame = pd.DataFrame(rows, columns=[*BY, *FIGURES])
         frame["provider"] = frame["provider"].replace("", None)
         if not keys:
-            return frame[list(FIGURES)].sum().to_frame().T.astype({"calls_paid": "int64", "calls_reused": "int64"}).round(9)
+            return (
+                frame[list(FIGURES)]
+                .sum()
+                .to_frame()
+                .T.astype({"calls_paid": "int64", "calls_reused": "int64"})
+                .round(9)
+            )
         grouped = frame.groupby(keys, sort=True, dropna=False)[list(FIGURES)].sum().reset_index()
         # Money to 9 decimals, as run.stats says it: sums of many prices carry float noise (8.999999999999996).
-        return grouped.astype({"calls_paid": "int64", "calls_reused": "int64"}).round({"cost_paid": 9, "cost_saved": 9})
+        return grouped.astype({"calls_paid": "int64", "calls_reused": "int64"}).round(
+            {"cost_paid": 9, "cost_saved": 9}
+        )

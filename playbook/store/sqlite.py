@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..keys import RECEIPT
-from .db import Database, reason
-from .marks import Mark
-from .opening import initialise, open_store
-from .protocol import Counts, Damaged, Found, SpendRow
-from .records import COLUMNS, MemoFields, MemoRow, Record
+from playbook.keys import RECEIPT
+from playbook.store.db import Database, reason
+from playbook.store.marks import Mark
+from playbook.store.opening import initialise, open_store
+from playbook.store.protocol import Counts, Damaged, Found, SpendRow
+from playbook.store.records import COLUMNS, MemoFields, MemoRow, Record
 
 __all__ = ["MARK", "SqliteBackend"]
 
@@ -41,7 +41,9 @@ _MEMOS = f"SELECT {_MEMO_COLUMNS} FROM memo WHERE key IN ({{}})"
 # Receipt keys start with keys.RECEIPT ("r"), step records with keys.STEP ("s"): a range of the index.
 _RECEIPTS = f"key >= '{RECEIPT}' AND key < '{chr(ord(RECEIPT) + 1)}'"
 # Text columns read as bytes: one record that is not UTF-8 must not stop a listing of the others.
-_AS_BYTES = ", ".join(c if c in ("at", "cost", "miss", "flags") else f"CAST({c} AS BLOB)" for c in COLUMNS.split(", "))
+_AS_BYTES = ", ".join(
+    c if c in ("at", "cost", "miss", "flags") else f"CAST({c} AS BLOB)" for c in COLUMNS.split(", ")
+)
 _RELEASE = "DELETE FROM lease WHERE key = ? AND owner = ?"  # a lease given back: only by its owner
 # A lease is taken where none is, where the last one expired, or where it is ours already: the
 # keys it returns.  (A multi-row VALUES reads its rows' ``excluded`` values: one statement per chunk.)
@@ -58,8 +60,14 @@ class SqliteBackend:
 
     remote = False
 
-    def __init__(self, directory: Path, *, readonly: bool = False, notify: Callable[[str], None] | None = None,
-                 synced: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        readonly: bool = False,
+        notify: Callable[[str], None] | None = None,
+        synced: bool = True,
+    ) -> None:
         self.directory = directory
         self.location = str(directory)
         self.readonly = readonly
@@ -113,11 +121,15 @@ class SqliteBackend:
         return [found.get(key) for key in keys]
 
     def tool_of(self, key: str) -> str | None:
-        row = self._db.read(lambda con: con.execute("SELECT CAST(tool AS BLOB) FROM receipt WHERE key = ?", (key,)).fetchone())
+        row = self._db.read(
+            lambda con: con.execute("SELECT CAST(tool AS BLOB) FROM receipt WHERE key = ?", (key,)).fetchone()
+        )
         return bytes(row[0]).decode("utf-8", "replace") if row and row[0] else None
 
     def get(self, key: str) -> Record | Damaged | None:
-        rows = self._db.read(lambda con: con.execute(f"SELECT {_AS_BYTES} FROM receipt WHERE key = ?", (key,)).fetchall())
+        rows = self._db.read(
+            lambda con: con.execute(f"SELECT {_AS_BYTES} FROM receipt WHERE key = ?", (key,)).fetchall()
+        )
         return _record(rows[0]) if rows else None
 
     def write(self, records: Sequence[Record], released: Sequence[str] = (), owner: str = "") -> int:
@@ -144,7 +156,11 @@ class SqliteBackend:
     def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | Damaged]]:
         where = _RECEIPTS + (" AND tool = ?" if tool is not None else "")
         args = (tool,) if tool is not None else ()
-        rows = self._db.read(lambda con: con.execute(f"SELECT {_AS_BYTES} FROM receipt WHERE {where} ORDER BY at", args).fetchall())
+        rows = self._db.read(
+            lambda con: con.execute(
+                f"SELECT {_AS_BYTES} FROM receipt WHERE {where} ORDER BY at", args
+            ).fetchall()
+        )
         for row in rows:
             yield bytes(row[0]).decode("utf-8", "replace"), _record(row)
 
@@ -176,15 +192,21 @@ class SqliteBackend:
         # anywhere), a million memos written a flush at a time into a store of a million take 28 s;
         # appended, 1.5 s, and folded in in key order, 4 s more.
         if not self.readonly:
-            self._db.write(lambda con: con.executemany("INSERT INTO memo_log VALUES (?, ?, ?, ?, ?, ?, ?)", rows))
+            self._db.write(
+                lambda con: con.executemany("INSERT INTO memo_log VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            )
 
     def fold_memos(self) -> None:
-        if self.readonly or not self._db.read(lambda con: con.execute("SELECT EXISTS (SELECT 1 FROM memo_log)").fetchone()[0]):
+        if self.readonly or not self._db.read(
+            lambda con: con.execute("SELECT EXISTS (SELECT 1 FROM memo_log)").fetchone()[0]
+        ):
             return
 
         def fold(con: sqlite3.Connection) -> None:
             # In key order (each page of the table written once); of one key, the last written wins.
-            con.execute(f"INSERT OR REPLACE INTO memo SELECT {_MEMO_COLUMNS} FROM memo_log ORDER BY key, rowid")
+            con.execute(
+                f"INSERT OR REPLACE INTO memo SELECT {_MEMO_COLUMNS} FROM memo_log ORDER BY key, rowid"
+            )
             con.execute("DELETE FROM memo_log")
 
         self._db.write(fold)
@@ -214,7 +236,9 @@ class SqliteBackend:
             by_tool = con.execute(
                 f"SELECT CAST(tool AS BLOB), COUNT(*), TOTAL(cost) FROM receipt WHERE {_RECEIPTS} GROUP BY tool"
             ).fetchall()
-            (memos,) = con.execute(f"SELECT (SELECT COUNT(*) FROM memo){self._and_log('SELECT COUNT(*) FROM memo_log')}").fetchone()
+            (memos,) = con.execute(
+                f"SELECT (SELECT COUNT(*) FROM memo){self._and_log('SELECT COUNT(*) FROM memo_log')}"
+            ).fetchone()
             return by_tool, int(memos)
 
         by_tool, memos = self._db.read(count)
@@ -224,8 +248,11 @@ class SqliteBackend:
     def clear(self, tool: str | None = None) -> int:
         def remove(con: sqlite3.Connection) -> int:
             if tool is None:
-                return int(con.execute("DELETE FROM receipt").rowcount + con.execute("DELETE FROM memo").rowcount
-                           + con.execute("DELETE FROM memo_log").rowcount)  # fmt: skip
+                return int(
+                    con.execute("DELETE FROM receipt").rowcount
+                    + con.execute("DELETE FROM memo").rowcount
+                    + con.execute("DELETE FROM memo_log").rowcount
+                )
             con.execute("DELETE FROM memo WHERE instr(tools, ?) > 0", (f" {tool}=",))
             con.execute("DELETE FROM memo_log WHERE instr(tools, ?) > 0", (f" {tool}=",))
             return int(con.execute(f"DELETE FROM receipt WHERE {_RECEIPTS} AND tool = ?", (tool,)).rowcount)
@@ -237,7 +264,9 @@ class SqliteBackend:
     # -- its mark (marks.py) -----------------------------------------------------------------------
 
     def receipt_count(self) -> int:
-        (count,) = self._db.read(lambda con: con.execute(f"SELECT COUNT(*) FROM receipt WHERE {_RECEIPTS}").fetchone())
+        (count,) = self._db.read(
+            lambda con: con.execute(f"SELECT COUNT(*) FROM receipt WHERE {_RECEIPTS}").fetchone()
+        )
         return int(count)
 
     @property
@@ -245,7 +274,9 @@ class SqliteBackend:
         """This database's own id, made with it: a file made again has another (opened only to
         look, one with none yet has none: ``""``)."""
         if self._identity is None and self.readonly:
-            found = self._db.read(lambda con: con.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone())
+            found = self._db.read(
+                lambda con: con.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone()
+            )
             return "" if found is None else str(found[0])
         if self._identity is None:
             made = uuid.uuid4().hex
@@ -280,7 +311,11 @@ class SqliteBackend:
         """`` + (count)``: the memos not folded yet counted too; nothing where there is no log (a
         store an earlier playbook made, opened read-only)."""
         if self._log is None:
-            self._log = bool(self._db.read(lambda con: con.execute("SELECT 1 FROM sqlite_master WHERE name = 'memo_log'").fetchone()))
+            self._log = bool(
+                self._db.read(
+                    lambda con: con.execute("SELECT 1 FROM sqlite_master WHERE name = 'memo_log'").fetchone()
+                )
+            )
         return f" + ({count})" if self._log else ""
 
     # -- leases ----------------------------------------------------------------------------------
@@ -303,20 +338,27 @@ class SqliteBackend:
         got = self._db.write(take)
         return [key in got for key in keys]
 
-    def take_and_look(self, keys: Sequence[str], owner: str, ttl: float) -> tuple[list[bool], list[Found | Damaged | None]]:
+    def take_and_look(
+        self, keys: Sequence[str], owner: str, ttl: float
+    ) -> tuple[list[bool], list[Found | Damaged | None]]:
         return self.take(keys, owner, ttl), self.lookup_many(keys)
 
     def renew(self, keys: Sequence[str], owner: str, ttl: float) -> None:
         expires = time.time() + ttl
         self._db.write(
-            lambda con: con.executemany("UPDATE lease SET expires = ? WHERE key = ? AND owner = ?", [(expires, k, owner) for k in keys])
+            lambda con: con.executemany(
+                "UPDATE lease SET expires = ? WHERE key = ? AND owner = ?",
+                [(expires, k, owner) for k in keys],
+            )
         )
 
     def release(self, keys: Sequence[str], owner: str) -> None:
         self._db.write(lambda con: con.executemany(_RELEASE, [(k, owner) for k in keys]))
 
     def holder(self, key: str) -> tuple[str, float] | None:
-        row = self._db.read(lambda con: con.execute("SELECT owner, expires FROM lease WHERE key = ?", (key,)).fetchone())
+        row = self._db.read(
+            lambda con: con.execute("SELECT owner, expires FROM lease WHERE key = ?", (key,)).fetchone()
+        )
         left = 0.0 if row is None else float(row[1]) - time.time()
         return None if row is None or left <= 0 else (str(row[0]), left)
 
@@ -364,7 +406,10 @@ def _copy(old: sqlite3.Connection, new: sqlite3.Connection) -> tuple[int, int]:
     for select, insert in (
         (f"SELECT {COLUMNS} FROM receipt", _UPSERT.replace("OR REPLACE", "OR IGNORE")),
         ("SELECT * FROM memo", "INSERT OR IGNORE INTO memo VALUES (?, ?, ?, ?, ?, ?, ?)"),
-        (f"SELECT {_MEMO_COLUMNS} FROM memo_log ORDER BY rowid", "INSERT OR REPLACE INTO memo VALUES (?, ?, ?, ?, ?, ?, ?)"),
+        (
+            f"SELECT {_MEMO_COLUMNS} FROM memo_log ORDER BY rowid",
+            "INSERT OR REPLACE INTO memo VALUES (?, ?, ?, ?, ?, ?, ?)",
+        ),
     ):
         copied = 0
         try:

@@ -2,9 +2,21 @@
 ``pb.http_tool`` describes an HTTP endpoint, ``pb.llm_tool`` a chat completions endpoint; all are
 cached by receipts."""
 
-from .base import NO_INPUT, CallEnv, Tool, current_fingerprint, tool
-from .http import HttpTool, http_tool
-from .llm import LlmTool, llm_tool
-from .secrets import Secret, secret
+from playbook.secrets import Secret, secret
+from playbook.tools.base import NO_INPUT, CallEnv, Tool, current_fingerprint, tool
+from playbook.tools.http import HttpTool, http_tool
+from playbook.tools.llm import LlmTool, llm_tool
 
-__all__ = ["NO_INPUT", "CallEnv", "HttpTool", "LlmTool", "Secret", "Tool", "current_fingerprint", "http_tool", "llm_tool", "secret", "tool"]
+__all__ = [
+    "NO_INPUT",
+    "CallEnv",
+    "HttpTool",
+    "LlmTool",
+    "Secret",
+    "Tool",
+    "current_fingerprint",
+    "http_tool",
+    "llm_tool",
+    "secret",
+    "tool",
+]

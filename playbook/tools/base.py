@@ -17,12 +17,12 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, overload
 
-from ..errors import PlaybookError, PlayDefinitionError, ToolError
-from ..keys import code_fingerprint, digest, key_text, receipt_key
-from ..plays.definitions import current_fingerprint, defined
-from ..providers.provider import Provider
-from ..tagged import encode
-from .failures import translate
+from playbook.errors import PlaybookError, PlayDefinitionError, ToolError
+from playbook.keys import code_fingerprint, digest, key_text, receipt_key
+from playbook.plays.definitions import current_fingerprint, defined
+from playbook.providers.provider import Provider
+from playbook.tagged import encode
+from playbook.tools.failures import translate
 
 if TYPE_CHECKING:
     import httpx
@@ -47,9 +47,21 @@ class Tool(Generic[R]):
     remote = False  # does a call leave the process (and so count as paid, with or without a cost)?
 
     __slots__ = (
-        "name", "version", "identity", "fingerprint", "provider", "cost", "batch_size", "retry_on", "params", "fn",
-        "_is_async", "_param_set", "_spent", "defaults",
-    )  # fmt: skip
+        "name",
+        "version",
+        "identity",
+        "fingerprint",
+        "provider",
+        "cost",
+        "batch_size",
+        "retry_on",
+        "params",
+        "fn",
+        "_is_async",
+        "_param_set",
+        "_spent",
+        "defaults",
+    )
 
     def __init__(
         self,
@@ -66,21 +78,38 @@ class Tool(Generic[R]):
         defaults: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
-            raise PlayDefinitionError(f"tool name {name!r} must start with a letter and use letters, digits, '.', '-' or '_'")
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0 or cost == float("inf"):
+            raise PlayDefinitionError(
+                f"tool name {name!r} must start with a letter and use letters, digits, '.', '-' or '_'"
+            )
+        if (
+            isinstance(cost, bool)
+            or not isinstance(cost, (int, float))
+            or not cost >= 0
+            or cost == float("inf")
+        ):
             raise PlayDefinitionError(f"tool {name!r}: cost must be a finite number >= 0, not {cost!r}")
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-            raise PlayDefinitionError(f"tool {name!r}: batch_size must be a whole number >= 1, not {batch_size!r}")
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise PlayDefinitionError(
+                f"tool {name!r}: batch_size must be a whole number >= 1, not {batch_size!r}"
+            )
         if provider is not None and not isinstance(provider, Provider):
-            raise PlayDefinitionError(f"tool {name!r}: provider must be a pb.Provider, not {type(provider).__name__}")
+            raise PlayDefinitionError(
+                f"tool {name!r}: provider must be a pb.Provider, not {type(provider).__name__}"
+            )
         if fn is not None and provider is not None and provider.keys is not None:
             raise PlayDefinitionError(
                 f"tool {name!r}: provider {provider.name!r} pools keys (keys=), which only pb.http_tool and pb.llm_tool send (as "
                 "their {secret} or bearer token); a Python tool cannot be told which key a call goes under: give it a provider "
                 "without keys=, or make it a pb.http_tool"
             )
-        if version is not None and (not isinstance(version, (str, int)) or isinstance(version, bool) or str(version) == ""):
-            raise PlayDefinitionError(f"tool {name!r}: version must be a non-empty string (or int), not {version!r}")
+        if version is not None and (
+            not isinstance(version, (str, int)) or isinstance(version, bool) or str(version) == ""
+        ):
+            raise PlayDefinitionError(
+                f"tool {name!r}: version must be a non-empty string (or int), not {version!r}"
+            )
         self.name = name
         self.version = None if version is None else str(version)
         self.provider = provider
@@ -139,7 +168,9 @@ class Tool(Generic[R]):
             if input is NO_INPUT:
                 return dict(kwargs)
             if kwargs:
-                raise ToolError(f"batch tool {self.name!r}: pass one input, or keywords, not both", tool=self.name)
+                raise ToolError(
+                    f"batch tool {self.name!r}: pass one input, or keywords, not both", tool=self.name
+                )
             return input
         if input is NO_INPUT and kwargs.keys() == self._param_set:
             return dict(kwargs)  # the common case, checked in one comparison
@@ -165,9 +196,16 @@ class Tool(Generic[R]):
                 parts.append("missing " + ", ".join(missing))
             if unknown:
                 parts.append("unexpected " + ", ".join(unknown))
-            near = [(k, close[0]) for k in unknown if (close := difflib.get_close_matches(k, missing or self.params, n=1))]
+            near = [
+                (k, close[0])
+                for k in unknown
+                if (close := difflib.get_close_matches(k, missing or self.params, n=1))
+            ]
             hint = "".join(f"; did you mean {right!r} for {wrong!r}?" for wrong, right in near)
-            raise ToolError(f"tool {self.name!r} takes ({', '.join(self.params)}): {'; '.join(parts)}{hint}", tool=self.name)
+            raise ToolError(
+                f"tool {self.name!r} takes ({', '.join(self.params)}): {'; '.join(parts)}{hint}",
+                tool=self.name,
+            )
         return values
 
     def key(self, values: Any) -> str:
@@ -219,7 +257,12 @@ class Tool(Generic[R]):
             raise
         except Exception as exc:
             # The batch's own failure goes to the governor, which understands ToolErrors.
-            error = translate(exc, tool=self.name, provider=self.provider.name if self.provider else None, retry_on=self.retry_on)
+            error = translate(
+                exc,
+                tool=self.name,
+                provider=self.provider.name if self.provider else None,
+                retry_on=self.retry_on,
+            )
             if error is None:
                 raise
             raise error from exc
@@ -332,16 +375,36 @@ def tool(
         if batch_size is not None:
             if len(sig.parameters) != 1:
                 raise PlayDefinitionError(f"batch tool {label!r} must take one parameter: the list of inputs")
-            return Tool(label, params=(), fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size, retry_on=retry_on)
+            return Tool(
+                label,
+                params=(),
+                fn=f,
+                version=version,
+                provider=provider,
+                cost=cost,
+                batch_size=batch_size,
+                retry_on=retry_on,
+            )
         params, defaults = [], {}
         for p in sig.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
-                raise PlayDefinitionError(f"tool {label!r}: parameter {p.name!r} must be a plain named parameter (no *args, **kwargs or /)")
+                raise PlayDefinitionError(
+                    f"tool {label!r}: parameter {p.name!r} must be a plain named parameter (no *args, **kwargs or /)"
+                )
             params.append(p.name)
             if p.default is not p.empty:
                 defaults[p.name] = p.default
-        return Tool(label, params=params, fn=f, version=version, provider=provider, cost=cost, batch_size=batch_size, retry_on=retry_on,
-                    defaults=defaults)  # fmt: skip
+        return Tool(
+            label,
+            params=params,
+            fn=f,
+            version=version,
+            provider=provider,
+            cost=cost,
+            batch_size=batch_size,
+            retry_on=retry_on,
+            defaults=defaults,
+        )
 
     return wrap if fn is None else wrap(fn)
 

@@ -22,19 +22,28 @@ import sys
 import time
 from typing import Any
 
-from ..errors import PlaybookError, RunFatal, ToolError
-from ..providers.limits import retry_after
-from .secrets import mask
+from playbook.errors import PlaybookError, RunFatal, ToolError
+from playbook.providers.limits import retry_after
+from playbook.secrets import mask
 
 __all__ = ["translate"]
 
-_FATAL = {401: "the credentials were refused", 402: "payment required (no credit left)", 403: "the credentials were refused"}
+_FATAL = {
+    401: "the credentials were refused",
+    402: "payment required (no credit left)",
+    403: "the credentials were refused",
+}
 # Transient by nature: the same call may well go through on the next try.
 _TRANSIENT = (
-    ("httpx", "TimeoutException"), ("httpx", "NetworkError"), ("httpx", "RemoteProtocolError"), ("httpx", "ProxyError"),
-    ("openai", "APIConnectionError"), ("anthropic", "APIConnectionError"),  # their timeouts are subclasses
-    ("requests", "ConnectionError"), ("requests", "Timeout"),
-)  # fmt: skip
+    ("httpx", "TimeoutException"),
+    ("httpx", "NetworkError"),
+    ("httpx", "RemoteProtocolError"),
+    ("httpx", "ProxyError"),
+    ("openai", "APIConnectionError"),
+    ("anthropic", "APIConnectionError"),  # their timeouts are subclasses
+    ("requests", "ConnectionError"),
+    ("requests", "Timeout"),
+)
 # Subclasses of the above that no retry mends: a certificate the client rejects.
 _NOT_TRANSIENT = (("requests", "exceptions.SSLError"),)
 
@@ -50,10 +59,14 @@ def translate(
         return None
     message = mask(f"tool {tool!r}: {_type_name(exc)}: {exc}".rstrip())
     if status in _FATAL:
-        return RunFatal(f"{message} (HTTP {status}: {_FATAL[status]})", tool=tool, provider=provider, status=status)
+        return RunFatal(
+            f"{message} (HTTP {status}: {_FATAL[status]})", tool=tool, provider=provider, status=status
+        )
     retryable = listed or transient or (status is not None and _retryable(status))
     hint = retry_after(headers, now=time.time()) if retryable and headers else None
-    return ToolError(message, tool=tool, provider=provider, status=status, retryable=retryable, retry_after=hint)
+    return ToolError(
+        message, tool=tool, provider=provider, status=status, retryable=retryable, retry_after=hint
+    )
 
 
 def _retryable(status: int) -> bool:

@@ -17,16 +17,16 @@ from typing import Any
 
 import httpx
 
-from ..errors import PlayDefinitionError, RunFatal, ToolError
-from ..keys import digest, key_text, receipt_key
-from ..providers.limits import retry_after
-from ..providers.pool import chosen_key
-from ..providers.provider import Provider
-from .base import CallEnv, Tool
-from .secrets import PLACEHOLDER, Fill, Secret, SecretAuth, mask, rebuilt, scrub
-from .templates import BadTemplate, BadValue, UrlTemplate, collect, fill
-from .transport import proxy_for
-from .wire import wire as _wire
+from playbook.errors import PlayDefinitionError, RunFatal, ToolError
+from playbook.keys import digest, key_text, receipt_key
+from playbook.providers.limits import retry_after
+from playbook.providers.pool import chosen_key
+from playbook.providers.provider import Provider
+from playbook.secrets import PLACEHOLDER, Fill, Secret, SecretAuth, mask, rebuilt, scrub
+from playbook.tools.base import CallEnv, Tool
+from playbook.tools.templates import BadTemplate, BadValue, UrlTemplate, collect, fill
+from playbook.tools.transport import proxy_for
+from playbook.tools.wire import wire as _wire
 
 __all__ = ["HttpTool", "http_tool"]
 
@@ -44,9 +44,21 @@ class HttpTool(Tool[Any]):
     remote = True
 
     __slots__ = (
-        "method", "url", "query", "body", "headers", "pick", "miss_status", "secret", "timeout", "client", "_hidden", "_timeouts",
-        "_address", "_keyed",
-    )  # fmt: skip
+        "method",
+        "url",
+        "query",
+        "body",
+        "headers",
+        "pick",
+        "miss_status",
+        "secret",
+        "timeout",
+        "client",
+        "_hidden",
+        "_timeouts",
+        "_address",
+        "_keyed",
+    )
 
     def __init__(
         self,
@@ -93,17 +105,42 @@ class HttpTool(Tool[Any]):
                 "key goes: fix the host in url= (e.g. url=BASE + '/v1/{id}') or drop '{secret}'"
             )
         self.method, self.url, self.query, self.body, self.headers = method, url, query, body, headers
-        self.pick, self.miss_status, self.secret, self.timeout, self.client = pick, miss_status, secret, timeout, client
+        self.pick, self.miss_status, self.secret, self.timeout, self.client = (
+            pick,
+            miss_status,
+            secret,
+            timeout,
+            client,
+        )
         # Waiting for a free connection is queueing, not slowness: only the call itself is timed.
         self._timeouts = httpx.Timeout(timeout, pool=None)
         # Where the definition puts the secret: the only places a call's key goes (see secrets.py).
         self._keyed = _Keyed(url, query, body, headers)
         # What a receipt key leaves out: the parameters and headers that carry credentials.
-        self._hidden = (self._keyed.params, self._keyed.headers | {k for k in headers if k.lower() in _CREDENTIAL_HEADERS})
-        super().__init__(name, params=[f for f in fields if f != "secret"], version=version, provider=provider, cost=cost, identity=version)
+        self._hidden = (
+            self._keyed.params,
+            self._keyed.headers | {k for k in headers if k.lower() in _CREDENTIAL_HEADERS},
+        )
+        super().__init__(
+            name,
+            params=[f for f in fields if f != "secret"],
+            version=version,
+            provider=provider,
+            cost=cost,
+            identity=version,
+        )
 
     def _definition(self) -> str:
-        shape = [self.identity, self.method, self.url, self.query, self.body, self.headers, self.pick, sorted(self.miss_status)]
+        shape = [
+            self.identity,
+            self.method,
+            self.url,
+            self.query,
+            self.body,
+            self.headers,
+            self.pick,
+            sorted(self.miss_status),
+        ]
         return digest(key_text(shape))[:16]
 
     # -- keys and reading ------------------------------------------------------------------
@@ -125,7 +162,9 @@ class HttpTool(Tool[Any]):
             answer = _pick(answer, self.pick)
         return answer, miss or answer is None
 
-    def _render(self, values: dict[str, Any], secret: str = PLACEHOLDER) -> tuple[str, dict[str, Any], Any, dict[str, str]]:
+    def _render(
+        self, values: dict[str, Any], secret: str = PLACEHOLDER
+    ) -> tuple[str, dict[str, Any], Any, dict[str, str]]:
         """URL, query, body and headers with the placeholders filled (the secret as ``secret``:
         the stand-in, but where :meth:`_filler` puts the value in).  An input that cannot be
         sent where it goes is the row's error, raised here: before a key, a lease or a request."""
@@ -139,18 +178,28 @@ class HttpTool(Tool[Any]):
         try:
             # A lone placeholder whose value is None leaves out its header or parameter (null in
             # a body); within text ("Bearer {token}") it cannot be written, and fails the row.
-            headers = {k: str(h) for k, h in ((k, fill(v, values)) for k, v in self.headers.items()) if h is not None}
+            headers = {
+                k: str(h) for k, h in ((k, fill(v, values)) for k, v in self.headers.items()) if h is not None
+            }
             query = {k: v for k, v in ((k, fill(v, values)) for k, v in self.query.items()) if v is not None}
             body = fill(self.body, values) if self.body is not None else None
         except KeyError as exc:
-            raise self._refused(f"input {exc.args[0]!r} is None, but a template writes it within text") from None
+            raise self._refused(
+                f"input {exc.args[0]!r} is None, but a template writes it within text"
+            ) from None
         for k, v in headers.items():
             if not v.isascii() or _UNSENDABLE.search(v):  # a line break would split it in two
-                raise self._refused(f"header {k!r} cannot carry {mask(v)[:80]!r} (a line break, a control character or non-ASCII text)")
+                raise self._refused(
+                    f"header {k!r} cannot carry {mask(v)[:80]!r} (a line break, a control character or non-ASCII text)"
+                )
         return url, query, body, headers
 
     def _refused(self, why: str) -> ToolError:
-        return ToolError(f"tool {self.name!r}: {why}", tool=self.name, provider=self.provider.name if self.provider else None)
+        return ToolError(
+            f"tool {self.name!r}: {why}",
+            tool=self.name,
+            provider=self.provider.name if self.provider else None,
+        )
 
     # -- the call ----------------------------------------------------------------------------
 
@@ -176,11 +225,18 @@ class HttpTool(Tool[Any]):
             why = "the credentials were refused" if status != 402 else "payment required (no credit left)"
             raise RunFatal(
                 mask(f"tool {self.name!r}: HTTP {status} from {who}: {why}"),
-                tool=self.name, provider=self.provider.name if self.provider else None, status=status,
-            )  # fmt: skip
+                tool=self.name,
+                provider=self.provider.name if self.provider else None,
+                status=status,
+            )
         if status >= 400:
             reason = _reason(content)
-            error = self._error(f"HTTP {status} ({where}){': ' + reason if reason else ''}", status, status in _RETRYABLE, where)
+            error = self._error(
+                f"HTTP {status} ({where}){': ' + reason if reason else ''}",
+                status,
+                status in _RETRYABLE,
+                where,
+            )
             if error.retryable:
                 error.retry_after = retry_after(reply_headers, now=time.time())
             raise error
@@ -191,7 +247,9 @@ class HttpTool(Tool[Any]):
         except ValueError:
             # Mask before cutting: a preview cut inside an echoed key would show a prefix of it.
             preview = mask(content.decode("utf-8", "replace"))[:60]
-            raise self._error(f"returned malformed JSON with HTTP {status} ({where}): {preview!r}", status, False, where) from None
+            raise self._error(
+                f"returned malformed JSON with HTTP {status} ({where}): {preview!r}", status, False, where
+            ) from None
         return scrub(data), False
 
     def heard(self, headers: httpx.Headers, call: CallEnv) -> None:
@@ -206,19 +264,32 @@ class HttpTool(Tool[Any]):
         frame, which ends here."""
         client = self.client or call.client()
         key = chosen_key() or self.secret  # a pooled provider's key for this call, else the tool's own
-        auth = SecretAuth(key, self._filler(client, values, rendered[3])) if key is not None else httpx.USE_CLIENT_DEFAULT
+        auth = (
+            SecretAuth(key, self._filler(client, values, rendered[3]))
+            if key is not None
+            else httpx.USE_CLIENT_DEFAULT
+        )
         try:
             resp = await client.send(self._request(client, *rendered), auth=auth)
             content = await resp.aread()
         except httpx.TimeoutException as exc:
             # The aiohttp transport reports a refused connection as ConnectTimeout: say what it was.
             cause = exc.__cause__
-            if isinstance(exc, httpx.ConnectTimeout) and cause is not None and not isinstance(cause, TimeoutError):
+            if (
+                isinstance(exc, httpx.ConnectTimeout)
+                and cause is not None
+                and not isinstance(cause, TimeoutError)
+            ):
                 return 0, httpx.Headers(), b"", f"could not connect{self._via(rendered[0])}: {exc}"
             return 0, httpx.Headers(), b"", f"timed out after {self.timeout:g}s"
         except (httpx.UnsupportedProtocol, httpx.LocalProtocolError, httpx.InvalidURL) as exc:
             # The request could not be made as written: this row's error, never the provider's.
-            return 0, httpx.Headers(), b"", self._refused(f"the request could not be sent ({type(exc).__name__}: {exc})")
+            return (
+                0,
+                httpx.Headers(),
+                b"",
+                self._refused(f"the request could not be sent ({type(exc).__name__}: {exc})"),
+            )
         except httpx.HTTPError as exc:
             return 0, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}"
         except Exception as exc:
@@ -229,7 +300,9 @@ class HttpTool(Tool[Any]):
             return 0, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}"
         return resp.status_code, resp.headers, content, None
 
-    def _request(self, client: httpx.AsyncClient, url: str, query: dict[str, Any], body: Any, headers: dict[str, str]) -> httpx.Request:
+    def _request(
+        self, client: httpx.AsyncClient, url: str, query: dict[str, Any], body: Any, headers: dict[str, str]
+    ) -> httpx.Request:
         # httpx replaces a URL's own query with params= (even an empty one): a query written in the
         # URL, or brought by a whole address from the input, is kept and params= join it.
         address = httpx.URL(url).copy_merge_params(query) if query else httpx.URL(url)
@@ -242,9 +315,16 @@ class HttpTool(Tool[Any]):
 
         def fill_in(request: httpx.Request, value: str) -> httpx.Request:
             if not keyed.elsewhere:
-                return rebuilt(request, headers={k: str(fill(self.headers[k], {**values, "secret": value})) for k in keyed.headers})
+                return rebuilt(
+                    request,
+                    headers={
+                        k: str(fill(self.headers[k], {**values, "secret": value})) for k in keyed.headers
+                    },
+                )
             url, query, body, headers = self._render(values, value)
-            return self._request(client, url, query, body, {**shown, **{k: headers[k] for k in keyed.headers}})
+            return self._request(
+                client, url, query, body, {**shown, **{k: headers[k] for k in keyed.headers}}
+            )
 
         return fill_in
 
@@ -258,9 +338,12 @@ class HttpTool(Tool[Any]):
         """``where``: the request as sent (``GET http://host/people/7``); an error group shows the
         tool's template there instead (``GET http://host/people/{id}``), not masked."""
         error = ToolError(
-            mask(f"tool {self.name!r}: {what}"), tool=self.name, provider=self.provider.name if self.provider else None,
-            status=status, retryable=retryable,
-        )  # fmt: skip
+            mask(f"tool {self.name!r}: {what}"),
+            tool=self.name,
+            provider=self.provider.name if self.provider else None,
+            status=status,
+            retryable=retryable,
+        )
         if where:
             error.literal = (where, f"{self.method} {self.url.split('?', 1)[0]}")
         # A host the row chose failing is that row's failure, not the provider's: retried on its
@@ -317,22 +400,41 @@ def http_tool(
     from its input cannot take one.
     """
     if not isinstance(method, str) or method.upper() not in {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"}:
-        raise PlayDefinitionError(f"http_tool {name!r}: method must be GET, POST, PUT, PATCH, DELETE or HEAD, not {method!r}")
+        raise PlayDefinitionError(
+            f"http_tool {name!r}: method must be GET, POST, PUT, PATCH, DELETE or HEAD, not {method!r}"
+        )
     if not isinstance(url, str) or not url.startswith(("http://", "https://", "{")):
         raise PlayDefinitionError(f"http_tool {name!r}: url must be an http(s) URL, not {url!r}")
     if secret is not None and not isinstance(secret, Secret):
-        raise PlayDefinitionError(f"http_tool {name!r}: secret must come from pb.secret('ENV_VAR'), not a plain value")
+        raise PlayDefinitionError(
+            f"http_tool {name!r}: secret must come from pb.secret('ENV_VAR'), not a plain value"
+        )
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise PlayDefinitionError(f"http_tool {name!r}: timeout must be a number of seconds > 0, not {timeout!r}")
+        raise PlayDefinitionError(
+            f"http_tool {name!r}: timeout must be a number of seconds > 0, not {timeout!r}"
+        )
     if pick is not None and (not isinstance(pick, str) or not pick):
-        raise PlayDefinitionError(f"http_tool {name!r}: pick must be a dotted path like 'data.email', not {pick!r}")
+        raise PlayDefinitionError(
+            f"http_tool {name!r}: pick must be a dotted path like 'data.email', not {pick!r}"
+        )
     if isinstance(miss_status, int):
         miss_status = (miss_status,)
     return HttpTool(
-        name, method=method.upper(), url=url, query=dict(params or {}), body=json, headers=dict(headers or {}),
-        pick=pick, miss_status=frozenset(int(s) for s in miss_status), secret=secret, timeout=float(timeout),
-        client=client, version=str(version), provider=provider, cost=cost,
-    )  # fmt: skip
+        name,
+        method=method.upper(),
+        url=url,
+        query=dict(params or {}),
+        body=json,
+        headers=dict(headers or {}),
+        pick=pick,
+        miss_status=frozenset(int(s) for s in miss_status),
+        secret=secret,
+        timeout=float(timeout),
+        client=client,
+        version=str(version),
+        provider=provider,
+        cost=cost,
+    )
 
 
 # -- answers ------------------------------------------------------------------------------------

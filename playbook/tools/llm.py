@@ -28,14 +28,14 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import httpx
 
-from ..errors import PlayDefinitionError, ToolError
-from ..keys import digest, key_text, receipt_key
-from ..providers.limits import announced
-from ..providers.provider import Provider
-from .base import NO_INPUT, CallEnv, Spent, Tool
-from .http import HttpTool
-from .secrets import Secret, secret
-from .structured import Structured
+from playbook.errors import PlayDefinitionError, ToolError
+from playbook.keys import digest, key_text, receipt_key
+from playbook.providers.limits import announced
+from playbook.providers.provider import Provider
+from playbook.secrets import Secret, secret
+from playbook.tools.base import NO_INPUT, CallEnv, Spent, Tool
+from playbook.tools.http import HttpTool
+from playbook.tools.structured import Structured
 
 __all__ = ["LlmTool", "llm_tool", "reply_of"]
 
@@ -88,13 +88,35 @@ class LlmTool(Tool[Any]):
 
     remote = True
 
-    __slots__ = ("model", "base_url", "query", "system", "structured", "prices", "request", "mode", "endpoint", "usage")
+    __slots__ = (
+        "model",
+        "base_url",
+        "query",
+        "system",
+        "structured",
+        "prices",
+        "request",
+        "mode",
+        "endpoint",
+        "usage",
+    )
 
     def __init__(
-        self, name: str, *, model: str, base_url: str, secret: Secret | None, provider: Provider | None, system: str | None,
-        output: Any, prices: Mapping[str, tuple[float, float]] | None, request: dict[str, Any], mode: str, timeout: float,
+        self,
+        name: str,
+        *,
+        model: str,
+        base_url: str,
+        secret: Secret | None,
+        provider: Provider | None,
+        system: str | None,
+        output: Any,
+        prices: Mapping[str, tuple[float, float]] | None,
+        request: dict[str, Any],
+        mode: str,
+        timeout: float,
         client: httpx.AsyncClient | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.model, self.system, self.mode = model, system, mode
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
         self.prices = _prices(name, model, prices)
@@ -103,17 +125,34 @@ class LlmTool(Tool[Any]):
         headers = {"Authorization": "Bearer {secret}"} if secret is not None or pooled else {}
         # A query in base_url (Azure's ?api-version=...) goes with every request, after the path.
         split = urlsplit(base_url)
-        self.base_url, self.query = urlunsplit(split._replace(query="", fragment="")).rstrip("/"), dict(parse_qsl(split.query))
+        self.base_url, self.query = (
+            urlunsplit(split._replace(query="", fragment="")).rstrip("/"),
+            dict(parse_qsl(split.query)),
+        )
         self.endpoint = _Endpoint(
-            name, method="POST", url=f"{self.base_url}/chat/completions", query=dict(self.query), body="{request}", headers=headers,
-            pick=None, miss_status=frozenset(), secret=secret, timeout=timeout, client=client, version="1", provider=provider, cost=0.0,
-        )  # fmt: skip
+            name,
+            method="POST",
+            url=f"{self.base_url}/chat/completions",
+            query=dict(self.query),
+            body="{request}",
+            headers=headers,
+            pick=None,
+            miss_status=frozenset(),
+            secret=secret,
+            timeout=timeout,
+            client=client,
+            version="1",
+            provider=provider,
+            cost=0.0,
+        )
         self.usage = Usage()
         super().__init__(name, params=("prompt",), provider=provider, identity="llm:" + self.base_url)
 
     def _definition(self) -> str:
         schema = self.structured.schema if self.structured is not None else None
-        shape = [self.identity, self.model, self.system, self.request, schema] + ([self.query] if self.query else [])
+        shape = [self.identity, self.model, self.system, self.request, schema] + (
+            [self.query] if self.query else []
+        )
         return digest(key_text(shape))[:16]
 
     def __repr__(self) -> str:
@@ -130,7 +169,10 @@ class LlmTool(Tool[Any]):
         """``{"messages": [...]}`` from ``prompt=``, ``messages=`` or one positional of either."""
         if input is not NO_INPUT:
             if kwargs:
-                raise ToolError(f"llm tool {self.name!r}: pass the prompt positionally or by keyword, not both", tool=self.name)
+                raise ToolError(
+                    f"llm tool {self.name!r}: pass the prompt positionally or by keyword, not both",
+                    tool=self.name,
+                )
             if isinstance(input, Mapping):  # a tool mapped over a frame binds {"prompt": column}
                 kwargs = dict(input)
             else:
@@ -138,23 +180,36 @@ class LlmTool(Tool[Any]):
         unknown = sorted(set(kwargs) - {"prompt", "messages"})
         if unknown or len(kwargs) != 1:
             got = f" (got {', '.join(unknown or sorted(kwargs)) or 'nothing'})"
-            raise ToolError(f"llm tool {self.name!r} takes prompt='...' or messages=[...]{got}", tool=self.name)
+            raise ToolError(
+                f"llm tool {self.name!r} takes prompt='...' or messages=[...]{got}", tool=self.name
+            )
         if "prompt" in kwargs:
             return {"messages": self._prompted(kwargs["prompt"])}
         return {"messages": self._messages(kwargs["messages"])}
 
     def _prompted(self, prompt: Any) -> list[dict[str, Any]]:
         if not isinstance(prompt, str):
-            shown = "NaN (a missing value)" if isinstance(prompt, float) and math.isnan(prompt) else repr(prompt)[:60]
+            shown = (
+                "NaN (a missing value)"
+                if isinstance(prompt, float) and math.isnan(prompt)
+                else repr(prompt)[:60]
+            )
             raise ToolError(f"llm tool {self.name!r}: prompt must be text, not {shown}", tool=self.name)
         system = [{"role": "system", "content": self.system}] if self.system is not None else []
         return [*system, {"role": "user", "content": str(prompt)}]
 
     def _messages(self, messages: Any) -> list[dict[str, Any]]:
         if not isinstance(messages, list) or not messages:
-            raise ToolError(f"llm tool {self.name!r}: messages must be a non-empty list of {{'role', 'content'}} dicts", tool=self.name)
+            raise ToolError(
+                f"llm tool {self.name!r}: messages must be a non-empty list of {{'role', 'content'}} dicts",
+                tool=self.name,
+            )
         for i, m in enumerate(messages):
-            if not isinstance(m, Mapping) or m.get("role") not in _ROLES or not isinstance(m.get("content"), (str, list)):
+            if (
+                not isinstance(m, Mapping)
+                or m.get("role") not in _ROLES
+                or not isinstance(m.get("content"), (str, list))
+            ):
                 raise ToolError(
                     f"llm tool {self.name!r}: messages[{i}] must be a dict with a role ({', '.join(sorted(_ROLES))}) "
                     f"and a text content, not {m!r:.80}",
@@ -186,7 +241,9 @@ class LlmTool(Tool[Any]):
     def price(self, values: Any) -> float:
         if self.prices is None:
             return 0.0
-        completion = self.usage.completion(self.request.get("max_tokens"))  # what answers usually take, not the cap
+        completion = self.usage.completion(
+            self.request.get("max_tokens")
+        )  # what answers usually take, not the cap
         return (self._prompt_tokens(values) * self.prices[0] + completion * self.prices[1]) / 1e6
 
     def _prompt_tokens(self, values: Any) -> float:
@@ -201,12 +258,18 @@ class LlmTool(Tool[Any]):
         prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
         refused = answer.get("refused_usage")
         return Spent(
-            self._cost(prompt, completion), float(prompt + completion), int(answer.get("requests") or 1),
-            self._cost(int(refused.get("prompt_tokens") or 0), int(refused.get("completion_tokens") or 0)) if isinstance(refused, Mapping) else 0.0,
-        )  # fmt: skip
+            self._cost(prompt, completion),
+            float(prompt + completion),
+            int(answer.get("requests") or 1),
+            self._cost(int(refused.get("prompt_tokens") or 0), int(refused.get("completion_tokens") or 0))
+            if isinstance(refused, Mapping)
+            else 0.0,
+        )
 
     def _cost(self, prompt: int, completion: int) -> float:
-        return (prompt * self.prices[0] + completion * self.prices[1]) / 1e6 if self.prices is not None else 0.0
+        return (
+            (prompt * self.prices[0] + completion * self.prices[1]) / 1e6 if self.prices is not None else 0.0
+        )
 
     # -- the call ------------------------------------------------------------------------------
 
@@ -217,15 +280,20 @@ class LlmTool(Tool[Any]):
         if self.structured is not None and reply.get("refusal") is None:
             _, why = self.structured.parse(reply.get("content"))
             if why is not None:
-                again = [*messages, {"role": "assistant", "content": reply.get("content") or ""},
-                         {"role": "user", "content": _REASK.format(why=why)}]  # fmt: skip
+                again = [
+                    *messages,
+                    {"role": "assistant", "content": reply.get("content") or ""},
+                    {"role": "user", "content": _REASK.format(why=why)},
+                ]
                 call.partial = reply
                 second = await self._ask(again, CallEnv(call.client, call.idempotency_key + ":reask"), call)
                 call.partial = None
                 reply = _combined(reply, second)
         return reply, False
 
-    async def _ask(self, messages: list[dict[str, Any]], call: CallEnv, told: CallEnv | None = None) -> dict[str, Any]:
+    async def _ask(
+        self, messages: list[dict[str, Any]], call: CallEnv, told: CallEnv | None = None
+    ) -> dict[str, Any]:
         """One request; the answer as its receipt keeps it."""
         try:
             data, _ = await self.endpoint.invoke({"request": self.body(messages)}, call)
@@ -263,7 +331,9 @@ def reply_of(name: str, data: Any) -> dict[str, Any]:
         choice = data["choices"][0]
         message = choice["message"]
     except (KeyError, IndexError, TypeError):
-        raise ToolError(f"llm tool {name!r}: the answer has no choices[0].message: {str(data)[:120]!r}", tool=name) from None
+        raise ToolError(
+            f"llm tool {name!r}: the answer has no choices[0].message: {str(data)[:120]!r}", tool=name
+        ) from None
     return {
         "content": message.get("content"),
         "refusal": message.get("refusal"),
@@ -307,7 +377,9 @@ def _prices(name: str, model: str, prices: Mapping[str, Any] | None) -> tuple[fl
         )
     pair = prices[model]
     ok = isinstance(pair, (tuple, list)) and len(pair) == 2
-    if not ok or any(isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < math.inf for p in pair):
+    if not ok or any(
+        isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < math.inf for p in pair
+    ):
         raise PlayDefinitionError(
             f"llm_tool {name!r}: prices[{model!r}] must be (price_per_1M_input_tokens, price_per_1M_output_tokens), not {pair!r}"
         )
@@ -349,11 +421,17 @@ def llm_tool(
             f"llm_tool {name!r}: mode must be 'sync' (one request per call) or 'batch' (a Batch API job), not {mode!r}"
         )
     if not isinstance(model, str) or not model:
-        raise PlayDefinitionError(f"llm_tool {name!r}: model must be a model name like 'gpt-4o-mini', not {model!r}")
+        raise PlayDefinitionError(
+            f"llm_tool {name!r}: model must be a model name like 'gpt-4o-mini', not {model!r}"
+        )
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-        raise PlayDefinitionError(f"llm_tool {name!r}: base_url must be an http(s) URL like 'https://api.openai.com/v1', not {base_url!r}")
+        raise PlayDefinitionError(
+            f"llm_tool {name!r}: base_url must be an http(s) URL like 'https://api.openai.com/v1', not {base_url!r}"
+        )
     if secret is not None and not isinstance(secret, Secret):
-        raise PlayDefinitionError(f"llm_tool {name!r}: secret must come from pb.secret('ENV_VAR'), not a plain value")
+        raise PlayDefinitionError(
+            f"llm_tool {name!r}: secret must come from pb.secret('ENV_VAR'), not a plain value"
+        )
     if provider is not None and getattr(provider, "keys", None) is not None:
         if secret is not OPENAI_API_KEY:
             raise PlayDefinitionError(
@@ -368,24 +446,51 @@ def llm_tool(
         secret = None
     if system is not None and not isinstance(system, str):
         raise PlayDefinitionError(f"llm_tool {name!r}: system must be text, not {type(system).__name__}")
-    if temperature is not None and (
-        isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2
-    ):
-        raise PlayDefinitionError(
-            f"llm_tool {name!r}: temperature must be a number from 0 to 2 (or None to leave it out), not {temperature!r}"
-        )
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise PlayDefinitionError(f"llm_tool {name!r}: max_tokens must be a whole number >= 1, not {max_tokens!r}")
-    for reserved in ("model", "messages", "response_format", "stream", "n"):
-        if reserved in params:
-            raise PlayDefinitionError(f"llm_tool {name!r}: {reserved}= is set by the tool itself, not a request parameter")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise PlayDefinitionError(f"llm_tool {name!r}: timeout must be a number of seconds > 0, not {timeout!r}")
+    _check_request(name, temperature, max_tokens, timeout, params)
     request: dict[str, Any] = {"temperature": temperature} if temperature is not None else {}
     if max_tokens is not None:
         request["max_tokens"] = max_tokens
     request.update(params)
     return LlmTool(
-        name, model=model, base_url=base_url, secret=secret, provider=provider, system=system, output=output,
-        prices=prices, request=request, mode=mode, timeout=float(timeout), client=client,
-    )  # fmt: skip
+        name,
+        model=model,
+        base_url=base_url,
+        secret=secret,
+        provider=provider,
+        system=system,
+        output=output,
+        prices=prices,
+        request=request,
+        mode=mode,
+        timeout=float(timeout),
+        client=client,
+    )
+
+
+def _check_request(
+    name: str, temperature: Any, max_tokens: Any, timeout: Any, params: Mapping[str, Any]
+) -> None:
+    """The request options of ``llm_tool`` checked when the tool is defined, each error naming its option."""
+    if temperature is not None and (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not 0 <= temperature <= 2
+    ):
+        raise PlayDefinitionError(
+            f"llm_tool {name!r}: temperature must be a number from 0 to 2 (or None to leave it out), not {temperature!r}"
+        )
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
+        raise PlayDefinitionError(
+            f"llm_tool {name!r}: max_tokens must be a whole number >= 1, not {max_tokens!r}"
+        )
+    for reserved in ("model", "messages", "response_format", "stream", "n"):
+        if reserved in params:
+            raise PlayDefinitionError(
+                f"llm_tool {name!r}: {reserved}= is set by the tool itself, not a request parameter"
+            )
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise PlayDefinitionError(
+            f"llm_tool {name!r}: timeout must be a number of seconds > 0, not {timeout!r}"
+        )

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ..errors import ToolError
-from .failures import translate
-from .secrets import PLACEHOLDER, SecretAuth, bearer, scrub
+from playbook.errors import ToolError
+from playbook.secrets import PLACEHOLDER, SecretAuth, bearer, scrub
+from playbook.tools.failures import translate
 
 if TYPE_CHECKING:
-    from .llm import LlmTool
+    from playbook.tools.llm import LlmTool
 
 __all__ = ["FINISHED", "BatchApi"]
 
@@ -42,10 +42,17 @@ class BatchApi:
     def lines(self, members: list[tuple[str, list[dict[str, Any]]]]) -> bytes:
         """The input file: one request per ``(receipt key, messages)``."""
         rows = (
-            {"custom_id": key, "method": "POST", "url": "/v1/chat/completions", "body": self.tool.body(messages)}
+            {
+                "custom_id": key,
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": self.tool.body(messages),
+            }
             for key, messages in members
         )
-        return "".join(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n" for row in rows).encode("utf-8")
+        return "".join(
+            json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n" for row in rows
+        ).encode("utf-8")
 
     async def upload(self, client: httpx.AsyncClient, content: bytes) -> str:
         files = {"file": ("requests.jsonl", content, "application/jsonl")}
@@ -53,8 +60,12 @@ class BatchApi:
         return str(doc["id"])
 
     async def create(self, client: httpx.AsyncClient, file_id: str) -> dict[str, Any]:
-        body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h",
-                "metadata": {"playbook_tool": self.tool.name}}  # fmt: skip
+        body = {
+            "input_file_id": file_id,
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+            "metadata": {"playbook_tool": self.tool.name},
+        }
         return await self._json(client, "POST", "/batches", json=body)
 
     async def find(self, client: httpx.AsyncClient, file_id: str) -> dict[str, Any] | None:
@@ -94,10 +105,13 @@ class BatchApi:
         try:
             doc = json.loads(content)
         except ValueError:
-            raise ToolError(f"llm tool {self.tool.name!r}: {method} {path} answered malformed JSON", tool=self.tool.name) from None
+            raise ToolError(
+                f"llm tool {self.tool.name!r}: {method} {path} answered malformed JSON", tool=self.tool.name
+            ) from None
         if not isinstance(doc, dict):
             raise ToolError(
-                f"llm tool {self.tool.name!r}: {method} {path} answered {type(doc).__name__}, not an object", tool=self.tool.name
+                f"llm tool {self.tool.name!r}: {method} {path} answered {type(doc).__name__}, not an object",
+                tool=self.tool.name,
             )
         return scrub(doc)  # type: ignore[no-any-return]
 
@@ -109,7 +123,13 @@ class BatchApi:
         try:
             params = {**tool.query, **kwargs.pop("params", {})}
             resp = await client.request(
-                method, tool.base_url + path, params=params, auth=auth, headers=headers, timeout=tool.endpoint.timeout, **kwargs
+                method,
+                tool.base_url + path,
+                params=params,
+                auth=auth,
+                headers=headers,
+                timeout=tool.endpoint.timeout,
+                **kwargs,
             )
             content = await resp.aread()
             resp.raise_for_status()

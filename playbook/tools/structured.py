@@ -14,7 +14,7 @@ from typing import Any
 
 import pydantic
 
-from ..plays.outputs import adapter, explain
+from playbook.plays.outputs import adapter, explain
 
 __all__ = ["Structured", "strict_schema"]
 
@@ -36,7 +36,10 @@ class Structured:
         return f"<Structured {self.model.__name__}>"
 
     def response_format(self) -> dict[str, Any]:
-        return {"type": "json_schema", "json_schema": {"name": self.name, "schema": self.schema, "strict": True}}
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": self.name, "schema": self.schema, "strict": True},
+        }
 
     def parse(self, content: Any) -> tuple[dict[str, Any] | None, str | None]:
         """``(fields, None)`` for an answer that holds a valid object, else ``(None, why)``."""

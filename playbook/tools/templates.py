@@ -34,11 +34,15 @@ def collect(template: Any, out: list[str], where: str) -> None:
         try:
             parsed = list(_formatter.parse(template))
         except ValueError as exc:
-            raise BadTemplate(f"{where} {template!r}: {exc} ({_position(template)}; a literal brace is written {{{{ or }}}})") from None
+            raise BadTemplate(
+                f"{where} {template!r}: {exc} ({_position(template)}; a literal brace is written {{{{ or }}}})"
+            ) from None
         for _, field, _, _ in parsed:
             if field is not None:
                 if not field.isidentifier():
-                    raise BadTemplate(f"{where} {template!r}: placeholder {{{field}}} must be a plain name (an input of the tool)")
+                    raise BadTemplate(
+                        f"{where} {template!r}: placeholder {{{field}}} must be a plain name (an input of the tool)"
+                    )
                 if field not in out:
                     out.append(field)
     elif isinstance(template, Mapping):
@@ -147,9 +151,12 @@ class UrlTemplate:
         if field == self.lead:
             if not _ADDRESS.fullmatch(text):
                 raise BadValue(
-                    field, f"input {field!r} must be an http:// or https:// address with a host, no spaces and no user:password@, "
-                    f"not {shown!r}"
-                )  # fmt: skip
+                    field,
+                    f"input {field!r} must be an http:// or https:// address with a host, no spaces and no user:password@, "
+                    f"not {shown!r}",
+                )
         elif not _HOST.fullmatch(text):
-            raise BadValue(field, f"input {field!r} stands in the URL's host, so it must be a host name, not {shown!r}")
+            raise BadValue(
+                field, f"input {field!r} stands in the URL's host, so it must be a host name, not {shown!r}"
+            )
         return text

@@ -24,7 +24,14 @@ from urllib.parse import urlsplit
 
 import httpx
 
-__all__ = ["PER_HOST", "connection_budget", "default_client", "open_file_limit", "proxy_for", "warn_past_file_limit"]
+__all__ = [
+    "PER_HOST",
+    "connection_budget",
+    "default_client",
+    "open_file_limit",
+    "proxy_for",
+    "warn_past_file_limit",
+]
 
 PER_HOST = 100  # connections to one host: more rarely goes faster, and servers count them too
 _KEEPALIVE = 5.0  # seconds an idle connection is kept (httpx's default)
@@ -78,7 +85,9 @@ def default_client() -> httpx.AsyncClient:
     """A new client for one run (see the module docstring)."""
     budget = connection_budget()
     per_host = PER_HOST if budget is None else min(PER_HOST, budget)
-    limits = httpx.Limits(max_connections=per_host, max_keepalive_connections=per_host, keepalive_expiry=_KEEPALIVE)
+    limits = httpx.Limits(
+        max_connections=per_host, max_keepalive_connections=per_host, keepalive_expiry=_KEEPALIVE
+    )
     try:
         import aiohttp
         from httpx_aiohttp import AiohttpTransport, HttpxAiohttpClient
@@ -87,7 +96,9 @@ def default_client() -> httpx.AsyncClient:
     proxies = _configured_proxies()
     if proxies:
         if not all(_speaks_http(proxy) for proxy in proxies):
-            return httpx.AsyncClient(limits=limits)  # aiohttp cannot reach a socks proxy; httpx's own transport can
+            return httpx.AsyncClient(
+                limits=limits
+            )  # aiohttp cannot reach a socks proxy; httpx's own transport can
         # httpx reads the proxy variables and mounts a transport per proxy, as for plain httpx;
         # this client makes those transports aiohttp's.  Each pool holds `per_host` connections.
         return HttpxAiohttpClient(limits=limits)
@@ -97,7 +108,9 @@ def default_client() -> httpx.AsyncClient:
         # Made by the transport at its first request, inside the run's event loop.  The transport
         # would bound connections in all only; a bound per host keeps one slow provider from
         # taking the connections every other provider needs.
-        connector = aiohttp.TCPConnector(limit=budget or 0, limit_per_host=per_host, ssl=certificates, keepalive_timeout=_KEEPALIVE)
+        connector = aiohttp.TCPConnector(
+            limit=budget or 0, limit_per_host=per_host, ssl=certificates, keepalive_timeout=_KEEPALIVE
+        )
         return aiohttp.ClientSession(connector=connector)
 
     return httpx.AsyncClient(transport=AiohttpTransport(verify=certificates, limits=limits, client=session))
@@ -121,7 +134,9 @@ def proxy_for(url: str) -> tuple[str, str] | None:
     if not proxy or not _configured_proxies() or urllib.request.proxy_bypass(parts.hostname or ""):
         return None
     shown = urlsplit(proxy if "://" in proxy else "http://" + proxy)
-    where = f"{shown.scheme}://{shown.hostname}" + (f":{shown.port}" if shown.port else "")  # never its password
+    where = f"{shown.scheme}://{shown.hostname}" + (
+        f":{shown.port}" if shown.port else ""
+    )  # never its password
     return f"${name.upper()}_PROXY", where
 
 

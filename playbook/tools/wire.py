@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ..tagged import Unencodable
+from playbook.tagged import Unencodable
 
 __all__ = ["wire"]
 

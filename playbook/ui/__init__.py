@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..runtime.state import RunState
+from playbook.runtime.state.run_state import RunState
 
 __all__ = ["Controls", "attach_view"]
 
@@ -20,7 +20,12 @@ class Controls(NamedTuple):
 
 
 def attach_view(
-    state: RunState, progress: Any, *, background: bool = False, controls: Controls | None = None, awaited: bool = False
+    state: RunState,
+    progress: Any,
+    *,
+    background: bool = False,
+    controls: Controls | None = None,
+    awaited: bool = False,
 ) -> Any:
     """Subscribe the view ``progress`` asks for; returns it (or ``None`` for no view).
 
@@ -31,7 +36,7 @@ def attach_view(
     if progress is False:
         return None
     if progress == "widget" or (progress in ("auto", True) and _in_kernel()):
-        from .widget import WidgetView
+        from playbook.ui.widget import WidgetView
 
         return WidgetView(state, background=background, controls=controls)
     # A blocking map() outside a kernel keeps its text even when stderr is a file: a script run by
@@ -41,13 +46,13 @@ def attach_view(
     # the access log, so a bar per request would garble it; they have the Run's counters instead.
     if awaited and progress == "auto" and not _is_terminal(sys.stderr):
         return None
-    from .text import TextView
+    from playbook.ui.text import TextView
 
     return TextView(state)
 
 
 def _in_kernel() -> bool:
-    from .widget import in_kernel
+    from playbook.ui.widget import in_kernel
 
     return in_kernel()
 

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from .._internal.words import cut, duration, money, short_count, time_of_day
-from ..records import RunStats
-from ..runtime.state import LEG_COLUMNS, ProviderSeries, ProviderView, RunState, WorkerView
-from .svg import provider_chart, status_bar, svg_style
-from .tally import Tally
+from playbook._internal.words import cut, duration, money, short_count, time_of_day
+from playbook.records import RunStats
+from playbook.runtime.state.run_state import LEG_COLUMNS, ProviderSeries, ProviderView, RunState, WorkerView
+from playbook.ui.svg import provider_chart, status_bar, svg_style
+from playbook.ui.tally import Tally
 
 __all__ = [
     "CHARTS",
@@ -34,7 +34,7 @@ __all__ = [
     "rows_picture",
     "run_html",
     "workers_table",
-]  # fmt: skip
+]
 
 LIMIT = 20  # groups shown of the parked rows and of the errors
 CHARTS = 4  # providers drawn
@@ -51,9 +51,7 @@ def run_html(state: RunState, tally: Tally | None = None) -> str:
     s = state.stats()
     phase = "running" if state.finished is None else ("stopped" if state.stopped else "finished")
     rate = (s.done / s.elapsed) if s.elapsed else 0.0
-    head = (
-        f"<div class='playbook-run'>{_STYLE}{svg_style()}<b>{_e(state.play)}</b> · {phase} · {s.elapsed:.1f}s · {per_second(rate)} rows/s"
-    )
+    head = f"<div class='playbook-run'>{_STYLE}{svg_style()}<b>{_e(state.play)}</b> · {phase} · {s.elapsed:.1f}s · {per_second(rate)} rows/s"
     parts = [head, f"<div>{rows_picture(s)}</div>", counters_table(s)]
     parts += [f"<div class='playbook-notice'>⚠ {_e(note)}</div>" for note in state.notices]
     tally = tally if tally is not None else Tally.of(state)
@@ -68,7 +66,14 @@ def run_html(state: RunState, tally: Tally | None = None) -> str:
 
 def rows_picture(s: RunStats | RunState) -> str:
     """The rows as one stacked bar: ok, reused, failed, held, parked, skipped, then not done yet."""
-    counts = {"ok": s.ok, "reused": s.reused, "failed": s.failed, "held": s.held, "parked": s.parked, "skipped": s.skipped}
+    counts = {
+        "ok": s.ok,
+        "reused": s.reused,
+        "failed": s.failed,
+        "held": s.held,
+        "parked": s.parked,
+        "skipped": s.skipped,
+    }
     return status_bar(counts, s.total)
 
 
@@ -78,24 +83,61 @@ def provider_pictures(history: list[ProviderSeries]) -> str:
     if not history:
         return ""
     charts = "".join(
-        f"<div class='playbook-chart'><div>{_e(series.provider)}</div>{provider_chart(series)}</div>" for series in history[:CHARTS]
+        f"<div class='playbook-chart'><div>{_e(series.provider)}</div>{provider_chart(series)}</div>"
+        for series in history[:CHARTS]
     )
     more = len(history) - CHARTS
     rest = f"<div>… and {more:,} more providers</div>" if more > 0 else ""
-    return f"<div class='playbook-charts' style='display:flex;flex-wrap:wrap;gap:4px 16px'>{charts}</div>{rest}"
+    return (
+        f"<div class='playbook-charts' style='display:flex;flex-wrap:wrap;gap:4px 16px'>{charts}</div>{rest}"
+    )
 
 
 def counters_table(s: RunStats | RunState) -> str:
     """The run's counters, from its ``RunStats`` or its live ``RunState``."""
     return _table(
-        ["rows", "ok", "reused", "failed", "held", "parked", "skipped", "calls paid", "calls failed", "calls shared", "calls from receipts",
-         "calls local", "cost spent", "of it on failures", "cost saved"],
-        [[
-            *(f"{n:,}" for n in (s.total, s.ok, s.reused, s.failed, s.held, s.parked, s.skipped, s.calls_executed, s.calls_failed,
-                                 s.calls_shared, s.calls_reused, s.calls_local)),
-            money(s.cost_spent), money(s.cost_failed), money(s.cost_saved),
-        ]],
-    )  # fmt: skip
+        [
+            "rows",
+            "ok",
+            "reused",
+            "failed",
+            "held",
+            "parked",
+            "skipped",
+            "calls paid",
+            "calls failed",
+            "calls shared",
+            "calls from receipts",
+            "calls local",
+            "cost spent",
+            "of it on failures",
+            "cost saved",
+        ],
+        [
+            [
+                *(
+                    f"{n:,}"
+                    for n in (
+                        s.total,
+                        s.ok,
+                        s.reused,
+                        s.failed,
+                        s.held,
+                        s.parked,
+                        s.skipped,
+                        s.calls_executed,
+                        s.calls_failed,
+                        s.calls_shared,
+                        s.calls_reused,
+                        s.calls_local,
+                    )
+                ),
+                money(s.cost_spent),
+                money(s.cost_failed),
+                money(s.cost_saved),
+            ]
+        ],
+    )
 
 
 def _flow(p: ProviderView) -> list[str]:
@@ -104,9 +146,12 @@ def _flow(p: ProviderView) -> list[str]:
 
 
 def providers_table(
-    providers: Mapping[str, ProviderView], waiting: Mapping[str | None, int], *, now: float | None = None,
+    providers: Mapping[str, ProviderView],
+    waiting: Mapping[str | None, int],
+    *,
+    now: float | None = None,
     down_since: Mapping[str, float] | None = None,
-) -> str:  # fmt: skip
+) -> str:
     """One line per provider: open, held (until when) or down (since when, why, next probe); its rate
     and the calls in flight it allows, in flight, 429s, and the rows ``waiting`` on it.  Given
     ``now``, a hold or a probe shows the seconds left, for a live countdown."""
@@ -164,7 +209,9 @@ def in_words(error: str | None) -> str:
 
 
 def parked_table(
-    groups: list[tuple[int, str, str | None, float | None]], count: int, providers: Mapping[str, ProviderView] | None = None
+    groups: list[tuple[int, str, str | None, float | None]],
+    count: int,
+    providers: Mapping[str, ProviderView] | None = None,
 ) -> str:
     """Parked rows, a line per (reason, provider, ready-at minute): how many, why in words, the
     provider, when they are ready (its last HTTP status, from ``providers``); the largest
@@ -172,9 +219,14 @@ def parked_table(
     if not groups:
         return ""
     shown = [
-        [f"{n:,}", parked_why(reason), provider or "", _ready(reason, provider, ready, providers)] for n, reason, provider, ready in groups
+        [f"{n:,}", parked_why(reason), provider or "", _ready(reason, provider, ready, providers)]
+        for n, reason, provider, ready in groups
     ]
-    return "<div>parked rows</div>" + _table(["rows", "why", "provider", "ready at"], shown) + _more(count, "groups")
+    return (
+        "<div>parked rows</div>"
+        + _table(["rows", "why", "provider", "ready at"], shown)
+        + _more(count, "groups")
+    )
 
 
 def parked_why(reason: str) -> str:
@@ -190,12 +242,18 @@ _WHY = {
 }
 
 
-def _ready(reason: str, provider: str | None, ready: float | None, providers: Mapping[str, ProviderView] | None) -> str:
+def _ready(
+    reason: str, provider: str | None, ready: float | None, providers: Mapping[str, ProviderView] | None
+) -> str:
     if ready is None:
         return ""
     view = (providers or {}).get(provider or "")
     status = view.last_status if view is not None and reason == "hold" else None
-    return ("next probe " if reason == "down" else "") + time_of_day(ready) + (f" (HTTP {status})" if status else "")
+    return (
+        ("next probe " if reason == "down" else "")
+        + time_of_day(ready)
+        + (f" (HTTP {status})" if status else "")
+    )
 
 
 def errors_table(groups: list[tuple[int, str, Any, str, float]], count: int) -> str:
@@ -222,8 +280,13 @@ def workers_table(workers: list[WorkerView]) -> str:
     """A cluster run's workers: partitions running and finished, rows done of theirs, calls paid, rows in flight."""
     if not workers:
         return ""
-    rows = [[w.worker, w.running, w.finished, f"{w.done:,}/{w.rows:,}", w.calls_executed, w.in_flight] for w in workers[:LIMIT]]
-    table = _table(["worker", "partitions running", "finished", "rows done", "calls paid", "rows in flight"], rows)
+    rows = [
+        [w.worker, w.running, w.finished, f"{w.done:,}/{w.rows:,}", w.calls_executed, w.in_flight]
+        for w in workers[:LIMIT]
+    ]
+    table = _table(
+        ["worker", "partitions running", "finished", "rows done", "calls paid", "rows in flight"], rows
+    )
     return table + _more(len(workers), "workers")
 
 

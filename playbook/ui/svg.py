@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import NamedTuple, TypeVar
 
-from .._internal.words import duration, short_count
-from ..runtime.state import ProviderSeries
+from playbook._internal.words import duration, short_count
+from playbook.runtime.state.run_state import ProviderSeries
 
 __all__ = ["STATUSES", "provider_chart", "status_bar", "svg_style"]
 
@@ -52,7 +52,10 @@ _POINTS = 60  # points of the tokens line at most: a minute's window moves slowl
 def svg_style() -> str:
     """One ``<style>`` block mapping the pictures' classes to theme variables, scoped to a run's
     block (``.playbook-run``) and the live panel (``.playbook-live``)."""
-    rules = [f".playbook-run .{c},.playbook-live .{c}{{{prop}:var({var},{hex_})}}" for c, (prop, var, hex_) in _PALETTE.items()]
+    rules = [
+        f".playbook-run .{c},.playbook-live .{c}{{{prop}:var({var},{hex_})}}"
+        for c, (prop, var, hex_) in _PALETTE.items()
+    ]
     return "<style>" + "".join(rules) + "</style>"
 
 
@@ -90,7 +93,9 @@ def status_bar(counts: Mapping[str, int], total: int, *, width: int = 480, heigh
         x += w
     rest = max(total - sum(n for _, n in shown), 0)
     if x < width - 0.05 or not whole:
-        parts.append(_bar("pb-rest", x, width, height, f"not yet done: {_rows(rest, whole)}" if whole else "no rows"))
+        parts.append(
+            _bar("pb-rest", x, width, height, f"not yet done: {_rows(rest, whole)}" if whole else "no rows")
+        )
     return "".join(parts) + "</svg>"
 
 
@@ -152,11 +157,17 @@ def provider_chart(series: ProviderSeries, *, width: int = 360, height: int = 48
 
     tops_a = [y(a / c.secs, plot) for a in c.accepted]
     tops_r = [y((a + r) / c.secs, t) if r else t for a, r, t in zip(c.accepted, c.refused, tops_a)]
-    tops_f = [y((a + r + f) / c.secs, t) if f else t for a, r, f, t in zip(c.accepted, c.refused, c.failed, tops_r)]
+    tops_f = [
+        y((a + r + f) / c.secs, t) if f else t for a, r, f, t in zip(c.accepted, c.refused, c.failed, tops_r)
+    ]
 
     parts = [_SVG.format(w=width, h=full), f"<title>{name}: {_summary(series, c, peak, limit)}</title>"]
     parts += _spans(series, width, plot, n)
-    for cls, counts, tops in (("pb-5xx", c.failed, tops_f), ("pb-429", c.refused, tops_r), ("pb-ok", c.accepted, tops_a)):
+    for cls, counts, tops in (
+        ("pb-5xx", c.failed, tops_f),
+        ("pb-429", c.refused, tops_r),
+        ("pb-ok", c.accepted, tops_a),
+    ):
         if any(counts):  # back to front: each stack drawn whole, the one in front hides its lower part
             parts.append(f'<path {_paint(cls)} d="{_area(xs, tops, plot)}"/>')
     line = _line(xs, [None if r is None else max(y(r, plot + 1), 1) for r in c.rates])
@@ -166,7 +177,11 @@ def provider_chart(series: ProviderSeries, *, width: int = 360, height: int = 48
     if strip:
         parts += _tokens(xs, c.tokens, c.tpm, plot + _LABEL + 2)
         of = f" of {short_count(c.tpm)}" if c.tpm else ""
-        parts.append(_text(0, full - 2, f"tokens/min {short_count(c.tokens[-1])}{of} · peak {short_count(max(c.tokens))}"))
+        parts.append(
+            _text(
+                0, full - 2, f"tokens/min {short_count(c.tokens[-1])}{of} · peak {short_count(max(c.tokens))}"
+            )
+        )
     return "".join(parts) + "</svg>"
 
 
@@ -174,10 +189,14 @@ def _clean(series: ProviderSeries, n: int) -> _Clean:
     rates = [max(r, 0.0) if r is not None and math.isfinite(r) else None for r in _fit(series.rate, n, None)]
     tpm = series.tpm if series.tpm is not None and math.isfinite(series.tpm) and series.tpm > 0 else None
     return _Clean(
-        secs=series.width if series.width > 0 and math.isfinite(series.width) else 1.0, accepted=[_count(v) for v in series.accepted],
-        refused=[_count(v) for v in _fit(series.refused, n, 0)], failed=[_count(v) for v in _fit(series.failed, n, 0)],
-        rates=rates, tokens=[v if math.isfinite(v) and v > 0 else 0.0 for v in _fit(series.tokens, n, 0.0)], tpm=tpm,
-    )  # fmt: skip
+        secs=series.width if series.width > 0 and math.isfinite(series.width) else 1.0,
+        accepted=[_count(v) for v in series.accepted],
+        refused=[_count(v) for v in _fit(series.refused, n, 0)],
+        failed=[_count(v) for v in _fit(series.failed, n, 0)],
+        rates=rates,
+        tokens=[v if math.isfinite(v) and v > 0 else 0.0 for v in _fit(series.tokens, n, 0.0)],
+        tpm=tpm,
+    )
 
 
 def _label(series: ProviderSeries, c: _Clean, peak: float) -> str:
@@ -267,7 +286,9 @@ def _spans(series: ProviderSeries, width: int, plot: int, n: int) -> list[str]:
         if cols:
             d = [f"M{cols[0][0]} {_num(plot / 2)}h{cols[0][1] - cols[0][0]}"]
             d += [f"m{c[0] - p[1]} 0h{c[1] - c[0]}" for p, c in zip(cols, cols[1:])]
-            out.append(f'<path {_paint("pb-" + kind, stroke_width=str(plot), stroke_opacity=opacity)} d="{"".join(d)}"/>')
+            out.append(
+                f'<path {_paint("pb-" + kind, stroke_width=str(plot), stroke_opacity=opacity)} d="{"".join(d)}"/>'
+            )
     return out
 
 
@@ -288,7 +309,9 @@ def _tokens(xs: list[int], tokens: list[float], tpm: float | None, top: int) -> 
     rows: list[int | None] = [_STRIP - round(v / most * _STRIP) for v in tokens]
     out = [f'<g transform="translate(0 {top})"><path {_paint("pb-tokens")} d="{_line(xs, rows)}"/>']
     if tpm:
-        out.append(f'<path {_paint("pb-limit", stroke_dasharray="3 2")} d="M0 {_STRIP - round(tpm / most * _STRIP)}H{xs[-1]}"/>')
+        out.append(
+            f'<path {_paint("pb-limit", stroke_dasharray="3 2")} d="M0 {_STRIP - round(tpm / most * _STRIP)}H{xs[-1]}"/>'
+        )
     return [*out, "</g>"]
 
 

@@ -2,7 +2,7 @@
 
 The static summary can scan every row once at the end; a panel redrawn ten times a second over a
 million rows cannot.  ``Tally`` keeps the failed rows grouped by their error's group (one bug, one
-group: see :mod:`playbook.runtime.grouping`) and the parked rows grouped by reason, provider and
+group: see :mod:`playbook.runtime.rows.grouping`) and the parked rows grouped by reason, provider and
 the minute they are ready at, updated from the run's events, so a redraw costs the size of what
 it shows.
 """
@@ -13,8 +13,8 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from ..events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
-from ..runtime.state import Families, RunEvent, RunState
+from playbook.events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
+from playbook.runtime.state.run_state import Families, RunEvent, RunState
 
 __all__ = ["KINDS", "Tally"]
 
@@ -31,9 +31,23 @@ class Tally:
     """
 
     __slots__ = (
-        "_label", "failed", "families", "copies", "counts", "costs", "paid", "example", "parked", "parked_rows_by", "parked_reasons",
-        "parked_groups", "latest", "held", "held_by", "version",
-    )  # fmt: skip
+        "_label",
+        "failed",
+        "families",
+        "copies",
+        "counts",
+        "costs",
+        "paid",
+        "example",
+        "parked",
+        "parked_rows_by",
+        "parked_reasons",
+        "parked_groups",
+        "latest",
+        "held",
+        "held_by",
+        "version",
+    )
 
     def __init__(self, label: Callable[[int], Any]) -> None:
         self._label = label  # position -> the row's index label
@@ -42,7 +56,9 @@ class Tally:
         self.copies: dict[int, int] = {}  # position -> rows sharing its key, when more than one
         self.counts: dict[str, int] = {}  # fingerprint -> failed rows (its group: families.label)
         self.costs: dict[int, float] = {}  # position of a failed row that paid for calls -> what they cost
-        self.paid: dict[str, float] = {}  # fingerprint -> what its failed rows paid for (kept as rows come and go, as counts)
+        self.paid: dict[
+            str, float
+        ] = {}  # fingerprint -> what its failed rows paid for (kept as rows come and go, as counts)
         self.example: dict[str, int] = {}  # fingerprint -> a position that failed so
         self.parked: dict[int, _Parking] = {}  # position -> (reason, provider, ready_at)
         self.parked_rows_by: dict[str | None, int] = {}  # provider -> parked rows
@@ -185,7 +201,10 @@ class Tally:
             group = label(fingerprint)
             cost[group] = cost.get(group, 0.0) + paid
         top = heapq.nlargest(limit, rows.items(), key=lambda item: item[1])
-        return [(n, group, self._label(example[group]), self.failed[example[group]][1], cost.get(group, 0.0)) for group, n in top]
+        return [
+            (n, group, self._label(example[group]), self.failed[example[group]][1], cost.get(group, 0.0))
+            for group, n in top
+        ]
 
     @property
     def kinds(self) -> int:

@@ -23,8 +23,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .._internal.words import money, time_of_day, tokens
-from ..events import (
+from playbook._internal.words import money, time_of_day, tokens
+from playbook.events import (
     KeyRetired,
     ProviderDown,
     ProviderHoldLifted,
@@ -38,12 +38,21 @@ from ..events import (
     RunProgress,
     RunStarted,
 )
-from ..runtime.state import RunEvent, RunState
-from .html import in_words
-from .tally import KINDS as TALLY_KINDS
-from .tally import Tally
+from playbook.runtime.state.run_state import RunEvent, RunState
+from playbook.ui.html import in_words
+from playbook.ui.tally import KINDS as TALLY_KINDS
+from playbook.ui.tally import Tally
 
-__all__ = ["GROUPS_SHOWN", "LOG_EVERY", "LOG_WIDTH", "MIN_BAR", "TextView", "error_lines", "summary", "waiting_line"]
+__all__ = [
+    "GROUPS_SHOWN",
+    "LOG_EVERY",
+    "LOG_WIDTH",
+    "MIN_BAR",
+    "TextView",
+    "error_lines",
+    "summary",
+    "waiting_line",
+]
 
 _INTERVAL = 0.1  # at most 10 refreshes a second
 _HEARTBEAT = 1.0  # and at least one a second while the run goes: a hold's countdown and the clock move
@@ -54,15 +63,27 @@ _NARROW = "{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}"  # tqdm's line without "[
 LOG_EVERY = 5.0  # seconds between two lines of progress in a log (tqdm writes to a file every 10)
 GROUPS_SHOWN = 5  # groups of failed rows the summary lists
 _KINDS = (
-    RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted, ProviderDown, ProviderUp, RowFinished, RowRequeued, RowHeld,
-    RowSleeping, RunProgress, KeyRetired,
-)  # fmt: skip
+    RunStarted,
+    RunFinished,
+    ProviderHoldSet,
+    ProviderHoldLifted,
+    ProviderDown,
+    ProviderUp,
+    RowFinished,
+    RowRequeued,
+    RowHeld,
+    RowSleeping,
+    RunProgress,
+    KeyRetired,
+)
 
 
 class TextView:
     """A progress bar with the run's counters, refreshed at most 10 times a second."""
 
-    def __init__(self, state: RunState, *, file: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, state: RunState, *, file: Any = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._state = state
         self._file = file if file is not None else sys.stderr
         self._clock = clock
@@ -100,14 +121,27 @@ class TextView:
 
     def on_event(self, event: RunEvent) -> None:
         kind = type(event)
-        if kind is RowFinished or kind is RowRequeued or kind is RowHeld or kind is RowSleeping or kind is RunProgress:
+        if (
+            kind is RowFinished
+            or kind is RowRequeued
+            or kind is RowHeld
+            or kind is RowSleeping
+            or kind is RunProgress
+        ):
             if self._clock() - self._last >= _INTERVAL:
                 self._refresh()
             else:  # not now, but soon: the last events of a burst must not wait for the next one
                 self._arm(_INTERVAL)
         elif isinstance(event, RunStarted):
             if self._bar is None and self._terminal:
-                self._bar = tqdm(total=event.total, desc=event.play, unit="row", file=self._file, leave=True, dynamic_ncols=True)
+                self._bar = tqdm(
+                    total=event.total,
+                    desc=event.play,
+                    unit="row",
+                    file=self._file,
+                    leave=True,
+                    dynamic_ncols=True,
+                )
             self._logged = None  # a log says where a run (or a retry) starts
             self._refresh()
         elif kind is ProviderHoldSet or kind is ProviderHoldLifted:
@@ -140,7 +174,11 @@ class TextView:
                 return
             self._down.add(name)
             provider = self._state.provider_views().get(name)
-            probe = f"; next probe at {time_of_day(provider.probe_at)}" if provider is not None and provider.probe_at else ""
+            probe = (
+                f"; next probe at {time_of_day(provider.probe_at)}"
+                if provider is not None and provider.probe_at
+                else ""
+            )
             line = f"provider {name!r} is down: {in_words(event.error)}; its rows wait for it up to max_wait, then park{probe}"
         elif name in self._down:
             self._down.discard(name)
@@ -211,7 +249,11 @@ class TextView:
         s, columns = self._state, _log_width()
         # The rate over the time since the previous line, as tqdm's is over its last updates: no
         # rate (and no ETA) at a run's first line, nor while no row is done (a hold's silence).
-        rate = (s.done - self._logged_done) / (now - self._logged) if self._logged is not None and now > self._logged else 0.0
+        rate = (
+            (s.done - self._logged_done) / (now - self._logged)
+            if self._logged is not None and now > self._logged
+            else 0.0
+        )
         self._logged, self._logged_done = now, s.done
         count = f"{s.done:,}/{s.total:,} rows" + (f" ({100 * s.done // s.total}%)" if s.total else "")
         timed = f"{count} {_pace(s.elapsed, s.total - s.done, rate)}"
@@ -224,7 +266,10 @@ class TextView:
         print(f"{line} | {counters}" if counters else line, file=self._file, flush=True)
 
 
-_WHY_PARKED = {"budget": "the budget ran out", "store": "the receipt store refused writes (nothing it could not record was paid for)"}
+_WHY_PARKED = {
+    "budget": "the budget ran out",
+    "store": "the receipt store refused writes (nothing it could not record was paid for)",
+}
 
 
 def _pace(elapsed: float, left: int, rate: float) -> str:
@@ -297,7 +342,9 @@ def summary(state: RunState, tally: Tally) -> str:
         if parked and not p.down and not p.held:
             ready = max((at for _, on, at in tally.parked.values() if on == name and at), default=None)
             until = f", ready at {time_of_day(ready)}" if ready else ""
-            lines.append(f"provider {name!r}: {_rows(parked)} parked ({_reasons(tally.reasons(name))}){until}")
+            lines.append(
+                f"provider {name!r}: {_rows(parked)} parked ({_reasons(tally.reasons(name))}){until}"
+            )
     for reason, n in tally.reasons(None).items():
         lines.append(f"{_rows(n)} parked: " + _WHY_PARKED.get(reason, reason))
     if s.parked:
@@ -319,7 +366,9 @@ def error_lines(tally: Tally) -> list[str]:
         paid = f" (paid {money(cost)})" if cost else ""
         lines.append(f"  {n:,} × {group}{paid}; e.g. row {example!r}: {in_words(message)}")
     if kinds > GROUPS_SHOWN:
-        lines.append(f"  … and {kinds - GROUPS_SHOWN:,} more kinds (run.errors.groupby('group') lists them all)")
+        lines.append(
+            f"  … and {kinds - GROUPS_SHOWN:,} more kinds (run.errors.groupby('group') lists them all)"
+        )
     return lines
 
 

@@ -23,10 +23,17 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
-from ..events import ProviderDown, ProviderHoldLifted, ProviderHoldSet, ProviderUp, RunFinished, RunStarted
-from ..runtime.state import RunEvent, RunState
-from . import Controls
-from .html import (
+from playbook.events import (
+    ProviderDown,
+    ProviderHoldLifted,
+    ProviderHoldSet,
+    ProviderUp,
+    RunFinished,
+    RunStarted,
+)
+from playbook.runtime.state.run_state import RunEvent, RunState
+from playbook.ui import Controls
+from playbook.ui.html import (
     LIMIT,
     counters_table,
     errors_table,
@@ -38,10 +45,10 @@ from .html import (
     rows_picture,
     run_html,
     workers_table,
-)  # fmt: skip
-from .svg import svg_style
-from .tally import KINDS as TALLY_KINDS
-from .tally import Tally
+)
+from playbook.ui.svg import svg_style
+from playbook.ui.tally import KINDS as TALLY_KINDS
+from playbook.ui.tally import Tally
 
 __all__ = ["DELAY", "WidgetView", "in_kernel"]
 
@@ -49,7 +56,14 @@ _INTERVAL = 0.1  # at most 10 refreshes a second
 _TABLES_INTERVAL = 0.5
 _PICTURES_INTERVAL = 1.0
 DELAY = 0.5  # seconds a run goes on before its live panel appears
-_KINDS = (RunStarted, RunFinished, ProviderHoldSet, ProviderHoldLifted, ProviderDown, ProviderUp)  # not per row
+_KINDS = (
+    RunStarted,
+    RunFinished,
+    ProviderHoldSet,
+    ProviderHoldLifted,
+    ProviderDown,
+    ProviderUp,
+)  # not per row
 _CSS = (
     "<style>.playbook-live .widget-html-content{line-height:1.4}"
     ".playbook-live table{border-collapse:collapse;margin:4px 0}"
@@ -75,9 +89,14 @@ class WidgetView:
     ``controls``: what its buttons do (a background run's); ``None``: no buttons."""
 
     def __init__(
-        self, state: RunState, *, background: bool = False, controls: Controls | None = None,
-        clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-    ) -> None:  # fmt: skip
+        self,
+        state: RunState,
+        *,
+        background: bool = False,
+        controls: Controls | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         # The state holds this view (its listeners): a strong reference back would make a cycle,
         # and a finished run's rows would wait for the cyclic garbage collector.
         self._ref = weakref.ref(state)
@@ -137,8 +156,12 @@ class WidgetView:
         # Its panel has no buttons (interrupting the kernel stops it); a background run's has.
         controls = self._controls
         if controls is not None:
-            self.stop = w.Button(description="Stop", icon="stop", tooltip="Stop the run: rows not finished are skipped")
-            self.retry_parked = w.Button(description="Retry parked", tooltip="Run the parked rows again, with a fresh wait budget")
+            self.stop = w.Button(
+                description="Stop", icon="stop", tooltip="Stop the run: rows not finished are skipped"
+            )
+            self.retry_parked = w.Button(
+                description="Retry parked", tooltip="Run the parked rows again, with a fresh wait budget"
+            )
             self.retry_failed = w.Button(description="Retry failed", tooltip="Run the failed rows again")
             # The buttons hold the run: the panel stays on the page after the run, to retry it.
             self.stop.on_click(lambda _: controls.stop())
@@ -233,7 +256,13 @@ class WidgetView:
         elapsed = s.elapsed
         rate = done / elapsed if elapsed else 0.0
         eta = (s.total - done) / rate if rate and s.finished is None else 0.0
-        status = "stopping" if s.stopping and s.finished is None else "running" if s.finished is None else "finished"
+        status = (
+            "stopping"
+            if s.stopping and s.finished is None
+            else "running"
+            if s.finished is None
+            else "finished"
+        )
         head = (
             f"<b>{escape(s.play)}</b> · {status} · {done:,}/{s.total:,} rows · {elapsed:.1f}s"
             + (f" · ETA {eta:.0f}s" if eta else "")
@@ -241,8 +270,16 @@ class WidgetView:
         )
         tally = self.tally
         with self.panel.hold_sync():  # one batch of comm messages per refresh
-            providers = providers_table(s.provider_views(), tally.waiting(), now=self._wall(), down_since=s.down_since)
-            self.status.value = head + f"<div>{rows_picture(s)}</div>" + counters_table(s) + providers + workers_table(s.workers())
+            providers = providers_table(
+                s.provider_views(), tally.waiting(), now=self._wall(), down_since=s.down_since
+            )
+            self.status.value = (
+                head
+                + f"<div>{rows_picture(s)}</div>"
+                + counters_table(s)
+                + providers
+                + workers_table(s.workers())
+            )
             if self.stop is not None:
                 self.retry_parked.disabled = not tally.parked
                 self.retry_failed.disabled = not tally.failed
@@ -255,7 +292,9 @@ class WidgetView:
                     + errors_table(tally.error_groups(LIMIT), tally.kinds)
                     + legs_table(s)
                 )
-            elif now - self._last_pictures >= _PICTURES_INTERVAL:  # not with the tables: one refresh stays small
+            elif (
+                now - self._last_pictures >= _PICTURES_INTERVAL
+            ):  # not with the tables: one refresh stays small
                 self._last_pictures = now
                 self.pictures.value = provider_pictures(s.history())
 

@@ -306,7 +306,8 @@ def make_rows(seed: int = SEED) -> list[dict[str, object]]:
         records.append([first, last, company, website, country])
     rng.shuffle(records)
     rows: list[dict[str, object]] = [
-        dict(zip(("lead_id", "first", "last", "company", "website", "country"), [FIRST_ID + i, *rec])) for i, rec in enumerate(records)
+        dict(zip(("lead_id", "first", "last", "company", "website", "country"), [FIRST_ID + i, *rec]))
+        for i, rec in enumerate(records)
     ]
     for original in sorted(rng.sample(range(len(rows)), DUPLICATES), reverse=True):
         at = rng.randint(original + 1, len(rows))

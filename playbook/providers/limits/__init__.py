@@ -9,14 +9,26 @@ headers (:func:`retry_after`).
 
 from __future__ import annotations
 
-from .backoff import Backoff, announced, duration, retry_after
-from .base import HEADROOM, LONE, Limiter, Permit, Verdict
-from .gates import Window
-from .health import Health, Standing
-from .local import LocalLimiter
-from .pace import Pace
+from playbook.providers.limits.backoff import Backoff, announced, duration, retry_after
+from playbook.providers.limits.base import HEADROOM, LONE, Limiter, Permit, Verdict
+from playbook.providers.limits.gates import Window
+from playbook.providers.limits.health import Health, Standing
+from playbook.providers.limits.local import LocalLimiter
+from playbook.providers.limits.pace import Pace
 
 __all__ = [
-    "HEADROOM", "LONE", "Backoff", "Health", "Limiter", "LocalLimiter", "Pace", "Permit", "Standing", "Verdict", "Window", "announced", "duration",
+    "HEADROOM",
+    "LONE",
+    "Backoff",
+    "Health",
+    "Limiter",
+    "LocalLimiter",
+    "Pace",
+    "Permit",
+    "Standing",
+    "Verdict",
+    "Window",
+    "announced",
+    "duration",
     "retry_after",
-]  # fmt: skip
+]

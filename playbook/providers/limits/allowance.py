@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from .base import HEADROOM
+from playbook.providers.limits.base import HEADROOM
 
 __all__ = ["Allowance"]
 
@@ -38,7 +38,17 @@ __all__ = ["Allowance"]
 class Allowance:
     """``Allowance(limit, seconds)`` configured, ``Allowance()`` learnt from the provider's refusals."""
 
-    __slots__ = ("limit", "seconds", "configured", "_log", "_opened", "_count", "_recent", "_learnt", "_single_at")
+    __slots__ = (
+        "limit",
+        "seconds",
+        "configured",
+        "_log",
+        "_opened",
+        "_count",
+        "_recent",
+        "_learnt",
+        "_single_at",
+    )
 
     RECENT = 120.0  # learnt: seconds of send times kept to place a refused call among its window's
     # Learnt: the last tenth of the allowance goes one call at a time too.  An allowance read from
@@ -78,7 +88,11 @@ class Allowance:
     def single_file(self) -> bool:
         """Learnt: this window's allowance is used up, so calls go one at a time until a refusal
         says when it ends (or one is let in, and the allowance grows)."""
-        return not self.configured and self.limit is not None and self._count >= math.ceil(self.limit * self.SURE)
+        return (
+            not self.configured
+            and self.limit is not None
+            and self._count >= math.ceil(self.limit * self.SURE)
+        )
 
     def take(self, now: float, hold_end: float) -> None:
         """A call goes at ``now``; ``hold_end``: when the provider's last hold ended (a window opened)."""

@@ -69,7 +69,10 @@ def _exhausted_reset(headers: Mapping[str, str]) -> float | None:
     "1.5s"``) of a limit it says is used up (``x-ratelimit-remaining-tokens: 0``)."""
     waits = []
     for kind in ("requests", "tokens"):
-        remaining, reset = headers.get(f"x-ratelimit-remaining-{kind}"), headers.get(f"x-ratelimit-reset-{kind}")
+        remaining, reset = (
+            headers.get(f"x-ratelimit-remaining-{kind}"),
+            headers.get(f"x-ratelimit-reset-{kind}"),
+        )
         if remaining is not None and reset is not None and _seconds(remaining) == 0:
             wait = duration(reset)
             if wait is not None:

@@ -39,7 +39,18 @@ class Window:
 
     limit: int | None
 
-    __slots__ = ("configured", "limit", "in_flight", "opening", "_waiters", "_handed", "_oks", "_changed", "_blind", "_single")
+    __slots__ = (
+        "configured",
+        "limit",
+        "in_flight",
+        "opening",
+        "_waiters",
+        "_handed",
+        "_oks",
+        "_changed",
+        "_blind",
+        "_single",
+    )
 
     HORIZON = 2.0  # seconds of successes that say which levels went through
     INITIAL = 8

@@ -12,7 +12,7 @@ import math
 import threading
 from collections import deque
 
-from .waiters import wake_all
+from playbook.providers.limits.waiters import wake_all
 
 __all__ = ["Health", "Standing"]
 
@@ -100,8 +100,20 @@ class Health:
     """
 
     __slots__ = (
-        "failures", "down", "probe_t", "probing", "since", "answered_t", "_recent", "_probes", "_outcome", "_lock", "_fates", "_given", "_known",
-    )  # fmt: skip
+        "failures",
+        "down",
+        "probe_t",
+        "probing",
+        "since",
+        "answered_t",
+        "_recent",
+        "_probes",
+        "_outcome",
+        "_lock",
+        "_fates",
+        "_given",
+        "_known",
+    )
 
     DOWN_AFTER = 5
     RECENT = 20
@@ -122,9 +134,13 @@ class Health:
         self.answered_t = -math.inf  # loop clock: when the latest call answered was sent
         self._recent: deque[bool] = deque(maxlen=self.RECENT)  # True: failed
         self._probes = 0
-        self._outcome: list[asyncio.Future[None]] = []  # done when the probe in flight lands, one per loop waiting
+        self._outcome: list[
+            asyncio.Future[None]
+        ] = []  # done when the probe in flight lands, one per loop waiting
         self._lock = threading.Lock()  # two threads' calls must not both become the probe
-        self._fates: deque[bool] = deque(maxlen=self.FATES)  # True: it failed on its own; False: a retry went through
+        self._fates: deque[bool] = deque(
+            maxlen=self.FATES
+        )  # True: it failed on its own; False: a retry went through
         self._given = 0  # retries sent behind on what was learnt, to pick the ones that go at once
         self._known: dict[str, None] = {}  # requests that failed on their own, oldest first
 
@@ -132,7 +148,9 @@ class Health:
         state = "down" if self.down else "up"
         return f"<Health {state} failures_in_a_row={self.failures} recent={sum(self._recent)}/{len(self._recent)}>"
 
-    def success(self, sent_at: float = math.inf, standing: Standing | None = None, *, through: bool = False) -> bool:
+    def success(
+        self, sent_at: float = math.inf, standing: Standing | None = None, *, through: bool = False
+    ) -> bool:
         """A call sent at ``sent_at`` was answered (a 4xx or a 429 is an answer too; ``through``:
         with what it asked for); True when that brings the provider back up.  An answer to a call
         sent before it went down says nothing about now.  ``standing``: the call's (one failing

@@ -16,11 +16,11 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from .allowance import Allowance
-from .base import Permit, Verdict
-from .gates import Window
-from .pace import Pace
-from .waiters import here, wake_all
+from playbook.providers.limits.allowance import Allowance
+from playbook.providers.limits.base import Permit, Verdict
+from playbook.providers.limits.gates import Window
+from playbook.providers.limits.pace import Pace
+from playbook.providers.limits.waiters import here, wake_all
 
 __all__ = ["LocalLimiter", "token_burst"]
 
@@ -38,12 +38,27 @@ class LocalLimiter:
     asyncio loop's clock is ``time.monotonic()``.)
     """
 
-    __slots__ = ("pace", "tokens", "window", "allowance", "hold_until_t", "in_flight", "_lock", "_waiters", "_queued", "_loops")
+    __slots__ = (
+        "pace",
+        "tokens",
+        "window",
+        "allowance",
+        "hold_until_t",
+        "in_flight",
+        "_lock",
+        "_waiters",
+        "_queued",
+        "_loops",
+    )
 
     def __init__(
-        self, rate: float | None = None, burst: int | None = None, concurrency: int | None = None, tokens: float | None = None,
+        self,
+        rate: float | None = None,
+        burst: int | None = None,
+        concurrency: int | None = None,
+        tokens: float | None = None,
         allowance: tuple[int, float] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.pace = Pace(rate, burst)
         self.tokens = _token_pace(tokens) if tokens is not None else None
         self.window = Window(concurrency)
@@ -51,7 +66,9 @@ class LocalLimiter:
         self.hold_until_t = 0.0  # loop clock
         self.in_flight = 0  # calls on the wire
         self._lock = threading.Lock()
-        self._waiters: deque[tuple[asyncio.Future[bool], float]] = deque()  # (slot, weight), in order, on any loop
+        self._waiters: deque[tuple[asyncio.Future[bool], float]] = (
+            deque()
+        )  # (slot, weight), in order, on any loop
         self._queued = 0.0  # the waiters' weights, summed
         self._loops: dict[asyncio.AbstractEventLoop, _Timer] = {}  # each loop with waiters: its timer
 
@@ -158,10 +175,14 @@ class LocalLimiter:
                 verdict = Verdict.LOWERED
             elif short and lone:
                 verdict = Verdict.LONE
-            elif not (hinted and self.tokens is not None):  # else a token limit's refusal, most likely: its hold says when
+            elif not (
+                hinted and self.tokens is not None
+            ):  # else a token limit's refusal, most likely: its hold says when
                 rearm = self.pace.limited(now, permit.sent_at, pending=self.in_flight)
                 verdict = Verdict.LOWERED if rearm else Verdict.NOTED
-            if hinted and not short and verdict is not Verdict.LONE:  # a window's end, most likely: what did it let in?
+            if (
+                hinted and not short and verdict is not Verdict.LONE
+            ):  # a window's end, most likely: what did it let in?
                 self.allowance.refused(permit.sent_at)
                 self.window.single(self.allowance.single_file())
             self.window.release()
@@ -283,7 +304,9 @@ class LocalLimiter:
             self._queued -= weight
             self._gone(slot.get_loop())
 
-    def _queue(self, loop: asyncio.AbstractEventLoop, now: float, slot: asyncio.Future[bool], weight: float) -> None:
+    def _queue(
+        self, loop: asyncio.AbstractEventLoop, now: float, slot: asyncio.Future[bool], weight: float
+    ) -> None:
         """Under the lock: queue ``slot``; its loop's timer lets the queue out when the first slot
         is due (sooner than it was armed for, if the schedule moved up)."""
         self._waiters.append((slot, weight))
@@ -311,7 +334,9 @@ class LocalLimiter:
                     self._take(now, weight, queued=True)
                     let_out.append(slot)
                     if self.allowance.single_file():
-                        bounced = self._unqueue_all()  # past the window's allowance: back to the gate, one at a time
+                        bounced = (
+                            self._unqueue_all()
+                        )  # past the window's allowance: back to the gate, one at a time
             if waiters and self._loops.get(loop) is timer:
                 timer.arm(now + self._delay(now, waiters[0][1]), self._release)
         wake_all(let_out, True)

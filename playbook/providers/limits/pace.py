@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from .base import rate_news
+from playbook.providers.limits.base import rate_news
 
 __all__ = ["Pace"]
 
@@ -48,9 +48,26 @@ class Pace:
     """
 
     __slots__ = (
-        "rate", "ceiling", "burst", "floor", "_tat", "_not_before", "_last_cut", "_ok", "_sent", "_refused", "_quiet", "_started",
-        "_resumed", "_slow_start", "_shown", "_target", "_grown", "_refusals", "_level",
-    )  # fmt: skip
+        "rate",
+        "ceiling",
+        "burst",
+        "floor",
+        "_tat",
+        "_not_before",
+        "_last_cut",
+        "_ok",
+        "_sent",
+        "_refused",
+        "_quiet",
+        "_started",
+        "_resumed",
+        "_slow_start",
+        "_shown",
+        "_target",
+        "_grown",
+        "_refusals",
+        "_level",
+    )
 
     WINDOW = 1.0  # seconds of sending that measure what the provider accepts
     LEAST = 0.25  # less sending than this measures nothing
@@ -96,7 +113,11 @@ class Pace:
     def delay(self, now: float, weight: float = 1.0) -> float:
         """Seconds until the next call (of ``weight`` units) may go (0: now)."""
         rate = self.rate
-        at = self._not_before if rate is None else max(self._not_before, self._tat - max(0.0, self.burst - weight) / rate)
+        at = (
+            self._not_before
+            if rate is None
+            else max(self._not_before, self._tat - max(0.0, self.burst - weight) / rate)
+        )
         return max(0.0, at - now)
 
     def take(self, now: float, *, queued: bool = False, weight: float = 1.0) -> None:
@@ -219,7 +240,9 @@ class Pace:
         # it refused last): while finding the rate, or probing past that level, a refusal is the measurement.
         rate = self.rate
         level = self._level if now - self._last_cut < self.FORGET else None
-        under = rate is not None and (rate < level if level is not None else self.ceiling is not None and rate <= self.ceiling)
+        under = rate is not None and (
+            rate < level if level is not None else self.ceiling is not None and rate <= self.ceiling
+        )
         if not under or self._slow_start:
             return False
         if len(refusals) > max(self.FEW, self.JITTER * _since(self._sent, now - self.CALM)):
@@ -235,7 +258,9 @@ class Pace:
         self._refused.append(sent_at)
         if sent_at <= self._last_cut:
             return False  # already cut for this episode
-        accepted = self.accepted(now) or None  # nothing accepted while sending: a quota's refusal, no rate to read
+        accepted = (
+            self.accepted(now) or None
+        )  # nothing accepted while sending: a quota's refusal, no rate to read
         rate = self.rate
         if rate is None:
             oks = self._ok
@@ -266,7 +291,11 @@ class Pace:
             cut = self.DEEP if soon else self.CUT
             base = rate if accepted is None or soon else min(rate, accepted)
         # Refused again at (or under) the level recovered to: that level was too high too.
-        again = self._target is not None and now - self._last_cut < self.FORGET and (rate or 0.0) <= self._target * 1.01
+        again = (
+            self._target is not None
+            and now - self._last_cut < self.FORGET
+            and (rate or 0.0) <= self._target * 1.01
+        )
         self._last_cut = now
         self.rate = max(self._floor(), base * cut)
         self._shown = self.rate

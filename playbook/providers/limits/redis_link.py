@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..._internal.dist import install_hint
-from ...errors import PlayDefinitionError
+from playbook._internal.dist import install_hint
+from playbook.errors import PlayDefinitionError
 
 __all__ = ["Link", "import_redis", "split_options"]
 
@@ -31,10 +31,27 @@ PERMIT_TTL = 30.0  # seconds a permit outlives its process; renewed every third 
 class Link:
     """This loop's client and permits (``renew(keys)`` renews the permits still held)."""
 
-    __slots__ = ("loop", "turn", "freed", "permits", "busy", "_open", "_client", "_scripts", "_renew", "_renewer", "_every")
+    __slots__ = (
+        "loop",
+        "turn",
+        "freed",
+        "permits",
+        "busy",
+        "_open",
+        "_client",
+        "_scripts",
+        "_renew",
+        "_renewer",
+        "_every",
+    )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, open_client: Callable[[], tuple[Any, dict[str, Any]]],
-                 renew: Callable[[Link, list[str]], Awaitable[None]], every: float) -> None:  # fmt: skip
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        open_client: Callable[[], tuple[Any, dict[str, Any]]],
+        renew: Callable[[Link, list[str]], Awaitable[None]],
+        every: float,
+    ) -> None:
         self.loop = loop
         self.turn = asyncio.Lock()  # one asker for a permit at a time; the rest wait here, in order
         self.freed = asyncio.Event()  # a slot came back: the asker asks again now, not at its next poll
@@ -107,5 +124,7 @@ def split_options(url: str, provider: str) -> tuple[str, float]:
         except ValueError:
             ttl = -1.0
         if not 0.1 <= ttl <= 86400:
-            raise PlayDefinitionError(f"Provider {provider!r}: permit_ttl in shared= must be seconds in [0.1, 86400], not {ours[-1][1]!r}")
+            raise PlayDefinitionError(
+                f"Provider {provider!r}: permit_ttl in shared= must be seconds in [0.1, 86400], not {ours[-1][1]!r}"
+            )
     return urlunsplit(parts._replace(query=urlencode(rest))), ttl

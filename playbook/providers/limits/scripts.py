@@ -27,10 +27,22 @@ account's sends instead of one process's.
 
 from __future__ import annotations
 
-from .allowance import Allowance
-from .pace import Pace
+from playbook.providers.limits.allowance import Allowance
+from playbook.providers.limits.pace import Pace
 
-__all__ = ["ACQUIRE", "CHARGE", "HELD", "HOLD", "REFUSED", "RELEASE", "RENEW", "SETTLE", "TOKENS", "maybe_float", "optional"]
+__all__ = [
+    "ACQUIRE",
+    "CHARGE",
+    "HELD",
+    "HOLD",
+    "REFUSED",
+    "RELEASE",
+    "RENEW",
+    "SETTLE",
+    "TOKENS",
+    "maybe_float",
+    "optional",
+]
 
 
 def optional(value: float | None) -> str:

@@ -28,29 +28,39 @@ import threading
 from collections import deque
 from typing import Any, Literal
 
-from ..._internal.dist import install_hint
-from ..._internal.owners import HOST, dead
-from ..._internal.urls import masked
-from ...errors import PlayDefinitionError, ToolError
-from . import scripts
-from .allowance import Allowance
-from .base import Permit, Verdict, rate_news
-from .clock import RemoteClock
-from .gates import Window
-from .local import token_burst
-from .pace import Pace
-from .redis_link import Link, import_redis, split_options
-from .scripts import maybe_float, optional
-from .waiters import here
+from playbook._internal.dist import install_hint
+from playbook._internal.owners import HOST, dead
+from playbook._internal.urls import masked
+from playbook.errors import PlayDefinitionError, ToolError
+from playbook.providers.limits import scripts
+from playbook.providers.limits.allowance import Allowance
+from playbook.providers.limits.base import Permit, Verdict, rate_news
+from playbook.providers.limits.clock import RemoteClock
+from playbook.providers.limits.gates import Window
+from playbook.providers.limits.local import token_burst
+from playbook.providers.limits.pace import Pace
+from playbook.providers.limits.redis_link import Link, import_redis, split_options
+from playbook.providers.limits.scripts import maybe_float, optional
+from playbook.providers.limits.waiters import here
 
 __all__ = ["RedisLimiter"]
 
 HORIZON = 0.5  # seconds ahead a rate slot may be reserved
 POLL = 0.025  # seconds between asks while the account has no room (a local release asks at once)
-MISSED = 0.01  # seconds late past which a slot is missed, however high the rate (a timer's own lateness is not)
-_SCRIPTS = {"acquire": scripts.ACQUIRE, "held": scripts.HELD, "settle": scripts.SETTLE, "refused": scripts.REFUSED,
-            "release": scripts.RELEASE, "hold": scripts.HOLD, "renew": scripts.RENEW, "tokens": scripts.TOKENS,
-            "charge": scripts.CHARGE}  # fmt: skip
+MISSED = (
+    0.01  # seconds late past which a slot is missed, however high the rate (a timer's own lateness is not)
+)
+_SCRIPTS = {
+    "acquire": scripts.ACQUIRE,
+    "held": scripts.HELD,
+    "settle": scripts.SETTLE,
+    "refused": scripts.REFUSED,
+    "release": scripts.RELEASE,
+    "hold": scripts.HOLD,
+    "renew": scripts.RENEW,
+    "tokens": scripts.TOKENS,
+    "charge": scripts.CHARGE,
+}
 _ids = itertools.count(1)
 _VERDICTS = {b"lone": Verdict.LONE, b"cut": Verdict.LOWERED, b"noted": Verdict.NOTED}
 
@@ -63,25 +73,45 @@ class RedisLimiter:
     long a dead process's permits keep their slots (default 30 s).
     """
 
-    def __init__(self, url: str, account: str, *, provider: str, rate: float | None = None, burst: int | None = None,
-                 concurrency: int | None = None, tokens: float | None = None, window: tuple[int, float] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        account: str,
+        *,
+        provider: str,
+        rate: float | None = None,
+        burst: int | None = None,
+        concurrency: int | None = None,
+        tokens: float | None = None,
+        window: tuple[int, float] | None = None,
+    ) -> None:
         try:
             self._redis = import_redis()
         except ImportError as exc:
-            raise PlayDefinitionError(f"Provider {provider!r}: shared={masked(url)!r} needs redis-py: {install_hint('redis')}") from exc
+            raise PlayDefinitionError(
+                f"Provider {provider!r}: shared={masked(url)!r} needs redis-py: {install_hint('redis')}"
+            ) from exc
         self.url, self.provider = url, provider
         self._url, self.permit_ttl = split_options(url, provider)
         try:
             self._redis.connection.parse_url(self._url)
         except ValueError as exc:
-            raise PlayDefinitionError(f"Provider {provider!r}: shared={masked(url)!r} is not a Redis URL ({exc})") from exc
+            raise PlayDefinitionError(
+                f"Provider {provider!r}: shared={masked(url)!r} is not a Redis URL ({exc})"
+            ) from exc
         self.prefix = f"playbook:limit:{{{account}}}:"
-        self.ceiling, self.burst, self.floor = rate, burst or 1, rate / 10 if rate is not None else Pace(None).floor
+        self.ceiling, self.burst, self.floor = (
+            rate,
+            burst or 1,
+            rate / 10 if rate is not None else Pace(None).floor,
+        )
         self.window = Window(concurrency)  # discovers a bound from the account-wide levels 429s meet
         self.rate: float | None = rate  # the shared rate, as last read
         self.token_rate = tokens  # tokens a second (configured or announced); None: calls are not weighed
         # A configured window's calls and span (Allowance's arithmetic) for the scripts; [0, 0]: learnt.
-        self.window_args: list[Any] = [window[0], f"{Allowance(*window).span:.6f}"] if window is not None else [0, 0]
+        self.window_args: list[Any] = (
+            [window[0], f"{Allowance(*window).span:.6f}"] if window is not None else [0, 0]
+        )
         self.hold_until_t = 0.0  # loop clock
         self._room_at = 0.0  # loop clock: the account had no slot before this, as last answered
         self.in_flight = 0  # this process's calls on the wire
@@ -96,8 +126,10 @@ class RedisLimiter:
     def __repr__(self) -> str:
         rate = "unlimited" if self.rate is None else f"{self.rate:.3g}/s"
         limit = self.in_flight_limit
-        return (f"<RedisLimiter {masked(self.url)} {self.prefix}* rate={rate} in_flight_limit={limit} "
-                f"on_wire={self.in_flight} permits={self._held()} hold_until_t={self.hold_until_t:.3f}>")  # fmt: skip
+        return (
+            f"<RedisLimiter {masked(self.url)} {self.prefix}* rate={rate} in_flight_limit={limit} "
+            f"on_wire={self.in_flight} permits={self._held()} hold_until_t={self.hold_until_t:.3f}>"
+        )
 
     @property
     def in_flight_limit(self) -> int | None:
@@ -126,7 +158,9 @@ class RedisLimiter:
     # -- the Limiter protocol ------------------------------------------------------------------
 
     async def acquire(self, weight: float = 1.0, patience: float = math.inf) -> Permit | None:
-        while True:  # each round on this loop's link as it is now: a missed slot given back may have closed it
+        while (
+            True
+        ):  # each round on this loop's link as it is now: a missed slot given back may have closed it
             loop, link = self._link()
             key = f"{self._host}:{next(_ids)}"
             link.busy += 1
@@ -145,7 +179,9 @@ class RedisLimiter:
             if permit is not False:
                 return permit
 
-    async def _due(self, permit: Permit, loop: asyncio.AbstractEventLoop, link: Link) -> Permit | Literal[False] | None:
+    async def _due(
+        self, permit: Permit, loop: asyncio.AbstractEventLoop, link: Link
+    ) -> Permit | Literal[False] | None:
         """Wait for the permit's slot: the permit, None when a hold came first, or False when
         it would go in a bunch (see :meth:`_bunched`): the slots that came due while the loop
         stalled are the account's loss, and a fresh one is asked for, so calls reserved ahead do
@@ -177,7 +213,11 @@ class RedisLimiter:
         went within the last interval: the loop stalled, and the calls whose slots came due
         meanwhile would go together.  (A call late alone goes: its slot is worth a round trip.)"""
         interval, sent = 1.0 / self.rate if self.rate else math.inf, self._sent  # no rate: no slots to bunch
-        return now - permit.sent_at > max(interval, MISSED) and len(sent) == sent.maxlen and now - sent[0] < interval
+        return (
+            now - permit.sent_at > max(interval, MISSED)
+            and len(sent) == sent.maxlen
+            and now - sent[0] < interval
+        )
 
     async def settle(self, permit: Permit, actual: float | None = None) -> bool:
         if not self._landed(permit):
@@ -189,7 +229,9 @@ class RedisLimiter:
         if extra and self.token_rate is not None:
             await self._quietly("charge", ["tokens"], [extra, self.token_rate], None)
         args = [permit.key, 0, optional(self.ceiling), f"{permit.sent_at + permit.offset:.6f}"]
-        reply = await self._quietly("settle", ["gcra", "permits", "aimd", "allow", "allowlog"], args, permit.key)
+        reply = await self._quietly(
+            "settle", ["gcra", "permits", "aimd", "allow", "allowlog"], args, permit.key
+        )
         if reply is not None:
             self.rate = maybe_float(reply[1])
         return self._changed() or grew
@@ -203,9 +245,19 @@ class RedisLimiter:
             await self._quietly("release", ["permits"], [permit.key], permit.key)
             return Verdict.LOWERED
         sent_at = permit.sent_at + permit.offset
-        judge = "0" if hinted and self.token_rate is not None else "1"  # a token limit's refusal: not the request rate's
+        judge = (
+            "0" if hinted and self.token_rate is not None else "1"
+        )  # a token limit's refusal: not the request rate's
         hint = "short" if short else "long" if hinted else "none"
-        args = [permit.key, f"{sent_at:.6f}", judge, optional(self.ceiling), self.floor, hint, "0" if self.window_args[0] else "1"]
+        args = [
+            permit.key,
+            f"{sent_at:.6f}",
+            judge,
+            optional(self.ceiling),
+            self.floor,
+            hint,
+            "0" if self.window_args[0] else "1",
+        ]
         reply = await self._quietly("refused", ["permits", "aimd", "allow", "allowlog"], args, permit.key)
         if reply is None:
             return Verdict.NOTED
@@ -220,7 +272,9 @@ class RedisLimiter:
 
     async def hold(self, until: float) -> float:
         loop = asyncio.get_running_loop()
-        self.hold_until_t = max(self.hold_until_t, until)  # this process keeps to it even if Redis cannot hear it
+        self.hold_until_t = max(
+            self.hold_until_t, until
+        )  # this process keeps to it even if Redis cannot hear it
         reply = await self._quietly("hold", ["hold", "aimd"], [max(0.0, until - loop.time())], None)
         if reply is not None:
             self._learn(reply[0], reply[1], None, loop)
@@ -231,12 +285,15 @@ class RedisLimiter:
     async def _tokens(self, weight: float, loop: asyncio.AbstractEventLoop, link: Link) -> float:
         """Reserve a call's tokens at the account's token rate; returns when they are due (loop clock)."""
         assert self.token_rate is not None
-        reply = await self._script(link, "tokens", ["tokens"], [weight, self.token_rate, token_burst(self.token_rate)])
+        reply = await self._script(
+            link, "tokens", ["tokens"], [weight, self.token_rate, token_burst(self.token_rate)]
+        )
         self._clock.read(float(reply[0]), loop.time())
         return self._clock.here(float(reply[0]) + float(reply[1]))
 
-    async def _reserve(self, key: str, weight: float, loop: asyncio.AbstractEventLoop, link: Link,
-                       patience: float) -> tuple[int, float] | None:  # fmt: skip
+    async def _reserve(
+        self, key: str, weight: float, loop: asyncio.AbstractEventLoop, link: Link, patience: float
+    ) -> tuple[int, float] | None:
         """Ask until the account has room and a rate slot within ``HORIZON``: ``(level, slot_t)``, the
         slot on this loop's clock (clock.py); None when a hold is in force or the slot is past
         ``patience`` (``expected_wait`` says when, to the governor: its row parks, or steps aside)."""
@@ -247,8 +304,19 @@ class RedisLimiter:
                     return None
                 link.freed.clear()
                 limit = self.window.limit or 0
-                args = [key, 1, limit, self.permit_ttl, optional(self.ceiling), self.burst, HORIZON, *self.window_args]
-                reply = await self._script(link, "acquire", ["gcra", "hold", "permits", "aimd", "allow", "allowlog", "winlog"], args)
+                args = [
+                    key,
+                    1,
+                    limit,
+                    self.permit_ttl,
+                    optional(self.ceiling),
+                    self.burst,
+                    HORIZON,
+                    *self.window_args,
+                ]
+                reply = await self._script(
+                    link, "acquire", ["gcra", "hold", "permits", "aimd", "allow", "allowlog", "winlog"], args
+                )
                 status = reply[0]
                 self._learn(reply[1], reply[2], reply[3], loop)
                 if status == b"held":
@@ -284,8 +352,14 @@ class RedisLimiter:
         self._reaped = loop.time()
         name = self.prefix + "permits"
         client, _ = link.connect()
-        with contextlib.suppress(self._redis.exceptions.RedisError, OSError):  # then they expire, as elsewhere
-            gone = [permit for permit in await client.zrange(name, 0, -1) if dead(permit.decode("utf-8", "replace"))]
+        with contextlib.suppress(
+            self._redis.exceptions.RedisError, OSError
+        ):  # then they expire, as elsewhere
+            gone = [
+                permit
+                for permit in await client.zrange(name, 0, -1)
+                if dead(permit.decode("utf-8", "replace"))
+            ]
             if gone:
                 await client.zrem(name, *gone)
 
@@ -293,13 +367,16 @@ class RedisLimiter:
         client, scripts = link.connect()
         link.busy += 1
         try:
-            return await scripts[name](keys=[self.prefix + k for k in keys], args=[self.prefix, *args], client=client)
+            return await scripts[name](
+                keys=[self.prefix + k for k in keys], args=[self.prefix, *args], client=client
+            )
         except (self._redis.exceptions.RedisError, OSError) as exc:
             raise ToolError(
                 f"shared limits of provider {self.provider!r} at {masked(self.url)} are out of reach "
                 f"({type(exc).__name__}: {exc})",
-                provider=self.provider, retryable=True,
-            ) from exc  # fmt: skip
+                provider=self.provider,
+                retryable=True,
+            ) from exc
         finally:
             link.busy -= 1
 

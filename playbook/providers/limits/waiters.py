@@ -43,7 +43,12 @@ def wake_all(waiters: Iterable[asyncio.Future[T]], value: T, undo: Callable[[], 
         _wake(waiter, value, undo, current)
 
 
-def _wake(waiter: asyncio.Future[T], value: T, undo: Callable[[], None] | None, current: asyncio.AbstractEventLoop | None) -> None:
+def _wake(
+    waiter: asyncio.Future[T],
+    value: T,
+    undo: Callable[[], None] | None,
+    current: asyncio.AbstractEventLoop | None,
+) -> None:
     loop = waiter.get_loop()
     if loop is current:
         _complete(waiter, value, undo)

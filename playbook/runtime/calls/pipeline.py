@@ -1,0 +1,442 @@
+"""What ``await ctx.tool(...)`` does, as a pipeline of small steps::
+
+    key      the receipt key of the call (its input in key form; a forgotten await caught here)
+    lookup   a receipt answers (or the same call, in flight for another row, is waited for);
+             a tool whose recent calls had none is looked up once its lease is held, not before
+    lease    this process takes the call; or, while rows not started yet wait, the row steps
+             back for one of them (another process is paying for it: processes on the same
+             rows share them out); or it waits for that process's receipt
+    store    the store takes writes (a call it cannot record is not paid for): while it
+             refuses them the call waits, for the store's grace, then the row parks
+    budget   max_cost is reserved, or the row parks
+    route    a batch (coalesced with other rows' calls), the provider's governor (holds, rate,
+             retries, over the row's wait budget), or straight to the tool
+    dispatch one try of the tool, its errors classified
+    record   the answer becomes a receipt before anything else happens to the row
+    release  the lease and the in-flight marker go, once the receipt is on disk
+
+*Landing* (dispatch, then record) is protected: a run stopped (or interrupted with Ctrl-C) cancels its rows, but
+not those whose call is already sent; each lands its receipt (within a grace period), then stops: no paying twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from playbook._internal.flow import Leased, OnHold
+from playbook.errors import PlaybookError, RunFatal, ToolError
+from playbook.keys import forced_key, key_text
+from playbook.runtime.calls.kept_errors import (
+    ONE_REQUEST,
+    not_storable,
+    refusal,
+    refused,
+    replayed,
+    unkeyable,
+)
+from playbook.runtime.calls.recording import record
+from playbook.runtime.estimate.distinct import Called
+from playbook.runtime.state.upstream import dispatch as governed
+from playbook.runtime.state.upstream import learn
+from playbook.store import MISSING
+from playbook.store.records import Refusal
+from playbook.tagged import Unencodable, encode
+from playbook.tools import CallEnv, Tool
+from playbook.tools.base import Spent, is_local
+from playbook.tools.failures import translate
+
+if TYPE_CHECKING:
+    from playbook.providers.provider import Ticket
+    from playbook.runtime.calls.scope import RunScope
+
+__all__ = ["Caller", "call_tool", "invoke", "paid"]
+
+Send = Callable[[], Awaitable[tuple[Any, bool]]]
+
+
+class Caller(Protocol):
+    """The row making a call, as the pipeline needs it (a :class:`~.ledger.RowLedger`)."""
+
+    @property
+    def scope(self) -> RunScope: ...
+    @property
+    def row_key(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    def occurrence(self, name: str) -> int: ...
+    def used(self, tool: Tool[Any], key: str | None) -> None: ...
+    def count(self, tool: Tool[Any], *, reused: bool, spent: Spent, shared: bool = False) -> None: ...
+    def forgotten_await(self, value: Any) -> str: ...
+
+
+class Pending(NamedTuple):
+    """A call that missed its receipt, on its way to being paid for."""
+
+    key: str
+    values: Any
+    logical: str  # (row, tool, occurrence): the same across the row's replays
+    forced: bool
+    ttl: float | None
+    leg: bool  # a waterfall's leg: a provider that is down passes to the next leg at once
+
+
+async def call_tool(
+    ctx: Caller,
+    tool: Tool[Any],
+    input: Any,
+    force: bool,
+    ttl: float | None,
+    kwargs: dict[str, Any],
+    *,
+    leg: bool = False,
+) -> tuple[Any, bool]:
+    """``(value, miss)`` of one call: from its receipt, or paid for and recorded (``leg``: as a
+    waterfall's leg)."""
+    scope = ctx.scope
+    values = tool.bind(input, kwargs)
+    if scope.replay is not None and scope.store is scope.replay.store:
+        return _replayed(ctx, tool, values)
+    key = _key(ctx, tool, values)
+    occurrence = ctx.occurrence(tool.name)
+    logical = f"{ctx.row_key}/{tool.name}/{occurrence}"
+    ctx.used(tool, key)
+    forced = (force or scope.force_all) and scope.must_force(logical)
+    if scope.observer is not None:  # a pilot: which calls the rows left share is read from these inputs
+        scope.observer.called(
+            ctx.position, tool, (ctx.row_key, occurrence), Called(input, kwargs, ttl, forced)
+        )
+    if not forced:
+        # A call sent as a batch job takes no lease, so nothing looks it up after one: it is looked up first.
+        found = await lookup(scope.store, key, ttl, scope.ahead.first(tool.name) or tool.submits())
+        if found is not MISSING:
+            scope.ahead.learn(tool.name, True)
+            return _reused(ctx, tool, values, found)
+    return await _pay(ctx, tool, Pending(key, values, logical, forced, ttl, leg))
+
+
+def _replayed(ctx: Caller, tool: Tool[Any], values: Any) -> tuple[Any, bool]:
+    """A call answered by the run's fixtures in their own store, where the file is the receipts
+    too: no receipt key, store, lease or provider; one dictionary lookup."""
+    replay = ctx.scope.replay
+    assert replay is not None
+    answer, miss, reused = replay.answer(tool, _key(ctx, tool, values, key_text))
+    ctx.used(tool, None)
+    ctx.count(tool, reused=reused, spent=tool.spent(answer))
+    return tool.read(answer, miss)
+
+
+# -- key ------------------------------------------------------------------------------
+
+
+def _key(ctx: Caller, tool: Tool[Any], values: Any, form: Callable[[Any], str] | None = None) -> str:
+    """The call's receipt key (or, with ``form``, its input in that form)."""
+    try:
+        return tool.key(values) if form is None else form(values)
+    except Unencodable as exc:
+        raise unkeyable(
+            tool, values, exc, ": " + ctx.forgotten_await(exc.value) if exc.awaitable else ""
+        ) from None
+
+
+# -- lookup ---------------------------------------------------------------------------
+
+
+async def lookup(store: Any, key: str, ttl: float | None, ahead: bool = True) -> Any:
+    """The receipt for ``key``, or ``MISSING``; while the same call is in flight for another row
+    of this process, its receipt is waited for (don't pay twice).  Not ``ahead``: only that wait
+    (the receipt is looked up once the call's lease is taken; see ``scope.Ahead``)."""
+    found = await store.alookup(key, ttl) if ahead else MISSING
+    while found is MISSING:
+        pending = store.inflight.get(key)
+        if pending is None:
+            return MISSING
+        await asyncio.wait((pending,))
+        found = await store.alookup(key, ttl)
+    return found
+
+
+def _reused(
+    ctx: Caller, tool: Tool[Any], values: Any, found: tuple[Any, bool, str | Refusal | None, float]
+) -> tuple[Any, bool]:
+    value, miss, error, at = found
+    shared = (
+        at >= ctx.scope.started
+    )  # answered during this run (an identical call of another row), not before it
+    if type(error) is Refusal:
+        ctx.count(tool, reused=True, spent=ONE_REQUEST, shared=shared)
+        raise replayed(tool, error)
+    if error is not None:
+        raise ToolError(not_storable(tool, str(error), paid_now=False), tool=tool.name)
+    spent = tool.spent(value)
+    if ctx.scope.recorder is not None:
+        ctx.scope.recorder.add(tool, values, encode(value), miss, spent.cost)
+    ctx.count(tool, reused=True, spent=spent, shared=shared)
+    return tool.read(value, miss)
+
+
+# -- lease, budget, release -----------------------------------------------------------
+
+
+async def _pay(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+    if tool.submits() and ctx.scope.replay is None:
+        return await _submitted(ctx, tool, call)
+    store = ctx.scope.store
+    done = store.inflight[call.key] = asyncio.get_running_loop().create_future()
+    try:
+        found = await _lease(ctx, tool, store, call)
+        if found is not MISSING:
+            return _reused(ctx, tool, call.values, found)
+        if store.health.reason is not None:  # it refuses writes: wait for it, or park (see store.health)
+            await store.health.writable(store.location)
+        return await _spend(ctx, tool, call)
+    finally:
+        _release(store, call.key, done)
+
+
+async def _lease(ctx: Caller, tool: Tool[Any], store: Any, call: Pending) -> Any:
+    """Take this call's lease; returns a receipt instead if another process paid for it meanwhile."""
+    key, ttl, leases = call.key, call.ttl, store.leases
+    if call.forced:
+        taken, read = await leases.take(key), None
+    else:  # another process may have paid and let go before our lease: its receipt is read with it
+        taken, read = await leases.take_looking(key)
+    if not taken:
+        if not call.forced and ctx.scope.fresh(ctx.position):
+            raise Leased(key)  # another process pays for it now: take a fresh row, come back later
+        # Another process is paying for this call right now: wait for its receipt.
+        check = (lambda: MISSING) if call.forced else (lambda: store.lookup(key, ttl))
+        found = await leases.wait(key, check, MISSING)
+        if found is not MISSING:
+            leases.release(key)
+        return found
+    if call.forced:
+        return MISSING
+    found = store.answer(key, read, ttl)
+    ctx.scope.ahead.learn(tool.name, found is not MISSING)
+    return found
+
+
+async def _spend(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+    """Reserve the call's cost, then route it; the cost comes back if it does not complete."""
+    scope = ctx.scope
+    costs = scope.costs
+    if costs.limit is None:
+        answer, miss = await _route(ctx, tool, call)
+    else:
+        estimate = tool.price(call.values)
+        await costs.reserve(tool, estimate)
+        try:
+            answer, miss = await _route(ctx, tool, call)
+        except BaseException:
+            costs.refund(estimate)
+            raise
+        costs.charge(estimate, tool.spent(answer).cost)
+    if call.forced:
+        scope.forced(call.logical)
+    return tool.read(answer, miss)
+
+
+async def _submitted(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+    """A call answered by a batch job: its row sleeps until the job is done (see ``jobs``)."""
+    scope = ctx.scope
+    answer = await scope.jobs.answer(scope, tool, call.key, call.values)  # type: ignore[arg-type]  # submits(): an LlmTool
+    scope.costs.charge(scope.jobs.reserved.pop(call.key, 0.0), tool.spent(answer).cost)
+    answer, miss = await paid(ctx, tool, call.key, call.values, answer, False)
+    return tool.read(answer, miss)
+
+
+def _release(store: Any, key: str, done: asyncio.Future[None]) -> None:
+    """Let the call go, once its receipt is on disk (or it never went out)."""
+    store.leases.release(key)  # a waiting process then finds the receipt
+    if store.inflight.get(key) is done:
+        del store.inflight[key]
+    if not done.done():
+        done.set_result(None)
+
+
+# -- route: batch, governor, or straight ----------------------------------------------
+
+
+async def _route(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+    replay = ctx.scope.replay
+    if replay is not None:
+        # Fixtures replayed into a store the run named: the file answers as the provider would,
+        # and the answer is a receipt there (budget, leases and in-flight waits as for a live call).
+        answer, miss, _ = replay.answer(tool, _key(ctx, tool, call.values, key_text))
+        return await paid(ctx, tool, call.key, call.values, answer, miss)
+    if tool.batch_size is not None:
+        return await _batched(ctx, tool, call)
+    if tool.provider is None:
+        if tool.remote:
+            ctx.scope.level.unlimited()
+        return await _send(ctx, tool, call, _env(ctx, call))
+    if tool.remote:
+        # The run's HTTP client is made (its transport imported) before a slot is taken, not in the
+        # slot: a worker's first call would otherwise leave a quarter of a second late, and the
+        # calls whose slots came meanwhile would reach a strict provider together.
+        ctx.scope.http_client()
+    ticket = ctx.scope.tickets.get(call.logical, tool, ctx.position, call.key)
+    ticket.falls_through = call.leg
+    # The call's environment outlives a suspension with its ticket: what a try got before it
+    # failed (an LLM answer whose re-ask was refused) is still there when the row replays.
+    env = ticket.carry if isinstance(ticket.carry, CallEnv) else _env(ctx, call)
+    ticket.carry = env
+    return await _governed(ctx, tool, call, ticket, functools.partial(_send, ctx, tool, call, env), env)
+
+
+async def _batched(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+    """Join a batch; its task dispatches and records each member's receipt.  The member waits on
+    the provider against its own row's wait budget."""
+    scope = ctx.scope
+    budget = scope.tickets.budget(ctx.position, tool.provider) if tool.provider is not None else None
+
+    async def land(answer: Any, miss: bool) -> tuple[Any, bool]:
+        return await paid(ctx, tool, call.key, call.values, answer, miss)
+
+    return await scope.batches.batcher(tool).call(call.values, land, budget)
+
+
+async def _governed(
+    ctx: Caller, tool: Tool[Any], call: Pending, ticket: Ticket, send: Send, env: CallEnv
+) -> tuple[Any, bool]:
+    """Through the provider's governor, with this logical call's ticket: it outlives a
+    suspension, so a replayed call keeps its retry count.  A call weighed by its tokens carries
+    its estimate on the ticket and its real usage back; limits the provider announced in its
+    answer (or its refusal) reach the governor."""
+    tickets, level = ctx.scope.tickets, ctx.scope.level
+    provider = tool.provider
+    assert provider is not None
+    ticket.weight = tool.weigh(call.values)
+    # Only a call weighed by its tokens (an LLM tool's) has usage and limits to report back.
+    send = send if ticket.weight is None else _weighed(tool, ticket, send, env)
+    waiting = level.waiting(provider)
+    try:
+        result = await governed(provider, send if waiting is None else waiting.around(send), ticket)
+    except OnHold:
+        level.held()
+        raise
+    except BaseException:
+        tickets.done(call.logical)
+        raise
+    finally:
+        if waiting is not None:
+            waiting.done()
+    tickets.done(call.logical)
+    return result
+
+
+def _weighed(tool: Tool[Any], ticket: Ticket, send: Send, env: CallEnv) -> Send:
+    """``send``, telling the governor the call's real usage and the limits its provider announced."""
+    provider = tool.provider
+    assert provider is not None
+
+    async def weighed() -> tuple[Any, bool]:
+        try:
+            answer, miss = await send()
+        finally:
+            if env.announced is not None:
+                learn(provider, *env.announced)
+                env.announced = None
+        ticket.actual = tool.spent(answer).tokens
+        return answer, miss
+
+    return weighed
+
+
+def _env(ctx: Caller, call: Pending) -> CallEnv:
+    scope = ctx.scope
+    # A forced call is a new request to the provider: its idempotency key must differ from the
+    # receipt's, once per logical call of this run (a replay of the row sends the same one).
+    idem = forced_key(call.key, scope.run_id, call.logical) if call.forced else call.key
+    return CallEnv(scope.http_client, idem)
+
+
+async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tuple[Any, bool]:
+    """One try (a governor's ``send``): dispatch, then record the receipt; a stop meanwhile lets it land, then stops the row."""
+    scope, landing = ctx.scope, ctx.scope.landing
+    task = landing.enter()
+    observer = scope.observer  # a pilot's log: how long each request took
+    began = observer.began(ctx.position, tool) if observer is not None else 0.0
+    kept = False  # a refusal: the call's answer, kept (not a request that failed)
+    try:
+        try:
+            if not is_local(tool, 0.0):
+                scope.store.sending()
+            answer, miss = await invoke(tool, call.values, env)
+        except ToolError as exc:
+            if refusal(exc):
+                kept = True
+                try:
+                    await refused(scope, tool, call.key, call.values, exc)
+                finally:
+                    ctx.count(tool, reused=False, spent=ONE_REQUEST)
+            elif not is_local(tool, 0.0):
+                scope.call_failed(tool)  # sent, and no answer to keep: counted all the same
+            raise
+        landed = await paid(ctx, tool, call.key, call.values, answer, miss)
+    except BaseException:
+        landing.leave(task, False)
+        if observer is not None:
+            observer.sent(ctx.position, tool, began, failed=not kept, refused=kept)
+        raise
+    landing.leave(task, True)
+    if observer is not None:
+        observer.sent(ctx.position, tool, began, failed=False)
+    return landed
+
+
+# -- dispatch and record --------------------------------------------------------------
+
+
+async def invoke(tool: Tool[Any], values: Any, env: CallEnv) -> tuple[Any, bool]:
+    """One try of the tool, with its errors classified: an SDK's HTTP errors as HTTP answers
+    (see ``tools.failures``), a Python tool's credential error as fatal."""
+    try:
+        return await tool.invoke(values, env)
+    except ToolError as exc:
+        # A Python tool's "bad credentials" stops the run as HTTP's does (an HTTP tool says so itself).
+        if exc.status in (401, 402, 403) and not tool.remote:
+            raise RunFatal(
+                f"tool {tool.name!r}: {exc} (status {exc.status})",
+                tool=tool.name,
+                provider=exc.provider,
+                status=exc.status,
+            ) from exc
+        raise
+    except PlaybookError:
+        raise
+    except Exception as exc:
+        error = translate(
+            exc,
+            tool=tool.name,
+            provider=tool.provider.name if tool.provider else None,
+            retry_on=tool.retry_on,
+        )
+        if error is not None:
+            raise error from exc
+        # A tool's own exception stays the row's error, with the tool named on it.
+        exc.add_note(f"raised by tool {tool.name!r}")
+        raise
+
+
+async def paid(
+    ctx: Caller, tool: Tool[Any], key: str, values: Any, answer: Any, miss: bool
+) -> tuple[Any, bool]:
+    """An answer came back: it is paid for (counted, whatever happens next), and recorded."""
+    spent = tool.spent(answer)
+    try:
+        return await record(
+            ctx.scope,
+            tool,
+            key,
+            values,
+            answer,
+            miss,
+            spent.cost,
+            0 if is_local(tool, spent.cost) else spent.requests,
+        )
+    finally:
+        ctx.count(tool, reused=False, spent=spent)

@@ -1,0 +1,61 @@
+"""The last step of a paid call (see pipeline.py): its answer becomes a receipt, written before
+anything else happens to the row, and the row goes on with the answer as stored."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from playbook.errors import ToolError
+from playbook.runtime.calls.kept_errors import not_storable
+from playbook.store.records import record as receipt_record
+from playbook.tagged import Unencodable, decode, encode
+from playbook.tools import Tool
+
+if TYPE_CHECKING:
+    from playbook.runtime.calls.scope import RunScope
+
+__all__ = ["record"]
+
+
+async def record(
+    scope: RunScope,
+    tool: Tool[Any],
+    key: str,
+    values: Any,
+    answer: Any,
+    miss: bool,
+    cost: float,
+    requests: int = 1,
+) -> tuple[Any, bool]:
+    """Write the receipt of a paid answer (``cost``: what it cost; ``requests``: those it took, as
+    ``calls_executed`` counts them); returns the answer as stored, so the first run sees exactly
+    what every replay will (a pydantic model as its dict, a tuple as a tuple)."""
+    store = scope.store
+    meta = {
+        "tool": tool.name,
+        "version": tool.identity,
+        "account": tool.account,
+        "cost": cost,
+        "input": values,
+    }
+    try:
+        stored = encode(answer)
+    except Unencodable as exc:
+        # Paid for, but it has no JSON form: keep a receipt saying so, so no rerun pays again.
+        await store.commit(
+            receipt_record(
+                key, stored=None, tagged=False, at=scope.clock(), miss=miss, error=str(exc), **meta
+            ),
+            paid=requests,
+            cost=cost,
+        )
+        raise ToolError(not_storable(tool, str(exc), paid_now=True), tool=tool.name) from None
+    tagged = stored is not answer
+    await store.commit(
+        receipt_record(key, stored=stored, tagged=tagged, at=scope.clock(), miss=miss, **meta),
+        paid=requests,
+        cost=cost,
+    )
+    if scope.recorder is not None:
+        scope.recorder.add(tool, values, stored, miss, cost)
+    return (decode(stored) if tagged else answer), miss

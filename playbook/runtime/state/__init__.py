@@ -1,0 +1,1 @@
+"""The run's state: built from its events, fanned out to views, read through one API; what it reads of providers."""
