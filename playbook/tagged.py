@@ -14,7 +14,7 @@ and a user's own object that happens to have one key starting with ``$`` is wrap
 
 This *stored form* (:func:`encode` / :func:`decode`) round-trips exactly: type and value.  The
 *key form* of a value, which uses the same tags but merges what means one value (``3`` and
-``3.0``), is :func:`playbook.keys.key_text`.
+``3.0``), is :func:`playbook.addresses.key_text`.
 
 A value with no JSON form at all (an open file, a client object) raises :class:`Unencodable`
 naming its type and where it sits, so the caller can name the row and the tool at fault.

@@ -261,7 +261,7 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
 
     import httpx
 
-    from playbook.keys import job_key
+    from playbook.addresses import job_address
     from playbook.store.records import record
     from playbook.tools.base import NO_INPUT
     from playbook.tools.llm_batch import BatchApi
@@ -280,7 +280,7 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
         for values in calls:
             await engine(store).commit(
                 record(
-                    job_key(llm.key(values)),
+                    job_address(llm.key(values)),
                     tool=llm.name,
                     stored={"file": file_id},
                     tagged=False,

@@ -13,7 +13,7 @@ from vtime import run_virtual
 
 import playbook as pb
 from playbook._internal.flow import Parked
-from playbook.keys import receipt_key
+from playbook.addresses import receipt_address
 from playbook.runtime.calls.pipeline import lookup
 from playbook.runtime.calls.scope import Ahead, CostBudget
 from playbook.runtime.rows.table import Parking, RowTable
@@ -25,7 +25,7 @@ from playbook.store.records import record
 def test_lookup_waits_for_the_same_call_in_flight_then_reads_its_receipt(store: pb.ReceiptStore) -> None:
     """A key missing from the store is MISSING at once; while another row pays for it, lookup waits for
     that call and returns its receipt instead of paying twice."""
-    key = receipt_key("t", "1", '{"n":1}', "default")
+    key = receipt_address("t", "1", '{"n":1}', "default")
     core = engine(store)
 
     async def main() -> tuple[object, object, float]:
@@ -257,7 +257,7 @@ def test_a_run_of_new_calls_takes_leases_first_and_still_reuses_a_receipt_it_the
 def test_a_receipt_gives_its_call_lease_back_in_the_same_transaction(store: pb.ReceiptStore) -> None:
     """On this machine a call's lease goes with its receipt's commit (no transaction of its own):
     once the receipt is on disk no process sees the lease, and letting it go costs nothing more."""
-    key = receipt_key("t", "1", '{"n":1}', "default")
+    key = receipt_address("t", "1", '{"n":1}', "default")
     core = engine(store)
 
     async def main() -> tuple[object, object, bool]:

@@ -29,7 +29,7 @@ import pydantic
 import pytest
 
 import playbook as pb
-from playbook.keys import code_fingerprint, digest
+from playbook.addresses import code_fingerprint, digest
 from playbook.ui.tally import Tally
 from playbook.ui.text import summary
 

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 import playbook as pb
+from playbook.addresses import row_key
 from playbook.demo.redis_server import RedisServer
-from playbook.keys import row_key
 from playbook.store import MISSING, engine
 
 ROWS = 1000

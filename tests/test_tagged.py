@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from playbook.keys import key_text
+from playbook.addresses import key_text
 from playbook.tagged import Unencodable, decode, dumps, encode, loads
 
 # Text with everything a badly decoded file can hold: lone surrogates, NUL, "$" prefixes.

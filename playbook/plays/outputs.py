@@ -39,8 +39,8 @@ from pydantic import (
 from pydantic.errors import PydanticUserError
 from pydantic.json_schema import PydanticJsonSchemaWarning
 
+from playbook.addresses import code_fingerprint, digest
 from playbook.errors import PlaybookError, PlayDefinitionError
-from playbook.keys import code_fingerprint, digest
 from playbook.records import STATUS_COLUMNS
 
 __all__ = ["OutputError", "OutputModel"]

@@ -17,8 +17,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
+from playbook.addresses import code_fingerprint, digest
 from playbook.errors import PlayDefinitionError
-from playbook.keys import code_fingerprint, digest
 from playbook.plays.definitions import defined, play_name
 from playbook.plays.outputs import OutputModel
 from playbook.plays.reads import reads

@@ -37,7 +37,7 @@ import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from playbook.keys import digest, key_text
+from playbook.addresses import digest, key_text
 from playbook.plays.bytecode import ENV_NAME, SIMPLE, codes, env_built, env_names, names_index
 from playbook.plays.stable import (
     helper_fingerprint,

@@ -1,6 +1,6 @@
 """A value's stable form, as a play's fingerprint counts it, and whose code a function is.
 
-A value counts by its key form (:func:`~playbook.keys.key_text`), with a tag for what key_text has
+A value counts by its key form (:func:`~playbook.addresses.key_text`), with a tag for what key_text has
 none for: a path, a pattern, an enum member, a ``types.SimpleNamespace``, an instance of a plain
 class of the user's (by its class and its attributes, a few objects deep), a ``functools.partial``
 (its function and arguments), ``operator.itemgetter``/``attrgetter``/``methodcaller`` (by their
@@ -27,7 +27,7 @@ import types
 from pathlib import PurePath
 from typing import Any
 
-from playbook.keys import code_fingerprint, key_text
+from playbook.addresses import code_fingerprint, key_text
 
 __all__ = ["helper_fingerprint", "plain_object", "stable_text", "user_class", "user_code", "user_module"]
 

@@ -32,8 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from playbook.addresses import key_text
 from playbook.errors import PlaybookError, PlayDefinitionError, ToolError
-from playbook.keys import key_text
 from playbook.secrets import Secret, mask
 from playbook.tagged import decode, dumps, encode
 

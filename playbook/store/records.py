@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from playbook.keys import RECEIPT
+from playbook.addresses import RECEIPT
 from playbook.records import Receipt
 from playbook.tagged import Unencodable, decode, dumps, encode, loads
 

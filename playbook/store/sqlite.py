@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from playbook.keys import RECEIPT
+from playbook.addresses import RECEIPT
 from playbook.store.db import Database, reason
 from playbook.store.marks import Mark
 from playbook.store.opening import initialise, open_store

@@ -17,8 +17,8 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, overload
 
+from playbook.addresses import code_fingerprint, digest, key_text, receipt_address
 from playbook.errors import PlaybookError, PlayDefinitionError, ToolError
-from playbook.keys import code_fingerprint, digest, key_text, receipt_key
 from playbook.plays.definitions import current_fingerprint, defined
 from playbook.providers.provider import Provider
 from playbook.tagged import encode
@@ -210,7 +210,7 @@ class Tool(Generic[R]):
 
     def key(self, values: Any) -> str:
         """The receipt key of a call with these input values (``Unencodable`` if one has no JSON form)."""
-        return receipt_key(self.name, self.identity, key_text(values), self.account)
+        return receipt_address(self.name, self.identity, key_text(values), self.account)
 
     def stored_input(self, values: Any) -> Any:
         """The input as its receipt keeps it."""

@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
+from playbook.addresses import digest, key_text, receipt_address
 from playbook.errors import PlayDefinitionError, RunFatal, ToolError
-from playbook.keys import digest, key_text, receipt_key
 from playbook.providers.limits import retry_after
 from playbook.providers.pool import chosen_key
 from playbook.providers.provider import Provider
@@ -155,7 +155,7 @@ class HttpTool(Tool[Any]):
             "json": body,
             "headers": {k.lower(): v for k, v in headers.items() if k not in hidden_headers},
         }
-        return receipt_key(self.name, self.identity, key_text(sent), self.account)
+        return receipt_address(self.name, self.identity, key_text(sent), self.account)
 
     def read(self, answer: Any, miss: bool) -> tuple[Any, bool]:
         if self.pick:

@@ -28,8 +28,8 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import httpx
 
+from playbook.addresses import digest, key_text, receipt_address
 from playbook.errors import PlayDefinitionError, ToolError
-from playbook.keys import digest, key_text, receipt_key
 from playbook.providers.limits import announced
 from playbook.providers.provider import Provider
 from playbook.secrets import Secret, secret
@@ -231,7 +231,7 @@ class LlmTool(Tool[Any]):
         sent: dict[str, Any] = {"url": self.endpoint.url, "body": self.body(values["messages"])}
         if self.query:
             sent["query"] = self.query
-        return receipt_key(self.name, self.identity, key_text(sent), self.account)
+        return receipt_address(self.name, self.identity, key_text(sent), self.account)
 
     # -- weight and cost -----------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from playbook._internal.flow import Sleeping, Suspend
+from playbook.addresses import step_address, step_name
 from playbook.errors import (
     PlaybookError,
     PlayDefinitionError,
@@ -27,7 +28,6 @@ from playbook.errors import (
     RunFatal,
     ToolError,
 )
-from playbook.keys import step_key, step_name
 from playbook.providers.provider import IN_PLACE
 from playbook.runtime.calls.ledger import RowLedger
 from playbook.runtime.calls.pipeline import call_tool
@@ -318,7 +318,7 @@ class Context:
     def _step_key(self, kind: str, key: str) -> str:
         book = self._ledger
         name = step_name(kind, key)
-        return step_key(book.scope.play, book.row_key, name, book.occurrence(name))
+        return step_address(book.scope.play, book.row_key, name, book.occurrence(name))
 
     async def _call(
         self,

@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from playbook._internal.flow import Sleeping, WaitBudget
+from playbook.addresses import job_address
 from playbook.errors import ToolError
-from playbook.keys import job_key
 from playbook.providers.provider import Ticket
 from playbook.runtime.state.upstream import dispatch
 from playbook.store import MISSING
@@ -95,7 +95,7 @@ class Jobs:
         failed = self._failed.pop(key, None)
         if failed is not None:
             raise failed
-        mark = job_key(key)
+        mark = job_address(key)
         found = await scope.store.alookup(mark)
         job = found[0] if found is not MISSING else None
         if not isinstance(job, dict):
@@ -127,7 +127,7 @@ class Jobs:
         leases = scope.store.leases
         if not await leases.take(key):
             return  # another process is submitting it: its marker will say where
-        found = await scope.store.alookup(job_key(key))
+        found = await scope.store.alookup(job_address(key))
         if found is not MISSING and isinstance(found[0], dict):
             leases.release(key)  # submitted and written down between our look and our lease
             return
@@ -172,14 +172,16 @@ class Jobs:
         # Written down before the batch is made: a process that dies in between finds it again.
         for key, _ in members:
             await store.commit(
-                record(job_key(key), tool=tool.name, stored={"file": file_id}, tagged=False, at=scope.clock())
+                record(
+                    job_address(key), tool=tool.name, stored={"file": file_id}, tagged=False, at=scope.clock()
+                )
             )
         batch = await _governed(tool, lambda: api.create(client, file_id))
         self._polls[str(batch["id"])] = (asyncio.get_running_loop().time(), _done(batch))
         for key, _ in members:
             stored = {"file": file_id, "batch": batch["id"]}
             await store.commit(
-                record(job_key(key), tool=tool.name, stored=stored, tagged=False, at=scope.clock())
+                record(job_address(key), tool=tool.name, stored=stored, tagged=False, at=scope.clock())
             )
 
     async def _adopted(self, scope: RunScope, tool: LlmTool, key: str, file_id: str) -> str:
@@ -189,7 +191,7 @@ class Jobs:
         if key in self._submitting or not await leases.take(key):
             raise _sleep(GATHER)
         try:
-            return await self._adopt(scope, tool, job_key(key), file_id)
+            return await self._adopt(scope, tool, job_address(key), file_id)
         finally:
             leases.release(key)
 

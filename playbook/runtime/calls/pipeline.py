@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from playbook._internal.flow import Leased, OnHold
+from playbook.addresses import forced_address, key_text
 from playbook.errors import PlaybookError, RunFatal, ToolError
-from playbook.keys import forced_key, key_text
 from playbook.runtime.calls.kept_errors import (
     ONE_REQUEST,
     not_storable,
@@ -350,7 +350,7 @@ def _env(ctx: Caller, call: Pending) -> CallEnv:
     scope = ctx.scope
     # A forced call is a new request to the provider: its idempotency key must differ from the
     # receipt's, once per logical call of this run (a replay of the row sends the same one).
-    idem = forced_key(call.key, scope.run_id, call.logical) if call.forced else call.key
+    idem = forced_address(call.key, scope.run_id, call.logical) if call.forced else call.key
     return CallEnv(scope.http_client, idem)
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from playbook.addresses import memo_address, row_key
 from playbook.errors import PlayDefinitionError
 from playbook.events import CallFinished, RunNotice
-from playbook.keys import memo_key, row_key
 from playbook.plays.definitions import play_name
 from playbook.plays.play import Play, as_play
 from playbook.runtime.calls.ledger import RowLedger
@@ -44,7 +44,7 @@ async def run_play(
             f"ctx.run_play({sub.name!r}): its inputs cannot identify a row ({hint})"
         ) from None
     store = ctx.scope.store
-    mk = memo_key(sub.fingerprint, key)
+    mk = memo_address(sub.fingerprint, key)
     if not ctx.scope.rerun_rows:
         memo = store.memos([mk]).get(mk)
         if memo is not None and tools_unchanged(memo["tools"]):

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from playbook.addresses import MEMO, memo_address, memo_digests
 from playbook.events import RunNotice
-from playbook.keys import MEMO, memo_digests, memo_key
 from playbook.runtime.rows.table import RowTable
 from playbook.store.records import memo_flags, memo_tools
 from playbook.tagged import dumps
@@ -80,7 +80,7 @@ def remember(
     what they cost, the tools it called (name -> fingerprint), the receipt keys it looked up and
     its calls of free local tools."""
     key = table.key(pos)
-    mk = memo_key(play.fingerprint, key)  # type: ignore[arg-type]  # a row that ran has a key
+    mk = memo_address(play.fingerprint, key)  # type: ignore[arg-type]  # a row that ran has a key
     write_memo(store, mk, play.name, output, stored, used, key or "")
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from playbook._internal.flow import WaitBudget
-from playbook.keys import int_row_digests, labelled_row_digest, row_digest
+from playbook.addresses import int_row_digests, labelled_row_digest, row_digest
 from playbook.plays.outputs import OutputModel
 from playbook.records import Status
 from playbook.runtime.rows.frames import ABSENT, Row, result_frame
@@ -162,7 +162,7 @@ class RowTable:
         return (pos, *copies) if copies else (pos,)
 
     def key(self, pos: int) -> str | None:
-        """The row's identity (:func:`~playbook.keys.row_key`), or ``None``: it has none."""
+        """The row's identity (:func:`~playbook.addresses.row_key`), or ``None``: it has none."""
         digest = self.digests[16 * pos : 16 * pos + 16]
         return digest.hex() if any(digest) else None
 

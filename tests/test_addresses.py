@@ -8,35 +8,37 @@ import math
 import numpy as np
 import pandas as pd
 
-from playbook.keys import (
+from playbook.addresses import (
     digest,
     int_row_digests,
+    memo_address,
     memo_digests,
-    memo_key,
-    receipt_key,
+    receipt_address,
     row_digest,
     row_key,
-    step_key,
+    step_address,
 )
 
 
 def test_receipt_key_depends_on_every_part() -> None:
     """Tool, identity, account and input each change the receipt key; every receipt key starts with "r"."""
-    base = receipt_key("t", "1", '{"a":1}', "acme:default")
+    base = receipt_address("t", "1", '{"a":1}', "acme:default")
     others = [
-        receipt_key("u", "1", '{"a":1}', "acme:default"),
-        receipt_key("t", "2", '{"a":1}', "acme:default"),
-        receipt_key("t", "1", '{"a":2}', "acme:default"),
-        receipt_key("t", "1", '{"a":1}', "acme:other"),
+        receipt_address("u", "1", '{"a":1}', "acme:default"),
+        receipt_address("t", "2", '{"a":1}', "acme:default"),
+        receipt_address("t", "1", '{"a":2}', "acme:default"),
+        receipt_address("t", "1", '{"a":1}', "acme:other"),
     ]
     assert base not in others and len(set(others)) == 4
     assert all(k.startswith("r") and len(k) == 33 for k in [base, *others])
-    assert memo_key("fp", "row").startswith("m") and step_key("play", "row", "\x1fstep:x", 0).startswith("s")
+    assert memo_address("fp", "row").startswith("m") and step_address(
+        "play", "row", "\x1fstep:x", 0
+    ).startswith("s")
 
 
 def test_receipt_keys_of_the_first_store_format_are_kept() -> None:
     """A pinned tool's key is computed as in store format 1, so its receipts survive an upgrade."""
-    assert receipt_key("pinned", "2", '{"q":"alpha"}', "default") == "r51cb19d1736de534bdffba087a4ed894"
+    assert receipt_address("pinned", "2", '{"q":"alpha"}', "default") == "r51cb19d1736de534bdffba087a4ed894"
 
 
 def test_row_keys_merge_what_pandas_changes_and_nothing_else() -> None:
@@ -74,4 +76,6 @@ def test_row_digests_of_int_columns_are_their_rows_keys() -> None:
     assert [bytes(one[16 * i : 16 * i + 16]) for i in range(5)] == [row_digest([r[2]]) for r in rows]
     keys = [row_key(list(r)) for r in rows]
     memos = memo_digests("fp", keys)
-    assert ["m" + memos[16 * i : 16 * i + 16].hex() for i in range(5)] == [memo_key("fp", k) for k in keys]
+    assert ["m" + memos[16 * i : 16 * i + 16].hex() for i in range(5)] == [
+        memo_address("fp", k) for k in keys
+    ]

@@ -1,6 +1,7 @@
-"""Every key playbook derives, and its prefix, in one place.
+"""Every address playbook derives (where a receipt, a step or a row memo is kept), and its prefix,
+in one place.  ("Key" is kept for API keys; a row's identity is its row id.)
 
-A key is a one-letter prefix and a 128-bit digest of canonical text (:func:`key_text`):
+An address is a one-letter prefix and a 128-bit digest of canonical text (:func:`key_text`):
 
 - ``r…`` a tool call's receipt: the tool's name and identity, the call's input, the account;
 - ``s…`` a step or a sleep of one row (``ctx.step``, ``ctx.sleep``), or the job marker of a call
@@ -45,17 +46,17 @@ __all__ = [
     "STEP",
     "code_fingerprint",
     "digest",
-    "forced_key",
+    "forced_address",
     "int_row_digests",
-    "job_key",
+    "job_address",
     "key_text",
     "labelled_row_digest",
+    "memo_address",
     "memo_digests",
-    "memo_key",
-    "receipt_key",
+    "receipt_address",
     "row_digest",
     "row_key",
-    "step_key",
+    "step_address",
     "step_name",
 ]
 
@@ -72,17 +73,17 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def receipt_key(tool: str, identity: str, payload: str, account: str) -> str:
+def receipt_address(tool: str, identity: str, payload: str, account: str) -> str:
     """Key of a tool call's receipt; ``payload`` is the canonical text of what the call sends."""
     return RECEIPT + digest(f"r\x1f{tool}\x1f{identity}\x1f{account}\x1f{payload}")
 
 
-def step_key(play: str, row: str, name: str, occurrence: int) -> str:
+def step_address(play: str, row: str, name: str, occurrence: int) -> str:
     """Key of the ``occurrence``-th step (or sleep) called ``name`` in one row of a play."""
     return STEP + digest(f"{play}\x1f{row}{name}\x1f{occurrence}")
 
 
-def job_key(receipt: str) -> str:
+def job_address(receipt: str) -> str:
     """Key of the job marker of a call sent in a batch job: which file and batch hold it."""
     return STEP + digest(f"job\x1f{receipt}")
 
@@ -92,7 +93,7 @@ def step_name(kind: str, key: str) -> str:
     return f"\x1f{kind}:{key}"
 
 
-def forced_key(receipt: str, run: str, logical: str) -> str:
+def forced_address(receipt: str, run: str, logical: str) -> str:
     """The idempotency key of a forced call: new per run and per logical call, so the provider
     does not answer it from its own cache of the first one."""
     return digest(f"{receipt}\x1f{run}\x1f{logical}")
@@ -152,13 +153,13 @@ def int_row_digests(
 _BOOL_TEXT = {False: "false", True: "true"}
 
 
-def memo_key(fingerprint: str, row: str) -> str:
+def memo_address(fingerprint: str, row: str) -> str:
     """Key of a row memo: the play's fingerprint and the row's identity."""
     return MEMO + digest(f"m\x1f{fingerprint}\x1f{row}")
 
 
 def memo_digests(fingerprint: str, rows: Iterable[str]) -> bytearray:
-    """The 16 bytes of :func:`memo_key` (after its ``MEMO``) for each of ``rows``, one after the
+    """The 16 bytes of :func:`memo_address` (after its ``MEMO``) for each of ``rows``, one after the
     other: a million rows' in 16 MB, and made in two thirds of the time (one hash of the prefix)."""
     start = hashlib.blake2b(f"m\x1f{fingerprint}\x1f".encode("utf-8", "surrogatepass"), digest_size=16)
     out = bytearray()
