@@ -202,6 +202,7 @@ frame.play.map(label, store=home, progress=False)
 """
 
 
+@pytest.mark.slow
 def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_twice(
     demo: pb.demo.DemoServer, tmp_path: Path
 ) -> None:
@@ -324,6 +325,7 @@ def test_a_slow_upload_does_not_make_woken_rows_submit_again(demo: pb.demo.DemoS
     assert pb.last_run().stats.cost_spent == round(_cost(served), 9)  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
     demo: pb.demo.DemoServer, tmp_path: Path
 ) -> None:

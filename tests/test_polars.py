@@ -373,6 +373,7 @@ _SCRIPTS = {
 }
 
 
+@pytest.mark.slow
 def test_import_order(tmp_path: Path) -> None:
     """pl.DataFrame.play exists whichever of playbook and polars is imported first; without polars, playbook works."""
     # Side by side (each is a fresh interpreter importing pandas: that is most of the time), each with its own store.

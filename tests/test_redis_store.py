@@ -213,10 +213,12 @@ def test_an_unknown_option_in_a_redis_url_is_a_clear_error(redis_url: str) -> No
         pb.ReceiptStore(redis_url + "?foo=bar")
 
 
+@pytest.mark.slow
 def test_a_redis_that_stops_answering_never_freezes_the_run() -> None:
     """A Redis server frozen mid-run (SIGSTOP: a paused VM, a dead network) leaves the event loop
     free: other tasks keep running, and run.stop() ends the run within its grace, not after the
-    server's timeouts."""
+    server's timeouts.  In real time: a socket left unanswered and a loop left turning are what it
+    measures, with bounds far from what a loaded machine's stalls reach."""
     with RedisServer() as server:
         store = pb.ReceiptStore(server.url)
         lookup = _lookup_tool()
@@ -257,7 +259,9 @@ def test_a_redis_that_stops_answering_never_freezes_the_run() -> None:
 
         worst_gap, to_stop, ok = asyncio.run(main())
         store.close()
-    assert worst_gap < 0.5, f"the event loop stood still for {worst_gap:.2f}s while Redis did not answer"
+    # A call waiting on the frozen server in the loop's thread would stand it still for the socket's
+    # timeout (10 s); a loaded machine's stalls are a fraction of that.
+    assert worst_gap < 3.0, f"the event loop stood still for {worst_gap:.2f}s while Redis did not answer"
     assert to_stop < 12, f"the run took {to_stop:.1f}s to stop"
     assert 0 < ok < 5000
 
@@ -267,6 +271,7 @@ async def _finished(run: pb.Run) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_full_redis_parks_the_rows_that_would_pay_instead_of_paying_for_what_it_cannot_record(
     redis_url: str,
 ) -> None:

@@ -218,6 +218,7 @@ def test_lone_surrogates_in_inputs_and_answers_are_stored_and_replayed(store: pb
     assert store.receipts()["output"].tolist()[0]["raw"] in (odd, "plain", odd + "!")
 
 
+@pytest.mark.slow
 def test_bad_utf8_in_the_store_is_skipped_by_the_command_line(store: pb.ReceiptStore) -> None:
     """cache stats, list and export skip an undecodable record and say how many, instead of crashing."""
     import subprocess

@@ -225,6 +225,7 @@ async def _answer_ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
             await writer.wait_closed()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
 def test_ssl_cert_file_decides_which_certificates_are_trusted(tmp_path, store, monkeypatch) -> None:
     """SSL_CERT_FILE naming a self-signed certificate makes its HTTPS server trusted; without it, the call is refused."""
@@ -303,6 +304,7 @@ print(json.dumps({"statuses": out["play_status"].value_counts().to_dict(), "erro
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_NOFILE is POSIX")
 def test_ten_thousand_in_flight_under_ulimit_256(demo, tmp_path) -> None:
     """Under `ulimit -n 256`, 2,000 rows at concurrency=10_000 all end ok (calls queue for connections), and the warning says why it is slow."""
