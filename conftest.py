@@ -1,17 +1,19 @@
 """Session set-up of the tests, and the test tiers.
 
-Every test is marked by what it needs, from its fixtures and its file, so that ``make check`` can
-leave out what is slow to start (``-m "not (slow or redis or cluster or kernel or browser or
-notebook or network)"``) while ``make test`` runs everything:
+Every test is marked by what it needs, from its fixtures, its file (``_BY_FILE``: a file whose
+every test needs it) or its own ``@pytest.mark``, so that ``make check`` can leave out what is
+slow to start (``-m "not (slow or cluster or kernel or browser or notebook or network)"``) while
+``make test`` runs everything:
 
-- ``redis``: a real redis-server (the ``redis_server``/``redis_url`` fixtures, several processes
-  sharing a store);
+- ``redis``: a real redis-server (the ``redis_server``/``redis_url`` fixtures, or one the test
+  starts itself); it starts in milliseconds, so ``make check`` runs these too;
 - ``cluster``: a dask.distributed cluster;
 - ``kernel``: a live IPython kernel (magics, widgets);
 - ``browser``: JupyterLab in a real Chromium;
 - ``notebook``: the notebooks, executed under nbval in a fresh Binder environment;
 - ``network``: the demo provider over HTTP on loopback;
-- ``slow``: a test that takes seconds of its own (subprocesses, real waits, large runs).
+- ``slow``: a test that takes seconds of its own: it starts Python processes, kills a server,
+  or waits out a real expiry (marked test by test where its file's other tests are quick).
 """
 
 from __future__ import annotations
