@@ -3,7 +3,7 @@
 cached by receipts."""
 
 from playbook.secrets import Secret, secret
-from playbook.tools.base import NO_INPUT, CallEnv, Tool, current_fingerprint, tool
+from playbook.tools.base import NO_INPUT, CallEnv, Tool, tool
 from playbook.tools.http import HttpTool, http_tool
 from playbook.tools.llm import LlmTool, llm_tool
 
@@ -14,7 +14,6 @@ __all__ = [
     "LlmTool",
     "Secret",
     "Tool",
-    "current_fingerprint",
     "http_tool",
     "llm_tool",
     "secret",

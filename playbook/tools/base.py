@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, o
 
 from playbook.addresses import code_fingerprint, digest, key_text, receipt_address
 from playbook.errors import PlaybookError, PlayDefinitionError, ToolError
-from playbook.plays.definitions import current_fingerprint, defined
+from playbook.plays.play import Play, defined
 from playbook.providers.provider import Provider
 from playbook.tagged import encode
 from playbook.tools.failures import translate
@@ -27,7 +27,7 @@ from playbook.tools.failures import translate
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["NO_INPUT", "CallEnv", "Spent", "Tool", "current_fingerprint", "is_local", "tool"]
+__all__ = ["NO_INPUT", "CallEnv", "Spent", "Tool", "is_local", "tool"]
 
 
 _NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
@@ -153,6 +153,17 @@ class Tool(Generic[R]):
                 f"pd.DataFrame([{{{row}}}]).play.map(tool), which keeps its receipt"
             )
         return self.fn(*args, **kwargs)
+
+    def __play__(self) -> Play:
+        """The tool as a play of its own (``map(tool)``): its inputs bound from the row's columns
+        of their names, its answer in a column named after it."""
+        tool, params, column = self, self.params, self.name
+
+        async def tool_play(row: Any, ctx: Any) -> dict[str, Any]:
+            # A parameter with a default and no column of its name takes its default.
+            return {column: await ctx.tool(tool, {p: row[p] for p in params if p in row})}
+
+        return Play(tool_play, name=self.name, source=f"tool:{self.name}:{self.fingerprint}")
 
     def __repr__(self) -> str:
         via = f", provider={self.provider.name!r}" if self.provider is not None else ""
