@@ -263,24 +263,28 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
 
     from playbook.addresses import job_address
     from playbook.store.records import record
-    from playbook.tools.base import NO_INPUT
-    from playbook.tools.llm_batch import BatchApi
+    from playbook.tools import engine_of
+    from playbook.tools.llm import LlmEngine
+    from playbook.tools.llm.batch import BatchApi
+    from playbook.tools.protocol import NO_INPUT
 
     demo.reset(batch_seconds=0.3)
     llm = _llm(demo, mode="batch")
+    asked = engine_of(llm)
+    assert isinstance(asked, LlmEngine)
     frame = _companies(6)
-    calls = [llm.bind(NO_INPUT, {"prompt": f"Classify {c}"}) for c in frame.company]
+    calls = [asked.bind(NO_INPUT, {"prompt": f"Classify {c}"}) for c in frame.company]
     store = pb.ReceiptStore(tmp_path / "store")
 
     async def died_after_creating() -> None:
-        api = BatchApi(llm)  # type: ignore[arg-type]
+        api = BatchApi(asked)
         async with httpx.AsyncClient() as client:
-            file_id = await api.upload(client, api.lines([(llm.key(v), v["messages"]) for v in calls]))
+            file_id = await api.upload(client, api.lines([(asked.address(v), v["messages"]) for v in calls]))
             await api.create(client, file_id)
         for values in calls:
             await engine(store).commit(
                 record(
-                    job_address(llm.key(values)),
+                    job_address(asked.address(values)),
                     tool=llm.name,
                     stored={"file": file_id},
                     tagged=False,

@@ -15,6 +15,7 @@ from playbook.events import ProviderDown, ProviderHoldSet
 from playbook.providers.limits import Backoff
 from playbook.providers.provider import governor
 from playbook.store import engine
+from playbook.tools import engine_of
 
 
 def _email_tool(demo, **over) -> pb.Tool:
@@ -40,7 +41,7 @@ LEADS = pd.DataFrame(
 
 def test_placeholders_are_the_parameters(demo) -> None:
     """{field} placeholders (not {secret}) become the tool's parameters."""
-    assert _email_tool(demo).params == ("domain", "first")
+    assert _email_tool(demo).inputs == ("domain", "first")
 
 
 def test_http_tool_mapped_directly_and_rerun_for_free(demo, store) -> None:
@@ -184,7 +185,7 @@ def test_secret_never_lands_anywhere(demo, store, monkeypatch, caplog, capsys) -
             assert value.encode() not in path.read_bytes(), path
     captured = capsys.readouterr()
     assert value not in captured.out + captured.err + caplog.text
-    assert value not in repr(tool.secret) and "DEMO_API_KEY" in repr(tool.secret)
+    assert value not in repr(engine_of(tool).secret) and "DEMO_API_KEY" in repr(engine_of(tool).secret)
 
 
 def test_missing_secret_is_fatal_and_named(demo, store) -> None:

@@ -23,12 +23,14 @@ from playbook.providers.limits import retry_after
 from playbook.providers.pool import chosen_key
 from playbook.providers.provider import Provider
 from playbook.secrets import PLACEHOLDER, Fill, Secret, SecretAuth, mask, rebuilt, scrub
-from playbook.tools.base import CallEnv, Tool
+from playbook.tools.engine import Engine
+from playbook.tools.protocol import CallEnv
 from playbook.tools.templates import BadTemplate, BadValue, UrlTemplate, collect, fill
+from playbook.tools.tool import Tool
 from playbook.tools.transport import proxy_for
 from playbook.tools.wire import wire as _wire
 
-__all__ = ["HttpTool", "http_tool"]
+__all__ = ["HttpEngine", "HttpTool", "http_tool"]
 
 _RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _FATAL = frozenset({401, 402, 403})
@@ -39,7 +41,26 @@ _CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-
 
 
 class HttpTool(Tool[Any]):
-    """A tool that is one HTTP request: templated URL, query, JSON body and headers."""
+    """A tool that is one HTTP request (see :func:`http_tool`): its method and URL template show."""
+
+    __slots__ = ("_http",)
+
+    def __init__(self, engine: HttpEngine) -> None:
+        super().__init__(engine)
+        self._http = engine
+
+    @property
+    def method(self) -> str:
+        return self._http.method
+
+    @property
+    def url(self) -> str:
+        """The URL template, ``{field}`` placeholders unfilled."""
+        return self._http.url
+
+
+class HttpEngine(Engine):
+    """The engine of an HTTP tool: one templated request (URL, query, JSON body and headers)."""
 
     remote = True
 
@@ -123,7 +144,7 @@ class HttpTool(Tool[Any]):
         )
         super().__init__(
             name,
-            params=[f for f in fields if f != "secret"],
+            inputs=[f for f in fields if f != "secret"],
             version=version,
             provider=provider,
             cost=cost,
@@ -143,9 +164,9 @@ class HttpTool(Tool[Any]):
         ]
         return digest(key_text(shape))[:16]
 
-    # -- keys and reading ------------------------------------------------------------------
+    # -- addresses and reading --------------------------------------------------------------
 
-    def key(self, values: Any) -> str:
+    def address(self, values: Any) -> str:
         url, query, body, headers = self._render(_wire(values))
         hidden_params, hidden_headers = self._hidden
         sent = {
@@ -419,7 +440,7 @@ def http_tool(
         )
     if isinstance(miss_status, int):
         miss_status = (miss_status,)
-    return HttpTool(
+    engine = HttpEngine(
         name,
         method=method.upper(),
         url=url,
@@ -435,6 +456,7 @@ def http_tool(
         provider=provider,
         cost=cost,
     )
+    return HttpTool(engine)
 
 
 # -- answers ------------------------------------------------------------------------------------
