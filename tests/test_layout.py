@@ -212,6 +212,19 @@ def test_views_read_the_runtime_through_run_state_only() -> None:
     assert reached == set()
 
 
+def test_plays_do_not_import_tools() -> None:
+    """Tools sit above plays: nothing under playbook.plays imports playbook.tools, not lazily nor for
+    type checkers (a play knows a tool by the Playable protocol; a tool makes its own play)."""
+    reached = {
+        (name, target)
+        for name, tree in TREES.items()
+        if name.startswith("playbook.plays")
+        for target in _imports(name, tree)
+        if target.startswith("playbook.tools")
+    }
+    assert reached == set()
+
+
 def test_the_runtime_does_not_import_the_views() -> None:
     """The runtime knows nothing of views: no module under playbook.runtime imports playbook.ui."""
     reached = {

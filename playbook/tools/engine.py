@@ -115,7 +115,7 @@ class Engine:
         self.inputs = tuple(inputs)
         self._input_set = frozenset(self.inputs)
         # A parameter's default, for a call that does not pass it: part of the call's input
-        # (its receipt key), as if passed, so passing it or not is the same call.
+        # (its receipt's address), as if passed, so passing it or not is the same call.
         self.defaults = dict(defaults or {})
         self.fn = fn
         self._is_async = fn is not None and inspect.iscoroutinefunction(fn)

@@ -5,6 +5,9 @@ JSON body and the headers, but not the credentials (any header or parameter that
 secret, and the usual authorization headers), so rotating a key costs nothing while changing a
 model name or a prompt in the body pays once.  The receipt holds the whole JSON answer; ``pick``
 is applied when it is read, so changing ``pick`` costs nothing and is always right.
+
+A user holds an :class:`HttpTool` (its method and URL show); the request is made, addressed and
+read by its :class:`HttpEngine` (see :mod:`~playbook.tools.protocol`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ _RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _FATAL = frozenset({401, 402, 403})
 # What no header value can hold: control characters (CR and LF above all), tab aside.
 _UNSENDABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-# Credentials, not part of what is asked: left out of receipt keys even when written literally.
+# Credentials, not part of what is asked: left out of receipt addresses even when written literally.
 _CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})
 
 
@@ -137,7 +140,7 @@ class HttpEngine(Engine):
         self._timeouts = httpx.Timeout(timeout, pool=None)
         # Where the definition puts the secret: the only places a call's key goes (see secrets.py).
         self._keyed = _Keyed(url, query, body, headers)
-        # What a receipt key leaves out: the parameters and headers that carry credentials.
+        # What a receipt's address leaves out: the parameters and headers that carry credentials.
         self._hidden = (
             self._keyed.params,
             self._keyed.headers | {k for k in headers if k.lower() in _CREDENTIAL_HEADERS},
@@ -188,7 +191,7 @@ class HttpEngine(Engine):
     ) -> tuple[str, dict[str, Any], Any, dict[str, str]]:
         """URL, query, body and headers with the placeholders filled (the secret as ``secret``:
         the stand-in, but where :meth:`_filler` puts the value in).  An input that cannot be
-        sent where it goes is the row's error, raised here: before a key, a lease or a request."""
+        sent where it goes is the row's error, raised here: before an address, a lease or a request."""
         values = {**values, "secret": secret}
         try:
             url = self._address.fill(values) if "{" in self.url else self.url
@@ -410,7 +413,7 @@ def http_tool(
 ) -> HttpTool:
     """A tool that makes one HTTP request; ``{field}`` placeholders are its parameters.
 
-    Receipts are keyed by the request as sent (see the module docstring); ``version`` is an
+    A receipt's address is the request as sent (see the module docstring); ``version`` is an
     optional salt, to pay again for requests already answered.
 
     A value fills its placeholder and nothing more: quoted as one segment in the URL's path and

@@ -182,7 +182,7 @@ class LlmEngine(Engine):
         return out
 
     def body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """The request body as sent: the receipt key is made of it."""
+        """The request body as sent: the receipt's address is made of it."""
         body: dict[str, Any] = {"model": self.model, "messages": messages, **self.request}
         if self.structured is not None:
             body["response_format"] = self.structured.response_format()
