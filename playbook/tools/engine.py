@@ -114,7 +114,7 @@ class Engine:
         self.retry_on = _retry_types(name, retry_on)
         self.inputs = tuple(inputs)
         self._input_set = frozenset(self.inputs)
-        # A parameter's default, for a call that does not pass it: part of the call's input
+        # An input's default (the function's parameter default), for a call that does not pass it: part of the call's input
         # (its receipt's address), as if passed, so passing it or not is the same call.
         self.defaults = dict(defaults or {})
         self.fn = fn

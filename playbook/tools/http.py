@@ -411,7 +411,7 @@ def http_tool(
     timeout: float = 30.0,
     client: httpx.AsyncClient | None = None,
 ) -> HttpTool:
-    """A tool that makes one HTTP request; ``{field}`` placeholders are its parameters.
+    """A tool that makes one HTTP request; ``{field}`` placeholders are its inputs.
 
     A receipt's address is the request as sent (see the module docstring); ``version`` is an
     optional salt, to pay again for requests already answered.

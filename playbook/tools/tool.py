@@ -1,7 +1,8 @@
 """The tool a user holds: :class:`Tool` (``@pb.tool``; ``pb.http_tool`` and ``pb.llm_tool``
 make its subclasses), and :func:`engine_of`, the one way to what the pipeline needs of it.
 
-A tool shows its name, version, inputs, provider and cost, how to call it, and a repr.  What
+A tool shows its name, version, inputs, provider, cost and fingerprint, how to call it, and a
+repr (``tool.params``, the old spelling of ``tool.inputs``, still answers with a warning).  What
 the pipeline asks of it (binding inputs, receipt addresses, prices, tokens, sending) is its
 engine's (:mod:`.protocol`), reached through :func:`engine_of`, as httpx's ``Client`` keeps its
 transport out of the user's way.
@@ -37,6 +38,8 @@ class Tool(Generic[R]):
     __slots__ = ("_engine",)
 
     def __init__(self, engine: Engine) -> None:
+        """A tool over ``engine``: what :func:`tool`, ``http_tool`` and ``llm_tool`` make, and how a
+        new kind of tool (an engine of its own, see :mod:`.protocol`) is held."""
         self._engine = engine
 
     @property

@@ -117,9 +117,7 @@ class LlmEngine(Engine):
         return digest(key_text(shape))[:16]
 
     def __repr__(self) -> str:
-        out = f", output={self.structured.model.__name__}" if self.structured is not None else ""
-        via = f", provider={self.provider.name!r}" if self.provider is not None else ""
-        return f"<LlmTool {self.name!r} {self.model} at {self.base_url}{out}{via}>"
+        return f"<LlmEngine {self.name!r} {self.model} at {self.base_url}>"
 
     def submits(self) -> bool:
         return self.mode == "batch"

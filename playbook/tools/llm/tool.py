@@ -35,7 +35,10 @@ class LlmTool(Tool[Any]):
         return self._llm.model
 
     def __repr__(self) -> str:
-        return repr(self._llm)
+        llm = self._llm
+        out = f", output={llm.structured.model.__name__}" if llm.structured is not None else ""
+        via = f", provider={llm.provider.name!r}" if llm.provider is not None else ""
+        return f"<LlmTool {llm.name!r} {llm.model} at {llm.base_url}{out}{via}>"
 
 
 def llm_tool(
