@@ -114,8 +114,8 @@ class Engine:
         self.retry_on = _retry_types(name, retry_on)
         self.inputs = tuple(inputs)
         self._input_set = frozenset(self.inputs)
-        # An input's default (the function's parameter default), for a call that does not pass it: part of the call's input
-        # (its receipt's address), as if passed, so passing it or not is the same call.
+        # An input's default, for a call that does not pass it: part of the call's input (its
+        # receipt's address), as if passed, so passing it or not is the same call.
         self.defaults = dict(defaults or {})
         self.fn = fn
         self._is_async = fn is not None and inspect.iscoroutinefunction(fn)
