@@ -154,6 +154,40 @@ def test_the_runtime_does_not_import_the_views() -> None:
     assert reached == set()
 
 
+RUNTIME_LAYERS = ("estimate", "run", "schedule", "options", "calls", "state", "rows")
+
+
+def _runtime_layer(name: str) -> int | None:
+    """The place of ``name`` in :data:`RUNTIME_LAYERS` (its room, or the module at the runtime's top)."""
+    parts = name.split(".")
+    if parts[:2] != ["playbook", "runtime"] or len(parts) < 3:
+        return None  # outside the runtime, or the runtime's __init__ (it re-exports)
+    return RUNTIME_LAYERS.index(parts[2])
+
+
+def _upward(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports from a runtime room into one above it (:data:`RUNTIME_LAYERS` goes from top to bottom)."""
+    found = set()
+    for name, targets in graph.items():
+        here = _runtime_layer(name)
+        for target in targets:
+            there = _runtime_layer(target)
+            if here is not None and there is not None and there < here:
+                found.add((name, target))
+    return found
+
+
+def test_the_runtime_rooms_depend_one_way() -> None:
+    """The runtime's rooms import downward only: estimate, run, schedule, options, calls, state, rows."""
+    assert _upward(_graph()) == set()
+
+
+def test_the_room_check_finds_an_import_upward() -> None:
+    """The check above can fail: the call pipeline importing the estimate is reported."""
+    graph = {"playbook.runtime.calls.pipeline": {"playbook.runtime.estimate.distinct"}}
+    assert _upward(graph) == {("playbook.runtime.calls.pipeline", "playbook.runtime.estimate.distinct")}
+
+
 def _private_names(tree: ast.Module) -> set[str]:
     """The ``_private`` names a module defines: functions, classes, attributes, slots, globals."""
     names: set[str] = set()
