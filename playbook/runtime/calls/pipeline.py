@@ -37,6 +37,7 @@ from playbook.runtime.calls.kept_errors import (
     replayed,
     unkeyable,
 )
+from playbook.runtime.calls.observed import Called
 from playbook.runtime.calls.recording import record
 from playbook.runtime.state.upstream import dispatch as governed
 from playbook.runtime.state.upstream import learn
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from playbook.providers.provider import Ticket
     from playbook.runtime.calls.scope import RunScope
 
-__all__ = ["Called", "Caller", "call_tool", "invoke", "paid"]
+__all__ = ["Caller", "call_tool", "invoke", "paid"]
 
 Send = Callable[[], Awaitable[tuple[Any, bool]]]
 
@@ -70,15 +71,6 @@ class Caller(Protocol):
     def used(self, tool: ToolEngine, key: str | None) -> None: ...
     def count(self, tool: ToolEngine, *, reused: bool, spent: Spent, shared: bool = False) -> None: ...
     def forgotten_await(self, value: Any) -> str: ...
-
-
-class Called(NamedTuple):
-    """A call as the play made it: its positional input, keywords, ttl, and whether it was forced."""
-
-    input: Any
-    kwargs: dict[str, Any]
-    ttl: float | None
-    forced: bool
 
 
 class Pending(NamedTuple):

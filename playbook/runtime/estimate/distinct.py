@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from playbook.runtime.calls.observed import Called
 from playbook.store import MISSING
 from playbook.tools.protocol import NO_INPUT
 
 if TYPE_CHECKING:
-    from playbook.runtime.calls.pipeline import Called
     from playbook.runtime.rows.table import RowTable
     from playbook.store import StoreEngine
     from playbook.tools.protocol import ToolEngine

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from playbook.runtime.calls.pipeline import Called
+from playbook.runtime.calls.observed import Called
 from playbook.runtime.estimate.distinct import Counted, counted
 from playbook.runtime.run import Run, scheduler
 from playbook.tools.protocol import is_local
