@@ -12,8 +12,7 @@ slow to start (``-m "not (slow or cluster or kernel or browser or notebook or ne
 - ``browser``: JupyterLab in a real Chromium;
 - ``notebook``: the notebooks, executed under nbval in a fresh Binder environment;
 - ``network``: the demo provider over HTTP on loopback;
-- ``slow``: a test that takes seconds of its own: it starts Python processes, kills a server,
-  or waits out a real expiry (marked test by test where its file's other tests are quick).
+- ``slow``: a test that takes seconds of its own (subprocesses, real waits, large runs).
 """
 
 from __future__ import annotations
