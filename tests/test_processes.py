@@ -341,7 +341,9 @@ def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(
 
 
 def test_a_killed_local_lease_holder_is_taken_over_at_once(demo, worker, tmp_path: Path, where: str) -> None:
-    """A lease whose holder on this machine was SIGKILLed mid-call is taken over at once, not after lease_ttl."""
+    """A lease whose holder on this machine was SIGKILLed mid-call is taken over at once, not after
+    lease_ttl.  In real time (a killed process): the lease's 60 s are told from at once by far more
+    than a loaded machine adds to one call."""
     demo.reset(slow_rate=1.0, slow_latency=3.0)  # the holder's call hangs; its lease_ttl is 60s
     store, key = where, _key(demo, 0)
     holder = worker(url=demo.url, store=store, n=1, ttl=60, out=str(tmp_path / "a.json"))
@@ -357,7 +359,7 @@ def test_a_killed_local_lease_holder_is_taken_over_at_once(demo, worker, tmp_pat
     stats = demo.stats()
 
     assert taker["calls_executed"] == 1
-    assert taker["elapsed"] < 5 and wall < 15, f"took over after {taker['elapsed']:.1f}s (lease_ttl 60s)"
+    assert taker["elapsed"] < 20 and wall < 40, f"took over after {taker['elapsed']:.1f}s (lease_ttl 60s)"
     assert stats["requests"] == 2 and stats["idempotency_keys"] == {key: 2}  # the dead one's, and the taker's
     emails, statuses = _result(tmp_path / "b.json")
     assert emails == {"0": "p@company0.com"} and statuses == {"0": "ok"}
