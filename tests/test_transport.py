@@ -24,6 +24,7 @@ import pytest
 from httpx_aiohttp import HttpxAiohttpClient
 
 import playbook as pb
+from playbook.tools import engine_of
 from playbook.tools.transport import PER_HOST, connection_budget, default_client
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
@@ -160,7 +161,7 @@ def test_a_dead_proxy_is_named_in_the_error(demo, store, monkeypatch) -> None:
     assert demo.stats()["requests"] == 0
     monkeypatch.setenv("HTTP_PROXY", f"http://user:hunter2@127.0.0.1:{port}")
     assert (
-        _company_tool(demo.url)._via(demo.url)
+        engine_of(_company_tool(demo.url))._via(demo.url)  # type: ignore[attr-defined]  # the HTTP engine's
         == f" through the proxy http://127.0.0.1:{port} (from $HTTP_PROXY)"
     )
 
