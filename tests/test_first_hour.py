@@ -141,6 +141,7 @@ def test_a_client_error_is_kept_as_the_calls_answer_and_not_asked_again(
     assert forced["play_status"].tolist() == ["failed"] and demo.stats()["requests"] == 2
 
 
+@pytest.mark.slow
 def test_requests_the_provider_saw_are_the_calls_the_run_counted(
     demo: pb.demo.DemoServer, store: pb.ReceiptStore
 ) -> None:

@@ -254,6 +254,7 @@ def test_ssl_cert_file_decides_which_certificates_are_trusted(tmp_path, store, m
 # -- bounded connections -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_connections_per_host_are_bounded_and_waiting_for_one_is_not_a_timeout(demo, store) -> None:
     """600 calls in flight to one host use at most PER_HOST connections; the rest queue, and the queue does not count against timeout=."""
     demo.reset(latency=1.0)
