@@ -11,7 +11,7 @@ With ``output=Model`` the request carries the model's JSON schema (strict ``json
 answer that is not valid JSON for it is asked again once, in the same call (both requests are
 paid and counted), and the call returns the model's fields as a dict: a play returning it makes
 one column per field.  An answer still invalid after the re-ask stays in its receipt (it was
-paid for) and fails its row each time, naming the problem; ``force=True`` asks again.
+paid for) and fails its row each time, naming the problem; ``refresh=True`` asks again.
 
 Each call weighs its estimated tokens against the provider's ``tpm`` (characters over the
 characters per token seen so far in this endpoint's answers, plus the completion expected) and
@@ -318,7 +318,7 @@ class LlmTool(Tool[Any]):
         if why is not None:
             tries = "after a re-ask " if int(answer.get("requests") or 1) > 1 else ""
             raise ToolError(
-                f"llm tool {self.name!r}: {why} {tries}(paid for and kept in its receipt: pass force=True to ask again)",
+                f"llm tool {self.name!r}: {why} {tries}(paid for and kept in its receipt: pass ctx.tool(..., refresh=True) to ask again)",
                 tool=self.name,
             )
         return fields, False

@@ -2,7 +2,7 @@
 
 Each call has a *logical identity* (run, row, tool, occurrence): the n-th call of a tool in a
 row.  A row that is replayed re-enters with the same identities, so its earlier calls hit their
-receipts and a forced call is forced once per run, not once per replay.
+receipts and a call made with ``refresh=True`` is paid for again once per run, not once per replay.
 
 ``ctx.tool(...)`` and its siblings remember the line that called them, so a coroutine that was
 never awaited (``domain = ctx.tool(...)`` without ``await``) fails its row naming that line, and
@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from playbook._internal.flow import Sleeping, Suspend
+from playbook._internal.renamed import renamed
 from playbook.addresses import step_address, step_name
 from playbook.errors import (
     PlaybookError,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 
-__all__ = ["Call", "Context", "ledger"]
+__all__ = ["Context", "Leg", "ledger"]
 
 _logger = logging.getLogger("playbook")
 
@@ -53,19 +54,25 @@ def ledger(ctx: Context) -> RowLedger:
 
 
 class Context:
-    """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.call(...)`` and ``ctx.waterfall(...)``,
+    """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.leg(...)`` and ``ctx.waterfall(...)``,
     ``ctx.step(...)``, ``ctx.sleep(...)``, ``ctx.run_play(...)``, ``ctx.log(...)``; who the row
-    is: ``ctx.row_key``, ``ctx.run_id``, ``ctx.attempt``."""
+    is: ``ctx.row_id``, ``ctx.run_id``, ``ctx.attempt``."""
 
     __slots__ = ("_ledger",)
 
-    def __init__(self, scope: RunScope, row_key: str, position: int, attempt: int) -> None:
-        self._ledger = RowLedger(scope, row_key, position, attempt)
+    def __init__(self, scope: RunScope, row_id: str, position: int, attempt: int) -> None:
+        self._ledger = RowLedger(scope, row_id, position, attempt)
+
+    @property
+    def row_id(self) -> str:
+        """The row's identity: a digest of its ``id_columns``' values, or of all its input values."""
+        return self._ledger.row_id
 
     @property
     def row_key(self) -> str:
-        """The row's identity: a digest of its ``key`` columns' values, or of all its input values."""
-        return self._ledger.row_key
+        """Deprecated: use :attr:`row_id`."""
+        renamed("ctx.row_key", "ctx.row_id")
+        return self._ledger.row_id
 
     @property
     def run_id(self) -> str:
@@ -79,9 +86,7 @@ class Context:
 
     def __repr__(self) -> str:
         book = self._ledger
-        return (
-            f"<Context row={book.position} key={book.row_key[:8]} attempt={book.attempt} run={self.run_id}>"
-        )
+        return f"<Context row={book.position} id={book.row_id[:8]} attempt={book.attempt} run={self.run_id}>"
 
     def log(self, msg: Any) -> None:
         """Note a message for this row: kept on the context and sent to the ``playbook`` logger."""
@@ -98,12 +103,16 @@ class Context:
         input: Any = NO_INPUT,
         /,
         *,
-        force: bool = False,
+        refresh: bool = False,
         ttl: float | None = None,
         on_exhausted: str = "park",
         **kwargs: Any,
     ) -> Coroutine[Any, Any, R]:
         """Call ``tool`` (await it): its receipt if one exists, else dispatch through its provider.
+
+        ``refresh=True`` pays for the call again even when a receipt answers it (once per run: a
+        row replayed after a hold does not pay again); ``ttl`` (seconds) takes older receipts
+        for misses.
 
         A provider that cannot answer within the row's wait budget (held past ``max_wait``, or
         down past it) raises :class:`~playbook.errors.ProviderExhausted`, and the row *parks*
@@ -122,13 +131,20 @@ class Context:
                 f"ctx.tool({tool.name!r}): on_exhausted must be 'park' or 'raise', not {on_exhausted!r}"
             )
             raise error
-        return self._ledger.made_here(self._tool(tool, input, force, ttl, on_exhausted == "park", kwargs))
+        refresh = _refresh(refresh, kwargs, "ctx.tool")
+        return self._ledger.made_here(self._tool(tool, input, refresh, ttl, on_exhausted == "park", kwargs))
 
     async def _tool(
-        self, tool: Tool[Any], input: Any, force: bool, ttl: float | None, parks: bool, kwargs: dict[str, Any]
+        self,
+        tool: Tool[Any],
+        input: Any,
+        refresh: bool,
+        ttl: float | None,
+        parks: bool,
+        kwargs: dict[str, Any],
     ) -> Any:
         try:
-            return (await self._call(tool, input, force, ttl, kwargs))[0]
+            return (await self._call(tool, input, refresh, ttl, kwargs))[0]
         except ProviderExhausted as exc:
             if parks:
                 self._ledger.signal = exc  # sticky: the row parks even if the play catches it
@@ -141,11 +157,11 @@ class Context:
         this row aside, and its errors are this row's."""
         return self._ledger.made_here(self._run_play(play, inputs))
 
-    def _child(self, row_key: str) -> tuple[Context, RowLedger]:
+    def _child(self, row_id: str) -> tuple[Context, RowLedger]:
         """A context for a sub-play this row runs: its own row identity, this row's place (and so
         its wait budgets) and attempt."""
         book = self._ledger
-        child = Context(book.scope, row_key, book.position, book.attempt)
+        child = Context(book.scope, row_id, book.position, book.attempt)
         return child, child._ledger
 
     async def _run_play(self, play: Any, inputs: dict[str, Any]) -> Any:
@@ -160,27 +176,33 @@ class Context:
             self._ledger.signal = exc
             raise
 
-    def call(
+    def leg(
         self,
         tool: Tool[Any],
         input: Any = NO_INPUT,
         /,
         *,
-        force: bool = False,
+        refresh: bool = False,
         ttl: float | None = None,
         **kwargs: Any,
-    ) -> Call:
-        """A call for :meth:`waterfall`, made only if the waterfall reaches it."""
+    ) -> Leg:
+        """A leg of :meth:`waterfall`: the call is made only if the waterfall reaches it (building
+        it calls nothing).  Takes what :meth:`tool` takes."""
         if not isinstance(tool, Tool):
             raise ToolError(
-                f"ctx.call() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}"
+                f"ctx.leg() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}"
             )
-        return Call(tool, input, force, ttl, kwargs)
+        return Leg(tool, input, _refresh(refresh, kwargs, "ctx.leg"), ttl, kwargs)
+
+    def call(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Leg:
+        """Deprecated: use :meth:`leg` (it builds a waterfall leg; it calls nothing)."""
+        renamed("ctx.call()", "ctx.leg()")
+        return self.leg(tool, input, **kwargs)
 
     def waterfall(
         self,
         key: str,
-        legs: Sequence[Call],
+        legs: Sequence[Leg],
         *,
         accept: Callable[[Any], bool] = bool,
         with_source: bool = False,
@@ -195,7 +217,7 @@ class Context:
         return self._ledger.made_here(self._waterfall(key, legs, accept, with_source))
 
     async def _waterfall(
-        self, key: str, legs: Sequence[Call], accept: Callable[[Any], bool], with_source: bool
+        self, key: str, legs: Sequence[Leg], accept: Callable[[Any], bool], with_source: bool
     ) -> Any:
         if not isinstance(key, str) or not key:
             raise PlayDefinitionError(
@@ -203,13 +225,13 @@ class Context:
             )
         legs = list(legs)
         if not legs:
-            raise PlayDefinitionError(f"waterfall {key!r} needs at least one leg: ctx.call(tool, ...)")
+            raise PlayDefinitionError(f"waterfall {key!r} needs at least one leg: ctx.leg(tool, ...)")
         for i, leg in enumerate(legs):
-            if not isinstance(leg, Call):
+            if not isinstance(leg, Leg):
                 raise PlayDefinitionError(
-                    f"waterfall {key!r}: leg {i} is {type(leg).__name__}, not ctx.call(tool, ...)"
+                    f"waterfall {key!r}: leg {i} is {type(leg).__name__}, not ctx.leg(tool, ...)"
                     + (
-                        " (was it awaited? pass ctx.call(...), not await ctx.tool(...))"
+                        " (was it awaited? pass ctx.leg(...), not await ctx.tool(...))"
                         if not isinstance(leg, Tool)
                         else ""
                     )
@@ -221,7 +243,7 @@ class Context:
             for leg in legs:
                 try:
                     out, miss = await self._call(
-                        leg.tool, leg.input, leg.force, leg.ttl, leg.kwargs, leg=True
+                        leg.tool, leg.input, leg.refresh, leg.ttl, leg.kwargs, leg=True
                     )
                 except ProviderUnavailable:  # ProviderExhausted too: a long hold falls through at once
                     outcomes.append("unavailable")
@@ -318,13 +340,13 @@ class Context:
     def _step_key(self, kind: str, key: str) -> str:
         book = self._ledger
         name = step_name(kind, key)
-        return step_address(book.scope.play, book.row_key, name, book.occurrence(name))
+        return step_address(book.scope.play, book.row_id, name, book.occurrence(name))
 
     async def _call(
         self,
         tool: Tool[Any],
         input: Any,
-        force: bool,
+        refresh: bool,
         ttl: float | None,
         kwargs: dict[str, Any],
         *,
@@ -333,7 +355,7 @@ class Context:
         if self._ledger.signal is not None:
             raise self._ledger.signal  # a suspension (or a park) the play caught: the row still steps aside
         try:
-            return await call_tool(self._ledger, tool, input, force, ttl, kwargs, leg=leg)
+            return await call_tool(self._ledger, tool, input, refresh, ttl, kwargs, leg=leg)
         except Suspend as signal:
             self._ledger.signal = signal
             raise
@@ -343,21 +365,29 @@ class Context:
             raise
 
 
-class Call:
-    """A call not made yet: a leg of :meth:`Context.waterfall`."""
+def _refresh(refresh: bool, kwargs: dict[str, Any], where: str) -> bool:
+    """``refresh``, or the old spelling ``force=`` (deprecated) taken out of the tool's inputs."""
+    if "force" not in kwargs:
+        return refresh
+    renamed(f"{where}(..., force=)", f"{where}(..., refresh=)")
+    return bool(refresh or kwargs.pop("force"))
 
-    __slots__ = ("tool", "input", "force", "ttl", "kwargs")
+
+class Leg:
+    """A call not made yet: a leg of :meth:`Context.waterfall`, made by :meth:`Context.leg`."""
+
+    __slots__ = ("tool", "input", "refresh", "ttl", "kwargs")
 
     def __init__(
-        self, tool: Tool[Any], input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]
+        self, tool: Tool[Any], input: Any, refresh: bool, ttl: float | None, kwargs: dict[str, Any]
     ) -> None:
         self.tool = tool
         self.input = input
-        self.force = force
+        self.refresh = refresh
         self.ttl = ttl
         self.kwargs = kwargs
 
     def __repr__(self) -> str:
         args = [] if self.input is NO_INPUT else [repr(self.input)]
         args += [f"{k}={v!r}" for k, v in self.kwargs.items()]
-        return f"<Call {self.tool.name}({', '.join(args)})>"
+        return f"<Leg {self.tool.name}({', '.join(args)})>"

@@ -28,7 +28,7 @@ class RowLedger:
 
     __slots__ = (
         "scope",
-        "row_key",
+        "row_id",
         "position",
         "attempt",
         "seen",
@@ -44,9 +44,9 @@ class RowLedger:
         "made",
     )
 
-    def __init__(self, scope: RunScope, row_key: str, position: int, attempt: int) -> None:
+    def __init__(self, scope: RunScope, row_id: str, position: int, attempt: int) -> None:
         self.scope = scope  # what of the run this row's calls may use
-        self.row_key = row_key
+        self.row_id = row_id
         self.position = position
         self.attempt = attempt
         self.seen: dict[str, int] | None = None  # calls per tool so far: the occurrence index

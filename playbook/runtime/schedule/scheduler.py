@@ -70,7 +70,7 @@ class Scheduler:
             run_id=self.run_id,
             play=play.name,
             store=store,
-            force_all=opts.refresh is True,
+            refresh_all=opts.refresh is True,
             rerun_rows=opts.refresh is not False,
             emit=self._emit,
             costs=opts.cost_budget(),
@@ -180,8 +180,8 @@ class Scheduler:
         if not self._first:
             return positions
         self._first = False
-        key = self.opts.key_columns(self.frame)
-        # A play that reads row.index makes the label part of a row's identity, unless key= says what is.
+        key = self.opts.row_id_columns(self.frame)
+        # A play that reads row.index makes the label part of a row's identity, unless id_columns= says what is.
         runnable, unkeyed = self.table.identify(
             positions, key, labelled=key is None and self.play.reads_index
         )
