@@ -8,6 +8,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
+from playbook._internal.renamed import renamed
 from playbook._internal.words import time_of_day
 
 __all__ = ["STATUSES", "STATUS_COLUMNS", "ProviderHold", "Receipt", "RunStats", "Status"]
@@ -46,7 +47,9 @@ class RunStats(BaseModel):
     failed: int = 0
     parked: int = 0
     skipped: int = 0
-    held: int = 0
+    waiting: int = (
+        0  # rows stepped aside now: waiting for a provider (its hold, or while it is down) or in ctx.sleep
+    )
     calls_executed: int = 0  # calls paid for: sent to a provider, or with a cost
     calls_reused: int = 0  # calls answered by receipts of earlier runs
     calls_shared: int = 0  # identical calls answered by a receipt this run paid for (another row's)
@@ -62,6 +65,12 @@ class RunStats(BaseModel):
     )
     elapsed: float = 0.0
     receipts_lost: int = 0  # paid calls whose receipts could not be written (the store failed)
+
+    @property
+    def held(self) -> int:
+        """Deprecated: use :attr:`waiting` ("hold" is a provider's; rows wait)."""
+        renamed("RunStats.held", "RunStats.waiting")
+        return self.waiting
 
     @property
     def done(self) -> int:

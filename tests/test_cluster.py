@@ -619,8 +619,8 @@ def test_the_store_may_be_a_receipt_store_or_playbook_home(
     monkeypatch.setenv("PLAYBOOK_HOME", redis_url)
     again = dd.from_pandas(frame, npartitions=2).play.run(play, progress=False)
     assert first.stats.ok == 10 and again.stats.reused == 10 and demo.stats()["requests"] == 10
-    with pytest.raises(pb.PlayDefinitionError, match=r"key=\['nope'\]: no column 'nope'"):
-        dd.from_pandas(frame, npartitions=2).play.map(play, key=["nope"], progress=False)
+    with pytest.raises(pb.PlayDefinitionError, match=r"id_columns=\['nope'\]: no column 'nope'"):
+        dd.from_pandas(frame, npartitions=2).play.map(play, id_columns=["nope"], progress=False)
     twice = dd.from_pandas(frame.rename(columns={"first": "domain"}), npartitions=2)
     with pytest.raises(pb.PlayDefinitionError, match="more than one column named 'domain'"):
         twice.play.map(play, progress=False)

@@ -51,8 +51,8 @@ def test_waterfall_falls_past_an_exhausted_quota_without_waiting(demo, store) ->
             email, source = await ctx.waterfall(
                 "email",
                 [
-                    ctx.call(a_email, domain=row.domain, first=row.first),
-                    ctx.call(b_email, domain=row.domain, first=row.first),
+                    ctx.leg(a_email, domain=row.domain, first=row.first),
+                    ctx.leg(b_email, domain=row.domain, first=row.first),
                 ],
                 with_source=True,
             )

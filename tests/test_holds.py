@@ -319,7 +319,7 @@ def test_waterfall_takes_the_first_accepted_leg_and_counts_every_leg(store: pb.R
 
     @pb.play
     async def play(row, ctx):
-        legs = [ctx.call(a, n=row.n), ctx.call(b, n=row.n), ctx.call(c, n=row.n)]
+        legs = [ctx.leg(a, n=row.n), ctx.leg(b, n=row.n), ctx.leg(c, n=row.n)]
         value, source = await ctx.waterfall("email", legs, with_source=True)
         return {"value": value, "source": source}
 
@@ -349,7 +349,7 @@ def test_waterfall_accept_predicate_decides_the_winner(store: pb.ReceiptStore) -
 
     @pb.play
     async def play(row, ctx):
-        legs = [ctx.call(low, n=row.n), ctx.call(high, n=row.n)]
+        legs = [ctx.leg(low, n=row.n), ctx.leg(high, n=row.n)]
         return {"v": await ctx.waterfall("score", legs, accept=lambda v: v % 2 == 0)}
 
     run, _ = run_virtual(launch(rows(4), play, store))
@@ -364,7 +364,7 @@ def test_waterfall_leg_held_past_max_wait_falls_through_at_once(store: pb.Receip
 
     @pb.play
     async def play(row, ctx):
-        return {"v": await ctx.waterfall("w", [ctx.call(held, n=row.n), ctx.call(backup, n=row.n)])}
+        return {"v": await ctx.waterfall("w", [ctx.leg(held, n=row.n), ctx.leg(backup, n=row.n)])}
 
     async def main() -> tuple[pb.Run, float]:
         run, _ = await launch(rows(4), play, store, concurrency=1)
@@ -385,7 +385,7 @@ def test_waterfall_leg_unavailable_after_retries_falls_through(store: pb.Receipt
 
     @pb.play
     async def play(row, ctx):
-        return {"v": await ctx.waterfall("w", [ctx.call(down, n=row.n), ctx.call(backup, n=row.n)])}
+        return {"v": await ctx.waterfall("w", [ctx.leg(down, n=row.n), ctx.leg(backup, n=row.n)])}
 
     run, _ = run_virtual(launch(rows(3), play, store, concurrency=1))
     assert statuses(run) == ["ok"] * 3 and run.result["v"].tolist() == ["b0", "b1", "b2"]
@@ -396,13 +396,13 @@ def test_waterfall_leg_unavailable_after_retries_falls_through(store: pb.Receipt
 
 
 def test_waterfall_leg_must_be_a_call(store: pb.ReceiptStore) -> None:
-    """A leg that is not ctx.call(...) raises PlayDefinitionError before any leg is called."""
+    """A leg that is not ctx.leg(...) raises PlayDefinitionError before any leg is called."""
     backup, calls = counted("backup")
 
     @pb.play
     async def play(row, ctx):
         try:
-            await ctx.waterfall("w", [ctx.call(backup, n=row.n), backup])
+            await ctx.waterfall("w", [ctx.leg(backup, n=row.n), backup])
         except pb.PlayDefinitionError as exc:
             return {"error": str(exc)}
         return {"error": None}
@@ -747,7 +747,7 @@ def test_waterfall_passes_a_down_provider_at_once(store: pb.ReceiptStore) -> Non
 
     @pb.play
     async def play(row, ctx):
-        return {"v": await ctx.waterfall("w", [ctx.call(dead, n=row.n), ctx.call(backup, n=row.n)])}
+        return {"v": await ctx.waterfall("w", [ctx.leg(dead, n=row.n), ctx.leg(backup, n=row.n)])}
 
     run, events = run_virtual(launch(rows(60), play, store, concurrency=4))
     assert statuses(run) == ["ok"] * 60 and run.result["v"].tolist() == [f"b{n}" for n in range(60)]

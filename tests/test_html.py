@@ -45,7 +45,7 @@ def test_html_shows_counters_providers_parked_rows_errors_and_legs(store: pb.Rec
 
     @pb.play
     async def both(row, ctx):
-        first = await ctx.waterfall("email", [ctx.call(primary, n=row.n), ctx.call(backup, n=row.n)])
+        first = await ctx.waterfall("email", [ctx.leg(primary, n=row.n), ctx.leg(backup, n=row.n)])
         return {"first": first, "again": await ctx.tool(primary, n=row.n + 1000)}
 
     async def main() -> pb.Run:

@@ -172,10 +172,10 @@ def test_a_forgotten_await_in_a_cell_names_the_cells_line(kernel: Kernel) -> Non
 
 
 def test_options_reach_the_run(kernel: Kernel, tmp_path: Path) -> None:
-    """--limit, --key, --concurrency, --store and --refresh are passed to the run."""
+    """--limit, --id-columns, --concurrency, --store and --refresh are passed to the run."""
     kernel.run(f"store = pb.ReceiptStore({str(tmp_path / 's')!r})")
     got = kernel.run("""
-        %%play limited --on df --out out3 --limit 2 --key n --concurrency 2 --store store --refresh
+        %%play limited --on df --out out3 --limit 2 --id-columns n --concurrency 2 --store store --refresh
         y = await ctx.tool(double, n=row.n)
     """)
     assert got["error"] is None, got["error"]

@@ -165,8 +165,8 @@ def test_a_provider_down_past_max_wait_parks_its_rows_and_a_waterfall_passes_it_
 
         async def waterfall(row, ctx):  # type: ignore[no-untyped-def]
             legs = [
-                ctx.call(dead_email, domain=row.domain, first=row.first),
-                ctx.call(spare_email, domain=row.domain, first=row.first),
+                ctx.leg(dead_email, domain=row.domain, first=row.first),
+                ctx.leg(spare_email, domain=row.domain, first=row.first),
             ]
             found, source = await ctx.waterfall("email", legs, accept=lambda v: True, with_source=True)
             return {"email": found, "source": source}
@@ -260,8 +260,8 @@ def test_a_waterfall_falls_through_a_provider_held_past_max_wait(
 
         async def waterfall(row, ctx):  # type: ignore[no-untyped-def]
             legs = [
-                ctx.call(first, domain=row.domain, first=row.first),
-                ctx.call(second, domain=row.domain, first=row.first),
+                ctx.leg(first, domain=row.domain, first=row.first),
+                ctx.leg(second, domain=row.domain, first=row.first),
             ]
             found, source = await ctx.waterfall("email", legs, accept=lambda v: True, with_source=True)
             return {"email": found, "source": source}

@@ -104,7 +104,7 @@ def _map(
 
 def _store_bytes(store: pb.ReceiptStore) -> list[tuple[Path, bytes]]:
     engine(store).flush()
-    return [(p, p.read_bytes()) for p in sorted(store.path.rglob("*")) if p.is_file()]
+    return [(p, p.read_bytes()) for p in sorted(Path(store.location).rglob("*")) if p.is_file()]
 
 
 def _assert_run_clean(

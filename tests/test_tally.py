@@ -100,7 +100,7 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
 
     async def main() -> list[tuple[pb.Run, Tally]]:
         run = await frame.play.arun(
-            mixed, store=store, progress=False, background=True, concurrency=4, key="n"
+            mixed, store=store, progress=False, background=True, concurrency=4, id_columns="n"
         )
         runs = [(run, followed(run))]
         await asyncio.wait([run._task])

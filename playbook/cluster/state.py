@@ -16,6 +16,7 @@ from typing import Any
 
 from playbook.cluster.wire import COUNTERS, decode_label
 from playbook.events import (
+    Event,
     RowFinished,
     RowHeld,
     RowParked,
@@ -32,7 +33,6 @@ from playbook.runtime.state.run_state import (
     FailedRow,
     ParkedRow,
     ProviderView,
-    RunEvent,
     RunState,
     Waiting,
     WorkerView,
@@ -125,7 +125,7 @@ class ClusterState(RunState):
         self.paid_by: Callable[[str], tuple[int, float, int] | None] = lambda attempt: None
         self.ran: frozenset[int] | None = None  # a retry: the job-wide positions it runs (None: every row)
 
-    def emit(self, event: RunEvent) -> None:
+    def emit(self, event: Event) -> None:
         if type(event) in _APPLIED:
             super().emit(event)
         else:

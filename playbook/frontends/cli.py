@@ -174,6 +174,15 @@ def _parser() -> argparse.ArgumentParser:
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clear.set_defaults(run=_clear)
 
+    _add_accept_loss(sub, common)
+
+    export = sub.add_parser("export", parents=[common, tool], help="receipts as JSON Lines")
+    export.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    export.set_defaults(run=_export)
+    return parser
+
+
+def _add_accept_loss(sub: Any, common: argparse.ArgumentParser) -> None:
     accept = sub.add_parser(
         "accept-loss",
         parents=[common],
@@ -185,11 +194,6 @@ def _parser() -> argparse.ArgumentParser:
     reset = sub.add_parser("reset", parents=[common])
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     reset.set_defaults(run=_reset)
-
-    export = sub.add_parser("export", parents=[common, tool], help="receipts as JSON Lines")
-    export.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
-    export.set_defaults(run=_export)
-    return parser
 
 
 # -- commands ----------------------------------------------------------------------------

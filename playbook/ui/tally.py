@@ -13,8 +13,8 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from playbook.events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
-from playbook.runtime.state.run_state import Families, RunEvent, RunState
+from playbook.events import Event, RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
+from playbook.runtime.state.run_state import Families, RunState
 
 __all__ = ["KINDS", "Tally"]
 
@@ -83,7 +83,7 @@ class Tally:
             tally._hold(position, waiting.provider)
         return tally
 
-    def on_event(self, event: RunEvent) -> None:
+    def on_event(self, event: Event) -> None:
         if type(event) is RowFinished:
             status = event.status
             if (status == "ok" or status == "reused") and not self.held:

@@ -196,7 +196,7 @@ class Context:
 
     def call(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Leg:
         """Deprecated: use :meth:`leg` (it builds a waterfall leg; it calls nothing)."""
-        renamed("ctx.call()", "ctx.leg()")
+        renamed("ctx.leg()", "ctx.leg()")
         return self.leg(tool, input, **kwargs)
 
     def waterfall(

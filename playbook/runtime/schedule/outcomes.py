@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from playbook.events import (
+    Event,
     RowDeferred,
     RowFinished,
     RowHeld,
@@ -24,7 +25,6 @@ from playbook.records import Status
 from playbook.runtime.rows.grouping import message_group
 from playbook.runtime.rows.table import Parking, RowTable, Waiting
 from playbook.runtime.schedule.retry_queue import RetryQueue
-from playbook.runtime.state.run_state import RunEvent
 
 __all__ = ["Outcomes", "clashing"]
 
@@ -40,7 +40,7 @@ class Outcomes:
         self,
         table: RowTable,
         held: RetryQueue,
-        emit: Callable[[RunEvent], None],
+        emit: Callable[[Event], None],
         parked_down: Callable[[int, str], None],
     ) -> None:
         self.table = table

@@ -25,7 +25,7 @@ import pandas as pd
 
 from playbook._internal.collection import fewer_collections
 from playbook._internal.flow import WaitBudget
-from playbook.events import ProviderUp, RunCounted, RunFinished, RunNotice, RunStarted
+from playbook.events import Event, ProviderUp, RunCounted, RunFinished, RunNotice, RunStarted
 from playbook.plays.play import Play
 from playbook.runtime.calls.level import Level
 from playbook.runtime.calls.scope import RunScope, Tickets
@@ -37,7 +37,7 @@ from playbook.runtime.schedule.outcomes import Outcomes
 from playbook.runtime.schedule.recovery import DownRows
 from playbook.runtime.schedule.retry_queue import RetryQueue
 from playbook.runtime.schedule.workers import Workers
-from playbook.runtime.state.run_state import RunEvent, RunState
+from playbook.runtime.state.run_state import RunState
 from playbook.runtime.state.upstream import watch
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ class Scheduler:
     def stopping(self) -> bool:
         return self.scope.landing.stopping
 
-    def _emit(self, event: RunEvent) -> None:
+    def _emit(self, event: Event) -> None:
         """Count ``event`` in the state of the execution under way (a retry has its own)."""
         self.state.emit(event)
 

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from playbook._internal.renamed import renamed
 from playbook.events import (
     CallFailed,
     CallFinished,
@@ -31,7 +32,6 @@ from playbook.events import (
     RunCounted,
     RunFinished,
     RunNotice,
-    RunProgress,
     RunStarted,
     WaterfallFinished,
 )
@@ -56,7 +56,6 @@ __all__ = [
     "ParkedRow",
     "ProviderSeries",
     "ProviderView",
-    "RunEvent",
     "RunState",
     "Waiting",
     "WorkerView",
@@ -64,8 +63,7 @@ __all__ = [
     "provider_view",
 ]
 
-RunEvent = Event | RowSleeping | RowDeferred | RunProgress
-Listener = Callable[[RunEvent], None]
+Listener = Callable[[Event], None]
 SAMPLE_EVERY = 0.25  # seconds between two looks of the timeline at the providers while calls go out
 
 
@@ -199,7 +197,7 @@ class RunState:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
-    def emit(self, event: RunEvent) -> None:
+    def emit(self, event: Event) -> None:
         kind = type(event)
         apply = _APPLY.get(kind)
         if apply is not None:
@@ -209,7 +207,7 @@ class RunState:
         for inner in self._by_kind.get(kind, ()):
             inner(event)
 
-    def tell(self, event: RunEvent) -> None:
+    def tell(self, event: Event) -> None:
         """Hand ``event`` to the views without counting it (a cluster job's counters come summed)."""
         for listener in self._listeners:
             listener(event)
@@ -369,6 +367,11 @@ class RunState:
         """Parked rows, in order: (row label, position, reason, provider, ready_at, message)."""
         return self._table.parked(self._rows) if self._table is not None else []
 
+    @property
+    def waiting(self) -> int:
+        """Rows stepped aside now (RunStats' word): waiting for a provider, or in ctx.sleep."""
+        return self.held
+
     def held_rows(self) -> dict[int, Waiting]:
         """Rows off their workers now: position -> what they wait for (a provider, or a sleep)."""
         return self._table.held(self._rows) if self._table is not None else {}
@@ -436,7 +439,7 @@ class RunState:
             failed=self.failed,
             parked=self.parked,
             skipped=self.skipped,
-            held=self.held,
+            waiting=self.held,
             calls_executed=self.calls_executed,
             calls_reused=self.calls_reused,
             calls_shared=self.calls_shared,
@@ -478,3 +481,10 @@ _APPLY: dict[type, Callable[[RunState, Any], None]] = {
     ProviderHoldLifted: RunState._hold_changed,
     RunFinished: RunState._run_finished,
 }
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RunEvent":  # one name for a run's events: playbook.events.Event
+        renamed("playbook.runtime.state.run_state.RunEvent", "playbook.events.Event")
+        return Event
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,170 @@
+"""One word per idea: each renamed name still works for one release, warning DeprecationWarning
+with its new spelling, and no public name of the user's API uses a retired spelling otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import playbook as pb
+from playbook import addresses
+from playbook.frontends.signature import flags, given
+from playbook.runtime.options import RENAMED, RunOptions, options
+
+# Words that had a second meaning, or a second name for one idea (docs/reference.md, "Names").
+RETIRED = {"key", "row_key", "held", "reset", "call", "force", "path", "records", "RunEvent"}
+# The old spellings kept one release as deprecated aliases: (owner, name).
+ALIASES = {
+    ("Context", "call"),
+    ("Context", "row_key"),
+    ("ReceiptStore", "path"),
+    ("ReceiptStore", "records"),
+    ("ReceiptStore", "reset"),
+    ("RunStats", "held"),
+}
+# Named otherwise on purpose, or not renamed yet: a fixture file's path is a file's path;
+# Tool.key() is the receipt's address (it goes with the split of Tool), and so is Receipt.key
+# (the receipts frame's column and the export's field with it).
+NOT_THIS_WORD = {("Fixtures", "path"), ("Tool", "key"), ("Receipt", "key")}
+
+
+@pb.tool(name="names.double")
+def double(n: int) -> int:
+    return n * 2
+
+
+def _said(caught: pytest.WarningsRecorder, new: str) -> None:
+    messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
+    assert messages and all("deprecated" in m and new in m for m in messages), messages
+
+
+def test_the_run_option_key_is_id_columns(store: pb.ReceiptStore) -> None:
+    """``key=`` still names the row id's columns, warning and naming ``id_columns=``; both at once is an error."""
+    frame = pd.DataFrame({"id": [1, 1, 2], "n": [1, 5, 2]})
+
+    @pb.play
+    async def first(row, ctx):  # type: ignore[no-untyped-def]
+        return {"d": await ctx.tool(double, n=row.n)}
+
+    with pytest.warns(DeprecationWarning) as caught:
+        old = frame.play.map(first, store=store, progress=False, key="id")  # type: ignore[call-arg]
+    _said(caught, "id_columns=")
+    new = frame.play.map(first, store=store, progress=False, id_columns="id")
+    assert old["d"].tolist() == new["d"].tolist() == [2, 2, 4]  # rows agreeing on id are one row
+    with pytest.raises(pb.PlayDefinitionError, match="pass only id_columns="):
+        RunOptions.parse({"key": "id", "id_columns": "id"})
+
+
+@pytest.mark.parametrize("surface", ["magic", "cli"])
+def test_the_flag_key_is_id_columns(surface: str) -> None:
+    """``--key`` is still read as ``--id-columns`` (unlisted), warning and naming ``--id-columns``."""
+    parser = argparse.ArgumentParser()
+    for flag, spelled in flags(surface):
+        parser.add_argument(flag, **spelled)
+    assert "--key" not in parser.format_help() and "--id-columns" in parser.format_help()
+    with pytest.warns(DeprecationWarning) as caught:
+        old = given(parser.parse_args(["--key", "a,b"]), surface)
+    _said(caught, "--id-columns")
+    assert old == given(parser.parse_args(["--id-columns", "a,b"]), surface) == {"id_columns": ["a", "b"]}
+
+
+def test_ctx_row_key_call_and_force_are_row_id_leg_and_refresh(store: pb.ReceiptStore) -> None:
+    """``ctx.row_key``, ``ctx.call()`` and ``force=`` still work, each warning with its new spelling."""
+    seen: list[tuple[str, str]] = []
+
+    @pb.play
+    async def old(row, ctx):  # type: ignore[no-untyped-def]
+        with pytest.warns(DeprecationWarning) as caught:
+            seen.append((ctx.row_key, ctx.row_id))
+        _said(caught, "ctx.row_id")
+        with pytest.warns(DeprecationWarning) as caught:
+            leg = ctx.call(double, n=row.n)
+        _said(caught, "ctx.leg()")
+        with pytest.warns(DeprecationWarning) as caught:
+            fresh = await ctx.tool(double, n=row.n, force=True)
+        _said(caught, "refresh=")
+        return {"w": await ctx.waterfall("w", [leg]), "f": fresh}
+
+    out = pd.DataFrame({"n": [3]}).play.map(old, store=store, progress=False, on_error="raise")
+    assert out[["w", "f"]].values.tolist() == [[6, 6]]
+    assert seen[0][0] == seen[0][1] == addresses.row_id([3])
+
+
+def test_receipt_store_reset_path_and_records(tmp_path: Path) -> None:
+    """``reset()``, ``path`` and ``records()`` still work, naming ``accept_loss()``, ``location`` and ``receipts()``."""
+    with pb.ReceiptStore(tmp_path / "s") as store:
+        pd.DataFrame({"n": [1]}).play.map(double, store=store, progress=False)
+        with pytest.warns(DeprecationWarning) as caught:
+            store.reset()
+        _said(caught, "ReceiptStore.accept_loss()")
+        with pytest.warns(DeprecationWarning) as caught:
+            assert str(store.path) == store.location
+        _said(caught, "ReceiptStore.location")
+        with pytest.warns(DeprecationWarning) as caught:
+            assert [key for key, _ in store.records()] == store.receipts()["key"].tolist()
+        _said(caught, "ReceiptStore.receipts()")
+
+
+def test_run_stats_held_is_waiting() -> None:
+    """``RunStats.held`` still reads the rows waiting, naming ``RunStats.waiting``."""
+    stats = pb.RunStats(waiting=3)
+    with pytest.warns(DeprecationWarning) as caught:
+        assert stats.held == 3
+    _said(caught, "RunStats.waiting")
+
+
+def test_row_key_and_run_event_are_row_id_and_event() -> None:
+    """``playbook.addresses.row_key`` and ``run_state.RunEvent`` still answer, naming their new names."""
+    from playbook.events import Event
+    from playbook.runtime.state import run_state
+
+    with pytest.warns(DeprecationWarning) as caught:
+        assert addresses.row_key([1, "a"]) == addresses.row_id([1, "a"])
+    _said(caught, "row_id()")
+    with pytest.warns(DeprecationWarning) as caught:
+        assert run_state.RunEvent is Event
+    _said(caught, "playbook.events.Event")
+
+
+def test_a_deprecation_points_at_the_users_line(store: pb.ReceiptStore) -> None:
+    """The warning is attributed to the line that used the old name, not to playbook's insides,
+    so Python and IPython show it (they show DeprecationWarnings of ``__main__`` only)."""
+    with pytest.warns(DeprecationWarning) as caught:
+        pd.DataFrame({"n": [1]}).play.map(double, store=store, progress=False, key="n")  # type: ignore[call-arg]
+    assert {Path(w.filename).name for w in caught} == {Path(__file__).name}
+
+
+def _public(thing: object) -> set[str]:
+    return {name for name in dir(thing) if not name.startswith("_")}
+
+
+def test_no_public_name_uses_a_retired_spelling() -> None:
+    """pb.__all__'s objects, Context, Run, RunStats, ReceiptStore and the run options name nothing
+    with a retired word, but for the deprecated aliases (each documented as such)."""
+    owners: dict[str, object] = {name: getattr(pb, name) for name in pb.__all__}
+    found = set()
+    for owner, thing in owners.items():
+        if owner in RETIRED:
+            found.add(("pb", owner))
+        if inspect.isclass(thing) and not issubclass(thing, BaseException):
+            fields = set(getattr(thing, "model_fields", {}))
+            found |= {(owner, name) for name in (_public(thing) | fields) & RETIRED}
+            for name in ("__init__", "__call__"):
+                found |= {
+                    (owner, p) for p in inspect.signature(getattr(thing, name)).parameters if p in RETIRED
+                }
+    found |= {("RunOptions", f.name) for f in options() if f.name in RETIRED}
+    found |= {("Context.tool", p) for p in inspect.signature(pb.Context.tool).parameters if p in RETIRED}
+    found |= {("Context.leg", p) for p in inspect.signature(pb.Context.leg).parameters if p in RETIRED}
+    found |= {("map", p) for p in inspect.signature(pd.DataFrame({}).play.map).parameters if p in RETIRED}
+    assert found == ALIASES | NOT_THIS_WORD
+    assert set(RENAMED) <= RETIRED
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for owner, name in ALIASES:
+            assert "Deprecated" in (getattr(owners[owner], name).__doc__ or ""), (owner, name)
