@@ -1,4 +1,4 @@
-"""The records a user reads and the store keeps: receipts, run statistics, provider holds, a row's
+"""The records a user reads and the store keeps: receipts, run statistics, the providers rows wait on, a row's
 status.  They are pydantic models: validated, with documented fields, and their JSON is stable.
 """
 
@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from playbook._internal.renamed import renamed
 from playbook._internal.words import time_of_day
 
-__all__ = ["STATUSES", "STATUS_COLUMNS", "ProviderHold", "Receipt", "RunStats", "Status"]
+__all__ = ["STATUSES", "STATUS_COLUMNS", "ProviderWait", "Receipt", "RunStats", "Status"]
 
 
 Status = Literal["ok", "reused", "failed", "parked", "skipped"]
@@ -78,9 +78,11 @@ class RunStats(BaseModel):
         return self.ok + self.reused + self.failed + self.parked + self.skipped
 
 
-class ProviderHold(BaseModel):
-    """A provider that holds rows back: until when (epoch seconds), how many rows wait on it
-    (held in this run, or parked until it lets calls through again), the last status seen."""
+class ProviderWait(BaseModel):
+    """A provider that rows wait on, for one of two reasons: its hold (``reason="hold"``: it asked
+    to wait, ``until`` then, epoch seconds) or it is down (``reason="down"``: it refuses
+    connections or keeps failing; ``until`` its next probe, ``error`` why).  How many rows wait
+    on it (waiting in this run, or parked until it lets calls through again), the last status."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -71,7 +71,7 @@ except (pb.RunFatal, KeyboardInterrupt) as exc:
 
 def said(run):
     return {
-        "result": run.result, "stats": run.stats.model_dump(), "holds": [h.model_dump() for h in run.holds],
+        "result": run.result, "stats": run.stats.model_dump(), "holds": [h.model_dump() for h in run.waiting_on],
         "parked": run.parked, "waterfalls": run.waterfalls, "fatal": fatal, "notices": run.notices,
         "previous": None if getattr(run, "previous", None) is None else run.previous.stats.model_dump(),
     }
@@ -397,7 +397,7 @@ def _outcome(run: Any, fatal: str | None) -> Outcome:
     if result is not None and not isinstance(result, pd.DataFrame):  # a cluster run's: a Dask DataFrame
         result = result.compute()
     stats = run.stats.model_dump()
-    holds = [h.model_dump() for h in run.holds]
+    holds = [h.model_dump() for h in run.waiting_on]
     return Outcome(
         result,
         [stats],

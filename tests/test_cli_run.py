@@ -580,7 +580,11 @@ def test_json_report_says_why_rows_parked_and_stderr_says_what_to_do_from_a_shel
     assert budget.returncode == 3, budget.stderr
     report = json.loads(budget.stdout)
     out = pd.read_csv(work / "budget.csv")
-    assert report["parked"]["by_reason"] == {"budget": 9} and report["holds"] == [] and report["errors"] == []
+    assert (
+        report["parked"]["by_reason"] == {"budget": 9}
+        and report["waiting_on"] == []
+        and report["errors"] == []
+    )
     assert [r["row"] for r in report["parked"]["rows"]] == list(out.index[out["play_status"] == "parked"][:5])
     assert {(r["reason"], r["provider"], r["ready_at"]) for r in report["parked"]["rows"]} == {
         ("budget", None, None)

@@ -193,7 +193,7 @@ def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(
 
     assert again is not run and again.previous is run and pb.last_run() is again and run.stats == first
     assert (again.stats.total, again.stats.ok, again.stats.parked) == (len(parked), len(parked), 0)
-    assert again.parked.empty and again.holds == []
+    assert again.parked.empty and again.waiting_on == []
     assert again.stats.calls_executed == len(parked) and paid_before == 30 - len(parked)
     assert first.calls_executed + again.stats.calls_executed == 30
     result = again.result.compute()

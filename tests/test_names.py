@@ -17,7 +17,19 @@ from playbook.frontends.signature import flags, given
 from playbook.runtime.options import RENAMED, RunOptions, options
 
 # Words that had a second meaning, or a second name for one idea (docs/reference.md, "Names").
-RETIRED = {"key", "row_key", "held", "reset", "call", "force", "path", "records", "RunEvent"}
+RETIRED = {
+    "key",
+    "row_key",
+    "held",
+    "holds",
+    "ProviderHold",
+    "reset",
+    "call",
+    "force",
+    "path",
+    "records",
+    "RunEvent",
+}
 # The old spellings kept one release as deprecated aliases: (owner, name).
 ALIASES = {
     ("Context", "call"),
@@ -26,6 +38,8 @@ ALIASES = {
     ("ReceiptStore", "records"),
     ("ReceiptStore", "reset"),
     ("RunStats", "held"),
+    ("Run", "holds"),
+    ("ClusterRun", "holds"),
 }
 # Named otherwise on purpose, or not renamed yet: a fixture file's path is a file's path;
 # Tool.key() is the receipt's address (it goes with the split of Tool), and so is Receipt.key
@@ -110,6 +124,45 @@ def test_receipt_store_reset_path_and_records(tmp_path: Path) -> None:
         _said(caught, "ReceiptStore.receipts()")
 
 
+def test_waterfall_and_step_take_name_for_key(store: pb.ReceiptStore) -> None:
+    """``ctx.waterfall(key=...)`` and ``ctx.step(key=...)`` still work, naming ``name=``."""
+
+    @pb.play
+    async def old(row, ctx):  # type: ignore[no-untyped-def]
+        with pytest.warns(DeprecationWarning) as caught:
+            found = await ctx.waterfall(key="w", legs=[ctx.leg(double, n=row.n)])
+        _said(caught, "ctx.waterfall(..., name=)")
+        with pytest.warns(DeprecationWarning) as caught:
+            kept = await ctx.step(key="s", fn=lambda: 7)
+        _said(caught, "ctx.step(..., name=)")
+        return {"w": found, "s": kept}
+
+    out = pd.DataFrame({"n": [4]}).play.map(old, store=store, progress=False, on_error="raise")
+    assert out[["w", "s"]].values.tolist() == [[8, 7]]
+
+
+def test_provider_hold_and_run_holds_are_provider_wait_and_waiting_on(store: pb.ReceiptStore) -> None:
+    """``pb.ProviderHold`` and ``run.holds`` still answer, naming ``pb.ProviderWait`` and ``Run.waiting_on``."""
+    with pytest.warns(DeprecationWarning) as caught:
+        assert pb.ProviderHold is pb.ProviderWait
+    _said(caught, "pb.ProviderWait")
+    run = pd.DataFrame({"n": [1]}).play.run(double, store=store, progress=False)
+    with pytest.warns(DeprecationWarning) as caught:
+        assert run.holds == run.waiting_on == []
+    _said(caught, "Run.waiting_on")
+
+
+def test_store_stats_path_is_location(store: pb.ReceiptStore) -> None:
+    """``store.stats()["path"]`` still reads, naming ``["location"]``; the old key is not listed."""
+    stats = store.stats()
+    assert "path" not in stats and stats["location"] == store.location
+    with pytest.warns(DeprecationWarning) as caught:
+        assert stats["path"] == store.location
+    _said(caught, "ReceiptStore.stats()['location']")
+    with pytest.raises(KeyError):
+        stats["nothing"]
+
+
 def test_run_stats_held_is_waiting() -> None:
     """``RunStats.held`` still reads the rows waiting, naming ``RunStats.waiting``."""
     stats = pb.RunStats(waiting=3)
@@ -147,6 +200,7 @@ def test_no_public_name_uses_a_retired_spelling() -> None:
     """pb.__all__'s objects, Context, Run, RunStats, ReceiptStore and the run options name nothing
     with a retired word, but for the deprecated aliases (each documented as such)."""
     owners: dict[str, object] = {name: getattr(pb, name) for name in pb.__all__}
+    assert "ProviderHold" not in dir(pb)  # the alias answers, but is not listed
     found = set()
     for owner, thing in owners.items():
         if owner in RETIRED:
@@ -159,8 +213,9 @@ def test_no_public_name_uses_a_retired_spelling() -> None:
                     (owner, p) for p in inspect.signature(getattr(thing, name)).parameters if p in RETIRED
                 }
     found |= {("RunOptions", f.name) for f in options() if f.name in RETIRED}
-    found |= {("Context.tool", p) for p in inspect.signature(pb.Context.tool).parameters if p in RETIRED}
-    found |= {("Context.leg", p) for p in inspect.signature(pb.Context.leg).parameters if p in RETIRED}
+    for method in ("tool", "leg", "waterfall", "step", "sleep", "run_play"):
+        parameters = inspect.signature(getattr(pb.Context, method)).parameters
+        found |= {(f"Context.{method}", p) for p in parameters if p in RETIRED}
     found |= {("map", p) for p in inspect.signature(pd.DataFrame({}).play.map).parameters if p in RETIRED}
     assert found == ALIASES | NOT_THIS_WORD
     assert set(RENAMED) <= RETIRED

@@ -145,7 +145,7 @@ def test_a_provider_down_past_max_wait_parks_its_rows_and_a_waterfall_passes_it_
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:
     """A provider down for good (503 to everything): its rows wait for its probes within max_wait
-    (2 s), then park with reason "down", and run.holds says it is down; a waterfall whose first
+    (2 s), then park with reason "down", and run.waiting_on says it is down; a waterfall whose first
     leg is that provider falls through to the second at once."""
     demo.reset(fault_rate=1.0, fault_status=503)
     dead, spare = name("dead"), name("spare")

@@ -508,7 +508,7 @@ def test_empty_frame(store: pb.ReceiptStore) -> None:
         ({"limit": -1}, "limit"),
         ({"max_cost": "ten"}, "max_cost"),
         ({"progress": "fancy"}, "progress"),
-        ({"key": "nope"}, "no column 'nope'"),
+        ({"id_columns": "nope"}, "no column 'nope'"),
         ({"concurency": 4}, "did you mean 'concurrency'"),
     ],
 )

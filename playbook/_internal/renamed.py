@@ -7,11 +7,17 @@ the old one goes on and is told what to write instead.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["renamed"]
+__all__ = ["RenamedKeys", "keyword_renamed", "renamed"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Frames between the user's line and ours that are nobody's code to change: IPython's magic machinery.
@@ -39,3 +45,41 @@ def _users_level() -> int:
 
 def _ours(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PACKAGE) or any(part in filename for part in _PASSING)
+
+
+def keyword_renamed(old: str, new: str, where: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A function whose keyword ``old`` is now ``new``: ``old=`` still works, warning (``where``
+    names the function in the message); both at once is a ``TypeError``."""
+
+    def wrap(function: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(function)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            if old in kwargs:
+                if new in kwargs:
+                    raise TypeError(f"{where}: {old}= and {new}= are one argument: pass only {new}=")
+                renamed(f"{where}(..., {old}=)", f"{where}(..., {new}=)")
+                kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+
+        return call
+
+    return wrap
+
+
+class RenamedKeys(dict[str, Any]):
+    """A dict of results whose renamed keys still read, warning (``{old: new}``; ``where`` names
+    the dict in the message); the old keys are not in it (not listed, not in its JSON)."""
+
+    __slots__ = ("_old", "_where")
+
+    def __init__(self, values: dict[str, Any], old: dict[str, str], where: str) -> None:
+        super().__init__(values)
+        self._old = old
+        self._where = where
+
+    def __missing__(self, key: str) -> Any:
+        if key not in self._old:
+            raise KeyError(key)
+        new = self._old[key]
+        renamed(f"{self._where}[{key!r}]", f"{self._where}[{new!r}]")
+        return self[new]

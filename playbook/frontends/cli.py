@@ -140,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     cache = commands.add_parser("cache", parents=[common], help="receipts and row memos on disk")
     sub = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    stats = sub.add_parser("stats", parents=[common], help="receipts per tool, row memos, size, path")
+    stats = sub.add_parser("stats", parents=[common], help="receipts per tool, row memos, size, location")
     stats.add_argument("--json", action="store_true", help="print the stats as one JSON object")
     stats.set_defaults(run=_stats)
 
@@ -205,7 +205,7 @@ def _stats(store: StoreEngine, args: argparse.Namespace) -> int:
         print(json.dumps(stats, ensure_ascii=False))
         return 0
     width = max([len(name) for name in stats["by_tool"]] + [9])
-    print(f"{'store':<{width + 2}} {stats['path']}")
+    print(f"{'store':<{width + 2}} {stats['location']}")
     print(f"{'receipts':<{width + 2}} {stats['receipts']} (total cost {money(stats['cost_stored'])})")
     for name, count in stats["by_tool"].items():
         print(f"  {name:<{width}} {count}")

@@ -385,7 +385,7 @@ def _record(report: dict[str, Any], run: Run | ClusterRun | None) -> None:
     if run is None:
         return
     report["stats"] = run.stats.model_dump()
-    report["holds"] = [hold.model_dump() for hold in run.holds]
+    report["waiting_on"] = [wait.model_dump() for wait in run.waiting_on]
     errors = run.errors
     report["errors"] = errors.head(ERRORS_SHOWN).to_dict("records")
     report["error_groups"] = _groups(errors)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from playbook._internal.flow import Sleeping, Suspend
-from playbook._internal.renamed import renamed
+from playbook._internal.renamed import keyword_renamed, renamed
 from playbook.addresses import step_address, step_name
 from playbook.errors import (
     PlaybookError,
@@ -97,6 +97,7 @@ class Context:
         book.logs.append(text)
         _logger.info("%s row %s: %s", book.scope.play, book.scope.label(book.position), text)
 
+    @keyword_renamed("force", "refresh", "ctx.tool")
     def tool(
         self,
         tool: Tool[R],
@@ -131,7 +132,6 @@ class Context:
                 f"ctx.tool({tool.name!r}): on_exhausted must be 'park' or 'raise', not {on_exhausted!r}"
             )
             raise error
-        refresh = _refresh(refresh, kwargs, "ctx.tool")
         return self._ledger.made_here(self._tool(tool, input, refresh, ttl, on_exhausted == "park", kwargs))
 
     async def _tool(
@@ -176,6 +176,7 @@ class Context:
             self._ledger.signal = exc
             raise
 
+    @keyword_renamed("force", "refresh", "ctx.leg")
     def leg(
         self,
         tool: Tool[Any],
@@ -192,16 +193,17 @@ class Context:
             raise ToolError(
                 f"ctx.leg() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}"
             )
-        return Leg(tool, input, _refresh(refresh, kwargs, "ctx.leg"), ttl, kwargs)
+        return Leg(tool, input, refresh, ttl, kwargs)
 
     def call(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Leg:
         """Deprecated: use :meth:`leg` (it builds a waterfall leg; it calls nothing)."""
-        renamed("ctx.leg()", "ctx.leg()")
+        renamed("ctx.call()", "ctx.leg()")
         return self.leg(tool, input, **kwargs)
 
+    @keyword_renamed("key", "name", "ctx.waterfall")
     def waterfall(
         self,
-        key: str,
+        name: str,
         legs: Sequence[Leg],
         *,
         accept: Callable[[Any], bool] = bool,
@@ -214,22 +216,22 @@ class Context:
         If no leg is accepted the result is ``None``.  With ``with_source=True`` the result is
         ``(value, tool name)``, or ``(None, None)``.
         """
-        return self._ledger.made_here(self._waterfall(key, legs, accept, with_source))
+        return self._ledger.made_here(self._waterfall(name, legs, accept, with_source))
 
     async def _waterfall(
-        self, key: str, legs: Sequence[Leg], accept: Callable[[Any], bool], with_source: bool
+        self, name: str, legs: Sequence[Leg], accept: Callable[[Any], bool], with_source: bool
     ) -> Any:
-        if not isinstance(key, str) or not key:
+        if not isinstance(name, str) or not name:
             raise PlayDefinitionError(
-                f"ctx.waterfall(): key must be a non-empty string naming the waterfall, not {key!r}"
+                f"ctx.waterfall(): the name must be a non-empty string naming the waterfall, not {name!r}"
             )
         legs = list(legs)
         if not legs:
-            raise PlayDefinitionError(f"waterfall {key!r} needs at least one leg: ctx.leg(tool, ...)")
+            raise PlayDefinitionError(f"waterfall {name!r} needs at least one leg: ctx.leg(tool, ...)")
         for i, leg in enumerate(legs):
             if not isinstance(leg, Leg):
                 raise PlayDefinitionError(
-                    f"waterfall {key!r}: leg {i} is {type(leg).__name__}, not ctx.leg(tool, ...)"
+                    f"waterfall {name!r}: leg {i} is {type(leg).__name__}, not ctx.leg(tool, ...)"
                     + (
                         " (was it awaited? pass ctx.leg(...), not await ctx.tool(...))"
                         if not isinstance(leg, Tool)
@@ -256,35 +258,36 @@ class Context:
                 break
         except Exception:
             outcomes.append("error")
-            self._ledger.scope.waterfall_done(key, [leg.tool.name for leg in legs], outcomes)
+            self._ledger.scope.waterfall_done(name, [leg.tool.name for leg in legs], outcomes)
             raise
-        self._ledger.scope.waterfall_done(key, [leg.tool.name for leg in legs], outcomes)
+        self._ledger.scope.waterfall_done(name, [leg.tool.name for leg in legs], outcomes)
         return (value, source) if with_source else value
 
-    def step(self, key: str, fn: Callable[..., Any], *args: Any) -> Coroutine[Any, Any, Any]:
+    @keyword_renamed("key", "name", "ctx.step")
+    def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Coroutine[Any, Any, Any]:
         """Run ``fn(*args)`` once for this row and remember its value durably (await it).
 
         A replay (after a hold) or a rerun (after a crash, a restart or an edit of the play) gets
         the remembered value without running ``fn`` again: use it for side effects that must
         happen once, like submitting a job.  The value comes back exactly as first returned (a
         datetime as a datetime, a tuple as a tuple).  Steps are kept per play name, row and
-        ``key`` (the n-th step with one key in a row is its own step); change the key to run a
+        ``name`` (the n-th step with one name in a row is its own step); change the name to run a
         step afresh.
         """
-        return self._ledger.made_here(self._step(key, fn, args))
+        return self._ledger.made_here(self._step(name, fn, args))
 
-    async def _step(self, key: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    async def _step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         if self._ledger.signal is not None:
             raise self._ledger.signal
-        if not isinstance(key, str) or not key:
+        if not isinstance(name, str) or not name:
             raise PlayDefinitionError(
-                f"ctx.step(): key must be a non-empty string naming the step, not {key!r}"
+                f"ctx.step(): the name must be a non-empty string naming the step, not {name!r}"
             )
         if not callable(fn):
-            raise PlayDefinitionError(f"ctx.step({key!r}, fn): fn must be callable, not {type(fn).__name__}")
+            raise PlayDefinitionError(f"ctx.step({name!r}, fn): fn must be callable, not {type(fn).__name__}")
         store = self._ledger.scope.store
-        skey = self._step_key("step", key)
-        found = await store.alookup(skey)
+        address = self._step_address("step", name)
+        found = await store.alookup(address)
         if found is not MISSING:
             return found[0]
         value = await fn(*args) if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn, *args)
@@ -294,10 +297,10 @@ class Context:
             stored = encode(value)
         except Unencodable as exc:
             raise PlaybookError(
-                f"step {key!r} returned a value with no JSON form ({exc}); return data: numbers, text, dates, lists and dicts of them"
+                f"step {name!r} returned a value with no JSON form ({exc}); return data: numbers, text, dates, lists and dicts of them"
             ) from None
         await store.commit(
-            record(skey, tool=f"step:{key}", stored=stored, tagged=stored is not value, at=store.clock())
+            record(address, tool=f"step:{name}", stored=stored, tagged=stored is not value, at=store.clock())
         )
         return decode(stored) if stored is not value else value
 
@@ -320,12 +323,12 @@ class Context:
         if self._ledger.scope.replay is not None:
             return  # replaying fixtures: no provider to wait for, so no waiting
         store = self._ledger.scope.store
-        skey = self._step_key("sleep", "")
-        found = await store.alookup(skey)
+        address = self._step_address("sleep", "")
+        found = await store.alookup(address)
         now = store.clock()
         if found is MISSING:
             wake = now + seconds
-            await store.commit(record(skey, tool="sleep", stored=wake, tagged=False, at=now))
+            await store.commit(record(address, tool="sleep", stored=wake, tagged=False, at=now))
         else:
             wake = found[0]
         left = wake - store.clock()
@@ -337,9 +340,9 @@ class Context:
         signal = self._ledger.signal = Sleeping(asyncio.get_running_loop().time() + left, wake)
         raise signal
 
-    def _step_key(self, kind: str, key: str) -> str:
+    def _step_address(self, kind: str, name: str) -> str:
         book = self._ledger
-        name = step_name(kind, key)
+        name = step_name(kind, name)
         return step_address(book.scope.play, book.row_id, name, book.occurrence(name))
 
     async def _call(
@@ -363,14 +366,6 @@ class Context:
             self._ledger.signal = exc
             self._ledger.scope.fatal_stop(exc)
             raise
-
-
-def _refresh(refresh: bool, kwargs: dict[str, Any], where: str) -> bool:
-    """``refresh``, or the old spelling ``force=`` (deprecated) taken out of the tool's inputs."""
-    if "force" not in kwargs:
-        return refresh
-    renamed(f"{where}(..., force=)", f"{where}(..., refresh=)")
-    return bool(refresh or kwargs.pop("force"))
 
 
 class Leg:

@@ -35,7 +35,7 @@ from playbook.events import (
     RunStarted,
     WaterfallFinished,
 )
-from playbook.records import ProviderHold, RunStats
+from playbook.records import ProviderWait, RunStats
 from playbook.runtime.rows.grouping import Families
 from playbook.runtime.rows.table import ERROR_COLUMNS, FailedRow, ParkedRow, Waiting, grouped
 from playbook.runtime.state.legs import LEG_COLUMNS, Legs
@@ -384,7 +384,7 @@ class RunState:
         """Each provider the run's rows called, as it stands now."""
         return {name: provider_view(p) for name, p in self.providers.items()}
 
-    def holds(self) -> list[ProviderHold]:
+    def holds(self) -> list[ProviderWait]:
         """Providers holding rows back: until when, how many rows wait (held or parked), last status;
         a provider that is down too (``reason="down"``, ``until`` its next probe, ``error`` why)."""
         now = self._wall()
@@ -399,7 +399,7 @@ class RunState:
             if held[name] or parked[name] or until is not None or reason == "down":
                 rows = held[name] + parked[name]
                 out.append(
-                    ProviderHold(
+                    ProviderWait(
                         provider=name,
                         until=until,
                         waiting_rows=rows,
