@@ -12,9 +12,10 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["RenamedKeys", "keyword_renamed", "renamed"]
+__all__ = ["RenamedKeys", "callers_frame", "keyword_renamed", "renamed"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -66,6 +67,13 @@ def keyword_renamed(old: str, new: str, where: str) -> Callable[[Callable[P, R]]
     return wrap
 
 
+def callers_frame(frame: FrameType) -> FrameType:
+    """``frame``, or the frame that called it when it is a :func:`keyword_renamed` wrapper's."""
+    while frame.f_code is _WRAPPER and frame.f_back is not None:
+        frame = frame.f_back
+    return frame
+
+
 class RenamedKeys(dict[str, Any]):
     """A dict of results whose renamed keys still read, warning (``{old: new}``; ``where`` names
     the dict in the message); the old keys are not in it (not listed, not in its JSON)."""
@@ -83,3 +91,6 @@ class RenamedKeys(dict[str, Any]):
         new = self._old[key]
         renamed(f"{self._where}[{key!r}]", f"{self._where}[{new!r}]")
         return self[new]
+
+
+_WRAPPER = keyword_renamed("", "", "")(lambda: None).__code__

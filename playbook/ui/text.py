@@ -258,7 +258,9 @@ class TextView:
         self._logged, self._logged_done = now, s.done
         count = f"{s.done:,}/{s.total:,} rows" + (f" ({100 * s.done // s.total}%)" if s.total else "")
         timed = f"{count} {_pace(s.elapsed, s.total - s.done, rate)}"
-        for done in (timed, count):  # what holds rows back comes first, then the count; the times give way
+        bare = f"{s.done:,}/{s.total:,} rows"
+        # What holds rows back comes first, then the count: the times give way, then the percentage.
+        for done in (timed, count, bare):
             alerts = waiting_line(s, self.tally, columns - len(s.play) - len(done) - 5)
             line = f"{s.play} [{alerts}]: {done}" if alerts else f"{s.play}: {done}"
             if len(line) <= columns:

@@ -97,7 +97,6 @@ class Context:
         book.logs.append(text)
         _logger.info("%s row %s: %s", book.scope.play, book.scope.label(book.position), text)
 
-    @keyword_renamed("force", "refresh", "ctx.tool")
     def tool(
         self,
         tool: Tool[R],
@@ -132,6 +131,8 @@ class Context:
                 f"ctx.tool({tool.name!r}): on_exhausted must be 'park' or 'raise', not {on_exhausted!r}"
             )
             raise error
+        if "force" in kwargs:  # the old spelling (kept inline: ctx.tool is the hot path)
+            refresh = _old_force(refresh, kwargs, "ctx.tool")
         return self._ledger.made_here(self._tool(tool, input, refresh, ttl, on_exhausted == "park", kwargs))
 
     async def _tool(
@@ -176,7 +177,6 @@ class Context:
             self._ledger.signal = exc
             raise
 
-    @keyword_renamed("force", "refresh", "ctx.leg")
     def leg(
         self,
         tool: Tool[Any],
@@ -193,6 +193,8 @@ class Context:
             raise ToolError(
                 f"ctx.leg() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}"
             )
+        if "force" in kwargs:
+            refresh = _old_force(refresh, kwargs, "ctx.leg")
         return Leg(tool, input, refresh, ttl, kwargs)
 
     def call(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Leg:
@@ -366,6 +368,12 @@ class Context:
             self._ledger.signal = exc
             self._ledger.scope.fatal_stop(exc)
             raise
+
+
+def _old_force(refresh: bool, kwargs: dict[str, Any], where: str) -> bool:
+    """``force=``, the old spelling of ``refresh=``, taken out of the tool's inputs (warning)."""
+    renamed(f"{where}(..., force=)", f"{where}(..., refresh=)")
+    return bool(refresh or kwargs.pop("force"))
 
 
 class Leg:

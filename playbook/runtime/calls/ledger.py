@@ -8,6 +8,7 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from playbook._internal.renamed import callers_frame
 from playbook._internal.words import money
 from playbook.tools.base import is_local
 
@@ -72,7 +73,9 @@ class RowLedger:
 
     def made_here(self, coro: Coroutine[Any, Any, Any]) -> Coroutine[Any, Any, Any]:
         """Remember the play's line that made ``coro``, for "did you forget an await?"."""
-        frame = sys._getframe(2)  # the play's line that called ctx.tool (or waterfall, step, sleep)
+        frame = callers_frame(
+            sys._getframe(2)
+        )  # the play's line that called ctx.tool (or waterfall, step, sleep)
         made = self.made
         if made is None:
             made = self.made = []
