@@ -197,7 +197,9 @@ def test_options_reach_the_run(kernel: Kernel, tmp_path: Path) -> None:
     assert kernel.value("pb.ReceiptStore('receipts_here').stats()['receipts']") == 3
 
 
-def test_the_old_flag_key_still_names_the_row_id_and_says_its_new_name(kernel: Kernel, tmp_path: Path) -> None:
+def test_the_old_flag_key_still_names_the_row_id_and_says_its_new_name(
+    kernel: Kernel, tmp_path: Path
+) -> None:
     """``--key``, the old spelling of ``--id-columns``, still runs; the cell shows the
     DeprecationWarning naming ``--id-columns`` (attributed to the cell, so IPython shows it)."""
     kernel.run(f"old_store = pb.ReceiptStore({str(tmp_path / 'k')!r})")

@@ -203,7 +203,10 @@ def test_an_upper_case_scheme_and_a_path_with_a_colon_are_understood(
     store = pb.ReceiptStore(redis_url.replace("redis://", "REDIS://"))
     assert store.stats()["receipts"] == 0
     monkeypatch.chdir(tmp_path)
-    assert Path(pb.ReceiptStore("./a:b").location) == Path("a:b") and (tmp_path / "a:b" / "receipts.db").is_file()
+    assert (
+        Path(pb.ReceiptStore("./a:b").location) == Path("a:b")
+        and (tmp_path / "a:b" / "receipts.db").is_file()
+    )
     assert pb.ReceiptStore(tmp_path / "c:d").location == str(tmp_path / "c:d")
 
 
