@@ -212,7 +212,7 @@ class RunProgress(NamedTuple):
     done: int
 
 
-# Every event a run emits (one name: ``playbook.runtime.state.run_state.RunEvent`` was the same).
+# Every event a run emits (one name: ``playbook.runtime.state.reading.RunEvent`` was the same).
 Event = (
     RunStarted
     | RunCounted

@@ -1,6 +1,6 @@
 """The shape of the code: no import cycles between playbook's modules, functions of a readable size
-(a module is as long as its one concept needs), views that read the runtime through RunState only, and no module reaching into
-another's private names."""
+(a module is as long as its one concept needs), views that read the runtime through RunState's read API
+only, and no module reaching into another's private names."""
 
 from __future__ import annotations
 
@@ -129,14 +129,15 @@ def test_functions_stay_under_60_lines() -> None:
     assert long == []
 
 
-def test_views_read_the_runtime_through_run_state_only() -> None:
-    """Nothing under playbook.ui imports the runtime but playbook.runtime.state.run_state (type checkers' imports too)."""
+def test_views_read_the_runtime_through_the_read_api_only() -> None:
+    """Nothing under playbook.ui imports the runtime but RunState's read API, playbook.runtime.state.reading
+    (type checkers' imports too)."""
     reached = {
         (name, target)
         for name, tree in TREES.items()
         if name.startswith("playbook.ui")
         for target in _imports(name, tree)
-        if target.startswith("playbook.runtime") and target != "playbook.runtime.state.run_state"
+        if target.startswith("playbook.runtime") and target != "playbook.runtime.state.reading"
     }
     assert reached == set()
 
@@ -151,6 +152,40 @@ def test_the_runtime_does_not_import_the_views() -> None:
         if target.startswith("playbook.ui")
     }
     assert reached == set()
+
+
+RUNTIME_LAYERS = ("estimate", "run", "schedule", "options", "calls", "state", "rows")
+
+
+def _runtime_layer(name: str) -> int | None:
+    """The place of ``name`` in :data:`RUNTIME_LAYERS` (its room, or the module at the runtime's top)."""
+    parts = name.split(".")
+    if parts[:2] != ["playbook", "runtime"] or len(parts) < 3:
+        return None  # outside the runtime, or the runtime's __init__ (it re-exports)
+    return RUNTIME_LAYERS.index(parts[2])
+
+
+def _upward(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports from a runtime room into one above it (:data:`RUNTIME_LAYERS` goes from top to bottom)."""
+    found = set()
+    for name, targets in graph.items():
+        here = _runtime_layer(name)
+        for target in targets:
+            there = _runtime_layer(target)
+            if here is not None and there is not None and there < here:
+                found.add((name, target))
+    return found
+
+
+def test_the_runtime_rooms_depend_one_way() -> None:
+    """The runtime's rooms import downward only: estimate, run, schedule, options, calls, state, rows."""
+    assert _upward(_graph()) == set()
+
+
+def test_the_room_check_finds_an_import_upward() -> None:
+    """The check above can fail: the call pipeline importing the estimate is reported."""
+    graph = {"playbook.runtime.calls.pipeline": {"playbook.runtime.estimate.distinct"}}
+    assert _upward(graph) == {("playbook.runtime.calls.pipeline", "playbook.runtime.estimate.distinct")}
 
 
 def _private_names(tree: ast.Module) -> set[str]:

@@ -172,15 +172,15 @@ def test_run_stats_held_is_waiting() -> None:
 
 
 def test_row_key_and_run_event_are_row_id_and_event() -> None:
-    """``playbook.addresses.row_key`` and ``run_state.RunEvent`` still answer, naming their new names."""
+    """``playbook.addresses.row_key`` and ``reading.RunEvent`` still answer, naming their new names."""
     from playbook.events import Event
-    from playbook.runtime.state import run_state
+    from playbook.runtime.state import reading
 
     with pytest.warns(DeprecationWarning) as caught:
         assert addresses.row_key([1, "a"]) == addresses.row_id([1, "a"])
     _said(caught, "row_id()")
     with pytest.warns(DeprecationWarning) as caught:
-        assert run_state.RunEvent is Event
+        assert reading.RunEvent is Event
     _said(caught, "playbook.events.Event")
 
 

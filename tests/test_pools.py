@@ -22,7 +22,7 @@ from playbook._internal.flow import OnHold, WaitBudget
 from playbook.events import KeyRetired, ProviderDown, ProviderHoldSet
 from playbook.providers.pool import chosen_key
 from playbook.providers.provider import Ticket, forget_governors, governor, sharing_limits
-from playbook.runtime.state.run_state import RunState
+from playbook.runtime.state.reading import RunState
 from playbook.runtime.state.upstream import watch
 from playbook.ui.html import providers_table
 from playbook.ui.tally import Tally

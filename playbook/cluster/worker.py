@@ -36,7 +36,7 @@ from playbook.events import (
 from playbook.plays.play import Play, as_play
 from playbook.runtime.options import RunOptions
 from playbook.runtime.run import begin_background, start
-from playbook.runtime.state.run_state import RunState
+from playbook.runtime.state.reading import RunState
 from playbook.store import StoreEngine
 
 __all__ = ["Failure", "Part", "partition_error", "run_partition"]

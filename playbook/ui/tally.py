@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from playbook.events import Event, RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
-from playbook.runtime.state.run_state import Families, RunState
+from playbook.runtime.state.reading import Families, RunState
 
 __all__ = ["KINDS", "Tally"]
 

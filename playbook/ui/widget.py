@@ -32,7 +32,7 @@ from playbook.events import (
     RunFinished,
     RunStarted,
 )
-from playbook.runtime.state.run_state import RunState
+from playbook.runtime.state.reading import RunState
 from playbook.ui import Controls
 from playbook.ui.html import (
     LIMIT,

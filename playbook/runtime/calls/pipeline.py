@@ -37,8 +37,8 @@ from playbook.runtime.calls.kept_errors import (
     replayed,
     unkeyable,
 )
+from playbook.runtime.calls.observed import Called
 from playbook.runtime.calls.recording import record
-from playbook.runtime.estimate.distinct import Called
 from playbook.runtime.state.upstream import dispatch as governed
 from playbook.runtime.state.upstream import learn
 from playbook.store import MISSING

@@ -29,6 +29,7 @@ from playbook.tools.transport import default_client
 
 if TYPE_CHECKING:
     from playbook.providers.provider import Provider
+    from playbook.runtime.calls.observed import CallObserver
     from playbook.store import StoreEngine
     from playbook.store.fixtures import Fixtures, Recorder, Replay
 
@@ -291,9 +292,8 @@ class RunScope:
         # Fixtures: a replay answers every call (no store, no provider); a recorder sees every answer.
         self.replay: Replay | None = fixtures.replay if fixtures is not None else None
         self.recorder: Recorder | None = fixtures.recorder if fixtures is not None else None
-        self.observer: Any = (
-            None  # a pilot's log (runtime.pilot.PilotLog): each row's calls, what they cost and took
-        )
+        # A pilot's log (estimate.pilot.PilotLog): each row's calls, what they cost and took.
+        self.observer: CallObserver | None = None
         # The sub-plays run so far, as they were when this run first ran each (what they read is
         # read once per run, not per row), with what they were made from (kept: its id is the key).
         self.plays: dict[int, tuple[Any, Any]] = {}

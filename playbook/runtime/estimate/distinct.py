@@ -18,8 +18,9 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
+from playbook.runtime.calls.observed import Called
 from playbook.store import MISSING
 from playbook.tools.base import NO_INPUT
 
@@ -28,20 +29,11 @@ if TYPE_CHECKING:
     from playbook.store import StoreEngine
     from playbook.tools import Tool
 
-__all__ = ["CHECKED", "Called", "Counted", "counted"]
+__all__ = ["CHECKED", "Counted", "counted"]
 
 CHECKED = 10_000  # distinct calls whose receipts are looked up; of more, a random sample of this many
 
 Path = tuple[str, ...]  # where an input sits in a call: ("kw", name), ("in",) or ("in", name)
-
-
-class Called(NamedTuple):
-    """A call as the play made it: its positional input, keywords, ttl, and whether it was refreshed."""
-
-    input: Any
-    kwargs: dict[str, Any]
-    ttl: float | None
-    refreshed: bool
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from playbook.runtime.estimate.distinct import Called, Counted, counted
+from playbook.runtime.calls.observed import Called
+from playbook.runtime.estimate.distinct import Counted, counted
 from playbook.runtime.run import Run, scheduler
 from playbook.tools.base import is_local
 
