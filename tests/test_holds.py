@@ -645,7 +645,7 @@ def test_budget_parks_rows_past_max_cost(store: pb.ReceiptStore) -> None:
 
 
 def test_stats_count_held_rows_while_they_wait_and_parked_rows_at_the_end(store: pb.ReceiptStore) -> None:
-    """stats.held counts rows in the retry queue while they wait and is 0 at the end; stats.parked matches run.parked."""
+    """stats.waiting counts rows in the retry queue while they wait and is 0 at the end; stats.parked matches run.parked."""
 
     def short(n: int, k: int) -> Any:
         if now() < 30:

@@ -169,7 +169,7 @@ def test_an_index_label_with_no_key_form_fails_its_row_naming_the_label_when_the
     ]
 
 
-def test_key_columns_decide_identity_even_when_the_play_reads_the_index(store: pb.ReceiptStore) -> None:
+def test_id_columns_decide_identity_even_when_the_play_reads_the_index(store: pb.ReceiptStore) -> None:
     """id_columns= is the user's word on what identifies a row: rows agreeing on it are one row, whatever
     their labels, though the play reads row.index."""
     frame = pd.DataFrame({"id": [1, 1, 2]}, index=["x", "y", "z"])
@@ -177,7 +177,7 @@ def test_key_columns_decide_identity_even_when_the_play_reads_the_index(store: p
     assert out["label"].tolist() == ["x", "x", "z"]
 
 
-def test_key_columns_define_identity(store: pb.ReceiptStore) -> None:
+def test_id_columns_define_identity(store: pb.ReceiptStore) -> None:
     """With id_columns=, rows that agree on those columns are the same row."""
     seen: list = []
 
