@@ -21,11 +21,12 @@ STATUS_COLUMNS = ("play_status", "play_error")
 
 
 class Receipt(BaseModel):
-    """One paid-for tool result as stored on disk (JSON).  ``miss`` marks a "not found" answer."""
+    """One paid-for tool result as stored on disk (JSON).  ``address``: where the store keeps it
+    (:mod:`playbook.addresses`); ``miss`` marks a "not found" answer."""
 
     model_config = ConfigDict(frozen=True)
 
-    key: str
+    address: str
     tool: str
     version: str
     account: str
@@ -34,6 +35,12 @@ class Receipt(BaseModel):
     miss: bool
     cost: float
     created_at: float
+
+    @property
+    def key(self) -> str:
+        """Deprecated: use :attr:`address` ("key" is an API key's word)."""
+        renamed("Receipt.key", "Receipt.address")
+        return self.address
 
 
 class RunStats(BaseModel):

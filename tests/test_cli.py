@@ -212,7 +212,7 @@ def test_export_round_trips_the_receipts(home: Path) -> None:
         assert line.pop("created_at") == pytest.approx(row.pop("created_at").timestamp(), abs=1e-6)
     assert exported == expected
     assert list(json.loads(done.stdout.splitlines()[0])) == [
-        "key",
+        "address",
         "tool",
         "version",
         "account",

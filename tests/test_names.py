@@ -40,11 +40,11 @@ ALIASES = {
     ("RunStats", "held"),
     ("Run", "holds"),
     ("ClusterRun", "holds"),
+    ("Receipt", "key"),
 }
 # Named otherwise on purpose, or not renamed yet: a fixture file's path is a file's path;
-# Tool.key() is the receipt's address (it goes with the split of Tool), and so is Receipt.key
-# (the receipts frame's column and the export's field with it).
-NOT_THIS_WORD = {("Fixtures", "path"), ("Tool", "key"), ("Receipt", "key")}
+# Tool.key() is the receipt's address (it goes with the split of Tool).
+NOT_THIS_WORD = {("Fixtures", "path"), ("Tool", "key")}
 
 
 @pb.tool(name="names.double")
@@ -120,7 +120,7 @@ def test_receipt_store_reset_path_and_records(tmp_path: Path) -> None:
             assert str(store.path) == store.location
         _said(caught, "ReceiptStore.location")
         with pytest.warns(DeprecationWarning) as caught:
-            assert [key for key, _ in store.records()] == store.receipts()["key"].tolist()
+            assert [key for key, _ in store.records()] == store.receipts()["address"].tolist()
         _said(caught, "ReceiptStore.receipts()")
 
 
@@ -161,6 +161,16 @@ def test_store_stats_path_is_location(store: pb.ReceiptStore) -> None:
     _said(caught, "ReceiptStore.stats()['location']")
     with pytest.raises(KeyError):
         stats["nothing"]
+
+
+def test_a_receipts_key_is_its_address(store: pb.ReceiptStore) -> None:
+    """``Receipt.key`` still reads, naming ``Receipt.address``; the receipts frame's column is ``address``."""
+    pd.DataFrame({"n": [2]}).play.map(double, store=store, progress=False)
+    receipt = store.get(double, n=2)
+    assert receipt is not None and list(store.receipts()["address"]) == [receipt.address]
+    with pytest.warns(DeprecationWarning) as caught:
+        assert receipt.key == receipt.address
+    _said(caught, "Receipt.address")
 
 
 def test_run_stats_held_is_waiting() -> None:

@@ -358,10 +358,10 @@ def _export(store: StoreEngine, args: argparse.Namespace) -> int:
     return 0
 
 
-def _export_line(key: str, record: Record) -> str:
+def _export_line(address: str, record: Record) -> str:
     """One receipt as JSON: values in their stored, tagged form (a datetime as {"$datetime": ...})."""
     line = {
-        "key": key,
+        "address": address,
         "tool": record.tool,
         "version": record.version,
         "account": record.account,

@@ -21,7 +21,7 @@ __all__ = ["Inspection"]
 
 # receipts(): the columns of text, numbers and flags; input and output stay the objects returned
 _RECEIPT_DTYPES: dict[str, Any] = {
-    "key": str,
+    "address": str,
     "tool": str,
     "version": str,
     "account": str,
