@@ -840,8 +840,15 @@ def test_a_provider_named_sleep_is_not_confused_with_sleeping_rows(tmp_path: Pat
         run.state.subscribe(tally.on_event, kinds=KINDS)
         await asyncio.sleep(10)
         state = run.state
-        kinds = sorted(w.kind for w in state.held_rows().values())
-        seen = [run.waiting_on, state.held, state.sleeping, kinds, tally.waiting(), Tally.of(state).waiting()]
+        kinds = sorted(w.kind for w in state.waiting_rows().values())
+        seen = [
+            run.waiting_on,
+            state.waiting,
+            state.sleeping,
+            kinds,
+            tally.waiting(),
+            Tally.of(state).waiting(),
+        ]
         await run._task
         return run, seen
 

@@ -25,7 +25,7 @@ def _truth(run: pb.Run) -> Counts:
     state = run.state
     failed = Counter(row.group for row in state.failed_rows())
     parked = Counter(row.provider for row in state.parked_rows())
-    held = Counter(w.provider for w in state.held_rows().values() if w.provider is not None)
+    held = Counter(w.provider for w in state.waiting_rows().values() if w.provider is not None)
     reasons = Counter((row.provider, row.reason) for row in state.parked_rows())
     minutes = Counter(
         (r.reason, r.provider, None if r.ready_at is None else r.ready_at // 60 * 60)

@@ -295,7 +295,7 @@ class ClusterState(RunState):
     def parked_rows(self) -> list[ParkedRow]:
         return [self._parked[p] for p in sorted(self._parked)]
 
-    def held_rows(self) -> dict[int, Waiting]:
+    def waiting_rows(self) -> dict[int, Waiting]:
         return dict(self._held)
 
     def provider_views(self) -> dict[str, ProviderView]:

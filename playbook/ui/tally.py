@@ -79,7 +79,7 @@ class Tally:
             entry = (parked.reason, parked.provider, parked.ready_at)
             tally.parked[parked.position] = entry
             tally._count_parked(entry, 1)
-        for position, waiting in state.held_rows().items():
+        for position, waiting in state.waiting_rows().items():
             tally._hold(position, waiting.provider)
         return tally
 

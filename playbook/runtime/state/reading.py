@@ -1,6 +1,6 @@
 """RunState: the read API views use, over the counters of one run and its fan-out to views.
 
-What a view reads of a run: its counters and phase; its rows held, parked and failed; its
+What a view reads of a run: its counters and phase; its rows waiting, parked and failed; its
 providers as snapshots, their holds and their history; its waterfalls' legs; its workers (a
 cluster run's).  Views import this module's public names only: they never see the scheduler, its
 queues or a provider object, so the runtime can change its insides without a view noticing.
@@ -118,12 +118,7 @@ class RunState(RunFanout):
         """Parked rows, in order: (row label, position, reason, provider, ready_at, message)."""
         return self._table.parked(self._rows) if self._table is not None else []
 
-    @property
-    def waiting(self) -> int:
-        """Rows stepped aside now (RunStats' word): waiting for a provider, or in ctx.sleep."""
-        return self.held
-
-    def held_rows(self) -> dict[int, Waiting]:
+    def waiting_rows(self) -> dict[int, Waiting]:
         """Rows off their workers now: position -> what they wait for (a provider, or a sleep)."""
         return self._table.held(self._rows) if self._table is not None else {}
 
@@ -135,7 +130,7 @@ class RunState(RunFanout):
         """Providers holding rows back: until when, how many rows wait (held or parked), last status;
         a provider that is down too (``reason="down"``, ``until`` its next probe, ``error`` why)."""
         now = self.wall()
-        held = Counter(w.provider for w in self.held_rows().values() if w.kind == "provider")
+        held = Counter(w.provider for w in self.waiting_rows().values() if w.kind == "provider")
         parked = Counter(r.provider for r in self.parked_rows() if r.provider)
         out = []
         for name, p in self.provider_views().items():
@@ -181,7 +176,7 @@ class RunState(RunFanout):
             failed=self.failed,
             parked=self.parked,
             skipped=self.skipped,
-            waiting=self.held,
+            waiting=self.waiting,
             calls_executed=self.calls_executed,
             calls_reused=self.calls_reused,
             calls_shared=self.calls_shared,
@@ -198,7 +193,7 @@ class RunState(RunFanout):
     def __repr__(self) -> str:
         return (
             f"<RunState {self.play!r} {self.done}/{self.total} ok={self.ok} reused={self.reused} "
-            f"failed={self.failed} parked={self.parked} in_flight={self.in_flight} held={self.held}>"
+            f"failed={self.failed} parked={self.parked} in_flight={self.in_flight} waiting={self.waiting}>"
         )
 
 

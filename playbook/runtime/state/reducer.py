@@ -61,7 +61,7 @@ class RunCounters:
         "parked",
         "skipped",
         "in_flight",
-        "held",
+        "waiting",
         "sleeping",
         "calls_executed",
         "calls_reused",
@@ -101,9 +101,9 @@ class RunCounters:
         self.play = play
         self.run_id = ""
         self.total = self.ok = self.reused = self.failed = self.parked = self.skipped = self.in_flight = (
-            self.held
+            self.waiting
         ) = 0
-        self.sleeping = 0  # of the held rows, those in ctx.sleep
+        self.sleeping = 0  # of the waiting rows, those in ctx.sleep
         # Paid calls (to a provider, over HTTP, or with a cost) apart from free local ones: "calls paid"
         # must be what the user is billed for, not every function that ran.
         self.calls_executed = self.calls_reused = self.calls_local = 0
@@ -188,11 +188,11 @@ class RunCounters:
 
     def _row_held(self, event: RowHeld) -> None:
         self.in_flight -= 1
-        self.held += 1
+        self.waiting += 1
 
     def _row_sleeping(self, event: RowSleeping) -> None:
         self.in_flight -= 1
-        self.held += 1  # a sleeping row is held too, by no provider
+        self.waiting += 1  # a sleeping row is waiting too, on no provider
         self.sleeping += 1
         self._asleep.add(event.position)
 
@@ -200,7 +200,7 @@ class RunCounters:
         self._awake(event.position)
 
     def _awake(self, position: int) -> None:
-        self.held -= 1
+        self.waiting -= 1
         if position in self._asleep:
             self._asleep.discard(position)
             self.sleeping -= 1
@@ -239,7 +239,7 @@ class RunCounters:
         self.sample()
         self.finished = self.clock()
         self.stopped = event.stopped
-        self.in_flight = self.held = self.sleeping = 0
+        self.in_flight = self.waiting = self.sleeping = 0
         self._asleep.clear()
 
     # -- what changes the counters without an event ------------------------------------
