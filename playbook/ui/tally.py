@@ -105,7 +105,7 @@ class Tally:
 
     def _finished(self, event: RowFinished) -> None:
         if self.held:
-            self._resume(event.position)  # a stop settles held rows
+            self._resume(event.position)  # a stop settles waiting rows
         status = event.status
         if status == "ok" or status == "reused":  # most rows: nothing to tally
             return

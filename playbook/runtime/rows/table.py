@@ -115,7 +115,7 @@ class RowTable:
         self.groups: dict[int, str] = {}  # a failed row: its error's group
         self.costs: dict[int, float] = {}  # a failed row that paid for calls: what they cost
         self.parkings: dict[int, Parking] = {}
-        self.waiting: dict[int, Waiting] = {}  # rows in the held queue, and what for
+        self.waiting: dict[int, Waiting] = {}  # rows in the waiting queue, and what for
         self.running: set[int] = set()  # on a worker now
         self.budgets: dict[int, dict[str, WaitBudget]] = {}  # provider -> wait left, until the row settles
         self.copies: dict[int, list[int]] = {}  # a lead: later rows with the same key

@@ -8,7 +8,7 @@ a row is an event; :class:`~playbook.runtime.state.reading.RunState` counts them
 subscribe to it.
 
 The pieces, each in its module: the rows table (``rows.table``) and memos (``rows.memos``); in
-this room the held queue (``retry_queue``), the workers (``workers``), one row's attempt
+this room the waiting queue (``retry_queue``), the workers (``workers``), one row's attempt
 (``attempt``), how it ends (``outcomes``) and rows parked on a down provider coming back
 (``recovery``); what a row's calls may use of the run (``calls.scope``), the call pipeline
 (``calls.pipeline``) and the level of rows in flight (``calls.level``).  This class wires them and
@@ -62,8 +62,8 @@ class Scheduler:
         self.state = RunState(play=play.name)
         self.state.attach(table)
         self.fatal: BaseException | None = None
-        held = RetryQueue()
-        self.outcomes = Outcomes(table, held, self._emit, self._parked_down)
+        queue = RetryQueue()
+        self.outcomes = Outcomes(table, queue, self._emit, self._parked_down)
         self.outcomes.play = play.name
         if (
             not opts.overwrite and "play_status" not in frame.columns
@@ -94,7 +94,7 @@ class Scheduler:
         runner = RowRunner(
             play, self.scope, self.outcomes, store, on_error=opts.on_error, fail_run=self._fail_run
         )
-        self.workers = Workers(level, held, runner, self.outcomes.resume, self._revisit)
+        self.workers = Workers(level, queue, runner, self.outcomes.resume, self._revisit)
         self._positions: Sequence[int] = []  # the rows this execution settles
         self._watching: dict[str, Callable[[], None]] = {}  # provider -> unsubscribe, while an execution runs
         self._woken: asyncio.Future[None] | None = None
@@ -256,7 +256,7 @@ class Scheduler:
     def _fresh(self, pos: int) -> bool:
         """Row ``pos`` met a call another process is paying for: may it step back for a fresh row?"""
         pending = self.workers.pending
-        if not pending or not self.workers.held.may_step_back(pos):
+        if not pending or not self.workers.queue.may_step_back(pos):
             return False
         if not self._scattered:
             # Another process runs these rows too, in the same order: start elsewhere in them, so
