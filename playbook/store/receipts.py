@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 from playbook._internal.renamed import renamed
 from playbook.store.engine import StoreEngine
 from playbook.store.health import GRACE_S
-from playbook.tools.base import NO_INPUT
+from playbook.tools.protocol import NO_INPUT
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from playbook.records import Receipt
     from playbook.store.records import Record
-    from playbook.tools.base import Tool
+    from playbook.tools.tool import Tool
 
 __all__ = ["ReceiptStore", "engine"]
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
-    from playbook.tools import Tool
-    from playbook.tools.base import Spent
+    from playbook.tools.protocol import Spent, ToolEngine
 
 __all__ = ["CallObserver", "Called"]
 
@@ -29,20 +28,20 @@ class Called(NamedTuple):
 class CallObserver(Protocol):
     """What the pipeline and the ledger tell a watcher of the calls, row by row."""
 
-    def called(self, position: int, tool: Tool[Any], occurrence: tuple[str, int], call: Called) -> None:
+    def called(self, position: int, tool: ToolEngine, occurrence: tuple[str, int], call: Called) -> None:
         """Row ``position`` calls ``tool`` with these inputs (``occurrence``: the row's key and the
         call's place among its calls of the tool)."""
 
     def counted(
-        self, position: int, tool: Tool[Any], reused: bool, spent: Spent, shared: bool = False
+        self, position: int, tool: ToolEngine, reused: bool, spent: Spent, shared: bool = False
     ) -> None:
         """A call answered: paid now, or reused from a receipt (``shared``: one this run paid for)."""
 
-    def began(self, position: int, tool: Tool[Any]) -> float:
+    def began(self, position: int, tool: ToolEngine) -> float:
         """A request to the tool is sent now; returns when (the observer's clock)."""
 
     def sent(
-        self, position: int, tool: Tool[Any], began: float, *, failed: bool, refused: bool = False
+        self, position: int, tool: ToolEngine, began: float, *, failed: bool, refused: bool = False
     ) -> None:
         """The request sent at ``began`` came back (``refused``: with a client error kept as the
         call's answer) or failed with nothing to keep."""
