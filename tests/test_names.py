@@ -42,9 +42,8 @@ ALIASES = {
     ("ClusterRun", "holds"),
     ("Receipt", "key"),
 }
-# Named otherwise on purpose, or not renamed yet: a fixture file's path is a file's path;
-# Tool.key() is the receipt's address (it goes with the split of Tool).
-NOT_THIS_WORD = {("Fixtures", "path"), ("Tool", "key")}
+# Named otherwise on purpose: a fixture file's path is a file's path.
+NOT_THIS_WORD = {("Fixtures", "path")}
 
 
 @pb.tool(name="names.double")
