@@ -200,7 +200,7 @@ def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(
 
     assert again is not run and again.previous is run and pb.last_run() is again and run.stats == first
     assert (again.stats.total, again.stats.ok, again.stats.parked) == (len(parked), len(parked), 0)
-    assert again.parked.empty and again.holds == []
+    assert again.parked.empty and again.waiting_on == []
     assert again.stats.calls_executed == len(parked) and paid_before == 30 - len(parked)
     assert first.calls_executed + again.stats.calls_executed == 30
     result = again.result.compute()
@@ -626,8 +626,8 @@ def test_the_store_may_be_a_receipt_store_or_playbook_home(
     monkeypatch.setenv("PLAYBOOK_HOME", redis_url)
     again = dd.from_pandas(frame, npartitions=2).play.run(play, progress=False)
     assert first.stats.ok == 10 and again.stats.reused == 10 and demo.stats()["requests"] == 10
-    with pytest.raises(pb.PlayDefinitionError, match=r"key=\['nope'\]: no column 'nope'"):
-        dd.from_pandas(frame, npartitions=2).play.map(play, key=["nope"], progress=False)
+    with pytest.raises(pb.PlayDefinitionError, match=r"id_columns=\['nope'\]: no column 'nope'"):
+        dd.from_pandas(frame, npartitions=2).play.map(play, id_columns=["nope"], progress=False)
     twice = dd.from_pandas(frame.rename(columns={"first": "domain"}), npartitions=2)
     with pytest.raises(pb.PlayDefinitionError, match="more than one column named 'domain'"):
         twice.play.map(play, progress=False)

@@ -211,8 +211,8 @@ def test_a_failed_tool_call_groups_by_tool_and_status(store: pb.ReceiptStore) ->
 
     run = pd.DataFrame({"n": range(20)}).play.run(calls, store=store, progress=False)
     assert run.errors.groupby("group").size().to_dict() == {
-        "ToolError: HTTP <n> for /people/<n>?token=… (kept as this call's answer: ctx.tool(..., force=True) or refresh=True "
-        "asks again) (tool 'flaky', HTTP 404)": 10,
+        "ToolError: HTTP <n> for /people/<n>?token=… (kept as this call's answer: ctx.tool(..., refresh=True) or the run option "
+        "refresh='all' asks again) (tool 'flaky', HTTP 404)": 10,
         "ToolError: HTTP <n> for /people/<n>?token=… (tool 'flaky', HTTP 500)": 10,
     }
 

@@ -115,7 +115,7 @@ def test_an_invalid_json_answer_is_asked_again_once_and_paid_as_such(demo: pb.de
     out = _companies(5).play.map(profile, progress=False)
     assert (out.play_status == "failed").all()
     assert out.play_error[0].startswith("ToolError: llm tool 'llm': the answer is not valid JSON")
-    assert "after a re-ask" in out.play_error[0] and "force=True" in out.play_error[0]
+    assert "after a re-ask" in out.play_error[0] and "refresh=True" in out.play_error[0]
     stats = pb.last_run().stats  # type: ignore[union-attr]
     served = demo.stats()
     assert stats.calls_executed == 10 == served["chat"][MODEL]["requests"]

@@ -393,7 +393,7 @@ def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(
     assert result["calls_executed"] == n and stats["requests"] == n
     assert stats["idempotency_keys"][key] == 1 and stats["duplicate_idempotency_keys"] == 0
     receipt = store.get(tool, domain="company0.com", first="P0")
-    assert receipt is not None and receipt.key == key  # the lease was on the very call
+    assert receipt is not None and receipt.address == key  # the lease was on the very call
     emails, statuses = _result(tmp_path / "out.json")
     assert emails["0"] == "p@company0.com" and set(statuses.values()) == {"ok"}
     assert _holder(where, key) is None

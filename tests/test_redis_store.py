@@ -15,7 +15,7 @@ import pytest
 import redis
 
 import playbook as pb
-from playbook.addresses import row_key
+from playbook.addresses import row_id
 from playbook.demo.redis_server import RedisServer
 from playbook.store import MISSING, engine
 
@@ -115,10 +115,10 @@ def test_a_row_cancelled_while_receipts_are_read_ahead_does_not_cancel_the_read(
     store = pb.ReceiptStore(redis_url)
     pd.DataFrame({"n": range(20)}).play.run(_play("1"), store=store, progress=False)
     core = engine(store)
-    keys = [key for key, _ in store.records()]
+    keys = [key for key, _ in core.records()]
 
     async def main() -> object:
-        core.warm("enrich", lambda: [row_key([n]) for n in range(20)])  # the rows are about to run again
+        core.warm("enrich", lambda: [row_id([n]) for n in range(20)])  # the rows are about to run again
         first = asyncio.ensure_future(core.alookup(keys[0]))
         second = asyncio.ensure_future(core.alookup(keys[1]))
         await asyncio.sleep(0)  # both wait for the chunk being read
@@ -203,8 +203,11 @@ def test_an_upper_case_scheme_and_a_path_with_a_colon_are_understood(
     store = pb.ReceiptStore(redis_url.replace("redis://", "REDIS://"))
     assert store.stats()["receipts"] == 0
     monkeypatch.chdir(tmp_path)
-    assert pb.ReceiptStore("./a:b").path == Path("a:b") and (tmp_path / "a:b" / "receipts.db").is_file()
-    assert isinstance(pb.ReceiptStore(tmp_path / "c:d").path, Path)
+    assert (
+        Path(pb.ReceiptStore("./a:b").location) == Path("a:b")
+        and (tmp_path / "a:b" / "receipts.db").is_file()
+    )
+    assert pb.ReceiptStore(tmp_path / "c:d").location == str(tmp_path / "c:d")
 
 
 def test_an_unknown_option_in_a_redis_url_is_a_clear_error(redis_url: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import httpx
 import pandas as pd
@@ -70,7 +71,7 @@ def test_idempotency_key_is_stable_per_receipt(demo, store) -> None:
     LEADS.head(3).play.map(tool, store=store, progress=False, refresh=True)
     keys = demo.stats()["idempotency_keys"]
     assert len(keys) == 3 + 3  # forced calls carry a fresh nonce
-    fresh = pb.ReceiptStore(store.path.parent / "other")
+    fresh = pb.ReceiptStore(Path(store.location).parent / "other")
     LEADS.head(3).play.map(tool, store=fresh, progress=False)
     assert sorted(demo.stats()["idempotency_keys"].values()).count(2) == 3
 
@@ -180,7 +181,7 @@ def test_secret_never_lands_anywhere(demo, store, monkeypatch, caplog, capsys) -
     assert (out["play_status"] == "failed").all()
     assert value not in out.to_string() and value not in json.dumps(out["play_error"].tolist())
     engine(store).flush()
-    for path in store.path.rglob("*"):
+    for path in Path(store.location).rglob("*"):
         if path.is_file():
             assert value.encode() not in path.read_bytes(), path
     captured = capsys.readouterr()
