@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from playbook.records import Receipt
+    from playbook.store.inspection import StoreStats
     from playbook.store.records import Record
     from playbook.tools.base import Tool
 
@@ -116,7 +117,7 @@ class ReceiptStore:
         form; ``record`` is ``None`` for one that cannot be read."""
         return self._engine.records(tool)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> StoreStats:
         """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
         return self._engine.stats()
 

@@ -17,7 +17,6 @@ from typing import Any
 
 from playbook.addresses import RECEIPT
 from playbook.store.db import Database, reason
-from playbook.store.marks import Mark
 from playbook.store.opening import initialise, open_store
 from playbook.store.protocol import Counts, Damaged, Found, SpendRow
 from playbook.store.records import COLUMNS, MemoFields, MemoRow, Record
@@ -288,16 +287,16 @@ class SqliteBackend:
             self._identity = self._db.write(identify)
         return self._identity
 
-    def read_mark(self) -> Mark | None:
+    def read_mark(self) -> str | None:
         try:
-            return Mark.parse((self.directory / MARK).read_text())
+            return (self.directory / MARK).read_text()
         except OSError:
             return None
 
-    def write_mark(self, mark: Mark) -> None:
+    def write_mark(self, mark: str) -> None:
         with contextlib.suppress(OSError):  # a store that cannot take it is failing louder elsewhere
             temporary = self.directory / f".{MARK}.{os.getpid()}"
-            temporary.write_text(mark.text())
+            temporary.write_text(mark)
             os.replace(temporary, self.directory / MARK)
 
     def memo_count(self, tool: str) -> int:

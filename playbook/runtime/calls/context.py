@@ -264,7 +264,7 @@ class Context:
         skey = self._step_key("step", key)
         found = await store.alookup(skey)
         if found is not MISSING:
-            return found[0]
+            return found.value
         value = await fn(*args) if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn, *args)
         if inspect.isawaitable(value):
             value = await value
@@ -305,7 +305,7 @@ class Context:
             wake = now + seconds
             await store.commit(record(skey, tool="sleep", stored=wake, tagged=False, at=now))
         else:
-            wake = found[0]
+            wake = found.value
         left = wake - store.clock()
         if left <= 0:
             return

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from playbook._internal.dist import install_hint
 from playbook._internal.urls import masked
 from playbook.errors import ReceiptError
-from playbook.store.marks import Mark
 from playbook.store.protocol import Counts, Damaged, Found, SpendRow, StoreFailure, Tally
 from playbook.store.records import MemoFields, MemoRow, Record, is_receipt, parse_tools
 from playbook.store.redis.durability import durability_in, kept_by
@@ -413,13 +412,14 @@ class RedisBackend(RedisLeases):
             self._client.set(self._prefix + "identity", uuid.uuid4().hex, nx=True)
             return text(self._client.get(self._prefix + "identity") or b"")
 
-    def read_mark(self) -> Mark | None:
+    def read_mark(self) -> str | None:
         with self._failing():
-            return Mark.parse(self._client.get(self._prefix + "mark"))
+            found = self._client.get(self._prefix + "mark")
+        return None if found is None else text(found)
 
-    def write_mark(self, mark: Mark) -> None:
+    def write_mark(self, mark: str) -> None:
         with self._failing():
-            self._client.set(self._prefix + "mark", mark.text())
+            self._client.set(self._prefix + "mark", mark)
 
     def close(self) -> None:
         self._client.close()  # and its pool: from_url made the pool for this client alone
