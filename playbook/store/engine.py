@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -475,7 +475,7 @@ class StoreEngine:
 
     # -- looking at it (inspection.py) -----------------------------------------------------------
 
-    def get(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Receipt | None:
+    def get(self, tool: Tool[object], input: object = NO_INPUT, /, **kwargs: object) -> Receipt | None:
         """The receipt for calling ``tool`` with this input, or ``None`` (:meth:`~playbook.store.inspection.Inspection.get`)."""
         return self._inspection.get(tool, input, **kwargs)
 
@@ -483,7 +483,7 @@ class StoreEngine:
         """Every receipt (or one tool's) as ``(key, record)``, oldest first, in stored form."""
         return self._inspection.records(tool)
 
-    def receipts(self, tool: str | Tool[Any] | None = None) -> pd.DataFrame:
+    def receipts(self, tool: str | Tool[object] | None = None) -> pd.DataFrame:
         """All readable receipts (or one tool's) as a DataFrame, oldest first."""
         return self._inspection.receipts(tool)
 
@@ -491,7 +491,7 @@ class StoreEngine:
         """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
         return self._inspection.stats()
 
-    def clear(self, tool: str | Tool[Any] | None = None) -> int:
+    def clear(self, tool: str | Tool[object] | None = None) -> int:
         """Remove one tool's receipts and the memos of rows that used it, or everything."""
         return self._inspection.clear(tool)
 

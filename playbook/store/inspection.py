@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["Inspection", "StoreStats", "unreadable"]
 
 # receipts(): the columns of text, numbers and flags; input and output stay the objects returned
-_RECEIPT_DTYPES: dict[str, Any] = {
+_RECEIPT_DTYPES: dict[str, type] = {
     "key": str,
     "tool": str,
     "version": str,
@@ -60,7 +60,7 @@ class Inspection:
     def __repr__(self) -> str:
         return f"<Inspection of {self._location}>"
 
-    def get(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Receipt | None:
+    def get(self, tool: Tool[object], input: object = NO_INPUT, /, **kwargs: object) -> Receipt | None:
         """The receipt for calling ``tool`` with this input, or ``None`` if it was never paid for.
 
         Raises ``ReceiptError`` if the receipt is there but cannot be read.
@@ -90,7 +90,7 @@ class Inspection:
             except ValueError:
                 yield key, None
 
-    def receipts(self, tool: str | Tool[Any] | None = None) -> pd.DataFrame:
+    def receipts(self, tool: str | Tool[object] | None = None) -> pd.DataFrame:
         """All readable receipts (or one tool's) as a DataFrame, oldest first.
 
         ``input`` and ``output`` hold the values as first returned, whatever they are (a miss's
@@ -127,7 +127,7 @@ class Inspection:
             "bytes": counts.bytes,
         }
 
-    def clear(self, tool: str | Tool[Any] | None = None) -> int:
+    def clear(self, tool: str | Tool[object] | None = None) -> int:
         """Remove one tool's receipts, and the row memos of rows that used it, so the next run
         pays for that tool again; or, without ``tool``, everything.  Returns the records removed."""
         self._drain()
@@ -161,5 +161,5 @@ def unreadable(backend: Backend, key: str, problem: str) -> str:
     return f"receipt {key}{named} in {backend.location} cannot be read: {problem}"
 
 
-def _tool_name(tool: str | Tool[Any] | None) -> str | None:
+def _tool_name(tool: str | Tool[object] | None) -> str | None:
     return tool if tool is None or isinstance(tool, str) else tool.name

@@ -1,8 +1,8 @@
 """Leases: which process is paying for a call right now, so that two never pay for the same one.
 
 Before a call is dispatched, its process takes a lease on the call's receipt key: an owner and an
-expiry kept by the store's backend (a row next to the receipts in SQLite, ``SET NX PX`` in
-Redis), taken atomically; the leases asked for in one turn of the event loop are taken together,
+expiry kept by the store's backend (a row next to the receipts in SQLite, a key set with ``PX``
+by a Lua script in Redis, a dict in memory), taken atomically; the leases asked for in one turn of the event loop are taken together,
 in one transaction or round trip, as receipts are written.  While calls are in flight (or waiting
 behind their provider's gate) the owner renews all its leases every third of the lease time.
 A process that finds a call leased by another waits for its receipt instead of dispatching; if
@@ -33,7 +33,9 @@ Granted = tuple[bool, Found | Damaged | None]
 
 
 class Leases:
-    """The leases of one store, as seen from this process."""
+    """The leases of one store, as seen from this process: a part of
+    :class:`~playbook.store.engine.StoreEngine` (``store.leases``), which gives back those of
+    the calls whose receipts it writes, in the same transaction."""
 
     def __init__(self, backend: Backend, io: StoreIO, ttl: float = 30.0) -> None:
         self._backend = backend

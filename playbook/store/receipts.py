@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from playbook.store.engine import StoreEngine
 from playbook.store.health import GRACE_S
@@ -97,14 +97,14 @@ class ReceiptStore:
         start), or ``None``.  :meth:`reset` accepts what it holds."""
         return self._engine.lost
 
-    def get(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Receipt | None:
+    def get(self, tool: Tool[object], input: object = NO_INPUT, /, **kwargs: object) -> Receipt | None:
         """The receipt for calling ``tool`` with this input, or ``None`` if it was never paid for.
 
         Raises ``ReceiptError`` if the receipt is there but cannot be read.
         """
         return self._engine.get(tool, input, **kwargs)
 
-    def receipts(self, tool: str | Tool[Any] | None = None) -> pd.DataFrame:
+    def receipts(self, tool: str | Tool[object] | None = None) -> pd.DataFrame:
         """All readable receipts (or one tool's) as a DataFrame, oldest first.
 
         ``input`` and ``output`` hold the values as first returned, whatever they are (a miss's
@@ -128,7 +128,7 @@ class ReceiptStore:
         Each run adds its figures as it ends; rows reused whole count under ``"play <name>"``."""
         return self._engine.spend(by)
 
-    def clear(self, tool: str | Tool[Any] | None = None) -> int:
+    def clear(self, tool: str | Tool[object] | None = None) -> int:
         """Remove one tool's receipts, and the row memos of rows that used it, so the next run
         pays for that tool again; or, without ``tool``, everything.  Returns the records removed."""
         return self._engine.clear(tool)

@@ -64,7 +64,7 @@ class Refusal(NamedTuple):
     literal: tuple[str, str] | None = None  # the request as sent, as the tool wrote it (ToolError.literal)
 
 
-_NO_INPUT: Any = object()
+_NO_INPUT: Final = object()
 
 
 class Hit(NamedTuple):
@@ -136,14 +136,14 @@ def record(
     key: str,
     *,
     tool: str,
-    stored: Any,
+    stored: object,
     tagged: bool,
     at: float,
     miss: bool = False,
     version: str = "",
     account: str = "",
     cost: float = 0.0,
-    input: Any = _NO_INPUT,
+    input: object = _NO_INPUT,
     error: str | None = None,
     refused: bool = False,
 ) -> Record:

@@ -1,7 +1,10 @@
 """The default backend: one SQLite file (``receipts.db``) in a directory.
 
-Every SQL statement on the store's tables is here or in db.py (the file and its schema), so the
-tables are playbook's own and no library's internals are relied on.
+Every SQL statement on the store's tables is here, in db.py (the file and its schema), in
+opening.py (its format marker) or in legacy.py (copying a store of playbook 0.1 in), so the tables
+are playbook's own and no library's internals are relied on.  The store's mark is a file beside
+``receipts.db`` (``receipts.mark``), not a row in it: a file replaced or emptied takes its rows
+with it, the mark stays.
 """
 
 from __future__ import annotations
@@ -231,7 +234,7 @@ class SqliteBackend:
     # -- upkeep ----------------------------------------------------------------------------------
 
     def counts(self) -> Counts:
-        def count(con: sqlite3.Connection) -> tuple[list[Any], int]:
+        def count(con: sqlite3.Connection) -> tuple[list[tuple[bytes, int, float]], int]:
             by_tool = con.execute(
                 f"SELECT CAST(tool AS BLOB), COUNT(*), TOTAL(cost) FROM receipt WHERE {_RECEIPTS} GROUP BY tool"
             ).fetchall()
@@ -388,9 +391,9 @@ def _record(row: tuple[Any, ...]) -> Record | Damaged:
         return Damaged(_NOT_UTF8)
 
 
-def _one_by_one(cursor: sqlite3.Cursor, chunk: list[str], bad: list[str]) -> list[Any]:
+def _one_by_one(cursor: sqlite3.Cursor, chunk: list[str], bad: list[str]) -> list[MemoFields]:
     """The memos of ``chunk`` that are UTF-8 text, one by one (one of them is not: damaged)."""
-    rows = []
+    rows: list[MemoFields] = []
     for key in chunk:
         try:
             rows += cursor.execute(_MEMOS.format("?"), (key,)).fetchall()

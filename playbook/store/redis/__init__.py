@@ -1,1 +1,2 @@
-"""A store on a Redis server: the backend, its leases, its record format, what the server keeps."""
+"""A store on a Redis server: the backend, its leases, its record format, what the server keeps,
+and what went wrong talking to it, in words."""

@@ -14,6 +14,9 @@ Layout, every key under ``{prefix}:`` (``playbook`` unless told)::
     {prefix}:used:{play}:{row} string  the receipt keys the row used when it last finished: a
                                      rerun of an edited play reads them ahead, a chunk of rows
                                      in one round trip
+    {prefix}:spend           hash    what runs spent: ``[day, provider, tool, figure]`` -> amount
+    {prefix}:identity        string  an id made with the data: a server wiped makes another
+    {prefix}:mark            string  the store's mark, as text (marks.py)
 
 What a replay reads is one string per key, so the lookups of many rows are one ``MGET``: one
 command to encode and one round trip, whatever their number.  (Hashes read with one ``HMGET``

@@ -1,4 +1,4 @@
-"""How a record, a row memo and a hint look in Redis (see redis.py for the keys they live under)."""
+"""How a record, a row memo and a hint look in Redis (see backend.py for the keys they live under)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def split(value: bytes) -> tuple[list[Any], str]:
     return header, output.decode("utf-8")
 
 
-def text(value: Any) -> str:
+def text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
