@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 __all__ = ["StoreEngine"]
 
 _threads = threading.Lock()
-_new = tuple.__new__
+_new = tuple.__new__  # Hit(...) is a Python call, once per receipt replayed; this is a C one (records.py)
 
 _logger = logging.getLogger("playbook.store")
 
@@ -294,7 +294,6 @@ class StoreEngine:
                     (value[0], (value[1], value[2])) if isinstance(value, list) else (value, None)
                 )
                 return _new(Hit, (None, False, Refusal(int(status), error or "", literal), at))
-            # Hit(...) is a Python call, once per call replayed: tuple.__new__ is a C one (records.py).
             return _new(Hit, ((decode(value) if flags & OUTPUT_TAGGED else value), bool(miss), error, at))
         except (
             ValueError,
