@@ -43,9 +43,8 @@ class Owed:
         self._notices = notices
         # Read by every receipt lookup that misses (the engine holds this same dict): never replaced.
         self.kept: dict[str, Record] = {}
-        self.health = WriteHealth(
-            self.rewrite, grace_s
-        )  # whether it takes writes: a call checks before it pays
+        # Whether the store takes writes (a call checks before it pays); it writes these again.
+        self.health = WriteHealth(self.rewrite, grace_s)
 
     def __repr__(self) -> str:
         return f"<Owed receipts={len(self.kept)}>"
