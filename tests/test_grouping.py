@@ -14,6 +14,7 @@ import pytest
 
 import playbook as pb
 from playbook.runtime.rows.grouping import Families, mask, message_group
+from playbook.tools import engine_of
 from playbook.ui.html import in_words
 from playbook.ui.tally import Tally
 from playbook.ui.text import summary
@@ -159,7 +160,7 @@ def test_a_sub_play_and_a_tool_mapped_directly_group_at_the_users_line(store: pb
     }
     direct = frame.play.run(parse, store=store, progress=False)
     assert set(direct.errors["group"]) == {
-        f"ValueError: cannot parse (parse, line {parse.fn.__code__.co_firstlineno + 2})"
+        f"ValueError: cannot parse (parse, line {engine_of(parse).fn.__code__.co_firstlineno + 2})"
     }
 
 

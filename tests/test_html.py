@@ -14,7 +14,7 @@ from vtime import run_virtual
 import playbook as pb
 from playbook._internal.words import time_of_day
 from playbook.events import ProviderDown
-from playbook.runtime.state.run_state import provider_view
+from playbook.runtime.state.reading import provider_view
 from playbook.ui.html import LIMIT, providers_table
 
 

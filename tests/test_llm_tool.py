@@ -22,6 +22,7 @@ import playbook as pb
 from playbook.demo.fakedata import INDUSTRIES
 from playbook.providers.provider import governor
 from playbook.store import engine
+from playbook.tools import engine_of
 
 MODEL = "gpt-4o-mini"
 PRICES = {MODEL: (0.15, 0.60)}
@@ -185,7 +186,7 @@ def test_a_budget_in_dollars_is_passed_by_at_most_the_calls_in_flight(demo: pb.d
 
     out = _companies(60).play.map(label, progress=False, max_cost=1.0, concurrency=4)
     stats = pb.last_run().stats  # type: ignore[union-attr]
-    most = max(llm.spent({"usage": {"prompt_tokens": 40, "completion_tokens": 10}}).cost, 0.2)
+    most = max(engine_of(llm).spent({"usage": {"prompt_tokens": 40, "completion_tokens": 10}}).cost, 0.2)
     assert 0 < stats.ok < 60 and (out.play_status == "parked").sum() == 60 - stats.ok
     assert stats.cost_spent <= 1.0 + 4 * most
     assert stats.cost_spent == round(_cost(demo.stats(), (2_000.0, 8_000.0)), 9)
@@ -263,24 +264,27 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
 
     from playbook.addresses import job_address
     from playbook.store.records import record
-    from playbook.tools.base import NO_INPUT
-    from playbook.tools.llm_batch import BatchApi
+    from playbook.tools.llm import LlmEngine
+    from playbook.tools.llm.batch import BatchApi
+    from playbook.tools.protocol import NO_INPUT
 
     demo.reset(batch_seconds=0.3)
     llm = _llm(demo, mode="batch")
+    asked = engine_of(llm)
+    assert isinstance(asked, LlmEngine)
     frame = _companies(6)
-    calls = [llm.bind(NO_INPUT, {"prompt": f"Classify {c}"}) for c in frame.company]
+    calls = [asked.bind(NO_INPUT, {"prompt": f"Classify {c}"}) for c in frame.company]
     store = pb.ReceiptStore(tmp_path / "store")
 
     async def died_after_creating() -> None:
-        api = BatchApi(llm)  # type: ignore[arg-type]
+        api = BatchApi(asked)
         async with httpx.AsyncClient() as client:
-            file_id = await api.upload(client, api.lines([(llm.key(v), v["messages"]) for v in calls]))
+            file_id = await api.upload(client, api.lines([(asked.address(v), v["messages"]) for v in calls]))
             await api.create(client, file_id)
         for values in calls:
             await engine(store).commit(
                 record(
-                    job_address(llm.key(values)),
+                    job_address(asked.address(values)),
                     tool=llm.name,
                     stored={"file": file_id},
                     tagged=False,

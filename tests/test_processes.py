@@ -27,6 +27,7 @@ from warm import Warm
 
 import playbook as pb
 from playbook.store import engine
+from playbook.tools import engine_of
 
 TOOL = "demo.email"
 CONCURRENCY = 16
@@ -147,7 +148,7 @@ def _holder(where: str, key: str) -> tuple[str, float] | None:
 
 def _key(demo: pb.demo.DemoServer, i: int) -> str:
     """Row i's receipt key, as the worker's tool computes it for its call."""
-    return _email_tool(demo).key({"domain": f"company{i}.com", "first": f"P{i}"})
+    return engine_of(_email_tool(demo)).address({"domain": f"company{i}.com", "first": f"P{i}"})
 
 
 def _email_tool(demo: pb.demo.DemoServer) -> pb.Tool:

@@ -214,7 +214,7 @@ def test_a_replay_gives_back_exactly_the_values_first_returned(
         for a, b in zip(first.result["value"], again.result["value"]):
             assert same(a, b), (a, b)
     assert same(
-        first.result["value"].iloc[3], odd.fn(3)
+        first.result["value"].iloc[3], odd(3)
     )  # what the play got the first time is what the tool returned
 
 

@@ -16,6 +16,7 @@ import pytest
 
 import playbook as pb
 from playbook.store import FORMAT, MISSING, engine
+from playbook.tools import engine_of
 
 LEGACY = Path(__file__).parent / "data" / "store_v1"
 
@@ -67,7 +68,7 @@ def test_miss_then_hit(store: pb.ReceiptStore) -> None:
     assert (stats.calls_local, stats.calls_reused) == (0, 3)
     receipt = store.get(lookup, q="a")
     assert receipt is not None and receipt.output == "value" and receipt.miss is False
-    assert receipt.version == lookup.identity and receipt.version.startswith("src:")
+    assert receipt.version == engine_of(lookup).identity and receipt.version.startswith("src:")
 
 
 def test_none_result_is_a_receipt(store: pb.ReceiptStore) -> None:
@@ -101,7 +102,8 @@ def test_lookups_answer_named_records(tmp_path: Path) -> None:
     _frame().play.map(find, store=store, progress=False)
     core = engine(store)
     core.flush()
-    key = lookup.key(lookup.bind("a", {}))
+    tool = engine_of(lookup)
+    key = tool.address(tool.bind("a", {}))
     found = core.lookup(key)
     assert found is not MISSING
     assert (found.value, found.miss, found.error, found.at) == (
@@ -262,7 +264,7 @@ def test_unreadable_receipt_is_paid_again_not_a_crash(
     stored, flags, problem = DAMAGE[case]
     calls: list[str] = []
     lookup = _paid(pb.ReceiptStore(tmp_path / "s"), calls, 10)
-    key = lookup.key({"q": "a"})
+    key = engine_of(lookup).address({"q": "a"})
     _damage(tmp_path / "s", key, stored, flags)
     store = pb.ReceiptStore(tmp_path / "s")
 
@@ -285,7 +287,7 @@ def test_unreadable_receipt_is_paid_again_not_a_crash(
 def test_unreadable_receipts_are_left_out_of_listings(tmp_path: Path) -> None:
     """receipts() lists the readable receipts; stats() counts every record, whatever its bytes."""
     lookup = _paid(pb.ReceiptStore(tmp_path / "s"), [], 10)
-    _damage(tmp_path / "s", lookup.key({"q": "b"}), b"\xff")
+    _damage(tmp_path / "s", engine_of(lookup).address({"q": "b"}), b"\xff")
     store = pb.ReceiptStore(tmp_path / "s")
     assert store.receipts()["input"].tolist() == [{"q": "a"}, {"q": "c"}]
     assert store.stats()["by_tool"] == {"lookup": 3}
@@ -410,7 +412,7 @@ def test_receipt_is_committed_before_the_row_continues(store: pb.ReceiptStore) -
     @pb.play
     async def check(row, ctx):
         await ctx.tool(lookup, q=row.q)
-        key = lookup.key({"q": row.q})
+        key = engine_of(lookup).address({"q": row.q})
         seen.append(
             _sql(store.path / "receipts.db", "SELECT COUNT(*) FROM receipt WHERE key = ?", key) == [(1,)]
         )

@@ -21,6 +21,7 @@ from vtime import run_virtual
 
 import playbook as pb
 from playbook.store import engine
+from playbook.tools import engine_of
 
 BIG = 4000  # characters per answer: every receipt needs new pages
 
@@ -232,7 +233,7 @@ def test_bad_utf8_in_the_store_is_skipped_by_the_command_line(store: pb.ReceiptS
     with sqlite3.connect(store.path / "receipts.db") as con:
         con.execute(
             "UPDATE receipt SET output = CAST(X'22ff22' AS TEXT), tool = CAST(X'75ff' AS TEXT) WHERE key = ?",
-            (upper.key({"q": "b"}),),
+            (engine_of(upper).address({"q": "b"}),),
         )
     for command in (["stats"], ["list"], ["export"]):
         done = subprocess.run(

@@ -36,7 +36,7 @@ from playbook.events import (
     RunStarted,
 )
 from playbook.providers.provider import governor
-from playbook.runtime.state.run_state import RunState
+from playbook.runtime.state.reading import RunState
 from playbook.ui.text import MIN_BAR, TextView
 
 

@@ -37,7 +37,7 @@ from playbook.providers.provider import sharing_limits
 from playbook.records import ProviderHold, RunStats
 from playbook.runtime.options import RunOptions
 from playbook.runtime.run import remember
-from playbook.runtime.state.run_state import ERROR_COLUMNS, LEG_COLUMNS
+from playbook.runtime.state.reading import ERROR_COLUMNS, LEG_COLUMNS
 from playbook.secrets import sending_to_workers
 from playbook.store.engine import StoreEngine
 

@@ -1,6 +1,6 @@
 """The live state of a cluster job on the client: the partitions' reports, summed.
 
-A :class:`ClusterState` is a :class:`~playbook.runtime.state.run_state.RunState` whose counters are the
+A :class:`ClusterState` is a :class:`~playbook.runtime.state.reading.RunState` whose counters are the
 sums of each partition's latest report, whose rows held, parked and failed are those the reports
 named, and whose providers are what the workers see (calls in flight and 429s summed over
 workers; a hold or an outage if any worker has one).  It passes row events on to its views
@@ -28,7 +28,7 @@ from playbook.events import (
     RunStarted,
 )
 from playbook.runtime.rows.grouping import message_group
-from playbook.runtime.state.run_state import (
+from playbook.runtime.state.reading import (
     FailedRow,
     ParkedRow,
     ProviderView,

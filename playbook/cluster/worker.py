@@ -27,7 +27,7 @@ from playbook.events import RowFinished, RowHeld, RowParked, RowRequeued, RowRes
 from playbook.plays.play import Play, as_play
 from playbook.runtime.options import RunOptions
 from playbook.runtime.run import begin_background, start
-from playbook.runtime.state.run_state import RunEvent, RunState
+from playbook.runtime.state.reading import RunEvent, RunState
 from playbook.store import StoreEngine
 
 __all__ = ["Failure", "Part", "partition_error", "run_partition"]

@@ -19,7 +19,7 @@ from playbook.plays.play import Play
 from playbook.records import ProviderHold, RunStats
 from playbook.runtime.options import RunOptions
 from playbook.runtime.schedule.scheduler import Scheduler
-from playbook.runtime.state.run_state import ERROR_COLUMNS, LEG_COLUMNS, RunState
+from playbook.runtime.state.reading import ERROR_COLUMNS, LEG_COLUMNS, RunState
 from playbook.store import StoreEngine
 
 __all__ = ["Run", "begin_background", "execute", "last_run", "remember", "scheduler", "start"]

@@ -63,11 +63,11 @@ from playbook.store.records import (
 from playbook.store.row_memos import RowMemos
 from playbook.store.spending import Spending, SpendLines
 from playbook.tagged import decode, loads
-from playbook.tools.base import NO_INPUT
+from playbook.tools.protocol import NO_INPUT
 
 if TYPE_CHECKING:
     from playbook.records import Receipt
-    from playbook.tools.base import Tool
+    from playbook.tools.tool import Tool
 
 __all__ = ["StoreEngine"]
 

@@ -12,10 +12,11 @@ from playbook.errors import ReceiptError
 from playbook.records import Receipt
 from playbook.store.protocol import Backend, Damaged, StoreFailure, cannot_read
 from playbook.store.records import Record, checked, damage, receipt_of
-from playbook.tools.base import NO_INPUT
+from playbook.tools.protocol import NO_INPUT
+from playbook.tools.tool import engine_of
 
 if TYPE_CHECKING:
-    from playbook.tools.base import Tool
+    from playbook.tools.tool import Tool
 
 __all__ = ["Inspection", "StoreStats", "unreadable"]
 
@@ -65,7 +66,8 @@ class Inspection:
 
         Raises ``ReceiptError`` if the receipt is there but cannot be read.
         """
-        key = tool.key(tool.bind(input, kwargs))
+        engine = engine_of(tool)
+        key = engine.address(engine.bind(input, kwargs))
         found = self._inspect(lambda: self._backend.get(key))
         if found is None:
             return None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from playbook.store.engine import StoreEngine
 from playbook.store.health import GRACE_S
-from playbook.tools.base import NO_INPUT
+from playbook.tools.protocol import NO_INPUT
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from playbook.records import Receipt
     from playbook.store.inspection import StoreStats
     from playbook.store.records import Record
-    from playbook.tools.base import Tool
+    from playbook.tools.tool import Tool
 
 __all__ = ["ReceiptStore", "engine"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from playbook._internal.words import cut, duration, money, short_count, time_of_day
 from playbook.records import RunStats
-from playbook.runtime.state.run_state import LEG_COLUMNS, ProviderSeries, ProviderView, RunState, WorkerView
+from playbook.runtime.state.reading import LEG_COLUMNS, ProviderSeries, ProviderView, RunState, WorkerView
 from playbook.ui.svg import provider_chart, status_bar, svg_style
 from playbook.ui.tally import Tally
 

@@ -16,7 +16,7 @@ from html import escape
 from typing import NamedTuple, TypeVar
 
 from playbook._internal.words import duration, short_count
-from playbook.runtime.state.run_state import ProviderSeries
+from playbook.runtime.state.reading import ProviderSeries
 
 __all__ = ["STATUSES", "provider_chart", "status_bar", "svg_style"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from playbook.events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
-from playbook.runtime.state.run_state import Families, RunEvent, RunState
+from playbook.runtime.state.reading import Families, RunEvent, RunState
 
 __all__ = ["KINDS", "Tally"]
 

@@ -38,7 +38,7 @@ from playbook.events import (
     RunProgress,
     RunStarted,
 )
-from playbook.runtime.state.run_state import RunEvent, RunState
+from playbook.runtime.state.reading import RunEvent, RunState
 from playbook.ui.html import in_words
 from playbook.ui.tally import KINDS as TALLY_KINDS
 from playbook.ui.tally import Tally

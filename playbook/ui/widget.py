@@ -31,7 +31,7 @@ from playbook.events import (
     RunFinished,
     RunStarted,
 )
-from playbook.runtime.state.run_state import RunEvent, RunState
+from playbook.runtime.state.reading import RunEvent, RunState
 from playbook.ui import Controls
 from playbook.ui.html import (
     LIMIT,

@@ -9,12 +9,11 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from playbook._internal.words import money
-from playbook.tools.base import is_local
+from playbook.tools.protocol import is_local
 
 if TYPE_CHECKING:
     from playbook.runtime.calls.scope import RunScope
-    from playbook.tools import Tool
-    from playbook.tools.base import Spent
+    from playbook.tools.protocol import Spent, ToolEngine
 
 __all__ = ["RowLedger"]
 
@@ -117,13 +116,13 @@ class RowLedger:
         n = seen[name] = seen.get(name, -1) + 1
         return n
 
-    def used(self, tool: Tool[Any], key: str | None) -> None:
+    def used(self, tool: ToolEngine, key: str | None) -> None:
         """The row called ``tool``; ``key``: the receipt it looked up (none when fixtures answered)."""
         self.tools[tool.name] = tool.fingerprint
         if key is not None:
             self.receipts.append(key)
 
-    def count(self, tool: Tool[Any], *, reused: bool, spent: Spent, shared: bool = False) -> None:
+    def count(self, tool: ToolEngine, *, reused: bool, spent: Spent, shared: bool = False) -> None:
         """A call answered, paid now or before (``shared``: during this run, for another row); an
         answer that needed a re-ask counts its requests (what it cost is on the first)."""
         cost = spent.cost

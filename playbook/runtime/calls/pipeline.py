@@ -37,16 +37,17 @@ from playbook.runtime.calls.kept_errors import (
     replayed,
     unkeyable,
 )
+from playbook.runtime.calls.observed import Called
 from playbook.runtime.calls.recording import record
-from playbook.runtime.estimate.distinct import Called
 from playbook.runtime.state.upstream import dispatch as governed
 from playbook.runtime.state.upstream import learn
 from playbook.store import MISSING
 from playbook.store.records import Hit, Missing, Refusal
 from playbook.tagged import Unencodable, encode
-from playbook.tools import CallEnv, Tool
-from playbook.tools.base import Spent, is_local
 from playbook.tools.failures import translate
+from playbook.tools.llm.engine import LlmEngine
+from playbook.tools.protocol import CallEnv, Spent, ToolEngine, is_local
+from playbook.tools.tool import Tool, engine_of
 
 if TYPE_CHECKING:
     from playbook.providers.provider import Ticket
@@ -68,8 +69,8 @@ class Caller(Protocol):
     @property
     def position(self) -> int: ...
     def occurrence(self, name: str) -> int: ...
-    def used(self, tool: Tool[Any], key: str | None) -> None: ...
-    def count(self, tool: Tool[Any], *, reused: bool, spent: Spent, shared: bool = False) -> None: ...
+    def used(self, tool: ToolEngine, key: str | None) -> None: ...
+    def count(self, tool: ToolEngine, *, reused: bool, spent: Spent, shared: bool = False) -> None: ...
     def forgotten_await(self, value: Any) -> str: ...
 
 
@@ -86,7 +87,7 @@ class Pending(NamedTuple):
 
 async def call_tool(
     ctx: Caller,
-    tool: Tool[Any],
+    held: Tool[Any],
     input: Any,
     force: bool,
     ttl: float | None,
@@ -95,8 +96,9 @@ async def call_tool(
     leg: bool = False,
 ) -> tuple[Any, bool]:
     """``(value, miss)`` of one call: from its receipt, or paid for and recorded (``leg``: as a
-    waterfall's leg)."""
+    waterfall's leg).  From here on the pipeline works with the tool's engine."""
     scope = ctx.scope
+    tool = engine_of(held)
     values = tool.bind(input, kwargs)
     if scope.replay is not None and scope.store is scope.replay.store:
         return _replayed(ctx, tool, values)
@@ -118,7 +120,7 @@ async def call_tool(
     return await _pay(ctx, tool, Pending(key, values, logical, forced, ttl, leg))
 
 
-def _replayed(ctx: Caller, tool: Tool[Any], values: Any) -> tuple[Any, bool]:
+def _replayed(ctx: Caller, tool: ToolEngine, values: Any) -> tuple[Any, bool]:
     """A call answered by the run's fixtures in their own store, where the file is the receipts
     too: no receipt key, store, lease or provider; one dictionary lookup."""
     replay = ctx.scope.replay
@@ -132,10 +134,10 @@ def _replayed(ctx: Caller, tool: Tool[Any], values: Any) -> tuple[Any, bool]:
 # -- key ------------------------------------------------------------------------------
 
 
-def _key(ctx: Caller, tool: Tool[Any], values: Any, form: Callable[[Any], str] | None = None) -> str:
+def _key(ctx: Caller, tool: ToolEngine, values: Any, form: Callable[[Any], str] | None = None) -> str:
     """The call's receipt key (or, with ``form``, its input in that form)."""
     try:
-        return tool.key(values) if form is None else form(values)
+        return tool.address(values) if form is None else form(values)
     except Unencodable as exc:
         raise unkeyable(
             tool, values, exc, ": " + ctx.forgotten_await(exc.value) if exc.awaitable else ""
@@ -159,7 +161,7 @@ async def lookup(store: StoreEngine, key: str, ttl: float | None, ahead: bool = 
     return found
 
 
-def _reused(ctx: Caller, tool: Tool[Any], values: Any, found: Hit) -> tuple[Any, bool]:
+def _reused(ctx: Caller, tool: ToolEngine, values: Any, found: Hit) -> tuple[Any, bool]:
     value, miss, error, at = found
     shared = (
         at >= ctx.scope.started
@@ -179,7 +181,7 @@ def _reused(ctx: Caller, tool: Tool[Any], values: Any, found: Hit) -> tuple[Any,
 # -- lease, budget, release -----------------------------------------------------------
 
 
-async def _pay(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+async def _pay(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
     if tool.submits() and ctx.scope.replay is None:
         return await _submitted(ctx, tool, call)
     store = ctx.scope.store
@@ -195,7 +197,7 @@ async def _pay(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
         _release(store, call.key, done)
 
 
-async def _lease(ctx: Caller, tool: Tool[Any], store: StoreEngine, call: Pending) -> Hit | Missing:
+async def _lease(ctx: Caller, tool: ToolEngine, store: StoreEngine, call: Pending) -> Hit | Missing:
     """Take this call's lease; returns a receipt instead if another process paid for it meanwhile."""
     key, ttl, leases = call.key, call.ttl, store.leases
     if call.forced:
@@ -220,7 +222,7 @@ async def _lease(ctx: Caller, tool: Tool[Any], store: StoreEngine, call: Pending
     return found
 
 
-async def _spend(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+async def _spend(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
     """Reserve the call's cost, then route it; the cost comes back if it does not complete."""
     scope = ctx.scope
     costs = scope.costs
@@ -240,10 +242,11 @@ async def _spend(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool
     return tool.read(answer, miss)
 
 
-async def _submitted(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+async def _submitted(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
     """A call answered by a batch job: its row sleeps until the job is done (see ``jobs``)."""
     scope = ctx.scope
-    answer = await scope.jobs.answer(scope, tool, call.key, call.values)  # type: ignore[arg-type]  # submits(): an LlmTool
+    assert isinstance(tool, LlmEngine)  # the one engine that submits()
+    answer = await scope.jobs.answer(scope, tool, call.key, call.values)
     scope.costs.charge(scope.jobs.reserved.pop(call.key, 0.0), tool.spent(answer).cost)
     answer, miss = await paid(ctx, tool, call.key, call.values, answer, False)
     return tool.read(answer, miss)
@@ -261,7 +264,7 @@ def _release(store: StoreEngine, key: str, done: asyncio.Future[None]) -> None:
 # -- route: batch, governor, or straight ----------------------------------------------
 
 
-async def _route(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+async def _route(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
     replay = ctx.scope.replay
     if replay is not None:
         # Fixtures replayed into a store the run named: the file answers as the provider would,
@@ -288,7 +291,7 @@ async def _route(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool
     return await _governed(ctx, tool, call, ticket, functools.partial(_send, ctx, tool, call, env), env)
 
 
-async def _batched(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+async def _batched(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
     """Join a batch; its task dispatches and records each member's receipt.  The member waits on
     the provider against its own row's wait budget."""
     scope = ctx.scope
@@ -301,7 +304,7 @@ async def _batched(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bo
 
 
 async def _governed(
-    ctx: Caller, tool: Tool[Any], call: Pending, ticket: Ticket, send: Send, env: CallEnv
+    ctx: Caller, tool: ToolEngine, call: Pending, ticket: Ticket, send: Send, env: CallEnv
 ) -> tuple[Any, bool]:
     """Through the provider's governor, with this logical call's ticket: it outlives a
     suspension, so a replayed call keeps its retry count.  A call weighed by its tokens carries
@@ -329,7 +332,7 @@ async def _governed(
     return result
 
 
-def _weighed(tool: Tool[Any], ticket: Ticket, send: Send, env: CallEnv) -> Send:
+def _weighed(tool: ToolEngine, ticket: Ticket, send: Send, env: CallEnv) -> Send:
     """``send``, telling the governor the call's real usage and the limits its provider announced."""
     provider = tool.provider
     assert provider is not None
@@ -355,7 +358,7 @@ def _env(ctx: Caller, call: Pending) -> CallEnv:
     return CallEnv(scope.http_client, idem)
 
 
-async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tuple[Any, bool]:
+async def _send(ctx: Caller, tool: ToolEngine, call: Pending, env: CallEnv) -> tuple[Any, bool]:
     """One try (a governor's ``send``): dispatch, then record the receipt; a stop meanwhile lets it land, then stops the row."""
     scope, landing = ctx.scope, ctx.scope.landing
     task = landing.enter()
@@ -392,7 +395,7 @@ async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tu
 # -- dispatch and record --------------------------------------------------------------
 
 
-async def invoke(tool: Tool[Any], values: Any, env: CallEnv) -> tuple[Any, bool]:
+async def invoke(tool: ToolEngine, values: Any, env: CallEnv) -> tuple[Any, bool]:
     """One try of the tool, with its errors classified: an SDK's HTTP errors as HTTP answers
     (see ``tools.failures``), a Python tool's credential error as fatal."""
     try:
@@ -424,7 +427,7 @@ async def invoke(tool: Tool[Any], values: Any, env: CallEnv) -> tuple[Any, bool]
 
 
 async def paid(
-    ctx: Caller, tool: Tool[Any], key: str, values: Any, answer: Any, miss: bool
+    ctx: Caller, tool: ToolEngine, key: str, values: Any, answer: Any, miss: bool
 ) -> tuple[Any, bool]:
     """An answer came back: it is paid for (counted, whatever happens next), and recorded."""
     spent = tool.spent(answer)

@@ -23,12 +23,12 @@ from playbook.runtime.calls.batching import Batches
 from playbook.runtime.calls.jobs import Jobs
 from playbook.runtime.calls.level import Level
 from playbook.runtime.rows.table import RowTable
-from playbook.tools import Tool
-from playbook.tools.base import is_local
+from playbook.tools.protocol import ToolEngine, is_local
 from playbook.tools.transport import default_client
 
 if TYPE_CHECKING:
     from playbook.providers.provider import Provider
+    from playbook.runtime.calls.observed import CallObserver
     from playbook.store import StoreEngine
     from playbook.store.fixtures import Fixtures, Recorder, Replay
 
@@ -65,7 +65,7 @@ class CostBudget:
         limit = "unlimited" if self.limit is None else money(self.limit)
         return f"<CostBudget {money(self.committed)} of {limit} ({self.pending} in flight)>"
 
-    async def reserve(self, tool: Tool[Any], cost: float, *, wait: bool = True) -> None:
+    async def reserve(self, tool: ToolEngine, cost: float, *, wait: bool = True) -> None:
         """Count a paid call's expected ``cost`` before dispatch; park the row if it won't fit
         (``wait``: once the calls in flight have settled)."""
         if not cost or self.limit is None:
@@ -141,7 +141,7 @@ class Tickets:
             found = budgets[provider.name] = WaitBudget(wait)
         return found
 
-    def get(self, call_id: str, tool: Tool[Any], pos: int, request: str | None = None) -> Ticket:
+    def get(self, call_id: str, tool: ToolEngine, pos: int, request: str | None = None) -> Ticket:
         """``request``: the call's receipt key, by which its provider knows a request that failed on its own."""
         found = self._tickets.get(call_id)
         if found is None:
@@ -291,9 +291,8 @@ class RunScope:
         # Fixtures: a replay answers every call (no store, no provider); a recorder sees every answer.
         self.replay: Replay | None = fixtures.replay if fixtures is not None else None
         self.recorder: Recorder | None = fixtures.recorder if fixtures is not None else None
-        self.observer: Any = (
-            None  # a pilot's log (runtime.pilot.PilotLog): each row's calls, what they cost and took
-        )
+        # A pilot's log (estimate.pilot.PilotLog): each row's calls, what they cost and took.
+        self.observer: CallObserver | None = None
         # The sub-plays run so far, as they were when this run first ran each (what they read is
         # read once per run, not per row), with what they were made from (kept: its id is the key).
         self.plays: dict[int, tuple[Any, Any]] = {}
@@ -324,7 +323,7 @@ class RunScope:
             self._client = None
 
     def call_finished(
-        self, tool: Tool[Any], reused: bool, cost: float, shared: bool = False, tokens: float = 0.0
+        self, tool: ToolEngine, reused: bool, cost: float, shared: bool = False, tokens: float = 0.0
     ) -> None:
         provider = tool.provider.name if tool.provider is not None else None
         if reused:
@@ -332,7 +331,7 @@ class RunScope:
         else:
             self.emit(CallFinished(tool.name, provider, False, cost, is_local(tool, cost), tokens=tokens))
 
-    def call_failed(self, tool: Tool[Any]) -> None:
+    def call_failed(self, tool: ToolEngine) -> None:
         """A request went out and brought back nothing to keep (a 5xx, a timeout, a 429)."""
         self.emit(CallFailed(tool.name, tool.provider.name if tool.provider is not None else None))
 

@@ -19,8 +19,7 @@ from typing import Any
 from playbook.addresses import memo_address, row_key
 from playbook.errors import PlayDefinitionError
 from playbook.events import CallFinished, RunNotice
-from playbook.plays.definitions import play_name
-from playbook.plays.play import Play, as_play
+from playbook.plays.play import Play, as_play, play_name
 from playbook.runtime.calls.ledger import RowLedger
 from playbook.runtime.rows.frames import Row, play_row
 from playbook.runtime.rows.memos import tools_unchanged, write_memo

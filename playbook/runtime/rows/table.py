@@ -105,7 +105,7 @@ class RowTable:
         self.labels: Sequence[Any] | pd.Index = index if self._range is not None else list(index)
         self._getters = [_values(frame.iloc[:, i]) for i in range(frame.shape[1])]
         self.columns = {c: i for i, c in enumerate(frame.columns)}  # shared by every Row
-        # Each row's identity (keys.row_key) as 16 bytes; all zeros: none yet, or none at all (its
+        # Each row's identity (addresses.row_key) as 16 bytes; all zeros: none yet, or none at all (its
         # values have no key form).
         self.digests = bytearray(16 * n)
         self.statuses = bytearray(n)  # a code of _STATUSES; 0: not settled in this execution

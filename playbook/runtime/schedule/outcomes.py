@@ -24,7 +24,7 @@ from playbook.records import Status
 from playbook.runtime.rows.grouping import message_group
 from playbook.runtime.rows.table import Parking, RowTable, Waiting
 from playbook.runtime.schedule.retry_queue import RetryQueue
-from playbook.runtime.state.run_state import RunEvent
+from playbook.runtime.state.reducer import RunEvent
 from playbook.store.records import Memo
 
 __all__ = ["Outcomes", "clashing"]

@@ -3,14 +3,17 @@
 Rows are identified by a digest of their key values; rows with the same key run once and share
 the outcome.  A row whose memo exists (same play fingerprint, same key) is settled as
 ``reused`` without running.  The rest run on workers, as many as the run's level of rows in
-flight (``level``: the ``concurrency`` given, or one found while the run goes).  Every change of a row is
-an event; :class:`~playbook.runtime.state.run_state.RunState` counts them and views subscribe to it.
+flight (``level``: the ``concurrency`` given, or one found while the run goes).  Every change of
+a row is an event; :class:`~playbook.runtime.state.reading.RunState` counts them and views
+subscribe to it.
 
-The pieces, each in its module: the rows table (``table``), the held queue (``held``), the
-workers (``workers``), one row's attempt (``attempt``), outcomes (``settle``), memos
-(``memos``), what a row's calls may use of the run (``scope``), the call pipeline
-(``pipeline``).  This class wires them and runs executions: the first over every row, then any
-``run.retry()``, each counted by a :class:`RunState` of its own (:meth:`Scheduler.retry`).
+The pieces, each in its module: the rows table (``rows.table``) and memos (``rows.memos``); in
+this room the held queue (``retry_queue``), the workers (``workers``), one row's attempt
+(``attempt``), how it ends (``outcomes``) and rows parked on a down provider coming back
+(``recovery``); what a row's calls may use of the run (``calls.scope``), the call pipeline
+(``calls.pipeline``) and the level of rows in flight (``calls.level``).  This class wires them and
+runs executions: the first over every row, then any ``run.retry()``, each counted by a
+:class:`RunState` of its own (:meth:`Scheduler.retry`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from playbook.runtime.schedule.outcomes import Outcomes
 from playbook.runtime.schedule.recovery import DownRows
 from playbook.runtime.schedule.retry_queue import RetryQueue
 from playbook.runtime.schedule.workers import Workers
-from playbook.runtime.state.run_state import RunEvent, RunState
+from playbook.runtime.state.reading import RunEvent, RunState
 from playbook.runtime.state.upstream import watch
 
 if TYPE_CHECKING:
