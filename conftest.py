@@ -10,7 +10,8 @@ notebook or network)"``) while ``make test`` runs everything:
 - ``kernel``: a live IPython kernel (magics, widgets);
 - ``browser``: JupyterLab in a real Chromium;
 - ``notebook``: the notebooks, executed under nbval in a fresh Binder environment;
-- ``network``: the demo provider over HTTP on loopback;
+- ``network``: the demo provider over HTTP on loopback (or in a process of its own); the one
+  served in process (the ``demo`` fixture) needs no mark;
 - ``slow``: a test that takes seconds of its own (subprocesses, real waits, large runs).
 """
 
@@ -31,7 +32,16 @@ MARKERS = {
     "network": "talks to the demo provider over loopback HTTP",
     "slow": "takes seconds of its own",
 }
-_BY_FIXTURE = {"redis_server": "redis", "redis_url": "redis", "kernel": "kernel", "demo": "network", "demo_server": "network"}
+# The demo provider is served in process (``demo``: no socket, no mark); on loopback, or in a
+# process of its own, it is a server (``demo_loopback``, ``demo_server``, ``demo_elsewhere``).
+_BY_FIXTURE = {
+    "redis_server": "redis",
+    "redis_url": "redis",
+    "kernel": "kernel",
+    "demo_loopback": "network",
+    "demo_server": "network",
+    "demo_elsewhere": "network",
+}
 _BY_FILE = {
     "test_browser.py": ("browser", "slow"),
     "test_notebooks.py": ("notebook", "slow"),
@@ -54,13 +64,12 @@ _BY_FILE = {
     "test_transport.py": ("slow",),
     "test_store_failures.py": ("slow",),
     "test_governor_demo.py": ("network",),
-    "test_demo_server.py": ("network",),
-    "test_demo_llm.py": ("network",),
     "test_shared_limiter.py": ("redis",),
     "test_polars.py": ("slow",),
 }
-# Engines of the promise suite (tests/engines.py): several processes share a Redis store; a cluster.
-_BY_ENGINE = {"[processes": ("redis", "slow"), "[cluster": ("cluster", "redis", "slow")}
+# Engines of the promise suite (tests/engines.py): several processes share a Redis store, and the
+# demo provider in a process of its own; a cluster.
+_BY_ENGINE = {"[processes": ("redis", "slow", "network"), "[cluster": ("cluster", "redis", "slow", "network")}
 
 
 def pytest_configure(config: Any) -> None:

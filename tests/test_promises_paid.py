@@ -147,13 +147,16 @@ def test_receipts_lost_while_a_run_goes_on_are_said_and_the_next_run_refused(
 
 
 def test_a_process_killed_mid_run_pays_again_at_most_its_calls_in_flight(
-    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+    engine: Engine, demo_elsewhere: Any, name: Callable[[str], str]
 ) -> None:
     """kill -9 of a process (one of the processes, a cluster worker) midway: the run (or a rerun)
     ends every row, and the calls paid twice are at most what the dead process had in flight.
     A cluster job that lost a worker counts every request the provider saw once: the calls the
     dead attempt landed after its last report as paid, those it had on the wire as failed; and its
-    counters say of each row what its result says, for the partitions Dask ran again too."""
+    counters say of each row what its result says, for the partitions Dask ran again too.  (The
+    provider is in a process of its own on every engine: the process killed, one of its own
+    even for "one process", reaches it by socket.)"""
+    demo = demo_elsewhere
     demo.reset(latency=0.05)
     frame, play = people(160), enrich(email(demo, pb.Provider(name("acme"))))
     bound, going_on = engine.kill_when(frame, play, lambda: requests(demo) >= 96, concurrency=3)
