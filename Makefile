@@ -1,6 +1,6 @@
 # make demo   run the quickstart notebook against the built-in demo provider (writes out/)
 # make test   lint, type-check, build the docs and run every test (creates .venv and installs what it needs)
-# make check  the fast tier of the tests, for the edit loop (no server, cluster, kernel, browser or notebook)
+# make check  the fast tier of the tests, for the edit loop (no server, cluster, kernel, browser or notebook; says its share)
 # make docs   the documentation site into build/site/ (warnings are errors)
 # make bench  run the benchmarks and print one table of ratios
 # make generate  write again what is generated from the code (the run options' typed keywords)
@@ -48,8 +48,9 @@ demo: $(DEMO_STAMP)
 test: $(STAMP) $(CHROMIUM) $(REDIS) $(STRACE) lint docs
 	CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q -n 2 --dist loadfile
 
-# The edit loop: what needs no server (the demo provider included), kernel, browser or notebook, and
-# takes no seconds of its own.
+# The edit loop: what needs no server, kernel, browser or notebook, and takes no seconds of its own
+# (the demo provider is served in process there; `network` marks what needs it on a socket). It ends
+# saying its share of the tests ("check tier: N of M tests").
 check: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m "not (slow or redis or cluster or kernel or browser or notebook or network)"
 

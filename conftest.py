@@ -88,3 +88,42 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None
                 marks.update(extra)
         for mark in sorted(marks):
             item.add_marker(getattr(pytest.mark, mark))
+    config.stash[_COLLECTED] = len(items)  # before -m deselects: every test of the files asked for
+
+
+# -- the tier's share, said at the end: what a marker expression (make check's) left in ---------------
+
+# The check tier's expression, as the Makefile spells it.
+CHECK = "not (slow or redis or cluster or kernel or browser or notebook or network)"
+_COLLECTED = pytest.StashKey[int]()
+_SHARE = pytest.StashKey[tuple[int, int]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    collected = session.config.stash.get(_COLLECTED, None)
+    if collected is not None:
+        session.config.stash[_SHARE] = (len(session.items), collected)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)  # a pytest-xdist worker: tell the controller
+    if workeroutput is not None and _SHARE in session.config.stash:
+        workeroutput["tier_share"] = session.config.stash[_SHARE]
+
+
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """(pytest-xdist, in the controller) a worker's collection: every worker collects the same."""
+    share = getattr(node, "workeroutput", {}).get("tier_share")
+    if share is not None:
+        node.config.stash[_SHARE] = tuple(share)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    expression = config.option.markexpr
+    share = config.stash.get(_SHARE, None)
+    if not expression or share is None:
+        return
+    selected, collected = share
+    name = "check tier" if expression == CHECK else f"tier -m {expression!r}"
+    percent = 100 * selected / collected if collected else 0.0
+    terminalreporter.write_line(f"{name}: {selected:,} of {collected:,} tests ({percent:.0f}%)")

@@ -423,6 +423,7 @@ def test_a_retry_runs_only_the_rows_left_pays_for_them_once_and_counts_them_alon
 # -- stop and Ctrl-C ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # real seconds of holds and waits, on every engine
 def test_a_stopped_run_lands_its_calls_in_flight_and_a_rerun_pays_the_rest(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:
