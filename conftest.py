@@ -63,7 +63,6 @@ _BY_FILE = {
     "test_llm_tool.py": ("slow",),
     "test_transport.py": ("slow",),
     "test_store_failures.py": ("slow",),
-    "test_governor_demo.py": ("network",),
     "test_shared_limiter.py": ("redis",),
     "test_polars.py": ("slow",),
 }
