@@ -1,6 +1,6 @@
-"""The shape of the code: no import cycles between playbook's modules, functions of a readable size
-(a module is as long as its one concept needs), views that read the runtime through RunState only, and no module reaching into
-another's private names."""
+"""The shape of the code: no import cycles between playbook's modules or its packages, functions of a
+readable size (a module is as long as its one concept needs), views that read the runtime through
+RunState's read API only, and no module reaching into another's private names."""
 
 from __future__ import annotations
 
@@ -105,6 +105,77 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def _room(name: str, depth: int) -> str:
+    """The unit ``name`` belongs to at ``depth``: the package ``depth`` levels below playbook that
+    holds it (``playbook.runtime`` at 1, ``playbook.runtime.rows`` at 2), or else the module itself
+    (``playbook.errors`` at 1, ``playbook.runtime.options`` at 2: each a unit of its own)."""
+    candidate = ".".join(name.split(".")[: depth + 1])
+    if candidate in MODULES and MODULES[candidate].name == "__init__.py":
+        return candidate
+    return name
+
+
+def _packages(graph: dict[str, set[str]], depth: int) -> dict[str, set[str]]:
+    """The module graph folded into units (see :func:`_room`): an arrow between two units for each
+    import between their modules, but none from a module into a package that holds it (its
+    ``__init__`` re-exporting it)."""
+    folded: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        room = _room(name, depth)
+        arrows = folded.setdefault(room, set())
+        for target in targets:
+            other = _room(target, depth)
+            if other != room and not name.startswith(target + "."):
+                arrows.add(other)
+                folded.setdefault(other, set())
+    return folded
+
+
+def test_no_import_cycles_between_packages() -> None:
+    """No two packages import each other, directly or through others, lazily or for type checkers
+    only: neither the top-level ones (``playbook.tools``, ``playbook.plays``, each top-level
+    module a unit of its own) nor the subpackages below them (``playbook.runtime.rows``,
+    ``playbook.store.redis``)."""
+    graph = _graph()
+    assert [_cycles(_packages(graph, depth)) for depth in (1, 2)] == [[], []]
+
+
+def test_the_package_cycle_finder_finds_a_cycle() -> None:
+    """The check above can fail: modules that import each other's packages (and not each other)
+    make a cycle of those packages at each depth."""
+    layout = {
+        "playbook.a": "playbook/a/__init__.py",
+        "playbook.a.one": "playbook/a/one.py",
+        "playbook.b": "playbook/b/__init__.py",
+        "playbook.b.two": "playbook/b/two.py",
+        "playbook.b.deep": "playbook/b/deep/__init__.py",
+        "playbook.b.deep.three": "playbook/b/deep/three.py",
+        "playbook.b.deep.four": "playbook/b/deep/four.py",
+    }
+    graph = {
+        "playbook.a": set(),
+        "playbook.a.one": {"playbook.b.two"},
+        "playbook.b": {"playbook.b.two"},
+        "playbook.b.two": {"playbook.b.deep.four"},
+        "playbook.b.deep": {"playbook.b.deep.three"},
+        "playbook.b.deep.three": {"playbook.a.one"},
+        "playbook.b.deep.four": set(),
+    }
+    assert _cycles(_without_packages(graph)) == []
+    saved = dict(MODULES)
+    MODULES.clear()
+    MODULES.update({name: Path(path) for name, path in layout.items()})
+    try:
+        found = [_cycles(_packages(graph, depth)) for depth in (1, 2)]
+    finally:
+        MODULES.clear()
+        MODULES.update(saved)
+    assert found == [
+        [["playbook.a", "playbook.b"]],
+        [["playbook.a.one", "playbook.b.deep", "playbook.b.two"]],
+    ]
+
+
 def _function_lengths(tree: ast.Module) -> Iterator[tuple[str, int]]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -129,14 +200,28 @@ def test_functions_stay_under_60_lines() -> None:
     assert long == []
 
 
-def test_views_read_the_runtime_through_run_state_only() -> None:
-    """Nothing under playbook.ui imports the runtime but playbook.runtime.state.run_state (type checkers' imports too)."""
+def test_views_read_the_runtime_through_the_read_api_only() -> None:
+    """Nothing under playbook.ui imports the runtime but RunState's read API, playbook.runtime.state.reading
+    (type checkers' imports too)."""
     reached = {
         (name, target)
         for name, tree in TREES.items()
         if name.startswith("playbook.ui")
         for target in _imports(name, tree)
-        if target.startswith("playbook.runtime") and target != "playbook.runtime.state.run_state"
+        if target.startswith("playbook.runtime") and target != "playbook.runtime.state.reading"
+    }
+    assert reached == set()
+
+
+def test_plays_do_not_import_tools() -> None:
+    """Tools sit above plays: nothing under playbook.plays imports playbook.tools, not lazily nor for
+    type checkers (a play knows a tool by the Playable protocol; a tool makes its own play)."""
+    reached = {
+        (name, target)
+        for name, tree in TREES.items()
+        if name.startswith("playbook.plays")
+        for target in _imports(name, tree)
+        if target.startswith("playbook.tools")
     }
     assert reached == set()
 
@@ -151,6 +236,40 @@ def test_the_runtime_does_not_import_the_views() -> None:
         if target.startswith("playbook.ui")
     }
     assert reached == set()
+
+
+RUNTIME_LAYERS = ("estimate", "run", "schedule", "options", "calls", "state", "rows")
+
+
+def _runtime_layer(name: str) -> int | None:
+    """The place of ``name`` in :data:`RUNTIME_LAYERS` (its room, or the module at the runtime's top)."""
+    parts = name.split(".")
+    if parts[:2] != ["playbook", "runtime"] or len(parts) < 3:
+        return None  # outside the runtime, or the runtime's __init__ (it re-exports)
+    return RUNTIME_LAYERS.index(parts[2])
+
+
+def _upward(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports from a runtime room into one above it (:data:`RUNTIME_LAYERS` goes from top to bottom)."""
+    found = set()
+    for name, targets in graph.items():
+        here = _runtime_layer(name)
+        for target in targets:
+            there = _runtime_layer(target)
+            if here is not None and there is not None and there < here:
+                found.add((name, target))
+    return found
+
+
+def test_the_runtime_rooms_depend_one_way() -> None:
+    """The runtime's rooms import downward only: estimate, run, schedule, options, calls, state, rows."""
+    assert _upward(_graph()) == set()
+
+
+def test_the_room_check_finds_an_import_upward() -> None:
+    """The check above can fail: the call pipeline importing the estimate is reported."""
+    graph = {"playbook.runtime.calls.pipeline": {"playbook.runtime.estimate.distinct"}}
+    assert _upward(graph) == {("playbook.runtime.calls.pipeline", "playbook.runtime.estimate.distinct")}
 
 
 def _private_names(tree: ast.Module) -> set[str]:

@@ -22,6 +22,7 @@ import playbook as pb
 from playbook.demo.fakedata import INDUSTRIES
 from playbook.providers.provider import governor
 from playbook.store import engine
+from playbook.tools import engine_of
 
 MODEL = "gpt-4o-mini"
 PRICES = {MODEL: (0.15, 0.60)}
@@ -114,7 +115,7 @@ def test_an_invalid_json_answer_is_asked_again_once_and_paid_as_such(demo: pb.de
     out = _companies(5).play.map(profile, progress=False)
     assert (out.play_status == "failed").all()
     assert out.play_error[0].startswith("ToolError: llm tool 'llm': the answer is not valid JSON")
-    assert "after a re-ask" in out.play_error[0] and "force=True" in out.play_error[0]
+    assert "after a re-ask" in out.play_error[0] and "refresh=True" in out.play_error[0]
     stats = pb.last_run().stats  # type: ignore[union-attr]
     served = demo.stats()
     assert stats.calls_executed == 10 == served["chat"][MODEL]["requests"]
@@ -141,6 +142,7 @@ def test_some_invalid_answers_are_mended_by_the_re_ask(demo: pb.demo.DemoServer)
     assert set(out.industry.dropna()) <= set(LABELS)
 
 
+@pytest.mark.slow
 def test_a_token_limit_paces_calls_so_the_provider_refuses_none(demo: pb.demo.DemoServer) -> None:
     """Provider(tpm=) at the demo's own TPM: calls weighed by their tokens go evenly, with no 429."""
     demo.reset(chat_tpm=60_000)
@@ -185,7 +187,7 @@ def test_a_budget_in_dollars_is_passed_by_at_most_the_calls_in_flight(demo: pb.d
 
     out = _companies(60).play.map(label, progress=False, max_cost=1.0, concurrency=4)
     stats = pb.last_run().stats  # type: ignore[union-attr]
-    most = max(llm.spent({"usage": {"prompt_tokens": 40, "completion_tokens": 10}}).cost, 0.2)
+    most = max(engine_of(llm).spent({"usage": {"prompt_tokens": 40, "completion_tokens": 10}}).cost, 0.2)
     assert 0 < stats.ok < 60 and (out.play_status == "parked").sum() == 60 - stats.ok
     assert stats.cost_spent <= 1.0 + 4 * most
     assert stats.cost_spent == round(_cost(demo.stats(), (2_000.0, 8_000.0)), 9)
@@ -202,6 +204,7 @@ frame.play.map(label, store=home, progress=False)
 """
 
 
+@pytest.mark.slow
 def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_twice(
     demo: pb.demo.DemoServer, tmp_path: Path
 ) -> None:
@@ -238,6 +241,7 @@ def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_
     assert pb.last_run().stats.calls_executed == 0 and demo.stats()["batches_created"] == 1  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_batch_mode_gathers_every_rows_miss_into_one_job(demo: pb.demo.DemoServer) -> None:
     """Rows step aside while their calls gather: 100 rows at concurrency 4 make one batch, and structured outputs work there too."""
     demo.reset(batch_seconds=0.5)
@@ -263,24 +267,27 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
 
     from playbook.addresses import job_address
     from playbook.store.records import record
-    from playbook.tools.base import NO_INPUT
-    from playbook.tools.llm_batch import BatchApi
+    from playbook.tools.llm import LlmEngine
+    from playbook.tools.llm.batch import BatchApi
+    from playbook.tools.protocol import NO_INPUT
 
     demo.reset(batch_seconds=0.3)
     llm = _llm(demo, mode="batch")
+    asked = engine_of(llm)
+    assert isinstance(asked, LlmEngine)
     frame = _companies(6)
-    calls = [llm.bind(NO_INPUT, {"prompt": f"Classify {c}"}) for c in frame.company]
+    calls = [asked.bind(NO_INPUT, {"prompt": f"Classify {c}"}) for c in frame.company]
     store = pb.ReceiptStore(tmp_path / "store")
 
     async def died_after_creating() -> None:
-        api = BatchApi(llm)  # type: ignore[arg-type]
+        api = BatchApi(asked)
         async with httpx.AsyncClient() as client:
-            file_id = await api.upload(client, api.lines([(llm.key(v), v["messages"]) for v in calls]))
+            file_id = await api.upload(client, api.lines([(asked.address(v), v["messages"]) for v in calls]))
             await api.create(client, file_id)
         for values in calls:
             await engine(store).commit(
                 record(
-                    job_address(llm.key(values)),
+                    job_address(asked.address(values)),
                     tool=llm.name,
                     stored={"file": file_id},
                     tagged=False,
@@ -309,6 +316,7 @@ def test_an_llm_tool_mapped_over_a_frame_reads_its_prompt_column(demo: pb.demo.D
     assert (out.play_status == "ok").all() and out.llm[1].startswith("Summary:")
 
 
+@pytest.mark.slow
 def test_a_slow_upload_does_not_make_woken_rows_submit_again(demo: pb.demo.DemoServer) -> None:
     """Rows that wake while their submission is still uploading wait for it: one batch, each request billed once."""
     demo.reset(batch_seconds=0.5, latency=0.8)
@@ -324,6 +332,7 @@ def test_a_slow_upload_does_not_make_woken_rows_submit_again(demo: pb.demo.DemoS
     assert pb.last_run().stats.cost_spent == round(_cost(served), 9)  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
     demo: pb.demo.DemoServer, tmp_path: Path
 ) -> None:
@@ -351,6 +360,7 @@ def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
     assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 25
 
 
+@pytest.mark.slow
 def test_a_request_the_batch_failed_fails_its_row_and_is_submitted_again_next_run(
     demo: pb.demo.DemoServer,
 ) -> None:

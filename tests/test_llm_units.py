@@ -15,7 +15,10 @@ import playbook as pb
 from playbook.providers.limits import announced, duration, retry_after
 from playbook.providers.limits.local import LocalLimiter
 from playbook.providers.provider import governor
-from playbook.tools.structured import Structured, strict_schema
+from playbook.tools import engine_of
+from playbook.tools.llm import LlmEngine
+from playbook.tools.llm.structured import Structured, strict_schema
+from playbook.tools.protocol import NO_INPUT
 
 
 class Address(pydantic.BaseModel):
@@ -120,8 +123,10 @@ def test_a_refusal_without_retry_after_waits_for_the_used_up_limit_to_reset() ->
 
 def test_a_call_is_weighed_and_priced_before_it_is_sent() -> None:
     """Tokens are estimated from characters (4 a token until answers teach better) plus the expected completion; the cost from prices."""
-    llm = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", max_tokens=100, prices={"m": (1.0, 2.0)})
-    values = llm.bind(pb.tools.base.NO_INPUT, {"prompt": "x" * 400})
+    llm = engine_of(
+        pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", max_tokens=100, prices={"m": (1.0, 2.0)})
+    )
+    values = llm.bind(NO_INPUT, {"prompt": "x" * 400})
     assert llm.weigh(values) == math.ceil(
         100 + 4 + 64
     )  # 400 chars / 4, 4 per message, 64 expected (under max_tokens)
@@ -143,9 +148,10 @@ def test_a_call_is_weighed_and_priced_before_it_is_sent() -> None:
 
 def test_answers_teach_the_characters_per_token() -> None:
     """After a few hundred prompt tokens, the estimate uses the ratio the provider's usage shows."""
-    llm = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1")
+    llm = engine_of(pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1"))
+    assert isinstance(llm, LlmEngine)
     llm.usage.add(1000, {"prompt_tokens": 500, "completion_tokens": 10})
-    values = llm.bind(pb.tools.base.NO_INPUT, {"prompt": "y" * 200})
+    values = llm.bind(NO_INPUT, {"prompt": "y" * 200})
     assert llm.weigh(values) == math.ceil(200 / 2 + 4 + 10)
 
 
@@ -204,8 +210,8 @@ def test_the_receipt_key_is_the_request_model_messages_and_parameters() -> None:
     base = {"model": "m", "base_url": "http://127.0.0.1:9/v1"}
 
     def key(prompt: str = "hi", **options: object) -> str:
-        llm = pb.llm_tool(**{**base, **options})  # type: ignore[arg-type]
-        return llm.key(llm.bind(pb.tools.base.NO_INPUT, {"prompt": prompt}))
+        llm = engine_of(pb.llm_tool(**{**base, **options}))  # type: ignore[arg-type]
+        return llm.address(llm.bind(NO_INPUT, {"prompt": prompt}))
 
     first = key()
     changed = [
@@ -220,8 +226,8 @@ def test_the_receipt_key_is_the_request_model_messages_and_parameters() -> None:
     ]
     assert first not in changed and len(set(changed)) == len(changed)
     assert key(prices={"m": (1, 2)}) == first == key(secret=pb.secret("ANOTHER_KEY"))
-    llm = pb.llm_tool(**base)  # type: ignore[arg-type]
-    as_messages = llm.key(llm.bind(pb.tools.base.NO_INPUT, {"messages": [{"role": "user", "content": "hi"}]}))
+    llm = engine_of(pb.llm_tool(**base))  # type: ignore[arg-type]
+    as_messages = llm.address(llm.bind(NO_INPUT, {"messages": [{"role": "user", "content": "hi"}]}))
     assert as_messages == first  # a prompt is one user message
 
 
@@ -240,12 +246,12 @@ def test_the_panel_shows_tokens_per_minute_against_the_limit() -> None:
 
 def test_a_refusal_is_a_miss_and_a_plain_answer_is_its_text() -> None:
     """A model's refusal reads as a miss (None); without output= the answer is the message's text."""
-    structured = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Company)
+    structured = engine_of(pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Company))
     assert structured.read({"content": None, "refusal": "I can't help with that", "requests": 1}, False) == (
         None,
         True,
     )
-    plain = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1")
+    plain = engine_of(pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1"))
     assert plain.read({"content": "Software", "refusal": None}, False) == ("Software", False)
 
 
@@ -259,7 +265,8 @@ def test_a_typeddict_output_works_and_one_pydantic_cannot_read_is_a_clear_error(
         industry: str
         employees: int
 
-    llm = pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Row)
+    llm = engine_of(pb.llm_tool(model="m", base_url="http://127.0.0.1:9/v1", output=Row))
+    assert isinstance(llm, LlmEngine)
     assert llm.structured is not None and llm.structured.schema["required"] == ["industry", "employees"]
     assert llm.read({"content": '{"industry": "Retail", "employees": 3}'}, False) == (
         {"industry": "Retail", "employees": 3},
@@ -321,5 +328,5 @@ def test_a_query_in_base_url_goes_with_every_request_after_the_path() -> None:
     out = pd.DataFrame({"n": [1]}).play.map(ask, progress=False)
     assert out.ask[0] == "Retail"
     assert seen == ["https://example.openai.azure.com/openai/v1/chat/completions?api-version=2024-10-21"]
-    values = llm.bind(pb.tools.base.NO_INPUT, {"prompt": "hi"})
-    assert llm.key(values) != other.key(values)
+    values = engine_of(llm).bind(NO_INPUT, {"prompt": "hi"})
+    assert engine_of(llm).address(values) != engine_of(other).address(values)

@@ -22,8 +22,9 @@ from playbook._internal.flow import OnHold, WaitBudget
 from playbook.events import KeyRetired, ProviderDown, ProviderHoldSet
 from playbook.providers.pool import chosen_key
 from playbook.providers.provider import Ticket, forget_governors, governor, sharing_limits
-from playbook.runtime.state.run_state import RunState
+from playbook.runtime.state.reading import RunState
 from playbook.runtime.state.upstream import watch
+from playbook.tools import engine_of
 from playbook.ui.html import providers_table
 from playbook.ui.tally import Tally
 from playbook.ui.text import summary
@@ -474,4 +475,6 @@ def test_tools_on_a_pool_send_its_keys_and_no_key_of_their_own() -> None:
     pb.http_tool(
         "t", method="GET", url="https://x.test/{q}", params={"key": "{secret}"}, provider=pool
     )  # fine
-    assert pb.llm_tool(model="m", provider=pool).endpoint.headers == {"Authorization": "Bearer {secret}"}
+    assert engine_of(pb.llm_tool(model="m", provider=pool)).endpoint.headers == {
+        "Authorization": "Bearer {secret}"
+    }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import types
 from pathlib import Path
 
+import pytest
+
 import playbook as pb
 
 CONTRACT = [
@@ -52,13 +54,15 @@ def test_a_plays_context_shows_what_a_play_uses() -> None:
     public = {name for name in dir(pb.Context) if not name.startswith("_")}
     assert public == {
         "tool",
-        "call",
+        "leg",
+        "call",  # deprecated: leg
         "waterfall",
         "step",
         "sleep",
         "run_play",
         "log",
-        "row_key",
+        "row_id",
+        "row_key",  # deprecated: row_id
         "run_id",
         "attempt",
     }
@@ -70,20 +74,66 @@ def test_a_receipt_store_shows_what_a_user_opens_reads_and_clears(tmp_path: Path
     public = {name for name in dir(pb.ReceiptStore) if not name.startswith("_")}
     assert public == {
         "location",
-        "path",
+        "path",  # deprecated: location
         "lost",
         "get",
         "receipts",
-        "records",
+        "records",  # deprecated: receipts
         "stats",
         "spend",
         "clear",
-        "reset",
+        "accept_loss",
+        "reset",  # deprecated: accept_loss
         "close",
     }
     with pb.ReceiptStore(tmp_path / "store") as store:
-        assert store.stats()["receipts"] == 0 and store.path == tmp_path / "store" and store.lost is None
+        assert (
+            store.stats()["receipts"] == 0
+            and Path(store.location) == tmp_path / "store"
+            and store.lost is None
+        )
     assert repr(store) == f"ReceiptStore({str(tmp_path / 'store')!r})"
+
+
+def _tools() -> dict[str, pb.Tool[object]]:
+    """One tool of each kind a user makes."""
+
+    @pb.tool
+    def plain(domain: str) -> str:
+        return domain
+
+    @pb.tool(batch_size=8)
+    def batch(items: list[str]) -> list[str]:
+        return items
+
+    http = pb.http_tool("http", method="GET", url="http://127.0.0.1:9/v1/{domain}")
+    llm = pb.llm_tool("llm", model="m", base_url="http://127.0.0.1:9/v1", secret=None)
+    return {"plain": plain, "batch": batch, "http": http, "llm": llm}
+
+
+def test_a_tool_shows_what_its_user_calls() -> None:
+    """Every kind of tool shows at most ten public names: its name, version, inputs, provider, cost,
+    fingerprint and its kind's own few; what the pipeline asks of it (bind, address, price, invoke...)
+    is on its engine, which a user never holds."""
+    shown = {kind: {n for n in dir(t) if not n.startswith("_")} for kind, t in _tools().items()}
+    common = {"name", "version", "inputs", "provider", "cost", "fingerprint"}
+    assert shown == {
+        "plain": common,
+        "batch": common,
+        "http": common | {"method", "url"},
+        "llm": common | {"model"},
+    }
+    assert max(len(names) for names in shown.values()) <= 10
+
+
+def test_tool_params_is_a_deprecated_spelling_of_inputs() -> None:
+    """``tool.params`` still answers, with a DeprecationWarning naming ``tool.inputs``, and dir() does not list it."""
+    for tool in _tools().values():
+        with pytest.warns(DeprecationWarning, match=r"use tool\.inputs"):
+            assert tool.params == tool.inputs  # type: ignore[attr-defined]
+        assert "params" not in dir(tool)
+    with pytest.raises(AttributeError, match="no attribute 'bind'"):
+        _tools()["plain"].bind  # type: ignore[attr-defined]  # noqa: B018
 
 
 def test_design_names_are_exported() -> None:

@@ -23,7 +23,7 @@ from vtime import run_virtual
 import playbook as pb
 from playbook.events import RowHeld
 from playbook.runtime.calls.pipeline import invoke
-from playbook.tools import CallEnv
+from playbook.tools import CallEnv, engine_of
 
 openai = pytest.importorskip("openai")
 
@@ -262,7 +262,7 @@ def test_sdk_errors_become_tool_errors_that_name_the_tool_and_chain_the_original
 
     tool = pb.tool(label, provider=pb.Provider("llm"))
     with pytest.raises(pb.ToolError) as caught:
-        asyncio.run(invoke(tool, {"company": "Acme"}, CallEnv(lambda: None, "key")))  # type: ignore[arg-type, return-value]
+        asyncio.run(invoke(engine_of(tool), {"company": "Acme"}, CallEnv(lambda: None, "key")))  # type: ignore[arg-type, return-value]
     error = caught.value
     assert str(error) == "tool 'label': openai.RateLimitError: Error code: 429 - {'error': 'refused'}"
     assert (error.tool, error.provider, error.status, error.retryable, error.retry_after) == (
@@ -372,8 +372,9 @@ def test_retry_on_is_not_part_of_the_tools_identity(store) -> None:
 
     plain = pb.tool(lookup)
     patient = pb.tool(lookup, retry_on=(Flaky, TimeoutError))
-    assert (patient.identity, patient.fingerprint) == (plain.identity, plain.fingerprint)
-    assert patient.retry_on == (Flaky, TimeoutError) and plain.retry_on == ()
+    patient_engine, plain_engine = engine_of(patient), engine_of(plain)
+    assert (patient_engine.identity, patient.fingerprint) == (plain_engine.identity, plain.fingerprint)
+    assert patient_engine.retry_on == (Flaky, TimeoutError) and plain_engine.retry_on == ()
     _map(pd.DataFrame({"n": [1, 2]}), plain, store)
     again = pd.DataFrame({"n": [1, 2]}).play.run(patient, store=store, progress=False)
     assert again.stats.calls_executed == 0 and again.result["lookup"].tolist() == [10, 20]

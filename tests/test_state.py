@@ -7,7 +7,7 @@ import pandas as pd
 
 import playbook as pb
 from playbook.events import CallFinished, ProviderDown, ProviderUp, RunStarted
-from playbook.runtime.state.run_state import RunState
+from playbook.runtime.state.reading import RunState
 
 
 def test_calls_with_a_provider_or_a_cost_are_paid_and_free_local_calls_are_counted_apart() -> None:

@@ -1,6 +1,6 @@
 """The live state of a cluster job on the client: the partitions' reports, summed.
 
-A :class:`ClusterState` is a :class:`~playbook.runtime.state.run_state.RunState` whose counters are the
+A :class:`ClusterState` is a :class:`~playbook.runtime.state.reading.RunState` whose counters are the
 sums of each partition's latest report, whose rows held, parked and failed are those the reports
 named, and whose providers are what the workers see (calls in flight and 429s summed over
 workers; a hold or an outage if any worker has one).  It passes row events on to its views
@@ -16,6 +16,7 @@ from typing import Any
 
 from playbook.cluster.wire import COUNTERS, decode_label
 from playbook.events import (
+    Event,
     RowFinished,
     RowHeld,
     RowParked,
@@ -28,11 +29,10 @@ from playbook.events import (
     RunStarted,
 )
 from playbook.runtime.rows.grouping import message_group
-from playbook.runtime.state.run_state import (
+from playbook.runtime.state.reading import (
     FailedRow,
     ParkedRow,
     ProviderView,
-    RunEvent,
     RunState,
     Waiting,
     WorkerView,
@@ -125,7 +125,7 @@ class ClusterState(RunState):
         self.paid_by: Callable[[str], tuple[int, float, int] | None] = lambda attempt: None
         self.ran: frozenset[int] | None = None  # a retry: the job-wide positions it runs (None: every row)
 
-    def emit(self, event: RunEvent) -> None:
+    def emit(self, event: Event) -> None:
         if type(event) in _APPLIED:
             super().emit(event)
         else:
@@ -295,7 +295,7 @@ class ClusterState(RunState):
     def parked_rows(self) -> list[ParkedRow]:
         return [self._parked[p] for p in sorted(self._parked)]
 
-    def held_rows(self) -> dict[int, Waiting]:
+    def waiting_rows(self) -> dict[int, Waiting]:
         return dict(self._held)
 
     def provider_views(self) -> dict[str, ProviderView]:

@@ -21,7 +21,7 @@ from playbook.records import STATUS_COLUMNS, STATUSES
 from playbook.runtime.estimate.projection import PILOT_ROWS, Estimate, declined, pilot_estimate
 from playbook.runtime.options import RunOptions
 from playbook.runtime.run import Run, begin_background, execute, start
-from playbook.tools import Tool
+from playbook.tools import Tool, engine_of
 from playbook.ui import Controls, attach_view
 from playbook.ui.html import run_html
 
@@ -212,7 +212,7 @@ def check_columns(frame: Any, play: Any, opts: RunOptions) -> None:
     _check_reserved(frame)
     if isinstance(play, Tool):
         _check_tool(columns, play)
-    opts.key_columns(frame)
+    opts.row_id_columns(frame)
 
 
 def _check_reserved(frame: Any) -> None:
@@ -240,13 +240,14 @@ def _check_reserved(frame: Any) -> None:
 
 
 def _check_tool(columns: Any, tool: Tool[Any]) -> None:
-    """A tool mapped directly needs a column per parameter."""
-    if tool.batch_size is not None:
+    """A tool mapped directly needs a column per input (one with a default aside)."""
+    engine = engine_of(tool)
+    if engine.batch_size is not None:
         raise PlayDefinitionError(
             f"batch tool {tool.name!r} takes free-form inputs, so it cannot bind them from columns: "
             f"call it from a play, e.g. await ctx.tool({tool.name}, domain=row.domain)"
         )
-    missing = [p for p in tool.params if p not in columns and p not in tool.defaults]
+    missing = [p for p in tool.inputs if p not in columns and p not in engine.defaults]
     if missing:
         raise PlayDefinitionError(
             f"tool {tool.name!r} binds its inputs from columns, but the DataFrame has no column "

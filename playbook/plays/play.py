@@ -15,22 +15,65 @@ import functools
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeAlias, overload
+from typing import Any, Protocol, TypeAlias, overload, runtime_checkable
 
 from playbook.addresses import code_fingerprint, digest
 from playbook.errors import PlayDefinitionError
-from playbook.plays.definitions import defined, play_name
 from playbook.plays.outputs import OutputModel
 from playbook.plays.reads import reads
 
-if TYPE_CHECKING:
-    from playbook.tools import Tool
-
-__all__ = ["Play", "PlayFn", "PlayLike", "as_play", "play"]
+__all__ = [
+    "Play",
+    "PlayFn",
+    "PlayLike",
+    "Playable",
+    "as_play",
+    "current_fingerprint",
+    "defined",
+    "play",
+    "play_name",
+]
 
 PlayFn = Callable[[Any, Any], Awaitable[Any]]  # async def play(row, ctx)
+
+
+@runtime_checkable
+class Playable(Protocol):
+    """What this package knows of a tool (and of a play): its name, its fingerprint, and how it
+    runs as a play of its own.  A play's fingerprint counts the ones it names by name and
+    fingerprint; ``map()`` runs one through ``__play__``.  Tools implement it (a tool's play binds
+    its inputs from the row's columns), so this package never imports them: tools sit above plays."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def fingerprint(self) -> str: ...
+    def __play__(self) -> Play: ...
+
+
 # What map() runs: a play, a bare async function (wrapped as one), or a tool bound to columns.
-PlayLike: TypeAlias = "Play | Tool[Any] | PlayFn"
+PlayLike: TypeAlias = "Play | Playable | PlayFn"
+
+# What each tool and play name means in this process now: the fingerprint of its latest
+# definition.  A row memo remembers the fingerprints of the tools and sub-plays it used; when one
+# of them is defined anew (a cell run again, or an edited file imported by the next process), the
+# memos made with the old definition no longer answer for it.
+_current: dict[str, str] = {}
+
+
+def defined(name: str, fingerprint: str) -> None:
+    """``name`` (a tool's, or a :func:`play_name`) is defined now, as ``fingerprint``."""
+    _current[name] = fingerprint
+
+
+def current_fingerprint(name: str) -> str | None:
+    """The fingerprint of the latest definition of ``name`` in this process, if any."""
+    return _current.get(name)
+
+
+def play_name(name: str) -> str:
+    """How a play is named among the tools a memo used (a tool and a play may share a name)."""
+    return "play:" + name
 
 
 class Play:
@@ -119,8 +162,6 @@ class Play:
         if self._sent or id(self) in _refreshing.ids:
             return self  # a play reached again through the plays it reaches
         _refreshing.ids.add(id(self))
-        from playbook.tools import Tool  # tools import plays
-
         subs: list[Play] = []
 
         def refresh(value: Any) -> None:
@@ -128,7 +169,7 @@ class Play:
                 subs.append(value.current())
 
         try:
-            found = reads(self.fn, named=(Tool, Play) if self._tools else (), refresh=refresh)
+            found = reads(self.fn, named=(Playable,) if self._tools else (), refresh=refresh)
         finally:
             _refreshing.ids.discard(id(self))
         notes = {f"{name} ({kind})": _unstable_note(self.name, name, kind) for name, kind in found.unstable}
@@ -153,6 +194,9 @@ class Play:
 
     def __call__(self, row: Any, ctx: Any) -> Awaitable[Any]:
         return self.fn(row, ctx)
+
+    def __play__(self) -> Play:
+        return self.current()
 
     def __repr__(self) -> str:
         v = f" v{self.version}" if self.version else ""
@@ -217,21 +261,8 @@ def play(
 
 
 def as_play(obj: Any) -> Play:
-    """What ``map()`` runs: a Play as is, a bare async function wrapped, a Tool bound to columns."""
-    from playbook.tools import Tool
-
-    if isinstance(obj, Play):
-        return obj.current()
-    if isinstance(obj, Tool):
-        return _tool_play(obj)
+    """What ``map()`` runs: a play as it is now, a tool's own play (see :class:`Playable`), a bare
+    async function wrapped."""
+    if isinstance(obj, Playable):
+        return obj.__play__()
     return Play(obj)
-
-
-def _tool_play(tool: Any) -> Play:
-    params, column = tool.params, tool.name
-
-    async def tool_play(row: Any, ctx: Any) -> dict[str, Any]:
-        # A parameter with a default and no column of its name takes its default.
-        return {column: await ctx.tool(tool, {p: row[p] for p in params if p in row})}
-
-    return Play(tool_play, name=tool.name, source=f"tool:{tool.name}:{tool.fingerprint}")

@@ -31,7 +31,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from playbook._internal.flow import OnHold, WaitBudget
 from playbook._internal.words import time_of_day
@@ -52,12 +52,6 @@ IN_PLACE = 1.0  # holds up to this long are waited out by the call; longer ones 
 OWN_IN_PLACE = 0.2  # the same for a call's own retry (its row's worker can serve another row meanwhile)
 
 
-class Pooled(Protocol):
-    """The pool a governor is one key of (:class:`~playbook.providers.pool.Pool`), as the governor asks it."""
-
-    def elsewhere(self, governor: Governor, ticket: Ticket, wait: float) -> None: ...
-
-
 class Governor(Holds):
     """The live state of one :class:`~playbook.providers.provider.Provider` in this process."""
 
@@ -73,7 +67,7 @@ class Governor(Holds):
         "down_error",
         "probe_at",
         "tokens",
-        "pool",
+        "elsewhere",
         "retired",
         "window",
         "_listeners",
@@ -99,9 +93,10 @@ class Governor(Holds):
         self.tokens: deque[tuple[float, float]] = (
             deque()
         )  # (monotonic time, tokens) of answered weighed calls, a minute's worth
-        # The pool this governor is one key of (None: its provider's only key): a call that would
-        # wait here asks it first whether another key could take the call sooner (Pool.elsewhere).
-        self.pool: Pooled | None = None
+        # Set by the pool this governor is one key of (None: its provider's only key): a call that
+        # would wait here asks it first whether another key could take the call sooner
+        # (Pool.elsewhere). A callback, not the pool: the pool is made of governors.
+        self.elsewhere: Callable[[Governor, Ticket, float], None] | None = None
         self.retired: str | None = None  # why its pool took this key out for the run (None: in use)
         self._listeners = Listeners()
         self._lock = (
@@ -180,23 +175,23 @@ class Governor(Holds):
             self.notice_hold(now)
             until = max(self.limiter.hold_until_t, ticket.not_before)
             if until > now:
-                if self.pool is not None:
-                    self.pool.elsewhere(self, ticket, until - now)
+                if self.elsewhere is not None:
+                    self.elsewhere(self, ticket, until - now)
                 await self._wait(until, now, ticket)
                 continue
             if self.holding:  # the hold is over: say so now, if no timer has yet
                 self.lift()
             health = self.health
             if health.down and health.probing:
-                if self.pool is not None:
-                    self.pool.elsewhere(self, ticket, IN_PLACE)
+                if self.elsewhere is not None:
+                    self.elsewhere(self, ticket, IN_PLACE)
                 await asyncio.shield(health.outcome(loop))  # the probe's word, then decide
                 continue
             self._paced_past_budget(weight, ticket)
             probe = health.down and health.may_probe(now)  # this call goes as the probe
             if health.down and not probe:
-                if self.pool is not None:
-                    self.pool.elsewhere(self, ticket, max(0.0, health.probe_t - now))
+                if self.elsewhere is not None:
+                    self.elsewhere(self, ticket, max(0.0, health.probe_t - now))
                 await self._until_probe(now, ticket)
                 continue
             try:
@@ -220,8 +215,8 @@ class Governor(Holds):
         of a minute after one huge prompt) parks its row, as a long hold would."""
         wait = self.limiter.expected_wait(weight)
         if wait > IN_PLACE and wait > ticket.budget.left + 1e-9:
-            if self.pool is not None:
-                self.pool.elsewhere(self, ticket, wait)
+            if self.elsewhere is not None:
+                self.elsewhere(self, ticket, wait)
             raise self._past_budget("paces calls: this one could go at", wait, ticket)
 
     def _past_budget(self, what: str, wait: float, ticket: Ticket) -> ProviderExhausted:

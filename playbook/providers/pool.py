@@ -132,7 +132,7 @@ class Pool:
         self._listeners = Listeners()
         self._held = self._down = False  # as last told: every key held, every key down
         for lane in self.lanes:
-            lane.governor.pool = self
+            lane.governor.elsewhere = self.elsewhere
             lane.governor.subscribe(self._heard, anywhere=True)
 
     def __repr__(self) -> str:
@@ -183,7 +183,7 @@ class Pool:
     def learn(self, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
         """A key's answer announced its limits: they are that key's."""
         lane = _CHOSEN.get()
-        if lane is not None and lane.governor.pool is self:
+        if lane is not None and lane in self.lanes:
             lane.governor.learn(requests_per_minute, tokens_per_minute)
 
     # -- the call ------------------------------------------------------------------------------

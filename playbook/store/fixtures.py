@@ -39,7 +39,7 @@ from playbook.tagged import decode, dumps, encode
 
 if TYPE_CHECKING:
     from playbook.store.engine import StoreEngine
-    from playbook.tools import Tool
+    from playbook.tools.protocol import ToolEngine
 
 __all__ = ["Fixtures", "Recorder", "Replay", "active", "fixtures"]
 
@@ -181,7 +181,7 @@ class Replay:
     def __repr__(self) -> str:
         return f"<Replay {self.path} {sum(map(len, self._answers.values()))} answers>"
 
-    def answer(self, tool: Tool[Any], given: str) -> tuple[Any, bool, bool]:
+    def answer(self, tool: ToolEngine, given: str) -> tuple[Any, bool, bool]:
         """``(answer, miss, reused)`` for the call whose input in key form is ``given``;
         ``ToolError`` if the file lacks it."""
         found = self._answers.get(tool.name, _NONE).get(given)
@@ -225,7 +225,7 @@ class Recorder:
     def __repr__(self) -> str:
         return f"<Recorder {self.path} {len(self._lines)} answers>"
 
-    def add(self, tool: Tool[Any], values: Any, stored: Any, miss: bool, cost: float) -> None:
+    def add(self, tool: ToolEngine, values: Any, stored: Any, miss: bool, cost: float) -> None:
         """Keep one answer, in its stored (tagged) form."""
         given = encode(values)
         secret = getattr(tool, "secret", None)

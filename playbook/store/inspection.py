@@ -7,20 +7,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
+from playbook._internal.renamed import RenamedKeys
 from playbook.errors import ReceiptError
 from playbook.records import Receipt
 from playbook.store.protocol import Backend, Damaged, StoreFailure
 from playbook.store.records import Record, checked, damage, receipt_of
-from playbook.tools.base import NO_INPUT
+from playbook.tools.protocol import NO_INPUT
+from playbook.tools.tool import engine_of
 
 if TYPE_CHECKING:
-    from playbook.tools.base import Tool
+    from playbook.tools.tool import Tool
 
 __all__ = ["Inspection"]
 
 # receipts(): the columns of text, numbers and flags; input and output stay the objects returned
 _RECEIPT_DTYPES: dict[str, Any] = {
-    "key": str,
+    "address": str,
     "tool": str,
     "version": str,
     "account": str,
@@ -53,7 +55,8 @@ class Inspection:
 
         Raises ``ReceiptError`` if the receipt is there but cannot be read.
         """
-        key = tool.key(tool.bind(input, kwargs))
+        engine = engine_of(tool)
+        key = engine.address(engine.bind(input, kwargs))
         found = self._inspect(lambda: self._backend.get(key))
         if found is None:
             return None
@@ -106,14 +109,15 @@ class Inspection:
         """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
         self.drain()
         counts = self._inspect(self._backend.counts)
-        return {
-            "path": self.location,
+        found = {
+            "location": self.location,
             "receipts": sum(n for n, _ in counts.by_tool.values()),
             "by_tool": {name: n for name, (n, _) in sorted(counts.by_tool.items())},
             "row_memos": counts.memos,
             "cost_stored": round(sum(cost for _, cost in counts.by_tool.values()), 6),
             "bytes": counts.bytes,
         }
+        return RenamedKeys(found, {"path": "location"}, "ReceiptStore.stats()")
 
     def clear(self, tool: str | Tool[Any] | None = None) -> int:
         """Remove one tool's receipts, and the row memos of rows that used it, so the next run

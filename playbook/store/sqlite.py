@@ -38,7 +38,8 @@ _SPEND = (
 )
 _MEMO_COLUMNS = "key, play, tools, calls, cost, flags, output"
 _MEMOS = f"SELECT {_MEMO_COLUMNS} FROM memo WHERE key IN ({{}})"
-# Receipt keys start with keys.RECEIPT ("r"), step records with keys.STEP ("s"): a range of the index.
+# Receipt keys start with addresses.RECEIPT ("r"), step records with addresses.STEP ("s"): a range of
+# the index.
 _RECEIPTS = f"key >= '{RECEIPT}' AND key < '{chr(ord(RECEIPT) + 1)}'"
 # Text columns read as bytes: one record that is not UTF-8 must not stop a listing of the others.
 _AS_BYTES = ", ".join(

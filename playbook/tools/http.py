@@ -5,6 +5,9 @@ JSON body and the headers, but not the credentials (any header or parameter that
 secret, and the usual authorization headers), so rotating a key costs nothing while changing a
 model name or a prompt in the body pays once.  The receipt holds the whole JSON answer; ``pick``
 is applied when it is read, so changing ``pick`` costs nothing and is always right.
+
+A user holds an :class:`HttpTool` (its method and URL show); the request is made, addressed and
+read by its :class:`HttpEngine` (see :mod:`~playbook.tools.protocol`).
 """
 
 from __future__ import annotations
@@ -23,23 +26,44 @@ from playbook.providers.limits import retry_after
 from playbook.providers.pool import chosen_key
 from playbook.providers.provider import Provider
 from playbook.secrets import PLACEHOLDER, Fill, Secret, SecretAuth, mask, rebuilt, scrub
-from playbook.tools.base import CallEnv, Tool
+from playbook.tools.engine import Engine
+from playbook.tools.protocol import CallEnv
 from playbook.tools.templates import BadTemplate, BadValue, UrlTemplate, collect, fill
+from playbook.tools.tool import Tool
 from playbook.tools.transport import proxy_for
 from playbook.tools.wire import wire as _wire
 
-__all__ = ["HttpTool", "http_tool"]
+__all__ = ["HttpEngine", "HttpTool", "http_tool"]
 
 _RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _FATAL = frozenset({401, 402, 403})
 # What no header value can hold: control characters (CR and LF above all), tab aside.
 _UNSENDABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-# Credentials, not part of what is asked: left out of receipt keys even when written literally.
+# Credentials, not part of what is asked: left out of receipt addresses even when written literally.
 _CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})
 
 
 class HttpTool(Tool[Any]):
-    """A tool that is one HTTP request: templated URL, query, JSON body and headers."""
+    """A tool that is one HTTP request (see :func:`http_tool`): its method and URL template show."""
+
+    __slots__ = ("_http",)
+
+    def __init__(self, engine: HttpEngine) -> None:
+        super().__init__(engine)
+        self._http = engine
+
+    @property
+    def method(self) -> str:
+        return self._http.method
+
+    @property
+    def url(self) -> str:
+        """The URL template, ``{field}`` placeholders unfilled."""
+        return self._http.url
+
+
+class HttpEngine(Engine):
+    """The engine of an HTTP tool: one templated request (URL, query, JSON body and headers)."""
 
     remote = True
 
@@ -116,14 +140,14 @@ class HttpTool(Tool[Any]):
         self._timeouts = httpx.Timeout(timeout, pool=None)
         # Where the definition puts the secret: the only places a call's key goes (see secrets.py).
         self._keyed = _Keyed(url, query, body, headers)
-        # What a receipt key leaves out: the parameters and headers that carry credentials.
+        # What a receipt's address leaves out: the parameters and headers that carry credentials.
         self._hidden = (
             self._keyed.params,
             self._keyed.headers | {k for k in headers if k.lower() in _CREDENTIAL_HEADERS},
         )
         super().__init__(
             name,
-            params=[f for f in fields if f != "secret"],
+            inputs=[f for f in fields if f != "secret"],
             version=version,
             provider=provider,
             cost=cost,
@@ -143,9 +167,9 @@ class HttpTool(Tool[Any]):
         ]
         return digest(key_text(shape))[:16]
 
-    # -- keys and reading ------------------------------------------------------------------
+    # -- addresses and reading --------------------------------------------------------------
 
-    def key(self, values: Any) -> str:
+    def address(self, values: Any) -> str:
         url, query, body, headers = self._render(_wire(values))
         hidden_params, hidden_headers = self._hidden
         sent = {
@@ -167,7 +191,7 @@ class HttpTool(Tool[Any]):
     ) -> tuple[str, dict[str, Any], Any, dict[str, str]]:
         """URL, query, body and headers with the placeholders filled (the secret as ``secret``:
         the stand-in, but where :meth:`_filler` puts the value in).  An input that cannot be
-        sent where it goes is the row's error, raised here: before a key, a lease or a request."""
+        sent where it goes is the row's error, raised here: before an address, a lease or a request."""
         values = {**values, "secret": secret}
         try:
             url = self._address.fill(values) if "{" in self.url else self.url
@@ -387,9 +411,9 @@ def http_tool(
     timeout: float = 30.0,
     client: httpx.AsyncClient | None = None,
 ) -> HttpTool:
-    """A tool that makes one HTTP request; ``{field}`` placeholders are its parameters.
+    """A tool that makes one HTTP request; ``{field}`` placeholders are its inputs.
 
-    Receipts are keyed by the request as sent (see the module docstring); ``version`` is an
+    A receipt's address is the request as sent (see the module docstring); ``version`` is an
     optional salt, to pay again for requests already answered.
 
     A value fills its placeholder and nothing more: quoted as one segment in the URL's path and
@@ -419,7 +443,7 @@ def http_tool(
         )
     if isinstance(miss_status, int):
         miss_status = (miss_status,)
-    return HttpTool(
+    engine = HttpEngine(
         name,
         method=method.upper(),
         url=url,
@@ -435,6 +459,7 @@ def http_tool(
         provider=provider,
         cost=cost,
     )
+    return HttpTool(engine)
 
 
 # -- answers ------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 pandas hands a play numpy numbers, ``NaN`` for missing values and its own timestamps; a request
 carries JSON.  Each is turned into the JSON value it stands for, or refused with
-:class:`~playbook.tagged.Unencodable` naming its type, before the call is keyed or sent.
+:class:`~playbook.tagged.Unencodable` naming its type, before the call is addressed or sent.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from playbook.runtime.state.run_state import RunState
+from playbook.runtime.state.reading import RunState
 
 __all__ = ["Controls", "attach_view"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from playbook._internal.words import cut, duration, money, short_count, time_of_day
 from playbook.records import RunStats
-from playbook.runtime.state.run_state import LEG_COLUMNS, ProviderSeries, ProviderView, RunState, WorkerView
+from playbook.runtime.state.reading import LEG_COLUMNS, ProviderSeries, ProviderView, RunState, WorkerView
 from playbook.ui.svg import provider_chart, status_bar, svg_style
 from playbook.ui.tally import Tally
 
@@ -65,12 +65,12 @@ def run_html(state: RunState, tally: Tally | None = None) -> str:
 
 
 def rows_picture(s: RunStats | RunState) -> str:
-    """The rows as one stacked bar: ok, reused, failed, held, parked, skipped, then not done yet."""
+    """The rows as one stacked bar: ok, reused, failed, waiting, parked, skipped, then not done yet."""
     counts = {
         "ok": s.ok,
         "reused": s.reused,
         "failed": s.failed,
-        "held": s.held,
+        "waiting": s.waiting,
         "parked": s.parked,
         "skipped": s.skipped,
     }
@@ -101,7 +101,7 @@ def counters_table(s: RunStats | RunState) -> str:
             "ok",
             "reused",
             "failed",
-            "held",
+            "waiting",
             "parked",
             "skipped",
             "calls paid",
@@ -122,7 +122,7 @@ def counters_table(s: RunStats | RunState) -> str:
                         s.ok,
                         s.reused,
                         s.failed,
-                        s.held,
+                        s.waiting,
                         s.parked,
                         s.skipped,
                         s.calls_executed,

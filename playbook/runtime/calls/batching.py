@@ -22,7 +22,7 @@ from playbook._internal.words import time_of_day
 from playbook.errors import ProviderExhausted
 from playbook.providers.provider import Ticket
 from playbook.runtime.state.upstream import dispatch
-from playbook.tools import Tool
+from playbook.tools.protocol import ToolEngine
 
 __all__ = ["Batcher", "Batches"]
 
@@ -50,7 +50,7 @@ class Batches:
     def __repr__(self) -> str:
         return f"<Batches {sorted(self._batchers)} sending={len(self.tasks)}>"
 
-    def batcher(self, tool: Tool[Any]) -> Batcher:
+    def batcher(self, tool: ToolEngine) -> Batcher:
         found = self._batchers.get(tool.name)
         if found is None:
             found = self._batchers[tool.name] = Batcher(tool, self.track)
@@ -68,7 +68,7 @@ class Batcher:
     __slots__ = ("tool", "_pending", "_timer", "_tasks", "_track")
 
     def __init__(
-        self, tool: Tool[Any], track: Callable[[asyncio.Task[Any]], None] = lambda task: None
+        self, tool: ToolEngine, track: Callable[[asyncio.Task[Any]], None] = lambda task: None
     ) -> None:
         self.tool = tool
         self._pending: list[Member] = []
@@ -141,7 +141,7 @@ class Batcher:
                 member.done.set_result(result)
 
 
-def _for_member(exc: BaseException, member: Member, tool: Tool[Any]) -> BaseException:
+def _for_member(exc: BaseException, member: Member, tool: ToolEngine) -> BaseException:
     """The batch's hold as this member's: held against its own row's wait budget, or, past it,
     the row parks (a waterfall tries its next leg) as a call of its own would."""
     if not isinstance(exc, OnHold) or member.budget is None:

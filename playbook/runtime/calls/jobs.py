@@ -31,8 +31,8 @@ from playbook.providers.provider import Ticket
 from playbook.runtime.state.upstream import dispatch
 from playbook.store import MISSING
 from playbook.store.records import record
-from playbook.tools.llm import LlmTool, reply_of
-from playbook.tools.llm_batch import FINISHED, BatchApi
+from playbook.tools.llm.batch import FINISHED, BatchApi
+from playbook.tools.llm.engine import LlmEngine, reply_of
 
 if TYPE_CHECKING:
     import httpx
@@ -47,7 +47,7 @@ T = TypeVar("T")
 
 
 class Costs(Protocol):
-    async def reserve(self, tool: LlmTool, cost: float, *, wait: bool = True) -> None: ...
+    async def reserve(self, tool: LlmEngine, cost: float, *, wait: bool = True) -> None: ...
     def refund(self, cost: float) -> None: ...
 
 
@@ -90,7 +90,7 @@ class Jobs:
         waiting = sum(len(m) for m in self._gathering.values())
         return f"<Jobs gathering={waiting} batches={len(self._polls)}>"
 
-    async def answer(self, scope: RunScope, tool: LlmTool, key: str, values: Any) -> dict[str, Any]:
+    async def answer(self, scope: RunScope, tool: LlmEngine, key: str, values: Any) -> dict[str, Any]:
         """The call's answer from its batch, or Sleeping until there may be one."""
         failed = self._failed.pop(key, None)
         if failed is not None:
@@ -119,7 +119,7 @@ class Jobs:
 
     # -- submitting ----------------------------------------------------------------------------
 
-    async def _join(self, scope: RunScope, tool: LlmTool, key: str, values: Any) -> None:
+    async def _join(self, scope: RunScope, tool: LlmEngine, key: str, values: Any) -> None:
         """Join the next submission, unless this call is in one under way, here or in another
         process (which holds its lease until its batch is written down)."""
         if key in self._submitting:
@@ -148,7 +148,7 @@ class Jobs:
             loop.call_later(GATHER, lambda: self._track(loop.create_task(self._submit(scope, tool))))
         members.append((key, values["messages"]))
 
-    async def _submit(self, scope: RunScope, tool: LlmTool) -> None:
+    async def _submit(self, scope: RunScope, tool: LlmEngine) -> None:
         members = self._gathering.pop(tool.name, [])
         for start in range(0, len(members), MOST):
             chunk = members[start : start + MOST]
@@ -165,7 +165,7 @@ class Jobs:
                     self._submitting.discard(key)
                     scope.store.leases.release(key)
 
-    async def _submit_one(self, scope: RunScope, tool: LlmTool, members: list[tuple[str, Any]]) -> None:
+    async def _submit_one(self, scope: RunScope, tool: LlmEngine, members: list[tuple[str, Any]]) -> None:
         api, client, store = BatchApi(tool), scope.http_client(), scope.store
         content = api.lines(members)
         file_id = await _governed(tool, lambda: api.upload(client, content))
@@ -184,7 +184,7 @@ class Jobs:
                 record(job_address(key), tool=tool.name, stored=stored, tagged=False, at=scope.clock())
             )
 
-    async def _adopted(self, scope: RunScope, tool: LlmTool, key: str, file_id: str) -> str:
+    async def _adopted(self, scope: RunScope, tool: LlmEngine, key: str, file_id: str) -> str:
         """The batch of a call whose marker names only its file: being made right now (here, or
         by the process holding the call's lease: wait for it), or to be found or made."""
         leases = scope.store.leases
@@ -195,7 +195,7 @@ class Jobs:
         finally:
             leases.release(key)
 
-    async def _adopt(self, scope: RunScope, tool: LlmTool, mark: str, file_id: str) -> str:
+    async def _adopt(self, scope: RunScope, tool: LlmEngine, mark: str, file_id: str) -> str:
         """The batch over ``file_id`` (made by a process that died before writing its id down),
         or a new one over the same file: found once for every row of that file."""
         future = self._adopting.get(file_id)
@@ -210,7 +210,7 @@ class Jobs:
 
     # -- following -----------------------------------------------------------------------------
 
-    async def _poll(self, scope: RunScope, tool: LlmTool, batch_id: str) -> tuple[dict[str, Any], float]:
+    async def _poll(self, scope: RunScope, tool: LlmEngine, batch_id: str) -> tuple[dict[str, Any], float]:
         """The batch as last seen (polled again once its interval is over), and when it was seen."""
         loop = asyncio.get_running_loop()
         seen = self._polls.get(batch_id)
@@ -225,7 +225,7 @@ class Jobs:
         self._polls[batch_id] = (loop.time(), future)
         return await asyncio.shield(future), loop.time()
 
-    async def _read(self, scope: RunScope, tool: LlmTool, batch: dict[str, Any]) -> dict[str, Any]:
+    async def _read(self, scope: RunScope, tool: LlmEngine, batch: dict[str, Any]) -> dict[str, Any]:
         """The finished batch's answers, read once for every row waiting on it."""
         batch_id = str(batch["id"])
         future = self._results.get(batch_id)
@@ -237,7 +237,7 @@ class Jobs:
         return await asyncio.shield(future)
 
 
-async def _found(scope: RunScope, tool: LlmTool, file_id: str) -> str:
+async def _found(scope: RunScope, tool: LlmEngine, file_id: str) -> str:
     api, client = BatchApi(tool), scope.http_client()
     batch = await _governed(tool, lambda: api.find(client, file_id))
     if batch is None:
@@ -263,7 +263,7 @@ def _done(value: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
     return future
 
 
-async def _governed(tool: LlmTool, send: Callable[[], Awaitable[T]]) -> T:
+async def _governed(tool: LlmEngine, send: Callable[[], Awaitable[T]]) -> T:
     """A Batch API request through the tool's provider (retried on 429 and 5xx), waiting in place."""
     provider = tool.provider
     if provider is None:

@@ -13,8 +13,7 @@ from playbook.errors import ToolError
 from playbook.store.records import Refusal
 from playbook.store.records import record as receipt_record
 from playbook.tagged import Unencodable
-from playbook.tools import Tool
-from playbook.tools.base import Spent
+from playbook.tools.protocol import Spent, ToolEngine
 
 if TYPE_CHECKING:
     from playbook.runtime.calls.scope import RunScope
@@ -31,13 +30,13 @@ def refusal(exc: ToolError) -> bool:
     return exc.status is not None and 400 <= exc.status < 500 and not exc.retryable and type(exc) is ToolError
 
 
-async def refused(scope: RunScope, tool: Tool[Any], key: str, values: Any, exc: ToolError) -> None:
+async def refused(scope: RunScope, tool: ToolEngine, key: str, values: Any, exc: ToolError) -> None:
     """Keep a refusal as the call's receipt (its status and what the provider said), so that no
-    rerun, and no identical call of another row, asks again; ``force=True`` or
-    ``refresh=True`` does.  The caller counts the request (``ONE_REQUEST``)."""
+    rerun, and no identical call of another row, asks again; ``refresh=True`` (on the call, or
+    the run's ``refresh="all"``) does.  The caller counts the request (``ONE_REQUEST``)."""
     assert exc.status is not None
     exc.args = (
-        f"{exc} (kept as this call's answer: ctx.tool(..., force=True) or refresh=True asks again)",
+        f"{exc} (kept as this call's answer: ctx.tool(..., refresh=True) or the run option refresh='all' asks again)",
         *exc.args[1:],
     )
     meta = {
@@ -56,14 +55,14 @@ async def refused(scope: RunScope, tool: Tool[Any], key: str, values: Any, exc: 
     await scope.store.commit(record, paid=1)
 
 
-def replayed(tool: Tool[Any], kept: Refusal) -> ToolError:
+def replayed(tool: ToolEngine, kept: Refusal) -> ToolError:
     """The error a kept refusal answers with: the first one's message, status and group."""
     error = ToolError(kept.message, tool=tool.name, status=kept.status)
     error.literal = kept.literal
     return error
 
 
-def not_storable(tool: Tool[Any], problem: str, *, paid_now: bool) -> str:
+def not_storable(tool: ToolEngine, problem: str, *, paid_now: bool) -> str:
     """Why a paid answer has no receipt value, and the way out."""
     when = "was paid for" if paid_now else "was paid for in an earlier run"
     bump = (
@@ -78,7 +77,7 @@ def not_storable(tool: Tool[Any], problem: str, *, paid_now: bool) -> str:
     )
 
 
-def unkeyable(tool: Tool[Any], values: Any, exc: Unencodable, hint: str) -> ToolError:
+def unkeyable(tool: ToolEngine, values: Any, exc: Unencodable, hint: str) -> ToolError:
     """The error of a call whose input cannot be part of its receipt key (``hint``: a forgotten await)."""
     return ToolError(
         f"tool {tool.name!r}: {_culprit(values, exc)} cannot be part of a receipt key ({exc.why}){hint}",

@@ -8,13 +8,13 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from playbook._internal.renamed import callers_frame
 from playbook._internal.words import money
-from playbook.tools.base import is_local
+from playbook.tools.protocol import is_local
 
 if TYPE_CHECKING:
     from playbook.runtime.calls.scope import RunScope
-    from playbook.tools import Tool
-    from playbook.tools.base import Spent
+    from playbook.tools.protocol import Spent, ToolEngine
 
 __all__ = ["RowLedger"]
 
@@ -28,7 +28,7 @@ class RowLedger:
 
     __slots__ = (
         "scope",
-        "row_key",
+        "row_id",
         "position",
         "attempt",
         "seen",
@@ -44,9 +44,9 @@ class RowLedger:
         "made",
     )
 
-    def __init__(self, scope: RunScope, row_key: str, position: int, attempt: int) -> None:
+    def __init__(self, scope: RunScope, row_id: str, position: int, attempt: int) -> None:
         self.scope = scope  # what of the run this row's calls may use
-        self.row_key = row_key
+        self.row_id = row_id
         self.position = position
         self.attempt = attempt
         self.seen: dict[str, int] | None = None  # calls per tool so far: the occurrence index
@@ -72,7 +72,9 @@ class RowLedger:
 
     def made_here(self, coro: Coroutine[Any, Any, Any]) -> Coroutine[Any, Any, Any]:
         """Remember the play's line that made ``coro``, for "did you forget an await?"."""
-        frame = sys._getframe(2)  # the play's line that called ctx.tool (or waterfall, step, sleep)
+        frame = callers_frame(
+            sys._getframe(2)
+        )  # the play's line that called ctx.tool (or waterfall, step, sleep)
         made = self.made
         if made is None:
             made = self.made = []
@@ -117,13 +119,13 @@ class RowLedger:
         n = seen[name] = seen.get(name, -1) + 1
         return n
 
-    def used(self, tool: Tool[Any], key: str | None) -> None:
+    def used(self, tool: ToolEngine, key: str | None) -> None:
         """The row called ``tool``; ``key``: the receipt it looked up (none when fixtures answered)."""
         self.tools[tool.name] = tool.fingerprint
         if key is not None:
             self.receipts.append(key)
 
-    def count(self, tool: Tool[Any], *, reused: bool, spent: Spent, shared: bool = False) -> None:
+    def count(self, tool: ToolEngine, *, reused: bool, spent: Spent, shared: bool = False) -> None:
         """A call answered, paid now or before (``shared``: during this run, for another row); an
         answer that needed a re-ask counts its requests (what it cost is on the first)."""
         cost = spent.cost

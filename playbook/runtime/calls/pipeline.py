@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from playbook._internal.flow import Leased, OnHold
-from playbook.addresses import forced_address, key_text
+from playbook.addresses import key_text, refreshed_address
 from playbook.errors import PlaybookError, RunFatal, ToolError
 from playbook.runtime.calls.kept_errors import (
     ONE_REQUEST,
@@ -37,16 +37,17 @@ from playbook.runtime.calls.kept_errors import (
     replayed,
     unkeyable,
 )
+from playbook.runtime.calls.observed import Called
 from playbook.runtime.calls.recording import record
-from playbook.runtime.estimate.distinct import Called
 from playbook.runtime.state.upstream import dispatch as governed
 from playbook.runtime.state.upstream import learn
 from playbook.store import MISSING
 from playbook.store.records import Refusal
 from playbook.tagged import Unencodable, encode
-from playbook.tools import CallEnv, Tool
-from playbook.tools.base import Spent, is_local
 from playbook.tools.failures import translate
+from playbook.tools.llm.engine import LlmEngine
+from playbook.tools.protocol import CallEnv, Spent, ToolEngine, is_local
+from playbook.tools.tool import Tool, engine_of
 
 if TYPE_CHECKING:
     from playbook.providers.provider import Ticket
@@ -63,12 +64,12 @@ class Caller(Protocol):
     @property
     def scope(self) -> RunScope: ...
     @property
-    def row_key(self) -> str: ...
+    def row_id(self) -> str: ...
     @property
     def position(self) -> int: ...
     def occurrence(self, name: str) -> int: ...
-    def used(self, tool: Tool[Any], key: str | None) -> None: ...
-    def count(self, tool: Tool[Any], *, reused: bool, spent: Spent, shared: bool = False) -> None: ...
+    def used(self, tool: ToolEngine, key: str | None) -> None: ...
+    def count(self, tool: ToolEngine, *, reused: bool, spent: Spent, shared: bool = False) -> None: ...
     def forgotten_await(self, value: Any) -> str: ...
 
 
@@ -78,46 +79,47 @@ class Pending(NamedTuple):
     key: str
     values: Any
     logical: str  # (row, tool, occurrence): the same across the row's replays
-    forced: bool
+    refreshed: bool
     ttl: float | None
     leg: bool  # a waterfall's leg: a provider that is down passes to the next leg at once
 
 
 async def call_tool(
     ctx: Caller,
-    tool: Tool[Any],
+    held: Tool[Any],
     input: Any,
-    force: bool,
+    refresh: bool,
     ttl: float | None,
     kwargs: dict[str, Any],
     *,
     leg: bool = False,
 ) -> tuple[Any, bool]:
     """``(value, miss)`` of one call: from its receipt, or paid for and recorded (``leg``: as a
-    waterfall's leg)."""
+    waterfall's leg).  From here on the pipeline works with the tool's engine."""
     scope = ctx.scope
+    tool = engine_of(held)
     values = tool.bind(input, kwargs)
     if scope.replay is not None and scope.store is scope.replay.store:
         return _replayed(ctx, tool, values)
     key = _key(ctx, tool, values)
     occurrence = ctx.occurrence(tool.name)
-    logical = f"{ctx.row_key}/{tool.name}/{occurrence}"
+    logical = f"{ctx.row_id}/{tool.name}/{occurrence}"
     ctx.used(tool, key)
-    forced = (force or scope.force_all) and scope.must_force(logical)
+    refreshed = (refresh or scope.refresh_all) and scope.must_refresh(logical)
     if scope.observer is not None:  # a pilot: which calls the rows left share is read from these inputs
         scope.observer.called(
-            ctx.position, tool, (ctx.row_key, occurrence), Called(input, kwargs, ttl, forced)
+            ctx.position, tool, (ctx.row_id, occurrence), Called(input, kwargs, ttl, refreshed)
         )
-    if not forced:
+    if not refreshed:
         # A call sent as a batch job takes no lease, so nothing looks it up after one: it is looked up first.
         found = await lookup(scope.store, key, ttl, scope.ahead.first(tool.name) or tool.submits())
         if found is not MISSING:
             scope.ahead.learn(tool.name, True)
             return _reused(ctx, tool, values, found)
-    return await _pay(ctx, tool, Pending(key, values, logical, forced, ttl, leg))
+    return await _pay(ctx, tool, Pending(key, values, logical, refreshed, ttl, leg))
 
 
-def _replayed(ctx: Caller, tool: Tool[Any], values: Any) -> tuple[Any, bool]:
+def _replayed(ctx: Caller, tool: ToolEngine, values: Any) -> tuple[Any, bool]:
     """A call answered by the run's fixtures in their own store, where the file is the receipts
     too: no receipt key, store, lease or provider; one dictionary lookup."""
     replay = ctx.scope.replay
@@ -131,10 +133,10 @@ def _replayed(ctx: Caller, tool: Tool[Any], values: Any) -> tuple[Any, bool]:
 # -- key ------------------------------------------------------------------------------
 
 
-def _key(ctx: Caller, tool: Tool[Any], values: Any, form: Callable[[Any], str] | None = None) -> str:
+def _key(ctx: Caller, tool: ToolEngine, values: Any, form: Callable[[Any], str] | None = None) -> str:
     """The call's receipt key (or, with ``form``, its input in that form)."""
     try:
-        return tool.key(values) if form is None else form(values)
+        return tool.address(values) if form is None else form(values)
     except Unencodable as exc:
         raise unkeyable(
             tool, values, exc, ": " + ctx.forgotten_await(exc.value) if exc.awaitable else ""
@@ -159,7 +161,7 @@ async def lookup(store: Any, key: str, ttl: float | None, ahead: bool = True) ->
 
 
 def _reused(
-    ctx: Caller, tool: Tool[Any], values: Any, found: tuple[Any, bool, str | Refusal | None, float]
+    ctx: Caller, tool: ToolEngine, values: Any, found: tuple[Any, bool, str | Refusal | None, float]
 ) -> tuple[Any, bool]:
     value, miss, error, at = found
     shared = (
@@ -180,7 +182,7 @@ def _reused(
 # -- lease, budget, release -----------------------------------------------------------
 
 
-async def _pay(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+async def _pay(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
     if tool.submits() and ctx.scope.replay is None:
         return await _submitted(ctx, tool, call)
     store = ctx.scope.store
@@ -196,30 +198,30 @@ async def _pay(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
         _release(store, call.key, done)
 
 
-async def _lease(ctx: Caller, tool: Tool[Any], store: Any, call: Pending) -> Any:
+async def _lease(ctx: Caller, tool: ToolEngine, store: Any, call: Pending) -> Any:
     """Take this call's lease; returns a receipt instead if another process paid for it meanwhile."""
     key, ttl, leases = call.key, call.ttl, store.leases
-    if call.forced:
+    if call.refreshed:
         taken, read = await leases.take(key), None
     else:  # another process may have paid and let go before our lease: its receipt is read with it
         taken, read = await leases.take_looking(key)
     if not taken:
-        if not call.forced and ctx.scope.fresh(ctx.position):
+        if not call.refreshed and ctx.scope.fresh(ctx.position):
             raise Leased(key)  # another process pays for it now: take a fresh row, come back later
         # Another process is paying for this call right now: wait for its receipt.
-        check = (lambda: MISSING) if call.forced else (lambda: store.lookup(key, ttl))
+        check = (lambda: MISSING) if call.refreshed else (lambda: store.lookup(key, ttl))
         found = await leases.wait(key, check, MISSING)
         if found is not MISSING:
             leases.release(key)
         return found
-    if call.forced:
+    if call.refreshed:
         return MISSING
     found = store.answer(key, read, ttl)
     ctx.scope.ahead.learn(tool.name, found is not MISSING)
     return found
 
 
-async def _spend(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+async def _spend(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
     """Reserve the call's cost, then route it; the cost comes back if it does not complete."""
     scope = ctx.scope
     costs = scope.costs
@@ -234,15 +236,16 @@ async def _spend(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool
             costs.refund(estimate)
             raise
         costs.charge(estimate, tool.spent(answer).cost)
-    if call.forced:
-        scope.forced(call.logical)
+    if call.refreshed:
+        scope.refreshed(call.logical)
     return tool.read(answer, miss)
 
 
-async def _submitted(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+async def _submitted(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
     """A call answered by a batch job: its row sleeps until the job is done (see ``jobs``)."""
     scope = ctx.scope
-    answer = await scope.jobs.answer(scope, tool, call.key, call.values)  # type: ignore[arg-type]  # submits(): an LlmTool
+    assert isinstance(tool, LlmEngine)  # the one engine that submits()
+    answer = await scope.jobs.answer(scope, tool, call.key, call.values)
     scope.costs.charge(scope.jobs.reserved.pop(call.key, 0.0), tool.spent(answer).cost)
     answer, miss = await paid(ctx, tool, call.key, call.values, answer, False)
     return tool.read(answer, miss)
@@ -260,7 +263,7 @@ def _release(store: Any, key: str, done: asyncio.Future[None]) -> None:
 # -- route: batch, governor, or straight ----------------------------------------------
 
 
-async def _route(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+async def _route(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
     replay = ctx.scope.replay
     if replay is not None:
         # Fixtures replayed into a store the run named: the file answers as the provider would,
@@ -287,7 +290,7 @@ async def _route(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool
     return await _governed(ctx, tool, call, ticket, functools.partial(_send, ctx, tool, call, env), env)
 
 
-async def _batched(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bool]:
+async def _batched(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
     """Join a batch; its task dispatches and records each member's receipt.  The member waits on
     the provider against its own row's wait budget."""
     scope = ctx.scope
@@ -300,7 +303,7 @@ async def _batched(ctx: Caller, tool: Tool[Any], call: Pending) -> tuple[Any, bo
 
 
 async def _governed(
-    ctx: Caller, tool: Tool[Any], call: Pending, ticket: Ticket, send: Send, env: CallEnv
+    ctx: Caller, tool: ToolEngine, call: Pending, ticket: Ticket, send: Send, env: CallEnv
 ) -> tuple[Any, bool]:
     """Through the provider's governor, with this logical call's ticket: it outlives a
     suspension, so a replayed call keeps its retry count.  A call weighed by its tokens carries
@@ -328,7 +331,7 @@ async def _governed(
     return result
 
 
-def _weighed(tool: Tool[Any], ticket: Ticket, send: Send, env: CallEnv) -> Send:
+def _weighed(tool: ToolEngine, ticket: Ticket, send: Send, env: CallEnv) -> Send:
     """``send``, telling the governor the call's real usage and the limits its provider announced."""
     provider = tool.provider
     assert provider is not None
@@ -348,13 +351,13 @@ def _weighed(tool: Tool[Any], ticket: Ticket, send: Send, env: CallEnv) -> Send:
 
 def _env(ctx: Caller, call: Pending) -> CallEnv:
     scope = ctx.scope
-    # A forced call is a new request to the provider: its idempotency key must differ from the
+    # A call paid for again is a new request to the provider: its idempotency key must differ from the
     # receipt's, once per logical call of this run (a replay of the row sends the same one).
-    idem = forced_address(call.key, scope.run_id, call.logical) if call.forced else call.key
+    idem = refreshed_address(call.key, scope.run_id, call.logical) if call.refreshed else call.key
     return CallEnv(scope.http_client, idem)
 
 
-async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tuple[Any, bool]:
+async def _send(ctx: Caller, tool: ToolEngine, call: Pending, env: CallEnv) -> tuple[Any, bool]:
     """One try (a governor's ``send``): dispatch, then record the receipt; a stop meanwhile lets it land, then stops the row."""
     scope, landing = ctx.scope, ctx.scope.landing
     task = landing.enter()
@@ -391,7 +394,7 @@ async def _send(ctx: Caller, tool: Tool[Any], call: Pending, env: CallEnv) -> tu
 # -- dispatch and record --------------------------------------------------------------
 
 
-async def invoke(tool: Tool[Any], values: Any, env: CallEnv) -> tuple[Any, bool]:
+async def invoke(tool: ToolEngine, values: Any, env: CallEnv) -> tuple[Any, bool]:
     """One try of the tool, with its errors classified: an SDK's HTTP errors as HTTP answers
     (see ``tools.failures``), a Python tool's credential error as fatal."""
     try:
@@ -423,7 +426,7 @@ async def invoke(tool: Tool[Any], values: Any, env: CallEnv) -> tuple[Any, bool]
 
 
 async def paid(
-    ctx: Caller, tool: Tool[Any], key: str, values: Any, answer: Any, miss: bool
+    ctx: Caller, tool: ToolEngine, key: str, values: Any, answer: Any, miss: bool
 ) -> tuple[Any, bool]:
     """An answer came back: it is paid for (counted, whatever happens next), and recorded."""
     spent = tool.spent(answer)

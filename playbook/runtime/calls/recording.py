@@ -9,7 +9,7 @@ from playbook.errors import ToolError
 from playbook.runtime.calls.kept_errors import not_storable
 from playbook.store.records import record as receipt_record
 from playbook.tagged import Unencodable, decode, encode
-from playbook.tools import Tool
+from playbook.tools.protocol import ToolEngine
 
 if TYPE_CHECKING:
     from playbook.runtime.calls.scope import RunScope
@@ -19,7 +19,7 @@ __all__ = ["record"]
 
 async def record(
     scope: RunScope,
-    tool: Tool[Any],
+    tool: ToolEngine,
     key: str,
     values: Any,
     answer: Any,

@@ -23,12 +23,12 @@ from playbook.runtime.calls.batching import Batches
 from playbook.runtime.calls.jobs import Jobs
 from playbook.runtime.calls.level import Level
 from playbook.runtime.rows.table import RowTable
-from playbook.tools import Tool
-from playbook.tools.base import is_local
+from playbook.tools.protocol import ToolEngine, is_local
 from playbook.tools.transport import default_client
 
 if TYPE_CHECKING:
     from playbook.providers.provider import Provider
+    from playbook.runtime.calls.observed import CallObserver
     from playbook.store import StoreEngine
     from playbook.store.fixtures import Fixtures, Recorder, Replay
 
@@ -65,7 +65,7 @@ class CostBudget:
         limit = "unlimited" if self.limit is None else money(self.limit)
         return f"<CostBudget {money(self.committed)} of {limit} ({self.pending} in flight)>"
 
-    async def reserve(self, tool: Tool[Any], cost: float, *, wait: bool = True) -> None:
+    async def reserve(self, tool: ToolEngine, cost: float, *, wait: bool = True) -> None:
         """Count a paid call's expected ``cost`` before dispatch; park the row if it won't fit
         (``wait``: once the calls in flight have settled)."""
         if not cost or self.limit is None:
@@ -141,7 +141,7 @@ class Tickets:
             found = budgets[provider.name] = WaitBudget(wait)
         return found
 
-    def get(self, call_id: str, tool: Tool[Any], pos: int, request: str | None = None) -> Ticket:
+    def get(self, call_id: str, tool: ToolEngine, pos: int, request: str | None = None) -> Ticket:
         """``request``: the call's receipt key, by which its provider knows a request that failed on its own."""
         found = self._tickets.get(call_id)
         if found is None:
@@ -225,7 +225,7 @@ class RunScope:
         "play",
         "store",
         "clock",
-        "force_all",
+        "refresh_all",
         "emit",
         "costs",
         "tickets",
@@ -234,7 +234,7 @@ class RunScope:
         "jobs",
         "label",
         "_fatal",
-        "_forced",
+        "_refreshed",
         "_client",
         "replay",
         "recorder",
@@ -254,7 +254,7 @@ class RunScope:
         run_id: str,
         play: str,
         store: StoreEngine,
-        force_all: bool,
+        refresh_all: bool,
         rerun_rows: bool = False,
         emit: Callable[[Event], None],
         costs: CostBudget,
@@ -270,7 +270,7 @@ class RunScope:
         self.store = store
         self.clock = store.clock  # receipts' and sleeps' times
         self.started = self.clock()  # a receipt written since was paid for in this run (calls shared)
-        self.force_all = force_all  # refresh=True: every call is paid for again
+        self.refresh_all = refresh_all  # refresh=True: every call is paid for again
         self.rerun_rows = rerun_rows  # refresh="rows" or True: no row (or sub-play) is reused from its memo
         self.emit = emit
         self.costs = costs
@@ -285,15 +285,14 @@ class RunScope:
         # of waiting on that process's lease.
         self.fresh = fresh
         self.level = level  # rows in flight: its calls tell it how long they wait for their providers
-        self._forced: set[str] = set()
+        self._refreshed: set[str] = set()
         self.ahead = Ahead()  # a call's receipt looked up before its lease, or after it only
         self._client: httpx.AsyncClient | None = None
         # Fixtures: a replay answers every call (no store, no provider); a recorder sees every answer.
         self.replay: Replay | None = fixtures.replay if fixtures is not None else None
         self.recorder: Recorder | None = fixtures.recorder if fixtures is not None else None
-        self.observer: Any = (
-            None  # a pilot's log (runtime.pilot.PilotLog): each row's calls, what they cost and took
-        )
+        # A pilot's log (estimate.pilot.PilotLog): each row's calls, what they cost and took.
+        self.observer: CallObserver | None = None
         # The sub-plays run so far, as they were when this run first ran each (what they read is
         # read once per run, not per row), with what they were made from (kept: its id is the key).
         self.plays: dict[int, tuple[Any, Any]] = {}
@@ -305,13 +304,13 @@ class RunScope:
     def __repr__(self) -> str:
         return f"<RunScope {self.run_id} {self.play!r}>"
 
-    def must_force(self, logical: str) -> bool:
-        """True until a forced logical call has been paid for in this run: a row replayed after
-        a hold does not pay for it again, and one held before it was paid still forces it."""
-        return logical not in self._forced
+    def must_refresh(self, logical: str) -> bool:
+        """True until a logical call asked with ``refresh`` (or every call, under ``refresh=True``) has been paid for in this run: a row replayed after
+        a hold does not pay for it again, and one held before it was paid still pays for it again."""
+        return logical not in self._refreshed
 
-    def forced(self, logical: str) -> None:
-        self._forced.add(logical)
+    def refreshed(self, logical: str) -> None:
+        self._refreshed.add(logical)
 
     def http_client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -324,7 +323,7 @@ class RunScope:
             self._client = None
 
     def call_finished(
-        self, tool: Tool[Any], reused: bool, cost: float, shared: bool = False, tokens: float = 0.0
+        self, tool: ToolEngine, reused: bool, cost: float, shared: bool = False, tokens: float = 0.0
     ) -> None:
         provider = tool.provider.name if tool.provider is not None else None
         if reused:
@@ -332,7 +331,7 @@ class RunScope:
         else:
             self.emit(CallFinished(tool.name, provider, False, cost, is_local(tool, cost), tokens=tokens))
 
-    def call_failed(self, tool: Tool[Any]) -> None:
+    def call_failed(self, tool: ToolEngine) -> None:
         """A request went out and brought back nothing to keep (a 5xx, a timeout, a 429)."""
         self.emit(CallFailed(tool.name, tool.provider.name if tool.provider is not None else None))
 

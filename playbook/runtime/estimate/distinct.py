@@ -18,30 +18,22 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
+from playbook.runtime.calls.observed import Called
 from playbook.store import MISSING
-from playbook.tools.base import NO_INPUT
+from playbook.tools.protocol import NO_INPUT
 
 if TYPE_CHECKING:
     from playbook.runtime.rows.table import RowTable
     from playbook.store import StoreEngine
-    from playbook.tools import Tool
+    from playbook.tools.protocol import ToolEngine
 
-__all__ = ["CHECKED", "Called", "Counted", "counted"]
+__all__ = ["CHECKED", "Counted", "counted"]
 
 CHECKED = 10_000  # distinct calls whose receipts are looked up; of more, a random sample of this many
 
 Path = tuple[str, ...]  # where an input sits in a call: ("kw", name), ("in",) or ("in", name)
-
-
-class Called(NamedTuple):
-    """A call as the play made it: its positional input, keywords, ttl, and whether it was forced."""
-
-    input: Any
-    kwargs: dict[str, Any]
-    ttl: float | None
-    forced: bool
 
 
 @dataclass(frozen=True)
@@ -65,7 +57,7 @@ class Counted:
 
 async def counted(
     calls: dict[int, dict[str, dict[tuple[str, int], Called]]],
-    tools: dict[str, Tool[Any]],
+    tools: dict[str, ToolEngine],
     measured: Sequence[int],
     left: Sequence[int],
     table: RowTable,
@@ -101,8 +93,8 @@ def _read(made: list[Called], rows: list[Any], columns: list[Any]) -> tuple[Call
     """The first call, and for each of its inputs the column it is read from (absent: the same in
     every call), when every call's inputs are so read; else ``None``."""
     first = made[0]
-    if any(c.forced or c.ttl != first.ttl or _shape(c) != _shape(first) for c in made):
-        return None  # a forced call is paid by every row; calls of different shapes are not one call
+    if any(c.refreshed or c.ttl != first.ttl or _shape(c) != _shape(first) for c in made):
+        return None  # a refreshed call is paid by every row; calls of different shapes are not one call
     inputs = [_inputs(c) for c in made]
     read: dict[Path, Any] = {}
     for path in inputs[0]:
@@ -130,7 +122,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 async def _count(
-    tool: Tool[Any],
+    tool: ToolEngine,
     first: Called,
     read: dict[Path, Any],
     left: Sequence[int],
@@ -171,7 +163,7 @@ async def _count(
     )
 
 
-def _key(tool: Tool[Any], first: Called, read: dict[Path, Any], values: dict[Any, Any]) -> str | None:
+def _key(tool: ToolEngine, first: Called, read: dict[Path, Any], values: dict[Any, Any]) -> str | None:
     """The receipt key of ``first`` made again with the columns' ``values`` for the inputs read from them."""
     given = {path: values[col] for path, col in read.items()}
     kwargs = {k: given.get(("kw", k), v) for k, v in first.kwargs.items()}
@@ -180,6 +172,6 @@ def _key(tool: Tool[Any], first: Called, read: dict[Path, Any], values: dict[Any
     else:
         input = given.get(("in",), first.input)
     try:
-        return tool.key(tool.bind(input, kwargs))
+        return tool.address(tool.bind(input, kwargs))
     except Exception:  # what fails the row in the run (a missing value, an input with no JSON form)
         return None

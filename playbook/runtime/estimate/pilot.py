@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from playbook.runtime.estimate.distinct import Called, Counted, counted
+from playbook.runtime.calls.observed import Called
+from playbook.runtime.estimate.distinct import Counted, counted
 from playbook.runtime.run import Run, scheduler
-from playbook.tools.base import is_local
+from playbook.tools.protocol import is_local
 
 if TYPE_CHECKING:
-    from playbook.tools import Tool
-    from playbook.tools.base import Spent
+    from playbook.tools.protocol import Spent, ToolEngine
 
 __all__ = ["FIELDS", "Flight", "Pilot", "PilotLog"]
 
@@ -52,13 +52,13 @@ class PilotLog:
         self.calls: dict[
             int, dict[str, dict[tuple[str, int], Called]]
         ] = {}  # row -> tool -> occurrence -> its inputs
-        self.tools: dict[str, Tool[Any]] = {}
+        self.tools: dict[str, ToolEngine] = {}
         self._first: dict[tuple[int, str], float] = {}  # (row, tool) -> when its call's first request went
 
     def __repr__(self) -> str:
         return f"<PilotLog {len(self.rows)} rows>"
 
-    def _line(self, position: int, tool: Tool[Any]) -> list[float]:
+    def _line(self, position: int, tool: ToolEngine) -> list[float]:
         row = self.rows.setdefault(position, {})
         where = _where(tool)
         line = row.get(where)
@@ -66,7 +66,7 @@ class PilotLog:
             line = row[where] = [0.0] * len(FIELDS)
         return line
 
-    def called(self, position: int, tool: Tool[Any], occurrence: tuple[str, int], call: Called) -> None:
+    def called(self, position: int, tool: ToolEngine, occurrence: tuple[str, int], call: Called) -> None:
         """Row ``position`` calls ``tool`` with these inputs; ``occurrence``: the row's key (a
         sub-play's, for its calls) and the call's place among its calls of the tool (a row
         replayed after stepping aside calls it again: the same call)."""
@@ -74,7 +74,7 @@ class PilotLog:
         self.calls.setdefault(position, {}).setdefault(tool.name, {})[occurrence] = call
 
     def counted(
-        self, position: int, tool: Tool[Any], reused: bool, spent: Spent, shared: bool = False
+        self, position: int, tool: ToolEngine, reused: bool, spent: Spent, shared: bool = False
     ) -> None:
         """A call answered: paid now (its cost, its tokens), or reused from a receipt (``shared``:
         one another pilot row paid for)."""
@@ -88,14 +88,14 @@ class PilotLog:
             line[_COST] += spent.cost
             line[_TOKENS] += spent.tokens or 0.0
 
-    def began(self, position: int, tool: Tool[Any]) -> float:
+    def began(self, position: int, tool: ToolEngine) -> float:
         """A request to the tool is sent now (the first of its call, or a retry); returns when."""
         started = time.monotonic()
         self._first.setdefault((position, tool.name), started)
         return started
 
     def sent(
-        self, position: int, tool: Tool[Any], began: float, *, failed: bool, refused: bool = False
+        self, position: int, tool: ToolEngine, began: float, *, failed: bool, refused: bool = False
     ) -> None:
         """The request sent at ``began`` came back (``refused``: with a client error kept as the
         call's answer) or failed with nothing to keep: its time on the wire, and once answered,
@@ -231,5 +231,5 @@ class Flight:
         )
 
 
-def _where(tool: Tool[Any]) -> Where:
+def _where(tool: ToolEngine) -> Where:
     return tool.provider.name if tool.provider is not None else None, tool.name

@@ -17,10 +17,10 @@ import numpy as np
 
 from playbook.addresses import MEMO, memo_address, memo_digests
 from playbook.events import RunNotice
+from playbook.plays.play import current_fingerprint
 from playbook.runtime.rows.table import RowTable
 from playbook.store.records import memo_flags, memo_tools
 from playbook.tagged import dumps
-from playbook.tools import current_fingerprint
 
 if TYPE_CHECKING:
     from playbook.plays.play import Play

@@ -1,11 +1,12 @@
 """Each provider's history over a run, bounded whatever the run's length, for a picture to draw.
 
-A view samples the providers' :class:`ProviderView` snapshots as often as it likes (ten times a
-second from a live panel, or only on events); :class:`Timeline` turns their cumulative counters
-into calls per time bucket, keeps the rate limit and tokens each bucket saw, and the spans a
-provider was held or down.  At most ``buckets`` buckets: a sample past the last one halves the
-resolution (adjacent pairs merge, the bucket width doubles), so a week-long run costs what a
-minute-long one does.  Time is always given, never read: tests run in virtual time.
+The run's state samples the providers' :class:`ProviderView` snapshots (as a provider is held,
+lifted, down or up, a few times a second while calls go out, and when a view asks for the
+history); :class:`Timeline` turns their cumulative counters into calls per time bucket, keeps the
+rate limit and tokens each bucket saw, and the spans a provider was held or down.  At most
+``buckets`` buckets: a sample past the last one halves the resolution (adjacent pairs merge, the
+bucket width doubles), so a week-long run costs what a minute-long one does.  Time is always given,
+never read: tests run in virtual time.
 """
 
 from __future__ import annotations

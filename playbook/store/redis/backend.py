@@ -135,7 +135,7 @@ class RedisBackend(RedisLeases):
         self.standing, self._evictions = kept_by(self._client, self.location, durability, self._notify)
 
     def watch(self, *, final: bool = False) -> None:
-        """On a server that evicts keys: count what it evicted (redis_durability.Evictions)."""
+        """On a server that evicts keys: count what it evicted (durability.Evictions)."""
         if self._evictions is not None:
             self._evictions.check(self._client, final=final)
 

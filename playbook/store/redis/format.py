@@ -1,4 +1,4 @@
-"""How a record, a row memo and a hint look in Redis (see redis.py for the keys they live under)."""
+"""How a record, a row memo and a hint look in Redis (see backend.py for the keys they live under)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """OpenAI's Batch API (``/v1/files``, ``/v1/batches``) as an LLM tool in ``mode="batch"`` uses it:
 upload the requests as a JSON Lines file, create a batch job over it, follow the job, read its
-output and error files.  Each request's ``custom_id`` is its receipt key, so an answer finds its
-receipt whichever process submitted it.
+output and error files.  Each request's ``custom_id`` is its receipt address, so an answer finds
+its receipt whichever process submitted it.
 
 Errors are classified as HTTP answers are (a 429 or a 5xx is retried by the provider's governor,
 a 401 stops the run), with the tool named.
@@ -20,7 +20,7 @@ from playbook.secrets import PLACEHOLDER, SecretAuth, bearer, scrub
 from playbook.tools.failures import translate
 
 if TYPE_CHECKING:
-    from playbook.tools.llm import LlmTool
+    from playbook.tools.llm.engine import LlmEngine
 
 __all__ = ["FINISHED", "BatchApi"]
 
@@ -29,18 +29,18 @@ FINISHED = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
 class BatchApi:
-    """The Batch API of one LLM tool's endpoint (its ``base_url``, its secret)."""
+    """The Batch API of one LLM tool's endpoint (its engine's ``base_url``, its secret)."""
 
     __slots__ = ("tool",)
 
-    def __init__(self, tool: LlmTool) -> None:
+    def __init__(self, tool: LlmEngine) -> None:
         self.tool = tool
 
     def __repr__(self) -> str:
         return f"<BatchApi {self.tool.base_url}>"
 
     def lines(self, members: list[tuple[str, list[dict[str, Any]]]]) -> bytes:
-        """The input file: one request per ``(receipt key, messages)``."""
+        """The input file: one request per ``(receipt address, messages)``."""
         rows = (
             {
                 "custom_id": key,

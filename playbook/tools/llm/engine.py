@@ -1,0 +1,277 @@
+"""The engine of ``pb.llm_tool``: a call is one request to an OpenAI-compatible Chat Completions
+endpoint, made of its messages, and :func:`reply_of` the part of the answer a receipt keeps.
+
+A call is ``ctx.tool(llm, prompt="...")`` or ``ctx.tool(llm, messages=[...])``.  Its receipt
+answers for the request as sent to that endpoint (model, messages, temperature, max_tokens, the
+other request fields and the output schema) and holds the answer's text, usage and model, so::
+
+    changing the prompt, the model or the schema   pays once for each changed call
+    changing ``prices``                             changes what the receipts say they cost, nothing else
+
+With ``output=Model`` the request carries the model's JSON schema (:mod:`.structured`); an
+answer that is not valid JSON for it is asked again once (:mod:`.reask`), and the call returns
+the model's fields as a dict: a play returning it makes one column per field.  An answer still
+invalid after the re-ask stays in its receipt (it was paid for) and fails its row each time,
+naming the problem; ``refresh=True`` asks again.
+
+What a call is expected to use and cost before it is sent is :mod:`.tokens` and :mod:`.prices`;
+what the endpoint's headers teach the provider is :mod:`.endpoint`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+import httpx
+
+from playbook.addresses import digest, key_text, receipt_address
+from playbook.errors import ToolError
+from playbook.providers.provider import Provider
+from playbook.secrets import Secret
+from playbook.tools.engine import Engine
+from playbook.tools.llm.endpoint import Endpoint
+from playbook.tools.llm.prices import checked, cost, spent
+from playbook.tools.llm.reask import again, combined
+from playbook.tools.llm.structured import Structured
+from playbook.tools.llm.tokens import Usage, chars
+from playbook.tools.protocol import NO_INPUT, CallEnv, Spent
+
+__all__ = ["LlmEngine", "reply_of"]
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+class LlmEngine(Engine):
+    """The engine of an LLM tool: a chat completion request per call (see the module docstring)."""
+
+    remote = True
+
+    __slots__ = (
+        "model",
+        "base_url",
+        "query",
+        "system",
+        "structured",
+        "prices",
+        "request",
+        "mode",
+        "endpoint",
+        "usage",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        model: str,
+        base_url: str,
+        secret: Secret | None,
+        provider: Provider | None,
+        system: str | None,
+        output: Any,
+        prices: Mapping[str, tuple[float, float]] | None,
+        request: dict[str, Any],
+        mode: str,
+        timeout: float,
+        client: httpx.AsyncClient | None,
+    ) -> None:
+        self.model, self.system, self.mode = model, system, mode
+        self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
+        self.prices = checked(name, model, prices)
+        self.request = request  # temperature, max_tokens and the other parameters, as sent
+        pooled = provider is not None and provider.keys is not None  # each call sends its pool's chosen key
+        headers = {"Authorization": "Bearer {secret}"} if secret is not None or pooled else {}
+        # A query in base_url (Azure's ?api-version=...) goes with every request, after the path.
+        split = urlsplit(base_url)
+        self.base_url, self.query = (
+            urlunsplit(split._replace(query="", fragment="")).rstrip("/"),
+            dict(parse_qsl(split.query)),
+        )
+        self.endpoint = Endpoint(
+            name,
+            method="POST",
+            url=f"{self.base_url}/chat/completions",
+            query=dict(self.query),
+            body="{request}",
+            headers=headers,
+            pick=None,
+            miss_status=frozenset(),
+            secret=secret,
+            timeout=timeout,
+            client=client,
+            version="1",
+            provider=provider,
+            cost=0.0,
+        )
+        self.usage = Usage()
+        super().__init__(name, inputs=("prompt",), provider=provider, identity="llm:" + self.base_url)
+
+    def _definition(self) -> str:
+        schema = self.structured.schema if self.structured is not None else None
+        shape = [self.identity, self.model, self.system, self.request, schema] + (
+            [self.query] if self.query else []
+        )
+        return digest(key_text(shape))[:16]
+
+    def __repr__(self) -> str:
+        return f"<LlmEngine {self.name!r} {self.model} at {self.base_url}>"
+
+    def submits(self) -> bool:
+        return self.mode == "batch"
+
+    # -- inputs and addresses ------------------------------------------------------------------
+
+    def bind(self, input: Any, kwargs: Mapping[str, Any]) -> Any:
+        """``{"messages": [...]}`` from ``prompt=``, ``messages=`` or one positional of either."""
+        if input is not NO_INPUT:
+            if kwargs:
+                raise ToolError(
+                    f"llm tool {self.name!r}: pass the prompt positionally or by keyword, not both",
+                    tool=self.name,
+                )
+            if isinstance(input, Mapping):  # a tool mapped over a frame binds {"prompt": column}
+                kwargs = dict(input)
+            else:
+                kwargs = {"messages" if isinstance(input, list) else "prompt": input}
+        unknown = sorted(set(kwargs) - {"prompt", "messages"})
+        if unknown or len(kwargs) != 1:
+            got = f" (got {', '.join(unknown or sorted(kwargs)) or 'nothing'})"
+            raise ToolError(
+                f"llm tool {self.name!r} takes prompt='...' or messages=[...]{got}", tool=self.name
+            )
+        if "prompt" in kwargs:
+            return {"messages": self._prompted(kwargs["prompt"])}
+        return {"messages": self._messages(kwargs["messages"])}
+
+    def _prompted(self, prompt: Any) -> list[dict[str, Any]]:
+        if not isinstance(prompt, str):
+            shown = (
+                "NaN (a missing value)"
+                if isinstance(prompt, float) and math.isnan(prompt)
+                else repr(prompt)[:60]
+            )
+            raise ToolError(f"llm tool {self.name!r}: prompt must be text, not {shown}", tool=self.name)
+        system = [{"role": "system", "content": self.system}] if self.system is not None else []
+        return [*system, {"role": "user", "content": str(prompt)}]
+
+    def _messages(self, messages: Any) -> list[dict[str, Any]]:
+        if not isinstance(messages, list) or not messages:
+            raise ToolError(
+                f"llm tool {self.name!r}: messages must be a non-empty list of {{'role', 'content'}} dicts",
+                tool=self.name,
+            )
+        for i, m in enumerate(messages):
+            if (
+                not isinstance(m, Mapping)
+                or m.get("role") not in _ROLES
+                or not isinstance(m.get("content"), (str, list))
+            ):
+                raise ToolError(
+                    f"llm tool {self.name!r}: messages[{i}] must be a dict with a role ({', '.join(sorted(_ROLES))}) "
+                    f"and a text content, not {m!r:.80}",
+                    tool=self.name,
+                )
+        out = [dict(m) for m in messages]
+        if self.system is not None and out[0]["role"] not in ("system", "developer"):
+            out.insert(0, {"role": "system", "content": self.system})
+        return out
+
+    def body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The request body as sent: the receipt's address is made of it."""
+        body: dict[str, Any] = {"model": self.model, "messages": messages, **self.request}
+        if self.structured is not None:
+            body["response_format"] = self.structured.response_format()
+        return body
+
+    def address(self, values: Any) -> str:
+        sent: dict[str, Any] = {"url": self.endpoint.url, "body": self.body(values["messages"])}
+        if self.query:
+            sent["query"] = self.query
+        return receipt_address(self.name, self.identity, key_text(sent), self.account)
+
+    # -- weight and cost -----------------------------------------------------------------------
+
+    def weigh(self, values: Any) -> float:
+        return math.ceil(
+            self.usage.prompt_tokens(values["messages"])
+            + self.usage.completion(self.request.get("max_tokens"))
+        )
+
+    def price(self, values: Any) -> float:
+        # What answers usually take, not the cap.
+        completion = self.usage.completion(self.request.get("max_tokens"))
+        return cost(self.prices, self.usage.prompt_tokens(values["messages"]), completion)
+
+    def spent(self, answer: Any) -> Spent:
+        return spent(self.prices, answer)
+
+    # -- the call ------------------------------------------------------------------------------
+
+    async def invoke(self, values: Any, call: CallEnv) -> tuple[Any, bool]:
+        messages = values["messages"]
+        # A first answer paid for by an earlier try whose re-ask failed (a 429, a 5xx): kept, not asked for again.
+        reply = call.partial or await self._ask(messages, call)
+        if self.structured is not None and reply.get("refusal") is None:
+            _, why = self.structured.parse(reply.get("content"))
+            if why is not None:
+                call.partial = reply
+                env = CallEnv(call.client, call.idempotency_key + ":reask")
+                second = await self._ask(again(messages, reply, why), env, call)
+                call.partial = None
+                reply = combined(reply, second)
+        return reply, False
+
+    async def _ask(
+        self, messages: list[dict[str, Any]], call: CallEnv, told: CallEnv | None = None
+    ) -> dict[str, Any]:
+        """One request; the answer as its receipt keeps it."""
+        try:
+            data, _ = await self.endpoint.invoke({"request": self.body(messages)}, call)
+        finally:
+            if told is not None and call.announced is not None:
+                told.announced = call.announced
+        reply = reply_of(self.name, data)
+        usage = reply.get("usage")
+        if isinstance(usage, Mapping):
+            self.usage.add(chars(messages), usage)
+        return reply
+
+    def read(self, answer: Any, miss: bool) -> tuple[Any, bool]:
+        if not isinstance(answer, Mapping):
+            return None, True
+        if answer.get("refusal") is not None:
+            return None, True  # the model declined: no value, like a lookup that found nothing
+        content = answer.get("content")
+        if self.structured is None:
+            return content, content is None
+        fields, why = self.structured.parse(content)
+        if why is not None:
+            tries = "after a re-ask " if int(answer.get("requests") or 1) > 1 else ""
+            raise ToolError(
+                f"llm tool {self.name!r}: {why} {tries}(paid for and kept in its receipt: pass ctx.tool(..., refresh=True) to ask again)",
+                tool=self.name,
+            )
+        return fields, False
+
+
+def reply_of(name: str, data: Any) -> dict[str, Any]:
+    """The part of a chat completion a receipt keeps: the text (or refusal), why it stopped,
+    the model that answered and the usage."""
+    try:
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError):
+        raise ToolError(
+            f"llm tool {name!r}: the answer has no choices[0].message: {str(data)[:120]!r}", tool=name
+        ) from None
+    return {
+        "content": message.get("content"),
+        "refusal": message.get("refusal"),
+        "finish_reason": choice.get("finish_reason"),
+        "model": data.get("model"),
+        "usage": data.get("usage"),
+        "requests": 1,
+    }
