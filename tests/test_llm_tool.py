@@ -263,13 +263,12 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
     """Markers name the uploaded file but no batch (the submitter died in between): the run finds the batch made over that file."""
     import asyncio
 
-    import httpx
-
     from playbook.addresses import job_address
     from playbook.store.records import record
     from playbook.tools.llm import LlmEngine
     from playbook.tools.llm.batch import BatchApi
     from playbook.tools.protocol import NO_INPUT
+    from playbook.tools.transport import default_client
 
     demo.reset(batch_seconds=0.3)
     llm = _llm(demo, mode="batch")
@@ -281,7 +280,7 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
 
     async def died_after_creating() -> None:
         api = BatchApi(asked)
-        async with httpx.AsyncClient() as client:
+        async with default_client() as client:  # the run's client: it reaches the demo served in process
             file_id = await api.upload(client, api.lines([(asked.address(v), v["messages"]) for v in calls]))
             await api.create(client, file_id)
         for values in calls:
