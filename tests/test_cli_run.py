@@ -23,6 +23,14 @@ from cli_plays import EMAIL_TOOL
 import playbook as pb
 from playbook.frontends.files import PARQUET_INSTALL
 
+
+@pytest.fixture
+def demo(demo_loopback: pb.demo.DemoServer) -> pb.demo.DemoServer:
+    """The demo provider on loopback: the command line runs in a process of its own, which reaches a
+    provider only through a socket."""
+    return demo_loopback
+
+
 PLAYS = (
     EMAIL_TOOL
     + """
