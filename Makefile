@@ -51,9 +51,10 @@ test: $(STAMP) $(CHROMIUM) $(REDIS) $(STRACE) lint docs
 # The edit loop: what needs no cluster, kernel, browser, notebook or demo server, and takes no
 # seconds of its own (the demo provider is served in process there; `network` marks what needs it on
 # a socket). A redis-server starts in milliseconds, so the tests that need one run here too. It ends
-# saying its share of the tests ("check tier: N of M tests").
+# saying its share of the tests ("check tier: N of M tests"). Property tests try a fifth of their
+# examples there (tests/tier.py); `make test` tries them all.
 check: $(STAMP) $(REDIS)
-	$(PY) -m pytest -q -n 2 -m "not (slow or cluster or kernel or browser or notebook or network)"
+	PLAYBOOK_TIER=check $(PY) -m pytest -q -n 2 -m "not (slow or cluster or kernel or browser or notebook or network)"
 
 # The documentation site (mkdocs): a broken link, a missing page or reference is an error.
 docs: $(STAMP)

@@ -54,7 +54,6 @@ _BY_FILE = {
     "test_filesystem_error.py": ("slow",),
     "test_wheel.py": ("slow",),
     "test_cli_run.py": ("slow",),
-    "test_cli.py": ("slow",),
     "test_types.py": ("slow",),
     "test_redis_store.py": ("redis",),
     "test_shared_limiter.py": ("redis",),

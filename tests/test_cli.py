@@ -185,6 +185,7 @@ def test_clear_one_tool_then_everything(home: Path) -> None:
     assert (stats["receipts"], stats["row_memos"]) == (0, 0)
 
 
+@pytest.mark.slow  # a cold interpreter on a terminal: the warm server gives no terminal
 def test_clear_asks_on_a_terminal(home: Path) -> None:
     """On a terminal, `cache clear --tool NAME` asks first and clears after a "y"."""
     import pty

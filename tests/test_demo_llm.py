@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, ValidationError
 from starlette.testclient import TestClient
+from tier import examples
 from vtime import FrozenClock
 
 from playbook import demo
@@ -649,7 +650,7 @@ def test_the_strict_checker_accepts_what_the_sdk_sends_and_names_violations():
         assert expected in caught.value.describe("Answer")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.text(max_size=200))
 def test_filled_values_validate_against_the_pydantic_models(prompt):
     """fill(Model.model_json_schema(), prompt) round-trips through Model.model_validate_json for any prompt."""
@@ -701,7 +702,7 @@ def _containers(children):
 SCHEMAS = st.recursive(LEAVES, _containers, max_leaves=12)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.dictionaries(NAMES, SCHEMAS, max_size=5), st.text(max_size=80))
 def test_filled_values_validate_against_generated_strict_schemas(properties, prompt):
     """Any strict schema built of the supported keywords is accepted by check_strict and filled validly."""

@@ -19,6 +19,7 @@ from exact import same
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from tier import examples
 
 from playbook.addresses import key_text
 from playbook.tagged import Unencodable, decode, dumps, encode, loads
@@ -104,14 +105,14 @@ def _round_trip(value: Any) -> Any:
     return decode(loads(text))
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), suppress_health_check=[HealthCheck.too_slow])
 @given(VALUES)
 def test_every_value_comes_back_exactly(value: Any) -> None:
     """encode -> JSON text -> decode gives the same value of the same type, nested at any depth."""
     assert same(_round_trip(value), value)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.dictionaries(TEXT, VALUES, max_size=5))
 def test_column_order_is_kept(output: dict[str, Any]) -> None:
     """A row's output keeps its columns in the play's order, not sorted."""
@@ -251,7 +252,7 @@ LOOK_ALIKES = st.one_of(
 )
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(LOOK_ALIKES)
 def test_keys_differ_exactly_where_the_values_differ(pair: tuple[Any, Any]) -> None:
     """Two values share a key if and only if they are the same value by the key's rules: JSON's
@@ -260,7 +261,7 @@ def test_keys_differ_exactly_where_the_values_differ(pair: tuple[Any, Any]) -> N
     assert (key_text(a) == key_text(b)) == (_kind(a) == _kind(b)), (a, b)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(VALUES)
 def test_key_text_is_canonical(value: Any) -> None:
     """A key is the same whatever the order of a dict's items or a set's members."""
