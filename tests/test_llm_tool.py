@@ -17,6 +17,7 @@ from typing import Any, Literal
 import pandas as pd
 import pydantic
 import pytest
+from vtime import run_virtual
 
 import playbook as pb
 from playbook.demo.fakedata import INDUSTRIES
@@ -43,6 +44,12 @@ def _companies(n: int) -> pd.DataFrame:
 def _llm(demo: pb.demo.DemoServer, **options: Any) -> pb.Tool:
     options.setdefault("prices", PRICES)
     return pb.llm_tool(model=MODEL, base_url=demo.url + "/v1", secret=KEY, **options)
+
+
+def _virtual(run: Any) -> pd.DataFrame:
+    """A run of ``amap`` on virtual time (tests/vtime.py): the demo served in process keeps the
+    loop's clock, so its batch windows, latency and token minutes pass without waiting."""
+    return run_virtual(run)  # type: ignore[no-any-return]
 
 
 def _cost(stats: dict[str, Any], prices: tuple[float, float] = PRICES[MODEL]) -> float:
@@ -142,7 +149,6 @@ def test_some_invalid_answers_are_mended_by_the_re_ask(demo: pb.demo.DemoServer)
     assert set(out.industry.dropna()) <= set(LABELS)
 
 
-@pytest.mark.slow
 def test_a_token_limit_paces_calls_so_the_provider_refuses_none(demo: pb.demo.DemoServer) -> None:
     """Provider(tpm=) at the demo's own TPM: calls weighed by their tokens go evenly, with no 429."""
     demo.reset(chat_tpm=60_000)
@@ -153,7 +159,7 @@ def test_a_token_limit_paces_calls_so_the_provider_refuses_none(demo: pb.demo.De
             llm, prompt=f"Summarise this page: {row.company} makes things for people who need things " * 3
         )
 
-    out = _companies(60).play.map(summary, progress=False, concurrency=16)
+    out = _virtual(_companies(60).play.amap(summary, progress=False, concurrency=16))
     served = demo.stats()
     assert (out.play_status == "ok").all()
     assert served["chat_rate_limited"] == {"requests": 0, "tokens": 0}
@@ -243,7 +249,6 @@ def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_
     assert pb.last_run().stats.calls_executed == 0 and demo.stats()["batches_created"] == 1  # type: ignore[union-attr]
 
 
-@pytest.mark.slow
 def test_batch_mode_gathers_every_rows_miss_into_one_job(demo: pb.demo.DemoServer) -> None:
     """Rows step aside while their calls gather: 100 rows at concurrency 4 make one batch, and structured outputs work there too."""
     demo.reset(batch_seconds=0.5)
@@ -252,7 +257,7 @@ def test_batch_mode_gathers_every_rows_miss_into_one_job(demo: pb.demo.DemoServe
     async def profile(row: Any, ctx: pb.Context) -> Any:
         return await ctx.tool(llm, prompt=f"Classify {row.company}")
 
-    out = _companies(100).play.map(profile, progress=False, concurrency=4)
+    out = _virtual(_companies(100).play.amap(profile, progress=False, concurrency=4))
     assert (out.play_status == "ok").all() and set(out.industry) <= set(LABELS)
     served = demo.stats()
     assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 100
@@ -317,7 +322,6 @@ def test_an_llm_tool_mapped_over_a_frame_reads_its_prompt_column(demo: pb.demo.D
     assert (out.play_status == "ok").all() and out.llm[1].startswith("Summary:")
 
 
-@pytest.mark.slow
 def test_a_slow_upload_does_not_make_woken_rows_submit_again(demo: pb.demo.DemoServer) -> None:
     """Rows that wake while their submission is still uploading wait for it: one batch, each request billed once."""
     demo.reset(batch_seconds=0.5, latency=0.8)
@@ -326,7 +330,7 @@ def test_a_slow_upload_does_not_make_woken_rows_submit_again(demo: pb.demo.DemoS
     async def label(row: Any, ctx: pb.Context) -> Any:
         return await ctx.tool(llm, prompt=f"Classify {row.company}")
 
-    out = _companies(30).play.map(label, progress=False)
+    out = _virtual(_companies(30).play.amap(label, progress=False))
     served = demo.stats()
     assert (out.play_status == "ok").all()
     assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 30
@@ -363,7 +367,6 @@ def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
     assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 25
 
 
-@pytest.mark.slow
 def test_a_request_the_batch_failed_fails_its_row_and_is_submitted_again_next_run(
     demo: pb.demo.DemoServer,
 ) -> None:
@@ -375,11 +378,11 @@ def test_a_request_the_batch_failed_fails_its_row_and_is_submitted_again_next_ru
         return await ctx.tool(llm, prompt=row.prompt)
 
     frame = pd.DataFrame({"prompt": ["Classify Acme Robotics", "", "Classify Globex"]})
-    out = frame.play.map(label, progress=False)
+    out = _virtual(frame.play.amap(label, progress=False))
     assert list(out.play_status) == ["ok", "failed", "ok"]
     assert "HTTP 400" in out.play_error[1] and "user message with text" in out.play_error[1]
     assert "the next run submits it again" in out.play_error[1]
-    again = frame.play.map(label, progress=False)
+    again = _virtual(frame.play.amap(label, progress=False))
     assert list(again.play_status) == ["reused", "failed", "reused"]
     served = demo.stats()
     assert served["batches_created"] == 2 and served["chat_batch"][MODEL]["requests"] == 2
