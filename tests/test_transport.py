@@ -236,7 +236,6 @@ async def _answer_ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
             await writer.wait_closed()
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
 def test_ssl_cert_file_decides_which_certificates_are_trusted(tmp_path, store, monkeypatch) -> None:
     """SSL_CERT_FILE naming a self-signed certificate makes its HTTPS server trusted; without it, the call is refused."""
