@@ -34,6 +34,7 @@ import cloudpickle
 import pandas as pd
 import pytest
 import warm
+from vtime import run_virtual
 from warm import Warm
 
 import playbook as pb
@@ -129,7 +130,11 @@ class Engine:
     name = ""
     in_flight = 0  # the most calls one process (or worker) has on the wire, for a given concurrency
 
-    def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
+    def run(self, frame: pd.DataFrame, play: Any, *, virtual: bool = False, **options: Any) -> Outcome:
+        """Run to the end.  ``virtual``: a promise whose every wait is the provider's or the run's
+        own (rates, Retry-After, the tries' backoff), none the test's: one process runs it on
+        virtual time (tests/vtime.py), on whose clock the demo served in process answers; the
+        engines of several processes share a provider in a process of its own, in real time."""
         raise NotImplementedError
 
     def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
@@ -175,7 +180,11 @@ class OneProcess(Engine):
         self.store = str(store)
         self.scratch = scratch
 
-    def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
+    def run(self, frame: pd.DataFrame, play: Any, *, virtual: bool = False, **options: Any) -> Outcome:
+        if virtual:
+            return _finished(
+                lambda: run_virtual(frame.play.arun(play, store=self.store, progress=False, **options))
+            )
         return _finished(lambda: frame.play.run(play, store=self.store, progress=False, **options))
 
     def stop_when(self, frame: pd.DataFrame, play: Any, when: Callable[[], bool], **options: Any) -> Outcome:
@@ -215,7 +224,7 @@ class Processes(Engine):
         self.store = redis_url
         self.scratch = scratch
 
-    def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
+    def run(self, frame: pd.DataFrame, play: Any, *, virtual: bool = False, **options: Any) -> Outcome:
         with _processes(
             self.scratch, frame, play, {"store": self.store, **options}, PROCESSES, share=self.store
         ) as procs:
@@ -291,7 +300,7 @@ class Cluster(Engine):
 
         return dd.from_pandas(frame, npartitions=partitions)
 
-    def run(self, frame: pd.DataFrame, play: Any, **options: Any) -> Outcome:
+    def run(self, frame: pd.DataFrame, play: Any, *, virtual: bool = False, **options: Any) -> Outcome:
         return _finished(
             lambda: self._frame(frame).play.run(play, store=self.store, progress=False, **options)
         )

@@ -187,7 +187,6 @@ def test_a_provider_down_past_max_wait_parks_its_rows_and_a_waterfall_passes_it_
         spare_server.stop()
 
 
-@pytest.mark.slow  # real seconds of holds and waits, on every engine
 def test_one_input_that_always_fails_fails_its_row_not_the_provider(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:
@@ -210,7 +209,7 @@ def test_one_input_that_always_fails_fails_its_row_not_the_provider(
         return {"answer": await ctx.tool(status, code=row.code, n=row.n)}
 
     frame = pd.DataFrame({"n": range(100), "code": [503 if i % 10 == 9 else 200 for i in range(100)]})
-    out = engine.run(frame, pb.play(play, name="status"), concurrency=8)
+    out = engine.run(frame, pb.play(play, name="status"), concurrency=8, virtual=True)
     assert out.statuses.get("ok", 0) + out.statuses.get("reused", 0) == 90, out.statuses
     assert out.result is not None and not [h for h in out.waiting_on if h["reason"] != "down"]
     if engine.name == "processes":
