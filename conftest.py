@@ -1,11 +1,12 @@
 """Session set-up of the tests, and the test tiers.
 
-Every test is marked by what it needs, from its fixtures and its file, so that ``make check`` can
-leave out what is slow to start (``-m "not (slow or redis or cluster or kernel or browser or
-notebook or network)"``) while ``make test`` runs everything:
+Every test is marked by what it needs, from its fixtures, its file (``_BY_FILE``: a file whose
+every test needs it) or its own ``@pytest.mark``, so that ``make check`` can leave out what is
+slow to start (``-m "not (slow or cluster or kernel or browser or notebook or network)"``) while
+``make test`` runs everything:
 
-- ``redis``: a real redis-server (the ``redis_server``/``redis_url`` fixtures, several processes
-  sharing a store);
+- ``redis``: a real redis-server (the ``redis_server``/``redis_url`` fixtures, or one the test
+  starts itself); it starts in milliseconds, so ``make check`` runs these too;
 - ``cluster``: a dask.distributed cluster;
 - ``kernel``: a live IPython kernel (magics, widgets);
 - ``browser``: JupyterLab in a real Chromium;
@@ -39,25 +40,17 @@ _BY_FILE = {
     "test_widget.py": ("kernel",),
     "test_interrupt.py": ("slow",),
     "test_processes.py": ("slow",),
-    "test_scripts.py": ("slow",),
     "test_shared_processes.py": ("redis", "slow"),
     "test_filesystem_error.py": ("slow",),
     "test_wheel.py": ("slow",),
-    "test_store_durability.py": ("slow",),
     "test_cli_run.py": ("slow",),
     "test_cli.py": ("slow",),
     "test_types.py": ("slow",),
     "test_redis_store.py": ("redis",),
-    "test_identity.py": ("slow",),
-    "test_first_hour.py": ("slow",),
-    "test_llm_tool.py": ("slow",),
-    "test_transport.py": ("slow",),
-    "test_store_failures.py": ("slow",),
     "test_governor_demo.py": ("network",),
     "test_demo_server.py": ("network",),
     "test_demo_llm.py": ("network",),
     "test_shared_limiter.py": ("redis",),
-    "test_polars.py": ("slow",),
 }
 # Engines of the promise suite (tests/engines.py): several processes share a Redis store; a cluster.
 _BY_ENGINE = {"[processes": ("redis", "slow"), "[cluster": ("cluster", "redis", "slow")}

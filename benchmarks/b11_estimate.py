@@ -251,8 +251,8 @@ def _waterfall(url: str, name: str) -> tuple[pb.Play, dict[str, Any]]:
         found = await ctx.waterfall(
             "email",
             [
-                ctx.call(first, domain=row.domain, first=row.first),
-                ctx.call(second, domain="mail." + row.domain, first=row.first),
+                ctx.leg(first, domain=row.domain, first=row.first),
+                ctx.leg(second, domain="mail." + row.domain, first=row.first),
             ],
         )
         return {"email": found}

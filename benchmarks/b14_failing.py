@@ -154,7 +154,7 @@ def _row(rows: int, clean: Outcome, mine: Outcome) -> Result:
         and mine.own >= failing - 2
         and not mine.parked
         and not mine.down
-        and not mine.holds
+        and not mine.waiting_on
     )
     result.notes = [
         (
@@ -165,7 +165,7 @@ def _row(rows: int, clean: Outcome, mine: Outcome) -> Result:
         (
             f"{mine.ok:,} ok; {mine.failed} failed ({mine.named} naming the tool, {mine.own} saying the request fails on its own), "
             f"{mine.parked} parked; "
-            f"provider down: {mine.down}, holds: {mine.holds}",
+            f"provider down: {mine.down}, waiting on: {mine.waiting_on}",
             calm and mine.ok == rows - failing and clean.ok == rows - failing,
         ),
         (

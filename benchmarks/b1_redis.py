@@ -26,6 +26,7 @@ import redis
 
 import playbook as pb
 from playbook.demo.redis_server import RedisServer
+from playbook.store import engine
 
 from .b1_replay import ROWS, replays
 from .b1r_kept import kept_loop
@@ -45,7 +46,7 @@ def _run(url: str, repeats: int) -> list[Result]:
 
     # The baseline reads the very receipts the replay reads, as JSON text under the same keys.
     client = redis.Redis.from_url(url)
-    records = {key: record for key, record in store.records()}
+    records = {key: record for key, record in engine(store).records()}
     assert len(records) == ROWS
     keys = [f"raw:{k}" for k in records]
     random.Random(0).shuffle(keys)

@@ -26,6 +26,7 @@ import diskcache
 import pandas as pd
 
 import playbook as pb
+from playbook.store import engine
 
 from .harness import Result, compare, timed
 
@@ -85,7 +86,7 @@ def run(repeats: int = 3) -> list[Result]:
     receipts_replay, memo_replay, fixture_replay = replays(store, workdir + "/fixtures.jsonl")
 
     # The baselines hold the very receipts the replay reads, under the same keys.
-    records = {key: record for key, record in store.records()}
+    records = {key: record for key, record in engine(store).records()}
     assert len(records) == ROWS
     keys = list(records)
     random.Random(0).shuffle(keys)

@@ -114,11 +114,11 @@ def timed(fn: Callable[[], int]) -> float:
 
 
 def emptied(redis: RedisServer) -> None:
-    """``redis`` flushed between cases, and its store's mark reset to match: a store emptied on
+    """``redis`` flushed between cases, and its store's loss accepted: a store emptied on
     purpose, which the next run must not refuse as one that lost its receipts."""
     redis.flush()
     store = pb.ReceiptStore(redis.url)
-    store.reset()
+    store.accept_loss()
     store.close()
 
 

@@ -21,7 +21,7 @@ from playbook.errors import (
 from playbook.frontends import register as _register
 from playbook.plays.play import Play, play
 from playbook.providers.provider import Provider
-from playbook.records import ProviderHold, Receipt, RunStats
+from playbook.records import ProviderWait, Receipt, RunStats
 from playbook.runtime import Run, last_run
 from playbook.runtime.calls.context import Context
 from playbook.runtime.estimate.projection import Estimate
@@ -41,8 +41,8 @@ __all__ = [
     "PlaybookError",
     "Provider",
     "ProviderExhausted",
-    "ProviderHold",
     "ProviderUnavailable",
+    "ProviderWait",
     "Receipt",
     "ReceiptError",
     "ReceiptStore",
@@ -83,6 +83,11 @@ def __getattr__(name: str) -> _Any:
         return importlib.import_module(".demo", __name__)
     if name == "ClusterRun":
         return importlib.import_module(".cluster", __name__).ClusterRun
+    if name == "ProviderHold":  # a down provider is not a hold: the record is of a provider rows wait on
+        from playbook._internal.renamed import renamed
+
+        renamed("pb.ProviderHold", "pb.ProviderWait")
+        return ProviderWait
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from playbook._internal.renamed import renamed
 from playbook.tagged import SCALARS, Unencodable, as_plain, dumps, encode, float_name
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
     "STEP",
     "code_fingerprint",
     "digest",
-    "forced_address",
     "int_row_digests",
     "job_address",
     "key_text",
@@ -54,8 +54,9 @@ __all__ = [
     "memo_address",
     "memo_digests",
     "receipt_address",
+    "refreshed_address",
     "row_digest",
-    "row_key",
+    "row_id",
     "step_address",
     "step_name",
 ]
@@ -93,19 +94,26 @@ def step_name(kind: str, key: str) -> str:
     return f"\x1f{kind}:{key}"
 
 
-def forced_address(receipt: str, run: str, logical: str) -> str:
-    """The idempotency key of a forced call: new per run and per logical call, so the provider
+def refreshed_address(receipt: str, run: str, logical: str) -> str:
+    """The idempotency key of a call paid for again (``refresh``): new per run and per logical call, so the provider
     does not answer it from its own cache of the first one."""
     return digest(f"{receipt}\x1f{run}\x1f{logical}")
 
 
-def row_key(values: list[Any]) -> str:
-    """Identity of a row from its (key) values, in column order (``TypeError`` if one has no JSON form)."""
+def row_id(values: list[Any]) -> str:
+    """Identity of a row from its values (those of its ``id_columns``), in column order
+    (``TypeError`` if one has no JSON form)."""
     return digest(key_text(values))
 
 
+def row_key(values: list[Any]) -> str:
+    """Deprecated: use :func:`row_id`."""
+    renamed("playbook.addresses.row_key()", "playbook.addresses.row_id()")
+    return row_id(values)
+
+
 def row_digest(values: list[Any]) -> bytes:
-    """:func:`row_key` as its 16 bytes (``row_digest(v).hex() == row_key(v)``): a million rows
+    """:func:`row_id` as its 16 bytes (``row_digest(v).hex() == row_id(v)``): a million rows
     keep theirs in 16 MB."""
     return hashlib.blake2b(key_text(values).encode("utf-8", "surrogatepass"), digest_size=16).digest()
 

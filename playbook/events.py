@@ -198,6 +198,21 @@ class RunNotice(NamedTuple):
     lost: int = 0
 
 
+class RowSleeping(NamedTuple):
+    """A row stepped aside in ``ctx.sleep``: it wakes at ``until`` (epoch seconds).  A sleep is
+    not a provider's hold: no provider, whatever its name, holds a sleeping row."""
+
+    position: int
+    until: float
+
+
+class RunProgress(NamedTuple):
+    """The counters moved without a row event here: a cluster's workers reported (``done`` rows now)."""
+
+    done: int
+
+
+# Every event a run emits (one name: ``playbook.runtime.state.reading.RunEvent`` was the same).
 Event = (
     RunStarted
     | RunCounted
@@ -218,18 +233,7 @@ Event = (
     | KeyRetired
     | WaterfallFinished
     | RunNotice
+    | RowSleeping
+    | RowDeferred
+    | RunProgress
 )
-
-
-class RowSleeping(NamedTuple):
-    """A row stepped aside in ``ctx.sleep``: it wakes at ``until`` (epoch seconds).  A sleep is
-    not a provider's hold: no provider, whatever its name, holds a sleeping row."""
-
-    position: int
-    until: float
-
-
-class RunProgress(NamedTuple):
-    """The counters moved without a row event here: a cluster's workers reported (``done`` rows now)."""
-
-    done: int

@@ -1,4 +1,4 @@
-"""The records a user reads and the store keeps: receipts, run statistics, provider holds, a row's
+"""The records a user reads and the store keeps: receipts, run statistics, the providers rows wait on, a row's
 status.  They are pydantic models: validated, with documented fields, and their JSON is stable.
 """
 
@@ -8,9 +8,10 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
+from playbook._internal.renamed import renamed
 from playbook._internal.words import time_of_day
 
-__all__ = ["STATUSES", "STATUS_COLUMNS", "ProviderHold", "Receipt", "RunStats", "Status"]
+__all__ = ["STATUSES", "STATUS_COLUMNS", "ProviderWait", "Receipt", "RunStats", "Status"]
 
 
 Status = Literal["ok", "reused", "failed", "parked", "skipped"]
@@ -20,11 +21,12 @@ STATUS_COLUMNS = ("play_status", "play_error")
 
 
 class Receipt(BaseModel):
-    """One paid-for tool result as stored on disk (JSON).  ``miss`` marks a "not found" answer."""
+    """One paid-for tool result as stored on disk (JSON).  ``address``: where the store keeps it
+    (:mod:`playbook.addresses`); ``miss`` marks a "not found" answer."""
 
     model_config = ConfigDict(frozen=True)
 
-    key: str
+    address: str
     tool: str
     version: str
     account: str
@@ -33,6 +35,12 @@ class Receipt(BaseModel):
     miss: bool
     cost: float
     created_at: float
+
+    @property
+    def key(self) -> str:
+        """Deprecated: use :attr:`address` ("key" is an API key's word)."""
+        renamed("Receipt.key", "Receipt.address")
+        return self.address
 
 
 class RunStats(BaseModel):
@@ -46,7 +54,9 @@ class RunStats(BaseModel):
     failed: int = 0
     parked: int = 0
     skipped: int = 0
-    held: int = 0
+    waiting: int = (
+        0  # rows stepped aside now: waiting for a provider (its hold, or while it is down) or in ctx.sleep
+    )
     calls_executed: int = 0  # calls paid for: sent to a provider, or with a cost
     calls_reused: int = 0  # calls answered by receipts of earlier runs
     calls_shared: int = 0  # identical calls answered by a receipt this run paid for (another row's)
@@ -64,14 +74,22 @@ class RunStats(BaseModel):
     receipts_lost: int = 0  # paid calls whose receipts could not be written (the store failed)
 
     @property
+    def held(self) -> int:
+        """Deprecated: use :attr:`waiting` ("hold" is a provider's; rows wait)."""
+        renamed("RunStats.held", "RunStats.waiting")
+        return self.waiting
+
+    @property
     def done(self) -> int:
         """Rows that reached a final status."""
         return self.ok + self.reused + self.failed + self.parked + self.skipped
 
 
-class ProviderHold(BaseModel):
-    """A provider that holds rows back: until when (epoch seconds), how many rows wait on it
-    (held in this run, or parked until it lets calls through again), the last status seen."""
+class ProviderWait(BaseModel):
+    """A provider that rows wait on, for one of two reasons: its hold (``reason="hold"``: it asked
+    to wait, ``until`` then, epoch seconds) or it is down (``reason="down"``: it refuses
+    connections or keeps failing; ``until`` its next probe, ``error`` why).  How many rows wait
+    on it (waiting in this run, or parked until it lets calls through again), the last status."""
 
     model_config = ConfigDict(frozen=True)
 

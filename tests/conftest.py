@@ -123,11 +123,11 @@ def engine(request: pytest.FixtureRequest, tmp_path: Any) -> Engine:
     if request.param == "one process":
         return OneProcess(tmp_path / "store", tmp_path)
     redis_url = request.getfixturevalue("redis_url")
-    # Emptied for this test on purpose, and said so (as a user who flushes a store resets it): a
+    # Emptied for this test on purpose, and said so (as a user who flushes a store accepts the loss): a
     # cluster's workers outlive a test, with the store they had open, and would take the empty
     # store for one that lost the last test's receipts.
     emptied = pb.ReceiptStore(redis_url)
-    emptied.reset()
+    emptied.accept_loss()
     emptied.close()
     if request.param == "processes":
         return Processes(redis_url, tmp_path)

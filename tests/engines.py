@@ -7,7 +7,7 @@
   over four partitions (eight when one of its workers is killed), on one Redis.
 
 Each engine runs a play over a pandas frame and answers an :class:`Outcome` (the rows as the job
-ends them, what the runs counted, the holds and parked rows); it can also stop a run midway
+ends them, what the runs counted, the providers rows wait on and the parked rows); it can also stop a run midway
 (``run.stop()``, or Ctrl-C for processes) and kill one of its processes with SIGKILL midway.  A
 play and its tools travel to other processes as Dask sends them: pickled, providers as their
 description (with their limits shared at the job's Redis), secrets as their variable's name.
@@ -71,7 +71,7 @@ except (pb.RunFatal, KeyboardInterrupt) as exc:
 
 def said(run):
     return {
-        "result": run.result, "stats": run.stats.model_dump(), "holds": [h.model_dump() for h in run.holds],
+        "result": run.result, "stats": run.stats.model_dump(), "waiting_on": [h.model_dump() for h in run.waiting_on],
         "parked": run.parked, "waterfalls": run.waterfalls, "fatal": fatal, "notices": run.notices,
         "previous": None if getattr(run, "previous", None) is None else run.previous.stats.model_dump(),
     }
@@ -96,7 +96,7 @@ class Outcome:
     # fatal error stopped (no partition gave its rows back; its counters say what became of them)
     result: pd.DataFrame | None
     runs: list[dict[str, Any]]  # each run's stats (one run; one per process; the cluster job's)
-    holds: list[dict[str, Any]]  # providers holding rows back
+    waiting_on: list[dict[str, Any]]  # the providers rows wait on (run.waiting_on)
     parked: pd.DataFrame
     waterfalls: pd.DataFrame
     fatal: str | None = None  # the error that stopped a run (RunFatal, KeyboardInterrupt)
@@ -397,11 +397,11 @@ def _outcome(run: Any, fatal: str | None) -> Outcome:
     if result is not None and not isinstance(result, pd.DataFrame):  # a cluster run's: a Dask DataFrame
         result = result.compute()
     stats = run.stats.model_dump()
-    holds = [h.model_dump() for h in run.holds]
+    waiting_on = [h.model_dump() for h in run.waiting_on]
     return Outcome(
         result,
         [stats],
-        holds,
+        waiting_on,
         run.parked,
         run.waterfalls,
         fatal,
@@ -431,7 +431,7 @@ def _merged(said: list[dict[str, Any]]) -> Outcome:
             for row in both:
                 a, b = done[0].at[row, column], other.at[row, column]
                 assert type(a) is type(b) and (a == b or (pd.isna(a) and pd.isna(b))), (row, column, a, b)
-    holds = _holds([hold for s in said for hold in s["holds"]])
+    waiting_on = _waiting_on([hold for s in said for hold in s["waiting_on"]])
     parked = merged[merged["play_status"] == "parked"]
     parked = next((s["parked"] for s in said if len(s["parked"]) == len(parked)), said[0]["parked"])
     fatal = next((s["fatal"] for s in said if s["fatal"]), None)
@@ -440,7 +440,7 @@ def _merged(said: list[dict[str, Any]]) -> Outcome:
     return Outcome(
         merged,
         [s["stats"] for s in said],
-        holds,
+        waiting_on,
         parked,
         legs,
         fatal,
@@ -460,11 +460,11 @@ def _legs(tables: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(shown).groupby(keys, as_index=False, sort=False).sum()[list(tables[0].columns)]
 
 
-def _holds(holds: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The processes' holds, one per provider: the one that says most (a process that only met
-    a hold another set through the shared limits knows no status for it)."""
+def _waiting_on(waits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The providers the processes' rows wait on, one per provider: the one that says most (a
+    process that only met a hold another set through the shared limits knows no status for it)."""
     best: dict[str, dict[str, Any]] = {}
-    for hold in holds:
+    for hold in waits:
         seen = best.get(hold["provider"])
         if seen is None or (seen["last_status"] is None and hold["last_status"] is not None):
             best[hold["provider"]] = hold

@@ -41,7 +41,7 @@ HEADER = [
     "ok",
     "reused",
     "failed",
-    "held",
+    "waiting",
     "parked",
     "skipped",
     "calls paid",

@@ -15,7 +15,7 @@ from playbook.addresses import (
     memo_digests,
     receipt_address,
     row_digest,
-    row_key,
+    row_id,
     step_address,
 )
 
@@ -41,18 +41,18 @@ def test_receipt_keys_of_the_first_store_format_are_kept() -> None:
     assert receipt_address("pinned", "2", '{"q":"alpha"}', "default") == "r51cb19d1736de534bdffba087a4ed894"
 
 
-def test_row_keys_merge_what_pandas_changes_and_nothing_else() -> None:
+def test_row_ids_merge_what_pandas_changes_and_nothing_else() -> None:
     """numpy and Python scalars, 3 and 3.0, every missing marker, a Timestamp and its datetime: one row key.
     A datetime and its ISO text, inf and "inf": two."""
     assert (
-        row_key([np.int64(3), np.float64(1.5), np.bool_(True)])
-        == row_key([3, 1.5, True])
-        == row_key([3.0, 1.5, True])
+        row_id([np.int64(3), np.float64(1.5), np.bool_(True)])
+        == row_id([3, 1.5, True])
+        == row_id([3.0, 1.5, True])
     )
-    assert len({row_key([v]) for v in (math.nan, None, pd.NA, pd.NaT, np.nan, np.datetime64("NaT"))}) == 1
+    assert len({row_id([v]) for v in (math.nan, None, pd.NA, pd.NaT, np.nan, np.datetime64("NaT"))}) == 1
     stamp = pd.Timestamp("2024-05-01 12:30")
-    assert row_key([stamp]) == row_key([dt.datetime(2024, 5, 1, 12, 30)]) != row_key([stamp.isoformat()])
-    assert row_key([math.inf]) != row_key(["inf"]) and row_key([True]) != row_key([1])
+    assert row_id([stamp]) == row_id([dt.datetime(2024, 5, 1, 12, 30)]) != row_id([stamp.isoformat()])
+    assert row_id([math.inf]) != row_id(["inf"]) and row_id([True]) != row_id([1])
 
 
 def test_digest_of_a_lone_surrogate_is_distinct() -> None:
@@ -60,7 +60,7 @@ def test_digest_of_a_lone_surrogate_is_distinct() -> None:
     assert digest("caf\udce9") != digest("caf\udce8") and len(digest("caf\udce9")) == 32
 
 
-def test_row_digests_of_int_columns_are_their_rows_keys() -> None:
+def test_row_digests_of_int_columns_are_their_rows_ids() -> None:
     """Rows of numpy int and bool columns, digested a column at a time, have the keys their values
     have one row at a time (the extremes of each width included); so do memo keys made in bulk."""
     columns = [
@@ -74,7 +74,7 @@ def test_row_digests_of_int_columns_are_their_rows_keys() -> None:
     assert [bytes(both[16 * i : 16 * i + 16]) for i in range(5)] == [row_digest(list(r)) for r in rows]
     one = int_row_digests(columns[2:3])
     assert [bytes(one[16 * i : 16 * i + 16]) for i in range(5)] == [row_digest([r[2]]) for r in rows]
-    keys = [row_key(list(r)) for r in rows]
+    keys = [row_id(list(r)) for r in rows]
     memos = memo_digests("fp", keys)
     assert ["m" + memos[16 * i : 16 * i + 16].hex() for i in range(5)] == [
         memo_address("fp", k) for k in keys

@@ -123,7 +123,7 @@ def test_non_unique_index_with_duplicate_rows(store: pb.ReceiptStore) -> None:
 
 
 def test_multiindex_columns(store: pb.ReceiptStore) -> None:
-    """MultiIndex columns: row[("a", "x")] works, key= may name a tuple label, and the result keeps the MultiIndex."""
+    """MultiIndex columns: row[("a", "x")] works, id_columns= may name a tuple label, and the result keeps the MultiIndex."""
 
     @pb.play
     async def total(row, ctx):
@@ -133,7 +133,7 @@ def test_multiindex_columns(store: pb.ReceiptStore) -> None:
         [[1, 2, "p"], [1, 2, "q"], [3, 4, "r"]],
         columns=pd.MultiIndex.from_tuples([("a", "x"), ("a", "y"), ("b", "z")]),
     )
-    run = frame.play.run(total, store=store, progress=False, key=[("a", "x"), ("a", "y")])
+    run = frame.play.run(total, store=store, progress=False, id_columns=[("a", "x"), ("a", "y")])
     out = run.result
     assert run.stats.ok == 3
     assert isinstance(out.columns, pd.MultiIndex)
@@ -147,7 +147,7 @@ def test_multiindex_columns(store: pb.ReceiptStore) -> None:
     ]
     assert out["total"].tolist() == [3, 3, 7] and out["play_status"].tolist() == ["ok"] * 3
     # A tuple that is a label names one column, not two.
-    again = frame.play.map(total, store=store, progress=False, key=("b", "z"), refresh="rows")
+    again = frame.play.map(total, store=store, progress=False, id_columns=("b", "z"), refresh="rows")
     assert again["total"].tolist() == [3, 3, 7]
 
 
@@ -162,7 +162,7 @@ def test_multiindex_columns(store: pb.ReceiptStore) -> None:
     ids=["ints", "float and str", "timestamps", "flat tuples"],
 )
 def test_non_string_column_labels(labels: list, store: pb.ReceiptStore) -> None:
-    """Non-string column labels work: row[label] reads the cell, key= takes the label, the result keeps the labels."""
+    """Non-string column labels work: row[label] reads the cell, id_columns= takes the label, the result keeps the labels."""
     first, second = labels[0], labels[1]
 
     @pb.play
@@ -170,7 +170,7 @@ def test_non_string_column_labels(labels: list, store: pb.ReceiptStore) -> None:
         return {"sum": row[first] + row[second]}
 
     frame = pd.DataFrame([[1, 10], [2, 20], [1, 30]], columns=labels)
-    out = frame.play.map(add, store=store, progress=False, key=first)
+    out = frame.play.map(add, store=store, progress=False, id_columns=first)
     assert out["sum"].tolist() == [11, 22, 11]  # rows 0 and 2 share the key: they are one row
     assert list(out.columns)[:2] == list(labels) and out[first].tolist() == [1, 2, 1]
 
@@ -378,7 +378,7 @@ def test_values_json_would_merge_are_different_calls(
 
 
 def test_non_serialisable_cell_fails_only_its_row_unless_key_is_given(store: pb.ReceiptStore) -> None:
-    """A cell with no JSON form cannot key its row: that row fails, saying to pass key=; with key= it runs."""
+    """A cell with no JSON form cannot key its row: that row fails, saying to pass id_columns=; with id_columns= it runs."""
 
     @pb.play
     async def kind(row, ctx):
@@ -388,8 +388,8 @@ def test_non_serialisable_cell_fails_only_its_row_unless_key_is_given(store: pb.
     out = frame.play.map(kind, store=store, progress=False)
     assert out["play_status"].tolist() == ["failed", "ok", "failed"]
     assert "cannot identify the row" in out["play_error"].iloc[0] and "Gadget" in out["play_error"].iloc[0]
-    assert "key=" in out["play_error"].iloc[2]
-    keyed = frame.play.map(kind, store=store, progress=False, key="id")
+    assert "id_columns=" in out["play_error"].iloc[2]
+    keyed = frame.play.map(kind, store=store, progress=False, id_columns="id")
     assert keyed["kind"].tolist() == ["Gadget", "str", "list"]
 
 
@@ -716,7 +716,7 @@ def test_store_turning_read_only_mid_run_fails_rows_instead_of_hanging(store: pb
     out = asyncio.run(run())
     assert out["play_status"].tolist() == ["reused", "reused", "failed"]
     assert (
-        f"ReceiptError: cannot use the leases of the receipt store at {store.path}"
+        f"ReceiptError: cannot use the leases of the receipt store at {store.location}"
         in out["play_error"].iloc[2]
     )
     assert calls == ["a", "b"]

@@ -272,7 +272,7 @@ def test_big_run_panel_draws_its_pictures(big_run: Session) -> None:
     and quota's chart, redrawn as the run goes on."""
     live = big_run.live_samples()
     assert live and all(s["segments"] for s in live), [s["segments"] for s in live[:5]]
-    order = ["pb-ok", "pb-reused", "pb-failed", "pb-held", "pb-parked", "pb-skipped", "pb-rest"]
+    order = ["pb-ok", "pb-reused", "pb-failed", "pb-waiting", "pb-parked", "pb-skipped", "pb-rest"]
     for sample in live:
         classes = [cls for cls, _ in sample["segments"]]
         assert classes == sorted(classes, key=order.index), sample["segments"]

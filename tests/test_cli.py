@@ -40,7 +40,7 @@ def home() -> Path:
     store = pb.ReceiptStore()
     pd.DataFrame({"q": ["a", "b", "c"]}).play.map(enrich, store=store, progress=False)
     store.close()
-    return store.path
+    return Path(store.location)
 
 
 def cli(*args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
@@ -212,7 +212,7 @@ def test_export_round_trips_the_receipts(home: Path) -> None:
         assert line.pop("created_at") == pytest.approx(row.pop("created_at").timestamp(), abs=1e-6)
     assert exported == expected
     assert list(json.loads(done.stdout.splitlines()[0])) == [
-        "key",
+        "address",
         "tool",
         "version",
         "account",
@@ -299,8 +299,8 @@ def _lose(path: Path, receipts: int) -> None:
     con.close()
 
 
-def test_reset_accepts_what_a_lost_store_holds(home: Path) -> None:
-    """`cache reset --yes` does what store.reset() does: a store that lost receipts, refused until
+def test_accept_loss_accepts_what_a_lost_store_holds(home: Path) -> None:
+    """`cache accept-loss --yes` does what store.accept_loss() does: a store that lost receipts, refused until
     then (the message names both ways out), runs again, even in a process that kept it open."""
 
     @pb.tool(name="again")
@@ -311,15 +311,15 @@ def test_reset_accepts_what_a_lost_store_holds(home: Path) -> None:
     async def twice(row, ctx):  # type: ignore[no-untyped-def]
         return {"v": await ctx.tool(again, q=row.q)}
 
-    kept = pb.ReceiptStore(home)  # a kernel's, open across the reset
+    kept = pb.ReceiptStore(home)  # a kernel's, open across the acceptance
     _lose(home, 2)
     with pytest.raises(pb.ReceiptError) as refused:
         pd.DataFrame({"q": ["x"]}).play.map(twice, store=kept, progress=False)
     assert "held 6 receipts" in str(refused.value) and "now holds 4" in str(refused.value)
-    assert f"pb.ReceiptStore({str(home)!r}).reset()" in str(refused.value)
-    assert f"python -m playbook cache reset --store {home}" in str(refused.value)
-    _one_line_error(cli("cache", "reset"), "held 6 receipts", "--yes", "not a terminal")
-    done = cli("cache", "reset", "--yes")
+    assert f"pb.ReceiptStore({str(home)!r}).accept_loss()" in str(refused.value)
+    assert f"python -m playbook cache accept-loss --store {home}" in str(refused.value)
+    _one_line_error(cli("cache", "accept-loss"), "held 6 receipts", "--yes", "not a terminal")
+    done = cli("cache", "accept-loss", "--yes")
     assert (
         done.returncode == 0
         and done.stdout
@@ -329,14 +329,15 @@ def test_reset_accepts_what_a_lost_store_holds(home: Path) -> None:
     assert out["v"].tolist() == ["xx"] and kept.lost is None
     kept.close()
     assert (
-        cli("cache", "reset").stdout == f"the receipt store at {home} has lost nothing: it holds 5 receipts\n"
+        cli("cache", "accept-loss").stdout
+        == f"the receipt store at {home} has lost nothing: it holds 5 receipts\n"
     )
 
 
 def test_looking_at_a_store_refused_as_lost_says_so_and_how_to_accept_it(home: Path) -> None:
     """The store deleted whole, then a run refused on the empty one made in its place: `cache
     stats` and `cache list` still show what it holds (exit 0), with one line on stderr saying runs
-    on it are refused and naming `cache reset`; once reset, nothing more is said."""
+    on it are refused and naming `cache accept-loss`; once accepted, nothing more is said."""
 
     @pb.play
     async def noop(row, ctx):  # type: ignore[no-untyped-def]
@@ -351,29 +352,31 @@ def test_looking_at_a_store_refused_as_lost_says_so_and_how_to_accept_it(home: P
         assert done.returncode == 0 and len(said) == 1, (args, done.stderr)
         assert (
             said[0].startswith("playbook: runs on this store are refused: ")
-            and "python -m playbook cache reset" in said[0]
+            and "python -m playbook cache accept-loss" in said[0]
         )
     assert cli("cache", "stats").stdout.splitlines()[1].split()[:2] == ["receipts", "0"]
-    assert cli("cache", "reset", "--yes").returncode == 0 and cli("cache", "stats").stderr == ""
+    assert cli("cache", "accept-loss", "--yes").returncode == 0 and cli("cache", "stats").stderr == ""
 
 
-def test_a_store_deleted_whole_is_said_gone_and_only_reset_makes_it_again(home: Path, tmp_path: Path) -> None:
+def test_a_store_deleted_whole_is_said_gone_and_only_accept_loss_makes_it_again(
+    home: Path, tmp_path: Path
+) -> None:
     """The store's directory deleted: `cache stats` fails saying it held receipts and is gone, and
-    names `cache reset`, which makes it again, empty; a path that never held a store is no store,
-    for reset too (a typo makes nothing), without the hint to set --store when --store was given."""
+    names `cache accept-loss`, which makes it again, empty; a path that never held a store is no store,
+    for accept-loss too (a typo makes nothing), without the hint to set --store when --store was given."""
     shutil.rmtree(home)
     _one_line_error(
         cli("cache", "stats"),
         f"the receipt store at {home} held 6 receipts",
         "is gone",
-        "cache reset --store",
+        "cache accept-loss --store",
     )
     assert not home.exists()
-    done = cli("cache", "reset", "--yes")
+    done = cli("cache", "accept-loss", "--yes")
     assert done.returncode == 0 and "holds 0 receipts" in done.stdout and (home / "receipts.db").is_file()
     assert cli("cache", "stats").returncode == 0
     typo = tmp_path / "stroe"
-    for args in (("cache", "reset", "--yes"), ("cache", "stats")):
+    for args in (("cache", "accept-loss", "--yes"), ("cache", "stats")):
         done = cli(*args, "--store", str(typo))
         _one_line_error(done, f"no receipt store at {typo}")
         assert "set --store" not in done.stderr and not typo.exists()
@@ -388,7 +391,7 @@ def test_a_misspelt_option_or_subcommand_gets_what_it_was_likely_meant_to_be(hom
         (
             "cache",
             "lst",
-        ): "invalid choice: 'lst' (choose from 'stats', 'list', 'spend', 'clear', 'reset', 'export') (did you mean list?)",
+        ): "invalid choice: 'lst' (choose from 'stats', 'list', 'spend', 'clear', 'accept-loss', 'reset', 'export') (did you mean list?)",
         ("cache", "list", "--limt", "3"): "unrecognized arguments: --limt 3 (did you mean --limit?)",
         (
             "cache",
@@ -407,3 +410,14 @@ def test_a_misspelt_option_or_subcommand_gets_what_it_was_likely_meant_to_be(hom
             done.stderr,
         )
         assert last.endswith(said), (args, last)
+
+
+def test_cache_reset_still_accepts_a_loss_and_names_accept_loss(home: Path) -> None:
+    """`cache reset`, the old spelling, does what `cache accept-loss` does and says on stderr that
+    it is deprecated, naming `cache accept-loss`."""
+    _lose(home, 2)
+    done = cli("cache", "reset", "--yes")
+    assert done.returncode == 0 and "accepted: the receipt store at" in done.stdout, done.stderr
+    assert "`cache reset` is deprecated" in done.stderr and "use `cache accept-loss`" in done.stderr
+    assert pb.ReceiptStore(home).lost is None
+    assert "reset" not in cli("cache", "--help").stdout  # listed no more

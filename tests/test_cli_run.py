@@ -250,7 +250,7 @@ def test_a_deleted_store_is_refused_with_its_way_out_on_the_command_line(
     work: Path, demo: pb.demo.DemoServer
 ) -> None:
     """A store directory deleted after a run: every run is refused (exit 1) with the command that
-    accepts it and no claim that a rerun helps; `cache reset --yes` on the deleted path lets the
+    accepts it and no claim that a rerun helps; `cache accept-loss --yes` on the deleted path lets the
     next run go on, paying again for the lost calls."""
     run = ["plays.py:enrich", "--in", "leads.csv", "--out", "out.csv", "--overwrite"]
     assert cli(work, *run).returncode == 0
@@ -260,7 +260,8 @@ def test_a_deleted_store_is_refused_with_its_way_out_on_the_command_line(
         assert refused.returncode == 1, refused.stderr
         (line,) = [line for line in refused.stderr.splitlines() if line.startswith("playbook: ")]
         assert (
-            "held 12 receipts" in line and f"python -m playbook cache reset --store {work / 'store'}" in line
+            "held 12 receipts" in line
+            and f"python -m playbook cache accept-loss --store {work / 'store'}" in line
         )
         assert "rerun" not in line
     assert demo.stats()["requests"] == 12
@@ -334,7 +335,7 @@ def test_usage_errors_exit_2_naming_what_is_wrong_before_anything_runs(
             ["argument --concurrency", "'0'"],
             {},
         ),  # an abbreviation is argparse's: it names one option
-        (["plays.py:enrich", *run, "--key", "domain,nope"], ["--key", "'nope'"], {}),
+        (["plays.py:enrich", *run, "--id-columns", "domain,nope"], ["--id-columns", "'nope'"], {}),
         (
             ["plays.py:enrich", "--in", "./leads.csv", "--out", "link.csv"],
             ["--out link.csv", "same file as --in ./leads.csv"],
@@ -579,7 +580,11 @@ def test_json_report_says_why_rows_parked_and_stderr_says_what_to_do_from_a_shel
     assert budget.returncode == 3, budget.stderr
     report = json.loads(budget.stdout)
     out = pd.read_csv(work / "budget.csv")
-    assert report["parked"]["by_reason"] == {"budget": 9} and report["holds"] == [] and report["errors"] == []
+    assert (
+        report["parked"]["by_reason"] == {"budget": 9}
+        and report["waiting_on"] == []
+        and report["errors"] == []
+    )
     assert [r["row"] for r in report["parked"]["rows"]] == list(out.index[out["play_status"] == "parked"][:5])
     assert {(r["reason"], r["provider"], r["ready_at"]) for r in report["parked"]["rows"]} == {
         ("budget", None, None)

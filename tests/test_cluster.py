@@ -24,6 +24,7 @@ import dask.dataframe as dd
 import pandas as pd
 import pytest
 import redis
+from demo_process import DemoProcess
 from distributed import Client, LocalCluster
 
 import playbook as pb
@@ -109,9 +110,14 @@ def _values(column: pd.Series) -> list[Any]:
     return [None if pd.isna(v) else v for v in column.tolist()]
 
 
-def test_a_provider_has_one_rate_across_the_workers(client: Client, demo, redis_url: str) -> None:
+def test_a_provider_has_one_rate_across_the_workers(
+    client: Client, demo_elsewhere: DemoProcess, redis_url: str
+) -> None:
     """A provider given no shared= is shared through the job's Redis: two workers together keep to
-    its rate (the demo refuses what passes it), and its limits live in that Redis."""
+    its rate (the demo refuses what passes it), and its limits live in that Redis.  The demo runs
+    in a process of its own, as a provider does: in this one it would share the interpreter with
+    the Dask client, and on a loaded machine judge together requests that arrived on time apart."""
+    demo = demo_elsewhere
     demo.reset(rps=10, burst=5)
     provider = pb.Provider("demo-shared", rps=10, burst=5)
     frame = _people(40)
@@ -124,7 +130,8 @@ def test_a_provider_has_one_rate_across_the_workers(client: Client, demo, redis_
     assert run.stats.ok == 40
     # Two workers each at 10/s are refused 17-25 times here (their bursts and their rates add up);
     # one shared rate, a few times at most: a loaded machine delays some calls and sends the next
-    # on time, and a bucket of 5 takes most such pairs (with a bucket of 2, a busy machine saw 5).
+    # on time, and a bucket of 5 takes most such pairs (a bucket of 2, with the demo in this process,
+    # saw 5 on a busy machine).
     assert demo.stats()["rate_limited"] <= 6
     assert took >= (40 - 5) / 10 * 0.9, f"40 calls at 10/s took {took:.1f}s: faster than the provider's rate"
     keys = {k.decode() for k in redis.Redis.from_url(redis_url).scan_iter("playbook:limit:*demo-shared*")}
@@ -193,7 +200,7 @@ def test_parked_rows_are_retried_on_the_cluster_paying_only_for_them(
 
     assert again is not run and again.previous is run and pb.last_run() is again and run.stats == first
     assert (again.stats.total, again.stats.ok, again.stats.parked) == (len(parked), len(parked), 0)
-    assert again.parked.empty and again.holds == []
+    assert again.parked.empty and again.waiting_on == []
     assert again.stats.calls_executed == len(parked) and paid_before == 30 - len(parked)
     assert first.calls_executed + again.stats.calls_executed == 30
     result = again.result.compute()
@@ -619,8 +626,8 @@ def test_the_store_may_be_a_receipt_store_or_playbook_home(
     monkeypatch.setenv("PLAYBOOK_HOME", redis_url)
     again = dd.from_pandas(frame, npartitions=2).play.run(play, progress=False)
     assert first.stats.ok == 10 and again.stats.reused == 10 and demo.stats()["requests"] == 10
-    with pytest.raises(pb.PlayDefinitionError, match=r"key=\['nope'\]: no column 'nope'"):
-        dd.from_pandas(frame, npartitions=2).play.map(play, key=["nope"], progress=False)
+    with pytest.raises(pb.PlayDefinitionError, match=r"id_columns=\['nope'\]: no column 'nope'"):
+        dd.from_pandas(frame, npartitions=2).play.map(play, id_columns=["nope"], progress=False)
     twice = dd.from_pandas(frame.rename(columns={"first": "domain"}), npartitions=2)
     with pytest.raises(pb.PlayDefinitionError, match="more than one column named 'domain'"):
         twice.play.map(play, progress=False)

@@ -11,7 +11,7 @@ import pytest
 
 import playbook as pb
 from playbook.demo import DemoSettings
-from playbook.demo.counters import KEY_FIELDS, key_label
+from playbook.demo.counters import KEY_FIELDS, Counters, key_label
 
 KEY_A, KEY_B = "key-a", "key-b"
 UNKNOWN = "sk-wrong-9999"
@@ -185,6 +185,18 @@ def test_key_labels_show_at_most_four_characters_and_never_a_whole_key() -> None
         "…bcd",
         "…",
     ]
+
+
+def test_the_most_admitted_in_a_second_is_counted_on_the_providers_clock_whatever_the_pauses() -> None:
+    """admitted_most_in_a_second: the most requests let in within any one second, so a client's
+    pause between two busy stretches does not lower it, as it lowers admitted over admitted_seconds."""
+    counters = Counters()
+    for now in (0.0, 0.1, 0.2, 0.95, 10.0, 10.5, 10.6, 10.7, 11.0, 11.6):  # a pause of 9 s between
+        counters.admit(now, "…ey-a")
+    stats = counters.snapshot()
+    # 10.5, 10.6, 10.7 and 11.0 are within a second; 10.0 is a second before 11.0, not within it.
+    assert stats["admitted_most_in_a_second"] == 4 and stats["admitted"] == 10
+    assert stats["admitted"] / stats["admitted_seconds"] < 1
 
 
 @pytest.mark.parametrize("bad", [(), [""], ("key-a", 3), 42, {"key-a": 1}])

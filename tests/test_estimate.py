@@ -637,8 +637,8 @@ def _waterfall(demo: pb.demo.DemoServer) -> Any:
 
     async def both(row: Any, ctx: pb.Context) -> Any:
         legs = [
-            ctx.call(first, domain=row.domain, first=row.first),
-            ctx.call(second, domain="mail." + row.domain, first=row.first),
+            ctx.leg(first, domain=row.domain, first=row.first),
+            ctx.leg(second, domain="mail." + row.domain, first=row.first),
         ]
         return {"email": await ctx.waterfall("email", legs)}
 

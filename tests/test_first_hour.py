@@ -63,6 +63,7 @@ def test_running_the_demo_servers_cell_again_pays_for_nothing(kernel: Kernel) ->
     assert edited["stdout"].split() == ["10", "10"] and kernel.value("demo.url") == url
 
 
+@pytest.mark.network
 def test_serve_again_from_the_same_line_is_the_same_server_with_the_new_settings() -> None:
     def serve(**settings):  # type: ignore[no-untyped-def]  # one line calling serve(), as a cell's, run again and again
         return pb.demo.serve(**settings)
@@ -85,6 +86,7 @@ def test_serve_again_from_the_same_line_is_the_same_server_with_the_new_settings
             server.stop()
 
 
+@pytest.mark.network
 def test_serve_from_a_place_of_its_own_keeps_its_counters_apart(tmp_path: Path) -> None:
     """Two providers in one notebook (a main one and a backup) stay two servers."""
     main = pb.demo.serve(quota=3)
@@ -139,6 +141,7 @@ def test_a_client_error_is_kept_as_the_calls_answer_and_not_asked_again(
     assert forced["play_status"].tolist() == ["failed"] and demo.stats()["requests"] == 2
 
 
+@pytest.mark.slow
 def test_requests_the_provider_saw_are_the_calls_the_run_counted(
     demo: pb.demo.DemoServer, store: pb.ReceiptStore
 ) -> None:
@@ -197,6 +200,7 @@ def test_an_output_named_like_an_input_column_fails_its_row_unless_overwrite(sto
     assert pb.last_run().stats.reused == 3
 
 
+@pytest.mark.slow
 def test_the_command_line_and_the_magic_name_overwrite_too(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -247,6 +251,7 @@ print(run.stats.reused, run.stats.ok, flush=True)
 """
 
 
+@pytest.mark.slow
 def test_rows_finished_before_a_kill_are_reused_from_their_memos(tmp_path: Path) -> None:
     """10 rows finish, then every other row waits on a provider that stopped answering; kill -9 a
     second later: the rerun reuses the 10 from their memos (written within half a second), not

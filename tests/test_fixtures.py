@@ -72,7 +72,7 @@ def test_replay_sends_nothing_and_is_not_paced(demo: Any, tmp_path: Path) -> Non
     out = LEADS.play.map(_enrich(_email_tool(demo, slow)), fixtures=path, progress=False)
     assert list(out.play_status) == ["ok"] * 4
     assert demo.stats()["requests"] == before
-    assert pb.last_run().holds == []
+    assert pb.last_run().waiting_on == []
 
 
 def test_a_call_missing_from_the_file_fails_its_row(demo: Any, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ async def finish(frame: pd.DataFrame, play: Any, store: pb.ReceiptStore, **opts:
 
 
 def test_force_pays_once_per_logical_call_even_when_the_row_is_replayed(tmp_path: Path) -> None:
-    """force=True re-dispatches once per logical call in a run: a replay after a hold does not pay again."""
+    """ctx.tool(..., refresh=True) re-dispatches once per logical call in a run: a replay after a hold does not pay again."""
     paid: list[int] = []
     held = {"once": False}
     provider = pb.Provider("p")
@@ -44,7 +44,7 @@ def test_force_pays_once_per_logical_call_even_when_the_row_is_replayed(tmp_path
 
     @pb.play
     async def play(row, ctx):
-        fresh = await ctx.tool(price, n=row.n, force=True)
+        fresh = await ctx.tool(price, n=row.n, refresh=True)
         return {"price": fresh, "later": await ctx.tool(later, n=row.n)}
 
     store = virtual_store(tmp_path / "s")
@@ -78,7 +78,7 @@ def test_force_still_pays_when_the_forced_call_itself_was_held(tmp_path: Path) -
 
     @pb.play
     async def forced(row, ctx):
-        return {"q": await ctx.tool(quote, n=row.n, force=True)}
+        return {"q": await ctx.tool(quote, n=row.n, refresh=True)}
 
     store = virtual_store(tmp_path / "s")
     frame = pd.DataFrame({"n": [7]})

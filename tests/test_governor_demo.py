@@ -51,8 +51,8 @@ def test_waterfall_falls_past_an_exhausted_quota_without_waiting(demo, store) ->
             email, source = await ctx.waterfall(
                 "email",
                 [
-                    ctx.call(a_email, domain=row.domain, first=row.first),
-                    ctx.call(b_email, domain=row.domain, first=row.first),
+                    ctx.leg(a_email, domain=row.domain, first=row.first),
+                    ctx.leg(b_email, domain=row.domain, first=row.first),
                 ],
                 with_source=True,
             )
@@ -94,7 +94,7 @@ def test_waterfall_falls_past_an_exhausted_quota_without_waiting(demo, store) ->
 
 
 def test_rows_held_past_max_wait_park_and_the_run_finishes(demo, store) -> None:
-    """Rows that meet an hour-long quota hold park (reason 'hold'); run.holds and run.parked say who and until when."""
+    """Rows that meet an hour-long quota hold park (reason 'hold'); run.waiting_on and run.parked say who and until when."""
     demo.reset(quota=10, quota_reset=3600, miss_rate=0.0)
     a = pb.Provider("A")
     a_email = _email_tool(demo, a, "a.email")
@@ -115,7 +115,7 @@ def test_rows_held_past_max_wait_park_and_the_run_finishes(demo, store) -> None:
     ready = parked["ready_at"].map(pd.Timestamp.timestamp)
     assert ready.between(now + 3600 - 30, now + 3600 + 5).all()
     assert parked["message"].str.contains("'A'").all()
-    [hold] = run.holds
+    [hold] = run.waiting_on
     assert hold.provider == "A" and hold.last_status == 429
     assert hold.until is not None and now + 3600 - 30 < hold.until < now + 3600 + 5
     assert hold.waiting_rows == hold.parked_rows == 20
@@ -186,7 +186,7 @@ def test_503_with_retry_after_retries_that_call_without_holding_the_provider(dem
 def test_provider_that_keeps_failing_goes_down_and_its_rows_park(demo, store) -> None:
     """A provider answering 503 to everything is *down* after a few failures: the rows still
     waiting do not each retry alone: one probe call at a time tests it, the others wait for the
-    probes within their max_wait (4 s here), then park with reason "down", and run.holds says so."""
+    probes within their max_wait (4 s here), then park with reason "down", and run.waiting_on says so."""
     demo.reset(fault_rate=1.0, fault_status=503)
     provider = pb.Provider("acme", retries=1, max_wait=4)
     run = _leads(30).play.run(_email_tool(demo, provider), store=store, progress=False, concurrency=4)
@@ -198,7 +198,7 @@ def test_provider_that_keeps_failing_goes_down_and_its_rows_park(demo, store) ->
     assert set(run.parked["reason"]) == {"down"}
     assert "is down" in run.parked["message"].iloc[0] and "503" not in run.parked["reason"].iloc[0]
     assert demo.stats()["requests"] <= 16 + 2  # far from 30 rows x 2 tries: two probes, at 1 s and 3 s
-    assert provider.status().down and [h.reason for h in run.holds] == ["down"]
+    assert provider.status().down and [h.reason for h in run.waiting_on] == ["down"]
 
 
 # -- malformed bodies are permanent --------------------------------------------------------------
@@ -337,7 +337,7 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
     assert time.monotonic() - started < 2 + 6.0
     statuses = run.result["play_status"].value_counts().to_dict()
     assert set(statuses) <= {"parked", "failed"} and statuses["parked"] >= 250
-    assert provider.status().down and "gone" in str(run.holds[0]) and run.holds[0].reason == "down"
+    assert provider.status().down and "gone" in str(run.waiting_on[0]) and run.waiting_on[0].reason == "down"
     assert set(run.parked["reason"]) == {"down"}
     assert provider.status().down_error.startswith(
         "could not connect"
@@ -350,7 +350,7 @@ def test_nothing_listening_settles_every_row_in_moments(store) -> None:
     with pb.demo.serve(port=port) as server:
         run.retry()  # parked and failed rows alike
         assert set(run.result["play_status"]) == {"ok"}, run.result["play_status"].value_counts().to_dict()
-        assert not provider.status().down and run.holds == []
+        assert not provider.status().down and run.waiting_on == []
         assert server.stats()["requests"] == 300
 
 

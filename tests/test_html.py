@@ -45,7 +45,7 @@ def test_html_shows_counters_providers_parked_rows_errors_and_legs(store: pb.Rec
 
     @pb.play
     async def both(row, ctx):
-        first = await ctx.waterfall("email", [ctx.call(primary, n=row.n), ctx.call(backup, n=row.n)])
+        first = await ctx.waterfall("email", [ctx.leg(primary, n=row.n), ctx.leg(backup, n=row.n)])
         return {"first": first, "again": await ctx.tool(primary, n=row.n + 1000)}
 
     async def main() -> pb.Run:
@@ -107,7 +107,7 @@ def test_a_down_provider_shows_since_when_why_its_parked_rows_and_the_next_probe
     store: pb.ReceiptStore,
 ) -> None:
     """Rows parked on a down provider: the summary says it is down since when and why, its rate with the calls in
-    flight it allows, the rows parked "down" and the next probe (a countdown live); run.holds lists it as down."""
+    flight it allows, the rows parked "down" and the next probe (a countdown live); run.waiting_on lists it as down."""
     acme = pb.Provider("acme", rps=10, concurrency=4, max_wait=60)
     probe = time.time() + 30
 
@@ -135,7 +135,7 @@ def test_a_down_provider_shows_since_when_why_its_parked_rows_and_the_next_probe
     ]
     assert run.parked["reason"].tolist() == ["down"] * 3
 
-    [down] = run.holds
+    [down] = run.waiting_on
     assert (down.provider, down.reason, down.until, down.waiting_rows, down.parked_rows) == (
         "acme",
         "down",
@@ -154,4 +154,4 @@ def test_a_down_provider_shows_since_when_why_its_parked_rows_and_the_next_probe
     assert f"next probe in 12s, at {time_of_day(probe)}" in live
     set_down(acme, None)  # up again: its parked rows wait for a retry
     assert _cells(providers_table({"acme": provider_view(acme)}, {}), "provider")[0][1] == "open"
-    assert [str(h) for h in run.holds] == ["acme: no hold now, 3 rows waiting (3 parked)"]
+    assert [str(h) for h in run.waiting_on] == ["acme: no hold now, 3 rows waiting (3 parked)"]

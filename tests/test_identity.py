@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 
 import playbook as pb
 
@@ -116,6 +117,7 @@ def test_a_tool_closing_over_a_setting_is_a_new_tool_per_setting(store: pb.Recei
     ]
 
 
+@pytest.mark.slow
 def test_an_edit_in_a_file_is_a_new_tool_in_the_next_process(tmp_path: Path) -> None:
     """Edit a tool in a module and run again in a new process: the edited tool pays, the untouched one does not."""
     module = tmp_path / "plays.py"
@@ -199,6 +201,7 @@ def test_changing_the_request_pays_once_and_rotating_the_key_pays_nothing(
     assert demo.stats()["requests"] == 0 and rotated["play_status"].tolist() == ["ok", "ok"]
 
 
+@pytest.mark.slow
 def test_a_callable_object_or_a_lambda_is_the_same_tool_in_the_next_process(tmp_path: Path) -> None:
     """A tool made of an object with __call__, or of a lambda, is identified by its code, not by
     where it lives in memory: the next process reuses its receipts; two lambdas on one line differ."""
@@ -351,6 +354,7 @@ def test_a_play_that_runs_itself_keeps_one_fingerprint(store: pb.ReceiptStore) -
     )
 
 
+@pytest.mark.slow
 def test_a_play_sent_to_another_process_keeps_its_fingerprint_with_its_helpers(tmp_path: Path) -> None:
     """A play and the helper it calls, pickled as Dask sends them to a worker (which has no source for
     them), have the fingerprint they had where they were made: a rerun on another engine reuses the rows."""

@@ -102,7 +102,9 @@ def test_ctrl_c_in_a_script_lands_calls_in_flight_then_raises(tmp_path: Path) ->
 
 
 def test_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
-    """A second SIGINT while calls are landing cancels them: the script ends at once, not after the grace."""
+    """A second SIGINT while calls are landing cancels them: the script ends at once, not after the
+    grace.  In real time (signals to a real process): the calls in flight take 30 s, so ending at
+    once is told from waiting for them by far more than a loaded machine's late timers."""
     store, log = tmp_path / "store", tmp_path / "log"
     started = time.monotonic()
     proc = _script(SCRIPT, store, log, "1.0", "1.5", seconds=30)
@@ -111,7 +113,7 @@ def test_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
     state = json.loads(proc.stdout.strip().splitlines()[-1])
     assert state["skipped"] == 200 and state["receipts"] == 0
     assert len(_lines(log.with_suffix(".started"))) == 4 and _lines(log.with_suffix(".ended")) == []
-    assert state["elapsed"] < 3.0 and wall < 20, (
+    assert state["elapsed"] < 10.0 and wall < 25, (
         f"the second interrupt took {state['elapsed']:.1f}s to stop the run"
     )
 

@@ -62,9 +62,9 @@ def timed_run(rows: int, tool: pb.Tool, store: pb.ReceiptStore, **opts: Any) -> 
 
 def test_default_level_grows_until_the_provider_is_the_bound(store: pb.ReceiptStore) -> None:
     """With no concurrency given, rows in flight grow past 16 while a rate-limited provider has room, and stop near its bound."""
-    rows = 2000
+    rows = 1000
     elapsed, most, _ = timed_run(rows, slow_tool("paced", pb.Provider("paced", rps=RATE)), store)
-    bound = rows / RATE  # the provider's own bound: 50 s (16 rows in flight would take 62.5 s)
+    bound = rows / RATE  # the provider's own bound: 25 s (16 rows in flight would take 31.25 s)
     assert elapsed <= 1.1 * bound
     # Little's law: RATE x LATENCY = 20 rows keep the provider busy; the level stops soon after.
     assert 16 < most <= 2 * RATE * LATENCY
@@ -82,9 +82,9 @@ def test_level_stays_at_the_start_where_no_limit_is_known(store: pb.ReceiptStore
 def test_a_concurrency_given_is_a_hard_cap(store: pb.ReceiptStore) -> None:
     """concurrency=N is never exceeded, where the default level grows past it on the same provider."""
     provider = pb.Provider("roomy", rps=200.0)
-    _, grown, _ = timed_run(1000, slow_tool("roomy_a", provider), store)
+    _, grown, _ = timed_run(400, slow_tool("roomy_a", provider), store)
     for cap in (16, 24):
-        _, most, _ = timed_run(1000, slow_tool(f"roomy_{cap}", provider), store, concurrency=cap)
+        _, most, _ = timed_run(400, slow_tool(f"roomy_{cap}", provider), store, concurrency=cap)
         assert most == cap
     assert grown > 24
 
@@ -114,7 +114,7 @@ def test_rows_held_by_a_provider_do_not_count_against_the_level(store: pb.Receip
             in_flight -= 1
 
     async def main() -> pb.Run:
-        frame = pd.DataFrame({"n": range(1500)})
+        frame = pd.DataFrame({"n": range(600)})
         return await frame.play.arun(pb.play(play, name="held_level"), store=store, progress=False)
 
     run = run_virtual(main())

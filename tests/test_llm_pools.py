@@ -76,7 +76,7 @@ def _fallbacks(primary: pb.Tool, fallback: pb.Tool) -> pb.Play:
     async def answer(row: Any, ctx: pb.Context) -> dict[str, Any]:
         prompt = f"Summarise {row.company}."
         text, model = await ctx.waterfall(
-            "answer", [ctx.call(primary, prompt=prompt), ctx.call(fallback, prompt=prompt)], with_source=True
+            "answer", [ctx.leg(primary, prompt=prompt), ctx.leg(fallback, prompt=prompt)], with_source=True
         )
         return {"answer": text, "model": model}
 

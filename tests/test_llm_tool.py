@@ -115,7 +115,7 @@ def test_an_invalid_json_answer_is_asked_again_once_and_paid_as_such(demo: pb.de
     out = _companies(5).play.map(profile, progress=False)
     assert (out.play_status == "failed").all()
     assert out.play_error[0].startswith("ToolError: llm tool 'llm': the answer is not valid JSON")
-    assert "after a re-ask" in out.play_error[0] and "force=True" in out.play_error[0]
+    assert "after a re-ask" in out.play_error[0] and "refresh=True" in out.play_error[0]
     stats = pb.last_run().stats  # type: ignore[union-attr]
     served = demo.stats()
     assert stats.calls_executed == 10 == served["chat"][MODEL]["requests"]
@@ -142,6 +142,7 @@ def test_some_invalid_answers_are_mended_by_the_re_ask(demo: pb.demo.DemoServer)
     assert set(out.industry.dropna()) <= set(LABELS)
 
 
+@pytest.mark.slow
 def test_a_token_limit_paces_calls_so_the_provider_refuses_none(demo: pb.demo.DemoServer) -> None:
     """Provider(tpm=) at the demo's own TPM: calls weighed by their tokens go evenly, with no 429."""
     demo.reset(chat_tpm=60_000)
@@ -203,6 +204,7 @@ frame.play.map(label, store=home, progress=False)
 """
 
 
+@pytest.mark.slow
 def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_twice(
     demo: pb.demo.DemoServer, tmp_path: Path
 ) -> None:
@@ -239,6 +241,7 @@ def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_
     assert pb.last_run().stats.calls_executed == 0 and demo.stats()["batches_created"] == 1  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_batch_mode_gathers_every_rows_miss_into_one_job(demo: pb.demo.DemoServer) -> None:
     """Rows step aside while their calls gather: 100 rows at concurrency 4 make one batch, and structured outputs work there too."""
     demo.reset(batch_seconds=0.5)
@@ -313,6 +316,7 @@ def test_an_llm_tool_mapped_over_a_frame_reads_its_prompt_column(demo: pb.demo.D
     assert (out.play_status == "ok").all() and out.llm[1].startswith("Summary:")
 
 
+@pytest.mark.slow
 def test_a_slow_upload_does_not_make_woken_rows_submit_again(demo: pb.demo.DemoServer) -> None:
     """Rows that wake while their submission is still uploading wait for it: one batch, each request billed once."""
     demo.reset(batch_seconds=0.5, latency=0.8)
@@ -328,6 +332,7 @@ def test_a_slow_upload_does_not_make_woken_rows_submit_again(demo: pb.demo.DemoS
     assert pb.last_run().stats.cost_spent == round(_cost(served), 9)  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
     demo: pb.demo.DemoServer, tmp_path: Path
 ) -> None:
@@ -355,6 +360,7 @@ def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
     assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 25
 
 
+@pytest.mark.slow
 def test_a_request_the_batch_failed_fails_its_row_and_is_submitted_again_next_run(
     demo: pb.demo.DemoServer,
 ) -> None:

@@ -1,5 +1,5 @@
 """A store that lost its receipts between runs (emptied, made again, a Redis server wiped) is
-noticed when it is opened, before anything is paid; ``store.reset()`` accepts what it holds."""
+noticed when it is opened, before anything is paid; ``store.accept_loss()`` accepts what it holds."""
 
 from __future__ import annotations
 
@@ -64,10 +64,10 @@ def test_a_store_file_emptied_between_runs_is_noticed_before_anything_is_paid(tm
     assert f"held {ROWS} receipts at " in message and "now holds 0" in message, message
     assert (
         "made again from nothing, or swapped" in message
-        and f"pb.ReceiptStore({str(where)!r}).reset()" in message
+        and f"pb.ReceiptStore({str(where)!r}).accept_loss()" in message
     )
     assert _refused(where) == message  # still lost: a refusal is not an acceptance
-    pb.ReceiptStore(where).reset()
+    pb.ReceiptStore(where).accept_loss()
     again = _run(where)
     assert again.stats.calls_local == ROWS and again.result["v"].tolist() == [n * 3 for n in range(ROWS)]
     assert _run(where).stats.calls_local == 0  # and from there, a rerun is free again
@@ -86,9 +86,9 @@ def test_a_redis_store_wiped_between_runs_is_noticed(redis_url: str) -> None:
     assert _run(redis_url).stats.calls_local == ROWS
     redis.Redis.from_url(redis_url).flushdb()
     message = _refused(redis_url)
-    assert f"held {ROWS} receipts" in message and "now holds 0" in message and "reset()" in message
+    assert f"held {ROWS} receipts" in message and "now holds 0" in message and "accept_loss()" in message
     store = pb.ReceiptStore(redis_url)
-    store.reset()
+    store.accept_loss()
     assert _run(redis_url).stats.calls_local == ROWS
 
 
@@ -176,7 +176,9 @@ def test_receipts_deleted_from_a_store_file_while_a_run_goes_on_are_said_and_ref
     store.close()
     message = _refused(where)
     assert (
-        f"held {ROWS} receipts" in message and "now holds 10" in message and "cache reset --store" in message
+        f"held {ROWS} receipts" in message
+        and "now holds 10" in message
+        and "cache accept-loss --store" in message
     )
 
 
@@ -196,12 +198,12 @@ def test_a_store_cleared_elsewhere_while_open_here_is_not_taken_for_lost(tmp_pat
     kept.close()
 
 
-@pytest.mark.parametrize("how", ["clear", "reset"])
+@pytest.mark.parametrize("how", ["clear", "accept_loss"])
 def test_a_store_cleared_elsewhere_then_run_by_a_third_is_not_taken_for_lost_here(
     how: str, redis_url: str
 ) -> None:
-    """A store kept open here; another kernel empties it on purpose (a clearing, or a flush and a
-    reset) and a third runs on it, marking what it holds after: the mark it writes carries the
+    """A store kept open here; another kernel empties it on purpose (a clearing, or a flush and an
+    acceptance of the loss) and a third runs on it, marking what it holds after: the mark it writes carries the
     clearing on, so this kernel's next run is not refused for the receipts cleared away."""
     paid.clear()
     kept = pb.ReceiptStore(redis_url)
@@ -211,7 +213,7 @@ def test_a_store_cleared_elsewhere_then_run_by_a_third_is_not_taken_for_lost_her
         assert elsewhere.clear("lookup") == ROWS
     else:
         redis.Redis.from_url(redis_url).flushdb()
-        elsewhere.reset()
+        elsewhere.accept_loss()
     elsewhere.close()
     third = pd.DataFrame({"n": range(100, 105)}).play.run(
         tripled, store=redis_url, progress=False

@@ -172,10 +172,10 @@ def test_a_forgotten_await_in_a_cell_names_the_cells_line(kernel: Kernel) -> Non
 
 
 def test_options_reach_the_run(kernel: Kernel, tmp_path: Path) -> None:
-    """--limit, --key, --concurrency, --store and --refresh are passed to the run."""
+    """--limit, --id-columns, --concurrency, --store and --refresh are passed to the run."""
     kernel.run(f"store = pb.ReceiptStore({str(tmp_path / 's')!r})")
     got = kernel.run("""
-        %%play limited --on df --out out3 --limit 2 --key n --concurrency 2 --store store --refresh
+        %%play limited --on df --out out3 --limit 2 --id-columns n --concurrency 2 --store store --refresh
         y = await ctx.tool(double, n=row.n)
     """)
     assert got["error"] is None, got["error"]
@@ -195,6 +195,21 @@ def test_options_reach_the_run(kernel: Kernel, tmp_path: Path) -> None:
     """)  # not a variable: a directory, as the same flag means on the command line
     assert got["error"] is None, got["error"]
     assert kernel.value("pb.ReceiptStore('receipts_here').stats()['receipts']") == 3
+
+
+def test_the_old_flag_key_still_names_the_row_id_and_says_its_new_name(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    """``--key``, the old spelling of ``--id-columns``, still runs; the cell shows the
+    DeprecationWarning naming ``--id-columns`` (attributed to the cell, so IPython shows it)."""
+    kernel.run(f"old_store = pb.ReceiptStore({str(tmp_path / 'k')!r})")
+    got = kernel.run("""
+        %%play keyed --on df --out out7 --key n --store old_store
+        y = await ctx.tool(double, n=row.n)
+    """)
+    assert got["error"] is None, got["error"]
+    assert kernel.value("out7['play_status'].tolist()") == ["ok", "ok", "ok"]
+    assert "DeprecationWarning" in got["stderr"] and "use --id-columns" in got["stderr"], got["stderr"]
 
 
 @pytest.mark.parametrize(

@@ -137,7 +137,7 @@ def _define(body: str) -> object:
     [
         ("return {'domain': ctx.tool(lookup, q=row.q)}", "output['domain']"),
         ("return {'found': [1, {'deep': ctx.tool(lookup, q=row.q)}]}", "output['found'][1]['deep']"),
-        ("return ctx.waterfall('w', [ctx.call(lookup, q=row.q)])", "returned a coroutine"),
+        ("return ctx.waterfall('w', [ctx.leg(lookup, q=row.q)])", "returned a coroutine"),
         ("return {'s': ctx.step('once', lambda: 1)}", "output['s']"),
     ],
     ids=["a column", "deep in a column", "the whole output", "a step"],

@@ -292,14 +292,14 @@ def test_amap_arun_and_background(store: pb.ReceiptStore) -> None:
 
 
 def test_limit_key_and_tools(store: pb.ReceiptStore) -> None:
-    """limit= keeps the first N rows, key= names row identity, and a tool maps straight from columns."""
+    """limit= keeps the first N rows, id_columns= names the row id, and a tool maps straight from columns."""
 
     @pb.tool(name="greet")
     def greet(first: str) -> str:
         return "hi " + first
 
     frame = pl.DataFrame({"first": ["ann", "bob", "ann", "cy"], "id": [1, 2, 1, 4]})
-    out = frame.play.map(greet, store=store, progress=False, limit=3, key="id")
+    out = frame.play.map(greet, store=store, progress=False, limit=3, id_columns="id")
     assert out.rows() == [
         ("ann", 1, "hi ann", "ok", None),
         ("bob", 2, "hi bob", "ok", None),
@@ -328,7 +328,10 @@ def test_options_are_the_pandas_ones() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"key": "missing"}, "key='missing': no column 'missing' in the DataFrame; columns: \\['n'\\]"),
+        (
+            {"id_columns": "missing"},
+            "id_columns='missing': no column 'missing' in the DataFrame; columns: \\['n'\\]",
+        ),
         ({"concurency": 2}, "unknown run option 'concurency'; did you mean 'concurrency'"),
         ({"limit": -1}, "limit=-1: limit must be a whole number"),
         ({"background": True}, "map\\(\\) returns the finished DataFrame"),
@@ -373,6 +376,7 @@ _SCRIPTS = {
 }
 
 
+@pytest.mark.slow
 def test_import_order(tmp_path: Path) -> None:
     """pl.DataFrame.play exists whichever of playbook and polars is imported first; without polars, playbook works."""
     # Side by side (each is a fresh interpreter importing pandas: that is most of the time), each with its own store.

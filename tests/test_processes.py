@@ -341,7 +341,9 @@ def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(
 
 
 def test_a_killed_local_lease_holder_is_taken_over_at_once(demo, worker, tmp_path: Path, where: str) -> None:
-    """A lease whose holder on this machine was SIGKILLed mid-call is taken over at once, not after lease_ttl."""
+    """A lease whose holder on this machine was SIGKILLed mid-call is taken over at once, not after
+    lease_ttl.  In real time (a killed process): the lease's 60 s are told from at once by far more
+    than a loaded machine adds to one call."""
     demo.reset(slow_rate=1.0, slow_latency=3.0)  # the holder's call hangs; its lease_ttl is 60s
     store, key = where, _key(demo, 0)
     holder = worker(url=demo.url, store=store, n=1, ttl=60, out=str(tmp_path / "a.json"))
@@ -357,7 +359,7 @@ def test_a_killed_local_lease_holder_is_taken_over_at_once(demo, worker, tmp_pat
     stats = demo.stats()
 
     assert taker["calls_executed"] == 1
-    assert taker["elapsed"] < 5 and wall < 15, f"took over after {taker['elapsed']:.1f}s (lease_ttl 60s)"
+    assert taker["elapsed"] < 20 and wall < 40, f"took over after {taker['elapsed']:.1f}s (lease_ttl 60s)"
     assert stats["requests"] == 2 and stats["idempotency_keys"] == {key: 2}  # the dead one's, and the taker's
     emails, statuses = _result(tmp_path / "b.json")
     assert emails == {"0": "p@company0.com"} and statuses == {"0": "ok"}
@@ -391,7 +393,7 @@ def test_a_lease_held_on_another_host_is_waited_out_then_taken_over(
     assert result["calls_executed"] == n and stats["requests"] == n
     assert stats["idempotency_keys"][key] == 1 and stats["duplicate_idempotency_keys"] == 0
     receipt = store.get(tool, domain="company0.com", first="P0")
-    assert receipt is not None and receipt.key == key  # the lease was on the very call
+    assert receipt is not None and receipt.address == key  # the lease was on the very call
     emails, statuses = _result(tmp_path / "out.json")
     assert emails["0"] == "p@company0.com" and set(statuses.values()) == {"ok"}
     assert _holder(where, key) is None

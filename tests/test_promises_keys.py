@@ -52,8 +52,8 @@ def test_two_keys_of_a_strict_provider_carry_the_run_together_within_their_own_l
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:
     """Two keys of 10 requests a second each, in strict buckets (no burst): every row finishes, each
-    key carries about half the calls, the provider granted more than one key's rate (both keys at
-    once), and almost nothing was refused."""
+    key carries about half the calls, the provider let in more than one key's rate within a second
+    (both keys at once), and almost nothing was refused."""
     demo.reset(api_keys=tuple(KEYS.values()), rps=10, burst=1, miss_rate=0)
     keys = _keys(engine, "POOL_KEY_A", "POOL_KEY_B")
     play = enrich(email(demo, pb.Provider(name("pool"), keys=keys, rps=10, burst=1)))
@@ -62,8 +62,12 @@ def test_two_keys_of_a_strict_provider_carry_the_run_together_within_their_own_l
     a, b = _by_key(demo, "POOL_KEY_A"), _by_key(demo, "POOL_KEY_B")
     assert a["ok"] + b["ok"] == 100 and min(a["ok"], b["ok"]) >= 30, (a, b)
     stats = demo.stats()
-    granted = stats["admitted"] / stats["admitted_seconds"]
-    assert granted > 11, f"the provider granted {granted:.1f}/s: one key's rate, not two"
+    # On the provider's clock, within a second: one key's strict bucket lets in 11 at most (ten, and
+    # the token it starts with), two keys at once some 20.  Not over the run's whole span, which
+    # counts the engine's pauses (workers starting partitions on a loaded machine) as the
+    # provider's: one such run measured 10.1/s with both keys at work.
+    most = stats["admitted_most_in_a_second"]
+    assert most >= 15, f"the provider let in at most {most} requests in a second: one key's rate, not two"
     assert stats["by_status"].get("429", 0) <= 0.1 * stats["requests"], stats["by_status"]
 
 

@@ -42,7 +42,7 @@ def test_a_hold_past_max_wait_parks_the_rows_and_says_who_holds_them_until_when(
     assert set(out.parked["reason"]) == {"hold"} and set(out.parked["provider"]) == {quota}
     ready = out.parked["ready_at"].map(lambda t: t.timestamp())
     assert (ready > started + 3000).all() and (ready < time.time() + 3700).all()
-    [hold] = [h for h in out.holds if h["provider"] == quota]
+    [hold] = [h for h in out.waiting_on if h["provider"] == quota]
     assert hold["reason"] == "hold" and hold["parked_rows"] >= 1 and hold["last_status"] == 429
     assert hold["until"] is not None and hold["until"] > started + 3000
 
@@ -145,7 +145,7 @@ def test_a_provider_down_past_max_wait_parks_its_rows_and_a_waterfall_passes_it_
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:
     """A provider down for good (503 to everything): its rows wait for its probes within max_wait
-    (2 s), then park with reason "down", and run.holds says it is down; a waterfall whose first
+    (2 s), then park with reason "down", and run.waiting_on says it is down; a waterfall whose first
     leg is that provider falls through to the second at once."""
     demo.reset(fault_rate=1.0, fault_status=503)
     dead, spare = name("dead"), name("spare")
@@ -157,7 +157,7 @@ def test_a_provider_down_past_max_wait_parks_its_rows_and_a_waterfall_passes_it_
         and out.statuses.get("parked", 0) >= 12
     )
     assert set(out.parked["reason"]) == {"down"} and time.monotonic() - started < 2 + 8
-    assert [h["reason"] for h in out.holds if h["provider"] == dead] == ["down"]
+    assert [h["reason"] for h in out.waiting_on if h["provider"] == dead] == ["down"]
 
     spare_server = pb.demo.serve(miss_rate=0.0)  # every lookup found: a leg that misses passes on too
     try:
@@ -165,8 +165,8 @@ def test_a_provider_down_past_max_wait_parks_its_rows_and_a_waterfall_passes_it_
 
         async def waterfall(row, ctx):  # type: ignore[no-untyped-def]
             legs = [
-                ctx.call(dead_email, domain=row.domain, first=row.first),
-                ctx.call(spare_email, domain=row.domain, first=row.first),
+                ctx.leg(dead_email, domain=row.domain, first=row.first),
+                ctx.leg(spare_email, domain=row.domain, first=row.first),
             ]
             found, source = await ctx.waterfall("email", legs, accept=lambda v: True, with_source=True)
             return {"email": found, "source": source}
@@ -207,7 +207,7 @@ def test_one_input_that_always_fails_fails_its_row_not_the_provider(
     frame = pd.DataFrame({"n": range(100), "code": [503 if i % 10 == 9 else 200 for i in range(100)]})
     out = engine.run(frame, pb.play(play, name="status"), concurrency=8)
     assert out.statuses.get("ok", 0) + out.statuses.get("reused", 0) == 90, out.statuses
-    assert out.result is not None and not [h for h in out.holds if h["reason"] != "down"]
+    assert out.result is not None and not [h for h in out.waiting_on if h["reason"] != "down"]
     if engine.name == "processes":
         # Two processes run the same rows, and a row whose call the other pays for steps back
         # until the fresh rows are taken: each ends with the failing rows alone, and with no
@@ -217,7 +217,7 @@ def test_one_input_that_always_fails_fails_its_row_not_the_provider(
         assert out.statuses.get("failed", 0) + out.statuses.get("parked", 0) == 10
         assert set(out.parked["reason"]) <= {"down"}
         return
-    assert out.statuses.get("failed") == 10 and not out.holds, out.statuses
+    assert out.statuses.get("failed") == 10 and not out.waiting_on, out.statuses
     errors = out.result.loc[out.result["play_status"] == "failed", "play_error"].tolist()
     assert all(
         f"tool '{lookup}.status'" in e and "HTTP 503" in e and e.endswith("(gave up after 5 tries)")
@@ -260,8 +260,8 @@ def test_a_waterfall_falls_through_a_provider_held_past_max_wait(
 
         async def waterfall(row, ctx):  # type: ignore[no-untyped-def]
             legs = [
-                ctx.call(first, domain=row.domain, first=row.first),
-                ctx.call(second, domain=row.domain, first=row.first),
+                ctx.leg(first, domain=row.domain, first=row.first),
+                ctx.leg(second, domain=row.domain, first=row.first),
             ]
             found, source = await ctx.waterfall("email", legs, accept=lambda v: True, with_source=True)
             return {"email": found, "source": source}

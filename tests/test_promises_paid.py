@@ -73,15 +73,15 @@ def test_a_store_that_lost_its_receipts_is_refused_before_anything_is_paid(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:
     """The store wiped between two runs (the file emptied, the Redis database flushed): the next
-    run pays nothing and says what was lost, until the store is reset; then it pays again."""
+    run pays nothing and says what was lost, until its loss is accepted; then it pays again."""
     play = enrich(email(demo, pb.Provider(name("acme"))))
     engine.run(people(12), play, concurrency=4)
     assert requests(demo) == 12
     engine.wipe_store()
     message = engine.refused(people(12), play, concurrency=4)
-    assert "held 12 receipts" in message and "now holds 0" in message and "reset()" in message, message
+    assert "held 12 receipts" in message and "now holds 0" in message and "accept_loss()" in message, message
     assert requests(demo) == 12  # nothing paid
-    pb.ReceiptStore(engine.store).reset()
+    pb.ReceiptStore(engine.store).accept_loss()
     again = engine.run(people(12), play, concurrency=4)
     assert set(again.statuses) <= {"ok", "reused"} and requests(demo) == 24
 
@@ -91,7 +91,7 @@ def test_receipts_lost_while_a_run_goes_on_are_said_and_the_next_run_refused(
 ) -> None:
     """Receipts lost behind playbook's back while a run goes on (deleted from receipts.db, or
     from Redis as a server restarted without its data loses them), once 3 of the run's 12 are in:
-    the run says so, and the next run, in any process, pays nothing until the store is reset (here
+    the run says so, and the next run, in any process, pays nothing until its loss is accepted (here
     from the command line); then it runs."""
     tool = email(demo, pb.Provider(name("acme")))
     engine.run(people(12), enrich(tool), concurrency=4)
@@ -133,9 +133,11 @@ def test_receipts_lost_while_a_run_goes_on_are_said_and_the_next_run_refused(
     assert [note for note in out.notices if "lost receipts while this run went on" in note], out.notices
     paid = requests(demo)
     message = engine.refused(frame, play, concurrency=4)
-    assert "receipts at" in message and "cache reset --store" in message and ".reset()" in message, message
+    assert (
+        "receipts at" in message and "cache accept-loss --store" in message and ".accept_loss()" in message
+    ), message
     assert requests(demo) == paid  # nothing paid
-    assert cli.main(["cache", "reset", "--store", where, "--yes"]) == 0
+    assert cli.main(["cache", "accept-loss", "--store", where, "--yes"]) == 0
     again = engine.run(
         frame, play, concurrency=4
     )  # accepted: it runs (its rows' memos were not lost: nothing to pay)

@@ -54,13 +54,15 @@ def test_a_plays_context_shows_what_a_play_uses() -> None:
     public = {name for name in dir(pb.Context) if not name.startswith("_")}
     assert public == {
         "tool",
-        "call",
+        "leg",
+        "call",  # deprecated: leg
         "waterfall",
         "step",
         "sleep",
         "run_play",
         "log",
-        "row_key",
+        "row_id",
+        "row_key",  # deprecated: row_id
         "run_id",
         "attempt",
     }
@@ -72,19 +74,24 @@ def test_a_receipt_store_shows_what_a_user_opens_reads_and_clears(tmp_path: Path
     public = {name for name in dir(pb.ReceiptStore) if not name.startswith("_")}
     assert public == {
         "location",
-        "path",
+        "path",  # deprecated: location
         "lost",
         "get",
         "receipts",
-        "records",
+        "records",  # deprecated: receipts
         "stats",
         "spend",
         "clear",
-        "reset",
+        "accept_loss",
+        "reset",  # deprecated: accept_loss
         "close",
     }
     with pb.ReceiptStore(tmp_path / "store") as store:
-        assert store.stats()["receipts"] == 0 and store.path == tmp_path / "store" and store.lost is None
+        assert (
+            store.stats()["receipts"] == 0
+            and Path(store.location) == tmp_path / "store"
+            and store.lost is None
+        )
     assert repr(store) == f"ReceiptStore({str(tmp_path / 'store')!r})"
 
 

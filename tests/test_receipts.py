@@ -120,7 +120,7 @@ def test_store_holds_only_json_text(store: pb.ReceiptStore) -> None:
 
     _frame().play.map(find, store=store, progress=False)
     engine(store).flush()
-    db = store.path / "receipts.db"
+    db = Path(store.location) / "receipts.db"
     rows = _sql(db, "SELECT input, output FROM receipt") + _sql(db, "SELECT output, output FROM memo")
     assert len(rows) == 6
     for row in rows:
@@ -220,14 +220,18 @@ def test_unreadable_receipt_is_paid_again_not_a_crash(
     with pytest.raises(pb.ReceiptError) as info:
         store.get(lookup, q="a")
     message = str(info.value)
-    assert f"receipt {key} of tool 'lookup' in {store.path} cannot be read" in message and problem in message
-    assert "makes the call again" in message and f"cache clear --store {store.path} --tool lookup" in message
+    assert (
+        f"receipt {key} of tool 'lookup' in {store.location} cannot be read" in message and problem in message
+    )
+    assert (
+        "makes the call again" in message and f"cache clear --store {store.location} --tool lookup" in message
+    )
     caplog.clear()
     out = _frame().play.map(lookup, store=store, progress=False, refresh="rows")
     assert out["play_status"].tolist() == ["ok"] * 3 and out["lookup"].tolist() == [q * 10 for q in "abc"]
     assert calls == ["a", "b", "c", "a"]  # only the unreadable call was paid again
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warned) == 1 and key in warned[0] and problem in warned[0] and str(store.path) in warned[0]
+    assert len(warned) == 1 and key in warned[0] and problem in warned[0] and store.location in warned[0]
     receipt = store.get(lookup, q="a")
     assert receipt is not None and receipt.output == "a" * 10  # the new receipt replaced the bad one
     store.close()
@@ -268,7 +272,7 @@ def test_unreadable_row_memo_replays_the_row_for_free(
     """A damaged row memo makes its row run again against its receipts (no call paid), with a warning."""
     calls, find = _memoised(store)
     _sql(
-        store.path / "receipts.db",
+        Path(store.location) / "receipts.db",
         f"UPDATE memo SET {column} = CAST(? AS TEXT) WHERE key = (SELECT MIN(key) FROM memo)",
         bad,
     )
@@ -363,7 +367,8 @@ def test_receipt_is_committed_before_the_row_continues(store: pb.ReceiptStore) -
         await ctx.tool(lookup, q=row.q)
         key = engine_of(lookup).address({"q": row.q})
         seen.append(
-            _sql(store.path / "receipts.db", "SELECT COUNT(*) FROM receipt WHERE key = ?", key) == [(1,)]
+            _sql(Path(store.location) / "receipts.db", "SELECT COUNT(*) FROM receipt WHERE key = ?", key)
+            == [(1,)]
         )
 
     pd.DataFrame({"q": [f"k{i}" for i in range(40)]}).play.map(

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 import playbook as pb
-from playbook.addresses import row_key
+from playbook.addresses import row_id
 from playbook.demo.redis_server import RedisServer
 from playbook.store import MISSING, engine
 
@@ -115,10 +115,10 @@ def test_a_row_cancelled_while_receipts_are_read_ahead_does_not_cancel_the_read(
     store = pb.ReceiptStore(redis_url)
     pd.DataFrame({"n": range(20)}).play.run(_play("1"), store=store, progress=False)
     core = engine(store)
-    keys = [key for key, _ in store.records()]
+    keys = [key for key, _ in core.records()]
 
     async def main() -> object:
-        core.warm("enrich", lambda: [row_key([n]) for n in range(20)])  # the rows are about to run again
+        core.warm("enrich", lambda: [row_id([n]) for n in range(20)])  # the rows are about to run again
         first = asyncio.ensure_future(core.alookup(keys[0]))
         second = asyncio.ensure_future(core.alookup(keys[1]))
         await asyncio.sleep(0)  # both wait for the chunk being read
@@ -203,8 +203,11 @@ def test_an_upper_case_scheme_and_a_path_with_a_colon_are_understood(
     store = pb.ReceiptStore(redis_url.replace("redis://", "REDIS://"))
     assert store.stats()["receipts"] == 0
     monkeypatch.chdir(tmp_path)
-    assert pb.ReceiptStore("./a:b").path == Path("a:b") and (tmp_path / "a:b" / "receipts.db").is_file()
-    assert isinstance(pb.ReceiptStore(tmp_path / "c:d").path, Path)
+    assert (
+        Path(pb.ReceiptStore("./a:b").location) == Path("a:b")
+        and (tmp_path / "a:b" / "receipts.db").is_file()
+    )
+    assert pb.ReceiptStore(tmp_path / "c:d").location == str(tmp_path / "c:d")
 
 
 def test_an_unknown_option_in_a_redis_url_is_a_clear_error(redis_url: str) -> None:
@@ -213,10 +216,12 @@ def test_an_unknown_option_in_a_redis_url_is_a_clear_error(redis_url: str) -> No
         pb.ReceiptStore(redis_url + "?foo=bar")
 
 
+@pytest.mark.slow
 def test_a_redis_that_stops_answering_never_freezes_the_run() -> None:
     """A Redis server frozen mid-run (SIGSTOP: a paused VM, a dead network) leaves the event loop
     free: other tasks keep running, and run.stop() ends the run within its grace, not after the
-    server's timeouts."""
+    server's timeouts.  In real time: a socket left unanswered and a loop left turning are what it
+    measures, with bounds far from what a loaded machine's stalls reach."""
     with RedisServer() as server:
         store = pb.ReceiptStore(server.url)
         lookup = _lookup_tool()
@@ -257,7 +262,9 @@ def test_a_redis_that_stops_answering_never_freezes_the_run() -> None:
 
         worst_gap, to_stop, ok = asyncio.run(main())
         store.close()
-    assert worst_gap < 0.5, f"the event loop stood still for {worst_gap:.2f}s while Redis did not answer"
+    # A call waiting on the frozen server in the loop's thread would stand it still for the socket's
+    # timeout (10 s); a loaded machine's stalls are a fraction of that.
+    assert worst_gap < 3.0, f"the event loop stood still for {worst_gap:.2f}s while Redis did not answer"
     assert to_stop < 12, f"the run took {to_stop:.1f}s to stop"
     assert 0 < ok < 5000
 
@@ -267,6 +274,7 @@ async def _finished(run: pb.Run) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_full_redis_parks_the_rows_that_would_pay_instead_of_paying_for_what_it_cannot_record(
     redis_url: str,
 ) -> None:

@@ -116,8 +116,8 @@ def test_the_command_line_takes_each_option_as_a_flag_with_the_declared_help() -
         (["--refresh", "all"], {"refresh": True}),
         (["--progress", "none"], {"progress": False}),
         (
-            ["--key", "a, b", "--limit", "3", "--max-cost", "2.5"],
-            {"key": ["a", "b"], "limit": 3, "max_cost": 2.5},
+            ["--id-columns", "a, b", "--limit", "3", "--max-cost", "2.5"],
+            {"id_columns": ["a", "b"], "limit": 3, "max_cost": 2.5},
         ),
         (["--overwrite"], {"overwrite": True}),
     ],

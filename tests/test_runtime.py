@@ -152,7 +152,7 @@ def test_an_index_label_with_no_key_form_fails_its_row_naming_the_label_when_the
     store: pb.ReceiptStore,
 ) -> None:
     """A label with no key form (an object of the user's) fails its row, for a play that reads the
-    label, saying the index label is at fault and that key= names what identifies a row instead."""
+    label, saying the index label is at fault and that id_columns= names what identifies a row instead."""
 
     class Thing:
         pass
@@ -161,22 +161,24 @@ def test_an_index_label_with_no_key_form_fails_its_row_naming_the_label_when_the
     out = frame.play.map(labelled, store=store, progress=False)
     assert out["play_status"].tolist() == ["failed"]
     assert (
-        "has no JSON form (at the index label, which the play reads); pass key=COLUMNS"
+        "has no JSON form (at the index label, which the play reads); pass id_columns=COLUMNS"
         in out["play_error"].iloc[0]
     )
-    assert frame.play.map(labelled, store=store, progress=False, key="a")["play_status"].tolist() == ["ok"]
+    assert frame.play.map(labelled, store=store, progress=False, id_columns="a")["play_status"].tolist() == [
+        "ok"
+    ]
 
 
-def test_key_columns_decide_identity_even_when_the_play_reads_the_index(store: pb.ReceiptStore) -> None:
-    """key= is the user's word on what identifies a row: rows agreeing on it are one row, whatever
+def test_id_columns_decide_identity_even_when_the_play_reads_the_index(store: pb.ReceiptStore) -> None:
+    """id_columns= is the user's word on what identifies a row: rows agreeing on it are one row, whatever
     their labels, though the play reads row.index."""
     frame = pd.DataFrame({"id": [1, 1, 2]}, index=["x", "y", "z"])
-    out = frame.play.map(labelled, store=store, progress=False, key="id")
+    out = frame.play.map(labelled, store=store, progress=False, id_columns="id")
     assert out["label"].tolist() == ["x", "x", "z"]
 
 
-def test_key_columns_define_identity(store: pb.ReceiptStore) -> None:
-    """With key=, rows that agree on the key columns are the same row."""
+def test_id_columns_define_identity(store: pb.ReceiptStore) -> None:
+    """With id_columns=, rows that agree on those columns are the same row."""
     seen: list = []
 
     @pb.play
@@ -185,7 +187,7 @@ def test_key_columns_define_identity(store: pb.ReceiptStore) -> None:
         return {"x": row.id}
 
     frame = pd.DataFrame({"id": [1, 1, 2], "other": ["p", "q", "r"]})
-    out = frame.play.map(play, store=store, progress=False, key="id")
+    out = frame.play.map(play, store=store, progress=False, id_columns="id")
     assert seen == ["p", "r"] and out["x"].tolist() == [1, 1, 2]
 
 
@@ -506,7 +508,7 @@ def test_empty_frame(store: pb.ReceiptStore) -> None:
         ({"limit": -1}, "limit"),
         ({"max_cost": "ten"}, "max_cost"),
         ({"progress": "fancy"}, "progress"),
-        ({"key": "nope"}, "no column 'nope'"),
+        ({"id_columns": "nope"}, "no column 'nope'"),
         ({"concurency": 4}, "did you mean 'concurrency'"),
     ],
 )
@@ -798,7 +800,8 @@ def test_a_rerun_over_new_rows_among_memoised_ones_runs_the_new_ones_in_frame_or
     store: pb.ReceiptStore,
 ) -> None:
     """Memos are asked for in the order of their keys, not of the rows: the rows that find none
-    still run in the frame's order, and every row's output is its own."""
+    still run in the frame's order, and every row's output is its own.  600 rows: their keys'
+    order is already far from the frame's (a chunk of memos is 8192 keys; chunking is the test above)."""
     calls: list[int] = []
 
     @pb.tool(name="tripled_in_order")
@@ -810,12 +813,12 @@ def test_a_rerun_over_new_rows_among_memoised_ones_runs_the_new_ones_in_frame_or
         return {"t": await ctx.tool(triple, n=row.n)}
 
     play = pb.play(tripled, name="tripled_in_order")
-    frame = pd.DataFrame({"n": range(20_000)})
+    frame = pd.DataFrame({"n": range(600)})
     frame[frame["n"] % 3 == 0].play.map(play, store=store, progress=False, concurrency=1)
     calls.clear()
     again = frame.play.map(play, store=store, progress=False, concurrency=1)
-    assert calls == [n for n in range(20_000) if n % 3]
-    assert again["play_status"].tolist() == ["reused" if n % 3 == 0 else "ok" for n in range(20_000)]
+    assert calls == [n for n in range(600) if n % 3]
+    assert again["play_status"].tolist() == ["reused" if n % 3 == 0 else "ok" for n in range(600)]
     assert (again["t"] == frame["n"] * 3).all()
 
 
@@ -843,10 +846,10 @@ def test_an_int_or_bool_column_keys_its_rows_as_the_same_values_as_objects_do(
     play = pb.play(echoed, name="echoed_by_key")
     numbers = pd.DataFrame({"k": column, "name": list("abcde")})
     assert numbers["k"].dtype.kind in "iub"
-    first = numbers.play.map(play, store=store, progress=False, key=["k"])
+    first = numbers.play.map(play, store=store, progress=False, id_columns=["k"])
     assert len(calls) == len(set(numbers["k"].tolist()))  # a repeated key runs once
     objects = numbers.astype({"k": object}).iloc[::-1]
-    again = objects.play.map(play, store=store, progress=False, key=["k"])
+    again = objects.play.map(play, store=store, progress=False, id_columns=["k"])
     assert len(calls) == len(set(numbers["k"].tolist())) and again["play_status"].eq("reused").all()
     assert first["play_status"].isin(["ok"]).all()
 

@@ -45,6 +45,7 @@ def _script(code: str, *args: str, env: dict[str, str] | None = None) -> subproc
     )
 
 
+@pytest.mark.slow
 def test_a_script_keeps_one_loop_per_thread_across_maps(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
     """A module-level httpx.AsyncClient works in every map of a script, as the default client does; a
     thread's maps run on a loop of its own; the loops are closed at exit with nothing left behind."""
@@ -349,6 +350,7 @@ uvicorn.Server(uvicorn.Config(app, loop="uvloop", log_level="warning", access_lo
 """
 
 
+@pytest.mark.slow
 def test_amap_in_a_uvicorn_server(tmp_path: Path) -> None:
     """In a uvicorn app on uvloop, an endpoint awaiting amap works, each request's pb.last_run() is its
     own, nothing is written to the server's stderr, and a blocking map() says to await amap."""

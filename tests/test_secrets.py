@@ -104,7 +104,7 @@ def _map(
 
 def _store_bytes(store: pb.ReceiptStore) -> list[tuple[Path, bytes]]:
     engine(store).flush()
-    return [(p, p.read_bytes()) for p in sorted(store.path.rglob("*")) if p.is_file()]
+    return [(p, p.read_bytes()) for p in sorted(Path(store.location).rglob("*")) if p.is_file()]
 
 
 def _assert_run_clean(
@@ -122,7 +122,7 @@ def _assert_run_clean(
     _assert_clean("store.stats()", repr(store.stats()))
     run = pb.last_run()
     _assert_clean(
-        "the run", repr(run) + repr(run.stats) + repr(run.errors) + repr(run.parked) + repr(run.holds)
+        "the run", repr(run) + repr(run.stats) + repr(run.errors) + repr(run.parked) + repr(run.waiting_on)
     )
     _assert_clean("the run's HTML summary (what the widget leaves)", run._repr_html_())
     captured = capsys.readouterr()

@@ -3,8 +3,11 @@ promises (rate, calls in flight, holds, cuts, weights); then what only sharing g
 for every process on the account, holds and cuts seen by all, slots of a killed process back
 after their expiry, and a Redis out of reach treated like a provider that is down.
 
-These run in real time (Redis's clock cannot be made virtual), so rates are small, waits short,
-and bounds generous but tight enough to fail when the promise is broken.
+The local limiter reads only its loop's clock, so its half of each promise runs in virtual time
+(tests/vtime.py): no waiting, and exact intervals.  The shared one reads Redis's clock, which
+cannot be made virtual: its half runs in real time, with small rates, short waits, and bounds a
+loaded machine's delays stay inside but a broken promise does not (a limiter never grants early,
+so lower bounds hold under any load).  What needs another process or a real expiry is marked slow.
 """
 
 from __future__ import annotations
@@ -13,32 +16,65 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 import pandas as pd
 import pytest
 import redis
+from vtime import run_virtual
 
 import playbook as pb
 from playbook.providers.limits import Limiter, LocalLimiter, Permit, Verdict
 from playbook.providers.limits.shared import RedisLimiter
 from playbook.providers.provider import governor
 
-Factory = Callable[..., Limiter]
+T = TypeVar("T")
+LOADED = 1.5  # seconds a loaded machine may add to a shared limiter's few round trips
+
+
+class Factory:
+    """Builds a limiter of one kind with the same options, and runs a test's coroutine on the
+    clock that kind keeps: the local limiter reads only the loop's clock, so it runs in virtual
+    time (tests/vtime.py: its waits take no time, and its intervals are exact); the shared one
+    reads Redis's clock, which cannot be made virtual, so it runs in real time."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+
+    def __call__(
+        self,
+        rate: float | None = None,
+        burst: float | None = None,
+        concurrency: int | None = None,
+        account: str = "acme:default",
+        tokens: float | None = None,
+    ) -> Limiter:
+        if self.url is None:
+            return LocalLimiter(rate, burst, concurrency, tokens)
+        return RedisLimiter(
+            self.url, account, provider="acme", rate=rate, burst=burst, concurrency=concurrency, tokens=tokens
+        )
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return run_virtual(coro) if self.url is None else asyncio.run(coro)
+
+    def late(self, seconds: float) -> float:
+        """The latest what takes ``seconds`` may end, on this kind's clock: virtual time is exact;
+        in real time a loaded machine adds its stalls to a handful of Redis round trips (never
+        subtracts: a limiter never grants early, so lower bounds stay as they are)."""
+        return seconds if self.url is None else seconds + LOADED
 
 
 @pytest.fixture(params=["local", "shared"])
 def make(request: pytest.FixtureRequest) -> Factory:
-    """Build a limiter of either kind with the same options."""
-    if request.param == "local":
-        return lambda rate=None, burst=None, concurrency=None, account="acme:default", tokens=None: (
-            LocalLimiter(rate, burst, concurrency, tokens)
-        )
-    url = request.getfixturevalue("redis_url")
-    return lambda rate=None, burst=None, concurrency=None, account="acme:default", tokens=None: RedisLimiter(
-        url, account, provider="acme", rate=rate, burst=burst, concurrency=concurrency, tokens=tokens
-    )
+    """A limiter of either kind with the same options (the shared one on a real Redis)."""
+    return Factory(None if request.param == "local" else request.getfixturevalue("redis_url"))
+
+
+def _now() -> float:
+    """The running loop's clock: virtual for the local limiter, real for the shared one."""
+    return asyncio.get_running_loop().time()
 
 
 async def _go(limiter: Limiter, weight: float = 1.0) -> Permit:
@@ -52,13 +88,13 @@ def test_permits_are_spaced_at_the_rate(make: Factory) -> None:
 
     async def main() -> float:
         limiter = make(rate=20.0)
-        start = time.monotonic()
+        start = _now()
         for _ in range(10):
             await limiter.settle(await _go(limiter))
-        return time.monotonic() - start
+        return _now() - start
 
-    elapsed = asyncio.run(main())
-    assert 0.43 <= elapsed < 2.0
+    elapsed = make.run(main())
+    assert 0.43 <= elapsed < make.late(0.5)
 
 
 def test_burst_lets_permits_through_at_once(make: Factory) -> None:
@@ -66,17 +102,17 @@ def test_burst_lets_permits_through_at_once(make: Factory) -> None:
 
     async def main() -> list[float]:
         limiter = make(rate=2.0, burst=5)
-        start, times = time.monotonic(), []
+        start, times = _now(), []
         for _ in range(6):
             await limiter.settle(await _go(limiter))
-            times.append(time.monotonic() - start)
+            times.append(_now() - start)
         return times
 
-    times = asyncio.run(main())
+    times = make.run(main())
     # Counted from the first permit: a shared limiter's first call also connects to Redis and
     # loads its script, which on a loaded machine has taken a second and more.
     since_first = [t - times[0] for t in times]
-    assert since_first[4] < 0.2 and 0.35 <= since_first[5] < 1.5
+    assert since_first[4] < make.late(0.1) and 0.35 <= since_first[5] < make.late(0.6)
 
 
 def test_calls_whose_slots_came_due_while_the_loop_stalled_do_not_go_at_once(make: Factory) -> None:
@@ -150,27 +186,32 @@ def test_concurrency_bounds_permits_out(make: Factory) -> None:
             await limiter.release(p)
         return waited, permit
 
-    waited, permit = asyncio.run(main())
+    waited, permit = make.run(main())
     assert waited and permit.level == 3
 
 
 def test_a_hold_stops_permits_until_it_ends(make: Factory) -> None:
-    """hold(now + 0.4): acquire answers None (step aside) until then, a permit after."""
+    """hold(now + 0.4): acquire answers None (step aside) until then, a permit after.  The hold's
+    end comes back on this loop's clock, off by at most the time the call took (the shared
+    limiter reads Redis's clock in it); in real time the hold is longer than a loaded machine's
+    stalls, so the call inside it is inside it."""
+    span = make.late(0.4)
 
-    async def main() -> tuple[Any, float, Any]:
+    async def main() -> tuple[Any, float, float, Any]:
         limiter = make(rate=50.0)
         loop = asyncio.get_running_loop()
-        until = await limiter.hold(loop.time() + 0.4)
-        left = until - loop.time()
+        start = loop.time()
+        until = await limiter.hold(start + span)
+        took = loop.time() - start
         during = await limiter.acquire()
         await asyncio.sleep(max(0.0, limiter.hold_until_t - loop.time()) + 0.05)
         after = await limiter.acquire()
         assert after is not None
         await limiter.release(after)
-        return during, left, after
+        return during, until - start, took, after
 
-    during, left, after = asyncio.run(main())
-    assert during is None and 0.2 < left <= 0.4 and isinstance(after, Permit)
+    during, held, took, after = make.run(main())
+    assert during is None and abs(held - span) <= took + 0.05 and isinstance(after, Permit)
 
 
 def test_a_refusal_cuts_the_rate_once_per_episode(make: Factory) -> None:
@@ -191,7 +232,7 @@ def test_a_refusal_cuts_the_rate_once_per_episode(make: Factory) -> None:
         rates.append(limiter.rate)
         return rates
 
-    configured, cut, same, again = asyncio.run(main())
+    configured, cut, same, again = make.run(main())
     assert configured == pytest.approx(20.0)
     assert cut == pytest.approx(
         20.0 * 0.75, rel=0.01
@@ -212,7 +253,7 @@ def test_a_refusal_while_sending_starts_up_cuts_from_the_rate(make: Factory) -> 
         verdict = await limiter.refused(await _go(limiter), hinted=False)  # 3 sent over 0.4 s: 7.5/s
         return verdict, limiter.rate
 
-    verdict, rate = asyncio.run(main())
+    verdict, rate = make.run(main())
     assert verdict is Verdict.LOWERED
     assert rate == pytest.approx(10.0 * 0.75, rel=0.01)  # DEEP of the rate (of the 5/s let in: 3.75)
 
@@ -223,11 +264,11 @@ def test_settling_a_heavier_call_delays_the_next(make: Factory) -> None:
     async def main() -> float:
         limiter = make(tokens=10.0)
         await limiter.settle(await _go(limiter, 10.0), actual=15.0)
-        start = time.monotonic()
+        start = _now()
         await limiter.release(await _go(limiter, 1.0))
-        return time.monotonic() - start
+        return _now() - start
 
-    assert 0.9 <= asyncio.run(main()) < 2.0
+    assert 0.9 <= make.run(main()) < make.late(1.2)
 
 
 def test_tokens_are_paced_evenly_with_at_most_a_second_at_once(make: Factory) -> None:
@@ -235,12 +276,12 @@ def test_tokens_are_paced_evenly_with_at_most_a_second_at_once(make: Factory) ->
 
     async def main() -> float:
         limiter = make(tokens=200.0)
-        start = time.monotonic()
+        start = _now()
         for _ in range(8):
             await limiter.settle(await _go(limiter, 50.0))
-        return time.monotonic() - start
+        return _now() - start
 
-    assert 1.35 <= asyncio.run(main()) < 2.5
+    assert 1.35 <= make.run(main()) < make.late(1.6)
 
 
 def test_the_request_rate_counts_calls_whatever_their_tokens(make: Factory) -> None:
@@ -248,12 +289,12 @@ def test_the_request_rate_counts_calls_whatever_their_tokens(make: Factory) -> N
 
     async def main() -> float:
         limiter = make(rate=10.0)
-        start = time.monotonic()
+        start = _now()
         for _ in range(3):
             await limiter.settle(await _go(limiter, 500.0))
-        return time.monotonic() - start
+        return _now() - start
 
-    assert 0.15 <= asyncio.run(main()) < 1.0
+    assert 0.15 <= make.run(main()) < make.late(0.3)
 
 
 def test_announced_limits_lower_the_rate_and_add_a_token_limit(make: Factory) -> None:
@@ -264,14 +305,14 @@ def test_announced_limits_lower_the_rate_and_add_a_token_limit(make: Factory) ->
         first = limiter.learn(5.0, 100.0)
         await limiter.settle(await _go(limiter, 1.0))
         higher = limiter.learn(50.0, 1000.0)
-        start = time.monotonic()
+        start = _now()
         for _ in range(3):
             await limiter.settle(await _go(limiter, 1.0))
-        return first, higher, limiter.token_rate, time.monotonic() - start
+        return first, higher, limiter.token_rate, _now() - start
 
-    first, higher, tokens, elapsed = asyncio.run(main())
+    first, higher, tokens, elapsed = make.run(main())
     assert first is True and higher is False and tokens == 100.0
-    assert 0.5 <= elapsed < 1.5  # 5/s, not 10/s
+    assert 0.5 <= elapsed < make.late(0.7)  # 5/s, not 10/s
 
 
 def test_a_lone_short_refusal_among_many_calls_changes_nothing(make: Factory) -> None:
@@ -288,7 +329,7 @@ def test_a_lone_short_refusal_among_many_calls_changes_nothing(make: Factory) ->
             seen += [await limiter.refused(permit, hinted=True, short=True), limiter.rate]
         return seen
 
-    lone, kept, second, still, third, cut = asyncio.run(main())
+    lone, kept, second, still, third, cut = make.run(main())
     assert lone is second is Verdict.LONE and kept == still == pytest.approx(100.0, rel=0.01)
     assert third is Verdict.LOWERED and cut < 100.0
 
@@ -305,7 +346,7 @@ def test_an_unhinted_refusal_above_the_levels_that_went_through_bounds_concurren
         verdict = await limiter.refused(permits[2], hinted=False)
         return limiter.in_flight_limit, limiter.rate, verdict
 
-    limit, rate, verdict = asyncio.run(main())
+    limit, rate, verdict = make.run(main())
     assert verdict is Verdict.LOWERED and limit == 2 and rate == pytest.approx(50.0, rel=0.01)
 
 
@@ -420,6 +461,7 @@ def _done(proc: subprocess.Popen[str]) -> str:
     return out
 
 
+@pytest.mark.slow
 def test_a_hold_set_by_another_process_is_seen_here(
     redis_url: str, other: Callable[..., subprocess.Popen[str]]
 ) -> None:
@@ -436,6 +478,7 @@ def test_a_hold_set_by_another_process_is_seen_here(
     assert permit is None and 1.0 < left <= 10.0
 
 
+@pytest.mark.slow
 def test_a_cut_made_by_another_process_is_seen_here(
     redis_url: str, other: Callable[..., subprocess.Popen[str]]
 ) -> None:
@@ -450,6 +493,7 @@ def test_a_cut_made_by_another_process_is_seen_here(
     assert cut < 20.0 and asyncio.run(main()) == pytest.approx(cut)
 
 
+@pytest.mark.slow
 def test_slots_of_a_process_killed_on_this_machine_come_back_at_once(
     redis_url: str, other: Callable[..., subprocess.Popen[str]]
 ) -> None:
@@ -471,6 +515,7 @@ def test_slots_of_a_process_killed_on_this_machine_come_back_at_once(
     assert asyncio.run(main()) < 3.0, "the dead process's slots waited for their 30 s expiry"
 
 
+@pytest.mark.slow
 def test_slots_held_on_another_machine_come_back_after_their_expiry(redis_url: str) -> None:
     """Slots held by a process on another host (which may be alive) are waited out: they come back
     when their permits expire, not before."""
@@ -497,6 +542,7 @@ def test_slots_held_on_another_machine_come_back_after_their_expiry(redis_url: s
     assert 1.2 <= after < 8.0
 
 
+@pytest.mark.slow
 def test_permits_in_flight_are_renewed_past_their_expiry(redis_url: str) -> None:
     """A call in flight longer than permit_ttl keeps its slot: renewed, it is not evicted.  The
     permit is renewed every third of its 2 s, so only a loop stalled over 1.3 s could lose it."""
@@ -522,7 +568,7 @@ def test_permits_in_flight_are_renewed_past_their_expiry(redis_url: str) -> None
 def test_an_unreachable_redis_parks_or_fails_rows_naming_the_provider_and_url(store: pb.ReceiptStore) -> None:
     """shared= at a closed port: the provider is down, so once its probes pass the rows' wait
     budget the run returns, every row failed or parked, and the message names the provider and the URL."""
-    provider = pb.Provider("acme", rps=50, shared="redis://127.0.0.1:1/0", max_wait=2)
+    provider = pb.Provider("acme", rps=50, shared="redis://127.0.0.1:1/0", max_wait=0.5)
     calls: list[int] = []
 
     @pb.tool(provider=provider)
@@ -570,7 +616,7 @@ def test_a_hinted_refusal_under_a_token_limit_leaves_the_request_rate_alone(make
         cut = await limiter.refused(await _go(limiter, 10.0), hinted=True)
         return cut, limiter.rate
 
-    assert asyncio.run(main()) == (Verdict.NOTED, None)
+    assert make.run(main()) == (Verdict.NOTED, None)
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["local", "shared"])

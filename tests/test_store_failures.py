@@ -68,7 +68,7 @@ def test_a_disk_that_stays_full_parks_the_rows_that_would_pay_and_says_what_was_
     assert statuses == ["ok"] * 5 + ["failed"] + ["parked"] * 6
     error = run.result["play_error"].iloc[5]
     assert error.startswith(
-        f"ReceiptError: cannot write to the receipt store at {store.path}: the disk is full (ENOSPC)"
+        f"ReceiptError: cannot write to the receipt store at {store.location}: the disk is full (ENOSPC)"
     )
     assert "(for 5s); this call was paid for" in error
     assert (
@@ -93,7 +93,7 @@ def test_a_disk_that_stays_full_parks_the_rows_that_would_pay_and_says_what_was_
     assert here.result["play_status"].tolist() == ["ok"] * 12 and engine(store).unwritten() == 0
     assert sorted(calls) == list(range(12))  # each call paid once
     elsewhere = frame.play.run(
-        fetch, store=pb.ReceiptStore(store.path), progress=False
+        fetch, store=pb.ReceiptStore(Path(store.location)), progress=False
     )  # as from another process
     assert elsewhere.stats.calls_local == 0 and elsewhere.result["play_status"].isin(["ok", "reused"]).all()
 
@@ -129,7 +129,7 @@ def test_a_disk_full_for_a_moment_fails_no_row_and_pays_each_call_once(store: pb
         t for t in sent_t if full + 0.01 < t < full + 0.23
     ]  # while the disk was full, nothing was paid
     assert max(sent_t) > full + 0.23  # and the rows went on once it had room
-    again = frame.play.run(fetch, store=pb.ReceiptStore(store.path), progress=False)
+    again = frame.play.run(fetch, store=pb.ReceiptStore(Path(store.location)), progress=False)
     assert again.stats.calls_local == 0
 
 
@@ -169,7 +169,7 @@ def test_a_store_removed_mid_run_is_detected_and_nothing_is_lost(
     async def fetch(n: int) -> int:
         calls.append(n)
         if n == 4:
-            shutil.rmtree(store.path)
+            shutil.rmtree(Path(store.location))
         return n
 
     frame = pd.DataFrame({"n": range(10)})
@@ -219,6 +219,7 @@ def test_lone_surrogates_in_inputs_and_answers_are_stored_and_replayed(store: pb
     assert store.receipts()["output"].tolist()[0]["raw"] in (odd, "plain", odd + "!")
 
 
+@pytest.mark.slow
 def test_bad_utf8_in_the_store_is_skipped_by_the_command_line(store: pb.ReceiptStore) -> None:
     """cache stats, list and export skip an undecodable record and say how many, instead of crashing."""
     import subprocess
@@ -230,14 +231,14 @@ def test_bad_utf8_in_the_store_is_skipped_by_the_command_line(store: pb.ReceiptS
 
     pd.DataFrame({"q": ["a", "b", "c"]}).play.map(upper, store=store, progress=False)
     store.close()
-    with sqlite3.connect(store.path / "receipts.db") as con:
+    with sqlite3.connect(Path(store.location) / "receipts.db") as con:
         con.execute(
             "UPDATE receipt SET output = CAST(X'22ff22' AS TEXT), tool = CAST(X'75ff' AS TEXT) WHERE key = ?",
             (engine_of(upper).address({"q": "b"}),),
         )
     for command in (["stats"], ["list"], ["export"]):
         done = subprocess.run(
-            [sys.executable, "-m", "playbook", "--store", str(store.path), "cache", *command],
+            [sys.executable, "-m", "playbook", "--store", store.location, "cache", *command],
             capture_output=True,
             text=True,
             timeout=60,
@@ -260,15 +261,15 @@ def test_a_store_opened_read_only_is_read_and_never_written(store: pb.ReceiptSto
 
     pd.DataFrame({"q": ["a", "b"]}).play.map(upper, store=store, progress=False)
     store.close()
-    before = (store.path / "receipts.db").read_bytes()
-    looking = pb.ReceiptStore(store.path, readonly=True)
+    before = (Path(store.location) / "receipts.db").read_bytes()
+    looking = pb.ReceiptStore(Path(store.location), readonly=True)
     assert looking.stats()["by_tool"] == {"upper": 2} and looking.receipts()["output"].tolist() == ["A", "B"]
     assert looking.get(upper, q="a").output == "A"
     with pytest.raises(pb.ReceiptError, match="read-only"):
         looking.clear()
     looking.close()
-    assert (store.path / "receipts.db").read_bytes() == before  # the database is as it was
-    wal = store.path / "receipts.db-wal"
+    assert (Path(store.location) / "receipts.db").read_bytes() == before  # the database is as it was
+    wal = Path(store.location) / "receipts.db-wal"
     assert not wal.exists() or wal.stat().st_size == 0  # and nothing is waiting to be written to it
     with pytest.raises(pb.ReceiptError, match="there is no receipt store at .*nothing-here to read"):
-        pb.ReceiptStore(store.path.parent / "nothing-here", readonly=True)
+        pb.ReceiptStore(Path(store.location).parent / "nothing-here", readonly=True)

@@ -176,4 +176,4 @@ def test_the_cli_finds_the_projects_store_from_a_subfolder(
     )
     assert done.returncode == 0, done.stderr
     stats = json.loads(done.stdout)
-    assert stats["path"] == str(project / ".playbook") and stats["receipts"] == 3
+    assert stats["location"] == str(project / ".playbook") and stats["receipts"] == 3

@@ -3,10 +3,13 @@ holds, parks and errors are the outer row's; what it paid for is reused by any p
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+from vtime import run_virtual
 
 import playbook as pb
 
@@ -103,22 +106,24 @@ def test_a_sub_play_error_is_the_outer_rows(store: pb.ReceiptStore) -> None:
     assert frame.play.map(careful, store=store, progress=False).caught[0] == "no 1"
 
 
-def test_a_sleep_inside_resumes_the_sub_play(store: pb.ReceiptStore) -> None:
+def test_a_sleep_inside_resumes_the_sub_play(tmp_path: Path) -> None:
     """A durable sleep inside the sub-play steps the outer row aside; the row comes back and the
-    sub-play's finished step is not run again."""
+    sub-play's finished step is not run again.  In virtual time: the store's clock (the sleep's
+    deadline) is the loop's."""
+    store = pb.ReceiptStore(tmp_path / "store", clock=lambda: 1.8e9 + asyncio.get_running_loop().time())
     ran: list[int] = []
 
     @pb.play(name="waits")
     async def waits(row: Any, ctx: pb.Context) -> dict[str, Any]:
         n = await ctx.step("count", lambda: ran.append(row.n) or len(ran))
-        await ctx.sleep(1.1)
+        await ctx.sleep(30)
         return {"n": n}
 
     @pb.play
     async def outer(row: Any, ctx: pb.Context) -> dict[str, Any]:
         return await ctx.run_play(waits, n=row.n)
 
-    out = pd.DataFrame({"n": [7]}).play.map(outer, store=store, progress=False, overwrite=True)
+    out = run_virtual(pd.DataFrame({"n": [7]}).play.amap(outer, store=store, progress=False, overwrite=True))
     assert out.play_status[0] == "ok" and ran == [7] and out.n[0] == 1
 
     woke: list[bool] = []
@@ -126,7 +131,7 @@ def test_a_sleep_inside_resumes_the_sub_play(store: pb.ReceiptStore) -> None:
     @pb.play(name="swallows")
     async def swallows(row: Any, ctx: pb.Context) -> dict[str, Any]:
         try:
-            await ctx.sleep(1.1)
+            await ctx.sleep(30)
             woke.append(True)
         except BaseException:  # a bare except catches the sleep's signal: the row still steps aside
             woke.append(False)
@@ -136,8 +141,9 @@ def test_a_sleep_inside_resumes_the_sub_play(store: pb.ReceiptStore) -> None:
     async def outer_of_swallows(row: Any, ctx: pb.Context) -> dict[str, Any]:
         return await ctx.run_play(swallows, n=row.n)
 
-    out = pd.DataFrame({"n": [8]}).play.map(outer_of_swallows, store=store, progress=False)
+    out = run_virtual(pd.DataFrame({"n": [8]}).play.amap(outer_of_swallows, store=store, progress=False))
     assert out.play_status[0] == "ok" and woke == [False, True]
+    store.close()
 
 
 def test_refresh_rows_runs_sub_plays_again_from_receipts(demo: Any, store: pb.ReceiptStore) -> None:

@@ -75,9 +75,9 @@ def rects(svg: str) -> dict[str, ET.Element]:
 
 def test_status_segments_are_proportional_in_order_then_the_rest() -> None:
     """Each status's width is its share of the total; they follow STATUSES, then the rows not yet done."""
-    bar = status_bar({"held": 50, "ok": 300, "failed": 100, "skipped": 0}, 600, width=480)
+    bar = status_bar({"waiting": 50, "ok": 300, "failed": 100, "skipped": 0}, 600, width=480)
     shown = list(parse(bar).iter(f"{NS}rect"))
-    assert [r.get("class") for r in shown] == ["pb-ok", "pb-failed", "pb-held", "pb-rest"]
+    assert [r.get("class") for r in shown] == ["pb-ok", "pb-failed", "pb-waiting", "pb-rest"]
     widths = [float(r.get("width", "")) for r in shown]
     assert widths == pytest.approx([240, 80, 40, 120], abs=0.1)
     xs = [float(r.get("x", "")) for r in shown]

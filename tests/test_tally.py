@@ -25,7 +25,7 @@ def _truth(run: pb.Run) -> Counts:
     state = run.state
     failed = Counter(row.group for row in state.failed_rows())
     parked = Counter(row.provider for row in state.parked_rows())
-    held = Counter(w.provider for w in state.held_rows().values() if w.provider is not None)
+    held = Counter(w.provider for w in state.waiting_rows().values() if w.provider is not None)
     reasons = Counter((row.provider, row.reason) for row in state.parked_rows())
     minutes = Counter(
         (r.reason, r.provider, None if r.ready_at is None else r.ready_at // 60 * 60)
@@ -100,7 +100,7 @@ def test_the_tally_matches_a_scan_of_the_rows_after_every_row_and_retry(store: p
 
     async def main() -> list[tuple[pb.Run, Tally]]:
         run = await frame.play.arun(
-            mixed, store=store, progress=False, background=True, concurrency=4, key="n"
+            mixed, store=store, progress=False, background=True, concurrency=4, id_columns="n"
         )
         runs = [(run, followed(run))]
         await asyncio.wait([run._task])

@@ -162,11 +162,11 @@ def _scene(state: RunState, *, probe_at: float, hold_in: float = 3600) -> tuple[
     return acme, quota
 
 
-def test_a_narrow_log_still_shows_held_and_parked_rows_and_down_providers_first(
+def test_a_narrow_log_still_shows_waiting_and_parked_rows_and_down_providers_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Written to a log 60 columns wide, every line fits, and while rows wait it starts with the
-    held and parked counts and the providers that are down or hold calls; the counters come after.
+    waiting and parked counts and the providers that are down or hold calls; the counters come after.
     A log gets plain lines, never a carriage return."""
     monkeypatch.setenv("COLUMNS", "60")
     out = io.StringIO()
@@ -175,7 +175,7 @@ def test_a_narrow_log_still_shows_held_and_parked_rows_and_down_providers_first(
     _scene(state, probe_at=time.time() + 30)
     frames = _frames(out.getvalue())
     assert max(len(frame) for frame in frames) <= 60 and "\r" not in out.getvalue()
-    assert frames[-1].startswith("enrich [held=3 parked=12 | 1 down, 1 held]: 17/40 rows"), frames[
+    assert frames[-1].startswith("enrich [waiting=3 parked=12 | 1 down, 1 held]: 17/40 rows"), frames[
         -1
     ]  # no room for names
     state.emit(RunFinished("r1", False))
@@ -193,7 +193,7 @@ def test_a_wide_bar_says_until_when_and_how_many_rows_and_counts_paid_and_local_
     _, quota = _scene(state, probe_at=probe)
     last = _frames(out.getvalue())[-1]
     assert last.startswith(
-        f"enrich [held=3 parked=12 | acme down (12 rows, probe {time_of_day(probe)}) | "
+        f"enrich [waiting=3 parked=12 | acme down (12 rows, probe {time_of_day(probe)}) | "
         f"quota held until {time_of_day(quota.status().hold_until_at)} (3 rows)]: "
     ), last
     assert last.endswith(
@@ -225,7 +225,7 @@ def test_the_bar_follows_the_terminal_width() -> None:
         _scene(state, probe_at=probe)
         narrow = drawn()
         assert max(len(frame) for frame in narrow) <= 79  # tqdm leaves the last column free
-        assert narrow[-1].startswith("enrich [held=3 parked=12 | acme down | quota held]: "), narrow[-1]
+        assert narrow[-1].startswith("enrich [waiting=3 parked=12 | acme down | quota held]: "), narrow[-1]
         bar = re.search(r"\d+%\|(.*?)\| \d", narrow[-1])
         assert bar and len(bar.group(1)) >= MIN_BAR, narrow[-1]  # the counters gave way, not the bar
         resize(200)
@@ -233,7 +233,7 @@ def test_the_bar_follows_the_terminal_width() -> None:
         wide = drawn()[-1]
         assert 79 < len(wide) <= 199, wide
         assert wide.startswith(
-            f"enrich [held=3 parked=12 | acme down (12 rows, probe {time_of_day(probe)}) | quota held until "
+            f"enrich [waiting=3 parked=12 | acme down (12 rows, probe {time_of_day(probe)}) | quota held until "
         ), wide
         state.emit(RunFinished("r1", False))
     finally:

@@ -26,6 +26,7 @@ import pandas as pd
 
 from playbook._internal.chain import Chain
 from playbook._internal.loop import check_blocking, finished, run_sync, schedule
+from playbook._internal.renamed import renamed
 from playbook.cluster.results import conform, profile, statuses, unify
 from playbook.cluster.state import ClusterState
 from playbook.cluster.wire import Channel, plain_hops
@@ -34,7 +35,7 @@ from playbook.errors import PlayDefinitionError, ReceiptError, interrupted
 from playbook.events import RunFinished, RunStarted
 from playbook.plays.play import Play
 from playbook.providers.provider import sharing_limits
-from playbook.records import ProviderHold, RunStats
+from playbook.records import ProviderWait, RunStats
 from playbook.runtime.options import RunOptions
 from playbook.runtime.run import remember
 from playbook.runtime.state.reading import ERROR_COLUMNS, LEG_COLUMNS
@@ -53,7 +54,7 @@ _GRACE = 30.0  # seconds a stopped job's partitions have to land what they sent
 
 class ClusterRun:
     """One run of a play over a Dask DataFrame: ``run.result`` (a Dask DataFrame once it is
-    done), ``run.stats``, ``run.errors``, ``run.parked``, ``run.holds``; ``wait()``, ``stop()``,
+    done), ``run.stats``, ``run.errors``, ``run.parked``, ``run.waiting_on``; ``wait()``, ``stop()``,
     ``retry()``; ``run.state`` for views."""
 
     def __init__(
@@ -143,7 +144,13 @@ class ClusterRun:
         return self._result
 
     @property
-    def holds(self) -> list[ProviderHold]:
+    def waiting_on(self) -> list[ProviderWait]:
+        return self.state.holds()
+
+    @property
+    def holds(self) -> list[ProviderWait]:
+        """Deprecated: use :attr:`waiting_on`."""
+        renamed("ClusterRun.holds", "ClusterRun.waiting_on")
         return self.state.holds()
 
     @property

@@ -16,6 +16,7 @@ from typing import Any
 
 from playbook.cluster.wire import COUNTERS, decode_label
 from playbook.events import (
+    Event,
     RowFinished,
     RowHeld,
     RowParked,
@@ -32,7 +33,6 @@ from playbook.runtime.state.reading import (
     FailedRow,
     ParkedRow,
     ProviderView,
-    RunEvent,
     RunState,
     Waiting,
     WorkerView,
@@ -125,7 +125,7 @@ class ClusterState(RunState):
         self.paid_by: Callable[[str], tuple[int, float, int] | None] = lambda attempt: None
         self.ran: frozenset[int] | None = None  # a retry: the job-wide positions it runs (None: every row)
 
-    def emit(self, event: RunEvent) -> None:
+    def emit(self, event: Event) -> None:
         if type(event) in _APPLIED:
             super().emit(event)
         else:
@@ -295,7 +295,7 @@ class ClusterState(RunState):
     def parked_rows(self) -> list[ParkedRow]:
         return [self._parked[p] for p in sorted(self._parked)]
 
-    def held_rows(self) -> dict[int, Waiting]:
+    def waiting_rows(self) -> dict[int, Waiting]:
         return dict(self._held)
 
     def provider_views(self) -> dict[str, ProviderView]:

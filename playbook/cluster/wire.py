@@ -29,7 +29,7 @@ COUNTERS = (
     "parked",
     "skipped",
     "in_flight",
-    "held",
+    "waiting",
     "sleeping",
     "calls_executed",
     "calls_reused",

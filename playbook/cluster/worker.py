@@ -23,11 +23,20 @@ from playbook.cluster.budget import SharedCostBudget
 from playbook.cluster.results import reassembled
 from playbook.cluster.wire import COUNTERS, Channel, encode_label
 from playbook.errors import PlaybookError, RunFatal
-from playbook.events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping, RunFinished
+from playbook.events import (
+    Event,
+    RowFinished,
+    RowHeld,
+    RowParked,
+    RowRequeued,
+    RowResumed,
+    RowSleeping,
+    RunFinished,
+)
 from playbook.plays.play import Play, as_play
 from playbook.runtime.options import RunOptions
 from playbook.runtime.run import begin_background, start
-from playbook.runtime.state.reading import RunEvent, RunState
+from playbook.runtime.state.reading import RunState
 from playbook.store import StoreEngine
 
 __all__ = ["Failure", "Part", "partition_error", "run_partition"]
@@ -228,7 +237,7 @@ class _Relay:
     def close(self) -> None:
         self._unsubscribe()
 
-    def on_event(self, event: RunEvent) -> None:
+    def on_event(self, event: Event) -> None:
         kind = type(event)
         position: int = event.position  # type: ignore[union-attr]  # every kind subscribed has one
         if kind is RowFinished:

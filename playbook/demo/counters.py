@@ -15,6 +15,7 @@ share a label, so a test gives its keys distinct endings.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 __all__ = ["KEY_FIELDS", "Counters", "key_label"]
@@ -40,6 +41,8 @@ class Counters:
         "admitted",
         "admitted_first",
         "admitted_last",
+        "admitted_most_in_a_second",
+        "admitted_recent",
         "auth_ok",
         "auth_rejected",
         "batches_created",
@@ -70,6 +73,11 @@ class Counters:
         self.admitted = 0
         self.admitted_first: float | None = None
         self.admitted_last: float | None = None
+        # The most let in within any one second: the rate the provider granted where the client
+        # kept it busy, which the client's pauses elsewhere in the run (starting workers, a
+        # loaded machine) do not dilute as they do the span from first to last.
+        self.admitted_most_in_a_second = 0
+        self.admitted_recent: deque[float] = deque()  # when those of the last second were let in
         self.by_endpoint: dict[str, int] = {}
         self.by_status: dict[int, int] = {}
         self.by_key: dict[str, dict[str, int]] = {}  # key_label -> KEY_FIELDS -> count
@@ -101,6 +109,11 @@ class Counters:
         if self.admitted_first is None:
             self.admitted_first = now
         self.admitted_last = now
+        recent = self.admitted_recent
+        recent.append(now)
+        while recent[0] <= now - 1.0:
+            recent.popleft()
+        self.admitted_most_in_a_second = max(self.admitted_most_in_a_second, len(recent))
 
     def count_key(self, label: str, field: str) -> None:
         """One more of ``field`` (one of `KEY_FIELDS`) for the key labelled ``label``."""
@@ -129,6 +142,7 @@ class Counters:
             "requests": self.requests,
             "admitted": self.admitted,
             "admitted_seconds": (self.admitted_last or 0.0) - (self.admitted_first or 0.0),
+            "admitted_most_in_a_second": self.admitted_most_in_a_second,
             "by_endpoint": dict(self.by_endpoint),
             "by_status": {str(status): n for status, n in sorted(self.by_status.items())},
             "by_auth": {"ok": self.auth_ok, "rejected": self.auth_rejected},

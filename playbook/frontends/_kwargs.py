@@ -24,7 +24,7 @@ class MapKwargs(TypedDict, total=False):
     refresh: bool | Literal["rows", "all"]
     max_cost: float | None
     limit: int | None
-    key: str | Sequence[str] | None
+    id_columns: str | Sequence[str] | None
     progress: Literal["auto", "widget", "text", "none"] | bool
     store: ReceiptStore | str | os.PathLike[str] | None
     max_wait: float | None

@@ -220,7 +220,7 @@ class Totals:
         self.groups: dict[str, dict[str, Any]] = {}  # group -> rows, an example row and its message
         self.by_reason: dict[str, int] = {}
         self.parked_rows: list[dict[str, Any]] = []
-        self.holds: list[dict[str, Any]] = []
+        self.waiting_on: list[dict[str, Any]] = []
         self.budget_parked = False
 
     def add(self, run: Any, report: dict[str, Any]) -> None:
@@ -231,7 +231,7 @@ class Totals:
             self.rows,
             self.rows + run.stats.total,
         )  # a row's position in the file, not in its chunk
-        self.holds = report["holds"]
+        self.waiting_on = report["waiting_on"]
         self.errors += [
             {**e, "position": e["position"] + offset}
             for e in report["errors"][: self.shown - len(self.errors)]
@@ -266,7 +266,7 @@ class Totals:
             **self.stats,
             **{k: round(v, 9) for k, v in self.stats.items() if isinstance(v, float)},
         }
-        report["holds"] = self.holds
+        report["waiting_on"] = self.waiting_on
         report["errors"] = self.errors
         by_size = sorted(
             self.groups.values(), key=lambda g: -g["rows"]

@@ -1,5 +1,5 @@
 """The command line: ``python -m playbook run`` (a play over a file, see :mod:`playbook.frontends.cli_run`)
-and ``python -m playbook cache stats|list|spend|clear|export|reset``.
+and ``python -m playbook cache stats|list|spend|clear|export|accept-loss``.
 
 Every ``cache`` command reads a store that already exists: a mistyped ``--store`` is an error, not a new
 empty store.  Errors are one line on stderr and a non-zero exit status, never a traceback.
@@ -91,10 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not ((path / FILE).is_file() or (path / "cache.db").is_file()):
                 _absent(path, args)
             # Looking needs no writes: a store on a full disk or a read-only mount can still be read.
-            readonly = args.run not in (_clear, _reset) and (path / FILE).is_file()
+            readonly = args.run not in (_clear, _accept_loss, _reset) and (path / FILE).is_file()
         store = StoreEngine(where, readonly=readonly)
         run: Callable[[StoreEngine, argparse.Namespace], int] = args.run
-        if store.lost is not None and run not in (_clear, _reset):
+        if store.lost is not None and run not in (_clear, _accept_loss, _reset):
             # Looking works, and shows what it holds now: say why a run on it stops, and the way out.
             print(f"playbook: runs on this store are refused: {store.lost}", file=sys.stderr)
         try:
@@ -111,15 +111,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _absent(path: Path, args: argparse.Namespace) -> None:
     """No store at ``path``: one that held receipts (its mark says so) was deleted whole, and
-    ``cache reset`` makes it again, empty; any other command, or a path that never held one, fails."""
+    ``cache accept-loss`` makes it again, empty; any other command, or a path that never held one, fails."""
     mark = read_registry(str(path.resolve()))
     if mark is not None and mark.receipts:
-        if args.run is _reset:
+        if args.run in (_accept_loss, _reset):
             return
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mark.at))
         raise _Fail(
             f"the receipt store at {path} held {mark.receipts:,} receipts at {when} and is gone (its directory deleted or moved): "
-            f"put it back, or start it again, empty, with python -m playbook cache reset --store {shlex.quote(str(path))}"
+            f"put it back, or start it again, empty, with python -m playbook cache accept-loss --store {shlex.quote(str(path))}"
         )
     where = "" if getattr(args, "store", None) else " (set --store or $PLAYBOOK_HOME)"
     raise _Fail(f"no receipt store at {path}{where}")
@@ -140,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     cache = commands.add_parser("cache", parents=[common], help="receipts and row memos on disk")
     sub = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    stats = sub.add_parser("stats", parents=[common], help="receipts per tool, row memos, size, path")
+    stats = sub.add_parser("stats", parents=[common], help="receipts per tool, row memos, size, location")
     stats.add_argument("--json", action="store_true", help="print the stats as one JSON object")
     stats.set_defaults(run=_stats)
 
@@ -174,16 +174,26 @@ def _parser() -> argparse.ArgumentParser:
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clear.set_defaults(run=_clear)
 
-    reset = sub.add_parser(
-        "reset", parents=[common], help="accept what a store that lost receipts holds now: runs on it go on"
-    )
-    reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    reset.set_defaults(run=_reset)
+    _add_accept_loss(sub, common)
 
     export = sub.add_parser("export", parents=[common, tool], help="receipts as JSON Lines")
     export.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     export.set_defaults(run=_export)
     return parser
+
+
+def _add_accept_loss(sub: Any, common: argparse.ArgumentParser) -> None:
+    accept = sub.add_parser(
+        "accept-loss",
+        parents=[common],
+        help="accept what a store that lost receipts holds now: runs on it go on (it removes nothing)",
+    )
+    accept.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    accept.set_defaults(run=_accept_loss)
+    # The old spelling, for one release: not listed, says its new name when used.
+    reset = sub.add_parser("reset", parents=[common])
+    reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    reset.set_defaults(run=_reset)
 
 
 # -- commands ----------------------------------------------------------------------------
@@ -195,7 +205,7 @@ def _stats(store: StoreEngine, args: argparse.Namespace) -> int:
         print(json.dumps(stats, ensure_ascii=False))
         return 0
     width = max([len(name) for name in stats["by_tool"]] + [9])
-    print(f"{'store':<{width + 2}} {stats['path']}")
+    print(f"{'store':<{width + 2}} {stats['location']}")
     print(f"{'receipts':<{width + 2}} {stats['receipts']} (total cost {money(stats['cost_stored'])})")
     for name, count in stats["by_tool"].items():
         print(f"  {name:<{width}} {count}")
@@ -307,7 +317,16 @@ def _confirm(question: str, *, unasked: str, declined: str) -> None:
 
 
 def _reset(store: StoreEngine, args: argparse.Namespace) -> int:
-    """What ``ReceiptStore.reset()`` does: the store's mark starts again from what it holds."""
+    """``cache reset``: the old name of ``cache accept-loss``."""
+    print(
+        "playbook: `cache reset` is deprecated and goes in the next release; use `cache accept-loss`",
+        file=sys.stderr,
+    )
+    return _accept_loss(store, args)
+
+
+def _accept_loss(store: StoreEngine, args: argparse.Namespace) -> int:
+    """What ``ReceiptStore.accept_loss()`` does: the store's mark starts again from what it holds."""
     lost = store.lost
     if lost is not None and not args.yes:
         _confirm(
@@ -315,7 +334,7 @@ def _reset(store: StoreEngine, args: argparse.Namespace) -> int:
             unasked=f"{lost}. Nothing accepted without confirmation: stdin is not a terminal; pass --yes",
             declined="nothing accepted: runs on the store are still refused",
         )
-    store.reset()
+    store.accept_loss()
     held = f"holds {store.stats()['receipts']:,} receipts"
     if lost is None:
         print(f"the receipt store at {store.location} has lost nothing: it {held}")
@@ -339,10 +358,10 @@ def _export(store: StoreEngine, args: argparse.Namespace) -> int:
     return 0
 
 
-def _export_line(key: str, record: Record) -> str:
+def _export_line(address: str, record: Record) -> str:
     """One receipt as JSON: values in their stored, tagged form (a datetime as {"$datetime": ...})."""
     line = {
-        "key": key,
+        "address": address,
         "tool": record.tool,
         "version": record.version,
         "account": record.account,

@@ -18,6 +18,7 @@ import math
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -170,7 +171,7 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
     if "Parquet" in (source, out):
         need_pyarrow("--in" if source == "Parquet" else "--out")
     play = load(path, name)
-    opts: dict[str, Any] = {"progress": "text", **given(args, "cli")}
+    opts: dict[str, Any] = {"progress": "text", **_given(args)}
     if opts.pop("estimate", False):
         found = _estimate(args, play, opts, source, report)
         if found is None:
@@ -360,8 +361,22 @@ def _one(
         return None
 
 
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    """The run options the command line gave; an old flag's spelling (``--key``) works and says
+    its new one on stderr (a script's DeprecationWarning is shown to nobody)."""
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always", DeprecationWarning)
+        try:
+            found = given(args, "cli")
+        except ValueError as exc:
+            raise Usage(str(exc)) from None
+    for warning in said:
+        _say(str(warning.message))
+    return found
+
+
 def _as_option(message: str) -> str:
-    """map()'s message names its option (``key=['x']: ...``); say which command-line option that is."""
+    """map()'s message names its option (``id_columns=['x']: ...``); say which command-line option that is."""
     name = message.partition("=")[0]
     return f"--{name.replace('_', '-')}: {message}" if name in {f.name for f in options("cli")} else message
 
@@ -370,7 +385,7 @@ def _record(report: dict[str, Any], run: Run | ClusterRun | None) -> None:
     if run is None:
         return
     report["stats"] = run.stats.model_dump()
-    report["holds"] = [hold.model_dump() for hold in run.holds]
+    report["waiting_on"] = [wait.model_dump() for wait in run.waiting_on]
     errors = run.errors
     report["errors"] = errors.head(ERRORS_SHOWN).to_dict("records")
     report["error_groups"] = _groups(errors)

@@ -107,7 +107,10 @@ class PlayMagics(magic.Magics):
 
 def _run_options(args: argparse.Namespace, ns: dict[str, Any]) -> dict[str, Any]:
     """The options of ``df.play.map`` that the magic's line gives, leaving out those it does not."""
-    options = given(args, "magic")
+    try:
+        options = given(args, "magic")
+    except ValueError as exc:
+        raise UsageError(f"%%play {exc}") from None
     options.pop("background", None)  # the magic calls run(background=True) itself
     if args.fixtures is not None and not os.path.isfile(args.fixtures):
         raise UsageError(

@@ -212,7 +212,7 @@ def check_columns(frame: Any, play: Any, opts: RunOptions) -> None:
     _check_reserved(frame)
     if isinstance(play, Tool):
         _check_tool(columns, play)
-    opts.key_columns(frame)
+    opts.row_id_columns(frame)
 
 
 def _check_reserved(frame: Any) -> None:

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import pandas as pd
 
+from playbook._internal.renamed import renamed
 from playbook.errors import PlayDefinitionError
 from playbook.frontends.pandas import PlayAccessor
 from playbook.frontends.polars_convert import frames, to_polars, whole_frame
 from playbook.frontends.signature import run_signature
-from playbook.records import ProviderHold, RunStats
+from playbook.records import ProviderWait, RunStats
 from playbook.runtime import Run, RunState
 from playbook.runtime.estimate.projection import Estimate
 
@@ -177,8 +178,14 @@ class PolarsRun:
         return self.pandas.stats
 
     @property
-    def holds(self) -> list[ProviderHold]:
-        return self.pandas.holds
+    def waiting_on(self) -> list[ProviderWait]:
+        return self.pandas.waiting_on
+
+    @property
+    def holds(self) -> list[ProviderWait]:
+        """Deprecated: use :attr:`waiting_on`."""
+        renamed("PolarsRun.holds", "PolarsRun.waiting_on")
+        return self.pandas.waiting_on
 
     @property
     def notices(self) -> list[str]:

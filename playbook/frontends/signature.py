@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from playbook.runtime.options import Option, RunOptions, options
+from playbook._internal.renamed import renamed
+from playbook.runtime.options import RENAMED, Option, RunOptions, options
 
 __all__ = ["flags", "given", "kwargs_source", "options_doc", "run_signature", "write_kwargs"]
 
@@ -68,7 +69,20 @@ def run_signature(surface: str) -> Callable[[F], F]:
 
 
 def flags(surface: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(flag, argparse keyword arguments)`` for each option offered on ``surface``."""
+    """``(flag, argparse keyword arguments)`` for each option offered on ``surface``; then the
+    old spelling of each renamed one, unlisted (:func:`given` reads it as the new, warning)."""
+    spelled_as = dict(_flags(surface))
+    yield from spelled_as.items()
+    for old, new in RENAMED.items():
+        if _flag(new) in spelled_as:
+            yield _flag(old), {**spelled_as[_flag(new)], "dest": old, "help": argparse.SUPPRESS}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _flags(surface: str) -> Iterator[tuple[str, dict[str, Any]]]:
     for f in options(surface):
         option = _option(f)
         spelled: dict[str, Any] = {"dest": f.name, "help": option.help, "default": None}
@@ -82,14 +96,23 @@ def flags(surface: str) -> Iterator[tuple[str, dict[str, Any]]]:
                 spelled["type"] = option.text
         else:
             spelled["action"] = "store_true"
-        yield "--" + f.name.replace("_", "-"), spelled
+        yield _flag(f.name), spelled
 
 
 def given(args: argparse.Namespace, surface: str) -> dict[str, Any]:
-    """The options a command line gave (those it left out are not in the dict)."""
-    return {
+    """The options a command line gave (those it left out are not in the dict).  A renamed
+    option's old flag is read as the new one, with a ``DeprecationWarning`` naming it."""
+    found = {
         f.name: getattr(args, f.name) for f in options(surface) if getattr(args, f.name, None) is not None
     }
+    for old, new in RENAMED.items():
+        if getattr(args, old, None) is None:
+            continue
+        if new in found:
+            raise ValueError(f"{_flag(old)} and {_flag(new)} name one option: pass only {_flag(new)}")
+        renamed(_flag(old), _flag(new))
+        found[new] = getattr(args, old)
+    return found
 
 
 def kwargs_source() -> str:

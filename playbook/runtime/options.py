@@ -21,6 +21,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from playbook._internal.argtypes import amount, cap, columns, place, whole
+from playbook._internal.renamed import renamed
 from playbook.errors import PlayDefinitionError, ReceiptError
 from playbook.runtime.calls.level import START
 from playbook.runtime.calls.scope import CostBudget
@@ -28,11 +29,15 @@ from playbook.store import ReceiptStore, StoreEngine, default_store, engine
 from playbook.store.fixtures import Fixtures, active
 from playbook.tools.transport import warn_past_file_limit
 
-__all__ = ["SURFACES", "Option", "RunOptions", "options"]
+__all__ = ["RENAMED", "SURFACES", "Option", "RunOptions", "options"]
 
 # Where an option is offered: map()/amap() (and their Polars and Dask forms), run()/arun(), the
 # %%play magic, the command line.
 SURFACES = ("map", "run", "magic", "cli")
+
+# Options that were renamed: the old name still works for one release, with a DeprecationWarning
+# naming the new one (a flag's old spelling too: signature.flags).
+RENAMED = {"key": "id_columns"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +83,11 @@ class RunOptions:
     limit: int | None = _option(
         None, "run only the first N rows (the result has N rows)", metavar="N", text=whole(0)
     )
-    key: str | Sequence[str] | None = _option(
-        None, "the column(s) that name a row (default: all its values)", metavar="COLS", text=columns
+    id_columns: str | Sequence[str] | None = _option(
+        None,
+        "the column(s) whose values are a row's identity, its row id (default: all its values)",
+        metavar="COLS",
+        text=columns,
     )
     progress: Literal["auto", "widget", "text", "none"] | bool = _option(
         "auto",
@@ -120,7 +128,7 @@ class RunOptions:
 
     @classmethod
     def parse(cls, given: Mapping[str, Any]) -> RunOptions:
-        opts = dict(given)
+        opts = _new_names(given)
         names = [f.name for f in options()]
         for name in opts:
             if name not in names:
@@ -190,26 +198,27 @@ class RunOptions:
         """What the run's paid calls are counted against: the budget given, else one of ``max_cost``."""
         return self.budget if self.budget is not None else CostBudget(self.max_cost)
 
-    def key_columns(self, frame: pd.DataFrame) -> list[Any] | None:
-        """The key columns, checked against the frame."""
-        if self.key is None:
+    def row_id_columns(self, frame: pd.DataFrame) -> list[Any] | None:
+        """The columns of the row id (``id_columns``), checked against the frame; ``None``: all."""
+        given = self.id_columns
+        if given is None:
             return None
         labels: set[Any] = set(frame.columns)  # any hashable labels, whatever the stubs infer
         # A tuple that is itself a label (MultiIndex columns) names one column, not several.
         one = (
-            isinstance(self.key, str)
-            or not isinstance(self.key, Sequence)
-            or (isinstance(self.key, tuple) and self.key in labels)
+            isinstance(given, str)
+            or not isinstance(given, Sequence)
+            or (isinstance(given, tuple) and given in labels)
         )
-        cols = [self.key] if one else list(self.key)
+        cols = [given] if one else list(given)
         if not cols:
             raise PlayDefinitionError(
-                "key=[]: name at least one column, or pass key=None to use every column"
+                "id_columns=[]: name at least one column, or pass id_columns=None to use every column"
             )
         missing = [c for c in cols if c not in labels]  # exact labels: "a" is not ("a", "x")
         if missing:
             raise PlayDefinitionError(
-                f"key={self.key!r}: no column {missing[0]!r} in the DataFrame; columns: {list(frame.columns)}"
+                f"id_columns={given!r}: no column {missing[0]!r} in the DataFrame; columns: {list(frame.columns)}"
             )
         return cols
 
@@ -217,7 +226,7 @@ class RunOptions:
         """The store to run on; ``ReceiptError`` before anything is paid when it lost its receipts.
         Checked at each run, not only when the store was opened: a store kept open (the default
         one, a kernel's ``ReceiptStore``) may have lost its receipts since its last run, or been
-        reset from another process (``cache reset``)."""
+        reset from another process (``cache accept-loss``)."""
         store = self._store()
         if not store.backend.readonly:
             store.lost = store.check_mark()
@@ -234,6 +243,20 @@ class RunOptions:
         if self.store is None:
             return default_store()
         return StoreEngine(self.store)
+
+
+def _new_names(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The options under their names now: an old name warns (naming the new one) and is read as
+    the new; both given at once is an error."""
+    opts = dict(given)
+    for old, new in RENAMED.items():
+        if old not in opts:
+            continue
+        if new in opts:
+            raise PlayDefinitionError(f"{old}= and {new}= name one option: pass only {new}=")
+        renamed(f"the run option {old}=", f"{new}=")
+        opts[new] = opts.pop(old)
+    return opts
 
 
 def _whole(value: Any) -> bool:

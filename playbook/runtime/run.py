@@ -14,9 +14,10 @@ import pandas as pd
 
 from playbook._internal.chain import Chain
 from playbook._internal.loop import check_blocking, finished, run_sync, schedule
+from playbook._internal.renamed import renamed
 from playbook.errors import PlayDefinitionError
 from playbook.plays.play import Play
-from playbook.records import ProviderHold, RunStats
+from playbook.records import ProviderWait, RunStats
 from playbook.runtime.options import RunOptions
 from playbook.runtime.schedule.scheduler import Scheduler
 from playbook.runtime.state.reading import ERROR_COLUMNS, LEG_COLUMNS, RunState
@@ -153,9 +154,15 @@ class Run:
         return self._result
 
     @property
-    def holds(self) -> list[ProviderHold]:
-        """Providers holding rows back: until when, how many rows wait (held or parked), last status;
-        a provider that is down too (``reason="down"``, ``until`` its next probe, ``error`` why)."""
+    def waiting_on(self) -> list[ProviderWait]:
+        """The providers rows wait on: held (until when) or down (``reason="down"``, ``until`` its
+        next probe, ``error`` why); how many rows wait (waiting now, or parked), last status."""
+        return self.state.holds()
+
+    @property
+    def holds(self) -> list[ProviderWait]:
+        """Deprecated: use :attr:`waiting_on` (a down provider is not a hold)."""
+        renamed("Run.holds", "Run.waiting_on")
         return self.state.holds()
 
     @property

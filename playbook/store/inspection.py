@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
+from playbook._internal.renamed import RenamedKeys
 from playbook.errors import ReceiptError
 from playbook.records import Receipt
 from playbook.store.protocol import Backend, Damaged, StoreFailure
@@ -21,7 +22,7 @@ __all__ = ["Inspection"]
 
 # receipts(): the columns of text, numbers and flags; input and output stay the objects returned
 _RECEIPT_DTYPES: dict[str, Any] = {
-    "key": str,
+    "address": str,
     "tool": str,
     "version": str,
     "account": str,
@@ -108,14 +109,15 @@ class Inspection:
         """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
         self.drain()
         counts = self._inspect(self._backend.counts)
-        return {
-            "path": self.location,
+        found = {
+            "location": self.location,
             "receipts": sum(n for n, _ in counts.by_tool.values()),
             "by_tool": {name: n for name, (n, _) in sorted(counts.by_tool.items())},
             "row_memos": counts.memos,
             "cost_stored": round(sum(cost for _, cost in counts.by_tool.values()), 6),
             "bytes": counts.bytes,
         }
+        return RenamedKeys(found, {"path": "location"}, "ReceiptStore.stats()")
 
     def clear(self, tool: str | Tool[Any] | None = None) -> int:
         """Remove one tool's receipts, and the row memos of rows that used it, so the next run

@@ -9,7 +9,7 @@ last looked (opening it, starting a run, marking it) plus the receipts this proc
 as the backend counts them in each write.  That is a floor, never a guess: receipts other
 processes add only raise the count (so they can hide a loss smaller than what they added), and
 a clearing or a reset lowers it on purpose, with an accepted mark.  One made elsewhere after this
-process last looked (another kernel's ``store.clear()``, ``cache reset``) is the new floor: the
+process last looked (another kernel's ``store.clear()``, ``cache accept-loss``) is the new floor: the
 receipts added here before it are not counted against it.
 """
 
@@ -140,7 +140,7 @@ class Marked:
         write_registry(key, kept)
         backend.write_mark(kept)
 
-    def reset(self) -> None:
+    def accept_loss(self) -> None:
         """Accept what a lost store holds now (see :attr:`lost`): its mark starts again from here,
         and runs on it go on (paying again for the calls whose receipts are gone)."""
         self.lost = None

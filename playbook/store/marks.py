@@ -15,7 +15,7 @@ places:
 
 The newer of the two is what the store should still hold.  A mark is written at the end of each
 run, and after a clearing or a reset; a store that holds fewer receipts than its mark says is
-*lost* until the user says so (``store.reset()``, ``python -m playbook cache reset``): a run on
+*lost* until the user says so (``store.accept_loss()``, ``python -m playbook cache accept-loss``): a run on
 it raises ``ReceiptError`` first.  Each store also has an identity (a random id kept with its
 data), so the message can tell a store replaced from one emptied in place.
 
@@ -149,6 +149,6 @@ def lost_during(location: str, expected: int, receipts: int) -> str:
 
 def _accept(location: str) -> str:
     return (
-        f"accept what it holds with pb.ReceiptStore({location!r}).reset(), "
-        f"or python -m playbook cache reset --store {shlex.quote(location)}"
+        f"accept what it holds with pb.ReceiptStore({location!r}).accept_loss(), "
+        f"or python -m playbook cache accept-loss --store {shlex.quote(location)}"
     )

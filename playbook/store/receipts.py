@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from playbook._internal.renamed import renamed
 from playbook.store.engine import StoreEngine
 from playbook.store.health import GRACE_S
 from playbook.tools.protocol import NO_INPUT
@@ -87,13 +88,14 @@ class ReceiptStore:
 
     @property
     def path(self) -> Path | str:
-        """The directory as a :class:`~pathlib.Path`; a URL as given."""
+        """Deprecated: use :attr:`location`.  The directory as a :class:`~pathlib.Path`; a URL as given."""
+        renamed("ReceiptStore.path", "ReceiptStore.location")
         return self._engine.path
 
     @property
     def lost(self) -> str | None:
         """Why this store is taken for one that lost its receipts (a run on it refuses to
-        start), or ``None``.  :meth:`reset` accepts what it holds."""
+        start), or ``None``.  :meth:`accept_loss` accepts what it holds."""
         return self._engine.lost
 
     def get(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Receipt | None:
@@ -112,8 +114,10 @@ class ReceiptStore:
         return self._engine.receipts(tool)
 
     def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | None]]:
-        """Every receipt (or one tool's) as ``(key, record)``, oldest first, values in stored
-        form; ``record`` is ``None`` for one that cannot be read."""
+        """Deprecated: use :meth:`receipts`.  Every receipt (or one tool's) as ``(address,
+        record)``, oldest first, values in stored form; ``record`` is ``None`` for one that
+        cannot be read."""
+        renamed("ReceiptStore.records()", "ReceiptStore.receipts()")
         return self._engine.records(tool)
 
     def stats(self) -> dict[str, Any]:
@@ -132,10 +136,16 @@ class ReceiptStore:
         pays for that tool again; or, without ``tool``, everything.  Returns the records removed."""
         return self._engine.clear(tool)
 
-    def reset(self) -> None:
+    def accept_loss(self) -> None:
         """Accept what a lost store holds now (see :attr:`lost`): its mark starts again from here,
-        and runs on it go on (paying again for the calls whose receipts are gone)."""
-        self._engine.reset()
+        and runs on it go on (paying again for the calls whose receipts are gone).  Unlike
+        :meth:`clear`, it removes nothing."""
+        self._engine.accept_loss()
+
+    def reset(self) -> None:
+        """Deprecated: use :meth:`accept_loss` (which this does)."""
+        renamed("ReceiptStore.reset()", "ReceiptStore.accept_loss()")
+        self._engine.accept_loss()
 
     def close(self) -> None:
         """Write what is still queued, and close the connection or file."""

@@ -144,7 +144,7 @@ def receipt_of(row: tuple[Any, ...]) -> Receipt:
     output = loads(output_text)
     data = None if input_text is None else loads(input_text)
     return Receipt(
-        key=key,
+        address=key,
         tool=tool,
         version=version,
         account=account,

@@ -1,8 +1,8 @@
 """What runs spent, kept beside the receipts: calls and money paid, calls reused and what reuse
 saved, per UTC day, provider and tool (``store.spend()``, ``python -m playbook cache spend``).
 
-A receipt answers for one call; it does not say how often it was reused, and a forced call
-replaces it.  So each run adds its own figures to a small ledger as it ends (a run stopped,
+A receipt answers for one call; it does not say how often it was reused, and a call paid for again
+(``refresh``) replaces it.  So each run adds its own figures to a small ledger as it ends (a run stopped,
 interrupted or stopped by a fatal error too): the same store, the same transaction rules.  Rows
 reused whole from their memos are counted under the play (``"play <name>"``, no provider): a
 memo says what its calls cost, not which tools made them.

@@ -65,12 +65,12 @@ def run_html(state: RunState, tally: Tally | None = None) -> str:
 
 
 def rows_picture(s: RunStats | RunState) -> str:
-    """The rows as one stacked bar: ok, reused, failed, held, parked, skipped, then not done yet."""
+    """The rows as one stacked bar: ok, reused, failed, waiting, parked, skipped, then not done yet."""
     counts = {
         "ok": s.ok,
         "reused": s.reused,
         "failed": s.failed,
-        "held": s.held,
+        "waiting": s.waiting,
         "parked": s.parked,
         "skipped": s.skipped,
     }
@@ -101,7 +101,7 @@ def counters_table(s: RunStats | RunState) -> str:
             "ok",
             "reused",
             "failed",
-            "held",
+            "waiting",
             "parked",
             "skipped",
             "calls paid",
@@ -122,7 +122,7 @@ def counters_table(s: RunStats | RunState) -> str:
                         s.ok,
                         s.reused,
                         s.failed,
-                        s.held,
+                        s.waiting,
                         s.parked,
                         s.skipped,
                         s.calls_executed,

@@ -20,7 +20,7 @@ from playbook.runtime.state.reading import ProviderSeries
 
 __all__ = ["STATUSES", "provider_chart", "status_bar", "svg_style"]
 
-STATUSES = ("ok", "reused", "failed", "held", "parked", "skipped")
+STATUSES = ("ok", "reused", "failed", "waiting", "parked", "skipped")
 
 # class -> (the property it colours, the JupyterLab variable, the fallback on a white page)
 _PALETTE: dict[str, tuple[str, str, str]] = {
@@ -28,7 +28,7 @@ _PALETTE: dict[str, tuple[str, str, str]] = {
     # success-color2, not 3: green-100 is barely visible on white or against the grey track.
     "pb-reused": ("fill", "--jp-success-color2", "#81c784"),
     "pb-failed": ("fill", "--jp-error-color1", "#d32f2f"),
-    "pb-held": ("fill", "--jp-warn-color2", "#ffb74d"),
+    "pb-waiting": ("fill", "--jp-warn-color2", "#ffb74d"),
     "pb-parked": ("fill", "--jp-warn-color0", "#e65100"),
     "pb-skipped": ("fill", "--jp-layout-color4", "#757575"),
     # layout-color2 for the track: in the dark theme layout-color3 (#616161) is next to skipped's #757575.

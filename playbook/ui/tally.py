@@ -13,8 +13,8 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from playbook.events import RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
-from playbook.runtime.state.reading import Families, RunEvent, RunState
+from playbook.events import Event, RowFinished, RowHeld, RowParked, RowRequeued, RowResumed, RowSleeping
+from playbook.runtime.state.reading import Families, RunState
 
 __all__ = ["KINDS", "Tally"]
 
@@ -79,11 +79,11 @@ class Tally:
             entry = (parked.reason, parked.provider, parked.ready_at)
             tally.parked[parked.position] = entry
             tally._count_parked(entry, 1)
-        for position, waiting in state.held_rows().items():
+        for position, waiting in state.waiting_rows().items():
             tally._hold(position, waiting.provider)
         return tally
 
-    def on_event(self, event: RunEvent) -> None:
+    def on_event(self, event: Event) -> None:
         if type(event) is RowFinished:
             status = event.status
             if (status == "ok" or status == "reused") and not self.held:
@@ -105,7 +105,7 @@ class Tally:
 
     def _finished(self, event: RowFinished) -> None:
         if self.held:
-            self._resume(event.position)  # a stop settles held rows
+            self._resume(event.position)  # a stop settles waiting rows
         status = event.status
         if status == "ok" or status == "reused":  # most rows: nothing to tally
             return

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from playbook._internal.words import money, time_of_day, tokens
 from playbook.events import (
+    Event,
     KeyRetired,
     ProviderDown,
     ProviderHoldLifted,
@@ -38,7 +39,7 @@ from playbook.events import (
     RunProgress,
     RunStarted,
 )
-from playbook.runtime.state.reading import RunEvent, RunState
+from playbook.runtime.state.reading import RunState
 from playbook.ui.html import in_words
 from playbook.ui.tally import KINDS as TALLY_KINDS
 from playbook.ui.tally import Tally
@@ -119,7 +120,7 @@ class TextView:
             self._bar.close()
             self._bar = None
 
-    def on_event(self, event: RunEvent) -> None:
+    def on_event(self, event: Event) -> None:
         kind = type(event)
         if (
             kind is RowFinished
@@ -257,7 +258,9 @@ class TextView:
         self._logged, self._logged_done = now, s.done
         count = f"{s.done:,}/{s.total:,} rows" + (f" ({100 * s.done // s.total}%)" if s.total else "")
         timed = f"{count} {_pace(s.elapsed, s.total - s.done, rate)}"
-        for done in (timed, count):  # what holds rows back comes first, then the count; the times give way
+        bare = f"{s.done:,}/{s.total:,} rows"
+        # What holds rows back comes first, then the count: the times give way, then the percentage.
+        for done in (timed, count, bare):
             alerts = waiting_line(s, self.tally, columns - len(s.play) - len(done) - 5)
             line = f"{s.play} [{alerts}]: {done}" if alerts else f"{s.play}: {done}"
             if len(line) <= columns:
@@ -282,9 +285,9 @@ def _pace(elapsed: float, left: int, rate: float) -> str:
 
 
 def waiting_line(s: RunState, tally: Tally, room: int | None = None) -> str:
-    """What holds rows back, in at most ``room`` characters when it can: held and parked rows, then
+    """What holds rows back, in at most ``room`` characters when it can: waiting and parked rows, then
     each provider that is down, holds calls or has parked rows, with details while they fit."""
-    counts = " ".join(f"{name}={n}" for name, n in (("held", s.held), ("parked", s.parked)) if n)
+    counts = " ".join(f"{name}={n}" for name, n in (("waiting", s.waiting), ("parked", s.parked)) if n)
     waiting = tally.waiting()
     full, short = [], []
     down = held = 0

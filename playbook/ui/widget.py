@@ -24,6 +24,7 @@ from html import escape
 from typing import Any
 
 from playbook.events import (
+    Event,
     ProviderDown,
     ProviderHoldLifted,
     ProviderHoldSet,
@@ -31,7 +32,7 @@ from playbook.events import (
     RunFinished,
     RunStarted,
 )
-from playbook.runtime.state.reading import RunEvent, RunState
+from playbook.runtime.state.reading import RunState
 from playbook.ui import Controls
 from playbook.ui.html import (
     LIMIT,
@@ -206,7 +207,7 @@ class WidgetView:
         if self.panel is not None and self._state.running:
             self._render()
 
-    def on_event(self, event: RunEvent) -> None:
+    def on_event(self, event: Event) -> None:
         kind = type(event)
         if kind is RunFinished:
             if self._timer is not None:

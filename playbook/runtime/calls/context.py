@@ -2,7 +2,7 @@
 
 Each call has a *logical identity* (run, row, tool, occurrence): the n-th call of a tool in a
 row.  A row that is replayed re-enters with the same identities, so its earlier calls hit their
-receipts and a forced call is forced once per run, not once per replay.
+receipts and a call made with ``refresh=True`` is paid for again once per run, not once per replay.
 
 ``ctx.tool(...)`` and its siblings remember the line that called them, so a coroutine that was
 never awaited (``domain = ctx.tool(...)`` without ``await``) fails its row naming that line, and
@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from playbook._internal.flow import Sleeping, Suspend
+from playbook._internal.renamed import keyword_renamed, renamed
 from playbook.addresses import step_address, step_name
 from playbook.errors import (
     PlaybookError,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 
-__all__ = ["Call", "Context", "ledger"]
+__all__ = ["Context", "Leg", "ledger"]
 
 _logger = logging.getLogger("playbook")
 
@@ -53,19 +54,25 @@ def ledger(ctx: Context) -> RowLedger:
 
 
 class Context:
-    """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.call(...)`` and ``ctx.waterfall(...)``,
+    """Per-row handle: ``await ctx.tool(tool, ...)``, ``ctx.leg(...)`` and ``ctx.waterfall(...)``,
     ``ctx.step(...)``, ``ctx.sleep(...)``, ``ctx.run_play(...)``, ``ctx.log(...)``; who the row
-    is: ``ctx.row_key``, ``ctx.run_id``, ``ctx.attempt``."""
+    is: ``ctx.row_id``, ``ctx.run_id``, ``ctx.attempt``."""
 
     __slots__ = ("_ledger",)
 
-    def __init__(self, scope: RunScope, row_key: str, position: int, attempt: int) -> None:
-        self._ledger = RowLedger(scope, row_key, position, attempt)
+    def __init__(self, scope: RunScope, row_id: str, position: int, attempt: int) -> None:
+        self._ledger = RowLedger(scope, row_id, position, attempt)
+
+    @property
+    def row_id(self) -> str:
+        """The row's identity: a digest of its ``id_columns``' values, or of all its input values."""
+        return self._ledger.row_id
 
     @property
     def row_key(self) -> str:
-        """The row's identity: a digest of its ``key`` columns' values, or of all its input values."""
-        return self._ledger.row_key
+        """Deprecated: use :attr:`row_id`."""
+        renamed("ctx.row_key", "ctx.row_id")
+        return self._ledger.row_id
 
     @property
     def run_id(self) -> str:
@@ -79,9 +86,7 @@ class Context:
 
     def __repr__(self) -> str:
         book = self._ledger
-        return (
-            f"<Context row={book.position} key={book.row_key[:8]} attempt={book.attempt} run={self.run_id}>"
-        )
+        return f"<Context row={book.position} id={book.row_id[:8]} attempt={book.attempt} run={self.run_id}>"
 
     def log(self, msg: Any) -> None:
         """Note a message for this row: kept on the context and sent to the ``playbook`` logger."""
@@ -98,12 +103,16 @@ class Context:
         input: Any = NO_INPUT,
         /,
         *,
-        force: bool = False,
+        refresh: bool = False,
         ttl: float | None = None,
         on_exhausted: str = "park",
         **kwargs: Any,
     ) -> Coroutine[Any, Any, R]:
         """Call ``tool`` (await it): its receipt if one exists, else dispatch through its provider.
+
+        ``refresh=True`` pays for the call again even when a receipt answers it (once per run: a
+        row replayed after a hold does not pay again); ``ttl`` (seconds) takes older receipts
+        for misses.
 
         A provider that cannot answer within the row's wait budget (held past ``max_wait``, or
         down past it) raises :class:`~playbook.errors.ProviderExhausted`, and the row *parks*
@@ -122,13 +131,21 @@ class Context:
                 f"ctx.tool({tool.name!r}): on_exhausted must be 'park' or 'raise', not {on_exhausted!r}"
             )
             raise error
-        return self._ledger.made_here(self._tool(tool, input, force, ttl, on_exhausted == "park", kwargs))
+        if "force" in kwargs:  # the old spelling (kept inline: ctx.tool is the hot path)
+            refresh = _old_force(refresh, kwargs, "ctx.tool")
+        return self._ledger.made_here(self._tool(tool, input, refresh, ttl, on_exhausted == "park", kwargs))
 
     async def _tool(
-        self, tool: Tool[Any], input: Any, force: bool, ttl: float | None, parks: bool, kwargs: dict[str, Any]
+        self,
+        tool: Tool[Any],
+        input: Any,
+        refresh: bool,
+        ttl: float | None,
+        parks: bool,
+        kwargs: dict[str, Any],
     ) -> Any:
         try:
-            return (await self._call(tool, input, force, ttl, kwargs))[0]
+            return (await self._call(tool, input, refresh, ttl, kwargs))[0]
         except ProviderExhausted as exc:
             if parks:
                 self._ledger.signal = exc  # sticky: the row parks even if the play catches it
@@ -141,11 +158,11 @@ class Context:
         this row aside, and its errors are this row's."""
         return self._ledger.made_here(self._run_play(play, inputs))
 
-    def _child(self, row_key: str) -> tuple[Context, RowLedger]:
+    def _child(self, row_id: str) -> tuple[Context, RowLedger]:
         """A context for a sub-play this row runs: its own row identity, this row's place (and so
         its wait budgets) and attempt."""
         book = self._ledger
-        child = Context(book.scope, row_key, book.position, book.attempt)
+        child = Context(book.scope, row_id, book.position, book.attempt)
         return child, child._ledger
 
     async def _run_play(self, play: Any, inputs: dict[str, Any]) -> Any:
@@ -160,27 +177,36 @@ class Context:
             self._ledger.signal = exc
             raise
 
-    def call(
+    def leg(
         self,
         tool: Tool[Any],
         input: Any = NO_INPUT,
         /,
         *,
-        force: bool = False,
+        refresh: bool = False,
         ttl: float | None = None,
         **kwargs: Any,
-    ) -> Call:
-        """A call for :meth:`waterfall`, made only if the waterfall reaches it."""
+    ) -> Leg:
+        """A leg of :meth:`waterfall`: the call is made only if the waterfall reaches it (building
+        it calls nothing).  Takes what :meth:`tool` takes."""
         if not isinstance(tool, Tool):
             raise ToolError(
-                f"ctx.call() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}"
+                f"ctx.leg() needs a tool made with @pb.tool or pb.http_tool, not {type(tool).__name__}"
             )
-        return Call(tool, input, force, ttl, kwargs)
+        if "force" in kwargs:
+            refresh = _old_force(refresh, kwargs, "ctx.leg")
+        return Leg(tool, input, refresh, ttl, kwargs)
 
+    def call(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Leg:
+        """Deprecated: use :meth:`leg` (it builds a waterfall leg; it calls nothing)."""
+        renamed("ctx.call()", "ctx.leg()")
+        return self.leg(tool, input, **kwargs)
+
+    @keyword_renamed("key", "name", "ctx.waterfall")
     def waterfall(
         self,
-        key: str,
-        legs: Sequence[Call],
+        name: str,
+        legs: Sequence[Leg],
         *,
         accept: Callable[[Any], bool] = bool,
         with_source: bool = False,
@@ -192,24 +218,24 @@ class Context:
         If no leg is accepted the result is ``None``.  With ``with_source=True`` the result is
         ``(value, tool name)``, or ``(None, None)``.
         """
-        return self._ledger.made_here(self._waterfall(key, legs, accept, with_source))
+        return self._ledger.made_here(self._waterfall(name, legs, accept, with_source))
 
     async def _waterfall(
-        self, key: str, legs: Sequence[Call], accept: Callable[[Any], bool], with_source: bool
+        self, name: str, legs: Sequence[Leg], accept: Callable[[Any], bool], with_source: bool
     ) -> Any:
-        if not isinstance(key, str) or not key:
+        if not isinstance(name, str) or not name:
             raise PlayDefinitionError(
-                f"ctx.waterfall(): key must be a non-empty string naming the waterfall, not {key!r}"
+                f"ctx.waterfall(): the name must be a non-empty string naming the waterfall, not {name!r}"
             )
         legs = list(legs)
         if not legs:
-            raise PlayDefinitionError(f"waterfall {key!r} needs at least one leg: ctx.call(tool, ...)")
+            raise PlayDefinitionError(f"waterfall {name!r} needs at least one leg: ctx.leg(tool, ...)")
         for i, leg in enumerate(legs):
-            if not isinstance(leg, Call):
+            if not isinstance(leg, Leg):
                 raise PlayDefinitionError(
-                    f"waterfall {key!r}: leg {i} is {type(leg).__name__}, not ctx.call(tool, ...)"
+                    f"waterfall {name!r}: leg {i} is {type(leg).__name__}, not ctx.leg(tool, ...)"
                     + (
-                        " (was it awaited? pass ctx.call(...), not await ctx.tool(...))"
+                        " (was it awaited? pass ctx.leg(...), not await ctx.tool(...))"
                         if not isinstance(leg, Tool)
                         else ""
                     )
@@ -221,7 +247,7 @@ class Context:
             for leg in legs:
                 try:
                     out, miss = await self._call(
-                        leg.tool, leg.input, leg.force, leg.ttl, leg.kwargs, leg=True
+                        leg.tool, leg.input, leg.refresh, leg.ttl, leg.kwargs, leg=True
                     )
                 except ProviderUnavailable:  # ProviderExhausted too: a long hold falls through at once
                     outcomes.append("unavailable")
@@ -234,35 +260,36 @@ class Context:
                 break
         except Exception:
             outcomes.append("error")
-            self._ledger.scope.waterfall_done(key, [leg.tool.name for leg in legs], outcomes)
+            self._ledger.scope.waterfall_done(name, [leg.tool.name for leg in legs], outcomes)
             raise
-        self._ledger.scope.waterfall_done(key, [leg.tool.name for leg in legs], outcomes)
+        self._ledger.scope.waterfall_done(name, [leg.tool.name for leg in legs], outcomes)
         return (value, source) if with_source else value
 
-    def step(self, key: str, fn: Callable[..., Any], *args: Any) -> Coroutine[Any, Any, Any]:
+    @keyword_renamed("key", "name", "ctx.step")
+    def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Coroutine[Any, Any, Any]:
         """Run ``fn(*args)`` once for this row and remember its value durably (await it).
 
         A replay (after a hold) or a rerun (after a crash, a restart or an edit of the play) gets
         the remembered value without running ``fn`` again: use it for side effects that must
         happen once, like submitting a job.  The value comes back exactly as first returned (a
         datetime as a datetime, a tuple as a tuple).  Steps are kept per play name, row and
-        ``key`` (the n-th step with one key in a row is its own step); change the key to run a
+        ``name`` (the n-th step with one name in a row is its own step); change the name to run a
         step afresh.
         """
-        return self._ledger.made_here(self._step(key, fn, args))
+        return self._ledger.made_here(self._step(name, fn, args))
 
-    async def _step(self, key: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    async def _step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         if self._ledger.signal is not None:
             raise self._ledger.signal
-        if not isinstance(key, str) or not key:
+        if not isinstance(name, str) or not name:
             raise PlayDefinitionError(
-                f"ctx.step(): key must be a non-empty string naming the step, not {key!r}"
+                f"ctx.step(): the name must be a non-empty string naming the step, not {name!r}"
             )
         if not callable(fn):
-            raise PlayDefinitionError(f"ctx.step({key!r}, fn): fn must be callable, not {type(fn).__name__}")
+            raise PlayDefinitionError(f"ctx.step({name!r}, fn): fn must be callable, not {type(fn).__name__}")
         store = self._ledger.scope.store
-        skey = self._step_key("step", key)
-        found = await store.alookup(skey)
+        address = self._step_address("step", name)
+        found = await store.alookup(address)
         if found is not MISSING:
             return found[0]
         value = await fn(*args) if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn, *args)
@@ -272,10 +299,10 @@ class Context:
             stored = encode(value)
         except Unencodable as exc:
             raise PlaybookError(
-                f"step {key!r} returned a value with no JSON form ({exc}); return data: numbers, text, dates, lists and dicts of them"
+                f"step {name!r} returned a value with no JSON form ({exc}); return data: numbers, text, dates, lists and dicts of them"
             ) from None
         await store.commit(
-            record(skey, tool=f"step:{key}", stored=stored, tagged=stored is not value, at=store.clock())
+            record(address, tool=f"step:{name}", stored=stored, tagged=stored is not value, at=store.clock())
         )
         return decode(stored) if stored is not value else value
 
@@ -298,12 +325,12 @@ class Context:
         if self._ledger.scope.replay is not None:
             return  # replaying fixtures: no provider to wait for, so no waiting
         store = self._ledger.scope.store
-        skey = self._step_key("sleep", "")
-        found = await store.alookup(skey)
+        address = self._step_address("sleep", "")
+        found = await store.alookup(address)
         now = store.clock()
         if found is MISSING:
             wake = now + seconds
-            await store.commit(record(skey, tool="sleep", stored=wake, tagged=False, at=now))
+            await store.commit(record(address, tool="sleep", stored=wake, tagged=False, at=now))
         else:
             wake = found[0]
         left = wake - store.clock()
@@ -315,16 +342,16 @@ class Context:
         signal = self._ledger.signal = Sleeping(asyncio.get_running_loop().time() + left, wake)
         raise signal
 
-    def _step_key(self, kind: str, key: str) -> str:
+    def _step_address(self, kind: str, name: str) -> str:
         book = self._ledger
-        name = step_name(kind, key)
-        return step_address(book.scope.play, book.row_key, name, book.occurrence(name))
+        name = step_name(kind, name)
+        return step_address(book.scope.play, book.row_id, name, book.occurrence(name))
 
     async def _call(
         self,
         tool: Tool[Any],
         input: Any,
-        force: bool,
+        refresh: bool,
         ttl: float | None,
         kwargs: dict[str, Any],
         *,
@@ -333,7 +360,7 @@ class Context:
         if self._ledger.signal is not None:
             raise self._ledger.signal  # a suspension (or a park) the play caught: the row still steps aside
         try:
-            return await call_tool(self._ledger, tool, input, force, ttl, kwargs, leg=leg)
+            return await call_tool(self._ledger, tool, input, refresh, ttl, kwargs, leg=leg)
         except Suspend as signal:
             self._ledger.signal = signal
             raise
@@ -343,21 +370,27 @@ class Context:
             raise
 
 
-class Call:
-    """A call not made yet: a leg of :meth:`Context.waterfall`."""
+def _old_force(refresh: bool, kwargs: dict[str, Any], where: str) -> bool:
+    """``force=``, the old spelling of ``refresh=``, taken out of the tool's inputs (warning)."""
+    renamed(f"{where}(..., force=)", f"{where}(..., refresh=)")
+    return bool(refresh or kwargs.pop("force"))
 
-    __slots__ = ("tool", "input", "force", "ttl", "kwargs")
+
+class Leg:
+    """A call not made yet: a leg of :meth:`Context.waterfall`, made by :meth:`Context.leg`."""
+
+    __slots__ = ("tool", "input", "refresh", "ttl", "kwargs")
 
     def __init__(
-        self, tool: Tool[Any], input: Any, force: bool, ttl: float | None, kwargs: dict[str, Any]
+        self, tool: Tool[Any], input: Any, refresh: bool, ttl: float | None, kwargs: dict[str, Any]
     ) -> None:
         self.tool = tool
         self.input = input
-        self.force = force
+        self.refresh = refresh
         self.ttl = ttl
         self.kwargs = kwargs
 
     def __repr__(self) -> str:
         args = [] if self.input is NO_INPUT else [repr(self.input)]
         args += [f"{k}={v!r}" for k, v in self.kwargs.items()]
-        return f"<Call {self.tool.name}({', '.join(args)})>"
+        return f"<Leg {self.tool.name}({', '.join(args)})>"

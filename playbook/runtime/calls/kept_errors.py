@@ -32,11 +32,11 @@ def refusal(exc: ToolError) -> bool:
 
 async def refused(scope: RunScope, tool: ToolEngine, key: str, values: Any, exc: ToolError) -> None:
     """Keep a refusal as the call's receipt (its status and what the provider said), so that no
-    rerun, and no identical call of another row, asks again; ``force=True`` or
-    ``refresh=True`` does.  The caller counts the request (``ONE_REQUEST``)."""
+    rerun, and no identical call of another row, asks again; ``refresh=True`` (on the call, or
+    the run's ``refresh="all"``) does.  The caller counts the request (``ONE_REQUEST``)."""
     assert exc.status is not None
     exc.args = (
-        f"{exc} (kept as this call's answer: ctx.tool(..., force=True) or refresh=True asks again)",
+        f"{exc} (kept as this call's answer: ctx.tool(..., refresh=True) or the run option refresh='all' asks again)",
         *exc.args[1:],
     )
     meta = {

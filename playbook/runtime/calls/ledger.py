@@ -8,6 +8,7 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from playbook._internal.renamed import callers_frame
 from playbook._internal.words import money
 from playbook.tools.protocol import is_local
 
@@ -27,7 +28,7 @@ class RowLedger:
 
     __slots__ = (
         "scope",
-        "row_key",
+        "row_id",
         "position",
         "attempt",
         "seen",
@@ -43,9 +44,9 @@ class RowLedger:
         "made",
     )
 
-    def __init__(self, scope: RunScope, row_key: str, position: int, attempt: int) -> None:
+    def __init__(self, scope: RunScope, row_id: str, position: int, attempt: int) -> None:
         self.scope = scope  # what of the run this row's calls may use
-        self.row_key = row_key
+        self.row_id = row_id
         self.position = position
         self.attempt = attempt
         self.seen: dict[str, int] | None = None  # calls per tool so far: the occurrence index
@@ -71,7 +72,9 @@ class RowLedger:
 
     def made_here(self, coro: Coroutine[Any, Any, Any]) -> Coroutine[Any, Any, Any]:
         """Remember the play's line that made ``coro``, for "did you forget an await?"."""
-        frame = sys._getframe(2)  # the play's line that called ctx.tool (or waterfall, step, sleep)
+        frame = callers_frame(
+            sys._getframe(2)
+        )  # the play's line that called ctx.tool (or waterfall, step, sleep)
         made = self.made
         if made is None:
             made = self.made = []

@@ -17,12 +17,12 @@ __all__ = ["CallObserver", "Called"]
 
 
 class Called(NamedTuple):
-    """A call as the play made it: its positional input, keywords, ttl, and whether it was forced."""
+    """A call as the play made it: its positional input, keywords, ttl, and whether it was refreshed (paid for again)."""
 
     input: Any
     kwargs: dict[str, Any]
     ttl: float | None
-    forced: bool
+    refreshed: bool
 
 
 class CallObserver(Protocol):

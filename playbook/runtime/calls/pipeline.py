@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from playbook._internal.flow import Leased, OnHold
-from playbook.addresses import forced_address, key_text
+from playbook.addresses import key_text, refreshed_address
 from playbook.errors import PlaybookError, RunFatal, ToolError
 from playbook.runtime.calls.kept_errors import (
     ONE_REQUEST,
@@ -64,7 +64,7 @@ class Caller(Protocol):
     @property
     def scope(self) -> RunScope: ...
     @property
-    def row_key(self) -> str: ...
+    def row_id(self) -> str: ...
     @property
     def position(self) -> int: ...
     def occurrence(self, name: str) -> int: ...
@@ -79,7 +79,7 @@ class Pending(NamedTuple):
     key: str
     values: Any
     logical: str  # (row, tool, occurrence): the same across the row's replays
-    forced: bool
+    refreshed: bool
     ttl: float | None
     leg: bool  # a waterfall's leg: a provider that is down passes to the next leg at once
 
@@ -88,7 +88,7 @@ async def call_tool(
     ctx: Caller,
     held: Tool[Any],
     input: Any,
-    force: bool,
+    refresh: bool,
     ttl: float | None,
     kwargs: dict[str, Any],
     *,
@@ -103,20 +103,20 @@ async def call_tool(
         return _replayed(ctx, tool, values)
     key = _key(ctx, tool, values)
     occurrence = ctx.occurrence(tool.name)
-    logical = f"{ctx.row_key}/{tool.name}/{occurrence}"
+    logical = f"{ctx.row_id}/{tool.name}/{occurrence}"
     ctx.used(tool, key)
-    forced = (force or scope.force_all) and scope.must_force(logical)
+    refreshed = (refresh or scope.refresh_all) and scope.must_refresh(logical)
     if scope.observer is not None:  # a pilot: which calls the rows left share is read from these inputs
         scope.observer.called(
-            ctx.position, tool, (ctx.row_key, occurrence), Called(input, kwargs, ttl, forced)
+            ctx.position, tool, (ctx.row_id, occurrence), Called(input, kwargs, ttl, refreshed)
         )
-    if not forced:
+    if not refreshed:
         # A call sent as a batch job takes no lease, so nothing looks it up after one: it is looked up first.
         found = await lookup(scope.store, key, ttl, scope.ahead.first(tool.name) or tool.submits())
         if found is not MISSING:
             scope.ahead.learn(tool.name, True)
             return _reused(ctx, tool, values, found)
-    return await _pay(ctx, tool, Pending(key, values, logical, forced, ttl, leg))
+    return await _pay(ctx, tool, Pending(key, values, logical, refreshed, ttl, leg))
 
 
 def _replayed(ctx: Caller, tool: ToolEngine, values: Any) -> tuple[Any, bool]:
@@ -201,20 +201,20 @@ async def _pay(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]
 async def _lease(ctx: Caller, tool: ToolEngine, store: Any, call: Pending) -> Any:
     """Take this call's lease; returns a receipt instead if another process paid for it meanwhile."""
     key, ttl, leases = call.key, call.ttl, store.leases
-    if call.forced:
+    if call.refreshed:
         taken, read = await leases.take(key), None
     else:  # another process may have paid and let go before our lease: its receipt is read with it
         taken, read = await leases.take_looking(key)
     if not taken:
-        if not call.forced and ctx.scope.fresh(ctx.position):
+        if not call.refreshed and ctx.scope.fresh(ctx.position):
             raise Leased(key)  # another process pays for it now: take a fresh row, come back later
         # Another process is paying for this call right now: wait for its receipt.
-        check = (lambda: MISSING) if call.forced else (lambda: store.lookup(key, ttl))
+        check = (lambda: MISSING) if call.refreshed else (lambda: store.lookup(key, ttl))
         found = await leases.wait(key, check, MISSING)
         if found is not MISSING:
             leases.release(key)
         return found
-    if call.forced:
+    if call.refreshed:
         return MISSING
     found = store.answer(key, read, ttl)
     ctx.scope.ahead.learn(tool.name, found is not MISSING)
@@ -236,8 +236,8 @@ async def _spend(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, boo
             costs.refund(estimate)
             raise
         costs.charge(estimate, tool.spent(answer).cost)
-    if call.forced:
-        scope.forced(call.logical)
+    if call.refreshed:
+        scope.refreshed(call.logical)
     return tool.read(answer, miss)
 
 
@@ -351,9 +351,9 @@ def _weighed(tool: ToolEngine, ticket: Ticket, send: Send, env: CallEnv) -> Send
 
 def _env(ctx: Caller, call: Pending) -> CallEnv:
     scope = ctx.scope
-    # A forced call is a new request to the provider: its idempotency key must differ from the
+    # A call paid for again is a new request to the provider: its idempotency key must differ from the
     # receipt's, once per logical call of this run (a replay of the row sends the same one).
-    idem = forced_address(call.key, scope.run_id, call.logical) if call.forced else call.key
+    idem = refreshed_address(call.key, scope.run_id, call.logical) if call.refreshed else call.key
     return CallEnv(scope.http_client, idem)
 
 

@@ -225,7 +225,7 @@ class RunScope:
         "play",
         "store",
         "clock",
-        "force_all",
+        "refresh_all",
         "emit",
         "costs",
         "tickets",
@@ -234,7 +234,7 @@ class RunScope:
         "jobs",
         "label",
         "_fatal",
-        "_forced",
+        "_refreshed",
         "_client",
         "replay",
         "recorder",
@@ -254,7 +254,7 @@ class RunScope:
         run_id: str,
         play: str,
         store: StoreEngine,
-        force_all: bool,
+        refresh_all: bool,
         rerun_rows: bool = False,
         emit: Callable[[Event], None],
         costs: CostBudget,
@@ -270,7 +270,7 @@ class RunScope:
         self.store = store
         self.clock = store.clock  # receipts' and sleeps' times
         self.started = self.clock()  # a receipt written since was paid for in this run (calls shared)
-        self.force_all = force_all  # refresh=True: every call is paid for again
+        self.refresh_all = refresh_all  # refresh=True: every call is paid for again
         self.rerun_rows = rerun_rows  # refresh="rows" or True: no row (or sub-play) is reused from its memo
         self.emit = emit
         self.costs = costs
@@ -285,7 +285,7 @@ class RunScope:
         # of waiting on that process's lease.
         self.fresh = fresh
         self.level = level  # rows in flight: its calls tell it how long they wait for their providers
-        self._forced: set[str] = set()
+        self._refreshed: set[str] = set()
         self.ahead = Ahead()  # a call's receipt looked up before its lease, or after it only
         self._client: httpx.AsyncClient | None = None
         # Fixtures: a replay answers every call (no store, no provider); a recorder sees every answer.
@@ -304,13 +304,13 @@ class RunScope:
     def __repr__(self) -> str:
         return f"<RunScope {self.run_id} {self.play!r}>"
 
-    def must_force(self, logical: str) -> bool:
-        """True until a forced logical call has been paid for in this run: a row replayed after
-        a hold does not pay for it again, and one held before it was paid still forces it."""
-        return logical not in self._forced
+    def must_refresh(self, logical: str) -> bool:
+        """True until a logical call asked with ``refresh`` (or every call, under ``refresh=True``) has been paid for in this run: a row replayed after
+        a hold does not pay for it again, and one held before it was paid still pays for it again."""
+        return logical not in self._refreshed
 
-    def forced(self, logical: str) -> None:
-        self._forced.add(logical)
+    def refreshed(self, logical: str) -> None:
+        self._refreshed.add(logical)
 
     def http_client(self) -> httpx.AsyncClient:
         if self._client is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from playbook.addresses import memo_address, row_key
+from playbook.addresses import memo_address, row_id
 from playbook.errors import PlayDefinitionError
 from playbook.events import CallFinished, RunNotice
 from playbook.plays.play import Play, as_play, play_name
@@ -33,10 +33,10 @@ async def run_play(
     ctx: RowLedger, play: Any, inputs: dict[str, Any], child: Callable[[str], tuple[Any, RowLedger]]
 ) -> dict[str, Any]:
     """The sub-play's output for ``inputs``: from its memo, or run now and memoised.  ``ctx``: the
-    row running it; ``child(row_key)``: a context for the sub-play's row, and its ledger."""
+    row running it; ``child(row_id)``: a context for the sub-play's row, and its ledger."""
     sub = _as_sub_play(ctx, play)
     try:
-        key = row_key(list(inputs.values()))
+        key = row_id(list(inputs.values()))
     except TypeError as exc:
         hint = ctx.forgotten_await(exc.value) if isinstance(exc, Unencodable) and exc.awaitable else str(exc)
         raise PlayDefinitionError(

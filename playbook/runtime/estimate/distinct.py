@@ -93,8 +93,8 @@ def _read(made: list[Called], rows: list[Any], columns: list[Any]) -> tuple[Call
     """The first call, and for each of its inputs the column it is read from (absent: the same in
     every call), when every call's inputs are so read; else ``None``."""
     first = made[0]
-    if any(c.forced or c.ttl != first.ttl or _shape(c) != _shape(first) for c in made):
-        return None  # a forced call is paid by every row; calls of different shapes are not one call
+    if any(c.refreshed or c.ttl != first.ttl or _shape(c) != _shape(first) for c in made):
+        return None  # a refreshed call is paid by every row; calls of different shapes are not one call
     inputs = [_inputs(c) for c in made]
     read: dict[Path, Any] = {}
     for path in inputs[0]:

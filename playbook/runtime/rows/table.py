@@ -105,7 +105,7 @@ class RowTable:
         self.labels: Sequence[Any] | pd.Index = index if self._range is not None else list(index)
         self._getters = [_values(frame.iloc[:, i]) for i in range(frame.shape[1])]
         self.columns = {c: i for i, c in enumerate(frame.columns)}  # shared by every Row
-        # Each row's identity (addresses.row_key) as 16 bytes; all zeros: none yet, or none at all (its
+        # Each row's identity (addresses.row_id) as 16 bytes; all zeros: none yet, or none at all (its
         # values have no key form).
         self.digests = bytearray(16 * n)
         self.statuses = bytearray(n)  # a code of _STATUSES; 0: not settled in this execution
@@ -115,7 +115,7 @@ class RowTable:
         self.groups: dict[int, str] = {}  # a failed row: its error's group
         self.costs: dict[int, float] = {}  # a failed row that paid for calls: what they cost
         self.parkings: dict[int, Parking] = {}
-        self.waiting: dict[int, Waiting] = {}  # rows in the held queue, and what for
+        self.waiting: dict[int, Waiting] = {}  # rows in the waiting queue, and what for
         self.running: set[int] = set()  # on a worker now
         self.budgets: dict[int, dict[str, WaitBudget]] = {}  # provider -> wait left, until the row settles
         self.copies: dict[int, list[int]] = {}  # a lead: later rows with the same key
@@ -162,7 +162,7 @@ class RowTable:
         return (pos, *copies) if copies else (pos,)
 
     def key(self, pos: int) -> str | None:
-        """The row's identity (:func:`~playbook.addresses.row_key`), or ``None``: it has none."""
+        """The row's identity (:func:`~playbook.addresses.row_id`), or ``None``: it has none."""
         digest = self.digests[16 * pos : 16 * pos + 16]
         return digest.hex() if any(digest) else None
 
@@ -200,7 +200,7 @@ class RowTable:
                 unkeyed.append(
                     (
                         pos,
-                        f"cannot identify the row: {exc}; pass key=COLUMNS naming the columns that identify a row",
+                        f"cannot identify the row: {exc}; pass id_columns=COLUMNS naming the columns that identify a row",
                     )
                 )
                 continue

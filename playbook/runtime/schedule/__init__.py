@@ -1,4 +1,4 @@
-"""Scheduling: the scheduler and its workers, the held queue, one row's attempt and how it ends.
+"""Scheduling: the scheduler and its workers, the waiting queue, one row's attempt and how it ends.
 
 ``scheduler`` wires the pieces and runs executions, ``workers`` admits rows to places, ``attempt``
 runs one row once, ``outcomes`` turns how it ended into the table and the run's events,

@@ -1,7 +1,7 @@
 """Row outcomes: how a row's attempt ends reaches the rows table and the run's events.
 
 A row settles (``ok``, ``reused``, ``failed``, ``parked``, ``skipped``), or steps aside into the
-held queue (held by a provider, or sleeping) and comes back at its time.  Rows sharing its key
+waiting queue (held by a provider, or sleeping) and comes back at its time.  Rows sharing its key
 share the outcome.  Each change is one event: views and counters follow from those.
 """
 
@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from playbook.events import (
+    Event,
     RowDeferred,
     RowFinished,
     RowHeld,
@@ -24,7 +25,6 @@ from playbook.records import Status
 from playbook.runtime.rows.grouping import message_group
 from playbook.runtime.rows.table import Parking, RowTable, Waiting
 from playbook.runtime.schedule.retry_queue import RetryQueue
-from playbook.runtime.state.reducer import RunEvent
 
 __all__ = ["Outcomes", "clashing"]
 
@@ -34,13 +34,13 @@ _SLEEP = Waiting("sleep", None)
 class Outcomes:
     """Settles, parks, holds and re-admits rows: the table and the events change together."""
 
-    __slots__ = ("table", "held", "_emit", "_parked_down", "guarded", "play")
+    __slots__ = ("table", "queue", "_emit", "_parked_down", "guarded", "play")
 
     def __init__(
         self,
         table: RowTable,
-        held: RetryQueue,
-        emit: Callable[[RunEvent], None],
+        queue: RetryQueue,
+        emit: Callable[[Event], None],
         parked_down: Callable[[int, str], None],
     ) -> None:
         self.table = table
@@ -48,12 +48,12 @@ class Outcomes:
             frozenset()
         )  # input columns an output may not replace (overwrite=False)
         self.play = ""
-        self.held = held
+        self.queue = queue
         self._emit = emit
         self._parked_down = parked_down  # a row parked on a down provider: it may come back in this run
 
     def __repr__(self) -> str:
-        return f"<Outcomes {self.table!r} {self.held!r}>"
+        return f"<Outcomes {self.table!r} {self.queue!r}>"
 
     def started(self, pos: int) -> int:
         """A worker took the row; returns its attempt number."""
@@ -116,17 +116,17 @@ class Outcomes:
     def step_back(self, pos: int) -> None:
         """Another process is paying for one of the row's calls: it runs again after the fresh rows."""
         self.table.running.discard(pos)
-        self.held.step_back(pos)
+        self.queue.step_back(pos)
         self._emit(RowDeferred(pos))
 
     def _aside(self, pos: int, until: float, waiting: Waiting, *, behind: bool = False) -> None:
         table = self.table
         table.running.discard(pos)
         table.waiting[pos] = waiting
-        self.held.push(pos, until, behind=behind)
+        self.queue.push(pos, until, behind=behind)
 
     def resume(self, pos: int) -> None:
-        """A held row's time has come: a worker takes it again."""
+        """A waiting row's time has come: a worker takes it again."""
         self.table.waiting.pop(pos, None)
         self._emit(RowResumed(pos))
 
@@ -155,7 +155,7 @@ class Outcomes:
             if not statuses[pos]:
                 held = waiting.pop(pos, None) is not None
                 self.finish(pos, "skipped", None, why, ran=pos in table.running, held=held)
-        self.held.clear()
+        self.queue.clear()
 
 
 def _same(a: Any, b: Any) -> bool:

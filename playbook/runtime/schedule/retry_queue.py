@@ -1,4 +1,4 @@
-"""The held queue: rows off their workers (held by a provider, or sleeping) until they may run
+"""The waiting queue: rows off their workers (held by a provider, or sleeping) until they may run
 again, and the rows stepped back (another process pays for one of their calls) until the fresh
 rows are taken.  A row whose call fails on its own (its provider answers the others) is held
 *behind*: once its time has come, it runs when no fresh row is waiting, so the provider's rate
@@ -18,7 +18,7 @@ __all__ = ["RetryQueue"]
 
 
 class RetryQueue:
-    """Held rows ordered by the time they may run again (loop clock); workers take due rows
+    """Waiting rows ordered by the time they may run again (loop clock); workers take due rows
     ahead of fresh ones and nap until the next is due, or until a row joins the queue."""
 
     __slots__ = ("_heap", "_behind", "_seq", "_wake", "_back", "_stepped")

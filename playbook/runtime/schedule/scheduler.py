@@ -8,7 +8,7 @@ a row is an event; :class:`~playbook.runtime.state.reading.RunState` counts them
 subscribe to it.
 
 The pieces, each in its module: the rows table (``rows.table``) and memos (``rows.memos``); in
-this room the held queue (``retry_queue``), the workers (``workers``), one row's attempt
+this room the waiting queue (``retry_queue``), the workers (``workers``), one row's attempt
 (``attempt``), how it ends (``outcomes``) and rows parked on a down provider coming back
 (``recovery``); what a row's calls may use of the run (``calls.scope``), the call pipeline
 (``calls.pipeline``) and the level of rows in flight (``calls.level``).  This class wires them and
@@ -28,7 +28,7 @@ import pandas as pd
 
 from playbook._internal.collection import fewer_collections
 from playbook._internal.flow import WaitBudget
-from playbook.events import ProviderUp, RunCounted, RunFinished, RunNotice, RunStarted
+from playbook.events import Event, ProviderUp, RunCounted, RunFinished, RunNotice, RunStarted
 from playbook.plays.play import Play
 from playbook.runtime.calls.level import Level
 from playbook.runtime.calls.scope import RunScope, Tickets
@@ -40,7 +40,7 @@ from playbook.runtime.schedule.outcomes import Outcomes
 from playbook.runtime.schedule.recovery import DownRows
 from playbook.runtime.schedule.retry_queue import RetryQueue
 from playbook.runtime.schedule.workers import Workers
-from playbook.runtime.state.reading import RunEvent, RunState
+from playbook.runtime.state.reading import RunState
 from playbook.runtime.state.upstream import watch
 
 if TYPE_CHECKING:
@@ -62,8 +62,8 @@ class Scheduler:
         self.state = RunState(play=play.name)
         self.state.attach(table)
         self.fatal: BaseException | None = None
-        held = RetryQueue()
-        self.outcomes = Outcomes(table, held, self._emit, self._parked_down)
+        queue = RetryQueue()
+        self.outcomes = Outcomes(table, queue, self._emit, self._parked_down)
         self.outcomes.play = play.name
         if (
             not opts.overwrite and "play_status" not in frame.columns
@@ -73,7 +73,7 @@ class Scheduler:
             run_id=self.run_id,
             play=play.name,
             store=store,
-            force_all=opts.refresh is True,
+            refresh_all=opts.refresh is True,
             rerun_rows=opts.refresh is not False,
             emit=self._emit,
             costs=opts.cost_budget(),
@@ -94,7 +94,7 @@ class Scheduler:
         runner = RowRunner(
             play, self.scope, self.outcomes, store, on_error=opts.on_error, fail_run=self._fail_run
         )
-        self.workers = Workers(level, held, runner, self.outcomes.resume, self._revisit)
+        self.workers = Workers(level, queue, runner, self.outcomes.resume, self._revisit)
         self._positions: Sequence[int] = []  # the rows this execution settles
         self._watching: dict[str, Callable[[], None]] = {}  # provider -> unsubscribe, while an execution runs
         self._woken: asyncio.Future[None] | None = None
@@ -111,7 +111,7 @@ class Scheduler:
     def stopping(self) -> bool:
         return self.scope.landing.stopping
 
-    def _emit(self, event: RunEvent) -> None:
+    def _emit(self, event: Event) -> None:
         """Count ``event`` in the state of the execution under way (a retry has its own)."""
         self.state.emit(event)
 
@@ -183,8 +183,8 @@ class Scheduler:
         if not self._first:
             return positions
         self._first = False
-        key = self.opts.key_columns(self.frame)
-        # A play that reads row.index makes the label part of a row's identity, unless key= says what is.
+        key = self.opts.row_id_columns(self.frame)
+        # A play that reads row.index makes the label part of a row's identity, unless id_columns= says what is.
         runnable, unkeyed = self.table.identify(
             positions, key, labelled=key is None and self.play.reads_index
         )
@@ -256,7 +256,7 @@ class Scheduler:
     def _fresh(self, pos: int) -> bool:
         """Row ``pos`` met a call another process is paying for: may it step back for a fresh row?"""
         pending = self.workers.pending
-        if not pending or not self.workers.held.may_step_back(pos):
+        if not pending or not self.workers.queue.may_step_back(pos):
             return False
         if not self._scattered:
             # Another process runs these rows too, in the same order: start elsewhere in them, so

@@ -1,10 +1,10 @@
-"""Admission: the worker tasks that take rows, held rows first (at their time), then fresh ones,
+"""Admission: the worker tasks that take rows, waiting rows first (at their time), then fresh ones,
 then rows held behind them (a call failing on its own: retry_queue), then rows stepped back
 because another process was paying for one of their calls.
 
 At most ``level.size`` workers run rows at once (:class:`~playbook.runtime.calls.level.Level`: the
 ``concurrency`` given, or the level the run finds).  A row that steps aside (held, sleeping)
-gives its worker up; a worker is added if the pool fell short, so a held row never lacks one when
+gives its worker up; a worker is added if the pool fell short, so a waiting row never lacks one when
 it comes back.  When the level grows, workers are added at once; when it comes down, workers
 over it stop as their rows end.  Workers join while an execution goes (a retry adds rows), so the
 pool is waited for until none is left.
@@ -75,29 +75,29 @@ class RowQueue:
 
 
 class Workers:
-    """The pool of one execution: fresh rows in ``pending``, held rows in ``held``."""
+    """The pool of one execution: fresh rows in ``pending``, waiting rows in ``queue``."""
 
-    __slots__ = ("tasks", "pending", "held", "level", "_run", "_resume", "_revisit", "_running")
+    __slots__ = ("tasks", "pending", "queue", "level", "_run", "_resume", "_revisit", "_running")
 
     def __init__(
         self,
         level: Level,
-        held: RetryQueue,
+        queue: RetryQueue,
         run: Callable[[int], Awaitable[bool]],
         resume: Callable[[int], None],
         revisit: Callable[[list[int]], Sequence[int]] = lambda rows: rows,
     ) -> None:
         self.tasks: list[asyncio.Task[None]] = []
         self.pending = RowQueue()
-        self.held = held
+        self.queue = queue
         self.level = level
         self._run = run  # runs one attempt of a row: True if it stepped aside
-        self._resume = resume  # a held row is taken again
+        self._resume = resume  # a waiting row is taken again
         self._revisit = revisit  # rows stepped back: settles those another process finished, returns the rest
         self._running = 0  # workers in their loop (live() counts the tasks: too slow to ask at every row)
 
     def __repr__(self) -> str:
-        return f"<Workers {self.live()}/{self.level.size} pending={len(self.pending)} {self.held!r}>"
+        return f"<Workers {self.live()}/{self.level.size} pending={len(self.pending)} {self.queue!r}>"
 
     def live(self) -> int:
         return sum(not t.done() for t in self.tasks)
@@ -111,8 +111,8 @@ class Workers:
         self._spawn(max(0, min(self.level.size - self.live(), len(self.pending))))
 
     def _stepped_aside(self) -> None:
-        """A row left its worker for the held queue: that worker takes another row, and the
-        held one must not lack a worker when its time comes."""
+        """A row left its worker for the waiting queue: that worker takes another row, and the
+        waiting one must not lack a worker when its time comes."""
         if self.live() < self.level.size:
             self._spawn(1)
 
@@ -128,23 +128,23 @@ class Workers:
             self._running -= 1
 
     async def _take_rows(self) -> None:
-        pending, held, run, level = self.pending, self.held, self._run, self.level
+        pending, queue, run, level = self.pending, self.queue, self._run, self.level
         loop = asyncio.get_running_loop()
         while True:
             if self._running > level.size:
                 return  # the level came down: this worker's place goes
-            pos = held.due(loop.time(), fresh=bool(pending)) if held else None
-            if pos is not None:  # a held row comes back ahead of fresh rows
+            pos = queue.due(loop.time(), fresh=bool(pending)) if queue else None
+            if pos is not None:  # a waiting row comes back ahead of fresh rows
                 self._resume(pos)
             elif pending:
                 pos = pending.popleft()
-            elif back := held.stepped_back():
+            elif back := queue.stepped_back():
                 # Another process ran them meanwhile, most likely: its memos settle them, all at
                 # once; the rest run again, as fresh rows, from its receipts or its leases.
                 pending.extend(self._revisit(back))
                 continue
-            elif held:
-                await held.nap(held.next_at())  # type: ignore[arg-type]  # not empty: it has a next
+            elif queue:
+                await queue.nap(queue.next_at())  # type: ignore[arg-type]  # not empty: it has a next
             else:
                 return
             if pos is None:
@@ -162,7 +162,7 @@ class Workers:
     def cancel(self, keep: asyncio.Task[Any] | None, landing: set[asyncio.Task[Any]]) -> None:
         """Stop taking rows; cancel the rows in flight but ``keep`` and those ``landing`` a receipt."""
         self.pending.clear()
-        self.held.clear()
+        self.queue.clear()
         for task in self.tasks:
             if task is not keep and task not in landing:
                 task.cancel()

@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from playbook.runtime.state.reducer import APPLY, RunCounters, RunEvent
+from playbook.events import Event
+from playbook.runtime.state.reducer import APPLY, RunCounters
 
 __all__ = ["Listener", "RunFanout"]
 
-Listener = Callable[[RunEvent], None]
+Listener = Callable[[Event], None]
 
 
 class RunFanout(RunCounters):
@@ -48,7 +49,7 @@ class RunFanout(RunCounters):
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
-    def emit(self, event: RunEvent) -> None:
+    def emit(self, event: Event) -> None:
         """Count ``event``, then hand it to the views."""
         kind = type(event)
         apply = APPLY.get(kind)
@@ -59,7 +60,7 @@ class RunFanout(RunCounters):
         for inner in self._by_kind.get(kind, ()):
             inner(event)
 
-    def tell(self, event: RunEvent) -> None:
+    def tell(self, event: Event) -> None:
         """Hand ``event`` to the views without counting it (a cluster job's counters come summed)."""
         for listener in self._listeners:
             listener(event)

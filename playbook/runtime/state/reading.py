@@ -1,6 +1,6 @@
 """RunState: the read API views use, over the counters of one run and its fan-out to views.
 
-What a view reads of a run: its counters and phase; its rows held, parked and failed; its
+What a view reads of a run: its counters and phase; its rows waiting, parked and failed; its
 providers as snapshots, their holds and their history; its waterfalls' legs; its workers (a
 cluster run's).  Views import this module's public names only: they never see the scheduler, its
 queues or a provider object, so the runtime can change its insides without a view noticing.
@@ -18,12 +18,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from playbook.records import ProviderHold, RunStats
+from playbook._internal.renamed import renamed
+from playbook.events import Event
+from playbook.records import ProviderWait, RunStats
 from playbook.runtime.rows.grouping import Families
 from playbook.runtime.rows.table import ERROR_COLUMNS, FailedRow, ParkedRow, Waiting, grouped
 from playbook.runtime.state.fanout import Listener, RunFanout
 from playbook.runtime.state.legs import LEG_COLUMNS
-from playbook.runtime.state.reducer import RunEvent
 from playbook.runtime.state.timeline import ProviderSeries
 from playbook.runtime.state.upstream import ProviderView, provider_view
 
@@ -39,7 +40,6 @@ __all__ = [
     "ParkedRow",
     "ProviderSeries",
     "ProviderView",
-    "RunEvent",
     "RunState",
     "Waiting",
     "WorkerView",
@@ -118,7 +118,7 @@ class RunState(RunFanout):
         """Parked rows, in order: (row label, position, reason, provider, ready_at, message)."""
         return self._table.parked(self._rows) if self._table is not None else []
 
-    def held_rows(self) -> dict[int, Waiting]:
+    def waiting_rows(self) -> dict[int, Waiting]:
         """Rows off their workers now: position -> what they wait for (a provider, or a sleep)."""
         return self._table.held(self._rows) if self._table is not None else {}
 
@@ -126,11 +126,11 @@ class RunState(RunFanout):
         """Would a retry of the rows left ``status`` ("failed", "parked") run any, whichever run over the frame left them?"""
         return self._table is not None and bool(self._table.settled_as((status,)))
 
-    def holds(self) -> list[ProviderHold]:
+    def holds(self) -> list[ProviderWait]:
         """Providers holding rows back: until when, how many rows wait (held or parked), last status;
         a provider that is down too (``reason="down"``, ``until`` its next probe, ``error`` why)."""
         now = self.wall()
-        held = Counter(w.provider for w in self.held_rows().values() if w.kind == "provider")
+        held = Counter(w.provider for w in self.waiting_rows().values() if w.kind == "provider")
         parked = Counter(r.provider for r in self.parked_rows() if r.provider)
         out = []
         for name, p in self.provider_views().items():
@@ -141,7 +141,7 @@ class RunState(RunFanout):
             if held[name] or parked[name] or until is not None or reason == "down":
                 rows = held[name] + parked[name]
                 out.append(
-                    ProviderHold(
+                    ProviderWait(
                         provider=name,
                         until=until,
                         waiting_rows=rows,
@@ -176,7 +176,7 @@ class RunState(RunFanout):
             failed=self.failed,
             parked=self.parked,
             skipped=self.skipped,
-            held=self.held,
+            waiting=self.waiting,
             calls_executed=self.calls_executed,
             calls_reused=self.calls_reused,
             calls_shared=self.calls_shared,
@@ -193,5 +193,12 @@ class RunState(RunFanout):
     def __repr__(self) -> str:
         return (
             f"<RunState {self.play!r} {self.done}/{self.total} ok={self.ok} reused={self.reused} "
-            f"failed={self.failed} parked={self.parked} in_flight={self.in_flight} held={self.held}>"
+            f"failed={self.failed} parked={self.parked} in_flight={self.in_flight} waiting={self.waiting}>"
         )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RunEvent":  # one name for a run's events: playbook.events.Event
+        renamed("playbook.runtime.state.reading.RunEvent", "playbook.events.Event")
+        return Event
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from playbook.events import (
     CallFailed,
     CallFinished,
-    Event,
     KeyRetired,
     ProviderDown,
     ProviderHoldLifted,
@@ -33,7 +32,6 @@ from playbook.events import (
     RunCounted,
     RunFinished,
     RunNotice,
-    RunProgress,
     RunStarted,
     WaterfallFinished,
 )
@@ -45,9 +43,8 @@ from playbook.store.spending import SpendLines
 if TYPE_CHECKING:
     from playbook.providers.provider import Provider
 
-__all__ = ["APPLY", "RunCounters", "RunEvent"]
+__all__ = ["APPLY", "RunCounters"]
 
-RunEvent = Event | RowSleeping | RowDeferred | RunProgress
 SAMPLE_EVERY = 0.25  # seconds between two looks of the timeline at the providers while calls go out
 
 
@@ -64,7 +61,7 @@ class RunCounters:
         "parked",
         "skipped",
         "in_flight",
-        "held",
+        "waiting",
         "sleeping",
         "calls_executed",
         "calls_reused",
@@ -104,9 +101,9 @@ class RunCounters:
         self.play = play
         self.run_id = ""
         self.total = self.ok = self.reused = self.failed = self.parked = self.skipped = self.in_flight = (
-            self.held
+            self.waiting
         ) = 0
-        self.sleeping = 0  # of the held rows, those in ctx.sleep
+        self.sleeping = 0  # of the waiting rows, those in ctx.sleep
         # Paid calls (to a provider, over HTTP, or with a cost) apart from free local ones: "calls paid"
         # must be what the user is billed for, not every function that ran.
         self.calls_executed = self.calls_reused = self.calls_local = 0
@@ -191,11 +188,11 @@ class RunCounters:
 
     def _row_held(self, event: RowHeld) -> None:
         self.in_flight -= 1
-        self.held += 1
+        self.waiting += 1
 
     def _row_sleeping(self, event: RowSleeping) -> None:
         self.in_flight -= 1
-        self.held += 1  # a sleeping row is held too, by no provider
+        self.waiting += 1  # a sleeping row is waiting too, on no provider
         self.sleeping += 1
         self._asleep.add(event.position)
 
@@ -203,7 +200,7 @@ class RunCounters:
         self._awake(event.position)
 
     def _awake(self, position: int) -> None:
-        self.held -= 1
+        self.waiting -= 1
         if position in self._asleep:
             self._asleep.discard(position)
             self.sleeping -= 1
@@ -242,7 +239,7 @@ class RunCounters:
         self.sample()
         self.finished = self.clock()
         self.stopped = event.stopped
-        self.in_flight = self.held = self.sleeping = 0
+        self.in_flight = self.waiting = self.sleeping = 0
         self._asleep.clear()
 
     # -- what changes the counters without an event ------------------------------------

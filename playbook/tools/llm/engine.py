@@ -12,7 +12,7 @@ With ``output=Model`` the request carries the model's JSON schema (:mod:`.struct
 answer that is not valid JSON for it is asked again once (:mod:`.reask`), and the call returns
 the model's fields as a dict: a play returning it makes one column per field.  An answer still
 invalid after the re-ask stays in its receipt (it was paid for) and fails its row each time,
-naming the problem; ``force=True`` asks again.
+naming the problem; ``refresh=True`` asks again.
 
 What a call is expected to use and cost before it is sent is :mod:`.tokens` and :mod:`.prices`;
 what the endpoint's headers teach the provider is :mod:`.endpoint`.
@@ -251,7 +251,7 @@ class LlmEngine(Engine):
         if why is not None:
             tries = "after a re-ask " if int(answer.get("requests") or 1) > 1 else ""
             raise ToolError(
-                f"llm tool {self.name!r}: {why} {tries}(paid for and kept in its receipt: pass force=True to ask again)",
+                f"llm tool {self.name!r}: {why} {tries}(paid for and kept in its receipt: pass ctx.tool(..., refresh=True) to ask again)",
                 tool=self.name,
             )
         return fields, False

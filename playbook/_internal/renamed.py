@@ -1,0 +1,96 @@
+"""Old spellings kept for one release: each says, when used, what it is called now.
+
+Every word of the API means one thing (docs "Names"); a name that changed keeps working for one
+release as a deprecated alias that warns, naming the new spelling, so a notebook written against
+the old one goes on and is told what to write instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, ParamSpec, TypeVar
+
+__all__ = ["RenamedKeys", "callers_frame", "keyword_renamed", "renamed"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# Frames between the user's line and ours that are nobody's code to change: IPython's magic machinery.
+_PASSING = ("<decorator-gen", os.sep + "IPython" + os.sep)
+
+
+def renamed(old: str, new: str) -> None:
+    """Warn that ``old`` is deprecated and ``new`` is its name now, at the user's line (the
+    first frame outside playbook), where Python and IPython show a ``DeprecationWarning``."""
+    warnings.warn(
+        f"{old} is deprecated and goes in the next release; use {new}",
+        DeprecationWarning,
+        stacklevel=_users_level(),
+    )
+
+
+def _users_level() -> int:
+    frame = sys._getframe(2)  # the caller of renamed()
+    level = 2
+    while frame.f_back is not None and _ours(frame.f_code.co_filename):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _ours(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_PACKAGE) or any(part in filename for part in _PASSING)
+
+
+def keyword_renamed(old: str, new: str, where: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A function whose keyword ``old`` is now ``new``: ``old=`` still works, warning (``where``
+    names the function in the message); both at once is a ``TypeError``."""
+
+    def wrap(function: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(function)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            if old in kwargs:
+                if new in kwargs:
+                    raise TypeError(f"{where}: {old}= and {new}= are one argument: pass only {new}=")
+                renamed(f"{where}(..., {old}=)", f"{where}(..., {new}=)")
+                kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+
+        return call
+
+    return wrap
+
+
+def callers_frame(frame: FrameType) -> FrameType:
+    """``frame``, or the frame that called it when it is a :func:`keyword_renamed` wrapper's."""
+    while frame.f_code is _WRAPPER and frame.f_back is not None:
+        frame = frame.f_back
+    return frame
+
+
+class RenamedKeys(dict[str, Any]):
+    """A dict of results whose renamed keys still read, warning (``{old: new}``; ``where`` names
+    the dict in the message); the old keys are not in it (not listed, not in its JSON)."""
+
+    __slots__ = ("_old", "_where")
+
+    def __init__(self, values: dict[str, Any], old: dict[str, str], where: str) -> None:
+        super().__init__(values)
+        self._old = old
+        self._where = where
+
+    def __missing__(self, key: str) -> Any:
+        if key not in self._old:
+            raise KeyError(key)
+        new = self._old[key]
+        renamed(f"{self._where}[{key!r}]", f"{self._where}[{new!r}]")
+        return self[new]
+
+
+_WRAPPER = keyword_renamed("", "", "")(lambda: None).__code__
