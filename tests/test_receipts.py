@@ -7,6 +7,7 @@ import json
 import logging
 import shutil
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 
@@ -85,6 +86,56 @@ def test_none_result_is_a_receipt(store: pb.ReceiptStore) -> None:
     receipt = store.get(lookup, "b")
     assert receipt is not None and receipt.output is None and receipt.miss is True
     assert engine(store).lookup("r-not-a-key") is MISSING
+
+
+def test_lookups_answer_named_records(tmp_path: Path) -> None:
+    """A receipt lookup answers a Hit naming the value, miss, error and time; a memo lookup a Memo
+    naming the row's output, calls, cost, local calls and tools."""
+    clock = Clock()
+    store = pb.ReceiptStore(tmp_path / "s", clock=clock)
+    lookup = _counting_tool([], result={"when": pd.Timestamp("2024-01-01")})
+
+    @pb.play
+    async def find(row, ctx):
+        return {"v": await ctx.tool(lookup, q=row.q)}
+
+    _frame().play.map(find, store=store, progress=False)
+    core = engine(store)
+    core.flush()
+    tool = engine_of(lookup)
+    key = tool.address(tool.bind("a", {}))
+    found = core.lookup(key)
+    assert found is not MISSING
+    assert (found.value, found.miss, found.error, found.at) == (
+        {"when": pd.Timestamp("2024-01-01")},
+        False,
+        None,
+        clock.now,
+    )
+    core.fold()
+    memo_keys = [key for (key,) in _sql(tmp_path / "s" / "receipts.db", "SELECT key FROM memo")]
+    memos = core.memos(memo_keys)
+    assert [memo.output for memo in memos.values()] == [{"v": {"when": pd.Timestamp("2024-01-01")}}] * 3
+    assert {(memo.calls, memo.cost, memo.local, tuple(memo.tools)) for memo in memos.values()} == {
+        (1, 0.0, 1, ("lookup",))
+    }
+
+
+def test_a_store_in_memory_is_one_store_in_every_thread() -> None:
+    """A run in another thread on a store in memory reuses the receipts and memos a run here made."""
+    store = pb.ReceiptStore("memory")
+    calls: list[str] = []
+    lookup = _counting_tool(calls)
+
+    @pb.play
+    async def find(row, ctx):
+        return {"v": await ctx.tool(lookup, q=row.q)}
+
+    _frame().play.map(find, store=store, progress=False)
+    with ThreadPoolExecutor(1) as pool:
+        again = pool.submit(lambda: _frame().play.map(find, store=store, progress=False)).result()
+    assert calls == ["a", "b", "c"] and again["play_status"].tolist() == ["reused"] * 3
+    assert engine(store).for_thread() is engine(store)
 
 
 def test_ttl_makes_receipts_stale(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import redis
 
 import playbook as pb
 from playbook._internal.urls import masked
+from playbook.store.marks import Mark
 from playbook.store.memory import MemoryBackend
 from playbook.store.protocol import Backend, Counts, Damaged, Found, StoreFailure
 from playbook.store.records import MemoRow, Record, memo_tools
@@ -102,6 +103,19 @@ def test_a_write_says_how_many_receipts_it_added(backend: Backend) -> None:
     assert backend.write([_record(_key("r", n), at=2e9) for n in range(1, 5)] + [_record(_key("s", 2))]) == 2
     assert backend.write([_record(_key("r", n)) for n in range(1200)]) == 1195
     assert backend.write([_record(_key("s", 3))]) == 0 and backend.receipt_count() == 1200
+
+
+def test_a_backend_keeps_its_marks_text(backend: Backend) -> None:
+    """A mark is kept as the text it is given (marks.py reads it), the last one written; none before."""
+    assert backend.read_mark() is None
+    first = Mark(3, 1.0, backend.identity).text()
+    backend.write_mark(first)
+    assert backend.read_mark() == first
+    later = Mark(5, 2.0, backend.identity, accepted=True).text()
+    backend.write_mark(later)
+    assert backend.read_mark() == later and Mark.parse(backend.read_mark()) == Mark(
+        5, 2.0, backend.identity, True
+    )
 
 
 def test_absent_key_is_none(backend: Backend) -> None:

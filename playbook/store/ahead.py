@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from playbook.store.protocol import Backend, Damaged, Found
+from playbook.store.io import StoreIO
+from playbook.store.protocol import Backend, Damaged, Found, StoreFailure, cannot_read
 
 __all__ = ["ReadAhead"]
 
 
 class ReadAhead:
-    """Receipts read before they are asked for, for rows that run in a known order.
+    """Receipts read before they are asked for, for rows that run in a known order: a part of
+    :class:`~playbook.store.engine.StoreEngine`, whose lookups :meth:`pop` them.
 
     The plan is the receipt keys each row used when it last finished (hints), in the order the
     rows will run.  Receipts are read a chunk of rows at a time, the next chunk once half of the
@@ -22,15 +25,31 @@ class ReadAhead:
     CHUNK = 512  # rows per read
     MOST = 8192  # receipts kept at most
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, io: StoreIO) -> None:
         self._backend = backend
+        self._io = io
         self._plan: deque[list[str]] = deque()
         self._cache: dict[str, Found | Damaged] = {}
         self._used = 0
         self._read = 0
+        self.filling: asyncio.Future[None] | None = None  # the chunk being read, once asked for
+
+    def __repr__(self) -> str:
+        return f"<ReadAhead rows planned={len(self._plan)} cached={len(self._cache)}>"
 
     def __bool__(self) -> bool:
         return bool(self._cache) or bool(self._plan)
+
+    def warm(self, play: str, rows: Callable[[], Sequence[str]]) -> None:
+        """The rows ``rows()`` of ``play`` are about to run, in this order: a remote store reads
+        the receipts each used last time ahead of them, a chunk of rows per round trip, so a
+        rerun of an edited play does not wait on the network for every call.  (Asked for only
+        then: a million row keys cost 90 MB.)"""
+        if self._backend.remote:
+            try:
+                self.plan(play, rows())
+            except StoreFailure as exc:
+                raise cannot_read(self._backend.location, exc) from None
 
     def plan(self, play: str, rows: Sequence[str]) -> None:
         hinted = self._backend.hints(play, rows)
@@ -47,6 +66,25 @@ class ReadAhead:
         found = self._cache.pop(key, None)
         self._used += found is not None
         return found
+
+    def read(self) -> asyncio.Future[None]:
+        """The next chunk of receipts, read on the store's thread, one read at a time, awaited by
+        the rows that need it.  A read that fails only leaves those rows to ask for their receipts
+        (which says why)."""
+        filling, loop = self.filling, asyncio.get_running_loop()
+        if (
+            filling is None or filling.get_loop() is not loop
+        ):  # none under way for this loop (an earlier run's may never end)
+            filling = self.filling = loop.create_future()
+
+            def filled(_: None, exc: BaseException | None) -> None:
+                if self.filling is filling:
+                    self.filling = None
+                if not filling.done():
+                    filling.set_result(None)
+
+            self._io.submit(self.fill, filled)
+        return filling
 
     def fill(self) -> None:
         """Read the next chunk of rows' receipts (one round trip)."""

@@ -13,44 +13,71 @@ call is made again and its new receipt replaces the bad one.  A store that refus
 run goes on (disk full, read-only, out of memory) is waited for, a few seconds (health.py); past
 that, the receipts waiting fail their rows, with the reason and the path, and the rows that would
 pay park.  Receipts of calls already paid for are kept in memory and written at the end of the run.
+
+The engine does the receipts' hot path itself (lookups, group commits) and holds the rest as
+parts, each an object with its own state: :class:`~playbook.store.leases.Leases` (which process
+pays for a call), :class:`~playbook.store.row_memos.RowMemos`, :class:`~playbook.store.marks.Marks`
+(the store's high-water mark), :class:`~playbook.store.ahead.ReadAhead` (a remote store's
+receipts read ahead), :class:`~playbook.store.owed.Owed` (receipts paid for and not written yet,
+with the store's :class:`~playbook.store.health.WriteHealth`),
+:class:`~playbook.store.spending.Spending` and :class:`~playbook.store.inspection.Inspection`.
+Its methods of the same names hand the work to them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from playbook.errors import ReceiptError
 from playbook.store.ahead import ReadAhead
-from playbook.store.health import GRACE_S, WriteHealth
-from playbook.store.inspection import Inspection
+from playbook.store.health import GRACE_S
+from playbook.store.inspection import Inspection, StoreStats, unreadable
 from playbook.store.io import StoreIO
 from playbook.store.leases import Leases
 from playbook.store.location import home, is_url, masked_in, open_backend
-from playbook.store.marking import Marked
-from playbook.store.opening import ELSEWHERE as _ELSEWHERE
+from playbook.store.marks import Marks
 from playbook.store.owed import Owed
-from playbook.store.protocol import Backend, Damaged, Found, StoreFailure, Tally
-from playbook.store.records import MISSING, OUTPUT_TAGGED, REFUSED, MemoRow, Record, Refusal, damage
+from playbook.store.protocol import ELSEWHERE, Backend, Damaged, Found, StoreFailure, Tally, cannot_read
+from playbook.store.records import (
+    MISSING,
+    OUTPUT_TAGGED,
+    REFUSED,
+    Hit,
+    Memo,
+    Missing,
+    Record,
+    Refusal,
+    damage,
+)
 from playbook.store.row_memos import RowMemos
-from playbook.store.spending import Spending
+from playbook.store.spending import Spending, SpendLines
 from playbook.tagged import decode, loads
+from playbook.tools.protocol import NO_INPUT
+
+if TYPE_CHECKING:
+    from playbook.records import Receipt
+    from playbook.tools.tool import Tool
 
 __all__ = ["StoreEngine"]
 
 _threads = threading.Lock()
+_new = tuple.__new__  # Hit(...) is a Python call, once per receipt replayed; this is a C one (records.py)
 
 _logger = logging.getLogger("playbook.store")
 
 
-class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
+class StoreEngine:
     """What a :class:`~playbook.store.receipts.ReceiptStore` runs on.
 
     The same records, with what a run needs beside what users look at: lookups batched per turn
@@ -69,7 +96,9 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         readonly: bool = False,
         durability: str | None = None,
         write_grace: float = GRACE_S,
+        backend: Backend | None = None,
     ) -> None:
+        # backend: one already open over the same records (a store in memory, for another thread).
         where = home() if location is None else location
         self._opened = (where, readonly, durability)  # for the same store in another thread (see for_thread)
         self._thread: int | None = None  # the thread that runs on this store
@@ -79,45 +108,56 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         self.path: Path | str = self.location if is_url(where) else Path(where)
         self.clock = clock
         try:
-            self._backend = open_backend(where, readonly=readonly, notify=self._notice, durability=durability)
+            self._backend = (
+                backend
+                if backend is not None
+                else open_backend(where, readonly=readonly, notify=self._notice, durability=durability)
+            )
         except StoreFailure as exc:
             at = "" if self.location in exc.reason or masked_in(exc.reason) else f" at {self.location}"
-            raise ReceiptError(f"cannot open the receipt store{at}: {exc.reason}; {_ELSEWHERE}") from None
-        self.location = self._backend.location  # a URL's password masked
-        self.notices: list[str] = list(
-            getattr(self._backend, "notices", ())
-        )  # what went wrong, for the runs that use it
+            raise ReceiptError(f"cannot open the receipt store{at}: {exc.reason}; {ELSEWHERE}") from None
+        location = self.location = self._backend.location  # a URL's password masked
+        # What went wrong, for the runs that use it.
+        self.notices: list[str] = list(getattr(self._backend, "notices", ()))
         # What the store cannot promise (a Redis server without an append-only file): every run says it.
         self.standing: list[str] = list(getattr(self._backend, "standing", ()))
         self.told = 0  # how many of them a run has said already (the first run says those found at opening)
-        self.heard: Callable[[], None] | None = (
-            None  # told of each new notice (from any thread), by the run under way
-        )
+        # Told of each new notice (from any thread), by the run under way.
+        self.heard: Callable[[], None] | None = None
         for note in (*self.standing, *self.notices):
             _logger.warning("%s", note)
-        self._lookup = self._backend.lookup
-        self._pending_memos: list[MemoRow] = []
-        self._pending_hints: list[tuple[str, str, str]] = []
-        self._io = StoreIO(remote=self._backend.remote)
-        self._ahead = ReadAhead(self._backend)
-        self._filling: asyncio.Future[None] | None = None  # the receipts being read ahead, once asked for
-        self._flushed = time.monotonic()
-        self._warned: set[str] = set()  # unreadable records already reported
-        self._writes: list[tuple[Record, asyncio.Future[None], int, float]] = []
         # Where a cluster job counts the paid calls of the partition running on this store:
         # (Redis hash, field), or None.  Counted with their receipts (protocol.Tally).
         self.tally: tuple[str, str] | None = None
-        self._asks: list[tuple[str, float | None, asyncio.Future[Any]]] = []
-        self._unwritten: dict[str, Record] = {}  # paid for, not yet written
-        self.health = WriteHealth(
-            self.rewrite, write_grace
-        )  # whether it takes writes: a call checks before it pays
         self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
-        self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # the same, across processes
-        # Said when it holds fewer receipts than its mark (marks.py): a run on it refuses to start,
-        # and what only looks at it says so.
-        self.start_marking()
-        self.lost: str | None = self.check_mark()
+        self._io = StoreIO(remote=self._backend.remote)
+        self._lookup = self._backend.lookup
+        self._asks: list[tuple[str, float | None, asyncio.Future[Hit | Missing]]] = []
+        self._writes: list[tuple[Record, asyncio.Future[None], int, float]] = []
+        self._warned: set[str] = set()  # unreadable records already reported
+
+        # The parts.  Said when it holds fewer receipts than its mark (marks.py): a run on it
+        # refuses to start, and what only looks at it says so.
+        self._marks = Marks(where, self._backend, self._io, location=location, notice=self._notice)
+        self.leases = Leases(self._backend, self._io, ttl=lease_ttl)  # which process pays for a call
+        self._memos = RowMemos(self._backend, self._io, location=location, notice=self._notice)
+        self._ahead = ReadAhead(self._backend, self._io)
+        self._owed = Owed(
+            self._backend,
+            self._io,
+            location=location,
+            counted=self._marks.counted,
+            notices=self.notices,
+            grace_s=write_grace,
+        )
+        self.health = self._owed.health  # whether it takes writes: a call checks before it pays
+        self._unwritten = self._owed.kept  # the same dict: a lookup that misses reads it
+        self._spending = Spending(self._backend, self._io, location=location, notice=self._notice)
+        # A clearing leaves fewer receipts on purpose: the store is marked with an accepted mark.
+        cleared = functools.partial(self._marks.remember, wait=True, accepted=True)
+        self._inspection = Inspection(self._backend, location=location, drain=self.drain, cleared=cleared)
+        # Bound, not wrapped: called once per row finished.
+        self.add_memo = self._memos.add
 
     def __repr__(self) -> str:
         return f"StoreEngine({self.location!r})"
@@ -142,14 +182,9 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
                     readonly=readonly,
                     durability=durability,
                     write_grace=self.health.grace_s,
+                    # In memory, nothing else holds its records: share them.
+                    backend=self._backend if self._backend.location == "memory" else None,
                 )
-                if self._backend.location == "memory":  # nothing else holds its records: share them
-                    other._backend, other._lookup, other._ahead = (
-                        self._backend,
-                        self._backend.lookup,
-                        ReadAhead(self._backend),
-                    )
-                    other.leases = Leases(self._backend, other._io, ttl=self.leases.ttl)
             return other
 
     @property
@@ -177,9 +212,9 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
 
     # -- receipts (hot path) -------------------------------------------------------------
 
-    def lookup(self, key: str, ttl: float | None = None) -> Any:
-        """``(value, miss, error, at)`` stored for ``key`` (the value as first returned, and when it
-        was), or ``MISSING`` (also when older than ``ttl`` seconds).  ``error`` is set when the
+    def lookup(self, key: str, ttl: float | None = None) -> Hit | Missing:
+        """The receipt stored for ``key`` (its value as first returned, and when it was), or
+        ``MISSING`` (also when older than ``ttl`` seconds).  A hit's ``error`` is set when the
         answer was paid for but had no JSON form (its text), or was a refusal (a :class:`Refusal`).
 
         A record that cannot be read is ``MISSING`` too, with a warning naming it, so the call
@@ -190,51 +225,33 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         try:
             found = self._lookup(key)
         except StoreFailure as exc:
-            raise self._read_error(exc) from None
+            raise cannot_read(self.location, exc) from None
         return self._answer(key, found, ttl)
 
-    async def alookup(self, key: str, ttl: float | None = None) -> Any:
+    async def alookup(self, key: str, ttl: float | None = None) -> Hit | Missing:
         """:meth:`lookup`, for the event loop: on this machine, at once; across the network, the
         receipts read ahead answer (see :meth:`warm`), and the lookups asked for in one turn of
         the loop travel together, in one round trip."""
         ahead = self._ahead
         if ahead:
             read = ahead.pop(key)
-            if read is None and (self._filling is not None or ahead.due()):
+            if read is None and (ahead.filling is not None or ahead.due()):
                 # Its chunk may be on its way, or next: one round trip for many rows.  Shielded: a
                 # row cancelled meanwhile must not cancel the read the others wait for.
-                await asyncio.shield(self._read_ahead())
+                await asyncio.shield(ahead.read())
                 read = ahead.pop(key)
             elif ahead.due():
-                self._read_ahead()  # the next chunk, read while these rows go on
+                ahead.read()  # the next chunk, read while these rows go on
             if read is not None:
                 return self._answer(key, read, ttl)
         if not self._io.remote:
             return self.lookup(key, ttl)
         loop = asyncio.get_running_loop()
-        asked = loop.create_future()
+        asked: asyncio.Future[Hit | Missing] = loop.create_future()
         self._asks.append((key, ttl, asked))
         if len(self._asks) == 1:
             loop.call_soon(self._lookup_asks)
         return await asked
-
-    def _read_ahead(self) -> asyncio.Future[None]:
-        """The next chunk of receipts read ahead, one read at a time, awaited by the rows that need
-        it.  A read that fails only leaves those rows to ask for their receipts (which says why)."""
-        filling, loop = self._filling, asyncio.get_running_loop()
-        if (
-            filling is None or filling.get_loop() is not loop
-        ):  # none under way for this loop (an earlier run's may never end)
-            filling = self._filling = loop.create_future()
-
-            def filled(_: None, exc: BaseException | None) -> None:
-                if self._filling is filling:
-                    self._filling = None
-                if not filling.done():
-                    filling.set_result(None)
-
-            self._io.submit(self._ahead.fill, filled)
-        return filling
 
     def _lookup_asks(self) -> None:
         asks, self._asks = self._asks, []
@@ -242,7 +259,7 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
 
         def answer(found: list[Found | Damaged | None] | None, exc: BaseException | None) -> None:
             if found is None:
-                error = self._read_error(exc) if isinstance(exc, StoreFailure) else exc
+                error = cannot_read(self.location, exc) if isinstance(exc, StoreFailure) else exc
                 for _, _, asked in asks:
                     if not asked.done():
                         asked.set_exception(error or RuntimeError("no answer"))
@@ -253,12 +270,12 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
 
         self._io.submit(lambda: self._backend.lookup_many(keys), answer)
 
-    def answer(self, key: str, found: Found | Damaged | None, ttl: float | None = None) -> Any:
+    def answer(self, key: str, found: Found | Damaged | None, ttl: float | None = None) -> Hit | Missing:
         """What :meth:`lookup` returns for ``key`` when the store read ``found`` for it (with a
         lease: :meth:`~playbook.store.leases.Leases.take_looking`)."""
         return self._answer(key, found, ttl)
 
-    def _answer(self, key: str, found: Found | Damaged | None, ttl: float | None) -> Any:
+    def _answer(self, key: str, found: Found | Damaged | None, ttl: float | None) -> Hit | Missing:
         if found is None:
             row = self._unwritten.get(key) if self._unwritten else None
             if row is None:
@@ -276,8 +293,8 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
                 status, literal = (
                     (value[0], (value[1], value[2])) if isinstance(value, list) else (value, None)
                 )
-                return None, False, Refusal(int(status), error or "", literal), at
-            return (decode(value) if flags & OUTPUT_TAGGED else value), bool(miss), error, at
+                return _new(Hit, (None, False, Refusal(int(status), error or "", literal), at))
+            return _new(Hit, ((decode(value) if flags & OUTPUT_TAGGED else value), bool(miss), error, at))
         except (
             ValueError,
             TypeError,
@@ -287,24 +304,13 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
             self._warn_unreadable(key, damage(exc))
             return MISSING
 
-    def _read_error(self, exc: StoreFailure) -> ReceiptError:
-        return ReceiptError(f"cannot read the receipt store at {self.location}: {exc.reason}; {_ELSEWHERE}")
-
     def _warn_unreadable(self, key: str, problem: str) -> None:
         if key not in self._warned:  # a call looks its receipt up more than once (before and after its lease)
             self._warned.add(key)
             _logger.warning(
                 "%s; it counts as missing: a run that needs it makes the call again and replaces it",
-                self._unreadable(key, problem),
+                unreadable(self._backend, key, problem),
             )
-
-    def _unreadable(self, key: str, problem: str) -> str:
-        try:
-            tool = self._backend.tool_of(key)
-        except StoreFailure:
-            tool = None
-        named = f" of tool {tool!r}" if tool else ""
-        return f"receipt {key}{named} in {self.location} cannot be read: {problem}"
 
     async def commit(self, record: Record, *, paid: int = 0, cost: float = 0.0) -> None:
         """Write one record durably; returns once it is committed (``ReceiptError`` if it cannot be).
@@ -348,14 +354,15 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
         tally = None
         if self.tally is not None and (calls := sum(write[2] for write in writes)):
             tally = Tally(*self.tally, calls, sum(write[3] for write in writes))
+        owed = self._owed
         if self._io.remote:  # written later, on the store's thread: kept meanwhile, and found by lookups
-            self.keep(rows)
+            owed.keep(rows)
         # The leases of these calls go in the receipts' transaction (not one of their own).
         released = self.leases.among([row.key for row in rows])
 
         def written(_: None, exc: BaseException | None) -> None:
             if exc is not None:
-                self.keep(rows)  # paid for: written again at the end of the run
+                owed.keep(rows)  # paid for: written again at the end of the run
                 problem = exc.reason if isinstance(exc, StoreFailure) else str(exc)
                 self.health.failed(problem)
                 error = ReceiptError(f"cannot write to the receipt store at {self.location}: {problem}")
@@ -366,7 +373,7 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
             if self.health.reason is not None:
                 self.health.mended()
             if self._unwritten:
-                self.written_back(rows)
+                owed.written_back(rows)
             if released:
                 self.leases.given_back(released)
             for _row, done, *_rest in writes:
@@ -378,9 +385,9 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
     def _write(self, rows: list[Record], tally: Tally | None, released: list[str]) -> None:
         backend, owner = self._backend, self.leases.owner
         if tally is None:
-            self.counted(lambda: backend.write(rows, released, owner))
+            self._marks.counted(lambda: backend.write(rows, released, owner))
         else:  # only a Redis store is given a tally (a cluster job's): it takes one
-            self.counted(lambda: backend.write(rows, released, owner, tally=tally))  # type: ignore[call-arg]
+            self._marks.counted(lambda: backend.write(rows, released, owner, tally=tally))  # type: ignore[call-arg]
 
     async def written(self, timeout: float) -> bool:
         """Await what this store still has to write (memos, queued receipts), at most ``timeout``
@@ -401,3 +408,92 @@ class StoreEngine(Inspection, RowMemos, Marked, Spending, Owed):
     def close(self) -> None:
         self.drain()  # a remote store's last writes and lease releases, still queued
         self._backend.close()
+
+    # -- row memos (row_memos.py; add_memo is bound in __init__) ---------------------------------
+
+    def memos(self, keys: list[str]) -> dict[str, Memo]:
+        """Row memos for the keys that have one (:meth:`~playbook.store.row_memos.RowMemos.find`)."""
+        return self._memos.find(keys)
+
+    def flush(self) -> None:
+        """Write the row memos buffered (:meth:`~playbook.store.row_memos.RowMemos.flush`)."""
+        self._memos.flush()
+
+    def fold(self) -> None:
+        """Put the memos written so far where :meth:`memos` finds them
+        (:meth:`~playbook.store.row_memos.RowMemos.fold`)."""
+        self._memos.fold()
+
+    def warm(self, play: str, rows: Callable[[], Sequence[str]]) -> None:
+        """The rows ``rows()`` of ``play`` are about to run: a remote store reads their receipts
+        ahead (:meth:`~playbook.store.ahead.ReadAhead.warm`)."""
+        self._ahead.warm(play, rows)
+
+    # -- its mark (marks.py) ---------------------------------------------------------------------
+
+    @property
+    def lost(self) -> str | None:
+        """Why the store is taken for one that lost its receipts (a run on it refuses to start), or None."""
+        return self._marks.lost
+
+    @lost.setter
+    def lost(self, why: str | None) -> None:
+        self._marks.lost = why
+
+    def check_mark(self) -> str | None:
+        """Why the store is lost, or None (:meth:`~playbook.store.marks.Marks.check`)."""
+        return self._marks.check()
+
+    def remember(self, *, wait: bool = False, accepted: bool = False) -> None:
+        """Mark how many receipts the store holds now (:meth:`~playbook.store.marks.Marks.remember`)."""
+        self._marks.remember(wait=wait, accepted=accepted)
+
+    def accept_loss(self) -> None:
+        """Accept what a lost store holds now (:meth:`~playbook.store.marks.Marks.accept`)."""
+        self._marks.accept()
+
+    # -- receipts paid for and not written (owed.py) ---------------------------------------------
+
+    def unwritten(self) -> int:
+        """Receipts of paid calls that could not be written (yet)."""
+        return len(self._owed)
+
+    def write_unwritten(self) -> int:
+        """Try once more to write them; returns how many are still not written."""
+        return self._owed.write()
+
+    # -- what runs spent (spending.py) -----------------------------------------------------------
+
+    def add_spend(self, lines: SpendLines, when: float) -> None:
+        """Add a run's figures to the ledger (:meth:`~playbook.store.spending.Spending.add`)."""
+        self._spending.add(lines, when)
+
+    def spend(self, by: str | Sequence[str] = ("provider", "tool", "day")) -> pd.DataFrame:
+        """Calls and money per ``by`` (:meth:`~playbook.store.spending.Spending.read`)."""
+        return self._spending.read(by)
+
+    # -- looking at it (inspection.py) -----------------------------------------------------------
+
+    def get(self, tool: Tool[object], input: object = NO_INPUT, /, **kwargs: object) -> Receipt | None:
+        """The receipt for calling ``tool`` with this input, or ``None`` (:meth:`~playbook.store.inspection.Inspection.get`)."""
+        return self._inspection.get(tool, input, **kwargs)
+
+    def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | None]]:
+        """Every receipt (or one tool's) as ``(key, record)``, oldest first, in stored form."""
+        return self._inspection.records(tool)
+
+    def receipts(self, tool: str | Tool[object] | None = None) -> pd.DataFrame:
+        """All readable receipts (or one tool's) as a DataFrame, oldest first."""
+        return self._inspection.receipts(tool)
+
+    def stats(self) -> StoreStats:
+        """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
+        return self._inspection.stats()
+
+    def clear(self, tool: str | Tool[object] | None = None) -> int:
+        """Remove one tool's receipts and the memos of rows that used it, or everything."""
+        return self._inspection.clear(tool)
+
+    def memo_count(self, tool: str) -> int:
+        """How many row memos used ``tool``."""
+        return self._inspection.memo_count(tool)

@@ -3,7 +3,7 @@
 A store that refuses a receipt (a full disk, a Redis server at its ``maxmemory``, a filesystem
 remounted read-only) may refuse it for a moment only: a log copied back into the database, a
 burst of other writers, a server freeing memory.  So a receipt that cannot be written is not a
-failed row at once.  Its answer is paid for and kept in memory (the engine's unwritten receipts),
+failed row at once.  Its answer is paid for and kept in memory (the receipts the store owes: owed.py),
 and written again, backing off from 50 ms to a second, for up to ``grace_s`` seconds (5 by
 default, ``ReceiptStore(write_grace=...)``).  Meanwhile a call about to be paid for waits for the
 store too, before it is sent: paying for what cannot be recorded is what the grace is there to
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any
 
 from playbook._internal.flow import Parked
 
@@ -43,7 +42,9 @@ class WriteHealth:
 
     __slots__ = ("grace_s", "reason", "_since", "_rewrite", "_trying")
 
-    def __init__(self, rewrite: Callable[[], Coroutine[Any, Any, bool]], grace_s: float = GRACE_S) -> None:
+    def __init__(
+        self, rewrite: Callable[[], Coroutine[object, None, bool]], grace_s: float = GRACE_S
+    ) -> None:
         self.grace_s = grace_s
         self.reason: str | None = None  # why the store refuses writes; None while it takes them
         self._since: tuple[asyncio.AbstractEventLoop, float] | None = None

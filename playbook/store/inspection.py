@@ -1,16 +1,17 @@
-"""Looking at a store: one receipt, every receipt as a DataFrame, counts, and clearing a tool."""
+"""Looking at a store: one receipt, every receipt as a DataFrame, counts, and clearing a tool;
+and the words for a receipt that cannot be read."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 import pandas as pd
 
 from playbook._internal.renamed import RenamedKeys
 from playbook.errors import ReceiptError
 from playbook.records import Receipt
-from playbook.store.protocol import Backend, Damaged, StoreFailure
+from playbook.store.protocol import Backend, Damaged, StoreFailure, cannot_read
 from playbook.store.records import Record, checked, damage, receipt_of
 from playbook.tools.protocol import NO_INPUT
 from playbook.tools.tool import engine_of
@@ -18,10 +19,10 @@ from playbook.tools.tool import engine_of
 if TYPE_CHECKING:
     from playbook.tools.tool import Tool
 
-__all__ = ["Inspection"]
+__all__ = ["Inspection", "StoreStats", "unreadable"]
 
 # receipts(): the columns of text, numbers and flags; input and output stay the objects returned
-_RECEIPT_DTYPES: dict[str, Any] = {
+_RECEIPT_DTYPES: dict[str, type] = {
     "address": str,
     "tool": str,
     "version": str,
@@ -34,23 +35,34 @@ _RECEIPT_DTYPES: dict[str, Any] = {
 T = TypeVar("T")
 
 
+class StoreStats(TypedDict):
+    """What :meth:`Inspection.stats` (``store.stats()``) says of a store."""
+
+    location: str  # where it is, as shown (a URL's password masked)
+    receipts: int
+    by_tool: dict[str, int]  # receipts per tool
+    row_memos: int
+    cost_stored: float  # what the receipts it holds cost
+    bytes: int
+
+
 class Inspection:
-    """The receipt store's public inspection methods (what ``python -m playbook cache`` uses)."""
+    """What users and ``python -m playbook cache`` look at in a store: a part of
+    :class:`~playbook.store.engine.StoreEngine`.  ``drain`` writes what the store still has
+    queued, before a look; ``cleared`` marks the store once a clearing is done (marks.py)."""
 
-    _backend: Backend
-    location: str
-    remember: Callable[..., None]
+    def __init__(
+        self, backend: Backend, *, location: str, drain: Callable[[], None], cleared: Callable[[], None]
+    ) -> None:
+        self._backend = backend
+        self._location = location
+        self._drain = drain
+        self._cleared = cleared
 
-    def drain(self) -> None:
-        raise NotImplementedError
+    def __repr__(self) -> str:
+        return f"<Inspection of {self._location}>"
 
-    def _read_error(self, exc: StoreFailure) -> ReceiptError:
-        raise NotImplementedError
-
-    def _unreadable(self, key: str, problem: str) -> str:
-        raise NotImplementedError
-
-    def get(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Receipt | None:
+    def get(self, tool: Tool[object], input: object = NO_INPUT, /, **kwargs: object) -> Receipt | None:
         """The receipt for calling ``tool`` with this input, or ``None`` if it was never paid for.
 
         Raises ``ReceiptError`` if the receipt is there but cannot be read.
@@ -68,8 +80,8 @@ class Inspection:
         except (ValueError, TypeError, KeyError, IndexError) as exc:
             problem = damage(exc)
         raise ReceiptError(
-            f"{self._unreadable(key, problem)}. A run that needs it makes the call again and replaces it; "
-            f"`python -m playbook cache clear --store {self.location} --tool {tool.name}` drops all of that tool's receipts."
+            f"{unreadable(self._backend, key, problem)}. A run that needs it makes the call again and replaces it; "
+            f"`python -m playbook cache clear --store {self._location} --tool {tool.name}` drops all of that tool's receipts."
         )
 
     def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | None]]:
@@ -81,7 +93,7 @@ class Inspection:
             except ValueError:
                 yield key, None
 
-    def receipts(self, tool: str | Tool[Any] | None = None) -> pd.DataFrame:
+    def receipts(self, tool: str | Tool[object] | None = None) -> pd.DataFrame:
         """All readable receipts (or one tool's) as a DataFrame, oldest first.
 
         ``input`` and ``output`` hold the values as first returned, whatever they are (a miss's
@@ -105,43 +117,53 @@ class Inspection:
         )
         return pd.DataFrame(columns)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> StoreStats:
         """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
-        self.drain()
+        self._drain()
         counts = self._inspect(self._backend.counts)
-        found = {
-            "location": self.location,
+        found: StoreStats = {
+            "location": self._location,
             "receipts": sum(n for n, _ in counts.by_tool.values()),
             "by_tool": {name: n for name, (n, _) in sorted(counts.by_tool.items())},
             "row_memos": counts.memos,
             "cost_stored": round(sum(cost for _, cost in counts.by_tool.values()), 6),
             "bytes": counts.bytes,
         }
-        return RenamedKeys(found, {"path": "location"}, "ReceiptStore.stats()")
+        return cast(StoreStats, RenamedKeys(dict(found), {"path": "location"}, "ReceiptStore.stats()"))
 
-    def clear(self, tool: str | Tool[Any] | None = None) -> int:
+    def clear(self, tool: str | Tool[object] | None = None) -> int:
         """Remove one tool's receipts, and the row memos of rows that used it, so the next run
         pays for that tool again; or, without ``tool``, everything.  Returns the records removed."""
-        self.drain()
+        self._drain()
         name = _tool_name(tool)
         try:
             removed = self._backend.clear(name)
         except StoreFailure as exc:
-            raise ReceiptError(f"cannot clear the receipt store at {self.location}: {exc.reason}") from None
-        self.remember(wait=True, accepted=True)  # fewer receipts, on purpose: the store is not lost
+            raise ReceiptError(f"cannot clear the receipt store at {self._location}: {exc.reason}") from None
+        self._cleared()  # fewer receipts, on purpose: the store is not lost
         return removed
 
     def memo_count(self, tool: str) -> int:
         """How many row memos used ``tool`` (what :meth:`clear` of it drops besides its receipts)."""
-        self.drain()
+        self._drain()
         return self._inspect(lambda: self._backend.memo_count(tool))
 
     def _inspect(self, work: Callable[[], T]) -> T:
         try:
             return work()
         except StoreFailure as exc:
-            raise self._read_error(exc) from None
+            raise cannot_read(self._location, exc) from None
 
 
-def _tool_name(tool: str | Tool[Any] | None) -> str | None:
+def unreadable(backend: Backend, key: str, problem: str) -> str:
+    """What is said of the record ``key`` in ``backend`` that cannot be read (``problem``: how)."""
+    try:
+        tool = backend.tool_of(key)
+    except StoreFailure:
+        tool = None
+    named = f" of tool {tool!r}" if tool else ""
+    return f"receipt {key}{named} in {backend.location} cannot be read: {problem}"
+
+
+def _tool_name(tool: str | Tool[object] | None) -> str | None:
     return tool if tool is None or isinstance(tool, str) else tool.name

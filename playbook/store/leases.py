@@ -1,8 +1,8 @@
 """Leases: which process is paying for a call right now, so that two never pay for the same one.
 
 Before a call is dispatched, its process takes a lease on the call's receipt key: an owner and an
-expiry kept by the store's backend (a row next to the receipts in SQLite, ``SET NX PX`` in
-Redis), taken atomically; the leases asked for in one turn of the event loop are taken together,
+expiry kept by the store's backend (a row next to the receipts in SQLite, a key set with ``PX``
+by a Lua script in Redis, a dict in memory), taken atomically; the leases asked for in one turn of the event loop are taken together,
 in one transaction or round trip, as receipts are written.  While calls are in flight (or waiting
 behind their provider's gate) the owner renews all its leases every third of the lease time.
 A process that finds a call leased by another waits for its receipt instead of dispatching; if
@@ -17,20 +17,25 @@ import functools
 import os
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from playbook._internal.owners import HOST, dead
 from playbook.errors import ReceiptError
 from playbook.store.io import StoreIO
 from playbook.store.protocol import Backend, Damaged, Found, StoreFailure
+from playbook.store.records import MISSING, Hit, Missing
 
 __all__ = ["Leases"]
 
 T = TypeVar("T")
+# What a lease asked for answers: whether it was taken, and the receipt read with it (take_looking) or None.
+Granted = tuple[bool, Found | Damaged | None]
 
 
 class Leases:
-    """The leases of one store, as seen from this process."""
+    """The leases of one store, as seen from this process: a part of
+    :class:`~playbook.store.engine.StoreEngine` (``store.leases``), which gives back those of
+    the calls whose receipts it writes, in the same transaction."""
 
     def __init__(self, backend: Backend, io: StoreIO, ttl: float = 30.0) -> None:
         self._backend = backend
@@ -40,9 +45,7 @@ class Leases:
         self._pid = 0
         self._owner = ""
         self.held: set[str] = set()
-        self._asks: list[
-            tuple[str, asyncio.Future[Any], bool]
-        ] = []  # (key, its answer, whether its receipt is read too)
+        self._asks: list[tuple[str, asyncio.Future[Granted], bool]] = []  # (key, answer, whether to read)
         self._releases: list[str] = []
         # Renewal is a timer, not a task: ending it is a cancel that raises nothing.  (Cancelling
         # a task inside a blocking map() leaves a CancelledError whose traceback holds the
@@ -61,18 +64,16 @@ class Leases:
 
     async def take(self, key: str) -> bool:
         """Lease ``key`` for this process; False while another live process holds it."""
-        ok: bool = await self._ask(key, False)
-        return ok
+        return (await self._ask(key, False))[0]
 
-    async def take_looking(self, key: str) -> tuple[bool, Found | Damaged | None]:
+    async def take_looking(self, key: str) -> Granted:
         """:meth:`take`, and ``key``'s receipt as the store has it once the lease is taken (another
         process may have paid and let go just before): in the same round trip."""
-        answer: tuple[bool, Found | Damaged | None] = await self._ask(key, True)
-        return answer
+        return await self._ask(key, True)
 
-    def _ask(self, key: str, look: bool) -> asyncio.Future[Any]:
+    def _ask(self, key: str, look: bool) -> asyncio.Future[Granted]:
         loop = asyncio.get_running_loop()
-        asked: asyncio.Future[Any] = loop.create_future()
+        asked: asyncio.Future[Granted] = loop.create_future()
         self._asks.append((key, asked, look))
         if len(self._asks) == 1:
             loop.call_soon(self._grant)
@@ -92,7 +93,7 @@ class Leases:
 
     def _granted(
         self,
-        asks: list[tuple[str, asyncio.Future[Any], bool]],
+        asks: list[tuple[str, asyncio.Future[Granted], bool]],
         answer: tuple[list[bool], list[Found | Damaged | None]] | None,
         exc: BaseException | None,
     ) -> None:
@@ -103,11 +104,11 @@ class Leases:
                     asked.set_exception(error or RuntimeError("no answer"))
             return
         got, found = answer
-        for i, ((key, asked, look), ok) in enumerate(zip(asks, got)):
+        for i, ((key, asked, _), ok) in enumerate(zip(asks, got)):
             if ok:
                 self.held.add(key)
             if not asked.done():
-                asked.set_result((ok, found[i]) if look else ok)
+                asked.set_result((ok, found[i]))
             elif ok:  # the caller went away (cancelled): give the lease back
                 self.release(key)
         if self.held and self._renewer is None:
@@ -156,13 +157,13 @@ class Leases:
             self._renewer.cancel()
             self._renewer = None
 
-    async def wait(self, key: str, check: Callable[[], Any], missing: Any) -> Any:
+    async def wait(self, key: str, check: Callable[[], Hit | Missing]) -> Hit | Missing:
         """Wait while another process holds ``key``: returns what ``check()`` finds (its receipt)
-        as soon as it is there, or ``missing`` once this process holds the lease instead."""
+        as soon as it is there, or ``MISSING`` once this process holds the lease instead."""
         delay = 0.01
         while True:
             found = await self._io.run(check)
-            if found is not missing:
+            if found is not MISSING:
                 return found
             holder = await self._do(functools.partial(self._backend.holder, key))
             if holder is None or holder[1] < 0 or dead(holder[0]):
@@ -170,7 +171,7 @@ class Leases:
                     await self._do(functools.partial(self._backend.release, [key], holder[0]))
                 if await self.take(key):
                     found = await self._io.run(check)  # it may have finished between our two looks
-                    if found is not missing:
+                    if found is not MISSING:
                         self.release(key)
                     return found
             await asyncio.sleep(delay)

@@ -12,7 +12,6 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 
-from playbook.store.marks import Mark
 from playbook.store.protocol import Counts, Damaged, Found, SpendRow, StoreFailure
 from playbook.store.records import MemoFields, MemoRow, Record, is_receipt, parse_tools
 
@@ -34,7 +33,7 @@ class MemoryBackend:
         self._hints: dict[tuple[str, str], str] = {}
         self._spend: dict[tuple[str, str, str], list[float]] = {}
         self._id = uuid.uuid4().hex
-        self._mark: Mark | None = None
+        self._mark: str | None = None
 
     def __repr__(self) -> str:
         return f"<MemoryBackend records={len(self._records)} memos={len(self._memos)} leases={len(self._leases)}>"
@@ -158,10 +157,10 @@ class MemoryBackend:
     def identity(self) -> str:
         return self._id
 
-    def read_mark(self) -> Mark | None:
+    def read_mark(self) -> str | None:
         return self._mark
 
-    def write_mark(self, mark: Mark) -> None:
+    def write_mark(self, mark: str) -> None:
         self._mark = mark
 
     # -- leases ----------------------------------------------------------------------------------

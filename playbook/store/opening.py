@@ -12,10 +12,9 @@ from typing import NoReturn
 from playbook.errors import ReceiptError
 from playbook.store.db import FORMAT, Database, StoreFailure, reason
 from playbook.store.legacy import import_legacy
+from playbook.store.protocol import ELSEWHERE
 
-__all__ = ["ELSEWHERE", "initialise", "open_store"]
-
-ELSEWHERE = "pass store=pb.ReceiptStore('another/directory') to use another store"
+__all__ = ["initialise", "open_store"]
 
 
 def open_store(db: Database, path: Path) -> list[str]:

@@ -9,7 +9,7 @@ passes the same tests (``tests/test_store_backends.py``).
 Records arrive and leave as text (:mod:`playbook.store.records` owns their shape), so a backend
 never parses JSON.  A record it cannot even read as text (bad UTF-8) comes back as
 :class:`Damaged`; an operation that cannot be done raises :class:`StoreFailure` with a reason in
-words a user can act on.
+words a user can act on, which the engine gives users as a ``ReceiptError`` (:func:`cannot_read`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple, Protocol, final
 
-from playbook.store.marks import Mark
+from playbook.errors import ReceiptError
 from playbook.store.records import MemoFields, MemoRow, Record
 
-__all__ = ["Backend", "Counts", "Damaged", "Found", "SpendRow", "StoreFailure", "Tally"]
+__all__ = [
+    "ELSEWHERE",
+    "Backend",
+    "Counts",
+    "Damaged",
+    "Found",
+    "SpendRow",
+    "StoreFailure",
+    "Tally",
+    "cannot_read",
+]
+
+ELSEWHERE = "pass store=pb.ReceiptStore('another/directory') to use another store"
 
 # One line of the spend ledger: UTC day ("2026-12-04"), provider ("" for none), tool, calls paid,
 # what they cost, calls reused (answered by receipts or row memos), what those saved.
@@ -34,6 +46,11 @@ class StoreFailure(Exception):
         super().__init__(reason)
         self.reason = reason
         self.code = code
+
+
+def cannot_read(location: str, failure: StoreFailure) -> ReceiptError:
+    """What users are told when the store at ``location`` could not be read."""
+    return ReceiptError(f"cannot read the receipt store at {location}: {failure.reason}; {ELSEWHERE}")
 
 
 class Found(NamedTuple):
@@ -161,9 +178,14 @@ class Backend(Protocol):
         """An id made with the data: a store made again has another."""
         ...
 
-    def read_mark(self) -> Mark | None: ...
+    def read_mark(self) -> str | None:
+        """The text of the mark kept beside the data (:class:`~playbook.store.marks.Mark` reads
+        it), or None when there is none or it cannot be read."""
+        ...
 
-    def write_mark(self, mark: Mark) -> None: ...
+    def write_mark(self, mark: str) -> None:
+        """Keep ``mark`` (a mark's text) beside the data, in place of the one before."""
+        ...
 
     # -- leases: which process pays for a call now ------------------------------------------------
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from playbook._internal.renamed import renamed
 from playbook.store.engine import StoreEngine
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from playbook.records import Receipt
+    from playbook.store.inspection import StoreStats
     from playbook.store.records import Record
     from playbook.tools.tool import Tool
 
@@ -98,14 +99,14 @@ class ReceiptStore:
         start), or ``None``.  :meth:`accept_loss` accepts what it holds."""
         return self._engine.lost
 
-    def get(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Receipt | None:
+    def get(self, tool: Tool[object], input: object = NO_INPUT, /, **kwargs: object) -> Receipt | None:
         """The receipt for calling ``tool`` with this input, or ``None`` if it was never paid for.
 
         Raises ``ReceiptError`` if the receipt is there but cannot be read.
         """
         return self._engine.get(tool, input, **kwargs)
 
-    def receipts(self, tool: str | Tool[Any] | None = None) -> pd.DataFrame:
+    def receipts(self, tool: str | Tool[object] | None = None) -> pd.DataFrame:
         """All readable receipts (or one tool's) as a DataFrame, oldest first.
 
         ``input`` and ``output`` hold the values as first returned, whatever they are (a miss's
@@ -120,7 +121,7 @@ class ReceiptStore:
         renamed("ReceiptStore.records()", "ReceiptStore.receipts()")
         return self._engine.records(tool)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> StoreStats:
         """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
         return self._engine.stats()
 
@@ -131,7 +132,7 @@ class ReceiptStore:
         Each run adds its figures as it ends; rows reused whole count under ``"play <name>"``."""
         return self._engine.spend(by)
 
-    def clear(self, tool: str | Tool[Any] | None = None) -> int:
+    def clear(self, tool: str | Tool[object] | None = None) -> int:
         """Remove one tool's receipts, and the row memos of rows that used it, so the next run
         pays for that tool again; or, without ``tool``, everything.  Returns the records removed."""
         return self._engine.clear(tool)

@@ -1,16 +1,24 @@
-"""The shape of what the store keeps: one row per receipt (or step record) and one per row memo.
+"""The shape of what the store keeps, and of what its lookups return.
 
-Values are tagged JSON text (:mod:`playbook.tagged`); ``flags`` says which columns hold tags, so
-a plain value is read with one ``json.loads`` and nothing else.  The fields a lookup needs are
-columns of their own: replaying a receipt parses its output, not an envelope around it.
+Kept: one row per receipt (or step record), :class:`Record`, and one per row memo,
+:class:`MemoRow`.  Values are tagged JSON text (:mod:`playbook.tagged`); ``flags`` says which
+columns hold tags, so a plain value is read with one ``json.loads`` and nothing else.  The fields
+a lookup needs are columns of their own: replaying a receipt parses its output, not an envelope
+around it.
+
+Returned: a receipt lookup gives a :class:`Hit` (the value as first returned) or ``MISSING``; a
+memo lookup a :class:`Memo`.  Both are named tuples made on the hot path of a replay, a million
+times at a million rows: there they are made with ``tuple.__new__(Hit, (...))``, a C call, not
+with a named tuple's own constructor, a Python function that costs as much again as the tuple.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from playbook.addresses import RECEIPT
 from playbook.records import Receipt
@@ -22,8 +30,11 @@ __all__ = [
     "MISSING",
     "OUTPUT_TAGGED",
     "REFUSED",
+    "Hit",
+    "Memo",
     "MemoFields",
     "MemoRow",
+    "Missing",
     "Record",
     "Refusal",
     "checked",
@@ -53,7 +64,31 @@ class Refusal(NamedTuple):
     literal: tuple[str, str] | None = None  # the request as sent, as the tool wrote it (ToolError.literal)
 
 
-_NO_INPUT: Any = object()
+_NO_INPUT: Final = object()
+
+
+class Hit(NamedTuple):
+    """What a receipt lookup finds: the ``value`` as first returned (``None`` for a refusal),
+    whether the answer was a ``miss`` (a "not found"), and ``error``: the text of a paid answer
+    that had no JSON form, or the :class:`Refusal` the provider answered; ``at``: when it was
+    stored (epoch seconds)."""
+
+    value: Any
+    miss: bool
+    error: str | Refusal | None
+    at: float
+
+
+class Memo(NamedTuple):
+    """What a row-memo lookup finds: a finished row's ``output``, how many ``calls`` it made
+    (``local`` of them of free local tools), their ``cost``, and the ``tools`` it used (name ->
+    fingerprint; the rows of one play share one mapping)."""
+
+    output: dict[str, Any]
+    calls: int
+    cost: float
+    local: int
+    tools: Mapping[str, str]
 
 
 class Record(NamedTuple):
@@ -101,14 +136,14 @@ def record(
     key: str,
     *,
     tool: str,
-    stored: Any,
+    stored: object,
     tagged: bool,
     at: float,
     miss: bool = False,
     version: str = "",
     account: str = "",
     cost: float = 0.0,
-    input: Any = _NO_INPUT,
+    input: object = _NO_INPUT,
     error: str | None = None,
     refused: bool = False,
 ) -> Record:
@@ -138,7 +173,7 @@ def record(
     )
 
 
-def receipt_of(row: tuple[Any, ...]) -> Receipt:
+def receipt_of(row: Record) -> Receipt:
     """A ``Receipt`` (values as first returned) from a row of the receipt table; ``ValueError`` if damaged."""
     key, tool, version, account, at, cost, miss, flags, input_text, output_text, _ = row
     output = loads(output_text)
@@ -198,10 +233,11 @@ def damage(exc: BaseException) -> str:
     return f"its value is not a record playbook wrote ({type(exc).__name__}: {exc})"
 
 
-class _Missing:
-    """Sentinel for "no receipt": a tool may legitimately return ``None``."""
+class Missing(enum.Enum):
+    """The type of ``MISSING``, "no receipt": a tool may legitimately return ``None``.  One member,
+    so that ``found is not MISSING`` tells a type checker that ``found`` is a :class:`Hit`."""
 
-    __slots__ = ()
+    MISSING = "MISSING"
 
     def __repr__(self) -> str:
         return "MISSING"
@@ -210,4 +246,4 @@ class _Missing:
         return False
 
 
-MISSING: Any = _Missing()
+MISSING: Final = Missing.MISSING

@@ -1,5 +1,5 @@
-"""The receipt store's row memos: buffered (half a second at most), because losing one only means
-a row replays against its receipts, for free."""
+"""A store's row memos: found for the rows about to run, and written buffered (half a second at
+most), because losing one only means a row replays against its receipts, for free."""
 
 from __future__ import annotations
 
@@ -8,13 +8,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from playbook.errors import ReceiptError
-from playbook.store.ahead import ReadAhead
 from playbook.store.io import StoreIO
-from playbook.store.protocol import Backend, StoreFailure
-from playbook.store.records import OUTPUT_TAGGED, MemoRow, memo_local, parse_tools
+from playbook.store.protocol import Backend, StoreFailure, cannot_read
+from playbook.store.records import OUTPUT_TAGGED, Memo, MemoRow, memo_local, parse_tools
 from playbook.tagged import decode, loads
 
 __all__ = ["RowMemos"]
@@ -23,22 +20,26 @@ _logger = logging.getLogger("playbook.store")
 
 
 class RowMemos:
-    """``memos``, ``add_memo``, ``flush``, ``fold`` and ``warm`` of :class:`~playbook.store.engine.StoreEngine`."""
+    """The row memos of one store: a part of :class:`~playbook.store.engine.StoreEngine`, which
+    finds them (:meth:`find`), buffers new ones (:meth:`add`) and writes them (:meth:`flush`,
+    :meth:`fold`).  ``notice`` hears memos that could not be written."""
 
-    _backend: Backend
-    _io: StoreIO
-    _ahead: ReadAhead
-    _pending_memos: list[MemoRow]
-    _pending_hints: list[tuple[str, str, str]]
-    _flushed: float
-    location: str
-    _notice: Callable[[str], None]
-    _read_error: Callable[[StoreFailure], ReceiptError]
+    def __init__(
+        self, backend: Backend, io: StoreIO, *, location: str, notice: Callable[[str], None]
+    ) -> None:
+        self._backend = backend
+        self._io = io
+        self._location = location
+        self._notice = notice
+        self._pending: list[MemoRow] = []
+        self._hints: list[tuple[str, str, str]] = []  # (play, row, "receipt keys it used"): remote stores
+        self._flushed = time.monotonic()
 
-    def memos(self, keys: list[str]) -> dict[str, dict[str, Any]]:
-        """Row memos for the keys that have one: each a dict with the row's ``output``, how many
-        ``calls`` it made (``local`` of them of free local tools), their ``cost`` and the ``tools``
-        it used (name -> fingerprint).
+    def __repr__(self) -> str:
+        return f"<RowMemos pending={len(self._pending)}>"
+
+    def find(self, keys: list[str]) -> dict[str, Memo]:
+        """Row memos for the keys that have one.
 
         A memo that cannot be read is left out (with a warning): its row runs again, against
         its receipts, so that costs nothing.
@@ -47,32 +48,28 @@ class RowMemos:
         try:
             rows, bad = self._backend.memos(keys)
         except StoreFailure as exc:
-            raise self._read_error(exc) from None
-        found: dict[str, dict[str, Any]] = {}
+            raise cannot_read(self._location, exc) from None
+        found: dict[str, Memo] = {}
+        new = tuple.__new__  # Memo(...) is a Python call: this is a C one (records.py)
         for key, _, tools, calls, cost, flags, output in rows:
             try:
                 out = loads(output)
                 if type(out) is not dict:
                     raise ValueError("not a row's output")
-                found[key] = {
-                    "output": decode(out) if flags & OUTPUT_TAGGED else out,
-                    "calls": calls,
-                    "cost": cost,
-                    "local": memo_local(flags),
-                    "tools": parse_tools(tools),
-                }
+                value = decode(out) if flags & OUTPUT_TAGGED else out
+                found[key] = new(Memo, (value, calls, cost, memo_local(flags), parse_tools(tools)))
             except (ValueError, TypeError, KeyError, IndexError):
                 bad.append(key)
         if bad:
             _logger.warning(
                 "%d row memo(s) in %s cannot be read (first: %s); those rows run again, against their receipts",
                 len(bad),
-                self.location,
+                self._location,
                 bad[0],
             )
         return found
 
-    def add_memo(
+    def add(
         self,
         key: str,
         play: str,
@@ -88,12 +85,13 @@ class RowMemos:
         """Remember a finished row (``output``: its output as JSON text; ``tools``: " a=fp b=fp ");
         written at the next flush, at most half a second later.  A crash loses at most the last
         half second of memos, and those rows replay from their receipts for free; a run that
-        starts in another process finds them once it has folded them in (:meth:`fold`).  ``row`` and ``used`` (its row key and
-        the receipt keys it looked up) let a remote store read those receipts ahead next time."""
-        pending = self._pending_memos
+        starts in another process finds them once it has folded them in (:meth:`fold`).  ``row``
+        and ``used`` (its row key and the receipt keys it looked up) let a remote store read those
+        receipts ahead next time."""
+        pending = self._pending
         pending.append(MemoRow(key, play, tools, calls, cost, flags, output))
         if used and row and self._backend.remote:
-            self._pending_hints.append((play, row, " ".join(used)))
+            self._hints.append((play, row, " ".join(used)))
         if len(pending) >= 16384 or time.monotonic() - self._flushed > 0.5:
             self.flush()
         elif len(pending) == 1:
@@ -103,15 +101,15 @@ class RowMemos:
                 asyncio.get_running_loop().call_later(0.5, self._flush_due)
 
     def _flush_due(self) -> None:
-        if self._pending_memos and time.monotonic() - self._flushed >= 0.5:
+        if self._pending and time.monotonic() - self._flushed >= 0.5:
             self.flush()
 
     def flush(self) -> None:
         """Write buffered row memos in one transaction (a remote store: on its thread, the run
         goes on).  If they cannot be written, they are dropped with a warning: the rows run again
         next time, against their receipts."""
-        pending, self._pending_memos = self._pending_memos, []
-        hints, self._pending_hints = self._pending_hints, []
+        pending, self._pending = self._pending, []
+        hints, self._hints = self._hints, []
         self._flushed = time.monotonic()
         if not pending or self._backend.readonly:
             return
@@ -128,12 +126,12 @@ class RowMemos:
                 self._backend.write_hints(hints)
         except StoreFailure as exc:
             self._notice(
-                f"{len(pending)} row memos could not be written to the receipt store at {self.location}: {exc.reason}. "
+                f"{len(pending)} row memos could not be written to the receipt store at {self._location}: {exc.reason}. "
                 "Those rows run again next time, against their receipts (no call is paid for twice)"
             )
 
     def fold(self) -> None:
-        """Put the memos written so far, by this process or another, where :meth:`memos` finds
+        """Put the memos written so far, by this process or another, where :meth:`find` finds
         them: a run does so when it starts and once its last memos are written (SQLite appends
         memos as they come, and moves them into its keyed table in one pass).  If they cannot be
         moved now, they stay where they are (with a warning) and are moved next time."""
@@ -143,16 +141,5 @@ class RowMemos:
             self._backend.fold_memos()
         except StoreFailure as exc:
             self._notice(
-                f"row memos could not be put in place in the receipt store at {self.location}: {exc.reason}; they are kept, and put in place when a run next starts"
+                f"row memos could not be put in place in the receipt store at {self._location}: {exc.reason}; they are kept, and put in place when a run next starts"
             )
-
-    def warm(self, play: str, rows: Callable[[], Sequence[str]]) -> None:
-        """The rows ``rows()`` of ``play`` are about to run, in this order: a remote store reads
-        the receipts each used last time ahead of them, a chunk of rows per round trip, so a
-        rerun of an edited play does not wait on the network for every call.  (Asked for only
-        then: a million row keys cost 90 MB.)"""
-        if self._backend.remote:
-            try:
-                self._ahead.plan(play, rows())
-            except StoreFailure as exc:
-                raise self._read_error(exc) from None

@@ -15,9 +15,8 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from playbook.errors import ReceiptError
 from playbook.store.io import StoreIO
-from playbook.store.protocol import Backend, SpendRow, StoreFailure
+from playbook.store.protocol import Backend, SpendRow, StoreFailure, cannot_read
 
 __all__ = ["BY", "FIGURES", "SpendLines", "Spending"]
 
@@ -34,17 +33,21 @@ class SpendLines(dict[tuple[str | None, str], list[float]]):
 
 
 class Spending:
-    """``add_spend`` and ``spend`` of :class:`~playbook.store.engine.StoreEngine`."""
+    """A store's spend ledger (module docstring): a part of :class:`~playbook.store.engine.StoreEngine`,
+    which adds each run's figures and reads them back; ``notice`` hears a ledger that refused them."""
 
-    _backend: Backend
-    _io: StoreIO
-    _notice: Callable[[str], None]
-    location: str
+    def __init__(
+        self, backend: Backend, io: StoreIO, *, location: str, notice: Callable[[str], None]
+    ) -> None:
+        self._backend = backend
+        self._io = io
+        self._location = location
+        self._notice = notice
 
-    def _read_error(self, exc: StoreFailure) -> ReceiptError:
-        raise NotImplementedError
+    def __repr__(self) -> str:
+        return f"<Spending of {self._location}>"
 
-    def add_spend(self, lines: SpendLines, when: float) -> None:
+    def add(self, lines: SpendLines, when: float) -> None:
         """Add a run's figures under the UTC day of ``when`` (epoch seconds).  A store that
         refuses them says so; the receipts, what was paid for, are not touched."""
         day = dt.datetime.fromtimestamp(when, dt.UTC).date().isoformat()
@@ -64,10 +67,10 @@ class Spending:
             self._backend.write_spend(rows)
         except StoreFailure as exc:
             self._notice(
-                f"what this run spent could not be added to store.spend() at {self.location}: {exc.reason} (its receipts are kept)"
+                f"what this run spent could not be added to store.spend() at {self._location}: {exc.reason} (its receipts are kept)"
             )
 
-    def spend(self, by: str | Sequence[str] = ("provider", "tool", "day")) -> pd.DataFrame:
+    def read(self, by: str | Sequence[str] = ("provider", "tool", "day")) -> pd.DataFrame:
         """Calls and money per ``by`` (any of ``"day"``, ``"provider"``, ``"tool"``): paid, reused,
         and saved by reuse, from what every run on this store added as it ended."""
         keys = [by] if isinstance(by, str) else list(by) if isinstance(by, (list, tuple)) else [by]
@@ -77,7 +80,7 @@ class Spending:
         try:
             rows = self._backend.spend_rows()
         except StoreFailure as exc:
-            raise self._read_error(exc) from None
+            raise cannot_read(self._location, exc) from None
         frame = pd.DataFrame(rows, columns=[*BY, *FIGURES])
         frame["provider"] = frame["provider"].replace("", None)
         if not keys:

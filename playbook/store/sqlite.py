@@ -1,7 +1,10 @@
 """The default backend: one SQLite file (``receipts.db``) in a directory.
 
-Every SQL statement on the store's tables is here or in db.py (the file and its schema), so the
-tables are playbook's own and no library's internals are relied on.
+Every SQL statement on the store's tables is here, in db.py (the file and its schema), in
+opening.py (its format marker) or in legacy.py (copying a store of playbook 0.1 in), so the tables
+are playbook's own and no library's internals are relied on.  The store's mark is a file beside
+``receipts.db`` (``receipts.mark``), not a row in it: a file replaced or emptied takes its rows
+with it, the mark stays.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from typing import Any
 
 from playbook.addresses import RECEIPT
 from playbook.store.db import Database, reason
-from playbook.store.marks import Mark
 from playbook.store.opening import initialise, open_store
 from playbook.store.protocol import Counts, Damaged, Found, SpendRow
 from playbook.store.records import COLUMNS, MemoFields, MemoRow, Record
@@ -233,7 +235,7 @@ class SqliteBackend:
     # -- upkeep ----------------------------------------------------------------------------------
 
     def counts(self) -> Counts:
-        def count(con: sqlite3.Connection) -> tuple[list[Any], int]:
+        def count(con: sqlite3.Connection) -> tuple[list[tuple[bytes, int, float]], int]:
             by_tool = con.execute(
                 f"SELECT CAST(tool AS BLOB), COUNT(*), TOTAL(cost) FROM receipt WHERE {_RECEIPTS} GROUP BY tool"
             ).fetchall()
@@ -289,16 +291,16 @@ class SqliteBackend:
             self._identity = self._db.write(identify)
         return self._identity
 
-    def read_mark(self) -> Mark | None:
+    def read_mark(self) -> str | None:
         try:
-            return Mark.parse((self.directory / MARK).read_text())
+            return (self.directory / MARK).read_text()
         except OSError:
             return None
 
-    def write_mark(self, mark: Mark) -> None:
+    def write_mark(self, mark: str) -> None:
         with contextlib.suppress(OSError):  # a store that cannot take it is failing louder elsewhere
             temporary = self.directory / f".{MARK}.{os.getpid()}"
-            temporary.write_text(mark.text())
+            temporary.write_text(mark)
             os.replace(temporary, self.directory / MARK)
 
     def memo_count(self, tool: str) -> int:
@@ -390,9 +392,9 @@ def _record(row: tuple[Any, ...]) -> Record | Damaged:
         return Damaged(_NOT_UTF8)
 
 
-def _one_by_one(cursor: sqlite3.Cursor, chunk: list[str], bad: list[str]) -> list[Any]:
+def _one_by_one(cursor: sqlite3.Cursor, chunk: list[str], bad: list[str]) -> list[MemoFields]:
     """The memos of ``chunk`` that are UTF-8 text, one by one (one of them is not: damaged)."""
-    rows = []
+    rows: list[MemoFields] = []
     for key in chunk:
         try:
             rows += cursor.execute(_MEMOS.format("?"), (key,)).fetchall()

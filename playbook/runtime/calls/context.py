@@ -291,7 +291,7 @@ class Context:
         address = self._step_address("step", name)
         found = await store.alookup(address)
         if found is not MISSING:
-            return found[0]
+            return found.value
         value = await fn(*args) if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn, *args)
         if inspect.isawaitable(value):
             value = await value
@@ -332,7 +332,7 @@ class Context:
             wake = now + seconds
             await store.commit(record(address, tool="sleep", stored=wake, tagged=False, at=now))
         else:
-            wake = found[0]
+            wake = found.value
         left = wake - store.clock()
         if left <= 0:
             return

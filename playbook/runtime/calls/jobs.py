@@ -97,7 +97,7 @@ class Jobs:
             raise failed
         mark = job_address(key)
         found = await scope.store.alookup(mark)
-        job = found[0] if found is not MISSING else None
+        job = found.value if found is not MISSING else None
         if not isinstance(job, dict):
             await self._join(scope, tool, key, values)
             raise _sleep(GATHER + 0.5)
@@ -128,7 +128,7 @@ class Jobs:
         if not await leases.take(key):
             return  # another process is submitting it: its marker will say where
         found = await scope.store.alookup(job_address(key))
-        if found is not MISSING and isinstance(found[0], dict):
+        if found is not MISSING and isinstance(found.value, dict):
             leases.release(key)  # submitted and written down between our look and our lease
             return
         cost = tool.price(values)

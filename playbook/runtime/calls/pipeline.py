@@ -42,7 +42,7 @@ from playbook.runtime.calls.recording import record
 from playbook.runtime.state.upstream import dispatch as governed
 from playbook.runtime.state.upstream import learn
 from playbook.store import MISSING
-from playbook.store.records import Refusal
+from playbook.store.records import Hit, Missing, Refusal
 from playbook.tagged import Unencodable, encode
 from playbook.tools.failures import translate
 from playbook.tools.llm.engine import LlmEngine
@@ -52,6 +52,7 @@ from playbook.tools.tool import Tool, engine_of
 if TYPE_CHECKING:
     from playbook.providers.provider import Ticket
     from playbook.runtime.calls.scope import RunScope
+    from playbook.store import StoreEngine
 
 __all__ = ["Caller", "call_tool", "invoke", "paid"]
 
@@ -146,7 +147,7 @@ def _key(ctx: Caller, tool: ToolEngine, values: Any, form: Callable[[Any], str] 
 # -- lookup ---------------------------------------------------------------------------
 
 
-async def lookup(store: Any, key: str, ttl: float | None, ahead: bool = True) -> Any:
+async def lookup(store: StoreEngine, key: str, ttl: float | None, ahead: bool = True) -> Hit | Missing:
     """The receipt for ``key``, or ``MISSING``; while the same call is in flight for another row
     of this process, its receipt is waited for (don't pay twice).  Not ``ahead``: only that wait
     (the receipt is looked up once the call's lease is taken; see ``scope.Ahead``)."""
@@ -160,9 +161,7 @@ async def lookup(store: Any, key: str, ttl: float | None, ahead: bool = True) ->
     return found
 
 
-def _reused(
-    ctx: Caller, tool: ToolEngine, values: Any, found: tuple[Any, bool, str | Refusal | None, float]
-) -> tuple[Any, bool]:
+def _reused(ctx: Caller, tool: ToolEngine, values: Any, found: Hit) -> tuple[Any, bool]:
     value, miss, error, at = found
     shared = (
         at >= ctx.scope.started
@@ -198,7 +197,7 @@ async def _pay(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]
         _release(store, call.key, done)
 
 
-async def _lease(ctx: Caller, tool: ToolEngine, store: Any, call: Pending) -> Any:
+async def _lease(ctx: Caller, tool: ToolEngine, store: StoreEngine, call: Pending) -> Hit | Missing:
     """Take this call's lease; returns a receipt instead if another process paid for it meanwhile."""
     key, ttl, leases = call.key, call.ttl, store.leases
     if call.refreshed:
@@ -209,8 +208,10 @@ async def _lease(ctx: Caller, tool: ToolEngine, store: Any, call: Pending) -> An
         if not call.refreshed and ctx.scope.fresh(ctx.position):
             raise Leased(key)  # another process pays for it now: take a fresh row, come back later
         # Another process is paying for this call right now: wait for its receipt.
-        check = (lambda: MISSING) if call.refreshed else (lambda: store.lookup(key, ttl))
-        found = await leases.wait(key, check, MISSING)
+        check: Callable[[], Hit | Missing] = (
+            (lambda: MISSING) if call.refreshed else (lambda: store.lookup(key, ttl))
+        )
+        found = await leases.wait(key, check)
         if found is not MISSING:
             leases.release(key)
         return found
@@ -251,7 +252,7 @@ async def _submitted(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any,
     return tool.read(answer, miss)
 
 
-def _release(store: Any, key: str, done: asyncio.Future[None]) -> None:
+def _release(store: StoreEngine, key: str, done: asyncio.Future[None]) -> None:
     """Let the call go, once its receipt is on disk (or it never went out)."""
     store.leases.release(key)  # a waiting process then finds the receipt
     if store.inflight.get(key) is done:

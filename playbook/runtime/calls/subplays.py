@@ -46,16 +46,16 @@ async def run_play(
     mk = memo_address(sub.fingerprint, key)
     if not ctx.scope.rerun_rows:
         memo = store.memos([mk]).get(mk)
-        if memo is not None and tools_unchanged(memo["tools"]):
+        if memo is not None and tools_unchanged(memo.tools):
             ctx.absorb(
-                memo["calls"],
-                memo["cost"],
-                {**memo["tools"], play_name(sub.name): sub.fingerprint},
+                memo.calls,
+                memo.cost,
+                {**memo.tools, play_name(sub.name): sub.fingerprint},
                 (),
-                local=memo["local"],
+                local=memo.local,
             )
-            _reused_calls(ctx, sub.name, memo["calls"], memo["cost"], memo["local"])
-            return dict(memo["output"])
+            _reused_calls(ctx, sub.name, memo.calls, memo.cost, memo.local)
+            return dict(memo.output)
     # The outer row's memo counts the sub-play as it counts a tool: defined anew, it answers no more.
     ctx.absorb(0, 0.0, {play_name(sub.name): sub.fingerprint}, ())
     given, inner = child(key)

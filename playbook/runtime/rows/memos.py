@@ -25,6 +25,7 @@ from playbook.tagged import dumps
 if TYPE_CHECKING:
     from playbook.plays.play import Play
     from playbook.store import StoreEngine
+    from playbook.store.records import Memo
 
 __all__ = ["finish_store", "remember", "reuse"]
 
@@ -39,7 +40,7 @@ def reuse(
     play: Play,
     table: RowTable,
     runnable: Sequence[int],
-    reused: Callable[[int, dict[str, Any]], None],
+    reused: Callable[[int, Memo], None],
 ) -> Sequence[int]:
     """Call ``reused(position, memo)`` for the rows whose memo exists; return the rest, in their
     order (in an array: a million positions in 8 MB)."""
@@ -61,7 +62,7 @@ def reuse(
             memo = found.get(mk)
             if memo is None:
                 continue
-            tools = memo["tools"]
+            tools = memo.tools
             seen = unchanged.get(id(tools))
             if seen is None:
                 seen = unchanged[id(tools)] = (tools, tools_unchanged(tools))

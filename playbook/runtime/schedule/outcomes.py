@@ -25,6 +25,7 @@ from playbook.records import Status
 from playbook.runtime.rows.grouping import message_group
 from playbook.runtime.rows.table import Parking, RowTable, Waiting
 from playbook.runtime.schedule.retry_queue import RetryQueue
+from playbook.store.records import Memo
 
 __all__ = ["Outcomes", "clashing"]
 
@@ -134,18 +135,18 @@ class Outcomes:
         """A settled row runs again (``run.retry()``, or its down provider is back)."""
         self._emit(RowRequeued(pos, previous, self.table.unsettle(pos)))
 
-    def reused(self, pos: int, memo: dict[str, Any]) -> None:
+    def reused(self, pos: int, memo: Memo) -> None:
         """Settled by its memo (``finish``, the short way: a million rows may come this way at once)."""
-        output = memo["output"]
+        output, cost = memo.output, memo.cost
         # Its calls of free local tools were not answered by receipts: neither run nor reused now, they count in neither.
-        calls = memo["calls"] - memo["local"]
+        calls = memo.calls - memo.local
         if output and self.guarded and self._clashing(pos, output):
             self.finish(
-                pos, "reused", output, None, ran=False, calls=calls, cost=memo["cost"]
+                pos, "reused", output, None, ran=False, calls=calls, cost=cost
             )  # it fails, saying why
             return
         rows = self.table.set_outcome(pos, "reused", output, None)
-        self._emit(RowFinished(pos, "reused", None, rows, False, False, calls, memo["cost"], None))
+        self._emit(RowFinished(pos, "reused", None, rows, False, False, calls, cost, None))
 
     def unfinished(self, positions: Sequence[int], why: str) -> None:
         """Settle every row of ``positions`` not settled yet as skipped (a stop, a fatal error)."""

@@ -14,6 +14,9 @@ Layout, every key under ``{prefix}:`` (``playbook`` unless told)::
     {prefix}:used:{play}:{row} string  the receipt keys the row used when it last finished: a
                                      rerun of an edited play reads them ahead, a chunk of rows
                                      in one round trip
+    {prefix}:spend           hash    what runs spent: ``[day, provider, tool, figure]`` -> amount
+    {prefix}:identity        string  an id made with the data: a server wiped makes another
+    {prefix}:mark            string  the store's mark, as text (marks.py)
 
 What a replay reads is one string per key, so the lookups of many rows are one ``MGET``: one
 command to encode and one round trip, whatever their number.  (Hashes read with one ``HMGET``
@@ -37,7 +40,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from playbook._internal.dist import install_hint
 from playbook._internal.urls import masked
 from playbook.errors import ReceiptError
-from playbook.store.marks import Mark
 from playbook.store.protocol import Counts, Damaged, Found, SpendRow, StoreFailure, Tally
 from playbook.store.records import MemoFields, MemoRow, Record, is_receipt, parse_tools
 from playbook.store.redis.durability import durability_in, kept_by
@@ -413,13 +415,14 @@ class RedisBackend(RedisLeases):
             self._client.set(self._prefix + "identity", uuid.uuid4().hex, nx=True)
             return text(self._client.get(self._prefix + "identity") or b"")
 
-    def read_mark(self) -> Mark | None:
+    def read_mark(self) -> str | None:
         with self._failing():
-            return Mark.parse(self._client.get(self._prefix + "mark"))
+            found = self._client.get(self._prefix + "mark")
+        return None if found is None else text(found)
 
-    def write_mark(self, mark: Mark) -> None:
+    def write_mark(self, mark: str) -> None:
         with self._failing():
-            self._client.set(self._prefix + "mark", mark.text())
+            self._client.set(self._prefix + "mark", mark)
 
     def close(self) -> None:
         self._client.close()  # and its pool: from_url made the pool for this client alone

@@ -69,7 +69,7 @@ def split(value: bytes) -> tuple[list[Any], str]:
     return header, output.decode("utf-8")
 
 
-def text(value: Any) -> str:
+def text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
