@@ -177,7 +177,8 @@ class ClusterRun:
 
     @property
     def workers(self) -> pd.DataFrame:
-        """Per worker: partitions running and finished, rows done of its partitions, calls paid, rows in flight."""
+        """Per worker: partitions running and finished, rows done of its partitions, calls paid,
+        rows in flight."""
         return pd.DataFrame(
             self.state.workers(),
             columns=["worker", "running", "finished", "done", "rows", "calls_executed", "in_flight"],
@@ -235,9 +236,8 @@ class ClusterRun:
         again._futures, again._result, again._task, again._stopped = list(latest._futures), None, None, False
         self._chain.follow(again)
         if latest.view is not None:
-            latest.view.follow(
-                again.state
-            )  # the view shows the retry (its own counters) where it showed the run
+            # the view shows the retry (its own counters) where it showed the run
+            latest.view.follow(again.state)
         remember(again)
         self._channel.reset()
         if latest._task is not None:
@@ -259,7 +259,8 @@ class ClusterRun:
         try:
             run_sync(work)
         except KeyboardInterrupt:
-            # Ctrl-C has stopped the job on every worker, not only here: what they sent landed, the rest is skipped.
+            # Ctrl-C has stopped the job on every worker, not only here: what they sent landed, the
+            # rest is skipped.
             s = self.state
             raise interrupted(
                 f"interrupted: {s.ok + s.reused} of {s.total} rows done on the cluster, {s.skipped} skipped. What finished is "
@@ -426,7 +427,8 @@ class ClusterRun:
 
 
 async def _done(futures: list[Future]) -> None:
-    while not all(f.done() for f in futures):  # noqa: ASYNC110 - Dask's futures are not awaitable on this loop
+    # Dask's futures are not awaitable on this loop
+    while not all(f.done() for f in futures):  # noqa: ASYNC110
         await asyncio.sleep(_POLL / 2)
 
 

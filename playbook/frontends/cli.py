@@ -227,9 +227,8 @@ def _spend(store: StoreEngine, args: argparse.Namespace) -> int:
     frame = store.spend(args.by)
     if args.json:
         for row in frame.to_dict("records"):
-            print(
-                json.dumps({k: None if v != v else v for k, v in row.items()}, ensure_ascii=False)
-            )  # no provider (NaN): null
+            # no provider (NaN): null
+            print(json.dumps({k: None if v != v else v for k, v in row.items()}, ensure_ascii=False))
         return 0
     if frame.empty:
         print(f"nothing spent yet in {store.location}: runs add what they paid and reused as they end")

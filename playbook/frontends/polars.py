@@ -14,7 +14,8 @@ converts on the way in and on the way out:
   ``Object`` column holding them as they are.  Converting never fails: the calls are paid for.
 
 ``import playbook`` does not import Polars (about 0.2 s, a fifth more, for every user): the
-namespace is registered at once if Polars is imported already, else when it is (:func:`playbook.frontends.register`).
+namespace is registered at once if Polars is imported already, else when it is
+(:func:`playbook.frontends.register`).
 """
 
 from __future__ import annotations

@@ -100,9 +100,8 @@ class Run:
         self._result: pd.DataFrame | None = None
         self._html = html
         self.previous = previous  # the run this one retried; None for a first run
-        self._chain: Chain[Run] = (
-            Chain(self) if previous is None else previous._chain
-        )  # the runs over this frame
+        # the runs over this frame
+        self._chain: Chain[Run] = Chain(self) if previous is None else previous._chain
         self._chain.follow(self)
         self.view: Any = None  # the live view the caller attached, if any
 
@@ -185,8 +184,9 @@ class Run:
 
     @property
     def parked(self) -> pd.DataFrame:
-        """Parked rows: index label, position, why (``hold``, ``down``, ``budget``, ``store``), the provider, when
-        it expects to take calls again (UTC; for a down provider, its next probe), and the message."""
+        """Parked rows: index label, position, why (``hold``, ``down``, ``budget``, ``store``), the
+        provider, when it expects to take calls again (UTC; for a down provider, its next probe),
+        and the message."""
         frame = pd.DataFrame(
             self.state.parked_rows(), columns=["row", "position", "reason", "provider", "ready_at", "message"]
         )
@@ -226,9 +226,8 @@ class Run:
         such rows, the run is returned as it is."""
         if not statuses or any(s not in ("failed", "parked") for s in statuses):
             raise PlayDefinitionError(f"retry(statuses={statuses!r}): retry 'failed' and/or 'parked' rows")
-        latest = self._chain.latest(
-            self
-        )  # a retry follows the latest run over the frame, whichever run was asked
+        # a retry follows the latest run over the frame, whichever run was asked
+        latest = self._chain.latest(self)
         if latest.running:
             latest._scheduler.admit(latest._scheduler.requeue(statuses))
             latest._result = None
@@ -241,9 +240,8 @@ class Run:
             return latest
         run = Run(latest._scheduler, html=latest._html, previous=latest)
         if latest.view is not None:
-            latest.view.follow(
-                run.state
-            )  # the view shows the retry (its own counters) where it showed the run
+            # the view shows the retry (its own counters) where it showed the run
+            latest.view.follow(run.state)
             run.view = latest.view
         remember(run)
         if background:

@@ -72,9 +72,8 @@ class ReadAhead:
         the rows that need it.  A read that fails only leaves those rows to ask for their receipts
         (which says why)."""
         filling, loop = self.filling, asyncio.get_running_loop()
-        if (
-            filling is None or filling.get_loop() is not loop
-        ):  # none under way for this loop (an earlier run's may never end)
+        if filling is None or filling.get_loop() is not loop:
+            # none under way for this loop (an earlier run's may never end)
             filling = self.filling = loop.create_future()
 
             def filled(_: None, exc: BaseException | None) -> None:

@@ -188,9 +188,8 @@ class Database:
             return con
         if not self.file.is_file():
             raise sqlite3.OperationalError(f"no store file {self.file}")
-        uri = (
-            self.file.absolute().as_uri()
-        )  # a file: URI names an absolute path; a store may be given as "named_store"
+        # a file: URI names an absolute path; a store may be given as "named_store"
+        uri = self.file.absolute().as_uri()
         try:
             con = connect(f"{uri}?mode=ro", uri=True)
             con.execute("SELECT 1 FROM sqlite_master LIMIT 1")

@@ -343,9 +343,8 @@ class StoreEngine:
         worker killed then counts without sending, and a turn of a busy loop is most of that."""
         if self.tally is not None:
             key, field = self.tally
-            with contextlib.suppress(
-                StoreFailure
-            ):  # the count is what a dead worker leaves: never worth the call
+            with contextlib.suppress(StoreFailure):
+                # the count is what a dead worker leaves: never worth the call
                 self._backend.count(key, f"{field}:sent", 1)  # type: ignore[attr-defined]
 
     def _commit_writes(self) -> None:
@@ -475,7 +474,8 @@ class StoreEngine:
     # -- looking at it (inspection.py) -----------------------------------------------------------
 
     def get(self, tool: Tool[object], input: object = NO_INPUT, /, **kwargs: object) -> Receipt | None:
-        """The receipt for calling ``tool`` with this input, or ``None`` (:meth:`~playbook.store.inspection.Inspection.get`)."""
+        """The receipt for calling ``tool`` with this input, or ``None``
+        (:meth:`~playbook.store.inspection.Inspection.get`)."""
         return self._inspection.get(tool, input, **kwargs)
 
     def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | None]]:

@@ -261,9 +261,8 @@ class Recorder:
         self._dirty = False
 
 
-_PARSED: dict[
-    Path, tuple[tuple[int, int, int], dict[str, dict[str, Answer]]]
-] = {}  # path -> (stamp, answers)
+# path -> (stamp, answers)
+_PARSED: dict[Path, tuple[tuple[int, int, int], dict[str, dict[str, Answer]]]] = {}
 
 
 def _parsed(path: Path) -> dict[str, dict[str, Answer]]:

@@ -40,7 +40,8 @@ SpendRow = tuple[str, str, str, int, float, int, float]
 
 
 class StoreFailure(Exception):
-    """A store operation failed; ``reason`` says why in words, ``code`` is the backend's or the OS's name for it."""
+    """A store operation failed; ``reason`` says why in words, ``code`` is the backend's or the OS's
+    name for it."""
 
     def __init__(self, reason: str, code: str | None = None) -> None:
         super().__init__(reason)

@@ -96,9 +96,8 @@ def default_client() -> httpx.AsyncClient:
     proxies = _configured_proxies()
     if proxies:
         if not all(_speaks_http(proxy) for proxy in proxies):
-            return httpx.AsyncClient(
-                limits=limits
-            )  # aiohttp cannot reach a socks proxy; httpx's own transport can
+            # aiohttp cannot reach a socks proxy; httpx's own transport can
+            return httpx.AsyncClient(limits=limits)
         # httpx reads the proxy variables and mounts a transport per proxy, as for plain httpx;
         # this client makes those transports aiohttp's.  Each pool holds `per_host` connections.
         return HttpxAiohttpClient(limits=limits)
@@ -134,9 +133,8 @@ def proxy_for(url: str) -> tuple[str, str] | None:
     if not proxy or not _configured_proxies() or urllib.request.proxy_bypass(parts.hostname or ""):
         return None
     shown = urlsplit(proxy if "://" in proxy else "http://" + proxy)
-    where = f"{shown.scheme}://{shown.hostname}" + (
-        f":{shown.port}" if shown.port else ""
-    )  # never its password
+    # never its password
+    where = f"{shown.scheme}://{shown.hostname}" + (f":{shown.port}" if shown.port else "")
     return f"${name.upper()}_PROXY", where
 
 

@@ -133,9 +133,8 @@ class Jobs:
             return
         cost = tool.price(values)
         try:
-            await scope.costs.reserve(
-                tool, cost, wait=False
-            )  # a batch may take hours to settle: no waiting on it
+            # a batch may take hours to settle: no waiting on it
+            await scope.costs.reserve(tool, cost, wait=False)
         except BaseException:
             leases.release(key)
             raise

@@ -46,9 +46,8 @@ async def refused(scope: RunScope, tool: ToolEngine, key: str, values: Any, exc:
         "cost": 0.0,
         "input": values,
     }
-    stored = (
-        exc.status if exc.literal is None else [exc.status, *exc.literal]
-    )  # the group of its replays shows the tool's URL too
+    # the group of its replays shows the tool's URL too
+    stored = exc.status if exc.literal is None else [exc.status, *exc.literal]
     record = receipt_record(
         key, stored=stored, tagged=False, at=scope.clock(), error=str(exc), refused=True, **meta
     )

@@ -17,7 +17,8 @@ __all__ = ["CallObserver", "Called"]
 
 
 class Called(NamedTuple):
-    """A call as the play made it: its positional input, keywords, ttl, and whether it was refreshed (paid for again)."""
+    """A call as the play made it: its positional input, keywords, ttl, and whether it was refreshed
+    (paid for again)."""
 
     input: Any
     kwargs: dict[str, Any]

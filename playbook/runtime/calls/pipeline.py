@@ -15,8 +15,9 @@
     record   the answer becomes a receipt before anything else happens to the row
     release  the lease and the in-flight marker go, once the receipt is on disk
 
-*Landing* (dispatch, then record) is protected: a run stopped (or interrupted with Ctrl-C) cancels its rows, but
-not those whose call is already sent; each lands its receipt (within a grace period), then stops: no paying twice.
+*Landing* (dispatch, then record) is protected: a run that is stopped, or interrupted with Ctrl-C,
+cancels its rows, but not those whose call is already sent; each of those lands its receipt
+(within a grace period) and then stops, so what was paid for is not paid for again.
 """
 
 from __future__ import annotations
@@ -163,9 +164,8 @@ async def lookup(store: StoreEngine, key: str, ttl: float | None, ahead: bool = 
 
 def _reused(ctx: Caller, tool: ToolEngine, values: Any, found: Hit) -> tuple[Any, bool]:
     value, miss, error, at = found
-    shared = (
-        at >= ctx.scope.started
-    )  # answered during this run (an identical call of another row), not before it
+    # answered during this run (an identical call of another row), not before it
+    shared = at >= ctx.scope.started
     if type(error) is Refusal:
         ctx.count(tool, reused=True, spent=ONE_REQUEST, shared=shared)
         raise replayed(tool, error)
@@ -359,8 +359,10 @@ def _env(ctx: Caller, call: Pending) -> CallEnv:
 
 
 async def _send(ctx: Caller, tool: ToolEngine, call: Pending, env: CallEnv) -> tuple[Any, bool]:
-    """One try (a governor's ``send``): dispatch, then record the receipt; a stop meanwhile lets it land, then stops the row."""
-    scope, landing = ctx.scope, ctx.scope.landing
+    """One try (a governor's ``send``): dispatch, then record the receipt.  A stop meanwhile lets
+    this call land its receipt, then stops the row."""
+    scope = ctx.scope
+    landing = scope.landing
     task = landing.enter()
     observer = scope.observer  # a pilot's log: how long each request took
     began = observer.began(ctx.position, tool) if observer is not None else 0.0

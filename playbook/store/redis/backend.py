@@ -248,9 +248,8 @@ class RedisBackend(RedisLeases):
             for chunk in chunks(self._receipt_keys(tool))
             for key, record in zip(chunk, self._records(chunk))
         ]
-        return [
-            (key, record) for key, record in read if record is not None
-        ]  # None: cleared since it was listed
+        # None: cleared since it was listed
+        return [(key, record) for key, record in read if record is not None]
 
     def _receipt_keys(self, tool: str | None) -> list[str]:
         """Receipt keys (all, or one tool's), oldest first."""
