@@ -1,6 +1,6 @@
 # make demo   run the quickstart notebook against the built-in demo provider (writes out/)
 # make test   lint, type-check, build the docs and run every test (creates .venv and installs what it needs)
-# make check  the fast tier of the tests, for the edit loop (no cluster, kernel, browser, notebook or demo server)
+# make check  the fast tier of the tests, for the edit loop (no cluster, kernel, browser, notebook or demo server; says its share)
 # make docs   the documentation site into build/site/ (warnings are errors)
 # make bench  run the benchmarks and print one table of ratios
 # make generate  write again what is generated from the code (the run options' typed keywords)
@@ -48,8 +48,10 @@ demo: $(DEMO_STAMP)
 test: $(STAMP) $(CHROMIUM) $(REDIS) $(STRACE) lint docs
 	CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q -n 2 --dist loadfile
 
-# The edit loop: what needs no cluster, kernel, browser, notebook or demo provider, and takes no
-# seconds of its own. A redis-server starts in milliseconds, so the tests that need one run here too.
+# The edit loop: what needs no cluster, kernel, browser, notebook or demo server, and takes no
+# seconds of its own (the demo provider is served in process there; `network` marks what needs it on
+# a socket). A redis-server starts in milliseconds, so the tests that need one run here too. It ends
+# saying its share of the tests ("check tier: N of M tests").
 check: $(STAMP) $(REDIS)
 	$(PY) -m pytest -q -n 2 -m "not (slow or cluster or kernel or browser or notebook or network)"
 

@@ -11,7 +11,8 @@ slow to start (``-m "not (slow or cluster or kernel or browser or notebook or ne
 - ``kernel``: a live IPython kernel (magics, widgets);
 - ``browser``: JupyterLab in a real Chromium;
 - ``notebook``: the notebooks, executed under nbval in a fresh Binder environment;
-- ``network``: the demo provider over HTTP on loopback;
+- ``network``: the demo provider over HTTP on loopback (or in a process of its own); the one
+  served in process (the ``demo`` fixture) needs no mark;
 - ``slow``: a test that takes seconds of its own (subprocesses, real waits, large runs).
 """
 
@@ -32,7 +33,16 @@ MARKERS = {
     "network": "talks to the demo provider over loopback HTTP",
     "slow": "takes seconds of its own",
 }
-_BY_FIXTURE = {"redis_server": "redis", "redis_url": "redis", "kernel": "kernel", "demo": "network", "demo_server": "network"}
+# The demo provider is served in process (``demo``: no socket, no mark); on loopback, or in a
+# process of its own, it is a server (``demo_loopback``, ``demo_server``, ``demo_elsewhere``).
+_BY_FIXTURE = {
+    "redis_server": "redis",
+    "redis_url": "redis",
+    "kernel": "kernel",
+    "demo_loopback": "network",
+    "demo_server": "network",
+    "demo_elsewhere": "network",
+}
 _BY_FILE = {
     "test_browser.py": ("browser", "slow"),
     "test_notebooks.py": ("notebook", "slow"),
@@ -47,13 +57,11 @@ _BY_FILE = {
     "test_cli.py": ("slow",),
     "test_types.py": ("slow",),
     "test_redis_store.py": ("redis",),
-    "test_governor_demo.py": ("network",),
-    "test_demo_server.py": ("network",),
-    "test_demo_llm.py": ("network",),
     "test_shared_limiter.py": ("redis",),
 }
-# Engines of the promise suite (tests/engines.py): several processes share a Redis store; a cluster.
-_BY_ENGINE = {"[processes": ("redis", "slow"), "[cluster": ("cluster", "redis", "slow")}
+# Engines of the promise suite (tests/engines.py): several processes share a Redis store, and the
+# demo provider in a process of its own; a cluster.
+_BY_ENGINE = {"[processes": ("redis", "slow", "network"), "[cluster": ("cluster", "redis", "slow", "network")}
 
 
 def pytest_configure(config: Any) -> None:
@@ -72,3 +80,42 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None
                 marks.update(extra)
         for mark in sorted(marks):
             item.add_marker(getattr(pytest.mark, mark))
+    config.stash[_COLLECTED] = len(items)  # before -m deselects: every test of the files asked for
+
+
+# -- the tier's share, said at the end: what a marker expression (make check's) left in ---------------
+
+# The check tier's expression, as the Makefile spells it.
+CHECK = "not (slow or cluster or kernel or browser or notebook or network)"
+_COLLECTED = pytest.StashKey[int]()
+_SHARE = pytest.StashKey[tuple[int, int]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    collected = session.config.stash.get(_COLLECTED, None)
+    if collected is not None:
+        session.config.stash[_SHARE] = (len(session.items), collected)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)  # a pytest-xdist worker: tell the controller
+    if workeroutput is not None and _SHARE in session.config.stash:
+        workeroutput["tier_share"] = session.config.stash[_SHARE]
+
+
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """(pytest-xdist, in the controller) a worker's collection: every worker collects the same."""
+    share = getattr(node, "workeroutput", {}).get("tier_share")
+    if share is not None:
+        node.config.stash[_SHARE] = tuple(share)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    expression = config.option.markexpr
+    share = config.stash.get(_SHARE, None)
+    if not expression or share is None:
+        return
+    selected, collected = share
+    name = "check tier" if expression == CHECK else f"tier -m {expression!r}"
+    percent = 100 * selected / collected if collected else 0.0
+    terminalreporter.write_line(f"{name}: {selected:,} of {collected:,} tests ({percent:.0f}%)")

@@ -13,6 +13,7 @@ import pytest
 from demo_process import DemoProcess
 from engines import ENGINES, THREADS, WORKERS, Cluster, Engine, OneProcess, Processes
 from hypothesis import settings
+from vtime import LoopClock
 
 import playbook as pb
 from playbook.demo.redis_server import RedisServer
@@ -69,6 +70,12 @@ def redis_url(redis_server: RedisServer) -> str:
 
 
 @pytest.fixture(scope="session")
+def demo_in_process() -> Iterator[pb.demo.DemoServer]:
+    with pb.demo.serve(in_process=True, clock=LoopClock()) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def demo_server() -> Iterator[pb.demo.DemoServer]:
     with pb.demo.serve() as server:
         yield server
@@ -82,14 +89,27 @@ def demo_elsewhere() -> Iterator[DemoProcess]:
 
 
 @pytest.fixture
-def demo(request: pytest.FixtureRequest, demo_server: pb.demo.DemoServer) -> Any:
-    """The session's demo provider, with counters, limits and settings reset.  A promise run on
-    the engines (``engine``) is held against one in a process of its own, as a provider is
-    (see tests/demo_process.py); other tests use the one in this process."""
-    if "engine" in request.fixturenames:
+def demo(request: pytest.FixtureRequest, demo_in_process: pb.demo.DemoServer) -> Any:
+    """The session's demo provider served in this process (no socket: ``serve(in_process=True)``),
+    with counters, limits and settings reset.  It answers in the run's own event loop, on that
+    loop's clock: virtual time under ``run_virtual``, real time under ``map()``.  A request is
+    judged as it is sent, with no socket to queue in, so a strict provider's verdicts do not
+    depend on how busy the test's process is.
+
+    A promise run on an engine of several processes (``engine``) is held against one in a
+    process of its own, which they can all reach (see tests/demo_process.py)."""
+    if "engine" in request.fixturenames and request.getfixturevalue("engine").name != "one process":
         elsewhere: DemoProcess = request.getfixturevalue("demo_elsewhere")
         elsewhere.reset()
         return elsewhere
+    demo_in_process.reset()
+    return demo_in_process
+
+
+@pytest.fixture
+def demo_loopback(demo_server: pb.demo.DemoServer) -> pb.demo.DemoServer:
+    """The session's demo provider on a real loopback socket, reset: for what only a socket
+    shows (a subprocess or another client calling it, a port that closes)."""
     demo_server.reset()
     return demo_server
 

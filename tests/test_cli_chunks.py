@@ -49,6 +49,13 @@ ROWS = 40
 
 
 @pytest.fixture
+def demo(demo_loopback: pb.demo.DemoServer) -> pb.demo.DemoServer:
+    """The demo provider on loopback: the command line runs in processes of its own, which
+    reach a provider only through a socket."""
+    return demo_loopback
+
+
+@pytest.fixture
 def work(tmp_path: Path, demo: pb.demo.DemoServer, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DEMO_URL", demo.url)
     (tmp_path / "plays.py").write_text(PLAYS)

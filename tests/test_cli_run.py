@@ -23,6 +23,14 @@ from cli_plays import EMAIL_TOOL
 import playbook as pb
 from playbook.frontends.files import PARQUET_INSTALL
 
+
+@pytest.fixture
+def demo(demo_loopback: pb.demo.DemoServer) -> pb.demo.DemoServer:
+    """The demo provider on loopback: the command line runs in a process of its own, which reaches a
+    provider only through a socket."""
+    return demo_loopback
+
+
 PLAYS = (
     EMAIL_TOOL
     + """
@@ -602,3 +610,21 @@ def test_json_report_says_why_rows_parked_and_stderr_says_what_to_do_from_a_shel
     assert all(at > datetime.now(UTC) for at in ready)
     assert held.stderr.count("7 rows parked") == 1 and "--max-cost" not in held.stderr
     assert "rerun the same command to run the rows that did not finish" in held.stderr
+
+
+def test_a_plays_old_spellings_are_said_on_stderr_once_each(work: Path) -> None:
+    """A play run from the command line that uses an old spelling (``ctx.row_key``, ``force=``)
+    runs, and stderr says each once with its new name: the play's module is not ``__main__``,
+    where Python would hide the warning from a scheduled job."""
+    (work / "old.py").write_text(
+        "import playbook as pb\n\n\n@pb.tool\ndef up(a: str) -> str:\n    return a.upper()\n\n\n"
+        "@pb.play\nasync def old(row, ctx):\n"
+        "    value = await ctx.tool(up, a=row.first, force=False)\n"
+        "    return {'value': value, 'id': ctx.row_key}\n"
+    )
+    (work / "few.csv").write_text("domain,first\na.example.com,p\nb.example.com,q\n")
+    done = cli(work, "old.py:old", "--in", "few.csv", "--out", "old-out.csv")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("ctx.row_key is deprecated") == 1, done.stderr
+    assert "use ctx.row_id" in done.stderr and "use ctx.tool(..., refresh=)" in done.stderr
+    assert pd.read_csv(work / "old-out.csv")["value"].tolist() == ["P", "Q"]

@@ -30,6 +30,14 @@ from distributed import Client, LocalCluster
 import playbook as pb
 from playbook.demo.settings import DEMO_KEY
 
+
+@pytest.fixture
+def demo(demo_loopback: pb.demo.DemoServer) -> pb.demo.DemoServer:
+    """The demo provider on loopback: a cluster's workers are processes of their own, which reach a
+    provider only through a socket."""
+    return demo_loopback
+
+
 KEY_VAR = "PLAYBOOK_CLUSTER_TEST_KEY"  # set before the workers start: they read it at call time
 
 

@@ -1,5 +1,5 @@
 """The demo provider for clients that pool several API keys: a quota on some keys only, and
-per-key counters in /_stats (playbook.demo, a real HTTP server on loopback)."""
+per-key counters in /_stats (playbook.demo, served in process: no socket)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
 
 import playbook as pb
 from playbook.demo import DemoSettings
@@ -21,7 +22,7 @@ DAY = 86400
 @pytest.fixture
 def http(demo: pb.demo.DemoServer) -> Iterator[httpx.Client]:
     """A client without a key of its own: each request says which bearer it sends."""
-    with httpx.Client(base_url=demo.url, timeout=10.0) as client:
+    with TestClient(demo.app, base_url=demo.url) as client:  # served in process: no socket
         yield client
 
 

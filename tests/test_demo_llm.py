@@ -3,8 +3,10 @@ usage and ``max_tokens``, structured outputs, per-minute token and request limit
 headers, usage counters, and the files and batches API; plus unit tests of the pieces (the
 duration format, the per-minute buckets, the schema checker and filler).
 
-The server runs on a frozen clock that only the tests move, so rate limits and batch progress
-are exact and nothing waits in real time.
+The provider is served in process (``serve(in_process=True)``; the SDK sends through Starlette's
+``TestClient``, no socket) on a frozen clock that only the tests move, so rate limits and batch
+progress are exact and nothing waits in real time.  A restart needs a port to close: that test
+alone serves it on loopback.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, ValidationError
+from starlette.testclient import TestClient
 from vtime import FrozenClock
 
 from playbook import demo
@@ -42,7 +45,7 @@ CLOCK = FrozenClock(5000.0)
 
 @pytest.fixture(scope="module")
 def server():
-    with demo.serve(port=0, clock=CLOCK) as running:
+    with demo.serve(clock=CLOCK, in_process=True) as running:
         yield running
 
 
@@ -52,9 +55,16 @@ def provider(server):
     return server
 
 
+def _http(provider):
+    """An HTTP client of the provider served in process (no socket)."""
+    return TestClient(provider.app, base_url=provider.url)
+
+
 @pytest.fixture
 def client(provider):
-    with openai.OpenAI(base_url=provider.url + "/v1", api_key=demo.DEMO_KEY, max_retries=0) as sdk:
+    with openai.OpenAI(
+        base_url=provider.url + "/v1", api_key=demo.DEMO_KEY, max_retries=0, http_client=_http(provider)
+    ) as sdk:
         yield sdk
 
 
@@ -359,7 +369,7 @@ def test_usage_counters_match_the_answers_and_reset_clears_them(provider, client
         row["requests"] += 1
         row["prompt_tokens"] += reply.usage.prompt_tokens
         row["completion_tokens"] += reply.usage.completion_tokens
-    with httpx.Client(base_url=provider.url, timeout=10) as http:
+    with _http(provider) as http:
         stats = http.get("/_stats").json()
         assert stats["chat"] == expected and stats["chat_rate_limited"] == {"requests": 1, "tokens": 0}
         assert stats["rate_limited"] == 1 and stats["by_status"] == {"200": 3, "429": 1}
@@ -480,22 +490,27 @@ def test_a_malformed_input_file_fails_the_whole_batch(provider, client):
     assert client.batches.retrieve(twice.id).errors.data[0].line == 2
 
 
-def test_a_batch_survives_a_restart_but_not_a_reset(provider, client):
-    """Files and batches outlive /_restart (the provider keeps its jobs) and are gone after /_reset."""
-    provider.configure(batch_seconds=1.0)
-    batch = _batch(client, [_line("one", "Classify: Acme Robotics")])
-    with httpx.Client(base_url=provider.url, timeout=10) as http:
-        assert http.post("/_restart", json={"down": 0.3}).status_code == 200
-        _until(lambda: not _listening(http))  # the port closes once the answer is out
-        _until(lambda: _listening(http))
-    CLOCK.now += 1.0
-    done = client.batches.retrieve(batch.id)
-    assert done.status == "completed" and len(_jsonl(client, done.output_file_id)) == 1
-    provider.reset()
-    with pytest.raises(openai.NotFoundError):
-        client.batches.retrieve(batch.id)
-    with pytest.raises(openai.NotFoundError):
-        client.files.retrieve(done.output_file_id)
+@pytest.mark.network
+def test_a_batch_survives_a_restart_but_not_a_reset():
+    """Files and batches outlive /_restart (the provider keeps its jobs) and are gone after /_reset
+    (on loopback: a restart closes the server's port)."""
+    with (
+        demo.serve(port=0, clock=CLOCK, batch_seconds=1.0) as provider,
+        openai.OpenAI(base_url=provider.url + "/v1", api_key=demo.DEMO_KEY, max_retries=0) as client,
+    ):
+        batch = _batch(client, [_line("one", "Classify: Acme Robotics")])
+        with httpx.Client(base_url=provider.url, timeout=10) as http:
+            assert http.post("/_restart", json={"down": 0.3}).status_code == 200
+            _until(lambda: not _listening(http))  # the port closes once the answer is out
+            _until(lambda: _listening(http))
+        CLOCK.now += 1.0
+        done = client.batches.retrieve(batch.id)
+        assert done.status == "completed" and len(_jsonl(client, done.output_file_id)) == 1
+        provider.reset()
+        with pytest.raises(openai.NotFoundError):
+            client.batches.retrieve(batch.id)
+        with pytest.raises(openai.NotFoundError):
+            client.files.retrieve(done.output_file_id)
 
 
 def _listening(http):
@@ -539,7 +554,7 @@ def _finished(client):
 
 def test_files_and_batches_need_a_key_and_answer_405_to_other_methods(provider):
     """The new /v1 routes go through auth like the others; a wrong method on them is a 405."""
-    with httpx.Client(base_url=provider.url, timeout=10) as http:
+    with _http(provider) as http:
         assert http.get("/v1/batches").status_code == 401
         assert http.get("/v1/batches", headers=AUTH).json()["object"] == "list"
         assert http.delete("/v1/batches/batch_1", headers=AUTH).status_code == 405

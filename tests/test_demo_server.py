@@ -1,4 +1,10 @@
-"""Behaviour of the demo provider (playbook.demo): a real HTTP server on loopback."""
+"""Behaviour of the demo provider (playbook.demo).
+
+Its answers, limits and counters are asked of the app served in process (``serve(in_process=True)``,
+through Starlette's ``TestClient``: no socket); what only a server on a socket does (restarts that
+close the port, the command line, two processes racing for a port) is asked of one on loopback,
+and those tests are marked ``network``.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
 from vtime import FrozenClock
 
 from playbook import demo
@@ -30,7 +37,7 @@ CLOCK = FrozenClock(1000.0)
 
 @pytest.fixture(scope="module")
 def server():
-    with demo.serve(clock=CLOCK) as running:
+    with demo.serve(clock=CLOCK, in_process=True) as running:
         yield running
 
 
@@ -40,9 +47,14 @@ def provider(server):
     return server
 
 
+def _http(provider, **options):
+    """A client of the provider served in process (no socket)."""
+    return TestClient(provider.app, base_url=provider.url, **options)
+
+
 @pytest.fixture
 def client(provider):
-    with httpx.Client(base_url=provider.url, headers=AUTH, timeout=10.0) as http:
+    with _http(provider, headers=AUTH) as http:
         yield http
 
 
@@ -67,7 +79,7 @@ def _find_miss(client, domain="acme-robotics.com"):
 def test_missing_or_wrong_key_is_401_without_echoing_it(provider):
     """Requests without a valid bearer key get 401 {"error": "invalid api key"}, key not echoed."""
     query = {"domain": "acme.com", "first": "a"}
-    with httpx.Client(base_url=provider.url, timeout=10.0) as http:
+    with _http(provider) as http:
         responses = [
             http.get("/v1/email", params=query),
             http.get("/v1/email", params=query, headers={"Authorization": "Bearer sk-wrong-123"}),
@@ -172,7 +184,7 @@ def test_status_path_answers_the_status_it_names(provider, client):
     assert client.get("/v1/status/200").json() == {"status": 200}
     assert client.get("/v1/status/204").status_code == 204
     assert client.get("/v1/status/x").status_code == 422 and client.get("/v1/status/99").status_code == 422
-    with httpx.Client(base_url=provider.url, timeout=10.0) as anonymous:
+    with _http(provider) as anonymous:
         assert (
             anonymous.get("/v1/status/503").status_code == 503
             and anonymous.get("/v1/status/200").status_code == 200
@@ -216,7 +228,7 @@ def test_rate_limit_429_carries_the_configured_hint(provider, client, retry_form
 def test_rate_limit_is_per_key_and_refills(provider):
     """Each API key has its own bucket, refilled at rps."""
     provider.reset(api_keys=("key-a", "key-b"), rps=2.0, burst=1)
-    with httpx.Client(base_url=provider.url, timeout=10.0) as http:
+    with _http(provider) as http:
 
         def call(key):
             return _email(http, Authorization=f"Bearer {key}").status_code
@@ -289,7 +301,7 @@ def test_fixed_window_and_token_bucket_are_independent_limits(provider, client):
 def test_in_flight_limit_refuses_without_a_hint_per_key(provider):
     """A key with max_in_flight requests unanswered gets 429 "too many concurrent requests" with no hint."""
     provider.reset(api_keys=("key-a", "key-b"), max_in_flight=2, latency=0.5)
-    with httpx.Client(base_url=provider.url, timeout=10.0) as http, ThreadPoolExecutor(max_workers=2) as pool:
+    with _http(provider) as http, ThreadPoolExecutor(max_workers=2) as pool:
 
         def call(key):
             return _email(http, Authorization=f"Bearer {key}")
@@ -311,7 +323,7 @@ def test_fault_every_fails_every_nth_request_past_auth_and_limits(provider, clie
     """fault_every=3 answers the 3rd, 6th, ... request that passed auth and limits with the fault."""
     provider.reset(fault_every=3, fault_retry_after=1, window_limit=4, window_seconds=60, miss_rate=0.0)
     _next_window(60)
-    with httpx.Client(base_url=provider.url, timeout=10.0) as anonymous:
+    with _http(provider) as anonymous:
         assert _email(anonymous).status_code == 401  # not counted
     first = [_email(client) for _ in range(5)]
     assert [r.status_code for r in first] == [200, 200, 503, 200, 429]  # the 429 is not counted
@@ -498,7 +510,7 @@ def test_configure_changes_settings_but_keeps_counters(provider, client):
 
 def test_admin_endpoints_steer_the_server_over_http(provider):
     """/_health, /_configure, /_reset and /_stats work over plain HTTP without auth."""
-    with httpx.Client(base_url=provider.url, timeout=10.0) as http:
+    with _http(provider) as http:
         assert http.get("/_health").json() == {"ok": True}
         configured = http.post("/_configure", json={"fault_rate": 1.0})
         assert configured.status_code == 200 and configured.json()["settings"]["fault_rate"] == 1.0
@@ -527,8 +539,10 @@ def _until_up(url, deadline):
             time.sleep(0.02)
 
 
+@pytest.mark.network
 def test_restart_closes_the_port_then_serves_the_same_state():
-    """restart(down) refuses connections for `down` seconds; then the same port serves, counters kept, buckets full."""
+    """restart(down) refuses connections for `down` seconds; then the same port serves, counters
+    kept, buckets full (on loopback: a refused connection needs a port that closes)."""
     with demo.serve(port=0, clock=FrozenClock(), rps=1.0, burst=1) as running:
         url = running.url
         with httpx.Client(base_url=url, headers=AUTH, timeout=5) as http:
@@ -546,8 +560,10 @@ def test_restart_closes_the_port_then_serves_the_same_state():
     )  # the frozen clock never refilled it: the restart did
 
 
+@pytest.mark.network
 def test_admin_restart_over_http_and_its_validation():
-    """POST /_restart {"down": s} answers, then closes the port for s seconds; a bad down is a 422 naming it."""
+    """POST /_restart {"down": s} answers, then closes the port for s seconds; a bad down is a 422
+    naming it (on loopback: only a server with a port can close it)."""
     with demo.serve(port=0) as running, httpx.Client(base_url=running.url, timeout=5) as http:
         bad = [http.post("/_restart", json={"down": -1}), http.post("/_restart", json={"dwn": 1})]
         assert [r.status_code for r in bad] == [422, 422]
@@ -566,8 +582,10 @@ def test_admin_restart_over_http_and_its_validation():
         assert time.monotonic() - started >= 0.5
 
 
+@pytest.mark.network
 def test_stop_during_a_restart_ends_the_server_at_once():
-    """stop() while the port is closed for a restart ends the thread without waiting the restart out."""
+    """stop() while the port is closed for a restart ends the thread without waiting the restart
+    out (on loopback: the server's thread and port are what stop() ends)."""
     running = demo.serve(port=0)
     running.restart(30)
     started = time.monotonic()
@@ -605,8 +623,10 @@ def test_serve_without_the_demo_extra_says_what_to_install(monkeypatch):
         demo.serve()
 
 
+@pytest.mark.network
 def test_server_handle_lifecycle():
-    """serve() returns a running handle with url and port; stop() is idempotent."""
+    """serve() returns a running handle with url and port; stop() is idempotent (on loopback:
+    the port it listens on is the behaviour)."""
     with demo.serve(port=0) as running:
         assert running.url == f"http://127.0.0.1:{running.port}" and running.port > 0
         assert "requests=0" in repr(running) and running.running
@@ -614,8 +634,10 @@ def test_server_handle_lifecycle():
     assert "stopped" in repr(running) and not running.running
 
 
+@pytest.mark.network
 def test_cli_prints_url_serves_and_stops_on_sigterm():
-    """`python -m playbook.demo --port 0` prints one URL line, takes its settings as flags, serves, and exits 0 on SIGTERM."""
+    """`python -m playbook.demo --port 0` prints one URL line, takes its settings as flags, serves,
+    and exits 0 on SIGTERM (a socket: the provider is another process)."""
     command = [
         sys.executable,
         "-m",
@@ -705,9 +727,11 @@ server.stop()
 """
 
 
+@pytest.mark.network
 def test_two_processes_starting_a_demo_at_once_each_serve_their_own_calls(tmp_path: Path) -> None:
     """Two processes calling serve() at the same instant (two notebooks, two test workers) get a
-    port each: one call each, each answered by its own server, not both by whichever listened."""
+    port each: one call each, each answered by its own server, not both by whichever listened
+    (sockets: the race for a port is the behaviour)."""
     env = {**os.environ, "PLAYBOOK_MARKS": str(tmp_path)}
     for attempt in range(3):
         with contextlib.ExitStack() as stack:

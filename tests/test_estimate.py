@@ -470,8 +470,11 @@ async def enrich(row, ctx):
 
 
 def test_the_command_line_estimates_and_runs_the_rest_only_with_yes(
-    demo: pb.demo.DemoServer, tmp_path: Path
+    demo_loopback: pb.demo.DemoServer, tmp_path: Path
 ) -> None:
+    """`python -m playbook run --estimate` prints the estimate and runs the rest only with --yes
+    (on loopback: the command line is a process of its own, reaching the provider by socket)."""
+    demo = demo_loopback
     (tmp_path / "plays.py").write_text(PLAYS)
     _frame(60).to_csv(tmp_path / "in.csv", index=False)
     env = {**os.environ, "DEMO_URL": demo.url}

@@ -124,7 +124,7 @@ def test_a_client_error_is_kept_as_the_calls_answer_and_not_asked_again(
     groups = (
         run.errors["group"].unique().tolist()
     )  # and one group, the paid one's and the shared ones', the tool's template, masked as messages are
-    assert len(groups) == 1 and "(GET http://<ip>:<n>/v1/email)" in groups[0], groups
+    assert len(groups) == 1 and "(GET http://" in groups[0] and "/v1/email)" in groups[0], groups
     stats = pb.last_run().stats
     assert (
         demo.stats()["requests"] == 1
@@ -397,6 +397,6 @@ def test_an_error_group_keeps_the_tools_url_and_the_plays_line(
 
     run = pd.DataFrame({"d": ["bad 1", "bad 22"]}).play.run(play, store=store, progress=False)
     groups = run.errors["group"].unique().tolist()
-    assert len(groups) == 1 and "(GET http://<ip>:<n>/v1/email)" in groups[0], groups
+    assert len(groups) == 1 and "(GET http://" in groups[0] and "/v1/email)" in groups[0], groups
     said = message_group("ValueError: no domain for 'Initech 42' (line 4: domain = lookup(row.n * 100))")
     assert said == "ValueError: no domain for 'Initech <n>' (line 4: domain = lookup(row.n * 100))"

@@ -1,16 +1,20 @@
-"""The provider governor against the real demo provider on loopback: quotas and holds, 429s in
-every header form, 5xx bursts, malformed bodies, bad credentials, permanent 4xx and pacing.
+"""The provider governor against the demo provider: quotas and holds, 429s in every header form,
+5xx bursts, malformed bodies, bad credentials, permanent 4xx and pacing.
 
-These run in real time, so each scenario is small; assertions are on counts and statuses, and
-elapsed time is bounded only generously, where finishing promptly is the behaviour under test.
+The provider is served in process (the ``demo`` fixture), on the clock of the loop that calls it:
+a scenario whose behaviour is its timing (pacing, holds, backoff) runs in virtual time
+(``run_virtual``) and asserts the times the governor chose; the others run as a user's ``map()``.
+A provider that is not there at all needs a port nobody listens on: that test is on loopback.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pandas as pd
 import pytest
+from vtime import run_virtual
 
 import playbook as pb
 from playbook.events import ProviderDown, ProviderHoldSet, RateChanged
@@ -42,7 +46,7 @@ def test_waterfall_falls_past_an_exhausted_quota_without_waiting(demo, store) ->
     """A provider held for an hour by its quota is 'unavailable' to a waterfall: the next leg answers at once."""
     demo.reset(quota=10, quota_reset=3600, miss_rate=0.0)
     a, b = pb.Provider("A"), pb.Provider("B")
-    with pb.demo.serve(miss_rate=0.0) as second:
+    with pb.demo.serve(in_process=True, miss_rate=0.0) as second:
         a_email = _email_tool(demo, a, "a.email")
         b_email = _email_tool(second, b, "b.email")
 
@@ -127,14 +131,15 @@ def test_rows_held_past_max_wait_park_and_the_run_finishes(demo, store) -> None:
 @pytest.mark.parametrize("retry_after_format", ["http-date", "reset", "none"])
 def test_rate_limit_429s_lose_no_row(demo, store, retry_after_format: str) -> None:
     """429s with an HTTP-date, reset headers or no hint all end with every row ok, each paid once."""
-    # 16 calls at once against a burst of 10 refilling at 10/s are refused unless a loaded machine
-    # spreads them over 0.6 s; a burst of 5 would only make the test slower (the discovered rate
-    # starts from what got through).
+    # 16 calls at once against a burst of 10 refilling at 10/s: in virtual time they arrive
+    # together, and the holds the refusals ask for pass without waiting.
     demo.reset(rps=10, burst=10, retry_after_format=retry_after_format, miss_rate=0.0)
     provider = pb.Provider("acme")
     events: list = []
     governor(provider).subscribe(events.append)  # a provider of this test only: no need to unsubscribe
-    out = _leads(40).play.map(_email_tool(demo, provider), store=store, progress=False, concurrency=16)
+    out = run_virtual(
+        _leads(40).play.amap(_email_tool(demo, provider), store=store, progress=False, concurrency=16)
+    )
 
     assert len(out) == 40
     assert out["play_status"].tolist() == ["ok"] * 40
@@ -159,7 +164,9 @@ def test_503_bursts_are_retried_until_every_row_is_ok(demo, store) -> None:
     # in a row for one call, so the backoff stays short; which rows meet them does not matter.
     demo.reset(fault_rate=0.3, fault_status=503, miss_rate=0.0, seed=1)
     provider = pb.Provider("acme", retries=6)
-    out = _leads(20).play.map(_email_tool(demo, provider), store=store, progress=False, concurrency=16)
+    out = run_virtual(  # the backoff between tries passes in virtual time
+        _leads(20).play.amap(_email_tool(demo, provider), store=store, progress=False, concurrency=16)
+    )
 
     assert out["play_status"].tolist() == ["ok"] * 20
     assert out["acme.email"].notna().all()
@@ -175,7 +182,9 @@ def test_503_with_retry_after_retries_that_call_without_holding_the_provider(dem
     provider = pb.Provider("acme", rps=20, retries=6)
     events: list = []
     governor(provider).subscribe(events.append)  # a provider of this test only: no need to unsubscribe
-    out = _leads(5).play.map(_email_tool(demo, provider), store=store, progress=False, concurrency=5)
+    out = run_virtual(  # the hints' seconds pass in virtual time
+        _leads(5).play.amap(_email_tool(demo, provider), store=store, progress=False, concurrency=5)
+    )
 
     assert out["play_status"].tolist() == ["ok"] * 5
     assert _statuses(demo).get("503", 0) >= 1
@@ -189,8 +198,9 @@ def test_provider_that_keeps_failing_goes_down_and_its_rows_park(demo, store) ->
     probes within their max_wait (4 s here), then park with reason "down", and run.waiting_on says so."""
     demo.reset(fault_rate=1.0, fault_status=503)
     provider = pb.Provider("acme", retries=1, max_wait=4)
-    run = _leads(30).play.run(_email_tool(demo, provider), store=store, progress=False, concurrency=4)
-    run.wait()
+    run = run_virtual(  # the probes' seconds pass in virtual time
+        _leads(30).play.arun(_email_tool(demo, provider), store=store, progress=False, concurrency=4)
+    )
     statuses = run.result["play_status"]
     assert set(statuses) <= {"failed", "parked"} and (statuses == "parked").sum() >= 20
     for error in run.result.loc[statuses == "failed", "play_error"]:
@@ -292,9 +302,15 @@ def test_configured_pace_avoids_429s(demo, store) -> None:
     demo.reset(rps=20, burst=5, miss_rate=0.0)
     provider = pb.Provider("acme", rps=20, burst=5)
 
-    started = time.monotonic()
-    out = _leads(60).play.map(_email_tool(demo, provider), store=store, progress=False, concurrency=16)
-    elapsed = time.monotonic() - started
+    async def paced() -> tuple[pd.DataFrame, float]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        out = await _leads(60).play.amap(
+            _email_tool(demo, provider), store=store, progress=False, concurrency=16
+        )
+        return out, loop.time() - started
+
+    out, elapsed = run_virtual(paced())  # the pace's seconds pass in virtual time
 
     assert out["play_status"].tolist() == ["ok"] * 60
     statuses = _statuses(demo)
@@ -309,10 +325,12 @@ def test_configured_pace_avoids_429s(demo, store) -> None:
 # -- nothing listening: the provider is down, its rows wait for its probes, then park -------------
 
 
+@pytest.mark.network
 def test_nothing_listening_settles_every_row_in_moments(store) -> None:
     """An http_tool pointed at a port nobody listens on: the provider goes down after a few
     refused connections and the 300 rows wait for its probes, one call each, within their
-    max_wait (2 s here), then settle (parked "down", a few failed) instead of each retrying on its own."""
+    max_wait (2 s here), then settle (parked "down", a few failed) instead of each retrying on its
+    own (on loopback: a refused connection needs a port, which a server then takes)."""
     import socket
 
     with socket.socket() as sock:  # a port that was free a moment ago, and nobody listens on now
@@ -367,6 +385,7 @@ def _status_tool(server: pb.demo.DemoServer, provider: pb.Provider) -> pb.Tool:
     )
 
 
+@pytest.mark.slow  # run.retry() blocks, so its tries back off in real seconds
 def test_retrying_rows_whose_requests_fail_on_their_own_fails_them_quickly(demo, store) -> None:
     """Rows whose path always answers 503 fail on their own; run.retry() sends them alone, and
     they fail on their own again from their first failure (the provider remembers them): quickly,

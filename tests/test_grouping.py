@@ -276,9 +276,11 @@ def test_a_message_group_is_its_first_line_masked_and_bounded() -> None:
     assert len(long) <= 240 and long.endswith(" word…")
 
 
-def test_a_tools_address_is_masked_alike_in_every_group(demo, store: pb.ReceiptStore) -> None:
+def test_a_tools_address_is_masked_alike_in_every_group(demo_loopback, store: pb.ReceiptStore) -> None:
     """A tool's template in a group is masked as a message is (host and port, numbers), its
-    placeholders kept: a 404 and a refused connection to one host read it one way."""
+    placeholders kept: a 404 and a refused connection to one host read it one way (on loopback:
+    an address and a port, which a refused connection needs)."""
+    demo = demo_loopback
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from vtime import run_virtual
 
 import playbook as pb
 
@@ -53,7 +54,8 @@ def test_an_llm_tool_on_a_pool_sends_each_calls_key_and_paces_each_key_on_its_ow
     async def summary(row: Any, ctx: pb.Context) -> dict[str, Any]:
         return {"summary": await ctx.tool(llm, prompt=f"Summarise {row.company}.")}
 
-    out = _rows(40).play.map(pb.play(summary), store=tmp_path / "s", progress=False)
+    # The pace's seconds pass in virtual time, on the demo's clock too.
+    out = run_virtual(_rows(40).play.amap(pb.play(summary), store=tmp_path / "s", progress=False))
     assert out["play_status"].eq("ok").all() and out["summary"].str.len().gt(0).all()
     assert (
         _ok(demo, "LLM_KEY_A") + _ok(demo, "LLM_KEY_B") == 40
@@ -68,7 +70,7 @@ def test_an_llm_tool_on_a_pool_sends_each_calls_key_and_paces_each_key_on_its_ow
     async def again(row: Any, ctx: pb.Context) -> dict[str, Any]:
         return {"again": await ctx.tool(swapped, prompt=f"Summarise {row.company}.")}
 
-    second = _rows(40).play.map(pb.play(again), store=tmp_path / "s", progress=False)
+    second = run_virtual(_rows(40).play.amap(pb.play(again), store=tmp_path / "s", progress=False))
     assert second["again"].tolist() == out["summary"].tolist() and demo.stats()["requests"] == sent
 
 

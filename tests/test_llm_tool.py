@@ -206,9 +206,11 @@ frame.play.map(label, store=home, progress=False)
 
 @pytest.mark.slow
 def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_twice(
-    demo: pb.demo.DemoServer, tmp_path: Path
+    demo_loopback: pb.demo.DemoServer, tmp_path: Path
 ) -> None:
-    """mode="batch": a process killed (SIGKILL) while its batch runs; a new run waits for the same batch, lands every answer, creates none."""
+    """mode="batch": a process killed (SIGKILL) while its batch runs; a new run waits for the same batch, lands every answer, creates none (on
+    loopback: the other processes reach the provider by socket)."""
+    demo = demo_loopback
     demo.reset(batch_seconds=4.0)
     script = tmp_path / "submit.py"
     script.write_text(textwrap.dedent(_SUBMITTER))
@@ -263,13 +265,12 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
     """Markers name the uploaded file but no batch (the submitter died in between): the run finds the batch made over that file."""
     import asyncio
 
-    import httpx
-
     from playbook.addresses import job_address
     from playbook.store.records import record
     from playbook.tools.llm import LlmEngine
     from playbook.tools.llm.batch import BatchApi
     from playbook.tools.protocol import NO_INPUT
+    from playbook.tools.transport import default_client
 
     demo.reset(batch_seconds=0.3)
     llm = _llm(demo, mode="batch")
@@ -281,7 +282,7 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
 
     async def died_after_creating() -> None:
         api = BatchApi(asked)
-        async with httpx.AsyncClient() as client:
+        async with default_client() as client:  # the run's client: it reaches the demo served in process
             file_id = await api.upload(client, api.lines([(asked.address(v), v["messages"]) for v in calls]))
             await api.create(client, file_id)
         for values in calls:
@@ -334,9 +335,11 @@ def test_a_slow_upload_does_not_make_woken_rows_submit_again(demo: pb.demo.DemoS
 
 @pytest.mark.slow
 def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
-    demo: pb.demo.DemoServer, tmp_path: Path
+    demo_loopback: pb.demo.DemoServer, tmp_path: Path
 ) -> None:
-    """A second process finds the calls leased by the first while it submits: one batch between them, 25 requests billed."""
+    """A second process finds the calls leased by the first while it submits: one batch between them, 25 requests billed (on
+    loopback: the other processes reach the provider by socket)."""
+    demo = demo_loopback
     demo.reset(batch_seconds=2.0, latency=1.0)  # slow enough that both gather at once
     script = tmp_path / "submit.py"
     script.write_text(textwrap.dedent(_SUBMITTER))

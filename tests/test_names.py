@@ -52,7 +52,7 @@ def double(n: int) -> int:
 
 
 def _said(caught: pytest.WarningsRecorder, new: str) -> None:
-    messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
+    messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
     assert messages and all("deprecated" in m and new in m for m in messages), messages
 
 

@@ -29,6 +29,14 @@ import playbook as pb
 from playbook.store import engine
 from playbook.tools import engine_of
 
+
+@pytest.fixture
+def demo(demo_loopback: pb.demo.DemoServer) -> pb.demo.DemoServer:
+    """The demo provider on loopback: the runs here are processes of their own, which reach a
+    provider only through a socket."""
+    return demo_loopback
+
+
 TOOL = "demo.email"
 CONCURRENCY = 16
 

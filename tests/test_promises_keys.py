@@ -48,6 +48,7 @@ def _when(condition: Callable[[], bool], then: Callable[[], None]) -> threading.
     return thread
 
 
+@pytest.mark.slow  # real seconds of holds and waits, on every engine
 def test_two_keys_of_a_strict_provider_carry_the_run_together_within_their_own_limits(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:
@@ -71,6 +72,7 @@ def test_two_keys_of_a_strict_provider_carry_the_run_together_within_their_own_l
     assert stats["by_status"].get("429", 0) <= 0.1 * stats["requests"], stats["by_status"]
 
 
+@pytest.mark.slow  # real seconds of holds and waits, on every engine
 def test_a_key_revoked_mid_run_retires_and_the_run_completes_on_the_others(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:

@@ -47,6 +47,7 @@ def test_a_hold_past_max_wait_parks_the_rows_and_says_who_holds_them_until_when(
     assert hold["until"] is not None and hold["until"] > started + 3000
 
 
+@pytest.mark.slow  # real seconds of holds and waits, on every engine
 def test_a_hold_within_max_wait_is_waited_out_and_every_row_finishes(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:
@@ -63,6 +64,7 @@ def test_a_hold_within_max_wait_is_waited_out_and_every_row_finishes(
     ].get("429", 0)
 
 
+@pytest.mark.slow  # real seconds of holds and waits, on every engine
 @pytest.mark.parametrize(
     "caught", [Exception, BaseException], ids=["except Exception", "except BaseException"]
 )
@@ -121,6 +123,7 @@ def test_a_play_may_opt_in_to_handle_a_hold_past_max_wait(
 # -- a provider that is down ---------------------------------------------------------------------
 
 
+@pytest.mark.slow  # real seconds of holds and waits, on every engine
 def test_a_provider_down_for_moments_within_max_wait_holds_its_rows_until_it_is_back(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:
@@ -141,6 +144,7 @@ def test_a_provider_down_for_moments_within_max_wait_holds_its_rows_until_it_is_
     assert took < 3.0 + 8.0, f"took {took:.1f}s: the rows did not come back with the provider"
 
 
+@pytest.mark.slow  # real seconds of holds and waits, on every engine
 def test_a_provider_down_past_max_wait_parks_its_rows_and_a_waterfall_passes_it_at_once(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:
@@ -183,6 +187,7 @@ def test_a_provider_down_past_max_wait_parks_its_rows_and_a_waterfall_passes_it_
         spare_server.stop()
 
 
+@pytest.mark.slow  # real seconds of holds and waits, on every engine
 def test_one_input_that_always_fails_fails_its_row_not_the_provider(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:

@@ -149,13 +149,16 @@ def test_receipts_lost_while_a_run_goes_on_are_said_and_the_next_run_refused(
 
 
 def test_a_process_killed_mid_run_pays_again_at_most_its_calls_in_flight(
-    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+    engine: Engine, demo_elsewhere: Any, name: Callable[[str], str]
 ) -> None:
     """kill -9 of a process (one of the processes, a cluster worker) midway: the run (or a rerun)
     ends every row, and the calls paid twice are at most what the dead process had in flight.
     A cluster job that lost a worker counts every request the provider saw once: the calls the
     dead attempt landed after its last report as paid, those it had on the wire as failed; and its
-    counters say of each row what its result says, for the partitions Dask ran again too."""
+    counters say of each row what its result says, for the partitions Dask ran again too.  (The
+    provider is in a process of its own on every engine: the process killed, one of its own
+    even for "one process", reaches it by socket.)"""
+    demo = demo_elsewhere
     demo.reset(latency=0.05)
     frame, play = people(160), enrich(email(demo, pb.Provider(name("acme"))))
     bound, going_on = engine.kill_when(frame, play, lambda: requests(demo) >= 96, concurrency=3)
@@ -422,6 +425,7 @@ def test_a_retry_runs_only_the_rows_left_pays_for_them_once_and_counts_them_alon
 # -- stop and Ctrl-C ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # real seconds of holds and waits, on every engine
 def test_a_stopped_run_lands_its_calls_in_flight_and_a_rerun_pays_the_rest(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:

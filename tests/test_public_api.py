@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import playbook as pb
+from playbook.tools.tool import engine_of
 
 CONTRACT = [
     "Context",
@@ -132,8 +133,23 @@ def test_tool_params_is_a_deprecated_spelling_of_inputs() -> None:
         with pytest.warns(DeprecationWarning, match=r"use tool\.inputs"):
             assert tool.params == tool.inputs  # type: ignore[attr-defined]
         assert "params" not in dir(tool)
-    with pytest.raises(AttributeError, match="no attribute 'bind'"):
-        _tools()["plain"].bind  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        _tools()["plain"].nothing  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_what_a_tool_showed_before_still_answers_for_a_release() -> None:
+    """A name a tool showed before its engine was its own (``tool.fn``, ``tool.bind``) still
+    answers users, warning that it goes and what a tool shows; playbook's own probing does not see it."""
+    plain = _tools()["plain"]
+    with pytest.warns(DeprecationWarning, match=r"tool\.fn is no longer part of what a tool shows"):
+        assert plain.fn is engine_of(plain).fn  # type: ignore[attr-defined]
+    assert "fn" not in dir(plain)
+
+
+def test_a_tool_is_made_from_an_engine() -> None:
+    """``pb.Tool(...)`` given anything but a tool's engine says how tools are made."""
+    with pytest.raises(pb.PlayDefinitionError, match=r"make a tool with @pb\.tool"):
+        pb.Tool("direct")  # type: ignore[arg-type]
 
 
 def test_design_names_are_exported() -> None:

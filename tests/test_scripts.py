@@ -24,6 +24,14 @@ import uvloop
 
 import playbook as pb
 
+
+@pytest.fixture
+def demo(demo_loopback: pb.demo.DemoServer) -> pb.demo.DemoServer:
+    """The demo provider on loopback: the scripts run in processes of their own, which reach a provider
+    only through a socket."""
+    return demo_loopback
+
+
 # Warnings that a loop or a coroutine was left behind: at exit, they are printed, not raised.
 LEFT_BEHIND = (
     "ResourceWarning",

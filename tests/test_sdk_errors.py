@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +41,17 @@ def _ask(client: Any) -> Callable[[str], Any]:
     return ask
 
 
+def _sdk(demo: pb.demo.DemoServer, api_key: str = "demo-key") -> Any:
+    """The openai SDK's async client of the demo served in process (its own HTTP client, sent
+    through the app: the SDK does not see the runs' transports)."""
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=demo.app))
+    return openai.AsyncOpenAI(base_url=demo.url + "/v1", api_key=api_key, max_retries=0, http_client=http)
+
+
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
 def _map(frame: pd.DataFrame, tool: pb.Tool, store: pb.ReceiptStore, **opts: Any) -> pd.DataFrame:
     return frame.play.map(tool, store=store, progress=False, **opts)
 
@@ -56,21 +66,21 @@ def test_openai_rate_limits_are_held_and_honoured(demo, store) -> None:
     refusals: list[tuple[float, float]] = []  # (when the 429 came, the Retry-After it carried)
 
     async def main() -> pd.DataFrame:
-        async with openai.AsyncOpenAI(base_url=demo.url + "/v1", api_key="demo-key", max_retries=0) as client:
+        async with _sdk(demo) as client:
             ask = _ask(client)
 
             @pb.tool(provider=pb.Provider("llm"))
             async def label(company: str) -> str:
-                starts.append(time.monotonic())
+                starts.append(now())
                 try:
                     return await ask(company)
                 except openai.RateLimitError as exc:
-                    refusals.append((time.monotonic(), float(exc.response.headers["retry-after"])))
+                    refusals.append((now(), float(exc.response.headers["retry-after"])))
                     raise
 
             return await COMPANIES.play.amap(label, store=store, progress=False)
 
-    out = asyncio.run(main())
+    out = run_virtual(main())  # on the loop's clock, the provider's too
     assert out["play_status"].tolist() == ["ok"] * 20, out["play_error"].dropna().head()
     stats = demo.stats()
     assert stats["by_status"]["200"] == 20 and stats["rate_limited"] == len(refusals) > 0
@@ -84,7 +94,7 @@ def test_openai_5xx_is_retried(demo, store) -> None:
     failures: list[str] = []
 
     async def main() -> pd.DataFrame:
-        async with openai.AsyncOpenAI(base_url=demo.url + "/v1", api_key="demo-key", max_retries=0) as client:
+        async with _sdk(demo) as client:
             ask = _ask(client)
 
             @pb.tool(provider=pb.Provider("llm"))
@@ -98,7 +108,7 @@ def test_openai_5xx_is_retried(demo, store) -> None:
 
             return await COMPANIES.head(1).play.amap(label, store=store, progress=False)
 
-    out = asyncio.run(main())
+    out = run_virtual(main())
     assert out["play_status"].tolist() == ["ok"]
     assert len(failures) == 1 and demo.stats()["by_status"] == {"200": 1, "503": 1}
 
@@ -107,16 +117,14 @@ def test_openai_bad_key_stops_the_run(demo, store) -> None:
     """openai.AuthenticationError (401) raises RunFatal naming the tool and the SDK's error; no row runs after it."""
 
     async def main() -> pd.DataFrame:
-        async with openai.AsyncOpenAI(
-            base_url=demo.url + "/v1", api_key="wrong-key", max_retries=0
-        ) as client:
+        async with _sdk(demo, api_key="wrong-key") as client:
             label = pb.tool(_ask(client), name="label", provider=pb.Provider("llm"))
             return await COMPANIES.head(5).play.amap(label, store=store, progress=False, concurrency=1)
 
     with pytest.raises(
         pb.RunFatal, match=r"tool 'label': openai\.AuthenticationError: Error code: 401"
     ) as caught:
-        asyncio.run(main())
+        run_virtual(main())
     assert (caught.value.tool, caught.value.provider, caught.value.status) == ("label", "llm", 401)
     assert isinstance(caught.value.__cause__, openai.AuthenticationError)
     assert demo.stats()["requests"] == 1

@@ -51,6 +51,13 @@ print(json.dumps({"began": began, "ended": time.time(), "statuses": statuses, "s
 
 
 @pytest.fixture
+def demo(demo_loopback: pb.demo.DemoServer) -> pb.demo.DemoServer:
+    """The demo provider on loopback: the workers are processes of their own, which reach a
+    provider only through a socket."""
+    return demo_loopback
+
+
+@pytest.fixture
 def workers(tmp_path: Path) -> Iterator[Callable[..., list[dict[str, Any]]]]:
     """Run N workers from one start line; their printed results.  Any still running at teardown is killed."""
     script = tmp_path / "worker.py"

@@ -25,6 +25,14 @@ from playbook.demo.redis_server import RedisServer
 from playbook.events import RunNotice
 from playbook.store import engine
 
+
+@pytest.fixture
+def demo(demo_loopback: pb.demo.DemoServer) -> pb.demo.DemoServer:
+    """The demo provider on loopback: the runs here are processes of their own, which reach a
+    provider only through a socket."""
+    return demo_loopback
+
+
 STOCK = ("--appendonly", "no", "--save", "3600 1 300 100 60 10000")  # redis.conf as Debian ships it
 EVICTING = ("--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru")
 

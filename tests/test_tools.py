@@ -383,9 +383,11 @@ def test_a_whole_url_from_the_input_is_called_as_it_is_with_its_own_query(demo, 
     assert pb.last_run().stats.calls_failed == 0 and pb.last_run().parked.empty  # no provider was blamed
 
 
-def test_a_host_from_the_input_must_be_a_host_name(demo, store) -> None:
+def test_a_host_from_the_input_must_be_a_host_name(demo_loopback, store) -> None:
     """A placeholder inside the URL's host takes host names only: a value that would carry the
-    request elsewhere (a path, a query, a user) fails its row, naming the input."""
+    request elsewhere (a path, a query, a user) fails its row, naming the input (on loopback:
+    an address and a name that both resolve to the server)."""
+    demo = demo_loopback
     tool = pb.http_tool(
         "by.host",
         method="GET",

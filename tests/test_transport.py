@@ -29,6 +29,13 @@ from playbook.tools.transport import PER_HOST, connection_budget, default_client
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 
+@pytest.fixture
+def demo(demo_loopback: pb.demo.DemoServer) -> pb.demo.DemoServer:
+    """The demo provider on loopback: what these tests hold is the network transport (proxies,
+    connections per host), which a provider served in process would bypass."""
+    return demo_loopback
+
+
 @pytest.fixture(autouse=True)
 def _no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts from an environment that names no proxy, in either spelling."""

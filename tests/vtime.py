@@ -55,3 +55,29 @@ class FrozenClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class LoopClock:
+    """Seconds on the clock of the event loop that reads it (a demo provider's injected clock):
+    virtual under ``run_virtual``, the monotonic clock under a real loop.
+
+    A provider served in process answers in its caller's loop, so its rate windows and holds
+    pass in the run's own time.  Read outside a loop (``stats()`` from the test), it says the
+    last time a loop read; a new loop (each ``run_virtual`` starts at 0) carries on from there,
+    so the provider's time never runs backwards.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._offset = 0.0
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self.now
+        if loop is not self._loop:
+            self._loop, self._offset = loop, self.now - loop.time()
+        self.now = max(self.now, loop.time() + self._offset)
+        return self.now

@@ -15,7 +15,15 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["RenamedKeys", "callers_frame", "keyword_renamed", "renamed"]
+__all__ = [
+    "RenamedKeys",
+    "RenamedWarning",
+    "asked_by_user",
+    "callers_frame",
+    "deprecated",
+    "keyword_renamed",
+    "renamed",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -25,23 +33,36 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _PASSING = ("<decorator-gen", os.sep + "IPython" + os.sep)
 
 
+class RenamedWarning(DeprecationWarning):
+    """A ``DeprecationWarning`` of playbook's own: the command line shows these (a play's module is
+    not ``__main__`` there, where Python would hide a plain one)."""
+
+
 def renamed(old: str, new: str) -> None:
     """Warn that ``old`` is deprecated and ``new`` is its name now, at the user's line (the
     first frame outside playbook), where Python and IPython show a ``DeprecationWarning``."""
-    warnings.warn(
-        f"{old} is deprecated and goes in the next release; use {new}",
-        DeprecationWarning,
-        stacklevel=_users_level(),
-    )
+    deprecated(f"{old} is deprecated and goes in the next release; use {new}")
+
+
+def deprecated(message: str) -> None:
+    """Warn ``message`` (:class:`RenamedWarning`) at the user's line: the first frame outside playbook."""
+    warnings.warn(message, RenamedWarning, stacklevel=_users_level())
 
 
 def _users_level() -> int:
-    frame = sys._getframe(2)  # the caller of renamed()
+    frame = sys._getframe(2)  # the caller of deprecated()
     level = 2
     while frame.f_back is not None and _ours(frame.f_code.co_filename):
         frame = frame.f_back
         level += 1
     return level
+
+
+def asked_by_user(depth: int = 2) -> bool:
+    """Whether the code ``depth`` frames up (from the caller of this) is the user's, not playbook's:
+    an old name answers users, while playbook's own probing (``getattr(x, "fn", None)``) is told it
+    is not there."""
+    return not _ours(sys._getframe(depth).f_code.co_filename)
 
 
 def _ours(filename: str) -> bool:

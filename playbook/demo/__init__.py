@@ -8,7 +8,8 @@
 It is a real HTTP server (Starlette on uvicorn) with per-key rate limits, 429 +
 Retry-After, quotas, latency, fault injection, async jobs, an OpenAI-compatible chat
 endpoint and request counters. `python -m playbook.demo --port 0` runs it in the
-foreground of another process. Nothing here reaches the internet.
+foreground of another process; `pb.demo.serve(in_process=True)` serves it without a socket,
+at `http://demo.local`, to the runs of this process. Nothing here reaches the internet.
 
 Importing this package is cheap: Starlette and uvicorn (the `demo` extra) are imported
 only when a server starts.

@@ -1,4 +1,5 @@
-"""Run the demo provider on loopback: uvicorn in a daemon thread with its own event loop.
+"""Run the demo provider on loopback: uvicorn in a daemon thread with its own event loop; or,
+with ``serve(in_process=True)``, in the caller's process without a socket (see ``in_process``).
 
 `serve()` returns once the server accepts connections. The socket is bound here, before
 uvicorn starts, so port 0 works and the real port is known without parsing logs; a port
@@ -49,6 +50,7 @@ def serve(
     host: str = "127.0.0.1",
     *,
     clock: Callable[[], float] | None = None,
+    in_process: bool = False,
     **settings: Any,
 ) -> DemoServer:
     """Start the demo provider and return its handle once it accepts connections.
@@ -60,6 +62,12 @@ def serve(
     applied: the same URL, so the cell's calls find their receipts and a rerun pays nothing.
     ``settings`` are ``DemoSettings`` fields (rps=..., quota=..., fault_rate=..., ...).
     Use it as a context manager, or call ``.stop()``, to shut it down.
+
+    ``in_process=True`` opens no socket: the provider is served at ``http://demo.local`` (then
+    ``demo-2.local``...), a name only the runs of this process reach, through httpx's ASGI
+    transport, answering in their own event loop.  Other processes (a Dask worker, a script
+    started with ``subprocess``) and clients made elsewhere (``httpx.Client()``, an SDK's) do
+    not reach it; ``restart()`` has no port to close.  ``port`` and ``host`` do not apply.
 
     While ``$PLAYBOOK_FIXTURES`` replays fixtures, no server starts: the stand-in it returns has
     a URL that goes nowhere and counters at zero (every call is answered from the fixtures).
@@ -78,23 +86,29 @@ def serve(
             f"the demo provider needs starlette and uvicorn ({exc.name} is missing): {install_hint('demo')}"
         ) from exc
     chosen = DemoSettings.from_kwargs(**settings)
+    if in_process and port is not None:
+        raise ValueError(f"serve(in_process=True) opens no port: leave out port={port!r}")
     if port is not None or clock is not None:  # asked for a port, or a clock of its own: a server of its own
-        return _started_server(chosen, host, port, clock)
-    site = (host, *_site())
+        return _started_server(chosen, host, port, clock, in_process)
+    site = ("in process" if in_process else host, *_site())
     with _started_lock:
         server = _started.get(site)
         if server is not None and server.running:
             server._state.initial = chosen  # reset() returns to these
             server.reset()
             return server
-        server = _started[site] = _started_server(chosen, host, None, None)
+        server = _started[site] = _started_server(chosen, host, None, None, in_process)
     return server
 
 
 def _started_server(
-    settings: DemoSettings, host: str, port: int | None, clock: Callable[[], float] | None
+    settings: DemoSettings,
+    host: str,
+    port: int | None,
+    clock: Callable[[], float] | None,
+    in_process: bool,
 ) -> DemoServer:
-    server = DemoServer(settings, host=host, port=port, clock=clock)
+    server = DemoServer(settings, host=host, port=port, clock=clock, in_process=in_process)
     server._start()
     return server
 
@@ -117,9 +131,13 @@ class DemoServer:
         host: str = "127.0.0.1",
         port: int | None = 0,
         clock: Callable[[], float] | None = None,
+        in_process: bool = False,
     ) -> None:
         self.host = host
         self.port = port
+        self.in_process = in_process
+        self._origin: str | None = None  # an in-process demo's URL, mounted until stop()
+        self._app: Any = None
         # An injected clock (monotonic seconds) drives rate buckets, quotas and jobs: tests
         # use a frozen one so limits do not depend on how fast a loaded machine runs.
         self._state = DemoState(settings, clock=clock or time.monotonic)
@@ -133,9 +151,21 @@ class DemoServer:
 
     @property
     def url(self) -> str:
-        """Base URL without a trailing slash, e.g. http://127.0.0.1:54321."""
+        """Base URL without a trailing slash, e.g. http://127.0.0.1:54321 (http://demo.local in process)."""
+        if self.in_process:
+            return self._origin or "http://demo.local"
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
+
+    @property
+    def app(self) -> Any:
+        """The Starlette app this provider serves (an ASGI app: for ``starlette.testclient.TestClient``
+        or ``httpx.ASGITransport``, to send it requests in this process without the network)."""
+        if self._app is None:
+            from playbook.demo.app import build_app
+
+            self._app = build_app(state=self._state, restart=None if self.in_process else self._go_down)
+        return self._app
 
     @property
     def settings(self) -> DemoSettings:
@@ -144,6 +174,8 @@ class DemoServer:
 
     @property
     def running(self) -> bool:
+        if self.in_process:
+            return self._origin is not None and not self._stopped
         return self._thread is not None and self._thread.is_alive() and not self._stopped
 
     def stats(self) -> dict[str, Any]:
@@ -168,6 +200,11 @@ class DemoServer:
         windows start afresh, as a restarted process's memory does.
         """
         down = down_seconds(down)
+        if self.in_process:
+            raise RuntimeError(
+                f"the demo provider on {self.url} is served in this process, with no port to close: "
+                "serve it on loopback (in_process=False) to restart it"
+            )
         loop = self._loop
         if loop is None or not self.running:
             raise RuntimeError(f"the demo provider on {self.url} is not running")
@@ -215,10 +252,8 @@ class DemoServer:
         import uvicorn
 
         if self._config is None:
-            from playbook.demo.app import build_app
-
             self._config = uvicorn.Config(
-                build_app(state=self._state, restart=self._go_down),
+                self.app,
                 log_level="warning",
                 log_config=None,  # never reconfigure the host process's logging (notebooks)
                 access_log=False,
@@ -230,6 +265,12 @@ class DemoServer:
         return uvicorn.Server(self._config)
 
     def _start(self) -> None:
+        if self.in_process:
+            from playbook.demo.in_process import claim_origin
+
+            self.port = None
+            self._origin = claim_origin(self.app)
+            return
         sock = self._listen(self.port)
         self.port = sock.getsockname()[1]
         self._server = self._uvicorn()
@@ -278,6 +319,13 @@ class DemoServer:
 
     def stop(self) -> None:
         """Stop serving and join the thread. Safe to call more than once."""
+        if self.in_process:
+            if self._origin is not None and not self._stopped:
+                from playbook.demo.in_process import release_origin
+
+                release_origin(self._origin)  # its name may go to a demo served later
+            self._stopped = True
+            return
         self._stopped = True
         thread, server = self._thread, self._server
         if thread is None or server is None:

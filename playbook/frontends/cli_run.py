@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from playbook._internal.argtypes import whole
+from playbook._internal.renamed import RenamedWarning
 from playbook.errors import PlaybookError, PlayDefinitionError, ReceiptError
 from playbook.frontends.chunks import CHUNK, Parts, Totals, read_chunks
 from playbook.frontends.cli_load import load, target
@@ -121,6 +122,15 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """``python -m playbook run``: the play's old spellings (``ctx.call``, ``force=``...) are said on
+    stderr, once each (:class:`RenamedWarning`): a play's module is not ``__main__``, where Python
+    would hide them, and a scheduled job is where nobody would otherwise learn of them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", RenamedWarning)
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     """Run the command; returns the exit status.  With ``--json``, whatever the play prints goes
     to stderr, so stdout holds the report alone."""
     report: dict[str, Any] = {
@@ -128,7 +138,7 @@ def main(args: argparse.Namespace) -> int:
         "output": None,
         "error": None,
         "stats": None,
-        "holds": [],
+        "waiting_on": [],
         "errors": [],
         "parked": {"by_reason": {}, "rows": []},
     }

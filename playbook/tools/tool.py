@@ -11,10 +11,10 @@ transport out of the user's way.
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
+from playbook._internal.renamed import asked_by_user, deprecated, renamed
 from playbook.errors import PlayDefinitionError
 from playbook.plays.play import Play
 from playbook.providers.provider import Provider
@@ -40,6 +40,11 @@ class Tool(Generic[R]):
     def __init__(self, engine: Engine) -> None:
         """A tool over ``engine``: what :func:`tool`, ``http_tool`` and ``llm_tool`` make, and how a
         new kind of tool (an engine of its own, see :mod:`.protocol`) is held."""
+        if not isinstance(engine, Engine):
+            raise PlayDefinitionError(
+                f"pb.Tool wraps a tool's engine, not {type(engine).__name__} {engine!r}: make a tool with "
+                "@pb.tool (a Python function), pb.http_tool or pb.llm_tool"
+            )
         self._engine = engine
 
     @property
@@ -73,13 +78,21 @@ class Tool(Generic[R]):
     if not TYPE_CHECKING:  # a type checker sees no fallback: a misspelt name stays an error there
 
         def __getattr__(self, name: str) -> Any:
-            if name == "params":
-                warnings.warn(
-                    "tool.params is deprecated and will be removed in the next release: use tool.inputs",
-                    DeprecationWarning,
-                    stacklevel=2,
+            shown = getattr(type(self), name, None)
+            if isinstance(shown, property):  # it raised AttributeError itself: say its own error
+                return shown.__get__(self)
+            if name.startswith("_") or not asked_by_user():
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            new, engine = _RENAMED.get(name), self._engine
+            if new is not None:
+                renamed(f"tool.{name}", new)
+                return self.inputs if name == "params" else engine.address
+            if hasattr(engine, name):  # what a tool showed before its engine was its own
+                deprecated(
+                    f"tool.{name} is no longer part of what a tool shows and goes in the next release "
+                    f"(a tool shows {', '.join(_SHOWN)})"
                 )
-                return self.inputs
+                return getattr(engine, name)
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -113,6 +126,10 @@ class Tool(Generic[R]):
         via = f", provider={engine.provider.name!r}" if engine.provider is not None else ""
         version = f" v{engine.version}" if engine.version is not None else f" {engine.identity}"
         return f"<Tool {engine.name!r}{version}({', '.join(engine.inputs)}){via}>"
+
+
+_RENAMED = {"params": "tool.inputs", "key": "its receipt address (no longer a tool's to show)"}
+_SHOWN = ("name", "version", "inputs", "provider", "cost", "fingerprint", "calling it")
 
 
 def engine_of(tool: Tool[Any]) -> ToolEngine:

@@ -12,12 +12,16 @@
   half the process's open-file limit: calls beyond that wait for a free connection in the pool.
   ``concurrency=10_000`` then means 10,000 rows under way, not 10,000 sockets (with
   ``ulimit -n 256``, most of those would fail with "Too many open files").
+- **Apps served in this process.** :func:`mount` sends a run's calls to one origin through a
+  transport of its own instead of the network: the demo provider's ``serve(in_process=True)``
+  mounts its ASGI app there, so a run reaches it without a socket (as httpx's ``mounts=``).
 """
 
 from __future__ import annotations
 
 import inspect
 import os
+import threading
 import urllib.request
 import warnings
 from urllib.parse import urlsplit
@@ -28,13 +32,42 @@ __all__ = [
     "PER_HOST",
     "connection_budget",
     "default_client",
+    "mount",
     "open_file_limit",
     "proxy_for",
+    "unmount",
     "warn_past_file_limit",
 ]
 
 PER_HOST = 100  # connections to one host: more rarely goes faster, and servers count them too
 _KEEPALIVE = 5.0  # seconds an idle connection is kept (httpx's default)
+# Origins ("http://demo.local") whose calls go through a transport of their own, not the network.
+_mounted: dict[str, httpx.AsyncBaseTransport] = {}
+_mounted_lock = threading.Lock()
+
+
+def mount(origin: str, transport: httpx.AsyncBaseTransport) -> None:
+    """Send the calls of every run this process starts from now on to ``origin`` (a scheme and
+    a host, e.g. ``http://demo.local``) through ``transport``, until :func:`unmount`.  A tool
+    given a ``client=`` of its own sends through that client instead."""
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query:
+        raise ValueError(f"mount() takes an origin such as 'http://demo.local', not {origin!r}")
+    with _mounted_lock:
+        if origin in _mounted:
+            raise ValueError(f"{origin} is mounted already: unmount() it first")
+        _mounted[origin] = transport
+
+
+def unmount(origin: str) -> None:
+    """Calls to ``origin`` go to the network again (nothing happens if it was not mounted)."""
+    with _mounted_lock:
+        _mounted.pop(origin, None)
+
+
+def _mounts() -> dict[str, httpx.AsyncBaseTransport | None]:
+    with _mounted_lock:
+        return dict(_mounted)
 
 
 def open_file_limit() -> int | None:
@@ -88,19 +121,20 @@ def default_client() -> httpx.AsyncClient:
     limits = httpx.Limits(
         max_connections=per_host, max_keepalive_connections=per_host, keepalive_expiry=_KEEPALIVE
     )
+    mounts = _mounts()  # taken now: a mount made later reaches the runs started after it
     try:
         import aiohttp
         from httpx_aiohttp import AiohttpTransport, HttpxAiohttpClient
     except ImportError:  # the plain httpx pool works, only slower at high concurrency
-        return httpx.AsyncClient(limits=limits)
+        return httpx.AsyncClient(limits=limits, mounts=mounts)
     proxies = _configured_proxies()
     if proxies:
         if not all(_speaks_http(proxy) for proxy in proxies):
             # aiohttp cannot reach a socks proxy; httpx's own transport can
-            return httpx.AsyncClient(limits=limits)
+            return httpx.AsyncClient(limits=limits, mounts=mounts)
         # httpx reads the proxy variables and mounts a transport per proxy, as for plain httpx;
         # this client makes those transports aiohttp's.  Each pool holds `per_host` connections.
-        return HttpxAiohttpClient(limits=limits)
+        return HttpxAiohttpClient(limits=limits, mounts=mounts)
     certificates = httpx.create_ssl_context()  # SSL_CERT_FILE / SSL_CERT_DIR, as httpx reads them
 
     def session() -> aiohttp.ClientSession:
@@ -112,7 +146,9 @@ def default_client() -> httpx.AsyncClient:
         )
         return aiohttp.ClientSession(connector=connector)
 
-    return httpx.AsyncClient(transport=AiohttpTransport(verify=certificates, limits=limits, client=session))
+    return httpx.AsyncClient(
+        transport=AiohttpTransport(verify=certificates, limits=limits, client=session), mounts=mounts
+    )
 
 
 def _configured_proxies() -> list[str]:
@@ -130,6 +166,8 @@ def proxy_for(url: str) -> tuple[str, str] | None:
     found = urllib.request.getproxies()
     name = parts.scheme if parts.scheme in found else "all"
     proxy = found.get(name)
+    if f"{parts.scheme}://{parts.netloc}" in _mounts():  # served in this process: no proxy between
+        return None
     if not proxy or not _configured_proxies() or urllib.request.proxy_bypass(parts.hostname or ""):
         return None
     shown = urlsplit(proxy if "://" in proxy else "http://" + proxy)
