@@ -140,6 +140,37 @@ def test_waterfall_and_step_take_name_for_key(store: pb.ReceiptStore) -> None:
     assert out[["w", "s"]].values.tolist() == [[8, 7]]
 
 
+@pytest.mark.parametrize("spelled", ["keyword", "position"])
+def test_a_renamed_keyword_and_its_new_name_at_once_is_a_type_error(
+    store: pb.ReceiptStore, spelled: str
+) -> None:
+    """``key=`` with ``name`` (by keyword or by position) on ``ctx.waterfall``/``ctx.step``, and
+    ``force=`` with ``refresh=`` on ``ctx.tool``/``ctx.leg``, is a TypeError naming both."""
+    raised: list[str] = []
+
+    @pb.play
+    async def both(row, ctx):  # type: ignore[no-untyped-def]
+        legs = [ctx.leg(double, n=row.n)]
+        calls = [
+            lambda: ctx.waterfall(name="w", legs=legs, key="w"),
+            lambda: ctx.step(name="s", fn=lambda: 1, key="s"),
+            lambda: ctx.tool(double, n=row.n, force=True, refresh=False),
+            lambda: ctx.leg(double, n=row.n, force=False, refresh=True),
+        ]
+        if spelled == "position":
+            calls[:2] = [lambda: ctx.waterfall("w", legs, key="w"), lambda: ctx.step("s", lambda: 1, key="s")]
+        for call in calls:
+            with pytest.raises(TypeError) as caught:
+                call()
+            raised.append(str(caught.value))
+        return {"ok": 1}
+
+    pd.DataFrame({"n": [1]}).play.map(both, store=store, progress=False, on_error="raise")
+    assert len(raised) == 4
+    assert all("key=" in m and "name=" in m for m in raised[:2]), raised
+    assert all("force=" in m and "refresh=" in m and "pass only refresh=" in m for m in raised[2:]), raised
+
+
 def test_provider_hold_and_run_holds_are_provider_wait_and_waiting_on(store: pb.ReceiptStore) -> None:
     """``pb.ProviderHold`` and ``run.holds`` still answer, naming ``pb.ProviderWait`` and ``Run.waiting_on``."""
     with pytest.warns(DeprecationWarning) as caught:
@@ -152,14 +183,19 @@ def test_provider_hold_and_run_holds_are_provider_wait_and_waiting_on(store: pb.
 
 
 def test_store_stats_path_is_location(store: pb.ReceiptStore) -> None:
-    """``store.stats()["path"]`` still reads, naming ``["location"]``; the old key is not listed."""
+    """``store.stats()["path"]``, ``.get("path")`` and ``"path" in`` still answer as before, naming
+    ``location``; the old key is not listed."""
     stats = store.stats()
-    assert "path" not in stats and stats["location"] == store.location
+    assert "path" not in list(stats) and stats["location"] == store.location
     with pytest.warns(DeprecationWarning) as caught:
-        assert stats["path"] == store.location
+        assert stats["path"] == stats.get("path") == store.location  # type: ignore[typeddict-item]
     _said(caught, "ReceiptStore.stats()['location']")
+    with pytest.warns(DeprecationWarning) as caught:
+        assert "path" in stats
+    _said(caught, "'location' in ReceiptStore.stats()")
     with pytest.raises(KeyError):
-        stats["nothing"]
+        stats["nothing"]  # type: ignore[typeddict-item]
+    assert stats.get("nothing") is None and "nothing" not in stats
 
 
 def test_a_receipts_key_is_its_address(store: pb.ReceiptStore) -> None:

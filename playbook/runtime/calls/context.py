@@ -48,6 +48,23 @@ __all__ = ["Context", "Leg", "ledger"]
 _logger = logging.getLogger("playbook")
 
 
+class _Unsaid:
+    """``refresh=`` not given: false as ``False`` is (the call path only asks ``refresh or ...``),
+    and shown as ``False`` in the signature, yet told apart from ``refresh=False`` when ``force=``,
+    its old spelling, is given, at no cost to the calls that do not give it."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "False"
+
+
+_UNSAID: Any = _Unsaid()
+
+
 def ledger(ctx: Context) -> RowLedger:
     """What the runtime keeps behind ``ctx``."""
     return ctx._ledger
@@ -103,7 +120,7 @@ class Context:
         input: Any = NO_INPUT,
         /,
         *,
-        refresh: bool = False,
+        refresh: bool = _UNSAID,
         ttl: float | None = None,
         on_exhausted: str = "park",
         **kwargs: Any,
@@ -183,7 +200,7 @@ class Context:
         input: Any = NO_INPUT,
         /,
         *,
-        refresh: bool = False,
+        refresh: bool = _UNSAID,
         ttl: float | None = None,
         **kwargs: Any,
     ) -> Leg:
@@ -371,9 +388,12 @@ class Context:
 
 
 def _old_force(refresh: bool, kwargs: dict[str, Any], where: str) -> bool:
-    """``force=``, the old spelling of ``refresh=``, taken out of the tool's inputs (warning)."""
+    """``force=``, the old spelling of ``refresh=``, taken out of the tool's inputs (warning); both
+    at once is a ``TypeError``, as for every renamed keyword."""
+    if refresh is not _UNSAID:
+        raise TypeError(f"{where}: force= and refresh= are one argument: pass only refresh=")
     renamed(f"{where}(..., force=)", f"{where}(..., refresh=)")
-    return bool(refresh or kwargs.pop("force"))
+    return bool(kwargs.pop("force"))
 
 
 class Leg:
