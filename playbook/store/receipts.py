@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from playbook._internal.renamed import renamed
+from playbook._internal.renamed import deprecated, renamed
 from playbook.store.engine import StoreEngine
 from playbook.store.health import GRACE_S
 from playbook.tools.protocol import NO_INPUT
@@ -118,7 +118,7 @@ class ReceiptStore:
         """Deprecated: use :meth:`receipts`.  Every receipt (or one tool's) as ``(address,
         record)``, oldest first, values in stored form; ``record`` is ``None`` for one that
         cannot be read."""
-        renamed("ReceiptStore.records()", "ReceiptStore.receipts()")
+        deprecated(_RECORDS_GONE)
         return self._engine.records(tool)
 
     def stats(self) -> StoreStats:
@@ -151,6 +151,14 @@ class ReceiptStore:
     def close(self) -> None:
         """Write what is still queued, and close the connection or file."""
         self._engine.close()
+
+
+# records() yielded pairs and receipts() is a frame: the message says the loop to write instead.
+_RECORDS_GONE = (
+    "ReceiptStore.records() is deprecated and goes in the next release; use ReceiptStore.receipts(), "
+    "a DataFrame with one row per receipt (columns address, tool, input, output, miss, cost, ...): "
+    "for r in store.receipts().itertuples(): r.address, r.output"
+)
 
 
 def engine(store: ReceiptStore) -> StoreEngine:
