@@ -221,9 +221,9 @@ def test_awkward_tool_inputs_key_receipts_stably(store: pb.ReceiptStore) -> None
     for name, value in AWKWARD.items():
         assert same(first.result.loc[name, "e"], value), name
 
-    resumed = frame.play.run(play, store=store, progress=False)  # same row keys: every row memo hits
+    resumed = frame.play.run(play, store=store, progress=False)  # same row ids: every row memo hits
     assert resumed.result["play_status"].tolist() == ["reused"] * len(AWKWARD)
-    replayed = frame.play.run(play, store=store, progress=False, refresh="rows")  # same receipt keys
+    replayed = frame.play.run(play, store=store, progress=False, refresh="rows")  # same addresses
     assert (replayed.stats.calls_local, replayed.stats.calls_reused) == (0, ran)
     assert len(calls) == ran
     for name, value in AWKWARD.items():
@@ -336,7 +336,10 @@ def test_non_serialisable_tool_input_fails_the_row_before_paying(bad: object, st
     run = frame.play.run(play, store=store, progress=False)
     assert run.result["play_status"].tolist() == ["ok", "failed", "ok"]
     message = run.result.loc["r1", "play_error"]
-    assert message.startswith("ToolError: tool 'echo': input value=") and "receipt key" in message
+    assert (
+        message.startswith("ToolError: tool 'echo': input value=")
+        and "cannot be part of an address" in message
+    )
     assert bad not in calls  # refused before the tool ran
     again = frame.play.run(play, store=store, progress=False, refresh="rows")
     assert again.stats.calls_local == 0  # 'other' for r1 was kept

@@ -62,9 +62,7 @@ class RowLedger:
         # refused: a row that fails counts all it paid in ``cost_failed``, one that succeeds the refused part.
         self.paid = self.refused = 0.0
         self.tools: dict[str, str] = {}  # name -> fingerprint of every tool the row called
-        self.receipts: list[
-            str
-        ] = []  # the receipt keys it looked up: a remote store reads them ahead next time
+        self.receipts: list[str] = []  # the addresses it looked up: a remote store reads them ahead next time
         self.made: list[tuple[Coroutine[Any, Any, Any], str, int]] | None = None
 
     def __repr__(self) -> str:
