@@ -13,7 +13,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -157,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", parents=[common, tool], help="receipts as JSON Lines")
     export.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     export.set_defaults(run=_export)
+    sub.choices = _Unlisted(sub.choices, {"reset"})  # once all are added: it is a copy
     return parser
 
 
@@ -168,10 +169,25 @@ def _add_accept_loss(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     accept.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     accept.set_defaults(run=_accept_loss)
-    # The old spelling, for one release: not listed, says its new name when used.
-    reset = sub.add_parser("reset", parents=[common])
+    # The old spelling, for one release: not listed (nor among the choices an invalid one is told),
+    # says its new name in its help and when used.
+    reset = sub.add_parser(
+        "reset", parents=[common], description="deprecated: use cache accept-loss (it does the same)"
+    )
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     reset.set_defaults(run=_reset)
+
+
+class _Unlisted(dict[str, Any]):
+    """A subcommand's choices that still take the ``unlisted`` ones (``in``) but do not list them:
+    argparse lists choices by iterating them (an invalid choice's message, the usage)."""
+
+    def __init__(self, choices: dict[str, Any], unlisted: set[str]) -> None:
+        super().__init__(choices)
+        self._unlisted = unlisted
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in super().__iter__() if name not in self._unlisted)
 
 
 # -- commands ----------------------------------------------------------------------------
