@@ -12,7 +12,7 @@ import inspect
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar
 
@@ -23,6 +23,7 @@ __all__ = [
     "callers_frame",
     "deprecated",
     "keyword_renamed",
+    "old_attribute",
     "renamed",
 ]
 
@@ -68,6 +69,18 @@ def asked_by_user(depth: int = 2) -> bool:
 
 def _ours(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PACKAGE) or any(part in filename for part in _PASSING)
+
+
+def old_attribute(owner: object, name: str, old: Mapping[str, Callable[[Any], Any]]) -> Any:
+    """What a class's ``__getattr__`` answers for ``name``: a deprecated attribute, served from
+    there so that ``dir()`` (and tab completion) leaves it out while it still works,
+    ``old[name](owner)``, which warns; any other name is Python's AttributeError."""
+    answer = old.get(name)
+    if answer is None:
+        raise AttributeError(
+            f"{type(owner).__name__!r} object has no attribute {name!r}", name=name, obj=owner
+        )
+    return answer(owner)
 
 
 def keyword_renamed(old: str, new: str, where: str) -> Callable[[Callable[P, R]], Callable[P, R]]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from playbook._internal.flow import Sleeping, Suspend
-from playbook._internal.renamed import keyword_renamed, renamed
+from playbook._internal.renamed import keyword_renamed, old_attribute, renamed
 from playbook.addresses import step_address, step_name
 from playbook.errors import (
     PlaybookError,
@@ -86,12 +86,6 @@ class Context:
         return self._ledger.row_id
 
     @property
-    def row_key(self) -> str:
-        """Deprecated: use :attr:`row_id`."""
-        renamed("ctx.row_key", "ctx.row_id")
-        return self._ledger.row_id
-
-    @property
     def run_id(self) -> str:
         """The run this row attempt belongs to."""
         return self._ledger.scope.run_id
@@ -100,6 +94,9 @@ class Context:
     def attempt(self) -> int:
         """How many times this row has started in this run before (0 the first time)."""
         return self._ledger.attempt
+
+    def __getattr__(self, name: str) -> Any:
+        return old_attribute(self, name, _OLD)
 
     def __repr__(self) -> str:
         book = self._ledger
@@ -213,11 +210,6 @@ class Context:
         if "force" in kwargs:
             refresh = _old_force(refresh, kwargs, "ctx.leg")
         return Leg(tool, input, refresh, ttl, kwargs)
-
-    def call(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Leg:
-        """Deprecated: use :meth:`leg` (it builds a waterfall leg; it calls nothing)."""
-        renamed("ctx.call()", "ctx.leg()")
-        return self.leg(tool, input, **kwargs)
 
     @keyword_renamed("key", "name", "ctx.waterfall")
     def waterfall(
@@ -394,6 +386,20 @@ def _old_force(refresh: bool, kwargs: dict[str, Any], where: str) -> bool:
         raise TypeError(f"{where}: force= and refresh= are one argument: pass only refresh=")
     renamed(f"{where}(..., force=)", f"{where}(..., refresh=)")
     return bool(kwargs.pop("force"))
+
+
+def _row_key(ctx: Context) -> str:
+    renamed("ctx.row_key", "ctx.row_id")
+    return ctx.row_id
+
+
+def _call(ctx: Context) -> Callable[..., Leg]:
+    renamed("ctx.call()", "ctx.leg()")  # it builds a waterfall leg; it calls nothing
+    return ctx.leg
+
+
+# Deprecated names, served by __getattr__: they work (warning) and dir(ctx) leaves them out.
+_OLD: dict[str, Callable[[Any], Any]] = {"row_key": _row_key, "call": _call}
 
 
 class Leg:
