@@ -36,11 +36,11 @@ class Receipt(BaseModel):
     cost: float
     created_at: float
 
-    @property
-    def key(self) -> str:
-        """Deprecated: use :attr:`address` ("key" is an API key's word)."""
-        renamed("Receipt.key", "Receipt.address")
-        return self.address
+    def __getattr__(self, name: str) -> Any:
+        if name == "key":  # deprecated ("key" is an API key's word); not in dir(), still read
+            renamed("Receipt.key", "Receipt.address")
+            return self.address
+        return super().__getattr__(name)  # type: ignore[misc]
 
 
 class RunStats(BaseModel):
@@ -70,11 +70,11 @@ class RunStats(BaseModel):
     elapsed: float = 0.0
     receipts_lost: int = 0  # paid calls whose receipts could not be written (the store failed)
 
-    @property
-    def held(self) -> int:
-        """Deprecated: use :attr:`waiting` ("hold" is a provider's; rows wait)."""
-        renamed("RunStats.held", "RunStats.waiting")
-        return self.waiting
+    def __getattr__(self, name: str) -> Any:
+        if name == "held":  # deprecated ("hold" is a provider's; rows wait); not in dir(), still read
+            renamed("RunStats.held", "RunStats.waiting")
+            return self.waiting
+        return super().__getattr__(name)  # type: ignore[misc]
 
     @property
     def done(self) -> int:

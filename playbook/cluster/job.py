@@ -19,14 +19,14 @@ import asyncio
 import contextlib
 import copy
 import uuid
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from playbook._internal.chain import Chain
 from playbook._internal.loop import check_blocking, finished, run_sync, schedule
-from playbook._internal.renamed import renamed
+from playbook._internal.renamed import old_attribute, renamed
 from playbook.cluster.results import conform, profile, statuses, unify
 from playbook.cluster.state import ClusterState
 from playbook.cluster.wire import Channel, plain_hops
@@ -147,11 +147,8 @@ class ClusterRun:
     def waiting_on(self) -> list[ProviderWait]:
         return self.state.holds()
 
-    @property
-    def holds(self) -> list[ProviderWait]:
-        """Deprecated: use :attr:`waiting_on`."""
-        renamed("ClusterRun.holds", "ClusterRun.waiting_on")
-        return self.state.holds()
+    def __getattr__(self, name: str) -> Any:
+        return old_attribute(self, name, _OLD)
 
     @property
     def notices(self) -> list[str]:
@@ -438,3 +435,12 @@ def _remember(url: str) -> None:
         store = StoreEngine(url)
         store.remember()
         store.close()
+
+
+def _holds(run: ClusterRun) -> list[ProviderWait]:
+    renamed("ClusterRun.holds", "ClusterRun.waiting_on")  # a down provider is not a hold
+    return run.waiting_on
+
+
+# Deprecated names, served by __getattr__: they work (warning) and dir(run) leaves them out.
+_OLD: dict[str, Callable[[Any], Any]] = {"holds": _holds}

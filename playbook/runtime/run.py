@@ -14,7 +14,7 @@ import pandas as pd
 
 from playbook._internal.chain import Chain
 from playbook._internal.loop import check_blocking, finished, run_sync, schedule
-from playbook._internal.renamed import renamed
+from playbook._internal.renamed import old_attribute, renamed
 from playbook.errors import PlayDefinitionError
 from playbook.plays.play import Play
 from playbook.records import ProviderWait, RunStats
@@ -158,11 +158,8 @@ class Run:
         next probe, ``error`` why); how many rows wait (waiting now, or parked), last status."""
         return self.state.holds()
 
-    @property
-    def holds(self) -> list[ProviderWait]:
-        """Deprecated: use :attr:`waiting_on` (a down provider is not a hold)."""
-        renamed("Run.holds", "Run.waiting_on")
-        return self.state.holds()
+    def __getattr__(self, name: str) -> Any:
+        return old_attribute(self, name, _OLD)
 
     @property
     def notices(self) -> list[str]:
@@ -279,3 +276,12 @@ def begin_background(run: Run) -> Run:
     """Schedule the run's execution on the running loop and return at once."""
     run._task = schedule(execute(run))
     return run
+
+
+def _holds(run: Run) -> list[ProviderWait]:
+    renamed("Run.holds", "Run.waiting_on")  # a down provider is not a hold
+    return run.waiting_on
+
+
+# Deprecated names, served by __getattr__: they work (warning) and dir(run) leaves them out.
+_OLD: dict[str, Callable[[Any], Any]] = {"holds": _holds}

@@ -180,7 +180,7 @@ class Database:
             con = connect(self.file)
             con.execute("PRAGMA journal_mode = WAL")
             # The log is copied into the file (a checkpoint) every 64 MB, not every 4 MB.  A
-            # receipt's key falls anywhere in the key index, so every commit rewrites pages all
+            # receipt's address falls anywhere in the key index, so every commit rewrites pages all
             # over it: a longer log copies each page once for many commits (a first run of a
             # million rows 13% faster).  The log file is cut back to 64 MB after a checkpoint.
             con.execute(f"PRAGMA wal_autocheckpoint = {_CHECKPOINT_PAGES}")

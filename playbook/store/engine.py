@@ -129,7 +129,7 @@ class StoreEngine:
         # Where a cluster job counts the paid calls of the partition running on this store:
         # (Redis hash, field), or None.  Counted with their receipts (protocol.Tally).
         self.tally: tuple[str, str] | None = None
-        self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
+        self.inflight: dict[str, asyncio.Future[None]] = {}  # address -> call being paid for now
         self._io = StoreIO(remote=self._backend.remote)
         self._lookup = self._backend.lookup
         self._asks: list[tuple[str, float | None, asyncio.Future[Hit | Missing]]] = []

@@ -142,7 +142,7 @@ class Backend(Protocol):
     # -- what a row looked up last time (a remote store reads those receipts ahead) ---------------
 
     def hints(self, play: str, rows: Sequence[str]) -> dict[str, list[str]]:
-        """The receipt keys each row of ``play`` (by row key) used when it last finished."""
+        """The addresses each row of ``play`` (by row id) used when it last finished."""
         ...
 
     def write_hints(self, hints: Sequence[tuple[str, str, str]]) -> None:

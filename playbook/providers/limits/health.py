@@ -26,7 +26,7 @@ class Standing:
     its own failure (one input the provider always refuses, a path that always answers 503), not
     the provider's: from then on its tries, failed or not, are no evidence about the provider.
     It keeps that word when it moves to another key of a pool (the request is the same), and
-    its provider's health remembers it by ``request`` (the request's identity, its receipt key):
+    its provider's health remembers it by ``request`` (the request's identity, its address):
     a later call of the same request (a ``run.retry()``, a rerun in this process) fails on its
     own from its first failure, until it goes through.
 
@@ -38,7 +38,7 @@ class Standing:
 
     def __init__(self, request: str | None = None) -> None:
         self.own = False
-        self.request = request  # the request's identity (its receipt key); None: none to remember it by
+        self.request = request  # the request's identity (its address); None: none to remember it by
         self.host = False  # it failed at a host its row chose: nothing it does is the provider's
         self.behind = False  # its next try waits for the rows not started yet
         self._health: Health | None = None  # whose clock _failed_t is on

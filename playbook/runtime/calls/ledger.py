@@ -62,7 +62,7 @@ class RowLedger:
         # refused: a row that fails counts all it paid in ``cost_failed``, one that succeeds the refused part.
         self.paid = self.refused = 0.0
         self.tools: dict[str, str] = {}  # name -> fingerprint of every tool the row called
-        # the receipt keys it looked up: a remote store reads them ahead next time
+        # the addresses it looked up: a remote store reads them ahead next time
         self.receipts: list[str] = []
         self.made: list[tuple[Coroutine[Any, Any, Any], str, int]] | None = None
 

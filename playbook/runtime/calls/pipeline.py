@@ -1,6 +1,6 @@
 """What ``await ctx.tool(...)`` does, as a pipeline of small steps::
 
-    key      the receipt key of the call (its input in key form; a forgotten await caught here)
+    key      the address of the call (its input in key form; a forgotten await caught here)
     lookup   a receipt answers (or the same call, in flight for another row, is waited for);
              a tool whose recent calls had none is looked up once its lease is held, not before
     lease    this process takes the call; or, while rows not started yet wait, the row steps
@@ -123,7 +123,7 @@ async def call_tool(
 
 def _replayed(ctx: Caller, tool: ToolEngine, values: Any) -> tuple[Any, bool]:
     """A call answered by the run's fixtures in their own store, where the file is the receipts
-    too: no receipt key, store, lease or provider; one dictionary lookup."""
+    too: no address, store, lease or provider; one dictionary lookup."""
     replay = ctx.scope.replay
     assert replay is not None
     answer, miss, reused = replay.answer(tool, _key(ctx, tool, values, key_text))
@@ -136,7 +136,7 @@ def _replayed(ctx: Caller, tool: ToolEngine, values: Any) -> tuple[Any, bool]:
 
 
 def _key(ctx: Caller, tool: ToolEngine, values: Any, form: Callable[[Any], str] | None = None) -> str:
-    """The call's receipt key (or, with ``form``, its input in that form)."""
+    """The call's address (or, with ``form``, its input in that form)."""
     try:
         return tool.address(values) if form is None else form(values)
     except Unencodable as exc:

@@ -142,7 +142,7 @@ class Tickets:
         return found
 
     def get(self, call_id: str, tool: ToolEngine, pos: int, request: str | None = None) -> Ticket:
-        """``request``: the call's receipt key, by which its provider knows a request that failed on
+        """``request``: the call's address, by which its provider knows a request that failed on
         its own."""
         found = self._tickets.get(call_id)
         if found is None:

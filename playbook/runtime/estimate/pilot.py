@@ -66,7 +66,7 @@ class PilotLog:
         return line
 
     def called(self, position: int, tool: ToolEngine, occurrence: tuple[str, int], call: Called) -> None:
-        """Row ``position`` calls ``tool`` with these inputs; ``occurrence``: the row's key (a
+        """Row ``position`` calls ``tool`` with these inputs; ``occurrence``: the row's id (a
         sub-play's, for its calls) and the call's place among its calls of the tool (a row
         replayed after stepping aside calls it again: the same call)."""
         self.tools.setdefault(tool.name, tool)

@@ -80,7 +80,7 @@ def remember(
     store: StoreEngine, play: Play, table: RowTable, pos: int, output: dict[str, Any], stored: Any, used: Used
 ) -> None:
     """Write the row's memo: its output (``stored``: its stored form), and ``used``: its calls,
-    what they cost, the tools it called (name -> fingerprint), the receipt keys it looked up and
+    what they cost, the tools it called (name -> fingerprint), the addresses it looked up and
     its calls of free local tools."""
     key = table.key(pos)
     mk = memo_address(play.fingerprint, key)  # type: ignore[arg-type]  # a row that ran has a key

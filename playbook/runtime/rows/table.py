@@ -118,7 +118,7 @@ class RowTable:
         self.running: set[int] = set()  # on a worker now
         self.budgets: dict[int, dict[str, WaitBudget]] = {}  # provider -> wait left, until the row settles
         self.copies: dict[int, list[int]] = {}  # a lead: later rows with the same key
-        self.copy: set[int] = set()  # later rows with an earlier row's key: they never run themselves
+        self.copy: set[int] = set()  # later rows with an earlier row's id: they never run themselves
 
     def __len__(self) -> int:
         return self._size
