@@ -95,8 +95,8 @@ def step_name(kind: str, key: str) -> str:
 
 
 def refreshed_address(receipt: str, run: str, logical: str) -> str:
-    """The idempotency key of a call paid for again (``refresh``): new per run and per logical call, so the provider
-    does not answer it from its own cache of the first one."""
+    """The idempotency key of a call paid for again (``refresh``): new per run and per logical call,
+    so the provider does not answer it from its own cache of the first one."""
     return digest(f"{receipt}\x1f{run}\x1f{logical}")
 
 
@@ -190,7 +190,8 @@ def key_text(value: Any) -> str:
 
 
 def _plain(value: Any) -> bool:
-    """True when ``value`` is already its own key form: str/int/bool/None, lists and str-keyed dicts of them."""
+    """True when ``value`` is already its own key form: str/int/bool/None, lists and str-keyed dicts
+    of them."""
     kind = type(value)
     if kind in SCALARS:
         return True
@@ -365,9 +366,8 @@ def _code_text(fn: Any) -> str:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError, IndentationError):
-        return (
-            compiled  # no source (exec'd code, a builtin): the compiled code, which changes with every edit
-        )
+        # no source (exec'd code, a builtin): the compiled code, which changes with every edit
+        return compiled
     node = tree.body[0] if tree.body else tree
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         # A lambda: its source is the whole line, which may hold others; the code tells them apart.

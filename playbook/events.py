@@ -91,7 +91,8 @@ class RowFinished(NamedTuple):
 
 
 class RowHeld(NamedTuple):
-    """A row stepped aside: it waits for ``provider`` (``"sleep"`` in ``ctx.sleep``) until ``until`` (epoch seconds)."""
+    """A row stepped aside: it waits for ``provider`` (``"sleep"`` in ``ctx.sleep``) until ``until``
+    (epoch seconds)."""
 
     position: int
     provider: str

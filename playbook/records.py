@@ -36,11 +36,11 @@ class Receipt(BaseModel):
     cost: float
     created_at: float
 
-    @property
-    def key(self) -> str:
-        """Deprecated: use :attr:`address` ("key" is an API key's word)."""
-        renamed("Receipt.key", "Receipt.address")
-        return self.address
+    def __getattr__(self, name: str) -> Any:
+        if name == "key":  # deprecated ("key" is an API key's word); not in dir(), still read
+            renamed("Receipt.key", "Receipt.address")
+            return self.address
+        return super().__getattr__(name)  # type: ignore[misc]
 
 
 class RunStats(BaseModel):
@@ -54,30 +54,27 @@ class RunStats(BaseModel):
     failed: int = 0
     parked: int = 0
     skipped: int = 0
-    waiting: int = (
-        0  # rows stepped aside now: waiting for a provider (its hold, or while it is down) or in ctx.sleep
-    )
+    # rows stepped aside now: waiting for a provider (its hold, or while it is down) or in ctx.sleep
+    waiting: int = 0
     calls_executed: int = 0  # calls paid for: sent to a provider, or with a cost
     calls_reused: int = 0  # calls answered by receipts of earlier runs
     calls_shared: int = 0  # identical calls answered by a receipt this run paid for (another row's)
     calls_failed: int = 0  # requests sent that brought back nothing to keep (5xx, timeouts, 429s)
     calls_local: int = 0  # calls of free local tools (no provider, no cost) that ran
-    tokens: int = (
-        0  # what the paid calls' answers counted (an LLM's usage; a tool that counts none adds nothing)
-    )
+    # what the paid calls' answers counted (an LLM's usage; a tool that counts none adds nothing)
+    tokens: int = 0
     cost_spent: float = 0.0
     cost_saved: float = 0.0
-    cost_failed: float = (
-        0.0  # of cost_spent: paid for calls of rows that failed, or for answers validation refused
-    )
+    # of cost_spent: paid for calls of rows that failed, or for answers validation refused
+    cost_failed: float = 0.0
     elapsed: float = 0.0
     receipts_lost: int = 0  # paid calls whose receipts could not be written (the store failed)
 
-    @property
-    def held(self) -> int:
-        """Deprecated: use :attr:`waiting` ("hold" is a provider's; rows wait)."""
-        renamed("RunStats.held", "RunStats.waiting")
-        return self.waiting
+    def __getattr__(self, name: str) -> Any:
+        if name == "held":  # deprecated ("hold" is a provider's; rows wait); not in dir(), still read
+            renamed("RunStats.held", "RunStats.waiting")
+            return self.waiting
+        return super().__getattr__(name)  # type: ignore[misc]
 
     @property
     def done(self) -> int:
@@ -98,9 +95,8 @@ class ProviderWait(BaseModel):
     waiting_rows: int
     parked_rows: int = 0
     last_status: int | None = None
-    reason: str = (
-        "hold"  # "hold": the provider asked to wait; "down": it refuses connections or keeps failing
-    )
+    # "hold": the provider asked to wait; "down": it refuses connections or keeps failing
+    reason: str = "hold"
     error: str | None = None  # a down provider: the failure that took it down, in words
 
     def __str__(self) -> str:

@@ -1,4 +1,4 @@
-"""Keys: every part of a call changes its receipt key; row keys follow the key form of their values."""
+"""Keys: every part of a call changes its address; row ids follow the key form of their values."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from playbook.addresses import (
 
 
 def test_receipt_key_depends_on_every_part() -> None:
-    """Tool, identity, account and input each change the receipt key; every receipt key starts with "r"."""
+    """Tool, identity, account and input each change the address; every address starts with "r"."""
     base = receipt_address("t", "1", '{"a":1}', "acme:default")
     others = [
         receipt_address("u", "1", '{"a":1}', "acme:default"),
@@ -42,7 +42,7 @@ def test_receipt_keys_of_the_first_store_format_are_kept() -> None:
 
 
 def test_row_ids_merge_what_pandas_changes_and_nothing_else() -> None:
-    """numpy and Python scalars, 3 and 3.0, every missing marker, a Timestamp and its datetime: one row key.
+    """numpy and Python scalars, 3 and 3.0, every missing marker, a Timestamp and its datetime: one row id.
     A datetime and its ISO text, inf and "inf": two."""
     assert (
         row_id([np.int64(3), np.float64(1.5), np.bool_(True)])

@@ -12,6 +12,7 @@ import asyncio
 import datetime as dt
 import decimal
 import functools
+import inspect
 import math
 import re
 import sqlite3
@@ -221,9 +222,9 @@ def test_awkward_tool_inputs_key_receipts_stably(store: pb.ReceiptStore) -> None
     for name, value in AWKWARD.items():
         assert same(first.result.loc[name, "e"], value), name
 
-    resumed = frame.play.run(play, store=store, progress=False)  # same row keys: every row memo hits
+    resumed = frame.play.run(play, store=store, progress=False)  # same row ids: every row memo hits
     assert resumed.result["play_status"].tolist() == ["reused"] * len(AWKWARD)
-    replayed = frame.play.run(play, store=store, progress=False, refresh="rows")  # same receipt keys
+    replayed = frame.play.run(play, store=store, progress=False, refresh="rows")  # same addresses
     assert (replayed.stats.calls_local, replayed.stats.calls_reused) == (0, ran)
     assert len(calls) == ran
     for name, value in AWKWARD.items():
@@ -336,7 +337,10 @@ def test_non_serialisable_tool_input_fails_the_row_before_paying(bad: object, st
     run = frame.play.run(play, store=store, progress=False)
     assert run.result["play_status"].tolist() == ["ok", "failed", "ok"]
     message = run.result.loc["r1", "play_error"]
-    assert message.startswith("ToolError: tool 'echo': input value=") and "receipt key" in message
+    assert (
+        message.startswith("ToolError: tool 'echo': input value=")
+        and "cannot be part of an address" in message
+    )
     assert bad not in calls  # refused before the tool ran
     again = frame.play.run(play, store=store, progress=False, refresh="rows")
     assert again.stats.calls_local == 0  # 'other' for r1 was kept
@@ -812,3 +816,28 @@ def test_a_file_with_a_column_playbook_would_write_is_a_usage_error_on_the_comma
     ]
     assert main([*argv, "--store", str(tmp_path / "st")]) == 2
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_misspelt_option_of_ctx_tool_is_told_its_spelling(store: pb.ReceiptStore) -> None:
+    """``ctx.tool(t, url=..., refesh=True)`` fails the row saying ``did you mean refresh=``; a
+    misspelt input of the tool still names the input."""
+    from playbook.tools.engine import CALL_OPTIONS
+
+    @pb.tool(name="bad_input.clean_domain")
+    def clean_domain(url: str) -> str:
+        return url.lower()
+
+    @pb.play
+    async def play(row, ctx):  # type: ignore[no-untyped-def]
+        if row.n == 0:
+            return {"d": await ctx.tool(clean_domain, url="A.com", refesh=True)}
+        return {"d": await ctx.tool(clean_domain, urll="A.com")}
+
+    run = pd.DataFrame({"n": [0, 1]}).play.run(play, store=store, progress=False)
+    errors = run.result["play_error"].tolist()
+    assert "unexpected refesh; did you mean refresh= (an option of ctx.tool) for 'refesh'?" in errors[0]
+    assert "did you mean 'url' for 'urll'?" in errors[1]
+    keywords = [
+        p.name for p in inspect.signature(pb.Context.tool).parameters.values() if p.kind is p.KEYWORD_ONLY
+    ]
+    assert tuple(keywords) == CALL_OPTIONS  # the options told are the ones ctx.tool takes

@@ -392,7 +392,7 @@ def test_a_misspelt_option_or_subcommand_gets_what_it_was_likely_meant_to_be(hom
         (
             "cache",
             "lst",
-        ): "invalid choice: 'lst' (choose from 'stats', 'list', 'spend', 'clear', 'accept-loss', 'reset', 'export') (did you mean list?)",
+        ): "invalid choice: 'lst' (choose from 'stats', 'list', 'spend', 'clear', 'accept-loss', 'export') (did you mean list?)",
         ("cache", "list", "--limt", "3"): "unrecognized arguments: --limt 3 (did you mean --limit?)",
         (
             "cache",
@@ -422,3 +422,6 @@ def test_cache_reset_still_accepts_a_loss_and_names_accept_loss(home: Path) -> N
     assert "`cache reset` is deprecated" in done.stderr and "use `cache accept-loss`" in done.stderr
     assert pb.ReceiptStore(home).lost is None
     assert "reset" not in cli("cache", "--help").stdout  # listed no more
+    assert "deprecated: use cache accept-loss" in cli("cache", "reset", "--help").stdout
+    told = cli("cache", "rest").stderr
+    assert "invalid choice: 'rest'" in told and "reset" not in told  # nor among the choices told

@@ -209,7 +209,7 @@ def test_the_old_flag_key_still_names_the_row_id_and_says_its_new_name(
     """)
     assert got["error"] is None, got["error"]
     assert kernel.value("out7['play_status'].tolist()") == ["ok", "ok", "ok"]
-    assert "DeprecationWarning" in got["stderr"] and "use --id-columns" in got["stderr"], got["stderr"]
+    assert "RenamedWarning" in got["stderr"] and "use --id-columns" in got["stderr"], got["stderr"]
 
 
 @pytest.mark.parametrize(
@@ -246,6 +246,11 @@ def test_the_old_flag_key_still_names_the_row_id_and_says_its_new_name(
             "expected a variable holding a pb.ReceiptStore, a directory or a redis:// URL, not list",
         ),
         ("%%play 1bad", "must be a Python name"),
+        (
+            "%%play bad --on df --id-colums lead_id",
+            "unrecognized arguments: --id-colums lead_id (did you mean --id-columns?)",
+        ),
+        ("%%play bad --on df --on-error isolat", "(choose from 'isolate', 'raise') (did you mean isolate?)"),
     ],
 )
 def test_bad_options_are_usage_errors(kernel: Kernel, line: str, message: str) -> None:

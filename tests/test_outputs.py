@@ -163,7 +163,7 @@ def test_a_forgotten_await_fails_the_row_naming_the_line(
 def test_a_forgotten_await_in_a_tool_input_fails_before_paying(
     store: pb.ReceiptStore, no_unawaited_warnings
 ) -> None:
-    """An un-awaited call passed as another tool's input is caught at the receipt key, before anything is paid."""
+    """An un-awaited call passed as another tool's input is caught at the address, before anything is paid."""
     paid: list[str] = []
 
     @pb.tool

@@ -126,7 +126,7 @@ def test_a_row_and_its_copies_settle_together_and_reset_in_one_step() -> None:
 
 def test_a_hundred_thousand_rows_cost_the_rows_table_a_few_bytes_each() -> None:
     """The table keeps a row's state in arrays and its outputs by column: 100,000 rows, a tenth
-    failed, hold under 64 bytes a row beyond the frame (16 of them the row's key, 8 its copy of
+    failed, hold under 64 bytes a row beyond the frame (16 of them the row's id, 8 its copy of
     the frame's value, 8 its output's place), and identifying them peaks under 128."""
     n = 100_000
     frame = pd.DataFrame({"x": range(n)})

@@ -5,7 +5,7 @@ directory (SQLite) and against a real Redis server: the backends are peers.
 
 Each worker is a fresh Python process that maps N leads through one HTTP tool on the demo
 provider and writes its result as JSON.  The demo counts every request and every
-Idempotency-Key (the receipt key), so "paid twice" is counted exactly, not inferred.
+Idempotency-Key (the address), so "paid twice" is counted exactly, not inferred.
 Times are bounded only generously, where promptness is the behaviour under test.
 """
 
@@ -155,7 +155,7 @@ def _holder(where: str, key: str) -> tuple[str, float] | None:
 
 
 def _key(demo: pb.demo.DemoServer, i: int) -> str:
-    """Row i's receipt key, as the worker's tool computes it for its call."""
+    """Row i's address, as the worker's tool computes it for its call."""
     return engine_of(_email_tool(demo)).address({"domain": f"company{i}.com", "first": f"P{i}"})
 
 

@@ -56,14 +56,12 @@ def test_a_plays_context_shows_what_a_play_uses() -> None:
     assert public == {
         "tool",
         "leg",
-        "call",  # deprecated: leg
         "waterfall",
         "step",
         "sleep",
         "run_play",
         "log",
         "row_id",
-        "row_key",  # deprecated: row_id
         "run_id",
         "attempt",
     }
@@ -75,16 +73,13 @@ def test_a_receipt_store_shows_what_a_user_opens_reads_and_clears(tmp_path: Path
     public = {name for name in dir(pb.ReceiptStore) if not name.startswith("_")}
     assert public == {
         "location",
-        "path",  # deprecated: location
         "lost",
         "get",
         "receipts",
-        "records",  # deprecated: receipts
         "stats",
         "spend",
         "clear",
         "accept_loss",
-        "reset",  # deprecated: accept_loss
         "close",
     }
     with pb.ReceiptStore(tmp_path / "store") as store:

@@ -8,10 +8,11 @@ the old one goes on and is told what to write instead.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar
 
@@ -22,6 +23,7 @@ __all__ = [
     "callers_frame",
     "deprecated",
     "keyword_renamed",
+    "old_attribute",
     "renamed",
 ]
 
@@ -69,15 +71,30 @@ def _ours(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PACKAGE) or any(part in filename for part in _PASSING)
 
 
+def old_attribute(owner: object, name: str, old: Mapping[str, Callable[[Any], Any]]) -> Any:
+    """What a class's ``__getattr__`` answers for ``name``: a deprecated attribute, served from
+    there so that ``dir()`` (and tab completion) leaves it out while it still works,
+    ``old[name](owner)``, which warns; any other name is Python's AttributeError."""
+    answer = old.get(name)
+    if answer is None:
+        raise AttributeError(
+            f"{type(owner).__name__!r} object has no attribute {name!r}", name=name, obj=owner
+        )
+    return answer(owner)
+
+
 def keyword_renamed(old: str, new: str, where: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """A function whose keyword ``old`` is now ``new``: ``old=`` still works, warning (``where``
     names the function in the message); both at once is a ``TypeError``."""
 
     def wrap(function: Callable[P, R]) -> Callable[P, R]:
+        # How many positional arguments reach ``new``: passed that way it is given as much as by keyword.
+        place = list(inspect.signature(function).parameters).index(new)
+
         @functools.wraps(function)
         def call(*args: P.args, **kwargs: P.kwargs) -> R:
             if old in kwargs:
-                if new in kwargs:
+                if new in kwargs or len(args) > place:
                     raise TypeError(f"{where}: {old}= and {new}= are one argument: pass only {new}=")
                 renamed(f"{where}(..., {old}=)", f"{where}(..., {new}=)")
                 kwargs[new] = kwargs.pop(old)
@@ -97,7 +114,8 @@ def callers_frame(frame: FrameType) -> FrameType:
 
 class RenamedKeys(dict[str, Any]):
     """A dict of results whose renamed keys still read, warning (``{old: new}``; ``where`` names
-    the dict in the message); the old keys are not in it (not listed, not in its JSON)."""
+    the dict in the message), ``.get()`` them and ``in`` finds them (warning too); the old keys are
+    not listed (not in ``keys()``, not in its JSON)."""
 
     __slots__ = ("_old", "_where")
 
@@ -113,5 +131,21 @@ class RenamedKeys(dict[str, Any]):
         renamed(f"{self._where}[{key!r}]", f"{self._where}[{new!r}]")
         return self[new]
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """``[key]``, old keys too (warning), or ``default``."""
+        if dict.__contains__(self, key) or key in self._old:
+            return self[key]
+        return default
 
-_WRAPPER = keyword_renamed("", "", "")(lambda: None).__code__
+    def __contains__(self, key: object) -> bool:
+        """True for an old key too (it was there), warning with its new spelling."""
+        if dict.__contains__(self, key):
+            return True
+        if isinstance(key, str) and key in self._old:
+            new = self._old[key]
+            renamed(f"{key!r} in {self._where}", f"{new!r} in {self._where}")
+            return dict.__contains__(self, new)
+        return False
+
+
+_WRAPPER = keyword_renamed("", "new", "")(lambda new: None).__code__

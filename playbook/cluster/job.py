@@ -19,14 +19,14 @@ import asyncio
 import contextlib
 import copy
 import uuid
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from playbook._internal.chain import Chain
 from playbook._internal.loop import check_blocking, finished, run_sync, schedule
-from playbook._internal.renamed import renamed
+from playbook._internal.renamed import old_attribute, renamed
 from playbook.cluster.results import conform, profile, statuses, unify
 from playbook.cluster.state import ClusterState
 from playbook.cluster.wire import Channel, plain_hops
@@ -147,11 +147,8 @@ class ClusterRun:
     def waiting_on(self) -> list[ProviderWait]:
         return self.state.holds()
 
-    @property
-    def holds(self) -> list[ProviderWait]:
-        """Deprecated: use :attr:`waiting_on`."""
-        renamed("ClusterRun.holds", "ClusterRun.waiting_on")
-        return self.state.holds()
+    def __getattr__(self, name: str) -> Any:
+        return old_attribute(self, name, _OLD)
 
     @property
     def notices(self) -> list[str]:
@@ -177,7 +174,8 @@ class ClusterRun:
 
     @property
     def workers(self) -> pd.DataFrame:
-        """Per worker: partitions running and finished, rows done of its partitions, calls paid, rows in flight."""
+        """Per worker: partitions running and finished, rows done of its partitions, calls paid,
+        rows in flight."""
         return pd.DataFrame(
             self.state.workers(),
             columns=["worker", "running", "finished", "done", "rows", "calls_executed", "in_flight"],
@@ -235,9 +233,8 @@ class ClusterRun:
         again._futures, again._result, again._task, again._stopped = list(latest._futures), None, None, False
         self._chain.follow(again)
         if latest.view is not None:
-            latest.view.follow(
-                again.state
-            )  # the view shows the retry (its own counters) where it showed the run
+            # the view shows the retry (its own counters) where it showed the run
+            latest.view.follow(again.state)
         remember(again)
         self._channel.reset()
         if latest._task is not None:
@@ -259,7 +256,8 @@ class ClusterRun:
         try:
             run_sync(work)
         except KeyboardInterrupt:
-            # Ctrl-C has stopped the job on every worker, not only here: what they sent landed, the rest is skipped.
+            # Ctrl-C has stopped the job on every worker, not only here: what they sent landed, the
+            # rest is skipped.
             s = self.state
             raise interrupted(
                 f"interrupted: {s.ok + s.reused} of {s.total} rows done on the cluster, {s.skipped} skipped. What finished is "
@@ -426,7 +424,8 @@ class ClusterRun:
 
 
 async def _done(futures: list[Future]) -> None:
-    while not all(f.done() for f in futures):  # noqa: ASYNC110 - Dask's futures are not awaitable on this loop
+    # Dask's futures are not awaitable on this loop
+    while not all(f.done() for f in futures):  # noqa: ASYNC110
         await asyncio.sleep(_POLL / 2)
 
 
@@ -436,3 +435,12 @@ def _remember(url: str) -> None:
         store = StoreEngine(url)
         store.remember()
         store.close()
+
+
+def _holds(run: ClusterRun) -> list[ProviderWait]:
+    renamed("ClusterRun.holds", "ClusterRun.waiting_on")  # a down provider is not a hold
+    return run.waiting_on
+
+
+# Deprecated names, served by __getattr__: they work (warning) and dir(run) leaves them out.
+_OLD: dict[str, Callable[[Any], Any]] = {"holds": _holds}

@@ -22,9 +22,8 @@ import pandas as pd
 
 __all__ = ["Profile", "conform", "profile", "reassembled", "statuses", "unify"]
 
-Profile = list[
-    tuple[Any, Any, str]
-]  # per column: its label, its dtype, and for objects "text", "none" or "other"
+# per column: its label, its dtype, and for objects "text", "none" or "other"
+Profile = list[tuple[Any, Any, str]]
 STATUS = ("play_status", "play_error")
 
 
@@ -61,9 +60,8 @@ def unify(profiles: Sequence[Profile], inputs: Sequence[Any], *, text: bool) -> 
 def _dtype(found: list[tuple[Any, str]], partitions: int, *, text: bool) -> Any:
     kinds = {kind for _, kind in found if kind}
     gaps = len(found) < partitions or "none" in kinds  # somewhere the column holds no value at all
-    typed = [
-        dtype for dtype, kind in found if kind != "none"
-    ]  # an object column of Nones says nothing of the type
+    # an object column of Nones says nothing of the type
+    typed = [dtype for dtype, kind in found if kind != "none"]
     if typed and all(dtype == typed[0] for dtype in typed):
         first = typed[0]
         if first.kind in "iu" and gaps:
@@ -114,9 +112,8 @@ def reassembled(
     chosen = set(retried)
     for j, position in enumerate(ran):
         if position not in chosen:
-            statuses[j] = before[
-                position
-            ]  # done before: still "ok" (or "reused"), not "reused" by this retry
+            # done before: still "ok" (or "reused"), not "reused" by this retry
+            statuses[j] = before[position]
     again = again.assign(play_status=pd.Series(statuses, index=again.index, dtype=again["play_status"].dtype))
     ran_set = set(ran)
     rest = [p for p in range(len(previous)) if p not in ran_set]

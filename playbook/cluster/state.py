@@ -67,15 +67,12 @@ class _Partition:
         self.base: list[float] = [0] * len(COUNTERS)  # what attempts cut short counted (their worker died)
         self.final = False
         self.positions: set[int] = set()  # job-wide positions it reported rows for
-        self.legs: list[
-            list[Any]
-        ] = []  # its waterfalls' legs, as its latest report counts them (LEG_COLUMNS)
-        self.others: dict[
-            int, int
-        ] = {}  # a retry: its rows not run again, by status (COUNTERS' index): not this run's
-        self.rows: dict[int, int] | None = (
-            None  # its rows by status (COUNTERS' index), as its result has them
-        )
+        # its waterfalls' legs, as its latest report counts them (LEG_COLUMNS)
+        self.legs: list[list[Any]] = []
+        # a retry: its rows not run again, by status (COUNTERS' index): not this run's
+        self.others: dict[int, int] = {}
+        # its rows by status (COUNTERS' index), as its result has them
+        self.rows: dict[int, int] | None = None
 
     def now(self) -> list[float]:
         """Its counters: the latest report's over its base, its rows as its result has them once built
@@ -168,9 +165,8 @@ class ClusterState(RunState):
         if report["attempt"] != part.attempt:
             if part.final:
                 return  # a late word from an attempt Dask already replaced
-            if (
-                part.attempt
-            ):  # run again elsewhere (its worker died): forget what the old attempt said of its rows
+            if part.attempt:
+                # run again elsewhere (its worker died): forget what the old attempt said of its rows
                 for position in part.positions:
                     self._forget(position)
                 part.positions.clear()

@@ -80,7 +80,8 @@ class Channel:
         self._redis = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
         self.reports = f"playbook:job:{job}:reports"
         self.stop_key = f"playbook:job:{job}:stop"
-        self.paid = f"playbook:job:{job}:paid"  # each attempt's paid calls (counted with their receipts) and requests sent
+        # each attempt's paid calls (counted with their receipts) and requests sent
+        self.paid = f"playbook:job:{job}:paid"
 
     def paid_by(self, attempt: str) -> tuple[int, float, int] | None:
         """The calls (and their cost) partition attempt ``attempt`` paid for and recorded, as its

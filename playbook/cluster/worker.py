@@ -67,10 +67,10 @@ class Failure(NamedTuple):
 def partition_error(
     play: str, part: int, exc: BaseException | None, on_error: str, worker: str = ""
 ) -> BaseException:
-    """What the client raises for partition ``part`` that could not finish (``exc``: what it raised, if known)."""
-    if isinstance(
-        exc, RunFatal
-    ):  # what stops a local run too (a 401, a missing secret): said where it was met
+    """What the client raises for partition ``part`` that could not finish (``exc``: what it raised,
+    if known)."""
+    if isinstance(exc, RunFatal):
+        # what stops a local run too (a 401, a missing secret): said where it was met
         return RunFatal(f"{exc} (on the Dask worker at {worker}: it reads its own environment)")
     if exc is not None and (on_error == "raise" or isinstance(exc, PlaybookError)):
         return exc  # a row's own error (on_error="raise")
@@ -224,9 +224,8 @@ class _Relay:
         self.carried_counts = [0.0] * len(COUNTERS)
         self.attempt = attempt
         self.worker = worker_name()
-        self.finished: dict[
-            int, list[Any]
-        ] = {}  # position -> [status, error, copies, reason, provider, ready_at, group]
+        # position -> [status, error, copies, reason, provider, ready_at, group]
+        self.finished: dict[int, list[Any]] = {}
         self.parking: dict[int, tuple[str, str | None, float | None]] = {}
         self.held: dict[int, list[Any]] = {}  # position -> [kind, provider, until, status]
         self.dirty: set[int] = set()

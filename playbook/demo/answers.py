@@ -23,8 +23,9 @@ __all__ = ["classify", "company", "company_domain", "phrase", "summarise"]
 
 _QUOTED = re.compile(r"[\"“]([^\"“”\n]{2,80})[\"”]")
 _WORD = re.compile(r"[^\W_][\w'’-]*")
+# a word list reads better as text
 _STOPWORDS = frozenset(
-    "about above after again against also among been before being below between both could does doing "  # noqa: SIM905 - a word list reads better as text
+    "about above after again against also among been before being below between both could does doing "  # noqa: SIM905
     "during each from further have having here into itself just more most other over please same should "
     "some such than that their them then there these they this those through under until very what when "
     "where which while with would your yours summarise summarize summary sentence following text page".split()

@@ -93,9 +93,8 @@ class Counters:
         self.max_in_flight = 0
         self.chat: dict[str, list[int]] = {}  # model -> [requests, prompt_tokens, completion_tokens]
         self.chat_batch: dict[str, list[int]] = {}  # the part of `chat` that came from batches
-        self.chat_invalid: dict[
-            str, list[int]
-        ] = {}  # the part of `chat` answered invalid on purpose (billed, refused by clients)
+        # the part of `chat` answered invalid on purpose (billed, refused by clients)
+        self.chat_invalid: dict[str, list[int]] = {}
         self.chat_rate_limited = {"requests": 0, "tokens": 0}
         self.batches_created = 0
         # Where a request carried one of the provider's keys, whole ("header authorization",
@@ -103,7 +102,8 @@ class Counters:
         self.key_places: dict[str, int] = {}
 
     def admit(self, now: float, label: str) -> None:
-        """One request, by the key labelled ``label``, passed every limit at ``now`` (the provider's clock)."""
+        """One request, by the key labelled ``label``, passed every limit at ``now`` (the provider's
+        clock)."""
         self.admitted += 1
         self.count_key(label, "admitted")
         if self.admitted_first is None:

@@ -76,7 +76,8 @@ def serve(
     if replaying and os.environ.get("PLAYBOOK_FIXTURES_MODE", "replay") == "replay":
         from playbook.demo.offline import OfflineDemo
 
-        return OfflineDemo(replaying, DemoSettings.from_kwargs(**settings))  # type: ignore[return-value]  # the same face
+        # the same face
+        return OfflineDemo(replaying, DemoSettings.from_kwargs(**settings))  # type: ignore[return-value]
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
@@ -304,7 +305,8 @@ class DemoServer:
                 sock.close()
             if self._stopped or self._back_at is None:
                 return
-            while not self._stopped and (left := self._back_at - time.monotonic()) > 0:  # noqa: ASYNC110 - stop() comes from another thread
+            # stop() comes from another thread
+            while not self._stopped and (left := self._back_at - time.monotonic()) > 0:  # noqa: ASYNC110
                 await asyncio.sleep(min(left, 0.05))  # short steps, so stop() ends a long down at once
             if self._stopped:
                 return

@@ -116,9 +116,8 @@ class Parts:
         index = frame.index
         if isinstance(index, pd.RangeIndex) and index.step == 1:
             frame = frame.reset_index(drop=True)  # places in the file: not a column of the output
-        part = (
-            self.folder / f"{len(self.files):06d}"
-        )  # no suffix: written plain, whatever --out's compression
+        # no suffix: written plain, whatever --out's compression
+        part = self.folder / f"{len(self.files):06d}"
         write_rows(frame, part, self.kind)
         self.files.append(part)
 
@@ -268,9 +267,8 @@ class Totals:
         }
         report["waiting_on"] = self.waiting_on
         report["errors"] = self.errors
-        by_size = sorted(
-            self.groups.values(), key=lambda g: -g["rows"]
-        )  # stable: the first seen first among equals
+        # stable: the first seen first among equals
+        by_size = sorted(self.groups.values(), key=lambda g: -g["rows"])
         report["error_groups"] = by_size[: self.shown]
         report["error_kinds"] = len(self.groups)
         report["parked"] = {"by_reason": self.by_reason, "rows": self.parked_rows}

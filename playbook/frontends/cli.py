@@ -8,14 +8,12 @@ empty store.  Errors are one line on stderr and a non-zero exit status, never a 
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
-import re
 import shlex
 import sys
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -25,6 +23,7 @@ from playbook._internal.words import money
 from playbook.errors import PlaybookError
 from playbook.frontends import cli_run
 from playbook.frontends.signature import flags
+from playbook.frontends.usage import near_choice, unrecognized
 from playbook.store import FILE, StoreEngine, home, is_url
 from playbook.store.marks import read_registry
 from playbook.store.records import Record
@@ -48,34 +47,13 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
         found, extras = super().parse_known_args(args, namespace)
-        unknown = [arg.split("=", 1)[0] for arg in extras if arg.startswith("--") and len(arg) > 2]
-        hints = [(given, " or ".join(near)) for given in unknown if (near := self._near(given))]
-        if hints:
-            said = (
-                hints[0][1]
-                if len(unknown) == 1
-                else ", ".join(f"{near} for {given}" for given, near in hints)
-            )
-            self.error(f"unrecognized arguments: {' '.join(extras)} (did you mean {said}?)")
+        said = unrecognized(extras, self.format_usage())
+        if said is not None:
+            self.error(said)
         return found, extras
 
     def error(self, message: str) -> NoReturn:
-        choice = _INVALID.search(message)
-        if choice is not None:
-            near = difflib.get_close_matches(
-                choice["given"], [c.strip(" '") for c in choice["choices"].split(",")], n=3
-            )
-            message += f" (did you mean {' or '.join(near)}?)" if near else ""
-        super().error(message)
-
-    def _near(self, option: str) -> list[str]:
-        """The options this parser takes that ``option`` is closest to, as its usage spells them."""
-        options = sorted(set(re.findall(r"(?<![\w-])--[A-Za-z][\w-]*", self.format_usage())))
-        return difflib.get_close_matches(option, options, n=2, cutoff=0.75)
-
-
-# argparse's "argument COMMAND: invalid choice: 'rn' (choose from 'run', 'cache')"
-_INVALID = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>[^)]*)\)")
+        super().error(near_choice(message))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -179,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", parents=[common, tool], help="receipts as JSON Lines")
     export.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     export.set_defaults(run=_export)
+    sub.choices = _Unlisted(sub.choices, {"reset"})  # once all are added: it is a copy
     return parser
 
 
@@ -190,10 +169,25 @@ def _add_accept_loss(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     accept.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     accept.set_defaults(run=_accept_loss)
-    # The old spelling, for one release: not listed, says its new name when used.
-    reset = sub.add_parser("reset", parents=[common])
+    # The old spelling, for one release: not listed (nor among the choices an invalid one is told),
+    # says its new name in its help and when used.
+    reset = sub.add_parser(
+        "reset", parents=[common], description="deprecated: use cache accept-loss (it does the same)"
+    )
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     reset.set_defaults(run=_reset)
+
+
+class _Unlisted(dict[str, Any]):
+    """A subcommand's choices that still take the ``unlisted`` ones (``in``) but do not list them:
+    argparse lists choices by iterating them (an invalid choice's message, the usage)."""
+
+    def __init__(self, choices: dict[str, Any], unlisted: set[str]) -> None:
+        super().__init__(choices)
+        self._unlisted = unlisted
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in super().__iter__() if name not in self._unlisted)
 
 
 # -- commands ----------------------------------------------------------------------------
@@ -227,9 +221,8 @@ def _spend(store: StoreEngine, args: argparse.Namespace) -> int:
     frame = store.spend(args.by)
     if args.json:
         for row in frame.to_dict("records"):
-            print(
-                json.dumps({k: None if v != v else v for k, v in row.items()}, ensure_ascii=False)
-            )  # no provider (NaN): null
+            # no provider (NaN): null
+            print(json.dumps({k: None if v != v else v for k, v in row.items()}, ensure_ascii=False))
         return 0
     if frame.empty:
         print(f"nothing spent yet in {store.location}: runs add what they paid and reused as they end")

@@ -44,9 +44,8 @@ def load(path: Path, name: str) -> Any:
     sys.path.insert(0, str(path.parent))
     try:
         loader.exec_module(module)
-    except (
-        SyntaxError
-    ) as exc:  # raised while compiling: no frame of the file to show, its line is in the message
+    except SyntaxError as exc:
+        # raised while compiling: no frame of the file to show, its line is in the message
         sys.stderr.write("".join(traceback.format_exception_only(exc)))
         raise Usage(f"{path.name}, line {exc.lineno}: {type(exc).__name__}: {exc.msg}") from None
     except (Exception, SystemExit) as exc:

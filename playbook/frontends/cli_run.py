@@ -2,9 +2,9 @@
 file, for scripts, cron and CI.
 
 What a scheduler needs from it: the exit status says how the run went (0 every row ok or reused,
-3 rows failed or parked, 2 a usage error, 1 a fatal run, 130 interrupted, 143 terminated), stdout holds nothing
-but the ``--json`` report, and the output file is either whole or absent.  Everything a user can
-get wrong (the play's file, an option, a file name) is checked before anything is paid for.
+3 rows failed or parked, 2 a usage error, 1 a fatal run, 130 interrupted, 143 terminated), stdout
+holds nothing but the ``--json`` report, and the output file is either whole or absent.  Everything
+a user can get wrong (the play's file, an option, a file name) is checked before anything is paid for.
 """
 
 from __future__ import annotations
@@ -144,7 +144,8 @@ def _main(args: argparse.Namespace) -> int:
     }
     stdout, terms = sys.stdout, list[int]()
     try:
-        # said_once: a play's notices are said once by the command, not by each chunk's run (nor by the pilot and the run)
+        # said_once: a play's notices are said once by the command, not by each chunk's run (nor by
+        # the pilot and the run)
         with (
             contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext(),
             _terminate_as_interrupt(terms),
@@ -196,9 +197,8 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
             _say(f"only the pilot ran and nothing was written to {args.out}: {left}")
             return 0
         opts = after_pilot(opts, found)
-        if (
-            not found.rows_left
-        ):  # every row is done: the pilot's summary said so; the run only gathers the rows to write
+        if not found.rows_left:
+            # every row is done: the pilot's summary said so; the run only gathers the rows to write
             opts["progress"] = False
     elif args.yes or args.sample is not None or args.precision is not None:
         alone = "--yes" if args.yes else "--sample" if args.sample is not None else "--precision"
@@ -338,9 +338,8 @@ def _one(
         return run
     except PlayDefinitionError as exc:
         raise Usage(_as_option(str(exc))) from None
-    except (
-        ReceiptError
-    ) as exc:  # a store that cannot be opened, or that lost receipts: refused before anything is paid
+    except ReceiptError as exc:
+        # a store that cannot be opened, or that lost receipts: refused before anything is paid
         _record(report, last_run())
         raise Fatal(f"{exc}. Nothing was written to {args.out}") from None
     except PlaybookError as exc:  # bad credentials, no credit
@@ -465,7 +464,8 @@ def _say(text: str, *, prefix: str = "playbook: ") -> None:
 
 
 def _plain(value: Any) -> Any:
-    """What json.dumps cannot write: numpy scalars as numbers, anything else (a Timestamp row label) as text."""
+    """What json.dumps cannot write: numpy scalars as numbers, anything else (a Timestamp row label)
+    as text."""
     item = getattr(value, "item", None)
     return item() if callable(item) else str(value)
 

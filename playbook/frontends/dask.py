@@ -73,9 +73,8 @@ class DaskPlay:
         opts = RunOptions.parse(options)
         if opts.estimate:
             return self._asked(play, options, opts)
-        if (
-            opts.replaying is not None
-        ):  # fixtures=, a `with pb.fixtures(...)` around it, or $PLAYBOOK_FIXTURES
+        if opts.replaying is not None:
+            # fixtures=, a `with pb.fixtures(...)` around it, or $PLAYBOOK_FIXTURES
             raise PlayDefinitionError(
                 "fixtures answer calls from a file in this process, and a cluster run makes its calls on the workers: "
                 "record or replay on a pandas frame instead (ddf.compute().play.map(...))"
@@ -84,9 +83,8 @@ class DaskPlay:
         check_columns(self._frame, play, opts)
         url = _redis_url(opts.store)
         client = _client()
-        opened = ReceiptStore(
-            url
-        )  # reachable, a store, and not one that lost its receipts: said now, before anything is sent
+        # reachable, a store, and not one that lost its receipts: said now, before anything is sent
+        opened = ReceiptStore(url)
         opened.close()
         if opened.lost is not None:
             raise ReceiptError(opened.lost)
@@ -100,13 +98,13 @@ class DaskPlay:
             else None
         )
         job.view = attach_view(job.state, opts.progress, background=opts.background, controls=controls)
-        remember(
-            job
-        )  # pb.last_run(), as a pandas run is: a job that stops (401, Ctrl-C) is still there to read
+        # pb.last_run(), as a pandas run is: a job that stops (401, Ctrl-C) is still there to read
+        remember(job)
         return job.start(background=opts.background)
 
     def _asked(self, play: PlayLike, options: Mapping[str, Any], opts: RunOptions) -> ClusterRun:
-        """``estimate=True``: the pilot (in this process), its estimate shown, the question; the job runs the rest on a yes."""
+        """``estimate=True``: the pilot (in this process), its estimate shown, the question; the job
+        runs the rest on a yes."""
         given: dict[str, Any] = {
             name: value for name, value in options.items() if name not in ("estimate", "background")
         }
@@ -116,9 +114,8 @@ class DaskPlay:
             raise PlayDefinitionError(
                 f"not run: the estimate was not accepted ({found.sample} rows of the pilot are done and saved)"
             )
-        if (
-            not found.rows_left
-        ):  # every row is done: the pilot's summary said so; the job only gathers the rows
+        if not found.rows_left:
+            # every row is done: the pilot's summary said so; the job only gathers the rows
             rest["progress"] = False
         return self.run(play, **rest, background=opts.background)
 

@@ -358,9 +358,8 @@ def json_lines_of(frame: pd.DataFrame) -> Iterator[str]:
 
 
 def _json_column(column: pd.Series[Any]) -> list[Any]:
-    if (
-        isinstance(column.dtype, np.dtype) and column.dtype.kind in "iub"
-    ):  # no gaps: Python's ints and bools as they are
+    if isinstance(column.dtype, np.dtype) and column.dtype.kind in "iub":
+        # no gaps: Python's ints and bools as they are
         return column.tolist()
     return [_json_value(v) for v in column.tolist()]
 

@@ -22,8 +22,10 @@ from typing import Any, Protocol, TypeVar, cast
 import pandas as pd
 from IPython.core import magic, magic_arguments
 from IPython.core.error import UsageError
+from IPython.utils.process import arg_split  # type: ignore[attr-defined]  # the split %%magics use
 
 from playbook.frontends.signature import flags, given
+from playbook.frontends.usage import near_choice, unrecognized
 from playbook.plays.play import Play
 from playbook.store import ReceiptStore
 
@@ -41,7 +43,6 @@ magics_class = cast(_Decorator, magic.magics_class)
 cell_magic = cast(_Decorator, magic.cell_magic)
 magic_args = cast(Callable[[], _Decorator], magic_arguments.magic_arguments)
 argument = cast(Callable[..., _Decorator], magic_arguments.argument)
-parse_argstring = cast(Callable[[Any, str], argparse.Namespace], magic_arguments.parse_argstring)
 
 
 _SCOPES = (
@@ -73,7 +74,7 @@ class PlayMagics(magic.Magics):
     @cell_magic
     def play(self, line: str, cell: str) -> Any:
         """Define a play from the cell's body, and run it with ``--on DF``."""
-        args = parse_argstring(self.play, line)
+        args = _parse(self.play.parser, line)  # type: ignore[attr-defined]
         if not args.name.isidentifier():
             raise UsageError(f"%%play: the play's name must be a Python name, not {args.name!r}")
         if self.shell is None:  # pragma: no cover - a magic runs in a shell
@@ -103,6 +104,20 @@ class PlayMagics(magic.Magics):
             ns[args.out] = result
             return None
         return result
+
+
+def _parse(parser: Any, line: str) -> argparse.Namespace:
+    """The magic's flags, parsed as IPython does, saying what a misspelt one was likely meant to
+    be (as the command line does: :mod:`~playbook.frontends.usage`)."""
+    try:
+        args, extras = parser.parse_known_args(arg_split(line))
+    except UsageError as exc:
+        raise UsageError(near_choice(str(exc))) from None
+    if extras:
+        raise UsageError(
+            unrecognized(extras, parser.format_usage()) or f"unrecognized arguments: {' '.join(extras)}"
+        )
+    return cast(argparse.Namespace, args)
 
 
 def _run_options(args: argparse.Namespace, ns: dict[str, Any]) -> dict[str, Any]:

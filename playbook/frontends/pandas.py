@@ -163,7 +163,8 @@ class PlayAccessor:
         pilot, estimate = self._pilot(play, options, PILOT_ROWS)
         rest = go_on(estimate, options)
         if rest is not None and not estimate.rows_left:
-            return pilot  # every row is done (by memos, or by the pilot): the pilot's run is the whole run, already shown
+            # every row is done (by memos, or by the pilot): the pilot's run is the whole run, already shown
+            return pilot
         if rest is not None:
             return self.run(play, **rest, background=background)
         declined(pilot)
@@ -175,9 +176,8 @@ class PlayAccessor:
         opts = RunOptions.parse(options)
         the_play = as_play(play)
         check_columns(self._frame, play, opts)
-        frame = (
-            self._frame if opts.limit is None else self._frame.iloc[: opts.limit]
-        )  # the first N rows, as head(N)
+        # the first N rows, as head(N)
+        frame = self._frame if opts.limit is None else self._frame.iloc[: opts.limit]
         run = start(frame, the_play, opts, opts.open_store(), html=run_html)
         controls = _controls(run) if opts.background else None
         run.view = attach_view(

@@ -14,16 +14,18 @@ converts on the way in and on the way out:
   ``Object`` column holding them as they are.  Converting never fails: the calls are paid for.
 
 ``import playbook`` does not import Polars (about 0.2 s, a fifth more, for every user): the
-namespace is registered at once if Polars is imported already, else when it is (:func:`playbook.frontends.register`).
+namespace is registered at once if Polars is imported already, else when it is
+(:func:`playbook.frontends.register`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Unpack
 
 import pandas as pd
 
-from playbook._internal.renamed import renamed
+from playbook._internal.renamed import old_attribute, renamed
 from playbook.errors import PlayDefinitionError
 from playbook.frontends.pandas import PlayAccessor
 from playbook.frontends.polars_convert import frames, to_polars, whole_frame
@@ -181,11 +183,8 @@ class PolarsRun:
     def waiting_on(self) -> list[ProviderWait]:
         return self.pandas.waiting_on
 
-    @property
-    def holds(self) -> list[ProviderWait]:
-        """Deprecated: use :attr:`waiting_on`."""
-        renamed("PolarsRun.holds", "PolarsRun.waiting_on")
-        return self.pandas.waiting_on
+    def __getattr__(self, name: str) -> Any:
+        return old_attribute(self, name, _OLD)
 
     @property
     def notices(self) -> list[str]:
@@ -217,3 +216,12 @@ def register() -> None:
 
     pl.api.register_dataframe_namespace("play")(PolarsPlay)
     pl.api.register_lazyframe_namespace("play")(_LazyPlay)
+
+
+def _holds(run: PolarsRun) -> list[ProviderWait]:
+    renamed("PolarsRun.holds", "PolarsRun.waiting_on")  # a down provider is not a hold
+    return run.pandas.waiting_on
+
+
+# Deprecated names, served by __getattr__: they work (warning) and dir(run) leaves them out.
+_OLD: dict[str, Callable[[Any], Any]] = {"holds": _holds}

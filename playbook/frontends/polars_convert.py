@@ -95,9 +95,8 @@ def polars_column(name: str, values: pd.Series[Any]) -> pl.Series:
 def _via_arrow(name: str, values: list[Any], *, strict: bool) -> pl.Series:
     import polars as pl
 
-    pa = importlib.import_module(
-        "pyarrow"
-    )  # Polars' extra brings it; if it is missing, Polars' own way follows
+    # Polars' extra brings it; if it is missing, Polars' own way follows
+    pa = importlib.import_module("pyarrow")
     return pl.Series(name, pa.array(values), strict=strict)
 
 

@@ -15,9 +15,8 @@ __all__ = ["ENV_NAME", "NAMES", "SIMPLE", "codes", "env_built", "env_names", "na
 
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]+")
 _INDEX = frozenset(("index", "Index"))  # how a play reads its row's index label
-NAMES = frozenset(
-    ("LOAD_CONST", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF")
-)  # a name read whole, not built
+# a name read whole, not built
+NAMES = frozenset(("LOAD_CONST", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"))
 SIMPLE = NAMES | {"LOAD_FAST"}
 _ENDS = frozenset(("PRECALL", "CALL", "CALL_KW", "KW_NAMES", "BINARY_SUBSCR"))
 _SKIP = frozenset(("PUSH_NULL", "NOP", "CACHE", "EXTENDED_ARG"))

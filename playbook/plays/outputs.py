@@ -253,13 +253,11 @@ def _schema_text(adapter: TypeAdapter[Any], model: Any) -> str:
     values without changing the schema."""
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter(
-                "ignore", PydanticJsonSchemaWarning
-            )  # a default with no JSON form is left out
+            # a default with no JSON form is left out
+            warnings.simplefilter("ignore", PydanticJsonSchemaWarning)
             schema = json.dumps(adapter.json_schema(), default=repr)
-    except (
-        PydanticUserError
-    ):  # a type with no JSON schema (an arbitrary class): the fields' annotations stand in
+    except PydanticUserError:
+        # a type with no JSON schema (an arbitrary class): the fields' annotations stand in
         schema = repr(_annotations(model))
     decorators = getattr(model, "__pydantic_decorators__", None)
     code = []

@@ -101,9 +101,8 @@ class Play:
     version: str | None
     output: OutputModel | None
     fingerprint: str
-    notes: dict[
-        str, str
-    ]  # what a run of it must say, by value ("name (type)"): what it reads that cannot be counted
+    # what a run of it must say, by value ("name (type)"): what it reads that cannot be counted
+    notes: dict[str, str]
     reads_index: bool
     __wrapped__: PlayFn
 
@@ -150,7 +149,8 @@ class Play:
         self.current()
 
     def _fingerprint(self) -> None:
-        # A play that reads nothing (no tool, helper or value) keeps the fingerprint (and the row memos) it had.
+        # A play that reads nothing (no tool, helper or value) keeps the fingerprint (and the row
+        # memos) it had.
         self.fingerprint = digest(self._own + "\x1f" + self._named) if self._named else self._own
         defined(play_name(self.name), self.fingerprint)  # a play that runs it as a sub-play sees an edit
 

@@ -293,9 +293,8 @@ def _environment(walk: _Walk, f: Any) -> None:
     names = set(env_names(code))
     read = _loads(code).read
     values = [space.get(name) for name, _ in read]
-    owners = [
-        (space.get(name), attribute) for name, attribute in read if attribute
-    ]  # Settings.ENV_NAME, config.ENV_NAME
+    # Settings.ENV_NAME, config.ENV_NAME
+    owners = [(space.get(name), attribute) for name, attribute in read if attribute]
     values += [
         getattr(owner, attribute, None)
         for owner, attribute in owners
@@ -337,12 +336,10 @@ def global_names(code: Any) -> tuple[str, ...]:
 
 
 class _Loads(NamedTuple):
-    read: tuple[
-        tuple[str, str], ...
-    ]  # the globals read, each with the attribute read of it first ("" if none)
-    written: frozenset[
-        str
-    ]  # the globals and cells called through a mutator or stored into (CALLS.append(x), SEEN[k] = v)
+    # the globals read, each with the attribute read of it first ("" if none)
+    read: tuple[tuple[str, str], ...]
+    # the globals and cells called through a mutator or stored into (CALLS.append(x), SEEN[k] = v)
+    written: frozenset[str]
     filled: frozenset[str]  # those of them also read otherwise (CACHE.get(k))
     rebound: frozenset[str]  # the globals assigned (global N; N += 1)
 
@@ -379,7 +376,8 @@ def _loads(code: Any) -> _Loads:
 
 
 def _stores_into(following: list[Any]) -> bool:
-    """Whether the object just loaded is stored into: ``X.n = v``, ``X.n += 1``, ``X[row.k] = v``, ``X[k] += 1``."""
+    """Whether the object just loaded is stored into: ``X.n = v``, ``X.n += 1``, ``X[row.k] = v``,
+    ``X[k] += 1``."""
     ops = [ins.opname for ins in following] + ["", ""]
     if ops[0] == "STORE_ATTR" or (ops[0] == "COPY" and ops[1] == "LOAD_ATTR"):
         return True

@@ -90,18 +90,16 @@ class Governor(Holds):
         self.last_status: int | None = None
         self.down_error: str | None = None  # the failure that took it down, in words
         self.probe_at = 0.0  # epoch seconds: when the next probe may go while down
-        self.tokens: deque[tuple[float, float]] = (
-            deque()
-        )  # (monotonic time, tokens) of answered weighed calls, a minute's worth
+        # (monotonic time, tokens) of answered weighed calls, a minute's worth
+        self.tokens: deque[tuple[float, float]] = deque()
         # Set by the pool this governor is one key of (None: its provider's only key): a call that
         # would wait here asks it first whether another key could take the call sooner
         # (Pool.elsewhere). A callback, not the pool: the pool is made of governors.
         self.elsewhere: Callable[[Governor, Ticket, float], None] | None = None
         self.retired: str | None = None  # why its pool took this key out for the run (None: in use)
         self._listeners = Listeners()
-        self._lock = (
-            threading.Lock()
-        )  # threads that each run a map() on a loop of their own share this provider
+        # threads that each run a map() on a loop of their own share this provider
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<Governor {self.provider.name!r} sent={self.sends.count} 429s={self.refused} failed={self.failed} {self.limiter!r}>"
@@ -345,9 +343,8 @@ class Governor(Holds):
         else:  # a Python tool's own timeouts and dropped connections are transient too
             status, retryable, hint = None, isinstance(exc, (TimeoutError, ConnectionError)), None
         if not retryable:
-            if permit is not None and self.health.success(
-                permit.sent_at, ticket.standing
-            ):  # an answer, if not the one wanted: it is up
+            if permit is not None and self.health.success(permit.sent_at, ticket.standing):
+                # an answer, if not the one wanted: it is up
                 self.emit(ProviderUp(self.name))
             return False
         self.last_status = status
@@ -389,9 +386,8 @@ class Governor(Holds):
             self.down_error = _describe(exc)
             self._next_probe(now)
             self.emit(ProviderDown(self.name, self.down_error))
-        if (
-            health.down
-        ):  # the loop waits for the next probe (a failed probe's is later), or parks the row past its budget
+        if health.down:
+            # the loop waits for the next probe (a failed probe's is later), or parks the row past its budget
             self._next_probe(now)
             ticket.cause = exc
             return True
@@ -433,9 +429,8 @@ class Governor(Holds):
 
     def _unavailable(self, exc: Exception, ticket: Ticket, why: str) -> ProviderUnavailable:
         text = f"provider {self.name!r} is unavailable: {exc} ({why})"
-        if (
-            ticket.standing.own
-        ):  # the provider answers others (or a host the row chose failed): this request is what fails
+        if ticket.standing.own:
+            # the provider answers others (or a host the row chose failed): this request is what fails
             whose = (
                 "the host this row chose failed"
                 if ticket.standing.host

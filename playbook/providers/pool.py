@@ -1,4 +1,5 @@
-"""A pool of keys behind one provider: ``pb.Provider("openai", keys=[pb.secret("KEY_A"), pb.secret("KEY_B")])``.
+"""A pool of keys behind one provider:
+``pb.Provider("openai", keys=[pb.secret("KEY_A"), pb.secret("KEY_B")])``.
 
 Each key is a :class:`~playbook.providers.governor.Governor` of its own (a *lane*): its limiter
 (rate, tokens, calls in flight, holds), its health, its counters.  The :class:`Pool` stands where

@@ -236,14 +236,15 @@ class Provider:
     of 5 s sees more than 50 calls, and a window's whole allowance goes at once (without it, an
     allowance is learnt from the refusals that say when a window ends);
     ``retries`` bounds retries of transient failures; ``max_wait`` (seconds) is how long a row may
-    wait on this provider's holds (and on the probes of a provider that is down) before it parks.  ``shared="redis://host:6379/0"``: rate,
-    calls in flight and holds are shared by every process and machine naming this provider and
-    ``account`` at that Redis (a Redis out of reach counts as the provider being down).
-    ``keys=[pb.secret("KEY_A"), pb.secret("KEY_B")]`` pools several keys of the account: each key
-    has its own limits (a limit given as a list has one value per key), holds and health; a call
-    goes under the key with the most room; a key refused with 401/402/403 retires for the run
-    (``RunFatal`` only when every key is); receipts do not depend on the key; an ``http_tool``'s
-    ``{secret}`` and an ``llm_tool``'s bearer token are the chosen key (see docs/keys.md).
+    wait on this provider's holds (and on the probes of a provider that is down) before it parks.
+    ``shared="redis://host:6379/0"``: rate, calls in flight and holds are shared by every process
+    and machine naming this provider and ``account`` at that Redis (a Redis out of reach counts as
+    the provider being down).  ``keys=[pb.secret("KEY_A"), pb.secret("KEY_B")]`` pools several keys
+    of the account: each key has its own limits (a limit given as a list has one value per key),
+    holds and health; a call goes under the key with the most room; a key refused with 401/402/403
+    retires for the run (``RunFatal`` only when every key is); receipts do not depend on the key; an
+    ``http_tool``'s ``{secret}`` and an ``llm_tool``'s bearer token are the chosen key (see
+    docs/keys.md).
 
     The options are frozen; the live state (rate, holds, health, counters) is its governor's, and
     :meth:`status` shows it.  It is the process's: equal Providers (the same name, account and
@@ -318,7 +319,8 @@ class Provider:
             "retries": retries,
             "shared": shared,
             "keys": pool,
-            # The account's identity: receipts are keyed by it (whichever key answered), and shared limits live under it.
+            # The account's identity: receipts are keyed by it (whichever key answered), and shared
+            # limits live under it.
             "account": f"{name}:{account}",
         }
         for option in _PER_KEY:  # one value, or a tuple of one per key when the keys differ

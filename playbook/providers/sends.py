@@ -29,9 +29,8 @@ class Sends:
     def __init__(self) -> None:
         self.count = 0
         self._window: deque[float] = deque()  # when the calls of the last WINDOW went
-        self._peaks: deque[tuple[float, int]] = (
-            deque()
-        )  # (time, calls in the window ending then), counts decreasing
+        # (time, calls in the window ending then), counts decreasing
+        self._peaks: deque[tuple[float, int]] = deque()
 
     def __repr__(self) -> str:
         return f"<Sends {self.count} busiest={self.busiest}/{self.WINDOW:g}s>"

@@ -60,16 +60,16 @@ class Ticket:
         self.actual: float | None = None  # tokens used, once answered
         self.carry: Any = None  # what the caller keeps with the call across its row's replays
         self.lanes: Any = None  # what a pool of keys keeps of this call: its backoff on each key
-        self.standing = Standing(
-            request
-        )  # what its provider's health makes of its failures: its own, or the provider's
+        # what its provider's health makes of its failures: its own, or the provider's
+        self.standing = Standing(request)
 
     def __repr__(self) -> str:
         return f"<Ticket {self.tool!r} tries={self.tries} refusals={self.refusals} {self.budget!r}>"
 
 
 class Described(Protocol):
-    """What the governor reads of its provider's description (a :class:`~playbook.providers.provider.Provider`)."""
+    """What the governor reads of its provider's description (a
+    :class:`~playbook.providers.provider.Provider`)."""
 
     @property
     def name(self) -> str: ...

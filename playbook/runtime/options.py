@@ -46,9 +46,8 @@ class Option:
 
     help: str
     metavar: str | None = None  # None: a switch (--overwrite), or an optional value (see ``bare``)
-    text: Callable[[str], Any] | None = (
-        None  # the flag's text to a value; argparse names the flag when it fails
-    )
+    # the flag's text to a value; argparse names the flag when it fails
+    text: Callable[[str], Any] | None = None
     choices: tuple[str, ...] | None = None
     bare: str | None = None  # the value of the flag given alone (--refresh means --refresh rows)
     surfaces: tuple[str, ...] = SURFACES
@@ -159,9 +158,8 @@ class RunOptions:
         if self.concurrency is not None:
             if not _whole(self.concurrency) or self.concurrency < 1:
                 raise bad("concurrency", "a whole number >= 1 or None (the run finds its level)")
-            warn_past_file_limit(
-                self.concurrency
-            )  # allowed (calls queue for connections), but slower than asked
+            # allowed (calls queue for connections), but slower than asked
+            warn_past_file_limit(self.concurrency)
         if self.on_error not in ("isolate", "raise"):
             raise bad("on_error", "'isolate' (a failed row is data in the result) or 'raise'")
         if not (isinstance(self.refresh, bool) or self.refresh == "rows"):
@@ -181,9 +179,8 @@ class RunOptions:
             raise bad("estimate", "True or False")
         if self.max_wait is not None and (not _number(self.max_wait) or self.max_wait < 0):
             raise bad("max_wait", "a number of seconds >= 0 or None")
-        empty = (
-            isinstance(self.store, str) and not self.store.strip()
-        )  # would be the current directory, unasked
+        # would be the current directory, unasked
+        empty = isinstance(self.store, str) and not self.store.strip()
         if empty or (self.store is not None and not isinstance(self.store, (ReceiptStore, str, os.PathLike))):
             raise bad(
                 "store",

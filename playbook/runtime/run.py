@@ -14,7 +14,7 @@ import pandas as pd
 
 from playbook._internal.chain import Chain
 from playbook._internal.loop import check_blocking, finished, run_sync, schedule
-from playbook._internal.renamed import renamed
+from playbook._internal.renamed import old_attribute, renamed
 from playbook.errors import PlayDefinitionError
 from playbook.plays.play import Play
 from playbook.records import ProviderWait, RunStats
@@ -100,9 +100,8 @@ class Run:
         self._result: pd.DataFrame | None = None
         self._html = html
         self.previous = previous  # the run this one retried; None for a first run
-        self._chain: Chain[Run] = (
-            Chain(self) if previous is None else previous._chain
-        )  # the runs over this frame
+        # the runs over this frame
+        self._chain: Chain[Run] = Chain(self) if previous is None else previous._chain
         self._chain.follow(self)
         self.view: Any = None  # the live view the caller attached, if any
 
@@ -159,11 +158,8 @@ class Run:
         next probe, ``error`` why); how many rows wait (waiting now, or parked), last status."""
         return self.state.holds()
 
-    @property
-    def holds(self) -> list[ProviderWait]:
-        """Deprecated: use :attr:`waiting_on` (a down provider is not a hold)."""
-        renamed("Run.holds", "Run.waiting_on")
-        return self.state.holds()
+    def __getattr__(self, name: str) -> Any:
+        return old_attribute(self, name, _OLD)
 
     @property
     def notices(self) -> list[str]:
@@ -185,8 +181,9 @@ class Run:
 
     @property
     def parked(self) -> pd.DataFrame:
-        """Parked rows: index label, position, why (``hold``, ``down``, ``budget``, ``store``), the provider, when
-        it expects to take calls again (UTC; for a down provider, its next probe), and the message."""
+        """Parked rows: index label, position, why (``hold``, ``down``, ``budget``, ``store``), the
+        provider, when it expects to take calls again (UTC; for a down provider, its next probe),
+        and the message."""
         frame = pd.DataFrame(
             self.state.parked_rows(), columns=["row", "position", "reason", "provider", "ready_at", "message"]
         )
@@ -226,9 +223,8 @@ class Run:
         such rows, the run is returned as it is."""
         if not statuses or any(s not in ("failed", "parked") for s in statuses):
             raise PlayDefinitionError(f"retry(statuses={statuses!r}): retry 'failed' and/or 'parked' rows")
-        latest = self._chain.latest(
-            self
-        )  # a retry follows the latest run over the frame, whichever run was asked
+        # a retry follows the latest run over the frame, whichever run was asked
+        latest = self._chain.latest(self)
         if latest.running:
             latest._scheduler.admit(latest._scheduler.requeue(statuses))
             latest._result = None
@@ -241,9 +237,8 @@ class Run:
             return latest
         run = Run(latest._scheduler, html=latest._html, previous=latest)
         if latest.view is not None:
-            latest.view.follow(
-                run.state
-            )  # the view shows the retry (its own counters) where it showed the run
+            # the view shows the retry (its own counters) where it showed the run
+            latest.view.follow(run.state)
             run.view = latest.view
         remember(run)
         if background:
@@ -281,3 +276,12 @@ def begin_background(run: Run) -> Run:
     """Schedule the run's execution on the running loop and return at once."""
     run._task = schedule(execute(run))
     return run
+
+
+def _holds(run: Run) -> list[ProviderWait]:
+    renamed("Run.holds", "Run.waiting_on")  # a down provider is not a hold
+    return run.waiting_on
+
+
+# Deprecated names, served by __getattr__: they work (warning) and dir(run) leaves them out.
+_OLD: dict[str, Callable[[Any], Any]] = {"holds": _holds}

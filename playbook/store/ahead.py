@@ -16,7 +16,7 @@ class ReadAhead:
     """Receipts read before they are asked for, for rows that run in a known order: a part of
     :class:`~playbook.store.engine.StoreEngine`, whose lookups :meth:`pop` them.
 
-    The plan is the receipt keys each row used when it last finished (hints), in the order the
+    The plan is the addresses each row used when it last finished (hints), in the order the
     rows will run.  Receipts are read a chunk of rows at a time, the next chunk once half of the
     last one was used; the cache is bounded, so a play that no longer makes those calls costs
     one chunk of memory, not the whole run's.
@@ -44,7 +44,7 @@ class ReadAhead:
         """The rows ``rows()`` of ``play`` are about to run, in this order: a remote store reads
         the receipts each used last time ahead of them, a chunk of rows per round trip, so a
         rerun of an edited play does not wait on the network for every call.  (Asked for only
-        then: a million row keys cost 90 MB.)"""
+        then: a million row ids cost 90 MB.)"""
         if self._backend.remote:
             try:
                 self.plan(play, rows())
@@ -72,9 +72,8 @@ class ReadAhead:
         the rows that need it.  A read that fails only leaves those rows to ask for their receipts
         (which says why)."""
         filling, loop = self.filling, asyncio.get_running_loop()
-        if (
-            filling is None or filling.get_loop() is not loop
-        ):  # none under way for this loop (an earlier run's may never end)
+        if filling is None or filling.get_loop() is not loop:
+            # none under way for this loop (an earlier run's may never end)
             filling = self.filling = loop.create_future()
 
             def filled(_: None, exc: BaseException | None) -> None:

@@ -180,7 +180,7 @@ class Database:
             con = connect(self.file)
             con.execute("PRAGMA journal_mode = WAL")
             # The log is copied into the file (a checkpoint) every 64 MB, not every 4 MB.  A
-            # receipt's key falls anywhere in the key index, so every commit rewrites pages all
+            # receipt's address falls anywhere in the key index, so every commit rewrites pages all
             # over it: a longer log copies each page once for many commits (a first run of a
             # million rows 13% faster).  The log file is cut back to 64 MB after a checkpoint.
             con.execute(f"PRAGMA wal_autocheckpoint = {_CHECKPOINT_PAGES}")
@@ -188,9 +188,8 @@ class Database:
             return con
         if not self.file.is_file():
             raise sqlite3.OperationalError(f"no store file {self.file}")
-        uri = (
-            self.file.absolute().as_uri()
-        )  # a file: URI names an absolute path; a store may be given as "named_store"
+        # a file: URI names an absolute path; a store may be given as "named_store"
+        uri = self.file.absolute().as_uri()
         try:
             con = connect(f"{uri}?mode=ro", uri=True)
             con.execute("SELECT 1 FROM sqlite_master LIMIT 1")

@@ -129,7 +129,7 @@ class StoreEngine:
         # Where a cluster job counts the paid calls of the partition running on this store:
         # (Redis hash, field), or None.  Counted with their receipts (protocol.Tally).
         self.tally: tuple[str, str] | None = None
-        self.inflight: dict[str, asyncio.Future[None]] = {}  # receipt key -> call being paid for now
+        self.inflight: dict[str, asyncio.Future[None]] = {}  # address -> call being paid for now
         self._io = StoreIO(remote=self._backend.remote)
         self._lookup = self._backend.lookup
         self._asks: list[tuple[str, float | None, asyncio.Future[Hit | Missing]]] = []
@@ -343,9 +343,8 @@ class StoreEngine:
         worker killed then counts without sending, and a turn of a busy loop is most of that."""
         if self.tally is not None:
             key, field = self.tally
-            with contextlib.suppress(
-                StoreFailure
-            ):  # the count is what a dead worker leaves: never worth the call
+            with contextlib.suppress(StoreFailure):
+                # the count is what a dead worker leaves: never worth the call
                 self._backend.count(key, f"{field}:sent", 1)  # type: ignore[attr-defined]
 
     def _commit_writes(self) -> None:
@@ -475,7 +474,8 @@ class StoreEngine:
     # -- looking at it (inspection.py) -----------------------------------------------------------
 
     def get(self, tool: Tool[object], input: object = NO_INPUT, /, **kwargs: object) -> Receipt | None:
-        """The receipt for calling ``tool`` with this input, or ``None`` (:meth:`~playbook.store.inspection.Inspection.get`)."""
+        """The receipt for calling ``tool`` with this input, or ``None``
+        (:meth:`~playbook.store.inspection.Inspection.get`)."""
         return self._inspection.get(tool, input, **kwargs)
 
     def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | None]]:

@@ -11,7 +11,7 @@ store gets receipts there as from a provider.
 An answer is found by its tool's name and input.  Receipt keys also hold the tool's URL, model or
 source, which differ between where fixtures are recorded and where they are replayed (another
 port, a test double); so a fixture answers whatever the tool is now, and a replayed call costs
-one dictionary lookup, with no receipt key worked out.
+one dictionary lookup, with no address worked out.
 
 One line per call, sorted by tool and input, so a re-recording reads as a diff::
 
@@ -261,9 +261,8 @@ class Recorder:
         self._dirty = False
 
 
-_PARSED: dict[
-    Path, tuple[tuple[int, int, int], dict[str, dict[str, Answer]]]
-] = {}  # path -> (stamp, answers)
+# path -> (stamp, answers)
+_PARSED: dict[Path, tuple[tuple[int, int, int], dict[str, dict[str, Answer]]]] = {}
 
 
 def _parsed(path: Path) -> dict[str, dict[str, Answer]]:
@@ -298,7 +297,7 @@ def _read(path: Path) -> dict[str, dict[str, Answer]]:
     for n, entry in enumerate(entries, 1):
         try:
             given = entry["input"]
-            # The input in key form, as a receipt key has it: 3 and 3.0 are one input (a NaN
+            # The input in key form, as an address has it: 3 and 3.0 are one input (a NaN
             # elsewhere in a column makes pandas' ints floats), a numpy scalar is its number.
             # Plain JSON is its own key form: the sorted dump key_text would make, without its checks.
             key = dumps(given, sort_keys=True) if _plain(given) else key_text(decode(given))

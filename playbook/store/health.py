@@ -77,7 +77,8 @@ class WriteHealth:
         return since[1] + self.grace_s - loop.time()
 
     async def retry(self, written: Callable[[], bool]) -> bool:
-        """Write what is kept again, backing off, until ``written()`` or the grace is over; returns ``written()``."""
+        """Write what is kept again, backing off, until ``written()`` or the grace is over; returns
+        ``written()``."""
         delay = _FIRST_RETRY_S
         while not written():
             left = self._left()

@@ -1,13 +1,13 @@
 """Leases: which process is paying for a call right now, so that two never pay for the same one.
 
-Before a call is dispatched, its process takes a lease on the call's receipt key: an owner and an
+Before a call is dispatched, its process takes a lease on the call's address: an owner and an
 expiry kept by the store's backend (a row next to the receipts in SQLite, a key set with ``PX``
-by a Lua script in Redis, a dict in memory), taken atomically; the leases asked for in one turn of the event loop are taken together,
-in one transaction or round trip, as receipts are written.  While calls are in flight (or waiting
-behind their provider's gate) the owner renews all its leases every third of the lease time.
-A process that finds a call leased by another waits for its receipt instead of dispatching; if
-the owner dies, its leases lapse (at once when it was a process on this machine, else when they
-expire) and a waiting process takes the call over.
+by a Lua script in Redis, a dict in memory), taken atomically; the leases asked for in one turn of
+the event loop are taken together, in one transaction or round trip, as receipts are written.  While
+calls are in flight (or waiting behind their provider's gate) the owner renews all its leases every
+third of the lease time.  A process that finds a call leased by another waits for its receipt
+instead of dispatching; if the owner dies, its leases lapse (at once when it was a process on this
+machine, else when they expire) and a waiting process takes the call over.
 """
 
 from __future__ import annotations

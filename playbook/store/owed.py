@@ -19,7 +19,7 @@ __all__ = ["Owed"]
 
 
 class Owed:
-    """The receipts a store owes: paid for, not written yet, by receipt key (``kept``).
+    """The receipts a store owes: paid for, not written yet, by address (``kept``).
 
     A part of :class:`~playbook.store.engine.StoreEngine`.  ``health`` (health.py) writes them
     again while the store refuses writes, for ``grace_s`` seconds; ``counted`` runs a write so that

@@ -40,7 +40,8 @@ SpendRow = tuple[str, str, str, int, float, int, float]
 
 
 class StoreFailure(Exception):
-    """A store operation failed; ``reason`` says why in words, ``code`` is the backend's or the OS's name for it."""
+    """A store operation failed; ``reason`` says why in words, ``code`` is the backend's or the OS's
+    name for it."""
 
     def __init__(self, reason: str, code: str | None = None) -> None:
         super().__init__(reason)
@@ -141,7 +142,7 @@ class Backend(Protocol):
     # -- what a row looked up last time (a remote store reads those receipts ahead) ---------------
 
     def hints(self, play: str, rows: Sequence[str]) -> dict[str, list[str]]:
-        """The receipt keys each row of ``play`` (by row key) used when it last finished."""
+        """The addresses each row of ``play`` (by row id) used when it last finished."""
         ...
 
     def write_hints(self, hints: Sequence[tuple[str, str, str]]) -> None:

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from playbook._internal.renamed import renamed
+from playbook._internal.renamed import deprecated, old_attribute, renamed
 from playbook.store.engine import StoreEngine
 from playbook.store.health import GRACE_S
 from playbook.tools.protocol import NO_INPUT
@@ -74,6 +74,9 @@ class ReceiptStore:
     def __repr__(self) -> str:
         return f"ReceiptStore({self.location!r})"
 
+    def __getattr__(self, name: str) -> Any:
+        return old_attribute(self, name, _OLD)
+
     def __enter__(self) -> ReceiptStore:
         return self
 
@@ -86,12 +89,6 @@ class ReceiptStore:
     def location(self) -> str:
         """Where it is, to show: a directory, ``"memory"``, or a URL with its password masked."""
         return self._engine.location
-
-    @property
-    def path(self) -> Path | str:
-        """Deprecated: use :attr:`location`.  The directory as a :class:`~pathlib.Path`; a URL as given."""
-        renamed("ReceiptStore.path", "ReceiptStore.location")
-        return self._engine.path
 
     @property
     def lost(self) -> str | None:
@@ -113,13 +110,6 @@ class ReceiptStore:
         ``None`` does not turn a column of ints into floats); ``miss`` is boolean, ``cost`` a
         float and ``created_at`` a UTC datetime."""
         return self._engine.receipts(tool)
-
-    def records(self, tool: str | None = None) -> Iterator[tuple[str, Record | None]]:
-        """Deprecated: use :meth:`receipts`.  Every receipt (or one tool's) as ``(address,
-        record)``, oldest first, values in stored form; ``record`` is ``None`` for one that
-        cannot be read."""
-        renamed("ReceiptStore.records()", "ReceiptStore.receipts()")
-        return self._engine.records(tool)
 
     def stats(self) -> StoreStats:
         """How many receipts (per tool) and row memos the store holds, and its size (bytes)."""
@@ -143,14 +133,37 @@ class ReceiptStore:
         :meth:`clear`, it removes nothing."""
         self._engine.accept_loss()
 
-    def reset(self) -> None:
-        """Deprecated: use :meth:`accept_loss` (which this does)."""
-        renamed("ReceiptStore.reset()", "ReceiptStore.accept_loss()")
-        self._engine.accept_loss()
-
     def close(self) -> None:
         """Write what is still queued, and close the connection or file."""
         self._engine.close()
+
+
+def _path(store: ReceiptStore) -> Path | str:
+    """The directory as a :class:`~pathlib.Path`; a URL as given."""
+    renamed("ReceiptStore.path", "ReceiptStore.location")
+    return store._engine.path
+
+
+def _records(store: ReceiptStore) -> Callable[[str | None], Iterator[tuple[str, Record | None]]]:
+    """Every receipt (or one tool's) as ``(address, record)``, oldest first, values in stored form."""
+    deprecated(_RECORDS_GONE)
+    return store._engine.records
+
+
+def _reset(store: ReceiptStore) -> Callable[[], None]:
+    renamed("ReceiptStore.reset()", "ReceiptStore.accept_loss()")
+    return store.accept_loss
+
+
+# Deprecated names, served by __getattr__: they work (warning) and dir(store) leaves them out.
+_OLD: dict[str, Callable[[Any], Any]] = {"path": _path, "records": _records, "reset": _reset}
+
+# records() yielded pairs and receipts() is a frame: the message says the loop to write instead.
+_RECORDS_GONE = (
+    "ReceiptStore.records() is deprecated and goes in the next release; use ReceiptStore.receipts(), "
+    "a DataFrame with one row per receipt (columns address, tool, input, output, miss, cost, ...): "
+    "for r in store.receipts().itertuples(): r.address, r.output"
+)
 
 
 def engine(store: ReceiptStore) -> StoreEngine:

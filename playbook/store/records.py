@@ -52,7 +52,9 @@ OUTPUT_TAGGED = 1  # the output holds tags: decode it when read
 INPUT_TAGGED = 2  # the input does
 # A memo's flags above this bit count the free local calls among its calls (a memo of before: none).
 _MEMO_LOCAL_SHIFT = 8
-REFUSED = 4  # the provider refused the call (a client error): the output is its status (or [status, sent, written]), ``error`` what it said
+# the provider refused the call (a client error): the output is its status (or [status, sent,
+# written]), ``error`` what it said
+REFUSED = 4
 
 
 class Refusal(NamedTuple):

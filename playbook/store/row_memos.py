@@ -32,7 +32,7 @@ class RowMemos:
         self._location = location
         self._notice = notice
         self._pending: list[MemoRow] = []
-        self._hints: list[tuple[str, str, str]] = []  # (play, row, "receipt keys it used"): remote stores
+        self._hints: list[tuple[str, str, str]] = []  # (play, row, "addresses it used"): remote stores
         self._flushed = time.monotonic()
 
     def __repr__(self) -> str:
@@ -86,7 +86,7 @@ class RowMemos:
         written at the next flush, at most half a second later.  A crash loses at most the last
         half second of memos, and those rows replay from their receipts for free; a run that
         starts in another process finds them once it has folded them in (:meth:`fold`).  ``row``
-        and ``used`` (its row key and the receipt keys it looked up) let a remote store read those
+        and ``used`` (its row id and the addresses it looked up) let a remote store read those
         receipts ahead next time."""
         pending = self._pending
         pending.append(MemoRow(key, play, tools, calls, cost, flags, output))

@@ -92,7 +92,8 @@ class Spending:
                 .round(9)
             )
         grouped = frame.groupby(keys, sort=True, dropna=False)[list(FIGURES)].sum().reset_index()
-        # Money to 9 decimals, as run.stats says it: sums of many prices carry float noise (8.999999999999996).
+        # Money to 9 decimals, as run.stats says it: sums of many prices carry float noise
+        # (8.999999999999996).
         return grouped.astype({"calls_paid": "int64", "calls_reused": "int64"}).round(
             {"cost_paid": 9, "cost_saved": 9}
         )

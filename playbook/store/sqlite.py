@@ -404,7 +404,8 @@ def _one_by_one(cursor: sqlite3.Cursor, chunk: list[str], bad: list[str]) -> lis
 
 
 def _copy(old: sqlite3.Connection, new: sqlite3.Connection) -> tuple[int, int]:
-    """Copy every receipt and row memo from ``old`` into ``new`` (keeping what ``new`` has); returns the counts."""
+    """Copy every receipt and row memo from ``old`` into ``new`` (keeping what ``new`` has); returns
+    the counts."""
     counts = []
     for select, insert in (
         (f"SELECT {COLUMNS} FROM receipt", _UPSERT.replace("OR REPLACE", "OR IGNORE")),

@@ -28,7 +28,11 @@ from playbook.tagged import encode
 from playbook.tools.failures import translate
 from playbook.tools.protocol import NO_INPUT, CallEnv, Spent
 
-__all__ = ["Engine"]
+__all__ = ["CALL_OPTIONS", "Engine"]
+
+# The keywords ctx.tool() takes besides a tool's inputs (ctx.leg() takes the first two): a misspelt
+# one reaches the tool as an input, and is told its near spelling.
+CALL_OPTIONS = ("refresh", "ttl", "on_exhausted")
 
 _NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
 
@@ -174,14 +178,9 @@ class Engine:
                 parts.append("missing " + ", ".join(missing))
             if unknown:
                 parts.append("unexpected " + ", ".join(unknown))
-            near = [
-                (k, close[0])
-                for k in unknown
-                if (close := difflib.get_close_matches(k, missing or self.inputs, n=1))
-            ]
-            hint = "".join(f"; did you mean {right!r} for {wrong!r}?" for wrong, right in near)
             raise ToolError(
-                f"tool {self.name!r} takes ({', '.join(self.inputs)}): {'; '.join(parts)}{hint}",
+                f"tool {self.name!r} takes ({', '.join(self.inputs)}): {'; '.join(parts)}"
+                + _near(unknown, missing or self.inputs),
                 tool=self.name,
             )
         return values
@@ -266,3 +265,15 @@ def _retry_types(name: str, retry_on: Any) -> tuple[type[Exception], ...]:
                 f"tool {name!r}: retry_on={kind.__name__} has no effect: playbook's own errors say themselves whether to retry"
             )
     return types
+
+
+def _near(unknown: list[str], inputs: Sequence[str]) -> str:
+    """Did-you-mean for each unexpected keyword: a near input of the tool, else a near option of
+    ``ctx.tool()`` (``refesh=`` was meant for the call, not the tool)."""
+    hints = []
+    for wrong in unknown:
+        if close := difflib.get_close_matches(wrong, inputs, n=1):
+            hints.append(f"; did you mean {close[0]!r} for {wrong!r}?")
+        elif close := difflib.get_close_matches(wrong, CALL_OPTIONS, n=1):
+            hints.append(f"; did you mean {close[0]}= (an option of ctx.tool) for {wrong!r}?")
+    return "".join(hints)

@@ -171,9 +171,8 @@ def proxy_for(url: str) -> tuple[str, str] | None:
     if not proxy or not _configured_proxies() or urllib.request.proxy_bypass(parts.hostname or ""):
         return None
     shown = urlsplit(proxy if "://" in proxy else "http://" + proxy)
-    where = f"{shown.scheme}://{shown.hostname}" + (
-        f":{shown.port}" if shown.port else ""
-    )  # never its password
+    # never its password
+    where = f"{shown.scheme}://{shown.hostname}" + (f":{shown.port}" if shown.port else "")
     return f"${name.upper()}_PROXY", where
 
 

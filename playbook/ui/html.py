@@ -277,7 +277,8 @@ def legs_table(state: RunState) -> str:
 
 
 def workers_table(workers: list[WorkerView]) -> str:
-    """A cluster run's workers: partitions running and finished, rows done of theirs, calls paid, rows in flight."""
+    """A cluster run's workers: partitions running and finished, rows done of theirs, calls paid,
+    rows in flight."""
     if not workers:
         return ""
     rows = [

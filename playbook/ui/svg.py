@@ -200,7 +200,8 @@ def _clean(series: ProviderSeries, n: int) -> _Clean:
 
 
 def _label(series: ProviderSeries, c: _Clean, peak: float) -> str:
-    """ "peak 48/s · limit 50/s · 12 × 429 · 3 × 5xx · held 40s · 2m 10s": the scale and the totals, tersely."""
+    """ "peak 48/s · limit 50/s · 12 × 429 · 3 × 5xx · held 40s · 2m 10s": the scale and the totals,
+    tersely."""
     last = next((r for r in reversed(c.rates) if r is not None), None)
     words = [f"peak {_per(peak)}/s"] + ([f"limit {_allowed(last)}/s"] if last is not None else [])
     words += [f"{short_count(sum(c.refused))} × 429"] if any(c.refused) else []
@@ -210,7 +211,8 @@ def _label(series: ProviderSeries, c: _Clean, peak: float) -> str:
 
 
 def _stopped(series: ProviderSeries) -> list[str]:
-    """How long the provider held calls and was down: ["held 40s", "down 1m 05s"] (what the shaded spans mean)."""
+    """How long the provider held calls and was down: ["held 40s", "down 1m 05s"] (what the shaded
+    spans mean)."""
     spent = {"hold": 0.0, "down": 0.0}
     for start, end, kind in series.spans:
         if kind in spent and math.isfinite(end - start):

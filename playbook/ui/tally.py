@@ -56,9 +56,8 @@ class Tally:
         self.copies: dict[int, int] = {}  # position -> rows sharing its key, when more than one
         self.counts: dict[str, int] = {}  # fingerprint -> failed rows (its group: families.label)
         self.costs: dict[int, float] = {}  # position of a failed row that paid for calls -> what they cost
-        self.paid: dict[
-            str, float
-        ] = {}  # fingerprint -> what its failed rows paid for (kept as rows come and go, as counts)
+        # fingerprint -> what its failed rows paid for (kept as rows come and go, as counts)
+        self.paid: dict[str, float] = {}
         self.example: dict[str, int] = {}  # fingerprint -> a position that failed so
         self.parked: dict[int, _Parking] = {}  # position -> (reason, provider, ready_at)
         self.parked_rows_by: dict[str | None, int] = {}  # provider -> parked rows
@@ -184,11 +183,13 @@ class Tally:
         return counts
 
     def reasons(self, provider: str | None) -> dict[str, int]:
-        """Why the rows parked on ``provider`` (``None``: on no provider, e.g. the budget) parked: reason -> rows."""
+        """Why the rows parked on ``provider`` (``None``: on no provider, e.g. the budget) parked:
+        reason -> rows."""
         return {reason: n for (name, reason), n in self.parked_reasons.items() if name == provider and n}
 
     def error_groups(self, limit: int) -> list[tuple[int, str, Any, str, float]]:
-        """The ``limit`` largest groups: (rows, group, example row label, its message, what its rows paid for)."""
+        """The ``limit`` largest groups: (rows, group, example row label, its message, what its rows
+        paid for)."""
         rows: dict[str, int] = {}
         example: dict[str, int] = {}
         label = self.families.label

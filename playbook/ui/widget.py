@@ -1,12 +1,13 @@
 """The live view of a run in Jupyter: an ipywidgets panel refreshed at most 10 times a second.
 
 It shows a header (play, status, elapsed, ETA, rows/s), the progress bar (the rows stacked by
-status: ok, reused, failed, held, parked, skipped, then not done yet), the counters, the providers (open, held with a countdown, or down with why and the next
-probe; rate and the calls in flight it allows, in flight, 429s, rows waiting) and a small chart of
-each over the run, the parked rows grouped by why, provider and when they are ready, the errors
-grouped by kind (one bug, one line) and the waterfall legs.  A background run's panel has Stop / Retry parked / Retry failed
-buttons; a blocking run keeps the kernel busy, so a click would only be handled after it: its
-panel has none (interrupting the kernel stops it).
+status: ok, reused, failed, held, parked, skipped, then not done yet), the counters, the providers
+(open, held with a countdown, or down with why and the next probe; rate and the calls in flight it
+allows, in flight, 429s, rows waiting) and a small chart of each over the run, the parked rows
+grouped by why, provider and when they are ready, the errors grouped by kind (one bug, one line) and
+the waterfall legs.  A background run's panel has Stop / Retry parked / Retry failed buttons; a
+blocking run keeps the kernel busy, so a click would only be handled after it: its panel has none
+(interrupting the kernel stops it).
 
 What changes on every refresh is one widget, the capped tables another (at most twice a second),
 the charts a third (once a second, never with the tables), so a refresh sends one or two
@@ -132,7 +133,8 @@ class WidgetView:
             undo()
 
     def follow(self, state: RunState) -> None:
-        """Show ``state`` from now on (a retry's run, with its own counters) where the run before was shown."""
+        """Show ``state`` from now on (a retry's run, with its own counters) where the run before
+        was shown."""
         self.unsubscribe()
         self._ref = ref = weakref.ref(state)  # not self: the tally would hold the view in a cycle
         self.tally = Tally(lambda position: _alive(ref).label(position))
@@ -293,9 +295,8 @@ class WidgetView:
                     + errors_table(tally.error_groups(LIMIT), tally.kinds)
                     + legs_table(s)
                 )
-            elif (
-                now - self._last_pictures >= _PICTURES_INTERVAL
-            ):  # not with the tables: one refresh stays small
+            elif now - self._last_pictures >= _PICTURES_INTERVAL:
+                # not with the tables: one refresh stays small
                 self._last_pictures = now
                 self.pictures.value = provider_pictures(s.history())
 

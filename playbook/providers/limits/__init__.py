@@ -3,8 +3,8 @@ whose state lives in this process (:class:`LocalLimiter`) and the one shared thr
 every process and machine on one account (:mod:`playbook.providers.limits.shared`, imported when used, so
 playbook imports without redis installed), plus the exact primitives they are made of: pacing and
 rate adaptation (:class:`Pace`), calls in flight (:class:`Window`), health (:class:`Health`, which
-judges distinct calls and learns what became of those that failed: :class:`Standing`), backoff (:class:`Backoff`) and reading "come back later"
-headers (:func:`retry_after`).
+judges distinct calls and learns what became of those that failed: :class:`Standing`), backoff
+(:class:`Backoff`) and reading "come back later" headers (:func:`retry_after`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Whether a provider is up at all (:class:`Health`), judged on distinct calls, and what it
 remembers of one call across its tries (:class:`Standing`).
 
-Like :class:`~playbook.providers.limits.pace.Pace`, neither reads a clock: each takes ``now`` from its caller (the
-running loop's time), so tests drive them in virtual time.
+Like :class:`~playbook.providers.limits.pace.Pace`, neither reads a clock: each takes ``now`` from
+its caller (the running loop's time), so tests drive them in virtual time.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Standing:
     its own failure (one input the provider always refuses, a path that always answers 503), not
     the provider's: from then on its tries, failed or not, are no evidence about the provider.
     It keeps that word when it moves to another key of a pool (the request is the same), and
-    its provider's health remembers it by ``request`` (the request's identity, its receipt key):
+    its provider's health remembers it by ``request`` (the request's identity, its address):
     a later call of the same request (a ``run.retry()``, a rerun in this process) fails on its
     own from its first failure, until it goes through.
 
@@ -38,7 +38,7 @@ class Standing:
 
     def __init__(self, request: str | None = None) -> None:
         self.own = False
-        self.request = request  # the request's identity (its receipt key); None: none to remember it by
+        self.request = request  # the request's identity (its address); None: none to remember it by
         self.host = False  # it failed at a host its row chose: nothing it does is the provider's
         self.behind = False  # its next try waits for the rows not started yet
         self._health: Health | None = None  # whose clock _failed_t is on
@@ -76,10 +76,10 @@ class Standing:
 
 class Health:
     """Is the provider up?  ``DOWN_AFTER`` transient failures in a row (refused connections,
-    timeouts, 5xx) with no success between, when they are most of the recent calls, take it *down*; then one probe call at a time tests it,
-    the first at once and the next ones further apart (``PROBE_FIRST``, growing by half each time,
-    up to ``PROBE_MAX``: rows wait for the probes, so a provider back in 4 s is found by 5 s),
-    and a success brings it back up.
+    timeouts, 5xx) with no success between, when they are most of the recent calls, take it *down*;
+    then one probe call at a time tests it, the first at once and the next ones further apart
+    (``PROBE_FIRST``, growing by half each time, up to ``PROBE_MAX``: rows wait for the probes, so a
+    provider back in 4 s is found by 5 s), and a success brings it back up.
 
     It also says when failures *dominate* the recent calls (more than half of the last
     ``RECENT``): a 5xx is a failure of one call, retried without slowing the others, until then.
@@ -134,13 +134,11 @@ class Health:
         self.answered_t = -math.inf  # loop clock: when the latest call answered was sent
         self._recent: deque[bool] = deque(maxlen=self.RECENT)  # True: failed
         self._probes = 0
-        self._outcome: list[
-            asyncio.Future[None]
-        ] = []  # done when the probe in flight lands, one per loop waiting
+        # done when the probe in flight lands, one per loop waiting
+        self._outcome: list[asyncio.Future[None]] = []
         self._lock = threading.Lock()  # two threads' calls must not both become the probe
-        self._fates: deque[bool] = deque(
-            maxlen=self.FATES
-        )  # True: it failed on its own; False: a retry went through
+        # True: it failed on its own; False: a retry went through
+        self._fates: deque[bool] = deque(maxlen=self.FATES)
         self._given = 0  # retries sent behind on what was learnt, to pick the ones that go at once
         self._known: dict[str, None] = {}  # requests that failed on their own, oldest first
 

@@ -66,9 +66,8 @@ class LocalLimiter:
         self.hold_until_t = 0.0  # loop clock
         self.in_flight = 0  # calls on the wire
         self._lock = threading.Lock()
-        self._waiters: deque[tuple[asyncio.Future[bool], float]] = (
-            deque()
-        )  # (slot, weight), in order, on any loop
+        # (slot, weight), in order, on any loop
+        self._waiters: deque[tuple[asyncio.Future[bool], float]] = deque()
         self._queued = 0.0  # the waiters' weights, summed
         self._loops: dict[asyncio.AbstractEventLoop, _Timer] = {}  # each loop with waiters: its timer
 
@@ -175,14 +174,12 @@ class LocalLimiter:
                 verdict = Verdict.LOWERED
             elif short and lone:
                 verdict = Verdict.LONE
-            elif not (
-                hinted and self.tokens is not None
-            ):  # else a token limit's refusal, most likely: its hold says when
+            elif not (hinted and self.tokens is not None):
+                # else a token limit's refusal, most likely: its hold says when
                 rearm = self.pace.limited(now, permit.sent_at, pending=self.in_flight)
                 verdict = Verdict.LOWERED if rearm else Verdict.NOTED
-            if (
-                hinted and not short and verdict is not Verdict.LONE
-            ):  # a window's end, most likely: what did it let in?
+            if hinted and not short and verdict is not Verdict.LONE:
+                # a window's end, most likely: what did it let in?
                 self.allowance.refused(permit.sent_at)
                 self.window.single(self.allowance.single_file())
             self.window.release()
@@ -334,9 +331,8 @@ class LocalLimiter:
                     self._take(now, weight, queued=True)
                     let_out.append(slot)
                     if self.allowance.single_file():
-                        bounced = (
-                            self._unqueue_all()
-                        )  # past the window's allowance: back to the gate, one at a time
+                        # past the window's allowance: back to the gate, one at a time
+                        bounced = self._unqueue_all()
             if waiters and self._loops.get(loop) is timer:
                 timer.arm(now + self._delay(now, waiters[0][1]), self._release)
         wake_all(let_out, True)

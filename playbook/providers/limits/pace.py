@@ -258,9 +258,8 @@ class Pace:
         self._refused.append(sent_at)
         if sent_at <= self._last_cut:
             return False  # already cut for this episode
-        accepted = (
-            self.accepted(now) or None
-        )  # nothing accepted while sending: a quota's refusal, no rate to read
+        # nothing accepted while sending: a quota's refusal, no rate to read
+        accepted = self.accepted(now) or None
         rate = self.rate
         if rate is None:
             oks = self._ok

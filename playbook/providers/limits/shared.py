@@ -1,19 +1,22 @@
 """The limiter shared through Redis: one rate, one bound on calls in flight and one hold for every
 process and machine that names the same provider account at the same Redis.
 
-Each decision is one Lua script (:mod:`playbook.providers.limits.scripts`), run with EVALSHA through redis-py's
-``register_script``, on Redis's clock. A permit is a member of a sorted set scored by its expiry; this process renews
-its permits while their calls are in flight, so a process killed mid-call (``kill -9``) gives its slots back
-``permit_ttl`` seconds later. The rate is paced by reserving GCRA slots at most ``HORIZON`` seconds ahead: a cut or a
-hold set meanwhile reaches the next reservation, not calls already queued a minute ahead.
+Each decision is one Lua script (:mod:`playbook.providers.limits.scripts`), run with EVALSHA through
+redis-py's ``register_script``, on Redis's clock. A permit is a member of a sorted set scored by its
+expiry; this process renews its permits while their calls are in flight, so a process killed
+mid-call (``kill -9``) gives its slots back ``permit_ttl`` seconds later. The rate is paced by
+reserving GCRA slots at most ``HORIZON`` seconds ahead: a cut or a hold set meanwhile reaches the
+next reservation, not calls already queued a minute ahead.
 
-Each thread's loop talks to Redis over a connection of its own (:class:`~playbook.providers.limits.redis_link.Link`);
-what the limiter learns (the rate, holds, calls in flight) is the whole process's. Only one task per loop asks for a
-permit at a time (the others queue there, in order): while the account has no room, that one polls, and a slot this
-process frees wakes it at once. What Redis cannot answer (it is down, the URL is wrong) is a retryable ``ToolError``
-naming the provider and the URL, so the governor treats it as it treats a provider that refuses connections: retried,
-then *down*: its rows wait for its probes within their ``max_wait``, then park with that message. A slot that cannot
-be given back for the same reason comes back by expiry.
+Each thread's loop talks to Redis over a connection of its own
+(:class:`~playbook.providers.limits.redis_link.Link`); what the limiter learns (the rate, holds,
+calls in flight) is the whole process's. Only one task per loop asks for a permit at a time (the
+others queue there, in order): while the account has no room, that one polls, and a slot this
+process frees wakes it at once. What Redis cannot answer (it is down, the URL is wrong) is a
+retryable ``ToolError`` naming the provider and the URL, so the governor treats it as it treats a
+provider that refuses connections: retried, then *down*: its rows wait for its probes within their
+``max_wait``, then park with that message. A slot that cannot be given back for the same reason
+comes back by expiry.
 """
 
 from __future__ import annotations
@@ -47,9 +50,8 @@ __all__ = ["RedisLimiter"]
 
 HORIZON = 0.5  # seconds ahead a rate slot may be reserved
 POLL = 0.025  # seconds between asks while the account has no room (a local release asks at once)
-MISSED = (
-    0.01  # seconds late past which a slot is missed, however high the rate (a timer's own lateness is not)
-)
+# seconds late past which a slot is missed, however high the rate (a timer's own lateness is not)
+MISSED = 0.01
 _SCRIPTS = {
     "acquire": scripts.ACQUIRE,
     "held": scripts.HELD,
@@ -142,7 +144,8 @@ class RedisLimiter:
         return max(0.0, self._room_at - loop.time()) if loop is not None else 0.0
 
     def turn_away(self) -> None:
-        """Its waiters ask Redis in turn: each finds its key retired when its slot comes, and gives the slot back."""
+        """Its waiters ask Redis in turn: each finds its key retired when its slot comes, and gives
+        the slot back."""
 
     def learn(self, requests: float | None, tokens: float | None) -> bool:
         changed = False
@@ -158,9 +161,8 @@ class RedisLimiter:
     # -- the Limiter protocol ------------------------------------------------------------------
 
     async def acquire(self, weight: float = 1.0, patience: float = math.inf) -> Permit | None:
-        while (
-            True
-        ):  # each round on this loop's link as it is now: a missed slot given back may have closed it
+        while True:
+            # each round on this loop's link as it is now: a missed slot given back may have closed it
             loop, link = self._link()
             key = f"{self._host}:{next(_ids)}"
             link.busy += 1
@@ -245,9 +247,8 @@ class RedisLimiter:
             await self._quietly("release", ["permits"], [permit.key], permit.key)
             return Verdict.LOWERED
         sent_at = permit.sent_at + permit.offset
-        judge = (
-            "0" if hinted and self.token_rate is not None else "1"
-        )  # a token limit's refusal: not the request rate's
+        # a token limit's refusal: not the request rate's
+        judge = "0" if hinted and self.token_rate is not None else "1"
         hint = "short" if short else "long" if hinted else "none"
         args = [
             permit.key,
@@ -272,9 +273,8 @@ class RedisLimiter:
 
     async def hold(self, until: float) -> float:
         loop = asyncio.get_running_loop()
-        self.hold_until_t = max(
-            self.hold_until_t, until
-        )  # this process keeps to it even if Redis cannot hear it
+        # this process keeps to it even if Redis cannot hear it
+        self.hold_until_t = max(self.hold_until_t, until)
         reply = await self._quietly("hold", ["hold", "aimd"], [max(0.0, until - loop.time())], None)
         if reply is not None:
             self._learn(reply[0], reply[1], None, loop)
@@ -352,9 +352,8 @@ class RedisLimiter:
         self._reaped = loop.time()
         name = self.prefix + "permits"
         client, _ = link.connect()
-        with contextlib.suppress(
-            self._redis.exceptions.RedisError, OSError
-        ):  # then they expire, as elsewhere
+        with contextlib.suppress(self._redis.exceptions.RedisError, OSError):
+            # then they expire, as elsewhere
             gone = [
                 permit
                 for permit in await client.zrange(name, 0, -1)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from playbook._internal.flow import Sleeping, Suspend
-from playbook._internal.renamed import keyword_renamed, renamed
+from playbook._internal.renamed import keyword_renamed, old_attribute, renamed
 from playbook.addresses import step_address, step_name
 from playbook.errors import (
     PlaybookError,
@@ -48,6 +48,23 @@ __all__ = ["Context", "Leg", "ledger"]
 _logger = logging.getLogger("playbook")
 
 
+class _Unsaid:
+    """``refresh=`` not given: false as ``False`` is (the call path only asks ``refresh or ...``),
+    and shown as ``False`` in the signature, yet told apart from ``refresh=False`` when ``force=``,
+    its old spelling, is given, at no cost to the calls that do not give it."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "False"
+
+
+_UNSAID: Any = _Unsaid()
+
+
 def ledger(ctx: Context) -> RowLedger:
     """What the runtime keeps behind ``ctx``."""
     return ctx._ledger
@@ -69,12 +86,6 @@ class Context:
         return self._ledger.row_id
 
     @property
-    def row_key(self) -> str:
-        """Deprecated: use :attr:`row_id`."""
-        renamed("ctx.row_key", "ctx.row_id")
-        return self._ledger.row_id
-
-    @property
     def run_id(self) -> str:
         """The run this row attempt belongs to."""
         return self._ledger.scope.run_id
@@ -83,6 +94,9 @@ class Context:
     def attempt(self) -> int:
         """How many times this row has started in this run before (0 the first time)."""
         return self._ledger.attempt
+
+    def __getattr__(self, name: str) -> Any:
+        return old_attribute(self, name, _OLD)
 
     def __repr__(self) -> str:
         book = self._ledger
@@ -103,7 +117,7 @@ class Context:
         input: Any = NO_INPUT,
         /,
         *,
-        refresh: bool = False,
+        refresh: bool = _UNSAID,
         ttl: float | None = None,
         on_exhausted: str = "park",
         **kwargs: Any,
@@ -183,7 +197,7 @@ class Context:
         input: Any = NO_INPUT,
         /,
         *,
-        refresh: bool = False,
+        refresh: bool = _UNSAID,
         ttl: float | None = None,
         **kwargs: Any,
     ) -> Leg:
@@ -196,11 +210,6 @@ class Context:
         if "force" in kwargs:
             refresh = _old_force(refresh, kwargs, "ctx.leg")
         return Leg(tool, input, refresh, ttl, kwargs)
-
-    def call(self, tool: Tool[Any], input: Any = NO_INPUT, /, **kwargs: Any) -> Leg:
-        """Deprecated: use :meth:`leg` (it builds a waterfall leg; it calls nothing)."""
-        renamed("ctx.call()", "ctx.leg()")
-        return self.leg(tool, input, **kwargs)
 
     @keyword_renamed("key", "name", "ctx.waterfall")
     def waterfall(
@@ -371,9 +380,26 @@ class Context:
 
 
 def _old_force(refresh: bool, kwargs: dict[str, Any], where: str) -> bool:
-    """``force=``, the old spelling of ``refresh=``, taken out of the tool's inputs (warning)."""
+    """``force=``, the old spelling of ``refresh=``, taken out of the tool's inputs (warning); both
+    at once is a ``TypeError``, as for every renamed keyword."""
+    if refresh is not _UNSAID:
+        raise TypeError(f"{where}: force= and refresh= are one argument: pass only refresh=")
     renamed(f"{where}(..., force=)", f"{where}(..., refresh=)")
-    return bool(refresh or kwargs.pop("force"))
+    return bool(kwargs.pop("force"))
+
+
+def _row_key(ctx: Context) -> str:
+    renamed("ctx.row_key", "ctx.row_id")
+    return ctx.row_id
+
+
+def _call(ctx: Context) -> Callable[..., Leg]:
+    renamed("ctx.call()", "ctx.leg()")  # it builds a waterfall leg; it calls nothing
+    return ctx.leg
+
+
+# Deprecated names, served by __getattr__: they work (warning) and dir(ctx) leaves them out.
+_OLD: dict[str, Callable[[Any], Any]] = {"row_key": _row_key, "call": _call}
 
 
 class Leg:

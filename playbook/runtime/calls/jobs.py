@@ -77,13 +77,13 @@ class Jobs:
     )
 
     def __init__(self, track: Callable[[asyncio.Task[Any]], None]) -> None:
-        self._gathering: dict[str, list[tuple[str, Any]]] = {}  # tool -> (receipt key, messages)
-        self._submitting: set[str] = set()  # receipt keys joined and not yet written down (their leases held)
-        self._failed: dict[str, BaseException] = {}  # receipt key -> why its submission failed
+        self._gathering: dict[str, list[tuple[str, Any]]] = {}  # tool -> (address, messages)
+        self._submitting: set[str] = set()  # addresses joined and not yet written down (their leases held)
+        self._failed: dict[str, BaseException] = {}  # address -> why its submission failed
         self._adopting: dict[str, asyncio.Future[str]] = {}  # file id -> its batch id, being found
         self._polls: dict[str, tuple[float, asyncio.Future[dict[str, Any]]]] = {}  # batch id -> (when, batch)
         self._results: dict[str, asyncio.Future[dict[str, Any]]] = {}  # batch id -> custom_id -> answer
-        self.reserved: dict[str, float] = {}  # receipt key -> cost reserved at submission
+        self.reserved: dict[str, float] = {}  # address -> cost reserved at submission
         self._track = track  # a stop waits for submissions under way
 
     def __repr__(self) -> str:
@@ -133,9 +133,8 @@ class Jobs:
             return
         cost = tool.price(values)
         try:
-            await scope.costs.reserve(
-                tool, cost, wait=False
-            )  # a batch may take hours to settle: no waiting on it
+            # a batch may take hours to settle: no waiting on it
+            await scope.costs.reserve(tool, cost, wait=False)
         except BaseException:
             leases.release(key)
             raise

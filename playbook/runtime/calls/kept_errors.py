@@ -3,7 +3,7 @@
 A client error is the provider's answer to an input: kept as the call's receipt, so that no
 rerun, and no identical call of another row, asks again (and is counted, often billed, again).
 A paid answer with no JSON form is kept as a receipt saying so.  A call whose input has no JSON
-form has no receipt key, and is not sent: its error names the input at fault."""
+form has no address, and is not sent: its error names the input at fault."""
 
 from __future__ import annotations
 
@@ -46,9 +46,8 @@ async def refused(scope: RunScope, tool: ToolEngine, key: str, values: Any, exc:
         "cost": 0.0,
         "input": values,
     }
-    stored = (
-        exc.status if exc.literal is None else [exc.status, *exc.literal]
-    )  # the group of its replays shows the tool's URL too
+    # the group of its replays shows the tool's URL too
+    stored = exc.status if exc.literal is None else [exc.status, *exc.literal]
     record = receipt_record(
         key, stored=stored, tagged=False, at=scope.clock(), error=str(exc), refused=True, **meta
     )
@@ -78,9 +77,9 @@ def not_storable(tool: ToolEngine, problem: str, *, paid_now: bool) -> str:
 
 
 def unkeyable(tool: ToolEngine, values: Any, exc: Unencodable, hint: str) -> ToolError:
-    """The error of a call whose input cannot be part of its receipt key (``hint``: a forgotten await)."""
+    """The error of a call whose input cannot be part of its address (``hint``: a forgotten await)."""
     return ToolError(
-        f"tool {tool.name!r}: {_culprit(values, exc)} cannot be part of a receipt key ({exc.why}){hint}",
+        f"tool {tool.name!r}: {_culprit(values, exc)} cannot be part of an address ({exc.why}){hint}",
         tool=tool.name,
     )
 

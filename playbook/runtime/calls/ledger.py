@@ -62,9 +62,8 @@ class RowLedger:
         # refused: a row that fails counts all it paid in ``cost_failed``, one that succeeds the refused part.
         self.paid = self.refused = 0.0
         self.tools: dict[str, str] = {}  # name -> fingerprint of every tool the row called
-        self.receipts: list[
-            str
-        ] = []  # the receipt keys it looked up: a remote store reads them ahead next time
+        # the addresses it looked up: a remote store reads them ahead next time
+        self.receipts: list[str] = []
         self.made: list[tuple[Coroutine[Any, Any, Any], str, int]] | None = None
 
     def __repr__(self) -> str:
@@ -72,9 +71,8 @@ class RowLedger:
 
     def made_here(self, coro: Coroutine[Any, Any, Any]) -> Coroutine[Any, Any, Any]:
         """Remember the play's line that made ``coro``, for "did you forget an await?"."""
-        frame = callers_frame(
-            sys._getframe(2)
-        )  # the play's line that called ctx.tool (or waterfall, step, sleep)
+        # the play's line that called ctx.tool (or waterfall, step, sleep)
+        frame = callers_frame(sys._getframe(2))
         made = self.made
         if made is None:
             made = self.made = []

@@ -17,7 +17,8 @@ __all__ = ["CallObserver", "Called"]
 
 
 class Called(NamedTuple):
-    """A call as the play made it: its positional input, keywords, ttl, and whether it was refreshed (paid for again)."""
+    """A call as the play made it: its positional input, keywords, ttl, and whether it was refreshed
+    (paid for again)."""
 
     input: Any
     kwargs: dict[str, Any]
@@ -29,7 +30,7 @@ class CallObserver(Protocol):
     """What the pipeline and the ledger tell a watcher of the calls, row by row."""
 
     def called(self, position: int, tool: ToolEngine, occurrence: tuple[str, int], call: Called) -> None:
-        """Row ``position`` calls ``tool`` with these inputs (``occurrence``: the row's key and the
+        """Row ``position`` calls ``tool`` with these inputs (``occurrence``: the row's id and the
         call's place among its calls of the tool)."""
 
     def counted(

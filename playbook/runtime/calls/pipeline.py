@@ -1,6 +1,6 @@
 """What ``await ctx.tool(...)`` does, as a pipeline of small steps::
 
-    key      the receipt key of the call (its input in key form; a forgotten await caught here)
+    key      the address of the call (its input in key form; a forgotten await caught here)
     lookup   a receipt answers (or the same call, in flight for another row, is waited for);
              a tool whose recent calls had none is looked up once its lease is held, not before
     lease    this process takes the call; or, while rows not started yet wait, the row steps
@@ -15,8 +15,9 @@
     record   the answer becomes a receipt before anything else happens to the row
     release  the lease and the in-flight marker go, once the receipt is on disk
 
-*Landing* (dispatch, then record) is protected: a run stopped (or interrupted with Ctrl-C) cancels its rows, but
-not those whose call is already sent; each lands its receipt (within a grace period), then stops: no paying twice.
+*Landing* (dispatch, then record) is protected: a run that is stopped, or interrupted with Ctrl-C,
+cancels its rows, but not those whose call is already sent; each of those lands its receipt
+(within a grace period) and then stops, so what was paid for is not paid for again.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ async def call_tool(
 
 def _replayed(ctx: Caller, tool: ToolEngine, values: Any) -> tuple[Any, bool]:
     """A call answered by the run's fixtures in their own store, where the file is the receipts
-    too: no receipt key, store, lease or provider; one dictionary lookup."""
+    too: no address, store, lease or provider; one dictionary lookup."""
     replay = ctx.scope.replay
     assert replay is not None
     answer, miss, reused = replay.answer(tool, _key(ctx, tool, values, key_text))
@@ -135,7 +136,7 @@ def _replayed(ctx: Caller, tool: ToolEngine, values: Any) -> tuple[Any, bool]:
 
 
 def _key(ctx: Caller, tool: ToolEngine, values: Any, form: Callable[[Any], str] | None = None) -> str:
-    """The call's receipt key (or, with ``form``, its input in that form)."""
+    """The call's address (or, with ``form``, its input in that form)."""
     try:
         return tool.address(values) if form is None else form(values)
     except Unencodable as exc:
@@ -163,9 +164,8 @@ async def lookup(store: StoreEngine, key: str, ttl: float | None, ahead: bool = 
 
 def _reused(ctx: Caller, tool: ToolEngine, values: Any, found: Hit) -> tuple[Any, bool]:
     value, miss, error, at = found
-    shared = (
-        at >= ctx.scope.started
-    )  # answered during this run (an identical call of another row), not before it
+    # answered during this run (an identical call of another row), not before it
+    shared = at >= ctx.scope.started
     if type(error) is Refusal:
         ctx.count(tool, reused=True, spent=ONE_REQUEST, shared=shared)
         raise replayed(tool, error)
@@ -359,8 +359,10 @@ def _env(ctx: Caller, call: Pending) -> CallEnv:
 
 
 async def _send(ctx: Caller, tool: ToolEngine, call: Pending, env: CallEnv) -> tuple[Any, bool]:
-    """One try (a governor's ``send``): dispatch, then record the receipt; a stop meanwhile lets it land, then stops the row."""
-    scope, landing = ctx.scope, ctx.scope.landing
+    """One try (a governor's ``send``): dispatch, then record the receipt.  A stop meanwhile lets
+    this call land its receipt, then stops the row."""
+    scope = ctx.scope
+    landing = scope.landing
     task = landing.enter()
     observer = scope.observer  # a pilot's log: how long each request took
     began = observer.began(ctx.position, tool) if observer is not None else 0.0

@@ -142,7 +142,8 @@ class Tickets:
         return found
 
     def get(self, call_id: str, tool: ToolEngine, pos: int, request: str | None = None) -> Ticket:
-        """``request``: the call's receipt key, by which its provider knows a request that failed on its own."""
+        """``request``: the call's address, by which its provider knows a request that failed on
+        its own."""
         found = self._tickets.get(call_id)
         if found is None:
             assert tool.provider is not None
@@ -296,17 +297,17 @@ class RunScope:
         # The sub-plays run so far, as they were when this run first ran each (what they read is
         # read once per run, not per row), with what they were made from (kept: its id is the key).
         self.plays: dict[int, tuple[Any, Any]] = {}
-        said = (
-            _SAID.get()
-        )  # the values read that the plays' notes said in this run (each once), or in the command's runs
+        # the values read that the plays' notes said in this run (each once), or in the command's runs
+        said = _SAID.get()
         self.said: set[str] = set() if said is None else said
 
     def __repr__(self) -> str:
         return f"<RunScope {self.run_id} {self.play!r}>"
 
     def must_refresh(self, logical: str) -> bool:
-        """True until a logical call asked with ``refresh`` (or every call, under ``refresh=True``) has been paid for in this run: a row replayed after
-        a hold does not pay for it again, and one held before it was paid still pays for it again."""
+        """True until a logical call asked with ``refresh`` (or every call, under ``refresh=True``)
+        has been paid for in this run: a row replayed after a hold does not pay for it again, and
+        one held before it was paid still pays for it again."""
         return logical not in self._refreshed
 
     def refreshed(self, logical: str) -> None:

@@ -164,7 +164,7 @@ async def _count(
 
 
 def _key(tool: ToolEngine, first: Called, read: dict[Path, Any], values: dict[Any, Any]) -> str | None:
-    """The receipt key of ``first`` made again with the columns' ``values`` for the inputs read from them."""
+    """The address of ``first`` made again with the columns' ``values`` for the inputs read from them."""
     given = {path: values[col] for path, col in read.items()}
     kwargs = {k: given.get(("kw", k), v) for k, v in first.kwargs.items()}
     if isinstance(first.input, Mapping):

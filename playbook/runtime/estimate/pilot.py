@@ -49,9 +49,8 @@ class PilotLog:
 
     def __init__(self) -> None:
         self.rows: dict[int, dict[Where, list[float]]] = {}
-        self.calls: dict[
-            int, dict[str, dict[tuple[str, int], Called]]
-        ] = {}  # row -> tool -> occurrence -> its inputs
+        # row -> tool -> occurrence -> its inputs
+        self.calls: dict[int, dict[str, dict[tuple[str, int], Called]]] = {}
         self.tools: dict[str, ToolEngine] = {}
         self._first: dict[tuple[int, str], float] = {}  # (row, tool) -> when its call's first request went
 
@@ -67,7 +66,7 @@ class PilotLog:
         return line
 
     def called(self, position: int, tool: ToolEngine, occurrence: tuple[str, int], call: Called) -> None:
-        """Row ``position`` calls ``tool`` with these inputs; ``occurrence``: the row's key (a
+        """Row ``position`` calls ``tool`` with these inputs; ``occurrence``: the row's id (a
         sub-play's, for its calls) and the call's place among its calls of the tool (a row
         replayed after stepping aside calls it again: the same call)."""
         self.tools.setdefault(tool.name, tool)
@@ -101,9 +100,8 @@ class PilotLog:
         call's answer) or failed with nothing to keep: its time on the wire, and once answered,
         the call's time from its first request."""
         key = (position, tool.name)
-        first = (
-            self._first.get(key, began) if failed else self._first.pop(key, began)
-        )  # a retry follows a failure
+        # a retry follows a failure
+        first = self._first.get(key, began) if failed else self._first.pop(key, began)
         if is_local(tool, 0.0):
             return  # a plain Python tool: nothing was sent
         ended = time.monotonic()
@@ -122,19 +120,19 @@ class Pilot:
     once), the sampled ones and how they ended, and each sampled row's log."""
 
     rows: int  # in the frame (after limit=)
-    done_rows: int  # rows a run will not run: answered by memos, or finished ok by the pilot (with the rows sharing their keys)
+    # rows a run will not run: answered by memos, or finished ok by the pilot (with the rows sharing
+    # their keys)
+    done_rows: int
     runnable: int  # rows a run would run (leads: rows sharing a key run once), the sample among them
     sample: list[int]  # positions run by the pilot
     measured: list[int]  # of those, rows that ended ok or failed: what the projection is made of
     failed: list[int]  # of the sample, rows that failed
-    cut: dict[
-        str, int
-    ]  # of the sample, rows that did not end (parked by a hold or the budget, skipped): why -> rows
+    # of the sample, rows that did not end (parked by a hold or the budget, skipped): why -> rows
+    cut: dict[str, int]
     log: PilotLog
     stats: Any  # the pilot run's RunStats: what it paid
-    counted: dict[Where, Counted] = field(
-        default_factory=dict
-    )  # tools whose calls the rows left share, counted from columns
+    # tools whose calls the rows left share, counted from columns
+    counted: dict[Where, Counted] = field(default_factory=dict)
 
 
 class Flight:
@@ -146,9 +144,8 @@ class Flight:
         self.run = run
         self.log = PilotLog()
         self.chosen: list[int] = []
-        self.pool: list[int] | None = (
-            None  # the rows a run would run, not flown yet (None: not known before the first flight)
-        )
+        # the rows a run would run, not flown yet (None: not known before the first flight)
+        self.pool: list[int] | None = None
         self.runnable = 0
         self._random = None if first else random.Random(seed)
 
@@ -203,17 +200,15 @@ class Flight:
         state = self.run.state
         shared: dict[Where, Counted] = {}
         replay = driven.scope.replay
-        if (
-            replay is None or replay.store is not driven.store
-        ):  # fixtures in their own store answer from the file, by no key
+        if replay is None or replay.store is not driven.store:
+            # fixtures in their own store answer from the file, by no key
             ran = set(measured)
             left = [
                 *(self.pool or []),
                 *(p for p in self.chosen if p not in ran),
             ]  # the rows the run will run
-            paying = {
-                where for row in self.log.rows.values() for where in row
-            }  # a free local tool pays nothing to count
+            # a free local tool pays nothing to count
+            paying = {where for row in self.log.rows.values() for where in row}
             tools = {name: tool for name, tool in self.log.tools.items() if _where(tool) in paying}
             found = await counted(self.log.calls, tools, measured, left, table, driven.store)
             shared = {_where(self.log.tools[name]): c for name, c in found.items()}

@@ -45,11 +45,11 @@ PILOT_ROWS = 20  # the pilot of estimate=True (df.play.estimate's sample by defa
 GROWTH = 10  # with precision=, a pilot runs at most this many times its sample
 
 _DRAWS = 400
-# the table's columns of money and tokens, as every view shows them (typed Any: the stubs want a Mapping[Never, ...])
+# the table's columns of money and tokens, as every view shows them (typed Any: the stubs want a
+# Mapping[Never, ...])
 _AMOUNTS: Any = {"cost": money, "tokens": short_count}
-_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF = range(
-    len(FIELDS)
-)  # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span, shared, refused
+# paid, reused, cost, tokens, sent, seconds (on the wire), failed, span, shared, refused
+_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF = range(len(FIELDS))
 
 
 @dataclass(frozen=True)
@@ -279,9 +279,8 @@ def _projection(
     # A row's time: its calls one after the other, each from its first request to its answer.
     row_seconds = float(logs[:, :, _SPAN].sum(axis=1).mean())
     rows_seconds = left * row_seconds / max(1, concurrency)
-    slowest = max(
-        (p for p in shares if shares[p][0] > 0), key=lambda p: shares[p][0], default=None
-    )  # none: no request timed (fixtures)
+    # none: no request timed (fixtures)
+    slowest = max((p for p in shares if shares[p][0] > 0), key=lambda p: shares[p][0], default=None)
     seconds = max([rows_seconds, *(s for s, _ in shares.values())])
     if (
         slowest is not None
@@ -395,7 +394,8 @@ def declined(run: Run) -> None:
 
 
 def after_pilot(options: dict[str, Any], estimate: Estimate) -> dict[str, Any]:
-    """The run's options once its pilot ran: ``max_cost`` is for both, so the run has what the pilot left of it."""
+    """The run's options once its pilot ran: ``max_cost`` is for both, so the run has what the pilot
+    left of it."""
     budget = options.get("max_cost")
     if budget is None:
         return options

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["NO_PROVIDER", "figure", "no_spread", "pilot_notes", "shared_notes", "table"]
 
-NO_PROVIDER = "(no provider)"  # the table's provider of a tool made with none (a paid Python tool, an HTTP tool given none)
+# the table's provider of a tool made with none (a paid Python tool, an HTTP tool given none)
+NO_PROVIDER = "(no provider)"
 
 _P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF = range(len(FIELDS))
 _NOTHING = {

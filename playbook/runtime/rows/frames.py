@@ -156,9 +156,8 @@ def _validated(value: Any, play: str, forgotten: Callable[[Any], str], model: Ou
     try:
         return model.validate(value)
     except OutputError:
-        if isinstance(
-            value, Mapping
-        ):  # a field that holds a coroutine was meant to be awaited: say that instead
+        if isinstance(value, Mapping):
+            # a field that holds a coroutine was meant to be awaited: say that instead
             stored_output(dict(value), play, forgotten)
         raise
 

@@ -131,9 +131,8 @@ def error_group(exc: BaseException, fn: Any) -> str:
     text = _validation(exc) or _first_line(safe_str(exc))
     if isinstance(tool, str):
         text = _TOOL_PREFIX.sub("", text)  # the tool is named below, where it is not masked
-    literal = (
-        exc.literal if isinstance(exc, ToolError) else None
-    )  # not getattr: an odd error's __getattr__ may raise anything
+    # not getattr: an odd error's __getattr__ may raise anything
+    literal = exc.literal if isinstance(exc, ToolError) else None
     shown = f"{type(exc).__name__}: {mask(text, literal)}" if text else type(exc).__name__
     where = _where(exc, fn, tool)
     return _shorter(shown) + (f" ({where})" if where else "")
@@ -267,9 +266,8 @@ def _in_app(filename: str) -> bool:
     """Is this file the user's code: not playbook's, not the standard library's nor an installed package's?"""
     known = _IN_APP.get(filename)
     if known is None:
-        if filename.startswith(
-            "<"
-        ):  # a cell, a %%play cell, exec'd text: the user's; <frozen ...>: the library's
+        if filename.startswith("<"):
+            # a cell, a %%play cell, exec'd text: the user's; <frozen ...>: the library's
             known = not filename.startswith("<frozen")
         else:
             path = str(Path(filename).resolve())

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["finish_store", "remember", "reuse"]
 
-# A row's calls, their cost, its tools, the receipts it looked up, and how many of its calls were of free local tools.
+# A row's calls, their cost, its tools, the receipts it looked up, and how many of its calls were of
+# free local tools.
 Used = tuple[int, float, dict[str, str], list[str], int]
 _CHUNK = 8192  # memo keys asked of the store at once (a store reads them in its own order)
 _logger = logging.getLogger("playbook")
@@ -46,7 +47,8 @@ def reuse(
     order (in an array: a million positions in 8 MB)."""
     key = table.key
     store.fold()  # memos a run killed before its end left where they were first written
-    digests = memo_digests(play.fingerprint, (key(p) for p in runnable))  # type: ignore[misc]  # runnable rows have keys
+    # runnable rows have keys
+    digests = memo_digests(play.fingerprint, (key(p) for p in runnable))  # type: ignore[misc]
     # The memos are asked for in the order of their keys, not of the rows: a store whose keys
     # share pages then reads each page once (SQLite: a million memos in half the time).
     order = np.argsort(np.frombuffer(digests, dtype=">u8")[0::2])
@@ -78,7 +80,7 @@ def remember(
     store: StoreEngine, play: Play, table: RowTable, pos: int, output: dict[str, Any], stored: Any, used: Used
 ) -> None:
     """Write the row's memo: its output (``stored``: its stored form), and ``used``: its calls,
-    what they cost, the tools it called (name -> fingerprint), the receipt keys it looked up and
+    what they cost, the tools it called (name -> fingerprint), the addresses it looked up and
     its calls of free local tools."""
     key = table.key(pos)
     mk = memo_address(play.fingerprint, key)  # type: ignore[arg-type]  # a row that ran has a key

@@ -49,9 +49,8 @@ class FailedRow(NamedTuple):
     position: int
     error: str
     group: str  # what it failed of, with the values masked: rows failed by one bug share it
-    cost: float = (
-        0.0  # what its calls paid for in the attempt that failed (rows sharing its key: on the first)
-    )
+    # what its calls paid for in the attempt that failed (rows sharing its key: on the first)
+    cost: float = 0.0
 
 
 class ParkedRow(NamedTuple):
@@ -119,7 +118,7 @@ class RowTable:
         self.running: set[int] = set()  # on a worker now
         self.budgets: dict[int, dict[str, WaitBudget]] = {}  # provider -> wait left, until the row settles
         self.copies: dict[int, list[int]] = {}  # a lead: later rows with the same key
-        self.copy: set[int] = set()  # later rows with an earlier row's key: they never run themselves
+        self.copy: set[int] = set()  # later rows with an earlier row's id: they never run themselves
 
     def __len__(self) -> int:
         return self._size
@@ -177,9 +176,8 @@ class RowTable:
         getters = self._getters if key_idx is None else [self._getters[i] for i in key_idx]
         ints = [_int_array(get) for get in getters]
         labels = self._int_labels() if labelled else None
-        if (
-            getters and all(a is not None for a in ints) and (labels is not None or not labelled)
-        ):  # the common id column
+        if getters and all(a is not None for a in ints) and (labels is not None or not labelled):
+            # the common id column
             where = np.asarray(positions, dtype=np.int64)
             view = np.frombuffer(self.digests, dtype="S16")
             for start in range(0, len(where), 65536):  # their values as Python ints: 2 MB at a time
@@ -226,7 +224,8 @@ class RowTable:
         where = np.asarray(keyed, dtype=np.int64)
         firsts = np.sort(np.frombuffer(self.digests, dtype=">u8")[0::2][where])
         if not (firsts[1:] == firsts[:-1]).any():
-            return keyed  # no two rows share their first 8 bytes: none share a key (a sort of ints: fast, np.unique is not)
+            # no two rows share their first 8 bytes: none share a key (a sort of ints: fast, np.unique is not)
+            return keyed
         digests = np.frombuffer(self.digests, dtype="S16")[where]
         _, first, inverse = np.unique(digests, return_index=True, return_inverse=True)
         if len(first) == len(keyed):
@@ -356,7 +355,8 @@ def _values(column: pd.Series[Any]) -> Callable[[int], Any]:
     NA) and is far faster; any other column is read as the list of what it iterates as."""
     dtype = column.dtype
     if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
-        return column.to_numpy(dtype=object, na_value=dtype.na_value).item  # type: ignore[arg-type]  # NA or NaN, as iterating gives
+        # NA or NaN, as iterating gives
+        return column.to_numpy(dtype=object, na_value=dtype.na_value).item  # type: ignore[arg-type]
     if isinstance(dtype, np.dtype) and dtype.kind in "biufcO":
         return np.array(column.to_numpy(), copy=True).item
     return list(column).__getitem__

@@ -52,7 +52,8 @@ class RowRunner:
         """One attempt of the row at ``pos``; True if it stepped aside (held, sleeping)."""
         outcomes = self.outcomes
         table = outcomes.table
-        ctx = Context(self.scope, table.key(pos), pos, outcomes.started(pos))  # type: ignore[arg-type]  # rows that run have keys
+        # rows that run have keys
+        ctx = Context(self.scope, table.key(pos), pos, outcomes.started(pos))  # type: ignore[arg-type]
         book = ledger(ctx)
         try:
             output, stored = await play_row(self.play, table.row(pos), ctx, book)

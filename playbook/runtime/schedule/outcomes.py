@@ -45,9 +45,8 @@ class Outcomes:
         parked_down: Callable[[int, str], None],
     ) -> None:
         self.table = table
-        self.guarded: frozenset[Any] = (
-            frozenset()
-        )  # input columns an output may not replace (overwrite=False)
+        # input columns an output may not replace (overwrite=False)
+        self.guarded: frozenset[Any] = frozenset()
         self.play = ""
         self.queue = queue
         self._emit = emit
@@ -86,7 +85,8 @@ class Outcomes:
         self._emit(RowFinished(pos, status, error, rows, ran, held, calls, cost, group, cost_failed))
 
     def _clashing(self, pos: int, output: dict[str, Any]) -> list[Any]:
-        """The input columns ``output`` would change in row ``pos`` (a value passed through as it was changes nothing)."""
+        """The input columns ``output`` would change in row ``pos`` (a value passed through as it
+        was changes nothing)."""
         table, guarded = self.table, self.guarded
         named = [c for c in output if c in guarded]
         if not named:  # the usual case: no output is named like an input column
@@ -138,12 +138,12 @@ class Outcomes:
     def reused(self, pos: int, memo: Memo) -> None:
         """Settled by its memo (``finish``, the short way: a million rows may come this way at once)."""
         output, cost = memo.output, memo.cost
-        # Its calls of free local tools were not answered by receipts: neither run nor reused now, they count in neither.
+        # Its calls of free local tools were not answered by receipts: neither run nor reused now,
+        # they count in neither.
         calls = memo.calls - memo.local
         if output and self.guarded and self._clashing(pos, output):
-            self.finish(
-                pos, "reused", output, None, ran=False, calls=calls, cost=cost
-            )  # it fails, saying why
+            # it fails, saying why
+            self.finish(pos, "reused", output, None, ran=False, calls=calls, cost=cost)
             return
         rows = self.table.set_outcome(pos, "reused", output, None)
         self._emit(RowFinished(pos, "reused", None, rows, False, False, calls, cost, None))

@@ -52,9 +52,8 @@ class DownRows:
         self._timers.pop(provider.name, None)
         rows = self._rows.get(provider.name)
         if rows and self._running():
-            self._readmit(
-                [rows.pop(0)], provider.name
-            )  # parks again (and comes back here) if it is still down
+            # parks again (and comes back here) if it is still down
+            self._readmit([rows.pop(0)], provider.name)
 
     def up(self, name: str) -> None:
         """The provider took a call again: every row parked on it goes back into the run."""

@@ -65,9 +65,8 @@ class Scheduler:
         queue = RetryQueue()
         self.outcomes = Outcomes(table, queue, self._emit, self._parked_down)
         self.outcomes.play = play.name
-        if (
-            not opts.overwrite and "play_status" not in frame.columns
-        ):  # a result run again: its outputs are refreshed
+        if not opts.overwrite and "play_status" not in frame.columns:
+            # a result run again: its outputs are refreshed
             self.outcomes.guarded = frozenset(frame.columns)
         self.scope = RunScope(
             run_id=self.run_id,
@@ -149,9 +148,8 @@ class Scheduler:
                 runnable = self._runnable(self._positions)
                 if choose is not None:
                     chosen = self._positions = choose(runnable)
-                    self.state.emit(
-                        RunCounted(self._rows(chosen) - self._rows(runnable))
-                    )  # the rows not chosen are not this run's
+                    # the rows not chosen are not this run's
+                    self.state.emit(RunCounted(self._rows(chosen) - self._rows(runnable)))
                     runnable = chosen
                 self.workers.admit(runnable)
                 await self._run_workers()
@@ -184,7 +182,8 @@ class Scheduler:
             return positions
         self._first = False
         key = self.opts.row_id_columns(self.frame)
-        # A play that reads row.index makes the label part of a row's identity, unless id_columns= says what is.
+        # A play that reads row.index makes the label part of a row's identity, unless id_columns=
+        # says what is.
         runnable, unkeyed = self.table.identify(
             positions, key, labelled=key is None and self.play.reads_index
         )
@@ -232,7 +231,9 @@ class Scheduler:
         try:
             self._notices_seen = await finish_store(self.store, self._emit, self._notices_seen, wait)
             await self.store.leases.stop_renewing()
-        finally:  # cancelled again meanwhile, this run still stops listening: a pool's next run counts its runs by it
+        finally:
+            # Cancelled again meanwhile, this run still stops listening: a pool's next run counts its
+            # runs by it.
             for unsubscribe in self._watching.values():
                 unsubscribe()
             self._watching.clear()
@@ -308,15 +309,13 @@ class Scheduler:
             table.unsettle(pos)  # no event: the state that counted the row keeps it, the new one never had it
         self.state = RunState(play=self.play.name)
         self.state.attach(table, frozenset(p for pos in again for p in table.group(pos)))
-        self.scope.started = (
-            self.scope.clock()
-        )  # what the run before paid for is a receipt to the retry, not shared in it
+        # what the run before paid for is a receipt to the retry, not shared in it
+        self.scope.started = self.scope.clock()
         return again
 
     def _settled_as(self, statuses: tuple[str, ...]) -> list[int]:
-        if (
-            self.fatal is not None
-        ):  # the last execution stopped on a fatal error (a refused key): the rows it skipped go too
+        if self.fatal is not None:
+            # the last execution stopped on a fatal error (a refused key): the rows it skipped go too
             statuses, self.fatal = (*statuses, "skipped"), None
         return self.table.settled_as(statuses)
 

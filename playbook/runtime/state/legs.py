@@ -23,7 +23,8 @@ class Legs(dict[str, list[list[Any]]]):
     found unavailable, failed, or never reached."""
 
     def count(self, event: WaterfallFinished) -> None:
-        """A row's waterfall ended: each leg's outcome counts (a waterfall whose legs changed starts again)."""
+        """A row's waterfall ended: each leg's outcome counts (a waterfall whose legs changed starts
+        again)."""
         legs = self.get(event.key)
         if legs is None or [leg[0] for leg in legs] != list(event.tools):
             legs = self[event.key] = [[tool, 0, 0, 0, 0, 0] for tool in event.tools]

@@ -77,7 +77,8 @@ class RunState(RunFanout):
         self._rows: frozenset[int] | None = None  # the rows of the table this run ran (None: all of them)
 
     def attach(self, table: RowTable, rows: frozenset[int] | None = None) -> None:
-        """The run's rows (``rows``: the positions a retry ran; ``None``: all), read by :meth:`failed_rows` and the like."""
+        """The run's rows (``rows``: the positions a retry ran; ``None``: all), read by
+        :meth:`failed_rows` and the like."""
         self._table = table
         self._rows = rows
 
@@ -123,7 +124,8 @@ class RunState(RunFanout):
         return self._table.held(self._rows) if self._table is not None else {}
 
     def can_retry(self, status: str) -> bool:
-        """Would a retry of the rows left ``status`` ("failed", "parked") run any, whichever run over the frame left them?"""
+        """Would a retry of the rows left ``status`` ("failed", "parked") run any, whichever run
+        over the frame left them?"""
         return self._table is not None and bool(self._table.settled_as((status,)))
 
     def holds(self) -> list[ProviderWait]:

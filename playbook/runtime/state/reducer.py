@@ -100,9 +100,9 @@ class RunCounters:
     ) -> None:
         self.play = play
         self.run_id = ""
-        self.total = self.ok = self.reused = self.failed = self.parked = self.skipped = self.in_flight = (
-            self.waiting
-        ) = 0
+        self.total = 0
+        self.ok = self.reused = self.failed = self.parked = self.skipped = 0  # rows by final status
+        self.in_flight = self.waiting = 0
         self.sleeping = 0  # of the waiting rows, those in ctx.sleep
         # Paid calls (to a provider, over HTTP, or with a cost) apart from free local ones: "calls paid"
         # must be what the user is billed for, not every function that ran.
@@ -111,23 +111,19 @@ class RunCounters:
         self.calls_failed = 0  # requests that brought back nothing to keep: the provider saw them too
         self.tokens = 0.0  # what the paid calls' answers counted (an LLM's usage)
         self.cost_spent = self.cost_saved = 0.0
-        self.cost_failed = (
-            0.0  # of cost_spent, what bought nothing kept: calls of failed rows, refused answers
-        )
-        self.spend = (
-            SpendLines()
-        )  # (provider, tool) -> [paid, cost, reused, saved]: store.spend() gets it as the run ends
-        self._memo_line: list[float] | None = (
-            None  # its line of rows reused from memos ("play <name>"), once there is one
-        )
+        # of cost_spent, what bought nothing kept: calls of failed rows, refused answers
+        self.cost_failed = 0.0
+        # (provider, tool) -> [paid, cost, reused, saved]: store.spend() gets it as the run ends
+        self.spend = SpendLines()
+        # its line of rows reused from memos ("play <name>"), once there is one
+        self._memo_line: list[float] | None = None
         self.started: float | None = None
         self.finished: float | None = None
         self.ran_before = 0.0  # seconds spent in earlier executions of this run (a pilot's further rounds)
         self.stopping = False  # a stop was asked for: rows in flight are landing, the rest will be skipped
         self.stopped = False
-        self.providers: dict[
-            str, Provider
-        ] = {}  # the providers the run's rows called (read through provider_views)
+        # the providers the run's rows called (read through provider_views)
+        self.providers: dict[str, Provider] = {}
         self.down_since: dict[str, float] = {}  # provider -> epoch seconds it went down (this outage)
         self.waterfalls = Legs()
         self.notices: list[str] = []  # what the user must hear about the run as a whole

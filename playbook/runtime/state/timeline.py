@@ -60,9 +60,8 @@ class _Track:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.last: tuple[int, int, int, int] | None = (
-            None  # (sent, accepted, refused, failed) at the previous sample
-        )
+        # (sent, accepted, refused, failed) at the previous sample
+        self.last: tuple[int, int, int, int] | None = None
         self.accepted: list[int] = []
         self.refused: list[int] = []
         self.failed: list[int] = []
@@ -173,9 +172,8 @@ class Timeline:
     def _index(self, wall: float) -> int:
         """The bucket of ``wall``, halving the resolution until it fits."""
         assert self._start is not None
-        i = max(
-            int((wall - self._start) / self._width), 0
-        )  # a sample from before the start counts in the first
+        # a sample from before the start counts in the first
+        i = max(int((wall - self._start) / self._width), 0)
         while i >= self._buckets:
             for track in self._tracks.values():
                 track.halve()

@@ -5,13 +5,13 @@ Layout, every key under ``{prefix}:`` (``playbook`` unless told)::
     {prefix}:{r… or s…}      string  what a replay reads: ``[at, miss, flags, error]`` as JSON, a
                                      newline, then the output's JSON text
     {prefix}:info:{r… or s…} hash    the rest of the record, for listings: tool version account cost [input]
-    {prefix}:receipts        zset    receipt keys scored by ``at``: listing oldest first
-    {prefix}:tool:{tool}     set     one tool's receipt keys: clearing a tool
+    {prefix}:receipts        zset    addresses scored by ``at``: listing oldest first
+    {prefix}:tool:{tool}     set     one tool's addresses: clearing a tool
     {prefix}:{m…}            string  one row memo: ``[play, tools, calls, cost, flags]``, a newline, the output
     {prefix}:memos           set     every memo key: counting them
     {prefix}:memos:{tool}    set     the memos of rows that used ``tool``: clearing it drops them too
     {prefix}:lease:{r…}      string  the owner of a lease, expiring by Redis's own clock
-    {prefix}:used:{play}:{row} string  the receipt keys the row used when it last finished: a
+    {prefix}:used:{play}:{row} string  the addresses the row used when it last finished: a
                                      rerun of an edited play reads them ahead, a chunk of rows
                                      in one round trip
     {prefix}:spend           hash    what runs spent: ``[day, provider, tool, figure]`` -> amount
@@ -248,9 +248,8 @@ class RedisBackend(RedisLeases):
             for chunk in chunks(self._receipt_keys(tool))
             for key, record in zip(chunk, self._records(chunk))
         ]
-        return [
-            (key, record) for key, record in read if record is not None
-        ]  # None: cleared since it was listed
+        # None: cleared since it was listed
+        return [(key, record) for key, record in read if record is not None]
 
     def _receipt_keys(self, tool: str | None) -> list[str]:
         """Receipt keys (all, or one tool's), oldest first."""

@@ -42,7 +42,8 @@ _NOT_OURS = "it is not a record playbook wrote (fields missing or not numbers)"
 
 
 def record_value(row: Record) -> str:
-    """What a replay reads of a record.  ``at`` as JSON is its repr: it comes back bit for bit (it decides staleness)."""
+    """What a replay reads of a record.  ``at`` as JSON is its repr: it comes back bit for bit (it
+    decides staleness)."""
     return _dumps([row.at, row.miss, row.flags, row.error]) + "\n" + row.output
 
 
@@ -61,7 +62,8 @@ def memo_value(row: MemoRow) -> str:
 
 
 def split(value: bytes) -> tuple[list[Any], str]:
-    """A stored value's JSON header and its output text; ``UnicodeDecodeError`` or ``ValueError`` if damaged."""
+    """A stored value's JSON header and its output text; ``UnicodeDecodeError`` or ``ValueError`` if
+    damaged."""
     head, _, output = value.partition(b"\n")
     header = loads(head)
     if type(header) is not list:

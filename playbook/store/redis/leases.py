@@ -19,7 +19,8 @@ __all__ = ["RedisLeases"]
 
 
 class RedisLeases:
-    """``take``, ``take_and_look``, ``renew``, ``release`` and ``holder`` of :class:`~playbook.store.redis.backend.RedisBackend`."""
+    """``take``, ``take_and_look``, ``renew``, ``release`` and ``holder`` of
+    :class:`~playbook.store.redis.backend.RedisBackend`."""
 
     _client: redis.Redis
     _prefix: str
@@ -45,15 +46,13 @@ class RedisLeases:
             return [], []
         leases = self.lease_names(keys)
         with self._failing():
-            pipe = self._client.pipeline(
-                transaction=False
-            )  # in order, on one connection: the reads see the leases taken
+            # in order, on one connection: the reads see the leases taken
+            pipe = self._client.pipeline(transaction=False)
             pipe.evalsha(self._take.sha, len(leases), *leases, owner, max(1, round(ttl * 1000)))
             pipe.mget([self._prefix + key for key in keys])
             got, values = pipe.execute(raise_on_error=False)
-        if isinstance(got, Exception) or isinstance(
-            values, Exception
-        ):  # the script is not on the server yet (new or restarted)
+        if isinstance(got, Exception) or isinstance(values, Exception):
+            # the script is not on the server yet (new or restarted)
             return self.take(keys, owner, ttl), self.lookup_many(keys)
         return [bool(ok) for ok in got], [None if value is None else found_of(value) for value in values]
 

@@ -212,7 +212,8 @@ class LlmEngine(Engine):
 
     async def invoke(self, values: Any, call: CallEnv) -> tuple[Any, bool]:
         messages = values["messages"]
-        # A first answer paid for by an earlier try whose re-ask failed (a 429, a 5xx): kept, not asked for again.
+        # A first answer paid for by an earlier try whose re-ask failed (a 429, a 5xx): kept, not
+        # asked for again.
         reply = call.partial or await self._ask(messages, call)
         if self.structured is not None and reply.get("refusal") is None:
             _, why = self.structured.parse(reply.get("content"))

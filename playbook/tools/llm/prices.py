@@ -17,7 +17,8 @@ Prices = tuple[float, float]  # per 1M prompt tokens, per 1M completion tokens
 
 
 def checked(name: str, model: str, prices: Mapping[str, Any] | None) -> Prices | None:
-    """``prices[model]`` as ``(input, output)`` per million tokens, or a PlayDefinitionError naming the tool."""
+    """``prices[model]`` as ``(input, output)`` per million tokens, or a PlayDefinitionError naming
+    the tool."""
     if prices is None:
         return None
     if not isinstance(prices, Mapping) or model not in prices:
