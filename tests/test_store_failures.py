@@ -219,11 +219,9 @@ def test_lone_surrogates_in_inputs_and_answers_are_stored_and_replayed(store: pb
     assert store.receipts()["output"].tolist()[0]["raw"] in (odd, "plain", odd + "!")
 
 
-@pytest.mark.slow
 def test_bad_utf8_in_the_store_is_skipped_by_the_command_line(store: pb.ReceiptStore) -> None:
     """cache stats, list and export skip an undecodable record and say how many, instead of crashing."""
-    import subprocess
-    import sys
+    import warm
 
     @pb.tool(version="1")
     def upper(q: str) -> str:
@@ -237,12 +235,8 @@ def test_bad_utf8_in_the_store_is_skipped_by_the_command_line(store: pb.ReceiptS
             (engine_of(upper).address({"q": "b"}),),
         )
     for command in (["stats"], ["list"], ["export"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "playbook", "--store", store.location, "cache", *command],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        # Started warm (tests/warm.py): a process of its own, without importing pandas anew.
+        done = warm.run("--store", store.location, "cache", *command, module="playbook", timeout=60)
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
         if command != ["stats"]:
             assert (
