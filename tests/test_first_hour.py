@@ -201,31 +201,20 @@ def test_an_output_named_like_an_input_column_fails_its_row_unless_overwrite(sto
     assert pb.last_run().stats.reused == 3
 
 
-@pytest.mark.slow
 def test_the_command_line_and_the_magic_name_overwrite_too(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+    """`python -m playbook run` fails the rows whose output is named like an input column (exit 3,
+    the file saying why), and --overwrite replaces it."""
+    import warm
 
     (tmp_path / "in.csv").write_text("a\n1\n2\n")
     (tmp_path / "plays.py").write_text(
         "import playbook as pb\n\n@pb.play\nasync def up(row, ctx):\n    return {'a': row.a * 100}\n"
     )
-    base = [
-        sys.executable,
-        "-m",
-        "playbook",
-        "--store",
-        str(tmp_path / "s"),
-        "run",
-        "plays.py:up",
-        "--in",
-        "in.csv",
-    ]
-    failed = subprocess.run([*base, "--out", "out.csv"], cwd=tmp_path, capture_output=True, text=True)
+    base = ["--store", str(tmp_path / "s"), "run", "plays.py:up", "--in", "in.csv"]
+    # Started warm (tests/warm.py): a process of its own, without importing pandas anew.
+    failed = warm.run(*base, "--out", "out.csv", module="playbook", cwd=tmp_path, timeout=60)
     assert failed.returncode == 3 and "returned 'a', an input column" in (tmp_path / "out.csv").read_text()
-    done = subprocess.run(
-        [*base, "--out", "out2.csv", "--overwrite"], cwd=tmp_path, capture_output=True, text=True
-    )
+    done = warm.run(*base, "--out", "out2.csv", "--overwrite", module="playbook", cwd=tmp_path, timeout=60)
     assert done.returncode == 0, done.stderr
     assert pd.read_csv(tmp_path / "out2.csv")["a"].tolist() == [100, 200]
 
