@@ -4,14 +4,12 @@ request as sent, with ``pick`` applied when read."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pytest
+import warm
 
 import playbook as pb
 
@@ -117,12 +115,21 @@ def test_a_tool_closing_over_a_setting_is_a_new_tool_per_setting(store: pb.Recei
     ]
 
 
-@pytest.mark.slow
+def _python(*args: str, code: str | None = None, cwd: Path | None = None) -> str:
+    """What ``python *args`` (or ``python -c code *args``) printed, in a process of its own started
+    warm (tests/warm.py): a new interpreter state, without importing pandas anew."""
+    proc = warm.start(None if code is not None else args[0], *args[code is None :], code=code, cwd=cwd)
+    out, err = proc.communicate(60)
+    assert proc.wait() == 0, err
+    return out
+
+
 def test_an_edit_in_a_file_is_a_new_tool_in_the_next_process(tmp_path: Path) -> None:
     """Edit a tool in a module and run again in a new process: the edited tool pays, the untouched one does not."""
     module = tmp_path / "plays.py"
     script = textwrap.dedent(f"""
         import json, sys
+        sys.dont_write_bytecode = True  # a .pyc of the same second and size would hide the edit
         sys.path.insert(0, {str(tmp_path)!r})
         import pandas as pd, playbook as pb
         from plays import enrich
@@ -146,11 +153,10 @@ def test_an_edit_in_a_file_is_a_new_tool_in_the_next_process(tmp_path: Path) -> 
     """)
 
     def run() -> list:
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
+        out = _python(code=script)
         import json
 
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        return json.loads(out.strip().splitlines()[-1])
 
     module.write_text(source)
     assert run() == [6, ["A!", "B!", "C!"]]
@@ -201,7 +207,6 @@ def test_changing_the_request_pays_once_and_rotating_the_key_pays_nothing(
     assert demo.stats()["requests"] == 0 and rotated["play_status"].tolist() == ["ok", "ok"]
 
 
-@pytest.mark.slow
 def test_a_callable_object_or_a_lambda_is_the_same_tool_in_the_next_process(tmp_path: Path) -> None:
     """A tool made of an object with __call__, or of a lambda, is identified by its code, not by
     where it lives in memory: the next process reuses its receipts; two lambdas on one line differ."""
@@ -229,11 +234,10 @@ def test_a_callable_object_or_a_lambda_is_the_same_tool_in_the_next_process(tmp_
     """)
 
     def run() -> list:
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
+        out = _python(code=script)
         import json
 
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        return json.loads(out.strip().splitlines()[-1])
 
     assert run() == [[2, [2, 2]], [2, ["AB", "CD"]], [2, ["ab", "cd"]]]
     assert run() == [[0, [2, 2]], [0, ["AB", "CD"]], [0, ["ab", "cd"]]]
@@ -354,7 +358,6 @@ def test_a_play_that_runs_itself_keeps_one_fingerprint(store: pb.ReceiptStore) -
     )
 
 
-@pytest.mark.slow
 def test_a_play_sent_to_another_process_keeps_its_fingerprint_with_its_helpers(tmp_path: Path) -> None:
     """A play and the helper it calls, pickled as Dask sends them to a worker (which has no source for
     them), have the fingerprint they had where they were made: a rerun on another engine reuses the rows."""
@@ -382,13 +385,6 @@ def test_a_play_sent_to_another_process_keeps_its_fingerprint_with_its_helpers(t
     load = "import pickle, sys; from playbook.plays.play import as_play; print(as_play(pickle.load(open(sys.argv[1], 'rb'))).fingerprint)"
     sent = str(tmp_path / "play.pkl")
 
-    def run(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, *args, sent], capture_output=True, text=True, timeout=60, cwd=tmp_path
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
-
-    made = run(str(tmp_path / "plays.py"))
+    made = _python(str(tmp_path / "plays.py"), sent, cwd=tmp_path).strip()
     (tmp_path / "plays.py").unlink()  # as on a worker: no source to read
-    assert run("-c", load) == made
+    assert _python(sent, code=load, cwd=tmp_path).strip() == made
