@@ -13,7 +13,6 @@ so lower bounds hold under any load).  What needs another process or a real expi
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -22,7 +21,9 @@ from typing import Any, TypeVar
 import pandas as pd
 import pytest
 import redis
+import warm
 from vtime import run_virtual
+from warm import Warm
 
 import playbook as pb
 from playbook.providers.limits import Limiter, LocalLimiter, Permit, Verdict
@@ -433,18 +434,14 @@ asyncio.run(main())
 
 
 @pytest.fixture
-def other(redis_url: str) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """Another process on the same account doing one thing: hold, cut or hog every slot."""
-    started: list[subprocess.Popen[str]] = []
+def other(redis_url: str) -> Iterator[Callable[..., Warm]]:
+    """Another process on the same account doing one thing: hold, cut or hog every slot (started
+    warm, tests/warm.py: a process of its own, with its own pid, without importing pandas anew)."""
+    started: list[Warm] = []
 
-    def start(action: str, ttl: float = 1.5) -> subprocess.Popen[str]:
+    def start(action: str, ttl: float = 1.5) -> Warm:
         url = redis_url.replace("/0", f"/0?permit_ttl={ttl}")
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _OTHER, url, action],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = warm.start(None, url, action, code=_OTHER)
         started.append(proc)
         return proc
 
@@ -452,19 +449,16 @@ def other(redis_url: str) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     for proc in started:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()
+        proc.communicate(60)
 
 
-def _done(proc: subprocess.Popen[str]) -> str:
+def _done(proc: Warm) -> str:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-2000:]
     return out
 
 
-@pytest.mark.slow
-def test_a_hold_set_by_another_process_is_seen_here(
-    redis_url: str, other: Callable[..., subprocess.Popen[str]]
-) -> None:
+def test_a_hold_set_by_another_process_is_seen_here(redis_url: str, other: Callable[..., Warm]) -> None:
     """Another process holds the account for 10 s: acquire here steps aside and learns until when
     (the hold outlasts a loaded machine's start of this process by far: nothing waits it out)."""
     _done(other("hold"))
@@ -478,10 +472,7 @@ def test_a_hold_set_by_another_process_is_seen_here(
     assert permit is None and 1.0 < left <= 10.0
 
 
-@pytest.mark.slow
-def test_a_cut_made_by_another_process_is_seen_here(
-    redis_url: str, other: Callable[..., subprocess.Popen[str]]
-) -> None:
+def test_a_cut_made_by_another_process_is_seen_here(redis_url: str, other: Callable[..., Warm]) -> None:
     """Another process's 429 cuts the shared rate: this process paces at the cut rate at its next permit."""
     cut = float(_done(other("cut")).split()[-1])
 
@@ -493,14 +484,13 @@ def test_a_cut_made_by_another_process_is_seen_here(
     assert cut < 20.0 and asyncio.run(main()) == pytest.approx(cut)
 
 
-@pytest.mark.slow
 def test_slots_of_a_process_killed_on_this_machine_come_back_at_once(
-    redis_url: str, other: Callable[..., subprocess.Popen[str]]
+    redis_url: str, other: Callable[..., Warm]
 ) -> None:
     """A process on this machine holding all 3 slots is killed with SIGKILL: its slots come back
     as soon as the account is found full (its pid is gone), not when their permits expire."""
     proc = other("hog", 30)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+    assert proc.readline().strip() == "holding"
     proc.kill()
     proc.wait()
 
