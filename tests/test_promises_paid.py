@@ -154,8 +154,9 @@ def test_a_process_killed_mid_run_pays_again_at_most_its_calls_in_flight(
     """kill -9 of a process (one of the processes, a cluster worker) midway: the run (or a rerun)
     ends every row, and the calls paid twice are at most what the dead process had in flight.
     A cluster job that lost a worker counts every request the provider saw once: the calls the
-    dead attempt landed after its last report as paid, those it had on the wire as failed; and its
-    counters say of each row what its result says, for the partitions Dask ran again too.  (The
+    dead attempt landed after its last report as paid, those it had begun to send as failed (the
+    provider saw those or not, as the kill fell); and its counters say of each row what its
+    result says, for the partitions Dask ran again too.  (The
     provider is in a process of its own on every engine: the process killed, one of its own
     even for "one process", reaches it by socket.)"""
     demo = demo_elsewhere
@@ -164,8 +165,11 @@ def test_a_process_killed_mid_run_pays_again_at_most_its_calls_in_flight(
     bound, going_on = engine.kill_when(frame, play, lambda: requests(demo) >= 96, concurrency=3)
     if going_on is not None:  # the job finished every row: each of the 160 calls landed once
         assert going_on.total("calls_executed") == 160, going_on.runs
-        sent = going_on.total("calls_executed") + going_on.total("calls_failed")
-        assert sent == requests(demo), f"the job counted {sent} requests, the provider saw {requests(demo)}"
+        sent, seen = going_on.total("calls_executed") + going_on.total("calls_failed"), requests(demo)
+        # Each request the provider saw is counted; a call the dead worker had begun to send is
+        # counted as failed whether or not its bytes reached the provider before the kill, so the
+        # job may count up to what that worker had in flight beyond what the provider saw.
+        assert seen <= sent <= seen + bound, f"the job counted {sent} requests, the provider saw {seen}"
         counted = {status: going_on.runs[0][status] for status in going_on.statuses}
         assert counted == going_on.statuses, (
             f"run.stats says {going_on.runs[0]}, the result {going_on.statuses}"
