@@ -324,8 +324,7 @@ class RedisLimiter:
                     return None
                 if status == b"full":
                     await self._reap(loop, link)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(link.freed.wait(), POLL * (0.5 + random.random()))
+                    await _poll(link.freed, POLL * (0.5 + random.random()))
                     continue
                 link.keep(key)
                 if status == b"wait":
@@ -467,3 +466,16 @@ class RedisLimiter:
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
+
+
+async def _poll(freed: asyncio.Event, seconds: float) -> None:
+    """Wait up to ``seconds`` for a slot to be freed.  A cancellation that lands as the wait times
+    out is still a cancellation: Python 3.11's ``wait_for`` may then raise TimeoutError instead,
+    and a waiting ``acquire`` that took it for a timeout would poll on for good (under an outer
+    ``wait_for``, holding its caller until another process frees a slot)."""
+    try:
+        await asyncio.wait_for(freed.wait(), seconds)
+    except TimeoutError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError from None
