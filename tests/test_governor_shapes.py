@@ -128,6 +128,28 @@ def test_an_unknown_window_is_learnt_from_its_refusals() -> None:
 
 
 @pytest.mark.parametrize(
+    ("period", "phase"),
+    [(5.0, 0.3), (5.0, 2.5), (10.0, 1.7), (10.0, 6.0)],
+    ids=["5s-early", "5s-midway", "10s-early", "10s-late"],
+)
+def test_a_learnt_windows_end_holds_until_its_reset_and_cuts_no_rate(period: float, phase: float) -> None:
+    """50 calls per window of 5 or 10 s (Azure's), not configured, the run starting anywhere in
+    one, refusals saying Retry-After in whole seconds: once the allowance is read, a refusal
+    past it is the window's end even when it says "1", so it holds until the reset and cuts
+    no rate: the rate stays well above the window's average (it sank to it, pacing each
+    allowance out over its window, and the allowance read as 102), <= 5% 429s, <= 1.2 x ideal."""
+    shape = FixedWindow(limit=50, period=period, phase=phase, latency=0.05)
+    provider = Provider("p")
+    out = _run(provider, shape, rows=500, concurrency=16)
+    assert out.ok == 500
+    assert governor(provider).limiter.allowance.limit == 50
+    assert _share(shape) <= 0.05, (shape.refused, shape.requests)
+    assert out.seconds <= 1.2 * (500 - 50) / (50 / period)
+    rate = provider.status().rate
+    assert rate is None or rate >= 4 * 50 / period, rate
+
+
+@pytest.mark.parametrize(
     "shape",
     [TokenBucket(rps=20, burst=5), TokenBucket(rps=20, burst=5, hints=False), FixedWindow(limit=20)],
     ids=["bucket", "bucket-no-hint", "window"],
