@@ -190,6 +190,7 @@ def test_anthropic_refuses_without_its_headers_and_max_tokens(provider):
         json={"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
     )
     assert response.status_code == 400 and "anthropic-version" in response.json()["error"]["message"]
+    assert _http(provider).get("/v1/messages", headers={"x-api-key": demo.DEMO_KEY}).status_code == 405
 
 
 def test_anthropic_charges_max_tokens_on_arrival_and_refuses_with_a_whole_second_retry_after(provider):

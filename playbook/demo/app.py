@@ -50,11 +50,22 @@ __all__ = ["BULK_MAX_ITEMS", "build_app"]
 BULK_MAX_ITEMS = 100
 _MALFORMED = b'{"email": "truncated@'  # what a proxy cutting a response short looks like
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-_KNOWN_PATHS = frozenset({"/v1/company", "/v1/email", "/v1/email/bulk", "/v1/jobs", "/v1/chat/completions"})
+_KNOWN_PATHS = frozenset(
+    {
+        "/v1/company",
+        "/v1/email",
+        "/v1/email/bulk",
+        "/v1/jobs",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/messages",
+    }
+)
 _KNOWN_TEMPLATES = (
     re.compile(r"^/v1/jobs/"),
     re.compile(r"^/v1/status/"),
     batch_api.PATHS,
+    api_gemini.PATH,
 )  # paths with an id in them
 
 Handler = Callable[[Request], Awaitable[Response]]
