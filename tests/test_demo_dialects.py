@@ -236,6 +236,20 @@ def test_anthropic_overload_bursts_are_529_without_retry_after(provider):
     assert provider.stats()["by_api"]["anthropic"]["overloaded"] == 1
 
 
+def test_an_overload_keeps_to_the_dialects_it_names(provider):
+    """overload_apis=("anthropic",): chat completions answer while Anthropic is overloaded."""
+    provider.reset(overload_rate=1.0, overload_apis=("anthropic",))
+    with _anthropic(provider) as client, pytest.raises(anthropic.InternalServerError):
+        client.messages.create(model="m", max_tokens=50, messages=[{"role": "user", "content": PROMPT}])
+    with _openai(provider) as client:
+        ask = {"model": "m", "messages": [{"role": "user", "content": PROMPT}]}
+        assert client.chat.completions.create(**ask).choices[0].message.content == "Robotics"
+        provider.configure(overload_apis=None)
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(**ask)
+    assert caught.value.status_code == 503
+
+
 # -- Gemini generateContent -----------------------------------------------------------------------
 
 

@@ -43,7 +43,7 @@ from playbook.demo.fakedata import (
 from playbook.demo.responses import json_response
 from playbook.demo.settings import DemoSettings, down_seconds
 from playbook.demo.state import DemoState, Rejection
-from playbook.demo.wire import encode
+from playbook.demo.wire import encode, openai_error
 
 __all__ = ["BULK_MAX_ITEMS", "build_app"]
 
@@ -366,8 +366,10 @@ def _chat(state: DemoState) -> Handler:
             answer, garbled = complete_judged(body, invalid_json_rate=state.settings.chat_invalid_json_rate)
         except ChatRequestError as exc:
             return json_response(exc.body(), 400)
-        # The answer is worked out first: its tokens are what the request weighs.
         api = "openai" if state.settings.local_slots is None else "local"
+        if state.overloaded(api):
+            return json_response(openai_error("The server is overloaded.", kind="server_error"), 503)
+        # The answer is worked out first: its tokens are what the request weighs.
         verdict = state.chat_admit(_authorization(request), answer, garbled, api=api)
         if verdict.body is not None:
             return json_response(verdict.body, 429, verdict.headers)
