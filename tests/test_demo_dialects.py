@@ -221,6 +221,24 @@ def test_anthropic_charges_max_tokens_on_arrival_and_refuses_with_a_whole_second
     assert (stats["ok"], stats["rate_limited"], stats["output_tokens"]) == (1, 1, message.usage.output_tokens)
 
 
+def test_anthropic_limits_input_tokens_apart_from_output_tokens(provider):
+    """A tight ITPM refuses naming input tokens while the output budget has room; it refills per second."""
+    provider.reset(anthropic_itpm=15, anthropic_otpm=100_000)
+    with _anthropic(provider) as client:
+        ask = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": PROMPT}]}
+        first = client.messages.with_raw_response.create(**ask)
+        spent = first.parse().usage.input_tokens
+        with pytest.raises(anthropic.RateLimitError, match="15 input tokens per minute") as caught:
+            client.messages.create(**ask)
+        wait = int(caught.value.response.headers["retry-after"])
+        assert wait == -(-(spent - (15 - spent)) * 60 // 15)  # the shortfall at 15 tokens a minute
+        CLOCK.now += wait
+        assert client.messages.create(**ask).content[0].text == "Robotics"
+    assert first.headers["anthropic-ratelimit-output-tokens-remaining"] == str(
+        100_000 - first.parse().usage.output_tokens
+    )
+
+
 def test_anthropic_overload_bursts_are_529_without_retry_after(provider):
     """Overloaded 5 s of every 20 s: a 529 overloaded_error, no retry-after; served after the burst."""
     provider.reset(overload_seconds=5.0, overload_period=20.0)
@@ -296,6 +314,20 @@ def test_gemini_per_minute_window_puts_its_wait_only_in_the_body(provider):
     )
     CLOCK.now = 6060.0  # the next window
     assert client.models.generate_content(model="gemini-demo", contents=PROMPT).text == "Robotics"
+
+
+def test_gemini_per_minute_input_tokens_name_their_quota(provider):
+    """Past gemini_tpm input tokens in the minute window: the QuotaFailure names the token quota."""
+    provider.reset(gemini_tpm=15)
+    client = _gemini(provider)
+    client.models.generate_content(model="gemini-demo", contents=PROMPT)
+    with pytest.raises(genai.errors.ClientError) as caught:
+        client.models.generate_content(model="gemini-demo", contents=PROMPT)
+    details = {d["@type"].rsplit(".", 1)[-1]: d for d in caught.value.details["error"]["details"]}
+    assert (
+        details["QuotaFailure"]["violations"][0]["quotaId"] == "GenerateContentInputTokensPerModelPerMinute"
+    )
+    assert details["RetryInfo"]["retryDelay"] == "60s"
 
 
 def test_gemini_per_day_quota_names_the_daily_quota(provider):
@@ -552,6 +584,26 @@ def test_a_local_server_answers_503_past_its_slots_and_queue(provider):
     stats = provider.stats()
     assert stats["by_api"]["local"]["by_status"] == {"200": 3, "503": 3}
     assert stats["in_flight"] == 0
+
+
+def test_a_local_server_gives_a_cancelled_waiters_place_to_the_next(provider):
+    """A queued request that gives up frees its place: the next one waits and is answered, not refused."""
+    provider.reset(local_slots=1, local_queue=1, local_service_seconds=0.3)
+
+    async def run():
+        async with _async_http(provider) as http:
+            body = {"model": "llama", "messages": [{"role": "user", "content": PROMPT}]}
+            first = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+            await asyncio.sleep(0.05)
+            gives_up = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+            await asyncio.sleep(0.05)
+            gives_up.cancel()
+            await asyncio.sleep(0.05)
+            then = await http.post("/v1/chat/completions", json=body)
+            return (await first).status_code, then.status_code
+
+    assert asyncio.run(run()) == (200, 200)
+    assert provider.stats()["in_flight"] == 0
 
 
 # -- settings -------------------------------------------------------------------------------------
