@@ -102,9 +102,12 @@ def _messages(state: DemoState) -> Any:
         if refusal is not None:
             return _rate_limited(refusal, limits, body["model"])
         message = _message(body["model"], chat, reply, tool, max_tokens)
-        await pause(request)
         used = message["usage"]["output_tokens"]
-        limits = state.anthropic_settle(key, max_tokens, used)
+        try:
+            await pause(request)
+        finally:
+            # Settled however the request ends: a client gone mid-answer used its tokens too.
+            limits = state.anthropic_settle(key, max_tokens, used)
         state.count_usage("anthropic", reply.input_tokens, used)
         return json_response(message, 200, _limit_headers(limits))
 
