@@ -12,6 +12,9 @@
   answer carries ``anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-{limit,
   remaining,reset}`` (resets in RFC 3339), a 429 ``rate_limit_error`` a whole-second
   ``retry-after``; an overload is ``529 overloaded_error`` without one.
+
+As documented at https://docs.claude.com/en/api/messages, https://docs.claude.com/en/api/rate-limits
+and https://docs.claude.com/en/api/errors, and as the ``anthropic`` SDK sends and parses it.
 """
 
 from __future__ import annotations

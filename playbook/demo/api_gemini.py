@@ -12,6 +12,10 @@
   ``google.rpc.RetryInfo`` ``retryDelay`` beside a ``QuotaFailure`` naming the per-minute
   quota), never in a header; ``gemini_rpd`` requests per day, refused with a ``QuotaFailure``
   naming ``GenerateRequestsPerDayPerProjectPerModel``; an overload is ``503 UNAVAILABLE``.
+
+As documented at https://ai.google.dev/api/generate-content,
+https://ai.google.dev/gemini-api/docs/rate-limits and https://cloud.google.com/apis/design/errors
+(google.rpc.Status with RetryInfo and QuotaFailure details), and as ``google-genai`` calls it.
 """
 
 from __future__ import annotations
