@@ -364,6 +364,17 @@ def test_gemini_overload_and_wrong_key_answer_as_google_does(provider):
     assert refused.value.details["error"]["details"][0]["reason"] == "API_KEY_INVALID"
 
 
+def test_gemini_takes_its_key_in_the_query_too(provider):
+    """?key= is Gemini's other place for the key; the path under /v1beta answers as under /v1."""
+    body = {"contents": [{"parts": [{"text": PROMPT}]}]}
+    answer = _http(provider).post(
+        f"/v1beta/models/gemini-demo:generateContent?key={demo.DEMO_KEY}", json=body
+    )
+    assert answer.status_code == 200
+    assert answer.json()["candidates"][0]["content"]["parts"][0]["text"] == "Robotics"
+    assert provider.stats()["key_places"] == {"query": 1}
+
+
 def test_gemini_response_schema_is_read_as_json_schema():
     """Google's OpenAPI subset (upper-case types, nullable) becomes the JSON Schema it stands for."""
     given = {
