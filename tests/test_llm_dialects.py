@@ -757,3 +757,90 @@ def test_bedrock_credentials_come_from_the_aws_chain(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     refused = _refusal(tool("bedrock", Converse(MODELS["bedrock"])))
     assert isinstance(refused, pb.RunFatal) and "AWS_ACCESS_KEY_ID" in str(refused)
+
+
+def test_a_conversation_a_dialect_cannot_carry_fails_its_row() -> None:
+    """A tool message sent to Anthropic has no place in the Messages API: that row fails naming
+    the message, before anything is sent; the other rows are answered."""
+    server = Messages(MODELS["anthropic"])
+    llm = tool("anthropic", server)
+
+    async def ask(row: Any, ctx: pb.Context) -> Any:
+        role = "tool" if row.n == 1 else "user"
+        return await ctx.tool(
+            llm, messages=[{"role": "user", "content": "hi"}, {"role": role, "content": "x"}]
+        )
+
+    out = pd.DataFrame({"n": [0, 1]}).play.map(ask, progress=False)
+    assert list(out.play_status) == ["ok", "failed"] and len(server.requests) == 1
+    assert "messages[1] has role 'tool' which api='anthropic' does not take" in out.play_error[1]
+
+
+def test_extra_body_carries_a_servers_own_fields() -> None:
+    """extra_body={...} merges a local server's own fields into the body, where a plain keyword is refused."""
+    llm = engine_of(
+        pb.llm_tool(model="m", base_url="http://localhost:8000/v1", secret=None, extra_body={"top_k": 5})
+    )
+    assert llm.body([{"role": "user", "content": "hi"}]) == {  # type: ignore[attr-defined]
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "temperature": 0.0,
+        "top_k": 5,
+    }
+    with pytest.raises(pb.PlayDefinitionError, match="extra_body must be a dict"):
+        pb.llm_tool(model="m", extra_body=[1])
+
+
+@pytest.mark.parametrize(
+    ("api", "answer"),
+    [
+        (
+            "openai-responses",
+            {
+                "status": "completed",
+                "model": "m",
+                "output": [{"type": "message", "content": [{"type": "refusal", "refusal": "I can't help."}]}],
+            },
+        ),
+        ("gemini", {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 4}}),
+        (
+            "anthropic",
+            {
+                "content": [{"type": "text", "text": "No."}],
+                "stop_reason": "refusal",
+                "model": "m",
+                "usage": {},
+            },
+        ),
+    ],
+)
+def test_a_refusal_is_a_miss(api: str, answer: dict[str, Any]) -> None:
+    """A model's refusal, in each dialect's own form, gives the play None (and is kept as the refusal)."""
+    seen: list[httpx.Request] = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=answer)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(refuse))
+    llm = pb.llm_tool(model=MODELS[api], api=api, base_url=BASES[api], secret=pb.secret(ENV), client=client)
+
+    async def ask(row: Any, ctx: pb.Context) -> Any:
+        return await ctx.tool(llm, prompt="Say something you should not.")
+
+    out = pd.DataFrame({"n": [1]}).play.map(ask, progress=False)
+    assert out.play_status[0] == "ok" and "ask" not in out and len(seen) == 1  # no value: no column
+    reply = engine_of(llm).dialect.reply("t", answer, "m")  # type: ignore[attr-defined]
+    assert reply["refusal"] and reply["content"] is None and reply["api"] == api
+
+
+def test_anthropic_refusing_temperature_says_how_to_leave_it_out() -> None:
+    """A model that refuses the temperature llm_tool sends by default: the error says temperature=None."""
+    server = Messages(MODELS["anthropic"])
+    said = {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "`temperature` is deprecated for this model."},
+    }
+    server.errors.append(httpx.Response(400, json=said))
+    refused = _refusal(tool("anthropic", server))
+    assert "temperature is deprecated" in str(refused).replace("`", "") and "temperature=None" in str(refused)
