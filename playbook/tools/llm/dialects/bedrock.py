@@ -43,6 +43,7 @@ _TOP = frozenset(
         "guardrailConfig",
         "outputConfig",
         "performanceConfig",
+        "projectIdentifier",
         "promptVariables",
         "requestMetadata",
         "serviceTier",
