@@ -598,6 +598,10 @@ def test_options_a_dialect_does_not_take_are_refused() -> None:
         pb.llm_tool(model="m", api="bedrock")
     with pytest.raises(pb.PlayDefinitionError, match="signs each request with the AWS credentials"):
         pb.llm_tool(model="m", api="bedrock", region="us-east-1", secret=pb.secret("X"))
+    with pytest.raises(
+        pb.PlayDefinitionError, match="max_token= is not a request field.*did you mean max_tokens="
+    ):
+        pb.llm_tool(model="m", max_token=10)
     with pytest.raises(pb.PlayDefinitionError, match="messages= is set by the tool itself"):
         pb.llm_tool(model="m", api="anthropic", messages=[])
 
