@@ -16,6 +16,7 @@ import pytest
 from vtime import FrozenClock, run_virtual
 
 import playbook as pb
+from playbook.demo.settings import DEMO_KEY
 from playbook.events import RowHeld
 from playbook.ui.html import parked_table
 from playbook.ui.tally import Tally
@@ -159,3 +160,35 @@ def test_a_spent_daily_quota_parks_every_row_at_once_naming_it_even_within_max_w
         line.startswith("provider 'gemini'") and f"17 rows parked (quota: {daily})" in line for line in lines
     ), lines
     assert parked_table(Tally.of(run.state).parked_summary(5), 1).count(f"quota {daily} spent") == 1
+
+
+def test_gemini_spending_its_daily_quota_parks_the_rest_at_once_naming_it(
+    store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's Gemini allows 5 requests a day: the rest of 30 rows park within the run
+    (max_wait=600, the reset hours away), their reason naming the daily quota the refusal's
+    QuotaFailure named; the demo refused at most the calls in flight, none retried."""
+    monkeypatch.setenv("PLAYBOOK_TEST_GEMINI_KEY", DEMO_KEY)
+    with pb.demo.serve(in_process=True, gemini_rpd=5) as demo:
+        llm = pb.llm_tool(
+            "ask",
+            api="gemini",
+            model="demo-mini",
+            base_url=demo.url,
+            secret=pb.secret("PLAYBOOK_TEST_GEMINI_KEY"),
+            provider=pb.Provider("gemini", concurrency=4),
+        )
+
+        async def ask(row: Any, ctx: pb.Context) -> Any:
+            return await ctx.tool(llm, prompt=f"Classify company {row.n}")
+
+        frame = pd.DataFrame({"n": range(30)})
+        out = frame.play.run(
+            pb.play(ask, name="ask"), store=store, progress=False, max_wait=600, concurrency=4
+        )
+        refused = demo.stats()["by_api"]["gemini"]["rate_limited"]
+    statuses = out.result["play_status"].tolist()
+    assert statuses.count("ok") == 5 and statuses.count("parked") == 25
+    assert set(out.parked["reason"]) == {"quota: GenerateRequestsPerDayPerProjectPerModel"}
+    assert 1 <= refused <= 4  # the calls in flight when the quota ran out
+    assert out.stats.elapsed < 30
