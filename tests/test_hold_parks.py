@@ -192,3 +192,32 @@ def test_gemini_spending_its_daily_quota_parks_the_rest_at_once_naming_it(
     assert set(out.parked["reason"]) == {"quota: GenerateRequestsPerDayPerProjectPerModel"}
     assert 1 <= refused <= 4  # the calls in flight when the quota ran out
     assert out.stats.elapsed < 30
+
+
+def test_anthropic_overloaded_for_half_the_calls_fails_no_row(
+    store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's Anthropic answers 529 overloaded_error (no retry-after) to half the requests: an
+    overload is the provider's, held with a backoff, and uses up no try, so all 12 rows are
+    answered (with retries=1, a row met by two 529s in a row failed)."""
+    monkeypatch.setenv("PLAYBOOK_TEST_ANTHROPIC_KEY", DEMO_KEY)
+    with pb.demo.serve(in_process=True, overload_rate=0.5, overload_apis=("anthropic",), seed=3) as demo:
+        llm = pb.llm_tool(
+            "ask",
+            api="anthropic",
+            model="demo-mini",
+            base_url=demo.url,
+            secret=pb.secret("PLAYBOOK_TEST_ANTHROPIC_KEY"),
+            provider=pb.Provider("anthropic", concurrency=4, retries=1),
+        )
+
+        async def ask(row: Any, ctx: pb.Context) -> Any:
+            return await ctx.tool(llm, prompt=f"Classify company {row.n}")
+
+        frame = pd.DataFrame({"n": range(12)})
+        out = frame.play.run(pb.play(ask, name="ask"), store=store, progress=False, concurrency=4)
+        overloaded = demo.stats()["by_status"].get("529", 0)
+    assert out.result["play_status"].tolist() == ["ok"] * 12, (
+        out.result["play_error"].dropna().head(3).tolist()
+    )
+    assert overloaded >= 6
