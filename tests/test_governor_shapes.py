@@ -85,13 +85,21 @@ def test_a_burst_of_overload_529s_holds_every_call_and_fails_no_row() -> None:
     assert out.seconds <= 400 / 20 / 0.9 + 4.0  # >= 0.9 of the limit outside the burst
 
 
-@pytest.mark.parametrize("down", [False, True], ids=["queue-full", "every-call-failing"])
-def test_a_local_servers_503s_past_its_queue_bound_calls_in_flight(down: bool) -> None:
+@pytest.mark.parametrize(
+    "down", [False, "refused", "503"], ids=["queue-full", "nothing-listening", "every-call-503"]
+)
+def test_a_local_servers_503s_past_its_queue_bound_calls_in_flight(down: bool | str) -> None:
     """A local server with 4 decode slots and a queue of 4 answers 503 without a hint past them,
     concurrency=64 configured: while it answers other calls, its 503s bound calls in flight as
     unhinted 429s do: <= 1.4 x its capacity in time, <= 10% 503s, no row fails.  A server
     failing every call is down as before (its rows park)."""
-    shape = Closed() if down else Queued(slots=4, queue=4, latency=0.5)
+    shape = (
+        Queued(slots=4, queue=4, latency=0.5)
+        if not down
+        else Closed()
+        if down == "refused"
+        else RandomFailures(share=1.0)
+    )
     provider = Provider("p", concurrency=64)
     out = _run(provider, shape, rows=200, concurrency=64, max_wait=5.0)
     if down:

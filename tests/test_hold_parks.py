@@ -221,3 +221,29 @@ def test_anthropic_overloaded_for_half_the_calls_fails_no_row(
         out.result["play_error"].dropna().head(3).tolist()
     )
     assert overloaded >= 6
+
+
+def test_a_local_server_past_its_queue_runs_at_its_capacity() -> None:
+    """The demo as a local server (2 decode slots, a queue of 2, 0.1 s an answer, no key, 503
+    without a hint past them) and concurrency=32 configured: its 503s bound the calls in flight,
+    so 60 rows take <= 1.4 x its capacity (3 s) with <= 10% of requests refused, none failing."""
+    with pb.demo.serve(in_process=True, local_slots=2, local_queue=2, local_service_seconds=0.1) as demo:
+        llm = pb.llm_tool(
+            "ask",
+            model="llama",
+            base_url=demo.url + "/v1",
+            secret=None,
+            provider=pb.Provider("local", concurrency=32),
+        )
+
+        async def ask(row: Any, ctx: pb.Context) -> Any:
+            return await ctx.tool(llm, prompt=f"Classify company {row.n}")
+
+        frame = pd.DataFrame({"n": range(60)})
+        out = frame.play.run(pb.play(ask, name="ask"), progress=False, concurrency=32)
+        served = demo.stats()["by_api"]["local"]["by_status"]
+    assert out.result["play_status"].tolist() == ["ok"] * 60, (
+        out.result["play_error"].dropna().head(3).tolist()
+    )
+    assert served.get("503", 0) <= 0.10 * (served["200"] + served.get("503", 0)), served
+    assert out.stats.elapsed <= 1.4 * 60 * 0.1 / 2, out.stats.elapsed
