@@ -273,7 +273,7 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
     from playbook.addresses import job_address
     from playbook.store.records import record
     from playbook.tools.llm import LlmEngine
-    from playbook.tools.llm.batch import BatchApi
+    from playbook.tools.llm.batch import OpenAiBatches, custom_id
     from playbook.tools.protocol import NO_INPUT
     from playbook.tools.transport import default_client
 
@@ -286,10 +286,11 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
     store = pb.ReceiptStore(tmp_path / "store")
 
     async def died_after_creating() -> None:
-        api = BatchApi(asked)
+        api = OpenAiBatches(asked)
+        members = [(custom_id(asked.address(v)), asked.body(v["messages"])) for v in calls]
         async with default_client() as client:  # the run's client: it reaches the demo served in process
-            file_id = await api.upload(client, api.lines([(asked.address(v), v["messages"]) for v in calls]))
-            await api.create(client, file_id)
+            file_id = await api.prepare(client, members)
+            await api.create(client, file_id, members)
         for values in calls:
             await engine(store).commit(
                 record(

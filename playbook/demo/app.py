@@ -4,7 +4,8 @@ Every /v1 route goes through `_guarded`, which applies, in order: request counti
 the per-key limits (in flight, token bucket, fixed window, quota), slowness and fault
 draws, latency, the endpoint itself, and the malformed-body draw. The chat endpoint then
 weighs its answer against its own per-minute limits (requests and tokens, OpenAI's way), and
-files and batches (see `batch_api`) answer in OpenAI's shape. The /_ admin routes skip
+files and batches (see `batch_api`) answer in OpenAI's shape, message batches and Gemini's batches
+in their own (see `dialect_batch_api`). The /_ admin routes skip
 all of that so a test or a notebook can observe and steer a server running in another
 process with plain HTTP; POST /_restart closes the port for a while.
 
@@ -30,7 +31,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from playbook.demo import batch_api
+from playbook.demo import batch_api, dialect_batch_api
 from playbook.demo.chat import ChatRequestError, complete_judged
 from playbook.demo.fakedata import (
     company_profile,
@@ -54,6 +55,7 @@ _KNOWN_TEMPLATES = (
     re.compile(r"^/v1/jobs/"),
     re.compile(r"^/v1/status/"),
     batch_api.PATHS,
+    dialect_batch_api.PATHS,
 )  # paths with an id in them
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -101,6 +103,7 @@ def build_app(
         guarded("POST", "/v1/chat/completions", _chat(state)),
         guarded("GET", "/v1/status/{code}", _status, public=True),  # as httpbin's: no key asked
         *(guarded(method, path, handler) for method, path, handler in batch_api.routes(state)),
+        *(guarded(method, path, handler) for method, path, handler in dialect_batch_api.routes(state)),
         Route("/v1/{path:path}", _guarded(state, "* /v1/{path}", _unknown), methods=_ALL_METHODS),
         Route("/_health", _health, methods=["GET"]),
         Route("/_stats", _admin_stats(state), methods=["GET"]),
@@ -158,10 +161,12 @@ def _guarded(state: DemoState, name: str, handler: Handler, *, public: bool = Fa
 
 def _authorization(request: Request) -> str | None:
     """The key a request presents, as a bearer: ``Authorization: Bearer``, else the ``x-api-key``
-    header (Anthropic's spelling) or the ``key`` query parameter (Gemini's)."""
+    header (Anthropic's spelling), the ``x-goog-api-key`` header or the ``key`` query parameter
+    (Gemini's)."""
     headers = request.headers
     given = headers.get("authorization")
-    if given is None and (key := headers.get("x-api-key") or request.query_params.get("key")):
+    key = headers.get("x-api-key") or headers.get("x-goog-api-key") or request.query_params.get("key")
+    if given is None and key:
         given = f"Bearer {key}"
     return given
 

@@ -39,7 +39,8 @@ class DemoSettings:
     The chat endpoint adds OpenAI's per-minute limits per key, ``chat_rpm`` requests and
     ``chat_tpm`` tokens (prompt + completion), each a bucket refilling continuously that holds
     ``chat_bucket_seconds`` worth of its limit. ``chat_invalid_json_rate`` of JSON answers
-    are invalid JSON. Batches finish ``batch_seconds`` after they are created.
+    are invalid JSON. Batches finish ``batch_seconds`` after they are created; in Anthropic's and
+    Gemini's, ``batch_expired_rate`` of the requests expire unanswered (see `dialect_batches`).
     """
 
     api_keys: tuple[str, ...] = (DEMO_KEY,)
@@ -68,6 +69,7 @@ class DemoSettings:
     chat_bucket_seconds: float = 1.0
     chat_invalid_json_rate: float = 0.0
     batch_seconds: float = 2.0
+    batch_expired_rate: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -99,7 +101,14 @@ class DemoSettings:
             "chat_bucket_seconds",
             _number("chat_bucket_seconds", self.chat_bucket_seconds, low=0.0, open_low=True),
         )
-        for name in ("fault_rate", "slow_rate", "malformed_rate", "miss_rate", "chat_invalid_json_rate"):
+        for name in (
+            "fault_rate",
+            "slow_rate",
+            "malformed_rate",
+            "miss_rate",
+            "chat_invalid_json_rate",
+            "batch_expired_rate",
+        ):
             set_(self, name, _number(name, getattr(self, name), low=0.0, high=1.0))
         status = _integer("fault_status", self.fault_status, low=500)
         if status > 599:

@@ -1,0 +1,46 @@
+"""The batch interfaces an LLM tool in ``mode="batch"`` submits its calls to, one module per
+provider behind one protocol (:mod:`.api`)::
+
+    openai     OpenAI's Batch API: an uploaded JSON Lines file, a batch over it
+    anthropic  Anthropic's Message Batches
+    gemini     Gemini's batch mode (batchGenerateContent, inlined requests)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from playbook.tools.llm.batch.anthropic import AnthropicBatches
+from playbook.tools.llm.batch.api import BatchApi, Job, Member, NotYet, custom_id
+from playbook.tools.llm.batch.gemini import GeminiBatches
+from playbook.tools.llm.batch.openai import OpenAiBatches
+
+if TYPE_CHECKING:
+    from playbook.tools.llm.engine import LlmEngine
+
+__all__ = [
+    "AnthropicBatches",
+    "BatchApi",
+    "GeminiBatches",
+    "Job",
+    "Member",
+    "NotYet",
+    "OpenAiBatches",
+    "batches_of",
+    "custom_id",
+]
+
+_APIS: dict[str, type[OpenAiBatches] | type[AnthropicBatches] | type[GeminiBatches]] = {
+    "openai": OpenAiBatches,
+    "anthropic": AnthropicBatches,
+    "gemini": GeminiBatches,
+}
+
+
+def batches_of(tool: LlmEngine) -> BatchApi:
+    """The batch interface of the tool's provider, by the tool's dialect."""
+    api = getattr(tool, "api", "openai")
+    made = _APIS.get(api)
+    if made is None:
+        raise ValueError(f"llm tool {tool.name!r}: api={api!r} has no batch interface")
+    return made(tool)
