@@ -39,13 +39,15 @@ NO_INPUT: Any = object()  # "no positional input": None is a valid input
 
 class Spent(NamedTuple):
     """What one paid answer cost: money (in the tool's own unit), tokens (``None``: not counted),
-    requests (an answer that needed a re-ask took two), and the part of the money that bought an
-    answer validation refused (the first of a re-asked pair)."""
+    requests (an answer that needed a re-ask took two), the part of the money that bought an
+    answer validation refused (the first of a re-asked pair), and what the answer would have
+    cost asked online (``None``: the same; a batch job's answer costs less)."""
 
     cost: float
     tokens: float | None
     requests: int
     refused: float = 0.0
+    online: float | None = None
 
 
 class CallEnv:

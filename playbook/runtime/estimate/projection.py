@@ -49,7 +49,7 @@ _DRAWS = 400
 # Mapping[Never, ...])
 _AMOUNTS: Any = {"cost": money, "tokens": short_count}
 # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span, shared, refused
-_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF = range(len(FIELDS))
+_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF, _ON = range(len(FIELDS))
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,9 @@ class Estimate:
     ``bottleneck`` the provider that holds the run back (``None``: none is timed), and ``limit``
     what holds it ("40 rps", "8 calls in flight of 0.5s"...); ``notes`` what the projection
     could not see; ``table`` one row per provider and tool.  ``pilot`` is what the pilot itself
-    ran and paid (``RunStats``).
+    ran and paid (``RunStats``).  ``online_cost`` is what ``cost`` would be were every call asked
+    online: more than ``cost`` when a tool sends its calls as batch jobs (``mode="batch"``), at
+    their discount.
     """
 
     play: str
@@ -86,6 +88,7 @@ class Estimate:
     table: pd.DataFrame = field(repr=False)
     pilot: Any = field(repr=False)
     no_spread: dict[str, str] = field(default_factory=dict, repr=False)
+    online_cost: float | None = None
 
     def __repr__(self) -> str:
         return f"<Estimate {self}>"
@@ -100,6 +103,8 @@ class Estimate:
         words = f" (~{tokens(self.tokens)})" if self.tokens >= 1 else ""
         wide = "; a larger sample narrows it" if high - low > 0.3 * self.cost else ""
         wide += f"; no spread: {self.no_spread['cost']}" if "cost" in self.no_spread and self.cost else ""
+        if self.online_cost is not None and self.online_cost > self.cost:
+            spread += f" in batch jobs ({money(self.online_cost)} asked online)"
         line = (
             f"{left}; ~{short_count(self.paid_calls)} paid calls{words}, {money(self.cost)}{spread}, ~{duration(self.seconds)}{held}"
             f" (a pilot of {self.sample} rows{wide})"
@@ -126,6 +131,7 @@ class Estimate:
             "sample": self.sample,
             "paid_calls": self.paid_calls,
             "cost": _round(self.cost),
+            "online_cost": _round(self.online_cost),
             "tokens": _round(self.tokens),
             "seconds": _round(self.seconds),
             "failed_rows": self.failed_rows,
@@ -224,6 +230,7 @@ def project(pilot: Pilot, play: str, concurrency: int, providers: dict[str, Prov
         table=table(logs, keys, point, counts),
         pilot=pilot.stats,
         no_spread=no_spread(logs, keys, point, counts, each, interval) if n and scale else {},
+        online_cost=figure(point["online_cost"]),
     )
 
 
@@ -239,7 +246,7 @@ def _per_call(lines: np.ndarray, otherwise: np.ndarray | None = None) -> np.ndar
     line = np.asarray(lines[paid].sum(axis=0) / paid.sum())
     answered = paid & (lines[:, _RF] == 0)
     if answered.any():
-        line[[_C, _T]] = lines[answered][:, [_C, _T]].sum(axis=0) / answered.sum()
+        line[[_C, _T, _ON]] = lines[answered][:, [_C, _T, _ON]].sum(axis=0) / answered.sum()
     line[_RF] = 0.0
     return line
 
@@ -262,6 +269,7 @@ def _projection(
         return {
             "paid_calls": 0.0,
             "cost": 0.0,
+            "online_cost": 0.0,
             "tokens": 0.0,
             "seconds": 0.0,
             "bottleneck": None,
@@ -298,6 +306,7 @@ def _projection(
     return {
         "paid_calls": float(totals[:, _P].sum()),
         "cost": float(totals[:, _C].sum()),
+        "online_cost": float(totals[:, _ON].sum()),
         "tokens": float(totals[:, _T].sum()),
         "seconds": seconds,
         "bottleneck": slowest,

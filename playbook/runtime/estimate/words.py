@@ -26,7 +26,7 @@ __all__ = ["NO_PROVIDER", "figure", "no_spread", "pilot_notes", "shared_notes", 
 # the table's provider of a tool made with none (a paid Python tool, an HTTP tool given none)
 NO_PROVIDER = "(no provider)"
 
-_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF = range(len(FIELDS))
+_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF, _ON = range(len(FIELDS))
 _NOTHING = {
     "paid_calls": "no pilot row paid a call",
     "cost": "no call the pilot paid cost money",
@@ -129,6 +129,7 @@ def table(
     receipts made before and shared with another row, money, tokens, a request's seconds, the
     share of requests that failed (brought back nothing to keep: the run's ``calls_failed``) and
     the paid calls refused (a client error kept as the call's answer: the row fails, no money);
+    what the money would be were the calls asked online (a tool in ``mode="batch"`` pays less);
     what the calls are projected per (a row, or the distinct values of columns); and the
     provider's seconds and what bounds it."""
     rows = []
@@ -146,6 +147,7 @@ def table(
                 "shared_calls": round(float(line[_SH])),
                 "per": per,
                 "cost": figure(float(line[_C])),
+                "online_cost": figure(float(line[_ON])),
                 "tokens": figure(float(line[_T])),
                 "request_seconds": float(logs[:, i, _W].sum() / sent) if sent else math.nan,
                 "requests_failed": float(logs[:, i, _F].sum() / sent) if sent else 0.0,
@@ -162,6 +164,7 @@ def table(
         "shared_calls",
         "per",
         "cost",
+        "online_cost",
         "tokens",
         "request_seconds",
         "requests_failed",

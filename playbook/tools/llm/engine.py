@@ -33,7 +33,7 @@ from playbook.providers.provider import Provider
 from playbook.secrets import Secret
 from playbook.tools.engine import Engine
 from playbook.tools.llm.endpoint import Endpoint
-from playbook.tools.llm.prices import checked, cost, spent
+from playbook.tools.llm.prices import BATCH_SHARE, checked, cost, spent
 from playbook.tools.llm.reask import again, combined
 from playbook.tools.llm.structured import Structured
 from playbook.tools.llm.tokens import Usage, chars
@@ -201,9 +201,10 @@ class LlmEngine(Engine):
         )
 
     def price(self, values: Any) -> float:
-        # What answers usually take, not the cap.
+        # What answers usually take, not the cap; a batch job's at its price.
         completion = self.usage.completion(self.request.get("max_tokens"))
-        return cost(self.prices, self.usage.prompt_tokens(values["messages"]), completion)
+        share = BATCH_SHARE if self.mode == "batch" else 1.0
+        return cost(self.prices, self.usage.prompt_tokens(values["messages"]), completion) * share
 
     def spent(self, answer: Any) -> Spent:
         return spent(self.prices, answer)

@@ -1,6 +1,10 @@
 """What an LLM call costs: the user's ``prices`` table checked when the tool is defined, and an
 answer's usage priced by it (a re-asked answer's refused first half counted apart, for
-``run.stats.cost_failed``).  Without a table a call costs 0 and its tokens are still counted."""
+``run.stats.cost_failed``).  Without a table a call costs 0 and its tokens are still counted.
+
+An answer a batch job gave (its receipt says ``"batch": true``) costs ``BATCH_SHARE`` of the
+table's prices, as OpenAI's, Anthropic's and Gemini's batch interfaces all bill; what it would
+have cost online is kept beside (``Spent.online``: the estimate shows both)."""
 
 from __future__ import annotations
 
@@ -11,9 +15,10 @@ from typing import Any
 from playbook.errors import PlayDefinitionError
 from playbook.tools.protocol import Spent
 
-__all__ = ["Prices", "checked", "cost", "spent"]
+__all__ = ["BATCH_SHARE", "Prices", "checked", "cost", "spent"]
 
 Prices = tuple[float, float]  # per 1M prompt tokens, per 1M completion tokens
+BATCH_SHARE = 0.5  # what a batch job's tokens cost, of the online price
 
 
 def checked(name: str, model: str, prices: Mapping[str, Any] | None) -> Prices | None:
@@ -50,11 +55,15 @@ def spent(prices: Prices | None, answer: Any) -> Spent:
         return Spent(0.0, None, 1)
     prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     refused = answer.get("refused_usage")
+    online = cost(prices, prompt, completion)
+    share = BATCH_SHARE if answer.get("batch") is True else 1.0
     return Spent(
-        cost(prices, prompt, completion),
+        online * share,
         float(prompt + completion),
         int(answer.get("requests") or 1),
         cost(prices, int(refused.get("prompt_tokens") or 0), int(refused.get("completion_tokens") or 0))
+        * share
         if isinstance(refused, Mapping)
         else 0.0,
+        online if share != 1.0 else None,
     )
