@@ -39,7 +39,7 @@ from playbook.store import MISSING
 from playbook.store.records import record
 from playbook.tools.llm.batch import BatchApi, Job, NotYet, OpenAiBatches, batches_of, custom_id
 from playbook.tools.llm.batch.gemini import position
-from playbook.tools.llm.engine import LlmEngine, reply_of
+from playbook.tools.llm.engine import LlmEngine
 
 if TYPE_CHECKING:
     import httpx
@@ -120,7 +120,7 @@ class Jobs:
         if got is None and isinstance(job.get("n"), int):
             got = results.get(position(job["n"]))
         if isinstance(got, dict):
-            return {**reply_of(tool.name, got), "batch": True}
+            return {**tool.dialect.reply(tool.name, got, tool.model), "batch": True}
         await scope.store.commit(record(mark, tool=tool.name, stored=None, tagged=False, at=scope.clock()))
         why = got if isinstance(got, str) else f"the batch ended {batch.status} without an answer to it"
         raise ToolError(

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from playbook.tools.llm.engine import LlmEngine
 
 __all__ = [
+    "BATCHED",
     "AnthropicBatches",
     "BatchApi",
     "GeminiBatches",
@@ -30,6 +31,8 @@ __all__ = [
     "custom_id",
 ]
 
+# The dialects whose providers take batches (llm_tool(mode="batch") refuses the others).
+BATCHED = ("openai", "anthropic", "gemini")
 _APIS: dict[str, type[OpenAiBatches] | type[AnthropicBatches] | type[GeminiBatches]] = {
     "openai": OpenAiBatches,
     "anthropic": AnthropicBatches,
@@ -39,8 +42,4 @@ _APIS: dict[str, type[OpenAiBatches] | type[AnthropicBatches] | type[GeminiBatch
 
 def batches_of(tool: LlmEngine) -> BatchApi:
     """The batch interface of the tool's provider, by the tool's dialect."""
-    api = getattr(tool, "api", "openai")
-    made = _APIS.get(api)
-    if made is None:
-        raise ValueError(f"llm tool {tool.name!r}: api={api!r} has no batch interface")
-    return made(tool)
+    return _APIS[tool.dialect.name](tool)

@@ -37,7 +37,7 @@ class AnthropicBatches:
 
     def __init__(self, tool: LlmEngine) -> None:
         self.tool = tool
-        self.wire = Wire(tool, "x-api-key", {"anthropic-version": VERSION})
+        self.wire = Wire(tool)
 
     def __repr__(self) -> str:
         return f"<AnthropicBatches {self.tool.base_url}>"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -78,27 +77,23 @@ class BatchApi(Protocol):
     async def results(self, client: httpx.AsyncClient, job: Job) -> dict[str, Any]: ...
 
 
-Fill = Callable[[httpx.Request, str], httpx.Request]
-
-
 class Wire:
-    """Requests to one tool's provider with its key where the provider wants it (``header``:
-    ``Authorization`` as a bearer, or another header holding the key alone), errors classified
-    as HTTP answers are (a 429 or a 5xx retried by the provider's governor, a 401 stops the run)."""
+    """Requests to one tool's provider with its key where its dialect puts it (and the headers
+    the dialect's API requires), errors classified as HTTP answers are (a 429 or a 5xx retried by
+    the provider's governor, a 401 stops the run)."""
 
-    __slots__ = ("tool", "header", "extra")
+    __slots__ = ("tool", "templates")
 
-    def __init__(self, tool: LlmEngine, header: str = "Authorization", extra: dict[str, str] | None = None):
+    def __init__(self, tool: LlmEngine) -> None:
         self.tool = tool
-        self.header = header
-        self.extra = extra or {}
+        self.templates = tool.dialect.headers(tool.endpoint.secret is not None)  # "{secret}": the key
 
     def __repr__(self) -> str:
-        return f"<Wire {self.tool.base_url} {self.header}>"
+        return f"<Wire {self.tool.base_url}>"
 
     def _fill(self, request: httpx.Request, value: str) -> httpx.Request:
-        key = f"Bearer {value}" if self.header == "Authorization" else value
-        return rebuilt(request, headers={self.header: key})
+        keyed = {k: v.replace("{secret}", value) for k, v in self.templates.items() if "{secret}" in v}
+        return rebuilt(request, headers=keyed)
 
     async def json(self, client: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
         """The answer to a request as a JSON object (``url``: a path under the tool's base URL, or
@@ -119,9 +114,7 @@ class Wire:
         tool = self.tool
         secret = tool.endpoint.secret
         auth = SecretAuth(secret, self._fill) if secret is not None else httpx.USE_CLIENT_DEFAULT
-        headers = dict(self.extra)
-        if secret is not None:
-            headers[self.header] = f"Bearer {PLACEHOLDER}" if self.header == "Authorization" else PLACEHOLDER
+        headers = {k: v.replace("{secret}", PLACEHOLDER) for k, v in self.templates.items()}
         try:
             params = {**tool.query, **kwargs.pop("params", {})}
             resp = await client.request(

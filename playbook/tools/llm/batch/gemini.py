@@ -40,7 +40,7 @@ class GeminiBatches:
 
     def __init__(self, tool: LlmEngine) -> None:
         self.tool = tool
-        self.wire = Wire(tool, "x-goog-api-key")
+        self.wire = Wire(tool)
 
     def __repr__(self) -> str:
         return f"<GeminiBatches {self.tool.base_url}>"
