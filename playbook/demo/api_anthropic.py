@@ -1,6 +1,7 @@
 """Anthropic's Messages API, as the demo speaks it: ``POST /v1/messages``.
 
-- ``x-api-key`` and ``anthropic-version`` headers are required (401 ``authentication_error``,
+- the key in ``x-api-key`` (or ``Authorization: Bearer``, as the SDK sends it now) and an
+  ``anthropic-version`` header are required (401 ``authentication_error``,
   400 ``invalid_request_error``), as is ``max_tokens``;
 - ``system`` (a string or text blocks), ``messages`` (string or block content), ``tools`` with
   ``tool_choice`` naming one (or ``any`` of a single tool): the answer is a ``tool_use`` block
@@ -11,6 +12,9 @@
   answer carries ``anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-{limit,
   remaining,reset}`` (resets in RFC 3339), a 429 ``rate_limit_error`` a whole-second
   ``retry-after``; an overload is ``529 overloaded_error`` without one.
+
+As documented at https://docs.claude.com/en/api/messages, https://docs.claude.com/en/api/rate-limits
+and https://docs.claude.com/en/api/errors, and as the ``anthropic`` SDK sends and parses it.
 """
 
 from __future__ import annotations
@@ -68,7 +72,12 @@ def _refuse(status: int, message: str, wait: float | None) -> Response:
 
 
 def _key(request: Request) -> str | None:
-    return request.headers.get("x-api-key") or None
+    # The SDK of today sends the key as a bearer; older clients in x-api-key. Anthropic takes both.
+    given = request.headers.get("x-api-key")
+    if given:
+        return given
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
 
 
 DIALECT = Dialect("anthropic", _key, _refuse)
@@ -96,9 +105,12 @@ def _messages(state: DemoState) -> Any:
         if refusal is not None:
             return _rate_limited(refusal, limits, body["model"])
         message = message_of(body["model"], chat, reply, tool, max_tokens)
-        await pause(request)
         used = message["usage"]["output_tokens"]
-        limits = state.anthropic_settle(key, max_tokens, used)
+        try:
+            await pause(request)
+        finally:
+            # Settled however the request ends: a client gone mid-answer used its tokens too.
+            limits = state.anthropic_settle(key, max_tokens, used)
         state.count_usage("anthropic", reply.input_tokens, used)
         return json_response(message, 200, _limit_headers(limits))
 

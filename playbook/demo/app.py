@@ -52,19 +52,30 @@ from playbook.demo.fakedata import (
 from playbook.demo.responses import json_response
 from playbook.demo.settings import DemoSettings, down_seconds
 from playbook.demo.state import DemoState, Rejection
-from playbook.demo.wire import encode
+from playbook.demo.wire import encode, openai_error
 
 __all__ = ["BULK_MAX_ITEMS", "build_app"]
 
 BULK_MAX_ITEMS = 100
 _MALFORMED = b'{"email": "truncated@'  # what a proxy cutting a response short looks like
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-_KNOWN_PATHS = frozenset({"/v1/company", "/v1/email", "/v1/email/bulk", "/v1/jobs", "/v1/chat/completions"})
+_KNOWN_PATHS = frozenset(
+    {
+        "/v1/company",
+        "/v1/email",
+        "/v1/email/bulk",
+        "/v1/jobs",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/messages",
+    }
+)
 _KNOWN_TEMPLATES = (
     re.compile(r"^/v1/jobs/"),
     re.compile(r"^/v1/status/"),
     batch_api.PATHS,
     dialect_batch_api.PATHS,
+    api_gemini.PATH,
 )  # paths with an id in them
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -375,8 +386,10 @@ def _chat(state: DemoState) -> Handler:
             answer, garbled = complete_judged(body, invalid_json_rate=state.settings.chat_invalid_json_rate)
         except ChatRequestError as exc:
             return json_response(exc.body(), 400)
-        # The answer is worked out first: its tokens are what the request weighs.
         api = "openai" if state.settings.local_slots is None else "local"
+        if state.overloaded(api):
+            return json_response(openai_error("The server is overloaded.", kind="server_error"), 503)
+        # The answer is worked out first: its tokens are what the request weighs.
         verdict = state.chat_admit(_authorization(request), answer, garbled, api=api)
         if verdict.body is not None:
             return json_response(verdict.body, 429, verdict.headers)

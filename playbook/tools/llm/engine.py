@@ -85,7 +85,8 @@ class LlmEngine(Engine):
         client: httpx.AsyncClient | None,
     ) -> None:
         """``target``: where the calls go (its base URL without a query); ``query``: a query
-        written in ``base_url``, sent with every request after the dialect's own."""
+        written in ``base_url``, sent with every request beside the dialect's own parameters
+        (Azure's ``api-version``, which wins)."""
         self.dialect = dialect
         self.model, self.system, self.mode = target.model, system, mode
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None

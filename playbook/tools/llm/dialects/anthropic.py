@@ -40,10 +40,8 @@ _FIELDS = frozenset(
     {
         "cache_control",
         "container",
-        "context_management",
         "diagnostics",
         "inference_geo",
-        "mcp_servers",
         "metadata",
         "output_config",
         "service_tier",
@@ -133,7 +131,7 @@ class Anthropic(Common):
             prompt += (read if isinstance(read, int) else 0) + (wrote if isinstance(wrote, int) else 0)
         return normalized(
             self.name,
-            content=used if used is not None else text,
+            content=None if stop == "refusal" else used if used is not None else text,
             refusal=(text or "refused") if stop == "refusal" else None,
             finish_reason=_STOP.get(stop, stop) if isinstance(stop, str) else None,
             model=data.get("model"),
