@@ -47,7 +47,7 @@ GROWTH = 10  # with precision=, a pilot runs at most this many times its sample
 _DRAWS = 400
 # the table's columns of money and tokens, as every view shows them (typed Any: the stubs want a
 # Mapping[Never, ...])
-_AMOUNTS: Any = {"cost": money, "tokens": short_count}
+_AMOUNTS: Any = {"cost": money, "online_cost": money, "tokens": short_count}
 # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span, shared, refused
 _P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF, _ON = range(len(FIELDS))
 
