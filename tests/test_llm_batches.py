@@ -235,3 +235,18 @@ def test_the_estimate_of_a_batch_tool_shows_its_cost_against_the_online_cost(
     assert "asked online" in str(est) and est.to_dict()["online_cost"] == pytest.approx(est.online_cost)
     line = est.table.set_index("tool").loc["llm"]
     assert line["online_cost"] == pytest.approx(2 * line["cost"], rel=1e-4)
+
+
+def test_calls_heavier_than_one_gemini_batch_takes_go_out_in_several(
+    demo: pb.demo.DemoServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gemini's inlined requests have a size cap (20 MB): calls weighing more than one batch takes (the cap shrunk to a few requests
+    here) go out in several batches, each row answered once."""
+    from playbook.tools.llm.batch import GeminiBatches
+
+    monkeypatch.setattr(GeminiBatches, "most_bytes", 1_000)
+    demo.reset(batch_seconds=30.0)
+    out = run_virtual(_companies(12).play.amap(_profiler(demo, "gemini", mode="batch"), progress=False))
+    served = demo.stats()
+    assert (out.play_status == "ok").all()
+    assert served["batches_created"] >= 3 and served["chat_batch"]["gemini-2.5-flash"]["requests"] == 12

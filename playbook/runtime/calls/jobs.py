@@ -26,6 +26,7 @@ wakes in a new run polls the same batch.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -37,7 +38,7 @@ from playbook.providers.provider import Ticket
 from playbook.runtime.state.upstream import dispatch
 from playbook.store import MISSING
 from playbook.store.records import record
-from playbook.tools.llm.batch import BatchApi, Job, NotYet, OpenAiBatches, batches_of, custom_id
+from playbook.tools.llm.batch import BatchApi, Job, Member, NotYet, OpenAiBatches, batches_of, custom_id
 from playbook.tools.llm.batch.gemini import position
 from playbook.tools.llm.engine import LlmEngine
 
@@ -158,11 +159,10 @@ class Jobs:
         members.append((key, values))
 
     async def _submit(self, scope: RunScope, tool: LlmEngine) -> None:
-        members = self._gathering.pop(tool.name, [])
-        for start in range(0, len(members), MOST):
-            chunk = members[start : start + MOST]
+        api = batches_of(tool)
+        for chunk in _chunks(api, tool, self._gathering.pop(tool.name, [])):
             try:
-                await self._submit_one(scope, tool, chunk)
+                await self._submit_one(scope, tool, api, chunk)
             except BaseException as exc:
                 for key, _ in chunk:
                     self._failed[key] = exc
@@ -174,15 +174,17 @@ class Jobs:
                     self._submitting.discard(key)
                     scope.store.leases.release(key)
 
-    async def _submit_one(self, scope: RunScope, tool: LlmEngine, chunk: list[tuple[str, Any]]) -> None:
-        api, client = batches_of(tool), scope.http_client()
-        members = [(custom_id(key), tool.body(values["messages"])) for key, values in chunk]
+    async def _submit_one(
+        self, scope: RunScope, tool: LlmEngine, api: BatchApi, chunk: list[tuple[str, Member]]
+    ) -> None:
+        client = scope.http_client()
+        members = [member for _, member in chunk]
         token = await _governed(tool, lambda: api.prepare(client, members))
         # Written down before the batch is made: a process that dies in between finds it again.
         at = time.time()
         marks = [
             (key, {"api": api.api, "token": token, "at": at, "id": cid, "n": n})
-            for n, ((key, _), (cid, _)) in enumerate(zip(chunk, members, strict=True))
+            for n, (key, (cid, _)) in enumerate(chunk)
         ]
         for key, mark in marks:
             await _write(scope, tool, key, mark)
@@ -252,6 +254,24 @@ class Jobs:
                 _governed(tool, lambda: api.results(client, batch))
             )
         return await asyncio.shield(future)
+
+
+def _chunks(
+    api: BatchApi, tool: LlmEngine, gathered: list[tuple[str, Any]]
+) -> list[list[tuple[str, Member]]]:
+    """The calls gathered, as ``(address, member)``, in batches each within the provider's
+    limits: ``MOST`` requests, and its bytes (Gemini's inlined requests: 20 MB in all)."""
+    chunks: list[list[tuple[str, Member]]] = [[]]
+    size = 0
+    for key, values in gathered:
+        body = tool.body(values["messages"])
+        weight = len(json.dumps(body, ensure_ascii=False).encode("utf-8")) + 100  # and its custom id
+        if chunks[-1] and (len(chunks[-1]) >= MOST or size + weight > api.most_bytes):
+            chunks.append([])
+            size = 0
+        chunks[-1].append((key, (custom_id(key), body)))
+        size += weight
+    return [chunk for chunk in chunks if chunk]
 
 
 def _marker(value: Any, api: str) -> dict[str, Any] | None:

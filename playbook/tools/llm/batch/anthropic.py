@@ -33,6 +33,7 @@ class AnthropicBatches:
     """The Message Batches of one LLM tool's endpoint (its ``base_url``, its key in ``x-api-key``)."""
 
     api = "anthropic"
+    most_bytes = 250_000_000  # a Message Batch: 256 MB at most
     __slots__ = ("tool", "wire")
 
     def __init__(self, tool: LlmEngine) -> None:

@@ -36,6 +36,7 @@ class GeminiBatches:
     """The batch mode of one LLM tool's endpoint (its ``base_url``, its key in ``x-goog-api-key``)."""
 
     api = "gemini"
+    most_bytes = 19_000_000  # inlined requests: 20 MB at most in all
     __slots__ = ("tool", "wire")
 
     def __init__(self, tool: LlmEngine) -> None:

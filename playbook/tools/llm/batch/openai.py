@@ -27,6 +27,7 @@ class OpenAiBatches:
     """The Batch API of one LLM tool's endpoint (its engine's ``base_url``, its secret)."""
 
     api = "openai"
+    most_bytes = 190_000_000  # its input file: 200 MB at most
     __slots__ = ("tool", "wire")
 
     def __init__(self, tool: LlmEngine) -> None:
