@@ -142,9 +142,12 @@ class DialectBatch:
                 }
                 for line in self.lines
             ]
+            output = {"inlinedResponses": {"inlinedResponses": inlined}}
+            # The batch's output (what the SDK reads), and the operation's response (what REST readers do).
+            meta["output"] = output
             doc["response"] = {
                 "@type": "type.googleapis.com/google.ai.generativelanguage.v1beta.GenerateContentBatchOutput",
-                "inlinedResponses": {"inlinedResponses": inlined},
+                **output,
             }
         return doc
 

@@ -3,8 +3,9 @@
 ``displayName`` is the submission's token; the batch is a long-running operation
 (``batches/{id}``) whose ``metadata.state`` goes ``BATCH_STATE_PENDING`` / ``_RUNNING`` to
 ``_SUCCEEDED``, ``_FAILED``, ``_CANCELLED`` or ``_EXPIRED`` (the SDK spells them ``JOB_STATE_*``:
-both are read), and whose ``response.inlinedResponses.inlinedResponses`` answer in order, each
-with its request's metadata, a ``response`` or an ``error``.
+both are read), and whose ``response.inlinedResponses.inlinedResponses`` (or the batch's
+``metadata.output``) answer in order, each with its request's metadata, a ``response`` or an
+``error``.
 
 A batch whose id was never written down is found by its display name in the list of batches.
 """
@@ -80,6 +81,8 @@ class GeminiBatches:
         """``key -> GenerateContentResponse`` or ``-> str`` (that request's error); an answer
         without its metadata under its place (:func:`position`)."""
         response = job.doc.get("response")
+        if not isinstance(response, Mapping):  # the batch's own output, where the operation has none
+            response = _metadata(job.doc).get("output")
         holder = response.get("inlinedResponses") if isinstance(response, Mapping) else None
         inlined = holder.get("inlinedResponses") if isinstance(holder, Mapping) else holder
         out: dict[str, Any] = {}
