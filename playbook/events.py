@@ -65,6 +65,7 @@ class CallFinished(NamedTuple):
     local: bool = False  # a free call that never left the process (no provider, no cost, not HTTP)
     shared: bool = False  # reused from a receipt written during this run (an identical call of another row)
     tokens: float = 0.0  # a paid call: the tokens its answer counted (an LLM's usage)
+    unpriced: bool = False  # its model has no price: ``cost`` is 0 and says nothing
 
 
 class CallFailed(NamedTuple):

@@ -126,7 +126,9 @@ class RowLedger:
     def count(self, tool: ToolEngine, *, reused: bool, spent: Spent, shared: bool = False) -> None:
         """A call answered, paid now or before (``shared``: during this run, for another row); an
         answer that needed a re-ask counts its requests (what it cost is on the first)."""
-        cost = spent.cost
+        # An unpriced answer (no price for its model) adds nothing to the sums and is counted apart.
+        unpriced = spent.cost is None
+        cost = spent.cost or 0.0
         if not reused:
             self.paid += cost
             self.refused += spent.refused
@@ -138,7 +140,7 @@ class RowLedger:
         for _ in range(spent.requests):
             self.calls += 1
             self.cost += cost
-            self.scope.call_finished(tool, reused, cost, shared, tokens)
+            self.scope.call_finished(tool, reused, cost, shared, tokens, unpriced)
             cost = tokens = 0.0  # both on the answer's first request
 
     def absorb(

@@ -33,7 +33,7 @@ from playbook.providers.provider import Provider
 from playbook.secrets import Secret
 from playbook.tools.engine import Engine
 from playbook.tools.llm.endpoint import Endpoint
-from playbook.tools.llm.prices import checked, cost, spent
+from playbook.tools.llm.prices import Pricing, Tokens
 from playbook.tools.llm.reask import again, combined
 from playbook.tools.llm.structured import Structured
 from playbook.tools.llm.tokens import Usage, chars
@@ -55,7 +55,7 @@ class LlmEngine(Engine):
         "query",
         "system",
         "structured",
-        "prices",
+        "pricing",
         "request",
         "mode",
         "endpoint",
@@ -77,10 +77,11 @@ class LlmEngine(Engine):
         mode: str,
         timeout: float,
         client: httpx.AsyncClient | None,
+        api: str = "openai",
     ) -> None:
         self.model, self.system, self.mode = model, system, mode
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
-        self.prices = checked(name, model, prices)
+        self.pricing = Pricing(name, model, api=api, base_url=base_url, prices=prices)
         self.request = request  # temperature, max_tokens and the other parameters, as sent
         pooled = provider is not None and provider.keys is not None  # each call sends its pool's chosen key
         headers = {"Authorization": "Bearer {secret}"} if secret is not None or pooled else {}
@@ -200,13 +201,14 @@ class LlmEngine(Engine):
             + self.usage.completion(self.request.get("max_tokens"))
         )
 
-    def price(self, values: Any) -> float:
-        # What answers usually take, not the cap.
+    def price(self, values: Any) -> float | None:
+        # What answers usually take, not the cap; None: the model has no price.
         completion = self.usage.completion(self.request.get("max_tokens"))
-        return cost(self.prices, self.usage.prompt_tokens(values["messages"]), completion)
+        tokens = Tokens(self.usage.prompt_tokens(values["messages"]), completion)
+        return self.pricing.cost(tokens, batch=self.mode == "batch")
 
     def spent(self, answer: Any) -> Spent:
-        return spent(self.prices, answer)
+        return self.pricing.spent(answer)
 
     # -- the call ------------------------------------------------------------------------------
 
