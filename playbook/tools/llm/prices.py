@@ -30,7 +30,7 @@ from playbook.tools.protocol import Spent
 
 if TYPE_CHECKING:
     from genai_prices.data_snapshot import DataSnapshot
-    from genai_prices.types import ModelInfo, ModelPrice, Provider
+    from genai_prices.types import ModelPrice
 
 __all__ = ["PROVIDERS", "Pricing", "Tokens", "checked", "tokens_of"]
 
@@ -160,13 +160,13 @@ class _Rates(NamedTuple):
     cached: float
     written: float
     share: float  # of the table's price (a batch call where the table has no batch price: half)
-    tiered: tuple[Provider, ModelInfo, ModelPrice] | None
+    tiered: ModelPrice | None
 
     def cost(self, tokens: Tokens) -> float:
         if self.tiered is not None:
             from genai_prices import Usage
 
-            provider, info, price = self.tiered
+            price = self.tiered
             usage = Usage(
                 input_tokens=tokens.prompt,
                 cache_read_tokens=min(tokens.cached, tokens.prompt),
@@ -227,7 +227,7 @@ def _looked_up(
         price, share = (batched, 1.0) if batched != price else (price, 0.5)
     values = [getattr(price, k) for k in ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok")]
     if any(v is not None and not isinstance(v, Decimal) for v in values):
-        return _Rates(0.0, 0.0, 0.0, 0.0, share, (where, info, price))
+        return _Rates(0.0, 0.0, 0.0, 0.0, share, price)
     inp, out, cached, written = (float(v) / 1e6 if v is not None else None for v in values)
     if inp is None and out is None:
         return None  # priced by other units (images, seconds): not a token price
