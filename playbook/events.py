@@ -89,6 +89,7 @@ class RowFinished(NamedTuple):
     # Money this attempt paid that bought nothing kept: all it paid, when the row failed; else
     # what answers validation refused cost (run.stats.cost_failed).
     cost_failed: float = 0.0
+    unpriced: int = 0  # a reused row: of its calls, those with no price (not in ``cost``)
 
 
 class RowHeld(NamedTuple):

@@ -25,7 +25,9 @@ MODEL = "gpt-4o-mini"  # a model the table knows, and the demo answers as any ot
 KEY = pb.secret("PLAYBOOK_TEST_LLM_KEY", default="demo-key")
 
 
-def _table(prompt: int, completion: int, *, cached: int = 0, batch: bool = False, model: str = MODEL) -> float:
+def _table(
+    prompt: int, completion: int, *, cached: int = 0, batch: bool = False, model: str = MODEL
+) -> float:
     """What the table itself says these tokens cost at OpenAI."""
     price = calc_price(
         Usage(input_tokens=prompt, cache_read_tokens=cached, output_tokens=completion),
@@ -133,13 +135,25 @@ def test_an_unknown_model_is_unpriced_never_zero(demo: pb.demo.DemoServer, tmp_p
     assert stats.calls_executed == 6 and stats.calls_unpriced == 6 and stats.cost_spent == 0
     summary = next(line for line in out.getvalue().splitlines() if line.startswith("label: 6 rows"))
     assert "cost unpriced spent, $0.00 saved (6 calls of 'llm' unpriced: no price for the model)" in summary
-    assert "unpriced" in counters_table(stats) and "$0.00" not in counters_table(stats).split("unpriced")[0][-40:]
+    # cost spent, of it on failures, cost saved
+    assert counters_table(stats).endswith(
+        "<td>unpriced</td><td>$0.00</td><td>$0.00</td></tr></tbody></table>"
+    )
     spend = store.spend(by="tool")
     assert spend.loc[spend.tool == "llm", ["calls_paid", "calls_unpriced"]].values.tolist() == [[6, 6]]
     # another play's calls answered by those receipts: reused, and still unpriced
     _companies(6).play.map(_label(llm, "relabel"), store=store, progress=False)
     again = pb.last_run().stats  # type: ignore[union-attr]
     assert again.calls_reused == 6 and again.reused_unpriced == 6 and "unpriced" in counters_table(again)
+    # the rows reused whole from their memos: their calls are unpriced too, not $0 saved
+    _companies(6).play.map(_label(llm), store=store, progress=False)
+    memos = pb.last_run().stats  # type: ignore[union-attr]
+    assert (memos.reused, memos.calls_reused, memos.reused_unpriced) == (6, 6, 6)
+    assert counters_table(memos).endswith(
+        "<td>$0.00</td><td>$0.00</td><td>unpriced</td></tr></tbody></table>"
+    )
+    spend = store.spend(by="tool").set_index("tool")
+    assert spend.loc["play label", "reused_unpriced"] == 6
 
 
 def test_max_cost_refuses_a_tool_it_cannot_price_before_sending_anything(demo: pb.demo.DemoServer) -> None:
@@ -154,7 +168,9 @@ def test_max_cost_refuses_a_tool_it_cannot_price_before_sending_anything(demo: p
     assert (out.play_status == "ok").all()
 
 
-def test_the_estimate_uses_the_runs_prices_and_says_unpriced(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
+def test_the_estimate_uses_the_runs_prices_and_says_unpriced(
+    demo: pb.demo.DemoServer, tmp_path: Path
+) -> None:
     """The pilot's calls cost the table's price for their usage; an unpriced tool's line is
     missing (not 0) in the estimate's table and named in its words and JSON."""
     frame = _companies(40)

@@ -156,6 +156,10 @@ class RunCounters:
                 line = self._memo_line = self.spend[None, "play " + self.play]
             line[2] += event.calls
             line[3] += event.cost
+            if event.unpriced:
+                self.reused_unpriced += event.unpriced
+                line[5] += event.unpriced
+                self.unpriced.add("play " + self.play)
         if event.cost_failed:
             self.cost_failed += event.cost_failed
 
