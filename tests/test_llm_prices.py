@@ -7,7 +7,9 @@ every expected cost is computed from the table's own numbers."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import io
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,32 @@ def test_a_known_model_costs_its_usage_at_the_tables_price(demo: pb.demo.DemoSer
     _companies(12).play.map(play, store=store, progress=False)
     again = pb.last_run().stats  # type: ignore[union-attr]
     assert again.cost_spent == 0 and again.cost_saved == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def test_a_newer_table_reprices_the_receipts_as_they_are_replayed(
+    demo: pb.demo.DemoServer, tmp_path: Path
+) -> None:
+    """Receipts keep usage, not cost: with a newer table in the process (as genai_prices.UpdatePrices
+    puts one), calls answered by receipts are priced at its prices."""
+    from genai_prices import data_snapshot
+    from genai_prices.types import ModelPrice
+
+    store = pb.ReceiptStore(tmp_path / "store")
+    llm = _llm(demo)
+    _companies(8).play.map(_label(llm), store=store, progress=False)
+    prompt, completion = _served(demo)
+    newer = copy.deepcopy(data_snapshot.get_snapshot())
+    newer.from_auto_update = True
+    _, model = newer.find_provider_model(MODEL, None, "openai", None)
+    model.prices, model.price_variants = ModelPrice(input_mtok=Decimal(3), output_mtok=Decimal(7)), None
+    data_snapshot.set_custom_snapshot(newer)
+    try:
+        _companies(8).play.map(_label(llm, "relabel"), store=store, progress=False)
+    finally:
+        data_snapshot.set_custom_snapshot(None)
+    again = pb.last_run().stats  # type: ignore[union-attr]
+    assert again.calls_reused == 8
+    assert again.cost_saved == pytest.approx((prompt * 3 + completion * 7) / 1e6, rel=1e-9)
 
 
 def test_cached_input_tokens_cost_the_cache_read_price(demo: pb.demo.DemoServer) -> None:
