@@ -169,6 +169,7 @@ def test_an_unknown_model_is_unpriced_never_zero(demo: pb.demo.DemoServer, tmp_p
     )
     spend = store.spend(by="tool")
     assert spend.loc[spend.tool == "llm", ["calls_paid", "calls_unpriced"]].values.tolist() == [[6, 6]]
+    assert spend.loc[spend.tool == "llm", "cost_paid"].isna().all()  # not known: NaN, not 0
     # another play's calls answered by those receipts: reused, and still unpriced
     _companies(6).play.map(_label(llm, "relabel"), store=store, progress=False)
     again = pb.last_run().stats  # type: ignore[union-attr]
