@@ -145,11 +145,14 @@ def test_prices_given_override_the_table(demo: pb.demo.DemoServer) -> None:
 
 
 def test_an_unknown_model_is_unpriced_never_zero(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
-    """No price for demo-1: each call costs None, counted as unpriced in the stats, the summary, the
-    counters table and store.spend(), and cost_spent leaves them out."""
+    """No price for demo-1 (nor usage in an answer): each call costs None, counted as unpriced in
+    the stats, the summary, the counters table and store.spend(), and cost_spent leaves them out."""
     store = pb.ReceiptStore(tmp_path / "store")
     llm = _llm(demo, model="demo-1")
     assert engine_of(llm).spent({"model": "demo-1", "usage": {"prompt_tokens": 9}}).cost is None
+    # an answer that says no usage (some local servers) has no cost to count, even for a known model
+    silent = pb.llm_tool("silent", model=MODEL, base_url=demo.url + "/v1", prices={MODEL: (1.0, 1.0)})
+    assert engine_of(silent).spent({"model": MODEL, "usage": None}).cost is None
     out = io.StringIO()
 
     async def main() -> pb.Run:

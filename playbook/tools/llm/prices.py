@@ -117,11 +117,6 @@ class Pricing:
         by = "prices=" if self.given is not None else f"the price table ({self.provider})"
         return f"<Pricing {self.model} by {by}>"
 
-    @property
-    def priced(self) -> bool:
-        """Can a call of the tool's model be priced (``max_cost`` needs it)?"""
-        return self.given is not None or _rates(self.model, self.provider, self.url, False) is not None
-
     def cost(self, tokens: Tokens, model: str | None = None, *, batch: bool = False) -> float | None:
         """What these tokens cost, answered by ``model`` (None: the tool's), in a batch job or not."""
         given = self.given
@@ -137,10 +132,11 @@ class Pricing:
 
     def spent(self, answer: Any) -> Spent:
         """What a stored answer cost, from the usage it keeps: the same each time it is replayed
-        (while the prices stay)."""
+        (while the prices stay).  An answer that says no usage (some local servers) is unpriced."""
         usage = answer.get("usage") if isinstance(answer, dict) else None
         if not isinstance(usage, dict):
-            return Spent(0.0, None, 1)
+            requests = answer.get("requests") if isinstance(answer, dict) else None
+            return Spent(None, None, requests if type(requests) is int and requests > 0 else 1)
         model = answer.get("model")
         model = model if isinstance(model, str) else None
         batch = answer.get("batch") is True
