@@ -50,7 +50,7 @@ def llm_tool(
     provider: Provider | None = None,
     system: str | None = None,
     output: Any = None,
-    prices: Mapping[str, tuple[float, float]] | None = None,
+    prices: Mapping[str, tuple[float, float] | tuple[float, float, float]] | None = None,
     temperature: float | None = 0.0,
     max_tokens: int | None = None,
     mode: str = "sync",
@@ -62,8 +62,11 @@ def llm_tool(
     OpenRouter, a LiteLLM proxy...): ``await ctx.tool(llm, prompt="...")`` returns the answer's
     text, or with ``output=Model`` (a pydantic model or TypedDict) a dict of its fields.
 
-    ``prices={"model": (per_1M_input, per_1M_output)}`` makes each call cost its usage, in the
-    currency given (``max_cost`` counts it); ``provider=pb.Provider(..., rpm=, tpm=)`` paces the
+    Each call costs its usage at the model's prices in the ``genai-prices`` package's table
+    (cached input and batch jobs at their own prices; a model the table does not know is
+    "unpriced", and ``max_cost`` refuses it); ``prices={"model": (per_1M_input, per_1M_output)}``
+    (or ``(input, output, cached_input)``) overrides the table, in the currency given (see
+    docs/llm.md, "Prices").  ``provider=pb.Provider(..., rpm=, tpm=)`` paces the
     calls by requests and tokens.  ``secret=None`` sends no key (a local server).  ``**fields``:
     other request fields of the endpoint (``top_p``, ``seed``, ``reasoning_effort``...), which go
     into the request body as given (and so into the receipt's address).
