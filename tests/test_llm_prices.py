@@ -215,5 +215,8 @@ def test_the_estimate_uses_the_runs_prices_and_says_unpriced(
     )
     assert unknown.unpriced == ("llm",) and unknown.pilot.calls_unpriced == unknown.pilot.calls_executed > 0
     assert "cost unpriced ('llm')" in str(unknown)
-    assert unknown.table["cost"].isna().all() and "unpriced" in unknown.text()
+    assert unknown.table["cost"].isna().all()
+    [line] = [row.split() for row in unknown.text().splitlines()[1:] if " llm " in row]
+    assert line[line.index("llm") + 5] == "unpriced"  # its cost cell: after paid, reused, shared, per
+    assert "<td>unpriced</td>" in unknown._repr_html_()
     assert unknown.to_dict()["unpriced"] == ["llm"] and unknown.to_dict()["table"][0]["cost"] is None
