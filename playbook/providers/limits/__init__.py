@@ -9,7 +9,7 @@ judges distinct calls and learns what became of those that failed: :class:`Stand
 
 from __future__ import annotations
 
-from playbook.providers.limits.backoff import Backoff, announced, duration, retry_after
+from playbook.providers.limits.backoff import Backoff, announced, body_retry_delay, duration, retry_after
 from playbook.providers.limits.base import HEADROOM, LONE, Limiter, Permit, Verdict
 from playbook.providers.limits.gates import Window
 from playbook.providers.limits.health import Health, Standing
@@ -29,6 +29,7 @@ __all__ = [
     "Verdict",
     "Window",
     "announced",
+    "body_retry_delay",
     "duration",
     "retry_after",
 ]
