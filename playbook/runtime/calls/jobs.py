@@ -57,8 +57,8 @@ T = TypeVar("T")
 
 
 class Costs(Protocol):
-    async def reserve(self, tool: LlmEngine, cost: float, *, wait: bool = True) -> None: ...
-    def refund(self, cost: float) -> None: ...
+    async def reserve(self, tool: LlmEngine, cost: float | None, *, wait: bool = True) -> None: ...
+    def refund(self, cost: float | None) -> None: ...
 
 
 class RunScope(Protocol):
@@ -93,7 +93,7 @@ class Jobs:
         self._adopting: dict[str, asyncio.Future[str | None]] = {}  # token -> its batch id, being found
         self._polls: dict[str, tuple[float, asyncio.Future[Job]]] = {}  # batch id -> (when, batch)
         self._results: dict[str, asyncio.Future[dict[str, Any]]] = {}  # batch id -> custom id -> answer
-        self.reserved: dict[str, float] = {}  # address -> cost reserved at submission
+        self.reserved: dict[str, float | None] = {}  # address -> cost reserved at submission
         self._track = track  # a stop waits for submissions under way
 
     def __repr__(self) -> str:
@@ -121,6 +121,7 @@ class Jobs:
         if got is None and isinstance(job.get("n"), int):
             got = results.get(position(job["n"]))
         if isinstance(got, dict):
+            # answered by a batch job: priced at the batch price, replayed or not
             return {**tool.dialect.reply(tool.name, got, tool.model), "batch": True}
         await scope.store.commit(record(mark, tool=tool.name, stored=None, tagged=False, at=scope.clock()))
         why = got if isinstance(got, str) else f"the batch ended {batch.status} without an answer to it"

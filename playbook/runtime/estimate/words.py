@@ -9,6 +9,7 @@ Each works on the pilot's logs as the projection does: an array of rows × (prov
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -123,7 +124,11 @@ def _alike(lines: np.ndarray, tool: str, at: int, count: Counted | None, each: n
 
 
 def table(
-    logs: np.ndarray, keys: list[tuple[str | None, str]], point: dict[str, Any], counts: dict[int, Counted]
+    logs: np.ndarray,
+    keys: list[tuple[str | None, str]],
+    point: dict[str, Any],
+    counts: dict[int, Counted],
+    unpriced: Collection[tuple[str | None, str]] = (),
 ) -> pd.DataFrame:
     """One row per provider and tool: the calls the rows left will make, paid, answered by
     receipts made before and shared with another row, money, tokens, a request's seconds, the
@@ -131,7 +136,7 @@ def table(
     the paid calls refused (a client error kept as the call's answer: the row fails, no money);
     what the money would be were the calls asked online (a tool in ``mode="batch"`` pays less);
     what the calls are projected per (a row, or the distinct values of columns); and the
-    provider's seconds and what bounds it."""
+    provider's seconds and what bounds it.  An unpriced tool's cost is missing (NaN), not 0."""
     rows = []
     for i, (provider, tool) in enumerate(keys):
         line = point["totals"][i]
@@ -146,8 +151,8 @@ def table(
                 "reused_calls": round(float(line[_R])),
                 "shared_calls": round(float(line[_SH])),
                 "per": per,
-                "cost": figure(float(line[_C])),
-                "online_cost": figure(float(line[_ON])),
+                "cost": math.nan if (provider, tool) in unpriced else figure(float(line[_C])),
+                "online_cost": math.nan if (provider, tool) in unpriced else figure(float(line[_ON])),
                 "tokens": figure(float(line[_T])),
                 "request_seconds": float(logs[:, i, _W].sum() / sent) if sent else math.nan,
                 "requests_failed": float(logs[:, i, _F].sum() / sent) if sent else 0.0,

@@ -37,7 +37,7 @@ from playbook.tools.engine import Engine
 from playbook.tools.llm.dialects import Dialect, Target
 from playbook.tools.llm.dialects.openai import chat_reply
 from playbook.tools.llm.endpoint import Endpoint
-from playbook.tools.llm.prices import BATCH_SHARE, checked, cost, spent
+from playbook.tools.llm.prices import Pricing, Tokens
 from playbook.tools.llm.reask import again, combined
 from playbook.tools.llm.structured import Structured
 from playbook.tools.llm.tokens import Usage, chars
@@ -59,7 +59,7 @@ class LlmEngine(Engine):
         "query",
         "system",
         "structured",
-        "prices",
+        "pricing",
         "request",
         "mode",
         "endpoint",
@@ -78,7 +78,7 @@ class LlmEngine(Engine):
         provider: Provider | None,
         system: str | None,
         output: Any,
-        prices: Mapping[str, tuple[float, float]] | None,
+        prices: Mapping[str, tuple[float, float] | tuple[float, float, float]] | None,
         request: dict[str, Any],
         mode: str,
         timeout: float,
@@ -90,7 +90,8 @@ class LlmEngine(Engine):
         self.dialect = dialect
         self.model, self.system, self.mode = target.model, system, mode
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
-        self.prices = checked(name, target.model, prices)
+        # priced at the dialect's provider in the price table, or at the one base_url is the API of
+        self.pricing = Pricing(name, target.model, api=dialect.name, base_url=target.base_url, prices=prices)
         self.request = request  # temperature, max_tokens and the other fields, before the dialect places them
         pooled = provider is not None and provider.keys is not None  # each call sends its pool's chosen key
         url, own = dialect.url(target)
@@ -207,14 +208,14 @@ class LlmEngine(Engine):
             + self.usage.completion(self.request.get("max_tokens"))
         )
 
-    def price(self, values: Any) -> float:
-        # What answers usually take, not the cap; a batch job's at its price.
+    def price(self, values: Any) -> float | None:
+        # What answers usually take, not the cap; None: the model has no price.
         completion = self.usage.completion(self.request.get("max_tokens"))
-        share = BATCH_SHARE if self.mode == "batch" else 1.0
-        return cost(self.prices, self.usage.prompt_tokens(values["messages"]), completion) * share
+        tokens = Tokens(self.usage.prompt_tokens(values["messages"]), completion)
+        return self.pricing.cost(tokens, batch=self.mode == "batch")
 
     def spent(self, answer: Any) -> Spent:
-        return spent(self.prices, answer)
+        return self.pricing.spent(answer)
 
     # -- the call ------------------------------------------------------------------------------
 
