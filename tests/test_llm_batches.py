@@ -232,7 +232,11 @@ def test_the_estimate_of_a_batch_tool_shows_its_cost_against_the_online_cost(
         progress=False,
     )
     assert est.cost > 0 and est.online_cost == pytest.approx(2 * est.cost, rel=1e-4)
-    assert "asked online" in str(est) and est.to_dict()["online_cost"] == pytest.approx(est.online_cost)
+    assert (
+        "asked online" in str(est)
+        and "'llm' sends its calls as batch jobs, answered within 24 hours" in str(est)
+        and est.to_dict()["online_cost"] == pytest.approx(est.online_cost)
+    )
     line = est.table.set_index("tool").loc["llm"]
     assert line["online_cost"] == pytest.approx(2 * line["cost"], rel=1e-4)
 

@@ -54,6 +54,12 @@ def pilot_notes(pilot: Pilot, n: int, scale: int, failed_rows: int, cost_failed:
         notes.append(
             f"{len(pilot.failed)} of the pilot's {n} rows failed (pb.last_run().errors): ~{failed_rows:,} of the rest may{paying}"
         )
+    batched = sorted(name for name, tool in pilot.log.tools.items() if tool.submits())
+    if batched and scale:
+        notes.append(
+            f"{', '.join(map(repr, batched))} sends its calls as batch jobs, answered within 24 hours: the time "
+            "projected is not theirs"
+        )
     return notes
 
 
