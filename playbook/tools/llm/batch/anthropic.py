@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from playbook.addresses import digest
-from playbook.tools.llm.batch.api import Job, Member, NotYet, Wire, jsonl, unix_seconds
+from playbook.tools.llm.batch.api import Job, Member, NotYet, Wire, jsonl, new_token, unix_seconds
 
 if TYPE_CHECKING:
     import httpx
@@ -44,7 +43,7 @@ class AnthropicBatches:
         return f"<AnthropicBatches {self.tool.base_url}>"
 
     async def prepare(self, client: httpx.AsyncClient, members: list[Member]) -> str:
-        return "pb-" + digest("\x1f".join(key for key, _ in members))[:24]
+        return new_token()
 
     async def create(self, client: httpx.AsyncClient, token: str, members: list[Member]) -> Job:
         requests = [{"custom_id": key, "params": body} for key, body in members]

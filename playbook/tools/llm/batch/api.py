@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -33,7 +34,7 @@ from playbook.tools.failures import translate
 if TYPE_CHECKING:
     from playbook.tools.llm.engine import LlmEngine
 
-__all__ = ["BatchApi", "Job", "Member", "NotYet", "Wire", "custom_id", "jsonl", "unix_seconds"]
+__all__ = ["BatchApi", "Job", "Member", "NotYet", "Wire", "custom_id", "jsonl", "new_token", "unix_seconds"]
 
 Member = tuple[str, dict[str, Any]]  # (custom id, request body as the online call sends it)
 
@@ -46,6 +47,12 @@ def custom_id(address: str) -> str:
     (it does: a letter and 32 hex digits), else a digest of it.  A function of the address alone:
     a process that never saw the submission maps it the same way."""
     return address if _CUSTOM_ID.match(address) else "k" + digest(address)
+
+
+def new_token() -> str:
+    """A name for one submission, never given to another (the same calls submitted again after
+    their batch expired get a new one): what a lost batch is found by."""
+    return "playbook-" + uuid.uuid4().hex
 
 
 class Job(NamedTuple):

@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from playbook.addresses import digest
-from playbook.tools.llm.batch.api import Job, Member, Wire, unix_seconds
+from playbook.tools.llm.batch.api import Job, Member, Wire, new_token, unix_seconds
 
 if TYPE_CHECKING:
     import httpx
@@ -48,7 +47,7 @@ class GeminiBatches:
         return f"<GeminiBatches {self.tool.base_url}>"
 
     async def prepare(self, client: httpx.AsyncClient, members: list[Member]) -> str:
-        return "playbook-" + digest("\x1f".join(key for key, _ in members))[:24]
+        return new_token()
 
     async def create(self, client: httpx.AsyncClient, token: str, members: list[Member]) -> Job:
         model = self.tool.model.removeprefix("models/")
