@@ -132,17 +132,27 @@ class Jobs:
     # -- submitting ----------------------------------------------------------------------------
 
     async def _join(self, scope: RunScope, tool: LlmEngine, key: str, values: Any) -> None:
-        """Join the next submission, unless this call is in one under way, here or in another
-        process (which holds its lease until its batch is written down)."""
+        """Join the next submission, unless this call is in one under way, here (another row
+        asking it: claimed before anything is awaited) or in another process (which holds its
+        lease until its batch is written down)."""
         if key in self._submitting:
             return  # its row woke before its submission was written down (a slow upload)
+        self._submitting.add(key)
+        joined = False
+        try:
+            joined = await self._joined(scope, tool, key, values)
+        finally:
+            if not joined:
+                self._submitting.discard(key)
+
+    async def _joined(self, scope: RunScope, tool: LlmEngine, key: str, values: Any) -> bool:
         leases = scope.store.leases
         if not await leases.take(key):
-            return  # another process is submitting it: its marker will say where
+            return False  # another process is submitting it: its marker will say where
         found = await scope.store.alookup(job_address(key))
         if found is not MISSING and isinstance(found.value, dict):
             leases.release(key)  # submitted and written down between our look and our lease
-            return
+            return False
         cost = tool.price(values)
         try:
             # a batch may take hours to settle: no waiting on it
@@ -151,13 +161,13 @@ class Jobs:
             leases.release(key)
             raise
         self.reserved[key] = cost
-        self._submitting.add(key)
         members = self._gathering.get(tool.name)
         if members is None:
             members = self._gathering[tool.name] = []
             loop = asyncio.get_running_loop()
             loop.call_later(GATHER, lambda: self._track(loop.create_task(self._submit(scope, tool))))
         members.append((key, values))
+        return True
 
     async def _submit(self, scope: RunScope, tool: LlmEngine) -> None:
         api = batches_of(tool)
