@@ -366,11 +366,16 @@ def _pace(status: ProviderStatus) -> float | None:
 
 
 def _shown(table: pd.DataFrame) -> pd.DataFrame:
-    """The table as the views show it: a tool with no price costs "unpriced" (its cost is NaN)."""
-    cost = table["cost"]
-    if not cost.isna().any():
+    """The table as the views show it: a tool with no price costs "unpriced" (its cost is NaN),
+    online too."""
+    if not table["cost"].isna().any():
         return table
-    return table.assign(cost=[("unpriced" if math.isnan(v) else v) for v in cost])
+    return table.assign(
+        **{
+            name: [("unpriced" if math.isnan(v) else v) for v in table[name]]
+            for name in ("cost", "online_cost")
+        }
+    )
 
 
 def _round(value: Any) -> Any:
