@@ -144,6 +144,8 @@ def _base(request: Request) -> str:
 
 def _anthropic_create(state: DemoState) -> Handler:
     async def create(request: Request) -> Response:
+        if not request.headers.get("anthropic-version"):
+            return anthropic_error(400, "anthropic-version: header is required")
         body = await _body(request)
         batch_id = state.dialect_batch_id(ANTHROPIC)
         try:
