@@ -702,7 +702,8 @@ def test_a_spent_gemini_daily_quota_waits_for_midnight_pacific() -> None:
 
 
 def test_a_gemini_key_refused_stops_the_run() -> None:
-    """Gemini answers a bad key with 400 API_KEY_INVALID (not 401): the run stops, as for any refused key."""
+    """Gemini answers a bad key with 400 API_KEY_INVALID (not 401): the run stops, as for any
+    refused key, naming the key's variable and Google's words."""
     server = Generate(MODELS["gemini"])
     info = {"@type": GOOGLE + "ErrorInfo", "reason": "API_KEY_INVALID", "domain": "googleapis.com"}
     body = {
@@ -714,7 +715,20 @@ def test_a_gemini_key_refused_stops_the_run() -> None:
         }
     }
     server.errors.append(httpx.Response(400, json=body))
-    assert isinstance(_refusal(tool("gemini", server)), pb.RunFatal)
+    stopped = _refusal(tool("gemini", server))
+    assert isinstance(stopped, pb.RunFatal) and stopped.denied and stopped.status == 400
+    assert f"the key {ENV} was refused (API key not valid. Please pass a valid API key.)" in str(stopped)
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai-responses", "azure"])
+def test_a_refused_key_names_its_variable_and_the_providers_words(api: str) -> None:
+    """A 401 says which key was refused (its variable, never its value) and quotes the provider's message."""
+    server = SERVERS[api](MODELS[api])
+    said = {"error": {"type": "authentication_error", "message": f"invalid x-api-key {KEY}"}}
+    server.errors.append(httpx.Response(401, json=said))
+    stopped = _refusal(tool(api, server))
+    assert isinstance(stopped, pb.RunFatal) and stopped.denied
+    assert f"the key {ENV} was refused (invalid x-api-key ***)" in str(stopped) and KEY not in str(stopped)
 
 
 def test_an_anthropic_overload_is_retried_and_the_row_answered() -> None:

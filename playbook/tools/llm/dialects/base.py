@@ -118,6 +118,11 @@ class Dialect(Protocol):
         tool when it has not that shape."""
         ...
 
+    def denied(self, status: int, content: bytes) -> bool:
+        """Whether an answer that is not a 401 or 403 says the key was refused all the same
+        (Gemini's 400 ``API_KEY_INVALID``): then it is a refused key everywhere, as a 401 is."""
+        ...
+
     def refused(self, error: ToolError, content: bytes, headers: httpx.Headers, now: float) -> PlaybookError:
         """The error a refusal (HTTP 4xx/5xx, not 401-403) raises, read further from its body as
         this dialect defines it (``now``: the wall clock, epoch seconds)."""
@@ -254,6 +259,9 @@ class Common:
 
     def headers(self, keyed: bool) -> dict[str, str]:
         return {self.key_header[0]: self.key_header[1]} if keyed else {}
+
+    def denied(self, status: int, content: bytes) -> bool:
+        return False
 
     def refused(self, error: ToolError, content: bytes, headers: httpx.Headers, now: float) -> PlaybookError:
         if error.status == 529 and not error.retryable:  # "overloaded" (Anthropic's): the provider's, retried
