@@ -375,6 +375,16 @@ def test_gemini_takes_its_key_in_the_query_too(provider):
     assert provider.stats()["key_places"] == {"query": 1}
 
 
+def test_gemini_refuses_contents_without_a_user_turn_in_its_own_names(provider):
+    """contents holding only a model turn is a 400 naming contents (Gemini's field), not chat's messages."""
+    body = {"contents": [{"role": "model", "parts": [{"text": "first"}]}]}
+    answer = _http(provider).post(
+        "/v1beta/models/gemini-demo:generateContent", json=body, headers={"x-goog-api-key": demo.DEMO_KEY}
+    )
+    said = answer.json()["error"]["message"]
+    assert answer.status_code == 400 and "contents" in said and "messages" not in said
+
+
 def test_gemini_response_schema_is_read_as_json_schema():
     """Google's OpenAPI subset (upper-case types, nullable) becomes the JSON Schema it stands for."""
     given = {

@@ -383,12 +383,15 @@ def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
 def test_a_request_the_batch_failed_fails_its_row_and_is_submitted_again_next_run(
     demo: pb.demo.DemoServer,
 ) -> None:
-    """An empty prompt is refused inside the batch (its error file): that row fails with the provider's words; a rerun resubmits only it."""
+    """A request the provider refuses (an image the demo cannot read, no text) is refused inside the batch (its error file): that row fails with the provider's words; a rerun resubmits only it."""
     demo.reset(batch_seconds=0.3)
     llm = _llm(demo, mode="batch")
+    image = [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}]}
+    ]
 
     async def label(row: Any, ctx: pb.Context) -> Any:
-        return await ctx.tool(llm, prompt=row.prompt)
+        return await ctx.tool(llm, prompt=row.prompt) if row.prompt else await ctx.tool(llm, messages=image)
 
     frame = pd.DataFrame({"prompt": ["Classify Acme Robotics", "", "Classify Globex"]})
     out = _virtual(frame.play.amap(label, progress=False))

@@ -23,6 +23,7 @@ what the endpoint's headers teach the provider is :mod:`.endpoint`.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -165,6 +166,11 @@ class LlmEngine(Engine):
                 else repr(prompt)[:60]
             )
             raise ToolError(f"llm tool {self.name!r}: prompt must be text, not {shown}", tool=self.name)
+        if not prompt.strip():  # every API refuses an empty turn (a 400), so it is not sent
+            raise ToolError(
+                f"llm tool {self.name!r}: prompt is empty ({prompt!r}): there is nothing to answer",
+                tool=self.name,
+            )
         system = [{"role": "system", "content": self.system}] if self.system is not None else []
         return [*system, {"role": "user", "content": str(prompt)}]
 
@@ -175,6 +181,15 @@ class LlmEngine(Engine):
                 tool=self.name,
             )
         for i, m in enumerate(messages):
+            role = m.get("role") if isinstance(m, Mapping) else None
+            if isinstance(role, str) and role not in _ROLES:
+                near = difflib.get_close_matches(role.lower(), sorted(_ROLES), n=1, cutoff=0.5)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ToolError(
+                    f"llm tool {self.name!r}: messages[{i}] has role {role!r}{hint}; a role is one of "
+                    + ", ".join(sorted(_ROLES)),
+                    tool=self.name,
+                )
             if (
                 not isinstance(m, Mapping)
                 or m.get("role") not in _ROLES

@@ -5,6 +5,7 @@ call does is its engine's (:mod:`.engine`)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -98,7 +99,9 @@ def llm_tool(
     documents (``top_p``, ``seed``, ``reasoning_effort``... for Chat Completions; ``topK`` for
     Gemini), which go into the request body (and so into the receipt's address); any other is
     refused here, with its nearest spelling.  ``extra_body={...}`` merges a server's own fields
-    into the body as given.
+    into the body as given (not one the tool sets itself: the model, the conversation, ``stream``).
+    ``base_url`` is sent as written: a ``{`` or ``}`` in it is refused (Azure's is
+    ``https://YOUR-RESOURCE.openai.azure.com``, with your resource's name).
 
     ``mode="batch"`` (``api="openai"``, ``"anthropic"`` or ``"gemini"``): calls that miss their
     receipts are submitted together as one batch job (OpenAI's Batch API, Anthropic's Message
@@ -127,6 +130,8 @@ def llm_tool(
         raise PlayDefinitionError(
             f"llm_tool {name!r}: base_url must be an http(s) URL like 'https://api.openai.com/v1', not {base_url!r}"
         )
+    if base_url is not None and ("{" in base_url or "}" in base_url):
+        raise PlayDefinitionError(f"llm_tool {name!r}: {_literal(base_url)}")
     for option, value in (("api_version", api_version), ("region", region)):
         if value is not None and option not in speaks.takes:
             raise PlayDefinitionError(f"llm_tool {name!r}: {option}= is not an option of api={speaks.name!r}")
@@ -193,6 +198,18 @@ def _key(name: str, speaks: Dialect, secret: Any, provider: Provider | None, mod
     if secret is DIALECT_KEY:
         return secret_of(speaks.secret) if speaks.secret is not None else None
     return secret
+
+
+def _literal(base_url: str) -> str:
+    """Why ``base_url`` with braces is refused: it is sent as written, not filled in."""
+    hole = re.search(r"\{([^{}]*)\}", base_url)
+    what = hole.group(0) if hole else "the braces"
+    instead = {
+        "{resource}": f"replace {what} with your Azure resource's name",
+        "{region}": f"replace {what} with the AWS region (e.g. us-east-1)",
+        "{secret}": f"remove {what}: the key goes in its header (secret=), never in the URL",
+    }.get(what, f"replace {what} with its value")
+    return f"base_url is sent as written, and no placeholder in it is filled in ({base_url!r}): {instead}"
 
 
 def _check_request(name: str, temperature: Any, max_tokens: Any, timeout: Any) -> None:

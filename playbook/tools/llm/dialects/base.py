@@ -143,7 +143,8 @@ class Turns(NamedTuple):
 def split(tool: str, messages: list[dict[str, Any]], *, api: str) -> Turns:
     """The leading system (or developer) messages joined as the system text, and the user and
     assistant turns after them, each turn's content its text.  A system message later in the
-    conversation, or a tool message, has no place in these APIs: the row's error."""
+    conversation, a tool message, or a conversation without a user turn has no place in these
+    APIs: the row's error, before anything is sent."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
@@ -159,8 +160,12 @@ def split(tool: str, messages: list[dict[str, Any]], *, api: str) -> Turns:
                 "(system messages come first; then user and assistant turns)",
                 tool=tool,
             )
-    if not turns:
-        raise ToolError(f"llm tool {tool!r}: messages hold no user turn to answer (api={api!r})", tool=tool)
+    if not any(t["role"] == "user" for t in turns):  # these APIs answer a user turn, or refuse with a 400
+        raise ToolError(
+            f"llm tool {tool!r}: messages hold no user turn to answer, which api={api!r} needs "
+            "(add a {'role': 'user', 'content': ...} message)",
+            tool=tool,
+        )
     return Turns("\n\n".join(system) if system else None, turns)
 
 
