@@ -66,6 +66,7 @@ class LlmEngine(Engine):
         "endpoint",
         "usage",
         "dialect",
+        "defaulted",
     )
 
     def __init__(
@@ -84,11 +85,13 @@ class LlmEngine(Engine):
         mode: str,
         timeout: float,
         client: httpx.AsyncClient | None,
+        defaulted: bool = False,
     ) -> None:
         """``target``: where the calls go (its base URL without a query); ``query``: a query
         written in ``base_url``, sent with every request beside the dialect's own parameters
-        (Azure's ``api-version``, which wins)."""
-        self.dialect = dialect
+        (Azure's ``api-version``, which wins); ``defaulted``: ``provider`` is the one a tool given
+        none gets (see :func:`~playbook.tools.llm.tool.default_provider`)."""
+        self.dialect, self.defaulted = dialect, defaulted
         self.model, self.system, self.mode = target.model, system, mode
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
         # priced at the dialect's provider in the price table, or at the one base_url is the API of
@@ -120,6 +123,11 @@ class LlmEngine(Engine):
         # dialects: kept, so they still answer.
         where = self.base_url if dialect.name == "openai" else f"{dialect.name}:{self.base_url}"
         super().__init__(name, inputs=("prompt",), provider=provider, identity="llm:" + where)
+
+    @property
+    def account(self) -> str:
+        # A default provider paces the calls; the receipts stay those of a tool without one.
+        return "default" if self.defaulted else super().account
 
     def _definition(self) -> str:
         schema = self.structured.schema if self.structured is not None else None

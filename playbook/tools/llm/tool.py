@@ -17,11 +17,11 @@ from playbook.providers.provider import Provider
 from playbook.secrets import Secret
 from playbook.secrets import secret as secret_of
 from playbook.tools.llm.batch import BATCHED
-from playbook.tools.llm.dialects import Dialect, checked_fields, dialect
+from playbook.tools.llm.dialects import DIALECTS, Dialect, Target, checked_fields, dialect
 from playbook.tools.llm.engine import LlmEngine
 from playbook.tools.tool import Tool
 
-__all__ = ["DIALECT_KEY", "LlmTool", "llm_tool"]
+__all__ = ["DIALECT_KEY", "LlmTool", "default_provider", "llm_tool"]
 
 
 class _DialectKey:
@@ -53,7 +53,7 @@ class LlmTool(Tool[Any]):
         llm = self._llm
         api = f" api={llm.dialect.name!r}" if llm.dialect.name != "openai" else ""
         out = f", output={llm.structured.model.__name__}" if llm.structured is not None else ""
-        via = f", provider={llm.provider.name!r}" if llm.provider is not None else ""
+        via = f", provider={llm.provider.name!r}" if llm.provider is not None and not llm.defaulted else ""
         return f"<LlmTool {llm.name!r}{api} {llm.model} at {llm.base_url}{out}{via}>"
 
 
@@ -95,7 +95,13 @@ def llm_tool(
     "unpriced", and ``max_cost`` refuses it); ``prices={"model": (per_1M_input, per_1M_output)}``
     (or ``(input, output, cached_input)``) overrides the table, in the currency given (see
     docs/llm.md, "Prices").  ``provider=pb.Provider(..., rpm=, tpm=)`` paces the
-    calls by requests and tokens.  ``**fields``: other request fields the dialect's API reference
+    calls by requests and tokens.  Without ``provider=`` the tool gets a default one, as every LLM
+    API limits its calls: named after the dialect for its default ``base_url`` (``"openai"``,
+    ``"anthropic"``, ``"gemini"``, ``"bedrock"``) or after ``base_url``'s host otherwise, its
+    account the key's variable (``account="OPENAI_API_KEY"``: two keys are two accounts), with no
+    limits configured: a 429, 529 or 503 is waited out and retried as for any provider, and the
+    limits its answers announce are learnt.  The tools of one process with the same default share
+    it.  Its receipts are kept as a tool's without a provider.  ``**fields``: other request fields the dialect's API reference
     documents (``top_p``, ``seed``, ``reasoning_effort``... for Chat Completions; ``topK`` for
     Gemini), which go into the request body (and so into the receipt's address); any other is
     refused here, with its nearest spelling.  ``extra_body={...}`` merges a server's own fields
@@ -148,6 +154,9 @@ def llm_tool(
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
     target = speaks.target(name, base_url, model, api_version, region)
     split = urlsplit(target.base_url)  # a query in base_url goes with every request, after the path
+    defaulted = provider is None
+    if provider is None:
+        provider = default_provider(speaks, target, secret)
     engine = LlmEngine(
         name,
         dialect=speaks,
@@ -162,8 +171,33 @@ def llm_tool(
         mode=mode,
         timeout=float(timeout),
         client=client,
+        defaulted=defaulted,
     )
     return LlmTool(engine)
+
+
+def default_provider(speaks: Dialect, target: Target, secret: Secret | None) -> Provider:
+    """The provider of an LLM tool given none: every LLM API limits its calls, so they are paced
+    and retried as any provider's, under the limits its answers teach (none configured).  It is
+    named after the dialect when ``base_url`` is a dialect's default (``"openai"``,
+    ``"anthropic"``, ``"gemini"``, ``"bedrock"``) or after the endpoint's host (and port), and
+    its account is the key's variable (each key its own limits; Bedrock's: the region).  Equal
+    ones share one governor in a process (Provider's own rule), so the tools of one account share
+    its limit."""
+    host = urlsplit(target.base_url)
+    named = next((d.name for d in DIALECTS.values() if _default_url(d) == target.base_url.rstrip("/")), None)
+    if (
+        speaks.name == "bedrock"
+        and target.base_url == f"https://bedrock-runtime.{target.region}.amazonaws.com"
+    ):
+        named = "bedrock"
+    account = secret.env_var if secret is not None else (target.region or "default")
+    return Provider(named or host.netloc or target.base_url, account=account)
+
+
+def _default_url(speaks: Dialect) -> str | None:
+    url = getattr(speaks, "base_url", None)
+    return url.rstrip("/") if isinstance(url, str) else None
 
 
 def _key(name: str, speaks: Dialect, secret: Any, provider: Provider | None, mode: str) -> Secret | None:
