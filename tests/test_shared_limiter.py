@@ -382,11 +382,48 @@ def test_input_and_output_tokens_are_paced_apart(make: Factory, rates: Rates, we
     assert 2.45 <= elapsed < make.late(2.75)
 
 
-def test_max_tokens_charged_at_dispatch_is_given_back_when_the_answer_says_less(make: Factory) -> None:
-    """At 400 output tokens/s, calls charged 400 (their max_tokens) that answer with 50 go 8 a second
-    (the budget used to the full), not one a second as max_tokens charged for good would allow."""
-    elapsed = make.run(_calls(make(tokens=Rates(output=400.0)), 16, Tokens(10, 400), Tokens(10, 50)))
-    assert 1.85 <= elapsed < make.late(2.1)
+def test_max_tokens_reserved_at_dispatch_is_given_back_and_only_answers_are_paced(make: Factory) -> None:
+    """At 2,000 output tokens/s, 16 calls at a time each reserving 400 (their max_tokens, as Anthropic
+    charges them) and answering 50 after 0.25 s: the 6,000 tokens answered take ~2.5 s, the budget
+    used in full from the first calls on and never more (>= 2.1 s), not the 24 s max_tokens charged for
+    good would take, nor the ~4.4 s of calls each waiting for the one before to give its reservation back."""
+    left = list(range(120))
+
+    async def main() -> float:
+        limiter = make(tokens=Rates(input=100_000.0, output=2_000.0))
+
+        async def worker() -> None:
+            while left:
+                left.pop()
+                permit = await _go(limiter, Tokens(10, 400, "reserved"))
+                await asyncio.sleep(0.25)
+                await limiter.settle(permit, Tokens(10, 50))
+
+        start = _now()
+        await asyncio.gather(*(worker() for _ in range(16)))
+        return _now() - start
+
+    assert 2.1 <= make.run(main()) < make.late(2.8)
+
+
+def test_a_reservation_ends_when_its_call_is_refused_or_fails(make: Factory) -> None:
+    """Calls reserving 1,600 output tokens (at 6,400/s) that are refused or fail give the reservation
+    back: four answered calls after them take 0.25 s as after none, not 0.75 s (kept charged), and
+    later, once the budget refilled, still 0.25 s (a reservation left held would let them all go at once)."""
+    reserving = Tokens(0, 1_600, "reserved")
+
+    async def after_two_lost(limiter: Limiter, idle: float) -> float:
+        await limiter.refused(await _go(limiter, reserving), hinted=True, short=True)
+        await limiter.release(await _go(limiter, reserving))
+        await asyncio.sleep(idle)
+        return await _calls(limiter, 4, reserving, Tokens(0, 1_600))
+
+    async def main() -> tuple[float, float]:
+        limiter = make(tokens=Rates(output=6_400.0))
+        return await after_two_lost(limiter, 0.0), await after_two_lost(limiter, 1.25)
+
+    at_once, later = make.run(main())
+    assert 0.24 <= at_once < make.late(0.3) and 0.24 <= later < make.late(0.3)
 
 
 def test_two_limiters_on_one_account_share_its_output_budget(redis_url: str) -> None:

@@ -110,20 +110,22 @@ class Pace:
         ceiling = "discovered" if self.ceiling is None else f"up to {self.ceiling:g}/s"
         return f"<Pace {rate} ({ceiling}) burst={self.burst}>"
 
-    def delay(self, now: float, weight: float = 1.0) -> float:
-        """Seconds until the next call (of ``weight`` units) may go (0: now)."""
+    def delay(self, now: float, weight: float = 1.0, room: float = 0.0) -> float:
+        """Seconds until the next call (of ``weight`` units) may go (0: now).  ``room``: units let
+        through at once beyond the burst (what calls in flight hold only until they are answered)."""
         rate = self.rate
         at = (
             self._not_before
             if rate is None
-            else max(self._not_before, self._tat - max(0.0, self.burst - weight) / rate)
+            else max(self._not_before, self._tat - max(0.0, self.burst + room - weight) / rate)
         )
         return max(0.0, at - now)
 
-    def take(self, now: float, *, queued: bool = False, weight: float = 1.0) -> None:
+    def take(self, now: float, *, queued: bool = False, weight: float = 1.0, room: float = 0.0) -> None:
         """Spend the slot of a call sent at ``now``.  ``queued``: the call waited for this slot,
         so lateness under one interval is the timer's, and must not push every later slot back.
-        ``weight``: the units it is charged (1 per call; tokens for a call weighed by them)."""
+        ``weight``: the units it is charged (1 per call; tokens for a call weighed by them);
+        ``room``: as :meth:`delay`'s."""
         if self._started is None:
             self._started = self._resumed = now
         sent = self._sent
@@ -135,7 +137,7 @@ class Pace:
             interval = 1.0 / rate
             start = now
             if queued:
-                due = max(self._not_before, self._tat - max(0.0, self.burst - weight) * interval)
+                due = max(self._not_before, self._tat - max(0.0, self.burst + room - weight) * interval)
                 # Released late by the timer (within one interval; a weighed call: within LATE, not
                 # its whole span, which after a stalled loop would let a burst of tokens go at once):
                 # count the slot from when it was due.

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import httpx
@@ -109,9 +109,11 @@ class LlmEngine(Engine):
             cost=0.0,
         )
         self.usage = Usage()
-        # The provider charges a request's max_tokens when it starts (Anthropic's output budget,
-        # Azure's token budget): its calls are weighed so, and given back what they did not use.
-        self.charges_max_tokens = False
+        # How the provider counts a request's max_tokens (its dialect says): None, what answers use
+        # (a call is weighed by what they usually take); "reserved", held from the start and given
+        # back but for what the answer used (Anthropic's output budget); "counted", on arrival,
+        # whatever the answer uses (Azure's token budget).
+        self.charges_max_tokens: Literal["reserved", "counted"] | None = None
         super().__init__(name, inputs=("prompt",), provider=provider, identity="llm:" + self.base_url)
 
     def _definition(self) -> str:
@@ -201,13 +203,12 @@ class LlmEngine(Engine):
 
     def weigh(self, values: Any) -> Tokens:
         """The prompt's tokens as input; as output the ``max_tokens`` a provider that charges it
-        when a request starts counts, else what answers usually take."""
+        (``charges_max_tokens``) counts, else what answers usually take."""
+        prompt = math.ceil(self.usage.prompt_tokens(values["messages"]))
         cap = self.request.get("max_tokens")
-        if self.charges_max_tokens and isinstance(cap, int) and not isinstance(cap, bool):
-            output = float(cap)
-        else:
-            output = self.usage.completion(cap)
-        return Tokens(math.ceil(self.usage.prompt_tokens(values["messages"])), math.ceil(output))
+        if self.charges_max_tokens is not None and isinstance(cap, int) and not isinstance(cap, bool):
+            return Tokens(prompt, cap, self.charges_max_tokens)
+        return Tokens(prompt, math.ceil(self.usage.completion(cap)))
 
     def price(self, values: Any) -> float:
         # What answers usually take, not the cap.
