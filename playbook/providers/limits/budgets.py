@@ -74,8 +74,9 @@ class Budgets:
 
     def take(self, now: float, weight: float, *, queued: bool = False) -> None:
         """Charge a call of ``weight`` sent at ``now`` to each budget."""
+        held = self._held
         for pace, n, room in self._charged(weight):
-            pace.take(now, queued=queued, weight=n, room=room)
+            pace.take(now, queued=queued, weight=n, room=room, held=held if pace is not self.input else 0.0)
         self._held += reserved(weight)
 
     def charge(self, weight: float, actual: float) -> bool:

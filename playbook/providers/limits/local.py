@@ -162,7 +162,7 @@ class LocalLimiter:
         with self._lock:
             if not self._landed(permit):
                 return False
-            if self.budgets is not None:
+            if self.budgets is not None and permit.weighed:
                 if actual is not None:
                     # a call that used fewer tokens than charged lets the next one go sooner
                     rearm = self.budgets.charge(permit.weight, actual)
@@ -188,7 +188,7 @@ class LocalLimiter:
         with self._lock:
             if not self._landed(permit):
                 return Verdict.NOTED
-            verdict, rearm = Verdict.NOTED, self.budgets is not None and self.budgets.drop(permit.weight)
+            verdict, rearm = Verdict.NOTED, self._drop(permit)
             lone = self.pace.lone(now)  # every refusal counts towards the next judgement
             if permit.level and self.window.refused(permit.level, now, hinted=hinted):
                 verdict = Verdict.LOWERED
@@ -214,7 +214,7 @@ class LocalLimiter:
         with self._lock:
             if not self._landed(permit):
                 return
-            rearm = self.budgets is not None and self.budgets.drop(permit.weight)
+            rearm = self._drop(permit)
             self.window.release()
             handed = self.window.handed()
         self._let_in(handed)
@@ -244,7 +244,11 @@ class LocalLimiter:
 
     def _sent(self, weight: float, now: float) -> Permit:
         self.in_flight += 1
-        return Permit(weight, self.in_flight, now)
+        return Permit(weight, self.in_flight, now, weighed=self.budgets is not None)
+
+    def _drop(self, permit: Permit) -> bool:
+        """Under the lock: a call ended with no answer; its reservation, if any, is given back."""
+        return self.budgets is not None and permit.weighed and self.budgets.drop(permit.weight)
 
     # -- the gate ----------------------------------------------------------------------------
 

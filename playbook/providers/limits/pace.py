@@ -121,11 +121,15 @@ class Pace:
         )
         return max(0.0, at - now)
 
-    def take(self, now: float, *, queued: bool = False, weight: float = 1.0, room: float = 0.0) -> None:
+    def take(
+        self, now: float, *, queued: bool = False, weight: float = 1.0, room: float = 0.0, held: float = 0.0
+    ) -> None:
         """Spend the slot of a call sent at ``now``.  ``queued``: the call waited for this slot,
         so lateness under one interval is the timer's, and must not push every later slot back.
         ``weight``: the units it is charged (1 per call; tokens for a call weighed by them);
-        ``room``: as :meth:`delay`'s."""
+        ``room``: as :meth:`delay`'s; ``held``: units of the schedule that calls in flight hold
+        until they are answered (reserved, to be given back): a schedule that refunds took into the
+        past restarts from now with them still in it, not without them."""
         if self._started is None:
             self._started = self._resumed = now
         sent = self._sent
@@ -143,7 +147,7 @@ class Pace:
                 # count the slot from when it was due.
                 if now - max(interval, min(interval * weight, self.LATE)) < due <= now:
                     start = due
-            self._tat = max(self._tat, start) + interval * weight
+            self._tat = max(self._tat, start + held * interval) + interval * weight
 
     def charge(self, extra: float) -> None:
         """A call weighed ``extra`` units more than it was charged (less, when negative): the

@@ -190,7 +190,8 @@ class RedisLimiter:
             if granted is None:
                 await self._idle(link)
                 return None
-            permit = await self._due(Permit(weight, granted[0], granted[1], key), loop, link)
+            weighed = self.token_rates != Rates()  # as _reserve charged it, just now
+            permit = await self._due(Permit(weight, granted[0], granted[1], key, weighed=weighed), loop, link)
             if permit is not False:
                 return permit
 
@@ -237,7 +238,9 @@ class RedisLimiter:
     async def settle(self, permit: Permit, actual: float | None = None) -> bool:
         if not self._landed(permit):
             return False
-        charges, held = self._charged(permit.weight, actual), reserved(permit.weight)
+        charges, held = (
+            (self._charged(permit.weight, actual), reserved(permit.weight)) if permit.weighed else ([], 0.0)
+        )
         if actual is not None:
             permit.weight = actual
         with self._lock:
@@ -335,7 +338,7 @@ class RedisLimiter:
 
     async def _unreserve(self, permit: Permit) -> None:
         """A call that reserved output ended with no answer: its reservation is given back."""
-        back = reserved(permit.weight)
+        back = reserved(permit.weight) if permit.weighed else 0.0
         if back:
             rates = (("tokens", self.token_rates.tokens), ("output", self.token_rates.output))
             await self._charge([(key, -back, rate) for key, rate in rates if rate is not None], back)

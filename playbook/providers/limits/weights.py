@@ -11,31 +11,38 @@ __all__ = ["Charge", "Rates", "Tokens", "parts", "reserved", "settled"]
 #   "estimate": what answers usually take; the answer's real count when it comes (OpenAI)
 #   "reserved": the request's max_tokens, held while it is in flight, then the real count (Anthropic)
 #   "counted":  the request's max_tokens, whatever the answer uses (Azure counts it on arrival)
+# A reserved call's ``usual``: the output its answer is expected to use, the rest being held only.
 Charge = Literal["estimate", "reserved", "counted"]
 
 
 class Tokens(float):
-    """A call's tokens, input and output apart: ``Tokens(input, output)``, and how its provider
-    counts the output (``charge``, see :data:`Charge`).  As a number it is their total, so whatever
+    """A call's tokens, input and output apart: ``Tokens(input, output)``, how its provider counts
+    the output (``charge``, see :data:`Charge`) and, for output reserved, what the answer is
+    expected to use of it (``usual``).  As a number it is input and output together, so whatever
     adds, compares or prints a call's weight keeps working."""
 
-    __slots__ = ("input", "output", "charge")
+    __slots__ = ("input", "output", "charge", "usual")
 
     input: float
     output: float
     charge: Charge
+    usual: float
 
-    def __new__(cls, input: float, output: float = 0.0, charge: Charge = "estimate") -> Tokens:
+    def __new__(
+        cls, input: float, output: float = 0.0, charge: Charge = "estimate", usual: float = 0.0
+    ) -> Tokens:
         self = super().__new__(cls, input + output)
         self.input, self.output, self.charge = float(input), float(output), charge
+        self.usual = min(float(usual), self.output)
         return self
 
-    def __reduce__(self) -> tuple[type[Tokens], tuple[float, float, Charge]]:
-        return (Tokens, (self.input, self.output, self.charge))
+    def __reduce__(self) -> tuple[type[Tokens], tuple[float, float, Charge, float]]:
+        return (Tokens, (self.input, self.output, self.charge, self.usual))
 
     def __repr__(self) -> str:
         charge = f", charge={self.charge!r}" if self.charge != "estimate" else ""
-        return f"Tokens(input={self.input:g}, output={self.output:g}{charge})"
+        usual = f", usual={self.usual:g}" if self.charge == "reserved" else ""
+        return f"Tokens(input={self.input:g}, output={self.output:g}{charge}{usual})"
 
 
 def parts(weight: float) -> tuple[float, float]:
@@ -47,9 +54,9 @@ def parts(weight: float) -> tuple[float, float]:
 
 
 def reserved(weight: float) -> float:
-    """The output tokens a call of ``weight`` holds while it is in flight, to be given back but for
-    what its answer uses (0 unless its provider reserves max_tokens)."""
-    return weight.output if isinstance(weight, Tokens) and weight.charge == "reserved" else 0.0
+    """The output tokens a call of ``weight`` holds while it is in flight beyond what its answer is
+    expected to use, to be given back (0 unless its provider reserves max_tokens)."""
+    return weight.output - weight.usual if isinstance(weight, Tokens) and weight.charge == "reserved" else 0.0
 
 
 def settled(weight: float, actual: float) -> tuple[float, float]:

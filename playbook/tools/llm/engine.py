@@ -206,9 +206,10 @@ class LlmEngine(Engine):
         (``charges_max_tokens``) counts, else what answers usually take."""
         prompt = math.ceil(self.usage.prompt_tokens(values["messages"]))
         cap = self.request.get("max_tokens")
+        usual = math.ceil(self.usage.completion(cap))
         if self.charges_max_tokens is not None and isinstance(cap, int) and not isinstance(cap, bool):
-            return Tokens(prompt, cap, self.charges_max_tokens)
-        return Tokens(prompt, math.ceil(self.usage.completion(cap)))
+            return Tokens(prompt, cap, self.charges_max_tokens, usual)
+        return Tokens(prompt, usual)
 
     def price(self, values: Any) -> float:
         # What answers usually take, not the cap.
