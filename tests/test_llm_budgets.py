@@ -13,6 +13,7 @@ the headers it sends are the dialect's.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import math
 from typing import Any, Literal
@@ -25,7 +26,10 @@ from vtime import run_virtual
 import playbook as pb
 from playbook.providers.limits import HEADROOM
 from playbook.providers.provider import governor
+from playbook.providers.status import Budget
 from playbook.tools import engine_of
+from playbook.ui.html import provider_rate, run_html
+from playbook.ui.text import TextView
 
 MODEL = "model-a"
 
@@ -150,15 +154,25 @@ class Provider:
         return sum(a[index] for a in answers[1:]) / (last - first) * 60.0
 
 
-def _run(llm: pb.Tool, rows: int) -> pd.DataFrame:
+def _run(llm: pb.Tool, rows: int) -> tuple[pd.DataFrame, pb.Run, str]:
+    """The rows through ``llm`` on virtual time, 16 at a time: the result, the run, and what its
+    text view wrote (the summary last)."""
     frame = pd.DataFrame(
         {"company": [f"Company {i} makes tools for people who make things" for i in range(rows)]}
     )
+    out = io.StringIO()
 
     async def label(row: Any, ctx: pb.Context) -> Any:
         return await ctx.tool(llm, prompt=f"Classify {row.company} by its industry, in one word.")
 
-    return run_virtual(frame.play.amap(label, progress=False, concurrency=16))  # type: ignore[no-any-return]
+    async def main() -> pb.Run:
+        run = await frame.play.arun(label, progress=False, background=True, concurrency=16)
+        TextView(run.state, file=out, clock=asyncio.get_running_loop().time)
+        await run
+        return run
+
+    run = run_virtual(main())
+    return run.result, run, out.getvalue()
 
 
 def test_anthropic_limits_are_learnt_and_the_output_budget_is_used_in_full_never_passed() -> None:
@@ -177,7 +191,7 @@ def test_anthropic_limits_are_learnt_and_the_output_budget_is_used_in_full_never
         client=fake.client(),
     )
     engine_of(llm).charges_max_tokens = "reserved"  # as the Anthropic dialect says of its provider
-    out = _run(llm, 400)
+    out, _, _ = _run(llm, 400)
     assert (out.play_status == "ok").all() and fake.refused == 0
     rates = governor(provider).limiter.token_rates
     assert rates == (None, pytest.approx(200_000 / 60 * HEADROOM), pytest.approx(6_000 / 60 * HEADROOM))
@@ -201,6 +215,35 @@ def test_azure_counts_prompt_and_max_tokens_on_arrival_and_calls_are_paced_by_th
         client=fake.client(),
     )
     engine_of(llm).charges_max_tokens = "counted"  # as the Azure dialect says of its provider
-    out = _run(llm, 120)
+    out, _, _ = _run(llm, 120)
     assert (out.play_status == "ok").all() and fake.refused == 0
     assert 0.9 * 12_000 <= fake.used_per_minute(2) <= 12_000
+
+
+def test_status_panel_and_text_show_each_budget_by_its_own_name() -> None:
+    """provider.status() carries requests, input tokens and output tokens, each with the last minute's
+    use and its limit; the panel's rate cell, the static summary and the text summary say each by
+    its name ("input tokens 1,234/200k per min")."""
+    fake = Provider("anthropic", rpm=2_000, itpm=200_000, otpm=6_000)
+    provider = pb.Provider("anthropic-shown")
+    llm = pb.llm_tool(
+        model=MODEL,
+        base_url="http://anthropic.test/v1",
+        secret=None,
+        provider=provider,
+        max_tokens=300,
+        client=fake.client(),
+    )
+    engine_of(llm).charges_max_tokens = "reserved"
+    _, run, text = _run(llm, 60)  # a few seconds of real time: every answer within the last minute
+    used_in, used_out = sum(a[1] for a in fake.answers), sum(a[2] for a in fake.answers)
+    status = provider.status()
+    assert status.budgets == (
+        Budget("requests", 60, pytest.approx(2_000)),
+        Budget("input tokens", used_in, pytest.approx(200_000)),
+        Budget("output tokens", used_out, pytest.approx(6_000)),
+    )
+    said = f"requests 60/2,000 per min, input tokens {used_in:,}/200k per min, output tokens {used_out:,}/6,000 per min"
+    assert provider_rate(status) == f"{status.rate:.3g}/s, {said}"
+    assert said in run_html(run.state)
+    assert f"provider 'anthropic-shown': {said}" in text.strip().splitlines()

@@ -30,6 +30,7 @@ from playbook.events import (
 )
 from playbook.runtime.rows.grouping import message_group
 from playbook.runtime.state.reading import (
+    Budget,
     FailedRow,
     ParkedRow,
     ProviderView,
@@ -353,4 +354,14 @@ def _merge(a: ProviderView, b: ProviderView) -> ProviderView:
         tpm=b.tpm or a.tpm,
         sent=a.sent + b.sent,
         failed=a.failed + b.failed,
+        budgets=_budgets(a.budgets, b.budgets),
     )
+
+
+def _budgets(a: tuple[Budget, ...], b: tuple[Budget, ...]) -> tuple[Budget, ...]:
+    """Two workers' budgets of one account: the use summed, the limit (the account's) as either says."""
+    limits = {x.name: x.limit for x in (*a, *b) if x.limit is not None}
+    used: dict[str, float] = {}
+    for x in (*a, *b):
+        used[x.name] = used.get(x.name, 0.0) + x.used
+    return tuple(Budget(name, n, limits.get(name)) for name, n in used.items())
