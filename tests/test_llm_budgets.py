@@ -247,3 +247,43 @@ def test_status_panel_and_text_show_each_budget_by_its_own_name() -> None:
     assert provider_rate(status) == f"{status.rate:.3g}/s, {said}"
     assert said in run_html(run.state)
     assert f"provider 'anthropic-shown': {said}" in text.strip().splitlines()
+
+
+def test_a_clusters_workers_report_their_budgets_and_the_view_sums_them() -> None:
+    """Each worker's report (JSON) carries its budgets; the cluster's view of the provider sums their
+    use under the account's limits, and says each by its name."""
+    from playbook import tagged
+    from playbook.cluster.state import ClusterState
+    from playbook.cluster.wire import COUNTERS
+    from playbook.providers.status import ProviderStatus
+
+    def report(worker: str, used_in: float, used_out: float) -> dict[str, Any]:
+        view = ProviderStatus(
+            "anthropic",
+            False,
+            None,
+            0.0,
+            False,
+            0.0,
+            None,
+            0.8,
+            None,
+            2,
+            0,
+            used_in + used_out,
+            None,
+            budgets=(Budget("input tokens", used_in, 40_000.0), Budget("output tokens", used_out, 8_000.0)),
+        )
+        sent = {"part": 0, "attempt": worker, "worker": worker, "final": False, "counts": [0] * len(COUNTERS)}
+        sent |= {"rows": [], "notices": [], "waterfalls": [], "providers": [list(view)], "phase": "running"}
+        return json.loads(tagged.dumps(sent))  # type: ignore[no-any-return]
+
+    state = ClusterState(play="enrich")
+    state.expect(0)
+    state.apply([report("w1", 12_000.0, 3_000.0), report("w2", 20_000.0, 4_500.0)])
+    view = state.provider_views()["anthropic"]
+    assert view.budgets == (
+        Budget("input tokens", 32_000.0, 40_000.0),
+        Budget("output tokens", 7_500.0, 8_000.0),
+    )
+    assert provider_rate(view) == "0.8/s, input tokens 32k/40k per min, output tokens 7,500/8,000 per min"

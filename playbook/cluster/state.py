@@ -11,7 +11,7 @@ show a local one, plus a table of workers.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from playbook.cluster.wire import COUNTERS, decode_label
@@ -177,7 +177,7 @@ class ClusterState(RunState):
         part.counts = report["counts"]
         part.legs = report.get("waterfalls", [])
         part.final = report["final"]
-        self._views[report["worker"]] = {view[0]: ProviderView(*view) for view in report["providers"]}
+        self._views[report["worker"]] = {view[0]: _view(view) for view in report["providers"]}
         for position, label, finished, held in report["rows"]:
             part.positions.add(position)
             self._labels[position] = decode_label(label)
@@ -335,6 +335,17 @@ def _summed(tables: list[list[list[Any]]]) -> list[list[Any]]:
             for i, n in enumerate(counts, 3):
                 row[i] += n
     return sorted(summed.values(), key=lambda row: (str(row[0]), row[1]))
+
+
+def _view(raw: Sequence[Any]) -> ProviderView:
+    """A provider's view as a worker's report carries it (JSON: its tuples arrive as lists)."""
+    view = ProviderView(*raw)
+    window = (int(view.window[0]), float(view.window[1])) if view.window is not None else None
+    return view._replace(
+        keys=tuple(_view(key) for key in view.keys),
+        window=window,
+        budgets=tuple(Budget(*budget) for budget in view.budgets),
+    )
 
 
 def _merge(a: ProviderView, b: ProviderView) -> ProviderView:

@@ -97,7 +97,7 @@ class Governor(Holds):
         self.backoff = Backoff()
         self.health = Health()
         self.sends = Sends()  # requests sent, and the most within a second
-        self.minute = PerMinute()  # requests sent over the last minute (a display's clock)
+        self.minute = PerMinute()  # weighed requests sent over the last minute (a display's clock)
         self.refused = 0  # 429s
         self.failed = 0  # transient failures (5xx, timeouts, connection errors)
         self.last_status: int | None = None
@@ -343,7 +343,8 @@ class Governor(Holds):
             await self.limiter.release(permit)
             raise Elsewhere
         self.sends.note(loop.time())
-        self.minute.note(time.monotonic())
+        if ticket.weight is not None:  # a call weighed by its tokens: its requests budget is shown
+            self.minute.note(time.monotonic())
         try:
             result = await send()
         except RunFatal:
