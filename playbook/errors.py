@@ -48,6 +48,9 @@ class ToolError(PlaybookError):
     """A tool call failed.  ``retryable`` says whether trying again could help; ``retry_after``
     is the wait (seconds) the provider asked for, if it said.
 
+    ``quota`` names a quota no retry beats before it resets (a Gemini per-day quota), with
+    ``retry_after`` the wait until then.
+
     A Python tool may raise it too, e.g. ``ToolError("slow down", status=429, retry_after=30)``
     from an SDK's rate-limit error: the provider's governor then holds and retries as for HTTP.
     """
@@ -68,6 +71,8 @@ class ToolError(PlaybookError):
         self.status = status
         self.retryable = retryable or status == 429
         self.retry_after = retry_after
+        # A quota no retry beats before it resets (Gemini's per-day quota), named; retry_after is then the reset.
+        self.quota: str | None = None
         # (as sent, as written): a part of the message an error group keeps as the tool wrote it
         self.literal: tuple[str, str] | None = None
         # The request's own failure, never its provider's (a host the row chose answered or failed):
