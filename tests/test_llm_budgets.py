@@ -287,3 +287,60 @@ def test_a_clusters_workers_report_their_budgets_and_the_view_sums_them() -> Non
         Budget("output tokens", 7_500.0, 8_000.0),
     )
     assert provider_rate(view) == "0.8/s, input tokens 32k/40k per min, output tokens 7,500/8,000 per min"
+
+
+def _demo_run(llm: pb.Tool, rows: int) -> tuple[pd.DataFrame, float]:
+    """The rows through ``llm`` against the demo served in process, on virtual time: the result and
+    the minutes the run took."""
+    frame = pd.DataFrame({"company": [f"Company {i} Labs makes robots for warehouses" for i in range(rows)]})
+
+    async def summary(row: Any, ctx: pb.Context) -> Any:
+        return await ctx.tool(llm, prompt=f"Summarise in two sentences what {row.company} does and for whom.")
+
+    async def main() -> tuple[pd.DataFrame, float]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        out = await frame.play.amap(summary, progress=False, concurrency=16)
+        return out, (loop.time() - start) / 60.0
+
+    return run_virtual(main())  # type: ignore[no-any-return]
+
+
+def test_the_demos_anthropic_limits_are_learnt_and_its_output_budget_used_at_least_0_9(demo: Any) -> None:
+    """api="anthropic" against the demo's Messages (8,000 output and 40,000 input tokens a minute, apart;
+    max_tokens reserved on arrival): nothing configured, the answers' headers teach both budgets, and
+    the run uses >= 0.9 of the output budget, never more, with no 429 and every row answered."""
+    demo.reset(anthropic_rpm=1_000, anthropic_itpm=40_000, anthropic_otpm=8_000, latency=2.0)
+    provider = pb.Provider("anthropic-demo")
+    key = pb.secret("PLAYBOOK_TEST_LLM_KEY", default="demo-key")
+    llm = pb.llm_tool(
+        api="anthropic",
+        model="claude-sonnet-4-5",
+        base_url=demo.url,
+        secret=key,
+        provider=provider,
+        max_tokens=300,
+    )
+    out, minutes = _demo_run(llm, 300)
+    served = demo.stats()["by_api"]["anthropic"]
+    assert (out.play_status == "ok").all() and served["rate_limited"] == 0
+    assert 0.9 * 8_000 <= served["output_tokens"] / minutes <= 8_000
+    assert [b.limit for b in provider.status().budgets] == [1_000, 40_000, 8_000]
+
+
+def test_the_demos_azure_counts_prompt_and_max_tokens_and_calls_are_paced_by_that(demo: Any) -> None:
+    """api="azure" against the demo's Azure (30,000 tokens a minute counted as prompt plus max_tokens on
+    arrival, in 10 s windows): calls weighed so go at >= 0.9 of what it counts, few refused (<= 5%),
+    every row answered; the status shows the tokens as it counts them."""
+    demo.reset(azure_rpm=1_000, azure_tpm=30_000, latency=1.0)
+    provider = pb.Provider("azure-demo", tpm=30_000)
+    key = pb.secret("PLAYBOOK_TEST_LLM_KEY", default="demo-key")
+    llm = pb.llm_tool(
+        api="azure", model="gpt-4o-mini", base_url=demo.url, secret=key, provider=provider, max_tokens=200
+    )
+    out, minutes = _demo_run(llm, 200)
+    served = demo.stats()["by_api"]["azure"]
+    counted = served["input_tokens"] + 200 * served["ok"]
+    assert (out.play_status == "ok").all() and served["rate_limited"] <= 0.05 * served["requests"]
+    assert 0.9 * 30_000 <= counted / minutes <= 30_000
+    assert provider.status().budgets == (Budget("tokens", counted, pytest.approx(30_000)),)

@@ -22,7 +22,7 @@ from playbook.providers.limits.budgets import Budgets
 from playbook.providers.limits.gates import Window
 from playbook.providers.limits.pace import Pace
 from playbook.providers.limits.waiters import here, wake_all
-from playbook.providers.limits.weights import Rates, parts
+from playbook.providers.limits.weights import Rates, counted, parts
 
 __all__ = ["LocalLimiter"]
 
@@ -169,7 +169,7 @@ class LocalLimiter:
                 else:
                     self.budgets.unhold(permit.weight)
             if actual is not None:
-                permit.weight = actual
+                permit.weight = counted(permit.weight, actual)  # as its provider counts it
             self.window.release()
             grew = self.window.success(permit.level, now)
             if self.pace.success(now):
