@@ -344,3 +344,24 @@ def test_the_demos_azure_counts_prompt_and_max_tokens_and_calls_are_paced_by_tha
     assert (out.play_status == "ok").all() and served["rate_limited"] <= 0.05 * served["requests"]
     assert 0.9 * 30_000 <= counted / minutes <= 30_000
     assert provider.status().budgets == (Budget("tokens", counted, pytest.approx(30_000)),)
+
+
+def test_a_call_reserving_more_output_than_a_minute_allows_fails_at_once_naming_the_budget() -> None:
+    """max_tokens=10,000 against otpm=8,000: the provider could never take it, so the call fails at once
+    saying which budget and what to lower, instead of waiting out a minute's worth."""
+    from playbook._internal.flow import WaitBudget
+    from playbook.providers.limits import Tokens
+    from playbook.providers.provider import Ticket
+
+    provider = pb.Provider("anthropic-small", otpm=8_000)
+    ticket = Ticket("llm", WaitBudget(120.0))
+    ticket.weight = Tokens(50, 10_000, "reserved", usual=40)
+
+    async def send() -> str:
+        return "sent"
+
+    with pytest.raises(
+        pb.ToolError,
+        match=r"about 10,000 output tokens, more than .* \(8,000 output tokens/min\): lower max_tokens",
+    ):
+        run_virtual(governor(provider).dispatch(send, ticket))
