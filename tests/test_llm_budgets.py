@@ -2,12 +2,14 @@
 limits an answer's ``anthropic-ratelimit-*`` headers announce are learnt, each into its own budget;
 the output budget, charged ``max_tokens`` when a request starts and the real count when it ends, is
 used in full and never passed; Azure's prompt plus ``max_tokens`` counted on arrival is what calls
-are paced by; and the provider's status, the panel and the text summary name each budget.
+are paced by; and the provider's status, the panel, the text summary and a cluster's view name
+each budget.
 
-The provider is served in process through httpx's ``MockTransport``: its buckets refill on the
-loop's clock (tests/vtime.py), its answers take their latency in that time, and it counts what it
-admitted and refused.  Its answers are chat completions (the tool's wire format); what it counts and
-the headers it sends are the dialect's.
+Two kinds of provider: one served here through httpx's ``MockTransport``, whose buckets refill on
+the loop's clock (tests/vtime.py), whose answers take their latency in that time and which counts
+what it admitted and refused (its answers are chat completions, the tool's default wire format;
+what it counts and the headers it sends are the dialect's); and the demo's own Anthropic and
+Azure paths, spoken by ``api="anthropic"`` and ``api="azure"``.
 """
 
 from __future__ import annotations

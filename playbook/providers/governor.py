@@ -282,7 +282,7 @@ class Governor(Holds):
     def budgets(self) -> tuple[Budget, ...]:
         """Each budget the provider's calls are paced under, by its own name, with what the last
         minute used of it: requests (when its limit is known), then tokens, input tokens and output
-        tokens (those it has).  None for a provider with no token budget."""
+        tokens (those it has).  None at all for a provider with no token budget."""
         rates = self.limiter.token_rates
         if rates == Rates():
             return ()
