@@ -367,3 +367,19 @@ def test_a_call_reserving_more_output_than_a_minute_allows_fails_at_once_naming_
         match=r"about 10,000 output tokens, more than .* \(8,000 output tokens/min\): lower max_tokens",
     ):
         run_virtual(governor(provider).dispatch(send, ticket))
+
+
+def test_calls_whose_max_tokens_fill_the_output_budget_go_one_at_a_time_and_none_parks(demo: Any) -> None:
+    """Anthropic's default max_tokens (4,096) against 8,000 output tokens a minute: the provider holds
+    one such reservation at a time, so calls go one after another; what they only reserve does not
+    count as a queue of a minute's tokens ahead, and no row parks for it (max_wait 120 s)."""
+    demo.reset(anthropic_rpm=1_000, anthropic_itpm=40_000, anthropic_otpm=8_000, latency=2.0)
+    provider = pb.Provider("anthropic-full")
+    key = pb.secret("PLAYBOOK_TEST_LLM_KEY", default="demo-key")
+    llm = pb.llm_tool(
+        api="anthropic", model="claude-sonnet-4-5", base_url=demo.url, secret=key, provider=provider
+    )
+    out, minutes = _demo_run(llm, 30)
+    served = demo.stats()["by_api"]["anthropic"]
+    assert (out.play_status == "ok").all() and served["rate_limited"] <= 1
+    assert minutes * 60 >= 2.0 * 29  # one at a time, as the provider holds them
