@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from playbook.providers.limits.weights import parts
 from playbook.runtime.calls.observed import Called
 from playbook.runtime.estimate.distinct import Counted, counted
 from playbook.runtime.run import Run, scheduler
@@ -34,8 +35,22 @@ __all__ = ["FIELDS", "Flight", "Pilot", "PilotLog"]
 # flight), and calls refused: paid, answered with a client error (4xx) the tool keeps as the call's
 # answer, which fails the row and costs no money.  A request "failed" as the run's ``calls_failed``
 # counts it: it brought back no answer to keep (a 5xx, a timeout, a 429), not a refusal.
-FIELDS = ("paid", "reused", "cost", "tokens", "sent", "seconds", "failed", "span", "shared", "refused")
-_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN, _SHARED, _REFUSED = range(len(FIELDS))
+FIELDS = (
+    "paid",
+    "reused",
+    "cost",
+    "tokens",
+    "sent",
+    "seconds",
+    "failed",
+    "span",
+    "shared",
+    "refused",
+    "output",
+)
+_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN, _SHARED, _REFUSED, _OUTPUT = range(
+    len(FIELDS)
+)
 
 Where = tuple[str | None, str]  # (provider, tool)
 
@@ -86,6 +101,7 @@ class PilotLog:
             line[_PAID] += spent.requests
             line[_COST] += spent.cost
             line[_TOKENS] += spent.tokens or 0.0
+            line[_OUTPUT] += parts(spent.tokens or 0.0)[1]  # of them, output (an LLM answer's says)
 
     def began(self, position: int, tool: ToolEngine) -> float:
         """A request to the tool is sent now (the first of its call, or a retry); returns when."""
