@@ -31,14 +31,14 @@ import httpx
 
 from playbook.addresses import digest, key_text, receipt_address
 from playbook.errors import ToolError
-from playbook.providers.limits import Tokens
+from playbook.providers import limits
 from playbook.providers.provider import Provider
 from playbook.secrets import Secret
 from playbook.tools.engine import Engine
 from playbook.tools.llm.dialects import Dialect, Target
 from playbook.tools.llm.dialects.openai import chat_reply
 from playbook.tools.llm.endpoint import Endpoint
-from playbook.tools.llm.prices import checked, cost, spent
+from playbook.tools.llm.prices import Pricing, Tokens
 from playbook.tools.llm.reask import again, combined
 from playbook.tools.llm.structured import Structured
 from playbook.tools.llm.tokens import Usage, chars
@@ -60,7 +60,7 @@ class LlmEngine(Engine):
         "query",
         "system",
         "structured",
-        "prices",
+        "pricing",
         "request",
         "mode",
         "endpoint",
@@ -80,7 +80,7 @@ class LlmEngine(Engine):
         provider: Provider | None,
         system: str | None,
         output: Any,
-        prices: Mapping[str, tuple[float, float]] | None,
+        prices: Mapping[str, tuple[float, float] | tuple[float, float, float]] | None,
         request: dict[str, Any],
         mode: str,
         timeout: float,
@@ -92,7 +92,8 @@ class LlmEngine(Engine):
         self.dialect = dialect
         self.model, self.system, self.mode = target.model, system, mode
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
-        self.prices = checked(name, target.model, prices)
+        # priced at the dialect's provider in the price table, or at the one base_url is the API of
+        self.pricing = Pricing(name, target.model, api=dialect.name, base_url=target.base_url, prices=prices)
         self.request = request  # temperature, max_tokens and the other fields, before the dialect places them
         pooled = provider is not None and provider.keys is not None  # each call sends its pool's chosen key
         url, own = dialect.url(target)
@@ -208,23 +209,24 @@ class LlmEngine(Engine):
 
     # -- weight and cost -----------------------------------------------------------------------
 
-    def weigh(self, values: Any) -> Tokens:
+    def weigh(self, values: Any) -> limits.Tokens:
         """The prompt's tokens as input; as output the ``max_tokens`` a provider that charges it
         (``charges_max_tokens``) counts, else what answers usually take."""
         prompt = math.ceil(self.usage.prompt_tokens(values["messages"]))
         cap = self.request.get("max_tokens", self.dialect.max_tokens)
         usual = math.ceil(self.usage.completion(cap))
         if self.charges_max_tokens is not None and isinstance(cap, int) and not isinstance(cap, bool):
-            return Tokens(prompt, cap, self.charges_max_tokens, usual)
-        return Tokens(prompt, usual)
+            return limits.Tokens(prompt, cap, self.charges_max_tokens, usual)
+        return limits.Tokens(prompt, usual)
 
-    def price(self, values: Any) -> float:
-        # What answers usually take, not the cap.
+    def price(self, values: Any) -> float | None:
+        # What answers usually take, not the cap; None: the model has no price.
         completion = self.usage.completion(self.request.get("max_tokens"))
-        return cost(self.prices, self.usage.prompt_tokens(values["messages"]), completion)
+        tokens = Tokens(self.usage.prompt_tokens(values["messages"]), completion)
+        return self.pricing.cost(tokens, batch=self.mode == "batch")
 
     def spent(self, answer: Any) -> Spent:
-        return spent(self.prices, answer)
+        return self.pricing.spent(answer)
 
     # -- the call ------------------------------------------------------------------------------
 
