@@ -26,12 +26,13 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
 from playbook.addresses import digest, key_text, receipt_address
 from playbook.errors import ToolError
+from playbook.providers import limits
 from playbook.providers.provider import Provider
 from playbook.secrets import Secret
 from playbook.tools.engine import Engine
@@ -67,6 +68,7 @@ class LlmEngine(Engine):
         "usage",
         "dialect",
         "defaulted",
+        "charges_max_tokens",
     )
 
     def __init__(
@@ -123,6 +125,11 @@ class LlmEngine(Engine):
         # dialects: kept, so they still answer.
         where = self.base_url if dialect.name == "openai" else f"{dialect.name}:{self.base_url}"
         super().__init__(name, inputs=("prompt",), provider=provider, identity="llm:" + where)
+        # How the provider counts a request's max_tokens, as its dialect says: None, what answers
+        # use (a call is weighed by what they usually take); "reserved", held from the start and
+        # given back but for what the answer used (Anthropic's output budget); "counted", on
+        # arrival, whatever the answer uses (Azure's token budget).
+        self.charges_max_tokens: Literal["reserved", "counted"] | None = dialect.charges_max_tokens
 
     @property
     def account(self) -> str:
@@ -225,11 +232,15 @@ class LlmEngine(Engine):
 
     # -- weight and cost -----------------------------------------------------------------------
 
-    def weigh(self, values: Any) -> float:
-        return math.ceil(
-            self.usage.prompt_tokens(values["messages"])
-            + self.usage.completion(self.request.get("max_tokens"))
-        )
+    def weigh(self, values: Any) -> limits.Tokens:
+        """The prompt's tokens as input; as output the ``max_tokens`` a provider that charges it
+        (``charges_max_tokens``) counts, else what answers usually take."""
+        prompt = math.ceil(self.usage.prompt_tokens(values["messages"]))
+        cap = self.request.get("max_tokens", self.dialect.max_tokens)
+        usual = math.ceil(self.usage.completion(cap))
+        if self.charges_max_tokens is not None and isinstance(cap, int) and not isinstance(cap, bool):
+            return limits.Tokens(prompt, cap, self.charges_max_tokens, usual)
+        return limits.Tokens(prompt, usual)
 
     def price(self, values: Any) -> float | None:
         # What answers usually take, not the cap; None: the model has no price.
