@@ -147,11 +147,12 @@ class Turns(NamedTuple):
     turns: list[dict[str, Any]]
 
 
-def split(tool: str, messages: list[dict[str, Any]], *, api: str) -> Turns:
+def split(tool: str, messages: list[dict[str, Any]], *, api: str, user: bool = True) -> Turns:
     """The leading system (or developer) messages joined as the system text, and the user and
     assistant turns after them, each turn's content its text.  A system message later in the
-    conversation, a tool message, or a conversation without a user turn has no place in these
-    APIs: the row's error, before anything is sent."""
+    conversation, a tool message, no turn at all, or (``user``: an API that answers only a user
+    turn, as Anthropic's, Gemini's and Bedrock's) no user turn has no place in these APIs: the
+    row's error, before anything is sent."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
@@ -167,7 +168,9 @@ def split(tool: str, messages: list[dict[str, Any]], *, api: str) -> Turns:
                 "(system messages come first; then user and assistant turns)",
                 tool=tool,
             )
-    if not any(t["role"] == "user" for t in turns):  # these APIs answer a user turn, or refuse with a 400
+    if not turns:
+        raise ToolError(f"llm tool {tool!r}: messages hold no turn to answer (api={api!r})", tool=tool)
+    if user and not any(t["role"] == "user" for t in turns):  # the API would refuse it with a 400
         raise ToolError(
             f"llm tool {tool!r}: messages hold no user turn to answer, which api={api!r} needs "
             "(add a {'role': 'user', 'content': ...} message)",
