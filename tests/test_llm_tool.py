@@ -199,10 +199,17 @@ def test_a_budget_in_dollars_is_passed_by_at_most_the_calls_in_flight(demo: pb.d
     assert stats.cost_spent == round(_cost(demo.stats(), (2_000.0, 8_000.0)), 9)
 
 
+# Each dialect whose provider takes batch jobs: (model, the demo's base URL's path).
+_BATCHED = {
+    "openai": (MODEL, "/v1"),
+    "anthropic": ("claude-sonnet-4-5", ""),
+    "gemini": ("gemini-2.5-flash", ""),
+}
+
 _SUBMITTER = """
 import sys, pandas as pd, playbook as pb
-url, home = sys.argv[1], sys.argv[2]
-llm = pb.llm_tool(model="gpt-4o-mini", base_url=url + "/v1", secret=pb.secret("X", default="demo-key"), mode="batch")
+url, home, api, model, path = sys.argv[1:6]
+llm = pb.llm_tool(api=api, model=model, base_url=url + path, secret=pb.secret("X", default="demo-key"), mode="batch")
 async def label(row, ctx):
     return await ctx.tool(llm, prompt=f"Classify {row.company}")
 frame = pd.DataFrame({"company": [f"Company {i}" for i in range(25)]})
@@ -211,18 +218,21 @@ frame.play.map(label, store=home, progress=False)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("api", list(_BATCHED))
 def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_twice(
-    demo_loopback: pb.demo.DemoServer, tmp_path: Path
+    demo_loopback: pb.demo.DemoServer, tmp_path: Path, api: str
 ) -> None:
-    """mode="batch": a process killed (SIGKILL) while its batch runs; a new run waits for the same batch, lands every answer, creates none (on
-    loopback: the other processes reach the provider by socket)."""
+    """mode="batch" in each dialect that has batches: a process killed (SIGKILL) while its batch runs; a new run waits for the same batch,
+    lands every answer, creates none (on loopback: the other processes reach the provider by socket)."""
     demo = demo_loopback
     demo.reset(batch_seconds=4.0)
     script = tmp_path / "submit.py"
     script.write_text(textwrap.dedent(_SUBMITTER))
     home = tmp_path / "store"
+    model, path = _BATCHED[api]
     proc = subprocess.Popen(
-        [sys.executable, str(script), demo.url, str(home)], env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        [sys.executable, str(script), demo.url, str(home), api, model, path],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         deadline = time.monotonic() + 60
@@ -235,7 +245,7 @@ def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_
         proc.wait(timeout=10)
     assert demo.stats()["chat"] == {}  # not finished yet: nothing answered
 
-    llm = pb.llm_tool(model=MODEL, base_url=demo.url + "/v1", secret=KEY, mode="batch")
+    llm = pb.llm_tool(api=api, model=model, base_url=demo.url + path, secret=KEY, mode="batch")
 
     async def label(row: Any, ctx: pb.Context) -> Any:
         return await ctx.tool(llm, prompt=f"Classify {row.company}")
@@ -261,7 +271,8 @@ def test_batch_mode_gathers_every_rows_miss_into_one_job(demo: pb.demo.DemoServe
     assert (out.play_status == "ok").all() and set(out.industry) <= set(LABELS)
     served = demo.stats()
     assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 100
-    assert pb.last_run().stats.cost_spent == round(_cost(served), 9)  # type: ignore[union-attr]
+    # a batch job's answers cost half the prices given (a batch API's discount)
+    assert pb.last_run().stats.cost_spent == round(_cost(served) / 2, 9)  # type: ignore[union-attr]
 
 
 def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
@@ -273,7 +284,7 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
     from playbook.addresses import job_address
     from playbook.store.records import record
     from playbook.tools.llm import LlmEngine
-    from playbook.tools.llm.batch import BatchApi
+    from playbook.tools.llm.batch import OpenAiBatches, custom_id
     from playbook.tools.protocol import NO_INPUT
     from playbook.tools.transport import default_client
 
@@ -286,10 +297,11 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
     store = pb.ReceiptStore(tmp_path / "store")
 
     async def died_after_creating() -> None:
-        api = BatchApi(asked)
+        api = OpenAiBatches(asked)
+        members = [(custom_id(asked.address(v)), asked.body(v["messages"])) for v in calls]
         async with default_client() as client:  # the run's client: it reaches the demo served in process
-            file_id = await api.upload(client, api.lines([(asked.address(v), v["messages"]) for v in calls]))
-            await api.create(client, file_id)
+            file_id = await api.prepare(client, members)
+            await api.create(client, file_id, members)
         for values in calls:
             await engine(store).commit(
                 record(
@@ -334,7 +346,8 @@ def test_a_slow_upload_does_not_make_woken_rows_submit_again(demo: pb.demo.DemoS
     served = demo.stats()
     assert (out.play_status == "ok").all()
     assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 30
-    assert pb.last_run().stats.cost_spent == round(_cost(served), 9)  # type: ignore[union-attr]
+    # a batch job's answers cost half the prices given (a batch API's discount)
+    assert pb.last_run().stats.cost_spent == round(_cost(served) / 2, 9)  # type: ignore[union-attr]
 
 
 @pytest.mark.slow
@@ -348,7 +361,7 @@ def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
     script = tmp_path / "submit.py"
     script.write_text(textwrap.dedent(_SUBMITTER))
     home = tmp_path / "store"
-    other = subprocess.Popen([sys.executable, str(script), demo.url, str(home)])
+    other = subprocess.Popen([sys.executable, str(script), demo.url, str(home), "openai", MODEL, "/v1"])
     try:
         llm = pb.llm_tool(model=MODEL, base_url=demo.url + "/v1", secret=KEY, mode="batch")
 
@@ -370,12 +383,15 @@ def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
 def test_a_request_the_batch_failed_fails_its_row_and_is_submitted_again_next_run(
     demo: pb.demo.DemoServer,
 ) -> None:
-    """An empty prompt is refused inside the batch (its error file): that row fails with the provider's words; a rerun resubmits only it."""
+    """A request the provider refuses (an image the demo cannot read, no text) is refused inside the batch (its error file): that row fails with the provider's words; a rerun resubmits only it."""
     demo.reset(batch_seconds=0.3)
     llm = _llm(demo, mode="batch")
+    image = [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}]}
+    ]
 
     async def label(row: Any, ctx: pb.Context) -> Any:
-        return await ctx.tool(llm, prompt=row.prompt)
+        return await ctx.tool(llm, prompt=row.prompt) if row.prompt else await ctx.tool(llm, messages=image)
 
     frame = pd.DataFrame({"prompt": ["Classify Acme Robotics", "", "Classify Globex"]})
     out = _virtual(frame.play.amap(label, progress=False))
@@ -403,3 +419,31 @@ def test_a_re_ask_that_fails_is_retried_alone_without_paying_for_the_first_answe
     served = demo.stats()
     assert served["chat"][MODEL]["requests"] == 2 and served["by_status"] == {"200": 2, "503": 1}
     assert pb.last_run().stats.calls_executed == 2  # type: ignore[union-attr]
+
+
+def test_an_llm_tool_without_a_provider_is_paced_and_retried_by_its_default_one(
+    demo: pb.demo.DemoServer,
+) -> None:
+    """No provider=: 429s (a request limit the tool was never told) are waited out and retried, so every row is
+    answered; the tools of one key share a default provider named after the host, another key is another account,
+    and the receipts are those of a tool without a provider."""
+    demo.reset(chat_rpm=60)
+    llm = _llm(demo)
+
+    async def label(row: Any, ctx: pb.Context) -> Any:
+        return await ctx.tool(llm, prompt=f"Classify Company {row.n}")
+
+    out = _virtual(pd.DataFrame({"n": range(30)}).play.amap(label, progress=False))
+    served = demo.stats()
+    assert (out.play_status == "ok").all() and served["by_status"].get("429", 0) > 0
+    engine = engine_of(llm)
+    assert engine.provider is not None and (engine.provider.name, engine.provider.account) == (
+        "demo.local",
+        f"demo.local:{KEY.env_var}",
+    )
+    shared = governor(engine.provider)
+    assert governor(engine_of(_llm(demo, name="other")).provider) is shared  # type: ignore[arg-type]
+    other_key = pb.llm_tool(model=MODEL, base_url=demo.url + "/v1", secret=pb.secret("ANOTHER_KEY"))
+    assert governor(engine_of(other_key).provider) is not shared  # type: ignore[arg-type]
+    assert engine.account == "default" and "provider=" not in repr(llm)
+    assert engine_of(pb.llm_tool(model=MODEL, api="anthropic")).provider.name == "anthropic"  # type: ignore[union-attr]

@@ -12,7 +12,7 @@ import pydantic
 import pytest
 
 import playbook as pb
-from playbook.providers.limits import announced, duration, retry_after
+from playbook.providers.limits import Announced, announced, duration, retry_after
 from playbook.providers.limits.local import LocalLimiter
 from playbook.providers.provider import governor
 from playbook.tools import engine_of
@@ -101,10 +101,9 @@ def test_reset_durations_read_as_providers_write_them(text: str, seconds: float 
 def test_limits_announced_in_headers_are_read_and_garbage_is_not() -> None:
     """x-ratelimit-limit-requests/-tokens are per-minute limits; missing or garbage values are None."""
     assert announced({"x-ratelimit-limit-requests": "500", "x-ratelimit-limit-tokens": "30000"}) == (
-        500.0,
-        30000.0,
+        Announced(requests=500.0, tokens=30000.0)
     )
-    assert announced({"x-ratelimit-limit-tokens": "200000"}) == (None, 200000.0)
+    assert announced({"x-ratelimit-limit-tokens": "200000"}) == Announced(tokens=200000.0)
     assert announced({"x-ratelimit-limit-requests": "lots"}) is None
     assert announced({}) is None
 
@@ -134,7 +133,10 @@ def test_a_call_is_weighed_and_priced_before_it_is_sent() -> None:
         (104 * 1.0 + 64 * 2.0) / 1e6
     )  # the usual completion, not the cap
     spent = llm.spent({"usage": {"prompt_tokens": 120, "completion_tokens": 30}, "requests": 2})
-    assert spent == (pytest.approx((120 * 1.0 + 30 * 2.0) / 1e6), 150.0, 2, 0.0)
+    assert spent == (pytest.approx((120 * 1.0 + 30 * 2.0) / 1e6), 150.0, 2, 0.0, None)
+    # A batch job's answer: half the price, what it would have cost online beside it.
+    batched = llm.spent({"usage": {"prompt_tokens": 120, "completion_tokens": 30}, "batch": True})
+    assert (batched.cost, batched.online) == (pytest.approx(spent.cost / 2), pytest.approx(spent.cost))
     # A re-asked answer: the first request's usage, which bought an answer validation refused, apart.
     spent = llm.spent(
         {
@@ -190,16 +192,16 @@ def test_a_bad_prompt_fails_its_row_naming_the_tool_and_pays_nothing(tmp_path: o
     out = df.play.map(ask, progress=False)
     assert list(out.play_status) == ["failed", "failed"]
     assert "llm tool 'llm': prompt must be text, not NaN" in out.play_error[0]
-    assert "messages[0] must be a dict with a role" in out.play_error[1]
+    assert "messages[0] has role 'robot'; a role is one of assistant" in out.play_error[1]
     assert pb.last_run().stats.calls_executed == 0  # type: ignore[union-attr]
 
 
 def test_a_token_limit_is_made_when_a_provider_first_announces_one() -> None:
     """A provider with no tpm that announces one is paced by it from then on; the panel reads it back."""
     provider = pb.Provider("llm-co")
-    governor(provider).learn(600, 60000)
+    governor(provider).learn(Announced(600, 60000))
     limiter = governor(provider).limiter
-    assert isinstance(limiter, LocalLimiter) and limiter.tokens is not None
+    assert isinstance(limiter, LocalLimiter) and limiter.budgets is not None
     assert limiter.token_rate == pytest.approx(1000 * 0.98)
     assert provider.status().rate == pytest.approx(10 * 0.98)
     assert (provider.status().tokens, provider.status().tpm) == (0.0, pytest.approx(60000))

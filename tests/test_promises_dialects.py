@@ -99,3 +99,41 @@ def test_every_dialect_sends_its_key_only_where_that_dialect_puts_it(
     # text, in the body, and are the only other place it may be.
     places = {k: v for k, v in stats["key_places"].items() if k != "body"}
     assert places == {place: stats["requests"]}, stats["key_places"]
+
+
+@pytest.mark.parametrize("batched", ["openai", "anthropic", "gemini"])
+def test_every_batch_dialect_sends_each_call_once_in_a_batch_and_a_rerun_sends_nothing(
+    engine: Engine, demo: Any, name: Callable[[str], str], batched: str
+) -> None:
+    """mode="batch" in each dialect whose provider takes batches: 24 rows asking 12 distinct questions go out in batch jobs, each
+    question in one batch once however many processes ask it, every row gets its typed fields at half the prices given, and a rerun
+    sends no request and returns the same values."""
+    engine.setenv(LLM_KEY, DEMO_KEY)
+    demo.reset(batch_seconds=1.0)
+    llm = dialect_tool(
+        demo, batched, name("llm"), output=verdict_model(), prices={"demo-mini": PRICES}, mode="batch"
+    )
+
+    async def verdict(row: Any, ctx: pb.Context) -> Any:
+        return await ctx.tool(llm, prompt=f"Classify company {row.n % 12} of {row.domain}")
+
+    play = pb.play(verdict, name="verdict", output=verdict_model())
+    first = engine.run(people(24, calls=12), play, concurrency=4)
+    assert first.statuses == {"ok": 24}, (
+        first.fatal,
+        first.result["play_error"].dropna().head(3).tolist() if first.result is not None else None,
+    )
+    served = demo.stats()
+    usage = served["chat_batch"]["demo-mini"]
+    assert usage["requests"] == 12 and served["batches_created"] >= 1, served["chat_batch"]
+    billed = (usage["prompt_tokens"] * PRICES[0] + usage["completion_tokens"] * PRICES[1]) / 1e6 / 2
+    assert billed > 0 and first.total("cost_spent") == pytest.approx(billed, rel=1e-9)
+    result = first.result
+    assert result is not None
+
+    requests = served["requests"]
+    again = engine.run(people(24, calls=12), play, concurrency=4)
+    assert demo.stats()["requests"] == requests and again.total("cost_spent") == 0
+    assert again.result is not None
+    for column in ("industry", "summary"):
+        assert same(again.result[column].tolist(), result[column].tolist())

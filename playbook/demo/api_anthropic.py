@@ -44,7 +44,7 @@ from playbook.demo.fakedata import digest
 from playbook.demo.responses import json_response
 from playbook.demo.state import DemoState
 
-__all__ = ["DIALECT", "routes"]
+__all__ = ["DIALECT", "chat_body", "message_of", "routes"]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -94,7 +94,7 @@ def _messages(state: DemoState) -> Any:
             if not request.headers.get("anthropic-version"):
                 raise DialectError(400, "anthropic-version: header is required")
             body = await json_body(request)
-            chat, tool = _chat_body(body)
+            chat, tool = chat_body(body)
             max_tokens = body["max_tokens"]
             reply = answer(chat, invalid_json_rate=state.settings.chat_invalid_json_rate)
         except DialectError as exc:
@@ -104,7 +104,7 @@ def _messages(state: DemoState) -> Any:
         refusal, limits = state.anthropic_admit(key, reply.input_tokens, max_tokens)
         if refusal is not None:
             return _rate_limited(refusal, limits, body["model"])
-        message = _message(body["model"], chat, reply, tool, max_tokens)
+        message = message_of(body["model"], chat, reply, tool, max_tokens)
         used = message["usage"]["output_tokens"]
         try:
             await pause(request)
@@ -117,7 +117,7 @@ def _messages(state: DemoState) -> Any:
     return messages
 
 
-def _chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+def chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """The chat completions body asking what `body` asks, and the forced tool's name (or None)."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -168,7 +168,7 @@ def _forced_tool(body: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _message(
+def message_of(
     model: str, chat: dict[str, Any], reply: Any, tool: str | None, max_tokens: int
 ) -> dict[str, Any]:
     msg_id = f"msg_{digest('anthropic', dumps(chat)):016x}"

@@ -32,7 +32,7 @@ from playbook.demo.dialect_limits import Refusal
 from playbook.demo.responses import json_response
 from playbook.demo.state import DemoState
 
-__all__ = ["DIALECT", "PATH", "routes"]
+__all__ = ["DIALECT", "PATH", "chat_body", "response_of", "routes"]
 
 PATH = re.compile(r"^/v1(beta)?/models/[^/:]+:generateContent$")
 _STATUSES = {
@@ -107,7 +107,7 @@ def _generate(state: DemoState) -> Any:
         model = request.path_params["model"]
         try:
             body = await json_body(request)
-            chat, json_kind = _chat_body(model, body)
+            chat, json_kind = chat_body(model, body)
             reply = answer(chat, invalid_json_rate=state.settings.chat_invalid_json_rate)
         except DialectError as exc:
             return error(exc.status, exc.message)
@@ -123,12 +123,12 @@ def _generate(state: DemoState) -> Any:
         content = reply.content if json_kind != "object" else json.dumps({"answer": reply.content})
         await pause(request)
         state.count_usage("gemini", reply.input_tokens, reply.output_tokens)
-        return json_response(_response(model, content, reply))
+        return json_response(response_of(model, content, reply))
 
     return generate
 
 
-def _chat_body(model: str, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def chat_body(model: str, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The chat completions body asking what `body` asks, and the JSON asked for: "" (text),
     "object" (JSON without a schema) or "schema"."""
     chat: list[dict[str, Any]] = []
@@ -147,6 +147,8 @@ def _chat_body(model: str, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
             raise DialectError(400, f"* GenerateContentRequest.contents[{i}].role: must be 'user' or 'model'")
         text = text_of(content.get("parts"), f"* GenerateContentRequest.contents[{i}].parts")
         chat.append({"role": "user" if role == "user" else "assistant", "content": text})
+    if not any(m["role"] == "user" and m["content"] for m in chat):  # said in Gemini's names, not chat's
+        raise DialectError(400, "* GenerateContentRequest.contents: must contain a user turn with text")
     out: dict[str, Any] = {"model": model, "messages": chat}
     config = body.get("generationConfig") or body.get("generation_config") or {}
     if not isinstance(config, dict):
@@ -201,7 +203,7 @@ def json_schema(schema: Any) -> Any:
     return out
 
 
-def _response(model: str, content: str, reply: Answer) -> dict[str, Any]:
+def response_of(model: str, content: str, reply: Answer) -> dict[str, Any]:
     finish = "MAX_TOKENS" if reply.finish == "length" else "STOP"
     return {
         "candidates": [

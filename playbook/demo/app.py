@@ -4,7 +4,8 @@ Every /v1 route goes through `_guarded`, which applies, in order: request counti
 the per-key limits (in flight, token bucket, fixed window, quota), slowness and fault
 draws, latency, the endpoint itself, and the malformed-body draw. The chat endpoint then
 weighs its answer against its own per-minute limits (requests and tokens, OpenAI's way), and
-files and batches (see `batch_api`) answer in OpenAI's shape. The /_ admin routes skip
+files and batches (see `batch_api`) answer in OpenAI's shape, message batches and Gemini's batches
+in their own (see `dialect_batch_api`). The /_ admin routes skip
 all of that so a test or a notebook can observe and steer a server running in another
 process with plain HTTP; POST /_restart closes the port for a while.
 
@@ -30,7 +31,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from playbook.demo import api_anthropic, api_azure, api_bedrock, api_gemini, api_responses, batch_api
+from playbook.demo import (
+    api_anthropic,
+    api_azure,
+    api_bedrock,
+    api_gemini,
+    api_responses,
+    batch_api,
+    dialect_batch_api,
+)
 from playbook.demo.chat import ChatRequestError, complete_judged
 from playbook.demo.dialect import Dialect
 from playbook.demo.fakedata import (
@@ -65,6 +74,7 @@ _KNOWN_TEMPLATES = (
     re.compile(r"^/v1/jobs/"),
     re.compile(r"^/v1/status/"),
     batch_api.PATHS,
+    dialect_batch_api.PATHS,
     api_gemini.PATH,
 )  # paths with an id in them
 
@@ -117,6 +127,7 @@ def build_app(
         (api_bedrock.DIALECT, "bedrock", api_bedrock),
     ]
 
+    batch_dialects = {"anthropic": api_anthropic.DIALECT, "gemini": api_gemini.DIALECT}
     routes = [
         guarded("GET", "/v1/company", _company),
         guarded("GET", "/v1/email", _email(state)),
@@ -135,6 +146,15 @@ def build_app(
         ),
         guarded("GET", "/v1/status/{code}", _status, public=True),  # as httpbin's: no key asked
         *(guarded(method, path, handler) for method, path, handler in batch_api.routes(state)),
+        # Keys and refusals as the dialect's; not counted among its LLM requests (``by_api``).
+        *(
+            Route(
+                path,
+                _guarded(state, f"{method} {path}", handler, dialect=batch_dialects[api]),
+                methods=[method],
+            )
+            for api, method, path, handler in dialect_batch_api.routes(state)
+        ),
         Route("/v1/{path:path}", _guarded(state, "* /v1/{path}", _unknown), methods=_ALL_METHODS),
         Route("/_health", _health, methods=["GET"]),
         Route("/_stats", _admin_stats(state), methods=["GET"]),

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 if TYPE_CHECKING:
     import httpx
 
+    from playbook.providers.limits import Announced
     from playbook.providers.provider import Provider
 
 __all__ = ["NO_INPUT", "CallEnv", "Spent", "ToolEngine", "is_local"]
@@ -38,26 +39,30 @@ NO_INPUT: Any = object()  # "no positional input": None is a valid input
 
 
 class Spent(NamedTuple):
-    """What one paid answer cost: money (in the tool's own unit), tokens (``None``: not counted),
-    requests (an answer that needed a re-ask took two), and the part of the money that bought an
-    answer validation refused (the first of a re-asked pair)."""
+    """What one paid answer cost: money (in the tool's own unit; ``None``: unpriced, an LLM
+    whose model has no price, never counted as 0), tokens (``None``: not counted; an LLM's answer
+    says :class:`~playbook.providers.limits.Tokens`, input and output apart, a number of them in
+    all), requests (an answer that needed a re-ask took two), the part of the money that bought
+    an answer validation refused (the first of a re-asked pair), and what the answer would have
+    cost asked online (``None``: the same; a batch job's answer costs less)."""
 
-    cost: float
+    cost: float | None
     tokens: float | None
     requests: int
     refused: float = 0.0
+    online: float | None = None
 
 
 class CallEnv:
     """What a tool needs from the run to make one call, and what it tells back: the limits its
-    provider announced in the answer (``announced``: requests and tokens per minute)."""
+    provider announced in the answer (``announced``: requests and tokens per minute, each budget)."""
 
     __slots__ = ("client", "idempotency_key", "announced", "partial")
 
     def __init__(self, client: Callable[[], httpx.AsyncClient], idempotency_key: str) -> None:
         self.client = client
         self.idempotency_key = idempotency_key
-        self.announced: tuple[float | None, float | None] | None = None
+        self.announced: Announced | None = None
         # What a try got before it failed, kept for the next try of the same call (an LLM
         # answer whose re-ask failed is not asked for again).
         self.partial: Any = None
@@ -148,11 +153,13 @@ class ToolEngine(Protocol):
 
     def weigh(self, values: Any) -> float | None:
         """Asked before a call goes through its provider's governor: the tokens it is expected
-        to use (None: it is weighed as one request)."""
+        to use, a :class:`~playbook.providers.limits.Tokens` to count input and output apart (None:
+        it is weighed as one request)."""
         ...
 
-    def price(self, values: Any) -> float:
-        """Asked before a call is sent under ``max_cost``: the cost reserved for it."""
+    def price(self, values: Any) -> float | None:
+        """Asked before a call is sent under ``max_cost``: the cost reserved for it (``None``: it
+        has no price, and ``max_cost`` cannot count it)."""
         ...
 
     def spent(self, answer: Any) -> Spent:
@@ -170,6 +177,6 @@ class ToolEngine(Protocol):
         ...
 
 
-def is_local(tool: ToolEngine, cost: float) -> bool:
+def is_local(tool: ToolEngine, cost: float | None) -> bool:
     """A call that costs nothing and goes nowhere (a plain Python tool): counted apart from paid ones."""
-    return tool.provider is None and not cost and not tool.remote
+    return tool.provider is None and cost is not None and not cost and not tool.remote

@@ -173,7 +173,7 @@ def _reused(ctx: Caller, tool: ToolEngine, values: Any, found: Hit) -> tuple[Any
         raise ToolError(not_storable(tool, str(error), paid_now=False), tool=tool.name)
     spent = tool.spent(value)
     if ctx.scope.recorder is not None:
-        ctx.scope.recorder.add(tool, values, encode(value), miss, spent.cost)
+        ctx.scope.recorder.add(tool, values, encode(value), miss, spent.cost or 0.0)
     ctx.count(tool, reused=True, spent=spent, shared=shared)
     return tool.read(value, miss)
 
@@ -243,12 +243,26 @@ async def _spend(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, boo
 
 
 async def _submitted(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
-    """A call answered by a batch job: its row sleeps until the job is done (see ``jobs``)."""
+    """A call answered by a batch job: its row sleeps until the job is done (see ``jobs``).  Every
+    row asking the same call (here or in another process) wakes to its answer: one lands it, under
+    the call's lease, and the others read its receipt, so it is paid for once."""
     scope = ctx.scope
     assert isinstance(tool, LlmEngine)  # the one engine that submits()
     answer = await scope.jobs.answer(scope, tool, call.key, call.values)
-    scope.costs.charge(scope.jobs.reserved.pop(call.key, 0.0), tool.spent(answer).cost)
-    answer, miss = await paid(ctx, tool, call.key, call.values, answer, False)
+    store = scope.store
+    # another row of this process landed it, or lands it now: its receipt, waited for
+    found = MISSING if call.refreshed else await lookup(store, call.key, call.ttl)
+    done = store.inflight[call.key] = asyncio.get_running_loop().create_future()
+    try:
+        if found is MISSING:
+            found = await _lease(ctx, tool, store, call)
+        if found is not MISSING:
+            scope.costs.refund(scope.jobs.reserved.pop(call.key, None))
+            return _reused(ctx, tool, call.values, found)
+        scope.costs.charge(scope.jobs.reserved.pop(call.key, 0.0), tool.spent(answer).cost)
+        answer, miss = await paid(ctx, tool, call.key, call.values, answer, False)
+    finally:
+        _release(store, call.key, done)
     return tool.read(answer, miss)
 
 
@@ -342,7 +356,7 @@ def _weighed(tool: ToolEngine, ticket: Ticket, send: Send, env: CallEnv) -> Send
             answer, miss = await send()
         finally:
             if env.announced is not None:
-                learn(provider, *env.announced)
+                learn(provider, env.announced)
                 env.announced = None
         ticket.actual = tool.spent(answer).tokens
         return answer, miss
@@ -441,7 +455,7 @@ async def paid(
             values,
             answer,
             miss,
-            spent.cost,
+            spent.cost or 0.0,  # a receipt keeps the usage: an unpriced answer is priced when replayed
             0 if is_local(tool, spent.cost) else spent.requests,
         )
     finally:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from playbook.providers.limits.weights import parts
 from playbook.runtime.calls.observed import Called
 from playbook.runtime.estimate.distinct import Counted, counted
 from playbook.runtime.run import Run, scheduler
@@ -33,9 +34,37 @@ __all__ = ["FIELDS", "Flight", "Pilot", "PilotLog"]
 # included), calls shared: answered by a receipt another pilot row paid for (or waited for in
 # flight), and calls refused: paid, answered with a client error (4xx) the tool keeps as the call's
 # answer, which fails the row and costs no money.  A request "failed" as the run's ``calls_failed``
-# counts it: it brought back no answer to keep (a 5xx, a timeout, a 429), not a refusal.
-FIELDS = ("paid", "reused", "cost", "tokens", "sent", "seconds", "failed", "span", "shared", "refused")
-_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN, _SHARED, _REFUSED = range(len(FIELDS))
+# counts it: it brought back no answer to keep (a 5xx, a timeout, a 429), not a refusal.  Then
+# the money the paid calls would have cost asked online (a batch job's answers cost less), and of
+# their tokens, the output ones (an LLM's answers say).
+FIELDS = (
+    "paid",
+    "reused",
+    "cost",
+    "tokens",
+    "sent",
+    "seconds",
+    "failed",
+    "span",
+    "shared",
+    "refused",
+    "online",
+    "output",
+)
+(
+    _PAID,
+    _REUSED,
+    _COST,
+    _TOKENS,
+    _SENT,
+    _SECONDS,
+    _FAILED,
+    _SPAN,
+    _SHARED,
+    _REFUSED,
+    _ONLINE,
+    _OUTPUT,
+) = range(len(FIELDS))
 
 Where = tuple[str | None, str]  # (provider, tool)
 
@@ -45,10 +74,11 @@ class PilotLog:
     tokens, requests sent, the seconds they took, and those that failed; and each call's inputs
     (per tool, by its place among the row's calls of that tool), with the tools called."""
 
-    __slots__ = ("rows", "calls", "tools", "_first")
+    __slots__ = ("rows", "calls", "tools", "unpriced", "_first")
 
     def __init__(self) -> None:
         self.rows: dict[int, dict[Where, list[float]]] = {}
+        self.unpriced: set[Where] = set()  # whose calls had no price: their cost is not known
         # row -> tool -> occurrence -> its inputs
         self.calls: dict[int, dict[str, dict[tuple[str, int], Called]]] = {}
         self.tools: dict[str, ToolEngine] = {}
@@ -84,8 +114,13 @@ class PilotLog:
             line[_SHARED if shared else _REUSED] += spent.requests
         else:
             line[_PAID] += spent.requests
-            line[_COST] += spent.cost
+            if spent.cost is None:
+                self.unpriced.add(_where(tool))
+            else:
+                line[_COST] += spent.cost
+                line[_ONLINE] += spent.cost if spent.online is None else spent.online
             line[_TOKENS] += spent.tokens or 0.0
+            line[_OUTPUT] += parts(spent.tokens or 0.0)[1]  # of them, output (an LLM answer's says)
 
     def began(self, position: int, tool: ToolEngine) -> float:
         """A request to the tool is sent now (the first of its call, or a retry); returns when."""

@@ -47,9 +47,13 @@ GROWTH = 10  # with precision=, a pilot runs at most this many times its sample
 _DRAWS = 400
 # the table's columns of money and tokens, as every view shows them (typed Any: the stubs want a
 # Mapping[Never, ...])
-_AMOUNTS: Any = {"cost": money, "tokens": short_count}
+_AMOUNTS: Any = {
+    "cost": lambda v: v if isinstance(v, str) else money(v),
+    "online_cost": lambda v: v if isinstance(v, str) else money(v),
+    "tokens": short_count,
+}
 # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span, shared, refused
-_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF = range(len(FIELDS))
+_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF, _ON, _O = range(len(FIELDS))
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,9 @@ class Estimate:
     ``bottleneck`` the provider that holds the run back (``None``: none is timed), and ``limit``
     what holds it ("40 rps", "8 calls in flight of 0.5s"...); ``notes`` what the projection
     could not see; ``table`` one row per provider and tool.  ``pilot`` is what the pilot itself
-    ran and paid (``RunStats``).
+    ran and paid (``RunStats``).  ``online_cost`` is what ``cost`` would be were every call asked
+    online: more than ``cost`` when a tool sends its calls as batch jobs (``mode="batch"``), at
+    their discount.
     """
 
     play: str
@@ -86,6 +92,9 @@ class Estimate:
     table: pd.DataFrame = field(repr=False)
     pilot: Any = field(repr=False)
     no_spread: dict[str, str] = field(default_factory=dict, repr=False)
+    online_cost: float | None = None
+    # tools whose calls have no price (their model is not in the price table): not in ``cost``
+    unpriced: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"<Estimate {self}>"
@@ -100,8 +109,14 @@ class Estimate:
         words = f" (~{tokens(self.tokens)})" if self.tokens >= 1 else ""
         wide = "; a larger sample narrows it" if high - low > 0.3 * self.cost else ""
         wide += f"; no spread: {self.no_spread['cost']}" if "cost" in self.no_spread and self.cost else ""
+        cost = f"{money(self.cost)}{spread}"
+        if self.online_cost is not None and self.online_cost > self.cost:
+            cost += f" in batch jobs ({money(self.online_cost)} asked online)"
+        if self.unpriced:
+            tools = ", ".join(map(repr, self.unpriced))
+            cost = f"{cost} + {tools} unpriced" if self.cost else f"cost unpriced ({tools})"
         line = (
-            f"{left}; ~{short_count(self.paid_calls)} paid calls{words}, {money(self.cost)}{spread}, ~{duration(self.seconds)}{held}"
+            f"{left}; ~{short_count(self.paid_calls)} paid calls{words}, {cost}, ~{duration(self.seconds)}{held}"
             f" (a pilot of {self.sample} rows{wide})"
         )
         return "; ".join([line, *self.notes])
@@ -113,7 +128,9 @@ class Estimate:
         return (
             str(self)
             + "\n"
-            + self.table.to_string(index=False, float_format=lambda v: f"{v:,.4g}", formatters=_AMOUNTS)
+            + _shown(self.table).to_string(
+                index=False, float_format=lambda v: f"{v:,.4g}", formatters=_AMOUNTS
+            )
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,6 +143,7 @@ class Estimate:
             "sample": self.sample,
             "paid_calls": self.paid_calls,
             "cost": _round(self.cost),
+            "online_cost": _round(self.online_cost),
             "tokens": _round(self.tokens),
             "seconds": _round(self.seconds),
             "failed_rows": self.failed_rows,
@@ -135,13 +153,14 @@ class Estimate:
             "limit": self.limit,
             "notes": self.notes,
             "no_spread": self.no_spread,
+            "unpriced": list(self.unpriced),
             "table": [{k: _round(v) for k, v in row.items()} for row in self.table.to_dict("records")],
             "pilot": self.pilot.model_dump(),
         }
 
     def _repr_html_(self) -> str:
         table = (
-            self.table.to_html(
+            _shown(self.table).to_html(
                 index=False, float_format=lambda v: f"{v:,.4g}", formatters=_AMOUNTS, border=0, na_rep=""
             )
             if not self.table.empty
@@ -221,9 +240,11 @@ def project(pilot: Pilot, play: str, concurrency: int, providers: dict[str, Prov
         limit=point["limit"],
         notes=pilot_notes(pilot, n, scale, failed_rows, cost_failed)
         + shared_notes(logs, keys, counts, scale),
-        table=table(logs, keys, point, counts),
+        table=table(logs, keys, point, counts, pilot.log.unpriced),
         pilot=pilot.stats,
         no_spread=no_spread(logs, keys, point, counts, each, interval) if n and scale else {},
+        online_cost=figure(point["online_cost"]),
+        unpriced=tuple(sorted({tool for _, tool in pilot.log.unpriced})),
     )
 
 
@@ -239,7 +260,7 @@ def _per_call(lines: np.ndarray, otherwise: np.ndarray | None = None) -> np.ndar
     line = np.asarray(lines[paid].sum(axis=0) / paid.sum())
     answered = paid & (lines[:, _RF] == 0)
     if answered.any():
-        line[[_C, _T]] = lines[answered][:, [_C, _T]].sum(axis=0) / answered.sum()
+        line[[_C, _T, _ON, _O]] = lines[answered][:, [_C, _T, _ON, _O]].sum(axis=0) / answered.sum()
     line[_RF] = 0.0
     return line
 
@@ -262,6 +283,7 @@ def _projection(
         return {
             "paid_calls": 0.0,
             "cost": 0.0,
+            "online_cost": 0.0,
             "tokens": 0.0,
             "seconds": 0.0,
             "bottleneck": None,
@@ -298,6 +320,7 @@ def _projection(
     return {
         "paid_calls": float(totals[:, _P].sum()),
         "cost": float(totals[:, _C].sum()),
+        "online_cost": float(totals[:, _ON].sum()),
         "tokens": float(totals[:, _T].sum()),
         "seconds": seconds,
         "bottleneck": slowest,
@@ -322,9 +345,14 @@ def _provider_seconds(
     if latency > 0:
         flight = min(status.in_flight_limit or concurrency, concurrency)
         bounds.append((flight / latency, f"{flight} calls in flight of {latency:.2g}s"))
-    tokens = float(totals[_T]) / sent
+    tokens, output = float(totals[_T]) / sent, float(totals[_O]) / sent
     if status.tpm and tokens > 0:
         bounds.append((status.tpm / 60.0 / tokens, f"{short_count(status.tpm)} tokens a minute"))
+    apart = {b.name: b.limit for b in status.budgets if b.limit}
+    for name, per_call in (("input tokens", tokens - output), ("output tokens", output)):
+        limit = apart.get(name)
+        if limit and per_call > 0:
+            bounds.append((limit / 60.0 / per_call, f"{short_count(limit)} {name} a minute"))
     if not bounds:
         return 0.0, ""
     rate, why = min(bounds)
@@ -340,6 +368,19 @@ def _pace(status: ProviderStatus) -> float | None:
         return None if not paces or None in paces else sum(p for p in paces if p is not None)
     window = status.window[0] / status.window[1] if status.window else None
     return min((p for p in (status.rate, window) if p is not None), default=None)
+
+
+def _shown(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as the views show it: a tool with no price costs "unpriced" (its cost is NaN),
+    online too."""
+    if not table["cost"].isna().any():
+        return table
+    return table.assign(
+        **{
+            name: [("unpriced" if math.isnan(v) else v) for v in table[name]]
+            for name in ("cost", "online_cost")
+        }
+    )
 
 
 def _round(value: Any) -> Any:

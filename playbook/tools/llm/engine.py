@@ -23,21 +23,23 @@ what the endpoint's headers teach the provider is :mod:`.endpoint`.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
 from playbook.addresses import digest, key_text, receipt_address
 from playbook.errors import ToolError
+from playbook.providers import limits
 from playbook.providers.provider import Provider
 from playbook.secrets import Secret
 from playbook.tools.engine import Engine
 from playbook.tools.llm.dialects import Dialect, Target
 from playbook.tools.llm.dialects.openai import chat_reply
 from playbook.tools.llm.endpoint import Endpoint
-from playbook.tools.llm.prices import checked, cost, spent
+from playbook.tools.llm.prices import Pricing, Tokens
 from playbook.tools.llm.reask import again, combined
 from playbook.tools.llm.structured import Structured
 from playbook.tools.llm.tokens import Usage, chars
@@ -59,12 +61,14 @@ class LlmEngine(Engine):
         "query",
         "system",
         "structured",
-        "prices",
+        "pricing",
         "request",
         "mode",
         "endpoint",
         "usage",
         "dialect",
+        "defaulted",
+        "charges_max_tokens",
     )
 
     def __init__(
@@ -78,19 +82,22 @@ class LlmEngine(Engine):
         provider: Provider | None,
         system: str | None,
         output: Any,
-        prices: Mapping[str, tuple[float, float]] | None,
+        prices: Mapping[str, tuple[float, float] | tuple[float, float, float]] | None,
         request: dict[str, Any],
         mode: str,
         timeout: float,
         client: httpx.AsyncClient | None,
+        defaulted: bool = False,
     ) -> None:
         """``target``: where the calls go (its base URL without a query); ``query``: a query
         written in ``base_url``, sent with every request beside the dialect's own parameters
-        (Azure's ``api-version``, which wins)."""
-        self.dialect = dialect
+        (Azure's ``api-version``, which wins); ``defaulted``: ``provider`` is the one a tool given
+        none gets (see :func:`~playbook.tools.llm.tool.default_provider`)."""
+        self.dialect, self.defaulted = dialect, defaulted
         self.model, self.system, self.mode = target.model, system, mode
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
-        self.prices = checked(name, target.model, prices)
+        # priced at the dialect's provider in the price table, or at the one base_url is the API of
+        self.pricing = Pricing(name, target.model, api=dialect.name, base_url=target.base_url, prices=prices)
         self.request = request  # temperature, max_tokens and the other fields, before the dialect places them
         pooled = provider is not None and provider.keys is not None  # each call sends its pool's chosen key
         url, own = dialect.url(target)
@@ -118,6 +125,16 @@ class LlmEngine(Engine):
         # dialects: kept, so they still answer.
         where = self.base_url if dialect.name == "openai" else f"{dialect.name}:{self.base_url}"
         super().__init__(name, inputs=("prompt",), provider=provider, identity="llm:" + where)
+        # How the provider counts a request's max_tokens, as its dialect says: None, what answers
+        # use (a call is weighed by what they usually take); "reserved", held from the start and
+        # given back but for what the answer used (Anthropic's output budget); "counted", on
+        # arrival, whatever the answer uses (Azure's token budget).
+        self.charges_max_tokens: Literal["reserved", "counted"] | None = dialect.charges_max_tokens
+
+    @property
+    def account(self) -> str:
+        # A default provider paces the calls; the receipts stay those of a tool without one.
+        return "default" if self.defaulted else super().account
 
     def _definition(self) -> str:
         schema = self.structured.schema if self.structured is not None else None
@@ -164,6 +181,11 @@ class LlmEngine(Engine):
                 else repr(prompt)[:60]
             )
             raise ToolError(f"llm tool {self.name!r}: prompt must be text, not {shown}", tool=self.name)
+        if not prompt.strip():  # every API refuses an empty turn (a 400), so it is not sent
+            raise ToolError(
+                f"llm tool {self.name!r}: prompt is empty ({prompt!r}): there is nothing to answer",
+                tool=self.name,
+            )
         system = [{"role": "system", "content": self.system}] if self.system is not None else []
         return [*system, {"role": "user", "content": str(prompt)}]
 
@@ -174,6 +196,15 @@ class LlmEngine(Engine):
                 tool=self.name,
             )
         for i, m in enumerate(messages):
+            role = m.get("role") if isinstance(m, Mapping) else None
+            if isinstance(role, str) and role not in _ROLES:
+                near = difflib.get_close_matches(role.lower(), sorted(_ROLES), n=1, cutoff=0.5)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ToolError(
+                    f"llm tool {self.name!r}: messages[{i}] has role {role!r}{hint}; a role is one of "
+                    + ", ".join(sorted(_ROLES)),
+                    tool=self.name,
+                )
             if (
                 not isinstance(m, Mapping)
                 or m.get("role") not in _ROLES
@@ -201,19 +232,24 @@ class LlmEngine(Engine):
 
     # -- weight and cost -----------------------------------------------------------------------
 
-    def weigh(self, values: Any) -> float:
-        return math.ceil(
-            self.usage.prompt_tokens(values["messages"])
-            + self.usage.completion(self.request.get("max_tokens"))
-        )
+    def weigh(self, values: Any) -> limits.Tokens:
+        """The prompt's tokens as input; as output the ``max_tokens`` a provider that charges it
+        (``charges_max_tokens``) counts, else what answers usually take."""
+        prompt = math.ceil(self.usage.prompt_tokens(values["messages"]))
+        cap = self.request.get("max_tokens", self.dialect.max_tokens)
+        usual = math.ceil(self.usage.completion(cap))
+        if self.charges_max_tokens is not None and isinstance(cap, int) and not isinstance(cap, bool):
+            return limits.Tokens(prompt, cap, self.charges_max_tokens, usual)
+        return limits.Tokens(prompt, usual)
 
-    def price(self, values: Any) -> float:
-        # What answers usually take, not the cap.
+    def price(self, values: Any) -> float | None:
+        # What answers usually take, not the cap; None: the model has no price.
         completion = self.usage.completion(self.request.get("max_tokens"))
-        return cost(self.prices, self.usage.prompt_tokens(values["messages"]), completion)
+        tokens = Tokens(self.usage.prompt_tokens(values["messages"]), completion)
+        return self.pricing.cost(tokens, batch=self.mode == "batch")
 
     def spent(self, answer: Any) -> Spent:
-        return spent(self.prices, answer)
+        return self.pricing.spent(answer)
 
     # -- the call ------------------------------------------------------------------------------
 
