@@ -55,6 +55,10 @@ class ToolError(PlaybookError):
     ``GenerateRequestsPerDayPerProjectPerModel-FreeTier``); ``retry_after`` is then the seconds
     until that reset.  The governor holds the provider until then and parks the rows at once
     (:class:`ProviderExhausted` naming the quota), never retrying.
+
+    ``overloaded`` says the provider as a whole is overloaded (Anthropic's 529, always; Gemini's
+    503 ``UNAVAILABLE`` "The model is overloaded"): every call of the provider backs off, and no
+    row uses up its tries on it.
     """
 
     def __init__(
@@ -67,6 +71,7 @@ class ToolError(PlaybookError):
         retryable: bool = False,
         retry_after: float | None = None,
         quota: str | None = None,
+        overloaded: bool = False,
     ) -> None:
         super().__init__(message)
         self.tool = tool
@@ -75,6 +80,7 @@ class ToolError(PlaybookError):
         self.retryable = retryable or status == 429
         self.retry_after = retry_after
         self.quota = quota
+        self.overloaded = overloaded or status == 529
         # (as sent, as written): a part of the message an error group keeps as the tool wrote it
         self.literal: tuple[str, str] | None = None
         # The request's own failure, never its provider's (a host the row chose answered or failed):

@@ -194,21 +194,23 @@ def test_gemini_spending_its_daily_quota_parks_the_rest_at_once_naming_it(
     assert out.stats.elapsed < 30
 
 
-def test_anthropic_overloaded_for_half_the_calls_fails_no_row(
-    store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("api", "status"), [("anthropic", "529"), ("gemini", "503")])
+def test_an_overloaded_model_for_half_the_calls_fails_no_row(
+    store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch, api: str, status: str
 ) -> None:
-    """The demo's Anthropic answers 529 overloaded_error (no retry-after) to half the requests: an
+    """The demo's model overloaded for half the requests, as each provider says it (Anthropic's 529
+    overloaded_error, Gemini's 503 UNAVAILABLE "The model is overloaded"; no retry-after): an
     overload is the provider's, held with a backoff, and uses up no try, so all 12 rows are
-    answered (with retries=1, a row met by two 529s in a row failed)."""
-    monkeypatch.setenv("PLAYBOOK_TEST_ANTHROPIC_KEY", DEMO_KEY)
-    with pb.demo.serve(in_process=True, overload_rate=0.5, overload_apis=("anthropic",), seed=3) as demo:
+    answered (with retries=1, a row met by two overloads in a row failed)."""
+    monkeypatch.setenv("PLAYBOOK_TEST_LLM_KEY", DEMO_KEY)
+    with pb.demo.serve(in_process=True, overload_rate=0.5, overload_apis=(api,), seed=3) as demo:
         llm = pb.llm_tool(
             "ask",
-            api="anthropic",
+            api=api,
             model="demo-mini",
             base_url=demo.url,
-            secret=pb.secret("PLAYBOOK_TEST_ANTHROPIC_KEY"),
-            provider=pb.Provider("anthropic", concurrency=4, retries=1),
+            secret=pb.secret("PLAYBOOK_TEST_LLM_KEY"),
+            provider=pb.Provider(api, concurrency=4, retries=1),
         )
 
         async def ask(row: Any, ctx: pb.Context) -> Any:
@@ -216,7 +218,7 @@ def test_anthropic_overloaded_for_half_the_calls_fails_no_row(
 
         frame = pd.DataFrame({"n": range(12)})
         out = frame.play.run(pb.play(ask, name="ask"), store=store, progress=False, concurrency=4)
-        overloaded = demo.stats()["by_status"].get("529", 0)
+        overloaded = demo.stats()["by_status"].get(status, 0)
     assert out.result["play_status"].tolist() == ["ok"] * 12, (
         out.result["play_error"].dropna().head(3).tolist()
     )

@@ -430,7 +430,7 @@ class Governor(Holds):
             if status == 429:
                 await self._refused(permit, now, hint, ticket)
                 return True
-            if status == OVERLOADED:
+            if status == OVERLOADED or (isinstance(exc, ToolError) and exc.overloaded):
                 await self._overloaded(permit, now, hint, ticket)
                 return True
             # a call's first 503 without a hint (one failing again is judged as a failure: limits.Standing)

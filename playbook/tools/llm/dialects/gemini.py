@@ -185,6 +185,8 @@ class Gemini(Common):
 
     def refused(self, error: ToolError, content: bytes, headers: httpx.Headers, now: float) -> PlaybookError:
         details = _details(content)
+        if error.status == 503 and _overloaded(content):
+            error.overloaded = True  # the model's, for every call: backed off across the provider
         if error.retry_after is None:
             error.retry_after = body_retry_delay(content)
         for failure in details.get("QuotaFailure", []):
@@ -195,6 +197,17 @@ class Gemini(Common):
                     error.retry_after = until_pacific_midnight(now)
                     error.retryable = True
         return super().refused(error, content, headers, now)
+
+
+def _overloaded(content: bytes) -> bool:
+    """A 503 that says the model is overloaded (``UNAVAILABLE``, "The model is overloaded"), not
+    that one request failed."""
+    try:
+        error = json.loads(content).get("error")
+    except (ValueError, AttributeError):
+        return False
+    message = error.get("message") if isinstance(error, Mapping) else None
+    return isinstance(message, str) and "overloaded" in message.lower()
 
 
 def _details(content: bytes) -> dict[str, list[Mapping[str, Any]]]:
