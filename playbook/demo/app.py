@@ -30,8 +30,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from playbook.demo import batch_api
+from playbook.demo import api_anthropic, api_azure, api_bedrock, api_gemini, api_responses, batch_api
 from playbook.demo.chat import ChatRequestError, complete_judged
+from playbook.demo.dialect import Dialect
 from playbook.demo.fakedata import (
     company_profile,
     digest,
@@ -92,13 +93,35 @@ def build_app(
         name = f"{method} {path}"
         return Route(path, _guarded(state, name, handler, public=public), methods=[method])
 
+    def spoken(dialect: Dialect | None, api: str, method: str, path: str, handler: Handler) -> Route:
+        name = f"{method} {path}"
+        guard = _guarded(state, name, handler, dialect=dialect, api=api, timed=True)
+        return Route(path, guard, methods=[method])
+
+    dialects = [
+        (None, "openai-responses", api_responses),
+        (api_anthropic.DIALECT, "anthropic", api_anthropic),
+        (api_gemini.DIALECT, "gemini", api_gemini),
+        (api_azure.DIALECT, "azure", api_azure),
+        (api_bedrock.DIALECT, "bedrock", api_bedrock),
+    ]
+
     routes = [
         guarded("GET", "/v1/company", _company),
         guarded("GET", "/v1/email", _email(state)),
         guarded("POST", "/v1/email/bulk", _email_bulk(state)),
         guarded("POST", "/v1/jobs", _submit_job(state)),
         guarded("GET", "/v1/jobs/{job_id}", _job_status(state)),
-        guarded("POST", "/v1/chat/completions", _chat(state)),
+        Route(
+            "/v1/chat/completions",
+            _guarded(state, "POST /v1/chat/completions", _chat(state), local=True),
+            methods=["POST"],
+        ),
+        *(
+            spoken(dialect, api, method, path, handler)
+            for dialect, api, module in dialects
+            for method, path, handler in module.routes(state)
+        ),
         guarded("GET", "/v1/status/{code}", _status, public=True),  # as httpbin's: no key asked
         *(guarded(method, path, handler) for method, path, handler in batch_api.routes(state)),
         Route("/v1/{path:path}", _guarded(state, "* /v1/{path}", _unknown), methods=_ALL_METHODS),
@@ -117,24 +140,48 @@ def build_app(
 # -- the guard --------------------------------------------------------------------------------
 
 
-def _guarded(state: DemoState, name: str, handler: Handler, *, public: bool = False) -> Handler:
+def _guarded(
+    state: DemoState,
+    name: str,
+    handler: Handler,
+    *,
+    public: bool = False,
+    dialect: Dialect | None = None,
+    api: str | None = None,
+    timed: bool = False,
+    local: bool = False,
+) -> Handler:
+    """`handler` behind the demo's guard. ``dialect``: where the request carries its key and how
+    a refusal is worded (None: a bearer key, the demo's own ``{"error": message}``); ``api``: the
+    LLM dialect counted in ``by_api``; ``timed``: the handler spends the latency itself (it holds
+    what it reserved on arrival meanwhile); ``local``: the chat endpoint, which in local server
+    mode (``local_slots``) asks for no key."""
+
     async def endpoint(request: Request) -> Response:
         headers = request.headers
-        state.witness(_key_places(request, await request.body(), state.settings.api_keys))
+        settings = state.settings
+        state.witness(_key_places(request, await request.body(), settings.api_keys))
+        is_local = local and settings.local_slots is not None
         admission = state.admit(
             name,
             request.scope["path"],
-            _authorization(request),
+            _authorization(request) if dialect is None else _as_bearer(dialect.key(request)),
             headers.get("idempotency-key"),
-            public=public,
+            public=public or is_local,
+            api=("local" if is_local else "openai") if local else api,
         )
         status = 500
         try:
-            delay = state.settings.latency + admission.slow
-            if delay > 0:
+            delay = settings.latency + admission.slow
+            if timed and admission.rejection is None:
+                request.state.delay = delay
+            elif delay > 0:
                 await asyncio.sleep(delay)
             if admission.rejection is not None:
-                response = _reject(admission.rejection, state.settings.retry_after_format)
+                if dialect is not None:
+                    response = dialect.refuse(*admission.rejection)
+                else:
+                    response = _reject(admission.rejection, settings.retry_after_format)
             else:
                 try:
                     response = await handler(request)
@@ -164,6 +211,10 @@ def _authorization(request: Request) -> str | None:
     if given is None and (key := headers.get("x-api-key") or request.query_params.get("key")):
         given = f"Bearer {key}"
     return given
+
+
+def _as_bearer(key: str | None) -> str | None:
+    return None if key is None else f"Bearer {key}"
 
 
 def _key_places(request: Request, body: bytes, keys: tuple[str, ...]) -> list[str]:
@@ -291,6 +342,11 @@ def _job_status(state: DemoState) -> Handler:
 
 def _chat(state: DemoState) -> Handler:
     async def chat(request: Request) -> Response:
+        if state.settings.local_slots is not None:
+            return await _local(state, request, answer)
+        return await answer(request)
+
+    async def answer(request: Request) -> Response:
         try:
             body = json.loads(await request.body())
         except ValueError:
@@ -300,12 +356,35 @@ def _chat(state: DemoState) -> Handler:
         except ChatRequestError as exc:
             return json_response(exc.body(), 400)
         # The answer is worked out first: its tokens are what the request weighs.
-        verdict = state.chat_admit(_authorization(request), answer, garbled)
+        api = "openai" if state.settings.local_slots is None else "local"
+        verdict = state.chat_admit(_authorization(request), answer, garbled, api=api)
         if verdict.body is not None:
             return json_response(verdict.body, 429, verdict.headers)
         return json_response(answer, 200, verdict.headers)
 
     return chat
+
+
+async def _local(state: DemoState, request: Request, answer: Handler) -> Response:
+    """The chat endpoint as a local server answers it: a decode slot per request, a short queue
+    in front of them, and 503 at once past that (as Ollama answers when its queue is full)."""
+    claim = state.local_claim()
+    if claim is False:
+        return json_response(
+            {"error": "server busy, please try again.  maximum pending requests exceeded"}, 503
+        )
+    if isinstance(claim, asyncio.Future):
+        try:
+            await claim
+        except BaseException:
+            state.local_forget(claim)
+            raise
+    try:
+        if state.settings.local_service_seconds > 0:
+            await asyncio.sleep(state.settings.local_service_seconds)
+        return await answer(request)
+    finally:
+        state.local_release()
 
 
 async def _status(request: Request) -> Response:

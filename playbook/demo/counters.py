@@ -18,12 +18,16 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-__all__ = ["KEY_FIELDS", "Counters", "key_label"]
+__all__ = ["API_FIELDS", "KEY_FIELDS", "Counters", "key_label"]
 
 # What `by_key` counts for each key: requests seen, let past every limit, answered 200,
 # refused by a rate limit (bucket, window, in flight, chat per-minute), refused by the quota,
 # and refused as an invalid (revoked or unknown) key.
 KEY_FIELDS = ("requests", "admitted", "ok", "rate_limited", "quota_exceeded", "rejected")
+# What `by_api` counts for each LLM dialect: requests, answered 200, refused 429 (its rate
+# limits or quotas), refused as overloaded (503, 529), and the input and output tokens of its
+# answers; plus `by_status`, every status it answered.
+API_FIELDS = ("requests", "ok", "rate_limited", "overloaded", "input_tokens", "output_tokens")
 
 
 def key_label(key: str | None) -> str:
@@ -47,6 +51,7 @@ class Counters:
         "auth_rejected",
         "batches_created",
         "bulk_items",
+        "by_api",
         "by_endpoint",
         "by_key",
         "by_status",
@@ -79,6 +84,9 @@ class Counters:
         self.admitted_most_in_a_second = 0
         self.admitted_recent: deque[float] = deque()  # when those of the last second were let in
         self.by_endpoint: dict[str, int] = {}
+        # Per LLM dialect ("anthropic", "gemini", ...): its requests, answers, refusals and the
+        # input and output tokens of its answers, so goodput and refusal shares read per dialect.
+        self.by_api: dict[str, dict[str, Any]] = {}
         self.by_status: dict[int, int] = {}
         self.by_key: dict[str, dict[str, int]] = {}  # key_label -> KEY_FIELDS -> count
         self.auth_ok = 0
@@ -122,6 +130,31 @@ class Counters:
             row = self.by_key[label] = dict.fromkeys(KEY_FIELDS, 0)
         row[field] += 1
 
+    def api_row(self, api: str) -> dict[str, Any]:
+        """The counters of dialect `api` (see `API_FIELDS`), made on first use."""
+        row = self.by_api.get(api)
+        if row is None:
+            row = self.by_api[api] = {**dict.fromkeys(API_FIELDS, 0), "by_status": {}}
+        return row
+
+    def count_api_status(self, api: str, status: int) -> None:
+        """One request to dialect `api` answered with `status`."""
+        row = self.api_row(api)
+        row["requests"] += 1
+        row["by_status"][str(status)] = row["by_status"].get(str(status), 0) + 1
+        if status == 200:
+            row["ok"] += 1
+        elif status == 429:
+            row["rate_limited"] += 1
+        elif status in (503, 529):
+            row["overloaded"] += 1
+
+    def count_api_usage(self, api: str, input_tokens: int, output_tokens: int) -> None:
+        """The tokens of one answer of dialect `api`."""
+        row = self.api_row(api)
+        row["input_tokens"] += input_tokens
+        row["output_tokens"] += output_tokens
+
     def count_chat(self, answer: dict[str, Any], *, batch: bool = False, garbled: bool = False) -> None:
         """Count one answered chat completion's usage under its model (and apart, when it came
         from a batch or was answered invalid on purpose)."""
@@ -144,6 +177,10 @@ class Counters:
             "admitted_seconds": (self.admitted_last or 0.0) - (self.admitted_first or 0.0),
             "admitted_most_in_a_second": self.admitted_most_in_a_second,
             "by_endpoint": dict(self.by_endpoint),
+            "by_api": {
+                api: {**row, "by_status": dict(sorted(row["by_status"].items()))}
+                for api, row in sorted(self.by_api.items())
+            },
             "by_status": {str(status): n for status, n in sorted(self.by_status.items())},
             "by_auth": {"ok": self.auth_ok, "rejected": self.auth_rejected},
             "by_key": {label: dict(row) for label, row in sorted(self.by_key.items())},

@@ -184,6 +184,15 @@ class MinuteBuckets:
     def take(self, key: str, now: float, weight: float) -> None:
         self._buckets[key] = (max(0.0, self.level(key, now, weight) - weight), now)
 
+    def give(self, key: str, now: float, amount: float) -> None:
+        """Give back `amount` taken too much (a reservation settled below what it held)."""
+        if key in self._buckets:
+            self._buckets[key] = (min(self.capacity, self.level(key, now) + amount), now)
+
+    def reset_in(self, key: str, now: float) -> float:
+        """Seconds until the key's bucket is full again."""
+        return (self.capacity - min(self.capacity, self.level(key, now))) / self.rate
+
     def headers(self, key: str, now: float, unit: str) -> dict[str, str]:
         """OpenAI's x-ratelimit-* headers for this limit; `unit` is "requests" or "tokens"."""
         level = min(self.capacity, self.level(key, now))

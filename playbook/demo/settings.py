@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
-__all__ = ["DEMO_KEY", "RETRY_AFTER_FORMATS", "DemoSettings", "down_seconds"]
+__all__ = ["APIS", "DEMO_KEY", "RETRY_AFTER_FORMATS", "DemoSettings", "down_seconds"]
 
 DEMO_KEY = "demo-key"
 
@@ -21,6 +21,22 @@ DEMO_KEY = "demo-key"
 #   reset      X-RateLimit-Reset: <epoch seconds> and RateLimit-Reset: <delta seconds>
 #   none       no hint at all (the client must back off on its own)
 RETRY_AFTER_FORMATS = ("seconds", "http-date", "reset", "none")
+
+# The LLM dialects the demo speaks, as `pb.llm_tool(api=...)` names them; "local" is the chat
+# endpoint in local server mode.
+APIS = ("openai", "openai-responses", "anthropic", "gemini", "azure", "bedrock", "local")
+_LIMITS = (
+    "anthropic_rpm",
+    "anthropic_itpm",
+    "anthropic_otpm",
+    "gemini_rpm",
+    "gemini_tpm",
+    "gemini_rpd",
+    "azure_rpm",
+    "azure_tpm",
+    "bedrock_rpm",
+    "bedrock_tpm",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +56,30 @@ class DemoSettings:
     ``chat_tpm`` tokens (prompt + completion), each a bucket refilling continuously that holds
     ``chat_bucket_seconds`` worth of its limit. ``chat_invalid_json_rate`` of JSON answers
     are invalid JSON. Batches finish ``batch_seconds`` after they are created.
+
+    The other dialects' endpoints (see docs/demo.md) add their providers' own limits per key,
+    each optional:
+
+    - Anthropic (``/v1/messages``): ``anthropic_rpm`` requests, ``anthropic_itpm`` input tokens
+      and ``anthropic_otpm`` output tokens per minute, each a bucket holding a minute's limit and
+      refilling continuously; output tokens are charged as ``max_tokens`` on arrival and
+      adjusted to the answer's count when it is sent.
+    - Gemini (``:generateContent``): ``gemini_rpm`` requests and ``gemini_tpm`` input tokens per
+      minute, counted in windows of a minute; ``gemini_rpd`` requests per day of
+      ``gemini_day_seconds`` (a day's window opens at a key's first request).
+    - Azure OpenAI (``/openai/deployments/...``): ``azure_rpm`` requests and ``azure_tpm``
+      tokens per minute, enforced as a sixth of each per window of ``azure_window_seconds``
+      (10), tokens charged as prompt + ``max_tokens`` on arrival.
+    - Bedrock (``/model/{id}/converse``): ``bedrock_rpm`` requests and ``bedrock_tpm`` tokens
+      per minute, each a bucket holding a minute's limit.
+    - Overload: while overloaded, the LLM endpoints of the dialects in ``overload_apis`` (None:
+      every one) refuse as their provider does (Anthropic 529 ``overloaded_error``, Gemini 503
+      ``UNAVAILABLE``, the others 503): for ``overload_seconds`` at the start of every
+      ``overload_period`` seconds of the server's clock, and a further ``overload_rate`` share
+      drawn at random.
+    - A local server: with ``local_slots`` set, ``/v1/chat/completions`` asks for no key and
+      answers ``local_slots`` requests at once, each taking ``local_service_seconds``, with up
+      to ``local_queue`` more waiting; past that it answers 503 at once, as Ollama does.
     """
 
     api_keys: tuple[str, ...] = (DEMO_KEY,)
@@ -68,6 +108,25 @@ class DemoSettings:
     chat_bucket_seconds: float = 1.0
     chat_invalid_json_rate: float = 0.0
     batch_seconds: float = 2.0
+    anthropic_rpm: int | None = None
+    anthropic_itpm: int | None = None
+    anthropic_otpm: int | None = None
+    gemini_rpm: int | None = None
+    gemini_tpm: int | None = None
+    gemini_rpd: int | None = None
+    gemini_day_seconds: float = 86400.0
+    azure_rpm: int | None = None
+    azure_tpm: int | None = None
+    azure_window_seconds: float = 10.0
+    bedrock_rpm: int | None = None
+    bedrock_tpm: int | None = None
+    overload_seconds: float = 0.0
+    overload_period: float | None = None
+    overload_rate: float = 0.0
+    overload_apis: tuple[str, ...] | None = None
+    local_slots: int | None = None
+    local_queue: int = 0
+    local_service_seconds: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -99,7 +158,15 @@ class DemoSettings:
             "chat_bucket_seconds",
             _number("chat_bucket_seconds", self.chat_bucket_seconds, low=0.0, open_low=True),
         )
-        for name in ("fault_rate", "slow_rate", "malformed_rate", "miss_rate", "chat_invalid_json_rate"):
+        self._check_dialects()
+        for name in (
+            "fault_rate",
+            "slow_rate",
+            "malformed_rate",
+            "miss_rate",
+            "chat_invalid_json_rate",
+            "overload_rate",
+        ):
             set_(self, name, _number(name, getattr(self, name), low=0.0, high=1.0))
         status = _integer("fault_status", self.fault_status, low=500)
         if status > 599:
@@ -111,6 +178,28 @@ class DemoSettings:
         )
         set_(self, "fault_every", _integer("fault_every", self.fault_every, low=1, optional=True))
         set_(self, "seed", _integer("seed", self.seed))
+
+    def _check_dialects(self) -> None:
+        set_ = object.__setattr__
+        for name in _LIMITS:
+            set_(self, name, _integer(name, getattr(self, name), low=1, optional=True))
+        for name in ("gemini_day_seconds", "azure_window_seconds"):
+            set_(self, name, _number(name, getattr(self, name), low=0.0, open_low=True))
+        set_(self, "overload_seconds", _number("overload_seconds", self.overload_seconds, low=0.0))
+        period = _number("overload_period", self.overload_period, low=0.0, open_low=True, optional=True)
+        if period is not None and self.overload_seconds > period:
+            raise ValueError(
+                f"overload_seconds must be at most overload_period ({period:g}); got {self.overload_seconds:g}"
+            )
+        set_(self, "overload_period", period)
+        set_(self, "overload_apis", _apis(self.overload_apis))
+        set_(self, "local_slots", _integer("local_slots", self.local_slots, low=1, optional=True))
+        set_(self, "local_queue", _integer("local_queue", self.local_queue, low=0))
+        set_(
+            self,
+            "local_service_seconds",
+            _number("local_service_seconds", self.local_service_seconds, low=0.0),
+        )
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -135,6 +224,8 @@ class DemoSettings:
         out["quota_keys"] = None if self.quota_keys is None else len(self.quota_keys)
         if self.quota_endpoints is not None:
             out["quota_endpoints"] = list(self.quota_endpoints)
+        if self.overload_apis is not None:
+            out["overload_apis"] = list(self.overload_apis)
         return out
 
 
@@ -231,3 +322,14 @@ def _prefixes(value: Any) -> tuple[str, ...] | None:
             f"quota_endpoints must be None or a tuple of path prefixes like '/v1/email'; got {value!r}"
         )
     return tuple(prefixes)
+
+
+def _apis(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    apis = (value,) if isinstance(value, str) else value
+    if not isinstance(apis, (tuple, list)) or not apis or any(a not in APIS for a in apis):
+        raise ValueError(
+            f"overload_apis must be None (every one) or a tuple of {', '.join(APIS)}; got {value!r}"
+        )
+    return tuple(apis)

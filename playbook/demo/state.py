@@ -7,6 +7,7 @@ twice (admit, finish) for a few microseconds: cheaper than a round-trip into the
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
@@ -15,6 +16,14 @@ from typing import Any
 
 from playbook.demo.batches import BatchStore, Prepared, StoredFile
 from playbook.demo.counters import Counters, key_label
+from playbook.demo.dialect_limits import (
+    AnthropicLimits,
+    BucketLimits,
+    LocalSlots,
+    Refusal,
+    WindowLimits,
+    overloaded,
+)
 from playbook.demo.limits import ChatLimits, ChatVerdict, FixedWindows, QuotaWindows, RateLimiter
 from playbook.demo.settings import DemoSettings
 
@@ -27,10 +36,11 @@ Rejection = tuple[int, str, float | None]
 class Admission:
     """One /v1 request's fate, from `admit` to `finish`."""
 
-    __slots__ = ("epoch", "headers", "key", "label", "rejection", "slow")
+    __slots__ = ("api", "epoch", "headers", "key", "label", "rejection", "slow")
 
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch  # bumped by reset(): a request admitted before it is not counted after it
+    def __init__(self, epoch: int, api: str | None = None) -> None:
+        self.epoch = epoch
+        self.api = api  # the LLM dialect whose endpoint this is, counted in `by_api`  # bumped by reset(): a request admitted before it is not counted after it
         self.rejection: Rejection | None = None
         self.slow = 0.0  # extra seconds to be slow
         self.headers: dict[str, str] | None = None  # added to the response, whatever it is
@@ -55,6 +65,8 @@ class DemoState:
         self._jobs: dict[str, tuple[float, dict[str, Any]]] = {}
         self._chat = ChatLimits(settings.chat_rpm, settings.chat_tpm, settings.chat_bucket_seconds)
         self._store = BatchStore()
+        self._dialects = _DialectLimits(settings)
+        self._local = LocalSlots()
         self._epoch = 0  # bumped by reset(), so requests admitted before it are not counted after it
         self._seed(settings.seed)
 
@@ -63,6 +75,7 @@ class DemoState:
         self._fault_rng = random.Random(f"{seed}:fault")
         self._slow_rng = random.Random(f"{seed}:slow")
         self._malformed_rng = random.Random(f"{seed}:malformed")
+        self._overload_rng = random.Random(f"{seed}:overload")
 
     # -- control ---------------------------------------------------------------------------
 
@@ -83,6 +96,7 @@ class DemoState:
             self._counters = Counters()
             self._jobs = {}
             self._chat = ChatLimits(settings.chat_rpm, settings.chat_tpm, settings.chat_bucket_seconds)
+            self._dialects = _DialectLimits(settings)
             self._epoch += 1
             self._store = BatchStore(salt=str(self._epoch))  # ids of the cleared store never come back
             self._seed(settings.seed)
@@ -99,6 +113,7 @@ class DemoState:
             self._window.limit, self._window.period = settings.window_limit, settings.window_seconds
             self._quota.limit, self._quota.period = settings.quota, settings.quota_reset
             self._chat.set(settings.chat_rpm, settings.chat_tpm, settings.chat_bucket_seconds)
+            self._dialects.set(settings)
         return settings
 
     def restarted(self) -> None:
@@ -109,6 +124,7 @@ class DemoState:
             self._limiter.clear()
             self._window.clear()
             self._chat.clear()
+            self._dialects.clear()
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
@@ -132,12 +148,13 @@ class DemoState:
         idempotency_key: str | None,
         *,
         public: bool = False,
+        api: str | None = None,
     ) -> Admission:
         """Count a /v1 request and decide its fate; hand the result to `finish`.  ``public``: an
         endpoint that asks for no key (as httpbin's); a request without one is limited as one
-        caller of its own."""
+        caller of its own.  ``api``: the LLM dialect the endpoint speaks, counted in ``by_api``."""
         with self.lock:
-            admission = Admission(self._epoch)
+            admission = Admission(self._epoch, api)
             c = self._counters
             c.requests += 1
             c.by_endpoint[endpoint] = c.by_endpoint.get(endpoint, 0) + 1
@@ -223,6 +240,8 @@ class DemoState:
                 return False
             c = self._counters
             c.by_status[status] = c.by_status.get(status, 0) + 1
+            if admission.api is not None:
+                c.count_api_status(admission.api, status)
             if status == 200:
                 c.count_key(admission.label, "ok")
             c.in_flight -= 1
@@ -260,22 +279,109 @@ class DemoState:
     # -- chat ------------------------------------------------------------------------------
 
     def chat_admit(
-        self, authorization: str | None, answer: dict[str, Any], garbled: bool = False
+        self, authorization: str | None, answer: dict[str, Any], garbled: bool = False, *, api: str = "openai"
     ) -> ChatVerdict:
         """Weigh a chat answer against the key's per-minute limits; count it when admitted
-        (``garbled``: made invalid on purpose, billed all the same)."""
+        (``garbled``: made invalid on purpose, billed all the same). The Responses API
+        (``api="openai-responses"``) shares these limits, as OpenAI's do per organization."""
         usage = answer["usage"]
         key = _bearer(authorization)
         with self.lock:
             verdict = self._chat.admit(key or "", self.clock(), answer["model"], usage["total_tokens"])
             c = self._counters
             if verdict.kind is None:
-                c.count_chat(answer, garbled=garbled)
+                if api != "openai-responses":
+                    c.count_chat(answer, garbled=garbled)
+                c.count_api_usage(api, usage["prompt_tokens"], usage["completion_tokens"])
             else:
                 c.rate_limited += 1
                 c.count_key(key_label(key), "rate_limited")
                 c.chat_rate_limited[verdict.kind] += 1
             return verdict
+
+    # -- the other dialects ----------------------------------------------------------------
+
+    def overloaded(self, api: str) -> bool:
+        """Whether dialect `api` answers this request as overloaded (see the ``overload_*``
+        settings)."""
+        with self.lock:
+            settings = self.settings
+            if settings.overload_apis is not None and api not in settings.overload_apis:
+                return False
+            if overloaded(self.clock(), settings.overload_seconds, settings.overload_period):
+                return True
+            return bool(settings.overload_rate) and self._overload_rng.random() < settings.overload_rate
+
+    def _refused(self, key: str, refusal: Refusal | None) -> Refusal | None:
+        if refusal is not None:
+            self._counters.rate_limited += 1
+            self._counters.count_key(key_label(key), "rate_limited")
+        return refusal
+
+    def anthropic_admit(
+        self, key: str, input_tokens: int, max_tokens: int
+    ) -> tuple[Refusal | None, dict[str, tuple[int, int, float]]]:
+        """Take a Messages request under the key's limits, reserving `max_tokens` of output:
+        (the refusal or None, each limit's (limit, remaining, seconds until full))."""
+        with self.lock:
+            now, limits = self.clock(), self._dialects.anthropic
+            refusal = self._refused(key, limits.admit(key, now, input_tokens, max_tokens))
+            return refusal, limits.state(key, now)
+
+    def anthropic_settle(self, key: str, reserved: int, used: int) -> dict[str, tuple[int, int, float]]:
+        """An answer used `used` of its `reserved` output tokens; each limit's state after."""
+        with self.lock:
+            now, limits = self.clock(), self._dialects.anthropic
+            limits.settle(key, now, reserved, used)
+            return limits.state(key, now)
+
+    def gemini_admit(self, key: str, tokens: int) -> tuple[Refusal | None, float | None]:
+        """Count a generateContent request of `tokens` input tokens in the key's minute window
+        and its day: (the per-minute refusal or None, the seconds until the day's quota resets
+        when the day's is spent, else None)."""
+        with self.lock:
+            now, day = self.clock(), self._dialects.gemini_day
+            if day.remaining(key, now) == 0:
+                self._refused(key, Refusal("requests_per_day", 0.0))
+                return None, day.acquire(key, now)
+            refusal = self._refused(key, self._dialects.gemini.admit(key, now, tokens))
+            if refusal is None:
+                day.acquire(key, now)
+            return refusal, None
+
+    def azure_admit(self, key: str, weight: int) -> tuple[Refusal | None, tuple[int | None, int | None]]:
+        """Count a request of `weight` tokens (prompt + max_tokens) in the key's 10 s window:
+        (the refusal or None, the requests and tokens left in the window)."""
+        with self.lock:
+            now, limits = self.clock(), self._dialects.azure
+            refusal = self._refused(key, limits.admit(key, now, weight))
+            return refusal, limits.remaining(key, now)
+
+    def bedrock_admit(self, key: str, weight: int) -> Refusal | None:
+        with self.lock:
+            return self._refused(key, self._dialects.bedrock.admit(key, self.clock(), weight))
+
+    def count_usage(self, api: str, input_tokens: int, output_tokens: int) -> None:
+        """The tokens of one answer of dialect `api` (see ``by_api``)."""
+        with self.lock:
+            self._counters.count_api_usage(api, input_tokens, output_tokens)
+
+    def local_claim(self) -> bool | asyncio.Future[None]:
+        """A decode slot of the local server: True when taken, a future to await when queued,
+        False when the queue is full too."""
+        with self.lock:
+            settings = self.settings
+            return self._local.claim(settings.local_slots or 1, settings.local_queue)
+
+    def local_release(self) -> None:
+        with self.lock:
+            self._local.release()
+
+    def local_forget(self, waiter: asyncio.Future[None]) -> None:
+        """A queued request gave up; the slot it was handed, if any, goes on."""
+        with self.lock:
+            if not self._local.forget(waiter):
+                self._local.release()
 
     # -- files and batches -----------------------------------------------------------------
 
@@ -337,6 +443,31 @@ class DemoState:
             f"<DemoState requests={c.requests} in_flight={c.in_flight} jobs={len(self._jobs)} "
             f"batches={len(self._store.batches)} {self._limiter!r} {self._window!r} {self._chat!r}>"
         )
+
+
+class _DialectLimits:
+    """The per-key limits of the other dialects, made from the settings."""
+
+    def __init__(self, settings: DemoSettings) -> None:
+        s = settings
+        self.anthropic = AnthropicLimits(s.anthropic_rpm, s.anthropic_itpm, s.anthropic_otpm)
+        self.gemini = WindowLimits(s.gemini_rpm, s.gemini_tpm, 60.0)
+        self.gemini_day = QuotaWindows(s.gemini_rpd, s.gemini_day_seconds)
+        self.azure = WindowLimits(s.azure_rpm, s.azure_tpm, s.azure_window_seconds)
+        self.bedrock = BucketLimits(s.bedrock_rpm, s.bedrock_tpm)
+
+    def set(self, s: DemoSettings) -> None:
+        self.anthropic.set(s.anthropic_rpm, s.anthropic_itpm, s.anthropic_otpm)
+        self.gemini.requests, self.gemini.tokens = s.gemini_rpm, s.gemini_tpm
+        self.gemini_day.limit, self.gemini_day.period = s.gemini_rpd, s.gemini_day_seconds
+        self.azure.requests, self.azure.tokens = s.azure_rpm, s.azure_tpm
+        self.azure.period = s.azure_window_seconds
+        self.bedrock.set(s.bedrock_rpm, s.bedrock_tpm)
+
+    def clear(self) -> None:
+        """Forget the buckets and windows a provider keeps in memory; the day's quota stays."""
+        for limits in (self.anthropic, self.gemini, self.azure, self.bedrock):
+            limits.clear()
 
 
 def _bearer(authorization: str | None) -> str | None:
