@@ -12,7 +12,7 @@ import pydantic
 import pytest
 
 import playbook as pb
-from playbook.providers.limits import announced, duration, retry_after
+from playbook.providers.limits import Announced, announced, duration, retry_after
 from playbook.providers.limits.local import LocalLimiter
 from playbook.providers.provider import governor
 from playbook.tools import engine_of
@@ -101,10 +101,9 @@ def test_reset_durations_read_as_providers_write_them(text: str, seconds: float 
 def test_limits_announced_in_headers_are_read_and_garbage_is_not() -> None:
     """x-ratelimit-limit-requests/-tokens are per-minute limits; missing or garbage values are None."""
     assert announced({"x-ratelimit-limit-requests": "500", "x-ratelimit-limit-tokens": "30000"}) == (
-        500.0,
-        30000.0,
+        Announced(requests=500.0, tokens=30000.0)
     )
-    assert announced({"x-ratelimit-limit-tokens": "200000"}) == (None, 200000.0)
+    assert announced({"x-ratelimit-limit-tokens": "200000"}) == Announced(tokens=200000.0)
     assert announced({"x-ratelimit-limit-requests": "lots"}) is None
     assert announced({}) is None
 
@@ -197,9 +196,9 @@ def test_a_bad_prompt_fails_its_row_naming_the_tool_and_pays_nothing(tmp_path: o
 def test_a_token_limit_is_made_when_a_provider_first_announces_one() -> None:
     """A provider with no tpm that announces one is paced by it from then on; the panel reads it back."""
     provider = pb.Provider("llm-co")
-    governor(provider).learn(600, 60000)
+    governor(provider).learn(Announced(600, 60000))
     limiter = governor(provider).limiter
-    assert isinstance(limiter, LocalLimiter) and limiter.tokens is not None
+    assert isinstance(limiter, LocalLimiter) and limiter.budgets is not None
     assert limiter.token_rate == pytest.approx(1000 * 0.98)
     assert provider.status().rate == pytest.approx(10 * 0.98)
     assert (provider.status().tokens, provider.status().tpm) == (0.0, pytest.approx(60000))

@@ -20,6 +20,7 @@ from vtime import run_virtual
 import playbook as pb
 from playbook._internal.flow import OnHold, WaitBudget
 from playbook.events import KeyRetired, ProviderDown, ProviderHoldSet
+from playbook.providers.limits import Announced
 from playbook.providers.pool import chosen_key
 from playbook.providers.provider import Ticket, forget_governors, governor, sharing_limits
 from playbook.runtime.state.reading import RunState
@@ -333,7 +334,7 @@ def test_a_key_that_is_down_leaves_its_calls_to_the_others_and_the_provider_is_u
 
 def test_an_announced_limit_is_the_keys_that_announced_it() -> None:
     async def send() -> str:
-        governor(provider).learn(120, None)  # what an LLM answer's x-ratelimit-limit-requests says
+        governor(provider).learn(Announced(requests=120))  # what an LLM answer's x-ratelimit-limit-requests says
         return "ok"
 
     provider = pb.Provider("pooled", keys=keys("A", "B"))

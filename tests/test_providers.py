@@ -520,6 +520,8 @@ def test_a_provider_shows_its_configuration_and_its_status() -> None:
         "window",
         "concurrency",
         "tpm",
+        "itpm",
+        "otpm",
         "account",
         "max_wait",
         "retries",

@@ -38,10 +38,21 @@ from playbook._internal.words import time_of_day
 from playbook.errors import ProviderExhausted, ProviderUnavailable, RunFatal, ToolError
 from playbook.events import ProviderDown, ProviderUp, RateChanged
 from playbook.providers.holds import Holds
-from playbook.providers.limits import HEADROOM, LONE, Backoff, Health, Limiter, Permit, Verdict
+from playbook.providers.limits import (
+    HEADROOM,
+    LONE,
+    Announced,
+    Backoff,
+    Health,
+    Limiter,
+    Permit,
+    Rates,
+    Verdict,
+)
 from playbook.providers.limits.waiters import Listeners
-from playbook.providers.sends import Sends
-from playbook.providers.status import ProviderStatus
+from playbook.providers.limits.weights import parts
+from playbook.providers.sends import PerMinute, Sends
+from playbook.providers.status import Budget, ProviderStatus
 from playbook.providers.ticket import Described, Elsewhere, Ticket
 
 __all__ = ["IN_PLACE", "OWN_IN_PLACE", "Elsewhere", "Governor", "Ticket"]
@@ -61,6 +72,7 @@ class Governor(Holds):
         "backoff",
         "health",
         "sends",
+        "minute",
         "refused",
         "failed",
         "last_status",
@@ -85,13 +97,14 @@ class Governor(Holds):
         self.backoff = Backoff()
         self.health = Health()
         self.sends = Sends()  # requests sent, and the most within a second
+        self.minute = PerMinute()  # requests sent over the last minute (a display's clock)
         self.refused = 0  # 429s
         self.failed = 0  # transient failures (5xx, timeouts, connection errors)
         self.last_status: int | None = None
         self.down_error: str | None = None  # the failure that took it down, in words
         self.probe_at = 0.0  # epoch seconds: when the next probe may go while down
-        # (monotonic time, tokens) of answered weighed calls, a minute's worth
-        self.tokens: deque[tuple[float, float]] = deque()
+        # (monotonic time, input tokens, output tokens) of answered weighed calls, a minute's worth
+        self.tokens: deque[tuple[float, float, float]] = deque()
         # Set by the pool this governor is one key of (None: its provider's only key): a call that
         # would wait here asks it first whether another key could take the call sooner
         # (Pool.elsewhere). A callback, not the pool: the pool is made of governors.
@@ -125,6 +138,7 @@ class Governor(Holds):
         """Its state now, as a snapshot (``name``, ``retired``: a pool's key's)."""
         limiter = self.limiter
         tokens, tpm = self.tokens_per_minute()
+        budgets = self.budgets()
         return ProviderStatus(
             name=name or self.name,
             down=self.health.down,
@@ -144,6 +158,7 @@ class Governor(Holds):
             retired=retired,
             window=self.window,
             busiest=self.sends.busiest,
+            budgets=budgets,
         )
 
     def subscribe(self, listener: Callable[[Any], None], *, anywhere: bool = False) -> Callable[[], None]:
@@ -205,7 +220,7 @@ class Governor(Holds):
                 self._rate_changed()
             if ticket.weight is not None:
                 with self._lock:
-                    self._metered(time.monotonic(), permit.weight)
+                    self._metered(time.monotonic(), *parts(permit.weight))
             return result  # type: ignore[no-any-return]
 
     def _paced_past_budget(self, weight: float, ticket: Ticket) -> None:
@@ -229,36 +244,72 @@ class Governor(Holds):
         )
 
     def _fits(self, weight: float, ticket: Ticket) -> None:
-        """A call weighing more tokens than the provider allows in a minute can never go (OpenAI
-        refuses it too): it fails at once instead of waiting out a minute's worth of tokens."""
-        rate = self.limiter.token_rate
-        if rate is not None and weight > rate * 60.0 / HEADROOM:
-            raise ToolError(
-                f"tool {ticket.tool!r}: this call needs about {weight:,.0f} tokens, more than provider {self.name!r} "
-                f"allows in a minute ({rate * 60.0 / HEADROOM:,.0f} tokens/min): shorten the prompt or lower max_tokens",
-                tool=ticket.tool or None,
-                provider=self.name,
-            )
+        """A call weighing more tokens than a budget of the provider allows in a minute can never
+        go (the provider refuses it too): it fails at once instead of waiting out a minute's worth."""
+        input, output = parts(weight)
+        rates = self.limiter.token_rates
+        for name, rate, n in (
+            ("tokens", rates.tokens, input + output),
+            ("input tokens", rates.input, input),
+            ("output tokens", rates.output, output),
+        ):
+            if rate is not None and n > rate * 60.0 / HEADROOM:
+                fix = (
+                    "lower max_tokens"
+                    if name == "output tokens"
+                    else "shorten the prompt or lower max_tokens"
+                )
+                raise ToolError(
+                    f"tool {ticket.tool!r}: this call needs about {n:,.0f} {name}, more than provider {self.name!r} "
+                    f"allows in a minute ({rate * 60.0 / HEADROOM:,.0f} {name}/min): {fix}",
+                    tool=ticket.tool or None,
+                    provider=self.name,
+                )
 
-    def learn(self, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
-        """The provider announced its limits (``x-ratelimit-limit-*``): pace under them."""
-        requests = requests_per_minute / 60.0 * HEADROOM if requests_per_minute else None
-        tokens = tokens_per_minute / 60.0 * HEADROOM if tokens_per_minute else None
-        if self.limiter.learn(requests, tokens):
+    def learn(self, limits: Announced) -> None:
+        """The provider announced its limits per minute (``x-ratelimit-limit-*``,
+        ``anthropic-ratelimit-*-limit``): pace under them."""
+        requests, *tokens = (n / 60.0 * HEADROOM if n else None for n in limits)
+        if self.limiter.learn(requests, Rates(*tokens)):
             self._rate_changed()
 
     def tokens_per_minute(self) -> tuple[float, float | None]:
         """Tokens answered over the last minute, and the token limit per minute (None: none)."""
-        with self._lock:
-            self._metered(time.monotonic(), 0.0)  # a display's clock: views read it from anywhere
-            used = sum(t for _, t in self.tokens)
+        used, _, _ = self._used()
         limit = self.limiter.token_rate
         return used, (round(limit * 60.0 / HEADROOM, 6) if limit is not None else None)
 
-    def _metered(self, now: float, tokens: float) -> None:
+    def budgets(self) -> tuple[Budget, ...]:
+        """Each budget the provider's calls are paced under, by its own name, with what the last
+        minute used of it: requests (when its limit is known), then tokens, input tokens and output
+        tokens (those it has).  None for a provider with no token budget."""
+        rates = self.limiter.token_rates
+        if rates == Rates():
+            return ()
+        tokens, input, output = self._used()
+        ceiling = self.limiter.ceiling
+        shown = []
+        if ceiling is not None:
+            shown.append(Budget("requests", self.minute.count(time.monotonic()), _per_minute(ceiling)))
+        for name, rate, used in zip(
+            ("tokens", "input tokens", "output tokens"), rates, (tokens, input, output)
+        ):
+            if rate is not None:
+                shown.append(Budget(name, used, _per_minute(rate)))
+        return tuple(shown)
+
+    def _used(self) -> tuple[float, float, float]:
+        """Tokens answered over the last minute: all, input and output."""
+        with self._lock:
+            self._metered(time.monotonic(), 0.0, 0.0)  # a display's clock: views read it from anywhere
+            input = sum(t for _, t, _ in self.tokens)
+            output = sum(t for _, _, t in self.tokens)
+        return input + output, input, output
+
+    def _metered(self, now: float, input: float, output: float) -> None:
         meter = self.tokens
-        if tokens:
-            meter.append((now, tokens))
+        if input or output:
+            meter.append((now, input, output))
         while meter and meter[0][0] < now - 60.0:
             meter.popleft()
 
@@ -292,6 +343,7 @@ class Governor(Holds):
             await self.limiter.release(permit)
             raise Elsewhere
         self.sends.note(loop.time())
+        self.minute.note(time.monotonic())
         try:
             result = await send()
         except RunFatal:
@@ -442,6 +494,11 @@ class Governor(Holds):
         )
         error.__cause__ = exc
         return error
+
+
+def _per_minute(rate: float | None) -> float | None:
+    """A limit a second, headroom taken, as the provider says it: per minute."""
+    return round(rate * 60.0 / HEADROOM, 6) if rate is not None else None
 
 
 def _describe(exc: BaseException) -> str:

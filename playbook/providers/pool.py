@@ -38,9 +38,9 @@ from playbook.events import (
     RateChanged,
 )
 from playbook.providers.governor import Elsewhere, Governor
-from playbook.providers.limits import Limiter
+from playbook.providers.limits import Announced, Limiter
 from playbook.providers.limits.waiters import Listeners
-from playbook.providers.status import ProviderStatus
+from playbook.providers.status import ProviderStatus, merge_budgets
 from playbook.providers.ticket import Described, Ticket
 
 if TYPE_CHECKING:
@@ -181,11 +181,11 @@ class Pool:
     def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
         return self._listeners.add(listener)
 
-    def learn(self, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
+    def learn(self, limits: Announced) -> None:
         """A key's answer announced its limits: they are that key's."""
         lane = _CHOSEN.get()
         if lane is not None and lane in self.lanes:
-            lane.governor.learn(requests_per_minute, tokens_per_minute)
+            lane.governor.learn(limits)
 
     # -- the call ------------------------------------------------------------------------------
 
@@ -364,4 +364,5 @@ class Pool:
             failed=sum(s.failed for s in keys),
             keys=keys,
             busiest=sum(s.busiest for s in keys),  # at most: each key's busiest second may be another
+            budgets=merge_budgets([s.budgets for s in active]),
         )

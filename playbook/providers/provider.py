@@ -23,7 +23,7 @@ import numpy as np
 from playbook._internal.urls import masked
 from playbook.errors import PlayDefinitionError
 from playbook.providers.governor import IN_PLACE, Governor, Ticket
-from playbook.providers.limits import HEADROOM, Limiter, LocalLimiter
+from playbook.providers.limits import HEADROOM, Limiter, LocalLimiter, Rates
 from playbook.providers.pool import Pool
 from playbook.providers.status import ProviderStatus
 
@@ -50,6 +50,8 @@ _CONFIG = frozenset(
         "window",
         "concurrency",
         "tpm",
+        "itpm",
+        "otpm",
         "account",
         "max_wait",
         "retries",
@@ -57,7 +59,16 @@ _CONFIG = frozenset(
         "keys",
     }
 )
-_PER_KEY = ("rps", "rpm", "burst", "window", "concurrency", "tpm")  # limits a pool may give one per key
+_PER_KEY = (
+    "rps",
+    "rpm",
+    "burst",
+    "window",
+    "concurrency",
+    "tpm",
+    "itpm",
+    "otpm",
+)  # limits a pool may give one per key
 _SCHEMES = ("redis", "rediss", "unix")
 # While set, a provider pickled without shared= travels as one whose limits are shared there (a
 # cluster run: every worker is another process, and one account has one rate, not one per worker).
@@ -202,12 +213,16 @@ def _per_key(name: str, given: dict[str, Any], keys: tuple[Secret, ...] | None) 
 
 def _limits(name: str, given: dict[str, Any]) -> dict[str, Any]:
     """One key's limits, checked: its rate per second (from ``rps`` or ``rpm``), burst, window,
-    calls in flight and tokens per minute."""
-    rps, rpm, tpm = (_check(name, option, given[option]) for option in ("rps", "rpm", "tpm"))
+    calls in flight and tokens per minute (all, input and output)."""
+    rps, rpm, tpm, itpm, otpm = (
+        _check(name, option, given[option]) for option in ("rps", "rpm", "tpm", "itpm", "otpm")
+    )
     return {
         "rps": rps if rpm is None else rpm / 60.0,
         "rpm": rpm,
         "tpm": tpm,
+        "itpm": itpm,
+        "otpm": otpm,
         "burst": _check(name, "burst", given["burst"], integer=True),
         "window": _check_window(name, given["window"]),
         "concurrency": _check(name, "concurrency", given["concurrency"], integer=True),
@@ -232,6 +247,12 @@ class Provider:
     ``x-ratelimit-limit-*`` headers of an LLM provider's answers); ``concurrency`` bounds calls in
     flight; ``tpm`` is tokens per minute: an LLM tool's calls are weighed by their estimated tokens,
     paced evenly (never a minute's worth at once), and charged their real usage when answered;
+    ``itpm`` and ``otpm`` are input and output tokens per minute, budgets apart (as Anthropic counts
+    them; beside ``tpm``, which counts both): a call is charged its prompt against the one and,
+    where the provider charges ``max_tokens`` when a request starts, its ``max_tokens`` against the
+    other, given back when the answer says what it used.  Limits nobody configured are learnt from
+    the headers of an LLM provider's answers (``x-ratelimit-limit-*``,
+    ``anthropic-ratelimit-*-limit``);
     ``window=(50, 5)`` is a limit counted per window of time (50 calls per 5 seconds): no span
     of 5 s sees more than 50 calls, and a window's whole allowance goes at once (without it, an
     allowance is learnt from the refusals that say when a window ends);
@@ -262,6 +283,8 @@ class Provider:
     window: tuple[int, float] | None
     concurrency: int | None
     tpm: float | None
+    itpm: float | None
+    otpm: float | None
     account: str
     max_wait: float
     retries: int
@@ -279,6 +302,8 @@ class Provider:
         window: tuple[int, float] | Sequence[tuple[int, float]] | None = None,
         concurrency: int | Sequence[int] | None = None,
         tpm: float | Sequence[float] | None = None,
+        itpm: float | Sequence[float] | None = None,
+        otpm: float | Sequence[float] | None = None,
         account: str = "default",
         max_wait: float = 120.0,
         retries: int = 4,
@@ -304,6 +329,8 @@ class Provider:
             "window": window,
             "concurrency": concurrency,
             "tpm": tpm,
+            "itpm": itpm,
+            "otpm": otpm,
         }
         limits = [_limits(name, one) for one in _per_key(name, given, pool)]
         max_wait = _check(name, "max_wait", max_wait, zero=True, optional=False)
@@ -348,9 +375,11 @@ class Provider:
         )
 
     def _limiter(self, limits: dict[str, Any], account: str) -> Limiter:
-        rps, tpm = limits["rps"], limits["tpm"]
+        rps = limits["rps"]
         rate = rps * HEADROOM if rps is not None else None
-        tokens = tpm / 60.0 * HEADROOM if tpm is not None else None
+        tokens = Rates(
+            *(limits[k] / 60.0 * HEADROOM if limits[k] is not None else None for k in ("tpm", "itpm", "otpm"))
+        )
         if self.shared is None:
             return LocalLimiter(rate, limits["burst"], limits["concurrency"], tokens, limits["window"])
         from playbook.providers.limits.shared import (
@@ -376,6 +405,8 @@ class Provider:
             "window": self.window,
             "concurrency": self.concurrency,
             "tpm": self.tpm,
+            "itpm": self.itpm,
+            "otpm": self.otpm,
             "account": self.account.split(":", 1)[1],
             "max_wait": self.max_wait,
             "retries": self.retries,
@@ -402,7 +433,15 @@ class Provider:
         object.__setattr__(self, option, value)
 
     def __repr__(self) -> str:
-        given = ("rpm" if self.rpm is not None else "rps", "burst", "window", "concurrency", "tpm")
+        given = (
+            "rpm" if self.rpm is not None else "rps",
+            "burst",
+            "window",
+            "concurrency",
+            "tpm",
+            "itpm",
+            "otpm",
+        )
         limits = [f"{k}={getattr(self, k)!r}" for k in given if getattr(self, k) is not None]
         if self.keys is not None:
             limits.append(f"keys={len(self.keys)}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 
-__all__ = ["Sends"]
+__all__ = ["PerMinute", "Sends"]
 
 
 class Sends:
@@ -54,3 +54,30 @@ class Sends:
     def busiest(self) -> int:
         """The most calls any window of ``WINDOW`` seconds held, among the recent ones (0: none sent)."""
         return self._peaks[0][1] if self._peaks else 0
+
+
+class PerMinute:
+    """Calls sent over the last minute, counted in whole seconds (``now``: a display's clock,
+    ``time.monotonic()``, as views read it)."""
+
+    __slots__ = ("_seconds",)
+
+    MINUTE = 60
+
+    def __init__(self) -> None:
+        self._seconds: deque[list[int]] = deque()  # [second, calls sent in it], the last MINUTE of them
+
+    def note(self, now: float) -> None:
+        second = int(now)
+        seconds = self._seconds
+        if seconds and seconds[-1][0] == second:
+            seconds[-1][1] += 1
+            return
+        seconds.append([second, 1])
+        while seconds[0][0] <= second - self.MINUTE:
+            seconds.popleft()
+
+    def count(self, now: float) -> int:
+        """Calls sent within the minute before ``now``."""
+        start = int(now) - self.MINUTE
+        return sum(n for second, n in list(self._seconds) if second > start)

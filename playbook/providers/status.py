@@ -5,7 +5,31 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["ProviderStatus"]
+__all__ = ["Budget", "ProviderStatus", "merge_budgets"]
+
+
+class Budget(NamedTuple):
+    """One limit a provider's calls are paced under, by its own name ("requests", "tokens",
+    "input tokens", "output tokens"), with what the last minute used of it."""
+
+    name: str
+    used: float  # requests sent, or tokens answered, over the last minute
+    limit: float | None  # per minute, configured or announced; None: not known
+
+
+def merge_budgets(groups: list[tuple[Budget, ...]]) -> tuple[Budget, ...]:
+    """The budgets of several keys (or workers) as one: each name's use summed, and its limit
+    summed when every one that has the budget knows it."""
+    merged: dict[str, Budget] = {}
+    for budgets in groups:
+        for b in budgets:
+            seen = merged.get(b.name)
+            if seen is None:
+                merged[b.name] = b
+            else:
+                limit = None if seen.limit is None or b.limit is None else seen.limit + b.limit
+                merged[b.name] = Budget(b.name, seen.used + b.used, limit)
+    return tuple(merged.values())
 
 
 class ProviderStatus(NamedTuple):
@@ -36,3 +60,6 @@ class ProviderStatus(NamedTuple):
     # The most requests sent within any one second lately (on the clock the pace keeps): a peak
     # counted as a provider counts, to set beside the rate.  0: none sent, or not known.
     busiest: int = 0
+    # Each budget of a provider whose calls are weighed by their tokens, by its own name: requests
+    # (when its limit is known), then tokens, input tokens and output tokens (those it has).
+    budgets: tuple[Budget, ...] = ()

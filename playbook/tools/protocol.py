@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 if TYPE_CHECKING:
     import httpx
 
+    from playbook.providers.limits import Announced
     from playbook.providers.provider import Provider
 
 __all__ = ["NO_INPUT", "CallEnv", "Spent", "ToolEngine", "is_local"]
@@ -38,9 +39,10 @@ NO_INPUT: Any = object()  # "no positional input": None is a valid input
 
 
 class Spent(NamedTuple):
-    """What one paid answer cost: money (in the tool's own unit), tokens (``None``: not counted),
-    requests (an answer that needed a re-ask took two), and the part of the money that bought an
-    answer validation refused (the first of a re-asked pair)."""
+    """What one paid answer cost: money (in the tool's own unit), tokens (``None``: not counted; an
+    LLM's answer says :class:`~playbook.providers.limits.Tokens`, input and output apart, a number
+    of them in all), requests (an answer that needed a re-ask took two), and the part of the money
+    that bought an answer validation refused (the first of a re-asked pair)."""
 
     cost: float
     tokens: float | None
@@ -50,14 +52,14 @@ class Spent(NamedTuple):
 
 class CallEnv:
     """What a tool needs from the run to make one call, and what it tells back: the limits its
-    provider announced in the answer (``announced``: requests and tokens per minute)."""
+    provider announced in the answer (``announced``: requests and tokens per minute, each budget)."""
 
     __slots__ = ("client", "idempotency_key", "announced", "partial")
 
     def __init__(self, client: Callable[[], httpx.AsyncClient], idempotency_key: str) -> None:
         self.client = client
         self.idempotency_key = idempotency_key
-        self.announced: tuple[float | None, float | None] | None = None
+        self.announced: Announced | None = None
         # What a try got before it failed, kept for the next try of the same call (an LLM
         # answer whose re-ask failed is not asked for again).
         self.partial: Any = None
@@ -148,7 +150,8 @@ class ToolEngine(Protocol):
 
     def weigh(self, values: Any) -> float | None:
         """Asked before a call goes through its provider's governor: the tokens it is expected
-        to use (None: it is weighed as one request)."""
+        to use, a :class:`~playbook.providers.limits.Tokens` to count input and output apart (None:
+        it is weighed as one request)."""
         ...
 
     def price(self, values: Any) -> float:

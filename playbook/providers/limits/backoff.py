@@ -1,15 +1,17 @@
 """Waiting after a refusal: exponential backoff with jitter, and reading a server's "come back
-later" headers.  Neither reads a clock: ``retry_after`` takes the wall-clock ``now``."""
+later" headers and the limits an LLM provider announces in them (:func:`announced`, in every
+dialect's names).  None reads a clock: ``retry_after`` takes the wall-clock ``now``."""
 
 from __future__ import annotations
 
 import math
 import random
 from collections.abc import Mapping
-from datetime import UTC
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import NamedTuple
 
-__all__ = ["Backoff", "announced", "duration", "retry_after"]
+__all__ = ["Announced", "Backoff", "announced", "duration", "retry_after"]
 
 _EPOCH_FLOOR = 1e9  # a reset value this large is a Unix timestamp, not a number of seconds
 
@@ -17,7 +19,9 @@ _EPOCH_FLOOR = 1e9  # a reset value this large is a Unix timestamp, not a number
 def retry_after(headers: Mapping[str, str], *, now: float) -> float | None:
     """Seconds the server asks us to wait, from ``Retry-After-Ms`` (milliseconds, as OpenAI
     sends), ``Retry-After`` (seconds or an HTTP date), ``RateLimit-Reset`` / ``RateLimit: ...;
-    reset=N`` (seconds) or ``X-RateLimit-Reset`` (a Unix timestamp, or seconds when small).
+    reset=N`` (seconds) or ``X-RateLimit-Reset`` (a Unix timestamp, or seconds when small); else
+    the reset of an LLM provider's limit it says is used up (``remaining`` 0): OpenAI's
+    ``x-ratelimit-reset-*`` durations, Anthropic's ``anthropic-ratelimit-*-reset`` RFC 3339 times.
     ``now`` is the wall-clock time (epoch seconds).
 
     ``None`` when no header gives a usable value; garbage is ignored, never trusted.
@@ -61,32 +65,75 @@ def retry_after(headers: Mapping[str, str], *, now: float) -> float | None:
             if seconds >= _EPOCH_FLOOR * 1000:  # milliseconds since the epoch
                 seconds = seconds / 1000.0
             return max(0.0, seconds - now) if seconds >= _EPOCH_FLOOR else seconds
-    return _exhausted_reset(headers)
+    return _exhausted_reset(headers, now)
 
 
-def _exhausted_reset(headers: Mapping[str, str]) -> float | None:
-    """An LLM provider's refusal without Retry-After: the reset (``x-ratelimit-reset-tokens:
-    "1.5s"``) of a limit it says is used up (``x-ratelimit-remaining-tokens: 0``)."""
+_OPENAI = ("requests", "tokens")
+# Anthropic's budgets; its "tokens" is whichever of the token limits binds now, not a budget of its own.
+_ANTHROPIC = ("requests", "input-tokens", "output-tokens", "tokens")
+
+
+def _exhausted_reset(headers: Mapping[str, str], now: float) -> float | None:
+    """An LLM provider's refusal without Retry-After: the reset of a limit it says is used up
+    (``remaining`` 0): OpenAI's ``x-ratelimit-reset-tokens: "1.5s"`` (a duration) or Anthropic's
+    ``anthropic-ratelimit-output-tokens-reset: "2025-01-01T00:00:30Z"`` (an RFC 3339 time).  The
+    soonest, when several are."""
     waits = []
-    for kind in ("requests", "tokens"):
-        remaining, reset = (
-            headers.get(f"x-ratelimit-remaining-{kind}"),
-            headers.get(f"x-ratelimit-reset-{kind}"),
-        )
-        if remaining is not None and reset is not None and _seconds(remaining) == 0:
-            wait = duration(reset)
-            if wait is not None:
-                waits.append(wait)
+    for kind in _OPENAI:
+        reset = _used_up(headers, f"x-ratelimit-remaining-{kind}", f"x-ratelimit-reset-{kind}")
+        wait = duration(reset) if reset is not None else None
+        if wait is not None:
+            waits.append(wait)
+    for kind in _ANTHROPIC:
+        prefix = f"anthropic-ratelimit-{kind}"
+        reset = _used_up(headers, f"{prefix}-remaining", f"{prefix}-reset")
+        when = _rfc3339(reset) if reset is not None else None
+        if when is not None:
+            waits.append(max(0.0, when - now))
     return min(waits) if waits else None
 
 
-def announced(headers: Mapping[str, str]) -> tuple[float | None, float | None] | None:
-    """The request and token limits per minute an LLM provider announces in every answer
-    (``x-ratelimit-limit-requests`` / ``-tokens``, as OpenAI, Azure and most proxies send); ``None``
-    when it announces neither.  Garbage is ignored."""
-    requests = _limit(headers.get("x-ratelimit-limit-requests"))
-    tokens = _limit(headers.get("x-ratelimit-limit-tokens"))
-    return None if requests is None and tokens is None else (requests, tokens)
+def _used_up(headers: Mapping[str, str], remaining: str, reset: str) -> str | None:
+    """The reset header's text when the remaining header says 0; else None."""
+    left, when = headers.get(remaining), headers.get(reset)
+    return when if left is not None and when is not None and _seconds(left) == 0 else None
+
+
+def _rfc3339(text: str) -> float | None:
+    """Epoch seconds of an RFC 3339 time (``2025-01-01T00:00:30Z``, ``...+01:00``, fractions);
+    None for anything else, a time without its offset too (its zone is a guess)."""
+    try:
+        when = datetime.fromisoformat(text.strip().strip('"').upper())  # RFC 3339 allows a lower-case t and z
+    except ValueError:
+        return None
+    return when.timestamp() if when.tzinfo is not None else None
+
+
+class Announced(NamedTuple):
+    """The limits per minute an LLM provider announced in an answer's headers: requests, tokens
+    (one budget for input and output together, as OpenAI and Azure count them), input tokens
+    and output tokens (apart, as Anthropic counts them).  None: not announced."""
+
+    requests: float | None = None
+    tokens: float | None = None
+    input: float | None = None
+    output: float | None = None
+
+
+def announced(headers: Mapping[str, str]) -> Announced | None:
+    """The limits an LLM provider announces in every answer: ``x-ratelimit-limit-requests`` /
+    ``-tokens`` (OpenAI, Azure and most proxies), ``anthropic-ratelimit-requests-limit`` /
+    ``-input-tokens-limit`` / ``-output-tokens-limit`` (Anthropic); ``None`` when it announces
+    none.  Anthropic's ``anthropic-ratelimit-tokens-*`` tell whichever token limit binds now, not a
+    budget of input and output together: they teach no limit.  Garbage is ignored."""
+    found = Announced(
+        _limit(headers.get("x-ratelimit-limit-requests"))
+        or _limit(headers.get("anthropic-ratelimit-requests-limit")),
+        _limit(headers.get("x-ratelimit-limit-tokens")),
+        _limit(headers.get("anthropic-ratelimit-input-tokens-limit")),
+        _limit(headers.get("anthropic-ratelimit-output-tokens-limit")),
+    )
+    return None if found == (None, None, None, None) else found
 
 
 def _limit(text: str | None) -> float | None:

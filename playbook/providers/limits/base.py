@@ -13,9 +13,12 @@ goes on the wire, and gives the permit back with the limiter's verdict on how it
 Times are the running loop's clock (``loop.time()``), in this process; a limiter whose state is
 shared with other processes translates them to its own clock, so the governor never sees another
 machine's time.  Every call counts 1 against the request rate; ``weight`` is what it counts
-against the token rate (``tpm``), when there is one: a call weighed by its tokens is charged its
+against the token budgets (``tpm``: all tokens; ``itpm`` and ``otpm``: input and output tokens
+apart), when there are any: a call weighed by its tokens (a
+:class:`~playbook.providers.limits.weights.Tokens`, input and output apart) is charged its
 estimate at :meth:`Limiter.acquire` and its usage at :meth:`Limiter.settle`.  Limits a provider
-announces in its answers (``x-ratelimit-limit-*``) reach the limiter through :meth:`Limiter.learn`.
+announces in its answers (``x-ratelimit-limit-*``, ``anthropic-ratelimit-*-limit``) reach the
+limiter through :meth:`Limiter.learn`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 import enum
 import math
 from typing import Protocol, runtime_checkable
+
+from playbook.providers.limits.weights import Rates
 
 __all__ = ["HEADROOM", "LONE", "Limiter", "Permit", "Verdict", "rate_news"]
 
@@ -100,8 +105,16 @@ class Limiter(Protocol):
         """Loop clock: nothing goes before this (0.0 or a past time: no hold)."""
 
     @property
+    def ceiling(self) -> float | None:
+        """Calls a second it never goes past (configured or announced); ``None``: discovered."""
+
+    @property
     def token_rate(self) -> float | None:
         """Tokens a second it lets through (configured or announced); ``None``: no token limit."""
+
+    @property
+    def token_rates(self) -> Rates:
+        """Tokens a second of each budget (all, input and output tokens; configured or announced)."""
 
     async def acquire(self, weight: float = 1.0, patience: float = math.inf) -> Permit | None:
         """Wait for a concurrency slot and a rate slot for a call of ``weight`` units; ``None``
@@ -135,9 +148,10 @@ class Limiter(Protocol):
         """Seconds a call of ``weight`` tokens would wait for its rate and token slots if it asked
         now, behind the calls already waiting (0.0 when it cannot tell without asking)."""
 
-    def learn(self, requests: float | None, tokens: float | None) -> bool:
-        """The provider announced its limits (requests and tokens a second, headroom taken): pace
-        under them where nothing lower is configured.  True when a limit changed."""
+    def learn(self, requests: float | None, tokens: float | Rates | None) -> bool:
+        """The provider announced its limits (requests a second; tokens a second, one budget or
+        :class:`~playbook.providers.limits.weights.Rates`; headroom taken): pace under them where
+        nothing lower is configured.  True when a limit changed."""
 
 
 def rate_news(shown: float | None, rate: float | None, ceiling: float | None) -> bool:

@@ -18,17 +18,21 @@ from collections.abc import Callable
 
 from playbook.providers.limits.allowance import Allowance
 from playbook.providers.limits.base import Permit, Verdict
+from playbook.providers.limits.budgets import Budgets
 from playbook.providers.limits.gates import Window
 from playbook.providers.limits.pace import Pace
 from playbook.providers.limits.waiters import here, wake_all
+from playbook.providers.limits.weights import Rates, parts
 
-__all__ = ["LocalLimiter", "token_burst"]
+__all__ = ["LocalLimiter"]
 
 
 class LocalLimiter:
     """``LocalLimiter(rate, burst, concurrency, tokens=None)``: the
     :class:`~playbook.providers.limits.base.Limiter` of one process.  ``rate`` in calls a second (None:
-    discovered from 429s); ``tokens`` in tokens a second (None: calls are not weighed).
+    discovered from 429s); ``tokens`` in tokens a second, a number (one budget of all tokens) or
+    :class:`~playbook.providers.limits.budgets.Rates` (all, input and output tokens apart; None:
+    calls are not weighed).
 
     One process, any number of threads: each thread running a blocking ``map()`` has a loop of
     its own, and they all share this rate and this bound on calls in flight.  A lock guards the
@@ -40,7 +44,7 @@ class LocalLimiter:
 
     __slots__ = (
         "pace",
-        "tokens",
+        "budgets",
         "window",
         "allowance",
         "hold_until_t",
@@ -48,6 +52,7 @@ class LocalLimiter:
         "_lock",
         "_waiters",
         "_queued",
+        "_queued_out",
         "_loops",
     )
 
@@ -56,11 +61,13 @@ class LocalLimiter:
         rate: float | None = None,
         burst: int | None = None,
         concurrency: int | None = None,
-        tokens: float | None = None,
+        tokens: float | Rates | None = None,
         allowance: tuple[int, float] | None = None,
     ) -> None:
         self.pace = Pace(rate, burst)
-        self.tokens = _token_pace(tokens) if tokens is not None else None
+        rates = tokens if isinstance(tokens, Rates) else Rates(tokens)
+        # None while no budget is known: a call then costs no more than it did before budgets
+        self.budgets = Budgets(rates) if rates != Rates() else None
         self.window = Window(concurrency)
         self.allowance = Allowance(*allowance) if allowance is not None else Allowance()
         self.hold_until_t = 0.0  # loop clock
@@ -68,11 +75,11 @@ class LocalLimiter:
         self._lock = threading.Lock()
         # (slot, weight), in order, on any loop
         self._waiters: deque[tuple[asyncio.Future[bool], float]] = deque()
-        self._queued = 0.0  # the waiters' weights, summed
+        self._queued = self._queued_out = 0.0  # the waiters' weights (and their output tokens), summed
         self._loops: dict[asyncio.AbstractEventLoop, _Timer] = {}  # each loop with waiters: its timer
 
     def __repr__(self) -> str:
-        tokens = f" tokens={self.tokens.rate:.4g}/s" if self.tokens is not None else ""
+        tokens = f" {self.budgets!r}" if self.budgets is not None else ""
         limits = f"{self.pace!r}{tokens} {self.window!r} {self.allowance!r}"
         return f"<LocalLimiter {limits} on_wire={self.in_flight} hold_until_t={self.hold_until_t:.3f}>"
 
@@ -85,20 +92,30 @@ class LocalLimiter:
         return self.window.known_limit
 
     @property
+    def ceiling(self) -> float | None:
+        return self.pace.ceiling
+
+    @property
     def token_rate(self) -> float | None:
-        return self.tokens.rate if self.tokens is not None else None
+        return self.token_rates.tokens
+
+    @property
+    def token_rates(self) -> Rates:
+        return self.budgets.rates if self.budgets is not None else Rates()
 
     def expected_wait(self, weight: float) -> float:
         loop = here()
-        if loop is None or (self.pace.rate is None and self.tokens is None and not self.allowance.configured):
+        if loop is None or (
+            self.pace.rate is None and self.budgets is None and not self.allowance.configured
+        ):
             return 0.0
         with self._lock:
             wait = self._delay(loop.time(), weight)
             if self._waiters:  # the queue ahead goes first
                 if self.pace.rate is not None:
                     wait += len(self._waiters) / self.pace.rate
-                if self.tokens is not None and self.tokens.rate is not None:
-                    wait += self._queued / self.tokens.rate
+                if self.budgets is not None:
+                    wait += self.budgets.behind(self._queued, self._queued_out)
         return wait
 
     def turn_away(self) -> None:
@@ -106,15 +123,15 @@ class LocalLimiter:
             kicked = self.window.kick() + self._unqueue_all()
         wake_all(kicked, False)
 
-    def learn(self, requests: float | None, tokens: float | None) -> bool:
+    def learn(self, requests: float | None, tokens: float | Rates | None) -> bool:
+        rates = tokens if isinstance(tokens, Rates) else Rates(tokens)
         with self._lock:
             changed = requests is not None and self.pace.learn(requests)
-            if tokens is not None:
-                if self.tokens is None:
-                    self.tokens = _token_pace(tokens)
+            if rates != Rates():
+                if self.budgets is None:
+                    self.budgets = Budgets(rates)
                     changed = True
-                elif self.tokens.learn(tokens):
-                    self.tokens.burst = token_burst(tokens)
+                elif self.budgets.learn(rates):
                     changed = True
         if changed:
             self._rearm()
@@ -146,9 +163,9 @@ class LocalLimiter:
             if not self._landed(permit):
                 return False
             if actual is not None and actual != permit.weight:
-                if self.tokens is not None:
-                    self.tokens.charge(actual - permit.weight)
-                    rearm = True  # a call that used fewer tokens than estimated lets the next one go sooner
+                if self.budgets is not None:
+                    # a call that used fewer tokens than charged lets the next one go sooner
+                    rearm = self.budgets.charge(permit.weight, actual)
                 permit.weight = actual
             self.window.release()
             grew = self.window.success(permit.level, now)
@@ -174,7 +191,7 @@ class LocalLimiter:
                 verdict = Verdict.LOWERED
             elif short and lone:
                 verdict = Verdict.LONE
-            elif not (hinted and self.tokens is not None):
+            elif not (hinted and self.budgets is not None):
                 # else a token limit's refusal, most likely: its hold says when
                 rearm = self.pace.limited(now, permit.sent_at, pending=self.in_flight)
                 verdict = Verdict.LOWERED if rearm else Verdict.NOTED
@@ -248,21 +265,21 @@ class LocalLimiter:
 
     def _due(self, now: float, weight: float) -> bool:
         """Under the lock: may a call go now, with no one queued ahead of it?"""
-        if self.pace.rate is None and self.tokens is None and not self.allowance.configured:
+        if self.pace.rate is None and self.budgets is None and not self.allowance.configured:
             return True
         return not self._waiters and self._delay(now, weight) <= 0
 
     def _delay(self, now: float, weight: float) -> float:
         """Seconds until a call of ``weight`` tokens has a request slot, room in the window and its tokens."""
         wait = max(self.pace.delay(now), self.allowance.delay(now))
-        return wait if self.tokens is None else max(wait, self.tokens.delay(now, weight))
+        return wait if self.budgets is None else max(wait, self.budgets.delay(now, weight))
 
     def _take(self, now: float, weight: float, *, queued: bool = False) -> None:
         self.pace.take(now, queued=queued)
         self.allowance.take(now, self.hold_until_t)
         self.window.single(self.allowance.single_file())
-        if self.tokens is not None:
-            self.tokens.take(now, queued=queued, weight=weight)
+        if self.budgets is not None:
+            self.budgets.take(now, weight, queued=queued)
 
     async def _paced(self, loop: asyncio.AbstractEventLoop, weight: float) -> Permit | None:
         """Past the gate (its room counted): wait for a slot at the current rate (and for the
@@ -298,7 +315,7 @@ class LocalLimiter:
                 self._waiters.remove((slot, weight))
             except ValueError:
                 return  # let out or sent back already
-            self._queued -= weight
+            self._count_queued(weight, -1)
             self._gone(slot.get_loop())
 
     def _queue(
@@ -307,7 +324,7 @@ class LocalLimiter:
         """Under the lock: queue ``slot``; its loop's timer lets the queue out when the first slot
         is due (sooner than it was armed for, if the schedule moved up)."""
         self._waiters.append((slot, weight))
-        self._queued += weight
+        self._count_queued(weight, 1)
         timer = self._loops.get(loop)
         if timer is None:
             self._loops[loop] = timer = _Timer(loop)
@@ -325,7 +342,7 @@ class LocalLimiter:
             now, waiters = loop.time(), self._waiters
             while waiters and self._delay(now, waiters[0][1]) <= 0:
                 slot, weight = waiters.popleft()
-                self._queued -= weight
+                self._count_queued(weight, -1)
                 self._gone(slot.get_loop())
                 if not slot.done():  # a cancelled waiter gives its turn to the next
                     self._take(now, weight, queued=True)
@@ -343,11 +360,17 @@ class LocalLimiter:
         or a window's allowance used up), which ask again."""
         sent_back = [slot for slot, _ in self._waiters if not slot.done()]
         self._waiters.clear()
-        self._queued = 0.0
+        self._queued = self._queued_out = 0.0
         for timer in self._loops.values():
             timer.cancel()
         self._loops.clear()
         return sent_back
+
+    def _count_queued(self, weight: float, sign: int) -> None:
+        """Under the lock: a call of ``weight`` joined (1) or left (-1) the queue."""
+        self._queued += sign * weight
+        if self.budgets is not None:
+            self._queued_out += sign * parts(weight)[1]
 
     def _gone(self, loop: asyncio.AbstractEventLoop) -> None:
         """Under the lock: one of ``loop``'s calls left the queue."""
@@ -400,14 +423,3 @@ class _Timer:
         if self.handle is not None and self.loop is here():
             self.handle.cancel()
         self.handle = None
-
-
-def _token_pace(rate: float) -> Pace:
-    return Pace(rate, token_burst(rate))
-
-
-def token_burst(rate: float) -> int:
-    """Tokens are paced evenly, with at most half a second's worth at once: providers enforce a
-    per-minute token limit over much shorter periods (a minute's worth sent at once is refused),
-    and calls that leave evenly may still arrive together, or use more tokens than estimated."""
-    return max(1, int(rate / 2))

@@ -10,7 +10,9 @@ Keys, all under one hash tag so a cluster keeps them on one node:
     {p}hold       when the provider-wide hold ends (absent: none)
     {p}permits    sorted set: permit id -> expiry; a permit not renewed in time is evicted, so
                   the slot of a process killed mid-call comes back
-    {p}tokens     the token rate's GCRA (``tpm``): its theoretical arrival time, like gcra
+    {p}tokens     the token budgets' GCRAs (``tpm``; ``itpm`` and ``otpm`` at {p}input and
+    {p}input      {p}output): each its theoretical arrival time, like gcra
+    {p}output
     {p}aimd       hash: rate (absent: unlimited), last_cut, target, level (the base of the last
                   cut), slow, grown, started, resumed
     {p}sent:N     units sent / refused in the 0.1 s bucket N (expire after a few seconds): what
@@ -353,24 +355,35 @@ return fmt(now)
 """
 
 # Each script carries the prelude: EVALSHA runs one self-contained source.
-# KEYS: tokens.  ARGV: prefix, weight, rate (tokens a second), burst.  -> {now, wait}: the call's
-# tokens are reserved, to be sent ``wait`` seconds from now (paced evenly, never a minute at once).
+# KEYS: the token budgets the call is charged to (tokens, input, output: those the account has).
+# ARGV: prefix, then for each budget: weight, rate (tokens a second), burst.  -> {now, wait}: the
+# call's tokens are reserved in every budget, to be sent ``wait`` seconds from now, when the
+# slowest has room (each paced evenly, never a minute at once).
 _TOKENS = """
-local weight, rate, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = clock()
-local interval = 1 / rate
-local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
-local go = math.max(now, tat - math.max(0, burst - weight) * interval)
-local new = math.max(tat, go) + weight * interval
-redis.call('SET', KEYS[1], fmt(new), 'PX', math.ceil((new - now) * 1000) + 60000)
+local go, tats = now, {}
+for i = 1, #KEYS do
+  local weight, rate, burst = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
+  tats[i] = tonumber(redis.call('GET', KEYS[i]) or '0')
+  go = math.max(go, tats[i] - math.max(0, burst - weight) / rate)
+end
+for i = 1, #KEYS do
+  local weight, rate = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])
+  local new = math.max(tats[i], go) + weight / rate
+  redis.call('SET', KEYS[i], fmt(new), 'PX', math.ceil((new - now) * 1000) + 60000)
+end
 return {fmt(now), fmt(go - now)}
 """
 
-# KEYS: tokens.  ARGV: prefix, extra tokens, rate.  A call used more (or fewer) tokens than it
-# reserved: the next reservations move by that much.
+# KEYS: token budgets.  ARGV: prefix, then for each budget: extra tokens, rate.  A call used more
+# (or fewer) tokens than it reserved: each budget's next reservations move by that much.
 _CHARGE = """
-local tat = num(redis.call('GET', KEYS[1]))
-if tat ~= nil then redis.call('SET', KEYS[1], fmt(tat + tonumber(ARGV[2]) / tonumber(ARGV[3])), 'KEEPTTL') end
+for i = 1, #KEYS do
+  local tat = num(redis.call('GET', KEYS[i]))
+  if tat ~= nil then
+    redis.call('SET', KEYS[i], fmt(tat + tonumber(ARGV[2 * i]) / tonumber(ARGV[2 * i + 1])), 'KEEPTTL')
+  end
+end
 return 1
 """
 

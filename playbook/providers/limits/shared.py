@@ -38,13 +38,14 @@ from playbook.errors import PlayDefinitionError, ToolError
 from playbook.providers.limits import scripts
 from playbook.providers.limits.allowance import Allowance
 from playbook.providers.limits.base import Permit, Verdict, rate_news
+from playbook.providers.limits.budgets import token_burst
 from playbook.providers.limits.clock import RemoteClock
 from playbook.providers.limits.gates import Window
-from playbook.providers.limits.local import token_burst
 from playbook.providers.limits.pace import Pace
 from playbook.providers.limits.redis_link import Link, import_redis, split_options
 from playbook.providers.limits.scripts import maybe_float, optional
 from playbook.providers.limits.waiters import here
+from playbook.providers.limits.weights import Rates, parts
 
 __all__ = ["RedisLimiter"]
 
@@ -84,7 +85,7 @@ class RedisLimiter:
         rate: float | None = None,
         burst: int | None = None,
         concurrency: int | None = None,
-        tokens: float | None = None,
+        tokens: float | Rates | None = None,
         window: tuple[int, float] | None = None,
     ) -> None:
         try:
@@ -109,7 +110,8 @@ class RedisLimiter:
         )
         self.window = Window(concurrency)  # discovers a bound from the account-wide levels 429s meet
         self.rate: float | None = rate  # the shared rate, as last read
-        self.token_rate = tokens  # tokens a second (configured or announced); None: calls are not weighed
+        # tokens a second of each budget (configured or announced); none: calls are not weighed
+        self.token_rates = tokens if isinstance(tokens, Rates) else Rates(tokens)
         # A configured window's calls and span (Allowance's arithmetic) for the scripts; [0, 0]: learnt.
         self.window_args: list[Any] = (
             [window[0], f"{Allowance(*window).span:.6f}"] if window is not None else [0, 0]
@@ -137,6 +139,10 @@ class RedisLimiter:
     def in_flight_limit(self) -> int | None:
         return self.window.known_limit
 
+    @property
+    def token_rate(self) -> float | None:
+        return self.token_rates.tokens
+
     def expected_wait(self, weight: float) -> float:
         # The account's queue is in Redis: only asking tells.  The last answer that said "not
         # before" (a window used up, a rate's queue) is what this process knows meanwhile.
@@ -147,14 +153,21 @@ class RedisLimiter:
         """Its waiters ask Redis in turn: each finds its key retired when its slot comes, and gives
         the slot back."""
 
-    def learn(self, requests: float | None, tokens: float | None) -> bool:
+    def learn(self, requests: float | None, tokens: float | Rates | None) -> bool:
         changed = False
         if requests is not None and (self.ceiling is None or requests < self.ceiling):
             self.ceiling = requests  # the shared rate comes down to it at the next script
             self.floor = requests / 10
             changed = True
-        if tokens is not None and (self.token_rate is None or tokens < self.token_rate):
-            self.token_rate = tokens
+        rates = tokens if isinstance(tokens, Rates) else Rates(tokens)
+        lower = Rates(
+            *(
+                new if new is not None and (old is None or new < old) else old
+                for old, new in zip(self.token_rates, rates)
+            )
+        )
+        if lower != self.token_rates:
+            self.token_rates = lower
             changed = True
         return changed
 
@@ -224,12 +237,14 @@ class RedisLimiter:
     async def settle(self, permit: Permit, actual: float | None = None) -> bool:
         if not self._landed(permit):
             return False
-        extra = 0.0 if actual is None else actual - permit.weight
-        permit.weight = permit.weight + extra
+        charges = self._charged(permit.weight, actual)
+        if actual is not None:
+            permit.weight = actual
         with self._lock:
             grew = self.window.success(permit.level, self._now())
-        if extra and self.token_rate is not None:
-            await self._quietly("charge", ["tokens"], [extra, self.token_rate], None)
+        if charges:
+            keys = [key for key, _, _ in charges]
+            await self._quietly("charge", keys, [x for _, *pair in charges for x in pair], None)
         args = [permit.key, 0, optional(self.ceiling), f"{permit.sent_at + permit.offset:.6f}"]
         reply = await self._quietly(
             "settle", ["gcra", "permits", "aimd", "allow", "allowlog"], args, permit.key
@@ -248,7 +263,7 @@ class RedisLimiter:
             return Verdict.LOWERED
         sent_at = permit.sent_at + permit.offset
         # a token limit's refusal: not the request rate's
-        judge = "0" if hinted and self.token_rate is not None else "1"
+        judge = "0" if hinted and self.token_rates != Rates() else "1"
         hint = "short" if short else "long" if hinted else "none"
         args = [
             permit.key,
@@ -283,13 +298,33 @@ class RedisLimiter:
     # -- asking Redis --------------------------------------------------------------------------
 
     async def _tokens(self, weight: float, loop: asyncio.AbstractEventLoop, link: Link) -> float:
-        """Reserve a call's tokens at the account's token rate; returns when they are due (loop clock)."""
-        assert self.token_rate is not None
-        reply = await self._script(
-            link, "tokens", ["tokens"], [weight, self.token_rate, token_burst(self.token_rate)]
-        )
+        """Reserve a call's tokens in each of the account's token budgets; returns when they are
+        all due (loop clock)."""
+        input, output = parts(weight)
+        keys, args = [], []
+        for key, rate, n in zip(
+            ("tokens", "input", "output"), self.token_rates, (input + output, input, output)
+        ):
+            if rate is not None:
+                keys.append(key)
+                args += [n, rate, token_burst(rate)]
+        reply = await self._script(link, "tokens", keys, args)
         self._clock.read(float(reply[0]), loop.time())
         return self._clock.here(float(reply[0]) + float(reply[1]))
+
+    def _charged(self, weight: float, actual: float | None) -> list[tuple[str, float, float]]:
+        """``(budget, extra tokens, rate)`` of each token budget where a call charged ``weight``
+        used another amount (``actual``; None: as charged)."""
+        if actual is None:
+            return []
+        input, output = parts(weight)
+        used_in, used_out = parts(actual)
+        extras = (used_in + used_out - input - output, used_in - input, used_out - output)
+        return [
+            (key, n, rate)
+            for key, rate, n in zip(("tokens", "input", "output"), self.token_rates, extras, strict=True)
+            if rate is not None and n
+        ]
 
     async def _reserve(
         self, key: str, weight: float, loop: asyncio.AbstractEventLoop, link: Link, patience: float
@@ -335,7 +370,7 @@ class RedisLimiter:
                     await asyncio.sleep(float(reply[5]) - HORIZON / 2)
                     continue
                 slot_t = self._clock.here(float(reply[1]) + float(reply[5]))
-                if self.token_rate is not None:  # the call's tokens too, at the account's token rate
+                if self.token_rates != Rates():  # the call's tokens too, in the account's token budgets
                     slot_t = max(slot_t, await self._tokens(weight, loop, link))
                 return int(reply[4]), slot_t
         except BaseException:

@@ -342,7 +342,7 @@ def _weighed(tool: ToolEngine, ticket: Ticket, send: Send, env: CallEnv) -> Send
             answer, miss = await send()
         finally:
             if env.announced is not None:
-                learn(provider, *env.announced)
+                learn(provider, env.announced)
                 env.announced = None
         ticket.actual = tool.spent(answer).tokens
         return answer, miss

@@ -15,6 +15,7 @@ from playbook.providers.provider import governor
 from playbook.providers.status import ProviderStatus as ProviderView
 
 if TYPE_CHECKING:
+    from playbook.providers.limits import Announced
     from playbook.providers.provider import Provider, Ticket
 
 __all__ = ["ProviderView", "dispatch", "is_down", "learn", "probe_due", "provider_view", "watch"]
@@ -42,9 +43,9 @@ def dispatch(provider: Provider, send: Callable[[], Awaitable[T]], ticket: Ticke
     return governor(provider).dispatch(send, ticket)
 
 
-def learn(provider: Provider, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
-    """``provider`` announced its limits in an answer (``x-ratelimit-limit-*``)."""
-    governor(provider).learn(requests_per_minute, tokens_per_minute)
+def learn(provider: Provider, limits: Announced) -> None:
+    """``provider`` announced its limits in an answer (``x-ratelimit-limit-*``, ``anthropic-ratelimit-*``)."""
+    governor(provider).learn(limits)
 
 
 def is_down(provider: Provider) -> bool:

@@ -29,6 +29,7 @@ import httpx
 
 from playbook.addresses import digest, key_text, receipt_address
 from playbook.errors import ToolError
+from playbook.providers.limits import Tokens
 from playbook.providers.provider import Provider
 from playbook.secrets import Secret
 from playbook.tools.engine import Engine
@@ -60,6 +61,7 @@ class LlmEngine(Engine):
         "mode",
         "endpoint",
         "usage",
+        "charges_max_tokens",
     )
 
     def __init__(
@@ -107,6 +109,9 @@ class LlmEngine(Engine):
             cost=0.0,
         )
         self.usage = Usage()
+        # The provider charges a request's max_tokens when it starts (Anthropic's output budget,
+        # Azure's token budget): its calls are weighed so, and given back what they did not use.
+        self.charges_max_tokens = False
         super().__init__(name, inputs=("prompt",), provider=provider, identity="llm:" + self.base_url)
 
     def _definition(self) -> str:
@@ -194,11 +199,15 @@ class LlmEngine(Engine):
 
     # -- weight and cost -----------------------------------------------------------------------
 
-    def weigh(self, values: Any) -> float:
-        return math.ceil(
-            self.usage.prompt_tokens(values["messages"])
-            + self.usage.completion(self.request.get("max_tokens"))
-        )
+    def weigh(self, values: Any) -> Tokens:
+        """The prompt's tokens as input; as output the ``max_tokens`` a provider that charges it
+        when a request starts counts, else what answers usually take."""
+        cap = self.request.get("max_tokens")
+        if self.charges_max_tokens and isinstance(cap, int) and not isinstance(cap, bool):
+            output = float(cap)
+        else:
+            output = self.usage.completion(cap)
+        return Tokens(math.ceil(self.usage.prompt_tokens(values["messages"])), math.ceil(output))
 
     def price(self, values: Any) -> float:
         # What answers usually take, not the cap.

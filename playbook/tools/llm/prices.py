@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from playbook.errors import PlayDefinitionError
+from playbook.providers.limits import Tokens
 from playbook.tools.protocol import Spent
 
 __all__ = ["Prices", "checked", "cost", "spent"]
@@ -52,7 +53,7 @@ def spent(prices: Prices | None, answer: Any) -> Spent:
     refused = answer.get("refused_usage")
     return Spent(
         cost(prices, prompt, completion),
-        float(prompt + completion),
+        Tokens(prompt, completion),
         int(answer.get("requests") or 1),
         cost(prices, int(refused.get("prompt_tokens") or 0), int(refused.get("completion_tokens") or 0))
         if isinstance(refused, Mapping)
