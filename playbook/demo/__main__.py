@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from playbook.demo.settings import DEMO_KEY, RETRY_AFTER_FORMATS
+from playbook.demo.settings import APIS, DEMO_KEY, RETRY_AFTER_FORMATS
 
 # (flag, setting, type, help) for every setting the command line exposes.
 _OPTIONS: tuple[tuple[str, str, type, str], ...] = (
@@ -80,6 +80,59 @@ _OPTIONS: tuple[tuple[str, str, type, str], ...] = (
         "share of JSON chat answers sent as invalid JSON (default: 0)",
     ),
     ("--batch-seconds", "batch_seconds", float, "seconds a chat batch job takes to complete (default: 2)"),
+    ("--anthropic-rpm", "anthropic_rpm", int, "Anthropic requests per minute per key (default: unlimited)"),
+    (
+        "--anthropic-itpm",
+        "anthropic_itpm",
+        int,
+        "Anthropic input tokens per minute per key (default: unlimited)",
+    ),
+    (
+        "--anthropic-otpm",
+        "anthropic_otpm",
+        int,
+        "Anthropic output tokens per minute per key, max_tokens charged on arrival (default: unlimited)",
+    ),
+    ("--gemini-rpm", "gemini_rpm", int, "Gemini requests per minute window per key (default: unlimited)"),
+    ("--gemini-tpm", "gemini_tpm", int, "Gemini input tokens per minute window per key (default: unlimited)"),
+    ("--gemini-rpd", "gemini_rpd", int, "Gemini requests per day per key (default: unlimited)"),
+    ("--gemini-day-seconds", "gemini_day_seconds", float, "length of Gemini's quota day (default: 86400)"),
+    (
+        "--azure-rpm",
+        "azure_rpm",
+        int,
+        "Azure requests per minute per key, a sixth per 10 s window (default: unlimited)",
+    ),
+    (
+        "--azure-tpm",
+        "azure_tpm",
+        int,
+        "Azure tokens per minute per key, prompt + max_tokens on arrival (default: unlimited)",
+    ),
+    ("--azure-window-seconds", "azure_window_seconds", float, "Azure's enforcement window (default: 10)"),
+    ("--bedrock-rpm", "bedrock_rpm", int, "Bedrock requests per minute per key (default: unlimited)"),
+    ("--bedrock-tpm", "bedrock_tpm", int, "Bedrock tokens per minute per key (default: unlimited)"),
+    (
+        "--overload-seconds",
+        "overload_seconds",
+        float,
+        "seconds overloaded at the start of each --overload-period (default: 0)",
+    ),
+    ("--overload-period", "overload_period", float, "seconds between overload bursts (default: none)"),
+    ("--overload-rate", "overload_rate", float, "share of LLM requests answered as overloaded (default: 0)"),
+    (
+        "--local-slots",
+        "local_slots",
+        int,
+        "local server mode: chat requests answered at once, no key asked (default: off)",
+    ),
+    ("--local-queue", "local_queue", int, "local server mode: requests waiting for a slot (default: 0)"),
+    (
+        "--local-service-seconds",
+        "local_service_seconds",
+        float,
+        "local server mode: seconds a request holds its slot (default: 0)",
+    ),
 )
 
 
@@ -108,6 +161,13 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         metavar="PREFIX",
         help="path prefix the quota applies to; repeat for several (default: all of /v1)",
+    )
+    parser.add_argument(
+        "--overload-api",
+        dest="overload_apis",
+        action="append",
+        choices=APIS,
+        help="dialect the overload settings apply to; repeat for several (default: every one)",
     )
     for flag, dest, kind, text in _OPTIONS:
         parser.add_argument(flag, dest=dest, type=kind, help=text)

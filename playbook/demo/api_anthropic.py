@@ -1,6 +1,7 @@
 """Anthropic's Messages API, as the demo speaks it: ``POST /v1/messages``.
 
-- ``x-api-key`` and ``anthropic-version`` headers are required (401 ``authentication_error``,
+- the key in ``x-api-key`` (or ``Authorization: Bearer``, as the SDK sends it now) and an
+  ``anthropic-version`` header are required (401 ``authentication_error``,
   400 ``invalid_request_error``), as is ``max_tokens``;
 - ``system`` (a string or text blocks), ``messages`` (string or block content), ``tools`` with
   ``tool_choice`` naming one (or ``any`` of a single tool): the answer is a ``tool_use`` block
@@ -68,7 +69,12 @@ def _refuse(status: int, message: str, wait: float | None) -> Response:
 
 
 def _key(request: Request) -> str | None:
-    return request.headers.get("x-api-key") or None
+    # The SDK of today sends the key as a bearer; older clients in x-api-key. Anthropic takes both.
+    given = request.headers.get("x-api-key")
+    if given:
+        return given
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
 
 
 DIALECT = Dialect("anthropic", _key, _refuse)

@@ -1,5 +1,5 @@
 """Gemini's ``generateContent``, as the demo speaks it:
-``POST /v1beta/models/{model}:generateContent``.
+``POST /v1beta/models/{model}:generateContent`` (and ``/v1/...``).
 
 - the key in ``x-goog-api-key`` (or ``?key=``); a wrong one is Google's 400 ``API_KEY_INVALID``;
 - ``contents`` (``role`` user or model, ``parts`` of ``text``), ``systemInstruction``,
@@ -30,7 +30,7 @@ from playbook.demo.state import DemoState
 
 __all__ = ["DIALECT", "PATH", "routes"]
 
-PATH = re.compile(r"^/v1beta/models/[^/:]+:generateContent$")
+PATH = re.compile(r"^/v1(beta)?/models/[^/:]+:generateContent$")
 _STATUSES = {
     400: "INVALID_ARGUMENT",
     401: "UNAUTHENTICATED",
@@ -93,7 +93,9 @@ DIALECT = Dialect("gemini", _key, _refuse)
 
 
 def routes(state: DemoState) -> list[tuple[str, str, Any]]:
-    return [("POST", "/v1beta/models/{model}:generateContent", _generate(state))]
+    # v1beta as the REST reference has it; v1 as the SDK of today calls it.
+    handler = _generate(state)
+    return [("POST", f"/{version}/models/{{model}}:generateContent", handler) for version in ("v1beta", "v1")]
 
 
 def _generate(state: DemoState) -> Any:
