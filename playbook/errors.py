@@ -68,6 +68,8 @@ class ToolError(PlaybookError):
         self.status = status
         self.retryable = retryable or status == 429
         self.retry_after = retry_after
+        # A quota no retry beats before it resets (Gemini's per-day quota), named; retry_after is then the reset.
+        self.quota: str | None = None
         # (as sent, as written): a part of the message an error group keeps as the tool wrote it
         self.literal: tuple[str, str] | None = None
         # The request's own failure, never its provider's (a host the row chose answered or failed):

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from playbook.addresses import digest, key_text, receipt_address
-from playbook.errors import PlayDefinitionError, RunFatal, ToolError
+from playbook.errors import PlaybookError, PlayDefinitionError, RunFatal, ToolError
 from playbook.providers.limits import retry_after
 from playbook.providers.pool import chosen_key
 from playbook.providers.provider import Provider
@@ -263,7 +263,7 @@ class HttpEngine(Engine):
             )
             if error.retryable:
                 error.retry_after = retry_after(reply_headers, now=time.time())
-            raise error
+            raise self.refused(error, content, reply_headers)
         if not content.strip():
             return None, True
         try:
@@ -280,6 +280,15 @@ class HttpEngine(Engine):
         """An answer came with these headers (before its status is judged): a subclass reads
         what the provider announces in them."""
 
+    def refused(self, error: ToolError, content: bytes, headers: httpx.Headers) -> PlaybookError:
+        """The error a refusal (HTTP 4xx/5xx, not 401-403) raises, as HTTP alone says it: a subclass
+        that knows the provider's error bodies reads more from ``content``."""
+        return error
+
+    def signer(self) -> httpx.Auth | None:
+        """What signs a request sent under no secret (AWS's SigV4): None, sent as it is."""
+        return None
+
     async def _send(
         self, call: CallEnv, values: dict[str, Any], rendered: tuple[str, dict[str, Any], Any, dict[str, str]]
     ) -> tuple[int, httpx.Headers, bytes, str | ToolError | None]:
@@ -291,7 +300,7 @@ class HttpEngine(Engine):
         auth = (
             SecretAuth(key, self._filler(client, values, rendered[3]))
             if key is not None
-            else httpx.USE_CLIENT_DEFAULT
+            else self.signer() or httpx.USE_CLIENT_DEFAULT
         )
         try:
             resp = await client.send(self._request(client, *rendered), auth=auth)

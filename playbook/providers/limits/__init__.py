@@ -11,7 +11,14 @@ LLM provider announces (:func:`announced`).
 
 from __future__ import annotations
 
-from playbook.providers.limits.backoff import Announced, Backoff, announced, duration, retry_after
+from playbook.providers.limits.backoff import (
+    Announced,
+    Backoff,
+    announced,
+    body_retry_delay,
+    duration,
+    retry_after,
+)
 from playbook.providers.limits.base import HEADROOM, LONE, Limiter, Permit, Verdict
 from playbook.providers.limits.gates import Window
 from playbook.providers.limits.health import Health, Standing
@@ -35,6 +42,7 @@ __all__ = [
     "Verdict",
     "Window",
     "announced",
+    "body_retry_delay",
     "duration",
     "retry_after",
 ]

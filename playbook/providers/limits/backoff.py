@@ -4,14 +4,16 @@ dialect's names).  None reads a clock: ``retry_after`` takes the wall-clock ``no
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import NamedTuple
 
-__all__ = ["Announced", "Backoff", "announced", "duration", "retry_after"]
+__all__ = ["Announced", "Backoff", "announced", "body_retry_delay", "duration", "retry_after"]
 
 _EPOCH_FLOOR = 1e9  # a reset value this large is a Unix timestamp, not a number of seconds
 
@@ -66,6 +68,29 @@ def retry_after(headers: Mapping[str, str], *, now: float) -> float | None:
                 seconds = seconds / 1000.0
             return max(0.0, seconds - now) if seconds >= _EPOCH_FLOOR else seconds
     return _exhausted_reset(headers, now)
+
+
+# A google.protobuf.Duration in JSON: seconds with up to nine decimals and an "s" ("45.8s").
+_PROTO_DURATION = re.compile(r"^\s*(\d+(?:\.\d{1,9})?)s\s*$")
+
+
+def body_retry_delay(content: bytes | str) -> float | None:
+    """The wait a Google API's error body gives (the Gemini API's 429 puts it only there, no
+    ``Retry-After``): ``error.details[]``' ``google.rpc.RetryInfo`` ``retryDelay``, e.g.
+    ``"45.8s"`` -> 45.8.  https://cloud.google.com/apis/design/errors#error_payloads
+
+    ``None`` when the body holds none, or garbage."""
+    try:
+        error = json.loads(content).get("error")
+        details = error.get("details") or []
+    except (ValueError, AttributeError, TypeError):
+        return None
+    for detail in details if isinstance(details, list) else []:
+        if isinstance(detail, Mapping) and detail.get("@type") == "type.googleapis.com/google.rpc.RetryInfo":
+            found = _PROTO_DURATION.match(str(detail.get("retryDelay") or ""))
+            if found is not None:
+                return float(found.group(1))
+    return None
 
 
 _OPENAI = ("requests", "tokens")

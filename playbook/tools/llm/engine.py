@@ -1,9 +1,12 @@
-"""The engine of ``pb.llm_tool``: a call is one request to an OpenAI-compatible Chat Completions
-endpoint, made of its messages, and :func:`reply_of` the part of the answer a receipt keeps.
+"""The engine of ``pb.llm_tool``: a call is one request in the tool's dialect
+(:mod:`.dialects`: Chat Completions, the Responses API, Anthropic's Messages, Gemini, Azure,
+Bedrock), made of its messages; the dialect reads the answer into the reply a receipt keeps, the
+same shape in every dialect (:func:`reply_of` is Chat Completions').
 
-A call is ``ctx.tool(llm, prompt="...")`` or ``ctx.tool(llm, messages=[...])``.  Its receipt
-answers for the request as sent to that endpoint (model, messages, temperature, max_tokens, the
-other request fields and the output schema) and holds the answer's text, usage and model, so::
+A call is ``ctx.tool(llm, prompt="...")`` or ``ctx.tool(llm, messages=[...])``, in every dialect.
+Its receipt answers for the request as sent (the URL and the body: model, messages, temperature,
+max_tokens, the other request fields and the output schema) and holds the answer's text, usage
+and model, so::
 
     changing the prompt, the model or the schema   pays once for each changed call
     changing ``prices``                             changes what the receipts say they cost, nothing else
@@ -23,7 +26,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import httpx
 
@@ -33,6 +35,8 @@ from playbook.providers.limits import Tokens
 from playbook.providers.provider import Provider
 from playbook.secrets import Secret
 from playbook.tools.engine import Engine
+from playbook.tools.llm.dialects import Dialect, Target
+from playbook.tools.llm.dialects.openai import chat_reply
 from playbook.tools.llm.endpoint import Endpoint
 from playbook.tools.llm.prices import checked, cost, spent
 from playbook.tools.llm.reask import again, combined
@@ -46,7 +50,7 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
 class LlmEngine(Engine):
-    """The engine of an LLM tool: a chat completion request per call (see the module docstring)."""
+    """The engine of an LLM tool: one request in its dialect per call (see the module docstring)."""
 
     remote = True
 
@@ -62,14 +66,16 @@ class LlmEngine(Engine):
         "endpoint",
         "usage",
         "charges_max_tokens",
+        "dialect",
     )
 
     def __init__(
         self,
         name: str,
         *,
-        model: str,
-        base_url: str,
+        dialect: Dialect,
+        target: Target,
+        query: dict[str, str],
         secret: Secret | None,
         provider: Provider | None,
         system: str | None,
@@ -80,25 +86,25 @@ class LlmEngine(Engine):
         timeout: float,
         client: httpx.AsyncClient | None,
     ) -> None:
-        self.model, self.system, self.mode = model, system, mode
+        """``target``: where the calls go (its base URL without a query); ``query``: a query
+        written in ``base_url``, sent with every request after the dialect's own."""
+        self.dialect = dialect
+        self.model, self.system, self.mode = target.model, system, mode
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
-        self.prices = checked(name, model, prices)
-        self.request = request  # temperature, max_tokens and the other parameters, as sent
+        self.prices = checked(name, target.model, prices)
+        self.request = request  # temperature, max_tokens and the other fields, before the dialect places them
         pooled = provider is not None and provider.keys is not None  # each call sends its pool's chosen key
-        headers = {"Authorization": "Bearer {secret}"} if secret is not None or pooled else {}
-        # A query in base_url (Azure's ?api-version=...) goes with every request, after the path.
-        split = urlsplit(base_url)
-        self.base_url, self.query = (
-            urlunsplit(split._replace(query="", fragment="")).rstrip("/"),
-            dict(parse_qsl(split.query)),
-        )
+        url, own = dialect.url(target)
+        self.base_url, self.query = target.base_url, {**query, **own}
         self.endpoint = Endpoint(
             name,
+            dialect=dialect,
+            target=target,
             method="POST",
-            url=f"{self.base_url}/chat/completions",
+            url=url,
             query=dict(self.query),
             body="{request}",
-            headers=headers,
+            headers=dialect.headers(secret is not None or pooled),
             pick=None,
             miss_status=frozenset(),
             secret=secret,
@@ -111,8 +117,11 @@ class LlmEngine(Engine):
         self.usage = Usage()
         # The provider charges a request's max_tokens when it starts (Anthropic's output budget,
         # Azure's token budget): its calls are weighed so, and given back what they did not use.
-        self.charges_max_tokens = False
-        super().__init__(name, inputs=("prompt",), provider=provider, identity="llm:" + self.base_url)
+        self.charges_max_tokens = dialect.name in ("anthropic", "azure")
+        # Chat Completions' receipts were written under "llm:" + base URL before there were other
+        # dialects: kept, so they still answer.
+        where = self.base_url if dialect.name == "openai" else f"{dialect.name}:{self.base_url}"
+        super().__init__(name, inputs=("prompt",), provider=provider, identity="llm:" + where)
 
     def _definition(self) -> str:
         schema = self.structured.schema if self.structured is not None else None
@@ -122,7 +131,7 @@ class LlmEngine(Engine):
         return digest(key_text(shape))[:16]
 
     def __repr__(self) -> str:
-        return f"<LlmEngine {self.name!r} {self.model} at {self.base_url}>"
+        return f"<LlmEngine {self.name!r} {self.dialect.name} {self.model} at {self.base_url}>"
 
     def submits(self) -> bool:
         return self.mode == "batch"
@@ -185,11 +194,8 @@ class LlmEngine(Engine):
         return out
 
     def body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """The request body as sent: the receipt's address is made of it."""
-        body: dict[str, Any] = {"model": self.model, "messages": messages, **self.request}
-        if self.structured is not None:
-            body["response_format"] = self.structured.response_format()
-        return body
+        """The request body as sent, in the tool's dialect: the receipt's address is made of it."""
+        return self.dialect.body(self.name, self.model, messages, self.request, self.structured)
 
     def address(self, values: Any) -> str:
         sent: dict[str, Any] = {"url": self.endpoint.url, "body": self.body(values["messages"])}
@@ -243,7 +249,7 @@ class LlmEngine(Engine):
         finally:
             if told is not None and call.announced is not None:
                 told.announced = call.announced
-        reply = reply_of(self.name, data)
+        reply = self.dialect.reply(self.name, data, self.model)
         usage = reply.get("usage")
         if isinstance(usage, Mapping):
             self.usage.add(chars(messages), usage)
@@ -270,18 +276,4 @@ class LlmEngine(Engine):
 def reply_of(name: str, data: Any) -> dict[str, Any]:
     """The part of a chat completion a receipt keeps: the text (or refusal), why it stopped,
     the model that answered and the usage."""
-    try:
-        choice = data["choices"][0]
-        message = choice["message"]
-    except (KeyError, IndexError, TypeError):
-        raise ToolError(
-            f"llm tool {name!r}: the answer has no choices[0].message: {str(data)[:120]!r}", tool=name
-        ) from None
-    return {
-        "content": message.get("content"),
-        "refusal": message.get("refusal"),
-        "finish_reason": choice.get("finish_reason"),
-        "model": data.get("model"),
-        "usage": data.get("usage"),
-        "requests": 1,
-    }
+    return chat_reply(name, data)

@@ -1,28 +1,41 @@
-"""``pb.llm_tool``: a tool over any OpenAI-compatible Chat Completions endpoint, checked when it
-is defined (each error naming its option), and the :class:`LlmTool` a user holds.  What a call
-does is its engine's (:mod:`.engine`)."""
+"""``pb.llm_tool``: a tool over an LLM API in one of its dialects (:mod:`.dialects`), checked
+when it is defined (each error naming its option), and the :class:`LlmTool` a user holds.  What a
+call does is its engine's (:mod:`.engine`)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import httpx
 
 from playbook.errors import PlayDefinitionError
 from playbook.providers.provider import Provider
-from playbook.secrets import Secret, secret
+from playbook.secrets import Secret
+from playbook.secrets import secret as secret_of
+from playbook.tools.llm.dialects import Dialect, checked_fields, dialect
 from playbook.tools.llm.engine import LlmEngine
 from playbook.tools.tool import Tool
 
-__all__ = ["OPENAI_API_KEY", "LlmTool", "llm_tool"]
+__all__ = ["DIALECT_KEY", "LlmTool", "llm_tool"]
 
-OPENAI_API_KEY = secret("OPENAI_API_KEY")  # the default key: read from the environment at call time
+
+class _DialectKey:
+    """``secret=``'s default: the dialect's own key (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``...)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<the dialect's key>"
+
+
+DIALECT_KEY: Any = _DialectKey()
 
 
 class LlmTool(Tool[Any]):
-    """A tool over an OpenAI-compatible chat completions endpoint (see :func:`llm_tool`): its
-    model shows."""
+    """A tool over an LLM API (see :func:`llm_tool`): its model shows."""
 
     __slots__ = ("_llm",)
 
@@ -36,81 +49,98 @@ class LlmTool(Tool[Any]):
 
     def __repr__(self) -> str:
         llm = self._llm
+        api = f" api={llm.dialect.name!r}" if llm.dialect.name != "openai" else ""
         out = f", output={llm.structured.model.__name__}" if llm.structured is not None else ""
         via = f", provider={llm.provider.name!r}" if llm.provider is not None else ""
-        return f"<LlmTool {llm.name!r} {llm.model} at {llm.base_url}{out}{via}>"
+        return f"<LlmTool {llm.name!r}{api} {llm.model} at {llm.base_url}{out}{via}>"
 
 
 def llm_tool(
     name: str = "llm",
     *,
     model: str,
-    base_url: str = "https://api.openai.com/v1",
-    secret: Secret | None = OPENAI_API_KEY,
+    api: str = "openai",
+    base_url: str | None = None,
+    secret: Secret | None = DIALECT_KEY,
     provider: Provider | None = None,
     system: str | None = None,
     output: Any = None,
     prices: Mapping[str, tuple[float, float]] | None = None,
     temperature: float | None = 0.0,
     max_tokens: int | None = None,
+    api_version: str | None = None,
+    region: str | None = None,
     mode: str = "sync",
     timeout: float = 120.0,
     client: httpx.AsyncClient | None = None,
     **fields: Any,
 ) -> LlmTool:
-    """A tool over an OpenAI-compatible Chat Completions endpoint (OpenAI, Azure, vLLM, Ollama,
-    OpenRouter, a LiteLLM proxy...): ``await ctx.tool(llm, prompt="...")`` returns the answer's
-    text, or with ``output=Model`` (a pydantic model or TypedDict) a dict of its fields.
+    """A tool over an LLM API: ``await ctx.tool(llm, prompt="...")`` (or ``messages=[...]``)
+    returns the answer's text, or with ``output=Model`` (a pydantic model or TypedDict) a dict of
+    its fields, the same in every dialect.
+
+    ``api`` names the dialect: ``"openai"`` (Chat Completions; also vLLM, Ollama, LM Studio,
+    llama.cpp, OpenRouter, a LiteLLM proxy), ``"openai-responses"`` (the Responses API),
+    ``"anthropic"`` (Messages), ``"gemini"`` (``generateContent``), ``"azure"`` (``model=`` is the
+    deployment; ``api_version=``) or ``"bedrock"`` (Converse, signed with SigV4; ``region=``; the
+    ``bedrock`` extra).  Each has its default ``base_url`` and key: ``secret=`` defaults to
+    ``pb.secret`` of ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY`` or
+    ``AZURE_OPENAI_API_KEY``; Bedrock reads the AWS credential chain.  ``secret=None`` sends no key
+    (a local server).
 
     ``prices={"model": (per_1M_input, per_1M_output)}`` makes each call cost its usage, in the
     currency given (``max_cost`` counts it); ``provider=pb.Provider(..., rpm=, tpm=)`` paces the
-    calls by requests and tokens.  ``secret=None`` sends no key (a local server).  ``**fields``:
-    other request fields of the endpoint (``top_p``, ``seed``, ``reasoning_effort``...), which go
-    into the request body as given (and so into the receipt's address).
+    calls by requests and tokens.  ``**fields``: other request fields the dialect's API reference
+    documents (``top_p``, ``seed``, ``reasoning_effort``... for Chat Completions; ``topK`` for
+    Gemini), which go into the request body (and so into the receipt's address); any other is
+    refused here, with its nearest spelling.  ``extra_body={...}`` merges a server's own fields
+    into the body as given.
 
-    ``mode="batch"``: calls that miss their receipts are submitted together as a Batch API job
-    (``/v1/files``, ``/v1/batches``; cheaper, answered within 24 hours) and their rows sleep until
-    it finishes; a rerun after a restart waits for the same job and never submits a call twice.
+    ``mode="batch"`` (``api="openai"``): calls that miss their receipts are submitted together as
+    a Batch API job (``/v1/files``, ``/v1/batches``; cheaper, answered within 24 hours) and their
+    rows sleep until it finishes; a rerun after a restart waits for the same job and never submits
+    a call twice.
     """
+    speaks = dialect(name, api)
     if mode not in ("sync", "batch"):
         raise PlayDefinitionError(
             f"llm_tool {name!r}: mode must be 'sync' (one request per call) or 'batch' (a Batch API job), not {mode!r}"
+        )
+    if mode == "batch" and speaks.name != "openai":
+        raise PlayDefinitionError(
+            f"llm_tool {name!r}: mode='batch' is OpenAI's Batch API (api='openai'), not api={speaks.name!r}"
         )
     if not isinstance(model, str) or not model:
         raise PlayDefinitionError(
             f"llm_tool {name!r}: model must be a model name like 'gpt-4o-mini', not {model!r}"
         )
-    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+    if base_url is not None and (
+        not isinstance(base_url, str) or not base_url.startswith(("http://", "https://"))
+    ):
         raise PlayDefinitionError(
             f"llm_tool {name!r}: base_url must be an http(s) URL like 'https://api.openai.com/v1', not {base_url!r}"
         )
-    if secret is not None and not isinstance(secret, Secret):
-        raise PlayDefinitionError(
-            f"llm_tool {name!r}: secret must come from pb.secret('ENV_VAR'), not a plain value"
-        )
-    if provider is not None and getattr(provider, "keys", None) is not None:
-        if secret is not OPENAI_API_KEY:
-            raise PlayDefinitionError(
-                f"llm_tool {name!r}: provider {provider.name!r} pools keys (keys=), and each call sends one of them as its "
-                "bearer token: drop secret="
-            )
-        if mode == "batch":
-            raise PlayDefinitionError(
-                f"llm_tool {name!r}: mode='batch' needs a provider with one key (a batch is read back under the key that "
-                f"submitted it), and provider {provider.name!r} pools keys: give the batch tool its own secret= and a provider without keys="
-            )
-        secret = None
+    for option, value in (("api_version", api_version), ("region", region)):
+        if value is not None and option not in speaks.takes:
+            raise PlayDefinitionError(f"llm_tool {name!r}: {option}= is not an option of api={speaks.name!r}")
+    secret = _key(name, speaks, secret, provider, mode)
     if system is not None and not isinstance(system, str):
         raise PlayDefinitionError(f"llm_tool {name!r}: system must be text, not {type(system).__name__}")
-    _check_request(name, temperature, max_tokens, timeout, fields)
+    _check_request(name, temperature, max_tokens, timeout)
+    checked_fields(name, speaks, fields)
     request: dict[str, Any] = {"temperature": temperature} if temperature is not None else {}
-    if max_tokens is not None:
-        request["max_tokens"] = max_tokens
+    if max_tokens is not None or speaks.max_tokens is not None:
+        request["max_tokens"] = max_tokens if max_tokens is not None else speaks.max_tokens
     request.update(fields)
+    if region is None and "region" in speaks.takes:
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+    target = speaks.target(name, base_url, model, api_version, region)
+    split = urlsplit(target.base_url)  # a query in base_url goes with every request, after the path
     engine = LlmEngine(
         name,
-        model=model,
-        base_url=base_url,
+        dialect=speaks,
+        target=target._replace(base_url=urlunsplit(split._replace(query="", fragment="")).rstrip("/")),
+        query=dict(parse_qsl(split.query)),
         secret=secret,
         provider=provider,
         system=system,
@@ -124,9 +154,41 @@ def llm_tool(
     return LlmTool(engine)
 
 
-def _check_request(
-    name: str, temperature: Any, max_tokens: Any, timeout: Any, fields: Mapping[str, Any]
-) -> None:
+def _key(name: str, speaks: Dialect, secret: Any, provider: Provider | None, mode: str) -> Secret | None:
+    """The key the tool's calls send: its own, the dialect's default, or none (a provider that
+    pools keys sends one of its own with each call)."""
+    if speaks.secret is None and secret is not DIALECT_KEY:
+        raise PlayDefinitionError(
+            f"llm_tool {name!r}: api={speaks.name!r} signs each request with the AWS credentials botocore finds "
+            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, a role): drop secret="
+        )
+    if secret is not None and secret is not DIALECT_KEY and not isinstance(secret, Secret):
+        raise PlayDefinitionError(
+            f"llm_tool {name!r}: secret must come from pb.secret('ENV_VAR'), not a plain value"
+        )
+    if provider is not None and getattr(provider, "keys", None) is not None:
+        if speaks.secret is None:
+            raise PlayDefinitionError(
+                f"llm_tool {name!r}: provider {provider.name!r} pools keys (keys=), but api={speaks.name!r} signs its "
+                "requests with AWS credentials, not a key: give it a provider without keys="
+            )
+        if secret is not DIALECT_KEY:
+            raise PlayDefinitionError(
+                f"llm_tool {name!r}: provider {provider.name!r} pools keys (keys=), and each call sends one of them as its "
+                "key: drop secret="
+            )
+        if mode == "batch":
+            raise PlayDefinitionError(
+                f"llm_tool {name!r}: mode='batch' needs a provider with one key (a batch is read back under the key that "
+                f"submitted it), and provider {provider.name!r} pools keys: give the batch tool its own secret= and a provider without keys="
+            )
+        return None
+    if secret is DIALECT_KEY:
+        return secret_of(speaks.secret) if speaks.secret is not None else None
+    return secret
+
+
+def _check_request(name: str, temperature: Any, max_tokens: Any, timeout: Any) -> None:
     """The request options of ``llm_tool`` checked when the tool is defined, each error naming its option."""
     if temperature is not None and (
         isinstance(temperature, bool)
@@ -142,11 +204,6 @@ def _check_request(
         raise PlayDefinitionError(
             f"llm_tool {name!r}: max_tokens must be a whole number >= 1, not {max_tokens!r}"
         )
-    for reserved in ("model", "messages", "response_format", "stream", "n"):
-        if reserved in fields:
-            raise PlayDefinitionError(
-                f"llm_tool {name!r}: {reserved}= is set by the tool itself, not a request field"
-            )
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise PlayDefinitionError(
             f"llm_tool {name!r}: timeout must be a number of seconds > 0, not {timeout!r}"
