@@ -65,6 +65,7 @@ class CallFinished(NamedTuple):
     local: bool = False  # a free call that never left the process (no provider, no cost, not HTTP)
     shared: bool = False  # reused from a receipt written during this run (an identical call of another row)
     tokens: float = 0.0  # a paid call: the tokens its answer counted (an LLM's usage)
+    unpriced: bool = False  # its model has no price: ``cost`` is 0 and says nothing
 
 
 class CallFailed(NamedTuple):
@@ -88,6 +89,7 @@ class RowFinished(NamedTuple):
     # Money this attempt paid that bought nothing kept: all it paid, when the row failed; else
     # what answers validation refused cost (run.stats.cost_failed).
     cost_failed: float = 0.0
+    unpriced: int = 0  # a reused row: of its calls, those with no price (not in ``cost``)
 
 
 class RowHeld(NamedTuple):

@@ -67,6 +67,10 @@ class RunStats(BaseModel):
     cost_saved: float = 0.0
     # of cost_spent: paid for calls of rows that failed, or for answers validation refused
     cost_failed: float = 0.0
+    # calls whose model has no price (unpriced): paid (of calls_executed) and reused; their cost is
+    # not known, so it is in neither cost_spent nor cost_saved
+    calls_unpriced: int = 0
+    reused_unpriced: int = 0
     elapsed: float = 0.0
     receipts_lost: int = 0  # paid calls whose receipts could not be written (the store failed)
 

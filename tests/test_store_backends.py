@@ -291,25 +291,32 @@ def test_clear_everything(backend: Backend) -> None:
 
 
 def test_spend_lines_add_up_per_day_provider_and_tool_and_outlive_clear(backend: Backend) -> None:
-    """Lines of one day, provider and tool add up (runs of several processes add theirs); names
-    with odd characters come back as written; clearing receipts keeps what was spent."""
+    """Lines of one day, provider and tool add up (runs of several processes add theirs), their
+    unpriced calls too; names with odd characters come back as written; clearing receipts keeps
+    what was spent."""
     backend.write_spend(
-        [("2026-12-04", "acme", "lookup", 3, 1.5, 2, 1.0), ("2026-12-04", "", "play p", 0, 0.0, 5, 2.5)]
+        [
+            ("2026-12-04", "acme", "lookup", 3, 1.5, 2, 1.0, 0, 0),
+            ("2026-12-04", "", "play p", 0, 0.0, 5, 2.5, 0, 1),
+            ("2026-12-04", "local", "llm", 2, 0.0, 1, 0.0, 2, 1),
+        ]
     )
     backend.write_spend(
         [
-            ("2026-12-04", "acme", "lookup", 1, 0.25, 0, 0.0),
-            ("2026-12-05", "ä:b\x1f", 't "q"', 1, 0.1, 0, 0.0),
+            ("2026-12-04", "acme", "lookup", 1, 0.25, 0, 0.0, 0, 0),
+            ("2026-12-04", "local", "llm", 3, 0.0, 0, 0.0, 3, 0),
+            ("2026-12-05", "ä:b\x1f", 't "q"', 1, 0.1, 0, 0.0, 0, 0),
         ]
     )
     assert sorted(backend.spend_rows()) == [
-        ("2026-12-04", "", "play p", 0, 0.0, 5, 2.5),
-        ("2026-12-04", "acme", "lookup", 4, 1.75, 2, 1.0),
-        ("2026-12-05", "ä:b\x1f", 't "q"', 1, 0.1, 0, 0.0),
+        ("2026-12-04", "", "play p", 0, 0.0, 5, 2.5, 0, 1),
+        ("2026-12-04", "acme", "lookup", 4, 1.75, 2, 1.0, 0, 0),
+        ("2026-12-04", "local", "llm", 5, 0.0, 1, 0.0, 5, 1),
+        ("2026-12-05", "ä:b\x1f", 't "q"', 1, 0.1, 0, 0.0, 0, 0),
     ]
     _fill(backend)
     backend.clear()
-    assert len(backend.spend_rows()) == 3
+    assert len(backend.spend_rows()) == 4
 
 
 def test_spend_by_something_else_is_refused_naming_what_it_can_be(tmp_path: Path) -> None:
@@ -322,6 +329,8 @@ def test_spend_by_something_else_is_refused_naming_what_it_can_be(tmp_path: Path
             "cost_paid",
             "calls_reused",
             "cost_saved",
+            "calls_unpriced",
+            "reused_unpriced",
         ]
         for bad in ("dya", ("tool", "tool"), ["provider", 3], 5, None):
             with pytest.raises(ValueError, match="'day', 'provider', 'tool'"):
@@ -330,10 +339,53 @@ def test_spend_by_something_else_is_refused_naming_what_it_can_be(tmp_path: Path
         from playbook.store.spending import SpendLines
 
         for price in (0.1, 0.2):  # two runs: 0.1 + 0.2 is 0.30000000000000004 in floats
-            engine(store).add_spend(SpendLines({("acme", "lookup"): [1, price, 0, 0.0]}), 1_764_806_400.0)
+            engine(store).add_spend(
+                SpendLines({("acme", "lookup"): [1, price, 0, 0.0, 0, 0]}), 1_764_806_400.0
+            )
         assert store.spend(by="provider").to_dict("records") == [
-            {"provider": "acme", "calls_paid": 2, "cost_paid": 0.3, "calls_reused": 0, "cost_saved": 0.0}
+            {
+                "provider": "acme",
+                "calls_paid": 2,
+                "cost_paid": 0.3,
+                "calls_reused": 0,
+                "cost_saved": 0.0,
+                "calls_unpriced": 0,
+                "reused_unpriced": 0,
+            }
         ]  # money to 9 decimals, as run.stats says it
+
+
+def test_a_spend_table_of_an_older_playbook_gains_the_unpriced_columns(tmp_path: Path) -> None:
+    """A store whose spend table has no unpriced columns: read-only, its lines read with none;
+    opened to write, it gains them, keeps its lines and adds unpriced calls to them."""
+    from playbook.store.sqlite import SqliteBackend
+
+    SqliteBackend(tmp_path / "store").close()
+    con = sqlite3.connect(tmp_path / "store" / "receipts.db")
+    con.execute("DROP TABLE spend")
+    con.execute(
+        "CREATE TABLE spend (day TEXT NOT NULL, provider TEXT NOT NULL, tool TEXT NOT NULL, calls_paid INTEGER NOT NULL, "
+        "cost_paid REAL NOT NULL, calls_reused INTEGER NOT NULL, cost_saved REAL NOT NULL, PRIMARY KEY (day, provider, tool)) WITHOUT ROWID"
+    )
+    con.execute("INSERT INTO spend VALUES ('2026-12-04', '', 'llm', 3, 0.5, 1, 0.25)")
+    con.commit()
+    con.close()
+    with pb.ReceiptStore(tmp_path / "store", readonly=True) as old:
+        assert old.spend(by="tool").to_dict("records") == [
+            {
+                "tool": "llm",
+                "calls_paid": 3,
+                "cost_paid": 0.5,
+                "calls_reused": 1,
+                "cost_saved": 0.25,
+                "calls_unpriced": 0,
+                "reused_unpriced": 0,
+            }
+        ]
+    backend = SqliteBackend(tmp_path / "store")
+    backend.write_spend([("2026-12-04", "", "llm", 2, 0.0, 0, 0.0, 2, 0)])
+    assert backend.spend_rows() == [("2026-12-04", "", "llm", 5, 0.5, 1, 0.25, 2, 0)]
+    backend.close()
 
 
 def test_a_store_without_a_spend_table_opened_read_only_has_spent_nothing(tmp_path: Path) -> None:

@@ -48,6 +48,7 @@ _PAID = (
     "cost_spent",
     "cost_failed",
     "receipts_lost",
+    "calls_unpriced",
 )  # what an attempt cut short still counts
 _CALLS, _COST, _FAILED = (
     COUNTERS.index("calls_executed"),

@@ -41,6 +41,8 @@ COUNTERS = (
     "receipts_lost",
     "cost_failed",
     "tokens",
+    "calls_unpriced",
+    "reused_unpriced",
 )
 _BATCH = 1000  # reports drained per round trip
 

@@ -284,6 +284,7 @@ class _Relay:
         if event.status == "reused":
             counts[COUNTERS.index("calls_reused")] += event.calls
             counts[COUNTERS.index("cost_saved")] += event.cost
+            counts[COUNTERS.index("reused_unpriced")] += event.unpriced
 
     def report(self, *, final: bool = False) -> dict[str, Any]:
         state, part = self.state, self.part

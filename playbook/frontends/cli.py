@@ -228,12 +228,16 @@ def _spend(store: StoreEngine, args: argparse.Namespace) -> int:
         print(f"nothing spent yet in {store.location}: runs add what they paid and reused as they end")
         return 0
     shown = frame.assign(provider=frame["provider"].fillna("-")) if "provider" in frame else frame
+    # the calls with no price, shown where there are some
+    shown = shown.drop(columns=[c for c in ("calls_unpriced", "reused_unpriced") if not shown[c].any()])
     shown = shown.rename(
         columns={
             "calls_paid": "calls paid",
             "cost_paid": "cost",
             "calls_reused": "calls reused",
             "cost_saved": "saved",
+            "calls_unpriced": "paid unpriced",
+            "reused_unpriced": "reused unpriced",
         }
     )
     print(
@@ -241,12 +245,19 @@ def _spend(store: StoreEngine, args: argparse.Namespace) -> int:
             index=False, float_format=lambda v: f"{v:,.6g}", formatters={"cost": money, "saved": money}
         )
     )
-    totals = frame[["calls_paid", "cost_paid", "calls_reused", "cost_saved"]].sum()
+    totals = frame[
+        ["calls_paid", "cost_paid", "calls_reused", "cost_saved", "calls_unpriced", "reused_unpriced"]
+    ].sum()
     print(
-        f"in all: {int(totals['calls_paid']):,} calls paid, {money(totals['cost_paid'])} spent; "
-        f"{int(totals['calls_reused']):,} reused, {money(totals['cost_saved'])} saved"
+        f"in all: {int(totals['calls_paid']):,} calls paid, {_money(totals['cost_paid'], totals['calls_unpriced'])} spent; "
+        f"{int(totals['calls_reused']):,} reused, {_money(totals['cost_saved'], totals['reused_unpriced'])} saved"
     )
     return 0
+
+
+def _money(amount: float, unpriced: float) -> str:
+    """A sum of costs, and the calls it leaves out because they have no price (never counted as 0)."""
+    return f"{money(amount)} (+ {int(unpriced):,} calls unpriced)" if unpriced else money(amount)
 
 
 def _list(store: StoreEngine, args: argparse.Namespace) -> int:

@@ -47,7 +47,14 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS lease (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL) WITHOUT ROWID",
     # What runs paid and reused, per UTC day, provider ("": none) and tool: added to as runs end.
     "CREATE TABLE IF NOT EXISTS spend (day TEXT NOT NULL, provider TEXT NOT NULL, tool TEXT NOT NULL, calls_paid INTEGER NOT NULL, "
-    "cost_paid REAL NOT NULL, calls_reused INTEGER NOT NULL, cost_saved REAL NOT NULL, PRIMARY KEY (day, provider, tool)) WITHOUT ROWID",
+    "cost_paid REAL NOT NULL, calls_reused INTEGER NOT NULL, cost_saved REAL NOT NULL, "
+    "calls_unpriced INTEGER NOT NULL DEFAULT 0, reused_unpriced INTEGER NOT NULL DEFAULT 0, "
+    "PRIMARY KEY (day, provider, tool)) WITHOUT ROWID",
+)
+# Columns added since a table was first made: a store made by an older playbook gains them when opened.
+_ADDED = (
+    ("spend", "calls_unpriced", "INTEGER NOT NULL DEFAULT 0"),
+    ("spend", "reused_unpriced", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 _REASONS = {
@@ -145,6 +152,9 @@ class Database:
             con.execute("PRAGMA auto_vacuum = INCREMENTAL")
             for statement in SCHEMA:
                 con.execute(statement)
+            for table, column, kind in _ADDED:
+                if column not in {row[1] for row in con.execute(f"PRAGMA table_info({table})")}:
+                    con.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         stat = os.stat(self.file)
         self._identity = (stat.st_dev, stat.st_ino)
 

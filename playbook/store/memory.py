@@ -104,13 +104,16 @@ class MemoryBackend:
         self._writable()
         with self._lock:
             for day, provider, tool, *figures in rows:
-                line = self._spend.setdefault((day, provider, tool), [0, 0.0, 0, 0.0])
+                line = self._spend.setdefault((day, provider, tool), [0, 0.0, 0, 0.0, 0, 0])
                 for i, value in enumerate(figures):
                     line[i] += value
 
     def spend_rows(self) -> list[SpendRow]:
         with self._lock:
-            return [(*where, int(a), b, int(c), d) for where, (a, b, c, d) in self._spend.items()]
+            return [
+                (*where, int(a), b, int(c), d, int(e), int(f))
+                for where, (a, b, c, d, e, f) in self._spend.items()
+            ]
 
     # -- upkeep ----------------------------------------------------------------------------------
 

@@ -36,7 +36,8 @@ ELSEWHERE = "pass store=pb.ReceiptStore('another/directory') to use another stor
 
 # One line of the spend ledger: UTC day ("2026-12-04"), provider ("" for none), tool, calls paid,
 # what they cost, calls reused (answered by receipts or row memos), what those saved.
-SpendRow = tuple[str, str, str, int, float, int, float]
+# day, provider, tool, calls paid, cost paid, calls reused, cost saved, calls paid and reused unpriced
+SpendRow = tuple[str, str, str, int, float, int, float, int, int]
 
 
 class StoreFailure(Exception):

@@ -43,6 +43,7 @@ __all__ = [
     "memo_flags",
     "memo_local",
     "memo_tools",
+    "memo_unpriced",
     "parse_tools",
     "receipt_of",
     "record",
@@ -50,8 +51,10 @@ __all__ = [
 
 OUTPUT_TAGGED = 1  # the output holds tags: decode it when read
 INPUT_TAGGED = 2  # the input does
-# A memo's flags above this bit count the free local calls among its calls (a memo of before: none).
+# A memo's flags above this bit count the free local calls among its calls (a memo of before: none),
+# and above the next its calls with no price (unpriced: a memo of before, none).
 _MEMO_LOCAL_SHIFT = 8
+_MEMO_UNPRICED_SHIFT = 40
 # the provider refused the call (a client error): the output is its status (or [status, sent,
 # written]), ``error`` what it said
 REFUSED = 4
@@ -84,13 +87,14 @@ class Hit(NamedTuple):
 class Memo(NamedTuple):
     """What a row-memo lookup finds: a finished row's ``output``, how many ``calls`` it made
     (``local`` of them of free local tools), their ``cost``, and the ``tools`` it used (name ->
-    fingerprint; the rows of one play share one mapping)."""
+    fingerprint; the rows of one play share one mapping); ``unpriced`` of its calls had no price."""
 
     output: dict[str, Any]
     calls: int
     cost: float
     local: int
     tools: Mapping[str, str]
+    unpriced: int = 0
 
 
 class Record(NamedTuple):
@@ -193,15 +197,23 @@ def receipt_of(row: Record) -> Receipt:
     )
 
 
-def memo_flags(tagged: bool, local: int) -> int:
-    """A memo's flags: whether its output holds tags, and how many of its calls were of free local
-    tools (a rerun that reuses the row counts those as local, the rest as answered by receipts)."""
-    return (OUTPUT_TAGGED if tagged else 0) | (local << _MEMO_LOCAL_SHIFT)
+def memo_flags(tagged: bool, local: int, unpriced: int = 0) -> int:
+    """A memo's flags: whether its output holds tags, how many of its calls were of free local
+    tools (a rerun that reuses the row counts those as local, the rest as answered by receipts),
+    and how many had no price (their cost is not in the memo's)."""
+    return (
+        (OUTPUT_TAGGED if tagged else 0) | (local << _MEMO_LOCAL_SHIFT) | (unpriced << _MEMO_UNPRICED_SHIFT)
+    )
 
 
 def memo_local(flags: int) -> int:
     """The free local calls a memo's ``flags`` count (:func:`memo_flags`)."""
-    return flags >> _MEMO_LOCAL_SHIFT
+    return (flags >> _MEMO_LOCAL_SHIFT) & ((1 << (_MEMO_UNPRICED_SHIFT - _MEMO_LOCAL_SHIFT)) - 1)
+
+
+def memo_unpriced(flags: int) -> int:
+    """The calls with no price a memo's ``flags`` count (:func:`memo_flags`)."""
+    return flags >> _MEMO_UNPRICED_SHIFT
 
 
 def memo_tools(tools: dict[str, str]) -> str:

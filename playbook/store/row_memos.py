@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from playbook.store.io import StoreIO
 from playbook.store.protocol import Backend, StoreFailure, cannot_read
-from playbook.store.records import OUTPUT_TAGGED, Memo, MemoRow, memo_local, parse_tools
+from playbook.store.records import OUTPUT_TAGGED, Memo, MemoRow, memo_local, memo_unpriced, parse_tools
 from playbook.tagged import decode, loads
 
 __all__ = ["RowMemos"]
@@ -57,7 +57,9 @@ class RowMemos:
                 if type(out) is not dict:
                     raise ValueError("not a row's output")
                 value = decode(out) if flags & OUTPUT_TAGGED else out
-                found[key] = new(Memo, (value, calls, cost, memo_local(flags), parse_tools(tools)))
+                found[key] = new(
+                    Memo, (value, calls, cost, memo_local(flags), parse_tools(tools), memo_unpriced(flags))
+                )
             except (ValueError, TypeError, KeyError, IndexError):
                 bad.append(key)
         if bad:

@@ -21,14 +21,18 @@ from playbook.store.protocol import Backend, SpendRow, StoreFailure, cannot_read
 __all__ = ["BY", "FIGURES", "SpendLines", "Spending"]
 
 BY = ("day", "provider", "tool")  # what spend() can be grouped by
-FIGURES = ("calls_paid", "cost_paid", "calls_reused", "cost_saved")
+# calls_unpriced, reused_unpriced: of calls_paid and calls_reused, those whose model has no price
+# (their cost is not known: it is in neither cost_paid nor cost_saved)
+FIGURES = ("calls_paid", "cost_paid", "calls_reused", "cost_saved", "calls_unpriced", "reused_unpriced")
+_COUNTS = {name: "int64" for name in FIGURES if not name.startswith("cost")}
 
 
 class SpendLines(dict[tuple[str | None, str], list[float]]):
-    """A run's own figures: (provider or None, tool) -> [calls paid, cost paid, calls reused, cost saved]."""
+    """A run's own figures: (provider or None, tool) -> [calls paid, cost paid, calls reused, cost
+    saved, calls paid unpriced, calls reused unpriced]."""
 
     def __missing__(self, key: tuple[str | None, str]) -> list[float]:
-        line = self[key] = [0, 0.0, 0, 0.0]
+        line = self[key] = [0, 0.0, 0, 0.0, 0, 0]
         return line
 
 
@@ -52,8 +56,8 @@ class Spending:
         refuses them says so; the receipts, what was paid for, are not touched."""
         day = dt.datetime.fromtimestamp(when, dt.UTC).date().isoformat()
         rows: list[SpendRow] = [
-            (day, provider or "", tool, int(paid), cost, int(reused), saved)
-            for (provider, tool), (paid, cost, reused, saved) in lines.items()
+            (day, provider or "", tool, int(paid), cost, int(reused), saved, int(unpriced), int(reunpriced))
+            for (provider, tool), (paid, cost, reused, saved, unpriced, reunpriced) in lines.items()
         ]
         if not rows or self._backend.readonly:
             return
@@ -72,7 +76,8 @@ class Spending:
 
     def read(self, by: str | Sequence[str] = ("provider", "tool", "day")) -> pd.DataFrame:
         """Calls and money per ``by`` (any of ``"day"``, ``"provider"``, ``"tool"``): paid, reused,
-        and saved by reuse, from what every run on this store added as it ended."""
+        and saved by reuse, from what every run on this store added as it ended; the calls of
+        those whose cost is not known (unpriced)."""
         keys = [by] if isinstance(by, str) else list(by) if isinstance(by, (list, tuple)) else [by]
         wrong = [k for k in keys if k not in BY]
         if wrong or len(set(keys)) != len(keys):
@@ -81,19 +86,14 @@ class Spending:
             rows = self._backend.spend_rows()
         except StoreFailure as exc:
             raise cannot_read(self._location, exc) from None
-        frame = pd.DataFrame(rows, columns=[*BY, *FIGURES])
+        # a ledger line of an older playbook has no unpriced calls
+        frame = pd.DataFrame(
+            [(*row, 0, 0)[: len(BY) + len(FIGURES)] for row in rows], columns=[*BY, *FIGURES]
+        )
         frame["provider"] = frame["provider"].replace("", None)
         if not keys:
-            return (
-                frame[list(FIGURES)]
-                .sum()
-                .to_frame()
-                .T.astype({"calls_paid": "int64", "calls_reused": "int64"})
-                .round(9)
-            )
+            return frame[list(FIGURES)].sum().to_frame().T.astype(_COUNTS).round(9)
         grouped = frame.groupby(keys, sort=True, dropna=False)[list(FIGURES)].sum().reset_index()
         # Money to 9 decimals, as run.stats says it: sums of many prices carry float noise
         # (8.999999999999996).
-        return grouped.astype({"calls_paid": "int64", "calls_reused": "int64"}).round(
-            {"cost_paid": 9, "cost_saved": 9}
-        )
+        return grouped.astype(_COUNTS).round({"cost_paid": 9, "cost_saved": 9})

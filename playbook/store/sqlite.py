@@ -34,9 +34,11 @@ _CHUNK = 500  # keys per query (SQLite allows 32,766 parameters)
 _THERE = "SELECT COUNT(*) FROM receipt WHERE key IN ({})"
 _UPSERT = f"INSERT OR REPLACE INTO receipt ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _SPEND = (
-    "INSERT INTO spend VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (day, provider, tool) DO UPDATE SET "
+    "INSERT INTO spend (day, provider, tool, calls_paid, cost_paid, calls_reused, cost_saved, calls_unpriced, "
+    "reused_unpriced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (day, provider, tool) DO UPDATE SET "
     "calls_paid = calls_paid + excluded.calls_paid, cost_paid = cost_paid + excluded.cost_paid, "
-    "calls_reused = calls_reused + excluded.calls_reused, cost_saved = cost_saved + excluded.cost_saved"
+    "calls_reused = calls_reused + excluded.calls_reused, cost_saved = cost_saved + excluded.cost_saved, "
+    "calls_unpriced = calls_unpriced + excluded.calls_unpriced, reused_unpriced = reused_unpriced + excluded.reused_unpriced"
 )
 _MEMO_COLUMNS = "key, play, tools, calls, cost, flags, output"
 _MEMOS = f"SELECT {_MEMO_COLUMNS} FROM memo WHERE key IN ({{}})"

@@ -205,7 +205,7 @@ class Engine:
         """The tokens a call with these inputs is expected to use (``None``: not weighed by tokens)."""
         return None
 
-    def price(self, values: Any) -> float:
+    def price(self, values: Any) -> float | None:
         """The cost reserved against ``max_cost`` before a call with these inputs is sent."""
         return self.cost
 

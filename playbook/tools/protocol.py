@@ -39,12 +39,13 @@ NO_INPUT: Any = object()  # "no positional input": None is a valid input
 
 
 class Spent(NamedTuple):
-    """What one paid answer cost: money (in the tool's own unit), tokens (``None``: not counted; an
-    LLM's answer says :class:`~playbook.providers.limits.Tokens`, input and output apart, a number
-    of them in all), requests (an answer that needed a re-ask took two), and the part of the money
-    that bought an answer validation refused (the first of a re-asked pair)."""
+    """What one paid answer cost: money (in the tool's own unit; ``None``: unpriced, an LLM
+    whose model has no price, never counted as 0), tokens (``None``: not counted; an LLM's answer
+    says :class:`~playbook.providers.limits.Tokens`, input and output apart, a number of them in
+    all), requests (an answer that needed a re-ask took two), and the part of the money that
+    bought an answer validation refused (the first of a re-asked pair)."""
 
-    cost: float
+    cost: float | None
     tokens: float | None
     requests: int
     refused: float = 0.0
@@ -154,8 +155,9 @@ class ToolEngine(Protocol):
         it is weighed as one request)."""
         ...
 
-    def price(self, values: Any) -> float:
-        """Asked before a call is sent under ``max_cost``: the cost reserved for it."""
+    def price(self, values: Any) -> float | None:
+        """Asked before a call is sent under ``max_cost``: the cost reserved for it (``None``: it
+        has no price, and ``max_cost`` cannot count it)."""
         ...
 
     def spent(self, answer: Any) -> Spent:
@@ -173,6 +175,6 @@ class ToolEngine(Protocol):
         ...
 
 
-def is_local(tool: ToolEngine, cost: float) -> bool:
+def is_local(tool: ToolEngine, cost: float | None) -> bool:
     """A call that costs nothing and goes nowhere (a plain Python tool): counted apart from paid ones."""
-    return tool.provider is None and not cost and not tool.remote
+    return tool.provider is None and cost is not None and not cost and not tool.remote

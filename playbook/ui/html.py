@@ -93,6 +93,14 @@ def provider_pictures(history: list[ProviderSeries]) -> str:
     )
 
 
+def priced(amount: float, calls: int, unpriced: int) -> str:
+    """A sum of costs over ``calls``, ``unpriced`` of which have no price: "unpriced" when none
+    has one, never $0.00."""
+    if not unpriced:
+        return money(amount)
+    return "unpriced" if unpriced >= calls and not amount else f"{money(amount)} + unpriced"
+
+
 def counters_table(s: RunStats | RunState) -> str:
     """The run's counters, from its ``RunStats`` or its live ``RunState``."""
     return _table(
@@ -132,9 +140,9 @@ def counters_table(s: RunStats | RunState) -> str:
                         s.calls_local,
                     )
                 ),
-                money(s.cost_spent),
+                priced(s.cost_spent, s.calls_executed, s.calls_unpriced),
                 money(s.cost_failed),
-                money(s.cost_saved),
+                priced(s.cost_saved, s.calls_reused + s.calls_shared, s.reused_unpriced),
             ]
         ],
     )

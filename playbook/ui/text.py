@@ -40,7 +40,7 @@ from playbook.events import (
     RunStarted,
 )
 from playbook.runtime.state.reading import RunState
-from playbook.ui.html import in_words
+from playbook.ui.html import in_words, priced
 from playbook.ui.tally import KINDS as TALLY_KINDS
 from playbook.ui.tally import Tally
 
@@ -323,7 +323,9 @@ def summary(state: RunState, tally: Tally) -> str:
         parts.append(f"skipped {s.skipped}")
     parts.append(_calls(s))
     failed = f" ({money(s.cost_failed)} on failures)" if s.cost_failed else ""
-    parts.append(f"cost {money(s.cost_spent)} spent{failed}, {money(s.cost_saved)} saved")
+    spent = priced(s.cost_spent, s.calls_executed, s.calls_unpriced)
+    saved = priced(s.cost_saved, s.calls_reused + s.calls_shared, s.reused_unpriced)
+    parts.append(f"cost {spent} spent{failed}, {saved} saved{_unpriced(s)}")
     parts.append(f"{s.elapsed:.1f}s")
     lines = [" | ".join(parts)]
     for name, p in s.provider_views().items():
@@ -385,6 +387,15 @@ def _counters(s: RunState) -> list[str]:
     """The counters a line of progress ends with, longest first: what a narrow line drops first."""
     rows = f"ok={s.ok} reused={s.reused} failed={s.failed}"
     return [f"{rows} | {_calls(s)}", rows, f"ok={s.ok} failed={s.failed}", ""]
+
+
+def _unpriced(s: RunState) -> str:
+    """The tools whose calls have no price (their model is not in the price table), by name."""
+    n = s.calls_unpriced + s.reused_unpriced
+    if not n:
+        return ""
+    tools = f" of {', '.join(map(repr, sorted(s.unpriced)))}" if s.unpriced else ""
+    return f" ({n:,} calls{tools} unpriced: no price for the model)"
 
 
 def _calls(s: RunState) -> str:

@@ -47,8 +47,8 @@ T = TypeVar("T")
 
 
 class Costs(Protocol):
-    async def reserve(self, tool: LlmEngine, cost: float, *, wait: bool = True) -> None: ...
-    def refund(self, cost: float) -> None: ...
+    async def reserve(self, tool: LlmEngine, cost: float | None, *, wait: bool = True) -> None: ...
+    def refund(self, cost: float | None) -> None: ...
 
 
 class RunScope(Protocol):
@@ -83,7 +83,7 @@ class Jobs:
         self._adopting: dict[str, asyncio.Future[str]] = {}  # file id -> its batch id, being found
         self._polls: dict[str, tuple[float, asyncio.Future[dict[str, Any]]]] = {}  # batch id -> (when, batch)
         self._results: dict[str, asyncio.Future[dict[str, Any]]] = {}  # batch id -> custom_id -> answer
-        self.reserved: dict[str, float] = {}  # address -> cost reserved at submission
+        self.reserved: dict[str, float | None] = {}  # address -> cost reserved at submission
         self._track = track  # a stop waits for submissions under way
 
     def __repr__(self) -> str:
@@ -108,7 +108,8 @@ class Jobs:
         results = await self._read(scope, tool, batch)
         got = results.get(key)
         if isinstance(got, dict):
-            return reply_of(tool.name, got)
+            # answered by a batch job: priced at the batch price, replayed or not
+            return {**reply_of(tool.name, got), "batch": True}
         await scope.store.commit(record(mark, tool=tool.name, stored=None, tagged=False, at=scope.clock()))
         why = (
             got if isinstance(got, str) else f"the batch ended {batch.get('status')} without an answer to it"

@@ -37,6 +37,7 @@ class RowLedger:
         "calls",
         "local",
         "cost",
+        "unpriced",
         "paid",
         "refused",
         "tools",
@@ -58,6 +59,7 @@ class RowLedger:
         # rerun that reuses the row can say what it saved; ``local``: those of free local tools.
         self.calls = self.local = 0
         self.cost = 0.0
+        self.unpriced = 0  # of its calls, those with no price (not in ``cost``)
         # What this attempt paid for (not reused), and the part of it that bought answers validation
         # refused: a row that fails counts all it paid in ``cost_failed``, one that succeeds the refused part.
         self.paid = self.refused = 0.0
@@ -126,7 +128,9 @@ class RowLedger:
     def count(self, tool: ToolEngine, *, reused: bool, spent: Spent, shared: bool = False) -> None:
         """A call answered, paid now or before (``shared``: during this run, for another row); an
         answer that needed a re-ask counts its requests (what it cost is on the first)."""
-        cost = spent.cost
+        # An unpriced answer (no price for its model) adds nothing to the sums and is counted apart.
+        unpriced = spent.cost is None
+        cost = spent.cost or 0.0
         if not reused:
             self.paid += cost
             self.refused += spent.refused
@@ -135,10 +139,12 @@ class RowLedger:
         if self.scope.observer is not None:
             self.scope.observer.counted(self.position, tool, reused, spent, shared)
         tokens = spent.tokens or 0.0
+        if unpriced:
+            self.unpriced += spent.requests
         for _ in range(spent.requests):
             self.calls += 1
             self.cost += cost
-            self.scope.call_finished(tool, reused, cost, shared, tokens)
+            self.scope.call_finished(tool, reused, cost, shared, tokens, unpriced)
             cost = tokens = 0.0  # both on the answer's first request
 
     def absorb(
@@ -149,12 +155,14 @@ class RowLedger:
         receipts: Sequence[str],
         paid: tuple[float, float] = (0.0, 0.0),
         local: int = 0,
+        unpriced: int = 0,
     ) -> None:
         """A sub-play's calls are this row's too: its memo counts them, and drops with their tools;
         ``paid``: what a sub-play that ran paid, and the part of it validation refused; ``local``:
-        its calls of free local tools."""
+        its calls of free local tools; ``unpriced``: those with no price."""
         self.calls += calls
         self.local += local
+        self.unpriced += unpriced
         self.cost += cost
         self.paid += paid[0]
         self.refused += paid[1]

@@ -173,7 +173,7 @@ def _reused(ctx: Caller, tool: ToolEngine, values: Any, found: Hit) -> tuple[Any
         raise ToolError(not_storable(tool, str(error), paid_now=False), tool=tool.name)
     spent = tool.spent(value)
     if ctx.scope.recorder is not None:
-        ctx.scope.recorder.add(tool, values, encode(value), miss, spent.cost)
+        ctx.scope.recorder.add(tool, values, encode(value), miss, spent.cost or 0.0)
     ctx.count(tool, reused=True, spent=spent, shared=shared)
     return tool.read(value, miss)
 
@@ -441,7 +441,7 @@ async def paid(
             values,
             answer,
             miss,
-            spent.cost,
+            spent.cost or 0.0,  # a receipt keeps the usage: an unpriced answer is priced when replayed
             0 if is_local(tool, spent.cost) else spent.requests,
         )
     finally:

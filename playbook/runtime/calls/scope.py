@@ -17,6 +17,7 @@ import httpx
 
 from playbook._internal.flow import Parked, WaitBudget
 from playbook._internal.words import money
+from playbook.errors import RunFatal
 from playbook.events import CallFailed, CallFinished, Event, WaterfallFinished
 from playbook.providers.provider import Ticket
 from playbook.runtime.calls.batching import Batches
@@ -65,10 +66,15 @@ class CostBudget:
         limit = "unlimited" if self.limit is None else money(self.limit)
         return f"<CostBudget {money(self.committed)} of {limit} ({self.pending} in flight)>"
 
-    async def reserve(self, tool: ToolEngine, cost: float, *, wait: bool = True) -> None:
+    async def reserve(self, tool: ToolEngine, cost: float | None, *, wait: bool = True) -> None:
         """Count a paid call's expected ``cost`` before dispatch; park the row if it won't fit
-        (``wait``: once the calls in flight have settled)."""
-        if not cost or self.limit is None:
+        (``wait``: once the calls in flight have settled).  A call with no price stops the run
+        before it goes: the budget could not count it."""
+        if self.limit is None:
+            return
+        if cost is None:
+            raise unpriced(tool, self.limit)
+        if not cost:
             return
         while not self.take(cost):
             if not (wait and self.pending):
@@ -92,17 +98,17 @@ class CostBudget:
         """Count ``amount`` more as committed (less, when negative)."""
         self.committed += amount
 
-    def refund(self, cost: float) -> None:
+    def refund(self, cost: float | None) -> None:
         """A reserved call did not complete: give its cost back."""
         if cost and self.limit is not None:
             self.add(-cost)
             self._done()
 
-    def charge(self, reserved: float, cost: float) -> None:
+    def charge(self, reserved: float | None, cost: float | None) -> None:
         """A call reserved at ``reserved`` was answered and cost ``cost``: the budget counts that
         instead (so a budget is passed by at most what the calls in flight cost over their estimates)."""
-        if self.limit is not None:
-            if cost != reserved:
+        if self.limit is not None and reserved is not None:
+            if cost is not None and cost != reserved:
                 self.add(cost - reserved)
             if reserved:
                 self._done()
@@ -112,6 +118,20 @@ class CostBudget:
         if self._settled is not None:
             self._settled.set()
             self._settled = None
+
+
+def unpriced(tool: ToolEngine, limit: float) -> RunFatal:
+    """``max_cost`` met a call it cannot count: a tool whose model has no price."""
+    model = getattr(tool, "model", None)
+    which = f"model {model!r}" if isinstance(model, str) else "its calls"
+    fix = (
+        f"prices={{{model!r}: (usd_per_1M_input, usd_per_1M_output)}}" if isinstance(model, str) else "a cost"
+    )
+    return RunFatal(
+        f"max_cost={money(limit)} cannot count tool {tool.name!r}: the price table has no price for {which} "
+        f"(unpriced), so nothing of it was sent; give the tool {fix}, or run without max_cost",
+        tool=tool.name,
+    )
 
 
 class Tickets:
@@ -324,13 +344,20 @@ class RunScope:
             self._client = None
 
     def call_finished(
-        self, tool: ToolEngine, reused: bool, cost: float, shared: bool = False, tokens: float = 0.0
+        self,
+        tool: ToolEngine,
+        reused: bool,
+        cost: float,
+        shared: bool = False,
+        tokens: float = 0.0,
+        unpriced: bool = False,
     ) -> None:
         provider = tool.provider.name if tool.provider is not None else None
         if reused:
-            self.emit(CallFinished(tool.name, provider, True, cost, shared=shared))
+            self.emit(CallFinished(tool.name, provider, True, cost, shared=shared, unpriced=unpriced))
         else:
-            self.emit(CallFinished(tool.name, provider, False, cost, is_local(tool, cost), tokens=tokens))
+            local = is_local(tool, None if unpriced else cost)
+            self.emit(CallFinished(tool.name, provider, False, cost, local, tokens=tokens, unpriced=unpriced))
 
     def call_failed(self, tool: ToolEngine) -> None:
         """A request went out and brought back nothing to keep (a 5xx, a timeout, a 429)."""

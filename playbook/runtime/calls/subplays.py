@@ -53,8 +53,9 @@ async def run_play(
                 {**memo.tools, play_name(sub.name): sub.fingerprint},
                 (),
                 local=memo.local,
+                unpriced=memo.unpriced,
             )
-            _reused_calls(ctx, sub.name, memo.calls, memo.cost, memo.local)
+            _reused_calls(ctx, sub.name, memo.calls, memo.cost, memo.local, memo.unpriced)
             return dict(memo.output)
     # The outer row's memo counts the sub-play as it counts a tool: defined anew, it answers no more.
     ctx.absorb(0, 0.0, {play_name(sub.name): sub.fingerprint}, ())
@@ -69,7 +70,13 @@ async def run_play(
     finally:
         inner.close()
         ctx.absorb(
-            inner.calls, inner.cost, inner.tools, inner.receipts, (inner.paid, inner.refused), inner.local
+            inner.calls,
+            inner.cost,
+            inner.tools,
+            inner.receipts,
+            (inner.paid, inner.refused),
+            inner.local,
+            inner.unpriced,
         )
     if stored is not None:
         write_memo(
@@ -78,17 +85,20 @@ async def run_play(
             sub.name,
             output,
             stored,
-            (inner.calls, inner.cost, inner.tools, inner.receipts, inner.local),
+            (inner.calls, inner.cost, inner.tools, inner.receipts, inner.local, inner.unpriced),
             key,
         )
     return output
 
 
-def _reused_calls(ctx: RowLedger, play: str, calls: int, cost: float, local: int) -> None:
+def _reused_calls(ctx: RowLedger, play: str, calls: int, cost: float, local: int, unpriced: int) -> None:
     """The run counts the calls a reused sub-play made as it does a reused row's: reused, but for
-    its ``local`` calls of free local tools, which neither ran nor were answered by receipts."""
+    its ``local`` calls of free local tools, which neither ran nor were answered by receipts
+    (``unpriced`` of them had no price)."""
     for n in range(calls - local):
-        ctx.scope.emit(CallFinished(f"play {play}", None, True, cost if n == 0 else 0.0))
+        ctx.scope.emit(
+            CallFinished(f"play {play}", None, True, cost if n == 0 else 0.0, unpriced=n < unpriced)
+        )
 
 
 def _as_sub_play(ctx: RowLedger, play: Any) -> Play:

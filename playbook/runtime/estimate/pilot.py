@@ -45,10 +45,11 @@ class PilotLog:
     tokens, requests sent, the seconds they took, and those that failed; and each call's inputs
     (per tool, by its place among the row's calls of that tool), with the tools called."""
 
-    __slots__ = ("rows", "calls", "tools", "_first")
+    __slots__ = ("rows", "calls", "tools", "unpriced", "_first")
 
     def __init__(self) -> None:
         self.rows: dict[int, dict[Where, list[float]]] = {}
+        self.unpriced: set[Where] = set()  # whose calls had no price: their cost is not known
         # row -> tool -> occurrence -> its inputs
         self.calls: dict[int, dict[str, dict[tuple[str, int], Called]]] = {}
         self.tools: dict[str, ToolEngine] = {}
@@ -84,7 +85,10 @@ class PilotLog:
             line[_SHARED if shared else _REUSED] += spent.requests
         else:
             line[_PAID] += spent.requests
-            line[_COST] += spent.cost
+            if spent.cost is None:
+                self.unpriced.add(_where(tool))
+            else:
+                line[_COST] += spent.cost
             line[_TOKENS] += spent.tokens or 0.0
 
     def began(self, position: int, tool: ToolEngine) -> float:

@@ -47,7 +47,7 @@ GROWTH = 10  # with precision=, a pilot runs at most this many times its sample
 _DRAWS = 400
 # the table's columns of money and tokens, as every view shows them (typed Any: the stubs want a
 # Mapping[Never, ...])
-_AMOUNTS: Any = {"cost": money, "tokens": short_count}
+_AMOUNTS: Any = {"cost": lambda v: "unpriced" if math.isnan(v) else money(v), "tokens": short_count}
 # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span, shared, refused
 _P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF = range(len(FIELDS))
 
@@ -86,6 +86,8 @@ class Estimate:
     table: pd.DataFrame = field(repr=False)
     pilot: Any = field(repr=False)
     no_spread: dict[str, str] = field(default_factory=dict, repr=False)
+    # tools whose calls have no price (their model is not in the price table): not in ``cost``
+    unpriced: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"<Estimate {self}>"
@@ -100,8 +102,12 @@ class Estimate:
         words = f" (~{tokens(self.tokens)})" if self.tokens >= 1 else ""
         wide = "; a larger sample narrows it" if high - low > 0.3 * self.cost else ""
         wide += f"; no spread: {self.no_spread['cost']}" if "cost" in self.no_spread and self.cost else ""
+        cost = f"{money(self.cost)}{spread}"
+        if self.unpriced:
+            tools = ", ".join(map(repr, self.unpriced))
+            cost = f"{cost} + {tools} unpriced" if self.cost else f"cost unpriced ({tools})"
         line = (
-            f"{left}; ~{short_count(self.paid_calls)} paid calls{words}, {money(self.cost)}{spread}, ~{duration(self.seconds)}{held}"
+            f"{left}; ~{short_count(self.paid_calls)} paid calls{words}, {cost}, ~{duration(self.seconds)}{held}"
             f" (a pilot of {self.sample} rows{wide})"
         )
         return "; ".join([line, *self.notes])
@@ -135,6 +141,7 @@ class Estimate:
             "limit": self.limit,
             "notes": self.notes,
             "no_spread": self.no_spread,
+            "unpriced": list(self.unpriced),
             "table": [{k: _round(v) for k, v in row.items()} for row in self.table.to_dict("records")],
             "pilot": self.pilot.model_dump(),
         }
@@ -221,9 +228,10 @@ def project(pilot: Pilot, play: str, concurrency: int, providers: dict[str, Prov
         limit=point["limit"],
         notes=pilot_notes(pilot, n, scale, failed_rows, cost_failed)
         + shared_notes(logs, keys, counts, scale),
-        table=table(logs, keys, point, counts),
+        table=table(logs, keys, point, counts, pilot.log.unpriced),
         pilot=pilot.stats,
         no_spread=no_spread(logs, keys, point, counts, each, interval) if n and scale else {},
+        unpriced=tuple(sorted({tool for _, tool in pilot.log.unpriced})),
     )
 
 

@@ -9,6 +9,7 @@ Each works on the pilot's logs as the projection does: an array of rows × (prov
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -123,14 +124,18 @@ def _alike(lines: np.ndarray, tool: str, at: int, count: Counted | None, each: n
 
 
 def table(
-    logs: np.ndarray, keys: list[tuple[str | None, str]], point: dict[str, Any], counts: dict[int, Counted]
+    logs: np.ndarray,
+    keys: list[tuple[str | None, str]],
+    point: dict[str, Any],
+    counts: dict[int, Counted],
+    unpriced: Collection[tuple[str | None, str]] = (),
 ) -> pd.DataFrame:
     """One row per provider and tool: the calls the rows left will make, paid, answered by
     receipts made before and shared with another row, money, tokens, a request's seconds, the
     share of requests that failed (brought back nothing to keep: the run's ``calls_failed``) and
     the paid calls refused (a client error kept as the call's answer: the row fails, no money);
     what the calls are projected per (a row, or the distinct values of columns); and the
-    provider's seconds and what bounds it."""
+    provider's seconds and what bounds it.  An unpriced tool's cost is missing (NaN), not 0."""
     rows = []
     for i, (provider, tool) in enumerate(keys):
         line = point["totals"][i]
@@ -145,7 +150,7 @@ def table(
                 "reused_calls": round(float(line[_R])),
                 "shared_calls": round(float(line[_SH])),
                 "per": per,
-                "cost": figure(float(line[_C])),
+                "cost": math.nan if (provider, tool) in unpriced else figure(float(line[_C])),
                 "tokens": figure(float(line[_T])),
                 "request_seconds": float(logs[:, i, _W].sum() / sent) if sent else math.nan,
                 "requests_failed": float(logs[:, i, _F].sum() / sent) if sent else 0.0,

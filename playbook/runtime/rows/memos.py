@@ -31,7 +31,7 @@ __all__ = ["finish_store", "remember", "reuse"]
 
 # A row's calls, their cost, its tools, the receipts it looked up, and how many of its calls were of
 # free local tools.
-Used = tuple[int, float, dict[str, str], list[str], int]
+Used = tuple[int, float, dict[str, str], list[str], int, int]
 _CHUNK = 8192  # memo keys asked of the store at once (a store reads them in its own order)
 _logger = logging.getLogger("playbook")
 
@@ -91,8 +91,8 @@ def write_memo(
     store: StoreEngine, mk: str, play: str, output: dict[str, Any], stored: Any, used: Used, row: str
 ) -> None:
     """Write the memo ``mk`` of a finished row (or sub-play) of ``play`` whose identity is ``row``."""
-    calls, cost, tools, receipts, local = used
-    flags = memo_flags(output is not stored, local)
+    calls, cost, tools, receipts, local, unpriced = used
+    flags = memo_flags(output is not stored, local, unpriced)
     store.add_memo(mk, play, memo_tools(tools), calls, cost, flags, dumps(stored), row=row, used=receipts)
 
 

@@ -97,7 +97,7 @@ class RowRunner:
                     pos,
                     output,
                     stored,
-                    (book.calls, book.cost, book.tools, book.receipts, book.local),
+                    (book.calls, book.cost, book.tools, book.receipts, book.local, book.unpriced),
                 )
         finally:
             book.close()

@@ -74,6 +74,7 @@ class Outcomes:
         cost: float = 0.0,
         group: str | None = None,
         cost_failed: float = 0.0,
+        unpriced: int = 0,
     ) -> None:
         """``group``: a failed row's error group; by default its message's.  ``cost_failed``: what
         the attempt paid that bought nothing kept (see :class:`RowFinished`)."""
@@ -82,7 +83,9 @@ class Outcomes:
         if status == "failed" and group is None:
             group = message_group(error or "")
         rows = self.table.set_outcome(pos, status, output, error, group, cost_failed)
-        self._emit(RowFinished(pos, status, error, rows, ran, held, calls, cost, group, cost_failed))
+        self._emit(
+            RowFinished(pos, status, error, rows, ran, held, calls, cost, group, cost_failed, unpriced)
+        )
 
     def _clashing(self, pos: int, output: dict[str, Any]) -> list[Any]:
         """The input columns ``output`` would change in row ``pos`` (a value passed through as it
@@ -143,10 +146,14 @@ class Outcomes:
         calls = memo.calls - memo.local
         if output and self.guarded and self._clashing(pos, output):
             # it fails, saying why
-            self.finish(pos, "reused", output, None, ran=False, calls=calls, cost=cost)
+            self.finish(
+                pos, "reused", output, None, ran=False, calls=calls, cost=cost, unpriced=memo.unpriced
+            )
             return
         rows = self.table.set_outcome(pos, "reused", output, None)
-        self._emit(RowFinished(pos, "reused", None, rows, False, False, calls, cost, None))
+        self._emit(
+            RowFinished(pos, "reused", None, rows, False, False, calls, cost, None, 0.0, memo.unpriced)
+        )
 
     def unfinished(self, positions: Sequence[int], why: str) -> None:
         """Settle every row of ``positions`` not settled yet as skipped (a stop, a fatal error)."""

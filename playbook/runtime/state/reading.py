@@ -188,6 +188,8 @@ class RunState(RunFanout):
             cost_spent=round(self.cost_spent, 9),
             cost_saved=round(self.cost_saved, 9),
             cost_failed=round(self.cost_failed, 9),
+            calls_unpriced=self.calls_unpriced,
+            reused_unpriced=self.reused_unpriced,
             elapsed=round(self.elapsed, 6),
             receipts_lost=self.receipts_lost,
         )

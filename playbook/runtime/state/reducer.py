@@ -72,6 +72,9 @@ class RunCounters:
         "cost_spent",
         "cost_saved",
         "cost_failed",
+        "calls_unpriced",
+        "reused_unpriced",
+        "unpriced",
         "spend",
         "_memo_line",
         "started",
@@ -113,7 +116,12 @@ class RunCounters:
         self.cost_spent = self.cost_saved = 0.0
         # of cost_spent, what bought nothing kept: calls of failed rows, refused answers
         self.cost_failed = 0.0
-        # (provider, tool) -> [paid, cost, reused, saved]: store.spend() gets it as the run ends
+        # Calls whose model has no price, paid and reused: not in the sums above (never counted as 0),
+        # and the tools they were of.
+        self.calls_unpriced = self.reused_unpriced = 0
+        self.unpriced: set[str] = set()
+        # (provider, tool) -> [paid, cost, reused, saved, paid unpriced, reused unpriced]: store.spend()
+        # gets it as the run ends
         self.spend = SpendLines()
         # its line of rows reused from memos ("play <name>"), once there is one
         self._memo_line: list[float] | None = None
@@ -148,6 +156,10 @@ class RunCounters:
                 line = self._memo_line = self.spend[None, "play " + self.play]
             line[2] += event.calls
             line[3] += event.cost
+            if event.unpriced:
+                self.reused_unpriced += event.unpriced
+                line[5] += event.unpriced
+                self.unpriced.add("play " + self.play)
         if event.cost_failed:
             self.cost_failed += event.cost_failed
 
@@ -164,12 +176,20 @@ class RunCounters:
             self.cost_saved += event.cost
             line[2] += 1
             line[3] += event.cost
+            if event.unpriced:
+                self.reused_unpriced += 1
+                line[5] += 1
+                self.unpriced.add(event.tool)
         else:
             self.calls_executed += 1
             self.cost_spent += event.cost
             self.tokens += event.tokens
             line[0] += 1
             line[1] += event.cost
+            if event.unpriced:
+                self.calls_unpriced += 1
+                line[4] += 1
+                self.unpriced.add(event.tool)
             if self.clock() >= self._next_sample:  # a few times a second while calls go out
                 self.sample()
 

@@ -63,7 +63,8 @@ from playbook.store.redis.format import (
 )
 from playbook.store.redis.leases import RedisLeases
 
-_SPEND = ("calls_paid", "cost_paid", "calls_reused", "cost_saved")  # the figures of a line of spend
+# the figures of a line of spend (a line written by an older playbook has no unpriced ones: 0)
+_SPEND = ("calls_paid", "cost_paid", "calls_reused", "cost_saved", "calls_unpriced", "reused_unpriced")
 if TYPE_CHECKING:
     import redis
 
@@ -315,6 +316,8 @@ class RedisBackend(RedisLeases):
         pipe = self._client.pipeline(transaction=True)
         for day, provider, tool, *figures in rows:
             for name, value in zip(_SPEND, figures):
+                if not value and name.endswith("unpriced"):
+                    continue  # most lines: no field for nothing
                 pipe.hincrbyfloat(self._spend, json.dumps([day, provider, tool, name]), value)
         with self._failing():
             pipe.execute()
@@ -326,7 +329,10 @@ class RedisBackend(RedisLeases):
         for field, value in fields.items():
             day, provider, tool, name = json.loads(field)
             lines.setdefault((day, provider, tool), [0.0] * len(_SPEND))[_SPEND.index(name)] = float(value)
-        return [(*where, int(a), b, int(c), d) for where, (a, b, c, d) in sorted(lines.items())]
+        return [
+            (*where, int(a), b, int(c), d, int(e), int(f))
+            for where, (a, b, c, d, e, f) in sorted(lines.items())
+        ]
 
     # -- upkeep ----------------------------------------------------------------------------------
 

@@ -38,7 +38,8 @@ from playbook.tools.engine import Engine
 from playbook.tools.llm.dialects import Dialect, Target
 from playbook.tools.llm.dialects.openai import chat_reply
 from playbook.tools.llm.endpoint import Endpoint
-from playbook.tools.llm.prices import checked, cost, spent
+from playbook.tools.llm.prices import Pricing
+from playbook.tools.llm.prices import Tokens as Priced
 from playbook.tools.llm.reask import again, combined
 from playbook.tools.llm.structured import Structured
 from playbook.tools.llm.tokens import Usage, chars
@@ -60,7 +61,7 @@ class LlmEngine(Engine):
         "query",
         "system",
         "structured",
-        "prices",
+        "pricing",
         "request",
         "mode",
         "endpoint",
@@ -91,7 +92,7 @@ class LlmEngine(Engine):
         self.dialect = dialect
         self.model, self.system, self.mode = target.model, system, mode
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
-        self.prices = checked(name, target.model, prices)
+        self.pricing = Pricing(name, target.model, api=dialect.name, base_url=target.base_url, prices=prices)
         self.request = request  # temperature, max_tokens and the other fields, before the dialect places them
         pooled = provider is not None and provider.keys is not None  # each call sends its pool's chosen key
         url, own = dialect.url(target)
@@ -215,13 +216,14 @@ class LlmEngine(Engine):
             output = self.usage.completion(cap)
         return Tokens(math.ceil(self.usage.prompt_tokens(values["messages"])), math.ceil(output))
 
-    def price(self, values: Any) -> float:
-        # What answers usually take, not the cap.
+    def price(self, values: Any) -> float | None:
+        # What answers usually take, not the cap; None: the model has no price.
         completion = self.usage.completion(self.request.get("max_tokens"))
-        return cost(self.prices, self.usage.prompt_tokens(values["messages"]), completion)
+        tokens = Priced(self.usage.prompt_tokens(values["messages"]), completion)
+        return self.pricing.cost(tokens, batch=self.mode == "batch")
 
     def spent(self, answer: Any) -> Spent:
-        return spent(self.prices, answer)
+        return self.pricing.spent(answer)
 
     # -- the call ------------------------------------------------------------------------------
 

@@ -25,7 +25,16 @@ def combined(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     the first apart: it bought an answer validation refused (``run.stats.cost_failed``)."""
     usage: dict[str, Any] = {}
     for reply in (first, second):
-        for k, v in (reply.get("usage") or {}).items():
-            if isinstance(v, int):
-                usage[k] = usage.get(k, 0) + v
+        _add(usage, reply.get("usage") or {})
     return {**second, "usage": usage, "requests": 2, "refused_usage": first.get("usage")}
+
+
+def _add(total: dict[str, Any], usage: Any) -> None:
+    """Token counts summed, nested ones too (``prompt_tokens_details.cached_tokens``)."""
+    if not isinstance(usage, dict):
+        return
+    for k, v in usage.items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            total[k] = total.get(k, 0) + v
+        elif isinstance(v, dict):
+            _add(total.setdefault(k, {}), v)
