@@ -87,20 +87,34 @@ class TokenBucket(Shape):
 
 
 @dataclass
+class Jittered(TokenBucket):
+    """A strict bucket that also refuses the requests numbered in ``bunched`` (counted from 1):
+    calls the network bunched, each refused with ``Retry-After: 1`` as a server rounds it."""
+
+    bunched: tuple[int, ...] = ()
+
+    def decide(self, now: float) -> Exception | None:
+        if self.requests in self.bunched:
+            return _refusal(0.01)
+        return super().decide(now)
+
+
+@dataclass
 class FixedWindow(Shape):
     limit: int = 20
     period: float = 1.0
+    phase: float = 0.0  # seconds into a window when the run starts (the server's windows are its own)
     _window: int = -1
     _used: int = 0
 
     def decide(self, now: float) -> Exception | None:
-        window = int(now // self.period)
+        window = int((now + self.phase) // self.period)
         if window != self._window:
             self._window, self._used = window, 0
         if self._used < self.limit:
             self._used += 1
             return None
-        return _refusal((window + 1) * self.period - now if self.hints else None)
+        return _refusal((window + 1) * self.period - self.phase - now if self.hints else None)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from shapes import (
     FixedWindow,
     Flaky,
     InFlightLimit,
+    Jittered,
     RandomFailures,
     Shape,
     TokenBucket,
@@ -49,6 +50,21 @@ def test_configured_rate_reaches_the_limit_without_429s(shape: Shape) -> None:
     out = _run(Provider("p", rps=20), shape)
     assert out.ok == 300 and out.goodput() >= 0.95 * 20
     assert shape.refused == 0
+
+
+def test_a_few_bunched_refusals_with_whole_second_hints_neither_cut_nor_hold_the_rate() -> None:
+    """rps=20 on a strict bucket (burst 2) whose 429s say ``Retry-After: 1``: three refusals of
+    calls the network bunched, within half a second, are jitter: each refused call waits its
+    second alone, the rate stays and nothing is held: >= 0.95 of the limit (it fell to 0.86)."""
+    shape = Jittered(rps=20, burst=2, latency=0.15, bunched=(150, 152, 160))
+    provider = Provider("p", rps=20)
+    events: list = []
+    governor(provider).subscribe(events.append)
+    out = _run(provider, shape, rows=400)
+    assert out.ok == 400 and shape.refused == 3
+    assert out.goodput() >= 0.95 * 20, out.goodput()
+    assert not [e for e in events if isinstance(e, (RateChanged, ProviderHoldSet))]
+    assert provider.status().rate == pytest.approx(20 * 0.98)
 
 
 def test_a_configured_window_sends_each_allowance_at_once_and_is_never_refused() -> None:

@@ -335,6 +335,30 @@ def test_a_lone_short_refusal_among_many_calls_changes_nothing(make: Factory) ->
     assert third is Verdict.LOWERED and cut < 100.0
 
 
+@pytest.mark.parametrize("coarse", [True, False], ids=["whole-seconds", "fine"])
+def test_a_few_bunched_refusals_with_whole_second_hints_are_lone_among_a_span_of_calls(
+    make: Factory, coarse: bool
+) -> None:
+    """At 25/s, three 429s together after 80 calls: with ``Retry-After: 1`` (whole seconds, 25
+    intervals: the server's rounding) they are judged among the span's calls, jitter still, and
+    the rate stays; with a fine hint the third is a pattern over the last two seconds, and cuts."""
+
+    async def main() -> list[Any]:
+        limiter = make(rate=25.0, burst=2)
+        for _ in range(80):
+            await limiter.settle(await _go(limiter))
+        permits = [await _go(limiter) for _ in range(3)]
+        return [await limiter.refused(p, hinted=True, short=True, coarse=coarse) for p in permits] + [
+            limiter.rate
+        ]
+
+    *verdicts, rate = make.run(main())
+    if coarse:
+        assert verdicts == [Verdict.LONE] * 3 and rate == pytest.approx(25.0, rel=0.01)
+    else:
+        assert verdicts[:2] == [Verdict.LONE] * 2 and verdicts[2] is Verdict.LOWERED and rate < 25.0
+
+
 def test_an_unhinted_refusal_above_the_levels_that_went_through_bounds_concurrency(make: Factory) -> None:
     """Calls at levels 1-2 went through and one at level 3 got a 429 without a hint: calls in
     flight, not the rate, were refused: the bound becomes 2 and the rate stays."""

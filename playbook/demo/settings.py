@@ -50,7 +50,8 @@ class DemoSettings:
     ``quota_endpoints`` and for the keys in ``quota_keys`` (None: every path, every key; a key
     may be listed that is not accepted, so revoking one needs no second change). Then faults:
     every ``fault_every``-th request that passed them all, and a ``fault_rate`` share drawn at
-    random.
+    random, answered ``fault_status`` (a 5xx, or 429: a strict bucket's refusal of a call the
+    network bunched, with ``fault_retry_after`` as its hint).
 
     The chat endpoint adds OpenAI's per-minute limits per key, ``chat_rpm`` requests and
     ``chat_tpm`` tokens (prompt + completion), each a bucket refilling continuously that holds
@@ -168,9 +169,9 @@ class DemoSettings:
             "overload_rate",
         ):
             set_(self, name, _number(name, getattr(self, name), low=0.0, high=1.0))
-        status = _integer("fault_status", self.fault_status, low=500)
-        if status > 599:
-            raise ValueError(f"fault_status must be a 5xx status such as 503 or 500; got {status!r}")
+        status = _integer("fault_status", self.fault_status, low=429)
+        if status != 429 and not 500 <= status <= 599:
+            raise ValueError(f"fault_status must be a 5xx status such as 503 or 500, or 429; got {status!r}")
         set_(
             self,
             "fault_retry_after",

@@ -192,7 +192,7 @@ class DemoState:
             if every or drawn:
                 admission.rejection = (
                     settings.fault_status,
-                    "service unavailable",
+                    "rate limited" if settings.fault_status == 429 else "service unavailable",
                     settings.fault_retry_after,
                 )
             return admission

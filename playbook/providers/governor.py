@@ -414,7 +414,10 @@ class Governor(Holds):
         if self.health.success(permit.sent_at, ticket.standing):
             self.emit(ProviderUp(self.name))
         verdict = await self.limiter.refused(
-            permit, hinted=hint is not None, short=hint is not None and hint <= LONE
+            permit,
+            hinted=hint is not None,
+            short=hint is not None and hint <= LONE,
+            coarse=hint is not None and float(hint).is_integer(),
         )
         if verdict is Verdict.LOWERED:
             self._rate_changed()

@@ -126,10 +126,13 @@ class Limiter(Protocol):
         as acquired) and let the rate and the concurrency limit recover.  True when either grew
         noticeably."""
 
-    async def refused(self, permit: Permit, *, hinted: bool, short: bool = False) -> Verdict:
+    async def refused(
+        self, permit: Permit, *, hinted: bool, short: bool = False, coarse: bool = False
+    ) -> Verdict:
         """The call got a 429 (``hinted``: it said when to come back; ``short``: within ``LONE``
-        seconds): give its slot back and judge it (:class:`Verdict`): a lone refusal, one that
-        lowers calls in flight or the rate, or one that lowers nothing."""
+        seconds; ``coarse``: in whole seconds, the server's rounding): give its slot back and
+        judge it (:class:`Verdict`): a lone refusal, one that lowers calls in flight or the
+        rate, or one that lowers nothing."""
 
     async def release(self, permit: Permit) -> None:
         """The call ended with no word on the limits (a 5xx, a timeout, cancelled): give its

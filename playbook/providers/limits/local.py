@@ -180,13 +180,15 @@ class LocalLimiter:
             self._rearm()
         return grew
 
-    async def refused(self, permit: Permit, *, hinted: bool, short: bool = False) -> Verdict:
+    async def refused(
+        self, permit: Permit, *, hinted: bool, short: bool = False, coarse: bool = False
+    ) -> Verdict:
         now = asyncio.get_running_loop().time()
         with self._lock:
             if not self._landed(permit):
                 return Verdict.NOTED
             verdict, rearm = Verdict.NOTED, False
-            lone = self.pace.lone(now)  # every refusal counts towards the next judgement
+            lone = self.pace.lone(now, coarse=coarse)  # every refusal counts towards the next judgement
             if permit.level and self.window.refused(permit.level, now, hinted=hinted):
                 verdict = Verdict.LOWERED
             elif short and lone:

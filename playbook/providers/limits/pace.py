@@ -45,6 +45,13 @@ class Pace:
     sent over the last ``CALM`` seconds (at most ``JITTER`` of them, or ``FEW``: the first
     calls of a run, each on a new connection, are the likeliest to bunch).  It cuts
     nothing; a second that soon is a pattern, and cuts as above.
+
+    A *coarse* hint (``Retry-After: 1``, whole seconds, the commonest form) at least ``COARSE``
+    intervals long says nothing about the rate: a bucket refusing a bunched call would ask for
+    a fraction of an interval, and rounded up to a second that is all a server can say.  Such
+    refusals are judged over ``SPAN`` seconds too: a few of them together (a stall that bunched
+    a handful of calls) among the many let in over that span are jitter still.  A rate the
+    provider really holds lower refuses a steady share of the calls, and is cut as before.
     """
 
     __slots__ = (
@@ -83,6 +90,8 @@ class Pace:
     CALM = 2.0  # seconds over which refusals are judged lone (jitter) or a pattern
     JITTER = 0.05  # lone: at most this share of the calls sent over CALM were refused (or FEW)
     FEW = 2
+    SPAN = 10.0  # seconds over which the refusals of coarse hints are judged, besides CALM
+    COARSE = 4.0  # a whole-second hint at least this many intervals long is the server's rounding
 
     def __init__(self, rate: float | None = None, burst: int | None = None, *, floor: float = 0.5) -> None:
         self.rate = rate
@@ -128,7 +137,7 @@ class Pace:
             self._started = self._resumed = now
         sent = self._sent
         sent.append(now)
-        while sent[0] < now - self.CALM:
+        while sent[0] < now - self.SPAN:
             sent.popleft()
         rate = self.rate
         if rate is not None:
@@ -228,13 +237,13 @@ class Pace:
         self.rate = new if ceiling is None else min(ceiling, new)
         return self._changed()
 
-    def lone(self, now: float) -> bool:
-        """A call was refused with a short hint at ``now``: True when that is a lone refusal (see
-        the class) which changes nothing; False when it is to be judged by :meth:`limited`.
-        Either way it counts towards the next judgement."""
+    def lone(self, now: float, *, coarse: bool = False) -> bool:
+        """A call was refused with a short hint at ``now`` (``coarse``: a whole second): True
+        when that is a lone refusal (see the class) which changes nothing; False when it is to
+        be judged by :meth:`limited`.  Either way it counts towards the next judgement."""
         refusals = self._refusals
         refusals.append(now)
-        while refusals[0] < now - self.CALM:
+        while refusals[0] < now - self.SPAN:
             refusals.popleft()
         # Only under a level the provider has not refused (the configured rate, or under the level
         # it refused last): while finding the rate, or probing past that level, a refusal is the measurement.
@@ -245,12 +254,18 @@ class Pace:
         )
         if not under or self._slow_start:
             return False
-        if len(refusals) > max(self.FEW, self.JITTER * _since(self._sent, now - self.CALM)):
+        rounded = coarse and rate is not None and rate >= self.COARSE  # the hint says nothing of the rate
+        if not self._few(now, self.CALM) and not (rounded and self._few(now, self.SPAN)):
             return False
         if level is not None:
             # Refused here once, if only by jitter: a probe that reaches this rate again measures.
             self._level = min(level, rate)  # type: ignore[type-var]  # under: rate is known
         return True
+
+    def _few(self, now: float, span: float) -> bool:
+        """Refusals over the last ``span`` seconds are few among the calls sent over it."""
+        start = now - span
+        return _since(self._refusals, start) <= max(self.FEW, self.JITTER * _since(self._sent, start))
 
     def limited(self, now: float, sent_at: float, *, pending: int = 0) -> bool:
         """The provider refused a call sent at ``sent_at`` (a 429), with ``pending`` calls still

@@ -61,6 +61,7 @@ _PRELUDE = f"""
 local WINDOW, LEAST, CUT, DEEP, SOON = {Pace.WINDOW}, {Pace.LEAST}, {Pace.CUT}, {Pace.DEEP}, {Pace.SOON}
 local KNOWN, RECOVER, PROBE, FORGET, GROW = {Pace.KNOWN}, {Pace.RECOVER}, {Pace.PROBE}, {Pace.FORGET}, {Pace.GROW}
 local CALM, JITTER, FEW, RECENT, SURE = {Pace.CALM}, {Pace.JITTER}, {Pace.FEW}, {Allowance.RECENT}, {Allowance.SURE}
+local SPAN, COARSE = {Pace.SPAN}, {Pace.COARSE}
 local STATE_TTL = 3600
 local function clock()
   local t = redis.call('TIME')
@@ -88,7 +89,7 @@ end
 local function meter(prefix, kind, at, units)
   local key = prefix .. kind .. ':' .. math.floor(at * 10)
   redis.call('INCRBYFLOAT', key, units)
-  redis.call('EXPIRE', key, 5)
+  redis.call('EXPIRE', key, math.ceil(SPAN) + 2)
 end
 local function metered(prefix, kind, start, now)
   local first, last, total = math.floor(start * 10), math.floor(now * 10), 0
@@ -245,12 +246,13 @@ return {fmt(now), fmt(new)}
 """
 
 # KEYS: permits, aimd, allow, allowlog.  ARGV: prefix, id, sent_at (Redis time), judge (1: the
-# rate's verdict), ceiling, floor, hint (none | short | long), learn (1: the allowance is learnt).
+# rate's verdict), ceiling, floor, hint (none | short | coarse: short, in whole seconds | long),
+# learn (1: the allowance is learnt).
 # -> {now, rate, verdict}: lone | cut | noted
 _REFUSED = """
 local prefix, id, sent_at, judge = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local ceiling, floor, hint, learn = num(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
-local short = hint == 'short'
+local short = hint == 'short' or hint == 'coarse'
 local aimd, allow = KEYS[2], KEYS[3]
 local now = clock()
 redis.call('ZREM', KEYS[1], id)
@@ -265,9 +267,12 @@ local last_cut = field(aimd, 'last_cut') or -math.huge
 local level = nil
 if now - last_cut < FORGET then level = field(aimd, 'level') end
 local under = rate ~= nil and ((level ~= nil and rate < level) or (level == nil and ceiling ~= nil and rate <= ceiling))
+local function few(span)
+  return metered(prefix, 'refusals', now - span, now) <= math.max(FEW, JITTER * metered(prefix, 'sent', now - span, now))
+end
+-- a coarse hint (whole seconds, COARSE intervals or more): judged over SPAN too (Pace.lone)
 if short and under and not slow then
-  local sent = metered(prefix, 'sent', now - CALM, now)
-  if metered(prefix, 'refusals', now - CALM, now) <= math.max(FEW, JITTER * sent) then
+  if few(CALM) or (hint == 'coarse' and rate >= COARSE and few(SPAN)) then
     -- refused here once, if only by jitter: a probe that reaches this rate again measures
     if level ~= nil then redis.call('HSET', aimd, 'level', fmt(math.min(level, rate))) end
     return {fmt(now), fmt(rate), 'lone'}

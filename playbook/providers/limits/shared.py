@@ -253,7 +253,9 @@ class RedisLimiter:
             self.rate = maybe_float(reply[1])
         return self._changed() or grew
 
-    async def refused(self, permit: Permit, *, hinted: bool, short: bool = False) -> Verdict:
+    async def refused(
+        self, permit: Permit, *, hinted: bool, short: bool = False, coarse: bool = False
+    ) -> Verdict:
         if not self._landed(permit):
             return Verdict.NOTED
         with self._lock:
@@ -264,7 +266,7 @@ class RedisLimiter:
         sent_at = permit.sent_at + permit.offset
         # a token limit's refusal: not the request rate's
         judge = "0" if hinted and self.token_rates != Rates() else "1"
-        hint = "short" if short else "long" if hinted else "none"
+        hint = ("coarse" if coarse else "short") if short else "long" if hinted else "none"
         args = [
             permit.key,
             f"{sent_at:.6f}",
