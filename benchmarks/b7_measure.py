@@ -195,9 +195,8 @@ def gathered(
             try:
                 return await asyncio.gather(*(one(p) for p in frame["prompt"]))
             finally:
-                close = getattr(sdk, "close", None) or getattr(getattr(sdk, "aio", None), "aclose", None)
-                if close is not None:
-                    await close()
+                # google-genai's async client is closed apart (its close() is the sync client's)
+                await (sdk.aio.aclose() if hasattr(sdk, "aio") else sdk.close())
 
         began, start = time.monotonic(), time.perf_counter()
         results = asyncio.run(main())
