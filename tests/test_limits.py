@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import random
+from datetime import UTC, datetime, timedelta, timezone
 from email.utils import formatdate
 
 import httpx
 import pytest
 
-from playbook.providers.limits import HEADROOM, Backoff, Pace, retry_after
+from playbook.providers.limits import HEADROOM, Announced, Backoff, Pace, announced, retry_after
 from playbook.providers.limits.allowance import Allowance
 
 NOW = 1_700_000_000.0  # a wall-clock "now", in epoch seconds
@@ -94,6 +95,97 @@ def test_header_names_any_case() -> None:
 def test_no_headers_no_wait() -> None:
     """Without any rate-limit header there is no wait to report."""
     assert retry_after(httpx.Headers({"Content-Type": "application/json"}), now=NOW) is None
+
+
+# -- Anthropic's headers -------------------------------------------------------------------
+
+ANTHROPIC = {  # every budget a different number: a header read into another's budget shows
+    "anthropic-ratelimit-requests-limit": "50",
+    "anthropic-ratelimit-input-tokens-limit": "40000",
+    "anthropic-ratelimit-output-tokens-limit": "8000",
+    "anthropic-ratelimit-tokens-limit": "7000",
+}
+
+
+def _rfc3339(seconds_from_now: float) -> str:
+    """The moment ``seconds_from_now`` after NOW, as Anthropic writes its resets."""
+    return datetime.fromtimestamp(NOW + seconds_from_now, UTC).isoformat()
+
+
+def test_each_anthropic_limit_header_is_read_into_its_own_budget() -> None:
+    """anthropic-ratelimit-requests/-input-tokens/-output-tokens-limit are the requests, input and output
+    budgets per minute, each its own; -tokens-limit (whichever token limit binds now) teaches no budget."""
+    assert announced(httpx.Headers(ANTHROPIC)) == Announced(requests=50.0, input=40000.0, output=8000.0)
+    assert announced({"anthropic-ratelimit-output-tokens-limit": "8000"}) == Announced(output=8000.0)
+    assert announced({"anthropic-ratelimit-input-tokens-limit": "40000"}) == Announced(input=40000.0)
+    assert announced({"anthropic-ratelimit-tokens-limit": "7000"}) is None
+
+
+@pytest.mark.parametrize("garbage", ["lots", "", "-5", "nan", "inf", "0"])
+@pytest.mark.parametrize("header", sorted(ANTHROPIC))
+def test_a_garbage_anthropic_limit_is_ignored_and_the_others_kept(header: str, garbage: str) -> None:
+    """An unusable value leaves its budget unknown (None), never a made-up one; the other headers still count."""
+    said = announced({**ANTHROPIC, header: garbage})
+    expected = announced(ANTHROPIC)
+    assert said is not None and expected is not None
+    field = {"requests": "requests", "input-tokens": "input", "output-tokens": "output"}.get(
+        header.removeprefix("anthropic-ratelimit-").removesuffix("-limit")
+    )
+    assert said == (expected._replace(**{field: None}) if field else expected)
+
+
+@pytest.mark.parametrize("kind", ["requests", "input-tokens", "output-tokens", "tokens"])
+def test_an_anthropic_budget_used_up_waits_for_its_rfc3339_reset(kind: str) -> None:
+    """No retry-after: a budget whose remaining is 0 gives the seconds to its reset (an RFC 3339 time);
+    the others, not used up, give nothing."""
+    headers = {
+        f"anthropic-ratelimit-{other}-{field}": value
+        for other in ("requests", "input-tokens", "output-tokens", "tokens")
+        for field, value in (
+            ("remaining", "0" if other == kind else "900"),
+            ("reset", _rfc3339(7 if other == kind else 2)),
+        )
+    }
+    assert retry_after(headers, now=NOW) == pytest.approx(7.0)
+
+
+@pytest.mark.parametrize(
+    "reset",
+    [
+        datetime.fromtimestamp(NOW + 12, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        datetime.fromtimestamp(NOW + 12, UTC).strftime("%Y-%m-%dt%H:%M:%Sz"),  # RFC 3339 allows lower case
+        datetime.fromtimestamp(NOW + 12, UTC).astimezone(timezone(timedelta(hours=2))).isoformat(),
+        datetime.fromtimestamp(NOW + 12, UTC).strftime("%Y-%m-%dT%H:%M:%S.250Z"),
+    ],
+)
+def test_rfc3339_resets_in_any_form_are_read(reset: str) -> None:
+    """Z, z, an offset or fractions: the same moment, the same wait (counted from ``now``)."""
+    headers = {
+        "anthropic-ratelimit-output-tokens-remaining": "0",
+        "anthropic-ratelimit-output-tokens-reset": reset,
+    }
+    assert retry_after(headers, now=NOW) == pytest.approx(12.25 if ".250" in reset else 12.0)
+
+
+@pytest.mark.parametrize("reset", ["soon", "", "2025-13-45T00:00:00Z", "2023-11-14T22:13:32", "1700000012"])
+def test_a_garbage_or_zoneless_rfc3339_reset_is_not_trusted(reset: str) -> None:
+    """A reset that is not an RFC 3339 time with its offset gives no wait (a time without a zone is a guess)."""
+    headers = {
+        "anthropic-ratelimit-input-tokens-remaining": "0",
+        "anthropic-ratelimit-input-tokens-reset": reset,
+    }
+    assert retry_after(headers, now=NOW) is None
+
+
+def test_retry_after_wins_over_an_anthropic_reset_and_a_past_reset_is_no_wait() -> None:
+    """Retry-After, when given, is the wait; a reset already past is 0 s, not a negative wait."""
+    used_up = {
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": _rfc3339(30),
+    }
+    assert retry_after({**used_up, "retry-after": "4"}, now=NOW) == 4.0
+    past = {**used_up, "anthropic-ratelimit-requests-reset": _rfc3339(-30)}
+    assert retry_after(past, now=NOW) == 0.0
 
 
 # -- Backoff -------------------------------------------------------------------------------

@@ -334,7 +334,9 @@ def test_a_key_that_is_down_leaves_its_calls_to_the_others_and_the_provider_is_u
 
 def test_an_announced_limit_is_the_keys_that_announced_it() -> None:
     async def send() -> str:
-        governor(provider).learn(Announced(requests=120))  # what an LLM answer's x-ratelimit-limit-requests says
+        governor(provider).learn(
+            Announced(requests=120)
+        )  # what an LLM answer's x-ratelimit-limit-requests says
         return "ok"
 
     provider = pb.Provider("pooled", keys=keys("A", "B"))

@@ -387,6 +387,12 @@ def test_endless_unhinted_refusals_are_bounded_by_budget() -> None:
         ("tpm", -5),
         ("tpm", math.inf),
         ("tpm", True),
+        ("itpm", 0),
+        ("itpm", "40000"),
+        ("itpm", math.nan),
+        ("otpm", -8000),
+        ("otpm", False),
+        ("otpm", [8000]),
         ("window", 50),
         ("window", (50,)),
         ("window", (0, 5)),
@@ -398,7 +404,7 @@ def test_endless_unhinted_refusals_are_bounded_by_budget() -> None:
     ],
 )
 def test_bad_options_rejected(option: str, value: object) -> None:
-    """A bad rps, rpm, tpm, burst, window, concurrency, max_wait or retries is a PlayDefinitionError naming it."""
+    """A bad rps, rpm, tpm, itpm, otpm, burst, window, concurrency, max_wait or retries is a PlayDefinitionError naming it."""
     with pytest.raises(pb.PlayDefinitionError, match=option):
         Provider("p", **{option: value})
 
@@ -415,6 +421,27 @@ def test_rpm_is_rps_spelled_per_minute() -> None:
     assert provider.rps == 10.0 and provider.rpm == 600 and provider.tpm == 60_000
     assert provider.status().rate == pytest.approx(10 * HEADROOM)
     assert repr(provider).startswith("<Provider 'llm' rpm=600 tpm=60000 rate=9.8/s")
+
+
+def test_input_and_output_token_budgets_are_kept_per_key_shown_and_paced() -> None:
+    """itpm and otpm are kept as given (one per key, as tpm), shown, travel with the provider, and
+    make the limiter's input and output budgets (98% of them, per second) beside tpm's."""
+    import pickle
+
+    provider = Provider("anthropic", rpm=50, itpm=40_000, otpm=8_000)
+    assert (provider.itpm, provider.otpm, provider.tpm) == (40_000, 8_000, None)
+    assert "itpm=40000 otpm=8000" in repr(provider)
+    copy = pickle.loads(pickle.dumps(provider))
+    assert (copy.itpm, copy.otpm) == (40_000, 8_000) and governor(copy) is governor(provider)
+    assert governor(provider).limiter.token_rates == (
+        None,
+        pytest.approx(40_000 / 60 * HEADROOM),
+        pytest.approx(8_000 / 60 * HEADROOM),
+    )
+    pooled = Provider("anthropic-pool", keys=[pb.secret("KEY_A"), pb.secret("KEY_B")], otpm=[8_000, 16_000])
+    assert pooled.otpm == (8_000, 16_000) and pooled.itpm is None
+    rates = [lane.governor.limiter.token_rates.output for lane in governor(pooled).lanes]  # type: ignore[union-attr]
+    assert rates == [pytest.approx(8_000 / 60 * HEADROOM), pytest.approx(16_000 / 60 * HEADROOM)]
 
 
 def test_a_window_is_calls_per_seconds_and_shows_as_given() -> None:

@@ -26,7 +26,7 @@ from vtime import run_virtual
 from warm import Warm
 
 import playbook as pb
-from playbook.providers.limits import Limiter, LocalLimiter, Permit, Verdict
+from playbook.providers.limits import Limiter, LocalLimiter, Permit, Rates, Tokens, Verdict
 from playbook.providers.limits.shared import RedisLimiter
 from playbook.providers.provider import governor
 
@@ -49,7 +49,7 @@ class Factory:
         burst: float | None = None,
         concurrency: int | None = None,
         account: str = "acme:default",
-        tokens: float | None = None,
+        tokens: float | Rates | None = None,
     ) -> Limiter:
         if self.url is None:
             return LocalLimiter(rate, burst, concurrency, tokens)
@@ -380,6 +380,82 @@ def test_an_unhinted_refusal_above_the_levels_that_went_through_bounds_concurren
 
 def _shared(url: str, account: str = "acme:default", **options: Any) -> RedisLimiter:
     return RedisLimiter(url, account, provider="acme", **options)
+
+
+async def _calls(limiter: Limiter, n: int, weight: float, actual: float | None = None) -> float:
+    """``n`` calls one after another, each charged ``weight`` and settled as ``actual``: the seconds they took."""
+    start = _now()
+    for _ in range(n):
+        await limiter.settle(await _go(limiter, weight), actual)
+    return _now() - start
+
+
+@pytest.mark.parametrize(
+    ("rates", "weight"),
+    [
+        (Rates(input=10_000.0, output=400.0), Tokens(300, 100)),
+        (Rates(input=400.0, output=10_000.0), Tokens(100, 300)),
+    ],
+    ids=["output-binds", "input-binds"],
+)
+def test_input_and_output_tokens_are_paced_apart(make: Factory, rates: Rates, weight: Tokens) -> None:
+    """At 400 tokens/s of one kind and 10,000/s of the other, twelve calls of 100 and 300 go at the
+    binding budget's pace: two at once (half a second's worth), then 0.25 s apart: all of it
+    (>= 0.9), never more; the other budget's tokens count only there."""
+    elapsed = make.run(_calls(make(tokens=rates), 12, weight))
+    assert 2.45 <= elapsed < make.late(2.75)
+
+
+def test_max_tokens_reserved_at_dispatch_is_given_back_and_only_answers_are_paced(make: Factory) -> None:
+    """At 2,000 output tokens/s, 16 calls at a time each reserving 400 (their max_tokens, as Anthropic
+    charges them), expected to use 50 and answering 50 after 0.25 s: the 6,000 tokens answered take
+    ~2.8 s, the budget used in full (>= 0.9) and never more (>= 2.5 s, half a second's worth at once),
+    not the 24 s max_tokens charged for good would take, nor the ~4.4 s of calls each waiting for the
+    one before to give its reservation back."""
+    left = list(range(120))
+
+    async def main() -> float:
+        limiter = make(tokens=Rates(input=100_000.0, output=2_000.0))
+
+        async def worker() -> None:
+            while left:
+                left.pop()
+                permit = await _go(limiter, Tokens(10, 400, "reserved", usual=50))
+                await asyncio.sleep(0.25)
+                await limiter.settle(permit, Tokens(10, 50))
+
+        start = _now()
+        await asyncio.gather(*(worker() for _ in range(16)))
+        return _now() - start
+
+    assert 2.5 <= make.run(main()) < make.late(3.2)
+
+
+def test_a_reservation_ends_when_its_call_is_refused_or_fails(make: Factory) -> None:
+    """Calls reserving 1,600 output tokens (at 6,400/s) that are refused or fail give the reservation
+    back: four answered calls after them take 0.25 s, as after none, not 0.75 s (kept charged)."""
+    reserving = Tokens(0, 1_600, "reserved")
+
+    async def main() -> float:
+        limiter = make(tokens=Rates(output=6_400.0))
+        await limiter.refused(await _go(limiter, reserving), hinted=True, short=True)
+        await limiter.release(await _go(limiter, reserving))
+        return await _calls(limiter, 4, reserving, Tokens(0, 1_600))
+
+    assert 0.24 <= make.run(main()) < make.late(0.3)
+
+
+def test_two_limiters_on_one_account_share_its_output_budget(redis_url: str) -> None:
+    """Two limiters at 400 output tokens/s on one account: 16 calls of 100 between them take ~3.5 s
+    (one budget), not ~1.75 s (a budget each)."""
+
+    async def main() -> float:
+        a, b = (_shared(redis_url, tokens=Rates(input=10_000.0, output=400.0)) for _ in range(2))
+        start = time.monotonic()
+        await asyncio.gather(_calls(a, 8, Tokens(300, 100)), _calls(b, 8, Tokens(300, 100)))
+        return time.monotonic() - start
+
+    assert 3.45 <= asyncio.run(main()) < 3.5 + LOADED
 
 
 def test_two_limiters_on_one_account_share_one_rate(redis_url: str) -> None:

@@ -58,10 +58,14 @@ class Verdict(enum.Enum):
 class Permit:
     """One call's place with its limiter, from :meth:`Limiter.acquire` until it is given back."""
 
-    __slots__ = ("weight", "level", "sent_at", "key", "done", "offset")
+    __slots__ = ("weight", "level", "sent_at", "key", "done", "offset", "weighed")
 
-    def __init__(self, weight: float, level: int, sent_at: float, key: str = "") -> None:
+    def __init__(
+        self, weight: float, level: int, sent_at: float, key: str = "", *, weighed: bool = False
+    ) -> None:
         self.weight = weight  # units charged so far
+        # charged to token budgets when granted (a call granted before any was known is settled against none)
+        self.weighed = weighed
         self.level = level  # calls in flight when it went, itself included (the account's, when shared)
         self.sent_at = sent_at  # loop clock
         self.key = key  # its name in shared state ("" for a local permit)

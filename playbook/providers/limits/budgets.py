@@ -14,9 +14,9 @@ Like :class:`~playbook.providers.limits.pace.Pace` it reads no clock: each metho
 from __future__ import annotations
 
 from playbook.providers.limits.pace import Pace
-from playbook.providers.limits.weights import Rates, parts
+from playbook.providers.limits.weights import Rates, parts, reserved, settled
 
-__all__ = ["Budgets", "token_burst"]
+__all__ = ["MINUTE", "Budgets", "token_burst"]
 
 
 def token_burst(rate: float) -> int:
@@ -26,18 +26,30 @@ def token_burst(rate: float) -> int:
     return max(1, int(rate / 2))
 
 
+MINUTE = 60.0  # seconds of a budget its provider's bucket holds (Anthropic's: the limit per minute)
+
+
 def _pace(rate: float | None) -> Pace | None:
     return Pace(rate, token_burst(rate)) if rate is not None else None
 
 
 class Budgets:
     """The token budgets of one account, each a :class:`Pace` of tokens a second (None: no such
-    budget): ``tokens`` is charged a call's total, ``input`` its input, ``output`` its output."""
+    budget): ``tokens`` is charged a call's total, ``input`` its input, ``output`` its output.
 
-    __slots__ = ("tokens", "input", "output")
+    Output a provider reserves (``max_tokens``, held while the call is in flight: Anthropic's) is
+    charged like the rest, and what the calls in flight hold of it does not keep the next call
+    waiting, up to what the provider's bucket holds (a minute's worth): the answers' real counts
+    are paced, half a second's worth at once; the reservations are the provider's to hold.
+    Without that, a call reserving more than the calls of one answer's latency use would go only
+    once the one before it was answered.
+    """
+
+    __slots__ = ("tokens", "input", "output", "_held")
 
     def __init__(self, rates: Rates) -> None:
         self.tokens, self.input, self.output = (_pace(rate) for rate in rates)
+        self._held = 0.0  # output the calls in flight reserved
 
     def __repr__(self) -> str:
         shown = [f"{name}={rate:.4g}/s" for name, rate in zip(Rates._fields, self.rates) if rate is not None]
@@ -49,26 +61,30 @@ class Budgets:
             *(pace.rate if pace is not None else None for pace in (self.tokens, self.input, self.output))
         )
 
-    def _charged(self, weight: float) -> list[tuple[Pace, float]]:
-        """Each budget with what ``weight`` counts in it."""
+    def _charged(self, weight: float) -> list[tuple[Pace, float, float]]:
+        """Each budget with what ``weight`` counts in it and the room reservations in flight give it."""
         input, output = parts(weight)
-        units = ((self.tokens, input + output), (self.input, input), (self.output, output))
-        return [(pace, n) for pace, n in units if pace is not None]
+        held = self._held + reserved(weight)  # its own reservation too: only the answers' use waits
+        units = ((self.tokens, input + output, held), (self.input, input, 0.0), (self.output, output, held))
+        return [(pace, n, _room(pace, room)) for pace, n, room in units if pace is not None]
 
     def delay(self, now: float, weight: float) -> float:
         """Seconds until every budget has room for a call of ``weight``."""
-        return max((pace.delay(now, n) for pace, n in self._charged(weight)), default=0.0)
+        return max((pace.delay(now, n, room) for pace, n, room in self._charged(weight)), default=0.0)
 
     def take(self, now: float, weight: float, *, queued: bool = False) -> None:
         """Charge a call of ``weight`` sent at ``now`` to each budget."""
-        for pace, n in self._charged(weight):
-            pace.take(now, queued=queued, weight=n)
+        held = self._held
+        for pace, n, room in self._charged(weight):
+            pace.take(now, queued=queued, weight=n, room=room, held=held if pace is not self.input else 0.0)
+        self._held += reserved(weight)
 
     def charge(self, weight: float, actual: float) -> bool:
-        """A call charged ``weight`` used ``actual``: each budget is charged the difference (given
-        back, when it used less).  True when a budget moved."""
+        """A call charged ``weight`` was answered, using ``actual``: each budget is charged the
+        difference (given back, when it used less) and its reservation ends.  True when a budget moved."""
+        self.unhold(weight)
         input, output = parts(weight)
-        used_in, used_out = parts(actual)
+        used_in, used_out = settled(weight, actual)
         extra = ((self.tokens, used_in + used_out - input - output), (self.input, used_in - input))
         moved = False
         for pace, n in (*extra, (self.output, used_out - output)):
@@ -76,6 +92,22 @@ class Budgets:
                 pace.charge(n)
                 moved = True
         return moved
+
+    def unhold(self, weight: float) -> None:
+        """A call of ``weight`` is off the wire: what it reserved is no longer held."""
+        self._held = max(0.0, self._held - reserved(weight))
+
+    def drop(self, weight: float) -> bool:
+        """A call of ``weight`` ended with no answer (refused, failed, cancelled): its reservation
+        is given back (no answer used it); the rest stays charged.  True when a budget moved."""
+        back = reserved(weight)
+        if not back:
+            return False
+        self.unhold(weight)
+        for pace in (self.tokens, self.output):
+            if pace is not None:
+                pace.charge(-back)
+        return True
 
     def behind(self, queued: float, queued_out: float) -> float:
         """Seconds the tokens of the calls queued ahead (``queued`` in all, ``queued_out`` of them
@@ -98,3 +130,12 @@ class Budgets:
                 pace.burst = token_burst(rate)
                 changed = True
         return changed
+
+
+def _room(pace: Pace, held: float) -> float:
+    """Room beyond the burst the reservations in flight give a budget: all of them, up to a minute's
+    worth of it (its provider's bucket) less the burst."""
+    rate = pace.rate
+    if not held or rate is None:
+        return 0.0
+    return min(held, max(0.0, MINUTE * rate - pace.burst))

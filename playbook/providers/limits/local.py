@@ -162,10 +162,13 @@ class LocalLimiter:
         with self._lock:
             if not self._landed(permit):
                 return False
-            if actual is not None and actual != permit.weight:
-                if self.budgets is not None:
+            if self.budgets is not None and permit.weighed:
+                if actual is not None:
                     # a call that used fewer tokens than charged lets the next one go sooner
                     rearm = self.budgets.charge(permit.weight, actual)
+                else:
+                    self.budgets.unhold(permit.weight)
+            if actual is not None:
                 permit.weight = actual
             self.window.release()
             grew = self.window.success(permit.level, now)
@@ -187,7 +190,7 @@ class LocalLimiter:
         with self._lock:
             if not self._landed(permit):
                 return Verdict.NOTED
-            verdict, rearm = Verdict.NOTED, False
+            verdict, rearm = Verdict.NOTED, self._drop(permit)
             lone = self.pace.lone(now, coarse=coarse)  # every refusal counts towards the next judgement
             if permit.level and self.window.refused(permit.level, now, hinted=hinted):
                 verdict = Verdict.LOWERED
@@ -195,8 +198,8 @@ class LocalLimiter:
                 verdict = Verdict.LONE
             elif not (hinted and self.budgets is not None):
                 # else a token limit's refusal, most likely: its hold says when
-                rearm = self.pace.limited(now, permit.sent_at, pending=self.in_flight)
-                verdict = Verdict.LOWERED if rearm else Verdict.NOTED
+                cut = self.pace.limited(now, permit.sent_at, pending=self.in_flight)
+                verdict, rearm = (Verdict.LOWERED if cut else Verdict.NOTED), rearm or cut
             if hinted and not short and verdict is not Verdict.LONE:
                 # a window's end, most likely: what did it let in?
                 self.allowance.refused(permit.sent_at)
@@ -213,9 +216,12 @@ class LocalLimiter:
         with self._lock:
             if not self._landed(permit):
                 return
+            rearm = self._drop(permit)
             self.window.release()
             handed = self.window.handed()
         self._let_in(handed)
+        if rearm:
+            self._rearm()
 
     async def hold(self, until: float) -> float:
         now = asyncio.get_running_loop().time()
@@ -240,7 +246,11 @@ class LocalLimiter:
 
     def _sent(self, weight: float, now: float) -> Permit:
         self.in_flight += 1
-        return Permit(weight, self.in_flight, now)
+        return Permit(weight, self.in_flight, now, weighed=self.budgets is not None)
+
+    def _drop(self, permit: Permit) -> bool:
+        """Under the lock: a call ended with no answer; its reservation, if any, is given back."""
+        return self.budgets is not None and permit.weighed and self.budgets.drop(permit.weight)
 
     # -- the gate ----------------------------------------------------------------------------
 

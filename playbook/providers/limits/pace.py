@@ -119,20 +119,26 @@ class Pace:
         ceiling = "discovered" if self.ceiling is None else f"up to {self.ceiling:g}/s"
         return f"<Pace {rate} ({ceiling}) burst={self.burst}>"
 
-    def delay(self, now: float, weight: float = 1.0) -> float:
-        """Seconds until the next call (of ``weight`` units) may go (0: now)."""
+    def delay(self, now: float, weight: float = 1.0, room: float = 0.0) -> float:
+        """Seconds until the next call (of ``weight`` units) may go (0: now).  ``room``: units let
+        through at once beyond the burst (what calls in flight hold only until they are answered)."""
         rate = self.rate
         at = (
             self._not_before
             if rate is None
-            else max(self._not_before, self._tat - max(0.0, self.burst - weight) / rate)
+            else max(self._not_before, self._tat - max(0.0, self.burst + room - weight) / rate)
         )
         return max(0.0, at - now)
 
-    def take(self, now: float, *, queued: bool = False, weight: float = 1.0) -> None:
+    def take(
+        self, now: float, *, queued: bool = False, weight: float = 1.0, room: float = 0.0, held: float = 0.0
+    ) -> None:
         """Spend the slot of a call sent at ``now``.  ``queued``: the call waited for this slot,
         so lateness under one interval is the timer's, and must not push every later slot back.
-        ``weight``: the units it is charged (1 per call; tokens for a call weighed by them)."""
+        ``weight``: the units it is charged (1 per call; tokens for a call weighed by them);
+        ``room``: as :meth:`delay`'s; ``held``: units of the schedule that calls in flight hold
+        until they are answered (reserved, to be given back): a schedule that refunds took into the
+        past restarts from now with them still in it, not without them."""
         if self._started is None:
             self._started = self._resumed = now
         sent = self._sent
@@ -144,13 +150,13 @@ class Pace:
             interval = 1.0 / rate
             start = now
             if queued:
-                due = max(self._not_before, self._tat - max(0.0, self.burst - weight) * interval)
+                due = max(self._not_before, self._tat - max(0.0, self.burst + room - weight) * interval)
                 # Released late by the timer (within one interval; a weighed call: within LATE, not
                 # its whole span, which after a stalled loop would let a burst of tokens go at once):
                 # count the slot from when it was due.
                 if now - max(interval, min(interval * weight, self.LATE)) < due <= now:
                     start = due
-            self._tat = max(self._tat, start) + interval * weight
+            self._tat = max(self._tat, start + held * interval) + interval * weight
 
     def charge(self, extra: float) -> None:
         """A call weighed ``extra`` units more than it was charged (less, when negative): the

@@ -13,6 +13,7 @@ Keys, all under one hash tag so a cluster keeps them on one node:
     {p}tokens     the token budgets' GCRAs (``tpm``; ``itpm`` and ``otpm`` at {p}input and
     {p}input      {p}output): each its theoretical arrival time, like gcra
     {p}output
+    {p}held       output tokens the calls in flight reserved (their max_tokens, held until answered)
     {p}aimd       hash: rate (absent: unlimited), last_cut, target, level (the base of the last
                   cut), slow, grown, started, resumed
     {p}sent:N     units sent / refused in the 0.1 s bucket N (expire after a few seconds): what
@@ -30,6 +31,7 @@ account's sends instead of one process's.
 from __future__ import annotations
 
 from playbook.providers.limits.allowance import Allowance
+from playbook.providers.limits.budgets import MINUTE
 from playbook.providers.limits.pace import Pace
 
 __all__ = [
@@ -63,6 +65,7 @@ local KNOWN, RECOVER, PROBE, FORGET, GROW = {Pace.KNOWN}, {Pace.RECOVER}, {Pace.
 local CALM, JITTER, FEW, RECENT, SURE = {Pace.CALM}, {Pace.JITTER}, {Pace.FEW}, {Allowance.RECENT}, {Allowance.SURE}
 local SPAN, COARSE = {Pace.SPAN}, {Pace.COARSE}
 local STATE_TTL = 3600
+local MINUTE = {MINUTE}
 local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -360,34 +363,53 @@ return fmt(now)
 """
 
 # Each script carries the prelude: EVALSHA runs one self-contained source.
-# KEYS: the token budgets the call is charged to (tokens, input, output: those the account has).
-# ARGV: prefix, then for each budget: weight, rate (tokens a second), burst.  -> {now, wait}: the
-# call's tokens are reserved in every budget, to be sent ``wait`` seconds from now, when the
-# slowest has room (each paced evenly, never a minute at once).
+# KEYS: the token budgets the call is charged to (tokens, input, output: those the account has),
+# then held.  ARGV: prefix, the output this call reserves (held while it is in flight), then for
+# each budget: weight, rate (tokens a second), burst, whether reservations in flight give it room
+# ('1': tokens and output).  -> {now, wait}: the call's tokens are reserved in every budget, to be
+# sent ``wait`` seconds from now, when the slowest has room (Budgets: each paced evenly, never a
+# minute at once; what calls in flight reserved does not keep the next waiting, up to a minute's worth).
 _TOKENS = """
+local n = #KEYS - 1
+local reserve = tonumber(ARGV[2])
+local held = math.max(0, tonumber(redis.call('GET', KEYS[#KEYS]) or '0')) + reserve
 local now = clock()
 local go, tats = now, {}
-for i = 1, #KEYS do
-  local weight, rate, burst = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
+for i = 1, n do
+  local a = 4 * i - 1
+  local weight, rate, burst = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local room = 0
+  if ARGV[a + 3] == '1' and held > 0 then room = math.min(held, math.max(0, MINUTE * rate - burst)) end
   tats[i] = tonumber(redis.call('GET', KEYS[i]) or '0')
-  go = math.max(go, tats[i] - math.max(0, burst - weight) / rate)
+  go = math.max(go, tats[i] - math.max(0, burst + room - weight) / rate)
 end
-for i = 1, #KEYS do
-  local weight, rate = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])
-  local new = math.max(tats[i], go) + weight / rate
+for i = 1, n do
+  local a = 4 * i - 1
+  local new = math.max(tats[i], go) + tonumber(ARGV[a]) / tonumber(ARGV[a + 1])
   redis.call('SET', KEYS[i], fmt(new), 'PX', math.ceil((new - now) * 1000) + 60000)
+end
+if reserve > 0 then
+  redis.call('INCRBYFLOAT', KEYS[#KEYS], reserve)
+  redis.call('EXPIRE', KEYS[#KEYS], STATE_TTL)
 end
 return {fmt(now), fmt(go - now)}
 """
 
-# KEYS: token budgets.  ARGV: prefix, then for each budget: extra tokens, rate.  A call used more
-# (or fewer) tokens than it reserved: each budget's next reservations move by that much.
+# KEYS: token budgets, then held.  ARGV: prefix, the output reservation that ends, then for each
+# budget: extra tokens, rate.  A call used more (or fewer) tokens than it reserved: each budget's
+# next reservations move by that much; what it reserved is no longer held.
 _CHARGE = """
-for i = 1, #KEYS do
+local n = #KEYS - 1
+for i = 1, n do
   local tat = num(redis.call('GET', KEYS[i]))
   if tat ~= nil then
-    redis.call('SET', KEYS[i], fmt(tat + tonumber(ARGV[2 * i]) / tonumber(ARGV[2 * i + 1])), 'KEEPTTL')
+    redis.call('SET', KEYS[i], fmt(tat + tonumber(ARGV[2 * i + 1]) / tonumber(ARGV[2 * i + 2])), 'KEEPTTL')
   end
+end
+local unreserve = tonumber(ARGV[2])
+if unreserve > 0 then
+  local held = tonumber(redis.call('GET', KEYS[#KEYS]) or '0') - unreserve
+  if held > 0 then redis.call('SET', KEYS[#KEYS], fmt(held), 'KEEPTTL') else redis.call('DEL', KEYS[#KEYS]) end
 end
 return 1
 """

@@ -45,7 +45,7 @@ from playbook.providers.limits.pace import Pace
 from playbook.providers.limits.redis_link import Link, import_redis, split_options
 from playbook.providers.limits.scripts import maybe_float, optional
 from playbook.providers.limits.waiters import here
-from playbook.providers.limits.weights import Rates, parts
+from playbook.providers.limits.weights import Rates, parts, reserved, settled
 
 __all__ = ["RedisLimiter"]
 
@@ -190,7 +190,8 @@ class RedisLimiter:
             if granted is None:
                 await self._idle(link)
                 return None
-            permit = await self._due(Permit(weight, granted[0], granted[1], key), loop, link)
+            weighed = self.token_rates != Rates()  # as _reserve charged it, just now
+            permit = await self._due(Permit(weight, granted[0], granted[1], key, weighed=weighed), loop, link)
             if permit is not False:
                 return permit
 
@@ -237,14 +238,14 @@ class RedisLimiter:
     async def settle(self, permit: Permit, actual: float | None = None) -> bool:
         if not self._landed(permit):
             return False
-        charges = self._charged(permit.weight, actual)
+        charges, held = (
+            (self._charged(permit.weight, actual), reserved(permit.weight)) if permit.weighed else ([], 0.0)
+        )
         if actual is not None:
             permit.weight = actual
         with self._lock:
             grew = self.window.success(permit.level, self._now())
-        if charges:
-            keys = [key for key, _, _ in charges]
-            await self._quietly("charge", keys, [x for _, *pair in charges for x in pair], None)
+        await self._charge(charges, held)
         args = [permit.key, 0, optional(self.ceiling), f"{permit.sent_at + permit.offset:.6f}"]
         reply = await self._quietly(
             "settle", ["gcra", "permits", "aimd", "allow", "allowlog"], args, permit.key
@@ -260,6 +261,7 @@ class RedisLimiter:
             return Verdict.NOTED
         with self._lock:
             concurrency = bool(permit.level) and self.window.refused(permit.level, self._now(), hinted=hinted)
+        await self._unreserve(permit)
         if concurrency:
             await self._quietly("release", ["permits"], [permit.key], permit.key)
             return Verdict.LOWERED
@@ -303,30 +305,45 @@ class RedisLimiter:
         """Reserve a call's tokens in each of the account's token budgets; returns when they are
         all due (loop clock)."""
         input, output = parts(weight)
-        keys, args = [], []
-        for key, rate, n in zip(
-            ("tokens", "input", "output"), self.token_rates, (input + output, input, output)
-        ):
+        keys: list[str] = []
+        args: list[Any] = [reserved(weight)]
+        units = (input + output, input, output)
+        for key, rate, n in zip(("tokens", "input", "output"), self.token_rates, units, strict=True):
             if rate is not None:
                 keys.append(key)
-                args += [n, rate, token_burst(rate)]
-        reply = await self._script(link, "tokens", keys, args)
+                args += [n, rate, token_burst(rate), "0" if key == "input" else "1"]
+        reply = await self._script(link, "tokens", [*keys, "held"], args)
         self._clock.read(float(reply[0]), loop.time())
         return self._clock.here(float(reply[0]) + float(reply[1]))
 
     def _charged(self, weight: float, actual: float | None) -> list[tuple[str, float, float]]:
         """``(budget, extra tokens, rate)`` of each token budget where a call charged ``weight``
-        used another amount (``actual``; None: as charged)."""
+        counts another amount once answered (``actual``; None: as charged)."""
         if actual is None:
             return []
         input, output = parts(weight)
-        used_in, used_out = parts(actual)
+        used_in, used_out = settled(weight, actual)
         extras = (used_in + used_out - input - output, used_in - input, used_out - output)
         return [
             (key, n, rate)
             for key, rate, n in zip(("tokens", "input", "output"), self.token_rates, extras, strict=True)
             if rate is not None and n
         ]
+
+    async def _charge(self, charges: list[tuple[str, float, float]], unreserve: float) -> None:
+        """Move the token budgets by ``charges`` (:meth:`_charged`) and end a reservation of
+        ``unreserve`` output tokens; nothing to ask when neither is."""
+        if charges or unreserve:
+            keys = [key for key, _, _ in charges]
+            args = [unreserve, *(x for _, n, rate in charges for x in (n, rate))]
+            await self._quietly("charge", [*keys, "held"], args, None)
+
+    async def _unreserve(self, permit: Permit) -> None:
+        """A call that reserved output ended with no answer: its reservation is given back."""
+        back = reserved(permit.weight) if permit.weighed else 0.0
+        if back:
+            rates = (("tokens", self.token_rates.tokens), ("output", self.token_rates.output))
+            await self._charge([(key, -back, rate) for key, rate in rates if rate is not None], back)
 
     async def _reserve(
         self, key: str, weight: float, loop: asyncio.AbstractEventLoop, link: Link, patience: float
@@ -436,6 +453,7 @@ class RedisLimiter:
         permit.done = True
         # Shielded: a call cancelled on the wire still hands its slot to the next one now.
         await asyncio.shield(self._quietly("release", ["permits"], [permit.key], permit.key))
+        await asyncio.shield(self._unreserve(permit))
 
     async def _forget(self, link: Link, key: str) -> None:
         if key in link.permits:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -48,6 +48,10 @@ from playbook.tools.protocol import NO_INPUT, CallEnv, Spent
 __all__ = ["LlmEngine", "reply_of"]
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+# The dialects whose provider charges a request's max_tokens when it starts, and how.
+_CHARGES: dict[str, Literal["reserved", "counted"]] = {"anthropic": "reserved", "azure": "counted"}
 
 
 class LlmEngine(Engine):
@@ -116,9 +120,11 @@ class LlmEngine(Engine):
             cost=0.0,
         )
         self.usage = Usage()
-        # The provider charges a request's max_tokens when it starts (Anthropic's output budget,
-        # Azure's token budget): its calls are weighed so, and given back what they did not use.
-        self.charges_max_tokens = dialect.name in ("anthropic", "azure")
+        # How the provider counts a request's max_tokens (its dialect says): None, what answers use
+        # (a call is weighed by what they usually take); "reserved", held from the start and given
+        # back but for what the answer used (Anthropic's output budget); "counted", on arrival,
+        # whatever the answer uses (Azure's token budget).
+        self.charges_max_tokens: Literal["reserved", "counted"] | None = _CHARGES.get(dialect.name)
         # Chat Completions' receipts were written under "llm:" + base URL before there were other
         # dialects: kept, so they still answer.
         where = self.base_url if dialect.name == "openai" else f"{dialect.name}:{self.base_url}"
@@ -208,13 +214,13 @@ class LlmEngine(Engine):
 
     def weigh(self, values: Any) -> Tokens:
         """The prompt's tokens as input; as output the ``max_tokens`` a provider that charges it
-        when a request starts counts, else what answers usually take."""
+        (``charges_max_tokens``) counts, else what answers usually take."""
+        prompt = math.ceil(self.usage.prompt_tokens(values["messages"]))
         cap = self.request.get("max_tokens")
-        if self.charges_max_tokens and isinstance(cap, int) and not isinstance(cap, bool):
-            output = float(cap)
-        else:
-            output = self.usage.completion(cap)
-        return Tokens(math.ceil(self.usage.prompt_tokens(values["messages"])), math.ceil(output))
+        usual = math.ceil(self.usage.completion(cap))
+        if self.charges_max_tokens is not None and isinstance(cap, int) and not isinstance(cap, bool):
+            return Tokens(prompt, cap, self.charges_max_tokens, usual)
+        return Tokens(prompt, usual)
 
     def price(self, values: Any) -> float | None:
         # What answers usually take, not the cap; None: the model has no price.
