@@ -60,6 +60,13 @@ async def show(row, ctx):
 async def numbered(row, ctx):
     return {"line": row.index}
 
+chat = pb.llm_tool("chat", model="demo-1", base_url=os.environ["DEMO_URL"] + "/v1",
+                   secret=pb.secret("DEMO_API_KEY", default="demo-key"))
+
+@pb.play
+async def pitch(row, ctx):  # the demo's model is in no price table: unpriced
+    return {"pitch": await ctx.tool(chat, prompt=f"One line on {row.domain}")}
+
 @pb.tool
 async def slow(n: int) -> int:
     open(os.environ["STARTED"], "a").close()
@@ -180,6 +187,19 @@ def test_csv_to_parquet_matches_map_and_a_rerun_to_jsonl_pays_nothing(
     assert list(lines["play_status"]) == ["reused"] * 12
     assert _records(lines.drop(columns="play_status")) == _records(expected.drop(columns="play_status"))
     assert _leftovers(work) == []
+
+
+def test_the_json_report_and_the_summary_count_unpriced_calls(work: Path) -> None:
+    """An LLM column of a model with no price: the --json report's stats count its calls as
+    unpriced with no cost, and the summary on stderr says "unpriced", not $0.00 spent."""
+    done = cli(work, "plays.py:pitch", "--in", "leads.csv", "--out", "out.csv", "--json")
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout)["stats"]
+    assert (stats["calls_executed"], stats["calls_unpriced"], stats["cost_spent"]) == (12, 12, 0.0)
+    assert (
+        "cost unpriced spent, $0.00 saved (12 calls of 'chat' unpriced: no price for the model)"
+        in done.stderr
+    )
 
 
 def test_failed_rows_exit_3_with_the_output_written_and_the_json_report(work: Path) -> None:

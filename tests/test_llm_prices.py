@@ -7,7 +7,9 @@ every expected cost is computed from the table's own numbers."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import io
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,32 @@ def test_a_known_model_costs_its_usage_at_the_tables_price(demo: pb.demo.DemoSer
     assert again.cost_spent == 0 and again.cost_saved == pytest.approx(expected, rel=1e-9, abs=1e-9)
 
 
+def test_a_newer_table_reprices_the_receipts_as_they_are_replayed(
+    demo: pb.demo.DemoServer, tmp_path: Path
+) -> None:
+    """Receipts keep usage, not cost: with a newer table in the process (as genai_prices.UpdatePrices
+    puts one), calls answered by receipts are priced at its prices."""
+    from genai_prices import data_snapshot
+    from genai_prices.types import ModelPrice
+
+    store = pb.ReceiptStore(tmp_path / "store")
+    llm = _llm(demo)
+    _companies(8).play.map(_label(llm), store=store, progress=False)
+    prompt, completion = _served(demo)
+    newer = copy.deepcopy(data_snapshot.get_snapshot())
+    newer.from_auto_update = True
+    _, model = newer.find_provider_model(MODEL, None, "openai", None)
+    model.prices, model.price_variants = ModelPrice(input_mtok=Decimal(3), output_mtok=Decimal(7)), None
+    data_snapshot.set_custom_snapshot(newer)
+    try:
+        _companies(8).play.map(_label(llm, "relabel"), store=store, progress=False)
+    finally:
+        data_snapshot.set_custom_snapshot(None)
+    again = pb.last_run().stats  # type: ignore[union-attr]
+    assert again.calls_reused == 8
+    assert again.cost_saved == pytest.approx((prompt * 3 + completion * 7) / 1e6, rel=1e-9)
+
+
 def test_cached_input_tokens_cost_the_cache_read_price(demo: pb.demo.DemoServer) -> None:
     """An answer with 600 of its 1,000 prompt tokens read from the cache costs what the table says
     for that split (the answering model's dated name found), less than with none cached."""
@@ -117,11 +145,14 @@ def test_prices_given_override_the_table(demo: pb.demo.DemoServer) -> None:
 
 
 def test_an_unknown_model_is_unpriced_never_zero(demo: pb.demo.DemoServer, tmp_path: Path) -> None:
-    """No price for demo-1: each call costs None, counted as unpriced in the stats, the summary, the
-    counters table and store.spend(), and cost_spent leaves them out."""
+    """No price for demo-1 (nor usage in an answer): each call costs None, counted as unpriced in
+    the stats, the summary, the counters table and store.spend(), and cost_spent leaves them out."""
     store = pb.ReceiptStore(tmp_path / "store")
     llm = _llm(demo, model="demo-1")
     assert engine_of(llm).spent({"model": "demo-1", "usage": {"prompt_tokens": 9}}).cost is None
+    # an answer that says no usage (some local servers) has no cost to count, even for a known model
+    silent = pb.llm_tool("silent", model=MODEL, base_url=demo.url + "/v1", prices={MODEL: (1.0, 1.0)})
+    assert engine_of(silent).spent({"model": MODEL, "usage": None}).cost is None
     out = io.StringIO()
 
     async def main() -> pb.Run:
@@ -141,6 +172,7 @@ def test_an_unknown_model_is_unpriced_never_zero(demo: pb.demo.DemoServer, tmp_p
     )
     spend = store.spend(by="tool")
     assert spend.loc[spend.tool == "llm", ["calls_paid", "calls_unpriced"]].values.tolist() == [[6, 6]]
+    assert spend.loc[spend.tool == "llm", "cost_paid"].isna().all()  # not known: NaN, not 0
     # another play's calls answered by those receipts: reused, and still unpriced
     _companies(6).play.map(_label(llm, "relabel"), store=store, progress=False)
     again = pb.last_run().stats  # type: ignore[union-attr]
@@ -183,5 +215,8 @@ def test_the_estimate_uses_the_runs_prices_and_says_unpriced(
     )
     assert unknown.unpriced == ("llm",) and unknown.pilot.calls_unpriced == unknown.pilot.calls_executed > 0
     assert "cost unpriced ('llm')" in str(unknown)
-    assert unknown.table["cost"].isna().all() and "unpriced" in unknown.text()
+    assert unknown.table["cost"].isna().all()
+    [line] = [row.split() for row in unknown.text().splitlines()[1:] if " llm " in row]
+    assert line[line.index("llm") + 5] == "unpriced"  # its cost cell: after paid, reused, shared, per
+    assert "<td>unpriced</td>" in unknown._repr_html_()
     assert unknown.to_dict()["unpriced"] == ["llm"] and unknown.to_dict()["table"][0]["cost"] is None

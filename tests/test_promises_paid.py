@@ -534,6 +534,37 @@ def test_a_run_counts_the_tokens_its_paid_calls_used(
     assert engine.run(people(30), pb.play(line, name="line"), concurrency=4).total("tokens") == 0
 
 
+def test_calls_of_a_model_with_no_price_are_unpriced_and_max_cost_refuses_them(
+    engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
+) -> None:
+    """An LLM column of a model no price table knows (the demo's): its calls count as unpriced,
+    never $0 spent, on every engine; under max_cost the run stops at
+    that tool's first call, naming it, and the provider sees no request."""
+    engine.setenv("PLAYBOOK_TEST_LLM_KEY", DEMO_KEY)
+    llm = pb.llm_tool(
+        name=name("llm"),
+        model="demo-1",
+        base_url=demo.url + "/v1",
+        secret=pb.secret("PLAYBOOK_TEST_LLM_KEY"),
+        provider=pb.Provider(name("chat"), concurrency=4),
+    )
+
+    async def line(row: Any, ctx: pb.Context) -> Any:
+        return {"line": await ctx.tool(llm, prompt=f"One line on company {row.n} of {row.domain}")}
+
+    out = engine.run(people(20), pb.play(line, name="line"), concurrency=4)
+    assert out.statuses == {"ok": 20}, out.statuses
+    assert out.total("calls_executed") == out.total("calls_unpriced") == 20 and out.total("cost_spent") == 0
+    demo.reset()
+
+    async def other(row: Any, ctx: pb.Context) -> Any:  # calls no receipt answers
+        return {"line": await ctx.tool(llm, prompt=f"Another line on company {row.n}")}
+
+    refused = engine.run(people(20), pb.play(other, name="other"), concurrency=4, max_cost=5.0)
+    assert refused.fatal is not None and f"cannot count tool {name('llm')!r}" in refused.fatal, refused.fatal
+    assert requests(demo) == 0
+
+
 def test_money_paid_for_the_calls_of_a_failed_row_is_counted_once(
     engine: Engine, demo: pb.demo.DemoServer, name: Callable[[str], str]
 ) -> None:

@@ -242,7 +242,10 @@ def _spend(store: StoreEngine, args: argparse.Namespace) -> int:
     )
     print(
         shown.to_string(
-            index=False, float_format=lambda v: f"{v:,.6g}", formatters={"cost": money, "saved": money}
+            index=False,
+            float_format=lambda v: f"{v:,.6g}",
+            formatters={"cost": money, "saved": money},
+            na_rep="unpriced",  # money no call of the line had a price for
         )
     )
     totals = frame[

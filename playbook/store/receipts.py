@@ -118,7 +118,9 @@ class ReceiptStore:
     def spend(self, by: str | Sequence[str] = ("provider", "tool", "day")) -> pd.DataFrame:
         """What runs on this store spent: one row per ``by`` (any of ``"provider"``, ``"tool"``,
         ``"day"``, a UTC date), with ``calls_paid`` and ``cost_paid`` (sent to a provider, or with
-        a cost), ``calls_reused`` and ``cost_saved`` (answered by receipts or row memos instead).
+        a cost), ``calls_reused`` and ``cost_saved`` (answered by receipts or row memos instead),
+        and of those calls ``calls_unpriced`` and ``reused_unpriced``: an LLM's whose model has no
+        price, left out of the money (NaN where no call of a line had a price).
         Each run adds its figures as it ends; rows reused whole count under ``"play <name>"``."""
         return self._engine.spend(by)
 

@@ -77,7 +77,7 @@ class Spending:
     def read(self, by: str | Sequence[str] = ("provider", "tool", "day")) -> pd.DataFrame:
         """Calls and money per ``by`` (any of ``"day"``, ``"provider"``, ``"tool"``): paid, reused,
         and saved by reuse, from what every run on this store added as it ended; the calls of
-        those whose cost is not known (unpriced)."""
+        those whose cost is not known (unpriced), and NaN money where no call of a line had a price."""
         keys = [by] if isinstance(by, str) else list(by) if isinstance(by, (list, tuple)) else [by]
         wrong = [k for k in keys if k not in BY]
         if wrong or len(set(keys)) != len(keys):
@@ -92,8 +92,20 @@ class Spending:
         )
         frame["provider"] = frame["provider"].replace("", None)
         if not keys:
-            return frame[list(FIGURES)].sum().to_frame().T.astype(_COUNTS).round(9)
+            return _unknown(frame[list(FIGURES)].sum().to_frame().T.astype(_COUNTS).round(9))
         grouped = frame.groupby(keys, sort=True, dropna=False)[list(FIGURES)].sum().reset_index()
         # Money to 9 decimals, as run.stats says it: sums of many prices carry float noise
         # (8.999999999999996).
-        return grouped.astype(_COUNTS).round({"cost_paid": 9, "cost_saved": 9})
+        return _unknown(grouped.astype(_COUNTS).round({"cost_paid": 9, "cost_saved": 9}))
+
+
+def _unknown(frame: pd.DataFrame) -> pd.DataFrame:
+    """A line whose calls all had no price cost what nobody knows: NaN, not 0 (a line with some
+    priced calls keeps their sum, and its unpriced calls say what it leaves out)."""
+    for cost, calls, unpriced in (
+        ("cost_paid", "calls_paid", "calls_unpriced"),
+        ("cost_saved", "calls_reused", "reused_unpriced"),
+    ):
+        blind = (frame[unpriced] > 0) & (frame[unpriced] >= frame[calls]) & (frame[cost] == 0)
+        frame[cost] = frame[cost].mask(blind)
+    return frame

@@ -47,7 +47,7 @@ GROWTH = 10  # with precision=, a pilot runs at most this many times its sample
 _DRAWS = 400
 # the table's columns of money and tokens, as every view shows them (typed Any: the stubs want a
 # Mapping[Never, ...])
-_AMOUNTS: Any = {"cost": lambda v: "unpriced" if math.isnan(v) else money(v), "tokens": short_count}
+_AMOUNTS: Any = {"cost": lambda v: v if isinstance(v, str) else money(v), "tokens": short_count}
 # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span, shared, refused
 _P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF = range(len(FIELDS))
 
@@ -119,7 +119,9 @@ class Estimate:
         return (
             str(self)
             + "\n"
-            + self.table.to_string(index=False, float_format=lambda v: f"{v:,.4g}", formatters=_AMOUNTS)
+            + _shown(self.table).to_string(
+                index=False, float_format=lambda v: f"{v:,.4g}", formatters=_AMOUNTS
+            )
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,7 +150,7 @@ class Estimate:
 
     def _repr_html_(self) -> str:
         table = (
-            self.table.to_html(
+            _shown(self.table).to_html(
                 index=False, float_format=lambda v: f"{v:,.4g}", formatters=_AMOUNTS, border=0, na_rep=""
             )
             if not self.table.empty
@@ -348,6 +350,14 @@ def _pace(status: ProviderStatus) -> float | None:
         return None if not paces or None in paces else sum(p for p in paces if p is not None)
     window = status.window[0] / status.window[1] if status.window else None
     return min((p for p in (status.rate, window) if p is not None), default=None)
+
+
+def _shown(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as the views show it: a tool with no price costs "unpriced" (its cost is NaN)."""
+    cost = table["cost"]
+    if not cost.isna().any():
+        return table
+    return table.assign(cost=[("unpriced" if math.isnan(v) else v) for v in cost])
 
 
 def _round(value: Any) -> Any:

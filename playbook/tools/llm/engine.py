@@ -85,7 +85,7 @@ class LlmEngine(Engine):
         provider: Provider | None,
         system: str | None,
         output: Any,
-        prices: Mapping[str, tuple[float, float]] | None,
+        prices: Mapping[str, tuple[float, float] | tuple[float, float, float]] | None,
         request: dict[str, Any],
         mode: str,
         timeout: float,

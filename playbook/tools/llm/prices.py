@@ -64,14 +64,16 @@ def tokens_of(usage: Mapping[str, Any]) -> Tokens:
     """The tokens of a normalized usage (OpenAI's chat completions names)."""
     details = usage.get("prompt_tokens_details")
     cached = written = 0
-    if isinstance(details, Mapping):
+    if isinstance(details, dict):  # JSON: a replay of many receipts reads each (no ABC checks)
         cached = _count(details.get("cached_tokens"))
         written = _count(details.get("cache_creation_tokens"))
     return Tokens(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), cached, written)
 
 
 def _count(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0
+    if type(value) is int:
+        return value if value > 0 else 0
+    return int(value) if type(value) is float and value > 0 else 0
 
 
 def checked(name: str, model: str, prices: Mapping[str, Any] | None) -> Given | None:
@@ -116,11 +118,6 @@ class Pricing:
         by = "prices=" if self.given is not None else f"the price table ({self.provider})"
         return f"<Pricing {self.model} by {by}>"
 
-    @property
-    def priced(self) -> bool:
-        """Can a call of the tool's model be priced (``max_cost`` needs it)?"""
-        return self.given is not None or _rates(self.model, self.provider, self.url, False) is not None
-
     def cost(self, tokens: Tokens, model: str | None = None, *, batch: bool = False) -> float | None:
         """What these tokens cost, answered by ``model`` (None: the tool's), in a batch job or not."""
         given = self.given
@@ -136,17 +133,18 @@ class Pricing:
 
     def spent(self, answer: Any) -> Spent:
         """What a stored answer cost, from the usage it keeps: the same each time it is replayed
-        (while the prices stay)."""
-        usage = answer.get("usage") if isinstance(answer, Mapping) else None
-        if not isinstance(usage, Mapping):
-            return Spent(0.0, None, 1)
+        (while the prices stay).  An answer that says no usage (some local servers) is unpriced."""
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        if not isinstance(usage, dict):
+            requests = answer.get("requests") if isinstance(answer, dict) else None
+            return Spent(None, None, requests if type(requests) is int and requests > 0 else 1)
         model = answer.get("model")
         model = model if isinstance(model, str) else None
         batch = answer.get("batch") is True
         tokens = tokens_of(usage)
         refused = answer.get("refused_usage")
         cost = self.cost(tokens, model, batch=batch)
-        lost = self.cost(tokens_of(refused), model, batch=batch) if isinstance(refused, Mapping) else 0.0
+        lost = self.cost(tokens_of(refused), model, batch=batch) if isinstance(refused, dict) else 0.0
         # Input and output apart, so the governor settles each budget by what the answer used.
         weight = Weight(tokens.prompt, tokens.completion)
         return Spent(cost, weight, int(answer.get("requests") or 1), lost or 0.0)
@@ -185,6 +183,7 @@ class _Rates(NamedTuple):
 
 
 _cache: dict[tuple[Any, ...], _Rates | None] = {}
+_table: list[Any] = [None]  # the table the cache was made of (genai_prices.UpdatePrices replaces it)
 
 
 def _rates(model: str, provider: str | None, url: str | None, batch: bool) -> _Rates | None:
@@ -193,7 +192,10 @@ def _rates(model: str, provider: str | None, url: str | None, batch: bool) -> _R
     from genai_prices import data_snapshot
 
     snapshot = data_snapshot.get_snapshot()
-    key = (id(snapshot), snapshot.timestamp, int(time.time() // 86400), model, provider, url, batch)
+    if snapshot is not _table[0]:
+        _cache.clear()
+        _table[0] = snapshot
+    key = (int(time.time() // 86400), model, provider, url, batch)
     if key not in _cache:
         if len(_cache) > 4096:
             _cache.clear()

@@ -65,7 +65,7 @@ def llm_tool(
     provider: Provider | None = None,
     system: str | None = None,
     output: Any = None,
-    prices: Mapping[str, tuple[float, float]] | None = None,
+    prices: Mapping[str, tuple[float, float] | tuple[float, float, float]] | None = None,
     temperature: float | None = 0.0,
     max_tokens: int | None = None,
     api_version: str | None = None,
@@ -88,13 +88,15 @@ def llm_tool(
     ``AZURE_OPENAI_API_KEY``; Bedrock reads the AWS credential chain.  ``secret=None`` sends no key
     (a local server).
 
-    ``prices={"model": (per_1M_input, per_1M_output)}`` makes each call cost its usage, in the
-    currency given (``max_cost`` counts it); ``provider=pb.Provider(..., rpm=, tpm=)`` paces the
-    calls by requests and tokens.  ``**fields``: other request fields the dialect's API reference
-    documents (``top_p``, ``seed``, ``reasoning_effort``... for Chat Completions; ``topK`` for
-    Gemini), which go into the request body (and so into the receipt's address); any other is
-    refused here, with its nearest spelling.  ``extra_body={...}`` merges a server's own fields
-    into the body as given.
+    Each call costs its usage at the model's prices in the ``genai-prices`` package's table
+    (cached input and batch jobs at their own prices; a model the table does not know is
+    "unpriced", and ``max_cost`` refuses it); ``prices={"model": (per_1M_input, per_1M_output)}``
+    (or ``(input, output, cached_input)``) overrides the table, in the currency given (see
+    docs/llm.md, "Prices").  ``provider=pb.Provider(..., rpm=, tpm=)`` paces the calls by requests
+    and tokens.  ``**fields``: other request fields the dialect's API reference documents
+    (``top_p``, ``seed``, ``reasoning_effort``... for Chat Completions; ``topK`` for Gemini), which
+    go into the request body (and so into the receipt's address); any other is refused here, with
+    its nearest spelling.  ``extra_body={...}`` merges a server's own fields into the body as given.
 
     ``mode="batch"`` (``api="openai"``): calls that miss their receipts are submitted together as
     a Batch API job (``/v1/files``, ``/v1/batches``; cheaper, answered within 24 hours) and their
