@@ -10,6 +10,9 @@ zeroes its counters.
                                                         window=(50, 5) (>= 0.95 of ideal, no 429)
   9  503 without a hint for its first 5 s,  100    32   max_wait=60 (every row ok, within 15 s)
      then well
+ 10  a local server: 8 answered at once,    400    64   concurrency=64 (<= 1.4 x its capacity in
+     503 without a hint past them, 0.5 s                time, 503s <= 10%, every row ok)
+     each (vLLM or Ollama, queue full)
 
 Shapes 7 and 8 are measured on the provider's clock, where the limit is enforced: the demo counts
 the requests it admitted past every limit and the seconds between the first and the last of them.
@@ -53,6 +56,11 @@ FAILING = {"fault_rate": 1.0, "fault_status": 503}  # no fault_retry_after: no h
 RECOVERS = 5.0  # seconds after the start
 RESTART_WAIT = 60.0  # the provider's max_wait
 RESTART_WITHIN = 15.0  # seconds for every row
+LOCAL = {"max_in_flight": 8, "max_in_flight_status": 503, "latency": 0.5}
+LOCAL_ROWS = 400
+LOCAL_CONCURRENCY = 64  # configured far above what the server takes
+LOCAL_WITHIN = 1.4  # x its capacity in time: rows x latency / max_in_flight
+LOCAL_REFUSED = 0.10  # 503s, of requests
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,7 @@ def run(repeats: int = 1) -> list[Result]:
         for shape in STRICT:
             results += _strict(url, shape, repeats)
         results.append(_restarting(url, repeats))
+        results.append(_local_server(url, repeats))
     return results
 
 
@@ -188,6 +197,38 @@ def _restarting(url: str, repeats: int) -> Result:
     ]
     if result.notes[0][1] is False:
         print_trace(result.name, mine)
+    return result
+
+
+def _local_server(url: str, repeats: int) -> Result:
+    """Shape 10: a local server refusing with 503 past the calls it can take, concurrency set far above."""
+    frame = contenders.frame(LOCAL_ROWS)
+    provider = {"concurrency": LOCAL_CONCURRENCY}
+    runs = [
+        measured(url, LOCAL, LOCAL_ROWS, _ours(url, frame, provider, LOCAL_CONCURRENCY))
+        for _ in range(repeats)
+    ]
+    mine = median(runs)
+    capacity = LOCAL_ROWS * LOCAL["latency"] / LOCAL["max_in_flight"]  # seconds, every slot busy throughout
+    result = Result(
+        f"B3.10 local server, 503 past {LOCAL['max_in_flight']}",
+        "/s",
+        mine.goodput,
+        LOCAL_ROWS / capacity,
+        "its capacity (slots / latency)",
+        1 / LOCAL_WITHIN,
+    )
+    refused = mine.answered("503")
+    result.notes = [
+        (
+            f"{mine.ok} of {mine.rows} rows ok in {mine.seconds:.1f}s <= {LOCAL_WITHIN:g} x {capacity:.1f}s{raised(mine)}",
+            mine.ok == mine.rows and mine.seconds <= LOCAL_WITHIN * capacity,
+        ),
+        (
+            f"503s {refused / max(1, mine.requests):.1%} ({refused}) of {mine.requests} requests <= {LOCAL_REFUSED:.0%}",
+            refused <= LOCAL_REFUSED * mine.requests,
+        ),
+    ]
     return result
 
 

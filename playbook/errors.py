@@ -50,6 +50,11 @@ class ToolError(PlaybookError):
 
     A Python tool may raise it too, e.g. ``ToolError("slow down", status=429, retry_after=30)``
     from an SDK's rate-limit error: the provider's governor then holds and retries as for HTTP.
+
+    ``quota`` names a quota no retry beats before it resets (Gemini's per-day
+    ``GenerateRequestsPerDayPerProjectPerModel-FreeTier``); ``retry_after`` is then the seconds
+    until that reset.  The governor holds the provider until then and parks the rows at once
+    (:class:`ProviderExhausted` naming the quota), never retrying.
     """
 
     def __init__(
@@ -61,6 +66,7 @@ class ToolError(PlaybookError):
         status: int | None = None,
         retryable: bool = False,
         retry_after: float | None = None,
+        quota: str | None = None,
     ) -> None:
         super().__init__(message)
         self.tool = tool
@@ -68,8 +74,7 @@ class ToolError(PlaybookError):
         self.status = status
         self.retryable = retryable or status == 429
         self.retry_after = retry_after
-        # A quota no retry beats before it resets (Gemini's per-day quota), named; retry_after is then the reset.
-        self.quota: str | None = None
+        self.quota = quota
         # (as sent, as written): a part of the message an error group keeps as the tool wrote it
         self.literal: tuple[str, str] | None = None
         # The request's own failure, never its provider's (a host the row chose answered or failed):
@@ -84,7 +89,8 @@ class ProviderUnavailable(ToolError):
 class ProviderExhausted(ProviderUnavailable):
     """The provider is on hold until ``retry_at`` (epoch seconds), past the wait budget, or it is
     down (``reason="down"``: it refuses connections or keeps failing; ``retry_at`` is when the next
-    probe goes).  A row that meets it parks with that reason; a waterfall tries its next leg."""
+    probe goes), or a quota no retry beats is spent (``reason="quota: <its name>"``; ``retry_at``
+    is its reset).  A row that meets it parks with that reason; a waterfall tries its next leg."""
 
     def __init__(
         self, message: str, *, retry_at: float | None = None, reason: str = "hold", **kwargs: object

@@ -118,6 +118,47 @@ class FixedWindow(Shape):
 
 
 @dataclass
+class Overloaded(TokenBucket):
+    """A bucket that answers every request from ``start`` to ``end`` (loop seconds) with 529
+    ``overloaded_error`` and no hint, as Anthropic does in a burst of overload."""
+
+    start: float = 2.0
+    end: float = 6.0
+
+    def decide(self, now: float) -> Exception | None:
+        if self.start <= now < self.end:
+            return pb.ToolError("HTTP 529: overloaded_error", status=529, retryable=True)
+        return super().decide(now)
+
+
+@dataclass
+class Queued(Shape):
+    """A local server (vLLM, Ollama) with ``slots`` decode slots and a short queue of ``queue``:
+    a request past both is answered 503 at once, without a hint; one in the queue waits for a
+    slot, then takes ``latency``."""
+
+    slots: int = 4
+    queue: int = 4
+    _free: asyncio.Semaphore | None = None
+
+    async def send(self) -> str:
+        self._free = self._free or asyncio.Semaphore(self.slots)
+        self.requests += 1
+        if self.in_flight >= self.slots + self.queue:
+            await asyncio.sleep(0.002)
+            self.failed += 1
+            raise pb.ToolError("HTTP 503: server busy", status=503, retryable=True)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            async with self._free:
+                await asyncio.sleep(self.latency)
+            return "ok"
+        finally:
+            self.in_flight -= 1
+
+
+@dataclass
 class InFlightLimit(Shape):
     limit: int = 4
 

@@ -19,6 +19,8 @@ from shapes import (
     Flaky,
     InFlightLimit,
     Jittered,
+    Overloaded,
+    Queued,
     RandomFailures,
     Shape,
     TokenBucket,
@@ -65,6 +67,41 @@ def test_a_few_bunched_refusals_with_whole_second_hints_neither_cut_nor_hold_the
     assert out.goodput() >= 0.95 * 20, out.goodput()
     assert not [e for e in events if isinstance(e, (RateChanged, ProviderHoldSet))]
     assert provider.status().rate == pytest.approx(20 * 0.98)
+
+
+def test_a_burst_of_overload_529s_holds_every_call_and_fails_no_row() -> None:
+    """rps=20 with every request answered 529 (overloaded_error, no hint) for 4 s: an overload is
+    the provider's, so every call waits with a growing backoff and no try is used up: no row
+    fails or parks, the provider never goes down, and the run loses little more than the burst."""
+    shape = Overloaded(rps=20, burst=2, start=2.0, end=6.0)
+    provider = Provider("p", rps=20)
+    events: list = []
+    governor(provider).subscribe(events.append)
+    out = _run(provider, shape, rows=400)
+    assert (out.ok, out.failed, out.parked) == (400, 0, {}), out.errors[:3]
+    assert not [e for e in events if isinstance(e, ProviderDown)]
+    assert any(isinstance(e, ProviderHoldSet) and e.status == 529 for e in events)
+    assert shape.failed <= 60  # the calls in flight as it began, then one probe per backoff
+    assert out.seconds <= 400 / 20 / 0.9 + 4.0  # >= 0.9 of the limit outside the burst
+
+
+@pytest.mark.parametrize("down", [False, True], ids=["queue-full", "every-call-failing"])
+def test_a_local_servers_503s_past_its_queue_bound_calls_in_flight(down: bool) -> None:
+    """A local server with 4 decode slots and a queue of 4 answers 503 without a hint past them,
+    concurrency=64 configured: while it answers other calls, its 503s bound calls in flight as
+    unhinted 429s do: <= 1.4 x its capacity in time, <= 10% 503s, no row fails.  A server
+    failing every call is down as before (its rows park)."""
+    shape = Closed() if down else Queued(slots=4, queue=4, latency=0.5)
+    provider = Provider("p", concurrency=64)
+    out = _run(provider, shape, rows=200, concurrency=64, max_wait=5.0)
+    if down:
+        assert provider.status().down and out.parked.get("down") == 200
+        return
+    capacity = 200 * 0.5 / 4  # 25 s: four slots busy all the time
+    assert (out.ok, out.failed, out.parked) == (200, 0, {}), out.errors[:3]
+    assert out.seconds <= 1.4 * capacity, out.seconds
+    assert shape.failed / shape.requests <= 0.10, (shape.failed, shape.requests)
+    assert provider.status().in_flight_limit is not None and provider.status().in_flight_limit <= 10
 
 
 def test_a_configured_window_sends_each_allowance_at_once_and_is_never_refused() -> None:

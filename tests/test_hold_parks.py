@@ -17,6 +17,9 @@ from vtime import FrozenClock, run_virtual
 
 import playbook as pb
 from playbook.events import RowHeld
+from playbook.ui.html import parked_table
+from playbook.ui.tally import Tally
+from playbook.ui.text import summary
 
 
 def quota_tool(provider: pb.Provider, quota: int, reset: float) -> tuple[pb.Tool, list[float]]:
@@ -122,3 +125,37 @@ def test_demo_quota_used_up_parks_every_waiting_row_without_waiting(store: pb.Re
     assert run.parked["reason"].tolist() == ["hold"] * 2 and run.parked["provider"].tolist() == ["acme"] * 2
     assert stats["quota_exceeded"] == 1  # the waiting row did not go again after the hold
     assert run.stats.elapsed < 5  # max_wait: not the 20 s hold
+
+
+def test_a_spent_daily_quota_parks_every_row_at_once_naming_it_even_within_max_wait(
+    store: pb.ReceiptStore,
+) -> None:
+    """A refusal naming a per-day quota (ToolError.quota, reset 60 s away, max_wait=600): no retry
+    beats it, so the provider holds until the reset and the refused rows and those behind them
+    park at once, their reason naming the quota; refused <= calls in flight, none retried."""
+    calls: list[float] = []
+    daily = "GenerateRequestsPerDayPerProjectPerModel-FreeTier"
+
+    async def generate(n: int) -> str:
+        calls.append(asyncio.get_running_loop().time())
+        k = len(calls)
+        await asyncio.sleep(0.05)
+        if k > 3:
+            raise pb.ToolError("quota exceeded", status=429, retry_after=60, quota=daily)
+        return f"text{n}"
+
+    tool = pb.tool(generate, name="generate", provider=pb.Provider("gemini", concurrency=4))
+    frame = pd.DataFrame({"n": range(20)})
+    run, _, ended = run_virtual(launch(frame, calling(tool), store, max_wait=600, concurrency=4))
+    statuses = run.result["play_status"].tolist()
+    assert statuses.count("ok") == 3 and statuses.count("parked") == 17
+    parked = run.parked
+    assert set(parked["reason"]) == {f"quota: {daily}"} and set(parked["provider"]) == {"gemini"}
+    assert all(daily in message for message in parked["message"])
+    assert len(calls) - 3 <= 4  # refused: at most the calls that were in flight, none retried
+    assert ended < 5  # loop seconds: parked at once, not after the reset
+    lines = summary(run.state, Tally.of(run.state)).splitlines()
+    assert any(
+        line.startswith("provider 'gemini'") and f"17 rows parked (quota: {daily})" in line for line in lines
+    ), lines
+    assert parked_table(Tally.of(run.state).parked_summary(5), 1).count(f"quota {daily} spent") == 1

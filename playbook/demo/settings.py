@@ -44,7 +44,8 @@ class DemoSettings:
     """Behaviour of the demo provider. All rates are shares in [0, 1]; times are seconds.
 
     Limits, each per API key and each optional, checked in this order: ``max_in_flight``
-    requests answered at once (429 without a hint), the token bucket (``rps``, ``burst``), the
+    requests answered at once (``max_in_flight_status`` without a hint: 429, or 503 as a local
+    server such as Ollama answers when its queue is full), the token bucket (``rps``, ``burst``), the
     fixed window (``window_limit`` requests per ``window_seconds``, windows aligned to multiples
     of ``window_seconds`` on the server's clock) and the ``quota``, counted on the paths under
     ``quota_endpoints`` and for the keys in ``quota_keys`` (None: every path, every key; a key
@@ -89,6 +90,7 @@ class DemoSettings:
     window_limit: int | None = None
     window_seconds: float = 1.0
     max_in_flight: int | None = None
+    max_in_flight_status: int = 429
     retry_after_format: str = "seconds"
     quota: int | None = None
     quota_reset: float = 3600.0
@@ -138,6 +140,8 @@ class DemoSettings:
         set_(self, "window_limit", _integer("window_limit", self.window_limit, low=1, optional=True))
         set_(self, "window_seconds", _number("window_seconds", self.window_seconds, low=0.0, open_low=True))
         set_(self, "max_in_flight", _integer("max_in_flight", self.max_in_flight, low=1, optional=True))
+        if self.max_in_flight_status not in (429, 503):
+            raise ValueError(f"max_in_flight_status must be 429 or 503; got {self.max_in_flight_status!r}")
         if self.retry_after_format not in RETRY_AFTER_FORMATS:
             raise ValueError(
                 f"retry_after_format must be one of {', '.join(RETRY_AFTER_FORMATS)}; got {self.retry_after_format!r}"

@@ -206,7 +206,7 @@ class DemoState:
                 c.rate_limited += 1
                 c.count_key(admission.label, "rate_limited")
                 # No hint: a concurrency limit cannot know when a slot frees up.
-                return (429, "too many concurrent requests", None)
+                return (settings.max_in_flight_status, "too many concurrent requests", None)
         # Held from here until `finish`, whatever the answer: the server is busy with it.
         self._busy[key] = self._busy.get(key, 0) + 1
         admission.key = key

@@ -13,6 +13,14 @@ the transport (:meth:`Governor.dispatch`), acting over its provider's limiter::
                    alone; else a verdict on concurrency (the window shrinks) or on the rate
                    (cut once per episode): hold the provider until Retry-After / reset, or
                    back off this call
+              529 (an overload: Anthropic's overloaded_error): the provider's, not the call's:
+                   every call waits (a hold, its backoff growing while overloads go on); no
+                   try is used up, the row's wait budget bounds it (past it the row parks)
+              a call's first 503 without a hint while others go through (a local server's
+                   queue is full): a bound on calls in flight, as an unhinted 429 is (the calls
+                   sent before it, still out); the provider is up, the call tries again
+              a quota no retry beats (ToolError.quota: a per-day quota spent): the provider
+                   holds until its reset and the rows park at once, naming it (never retried)
               5xx, timeouts, connection errors: a failure of this call: retried after its hint
                    or a backoff, up to ``retries``; the provider holds only when failures
                    dominate, and goes *down* after several in a row (limits.Health); a call
@@ -27,11 +35,12 @@ clock is the running loop's (``loop.time()``): a loop with virtual time drives e
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from playbook._internal.flow import OnHold, WaitBudget
 from playbook._internal.words import time_of_day
@@ -61,6 +70,8 @@ T = TypeVar("T")
 
 IN_PLACE = 1.0  # holds up to this long are waited out by the call; longer ones suspend the row
 OWN_IN_PLACE = 0.2  # the same for a call's own retry (its row's worker can serve another row meanwhile)
+QUOTA_HOLD = 3600.0  # seconds a spent quota holds the provider when its refusal does not say until when
+OVERLOADED = 529  # Anthropic's overloaded_error
 
 
 class Governor(Holds):
@@ -82,6 +93,9 @@ class Governor(Holds):
         "elsewhere",
         "retired",
         "window",
+        "spent",
+        "overloads",
+        "_overload_t",
         "_listeners",
         "_lock",
         "__weakref__",  # Providers of one description find it in a weak registry
@@ -110,6 +124,9 @@ class Governor(Holds):
         # (Pool.elsewhere). A callback, not the pool: the pool is made of governors.
         self.elsewhere: Callable[[Governor, Ticket, float], None] | None = None
         self.retired: str | None = None  # why its pool took this key out for the run (None: in use)
+        self.spent: tuple[str, float] | None = None  # a quota no retry beats, and its reset (loop clock)
+        self.overloads = 0  # overload episodes in a row: the next one's backoff
+        self._overload_t = -math.inf  # loop clock: when the latest overload's backoff began
         self._listeners = Listeners()
         # threads that each run a map() on a loop of their own share this provider
         self._lock = threading.Lock()
@@ -216,6 +233,7 @@ class Governor(Holds):
                 continue
             if health.success(permit.sent_at, ticket.standing, through=True):
                 self.emit(ProviderUp(self.name))
+            self.overloads = 0
             if await self.limiter.settle(permit, ticket.actual):
                 self._rate_changed()
             if ticket.weight is not None:
@@ -367,6 +385,9 @@ class Governor(Holds):
         """Wait for a hold or this call's backoff: in place, by suspending the row, or not at all."""
         wait = until - now
         budget = ticket.budget
+        spent = self.spent
+        if spent is not None and spent[1] > now and self.limiter.hold_until_t > now:
+            raise self._quota(ticket, now)  # its hold is a quota's: no wait beats it
         if wait > budget.left + 1e-9:
             raise self._past_budget("holds calls until", wait, ticket)
         # A call that cannot suspend its row (a batch serves many) still steps aside for a long
@@ -389,6 +410,8 @@ class Governor(Holds):
         """Classify a failed call; True to try it again (after any hold or backoff it set).
         ``permit`` is None when the limiter itself failed before the call went."""
         if isinstance(exc, ToolError):
+            if exc.quota is not None and permit is not None and not exc.own:
+                await self._spent(exc, exc.quota, permit, now, ticket)
             status, retryable, hint = exc.status, exc.retryable, exc.retry_after
             if exc.own and retryable:  # a host the row chose: the request's own failure from the first
                 ticket.standing.site()
@@ -402,9 +425,17 @@ class Governor(Holds):
         self.last_status = status
         if hint is not None and hint <= 0:
             hint = None  # "retry after 0s" would spin: back off instead
-        if status == 429 and permit is not None and not ticket.standing.host:
-            await self._refused(permit, now, hint, ticket)
-            return True
+        if permit is not None and not ticket.standing.host:
+            if status == 429:
+                await self._refused(permit, now, hint, ticket)
+                return True
+            if status == OVERLOADED:
+                await self._overloaded(permit, now, hint, ticket)
+                return True
+            # a call's first 503 without a hint (one failing again is judged as a failure: limits.Standing)
+            if status == 503 and hint is None and not ticket.tries and await self.limiter.busy(permit):
+                self._busy(permit, now, ticket)
+                return True
         return await self._failed(exc, now, hint, ticket)
 
     async def _refused(self, permit: Permit, now: float, hint: float | None, ticket: Ticket) -> None:
@@ -428,6 +459,66 @@ class Governor(Holds):
         else:
             ticket.not_before = now + self.backoff.delay(ticket.refusals)
             ticket.refusals += 1
+
+    async def _overloaded(self, permit: Permit, now: float, hint: float | None, ticket: Ticket) -> None:
+        """An overload (529): the provider's, not this call's.  Every call waits, as for a hold,
+        the backoff growing once per episode (the calls sent before it began say nothing new)
+        until a call goes through; no try is used up: a row waits while its budget lasts, then
+        parks, never fails on it."""
+        self.failed += 1
+        if self.health.success(permit.sent_at, ticket.standing):  # it answered: it is up
+            self.emit(ProviderUp(self.name))
+        if permit.sent_at >= self._overload_t:
+            self._overload_t = now
+            self.overloads += 1
+        wait = hint if hint is not None else self.backoff.delay(self.overloads - 1)
+        await self.hold_calls(now + wait, OVERLOADED)
+
+    def _busy(self, permit: Permit, now: float, ticket: Ticket) -> None:
+        """A call's first 503 without a hint, and it bounded calls in flight (a server's queue is
+        full while it answers other calls): not a failure of the provider (it is up), and the
+        call tries again when there is room, after a short backoff."""
+        self.failed += 1
+        ticket.tries += 1
+        if self.health.success(permit.sent_at, ticket.standing):
+            self.emit(ProviderUp(self.name))
+        self._rate_changed()
+        ticket.not_before = now + self.backoff.delay(0)
+
+    async def _spent(
+        self, exc: ToolError, quota: str, permit: Permit, now: float, ticket: Ticket
+    ) -> NoReturn:
+        """A quota no retry beats before it resets: hold the provider until then and park the
+        row at once, naming it; the calls waiting meanwhile park too (:meth:`_wait`)."""
+        self.last_status = exc.status
+        self.refused += exc.status == 429
+        if self.health.success(permit.sent_at, ticket.standing):
+            self.emit(ProviderUp(self.name))
+        await self.limiter.release(permit)
+        hint = exc.retry_after
+        until = now + (hint if hint is not None and hint > 0 else QUOTA_HOLD)
+        if self.spent is None or self.spent[1] < until:
+            self.spent = (quota, until)
+        await self.hold_calls(until, exc.status)
+        error = self._quota(ticket, now)
+        error.__cause__ = exc
+        raise error
+
+    def _quota(self, ticket: Ticket, now: float) -> ProviderExhausted:
+        assert self.spent is not None
+        quota, until = self.spent
+        wait = max(0.0, until - now)
+        wall = time.time() + wait
+        return ProviderExhausted(
+            f"tool {ticket.tool!r}: provider {self.name!r} refused: its quota {quota!r} is spent until "
+            f"{time_of_day(wall)} ({wait:.0f}s from now), and no retry beats it: the row waits for a "
+            f"rerun or run.retry()",
+            tool=ticket.tool or None,
+            provider=self.name,
+            status=self.last_status,
+            retry_at=wall,
+            reason=f"quota: {quota}",
+        )
 
     async def _failed(self, exc: Exception, now: float, hint: float | None, ticket: Ticket) -> bool:
         """A 5xx, a timeout, a refused connection: a failure of this call, not a verdict on the rate

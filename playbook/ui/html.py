@@ -238,8 +238,13 @@ def parked_table(
 
 
 def parked_why(reason: str) -> str:
-    """A parked row's reason in words."""
+    """A parked row's reason in words (a quota's, by its name)."""
+    if reason.startswith(QUOTA):
+        return f"quota {reason[len(QUOTA) :]} spent"
     return _WHY.get(reason, reason)
+
+
+QUOTA = "quota: "  # the start of a spent quota's reason (ProviderExhausted: "quota: <its name>")
 
 
 _WHY = {

@@ -330,7 +330,10 @@ def summary(state: RunState, tally: Tally) -> str:
     lines = [" | ".join(parts)]
     for name, p in s.provider_views().items():
         parked = tally.parked_rows_by.get(name, 0)
-        rows = f"; {_rows(parked)} parked" if parked else ""
+        reasons = tally.reasons(name)
+        # why they parked, when that is not the hold or the outage the line tells (a quota, by its name)
+        why = f" ({_reasons(reasons)})" if set(reasons) - {"hold", "down"} else ""
+        rows = f"; {_rows(parked)} parked{why}" if parked else ""
         if p.down:
             since = s.down_since.get(name)
             when = f" since {time_of_day(since)}" if since else ""
@@ -347,9 +350,7 @@ def summary(state: RunState, tally: Tally) -> str:
         if parked and not p.down and not p.held:
             ready = max((at for _, on, at in tally.parked.values() if on == name and at), default=None)
             until = f", ready at {time_of_day(ready)}" if ready else ""
-            lines.append(
-                f"provider {name!r}: {_rows(parked)} parked ({_reasons(tally.reasons(name))}){until}"
-            )
+            lines.append(f"provider {name!r}: {_rows(parked)} parked ({_reasons(reasons)}){until}")
     for reason, n in tally.reasons(None).items():
         lines.append(f"{_rows(n)} parked: " + _WHY_PARKED.get(reason, reason))
     if s.parked:

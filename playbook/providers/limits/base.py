@@ -138,6 +138,12 @@ class Limiter(Protocol):
         judge it (:class:`Verdict`): a lone refusal, one that lowers calls in flight or the
         rate, or one that lowers nothing."""
 
+    async def busy(self, permit: Permit) -> bool:
+        """The call was refused for want of room, without a hint (a 503 from a server whose queue
+        is full): give its slot back; True when that bounds calls in flight
+        (:meth:`~playbook.providers.limits.gates.Window.busy`), False when it says nothing of
+        them (nothing went through lately: an outage, for the provider's health to judge)."""
+
     async def release(self, permit: Permit) -> None:
         """The call ended with no word on the limits (a 5xx, a timeout, cancelled): give its
         slot back."""

@@ -50,12 +50,15 @@ class Window:
         "_changed",
         "_blind",
         "_single",
+        "_probe",
+        "_probed_from",
     )
 
     HORIZON = 2.0  # seconds of successes that say which levels went through
     INITIAL = 8
     OPEN = 256  # an opening that gets this far without a 429 has found no limit
     PROBE = 2.0  # seconds at the limit without a refusal before it grows
+    PROBE_MAX = 32.0  # ... doubling, up to this, while each probe is refused back to where it began
 
     def __init__(self, configured: int | None = None) -> None:
         self.configured = configured
@@ -68,6 +71,8 @@ class Window:
         self._changed = -math.inf  # when the limit last fell
         self._blind = False  # halved on a refusal before anything went through
         self._single = False  # one call at a time, whatever the limit (a window's allowance is used up)
+        self._probe = self.PROBE  # seconds at the limit before the next probe
+        self._probed_from: int | None = None  # the limit the last probe grew from
 
     def __repr__(self) -> str:
         limit = "unbounded" if self.limit is None else str(self.limit)
@@ -139,18 +144,24 @@ class Window:
     def _set(self, limit: int | None) -> None:
         if limit is not None and self.configured is not None:
             limit = min(limit, self.configured)
+        probed = self._probed_from
+        if probed is not None and limit is not None and limit <= probed:
+            # the last probe was refused back to where it began: the next waits twice as long
+            self._probe, self._probed_from = min(2 * self._probe, self.PROBE_MAX), None
         if limit == self.configured:
             limit = self.configured
         self.limit = limit
         self._wake()
 
-    def success(self, level: int, now: float) -> bool:
-        """A call sent at ``level`` went through; True when the limit changed."""
+    def success(self, level: int, now: float, sent_at: float = math.inf) -> bool:
+        """A call sent at ``level`` (at ``sent_at``) went through; True when the limit changed."""
         oks = self._oks
         oks.append((now, level))
         while oks[0][0] < now - self.HORIZON:
             oks.popleft()
         self._blind = False
+        if self._probed_from is not None and level > self._probed_from:
+            self._probe, self._probed_from = self.PROBE, None  # the probe found room
         limit = self.limit
         if limit is None or (limit == self.configured and not self.opening):
             return False
@@ -161,13 +172,36 @@ class Window:
             self.opening = False
             self._set(self.configured)
             return True
-        if level > limit:
+        if level > limit and sent_at >= self._changed:  # sent before the limit fell: an old level
             self._set(limit + 1)
-        elif level == limit and now - self._changed >= self.PROBE:
-            self._changed = now
+        elif level == limit and now - self._changed >= self._probe:
+            self._changed, self._probed_from = now, limit
             self._set(limit + max(1, limit // 4))
         else:
             return False
+        return True
+
+    def busy(self, level: int, holding: int, now: float) -> bool:
+        """A call sent at ``level`` was refused for want of room without a hint (a 503 from a
+        local server whose short queue is full) while ``holding`` other calls were still out:
+        those are what the server holds (of a burst refused together, the last answered reads
+        it, the others' refusals being back by then), though a level alone is no measure of
+        it, as refusals come back at once and a call sent among many refused ones still
+        finds room.  So the limit comes down to them.  It is a verdict on concurrency only when the call filled the
+        window or went above every level that went through lately (a request that fails on
+        its own, sent below them, is not one), and only while calls go through: with none
+        lately it is an outage's failure, not a bound's (the provider's health judges it)."""
+        oks = self._oks
+        while oks and oks[0][0] < now - self.HORIZON:
+            oks.popleft()
+        top = max((lvl for _, lvl in oks), default=0)
+        if not top or not (level > top or (self.limit is not None and level >= self.limit)):
+            return False
+        self.opening = False
+        self._changed = now
+        limit = max(1, holding)
+        if self.limit is None or limit < self.limit:
+            self._set(limit)
         return True
 
     def refused(self, level: int, now: float, *, hinted: bool = False) -> bool:

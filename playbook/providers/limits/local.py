@@ -171,7 +171,7 @@ class LocalLimiter:
             if actual is not None:
                 permit.weight = actual
             self.window.release()
-            grew = self.window.success(permit.level, now)
+            grew = self.window.success(permit.level, now, permit.sent_at)
             if self.pace.success(now):
                 rearm = grew = True
             self.allowance.let_in(permit.sent_at)
@@ -211,6 +211,17 @@ class LocalLimiter:
         if rearm:
             self._rearm()
         return verdict
+
+    async def busy(self, permit: Permit) -> bool:
+        now = asyncio.get_running_loop().time()
+        with self._lock:
+            if not self._landed(permit):
+                return False
+            bounded = bool(permit.level) and self.window.busy(permit.level, self.in_flight, now)
+            self.window.release()
+            handed = self.window.handed()
+        self._let_in(handed)
+        return bounded
 
     async def release(self, permit: Permit) -> None:
         with self._lock:

@@ -244,7 +244,7 @@ class RedisLimiter:
         if actual is not None:
             permit.weight = actual
         with self._lock:
-            grew = self.window.success(permit.level, self._now())
+            grew = self.window.success(permit.level, self._now(), permit.sent_at)
         await self._charge(charges, held)
         args = [permit.key, 0, optional(self.ceiling), f"{permit.sent_at + permit.offset:.6f}"]
         reply = await self._quietly(
@@ -286,6 +286,15 @@ class RedisLimiter:
         if verdict is Verdict.LOWERED:
             self._shown = self.rate
         return verdict
+
+    async def busy(self, permit: Permit) -> bool:
+        if not self._landed(permit):
+            return False
+        with self._lock:
+            # the account's calls out as it went, itself aside (what is out now is Redis's to know)
+            bounded = bool(permit.level) and self.window.busy(permit.level, permit.level - 1, self._now())
+        await self._quietly("release", ["permits"], [permit.key], permit.key)
+        return bounded
 
     async def release(self, permit: Permit) -> None:
         await self._give_back(permit, on_wire=True)
