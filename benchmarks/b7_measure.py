@@ -4,9 +4,11 @@ dialect's binding limit.
 
 A dialect's limits are ``Budget``s: each lets ``capacity`` in at once (a full bucket, a window's
 allowance) and then ``per_minute``.  The least time the demo's limits let a run's usage in is,
-for each budget, (what it counted - its capacity) / its rate; the budget that needs the most is
-the *binding* one, and a run's share of it is that least time over the run's wall time (1.0:
-every token in as soon as the binding limit allowed).
+for each budget, (what it counted - its capacity + what it still held at the end) / its rate:
+what the budget's refill supplied to the run.  The budget that needs the most is the *binding*
+one, and a run's share of it is that least time over the run's wall time (1.0: every token the
+limit supplied during the run was used; a first burst from a full bucket neither helps nor
+hurts).
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ class Budget:
     capacity: float  # let in at once: a full bucket, or a window's allowance
     counts: Callable[[dict[str, Any]], float]
 
-    def least_seconds(self, counters: dict[str, Any]) -> float:
-        return max(0.0, self.counts(counters) - self.capacity) * 60.0 / self.per_minute
+    def least_seconds(self, counters: dict[str, Any], left: float = 0.0) -> float:
+        """The least time the run's usage needed: what it took beyond what the budget let in at
+        once (less what the budget still held at the end, ``left``), at the budget's rate."""
+        return max(0.0, self.counts(counters) - self.capacity + left) * 60.0 / self.per_minute
 
 
 def input_tokens(counters: dict[str, Any]) -> float:
@@ -84,6 +88,7 @@ class Outcome:
     ran: Ran
     counters: dict[str, Any]  # the dialect's counters (requests, ok, rate_limited, overloaded, tokens)
     stats: dict[str, Any]  # all the demo's counters
+    left: dict[str, float] = field(default_factory=dict)  # what each budget held at the end, by name
 
     @property
     def ok(self) -> int:
@@ -106,17 +111,24 @@ class Outcome:
     def binding(self, budgets: Sequence[Budget]) -> tuple[Budget, float]:
         """The budget that needed the most time for this run's usage, and the run's share of
         it: that least time over the run's wall time."""
-        need = max(budgets, key=lambda b: b.least_seconds(self.counters))
-        return need, need.least_seconds(self.counters) / self.seconds if self.seconds else float("nan")
+        need = max(budgets, key=lambda b: b.least_seconds(self.counters, self.left.get(b.name, 0.0)))
+        least = need.least_seconds(self.counters, self.left.get(need.name, 0.0))
+        return need, least / self.seconds if self.seconds else float("nan")
 
 
 Contender = Callable[[str, pd.DataFrame], Ran]
 
 
 def measured(
-    url: str, api: str, settings: dict[str, Any], frame: pd.DataFrame, contender: Contender
+    url: str,
+    api: str,
+    settings: dict[str, Any],
+    frame: pd.DataFrame,
+    contender: Contender,
+    left: Callable[[str], dict[str, float]] | None = None,
 ) -> Outcome:
-    """Reset the demo to ``settings``, run ``contender`` over ``frame``, read the counters."""
+    """Reset the demo to ``settings``, run ``contender`` over ``frame``, read the counters (and
+    with ``left``, what each budget still holds, asked of the demo after them)."""
     httpx.post(url + "/_reset", json=settings, timeout=5).raise_for_status()
     ran = contender(url, frame)
     stats = httpx.get(url + "/_stats", timeout=5).json()
@@ -129,7 +141,7 @@ def measured(
         "output_tokens": 0,
         "by_status": {},
     }
-    return Outcome(api, len(frame), ran, counters, stats)
+    return Outcome(api, len(frame), ran, counters, stats, left(url) if left is not None else {})
 
 
 # -- ours: a play over pb.llm_tool ------------------------------------------------------------
