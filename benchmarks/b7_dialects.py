@@ -28,6 +28,7 @@ are judged in the notes under it.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import anthropic
@@ -68,12 +69,13 @@ ITPM, OTPM = 20_000, 3_000  # ~260 input and ~37 output tokens a call: ~77 and ~
 ANTHROPIC_MAX_TOKENS = 256  # charged against the output budget on arrival, given back at the answer
 ANTHROPIC_ROWS = 115  # a minute's worth goes at once (the buckets start full), then ~30 s of the limit
 ANTHROPIC_CONCURRENCY = 16
+BURST, PERIOD = 2.0, 15.0  # a burst of 529s for the first 2 s of every 15 s on the demo's clock
 ANTHROPIC = {
     "latency": LATENCY,
     "anthropic_itpm": ITPM,
     "anthropic_otpm": OTPM,
-    "overload_seconds": 2.0,  # a burst of 529s at the start of every 15 s
-    "overload_period": 15.0,
+    "overload_seconds": BURST,
+    "overload_period": PERIOD,
     "overload_apis": ["anthropic"],
 }
 ANTHROPIC_BUDGETS = (
@@ -185,6 +187,13 @@ async def _anthropic_call(client: anthropic.AsyncAnthropic, prompt: str) -> bool
 ANTHROPIC_BASELINE = f"anthropic SDK retries + gather/Semaphore({ANTHROPIC_CONCURRENCY})"
 
 
+def _after_burst() -> None:
+    """Wait for the end of the demo's next burst of 529s (on its clock, ``time.monotonic``): every
+    contender starts at the same point of the bursts' period."""
+    now = time.monotonic()
+    time.sleep(math.ceil((now - BURST) / PERIOD) * PERIOD + BURST - now + 0.05)
+
+
 def _anthropic_left(url: str) -> dict[str, float]:
     """What the input and output budgets hold now, as the demo's ``anthropic-ratelimit-*-remaining``
     headers say on a request it refuses before charging it (no ``max_tokens``: a 400 at once)."""
@@ -208,9 +217,9 @@ def anthropic_rows(url: str, rows: pd.DataFrame, repeats: int) -> list[Result]:
     )
     mine, theirs, curated = [], [], []
     for _ in range(repeats):
-        theirs.append(measured(url, "anthropic", ANTHROPIC, rows, base, _anthropic_left))
-        mine.append(measured(url, "anthropic", ANTHROPIC, rows, _anthropic_ours(), _anthropic_left))
-        curated.append(measured(url, "anthropic", ANTHROPIC, rows, _curator, _anthropic_left))
+        for contender, into in ((base, theirs), (_anthropic_ours(), mine), (_curator, curated)):
+            _after_burst()
+            into.append(measured(url, "anthropic", ANTHROPIC, rows, contender, _anthropic_left))
     key = lambda o: _rate(o, ANTHROPIC_BUDGETS)  # noqa: E731
     ours_, base_, cur = median(mine, key), median(theirs, key), median(curated, key)
     return [_anthropic_row(ours_, base_), _curator_row(ours_, cur)]
@@ -250,7 +259,13 @@ def _anthropic_row(mine: Outcome, base: Outcome) -> Result:
 
 
 def _curator(url: str, rows: pd.DataFrame) -> Ran:
-    done = b7_curator.run(url, ANTHROPIC_MODEL, list(rows["prompt"]), ANTHROPIC_MAX_TOKENS, CURATOR_PARAMS)
+    start = time.perf_counter()
+    try:
+        done = b7_curator.run(
+            url, ANTHROPIC_MODEL, list(rows["prompt"]), ANTHROPIC_MAX_TOKENS, CURATOR_PARAMS
+        )
+    except RuntimeError as exc:  # it did not finish: the row says why
+        return Ran(0, time.perf_counter() - start, errors=[str(exc).replace("\n", " | ")[-400:]])
     return Ran(
         done.ok,
         done.seconds,
@@ -278,6 +293,7 @@ def _curator_row(mine: Outcome, theirs: Outcome) -> Result:
             f"{theirs.rows - theirs.ok} rows not ok, {theirs.seconds:.1f}s",
             None,
         ),
+        *_why(theirs),
         (
             f"curator read its input-token limit as {heard_in} and its output-token limit as {heard_out} from "
             f"the headers (the server announces {ITPM:,} input, {OTPM:,} output); given both, it paces by those",
