@@ -190,6 +190,7 @@ def test_anthropic_refuses_without_its_headers_and_max_tokens(provider):
         json={"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
     )
     assert response.status_code == 400 and "anthropic-version" in response.json()["error"]["message"]
+    assert _http(provider).get("/v1/messages", headers={"x-api-key": demo.DEMO_KEY}).status_code == 405
 
 
 def test_anthropic_charges_max_tokens_on_arrival_and_refuses_with_a_whole_second_retry_after(provider):
@@ -220,6 +221,24 @@ def test_anthropic_charges_max_tokens_on_arrival_and_refuses_with_a_whole_second
     assert (stats["ok"], stats["rate_limited"], stats["output_tokens"]) == (1, 1, message.usage.output_tokens)
 
 
+def test_anthropic_limits_input_tokens_apart_from_output_tokens(provider):
+    """A tight ITPM refuses naming input tokens while the output budget has room; it refills per second."""
+    provider.reset(anthropic_itpm=15, anthropic_otpm=100_000)
+    with _anthropic(provider) as client:
+        ask = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": PROMPT}]}
+        first = client.messages.with_raw_response.create(**ask)
+        spent = first.parse().usage.input_tokens
+        with pytest.raises(anthropic.RateLimitError, match="15 input tokens per minute") as caught:
+            client.messages.create(**ask)
+        wait = int(caught.value.response.headers["retry-after"])
+        assert wait == -(-(spent - (15 - spent)) * 60 // 15)  # the shortfall at 15 tokens a minute
+        CLOCK.now += wait
+        assert client.messages.create(**ask).content[0].text == "Robotics"
+    assert first.headers["anthropic-ratelimit-output-tokens-remaining"] == str(
+        100_000 - first.parse().usage.output_tokens
+    )
+
+
 def test_anthropic_overload_bursts_are_529_without_retry_after(provider):
     """Overloaded 5 s of every 20 s: a 529 overloaded_error, no retry-after; served after the burst."""
     provider.reset(overload_seconds=5.0, overload_period=20.0)
@@ -233,6 +252,20 @@ def test_anthropic_overload_bursts_are_529_without_retry_after(provider):
         CLOCK.now += 5.0
         assert client.messages.create(**ask).content[0].text == "Robotics"
     assert provider.stats()["by_api"]["anthropic"]["overloaded"] == 1
+
+
+def test_an_overload_keeps_to_the_dialects_it_names(provider):
+    """overload_apis=("anthropic",): chat completions answer while Anthropic is overloaded."""
+    provider.reset(overload_rate=1.0, overload_apis=("anthropic",))
+    with _anthropic(provider) as client, pytest.raises(anthropic.InternalServerError):
+        client.messages.create(model="m", max_tokens=50, messages=[{"role": "user", "content": PROMPT}])
+    with _openai(provider) as client:
+        ask = {"model": "m", "messages": [{"role": "user", "content": PROMPT}]}
+        assert client.chat.completions.create(**ask).choices[0].message.content == "Robotics"
+        provider.configure(overload_apis=None)
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(**ask)
+    assert caught.value.status_code == 503
 
 
 # -- Gemini generateContent -----------------------------------------------------------------------
@@ -283,6 +316,20 @@ def test_gemini_per_minute_window_puts_its_wait_only_in_the_body(provider):
     assert client.models.generate_content(model="gemini-demo", contents=PROMPT).text == "Robotics"
 
 
+def test_gemini_per_minute_input_tokens_name_their_quota(provider):
+    """Past gemini_tpm input tokens in the minute window: the QuotaFailure names the token quota."""
+    provider.reset(gemini_tpm=15)
+    client = _gemini(provider)
+    client.models.generate_content(model="gemini-demo", contents=PROMPT)
+    with pytest.raises(genai.errors.ClientError) as caught:
+        client.models.generate_content(model="gemini-demo", contents=PROMPT)
+    details = {d["@type"].rsplit(".", 1)[-1]: d for d in caught.value.details["error"]["details"]}
+    assert (
+        details["QuotaFailure"]["violations"][0]["quotaId"] == "GenerateContentInputTokensPerModelPerMinute"
+    )
+    assert details["RetryInfo"]["retryDelay"] == "60s"
+
+
 def test_gemini_per_day_quota_names_the_daily_quota(provider):
     """Past gemini_rpd, a 429 whose QuotaFailure names GenerateRequestsPerDayPerProjectPerModel."""
     provider.reset(gemini_rpd=1)
@@ -315,6 +362,17 @@ def test_gemini_overload_and_wrong_key_answer_as_google_does(provider):
     with pytest.raises(genai.errors.ClientError) as refused:
         wrong.models.generate_content(model="gemini-demo", contents=PROMPT)
     assert refused.value.details["error"]["details"][0]["reason"] == "API_KEY_INVALID"
+
+
+def test_gemini_takes_its_key_in_the_query_too(provider):
+    """?key= is Gemini's other place for the key; the path under /v1beta answers as under /v1."""
+    body = {"contents": [{"parts": [{"text": PROMPT}]}]}
+    answer = _http(provider).post(
+        f"/v1beta/models/gemini-demo:generateContent?key={demo.DEMO_KEY}", json=body
+    )
+    assert answer.status_code == 200
+    assert answer.json()["candidates"][0]["content"]["parts"][0]["text"] == "Robotics"
+    assert provider.stats()["key_places"] == {"query": 1}
 
 
 def test_gemini_response_schema_is_read_as_json_schema():
@@ -537,6 +595,26 @@ def test_a_local_server_answers_503_past_its_slots_and_queue(provider):
     stats = provider.stats()
     assert stats["by_api"]["local"]["by_status"] == {"200": 3, "503": 3}
     assert stats["in_flight"] == 0
+
+
+def test_a_local_server_gives_a_cancelled_waiters_place_to_the_next(provider):
+    """A queued request that gives up frees its place: the next one waits and is answered, not refused."""
+    provider.reset(local_slots=1, local_queue=1, local_service_seconds=0.3)
+
+    async def run():
+        async with _async_http(provider) as http:
+            body = {"model": "llama", "messages": [{"role": "user", "content": PROMPT}]}
+            first = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+            await asyncio.sleep(0.05)
+            gives_up = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+            await asyncio.sleep(0.05)
+            gives_up.cancel()
+            await asyncio.sleep(0.05)
+            then = await http.post("/v1/chat/completions", json=body)
+            return (await first).status_code, then.status_code
+
+    assert asyncio.run(run()) == (200, 200)
+    assert provider.stats()["in_flight"] == 0
 
 
 # -- settings -------------------------------------------------------------------------------------

@@ -227,6 +227,7 @@ def _status(
 
 
 def _line(**values: float) -> list[float]:
+    values.setdefault("online", values.get("cost", 0.0))  # asked online: no batch job paid less
     return [values.get(name, 0.0) for name in FIELDS]
 
 

@@ -598,6 +598,10 @@ def test_options_a_dialect_does_not_take_are_refused() -> None:
         pb.llm_tool(model="m", api="bedrock")
     with pytest.raises(pb.PlayDefinitionError, match="signs each request with the AWS credentials"):
         pb.llm_tool(model="m", api="bedrock", region="us-east-1", secret=pb.secret("X"))
+    with pytest.raises(
+        pb.PlayDefinitionError, match="max_token= is not a request field.*did you mean max_tokens="
+    ):
+        pb.llm_tool(model="m", max_token=10)
     with pytest.raises(pb.PlayDefinitionError, match="messages= is set by the tool itself"):
         pb.llm_tool(model="m", api="anthropic", messages=[])
 
@@ -844,3 +848,22 @@ def test_anthropic_refusing_temperature_says_how_to_leave_it_out() -> None:
     server.errors.append(httpx.Response(400, json=said))
     refused = _refusal(tool("anthropic", server))
     assert "temperature is deprecated" in str(refused).replace("`", "") and "temperature=None" in str(refused)
+
+
+def test_a_body_wait_is_read_only_from_google_retry_info() -> None:
+    """body_retry_delay reads RetryInfo.retryDelay ("45.8s", "2s") and nothing else: other details, garbage and non-JSON give None."""
+    from playbook.providers.limits import body_retry_delay
+
+    def body(*details: Any) -> bytes:
+        return json.dumps({"error": {"code": 429, "details": list(details)}}).encode()
+
+    assert body_retry_delay(body({"@type": GOOGLE + "RetryInfo", "retryDelay": "2s"})) == 2.0
+    assert (
+        body_retry_delay(
+            body({"@type": GOOGLE + "Help"}, {"@type": GOOGLE + "RetryInfo", "retryDelay": "0.5s"})
+        )
+        == 0.5
+    )
+    assert body_retry_delay(body({"@type": GOOGLE + "RetryInfo", "retryDelay": "soon"})) is None
+    assert body_retry_delay(body({"@type": GOOGLE + "QuotaFailure", "retryDelay": "3s"})) is None
+    assert body_retry_delay(b"<html>busy</html>") is None and body_retry_delay(b'{"error": "x"}') is None

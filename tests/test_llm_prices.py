@@ -104,6 +104,36 @@ def test_a_newer_table_reprices_the_receipts_as_they_are_replayed(
     assert again.cost_saved == pytest.approx((prompt * 3 + completion * 7) / 1e6, rel=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("api", "model", "provider"),
+    [
+        ("anthropic", "claude-sonnet-4-5", "anthropic"),
+        ("gemini", "gemini-2.5-flash", "google"),
+        ("openai-responses", "gpt-4o-mini", "openai"),
+        ("azure", "gpt-4o", "azure"),
+    ],
+)
+def test_each_dialect_is_priced_at_its_own_provider(
+    demo: pb.demo.DemoServer, api: str, model: str, provider: str
+) -> None:
+    """A dialect's calls cost the table's price at that dialect's provider (Google for Gemini),
+    for the usage the demo counted in that dialect."""
+    base = demo.url + "/v1" if api == "openai-responses" else demo.url
+    options: dict[str, Any] = {"api_version": "2024-10-21"} if api == "azure" else {}
+    llm = pb.llm_tool(api=api, model=model, base_url=base, secret=KEY, **options)
+    out = _companies(6).play.map(_label(llm), progress=False)
+    assert (out.play_status == "ok").all(), out.play_error.dropna().head(1).tolist()
+    used = demo.stats()["by_api"][api]
+    expected = calc_price(
+        Usage(input_tokens=used["input_tokens"], output_tokens=used["output_tokens"]),
+        model,
+        provider_id=provider,
+    )
+    stats = pb.last_run().stats  # type: ignore[union-attr]
+    assert float(expected.total_price) > 0 and stats.calls_unpriced == 0
+    assert stats.cost_spent == pytest.approx(float(expected.total_price), rel=1e-9, abs=1e-9)
+
+
 def test_cached_input_tokens_cost_the_cache_read_price(demo: pb.demo.DemoServer) -> None:
     """An answer with 600 of its 1,000 prompt tokens read from the cache costs what the table says
     for that split (the answering model's dated name found), less than with none cached."""

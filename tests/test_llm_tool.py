@@ -199,10 +199,17 @@ def test_a_budget_in_dollars_is_passed_by_at_most_the_calls_in_flight(demo: pb.d
     assert stats.cost_spent == round(_cost(demo.stats(), (2_000.0, 8_000.0)), 9)
 
 
+# Each dialect whose provider takes batch jobs: (model, the demo's base URL's path).
+_BATCHED = {
+    "openai": (MODEL, "/v1"),
+    "anthropic": ("claude-sonnet-4-5", ""),
+    "gemini": ("gemini-2.5-flash", ""),
+}
+
 _SUBMITTER = """
 import sys, pandas as pd, playbook as pb
-url, home = sys.argv[1], sys.argv[2]
-llm = pb.llm_tool(model="gpt-4o-mini", base_url=url + "/v1", secret=pb.secret("X", default="demo-key"), mode="batch")
+url, home, api, model, path = sys.argv[1:6]
+llm = pb.llm_tool(api=api, model=model, base_url=url + path, secret=pb.secret("X", default="demo-key"), mode="batch")
 async def label(row, ctx):
     return await ctx.tool(llm, prompt=f"Classify {row.company}")
 frame = pd.DataFrame({"company": [f"Company {i}" for i in range(25)]})
@@ -211,18 +218,21 @@ frame.play.map(label, store=home, progress=False)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("api", list(_BATCHED))
 def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_twice(
-    demo_loopback: pb.demo.DemoServer, tmp_path: Path
+    demo_loopback: pb.demo.DemoServer, tmp_path: Path, api: str
 ) -> None:
-    """mode="batch": a process killed (SIGKILL) while its batch runs; a new run waits for the same batch, lands every answer, creates none (on
-    loopback: the other processes reach the provider by socket)."""
+    """mode="batch" in each dialect that has batches: a process killed (SIGKILL) while its batch runs; a new run waits for the same batch,
+    lands every answer, creates none (on loopback: the other processes reach the provider by socket)."""
     demo = demo_loopback
     demo.reset(batch_seconds=4.0)
     script = tmp_path / "submit.py"
     script.write_text(textwrap.dedent(_SUBMITTER))
     home = tmp_path / "store"
+    model, path = _BATCHED[api]
     proc = subprocess.Popen(
-        [sys.executable, str(script), demo.url, str(home)], env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        [sys.executable, str(script), demo.url, str(home), api, model, path],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         deadline = time.monotonic() + 60
@@ -235,7 +245,7 @@ def test_a_batch_job_survives_the_death_of_its_submitter_and_is_never_submitted_
         proc.wait(timeout=10)
     assert demo.stats()["chat"] == {}  # not finished yet: nothing answered
 
-    llm = pb.llm_tool(model=MODEL, base_url=demo.url + "/v1", secret=KEY, mode="batch")
+    llm = pb.llm_tool(api=api, model=model, base_url=demo.url + path, secret=KEY, mode="batch")
 
     async def label(row: Any, ctx: pb.Context) -> Any:
         return await ctx.tool(llm, prompt=f"Classify {row.company}")
@@ -274,7 +284,7 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
     from playbook.addresses import job_address
     from playbook.store.records import record
     from playbook.tools.llm import LlmEngine
-    from playbook.tools.llm.batch import BatchApi
+    from playbook.tools.llm.batch import OpenAiBatches, custom_id
     from playbook.tools.protocol import NO_INPUT
     from playbook.tools.transport import default_client
 
@@ -287,10 +297,11 @@ def test_a_batch_whose_id_was_never_written_down_is_found_by_its_file(
     store = pb.ReceiptStore(tmp_path / "store")
 
     async def died_after_creating() -> None:
-        api = BatchApi(asked)
+        api = OpenAiBatches(asked)
+        members = [(custom_id(asked.address(v)), asked.body(v["messages"])) for v in calls]
         async with default_client() as client:  # the run's client: it reaches the demo served in process
-            file_id = await api.upload(client, api.lines([(asked.address(v), v["messages"]) for v in calls]))
-            await api.create(client, file_id)
+            file_id = await api.prepare(client, members)
+            await api.create(client, file_id, members)
         for values in calls:
             await engine(store).commit(
                 record(
@@ -335,6 +346,7 @@ def test_a_slow_upload_does_not_make_woken_rows_submit_again(demo: pb.demo.DemoS
     served = demo.stats()
     assert (out.play_status == "ok").all()
     assert served["batches_created"] == 1 and served["chat_batch"][MODEL]["requests"] == 30
+    # a batch job's answers cost half the prices given (a batch API's discount)
     assert pb.last_run().stats.cost_spent == round(_cost(served) / 2, 9)  # type: ignore[union-attr]
 
 
@@ -349,7 +361,7 @@ def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
     script = tmp_path / "submit.py"
     script.write_text(textwrap.dedent(_SUBMITTER))
     home = tmp_path / "store"
-    other = subprocess.Popen([sys.executable, str(script), demo.url, str(home)])
+    other = subprocess.Popen([sys.executable, str(script), demo.url, str(home), "openai", MODEL, "/v1"])
     try:
         llm = pb.llm_tool(model=MODEL, base_url=demo.url + "/v1", secret=KEY, mode="batch")
 

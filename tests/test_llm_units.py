@@ -133,7 +133,10 @@ def test_a_call_is_weighed_and_priced_before_it_is_sent() -> None:
         (104 * 1.0 + 64 * 2.0) / 1e6
     )  # the usual completion, not the cap
     spent = llm.spent({"usage": {"prompt_tokens": 120, "completion_tokens": 30}, "requests": 2})
-    assert spent == (pytest.approx((120 * 1.0 + 30 * 2.0) / 1e6), 150.0, 2, 0.0)
+    assert spent == (pytest.approx((120 * 1.0 + 30 * 2.0) / 1e6), 150.0, 2, 0.0, None)
+    # A batch job's answer: half the price, what it would have cost online beside it.
+    batched = llm.spent({"usage": {"prompt_tokens": 120, "completion_tokens": 30}, "batch": True})
+    assert (batched.cost, batched.online) == (pytest.approx(spent.cost / 2), pytest.approx(spent.cost))
     # A re-asked answer: the first request's usage, which bought an answer validation refused, apart.
     spent = llm.spent(
         {

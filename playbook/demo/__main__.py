@@ -80,6 +80,12 @@ _OPTIONS: tuple[tuple[str, str, type, str], ...] = (
         "share of JSON chat answers sent as invalid JSON (default: 0)",
     ),
     ("--batch-seconds", "batch_seconds", float, "seconds a chat batch job takes to complete (default: 2)"),
+    (
+        "--batch-expired-rate",
+        "batch_expired_rate",
+        float,
+        "share of Anthropic and Gemini batch requests left to expire unanswered (default: 0)",
+    ),
     ("--anthropic-rpm", "anthropic_rpm", int, "Anthropic requests per minute per key (default: unlimited)"),
     (
         "--anthropic-itpm",

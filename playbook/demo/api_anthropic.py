@@ -12,6 +12,9 @@
   answer carries ``anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-{limit,
   remaining,reset}`` (resets in RFC 3339), a 429 ``rate_limit_error`` a whole-second
   ``retry-after``; an overload is ``529 overloaded_error`` without one.
+
+As documented at https://docs.claude.com/en/api/messages, https://docs.claude.com/en/api/rate-limits
+and https://docs.claude.com/en/api/errors, and as the ``anthropic`` SDK sends and parses it.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from playbook.demo.fakedata import digest
 from playbook.demo.responses import json_response
 from playbook.demo.state import DemoState
 
-__all__ = ["DIALECT", "routes"]
+__all__ = ["DIALECT", "chat_body", "message_of", "routes"]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -91,7 +94,7 @@ def _messages(state: DemoState) -> Any:
             if not request.headers.get("anthropic-version"):
                 raise DialectError(400, "anthropic-version: header is required")
             body = await json_body(request)
-            chat, tool = _chat_body(body)
+            chat, tool = chat_body(body)
             max_tokens = body["max_tokens"]
             reply = answer(chat, invalid_json_rate=state.settings.chat_invalid_json_rate)
         except DialectError as exc:
@@ -101,17 +104,20 @@ def _messages(state: DemoState) -> Any:
         refusal, limits = state.anthropic_admit(key, reply.input_tokens, max_tokens)
         if refusal is not None:
             return _rate_limited(refusal, limits, body["model"])
-        message = _message(body["model"], chat, reply, tool, max_tokens)
-        await pause(request)
+        message = message_of(body["model"], chat, reply, tool, max_tokens)
         used = message["usage"]["output_tokens"]
-        limits = state.anthropic_settle(key, max_tokens, used)
+        try:
+            await pause(request)
+        finally:
+            # Settled however the request ends: a client gone mid-answer used its tokens too.
+            limits = state.anthropic_settle(key, max_tokens, used)
         state.count_usage("anthropic", reply.input_tokens, used)
         return json_response(message, 200, _limit_headers(limits))
 
     return messages
 
 
-def _chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+def chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """The chat completions body asking what `body` asks, and the forced tool's name (or None)."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -162,7 +168,7 @@ def _forced_tool(body: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _message(
+def message_of(
     model: str, chat: dict[str, Any], reply: Any, tool: str | None, max_tokens: int
 ) -> dict[str, Any]:
     msg_id = f"msg_{digest('anthropic', dumps(chat)):016x}"

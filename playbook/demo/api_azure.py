@@ -9,6 +9,10 @@
   below the per-minute quota); the answers carry only ``x-ratelimit-remaining-requests`` and
   ``x-ratelimit-remaining-tokens``; a 429 carries ``retry-after`` (whole seconds) and
   ``retry-after-ms``.
+
+As documented at https://learn.microsoft.com/azure/ai-foundry/openai/reference and
+https://learn.microsoft.com/azure/ai-foundry/openai/how-to/quota (per-minute limits enforced
+over 1 or 10 second periods; max_tokens counted on arrival), and as ``openai.AzureOpenAI`` calls it.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@
 - limits per key: ``bedrock_rpm`` and ``bedrock_tpm`` (input + output tokens), refused with
   ``ThrottlingException`` as Bedrock sends it: HTTP 429, an ``x-amzn-ErrorType`` header and
   ``{"message": ...}``, saying nothing of which quota fired.
+
+As documented at https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html
+and https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_sigv-signing-request.html, and as
+botocore's ``bedrock-runtime`` service model reads it (errors by ``x-amzn-ErrorType``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@
   ``google.rpc.RetryInfo`` ``retryDelay`` beside a ``QuotaFailure`` naming the per-minute
   quota), never in a header; ``gemini_rpd`` requests per day, refused with a ``QuotaFailure``
   naming ``GenerateRequestsPerDayPerProjectPerModel``; an overload is ``503 UNAVAILABLE``.
+
+As documented at https://ai.google.dev/api/generate-content,
+https://ai.google.dev/gemini-api/docs/rate-limits and https://cloud.google.com/apis/design/errors
+(google.rpc.Status with RetryInfo and QuotaFailure details), and as ``google-genai`` calls it.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from playbook.demo.dialect_limits import Refusal
 from playbook.demo.responses import json_response
 from playbook.demo.state import DemoState
 
-__all__ = ["DIALECT", "PATH", "routes"]
+__all__ = ["DIALECT", "PATH", "chat_body", "response_of", "routes"]
 
 PATH = re.compile(r"^/v1(beta)?/models/[^/:]+:generateContent$")
 _STATUSES = {
@@ -103,7 +107,7 @@ def _generate(state: DemoState) -> Any:
         model = request.path_params["model"]
         try:
             body = await json_body(request)
-            chat, json_kind = _chat_body(model, body)
+            chat, json_kind = chat_body(model, body)
             reply = answer(chat, invalid_json_rate=state.settings.chat_invalid_json_rate)
         except DialectError as exc:
             return error(exc.status, exc.message)
@@ -119,12 +123,12 @@ def _generate(state: DemoState) -> Any:
         content = reply.content if json_kind != "object" else json.dumps({"answer": reply.content})
         await pause(request)
         state.count_usage("gemini", reply.input_tokens, reply.output_tokens)
-        return json_response(_response(model, content, reply))
+        return json_response(response_of(model, content, reply))
 
     return generate
 
 
-def _chat_body(model: str, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def chat_body(model: str, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The chat completions body asking what `body` asks, and the JSON asked for: "" (text),
     "object" (JSON without a schema) or "schema"."""
     chat: list[dict[str, Any]] = []
@@ -197,7 +201,7 @@ def json_schema(schema: Any) -> Any:
     return out
 
 
-def _response(model: str, content: str, reply: Answer) -> dict[str, Any]:
+def response_of(model: str, content: str, reply: Answer) -> dict[str, Any]:
     finish = "MAX_TOKENS" if reply.finish == "length" else "STOP"
     return {
         "candidates": [

@@ -8,6 +8,9 @@
   (``input_tokens``, ``output_tokens``, ``total_tokens``, ``input_tokens_details.cached_tokens``);
 - the bearer key and OpenAI's per-minute limits (``chat_rpm``, ``chat_tpm``), shared with chat
   completions, with OpenAI's headers and 429 body.
+
+As documented at https://platform.openai.com/docs/api-reference/responses, and as the ``openai``
+SDK's ``client.responses`` calls and parses it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Every /v1 route goes through `_guarded`, which applies, in order: request counti
 the per-key limits (in flight, token bucket, fixed window, quota), slowness and fault
 draws, latency, the endpoint itself, and the malformed-body draw. The chat endpoint then
 weighs its answer against its own per-minute limits (requests and tokens, OpenAI's way), and
-files and batches (see `batch_api`) answer in OpenAI's shape. The /_ admin routes skip
+files and batches (see `batch_api`) answer in OpenAI's shape, message batches and Gemini's batches
+in their own (see `dialect_batch_api`). The /_ admin routes skip
 all of that so a test or a notebook can observe and steer a server running in another
 process with plain HTTP; POST /_restart closes the port for a while.
 
@@ -30,7 +31,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from playbook.demo import api_anthropic, api_azure, api_bedrock, api_gemini, api_responses, batch_api
+from playbook.demo import (
+    api_anthropic,
+    api_azure,
+    api_bedrock,
+    api_gemini,
+    api_responses,
+    batch_api,
+    dialect_batch_api,
+)
 from playbook.demo.chat import ChatRequestError, complete_judged
 from playbook.demo.dialect import Dialect
 from playbook.demo.fakedata import (
@@ -43,18 +52,30 @@ from playbook.demo.fakedata import (
 from playbook.demo.responses import json_response
 from playbook.demo.settings import DemoSettings, down_seconds
 from playbook.demo.state import DemoState, Rejection
-from playbook.demo.wire import encode
+from playbook.demo.wire import encode, openai_error
 
 __all__ = ["BULK_MAX_ITEMS", "build_app"]
 
 BULK_MAX_ITEMS = 100
 _MALFORMED = b'{"email": "truncated@'  # what a proxy cutting a response short looks like
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-_KNOWN_PATHS = frozenset({"/v1/company", "/v1/email", "/v1/email/bulk", "/v1/jobs", "/v1/chat/completions"})
+_KNOWN_PATHS = frozenset(
+    {
+        "/v1/company",
+        "/v1/email",
+        "/v1/email/bulk",
+        "/v1/jobs",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/messages",
+    }
+)
 _KNOWN_TEMPLATES = (
     re.compile(r"^/v1/jobs/"),
     re.compile(r"^/v1/status/"),
     batch_api.PATHS,
+    dialect_batch_api.PATHS,
+    api_gemini.PATH,
 )  # paths with an id in them
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -106,6 +127,7 @@ def build_app(
         (api_bedrock.DIALECT, "bedrock", api_bedrock),
     ]
 
+    batch_dialects = {"anthropic": api_anthropic.DIALECT, "gemini": api_gemini.DIALECT}
     routes = [
         guarded("GET", "/v1/company", _company),
         guarded("GET", "/v1/email", _email(state)),
@@ -124,6 +146,15 @@ def build_app(
         ),
         guarded("GET", "/v1/status/{code}", _status, public=True),  # as httpbin's: no key asked
         *(guarded(method, path, handler) for method, path, handler in batch_api.routes(state)),
+        # Keys and refusals as the dialect's; not counted among its LLM requests (``by_api``).
+        *(
+            Route(
+                path,
+                _guarded(state, f"{method} {path}", handler, dialect=batch_dialects[api]),
+                methods=[method],
+            )
+            for api, method, path, handler in dialect_batch_api.routes(state)
+        ),
         Route("/v1/{path:path}", _guarded(state, "* /v1/{path}", _unknown), methods=_ALL_METHODS),
         Route("/_health", _health, methods=["GET"]),
         Route("/_stats", _admin_stats(state), methods=["GET"]),
@@ -355,8 +386,10 @@ def _chat(state: DemoState) -> Handler:
             answer, garbled = complete_judged(body, invalid_json_rate=state.settings.chat_invalid_json_rate)
         except ChatRequestError as exc:
             return json_response(exc.body(), 400)
-        # The answer is worked out first: its tokens are what the request weighs.
         api = "openai" if state.settings.local_slots is None else "local"
+        if state.overloaded(api):
+            return json_response(openai_error("The server is overloaded.", kind="server_error"), 503)
+        # The answer is worked out first: its tokens are what the request weighs.
         verdict = state.chat_admit(_authorization(request), answer, garbled, api=api)
         if verdict.body is not None:
             return json_response(verdict.body, 429, verdict.headers)

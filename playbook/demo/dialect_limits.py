@@ -7,7 +7,8 @@
   windows, and Azure's per-minute limits enforced as a sixth of each per 10-second window.
 - `BucketLimits`: requests and tokens per minute as buckets holding a minute (Bedrock).
 - `overloaded`: whether the server's clock falls in an overload burst.
-- `LocalSlots`: a local server's decode slots and the short queue in front of them.
+- `LocalSlots`: a local server's decode slots and the short queue in front of them (Ollama's
+  ``OLLAMA_NUM_PARALLEL`` and ``OLLAMA_MAX_QUEUE``, llama.cpp's ``--parallel``).
 
 Like `limits`, everything takes `now` from the caller and is serialised by the demo state's lock.
 """
@@ -95,6 +96,9 @@ class AnthropicLimits:
         for b in self.buckets.values():
             b.clear()
 
+    def __repr__(self) -> str:
+        return f"<AnthropicLimits {' '.join(f'{n}={b!r}' for n, b in self.buckets.items())}>"
+
 
 class WindowLimits:
     """Requests and tokens per key in fixed windows of `period` seconds aligned on the clock.
@@ -152,6 +156,12 @@ class WindowLimits:
     def clear(self) -> None:
         self._used.clear()
 
+    def __repr__(self) -> str:
+        requests, tokens = self.limits()
+        return (
+            f"<WindowLimits requests={requests} tokens={tokens} per {self.period:g}s keys={len(self._used)}>"
+        )
+
 
 class BucketLimits:
     """Requests and tokens per minute per key, each a bucket holding a minute's limit."""
@@ -177,6 +187,9 @@ class BucketLimits:
     def clear(self) -> None:
         self.requests.clear()
         self.tokens.clear()
+
+    def __repr__(self) -> str:
+        return f"<BucketLimits requests={self.requests!r} tokens={self.tokens!r}>"
 
 
 def overloaded(now: float, seconds: float, period: float | None) -> bool:
@@ -223,6 +236,9 @@ class LocalSlots:
                 self.waiting.remove(entry)
                 return True
         return False
+
+    def __repr__(self) -> str:
+        return f"<LocalSlots busy={self.busy} waiting={len(self.waiting)}>"
 
 
 def _wake(future: asyncio.Future[None]) -> None:

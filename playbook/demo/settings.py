@@ -57,7 +57,8 @@ class DemoSettings:
     The chat endpoint adds OpenAI's per-minute limits per key, ``chat_rpm`` requests and
     ``chat_tpm`` tokens (prompt + completion), each a bucket refilling continuously that holds
     ``chat_bucket_seconds`` worth of its limit. ``chat_invalid_json_rate`` of JSON answers
-    are invalid JSON. Batches finish ``batch_seconds`` after they are created.
+    are invalid JSON. Batches finish ``batch_seconds`` after they are created; in Anthropic's and
+    Gemini's, ``batch_expired_rate`` of the requests expire unanswered (see `dialect_batches`).
 
     The other dialects' endpoints (see docs/demo.md) add their providers' own limits per key,
     each optional:
@@ -111,6 +112,7 @@ class DemoSettings:
     chat_bucket_seconds: float = 1.0
     chat_invalid_json_rate: float = 0.0
     batch_seconds: float = 2.0
+    batch_expired_rate: float = 0.0
     anthropic_rpm: int | None = None
     anthropic_itpm: int | None = None
     anthropic_otpm: int | None = None
@@ -170,6 +172,7 @@ class DemoSettings:
             "malformed_rate",
             "miss_rate",
             "chat_invalid_json_rate",
+            "batch_expired_rate",
             "overload_rate",
         ):
             set_(self, name, _number(name, getattr(self, name), low=0.0, high=1.0))

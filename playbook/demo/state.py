@@ -16,6 +16,7 @@ from typing import Any
 
 from playbook.demo.batches import BatchStore, Prepared, StoredFile
 from playbook.demo.counters import Counters, key_label
+from playbook.demo.dialect_batches import DialectBatch, DialectBatches, Line
 from playbook.demo.dialect_limits import (
     AnthropicLimits,
     BucketLimits,
@@ -65,6 +66,7 @@ class DemoState:
         self._jobs: dict[str, tuple[float, dict[str, Any]]] = {}
         self._chat = ChatLimits(settings.chat_rpm, settings.chat_tpm, settings.chat_bucket_seconds)
         self._store = BatchStore()
+        self._dialect_batches = DialectBatches()
         self._dialects = _DialectLimits(settings)
         self._local = LocalSlots()
         self._epoch = 0  # bumped by reset(), so requests admitted before it are not counted after it
@@ -99,6 +101,7 @@ class DemoState:
             self._dialects = _DialectLimits(settings)
             self._epoch += 1
             self._store = BatchStore(salt=str(self._epoch))  # ids of the cleared store never come back
+            self._dialect_batches = DialectBatches(salt=str(self._epoch))
             self._seed(settings.seed)
         return settings
 
@@ -389,6 +392,10 @@ class DemoState:
         """Publish finished batches and count their answers. Called under the lock."""
         for answer in self._store.complete_due(self.clock()):
             self._counters.count_chat(answer, batch=True)
+        for api, (model, used_in, used_out) in self._dialect_batches.settle(self.clock()):
+            usage = {"prompt_tokens": used_in, "completion_tokens": used_out}
+            self._counters.count_chat({"model": model, "usage": usage}, batch=True)
+            self._counters.count_api_usage(api, used_in, used_out)
 
     def add_file(self, filename: str, purpose: str, data: bytes) -> dict[str, Any]:
         with self.lock:
@@ -436,6 +443,36 @@ class DemoState:
             batches, more = self._store.listing(limit, after)
             now = self.clock()
             return [b.doc(now) for b in batches], more
+
+    def dialect_batch_id(self, api: str) -> str:
+        """A new id for a batch of `api` ("anthropic" or "gemini"), before its answers are made."""
+        with self.lock:
+            return self._dialect_batches.new_id(api)
+
+    def add_dialect_batch(
+        self, api: str, batch_id: str, lines: tuple[Line, ...], *, model: str = "", name: str = ""
+    ) -> tuple[DialectBatch, float]:
+        """Register an Anthropic or Gemini batch of `lines`, answered after `batch_seconds`; the
+        batch and the clock it reads by."""
+        with self.lock:
+            now = self.clock()
+            batch = DialectBatch(
+                batch_id, api, lines, self.settings.batch_seconds, now, time.time(), model, name
+            )
+            self._dialect_batches.create(batch)
+            self._counters.batches_created += 1
+            return batch, now
+
+    def dialect_batch(self, batch_id: str) -> tuple[DialectBatch | None, float]:
+        with self.lock:
+            self._settle()
+            return self._dialect_batches.batches.get(batch_id), self.clock()
+
+    def dialect_batch_list(self, api: str) -> tuple[list[DialectBatch], float]:
+        """The batches of `api`, newest first, and the clock they read by."""
+        with self.lock:
+            self._settle()
+            return self._dialect_batches.listing(api), self.clock()
 
     def __repr__(self) -> str:
         c = self._counters

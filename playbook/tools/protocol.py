@@ -42,13 +42,15 @@ class Spent(NamedTuple):
     """What one paid answer cost: money (in the tool's own unit; ``None``: unpriced, an LLM
     whose model has no price, never counted as 0), tokens (``None``: not counted; an LLM's answer
     says :class:`~playbook.providers.limits.Tokens`, input and output apart, a number of them in
-    all), requests (an answer that needed a re-ask took two), and the part of the money that
-    bought an answer validation refused (the first of a re-asked pair)."""
+    all), requests (an answer that needed a re-ask took two), the part of the money that bought
+    an answer validation refused (the first of a re-asked pair), and what the answer would have
+    cost asked online (``None``: the same; a batch job's answer costs less)."""
 
     cost: float | None
     tokens: float | None
     requests: int
     refused: float = 0.0
+    online: float | None = None
 
 
 class CallEnv:

@@ -2,16 +2,22 @@
 
 A call that misses its receipt is not sent: it joins this run's next submission and its row
 sleeps.  Misses gather for ``GATHER`` seconds (rows step aside meanwhile, so every row's miss
-joins, not only the rows a worker holds), then go out as one batch job.  What was submitted is
-written down before anything else, one *job marker* per call (the file, then the batch id), so a
-kernel restarted during a 24-hour batch finds its calls' batch again and never submits them twice::
+joins, not only the rows a worker holds), then go out as one batch job, to the tool's provider's
+batch interface (OpenAI's Batch API, Anthropic's Message Batches, Gemini's batch mode: see
+:mod:`playbook.tools.llm.batch`).  What was submitted is written down before anything else, one
+*job marker* per call (its provider, the submission's token and the call's custom id, then the
+batch id), so a kernel restarted during a 24-hour batch finds its calls' batch again and never
+submits them twice::
 
-    no marker       join the next submission; sleep
-    file, no batch  the batch's creation was cut short: find the batch made over that file, or make it
-    batch           poll it (once per interval for every row waiting on it); sleep until the next poll
-    finished        its answer lands as the call's receipt, like any paid call's
-                    (a request the batch failed, or a batch that expired, fails its row and clears
-                    its marker: the next run submits it again)
+    no marker        join the next submission; sleep
+    token, no batch  the batch's creation was cut short: find the batch made under that token
+                     (OpenAI: over that file, made now if it never was; the others: a batch that
+                     was never made is forgotten, and the call joins the next submission)
+    batch            poll it (once per interval for every row waiting on it); sleep until the next poll
+    finished         its answer, read by the tool as the online call's is, lands as the call's
+                     receipt, marked ``"batch": true`` (a request the batch failed or left
+                     unanswered, or a batch that expired, fails its row and clears its marker: the
+                     next run submits it again)
 
 Sleeping is durable in the sense that matters: the marker outlives the process, and a row that
 wakes in a new run polls the same batch.
@@ -20,6 +26,7 @@ wakes in a new run polls the same batch.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -31,8 +38,9 @@ from playbook.providers.provider import Ticket
 from playbook.runtime.state.upstream import dispatch
 from playbook.store import MISSING
 from playbook.store.records import record
-from playbook.tools.llm.batch import FINISHED, BatchApi
-from playbook.tools.llm.engine import LlmEngine, reply_of
+from playbook.tools.llm.batch import BatchApi, Job, Member, NotYet, OpenAiBatches, batches_of, custom_id
+from playbook.tools.llm.batch.gemini import position
+from playbook.tools.llm.engine import LlmEngine
 
 if TYPE_CHECKING:
     import httpx
@@ -42,7 +50,9 @@ if TYPE_CHECKING:
 __all__ = ["GATHER", "Jobs"]
 
 GATHER = 1.0  # seconds misses gather before they go out as one batch
-MOST = 50_000  # requests in one batch (OpenAI's limit)
+# requests in one batch: within every provider's limit (OpenAI's 50,000, Anthropic's 100,000)
+MOST = 10_000
+_LOST = 60.0  # seconds between looks for a lost submission's batch that cannot be told apart yet
 T = TypeVar("T")
 
 
@@ -77,12 +87,12 @@ class Jobs:
     )
 
     def __init__(self, track: Callable[[asyncio.Task[Any]], None]) -> None:
-        self._gathering: dict[str, list[tuple[str, Any]]] = {}  # tool -> (address, messages)
+        self._gathering: dict[str, list[tuple[str, Any]]] = {}  # tool -> (address, the call's values)
         self._submitting: set[str] = set()  # addresses joined and not yet written down (their leases held)
         self._failed: dict[str, BaseException] = {}  # address -> why its submission failed
-        self._adopting: dict[str, asyncio.Future[str]] = {}  # file id -> its batch id, being found
-        self._polls: dict[str, tuple[float, asyncio.Future[dict[str, Any]]]] = {}  # batch id -> (when, batch)
-        self._results: dict[str, asyncio.Future[dict[str, Any]]] = {}  # batch id -> custom_id -> answer
+        self._adopting: dict[str, asyncio.Future[str | None]] = {}  # token -> its batch id, being found
+        self._polls: dict[str, tuple[float, asyncio.Future[Job]]] = {}  # batch id -> (when, batch)
+        self._results: dict[str, asyncio.Future[dict[str, Any]]] = {}  # batch id -> custom id -> answer
         self.reserved: dict[str, float | None] = {}  # address -> cost reserved at submission
         self._track = track  # a stop waits for submissions under way
 
@@ -95,25 +105,26 @@ class Jobs:
         failed = self._failed.pop(key, None)
         if failed is not None:
             raise failed
+        api = batches_of(tool)
         mark = job_address(key)
         found = await scope.store.alookup(mark)
-        job = found.value if found is not MISSING else None
-        if not isinstance(job, dict):
+        job = _marker(found.value if found is not MISSING else None, api.api)
+        if job is None:
             await self._join(scope, tool, key, values)
             raise _sleep(GATHER + 0.5)
-        batch_id = job.get("batch") or await self._adopted(scope, tool, key, str(job["file"]))
-        batch, polled = await self._poll(scope, tool, batch_id)
-        if batch.get("status") not in FINISHED:
+        batch_id = job.get("batch") or await self._adopted(scope, tool, api, key, job)
+        batch, polled = await self._poll(scope, tool, api, batch_id)
+        if not batch.finished:
             raise _sleep(polled + _interval(batch) - asyncio.get_running_loop().time())
-        results = await self._read(scope, tool, batch)
-        got = results.get(key)
+        results = await self._read(scope, tool, api, batch)
+        got = results.get(str(job.get("id") or key))
+        if got is None and isinstance(job.get("n"), int):
+            got = results.get(position(job["n"]))
         if isinstance(got, dict):
             # answered by a batch job: priced at the batch price, replayed or not
-            return {**reply_of(tool.name, got), "batch": True}
+            return {**tool.dialect.reply(tool.name, got, tool.model), "batch": True}
         await scope.store.commit(record(mark, tool=tool.name, stored=None, tagged=False, at=scope.clock()))
-        why = (
-            got if isinstance(got, str) else f"the batch ended {batch.get('status')} without an answer to it"
-        )
+        why = got if isinstance(got, str) else f"the batch ended {batch.status} without an answer to it"
         raise ToolError(
             f"llm tool {tool.name!r}: batch {batch_id}: {why} (the next run submits it again)", tool=tool.name
         )
@@ -121,17 +132,27 @@ class Jobs:
     # -- submitting ----------------------------------------------------------------------------
 
     async def _join(self, scope: RunScope, tool: LlmEngine, key: str, values: Any) -> None:
-        """Join the next submission, unless this call is in one under way, here or in another
-        process (which holds its lease until its batch is written down)."""
+        """Join the next submission, unless this call is in one under way, here (another row
+        asking it: claimed before anything is awaited) or in another process (which holds its
+        lease until its batch is written down)."""
         if key in self._submitting:
             return  # its row woke before its submission was written down (a slow upload)
+        self._submitting.add(key)
+        joined = False
+        try:
+            joined = await self._joined(scope, tool, key, values)
+        finally:
+            if not joined:
+                self._submitting.discard(key)
+
+    async def _joined(self, scope: RunScope, tool: LlmEngine, key: str, values: Any) -> bool:
         leases = scope.store.leases
         if not await leases.take(key):
-            return  # another process is submitting it: its marker will say where
+            return False  # another process is submitting it: its marker will say where
         found = await scope.store.alookup(job_address(key))
         if found is not MISSING and isinstance(found.value, dict):
             leases.release(key)  # submitted and written down between our look and our lease
-            return
+            return False
         cost = tool.price(values)
         try:
             # a batch may take hours to settle: no waiting on it
@@ -140,20 +161,19 @@ class Jobs:
             leases.release(key)
             raise
         self.reserved[key] = cost
-        self._submitting.add(key)
         members = self._gathering.get(tool.name)
         if members is None:
             members = self._gathering[tool.name] = []
             loop = asyncio.get_running_loop()
             loop.call_later(GATHER, lambda: self._track(loop.create_task(self._submit(scope, tool))))
-        members.append((key, values["messages"]))
+        members.append((key, values))
+        return True
 
     async def _submit(self, scope: RunScope, tool: LlmEngine) -> None:
-        members = self._gathering.pop(tool.name, [])
-        for start in range(0, len(members), MOST):
-            chunk = members[start : start + MOST]
+        api = batches_of(tool)
+        for chunk in _chunks(api, tool, self._gathering.pop(tool.name, [])):
             try:
-                await self._submit_one(scope, tool, chunk)
+                await self._submit_one(scope, tool, api, chunk)
             except BaseException as exc:
                 for key, _ in chunk:
                     self._failed[key] = exc
@@ -165,52 +185,65 @@ class Jobs:
                     self._submitting.discard(key)
                     scope.store.leases.release(key)
 
-    async def _submit_one(self, scope: RunScope, tool: LlmEngine, members: list[tuple[str, Any]]) -> None:
-        api, client, store = BatchApi(tool), scope.http_client(), scope.store
-        content = api.lines(members)
-        file_id = await _governed(tool, lambda: api.upload(client, content))
+    async def _submit_one(
+        self, scope: RunScope, tool: LlmEngine, api: BatchApi, chunk: list[tuple[str, Member]]
+    ) -> None:
+        client = scope.http_client()
+        members = [member for _, member in chunk]
+        token = await _governed(tool, lambda: api.prepare(client, members))
         # Written down before the batch is made: a process that dies in between finds it again.
-        for key, _ in members:
-            await store.commit(
-                record(
-                    job_address(key), tool=tool.name, stored={"file": file_id}, tagged=False, at=scope.clock()
-                )
-            )
-        batch = await _governed(tool, lambda: api.create(client, file_id))
-        self._polls[str(batch["id"])] = (asyncio.get_running_loop().time(), _done(batch))
-        for key, _ in members:
-            stored = {"file": file_id, "batch": batch["id"]}
-            await store.commit(
-                record(job_address(key), tool=tool.name, stored=stored, tagged=False, at=scope.clock())
-            )
+        at = time.time()
+        marks = [
+            (key, {"api": api.api, "token": token, "at": at, "id": cid, "n": n})
+            for n, (key, (cid, _)) in enumerate(chunk)
+        ]
+        for key, mark in marks:
+            await _write(scope, tool, key, mark)
+        batch = await _governed(tool, lambda: api.create(client, token, members))
+        self._polls[batch.id] = (asyncio.get_running_loop().time(), _done(batch))
+        for key, mark in marks:
+            await _write(scope, tool, key, {**mark, "batch": batch.id})
 
-    async def _adopted(self, scope: RunScope, tool: LlmEngine, key: str, file_id: str) -> str:
-        """The batch of a call whose marker names only its file: being made right now (here, or
-        by the process holding the call's lease: wait for it), or to be found or made."""
+    async def _adopted(
+        self, scope: RunScope, tool: LlmEngine, api: BatchApi, key: str, job: dict[str, Any]
+    ) -> str:
+        """The batch of a call whose marker names only its submission's token: being made right
+        now (here, or by the process holding the call's lease: wait for it), or to be found (over
+        OpenAI's uploaded file, made if it never was).  A submission whose batch was never made
+        is forgotten: the call joins the next one."""
         leases = scope.store.leases
         if key in self._submitting or not await leases.take(key):
             raise _sleep(GATHER)
         try:
-            return await self._adopt(scope, tool, job_address(key), file_id)
+            batch_id = await self._adopt(scope, tool, api, job)
+            await _write(scope, tool, key, None if batch_id is None else {**job, "batch": batch_id})
+        except NotYet:
+            raise _sleep(_LOST) from None
         finally:
             leases.release(key)
-
-    async def _adopt(self, scope: RunScope, tool: LlmEngine, mark: str, file_id: str) -> str:
-        """The batch over ``file_id`` (made by a process that died before writing its id down),
-        or a new one over the same file: found once for every row of that file."""
-        future = self._adopting.get(file_id)
-        if future is None or (future.done() and (future.cancelled() or future.exception() is not None)):
-            future = self._adopting[file_id] = asyncio.get_running_loop().create_task(
-                _found(scope, tool, file_id)
-            )
-        batch_id = await asyncio.shield(future)
-        stored = {"file": file_id, "batch": batch_id}
-        await scope.store.commit(record(mark, tool=tool.name, stored=stored, tagged=False, at=scope.clock()))
+        if batch_id is None:
+            raise _sleep(0.0)  # no marker now: the call joins the next submission
         return batch_id
+
+    async def _adopt(
+        self, scope: RunScope, tool: LlmEngine, api: BatchApi, job: dict[str, Any]
+    ) -> str | None:
+        """The batch made under the marker's token by a process that died before writing its id
+        down: found once for every row of that submission."""
+        token = str(job["token"])
+        future = self._adopting.get(token)
+        if future is None or (future.done() and (future.cancelled() or future.exception() is not None)):
+            since = float(job.get("at") or 0.0)
+            future = self._adopting[token] = asyncio.get_running_loop().create_task(
+                _found(scope, tool, api, token, since, [str(job.get("id"))])
+            )
+        return await asyncio.shield(future)
 
     # -- following -----------------------------------------------------------------------------
 
-    async def _poll(self, scope: RunScope, tool: LlmEngine, batch_id: str) -> tuple[dict[str, Any], float]:
+    async def _poll(
+        self, scope: RunScope, tool: LlmEngine, api: BatchApi, batch_id: str
+    ) -> tuple[Job, float]:
         """The batch as last seen (polled again once its interval is over), and when it was seen."""
         loop = asyncio.get_running_loop()
         seen = self._polls.get(batch_id)
@@ -219,36 +252,70 @@ class Jobs:
             fresh = future.done() and not future.cancelled() and future.exception() is None
             if not future.done() or (fresh and loop.time() < polled + _interval(future.result())):
                 return await asyncio.shield(future), polled
-        future = loop.create_task(
-            _governed(tool, lambda: BatchApi(tool).retrieve(scope.http_client(), batch_id))
-        )
+        future = loop.create_task(_governed(tool, lambda: api.retrieve(scope.http_client(), batch_id)))
         self._polls[batch_id] = (loop.time(), future)
         return await asyncio.shield(future), loop.time()
 
-    async def _read(self, scope: RunScope, tool: LlmEngine, batch: dict[str, Any]) -> dict[str, Any]:
+    async def _read(self, scope: RunScope, tool: LlmEngine, api: BatchApi, batch: Job) -> dict[str, Any]:
         """The finished batch's answers, read once for every row waiting on it."""
-        batch_id = str(batch["id"])
-        future = self._results.get(batch_id)
+        future = self._results.get(batch.id)
         if future is None or (future.done() and (future.cancelled() or future.exception() is not None)):
-            api, client = BatchApi(tool), scope.http_client()
-            future = self._results[batch_id] = asyncio.get_running_loop().create_task(
+            client = scope.http_client()
+            future = self._results[batch.id] = asyncio.get_running_loop().create_task(
                 _governed(tool, lambda: api.results(client, batch))
             )
         return await asyncio.shield(future)
 
 
-async def _found(scope: RunScope, tool: LlmEngine, file_id: str) -> str:
-    api, client = BatchApi(tool), scope.http_client()
-    batch = await _governed(tool, lambda: api.find(client, file_id))
-    if batch is None:
-        batch = await _governed(tool, lambda: api.create(client, file_id))
-    return str(batch["id"])
+def _chunks(
+    api: BatchApi, tool: LlmEngine, gathered: list[tuple[str, Any]]
+) -> list[list[tuple[str, Member]]]:
+    """The calls gathered, as ``(address, member)``, in batches each within the provider's
+    limits: ``MOST`` requests, and its bytes (Gemini's inlined requests: 20 MB in all)."""
+    chunks: list[list[tuple[str, Member]]] = [[]]
+    size = 0
+    for key, values in gathered:
+        body = tool.body(values["messages"])
+        weight = len(json.dumps(body, ensure_ascii=False).encode("utf-8")) + 100  # and its custom id
+        if chunks[-1] and (len(chunks[-1]) >= MOST or size + weight > api.most_bytes):
+            chunks.append([])
+            size = 0
+        chunks[-1].append((key, (custom_id(key), body)))
+        size += weight
+    return [chunk for chunk in chunks if chunk]
 
 
-def _interval(batch: dict[str, Any]) -> float:
+def _marker(value: Any, api: str) -> dict[str, Any] | None:
+    """A job marker as this version reads it (one written before markers named their provider is
+    OpenAI's, its token the uploaded file); None when there is none, or it is another provider's."""
+    if not isinstance(value, dict):
+        return None
+    job = {"api": "openai", **value}
+    if "token" not in job and "file" in job:
+        job["token"] = job["file"]
+    return job if job["api"] == api and "token" in job else None
+
+
+async def _write(scope: RunScope, tool: LlmEngine, key: str, mark: dict[str, Any] | None) -> None:
+    """The call's job marker, written down (None: cleared)."""
+    await scope.store.commit(
+        record(job_address(key), tool=tool.name, stored=mark, tagged=False, at=scope.clock())
+    )
+
+
+async def _found(
+    scope: RunScope, tool: LlmEngine, api: BatchApi, token: str, since: float, ids: list[str]
+) -> str | None:
+    client = scope.http_client()
+    found = await _governed(tool, lambda: api.find(client, token, since, ids))
+    if found is None and isinstance(api, OpenAiBatches):  # the uploaded file still holds the requests
+        return (await _governed(tool, lambda: api.create(client, token, []))).id
+    return found
+
+
+def _interval(batch: Job) -> float:
     """How long to wait before polling a batch again: a tenth of its age, from 1 s up to a minute."""
-    created = batch.get("created_at")
-    age = time.time() - created if isinstance(created, (int, float)) else 0.0
+    age = time.time() - batch.created if batch.created is not None else 0.0
     return min(60.0, max(1.0, age / 10.0))
 
 
@@ -257,14 +324,14 @@ def _sleep(seconds: float) -> Sleeping:
     return Sleeping(asyncio.get_running_loop().time() + seconds, time.time() + seconds)
 
 
-def _done(value: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
-    future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+def _done(value: Job) -> asyncio.Future[Job]:
+    future: asyncio.Future[Job] = asyncio.get_running_loop().create_future()
     future.set_result(value)
     return future
 
 
 async def _governed(tool: LlmEngine, send: Callable[[], Awaitable[T]]) -> T:
-    """A Batch API request through the tool's provider (retried on 429 and 5xx), waiting in place."""
+    """A batch request through the tool's provider (retried on 429 and 5xx), waiting in place."""
     provider = tool.provider
     if provider is None:
         return await send()

@@ -243,12 +243,26 @@ async def _spend(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, boo
 
 
 async def _submitted(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
-    """A call answered by a batch job: its row sleeps until the job is done (see ``jobs``)."""
+    """A call answered by a batch job: its row sleeps until the job is done (see ``jobs``).  Every
+    row asking the same call (here or in another process) wakes to its answer: one lands it, under
+    the call's lease, and the others read its receipt, so it is paid for once."""
     scope = ctx.scope
     assert isinstance(tool, LlmEngine)  # the one engine that submits()
     answer = await scope.jobs.answer(scope, tool, call.key, call.values)
-    scope.costs.charge(scope.jobs.reserved.pop(call.key, 0.0), tool.spent(answer).cost)
-    answer, miss = await paid(ctx, tool, call.key, call.values, answer, False)
+    store = scope.store
+    # another row of this process landed it, or lands it now: its receipt, waited for
+    found = MISSING if call.refreshed else await lookup(store, call.key, call.ttl)
+    done = store.inflight[call.key] = asyncio.get_running_loop().create_future()
+    try:
+        if found is MISSING:
+            found = await _lease(ctx, tool, store, call)
+        if found is not MISSING:
+            scope.costs.refund(scope.jobs.reserved.pop(call.key, None))
+            return _reused(ctx, tool, call.values, found)
+        scope.costs.charge(scope.jobs.reserved.pop(call.key, 0.0), tool.spent(answer).cost)
+        answer, miss = await paid(ctx, tool, call.key, call.values, answer, False)
+    finally:
+        _release(store, call.key, done)
     return tool.read(answer, miss)
 
 

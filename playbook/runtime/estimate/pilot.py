@@ -33,9 +33,24 @@ __all__ = ["FIELDS", "Flight", "Pilot", "PilotLog"]
 # included), calls shared: answered by a receipt another pilot row paid for (or waited for in
 # flight), and calls refused: paid, answered with a client error (4xx) the tool keeps as the call's
 # answer, which fails the row and costs no money.  A request "failed" as the run's ``calls_failed``
-# counts it: it brought back no answer to keep (a 5xx, a timeout, a 429), not a refusal.
-FIELDS = ("paid", "reused", "cost", "tokens", "sent", "seconds", "failed", "span", "shared", "refused")
-_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN, _SHARED, _REFUSED = range(len(FIELDS))
+# counts it: it brought back no answer to keep (a 5xx, a timeout, a 429), not a refusal.  Last,
+# the money the paid calls would have cost asked online (a batch job's answers cost less).
+FIELDS = (
+    "paid",
+    "reused",
+    "cost",
+    "tokens",
+    "sent",
+    "seconds",
+    "failed",
+    "span",
+    "shared",
+    "refused",
+    "online",
+)
+_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN, _SHARED, _REFUSED, _ONLINE = range(
+    len(FIELDS)
+)
 
 Where = tuple[str | None, str]  # (provider, tool)
 
@@ -89,6 +104,7 @@ class PilotLog:
                 self.unpriced.add(_where(tool))
             else:
                 line[_COST] += spent.cost
+                line[_ONLINE] += spent.cost if spent.online is None else spent.online
             line[_TOKENS] += spent.tokens or 0.0
 
     def began(self, position: int, tool: ToolEngine) -> float:

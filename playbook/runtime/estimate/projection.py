@@ -47,9 +47,13 @@ GROWTH = 10  # with precision=, a pilot runs at most this many times its sample
 _DRAWS = 400
 # the table's columns of money and tokens, as every view shows them (typed Any: the stubs want a
 # Mapping[Never, ...])
-_AMOUNTS: Any = {"cost": lambda v: v if isinstance(v, str) else money(v), "tokens": short_count}
+_AMOUNTS: Any = {
+    "cost": lambda v: v if isinstance(v, str) else money(v),
+    "online_cost": lambda v: v if isinstance(v, str) else money(v),
+    "tokens": short_count,
+}
 # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span, shared, refused
-_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF = range(len(FIELDS))
+_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF, _ON = range(len(FIELDS))
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,9 @@ class Estimate:
     ``bottleneck`` the provider that holds the run back (``None``: none is timed), and ``limit``
     what holds it ("40 rps", "8 calls in flight of 0.5s"...); ``notes`` what the projection
     could not see; ``table`` one row per provider and tool.  ``pilot`` is what the pilot itself
-    ran and paid (``RunStats``).
+    ran and paid (``RunStats``).  ``online_cost`` is what ``cost`` would be were every call asked
+    online: more than ``cost`` when a tool sends its calls as batch jobs (``mode="batch"``), at
+    their discount.
     """
 
     play: str
@@ -86,6 +92,7 @@ class Estimate:
     table: pd.DataFrame = field(repr=False)
     pilot: Any = field(repr=False)
     no_spread: dict[str, str] = field(default_factory=dict, repr=False)
+    online_cost: float | None = None
     # tools whose calls have no price (their model is not in the price table): not in ``cost``
     unpriced: tuple[str, ...] = ()
 
@@ -103,6 +110,8 @@ class Estimate:
         wide = "; a larger sample narrows it" if high - low > 0.3 * self.cost else ""
         wide += f"; no spread: {self.no_spread['cost']}" if "cost" in self.no_spread and self.cost else ""
         cost = f"{money(self.cost)}{spread}"
+        if self.online_cost is not None and self.online_cost > self.cost:
+            cost += f" in batch jobs ({money(self.online_cost)} asked online)"
         if self.unpriced:
             tools = ", ".join(map(repr, self.unpriced))
             cost = f"{cost} + {tools} unpriced" if self.cost else f"cost unpriced ({tools})"
@@ -134,6 +143,7 @@ class Estimate:
             "sample": self.sample,
             "paid_calls": self.paid_calls,
             "cost": _round(self.cost),
+            "online_cost": _round(self.online_cost),
             "tokens": _round(self.tokens),
             "seconds": _round(self.seconds),
             "failed_rows": self.failed_rows,
@@ -233,6 +243,7 @@ def project(pilot: Pilot, play: str, concurrency: int, providers: dict[str, Prov
         table=table(logs, keys, point, counts, pilot.log.unpriced),
         pilot=pilot.stats,
         no_spread=no_spread(logs, keys, point, counts, each, interval) if n and scale else {},
+        online_cost=figure(point["online_cost"]),
         unpriced=tuple(sorted({tool for _, tool in pilot.log.unpriced})),
     )
 
@@ -249,7 +260,7 @@ def _per_call(lines: np.ndarray, otherwise: np.ndarray | None = None) -> np.ndar
     line = np.asarray(lines[paid].sum(axis=0) / paid.sum())
     answered = paid & (lines[:, _RF] == 0)
     if answered.any():
-        line[[_C, _T]] = lines[answered][:, [_C, _T]].sum(axis=0) / answered.sum()
+        line[[_C, _T, _ON]] = lines[answered][:, [_C, _T, _ON]].sum(axis=0) / answered.sum()
     line[_RF] = 0.0
     return line
 
@@ -272,6 +283,7 @@ def _projection(
         return {
             "paid_calls": 0.0,
             "cost": 0.0,
+            "online_cost": 0.0,
             "tokens": 0.0,
             "seconds": 0.0,
             "bottleneck": None,
@@ -308,6 +320,7 @@ def _projection(
     return {
         "paid_calls": float(totals[:, _P].sum()),
         "cost": float(totals[:, _C].sum()),
+        "online_cost": float(totals[:, _ON].sum()),
         "tokens": float(totals[:, _T].sum()),
         "seconds": seconds,
         "bottleneck": slowest,
@@ -353,11 +366,16 @@ def _pace(status: ProviderStatus) -> float | None:
 
 
 def _shown(table: pd.DataFrame) -> pd.DataFrame:
-    """The table as the views show it: a tool with no price costs "unpriced" (its cost is NaN)."""
-    cost = table["cost"]
-    if not cost.isna().any():
+    """The table as the views show it: a tool with no price costs "unpriced" (its cost is NaN),
+    online too."""
+    if not table["cost"].isna().any():
         return table
-    return table.assign(cost=[("unpriced" if math.isnan(v) else v) for v in cost])
+    return table.assign(
+        **{
+            name: [("unpriced" if math.isnan(v) else v) for v in table[name]]
+            for name in ("cost", "online_cost")
+        }
+    )
 
 
 def _round(value: Any) -> Any:

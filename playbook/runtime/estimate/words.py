@@ -27,7 +27,7 @@ __all__ = ["NO_PROVIDER", "figure", "no_spread", "pilot_notes", "shared_notes", 
 # the table's provider of a tool made with none (a paid Python tool, an HTTP tool given none)
 NO_PROVIDER = "(no provider)"
 
-_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF = range(len(FIELDS))
+_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF, _ON = range(len(FIELDS))
 _NOTHING = {
     "paid_calls": "no pilot row paid a call",
     "cost": "no call the pilot paid cost money",
@@ -53,6 +53,12 @@ def pilot_notes(pilot: Pilot, n: int, scale: int, failed_rows: int, cost_failed:
         paying = f", paying ~{money(cost_failed)}" if cost_failed else ""
         notes.append(
             f"{len(pilot.failed)} of the pilot's {n} rows failed (pb.last_run().errors): ~{failed_rows:,} of the rest may{paying}"
+        )
+    batched = sorted(name for name, tool in pilot.log.tools.items() if tool.submits())
+    if batched and scale:
+        notes.append(
+            f"{', '.join(map(repr, batched))} sends its calls as batch jobs, answered within 24 hours: the time "
+            "projected is not theirs"
         )
     return notes
 
@@ -134,6 +140,7 @@ def table(
     receipts made before and shared with another row, money, tokens, a request's seconds, the
     share of requests that failed (brought back nothing to keep: the run's ``calls_failed``) and
     the paid calls refused (a client error kept as the call's answer: the row fails, no money);
+    what the money would be were the calls asked online (a tool in ``mode="batch"`` pays less);
     what the calls are projected per (a row, or the distinct values of columns); and the
     provider's seconds and what bounds it.  An unpriced tool's cost is missing (NaN), not 0."""
     rows = []
@@ -151,6 +158,7 @@ def table(
                 "shared_calls": round(float(line[_SH])),
                 "per": per,
                 "cost": math.nan if (provider, tool) in unpriced else figure(float(line[_C])),
+                "online_cost": math.nan if (provider, tool) in unpriced else figure(float(line[_ON])),
                 "tokens": figure(float(line[_T])),
                 "request_seconds": float(logs[:, i, _W].sum() / sent) if sent else math.nan,
                 "requests_failed": float(logs[:, i, _F].sum() / sent) if sent else 0.0,
@@ -168,6 +176,7 @@ def table(
         "per",
         "cost",
         "tokens",
+        "online_cost",
         "request_seconds",
         "requests_failed",
         "refused_calls",

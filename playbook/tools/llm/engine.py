@@ -92,10 +92,12 @@ class LlmEngine(Engine):
         client: httpx.AsyncClient | None,
     ) -> None:
         """``target``: where the calls go (its base URL without a query); ``query``: a query
-        written in ``base_url``, sent with every request after the dialect's own."""
+        written in ``base_url``, sent with every request beside the dialect's own parameters
+        (Azure's ``api-version``, which wins)."""
         self.dialect = dialect
         self.model, self.system, self.mode = target.model, system, mode
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
+        # priced at the dialect's provider in the price table, or at the one base_url is the API of
         self.pricing = Pricing(name, target.model, api=dialect.name, base_url=target.base_url, prices=prices)
         self.request = request  # temperature, max_tokens and the other fields, before the dialect places them
         pooled = provider is not None and provider.keys is not None  # each call sends its pool's chosen key

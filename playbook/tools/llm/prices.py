@@ -10,8 +10,8 @@ The usage is read in the names of OpenAI's chat completions, whatever the dialec
            + tokens written to a cache x cache-write price + output x output price
 
 An answer of a batch job (``"batch": true`` in it) costs the table's batch price, or half the
-online price where the table has none (every provider's batch APIs take half).  Receipts keep
-usage, never cost: a new price re-prices the receipts as they are replayed.
+online price where the table has none (every provider's batch APIs take half); its online
+price is kept beside (``Spent.online``: the estimate shows both).  Receipts keep usage, never cost: a new price re-prices the receipts as they are replayed.
 
 The table is the package's bundled data (no network at import or during a run); a newer
 ``genai-prices`` brings newer prices, and ``genai_prices.UpdatePrices`` fetches the latest
@@ -145,9 +145,11 @@ class Pricing:
         refused = answer.get("refused_usage")
         cost = self.cost(tokens, model, batch=batch)
         lost = self.cost(tokens_of(refused), model, batch=batch) if isinstance(refused, dict) else 0.0
+        # A batch job's answer: what it would have cost asked online, beside (the estimate shows both).
+        online = self.cost(tokens, model) if batch else None
         # Input and output apart, so the governor settles each budget by what the answer used.
         weight = Weight(tokens.prompt, tokens.completion)
-        return Spent(cost, weight, int(answer.get("requests") or 1), lost or 0.0)
+        return Spent(cost, weight, int(answer.get("requests") or 1), lost or 0.0, online)
 
 
 class _Rates(NamedTuple):

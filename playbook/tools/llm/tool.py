@@ -15,6 +15,7 @@ from playbook.errors import PlayDefinitionError
 from playbook.providers.provider import Provider
 from playbook.secrets import Secret
 from playbook.secrets import secret as secret_of
+from playbook.tools.llm.batch import BATCHED
 from playbook.tools.llm.dialects import Dialect, checked_fields, dialect
 from playbook.tools.llm.engine import LlmEngine
 from playbook.tools.tool import Tool
@@ -92,25 +93,29 @@ def llm_tool(
     (cached input and batch jobs at their own prices; a model the table does not know is
     "unpriced", and ``max_cost`` refuses it); ``prices={"model": (per_1M_input, per_1M_output)}``
     (or ``(input, output, cached_input)``) overrides the table, in the currency given (see
-    docs/llm.md, "Prices").  ``provider=pb.Provider(..., rpm=, tpm=)`` paces the calls by requests
-    and tokens.  ``**fields``: other request fields the dialect's API reference documents
-    (``top_p``, ``seed``, ``reasoning_effort``... for Chat Completions; ``topK`` for Gemini), which
-    go into the request body (and so into the receipt's address); any other is refused here, with
-    its nearest spelling.  ``extra_body={...}`` merges a server's own fields into the body as given.
+    docs/llm.md, "Prices").  ``provider=pb.Provider(..., rpm=, tpm=)`` paces the
+    calls by requests and tokens.  ``**fields``: other request fields the dialect's API reference
+    documents (``top_p``, ``seed``, ``reasoning_effort``... for Chat Completions; ``topK`` for
+    Gemini), which go into the request body (and so into the receipt's address); any other is
+    refused here, with its nearest spelling.  ``extra_body={...}`` merges a server's own fields
+    into the body as given.
 
-    ``mode="batch"`` (``api="openai"``): calls that miss their receipts are submitted together as
-    a Batch API job (``/v1/files``, ``/v1/batches``; cheaper, answered within 24 hours) and their
-    rows sleep until it finishes; a rerun after a restart waits for the same job and never submits
-    a call twice.
+    ``mode="batch"`` (``api="openai"``, ``"anthropic"`` or ``"gemini"``): calls that miss their
+    receipts are submitted together as one batch job (OpenAI's Batch API, Anthropic's Message
+    Batches, Gemini's batch mode; half the price, answered within 24 hours) and their rows sleep
+    until it finishes; a rerun after a restart waits for the same job and never submits a call
+    twice.  Each answer's receipt is the online call's (same address, same reply), marked
+    ``"batch": true``.
     """
     speaks = dialect(name, api)
     if mode not in ("sync", "batch"):
         raise PlayDefinitionError(
             f"llm_tool {name!r}: mode must be 'sync' (one request per call) or 'batch' (a Batch API job), not {mode!r}"
         )
-    if mode == "batch" and speaks.name != "openai":
+    if mode == "batch" and speaks.name not in BATCHED:
         raise PlayDefinitionError(
-            f"llm_tool {name!r}: mode='batch' is OpenAI's Batch API (api='openai'), not api={speaks.name!r}"
+            f"llm_tool {name!r}: mode='batch' sends batch jobs, which api={speaks.name!r} does not take: "
+            f"use api={' or '.join(map(repr, BATCHED))}, or mode='sync'"
         )
     if not isinstance(model, str) or not model:
         raise PlayDefinitionError(

@@ -29,6 +29,12 @@ from playbook.tools.llm.dialects.responses import Responses
 
 __all__ = ["DIALECTS", "Dialect", "Target", "checked_fields", "dialect"]
 
+# llm_tool's own options: a misspelt one arrives among the fields, and is told its name.
+_OPTIONS = frozenset(
+    {"api", "base_url", "secret", "provider", "system", "output", "prices", "temperature", "max_tokens"}
+    | {"api_version", "region", "mode", "timeout", "client"}
+)
+
 DIALECTS: dict[str, Dialect] = {
     d.name: d for d in (OpenAi(), Responses(), Anthropic(), Gemini(), Azure(), Bedrock())
 }
@@ -62,7 +68,7 @@ def checked_fields(tool: str, speaks: Dialect, fields: Mapping[str, Any]) -> Non
                 f"llm_tool {tool!r}: {field}= is llm_tool's {option}= (api={api!r} sends it as {field})"
             )
         if field not in speaks.fields:
-            near = _nearest(field, speaks.fields | set(speaks.renamed))
+            near = _nearest(field, speaks.fields | set(speaks.renamed) | _OPTIONS)
             hint = f" (did you mean {near}=?)" if near else ""
             raise PlayDefinitionError(
                 f"llm_tool {tool!r}: {field}= is not a request field of api={api!r}{hint}; its fields: "

@@ -40,10 +40,8 @@ _FIELDS = frozenset(
     {
         "cache_control",
         "container",
-        "context_management",
         "diagnostics",
         "inference_geo",
-        "mcp_servers",
         "metadata",
         "output_config",
         "service_tier",

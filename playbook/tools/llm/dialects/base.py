@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import httpx
 
 from playbook.errors import PlaybookError, PlayDefinitionError, ToolError
+from playbook.providers.limits import retry_after
 
 if TYPE_CHECKING:
     from playbook.tools.llm.structured import Structured
@@ -255,8 +256,9 @@ class Common:
         return {self.key_header[0]: self.key_header[1]} if keyed else {}
 
     def refused(self, error: ToolError, content: bytes, headers: httpx.Headers, now: float) -> PlaybookError:
-        if error.status == 529:  # "overloaded" (Anthropic's, and others'): the provider's, retried
+        if error.status == 529 and not error.retryable:  # "overloaded" (Anthropic's): the provider's, retried
             error.retryable = True
+            error.retry_after = retry_after(headers, now=now)  # none is given today: any is honoured
         return error
 
     def signer(self, target: Target) -> httpx.Auth | None:

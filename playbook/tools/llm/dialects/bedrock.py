@@ -43,6 +43,7 @@ _TOP = frozenset(
         "guardrailConfig",
         "outputConfig",
         "performanceConfig",
+        "projectIdentifier",
         "promptVariables",
         "requestMetadata",
         "serviceTier",
@@ -204,8 +205,14 @@ class SigV4(httpx.Auth):
     def sign(self, request: httpx.Request) -> None:
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
+        from botocore.exceptions import BotoCoreError
 
-        frozen = self._credentials.get_frozen_credentials()
+        try:
+            frozen = self._credentials.get_frozen_credentials()  # refreshed here when they expire
+        except BotoCoreError as exc:  # an expired SSO session, a role that can no longer be assumed
+            raise RunFatal(
+                f"api='bedrock': the AWS credentials could not be refreshed ({type(exc).__name__}: {exc})"
+            ) from None
         aws = AWSRequest(
             method=request.method,
             url=str(request.url),

@@ -47,9 +47,13 @@ if TYPE_CHECKING:
 __all__ = ["Gemini", "until_pacific_midnight"]
 
 # GenerateContentRequest's own fields (the tool sets model, contents, systemInstruction and
-# generationConfig), then GenerationConfig's (temperature and maxOutputTokens are llm_tool's
-# temperature= and max_tokens=; responseMimeType and the schemas come with output=).
-_TOP = frozenset({"safetySettings", "tools", "toolConfig", "cachedContent", "extra_body"})
+# generationConfig), then GenerationConfig's, as the API reference and the official SDK
+# (google-genai, writing its GenerateContentConfig for the Gemini API) place them.  temperature
+# and maxOutputTokens are llm_tool's temperature= and max_tokens=; responseMimeType and the
+# schemas come with output=.
+_TOP = frozenset(
+    {"safetySettings", "tools", "toolConfig", "cachedContent", "labels", "serviceTier", "store", "extra_body"}
+)
 _CONFIG = frozenset(
     {
         "stopSequences",
@@ -70,6 +74,7 @@ _CONFIG = frozenset(
         "thinkingConfig",
         "imageConfig",
         "mediaResolution",
+        "audioTranscriptionConfig",
     }
 )
 _FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}

@@ -27,16 +27,21 @@ __all__ = ["Responses"]
 # max_tokens=).
 _FIELDS = frozenset(
     {
+        "access_programs",
         "background",
+        "background_options",
         "context_management",
         "conversation",
+        "image",
         "include",
         "max_tool_calls",
         "metadata",
+        "moderation",
         "parallel_tool_calls",
         "previous_response_id",
         "prompt",
         "prompt_cache_key",
+        "prompt_cache_options",
         "prompt_cache_retention",
         "reasoning",
         "safety_identifier",
