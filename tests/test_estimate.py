@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 
 import playbook as pb
-from playbook.providers.status import ProviderStatus
+from playbook.providers.status import Budget, ProviderStatus
 from playbook.runtime.estimate.distinct import Counted
 from playbook.runtime.estimate.pilot import FIELDS, Pilot, PilotLog
 from playbook.runtime.estimate.projection import project
@@ -269,6 +269,17 @@ def test_the_slowest_provider_is_the_bottleneck_by_rate_calls_in_flight_or_token
         and est.limit == "5 calls in flight of 1s"
         and est.seconds == pytest.approx(100.0)
     )
+
+
+def test_input_and_output_token_budgets_bound_the_estimate_apart() -> None:
+    """Calls of 600 input and 200 output tokens under 400k input and 8,000 output tokens a minute:
+    1,000 calls take 1,500 s, bound by the output budget (the input one would allow 240 s)."""
+    lines = {("anthropic", "c"): _line(paid=1, cost=0.001, tokens=800, output=200, sent=1, seconds=0.2)}
+    budgets = (Budget("input tokens", 0.0, 400_000.0), Budget("output tokens", 0.0, 8_000.0))
+    statuses = {"anthropic": _status("anthropic")._replace(budgets=budgets)}
+    est = project(_pilot(lines, 1_010, 1_010), "p", 50, statuses)
+    assert est.bottleneck == "anthropic" and est.limit == "8,000 output tokens a minute"
+    assert est.seconds == pytest.approx(1_500.0)
 
 
 def test_a_configured_window_bounds_the_rate_per_key_of_a_pool() -> None:

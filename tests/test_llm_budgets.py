@@ -2,17 +2,20 @@
 limits an answer's ``anthropic-ratelimit-*`` headers announce are learnt, each into its own budget;
 the output budget, charged ``max_tokens`` when a request starts and the real count when it ends, is
 used in full and never passed; Azure's prompt plus ``max_tokens`` counted on arrival is what calls
-are paced by; and the provider's status, the panel and the text summary name each budget.
+are paced by; and the provider's status, the panel, the text summary and a cluster's view name
+each budget.
 
-The provider is served in process through httpx's ``MockTransport``: its buckets refill on the
-loop's clock (tests/vtime.py), its answers take their latency in that time, and it counts what it
-admitted and refused.  Its answers are chat completions (the tool's wire format); what it counts and
-the headers it sends are the dialect's.
+Two kinds of provider: one served here through httpx's ``MockTransport``, whose buckets refill on
+the loop's clock (tests/vtime.py), whose answers take their latency in that time and which counts
+what it admitted and refused (its answers are chat completions, the tool's default wire format;
+what it counts and the headers it sends are the dialect's); and the demo's own Anthropic and
+Azure paths, spoken by ``api="anthropic"`` and ``api="azure"``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import math
 from typing import Any, Literal
@@ -25,7 +28,10 @@ from vtime import run_virtual
 import playbook as pb
 from playbook.providers.limits import HEADROOM
 from playbook.providers.provider import governor
+from playbook.providers.status import Budget
 from playbook.tools import engine_of
+from playbook.ui.html import provider_rate, run_html
+from playbook.ui.text import TextView
 
 MODEL = "model-a"
 
@@ -150,15 +156,25 @@ class Provider:
         return sum(a[index] for a in answers[1:]) / (last - first) * 60.0
 
 
-def _run(llm: pb.Tool, rows: int) -> pd.DataFrame:
+def _run(llm: pb.Tool, rows: int) -> tuple[pd.DataFrame, pb.Run, str]:
+    """The rows through ``llm`` on virtual time, 16 at a time: the result, the run, and what its
+    text view wrote (the summary last)."""
     frame = pd.DataFrame(
         {"company": [f"Company {i} makes tools for people who make things" for i in range(rows)]}
     )
+    out = io.StringIO()
 
     async def label(row: Any, ctx: pb.Context) -> Any:
         return await ctx.tool(llm, prompt=f"Classify {row.company} by its industry, in one word.")
 
-    return run_virtual(frame.play.amap(label, progress=False, concurrency=16))  # type: ignore[no-any-return]
+    async def main() -> pb.Run:
+        run = await frame.play.arun(label, progress=False, background=True, concurrency=16)
+        TextView(run.state, file=out, clock=asyncio.get_running_loop().time)
+        await run
+        return run
+
+    run = run_virtual(main())
+    return run.result, run, out.getvalue()
 
 
 def test_anthropic_limits_are_learnt_and_the_output_budget_is_used_in_full_never_passed() -> None:
@@ -177,7 +193,7 @@ def test_anthropic_limits_are_learnt_and_the_output_budget_is_used_in_full_never
         client=fake.client(),
     )
     engine_of(llm).charges_max_tokens = "reserved"  # as the Anthropic dialect says of its provider
-    out = _run(llm, 400)
+    out, _, _ = _run(llm, 400)
     assert (out.play_status == "ok").all() and fake.refused == 0
     rates = governor(provider).limiter.token_rates
     assert rates == (None, pytest.approx(200_000 / 60 * HEADROOM), pytest.approx(6_000 / 60 * HEADROOM))
@@ -201,6 +217,169 @@ def test_azure_counts_prompt_and_max_tokens_on_arrival_and_calls_are_paced_by_th
         client=fake.client(),
     )
     engine_of(llm).charges_max_tokens = "counted"  # as the Azure dialect says of its provider
-    out = _run(llm, 120)
+    out, _, _ = _run(llm, 120)
     assert (out.play_status == "ok").all() and fake.refused == 0
     assert 0.9 * 12_000 <= fake.used_per_minute(2) <= 12_000
+
+
+def test_status_panel_and_text_show_each_budget_by_its_own_name() -> None:
+    """provider.status() carries requests, input tokens and output tokens, each with the last minute's
+    use and its limit; the panel's rate cell, the static summary and the text summary say each by
+    its name ("input tokens 1,234/200k per min")."""
+    fake = Provider("anthropic", rpm=2_000, itpm=200_000, otpm=6_000)
+    provider = pb.Provider("anthropic-shown")
+    llm = pb.llm_tool(
+        model=MODEL,
+        base_url="http://anthropic.test/v1",
+        secret=None,
+        provider=provider,
+        max_tokens=300,
+        client=fake.client(),
+    )
+    engine_of(llm).charges_max_tokens = "reserved"
+    _, run, text = _run(llm, 60)  # a few seconds of real time: every answer within the last minute
+    used_in, used_out = sum(a[1] for a in fake.answers), sum(a[2] for a in fake.answers)
+    status = provider.status()
+    assert status.budgets == (
+        Budget("requests", 60, pytest.approx(2_000)),
+        Budget("input tokens", used_in, pytest.approx(200_000)),
+        Budget("output tokens", used_out, pytest.approx(6_000)),
+    )
+    said = f"requests 60/2,000 per min, input tokens {used_in:,}/200k per min, output tokens {used_out:,}/6,000 per min"
+    assert provider_rate(status) == f"{status.rate:.3g}/s, {said}"
+    assert said in run_html(run.state)
+    assert f"provider 'anthropic-shown': {said}" in text.strip().splitlines()
+
+
+def test_a_clusters_workers_report_their_budgets_and_the_view_sums_them() -> None:
+    """Each worker's report (JSON) carries its budgets; the cluster's view of the provider sums their
+    use under the account's limits, and says each by its name."""
+    from playbook import tagged
+    from playbook.cluster.state import ClusterState
+    from playbook.cluster.wire import COUNTERS
+    from playbook.providers.status import ProviderStatus
+
+    def report(worker: str, used_in: float, used_out: float) -> dict[str, Any]:
+        view = ProviderStatus(
+            "anthropic",
+            False,
+            None,
+            0.0,
+            False,
+            0.0,
+            None,
+            0.8,
+            None,
+            2,
+            0,
+            used_in + used_out,
+            None,
+            budgets=(Budget("input tokens", used_in, 40_000.0), Budget("output tokens", used_out, 8_000.0)),
+        )
+        sent = {"part": 0, "attempt": worker, "worker": worker, "final": False, "counts": [0] * len(COUNTERS)}
+        sent |= {"rows": [], "notices": [], "waterfalls": [], "providers": [list(view)], "phase": "running"}
+        return json.loads(tagged.dumps(sent))  # type: ignore[no-any-return]
+
+    state = ClusterState(play="enrich")
+    state.expect(0)
+    state.apply([report("w1", 12_000.0, 3_000.0), report("w2", 20_000.0, 4_500.0)])
+    view = state.provider_views()["anthropic"]
+    assert view.budgets == (
+        Budget("input tokens", 32_000.0, 40_000.0),
+        Budget("output tokens", 7_500.0, 8_000.0),
+    )
+    assert provider_rate(view) == "0.8/s, input tokens 32k/40k per min, output tokens 7,500/8,000 per min"
+
+
+def _demo_run(llm: pb.Tool, rows: int) -> tuple[pd.DataFrame, float]:
+    """The rows through ``llm`` against the demo served in process, on virtual time: the result and
+    the minutes the run took."""
+    frame = pd.DataFrame({"company": [f"Company {i} Labs makes robots for warehouses" for i in range(rows)]})
+
+    async def summary(row: Any, ctx: pb.Context) -> Any:
+        return await ctx.tool(llm, prompt=f"Summarise in two sentences what {row.company} does and for whom.")
+
+    async def main() -> tuple[pd.DataFrame, float]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        out = await frame.play.amap(summary, progress=False, concurrency=16)
+        return out, (loop.time() - start) / 60.0
+
+    return run_virtual(main())  # type: ignore[no-any-return]
+
+
+def test_the_demos_anthropic_limits_are_learnt_and_its_output_budget_used_at_least_0_9(demo: Any) -> None:
+    """api="anthropic" against the demo's Messages (8,000 output and 40,000 input tokens a minute, apart;
+    max_tokens reserved on arrival): nothing configured, the answers' headers teach both budgets, and
+    the run uses >= 0.9 of the output budget, never more, with no 429 and every row answered."""
+    demo.reset(anthropic_rpm=1_000, anthropic_itpm=40_000, anthropic_otpm=8_000, latency=2.0)
+    provider = pb.Provider("anthropic-demo")
+    key = pb.secret("PLAYBOOK_TEST_LLM_KEY", default="demo-key")
+    llm = pb.llm_tool(
+        api="anthropic",
+        model="claude-sonnet-4-5",
+        base_url=demo.url,
+        secret=key,
+        provider=provider,
+        max_tokens=300,
+    )
+    out, minutes = _demo_run(llm, 300)
+    served = demo.stats()["by_api"]["anthropic"]
+    assert (out.play_status == "ok").all() and served["rate_limited"] == 0
+    assert 0.9 * 8_000 <= served["output_tokens"] / minutes <= 8_000
+    assert [b.limit for b in provider.status().budgets] == [1_000, 40_000, 8_000]
+
+
+def test_the_demos_azure_counts_prompt_and_max_tokens_and_calls_are_paced_by_that(demo: Any) -> None:
+    """api="azure" against the demo's Azure (30,000 tokens a minute counted as prompt plus max_tokens on
+    arrival, in 10 s windows): calls weighed so go at >= 0.9 of what it counts, few refused (<= 5%),
+    every row answered; the status shows the tokens as it counts them."""
+    demo.reset(azure_rpm=1_000, azure_tpm=30_000, latency=1.0)
+    provider = pb.Provider("azure-demo", tpm=30_000)
+    key = pb.secret("PLAYBOOK_TEST_LLM_KEY", default="demo-key")
+    llm = pb.llm_tool(
+        api="azure", model="gpt-4o-mini", base_url=demo.url, secret=key, provider=provider, max_tokens=200
+    )
+    out, minutes = _demo_run(llm, 200)
+    served = demo.stats()["by_api"]["azure"]
+    counted = served["input_tokens"] + 200 * served["ok"]
+    assert (out.play_status == "ok").all() and served["rate_limited"] <= 0.05 * served["requests"]
+    assert 0.9 * 30_000 <= counted / minutes <= 30_000
+    assert provider.status().budgets == (Budget("tokens", counted, pytest.approx(30_000)),)
+
+
+def test_a_call_reserving_more_output_than_a_minute_allows_fails_at_once_naming_the_budget() -> None:
+    """max_tokens=10,000 against otpm=8,000: the provider could never take it, so the call fails at once
+    saying which budget and what to lower, instead of waiting out a minute's worth."""
+    from playbook._internal.flow import WaitBudget
+    from playbook.providers.limits import Tokens
+    from playbook.providers.provider import Ticket
+
+    provider = pb.Provider("anthropic-small", otpm=8_000)
+    ticket = Ticket("llm", WaitBudget(120.0))
+    ticket.weight = Tokens(50, 10_000, "reserved", usual=40)
+
+    async def send() -> str:
+        return "sent"
+
+    with pytest.raises(
+        pb.ToolError,
+        match=r"about 10,000 output tokens, more than .* \(8,000 output tokens/min\): lower max_tokens",
+    ):
+        run_virtual(governor(provider).dispatch(send, ticket))
+
+
+def test_calls_whose_max_tokens_fill_the_output_budget_go_one_at_a_time_and_none_parks(demo: Any) -> None:
+    """Anthropic's default max_tokens (4,096) against 8,000 output tokens a minute: the provider holds
+    one such reservation at a time, so calls go one after another; what they only reserve does not
+    count as a queue of a minute's tokens ahead, and no row parks for it (max_wait 120 s)."""
+    demo.reset(anthropic_rpm=1_000, anthropic_itpm=40_000, anthropic_otpm=8_000, latency=2.0)
+    provider = pb.Provider("anthropic-full")
+    key = pb.secret("PLAYBOOK_TEST_LLM_KEY", default="demo-key")
+    llm = pb.llm_tool(
+        api="anthropic", model="claude-sonnet-4-5", base_url=demo.url, secret=key, provider=provider
+    )
+    out, minutes = _demo_run(llm, 30)
+    served = demo.stats()["by_api"]["anthropic"]
+    assert (out.play_status == "ok").all() and served["rate_limited"] <= 1
+    assert minutes * 60 >= 2.0 * 29  # one at a time, as the provider holds them

@@ -11,7 +11,7 @@ show a local one, plus a table of workers.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from playbook.cluster.wire import COUNTERS, decode_label
@@ -30,6 +30,7 @@ from playbook.events import (
 )
 from playbook.runtime.rows.grouping import message_group
 from playbook.runtime.state.reading import (
+    Budget,
     FailedRow,
     ParkedRow,
     ProviderView,
@@ -177,7 +178,7 @@ class ClusterState(RunState):
         part.counts = report["counts"]
         part.legs = report.get("waterfalls", [])
         part.final = report["final"]
-        self._views[report["worker"]] = {view[0]: ProviderView(*view) for view in report["providers"]}
+        self._views[report["worker"]] = {view[0]: _view(view) for view in report["providers"]}
         for position, label, finished, held in report["rows"]:
             part.positions.add(position)
             self._labels[position] = decode_label(label)
@@ -337,6 +338,17 @@ def _summed(tables: list[list[list[Any]]]) -> list[list[Any]]:
     return sorted(summed.values(), key=lambda row: (str(row[0]), row[1]))
 
 
+def _view(raw: Sequence[Any]) -> ProviderView:
+    """A provider's view as a worker's report carries it (JSON: its tuples arrive as lists)."""
+    view = ProviderView(*raw)
+    window = (int(view.window[0]), float(view.window[1])) if view.window is not None else None
+    return view._replace(
+        keys=tuple(_view(key) for key in view.keys),
+        window=window,
+        budgets=tuple(Budget(*budget) for budget in view.budgets),
+    )
+
+
 def _merge(a: ProviderView, b: ProviderView) -> ProviderView:
     return ProviderView(
         name=a.name,
@@ -354,4 +366,14 @@ def _merge(a: ProviderView, b: ProviderView) -> ProviderView:
         tpm=b.tpm or a.tpm,
         sent=a.sent + b.sent,
         failed=a.failed + b.failed,
+        budgets=_budgets(a.budgets, b.budgets),
     )
+
+
+def _budgets(a: tuple[Budget, ...], b: tuple[Budget, ...]) -> tuple[Budget, ...]:
+    """Two workers' budgets of one account: the use summed, the limit (the account's) as either says."""
+    limits = {x.name: x.limit for x in (*a, *b) if x.limit is not None}
+    used: dict[str, float] = {}
+    for x in (*a, *b):
+        used[x.name] = used.get(x.name, 0.0) + x.used
+    return tuple(Budget(name, n, limits.get(name)) for name, n in used.items())

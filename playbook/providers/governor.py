@@ -111,7 +111,7 @@ class Governor(Holds):
         self.backoff = Backoff()
         self.health = Health()
         self.sends = Sends()  # requests sent, and the most within a second
-        self.minute = PerMinute()  # requests sent over the last minute (a display's clock)
+        self.minute = PerMinute()  # weighed requests sent over the last minute (a display's clock)
         self.refused = 0  # 429s
         self.failed = 0  # transient failures (5xx, timeouts, connection errors)
         self.last_status: int | None = None
@@ -300,7 +300,7 @@ class Governor(Holds):
     def budgets(self) -> tuple[Budget, ...]:
         """Each budget the provider's calls are paced under, by its own name, with what the last
         minute used of it: requests (when its limit is known), then tokens, input tokens and output
-        tokens (those it has).  None for a provider with no token budget."""
+        tokens (those it has).  None at all for a provider with no token budget."""
         rates = self.limiter.token_rates
         if rates == Rates():
             return ()
@@ -361,7 +361,8 @@ class Governor(Holds):
             await self.limiter.release(permit)
             raise Elsewhere
         self.sends.note(loop.time())
-        self.minute.note(time.monotonic())
+        if ticket.weight is not None:  # a call weighed by its tokens: its requests budget is shown
+            self.minute.note(time.monotonic())
         try:
             result = await send()
         except RunFatal:

@@ -47,7 +47,7 @@ class ProviderStatus(NamedTuple):
     in_flight_limit: int | None  # calls in flight it allows now; None while no bound is known
     in_flight: int
     refused: int  # 429s so far
-    tokens: float  # tokens answered over the last minute (LLM calls)
+    tokens: float  # tokens answered over the last minute, as the provider counts them (LLM calls)
     tpm: float | None  # the token limit per minute, configured or announced; None: none
     # Cumulative over the process (a provider outlives runs): a timeline takes differences.
     # Last, with defaults, so a view built from an older worker's list still fits.

@@ -21,6 +21,7 @@ from playbook.ui.tally import Tally
 __all__ = [
     "CHARTS",
     "LIMIT",
+    "budgets_said",
     "counters_table",
     "errors_table",
     "in_words",
@@ -195,14 +196,29 @@ def provider_state(p: ProviderView, since: float | None = None, now: float | Non
 
 def provider_rate(p: ProviderView) -> str:
     """Its current rate, the calls in flight it allows now when they are bounded, and for LLM
-    calls the tokens of the last minute against the limit: "9.8/s, ≤8 in flight, 28.4k of 30k tokens/min"."""
+    calls each budget by its own name, the last minute's use against its limit ("9.8/s, ≤8 in
+    flight, requests 41/50 per min, input tokens 38k/40k per min, output tokens 7,900/8,000 per
+    min"), or without a token budget the last minute's tokens ("9.8/s, 950 tokens/min")."""
     rate = "unlimited" if p.rate is None else f"{p.rate:.3g}/s"
     limit = p.in_flight_limit
     shown = rate if limit is None else f"{rate}, ≤{limit} in flight"
+    if p.budgets:
+        return f"{shown}, {budgets_said(p)}"
     if p.tpm is None and not p.tokens:
         return shown
     of = f" of {short_count(p.tpm)}" if p.tpm is not None else ""
     return f"{shown}, {short_count(p.tokens)}{of} tokens/min"
+
+
+def budgets_said(p: ProviderView) -> str:
+    """Each budget of a provider by its own name, the last minute's use against its limit:
+    "input tokens 38k/40k per min, output tokens 7,900/8,000 per min" ("" without budgets)."""
+    return ", ".join(
+        f"{b.name} {short_count(b.used)}/{short_count(b.limit)} per min"
+        if b.limit is not None
+        else f"{b.name} {short_count(b.used)} per min"
+        for b in p.budgets
+    )
 
 
 def per_second(rate: float) -> str:

@@ -40,7 +40,7 @@ from playbook.events import (
     RunStarted,
 )
 from playbook.runtime.state.reading import RunState
-from playbook.ui.html import in_words, priced
+from playbook.ui.html import budgets_said, in_words, priced
 from playbook.ui.tally import KINDS as TALLY_KINDS
 from playbook.ui.tally import Tally
 
@@ -314,7 +314,9 @@ def waiting_line(s: RunState, tally: Tally, room: int | None = None) -> str:
 
 def summary(state: RunState, tally: Tally) -> str:
     """What the run did and what it cost, on one line; then a line per provider that holds rows, is
-    down or has parked rows (how many, until when, why), and the rows the budget parked."""
+    down or has parked rows (how many, until when, why), a line with each budget of a provider
+    paced by its tokens (the last minute's use against its limit, by its own name), and the rows
+    the budget parked."""
     s = state
     parts = [f"{s.play}: {s.total} rows", f"ok {s.ok}", f"reused {s.reused}", f"failed {s.failed}"]
     if s.parked:
@@ -347,6 +349,8 @@ def summary(state: RunState, tally: Tally) -> str:
                 lines.append(
                     f"provider {name!r}: key {key.name} holds calls until {time_of_day(key.hold_until_at)}; the other keys went on"
                 )
+        if p.budgets:  # how near its limits the calls ran, each budget by its own name
+            lines.append(f"provider {name!r}: {budgets_said(p)}")
         if parked and not p.down and not p.held:
             ready = max((at for _, on, at in tally.parked.values() if on == name and at), default=None)
             until = f", ready at {time_of_day(ready)}" if ready else ""

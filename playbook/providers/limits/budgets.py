@@ -4,9 +4,9 @@ weighs (a :class:`~playbook.providers.limits.weights.Tokens`: input and output a
 Providers count tokens in different budgets: OpenAI and Azure one budget of input and output
 together (``tpm``), Anthropic input and output tokens apart (``itpm``, ``otpm``).  A call is
 charged its estimate in each budget the account has when it goes, and the difference when its
-answer says what it used.  A provider that charges ``max_tokens`` when a request starts (Anthropic's
-output budget, Azure's token budget) is paced by the same charge, then given back what the
-answer did not use.
+answer says what it used.  Output a provider reserves when a request starts (Anthropic's
+``max_tokens``) is held while the call is in flight and given back when it is answered; output a
+provider counts on arrival whatever the answer uses (Azure's ``max_tokens``) stays charged.
 
 Like :class:`~playbook.providers.limits.pace.Pace` it reads no clock: each method takes ``now``.
 """
@@ -38,11 +38,12 @@ class Budgets:
     budget): ``tokens`` is charged a call's total, ``input`` its input, ``output`` its output.
 
     Output a provider reserves (``max_tokens``, held while the call is in flight: Anthropic's) is
-    charged like the rest, and what the calls in flight hold of it does not keep the next call
-    waiting, up to what the provider's bucket holds (a minute's worth): the answers' real counts
-    are paced, half a second's worth at once; the reservations are the provider's to hold.
-    Without that, a call reserving more than the calls of one answer's latency use would go only
-    once the one before it was answered.
+    charged like the rest, but what the calls in flight hold of it beyond what their answers are
+    expected to use does not keep the next call waiting, up to what the provider's bucket holds
+    (a minute's worth): what answers use is paced, half a second's worth at once, and the
+    reservations are the provider's to hold.  Without that, a call reserving more than the
+    answers of one latency use would go only once the one before it was answered.  A schedule
+    that refunds took into the past restarts from now with the reservations still in it.
     """
 
     __slots__ = ("tokens", "input", "output", "_held")

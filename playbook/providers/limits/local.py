@@ -22,7 +22,7 @@ from playbook.providers.limits.budgets import Budgets
 from playbook.providers.limits.gates import Window
 from playbook.providers.limits.pace import Pace
 from playbook.providers.limits.waiters import here, wake_all
-from playbook.providers.limits.weights import Rates, parts
+from playbook.providers.limits.weights import Rates, counted, parts, reserved
 
 __all__ = ["LocalLimiter"]
 
@@ -169,7 +169,7 @@ class LocalLimiter:
                 else:
                     self.budgets.unhold(permit.weight)
             if actual is not None:
-                permit.weight = actual
+                permit.weight = counted(permit.weight, actual)  # as its provider counts it
             self.window.release()
             grew = self.window.success(permit.level, now, permit.sent_at)
             if self.pace.success(now):
@@ -390,10 +390,11 @@ class LocalLimiter:
         return sent_back
 
     def _count_queued(self, weight: float, sign: int) -> None:
-        """Under the lock: a call of ``weight`` joined (1) or left (-1) the queue."""
-        self._queued += sign * weight
-        if self.budgets is not None:
-            self._queued_out += sign * parts(weight)[1]
+        """Under the lock: a call of ``weight`` joined (1) or left (-1) the queue.  What it only
+        reserves (given back when it is answered) keeps no one behind it waiting."""
+        back = reserved(weight)
+        self._queued += sign * (weight - back)
+        self._queued_out += sign * (parts(weight)[1] - back)
 
     def _gone(self, loop: asyncio.AbstractEventLoop) -> None:
         """Under the lock: one of ``loop``'s calls left the queue."""

@@ -383,9 +383,12 @@ for i = 1, n do
   tats[i] = tonumber(redis.call('GET', KEYS[i]) or '0')
   go = math.max(go, tats[i] - math.max(0, burst + room - weight) / rate)
 end
+-- a schedule that refunds took into the past restarts with the reservations in flight still in it
 for i = 1, n do
   local a = 4 * i - 1
-  local new = math.max(tats[i], go) + tonumber(ARGV[a]) / tonumber(ARGV[a + 1])
+  local rate, start = tonumber(ARGV[a + 1]), go
+  if ARGV[a + 3] == '1' then start = go + (held - reserve) / rate end
+  local new = math.max(tats[i], start) + tonumber(ARGV[a]) / rate
   redis.call('SET', KEYS[i], fmt(new), 'PX', math.ceil((new - now) * 1000) + 60000)
 end
 if reserve > 0 then

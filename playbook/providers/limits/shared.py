@@ -45,7 +45,7 @@ from playbook.providers.limits.pace import Pace
 from playbook.providers.limits.redis_link import Link, import_redis, split_options
 from playbook.providers.limits.scripts import maybe_float, optional
 from playbook.providers.limits.waiters import here
-from playbook.providers.limits.weights import Rates, parts, reserved, settled
+from playbook.providers.limits.weights import Rates, counted, parts, reserved, settled
 
 __all__ = ["RedisLimiter"]
 
@@ -242,7 +242,7 @@ class RedisLimiter:
             (self._charged(permit.weight, actual), reserved(permit.weight)) if permit.weighed else ([], 0.0)
         )
         if actual is not None:
-            permit.weight = actual
+            permit.weight = counted(permit.weight, actual)  # as its provider counts it
         with self._lock:
             grew = self.window.success(permit.level, self._now(), permit.sent_at)
         await self._charge(charges, held)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-__all__ = ["Charge", "Rates", "Tokens", "parts", "reserved", "settled"]
+__all__ = ["Charge", "Rates", "Tokens", "counted", "parts", "reserved", "settled"]
 
 # How a provider counts the output a call is charged when it goes:
 #   "estimate": what answers usually take; the answer's real count when it comes (OpenAI)
@@ -66,6 +66,11 @@ def settled(weight: float, actual: float) -> tuple[float, float]:
     if isinstance(weight, Tokens) and weight.charge == "counted":
         used_out = weight.output
     return used_in, used_out
+
+
+def counted(weight: float, actual: float) -> Tokens:
+    """What a call charged ``weight`` that used ``actual`` counts in its provider's budgets."""
+    return Tokens(*settled(weight, actual))
 
 
 class Rates(NamedTuple):

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from playbook.providers.limits.weights import parts
 from playbook.runtime.calls.observed import Called
 from playbook.runtime.estimate.distinct import Counted, counted
 from playbook.runtime.run import Run, scheduler
@@ -33,8 +34,9 @@ __all__ = ["FIELDS", "Flight", "Pilot", "PilotLog"]
 # included), calls shared: answered by a receipt another pilot row paid for (or waited for in
 # flight), and calls refused: paid, answered with a client error (4xx) the tool keeps as the call's
 # answer, which fails the row and costs no money.  A request "failed" as the run's ``calls_failed``
-# counts it: it brought back no answer to keep (a 5xx, a timeout, a 429), not a refusal.  Last,
-# the money the paid calls would have cost asked online (a batch job's answers cost less).
+# counts it: it brought back no answer to keep (a 5xx, a timeout, a 429), not a refusal.  Then
+# the money the paid calls would have cost asked online (a batch job's answers cost less), and the
+# output tokens among the tokens.
 FIELDS = (
     "paid",
     "reused",
@@ -47,8 +49,9 @@ FIELDS = (
     "shared",
     "refused",
     "online",
+    "output",
 )
-_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN, _SHARED, _REFUSED, _ONLINE = range(
+_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN, _SHARED, _REFUSED, _ONLINE, _OUTPUT = range(
     len(FIELDS)
 )
 
@@ -106,6 +109,7 @@ class PilotLog:
                 line[_COST] += spent.cost
                 line[_ONLINE] += spent.cost if spent.online is None else spent.online
             line[_TOKENS] += spent.tokens or 0.0
+            line[_OUTPUT] += parts(spent.tokens or 0.0)[1]  # of them, output (an LLM answer's says)
 
     def began(self, position: int, tool: ToolEngine) -> float:
         """A request to the tool is sent now (the first of its call, or a retry); returns when."""

@@ -53,7 +53,7 @@ _AMOUNTS: Any = {
     "tokens": short_count,
 }
 # paid, reused, cost, tokens, sent, seconds (on the wire), failed, span, shared, refused
-_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF, _ON = range(len(FIELDS))
+_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF, _ON, _O = range(len(FIELDS))
 
 
 @dataclass(frozen=True)
@@ -260,7 +260,7 @@ def _per_call(lines: np.ndarray, otherwise: np.ndarray | None = None) -> np.ndar
     line = np.asarray(lines[paid].sum(axis=0) / paid.sum())
     answered = paid & (lines[:, _RF] == 0)
     if answered.any():
-        line[[_C, _T, _ON]] = lines[answered][:, [_C, _T, _ON]].sum(axis=0) / answered.sum()
+        line[[_C, _T, _ON, _O]] = lines[answered][:, [_C, _T, _ON, _O]].sum(axis=0) / answered.sum()
     line[_RF] = 0.0
     return line
 
@@ -345,9 +345,14 @@ def _provider_seconds(
     if latency > 0:
         flight = min(status.in_flight_limit or concurrency, concurrency)
         bounds.append((flight / latency, f"{flight} calls in flight of {latency:.2g}s"))
-    tokens = float(totals[_T]) / sent
+    tokens, output = float(totals[_T]) / sent, float(totals[_O]) / sent
     if status.tpm and tokens > 0:
         bounds.append((status.tpm / 60.0 / tokens, f"{short_count(status.tpm)} tokens a minute"))
+    apart = {b.name: b.limit for b in status.budgets if b.limit}
+    for name, per_call in (("input tokens", tokens - output), ("output tokens", output)):
+        limit = apart.get(name)
+        if limit and per_call > 0:
+            bounds.append((limit / 60.0 / per_call, f"{short_count(limit)} {name} a minute"))
     if not bounds:
         return 0.0, ""
     rate, why = min(bounds)

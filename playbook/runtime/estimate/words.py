@@ -27,7 +27,7 @@ __all__ = ["NO_PROVIDER", "figure", "no_spread", "pilot_notes", "shared_notes", 
 # the table's provider of a tool made with none (a paid Python tool, an HTTP tool given none)
 NO_PROVIDER = "(no provider)"
 
-_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF, _ON = range(len(FIELDS))
+_P, _R, _C, _T, _S, _W, _F, _SPAN, _SH, _RF, _ON, _O = range(len(FIELDS))
 _NOTHING = {
     "paid_calls": "no pilot row paid a call",
     "cost": "no call the pilot paid cost money",

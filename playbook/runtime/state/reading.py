@@ -26,7 +26,7 @@ from playbook.runtime.rows.table import ERROR_COLUMNS, FailedRow, ParkedRow, Wai
 from playbook.runtime.state.fanout import Listener, RunFanout
 from playbook.runtime.state.legs import LEG_COLUMNS
 from playbook.runtime.state.timeline import ProviderSeries
-from playbook.runtime.state.upstream import ProviderView, provider_view
+from playbook.runtime.state.upstream import Budget, ProviderView, provider_view
 
 if TYPE_CHECKING:
     from playbook.runtime.rows.table import RowTable
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ERROR_COLUMNS",
     "LEG_COLUMNS",
+    "Budget",
     "FailedRow",
     "Families",
     "Listener",

@@ -12,13 +12,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from playbook.providers.provider import governor
+from playbook.providers.status import Budget
 from playbook.providers.status import ProviderStatus as ProviderView
 
 if TYPE_CHECKING:
     from playbook.providers.limits import Announced
     from playbook.providers.provider import Provider, Ticket
 
-__all__ = ["ProviderView", "dispatch", "is_down", "learn", "probe_due", "provider_view", "watch"]
+__all__ = ["Budget", "ProviderView", "dispatch", "is_down", "learn", "probe_due", "provider_view", "watch"]
 
 T = TypeVar("T")
 

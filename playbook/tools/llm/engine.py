@@ -31,7 +31,7 @@ import httpx
 
 from playbook.addresses import digest, key_text, receipt_address
 from playbook.errors import ToolError
-from playbook.providers.limits import Tokens
+from playbook.providers import limits
 from playbook.providers.provider import Provider
 from playbook.secrets import Secret
 from playbook.tools.engine import Engine
@@ -50,10 +50,6 @@ __all__ = ["LlmEngine", "reply_of"]
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
-# The dialects whose provider charges a request's max_tokens when it starts, and how.
-_CHARGES: dict[str, Literal["reserved", "counted"]] = {"anthropic": "reserved", "azure": "counted"}
-
-
 class LlmEngine(Engine):
     """The engine of an LLM tool: one request in its dialect per call (see the module docstring)."""
 
@@ -70,8 +66,8 @@ class LlmEngine(Engine):
         "mode",
         "endpoint",
         "usage",
-        "charges_max_tokens",
         "dialect",
+        "charges_max_tokens",
     )
 
     def __init__(
@@ -122,15 +118,15 @@ class LlmEngine(Engine):
             cost=0.0,
         )
         self.usage = Usage()
-        # How the provider counts a request's max_tokens (its dialect says): None, what answers use
-        # (a call is weighed by what they usually take); "reserved", held from the start and given
-        # back but for what the answer used (Anthropic's output budget); "counted", on arrival,
-        # whatever the answer uses (Azure's token budget).
-        self.charges_max_tokens: Literal["reserved", "counted"] | None = _CHARGES.get(dialect.name)
         # Chat Completions' receipts were written under "llm:" + base URL before there were other
         # dialects: kept, so they still answer.
         where = self.base_url if dialect.name == "openai" else f"{dialect.name}:{self.base_url}"
         super().__init__(name, inputs=("prompt",), provider=provider, identity="llm:" + where)
+        # How the provider counts a request's max_tokens, as its dialect says: None, what answers
+        # use (a call is weighed by what they usually take); "reserved", held from the start and
+        # given back but for what the answer used (Anthropic's output budget); "counted", on
+        # arrival, whatever the answer uses (Azure's token budget).
+        self.charges_max_tokens: Literal["reserved", "counted"] | None = dialect.charges_max_tokens
 
     def _definition(self) -> str:
         schema = self.structured.schema if self.structured is not None else None
@@ -214,15 +210,15 @@ class LlmEngine(Engine):
 
     # -- weight and cost -----------------------------------------------------------------------
 
-    def weigh(self, values: Any) -> Tokens:
+    def weigh(self, values: Any) -> limits.Tokens:
         """The prompt's tokens as input; as output the ``max_tokens`` a provider that charges it
         (``charges_max_tokens``) counts, else what answers usually take."""
         prompt = math.ceil(self.usage.prompt_tokens(values["messages"]))
-        cap = self.request.get("max_tokens")
+        cap = self.request.get("max_tokens", self.dialect.max_tokens)
         usual = math.ceil(self.usage.completion(cap))
         if self.charges_max_tokens is not None and isinstance(cap, int) and not isinstance(cap, bool):
-            return Tokens(prompt, cap, self.charges_max_tokens, usual)
-        return Tokens(prompt, usual)
+            return limits.Tokens(prompt, cap, self.charges_max_tokens, usual)
+        return limits.Tokens(prompt, usual)
 
     def price(self, values: Any) -> float | None:
         # What answers usually take, not the cap; None: the model has no price.

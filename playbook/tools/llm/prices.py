@@ -26,7 +26,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from playbook.errors import PlayDefinitionError
-from playbook.providers.limits import Tokens as Weight
+from playbook.providers import limits
 from playbook.tools.protocol import Spent
 
 if TYPE_CHECKING:
@@ -147,9 +147,9 @@ class Pricing:
         lost = self.cost(tokens_of(refused), model, batch=batch) if isinstance(refused, dict) else 0.0
         # A batch job's answer: what it would have cost asked online, beside (the estimate shows both).
         online = self.cost(tokens, model) if batch else None
-        # Input and output apart, so the governor settles each budget by what the answer used.
-        weight = Weight(tokens.prompt, tokens.completion)
-        return Spent(cost, weight, int(answer.get("requests") or 1), lost or 0.0, online)
+        # input and output apart: what the provider's token budgets are charged when it is answered
+        used = limits.Tokens(tokens.prompt, tokens.completion)
+        return Spent(cost, used, int(answer.get("requests") or 1), lost or 0.0, online)
 
 
 class _Rates(NamedTuple):

@@ -76,6 +76,9 @@ class Anthropic(Common):
     base_url = "https://api.anthropic.com"
     key_header = ("x-api-key", "{secret}")
     max_tokens = MAX_TOKENS
+    # Output tokens are charged from max_tokens when a request starts, then its real count
+    # https://docs.anthropic.com/en/api/rate-limits
+    charges_max_tokens = "reserved"
     fields = _FIELDS
     reserved = frozenset({"model", "messages", "system", "stream"})
 

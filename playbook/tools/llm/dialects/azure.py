@@ -34,6 +34,9 @@ class Azure(OpenAi):
     base_url = None
     takes = frozenset({"api_version"})
     key_header = ("api-key", "{secret}")
+    # Its token limit counts a request's prompt plus max_tokens on arrival, whatever it answers
+    # https://learn.microsoft.com/azure/ai-services/openai/how-to/quota
+    charges_max_tokens = "counted"
 
     def target(
         self, tool: str, base_url: str | None, model: str, api_version: str | None, region: str | None

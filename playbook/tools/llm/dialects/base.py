@@ -13,7 +13,7 @@ receipt keeps (:func:`normalized`), usage in OpenAI's names::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 import httpx
 
@@ -68,6 +68,13 @@ class Dialect(Protocol):
     @property
     def max_tokens(self) -> int | None:
         """Sent when the user gives none (a dialect whose API requires the field)."""
+        ...
+
+    @property
+    def charges_max_tokens(self) -> Literal["reserved", "counted"] | None:
+        """How its provider counts a request's ``max_tokens`` against its token limits: None, by
+        what the answer uses; "reserved", held when the request starts, then the answer's real
+        count (Anthropic's output budget); "counted", on arrival, whatever the answer uses (Azure)."""
         ...
 
     @property
@@ -233,6 +240,7 @@ class Common:
     secret: str | None = None
     takes: frozenset[str] = frozenset()
     max_tokens: int | None = None
+    charges_max_tokens: Literal["reserved", "counted"] | None = None
     fields: frozenset[str] = frozenset()
     reserved: frozenset[str] = frozenset()
     renamed: Mapping[str, str] = {}
