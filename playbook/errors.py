@@ -48,9 +48,6 @@ class ToolError(PlaybookError):
     """A tool call failed.  ``retryable`` says whether trying again could help; ``retry_after``
     is the wait (seconds) the provider asked for, if it said.
 
-    ``quota`` names a quota no retry beats before it resets (a Gemini per-day quota), with
-    ``retry_after`` the wait until then.
-
     A Python tool may raise it too, e.g. ``ToolError("slow down", status=429, retry_after=30)``
     from an SDK's rate-limit error: the provider's governor then holds and retries as for HTTP.
 

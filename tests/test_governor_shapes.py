@@ -85,13 +85,21 @@ def test_a_burst_of_overload_529s_holds_every_call_and_fails_no_row() -> None:
     assert out.seconds <= 400 / 20 / 0.9 + 4.0  # >= 0.9 of the limit outside the burst
 
 
-@pytest.mark.parametrize("down", [False, True], ids=["queue-full", "every-call-failing"])
-def test_a_local_servers_503s_past_its_queue_bound_calls_in_flight(down: bool) -> None:
+@pytest.mark.parametrize(
+    "down", [False, "refused", "503"], ids=["queue-full", "nothing-listening", "every-call-503"]
+)
+def test_a_local_servers_503s_past_its_queue_bound_calls_in_flight(down: bool | str) -> None:
     """A local server with 4 decode slots and a queue of 4 answers 503 without a hint past them,
     concurrency=64 configured: while it answers other calls, its 503s bound calls in flight as
     unhinted 429s do: <= 1.4 x its capacity in time, <= 10% 503s, no row fails.  A server
     failing every call is down as before (its rows park)."""
-    shape = Closed() if down else Queued(slots=4, queue=4, latency=0.5)
+    shape = (
+        Queued(slots=4, queue=4, latency=0.5)
+        if not down
+        else Closed()
+        if down == "refused"
+        else RandomFailures(share=1.0)
+    )
     provider = Provider("p", concurrency=64)
     out = _run(provider, shape, rows=200, concurrency=64, max_wait=5.0)
     if down:
@@ -125,6 +133,28 @@ def test_an_unknown_window_is_learnt_from_its_refusals() -> None:
     assert _share(shape) <= 0.05, (shape.refused, shape.requests)
     assert out.seconds <= 1.2 * (500 - 50) / 10
     assert governor(provider).limiter.allowance.limit == 50
+
+
+@pytest.mark.parametrize(
+    ("period", "phase"),
+    [(5.0, 0.3), (5.0, 2.5), (10.0, 1.7), (10.0, 6.0)],
+    ids=["5s-early", "5s-midway", "10s-early", "10s-late"],
+)
+def test_a_learnt_windows_end_holds_until_its_reset_and_cuts_no_rate(period: float, phase: float) -> None:
+    """50 calls per window of 5 or 10 s (Azure's), not configured, the run starting anywhere in
+    one, refusals saying Retry-After in whole seconds: once the allowance is read, a refusal
+    past it is the window's end even when it says "1", so it holds until the reset and cuts
+    no rate: the rate stays well above the window's average (it sank to it, pacing each
+    allowance out over its window, and the allowance read as 102), <= 5% 429s, <= 1.2 x ideal."""
+    shape = FixedWindow(limit=50, period=period, phase=phase, latency=0.05)
+    provider = Provider("p")
+    out = _run(provider, shape, rows=500, concurrency=16)
+    assert out.ok == 500
+    assert governor(provider).limiter.allowance.limit == 50
+    assert _share(shape) <= 0.05, (shape.refused, shape.requests)
+    assert out.seconds <= 1.2 * (500 - 50) / (50 / period)
+    rate = provider.status().rate
+    assert rate is None or rate >= 4 * 50 / period, rate
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import pytest
 from vtime import FrozenClock, run_virtual
 
 import playbook as pb
+from playbook.demo.settings import DEMO_KEY
 from playbook.events import RowHeld
 from playbook.ui.html import parked_table
 from playbook.ui.tally import Tally
@@ -159,3 +160,90 @@ def test_a_spent_daily_quota_parks_every_row_at_once_naming_it_even_within_max_w
         line.startswith("provider 'gemini'") and f"17 rows parked (quota: {daily})" in line for line in lines
     ), lines
     assert parked_table(Tally.of(run.state).parked_summary(5), 1).count(f"quota {daily} spent") == 1
+
+
+def test_gemini_spending_its_daily_quota_parks_the_rest_at_once_naming_it(
+    store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's Gemini allows 5 requests a day: the rest of 30 rows park within the run
+    (max_wait=600, the reset hours away), their reason naming the daily quota the refusal's
+    QuotaFailure named; the demo refused at most the calls in flight, none retried."""
+    monkeypatch.setenv("PLAYBOOK_TEST_GEMINI_KEY", DEMO_KEY)
+    with pb.demo.serve(in_process=True, gemini_rpd=5) as demo:
+        llm = pb.llm_tool(
+            "ask",
+            api="gemini",
+            model="demo-mini",
+            base_url=demo.url,
+            secret=pb.secret("PLAYBOOK_TEST_GEMINI_KEY"),
+            provider=pb.Provider("gemini", concurrency=4),
+        )
+
+        async def ask(row: Any, ctx: pb.Context) -> Any:
+            return await ctx.tool(llm, prompt=f"Classify company {row.n}")
+
+        frame = pd.DataFrame({"n": range(30)})
+        out = frame.play.run(
+            pb.play(ask, name="ask"), store=store, progress=False, max_wait=600, concurrency=4
+        )
+        refused = demo.stats()["by_api"]["gemini"]["rate_limited"]
+    statuses = out.result["play_status"].tolist()
+    assert statuses.count("ok") == 5 and statuses.count("parked") == 25
+    assert set(out.parked["reason"]) == {"quota: GenerateRequestsPerDayPerProjectPerModel"}
+    assert 1 <= refused <= 4  # the calls in flight when the quota ran out
+    assert out.stats.elapsed < 30
+
+
+def test_anthropic_overloaded_for_half_the_calls_fails_no_row(
+    store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's Anthropic answers 529 overloaded_error (no retry-after) to half the requests: an
+    overload is the provider's, held with a backoff, and uses up no try, so all 12 rows are
+    answered (with retries=1, a row met by two 529s in a row failed)."""
+    monkeypatch.setenv("PLAYBOOK_TEST_ANTHROPIC_KEY", DEMO_KEY)
+    with pb.demo.serve(in_process=True, overload_rate=0.5, overload_apis=("anthropic",), seed=3) as demo:
+        llm = pb.llm_tool(
+            "ask",
+            api="anthropic",
+            model="demo-mini",
+            base_url=demo.url,
+            secret=pb.secret("PLAYBOOK_TEST_ANTHROPIC_KEY"),
+            provider=pb.Provider("anthropic", concurrency=4, retries=1),
+        )
+
+        async def ask(row: Any, ctx: pb.Context) -> Any:
+            return await ctx.tool(llm, prompt=f"Classify company {row.n}")
+
+        frame = pd.DataFrame({"n": range(12)})
+        out = frame.play.run(pb.play(ask, name="ask"), store=store, progress=False, concurrency=4)
+        overloaded = demo.stats()["by_status"].get("529", 0)
+    assert out.result["play_status"].tolist() == ["ok"] * 12, (
+        out.result["play_error"].dropna().head(3).tolist()
+    )
+    assert overloaded >= 6
+
+
+def test_a_local_server_past_its_queue_runs_at_its_capacity() -> None:
+    """The demo as a local server (2 decode slots, a queue of 2, 0.1 s an answer, no key, 503
+    without a hint past them) and concurrency=32 configured: its 503s bound the calls in flight,
+    so 60 rows take <= 1.4 x its capacity (3 s) with <= 10% of requests refused, none failing."""
+    with pb.demo.serve(in_process=True, local_slots=2, local_queue=2, local_service_seconds=0.1) as demo:
+        llm = pb.llm_tool(
+            "ask",
+            model="llama",
+            base_url=demo.url + "/v1",
+            secret=None,
+            provider=pb.Provider("local", concurrency=32),
+        )
+
+        async def ask(row: Any, ctx: pb.Context) -> Any:
+            return await ctx.tool(llm, prompt=f"Classify company {row.n}")
+
+        frame = pd.DataFrame({"n": range(60)})
+        out = frame.play.run(pb.play(ask, name="ask"), progress=False, concurrency=32)
+        served = demo.stats()["by_api"]["local"]["by_status"]
+    assert out.result["play_status"].tolist() == ["ok"] * 60, (
+        out.result["play_error"].dropna().head(3).tolist()
+    )
+    assert served.get("503", 0) <= 0.10 * (served["200"] + served.get("503", 0)), served
+    assert out.stats.elapsed <= 1.4 * 60 * 0.1 / 2, out.stats.elapsed

@@ -14,7 +14,11 @@ its calls in flight, each refused.
   allowance at once when a window opens.
 * **learnt**: a refusal that holds the provider (its hint is long: a window's end, not a
   bucket's next token) says how many calls the window let in: those sent since it opened (the
-  end of the previous hold) and before the refused one.  In the windows after, nine tenths of
+  end of the previous hold) and before the refused one.  Once the allowance is known, a
+  refusal of a call past it is the window's end whatever its hint (``Retry-After: 1`` when the
+  window ends within the second): it holds the provider until then and cuts no rate (cut at
+  every window's end, the rate would sink to the window's average, and pace the allowance
+  out over the whole window instead of sending it at once).  In the windows after, nine tenths of
   that go as they come, then one at a time until the next refusal, which is the window's end
   and holds the provider until its reset: one 429 a window instead of one per call in flight.  A
   call let in beyond the allowance doubles it (the refusals at the window's end read it again),
@@ -112,6 +116,18 @@ class Allowance:
         recent.append(now)
         while recent[0] < now - self.RECENT:
             recent.popleft()
+
+    def ends(self, sent_at: float) -> bool:
+        """Learnt: a call sent at ``sent_at`` and refused came after this window's allowance (read
+        in an earlier window) was used up, so its refusal is the window's end, whatever its hint
+        (a window ending within the second says ``Retry-After: 1``), not a word on the rate."""
+        return (
+            not self.configured
+            and self.limit is not None
+            and self._learnt is not None
+            and self._learnt < self._opened <= sent_at
+            and self._before(sent_at) >= math.ceil(self.limit * self.SURE)
+        )
 
     def let_in(self, sent_at: float) -> None:
         """Learnt: a call sent at ``sent_at`` was answered.  One sent past the allowance (one at

@@ -189,13 +189,15 @@ class Window:
         it, as refusals come back at once and a call sent among many refused ones still
         finds room.  So the limit comes down to them.  It is a verdict on concurrency only when the call filled the
         window or went above every level that went through lately (a request that fails on
-        its own, sent below them, is not one), and only while calls go through: with none
-        lately it is an outage's failure, not a bound's (the provider's health judges it)."""
+        its own, sent below them, is not one), and only while calls go through or others are
+        still out (a run's first calls): with neither it is an outage's failure, not a bound's
+        (the provider's health judges it; in an outage the bound falls to one call, whose
+        refusal is then judged so)."""
         oks = self._oks
         while oks and oks[0][0] < now - self.HORIZON:
             oks.popleft()
         top = max((lvl for _, lvl in oks), default=0)
-        if not top or not (level > top or (self.limit is not None and level >= self.limit)):
+        if not (top or holding) or not (level > top or (self.limit is not None and level >= self.limit)):
             return False
         self.opening = False
         self._changed = now

@@ -192,7 +192,10 @@ class LocalLimiter:
                 return Verdict.NOTED
             verdict, rearm = Verdict.NOTED, self._drop(permit)
             lone = self.pace.lone(now, coarse=coarse)  # every refusal counts towards the next judgement
-            if permit.level and self.window.refused(permit.level, now, hinted=hinted):
+            ends = hinted and self.allowance.ends(permit.sent_at)  # a learnt window's end: its hint holds
+            if ends:
+                pass  # no word on the rate nor on calls in flight
+            elif permit.level and self.window.refused(permit.level, now, hinted=hinted):
                 verdict = Verdict.LOWERED
             elif short and lone:
                 verdict = Verdict.LONE
@@ -200,7 +203,7 @@ class LocalLimiter:
                 # else a token limit's refusal, most likely: its hold says when
                 cut = self.pace.limited(now, permit.sent_at, pending=self.in_flight)
                 verdict, rearm = (Verdict.LOWERED if cut else Verdict.NOTED), rearm or cut
-            if hinted and not short and verdict is not Verdict.LONE:
+            if ends or (hinted and not short and verdict is not Verdict.LONE):
                 # a window's end, most likely: what did it let in?
                 self.allowance.refused(permit.sent_at)
                 self.window.single(self.allowance.single_file())

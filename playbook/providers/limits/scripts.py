@@ -270,11 +270,15 @@ local last_cut = field(aimd, 'last_cut') or -math.huge
 local level = nil
 if now - last_cut < FORGET then level = field(aimd, 'level') end
 local under = rate ~= nil and ((level ~= nil and rate < level) or (level == nil and ceiling ~= nil and rate <= ceiling))
+-- A learnt window's end (Allowance.ends): a call past this window's allowance, whatever its hint
+local opened, allowed = field(allow, 'opened'), field(allow, 'limit')
+local ends = hint ~= 'none' and learn == '1' and allowed ~= nil and opened ~= nil and sent_at >= opened
+  and (field(allow, 'learnt') or math.huge) < opened and allowed_before(allow, KEYS[4], sent_at) >= math.ceil(allowed * SURE)
 local function few(span)
   return metered(prefix, 'refusals', now - span, now) <= math.max(FEW, JITTER * metered(prefix, 'sent', now - span, now))
 end
 -- a coarse hint (whole seconds, COARSE intervals or more): judged over SPAN too (Pace.lone)
-if short and under and not slow then
+if short and under and not slow and not ends then
   if few(CALM) or (hint == 'coarse' and rate >= COARSE and few(SPAN)) then
     -- refused here once, if only by jitter: a probe that reaches this rate again measures
     if level ~= nil then redis.call('HSET', aimd, 'level', fmt(math.min(level, rate))) end
@@ -282,16 +286,15 @@ if short and under and not slow then
   end
 end
 -- A long hint: a window's end, most likely: what it let in is the allowance
-local opened = field(allow, 'opened')
-if hint == 'long' and learn == '1' and opened ~= nil and sent_at >= opened then
+if (hint == 'long' or ends) and learn == '1' and opened ~= nil and sent_at >= opened then
   local before = allowed_before(allow, KEYS[4], sent_at)
-  local allowed = field(allow, 'limit')
   if before > 0 and field(allow, 'learnt') == opened and allowed ~= nil then  -- the fewest of the window's refused calls
     redis.call('HSET', allow, 'limit', tostring(math.min(allowed, before)))
   elseif before > 0 then
     redis.call('HSET', allow, 'limit', tostring(before), 'learnt', fmt(opened))
   end
 end
+if ends then return {fmt(now), fmt(rate), 'noted'} end  -- its hint holds; no word on the rate
 -- Cut once per episode: a call sent before the last cut, or before sending resumed after a hold
 -- (another process's call already on its way), says nothing new.
 local resumed = field(aimd, 'resumed') or now
