@@ -35,8 +35,8 @@ __all__ = ["FIELDS", "Flight", "Pilot", "PilotLog"]
 # flight), and calls refused: paid, answered with a client error (4xx) the tool keeps as the call's
 # answer, which fails the row and costs no money.  A request "failed" as the run's ``calls_failed``
 # counts it: it brought back no answer to keep (a 5xx, a timeout, a 429), not a refusal.  Then
-# the money the paid calls would have cost asked online (a batch job's answers cost less), and the
-# output tokens among the tokens.
+# the money the paid calls would have cost asked online (a batch job's answers cost less), and of
+# their tokens, the output ones (an LLM's answers say).
 FIELDS = (
     "paid",
     "reused",
@@ -51,9 +51,20 @@ FIELDS = (
     "online",
     "output",
 )
-_PAID, _REUSED, _COST, _TOKENS, _SENT, _SECONDS, _FAILED, _SPAN, _SHARED, _REFUSED, _ONLINE, _OUTPUT = range(
-    len(FIELDS)
-)
+(
+    _PAID,
+    _REUSED,
+    _COST,
+    _TOKENS,
+    _SENT,
+    _SECONDS,
+    _FAILED,
+    _SPAN,
+    _SHARED,
+    _REFUSED,
+    _ONLINE,
+    _OUTPUT,
+) = range(len(FIELDS))
 
 Where = tuple[str | None, str]  # (provider, tool)
 
