@@ -477,12 +477,12 @@ class Governor(Holds):
 
     def _busy(self, permit: Permit, now: float, ticket: Ticket) -> None:
         """A call's first 503 without a hint, and it bounded calls in flight (a server's queue is
-        full while it answers other calls): not a failure of the provider (it is up), and the
-        call tries again when there is room, after a short backoff."""
+        full while it answers other calls): not the provider's failure (its health does not count
+        it), but the call's (its standing does: failing again while others are answered, it fails
+        on its own), and it tries again when there is room, after a short backoff."""
         self.failed += 1
         ticket.tries += 1
-        if self.health.success(permit.sent_at, ticket.standing):
-            self.emit(ProviderUp(self.name))
+        ticket.standing.failed(self.health, now)
         self._rate_changed()
         ticket.not_before = now + self.backoff.delay(0)
 

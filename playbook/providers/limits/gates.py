@@ -185,19 +185,21 @@ class Window:
         """A call sent at ``level`` was refused for want of room without a hint (a 503 from a
         local server whose short queue is full) while ``holding`` other calls were still out:
         those are what the server holds (of a burst refused together, the last answered reads
-        it, the others' refusals being back by then), though a level alone is no measure of
-        it, as refusals come back at once and a call sent among many refused ones still
-        finds room.  So the limit comes down to them.  It is a verdict on concurrency only when the call filled the
-        window or went above every level that went through lately (a request that fails on
-        its own, sent below them, is not one), and only while calls go through or others are
-        still out (a run's first calls): with neither it is an outage's failure, not a bound's
-        (the provider's health judges it; in an outage the bound falls to one call, whose
-        refusal is then judged so)."""
+        it, the others' refusals being back by then), though a level alone is no measure of it,
+        as refusals come back at once and a call sent among many refused ones still finds room.
+        So the limit comes down to them.  It is a verdict on concurrency only when the call
+        filled the window or went above every level that went through lately (a request that
+        fails on its own, sent among them, is not one; one that filled the window fails again
+        at a lower level, and its standing says so), and only while calls go through or others
+        are still out (a run's first calls): with neither it is an outage's failure, not a
+        bound's (the provider's health judges it; in an outage the bound falls to one call,
+        whose refusal is then judged so)."""
         oks = self._oks
         while oks and oks[0][0] < now - self.HORIZON:
             oks.popleft()
         top = max((lvl for _, lvl in oks), default=0)
-        if not (top or holding) or not (level > top or (self.limit is not None and level >= self.limit)):
+        filled = level > top or (self.limit is not None and level >= self.limit)
+        if not (filled and (top or holding)):
             return False
         self.opening = False
         self._changed = now
