@@ -228,8 +228,15 @@ def anthropic_rows(url: str, rows: pd.DataFrame, repeats: int) -> list[Result]:
 def _anthropic_row(mine: Outcome, base: Outcome) -> Result:
     budget, share = mine.binding(ANTHROPIC_BUDGETS)
     name = f"B7 Anthropic {ITPM // 1000}k in/{OTPM // 1000}k out"
+    # The SDK reaches the limit by sending until refused (four in ten of its requests are 429s):
+    # ours keeps to it, and the ratio must stay within the bound's share of the SDK's rate.
     result = Result(
-        name, "/m", _rate(mine, ANTHROPIC_BUDGETS), _rate(base, ANTHROPIC_BUDGETS), ANTHROPIC_BASELINE, 1.0
+        name,
+        "/m",
+        _rate(mine, ANTHROPIC_BUDGETS),
+        _rate(base, ANTHROPIC_BUDGETS),
+        ANTHROPIC_BASELINE,
+        ANTHROPIC_GOODPUT,
     )
     counters = mine.counters
     billed = (counters["input_tokens"] * LIST_PRICE[0] + counters["output_tokens"] * LIST_PRICE[1]) / 1e6
@@ -251,6 +258,10 @@ def _anthropic_row(mine: Outcome, base: Outcome) -> Result:
             f"cost_spent ${cost if cost is not None else float('nan'):.6f} = the demo's usage x list price "
             f"${billed:.6f} +- {PRICE_TOLERANCE:.0%}",
             within,
+        ),
+        (
+            f"429s: ours {mine.share():.1%}, the SDK's {base.share():.1%}: ours fewer",
+            mine.share() < base.share(),
         ),
         (_figures("baseline", base, ANTHROPIC_BUDGETS) + f", 529s {base.refused(529)}", None),
         *_why(base),
