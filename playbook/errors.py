@@ -101,7 +101,9 @@ class ProviderExhausted(ProviderUnavailable):
 
 
 class RunFatal(PlaybookError):
-    """Stops the whole run: bad credentials (401/403), no credit (402), a missing secret."""
+    """Stops the whole run: bad credentials (401/403), no credit (402), a missing secret.
+    ``denied``: the key was refused (a 401, a 403, or a provider's own way of saying it, as
+    Gemini's 400 ``API_KEY_INVALID``): a pool of keys retires that key and goes on."""
 
     def __init__(
         self,
@@ -110,11 +112,13 @@ class RunFatal(PlaybookError):
         tool: str | None = None,
         provider: str | None = None,
         status: int | None = None,
+        denied: bool = False,
     ) -> None:
         super().__init__(message)
         self.tool = tool
         self.provider = provider
         self.status = status
+        self.denied = denied or status in (401, 403)
 
 
 class PlayDefinitionError(PlaybookError, TypeError):

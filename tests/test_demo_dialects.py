@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime
 
 import httpx2
@@ -375,6 +377,16 @@ def test_gemini_takes_its_key_in_the_query_too(provider):
     assert provider.stats()["key_places"] == {"query": 1}
 
 
+def test_gemini_refuses_contents_without_a_user_turn_in_its_own_names(provider):
+    """contents holding only a model turn is a 400 naming contents (Gemini's field), not chat's messages."""
+    body = {"contents": [{"role": "model", "parts": [{"text": "first"}]}]}
+    answer = _http(provider).post(
+        "/v1beta/models/gemini-demo:generateContent", json=body, headers={"x-goog-api-key": demo.DEMO_KEY}
+    )
+    said = answer.json()["error"]["message"]
+    assert answer.status_code == 400 and "contents" in said and "messages" not in said
+
+
 def test_gemini_response_schema_is_read_as_json_schema():
     """Google's OpenAPI subset (upper-case types, nullable) becomes the JSON Schema it stands for."""
     given = {
@@ -631,3 +643,42 @@ def test_the_dialect_settings_are_validated_with_their_names():
     with pytest.raises(ValueError, match="local_queue"):
         demo.DemoSettings(local_queue=-1)
     assert json.dumps(demo.DemoSettings(overload_apis=("gemini",)).public())
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"overload_period": 10.0}, "overload_period=10 does nothing with overload_seconds=0"),
+        ({"overload_seconds": 5.0}, "overload_seconds=5 needs overload_period"),
+        ({"overload_seconds": 5.0, "overload_rate": 0.1}, "overload_seconds=5 needs overload_period"),
+        ({"local_queue": 3}, "local_queue=3 does nothing without local_slots"),
+        ({"local_service_seconds": 0.5}, "local_service_seconds=0.5 does nothing without local_slots"),
+    ],
+)
+def test_a_setting_that_would_do_nothing_is_refused(given, said):
+    """A demo setting that does nothing without another (an overload period without its seconds, a queue without slots) is refused naming both."""
+    with pytest.raises(ValueError) as refused:
+        demo.DemoSettings(**given)
+    assert said in str(refused.value)
+    demo.DemoSettings(overload_seconds=5.0, overload_period=10.0, local_slots=1, local_queue=3)
+
+
+def test_a_misspelt_setting_is_told_the_one_meant(provider):
+    """A misspelt setting names the one it is nearest, letters swapped round included."""
+    with pytest.raises(
+        TypeError, match="unknown demo setting 'gemini_rdp' \\(did you mean 'gemini_rpd'\\?\\)"
+    ):
+        provider.configure(gemini_rdp=5)
+    with pytest.raises(TypeError, match="did you mean 'overload_period'"):
+        provider.configure(overload_perod=5)
+
+
+def test_the_command_line_refuses_a_setting_that_would_do_nothing_naming_its_flags():
+    """`python -m playbook.demo --overload-seconds 5` without a period exits 2 naming --overload-period."""
+    out = subprocess.run(
+        [sys.executable, "-m", "playbook.demo", "--port", "0", "--overload-seconds", "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "--overload-seconds=5 needs --overload-period" in out.stderr

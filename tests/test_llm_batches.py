@@ -60,7 +60,11 @@ def _profiler(demo: pb.demo.DemoServer, api: str, **options: Any) -> Any:
 
 
 def _labeller(llm: pb.Tool) -> Any:
+    # An empty prompt is refused in its row before it is sent; an empty user message is sent, and
+    # the provider refuses it inside the batch.
     async def label(row: Any, ctx: pb.Context) -> Any:
+        if not row.prompt:
+            return await ctx.tool(llm, messages=[{"role": "user", "content": ""}])
         return await ctx.tool(llm, prompt=row.prompt)
 
     return label
@@ -174,7 +178,7 @@ def test_a_submission_whose_batch_id_was_never_written_down_is_found_or_sent_onc
 def test_anthropic_requests_errored_or_expired_fail_only_their_rows_and_go_out_again_next_run(
     demo: pb.demo.DemoServer,
 ) -> None:
-    """Message Batches: an empty prompt is errored, a share of the requests expire: those rows fail saying so, the others are
+    """Message Batches: an empty user message is errored, a share of the requests expire: those rows fail saying so, the others are
     answered; the next run sends only the failed ones again."""
     demo.reset(batch_seconds=30.0, batch_expired_rate=0.4)
     llm = _llm(demo, "anthropic", mode="batch")
@@ -201,7 +205,7 @@ def test_a_gemini_batch_that_expires_fails_its_rows_and_a_failed_request_only_it
     demo: pb.demo.DemoServer,
 ) -> None:
     """Gemini: a batch that expires answers nothing, and each of its rows fails naming BATCH_STATE_EXPIRED; the next run's batch
-    answers them, but for the empty prompt it refuses, which fails alone."""
+    answers them, but for the empty user message it refuses, which fails alone."""
     demo.reset(batch_seconds=30.0, batch_expired_rate=1.0)
     llm = _llm(demo, "gemini", mode="batch")
     frame = pd.DataFrame({"prompt": ["Classify Acme Robotics", "", "Classify Globex"]})

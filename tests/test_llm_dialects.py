@@ -606,6 +606,83 @@ def test_options_a_dialect_does_not_take_are_refused() -> None:
         pb.llm_tool(model="m", api="anthropic", messages=[])
 
 
+@pytest.mark.parametrize(
+    ("base_url", "said"),
+    [
+        ("https://{resource}.openai.azure.com", "replace {resource} with your Azure resource's name"),
+        ("https://x.example.com/{secret}", "remove {secret}: the key goes in its header"),
+        ("https://x.example.com/v1/{prompt}", "replace {prompt} with its value"),
+        ("https://x.example.com/v1}", "replace the braces"),
+    ],
+)
+def test_a_base_url_with_a_placeholder_is_refused(base_url: str, said: str) -> None:
+    """base_url is sent as written: a { or } in it fails the definition naming base_url (no key in a path, no row failed later)."""
+    with pytest.raises(pb.PlayDefinitionError, match="base_url is sent as written") as refused:
+        pb.llm_tool(model="dep", api="azure", base_url=base_url)
+    assert said in str(refused.value) and "url=" not in str(refused.value).replace("base_url", "")
+
+
+@pytest.mark.parametrize(
+    ("api", "field"),
+    [
+        ("openai", "stream"),
+        ("openai", "messages"),
+        ("openai", "model"),
+        ("openai-responses", "input"),
+        ("anthropic", "system"),
+        ("gemini", "contents"),
+        ("gemini", "generationConfig"),
+        ("azure", "response_format"),
+        ("bedrock", "inferenceConfig"),
+        ("bedrock", "maxTokens"),
+    ],
+)
+def test_extra_body_cannot_set_what_the_tool_sets(api: str, field: str) -> None:
+    """extra_body is refused a field the dialect sets itself (or an llm_tool option), as **fields is."""
+    server = SERVERS[api](MODELS[api])
+    with pytest.raises(
+        pb.PlayDefinitionError,
+        match=f"extra_body's {field!r} is (set by the tool itself|llm_tool's max_tokens=)",
+    ):
+        tool(api, server, extra_body={field: True})
+    tool(api, server, extra_body={"something_of_its_own": 1})  # a server's own field is merged as given
+
+
+def test_small_definition_mistakes_get_near_spellings_and_shapes() -> None:
+    """api='OpenAI' is told 'openai' (case aside); region= must look like an AWS region name."""
+    with pytest.raises(pb.PlayDefinitionError, match="api='OpenAI' is not a dialect.*did you mean 'openai'"):
+        pb.llm_tool(model="m", api="OpenAI")
+    with pytest.raises(pb.PlayDefinitionError, match="region must be an AWS region name.*'us east 1'"):
+        pb.llm_tool(model="m", api="bedrock", region="us east 1")
+    assert "us-gov-west-1" in repr(pb.llm_tool(model="m", api="bedrock", region="us-gov-west-1"))
+
+
+@pytest.mark.parametrize("api", sorted(MODELS))
+def test_a_conversation_the_dialect_cannot_carry_fails_its_row_unsent(api: str) -> None:
+    """An empty prompt (every dialect), no user turn (those that need one) or a misspelt role fails the row naming the tool; nothing is sent."""
+    server = SERVERS[api](MODELS[api])
+    llm = tool(api, server)
+    asks: list[Any] = [
+        {"prompt": ""},
+        {"prompt": "  "},
+        {"messages": [{"role": "usr", "content": "hi"}]},
+    ]
+    if api in ("anthropic", "gemini", "bedrock"):
+        asks.append({"messages": [{"role": "assistant", "content": "first"}]})
+
+    async def ask(row: Any, ctx: pb.Context) -> Any:
+        return await ctx.tool(llm, **asks[row.n])
+
+    out = run_virtual(pd.DataFrame({"n": range(len(asks))}).play.amap(ask, progress=False))
+    errors = out["play_error"].tolist()
+    assert out["play_status"].eq("failed").all() and server.requests == []
+    assert all(f"llm tool 'llm-{api}'" in e for e in errors)
+    assert "prompt is empty" in errors[0] and "prompt is empty" in errors[1]
+    assert "role 'usr' (did you mean 'user'?)" in errors[2]
+    if len(asks) > 3:
+        assert f"no user turn to answer, which api={api!r} needs" in errors[3]
+
+
 def test_each_dialect_has_its_default_base_url_and_key() -> None:
     """Without base_url= and secret=, each dialect goes to its provider with its own key variable."""
     expect = {
@@ -702,7 +779,8 @@ def test_a_spent_gemini_daily_quota_waits_for_midnight_pacific() -> None:
 
 
 def test_a_gemini_key_refused_stops_the_run() -> None:
-    """Gemini answers a bad key with 400 API_KEY_INVALID (not 401): the run stops, as for any refused key."""
+    """Gemini answers a bad key with 400 API_KEY_INVALID (not 401): the run stops, as for any
+    refused key, naming the key's variable and Google's words."""
     server = Generate(MODELS["gemini"])
     info = {"@type": GOOGLE + "ErrorInfo", "reason": "API_KEY_INVALID", "domain": "googleapis.com"}
     body = {
@@ -714,7 +792,20 @@ def test_a_gemini_key_refused_stops_the_run() -> None:
         }
     }
     server.errors.append(httpx.Response(400, json=body))
-    assert isinstance(_refusal(tool("gemini", server)), pb.RunFatal)
+    stopped = _refusal(tool("gemini", server))
+    assert isinstance(stopped, pb.RunFatal) and stopped.denied and stopped.status == 400
+    assert f"the key {ENV} was refused (API key not valid. Please pass a valid API key.)" in str(stopped)
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai-responses", "azure"])
+def test_a_refused_key_names_its_variable_and_the_providers_words(api: str) -> None:
+    """A 401 says which key was refused (its variable, never its value) and quotes the provider's message."""
+    server = SERVERS[api](MODELS[api])
+    said = {"error": {"type": "authentication_error", "message": f"invalid x-api-key {KEY}"}}
+    server.errors.append(httpx.Response(401, json=said))
+    stopped = _refusal(tool(api, server))
+    assert isinstance(stopped, pb.RunFatal) and stopped.denied
+    assert f"the key {ENV} was refused (invalid x-api-key ***)" in str(stopped) and KEY not in str(stopped)
 
 
 def test_an_anthropic_overload_is_retried_and_the_row_answered() -> None:

@@ -149,3 +149,22 @@ def test_a_model_held_past_the_wait_budget_falls_through_and_each_model_keeps_it
     assert demo.stats()["by_key"]["…" + KEYS["LLM_KEY_A"][-4:]]["quota_exceeded"] <= 9
     again = _rows(30).play.map(_fallbacks(primary, fallback), store=tmp_path / "s", progress=False)
     assert again["answer"].tolist() == out["answer"].tolist()  # replayed as first returned
+
+
+def test_a_gemini_key_refused_retires_from_its_pool_and_the_run_goes_on(
+    keyed: pb.demo.DemoServer, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gemini refuses a bad key with 400 API_KEY_INVALID, not 401: in a pool it retires that key
+    as a 401 does (a warning naming its variable) and every row is answered under the other."""
+    monkeypatch.setenv("LLM_KEY_B", "llm-key-not-valid-9999")
+    keys = [pb.secret("LLM_KEY_A"), pb.secret("LLM_KEY_B")]
+    llm = pb.llm_tool(
+        model="gemini-2.5-flash", api="gemini", base_url=keyed.url, provider=pb.Provider("g", keys=keys)
+    )
+
+    async def summary(row: Any, ctx: pb.Context) -> dict[str, Any]:
+        return {"summary": await ctx.tool(llm, prompt=f"Summarise {row.company}.")}
+
+    out = run_virtual(_rows(10).play.amap(pb.play(summary), store=tmp_path / "s", progress=False))
+    assert out["play_status"].eq("ok").all() and _ok(keyed, "LLM_KEY_A") == 10
+    assert any("LLM_KEY_B" in notice and "HTTP 400" in notice for notice in pb.last_run().notices)

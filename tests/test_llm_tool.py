@@ -383,12 +383,15 @@ def test_two_processes_running_one_batch_play_on_one_store_submit_it_once(
 def test_a_request_the_batch_failed_fails_its_row_and_is_submitted_again_next_run(
     demo: pb.demo.DemoServer,
 ) -> None:
-    """An empty prompt is refused inside the batch (its error file): that row fails with the provider's words; a rerun resubmits only it."""
+    """A request the provider refuses (an image the demo cannot read, no text) is refused inside the batch (its error file): that row fails with the provider's words; a rerun resubmits only it."""
     demo.reset(batch_seconds=0.3)
     llm = _llm(demo, mode="batch")
+    image = [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}]}
+    ]
 
     async def label(row: Any, ctx: pb.Context) -> Any:
-        return await ctx.tool(llm, prompt=row.prompt)
+        return await ctx.tool(llm, prompt=row.prompt) if row.prompt else await ctx.tool(llm, messages=image)
 
     frame = pd.DataFrame({"prompt": ["Classify Acme Robotics", "", "Classify Globex"]})
     out = _virtual(frame.play.amap(label, progress=False))
@@ -416,3 +419,31 @@ def test_a_re_ask_that_fails_is_retried_alone_without_paying_for_the_first_answe
     served = demo.stats()
     assert served["chat"][MODEL]["requests"] == 2 and served["by_status"] == {"200": 2, "503": 1}
     assert pb.last_run().stats.calls_executed == 2  # type: ignore[union-attr]
+
+
+def test_an_llm_tool_without_a_provider_is_paced_and_retried_by_its_default_one(
+    demo: pb.demo.DemoServer,
+) -> None:
+    """No provider=: 429s (a request limit the tool was never told) are waited out and retried, so every row is
+    answered; the tools of one key share a default provider named after the host, another key is another account,
+    and the receipts are those of a tool without a provider."""
+    demo.reset(chat_rpm=60)
+    llm = _llm(demo)
+
+    async def label(row: Any, ctx: pb.Context) -> Any:
+        return await ctx.tool(llm, prompt=f"Classify Company {row.n}")
+
+    out = _virtual(pd.DataFrame({"n": range(30)}).play.amap(label, progress=False))
+    served = demo.stats()
+    assert (out.play_status == "ok").all() and served["by_status"].get("429", 0) > 0
+    engine = engine_of(llm)
+    assert engine.provider is not None and (engine.provider.name, engine.provider.account) == (
+        "demo.local",
+        f"demo.local:{KEY.env_var}",
+    )
+    shared = governor(engine.provider)
+    assert governor(engine_of(_llm(demo, name="other")).provider) is shared  # type: ignore[arg-type]
+    other_key = pb.llm_tool(model=MODEL, base_url=demo.url + "/v1", secret=pb.secret("ANOTHER_KEY"))
+    assert governor(engine_of(other_key).provider) is not shared  # type: ignore[arg-type]
+    assert engine.account == "default" and "provider=" not in repr(llm)
+    assert engine_of(pb.llm_tool(model=MODEL, api="anthropic")).provider.name == "anthropic"  # type: ignore[union-attr]

@@ -192,7 +192,7 @@ def test_a_bad_prompt_fails_its_row_naming_the_tool_and_pays_nothing(tmp_path: o
     out = df.play.map(ask, progress=False)
     assert list(out.play_status) == ["failed", "failed"]
     assert "llm tool 'llm': prompt must be text, not NaN" in out.play_error[0]
-    assert "messages[0] must be a dict with a role" in out.play_error[1]
+    assert "messages[0] has role 'robot'; a role is one of assistant" in out.play_error[1]
     assert pb.last_run().stats.calls_executed == 0  # type: ignore[union-attr]
 
 

@@ -138,10 +138,13 @@ def test_http_error_fails_the_row_with_a_clear_message(demo, store) -> None:
 
 
 def test_bad_credentials_stop_the_run(demo, store) -> None:
-    """A 401 raises RunFatal naming the tool; remaining rows are skipped and receipts kept."""
+    """A 401 raises RunFatal naming the tool, the key's variable (not its value) and the provider's
+    own words; remaining rows are skipped and receipts kept."""
     tool = _email_tool(demo, secret=pb.secret("DEMO_API_KEY", default="wrong-key"))
-    with pytest.raises(pb.RunFatal, match="acme.email.*401"):
+    with pytest.raises(pb.RunFatal, match="acme.email.*401") as stopped:
         LEADS.play.map(tool, store=store, progress=False, concurrency=2)
+    said = str(stopped.value)
+    assert "the key DEMO_API_KEY was refused (invalid api key)" in said and "wrong-key" not in said
     statuses = pb.last_run().result["play_status"]
     assert set(statuses) <= {"failed", "skipped"} and (statuses == "skipped").sum() >= 8
     assert demo.stats()["requests"] <= 2

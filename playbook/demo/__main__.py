@@ -13,6 +13,7 @@ the port for that long (the process keeps running and serves again on the same p
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import time
@@ -180,6 +181,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _flags(message: str) -> str:
+    """A settings error as the command line says it: each setting named by its flag."""
+    for flag, setting, _, _ in _OPTIONS:
+        message = re.sub(rf"\b{setting}\b", flag, message)
+    return message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = vars(parser.parse_args(argv))
@@ -197,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             demo = serve(port=port, host=host, **settings)
         except (ValueError, OSError) as exc:
-            parser.exit(2, f"{parser.prog}: error: {exc}\n")
+            parser.exit(2, f"{parser.prog}: error: {_flags(str(exc))}\n")
         print(f"playbook demo provider listening on {demo.url}", flush=True)
         while demo.running:
             time.sleep(0.5)

@@ -147,6 +147,8 @@ def chat_body(model: str, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
             raise DialectError(400, f"* GenerateContentRequest.contents[{i}].role: must be 'user' or 'model'")
         text = text_of(content.get("parts"), f"* GenerateContentRequest.contents[{i}].parts")
         chat.append({"role": "user" if role == "user" else "assistant", "content": text})
+    if not any(m["role"] == "user" and m["content"] for m in chat):  # said in Gemini's names, not chat's
+        raise DialectError(400, "* GenerateContentRequest.contents: must contain a user turn with text")
     out: dict[str, Any] = {"model": model, "messages": chat}
     config = body.get("generationConfig") or body.get("generation_config") or {}
     if not isinstance(config, dict):

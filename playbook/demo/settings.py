@@ -7,6 +7,7 @@ notebook fails loudly with the setting's name instead of silently serving defaul
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from dataclasses import dataclass
 from typing import Any, Literal, overload
@@ -79,10 +80,12 @@ class DemoSettings:
       every one) refuse as their provider does (Anthropic 529 ``overloaded_error``, Gemini 503
       ``UNAVAILABLE``, the others 503): for ``overload_seconds`` at the start of every
       ``overload_period`` seconds of the server's clock, and a further ``overload_rate`` share
-      drawn at random.
+      drawn at random.  ``overload_seconds`` needs ``overload_period`` and the period needs the
+      seconds: either alone is refused, as it would do nothing.
     - A local server: with ``local_slots`` set, ``/v1/chat/completions`` asks for no key and
       answers ``local_slots`` requests at once, each taking ``local_service_seconds``, with up
-      to ``local_queue`` more waiting; past that it answers 503 at once, as Ollama does.
+      to ``local_queue`` more waiting; past that it answers 503 at once, as Ollama does.  ``local_queue`` and
+      ``local_service_seconds`` without ``local_slots`` are refused (they would do nothing).
     """
 
     api_keys: tuple[str, ...] = (DEMO_KEY,)
@@ -208,6 +211,30 @@ class DemoSettings:
             "local_service_seconds",
             _number("local_service_seconds", self.local_service_seconds, low=0.0),
         )
+        self._check_inert()
+
+    def _check_inert(self) -> None:
+        """A setting that does nothing without another is refused, naming the one it needs."""
+        if self.overload_period is not None and self.overload_seconds == 0:
+            raise ValueError(
+                f"overload_period={self.overload_period:g} does nothing with overload_seconds=0: set overload_seconds "
+                "(seconds overloaded at the start of each period), or overload_period=None"
+            )
+        if self.overload_seconds > 0 and self.overload_period is None:
+            raise ValueError(
+                f"overload_seconds={self.overload_seconds:g} needs overload_period (seconds between the starts of "
+                "two overloads); for overloads drawn at random, set overload_rate instead"
+            )
+        if self.local_slots is None:
+            for name, value in (
+                ("local_queue", self.local_queue),
+                ("local_service_seconds", self.local_service_seconds),
+            ):
+                if value:
+                    raise ValueError(
+                        f"{name}={value:g} does nothing without local_slots (requests a local server answers at once): "
+                        "set local_slots too"
+                    )
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -246,7 +273,19 @@ def _check_names(settings: dict[str, Any]) -> None:
     known = DemoSettings.names()
     unknown = sorted(set(settings) - set(known))
     if unknown:
-        raise TypeError(f"unknown demo setting {unknown[0]!r}; known settings: {', '.join(known)}")
+        near = _nearest(unknown[0], known)
+        hint = f" (did you mean {near!r}?)" if near else ""
+        raise TypeError(f"unknown demo setting {unknown[0]!r}{hint}; known settings: {', '.join(known)}")
+
+
+def _nearest(name: str, known: tuple[str, ...]) -> str | None:
+    """The known setting ``name`` misspells: one with the same letters swapped round (``gemini_rdp``
+    is ``gemini_rpd``, where difflib would say ``gemini_rpm``), else the closest spelling."""
+    swapped = [k for k in known if sorted(k) == sorted(name)]
+    if swapped:
+        return swapped[0]
+    found = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
+    return found[0] if found else None
 
 
 @overload

@@ -11,7 +11,8 @@ a provider's single governor would, with the same surface (dispatch, subscribe, 
     send   ── through that key's governor, with that key as the tool's secret (:func:`chosen_key`);
        │      a call that would wait there while another key could take it sooner moves to that
        │      key (:meth:`Pool.elsewhere`), keeping its tries and its wait budget
-    401/402/403 ── the key is refused: it retires for the run (the next run tries it again) and
+    401/402/403 ── the key is refused (or a RunFatal ``denied`` otherwise, as Gemini's 400
+       │      API_KEY_INVALID): it retires for the run (the next run tries it again) and
               the call goes on under another; RunFatal only when every key is refused
 
 What a run hears is the provider's: held while every key is held (until the first comes back),
@@ -211,10 +212,13 @@ class Pool:
             except Elsewhere:
                 continue
             except RunFatal as exc:
-                if exc.status not in _REFUSED:
+                if exc.status not in _REFUSED and not exc.denied:
                     raise
                 # Raises when no key is left (a call out when its key retired goes on too).
-                self._retire(lane, f"HTTP {exc.status}", exc)
+                why = (
+                    f"HTTP {exc.status}" if exc.status in _REFUSED else f"HTTP {exc.status}: the key refused"
+                )
+                self._retire(lane, why, exc)
             finally:
                 lane.routed -= 1
                 _CHOSEN.reset(token)
@@ -309,6 +313,7 @@ class Pool:
         return RunFatal(
             f"provider {self.name!r}: no key is left to call with ({said})" + (f". {exc}" if exc else ""),
             status=status,
+            denied=exc.denied if exc is not None else True,
         )
 
     # -- what the run hears --------------------------------------------------------------------

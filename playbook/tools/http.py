@@ -242,17 +242,11 @@ class HttpEngine(Engine):
         self.heard(reply_headers, call)
         if status in self.miss_status:
             return None, True
-        # A 401/402/403 is the account's refusal, which stops the run; from a host the row chose
-        # (no key goes there), it is that site's answer to this request, like any other 4xx.
-        if status in _FATAL and not self._address.origin:
-            who = f"provider {self.provider.name!r}" if self.provider else where
-            why = "the credentials were refused" if status != 402 else "payment required (no credit left)"
-            raise RunFatal(
-                mask(f"tool {self.name!r}: HTTP {status} from {who}: {why}"),
-                tool=self.name,
-                provider=self.provider.name if self.provider else None,
-                status=status,
-            )
+        # A refused key (401/403, or a dialect's own way of saying it) or no credit (402) is the
+        # account's refusal, which stops the run (a pool retires the key instead); from a host the
+        # row chose (no key goes there), it is that site's answer to this request, like any other 4xx.
+        if not self._address.origin and (status in _FATAL or self.denied(status, content)):
+            raise self._fatal(status, content, where)
         if status >= 400:
             reason = _reason(content)
             error = self._error(
@@ -275,6 +269,31 @@ class HttpEngine(Engine):
                 f"returned malformed JSON with HTTP {status} ({where}): {preview!r}", status, False, where
             ) from None
         return scrub(data), False
+
+    def _fatal(self, status: int, content: bytes, where: str) -> RunFatal:
+        """The run-stopping error of a refused key or of no credit: it names the key's variable
+        (never its value) and quotes the provider's own words, masked and short."""
+        who = f"provider {self.provider.name!r}" if self.provider else where
+        key = chosen_key() or self.secret
+        if status == 402:
+            why = "payment required (no credit left)"
+        else:
+            why = f"the key {key.env_var} was refused" if key is not None else "the credentials were refused"
+        said = _reason(content)
+        said = said if len(said) <= 120 else said[:117] + "..."
+        return RunFatal(
+            mask(f"tool {self.name!r}: HTTP {status} from {who}: {why}" + (f" ({said})" if said else "")),
+            tool=self.name,
+            provider=self.provider.name if self.provider else None,
+            status=status,
+            denied=status != 402,
+        )
+
+    def denied(self, status: int, content: bytes) -> bool:
+        """Whether an answer is the credentials refused (a 401 or 403 always is): a subclass that
+        knows the provider's error bodies may find it in another status (Gemini's 400
+        ``API_KEY_INVALID``)."""
+        return False
 
     def heard(self, headers: httpx.Headers, call: CallEnv) -> None:
         """An answer came with these headers (before its status is judged): a subclass reads

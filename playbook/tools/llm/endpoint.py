@@ -1,7 +1,7 @@
 """An LLM tool's endpoint as an HTTP engine, in its dialect: the limits a provider announces in
 each answer's headers teach the provider's governor the limits nobody configured (see
 :func:`~playbook.providers.limits.announced`), a refusal's body is read as the dialect defines it
-(a wait said only there, a quota spent for the day), and a dialect that signs its requests
+(a wait said only there, a quota spent for the day, a key refused in another status than 401), and a dialect that signs its requests
 (Bedrock's SigV4) signs them."""
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ class Endpoint(HttpEngine):
         found = announced(headers)
         if found is not None:
             call.announced = found
+
+    def denied(self, status: int, content: bytes) -> bool:
+        return self.dialect.denied(status, content)
 
     def refused(self, error: ToolError, content: bytes, headers: httpx.Headers) -> PlaybookError:
         return self.dialect.refused(error, content, headers, time.time())

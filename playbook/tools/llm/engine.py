@@ -23,6 +23,7 @@ what the endpoint's headers teach the provider is :mod:`.endpoint`.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -67,6 +68,7 @@ class LlmEngine(Engine):
         "endpoint",
         "usage",
         "dialect",
+        "defaulted",
         "charges_max_tokens",
     )
 
@@ -86,11 +88,13 @@ class LlmEngine(Engine):
         mode: str,
         timeout: float,
         client: httpx.AsyncClient | None,
+        defaulted: bool = False,
     ) -> None:
         """``target``: where the calls go (its base URL without a query); ``query``: a query
         written in ``base_url``, sent with every request beside the dialect's own parameters
-        (Azure's ``api-version``, which wins)."""
-        self.dialect = dialect
+        (Azure's ``api-version``, which wins); ``defaulted``: ``provider`` is the one a tool given
+        none gets (see :func:`~playbook.tools.llm.tool.default_provider`)."""
+        self.dialect, self.defaulted = dialect, defaulted
         self.model, self.system, self.mode = target.model, system, mode
         self.structured = Structured(output, f"llm_tool {name!r}") if output is not None else None
         # priced at the dialect's provider in the price table, or at the one base_url is the API of
@@ -127,6 +131,11 @@ class LlmEngine(Engine):
         # given back but for what the answer used (Anthropic's output budget); "counted", on
         # arrival, whatever the answer uses (Azure's token budget).
         self.charges_max_tokens: Literal["reserved", "counted"] | None = dialect.charges_max_tokens
+
+    @property
+    def account(self) -> str:
+        # A default provider paces the calls; the receipts stay those of a tool without one.
+        return "default" if self.defaulted else super().account
 
     def _definition(self) -> str:
         schema = self.structured.schema if self.structured is not None else None
@@ -173,6 +182,11 @@ class LlmEngine(Engine):
                 else repr(prompt)[:60]
             )
             raise ToolError(f"llm tool {self.name!r}: prompt must be text, not {shown}", tool=self.name)
+        if not prompt.strip():  # every API refuses an empty turn (a 400), so it is not sent
+            raise ToolError(
+                f"llm tool {self.name!r}: prompt is empty ({prompt!r}): there is nothing to answer",
+                tool=self.name,
+            )
         system = [{"role": "system", "content": self.system}] if self.system is not None else []
         return [*system, {"role": "user", "content": str(prompt)}]
 
@@ -183,6 +197,15 @@ class LlmEngine(Engine):
                 tool=self.name,
             )
         for i, m in enumerate(messages):
+            role = m.get("role") if isinstance(m, Mapping) else None
+            if isinstance(role, str) and role not in _ROLES:
+                near = difflib.get_close_matches(role.lower(), sorted(_ROLES), n=1, cutoff=0.5)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ToolError(
+                    f"llm tool {self.name!r}: messages[{i}] has role {role!r}{hint}; a role is one of "
+                    + ", ".join(sorted(_ROLES)),
+                    tool=self.name,
+                )
             if (
                 not isinstance(m, Mapping)
                 or m.get("role") not in _ROLES

@@ -5,6 +5,7 @@ call does is its engine's (:mod:`.engine`)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -16,11 +17,11 @@ from playbook.providers.provider import Provider
 from playbook.secrets import Secret
 from playbook.secrets import secret as secret_of
 from playbook.tools.llm.batch import BATCHED
-from playbook.tools.llm.dialects import Dialect, checked_fields, dialect
+from playbook.tools.llm.dialects import DIALECTS, Dialect, Target, checked_fields, dialect
 from playbook.tools.llm.engine import LlmEngine
 from playbook.tools.tool import Tool
 
-__all__ = ["DIALECT_KEY", "LlmTool", "llm_tool"]
+__all__ = ["DIALECT_KEY", "LlmTool", "default_provider", "llm_tool"]
 
 
 class _DialectKey:
@@ -52,7 +53,7 @@ class LlmTool(Tool[Any]):
         llm = self._llm
         api = f" api={llm.dialect.name!r}" if llm.dialect.name != "openai" else ""
         out = f", output={llm.structured.model.__name__}" if llm.structured is not None else ""
-        via = f", provider={llm.provider.name!r}" if llm.provider is not None else ""
+        via = f", provider={llm.provider.name!r}" if llm.provider is not None and not llm.defaulted else ""
         return f"<LlmTool {llm.name!r}{api} {llm.model} at {llm.base_url}{out}{via}>"
 
 
@@ -94,11 +95,19 @@ def llm_tool(
     "unpriced", and ``max_cost`` refuses it); ``prices={"model": (per_1M_input, per_1M_output)}``
     (or ``(input, output, cached_input)``) overrides the table, in the currency given (see
     docs/llm.md, "Prices").  ``provider=pb.Provider(..., rpm=, tpm=)`` paces the
-    calls by requests and tokens.  ``**fields``: other request fields the dialect's API reference
+    calls by requests and tokens.  Without ``provider=`` the tool gets a default one, as every LLM
+    API limits its calls: named after the dialect for its default ``base_url`` (``"openai"``,
+    ``"anthropic"``, ``"gemini"``, ``"bedrock"``) or after ``base_url``'s host otherwise, its
+    account the key's variable (``account="OPENAI_API_KEY"``: two keys are two accounts), with no
+    limits configured: a 429, 529 or 503 is waited out and retried as for any provider, and the
+    limits its answers announce are learnt.  The tools of one process with the same default share
+    it.  Its receipts are kept as a tool's without a provider.  ``**fields``: other request fields the dialect's API reference
     documents (``top_p``, ``seed``, ``reasoning_effort``... for Chat Completions; ``topK`` for
     Gemini), which go into the request body (and so into the receipt's address); any other is
     refused here, with its nearest spelling.  ``extra_body={...}`` merges a server's own fields
-    into the body as given.
+    into the body as given (not one the tool sets itself: the model, the conversation, ``stream``).
+    ``base_url`` is sent as written: a ``{`` or ``}`` in it is refused (Azure's is
+    ``https://YOUR-RESOURCE.openai.azure.com``, with your resource's name).
 
     ``mode="batch"`` (``api="openai"``, ``"anthropic"`` or ``"gemini"``): calls that miss their
     receipts are submitted together as one batch job (OpenAI's Batch API, Anthropic's Message
@@ -127,6 +136,8 @@ def llm_tool(
         raise PlayDefinitionError(
             f"llm_tool {name!r}: base_url must be an http(s) URL like 'https://api.openai.com/v1', not {base_url!r}"
         )
+    if base_url is not None and ("{" in base_url or "}" in base_url):
+        raise PlayDefinitionError(f"llm_tool {name!r}: {_literal(base_url)}")
     for option, value in (("api_version", api_version), ("region", region)):
         if value is not None and option not in speaks.takes:
             raise PlayDefinitionError(f"llm_tool {name!r}: {option}= is not an option of api={speaks.name!r}")
@@ -143,6 +154,9 @@ def llm_tool(
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
     target = speaks.target(name, base_url, model, api_version, region)
     split = urlsplit(target.base_url)  # a query in base_url goes with every request, after the path
+    defaulted = provider is None
+    if provider is None:
+        provider = default_provider(speaks, target, secret)
     engine = LlmEngine(
         name,
         dialect=speaks,
@@ -157,8 +171,33 @@ def llm_tool(
         mode=mode,
         timeout=float(timeout),
         client=client,
+        defaulted=defaulted,
     )
     return LlmTool(engine)
+
+
+def default_provider(speaks: Dialect, target: Target, secret: Secret | None) -> Provider:
+    """The provider of an LLM tool given none: every LLM API limits its calls, so they are paced
+    and retried as any provider's, under the limits its answers teach (none configured).  It is
+    named after the dialect when ``base_url`` is a dialect's default (``"openai"``,
+    ``"anthropic"``, ``"gemini"``, ``"bedrock"``) or after the endpoint's host (and port), and
+    its account is the key's variable (each key its own limits; Bedrock's: the region).  Equal
+    ones share one governor in a process (Provider's own rule), so the tools of one account share
+    its limit."""
+    host = urlsplit(target.base_url)
+    named = next((d.name for d in DIALECTS.values() if _default_url(d) == target.base_url.rstrip("/")), None)
+    if (
+        speaks.name == "bedrock"
+        and target.base_url == f"https://bedrock-runtime.{target.region}.amazonaws.com"
+    ):
+        named = "bedrock"
+    account = secret.env_var if secret is not None else (target.region or "default")
+    return Provider(named or host.netloc or target.base_url, account=account)
+
+
+def _default_url(speaks: Dialect) -> str | None:
+    url = getattr(speaks, "base_url", None)
+    return url.rstrip("/") if isinstance(url, str) else None
 
 
 def _key(name: str, speaks: Dialect, secret: Any, provider: Provider | None, mode: str) -> Secret | None:
@@ -193,6 +232,18 @@ def _key(name: str, speaks: Dialect, secret: Any, provider: Provider | None, mod
     if secret is DIALECT_KEY:
         return secret_of(speaks.secret) if speaks.secret is not None else None
     return secret
+
+
+def _literal(base_url: str) -> str:
+    """Why ``base_url`` with braces is refused: it is sent as written, not filled in."""
+    hole = re.search(r"\{([^{}]*)\}", base_url)
+    what = hole.group(0) if hole else "the braces"
+    instead = {
+        "{resource}": f"replace {what} with your Azure resource's name",
+        "{region}": f"replace {what} with the AWS region (e.g. us-east-1)",
+        "{secret}": f"remove {what}: the key goes in its header (secret=), never in the URL",
+    }.get(what, f"replace {what} with its value")
+    return f"base_url is sent as written, and no placeholder in it is filled in ({base_url!r}): {instead}"
 
 
 def _check_request(name: str, temperature: Any, max_tokens: Any, timeout: Any) -> None:

@@ -44,7 +44,9 @@ def dialect(tool: str, api: Any) -> Dialect:
     """The dialect ``api`` names, or a PlayDefinitionError listing them."""
     found = DIALECTS.get(api) if isinstance(api, str) else None
     if found is None:
-        near = difflib.get_close_matches(api, list(DIALECTS), n=1) if isinstance(api, str) else []
+        lower = {d.lower(): d for d in DIALECTS}
+        near = difflib.get_close_matches(api.lower(), list(lower), n=1) if isinstance(api, str) else []
+        near = [lower[n] for n in near]
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise PlayDefinitionError(
             f"llm_tool {tool!r}: api={api!r} is not a dialect playbook speaks{hint}; it speaks "
@@ -58,15 +60,7 @@ def checked_fields(tool: str, speaks: Dialect, fields: Mapping[str, Any]) -> Non
     PlayDefinitionError naming the field, with its nearest spelling."""
     api = speaks.name
     for field in fields:
-        if field in speaks.reserved:
-            raise PlayDefinitionError(
-                f"llm_tool {tool!r}: {field}= is set by the tool itself, not a request field"
-            )
-        option = speaks.renamed.get(field)
-        if option is not None:
-            raise PlayDefinitionError(
-                f"llm_tool {tool!r}: {field}= is llm_tool's {option}= (api={api!r} sends it as {field})"
-            )
+        _own(tool, speaks, field, f"{field}=")
         if field not in speaks.fields:
             near = _nearest(field, speaks.fields | set(speaks.renamed) | _OPTIONS)
             hint = f" (did you mean {near}=?)" if near else ""
@@ -78,6 +72,20 @@ def checked_fields(tool: str, speaks: Dialect, fields: Mapping[str, Any]) -> Non
     if extra is not None and not isinstance(extra, Mapping):
         raise PlayDefinitionError(
             f"llm_tool {tool!r}: extra_body must be a dict of fields merged into the request body, not {extra!r}"
+        )
+    for field in extra or {}:  # merged over the body last: it would replace what the tool sets
+        _own(tool, speaks, field, f"extra_body's {field!r}")
+
+
+def _own(tool: str, speaks: Dialect, field: str, said: str) -> None:
+    """A PlayDefinitionError when ``field`` is one the tool sets itself (the model, the
+    conversation, streaming...) or its own option under the dialect's name."""
+    if field in speaks.reserved:
+        raise PlayDefinitionError(f"llm_tool {tool!r}: {said} is set by the tool itself, not a request field")
+    option = speaks.renamed.get(field)
+    if option is not None:
+        raise PlayDefinitionError(
+            f"llm_tool {tool!r}: {said} is llm_tool's {option}= (api={speaks.name!r} sends it as {field})"
         )
 
 

@@ -2,7 +2,7 @@
 {base_url}/openai/deployments/{deployment}/chat/completions?api-version={api_version}`` with the
 key in an ``api-key`` header.  https://learn.microsoft.com/azure/ai-foundry/openai/reference
 
-``base_url`` is the resource's endpoint (``https://{resource}.openai.azure.com``): it has no
+``base_url`` is the resource's endpoint (``https://YOUR-RESOURCE.openai.azure.com``): it has no
 default.  ``api_version`` defaults to ``2024-10-21``, the latest generally available version of
 this (deployments) API.  The body and the answer are Chat Completions' (:mod:`.openai`), with no
 ``model`` field: the deployment says which model answers.
@@ -43,8 +43,8 @@ class Azure(OpenAi):
     ) -> Target:
         if base_url is None:
             raise PlayDefinitionError(
-                f"llm_tool {tool!r}: api='azure' needs base_url='https://{{resource}}.openai.azure.com' (your resource's "
-                "endpoint: it has no default)"
+                f"llm_tool {tool!r}: api='azure' needs base_url='https://YOUR-RESOURCE.openai.azure.com' (your "
+                "resource's endpoint, YOUR-RESOURCE its name: it has no default)"
             )
         if api_version is not None and (not isinstance(api_version, str) or not api_version):
             raise PlayDefinitionError(

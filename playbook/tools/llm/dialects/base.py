@@ -125,6 +125,11 @@ class Dialect(Protocol):
         tool when it has not that shape."""
         ...
 
+    def denied(self, status: int, content: bytes) -> bool:
+        """Whether an answer that is not a 401 or 403 says the key was refused all the same
+        (Gemini's 400 ``API_KEY_INVALID``): then it is a refused key everywhere, as a 401 is."""
+        ...
+
     def refused(self, error: ToolError, content: bytes, headers: httpx.Headers, now: float) -> PlaybookError:
         """The error a refusal (HTTP 4xx/5xx, not 401-403) raises, read further from its body as
         this dialect defines it (``now``: the wall clock, epoch seconds)."""
@@ -142,10 +147,12 @@ class Turns(NamedTuple):
     turns: list[dict[str, Any]]
 
 
-def split(tool: str, messages: list[dict[str, Any]], *, api: str) -> Turns:
+def split(tool: str, messages: list[dict[str, Any]], *, api: str, user: bool = True) -> Turns:
     """The leading system (or developer) messages joined as the system text, and the user and
     assistant turns after them, each turn's content its text.  A system message later in the
-    conversation, or a tool message, has no place in these APIs: the row's error."""
+    conversation, a tool message, no turn at all, or (``user``: an API that answers only a user
+    turn, as Anthropic's, Gemini's and Bedrock's) no user turn has no place in these APIs: the
+    row's error, before anything is sent."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
@@ -162,7 +169,13 @@ def split(tool: str, messages: list[dict[str, Any]], *, api: str) -> Turns:
                 tool=tool,
             )
     if not turns:
-        raise ToolError(f"llm tool {tool!r}: messages hold no user turn to answer (api={api!r})", tool=tool)
+        raise ToolError(f"llm tool {tool!r}: messages hold no turn to answer (api={api!r})", tool=tool)
+    if user and not any(t["role"] == "user" for t in turns):  # the API would refuse it with a 400
+        raise ToolError(
+            f"llm tool {tool!r}: messages hold no user turn to answer, which api={api!r} needs "
+            "(add a {'role': 'user', 'content': ...} message)",
+            tool=tool,
+        )
     return Turns("\n\n".join(system) if system else None, turns)
 
 
@@ -262,6 +275,9 @@ class Common:
 
     def headers(self, keyed: bool) -> dict[str, str]:
         return {self.key_header[0]: self.key_header[1]} if keyed else {}
+
+    def denied(self, status: int, content: bytes) -> bool:
+        return False
 
     def refused(self, error: ToolError, content: bytes, headers: httpx.Headers, now: float) -> PlaybookError:
         if error.status == 529 and not error.retryable:  # "overloaded" (Anthropic's): the provider's, retried

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -65,6 +66,8 @@ _SERVICE = "bedrock"  # the signing name of bedrock-runtime (its service model's
 # What each status an AWS error type comes with means here, when the answer's status says less.
 _THROTTLED = ("ThrottlingException", "ServiceQuotaExceededException")
 
+_REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+)+")
+
 
 class Bedrock(Common):
     """The Converse API (see the module docstring)."""
@@ -89,6 +92,11 @@ class Bedrock(Common):
         if not isinstance(region, str) or not region:
             raise PlayDefinitionError(
                 f"llm_tool {tool!r}: api='bedrock' needs region= (e.g. 'us-east-1') or AWS_REGION in the environment"
+            )
+        if not _REGION.fullmatch(region):  # it goes in the host name and the signature
+            raise PlayDefinitionError(
+                f"llm_tool {tool!r}: region must be an AWS region name (lowercase letters, digits and dashes, "
+                f"e.g. 'us-east-1'), not {region!r}"
             )
         return Target(base_url or f"https://bedrock-runtime.{region}.amazonaws.com", model, None, region)
 

@@ -22,7 +22,8 @@ a 429 ``RESOURCE_EXHAUSTED`` puts its wait only in ``error.details``' ``google.r
 (``retryDelay: "45.8s"``), and a ``google.rpc.QuotaFailure`` whose ``quotaId`` names a per-day
 quota (``GenerateRequestsPerDayPerProjectPerModel-FreeTier``) is spent until midnight Pacific
 time: ``ToolError.quota`` names it and ``retry_after`` is the wait until then.  A 400 whose
-``ErrorInfo.reason`` is ``API_KEY_INVALID`` is the key refused.
+``ErrorInfo.reason`` is ``API_KEY_INVALID`` is the key refused, as a 401 is (:meth:`Gemini.denied`):
+the run stops naming the key's variable, or a pool of keys retires that key.
 """
 
 from __future__ import annotations
@@ -36,9 +37,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
 
-from playbook.errors import PlaybookError, RunFatal, ToolError
+from playbook.errors import PlaybookError, ToolError
 from playbook.providers.limits import body_retry_delay
-from playbook.secrets import mask
 from playbook.tools.llm.dialects.base import Common, Target, normalized, part, shape_error, split, usage_of
 
 if TYPE_CHECKING:
@@ -178,15 +178,13 @@ class Gemini(Common):
             usage=used,
         )
 
+    def denied(self, status: int, content: bytes) -> bool:
+        return status == 400 and any(
+            d.get("reason") == "API_KEY_INVALID" for d in _details(content).get("ErrorInfo", [])
+        )
+
     def refused(self, error: ToolError, content: bytes, headers: httpx.Headers, now: float) -> PlaybookError:
         details = _details(content)
-        if any(d.get("reason") == "API_KEY_INVALID" for d in details.get("ErrorInfo", [])):
-            return RunFatal(
-                mask(f"{error} (the key was refused)"),
-                tool=error.tool,
-                provider=error.provider,
-                status=error.status,
-            )
         if error.retry_after is None:
             error.retry_after = body_retry_delay(content)
         for failure in details.get("QuotaFailure", []):

@@ -82,7 +82,7 @@ class Responses(Common):
         request: Mapping[str, Any],
         structured: Structured | None,
     ) -> dict[str, Any]:
-        system, turns = split(tool, messages, api=self.name)
+        system, turns = split(tool, messages, api=self.name, user=False)
         body: dict[str, Any] = {"model": model}
         if system is not None:
             body["instructions"] = system
