@@ -1,9 +1,12 @@
-"""B7: an LLM endpoint limited by tokens per minute.  The demo provider (its own process) serves
-``/v1/chat/completions`` with a limit of 30,000 tokens a minute, enforced as OpenAI does: a bucket
-that refills continuously and holds one second's worth (500 tokens), so a minute's worth sent at
-once is refused.  Each answer takes 1 s, so one call at a time gets at most ~18,000 tokens a
-minute: only calls in flight together reach the limit.  Each of the 60 rows is one call of ~300
-tokens (a ~1,000 character prompt of words drawn for that row, and its summary).
+"""B7: LLM endpoints, one row per dialect, each against that dialect's binding limit on the demo
+provider (its own process), measured in one run; the rows are ``b7_dialects``'s, the measuring
+path ``b7_measure``'s.
+
+The OpenAI row: ``/v1/chat/completions`` limited to 30,000 tokens a minute, enforced as OpenAI
+does: a bucket that refills continuously and holds one second's worth (500 tokens), so a minute's
+worth sent at once is refused.  Each answer takes 1 s, so one call at a time gets at most ~18,000
+tokens a minute: only calls in flight together reach the limit.  Each of the 60 rows is one call
+of ~300 tokens (a ~1,000 character prompt of words drawn for that row, and its summary).
 
      contender                                     targets
      map(concurrency=16) over pb.llm_tool with     token goodput >= 0.9 x 30,000/min; 429s <= 2%
@@ -14,21 +17,17 @@ tokens (a ~1,000 character prompt of words drawn for that row, and its summary).
                                                    backoff with jitter)
 
 Token goodput is the tokens the demo answered (prompt + completion, by its own counters) per
-minute of wall time; the ratio is ours over the baseline's.  Then two cheap checks on the demo
-without limits, with a play of two LLM columns over 12 rows: a rerun pays for no call, and
-editing one of the two prompts pays for that column's calls only.  Every contender gets a new
-store and a new Provider.  One repetition takes ~80 s.
+minute of wall time; the ratio is ours over the baseline's.  Then the rows of Anthropic (beside
+curator's Anthropic backend), Gemini, Azure and a local server (see ``b7_dialects``), and two
+cheap checks on the demo without limits, with a play of two LLM columns over 12 rows: a rerun
+pays for no call, and editing one of the two prompts pays for that column's calls only.  Every
+contender gets a new store and a new Provider.  One repetition takes ~12 minutes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
 import sys
 import tempfile
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -37,6 +36,8 @@ import pandas as pd
 
 import playbook as pb
 
+from . import b7_dialects
+from .b7_measure import KEY, Budget, Outcome, all_tokens, frame, gathered, measured, median, ours
 from .harness import Result, demo_process
 
 ROWS = 60  # ~300 tokens each: ~36 s at 30,000 tokens a minute
@@ -51,88 +52,72 @@ REFUSED = 0.02  # of requests
 RETRIES = 100  # the SDK's, for the baseline: enough that no row gives up
 BASELINE = "openai SDK retries + gather/Semaphore(16)"
 SMALL = 12  # rows of the rerun and edit checks
-PROMPT_CHARS = 1000
-
-Contender = Callable[
-    [str, pd.DataFrame], tuple[int, float, float | None]
-]  # (url, frame) -> rows ok, seconds, cost spent
-
-_WORDS = (  # noqa: SIM905 - a word list reads better as text
-    "harbour lantern quarry meadow orchard copper saddle beacon glacier thistle canyon ember willow falcon granite "
-    "marble tundra juniper cobalt prairie summit lagoon cedar mosaic velvet timber compass harvest anchor citadel "
-    "riverbank nectar pebble orbit sparrow basalt crimson fjord garnet heather ivory kestrel lattice mangrove "
-    "nomad obsidian paddock quartz rampart sequoia tapestry umber vineyard wharf yarrow zephyr almond bramble "
-    "cinder dune estuary fennel gorge hollow inlet jasper kelp loom marsh nettle oasis pylon reef shale trellis"
-).split()
-
-
-@dataclass
-class Outcome:
-    rows: int
-    ok: int
-    seconds: float
-    stats: dict[str, Any]  # the demo's counters after the run
-    cost: float | None = None  # what the run says it spent (ours only)
-
-    @property
-    def tokens(self) -> int:
-        return sum(m["prompt_tokens"] + m["completion_tokens"] for m in self.stats["chat"].values())
-
-    @property
-    def goodput(self) -> float:
-        """Tokens answered a minute of wall time."""
-        return self.tokens * 60.0 / self.seconds
-
-    @property
-    def requests(self) -> int:
-        return int(self.stats["requests"])
-
-    @property
-    def refused(self) -> int:
-        return int(self.stats["by_status"].get("429", 0))
-
-    @property
-    def refused_share(self) -> float:
-        return self.refused / self.requests if self.requests else 0.0
-
-    def billed(self) -> float:
-        """What the demo's own usage counters cost at ``PRICES``."""
-        return sum(
-            (m["prompt_tokens"] * PRICES[model][0] + m["completion_tokens"] * PRICES[model][1]) / 1e6
-            for model, m in self.stats["chat"].items()
-        )
+BUDGETS = (Budget("tokens", TPM, TPM / 60, all_tokens),)  # the bucket holds a second's worth
 
 
 def run(repeats: int = 1) -> list[Result]:
-    frame = _frame(ROWS)
     with demo_process() as url:
-        ours, base = [], []
-        for _ in range(repeats):  # interleaved, so a slow spell of the machine hits both
-            base.append(_measured(url, frame, _baseline))
-            ours.append(_measured(url, frame, _ours))
-        checks = _receipts(url)
-    return [_row(_median(ours), _median(base), checks)]
+        results = [_openai_row(url, repeats)]
+        results += b7_dialects.anthropic_rows(url, frame(b7_dialects.ANTHROPIC_ROWS), repeats)
+        results += b7_dialects.gemini_rows(
+            url, frame(b7_dialects.GEMINI_MINUTE_ROWS), frame(b7_dialects.GEMINI_DAY_ROWS), repeats
+        )
+        results += b7_dialects.azure_rows(url, frame(b7_dialects.AZURE_ROWS), repeats)
+        results += b7_dialects.local_rows(url, frame(b7_dialects.LOCAL_ROWS), repeats)
+        results[0].notes += _receipts(url)
+    return results
 
 
-def _row(mine: Outcome, base: Outcome, checks: list[tuple[str, bool]]) -> Result:
-    result = Result("B7 LLM, 30k tokens/min", "/m", mine.goodput, base.goodput, BASELINE, 1.0)
+# -- OpenAI chat completions ------------------------------------------------------------------
+
+
+def _openai_row(url: str, repeats: int) -> Result:
+    rows = frame(ROWS)
+    mine, base = [], []
+    for _ in range(repeats):  # interleaved, so a slow spell of the machine hits both
+        base.append(_chat(measured(url, "openai", DEMO, rows, _baseline)))
+        mine.append(_chat(measured(url, "openai", DEMO, rows, _ours)))
+    goodput = lambda o: all_tokens(o.counters) * 60.0 / o.seconds  # noqa: E731
+    return _row(median(mine, goodput), median(base, goodput), goodput)
+
+
+def _chat(outcome: Outcome) -> Outcome:
+    """The chat endpoint's counters by the demo's per-model usage, where it keeps no dialect row."""
+    if outcome.counters["requests"]:
+        return outcome
+    stats = outcome.stats
+    usage = stats["chat"].values()
+    outcome.counters = {
+        "requests": stats["requests"],
+        "ok": outcome.ok,
+        "input_tokens": sum(m["prompt_tokens"] for m in usage),
+        "output_tokens": sum(m["completion_tokens"] for m in usage),
+        "by_status": stats["by_status"],
+    }
+    return outcome
+
+
+def _row(mine: Outcome, base: Outcome, goodput: Any) -> Result:
+    result = Result("B7 OpenAI, 30k tokens/min", "/m", goodput(mine), goodput(base), BASELINE, 1.0)
     floor = GOODPUT * TPM
-    per_call = mine.tokens / max(1, mine.ok)
-    cost, billed = round(mine.cost or 0.0, 9), round(mine.billed(), 9)
+    tokens = all_tokens(mine.counters)
+    per_call = tokens / max(1, mine.ok)
+    cost = round(mine.ran.cost or 0.0, 9)
+    billed = round(
+        (mine.counters["input_tokens"] * PRICES[MODEL][0] + mine.counters["output_tokens"] * PRICES[MODEL][1])
+        / 1e6,
+        9,
+    )
     result.notes = [
         (
-            f"token goodput {mine.goodput:,.0f}/min >= {floor:,.0f}/min ({GOODPUT:.2f} x {TPM:,}); "
+            f"token goodput {goodput(mine):,.0f}/min >= {floor:,.0f}/min ({GOODPUT:.2f} x {TPM:,}); "
             f"{mine.rows - mine.ok} rows not ok, ~{per_call:.0f} tokens a call",
-            mine.goodput >= floor and mine.ok == mine.rows,
+            goodput(mine) >= floor and mine.ok == mine.rows,
         ),
-        (
-            f"429s {mine.refused_share:.1%} of {mine.requests} requests <= {REFUSED:.0%}",
-            mine.refused_share <= REFUSED,
-        ),
+        (f"429s {mine.share():.1%} of {mine.requests} requests <= {REFUSED:.0%}", mine.share() <= REFUSED),
         (f"cost_spent ${cost:.9f} == the demo's usage x prices ${billed:.9f}", cost == billed),
-        *checks,
         (
-            f"baseline: {base.goodput:,.0f} tokens/min, 429s {base.refused_share:.0%} of {base.requests} requests, "
+            f"baseline: {goodput(base):,.0f} tokens/min, 429s {base.share():.0%} of {base.requests} requests, "
             f"{base.rows - base.ok} rows not ok",
             None,
         ),
@@ -141,70 +126,34 @@ def _row(mine: Outcome, base: Outcome, checks: list[tuple[str, bool]]) -> Result
     return result
 
 
-# -- the contenders ---------------------------------------------------------------------------
-
-
-def _measured(url: str, frame: pd.DataFrame, contender: Contender) -> Outcome:
-    """Reset the demo to ``DEMO``, run ``contender`` over the frame, read the counters."""
-    httpx.post(url + "/_reset", json=DEMO, timeout=5).raise_for_status()
-    ok, seconds, cost = contender(url, frame)
-    stats = httpx.get(url + "/_stats", timeout=5).json()
-    return Outcome(len(frame), ok, seconds, stats, cost)
-
-
-def _ours(url: str, frame: pd.DataFrame) -> tuple[int, float, float]:
-    """``frame.play.map`` with one ``pb.llm_tool`` call per row, paced by ``tpm``."""
-    provider = pb.Provider("demo-llm", tpm=TPM)
-    llm = pb.llm_tool(
+def _tool(url: str) -> pb.LlmTool:
+    return pb.llm_tool(
         model=MODEL,
         base_url=url + "/v1",
-        secret=pb.secret("DEMO_API_KEY", default="demo-key"),
-        provider=provider,
+        secret=pb.secret("DEMO_API_KEY", default=KEY),
+        provider=pb.Provider("demo-llm", tpm=TPM),
         prices=PRICES,
     )
 
-    @pb.play
-    async def summarise(row, ctx):
-        return {"summary": await ctx.tool(llm, prompt=row.prompt)}
 
-    with tempfile.TemporaryDirectory(prefix="pb-b7-") as home:
-        store = pb.ReceiptStore(home)
-        try:
-            start = time.perf_counter()
-            out = frame.play.map(summarise, store=store, concurrency=CONCURRENCY, progress=False)
-            seconds = time.perf_counter() - start
-        finally:
-            store.close()
-    run = pb.last_run()
-    return int((out["play_status"] == "ok").sum()), seconds, run.stats.cost_spent if run is not None else 0.0
+_ours = ours(_tool, CONCURRENCY)
 
 
-def _baseline(url: str, frame: pd.DataFrame) -> tuple[int, float, None]:
-    """What a user writes with the openai SDK: ``asyncio.gather`` over a semaphore, the SDK's
-    own retries (``retry-after-ms`` honoured, else exponential backoff with jitter)."""
+async def _call(client: openai.AsyncOpenAI, prompt: str) -> bool:
+    answer = await client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": prompt}], temperature=0.0
+    )
+    return answer.choices[0].message.content is not None
 
-    async def main() -> list[bool]:
-        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="demo-key", max_retries=RETRIES)
-        gate = asyncio.Semaphore(CONCURRENCY)
 
-        async def one(prompt: str) -> bool:
-            async with gate:
-                try:
-                    answer = await client.chat.completions.create(
-                        model=MODEL, messages=[{"role": "user", "content": prompt}], temperature=0.0
-                    )
-                except openai.APIError:
-                    return False
-                return answer.choices[0].message.content is not None
-
-        try:
-            return await asyncio.gather(*(one(p) for p in frame["prompt"]))
-        finally:
-            await client.close()
-
-    start = time.perf_counter()
-    results = asyncio.run(main())
-    return sum(results), time.perf_counter() - start, None
+# What a user writes with the openai SDK: ``asyncio.gather`` over a semaphore, the SDK's own
+# retries (``retry-after-ms`` honoured, else exponential backoff with jitter).
+_baseline = gathered(
+    lambda url: openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEY, max_retries=RETRIES),
+    _call,
+    CONCURRENCY,
+    (openai.APIError,),
+)
 
 
 # -- receipts: a rerun and an edit ------------------------------------------------------------
@@ -213,7 +162,7 @@ def _baseline(url: str, frame: pd.DataFrame) -> tuple[int, float, None]:
 def _receipts(url: str) -> list[tuple[str, bool]]:
     """On a demo without limits: a play with two LLM columns; run it, rerun it, edit one prompt."""
     httpx.post(url + "/_reset", json={}, timeout=5).raise_for_status()
-    frame = _frame(SMALL)
+    rows = frame(SMALL)
     llm = pb.llm_tool(
         model=MODEL,
         base_url=url + "/v1",
@@ -235,9 +184,9 @@ def _receipts(url: str) -> list[tuple[str, bool]]:
     with tempfile.TemporaryDirectory(prefix="pb-b7-") as home:
         store = pb.ReceiptStore(home)
         try:
-            first = _paid(url, frame, columns, store)
-            again = _paid(url, frame, columns, store)
-            changed = _paid(url, frame, edited, store)
+            first = _paid(url, rows, columns, store)
+            again = _paid(url, rows, columns, store)
+            changed = _paid(url, rows, edited, store)
         finally:
             store.close()
     return [
@@ -253,33 +202,13 @@ def _receipts(url: str) -> list[tuple[str, bool]]:
     ]
 
 
-def _paid(url: str, frame: pd.DataFrame, play: pb.Play, store: pb.ReceiptStore) -> tuple[int, int, int]:
+def _paid(url: str, rows: pd.DataFrame, play: pb.Play, store: pb.ReceiptStore) -> tuple[int, int, int]:
     """Map ``play``: the calls it paid for, the requests the demo saw, the calls it reused."""
     before = httpx.get(url + "/_stats", timeout=5).json()["requests"]
-    out = frame.play.map(play, store=store, progress=False)
+    out = rows.play.map(play, store=store, progress=False)
     after = httpx.get(url + "/_stats", timeout=5).json()["requests"]
     if not out["play_status"].isin(["ok", "reused"]).all():
         print(f"B7: rows not ok: {out['play_error'].dropna().head(3).tolist()}", file=sys.stderr, flush=True)
     run = pb.last_run()
     assert run is not None
     return run.stats.calls_executed, after - before, run.stats.calls_reused
-
-
-# -- helpers ----------------------------------------------------------------------------------
-
-
-def _frame(rows: int) -> pd.DataFrame:
-    return pd.DataFrame({"prompt": [_prompt(i) for i in range(rows)]})
-
-
-def _prompt(i: int) -> str:
-    """~``PROMPT_CHARS`` characters of words drawn for row ``i``: every row's text (and answer) differs."""
-    draw = random.Random(i)
-    words = [f"Page {i}:"]
-    while sum(len(w) + 1 for w in words) < PROMPT_CHARS:
-        words.append(draw.choice(_WORDS))
-    return "Summarise this page: " + " ".join(words)
-
-
-def _median(outcomes: list[Outcome]) -> Outcome:
-    return sorted(outcomes, key=lambda o: o.goodput)[(len(outcomes) - 1) // 2]

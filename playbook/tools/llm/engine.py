@@ -39,7 +39,8 @@ from playbook.tools.engine import Engine
 from playbook.tools.llm.dialects import Dialect, Target
 from playbook.tools.llm.dialects.openai import chat_reply
 from playbook.tools.llm.endpoint import Endpoint
-from playbook.tools.llm.prices import Pricing, Tokens
+from playbook.tools.llm.prices import Pricing
+from playbook.tools.llm.prices import Tokens as Priced
 from playbook.tools.llm.reask import again, combined
 from playbook.tools.llm.structured import Structured
 from playbook.tools.llm.tokens import Usage, chars
@@ -245,7 +246,7 @@ class LlmEngine(Engine):
     def price(self, values: Any) -> float | None:
         # What answers usually take, not the cap; None: the model has no price.
         completion = self.usage.completion(self.request.get("max_tokens"))
-        tokens = Tokens(self.usage.prompt_tokens(values["messages"]), completion)
+        tokens = Priced(self.usage.prompt_tokens(values["messages"]), completion)
         return self.pricing.cost(tokens, batch=self.mode == "batch")
 
     def spent(self, answer: Any) -> Spent:
