@@ -26,6 +26,7 @@ contender gets a new store and a new Provider.  One repetition takes ~12 minutes
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from typing import Any
@@ -57,6 +58,8 @@ BUDGETS = (Budget("tokens", TPM, TPM / 60, all_tokens),)  # the bucket holds a s
 
 def run(repeats: int = 1) -> list[Result]:
     with demo_process() as url:
+        if os.environ.get("B7_ONLY") == "anthropic":  # the Anthropic row and curator's, alone
+            return b7_dialects.anthropic_rows(url, frame(b7_dialects.ANTHROPIC_ROWS), repeats)
         results = [_openai_row(url, repeats)]
         results += b7_dialects.anthropic_rows(url, frame(b7_dialects.ANTHROPIC_ROWS), repeats)
         results += b7_dialects.gemini_rows(

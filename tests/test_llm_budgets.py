@@ -79,8 +79,10 @@ class Provider:
         otpm: int = 0,
         answer: int = 40,
         latency: float = 2.0,
+        overloaded: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         self.style, self.answer, self.latency = style, answer, latency
+        self.overloaded = overloaded  # from, until: every request is answered 529 (Anthropic's overload)
         seconds = 60.0 if style == "anthropic" else 10.0
         self.buckets = {
             name: Bucket(limit, seconds)
@@ -101,6 +103,8 @@ class Provider:
     async def handle(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         now = asyncio.get_running_loop().time()
+        if self.overloaded[0] <= now < self.overloaded[1]:
+            return httpx.Response(529, json={"type": "error", "error": {"type": "overloaded_error"}})
         prompt = sum(len(m["content"]) for m in body["messages"]) // 4
         reserved = body["max_tokens"]
         charges = {
@@ -180,8 +184,9 @@ def _run(llm: pb.Tool, rows: int) -> tuple[pd.DataFrame, pb.Run, str]:
 def test_anthropic_limits_are_learnt_and_the_output_budget_is_used_in_full_never_passed() -> None:
     """No limits configured: the headers teach the provider its requests, input and output budgets
     (each its own); calls charged max_tokens=300 that answer 40 reach >= 0.9 of the 6,000 output
-    tokens a minute, not above, with no 429: far more than the 20 calls a minute max_tokens charged for
-    good would let through."""
+    tokens a minute, never more than the provider's bucket lets through (its minute's worth, then
+    its refill), with no 429: far more than the 20 calls a minute max_tokens charged for good would
+    let through."""
     fake = Provider("anthropic", rpm=2_000, itpm=200_000, otpm=6_000)
     provider = pb.Provider("anthropic-learnt")
     llm = pb.llm_tool(
@@ -199,8 +204,33 @@ def test_anthropic_limits_are_learnt_and_the_output_budget_is_used_in_full_never
     assert rates == (None, pytest.approx(200_000 / 60 * HEADROOM), pytest.approx(6_000 / 60 * HEADROOM))
     assert provider.status().rate == pytest.approx(2_000 / 60 * HEADROOM)
     output = fake.used_per_minute(2, skip=32)  # past the calls sent before the first answer taught the limits
-    assert 0.9 * 6_000 <= output <= 6_000
+    minutes = (fake.answers[-1][0] - fake.answers[32][0]) / 60.0
+    assert 0.9 * 6_000 <= output <= 6_000 + 6_000 / minutes
     assert output / fake.answer > 5 * 6_000 / 300
+
+
+def test_what_anthropics_bucket_refilled_during_an_overload_is_used_once_it_ends() -> None:
+    """Input tokens binding (6,000 a minute, a bucket holding a minute's worth), 30 s of 529s mid-run:
+    the level each answer's ``remaining`` tells is used as the provider's bucket, so what it refilled
+    while every call backed off is sent once the overload ends: counting only the refill (the
+    bucket's first minute's worth taken off), >= 0.9 of the limit over the whole run, with no 429."""
+    itpm = 6_000
+    fake = Provider("anthropic", rpm=2_000, itpm=itpm, otpm=100_000, latency=0.5, overloaded=(20.0, 50.0))
+    provider = pb.Provider("anthropic-overloaded")
+    llm = pb.llm_tool(
+        model=MODEL,
+        base_url="http://anthropic.test/v1",
+        secret=None,
+        provider=provider,
+        max_tokens=300,
+        client=fake.client(),
+    )
+    engine_of(llm).charges_max_tokens = "reserved"
+    out, _, _ = _run(llm, 600)
+    assert (out.play_status == "ok").all() and fake.refused == 0
+    seconds = fake.answers[-1][0]  # the run started at 0 on the loop's clock
+    refilled = sum(a[1] for a in fake.answers) - itpm
+    assert refilled >= 0.9 * itpm / 60.0 * seconds
 
 
 def test_azure_counts_prompt_and_max_tokens_on_arrival_and_calls_are_paced_by_that() -> None:
@@ -311,7 +341,8 @@ def _demo_run(llm: pb.Tool, rows: int) -> tuple[pd.DataFrame, float]:
 def test_the_demos_anthropic_limits_are_learnt_and_its_output_budget_used_at_least_0_9(demo: Any) -> None:
     """api="anthropic" against the demo's Messages (8,000 output and 40,000 input tokens a minute, apart;
     max_tokens reserved on arrival): nothing configured, the answers' headers teach both budgets, and
-    the run uses >= 0.9 of the output budget, never more, with no 429 and every row answered."""
+    the run uses >= 0.9 of the output budget, never more than the demo's bucket lets through (its
+    minute's worth, then its refill), with no 429 and every row answered."""
     demo.reset(anthropic_rpm=1_000, anthropic_itpm=40_000, anthropic_otpm=8_000, latency=2.0)
     provider = pb.Provider("anthropic-demo")
     key = pb.secret("PLAYBOOK_TEST_LLM_KEY", default="demo-key")
@@ -326,7 +357,7 @@ def test_the_demos_anthropic_limits_are_learnt_and_its_output_budget_used_at_lea
     out, minutes = _demo_run(llm, 300)
     served = demo.stats()["by_api"]["anthropic"]
     assert (out.play_status == "ok").all() and served["rate_limited"] == 0
-    assert 0.9 * 8_000 <= served["output_tokens"] / minutes <= 8_000
+    assert 0.9 * 8_000 <= served["output_tokens"] / minutes <= 8_000 + 8_000 / minutes
     assert [b.limit for b in provider.status().budgets] == [1_000, 40_000, 8_000]
 
 

@@ -234,7 +234,7 @@ class Governor(Holds):
             if health.success(permit.sent_at, ticket.standing, through=True):
                 self.emit(ProviderUp(self.name))
             self.overloads = 0
-            if await self.limiter.settle(permit, ticket.actual):
+            if await self.limiter.settle(permit, ticket.actual, ticket.left):
                 self._rate_changed()
             if ticket.weight is not None:
                 with self._lock:
@@ -287,7 +287,7 @@ class Governor(Holds):
     def learn(self, limits: Announced) -> None:
         """The provider announced its limits per minute (``x-ratelimit-limit-*``,
         ``anthropic-ratelimit-*-limit``): pace under them."""
-        requests, *tokens = (n / 60.0 * HEADROOM if n else None for n in limits)
+        requests, *tokens = (n / 60.0 * HEADROOM if n else None for n in limits[:4])
         if self.limiter.learn(requests, Rates(*tokens)):
             self._rate_changed()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from playbook._internal.flow import WaitBudget
-from playbook.providers.limits import Standing
+from playbook.providers.limits import Rates, Standing
 
 __all__ = ["Described", "Elsewhere", "Ticket"]
 
@@ -32,6 +32,7 @@ class Ticket:
         "falls_through",
         "weight",
         "actual",
+        "left",
         "carry",
         "cause",
         "lanes",
@@ -58,6 +59,8 @@ class Ticket:
         self.cause: Exception | None = None  # the failure that took the provider down, under this call
         self.weight: float | None = None  # estimated tokens; None: not weighed
         self.actual: float | None = None  # tokens used, once answered
+        # what its provider's token buckets held when it answered (Anthropic's remaining-*)
+        self.left: Rates | None = None
         self.carry: Any = None  # what the caller keeps with the call across its row's replays
         self.lanes: Any = None  # what a pool of keys keeps of this call: its backoff on each key
         # what its provider's health makes of its failures: its own, or the provider's

@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import NamedTuple
 
+from playbook.providers.limits.weights import Rates
+
 __all__ = ["Announced", "Backoff", "announced", "body_retry_delay", "duration", "retry_after"]
 
 _EPOCH_FLOOR = 1e9  # a reset value this large is a Unix timestamp, not a number of seconds
@@ -137,12 +139,16 @@ def _rfc3339(text: str) -> float | None:
 class Announced(NamedTuple):
     """The limits per minute an LLM provider announced in an answer's headers: requests, tokens
     (one budget for input and output together, as OpenAI and Azure count them), input tokens
-    and output tokens (apart, as Anthropic counts them).  None: not announced."""
+    and output tokens (apart, as Anthropic counts them).  None: not announced.  ``remaining``:
+    the tokens each budget's bucket held when the answer was sent (Anthropic's
+    ``anthropic-ratelimit-*-remaining``; not a rate), which the limiter's own count of the bucket
+    is corrected from."""
 
     requests: float | None = None
     tokens: float | None = None
     input: float | None = None
     output: float | None = None
+    remaining: Rates = Rates()
 
 
 def announced(headers: Mapping[str, str]) -> Announced | None:
@@ -150,15 +156,35 @@ def announced(headers: Mapping[str, str]) -> Announced | None:
     ``-tokens`` (OpenAI, Azure and most proxies), ``anthropic-ratelimit-requests-limit`` /
     ``-input-tokens-limit`` / ``-output-tokens-limit`` (Anthropic); ``None`` when it announces
     none.  Anthropic's ``anthropic-ratelimit-tokens-*`` tell whichever token limit binds now, not a
-    budget of input and output together: they teach no limit.  Garbage is ignored."""
+    budget of input and output together: they teach no limit.  What Anthropic's input and output
+    buckets hold (``-input-tokens-remaining``, ``-output-tokens-remaining``) is read too: its
+    buckets hold a minute's worth, as documented.  OpenAI's ``x-ratelimit-remaining-*`` is not:
+    it enforces a minute's limit over shorter periods, so what its bucket holds may not be sent
+    at once.  Garbage is ignored."""
     found = Announced(
         _limit(headers.get("x-ratelimit-limit-requests"))
         or _limit(headers.get("anthropic-ratelimit-requests-limit")),
         _limit(headers.get("x-ratelimit-limit-tokens")),
         _limit(headers.get("anthropic-ratelimit-input-tokens-limit")),
         _limit(headers.get("anthropic-ratelimit-output-tokens-limit")),
+        Rates(
+            None,
+            _count(headers.get("anthropic-ratelimit-input-tokens-remaining")),
+            _count(headers.get("anthropic-ratelimit-output-tokens-remaining")),
+        ),
     )
-    return None if found == (None, None, None, None) else found
+    return None if found == (None, None, None, None, Rates()) else found
+
+
+def _count(text: str | None) -> float | None:
+    """A whole number of tokens, 0 included (a bucket used up); None: absent or garbage."""
+    if text is None:
+        return None
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def _limit(text: str | None) -> float | None:

@@ -125,10 +125,11 @@ class Limiter(Protocol):
         when a hold arrived meanwhile, or the slot is further than ``patience`` seconds away (the
         caller decides how to wait for it, by :meth:`expected_wait`, then asks again)."""
 
-    async def settle(self, permit: Permit, actual: float | None = None) -> bool:
+    async def settle(self, permit: Permit, actual: float | None = None, left: Rates | None = None) -> bool:
         """The call was answered: give its slot back, charge its real weight (``actual``; None:
-        as acquired) and let the rate and the concurrency limit recover.  True when either grew
-        noticeably."""
+        as acquired) and let the rate and the concurrency limit recover.  ``left``: the tokens
+        each of the provider's buckets held as it answered (Anthropic's ``remaining``), which
+        the budgets' own count is corrected from.  True when either grew noticeably."""
 
     async def refused(
         self, permit: Permit, *, hinted: bool, short: bool = False, coarse: bool = False

@@ -8,10 +8,20 @@ answer says what it used.  Output a provider reserves when a request starts (Ant
 ``max_tokens``) is held while the call is in flight and given back when it is answered; output a
 provider counts on arrival whatever the answer uses (Azure's ``max_tokens``) stays charged.
 
+A budget whose provider says on every answer what its bucket holds (Anthropic's
+``anthropic-ratelimit-input-tokens-remaining`` and ``-output-tokens-remaining``) is kept as that
+bucket once it has said so (:meth:`Budgets.fill`): it holds a minute's worth, as Anthropic
+documents, and its level is what the provider said less what was sent since.  A call then goes
+as soon as the bucket holds its tokens, and what the bucket refilled while nothing was sent (a
+hold, an overload's backoff) is used when sending starts again, as the provider lets it be.
+
 Like :class:`~playbook.providers.limits.pace.Pace` it reads no clock: each method takes ``now``.
 """
 
 from __future__ import annotations
+
+import math
+from collections import deque
 
 from playbook.providers.limits.pace import Pace
 from playbook.providers.limits.weights import Rates, parts, reserved, settled
@@ -27,6 +37,10 @@ def token_burst(rate: float) -> int:
 
 
 MINUTE = 60.0  # seconds of a budget its provider's bucket holds (Anthropic's: the limit per minute)
+# Seconds before an answer is read within which a call sent may not have reached its provider when
+# the answer's word on the buckets was written: counted as not in it (sent after it), so taken from
+# the level it says.  Counted twice at worst, that is a moment's tokens held back, never over-sent.
+LAG = 0.5
 
 
 def _pace(rate: float | None) -> Pace | None:
@@ -44,13 +58,20 @@ class Budgets:
     reservations are the provider's to hold.  Without that, a call reserving more than the
     answers of one latency use would go only once the one before it was answered.  A schedule
     that refunds took into the past restarts from now with the reservations still in it.
+
+    A budget :meth:`fill` has been told the level of is the provider's bucket instead: it holds a
+    minute's worth, the reservations in flight count in it as they do in the provider's, and its
+    level follows each answer's word.
     """
 
-    __slots__ = ("tokens", "input", "output", "_held")
+    __slots__ = ("tokens", "input", "output", "_held", "_buckets", "_sent", "_seen")
 
     def __init__(self, rates: Rates) -> None:
         self.tokens, self.input, self.output = (_pace(rate) for rate in rates)
         self._held = 0.0  # output the calls in flight reserved
+        self._buckets: set[str] = set()  # the budgets kept as the provider's bucket (see fill)
+        self._sent: deque[tuple[float, float, float]] = deque()  # (when, input, output) of the last LAG s
+        self._seen = -math.inf  # calls sent by then are in the provider's last word on its buckets
 
     def __repr__(self) -> str:
         shown = [f"{name}={rate:.4g}/s" for name, rate in zip(Rates._fields, self.rates) if rate is not None]
@@ -63,10 +84,16 @@ class Budgets:
         )
 
     def _charged(self, weight: float) -> list[tuple[Pace, float, float]]:
-        """Each budget with what ``weight`` counts in it and the room reservations in flight give it."""
+        """Each budget with what ``weight`` counts in it and the room reservations in flight give it
+        (none in a provider's bucket: they are in its level)."""
         input, output = parts(weight)
         held = self._held + reserved(weight)  # its own reservation too: only the answers' use waits
-        units = ((self.tokens, input + output, held), (self.input, input, 0.0), (self.output, output, held))
+        output_held = 0.0 if "output" in self._buckets else held
+        units = (
+            (self.tokens, input + output, held),
+            (self.input, input, 0.0),
+            (self.output, output, output_held),
+        )
         return [(pace, n, _room(pace, room)) for pace, n, room in units if pace is not None]
 
     def delay(self, now: float, weight: float) -> float:
@@ -77,16 +104,51 @@ class Budgets:
         """Charge a call of ``weight`` sent at ``now`` to each budget."""
         held = self._held
         for pace, n, room in self._charged(weight):
-            pace.take(now, queued=queued, weight=n, room=room, held=held if pace is not self.input else 0.0)
+            kept = pace is not self.input and not (pace is self.output and "output" in self._buckets)
+            pace.take(now, queued=queued, weight=n, room=room, held=held if kept else 0.0)
         self._held += reserved(weight)
+        self._sent.append((now, *parts(weight)))
+        self._since(now)
 
-    def charge(self, weight: float, actual: float) -> bool:
-        """A call charged ``weight`` was answered, using ``actual``: each budget is charged the
-        difference (given back, when it used less) and its reservation ends.  True when a budget moved."""
+    def _since(self, now: float) -> tuple[float, float]:
+        """Input and output tokens of the calls sent over the last ``LAG`` seconds."""
+        sent = self._sent
+        while sent and sent[0][0] <= now - LAG:
+            sent.popleft()
+        return sum(n for _, n, _ in sent), sum(n for _, _, n in sent)
+
+    def fill(self, now: float, left: Rates) -> bool:
+        """An answer read at ``now`` said what the provider's buckets held (``left``: input and
+        output tokens): each such budget is kept as its bucket from now on (a minute's worth of
+        it), at that level less what calls sent since took.  True when a budget moved."""
+        since = self._since(now)
+        moved = False
+        for name, level, taken in (("input", left.input, since[0]), ("output", left.output, since[1])):
+            pace: Pace | None = getattr(self, name)
+            if level is None or pace is None or pace.rate is None:
+                continue
+            if name not in self._buckets:
+                self._buckets.add(name)
+                pace.burst = _capacity(pace.rate)
+            pace.fill(now, level - taken)
+            moved = True
+        if moved:
+            self._seen = now - LAG
+        return moved
+
+    def charge(self, weight: float, actual: float, sent_at: float = math.inf) -> bool:
+        """A call charged ``weight`` and sent at ``sent_at`` was answered, using ``actual``: each
+        budget is charged the difference (given back, when it used less) and its reservation ends.
+        The provider's input bucket counted a call's input when it arrived: when its level was
+        told after that, the difference is in it already.  True when a budget moved."""
         self.unhold(weight)
         input, output = parts(weight)
         used_in, used_out = settled(weight, actual)
-        extra = ((self.tokens, used_in + used_out - input - output), (self.input, used_in - input))
+        counted = "input" in self._buckets and sent_at <= self._seen
+        extra = (
+            (self.tokens, used_in + used_out - input - output),
+            (self.input, 0.0 if counted else used_in - input),
+        )
         moved = False
         for pace, n in (*extra, (self.output, used_out - output)):
             if pace is not None and n:
@@ -128,9 +190,14 @@ class Budgets:
                 setattr(self, name, _pace(rate))
                 changed = True
             elif pace.learn(rate):
-                pace.burst = token_burst(rate)
+                pace.burst = _capacity(rate) if name in self._buckets else token_burst(rate)
                 changed = True
         return changed
+
+
+def _capacity(rate: float) -> int:
+    """What a provider's bucket of ``rate`` tokens a second holds: a minute's worth (Anthropic's)."""
+    return max(1, int(MINUTE * rate))
 
 
 def _room(pace: Pace, held: float) -> float:

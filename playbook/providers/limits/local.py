@@ -154,7 +154,7 @@ class LocalLimiter:
             return None  # a hold arrived while this call waited at the gate
         return await self._paced(loop, weight)
 
-    async def settle(self, permit: Permit, actual: float | None = None) -> bool:
+    async def settle(self, permit: Permit, actual: float | None = None, left: Rates | None = None) -> bool:
         if permit.done:
             return False
         now = asyncio.get_running_loop().time()
@@ -165,9 +165,12 @@ class LocalLimiter:
             if self.budgets is not None and permit.weighed:
                 if actual is not None:
                     # a call that used fewer tokens than charged lets the next one go sooner
-                    rearm = self.budgets.charge(permit.weight, actual)
+                    rearm = self.budgets.charge(permit.weight, actual, permit.sent_at)
                 else:
                     self.budgets.unhold(permit.weight)
+            if self.budgets is not None and left is not None:
+                # after this call's own charge: the provider's word counts it already
+                rearm = self.budgets.fill(now, left) or rearm
             if actual is not None:
                 permit.weight = counted(permit.weight, actual)  # as its provider counts it
             self.window.release()

@@ -165,6 +165,12 @@ class Pace:
         if self.rate is not None:
             self._tat += extra / self.rate
 
+    def fill(self, now: float, level: float) -> None:
+        """The bucket this pace keeps holds ``level`` units at ``now`` (its provider said so): the
+        schedule moves to match, later or sooner, the bucket holding ``burst`` units at most."""
+        if self.rate is not None:
+            self._tat = now + (self.burst - min(level, self.burst)) / self.rate
+
     def learn(self, rate: float) -> bool:
         """The provider announced its limit: pace at no more than ``rate`` from now on (a higher
         configured rate comes down to it; a lower one stays).  True when the rate changed."""

@@ -235,7 +235,8 @@ class RedisLimiter:
             and now - sent[0] < interval
         )
 
-    async def settle(self, permit: Permit, actual: float | None = None) -> bool:
+    async def settle(self, permit: Permit, actual: float | None = None, left: Rates | None = None) -> bool:
+        # ``left`` is not read: the budgets shared on Redis pace evenly at the announced limits.
         if not self._landed(permit):
             return False
         charges, held = (

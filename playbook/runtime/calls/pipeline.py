@@ -352,11 +352,14 @@ def _weighed(tool: ToolEngine, ticket: Ticket, send: Send, env: CallEnv) -> Send
     assert provider is not None
 
     async def weighed() -> tuple[Any, bool]:
+        ticket.left = None  # an earlier try's word is stale
         try:
             answer, miss = await send()
         finally:
             if env.announced is not None:
                 learn(provider, env.announced)
+                # the limiter reads the buckets once it has charged this answer (it counts in them)
+                ticket.left = env.announced.remaining
                 env.announced = None
         ticket.actual = tool.spent(answer).tokens
         return answer, miss
