@@ -86,7 +86,8 @@ def anthropic_lines(body: Any, batch_id: str, expired_rate: float) -> tuple[Line
             reply = answer(chat)
         except DialectError as exc:
             error = {"type": "invalid_request_error", "message": exc.message}
-            lines.append(Line(key, None, error, None, expires(expired_rate, batch_id, key)))
+            # A request the provider cannot read is errored as it is read, before any could expire.
+            lines.append(Line(key, None, error, None, False))
             continue
         message = api_anthropic.message_of(params["model"], chat, reply, tool, params["max_tokens"])
         usage = (params["model"], reply.input_tokens, int(message["usage"]["output_tokens"]))

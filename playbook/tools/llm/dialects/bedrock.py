@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 import httpx
 
+from playbook._internal.dist import install_hint
 from playbook.errors import PlaybookError, PlayDefinitionError, RunFatal, ToolError
 from playbook.tools.llm.dialects.base import Common, Target, normalized, part, shape_error, split, usage_of
 
@@ -87,7 +88,7 @@ class Bedrock(Common):
         except ImportError:
             raise PlayDefinitionError(
                 f"llm_tool {tool!r}: api='bedrock' signs its requests with botocore, which is not installed: "
-                "pip install 'playbook-df[bedrock]'"
+                + install_hint("bedrock")
             ) from None
         if not isinstance(region, str) or not region:
             raise PlayDefinitionError(
