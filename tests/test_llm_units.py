@@ -12,7 +12,7 @@ import pydantic
 import pytest
 
 import playbook as pb
-from playbook.providers.limits import Announced, announced, duration, retry_after
+from playbook.providers.limits import Announced, Rates, announced, duration, retry_after
 from playbook.providers.limits.local import LocalLimiter
 from playbook.providers.provider import governor
 from playbook.tools import engine_of
@@ -106,6 +106,19 @@ def test_limits_announced_in_headers_are_read_and_garbage_is_not() -> None:
     assert announced({"x-ratelimit-limit-tokens": "200000"}) == Announced(tokens=200000.0)
     assert announced({"x-ratelimit-limit-requests": "lots"}) is None
     assert announced({}) is None
+
+
+def test_what_anthropics_buckets_hold_is_read_zero_included_and_openais_is_not() -> None:
+    """anthropic-ratelimit-input/output-tokens-remaining are what each bucket holds (0: used up);
+    OpenAI's x-ratelimit-remaining-tokens is not read as a level."""
+    headers = {
+        "anthropic-ratelimit-input-tokens-limit": "20000",
+        "anthropic-ratelimit-input-tokens-remaining": "0",
+        "anthropic-ratelimit-output-tokens-remaining": "2500",
+    }
+    assert announced(headers) == Announced(input=20000.0, remaining=Rates(None, 0.0, 2500.0))
+    assert announced({"anthropic-ratelimit-output-tokens-remaining": "-3"}) is None
+    assert announced({"x-ratelimit-remaining-tokens": "100"}) is None
 
 
 def test_a_refusal_without_retry_after_waits_for_the_used_up_limit_to_reset() -> None:
