@@ -3,53 +3,47 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
-from . import (
-    b1_redis,
-    b1_replay,
-    b2_dispatch,
-    b3_rate_limits,
-    b3_strict,
-    b4_latency,
-    b5_widget,
-    b6_same_rows,
-    b6_shared,
-    b7_llm,
-    b8_cli,
-    b9_cluster,
-    b10_scale,
-    b11_estimate,
-    b12_pools,
-    b13_level,
-    b14_failing,
-)
 from .harness import table
 
+# Each case's module is imported when it runs, not before: a case that measures its process's own
+# memory (B10) must not carry the SDKs another case imports (B7's anthropic and google-genai).
 CASES = {
-    "b1": b1_replay.run,
-    "b1r": b1_redis.run,
-    "b2": b2_dispatch.run,
-    "b3": b3_rate_limits.run,
-    "b3s": b3_strict.run,
-    "b4": b4_latency.run,
-    "b5": b5_widget.run,
-    "b6": b6_shared.run,
-    "b6r": b6_same_rows.run,
-    "b7": b7_llm.run,
-    "b8": b8_cli.run,
-    "b9": b9_cluster.run,
-    "b10": b10_scale.run,
-    "b11": b11_estimate.run,
-    "b11s": b11_estimate.run_shared,
-    "b12": b12_pools.run,
-    "b13": b13_level.run,
-    "b14": b14_failing.run,
+    "b1": "b1_replay:run",
+    "b1r": "b1_redis:run",
+    "b2": "b2_dispatch:run",
+    "b3": "b3_rate_limits:run",
+    "b3s": "b3_strict:run",
+    "b4": "b4_latency:run",
+    "b5": "b5_widget:run",
+    "b6": "b6_shared:run",
+    "b6r": "b6_same_rows:run",
+    "b7": "b7_llm:run",
+    "b8": "b8_cli:run",
+    "b9": "b9_cluster:run",
+    "b10": "b10_scale:run",
+    "b11": "b11_estimate:run",
+    "b11s": "b11_estimate:run_shared",
+    "b12": "b12_pools:run",
+    "b13": "b13_level:run",
+    "b14": "b14_failing:run",
 }
-QUICK = {"b10": lambda **kw: b10_scale.run(rows=b10_scale.QUICK, **kw)}  # --quick: sizes for the edit loop
+
+
+def _case(name: str, quick: bool) -> Callable[..., Any]:
+    module, _, function = CASES[name].partition(":")
+    found: Callable[..., Any] = getattr(importlib.import_module(f"{__package__}.{module}"), function)
+    if quick and name == "b10":  # --quick: sizes for the edit loop
+        scale = importlib.import_module(f"{__package__}.b10_scale")
+        return lambda **kw: found(rows=scale.QUICK, **kw)
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,9 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9, b10, b11, b11s, b12, b13 and b14; 5 for b8)",
     )
-    parser.add_argument(
-        "--quick", action="store_true", help=f"smaller sizes where a case has them ({', '.join(QUICK)})"
-    )
+    parser.add_argument("--quick", action="store_true", help="smaller sizes where a case has them (b10)")
     args = parser.parse_args(argv)
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
@@ -76,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.cases or CASES:
         print(f"running {name} ...", file=sys.stderr, flush=True)
         start = time.perf_counter()
-        case = QUICK.get(name, CASES[name]) if args.quick else CASES[name]
+        case = _case(name, args.quick)
         results.extend(case() if args.repeats is None else case(repeats=args.repeats))
         print(f"{name} took {time.perf_counter() - start:.0f}s", file=sys.stderr, flush=True)
     print(table(results))
