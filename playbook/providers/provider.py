@@ -41,24 +41,6 @@ __all__ = [
     "sharing_limits",
 ]
 
-_CONFIG = frozenset(
-    {
-        "name",
-        "rps",
-        "rpm",
-        "burst",
-        "window",
-        "concurrency",
-        "tpm",
-        "itpm",
-        "otpm",
-        "account",
-        "max_wait",
-        "retries",
-        "shared",
-        "keys",
-    }
-)
 _PER_KEY = (
     "rps",
     "rpm",
@@ -69,6 +51,7 @@ _PER_KEY = (
     "itpm",
     "otpm",
 )  # limits a pool may give one per key
+_CONFIG = frozenset({"name", *_PER_KEY, "account", "max_wait", "retries", "shared", "keys"})
 _SCHEMES = ("redis", "rediss", "unix")
 # While set, a provider pickled without shared= travels as one whose limits are shared there (a
 # cluster run: every worker is another process, and one account has one rate, not one per worker).
