@@ -16,7 +16,7 @@ from hypothesis import settings
 from vtime import LoopClock
 
 import playbook as pb
-from playbook.demo.redis_server import RedisServer
+from playbook.demo.redis_server import RedisClusterServer, RedisServer
 from playbook.providers.provider import forget_governors
 from playbook.runtime import run as run_module
 
@@ -67,6 +67,28 @@ def redis_url(redis_server: RedisServer) -> str:
     """A real Redis server's URL, emptied for this test."""
     redis_server.flush()
     return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServer]:
+    """A Redis Cluster of 3 masters, each with a replica, for the tests that share it (one that
+    kills a node starts a cluster of its own)."""
+    with RedisClusterServer() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: RedisClusterServer) -> str:
+    """A plain ``redis://`` URL of one node of a real Redis Cluster, emptied for this test."""
+    redis_cluster.flush()
+    return redis_cluster.url
+
+
+@pytest.fixture(params=["server", "cluster"])
+def any_redis_url(request: pytest.FixtureRequest) -> str:
+    """One Redis server, then a Redis Cluster: what a store or shared limits promise on one they
+    promise on the other."""
+    return str(request.getfixturevalue("redis_url" if request.param == "server" else "cluster_url"))
 
 
 @pytest.fixture(scope="session")

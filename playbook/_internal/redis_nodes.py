@@ -1,0 +1,88 @@
+"""A Redis URL, found to be one server or a Redis Cluster, and the client that speaks to it.
+
+A user names a store or shared limits with a plain ``redis://`` or ``rediss://`` URL of any node.
+Whether that node is one server or a member of a cluster is asked of it (``INFO cluster``), once
+per URL and process, not configured: the same URL keeps working if the server is later made
+part of a cluster.  A cluster has one database, 0; a URL naming another is refused, naming it.
+
+Clients made here ride out a failover: a cluster client retries a command that met a node gone,
+a cluster reconfiguring or a slot on the move (``MOVED``, ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN``)
+for up to about :data:`FAILOVER_SECONDS`, asking the cluster where the slot is now between tries,
+which is longer than a replica takes to be promoted with the usual ``cluster-node-timeout``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["FAILOVER_SECONDS", "async_client", "is_cluster", "sync_client"]
+
+FAILOVER_SECONDS = 20.0  # about how long a cluster client keeps retrying through a failover
+_found: dict[str, bool] = {}
+_lock = threading.Lock()
+
+
+def is_cluster(url: str, **options: Any) -> bool:
+    """Whether the server at ``url`` is a member of a Redis Cluster (asked once per process).
+    ``redis`` errors (cannot connect, wrong password) pass to the caller, who names them."""
+    with _lock:
+        known = _found.get(url)
+    if known is not None:
+        return known
+    import redis
+
+    with redis.Redis.from_url(url, **options) as probe:
+        try:
+            found = bool(probe.info("cluster").get("cluster_enabled"))
+        except redis.ResponseError:  # a server or proxy that does not know the section: not a cluster
+            found = False
+    with _lock:
+        _found[url] = found
+    return found
+
+
+def _database(url: str) -> None:
+    path = urlsplit(url).path.strip("/")
+    if path not in ("", "0"):
+        raise ValueError(
+            f"a Redis Cluster has one database, 0: {urlsplit(url).hostname}'s URL names database {path!r}"
+        )
+
+
+def _retry(asynchronous: bool) -> Any:
+    from redis.backoff import ExponentialWithJitterBackoff
+
+    if asynchronous:
+        from redis.asyncio.retry import Retry
+    else:
+        from redis.retry import Retry  # type: ignore[assignment]
+    # base 0.1 s doubling to 1 s: 24 tries is about FAILOVER_SECONDS
+    return Retry(ExponentialWithJitterBackoff(base=0.1, cap=1.0), int(FAILOVER_SECONDS))
+
+
+def sync_client(url: str, **options: Any) -> Any:
+    """``redis.Redis`` for one server, ``redis.RedisCluster`` for a cluster (``options`` go to either;
+    a cluster's retries are its own, see the module's doc)."""
+    import redis
+
+    probe = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
+    if not is_cluster(url, **probe):
+        return redis.Redis.from_url(url, **options)
+    _database(url)
+    options = {k: v for k, v in options.items() if k not in ("retry", "health_check_interval")}
+    return redis.RedisCluster.from_url(url, retry=_retry(False), **options)
+
+
+def async_client(url: str, **options: Any) -> Any:
+    """As :func:`sync_client`, for asyncio (``redis.asyncio``).  Whether ``url`` is a cluster is
+    asked synchronously, once per process: a few milliseconds, the first time."""
+    import redis.asyncio
+
+    probe = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
+    if not is_cluster(url, **probe):
+        return redis.asyncio.Redis.from_url(url, **options)
+    _database(url)
+    options = {k: v for k, v in options.items() if k not in ("retry", "health_check_interval")}
+    return redis.asyncio.RedisCluster.from_url(url, retry=_retry(True), **options)
