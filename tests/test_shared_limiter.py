@@ -831,17 +831,18 @@ def test_a_run_keeps_its_pace_through_the_failover_of_the_master_holding_its_acc
         @pb.tool(provider=provider)
         async def lookup(n: int) -> int:
             sent.append(time.monotonic())
-            if len(sent) == 15:
+            if len(sent) == 10:
                 cluster.kill(node)
             await asyncio.sleep(0.05)
             return n
 
-        out = pd.DataFrame({"n": range(50)}).play.map(lookup, store=store, progress=False, concurrency=8)
+        out = pd.DataFrame({"n": range(30)}).play.map(lookup, store=store, progress=False, concurrency=8)
         # the next run in this process: its URL names the dead node, its client starts from the others
-        again = pd.DataFrame({"n": range(50, 55)}).play.map(lookup, store=store, progress=False)
-    assert out["play_status"].value_counts().to_dict() == {"ok": 50}
+        again = pd.DataFrame({"n": range(30, 35)}).play.map(lookup, store=store, progress=False)
+    assert out["play_status"].value_counts().to_dict() == {"ok": 30}
     assert again["play_status"].value_counts().to_dict() == {"ok": 5}, again["play_error"].tolist()
     gaps = [b - a for a, b in zip(sent, sent[1:])]
     assert max(gaps) >= 2.0, "no call waited for the failover"  # the replica took over in seconds
     busiest = max(sum(1 for t in sent if start <= t < start + 1.0) for start in sent)
+    print(f"failover: the calls waited {max(gaps):.1f}s; the busiest second let in {busiest}")
     assert busiest <= 10 + 1, busiest
