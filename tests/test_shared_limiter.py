@@ -26,6 +26,7 @@ from vtime import run_virtual
 from warm import Warm
 
 import playbook as pb
+from playbook._internal import redis_nodes
 from playbook.demo.redis_server import RedisClusterServer
 from playbook.providers.limits import Limiter, LocalLimiter, Permit, Rates, Tokens, Verdict
 from playbook.providers.limits.shared import RedisLimiter
@@ -523,7 +524,6 @@ def test_concurrency_is_bounded_across_limiters(any_redis_url: str) -> None:
 
 _OTHER = """
 import asyncio, sys, time
-from playbook.demo.redis_server import RedisClusterServer
 from playbook.providers.limits.shared import RedisLimiter
 url, action = sys.argv[1], sys.argv[2]
 async def main():
@@ -812,12 +812,14 @@ def test_scripts_a_cluster_lost_are_loaded_again(cluster_url: str) -> None:
 
 @pytest.mark.slow
 def test_a_run_keeps_its_pace_through_the_failover_of_the_master_holding_its_account(
-    store: pb.ReceiptStore,
+    store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """rps=10 shared on a Redis Cluster (named by the very master that holds the account's slot):
     that master is killed mid-run.  Calls wait for its replica to take over, then go on at the
     rate: every row ends ok, no second of the run let in more than the rate and its burst, and
-    the next run in the process (its URL still naming the dead node) shares its limits too."""
+    the next run in the process (its URL still naming the dead node) shares its limits too.  With
+    the promoted replica killed as well, the account's slot has no node: as with a Redis that does
+    not answer, the row fails or parks, its error naming the cluster that lost a master."""
     with RedisClusterServer() as cluster:
         owner = redis.RedisCluster.from_url(cluster.url).get_node_from_key(
             "playbook:limit:{acme:default}:gcra"
@@ -839,6 +841,19 @@ def test_a_run_keeps_its_pace_through_the_failover_of_the_master_holding_its_acc
         out = pd.DataFrame({"n": range(30)}).play.map(lookup, store=store, progress=False, concurrency=8)
         # the next run in this process: its URL names the dead node, its client starts from the others
         again = pd.DataFrame({"n": range(30, 35)}).play.map(lookup, store=store, progress=False)
+        promoted = redis.RedisCluster.from_url(cluster.url).get_node_from_key(
+            "playbook:limit:{acme:default}:gcra"
+        )
+        cluster.kill(next(node for node in cluster.nodes if node.port == promoted.port))
+        # the cluster stays down: its client need not retry for 20 s to say so
+        monkeypatch.setattr(redis_nodes, "FAILOVER_SECONDS", 1.0)
+        down = pb.Provider("acme", rps=10, max_wait=0.5, shared=f"redis://127.0.0.1:{node.port}/0")
+
+        @pb.tool(provider=down)
+        async def other(n: int) -> int:
+            return n
+
+        lost = pd.DataFrame({"n": [99]}).play.map(other, store=store, progress=False)
     assert out["play_status"].value_counts().to_dict() == {"ok": 30}
     assert again["play_status"].value_counts().to_dict() == {"ok": 5}, again["play_error"].tolist()
     gaps = [b - a for a, b in zip(sent, sent[1:])]
@@ -846,3 +861,5 @@ def test_a_run_keeps_its_pace_through_the_failover_of_the_master_holding_its_acc
     busiest = max(sum(1 for t in sent if start <= t < start + 1.0) for start in sent)
     print(f"failover: the calls waited {max(gaps):.1f}s; the busiest second let in {busiest}")
     assert busiest <= 10 + 1, busiest
+    assert lost["play_status"][0] in ("failed", "parked"), lost["play_error"].tolist()
+    assert f"Redis Cluster at redis://127.0.0.1:{node.port}/0 lost a master" in lost["play_error"][0]
