@@ -59,9 +59,9 @@ def key_prefix(account: str) -> str:
     tag, so a cluster keeps them all in one slot.  Redis hashes what is between the first ``{``
     and the first ``}`` after it, so braces inside the account still tag every key alike (with
     part of it); only an account that would leave the tag empty (one starting with ``}``, or
-    none) has no tag, its keys spread over slots.  Such an account is written percent-encoded, after a ``%``
-    no other account's prefix has there: every other account keeps the keys it always had, which
-    processes of an older playbook use too."""
+    none) has no tag, its keys spread over slots.  Such an account is written percent-encoded,
+    after a ``%`` no other account's prefix has there: every other account keeps the keys it
+    always had, which processes of an older playbook use too."""
     if account.startswith("}") or not account:
         return f"playbook:limit:%{{{quote(account, safe='') or '%'}}}:"
     return f"playbook:limit:{{{account}}}:"

@@ -417,7 +417,12 @@ class RedisLimiter:
             return
         self._reaped = loop.time()
         name = self.prefix + "permits"
-        with contextlib.suppress(ToolError, self._redis.exceptions.RedisError, OSError):
+        with contextlib.suppress(
+            ToolError,
+            self._redis.exceptions.RedisError,
+            self._redis.exceptions.RedisClusterException,
+            OSError,
+        ):
             # then they expire, as elsewhere
             client, _ = await self._connect(link)
             gone = [
