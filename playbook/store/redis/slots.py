@@ -1,0 +1,167 @@
+"""A batch of a store's keys, sent to one Redis server or to the masters of a Redis Cluster.
+
+The store has one code path for both.  A script runs on the keys of one *group*: the whole batch
+on one server, the keys of one hash slot on a cluster (a script's keys must share a slot).  On a
+cluster each master's groups go in one plain pipeline on a connection to that master, one round
+trip per master, and a write ends with ``WAIT 1`` on that same connection, so that what a master
+acknowledged is on a replica before the store counts it written: a failover then loses at most
+the writes in flight.  A group that met a failover (a node gone, ``MOVED``, ``ASK``, a script the
+node has not seen) is sent again through the cluster client, which finds where its slot is now
+and retries for as long as a replica takes to be promoted.  Writes are safe to send twice: they
+set values, and a script counts a receipt only when its key did not exist.
+
+Each slot has its own counter of receipts, a key in that slot: ``{prefix}:n{T}``, where ``T`` is
+a short tag whose CRC16 falls in the slot (:func:`tag`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import string
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+__all__ = ["WAIT_MS", "Call", "Slots", "tag"]
+
+WAIT_MS = 1000  # how long a write waits for a replica before it goes on (the marks see a loss)
+_TAGS: dict[int, str] = {}
+
+
+def tag(slot: int) -> str:
+    """A short string (one to four characters) whose hash slot is ``slot``: the table is made once
+    per process, in about a tenth of a second."""
+    if not _TAGS:
+        from redis.crc import key_slot
+
+        alphabet = string.ascii_letters + string.digits
+        for size in range(1, 5):
+            for letters in itertools.product(alphabet, repeat=size):
+                name = "".join(letters)
+                _TAGS.setdefault(key_slot(name.encode()), name)
+            if len(_TAGS) == 16384:
+                break
+    return _TAGS[slot]
+
+
+class Call(NamedTuple):
+    """A script to run on ``keys`` (all in one slot) with ``args``."""
+
+    script: str
+    keys: Sequence[str]
+    args: Sequence[Any]
+
+
+class Slots:
+    """How a batch of keys goes to the server (``cluster`` False) or to a cluster's masters."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        import redis
+
+        self.client = client
+        self.cluster = isinstance(client, redis.RedisCluster)
+        self.prefix = prefix
+        self._shas: dict[str, str] = {}
+
+    def groups(self, keys: Sequence[str]) -> list[list[int]]:
+        """The positions of ``keys`` (store keys, without the prefix) by group: one group on a
+        server, one per hash slot on a cluster."""
+        if not self.cluster:
+            return [list(range(len(keys)))] if keys else []
+        from redis.crc import key_slot
+
+        found: dict[int, list[int]] = {}
+        prefix = self.prefix.encode()
+        for at, key in enumerate(keys):
+            found.setdefault(key_slot(prefix + key.encode()), []).append(at)
+        return list(found.values())
+
+    def counter(self, key: str) -> str:
+        """The counter of receipts in ``key``'s group (a store key, without the prefix)."""
+        if not self.cluster:
+            return self.prefix + "count"
+        from redis.crc import key_slot
+
+        return f"{self.prefix}n{{{tag(key_slot((self.prefix + key).encode()))}}}"
+
+    def counters(self) -> list[str]:
+        """Every counter of receipts there may be."""
+        if not self.cluster:
+            return [self.prefix + "count"]
+        return [f"{self.prefix}n{{{tag(slot)}}}" for slot in range(16384)]
+
+    def _sha(self, script: str) -> str:
+        sha = self._shas.get(script)
+        if sha is None:
+            sha = self._shas[script] = hashlib.sha1(script.encode()).hexdigest()
+        return sha
+
+    def run(self, calls: Sequence[Call], *, wait: bool = False) -> list[Any]:
+        """Each call's answer, in order; on a cluster, one round trip per master (then ``WAIT``
+        for a replica when ``wait``), and a call that met a failover sent again."""
+        if not calls:
+            return []
+        if not self.cluster:
+            return self._on(self.client, range(len(calls)), calls, wait=False)
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for at, call in enumerate(calls):
+            node = self.client.get_node_from_key(call.keys[0])
+            by_node.setdefault(node.name, (node, []))[1].append(at)
+        answers: list[Any] = [None] * len(calls)
+        for node, positions in by_node.values():
+            replicas = wait and self._replicated(node)
+            got = self._on(self.client.get_redis_connection(node), positions, calls, wait=replicas)
+            for at, answer in zip(positions, got):
+                answers[at] = answer
+        return answers
+
+    def _replicated(self, node: Any) -> bool:
+        """Whether ``node`` has a replica to wait for (a cluster without replicas would wait in vain)."""
+        slots = self.client.nodes_manager.slots_cache
+        return any(len(owners) > 1 and owners[0].name == node.name for owners in slots.values())
+
+    def _on(self, client: Any, positions: Sequence[int], calls: Sequence[Call], *, wait: bool) -> list[Any]:
+        """``calls[positions]`` in one pipeline on ``client``; what fails there, again one by one."""
+        from redis.exceptions import ConnectionError, RedisError, TimeoutError
+
+        pipe = client.pipeline(transaction=False)
+        for at in positions:
+            call = calls[at]
+            pipe.evalsha(self._sha(call.script), len(call.keys), *call.keys, *call.args)
+        if wait:
+            pipe.execute_command("WAIT", 1, WAIT_MS)
+        try:
+            got = pipe.execute(raise_on_error=False)[: len(positions)]
+        except (ConnectionError, TimeoutError, OSError):
+            if not self.cluster:
+                raise
+            got = [None] * len(positions)
+            self.client.nodes_manager.initialize()  # where the slots are now
+            failed = list(range(len(positions)))
+        else:
+            failed = [i for i, answer in enumerate(got) if isinstance(answer, RedisError)]
+        for i in failed:
+            call = calls[positions[i]]
+            # EVAL: a node restarted or newly promoted has not seen the script
+            got[i] = self.client.eval(call.script, len(call.keys), *call.keys, *call.args)
+        return list(got)
+
+    def get(self, names: Sequence[str]) -> list[Any]:
+        """The values of ``names`` (full key names; ``None`` where absent): one ``MGET`` on a
+        server; on a cluster, one per slot, in a pipeline per master."""
+        if not names:
+            return []
+        if not self.cluster:
+            return list(self.client.mget(names))
+        return list(self.client.mget_nonatomic(names))
+
+    def pipeline(self) -> Any:
+        """A pipeline of single-key commands (on a cluster, sent to each key's master)."""
+        return self.client.pipeline() if self.cluster else self.client.pipeline(transaction=False)
+
+    def scan(self, match: str) -> list[str]:
+        """Every key name matching ``match`` (on a cluster: on every master)."""
+        return [
+            name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+            for name in self.client.scan_iter(match=match, count=1000)
+        ]
