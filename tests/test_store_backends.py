@@ -15,12 +15,12 @@ import pytest
 import redis
 
 import playbook as pb
+from playbook._internal.redis_nodes import sync_client
 from playbook._internal.urls import masked
 from playbook.store.marks import Mark
 from playbook.store.memory import MemoryBackend
 from playbook.store.protocol import Backend, Counts, Damaged, Found, StoreFailure
 from playbook.store.records import MemoRow, Record, memo_tools
-from playbook._internal.redis_nodes import sync_client
 from playbook.store.redis.backend import RedisBackend
 
 
@@ -70,7 +70,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     elif request.param == "memory":
         made = MemoryBackend()
     else:
-        made = RedisBackend(request.getfixturevalue("redis_url" if request.param == "redis" else "cluster_url"))
+        made = RedisBackend(
+            request.getfixturevalue("redis_url" if request.param == "redis" else "cluster_url")
+        )
     yield made
     made.close()
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import string
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["WAIT_MS", "Call", "Slots", "tag"]
+__all__ = ["WAIT_MS", "Call", "Slots", "str_of", "tag"]
 
 WAIT_MS = 1000  # how long a write waits for a replica before it goes on (the marks see a loss)
 _TAGS: dict[int, str] = {}
@@ -44,6 +45,10 @@ def tag(slot: int) -> str:
     return _TAGS[slot]
 
 
+def str_of(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 class Call(NamedTuple):
     """A script to run on ``keys`` (all in one slot) with ``args``."""
 
@@ -62,6 +67,7 @@ class Slots:
         self.cluster = isinstance(client, redis.RedisCluster)
         self.prefix = prefix
         self._shas: dict[str, str] = {}
+        self._replicas: dict[str, tuple[bool, float]] = {}  # node name -> (has a replica, when asked)
 
     def groups(self, keys: Sequence[str]) -> list[list[int]]:
         """The positions of ``keys`` (store keys, without the prefix) by group: one group on a
@@ -98,36 +104,76 @@ class Slots:
 
     def run(self, calls: Sequence[Call], *, wait: bool = False) -> list[Any]:
         """Each call's answer, in order; on a cluster, one round trip per master (then ``WAIT``
-        for a replica when ``wait``), and a call that met a failover sent again."""
-        if not calls:
-            return []
-        if not self.cluster:
-            return self._on(self.client, range(len(calls)), calls, wait=False)
-        by_node: dict[str, tuple[Any, list[int]]] = {}
-        for at, call in enumerate(calls):
-            node = self.client.get_node_from_key(call.keys[0])
-            by_node.setdefault(node.name, (node, []))[1].append(at)
+        for a replica when ``wait``).  A call that met a failover or a node without the script is
+        sent again the same way (by ``EVAL``, to where its slot is now), then, should it fail
+        again, through the cluster client, which retries until a replica has taken over."""
         answers: list[Any] = [None] * len(calls)
-        for node, positions in by_node.values():
-            replicas = wait and self._replicated(node)
-            got = self._on(self.client.get_redis_connection(node), positions, calls, wait=replicas)
-            for at, answer in zip(positions, got):
-                answers[at] = answer
+        todo = list(range(len(calls)))
+        for again in (False, True):
+            if not todo:
+                break
+            if not self.cluster:
+                failed = self._on(self.client, todo, calls, answers, wait=False, again=again)
+            else:
+                failed = []
+                for node, positions in self._by_node(todo, calls):
+                    failed += self._on(
+                        self.client.get_redis_connection(node),
+                        positions,
+                        calls,
+                        answers,
+                        wait=wait and self._replicated(node),
+                        again=again,
+                    )
+            todo = failed
+        for at in todo:  # what failed twice: the client's own retries (a cluster's ride out a failover)
+            call = calls[at]
+            answers[at] = self.client.eval(call.script, len(call.keys), *call.keys, *call.args)
         return answers
 
-    def _replicated(self, node: Any) -> bool:
-        """Whether ``node`` has a replica to wait for (a cluster without replicas would wait in vain)."""
-        slots = self.client.nodes_manager.slots_cache
-        return any(len(owners) > 1 and owners[0].name == node.name for owners in slots.values())
+    def _by_node(self, positions: Sequence[int], calls: Sequence[Call]) -> list[tuple[Any, list[int]]]:
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for at in positions:
+            node = self.client.get_node_from_key(calls[at].keys[0])
+            by_node.setdefault(node.name, (node, []))[1].append(at)
+        return list(by_node.values())
 
-    def _on(self, client: Any, positions: Sequence[int], calls: Sequence[Call], *, wait: bool) -> list[Any]:
-        """``calls[positions]`` in one pipeline on ``client``; what fails there, again one by one."""
-        from redis.exceptions import ConnectionError, RedisError, TimeoutError
+    def _replicated(self, node: Any) -> bool:
+        """Whether ``node`` has a replica to wait for (a cluster without replicas would wait in
+        vain), as the node said in the last half minute (``ROLE``: the replicas attached now)."""
+        known = self._replicas.get(node.name)
+        if known is not None and time.monotonic() - known[1] < 30.0:
+            return known[0]
+        try:
+            role = self.client.get_redis_connection(node).execute_command("ROLE")
+            attached = bool(role[2]) if role and str_of(role[0]) == "master" else False
+        except Exception:
+            attached = False
+        self._replicas[node.name] = (attached, time.monotonic())
+        return attached
+
+    def _on(
+        self,
+        client: Any,
+        positions: Sequence[int],
+        calls: Sequence[Call],
+        answers: list[Any],
+        *,
+        wait: bool,
+        again: bool,
+    ) -> list[int]:
+        """``calls[positions]`` in one pipeline on ``client`` (``again``: by ``EVAL``), their answers
+        put in ``answers``; returns the positions that failed (the topology asked anew if a node
+        went or a slot moved)."""
+        from redis.exceptions import ConnectionError, NoScriptError, RedisError, TimeoutError
 
         pipe = client.pipeline(transaction=False)
         for at in positions:
             call = calls[at]
-            pipe.evalsha(self._sha(call.script), len(call.keys), *call.keys, *call.args)
+            if again:
+                pipe.eval(call.script, len(call.keys), *call.keys, *call.args)
+            else:
+                pipe.evalsha(self._sha(call.script), len(call.keys), *call.keys, *call.args)
         if wait:
             pipe.execute_command("WAIT", 1, WAIT_MS)
         try:
@@ -135,16 +181,24 @@ class Slots:
         except (ConnectionError, TimeoutError, OSError):
             if not self.cluster:
                 raise
-            got = [None] * len(positions)
-            self.client.nodes_manager.initialize()  # where the slots are now
-            failed = list(range(len(positions)))
-        else:
-            failed = [i for i, answer in enumerate(got) if isinstance(answer, RedisError)]
-        for i in failed:
-            call = calls[positions[i]]
-            # EVAL: a node restarted or newly promoted has not seen the script
-            got[i] = self.client.eval(call.script, len(call.keys), *call.keys, *call.args)
-        return list(got)
+            self._moved()
+            return list(positions)
+        failed = []
+        for at, answer in zip(positions, got):
+            if isinstance(answer, RedisError):
+                failed.append(at)
+                if self.cluster and not isinstance(answer, NoScriptError):
+                    self._moved()
+            else:
+                answers[at] = answer
+        if again and not self.cluster and failed:
+            raise got[positions.index(failed[0])]  # an error of the script itself (out of memory)
+        return failed
+
+    def _moved(self) -> None:
+        """Ask the cluster where its slots are now."""
+        self.client.nodes_manager.initialize()
+        self._replicas.clear()
 
     def get(self, names: Sequence[str]) -> list[Any]:
         """The values of ``names`` (full key names; ``None`` where absent): one ``MGET`` on a
