@@ -238,3 +238,33 @@ def test_a_memo_on_a_cluster_is_cleared_with_a_tool_it_used(cluster_url: str) ->
     backend.clear("lookup")
     assert backend.memo_count("lookup") == 0 and backend.memo_count("other") == 20
     backend.close()
+
+
+def test_a_cluster_that_lost_a_master_for_good_is_said_in_words() -> None:
+    """A master gone with no replica to take over: the write fails after the client's retries,
+    saying the cluster lost a master and none took over, not a bare socket error."""
+    with RedisClusterServer(replicas=0, node_timeout=500) as cluster:
+        backend = RedisBackend(cluster.url)
+        records = [_record(n) for n in range(30)]  # on every master
+        backend.write(records)
+        cluster.kill(next(node for node in cluster.masters() if f":{node.port}/" not in cluster.url))
+        with pytest.raises(StoreFailure) as failed:
+            backend.write(records)
+        assert "lost a master and no replica took over within about 20 s" in failed.value.reason
+        assert cluster.url in failed.value.reason and failed.value.code == "CLUSTERDOWN"
+        backend.close()
+
+
+def test_every_master_of_a_cluster_is_asked_what_it_keeps(
+    redis_cluster: RedisClusterServer, cluster_url: str
+) -> None:
+    """One master of the cluster without an append-only file (not the one in the URL): said."""
+    master = next(node for node in redis_cluster.masters() if f":{node.port}/" not in cluster_url)
+    with redis.Redis(port=master.port) as client:
+        client.config_set("appendonly", "no")
+        try:
+            backend = RedisBackend(cluster_url)
+            assert any("no append-only file" in said for said in backend.standing)
+            backend.close()
+        finally:
+            client.config_set("appendonly", "yes")

@@ -170,12 +170,12 @@ class RedisBackend(RedisLeases):
 
     @contextmanager
     def _failing(self) -> Iterator[None]:
-        from redis.exceptions import RedisError
+        from redis.exceptions import RedisClusterException, RedisError
 
         try:
             yield
-        except (RedisError, OSError) as exc:
-            raise failure(exc, self.location) from None
+        except (RedisError, RedisClusterException, OSError) as exc:
+            raise failure(exc, self.location, cluster=getattr(self, "_slots", None) is not None and self._slots.cluster) from None
 
     def _writable(self) -> None:
         if self.readonly:
