@@ -175,7 +175,9 @@ class RedisBackend(RedisLeases):
         try:
             yield
         except (RedisError, RedisClusterException, OSError) as exc:
-            raise failure(exc, self.location, cluster=getattr(self, "_slots", None) is not None and self._slots.cluster) from None
+            raise failure(
+                exc, self.location, cluster=getattr(self, "_slots", None) is not None and self._slots.cluster
+            ) from None
 
     def _writable(self) -> None:
         if self.readonly:
@@ -300,7 +302,7 @@ class RedisBackend(RedisLeases):
         with self._failing():
             names = self._slots.scan(_escaped(self._prefix) + kind + "*")
         start = len(self._prefix)
-        return [name[start:] for name in names if ":" not in name[start:] and "{" not in name[start:]]
+        return [name[start:] for name in names if _is_record(name[start:])]
 
     def _heads(self, keys: Sequence[str]) -> list[list[Any] | None]:
         """The headers of ``keys`` (None: gone or unreadable), the first bytes of each value read."""
@@ -467,14 +469,7 @@ class RedisBackend(RedisLeases):
         start = len(self._prefix)
         for chunk in chunks(doomed):
             self._unlink([name[start:] for name in chunk])
-            # Records and memos are named by their key alone (no ':', no brace); the rest have other names.
-            removed += sum(
-                (rest := name[start:])[:1] in ("r", "s", "m")
-                and ":" not in rest
-                and "{" not in rest
-                and rest not in ("receipts", "memos")
-                for name in chunk
-            )
+            removed += sum(_is_record(name[start:]) for name in chunk)
         return removed
 
     def memo_count(self, tool: str) -> int:
@@ -519,6 +514,15 @@ def _tools(head: list[Any]) -> list[str]:
         return list(parse_tools(str(head[1])))
     except (TypeError, ValueError):
         return []
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_record(rest: str) -> bool:
+    """Whether a key's name after the prefix is a record's or a memo's (a letter, then hex digits),
+    not the store's other keys (``mark``, ``count``, ``migrating``…)."""
+    return len(rest) > 1 and rest[0] in "rsm" and _HEX.issuperset(rest[1:])
 
 
 def _escaped(prefix: str) -> str:

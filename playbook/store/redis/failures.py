@@ -64,14 +64,18 @@ def _cluster_failure(exc: BaseException, where: str, text: str) -> StoreFailure 
     within = f"within about {FAILOVER_SECONDS:.0f} s"
     fix = "start the node again, or see CLUSTER NODES on a live node"
     if isinstance(exc, e.SlotNotCoveredError):
-        return StoreFailure(f"Redis Cluster at {where} has slots no master serves ({text}): {fix}", "CLUSTERDOWN")
+        return StoreFailure(
+            f"Redis Cluster at {where} has slots no master serves ({text}): {fix}", "CLUSTERDOWN"
+        )
     if isinstance(exc, (e.ClusterDownError, e.MasterDownError)) or text.startswith("CLUSTERDOWN"):
         return StoreFailure(
             f"Redis Cluster at {where} is down ({text}): it lost a master and no replica took over {within}, or it "
             f"lost most of its masters; {fix}",
             "CLUSTERDOWN",
         )
-    if isinstance(exc, (e.ClusterError, e.RedisClusterUnreachableError, e.ConnectionError, e.TimeoutError, OSError)):
+    if isinstance(
+        exc, (e.ClusterError, e.RedisClusterUnreachableError, e.ConnectionError, e.TimeoutError, OSError)
+    ):
         return StoreFailure(
             f"Redis Cluster at {where} lost a master and no replica took over {within} ({text or type(exc).__name__}): "
             f"{fix}",
