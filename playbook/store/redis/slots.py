@@ -27,6 +27,12 @@ __all__ = ["WAIT_MS", "Call", "Slots", "str_of", "tag"]
 
 WAIT_MS = 1000  # how long a write waits for a replica before it goes on (the marks see a loss)
 _TAGS: dict[int, str] = {}
+# The counters of the slots one master serves, summed (their names in ARGV: keys of many slots,
+# which a script may read on its own node when it says so).
+_SUM = """#!lua flags=no-writes,allow-cross-slot-keys
+local n = 0
+for _, key in ipairs(ARGV) do n = n + (tonumber(redis.call('GET', key)) or 0) end
+return n"""
 
 
 def tag(slot: int) -> str:
@@ -90,11 +96,24 @@ class Slots:
 
         return f"{self.prefix}n{{{tag(key_slot((self.prefix + key).encode()))}}}"
 
-    def counters(self) -> list[str]:
-        """Every counter of receipts there may be."""
+    def counted(self) -> int:
+        """The sum of the counters of receipts: one key on a server; on a cluster, every slot's,
+        summed by one script on each master over the slots it serves (a script may read keys of
+        several slots of its own node), or read slot by slot where scripts may not (before Redis 7)."""
         if not self.cluster:
-            return [self.prefix + "count"]
-        return [f"{self.prefix}n{{{tag(slot)}}}" for slot in range(16384)]
+            return int(self.client.get(self.prefix + "count") or 0)
+        from redis.exceptions import ResponseError
+
+        owned: dict[str, tuple[Any, list[str]]] = {}
+        for slot, owners in self.client.nodes_manager.slots_cache.items():
+            owned.setdefault(owners[0].name, (owners[0], []))[1].append(f"{self.prefix}n{{{tag(slot)}}}")
+        total = 0
+        for node, names in owned.values():
+            try:
+                total += int(self.client.get_redis_connection(node).eval(_SUM, 0, *names))
+            except ResponseError:  # an older server, or a slot that moved meanwhile
+                total += sum(int(n) for n in self.get(names) if n is not None)
+        return total
 
     def _sha(self, script: str) -> str:
         sha = self._shas.get(script)
@@ -202,12 +221,44 @@ class Slots:
 
     def get(self, names: Sequence[str]) -> list[Any]:
         """The values of ``names`` (full key names; ``None`` where absent): one ``MGET`` on a
-        server; on a cluster, one per slot, in a pipeline per master."""
+        server; on a cluster, one per slot, in one plain pipeline per master (a slot that moved
+        meanwhile read again through the cluster client)."""
         if not names:
             return []
         if not self.cluster:
             return list(self.client.mget(names))
-        return list(self.client.mget_nonatomic(names))
+        from redis.crc import key_slot
+        from redis.exceptions import ConnectionError, RedisError, TimeoutError
+
+        by_slot: dict[int, list[int]] = {}
+        for at, name in enumerate(names):
+            by_slot.setdefault(key_slot(name.encode()), []).append(at)
+        by_node: dict[str, tuple[Any, list[list[int]]]] = {}
+        nodes = self.client.nodes_manager
+        for slot, positions in by_slot.items():
+            node = nodes.get_node_from_slot(slot)
+            by_node.setdefault(node.name, (node, []))[1].append(positions)
+        answers: list[Any] = [None] * len(names)
+        redo: list[int] = []
+        for node, groups in by_node.values():
+            pipe = self.client.get_redis_connection(node).pipeline(transaction=False)
+            for positions in groups:
+                pipe.mget([names[at] for at in positions])
+            try:
+                got = pipe.execute(raise_on_error=False)
+            except (ConnectionError, TimeoutError, OSError):
+                got = [RedisError()] * len(groups)
+            for positions, values in zip(groups, got):
+                if isinstance(values, RedisError):
+                    redo.extend(positions)
+                    continue
+                for at, value in zip(positions, values):
+                    answers[at] = value
+        if redo:
+            self._moved()
+            for at, value in zip(redo, self.client.mget_nonatomic([names[at] for at in redo])):
+                answers[at] = value
+        return answers
 
     def pipeline(self) -> Any:
         """A pipeline of single-key commands (on a cluster, sent to each key's master)."""
