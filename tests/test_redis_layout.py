@@ -268,3 +268,51 @@ def test_every_master_of_a_cluster_is_asked_what_it_keeps(
             backend.close()
         finally:
             client.config_set("appendonly", "yes")
+
+
+def _bytes(client: redis.Redis, pattern: str) -> int:
+    return sum(int(client.memory_usage(name, samples=0) or 0) for name in client.scan_iter(match=pattern))
+
+
+def test_a_receipt_takes_under_half_the_memory_the_older_layout_took(redis_url: str) -> None:
+    """The same receipts, written by the store and as the older layout kept them (a value, a
+    hash beside it, a sorted set and a set per tool): under half the bytes (MEMORY USAGE)."""
+    records = [
+        Record(
+            f"r{n:032x}",
+            "lookup",
+            "1",
+            "default",
+            1_700_000_000.5 + n,
+            0.001,
+            False,
+            0,
+            f'{{"n":{n}}}',
+            f'{{"n":{n}}}',
+            None,
+        )
+        for n in range(2000)
+    ]
+    backend = RedisBackend(redis_url, prefix="new")
+    assert backend.write(records) == len(records)
+    client = redis.Redis.from_url(redis_url)
+    pipe = client.pipeline(transaction=False)
+    for row in records:
+        pipe.set(f"old:{row.key}", json.dumps([row.at, row.miss, row.flags, row.error]) + "\n" + row.output)
+        fields = {
+            "tool": row.tool,
+            "version": row.version,
+            "account": row.account,
+            "cost": row.cost,
+            "input": row.input,
+        }
+        pipe.hset(f"old:info:{row.key}", mapping=fields)  # type: ignore[arg-type]
+        pipe.zadd("old:receipts", {row.key: row.at})
+        pipe.sadd(f"old:tool:{row.tool}", row.key)
+    pipe.execute()
+    new, old = _bytes(client, "new:*"), _bytes(client, "old:*")
+    assert new <= 0.5 * old, (
+        f"{new / len(records):.0f} B a receipt, the older layout {old / len(records):.0f} B"
+    )
+    backend.close()
+    client.close()

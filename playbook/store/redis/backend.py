@@ -401,14 +401,12 @@ class RedisBackend(RedisLeases):
                 by_tool[tool] = (count + 1, total + cost)
         memos = len(self._keys("m"))
         with self._failing():
-            info = self._client.info("memory")
-        used = (
-            sum(int(part.get("used_memory", 0)) for part in info.values())
-            if self._slots.cluster
-            and isinstance(info, dict)
-            and all(isinstance(v, dict) for v in info.values())
-            else int(info.get("used_memory", 0))
-        )
+            masters = (
+                [self._client.get_redis_connection(node) for node in self._client.get_primaries()]
+                if self._slots.cluster
+                else [self._client]
+            )
+            used = sum(int(master.info("memory").get("used_memory", 0)) for master in masters)
         return Counts(by_tool, memos, used)
 
     def clear(self, tool: str | None = None) -> int:
