@@ -114,10 +114,14 @@ class Slots:
         several slots of its own node), or read slot by slot where scripts may not (before Redis 7)."""
         if not self.cluster:
             return int(self.client.get(self.prefix + "count") or 0)
-        from redis.exceptions import ResponseError
 
+        from redis.exceptions import ResponseError, SlotNotCoveredError
+
+        cache = self.client.nodes_manager.slots_cache
+        if len(cache) < 16384:  # a count short of some slots would look like receipts lost
+            raise SlotNotCoveredError(f"{16384 - len(cache)} of the cluster's 16384 slots have no master")
         owned: dict[str, tuple[Any, list[str]]] = {}
-        for slot, owners in self.client.nodes_manager.slots_cache.items():
+        for slot, owners in cache.items():
             owned.setdefault(owners[0].name, (owners[0], []))[1].append(f"{self.prefix}n{{{tag(slot)}}}")
         total = 0
         for node, names in owned.values():
