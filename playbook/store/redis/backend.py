@@ -341,10 +341,7 @@ class RedisBackend(RedisLeases):
         self.watch()
 
     def _mset(self, values: dict[str, Any]) -> None:
-        if self._slots.cluster:
-            self._client.mset_nonatomic(values)
-        else:
-            self._client.mset(values)
+        self._slots.set(values)
 
     def hints(self, play: str, rows: Sequence[str]) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}

@@ -312,24 +312,16 @@ class Slots:
             return []
         if not self.cluster:
             return list(self.client.mget(names))
-        from redis.crc import key_slot
         from redis.exceptions import RedisError
 
-        by_slot: dict[int, list[int]] = {}
-        for at, name in enumerate(names):
-            by_slot.setdefault(key_slot(name.encode()), []).append(at)
-        by_node: dict[str, tuple[Any, list[list[int]]]] = {}
-        owners = self.client.nodes_manager.slots_cache
-        for slot, positions in by_slot.items():
-            node = owners[slot][0]  # its master (a slot no master serves: the KeyError the client raises too)
-            by_node.setdefault(node.name, (node, []))[1].append(positions)
+        by_node = self._by_slot_and_node(names)
         answers: list[Any] = [None] * len(names)
         redo: list[int] = []
         batches = [
             (node, [("MGET", *(names[at] for at in positions)) for positions in groups])
-            for node, groups in by_node.values()
+            for node, groups in by_node
         ]
-        for (_, groups), got in zip(by_node.values(), self._exchange(batches)):
+        for (_, groups), got in zip(by_node, self._exchange(batches)):
             for positions, values in zip(groups, got):
                 if isinstance(values, RedisError | OSError | None):
                     redo.extend(positions)
@@ -341,6 +333,48 @@ class Slots:
             for at, value in zip(redo, self.client.mget_nonatomic([names[at] for at in redo])):
                 answers[at] = value
         return answers
+
+    def set(self, values: dict[str, Any]) -> None:
+        """Set each key (full names) to its value: one ``MSET`` on a server; on a cluster, one per
+        slot, every master's at once (a slot that moved meanwhile set again through the cluster client)."""
+        if not values:
+            return
+        if not self.cluster:
+            self.client.mset(values)
+            return
+        from redis.exceptions import RedisError
+
+        names = list(values)
+        by_node = [
+            (node, [[names[at] for at in positions] for positions in groups])
+            for node, groups in self._by_slot_and_node(names)
+        ]
+        batches = [
+            (node, [("MSET", *(part for name in group for part in (name, values[name]))) for group in groups])
+            for node, groups in by_node
+        ]
+        redo = {}
+        for (_, groups), got in zip(by_node, self._exchange(batches)):
+            for group, answer in zip(groups, got):
+                if isinstance(answer, RedisError | OSError | None):
+                    redo.update({name: values[name] for name in group})
+        if redo:
+            self._moved()
+            self.client.mset_nonatomic(redo)
+
+    def _by_slot_and_node(self, names: Sequence[str]) -> list[tuple[Any, list[list[int]]]]:
+        """The positions of ``names`` by slot, the slots by the master that serves them."""
+        from redis.crc import key_slot
+
+        by_slot: dict[int, list[int]] = {}
+        for at, name in enumerate(names):
+            by_slot.setdefault(key_slot(name.encode()), []).append(at)
+        by_node: dict[str, tuple[Any, list[list[int]]]] = {}
+        owners = self.client.nodes_manager.slots_cache
+        for slot, positions in by_slot.items():
+            node = owners[slot][0]  # its master (a slot no master serves: the KeyError the client raises too)
+            by_node.setdefault(node.name, (node, []))[1].append(positions)
+        return list(by_node.values())
 
     def pipeline(self) -> Any:
         """A pipeline of single-key commands (on a cluster, sent to each key's master)."""
