@@ -307,10 +307,7 @@ class RedisBackend(RedisLeases):
     def _heads(self, keys: Sequence[str]) -> list[list[Any] | None]:
         """The headers of ``keys`` (None: gone or unreadable), the first bytes of each value read."""
         with self._failing():
-            pipe = self._slots.pipeline()
-            for key in keys:
-                pipe.getrange(self._prefix + key, 0, HEAD)
-            values = pipe.execute()
+            values = self._slots.each("GETRANGE", [self._prefix + key for key in keys], 0, HEAD)
             heads = [head_of(value) if b"\n" in value else None for value in values]
             longer = [at for at, (value, head) in enumerate(zip(values, heads)) if value and head is None]
             for at, value in zip(longer, self._get([keys[at] for at in longer])):
@@ -428,9 +425,7 @@ class RedisBackend(RedisLeases):
                 if head and len(head) >= 2 and tool in _tools(head)
             ]
             if used:
-                self._client.unlink(
-                    *[self._prefix + key for key in used]
-                ) if not self._slots.cluster else self._unlink(used)
+                self._unlink(used)
         return removed
 
     def _remove(self, keys: Sequence[str]) -> int:
@@ -447,10 +442,7 @@ class RedisBackend(RedisLeases):
         return sum(int(n) for n in slots.run(calls))
 
     def _unlink(self, keys: Sequence[str]) -> None:
-        pipe = self._slots.pipeline()
-        for key in keys:
-            pipe.unlink(self._prefix + key)
-        pipe.execute()
+        self._slots.each("UNLINK", [self._prefix + key for key in keys])
 
     def _clear_all(self) -> int:
         """Every key under the prefix but the leases (a call being paid for stays leased) and the

@@ -376,6 +376,38 @@ class Slots:
             by_node.setdefault(node.name, (node, []))[1].append(positions)
         return list(by_node.values())
 
+    def each(self, command: str, names: Sequence[str], *args: Any) -> list[Any]:
+        """``command name *args`` for each of ``names`` (full key names), the answers in order: one
+        pipeline on a server; on a cluster, every master's at once (a key whose slot moved
+        meanwhile sent again through the cluster client)."""
+        if not names:
+            return []
+        if not self.cluster:
+            pipe = self.client.pipeline(transaction=False)
+            for name in names:
+                pipe.execute_command(command, name, *args)
+            return list(pipe.execute())
+        from redis.exceptions import RedisError
+
+        by_node = [
+            (node, [at for positions in groups for at in positions])
+            for node, groups in self._by_slot_and_node(names)
+        ]
+        answers: list[Any] = [None] * len(names)
+        redo = []
+        batches = [(node, [(command, names[at], *args) for at in mine]) for node, mine in by_node]
+        for (_, mine), got in zip(by_node, self._exchange(batches)):
+            for at, answer in zip(mine, got):
+                if isinstance(answer, RedisError | OSError):
+                    redo.append(at)
+                else:
+                    answers[at] = answer
+        if redo:
+            self._moved()
+            for at in redo:
+                answers[at] = self.client.execute_command(command, names[at], *args)
+        return answers
+
     def pipeline(self) -> Any:
         """A pipeline of single-key commands (on a cluster, sent to each key's master)."""
         return self.client.pipeline() if self.cluster else self.client.pipeline(transaction=False)
