@@ -96,7 +96,7 @@ UNKNOWN_FLOOR = 1 / 1.2  # elapsed <= 1.2 x ideal
 UNKNOWN_REFUSED = 0.05  # of requests
 
 CLUSTER_PROCESSES = 4
-STORE_ON_CLUSTER = True  # each process's store on the cluster too (False: in a directory of its own, as B6's are)
+STORE_ON_CLUSTER = True  # each process's store on the cluster too (False: a directory of its own)
 Redis = RedisServer | RedisClusterServer
 
 
