@@ -47,6 +47,7 @@ _BY_FILE = {
     "test_browser.py": ("browser", "slow"),
     "test_notebooks.py": ("notebook", "slow"),
     "test_cluster.py": ("cluster", "slow"),
+    "test_cluster_failover.py": ("redis", "slow"),
     "test_widget.py": ("kernel",),
     "test_interrupt.py": ("slow",),
     "test_processes.py": ("slow",),
@@ -60,7 +61,11 @@ _BY_FILE = {
 }
 # Engines of the promise suite (tests/engines.py): several processes share a Redis store, and the
 # demo provider in a process of its own; a cluster.
-_BY_ENGINE = {"[processes": ("redis", "slow", "network"), "[cluster": ("cluster", "redis", "slow", "network")}
+_BY_ENGINE = {
+    "[processes": ("redis", "slow", "network"),
+    "[cluster": ("cluster", "redis", "slow", "network"),
+    "[redis cluster": ("redis", "slow", "network"),
+}
 
 
 def pytest_configure(config: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from demo_process import DemoProcess
-from engines import ENGINES, THREADS, WORKERS, Cluster, Engine, OneProcess, Processes
+from engines import ENGINES, THREADS, WORKERS, Cluster, Engine, OneProcess, Processes, RedisCluster
 from hypothesis import settings
 from vtime import LoopClock
 
@@ -164,7 +164,7 @@ def engine(request: pytest.FixtureRequest, tmp_path: Any) -> Engine:
     """Each engine in turn: the promise is the same on every one."""
     if request.param == "one process":
         return OneProcess(tmp_path / "store", tmp_path)
-    redis_url = request.getfixturevalue("redis_url")
+    redis_url = request.getfixturevalue("cluster_url" if request.param == "redis cluster" else "redis_url")
     # Emptied for this test on purpose, and said so (as a user who flushes a store accepts the loss): a
     # cluster's workers outlive a test, with the store they had open, and would take the empty
     # store for one that lost the last test's receipts.
@@ -173,6 +173,8 @@ def engine(request: pytest.FixtureRequest, tmp_path: Any) -> Engine:
     emptied.close()
     if request.param == "processes":
         return Processes(redis_url, tmp_path)
+    if request.param == "redis cluster":
+        return RedisCluster(redis_url, tmp_path)
     return Cluster(request.getfixturevalue("dask_client"), redis_url)
 
 
