@@ -62,9 +62,9 @@ _BY_FILE = {
 # Engines of the promise suite (tests/engines.py): several processes share a Redis store, and the
 # demo provider in a process of its own; a cluster.
 _BY_ENGINE = {
-    "[processes": ("redis", "slow", "network"),
-    "[cluster": ("cluster", "redis", "slow", "network"),
-    "[redis cluster": ("redis", "slow", "network"),
+    "processes": ("redis", "slow", "network"),
+    "cluster": ("cluster", "redis", "slow", "network"),
+    "redis cluster": ("redis", "slow", "network"),
 }
 
 
@@ -79,9 +79,8 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None
     for item in items:
         marks = set(_BY_FILE.get(item.path.name, ()))
         marks.update(_BY_FIXTURE[f] for f in getattr(item, "fixturenames", ()) if f in _BY_FIXTURE)
-        for engine, extra in _BY_ENGINE.items():
-            if engine in item.nodeid:
-                marks.update(extra)
+        callspec = getattr(item, "callspec", None)
+        marks.update(_BY_ENGINE.get(callspec.params.get("engine", "") if callspec else "", ()))
         for mark in sorted(marks):
             item.add_marker(getattr(pytest.mark, mark))
     config.stash[_COLLECTED] = len(items)  # before -m deselects: every test of the files asked for

@@ -45,6 +45,11 @@ from playbook._internal.redis_nodes import sync_client
 from playbook.providers.provider import sharing_limits
 
 ENGINES = ("one process", "processes", "cluster", "redis cluster")
+# The promise files whose promises are about what goes on the wire (each LLM dialect's requests,
+# where a key is put), the same whichever server keeps the store: the Redis Cluster engine runs
+# the others, whose state lives in the store and the shared limits (receipts, memos, leases, the
+# spend; rates, holds, each key's limits), and these run on the first three engines.
+ON_THE_WIRE = ("test_promises_dialects", "test_promises_secrets")
 PROCESSES = 2  # the processes engine's processes
 WORKERS, THREADS = 2, 2  # the cluster's workers, and threads each
 PARTITIONS = 4
@@ -91,6 +96,13 @@ if len(sys.argv) > 3:
     with open(sys.argv[2] + ".retry", "wb") as out:
         pickle.dump(said(again), out)
 """
+
+
+def engines_of(module: str) -> tuple[str, ...]:
+    """The engines the promises of ``module`` (a test file's module name) run on."""
+    if module.rsplit(".", 1)[-1] in ON_THE_WIRE:
+        return tuple(engine for engine in ENGINES if engine != "redis cluster")
+    return ENGINES
 
 
 @dataclass
