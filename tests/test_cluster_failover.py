@@ -63,6 +63,8 @@ def _every_row_ended(outcome: Outcome) -> int:
     assert outcome.result is not None and outcome.fatal is None, outcome.fatal
     statuses = outcome.result["play_status"]
     failed = outcome.result.loc[~statuses.isin(["ok", "reused"]), ["play_status", "play_error"]]
+    # the store said, as it opened the cluster, what a failover may lose and how that is bounded
+    assert any("is on a Redis Cluster" in note for note in outcome.notices), outcome.notices
     assert (failed["play_status"] == "failed").all(), failed
     assert all(FAILOVER in str(error) for error in failed["play_error"]), failed["play_error"].tolist()
     return len(failed)
