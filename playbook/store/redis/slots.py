@@ -115,6 +115,15 @@ class Slots:
         if not self.cluster:
             return int(self.client.get(self.prefix + "count") or 0)
 
+        from redis.exceptions import ConnectionError, TimeoutError
+
+        try:
+            return self._counted()
+        except (ConnectionError, TimeoutError, OSError):  # a master gone since the topology was read
+            self._moved()
+            return self._counted()
+
+    def _counted(self) -> int:
         from redis.exceptions import ResponseError, SlotNotCoveredError
 
         cache = self.client.nodes_manager.slots_cache
