@@ -127,6 +127,7 @@ class RedisBackend(RedisLeases):
         self.readonly = readonly
         self._prefix = prefix + ":"
         self._spend = self._prefix + "spend"
+        self._url = url
         self._client = self._connect(url)
         self._slots = Slots(self._client, self._prefix)
         self.notices: list[str] = []
@@ -510,6 +511,9 @@ class RedisBackend(RedisLeases):
             self._client.set(self._prefix + "mark", mark)
 
     def close(self) -> None:
+        from playbook._internal.redis_nodes import remember
+
+        remember(self._url, self._client)  # a cluster's nodes, for the next store of this URL here
         self._client.close()  # and its pool: from_url made the pool for this client alone
 
 
