@@ -1,0 +1,252 @@
+"""What playbook asks of Redis per row: commands, round trips and bytes, measured on a real server.
+
+``python -m benchmarks.redis_ops`` (``--rows 20000``; ``--cluster`` for a 3-master Redis Cluster
+with a replica each instead of one server) prints:
+
+- per row, for a first run, a receipts replay (an edited play over the same calls) and a row-memo
+  replay of a trivial async tool: the commands the server ran (``INFO commandstats`` after
+  ``CONFIG RESETSTAT``, summed over the masters), by command, and the reads it served
+  (``total_reads_processed``: a pipeline of many commands arrives in one read or a few, so this
+  is close to the round trips);
+- per paid call through a provider with ``shared=`` (the limiter on Redis, the store elsewhere):
+  the same;
+- the bytes Redis holds, by family of keys (``MEMORY USAGE`` of each key), and per receipt, per
+  row memo, per hint and per lease, beside the growth of ``used_memory`` per row.
+
+docs/sharing.md ("Past one Redis") rests on these figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pandas as pd
+import redis
+
+import playbook as pb
+from playbook.demo.redis_server import RedisClusterServer, RedisServer
+from playbook.store import engine
+
+CONCURRENCY = 16
+PREFIX = "playbook:"
+
+
+@dataclass
+class Usage:
+    """What the masters did between two samples: commands by name, reads served."""
+
+    commands: Counter[str]
+    reads: int
+    cpu: float  # seconds of the servers' CPU (user + system)
+
+    def per(self, n: int) -> str:
+        total = sum(self.commands.values())
+        top = ", ".join(f"{name} {calls / n:.3f}" for name, calls in self.commands.most_common())
+        return f"{total / n:6.3f} commands, {self.reads / n:.3f} reads, {self.cpu / n * 1e6:.1f} µs of server CPU\n{'':19}({top})"
+
+
+class Nodes:
+    """Plain clients of every master (one for a single server), to sample what they did."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.clients = [redis.Redis(port=port, decode_responses=True) for port in ports]
+
+    def reset(self) -> None:
+        self.cpu: dict[int, float] = {}
+        for client in self.clients:
+            client.config_resetstat()
+            used = client.info("cpu")  # not reset by RESETSTAT
+            self.cpu[id(client)] = float(used["used_cpu_user"]) + float(used["used_cpu_sys"])
+
+    def usage(self) -> Usage:
+        commands: Counter[str] = Counter()
+        reads, cpu = 0, 0.0
+        for client in self.clients:
+            used = client.info("cpu")
+            cpu += float(used["used_cpu_user"]) + float(used["used_cpu_sys"]) - self.cpu.get(id(client), 0.0)
+            for name, stats in client.info("commandstats").items():
+                commands[name.removeprefix("cmdstat_")] += int(stats["calls"])
+            reads += int(client.info("stats")["total_reads_processed"])
+        # what this sampling sent itself (on each node): the reset, two INFO counted, four reads
+        for name in ("info", "config|resetstat"):
+            commands[name] -= 2 * len(self.clients) if name == "info" else len(self.clients)
+        return Usage(+commands, reads - 4 * len(self.clients), cpu)
+
+    @contextlib.contextmanager
+    def measured(self, into: list[Usage]) -> Iterator[None]:
+        self.reset()
+        yield
+        into.append(self.usage())
+
+    def used_memory(self) -> int:
+        return sum(int(client.info("memory")["used_memory"]) for client in self.clients)
+
+    def keys(self) -> set[str]:
+        return {key for client in self.clients for key in client.scan_iter(count=1000)}
+
+    def sizes(self, keys: set[str]) -> dict[str, int]:
+        """``MEMORY USAGE`` of each key (every element counted: ``SAMPLES 0``), where it lives."""
+        found: dict[str, int] = {}
+        for client in self.clients:
+            mine = [key for key in keys if client.exists(key)] if len(self.clients) > 1 else list(keys)
+            for start in range(0, len(mine), 1000):
+                chunk = mine[start : start + 1000]
+                with client.pipeline(transaction=False) as pipe:
+                    for key in chunk:
+                        pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
+                    found.update((key, int(size or 0)) for key, size in zip(chunk, pipe.execute()))
+        return found
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+
+_ADDRESS = re.compile(r"(?<![A-Za-z0-9])([rsm])[A-Za-z0-9_-]{20,}")
+
+
+def family(key: str) -> str:
+    """A key with its address, play and row replaced by their kind: ``playbook:info:<r>``."""
+    key = _ADDRESS.sub(lambda m: f"<{m.group(1)}>", key)
+    return re.sub(r"used:[^:]+:.+$", "used:<play>:<row>", key)
+
+
+def kind(name: str) -> str:
+    """What a family of keys is kept for: receipt, memo, hint, lease or other."""
+    if "lease" in name:
+        return "lease"
+    if "used:" in name:
+        return "hint"
+    if "<m>" in name or re.search(r":memos\b", name):
+        return "memo"
+    if "<r>" in name or name.endswith((":receipts", ":count")) or ":tool:" in name or ":n{" in name:
+        return "receipt"
+    return "other"
+
+
+def _frame(rows: int) -> pd.DataFrame:
+    return pd.DataFrame({"n": range(rows)})
+
+
+def store_rows(url: str, nodes: Nodes, rows: int) -> None:
+    """Commands per row of the three runs, then the bytes they left, by family of keys."""
+    store = pb.ReceiptStore(url)
+
+    @pb.tool(name="lookup", version="1")
+    async def lookup(n: int) -> dict:
+        return {"n": n, "label": f"item-{n}"}
+
+    async def body(row, ctx):
+        return {"v": await ctx.tool(lookup, n=row.n)}
+
+    frame = _frame(rows)
+
+    def played(version: str, check: Callable[[pb.RunStats], bool]) -> None:
+        run = frame.play.run(
+            pb.play(body, name="ops", version=version), store=store, progress=False, concurrency=CONCURRENCY
+        )
+        assert check(run.stats), run.stats
+
+    before, keys_before = nodes.used_memory(), nodes.keys()
+    usages: list[Usage] = []
+    with nodes.measured(usages):
+        played("1", lambda s: s.ok == rows and s.calls_reused == 0)
+    grown = nodes.used_memory() - before
+    written = nodes.keys() - keys_before
+    with nodes.measured(usages):
+        played("2", lambda s: s.calls_reused == rows and s.calls_executed == 0)
+    with nodes.measured(usages):
+        played("2", lambda s: s.reused == rows)
+    print(f"\nRedis commands per row, {rows:,} rows of one trivial call each (concurrency {CONCURRENCY}):")
+    for name, usage in zip(("first run", "receipts replay", "row-memo replay"), usages):
+        print(f"  {name:<16} {usage.per(rows)}")
+
+    sizes = nodes.sizes(written)
+    by_family: dict[str, list[int]] = {}
+    for key, size in sizes.items():
+        by_family.setdefault(family(key), []).append(size)
+    print(f"\nBytes Redis holds after the first run (MEMORY USAGE, SAMPLES 0), {rows:,} rows:")
+    by_kind: Counter[str] = Counter()
+    for name, found in sorted(by_family.items(), key=lambda item: -sum(item[1])):
+        by_kind[kind(name)] += sum(found)
+        print(
+            f"  {name:<40} {len(found):>7,} keys  {sum(found) / len(found):>9,.0f} B each  {sum(found) / rows:>7,.1f} B/row"
+        )
+    for name in ("receipt", "memo", "hint", "other"):
+        print(f"  per {name:<8} {by_kind[name] / rows:>7,.1f} B (its keys and its share of the indexes)")
+    print(
+        f"  all        {sum(by_kind.values()) / rows:>7,.1f} B a row by MEMORY USAGE; used_memory grew {grown / rows:,.1f} B a row"
+    )
+
+    backend = engine(store).backend
+    found = (_ADDRESS.search(key) for key in written if family(key).endswith("<r>"))
+    addresses = sorted({match.group(0) for match in found if match})[:1000]
+    keys_before, before = nodes.keys(), nodes.used_memory()
+    backend.take(addresses, "bench-owner-0123456789abcdef", 600.0)
+    leases = nodes.sizes(nodes.keys() - keys_before)
+    grown = nodes.used_memory() - before
+    print(
+        f"  per lease  {sum(leases.values()) / len(addresses):>7,.1f} B ({len(leases)} keys for {len(addresses)} leases); "
+        f"used_memory grew {grown / len(addresses):,.1f} B a lease"
+    )
+    backend.release(addresses, "bench-owner-0123456789abcdef")
+    store.close()
+
+
+def limiter_calls(url: str, nodes: Nodes, calls: int) -> None:
+    """Commands per paid call of a provider with ``shared=`` on this Redis (the store on disk)."""
+    api = pb.Provider("ops-bench", rps=1000, concurrency=CONCURRENCY, shared=url)
+
+    @pb.tool(name="paid", version="1", provider=api)
+    async def paid(n: int) -> dict:
+        return {"n": n}
+
+    async def body(row, ctx):
+        return {"v": await ctx.tool(paid, n=row.n)}
+
+    store = pb.ReceiptStore(tempfile.mkdtemp(prefix="pb-ops-") + "/store")
+    usages: list[Usage] = []
+    with nodes.measured(usages):
+        run = _frame(calls).play.run(
+            pb.play(body, name="limited"), store=store, progress=False, concurrency=CONCURRENCY
+        )
+    assert run.stats.calls_executed == calls, run.stats
+    print(f"\nShared limiter (rps=1000, concurrency={CONCURRENCY}), per paid call, {calls:,} calls:")
+    print(f"  {'limiter':<16} {usages[0].per(calls)}")
+    store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.redis_ops", description=__doc__)
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--calls", type=int, default=3_000, help="paid calls through the shared limiter")
+    parser.add_argument("--cluster", action="store_true", help="a 3-master Redis Cluster, not one server")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="playbook-ops-marks-") as marks:
+        import os
+
+        os.environ.setdefault("PLAYBOOK_MARKS", marks)
+        with RedisClusterServer() if args.cluster else RedisServer() as server:
+            ports = (
+                [node.port for node in server.masters()]
+                if isinstance(server, RedisClusterServer)
+                else [server.port]
+            )
+            nodes = Nodes(ports)
+            print(
+                f"on {'a Redis Cluster of 3 masters' if args.cluster else 'one Redis server'} ({server.url})"
+            )
+            store_rows(server.url, nodes, args.rows)
+            limiter_calls(server.url, nodes, args.calls)
+            nodes.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
