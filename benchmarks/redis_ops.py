@@ -87,20 +87,26 @@ class Nodes:
     def used_memory(self) -> int:
         return sum(int(client.info("memory")["used_memory"]) for client in self.clients)
 
-    def keys(self) -> set[str]:
-        return {key for client in self.clients for key in client.scan_iter(count=1000)}
+    def keys(self) -> set[tuple[int, str]]:
+        """Every key, with the index of the master holding it."""
+        return {(i, key) for i, client in enumerate(self.clients) for key in client.scan_iter(count=1000)}
 
-    def sizes(self, keys: set[str]) -> dict[str, int]:
-        """``MEMORY USAGE`` of each key (every element counted: ``SAMPLES 0``), where it lives."""
-        found: dict[str, int] = {}
-        for client in self.clients:
-            mine = [key for key in keys if client.exists(key)] if len(self.clients) > 1 else list(keys)
+    def sizes(self, keys: set[tuple[int, str]]) -> dict[str, tuple[int, int]]:
+        """``MEMORY USAGE`` of each key (every element counted: ``SAMPLES 0``) and the length of
+        its value (a string's; 0 for other types)."""
+        found: dict[str, tuple[int, int]] = {}
+        for i, client in enumerate(self.clients):
+            mine = [key for node, key in keys if node == i]
             for start in range(0, len(mine), 1000):
                 chunk = mine[start : start + 1000]
                 with client.pipeline(transaction=False) as pipe:
                     for key in chunk:
                         pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
-                    found.update((key, int(size or 0)) for key, size in zip(chunk, pipe.execute()))
+                        pipe.type(key)
+                        pipe.strlen(key)
+                    answers = pipe.execute(raise_on_error=False)
+                for key, size, kind, length in zip(chunk, answers[::3], answers[1::3], answers[2::3]):
+                    found[key] = (int(size or 0), int(length) if kind == "string" else 0)
         return found
 
     def close(self) -> None:
@@ -169,14 +175,17 @@ def store_rows(url: str, nodes: Nodes, rows: int) -> None:
 
     sizes = nodes.sizes(written)
     by_family: dict[str, list[int]] = {}
-    for key, size in sizes.items():
+    lengths: Counter[str] = Counter()
+    for key, (size, length) in sizes.items():
         by_family.setdefault(family(key), []).append(size)
+        lengths[family(key)] += length
     print(f"\nBytes Redis holds after the first run (MEMORY USAGE, SAMPLES 0), {rows:,} rows:")
     by_kind: Counter[str] = Counter()
     for name, found in sorted(by_family.items(), key=lambda item: -sum(item[1])):
         by_kind[kind(name)] += sum(found)
         print(
             f"  {name:<40} {len(found):>7,} keys  {sum(found) / len(found):>9,.0f} B each  {sum(found) / rows:>7,.1f} B/row"
+            + (f"  (value {lengths[name] / len(found):,.0f} B)" if lengths[name] else "")
         )
     for name in ("receipt", "memo", "hint", "other"):
         print(f"  per {name:<8} {by_kind[name] / rows:>7,.1f} B (its keys and its share of the indexes)")
@@ -185,14 +194,14 @@ def store_rows(url: str, nodes: Nodes, rows: int) -> None:
     )
 
     backend = engine(store).backend
-    found = (_ADDRESS.search(key) for key in written if family(key).endswith("<r>"))
+    found = (_ADDRESS.search(key) for _, key in written if family(key).endswith("<r>"))
     addresses = sorted({match.group(0) for match in found if match})[:1000]
     keys_before, before = nodes.keys(), nodes.used_memory()
     backend.take(addresses, "bench-owner-0123456789abcdef", 600.0)
     leases = nodes.sizes(nodes.keys() - keys_before)
     grown = nodes.used_memory() - before
     print(
-        f"  per lease  {sum(leases.values()) / len(addresses):>7,.1f} B ({len(leases)} keys for {len(addresses)} leases); "
+        f"  per lease  {sum(size for size, _ in leases.values()) / len(addresses):>7,.1f} B ({len(leases)} keys for {len(addresses)} leases); "
         f"used_memory grew {grown / len(addresses):,.1f} B a lease"
     )
     backend.release(addresses, "bench-owner-0123456789abcdef")
@@ -222,6 +231,33 @@ def limiter_calls(url: str, nodes: Nodes, calls: int) -> None:
     store.close()
 
 
+def index_entries(nodes: Nodes, entries: int = 200_000, per_hash: int = 100) -> None:
+    """What a receipt would cost Redis if only an index of it stayed there (its body elsewhere):
+    the address's last 12 bytes -> a segment number, a row in it and a time (12 bytes), in hashes
+    of about ``per_hash`` entries (small hashes are kept as listpacks), bucketed by the address's
+    first 4 bytes.  The tier docs/sharing.md's plan weighs, measured on this server."""
+    import hashlib
+    import struct
+
+    client = nodes.clients[0]
+    before = nodes.used_memory()
+    buckets = entries // per_hash
+    with client.pipeline(transaction=False) as pipe:
+        for i in range(entries):
+            digest = hashlib.blake2b(str(i).encode(), digest_size=16).digest()
+            bucket = int.from_bytes(digest[:4], "big") % buckets
+            pipe.hset(f"bench:index:{{{bucket}}}", digest[4:], struct.pack(">IIf", i // 10_000, i, 0.0))
+            if i % 5000 == 4999:
+                pipe.execute()
+        pipe.execute()
+    grown = nodes.used_memory() - before
+    encoding = client.object("encoding", "bench:index:{0}")
+    print(
+        f"\nAn index entry only ({entries:,} in hashes of ~{per_hash}, {encoding}): {grown / entries:.1f} B each (used_memory)"
+    )
+    client.delete(*[f"bench:index:{{{b}}}" for b in range(buckets)])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.redis_ops", description=__doc__)
     parser.add_argument("--rows", type=int, default=20_000)
@@ -244,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             store_rows(server.url, nodes, args.rows)
             limiter_calls(server.url, nodes, args.calls)
+            if not args.cluster:
+                index_entries(nodes)
             nodes.close()
     return 0
 
