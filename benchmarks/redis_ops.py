@@ -286,7 +286,7 @@ def index_entries(nodes: Nodes, entries: int = 200_000, per_hash: int = 100) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.redis_ops", description=__doc__)
     parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--calls", type=int, default=3_000, help="paid calls through the shared limiter")
+    parser.add_argument("--calls", type=int, default=3_000, help="paid calls through the shared limiter (0: none)")
     parser.add_argument("--cluster", action="store_true", help="a 3-master Redis Cluster, not one server")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="playbook-ops-marks-") as marks:
@@ -304,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"on {'a Redis Cluster of 3 masters' if args.cluster else 'one Redis server'} ({server.url})"
             )
             store_rows(server.url, nodes, args.rows)
-            limiter_calls(server.url, nodes, args.calls)
+            if args.calls:
+                limiter_calls(server.url, nodes, args.calls)
             if not args.cluster:
                 index_entries(nodes)
             nodes.close()
