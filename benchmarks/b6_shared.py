@@ -30,6 +30,15 @@ redis-server (``playbook.demo.redis_server``), flushed before each run.
           window=(50, 5)                 >= 0.95 of ideal on the provider's clock, no 429
           window unknown                 elapsed on the provider's clock <= 1.2 x ideal, 429s <= 5%
 
+  B6.4  on a Redis Cluster of 3 masters (each with a replica, ``RedisClusterServer``) beside the
+        one server, measured in the same run, one after the other: the limits shared on each.
+          B6.2's strict bucket, rps=20       >= 0.95 on the provider's clock, 429s <= 2%, at most 8
+          (4 processes, 100 rows each)       in flight at the demo; the one server's figures beside
+          B6's bucket, 4 processes           goodput >= 0.95 x the one server's in this run (and
+                                             >= 0.95 x 20/s), 429s <= 2%, at most 8 in flight
+        Each process keeps its store where B6 keeps it (a directory of its own) unless
+        ``STORE_ON_CLUSTER``: then on the cluster too.  ``B6_ONLY=cluster`` runs these rows alone.
+
 On the provider's clock (B6.2, B6.3) is where the limit is enforced: the demo counts the requests
 it admitted past every limit and the seconds between the first and the last; the ideal seconds
 are (admitted - burst) / rps for a bucket, (admitted - 50) / (50 / 5 s) for the window, and the
@@ -42,10 +51,12 @@ same rows are ``b6_same_rows``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
-from playbook.demo.redis_server import RedisServer
+import playbook as pb
+from playbook.demo.redis_server import RedisClusterServer, RedisServer
 
 from .harness import (
     Result,
@@ -84,30 +95,84 @@ KNOWN_FLOOR = 0.95  # of ideal
 UNKNOWN_FLOOR = 1 / 1.2  # elapsed <= 1.2 x ideal
 UNKNOWN_REFUSED = 0.05  # of requests
 
+CLUSTER_PROCESSES = 4
+STORE_ON_CLUSTER = False  # each process's store in a directory of its own, as B6's are
+Redis = RedisServer | RedisClusterServer
+
 
 def run(repeats: int = 1) -> list[Result]:
+    with demo_process() as url, RedisServer() as redis, RedisClusterServer() as cluster:
+        if os.environ.get("B6_ONLY") == "cluster":
+            return _clusters(url, redis, cluster, repeats)
+        return _single(url, redis, repeats) + _clusters(url, redis, cluster, repeats)
+
+
+def _single(url: str, redis: RedisServer, repeats: int) -> list[Result]:
+    """B6, B6.2 and B6.3 on one Redis server."""
     results = []
-    with demo_process() as url, RedisServer() as redis:
-        for count in (2, 4):
-            ours, base = [], []
-            for _ in range(repeats):
-                base.append(
-                    _measured(
-                        url, redis, DEMO, _split({"rps": RPS, "concurrency": IN_FLIGHT}, count, ROWS // count)
-                    )
-                )
-                ours.append(
-                    _measured(
-                        url,
-                        redis,
-                        DEMO,
-                        _split({"rps": RPS, "concurrency": IN_FLIGHT}, count, ROWS // count, redis),
-                    )
-                )
-            results.append(_row(count, _median(ours), _median(base)))
-        results += _strict(url, redis, repeats)
-        results += _windows(url, redis, repeats)
+    for count in (2, 4):
+        ours, base = [], []
+        for _ in range(repeats):
+            alone = _split({"rps": RPS, "concurrency": IN_FLIGHT}, count, ROWS // count)
+            base.append(_measured(url, redis, DEMO, alone))
+            shared = _split({"rps": RPS, "concurrency": IN_FLIGHT}, count, ROWS // count, redis)
+            ours.append(_measured(url, redis, DEMO, shared))
+        results.append(_row(count, _median(ours), _median(base)))
+    results += _strict(url, redis, repeats)
+    results += _windows(url, redis, repeats)
     return results
+
+
+def _clusters(url: str, redis: RedisServer, cluster: RedisClusterServer, repeats: int) -> list[Result]:
+    """B6.4: B6.2's strict bucket and B6's bucket, 4 processes, on the one server then on the
+    cluster, one after the other in each repeat (a slow spell of the machine hits both)."""
+    told: dict[str, list[Finish]] = {"server": [], "cluster": []}
+    bucket: dict[str, list[Finish]] = {"server": [], "cluster": []}
+    options = {"rps": RPS, "concurrency": IN_FLIGHT}
+    for _ in range(repeats):
+        for name, where in (("server", redis), ("cluster", cluster)):
+            told[name].append(
+                _measured(url, where, STRICT, _split(options, CLUSTER_PROCESSES, STRICT_ROWS, where))
+            )
+            bucket[name].append(
+                _measured(
+                    url, where, DEMO, _split(options, CLUSTER_PROCESSES, ROWS // CLUSTER_PROCESSES, where)
+                )
+            )
+    who = f"B6.4 {CLUSTER_PROCESSES} procs on a 3-master cluster"
+    mine, one = (_median(told[name], key=lambda f: _on_clock(STRICT, f)) for name in ("cluster", "server"))
+    strict = clock_row(f"{who}, burst 2: rps=20", STRICT, mine.stats, GOODPUT)
+    strict.notes += [
+        refused_note(mine.stats, REFUSED, mine.rows - mine.ok),
+        _in_flight_note(mine),
+        (f"one Redis server in this run: {_server_figures(one, _on_clock(STRICT, one) * RPS)}", None),
+    ]
+    mine, one = (_median(bucket[name]) for name in ("cluster", "server"))
+    shared = Result(
+        f"{who}, burst 10", "/s", mine.goodput, one.goodput, "one Redis server, this run", GOODPUT
+    )
+    floor = GOODPUT * RPS
+    shared.notes = [
+        (
+            f"goodput {mine.goodput:.1f}/s >= {floor:.1f}/s ({GOODPUT:.2f} x {RPS:g}/s); {mine.rows - mine.ok} rows not ok",
+            mine.goodput >= floor and mine.ok == mine.rows,
+        ),
+        (
+            f"429s {mine.refused_share:.1%} of {mine.requests} requests <= {REFUSED:.0%}",
+            mine.refused_share <= REFUSED,
+        ),
+        _in_flight_note(mine),
+        (f"duplicate dispatches {_duplicates(mine)}", _duplicates(mine) == 0),
+        (f"one Redis server in this run: {_server_figures(one, one.goodput)}", None),
+    ]
+    return [strict, shared]
+
+
+def _server_figures(finish: Finish, rate: float) -> str:
+    return (
+        f"{rate:.1f}/s, 429s {finish.refused_share:.1%} of {finish.requests}, "
+        f"max in flight {finish.stats['max_in_flight']}, {finish.rows - finish.ok} rows not ok"
+    )
 
 
 def _row(count: int, mine: Finish, base: Finish) -> Result:
@@ -195,18 +260,27 @@ def _windows(url: str, redis: RedisServer, repeats: int) -> list[Result]:
 
 
 def _measured(
-    url: str, redis: RedisServer, settings: dict[str, Any], workers: list[Worker], *, watch: bool = False
+    url: str, redis: Redis, settings: dict[str, Any], workers: list[Worker], *, watch: bool = False
 ) -> Finish:
     """One run from a start line, on a flushed Redis: what one run's limiter learnt is not the next one's."""
-    emptied(redis)
+    if isinstance(redis, RedisServer):
+        emptied(redis)
+    else:
+        redis.flush()
+        if STORE_ON_CLUSTER:  # a store emptied on purpose, not one that lost its receipts
+            store = pb.ReceiptStore(redis.url)
+            store.accept_loss()
+            store.close()
     return start_line(url, settings, workers, watch=watch)
 
 
-def _split(provider: dict[str, Any], count: int, rows: int, redis: RedisServer | None = None) -> list[Worker]:
+def _split(provider: dict[str, Any], count: int, rows: int, redis: Redis | None = None) -> list[Worker]:
     """``count`` workers of ``rows`` distinct rows each, through ``pb.Provider("demo", **provider)``,
-    their limits shared at ``redis`` (None: each process's own)."""
+    their limits shared at ``redis`` (None: each process's own); on a cluster, their store too
+    when ``STORE_ON_CLUSTER``."""
     options = {**provider, "shared": redis.url if redis is not None else None}
-    return [Worker(options, i * rows, rows) for i in range(count)]
+    store = redis.url if isinstance(redis, RedisClusterServer) and STORE_ON_CLUSTER else None
+    return [Worker(options, i * rows, rows, store=store) for i in range(count)]
 
 
 def _on_clock(settings: dict[str, Any], finish: Finish) -> float:

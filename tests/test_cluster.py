@@ -677,3 +677,34 @@ def test_estimate_true_asks_before_the_job_and_the_job_reuses_the_pilot(
     said = capsys.readouterr().err
     assert done["play_status"].tolist() == ["reused"] * 60 and "rows left?" not in said
     assert len([line for line in said.splitlines() if " saved | " in line]) == 1, said
+
+
+def test_a_jobs_reports_stop_flag_tally_and_budget_work_on_a_server_and_a_redis_cluster(
+    any_redis_url: str,
+) -> None:
+    """What a job's client and workers say through its Redis (reports, the stop flag, each
+    attempt's paid tally, max_cost's budget) works on one server and on a Redis Cluster, every key
+    of a job under its hash tag: one slot per job."""
+    from redis.crc import key_slot
+
+    from playbook._internal.redis_nodes import sync_client
+    from playbook.cluster.budget import SharedCostBudget
+    from playbook.cluster.wire import Channel
+
+    admin = sync_client(any_redis_url)
+    jobs = [f"{n:016x}" for n in range(1, 40, 7)]  # several jobs: their keys fall on every master
+    for job in jobs:
+        channel, budget = Channel(any_redis_url, job), SharedCostBudget(1.0, any_redis_url, job)
+        assert channel.report({"job": job}) is False and channel.drain() == [{"job": job}]
+        channel.stop()
+        assert channel.report({"late": True}) is True
+        channel.reset()
+        admin.hincrby(channel.paid, "a1:calls", 2)  # as the store counts paid calls with their receipts
+        assert channel.paid_by("a1") == (2, 0.0, 0)
+        assert (budget.take(0.75), budget.take(0.5)) == (True, False)
+        budget.add(-0.5)
+        assert budget.take(0.5) is True
+    slots: dict[str, set[int]] = {}
+    for key in admin.scan_iter("playbook:job:*"):
+        slots.setdefault(key.decode().split(":")[2], set()).add(key_slot(key))
+    assert len(slots) == len(jobs) and all(len(found) == 1 for found in slots.values()), slots

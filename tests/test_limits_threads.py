@@ -71,10 +71,12 @@ def everything_ok(statuses: list[list[str]]) -> bool:
     return all(s == ["ok"] * (5 + i) for i, s in enumerate(statuses))
 
 
-@pytest.fixture(params=["local", "shared"])
+@pytest.fixture(params=["local", "shared", "cluster"])
 def shared(request: pytest.FixtureRequest) -> str | None:
-    """Limits kept in this process, or in Redis."""
-    return request.getfixturevalue("redis_url") if request.param == "shared" else None
+    """Limits kept in this process, in Redis, or in a Redis Cluster (each thread's loop its own
+    cluster client)."""
+    where = {"local": None, "shared": "redis_url", "cluster": "cluster_url"}[request.param]
+    return None if where is None else str(request.getfixturevalue(where))
 
 
 def test_threads_mapping_over_one_provider_all_finish_within_its_concurrency(shared: str | None) -> None:

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 import playbook as pb
+from playbook._internal.redis_nodes import sync_client
 from playbook.ui.tally import Tally
 from playbook.ui.text import summary
 
@@ -82,9 +83,22 @@ def test_a_store_directory_made_again_empty_is_noticed(tmp_path: Path) -> None:
     assert f"held {ROWS} receipts" in _refused(where)
 
 
-def test_a_redis_store_wiped_between_runs_is_noticed(redis_url: str) -> None:
+def _wipe(url: str) -> None:
+    """Empty the server, or every master of a cluster: as a server back without its data."""
+    client = sync_client(url)
+    if isinstance(client, redis.RedisCluster):
+        for node in client.get_primaries():
+            client.get_redis_connection(node).flushdb()
+    else:
+        client.flushdb()
+    client.close()
+
+
+def test_a_redis_store_wiped_between_runs_is_noticed(any_redis_url: str) -> None:
+    """A server (or every master of a cluster) back without its data: refused before paying."""
+    redis_url = any_redis_url
     assert _run(redis_url).stats.calls_local == ROWS
-    redis.Redis.from_url(redis_url).flushdb()
+    _wipe(redis_url)
     message = _refused(redis_url)
     assert f"held {ROWS} receipts" in message and "now holds 0" in message and "accept_loss()" in message
     store = pb.ReceiptStore(redis_url)
@@ -92,13 +106,18 @@ def test_a_redis_store_wiped_between_runs_is_noticed(redis_url: str) -> None:
     assert _run(redis_url).stats.calls_local == ROWS
 
 
-def test_receipts_removed_behind_playbooks_back_are_noticed(redis_url: str) -> None:
-    """Some receipts gone from the same store (evicted, deleted by hand): fewer than its mark."""
-    _run(redis_url)
+def test_a_redis_server_brought_back_from_an_older_copy_is_noticed(redis_url: str) -> None:
+    """A server restored from an older snapshot of its data (or a replica that lagged): fewer
+    receipts than its mark, the same store: noticed before anything is paid."""
+    store = pb.ReceiptStore(redis_url)
+    FRAME.head(ROWS - 5).play.run(tripled, store=store, progress=False)
+    store.close()
     client = redis.Redis.from_url(redis_url)
-    gone = client.zrange("playbook:receipts", 0, 4)
-    client.zrem("playbook:receipts", *gone)
-    client.delete(*[b"playbook:" + key for key in gone])
+    snapshot = {name: client.dump(name) for name in client.scan_iter(match="playbook:*")}
+    _run(redis_url)
+    client.flushdb()
+    for name, value in snapshot.items():
+        client.restore(name, 0, value)
     message = _refused(redis_url)
     assert (
         f"held {ROWS} receipts" in message
@@ -200,11 +219,12 @@ def test_a_store_cleared_elsewhere_while_open_here_is_not_taken_for_lost(tmp_pat
 
 @pytest.mark.parametrize("how", ["clear", "accept_loss"])
 def test_a_store_cleared_elsewhere_then_run_by_a_third_is_not_taken_for_lost_here(
-    how: str, redis_url: str
+    how: str, any_redis_url: str
 ) -> None:
     """A store kept open here; another kernel empties it on purpose (a clearing, or a flush and an
     acceptance of the loss) and a third runs on it, marking what it holds after: the mark it writes carries the
     clearing on, so this kernel's next run is not refused for the receipts cleared away."""
+    redis_url = any_redis_url
     paid.clear()
     kept = pb.ReceiptStore(redis_url)
     assert FRAME.play.run(tripled, store=kept, progress=False).stats.calls_local == ROWS
@@ -212,7 +232,7 @@ def test_a_store_cleared_elsewhere_then_run_by_a_third_is_not_taken_for_lost_her
     if how == "clear":
         assert elsewhere.clear("lookup") == ROWS
     else:
-        redis.Redis.from_url(redis_url).flushdb()
+        _wipe(redis_url)
         elsewhere.accept_loss()
     elsewhere.close()
     third = pd.DataFrame({"n": range(100, 105)}).play.run(

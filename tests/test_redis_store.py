@@ -47,11 +47,11 @@ def _play(version: str) -> pb.Play:
     return pb.play(enrich, name="enrich", version=version)
 
 
-def test_a_map_with_a_redis_url_pays_once_and_a_rerun_reuses_every_row(redis_url: str) -> None:
+def test_a_map_with_a_any_redis_url_pays_once_and_a_rerun_reuses_every_row(any_redis_url: str) -> None:
     """store="redis://..." keeps receipts and row memos there: the rerun pays nothing and returns the same frame."""
     frame = pd.DataFrame({"n": range(50)})
-    first = frame.play.run(_play("1"), store=redis_url, progress=False)
-    again = frame.play.run(_play("1"), store=redis_url, progress=False)
+    first = frame.play.run(_play("1"), store=any_redis_url, progress=False)
+    again = frame.play.run(_play("1"), store=any_redis_url, progress=False)
 
     assert first.stats.calls_executed == 100 and first.stats.ok == 50
     assert again.stats.calls_executed == 0 and again.stats.reused == 50
@@ -83,14 +83,14 @@ def test_a_run_that_finished_is_in_the_server_when_it_returns(redis_url: str) ->
     assert again.stats.reused == rows and again.stats.calls_executed == 0
 
 
-def test_playbook_home_may_be_a_redis_url(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_playbook_home_may_be_a_any_redis_url(any_redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """With $PLAYBOOK_HOME=redis://..., the default store is that server."""
-    monkeypatch.setenv("PLAYBOOK_HOME", redis_url)
+    monkeypatch.setenv("PLAYBOOK_HOME", any_redis_url)
     frame = pd.DataFrame({"n": range(5)})
     frame.play.run(_play("1"), progress=False)
 
-    assert pb.ReceiptStore(redis_url).stats()["receipts"] == 10
-    assert pb.ReceiptStore().location == redis_url
+    assert pb.ReceiptStore(any_redis_url).stats()["receipts"] == 10
+    assert pb.ReceiptStore().location == any_redis_url
 
 
 def test_a_rerun_of_an_edited_play_reads_receipts_a_chunk_of_rows_per_round_trip(redis_url: str) -> None:
@@ -109,10 +109,10 @@ def test_a_rerun_of_an_edited_play_reads_receipts_a_chunk_of_rows_per_round_trip
     assert trips <= 12, f"{trips} MGETs for {2 * ROWS} receipts"
 
 
-def test_a_row_cancelled_while_receipts_are_read_ahead_does_not_cancel_the_read(redis_url: str) -> None:
+def test_a_row_cancelled_while_receipts_are_read_ahead_does_not_cancel_the_read(any_redis_url: str) -> None:
     """Rows waiting for the same chunk of receipts read ahead share one read: one of them stopped
     meanwhile (Ctrl-C, a stop) leaves the others their answers."""
-    store = pb.ReceiptStore(redis_url)
+    store = pb.ReceiptStore(any_redis_url)
     pd.DataFrame({"n": range(20)}).play.run(_play("1"), store=store, progress=False)
     core = engine(store)
     keys = [key for key, _ in core.records()]
@@ -129,10 +129,10 @@ def test_a_row_cancelled_while_receipts_are_read_ahead_does_not_cancel_the_read(
     assert found is not MISSING and found[0]["label"].startswith("item-")  # type: ignore[index]
 
 
-def test_clearing_a_tool_on_redis_makes_the_next_run_pay_for_it_again(redis_url: str) -> None:
+def test_clearing_a_tool_on_redis_makes_the_next_run_pay_for_it_again(any_redis_url: str) -> None:
     """clear(tool) on a Redis store drops its receipts and the memos of rows that used it."""
     frame = pd.DataFrame({"n": range(20)})
-    store = pb.ReceiptStore(redis_url)
+    store = pb.ReceiptStore(any_redis_url)
     frame.play.run(_play("1"), store=store, progress=False)
     assert store.clear("lookup") == 40
     again = frame.play.run(_play("1"), store=store, progress=False)

@@ -26,6 +26,8 @@ from vtime import run_virtual
 from warm import Warm
 
 import playbook as pb
+from playbook._internal import redis_nodes
+from playbook.demo.redis_server import RedisClusterServer
 from playbook.providers.limits import Limiter, LocalLimiter, Permit, Rates, Tokens, Verdict
 from playbook.providers.limits.shared import RedisLimiter
 from playbook.providers.provider import governor
@@ -73,6 +75,14 @@ def make(request: pytest.FixtureRequest) -> Factory:
     return Factory(None if request.param == "local" else request.getfixturevalue("redis_url"))
 
 
+@pytest.fixture(params=["local", "shared", "cluster"])
+def every(request: pytest.FixtureRequest) -> Factory:
+    """As ``make``, and shared on a Redis Cluster too: the promises whose scripts touch most of an
+    account's keys, kept with every key in the account's slot."""
+    where = {"local": None, "shared": "redis_url", "cluster": "cluster_url"}[request.param]
+    return Factory(None if where is None else request.getfixturevalue(where))
+
+
 def _now() -> float:
     """The running loop's clock: virtual for the local limiter, real for the shared one."""
     return asyncio.get_running_loop().time()
@@ -84,18 +94,18 @@ async def _go(limiter: Limiter, weight: float = 1.0) -> Permit:
     return permit
 
 
-def test_permits_are_spaced_at_the_rate(make: Factory) -> None:
+def test_permits_are_spaced_at_the_rate(every: Factory) -> None:
     """rate=20, burst=1: ten permits in a row take at least 9/20 s, and not much more."""
 
     async def main() -> float:
-        limiter = make(rate=20.0)
+        limiter = every(rate=20.0)
         start = _now()
         for _ in range(10):
             await limiter.settle(await _go(limiter))
         return _now() - start
 
-    elapsed = make.run(main())
-    assert 0.43 <= elapsed < make.late(0.5)
+    elapsed = every.run(main())
+    assert 0.43 <= elapsed < every.late(0.5)
 
 
 def test_burst_lets_permits_through_at_once(make: Factory) -> None:
@@ -171,11 +181,11 @@ def test_a_call_late_on_its_own_keeps_its_slot(redis_url: str) -> None:
     assert asyncio.run(main()) == 1
 
 
-def test_concurrency_bounds_permits_out(make: Factory) -> None:
+def test_concurrency_bounds_permits_out(every: Factory) -> None:
     """concurrency=3: a fourth permit waits until one of the three is given back."""
 
     async def main() -> tuple[bool, Permit]:
-        limiter = make(concurrency=3)
+        limiter = every(concurrency=3)
         held = [await _go(limiter) for _ in range(3)]
         fourth = asyncio.ensure_future(limiter.acquire())
         await asyncio.sleep(0.3)
@@ -187,19 +197,19 @@ def test_concurrency_bounds_permits_out(make: Factory) -> None:
             await limiter.release(p)
         return waited, permit
 
-    waited, permit = make.run(main())
+    waited, permit = every.run(main())
     assert waited and permit.level == 3
 
 
-def test_a_hold_stops_permits_until_it_ends(make: Factory) -> None:
+def test_a_hold_stops_permits_until_it_ends(every: Factory) -> None:
     """hold(now + 0.4): acquire answers None (step aside) until then, a permit after.  The hold's
     end comes back on this loop's clock, off by at most the time the call took (the shared
     limiter reads Redis's clock in it); in real time the hold is longer than a loaded machine's
     stalls, so the call inside it is inside it."""
-    span = make.late(0.4)
+    span = every.late(0.4)
 
     async def main() -> tuple[Any, float, float, Any]:
-        limiter = make(rate=50.0)
+        limiter = every(rate=50.0)
         loop = asyncio.get_running_loop()
         start = loop.time()
         until = await limiter.hold(start + span)
@@ -211,16 +221,16 @@ def test_a_hold_stops_permits_until_it_ends(make: Factory) -> None:
         await limiter.release(after)
         return during, until - start, took, after
 
-    during, held, took, after = make.run(main())
+    during, held, took, after = every.run(main())
     assert during is None and abs(held - span) <= took + 0.05 and isinstance(after, Permit)
 
 
-def test_a_refusal_cuts_the_rate_once_per_episode(make: Factory) -> None:
+def test_a_refusal_cuts_the_rate_once_per_episode(every: Factory) -> None:
     """A 429 for a call sent before any cut cuts the rate; another for a call sent before that
     cut says nothing new; one for a call sent after it cuts again."""
 
     async def main() -> list[float | None]:
-        limiter = make(rate=20.0, burst=5)
+        limiter = every(rate=20.0, burst=5)
         first, second = await _go(limiter), await _go(limiter)
         rates = [limiter.rate]
         assert await limiter.refused(first, hinted=True) is Verdict.LOWERED
@@ -233,7 +243,7 @@ def test_a_refusal_cuts_the_rate_once_per_episode(make: Factory) -> None:
         rates.append(limiter.rate)
         return rates
 
-    configured, cut, same, again = make.run(main())
+    configured, cut, same, again = every.run(main())
     assert configured == pytest.approx(20.0)
     assert cut == pytest.approx(
         20.0 * 0.75, rel=0.01
@@ -259,17 +269,17 @@ def test_a_refusal_while_sending_starts_up_cuts_from_the_rate(make: Factory) -> 
     assert rate == pytest.approx(10.0 * 0.75, rel=0.01)  # DEEP of the rate (of the 5/s let in: 3.75)
 
 
-def test_settling_a_heavier_call_delays_the_next(make: Factory) -> None:
+def test_settling_a_heavier_call_delays_the_next(every: Factory) -> None:
     """At 10 tokens/s (5 at once), a call acquired as 10 tokens and settled as 15 pushes the next permit ~1.1 s later."""
 
     async def main() -> float:
-        limiter = make(tokens=10.0)
+        limiter = every(tokens=10.0)
         await limiter.settle(await _go(limiter, 10.0), actual=15.0)
         start = _now()
         await limiter.release(await _go(limiter, 1.0))
         return _now() - start
 
-    assert 0.9 <= make.run(main()) < make.late(1.2)
+    assert 0.9 <= every.run(main()) < every.late(1.2)
 
 
 def test_tokens_are_paced_evenly_with_at_most_a_second_at_once(make: Factory) -> None:
@@ -431,18 +441,18 @@ def test_max_tokens_reserved_at_dispatch_is_given_back_and_only_answers_are_pace
     assert 2.5 <= make.run(main()) < make.late(3.2)
 
 
-def test_a_reservation_ends_when_its_call_is_refused_or_fails(make: Factory) -> None:
+def test_a_reservation_ends_when_its_call_is_refused_or_fails(every: Factory) -> None:
     """Calls reserving 1,600 output tokens (at 6,400/s) that are refused or fail give the reservation
     back: four answered calls after them take 0.25 s, as after none, not 0.75 s (kept charged)."""
     reserving = Tokens(0, 1_600, "reserved")
 
     async def main() -> float:
-        limiter = make(tokens=Rates(output=6_400.0))
+        limiter = every(tokens=Rates(output=6_400.0))
         await limiter.refused(await _go(limiter, reserving), hinted=True, short=True)
         await limiter.release(await _go(limiter, reserving))
         return await _calls(limiter, 4, reserving, Tokens(0, 1_600))
 
-    assert 0.24 <= make.run(main()) < make.late(0.3)
+    assert 0.24 <= every.run(main()) < every.late(0.3)
 
 
 def test_two_limiters_on_one_account_share_its_output_budget(redis_url: str) -> None:
@@ -458,11 +468,11 @@ def test_two_limiters_on_one_account_share_its_output_budget(redis_url: str) -> 
     assert 3.45 <= asyncio.run(main()) < 3.5 + LOADED
 
 
-def test_two_limiters_on_one_account_share_one_rate(redis_url: str) -> None:
+def test_two_limiters_on_one_account_share_one_rate(any_redis_url: str) -> None:
     """Two limiters (two clients) at 20/s on one account: 20 permits between them take ~1 s, not ~0.5 s."""
 
     async def main() -> float:
-        a, b = _shared(redis_url, rate=20.0), _shared(redis_url, rate=20.0)
+        a, b = _shared(any_redis_url, rate=20.0), _shared(any_redis_url, rate=20.0)
         start = time.monotonic()
 
         async def take(limiter: RedisLimiter) -> None:
@@ -492,11 +502,11 @@ def test_other_accounts_do_not_share(redis_url: str) -> None:
     assert isinstance(permit, Permit) and elapsed < 0.5
 
 
-def test_concurrency_is_bounded_across_limiters(redis_url: str) -> None:
+def test_concurrency_is_bounded_across_limiters(any_redis_url: str) -> None:
     """concurrency=4 on two limiters: four permits out between them, the fifth waits for one back."""
 
     async def main() -> tuple[bool, int]:
-        a, b = _shared(redis_url, concurrency=4), _shared(redis_url, concurrency=4)
+        a, b = _shared(any_redis_url, concurrency=4), _shared(any_redis_url, concurrency=4)
         held = [await _go(a), await _go(b), await _go(a), await _go(b)]
         fifth = asyncio.ensure_future(b.acquire())
         await asyncio.sleep(0.3)
@@ -754,3 +764,102 @@ def test_a_remote_clock_follows_a_clock_that_steps_after_its_span() -> None:
     assert clock.offset == pytest.approx(1000.0)
     clock.read(990.0 + RemoteClock.SPAN + 1, RemoteClock.SPAN + 1)
     assert clock.offset == pytest.approx(990.0)
+
+
+# -- on a Redis Cluster: one slot per account, scripts lost, a master killed -----------------------
+
+
+@pytest.mark.parametrize("account", ["}acme{", "}", "acme}{x", "{acme}:default", ""])
+def test_an_account_with_braces_keeps_all_its_keys_in_one_slot_of_a_cluster(
+    cluster_url: str, account: str
+) -> None:
+    """An account whose name has braces (even one starting with ``}``, which would leave its hash tag
+    empty) runs every script on a Redis Cluster: rate, calls in flight, cut, hold, tokens; all the
+    keys it wrote are in one slot."""
+
+    async def main() -> Verdict:
+        limiter = _shared(cluster_url, account, rate=50.0, concurrency=2, tokens=Rates(output=10_000.0))
+        await limiter.settle(await _go(limiter, Tokens(10, 100)), Tokens(10, 50))
+        await limiter.release(await _go(limiter, Tokens(10, 100)))
+        verdict = await limiter.refused(await _go(limiter, Tokens(10, 100)), hinted=False)
+        await limiter.hold(asyncio.get_running_loop().time() + 0.05)
+        return verdict
+
+    assert asyncio.run(main()) is Verdict.LOWERED
+    client = redis.RedisCluster.from_url(cluster_url)
+    keys = list(client.scan_iter("playbook:limit:*"))
+    assert len(keys) >= 5 and len({client.keyslot(key) for key in keys}) == 1, keys
+
+
+def test_an_ordinary_account_keeps_the_keys_older_processes_use(cluster_url: str) -> None:
+    """An account without braces keeps ``playbook:limit:{<account>}:``: a process of an older
+    playbook on the same account shares its limits."""
+    assert _shared(cluster_url, "acme:default").prefix == "playbook:limit:{acme:default}:"
+
+
+def test_scripts_a_cluster_lost_are_loaded_again(cluster_url: str) -> None:
+    """Every node's scripts flushed between calls (as a replica promoted by a failover has none):
+    the next permit is still granted, at the rate."""
+
+    async def main() -> float:
+        limiter = _shared(cluster_url, rate=20.0)
+        await limiter.settle(await _go(limiter))
+        redis.RedisCluster.from_url(cluster_url).script_flush()
+        return await _calls(limiter, 4, 1.0)
+
+    assert 0.15 <= asyncio.run(main()) < 0.2 + LOADED
+
+
+@pytest.mark.slow
+def test_a_run_keeps_its_pace_through_the_failover_of_the_master_holding_its_account(
+    store: pb.ReceiptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rps=10 shared on a Redis Cluster (named by the very master that holds the account's slot):
+    that master is killed mid-run.  Calls wait for its replica to take over, then go on at the
+    rate: every row ends ok, no second of the run let in more than the rate and its burst, and
+    the next run in the process (its URL still naming the dead node) shares its limits too.  With
+    the promoted replica killed as well, the account's slot has no node: as with a Redis that does
+    not answer, the row fails or parks, its error naming the cluster that lost a master."""
+    with RedisClusterServer() as cluster:
+        owner = redis.RedisCluster.from_url(cluster.url).get_node_from_key(
+            "playbook:limit:{acme:default}:gcra"
+        )
+        node = next(node for node in cluster.nodes if node.port == owner.port)
+        provider = pb.Provider(
+            "acme", rps=10, burst=1, concurrency=4, shared=f"redis://127.0.0.1:{node.port}/0"
+        )
+        sent: list[float] = []
+
+        @pb.tool(provider=provider)
+        async def lookup(n: int) -> int:
+            sent.append(time.monotonic())
+            if len(sent) == 10:
+                cluster.kill(node)
+            await asyncio.sleep(0.05)
+            return n
+
+        out = pd.DataFrame({"n": range(30)}).play.map(lookup, store=store, progress=False, concurrency=8)
+        # the next run in this process: its URL names the dead node, its client starts from the others
+        again = pd.DataFrame({"n": range(30, 35)}).play.map(lookup, store=store, progress=False)
+        promoted = redis.RedisCluster.from_url(cluster.url).get_node_from_key(
+            "playbook:limit:{acme:default}:gcra"
+        )
+        cluster.kill(next(node for node in cluster.nodes if node.port == promoted.port))
+        # the cluster stays down: its client need not retry for 20 s to say so
+        monkeypatch.setattr(redis_nodes, "FAILOVER_SECONDS", 1.0)
+        down = pb.Provider("acme", rps=10, max_wait=0.5, shared=f"redis://127.0.0.1:{node.port}/0")
+
+        @pb.tool(provider=down)
+        async def other(n: int) -> int:
+            return n
+
+        lost = pd.DataFrame({"n": [99]}).play.map(other, store=store, progress=False)
+    assert out["play_status"].value_counts().to_dict() == {"ok": 30}
+    assert again["play_status"].value_counts().to_dict() == {"ok": 5}, again["play_error"].tolist()
+    gaps = [b - a for a, b in zip(sent, sent[1:])]
+    assert max(gaps) >= 2.0, "no call waited for the failover"  # the replica took over in seconds
+    busiest = max(sum(1 for t in sent if start <= t < start + 1.0) for start in sent)
+    print(f"failover: the calls waited {max(gaps):.1f}s; the busiest second let in {busiest}")
+    assert busiest <= 10 + 1, busiest
+    assert lost["play_status"][0] in ("failed", "parked"), lost["play_error"].tolist()
+    assert f"Redis Cluster at redis://127.0.0.1:{node.port}/0 lost a master" in lost["play_error"][0]

@@ -96,12 +96,20 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., list[dict[str, Any]]]]:
         proc.wait(60)
 
 
-@pytest.mark.parametrize("count", [2, 4])
+@pytest.mark.parametrize(
+    ("count", "where"), [(2, "redis_url"), (4, "redis_url"), (4, "cluster_url")], ids=["2", "4", "4-cluster"]
+)
 def test_processes_sharing_a_provider_keep_to_one_rate_and_one_concurrency(
-    demo: pb.demo.DemoServer, redis_url: str, workers: Callable[..., list[dict[str, Any]]], count: int
+    demo: pb.demo.DemoServer,
+    request: pytest.FixtureRequest,
+    workers: Callable[..., list[dict[str, Any]]],
+    count: int,
+    where: str,
 ) -> None:
-    """2 or 4 processes, rps=20 and concurrency=8 shared: the demo never sees more than 8 in
-    flight, the combined rate stays under 20/s, few 429s, no call dispatched twice."""
+    """2 or 4 processes, rps=20 and concurrency=8 shared (on one Redis server, or 4 on a Redis
+    Cluster): the demo never sees more than 8 in flight, the combined rate stays under 20/s, few
+    429s, no call dispatched twice."""
+    redis_url = request.getfixturevalue(where)
     rows = 120 // count
     limits = {
         "rps": 20,

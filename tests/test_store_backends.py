@@ -15,6 +15,7 @@ import pytest
 import redis
 
 import playbook as pb
+from playbook._internal.redis_nodes import sync_client
 from playbook._internal.urls import masked
 from playbook.store.marks import Mark
 from playbook.store.memory import MemoryBackend
@@ -48,7 +49,18 @@ def _memo(n: int, tools: dict[str, str] | None = None) -> MemoRow:
     return MemoRow(_key("m", n), "play-fp", used, calls=2, cost=0.75, flags=1, output=f'{{"row": {n}}}')
 
 
-@pytest.fixture(params=["sqlite", "memory", "redis"])
+def _flush_scripts(url: str) -> None:
+    """Forget every script the server (each node of a cluster) has seen: as a new or restarted one."""
+    client = sync_client(url)
+    if isinstance(client, redis.RedisCluster):
+        for node in client.get_nodes():
+            client.get_redis_connection(node).script_flush()
+    else:
+        client.script_flush()
+    client.close()
+
+
+@pytest.fixture(params=["sqlite", "memory", "redis", "redis cluster"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     made: Backend
     if request.param == "sqlite":
@@ -58,7 +70,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     elif request.param == "memory":
         made = MemoryBackend()
     else:
-        made = RedisBackend(request.getfixturevalue("redis_url"))
+        made = RedisBackend(
+            request.getfixturevalue("redis_url" if request.param == "redis" else "cluster_url")
+        )
     yield made
     made.close()
 
@@ -82,7 +96,7 @@ def test_records_written_together_read_back_each_its_own(
     written (on Redis also when the server has not seen the script that writes the rest of a
     record: a new or restarted one)."""
     if isinstance(backend, RedisBackend):
-        redis.Redis.from_url(request.getfixturevalue("redis_url")).script_flush()
+        _flush_scripts(backend.location)
     records = [
         _record(_key("r", 1), input=None, cost=0.1 + 0.2),
         _record(
@@ -435,7 +449,7 @@ def test_a_write_gives_back_the_owners_leases_of_its_receipts(
     backend.take([_key("r", 1), _key("r", 2)], "a", 30)
     backend.take([_key("r", 3)], "b", 30)
     if isinstance(backend, RedisBackend):
-        redis.Redis.from_url(request.getfixturevalue("redis_url")).script_flush()
+        _flush_scripts(backend.location)
     backend.write(
         [_record(_key("r", 1)), _record(_key("r", 2))], [_key("r", 1), _key("r", 2), _key("r", 3)], "a"
     )
@@ -455,7 +469,7 @@ def test_taking_leases_reads_their_receipts_as_they_are_once_taken(
     backend.write([_record(_key("r", 1))])
     backend.take([_key("r", 2)], "b", 30)
     if isinstance(backend, RedisBackend):
-        redis.Redis.from_url(request.getfixturevalue("redis_url")).script_flush()
+        _flush_scripts(backend.location)
     keys = [_key("r", 1), _key("r", 2), _key("r", 3)]
     got, found = backend.take_and_look(keys, "a", 30)
     assert got == [True, False, True] and found == backend.lookup_many(keys)

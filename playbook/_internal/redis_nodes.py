@@ -9,6 +9,8 @@ Clients made here ride out a failover: a cluster client retries a command that m
 a cluster reconfiguring or a slot on the move (``MOVED``, ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN``)
 for up to about :data:`FAILOVER_SECONDS`, asking the cluster where the slot is now between tries,
 which is longer than a replica takes to be promoted with the usual ``cluster-node-timeout``.
+A client opened after the node a URL names has died starts from the cluster's other nodes, as
+the last client of that URL in this process found them (:func:`remember`).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import threading
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["FAILOVER_SECONDS", "async_client", "is_cluster", "sync_client"]
+__all__ = ["FAILOVER_SECONDS", "async_client", "is_cluster", "remember", "sync_client"]
 
 FAILOVER_SECONDS = 20.0  # about how long a cluster client keeps retrying through a failover
 _found: dict[str, bool] = {}
+_nodes: dict[str, list[tuple[str, int]]] = {}  # each cluster URL's nodes, as a client last found them
 _lock = threading.Lock()
 
 
@@ -41,6 +44,25 @@ def is_cluster(url: str, **options: Any) -> bool:
     with _lock:
         _found[url] = found
     return found
+
+
+def remember(url: str, client: Any) -> None:
+    """Keep the nodes a cluster ``client`` of ``url`` found, for the next client of ``url`` in this
+    process to start from (the node the URL names may since have died, its replica promoted).
+    A client of one server: nothing to keep.  Call it before closing a client."""
+    nodes = getattr(client, "get_nodes", None)
+    if nodes is None:
+        return
+    found = [(node.host, node.port) for node in nodes()]
+    if found:
+        with _lock:
+            _nodes[url] = found
+
+
+def _startup(url: str, node: Any) -> dict[str, Any]:
+    with _lock:
+        known = _nodes.get(url, [])
+    return {"startup_nodes": [node(host, port) for host, port in known]} if known else {}
 
 
 def _database(url: str) -> None:
@@ -72,7 +94,9 @@ def sync_client(url: str, **options: Any) -> Any:
         return redis.Redis.from_url(url, **options)
     _database(url)
     options = {k: v for k, v in options.items() if k not in ("retry", "health_check_interval")}
-    return redis.RedisCluster.from_url(url, retry=_retry(False), **options)
+    from redis.cluster import ClusterNode
+
+    return redis.RedisCluster.from_url(url, retry=_retry(False), **_startup(url, ClusterNode), **options)
 
 
 def async_client(url: str, **options: Any) -> Any:
@@ -85,4 +109,8 @@ def async_client(url: str, **options: Any) -> Any:
         return redis.asyncio.Redis.from_url(url, **options)
     _database(url)
     options = {k: v for k, v in options.items() if k not in ("retry", "health_check_interval")}
-    return redis.asyncio.RedisCluster.from_url(url, retry=_retry(True), **options)
+    from redis.asyncio.cluster import ClusterNode
+
+    return redis.asyncio.RedisCluster.from_url(
+        url, retry=_retry(True), **_startup(url, ClusterNode), **options
+    )

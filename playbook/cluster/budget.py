@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from playbook._internal.redis_nodes import sync_client
 from playbook._internal.words import money
-from playbook.cluster.wire import TTL
+from playbook.cluster.wire import TTL, job_key
 from playbook.runtime.calls.scope import CostBudget
 
 __all__ = ["SharedCostBudget"]
@@ -29,16 +30,14 @@ return 1
 
 
 class SharedCostBudget(CostBudget):
-    """``max_cost`` over a whole cluster job, kept at ``playbook:job:{job}:spent`` in its Redis."""
+    """``max_cost`` over a whole cluster job, kept at ``playbook:job:{<job>}:spent`` in its Redis."""
 
     __slots__ = ("_key", "_redis", "_take")
 
     def __init__(self, limit: float, url: str, job: str) -> None:
-        import redis
-
         super().__init__(limit)
-        self._redis: Any = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0)
-        self._key = f"playbook:job:{job}:spent"
+        self._redis: Any = sync_client(url, socket_timeout=5.0, socket_connect_timeout=5.0)
+        self._key = job_key(job, "spent")
         self._take = self._redis.register_script(_TAKE)
 
     def __repr__(self) -> str:

@@ -4,7 +4,8 @@ Each partition's run reports about four times a second: its counters, the provid
 worker sees them, the rows whose state changed (failed, parked, held or none of those any more),
 and its new notices.  Reports go on a list the client drains; the client asks a stop by setting
 a key every partition's run reads when it reports.  Both expire a day after the job's last word,
-so a job whose client went away leaves nothing behind for long.
+so a job whose client went away leaves nothing behind for long.  Every key of a job is under
+one hash tag (:func:`job_key`), and the job's Redis may be one server or a Redis Cluster.
 
 Rows are named by their position in the whole job (the partition's offset plus the row's
 position in it) and their index label, in tagged JSON so that any label comes back as it was.
@@ -17,8 +18,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from playbook import tagged
+from playbook._internal.redis_nodes import sync_client
 
-__all__ = ["COUNTERS", "TTL", "Channel", "decode_label", "encode_label", "plain_hops"]
+__all__ = ["COUNTERS", "TTL", "Channel", "decode_label", "encode_label", "job_key", "plain_hops"]
 
 TTL = 86_400  # seconds a job's keys outlive its last word
 COUNTERS = (
@@ -45,6 +47,13 @@ COUNTERS = (
     "reused_unpriced",
 )
 _BATCH = 1000  # reports drained per round trip
+
+
+def job_key(job: str, name: str) -> str:
+    """A key of the job's: ``playbook:job:{<job>}:<name>``.  The job (16 hex digits) is every key's
+    hash tag, so a Redis Cluster keeps a job's keys in one slot: the budget's script and a
+    pipeline over its reports and stop flag never cross slots."""
+    return f"playbook:job:{{{job}}}:{name}"
 
 
 def plain_hops(addresses: Sequence[str]) -> str | None:
@@ -76,14 +85,12 @@ class Channel:
     """A job's reports and its stop flag, on the Redis at ``url``."""
 
     def __init__(self, url: str, job: str) -> None:
-        import redis
-
         # Short timeouts: a report is progress, never worth stalling a run (or a panel) for.
-        self._redis = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
-        self.reports = f"playbook:job:{job}:reports"
-        self.stop_key = f"playbook:job:{job}:stop"
+        self._redis = sync_client(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        self.reports = job_key(job, "reports")
+        self.stop_key = job_key(job, "stop")
         # each attempt's paid calls (counted with their receipts) and requests sent
-        self.paid = f"playbook:job:{job}:paid"
+        self.paid = job_key(job, "paid")
 
     def paid_by(self, attempt: str) -> tuple[int, float, int] | None:
         """The calls (and their cost) partition attempt ``attempt`` paid for and recorded, as its
@@ -95,7 +102,7 @@ class Channel:
             calls, cost, sent = self._redis.hmget(
                 self.paid, [f"{attempt}:calls", f"{attempt}:cost", f"{attempt}:sent"]
             )
-        except (redis.RedisError, OSError):
+        except (redis.RedisError, redis.exceptions.RedisClusterException, OSError):
             return None
         return int(calls or 0), float(cost or 0.0), int(sent or 0)
 

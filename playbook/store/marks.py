@@ -142,7 +142,8 @@ def lost(location: str, expected: Mark | None, receipts: int, identity: str) -> 
     )
     return (
         f"the receipt store at {location} held {expected.receipts:,} receipts at {when} and now holds {receipts:,}: "
-        f"{how}: a receipts.db emptied or replaced, a directory made again, a Redis server that restarted without its data. "
+        f"{how}: a receipts.db emptied or replaced, a directory made again, a Redis server that restarted without its data, "
+        "a Redis replica that took over without its master's last writes. "
         "Nothing has been paid: a run now would pay again for every call whose receipt is gone, with new values. "
         f"Put the store back, or {_accept(location)}"
     )

@@ -69,6 +69,11 @@ class Link:
         return f"<Link {state} permits={len(self.permits)} busy={self.busy}>"
 
     @property
+    def client(self) -> Any:
+        """The client, while open (None: closed)."""
+        return self._client
+
+    @property
     def idle(self) -> bool:
         return not self.busy and not self.permits
 

@@ -4,7 +4,9 @@ Time is Redis's own (``TIME``), so processes on machines whose clocks disagree s
 every slot, hold and expiry; each script returns that ``now`` so the caller can translate to its
 loop clock.  Floats leave a script as strings (Redis would truncate a Lua number to an integer).
 
-Keys, all under one hash tag so a cluster keeps them on one node:
+Keys, all under one hash tag (:func:`key_prefix`: ``playbook:limit:{<account>}:``) so a Redis
+Cluster keeps them in one slot, as a script must: the keys a script builds from the prefix it is
+passed (``{p}sent:N``) are in that slot too.
 
     {p}gcra       the GCRA's theoretical arrival time of the next unit (seconds, Redis time)
     {p}hold       when the provider-wide hold ends (absent: none)
@@ -30,6 +32,8 @@ account's sends instead of one process's.
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from playbook.providers.limits.allowance import Allowance
 from playbook.providers.limits.budgets import MINUTE
 from playbook.providers.limits.pace import Pace
@@ -44,9 +48,23 @@ __all__ = [
     "RENEW",
     "SETTLE",
     "TOKENS",
+    "key_prefix",
     "maybe_float",
     "optional",
 ]
+
+
+def key_prefix(account: str) -> str:
+    """Where an account's state lives: ``playbook:limit:{<account>}:``, the account its keys' hash
+    tag, so a cluster keeps them all in one slot.  Redis hashes what is between the first ``{``
+    and the first ``}`` after it, so braces inside the account still tag every key alike (with
+    part of it); only an account that would leave the tag empty (one starting with ``}``, or
+    none) has no tag, its keys spread over slots.  Such an account is written percent-encoded,
+    after a ``%`` no other account's prefix has there: every other account keeps the keys it
+    always had, which processes of an older playbook use too."""
+    if account.startswith("}") or not account:
+        return f"playbook:limit:%{{{quote(account, safe='') or '%'}}}:"
+    return f"playbook:limit:{{{account}}}:"
 
 
 def optional(value: float | None) -> str:

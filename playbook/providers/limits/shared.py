@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from playbook._internal.dist import install_hint
 from playbook._internal.owners import HOST, dead
+from playbook._internal.redis_nodes import async_client, is_cluster, remember
 from playbook._internal.urls import masked
 from playbook.errors import PlayDefinitionError, ToolError
 from playbook.providers.limits import scripts
@@ -43,7 +44,7 @@ from playbook.providers.limits.clock import RemoteClock
 from playbook.providers.limits.gates import Window
 from playbook.providers.limits.pace import Pace
 from playbook.providers.limits.redis_link import Link, import_redis, split_options
-from playbook.providers.limits.scripts import maybe_float, optional
+from playbook.providers.limits.scripts import key_prefix, maybe_float, optional
 from playbook.providers.limits.waiters import here
 from playbook.providers.limits.weights import Rates, counted, parts, reserved, settled
 
@@ -102,7 +103,8 @@ class RedisLimiter:
             raise PlayDefinitionError(
                 f"Provider {provider!r}: shared={masked(url)!r} is not a Redis URL ({exc})"
             ) from exc
-        self.prefix = f"playbook:limit:{{{account}}}:"
+        self.prefix = key_prefix(account)
+        self._cluster: bool | None = None  # whether the URL is a Redis Cluster's, once asked
         self.ceiling, self.burst, self.floor = (
             rate,
             burst or 1,
@@ -415,9 +417,14 @@ class RedisLimiter:
             return
         self._reaped = loop.time()
         name = self.prefix + "permits"
-        client, _ = link.connect()
-        with contextlib.suppress(self._redis.exceptions.RedisError, OSError):
+        with contextlib.suppress(
+            ToolError,
+            self._redis.exceptions.RedisError,
+            self._redis.exceptions.RedisClusterException,
+            OSError,
+        ):
             # then they expire, as elsewhere
+            client, _ = await self._connect(link)
             gone = [
                 permit
                 for permit in await client.zrange(name, 0, -1)
@@ -426,22 +433,48 @@ class RedisLimiter:
             if gone:
                 await client.zrem(name, *gone)
 
+    async def _connect(self, link: Link) -> tuple[Any, dict[str, Any]]:
+        """This loop's client and its scripts.  Whether the URL is a cluster's is asked once, off
+        the loop (a server that does not answer would stall it for the connect timeout)."""
+        if self._cluster is None:
+            try:
+                self._cluster = await asyncio.to_thread(
+                    is_cluster, self._url, socket_connect_timeout=5, socket_timeout=10
+                )
+            except (self._redis.exceptions.RedisError, OSError) as exc:
+                raise self._unreachable(exc) from exc
+        return link.connect()
+
     async def _script(self, link: Link, name: str, keys: list[str], args: list[Any]) -> Any:
-        client, scripts = link.connect()
         link.busy += 1
         try:
+            client, scripts = await self._connect(link)
+            # A script a node lacks (NOSCRIPT: a replica promoted by a failover, a restart, SCRIPT
+            # FLUSH) is loaded again and run by redis-py's registered script, on every master.
             return await scripts[name](
                 keys=[self.prefix + k for k in keys], args=[self.prefix, *args], client=client
             )
-        except (self._redis.exceptions.RedisError, OSError) as exc:
-            raise ToolError(
-                f"shared limits of provider {self.provider!r} at {masked(self.url)} are out of reach "
-                f"({type(exc).__name__}: {exc})",
-                provider=self.provider,
-                retryable=True,
-            ) from exc
+        except (
+            self._redis.exceptions.RedisError,
+            self._redis.exceptions.RedisClusterException,
+            OSError,
+        ) as exc:
+            raise self._unreachable(exc) from exc
         finally:
             link.busy -= 1
+
+    def _unreachable(self, exc: BaseException) -> ToolError:
+        """What Redis could not answer, as a retryable error naming the provider and the URL (on a
+        cluster: after its client retried through a failover, for about 20 s)."""
+        why = f"{type(exc).__name__}: {exc}"
+        said = f"at {masked(self.url)} are out of reach ({why})"
+        if self._cluster:
+            said = f"are out of reach: Redis Cluster at {masked(self.url)} lost a master, or is down ({why})"
+        return ToolError(
+            f"shared limits of provider {self.provider!r} {said}",
+            provider=self.provider,
+            retryable=True,
+        )
 
     async def _quietly(self, name: str, keys: list[str], args: list[Any], key: str | None) -> Any:
         """A script whose failure must not fail a call that was answered: its slot, if any,
@@ -502,7 +535,7 @@ class RedisLimiter:
         return loop, link
 
     def _open(self) -> tuple[Any, dict[str, Any]]:
-        client = self._redis.asyncio.from_url(self._url, socket_connect_timeout=5, socket_timeout=10)
+        client = async_client(self._url, socket_connect_timeout=5, socket_timeout=10)
         return client, {name: client.register_script(source) for name, source in _SCRIPTS.items()}
 
     def _held(self) -> int:
@@ -516,6 +549,8 @@ class RedisLimiter:
         with self._lock:
             if self._links.get(link.loop) is link:
                 del self._links[link.loop]
+        if link.client is not None:
+            remember(self._url, link.client)  # the next link starts from the nodes alive now
         await link.close()
 
     def _drop(self, link: Link, key: str) -> None:

@@ -1,16 +1,18 @@
-"""A store backend on a Redis server: one store shared by every kernel and machine that names it.
+"""A store backend on Redis: one store shared by every kernel and machine that names it, on one
+server or on a Redis Cluster (found, not configured: ``redis_nodes.sync_client``).
 
 Layout, every key under ``{prefix}:`` (``playbook`` unless told)::
 
-    {prefix}:{r… or s…}      string  what a replay reads: ``[at, miss, flags, error]`` as JSON, a
-                                     newline, then the output's JSON text
-    {prefix}:info:{r… or s…} hash    the rest of the record, for listings: tool version account cost [input]
-    {prefix}:receipts        zset    addresses scored by ``at``: listing oldest first
-    {prefix}:tool:{tool}     set     one tool's addresses: clearing a tool
+    {prefix}:{r… or s…}      string  a whole record: ``[at, miss, flags, error, tool, version,
+                                     account, cost, n]`` as JSON, a newline, the output (``n``
+                                     bytes), then a newline and the input if it has one.  A
+                                     replay reads the first four fields and the output.
     {prefix}:{m…}            string  one row memo: ``[play, tools, calls, cost, flags]``, a newline, the output
-    {prefix}:memos           set     every memo key: counting them
-    {prefix}:memos:{tool}    set     the memos of rows that used ``tool``: clearing it drops them too
-    {prefix}:lease:{r…}      string  the owner of a lease, expiring by Redis's own clock
+    {prefix}:count           string  how many receipts the store holds (one server)
+    {prefix}:n{T}            string  how many receipts the slot of the tag ``T`` holds (a cluster:
+                                     a counter in each slot, beside what it counts)
+    {prefix}:lease:{{prefix}:r…} string  the owner of a lease, expiring by Redis's own clock;
+                                     its hash tag is the receipt's key: the same slot
     {prefix}:used:{play}:{row} string  the addresses the row used when it last finished: a
                                      rerun of an edited play reads them ahead, a chunk of rows
                                      in one round trip
@@ -18,12 +20,18 @@ Layout, every key under ``{prefix}:`` (``playbook`` unless told)::
     {prefix}:identity        string  an id made with the data: a server wiped makes another
     {prefix}:mark            string  the store's mark, as text (marks.py)
 
-What a replay reads is one string per key, so the lookups of many rows are one ``MGET``: one
-command to encode and one round trip, whatever their number.  (Hashes read with one ``HMGET``
-each cost redis-py more in encoding the commands than the server takes to answer them.)  A batch
-of records or memos and their index entries go in one MULTI/EXEC (all or none), so no receipt
-escapes the clearing of its tool.  Leases are Lua
-scripts, atomic on the server and expiring by its clock: machines whose clocks disagree agree.
+Each record is one key that says all about itself: no index spans keys, so nothing crosses a
+cluster's slots.  Listing, counting and clearing walk the keys (``SCAN``, on every master of a
+cluster) and read their headers.  What a replay reads is one string per key, so the lookups of
+many rows are one ``MGET`` (one per slot on a cluster).  Writes, leases and counts are Lua
+scripts, one per group of keys (the whole batch on one server, a slot on a cluster:
+``slots.py``), atomic on the server and expiring by its clock: machines whose clocks disagree
+agree.  The script that writes records counts the receipts new to the store in the same step, so
+a counter never disagrees with what it counts, even on a replica promoted without the last writes.
+
+A store an older playbook wrote (a ``receipts`` sorted set and ``info:`` hashes beside the
+records) is rewritten to this layout when it is first opened to write (``legacy.py``).
+
 The server must keep what it is given (``maxmemory-policy noeviction``, the default): a receipt
 evicted is a call paid for again.  Prefixes must not nest (``a``, ``a:b``): clearing one clears both.
 """
@@ -31,11 +39,10 @@ evicted is a call paid for again.  Prefixes must not nest (``a``, ``a:b``): clea
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from playbook._internal.dist import install_hint
 from playbook._internal.urls import masked
@@ -45,38 +52,50 @@ from playbook.store.records import MemoFields, MemoRow, Record, is_receipt, pars
 from playbook.store.redis.durability import durability_in, kept_by
 from playbook.store.redis.failures import failure
 from playbook.store.redis.format import (
-    CHUNK,
-    INFO,
-    INFO_WRITE,
-    LEASE_KEEP,
-    LEASE_TAKE,
+    HEAD,
+    REMOVE,
+    WRITE,
     chunks,
     found_of,
-    grouped,
+    head_of,
     memo_of,
     memo_value,
-    record_info,
     record_of,
     record_value,
     text,
-    tool_names,
 )
 from playbook.store.redis.leases import RedisLeases
+from playbook.store.redis.legacy import migrate
+from playbook.store.redis.slots import Call, Slots
 
 # the figures of a line of spend (a line written by an older playbook has no unpriced ones: 0)
 _SPEND = ("calls_paid", "cost_paid", "calls_reused", "cost_saved", "calls_unpriced", "reused_unpriced")
-if TYPE_CHECKING:
-    import redis
 
 __all__ = ["RedisBackend"]
 
-T = TypeVar("T")
 TALLY_TTL = 86_400  # seconds a cluster job's tally outlives its last paid call
 
 
+def _client(url: str) -> Any:
+    """A client for the server or cluster at ``url``."""
+    from redis.backoff import ExponentialWithJitterBackoff
+    from redis.retry import Retry
+
+    from playbook._internal.redis_nodes import sync_client
+
+    # The pool is thread-safe and resets itself in a forked child (it compares pids).  Two
+    # quick retries ride out a restarted server or a dropped idle connection, and are safe:
+    # every write sets values (a record, one owner's lease), so twice changes nothing.  A
+    # cluster's client retries through a failover on its own (redis_nodes).
+    retry = Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 2)
+    return sync_client(
+        url, socket_timeout=10.0, socket_connect_timeout=5.0, health_check_interval=30, retry=retry
+    )
+
+
 class RedisBackend(RedisLeases):
-    """Records, row memos and leases on the Redis server at ``url`` (``redis://``, ``rediss://``
-    or ``unix://``), under keys that start with ``prefix:``."""
+    """Records, row memos and leases on the Redis server or cluster at ``url`` (``redis://``,
+    ``rediss://`` or ``unix://``), under keys that start with ``prefix:``."""
 
     remote = True
 
@@ -90,12 +109,16 @@ class RedisBackend(RedisLeases):
         notify: Callable[[str], None] | None = None,
     ) -> None:
         try:
-            import redis
-            from redis.backoff import ExponentialWithJitterBackoff
-            from redis.retry import Retry
+            import redis  # noqa: F401
         except ImportError:
             raise ReceiptError(f"a store on Redis needs the redis package: {install_hint('redis')}") from None
         self.location = masked(url)
+        if "{" in prefix or "}" in prefix:
+            raise StoreFailure(
+                f"the store's prefix {prefix!r} has a brace: on a Redis Cluster it would choose its keys' slots; "
+                "name it without '{' or '}'",
+                "EINVAL",
+            )
         try:
             url, durability = durability_in(url, durability)
         except ValueError as exc:
@@ -103,26 +126,28 @@ class RedisBackend(RedisLeases):
         self._notify = notify
         self.readonly = readonly
         self._prefix = prefix + ":"
-        self._memos = self._prefix + "memos"
-        self._receipts = self._prefix + "receipts"
         self._spend = self._prefix + "spend"
+        self._client = self._connect(url)
+        self._slots = Slots(self._client, self._prefix)
+        self.notices: list[str] = []
+        # What this server cannot promise, said by every run; an evicting server's count of what it evicted.
+        self.standing, self._evictions = kept_by(
+            self._client, self.location, durability, self._notify, cluster=self._slots.cluster
+        )
+        if not readonly and not self._slots.cluster:
+            with self._failing():
+                migrate(self._client, self._prefix)
+
+    def _connect(self, url: str) -> Any:
+        """The client, its server asked once (a wrong URL fails here, naming it, not in the middle of a run)."""
         try:
-            # The pool is thread-safe and resets itself in a forked child (it compares pids).  Two
-            # quick retries ride out a restarted server or a dropped idle connection, and are safe:
-            # every write sets values (a record, one owner's lease), so twice changes nothing.
-            retry = Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 2)
-            self._client: redis.Redis = redis.Redis.from_url(
-                url, socket_timeout=10.0, socket_connect_timeout=5.0, health_check_interval=30, retry=retry
-            )
-        except ValueError as exc:
+            with self._failing():
+                client = _client(url)
+                client.ping()
+        except ValueError as exc:  # a URL redis-py cannot read, or a cluster's database not 0
             raise StoreFailure(
                 f"{self.location} is not a Redis URL playbook can use ({exc})", "EINVAL"
             ) from None
-        self._take = self._client.register_script(LEASE_TAKE)
-        self._keep = self._client.register_script(LEASE_KEEP)
-        try:
-            with self._failing():
-                self._client.ping()  # a wrong URL fails here, naming it, not in the middle of a run
         except (
             TypeError,
             IndexError,
@@ -133,9 +158,7 @@ class RedisBackend(RedisLeases):
             raise StoreFailure(
                 f"{self.location} is not a Redis URL playbook can use ({cause or exc})", "EINVAL"
             ) from None
-        self.notices: list[str] = []
-        # What this server cannot promise, said by every run; an evicting server's count of what it evicted.
-        self.standing, self._evictions = kept_by(self._client, self.location, durability, self._notify)
+        return client
 
     def watch(self, *, final: bool = False) -> None:
         """On a server that evicts keys: count what it evicted (durability.Evictions)."""
@@ -147,24 +170,24 @@ class RedisBackend(RedisLeases):
 
     @contextmanager
     def _failing(self) -> Iterator[None]:
-        from redis.exceptions import RedisError
+        from redis.exceptions import RedisClusterException, RedisError
 
         try:
             yield
-        except (RedisError, OSError) as exc:
-            raise failure(exc, self.location) from None
+        except (RedisError, RedisClusterException, OSError) as exc:
+            raise failure(
+                exc, self.location, cluster=getattr(self, "_slots", None) is not None and self._slots.cluster
+            ) from None
 
     def _writable(self) -> None:
         if self.readonly:
             raise StoreFailure("the store was opened read-only", "READONLY")
 
     def _get(self, keys: Sequence[str]) -> list[Any]:
-        """The string values of ``keys`` (``None`` where absent) in one ``MGET``."""
-        if not keys:
-            return []
+        """The string values of ``keys`` (``None`` where absent): one ``MGET`` (a slot's each on a cluster)."""
         prefix = self._prefix
         with self._failing():
-            return self._client.mget([prefix + key for key in keys])
+            return self._slots.get([prefix + key for key in keys])
 
     # -- receipts and step records -------------------------------------------------------------
 
@@ -175,22 +198,17 @@ class RedisBackend(RedisLeases):
         return [None if value is None else found_of(value) for value in self._get(keys)]
 
     def tool_of(self, key: str) -> str | None:
-        with self._failing():
-            tool = self._client.hget(f"{self._prefix}info:{key}", "tool")
-        return None if tool is None else text(tool)
+        (value,) = self._get([key])
+        header = None if value is None else head_of(value)
+        if header is None or len(header) < 9:
+            return None
+        return str(header[4])
 
     def get(self, key: str) -> Record | Damaged | None:
         return self._records([key])[0]
 
     def _records(self, keys: Sequence[str]) -> list[Record | Damaged | None]:
-        """Whole records: the replayed part and the rest, in one round trip."""
-        with self._failing():
-            pipe = self._client.pipeline(transaction=False)
-            pipe.mget([self._prefix + key for key in keys])
-            for key in keys:
-                pipe.hmget(f"{self._prefix}info:{key}", INFO)
-            values, *infos = pipe.execute(raise_on_error=False)
-        return [record_of(key, value, info) for key, value, info in zip(keys, values, infos)]
+        return [record_of(key, value) for key, value in zip(keys, self._get(keys))]
 
     def write(
         self,
@@ -200,69 +218,101 @@ class RedisBackend(RedisLeases):
         *,
         tally: Tally | None = None,
     ) -> int:
-        """Records and their index entries, all or none; ``tally`` counted with them; ``released``:
-        leases of ``owner`` given back in the same transaction (of the calls these receipts answer:
-        another process that takes one finds the receipt), not in a round trip of their own.
-        Returns how many receipts it added (the index's ZADD says)."""
+        """Records, each group's (a slot's, on a cluster) all or none, the receipts new to the
+        store counted with them; ``released``: leases of ``owner`` given back in the same script
+        (of the calls these receipts answer: another process that takes one finds the receipt).
+        ``tally`` is counted with them on one server, after them on a cluster (its own slot).
+        Returns how many receipts it added."""
         self._writable()
         if not records:
             return 0
-        receipts = [row for row in records if is_receipt(row.key)]
+        keys = [row.key for row in records]
+        calls = self._write_calls(keys, [record_value(row) for row in records], released, owner)
         with self._failing():
-            pipe = self._client.pipeline(transaction=True)
-            pipe.mset({self._prefix + row.key: record_value(row) for row in records})
-            infos = [f"{self._prefix}info:{row.key}" for row in records]
-            # EVAL, not EVALSHA: a server that has not seen the script (new, or restarted) runs it
-            # all the same, in this transaction.
-            pipe.eval(INFO_WRITE, len(infos), *infos, *record_info(records))
-            if receipts:
-                pipe.zadd(self._receipts, {row.key: row.at for row in receipts})
-                for tool, keys in grouped((row.tool, row.key) for row in receipts).items():
-                    pipe.sadd(f"{self._prefix}tool:{tool}", *keys)
-            if tally is not None:
-                pipe.hincrby(tally.key, f"{tally.field}:calls", tally.calls)
-                pipe.hincrbyfloat(tally.key, f"{tally.field}:cost", tally.cost)
-                pipe.expire(tally.key, TALLY_TTL)
-            if released:
-                leases = self.lease_names(released)
-                pipe.evalsha(self._keep.sha, len(leases), *leases, owner)
-            answers = pipe.execute(raise_on_error=False)
-            errors = [answer for answer in answers if isinstance(answer, Exception)]
-            if errors and not (released and errors == answers[-1:]):
-                raise errors[0]
-        if errors:  # the script is not on the server yet (a new or restarted one): given back on their own
-            self.release(released, owner)
+            if self._slots.cluster:
+                added = sum(int(n) for n in self._slots.run(calls, wait=True))
+                if tally is not None:
+                    self._tally(self._slots.pipeline(), tally).execute()
+            else:
+                # one transaction: the records, the tally, and the leases given back
+                pipe = self._client.pipeline(transaction=True)
+                for call in calls:
+                    pipe.eval(call.script, len(call.keys), *call.keys, *call.args)
+                if tally is not None:
+                    self._tally(pipe, tally)
+                added = sum(int(n) for n in pipe.execute()[: len(calls)])
         self.watch()
-        return int(answers[2]) if receipts else 0  # MSET, the info script, then ZADD
+        return added
+
+    def _write_calls(
+        self, keys: Sequence[str], values: Sequence[bytes], released: Sequence[str], owner: str
+    ) -> list[Call]:
+        """The WRITE script of each group of ``keys``, with the leases of that group to give back."""
+        prefix, slots = self._prefix, self._slots
+        leases: dict[str, list[str]] = {}
+        for key in released:
+            leases.setdefault(slots.counter(key), []).append(key)
+        calls = []
+        for group in slots.groups(keys):
+            counter = slots.counter(keys[group[0]])
+            flags = ["1" if is_receipt(keys[at]) else "0" for at in group]
+            calls.append(
+                Call(
+                    WRITE,
+                    [
+                        counter,
+                        *(prefix + keys[at] for at in group),
+                        *self.lease_names(leases.pop(counter, [])),
+                    ],
+                    [len(group), owner, *flags, *(values[at] for at in group)],
+                )
+            )
+        rest = [key for group in leases.values() for key in group]
+        if rest:  # leases whose receipts are not in this batch: given back on their own
+            self.release(rest, owner)
+        return calls
+
+    def _tally(self, pipe: Any, tally: Tally) -> Any:
+        pipe.hincrby(tally.key, f"{tally.field}:calls", tally.calls)
+        pipe.hincrbyfloat(tally.key, f"{tally.field}:cost", tally.cost)
+        pipe.expire(tally.key, TALLY_TTL)
+        return pipe
 
     def count(self, key: str, field: str, n: int) -> None:
         """Add ``n`` to ``field`` of the hash ``key`` (a cluster job's requests sent, see :class:`Tally`)."""
         with self._failing():
-            pipe = self._client.pipeline(transaction=True)
+            pipe = self._slots.pipeline()
             pipe.hincrby(key, field, n)
             pipe.expire(key, TALLY_TTL)
             pipe.execute()
 
     def records(self, tool: str | None = None) -> Iterable[tuple[str, Record | Damaged]]:
-        read = [
-            (key, record)
-            for chunk in chunks(self._receipt_keys(tool))
-            for key, record in zip(chunk, self._records(chunk))
-        ]
-        # None: cleared since it was listed
-        return [(key, record) for key, record in read if record is not None]
+        """Every receipt (or one tool's), oldest first: the keys found by ``SCAN``, read a chunk at a time."""
+        read = []
+        for chunk in chunks(self._keys("r")):
+            for key, record in zip(chunk, self._records(chunk)):
+                # None: cleared since it was listed
+                if record is not None and (tool is None or (type(record) is Record and record.tool == tool)):
+                    read.append((key, record))
+        read.sort(key=lambda found: found[1].at if type(found[1]) is Record else 0.0)
+        return read
 
-    def _receipt_keys(self, tool: str | None) -> list[str]:
-        """Receipt keys (all, or one tool's), oldest first."""
+    def _keys(self, kind: str) -> list[str]:
+        """The store keys (without the prefix) of one kind: ``r`` receipts, ``s`` steps, ``m`` memos."""
         with self._failing():
-            if tool is None:
-                return [text(key) for key in self._client.zrange(self._receipts, 0, -1)]
-            members = [text(key) for key in self._client.smembers(f"{self._prefix}tool:{tool}")]
-            pipe = self._client.pipeline(transaction=False)
-            for key in members:
-                pipe.zscore(self._receipts, key)
-            scores = pipe.execute()
-        return [key for _, key in sorted((at, key) for key, at in zip(members, scores) if at is not None)]
+            names = self._slots.scan(_escaped(self._prefix) + kind + "*")
+        start = len(self._prefix)
+        return [name[start:] for name in names if _is_record(name[start:])]
+
+    def _heads(self, keys: Sequence[str]) -> list[list[Any] | None]:
+        """The headers of ``keys`` (None: gone or unreadable), the first bytes of each value read."""
+        with self._failing():
+            values = self._slots.each("GETRANGE", [self._prefix + key for key in keys], 0, HEAD)
+            heads = [head_of(value) if b"\n" in value else None for value in values]
+            longer = [at for at, (value, head) in enumerate(zip(values, heads)) if value and head is None]
+            for at, value in zip(longer, self._get([keys[at] for at in longer])):
+                heads[at] = None if value is None else head_of(value)
+        return heads
 
     # -- row memos -------------------------------------------------------------------------------
 
@@ -284,16 +334,11 @@ class RedisBackend(RedisLeases):
         self._writable()
         for chunk in chunks(rows):
             with self._failing():
-                # A memo and its index entries together: one that clearing a tool cannot find
-                # would replay a row the user asked to pay for again.
-                pipe = self._client.pipeline(transaction=True)
-                pipe.mset({self._prefix + row.key: memo_value(row) for row in chunk})
-                pipe.sadd(self._memos, *[row.key for row in chunk])
-                used = grouped((name, row.key) for row in chunk for name in parse_tools(row.tools))
-                for name, keys in used.items():
-                    pipe.sadd(f"{self._memos}:{name}", *keys)
-                pipe.execute()
+                self._mset({self._prefix + row.key: memo_value(row) for row in chunk})
         self.watch()
+
+    def _mset(self, values: dict[str, Any]) -> None:
+        self._slots.set(values)
 
     def hints(self, play: str, rows: Sequence[str]) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}
@@ -307,13 +352,13 @@ class RedisBackend(RedisLeases):
         self._writable()
         for chunk in chunks(hints):
             with self._failing():
-                self._client.mset({f"{self._prefix}used:{play}:{row}": keys for play, row, keys in chunk})
+                self._mset({f"{self._prefix}used:{play}:{row}": keys for play, row, keys in chunk})
 
     # -- what runs spent: one hash, a field per day, provider, tool and figure ---------------------
 
     def write_spend(self, rows: Sequence[SpendRow]) -> None:
         self._writable()
-        pipe = self._client.pipeline(transaction=True)
+        pipe = self._client.pipeline() if self._slots.cluster else self._client.pipeline(transaction=True)
         for day, provider, tool, *figures in rows:
             for name, value in zip(_SPEND, figures):
                 if not value and name.endswith("unpriced"):
@@ -337,24 +382,26 @@ class RedisBackend(RedisLeases):
     # -- upkeep ----------------------------------------------------------------------------------
 
     def counts(self) -> Counts:
-        """Receipts per tool (one pipelined pass), memos, and the memory the whole Redis server uses."""
+        """Receipts per tool and memos (their keys walked, their headers read), and the memory
+        the whole server (or every master of a cluster) uses."""
         by_tool: dict[str, tuple[int, float]] = {}
+        for chunk in chunks(self._keys("r")):
+            for header in self._heads(chunk):
+                try:
+                    tool, cost = str(header[4]), float(header[7])  # type: ignore[index]
+                except (TypeError, ValueError, IndexError):
+                    continue  # damaged by hand, or cleared meanwhile: not counted
+                count, total = by_tool.get(tool, (0, 0.0))
+                by_tool[tool] = (count + 1, total + cost)
+        memos = len(self._keys("m"))
         with self._failing():
-            for chunk in chunks(
-                [text(key) for key, _ in self._client.zscan_iter(self._receipts, count=CHUNK)]
-            ):
-                pipe = self._client.pipeline(transaction=False)
-                for key in chunk:
-                    pipe.hmget(f"{self._prefix}info:{key}", ["tool", "cost"])
-                for tool, cost in pipe.execute(raise_on_error=False):
-                    try:
-                        count, total = by_tool.get(text(tool), (0, 0.0))
-                        by_tool[text(tool)] = (count + 1, total + float(cost))
-                    except (TypeError, ValueError):
-                        continue  # damaged by hand, or cleared meanwhile: not counted
-            memos = self._client.scard(self._memos)
-            used = self._client.info("memory").get("used_memory", 0)
-        return Counts(by_tool, int(memos), int(used))
+            masters = (
+                [self._client.get_redis_connection(node) for node in self._client.get_primaries()]
+                if self._slots.cluster
+                else [self._client]
+            )
+            used = sum(int(master.info("memory").get("used_memory", 0)) for master in masters)
+        return Counts(by_tool, memos, used)
 
     def clear(self, tool: str | None = None) -> int:
         self._writable()
@@ -362,27 +409,40 @@ class RedisBackend(RedisLeases):
             return self._clear_all() if tool is None else self._clear_tool(tool)
 
     def _clear_tool(self, tool: str) -> int:
+        """Remove ``tool``'s receipts (counted down in their slot's counter) and the memos of rows that used it."""
         removed = 0
-        # SPOP, not SMEMBERS then DEL: a receipt written meanwhile stays listed, to be cleared
-        # with the next chunk or kept, never orphaned.
-        while keys := self._client.spop(f"{self._prefix}tool:{tool}", CHUNK):
-            names = [text(key) for key in keys]
-            pipe = self._client.pipeline(transaction=True)
-            pipe.unlink(*[self._prefix + key for key in names])
-            pipe.unlink(*[f"{self._prefix}info:{key}" for key in names])
-            pipe.zrem(self._receipts, *keys)
-            removed += int(pipe.execute()[0])
-        while keys := self._client.spop(f"{self._memos}:{tool}", CHUNK):
-            memos = [text(key) for key in keys]
-            used = self._get(memos)
-            pipe = self._client.pipeline(transaction=True)
-            pipe.unlink(*[self._prefix + key for key in memos])
-            pipe.srem(self._memos, *memos)
-            for key, value in zip(memos, used):
-                for name in tool_names(value):  # so that memo_count of its other tools stays right
-                    pipe.srem(f"{self._memos}:{name}", key)
-            pipe.execute()
+        for chunk in chunks(self._keys("r")):
+            doomed = [
+                key
+                for key, head in zip(chunk, self._heads(chunk))
+                if head and len(head) >= 9 and head[4] == tool
+            ]
+            removed += self._remove(doomed)
+        for chunk in chunks(self._keys("m")):
+            used = [
+                key
+                for key, head in zip(chunk, self._heads(chunk))
+                if head and len(head) >= 2 and tool in _tools(head)
+            ]
+            if used:
+                self._unlink(used)
         return removed
+
+    def _remove(self, keys: Sequence[str]) -> int:
+        """Remove records, counting their receipts down: how many went."""
+        prefix, slots = self._prefix, self._slots
+        calls = [
+            Call(
+                REMOVE,
+                [slots.counter(keys[group[0]]), *(prefix + keys[at] for at in group)],
+                ["1" if is_receipt(keys[at]) else "0" for at in group],
+            )
+            for group in slots.groups(keys)
+        ]
+        return sum(int(n) for n in slots.run(calls))
+
+    def _unlink(self, keys: Sequence[str]) -> None:
+        self._slots.each("UNLINK", [self._prefix + key for key in keys])
 
     def _clear_all(self) -> int:
         """Every key under the prefix but the leases (a call being paid for stays leased) and the
@@ -390,28 +450,30 @@ class RedisBackend(RedisLeases):
         hold, forget its rate or free the slots of calls in flight), and what runs spent (money
         paid stays paid)."""
         removed = 0
-        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix) + "*"
-        names = [text(name) for name in self._client.scan_iter(match=pattern, count=CHUNK)]
+        names = self._slots.scan(_escaped(self._prefix) + "*")
         kept = (self._prefix + "lease:", self._prefix + "limit:")
         doomed = [name for name in names if not name.startswith(kept) and name != self._spend]
+        start = len(self._prefix)
         for chunk in chunks(doomed):
-            self._client.unlink(*chunk)
-            # Records and memos are named by their key alone (no ':'); indexes have other names.
-            removed += sum(
-                ":" not in (rest := name[len(self._prefix) :]) and rest not in ("receipts", "memos")
-                for name in chunk
-            )
+            self._unlink([name[start:] for name in chunk])
+            removed += sum(_is_record(name[start:]) for name in chunk)
         return removed
 
     def memo_count(self, tool: str) -> int:
-        with self._failing():
-            return int(self._client.scard(f"{self._memos}:{tool}"))
+        return sum(
+            1
+            for chunk in chunks(self._keys("m"))
+            for head in self._heads(chunk)
+            if head and len(head) >= 2 and tool in _tools(head)
+        )
 
     # -- its mark (marks.py) -----------------------------------------------------------------------
 
     def receipt_count(self) -> int:
+        """The sum of the counters (one on a server, a slot's each on a cluster): what the
+        scripts that wrote and removed receipts counted, in the same steps."""
         with self._failing():
-            return int(self._client.zcard(self._receipts))
+            return self._slots.counted()
 
     @property
     def identity(self) -> str:
@@ -431,3 +493,25 @@ class RedisBackend(RedisLeases):
 
     def close(self) -> None:
         self._client.close()  # and its pool: from_url made the pool for this client alone
+
+
+def _tools(head: list[Any]) -> list[str]:
+    """The tools a memo used, from its header."""
+    try:
+        return list(parse_tools(str(head[1])))
+    except (TypeError, ValueError):
+        return []
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_record(rest: str) -> bool:
+    """Whether a key's name after the prefix is a record's or a memo's (a letter, then hex digits),
+    not the store's other keys (``mark``, ``count``, ``migrating``…)."""
+    return len(rest) > 1 and rest[0] in "rsm" and _HEX.issuperset(rest[1:])
+
+
+def _escaped(prefix: str) -> str:
+    """``prefix`` as a ``SCAN`` pattern matching itself alone."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in prefix)

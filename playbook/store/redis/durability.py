@@ -32,7 +32,17 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from playbook.store.protocol import StoreFailure
 
-__all__ = ["DURABILITIES", "Evictions", "Persistence", "durability_in", "judge", "kept_by", "persistence"]
+__all__ = [
+    "DURABILITIES",
+    "FAILOVER",
+    "Evictions",
+    "Persistence",
+    "durability_in",
+    "evicted",
+    "judge",
+    "kept_by",
+    "persistence",
+]
 
 DURABILITIES = ("strict", "best-effort")
 
@@ -134,8 +144,11 @@ class Evictions:
     ``opened``), told to ``notify`` when the count first grows, each time it doubles, and at the
     end of each run.  ``check`` asks the server at most once a second (or when ``final``)."""
 
-    def __init__(self, opened: int, location: str, notify: Callable[[str], None] | None) -> None:
+    def __init__(
+        self, opened: int, location: str, notify: Callable[[str], None] | None, *, cluster: bool = False
+    ) -> None:
         self.opened = self.said = opened
+        self.cluster = cluster
         self.location = location
         self.notify = notify
         self.asked = 0.0
@@ -147,7 +160,7 @@ class Evictions:
         from redis.exceptions import RedisError
 
         try:
-            now = int(client.info("stats").get("evicted_keys", 0))
+            now = evicted(client, self.cluster)
         except (RedisError, OSError, ValueError):
             return
         count, told = now - self.opened, self.said - self.opened
@@ -160,17 +173,52 @@ class Evictions:
                 )
 
 
+FAILOVER = (
+    "the store at {location} is on a Redis Cluster: a failover loses the receipts its replica had not received. "
+    "playbook WAITs for one replica after each write, so a failover loses at most the writes in flight, and the "
+    "store's mark notices a loss before a rerun pays for it again"
+)
+
+
+def _masters(client: Any, cluster: bool) -> list[Any]:
+    """A client for each master: the server itself, or each master of a cluster."""
+    if not cluster:
+        return [client]
+    return [client.get_redis_connection(node) for node in client.get_primaries()]
+
+
+def evicted(client: Any, cluster: bool = False) -> int:
+    """The keys the server (every master of a cluster) has evicted so far."""
+    return sum(int(each.info("stats").get("evicted_keys", 0)) for each in _masters(client, cluster))
+
+
 def kept_by(
-    client: Any, location: str, durability: str, notify: Callable[[str], None] | None
+    client: Any,
+    location: str,
+    durability: str,
+    notify: Callable[[str], None] | None,
+    *,
+    cluster: bool = False,
 ) -> tuple[list[str], Evictions | None]:
-    """What the server at ``location`` keeps, read as a store opens it: what to tell the user at
-    every run, and, on a server that evicts keys, the count of what it evicts.  An evicting
-    server the user has not accepted is refused (``StoreFailure``, its client closed)."""
-    found = persistence(client)
-    if found is None:
-        return [], None  # a managed server that hides its configuration: taken at its word
-    refusal, said = judge(found, location, durability)
-    if refusal is not None:
-        client.close()
-        raise StoreFailure(refusal, "EVICTING")
-    return said, Evictions(found.evicted, location, notify) if found.evicting else None
+    """What the server at ``location`` (every master, on a cluster) keeps, read as a store opens
+    it: what to tell the user at every run, and, on a server that evicts keys, the count of what
+    it evicts.  An evicting server the user has not accepted is refused (``StoreFailure``, its
+    client closed)."""
+    said: list[str] = []
+    evicting: list[Persistence] = []
+    for master in _masters(client, cluster):
+        found = persistence(master)
+        if found is None:
+            continue  # a managed server that hides its configuration: taken at its word
+        refusal, notices = judge(found, location, durability)
+        if refusal is not None:
+            client.close()
+            raise StoreFailure(refusal, "EVICTING")
+        said.extend(notice for notice in notices if notice not in said)
+        if found.evicting:
+            evicting.append(found)
+    if cluster:
+        said.append(FAILOVER.format(location=location))
+    if not evicting:
+        return said, None
+    return said, Evictions(evicted(client, cluster), location, notify, cluster=cluster)

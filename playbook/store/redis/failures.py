@@ -9,11 +9,16 @@ from playbook.store.protocol import StoreFailure
 __all__ = ["failure"]
 
 
-def failure(exc: BaseException, where: str) -> StoreFailure:
-    """What went wrong talking to Redis at ``where``, in words a user can act on."""
+def failure(exc: BaseException, where: str, *, cluster: bool = False) -> StoreFailure:
+    """What went wrong talking to Redis at ``where`` (``cluster``: a Redis Cluster's node), in
+    words a user can act on."""
     from redis import exceptions as e
 
     text = str(exc).strip()
+    if cluster:
+        said = _cluster_failure(exc, where, text)
+        if said is not None:
+            return said
     if isinstance(exc, (e.TimeoutError, TimeoutError)):
         return StoreFailure(f"Redis at {where} did not answer in time ({text or 'timed out'})", "ETIMEDOUT")
     if isinstance(exc, e.AuthenticationError) and "***" not in where:
@@ -47,6 +52,36 @@ def failure(exc: BaseException, where: str) -> StoreFailure:
         return StoreFailure(f"the Redis user in {where} may not do this ({text})", "NOPERM")
     word = text.split(" ", 1)[0]
     return StoreFailure(f"Redis at {where} failed: {text}", word if word.isupper() else "REDIS")
+
+
+def _cluster_failure(exc: BaseException, where: str, text: str) -> StoreFailure | None:
+    """What went wrong on a Redis Cluster, when it is the cluster's own trouble (a master lost,
+    slots without one); None for the rest (said as on one server)."""
+    from redis import exceptions as e
+
+    from playbook._internal.redis_nodes import FAILOVER_SECONDS
+
+    within = f"within about {FAILOVER_SECONDS:.0f} s"
+    fix = "start the node again, or see CLUSTER NODES on a live node"
+    if isinstance(exc, e.SlotNotCoveredError):
+        return StoreFailure(
+            f"Redis Cluster at {where} has slots no master serves ({text}): {fix}", "CLUSTERDOWN"
+        )
+    if isinstance(exc, (e.ClusterDownError, e.MasterDownError)) or text.startswith("CLUSTERDOWN"):
+        return StoreFailure(
+            f"Redis Cluster at {where} is down ({text}): it lost a master and no replica took over {within}, or it "
+            f"lost most of its masters; {fix}",
+            "CLUSTERDOWN",
+        )
+    if isinstance(
+        exc, (e.ClusterError, e.RedisClusterUnreachableError, e.ConnectionError, e.TimeoutError, OSError)
+    ):
+        return StoreFailure(
+            f"Redis Cluster at {where} lost a master and no replica took over {within} ({text or type(exc).__name__}): "
+            f"{fix}",
+            "CLUSTERDOWN",
+        )
+    return None
 
 
 def _os_error(exc: BaseException) -> OSError | None:

@@ -4,27 +4,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from playbook.store.protocol import Damaged, Found
 from playbook.store.records import MemoRow, Record, parse_tools
 from playbook.tagged import loads
 
-if TYPE_CHECKING:
-    from redis.typing import EncodableT
-
 __all__ = [
     "CHUNK",
-    "INFO",
-    "INFO_WRITE",
+    "HEAD",
     "LEASE_KEEP",
     "LEASE_TAKE",
+    "REMOVE",
+    "TAKE_LOOK",
+    "WRITE",
     "chunks",
     "found_of",
     "grouped",
+    "head_of",
     "memo_of",
     "memo_value",
-    "record_info",
     "record_of",
     "record_value",
     "split",
@@ -35,40 +34,60 @@ __all__ = [
 T = TypeVar("T")
 
 CHUNK = 1000  # keys per pipelined round trip when there can be very many (memos, listings, clearing)
-INFO = ["tool", "version", "account", "cost", "input"]
+HEAD = 511  # bytes of a value read for its header alone (GETRANGE 0 HEAD): a longer one is read whole
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _NOT_TEXT = "its value is not UTF-8 text (damaged)"
 _NOT_OURS = "it is not a record playbook wrote (fields missing or not numbers)"
 
 
-def record_value(row: Record) -> str:
-    """What a replay reads of a record.  ``at`` as JSON is its repr: it comes back bit for bit (it
-    decides staleness)."""
-    return _dumps([row.at, row.miss, row.flags, row.error]) + "\n" + row.output
-
-
-def record_info(rows: Sequence[Record]) -> list[EncodableT]:
-    """The rest of each record, as :data:`INFO_WRITE`'s arguments: five per record, an input of
-    ``""`` for none (an input is JSON text, never empty)."""
-    return [
-        v
-        for row in rows
-        for v in (row.tool, row.version, row.account, row.cost, "" if row.input is None else row.input)
-    ]
+def record_value(row: Record) -> bytes:
+    """A whole record in one string: ``[at, miss, flags, error, tool, version, account, cost, n]``
+    as JSON (``n``: the output's length in bytes), a newline, the output, then a newline and the
+    input when it has one.  A replay reads the first four fields and the output: a record an
+    older playbook wrote (``[at, miss, flags, error]``, then the output alone) reads the same.
+    ``at`` as JSON is its repr: it comes back bit for bit (it decides staleness)."""
+    output = row.output.encode("utf-8")
+    cost: float | int = int(row.cost) if row.cost == int(row.cost) else row.cost  # "0", not "0.0"
+    head = _dumps(
+        [row.at, int(row.miss), row.flags, row.error, row.tool, row.version, row.account, cost, len(output)]
+    )
+    value = head.encode("utf-8") + b"\n" + output
+    return value if row.input is None else value + b"\n" + row.input.encode("utf-8")
 
 
 def memo_value(row: MemoRow) -> str:
     return _dumps([row.play, row.tools, row.calls, row.cost, row.flags]) + "\n" + row.output
 
 
-def split(value: bytes) -> tuple[list[Any], str]:
-    """A stored value's JSON header and its output text; ``UnicodeDecodeError`` or ``ValueError`` if
-    damaged."""
-    head, _, output = value.partition(b"\n")
+def split(value: bytes) -> tuple[list[Any], bytes]:
+    """A stored value's JSON header and what follows it (bytes); ``UnicodeDecodeError`` or
+    ``ValueError`` if damaged."""
+    head, _, rest = bytes(value).partition(b"\n")
     header = loads(head)
     if type(header) is not list:
         raise ValueError("no header")
-    return header, output.decode("utf-8")
+    return header, rest
+
+
+def _output(header: list[Any], rest: bytes) -> tuple[str, str | None]:
+    """A record's output and input (None: none), from its header and what follows it."""
+    if len(header) < 9:  # written by an older playbook: the output alone
+        return rest.decode("utf-8"), None
+    n = int(header[8])
+    output = rest[:n].decode("utf-8")
+    if len(rest) < n or (len(rest) > n and rest[n : n + 1] != b"\n"):
+        raise ValueError("cut short")
+    return output, (rest[n + 1 :].decode("utf-8") if len(rest) > n else None)
+
+
+def head_of(value: Any) -> list[Any] | None:
+    """A value's header alone (from a whole value or its first bytes), None when it cannot be read."""
+    try:
+        head = bytes(value).partition(b"\n")[0]
+        header = loads(head)
+    except (TypeError, ValueError):
+        return None
+    return header if type(header) is list else None
 
 
 def text(value: object) -> str:
@@ -105,19 +124,29 @@ def parsed(build: Callable[[], T]) -> T | Damaged:
 
 def found_of(value: bytes) -> Found | Damaged:
     def build() -> Found:
-        (at, miss, flags, error), output = split(value)
-        return Found(output, bool(miss), int(flags), error, float(at))
+        header, rest = split(value)
+        at, miss, flags, error = header[:4]
+        return Found(_output(header, rest)[0], bool(miss), int(flags), error, float(at))
 
     return parsed(build)
 
 
-def record_of(key: str, value: Any, info: Any) -> Record | Damaged | None:
+def record_of(key: str, value: Any, info: Any = None) -> Record | Damaged | None:
+    """A whole record from its value (``info``: the hash an older playbook kept beside it, for
+    a record not yet rewritten: tool, version, account, cost, input)."""
     if value is None:
         return None
 
     def build() -> Record:
-        (at, miss, flags, error), output = split(value)
-        tool, version, account, cost, input = (None if v is None else bytes(v).decode("utf-8") for v in info)
+        header, rest = split(value)
+        at, miss, flags, error = header[:4]
+        output, input = _output(header, rest)
+        if len(header) >= 9:
+            tool, version, account, cost = header[4:8]
+        else:
+            tool, version, account, cost, input = (
+                None if v is None else bytes(v).decode("utf-8") for v in info
+            )
         return Record(
             key,
             str(tool),
@@ -138,13 +167,15 @@ def record_of(key: str, value: Any, info: Any) -> Record | Damaged | None:
 def memo_of(key: str, value: bytes) -> MemoRow | Damaged:
     def build() -> MemoRow:
         (play, tools, calls, cost, flags), output = split(value)
-        return MemoRow(key, str(play), str(tools), int(calls), float(cost), int(flags), output)
+        return MemoRow(
+            key, str(play), str(tools), int(calls), float(cost), int(flags), output.decode("utf-8")
+        )
 
     return parsed(build)
 
 
-# Each lease script handles every key of a batch in one round trip, atomically on the server.
-# KEYS: lease keys; ARGV[1]: the owner; ARGV[2]: the lease time in milliseconds.  Taking is
+# The scripts run on the keys of one slot (a cluster's unit), or of a whole batch on one server.
+# Leases: KEYS: lease keys; ARGV[1]: the owner; ARGV[2]: the lease time in milliseconds.  Taking is
 # SET NX PX, except that the owner may take its own lease again (and so extend it).
 LEASE_TAKE = """local got = {}
 for i, key in ipairs(KEYS) do
@@ -153,18 +184,47 @@ for i, key in ipairs(KEYS) do
   if (not held) or held == ARGV[1] then redis.call('SET', key, ARGV[1], 'PX', ARGV[2]); got[i] = 1 end
 end
 return got"""
-# The rest of each record (its hash under ``{prefix}:info:``), written anew: a replaced record
-# keeps no field of the old one (an input it no longer has).  One command for a whole batch, as
-# redis-py spends more encoding two commands a record than the server takes to run them.
-# KEYS: info keys; ARGV: tool, version, account, cost, input ("": none) for each.
-INFO_WRITE = """for i, key in ipairs(KEYS) do
-  local at = (i - 1) * 5
-  redis.call('DEL', key)
-  redis.call('HSET', key, 'tool', ARGV[at + 1], 'version', ARGV[at + 2], 'account', ARGV[at + 3], 'cost', ARGV[at + 4])
-  if ARGV[at + 5] ~= '' then redis.call('HSET', key, 'input', ARGV[at + 5]) end
-end"""
+# Take leases and read the receipts they are for, at once.  KEYS: n lease keys, then their n
+# receipt keys; ARGV as LEASE_TAKE's.  Returns n flags then n values (nil: none).
+TAKE_LOOK = """local n = #KEYS / 2
+local got = {}
+for i = 1, n do
+  local held = redis.call('GET', KEYS[i])
+  got[i] = 0
+  if (not held) or held == ARGV[1] then redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2]); got[i] = 1 end
+end
+for i = 1, n do got[n + i] = redis.call('GET', KEYS[n + i]) end
+return got"""
 LEASE_KEEP = """for _, key in ipairs(KEYS) do  -- renew (ARGV[2] given) or release the owner's leases
   if redis.call('GET', key) == ARGV[1] then
     if ARGV[2] then redis.call('PEXPIRE', key, ARGV[2]) else redis.call('DEL', key) end
   end
 end"""
+# Write records, count the receipts new to the store, give back the owner's leases.  KEYS: the
+# counter, n record keys, then lease keys; ARGV: n, the owner, n flags ("1": a receipt, counted),
+# n values.  A receipt is counted when its key did not exist: a script run again (its answer lost
+# with a connection) counts nothing twice.  Returns how many receipts it added.
+WRITE = """local n = tonumber(ARGV[1])
+local added = 0
+for i = 1, n do
+  local key = KEYS[i + 1]
+  if ARGV[2 + i] == '1' and redis.call('EXISTS', key) == 0 then added = added + 1 end
+  redis.call('SET', key, ARGV[2 + n + i])
+end
+if added > 0 then redis.call('INCRBY', KEYS[1], added) end
+for i = n + 2, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[2] then redis.call('DEL', KEYS[i]) end
+end
+return added"""
+# Remove records and count down the receipts among them.  KEYS: the counter, then record keys;
+# ARGV: a flag for each ("1": a receipt).  Returns how many records went.
+REMOVE = """local gone = 0
+local receipts = 0
+for i = 2, #KEYS do
+  if redis.call('UNLINK', KEYS[i]) == 1 then
+    gone = gone + 1
+    if ARGV[i - 1] == '1' then receipts = receipts + 1 end
+  end
+end
+if receipts > 0 then redis.call('DECRBY', KEYS[1], receipts) end
+return gone"""

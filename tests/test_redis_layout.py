@@ -1,0 +1,318 @@
+"""The store's keys on Redis: a store an older playbook wrote is rewritten when opened (nothing
+paid for is lost), prefixes that would choose a cluster's slots are refused, and a failover of a
+Redis Cluster that lost receipts is noticed before a rerun pays for them again."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pandas as pd
+import pytest
+import redis
+
+import playbook as pb
+from playbook.demo.redis_server import RedisClusterServer, RedisServer
+from playbook.store.protocol import StoreFailure
+from playbook.store.records import MemoRow, Record, memo_tools
+from playbook.store.redis.backend import RedisBackend
+
+OLD = 2500  # receipts in the older store: more than one chunk of its rewrite
+
+
+def _old_store(url: str) -> None:
+    """Write a store as playbook 0.x did on Redis: a value ``[at, miss, flags, error]`` and the
+    output, a hash ``info:`` beside it, a sorted set of receipts, a set per tool, memo sets."""
+    client = redis.Redis.from_url(url)
+    pipe = client.pipeline(transaction=False)
+    for n in range(OLD):
+        key, tool = f"r{n:032x}", ("lookup" if n % 2 else "other")
+        pipe.set(
+            f"playbook:{key}", json.dumps([1_700_000_000.5 + n, False, 0, None]) + "\n" + json.dumps({"n": n})
+        )
+        pipe.hset(
+            f"playbook:info:{key}", mapping={"tool": tool, "version": "1", "account": "default", "cost": 0.25}
+        )
+        pipe.hset(f"playbook:info:{key}", "input", json.dumps({"n": n}))
+        pipe.zadd("playbook:receipts", {key: 1_700_000_000.5 + n})
+        pipe.sadd(f"playbook:tool:{tool}", key)
+    step = f"s{1:032x}"
+    pipe.set(f"playbook:{step}", json.dumps([1.5, False, 0, None]) + "\n" + '"slept"')
+    pipe.hset(f"playbook:info:{step}", mapping={"tool": "sleep", "version": "", "account": "", "cost": 0})
+    for n in range(10):
+        memo, tool = f"m{n:032x}", ("lookup" if n % 2 else "other")
+        pipe.set(
+            f"playbook:{memo}",
+            json.dumps(["play", memo_tools({tool: "f1"}), 1, 0.25, 0]) + "\n" + '{"row": 1}',
+        )
+        pipe.sadd("playbook:memos", memo)
+        pipe.sadd(f"playbook:memos:{tool}", memo)
+    pipe.execute()
+    client.close()
+
+
+def test_a_store_written_by_an_older_playbook_is_rewritten_when_opened_and_loses_nothing(
+    redis_url: str,
+) -> None:
+    """Every receipt, step record and memo of the older layout reads back whole, counts, lists
+    and clears by tool once the store is opened; its indexes are gone."""
+    _old_store(redis_url)
+    backend = RedisBackend(redis_url)
+    assert backend.receipt_count() == OLD
+    key = f"r{7:032x}"
+    assert backend.get(key) == Record(
+        key, "lookup", "1", "default", 1_700_000_007.5, 0.25, False, 0, '{"n": 7}', '{"n": 7}', None
+    )
+    step = backend.get(f"s{1:032x}")
+    assert isinstance(step, Record) and step.tool == "sleep" and step.output == '"slept"'
+    assert [key for key, _ in backend.records()][:3] == [f"r{n:032x}" for n in range(3)]  # oldest first
+    assert backend.counts().by_tool["lookup"] == (OLD // 2, 0.25 * OLD / 2)
+    assert backend.memo_count("lookup") == 5
+    client = redis.Redis.from_url(redis_url)
+    assert not client.keys("playbook:info:*") and not client.keys("playbook:tool:*")
+    assert not client.exists("playbook:receipts", "playbook:memos", "playbook:memos:lookup")
+    assert backend.clear("lookup") == OLD // 2
+    assert backend.receipt_count() == OLD // 2 and backend.memo_count("lookup") == 0
+    assert backend.memo_count("other") == 5
+    backend.close()
+    client.close()
+
+
+def test_two_processes_opening_an_older_store_at_once_count_each_receipt_once(redis_url: str) -> None:
+    """Opened by several at the same moment, the rewrite is done once (a lock, chunks that count
+    what they take out of the older index): the count is what the older store held."""
+    _old_store(redis_url)
+    with ThreadPoolExecutor(4) as pool:
+        opened = list(pool.map(lambda _: RedisBackend(redis_url), range(4)))
+    assert {backend.receipt_count() for backend in opened} == {OLD}
+    for backend in opened:
+        backend.close()
+
+
+def test_an_older_store_replays_its_receipts_in_a_run(redis_url: str) -> None:
+    """A run on a store an older playbook wrote pays nothing for what it paid then."""
+
+    @pb.tool(name="lookup", version="1", cost=0.001)
+    async def lookup(n: int) -> int:
+        return n
+
+    async def play(row, ctx):  # type: ignore[no-untyped-def]
+        return {"v": await ctx.tool(lookup, n=row.n)}
+
+    first = pd.DataFrame({"n": range(20)}).play.run(pb.play(play, name="p"), store=redis_url, progress=False)
+    client = redis.Redis.from_url(redis_url)
+    # Back to the older layout: what 0.x would have left of that run.
+    for name in list(client.scan_iter(match="playbook:r*")):
+        header, _, rest = client.get(name).partition(b"\n")
+        at, miss, flags, error, tool, version, account, cost, n = json.loads(header)
+        client.set(name, json.dumps([at, bool(miss), flags, error]).encode() + b"\n" + rest[:n])
+        client.hset(
+            b"playbook:info:" + name[9:],
+            mapping={
+                "tool": tool,
+                "version": version,
+                "account": account,
+                "cost": cost,
+                "input": rest[n + 1 :],
+            },
+        )
+        client.zadd("playbook:receipts", {name[9:]: at})
+    client.delete("playbook:count")
+    client.close()
+    again = pd.DataFrame({"n": range(20)}).play.run(
+        pb.play(play, name="p", version="2"), store=redis_url, progress=False
+    )
+    assert first.stats.calls_executed == 20
+    assert again.stats.calls_executed == 0 and again.stats.calls_reused == 20
+
+
+def test_a_prefix_with_a_brace_is_refused_naming_it(redis_url: str) -> None:
+    """A brace in the prefix would choose the slot of every key on a cluster: refused, named."""
+    with pytest.raises(StoreFailure) as refused:
+        RedisBackend(redis_url, prefix="team{a}")
+    assert "'team{a}'" in refused.value.reason and "brace" in refused.value.reason
+
+
+def _replica_of(master: RedisServer) -> redis.Redis:
+    with redis.Redis(port=master.port) as client:
+        role = client.execute_command("ROLE")
+    return redis.Redis(port=int(role[2][0][1]), single_connection_client=True)
+
+
+def _record(n: int) -> Record:
+    return Record(f"r{n:032x}", "lookup", "1", "default", 1.5, 0.0, False, 0, None, str(n), None)
+
+
+def _on(backend: RedisBackend, master: RedisServer, count: int) -> list[Record]:
+    """``count`` records whose keys live on ``master``."""
+    client = redis.RedisCluster(host="127.0.0.1", port=master.port)
+    found = []
+    n = 0
+    while len(found) < count:
+        record = _record(n)
+        if client.get_node_from_key(f"playbook:{record.key}").port == master.port:
+            found.append(record)
+        n += 1
+    client.close()
+    return found
+
+
+def test_a_write_on_a_cluster_waits_for_a_replica_so_a_killed_master_loses_nothing_acknowledged() -> None:
+    """A write waits (WAIT 1) until a replica has it: with the replica stalled it waits, and a
+    master killed right after a write's answer has lost none of it."""
+    with RedisClusterServer() as cluster:
+        backend = RedisBackend(cluster.url)
+        master = cluster.masters()[0]
+        records = _on(backend, master, 40)
+        replica = _replica_of(master)
+        replica.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
+        started = time.monotonic()
+        assert backend.write(records[:20]) == 20
+        assert time.monotonic() - started >= 0.9  # it waited for the replica
+        replica.execute_command("CLIENT", "UNPAUSE")
+        assert backend.write(records[20:]) == 20
+        cluster.kill(master)
+        cluster.wait_ok()
+        again = RedisBackend(cluster.url)
+        assert all(found is not None for found in again.lookup_many([record.key for record in records]))
+        assert again.receipt_count() == 40
+        for each in (backend, again, replica):
+            each.close()
+
+
+def test_a_failover_that_lost_receipts_is_noticed_before_a_rerun_pays() -> None:
+    """Receipts a master took but its replica never received, lost when the replica took over:
+    their counts went with them, so the store's mark says lost, and nothing is paid."""
+    paid: list[int] = []
+
+    @pb.tool(name="lookup", version="1", cost=0.001)
+    async def lookup(n: int) -> int:
+        paid.append(n)
+        return n
+
+    async def play(row, ctx):  # type: ignore[no-untyped-def]
+        return {"v": await ctx.tool(lookup, n=row.n)}
+
+    frame = pd.DataFrame({"n": range(60)})
+    with RedisClusterServer() as cluster:
+        url = cluster.url
+        pd.DataFrame({"n": range(30)}).play.run(pb.play(play, name="p"), store=url, progress=False)
+        master = next(node for node in cluster.masters() if f":{node.port}/" not in url)
+        replica = _replica_of(master)
+        replica.execute_command("CLIENT", "PAUSE", 6000, "WRITE")  # it receives nothing more
+        done = frame.play.run(pb.play(play, name="p"), store=url, progress=False)
+        assert done.stats.calls_executed == 30
+        cluster.kill(master)
+        cluster.wait_ok()
+        replica.execute_command("CLIENT", "UNPAUSE")
+        paid.clear()
+        store = pb.ReceiptStore(url)
+        assert store.lost is not None and "held 60 receipts" in store.lost
+        with pytest.raises(pb.ReceiptError):
+            frame.play.run(pb.play(play, name="p"), store=store, progress=False)
+        assert paid == []
+        store.close()
+        replica.close()
+
+
+def test_opening_a_cluster_says_what_a_failover_may_lose(cluster_url: str) -> None:
+    """A store on a Redis Cluster says, when opened, what a failover loses and what guards it."""
+    backend = RedisBackend(cluster_url)
+    assert any(
+        "failover loses the receipts its replica had not received" in said for said in backend.standing
+    )
+    assert any("WAIT" in said for said in backend.standing)
+    backend.close()
+
+
+def test_a_memo_on_a_cluster_is_cleared_with_a_tool_it_used(cluster_url: str) -> None:
+    """Clearing a tool on a cluster drops the memos of rows that used it, on every master."""
+    backend = RedisBackend(cluster_url)
+    memos = [
+        MemoRow(f"m{n:032x}", "play", memo_tools({"lookup" if n % 2 else "other": "f1"}), 1, 0.0, 0, "1")
+        for n in range(40)
+    ]
+    backend.write_memos(memos)
+    assert backend.memo_count("lookup") == 20 and backend.memo_count("other") == 20
+    backend.clear("lookup")
+    assert backend.memo_count("lookup") == 0 and backend.memo_count("other") == 20
+    backend.close()
+
+
+def test_a_cluster_that_lost_a_master_for_good_is_said_in_words() -> None:
+    """A master gone with no replica to take over: the write fails after the client's retries,
+    saying the cluster lost a master and none took over, not a bare socket error."""
+    with RedisClusterServer(replicas=0, node_timeout=500) as cluster:
+        backend = RedisBackend(cluster.url)
+        records = [_record(n) for n in range(30)]  # on every master
+        backend.write(records)
+        cluster.kill(next(node for node in cluster.masters() if f":{node.port}/" not in cluster.url))
+        with pytest.raises(StoreFailure) as failed:
+            backend.write(records)
+        assert "lost a master and no replica took over within about 20 s" in failed.value.reason
+        assert cluster.url in failed.value.reason and failed.value.code == "CLUSTERDOWN"
+        backend.close()
+
+
+def test_every_master_of_a_cluster_is_asked_what_it_keeps(
+    redis_cluster: RedisClusterServer, cluster_url: str
+) -> None:
+    """One master of the cluster without an append-only file (not the one in the URL): said."""
+    master = next(node for node in redis_cluster.masters() if f":{node.port}/" not in cluster_url)
+    with redis.Redis(port=master.port) as client:
+        client.config_set("appendonly", "no")
+        try:
+            backend = RedisBackend(cluster_url)
+            assert any("no append-only file" in said for said in backend.standing)
+            backend.close()
+        finally:
+            client.config_set("appendonly", "yes")
+
+
+def _bytes(client: redis.Redis, pattern: str) -> int:
+    return sum(int(client.memory_usage(name, samples=0) or 0) for name in client.scan_iter(match=pattern))
+
+
+def test_a_receipt_takes_under_half_the_memory_the_older_layout_took(redis_url: str) -> None:
+    """The same receipts, written by the store and as the older layout kept them (a value, a
+    hash beside it, a sorted set and a set per tool): under half the bytes (MEMORY USAGE)."""
+    records = [
+        Record(
+            f"r{n:032x}",
+            "lookup",
+            "1",
+            "default",
+            1_700_000_000.5 + n,
+            0.001,
+            False,
+            0,
+            f'{{"n":{n}}}',
+            f'{{"n":{n}}}',
+            None,
+        )
+        for n in range(2000)
+    ]
+    backend = RedisBackend(redis_url, prefix="new")
+    assert backend.write(records) == len(records)
+    client = redis.Redis.from_url(redis_url)
+    pipe = client.pipeline(transaction=False)
+    for row in records:
+        pipe.set(f"old:{row.key}", json.dumps([row.at, row.miss, row.flags, row.error]) + "\n" + row.output)
+        fields = {
+            "tool": row.tool,
+            "version": row.version,
+            "account": row.account,
+            "cost": row.cost,
+            "input": row.input,
+        }
+        pipe.hset(f"old:info:{row.key}", mapping=fields)  # type: ignore[arg-type]
+        pipe.zadd("old:receipts", {row.key: row.at})
+        pipe.sadd(f"old:tool:{row.tool}", row.key)
+    pipe.execute()
+    new, old = _bytes(client, "new:*"), _bytes(client, "old:*")
+    assert new <= 0.5 * old, (
+        f"{new / len(records):.0f} B a receipt, the older layout {old / len(records):.0f} B"
+    )
+    backend.close()
+    client.close()
