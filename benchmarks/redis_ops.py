@@ -286,7 +286,9 @@ def index_entries(nodes: Nodes, entries: int = 200_000, per_hash: int = 100) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.redis_ops", description=__doc__)
     parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--calls", type=int, default=3_000, help="paid calls through the shared limiter (0: none)")
+    parser.add_argument(
+        "--calls", type=int, default=3_000, help="paid calls through the shared limiter (0: none)"
+    )
     parser.add_argument("--cluster", action="store_true", help="a 3-master Redis Cluster, not one server")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="playbook-ops-marks-") as marks:
