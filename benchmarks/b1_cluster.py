@@ -41,6 +41,15 @@ def run(repeats: int = 3) -> list[Result]:
             statistics.median(rates[case]["single"]),
             "the same on one Redis server",
             TARGET,
+            notes=[
+                (
+                    "each repeat, cluster / one server: "
+                    + ", ".join(
+                        f"{c:,.0f} / {s:,.0f}" for c, s in zip(rates[case]["cluster"], rates[case]["single"])
+                    ),
+                    None,
+                )
+            ],
         )
         for case in ("first run", "receipts replay")
     ]
