@@ -47,6 +47,7 @@ _BY_FILE = {
     "test_browser.py": ("browser", "slow"),
     "test_notebooks.py": ("notebook", "slow"),
     "test_cluster.py": ("cluster", "slow"),
+    "test_cluster_failover.py": ("redis", "slow"),
     "test_widget.py": ("kernel",),
     "test_interrupt.py": ("slow",),
     "test_processes.py": ("slow",),
@@ -60,7 +61,11 @@ _BY_FILE = {
 }
 # Engines of the promise suite (tests/engines.py): several processes share a Redis store, and the
 # demo provider in a process of its own; a cluster.
-_BY_ENGINE = {"[processes": ("redis", "slow", "network"), "[cluster": ("cluster", "redis", "slow", "network")}
+_BY_ENGINE = {
+    "processes": ("redis", "slow", "network"),
+    "cluster": ("cluster", "redis", "slow", "network"),
+    "redis cluster": ("redis", "slow", "network"),
+}
 
 
 def pytest_configure(config: Any) -> None:
@@ -74,9 +79,8 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None
     for item in items:
         marks = set(_BY_FILE.get(item.path.name, ()))
         marks.update(_BY_FIXTURE[f] for f in getattr(item, "fixturenames", ()) if f in _BY_FIXTURE)
-        for engine, extra in _BY_ENGINE.items():
-            if engine in item.nodeid:
-                marks.update(extra)
+        callspec = getattr(item, "callspec", None)
+        marks.update(_BY_ENGINE.get(callspec.params.get("engine", "") if callspec else "", ()))
         for mark in sorted(marks):
             item.add_marker(getattr(pytest.mark, mark))
     config.stash[_COLLECTED] = len(items)  # before -m deselects: every test of the files asked for

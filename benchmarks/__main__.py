@@ -18,6 +18,7 @@ from .harness import table
 CASES = {
     "b1": "b1_replay:run",
     "b1r": "b1_redis:run",
+    "b1c": "b1_cluster:run",
     "b2": "b2_dispatch:run",
     "b3": "b3_rate_limits:run",
     "b3s": "b3_strict:run",
@@ -34,6 +35,7 @@ CASES = {
     "b12": "b12_pools:run",
     "b13": "b13_level:run",
     "b14": "b14_failing:run",
+    "b15": "b15_failover:run",
 }
 
 
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeats",
         type=int,
-        help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9, b10, b11, b11s, b12, b13 and b14; 5 for b8)",
+        help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9, b10, b11, b11s, b12, b13, b14 and b15; 5 for b8)",
     )
     parser.add_argument("--quick", action="store_true", help="smaller sizes where a case has them (b10)")
     args = parser.parse_args(argv)

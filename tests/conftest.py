@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from demo_process import DemoProcess
-from engines import ENGINES, THREADS, WORKERS, Cluster, Engine, OneProcess, Processes
+from engines import THREADS, WORKERS, Cluster, Engine, OneProcess, Processes, RedisCluster, engines_of
 from hypothesis import settings
 from vtime import LoopClock
 
@@ -159,12 +159,18 @@ def dask_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield client
 
 
-@pytest.fixture(params=ENGINES)
+@pytest.hookimpl(tryfirst=True)  # the engine first in a test's id, before its own parameters
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "engine" in metafunc.fixturenames:  # a promise: each engine its file runs on, in turn
+        metafunc.parametrize("engine", engines_of(metafunc.module.__name__), indirect=True)
+
+
+@pytest.fixture
 def engine(request: pytest.FixtureRequest, tmp_path: Any) -> Engine:
-    """Each engine in turn: the promise is the same on every one."""
+    """Each engine in turn (``engines_of`` the test's file): the promise is the same on every one."""
     if request.param == "one process":
         return OneProcess(tmp_path / "store", tmp_path)
-    redis_url = request.getfixturevalue("redis_url")
+    redis_url = request.getfixturevalue("cluster_url" if request.param == "redis cluster" else "redis_url")
     # Emptied for this test on purpose, and said so (as a user who flushes a store accepts the loss): a
     # cluster's workers outlive a test, with the store they had open, and would take the empty
     # store for one that lost the last test's receipts.
@@ -173,6 +179,8 @@ def engine(request: pytest.FixtureRequest, tmp_path: Any) -> Engine:
     emptied.close()
     if request.param == "processes":
         return Processes(redis_url, tmp_path)
+    if request.param == "redis cluster":
+        return RedisCluster(redis_url, tmp_path)
     return Cluster(request.getfixturevalue("dask_client"), redis_url)
 
 

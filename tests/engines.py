@@ -4,7 +4,10 @@
 * ``processes``: two fresh Python processes each running the same frame, as a user starts the
   same script on two machines: one Redis store, the providers' limits shared there;
 * ``cluster``: a dask.distributed ``LocalCluster`` of two worker processes, ``ddf.play.run``
-  over four partitions (eight when one of its workers is killed), on one Redis.
+  over four partitions (eight when one of its workers is killed), on one Redis;
+* ``redis cluster``: the processes engine on a Redis Cluster (3 masters, each with a replica):
+  the store and the providers' shared limits at the plain ``redis://`` URL of one of its nodes,
+  as a user who outgrew one Redis gives it.
 
 Each engine runs a play over a pandas frame and answers an :class:`Outcome` (the rows as the job
 ends them, what the runs counted, the providers rows wait on and the parked rows); it can also stop a run midway
@@ -38,9 +41,15 @@ from vtime import run_virtual
 from warm import Warm
 
 import playbook as pb
+from playbook._internal.redis_nodes import sync_client
 from playbook.providers.provider import sharing_limits
 
-ENGINES = ("one process", "processes", "cluster")
+ENGINES = ("one process", "processes", "cluster", "redis cluster")
+# The promise files whose promises are about what goes on the wire (each LLM dialect's requests,
+# where a key is put), the same whichever server keeps the store: the Redis Cluster engine runs
+# the others, whose state lives in the store and the shared limits (receipts, memos, leases, the
+# spend; rates, holds, each key's limits), and these run on the first three engines.
+ON_THE_WIRE = ("test_promises_dialects", "test_promises_secrets")
 PROCESSES = 2  # the processes engine's processes
 WORKERS, THREADS = 2, 2  # the cluster's workers, and threads each
 PARTITIONS = 4
@@ -89,6 +98,13 @@ if len(sys.argv) > 3:
 """
 
 
+def engines_of(module: str) -> tuple[str, ...]:
+    """The engines the promises of ``module`` (a test file's module name) run on."""
+    if module.rsplit(".", 1)[-1] in ON_THE_WIRE:
+        return tuple(engine for engine in ENGINES if engine != "redis cluster")
+    return ENGINES
+
+
 @dataclass
 class Outcome:
     """What a job did: each row as the job ends it, and what its runs counted."""
@@ -128,6 +144,9 @@ class Engine:
     it goes on without that process (a cluster job; else None: the counts died with it)."""
 
     name = ""
+    # each of its processes runs every row of the job (the processes engines), rather than the
+    # job's rows being shared out (one process, a Dask cluster's partitions)
+    same_rows = False
     in_flight = 0  # the most calls one process (or worker) has on the wire, for a given concurrency
 
     def run(self, frame: pd.DataFrame, play: Any, *, virtual: bool = False, **options: Any) -> Outcome:
@@ -219,6 +238,7 @@ class OneProcess(Engine):
 
 class Processes(Engine):
     name = "processes"
+    same_rows = True
 
     def __init__(self, redis_url: str, scratch: Path) -> None:
         self.store = redis_url
@@ -249,6 +269,28 @@ class Processes(Engine):
             for proc in procs[1:]:
                 _said(proc)
         return options.get("concurrency", 16), None
+
+    def run_while(
+        self,
+        frame: pd.DataFrame,
+        play: Any,
+        when: Callable[[], bool],
+        act: Callable[[], Any],
+        *,
+        processes: int = PROCESSES,
+        **options: Any,
+    ) -> tuple[Outcome, Any]:
+        """Run to the end in ``processes`` processes, doing ``act()`` once ``when()`` is true (to
+        the store's server, say, not to the processes): the outcome, and what ``act()`` gave."""
+        with _processes(
+            self.scratch, frame, play, {"store": self.store, **options}, processes, share=self.store
+        ) as procs:
+            _wait(lambda: when() or all(proc.popen.poll() is not None for proc in procs))
+            if not when():  # they all ended first: what they said (a refusal) says why
+                said = _merged([_said(proc) for proc in procs])
+                raise AssertionError(f"the run ended before the moment to act: {said.statuses}")
+            acted = act()
+            return _merged([_said(proc) for proc in procs]), acted
 
     def retried(
         self, frame: pd.DataFrame, play: Any, between: Callable[[Outcome], None], **options: Any
@@ -356,10 +398,16 @@ class Cluster(Engine):
         _flush(self.store)
 
 
-def _flush(url: str) -> None:
-    import redis
+class RedisCluster(Processes):
+    """The processes engine with its store and shared limits on a Redis Cluster."""
 
-    redis.Redis.from_url(url).flushdb()
+    name = "redis cluster"
+
+
+def _flush(url: str) -> None:
+    # a cluster's client flushes every master
+    with sync_client(url) as client:
+        client.flushdb()
 
 
 # -- outcomes ---------------------------------------------------------------------------------
@@ -422,6 +470,8 @@ def _outcome(run: Any, fatal: str | None) -> Outcome:
 def _merged(said: list[dict[str, Any]]) -> Outcome:
     """The processes' results as one job's: each row at its most finished status in any of them
     (their values agree: checked here), their counters side by side."""
+    refused = [s["refused"] for s in said if "refused" in s]
+    assert not refused, f"a process's run was refused before it started: {refused[0]}"
     results = [s["result"] for s in said]
     first = results[0]
     ranks = pd.concat([r["play_status"].map(_RANK) for r in results], axis=1, keys=range(len(results)))

@@ -212,7 +212,7 @@ def test_one_input_that_always_fails_fails_its_row_not_the_provider(
     out = engine.run(frame, pb.play(play, name="status"), concurrency=8, virtual=True)
     assert out.statuses.get("ok", 0) + out.statuses.get("reused", 0) == 90, out.statuses
     assert out.result is not None and not [h for h in out.waiting_on if h["reason"] != "down"]
-    if engine.name == "processes":
+    if engine.same_rows:
         # Two processes run the same rows, and a row whose call the other pays for steps back
         # until the fresh rows are taken: each ends with the failing rows alone, and with no
         # answer of its own after their tries it cannot tell them from a provider that went down.

@@ -316,3 +316,18 @@ def test_a_receipt_takes_under_half_the_memory_the_older_layout_took(redis_url: 
     )
     backend.close()
     client.close()
+
+
+def test_an_older_store_opened_read_only_is_read_whole_and_counted(redis_url: str) -> None:
+    """Opened read-only (nothing rewritten), a store of the older layout still lists its
+    receipts whole and counts them: not taken for lost, nothing damaged."""
+    _old_store(redis_url)
+    backend = RedisBackend(redis_url, readonly=True)
+    assert backend.receipt_count() == OLD
+    key = f"r{7:032x}"
+    assert backend.get(key) == Record(
+        key, "lookup", "1", "default", 1_700_000_007.5, 0.25, False, 0, '{"n": 7}', '{"n": 7}', None
+    )
+    with redis.Redis.from_url(redis_url) as client:
+        assert client.zcard("playbook:receipts") == OLD  # as it was
+    backend.close()

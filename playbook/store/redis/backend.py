@@ -65,7 +65,7 @@ from playbook.store.redis.format import (
     text,
 )
 from playbook.store.redis.leases import RedisLeases
-from playbook.store.redis.legacy import migrate
+from playbook.store.redis.legacy import INFO, migrate
 from playbook.store.redis.slots import Call, Slots
 
 # the figures of a line of spend (a line written by an older playbook has no unpriced ones: 0)
@@ -127,6 +127,7 @@ class RedisBackend(RedisLeases):
         self.readonly = readonly
         self._prefix = prefix + ":"
         self._spend = self._prefix + "spend"
+        self._url = url
         self._client = self._connect(url)
         self._slots = Slots(self._client, self._prefix)
         self.notices: list[str] = []
@@ -208,7 +209,17 @@ class RedisBackend(RedisLeases):
         return self._records([key])[0]
 
     def _records(self, keys: Sequence[str]) -> list[Record | Damaged | None]:
-        return [record_of(key, value) for key, value in zip(keys, self._get(keys))]
+        values = self._get(keys)
+        infos: list[Any] = [None] * len(keys)
+        older = [at for at, value in enumerate(values) if value is not None and len(head_of(value) or ()) < 9]
+        if older and not self._slots.cluster:  # an older layout not rewritten yet (opened read-only)
+            with self._failing():
+                pipe = self._client.pipeline(transaction=False)
+                for at in older:
+                    pipe.hmget(f"{self._prefix}info:{keys[at]}", INFO)
+                for at, info in zip(older, pipe.execute()):
+                    infos[at] = info
+        return [record_of(key, value, info) for key, value, info in zip(keys, values, infos)]
 
     def write(
         self,
@@ -473,7 +484,15 @@ class RedisBackend(RedisLeases):
         """The sum of the counters (one on a server, a slot's each on a cluster): what the
         scripts that wrote and removed receipts counted, in the same steps."""
         with self._failing():
-            return self._slots.counted()
+            if self._slots.cluster:
+                return self._slots.counted()
+            # and the receipts of an older layout not rewritten yet (opened read-only): each
+            # leaves its sorted set as the rewrite counts it, in one step
+            pipe = self._client.pipeline(transaction=False)
+            pipe.get(self._prefix + "count")
+            pipe.zcard(self._prefix + "receipts")
+            count, older = pipe.execute()
+            return int(count or 0) + int(older)
 
     @property
     def identity(self) -> str:
@@ -492,6 +511,9 @@ class RedisBackend(RedisLeases):
             self._client.set(self._prefix + "mark", mark)
 
     def close(self) -> None:
+        from playbook._internal.redis_nodes import remember
+
+        remember(self._url, self._client)  # a cluster's nodes, for the next store of this URL here
         self._client.close()  # and its pool: from_url made the pool for this client alone
 
 

@@ -145,7 +145,7 @@ def record_of(key: str, value: Any, info: Any = None) -> Record | Damaged | None
             tool, version, account, cost = header[4:8]
         else:
             tool, version, account, cost, input = (
-                None if v is None else bytes(v).decode("utf-8") for v in info
+                None if v is None else bytes(v).decode("utf-8") for v in (info or (None,) * 5)
             )
         return Record(
             key,

@@ -21,7 +21,9 @@ from typing import Any
 from playbook.store.records import Record
 from playbook.store.redis.format import CHUNK, record_of, record_value
 
-__all__ = ["migrate"]
+__all__ = ["INFO", "migrate"]
+
+INFO = ["tool", "version", "account", "cost", "input"]  # the fields of an older layout's info hash
 
 LOCK_MS = 30_000  # how long a rewrite may go without news before another process takes it over
 # KEYS: the counter, the sorted set, then each receipt's key and its info hash; ARGV: each
@@ -73,7 +75,7 @@ def _read(client: Any, prefix: str, keys: list[str]) -> tuple[list[Any], list[An
     pipe = client.pipeline(transaction=False)
     pipe.mget([prefix + key for key in keys])
     for key in keys:
-        pipe.hmget(f"{prefix}info:{key}", ["tool", "version", "account", "cost", "input"])
+        pipe.hmget(f"{prefix}info:{key}", INFO)
     values, *infos = pipe.execute()
     return values, infos
 

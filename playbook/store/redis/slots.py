@@ -115,6 +115,15 @@ class Slots:
         if not self.cluster:
             return int(self.client.get(self.prefix + "count") or 0)
 
+        from redis.exceptions import ConnectionError, TimeoutError
+
+        try:
+            return self._counted()
+        except (ConnectionError, TimeoutError, OSError):  # a master gone since the topology was read
+            self._moved()
+            return self._counted()
+
+    def _counted(self) -> int:
         from redis.exceptions import ResponseError, SlotNotCoveredError
 
         cache = self.client.nodes_manager.slots_cache
@@ -148,7 +157,7 @@ class Slots:
             if not todo:
                 break
             if not self.cluster:
-                failed = self._on(self.client, todo, calls, answers, wait=False, again=again)
+                failed = self._on(self.client, todo, calls, answers, again=again)
             else:
                 failed = self._on_masters(todo, calls, answers, wait=wait, again=again)
             todo = failed
@@ -179,19 +188,11 @@ class Slots:
         return attached
 
     def _on(
-        self,
-        client: Any,
-        positions: Sequence[int],
-        calls: Sequence[Call],
-        answers: list[Any],
-        *,
-        wait: bool,
-        again: bool,
+        self, client: Any, positions: Sequence[int], calls: Sequence[Call], answers: list[Any], *, again: bool
     ) -> list[int]:
-        """``calls[positions]`` in one pipeline on ``client`` (``again``: by ``EVAL``), their answers
-        put in ``answers``; returns the positions that failed (the topology asked anew if a node
-        went or a slot moved)."""
-        from redis.exceptions import ConnectionError, NoScriptError, RedisError, TimeoutError
+        """``calls[positions]`` in one pipeline on one server (``again``: by ``EVAL``), their
+        answers put in ``answers``; returns the positions the server had no script for."""
+        from redis.exceptions import RedisError
 
         pipe = client.pipeline(transaction=False)
         for at in positions:
@@ -200,24 +201,14 @@ class Slots:
                 pipe.eval(call.script, len(call.keys), *call.keys, *call.args)
             else:
                 pipe.evalsha(self._sha(call.script), len(call.keys), *call.keys, *call.args)
-        if wait:
-            pipe.execute_command("WAIT", 1, WAIT_MS)
-        try:
-            got = pipe.execute(raise_on_error=False)[: len(positions)]
-        except (ConnectionError, TimeoutError, OSError):
-            if not self.cluster:
-                raise
-            self._moved()
-            return list(positions)
+        got = pipe.execute(raise_on_error=False)
         failed = []
         for at, answer in zip(positions, got):
             if isinstance(answer, RedisError):
                 failed.append(at)
-                if self.cluster and not isinstance(answer, NoScriptError):
-                    self._moved()
             else:
                 answers[at] = answer
-        if again and not self.cluster and failed:
+        if again and failed:
             raise got[positions.index(failed[0])]  # an error of the script itself (out of memory)
         return failed
 
@@ -240,17 +231,18 @@ class Slots:
             if wait and self._replicated(node):
                 commands.append(("WAIT", 1, WAIT_MS))
             batches.append((node, mine, commands))
-        failed = []
+        failed, moved = [], False
         for (_, mine, _), got in zip(
             batches, self._exchange([(node, commands) for node, _, commands in batches])
         ):
             for at, answer in zip(mine, got):
                 if isinstance(answer, RedisError | OSError):
                     failed.append(at)
-                    if not isinstance(answer, NoScriptError):
-                        self._moved()
+                    moved = moved or not isinstance(answer, NoScriptError)
                 else:
                     answers[at] = answer
+        if moved:
+            self._moved()
         return failed
 
     def _exchange(self, batches: Sequence[tuple[Any, Sequence[tuple[Any, ...]]]]) -> list[list[Any]]:
