@@ -152,6 +152,14 @@ def test_a_redis_url_nothing_answers_is_a_clear_error(tmp_path: Path) -> None:
     assert "hunter2" not in message
 
 
+def test_a_rediss_url_at_a_plain_redis_asks_whether_it_speaks_tls(redis_url: str) -> None:
+    """store= rediss:// at a Redis without TLS: the ReceiptError says to use redis:// for a plain one."""
+    with pytest.raises(pb.ReceiptError, match=r"does the server speak TLS\? use redis:// for a plain one"):
+        pd.DataFrame({"n": [1]}).play.map(
+            _play("1"), store=redis_url.replace("redis://", "rediss://"), progress=False
+        )
+
+
 def test_clearing_everything_keeps_the_shared_limits_of_providers(redis_url: str) -> None:
     """clear() on a Redis store that a shared limiter also uses drops receipts and memos, never the
     limiter's state (its rate, holds and the permits of calls in flight)."""

@@ -27,7 +27,7 @@ from warm import Warm
 
 import playbook as pb
 from playbook._internal import redis_nodes
-from playbook.demo.redis_server import RedisClusterServer
+from playbook.demo.redis_server import RedisClusterServer, RedisServer
 from playbook.providers.limits import Limiter, LocalLimiter, Permit, Rates, Tokens, Verdict
 from playbook.providers.limits.shared import RedisLimiter
 from playbook.providers.provider import governor
@@ -681,6 +681,49 @@ def test_an_unreachable_redis_parks_or_fails_rows_naming_the_provider_and_url(st
     assert set(out["play_status"]) <= {"failed", "parked"} and len(out) == 20
     errors = " ".join(str(e) for e in out["play_error"])
     assert "'acme'" in errors and "redis://127.0.0.1:1/0" in errors
+
+
+@pytest.fixture(scope="module")
+def locked_redis() -> Iterator[RedisServer]:
+    """A Redis that asks for a password ("s3cret")."""
+    with RedisServer() as server:
+        redis.Redis.from_url(server.url).config_set("requirepass", "s3cret")  # once it answers PING
+        yield server
+
+
+@pytest.mark.parametrize("wrong", ["cluster db 3", "no password", "wrong password", "rediss to plain"])
+def test_a_misconfigured_shared_url_stops_the_run_naming_the_option(
+    wrong: str, store: pb.ReceiptStore, locked_redis: RedisServer, request: pytest.FixtureRequest
+) -> None:
+    """shared= naming a cluster's db 3, a wrong or missing password, or rediss:// to a server without
+    TLS stops the run at its first call with an error naming the provider and shared=, paying nothing:
+    not an outage the rows wait out."""
+    port = locked_redis.port
+    url = {
+        "cluster db 3": lambda: request.getfixturevalue("cluster_url").rsplit("/", 1)[0] + "/3",
+        "no password": lambda: f"redis://127.0.0.1:{port}/0",
+        "wrong password": lambda: f"redis://:nope@127.0.0.1:{port}/0",
+        "rediss to plain": lambda: request.getfixturevalue("redis_url").replace("redis://", "rediss://"),
+    }[wrong]()
+    said = {
+        "cluster db 3": "database",
+        "no password": "password",
+        "wrong password": "password",
+        "rediss to plain": "does the server speak TLS",
+    }[wrong]
+    provider = pb.Provider("acme", rps=50, shared=url, max_wait=3)
+    calls: list[int] = []
+
+    @pb.tool(provider=provider)
+    async def lookup(n: int) -> int:
+        calls.append(n)
+        return n
+
+    started = time.monotonic()
+    with pytest.raises(pb.RunFatal, match=f"(?s)'acme'.*shared=.*{said}"):
+        pd.DataFrame({"n": range(20)}).play.map(lookup, store=store, progress=False, concurrency=8)
+    assert calls == []
+    assert time.monotonic() - started < 30
 
 
 @pytest.mark.parametrize(

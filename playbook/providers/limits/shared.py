@@ -12,11 +12,13 @@ Each thread's loop talks to Redis over a connection of its own
 (:class:`~playbook.providers.limits.redis_link.Link`); what the limiter learns (the rate, holds,
 calls in flight) is the whole process's. Only one task per loop asks for a permit at a time (the
 others queue there, in order): while the account has no room, that one polls, and a slot this
-process frees wakes it at once. What Redis cannot answer (it is down, the URL is wrong) is a
+process frees wakes it at once. What Redis cannot answer (it is down, refuses connections) is a
 retryable ``ToolError`` naming the provider and the URL, so the governor treats it as it treats a
 provider that refuses connections: retried, then *down*: its rows wait for its probes within their
-``max_wait``, then park with that message. A slot that cannot be given back for the same reason
-comes back by expiry.
+``max_wait``, then park with that message.  A URL that cannot work however long they wait (a
+password, a database a cluster lacks, TLS at a plain Redis) is a ``RunFatal`` naming ``shared=``:
+the run stops at its first call.  A slot that cannot be given back for an outage comes back by
+expiry.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from typing import Any, Literal
 from playbook._internal.dist import install_hint
 from playbook._internal.owners import HOST, dead
 from playbook._internal.redis_nodes import async_client, is_cluster, remember
+from playbook._internal.redis_tls import TLS_HINT, plain_behind_tls
 from playbook._internal.urls import masked
-from playbook.errors import PlayDefinitionError, ToolError
+from playbook.errors import PlayDefinitionError, RunFatal, ToolError
 from playbook.providers.limits import scripts
 from playbook.providers.limits.allowance import Allowance
 from playbook.providers.limits.base import Permit, Verdict, rate_news
@@ -443,7 +446,10 @@ class RedisLimiter:
                 )
             except (self._redis.exceptions.RedisError, OSError) as exc:
                 raise self._unreachable(exc) from exc
-        return link.connect()
+        try:
+            return link.connect()
+        except ValueError as exc:  # a cluster URL naming a database other than 0
+            raise self._unreachable(exc) from exc
 
     async def _script(self, link: Link, name: str, keys: list[str], args: list[Any]) -> Any:
         link.busy += 1
@@ -463,10 +469,17 @@ class RedisLimiter:
         finally:
             link.busy -= 1
 
-    def _unreachable(self, exc: BaseException) -> ToolError:
+    def _unreachable(self, exc: BaseException) -> ToolError | RunFatal:
         """What Redis could not answer, as a retryable error naming the provider and the URL (on a
-        cluster: after its client retried through a failover, for about 20 s)."""
+        cluster: after its client retried through a failover, for about 20 s); a URL that cannot
+        work however long the rows wait (a password, a database, TLS) stops the run instead."""
         why = f"{type(exc).__name__}: {exc}"
+        wrong = self._misconfigured(exc)
+        if wrong is not None:
+            return RunFatal(
+                f"Provider {self.provider!r}: shared={masked(self.url)!r} {wrong} ({why})",
+                provider=self.provider,
+            )
         said = f"at {masked(self.url)} are out of reach ({why})"
         if self._cluster:
             said = f"are out of reach: Redis Cluster at {masked(self.url)} lost a master, or is down ({why})"
@@ -475,6 +488,21 @@ class RedisLimiter:
             provider=self.provider,
             retryable=True,
         )
+
+    def _misconfigured(self, exc: BaseException) -> str | None:
+        """What is wrong with the ``shared=`` URL itself, if that is why Redis did not answer."""
+        text = str(exc)
+        if isinstance(exc, self._redis.exceptions.AuthenticationError) or text.startswith(
+            ("NOAUTH", "WRONGPASS")
+        ):
+            return "has no password, or a wrong one, for that Redis: put it in the URL (redis://:PASSWORD@host:port/0)"
+        if isinstance(exc, ValueError) or "SELECT is not allowed in cluster mode" in text:
+            return "names a database a Redis Cluster does not have: a cluster has one database, /0"
+        if "DB index is out of range" in text:
+            return "names a database that Redis does not have"
+        if plain_behind_tls(self._url, exc):
+            return f"did not complete a TLS handshake: {TLS_HINT}"
+        return None
 
     async def _quietly(self, name: str, keys: list[str], args: list[Any], key: str | None) -> Any:
         """A script whose failure must not fail a call that was answered: its slot, if any,

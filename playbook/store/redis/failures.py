@@ -20,7 +20,10 @@ def failure(exc: BaseException, where: str, *, cluster: bool = False) -> StoreFa
         if said is not None:
             return said
     if isinstance(exc, (e.TimeoutError, TimeoutError)):
-        return StoreFailure(f"Redis at {where} did not answer in time ({text or 'timed out'})", "ETIMEDOUT")
+        return StoreFailure(
+            f"Redis at {where} did not answer in time ({text or 'timed out'}){_tls_hint(exc, where)}",
+            "ETIMEDOUT",
+        )
     if isinstance(exc, e.AuthenticationError) and "***" not in where:
         return StoreFailure(
             f"Redis at {where} asks for a password: put it in the URL (redis://:PASSWORD@host:port/db)",
@@ -82,6 +85,13 @@ def _cluster_failure(exc: BaseException, where: str, text: str) -> StoreFailure 
             "CLUSTERDOWN",
         )
     return None
+
+
+def _tls_hint(exc: BaseException, where: str) -> str:
+    """``: does the server speak TLS?…`` when ``where`` is ``rediss://`` at a plain Redis; else nothing."""
+    from playbook._internal.redis_tls import TLS_HINT, plain_behind_tls
+
+    return f": {TLS_HINT}" if plain_behind_tls(where, exc) else ""
 
 
 def _os_error(exc: BaseException) -> OSError | None:
