@@ -331,3 +331,55 @@ def test_an_older_store_opened_read_only_is_read_whole_and_counted(redis_url: st
     with redis.Redis.from_url(redis_url) as client:
         assert client.zcard("playbook:receipts") == OLD  # as it was
     backend.close()
+
+
+def _no_input(url: str, count: int) -> None:
+    """The first ``count`` receipts of the older store as 0.x kept a call without input: ``""``."""
+    with redis.Redis.from_url(url) as client:
+        for n in range(count):
+            client.hset(f"playbook:info:r{n:032x}", "input", "")
+
+
+def test_an_older_store_opened_read_only_counts_and_lists_every_receipt(redis_url: str) -> None:
+    """``stats()`` and ``receipts()`` of an older store opened read-only count and list every
+    receipt, with the values it was written with (a call without input: no input)."""
+    _old_store(redis_url)
+    _no_input(redis_url, 10)
+    store = pb.ReceiptStore(redis_url, readonly=True)
+    stats = store.stats()
+    assert stats["receipts"] == OLD and stats["by_tool"] == {"lookup": OLD // 2, "other": OLD // 2}
+    assert stats["cost_stored"] == 0.25 * OLD
+    receipts = store.receipts()
+    assert len(receipts) == OLD
+    assert list(receipts["output"][:3]) == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert receipts["input"][0] is None and receipts["input"][10] == {"n": 10}
+    store.close()
+    with redis.Redis.from_url(redis_url) as client:
+        assert client.zcard("playbook:receipts") == OLD  # nothing rewritten
+
+
+def test_a_call_without_input_keeps_none_through_the_rewrite(redis_url: str) -> None:
+    """A receipt 0.x wrote for a call without input (its input ``""``) has none once rewritten."""
+    _old_store(redis_url)
+    _no_input(redis_url, 1)
+    backend = RedisBackend(redis_url)
+    found = backend.get(f"r{0:032x}")
+    assert isinstance(found, Record) and found.input is None
+    backend.close()
+
+
+@pytest.mark.parametrize("command", [["stats"], ["list"], ["export"], ["spend"]])
+def test_looking_at_an_older_store_from_the_command_line_rewrites_nothing(
+    redis_url: str, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cache stats``, ``list``, ``export`` and ``spend`` open an older store read-only: an older
+    playbook still using it finds it as it left it."""
+    from playbook.frontends.cli import main
+
+    _old_store(redis_url)
+    assert main(["cache", *command, "--store", redis_url]) == 0
+    with redis.Redis.from_url(redis_url) as client:
+        assert client.zcard("playbook:receipts") == OLD
+        assert len(client.keys("playbook:info:*")) == OLD + 1  # and the step record's
+    if command == ["stats"]:
+        assert f"receipts    {OLD} " in capsys.readouterr().out

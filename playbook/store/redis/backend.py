@@ -325,6 +325,21 @@ class RedisBackend(RedisLeases):
                 heads[at] = None if value is None else head_of(value)
         return heads
 
+    def _older_heads(self, keys: Sequence[str], heads: list[list[Any] | None]) -> list[list[Any] | None]:
+        """``heads`` with those of an older layout not rewritten yet (opened read-only: four
+        fields) completed from the ``info:`` hash beside them, as today's header has them."""
+        older = [at for at, head in enumerate(heads) if head is not None and len(head) < 9]
+        if not older or self._slots.cluster:
+            return heads
+        with self._failing():
+            pipe = self._client.pipeline(transaction=False)
+            for at in older:
+                pipe.hmget(f"{self._prefix}info:{keys[at]}", INFO[:4])
+            for at, info in zip(older, pipe.execute()):
+                if info[0] is not None:
+                    heads[at] = [*heads[at][:4], *(text(v) if v is not None else None for v in info), None]  # type: ignore[index]
+        return heads
+
     # -- row memos -------------------------------------------------------------------------------
 
     def memos(self, keys: Sequence[str]) -> tuple[Sequence[MemoFields], list[str]]:
@@ -397,9 +412,9 @@ class RedisBackend(RedisLeases):
         the whole server (or every master of a cluster) uses."""
         by_tool: dict[str, tuple[int, float]] = {}
         for chunk in chunks(self._keys("r")):
-            for header in self._heads(chunk):
+            for header in self._older_heads(chunk, self._heads(chunk)):
                 try:
-                    tool, cost = str(header[4]), float(header[7])  # type: ignore[index]
+                    tool, cost = str(header[4]), float(header[7] or 0)  # type: ignore[index]
                 except (TypeError, ValueError, IndexError):
                     continue  # damaged by hand, or cleared meanwhile: not counted
                 count, total = by_tool.get(tool, (0, 0.0))
