@@ -314,3 +314,20 @@ def test_a_full_redis_parks_the_rows_that_would_pay_instead_of_paying_for_what_i
         store.close()
     finally:
         server.config_set("maxmemory", before)
+
+
+def test_a_redis_store_that_fails_says_to_bring_it_back_not_to_use_another() -> None:
+    """A Redis store that stops answering, or does not answer when opened, says to start the
+    server again and rerun: never to pass another store, which would pay for every call again."""
+    with RedisServer() as server:
+        store = engine(pb.ReceiptStore(server.url))
+        server.crash()
+        with pytest.raises(pb.ReceiptError) as failed:
+            store.lookup("r" + "0" * 32)
+        store.close()
+        with pytest.raises(pb.ReceiptError) as opening:
+            pb.ReceiptStore(server.url)
+    for error in (failed, opening):
+        message = str(error.value)
+        assert "another/directory" not in message and "another store" not in message
+        assert "start the Redis server" in message and "run again" in message

@@ -48,7 +48,7 @@ from playbook.store.leases import Leases
 from playbook.store.location import home, is_url, masked_in, open_backend
 from playbook.store.marks import Marks
 from playbook.store.owed import Owed
-from playbook.store.protocol import ELSEWHERE, Backend, Damaged, Found, StoreFailure, Tally, cannot_read
+from playbook.store.protocol import Backend, Damaged, Found, StoreFailure, Tally, cannot_read, elsewhere
 from playbook.store.records import (
     MISSING,
     OUTPUT_TAGGED,
@@ -115,7 +115,9 @@ class StoreEngine:
             )
         except StoreFailure as exc:
             at = "" if self.location in exc.reason or masked_in(exc.reason) else f" at {self.location}"
-            raise ReceiptError(f"cannot open the receipt store{at}: {exc.reason}; {ELSEWHERE}") from None
+            raise ReceiptError(
+                f"cannot open the receipt store{at}: {exc.reason}; {elsewhere(self.location)}"
+            ) from None
         location = self.location = self._backend.location  # a URL's password masked
         # What went wrong, for the runs that use it.
         self.notices: list[str] = list(getattr(self._backend, "notices", ()))
