@@ -383,3 +383,21 @@ def test_looking_at_an_older_store_from_the_command_line_rewrites_nothing(
         assert len(client.keys("playbook:info:*")) == OLD + 1  # and the step record's
     if command == ["stats"]:
         assert f"receipts    {OLD} " in capsys.readouterr().out
+
+
+def test_a_store_rewritten_says_older_releases_can_no_longer_read_it(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The process that rewrites an older store says, as it opens it, that the rewrite is one way:
+    upgrade every process, never accept the loss an older release reports; a store already of
+    this layout says nothing of it."""
+    _old_store(redis_url)
+    with caplog.at_level("WARNING", logger="playbook.store"):
+        pb.ReceiptStore(redis_url).close()
+    said = [r.getMessage() for r in caplog.records if "rewritten to playbook" in r.getMessage()]
+    assert len(said) == 1 and f"playbook {pb.__version__}'s layout" in said[0]
+    assert "upgrade every process that uses it" in said[0] and "do not accept the loss" in said[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="playbook.store"):
+        pb.ReceiptStore(redis_url).close()
+    assert not [r for r in caplog.records if "rewritten" in r.getMessage()]

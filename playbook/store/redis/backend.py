@@ -65,7 +65,7 @@ from playbook.store.redis.format import (
     text,
 )
 from playbook.store.redis.leases import RedisLeases
-from playbook.store.redis.legacy import INFO, migrate
+from playbook.store.redis.legacy import INFO, migrate, rewritten
 from playbook.store.redis.slots import Call, Slots
 
 # the figures of a line of spend (a line written by an older playbook has no unpriced ones: 0)
@@ -137,7 +137,8 @@ class RedisBackend(RedisLeases):
         )
         if not readonly and not self._slots.cluster:
             with self._failing():
-                migrate(self._client, self._prefix)
+                if migrate(self._client, self._prefix) is not None:
+                    self.notices.append(rewritten(self.location))
 
     def _connect(self, url: str) -> Any:
         """The client, its server asked once (a wrong URL fails here, naming it, not in the middle of a run)."""
