@@ -116,7 +116,8 @@ class StoreEngine:
         except StoreFailure as exc:
             at = "" if self.location in exc.reason or masked_in(exc.reason) else f" at {self.location}"
             raise ReceiptError(
-                f"cannot open the receipt store{at}: {exc.reason}; {elsewhere(self.location)}"
+                f"cannot open the receipt store{at}: {exc.reason}"
+                + ("" if exc.code == "EINVAL" else f"; {elsewhere(self.location)}")
             ) from None
         location = self.location = self._backend.location  # a URL's password masked
         # What went wrong, for the runs that use it.

@@ -1,7 +1,7 @@
 """A store backend on Redis: one store shared by every kernel and machine that names it, on one
 server or on a Redis Cluster (found, not configured: ``redis_nodes.sync_client``).
 
-Layout, every key under ``{prefix}:`` (``playbook`` unless told)::
+Layout, every key under ``{prefix}:`` (``playbook``: users have no way to set another)::
 
     {prefix}:{r… or s…}      string  a whole record: ``[at, miss, flags, error, tool, version,
                                      account, cost, n]`` as JSON, a newline, the output (``n``
