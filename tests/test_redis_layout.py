@@ -219,10 +219,8 @@ def test_a_failover_that_lost_receipts_is_noticed_before_a_rerun_pays() -> None:
 def test_opening_a_cluster_says_what_a_failover_may_lose(cluster_url: str) -> None:
     """A store on a Redis Cluster says, when opened, what a failover loses and what guards it."""
     backend = RedisBackend(cluster_url)
-    assert any(
-        "failover loses the receipts its replica had not received" in said for said in backend.standing
-    )
-    assert any("WAIT" in said for said in backend.standing)
+    assert any("failover loses the receipts its replica had not received" in said for said in backend.about)
+    assert any("WAIT" in said for said in backend.about)
     backend.close()
 
 
@@ -401,3 +399,34 @@ def test_a_store_rewritten_says_older_releases_can_no_longer_read_it(
     with caplog.at_level("WARNING", logger="playbook.store"):
         pb.ReceiptStore(redis_url).close()
     assert not [r for r in caplog.records if "rewritten" in r.getMessage()]
+
+
+def test_what_a_failover_loses_is_said_once_where_the_cluster_store_is_met(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store on a cluster says what a failover loses in the first run of the process that uses
+    it and in its stats (``cache stats`` too): not again in each later run, nor logged (on
+    stderr) each time it is opened."""
+    from playbook.frontends.cli import main
+
+    words = "failover loses the receipts its replica had not received"
+
+    @pb.tool(name="lookup", version="1")
+    async def lookup(n: int) -> int:
+        return n
+
+    async def play(row, ctx):  # type: ignore[no-untyped-def]
+        return {"v": await ctx.tool(lookup, n=row.n)}
+
+    with RedisClusterServer() as cluster:  # its own: no earlier run in this process has said it
+        with caplog.at_level("WARNING", logger="playbook.store"):
+            store = pb.ReceiptStore(cluster.url)
+        assert not [r for r in caplog.records if words in r.getMessage()]
+        runs = [pd.DataFrame({"n": range(3)}).play.run(play, store=store, progress=False) for _ in range(2)]
+        assert [sum(words in note for note in run.notices) for run in runs] == [1, 0]
+        assert any(words in note for note in store.stats()["notes"])
+        store.close()
+        capsys.readouterr()
+        assert main(["cache", "stats", "--store", cluster.url]) == 0
+        out, err = capsys.readouterr()
+        assert words in out and words not in err

@@ -206,6 +206,8 @@ def _stats(store: StoreEngine, args: argparse.Namespace) -> int:
         print(f"  {name:<{width}} {count}")
     print(f"{'row memos':<{width + 2}} {stats['row_memos']}")
     print(f"{'size':<{width + 2}} {_size(stats['bytes'])}")
+    for note in stats.get("notes", ()):
+        print(f"note: {note}")
     return 0
 
 

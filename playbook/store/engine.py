@@ -75,6 +75,7 @@ _threads = threading.Lock()
 _new = tuple.__new__  # Hit(...) is a Python call, once per receipt replayed; this is a C one (records.py)
 
 _logger = logging.getLogger("playbook.store")
+_told_about: set[str] = set()  # what stores are (StoreEngine.about) already said by a run in this process
 
 
 class StoreEngine:
@@ -124,6 +125,9 @@ class StoreEngine:
         self.notices: list[str] = list(getattr(self._backend, "notices", ()))
         # What the store cannot promise (a Redis server without an append-only file): every run says it.
         self.standing: list[str] = list(getattr(self._backend, "standing", ()))
+        # What the store is (a Redis Cluster, and what a failover loses): said by the first run in
+        # this process that uses it, and by stats(); not logged each time it is opened.
+        self.about: list[str] = list(getattr(self._backend, "about", ()))
         self.told = 0  # how many of them a run has said already (the first run says those found at opening)
         # Told of each new notice (from any thread), by the run under way.
         self.heard: Callable[[], None] | None = None
@@ -158,7 +162,9 @@ class StoreEngine:
         self._spending = Spending(self._backend, self._io, location=location, notice=self._notice)
         # A clearing leaves fewer receipts on purpose: the store is marked with an accepted mark.
         cleared = functools.partial(self._marks.remember, wait=True, accepted=True)
-        self._inspection = Inspection(self._backend, location=location, drain=self.drain, cleared=cleared)
+        self._inspection = Inspection(
+            self._backend, location=location, drain=self.drain, cleared=cleared, about=self.about
+        )
         # Bound, not wrapped: called once per row finished.
         self.add_memo = self._memos.add
 
@@ -189,6 +195,13 @@ class StoreEngine:
                     backend=self._backend if self._backend.location == "memory" else None,
                 )
             return other
+
+    def untold(self) -> list[str]:
+        """What the store is (:attr:`about`) that no run in this process has said yet, now said."""
+        with _threads:
+            new = [note for note in self.about if note not in _told_about]
+            _told_about.update(new)
+        return new
 
     @property
     def address(self) -> str:

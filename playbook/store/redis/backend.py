@@ -49,7 +49,7 @@ from playbook._internal.urls import masked
 from playbook.errors import ReceiptError
 from playbook.store.protocol import Counts, Damaged, Found, SpendRow, StoreFailure, Tally
 from playbook.store.records import MemoFields, MemoRow, Record, is_receipt, parse_tools
-from playbook.store.redis.durability import durability_in, kept_by
+from playbook.store.redis.durability import FAILOVER, durability_in, kept_by
 from playbook.store.redis.failures import failure
 from playbook.store.redis.format import (
     HEAD,
@@ -135,6 +135,8 @@ class RedisBackend(RedisLeases):
         self.standing, self._evictions = kept_by(
             self._client, self.location, durability, self._notify, cluster=self._slots.cluster
         )
+        # What the store is, said once where the user meets it (engine.StoreEngine.about).
+        self.about = [FAILOVER.format(location=self.location)] if self._slots.cluster else []
         if not readonly and not self._slots.cluster:
             with self._failing():
                 if migrate(self._client, self._prefix) is not None:
