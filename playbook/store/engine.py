@@ -108,18 +108,7 @@ class StoreEngine:
         # A directory as a Path; a URL as it was given (messages and the CLI show either).
         self.path: Path | str = self.location if is_url(where) else Path(where)
         self.clock = clock
-        try:
-            self._backend = (
-                backend
-                if backend is not None
-                else open_backend(where, readonly=readonly, notify=self._notice, durability=durability)
-            )
-        except StoreFailure as exc:
-            at = "" if self.location in exc.reason or masked_in(exc.reason) else f" at {self.location}"
-            raise ReceiptError(
-                f"cannot open the receipt store{at}: {exc.reason}"
-                + ("" if exc.code == "EINVAL" else f"; {elsewhere(self.location)}")
-            ) from None
+        self._backend = backend if backend is not None else self._open(where, readonly, durability)
         location = self.location = self._backend.location  # a URL's password masked
         # What went wrong, for the runs that use it.
         self.notices: list[str] = list(getattr(self._backend, "notices", ()))
@@ -195,6 +184,17 @@ class StoreEngine:
                     backend=self._backend if self._backend.location == "memory" else None,
                 )
             return other
+
+    def _open(self, where: str | os.PathLike[str], readonly: bool, durability: str | None) -> Backend:
+        try:
+            return open_backend(where, readonly=readonly, notify=self._notice, durability=durability)
+        except StoreFailure as exc:
+            at = "" if self.location in exc.reason or masked_in(exc.reason) else f" at {self.location}"
+            # a location or option at fault (EINVAL) is fixed where it is given, not elsewhere
+            raise ReceiptError(
+                f"cannot open the receipt store{at}: {exc.reason}"
+                + ("" if exc.code == "EINVAL" else f"; {elsewhere(self.location)}")
+            ) from None
 
     def untold(self) -> list[str]:
         """What the store is (:attr:`about`) that no run in this process has said yet, now said."""
