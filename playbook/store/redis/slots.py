@@ -70,7 +70,9 @@ for g = 1, tonumber(ARGV[1]) do
   local keys = {{unpack(ARGV, at + 2, at + 1 + nk)}}
   local args = {{unpack(ARGV, at + 2 + nk, at + 1 + nk + na)}}
   at = at + 2 + nk + na
-  if type(redis.pcall('EXISTS', unpack(keys))) == 'table' then out[g] = false else out[g] = {{group(keys, args)}} end
+  local done, answer = false, nil
+  if type(redis.pcall('EXISTS', unpack(keys))) ~= 'table' then done, answer = pcall(group, keys, args) end
+  if done then out[g] = {{answer}} else out[g] = false end
 end
 return out"""
 
@@ -83,7 +85,9 @@ def whole(script: str) -> str:
     which fails, writing nothing, unless the node serves every one of them: not its slot, or a
     slot on the move whose keys are not all here yet); a group that fails is answered ``false``
     and left as it was, any other ``{answer}`` (``{}``: none).  A script runs whole, so no slot
-    moves between the check and the writes."""
+    moves between the check and the writes.  A group whose own script fails (a key of another
+    type) is answered ``false`` too, and the groups after it still run: sent again on its own,
+    it fails where the error can be told."""
     return _WHOLE.format(script=script)
 
 
