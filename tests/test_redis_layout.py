@@ -4,7 +4,9 @@ Redis Cluster that lost receipts is noticed before a rerun pays for them again."
 
 from __future__ import annotations
 
+import itertools
 import json
+import string
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,6 +20,7 @@ from playbook.demo.redis_server import RedisClusterServer, RedisServer
 from playbook.store.protocol import StoreFailure
 from playbook.store.records import MemoRow, Record, memo_tools
 from playbook.store.redis.backend import RedisBackend
+from playbook.store.redis.slots import tag
 
 OLD = 2500  # receipts in the older store: more than one chunk of its rewrite
 
@@ -426,3 +429,16 @@ def test_a_batch_across_a_moved_slot_counts_each_new_receipt_once() -> None:
         assert backend.write(records) == 0
         assert backend.receipt_count() == 300
         backend.close()
+
+
+def test_each_slot_s_counter_keeps_the_name_stores_already_have() -> None:
+    """The tag of each slot's counter is the first string of letters and digits, shortest first,
+    that hashes to the slot: the name the counters of stores already written have."""
+    alphabet = string.ascii_letters + string.digits
+    first: dict[int, str] = {}
+    for size in range(1, 4):
+        for letters in itertools.product(alphabet, repeat=size):
+            name = "".join(letters)
+            first.setdefault(key_slot(name.encode()), name)
+    assert len(first) == 16384
+    assert [tag(slot) for slot in range(16384)] == [first[slot] for slot in range(16384)]

@@ -2,7 +2,7 @@
 
 The store has one code path for both.  A script runs on the keys of one *group*: the whole batch
 on one server, the keys of one hash slot on a cluster (a script's declared keys must share a
-slot).  On a cluster every master's groups go as ONE script (``allow-cross-slot-keys``, Redis 7:
+slot).  On a cluster every master's groups go as one script (``allow-cross-slot-keys``, Redis 7:
 a script may use the keys of every slot its node serves): the group's script made a function,
 run on each group in turn, after it checked that the node serves all of that group's keys
 (:func:`whole`); reads and plain sets go the same way, one script per master.  The masters' scripts
