@@ -18,6 +18,7 @@ from .harness import table
 CASES = {
     "b1": "b1_replay:run",
     "b1r": "b1_redis:run",
+    "b1c": "b1_cluster:run",
     "b2": "b2_dispatch:run",
     "b3": "b3_rate_limits:run",
     "b3s": "b3_strict:run",
