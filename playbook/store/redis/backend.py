@@ -23,10 +23,10 @@ Layout, every key under ``{prefix}:`` (``playbook``: users have no way to set an
 Each record is one key that says all about itself: no index spans keys, so nothing crosses a
 cluster's slots.  Listing, counting and clearing walk the keys (``SCAN``, on every master of a
 cluster) and read their headers.  What a replay reads is one string per key, so the lookups of
-many rows are one ``MGET`` (one per slot on a cluster).  Writes, leases and counts are Lua
-scripts, one per group of keys (the whole batch on one server, a slot on a cluster:
-``slots.py``), atomic on the server and expiring by its clock: machines whose clocks disagree
-agree.  The script that writes records counts the receipts new to the store in the same step, so
+many rows are one ``MGET`` (one script per master on a cluster).  Writes, leases and counts are
+Lua scripts, one per group of keys (the whole batch on one server, a slot on a cluster, each
+master's slots run by one script: ``slots.py``), atomic on the server and expiring by its clock:
+machines whose clocks disagree agree.  The script that writes records counts the receipts new to the store in the same step, so
 a counter never disagrees with what it counts, even on a replica promoted without the last writes.
 
 A store an older playbook wrote (a ``receipts`` sorted set and ``info:`` hashes beside the
@@ -188,7 +188,7 @@ class RedisBackend(RedisLeases):
             raise StoreFailure("the store was opened read-only", "READONLY")
 
     def _get(self, keys: Sequence[str]) -> list[Any]:
-        """The string values of ``keys`` (``None`` where absent): one ``MGET`` (a slot's each on a cluster)."""
+        """The string values of ``keys`` (``None`` where absent): one ``MGET`` (a script per master on a cluster)."""
         prefix = self._prefix
         with self._failing():
             return self._slots.get([prefix + key for key in keys])
