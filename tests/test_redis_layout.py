@@ -4,19 +4,23 @@ Redis Cluster that lost receipts is noticed before a rerun pays for them again."
 
 from __future__ import annotations
 
+import itertools
 import json
+import string
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 import pytest
 import redis
+from redis.crc import key_slot
 
 import playbook as pb
 from playbook.demo.redis_server import RedisClusterServer, RedisServer
 from playbook.store.protocol import StoreFailure
 from playbook.store.records import MemoRow, Record, memo_tools
 from playbook.store.redis.backend import RedisBackend
+from playbook.store.redis.slots import tag
 
 OLD = 2500  # receipts in the older store: more than one chunk of its rewrite
 
@@ -219,10 +223,8 @@ def test_a_failover_that_lost_receipts_is_noticed_before_a_rerun_pays() -> None:
 def test_opening_a_cluster_says_what_a_failover_may_lose(cluster_url: str) -> None:
     """A store on a Redis Cluster says, when opened, what a failover loses and what guards it."""
     backend = RedisBackend(cluster_url)
-    assert any(
-        "failover loses the receipts its replica had not received" in said for said in backend.standing
-    )
-    assert any("WAIT" in said for said in backend.standing)
+    assert any("failover loses the receipts its replica had not received" in said for said in backend.about)
+    assert any("WAIT" in said for said in backend.about)
     backend.close()
 
 
@@ -331,3 +333,211 @@ def test_an_older_store_opened_read_only_is_read_whole_and_counted(redis_url: st
     with redis.Redis.from_url(redis_url) as client:
         assert client.zcard("playbook:receipts") == OLD  # as it was
     backend.close()
+
+
+def _no_input(url: str, count: int) -> None:
+    """The first ``count`` receipts of the older store as 0.x kept a call without input: ``""``."""
+    with redis.Redis.from_url(url) as client:
+        for n in range(count):
+            client.hset(f"playbook:info:r{n:032x}", "input", "")
+
+
+def test_an_older_store_opened_read_only_counts_and_lists_every_receipt(redis_url: str) -> None:
+    """``stats()`` and ``receipts()`` of an older store opened read-only count and list every
+    receipt, with the values it was written with (a call without input: no input)."""
+    _old_store(redis_url)
+    _no_input(redis_url, 10)
+    store = pb.ReceiptStore(redis_url, readonly=True)
+    stats = store.stats()
+    assert stats["receipts"] == OLD and stats["by_tool"] == {"lookup": OLD // 2, "other": OLD // 2}
+    assert stats["cost_stored"] == 0.25 * OLD
+    receipts = store.receipts()
+    assert len(receipts) == OLD
+    assert list(receipts["output"][:3]) == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert receipts["input"][0] is None and receipts["input"][10] == {"n": 10}
+    store.close()
+    with redis.Redis.from_url(redis_url) as client:
+        assert client.zcard("playbook:receipts") == OLD  # nothing rewritten
+
+
+def test_a_call_without_input_keeps_none_through_the_rewrite(redis_url: str) -> None:
+    """A receipt 0.x wrote for a call without input (its input ``""``) has none once rewritten."""
+    _old_store(redis_url)
+    _no_input(redis_url, 1)
+    backend = RedisBackend(redis_url)
+    found = backend.get(f"r{0:032x}")
+    assert isinstance(found, Record) and found.input is None
+    backend.close()
+
+
+@pytest.mark.parametrize("command", [["stats"], ["list"], ["export"], ["spend"]])
+def test_looking_at_an_older_store_from_the_command_line_rewrites_nothing(
+    redis_url: str, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cache stats``, ``list``, ``export`` and ``spend`` open an older store read-only: an older
+    playbook still using it finds it as it left it."""
+    from playbook.frontends.cli import main
+
+    _old_store(redis_url)
+    assert main(["cache", *command, "--store", redis_url]) == 0
+    with redis.Redis.from_url(redis_url) as client:
+        assert client.zcard("playbook:receipts") == OLD
+        assert len(client.keys("playbook:info:*")) == OLD + 1  # and the step record's
+    if command == ["stats"]:
+        assert f"receipts    {OLD} " in capsys.readouterr().out
+
+
+def test_a_store_rewritten_says_older_releases_can_no_longer_read_it(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The process that rewrites an older store says, as it opens it, that the rewrite is one way:
+    upgrade every process, never accept the loss an older release reports; a store already of
+    this layout says nothing of it."""
+    _old_store(redis_url)
+    with caplog.at_level("WARNING", logger="playbook.store"):
+        pb.ReceiptStore(redis_url).close()
+    said = [r.getMessage() for r in caplog.records if "rewritten to playbook" in r.getMessage()]
+    assert len(said) == 1 and f"playbook {pb.__version__}'s layout" in said[0]
+    assert "upgrade every process that uses it" in said[0] and "do not accept the loss" in said[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="playbook.store"):
+        pb.ReceiptStore(redis_url).close()
+    assert not [r for r in caplog.records if "rewritten" in r.getMessage()]
+
+
+def test_what_a_failover_loses_is_said_once_where_the_cluster_store_is_met(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store on a cluster says what a failover loses in the first run of the process that uses
+    it and in its stats (``cache stats`` too): not again in each later run, nor logged (on
+    stderr) each time it is opened."""
+    from playbook.frontends.cli import main
+
+    words = "failover loses the receipts its replica had not received"
+
+    @pb.tool(name="lookup", version="1")
+    async def lookup(n: int) -> int:
+        return n
+
+    async def play(row, ctx):  # type: ignore[no-untyped-def]
+        return {"v": await ctx.tool(lookup, n=row.n)}
+
+    with RedisClusterServer() as cluster:  # its own: no earlier run in this process has said it
+        with caplog.at_level("WARNING", logger="playbook.store"):
+            store = pb.ReceiptStore(cluster.url)
+        assert not [r for r in caplog.records if words in r.getMessage()]
+        runs = [pd.DataFrame({"n": range(3)}).play.run(play, store=store, progress=False) for _ in range(2)]
+        assert [sum(words in note for note in run.notices) for run in runs] == [1, 0]
+        assert any(words in note for note in store.stats()["notes"])
+        store.close()
+        capsys.readouterr()
+        assert main(["cache", "stats", "--store", cluster.url]) == 0
+        out, err = capsys.readouterr()
+        assert words in out and words not in err
+
+
+def _move(cluster: RedisClusterServer, source: RedisServer, target: RedisServer, slots: list[int]) -> None:
+    """Move ``slots`` and their keys from the master ``source`` to the master ``target``, as a
+    resharding does (``SETSLOT`` importing and migrating, ``MIGRATE``, then every master told)."""
+    into, out_of = (redis.Redis(port=node.port) for node in (target, source))
+    into_id, out_of_id = (node.execute_command("CLUSTER", "MYID") for node in (into, out_of))
+    for node, state, other in ((into, "IMPORTING", out_of_id), (out_of, "MIGRATING", into_id)):
+        pipe = node.pipeline(transaction=False)
+        for slot in slots:
+            pipe.execute_command("CLUSTER", "SETSLOT", slot, state, other)
+        pipe.execute()
+    pipe = out_of.pipeline(transaction=False)
+    for slot in slots:
+        pipe.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+    moving = out_of.pipeline(transaction=False)
+    for keys in pipe.execute():
+        if keys:
+            moving.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+    moving.execute()
+    for master in cluster.masters():
+        with redis.Redis(port=master.port) as node:
+            pipe = node.pipeline(transaction=False)
+            for slot in slots:
+                pipe.execute_command("CLUSTER", "SETSLOT", slot, "NODE", into_id)
+            pipe.execute()
+    into.close()
+    out_of.close()
+
+
+def _owned(master: RedisServer) -> list[int]:
+    """The slots ``master`` serves."""
+    with redis.Redis(port=master.port) as node:
+        return [
+            slot
+            for first, last, *_ in node.execute_command("CLUSTER", "SLOTS")
+            if int(_[0][1]) == master.port
+            for slot in range(int(first), int(last) + 1)
+        ]
+
+
+def test_slots_moved_mid_run_still_write_and_count_every_receipt_once() -> None:
+    """Slots moved to another master mid-run (the store still sends them to the old one, which
+    answers MOVED): every receipt is written once and counted once, and a rerun pays nothing."""
+    paid: list[int] = []
+    with RedisClusterServer() as cluster:
+        source, target = cluster.masters()[:2]
+        moved = _owned(source)[:2000]
+
+        @pb.tool(name="lookup", version="1", cost=0.001)
+        async def lookup(n: int) -> int:
+            paid.append(n)
+            if len(paid) == 200:
+                _move(cluster, source, target, moved)
+            return n
+
+        async def play(row, ctx):  # type: ignore[no-untyped-def]
+            return {"v": await ctx.tool(lookup, n=row.n)}
+
+        frame = pd.DataFrame({"n": range(400)})
+        store = pb.ReceiptStore(cluster.url)
+        done = frame.play.run(pb.play(play, name="p"), store=store, progress=False, concurrency=8)
+        assert done.stats.ok == 400 and done.stats.calls_executed == 400 and sorted(paid) == list(range(400))
+        with redis.Redis(port=target.port) as node:
+            landed = sum(node.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) for slot in moved)
+        assert landed > 0  # receipts written to the moved slots, some of them after the move
+        backend = RedisBackend(cluster.url)
+        assert backend.receipt_count() == 400 and len(list(backend.records())) == 400
+        again = frame.play.run(pb.play(play, name="p", version="2"), store=store, progress=False)
+        assert again.stats.calls_executed == 0 and again.stats.calls_reused == 400
+        assert store.lost is None
+        for each in (backend, store):
+            each.close()
+
+
+def test_a_batch_across_a_moved_slot_counts_each_new_receipt_once() -> None:
+    """A batch whose keys span a slot that moved since the store read the topology: the write
+    answers how many receipts were new, exactly, and writing it again adds none."""
+    with RedisClusterServer() as cluster:
+        backend = RedisBackend(cluster.url)
+        source, target = cluster.masters()[:2]
+        records = _on(backend, source, 300)
+        backend.write(records[:100])
+        # the slots of the last records, after the others in the master's part of the batch
+        _move(
+            cluster,
+            source,
+            target,
+            sorted({key_slot(f"playbook:{row.key}".encode()) for row in records[200:]}),
+        )
+        assert backend.write(records) == 200
+        assert backend.write(records) == 0
+        assert backend.receipt_count() == 300
+        backend.close()
+
+
+def test_each_slot_s_counter_keeps_the_name_stores_already_have() -> None:
+    """The tag of each slot's counter is the first string of letters and digits, shortest first,
+    that hashes to the slot: the name the counters of stores already written have."""
+    alphabet = string.ascii_letters + string.digits
+    first: dict[int, str] = {}
+    for size in range(1, 4):
+        for letters in itertools.product(alphabet, repeat=size):
+            name = "".join(letters)
+            first.setdefault(key_slot(name.encode()), name)
+    assert len(first) == 16384
+    assert [tag(slot) for slot in range(16384)] == [first[slot] for slot in range(16384)]

@@ -322,3 +322,41 @@ def test_a_full_redis_parks_the_rows_that_would_pay_instead_of_paying_for_what_i
         store.close()
     finally:
         server.config_set("maxmemory", before)
+
+
+def test_a_redis_store_that_fails_says_to_bring_it_back_not_to_use_another() -> None:
+    """A Redis store that stops answering, or does not answer when opened, says to start the
+    server again and rerun: never to pass another store, which would pay for every call again."""
+    with RedisServer() as server:
+        store = engine(pb.ReceiptStore(server.url))
+        server.crash()
+        with pytest.raises(pb.ReceiptError) as failed:
+            store.lookup("r" + "0" * 32)
+        store.close()
+        with pytest.raises(pb.ReceiptError) as opening:
+            pb.ReceiptStore(server.url)
+    for error in (failed, opening):
+        message = str(error.value)
+        assert "another/directory" not in message and "another store" not in message
+        assert "start the Redis server" in message and "run again" in message
+
+
+def test_an_unknown_option_in_a_store_url_is_named(any_redis_url: str) -> None:
+    """A store URL whose query names an option no connection takes (``?prefix=``) is refused at
+    opening, naming it, in playbook's words; one it takes (``socket_timeout``) opens."""
+    with pytest.raises(pb.ReceiptError) as refused:
+        pb.ReceiptStore(any_redis_url + "?prefix=x")
+    message = str(refused.value)
+    assert "'prefix'" in message and "not an option" in message and "unexpected keyword" not in message
+    assert "always under 'playbook:'" in message
+    pb.ReceiptStore(any_redis_url + "?socket_timeout=3").close()
+
+
+def test_a_cluster_store_url_naming_another_database_is_refused_in_playbooks_words(cluster_url: str) -> None:
+    """A cluster's URL naming database 3 says a Redis Cluster has one database, not redis-py's
+    "SELECT is not allowed in cluster mode"."""
+    with pytest.raises(pb.ReceiptError) as refused:
+        pb.ReceiptStore(cluster_url.rsplit("/", 1)[0] + "/3")
+    message = str(refused.value)
+    assert "a Redis Cluster has one database, 0" in message and "'3'" in message
+    assert "SELECT" not in message

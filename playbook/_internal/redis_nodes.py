@@ -15,9 +15,10 @@ the last client of that URL in this process found them (:func:`remember`).
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 __all__ = ["FAILOVER_SECONDS", "async_client", "is_cluster", "remember", "sync_client"]
 
@@ -39,8 +40,11 @@ def is_cluster(url: str, **options: Any) -> bool:
     with redis.Redis.from_url(url, **options) as probe:
         try:
             found = bool(probe.info("cluster").get("cluster_enabled"))
-        except redis.ResponseError:  # a server or proxy that does not know the section: not a cluster
-            found = False
+        except redis.ResponseError as exc:
+            # a node of a cluster asked with a URL naming a database (its SELECT refused): a
+            # cluster, said so by whoever opens it (_database); a server or proxy that does not
+            # know the section: not a cluster
+            found = "cluster mode" in str(exc)
     with _lock:
         _found[url] = found
     return found
@@ -63,6 +67,38 @@ def _startup(url: str, node: Any) -> dict[str, Any]:
     with _lock:
         known = _nodes.get(url, [])
     return {"startup_nodes": [node(host, port) for host, port in known]} if known else {}
+
+
+@functools.cache
+def _options_known() -> frozenset[str]:
+    """The options a URL's query may give redis-py: its connections' settings."""
+    import inspect
+
+    from redis import connection
+
+    names = set(connection.URL_QUERY_ARGUMENT_PARSERS)
+    for kind in (
+        connection.AbstractConnection,
+        connection.Connection,
+        connection.SSLConnection,
+        connection.UnixDomainSocketConnection,
+    ):
+        names.update(inspect.signature(kind.__init__).parameters)
+    return frozenset(names - {"self", "kwargs"})
+
+
+def _query(url: str) -> None:
+    """A ``ValueError`` naming an option in ``url``'s query that no connection takes (redis-py
+    would say ``__init__() got an unexpected keyword argument`` when it first connects)."""
+    unknown = [name for name, _ in parse_qsl(urlsplit(url).query) if name not in _options_known()]
+    if unknown:
+        said = (
+            f"the URL's query names {', '.join(map(repr, unknown))}, not an option of a Redis connection "
+            "(redis-py's, such as socket_timeout or ssl_cert_reqs; a store's also durability)"
+        )
+        raise ValueError(
+            said + (": the store's keys are always under 'playbook:'" if "prefix" in unknown else "")
+        )
 
 
 def _database(url: str) -> None:
@@ -89,6 +125,7 @@ def sync_client(url: str, **options: Any) -> Any:
     a cluster's retries are its own, see the module's doc)."""
     import redis
 
+    _query(url)
     probe = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
     if not is_cluster(url, **probe):
         return redis.Redis.from_url(url, **options)
@@ -104,6 +141,7 @@ def async_client(url: str, **options: Any) -> Any:
     asked synchronously, once per process: a few milliseconds, the first time."""
     import redis.asyncio
 
+    _query(url)
     probe = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
     if not is_cluster(url, **probe):
         return redis.asyncio.Redis.from_url(url, **options)

@@ -62,14 +62,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli_run.main(args)
     try:
         where = args.store if getattr(args, "store", None) else home()
-        readonly = False
+        # Looking needs no writes (a store on a full disk or a read-only mount can still be read),
+        # and makes none: a store an older playbook wrote on Redis is not rewritten by a look.
+        readonly = args.run not in (_clear, _accept_loss, _reset)
         if not is_url(where):
             path = Path(where)
             # Opening a store creates it: look before opening.  (cache.db: a store of playbook 0.1.)
             if not ((path / FILE).is_file() or (path / "cache.db").is_file()):
                 _absent(path, args)
-            # Looking needs no writes: a store on a full disk or a read-only mount can still be read.
-            readonly = args.run not in (_clear, _accept_loss, _reset) and (path / FILE).is_file()
+            readonly = readonly and (path / FILE).is_file()
         store = StoreEngine(where, readonly=readonly)
         run: Callable[[StoreEngine, argparse.Namespace], int] = args.run
         if store.lost is not None and run not in (_clear, _accept_loss, _reset):
@@ -205,6 +206,8 @@ def _stats(store: StoreEngine, args: argparse.Namespace) -> int:
         print(f"  {name:<{width}} {count}")
     print(f"{'row memos':<{width + 2}} {stats['row_memos']}")
     print(f"{'size':<{width + 2}} {_size(stats['bytes'])}")
+    for note in stats.get("notes", ()):
+        print(f"note: {note}")
     return 0
 
 

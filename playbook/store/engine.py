@@ -48,7 +48,7 @@ from playbook.store.leases import Leases
 from playbook.store.location import home, is_url, masked_in, open_backend
 from playbook.store.marks import Marks
 from playbook.store.owed import Owed
-from playbook.store.protocol import ELSEWHERE, Backend, Damaged, Found, StoreFailure, Tally, cannot_read
+from playbook.store.protocol import Backend, Damaged, Found, StoreFailure, Tally, cannot_read, elsewhere
 from playbook.store.records import (
     MISSING,
     OUTPUT_TAGGED,
@@ -75,6 +75,7 @@ _threads = threading.Lock()
 _new = tuple.__new__  # Hit(...) is a Python call, once per receipt replayed; this is a C one (records.py)
 
 _logger = logging.getLogger("playbook.store")
+_told_about: set[str] = set()  # what stores are (StoreEngine.about) already said by a run in this process
 
 
 class StoreEngine:
@@ -107,20 +108,15 @@ class StoreEngine:
         # A directory as a Path; a URL as it was given (messages and the CLI show either).
         self.path: Path | str = self.location if is_url(where) else Path(where)
         self.clock = clock
-        try:
-            self._backend = (
-                backend
-                if backend is not None
-                else open_backend(where, readonly=readonly, notify=self._notice, durability=durability)
-            )
-        except StoreFailure as exc:
-            at = "" if self.location in exc.reason or masked_in(exc.reason) else f" at {self.location}"
-            raise ReceiptError(f"cannot open the receipt store{at}: {exc.reason}; {ELSEWHERE}") from None
+        self._backend = backend if backend is not None else self._open(where, readonly, durability)
         location = self.location = self._backend.location  # a URL's password masked
         # What went wrong, for the runs that use it.
         self.notices: list[str] = list(getattr(self._backend, "notices", ()))
         # What the store cannot promise (a Redis server without an append-only file): every run says it.
         self.standing: list[str] = list(getattr(self._backend, "standing", ()))
+        # What the store is (a Redis Cluster, and what a failover loses): said by the first run in
+        # this process that uses it, and by stats(); not logged each time it is opened.
+        self.about: list[str] = list(getattr(self._backend, "about", ()))
         self.told = 0  # how many of them a run has said already (the first run says those found at opening)
         # Told of each new notice (from any thread), by the run under way.
         self.heard: Callable[[], None] | None = None
@@ -155,7 +151,9 @@ class StoreEngine:
         self._spending = Spending(self._backend, self._io, location=location, notice=self._notice)
         # A clearing leaves fewer receipts on purpose: the store is marked with an accepted mark.
         cleared = functools.partial(self._marks.remember, wait=True, accepted=True)
-        self._inspection = Inspection(self._backend, location=location, drain=self.drain, cleared=cleared)
+        self._inspection = Inspection(
+            self._backend, location=location, drain=self.drain, cleared=cleared, about=self.about
+        )
         # Bound, not wrapped: called once per row finished.
         self.add_memo = self._memos.add
 
@@ -186,6 +184,24 @@ class StoreEngine:
                     backend=self._backend if self._backend.location == "memory" else None,
                 )
             return other
+
+    def _open(self, where: str | os.PathLike[str], readonly: bool, durability: str | None) -> Backend:
+        try:
+            return open_backend(where, readonly=readonly, notify=self._notice, durability=durability)
+        except StoreFailure as exc:
+            at = "" if self.location in exc.reason or masked_in(exc.reason) else f" at {self.location}"
+            # a location or option at fault (EINVAL) is fixed where it is given, not elsewhere
+            raise ReceiptError(
+                f"cannot open the receipt store{at}: {exc.reason}"
+                + ("" if exc.code == "EINVAL" else f"; {elsewhere(self.location)}")
+            ) from None
+
+    def untold(self) -> list[str]:
+        """What the store is (:attr:`about`) that no run in this process has said yet, now said."""
+        with _threads:
+            new = [note for note in self.about if note not in _told_about]
+            _told_about.update(new)
+        return new
 
     @property
     def address(self) -> str:

@@ -3,8 +3,8 @@ and the words for a receipt that cannot be read."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, TypeVar, cast
 
 import pandas as pd
 
@@ -44,6 +44,7 @@ class StoreStats(TypedDict):
     row_memos: int
     cost_stored: float  # what the receipts it holds cost
     bytes: int
+    notes: NotRequired[list[str]]  # what the store is (a Redis Cluster: what a failover loses), when said
 
 
 class Inspection:
@@ -52,9 +53,16 @@ class Inspection:
     queued, before a look; ``cleared`` marks the store once a clearing is done (marks.py)."""
 
     def __init__(
-        self, backend: Backend, *, location: str, drain: Callable[[], None], cleared: Callable[[], None]
+        self,
+        backend: Backend,
+        *,
+        location: str,
+        drain: Callable[[], None],
+        cleared: Callable[[], None],
+        about: Sequence[str] = (),
     ) -> None:
         self._backend = backend
+        self._about = about
         self._location = location
         self._drain = drain
         self._cleared = cleared
@@ -129,6 +137,8 @@ class Inspection:
             "cost_stored": round(sum(cost for _, cost in counts.by_tool.values()), 6),
             "bytes": counts.bytes,
         }
+        if self._about:
+            found["notes"] = list(self._about)
         return cast(StoreStats, RenamedKeys(dict(found), {"path": "location"}, "ReceiptStore.stats()"))
 
     def clear(self, tool: str | Tool[object] | None = None) -> int:

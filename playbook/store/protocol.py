@@ -30,9 +30,22 @@ __all__ = [
     "StoreFailure",
     "Tally",
     "cannot_read",
+    "elsewhere",
 ]
 
 ELSEWHERE = "pass store=pb.ReceiptStore('another/directory') to use another store"
+# On Redis, another store would pay for every call again: the way out is the same store, back.
+ON_REDIS = (
+    "start the Redis server (or the cluster's node) again and check the store's URL; a run stopped by it "
+    "can be run again and resumes: what it paid for is in the store"
+)
+
+
+def elsewhere(location: str) -> str:
+    """What to do when the store at ``location`` fails: on Redis, bring it back; a directory's
+    store may be swapped for another."""
+    return ON_REDIS if location.startswith(("redis://", "rediss://", "unix://")) else ELSEWHERE
+
 
 # One line of the spend ledger: UTC day ("2026-12-04"), provider ("" for none), tool, calls paid,
 # what they cost, calls reused (answered by receipts or row memos), what those saved.
@@ -52,7 +65,9 @@ class StoreFailure(Exception):
 
 def cannot_read(location: str, failure: StoreFailure) -> ReceiptError:
     """What users are told when the store at ``location`` could not be read."""
-    return ReceiptError(f"cannot read the receipt store at {location}: {failure.reason}; {ELSEWHERE}")
+    return ReceiptError(
+        f"cannot read the receipt store at {location}: {failure.reason}; {elsewhere(location)}"
+    )
 
 
 class Found(NamedTuple):

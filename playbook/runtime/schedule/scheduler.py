@@ -135,6 +135,8 @@ class Scheduler:
         self.scope.landing.stopping = False
         for note in self.store.standing:  # what the store cannot promise, said by every run on it
             self.state.emit(RunNotice(note, 0))
+        for note in self.store.untold():  # what it is, said by the first run in this process
+            self.state.emit(RunNotice(note, 0))
         self._store_notices()
         loop = asyncio.get_running_loop()
 

@@ -1,7 +1,7 @@
 """A store backend on Redis: one store shared by every kernel and machine that names it, on one
 server or on a Redis Cluster (found, not configured: ``redis_nodes.sync_client``).
 
-Layout, every key under ``{prefix}:`` (``playbook`` unless told)::
+Layout, every key under ``{prefix}:`` (``playbook``: users have no way to set another)::
 
     {prefix}:{r… or s…}      string  a whole record: ``[at, miss, flags, error, tool, version,
                                      account, cost, n]`` as JSON, a newline, the output (``n``
@@ -23,10 +23,10 @@ Layout, every key under ``{prefix}:`` (``playbook`` unless told)::
 Each record is one key that says all about itself: no index spans keys, so nothing crosses a
 cluster's slots.  Listing, counting and clearing walk the keys (``SCAN``, on every master of a
 cluster) and read their headers.  What a replay reads is one string per key, so the lookups of
-many rows are one ``MGET`` (one per slot on a cluster).  Writes, leases and counts are Lua
-scripts, one per group of keys (the whole batch on one server, a slot on a cluster:
-``slots.py``), atomic on the server and expiring by its clock: machines whose clocks disagree
-agree.  The script that writes records counts the receipts new to the store in the same step, so
+many rows are one ``MGET`` (one script per master on a cluster).  Writes, leases and counts are
+Lua scripts, one per group of keys (the whole batch on one server, a slot on a cluster, each
+master's slots run by one script: ``slots.py``), atomic on the server and expiring by its clock:
+machines whose clocks disagree agree.  The script that writes records counts the receipts new to the store in the same step, so
 a counter never disagrees with what it counts, even on a replica promoted without the last writes.
 
 A store an older playbook wrote (a ``receipts`` sorted set and ``info:`` hashes beside the
@@ -49,7 +49,7 @@ from playbook._internal.urls import masked
 from playbook.errors import ReceiptError
 from playbook.store.protocol import Counts, Damaged, Found, SpendRow, StoreFailure, Tally
 from playbook.store.records import MemoFields, MemoRow, Record, is_receipt, parse_tools
-from playbook.store.redis.durability import durability_in, kept_by
+from playbook.store.redis.durability import FAILOVER, durability_in, kept_by
 from playbook.store.redis.failures import failure
 from playbook.store.redis.format import (
     HEAD,
@@ -65,7 +65,7 @@ from playbook.store.redis.format import (
     text,
 )
 from playbook.store.redis.leases import RedisLeases
-from playbook.store.redis.legacy import INFO, migrate
+from playbook.store.redis.legacy import INFO, migrate, rewritten
 from playbook.store.redis.slots import Call, Slots
 
 # the figures of a line of spend (a line written by an older playbook has no unpriced ones: 0)
@@ -135,9 +135,12 @@ class RedisBackend(RedisLeases):
         self.standing, self._evictions = kept_by(
             self._client, self.location, durability, self._notify, cluster=self._slots.cluster
         )
+        # What the store is, said once where the user meets it (engine.StoreEngine.about).
+        self.about = [FAILOVER.format(location=self.location)] if self._slots.cluster else []
         if not readonly and not self._slots.cluster:
             with self._failing():
-                migrate(self._client, self._prefix)
+                if migrate(self._client, self._prefix) is not None:
+                    self.notices.append(rewritten(self.location))
 
     def _connect(self, url: str) -> Any:
         """The client, its server asked once (a wrong URL fails here, naming it, not in the middle of a run)."""
@@ -185,7 +188,7 @@ class RedisBackend(RedisLeases):
             raise StoreFailure("the store was opened read-only", "READONLY")
 
     def _get(self, keys: Sequence[str]) -> list[Any]:
-        """The string values of ``keys`` (``None`` where absent): one ``MGET`` (a slot's each on a cluster)."""
+        """The string values of ``keys`` (``None`` where absent): one ``MGET`` (a script per master on a cluster)."""
         prefix = self._prefix
         with self._failing():
             return self._slots.get([prefix + key for key in keys])
@@ -325,6 +328,21 @@ class RedisBackend(RedisLeases):
                 heads[at] = None if value is None else head_of(value)
         return heads
 
+    def _older_heads(self, keys: Sequence[str], heads: list[list[Any] | None]) -> list[list[Any] | None]:
+        """``heads`` with those of an older layout not rewritten yet (opened read-only: four
+        fields) completed from the ``info:`` hash beside them, as today's header has them."""
+        older = [at for at, head in enumerate(heads) if head is not None and len(head) < 9]
+        if not older or self._slots.cluster:
+            return heads
+        with self._failing():
+            pipe = self._client.pipeline(transaction=False)
+            for at in older:
+                pipe.hmget(f"{self._prefix}info:{keys[at]}", INFO[:4])
+            for at, info in zip(older, pipe.execute()):
+                if info[0] is not None:
+                    heads[at] = [*heads[at][:4], *(text(v) if v is not None else None for v in info), None]  # type: ignore[index]
+        return heads
+
     # -- row memos -------------------------------------------------------------------------------
 
     def memos(self, keys: Sequence[str]) -> tuple[Sequence[MemoFields], list[str]]:
@@ -397,9 +415,9 @@ class RedisBackend(RedisLeases):
         the whole server (or every master of a cluster) uses."""
         by_tool: dict[str, tuple[int, float]] = {}
         for chunk in chunks(self._keys("r")):
-            for header in self._heads(chunk):
+            for header in self._older_heads(chunk, self._heads(chunk)):
                 try:
-                    tool, cost = str(header[4]), float(header[7])  # type: ignore[index]
+                    tool, cost = str(header[4]), float(header[7] or 0)  # type: ignore[index]
                 except (TypeError, ValueError, IndexError):
                     continue  # damaged by hand, or cleared meanwhile: not counted
                 count, total = by_tool.get(tool, (0, 0.0))

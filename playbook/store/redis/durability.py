@@ -217,8 +217,6 @@ def kept_by(
         said.extend(notice for notice in notices if notice not in said)
         if found.evicting:
             evicting.append(found)
-    if cluster:
-        said.append(FAILOVER.format(location=location))
     if not evicting:
         return said, None
     return said, Evictions(evicted(client, cluster), location, notify, cluster=cluster)

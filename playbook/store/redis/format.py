@@ -144,8 +144,10 @@ def record_of(key: str, value: Any, info: Any = None) -> Record | Damaged | None
         if len(header) >= 9:
             tool, version, account, cost = header[4:8]
         else:
+            # an older playbook kept a call without input as "" (an input is JSON text, never empty)
             tool, version, account, cost, input = (
-                None if v is None else bytes(v).decode("utf-8") for v in (info or (None,) * 5)
+                None if v is None or (field == 4 and not v) else bytes(v).decode("utf-8")
+                for field, v in enumerate(info or (None,) * 5)
             )
         return Record(
             key,

@@ -1,7 +1,8 @@
 """The leases of a store on Redis: Lua scripts, atomic on the server and expiring by its clock
 (machines whose clocks disagree agree), under ``{prefix}:lease:{{prefix}:key}``: the hash tag is
 the receipt's own key, so a lease is in its receipt's slot on a cluster, and taking leases and
-reading their receipts is one script a slot (one for a whole batch on one server)."""
+reading their receipts is one script a slot (one for a whole batch on one server; each master's
+slots run by one script on a cluster: slots.py)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,9 @@ the receipts out of the sorted set as it counts them: a chunk done twice (a proc
 mid-way, another that opens the store at the same time) counts nothing twice, and a process that
 dies leaves the rest for the next one.  Two processes that open the store at once take turns: a
 lock key, expiring, held while one rewrites; the other waits for it to finish.
+
+The rewrite is one way: an older playbook reads the rewritten store as one that lost its
+receipts (its sorted set is gone).  The process that rewrites says so (``rewritten``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 from playbook.store.records import Record
 from playbook.store.redis.format import CHUNK, record_of, record_value
 
-__all__ = ["INFO", "migrate"]
+__all__ = ["INFO", "migrate", "rewritten"]
 
 INFO = ["tool", "version", "account", "cost", "input"]  # the fields of an older layout's info hash
 
@@ -45,11 +48,22 @@ def _older(client: Any, prefix: str) -> bool:
     return bool(client.exists(prefix + "receipts", prefix + "memos"))
 
 
-def migrate(client: Any, prefix: str) -> int:
+def rewritten(location: str) -> str:
+    """What a store rewritten here tells its user: the rewrite is one way."""
+    from playbook import __version__
+
+    return (
+        f"the receipt store at {location} was rewritten to playbook {__version__}'s layout; releases before it "
+        "can no longer read it: upgrade every process that uses it. An older release pointed at it refuses it "
+        "as lost: do not accept the loss there (that pays every call again), upgrade it"
+    )
+
+
+def migrate(client: Any, prefix: str) -> int | None:
     """Rewrite the older layout under ``prefix`` (a server's client), if there is one; returns the
-    receipts this process counted (0 when there was nothing to do or another process did it)."""
+    receipts this process counted (0 when another process did it), None when there was none."""
     if not _older(client, prefix):
-        return 0
+        return None
     lock, token = prefix + "migrating", uuid.uuid4().hex
     while _older(client, prefix):
         if client.set(lock, token, nx=True, px=LOCK_MS):

@@ -1,14 +1,21 @@
 """A batch of a store's keys, sent to one Redis server or to the masters of a Redis Cluster.
 
 The store has one code path for both.  A script runs on the keys of one *group*: the whole batch
-on one server, the keys of one hash slot on a cluster (a script's keys must share a slot).  On a
-cluster each master's groups go in one plain pipeline on a connection to that master, one round
-trip per master, and a write ends with ``WAIT 1`` on that same connection, so that what a master
-acknowledged is on a replica before the store counts it written: a failover then loses at most
-the writes in flight.  A group that met a failover (a node gone, ``MOVED``, ``ASK``, a script the
-node has not seen) is sent again through the cluster client, which finds where its slot is now
-and retries for as long as a replica takes to be promoted.  Writes are safe to send twice: they
-set values, and a script counts a receipt only when its key did not exist.
+on one server, the keys of one hash slot on a cluster (a script's declared keys must share a
+slot).  On a cluster every master's groups go as one script (``allow-cross-slot-keys``, Redis 7:
+a script may use the keys of every slot its node serves): the group's script made a function,
+run on each group in turn, after it checked that the node serves all of that group's keys
+(:func:`whole`); reads and plain sets go the same way, one script per master.  The masters' scripts
+are written on a connection to each at once, then the answers read: one round trip for all, and
+a write ends with ``WAIT 1`` on that same connection, so that what a master acknowledged is on a
+replica before the store counts it written: a failover then loses at most the writes in flight.
+
+A group the node did not serve (its slot moved: ``MOVED``, ``ASK``, a slot on the move), a
+master that failed, or a server older than 7.0 (which knows no script flags) falls back to the
+slot at a time: each group's script on its own (``EVALSHA``), every master's at once, and, should
+that fail again, through the cluster client, which finds where the slot is now and retries for
+as long as a replica takes to be promoted.  Writes are safe to send twice: they set values, and
+a script counts a receipt only when its key did not exist.
 
 Each slot has its own counter of receipts, a key in that slot: ``{prefix}:n{T}``, where ``T`` is
 a short tag whose CRC16 falls in the slot (:func:`tag`).
@@ -16,39 +23,108 @@ a short tag whose CRC16 falls in the slot (:func:`tag`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import itertools
 import string
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["WAIT_MS", "Call", "Slots", "str_of", "tag"]
+__all__ = ["WAIT_MS", "Call", "Slots", "str_of", "tag", "whole"]
 
 WAIT_MS = 1000  # how long a write waits for a replica before it goes on (the marks see a loss)
-_TAGS: dict[int, str] = {}
+_SLOTS = 16384
+_ALPHABET = (string.ascii_letters + string.digits).encode()
+_TAGS: list[str] = []
 # The counters of the slots one master serves, summed (their names in ARGV: keys of many slots,
 # which a script may read on its own node when it says so).
 _SUM = """#!lua flags=no-writes,allow-cross-slot-keys
 local n = 0
 for _, key in ipairs(ARGV) do n = n + (tonumber(redis.call('GET', key)) or 0) end
 return n"""
+# The values of the keys in ARGV (of many slots, on this node); a key the node does not serve
+# (its slot moved) answers 0, which no value is (a value is a string or nil).
+_GET = """#!lua flags=no-writes,allow-cross-slot-keys
+local out = {}
+for i, key in ipairs(ARGV) do
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' then out[i] = 0 else out[i] = value end
+end
+return out"""
+# Set each key of ARGV (name, value, name, value…) to its value; returns the positions (from 1)
+# of the pairs the node did not set (their slot moved).
+_SET = """#!lua flags=allow-cross-slot-keys
+local failed = {}
+for i = 1, #ARGV, 2 do
+  local done = redis.pcall('SET', ARGV[i], ARGV[i + 1])
+  if done.err then failed[#failed + 1] = (i + 1) / 2 end
+end
+return failed"""
+_WHOLE = """#!lua flags=allow-cross-slot-keys
+local function group(KEYS, ARGV)
+{script}
+end
+local out, at = {{}}, 2
+for g = 1, tonumber(ARGV[1]) do
+  local nk, na = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+  local keys = {{unpack(ARGV, at + 2, at + 1 + nk)}}
+  local args = {{unpack(ARGV, at + 2 + nk, at + 1 + nk + na)}}
+  at = at + 2 + nk + na
+  local done, answer = false, nil
+  if type(redis.pcall('EXISTS', unpack(keys))) ~= 'table' then done, answer = pcall(group, keys, args) end
+  if done then out[g] = {{answer}} else out[g] = false end
+end
+return out"""
+
+
+@functools.cache
+def whole(script: str) -> str:
+    """``script`` (a group's, its keys in one slot) run on every group of a master's part of a
+    batch, in one script.  ARGV: the number of groups, then each group's count of keys, count of
+    arguments, keys and arguments.  Each group's keys are first touched at once (``EXISTS``,
+    which fails, writing nothing, unless the node serves every one of them: not its slot, or a
+    slot on the move whose keys are not all here yet); a group that fails is answered ``false``
+    and left as it was, any other ``{answer}`` (``{}``: none).  A script runs whole, so no slot
+    moves between the check and the writes.  A group whose own script fails (a key of another
+    type) is answered ``false`` too, and the groups after it still run: sent again on its own,
+    it fails where the error can be told."""
+    return _WHOLE.format(script=script)
 
 
 def tag(slot: int) -> str:
-    """A short string (one to four characters) whose hash slot is ``slot``: the table is made once
-    per process, in about a tenth of a second."""
+    """A short string (one to three characters, letters and digits) whose hash slot is ``slot``:
+    the first such string, the shorter first, then in the order of ``_ALPHABET``.  The table is
+    made once per process, in a few hundredths of a second."""
     if not _TAGS:
-        from redis.crc import key_slot
-
-        alphabet = string.ascii_letters + string.digits
-        for size in range(1, 5):
-            for letters in itertools.product(alphabet, repeat=size):
-                name = "".join(letters)
-                _TAGS.setdefault(key_slot(name.encode()), name)
-            if len(_TAGS) == 16384:
-                break
+        _TAGS.extend(_tags())
     return _TAGS[slot]
+
+
+def _tags() -> list[str]:
+    """Each slot's tag.  CRC16 (XMODEM, as Redis hashes keys) is linear: the CRC of a string is
+    the XOR of the CRCs of each of its characters in its place among zero bytes, so the CRCs of
+    every string of one length are XORs of a column per place (numpy), in the order of
+    ``itertools.product(_ALPHABET, repeat=size)``."""
+    from binascii import crc_hqx
+
+    import numpy as np
+
+    found: dict[int, str] = {}
+    for size in range(1, 5):
+        crcs = np.zeros(1, dtype=np.uint16)
+        for place in range(size):
+            column = [crc_hqx(bytes(place) + bytes([c]) + bytes(size - place - 1), 0) for c in _ALPHABET]
+            crcs = (crcs[:, None] ^ np.array(column, dtype=np.uint16)[None, :]).ravel()
+        slots, first = np.unique(crcs % _SLOTS, return_index=True)
+        digits = np.array(
+            [first // len(_ALPHABET) ** (size - 1 - place) % len(_ALPHABET) for place in range(size)]
+        )
+        names = np.frombuffer(_ALPHABET, dtype=np.uint8)[digits.T].tobytes().decode("ascii")
+        for i, slot in enumerate(slots.tolist()):
+            found.setdefault(slot, names[i * size : (i + 1) * size])
+        if len(found) == _SLOTS:
+            break
+    return [found[slot] for slot in range(_SLOTS)]
 
 
 def str_of(value: Any) -> str:
@@ -86,6 +162,9 @@ class Slots:
         self.prefix = prefix
         self._shas: dict[str, str] = {}
         self._replicas: dict[str, tuple[bool, float]] = {}  # node name -> (has a replica, when asked)
+        # Whether the masters run scripts of many slots (Redis 7's script flags): until one says not.
+        self._whole = self.cluster
+        self._counters: list[str] = []
 
     def groups(self, keys: Sequence[str]) -> list[list[int]]:
         """The positions of ``keys`` (store keys, without the prefix) by group: one group on a
@@ -106,12 +185,17 @@ class Slots:
             return self.prefix + "count"
         from redis.crc import key_slot
 
-        return f"{self.prefix}n{{{tag(key_slot((self.prefix + key).encode()))}}}"
+        return self._counter(key_slot((self.prefix + key).encode()))
+
+    def _counter(self, slot: int) -> str:
+        if not self._counters:
+            self._counters = [f"{self.prefix}n{{{tag(each)}}}" for each in range(_SLOTS)]
+        return self._counters[slot]
 
     def counted(self) -> int:
         """The sum of the counters of receipts: one key on a server; on a cluster, every slot's,
-        summed by one script on each master over the slots it serves (a script may read keys of
-        several slots of its own node), or read slot by slot where scripts may not (before Redis 7)."""
+        summed by one script on each master over the slots it serves, every master's at once, or
+        read slot by slot where scripts may not (before Redis 7, or a slot that moved meanwhile)."""
         if not self.cluster:
             return int(self.client.get(self.prefix + "count") or 0)
 
@@ -124,19 +208,26 @@ class Slots:
             return self._counted()
 
     def _counted(self) -> int:
-        from redis.exceptions import ResponseError, SlotNotCoveredError
+        from redis.exceptions import SlotNotCoveredError
 
         cache = self.client.nodes_manager.slots_cache
-        if len(cache) < 16384:  # a count short of some slots would look like receipts lost
-            raise SlotNotCoveredError(f"{16384 - len(cache)} of the cluster's 16384 slots have no master")
+        if len(cache) < _SLOTS:  # a count short of some slots would look like receipts lost
+            raise SlotNotCoveredError(f"{_SLOTS - len(cache)} of the cluster's {_SLOTS} slots have no master")
         owned: dict[str, tuple[Any, list[str]]] = {}
         for slot, owners in cache.items():
-            owned.setdefault(owners[0].name, (owners[0], []))[1].append(f"{self.prefix}n{{{tag(slot)}}}")
+            owned.setdefault(owners[0].name, (owners[0], []))[1].append(self._counter(slot))
+        parts = list(owned.values())
+        sums = (
+            self._scripted([(node, [(_SUM, names)]) for node, names in parts])
+            if self._whole
+            else [[None]] * len(parts)
+        )
         total = 0
-        for node, names in owned.values():
-            try:
-                total += int(self.client.get_redis_connection(node).eval(_SUM, 0, *names))
-            except ResponseError:  # an older server, or a slot that moved meanwhile
+        for (_, names), (counted,) in zip(parts, sums):
+            if isinstance(counted, int):
+                total += counted
+            else:  # an older server, or a slot that moved meanwhile
+                self._flags_known(counted)
                 total += sum(int(n) for n in self.get(names) if n is not None)
         return total
 
@@ -147,12 +238,15 @@ class Slots:
         return sha
 
     def run(self, calls: Sequence[Call], *, wait: bool = False) -> list[Any]:
-        """Each call's answer, in order; on a cluster, one round trip per master (then ``WAIT``
-        for a replica when ``wait``).  A call that met a failover or a node without the script is
-        sent again the same way (by ``EVAL``, to where its slot is now), then, should it fail
-        again, through the cluster client, which retries until a replica has taken over."""
+        """Each call's answer, in order; on a cluster, one script per master, every master's at
+        once (then ``WAIT`` for a replica when ``wait``).  A call whose slot moved, or that met a
+        failover or a server older than 7.0, is sent on its own, each master's at once (by
+        ``EVALSHA``, then by ``EVAL`` to a node without the script), then, should it fail again,
+        through the cluster client, which retries until a replica has taken over."""
         answers: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
+        if self._whole and todo:
+            todo = self._on_masters_whole(todo, calls, answers, wait=wait)
         for again in (False, True):
             if not todo:
                 break
@@ -167,11 +261,92 @@ class Slots:
         return answers
 
     def _by_node(self, positions: Sequence[int], calls: Sequence[Call]) -> list[tuple[Any, list[int]]]:
-        by_node: dict[str, tuple[Any, list[int]]] = {}
-        for at in positions:
-            node = self.client.get_node_from_key(calls[at].keys[0])
-            by_node.setdefault(node.name, (node, []))[1].append(at)
-        return list(by_node.values())
+        """``positions`` by the master of their call's slot."""
+        return [
+            (node, [positions[i] for i in mine])
+            for node, mine in self._by_master([calls[at].keys[0] for at in positions])
+        ]
+
+    def _on_masters_whole(
+        self, positions: Sequence[int], calls: Sequence[Call], answers: list[Any], *, wait: bool
+    ) -> list[int]:
+        """``calls[positions]`` on a cluster, each master's as one script (:func:`whole`), every
+        master's at once; their answers put in ``answers``; returns the positions left to send a
+        slot at a time (their slot moved, their master failed, or it is older than 7.0)."""
+        from redis.exceptions import RedisError
+
+        parts = []
+        for node, mine in self._by_node(positions, calls):
+            kinds: dict[str, list[int]] = {}
+            for at in mine:
+                kinds.setdefault(calls[at].script, []).append(at)
+            scripts = []
+            for script, ats in kinds.items():
+                argv: list[Any] = [len(ats)]
+                for at in ats:
+                    call = calls[at]
+                    argv += (len(call.keys), len(call.args), *call.keys, *call.args)
+                scripts.append((whole(script), argv))
+            parts.append((node, scripts, list(kinds.values())))
+        failed: list[int] = []
+        for (_, _, kinds_at), got in zip(parts, self._scripted([(n, s) for n, s, _ in parts], wait=wait)):
+            for ats, answer in zip(kinds_at, got):
+                if isinstance(answer, RedisError | OSError):
+                    self._flags_known(answer)
+                    failed.extend(ats)
+                    continue
+                for at, each in zip(ats, answer):
+                    if each is None:  # a slot this master no longer serves (or not whole)
+                        failed.append(at)
+                    else:
+                        answers[at] = each[0] if each else None
+        if failed:
+            self._moved()
+        return failed
+
+    def _scripted(
+        self, parts: Sequence[tuple[Any, Sequence[tuple[str, Sequence[Any]]]]], *, wait: bool = False
+    ) -> list[list[Any]]:
+        """Each node's scripts (``(script, ARGV)``, no keys declared) run on that node, every
+        node's at once (``EVALSHA``, then ``EVAL`` for those the node did not know), ending in
+        ``WAIT`` when ``wait`` and the node has a replica.  Each node's answers in order: the
+        script's, or the error met."""
+        from redis.exceptions import NoScriptError
+
+        def commands(node: Any, scripts: Sequence[tuple[str, Sequence[Any]]], again: bool) -> list[Any]:
+            sent: list[Any] = [
+                ("EVAL", script, 0, *argv) if again else ("EVALSHA", self._sha(script), 0, *argv)
+                for script, argv in scripts
+            ]
+            if wait and self._replicated(node):
+                sent.append(("WAIT", 1, WAIT_MS))
+            return sent
+
+        got = self._exchange([(node, commands(node, scripts, False)) for node, scripts in parts])
+        unknown = [
+            (i, [j for j, answer in enumerate(got[i][: len(scripts)]) if isinstance(answer, NoScriptError)])
+            for i, (_, scripts) in enumerate(parts)
+        ]
+        unknown = [(i, js) for i, js in unknown if js]
+        if unknown:  # a node that had not seen them (new, or promoted since): sent whole
+            again = self._exchange(
+                [
+                    (parts[i][0], commands(parts[i][0], [parts[i][1][j] for j in js], True))
+                    for i, js in unknown
+                ]
+            )
+            for (i, js), answers in zip(unknown, again):
+                for j, answer in zip(js, answers):
+                    got[i][j] = answer
+        return [answers[: len(scripts)] for answers, (_, scripts) in zip(got, parts)]
+
+    def _flags_known(self, error: Any) -> None:
+        """A server older than 7.0 cannot read a script's flags (its first line): the masters'
+        parts go a slot at a time from then on."""
+        from redis.exceptions import ResponseError
+
+        if isinstance(error, ResponseError) and ("compiling" in str(error) or "shebang" in str(error)):
+            self._whole = False
 
     def _replicated(self, node: Any) -> bool:
         """Whether ``node`` has a replica to wait for (a cluster without replicas would wait in
@@ -298,12 +473,44 @@ class Slots:
 
     def get(self, names: Sequence[str]) -> list[Any]:
         """The values of ``names`` (full key names; ``None`` where absent): one ``MGET`` on a
-        server; on a cluster, one per slot, in one plain pipeline per master (a slot that moved
-        meanwhile read again through the cluster client)."""
+        server; on a cluster, one script per master, every master's at once (a slot that moved
+        meanwhile, or every slot before Redis 7, read a slot at a time: :meth:`_get_slotwise`)."""
         if not names:
             return []
         if not self.cluster:
             return list(self.client.mget(names))
+        answers: list[Any] = [None] * len(names)
+        left = self._get_whole(names, answers) if self._whole else range(len(names))
+        if left:
+            for at, value in zip(left, self._get_slotwise([names[at] for at in left])):
+                answers[at] = value
+        return answers
+
+    def _get_whole(self, names: Sequence[str], answers: list[Any]) -> list[int]:
+        """``names`` read by one script per master (``_GET``), their values put in ``answers``;
+        returns the positions a master did not read (not its slot, or it failed)."""
+        from redis.exceptions import RedisError
+
+        by_node = self._by_master(names)
+        got = self._scripted([(node, [(_GET, [names[at] for at in mine])]) for node, mine in by_node])
+        left: list[int] = []
+        for (_, mine), (values,) in zip(by_node, got):
+            if isinstance(values, RedisError | OSError):
+                self._flags_known(values)
+                left.extend(mine)
+                continue
+            for at, value in zip(mine, values):
+                if isinstance(value, int):  # a slot this master does not serve
+                    left.append(at)
+                else:
+                    answers[at] = value
+        if left:
+            self._moved()
+        return left
+
+    def _get_slotwise(self, names: Sequence[str]) -> list[Any]:
+        """The values of ``names``: one ``MGET`` per slot, every master's at once (a slot that
+        moved meanwhile read again through the cluster client)."""
         from redis.exceptions import RedisError
 
         by_node = self._by_slot_and_node(names)
@@ -327,13 +534,43 @@ class Slots:
         return answers
 
     def set(self, values: dict[str, Any]) -> None:
-        """Set each key (full names) to its value: one ``MSET`` on a server; on a cluster, one per
-        slot, every master's at once (a slot that moved meanwhile set again through the cluster client)."""
+        """Set each key (full names) to its value: one ``MSET`` on a server; on a cluster, one
+        script per master, every master's at once (a slot that moved meanwhile, or every slot
+        before Redis 7, set a slot at a time: :meth:`_set_slotwise`)."""
         if not values:
             return
         if not self.cluster:
             self.client.mset(values)
             return
+        left = self._set_whole(values) if self._whole else values
+        if left:
+            self._set_slotwise(left)
+
+    def _set_whole(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` set by one script per master (``_SET``); returns those a master did not set."""
+        from redis.exceptions import RedisError
+
+        names = list(values)
+        by_node = self._by_master(names)
+        got = self._scripted(
+            [
+                (node, [(_SET, [part for at in mine for part in (names[at], values[names[at]])])])
+                for node, mine in by_node
+            ]
+        )
+        left: dict[str, Any] = {}
+        for (_, mine), (failed,) in zip(by_node, got):
+            if isinstance(failed, RedisError | OSError):
+                self._flags_known(failed)
+                failed = range(1, len(mine) + 1)
+            left.update((names[mine[i - 1]], values[names[mine[i - 1]]]) for i in failed)
+        if left:
+            self._moved()
+        return left
+
+    def _set_slotwise(self, values: dict[str, Any]) -> None:
+        """Set ``values``: one ``MSET`` per slot, every master's at once (a slot that moved
+        meanwhile set again through the cluster client)."""
         from redis.exceptions import RedisError
 
         names = list(values)
@@ -353,6 +590,21 @@ class Slots:
         if redo:
             self._moved()
             self.client.mset_nonatomic(redo)
+
+    def _by_master(self, names: Sequence[str]) -> list[tuple[Any, list[int]]]:
+        """The positions of ``names`` by the master that serves their slot."""
+        from redis.crc import key_slot
+        from redis.exceptions import SlotNotCoveredError
+
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        owners = self.client.nodes_manager.slots_cache  # read without the client's lock: it is replaced whole
+        try:
+            for at, name in enumerate(names):
+                node = owners[key_slot(name.encode())][0]
+                by_node.setdefault(node.name, (node, []))[1].append(at)
+        except (KeyError, IndexError):
+            raise SlotNotCoveredError(f"the slot of {names[at]!r} has no master") from None
+        return list(by_node.values())
 
     def _by_slot_and_node(self, names: Sequence[str]) -> list[tuple[Any, list[list[int]]]]:
         """The positions of ``names`` by slot, the slots by the master that serves them."""
