@@ -267,3 +267,37 @@ def test_a_store_opened_read_only_is_read_and_never_written(store: pb.ReceiptSto
     assert not wal.exists() or wal.stat().st_size == 0  # and nothing is waiting to be written to it
     with pytest.raises(pb.ReceiptError, match="there is no receipt store at .*nothing-here to read"):
         pb.ReceiptStore(Path(store.location).parent / "nothing-here", readonly=True)
+
+
+def test_rows_past_the_grace_park_without_waiting_out_a_slow_probe_of_a_store_that_stays_down() -> None:
+    """A store whose every write takes 20 s to fail (a Redis Cluster with a master and its replica
+    gone: its client retries for a failover's length) parks the rows that would pay within a
+    second past the grace, not a probe's length each: the run ends in seconds."""
+    from playbook._internal.flow import Parked
+    from playbook.store.health import PROBE_WAIT_S, WriteHealth
+
+    async def slow_refusal() -> bool:
+        await asyncio.sleep(20.0)
+        return False
+
+    async def run() -> list[float]:
+        health = WriteHealth(slow_refusal, grace_s=5.0)
+        health.failed("Redis Cluster lost a master")
+        loop = asyncio.get_running_loop()
+        parked_at: list[float] = []
+
+        async def row(start: float) -> None:
+            await asyncio.sleep(start)
+            try:
+                await health.writable("redis://cluster")
+            except Parked:
+                parked_at.append(loop.time())
+
+        await asyncio.gather(*(row(start) for start in (0.0, 6.0, 6.5, 30.0)))
+        await asyncio.sleep(25.0)  # the last probe ends, for the rows after
+        return parked_at
+
+    parked_at = run_virtual(run())
+    # each row parks once the grace is over, waiting for a probe under way at most PROBE_WAIT_S
+    assert len(parked_at) == 4 and max(parked_at) <= 30.0 + PROBE_WAIT_S + 1e-6, parked_at
+    assert sorted(parked_at)[:3] == pytest.approx([6.0, 7.0, 7.5], abs=1.01), parked_at

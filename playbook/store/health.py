@@ -14,7 +14,11 @@ A store still refusing after the grace is *failing*.  The receipts that waited f
 counted in ``receipts_lost``), and a call that would pay is not sent: its row parks with reason
 ``store``, for a rerun or ``run.retry()``.  Rows answered by receipts go on.  A row about to pay
 first tries once more to write the answers kept (a probe that costs nothing, shared by the rows
-that ask at the same time): when the store takes them, rows pay again.
+that ask at the same time): when the store takes them, rows pay again.  A row waits for a probe
+at most the grace left, and past the grace :data:`PROBE_WAIT_S`: a probe of a store that answers
+slowly when down (a Redis Cluster whose client retries for its failover's length) goes on for
+the rows after, while those that asked park, so a run over a store that stays down ends in
+seconds, not a probe's length a row.
 
 While the store takes writes, a call checks one attribute (:attr:`WriteHealth.reason`).
 """
@@ -26,9 +30,10 @@ from collections.abc import Callable, Coroutine
 
 from playbook._internal.flow import Parked
 
-__all__ = ["GRACE_S", "WriteHealth"]
+__all__ = ["GRACE_S", "PROBE_WAIT_S", "WriteHealth"]
 
 GRACE_S = 5.0  # how long a store may refuse writes before the rows that would pay park
+PROBE_WAIT_S = 1.0  # past the grace, how long a row waits for a probe under way before it parks
 _FIRST_RETRY_S = 0.05
 _LAST_RETRY_S = 1.0
 
@@ -86,7 +91,7 @@ class WriteHealth:
                 return False
             await asyncio.sleep(min(delay, left))
             delay = min(delay * 2, _LAST_RETRY_S)
-            await self._try()
+            await self._try(max(self._left(), PROBE_WAIT_S))
         return True
 
     async def writable(self, location: str) -> None:
@@ -94,7 +99,7 @@ class WriteHealth:
         takes them again within the grace); past the grace, the row parks (:class:`Parked`)."""
         if self.reason is None or await self.retry(lambda: self.reason is None):
             return
-        await self._try()
+        await self._try(PROBE_WAIT_S)
         if self.reason is not None:
             raise Parked(
                 "store",
@@ -102,10 +107,13 @@ class WriteHealth:
                 "paid for: rerun, or run.retry(), once it takes them",
             )
 
-    async def _try(self) -> None:
-        """One write of the answers kept; those who ask meanwhile share it."""
+    async def _try(self, patience: float) -> None:
+        """One write of the answers kept; those who ask meanwhile share it, each waiting for it
+        ``patience`` seconds at most (it goes on for those who ask next)."""
         loop = asyncio.get_running_loop()
         trying = self._trying
         if trying is None or trying.done() or trying.get_loop() is not loop:
             trying = self._trying = loop.create_task(self._rewrite())
-        await asyncio.shield(trying)
+        done, _ = await asyncio.wait({trying}, timeout=patience)
+        if done:
+            trying.result()  # what it raised, raised here as when it was awaited whole
