@@ -9,6 +9,7 @@ import json
 import string
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -541,3 +542,56 @@ def test_each_slot_s_counter_keeps_the_name_stores_already_have() -> None:
             first.setdefault(key_slot(name.encode()), name)
     assert len(first) == 16384
     assert [tag(slot) for slot in range(16384)] == [first[slot] for slot in range(16384)]
+
+
+@pb.tool(name="doubled", version="1")
+async def _doubled(n: int) -> int:
+    import asyncio
+
+    await asyncio.sleep(0.1)
+    return n * 2
+
+
+@pb.play(name="doubling")
+async def _doubling(row, ctx):  # type: ignore[no-untyped-def]
+    return {"v": await ctx.tool(_doubled, n=row["n"])}
+
+
+@pytest.mark.slow
+def test_a_cluster_that_stays_down_mid_run_ends_the_run_as_a_server_gone_does() -> None:
+    """A master and its replica killed mid-run: after the cluster client's one wait for a failover,
+    the store's calls fail at once while the cluster says it is down, so the run ends (rows that
+    could not be recorded fail naming the cluster) instead of each call waiting out ~20 s."""
+    import threading
+
+    with RedisClusterServer() as cluster:
+        store = pb.ReceiptStore(cluster.url)
+        frame = pd.DataFrame({"n": range(300)})
+        master = cluster.masters()[0]
+
+        def kill() -> None:
+            time.sleep(1.5)
+            with redis.Redis(port=master.port) as client:
+                replica_port = int(client.execute_command("ROLE")[2][0][1])
+            cluster.kill(master)
+            cluster.kill(next(node for node in cluster.nodes if node.port == replica_port))
+
+        killer = threading.Thread(target=kill)
+        ended: list[Any] = []
+        runner = threading.Thread(
+            target=lambda: ended.append(
+                frame.play.run(_doubling, store=store, progress=False, concurrency=8)
+            ),
+            daemon=True,
+        )
+        began = time.monotonic()
+        killer.start()
+        runner.start()
+        runner.join(120)
+        killer.join()
+        took = time.monotonic() - began
+        assert ended, f"the run was still going after {took:.0f} s"
+        run = ended[0]
+        assert run.stats.ok + run.stats.failed == 300 and run.stats.failed > 0, run.stats
+        assert took < 60, took
+        assert "lost a master" in " ".join(run.notices), run.notices

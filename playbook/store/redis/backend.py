@@ -39,6 +39,7 @@ evicted is a call paid for again.  Prefixes must not nest (``a``, ``a:b``): clea
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -73,6 +74,7 @@ _SPEND = ("calls_paid", "cost_paid", "calls_reused", "cost_saved", "calls_unpric
 
 __all__ = ["RedisBackend"]
 
+_DOWN_RECHECK_S = 1.0  # how often a cluster found down is asked whether it is back
 TALLY_TTL = 86_400  # seconds a cluster job's tally outlives its last paid call
 
 
@@ -130,6 +132,10 @@ class RedisBackend(RedisLeases):
         self._url = url
         self._client = self._connect(url)
         self._slots = Slots(self._client, self._prefix)
+        # A cluster found down (a master lost, no replica took over): since when it was last
+        # asked, and what to raise.  Meanwhile the store's calls fail at once, not after the
+        # cluster client's ~20 s of retries each: a run over a cluster that stays down ends.
+        self._down: tuple[float, StoreFailure] | None = None
         self.notices: list[str] = []
         # What this server cannot promise, said by every run; an evicting server's count of what it evicted.
         self.standing, self._evictions = kept_by(
@@ -176,12 +182,29 @@ class RedisBackend(RedisLeases):
     def _failing(self) -> Iterator[None]:
         from redis.exceptions import RedisClusterException, RedisError
 
+        cluster = getattr(self, "_slots", None) is not None and self._slots.cluster
+        if cluster and getattr(self, "_down", None) is not None:
+            self._still_down()
         try:
             yield
         except (RedisError, RedisClusterException, OSError) as exc:
-            raise failure(
-                exc, self.location, cluster=getattr(self, "_slots", None) is not None and self._slots.cluster
-            ) from None
+            found = failure(exc, self.location, cluster=cluster)
+            if cluster and found.code == "CLUSTERDOWN":
+                self._down = (time.monotonic(), found)
+            raise found from None
+
+    def _still_down(self) -> None:
+        """Raise what the cluster last failed with while it is still down: asked again (``CLUSTER
+        INFO`` of the nodes it knows, each answering at once or not at all) once a second at most."""
+        assert self._down is not None
+        since, found = self._down
+        if time.monotonic() - since < _DOWN_RECHECK_S:
+            raise found
+        if self._slots.cluster_ok():
+            self._down = None
+            return
+        self._down = (time.monotonic(), found)
+        raise found
 
     def _writable(self) -> None:
         if self.readonly:

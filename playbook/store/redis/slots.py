@@ -166,6 +166,23 @@ class Slots:
         self._whole = self.cluster
         self._counters: list[str] = []
 
+    def cluster_ok(self) -> bool:
+        """Whether a node the client knows says the cluster is ok (``cluster_state:ok``)."""
+        for node in list(self.client.nodes_manager.nodes_cache.values()):
+            if node.redis_connection is None:
+                continue
+            try:
+                info = node.redis_connection.execute_command("CLUSTER INFO")
+            except Exception:  # a node gone, or refusing: ask the next
+                continue
+            if isinstance(info, dict):
+                state = info.get("cluster_state", info.get(b"cluster_state"))
+                if str_of(state) == "ok":
+                    return True
+            elif "cluster_state:ok" in str_of(info):
+                return True
+        return False
+
     def groups(self, keys: Sequence[str]) -> list[list[int]]:
         """The positions of ``keys`` (store keys, without the prefix) by group: one group on a
         server, one per hash slot on a cluster."""
