@@ -37,6 +37,7 @@ import playbook as pb
 from playbook.demo.redis_server import RedisClusterServer
 
 from .harness import Result, demo_process
+from .workers import summed_statuses
 
 ROWS = 1_200
 PROCESSES = 3
@@ -140,10 +141,7 @@ def _ran(url: str, cluster: RedisClusterServer, *, kill: bool, processes: int = 
                     p.kill()
                     p.communicate()
     stats = httpx.get(url + "/_stats", timeout=5).json()
-    statuses: dict[str, int] = {}
-    for out in outs:
-        for status, n in out["statuses"].items():
-            statuses[status] = statuses.get(status, 0) + n
+    statuses = summed_statuses(outs)
     return Ended(
         max(o["ended"] for o in outs) - began,
         statuses,

@@ -136,12 +136,17 @@ def start_line(url: str, settings: dict[str, Any], workers: list[Worker], *, wat
                     p.kill()
                     p.communicate()
     stats = httpx.get(url + "/_stats", timeout=5).json()
+    rows = sum(w.n for w in workers)
+    return Finish(rows, max(o["ended"] for o in outs) - began, summed_statuses(outs), stats, admitted)
+
+
+def summed_statuses(outs: list[dict[str, Any]]) -> dict[str, int]:
+    """The rows of every worker process by status, from what each printed (``statuses``)."""
     statuses: dict[str, int] = {}
     for out in outs:
         for status, n in out["statuses"].items():
             statuses[status] = statuses.get(status, 0) + n
-    rows = sum(w.n for w in workers)
-    return Finish(rows, max(o["ended"] for o in outs) - began, statuses, stats, admitted)
+    return statuses
 
 
 def _wait_ready(work: Path, procs: list[subprocess.Popen[str]]) -> None:
