@@ -28,6 +28,7 @@ from vtime import run_virtual
 import playbook as pb
 from playbook.providers.limits import HEADROOM
 from playbook.providers.provider import governor
+from playbook.providers.governor import OVERLOAD_CAP
 from playbook.providers.status import Budget
 from playbook.tools import engine_of
 from playbook.ui.html import provider_rate, run_html
@@ -231,6 +232,9 @@ def test_what_anthropics_bucket_refilled_during_an_overload_is_used_once_it_ends
     seconds = fake.answers[-1][0]  # the run started at 0 on the loop's clock
     refilled = sum(a[1] for a in fake.answers) - itpm
     assert refilled >= 0.9 * itpm / 60.0 * seconds
+    # the overload's backoff is capped: the calls try again within OVERLOAD_CAP of its end
+    resumed = min(when for when, _, _ in fake.answers if when >= fake.overloaded[1])
+    assert resumed <= fake.overloaded[1] + OVERLOAD_CAP + fake.latency
 
 
 def test_azure_counts_prompt_and_max_tokens_on_arrival_and_calls_are_paced_by_that() -> None:

@@ -72,6 +72,10 @@ IN_PLACE = 1.0  # holds up to this long are waited out by the call; longer ones 
 OWN_IN_PLACE = 0.2  # the same for a call's own retry (its row's worker can serve another row meanwhile)
 QUOTA_HOLD = 3600.0  # seconds a spent quota holds the provider when its refusal does not say until when
 OVERLOADED = 529  # Anthropic's overloaded_error
+# The longest wait between tries of an overloaded provider (as Anthropic's and OpenAI's own clients
+# cap theirs): the whole provider idles for what a wait outlasts the overload, and a try while it
+# goes on costs only an unbilled 529 per call in flight.
+OVERLOAD_CAP = 8.0
 
 
 class Governor(Holds):
@@ -472,7 +476,7 @@ class Governor(Holds):
         if permit.sent_at >= self._overload_t:
             self._overload_t = now
             self.overloads += 1
-        wait = hint if hint is not None else self.backoff.delay(self.overloads - 1)
+        wait = hint if hint is not None else self.backoff.delay(self.overloads - 1, OVERLOAD_CAP)
         await self.hold_calls(now + wait, OVERLOADED)
 
     def _busy(self, permit: Permit, now: float, ticket: Ticket) -> None:

@@ -241,8 +241,9 @@ class Backoff:
         self.cap = cap
         self._rng = rng or random.Random()
 
-    def delay(self, n: int) -> float:
-        high = min(self.cap, self.base * 2.0 ** min(n, 60))
+    def delay(self, n: int, cap: float | None = None) -> float:
+        """The ``n``-th wait (from 0), under ``cap`` when given, else this backoff's own."""
+        high = min(self.cap if cap is None else cap, self.base * 2.0 ** min(n, 60))
         return self._rng.uniform(high / 2, high)
 
     def __repr__(self) -> str:
