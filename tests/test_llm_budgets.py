@@ -26,9 +26,9 @@ import pytest
 from vtime import run_virtual
 
 import playbook as pb
+from playbook.providers.governor import OVERLOAD_CAP
 from playbook.providers.limits import HEADROOM
 from playbook.providers.provider import governor
-from playbook.providers.governor import OVERLOAD_CAP
 from playbook.providers.status import Budget
 from playbook.tools import engine_of
 from playbook.ui.html import provider_rate, run_html
