@@ -41,6 +41,22 @@ def test_receipt_keys_of_the_first_store_format_are_kept() -> None:
     assert receipt_address("pinned", "2", '{"q":"alpha"}', "default") == "r51cb19d1736de534bdffba087a4ed894"
 
 
+def test_receipt_keys_are_the_digest_of_the_whole_text_whatever_it_holds() -> None:
+    """A receipt's key is the digest of its whole text, for any tool name, account and input
+    (non-ASCII, a lone surrogate), however many tools' keys are made in between."""
+    parts = [
+        ("t", "1", "ä", '{"q":"\ud800 é"}'),
+        ("näme", "src:ab", "acme:x", "[]"),
+        ("t", "1", "ä", '"\x1f"'),
+    ]
+    for n in range(300):  # more tools than are kept ready to hash
+        receipt_address(f"tool{n}", "1", "{}", "default")
+    for tool, identity, account, payload in parts * 2:
+        assert receipt_address(tool, identity, payload, account) == "r" + digest(
+            f"r\x1f{tool}\x1f{identity}\x1f{account}\x1f{payload}"
+        )
+
+
 def test_row_ids_merge_what_pandas_changes_and_nothing_else() -> None:
     """numpy and Python scalars, 3 and 3.0, every missing marker, a Timestamp and its datetime: one row id.
     A datetime and its ISO text, inf and "inf": two."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sqlite3
@@ -220,6 +221,74 @@ def test_sqlite_memos_another_process_appended_are_found_once_a_run_folds_them(t
     assert reader.memos([_key("m", 100)])[0] == [_memo(100)] and looking.counts().memos == 101
     for backend in (writer, reader, looking):
         backend.close()
+
+
+def test_sqlite_lookups_on_the_loop_find_another_process_s_receipt_from_the_next_turn(tmp_path: Path) -> None:
+    """Lookups of one turn of the event loop share a snapshot: a receipt another process writes
+    meanwhile is found from the next turn on (and within the turn, after a window of lookups)."""
+    from playbook.store.sqlite import SqliteBackend
+
+    mine, other = SqliteBackend(tmp_path / "store"), SqliteBackend(tmp_path / "store")
+    first, second = _record(_key("r", 1)), _record(_key("r", 2))
+
+    async def run() -> tuple[list[object], list[object]]:
+        assert mine.lookup(first.key) is None
+        other.write([first])
+        await asyncio.sleep(0)
+        next_turn = [mine.lookup(first.key)]
+        other.write([second])
+        same_turn = [mine.lookup(second.key) for _ in range(300)]
+        return next_turn, same_turn
+
+    next_turn, same_turn = asyncio.run(run())
+    assert next_turn == [mine.lookup(first.key)] and next_turn[0] is not None
+    # A snapshot serves a window of lookups at most: the receipt is found well within the turn.
+    assert same_turn[-1] is not None and same_turn.index(same_turn[-1]) <= 256
+    mine.close()
+    other.close()
+
+
+def test_sqlite_a_write_after_lookups_in_the_same_turn_is_committed_and_seen(tmp_path: Path) -> None:
+    """A write in the turn of lookups (a receipt, memos, a lease) is committed as usual, and the
+    lookups after it see it; other processes see it at once."""
+    from playbook.store.sqlite import SqliteBackend
+
+    mine, other = SqliteBackend(tmp_path / "store"), SqliteBackend(tmp_path / "store")
+    record = _record(_key("r", 1))
+
+    async def run() -> tuple[object, object, list[bool]]:
+        missing = mine.lookup(record.key)
+        mine.write([record])
+        taken = mine.take([_key("r", 2)], "me", 30.0)
+        return missing, mine.lookup(record.key), taken
+
+    missing, found, taken = asyncio.run(run())
+    assert missing is None and found is not None and taken == [True]
+    assert other.lookup(record.key) == found and other.holder(_key("r", 2)) is not None
+    mine.close()
+    other.close()
+
+
+def test_sqlite_lookups_hold_back_no_checkpoint_once_their_turn_ends(tmp_path: Path) -> None:
+    """The read transaction lookups share ends with their turn of the loop: another process can
+    then copy the whole log into the file and truncate it (a reader would hold it back)."""
+    from playbook.store.sqlite import SqliteBackend
+
+    mine, other = SqliteBackend(tmp_path / "store"), SqliteBackend(tmp_path / "store")
+    other.write([_record(_key("r", 1))])
+
+    async def run() -> None:
+        assert mine.lookup(_key("r", 1)) is not None
+        other.write([_record(_key("r", 2))])
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+    con = sqlite3.connect(tmp_path / "store" / "receipts.db", timeout=0.2)
+    busy, _, _ = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    con.close()
+    assert busy == 0
+    mine.close()
+    other.close()
 
 
 def test_a_store_without_a_memo_log_opened_read_only_counts_its_memos(tmp_path: Path) -> None:

@@ -248,6 +248,8 @@ class StoreEngine:
         """:meth:`lookup`, for the event loop: on this machine, at once; across the network, the
         receipts read ahead answer (see :meth:`warm`), and the lookups asked for in one turn of
         the loop travel together, in one round trip."""
+        if not self._io.remote:
+            return self.lookup(key, ttl)
         ahead = self._ahead
         if ahead:
             read = ahead.pop(key)
@@ -260,8 +262,6 @@ class StoreEngine:
                 ahead.read()  # the next chunk, read while these rows go on
             if read is not None:
                 return self._answer(key, read, ttl)
-        if not self._io.remote:
-            return self.lookup(key, ttl)
         loop = asyncio.get_running_loop()
         asked: asyncio.Future[Hit | Missing] = loop.create_future()
         self._asks.append((key, ttl, asked))

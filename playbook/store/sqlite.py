@@ -58,6 +58,7 @@ _TAKE = (
     "WHERE lease.expires < ? OR lease.owner = excluded.owner RETURNING key"
 )
 _NOT_UTF8 = "its value is not UTF-8 text (damaged)"
+_new = tuple.__new__  # Found(*row) is a Python call, once per receipt read; this is a C one
 
 
 class SqliteBackend:
@@ -89,20 +90,21 @@ class SqliteBackend:
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (tests use it to make the disk misbehave)."""
+        self._db.end_snapshot()
         return self._db.connection()
 
     # -- receipts --------------------------------------------------------------------------------
 
     def lookup(self, key: str) -> Found | Damaged | None:
         try:
-            found = self._db.cursor().execute(_LOOKUP, (key,)).fetchone()
+            found = self._db.snapshot().execute(_LOOKUP, (key,)).fetchone()
         except sqlite3.OperationalError as exc:
             if "decode" not in str(exc):  # "Could not decode to UTF-8": that record is damaged
                 raise reason(exc) from None
             return Damaged(_NOT_UTF8)
         except sqlite3.Error as exc:
             raise reason(exc) from None
-        return None if found is None else Found(*found)
+        return None if found is None else _new(Found, found)
 
     def lookup_many(self, keys: Sequence[str]) -> list[Found | Damaged | None]:
         """One query per chunk of keys (a tenth of the cost of one query per key, at 256 keys)."""
@@ -119,8 +121,8 @@ class SqliteBackend:
                     if "decode" not in str(exc):  # one record of the chunk is not UTF-8: ask one by one
                         raise
                     return [self.lookup(key) for key in keys]
-                for key, *rest in rows:
-                    found[key] = Found(*rest)
+                for row in rows:
+                    found[row[0]] = _new(Found, row[1:])
         except sqlite3.Error as exc:
             raise reason(exc) from None
         return [found.get(key) for key in keys]
