@@ -41,9 +41,9 @@ def test_receipt_keys_of_the_first_store_format_are_kept() -> None:
     assert receipt_address("pinned", "2", '{"q":"alpha"}', "default") == "r51cb19d1736de534bdffba087a4ed894"
 
 
-def test_receipt_keys_are_the_digest_of_the_whole_text_whatever_it_holds() -> None:
+def test_receipt_and_memo_keys_are_the_digest_of_the_whole_text_whatever_it_holds() -> None:
     """A receipt's key is the digest of its whole text, for any tool name, account and input
-    (non-ASCII, a lone surrogate), however many tools' keys are made in between."""
+    (non-ASCII, a lone surrogate), however many tools' keys are made in between; a memo's too."""
     parts = [
         ("t", "1", "ä", '{"q":"\ud800 é"}'),
         ("näme", "src:ab", "acme:x", "[]"),
@@ -55,6 +55,7 @@ def test_receipt_keys_are_the_digest_of_the_whole_text_whatever_it_holds() -> No
         assert receipt_address(tool, identity, payload, account) == "r" + digest(
             f"r\x1f{tool}\x1f{identity}\x1f{account}\x1f{payload}"
         )
+        assert memo_address(identity + tool, payload) == "m" + digest(f"m\x1f{identity + tool}\x1f{payload}")
 
 
 def test_row_ids_merge_what_pandas_changes_and_nothing_else() -> None:
