@@ -127,6 +127,8 @@ class StoreEngine:
         self.tally: tuple[str, str] | None = None
         self.inflight: dict[str, asyncio.Future[None]] = {}  # address -> call being paid for now
         self._io = StoreIO(remote=self._backend.remote)
+        # Across the network (Redis): a lookup is awaited (alookup).  On this machine, it answers at once.
+        self.remote = self._backend.remote
         self._lookup = self._backend.lookup
         self._asks: list[tuple[str, float | None, asyncio.Future[Hit | Missing]]] = []
         self._writes: list[tuple[Record, asyncio.Future[None], int, float]] = []

@@ -218,8 +218,18 @@ def memo_unpriced(flags: int) -> int:
 
 def memo_tools(tools: dict[str, str]) -> str:
     """The tools a row used, as the memo table keeps them: `` name=fingerprint name=fingerprint ``,
-    so that clearing a tool finds the memos of rows that used it in SQL."""
-    return " " + " ".join(f"{name}={fp}" for name, fp in tools.items()) + " "
+    so that clearing a tool finds the memos of rows that used it in SQL.  (Made once for the rows
+    that used the same tools: a play's rows mostly do.)"""
+    used = tuple(tools.items())
+    text = _TOOLS_TEXT.get(used)
+    if text is None:
+        if len(_TOOLS_TEXT) >= 1024:
+            _TOOLS_TEXT.clear()
+        text = _TOOLS_TEXT[used] = " " + " ".join(f"{name}={fp}" for name, fp in used) + " "
+    return text
+
+
+_TOOLS_TEXT: dict[tuple[tuple[str, str], ...], str] = {}
 
 
 @functools.lru_cache(maxsize=1024)

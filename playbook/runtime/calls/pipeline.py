@@ -152,7 +152,10 @@ async def lookup(store: StoreEngine, key: str, ttl: float | None, ahead: bool = 
     """The receipt for ``key``, or ``MISSING``; while the same call is in flight for another row
     of this process, its receipt is waited for (don't pay twice).  Not ``ahead``: only that wait
     (the receipt is looked up once the call's lease is taken; see ``scope.Ahead``)."""
-    found = await store.alookup(key, ttl) if ahead else MISSING
+    if not ahead:
+        found: Hit | Missing = MISSING
+    else:  # on this machine, at once: no coroutine to make and await
+        found = await store.alookup(key, ttl) if store.remote else store.lookup(key, ttl)
     while found is MISSING:
         pending = store.inflight.get(key)
         if pending is None:
