@@ -248,6 +248,38 @@ def test_sqlite_lookups_on_the_loop_find_another_process_s_receipt_from_the_next
     other.close()
 
 
+def test_sqlite_a_lookup_after_a_run_on_a_kept_loop_sees_what_was_written_since(tmp_path: Path) -> None:
+    """A loop kept between runs stops with its last turn's end still to come: a lookup made
+    after the run, off the loop, still reads the store as it is now, and so does the next run."""
+    from playbook.store.sqlite import SqliteBackend
+
+    mine, other = SqliteBackend(tmp_path / "store"), SqliteBackend(tmp_path / "store")
+    first, second = _record(_key("r", 1)), _record(_key("r", 2))
+
+    found: list[object] = []
+
+    async def look(key: str) -> None:
+        found.append(mine.lookup(key))
+
+    async def run(key: str) -> asyncio.Task[None]:
+        # its lookup comes in the run's last turn, after the run's end has stopped the loop
+        return asyncio.get_running_loop().create_task(look(key))
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(run(first.key))
+        other.write([first])
+        found.append(mine.lookup(first.key))
+        loop.run_until_complete(run(second.key))
+        other.write([second])
+        loop.run_until_complete(look(second.key))
+    finally:
+        loop.close()
+    assert found[0] is None and found[1] is not None and found[2] is None and found[3] is not None
+    mine.close()
+    other.close()
+
+
 def test_sqlite_a_write_after_lookups_in_the_same_turn_is_committed_and_seen(tmp_path: Path) -> None:
     """A write in the turn of lookups (a receipt, memos, a lease) is committed as usual, and the
     lookups after it see it; other processes see it at once."""

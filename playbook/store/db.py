@@ -183,7 +183,7 @@ class Database:
             local.con, local.generation = con, self._generation + _forks
             local.cursor = con.cursor()
             local.window = 0  # lookups left in the read transaction they share (snapshot()); 0: none open
-            local.ending = False  # its end is due at the end of this turn of the event loop
+            local.loop = local.ending = None  # its loop; the loop whose turn's end will end it
         return con
 
     def _connect(self) -> sqlite3.Connection:
@@ -230,19 +230,23 @@ class Database:
         statement of its own."""
         cursor = self.cursor()
         local = self._local
-        if local.window:
+        # (A loop kept between runs stops with the end of its last turn still to come: its window
+        # ends here, not at the next run.)
+        if local.window and local.loop.is_running():
             local.window -= 1
-            return cursor
-        loop = asyncio._get_running_loop()
-        if loop is None:
             return cursor
         con = cursor.connection
         if con.in_transaction:  # this window's lookups are done: a new snapshot
             con.execute("COMMIT")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            local.window = 0
+            return cursor
         con.execute("BEGIN")
-        local.window = _WINDOW - 1
-        if not local.ending:
-            local.ending = True
+        local.window, local.loop = _WINDOW - 1, loop
+        if local.ending is not loop:
+            local.ending = loop
             loop.call_soon(self._turn_ended)
         return cursor
 
@@ -257,7 +261,7 @@ class Database:
                 con.execute("COMMIT")
 
     def _turn_ended(self) -> None:
-        self._local.ending = False
+        self._local.ending = None
         with contextlib.suppress(sqlite3.Error):  # only reads end: the next statement says what is wrong
             self.end_snapshot()
 
