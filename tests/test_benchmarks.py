@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 import playbook as pb
-from benchmarks import b10_kept, b10_scale
+from benchmarks import b1_redis, b1r_kept, b10_kept, b10_scale
 from benchmarks.b11_estimate import seeds_result
 from benchmarks.harness import worker_pool
 
@@ -115,3 +115,23 @@ def test_b11_verdict_is_the_share_of_seeds_within() -> None:
     eight = seeds_result("calls", [0.01, -0.16, 0.15, 0.0, 0.1, -0.05, 0.02, 0.03, 0.04, 0.3], 0.15)
     assert (nine.ours, nine.baseline, nine.ok) == (9, 10, True)
     assert (eight.ours, eight.ok) == (8, False)
+
+
+def test_redis_loops_write_then_read_every_row(redis_url: str) -> None:
+    """B1r's worker loop reads back what it wrote; the promise-keeping loop pays each call once and reads them all ahead."""
+    import redis
+
+    values = list(range(1_300))
+    b1_redis.worker_loop(redis_url, values, "write", 16)
+    b1_redis.worker_loop(redis_url, values, "read", 16)  # it asserts the last row's value
+    client = redis.Redis.from_url(redis_url)
+    assert len(client.keys("loop:*")) == len(values)
+    b1r_kept.kept_loop(redis_url, values, "t", "1", 16)
+    receipts = {k: client.get(b"kept:" + k) for k in client.smembers("kept:tool:t")}
+    assert sorted(json.loads(v)["n"] for v in receipts.values()) == values  # type: ignore[arg-type]
+    assert client.keys("kept:lease:*") == []
+    b1r_kept.kept_loop(redis_url, values, "t", "2", 16)
+    assert {
+        k: client.get(b"kept:" + k) for k in client.smembers("kept:tool:t")
+    } == receipts  # nothing paid again
+    assert client.scard("kept:memos") == 2 * len(values)
