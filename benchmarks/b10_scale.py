@@ -148,7 +148,7 @@ def _loop_child(case: str, rows: int, where: str) -> dict:
         rate = kept_loop(frame["x"].tolist(), where + ".kept.db", CONCURRENCY, version)
         return {"rate": rate, "base_kb": base, "peak_kb": _peak_kb()}
     if case == "memo-read":
-        return {"rate": memo_read(where), "base_kb": base, "peak_kb": _peak_kb()}
+        return {"rate": memo_read(where, rows), "base_kb": base, "peak_kb": _peak_kb()}
     db = sqlite3.connect(where + ".loop.db")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("CREATE TABLE IF NOT EXISTS receipts (key TEXT PRIMARY KEY, value TEXT)")
@@ -234,7 +234,7 @@ def hand_loop(db: sqlite3.Connection, values: list[int], case: str) -> tuple[flo
     return len(values) / (time.perf_counter() - start), results
 
 
-def memo_read(where: str) -> float:
+def memo_read(where: str, rows: int) -> float:
     """SQLite's batched keyed read of the row memos in the store at ``where``, as playbook asks for
     them (its ``memos()``): the keys in row order (not the table's), 8,192 at a time, each chunk
     sorted and read 500 keys a query, every output decoded.  Rows per second."""
@@ -245,6 +245,7 @@ def memo_read(where: str) -> float:
 
     db = sqlite3.connect(f"file:{Path(where) / FILE}?mode=ro", uri=True)
     keys = [k for (k,) in db.execute("SELECT key FROM memo")]
+    assert len(keys) == rows, f"{len(keys):,} memos in the store, not one per row"
     random.Random(0).shuffle(keys)  # digests: the rows' order is no order of the keys
     query = "SELECT key, play, tools, calls, cost, flags, output FROM memo WHERE key IN ({})"
     loads = json.loads

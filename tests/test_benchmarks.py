@@ -77,7 +77,7 @@ def test_memo_read_reads_every_memo_of_a_store(tmp_path: Path) -> None:
     )
     read = sqlite3.connect(tmp_path / "s" / "receipts.db").execute("SELECT COUNT(*) FROM memo").fetchone()[0]
     assert read == 600
-    assert b10_scale.memo_read(str(tmp_path / "s")) > 0  # it asserts it read as many as there are
+    assert b10_scale.memo_read(str(tmp_path / "s"), 600) > 0  # it asserts it read one per row
 
 
 def test_b10_results_are_ratios_of_medians() -> None:
