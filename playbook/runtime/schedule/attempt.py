@@ -93,8 +93,7 @@ class RowRunner:
                 remember(
                     self.store,
                     self.play,
-                    table,
-                    pos,
+                    book.row_id,
                     output,
                     stored,
                     (book.calls, book.cost, book.tools, book.receipts, book.local, book.unpriced),

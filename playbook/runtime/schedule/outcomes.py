@@ -35,7 +35,7 @@ _SLEEP = Waiting("sleep", None)
 class Outcomes:
     """Settles, parks, holds and re-admits rows: the table and the events change together."""
 
-    __slots__ = ("table", "queue", "_emit", "_parked_down", "guarded", "play")
+    __slots__ = ("table", "queue", "emit", "_parked_down", "guarded", "play")
 
     def __init__(
         self,
@@ -49,7 +49,7 @@ class Outcomes:
         self.guarded: frozenset[Any] = frozenset()
         self.play = ""
         self.queue = queue
-        self._emit = emit
+        self.emit = emit  # into the state of the execution under way (a retry counts in its own)
         self._parked_down = parked_down  # a row parked on a down provider: it may come back in this run
 
     def __repr__(self) -> str:
@@ -58,7 +58,7 @@ class Outcomes:
     def started(self, pos: int) -> int:
         """A worker took the row; returns its attempt number."""
         attempt = self.table.started(pos)
-        self._emit(RowStarted(pos))
+        self.emit(tuple.__new__(RowStarted, (pos,)))  # a C call: RowStarted(pos) is a Python one
         return attempt
 
     def finish(
@@ -83,23 +83,25 @@ class Outcomes:
         if status == "failed" and group is None:
             group = message_group(error or "")
         rows = self.table.set_outcome(pos, status, output, error, group, cost_failed)
-        self._emit(
-            RowFinished(pos, status, error, rows, ran, held, calls, cost, group, cost_failed, unpriced)
+        self.emit(
+            tuple.__new__(
+                RowFinished, (pos, status, error, rows, ran, held, calls, cost, group, cost_failed, unpriced)
+            )
         )
 
     def _clashing(self, pos: int, output: dict[str, Any]) -> list[Any]:
         """The input columns ``output`` would change in row ``pos`` (a value passed through as it
         was changes nothing)."""
         table, guarded = self.table, self.guarded
+        if guarded.isdisjoint(output):  # the usual case: no output is named like an input column
+            return []
         named = [c for c in output if c in guarded]
-        if not named:  # the usual case: no output is named like an input column
-            return named
         values = table.values(pos)
         return [c for c in named if not _same(output[c], values[table.columns[c]])]
 
     def park(self, pos: int, reason: str, message: str, provider: str | None, ready_at: float | None) -> None:
         self.table.park(pos, Parking(reason, provider, ready_at))
-        self._emit(RowParked(pos, reason, provider, ready_at))
+        self.emit(RowParked(pos, reason, provider, ready_at))
         self.finish(pos, "parked", None, message)
         if reason == "down" and provider is not None:
             self._parked_down(pos, provider)
@@ -110,18 +112,18 @@ class Outcomes:
         """Held by ``provider`` until ``until`` (loop clock; ``wall``: the same in epoch seconds;
         ``behind``: then after the rows not started yet)."""
         self._aside(pos, until, Waiting("provider", provider), behind=behind)
-        self._emit(RowHeld(pos, provider, wall, status))
+        self.emit(RowHeld(pos, provider, wall, status))
 
     def sleep(self, pos: int, until: float, wall: float) -> None:
         """In ``ctx.sleep`` until ``until`` (loop clock)."""
         self._aside(pos, until, _SLEEP)
-        self._emit(RowSleeping(pos, wall))
+        self.emit(RowSleeping(pos, wall))
 
     def step_back(self, pos: int) -> None:
         """Another process is paying for one of the row's calls: it runs again after the fresh rows."""
         self.table.running.discard(pos)
         self.queue.step_back(pos)
-        self._emit(RowDeferred(pos))
+        self.emit(RowDeferred(pos))
 
     def _aside(self, pos: int, until: float, waiting: Waiting, *, behind: bool = False) -> None:
         table = self.table
@@ -132,28 +134,44 @@ class Outcomes:
     def resume(self, pos: int) -> None:
         """A waiting row's time has come: a worker takes it again."""
         self.table.waiting.pop(pos, None)
-        self._emit(RowResumed(pos))
+        self.emit(RowResumed(pos))
 
     def requeue(self, pos: int, previous: Status) -> None:
         """A settled row runs again (``run.retry()``, or its down provider is back)."""
-        self._emit(RowRequeued(pos, previous, self.table.unsettle(pos)))
+        self.emit(RowRequeued(pos, previous, self.table.unsettle(pos)))
 
-    def reused(self, pos: int, memo: Memo) -> None:
-        """Settled by its memo (``finish``, the short way: a million rows may come this way at once)."""
-        output, cost = memo.output, memo.cost
-        # Its calls of free local tools were not answered by receipts: neither run nor reused now,
-        # they count in neither.
-        calls = memo.calls - memo.local
-        if output and self.guarded and self._clashing(pos, output):
-            # it fails, saying why
-            self.finish(
-                pos, "reused", output, None, ran=False, calls=calls, cost=cost, unpriced=memo.unpriced
+    def reused(self, found: Sequence[tuple[int, Memo]]) -> None:
+        """Settle rows by their memos (``finish``, the short way: a million rows may come this way
+        at once, so the loop is this one, with nothing looked up twice)."""
+        table, emit, guarded = self.table, self.emit, self.guarded
+        settle = table.settle_reused
+        new = tuple.__new__  # RowFinished(...) is a Python call: this is a C one
+        for pos, (output, calls, cost, local, _, unpriced) in found:
+            # Its calls of free local tools were not answered by receipts: neither run nor reused
+            # now, they count in neither.
+            calls -= local
+            if output and guarded and self._clashing(pos, output):
+                # it fails, saying why
+                self.finish(pos, "reused", output, None, ran=False, calls=calls, cost=cost, unpriced=unpriced)
+                continue
+            emit(
+                new(
+                    RowFinished,
+                    (
+                        pos,
+                        "reused",
+                        None,
+                        settle(pos, output),
+                        False,
+                        False,
+                        calls,
+                        cost,
+                        None,
+                        0.0,
+                        unpriced,
+                    ),
+                )
             )
-            return
-        rows = self.table.set_outcome(pos, "reused", output, None)
-        self._emit(
-            RowFinished(pos, "reused", None, rows, False, False, calls, cost, None, 0.0, memo.unpriced)
-        )
 
     def unfinished(self, positions: Sequence[int], why: str) -> None:
         """Settle every row of ``positions`` not settled yet as skipped (a stop, a fatal error)."""
