@@ -8,10 +8,9 @@ share the outcome.  Each change is one event: views and counters follow from tho
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from playbook.events import (
-    Event,
     RowDeferred,
     RowFinished,
     RowHeld,
@@ -27,6 +26,9 @@ from playbook.runtime.rows.table import Parking, RowTable, Waiting
 from playbook.runtime.schedule.retry_queue import RetryQueue
 from playbook.store.records import Memo
 
+if TYPE_CHECKING:
+    from playbook.runtime.state.reading import RunState
+
 __all__ = ["Outcomes", "clashing"]
 
 _SLEEP = Waiting("sleep", None)
@@ -35,25 +37,26 @@ _SLEEP = Waiting("sleep", None)
 class Outcomes:
     """Settles, parks, holds and re-admits rows: the table and the events change together."""
 
-    __slots__ = ("table", "queue", "emit", "_parked_down", "guarded", "play")
+    __slots__ = ("table", "queue", "state", "emit", "_parked_down", "guarded", "play")
 
     def __init__(
-        self,
-        table: RowTable,
-        queue: RetryQueue,
-        emit: Callable[[Event], None],
-        parked_down: Callable[[int, str], None],
+        self, table: RowTable, queue: RetryQueue, state: RunState, parked_down: Callable[[int, str], None]
     ) -> None:
         self.table = table
         # input columns an output may not replace (overwrite=False)
         self.guarded: frozenset[Any] = frozenset()
         self.play = ""
         self.queue = queue
-        self.emit = emit  # into the state of the execution under way (a retry counts in its own)
+        self.count_in(state)
         self._parked_down = parked_down  # a row parked on a down provider: it may come back in this run
 
     def __repr__(self) -> str:
         return f"<Outcomes {self.table!r} {self.queue!r}>"
+
+    def count_in(self, state: RunState) -> None:
+        """Count the rows' events in ``state`` (a retry counts in its own)."""
+        self.state = state
+        self.emit = state.emit
 
     def started(self, pos: int) -> int:
         """A worker took the row; returns its attempt number."""
@@ -142,36 +145,45 @@ class Outcomes:
 
     def reused(self, found: Sequence[tuple[int, Memo]]) -> None:
         """Settle rows by their memos (``finish``, the short way: a million rows may come this way
-        at once, so the loop is this one, with nothing looked up twice)."""
-        table, emit, guarded = self.table, self.emit, self.guarded
+        at once).  With no view listening to each row's ``RowFinished``, the state counts them
+        all at once."""
+        if self.state.heard(RowFinished):
+            for pos, memo in found:
+                self._reused(pos, memo)
+            return
+        table, guarded = self.table, self.guarded
         settle = table.settle_reused
-        new = tuple.__new__  # RowFinished(...) is a Python call: this is a C one
-        for pos, (output, calls, cost, local, _, unpriced) in found:
+        rows = calls = unpriced = 0
+        costs: list[float] = []
+        for pos, memo in found:
+            output = memo.output
+            if output and guarded and self._clashing(pos, output):
+                self._reused(pos, memo)  # it fails, saying why
+                continue
+            rows += settle(pos, output)
             # Its calls of free local tools were not answered by receipts: neither run nor reused
             # now, they count in neither.
-            calls -= local
-            if output and guarded and self._clashing(pos, output):
-                # it fails, saying why
-                self.finish(pos, "reused", output, None, ran=False, calls=calls, cost=cost, unpriced=unpriced)
-                continue
-            emit(
-                new(
-                    RowFinished,
-                    (
-                        pos,
-                        "reused",
-                        None,
-                        settle(pos, output),
-                        False,
-                        False,
-                        calls,
-                        cost,
-                        None,
-                        0.0,
-                        unpriced,
-                    ),
-                )
+            saved = memo.calls - memo.local
+            if saved:
+                calls += saved
+                costs.append(memo.cost)
+                unpriced += memo.unpriced
+        self.state.rows_reused(rows, calls, costs, unpriced)
+
+    def _reused(self, pos: int, memo: Memo) -> None:
+        output, calls, cost, local, _, unpriced = memo
+        calls -= local
+        if output and self.guarded and self._clashing(pos, output):
+            # it fails, saying why
+            self.finish(pos, "reused", output, None, ran=False, calls=calls, cost=cost, unpriced=unpriced)
+            return
+        rows = self.table.settle_reused(pos, output)
+        # tuple.__new__: a C call (RowFinished(...) is a Python one)
+        self.emit(
+            tuple.__new__(
+                RowFinished, (pos, "reused", None, rows, False, False, calls, cost, None, 0.0, unpriced)
             )
+        )
 
     def unfinished(self, positions: Sequence[int], why: str) -> None:
         """Settle every row of ``positions`` not settled yet as skipped (a stop, a fatal error)."""

@@ -63,7 +63,7 @@ class Scheduler:
         self.state.attach(table)
         self.fatal: BaseException | None = None
         queue = RetryQueue()
-        self.outcomes = Outcomes(table, queue, self.state.emit, self._parked_down)
+        self.outcomes = Outcomes(table, queue, self.state, self._parked_down)
         self.outcomes.play = play.name
         if not opts.overwrite and "play_status" not in frame.columns:
             # a result run again: its outputs are refreshed
@@ -312,7 +312,8 @@ class Scheduler:
         self.state = RunState(play=self.play.name)
         self.state.attach(table, frozenset(p for pos in again for p in table.group(pos)))
         # the events of its rows and their calls go to it straight (one call less each)
-        self.outcomes.emit = self.scope.emit = self.state.emit
+        self.outcomes.count_in(self.state)
+        self.scope.emit = self.state.emit
         # what the run before paid for is a receipt to the retry, not shared in it
         self.scope.started = self.scope.clock()
         return again
