@@ -93,7 +93,22 @@ def write_memo(
     """Write the memo ``mk`` of a finished row (or sub-play) of ``play`` whose identity is ``row``."""
     calls, cost, tools, receipts, local, unpriced = used
     flags = memo_flags(output is not stored, local, unpriced)
-    store.add_memo(mk, play, memo_tools(tools), calls, cost, flags, dumps(stored), row=row, used=receipts)
+    store.add_memo(mk, play, _tools_text(tools), calls, cost, flags, dumps(stored), row=row, used=receipts)
+
+
+_TOOLS_TEXT: dict[tuple[tuple[str, str], ...], str] = {}  # the tools rows used -> their memo_tools text
+
+
+def _tools_text(tools: dict[str, str]) -> str:
+    """:func:`memo_tools` of ``tools``, made once for every row that used the same tools (one text
+    for all of them, in the memos waiting to be written too)."""
+    used = tuple(tools.items())
+    text = _TOOLS_TEXT.get(used)
+    if text is None:
+        if len(_TOOLS_TEXT) >= 1024:  # plays made and remade in a long session: kept bounded
+            _TOOLS_TEXT.clear()
+        text = _TOOLS_TEXT[used] = memo_tools(tools)
+    return text
 
 
 def tools_unchanged(tools: Mapping[str, str]) -> bool:
