@@ -115,7 +115,11 @@ def test_a_write_says_how_many_receipts_it_added(backend: Backend) -> None:
     those replaced nor step records, also in batches past a query's chunk of keys."""
     assert backend.write([_record(_key("r", n)) for n in range(3)] + [_record(_key("s", 1))]) == 3
     assert backend.write([_record(_key("r", n), at=2e9) for n in range(1, 5)] + [_record(_key("s", 2))]) == 2
-    assert backend.write([_record(_key("r", n)) for n in range(1200)]) == 1195
+    assert backend.get(_key("r", 1)) == _record(_key("r", 1), at=2e9)  # replaced, not kept
+    # a key twice in one write: added once, the last one kept
+    assert backend.write([_record(_key("r", 7), at=1.0), _record(_key("r", 7), at=2.0)]) == 1
+    assert backend.get(_key("r", 7)) == _record(_key("r", 7), at=2.0)
+    assert backend.write([_record(_key("r", n)) for n in range(1200)]) == 1194
     assert backend.write([_record(_key("s", 3))]) == 0 and backend.receipt_count() == 1200
 
 
