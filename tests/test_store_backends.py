@@ -485,6 +485,20 @@ def test_taking_leases_reads_their_receipts_as_they_are_once_taken(
     assert backend.take_and_look([], "a", 30) == ([], [])
 
 
+def test_leases_past_a_querys_chunk_are_taken_looked_at_and_given_back(backend: Backend) -> None:
+    """A thousand and more leases at once: each read with its receipt where one is, each given
+    back by the write of its receipt or by a release."""
+    keys = [_key("r", n) for n in range(1300)]
+    backend.write([_record(key) for key in keys[::100]])
+    got, found = backend.take_and_look(keys, "a", 30)
+    assert got == [True] * 1300
+    assert [n for n, one in enumerate(found) if one is not None] == list(range(0, 1300, 100))
+    assert found == backend.lookup_many(keys)
+    backend.write([_record(key) for key in keys[:1200]], keys[:1200], "a")
+    backend.release(keys[1200:], "a")
+    assert backend.take(keys, "b", 30) == [True] * 1300
+
+
 def test_lease_lapses_after_its_time(backend: Backend) -> None:
     """Once a lease's time is up, another owner takes it."""
     backend.take([_key("r", 1)], "a", 0.2)
