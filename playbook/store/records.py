@@ -24,6 +24,8 @@ from playbook.addresses import RECEIPT
 from playbook.records import Receipt
 from playbook.tagged import Unencodable, decode, dumps, encode, loads
 
+_new = tuple.__new__
+
 __all__ = [
     "COLUMNS",
     "INPUT_TAGGED",
@@ -164,7 +166,7 @@ def record(
             encoded = None  # keyed all the same; only the listing of this receipt lacks its input
         flags |= INPUT_TAGGED if encoded is not input else 0
         input_text = dumps(encoded)
-    return Record(
+    fields = (
         key,
         tool,
         version,
@@ -177,6 +179,7 @@ def record(
         dumps(stored),
         error,
     )
+    return _new(Record, fields)  # once per call paid for (module docstring)
 
 
 def receipt_of(row: Record) -> Receipt:

@@ -17,6 +17,7 @@ from playbook.tagged import decode, loads
 __all__ = ["RowMemos"]
 
 _logger = logging.getLogger("playbook.store")
+_new = tuple.__new__  # MemoRow(...) is a Python call, once per row finished: this is a C one (records.py)
 
 
 class RowMemos:
@@ -91,7 +92,7 @@ class RowMemos:
         and ``used`` (its row id and the addresses it looked up) let a remote store read those
         receipts ahead next time."""
         pending = self._pending
-        pending.append(MemoRow(key, play, tools, calls, cost, flags, output))
+        pending.append(_new(MemoRow, (key, play, tools, calls, cost, flags, output)))
         if used and row and self._backend.remote:
             self._hints.append((play, row, " ".join(used)))
         if len(pending) >= 16384 or time.monotonic() - self._flushed > 0.5:
