@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeats",
         type=int,
-        help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9, b10, b11, b11s, b12, b13, b14 and b15; 5 for b8)",
+        help="repetitions per case (default: the case's own, 3; 1 for b3, b3s, b6, b6r, b7, b9, b10, b11, b11s, b12, b13, b14 and b15; 5 for b8); each repeat runs a case's baseline, then the case (b10: each in a fresh process, the medians compared)",
     )
     parser.add_argument("--quick", action="store_true", help="smaller sizes where a case has them (b10)")
     args = parser.parse_args(argv)

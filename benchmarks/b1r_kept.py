@@ -11,9 +11,12 @@ promises, and each one is a round trip the row waits for:
   go in one ``MULTI``/``EXEC`` (the receipts of one turn together) before the row goes on;
 - a rerun is a resume: a memo per row and its index entry, a thousand a round trip, not waited for.
 
-A new version of the play over the receipts reads them (an ``MGET`` per turn) and writes its memos.
-This loop does that and nothing else (no retries, rates, progress or errors), with redis-py's
-asyncio client on the loop: what any code that keeps those promises pays.
+A new version of the play over the receipts reads them ahead, as playbook does: the receipts of
+the next 512 rows in one ``MGET``, asked as the rows before them start; and writes its memos.
+Its rows are worked by a pool of workers pulling them from one iterator (as many as the play's
+concurrency), not a task each.  This loop does that and nothing else (no retries, rates,
+progress or errors), with redis-py's asyncio client on the loop: what any code that keeps those
+promises pays.
 """
 
 from __future__ import annotations
@@ -22,12 +25,15 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+
+from .harness import worker_pool
 
 __all__ = ["kept_loop"]
 
 _MEMOS = 1000
+AHEAD = 512  # rows whose receipts are read in one MGET, ahead of them (as playbook's read-ahead)
 
 
 class _Turn:
@@ -81,10 +87,32 @@ def _key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
+def _ahead(
+    client: Any, values: list[int], tool: str
+) -> Iterator[tuple[int, str, asyncio.Task[list[Any]], int]]:
+    """Each row's value, its call's key, and where its receipt read ahead is (a task, an index):
+    the receipts of the next ``AHEAD`` rows asked in one ``MGET`` as the rows before them start."""
+
+    async def read(keys: list[str]) -> list[Any]:
+        return list(await client.mget([f"kept:{key}" for key in keys]))
+
+    def chunk(first: int) -> tuple[list[tuple[int, str]], asyncio.Task[list[Any]]]:
+        rows = [(x, _key(tool, "1", {"n": x})) for x in values[first : first + AHEAD]]
+        return rows, asyncio.get_running_loop().create_task(read([key for _, key in rows]))
+
+    following = chunk(0)
+    for first in range(0, len(values), AHEAD):
+        (rows, found), following = (
+            following,
+            chunk(first + AHEAD) if first + AHEAD < len(values) else following,
+        )
+        for i, (x, key) in enumerate(rows):
+            yield x, key, found, i
+
+
 async def _run(
     client: Any, values: list[int], tool: str, version: str, concurrency: int
 ) -> list[dict[str, Any]]:
-    gate = asyncio.Semaphore(concurrency)
     memos: list[tuple[str, str]] = []
     flushes: set[asyncio.Task[None]] = set()
 
@@ -95,9 +123,6 @@ async def _run(
         pipe.mget([f"kept:{key}" for key in keys])
         *got, found = await pipe.execute()
         return list(zip((bool(ok) for ok in got), found))
-
-    async def look(keys: list[str]) -> list[bytes | None]:
-        return list(await client.mget([f"kept:{key}" for key in keys]))
 
     async def write(records: list[tuple[str, str]]) -> list[None]:
         pipe = client.pipeline(transaction=True)
@@ -113,31 +138,36 @@ async def _run(
         pipe.sadd("kept:memos", *[key for key, _ in batch])
         await pipe.execute()
 
-    takes, looks, writes = _Turn(take), _Turn(look), _Turn(write)
+    takes, writes = _Turn(take), _Turn(write)
 
-    async def one(x: int) -> dict[str, Any]:
-        async with gate:
-            key = _key(tool, "1", {"n": x})
-            found = None if version == "1" else await looks.ask(key)
-            if found is None:
-                leased, found = await takes.ask(key)
-                if not leased:
-                    raise RuntimeError(f"the lease on {key} is held")
-            if found is None:
-                value: Any = {"n": x, "label": f"item-{x}"}
-                await writes.ask((key, json.dumps(value)))
-            else:
-                value = json.loads(found)
-            output = {"v": value}
-            memos.append((f"kept:m{_key('first', version, {'n': x})}", json.dumps(output)))
-            if len(memos) >= _MEMOS:
-                task = asyncio.get_running_loop().create_task(flush(memos.copy()))
-                flushes.add(task)
-                task.add_done_callback(flushes.discard)
-                memos.clear()
-            return output
+    async def one(row: tuple[int, str, asyncio.Task[list[Any]], int]) -> dict[str, Any]:
+        x, key, ahead, i = row
+        # A first run has no receipts to read ahead (playbook reads those its rows used last time).
+        found = None if version == "1" else (await ahead)[i]
+        if found is None:
+            leased, found = await takes.ask(key)
+            if not leased:
+                raise RuntimeError(f"the lease on {key} is held")
+        if found is None:
+            value: Any = {"n": x, "label": f"item-{x}"}
+            await writes.ask((key, json.dumps(value)))
+        else:
+            value = json.loads(found)
+        output = {"v": value}
+        memos.append((f"kept:m{_key('first', version, {'n': x})}", json.dumps(output)))
+        if len(memos) >= _MEMOS:
+            task = asyncio.get_running_loop().create_task(flush(memos.copy()))
+            flushes.add(task)
+            task.add_done_callback(flushes.discard)
+            memos.clear()
+        return output
 
-    results = await asyncio.gather(*(one(x) for x in values))
+    rows = (
+        _ahead(client, values, tool)
+        if version != "1"
+        else ((x, _key(tool, "1", {"n": x}), None, 0) for x in values)
+    )
+    results = await worker_pool(rows, one, len(values), concurrency)  # type: ignore[arg-type]
     if memos:
         await flush(memos)
     await asyncio.gather(*flushes)

@@ -88,3 +88,35 @@ def test_the_phase_says_whether_the_run_goes_is_stopping_or_ended() -> None:
     state.emit(RunFinished("r1", False))
     seen.append(state.phase)
     assert seen == ["not started", "running", "stopping", "stopped", "finished"]
+
+
+def test_rows_reused_from_memos_count_the_same_whether_a_view_listens_to_each_or_not(
+    store: pb.ReceiptStore,
+) -> None:
+    """A memo replay counts rows, calls saved, their cost and the memo's spend line alike with a view listening to each row and without."""
+
+    @pb.tool
+    def clean(n: int) -> int:
+        return n
+
+    @pb.tool(cost=0.1)
+    async def priced(n: int) -> int:
+        return n + 1
+
+    @pb.play
+    async def two(row, ctx):
+        return {"a": await ctx.tool(priced, n=await ctx.tool(clean, n=row.n))}
+
+    # 0.1 seven times is not 0.7: the counts add each row's cost in the rows' order, either way
+    frame = pd.DataFrame({"n": [1, 2, 3, 4, 5, 6, 7, 7]})
+    frame.play.run(two, store=store, progress=False)
+    counted = []
+    for progress in (False, "text"):  # no view; a view listening to every row's end
+        stats = frame.play.run(two, store=store, progress=progress).stats
+        counted.append(
+            (stats.reused, stats.calls_reused, stats.calls_local, stats.cost_saved, stats.calls_executed)
+        )
+    assert counted[0] == counted[1] == (8, 7, 0, round(sum([0.1] * 7), 9), 0)
+    memo_line = store.spend(by=("provider", "tool"))
+    memo_line = memo_line[memo_line["tool"] == "play two"]
+    assert (memo_line["calls_reused"].iat[0], memo_line["cost_saved"].iat[0]) == (14, 2 * sum([0.1] * 7))

@@ -116,7 +116,11 @@ def test_a_write_says_how_many_receipts_it_added(backend: Backend) -> None:
     those replaced nor step records, also in batches past a query's chunk of keys."""
     assert backend.write([_record(_key("r", n)) for n in range(3)] + [_record(_key("s", 1))]) == 3
     assert backend.write([_record(_key("r", n), at=2e9) for n in range(1, 5)] + [_record(_key("s", 2))]) == 2
-    assert backend.write([_record(_key("r", n)) for n in range(1200)]) == 1195
+    assert backend.get(_key("r", 1)) == _record(_key("r", 1), at=2e9)  # replaced, not kept
+    # a key twice in one write: added once, the last one kept
+    assert backend.write([_record(_key("r", 7), at=1.0), _record(_key("r", 7), at=2.0)]) == 1
+    assert backend.get(_key("r", 7)) == _record(_key("r", 7), at=2.0)
+    assert backend.write([_record(_key("r", n)) for n in range(1200)]) == 1194
     assert backend.write([_record(_key("s", 3))]) == 0 and backend.receipt_count() == 1200
 
 
@@ -580,6 +584,20 @@ def test_taking_leases_reads_their_receipts_as_they_are_once_taken(
         [None],
     )  # the script loaded now; a's own lease
     assert backend.take_and_look([], "a", 30) == ([], [])
+
+
+def test_leases_past_a_querys_chunk_are_taken_looked_at_and_given_back(backend: Backend) -> None:
+    """A thousand and more leases at once: each read with its receipt where one is, each given
+    back by the write of its receipt or by a release."""
+    keys = [_key("r", n) for n in range(1300)]
+    backend.write([_record(key) for key in keys[::100]])
+    got, found = backend.take_and_look(keys, "a", 30)
+    assert got == [True] * 1300
+    assert [n for n, one in enumerate(found) if one is not None] == list(range(0, 1300, 100))
+    assert found == backend.lookup_many(keys)
+    backend.write([_record(key) for key in keys[:1200]], keys[:1200], "a")
+    backend.release(keys[1200:], "a")
+    assert backend.take(keys, "b", 30) == [True] * 1300
 
 
 def test_lease_lapses_after_its_time(backend: Backend) -> None:

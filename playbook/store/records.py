@@ -24,6 +24,8 @@ from playbook.addresses import RECEIPT
 from playbook.records import Receipt
 from playbook.tagged import Unencodable, decode, dumps, encode, loads
 
+_new = tuple.__new__
+
 __all__ = [
     "COLUMNS",
     "INPUT_TAGGED",
@@ -164,7 +166,7 @@ def record(
             encoded = None  # keyed all the same; only the listing of this receipt lacks its input
         flags |= INPUT_TAGGED if encoded is not input else 0
         input_text = dumps(encoded)
-    return Record(
+    fields = (
         key,
         tool,
         version,
@@ -177,6 +179,7 @@ def record(
         dumps(stored),
         error,
     )
+    return _new(Record, fields)  # once per call paid for (module docstring)
 
 
 def receipt_of(row: Record) -> Receipt:
@@ -218,18 +221,8 @@ def memo_unpriced(flags: int) -> int:
 
 def memo_tools(tools: dict[str, str]) -> str:
     """The tools a row used, as the memo table keeps them: `` name=fingerprint name=fingerprint ``,
-    so that clearing a tool finds the memos of rows that used it in SQL.  (Made once for the rows
-    that used the same tools: a play's rows mostly do.)"""
-    used = tuple(tools.items())
-    text = _TOOLS_TEXT.get(used)
-    if text is None:
-        if len(_TOOLS_TEXT) >= 1024:
-            _TOOLS_TEXT.clear()
-        text = _TOOLS_TEXT[used] = " " + " ".join(f"{name}={fp}" for name, fp in used) + " "
-    return text
-
-
-_TOOLS_TEXT: dict[tuple[tuple[str, str], ...], str] = {}
+    so that clearing a tool finds the memos of rows that used it in SQL."""
+    return " " + " ".join(f"{name}={fp}" for name, fp in tools.items()) + " "
 
 
 @functools.lru_cache(maxsize=1024)

@@ -17,7 +17,7 @@ from playbook.tagged import decode, loads
 __all__ = ["RowMemos"]
 
 _logger = logging.getLogger("playbook.store")
-_new = tuple.__new__  # MemoRow(...) is a Python call, once per row finished; this is a C one
+_new = tuple.__new__  # MemoRow(...) is a Python call, once per row finished: this is a C one (records.py)
 
 
 class RowMemos:

@@ -158,11 +158,22 @@ class Context:
         parks: bool,
         kwargs: dict[str, Any],
     ) -> Any:
+        # _call's work, in the one coroutine a call makes here (a frame less on every call)
+        book = self._ledger
+        if book.signal is not None:
+            raise book.signal  # a suspension (or a park) the play caught: the row still steps aside
         try:
-            return (await self._call(tool, input, refresh, ttl, kwargs))[0]
+            return (await call_tool(book, tool, input, refresh, ttl, kwargs))[0]
         except ProviderExhausted as exc:
             if parks:
-                self._ledger.signal = exc  # sticky: the row parks even if the play catches it
+                book.signal = exc  # sticky: the row parks even if the play catches it
+            raise
+        except Suspend as signal:
+            book.signal = signal
+            raise
+        except RunFatal as exc:
+            book.signal = exc
+            book.scope.fatal_stop(exc)
             raise
 
     def run_play(self, play: Any, /, **inputs: Any) -> Coroutine[Any, Any, dict[str, Any]]:

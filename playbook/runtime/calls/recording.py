@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from playbook.errors import ToolError
 from playbook.runtime.calls.kept_errors import not_storable
+from playbook.store.records import Record
 from playbook.store.records import record as receipt_record
 from playbook.tagged import Unencodable, decode, encode
 from playbook.tools.protocol import ToolEngine
@@ -31,31 +32,48 @@ async def record(
     ``calls_executed`` counts them); returns the answer as stored, so the first run sees exactly
     what every replay will (a pydantic model as its dict, a tuple as a tuple)."""
     store = scope.store
-    meta = {
-        "tool": tool.name,
-        "version": tool.identity,
-        "account": tool.account,
-        "cost": cost,
-        "input": values,
-    }
     try:
         stored = encode(answer)
     except Unencodable as exc:
         # Paid for, but it has no JSON form: keep a receipt saying so, so no rerun pays again.
         await store.commit(
-            receipt_record(
-                key, stored=None, tagged=False, at=scope.clock(), miss=miss, error=str(exc), **meta
-            ),
+            _receipt(tool, key, values, None, False, scope.clock(), miss, cost, str(exc)),
             paid=requests,
             cost=cost,
         )
         raise ToolError(not_storable(tool, str(exc), paid_now=True), tool=tool.name) from None
     tagged = stored is not answer
     await store.commit(
-        receipt_record(key, stored=stored, tagged=tagged, at=scope.clock(), miss=miss, **meta),
-        paid=requests,
-        cost=cost,
+        _receipt(tool, key, values, stored, tagged, scope.clock(), miss, cost, None), paid=requests, cost=cost
     )
     if scope.recorder is not None:
         scope.recorder.add(tool, values, stored, miss, cost)
     return (decode(stored) if tagged else answer), miss
+
+
+def _receipt(
+    tool: ToolEngine,
+    key: str,
+    values: Any,
+    stored: Any,
+    tagged: bool,
+    at: float,
+    miss: bool,
+    cost: float,
+    error: str | None,
+) -> Record:
+    """The receipt of ``tool``'s answer for ``key`` (its fields named here, not gathered in a
+    dict: once per call paid for)."""
+    return receipt_record(
+        key,
+        tool=tool.name,
+        version=tool.identity,
+        account=tool.account,
+        cost=cost,
+        input=values,
+        stored=stored,
+        tagged=tagged,
+        at=at,
+        miss=miss,
+        error=error,
+    )

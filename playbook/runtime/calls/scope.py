@@ -353,11 +353,14 @@ class RunScope:
         unpriced: bool = False,
     ) -> None:
         provider = tool.provider.name if tool.provider is not None else None
-        if reused:
-            self.emit(CallFinished(tool.name, provider, True, cost, shared=shared, unpriced=unpriced))
+        if reused:  # neither local nor its tokens: those were counted when it was paid
+            local, tokens = False, 0.0
         else:
-            local = is_local(tool, None if unpriced else cost)
-            self.emit(CallFinished(tool.name, provider, False, cost, local, tokens=tokens, unpriced=unpriced))
+            local, shared = is_local(tool, None if unpriced else cost), False
+        # tuple.__new__: a C call (CallFinished(...) is a Python one), on the path of every call
+        self.emit(
+            tuple.__new__(CallFinished, (tool.name, provider, reused, cost, local, shared, tokens, unpriced))
+        )
 
     def call_failed(self, tool: ToolEngine) -> None:
         """A request went out and brought back nothing to keep (a 5xx, a timeout, a 429)."""

@@ -26,6 +26,7 @@ __all__ = [
     "output_columns",
     "play_row",
     "result_frame",
+    "row_output",
     "stored_output",
 ]
 
@@ -96,8 +97,13 @@ async def play_row(play: Any, row: Row, ctx: Any, book: Book) -> tuple[dict[str,
     """The output of ``play`` (a ``Play``) for one row, with ``ctx`` its context, and the output's
     stored form (``None``: it has none).  A suspension the play caught still counts, and a ctx call
     it never awaited fails it."""
+    return row_output(play, await play.fn(row, ctx), book)
+
+
+def row_output(play: Any, value: Any, book: Book) -> tuple[dict[str, Any], Any]:
+    """:func:`play_row`'s output of the row that returned ``value`` (a row's runner awaits the play
+    itself: a coroutine less a row)."""
     name = play.name
-    value = await play.fn(row, ctx)
     if book.signal is not None:
         raise book.signal
     output, stored = stored_output(

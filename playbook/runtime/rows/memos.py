@@ -41,10 +41,10 @@ def reuse(
     play: Play,
     table: RowTable,
     runnable: Sequence[int],
-    reused: Callable[[int, Memo], None],
+    reused: Callable[[list[tuple[int, Memo]]], None],
 ) -> Sequence[int]:
-    """Call ``reused(position, memo)`` for the rows whose memo exists; return the rest, in their
-    order (in an array: a million positions in 8 MB)."""
+    """Call ``reused([(position, memo), ...])`` for the rows whose memo exists, a chunk of them at
+    a time; return the rest, in their order (in an array: a million positions in 8 MB)."""
     key = table.key
     store.fold()  # memos a run killed before its end left where they were first written
     # runnable rows have keys
@@ -60,6 +60,7 @@ def reuse(
         chunk = order[start : start + _CHUNK].tolist()
         mkeys = [MEMO + digests[16 * i : 16 * i + 16].hex() for i in chunk]
         found = store.memos(mkeys)
+        settling: list[tuple[int, Memo]] = []
         for i, mk in zip(chunk, mkeys):
             memo = found.get(mk)
             if memo is None:
@@ -69,22 +70,21 @@ def reuse(
             if seen is None:
                 seen = unchanged[id(tools)] = (tools, tools_unchanged(tools))
             if seen[1]:
-                reused(runnable[i], memo)
+                settling.append((runnable[i], memo))
                 settled[i] = 1
+        reused(settling)
     rest = array("q", itertools.compress(runnable, np.frombuffer(settled, dtype=np.bool_) == 0))
     store.warm(play.name, lambda: [key(p) for p in rest])  # type: ignore[misc]  # runnable rows have keys
     return runnable if len(rest) == len(runnable) else rest
 
 
 def remember(
-    store: StoreEngine, play: Play, table: RowTable, pos: int, output: dict[str, Any], stored: Any, used: Used
+    store: StoreEngine, play: Play, key: str, output: dict[str, Any], stored: Any, used: Used
 ) -> None:
-    """Write the row's memo: its output (``stored``: its stored form), and ``used``: its calls,
-    what they cost, the tools it called (name -> fingerprint), the addresses it looked up and
-    its calls of free local tools."""
-    key = table.key(pos)
-    mk = memo_address(play.fingerprint, key)  # type: ignore[arg-type]  # a row that ran has a key
-    write_memo(store, mk, play.name, output, stored, used, key or "")
+    """Write the memo of the row whose identity is ``key``: its output (``stored``: its stored
+    form), and ``used``: its calls, what they cost, the tools it called (name -> fingerprint), the
+    addresses it looked up and its calls of free local tools."""
+    write_memo(store, memo_address(play.fingerprint, key), play.name, output, stored, used, key)
 
 
 def write_memo(
@@ -93,7 +93,22 @@ def write_memo(
     """Write the memo ``mk`` of a finished row (or sub-play) of ``play`` whose identity is ``row``."""
     calls, cost, tools, receipts, local, unpriced = used
     flags = memo_flags(output is not stored, local, unpriced)
-    store.add_memo(mk, play, memo_tools(tools), calls, cost, flags, dumps(stored), row=row, used=receipts)
+    store.add_memo(mk, play, _tools_text(tools), calls, cost, flags, dumps(stored), row=row, used=receipts)
+
+
+_TOOLS_TEXT: dict[tuple[tuple[str, str], ...], str] = {}  # the tools rows used -> their memo_tools text
+
+
+def _tools_text(tools: dict[str, str]) -> str:
+    """:func:`memo_tools` of ``tools``, made once for every row that used the same tools (one text
+    for all of them, in the memos waiting to be written too)."""
+    used = tuple(tools.items())
+    text = _TOOLS_TEXT.get(used)
+    if text is None:
+        if len(_TOOLS_TEXT) >= 1024:  # plays made and remade in a long session: kept bounded
+            _TOOLS_TEXT.clear()
+        text = _TOOLS_TEXT[used] = memo_tools(tools)
+    return text
 
 
 def tools_unchanged(tools: Mapping[str, str]) -> bool:

@@ -12,7 +12,7 @@ from playbook.errors import ProviderExhausted, RunFatal
 from playbook.plays.play import Play
 from playbook.runtime.calls.context import Context, ledger
 from playbook.runtime.calls.scope import RunScope
-from playbook.runtime.rows.frames import error_line, error_message, play_row
+from playbook.runtime.rows.frames import error_line, error_message, row_output
 from playbook.runtime.rows.grouping import error_group, safe_str
 from playbook.runtime.rows.memos import remember
 from playbook.runtime.schedule.outcomes import Outcomes
@@ -56,7 +56,8 @@ class RowRunner:
         ctx = Context(self.scope, table.key(pos), pos, outcomes.started(pos))  # type: ignore[arg-type]
         book = ledger(ctx)
         try:
-            output, stored = await play_row(self.play, table.row(pos), ctx, book)
+            play = self.play
+            output, stored = row_output(play, await play.fn(table.row(pos), ctx), book)
         except OnHold as held:
             held.budget.left -= max(0.0, held.until - asyncio.get_running_loop().time())
             outcomes.hold(pos, held.until, held.wall, held.provider.name, held.status, behind=held.behind)
@@ -93,8 +94,7 @@ class RowRunner:
                 remember(
                     self.store,
                     self.play,
-                    table,
-                    pos,
+                    book.row_id,
                     output,
                     stored,
                     (book.calls, book.cost, book.tools, book.receipts, book.local, book.unpriced),

@@ -8,10 +8,9 @@ share the outcome.  Each change is one event: views and counters follow from tho
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from playbook.events import (
-    Event,
     RowDeferred,
     RowFinished,
     RowHeld,
@@ -27,6 +26,9 @@ from playbook.runtime.rows.table import Parking, RowTable, Waiting
 from playbook.runtime.schedule.retry_queue import RetryQueue
 from playbook.store.records import Memo
 
+if TYPE_CHECKING:
+    from playbook.runtime.state.reading import RunState
+
 __all__ = ["Outcomes", "clashing"]
 
 _SLEEP = Waiting("sleep", None)
@@ -35,30 +37,31 @@ _SLEEP = Waiting("sleep", None)
 class Outcomes:
     """Settles, parks, holds and re-admits rows: the table and the events change together."""
 
-    __slots__ = ("table", "queue", "_emit", "_parked_down", "guarded", "play")
+    __slots__ = ("table", "queue", "state", "emit", "_parked_down", "guarded", "play")
 
     def __init__(
-        self,
-        table: RowTable,
-        queue: RetryQueue,
-        emit: Callable[[Event], None],
-        parked_down: Callable[[int, str], None],
+        self, table: RowTable, queue: RetryQueue, state: RunState, parked_down: Callable[[int, str], None]
     ) -> None:
         self.table = table
         # input columns an output may not replace (overwrite=False)
         self.guarded: frozenset[Any] = frozenset()
         self.play = ""
         self.queue = queue
-        self._emit = emit
+        self.count_in(state)
         self._parked_down = parked_down  # a row parked on a down provider: it may come back in this run
 
     def __repr__(self) -> str:
         return f"<Outcomes {self.table!r} {self.queue!r}>"
 
+    def count_in(self, state: RunState) -> None:
+        """Count the rows' events in ``state`` (a retry counts in its own)."""
+        self.state = state
+        self.emit = state.emit
+
     def started(self, pos: int) -> int:
         """A worker took the row; returns its attempt number."""
         attempt = self.table.started(pos)
-        self._emit(RowStarted(pos))
+        self.emit(tuple.__new__(RowStarted, (pos,)))  # a C call: RowStarted(pos) is a Python one
         return attempt
 
     def finish(
@@ -83,23 +86,25 @@ class Outcomes:
         if status == "failed" and group is None:
             group = message_group(error or "")
         rows = self.table.set_outcome(pos, status, output, error, group, cost_failed)
-        self._emit(
-            RowFinished(pos, status, error, rows, ran, held, calls, cost, group, cost_failed, unpriced)
+        self.emit(
+            tuple.__new__(
+                RowFinished, (pos, status, error, rows, ran, held, calls, cost, group, cost_failed, unpriced)
+            )
         )
 
     def _clashing(self, pos: int, output: dict[str, Any]) -> list[Any]:
         """The input columns ``output`` would change in row ``pos`` (a value passed through as it
         was changes nothing)."""
         table, guarded = self.table, self.guarded
+        if guarded.isdisjoint(output):  # the usual case: no output is named like an input column
+            return []
         named = [c for c in output if c in guarded]
-        if not named:  # the usual case: no output is named like an input column
-            return named
         values = table.values(pos)
         return [c for c in named if not _same(output[c], values[table.columns[c]])]
 
     def park(self, pos: int, reason: str, message: str, provider: str | None, ready_at: float | None) -> None:
         self.table.park(pos, Parking(reason, provider, ready_at))
-        self._emit(RowParked(pos, reason, provider, ready_at))
+        self.emit(RowParked(pos, reason, provider, ready_at))
         self.finish(pos, "parked", None, message)
         if reason == "down" and provider is not None:
             self._parked_down(pos, provider)
@@ -110,18 +115,18 @@ class Outcomes:
         """Held by ``provider`` until ``until`` (loop clock; ``wall``: the same in epoch seconds;
         ``behind``: then after the rows not started yet)."""
         self._aside(pos, until, Waiting("provider", provider), behind=behind)
-        self._emit(RowHeld(pos, provider, wall, status))
+        self.emit(RowHeld(pos, provider, wall, status))
 
     def sleep(self, pos: int, until: float, wall: float) -> None:
         """In ``ctx.sleep`` until ``until`` (loop clock)."""
         self._aside(pos, until, _SLEEP)
-        self._emit(RowSleeping(pos, wall))
+        self.emit(RowSleeping(pos, wall))
 
     def step_back(self, pos: int) -> None:
         """Another process is paying for one of the row's calls: it runs again after the fresh rows."""
         self.table.running.discard(pos)
         self.queue.step_back(pos)
-        self._emit(RowDeferred(pos))
+        self.emit(RowDeferred(pos))
 
     def _aside(self, pos: int, until: float, waiting: Waiting, *, behind: bool = False) -> None:
         table = self.table
@@ -132,27 +137,52 @@ class Outcomes:
     def resume(self, pos: int) -> None:
         """A waiting row's time has come: a worker takes it again."""
         self.table.waiting.pop(pos, None)
-        self._emit(RowResumed(pos))
+        self.emit(RowResumed(pos))
 
     def requeue(self, pos: int, previous: Status) -> None:
         """A settled row runs again (``run.retry()``, or its down provider is back)."""
-        self._emit(RowRequeued(pos, previous, self.table.unsettle(pos)))
+        self.emit(RowRequeued(pos, previous, self.table.unsettle(pos)))
 
-    def reused(self, pos: int, memo: Memo) -> None:
-        """Settled by its memo (``finish``, the short way: a million rows may come this way at once)."""
-        output, cost = memo.output, memo.cost
-        # Its calls of free local tools were not answered by receipts: neither run nor reused now,
-        # they count in neither.
-        calls = memo.calls - memo.local
+    def reused(self, found: Sequence[tuple[int, Memo]]) -> None:
+        """Settle rows by their memos (``finish``, the short way: a million rows may come this way
+        at once).  With no view listening to each row's ``RowFinished``, the state counts them
+        all at once."""
+        if self.state.heard(RowFinished):
+            for pos, memo in found:
+                self._reused(pos, memo)
+            return
+        table, guarded = self.table, self.guarded
+        settle = table.settle_reused
+        rows = calls = unpriced = 0
+        costs: list[float] = []
+        for pos, memo in found:
+            output = memo.output
+            if output and guarded and self._clashing(pos, output):
+                self._reused(pos, memo)  # it fails, saying why
+                continue
+            rows += settle(pos, output)
+            # Its calls of free local tools were not answered by receipts: neither run nor reused
+            # now, they count in neither.
+            saved = memo.calls - memo.local
+            if saved:
+                calls += saved
+                costs.append(memo.cost)
+                unpriced += memo.unpriced
+        self.state.rows_reused(rows, calls, costs, unpriced)
+
+    def _reused(self, pos: int, memo: Memo) -> None:
+        output, calls, cost, local, _, unpriced = memo
+        calls -= local
         if output and self.guarded and self._clashing(pos, output):
             # it fails, saying why
-            self.finish(
-                pos, "reused", output, None, ran=False, calls=calls, cost=cost, unpriced=memo.unpriced
-            )
+            self.finish(pos, "reused", output, None, ran=False, calls=calls, cost=cost, unpriced=unpriced)
             return
-        rows = self.table.set_outcome(pos, "reused", output, None)
-        self._emit(
-            RowFinished(pos, "reused", None, rows, False, False, calls, cost, None, 0.0, memo.unpriced)
+        rows = self.table.settle_reused(pos, output)
+        # tuple.__new__: a C call (RowFinished(...) is a Python one)
+        self.emit(
+            tuple.__new__(
+                RowFinished, (pos, "reused", None, rows, False, False, calls, cost, None, 0.0, unpriced)
+            )
         )
 
     def unfinished(self, positions: Sequence[int], why: str) -> None:

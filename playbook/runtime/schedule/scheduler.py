@@ -63,7 +63,7 @@ class Scheduler:
         self.state.attach(table)
         self.fatal: BaseException | None = None
         queue = RetryQueue()
-        self.outcomes = Outcomes(table, queue, self._emit, self._parked_down)
+        self.outcomes = Outcomes(table, queue, self.state, self._parked_down)
         self.outcomes.play = play.name
         if not opts.overwrite and "play_status" not in frame.columns:
             # a result run again: its outputs are refreshed
@@ -74,7 +74,7 @@ class Scheduler:
             store=store,
             refresh_all=opts.refresh is True,
             rerun_rows=opts.refresh is not False,
-            emit=self._emit,
+            emit=self.state.emit,
             costs=opts.cost_budget(),
             tickets=Tickets(table, opts.max_wait, self._watch),
             label=table.label,
@@ -311,6 +311,9 @@ class Scheduler:
             table.unsettle(pos)  # no event: the state that counted the row keeps it, the new one never had it
         self.state = RunState(play=self.play.name)
         self.state.attach(table, frozenset(p for pos in again for p in table.group(pos)))
+        # the events of its rows and their calls go to it straight (one call less each)
+        self.outcomes.count_in(self.state)
+        self.scope.emit = self.state.emit
         # what the run before paid for is a receipt to the retry, not shared in it
         self.scope.started = self.scope.clock()
         return again

@@ -49,6 +49,11 @@ class RunFanout(RunCounters):
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
+    def heard(self, kind: type) -> bool:
+        """Whether a view listens to events of ``kind`` (else the counters alone count them, and
+        may count many at once)."""
+        return bool(self._listeners or self._by_kind.get(kind))
+
     def emit(self, event: Event) -> None:
         """Count ``event``, then hand it to the views."""
         kind = type(event)

@@ -11,7 +11,7 @@ are one class chain, not three objects, so an event costs no extra hop on its wa
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from playbook.events import (
@@ -149,19 +149,35 @@ class RunCounters:
             self._awake(event.position)
         setattr(self, event.status, getattr(self, event.status) + event.copies)
         if event.calls:  # a reused row: every call it made is reused, once per key
-            self.calls_reused += event.calls
-            self.cost_saved += event.cost
-            line = self._memo_line
-            if line is None:
-                line = self._memo_line = self.spend[None, "play " + self.play]
-            line[2] += event.calls
-            line[3] += event.cost
-            if event.unpriced:
-                self.reused_unpriced += event.unpriced
-                line[5] += event.unpriced
-                self.unpriced.add("play " + self.play)
+            self._saved(event.calls, (event.cost,), event.unpriced)
         if event.cost_failed:
             self.cost_failed += event.cost_failed
+
+    def rows_reused(self, rows: int, calls: int, costs: list[float], unpriced: int) -> None:
+        """Rows settled by their memos, counted at once as their ``RowFinished`` events would be
+        one by one, when no view listens to those (a million rows may come this way at once):
+        ``rows`` with their copies; of the rows whose memo saved calls, those ``calls``, each
+        row's cost in ``costs``, and of the calls, how many had no price (``unpriced``)."""
+        self.reused += rows
+        if calls:
+            self._saved(calls, costs, unpriced)
+
+    def _saved(self, calls: int, costs: Sequence[float], unpriced: int) -> None:
+        """Calls that reused rows' memos saved (``costs``: the rows', added in their order)."""
+        self.calls_reused += calls
+        line = self._memo_line
+        if line is None:
+            line = self._memo_line = self.spend[None, "play " + self.play]
+        line[2] += calls
+        saved, line_saved = self.cost_saved, line[3]
+        for cost in costs:
+            saved += cost
+            line_saved += cost
+        self.cost_saved, line[3] = saved, line_saved
+        if unpriced:
+            self.reused_unpriced += unpriced
+            line[5] += unpriced
+            self.unpriced.add("play " + self.play)
 
     def _call_finished(self, event: CallFinished) -> None:
         if event.local:
