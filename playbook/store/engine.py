@@ -339,20 +339,31 @@ class StoreEngine:
         finishing calls costs one commit instead of 64.  A record the store refuses is written
         again for the store's grace before the error is raised (health.py).
         """
+        try:
+            await self.write(record, paid=paid, cost=cost)
+        except ReceiptError as exc:
+            await self.rewrite(record, exc)
+
+    def write(self, record: Record, *, paid: int = 0, cost: float = 0.0) -> asyncio.Future[None]:
+        """:meth:`commit`'s first try: done once the record is on disk, or failed with the
+        ``ReceiptError`` to give :meth:`rewrite`.  The group commit's future itself, no coroutine
+        around it: a caller on the hot path awaits it and calls :meth:`rewrite` only when it fails."""
         loop = asyncio.get_running_loop()
-        done = loop.create_future()
+        done: asyncio.Future[None] = loop.create_future()
         self._writes.append((record, done, paid, cost))
         if len(self._writes) == 1:
             loop.call_soon(self._commit_writes)
-        try:
-            await done
-        except ReceiptError as exc:
-            if not await self.health.retry(lambda: record.key not in self._unwritten):
-                grace = f"{self.health.grace_s:g}s"
-                raise ReceiptError(
-                    f"{exc} (for {grace}); this call was paid for: its answer is kept in memory and written once "
-                    "the store takes writes again"
-                ) from None
+        return done
+
+    async def rewrite(self, record: Record, exc: ReceiptError) -> None:
+        """The store refused ``record`` (``exc``): it is written again for the store's grace, then
+        the error is raised."""
+        if not await self.health.retry(lambda: record.key not in self._unwritten):
+            grace = f"{self.health.grace_s:g}s"
+            raise ReceiptError(
+                f"{exc} (for {grace}); this call was paid for: its answer is kept in memory and written once "
+                "the store takes writes again"
+            ) from None
 
     def sending(self) -> None:
         """A request is about to go to a provider: a cluster job's partition counts it first, where

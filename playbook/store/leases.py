@@ -66,12 +66,14 @@ class Leases:
         """Lease ``key`` for this process; False while another live process holds it."""
         return (await self._ask(key, False))[0]
 
-    async def take_looking(self, key: str) -> Granted:
-        """:meth:`take`, and ``key``'s receipt as the store has it once the lease is taken (another
-        process may have paid and let go just before): in the same round trip."""
-        return await self._ask(key, True)
+    def take_looking(self, key: str) -> asyncio.Future[Granted]:
+        """:meth:`take` (await it), and ``key``'s receipt as the store has it once the lease is
+        taken (another process may have paid and let go just before): in the same round trip.
+        The future of the batch's answer itself, no coroutine around it (once per call paid for)."""
+        return self._ask(key, True)
 
     def _ask(self, key: str, look: bool) -> asyncio.Future[Granted]:
+        """The answer to a lease asked for in this turn of the loop (``look``: with its receipt)."""
         loop = asyncio.get_running_loop()
         asked: asyncio.Future[Granted] = loop.create_future()
         self._asks.append((key, asked, look))

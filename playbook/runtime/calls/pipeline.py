@@ -195,7 +195,14 @@ async def _pay(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]
             return _reused(ctx, tool, call.values, found)
         if store.health.reason is not None:  # it refuses writes: wait for it, or park (see store.health)
             await store.health.writable(store.location)
-        return await _spend(ctx, tool, call)
+        scope = ctx.scope
+        # no max_cost: nothing to reserve, the call is routed from here (a coroutine less)
+        answer, miss = await (
+            _route(ctx, tool, call) if scope.costs.limit is None else _spend(ctx, tool, call)
+        )
+        if call.refreshed:
+            scope.refreshed(call.logical)
+        return tool.read(answer, miss)
     finally:
         _release(store, call.key, done)
 
@@ -226,23 +233,18 @@ async def _lease(ctx: Caller, tool: ToolEngine, store: StoreEngine, call: Pendin
 
 
 async def _spend(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
-    """Reserve the call's cost, then route it; the cost comes back if it does not complete."""
-    scope = ctx.scope
-    costs = scope.costs
-    if costs.limit is None:
+    """Reserve the call's cost against max_cost, then route it; the cost comes back if it does not
+    complete."""
+    costs = ctx.scope.costs
+    estimate = tool.price(call.values)
+    await costs.reserve(tool, estimate)
+    try:
         answer, miss = await _route(ctx, tool, call)
-    else:
-        estimate = tool.price(call.values)
-        await costs.reserve(tool, estimate)
-        try:
-            answer, miss = await _route(ctx, tool, call)
-        except BaseException:
-            costs.refund(estimate)
-            raise
-        costs.charge(estimate, tool.spent(answer).cost)
-    if call.refreshed:
-        scope.refreshed(call.logical)
-    return tool.read(answer, miss)
+    except BaseException:
+        costs.refund(estimate)
+        raise
+    costs.charge(estimate, tool.spent(answer).cost)
+    return answer, miss
 
 
 async def _submitted(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
@@ -281,19 +283,20 @@ def _release(store: StoreEngine, key: str, done: asyncio.Future[None]) -> None:
 # -- route: batch, governor, or straight ----------------------------------------------
 
 
-async def _route(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
+def _route(ctx: Caller, tool: ToolEngine, call: Pending) -> Awaitable[tuple[Any, bool]]:
+    """The step that answers the call, to await (a plain function: a coroutine less a call)."""
     replay = ctx.scope.replay
     if replay is not None:
         # Fixtures replayed into a store the run named: the file answers as the provider would,
         # and the answer is a receipt there (budget, leases and in-flight waits as for a live call).
         answer, miss, _ = replay.answer(tool, _key(ctx, tool, call.values, key_text))
-        return await paid(ctx, tool, call.key, call.values, answer, miss)
+        return paid(ctx, tool, call.key, call.values, answer, miss)
     if tool.batch_size is not None:
-        return await _batched(ctx, tool, call)
+        return _batched(ctx, tool, call)
     if tool.provider is None:
         if tool.remote:
             ctx.scope.level.unlimited()
-        return await _send(ctx, tool, call, _env(ctx, call))
+        return _send(ctx, tool, call, _env(ctx, call))
     if tool.remote:
         # The run's HTTP client is made (its transport imported) before a slot is taken, not in the
         # slot: a worker's first call would otherwise leave a quarter of a second late, and the
@@ -305,7 +308,7 @@ async def _route(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, boo
     # failed (an LLM answer whose re-ask was refused) is still there when the row replays.
     env = ticket.carry if isinstance(ticket.carry, CallEnv) else _env(ctx, call)
     ticket.carry = env
-    return await _governed(ctx, tool, call, ticket, functools.partial(_send, ctx, tool, call, env), env)
+    return _governed(ctx, tool, call, ticket, functools.partial(_send, ctx, tool, call, env), env)
 
 
 async def _batched(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]:
@@ -448,21 +451,20 @@ async def invoke(tool: ToolEngine, values: Any, env: CallEnv) -> tuple[Any, bool
         raise
 
 
-async def paid(
+def paid(
     ctx: Caller, tool: ToolEngine, key: str, values: Any, answer: Any, miss: bool
-) -> tuple[Any, bool]:
-    """An answer came back: it is paid for (counted, whatever happens next), and recorded."""
+) -> Awaitable[tuple[Any, bool]]:
+    """An answer came back: it is paid for (counted at once, whatever happens next), and recorded
+    (await it: the answer as its receipt keeps it)."""
     spent = tool.spent(answer)
-    try:
-        return await record(
-            ctx.scope,
-            tool,
-            key,
-            values,
-            answer,
-            miss,
-            spent.cost or 0.0,  # a receipt keeps the usage: an unpriced answer is priced when replayed
-            0 if is_local(tool, spent.cost) else spent.requests,
-        )
-    finally:
-        ctx.count(tool, reused=False, spent=spent)
+    ctx.count(tool, reused=False, spent=spent)
+    return record(
+        ctx.scope,
+        tool,
+        key,
+        values,
+        answer,
+        miss,
+        spent.cost or 0.0,  # a receipt keeps the usage: an unpriced answer is priced when replayed
+        0 if is_local(tool, spent.cost) else spent.requests,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from playbook.errors import ToolError
+from playbook.errors import ReceiptError, ToolError
 from playbook.runtime.calls.kept_errors import not_storable
 from playbook.store.records import Record
 from playbook.store.records import record as receipt_record
@@ -43,9 +43,11 @@ async def record(
         )
         raise ToolError(not_storable(tool, str(exc), paid_now=True), tool=tool.name) from None
     tagged = stored is not answer
-    await store.commit(
-        _receipt(tool, key, values, stored, tagged, scope.clock(), miss, cost, None), paid=requests, cost=cost
-    )
+    receipt = _receipt(tool, key, values, stored, tagged, scope.clock(), miss, cost, None)
+    try:  # store.commit, its first try awaited here: a coroutine less on every call paid for
+        await store.write(receipt, paid=requests, cost=cost)
+    except ReceiptError as exc:
+        await store.rewrite(receipt, exc)
     if scope.recorder is not None:
         scope.recorder.add(tool, values, stored, miss, cost)
     return (decode(stored) if tagged else answer), miss
