@@ -19,6 +19,7 @@ from playbook.runtime.calls.scope import Ahead, CostBudget
 from playbook.runtime.rows.table import Parking, RowTable
 from playbook.runtime.schedule.retry_queue import RetryQueue
 from playbook.store import MISSING, engine
+from playbook.store.inflight import InFlight
 from playbook.store.records import record
 
 
@@ -30,18 +31,19 @@ def test_lookup_waits_for_the_same_call_in_flight_then_reads_its_receipt(store: 
 
     async def main() -> tuple[object, object, float]:
         assert await lookup(core, key, None) is MISSING
-        paying = core.inflight[key] = asyncio.get_running_loop().create_future()
+        paying, ended = object(), []
+        core.inflight.start(key, paying)
 
         async def pay() -> None:
             await asyncio.sleep(5)
             await core.commit(record(key, tool="t", stored={"v": 1}, tagged=False, at=0.0))
-            del core.inflight[key]
-            paying.set_result(None)
+            core.inflight.end(key, paying)
+            ended.append(key not in core.inflight)
 
         task = asyncio.ensure_future(pay())
         found = await lookup(core, key, None)
         await task
-        return found, paying.done(), asyncio.get_running_loop().time()
+        return found, ended == [True], asyncio.get_running_loop().time()
 
     found, paid, at = run_virtual(main())
     assert paid and at == pytest.approx(5.0) and found[0] == {"v": 1}  # type: ignore[index]
@@ -293,3 +295,22 @@ def lambda_play(tool: pb.Tool):  # type: ignore[no-untyped-def]
         return {"lookup": await ctx.tool(tool, n=row.n)}
 
     return tenfold
+
+
+def test_a_call_in_flight_that_ends_leaves_another_of_the_same_address_in_flight() -> None:
+    """Two calls of one address paid at once (both refreshed): the first to end wakes the rows waiting
+    for the address, and the other stays in flight, so they wait for it in turn."""
+
+    async def main() -> list[bool]:
+        inflight, first, second = InFlight(), object(), object()
+        inflight.start("k", first)
+        inflight.start("k", second)
+        waiting = inflight.ended("k")
+        assert waiting is not None and not waiting.done()
+        inflight.end("k", first)
+        seen = [waiting.done(), "k" in inflight]
+        again = inflight.ended("k")
+        inflight.end("k", second)
+        return [*seen, again is not None and again.done(), "k" not in inflight, inflight.ended("k") is None]
+
+    assert asyncio.run(main()) == [True, True, True, True, True]

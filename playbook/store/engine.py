@@ -42,6 +42,7 @@ import pandas as pd
 from playbook.errors import ReceiptError
 from playbook.store.ahead import ReadAhead
 from playbook.store.health import GRACE_S
+from playbook.store.inflight import InFlight
 from playbook.store.inspection import Inspection, StoreStats, unreadable
 from playbook.store.io import StoreIO
 from playbook.store.leases import Leases
@@ -125,7 +126,7 @@ class StoreEngine:
         # Where a cluster job counts the paid calls of the partition running on this store:
         # (Redis hash, field), or None.  Counted with their receipts (protocol.Tally).
         self.tally: tuple[str, str] | None = None
-        self.inflight: dict[str, asyncio.Future[None]] = {}  # address -> call being paid for now
+        self.inflight = InFlight()  # the calls being paid for now in this process
         self._io = StoreIO(remote=self._backend.remote)
         # Across the network (Redis): a lookup is awaited (alookup).  On this machine, it answers at once.
         self.remote = self._backend.remote
@@ -290,7 +291,7 @@ class StoreEngine:
 
     def answer(self, key: str, found: Found | Damaged | None, ttl: float | None = None) -> Hit | Missing:
         """What :meth:`lookup` returns for ``key`` when the store read ``found`` for it (with a
-        lease: :meth:`~playbook.store.leases.Leases.take_looking`)."""
+        lease: :meth:`~playbook.store.leases.Leases.ask`)."""
         return self._answer(key, found, ttl)
 
     def _answer(self, key: str, found: Found | Damaged | None, ttl: float | None) -> Hit | Missing:

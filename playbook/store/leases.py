@@ -28,7 +28,7 @@ from playbook.store.records import MISSING, Hit, Missing
 __all__ = ["Leases"]
 
 T = TypeVar("T")
-# What a lease asked for answers: whether it was taken, and the receipt read with it (take_looking) or None.
+# What a lease asked for answers: whether it was taken, and the receipt read with it (ask) or None.
 Granted = tuple[bool, Found | Damaged | None]
 
 
@@ -64,16 +64,13 @@ class Leases:
 
     async def take(self, key: str) -> bool:
         """Lease ``key`` for this process; False while another live process holds it."""
-        return (await self._ask(key, False))[0]
+        return (await self.ask(key, False))[0]
 
-    def take_looking(self, key: str) -> asyncio.Future[Granted]:
-        """:meth:`take` (await it), and ``key``'s receipt as the store has it once the lease is
-        taken (another process may have paid and let go just before): in the same round trip.
-        The future of the batch's answer itself, no coroutine around it (once per call paid for)."""
-        return self._ask(key, True)
-
-    def _ask(self, key: str, look: bool) -> asyncio.Future[Granted]:
-        """The answer to a lease asked for in this turn of the loop (``look``: with its receipt)."""
+    def ask(self, key: str, look: bool) -> asyncio.Future[Granted]:
+        """Lease ``key`` (await it): whether it was taken and, with ``look``, ``key``'s receipt as
+        the store has it once the lease is taken (another process may have paid and let go just
+        before), in the same round trip.  The future of the batch's answer itself, no coroutine
+        around it: once per call paid for."""
         loop = asyncio.get_running_loop()
         asked: asyncio.Future[Granted] = loop.create_future()
         self._asks.append((key, asked, look))

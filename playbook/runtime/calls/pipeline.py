@@ -157,10 +157,10 @@ async def lookup(store: StoreEngine, key: str, ttl: float | None, ahead: bool = 
     else:  # on this machine, at once: no coroutine to make and await
         found = await store.alookup(key, ttl) if store.remote else store.lookup(key, ttl)
     while found is MISSING:
-        pending = store.inflight.get(key)
-        if pending is None:
+        ended = store.inflight.ended(key)
+        if ended is None:
             return MISSING
-        await asyncio.wait((pending,))
+        await asyncio.wait((ended,))
         found = await store.alookup(key, ttl)
     return found
 
@@ -188,9 +188,12 @@ async def _pay(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]
     if tool.submits() and ctx.scope.replay is None:
         return await _submitted(ctx, tool, call)
     store = ctx.scope.store
-    done = store.inflight[call.key] = asyncio.get_running_loop().create_future()
+    store.inflight.start(call.key, call)
     try:
-        found = await _lease(ctx, tool, store, call)
+        # The lease's batch answered here (a coroutine less); not a refresh: with the receipt as
+        # the store has it then (another process may have paid and let go before our lease).
+        taken, read = await store.leases.ask(call.key, not call.refreshed)
+        found = _leased(ctx, tool, store, call, read) if taken else await _held(ctx, store, call)
         if found is not MISSING:
             return _reused(ctx, tool, call.values, found)
         if store.health.reason is not None:  # it refuses writes: wait for it, or park (see store.health)
@@ -204,31 +207,30 @@ async def _pay(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any, bool]
             scope.refreshed(call.logical)
         return tool.read(answer, miss)
     finally:
-        _release(store, call.key, done)
+        _release(store, call)
 
 
-async def _lease(ctx: Caller, tool: ToolEngine, store: StoreEngine, call: Pending) -> Hit | Missing:
-    """Take this call's lease; returns a receipt instead if another process paid for it meanwhile."""
-    key, ttl, leases = call.key, call.ttl, store.leases
-    if call.refreshed:
-        taken, read = await leases.take(key), None
-    else:  # another process may have paid and let go before our lease: its receipt is read with it
-        taken, read = await leases.take_looking(key)
-    if not taken:
-        if not call.refreshed and ctx.scope.fresh(ctx.position):
-            raise Leased(key)  # another process pays for it now: take a fresh row, come back later
-        # Another process is paying for this call right now: wait for its receipt.
-        check: Callable[[], Hit | Missing] = (
-            (lambda: MISSING) if call.refreshed else (lambda: store.lookup(key, ttl))
-        )
-        found = await leases.wait(key, check)
-        if found is not MISSING:
-            leases.release(key)
-        return found
+def _leased(ctx: Caller, tool: ToolEngine, store: StoreEngine, call: Pending, read: Any) -> Hit | Missing:
+    """The lease is ours: the receipt read with it, if another process paid for it meanwhile."""
     if call.refreshed:
         return MISSING
-    found = store.answer(key, read, ttl)
+    found = store.answer(call.key, read, call.ttl)
     ctx.scope.ahead.learn(tool.name, found is not MISSING)
+    return found
+
+
+async def _held(ctx: Caller, store: StoreEngine, call: Pending) -> Hit | Missing:
+    """Another process holds the call's lease: step back for a fresh row, or wait for its receipt."""
+    key, ttl, leases = call.key, call.ttl, store.leases
+    if not call.refreshed and ctx.scope.fresh(ctx.position):
+        raise Leased(key)  # another process pays for it now: take a fresh row, come back later
+    # Another process is paying for this call right now: wait for its receipt.
+    check: Callable[[], Hit | Missing] = (
+        (lambda: MISSING) if call.refreshed else (lambda: store.lookup(key, ttl))
+    )
+    found = await leases.wait(key, check)
+    if found is not MISSING:
+        leases.release(key)
     return found
 
 
@@ -257,27 +259,25 @@ async def _submitted(ctx: Caller, tool: ToolEngine, call: Pending) -> tuple[Any,
     store = scope.store
     # another row of this process landed it, or lands it now: its receipt, waited for
     found = MISSING if call.refreshed else await lookup(store, call.key, call.ttl)
-    done = store.inflight[call.key] = asyncio.get_running_loop().create_future()
+    store.inflight.start(call.key, call)
     try:
         if found is MISSING:
-            found = await _lease(ctx, tool, store, call)
+            taken, read = await store.leases.ask(call.key, not call.refreshed)
+            found = _leased(ctx, tool, store, call, read) if taken else await _held(ctx, store, call)
         if found is not MISSING:
             scope.costs.refund(scope.jobs.reserved.pop(call.key, None))
             return _reused(ctx, tool, call.values, found)
         scope.costs.charge(scope.jobs.reserved.pop(call.key, 0.0), tool.spent(answer).cost)
         answer, miss = await paid(ctx, tool, call.key, call.values, answer, False)
     finally:
-        _release(store, call.key, done)
+        _release(store, call)
     return tool.read(answer, miss)
 
 
-def _release(store: StoreEngine, key: str, done: asyncio.Future[None]) -> None:
+def _release(store: StoreEngine, call: Pending) -> None:
     """Let the call go, once its receipt is on disk (or it never went out)."""
-    store.leases.release(key)  # a waiting process then finds the receipt
-    if store.inflight.get(key) is done:
-        del store.inflight[key]
-    if not done.done():
-        done.set_result(None)
+    store.leases.release(call.key)  # a waiting process then finds the receipt
+    store.inflight.end(call.key, call)
 
 
 # -- route: batch, governor, or straight ----------------------------------------------
