@@ -114,7 +114,10 @@ async def call_tool(
         )
     if not refreshed:
         # A call sent as a batch job takes no lease, so nothing looks it up after one: it is looked up first.
-        found = await lookup(scope.store, key, ttl, scope.ahead.first(tool.name) or tool.submits())
+        ahead = scope.ahead.first(tool.name) or tool.submits()
+        found = _at_once(scope.store, key, ttl, ahead)
+        if found is None:
+            found = await lookup(scope.store, key, ttl, ahead)
         if found is not MISSING:
             scope.ahead.learn(tool.name, True)
             return _reused(ctx, tool, values, found)
@@ -163,6 +166,15 @@ async def lookup(store: StoreEngine, key: str, ttl: float | None, ahead: bool = 
         await asyncio.wait((ended,))
         found = await store.alookup(key, ttl)
     return found
+
+
+def _at_once(store: StoreEngine, key: str, ttl: float | None, ahead: bool) -> Hit | Missing | None:
+    """:func:`lookup`'s answer when it needs no wait (no coroutine made: once per call), else
+    ``None``: a read across the network, or the same call in flight for another row."""
+    if ahead and store.remote:
+        return None
+    found = store.lookup(key, ttl) if ahead else MISSING
+    return None if found is MISSING and key in store.inflight else found
 
 
 def _reused(ctx: Caller, tool: ToolEngine, values: Any, found: Hit) -> tuple[Any, bool]:
