@@ -163,7 +163,9 @@ class Context:
         if book.signal is not None:
             raise book.signal  # a suspension (or a park) the play caught: the row still steps aside
         try:
-            return (await call_tool(book, tool, input, refresh, ttl, kwargs))[0]
+            got = call_tool(book, tool, input, refresh, ttl, kwargs)
+            # a tuple: answered at once (a receipt on this machine), with no coroutine of its own
+            return (got if isinstance(got, tuple) else await got)[0]
         except ProviderExhausted as exc:
             if parks:
                 book.signal = exc  # sticky: the row parks even if the play catches it
@@ -380,7 +382,8 @@ class Context:
         if self._ledger.signal is not None:
             raise self._ledger.signal  # a suspension (or a park) the play caught: the row still steps aside
         try:
-            return await call_tool(self._ledger, tool, input, refresh, ttl, kwargs, leg=leg)
+            got = call_tool(self._ledger, tool, input, refresh, ttl, kwargs, leg=leg)
+            return got if isinstance(got, tuple) else await got
         except Suspend as signal:
             self._ledger.signal = signal
             raise

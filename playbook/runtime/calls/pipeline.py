@@ -86,7 +86,7 @@ class Pending(NamedTuple):
     leg: bool  # a waterfall's leg: a provider that is down passes to the next leg at once
 
 
-async def call_tool(
+def call_tool(
     ctx: Caller,
     held: Tool[Any],
     input: Any,
@@ -95,9 +95,11 @@ async def call_tool(
     kwargs: dict[str, Any],
     *,
     leg: bool = False,
-) -> tuple[Any, bool]:
-    """``(value, miss)`` of one call: from its receipt, or paid for and recorded (``leg``: as a
-    waterfall's leg).  From here on the pipeline works with the tool's engine."""
+) -> tuple[Any, bool] | Awaitable[tuple[Any, bool]]:
+    """``(value, miss)`` of one call (``leg``: as a waterfall's leg): at once when a receipt on
+    this machine answers it (a tuple); else the coroutine to await, that finds it or pays for it
+    and records it.  A plain function: the caller's coroutine is the call's only one until it
+    waits for something.  From here on the pipeline works with the tool's engine."""
     scope = ctx.scope
     tool = engine_of(held)
     values = tool.bind(input, kwargs)
@@ -112,16 +114,28 @@ async def call_tool(
         scope.observer.called(
             ctx.position, tool, (ctx.row_id, occurrence), Called(input, kwargs, ttl, refreshed)
         )
-    if not refreshed:
-        # A call sent as a batch job takes no lease, so nothing looks it up after one: it is looked up first.
-        ahead = scope.ahead.first(tool.name) or tool.submits()
-        found = _at_once(scope.store, key, ttl, ahead)
-        if found is None:
-            found = await lookup(scope.store, key, ttl, ahead)
-        if found is not MISSING:
-            scope.ahead.learn(tool.name, True)
-            return _reused(ctx, tool, values, found)
-    return await _pay(ctx, tool, Pending(key, values, logical, refreshed, ttl, leg))
+    call = Pending(key, values, logical, refreshed, ttl, leg)
+    if refreshed:
+        return _pay(ctx, tool, call)
+    # A call sent as a batch job takes no lease, so nothing looks it up after one: it is looked up first.
+    ahead = scope.ahead.first(tool.name) or tool.submits()
+    found = _at_once(scope.store, key, ttl, ahead)
+    if found is None:
+        return _looked_up(ctx, tool, call, ahead)
+    return _pay(ctx, tool, call) if found is MISSING else _found(ctx, tool, values, found)
+
+
+async def _looked_up(ctx: Caller, tool: ToolEngine, call: Pending, ahead: bool) -> tuple[Any, bool]:
+    """A lookup that waits (across the network, or for the same call in flight), then the call
+    reused or paid for."""
+    found = await lookup(ctx.scope.store, call.key, call.ttl, ahead)
+    return await _pay(ctx, tool, call) if found is MISSING else _found(ctx, tool, call.values, found)
+
+
+def _found(ctx: Caller, tool: ToolEngine, values: Any, found: Hit) -> tuple[Any, bool]:
+    """Its receipt answered the call before any lease: the tool is looked up first next time."""
+    ctx.scope.ahead.learn(tool.name, True)
+    return _reused(ctx, tool, values, found)
 
 
 def _replayed(ctx: Caller, tool: ToolEngine, values: Any) -> tuple[Any, bool]:
