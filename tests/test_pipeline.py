@@ -237,14 +237,18 @@ def test_a_run_of_new_calls_takes_leases_first_and_still_reuses_a_receipt_it_the
     )
     paid.clear()
     backend = engine(store).backend
-    # A lease is taken alone, or with its receipt read (take_and_look): both go through _take.
-    take, leased = backend._take, []
+    take, take_and_look, leased = backend.take, backend.take_and_look, []
 
     def counted(keys, owner, ttl):  # type: ignore[no-untyped-def]  # the store's own take, counted
         leased.extend(keys)
         return take(keys, owner, ttl)
 
-    backend._take = counted  # type: ignore[method-assign]
+    def counted_looking(keys, owner, ttl):  # type: ignore[no-untyped-def]  # a take that reads too
+        leased.extend(keys)
+        return take_and_look(keys, owner, ttl)
+
+    backend.take = counted  # type: ignore[method-assign]
+    backend.take_and_look = counted_looking  # type: ignore[method-assign]
     run = pd.DataFrame({"n": range(200)}).play.run(
         pb.play(lambda_play(lookup_), name="tenfold"), store=store, progress=False, concurrency=1
     )
