@@ -120,3 +120,41 @@ def test_rows_reused_from_memos_count_the_same_whether_a_view_listens_to_each_or
     memo_line = store.spend(by=("provider", "tool"))
     memo_line = memo_line[memo_line["tool"] == "play two"]
     assert (memo_line["calls_reused"].iat[0], memo_line["cost_saved"].iat[0]) == (14, 2 * sum([0.1] * 7))
+
+
+def test_rows_count_the_same_heard_or_not() -> None:
+    """A row's start and end count the same whether a view hears its events or not, and a view that
+    subscribes, then leaves, is no longer handed them."""
+    from playbook.events import RowFinished, RowStarted
+    from playbook.runtime.rows.table import RowTable
+    from playbook.runtime.schedule.outcomes import Outcomes
+    from playbook.runtime.schedule.retry_queue import RetryQueue
+
+    table = RowTable(pd.DataFrame({"x": range(6)}))
+    state = RunState(play="p")
+    state.attach(table)
+    outcomes = Outcomes(table, RetryQueue(), state, lambda pos, provider: None)
+    heard: list[object] = []
+    for pos in range(6):
+        leave = state.subscribe(heard.append, kinds=(RowStarted,)) if pos in (2, 3) else None
+        outcomes.started(pos)
+        assert state.in_flight == 1
+        outcomes.finish(pos, "ok", {"y": pos}, None, cost_failed=0.5)
+        if leave is not None:
+            leave()
+    assert (state.ok, state.in_flight, state.cost_failed) == (6, 0, 3.0)
+    assert [e.position for e in heard] == [2, 3]  # type: ignore[attr-defined]
+    assert state.unheard and not any(isinstance(e, RowFinished) for e in heard)
+
+
+def test_row_values_read_ahead_match_the_frame() -> None:
+    """A row's values are what iterating the frame gives, taken in order across chunks or out of order."""
+    from playbook.runtime.rows.table import RowTable
+
+    n = 700
+    frame = pd.DataFrame({"x": range(n), "s": [f"v{i}" for i in range(n)], "f": [i / 2 for i in range(n)]})
+    table = RowTable(frame)
+    expected = list(frame.itertuples(index=False, name=None))
+    order = [*range(300), 650, 5, *range(300, n)]
+    assert all(table.values(pos) == expected[pos] for pos in order)
+    assert all(type(a) is type(b) for pos in order for a, b in zip(table.values(pos), expected[pos]))

@@ -64,6 +64,7 @@ class ParkedRow(NamedTuple):
 
 _STATUSES: tuple[Status | None, ...] = (None, "ok", "reused", "failed", "parked", "skipped")
 _CODE = {status: code for code, status in enumerate(_STATUSES)}
+_AHEAD = 256  # rows whose values are made at once, as rows are taken in order
 
 
 class RowTable:
@@ -92,6 +93,8 @@ class RowTable:
         "copies",
         "copy",
         "_getters",
+        "_ahead",
+        "_ahead_at",
         "_range",
         "_size",
     )
@@ -103,6 +106,9 @@ class RowTable:
         self._range = (index.start, index.step) if isinstance(index, pd.RangeIndex) else None
         self.labels: Sequence[Any] | pd.Index = index if self._range is not None else list(index)
         self._getters = [_values(frame.iloc[:, i]) for i in range(frame.shape[1])]
+        # The values of the rows from _ahead_at on, made a chunk at a time as rows are taken in order.
+        self._ahead: list[tuple[Any, ...]] = []
+        self._ahead_at = 0
         self.columns = {c: i for i, c in enumerate(frame.columns)}  # shared by every Row
         # Each row's identity (addresses.row_id) as 16 bytes; all zeros: none yet, or none at all (its
         # values have no key form).
@@ -134,7 +140,15 @@ class RowTable:
 
     def values(self, pos: int) -> tuple[Any, ...]:
         """The row's values, in column order, as iterating the frame gives them."""
-        return tuple([get(pos) for get in self._getters])
+        ahead = self._ahead
+        i = pos - self._ahead_at
+        if 0 <= i < len(ahead):
+            return ahead[i]
+        if i == len(ahead) and self._getters:  # the row after the chunk: the next chunk, made at once
+            self._ahead = ahead = list(zip(*[_slice(get, pos, pos + _AHEAD) for get in self._getters]))
+            self._ahead_at = pos
+            return ahead[0]
+        return tuple([get(pos) for get in self._getters])  # a row out of order (a retry, a row back)
 
     def row(self, pos: int) -> Row:
         """The row as the play sees it."""
@@ -370,6 +384,12 @@ def _values(column: pd.Series[Any]) -> Callable[[int], Any]:
     if isinstance(dtype, np.dtype) and dtype.kind in "biufcO":
         return np.array(column.to_numpy(), copy=True).item
     return list(column).__getitem__
+
+
+def _slice(get: Callable[[int], Any], start: int, stop: int) -> list[Any]:
+    """The values ``get`` (of :func:`_values`) reads from ``start`` to ``stop``, as it reads them."""
+    source = get.__self__  # type: ignore[attr-defined]  # a bound method of an array or a list
+    return source[start:stop].tolist() if isinstance(source, np.ndarray) else source[start:stop]  # type: ignore[no-any-return]
 
 
 def _int_array(get: Callable[[int], Any]) -> np.ndarray[Any, Any] | None:

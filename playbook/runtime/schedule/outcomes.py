@@ -61,7 +61,11 @@ class Outcomes:
     def started(self, pos: int) -> int:
         """A worker took the row; returns its attempt number."""
         attempt = self.table.started(pos)
-        self.emit(tuple.__new__(RowStarted, (pos,)))  # a C call: RowStarted(pos) is a Python one
+        state = self.state
+        if state.unheard:  # no view would hear it: counted as RowStarted counts
+            state.in_flight += 1
+        else:
+            self.emit(tuple.__new__(RowStarted, (pos,)))  # a C call: RowStarted(pos) is a Python one
         return attempt
 
     def finish(
@@ -86,6 +90,13 @@ class Outcomes:
         if status == "failed" and group is None:
             group = message_group(error or "")
         rows = self.table.set_outcome(pos, status, output, error, group, cost_failed)
+        state = self.state
+        if status == "ok" and state.unheard and not (held or calls):  # counted as RowFinished counts
+            state.in_flight -= ran
+            state.ok += rows
+            if cost_failed:
+                state.cost_failed += cost_failed
+            return
         self.emit(
             tuple.__new__(
                 RowFinished, (pos, status, error, rows, ran, held, calls, cost, group, cost_failed, unpriced)

@@ -21,7 +21,7 @@ Listener = Callable[[Event], None]
 class RunFanout(RunCounters):
     """Applies each event to the counters, then hands it to every subscribed view."""
 
-    __slots__ = ("_listeners", "_by_kind")
+    __slots__ = ("_listeners", "_by_kind", "unheard")
 
     def __init__(
         self,
@@ -33,10 +33,14 @@ class RunFanout(RunCounters):
         super().__init__(play=play, clock=clock, wall=wall)
         self._listeners: list[Listener] = []
         self._by_kind: dict[type, list[Listener]] = {}  # listeners that asked for some kinds only
+        # No view listens to any event: a row's own events need not be made, the counters are
+        # changed as they would change them.
+        self.unheard = True
 
     def subscribe(self, listener: Listener, kinds: tuple[type, ...] | None = None) -> Callable[[], None]:
         """Call ``listener(event)`` for every event from now on (or only those of ``kinds``: a view
         that redraws on a timer need not pay a call per row); returns an unsubscribe function."""
+        self.unheard = False
         if kinds is not None:
             for kind in kinds:
                 self._by_kind.setdefault(kind, []).append(listener)
@@ -44,10 +48,19 @@ class RunFanout(RunCounters):
             def unsubscribe() -> None:
                 for kind in kinds:
                     self._by_kind[kind].remove(listener)
+                self._hearing()
 
             return unsubscribe
         self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+
+        def unsubscribe_all() -> None:
+            self._listeners.remove(listener)
+            self._hearing()
+
+        return unsubscribe_all
+
+    def _hearing(self) -> None:
+        self.unheard = not self._listeners and not any(self._by_kind.values())
 
     def heard(self, kind: type) -> bool:
         """Whether a view listens to events of ``kind`` (else the counters alone count them, and
