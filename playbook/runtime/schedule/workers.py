@@ -129,6 +129,7 @@ class Workers:
 
     async def _take_rows(self) -> None:
         pending, queue, run, level = self.pending, self.queue, self._run, self.level
+        found = not level.fixed  # a fixed level needs no word of a row's start or end
         loop = asyncio.get_running_loop()
         while True:
             if self._running > level.size:
@@ -149,14 +150,17 @@ class Workers:
                 return
             if pos is None:
                 continue
-            level.started()
-            try:
+            if found:
+                level.started()
+                try:
+                    aside = await run(pos)
+                finally:
+                    level.ended()
+            else:
                 aside = await run(pos)
-            finally:
-                level.ended()
             if aside:
                 self._stepped_aside()
-            if level.adjust(bool(pending)):
+            if found and level.adjust(bool(pending)):
                 self._fill()
 
     def cancel(self, keep: asyncio.Task[Any] | None, landing: set[asyncio.Task[Any]]) -> None:
