@@ -264,10 +264,16 @@ class RowTable:
         """Give the row (and its copies) its outcome; returns how many rows share it."""
         # Settled: its wait budgets go (a retried row waits afresh: max_wait counts from then).
         self.running.discard(pos)
+        code = _CODE[status]
+        if code < 3 and error is None and not (self.budgets or self.errors or self.costs or self.copies):
+            # ok or reused, alone, with nothing of a failure to clear: the usual row
+            self.statuses[pos] = code
+            if output:
+                self._put(pos, output)
+            return 1
         if self.budgets:
             self.budgets.pop(pos, None)
         rows = self.group(pos)
-        code = _CODE[status]
         for p in rows:
             self.statuses[p] = code
             if output:
