@@ -265,18 +265,18 @@ def test_a_receipt_committed_just_before_the_lease_is_taken_is_used(
 ) -> None:
     """A call another process paid for between this one's receipt lookup and its lease is not paid again."""
     tool, key, store = _email_tool(demo), _key(demo, 0), shared
-    take = engine(store).leases.take_looking
+    ask = engine(store).leases.ask
     raced: list[str] = []
 
-    async def take_after_another_process(asked: str) -> Any:
+    async def take_after_another_process(asked: str, look: bool) -> Any:
         if asked == key and not raced:
             raced.append(asked)
             # Another process pays for the same call, commits its receipt and releases its
             # lease, all between our lookup (a miss) and our lease (now free).
             _finish(worker(url=demo.url, store=where, n=1, ttl=30, out=str(tmp_path / "other.json")))
-        return await take(asked)
+        return await ask(asked, look)
 
-    engine(store).leases.take_looking = take_after_another_process  # type: ignore[method-assign]
+    engine(store).leases.ask = take_after_another_process  # type: ignore[method-assign]
     frame = pd.DataFrame({"domain": ["company0.com"], "first": ["P0"]})
     run = frame.play.run(tool, store=store, progress=False, concurrency=CONCURRENCY)
     stats = demo.stats()
