@@ -45,6 +45,7 @@ __all__ = [
     "MEMO",
     "RECEIPT",
     "STEP",
+    "ReceiptAddresses",
     "code_fingerprint",
     "digest",
     "int_row_digests",
@@ -83,6 +84,26 @@ def receipt_address(tool: str, identity: str, payload: str, account: str) -> str
     h = _receipt_prefix(tool, identity, account).copy()
     h.update(payload.encode("utf-8", "surrogatepass"))
     return RECEIPT + h.hexdigest()
+
+
+class ReceiptAddresses:
+    """:func:`receipt_address` for one tool's calls, called with the payload alone: the digest of
+    what comes before the payload is found once, not looked up on every call.  Pickled as its
+    tool, identity and account (a digest in progress has no pickled form)."""
+
+    __slots__ = ("_start", "_of")
+
+    def __init__(self, tool: str, identity: str, account: str) -> None:
+        self._of = (tool, identity, account)
+        self._start = _receipt_prefix(tool, identity, account)
+
+    def __call__(self, payload: str) -> str:
+        h = self._start.copy()
+        h.update(payload.encode("utf-8", "surrogatepass"))
+        return RECEIPT + h.hexdigest()
+
+    def __reduce__(self) -> tuple[type[ReceiptAddresses], tuple[str, str, str]]:
+        return ReceiptAddresses, self._of
 
 
 @functools.lru_cache(maxsize=256)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import pickle
 
 import numpy as np
 import pandas as pd
 
 from playbook.addresses import (
+    ReceiptAddresses,
     digest,
     int_row_digests,
     memo_address,
@@ -18,6 +20,16 @@ from playbook.addresses import (
     row_id,
     step_address,
 )
+
+
+def test_a_tools_receipt_addresses_are_receipt_address_and_pickle() -> None:
+    """One tool's addresses are receipt_address's, before and after pickling (a tool used here ships to workers)."""
+    addresses = ReceiptAddresses("t", "1", "acme:default")
+    addresses('{"a":1}')
+    again = pickle.loads(pickle.dumps(addresses))
+    for payload in ('{"a":1}', '{"a":2}', '"caf\udce9"'):
+        expected = receipt_address("t", "1", payload, "acme:default")
+        assert addresses(payload) == again(payload) == expected
 
 
 def test_receipt_key_depends_on_every_part() -> None:

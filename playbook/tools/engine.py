@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from playbook.addresses import code_fingerprint, digest, key_text, receipt_address
+from playbook.addresses import ReceiptAddresses, code_fingerprint, digest, key_text
 from playbook.errors import PlaybookError, PlayDefinitionError, ToolError
 from playbook.plays.play import defined
 from playbook.providers.provider import Provider
@@ -58,6 +58,7 @@ class Engine:
         "_is_async",
         "_input_set",
         "_spent",
+        "_addresses",
         "defaults",
     )
 
@@ -113,6 +114,7 @@ class Engine:
         self.provider = provider
         self.cost = float(cost)
         self._spent = Spent(self.cost, None, 1)  # every answer of a plain tool costs the same
+        self._addresses: ReceiptAddresses | None = None  # made at its first call (address)
         self.batch_size = batch_size
         # Part of the definition, not of the identity: how often a call is tried changes no answer.
         self.retry_on = _retry_types(name, retry_on)
@@ -187,7 +189,10 @@ class Engine:
 
     def address(self, values: Any) -> str:
         """The receipt address of a call with these input values (``Unencodable`` if one has no JSON form)."""
-        return receipt_address(self.name, self.identity, key_text(values), self.account)
+        addresses = self._addresses
+        if addresses is None:  # once per tool, at its first call: its identity and account are settled
+            addresses = self._addresses = ReceiptAddresses(self.name, self.identity, self.account)
+        return addresses(key_text(values))
 
     def stored_input(self, values: Any) -> Any:
         """The input as its receipt keeps it."""

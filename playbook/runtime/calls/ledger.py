@@ -128,6 +128,16 @@ class RowLedger:
     def count(self, tool: ToolEngine, *, reused: bool, spent: Spent, shared: bool = False) -> None:
         """A call answered, paid now or before (``shared``: during this run, for another row); an
         answer that needed a re-ask counts its requests (what it cost is on the first)."""
+        scope = self.scope
+        if reused and spent.requests == 1 and scope.observer is None:
+            # A receipt's answer, one request: every call of a replay comes here; no tokens, no loop.
+            cost = spent.cost
+            if cost is None:
+                self.unpriced += 1
+            self.calls += 1
+            self.cost += cost or 0.0
+            scope.call_finished(tool, True, cost or 0.0, shared, 0.0, cost is None)
+            return
         # An unpriced answer (no price for its model) adds nothing to the sums and is counted apart.
         unpriced = spent.cost is None
         cost = spent.cost or 0.0
