@@ -66,6 +66,7 @@ class CallFinished(NamedTuple):
     shared: bool = False  # reused from a receipt written during this run (an identical call of another row)
     tokens: float = 0.0  # a paid call: the tokens its answer counted (an LLM's usage)
     unpriced: bool = False  # its model has no price: ``cost`` is 0 and says nothing
+    position: int = -1  # the row that made the call (-1: not known)
 
 
 class CallFailed(NamedTuple):
@@ -74,6 +75,7 @@ class CallFailed(NamedTuple):
 
     tool: str
     provider: str | None
+    position: int = -1  # the row that sent it (-1: not known)
 
 
 class RowFinished(NamedTuple):

@@ -189,6 +189,30 @@ def test_csv_to_parquet_matches_map_and_a_rerun_to_jsonl_pays_nothing(
     assert _leftovers(work) == []
 
 
+def test_events_are_written_as_json_lines_that_add_up_to_the_report(
+    work: Path, demo: pb.demo.DemoServer
+) -> None:
+    """``--events run.jsonl``: a line per paid call and per row, which add up to the --json report and
+    to the requests the provider saw; a rerun appends its own lines, every row reused."""
+    done = cli(
+        work, "plays.py:picky", "--in", "leads.csv", "--out", "out.csv", "--json", "--events", "run.jsonl"
+    )
+    assert done.returncode == 3, done.stderr
+    stats = json.loads(done.stdout)["stats"]
+    lines = [json.loads(text) for text in (work / "run.jsonl").read_text().splitlines()]
+    rows = [line for line in lines if line["event"] == "row"]
+    assert sorted(line["row"] for line in rows if line["status"] == "failed") == [0, 3, 6, 9]
+    paid = [line for line in lines if line["event"] == "call" and line["paid"]]
+    assert len(paid) == stats["calls_executed"] == demo.stats()["requests"] == 8
+    assert lines[-1]["event"] == "run_finished" and lines[-1]["stats"]["failed"] == 4
+
+    again = cli(work, "plays.py:picky", "--in", "leads.csv", "--out", "out.csv", "--events", "run.jsonl")
+    assert again.returncode == 3, again.stderr
+    more = [json.loads(text) for text in (work / "run.jsonl").read_text().splitlines()][len(lines) :]
+    assert {line["status"] for line in more if line["event"] == "row"} == {"reused", "failed"}
+    assert not any(line["event"] == "call" and line["paid"] for line in more)
+
+
 def test_the_json_report_and_the_summary_count_unpriced_calls(work: Path) -> None:
     """An LLM column of a model with no price: the --json report's stats count its calls as
     unpriced with no cost, and the summary on stderr says "unpriced", not $0.00 spent."""

@@ -37,7 +37,8 @@ from playbook.plays.play import Play
 from playbook.providers.provider import sharing_limits
 from playbook.records import ProviderWait, RunStats
 from playbook.runtime.options import RunOptions
-from playbook.runtime.run import remember
+from playbook.runtime.run import events_of, remember
+from playbook.runtime.state.eventlog import EventLog
 from playbook.runtime.state.reading import ERROR_COLUMNS, LEG_COLUMNS
 from playbook.secrets import sending_to_workers
 from playbook.store.engine import StoreEngine
@@ -101,6 +102,10 @@ class ClusterRun:
         self.state = ClusterState(play=play.name)
         self.state.paid_by = self._channel.paid_by
         self.view: Any = None
+        self.log: EventLog | None = None  # where its events go (events=), if anywhere
+        self._execution = 0
+        if opts.events not in (None, False):
+            self.log = EventLog(self.state, opts.events)
 
     def __repr__(self) -> str:
         s = self.state
@@ -202,6 +207,12 @@ class ClusterRun:
             await finished(self._task)
         return self.wait()
 
+    def events(self) -> list[dict[str, Any]]:
+        """What happened in this job, as it was kept with ``events=`` (see :meth:`playbook.Run.events`):
+        its rows' holds, parks and outcomes, and a ``calls`` line per report of a partition's
+        calls (the calls themselves are made and counted on the workers)."""
+        return events_of(self.log, self.run_id, self._execution, "run")
+
     def stop(self) -> None:
         """Stop the job on every worker: calls in flight land their receipts, the rows not
         finished are skipped; what finished is in Redis, and running it again resumes it."""
@@ -235,6 +246,9 @@ class ClusterRun:
         if latest.view is not None:
             # the view shows the retry (its own counters) where it showed the run
             latest.view.follow(again.state)
+        if latest.log is not None:
+            latest.log.follow(again.state)  # the same file, the next execution
+            again._execution = latest.log.execution
         remember(again)
         self._channel.reset()
         if latest._task is not None:

@@ -17,6 +17,10 @@ from typing import Any
 from playbook.cluster.wire import COUNTERS, decode_label
 from playbook.events import (
     Event,
+    ProviderDown,
+    ProviderHoldLifted,
+    ProviderHoldSet,
+    ProviderUp,
     RowFinished,
     RowHeld,
     RowParked,
@@ -100,6 +104,7 @@ class ClusterState(RunState):
         "before",
         "paid_by",
         "ran",
+        "_told",
     )
 
     def __init__(
@@ -123,6 +128,9 @@ class ClusterState(RunState):
         # died): what it paid for or sent after its last report is in no report.
         self.paid_by: Callable[[str], tuple[int, float, int] | None] = lambda attempt: None
         self.ran: frozenset[int] | None = None  # a retry: the job-wide positions it runs (None: every row)
+        # Each provider as its views were last told: (held, until, down).  The holds and outages
+        # are the workers', seen in their reports: told as a local run's providers tell theirs.
+        self._told: dict[str, tuple[bool, float, bool]] = {}
 
     def emit(self, event: Event) -> None:
         if type(event) in _APPLIED:
@@ -160,7 +168,26 @@ class ClusterState(RunState):
         for name, total in zip(COUNTERS[1:], self._sums()[1:]):  # total is the job's, set when it starts
             setattr(self, name, total)
         self.sample()  # the providers as the workers report them, a few times a second
+        self._tell_providers()
         self.emit(RunProgress(self.done))
+
+    def _tell_providers(self) -> None:
+        """A hold or an outage that a worker's report shows, or no longer shows: told to the views
+        as a provider in this process tells its own (``ProviderHoldSet``...)."""
+        for name, view in self.provider_views().items():
+            held, until, down = before = self._told.get(name, (False, 0.0, False))
+            now = (view.held, view.hold_until_at if view.held else 0.0, view.down)
+            if now == before:
+                continue
+            self._told[name] = now
+            if view.held and (not held or view.hold_until_at != until):
+                self.tell(ProviderHoldSet(name, view.hold_until_at, view.last_status))
+            elif held and not view.held:
+                self.tell(ProviderHoldLifted(name))
+            if view.down and not down:
+                self.tell(ProviderDown(name, view.down_error or "down"))
+            elif down and not view.down:
+                self.tell(ProviderUp(name))
 
     def _report(self, report: dict[str, Any]) -> None:
         part = self._parts.setdefault(report["part"], _Partition())

@@ -7,8 +7,8 @@ Generated from :class:`playbook.runtime.options.RunOptions` by
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Literal, TypedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypedDict
 
 from playbook.store import ReceiptStore
 from playbook.store.fixtures import Fixtures
@@ -31,6 +31,7 @@ class MapKwargs(TypedDict, total=False):
     overwrite: bool
     fixtures: Fixtures | str | os.PathLike[str] | None
     estimate: bool
+    events: str | os.PathLike[str] | bool | Callable[[dict[str, Any]], Any] | None
 
 
 class RunKwargs(MapKwargs, total=False):

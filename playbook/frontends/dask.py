@@ -39,7 +39,7 @@ _SCHEMES = ("redis", "rediss", "unix")
 # What only the client acts on: it takes the first `limit` rows, shows the panel, returns at once
 # or not, reaches the store's Redis and refuses fixtures.  Each partition's run is given every
 # other option, so an option added to RunOptions reaches the workers unless it is named here.
-_CLIENT_OPTIONS = frozenset({"limit", "progress", "background", "store", "fixtures", "estimate"})
+_CLIENT_OPTIONS = frozenset({"limit", "progress", "background", "store", "fixtures", "estimate", "events"})
 
 
 class DaskPlay:

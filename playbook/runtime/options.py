@@ -118,6 +118,11 @@ class RunOptions:
         False,
         "first run a pilot on 20 rows, show what the rest will cost and take, and ask before going on (--yes on the command line)",
     )
+    events: str | os.PathLike[str] | bool | Callable[[dict[str, Any]], Any] | None = _option(
+        None,
+        "keep every call, hold and row outcome as JSON Lines: appended to this file as the run goes (True in Python: kept in memory; a function: handed each one); run.events() reads them back",
+        metavar="FILE",
+    )
     # Not options: what parse() makes of them.  The cost budget the run spends from: its own, or
     # one kept elsewhere (a cluster job's, in Redis).
     budget: CostBudget | None = None
@@ -177,6 +182,16 @@ class RunOptions:
             raise bad("background", "True or False")
         if not isinstance(self.estimate, bool):
             raise bad("estimate", "True or False")
+        events = self.events
+        kept = events is None or isinstance(events, (bool, str, os.PathLike))
+        if not kept and not callable(events):
+            raise bad(
+                "events",
+                "a file to append JSON Lines to ('run.jsonl'), True (kept in memory), a function "
+                "handed each event, or None",
+            )
+        if isinstance(events, str) and not events.strip():
+            raise bad("events", "a file name, not empty")
         if self.max_wait is not None and (not _number(self.max_wait) or self.max_wait < 0):
             raise bad("max_wait", "a number of seconds >= 0 or None")
         # would be the current directory, unasked

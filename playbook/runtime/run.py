@@ -20,10 +20,11 @@ from playbook.plays.play import Play
 from playbook.records import ProviderWait, RunStats
 from playbook.runtime.options import RunOptions
 from playbook.runtime.schedule.scheduler import Scheduler
+from playbook.runtime.state.eventlog import EventLog
 from playbook.runtime.state.reading import ERROR_COLUMNS, LEG_COLUMNS, RunState
 from playbook.store import StoreEngine
 
-__all__ = ["Run", "begin_background", "execute", "last_run", "remember", "scheduler", "start"]
+__all__ = ["Run", "begin_background", "events_of", "execute", "last_run", "remember", "scheduler", "start"]
 
 # The latest run: per task (two runs started in concurrent tasks each see their own), else per
 # thread (two threads each blocking on map() each see theirs), else the latest in the process (code
@@ -103,7 +104,9 @@ class Run:
         # the runs over this frame
         self._chain: Chain[Run] = Chain(self) if previous is None else previous._chain
         self._chain.follow(self)
+        self._execution = 0  # which execution of the run this is: 1 for its first retry...
         self.view: Any = None  # the live view the caller attached, if any
+        self.log: EventLog | None = None  # where its events go (events=), if anywhere
 
     def __repr__(self) -> str:
         s = self.state
@@ -190,6 +193,12 @@ class Run:
         frame["ready_at"] = pd.to_datetime(frame["ready_at"], unit="s", utc=True)
         return frame
 
+    def events(self) -> list[dict[str, Any]]:
+        """What happened in this run, as it was kept with ``events=``: every call, hold, park and
+        row outcome, one dict each, in order (see :mod:`playbook.runtime.state.eventlog` for the
+        kinds and fields).  A retry's are its own; ``run.previous.events()``, the run's before."""
+        return events_of(self.log, self.run_id, self._execution, "run")
+
     def wait(self) -> pd.DataFrame:
         """Block until a background run finishes; returns the result."""
         if self._task is not None and not self._task.done():
@@ -240,6 +249,10 @@ class Run:
             # the view shows the retry (its own counters) where it showed the run
             latest.view.follow(run.state)
             run.view = latest.view
+        if latest.log is not None:
+            latest.log.follow(run.state)  # the same file, the next execution
+            run.log = latest.log
+            run._execution = latest.log.execution
         remember(run)
         if background:
             run._task = schedule(run._scheduler.execute(again))
@@ -268,6 +281,8 @@ def start(
 ) -> Run:
     """Create a run (not yet executing) and remember it as ``last_run()``."""
     run = Run(Scheduler(frame, play, opts, store), html=html)
+    if opts.events not in (None, False):
+        run.log = EventLog(run.state, opts.events)
     remember(run)
     return run
 
@@ -285,3 +300,13 @@ def _holds(run: Run) -> list[ProviderWait]:
 
 # Deprecated names, served by __getattr__: they work (warning) and dir(run) leaves them out.
 _OLD: dict[str, Callable[[Any], Any]] = {"holds": _holds}
+
+
+def events_of(log: EventLog | None, run_id: str, execution: int, what: str) -> list[dict[str, Any]]:
+    """``run.events()`` of a run (or a cluster job) whose events go to ``log``."""
+    if log is None:
+        raise PlayDefinitionError(
+            f"{what}.events(): this run kept no events; start it with events='run.jsonl' (appended to "
+            "that file as it goes) or events=True (kept in memory)"
+        )
+    return log.events(run_id, execution)

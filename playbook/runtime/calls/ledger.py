@@ -136,7 +136,7 @@ class RowLedger:
                 self.unpriced += 1
             self.calls += 1
             self.cost += cost or 0.0
-            scope.call_finished(tool, True, cost or 0.0, shared, 0.0, cost is None)
+            scope.call_finished(tool, True, cost or 0.0, shared, 0.0, cost is None, self.position)
             return
         # An unpriced answer (no price for its model) adds nothing to the sums and is counted apart.
         unpriced = spent.cost is None
@@ -154,7 +154,7 @@ class RowLedger:
         for _ in range(spent.requests):
             self.calls += 1
             self.cost += cost
-            self.scope.call_finished(tool, reused, cost, shared, tokens, unpriced)
+            self.scope.call_finished(tool, reused, cost, shared, tokens, unpriced, self.position)
             cost = tokens = 0.0  # both on the answer's first request
 
     def absorb(

@@ -429,7 +429,7 @@ async def _send(ctx: Caller, tool: ToolEngine, call: Pending, env: CallEnv) -> t
                 finally:
                     ctx.count(tool, reused=False, spent=ONE_REQUEST)
             elif not is_local(tool, 0.0):
-                scope.call_failed(tool)  # sent, and no answer to keep: counted all the same
+                scope.call_failed(tool, ctx.position)  # sent, and no answer to keep: counted all the same
             raise
         landed = await paid(ctx, tool, call.key, call.values, answer, miss)
     except BaseException:

@@ -351,6 +351,7 @@ class RunScope:
         shared: bool = False,
         tokens: float = 0.0,
         unpriced: bool = False,
+        position: int = -1,
     ) -> None:
         provider = tool.provider.name if tool.provider is not None else None
         if reused:  # neither local nor its tokens: those were counted when it was paid
@@ -359,12 +360,14 @@ class RunScope:
             local, shared = is_local(tool, None if unpriced else cost), False
         # tuple.__new__: a C call (CallFinished(...) is a Python one), on the path of every call
         self.emit(
-            tuple.__new__(CallFinished, (tool.name, provider, reused, cost, local, shared, tokens, unpriced))
+            tuple.__new__(
+                CallFinished, (tool.name, provider, reused, cost, local, shared, tokens, unpriced, position)
+            )
         )
 
-    def call_failed(self, tool: ToolEngine) -> None:
+    def call_failed(self, tool: ToolEngine, position: int = -1) -> None:
         """A request went out and brought back nothing to keep (a 5xx, a timeout, a 429)."""
-        self.emit(CallFailed(tool.name, tool.provider.name if tool.provider is not None else None))
+        self.emit(CallFailed(tool.name, tool.provider.name if tool.provider is not None else None, position))
 
     def waterfall_done(self, key: str, tools: Sequence[str], outcomes: list[str]) -> None:
         outcomes = outcomes + ["never"] * (len(tools) - len(outcomes))

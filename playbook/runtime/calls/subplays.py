@@ -97,7 +97,14 @@ def _reused_calls(ctx: RowLedger, play: str, calls: int, cost: float, local: int
     (``unpriced`` of them had no price)."""
     for n in range(calls - local):
         ctx.scope.emit(
-            CallFinished(f"play {play}", None, True, cost if n == 0 else 0.0, unpriced=n < unpriced)
+            CallFinished(
+                f"play {play}",
+                None,
+                True,
+                cost if n == 0 else 0.0,
+                unpriced=n < unpriced,
+                position=ctx.position,
+            )
         )
 
 
