@@ -36,7 +36,7 @@ def test_events_true_keeps_them_in_memory_and_a_retry_has_its_own(tmp_path: Path
     frame = pd.DataFrame({"x": range(8)})
     run = frame.play.run(PLAY, store=tmp_path, progress=False, events=True)
     lines = run.events()
-    assert [line["event"] for line in lines][0] == "run_started"
+    assert lines[0]["event"] == "run_started"
     assert lines[-1]["event"] == "run_finished" and lines[-1]["stats"] == run.stats.model_dump()
     assert {line["run"] for line in lines} == {run.run_id} and {line["execution"] for line in lines} == {0}
     rows = {line["position"]: line for line in lines if line["event"] == "row"}
@@ -74,7 +74,7 @@ def test_events_handed_to_a_function_as_they_happen(tmp_path: Path) -> None:
     """A function is handed each line as it happens; ``run.events()`` then says it has none to give."""
     heard: list[dict[str, Any]] = []
     run = pd.DataFrame({"x": range(3)}).play.run(PLAY, store=tmp_path, progress=False, events=heard.append)
-    assert [line["event"] for line in heard][0] == "run_started" and heard[-1]["event"] == "run_finished"
+    assert heard[0]["event"] == "run_started" and heard[-1]["event"] == "run_finished"
     with pytest.raises(pb.PlayDefinitionError, match="handed its events to the function"):
         run.events()
 
@@ -91,7 +91,7 @@ def test_a_run_without_events_says_how_to_keep_them(tmp_path: Path) -> None:
         (42, "events=42: events must be a file to append JSON Lines to"),
         ("  ", "events='  ': events must be a file name, not empty"),
         ("{dir}", "is a directory: name a file"),
-        ("{dir}/a-file/run.jsonl", "cannot write there"),
+        ("{dir}/a-file/run.jsonl", "a-file is a file, not a folder"),
         ("{dir}/x\0.jsonl", "cannot write there"),
     ],
     ids=["a number", "empty", "a directory", "under a file", "a NUL"],
@@ -142,3 +142,65 @@ def test_hostile_text_stays_one_line_and_reads_back_the_same(tmp_path: Path) -> 
     assert data.isascii() and len(data.splitlines()) == len(run.events()) == 3
     [row] = [line for line in run.events() if line["event"] == "row"]
     assert row["row"] == label and row["status"] == "failed"
+
+
+def test_a_function_that_raises_costs_the_run_nothing(
+    tmp_path: Path, demo: pb.demo.DemoServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A function given as events= that raises on a paid call's line: every row still ends ok with
+    its receipt written, the run says its events stopped, and a rerun pays nothing."""
+
+    def sink(line: dict[str, Any]) -> None:
+        if line["event"] == "call":
+            raise RuntimeError("the sink broke")
+
+    play = enrich_with(pb.demo.email_tool(demo, provider=pb.Provider("acme-sink")))
+    frame = pd.DataFrame({"domain": [f"x{i}.com" for i in range(6)], "first": ["a"] * 6})
+    run = frame.play.run(play, store=tmp_path, progress=False, events=sink)
+    assert run.stats.ok == 6 and run.stats.failed == 0 and demo.stats()["requests"] == 6
+    assert any("the function given as events= raised RuntimeError: the sink broke" in n for n in run.notices)
+    assert "went on without keeping its events" in caplog.text
+    again = frame.play.run(play, store=tmp_path, progress=False)
+    assert again.stats.reused == 6 and demo.stats()["requests"] == 6
+
+
+def test_a_file_that_cannot_be_written_mid_run_costs_the_run_nothing(tmp_path: Path) -> None:
+    """The events file's folder taken away mid-run (a full or unmounted disk): the rows end as
+    they would, and the run says its events stopped."""
+    folder = tmp_path / "logs"
+    path = folder / "run.jsonl"
+    calls = 0
+
+    @pb.tool(name="removing", version="1")
+    async def removing(x: int) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            path.unlink()
+            folder.rmdir()
+            folder.write_text("")  # the folder is now a file: nothing can be appended
+        return x
+
+    async def play(row: Any, ctx: Any) -> dict[str, Any]:
+        return {"y": await ctx.tool(removing, x=int(row.x))}
+
+    run = pd.DataFrame({"x": range(1000)}).play.run(
+        pb.play(play, name="removing"), store=tmp_path / "s", progress=False, events=path
+    )
+    assert run.stats.ok == 1000
+    assert any("events could not be written to" in n for n in run.notices)
+
+
+def test_a_polars_run_gives_its_events(tmp_path: Path) -> None:
+    """``PolarsRun.events()`` is its run's, and a retry's its own."""
+    run = pl.DataFrame({"x": [0, 1, 3]}).play.run(PLAY, store=tmp_path, progress=False, events=True)
+    rows = sorted((line["position"], line["status"]) for line in run.events() if line["event"] == "row")
+    assert rows == [(0, "ok"), (1, "ok"), (2, "failed")]
+    assert {line["execution"] for line in run.retry().events()} == {1}
+
+
+def enrich_with(tool: pb.Tool) -> pb.Play:
+    async def play(row: Any, ctx: Any) -> dict[str, Any]:
+        return {"email": await ctx.tool(tool, domain=row.domain, first=row.first)}
+
+    return pb.play(play, name="enrich-events")

@@ -152,6 +152,10 @@ class PolarsRun:
         """Stop starting rows (see :meth:`playbook.Run.stop`)."""
         self.pandas.stop()
 
+    def events(self) -> list[dict[str, Any]]:
+        """What happened in this run, as kept with ``events=`` (see :meth:`playbook.Run.events`)."""
+        return self.pandas.events()
+
     def retry(self, *, statuses: tuple[str, ...] = ("failed", "parked")) -> PolarsRun:
         """Run the failed and parked rows again: the retry's own run (see :meth:`playbook.Run.retry`)."""
         again = self.pandas.retry(statuses=statuses)

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import math
 import os
 import time
@@ -86,6 +87,8 @@ __all__ = ["EventLog", "Sink", "read_events"]
 
 Sink = str | os.PathLike[str] | bool | Callable[[dict[str, Any]], Any]
 
+_logger = logging.getLogger("playbook")
+
 _FLUSH_LINES = 512
 _STATUSES = ("ok", "reused", "failed", "parked", "skipped")
 _FLUSH_SECONDS = 0.5
@@ -113,6 +116,7 @@ class EventLog:
                 "True to keep them in memory, or a function to hand each one to"
             )
         self._lines: list[str] = []
+        self.broken: str | None = None  # why events stopped being kept (a sink that failed)
         self._calls: dict[str, Any] = {}  # a cluster job's calls, as last said
         self._flushed = 0.0
         self.execution = -1
@@ -134,6 +138,10 @@ class EventLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8"):
                 pass
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise PlayDefinitionError(
+                f"events={str(self.path)!r}: cannot write there: {exc.filename} is a file, not a folder"
+            ) from None
         except (OSError, ValueError) as exc:  # ValueError: a name with a NUL in it
             raise PlayDefinitionError(f"events={str(self.path)!r}: cannot write there ({exc})") from None
 
@@ -146,6 +154,29 @@ class EventLog:
         self._unsubscribe = state.subscribe(self._heard, kinds=tuple(_SAID))
 
     def _heard(self, event: Event) -> None:
+        # Heard inside the call path (a call's line comes as its receipt is being made): a failure
+        # here (the function given raising, a full disk) must cost the run nothing.  The run goes
+        # on without its events, and says so once.
+        if self.broken is not None:
+            return
+        try:
+            self._keep(event)
+        except Exception as exc:
+            self._broke(exc)
+
+    def _broke(self, exc: Exception) -> None:
+        state = self._state
+        assert state is not None
+        where = (
+            f"the function given as events= raised {type(exc).__name__}: {exc}"
+            if self._call is not None
+            else f"events could not be written to {self.path}: {exc}"
+        )
+        self.broken = f"{where}; the run went on without keeping its events from then on"
+        _logger.warning("%s", self.broken)
+        state.notices.append(self.broken)  # not an event: this is inside the fan-out of one
+
+    def _keep(self, event: Event) -> None:
         state = self._state
         assert state is not None
         said = _SAID[type(event)](event, state)
@@ -193,7 +224,11 @@ class EventLog:
                 "run.events(): this run handed its events to the function given as events=; "
                 "give events=True (kept in memory) or a file to read them back"
             )
-        self.flush()
+        if self.broken is None:
+            try:
+                self.flush()
+            except OSError as exc:
+                self._broke(exc)
         lines: Iterator[dict[str, Any]] = (
             iter(self.kept) if self.kept is not None else read_events(self.path)  # type: ignore[arg-type]
         )
