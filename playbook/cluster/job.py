@@ -36,6 +36,7 @@ from playbook.events import RunFinished, RunStarted
 from playbook.plays.play import Play
 from playbook.providers.provider import sharing_limits
 from playbook.records import ProviderWait, RunStats
+from playbook.runtime.calls.telemetry import telemetry
 from playbook.runtime.options import RunOptions
 from playbook.runtime.run import events_of, remember
 from playbook.runtime.state.eventlog import EventLog
@@ -106,6 +107,8 @@ class ClusterRun:
         self._execution = 0
         if opts.events not in (None, False):
             self.log = EventLog(self.state, opts.events)
+        # The job's span, on the client; each partition's run, on its worker, is a child of it.
+        self.telemetry = telemetry(self.state)
 
     def __repr__(self) -> str:
         s = self.state
@@ -246,6 +249,8 @@ class ClusterRun:
         if latest.view is not None:
             # the view shows the retry (its own counters) where it showed the run
             latest.view.follow(again.state)
+        if latest.telemetry is not None:
+            latest.telemetry.follow(again.state)
         if latest.log is not None:
             latest.log.follow(again.state)  # the same file, the next execution
             again._execution = latest.log.execution
@@ -349,6 +354,7 @@ class ClusterRun:
                 self._url,
                 self._lengths[part] if positions is None else None,
                 positions,
+                self.telemetry.carrier() if self.telemetry is not None else None,
             )
             previous = self._futures[part] if positions is not None else None
             name = f"playbook-{self._play.name}-{self.job}-{self._round}-{part}"

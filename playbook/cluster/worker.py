@@ -53,6 +53,9 @@ class Part(NamedTuple):
     store: str  # the job's Redis URL: receipts, memos, limits and reports
     limit: int | None  # run only its first N rows (the job's limit= reaches into it)
     positions: tuple[int, ...] | None  # a retry: only these rows (positions in the partition)
+    trace: dict[str, str] | None = (
+        None  # the job's run span as W3C trace headers: the partition's continue it
+    )
 
 
 class Failure(NamedTuple):
@@ -163,7 +166,7 @@ async def _run(
     ran: list[int] | None,
     attempt: str,
 ) -> pd.DataFrame:
-    run = begin_background(start(rows, play, opts, store))
+    run = begin_background(start(rows, play, opts, store, trace=part.trace))
     relay = _Relay(run.state, part, ran, attempt)
     finished = asyncio.Event()
     unsubscribe = run.state.subscribe(lambda _: finished.set(), kinds=(RunFinished,))

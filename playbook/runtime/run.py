@@ -18,6 +18,8 @@ from playbook._internal.renamed import old_attribute, renamed
 from playbook.errors import PlayDefinitionError
 from playbook.plays.play import Play
 from playbook.records import ProviderWait, RunStats
+from playbook.runtime.calls.observed import joined
+from playbook.runtime.calls.telemetry import Telemetry, telemetry
 from playbook.runtime.options import RunOptions
 from playbook.runtime.schedule.scheduler import Scheduler
 from playbook.runtime.state.eventlog import EventLog
@@ -107,6 +109,7 @@ class Run:
         self._execution = 0  # which execution of the run this is: 1 for its first retry...
         self.view: Any = None  # the live view the caller attached, if any
         self.log: EventLog | None = None  # where its events go (events=), if anywhere
+        self.telemetry: Telemetry | None = None  # its spans and metrics (OpenTelemetry), if configured
 
     def __repr__(self) -> str:
         s = self.state
@@ -249,6 +252,9 @@ class Run:
             # the view shows the retry (its own counters) where it showed the run
             latest.view.follow(run.state)
             run.view = latest.view
+        if latest.telemetry is not None:
+            latest.telemetry.follow(run.state)
+            run.telemetry = latest.telemetry
         if latest.log is not None:
             latest.log.follow(run.state)  # the same file, the next execution
             run.log = latest.log
@@ -278,11 +284,17 @@ def start(
     store: StoreEngine,
     *,
     html: Callable[[RunState], str] | None = None,
+    trace: dict[str, str] | None = None,
 ) -> Run:
-    """Create a run (not yet executing) and remember it as ``last_run()``."""
+    """Create a run (not yet executing) and remember it as ``last_run()``; ``trace``: the trace
+    context its spans continue (a cluster job's, for one of its partitions)."""
     run = Run(Scheduler(frame, play, opts, store), html=html)
     if opts.events not in (None, False):
         run.log = EventLog(run.state, opts.events)
+    run.telemetry = telemetry(run.state, trace)
+    if run.telemetry is not None:
+        scope = run._scheduler.scope
+        scope.observer = joined(scope.observer, run.telemetry)
     remember(run)
     return run
 

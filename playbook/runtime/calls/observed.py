@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 if TYPE_CHECKING:
     from playbook.tools.protocol import Spent, ToolEngine
 
-__all__ = ["CallObserver", "Called"]
+__all__ = ["CallObserver", "Called", "Observers", "joined"]
 
 
 class Called(NamedTuple):
@@ -42,7 +42,62 @@ class CallObserver(Protocol):
         """A request to the tool is sent now; returns when (the observer's clock)."""
 
     def sent(
-        self, position: int, tool: ToolEngine, began: float, *, failed: bool, refused: bool = False
+        self,
+        position: int,
+        tool: ToolEngine,
+        began: float,
+        *,
+        failed: bool,
+        refused: bool = False,
+        status: int | None = None,
     ) -> None:
         """The request sent at ``began`` came back (``refused``: with a client error kept as the
-        call's answer) or failed with nothing to keep."""
+        call's answer) or failed with nothing to keep (``status``: the HTTP status it failed with,
+        if it had one)."""
+
+
+class Observers:
+    """Several watchers of the calls as one (a pilot's log and the run's telemetry): each hears
+    every call; a request's start is the first's (each reads ``time.monotonic``)."""
+
+    __slots__ = ("each",)
+
+    def __init__(self, *each: CallObserver) -> None:
+        self.each = each
+
+    def __repr__(self) -> str:
+        return f"<Observers {self.each!r}>"
+
+    def called(self, position: int, tool: ToolEngine, occurrence: tuple[str, int], call: Called) -> None:
+        for one in self.each:
+            one.called(position, tool, occurrence, call)
+
+    def counted(
+        self, position: int, tool: ToolEngine, reused: bool, spent: Spent, shared: bool = False
+    ) -> None:
+        for one in self.each:
+            one.counted(position, tool, reused, spent, shared)
+
+    def began(self, position: int, tool: ToolEngine) -> float:
+        starts = [one.began(position, tool) for one in self.each]  # each keeps its own note of it
+        return starts[0]
+
+    def sent(
+        self,
+        position: int,
+        tool: ToolEngine,
+        began: float,
+        *,
+        failed: bool,
+        refused: bool = False,
+        status: int | None = None,
+    ) -> None:
+        for one in self.each:
+            one.sent(position, tool, began, failed=failed, refused=refused, status=status)
+
+
+def joined(first: CallObserver | None, second: CallObserver | None) -> CallObserver | None:
+    """``first`` and ``second`` as one watcher (either may be ``None``)."""
+    if first is None or second is None:
+        return first if second is None else second
+    return Observers(first, second)

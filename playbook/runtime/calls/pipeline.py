@@ -432,10 +432,11 @@ async def _send(ctx: Caller, tool: ToolEngine, call: Pending, env: CallEnv) -> t
                 scope.call_failed(tool, ctx.position)  # sent, and no answer to keep: counted all the same
             raise
         landed = await paid(ctx, tool, call.key, call.values, answer, miss)
-    except BaseException:
+    except BaseException as exc:
         landing.leave(task, False)
         if observer is not None:
-            observer.sent(ctx.position, tool, began, failed=not kept, refused=kept)
+            status = exc.status if isinstance(exc, ToolError) else None
+            observer.sent(ctx.position, tool, began, failed=not kept, refused=kept, status=status)
         raise
     landing.leave(task, True)
     if observer is not None:

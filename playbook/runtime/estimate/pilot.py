@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from playbook.providers.limits.weights import parts
-from playbook.runtime.calls.observed import Called
+from playbook.runtime.calls.observed import Called, joined
 from playbook.runtime.estimate.distinct import Counted, counted
 from playbook.runtime.run import Run, scheduler
 from playbook.tools.protocol import is_local
@@ -129,7 +129,14 @@ class PilotLog:
         return started
 
     def sent(
-        self, position: int, tool: ToolEngine, began: float, *, failed: bool, refused: bool = False
+        self,
+        position: int,
+        tool: ToolEngine,
+        began: float,
+        *,
+        failed: bool,
+        refused: bool = False,
+        status: int | None = None,
     ) -> None:
         """The request sent at ``began`` came back (``refused``: with a client error kept as the
         call's answer) or failed with nothing to keep: its time on the wire, and once answered,
@@ -205,7 +212,8 @@ class Flight:
 
     async def fly(self, rows: int) -> Pilot:
         driven = scheduler(self.run)
-        driven.scope.observer = self.log
+        watching = driven.scope.observer  # the run's telemetry, if any: it hears the pilot's calls too
+        driven.scope.observer = joined(self.log, watching)
 
         def choose(runnable: Sequence[int]) -> list[int]:
             self.pool, self.runnable = list(runnable), len(runnable)
@@ -217,7 +225,7 @@ class Flight:
             else:
                 await driven.execute(self._take(rows))
         finally:
-            driven.scope.observer = None
+            driven.scope.observer = watching
         return await self._found()
 
     async def _found(self) -> Pilot:
