@@ -251,3 +251,25 @@ def test_a_dask_job_s_partitions_are_traced_under_the_job_over_otlp(
         if any(a.key == "playbook.outcome" and a.value.string_value == "paid" for a in s.attributes)
     ]
     assert len(paid) == stats.calls_executed > 0
+
+
+def test_calls_answered_in_batches_are_counted_and_traced(tmp_path: Path, exported: Exported) -> None:
+    """A tool that answers 10 rows' calls in one request (``batch_size``): each call is a paid span
+    (of no length, ``playbook.batched``) and counted in ``playbook.calls``, as ``run.stats`` counts it."""
+
+    @pb.tool(provider=pb.Provider("bulk-otel"), batch_size=10, cost=0.5)
+    async def lookup(items: list[int]) -> list[int]:
+        return [n * 10 for n in items]
+
+    async def play(row: Any, ctx: Any) -> dict[str, Any]:
+        first = await ctx.tool(lookup, row.n)
+        return {"v": first, "w": await ctx.tool(lookup, row.n + 1000)}  # the same tool twice in a row
+
+    run = pd.DataFrame({"n": range(30)}).play.run(pb.play(play, name="bulk"), store=tmp_path, progress=False)
+    stats = run.stats
+    assert stats.calls_executed == 60 and stats.ok == 30
+    paid = [s for s in exported.spans.get_finished_spans() if s.name == "call lookup"]
+    assert len(paid) == stats.calls_executed and all(s.attributes["playbook.batched"] for s in paid)
+    assert round(sum(s.attributes["playbook.cost"] for s in paid), 9) == stats.cost_spent
+    calls = sum(v for a, v in exported.metrics()["playbook.calls"] if a["playbook.outcome"] == "paid")
+    assert calls == stats.calls_executed

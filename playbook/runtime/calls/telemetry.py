@@ -99,6 +99,7 @@ class Telemetry:
         self._parent = parent
         self._paid: dict[tuple[int, str], Spent] = {}  # a paid call's answer, until its request's end
         self._tries: dict[tuple[int, str], int] = {}  # requests sent for a call not answered yet
+        self._tools: dict[str, ToolEngine] = {}  # the tools of the paid calls waiting in _paid
         self._tally: dict[
             tuple[str, str | None, str], list[float]
         ] = {}  # calls not added to the counters yet
@@ -181,6 +182,9 @@ class Telemetry:
             )
 
     def _finished(self, event: RunFinished) -> None:
+        for key in list(self._paid):
+            self._untimed(key)
+        self._tries.clear()
         self._add_tally()
         self._say_parks()
         span, self._run = self._run, None
@@ -270,7 +274,11 @@ class Telemetry:
                 now = time.time_ns()
                 self._call(position, tool, spent, outcome, now, now, failed=False)
             else:  # its span ends with its request (sent)
-                self._paid[(position, tool.name)] = spent
+                key = (position, tool.name)
+                self._tools[tool.name] = tool
+                if key in self._paid:  # the one before it was answered with no request of its own
+                    self._untimed(key)
+                self._paid[key] = spent
         except Exception as exc:
             self._broke(exc)
 
@@ -306,6 +314,14 @@ class Telemetry:
             self._call(position, tool, spent or _NOTHING, outcome, start, now, failed=failed, said=said)
         except Exception as exc:
             self._broke(exc)
+
+    def _untimed(self, key: tuple[int, str]) -> None:
+        """A paid call whose request was not its own (a member of a batch, an answer of a batch job):
+        a span of no length, counted as paid."""
+        spent = self._paid.pop(key)
+        tool = self._tools[key[1]]
+        now = time.time_ns()
+        self._call(key[0], tool, spent, "paid", now, now, failed=False, said={"playbook.batched": True})
 
     def _call(
         self,
@@ -380,7 +396,8 @@ class Telemetry:
             self._add_tally(now)
         if outcome == "paid" and llm:
             gen = {k: v for k, v in attributes.items() if k in _GEN_AI_KEYS}
-            duration.record(seconds, gen)
+            if not attributes.get("playbook.batched"):
+                duration.record(seconds, gen)
             for kind in ("input", "output"):
                 used = attributes.get(f"gen_ai.usage.{kind}_tokens")
                 if used is not None:
