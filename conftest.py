@@ -9,7 +9,7 @@ slow to start (``-m "not (slow or cluster or kernel or browser or notebook or ne
   starts itself); it starts in milliseconds, so ``make check`` runs these too;
 - ``cluster``: a dask.distributed cluster;
 - ``kernel``: a live IPython kernel (magics, widgets);
-- ``browser``: JupyterLab in a real Chromium;
+- ``browser``: JupyterLab, Notebook 7 or marimo in a real Chromium;
 - ``notebook``: the notebooks, executed under nbval in a fresh Binder environment;
 - ``network``: the demo provider over HTTP on loopback (or in a process of its own); the one
   served in process (the ``demo`` fixture) needs no mark;
@@ -28,7 +28,7 @@ MARKERS = {
     "redis": "needs a real redis-server",
     "cluster": "runs a dask.distributed cluster",
     "kernel": "drives a live IPython kernel",
-    "browser": "drives JupyterLab in Chromium",
+    "browser": "drives JupyterLab, Notebook 7 or marimo in Chromium",
     "notebook": "executes notebooks",
     "network": "talks to the demo provider over loopback HTTP",
     "slow": "takes seconds of its own",
@@ -45,6 +45,7 @@ _BY_FIXTURE = {
 }
 _BY_FILE = {
     "test_browser.py": ("browser", "slow"),
+    "test_marimo.py": ("browser", "slow", "network"),
     "test_notebooks.py": ("notebook", "slow"),
     "test_cluster.py": ("cluster", "slow"),
     "test_cluster_failover.py": ("redis", "slow"),

@@ -134,7 +134,7 @@ new MutationObserver(() => {
       window.__playbookLive.push(seen);
     }
     seen.progress = seen.progress || panel.querySelector('.playbook-status svg rect') !== null;
-    const head = panel.querySelector('.playbook-status .widget-html-content');
+    const head = panel.querySelector('.playbook-status');
     const text = head ? head.textContent : '';
     if (text && seen.heads[seen.heads.length - 1] !== text) seen.heads.push(text);
   }
@@ -159,7 +159,7 @@ SAMPLER = """
   window.__liveLook = null;
   const timer = setInterval(() => {
     const panel = document.querySelector('.playbook-live');
-    const head = panel && panel.querySelector('.playbook-status .widget-html-content');
+    const head = panel && panel.querySelector('.playbook-status');
     const rows = head && head.textContent.match(/([\\d,]+)\\/([\\d,]+) rows/);
     const status = panel && panel.querySelector('.playbook-status svg');
     if (panel && !window.__liveLook && ['rect.pb-ok', 'rect.pb-rest', '.pb-text'].every(s => panel.querySelector(s)))

@@ -66,18 +66,18 @@ def test_auto_progress_shows_the_widget_and_leaves_the_summary(kernel: Any) -> N
     html = updates[-1]["content"]["data"]["text/html"]
     assert "<td>80</td><td>79</td>" in html and "three" in html  # 80 rows, 79 ok; the error grouped
     values = [
-        m["content"]["data"]["state"]["value"]
+        m["content"]["data"]["state"]["status"]
         for m in messages
-        if m["msg_type"] == "comm_msg" and "value" in m["content"]["data"].get("state", {})
+        if m["msg_type"] == "comm_msg" and "status" in m["content"]["data"].get("state", {})
     ]
     bars = [v for v in values if 'class="pb-rest"' in v or 'class="pb-ok"' in v]
     assert (
         len({bar.partition("</svg>")[0] for bar in bars}) >= 2
     )  # the bar (the rows as an SVG status bar) moved while the run went on
-    models = [
-        m["content"]["data"]["state"].get("_model_name") for m in messages if m["msg_type"] == "comm_open"
-    ]
-    assert "HTMLModel" in models and "ButtonModel" not in models  # a blocking run's panel has no buttons
+    opened = [m["content"]["data"]["state"] for m in messages if m["msg_type"] == "comm_open"]
+    panels = [state for state in opened if state.get("_model_name") == "AnyModel"]
+    assert len(panels) == 1 and panels[0]["buttons"] == []  # one anywidget; a blocking run's has no buttons
+    assert "export default" in panels[0]["_esm"]  # the front end comes with the widget: nothing to install
 
 
 def test_buttons_stop_and_retry_a_background_run(kernel: Any) -> None:
@@ -89,18 +89,18 @@ def test_buttons_stop_and_retry_a_background_run(kernel: Any) -> None:
         fresh = pb.ReceiptStore(tempfile.mkdtemp())  # nothing reused from the other tests
         run = pd.DataFrame({"n": range(200)}).play.run(slow, concurrency=2, background=True, store=fresh)
         await asyncio.sleep(0.8)  # past the panel's delay
-        run.view.stop.click()
-        await asyncio.sleep(0.2)
     """,
     )
+    _press(kernel, "run", "stop")
+    _run(kernel, "await asyncio.sleep(0.2)")
     messages = _run(kernel, "print(run.running, run.stats.skipped > 100, run.stats.failed)")
     lines = [m["content"]["text"] for m in messages if m["msg_type"] == "stream"]
     assert "".join(lines).split() == ["False", "True", "1"]
+    _run(kernel, "before = calls.count(3)")
+    _press(kernel, "run", "retry_failed")
     messages = _run(
         kernel,
         """
-        before = calls.count(3)
-        run.view.retry_failed.click()
         await asyncio.sleep(0.5)
         again = pb.last_run()  # the retry's own run: the panel shows it
         print(run.running, run.stats.failed, run.result.loc[3, "play_status"], calls.count(3) - before)
@@ -153,7 +153,7 @@ def test_the_live_panel_caps_its_tables_and_counts_down_the_hold(kernel: Any) ->
         live = pd.DataFrame({"n": range(600)}).play.run(mixed, concurrency=4, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
         await asyncio.sleep(1.6)  # past the panel's delay, before the end (600 x 0.02 s / 4 = 3 s)
         view = live.view
-        print(json.dumps([live.running, live.stats.failed, live.stats.parked, view.tables.value, view.status.value, view.pictures.value]))
+        print(json.dumps([live.running, live.stats.failed, live.stats.parked, view.panel.tables, view.panel.status, view.panel.pictures]))
         live.wait()
     """,
     )
@@ -209,12 +209,12 @@ def test_a_provider_going_down_redraws_the_panel_at_once(kernel: Any) -> None:
             return {"v": await ctx.tool(remote, n=await ctx.tool(slow, n=row.n + 1000))}
         outage = pd.DataFrame({"n": range(200)}).play.run(both, concurrency=3, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
         await asyncio.sleep(0.8)  # past the panel's delay
-        before = outage.view.status.value
+        before = outage.view.panel.status
         gov = governor(acme)
         gov.health.down = True  # read from the provider's health gate
         gov.down_error, gov.probe_at = "ConnectError: connection refused", time.time() + 30
         outage.state.emit(ProviderDown("acme", "ConnectError: connection refused"))
-        after = outage.view.status.value  # no await since the event: not the timer's redraw
+        after = outage.view.panel.status  # no await since the event: not the timer's redraw
         outage.stop()
         while outage.running:
             await asyncio.sleep(0.05)
@@ -241,7 +241,7 @@ def test_a_provider_going_down_redraws_the_panel_at_once(kernel: Any) -> None:
 
 def test_a_background_run_shows_its_panel_in_its_own_cell_and_ends_as_the_summary(kernel: Any) -> None:
     """The cell that starts a background run shows the panel before it ends; the finished panel holds
-    the summary and the Retry buttons (Retry failed enabled: a row failed), and the live widgets are closed."""
+    the summary and the Retry buttons (Retry failed enabled: a row failed), and no live part."""
     started = _run(
         kernel,
         """
@@ -255,14 +255,14 @@ def test_a_background_run_shows_its_panel_in_its_own_cell_and_ends_as_the_summar
         """
         import json
         job.wait()
-        _, buttons, summary = job.view.panel.children  # the hidden style, the Retry buttons, the summary
-        print(json.dumps([[(b.description, b.disabled) for b in buttons.children], summary.value, job.view.status.comm is None]))
+        panel = job.view.panel
+        print(json.dumps([[(b, b in panel.disabled) for b in panel.buttons], panel.summary, panel.status + panel.tables + panel.pictures == ""]))
     """,
     )
     buttons, summary, closed = json.loads(
         "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
     )
-    assert buttons == [["Retry parked", True], ["Retry failed", False]] and closed
+    assert buttons == [["retry_parked", True], ["retry_failed", False]] and closed
     assert "playbook-run" in summary and "<td>40</td><td>39</td>" in summary
 
 
@@ -280,7 +280,7 @@ def test_a_finished_run_is_not_kept_alive_by_its_panel(kernel: Any) -> None:
         gc.disable()
         try:
             first = pd.DataFrame({"n": range(80)}).play.run(slow, concurrency=4, store=pb.ReceiptStore(tempfile.mkdtemp()))
-            shown = first.view.handle is not None and first.view.status.comm is None  # the panel was drawn, then closed
+            shown = first.view.handle is not None and first.view.panel is None  # the panel was drawn, then let go
             ref = weakref.ref(first)
             del first
             pd.DataFrame({"n": [1]}).play.map(slow)  # the last run is now another one
@@ -315,6 +315,15 @@ def test_cells_queued_behind_a_blocking_map_run_after_it_in_order(kernel: Any) -
         if msg["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == ids[2]:
             printed.append(msg["content"]["text"])
     assert printed == ["[40, 'second']\n"]
+
+
+def _press(kc: Any, run: str, button: str) -> None:
+    """Click ``button`` on the panel of ``run`` (a name in the kernel) as a front end does: a
+    custom comm message to the widget, on the kernel's shell channel."""
+    messages = _run(kc, f"print({run}.view.panel.comm.comm_id)")
+    comm_id = "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream").strip()
+    content = {"comm_id": comm_id, "data": {"method": "custom", "content": {"press": button}}}
+    kc.session.send(kc.shell_channel.socket, kc.session.msg("comm_msg", content))
 
 
 def _refreshes(updates: list[dict[str, Any]]) -> list[int]:

@@ -29,13 +29,13 @@ def attach_view(
 ) -> Any:
     """Subscribe the view ``progress`` asks for; returns it (or ``None`` for no view).
 
-    ``"auto"`` picks the widget inside a Jupyter kernel with ipywidgets, else text; for a run that
+    ``"auto"`` picks the widget in a notebook (a Jupyter kernel, marimo), else text; for a run that
     is awaited (``amap``/``arun``), text only when stderr is a terminal.  ``True`` is ``"auto"``,
     except that an awaited run shows text wherever stderr goes.
     """
     if progress is False:
         return None
-    if progress == "widget" or (progress in ("auto", True) and _in_kernel()):
+    if progress == "widget" or (progress in ("auto", True) and _in_notebook()):
         from playbook.ui.widget import WidgetView
 
         return WidgetView(state, background=background, controls=controls)
@@ -51,10 +51,10 @@ def attach_view(
     return TextView(state)
 
 
-def _in_kernel() -> bool:
-    from playbook.ui.widget import in_kernel
+def _in_notebook() -> bool:
+    from playbook.ui.widget import in_notebook
 
-    return in_kernel()
+    return in_notebook()
 
 
 def _is_terminal(file: Any) -> bool:

@@ -40,7 +40,12 @@ __all__ = [
 LIMIT = 20  # groups shown of the parked rows and of the errors
 CHARTS = 4  # providers drawn
 # JupyterLab right-aligns the cells of an output's tables: words read better from the left.
-_STYLE = "<style>.playbook-run th,.playbook-run td{text-align:left;padding:1px 10px 1px 0}</style>"
+# A narrow output (marimo's, VS Code's) scrolls the tables rather than breaking their headings.
+_STYLE = (
+    "<style>.playbook-run{overflow-x:auto}"
+    ".playbook-run th,.playbook-run td{text-align:left;padding:1px 10px 1px 0}"
+    ".playbook-run th{white-space:nowrap}</style>"
+)
 _WORDS = 160  # characters of an error shown in a provider's line
 _MESSAGE = 300  # characters of an error group's example message
 

@@ -18,7 +18,7 @@ from typing import NamedTuple, TypeVar
 from playbook._internal.words import duration, short_count
 from playbook.runtime.state.reading import ProviderSeries
 
-__all__ = ["STATUSES", "provider_chart", "status_bar", "svg_style"]
+__all__ = ["STATUSES", "provider_chart", "status_bar", "svg_rules", "svg_style"]
 
 STATUSES = ("ok", "reused", "failed", "waiting", "parked", "skipped")
 
@@ -41,6 +41,8 @@ _PALETTE: dict[str, tuple[str, str, str]] = {
     "pb-down": ("stroke", "--jp-error-color1", "#d32f2f"),
     "pb-tokens": ("stroke", "--jp-info-color1", "#0097a7"),
 }
+# The greys of _PALETTE on a dark page with no theme variables: the track, the text, the limit line.
+_DARK = {"pb-rest": "#424242", "pb-text": "#9e9e9e", "pb-limit": "#bdbdbd", "pb-skipped": "#9e9e9e"}
 T = TypeVar("T")
 _SVG = '<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-size="10">'
 _LABEL = 12  # pixels of the text line under a chart
@@ -52,11 +54,27 @@ _POINTS = 60  # points of the tokens line at most: a minute's window moves slowl
 def svg_style() -> str:
     """One ``<style>`` block mapping the pictures' classes to theme variables, scoped to a run's
     block (``.playbook-run``) and the live panel (``.playbook-live``)."""
-    rules = [
+    return "<style>" + svg_rules() + "</style>"
+
+
+def svg_rules() -> str:
+    """The rules of :func:`svg_style`, without the element (a widget's own style sheet).  Where
+    JupyterLab's variables are not defined, a dark page (marimo's ``dark`` class, VS Code's
+    ``vscode-dark``; in a shadow root, the host's page) gets dark fallbacks for the greys."""
+    light = (
         f".playbook-run .{c},.playbook-live .{c}{{{prop}:var({var},{hex_})}}"
         for c, (prop, var, hex_) in _PALETTE.items()
-    ]
-    return "<style>" + "".join(rules) + "</style>"
+    )
+    # Two rules, not one list: a browser without :host-context drops the whole rule it is in.
+    dark = (
+        f"{where} .{c}{{{_PALETTE[c][0]}:var({_PALETTE[c][1]},{hex_})}}"
+        for c, hex_ in _DARK.items()
+        for where in (
+            ":is(.dark,.vscode-dark) :is(.playbook-run,.playbook-live)",
+            ":host-context(.dark) .playbook-live",
+        )
+    )
+    return "".join(light) + "".join(dark)
 
 
 def _paint(cls: str, **extra: str) -> str:

@@ -1,4 +1,4 @@
-"""The live view of a run in Jupyter: an ipywidgets panel refreshed at most 10 times a second.
+"""The live view of a run in a notebook: one anywidget panel refreshed at most 10 times a second.
 
 It shows a header (play, status, elapsed, ETA, rows/s), the progress bar (the rows stacked by
 status: ok, reused, failed, held, parked, skipped, then not done yet), the counters, the providers
@@ -9,15 +9,17 @@ the waterfall legs.  A background run's panel has Stop / Retry parked / Retry fa
 blocking run keeps the kernel busy, so a click would only be handled after it: its panel has none
 (interrupting the kernel stops it).
 
-What changes on every refresh is one widget, the capped tables another (at most twice a second),
-the charts a third (once a second, never with the tables), so a refresh sends one or two
-messages of bounded size, and a million-row run costs the browser what a ten-row one does.  When the run
+The panel (:class:`~playbook.ui.panel.Panel`) keeps each part's HTML in a trait of its own: the
+status changes on every refresh, the capped tables at most twice a second, the charts once a
+second (never with the tables), and a refresh sends the traits that changed as one message of
+bounded size, so a million-row run costs the browser what a ten-row one does.  When the run
 finishes, the panel is replaced by the run's static HTML summary, which saved and exported
 notebooks keep.  A blocking run over in less than ``DELAY`` seconds shows only that summary.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -48,7 +50,6 @@ from playbook.ui.html import (
     run_html,
     workers_table,
 )
-from playbook.ui.svg import svg_style
 from playbook.ui.tally import KINDS as TALLY_KINDS
 from playbook.ui.tally import Tally
 
@@ -66,12 +67,6 @@ _KINDS = (
     ProviderDown,
     ProviderUp,
 )  # not per row
-_CSS = (
-    "<style>.playbook-live .widget-html-content{line-height:1.4}"
-    ".playbook-live table{border-collapse:collapse;margin:4px 0}"
-    ".playbook-live th,.playbook-live td{padding:1px 10px 1px 0;text-align:left}"
-    ".playbook-live th{border-bottom:1px solid var(--jp-border-color2,#ccc)}</style>" + svg_style()
-)
 
 
 def in_kernel() -> bool:
@@ -83,6 +78,18 @@ def in_kernel() -> bool:
         return False
     shell = get_ipython()
     return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def in_marimo() -> bool:
+    """True in a marimo notebook (``marimo edit`` or ``marimo run``), not a script that imports
+    marimo.  marimo is not imported here: it is only asked once its notebook has imported it."""
+    marimo = sys.modules.get("marimo")
+    return marimo is not None and bool(marimo.running_in_notebook())
+
+
+def in_notebook() -> bool:
+    """True where the live panel can show: a Jupyter kernel or a marimo notebook."""
+    return in_kernel() or in_marimo()
 
 
 class WidgetView:
@@ -112,9 +119,6 @@ class WidgetView:
         self._ended = False  # the panel shows a finished run
         self.panel: Any = None  # built once the run has gone on for DELAY seconds
         self.handle: Any = None
-        self.stop: Any = None  # the buttons, on a panel that has them
-        self.retry_parked: Any = None
-        self.retry_failed: Any = None
         self._timer: Any = None
         self._unsubscribe: list[Any] = []
         self.follow(state)
@@ -146,63 +150,47 @@ class WidgetView:
 
     def _build(self) -> None:
         """Show the live panel: the buttons, the status (with the bar), the charts, the tables."""
-        import ipywidgets as w
+        from playbook.ui.panel import BUTTONS, Panel
 
-        # What changes on every refresh shares one widget (one message); the capped tables change less.
-        self.status, self.pictures, self.tables = w.HTML(), w.HTML(), w.HTML()
-        self.status.add_class("playbook-status")
-        self.pictures.add_class("playbook-pictures")
-        self.tables.add_class("playbook-tables")
-        self.stop = self.retry_parked = self.retry_failed = None
-        row = []
         # A blocking run keeps the kernel busy: a click would be handled only once it is over.
         # Its panel has no buttons (interrupting the kernel stops it); a background run's has.
         controls = self._controls
+        self.panel = Panel(buttons=list(BUTTONS) if controls is not None else [])
         if controls is not None:
-            self.stop = w.Button(
-                description="Stop", icon="stop", tooltip="Stop the run: rows not finished are skipped"
-            )
-            self.retry_parked = w.Button(
-                description="Retry parked", tooltip="Run the parked rows again, with a fresh wait budget"
-            )
-            self.retry_failed = w.Button(description="Retry failed", tooltip="Run the failed rows again")
-            # The buttons hold the run: the panel stays on the page after the run, to retry it.
-            self.stop.on_click(lambda _: controls.stop())
-            self.retry_parked.on_click(lambda _: self._retry(controls, "parked"))
-            self.retry_failed.on_click(lambda _: self._retry(controls, "failed"))
-            row += [self.stop, self.retry_parked, self.retry_failed]
-        self.buttons = w.HBox(row)
-        # Compact tables: an HTML widget's line height is a button's.  Sent once, hidden.
-        self._css = w.HTML(_CSS, layout=w.Layout(display="none"))
-        self.panel = w.VBox([self._css, self.buttons, self.status, self.pictures, self.tables])
-        self.panel.add_class("playbook-live")
+            # The panel holds the run: it stays on the page after the run, to retry it.
+            self.panel.on_press("stop", controls.stop)
+            self.panel.on_press("retry_parked", lambda: self._retry(controls, "parked"))
+            self.panel.on_press("retry_failed", lambda: self._retry(controls, "failed"))
         if self.handle is None:
             self.handle = _display(self.panel)
         else:  # a retry of a run that showed only its summary: the panel takes its place
             self.handle.update(self.panel)
 
     def _finish(self, summary: str) -> None:
-        """Replace the panel's output by the static summary, and let the live widgets go: each
+        """Replace the panel's output by the static summary, and let the live widget go: it
         holds the run, and a kernel keeps every widget it ever made until it is closed."""
-        import ipywidgets as w
-
         self.handle.update(_html(summary))
         self._ended = True
         if not self._background:
             # The cell that showed the panel is still running, so every frontend applies the
             # update: nothing of the panel stays on the page.
-            _close(self.panel, self.buttons, self.status, self.pictures, self.tables, self._css)
+            _close(self.panel)
             self.panel = None
             return
         # After a background run, JupyterLab keeps the widget (it applies updates only while the
         # cell that made the output runs): the panel says the outcome itself and keeps the
         # Retry buttons (a parked row is retried after its hold, long after the run ended).
-        _close(self.stop, self.status, self.pictures, self.tables)
-        self.buttons.children = [self.retry_parked, self.retry_failed]
         # Rows the runs before left failed or parked are retried by these buttons too, not only this run's.
-        self.retry_parked.disabled = not self._state.can_retry("parked")
-        self.retry_failed.disabled = not self._state.can_retry("failed")
-        self.panel.children = [self._css, self.buttons, w.HTML(summary)]
+        state = self._state
+        with self.panel.hold_sync():
+            self.panel.buttons = ["retry_parked", "retry_failed"]
+            self.panel.disabled = [
+                name
+                for name, status in (("retry_parked", "parked"), ("retry_failed", "failed"))
+                if not state.can_retry(status)
+            ]
+            self.panel.status = self.panel.pictures = self.panel.tables = ""
+            self.panel.summary = summary
 
     def _retry(self, controls: Controls, status: str) -> None:
         controls.retry(status)
@@ -227,7 +215,6 @@ class WidgetView:
             self._started = self._clock()
             if self.panel is not None and self._ended:  # a background run, run again: a fresh live panel
                 old = self.panel
-                _close(*old.children, self.retry_parked, self.retry_failed)
                 self._build()
                 _close(old)
                 self._ended = False
@@ -272,25 +259,34 @@ class WidgetView:
             + f" · {per_second(rate)} rows/s"
         )
         tally = self.tally
-        with self.panel.hold_sync():  # one batch of comm messages per refresh
+        panel = self.panel
+        with panel.hold_sync():  # one message per refresh
             providers = providers_table(
                 s.provider_views(), tally.waiting(), now=self._wall(), down_since=s.down_since
             )
-            self.status.value = (
+            panel.status = (
                 head
                 + f"<div>{rows_picture(s)}</div>"
                 + counters_table(s)
                 + providers
                 + workers_table(s.workers())
             )
-            if self.stop is not None:
-                self.retry_parked.disabled = not tally.parked
-                self.retry_failed.disabled = not tally.failed
-                self.stop.disabled = s.finished is not None
+            if panel.buttons:
+                disabled = [
+                    name
+                    for name, off in (
+                        ("stop", s.finished is not None),
+                        ("retry_parked", not tally.parked),
+                        ("retry_failed", not tally.failed),
+                    )
+                    if off
+                ]
+                if disabled != panel.disabled:
+                    panel.disabled = disabled
             # The tables cost a sort of the error groups: redrawn when they changed, twice a second at most.
             if (tally.version != self._drawn or s.waterfalls) and now - self._last_tables >= _TABLES_INTERVAL:
                 self._drawn, self._last_tables = tally.version, now
-                self.tables.value = (
+                panel.tables = (
                     parked_table(tally.parked_summary(LIMIT), len(tally.parked_groups), s.provider_views())
                     + errors_table(tally.error_groups(LIMIT), tally.kinds)
                     + legs_table(s)
@@ -298,7 +294,7 @@ class WidgetView:
             elif now - self._last_pictures >= _PICTURES_INTERVAL:
                 # not with the tables: one refresh stays small
                 self._last_pictures = now
-                self.pictures.value = provider_pictures(s.history())
+                panel.pictures = provider_pictures(s.history())
 
 
 def _alive(ref: weakref.ref[RunState]) -> RunState:
@@ -310,6 +306,8 @@ def _alive(ref: weakref.ref[RunState]) -> RunState:
 
 def _display(obj: Any) -> Any:
     """Show ``obj`` in the cell's output; returns the handle that updates it in place."""
+    if in_marimo():
+        return _MarimoOutput(obj)
     from IPython.display import display
 
     show: Callable[..., Any] = display  # IPython's display is untyped
@@ -317,17 +315,42 @@ def _display(obj: Any) -> Any:
 
 
 def _html(text: str) -> Any:
+    if in_marimo():
+        import marimo
+
+        return marimo.Html(text)
     from IPython.display import HTML
 
     html: Callable[[str], Any] = HTML
     return html(text)
 
 
-def _close(*widgets: Any) -> None:
-    """Close widgets with their layout and style, which are widgets of their own."""
-    for widget in widgets:
-        if widget is None:
-            continue
-        for part in (getattr(widget, "layout", None), getattr(widget, "style", None), widget):
-            if part is not None:
-                part.close()
+class _MarimoOutput:
+    """The output of the marimo cell that showed the panel: a blocking run's summary takes the
+    panel's place there.  After that cell has ended (a background run), marimo has no output to
+    update: the panel then says the run's end itself (its summary part)."""
+
+    def __init__(self, obj: Any) -> None:
+        self.update(obj)
+
+    def update(self, obj: Any) -> None:
+        import marimo
+
+        if marimo.running_in_notebook() and _marimo_cell() is not None:
+            marimo.output.replace(obj)
+
+
+def _marimo_cell() -> Any:
+    """The marimo cell running now, or None."""
+    try:
+        from marimo._runtime.context import get_context
+
+        return get_context().execution_context
+    except Exception:  # no context (a thread of our own), or a marimo that moved it
+        return None
+
+
+def _close(panel: Any) -> None:
+    """Close the panel with its layout, a widget of its own."""
+    panel.layout.close()
+    panel.close()
