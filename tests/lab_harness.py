@@ -1,11 +1,13 @@
-"""A harness for driving notebooks in a real JupyterLab with headless Chromium (Playwright).
+"""A harness for driving notebooks in a real JupyterLab or Notebook 7 with headless Chromium
+(Playwright).
 
-``jupyter_lab`` starts ``jupyter lab`` on loopback with a random token over a root directory,
-in an environment from ``isolated_env`` (Jupyter's config, data and settings directories of its
-own, so the kernel is this venv's ``python3``), and shuts it down with its kernels.
-``launch_chromium`` starts the browser.  ``drive`` opens one notebook in a fresh page, switches
-JupyterLab to the theme asked for (its ``apputils:change-theme`` command, through the app the
-server exposes as ``window.jupyterapp``), clicks Run > Run All Cells while a MutationObserver
+``jupyter_server`` starts ``jupyter lab`` or ``jupyter notebook`` (a ``FrontEnd``: ``JUPYTERLAB``,
+``NOTEBOOK7``) on loopback with a random token over a root directory, in an environment from
+``isolated_env`` (Jupyter's config, data and settings directories of its own, so the kernel is
+this venv's ``python3``), and shuts it down with its kernels.  ``launch_chromium`` starts the
+browser.  ``drive`` opens one notebook in a fresh page of the server's front-end, switches it to
+the theme asked for (its ``apputils:change-theme`` command, through the app the server exposes as
+``window.jupyterapp``), clicks Run > Run All Cells while a MutationObserver
 records every ``.playbook-live`` panel and a sampler measures the page every 200 ms, then looks at
 the finished page in each theme asked for (on the same page: the run is not repeated), takes
 screenshots into ``build/browser/`` and returns a ``Session``: what the page showed, including
@@ -29,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from playwright.sync_api import Browser, Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -81,8 +83,9 @@ CHROMIUM_ARGS = [
     # performance.memory otherwise reports the heap in coarse, delayed buckets.
     "--enable-precise-memory-info",
 ]
-# Settings for this lab only: no news or update checks (they reach the internet and put a toast
-# over the screenshots); every cell attached to the DOM, so offscreen cells render and count.
+# Settings for this server only (JupyterLab and Notebook 7 read the same ones): no news or update
+# checks (they reach the internet and put a toast over the screenshots); every cell attached to
+# the DOM, so offscreen cells render and count.
 SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
         "fetchNews": "false",
@@ -91,10 +94,67 @@ SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
 
-Lab = tuple[str, str, Path]  # a running server's base url and token, and its PLAYBOOK_HOME
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """What ``jupyter_server`` and ``drive`` do differently in one Jupyter front-end.
+
+    Notebook 7 is built from JupyterLab's components, and in JupyterLab 4.6 and Notebook 7.6 the
+    rest is the same elements: the cells and their prompts, the main menu's "Run" item and its
+    menu (``#jp-mainmenu-run``, "Run All Cells" as ``runmenu:run-all``), the notebook toolbar's
+    execution indicator (``data-status="idle"``), the notebook's scroller
+    (``.jp-WindowedPanel-outer``: the page itself does not scroll), the theme variables and
+    ``body[data-jp-theme-name]``.
+    """
+
+    name: str  # in test ids
+    app: str  # jupyter's subcommand
+    options: tuple[str, ...]  # the app's own, beside the server's
+    page: str  # a notebook's page, formatted with base, stem, name and token
+    menu_bar: str  # the element that holds the main menu
+    side_bar: str | None  # the tab of a side bar open on a new page, clicked to fold it away
+    shots: str  # what follows the notebook's stem in screenshot names
+
+
+JUPYTERLAB = FrontEnd(
+    name="lab",
+    app="lab",
+    options=(
+        "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.extension_manager=readonly",
+        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: its commands switch the theme
+    ),
+    # A workspace of its own: the default one would open the notebooks of earlier pages too.
+    page="{base}/lab/workspaces/{stem}/tree/{name}?token={token}",
+    menu_bar="#jp-menu-panel",
+    side_bar=".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current",  # the file browser
+    shots="",
+)
+NOTEBOOK7 = FrontEnd(
+    name="notebook7",
+    app="notebook",
+    # Notebook 7 has no news url or update checker options: its announcements plugin is
+    # JupyterLab's, and SETTINGS turn it off.
+    options=("--JupyterNotebookApp.expose_app_in_browser=True",),
+    page="{base}/notebooks/{name}?token={token}",  # one notebook per page, no workspace
+    menu_bar="#menu-panel",
+    side_bar=None,  # a notebook's page starts with its side panels hidden and no tab bar
+    shots="_notebook7",
+)
+
+
+class Server(NamedTuple):
+    """A running server: its base url and token, its PLAYBOOK_HOME and its front-end."""
+
+    base: str
+    token: str
+    home: Path
+    front: FrontEnd
+
 
 # Records every live panel the widget front-end draws: in which code cell, whether it holds an
-# progress bar (the SVG status bar of its rows), and its header as last seen.  Installed before JupyterLab loads, with
+# progress bar (the SVG status bar of its rows), and its header as last seen.  Installed before the front-end loads, with
 # window.__pbLook(root): the theme, THEME_VARS resolved to rgb(), the computed fill and stroke of
 # the first element of each pb-* class in root's SVG pictures, and the background behind them
 # (the first ancestor of a chart's text, or of root, whose background is not transparent).
@@ -366,8 +426,10 @@ def isolated_env(private: Path) -> dict[str, str]:
 
 
 @contextmanager
-def jupyter_lab(root: Path, env: dict[str, str], log_path: Path) -> Iterator[tuple[str, str]]:
-    """A JupyterLab server on loopback serving ``root``, run with ``env`` and logging to
+def jupyter_server(
+    front: FrontEnd, root: Path, env: dict[str, str], log_path: Path
+) -> Iterator[tuple[str, str]]:
+    """``front``'s server on loopback serving ``root``, run with ``env`` and logging to
     ``log_path``: (base url, token).  Its python3 kernel must be this venv's."""
     port, token = _free_port(), secrets.token_hex(16)
     base = f"http://127.0.0.1:{port}"
@@ -375,7 +437,7 @@ def jupyter_lab(root: Path, env: dict[str, str], log_path: Path) -> Iterator[tup
         sys.executable,
         "-m",
         "jupyter",
-        "lab",
+        front.app,
         "--no-browser",
         "--ip=127.0.0.1",
         f"--port={port}",
@@ -385,10 +447,7 @@ def jupyter_lab(root: Path, env: dict[str, str], log_path: Path) -> Iterator[tup
         "--ServerApp.open_browser=False",
         "--ServerApp.allow_root=True",
         "--ServerApp.terminals_enabled=False",
-        "--LabApp.news_url=None",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        "--LabApp.extension_manager=readonly",
-        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: its commands switch the theme
+        *front.options,
     ]
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
@@ -397,9 +456,9 @@ def jupyter_lab(root: Path, env: dict[str, str], log_path: Path) -> Iterator[tup
         try:
             deadline = time.monotonic() + 60
             while True:
-                assert server.poll() is None, f"jupyter lab exited:\n{log_path.read_text()[-3000:]}"
+                assert server.poll() is None, f"jupyter {front.app} exited:\n{log_path.read_text()[-3000:]}"
                 assert time.monotonic() < deadline, (
-                    f"jupyter lab did not answer:\n{log_path.read_text()[-3000:]}"
+                    f"jupyter {front.app} did not answer:\n{log_path.read_text()[-3000:]}"
                 )
                 try:
                     _get(f"{base}/api/status?token={token}")
@@ -410,7 +469,8 @@ def jupyter_lab(root: Path, env: dict[str, str], log_path: Path) -> Iterator[tup
                     pass
                 time.sleep(0.2)
             spec = _get(f"{base}/api/kernelspecs?token={token}")["kernelspecs"]["python3"]["spec"]
-            assert Path(spec["argv"][0]).parent.parent == Path(sys.prefix), spec["argv"]
+            # resolved: a venv reached through a symlink names its interpreter by either path
+            assert Path(spec["argv"][0]).parent.parent.resolve() == Path(sys.prefix).resolve(), spec["argv"]
             yield base, token
         finally:
             try:  # shuts the kernels down too, which terminating the server may not
@@ -447,16 +507,17 @@ def launch_chromium() -> Iterator[Browser]:
 _PROMPTS = "Array.from(document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt'), p => p.textContent.trim())"
 _SETTLED = f"{_PROMPTS}.every(p => p !== '[*]:')"  # a failed cell leaves the ones after it "[ ]:"
 _LIVE = "document.querySelector('.playbook-live .playbook-status svg') !== null"
+_IDLE = '.jp-Notebook-ExecutionIndicator[data-status="idle"]'  # the kernel, in the notebook's toolbar
 
 
-def _run_all(page: Page, deadline: float, on_live: Callable[[], None]) -> None:
+def _run_all(page: Page, front: FrontEnd, deadline: float, on_live: Callable[[], None]) -> None:
     """Run > Run All Cells, call ``on_live`` once a live panel shows, and wait until no cell is
     queued or running."""
     left = lambda: max(deadline - time.monotonic(), 0.001) * 1000  # noqa: E731
     for attempt in range(3):
-        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.locator(front.menu_bar).get_by_role("menuitem", name="Run", exact=True).click()
         page.locator('#jp-mainmenu-run [data-command="runmenu:run-all"]').click()
-        # JupyterLab marks the cells [*] as soon as it sends their requests; a click lost while
+        # The front-end marks the cells [*] as soon as it sends their requests; a click lost while
         # the page was still settling leaves them all [ ]: then (only then) it is safe to ask again.
         try:
             page.wait_for_function(f"{_PROMPTS}.some(p => p !== '[ ]:')", timeout=min(10_000, left()))
@@ -468,11 +529,11 @@ def _run_all(page: Page, deadline: float, on_live: Callable[[], None]) -> None:
     if page.evaluate(_LIVE):
         on_live()
     page.wait_for_function(_SETTLED, timeout=left())
-    page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=left())
+    page.wait_for_selector(_IDLE, timeout=left())
 
 
 def set_theme(page: Page, theme: str) -> None:
-    """Switch JupyterLab to ``theme`` (``LIGHT``, ``DARK``) and wait until its stylesheet applies."""
+    """Switch the front-end to ``theme`` (``LIGHT``, ``DARK``) and wait until its stylesheet applies."""
     themed = "() => document.body.dataset.jpThemeName && getComputedStyle(document.body).getPropertyValue('--jp-layout-color0').trim()"
     page.wait_for_function(themed, timeout=60_000)  # the first theme, loaded with the page
     if page.evaluate("document.body.dataset.jpThemeName") == theme:
@@ -494,13 +555,15 @@ def shade(theme: str) -> str:
 
 
 def drive(
-    chromium: Browser, lab: Lab, name: str, *, theme: str = LIGHT, looks: tuple[str, ...] = ()
+    chromium: Browser, server: Server, name: str, *, theme: str = LIGHT, looks: tuple[str, ...] = ()
 ) -> Session:
-    """Open notebook ``name`` in a fresh page in ``theme``, Run All while sampling the page,
-    screenshot it live (``<stem>_live_<shade>.png``), then in each of ``looks`` (default: ``theme``)
-    read its pictures' colours and screenshot it finished (``<stem>_<shade>.png``), and read what it shows."""
-    base, token, home = lab
+    """Open notebook ``name`` in a fresh page of the server's front-end in ``theme``, Run All
+    while sampling the page, screenshot it live (``<stem><shots>_live_<shade>.png``), then in each
+    of ``looks`` (default: ``theme``) read its pictures' colours and screenshot it finished
+    (``<stem><shots>_<shade>.png``), and read what it shows."""
+    base, token, home, front = server
     stem = Path(name).stem
+    shot = stem + front.shots  # the screenshots' names
     SHOTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     page = chromium.new_page(viewport={"width": 1400, "height": 1000})
@@ -508,8 +571,7 @@ def drive(
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.add_init_script(OBSERVER)
-        # A workspace of its own: the default one would open the notebooks of earlier pages too.
-        page.goto(f"{base}/lab/workspaces/{stem}/tree/{name}?token={token}")
+        page.goto(front.page.format(base=base, stem=stem, name=name, token=token))
         # The notebook attaches its cells a few at a time: wait for all of them.
         code_cells = sum(
             cell["cell_type"] == "code"
@@ -518,10 +580,10 @@ def drive(
         page.wait_for_function(
             f"document.querySelectorAll('.jp-Notebook .jp-CodeCell').length === {code_cells}", timeout=60_000
         )
-        page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=60_000)
-        folder = page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current")
-        if folder.count():
-            folder.click()  # fold the file browser away: more notebook in the screenshots
+        page.wait_for_selector(_IDLE, timeout=60_000)
+        folder = page.locator(front.side_bar) if front.side_bar else None
+        if folder and folder.count():
+            folder.click()  # fold the side bar away: more notebook in the screenshots
         # Every page says its theme: a switch is saved in the server's settings, for the next page too.
         set_theme(page, theme)
 
@@ -532,19 +594,20 @@ def drive(
             panel = page.locator(".playbook-live")
             if panel.count():
                 panel.first.evaluate("node => node.scrollIntoView({block: 'center'})")
-                page.screenshot(path=SHOTS / f"{stem}_live_{shade(theme)}.png")
+                page.screenshot(path=SHOTS / f"{shot}_live_{shade(theme)}.png")
 
         page.evaluate(SAMPLER)
         stalled = None
         try:
-            _run_all(page, time.monotonic() + RUN_TIMEOUT, live_shot)
+            _run_all(page, front, time.monotonic() + RUN_TIMEOUT, live_shot)
         except PlaywrightTimeout as e:  # the tests say what is missing; the page is still read
             stalled = e.message.splitlines()[0]
         samples = page.evaluate("window.__stopSampling()")
         live_look = page.evaluate("window.__liveLook")
         cells = page.evaluate(READ_CELLS)
         live = page.evaluate("window.__playbookLive.map(({node, ...rest}) => rest)")
-        # JupyterLab scrolls inside the notebook, not the page: make the page tall enough for all of it.
+        # Both front-ends scroll inside the notebook, not the page: make the page tall enough for
+        # all of it.
         scroller = "document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer')"
         height = page.evaluate(f"{scroller}.scrollHeight")
         page.set_viewport_size({"width": 1400, "height": min(height + 200, 16_000)})
@@ -554,7 +617,7 @@ def drive(
         for each in looks or (theme,):
             set_theme(page, each)
             seen[each] = page.evaluate("window.__pbLook(document.querySelector('.jp-Notebook'))")
-            page.screenshot(path=SHOTS / f"{stem}_{shade(each)}.png", full_page=True)
+            page.screenshot(path=SHOTS / f"{shot}_{shade(each)}.png", full_page=True)
     finally:
         page.close()
     return Session(

@@ -1,32 +1,37 @@
-"""Notebooks in a real JupyterLab, driven by a real browser.
+"""Notebooks in a real JupyterLab and a real Notebook 7, driven by a real browser.
 
 A module fixture copies ``notebooks/01_quickstart.ipynb`` (outputs cleared, so nothing on the page
 predates this run) and writes ``big_run.ipynb`` into a temporary Jupyter root, starts
 ``jupyter lab`` on loopback with a random token, an isolated Jupyter config/data/settings
 directory (so the kernel is this venv's ``python3``) and a temporary ``PLAYBOOK_HOME``; another
-launches headless Chromium for Playwright.  Each scenario opens its notebook and clicks Run > Run
-All Cells, which queues every cell at once (cells wait behind a blocking ``map()``), while a
-MutationObserver in the page records every ``.playbook-live`` panel the ipywidgets front-end
-draws.  The tests then read what the page shows: the live panel with its progress bar, the static
+does the same with ``jupyter notebook`` (Notebook 7), with a root and a ``PLAYBOOK_HOME`` of its
+own, so that its quickstart pays for its calls afresh; another launches headless Chromium for
+Playwright.  Each scenario opens its notebook and clicks Run > Run All Cells, which queues every
+cell at once (cells wait behind a blocking ``map()``), while a MutationObserver in the page
+records every ``.playbook-live`` panel the widget front-end draws.  The tests then read what the page shows: the live panel with its progress bar, the static
 summaries that replace it, and the counts the notebook printed.
 
-The quickstart runs in JupyterLab's dark theme and checks the panel is drawn and gives way to the
-summaries.  The big run, in the light theme, maps a play over 50,000 rows (one in 7 fails with a
-message of its own, one in 11 is parked) while the page samples the panel every 200 ms: its done
-count, its status bar and its provider chart must keep moving, and neither the panel nor the
-document may grow with the failed and parked rows, which it shows as one error group and one
-parked line.  Its static summary is then read, and looked at in the light and the dark theme on
-the same page: the SVG pictures must take each theme's colours and their text must stand out
+The quickstart runs in the dark theme of each front-end (its tests are parametrized by ``lab``
+and ``notebook7``) and checks the panel is drawn and gives way to the summaries.  The big run, in
+JupyterLab only (it is slow) and its light theme, maps a play over 50,000 rows (one in 7 fails
+with a message of its own, one in 11 is parked) while the page samples the panel every 200 ms:
+its done count, its status bar and its provider chart must keep moving, and neither the panel
+nor the document may grow with the failed and parked rows, which it shows as one error group and
+one parked line.  Its static summary is then read, and looked at in the light and the dark theme
+on the same page: the SVG pictures must take each theme's colours and their text must stand out
 from its background.  Screenshots go to ``build/browser/`` (``<notebook>_live_<theme>.png``,
-``<notebook>_<theme>.png``).  The harness (server, browser, themes, page scripts, ``Session``) is
-in ``lab_harness.py`` beside this file.
+``<notebook>_<theme>.png``; from Notebook 7, ``<notebook>_notebook7_live_<theme>.png`` and
+``<notebook>_notebook7_<theme>.png``).  The harness (servers, browser, themes, page scripts,
+``Session``) is in ``lab_harness.py`` beside this file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +40,16 @@ import pytest
 from lab_harness import (
     DARK,
     ERRORS_HEAD,
+    JUPYTERLAB,
     LIGHT,
+    NOTEBOOK7,
     PARKED_HEAD,
-    Lab,
+    FrontEnd,
+    Server,
     Session,
     drive,
     isolated_env,
-    jupyter_lab,
+    jupyter_server,
     launch_chromium,
 )
 from playwright.sync_api import Browser
@@ -109,11 +117,12 @@ def _big_run_notebook() -> str:
     return nbformat.writes(notebook)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """A JupyterLab server on loopback serving a copy of the quickstart and the big run: (base url, token, home)."""
-    root = tmp_path_factory.mktemp("lab")
-    private = tmp_path_factory.mktemp("jupyter")
+@contextmanager
+def _serve(front: FrontEnd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``front``'s server on loopback serving a copy of the quickstart and the big run, with a
+    Jupyter environment and a PLAYBOOK_HOME of its own."""
+    root = tmp_path_factory.mktemp(front.name)
+    private = tmp_path_factory.mktemp(f"jupyter-{front.name}")
     home = private / "playbook-home"
     notebook = json.loads(NOTEBOOK.read_text())
     for cell in notebook["cells"]:
@@ -122,9 +131,26 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     (root / NOTEBOOK.name).write_text(json.dumps(notebook, indent=1))
     (root / "big_run.ipynb").write_text(_big_run_notebook())
     env = isolated_env(private) | {"PLAYBOOK_HOME": str(home)}
+    # The kernel imports this checkout's playbook, not the one an editable install points at
+    # (another worktree's, perhaps): its working directory is the temporary root.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.pop("DEMO_API_KEY", None)
-    with jupyter_lab(root, env, private / "lab.log") as (base, token):
-        yield base, token, home
+    with jupyter_server(front, root, env, private / f"{front.name}.log") as (base, token):
+        yield Server(base, token, home, front)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A JupyterLab server on loopback serving a copy of the quickstart and the big run."""
+    with _serve(JUPYTERLAB, tmp_path_factory) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A Notebook 7 server on loopback serving a copy of the quickstart and the big run."""
+    with _serve(NOTEBOOK7, tmp_path_factory) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -134,14 +160,14 @@ def chromium() -> Iterator[Browser]:
         yield browser
 
 
-@pytest.fixture(scope="module")
-def session(chromium: Browser, lab: Lab) -> Session:
-    """The quickstart, every code cell run in the dark theme."""
-    return drive(chromium, lab, NOTEBOOK.name, theme=DARK)
+@pytest.fixture(scope="module", params=[JUPYTERLAB.name, NOTEBOOK7.name])
+def session(request: pytest.FixtureRequest, chromium: Browser) -> Session:
+    """The quickstart, every code cell run in the dark theme, in JupyterLab or in Notebook 7."""
+    return drive(chromium, request.getfixturevalue(request.param), NOTEBOOK.name, theme=DARK)
 
 
 @pytest.fixture(scope="module")
-def big_run(chromium: Browser, lab: Lab) -> Session:
+def big_run(chromium: Browser, lab: Server) -> Session:
     """The 50,000-row notebook, every code cell run in the light theme, then looked at in both,
     with what the samples measured printed."""
     run = drive(chromium, lab, "big_run.ipynb", theme=LIGHT, looks=(LIGHT, DARK))
@@ -191,8 +217,9 @@ def _assert_painted_by_theme(looks: dict[str, Any], paints: dict[str, str]) -> N
         )
 
 
-def test_live_panel_renders_with_a_progress_bar_in_jupyterlab(session: Session) -> None:
-    """During the first map, JupyterLab's widget front-end draws the .playbook-live panel with its progress bar (the rows as an SVG status bar)."""
+def test_live_panel_renders_with_a_progress_bar(session: Session) -> None:
+    """During the first map, the front-end (JupyterLab, Notebook 7) draws the .playbook-live panel
+    with its progress bar (the rows as an SVG status bar)."""
     assert session.live, (
         f"no .playbook-live panel was ever drawn; console errors: {session.console_errors[:10]}"
     )
@@ -232,10 +259,7 @@ def test_rerun_summary_shows_every_row_reused_and_nothing_paid(session: Session)
     assert f"rows reused: {first['rows']}" in session.printed()
 
 
-@pytest.mark.parametrize("notebook", ["session", "big_run"])
-def test_no_cell_shows_an_error(notebook: str, request: pytest.FixtureRequest) -> None:
-    """Every code cell ran (it has an execution count) and none shows a traceback or stderr."""
-    run: Session = request.getfixturevalue(notebook)
+def _assert_no_cell_shows_an_error(run: Session) -> None:
     assert run.stalled is None, (run.stalled, [c["prompt"] for c in run.cells])
     assert len(run.cells) == run.code_cells
     assert all(re.fullmatch(r"\[\d+\]:", cell["prompt"].strip()) for cell in run.cells), [
@@ -248,6 +272,18 @@ def test_no_cell_shows_an_error(notebook: str, request: pytest.FixtureRequest) -
         if out["mime"] == "application/vnd.jupyter.stderr"
     ]
     assert not stderr, stderr[0][:2000]
+
+
+def test_no_cell_shows_an_error(session: Session) -> None:
+    """Every code cell of the quickstart ran (it has an execution count) and none shows a
+    traceback or stderr."""
+    _assert_no_cell_shows_an_error(session)
+
+
+def test_no_cell_of_the_big_run_shows_an_error(big_run: Session) -> None:
+    """Every code cell of the big run ran (it has an execution count) and none shows a traceback
+    or stderr."""
+    _assert_no_cell_shows_an_error(big_run)
 
 
 def test_receipts_go_to_the_server_playbook_home(session: Session) -> None:
@@ -319,8 +355,9 @@ def test_big_run_panel_stays_bounded(big_run: Session) -> None:
 
 
 def test_live_panel_pictures_take_the_theme_colours(session: Session, big_run: Session) -> None:
-    """In the light theme (the big run) and the dark one (the quickstart), the live panel's bar
-    paints what is done and what is not yet with the theme's colours, and its chart's text reads."""
+    """In the light theme (the big run, in JupyterLab) and the dark one (the quickstart, in each
+    front-end), the live panel's bar paints what is done and what is not yet with the theme's
+    colours, and its chart's text reads."""
     looks = {run.theme: run.live_look for run in (session, big_run)}
     assert set(looks) == {LIGHT, DARK}, looks
     _assert_painted_by_theme(
