@@ -5,6 +5,7 @@ a run emits a span per run and per call, events for holds and parks, and metrics
 from __future__ import annotations
 
 import collections
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -273,3 +274,33 @@ def test_calls_answered_in_batches_are_counted_and_traced(tmp_path: Path, export
     assert round(sum(s.attributes["playbook.cost"] for s in paid), 9) == stats.cost_spent
     calls = sum(v for a, v in exported.metrics()["playbook.calls"] if a["playbook.outcome"] == "paid")
     assert calls == stats.calls_executed
+
+
+def test_a_pooled_provider_s_calls_name_their_key_by_its_label(
+    tmp_path: Path, exported: Exported, demo: pb.demo.DemoServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each request of a provider with several keys says which key it went under, as the panel and
+    the events name it (the variable and its last four characters), and never the key itself."""
+    keys = {"OTEL_KEY_A": "sk-aaaaaaaaaaaa-A1b2", "OTEL_KEY_B": "sk-bbbbbbbbbbbb-C3d4"}
+    for name, value in keys.items():
+        monkeypatch.setenv(name, value)
+    demo.configure(api_keys=tuple(keys.values()))
+    pooled = pb.Provider("pooled-otel", keys=[pb.secret(name) for name in keys], rps=[50, 50])
+    lookup = pb.http_tool(
+        "pooled.email",
+        provider=pooled,
+        method="GET",
+        url=demo.url + "/v1/email",
+        params={"domain": "{domain}", "first": "a", "last": "b"},
+        headers={"Authorization": "Bearer {secret}"},
+        pick="email",
+        miss_status=(404,),
+        cost=0.1,
+    )
+    frame = pd.DataFrame({"domain": [f"d{i}.com" for i in range(40)]})
+    run = frame.play.run(lookup, store=tmp_path, progress=False)
+    assert run.stats.calls_executed == 40 and run.stats.ok == 40
+    spans = [s for s in exported.spans.get_finished_spans() if s.name == "call pooled.email"]
+    labels = Counter(s.attributes["playbook.key"] for s in spans)
+    assert set(labels) == {"OTEL_KEY_A …A1b2", "OTEL_KEY_B …C3d4"} and sum(labels.values()) == 40
+    assert not any(value in str(dict(s.attributes)) for s in spans for value in keys.values())

@@ -47,7 +47,7 @@ from playbook.providers.ticket import Described, Ticket
 if TYPE_CHECKING:
     from playbook.secrets import Secret
 
-__all__ = ["Elsewhere", "Lane", "Pool", "chosen_key", "key_label"]
+__all__ = ["Elsewhere", "Lane", "Pool", "chosen_key", "chosen_label", "key_label"]
 
 T = TypeVar("T")
 
@@ -61,6 +61,12 @@ def chosen_key() -> Secret | None:
     """The key of a pooled provider this call is being sent under (None: no pool sends it)."""
     lane = _CHOSEN.get()
     return lane.secret if lane is not None else None
+
+
+def chosen_label() -> str | None:
+    """How people see the key this call is being sent under (:func:`key_label`); None: no pool."""
+    lane = _CHOSEN.get()
+    return lane.label if lane is not None else None
 
 
 def key_label(secret: Secret) -> str:

@@ -11,7 +11,9 @@ observer, and the calls' path pays nothing for it.
   (``playbook.key_retired``) and notice or fatal error (``playbook.notice``).
 - A call: a span, child of the run's, from its request to its answer; ``playbook.tool``,
   ``playbook.provider``, ``playbook.row``, ``playbook.cost`` (the conventions have no attribute for
-  money), ``playbook.reused`` / ``playbook.shared`` (answered by a receipt: a span of no length).
+  money), ``playbook.attempt``, ``playbook.key`` (a pooled provider's key, by its label: the
+  variable and the last four characters, never the key), ``playbook.reused`` /
+  ``playbook.shared`` (answered by a receipt: a span of no length).
   An LLM call is named and described as OpenTelemetry's generative-AI conventions say:
   ``chat <model>``, ``gen_ai.operation.name``, ``gen_ai.provider.name``, ``gen_ai.request.model``,
   ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``.  A request that failed has the
@@ -44,6 +46,7 @@ from playbook.events import (
     RunStarted,
 )
 from playbook.providers.limits.weights import Tokens
+from playbook.providers.pool import chosen_label
 from playbook.runtime.calls.observed import Called
 from playbook.runtime.state.reading import RunState
 from playbook.tools.protocol import Spent, ToolEngine, is_local
@@ -308,6 +311,9 @@ class Telemetry:
             now = time.time_ns()
             start = now - int((time.monotonic() - began) * 1e9)
             said: dict[str, Any] = {"playbook.attempt": attempt}
+            label = chosen_label()  # a pooled provider's key, as its panel and events name it
+            if label is not None:
+                said["playbook.key"] = label
             if status is not None:
                 said["http.response.status_code"] = status
             outcome = "failed" if failed else "paid"
