@@ -549,6 +549,20 @@ def set_theme(page: Page, theme: str) -> None:
     )  # painted
 
 
+def crop(page: Page, element: Any, path: Path, margin: int = 8) -> None:
+    """Screenshot ``element`` (a locator) with ``margin`` pixels of the page around it."""
+    box = element.bounding_box()
+    page.screenshot(
+        path=path,
+        clip={
+            "x": max(box["x"] - margin, 0),
+            "y": max(box["y"] - margin, 0),
+            "width": box["width"] + 2 * margin,
+            "height": box["height"] + 2 * margin,
+        },
+    )
+
+
 def shade(theme: str) -> str:
     """A theme's word in file names: "JupyterLab Dark" -> "dark"."""
     return theme.split()[-1].lower()
@@ -595,6 +609,7 @@ def drive(
             if panel.count():
                 panel.first.evaluate("node => node.scrollIntoView({block: 'center'})")
                 page.screenshot(path=SHOTS / f"{shot}_live_{shade(theme)}.png")
+                crop(page, panel.first, SHOTS / f"{shot}_panel_{shade(theme)}.png")
 
         page.evaluate(SAMPLER)
         stalled = None

@@ -1,19 +1,19 @@
 """The live panel in marimo, driven by a real browser.
 
-A module fixture serves the demo provider on loopback, writes a marimo notebook into a temporary
-directory and starts ``marimo edit`` on it (headless, no token, loopback, a user config of its
-own under the temporary directory that runs every cell on open), then opens it in headless
-Chromium.  The notebook maps 2,000 leads against the demo, blocking, then prints the run's
-counts, then starts a second map of 2,000 other leads in the background, on a provider held to
-20 requests a second.
+A module fixture copies ``notebooks/07_marimo.py`` into a temporary directory and starts
+``marimo edit`` on it (headless, no token, loopback, a user config of its own under the temporary
+directory that runs every cell on open), then opens it in headless Chromium.  The notebook
+serves the demo provider, maps 2,000 leads against it (blocking), prints the run's counts and
+the requests the demo was sent, then starts a map of 2,000 other leads in the background, on a
+provider held to 20 requests a second.
 
 The tests read the page: the blocking map's live panel appeared in its cell's output and its
 done count moved; it gave way to the run's summary, whose counters are the counts the notebook
-printed and the requests the demo answered; the background run's panel has a Stop button, and a
+printed and the requests the demo was sent; the background run's panel has a Stop button, and a
 click on it stops the run (its panel says so, rows are skipped, and the demo gets no more
 requests).  marimo draws an anywidget inside a shadow root: Playwright's CSS locators look
-inside it, ``document.querySelector`` does not.  Screenshots of the panel, light and dark (marimo's
-own ``dark`` class on the body), go to ``build/browser/``.
+inside it, ``document.querySelector`` does not.  Screenshots of the panel, light and dark
+(marimo's own ``dark`` class on the body), go to ``build/browser/``.
 """
 
 from __future__ import annotations
@@ -24,93 +24,23 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_harness import SHOTS, _free_port, launch_chromium
+from lab_harness import SHOTS, _free_port, crop, launch_chromium
 from playwright.sync_api import Page
 
-import playbook as pb
-
 ROWS = 2_000
-SLOW_RPS = 20  # the background run's provider: 2,000 rows would take 100 s
-FAST_KEY, SLOW_KEY = "key-fast", "key-slow"  # each run's own key: the demo counts the requests of each
-NOTEBOOK = textwrap.dedent(
-    f'''\
-    import marimo
-
-    app = marimo.App()
-
-
-    @app.cell
-    def _():
-        import json
-        import os
-
-        import pandas as pd
-
-        import playbook as pb
-
-        url = os.environ["DEMO_URL"]
-
-
-        def email_tool(name, provider, key):
-            return pb.http_tool(
-                name, provider=provider, method="GET", url=url + "/v1/email",
-                params={{"domain": "{{domain}}", "first": "{{first}}", "last": "{{last}}"}},
-                headers={{"Authorization": "Bearer {{secret}}"}}, secret=pb.secret(key.upper().replace("-", "_"), default=key),
-                pick="email", miss_status=(404,), cost=1.0,
-            )
-
-
-        def leads(start):
-            n = range(start, start + {ROWS})
-            return pd.DataFrame({{"domain": [f"firm{{i}}.example" for i in n], "first": "Ada", "last": [f"L{{i}}" for i in n]}})
-
-
-        fast = email_tool("acme.email", pb.Provider("acme", rps=400, concurrency=16), "{FAST_KEY}")
-        slow = email_tool("slow.email", pb.Provider("slow", rps={SLOW_RPS}, concurrency=2), "{SLOW_KEY}")
-
-
-        @pb.play
-        async def enrich(row, ctx):
-            return {{"email": await ctx.tool(fast, domain=row.domain, first=row.first, last=row.last)}}
-
-
-        @pb.play
-        async def enrich_slowly(row, ctx):
-            return {{"email": await ctx.tool(slow, domain=row.domain, first=row.first, last=row.last)}}
-
-        return enrich, enrich_slowly, json, leads, pb
-
-
-    @app.cell
-    def _(enrich, leads):
-        enriched = leads(0).play.map(enrich)
-        return (enriched,)
-
-
-    @app.cell
-    def _(enriched, json, pb):
-        stats = pb.last_run().stats
-        print("COUNTS", json.dumps({{"rows": len(enriched), "ok": stats.ok, "failed": stats.failed, "paid": stats.calls_executed}}))
-        return
-
-
-    @app.cell
-    def _(enrich_slowly, enriched, leads):
-        background = leads(100_000).play.run(enrich_slowly, background=True)
-        return
-
-
-    if __name__ == "__main__":
-        app.run()
-    '''
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_marimo.py"
+# The notebook's line after the map: its counts, the demo's address and the requests it was sent.
+PRINTED = re.compile(
+    r"([\d,]+) rows: ([\d,]+) ok, ([\d,]+) failed; ([\d,]+) calls paid; "
+    r"the demo provider at (\S+) was sent ([\d,]+) requests"
 )
 
 
@@ -130,22 +60,13 @@ class Seen:
 
 
 @pytest.fixture(scope="module")
-def demo() -> Iterator[pb.demo.DemoServer]:
-    server = pb.demo.serve(port=_free_port(), api_keys=(FAST_KEY, SLOW_KEY))
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def marimo(tmp_path_factory: pytest.TempPathFactory, demo: Any) -> Iterator[str]:
-    """``marimo edit`` on the notebook: its URL."""
+def marimo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``marimo edit`` on a copy of the notebook: its URL."""
     root = tmp_path_factory.mktemp("marimo")
     config = root / "config" / "marimo"
     config.mkdir(parents=True)
     (config / "marimo.toml").write_text('[runtime]\nauto_instantiate = true\n[display]\ntheme = "light"\n')
-    (root / "live.py").write_text(NOTEBOOK)
+    (root / NOTEBOOK.name).write_text(NOTEBOOK.read_text())
     env = dict(
         os.environ,
         HOME=str(root),  # no user's own ~/.marimo.toml
@@ -153,12 +74,12 @@ def marimo(tmp_path_factory: pytest.TempPathFactory, demo: Any) -> Iterator[str]
         XDG_CACHE_HOME=str(root / "cache"),
         XDG_STATE_HOME=str(root / "state"),
         MARIMO_SKIP_UPDATE_CHECK="1",
-        DEMO_URL=demo.url,
         PLAYBOOK_HOME=str(root / "home"),
     )
+    env.pop("DEMO_API_KEY", None)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "marimo", "-y", "edit", "live.py", "--headless", "--host", "127.0.0.1"]
+    argv = [sys.executable, "-m", "marimo", "-y", "edit", NOTEBOOK.name, "--headless", "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--no-token", "--skip-update-check", "--no-sandbox"]
     log = root / "server.log"
     with open(log, "wb") as out:
@@ -193,7 +114,7 @@ def marimo(tmp_path_factory: pytest.TempPathFactory, demo: Any) -> Iterator[str]
 
 
 @pytest.fixture(scope="module")
-def seen(marimo: str, demo: Any) -> Seen:
+def seen(marimo: str) -> Seen:
     got = Seen()
     with launch_chromium() as chromium:
         page = chromium.new_page(viewport={"width": 1300, "height": 1000})
@@ -210,10 +131,15 @@ def seen(marimo: str, demo: Any) -> Seen:
         summary = page.locator(".playbook-run").first
         summary.wait_for(timeout=60_000)
         got.summary = summary.inner_text()
-        printed = page.get_by_text(re.compile(r"^COUNTS "))
+        printed = page.get_by_text(PRINTED)
         printed.wait_for(timeout=30_000)
-        got.printed = json.loads(printed.inner_text().removeprefix("COUNTS "))
-        got.requests_of_map = _requests(demo, FAST_KEY)
+        found = PRINTED.search(printed.inner_text())
+        assert found, printed.inner_text()
+        rows, ok, failed, paid, got.demo, sent = found.groups()
+        got.printed = {
+            name: int(value.replace(",", ""))
+            for name, value in zip(("rows", "ok", "failed", "paid", "sent"), (rows, ok, failed, paid, sent))
+        }
         _shot(page, page.locator(".playbook-run").first, "marimo_summary")
         # The background run: its panel shows in the last cell, with its Stop button.
         stop = page.locator(".playbook-live button[data-press=stop]")
@@ -227,7 +153,7 @@ def seen(marimo: str, demo: Any) -> Seen:
             page.wait_for_timeout(200)
         got.stopped = text
         for _ in range(3):
-            got.requests_after_stop.append(_requests(demo, SLOW_KEY))
+            got.requests_after_stop.append(_requests(got.demo))
             page.wait_for_timeout(1000)
         page.close()
     return got
@@ -251,7 +177,7 @@ def test_the_summary_ends_with_the_counts_the_run_has(seen: Seen) -> None:
         and counters["ok"] == printed["ok"]
         and counters["failed"] == printed["failed"]
     )
-    assert counters["calls paid"] == printed["paid"] == seen.requests_of_map == ROWS  # one request a lead
+    assert counters["calls paid"] == printed["paid"] == printed["sent"] == ROWS  # one request a lead
     assert "finished" in seen.summary
 
 
@@ -259,15 +185,16 @@ def test_stop_stops_a_background_run(seen: Seen) -> None:
     counters = _counters(seen.stopped)
     assert "stopped" in seen.stopped and counters["skipped"] > 0
     assert counters["ok"] + counters["failed"] + counters["skipped"] == ROWS
-    sent = seen.requests_after_stop
+    sent = [n - seen.printed["sent"] for n in seen.requests_after_stop]  # the background run's
     assert 0 < sent[0] < ROWS // 2  # far from every lead
     assert sent[-1] == sent[0]  # and no request since
     assert counters["calls paid"] == sent[-1]  # each one paid for is in the run's receipts
 
 
-def _requests(demo: Any, key: str) -> int:
-    """The requests the demo was sent with ``key``."""
-    return int(demo.stats()["by_key"].get("…" + key[-4:], {}).get("requests", 0))
+def _requests(demo: str) -> int:
+    """The requests the demo provider at ``demo`` was sent."""
+    with urllib.request.urlopen(f"{demo}/_stats", timeout=5) as response:
+        return int(json.load(response)["requests"])
 
 
 def _text(locator: Any) -> str:
@@ -303,10 +230,8 @@ def _shot(page: Page, locator: Any, name: str) -> None:
     """``locator`` screenshot in marimo's light theme, then its dark one (the body's ``dark`` class)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     locator.scroll_into_view_if_needed()
-    box = locator.bounding_box()
-    clip = {"x": box["x"] - 8, "y": box["y"] - 8, "width": box["width"] + 16, "height": box["height"] + 16}
-    page.screenshot(path=SHOTS / f"{name}_light.png", clip=clip)
+    crop(page, locator, SHOTS / f"{name}_light.png")
     page.evaluate("document.body.classList.add('dark', 'dark-theme')")
     page.wait_for_timeout(200)
-    page.screenshot(path=SHOTS / f"{name}_dark.png", clip=clip)
+    crop(page, locator, SHOTS / f"{name}_dark.png")
     page.evaluate("document.body.classList.remove('dark', 'dark-theme')")

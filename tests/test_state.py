@@ -144,7 +144,41 @@ def test_rows_count_the_same_heard_or_not() -> None:
             leave()
     assert (state.ok, state.in_flight, state.cost_failed) == (6, 0, 3.0)
     assert [e.position for e in heard] == [2, 3]  # type: ignore[attr-defined]
-    assert state.unheard and not any(isinstance(e, RowFinished) for e in heard)
+    assert state.starts_unheard and state.oks_unheard and not any(isinstance(e, RowFinished) for e in heard)
+
+
+def test_a_tally_of_what_went_wrong_is_not_handed_the_rows_that_went_ok() -> None:
+    """A listener of ``RowFinished`` that needs no row that simply went ok (``every_row=False``, as
+    the live views' tally) is handed the failed and parked ones, the others count as unheard rows
+    do; an ordinary listener of ``RowFinished`` gets every row again."""
+    from playbook.events import RowFinished
+    from playbook.runtime.rows.table import RowTable
+    from playbook.runtime.schedule.outcomes import Outcomes
+    from playbook.runtime.schedule.retry_queue import RetryQueue
+
+    table = RowTable(pd.DataFrame({"x": range(6)}))
+    state = RunState(play="p")
+    state.attach(table)
+    outcomes = Outcomes(table, RetryQueue(), state, lambda pos, provider: None)
+    wrong: list[object] = []
+    leave = state.subscribe(wrong.append, kinds=(RowFinished,), every_row=False)
+    assert state.oks_unheard and state.starts_unheard
+    for pos in range(4):
+        outcomes.started(pos)
+        outcomes.finish(
+            pos, "failed" if pos == 1 else "ok", None if pos == 1 else {"y": pos}, "no" if pos == 1 else None
+        )
+    assert [e.position for e in wrong] == [1]  # type: ignore[attr-defined]
+    every: list[object] = []
+    stay = state.subscribe(every.append, kinds=(RowFinished,))
+    assert not state.oks_unheard
+    for pos in (4, 5):
+        outcomes.started(pos)
+        outcomes.finish(pos, "ok", {"y": pos}, None)
+    assert [e.position for e in every] == [4, 5] and [e.position for e in wrong] == [1, 4, 5]  # type: ignore[attr-defined]
+    stay()
+    leave()
+    assert state.oks_unheard and (state.ok, state.failed, state.in_flight) == (5, 1, 0)
 
 
 def test_row_values_read_ahead_match_the_frame() -> None:

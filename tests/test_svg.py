@@ -273,7 +273,8 @@ def test_the_style_block_maps_each_class_to_a_theme_variable_in_both_views() -> 
     style = svg_style()
     assert style.count("<style>") == 1 and style.endswith("</style>")
     body = style.removeprefix("<style>").removesuffix("</style>")
-    assert len(re.findall(r"\{", body)) == len(rules())
+    dark = dark_rules()
+    assert len(re.findall(r"\{", body)) == len(rules()) + sum(len(where) for where in dark.values())
     variables = {var for _, var, _ in rules().values()}
     for var in (
         "--jp-success-color1",
@@ -291,6 +292,39 @@ def test_the_style_block_maps_each_class_to_a_theme_variable_in_both_views() -> 
         re.findall(r'class="([\w-]+)"', provider_chart(series()) + status_bar(dict.fromkeys(STATUSES, 1), 9))
     )
     assert used <= set(rules())
+
+
+def dark_rules() -> dict[str, dict[str, tuple[str, str, str]]]:
+    """class -> {where: (property, variable, fallback)} of the dark page's rules."""
+    found = re.findall(
+        r"(:is\(\.dark,\.vscode-dark\) :is\(\.playbook-run,\.playbook-live\)|:host-context\(\.dark\) \.playbook-live)"
+        r" \.([\w-]+)\{(fill|stroke):var\((--jp-[\w-]+),(#[0-9a-f]{6})\)\}",
+        svg_style(),
+    )
+    out: dict[str, dict[str, tuple[str, str, str]]] = {}
+    for where, cls, prop, var, hex_ in found:
+        out.setdefault(cls, {})[where] = (prop, var, hex_)
+    return out
+
+
+def test_a_dark_page_without_theme_variables_gets_dark_greys() -> None:
+    """marimo's or VS Code's dark page (no JupyterLab variables): the bar's track and the charts'
+    text get fallbacks darker (track) or lighter (text, limit line) than the light page's, under the
+    same theme variable, in the page (summary) and in a shadow root (marimo's widget)."""
+    light, dark = rules(), dark_rules()
+
+    def lightness(hex_: str) -> int:
+        return sum(int(hex_[i : i + 2], 16) for i in (1, 3, 5))
+
+    assert {"pb-rest", "pb-text", "pb-limit"} <= set(dark)
+    for cls, where in dark.items():
+        assert (
+            len(where) == 2
+        )  # the page's rule and the shadow root's, apart: one unknown selector drops a rule
+        for prop, var, hex_ in where.values():
+            assert (prop, var) == light[cls][:2]
+            darker = cls == "pb-rest"
+            assert (lightness(hex_) < lightness(light[cls][2])) == darker
 
 
 def _tops(svg: str, cls: str) -> set[int]:

@@ -15,6 +15,7 @@ import struct
 import termios
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -417,3 +418,19 @@ def test_a_retry_prints_a_summary_of_what_it_did_alone(
     assert len(summary) == 1 and summary[0].startswith(
         "gated: 3 rows | ok 3 | reused 0 | failed 0 | calls 0 paid, 3 from receipts"
     ), said
+
+
+def test_the_widget_asked_for_outside_a_notebook_prints_and_the_run_ends_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``progress="widget"`` in a script: IPython's display prints the panel and hands back nothing
+    to update; the run still ends whole, and its summary is printed where the panel was."""
+
+    @pb.tool
+    async def slowish(n: int) -> int:
+        await asyncio.sleep(0.05)
+        return n
+
+    run = pd.DataFrame({"n": range(40)}).play.run(slowish, concurrency=2, progress="widget", store=tmp_path)
+    assert run.stats.ok == 40 and list(run.result["slowish"]) == list(range(40))
+    assert "Panel" in capsys.readouterr().out  # drawn once it had lasted DELAY seconds

@@ -31,14 +31,18 @@ def go_on(estimate: Estimate, options: Mapping[str, Any]) -> dict[str, Any] | No
 
 
 def show(estimate: Estimate) -> None:
-    """The estimate as a table in a notebook, else as text on stderr."""
-    from playbook.ui.widget import in_kernel
+    """The estimate as a table in a notebook (Jupyter's or marimo's), else as text on stderr."""
+    from playbook.ui.widget import in_kernel, in_marimo
 
     if in_kernel():
         from IPython.display import display
 
         shown: Callable[..., Any] = display  # IPython's display is untyped
         shown(estimate)
+    elif in_marimo():
+        import marimo
+
+        marimo.output.append(estimate)
     else:
         print(estimate.text(), file=sys.stderr, flush=True)
 

@@ -90,7 +90,7 @@ class RunOptions:
     )
     progress: Literal["auto", "widget", "text", "none"] | bool = _option(
         "auto",
-        "auto (a widget in Jupyter, text elsewhere), widget, text or none",
+        "auto (a widget in Jupyter or marimo, text elsewhere), widget, text or none",
         choices=("auto", "widget", "text", "none"),
     )
     background: bool = _option(

@@ -106,7 +106,7 @@ class TextView:
         self.tally = Tally(state.label)  # "e.g. row 12": the index label, as run.errors gives it
         # The tally first: a refresh on the same event must see it counted.
         self._unsubscribe = [
-            state.subscribe(self.tally.on_event, kinds=TALLY_KINDS),
+            state.subscribe(self.tally.on_event, kinds=TALLY_KINDS, every_row=False),
             state.subscribe(self.on_event, kinds=_KINDS),
         ]
 

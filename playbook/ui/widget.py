@@ -145,7 +145,7 @@ class WidgetView:
         # Redrawn on a timer, not per row: only the events that change what it shows call it.
         self._unsubscribe = [
             state.subscribe(self.on_event, kinds=_KINDS),
-            state.subscribe(self.tally.on_event, kinds=TALLY_KINDS),
+            state.subscribe(self.tally.on_event, kinds=TALLY_KINDS, every_row=False),
         ]
 
     def _build(self) -> None:
@@ -311,7 +311,9 @@ def _display(obj: Any) -> Any:
     from IPython.display import display
 
     show: Callable[..., Any] = display  # IPython's display is untyped
-    return show(obj, display_id=True)
+    handle = show(obj, display_id=True)
+    # Outside IPython (progress="widget" in a script) display() prints and hands back nothing to update.
+    return handle if handle is not None else _Printed()
 
 
 def _html(text: str) -> Any:
@@ -325,29 +327,38 @@ def _html(text: str) -> Any:
     return html(text)
 
 
+class _Printed:
+    """The handle of an output that cannot be updated: a second print would only repeat it."""
+
+    def update(self, obj: Any) -> None:
+        pass
+
+
 class _MarimoOutput:
     """The output of the marimo cell that showed the panel: a blocking run's summary takes the
-    panel's place there.  After that cell has ended (a background run), marimo has no output to
-    update: the panel then says the run's end itself (its summary part)."""
+    panel's place there.  Once that cell has ended (a background run), marimo's output is another
+    cell's or none, and is left alone: the panel then says the run's end itself (its summary part)."""
 
     def __init__(self, obj: Any) -> None:
+        self.cell = _marimo_cell()
         self.update(obj)
 
     def update(self, obj: Any) -> None:
         import marimo
 
-        if marimo.running_in_notebook() and _marimo_cell() is not None:
+        if self.cell is not None and _marimo_cell() == self.cell:
             marimo.output.replace(obj)
 
 
-def _marimo_cell() -> Any:
-    """The marimo cell running now, or None."""
+def _marimo_cell() -> str | None:
+    """The id of the marimo cell running now, or None."""
     try:
         from marimo._runtime.context import get_context
 
-        return get_context().execution_context
+        running = get_context().execution_context
     except Exception:  # no context (a thread of our own), or a marimo that moved it
         return None
+    return None if running is None else str(running.cell_id)
 
 
 def _close(panel: Any) -> None:

@@ -62,7 +62,7 @@ class Outcomes:
         """A worker took the row; returns its attempt number."""
         attempt = self.table.started(pos)
         state = self.state
-        if state.unheard:  # no view would hear it: counted as RowStarted counts
+        if state.starts_unheard:  # no view would hear it: counted as RowStarted counts
             state.in_flight += 1
         else:
             self.emit(tuple.__new__(RowStarted, (pos,)))  # a C call: RowStarted(pos) is a Python one
@@ -91,7 +91,7 @@ class Outcomes:
             group = message_group(error or "")
         rows = self.table.set_outcome(pos, status, output, error, group, cost_failed)
         state = self.state
-        if status == "ok" and state.unheard and not (held or calls):  # counted as RowFinished counts
+        if status == "ok" and state.oks_unheard and not (held or calls):  # counted as RowFinished counts
             state.in_flight -= ran
             state.ok += rows
             if cost_failed:

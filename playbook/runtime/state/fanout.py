@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from playbook.events import Event
+from playbook.events import Event, RowFinished, RowStarted
 from playbook.runtime.state.reducer import APPLY, RunCounters
 
 __all__ = ["Listener", "RunFanout"]
@@ -21,7 +21,7 @@ Listener = Callable[[Event], None]
 class RunFanout(RunCounters):
     """Applies each event to the counters, then hands it to every subscribed view."""
 
-    __slots__ = ("_listeners", "_by_kind", "unheard")
+    __slots__ = ("_listeners", "_by_kind", "_settled", "starts_unheard", "oks_unheard")
 
     def __init__(
         self,
@@ -33,23 +33,33 @@ class RunFanout(RunCounters):
         super().__init__(play=play, clock=clock, wall=wall)
         self._listeners: list[Listener] = []
         self._by_kind: dict[type, list[Listener]] = {}  # listeners that asked for some kinds only
-        # No view listens to any event: a row's own events need not be made, the counters are
-        # changed as they would change them.
-        self.unheard = True
+        self._settled: list[Listener] = []  # of those, the ones that need no row that simply went ok
+        # No view hears a row start, or a row simply going ok (no calls, never waiting): those
+        # events need not be made, the counters are changed as they would change them.
+        self.starts_unheard = True
+        self.oks_unheard = True
 
-    def subscribe(self, listener: Listener, kinds: tuple[type, ...] | None = None) -> Callable[[], None]:
+    def subscribe(
+        self, listener: Listener, kinds: tuple[type, ...] | None = None, *, every_row: bool = True
+    ) -> Callable[[], None]:
         """Call ``listener(event)`` for every event from now on (or only those of ``kinds``: a view
-        that redraws on a timer need not pay a call per row); returns an unsubscribe function."""
-        self.unheard = False
+        that redraws on a timer need not pay a call per row); returns an unsubscribe function.
+        ``every_row=False``: the listener ignores a ``RowFinished`` of a row that simply went ok
+        (a tally of what went wrong), so those rows need not make one for it."""
         if kinds is not None:
             for kind in kinds:
                 self._by_kind.setdefault(kind, []).append(listener)
+            if not every_row:
+                self._settled.append(listener)
 
             def unsubscribe() -> None:
                 for kind in kinds:
                     self._by_kind[kind].remove(listener)
+                if not every_row:
+                    self._settled.remove(listener)
                 self._hearing()
 
+            self._hearing()
             return unsubscribe
         self._listeners.append(listener)
 
@@ -57,10 +67,14 @@ class RunFanout(RunCounters):
             self._listeners.remove(listener)
             self._hearing()
 
+        self._hearing()
         return unsubscribe_all
 
     def _hearing(self) -> None:
-        self.unheard = not self._listeners and not any(self._by_kind.values())
+        every = bool(self._listeners)
+        self.starts_unheard = not every and not self._by_kind.get(RowStarted)
+        finished = self._by_kind.get(RowFinished, ())
+        self.oks_unheard = not every and all(listener in self._settled for listener in finished)
 
     def heard(self, kind: type) -> bool:
         """Whether a view listens to events of ``kind`` (else the counters alone count them, and
