@@ -71,9 +71,9 @@ def _(enrich, leads):
 
 
 @app.cell
-def _(demo, enriched, pb):
+def _(demo, enriched, mo, pb):
     stats = pb.last_run().stats
-    print(
+    mo.md(
         f"{len(enriched):,} rows: {stats.ok:,} ok, {stats.failed:,} failed; {stats.calls_executed:,} calls paid; "
         f"the demo provider at {demo.url} was sent {demo.stats()['requests']:,} requests"
     )
@@ -94,14 +94,17 @@ def _(mo):
 
 
 @app.cell
-def _(email_tool, enriched, leads, pb):
+def _(email_tool, enriched, leads, mo, pb):
+    # A background run goes on in the notebook's event loop; run as a script, there is none.
+    mo.stop(not mo.running_in_notebook(), mo.md("(a background run needs the notebook: `marimo edit`)"))
     slow_email = email_tool("slow.email", pb.Provider("slow", rps=20, concurrency=2))
 
     @pb.play
     async def enrich_slowly(row, ctx):
         return {"email": await ctx.tool(slow_email, domain=row.domain, first=row.first, last=row.last)}
 
-    background = leads(100_000).play.run(enrich_slowly, background=True)
+    more = leads(len(enriched) + 100_000)  # other leads than the map's, started once it is done
+    background = more.play.run(enrich_slowly, background=True)
     return (background,)
 
 

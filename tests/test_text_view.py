@@ -7,6 +7,7 @@ import asyncio
 import fcntl
 import io
 import itertools
+import logging
 import os
 import pty
 import re
@@ -420,17 +421,21 @@ def test_a_retry_prints_a_summary_of_what_it_did_alone(
     ), said
 
 
-def test_the_widget_asked_for_outside_a_notebook_prints_and_the_run_ends_whole(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_the_widget_asked_for_outside_a_notebook_says_so_and_shows_the_text_bar(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``progress="widget"`` in a script: IPython's display prints the panel and hands back nothing
-    to update; the run still ends whole, and its summary is printed where the panel was."""
+    """``progress="widget"`` in a script: no notebook can show the panel, so the run says so and
+    shows its text bar (and summary), and ends whole."""
 
     @pb.tool
     async def slowish(n: int) -> int:
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.01)
         return n
 
-    run = pd.DataFrame({"n": range(40)}).play.run(slowish, concurrency=2, progress="widget", store=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="playbook"):
+        run = pd.DataFrame({"n": range(40)}).play.run(
+            slowish, concurrency=4, progress="widget", store=tmp_path
+        )
     assert run.stats.ok == 40 and list(run.result["slowish"]) == list(range(40))
-    assert "Panel" in capsys.readouterr().out  # drawn once it had lasted DELAY seconds
+    assert 'progress="widget" shows in a notebook' in caplog.text
+    assert "slowish: 40 rows | ok 40" in capsys.readouterr().err  # the text view's summary

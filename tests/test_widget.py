@@ -337,3 +337,103 @@ def _refreshes(updates: list[dict[str, Any]]) -> list[int]:
         sizes[-1] += len(json.dumps(m["content"]))
         last = at
     return sizes
+
+
+def test_a_lone_surrogate_in_a_row_s_error_costs_nothing(kernel: Any) -> None:
+    """Scraped text can hold a lone surrogate, which no UTF-8 message can carry: the panel shows it
+    as U+FFFD, keeps refreshing, and the run returns every row (a blocking map and a background run)."""
+    messages = _run(
+        kernel,
+        """
+        import json, tempfile
+        @pb.tool
+        async def scraped(n: int) -> int:
+            await asyncio.sleep(0.01)
+            if n % 10 == 3:
+                raise ValueError(f"bad text \\ud800 in row {n} \\udfff")
+            return n
+        out = pd.DataFrame({"n": range(200)}).play.map(scraped, concurrency=2, store=pb.ReceiptStore(tempfile.mkdtemp()))
+        behind = pd.DataFrame({"n": range(200)}).play.run(scraped, concurrency=2, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
+        await asyncio.sleep(0.8)
+        tables = behind.view.panel.tables  # mid-run, after the first failures
+        behind.wait()
+        print(json.dumps([len(out), int((out["play_status"] == "failed").sum()), behind.stats.failed, behind.view.broken, tables.count("\\ufffd"), "bad text" in behind.view.panel.summary]))
+    """,
+    )
+    printed = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))
+    rows, failed, failed_behind, broken, replaced, summarised = printed
+    assert (rows, failed, failed_behind, broken) == (200, 20, 20, None)
+    assert replaced >= 1 and summarised
+    summaries = [
+        m["content"]["data"]["text/html"] for m in messages if m["msg_type"] == "update_display_data"
+    ]
+    assert any("bad text \ufffd in row" in html for html in summaries)
+
+
+def test_a_finished_background_run_keeps_its_panel_and_retry_goes_live_in_it(kernel: Any) -> None:
+    """A background run's output ends as the widget and the summary together (JupyterLab keeps
+    the widget and its Retry buttons; a saved notebook shows the summary); Retry runs again in the
+    same panel, live again with Stop, and ends as the summary again: no second widget is made
+    (marimo could not show one made outside a cell)."""
+    _run(
+        kernel,
+        """
+        import tempfile
+        again = pd.DataFrame({"n": range(40)}).play.run(slow, concurrency=4, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
+        again.wait()
+    """,
+    )
+    ended = _run(
+        kernel,
+        """
+        from ipywidgets.widgets.widget import _instances
+        panel, widgets, shown = again.view.panel, len(_instances), []
+        panel.observe(lambda change: shown.append(list(change["new"])), names="buttons")
+        print(panel.buttons, panel.disabled)
+    """,
+    )
+    assert "".join(m["content"]["text"] for m in ended if m["msg_type"] == "stream").split("] [") == [
+        "['retry_parked', 'retry_failed'",
+        "'retry_parked']\n",
+    ]
+    _press(kernel, "again", "retry_failed")
+    messages = _run(
+        kernel,
+        """
+        import json
+        retry = pb.last_run()
+        retry.wait()
+        print(json.dumps([retry is not again, retry.stats.total, again.view.panel is panel, len(_instances) - widgets, shown, "playbook-run" in panel.summary]))
+    """,
+    )
+    printed = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))
+    assert printed == [
+        True,
+        1,
+        True,
+        0,  # no second widget: the same panel
+        [
+            ["stop", "retry_parked", "retry_failed"],
+            ["retry_parked", "retry_failed"],
+        ],  # live again, then ended
+        True,
+    ]
+
+
+def test_a_background_run_s_output_holds_the_widget_and_the_summary(kernel: Any) -> None:
+    """The end of a background run updates its output with both: the widget (kept where widgets
+    render) and the static summary (what a front end without it shows)."""
+    messages = _run(
+        kernel,
+        """
+        import tempfile
+        kept = pd.DataFrame({"n": range(20)}).play.run(slow, concurrency=4, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
+        kept.wait()
+    """,
+    )
+    last = [m for m in messages if m["msg_type"] == "update_display_data"][-1]["content"]["data"]
+    assert (
+        WIDGET in last
+        and "playbook-run" in last["text/html"]
+        and "<td>20</td><td>19</td>" in last["text/html"]
+    )

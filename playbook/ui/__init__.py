@@ -3,6 +3,7 @@ runtime, which knows nothing of them: the accessor attaches one to each run."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -35,10 +36,15 @@ def attach_view(
     """
     if progress is False:
         return None
-    if progress == "widget" or (progress in ("auto", True) and _in_notebook()):
+    if progress in ("widget", "auto", True) and _in_notebook():
         from playbook.ui.widget import WidgetView
 
         return WidgetView(state, background=background, controls=controls)
+    if progress == "widget":  # asked for where no notebook can show it: a script, a terminal's IPython
+        logging.getLogger("playbook").warning(
+            'progress="widget" shows in a notebook (Jupyter, marimo); here the run shows its text bar'
+        )
+        return _text(state)
     # A blocking map() outside a kernel keeps its text even when stderr is a file: a script run by
     # cron or CI is watched through its log, and the bar's last state and the summary (rows parked,
     # providers down) are what someone reads there afterwards; tqdm writes to such logs too.  An
@@ -46,6 +52,10 @@ def attach_view(
     # the access log, so a bar per request would garble it; they have the Run's counters instead.
     if awaited and progress == "auto" and not _is_terminal(sys.stderr):
         return None
+    return _text(state)
+
+
+def _text(state: RunState) -> Any:
     from playbook.ui.text import TextView
 
     return TextView(state)

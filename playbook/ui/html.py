@@ -56,7 +56,7 @@ def run_html(state: RunState, tally: Tally | None = None) -> str:
     view kept them, which saves a scan of every row; by default, one scan."""
     s = state.stats()
     phase = "running" if state.finished is None else ("stopped" if state.stopped else "finished")
-    rate = (s.done / s.elapsed) if s.elapsed else 0.0
+    rate = ((s.done - s.skipped) / s.elapsed) if s.elapsed else 0.0  # a stop's skipped rows did not run
     head = f"<div class='playbook-run'>{_STYLE}{svg_style()}<b>{_e(state.play)}</b> · {phase} · {s.elapsed:.1f}s · {per_second(rate)} rows/s"
     parts = [head, f"<div>{rows_picture(s)}</div>", counters_table(s)]
     parts += [f"<div class='playbook-notice'>⚠ {_e(note)}</div>" for note in state.notices]

@@ -19,6 +19,8 @@ notebooks keep.  A blocking run over in less than ``DELAY`` seconds shows only t
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 import time
 import weakref
@@ -53,7 +55,9 @@ from playbook.ui.html import (
 from playbook.ui.tally import KINDS as TALLY_KINDS
 from playbook.ui.tally import Tally
 
-__all__ = ["DELAY", "WidgetView", "in_kernel"]
+__all__ = ["DELAY", "WidgetView", "in_kernel", "in_marimo", "in_notebook", "printable"]
+
+_logger = logging.getLogger("playbook")
 
 _INTERVAL = 0.1  # at most 10 refreshes a second
 _TABLES_INTERVAL = 0.5
@@ -120,6 +124,7 @@ class WidgetView:
         self.panel: Any = None  # built once the run has gone on for DELAY seconds
         self.handle: Any = None
         self._timer: Any = None
+        self.broken: str | None = None  # why the view stopped, if it did
         self._unsubscribe: list[Any] = []
         self.follow(state)
         if background:
@@ -167,19 +172,19 @@ class WidgetView:
             self.handle.update(self.panel)
 
     def _finish(self, summary: str) -> None:
-        """Replace the panel's output by the static summary, and let the live widget go: it
-        holds the run, and a kernel keeps every widget it ever made until it is closed."""
-        self.handle.update(_html(summary))
+        """A blocking run: replace the panel's output by the static summary, and let the live
+        widget go (it holds the run, and a kernel keeps every widget it ever made until it is
+        closed).  A background run: the panel says the outcome itself and keeps its Retry buttons
+        (a parked row is retried after its hold, long after the run ended); its output holds the
+        summary beside it, which a front end without the widget (a saved notebook) shows."""
         self._ended = True
         if not self._background:
-            # The cell that showed the panel is still running, so every frontend applies the
+            # The cell that showed the panel is still running, so every front end applies the
             # update: nothing of the panel stays on the page.
+            self.handle.update(_html(summary))
             _close(self.panel)
             self.panel = None
             return
-        # After a background run, JupyterLab keeps the widget (it applies updates only while the
-        # cell that made the output runs): the panel says the outcome itself and keeps the
-        # Retry buttons (a parked row is retried after its hold, long after the run ended).
         # Rows the runs before left failed or parked are retried by these buttons too, not only this run's.
         state = self._state
         with self.panel.hold_sync():
@@ -191,19 +196,31 @@ class WidgetView:
             ]
             self.panel.status = self.panel.pictures = self.panel.tables = ""
             self.panel.summary = summary
+        self.handle.update(_with_summary(self.panel, summary), raw=True)
 
     def _retry(self, controls: Controls, status: str) -> None:
         controls.retry(status)
-        if self.panel is not None and self._state.running:
-            self._render()
+        if self.panel is not None and self._state.running and self.broken is None:
+            try:
+                self._render()
+            except Exception as exc:
+                self._broke(exc)
 
     def on_event(self, event: Event) -> None:
+        if self.broken is not None:
+            return
+        try:
+            self._on(event)
+        except Exception as exc:  # a view must never cost its run anything
+            self._broke(exc)
+
+    def _on(self, event: Event) -> None:
         kind = type(event)
         if kind is RunFinished:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            summary = run_html(self._state, self.tally)
+            summary = printable(run_html(self._state, self.tally))
             if self.panel is not None:
                 self._finish(summary)
             elif self.handle is None:  # over before the panel was due: just the summary
@@ -213,15 +230,31 @@ class WidgetView:
             return
         if kind is RunStarted:
             self._started = self._clock()
-            if self.panel is not None and self._ended:  # a background run, run again: a fresh live panel
-                old = self.panel
-                self._build()
-                _close(old)
+            if self.panel is not None and self._ended:
+                # A background run, run again (Retry): the same panel goes live again.  A new
+                # widget could not be shown from here in every front end (marimo makes one only
+                # while a cell runs), and this one is where the user clicked.
+                from playbook.ui.panel import BUTTONS
+
+                with self.panel.hold_sync():
+                    self.panel.summary = ""
+                    self.panel.buttons = list(BUTTONS)
+                    self.panel.disabled = []
                 self._ended = False
             if self._timer is None:
                 self._tick()
         elif self.panel is not None:
             self._render()
+
+    def _broke(self, exc: Exception) -> None:
+        """The view failed (a front end that cannot take what it was sent): it stops, the run goes on."""
+        self.broken = f"the live panel stopped: {type(exc).__name__}: {exc}; the run goes on without it"
+        _logger.warning("%s", self.broken)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        with contextlib.suppress(Exception):
+            self._state.notices.append(self.broken)
 
     def _tick(self) -> None:
         """Redraw at most 10 times a second while the run goes (the countdowns move too).  Like
@@ -229,11 +262,17 @@ class WidgetView:
         answered from its receipts in a blink shows its summary and nothing else."""
         import asyncio
 
+        if self.broken is not None:
+            return
         now = self._clock()
-        if self.panel is None and now - self._started >= DELAY:
-            self._build()
-        if self.panel is not None and now - self._last >= _INTERVAL:
-            self._render()
+        try:
+            if self.panel is None and now - self._started >= DELAY:
+                self._build()
+            if self.panel is not None and now - self._last >= _INTERVAL:
+                self._render()
+        except Exception as exc:  # a view must never cost its run anything
+            self._broke(exc)
+            return
         try:
             self._timer = asyncio.get_running_loop().call_later(_INTERVAL, self._tick)
         except RuntimeError:  # no loop running: nothing to tick on
@@ -244,7 +283,7 @@ class WidgetView:
         s = self._state
         done = s.done
         elapsed = s.elapsed
-        rate = done / elapsed if elapsed else 0.0
+        rate = (done - s.skipped) / elapsed if elapsed else 0.0  # a stop's skipped rows did not run
         eta = (s.total - done) / rate if rate and s.finished is None else 0.0
         status = (
             "stopping"
@@ -264,7 +303,7 @@ class WidgetView:
             providers = providers_table(
                 s.provider_views(), tally.waiting(), now=self._wall(), down_since=s.down_since
             )
-            panel.status = (
+            panel.status = printable(
                 head
                 + f"<div>{rows_picture(s)}</div>"
                 + counters_table(s)
@@ -286,7 +325,7 @@ class WidgetView:
             # The tables cost a sort of the error groups: redrawn when they changed, twice a second at most.
             if (tally.version != self._drawn or s.waterfalls) and now - self._last_tables >= _TABLES_INTERVAL:
                 self._drawn, self._last_tables = tally.version, now
-                panel.tables = (
+                panel.tables = printable(
                     parked_table(tally.parked_summary(LIMIT), len(tally.parked_groups), s.provider_views())
                     + errors_table(tally.error_groups(LIMIT), tally.kinds)
                     + legs_table(s)
@@ -294,7 +333,7 @@ class WidgetView:
             elif now - self._last_pictures >= _PICTURES_INTERVAL:
                 # not with the tables: one refresh stays small
                 self._last_pictures = now
-                panel.pictures = provider_pictures(s.history())
+                panel.pictures = printable(provider_pictures(s.history()))
 
 
 def _alive(ref: weakref.ref[RunState]) -> RunState:
@@ -311,9 +350,7 @@ def _display(obj: Any) -> Any:
     from IPython.display import display
 
     show: Callable[..., Any] = display  # IPython's display is untyped
-    handle = show(obj, display_id=True)
-    # Outside IPython (progress="widget" in a script) display() prints and hands back nothing to update.
-    return handle if handle is not None else _Printed()
+    return show(obj, display_id=True)
 
 
 def _html(text: str) -> Any:
@@ -325,13 +362,6 @@ def _html(text: str) -> Any:
 
     html: Callable[[str], Any] = HTML
     return html(text)
-
-
-class _Printed:
-    """The handle of an output that cannot be updated: a second print would only repeat it."""
-
-    def update(self, obj: Any) -> None:
-        pass
 
 
 class _MarimoOutput:
@@ -359,6 +389,27 @@ def _marimo_cell() -> str | None:
     except Exception:  # no context (a thread of our own), or a marimo that moved it
         return None
     return None if running is None else str(running.cell_id)
+
+
+def printable(html: str) -> str:
+    """``html`` with each lone surrogate (text scraped or decoded with ``surrogateescape``) made
+    U+FFFD: a front end's messages are UTF-8, which cannot carry one."""
+    try:
+        html.encode("utf-8")
+    except UnicodeEncodeError:
+        return html.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return html
+
+
+def _with_summary(panel: Any, summary: str) -> dict[str, Any]:
+    """The panel's output, the widget and the static summary together: a front end that has
+    the widget shows it, one that has not (a saved or exported notebook) the summary."""
+    shown = panel._repr_mimebundle_() or {}
+    bundle: dict[str, Any] = dict(
+        shown[0] if isinstance(shown, tuple) else shown
+    )  # (data, metadata), or data
+    bundle["text/html"] = summary
+    return bundle
 
 
 def _close(panel: Any) -> None:
