@@ -380,8 +380,8 @@ run = dd.from_pandas(frame, npartitions=4).play.run(pb.play(enrich, name="enrich
 while run.stats.ok < 20:
     await asyncio.sleep(0.05)
 await asyncio.sleep(0.6)  # past the panel's delay
-live = run.view.status.value
-run.view.stop.click()
+live = run.view.panel.status
+run.view.panel.press("stop")  # what a click on Stop does (the comm path: tests/test_widget.py)
 await run
 print(json.dumps({{"live": live, "phase": run.state.phase, "stats": run.stats.model_dump(), "summary": run._repr_html_()}}))
 """
