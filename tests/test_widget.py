@@ -437,3 +437,46 @@ def test_a_background_run_s_output_holds_the_widget_and_the_summary(kernel: Any)
         and "playbook-run" in last["text/html"]
         and "<td>20</td><td>19</td>" in last["text/html"]
     )
+
+
+def _run_in_cell(kc: Any, code: str, cell: str) -> list[dict[str, Any]]:
+    """Run ``code`` as JupyterLab runs a cell: the execute request names the cell (``cellId``)."""
+    content = {"code": textwrap.dedent(code), "silent": False, "store_history": True}
+    content |= {"user_expressions": {}, "allow_stdin": False, "stop_on_error": True}
+    msg = kc.session.msg("execute_request", content, metadata={"cellId": cell})
+    kc.shell_channel.send(msg)
+    messages = []
+    while True:
+        got = kc.get_iopub_msg(timeout=60)
+        if got["parent_header"].get("msg_id") != msg["header"]["msg_id"]:
+            continue
+        if got["msg_type"] == "status" and got["content"]["execution_state"] == "idle":
+            return messages
+        messages.append(got)
+
+
+def test_a_cell_run_again_stops_the_background_run_it_started_before(kernel: Any) -> None:
+    """Running a cell again clears its output, the panel with the Stop button of the background run
+    it started before: that run stops (saying why), the new one goes on; a run another cell started
+    is left alone."""
+    start = """
+        import tempfile
+        {name} = pd.DataFrame({{"n": range(200)}}).play.run(slow, concurrency=2, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
+    """
+    _run_in_cell(kernel, start.format(name="first"), "cell-a")
+    _run_in_cell(kernel, start.format(name="other"), "cell-b")
+    said = _run_in_cell(kernel, start.format(name="second"), "cell-a")
+    assert any(
+        "still going: stopped" in m["content"].get("text", "") for m in said if m["msg_type"] == "stream"
+    )
+    messages = _run(
+        kernel,
+        """
+        import json
+        first.wait()
+        print(json.dumps([first.state.stopped, first.stats.skipped > 0, "its cell was run again" in " ".join(first.state.notices), second.running, other.running]))
+        second.stop(); other.stop(); second.wait(); other.wait()
+    """,
+    )
+    printed = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))
+    assert printed == [True, True, True, True, True]

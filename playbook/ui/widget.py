@@ -128,10 +128,31 @@ class WidgetView:
         self._unsubscribe: list[Any] = []
         self.follow(state)
         if background:
+            self._replace_in_cell()
             # The cell that starts a background run ends at once: the panel must be shown now,
             # in that cell.  Later output would land wherever the kernel happens to be then;
             # widget updates and the final summary (by display id) find it anywhere.
             self._build()
+
+    def _replace_in_cell(self) -> None:
+        """A cell run again clears its output, the panel of the background run it started
+        before with it: that run is stopped (as its Stop button would), rather than left paying
+        with nothing on the page to stop it.  What it finished is saved; a rerun resumes it."""
+        cell = _cell_id()
+        if cell is None:
+            return
+        before = _BACKGROUND.get(cell)
+        _BACKGROUND[cell] = self
+        earlier = before._ref() if before is not None else None
+        if before is None or before._controls is None or earlier is None or earlier.finished is not None:
+            return
+        said = (
+            f"a background run of {earlier.play!r} started by this cell was still going: stopped, as its "
+            "panel went with the cell's output (what it finished is saved; running it again resumes it)"
+        )
+        _logger.warning("%s", said)
+        earlier.notices.append("stopped: its cell was run again")
+        before._controls.stop()
 
     @property
     def _state(self) -> RunState:
@@ -341,6 +362,25 @@ def _alive(ref: weakref.ref[RunState]) -> RunState:
     if state is None:  # pragma: no cover - the run owns this view: it cannot outlive it
         raise RuntimeError("the run of this view is gone")
     return state
+
+
+# The view of the background run each notebook cell started last, by the cell's id.
+_BACKGROUND: weakref.WeakValueDictionary[str, WidgetView] = weakref.WeakValueDictionary()
+
+
+def _cell_id() -> str | None:
+    """The id of the notebook cell running now: marimo's, or the one JupyterLab, Notebook 7 and
+    VS Code send with each execution (``cellId``); None where there is none."""
+    if in_marimo():
+        return _marimo_cell()
+    try:
+        from IPython import get_ipython
+
+        parent = get_ipython().get_parent()
+    except Exception:  # no shell, or one without parents
+        return None
+    cell = parent.get("metadata", {}).get("cellId") if isinstance(parent, dict) else None
+    return cell if isinstance(cell, str) and cell else None
 
 
 def _display(obj: Any) -> Any:
