@@ -53,6 +53,9 @@ class Seen:
     printed: dict[str, int] = field(default_factory=dict)  # the notebook's COUNTS line
     requests_of_map: int = 0  # what the demo was sent with the map's key
     stopped: str = ""  # the background panel's text after Stop
+    requests_after_reruns: list[int] = field(
+        default_factory=list
+    )  # the demo's, after the cell ran twice more and Stop
     requests_after_stop: list[int] = field(
         default_factory=list
     )  # with the background run's key, a second apart
@@ -155,6 +158,20 @@ def seen(marimo: str) -> Seen:
         for _ in range(3):
             got.requests_after_stop.append(_requests(got.demo))
             page.wait_for_timeout(1000)
+        # Run the background cell again, twice: the second time stops the run the first started
+        # (its panel went with the cell's output); Stop on the newest panel then leaves none going.
+        cells = page.locator(".marimo-cell")
+        last = cells.nth(cells.count() - 1)
+        for _ in range(2):
+            last.hover()
+            last.locator("[data-testid=run-button]").first.click()
+            page.locator(".playbook-live button[data-press=stop]:enabled").wait_for(timeout=30_000)
+            page.wait_for_timeout(1500)
+        page.locator(".playbook-live button[data-press=stop]:enabled").click()
+        page.wait_for_timeout(1500)  # calls in flight land
+        for _ in range(3):
+            got.requests_after_reruns.append(_requests(got.demo))
+            page.wait_for_timeout(1000)
         page.close()
     return got
 
@@ -235,3 +252,9 @@ def _shot(page: Page, locator: Any, name: str) -> None:
     page.wait_for_timeout(200)
     crop(page, locator, SHOTS / f"{name}_dark.png")
     page.evaluate("document.body.classList.remove('dark', 'dark-theme')")
+
+
+def test_running_the_cell_again_stops_the_run_it_started_before(seen: Seen) -> None:
+    sent = seen.requests_after_reruns
+    assert sent[0] > seen.requests_after_stop[-1]  # the runs went, then
+    assert sent[-1] == sent[0]  # none is left going: the one the cell ran before was stopped with it

@@ -455,28 +455,34 @@ def _run_in_cell(kc: Any, code: str, cell: str) -> list[dict[str, Any]]:
         messages.append(got)
 
 
-def test_a_cell_run_again_stops_the_background_run_it_started_before(kernel: Any) -> None:
-    """Running a cell again clears its output, the panel with the Stop button of the background run
-    it started before: that run stops (saying why), the new one goes on; a run another cell started
-    is left alone."""
+def test_a_cell_run_again_stops_the_background_runs_it_started_before(kernel: Any) -> None:
+    """Running a cell again clears its output, the panels with the Stop buttons of the background
+    runs it started the time before: those runs stop (saying why), the new one goes on.  Two runs
+    one execution of a cell starts are both its own, and a run another cell started is left alone."""
     start = """
         import tempfile
         {name} = pd.DataFrame({{"n": range(200)}}).play.run(slow, concurrency=2, background=True, store=pb.ReceiptStore(tempfile.mkdtemp()))
     """
-    _run_in_cell(kernel, start.format(name="first"), "cell-a")
+    _run_in_cell(kernel, start.format(name="first") + start.format(name="also"), "cell-a")
     _run_in_cell(kernel, start.format(name="other"), "cell-b")
+    alive = _run(kernel, "print(first.running, also.running)")
+    assert "".join(m["content"]["text"] for m in alive if m["msg_type"] == "stream").split() == [
+        "True",
+        "True",
+    ]
     said = _run_in_cell(kernel, start.format(name="second"), "cell-a")
-    assert any(
-        "still going: stopped" in m["content"].get("text", "") for m in said if m["msg_type"] == "stream"
-    )
+    stopped = [
+        m for m in said if m["msg_type"] == "stream" and "still going: stopped" in m["content"]["text"]
+    ]
+    assert len(stopped) == 2
     messages = _run(
         kernel,
         """
         import json
-        first.wait()
-        print(json.dumps([first.state.stopped, first.stats.skipped > 0, "its cell was run again" in " ".join(first.state.notices), second.running, other.running]))
+        first.wait(); also.wait()
+        print(json.dumps([first.state.stopped, also.state.stopped, first.stats.skipped > 0, "its cell was run again" in " ".join(first.state.notices), second.running, other.running]))
         second.stop(); other.stop(); second.wait(); other.wait()
     """,
     )
     printed = json.loads("".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream"))
-    assert printed == [True, True, True, True, True]
+    assert printed == [True, True, True, True, True, True]

@@ -127,32 +127,44 @@ class WidgetView:
         self.broken: str | None = None  # why the view stopped, if it did
         self._unsubscribe: list[Any] = []
         self.follow(state)
+        self._replace_in_cell()
         if background:
-            self._replace_in_cell()
             # The cell that starts a background run ends at once: the panel must be shown now,
             # in that cell.  Later output would land wherever the kernel happens to be then;
             # widget updates and the final summary (by display id) find it anywhere.
             self._build()
 
     def _replace_in_cell(self) -> None:
-        """A cell run again clears its output, the panel of the background run it started
-        before with it: that run is stopped (as its Stop button would), rather than left paying
-        with nothing on the page to stop it.  What it finished is saved; a rerun resumes it."""
-        cell = _cell_id()
-        if cell is None:
+        """A cell run again clears its output, and with it the panels of the background runs it
+        started the time before: those runs are stopped (as their Stop buttons would), rather
+        than left paying with nothing on the page to stop them.  What they finished is saved; a
+        rerun resumes them.  Runs the same execution of the cell started are its own: left be."""
+        here = _cell()
+        if here is None:
             return
+        cell, execution = here
         before = _BACKGROUND.get(cell)
-        _BACKGROUND[cell] = self
-        earlier = before._ref() if before is not None else None
-        if before is None or before._controls is None or earlier is None or earlier.finished is not None:
+        # marimo's execution is an object kept here (so its id is not reused); Jupyter's a request id.
+        if before is None or not (
+            before[0] is execution or (isinstance(execution, str) and before[0] == execution)
+        ):
+            for view in list(before[1]) if before is not None else ():
+                view._stopped_by_its_cell()
+            before = _BACKGROUND[cell] = (execution, weakref.WeakSet())
+        if self._background:
+            before[1].add(self)
+
+    def _stopped_by_its_cell(self) -> None:
+        earlier = self._ref()
+        if self._controls is None or earlier is None or earlier.finished is not None:
             return
-        said = (
-            f"a background run of {earlier.play!r} started by this cell was still going: stopped, as its "
-            "panel went with the cell's output (what it finished is saved; running it again resumes it)"
+        _logger.warning(
+            "a background run of %r started by this cell was still going: stopped, as its panel went "
+            "with the cell's output (what it finished is saved; running it again resumes it)",
+            earlier.play,
         )
-        _logger.warning("%s", said)
         earlier.notices.append("stopped: its cell was run again")
-        before._controls.stop()
+        self._controls.stop()
 
     @property
     def _state(self) -> RunState:
@@ -364,23 +376,33 @@ def _alive(ref: weakref.ref[RunState]) -> RunState:
     return state
 
 
-# The view of the background run each notebook cell started last, by the cell's id.
-_BACKGROUND: weakref.WeakValueDictionary[str, WidgetView] = weakref.WeakValueDictionary()
+# By notebook cell: its last execution, and the views of the background runs that execution started.
+_BACKGROUND: dict[str, tuple[object, weakref.WeakSet[WidgetView]]] = {}
 
 
-def _cell_id() -> str | None:
-    """The id of the notebook cell running now: marimo's, or the one JupyterLab, Notebook 7 and
-    VS Code send with each execution (``cellId``); None where there is none."""
+def _cell() -> tuple[str, object] | None:
+    """The notebook cell running now and this execution of it: marimo's cell id and execution
+    context, or the ``cellId`` JupyterLab, Notebook 7 and VS Code send with an execute request and
+    that request's id; None where there is none (a script, a front end that names no cell)."""
     if in_marimo():
-        return _marimo_cell()
+        try:
+            from marimo._runtime.context import get_context
+
+            running = get_context().execution_context
+        except Exception:  # no context (a thread of our own), or a marimo that moved it
+            return None
+        return None if running is None else (str(running.cell_id), running)
     try:
         from IPython import get_ipython
 
         parent = get_ipython().get_parent()
     except Exception:  # no shell, or one without parents
         return None
-    cell = parent.get("metadata", {}).get("cellId") if isinstance(parent, dict) else None
-    return cell if isinstance(cell, str) and cell else None
+    if not isinstance(parent, dict):
+        return None
+    cell = parent.get("metadata", {}).get("cellId")
+    execution = parent.get("header", {}).get("msg_id")
+    return (cell, execution) if isinstance(cell, str) and cell and execution else None
 
 
 def _display(obj: Any) -> Any:
